@@ -1,0 +1,31 @@
+//! The longhaul wire protocol, sans I/O.
+//!
+//! This crate owns everything two longhaul peers agree on: the connection
+//! preamble and frame format ([`frame`]), the control messages ([`msg`]),
+//! the session state machines of both ends ([`session`]), the UDP test
+//! datagram and its receiver accounting ([`udp`]), and how the measurements
+//! of both ends merge into reports ([`report`]). It opens no sockets, touches
+//! no files and reads no clock: time is passed in. `docs/PROTOCOL.md`
+//! describes the bytes.
+
+pub mod frame;
+pub mod msg;
+pub mod report;
+pub mod session;
+pub mod udp;
+pub mod units;
+
+/// A decoding or encoding failure.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ProtoError {
+    #[error("peer did not start with the longhaul preamble (is it a longhaul server on that port?)")]
+    BadMagic,
+    #[error("frame of {len} bytes exceeds the limit of {max}")]
+    FrameTooLarge { len: u64, max: u32 },
+    #[error("unknown frame type 0x{0:02x}")]
+    UnknownFrame(u8),
+    #[error("malformed body of frame type 0x{kind:02x}: {reason}")]
+    BadBody { kind: u8, reason: String },
+    #[error("failed to encode a message: {0}")]
+    Encode(String),
+}

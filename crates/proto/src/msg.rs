@@ -1,0 +1,391 @@
+//! Control messages: one frame each, a type byte and a JSON body.
+//!
+//! The JSON bodies are documented field by field in `docs/PROTOCOL.md`.
+//! Unknown fields are ignored so that a minor version can add optional
+//! fields; anything that changes meaning bumps [`PROTOCOL_VERSION`].
+
+use serde::{Deserialize, Serialize};
+
+use crate::frame::{encode_frame, Frame};
+use crate::report::{PeerResults, SideInterval, StreamSetup};
+use crate::report::{IntervalReport, Summary};
+use crate::ProtoError;
+
+/// The protocol version this build speaks best.
+pub const PROTOCOL_VERSION: u16 = 1;
+/// The oldest protocol version this build still speaks.
+pub const MIN_PROTOCOL_VERSION: u16 = 1;
+
+/// What a connection is for, declared in its [`Hello`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Role {
+    /// The control connection of a session.
+    Control,
+    /// A data stream joining the test identified by `token`.
+    Data {
+        token: String,
+        stream: u16,
+        direction: Direction,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Hello {
+    pub min_version: u16,
+    pub max_version: u16,
+    pub software: String,
+    pub role: Role,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Welcome {
+    pub version: u16,
+    pub software: String,
+    /// The server's host name, for reports.
+    pub host: String,
+}
+
+/// Why a peer refused a request or closed a session.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RefuseCode {
+    /// No protocol version in common.
+    Version,
+    /// The server runs as many tests as it is allowed to.
+    Busy,
+    /// The request exceeds a configured limit (streams, duration, bytes).
+    Limit,
+    /// The request is malformed or names something the server lacks.
+    BadRequest,
+    /// The server does not run third-party tests.
+    ThirdPartyDisabled,
+    /// A data stream named no test this server knows.
+    UnknownTest,
+    /// The peer broke the protocol (unexpected message, bad frame).
+    Protocol,
+    /// The peer took too long.
+    Timeout,
+    /// The server failed while running the test.
+    ServerError,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Refuse {
+    pub code: RefuseCode,
+    pub message: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum Transport {
+    #[default]
+    Tcp,
+    Udp,
+}
+
+/// Which way data flows, seen from the client.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum Direction {
+    /// Client sends, server receives.
+    #[default]
+    Up,
+    /// Server sends, client receives (`--reverse`).
+    Down,
+}
+
+/// Which directions a test runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum Mode {
+    #[default]
+    Up,
+    Down,
+    Bidir,
+}
+
+impl Mode {
+    pub fn directions(self) -> &'static [Direction] {
+        match self {
+            Mode::Up => &[Direction::Up],
+            Mode::Down => &[Direction::Down],
+            Mode::Bidir => &[Direction::Up, Direction::Down],
+        }
+    }
+}
+
+/// Everything that defines a memory-to-memory test.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TestParams {
+    pub transport: Transport,
+    pub mode: Mode,
+    /// Streams per direction.
+    pub streams: u16,
+    /// Run time in milliseconds, after the omitted start. Exactly one of
+    /// `duration_ms` and `bytes` is set.
+    pub duration_ms: Option<u64>,
+    /// Total bytes per direction, spread over the streams.
+    pub bytes: Option<u64>,
+    /// Bytes per write (TCP) or per datagram (UDP).
+    pub length: u32,
+    /// Socket buffer size to request on both ends (SO_SNDBUF/SO_RCVBUF).
+    pub window: Option<u32>,
+    pub congestion: Option<String>,
+    /// Pacing rate per direction in bits/s, split over the streams.
+    pub pacing_bps: Option<u64>,
+    pub mss: Option<u32>,
+    /// CPU for the server's stream threads.
+    pub server_cpu: Option<u32>,
+    pub zerocopy: bool,
+    /// Interval between reports in milliseconds; 0 for none.
+    pub interval_ms: u64,
+    /// Leading milliseconds left out of the results.
+    pub omit_ms: u64,
+    /// UDP target rate per direction in bits/s.
+    pub udp_rate_bps: Option<u64>,
+}
+
+impl Default for TestParams {
+    fn default() -> Self {
+        Self {
+            transport: Transport::Tcp,
+            mode: Mode::Up,
+            streams: 1,
+            duration_ms: Some(10_000),
+            bytes: None,
+            length: 1 << 20,
+            window: None,
+            congestion: None,
+            pacing_bps: None,
+            mss: None,
+            server_cpu: None,
+            zerocopy: false,
+            interval_ms: 1000,
+            omit_ms: 0,
+            udp_rate_bps: None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TestAccept {
+    pub test_id: u64,
+    /// 32 hex digits; data streams present it in their [`Hello`].
+    pub token: String,
+    /// For UDP: the server's port for each (direction, stream), in the
+    /// order of [`Mode::directions`] then stream index.
+    pub udp_ports: Vec<u16>,
+}
+
+/// Sent by the server once every data stream has joined.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Ready {
+    pub streams: Vec<StreamSetup>,
+    /// The server kernel's caps on socket buffers, for warnings.
+    pub rmem_max: Option<u64>,
+    pub wmem_max: Option<u64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Start {}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Stop {
+    pub reason: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ThirdParty {
+    /// `HOST[:PORT]` of the server the receiving server should test against.
+    pub target: String,
+    pub params: TestParams,
+}
+
+/// What a server running a third-party test relays to the requester.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum Relay {
+    Interval(IntervalReport),
+    Summary(Box<Summary>),
+    Warning { message: String },
+    Failed(Refuse),
+}
+
+/// Every control message.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum Message {
+    Hello(Hello),
+    Welcome(Welcome),
+    Refuse(Refuse),
+    TestRequest(TestParams),
+    TestAccept(TestAccept),
+    Ready(Ready),
+    Start(Start),
+    Interval(SideInterval),
+    Stop(Stop),
+    Results(PeerResults),
+    ThirdParty(ThirdParty),
+    Relay(Relay),
+}
+
+/// Frame type bytes.
+pub mod kind {
+    pub const HELLO: u8 = 0x01;
+    pub const WELCOME: u8 = 0x02;
+    pub const REFUSE: u8 = 0x03;
+    pub const TEST_REQUEST: u8 = 0x10;
+    pub const TEST_ACCEPT: u8 = 0x11;
+    pub const READY: u8 = 0x12;
+    pub const START: u8 = 0x13;
+    pub const INTERVAL: u8 = 0x14;
+    pub const STOP: u8 = 0x15;
+    pub const RESULTS: u8 = 0x16;
+    pub const THIRD_PARTY: u8 = 0x20;
+    pub const RELAY: u8 = 0x21;
+}
+
+impl Message {
+    pub fn kind(&self) -> u8 {
+        match self {
+            Message::Hello(_) => kind::HELLO,
+            Message::Welcome(_) => kind::WELCOME,
+            Message::Refuse(_) => kind::REFUSE,
+            Message::TestRequest(_) => kind::TEST_REQUEST,
+            Message::TestAccept(_) => kind::TEST_ACCEPT,
+            Message::Ready(_) => kind::READY,
+            Message::Start(_) => kind::START,
+            Message::Interval(_) => kind::INTERVAL,
+            Message::Stop(_) => kind::STOP,
+            Message::Results(_) => kind::RESULTS,
+            Message::ThirdParty(_) => kind::THIRD_PARTY,
+            Message::Relay(_) => kind::RELAY,
+        }
+    }
+
+    /// A short name for logs and errors.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Message::Hello(_) => "hello",
+            Message::Welcome(_) => "welcome",
+            Message::Refuse(_) => "refuse",
+            Message::TestRequest(_) => "test_request",
+            Message::TestAccept(_) => "test_accept",
+            Message::Ready(_) => "ready",
+            Message::Start(_) => "start",
+            Message::Interval(_) => "interval",
+            Message::Stop(_) => "stop",
+            Message::Results(_) => "results",
+            Message::ThirdParty(_) => "third_party",
+            Message::Relay(_) => "relay",
+        }
+    }
+
+    /// Appends this message as one frame.
+    pub fn encode(&self, out: &mut Vec<u8>) -> Result<(), ProtoError> {
+        let body = match self {
+            Message::Hello(m) => serde_json::to_vec(m),
+            Message::Welcome(m) => serde_json::to_vec(m),
+            Message::Refuse(m) => serde_json::to_vec(m),
+            Message::TestRequest(m) => serde_json::to_vec(m),
+            Message::TestAccept(m) => serde_json::to_vec(m),
+            Message::Ready(m) => serde_json::to_vec(m),
+            Message::Start(m) => serde_json::to_vec(m),
+            Message::Interval(m) => serde_json::to_vec(m),
+            Message::Stop(m) => serde_json::to_vec(m),
+            Message::Results(m) => serde_json::to_vec(m),
+            Message::ThirdParty(m) => serde_json::to_vec(m),
+            Message::Relay(m) => serde_json::to_vec(m),
+        }
+        .map_err(|e| ProtoError::Encode(e.to_string()))?;
+        encode_frame(self.kind(), &body, out)
+    }
+
+    /// Decodes one frame into a message.
+    pub fn decode(frame: &Frame) -> Result<Message, ProtoError> {
+        fn body<'a, T: Deserialize<'a>>(kind: u8, b: &'a [u8]) -> Result<T, ProtoError> {
+            serde_json::from_slice(b).map_err(|e| ProtoError::BadBody {
+                kind,
+                reason: e.to_string(),
+            })
+        }
+        let b = &frame.body;
+        let k = frame.kind;
+        Ok(match k {
+            kind::HELLO => Message::Hello(body(k, b)?),
+            kind::WELCOME => Message::Welcome(body(k, b)?),
+            kind::REFUSE => Message::Refuse(body(k, b)?),
+            kind::TEST_REQUEST => Message::TestRequest(body(k, b)?),
+            kind::TEST_ACCEPT => Message::TestAccept(body(k, b)?),
+            kind::READY => Message::Ready(body(k, b)?),
+            kind::START => Message::Start(body(k, b)?),
+            kind::INTERVAL => Message::Interval(body(k, b)?),
+            kind::STOP => Message::Stop(body(k, b)?),
+            kind::RESULTS => Message::Results(body(k, b)?),
+            kind::THIRD_PARTY => Message::ThirdParty(body(k, b)?),
+            kind::RELAY => Message::Relay(body(k, b)?),
+            other => return Err(ProtoError::UnknownFrame(other)),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::frame::Decoder;
+
+    #[test]
+    fn every_message_round_trips() {
+        let msgs = vec![
+            Message::Hello(Hello {
+                min_version: 1,
+                max_version: 1,
+                software: "longhaul test".into(),
+                role: Role::Data {
+                    token: "ab".into(),
+                    stream: 3,
+                    direction: Direction::Down,
+                },
+            }),
+            Message::Refuse(Refuse {
+                code: RefuseCode::Busy,
+                message: "busy".into(),
+            }),
+            Message::TestRequest(TestParams::default()),
+            Message::Start(Start {}),
+            Message::Stop(Stop {
+                reason: "interrupted".into(),
+            }),
+        ];
+        let mut wire = Vec::new();
+        for m in &msgs {
+            m.encode(&mut wire).unwrap();
+        }
+        let mut d = Decoder::new(1 << 16);
+        d.push(&wire);
+        for m in &msgs {
+            let f = d.next_frame().unwrap().unwrap();
+            assert_eq!(&Message::decode(&f).unwrap(), m);
+        }
+    }
+
+    #[test]
+    fn unknown_kind_and_bad_json_are_errors() {
+        let f = Frame {
+            kind: 0x7f,
+            body: b"{}".to_vec(),
+        };
+        assert!(matches!(
+            Message::decode(&f),
+            Err(ProtoError::UnknownFrame(0x7f))
+        ));
+        let f = Frame {
+            kind: kind::HELLO,
+            body: b"{\"min_version\":".to_vec(),
+        };
+        assert!(matches!(
+            Message::decode(&f),
+            Err(ProtoError::BadBody { kind: 1, .. })
+        ));
+    }
+}

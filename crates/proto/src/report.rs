@@ -1,0 +1,649 @@
+//! Measurements: what each side samples, and how the client merges both
+//! sides' samples into interval reports and a summary.
+//!
+//! Each side sends cumulative counters ([`SideSnapshot`]); the client
+//! subtracts consecutive snapshots. For every stream the *receiver's* byte
+//! count gives the rate (what arrived), and the *sender's* TCP_INFO gives
+//! retransmits, RTT, cwnd and the kernel's limiting counters, whichever end
+//! the sender is.
+
+use serde::{Deserialize, Serialize};
+
+use crate::msg::{Direction, Transport};
+
+/// Facts about one data stream's socket, as the kernel granted them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StreamSetup {
+    pub direction: Direction,
+    pub stream: u16,
+    /// SO_SNDBUF as read back (the kernel reports twice what was set).
+    pub sndbuf: u64,
+    pub rcvbuf: u64,
+    pub mss: u32,
+    pub congestion: String,
+}
+
+/// TCP_INFO of a sending socket, cumulative counters where the kernel's are.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TcpSample {
+    /// tcpi_total_retrans, cumulative.
+    pub retransmits: u64,
+    /// Smoothed RTT (tcpi_rtt) in microseconds.
+    pub rtt_us: u32,
+    pub rttvar_us: u32,
+    /// tcpi_min_rtt, microseconds; 0 when the kernel lacks it.
+    pub min_rtt_us: u32,
+    /// Congestion window in bytes (tcpi_snd_cwnd * tcpi_snd_mss).
+    pub cwnd_bytes: u64,
+    /// tcpi_busy_time: microseconds with data outstanding, cumulative.
+    pub busy_us: u64,
+    /// tcpi_rwnd_limited: microseconds limited by the receive window.
+    pub rwnd_limited_us: u64,
+    /// tcpi_sndbuf_limited: microseconds limited by the send buffer.
+    pub sndbuf_limited_us: u64,
+    /// tcpi_delivery_rate in bytes/s.
+    pub delivery_rate: u64,
+    /// tcpi_pacing_rate in bytes/s.
+    pub pacing_rate: u64,
+}
+
+/// A UDP receiver's counters, cumulative.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UdpRecv {
+    /// Distinct datagrams received.
+    pub packets: u64,
+    pub out_of_order: u64,
+    pub duplicates: u64,
+    /// Highest sequence number seen plus one.
+    pub expected: u64,
+    /// RFC 3550 interarrival jitter, microseconds (current value, not cumulative).
+    pub jitter_us: u64,
+    /// Datagrams the kernel dropped because this socket's buffer was full
+    /// (SO_RXQ_OVFL).
+    pub rcvbuf_drops: u64,
+}
+
+/// One stream's counters on one side.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StreamSample {
+    pub direction: Direction,
+    pub stream: u16,
+    /// Payload bytes sent (sender) or received (receiver), cumulative.
+    pub bytes: u64,
+    /// Datagrams sent, for a UDP sender.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub packets_sent: Option<u64>,
+    /// Present on the sending side of a TCP stream.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tcp: Option<TcpSample>,
+    /// Present on the receiving side of a UDP stream.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub udp: Option<UdpRecv>,
+}
+
+/// Everything one side knows at one moment, cumulative since Start.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SideSnapshot {
+    /// Microseconds since this side started the test.
+    pub elapsed_us: u64,
+    /// CPU time (user + system) of this side's test threads, microseconds.
+    pub cpu_us: u64,
+    pub streams: Vec<StreamSample>,
+}
+
+impl SideSnapshot {
+    fn stream(&self, direction: Direction, stream: u16) -> Option<&StreamSample> {
+        self.streams
+            .iter()
+            .find(|s| s.direction == direction && s.stream == stream)
+    }
+}
+
+/// One side's interval sample, sent on the control connection.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SideInterval {
+    pub index: u32,
+    /// True while inside `--omit`.
+    pub omitted: bool,
+    pub snapshot: SideSnapshot,
+}
+
+/// The server's final word on a test.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PeerResults {
+    /// Counters when `--omit` ended (absent without omit).
+    pub baseline: Option<SideSnapshot>,
+    pub end: SideSnapshot,
+    /// Why the test ended early, if it did.
+    pub error: Option<String>,
+}
+
+/// The client's merged view of one stream over a span of time.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct StreamReport {
+    pub direction: Direction,
+    pub stream: u16,
+    pub bytes: u64,
+    pub bits_per_second: f64,
+    #[serde(flatten)]
+    pub tcp: Option<TcpReport>,
+    #[serde(flatten)]
+    pub udp: Option<UdpReport>,
+}
+
+/// Sender-side TCP figures over a span.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct TcpReport {
+    pub retransmits: u64,
+    pub rtt_us: u32,
+    pub min_rtt_us: u32,
+    pub cwnd_bytes: u64,
+    /// Share of the span the kernel had data in flight, 0..=1.
+    pub busy_fraction: f64,
+    /// Share of the span limited by the receiver's window.
+    pub rwnd_limited_fraction: f64,
+    /// Share of the span limited by the send buffer.
+    pub sndbuf_limited_fraction: f64,
+}
+
+/// Receiver-side UDP figures over a span.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct UdpReport {
+    pub packets_sent: u64,
+    pub packets_received: u64,
+    pub lost_packets: u64,
+    pub lost_percent: f64,
+    pub out_of_order: u64,
+    pub duplicates: u64,
+    pub jitter_us: u64,
+    /// Datagrams dropped in the receiver's own socket buffer.
+    pub rcvbuf_drops: u64,
+}
+
+/// Totals of one direction.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct DirectionReport {
+    pub direction: Direction,
+    pub bytes: u64,
+    pub bits_per_second: f64,
+    #[serde(flatten)]
+    pub tcp: Option<TcpReport>,
+    #[serde(flatten)]
+    pub udp: Option<UdpReport>,
+    /// CPU of the sending and receiving ends, percent of one core.
+    pub cpu_sender_percent: f64,
+    pub cpu_receiver_percent: f64,
+    pub limit: LimitHint,
+}
+
+/// One interval, merged from both sides.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct IntervalReport {
+    pub index: u32,
+    pub start_s: f64,
+    pub end_s: f64,
+    pub omitted: bool,
+    pub streams: Vec<StreamReport>,
+    pub directions: Vec<DirectionReport>,
+    pub cpu_local_percent: f64,
+    pub cpu_remote_percent: f64,
+}
+
+/// The whole test, merged from both sides.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Summary {
+    pub transport: Transport,
+    pub seconds: f64,
+    pub bytes: u64,
+    pub bits_per_second: f64,
+    pub retransmits: u64,
+    pub rtt_us: u32,
+    pub min_rtt_us: u32,
+    pub cpu_local_percent: f64,
+    pub cpu_remote_percent: f64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lost_percent: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub jitter_us: Option<u64>,
+    pub directions: Vec<DirectionReport>,
+    pub streams: Vec<StreamReport>,
+    /// What limited the run, judged on the busiest direction.
+    pub limit: LimitHint,
+    pub warnings: Vec<String>,
+    /// Set when the test ended before its planned end.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// What held a direction back, from the sender's kernel counters and CPU.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LimitKind {
+    ReceiverWindow,
+    SendBuffer,
+    Congestion,
+    SenderCpu,
+    ReceiverCpu,
+    Application,
+    ReceiverBuffer,
+    PathLoss,
+    #[default]
+    None,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LimitHint {
+    pub kind: LimitKind,
+    pub detail: String,
+}
+
+/// Which side of the test a snapshot came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Side {
+    Client,
+    Server,
+}
+
+/// Snapshots of both sides over one span: `from` (None means zero) to `to`.
+pub struct Span<'a> {
+    pub client_from: Option<&'a SideSnapshot>,
+    pub client_to: &'a SideSnapshot,
+    pub server_from: Option<&'a SideSnapshot>,
+    pub server_to: &'a SideSnapshot,
+}
+
+fn sender_of(d: Direction) -> Side {
+    match d {
+        Direction::Up => Side::Client,
+        Direction::Down => Side::Server,
+    }
+}
+
+fn frac(part: u64, whole_us: u64) -> f64 {
+    if whole_us == 0 {
+        0.0
+    } else {
+        (part as f64 / whole_us as f64).min(1.0)
+    }
+}
+
+fn rate(bytes: u64, us: u64) -> f64 {
+    if us == 0 {
+        0.0
+    } else {
+        bytes as f64 * 8.0 * 1e6 / us as f64
+    }
+}
+
+impl Span<'_> {
+    fn snap(&self, side: Side) -> (Option<&SideSnapshot>, &SideSnapshot) {
+        match side {
+            Side::Client => (self.client_from, self.client_to),
+            Side::Server => (self.server_from, self.server_to),
+        }
+    }
+
+    fn wall_us(&self, side: Side) -> u64 {
+        let (from, to) = self.snap(side);
+        to.elapsed_us
+            .saturating_sub(from.map_or(0, |s| s.elapsed_us))
+    }
+
+    /// CPU use of one side over the span, percent of one core.
+    pub fn cpu_percent(&self, side: Side) -> f64 {
+        let (from, to) = self.snap(side);
+        let cpu = to.cpu_us.saturating_sub(from.map_or(0, |s| s.cpu_us));
+        let wall = self.wall_us(side);
+        if wall == 0 {
+            0.0
+        } else {
+            cpu as f64 * 100.0 / wall as f64
+        }
+    }
+
+    /// Merges one stream's counters from both sides.
+    pub fn stream(&self, direction: Direction, stream: u16, transport: Transport) -> StreamReport {
+        let sender = sender_of(direction);
+        let receiver = match sender {
+            Side::Client => Side::Server,
+            Side::Server => Side::Client,
+        };
+        let pick = |side: Side| {
+            let (from, to) = self.snap(side);
+            (
+                from.and_then(|s| s.stream(direction, stream)),
+                to.stream(direction, stream),
+            )
+        };
+        let (rx_from, rx_to) = pick(receiver);
+        let (tx_from, tx_to) = pick(sender);
+        let bytes = rx_to
+            .map(|s| s.bytes)
+            .unwrap_or(0)
+            .saturating_sub(rx_from.map_or(0, |s| s.bytes));
+        let wall = self.wall_us(receiver);
+        let mut report = StreamReport {
+            direction,
+            stream,
+            bytes,
+            bits_per_second: rate(bytes, wall),
+            tcp: None,
+            udp: None,
+        };
+        match transport {
+            Transport::Tcp => {
+                if let Some(t) = tx_to.and_then(|s| s.tcp) {
+                    let f = tx_from.and_then(|s| s.tcp).unwrap_or_default();
+                    let span = self.wall_us(sender);
+                    report.tcp = Some(TcpReport {
+                        retransmits: t.retransmits.saturating_sub(f.retransmits),
+                        rtt_us: t.rtt_us,
+                        min_rtt_us: t.min_rtt_us,
+                        cwnd_bytes: t.cwnd_bytes,
+                        busy_fraction: frac(t.busy_us.saturating_sub(f.busy_us), span),
+                        rwnd_limited_fraction: frac(
+                            t.rwnd_limited_us.saturating_sub(f.rwnd_limited_us),
+                            span,
+                        ),
+                        sndbuf_limited_fraction: frac(
+                            t.sndbuf_limited_us.saturating_sub(f.sndbuf_limited_us),
+                            span,
+                        ),
+                    });
+                }
+            }
+            Transport::Udp => {
+                let sent = tx_to
+                    .and_then(|s| s.packets_sent)
+                    .unwrap_or(0)
+                    .saturating_sub(tx_from.and_then(|s| s.packets_sent).unwrap_or(0));
+                let u = rx_to.and_then(|s| s.udp).unwrap_or_default();
+                let f = rx_from.and_then(|s| s.udp).unwrap_or_default();
+                let received = u.packets.saturating_sub(f.packets);
+                // Over a span the receiver's own view (highest sequence seen)
+                // is the fair denominator: datagrams still in flight at the
+                // sender's sample are not lost.
+                let expected = u.expected.saturating_sub(f.expected);
+                let lost = expected.saturating_sub(received);
+                report.udp = Some(UdpReport {
+                    packets_sent: sent,
+                    packets_received: received,
+                    lost_packets: lost,
+                    lost_percent: if expected == 0 {
+                        0.0
+                    } else {
+                        lost as f64 * 100.0 / expected as f64
+                    },
+                    out_of_order: u.out_of_order.saturating_sub(f.out_of_order),
+                    duplicates: u.duplicates.saturating_sub(f.duplicates),
+                    jitter_us: u.jitter_us,
+                    rcvbuf_drops: u.rcvbuf_drops.saturating_sub(f.rcvbuf_drops),
+                });
+            }
+        }
+        report
+    }
+
+    /// Totals of one direction from its streams' reports.
+    pub fn direction(&self, direction: Direction, streams: &[StreamReport]) -> DirectionReport {
+        let mine: Vec<&StreamReport> = streams.iter().filter(|s| s.direction == direction).collect();
+        let bytes = mine.iter().map(|s| s.bytes).sum();
+        let bits_per_second = mine.iter().map(|s| s.bits_per_second).sum();
+        let tcp = if mine.iter().any(|s| s.tcp.is_some()) {
+            let ts: Vec<TcpReport> = mine.iter().filter_map(|s| s.tcp).collect();
+            let k = ts.len().max(1) as f64;
+            Some(TcpReport {
+                retransmits: ts.iter().map(|t| t.retransmits).sum(),
+                rtt_us: (ts.iter().map(|t| f64::from(t.rtt_us)).sum::<f64>() / k) as u32,
+                min_rtt_us: ts.iter().map(|t| t.min_rtt_us).filter(|&r| r > 0).min().unwrap_or(0),
+                cwnd_bytes: ts.iter().map(|t| t.cwnd_bytes).sum(),
+                busy_fraction: ts.iter().map(|t| t.busy_fraction).sum::<f64>() / k,
+                rwnd_limited_fraction: ts.iter().map(|t| t.rwnd_limited_fraction).sum::<f64>() / k,
+                sndbuf_limited_fraction: ts.iter().map(|t| t.sndbuf_limited_fraction).sum::<f64>()
+                    / k,
+            })
+        } else {
+            None
+        };
+        let udp = if mine.iter().any(|s| s.udp.is_some()) {
+            let us: Vec<UdpReport> = mine.iter().filter_map(|s| s.udp).collect();
+            let mut t = UdpReport::default();
+            for u in &us {
+                t.packets_sent += u.packets_sent;
+                t.packets_received += u.packets_received;
+                t.lost_packets += u.lost_packets;
+                t.out_of_order += u.out_of_order;
+                t.duplicates += u.duplicates;
+                t.rcvbuf_drops += u.rcvbuf_drops;
+                t.jitter_us = t.jitter_us.max(u.jitter_us);
+            }
+            let expected = t.packets_received + t.lost_packets;
+            t.lost_percent = if expected == 0 {
+                0.0
+            } else {
+                t.lost_packets as f64 * 100.0 / expected as f64
+            };
+            Some(t)
+        } else {
+            None
+        };
+        let (cpu_sender_percent, cpu_receiver_percent) = match sender_of(direction) {
+            Side::Client => (self.cpu_percent(Side::Client), self.cpu_percent(Side::Server)),
+            Side::Server => (self.cpu_percent(Side::Server), self.cpu_percent(Side::Client)),
+        };
+        let mut d = DirectionReport {
+            direction,
+            bytes,
+            bits_per_second,
+            tcp,
+            udp,
+            cpu_sender_percent,
+            cpu_receiver_percent,
+            limit: LimitHint::default(),
+        };
+        d.limit = diagnose(&d);
+        d
+    }
+}
+
+/// Names what limited one direction, from the sender's kernel counters, the
+/// loss counts and the CPU of both ends.
+///
+/// The kernel's chrono counters split the time the socket had data to send
+/// into "limited by the receive window", "limited by the send buffer" and
+/// the rest (limited by cwnd, i.e. congestion control). Time with nothing to
+/// send at all means the application did not keep up.
+pub fn diagnose(d: &DirectionReport) -> LimitHint {
+    let hint = |kind, detail: String| LimitHint { kind, detail };
+    if let Some(u) = d.udp {
+        if u.rcvbuf_drops > 0 && u.rcvbuf_drops * 2 >= u.lost_packets {
+            return hint(
+                LimitKind::ReceiverBuffer,
+                format!(
+                    "{} datagrams dropped in the receiver's socket buffer: raise the window (-w) and net.core.rmem_max, or lower the rate",
+                    u.rcvbuf_drops
+                ),
+            );
+        }
+        if u.lost_percent > 0.1 {
+            return hint(
+                LimitKind::PathLoss,
+                format!("{:.3}% of datagrams lost on the path (not in the receiver's socket buffer)", u.lost_percent),
+            );
+        }
+    }
+    if let Some(t) = d.tcp {
+        if t.rwnd_limited_fraction > 0.3 {
+            return hint(
+                LimitKind::ReceiverWindow,
+                format!(
+                    "sender was limited by the receiver's window {:.0}% of the time: raise the receiver's window (-w, net.core.rmem_max, net.ipv4.tcp_rmem)",
+                    t.rwnd_limited_fraction * 100.0
+                ),
+            );
+        }
+        if t.sndbuf_limited_fraction > 0.3 {
+            return hint(
+                LimitKind::SendBuffer,
+                format!(
+                    "sender was limited by its send buffer {:.0}% of the time: raise the window (-w, net.core.wmem_max, net.ipv4.tcp_wmem)",
+                    t.sndbuf_limited_fraction * 100.0
+                ),
+            );
+        }
+    }
+    if d.cpu_sender_percent >= 90.0 {
+        return hint(
+            LimitKind::SenderCpu,
+            format!("sending end used {:.0}% of a core", d.cpu_sender_percent),
+        );
+    }
+    if d.cpu_receiver_percent >= 90.0 {
+        return hint(
+            LimitKind::ReceiverCpu,
+            format!("receiving end used {:.0}% of a core", d.cpu_receiver_percent),
+        );
+    }
+    if let Some(t) = d.tcp {
+        let cwnd_limited = (t.busy_fraction - t.rwnd_limited_fraction - t.sndbuf_limited_fraction).max(0.0);
+        if t.retransmits > 0 && cwnd_limited > 0.5 {
+            return hint(
+                LimitKind::Congestion,
+                format!(
+                    "congestion window limited {:.0}% of the time with {} retransmits: loss or a bottleneck on the path",
+                    cwnd_limited * 100.0,
+                    t.retransmits
+                ),
+            );
+        }
+        if t.busy_fraction < 0.5 && t.busy_fraction > 0.0 {
+            return hint(
+                LimitKind::Application,
+                format!(
+                    "the socket had nothing to send {:.0}% of the time: the application (or pacing) limited the rate",
+                    (1.0 - t.busy_fraction) * 100.0
+                ),
+            );
+        }
+    }
+    hint(LimitKind::None, "no limit found in the kernel's counters".into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn snap(elapsed_us: u64, cpu_us: u64, streams: Vec<StreamSample>) -> SideSnapshot {
+        SideSnapshot {
+            elapsed_us,
+            cpu_us,
+            streams,
+        }
+    }
+
+    fn tcp_stream(direction: Direction, bytes: u64, tcp: Option<TcpSample>) -> StreamSample {
+        StreamSample {
+            direction,
+            stream: 0,
+            bytes,
+            packets_sent: None,
+            tcp,
+            udp: None,
+        }
+    }
+
+    #[test]
+    fn reverse_mode_takes_tcp_info_from_server_and_bytes_from_client() {
+        let server = snap(
+            1_000_000,
+            500_000,
+            vec![tcp_stream(
+                Direction::Down,
+                999,
+                Some(TcpSample {
+                    retransmits: 7,
+                    rtt_us: 80_000,
+                    rwnd_limited_us: 600_000,
+                    busy_us: 1_000_000,
+                    ..Default::default()
+                }),
+            )],
+        );
+        let client = snap(1_000_000, 250_000, vec![tcp_stream(Direction::Down, 125_000_000, None)]);
+        let span = Span {
+            client_from: None,
+            client_to: &client,
+            server_from: None,
+            server_to: &server,
+        };
+        let s = span.stream(Direction::Down, 0, Transport::Tcp);
+        assert_eq!(s.bytes, 125_000_000);
+        assert!((s.bits_per_second - 1e9).abs() < 1.0);
+        let t = s.tcp.unwrap();
+        assert_eq!(t.retransmits, 7);
+        assert_eq!(t.rtt_us, 80_000);
+        let d = span.direction(Direction::Down, &[s]);
+        assert!((d.cpu_sender_percent - 50.0).abs() < 1e-9);
+        assert!((d.cpu_receiver_percent - 25.0).abs() < 1e-9);
+        assert_eq!(d.limit.kind, LimitKind::ReceiverWindow);
+    }
+
+    #[test]
+    fn deltas_between_snapshots() {
+        let c0 = snap(1_000_000, 0, vec![tcp_stream(Direction::Up, 100, Some(TcpSample { retransmits: 5, ..Default::default() }))]);
+        let c1 = snap(2_000_000, 0, vec![tcp_stream(Direction::Up, 300, Some(TcpSample { retransmits: 8, ..Default::default() }))]);
+        let s0 = snap(1_000_000, 0, vec![tcp_stream(Direction::Up, 90, None)]);
+        let s1 = snap(2_000_000, 0, vec![tcp_stream(Direction::Up, 290, None)]);
+        let span = Span {
+            client_from: Some(&c0),
+            client_to: &c1,
+            server_from: Some(&s0),
+            server_to: &s1,
+        };
+        let s = span.stream(Direction::Up, 0, Transport::Tcp);
+        assert_eq!(s.bytes, 200);
+        assert_eq!(s.tcp.unwrap().retransmits, 3);
+    }
+
+    #[test]
+    fn cpu_percent_can_exceed_one_core() {
+        let c = snap(1_000_000, 1_500_000, vec![]);
+        let s = snap(1_000_000, 0, vec![]);
+        let span = Span {
+            client_from: None,
+            client_to: &c,
+            server_from: None,
+            server_to: &s,
+        };
+        assert!((span.cpu_percent(Side::Client) - 150.0).abs() < 1e-9);
+        assert_eq!(span.cpu_percent(Side::Server), 0.0);
+    }
+
+    #[test]
+    fn diagnose_names_each_limit() {
+        let base = DirectionReport::default();
+        let with_tcp = |t: TcpReport, cpu: f64| DirectionReport {
+            tcp: Some(t),
+            cpu_sender_percent: cpu,
+            ..base.clone()
+        };
+        let d = with_tcp(TcpReport { sndbuf_limited_fraction: 0.8, busy_fraction: 1.0, ..Default::default() }, 10.0);
+        assert_eq!(diagnose(&d).kind, LimitKind::SendBuffer);
+        let d = with_tcp(TcpReport { busy_fraction: 1.0, retransmits: 100, ..Default::default() }, 10.0);
+        assert_eq!(diagnose(&d).kind, LimitKind::Congestion);
+        let d = with_tcp(TcpReport { busy_fraction: 1.0, ..Default::default() }, 99.0);
+        assert_eq!(diagnose(&d).kind, LimitKind::SenderCpu);
+        let d = with_tcp(TcpReport { busy_fraction: 0.2, ..Default::default() }, 10.0);
+        assert_eq!(diagnose(&d).kind, LimitKind::Application);
+        let d = DirectionReport {
+            udp: Some(UdpReport { lost_packets: 10, rcvbuf_drops: 10, lost_percent: 1.0, ..Default::default() }),
+            ..base.clone()
+        };
+        assert_eq!(diagnose(&d).kind, LimitKind::ReceiverBuffer);
+        let d = DirectionReport {
+            udp: Some(UdpReport { lost_packets: 10, lost_percent: 1.0, ..Default::default() }),
+            ..base
+        };
+        assert_eq!(diagnose(&d).kind, LimitKind::PathLoss);
+    }
+}

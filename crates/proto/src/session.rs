@@ -1,0 +1,555 @@
+//! Control-session state machines for both ends, with no I/O and no clock.
+//!
+//! The engine feeds decoded messages in with [`ServerSession::handle`] /
+//! [`ClientSession::handle`], tells them what the local side decided
+//! (`accept_test`, `ready`, `start`, ...), sends what
+//! `poll_transmit` yields, and calls `handle_timeout` once `now` passes
+//! `poll_timeout`. Time is always passed in. A session that fails queues a
+//! [`Refuse`] for the peer (where the peer should hear why) and becomes
+//! closed; the engine flushes the queue and drops the connection.
+
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
+use crate::msg::*;
+use crate::report::{PeerResults, SideInterval};
+
+/// Why a session ended badly. `code` is what the peer is told.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct SessionError {
+    pub code: RefuseCode,
+    pub message: String,
+}
+
+impl SessionError {
+    pub fn new(code: RefuseCode, message: impl Into<String>) -> Self {
+        Self {
+            code,
+            message: message.into(),
+        }
+    }
+}
+
+impl From<Refuse> for SessionError {
+    fn from(r: Refuse) -> Self {
+        Self {
+            code: r.code,
+            message: r.message,
+        }
+    }
+}
+
+/// What a server allows one test to ask for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Limits {
+    pub max_streams: u16,
+    pub max_duration: Duration,
+    pub max_bytes: u64,
+    pub allow_third_party: bool,
+    /// Time a new connection has to say hello, and a test to get going.
+    pub handshake_timeout: Duration,
+    /// Time a control connection may sit with no test.
+    pub idle_timeout: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            max_streams: 128,
+            max_duration: Duration::from_secs(3600),
+            max_bytes: 1 << 50,
+            allow_third_party: true,
+            handshake_timeout: Duration::from_secs(10),
+            idle_timeout: Duration::from_secs(60),
+        }
+    }
+}
+
+/// Largest TCP write the server accepts as `length`.
+pub const MAX_TCP_LENGTH: u32 = 64 << 20;
+/// Largest UDP payload over IPv4.
+pub const MAX_UDP_LENGTH: u32 = 65_507;
+/// Extra time after the planned end before a running test is given up.
+pub const END_GRACE: Duration = Duration::from_secs(30);
+
+impl Limits {
+    /// Checks a request against these limits; the error says which limit
+    /// and what the server allows.
+    pub fn check(&self, p: &TestParams) -> Result<(), SessionError> {
+        let limit = |m: String| Err(SessionError::new(RefuseCode::Limit, m));
+        let bad = |m: String| Err(SessionError::new(RefuseCode::BadRequest, m));
+        if p.streams == 0 {
+            return bad("stream count 0: ask for at least 1 stream".into());
+        }
+        if p.streams > self.max_streams {
+            return limit(format!(
+                "{} streams requested, this server allows at most {} per test",
+                p.streams, self.max_streams
+            ));
+        }
+        match (p.duration_ms, p.bytes) {
+            (Some(0), _) => return bad("duration 0: ask for a positive time".into()),
+            (_, Some(0)) => return bad("byte count 0: ask for a positive size".into()),
+            (Some(_), Some(_)) | (None, None) => {
+                return bad("exactly one of duration and byte count must be set".into())
+            }
+            _ => {}
+        }
+        let total = Duration::from_millis(p.duration_ms.unwrap_or(0).saturating_add(p.omit_ms));
+        if total > self.max_duration {
+            return limit(format!(
+                "test of {} s requested, this server allows at most {} s",
+                total.as_secs(),
+                self.max_duration.as_secs()
+            ));
+        }
+        if p.bytes.is_some_and(|b| b > self.max_bytes) {
+            return limit(format!(
+                "{} bytes requested, this server allows at most {}",
+                p.bytes.unwrap_or(0),
+                self.max_bytes
+            ));
+        }
+        let max_len = match p.transport {
+            Transport::Tcp => MAX_TCP_LENGTH,
+            Transport::Udp => MAX_UDP_LENGTH,
+        };
+        let min_len = match p.transport {
+            Transport::Tcp => 1,
+            Transport::Udp => crate::udp::HEADER_LEN as u32,
+        };
+        if p.length < min_len || p.length > max_len {
+            return bad(format!(
+                "buffer length {} out of range: use {min_len}..={max_len} bytes",
+                p.length
+            ));
+        }
+        if let Some(cc) = &p.congestion {
+            if cc.is_empty() || cc.len() > 15 || !cc.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
+                return bad(format!("congestion control name '{cc}' is not valid"));
+            }
+        }
+        if p.transport == Transport::Udp && p.udp_rate_bps.is_none() && p.bytes.is_none() {
+            // An unpaced UDP test is legal but floods; the client sets a rate by default.
+        }
+        Ok(())
+    }
+}
+
+/// Server-side settings of a session.
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    pub limits: Limits,
+    pub software: String,
+    pub host: String,
+}
+
+/// What the server engine must act on.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ServerEvent {
+    /// A data stream wants to join a test: look the token up.
+    DataStream {
+        token: String,
+        stream: u16,
+        direction: Direction,
+    },
+    /// The client asks for a test within limits: answer with
+    /// [`ServerSession::accept_test`] or [`ServerSession::refuse`].
+    TestRequested(TestParams),
+    /// The client asks this server to test against another one.
+    ThirdPartyRequested(ThirdParty),
+    /// Streams are up and the client says go.
+    Start,
+    /// The client asks to stop early.
+    Stop(String),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ServerState {
+    AwaitHello,
+    AwaitRequest,
+    Deciding,
+    AwaitStreams,
+    AwaitStart,
+    Running,
+    Closed,
+}
+
+/// The server's end of one connection, from its preamble until close.
+#[derive(Debug)]
+pub struct ServerSession {
+    cfg: ServerConfig,
+    state: ServerState,
+    version: u16,
+    deadline: Option<Instant>,
+    run_limit: Duration,
+    out: VecDeque<Message>,
+}
+
+impl ServerSession {
+    pub fn new(now: Instant, cfg: ServerConfig) -> Self {
+        let deadline = Some(now + cfg.limits.handshake_timeout);
+        Self {
+            cfg,
+            state: ServerState::AwaitHello,
+            version: 0,
+            deadline,
+            run_limit: Duration::ZERO,
+            out: VecDeque::new(),
+        }
+    }
+
+    pub fn is_closed(&self) -> bool {
+        self.state == ServerState::Closed
+    }
+
+    /// The negotiated protocol version (0 before hello).
+    pub fn version(&self) -> u16 {
+        self.version
+    }
+
+    fn fail(&mut self, e: SessionError) -> SessionError {
+        self.out.push_back(Message::Refuse(Refuse {
+            code: e.code,
+            message: e.message.clone(),
+        }));
+        self.state = ServerState::Closed;
+        self.deadline = None;
+        e
+    }
+
+    fn unexpected(&mut self, m: &Message) -> SessionError {
+        let e = SessionError::new(
+            RefuseCode::Protocol,
+            format!("unexpected {} message in state {:?}", m.name(), self.state),
+        );
+        self.fail(e)
+    }
+
+    pub fn handle(&mut self, now: Instant, msg: Message) -> Result<Option<ServerEvent>, SessionError> {
+        use ServerState as S;
+        match (self.state, msg) {
+            (S::Closed, _) => Ok(None),
+            (S::AwaitHello, Message::Hello(h)) => {
+                let lo = h.min_version.max(MIN_PROTOCOL_VERSION);
+                let hi = h.max_version.min(PROTOCOL_VERSION);
+                if lo > hi {
+                    return Err(self.fail(SessionError::new(
+                        RefuseCode::Version,
+                        format!(
+                            "no common protocol version: peer speaks {}..={}, this server {}..={}; upgrade the older side",
+                            h.min_version, h.max_version, MIN_PROTOCOL_VERSION, PROTOCOL_VERSION
+                        ),
+                    )));
+                }
+                self.version = hi;
+                match h.role {
+                    Role::Control => {
+                        self.out.push_back(Message::Welcome(Welcome {
+                            version: hi,
+                            software: self.cfg.software.clone(),
+                            host: self.cfg.host.clone(),
+                        }));
+                        self.state = S::AwaitRequest;
+                        self.deadline = Some(now + self.cfg.limits.idle_timeout);
+                        Ok(None)
+                    }
+                    Role::Data {
+                        token,
+                        stream,
+                        direction,
+                    } => {
+                        // The engine hands the connection to its test; this
+                        // session has nothing more to do.
+                        self.state = S::Closed;
+                        self.deadline = None;
+                        Ok(Some(ServerEvent::DataStream {
+                            token,
+                            stream,
+                            direction,
+                        }))
+                    }
+                }
+            }
+            (S::AwaitRequest, Message::TestRequest(p)) => {
+                if let Err(e) = self.cfg.limits.check(&p) {
+                    return Err(self.fail(e));
+                }
+                self.run_limit = match p.duration_ms {
+                    Some(ms) => Duration::from_millis(ms + p.omit_ms) + END_GRACE,
+                    None => self.cfg.limits.max_duration,
+                };
+                self.state = S::Deciding;
+                self.deadline = None;
+                Ok(Some(ServerEvent::TestRequested(p)))
+            }
+            (S::AwaitRequest, Message::ThirdParty(t)) => {
+                if !self.cfg.limits.allow_third_party {
+                    return Err(self.fail(SessionError::new(
+                        RefuseCode::ThirdPartyDisabled,
+                        "this server does not run third-party tests (started with --no-third-party)",
+                    )));
+                }
+                if let Err(e) = self.cfg.limits.check(&t.params) {
+                    return Err(self.fail(e));
+                }
+                self.state = S::Running;
+                self.deadline = None;
+                Ok(Some(ServerEvent::ThirdPartyRequested(t)))
+            }
+            (S::AwaitStart, Message::Start(_)) => {
+                self.state = S::Running;
+                self.deadline = Some(now + self.run_limit);
+                Ok(Some(ServerEvent::Start))
+            }
+            (S::AwaitStreams | S::AwaitStart | S::Running, Message::Stop(s)) => {
+                Ok(Some(ServerEvent::Stop(s.reason)))
+            }
+            (_, Message::Refuse(r)) => {
+                self.state = S::Closed;
+                self.deadline = None;
+                Err(r.into())
+            }
+            (_, m) => Err(self.unexpected(&m)),
+        }
+    }
+
+    /// The engine took the test: tell the client where to connect.
+    pub fn accept_test(&mut self, now: Instant, accept: TestAccept) {
+        if self.state == ServerState::Deciding {
+            self.out.push_back(Message::TestAccept(accept));
+            self.state = ServerState::AwaitStreams;
+            self.deadline = Some(now + self.cfg.limits.handshake_timeout);
+        }
+    }
+
+    /// Every data stream has joined.
+    pub fn ready(&mut self, ready: Ready) {
+        if self.state == ServerState::AwaitStreams {
+            self.out.push_back(Message::Ready(ready));
+            self.state = ServerState::AwaitStart;
+        }
+    }
+
+    /// Refuses and closes, for reasons the engine found (busy, unknown
+    /// congestion control, a failure while running).
+    pub fn refuse(&mut self, code: RefuseCode, message: impl Into<String>) -> SessionError {
+        self.fail(SessionError::new(code, message))
+    }
+
+    pub fn interval(&mut self, sample: SideInterval) {
+        if self.state == ServerState::Running {
+            self.out.push_back(Message::Interval(sample));
+        }
+    }
+
+    pub fn relay(&mut self, relay: Relay) {
+        if self.state == ServerState::Running {
+            self.out.push_back(Message::Relay(relay));
+        }
+    }
+
+    /// The test is over: send the results; the session then waits for another request.
+    pub fn results(&mut self, now: Instant, results: PeerResults) {
+        if matches!(self.state, ServerState::Running | ServerState::AwaitStart | ServerState::AwaitStreams) {
+            self.out.push_back(Message::Results(results));
+            self.finish(now);
+        }
+    }
+
+    /// A third-party run is over (its summary was relayed).
+    pub fn finish(&mut self, now: Instant) {
+        self.state = ServerState::AwaitRequest;
+        self.deadline = Some(now + self.cfg.limits.idle_timeout);
+    }
+
+    pub fn poll_transmit(&mut self) -> Option<Message> {
+        self.out.pop_front()
+    }
+
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        self.deadline
+    }
+
+    pub fn handle_timeout(&mut self, now: Instant) -> Result<(), SessionError> {
+        match self.deadline {
+            Some(d) if now >= d => {
+                let what = match self.state {
+                    ServerState::AwaitHello => "no hello within the handshake time-out",
+                    ServerState::AwaitRequest => "no request within the idle time-out",
+                    ServerState::AwaitStreams => "data streams did not all connect in time",
+                    ServerState::AwaitStart => "no start after the streams were ready",
+                    _ => "test ran past its planned end",
+                };
+                Err(self.fail(SessionError::new(RefuseCode::Timeout, what)))
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
+/// What the client engine must act on.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ClientEvent {
+    Welcomed(Welcome),
+    Accepted(TestAccept),
+    Ready(Ready),
+    Interval(SideInterval),
+    Results(PeerResults),
+    Relay(Relay),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ClientState {
+    AwaitWelcome,
+    Idle,
+    AwaitAccept,
+    AwaitReady,
+    Ready,
+    Running,
+    ThirdParty,
+    Closed,
+}
+
+/// The client's end of a control connection.
+#[derive(Debug)]
+pub struct ClientSession {
+    state: ClientState,
+    handshake_timeout: Duration,
+    run_limit: Duration,
+    deadline: Option<Instant>,
+    out: VecDeque<Message>,
+}
+
+impl ClientSession {
+    /// Starts a session; the hello is queued at once.
+    pub fn new(now: Instant, software: &str, handshake_timeout: Duration) -> Self {
+        let mut out = VecDeque::new();
+        out.push_back(Message::Hello(Hello {
+            min_version: MIN_PROTOCOL_VERSION,
+            max_version: PROTOCOL_VERSION,
+            software: software.to_string(),
+            role: Role::Control,
+        }));
+        Self {
+            state: ClientState::AwaitWelcome,
+            handshake_timeout,
+            run_limit: Duration::ZERO,
+            deadline: Some(now + handshake_timeout),
+            out,
+        }
+    }
+
+    fn fail(&mut self, e: SessionError) -> SessionError {
+        self.state = ClientState::Closed;
+        self.deadline = None;
+        e
+    }
+
+    pub fn request_test(&mut self, now: Instant, params: TestParams, max_duration: Duration) {
+        self.run_limit = match params.duration_ms {
+            Some(ms) => Duration::from_millis(ms + params.omit_ms) + END_GRACE,
+            None => max_duration,
+        };
+        self.out.push_back(Message::TestRequest(params));
+        self.state = ClientState::AwaitAccept;
+        self.deadline = Some(now + self.handshake_timeout);
+    }
+
+    pub fn request_third_party(&mut self, now: Instant, req: ThirdParty, max_duration: Duration) {
+        self.run_limit = match req.params.duration_ms {
+            Some(ms) => Duration::from_millis(ms + req.params.omit_ms) + END_GRACE + self.handshake_timeout,
+            None => max_duration,
+        };
+        self.out.push_back(Message::ThirdParty(req));
+        self.state = ClientState::ThirdParty;
+        self.deadline = Some(now + self.run_limit);
+    }
+
+    /// All data streams are connected and the server said ready: go.
+    pub fn start(&mut self, now: Instant) {
+        if self.state == ClientState::Ready {
+            self.out.push_back(Message::Start(Start {}));
+            self.state = ClientState::Running;
+            self.deadline = Some(now + self.run_limit);
+        }
+    }
+
+    pub fn stop(&mut self, reason: &str) {
+        if matches!(self.state, ClientState::Running | ClientState::ThirdParty) {
+            self.out.push_back(Message::Stop(Stop {
+                reason: reason.to_string(),
+            }));
+        }
+    }
+
+    pub fn handle(&mut self, now: Instant, msg: Message) -> Result<Option<ClientEvent>, SessionError> {
+        use ClientState as S;
+        match (self.state, msg) {
+            (_, Message::Refuse(r)) => Err(self.fail(r.into())),
+            (S::AwaitWelcome, Message::Welcome(w)) => {
+                if !(MIN_PROTOCOL_VERSION..=PROTOCOL_VERSION).contains(&w.version) {
+                    return Err(self.fail(SessionError::new(
+                        RefuseCode::Version,
+                        format!("server chose protocol version {}, which this client does not speak", w.version),
+                    )));
+                }
+                self.state = S::Idle;
+                self.deadline = None;
+                Ok(Some(ClientEvent::Welcomed(w)))
+            }
+            (S::AwaitAccept, Message::TestAccept(a)) => {
+                self.state = S::AwaitReady;
+                self.deadline = Some(now + self.handshake_timeout);
+                Ok(Some(ClientEvent::Accepted(a)))
+            }
+            (S::AwaitReady, Message::Ready(r)) => {
+                self.state = S::Ready;
+                self.deadline = Some(now + self.handshake_timeout);
+                Ok(Some(ClientEvent::Ready(r)))
+            }
+            (S::Running, Message::Interval(i)) => Ok(Some(ClientEvent::Interval(i))),
+            (S::Running, Message::Results(r)) => {
+                self.state = S::Idle;
+                self.deadline = None;
+                Ok(Some(ClientEvent::Results(r)))
+            }
+            (S::ThirdParty, Message::Relay(r)) => {
+                if matches!(r, Relay::Summary(_) | Relay::Failed(_)) {
+                    self.state = S::Idle;
+                    self.deadline = None;
+                }
+                Ok(Some(ClientEvent::Relay(r)))
+            }
+            (state, m) => Err(self.fail(SessionError::new(
+                RefuseCode::Protocol,
+                format!("server sent an unexpected {} message in state {state:?}", m.name()),
+            ))),
+        }
+    }
+
+    pub fn poll_transmit(&mut self) -> Option<Message> {
+        self.out.pop_front()
+    }
+
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        self.deadline
+    }
+
+    pub fn handle_timeout(&mut self, now: Instant) -> Result<(), SessionError> {
+        match self.deadline {
+            Some(d) if now >= d => {
+                let what = match self.state {
+                    ClientState::AwaitWelcome => "server did not answer the hello within the handshake time-out",
+                    ClientState::AwaitAccept => "server did not answer the test request in time",
+                    ClientState::AwaitReady => "server did not report the data streams ready in time",
+                    ClientState::Ready => "start was not sent in time",
+                    _ => "server sent no results after the planned end of the test",
+                };
+                Err(self.fail(SessionError::new(RefuseCode::Timeout, what)))
+            }
+            _ => Ok(()),
+        }
+    }
+}

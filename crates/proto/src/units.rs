@@ -1,0 +1,199 @@
+//! Parsing and printing of sizes, rates and durations as users write them.
+//!
+//! Sizes are binary (`4M` is 4 MiB, as in iperf3 and nuttcp); rates are
+//! decimal bits per second (`2G` and `2gbit` are 2,000,000,000 bit/s).
+
+use std::fmt;
+
+/// A value the user wrote that we could not read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnitError {
+    pub what: &'static str,
+    pub input: String,
+    pub expected: &'static str,
+}
+
+impl fmt::Display for UnitError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "invalid {} '{}': expected {}",
+            self.what, self.input, self.expected
+        )
+    }
+}
+
+impl std::error::Error for UnitError {}
+
+fn split_number(s: &str) -> Option<(f64, &str)> {
+    let s = s.trim();
+    let end = s
+        .char_indices()
+        .find(|&(_, c)| !(c.is_ascii_digit() || c == '.'))
+        .map_or(s.len(), |(i, _)| i);
+    let (num, rest) = s.split_at(end);
+    let n: f64 = num.parse().ok()?;
+    n.is_finite().then_some((n, rest.trim()))
+}
+
+const SIZE_HELP: &str =
+    "a number with an optional K, M, G or T suffix (powers of 1024), like 256K or 4M";
+
+/// Parses a byte size: `65536`, `64K`, `4M`, `1.5G`, `2GiB`.
+pub fn parse_size(s: &str) -> Result<u64, UnitError> {
+    let err = || UnitError {
+        what: "size",
+        input: s.to_string(),
+        expected: SIZE_HELP,
+    };
+    let (n, suffix) = split_number(s).ok_or_else(err)?;
+    let mult: u64 = match suffix.to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kb" | "kib" => 1 << 10,
+        "m" | "mb" | "mib" => 1 << 20,
+        "g" | "gb" | "gib" => 1 << 30,
+        "t" | "tb" | "tib" => 1 << 40,
+        _ => return Err(err()),
+    };
+    let v = n * mult as f64;
+    if v > u64::MAX as f64 || v.fract() != 0.0 {
+        return Err(err());
+    }
+    Ok(v as u64)
+}
+
+const RATE_HELP: &str =
+    "bits per second with an optional k, m, g or t suffix (powers of 1000), like 500M or 2gbit";
+
+/// Parses a rate in bits/s: `1000000`, `500M`, `2gbit`, `2.5G`, `10gbps`.
+pub fn parse_rate(s: &str) -> Result<u64, UnitError> {
+    let err = || UnitError {
+        what: "rate",
+        input: s.to_string(),
+        expected: RATE_HELP,
+    };
+    let (n, suffix) = split_number(s).ok_or_else(err)?;
+    let lower = suffix.to_ascii_lowercase();
+    let unit = lower
+        .strip_suffix("bit/s")
+        .or_else(|| lower.strip_suffix("bps"))
+        .or_else(|| lower.strip_suffix("bit"))
+        .unwrap_or(&lower);
+    let mult: f64 = match unit {
+        "" => 1.0,
+        "k" => 1e3,
+        "m" => 1e6,
+        "g" => 1e9,
+        "t" => 1e12,
+        _ => return Err(err()),
+    };
+    let v = n * mult;
+    if v > u64::MAX as f64 {
+        return Err(err());
+    }
+    Ok(v.round() as u64)
+}
+
+const DURATION_HELP: &str = "seconds, or a number with ms, s, m or h, like 10, 80ms or 1.5s";
+
+/// Parses a duration: `10` (seconds), `80ms`, `1.5s`, `2m`, `1h`.
+pub fn parse_duration(s: &str) -> Result<std::time::Duration, UnitError> {
+    let err = || UnitError {
+        what: "duration",
+        input: s.to_string(),
+        expected: DURATION_HELP,
+    };
+    let (n, suffix) = split_number(s).ok_or_else(err)?;
+    let secs = match suffix.to_ascii_lowercase().as_str() {
+        "" | "s" | "sec" => n,
+        "ms" => n / 1e3,
+        "us" => n / 1e6,
+        "m" | "min" => n * 60.0,
+        "h" => n * 3600.0,
+        _ => return Err(err()),
+    };
+    std::time::Duration::try_from_secs_f64(secs).map_err(|_| err())
+}
+
+/// `9.42 Gbit/s`: decimal, three significant digits.
+pub fn format_rate(bits_per_second: f64) -> String {
+    let (v, unit) = scale(bits_per_second, 1000.0, &["bit/s", "kbit/s", "Mbit/s", "Gbit/s", "Tbit/s"]);
+    format!("{} {unit}", sig3(v))
+}
+
+/// `1.10 GiB`: binary.
+pub fn format_bytes(bytes: u64) -> String {
+    let (v, unit) = scale(bytes as f64, 1024.0, &["B", "KiB", "MiB", "GiB", "TiB"]);
+    if unit == "B" {
+        format!("{bytes} B")
+    } else {
+        format!("{} {unit}", sig3(v))
+    }
+}
+
+fn scale(mut v: f64, step: f64, units: &[&'static str]) -> (f64, &'static str) {
+    let mut i = 0;
+    while v.abs() >= step && i + 1 < units.len() {
+        v /= step;
+        i += 1;
+    }
+    (v, units[i])
+}
+
+fn sig3(v: f64) -> String {
+    if v.abs() >= 100.0 {
+        format!("{v:.0}")
+    } else if v.abs() >= 10.0 {
+        format!("{v:.1}")
+    } else {
+        format!("{v:.2}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("65536"), Ok(65536));
+        assert_eq!(parse_size("64K"), Ok(65536));
+        assert_eq!(parse_size("4M"), Ok(4 << 20));
+        assert_eq!(parse_size("1.5g"), Ok(3 << 29));
+        assert_eq!(parse_size("2GiB"), Ok(2 << 30));
+        for bad in ["10Q", "", "M", "-1", "1.5", "1e3", "99999999999T"] {
+            let e = parse_size(bad).unwrap_err();
+            assert!(e.to_string().contains("invalid size"), "{bad}");
+        }
+    }
+
+    #[test]
+    fn rates() {
+        assert_eq!(parse_rate("2gbit"), Ok(2_000_000_000));
+        assert_eq!(parse_rate("500M"), Ok(500_000_000));
+        assert_eq!(parse_rate("1.5g"), Ok(1_500_000_000));
+        assert_eq!(parse_rate("10Gbps"), Ok(10_000_000_000));
+        assert_eq!(parse_rate("100"), Ok(100));
+        assert!(parse_rate("fast").is_err());
+        assert!(parse_rate("1x").is_err());
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("10"), Ok(Duration::from_secs(10)));
+        assert_eq!(parse_duration("80ms"), Ok(Duration::from_millis(80)));
+        assert_eq!(parse_duration("1.5s"), Ok(Duration::from_millis(1500)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert!(parse_duration("soon").is_err());
+    }
+
+    #[test]
+    fn printing() {
+        assert_eq!(format_rate(9.42e9), "9.42 Gbit/s");
+        assert_eq!(format_rate(123.4e6), "123 Mbit/s");
+        assert_eq!(format_rate(0.0), "0.00 bit/s");
+        assert_eq!(format_bytes(512), "512 B");
+        assert_eq!(format_bytes(3 << 29), "1.50 GiB");
+    }
+}
