@@ -7,8 +7,8 @@
 use serde::{Deserialize, Serialize};
 
 use crate::frame::{encode_frame, Frame};
-use crate::report::{PeerResults, SideInterval, StreamSetup};
 use crate::report::{IntervalReport, Summary};
+use crate::report::{PeerResults, SideInterval, StreamSetup};
 use crate::ProtoError;
 
 /// The protocol version this build speaks best.

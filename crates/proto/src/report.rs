@@ -9,7 +9,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::msg::{Direction, Transport};
+use crate::msg::{Direction, TestParams, Transport};
 
 /// Facts about one data stream's socket, as the kernel granted them.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -250,6 +250,9 @@ pub struct Span<'a> {
     pub client_to: &'a SideSnapshot,
     pub server_from: Option<&'a SideSnapshot>,
     pub server_to: &'a SideSnapshot,
+    /// True for the whole test: a UDP datagram the sender counted but the
+    /// receiver never saw is then lost, not in flight.
+    pub complete: bool,
 }
 
 fn sender_of(d: Direction) -> Side {
@@ -363,7 +366,10 @@ impl Span<'_> {
                 // Over a span the receiver's own view (highest sequence seen)
                 // is the fair denominator: datagrams still in flight at the
                 // sender's sample are not lost.
-                let expected = u.expected.saturating_sub(f.expected);
+                let mut expected = u.expected.saturating_sub(f.expected);
+                if self.complete {
+                    expected = expected.max(sent);
+                }
                 let lost = expected.saturating_sub(received);
                 report.udp = Some(UdpReport {
                     packets_sent: sent,
@@ -386,7 +392,10 @@ impl Span<'_> {
 
     /// Totals of one direction from its streams' reports.
     pub fn direction(&self, direction: Direction, streams: &[StreamReport]) -> DirectionReport {
-        let mine: Vec<&StreamReport> = streams.iter().filter(|s| s.direction == direction).collect();
+        let mine: Vec<&StreamReport> = streams
+            .iter()
+            .filter(|s| s.direction == direction)
+            .collect();
         let bytes = mine.iter().map(|s| s.bytes).sum();
         let bits_per_second = mine.iter().map(|s| s.bits_per_second).sum();
         let tcp = if mine.iter().any(|s| s.tcp.is_some()) {
@@ -395,7 +404,12 @@ impl Span<'_> {
             Some(TcpReport {
                 retransmits: ts.iter().map(|t| t.retransmits).sum(),
                 rtt_us: (ts.iter().map(|t| f64::from(t.rtt_us)).sum::<f64>() / k) as u32,
-                min_rtt_us: ts.iter().map(|t| t.min_rtt_us).filter(|&r| r > 0).min().unwrap_or(0),
+                min_rtt_us: ts
+                    .iter()
+                    .map(|t| t.min_rtt_us)
+                    .filter(|&r| r > 0)
+                    .min()
+                    .unwrap_or(0),
                 cwnd_bytes: ts.iter().map(|t| t.cwnd_bytes).sum(),
                 busy_fraction: ts.iter().map(|t| t.busy_fraction).sum::<f64>() / k,
                 rwnd_limited_fraction: ts.iter().map(|t| t.rwnd_limited_fraction).sum::<f64>() / k,
@@ -428,8 +442,14 @@ impl Span<'_> {
             None
         };
         let (cpu_sender_percent, cpu_receiver_percent) = match sender_of(direction) {
-            Side::Client => (self.cpu_percent(Side::Client), self.cpu_percent(Side::Server)),
-            Side::Server => (self.cpu_percent(Side::Server), self.cpu_percent(Side::Client)),
+            Side::Client => (
+                self.cpu_percent(Side::Client),
+                self.cpu_percent(Side::Server),
+            ),
+            Side::Server => (
+                self.cpu_percent(Side::Server),
+                self.cpu_percent(Side::Client),
+            ),
         };
         let mut d = DirectionReport {
             direction,
@@ -443,6 +463,118 @@ impl Span<'_> {
         };
         d.limit = diagnose(&d);
         d
+    }
+}
+
+/// Every (direction, stream) a test runs, in report order.
+pub fn stream_keys(params: &TestParams) -> Vec<(Direction, u16)> {
+    params
+        .mode
+        .directions()
+        .iter()
+        .flat_map(|&d| (0..params.streams).map(move |i| (d, i)))
+        .collect()
+}
+
+impl Span<'_> {
+    fn streams_and_directions(
+        &self,
+        params: &TestParams,
+    ) -> (Vec<StreamReport>, Vec<DirectionReport>) {
+        let streams: Vec<StreamReport> = stream_keys(params)
+            .into_iter()
+            .map(|(d, i)| self.stream(d, i, params.transport))
+            .collect();
+        let directions = params
+            .mode
+            .directions()
+            .iter()
+            .map(|&d| self.direction(d, &streams))
+            .collect();
+        (streams, directions)
+    }
+
+    /// The merged report of one interval.
+    pub fn interval_report(
+        &self,
+        params: &TestParams,
+        index: u32,
+        omitted: bool,
+    ) -> IntervalReport {
+        let (streams, directions) = self.streams_and_directions(params);
+        let start_us = self.client_from.map_or(0, |s| s.elapsed_us);
+        IntervalReport {
+            index,
+            start_s: start_us as f64 / 1e6,
+            end_s: self.client_to.elapsed_us as f64 / 1e6,
+            omitted,
+            streams,
+            directions,
+            cpu_local_percent: self.cpu_percent(Side::Client),
+            cpu_remote_percent: self.cpu_percent(Side::Server),
+        }
+    }
+
+    /// The merged summary of the whole test (after any omitted start).
+    pub fn summary(
+        &self,
+        params: &TestParams,
+        warnings: Vec<String>,
+        error: Option<String>,
+    ) -> Summary {
+        let (streams, directions) = self.streams_and_directions(params);
+        let tcp: Vec<TcpReport> = directions.iter().filter_map(|d| d.tcp).collect();
+        let udp: Vec<UdpReport> = directions.iter().filter_map(|d| d.udp).collect();
+        let seconds = [Side::Client, Side::Server]
+            .iter()
+            .map(|&s| self.wall_us(s))
+            .max()
+            .unwrap_or(0) as f64
+            / 1e6;
+        let lost: u64 = udp.iter().map(|u| u.lost_packets).sum();
+        let expected: u64 = udp
+            .iter()
+            .map(|u| u.lost_packets + u.packets_received)
+            .sum();
+        let busiest = directions
+            .iter()
+            .max_by(|a, b| a.bits_per_second.total_cmp(&b.bits_per_second))
+            .map(|d| d.limit.clone())
+            .unwrap_or_default();
+        Summary {
+            transport: params.transport,
+            seconds,
+            bytes: directions.iter().map(|d| d.bytes).sum(),
+            bits_per_second: directions.iter().map(|d| d.bits_per_second).sum(),
+            retransmits: tcp.iter().map(|t| t.retransmits).sum(),
+            rtt_us: if tcp.is_empty() {
+                0
+            } else {
+                (tcp.iter().map(|t| f64::from(t.rtt_us)).sum::<f64>() / tcp.len() as f64) as u32
+            },
+            min_rtt_us: tcp
+                .iter()
+                .map(|t| t.min_rtt_us)
+                .filter(|&r| r > 0)
+                .min()
+                .unwrap_or(0),
+            cpu_local_percent: self.cpu_percent(Side::Client),
+            cpu_remote_percent: self.cpu_percent(Side::Server),
+            lost_percent: (!udp.is_empty()).then(|| {
+                if expected == 0 {
+                    0.0
+                } else {
+                    lost as f64 * 100.0 / expected as f64
+                }
+            }),
+            jitter_us: (!udp.is_empty())
+                .then(|| udp.iter().map(|u| u.jitter_us).max().unwrap_or(0)),
+            directions,
+            streams,
+            limit: busiest,
+            warnings,
+            error,
+        }
     }
 }
 
@@ -468,7 +600,10 @@ pub fn diagnose(d: &DirectionReport) -> LimitHint {
         if u.lost_percent > 0.1 {
             return hint(
                 LimitKind::PathLoss,
-                format!("{:.3}% of datagrams lost on the path (not in the receiver's socket buffer)", u.lost_percent),
+                format!(
+                    "{:.3}% of datagrams lost on the path (not in the receiver's socket buffer)",
+                    u.lost_percent
+                ),
             );
         }
     }
@@ -501,11 +636,15 @@ pub fn diagnose(d: &DirectionReport) -> LimitHint {
     if d.cpu_receiver_percent >= 90.0 {
         return hint(
             LimitKind::ReceiverCpu,
-            format!("receiving end used {:.0}% of a core", d.cpu_receiver_percent),
+            format!(
+                "receiving end used {:.0}% of a core",
+                d.cpu_receiver_percent
+            ),
         );
     }
     if let Some(t) = d.tcp {
-        let cwnd_limited = (t.busy_fraction - t.rwnd_limited_fraction - t.sndbuf_limited_fraction).max(0.0);
+        let cwnd_limited =
+            (t.busy_fraction - t.rwnd_limited_fraction - t.sndbuf_limited_fraction).max(0.0);
         if t.retransmits > 0 && cwnd_limited > 0.5 {
             return hint(
                 LimitKind::Congestion,
@@ -526,7 +665,10 @@ pub fn diagnose(d: &DirectionReport) -> LimitHint {
             );
         }
     }
-    hint(LimitKind::None, "no limit found in the kernel's counters".into())
+    hint(
+        LimitKind::None,
+        "no limit found in the kernel's counters".into(),
+    )
 }
 
 #[cfg(test)]
@@ -569,12 +711,17 @@ mod tests {
                 }),
             )],
         );
-        let client = snap(1_000_000, 250_000, vec![tcp_stream(Direction::Down, 125_000_000, None)]);
+        let client = snap(
+            1_000_000,
+            250_000,
+            vec![tcp_stream(Direction::Down, 125_000_000, None)],
+        );
         let span = Span {
             client_from: None,
             client_to: &client,
             server_from: None,
             server_to: &server,
+            complete: true,
         };
         let s = span.stream(Direction::Down, 0, Transport::Tcp);
         assert_eq!(s.bytes, 125_000_000);
@@ -590,8 +737,30 @@ mod tests {
 
     #[test]
     fn deltas_between_snapshots() {
-        let c0 = snap(1_000_000, 0, vec![tcp_stream(Direction::Up, 100, Some(TcpSample { retransmits: 5, ..Default::default() }))]);
-        let c1 = snap(2_000_000, 0, vec![tcp_stream(Direction::Up, 300, Some(TcpSample { retransmits: 8, ..Default::default() }))]);
+        let c0 = snap(
+            1_000_000,
+            0,
+            vec![tcp_stream(
+                Direction::Up,
+                100,
+                Some(TcpSample {
+                    retransmits: 5,
+                    ..Default::default()
+                }),
+            )],
+        );
+        let c1 = snap(
+            2_000_000,
+            0,
+            vec![tcp_stream(
+                Direction::Up,
+                300,
+                Some(TcpSample {
+                    retransmits: 8,
+                    ..Default::default()
+                }),
+            )],
+        );
         let s0 = snap(1_000_000, 0, vec![tcp_stream(Direction::Up, 90, None)]);
         let s1 = snap(2_000_000, 0, vec![tcp_stream(Direction::Up, 290, None)]);
         let span = Span {
@@ -599,6 +768,7 @@ mod tests {
             client_to: &c1,
             server_from: Some(&s0),
             server_to: &s1,
+            complete: false,
         };
         let s = span.stream(Direction::Up, 0, Transport::Tcp);
         assert_eq!(s.bytes, 200);
@@ -614,6 +784,7 @@ mod tests {
             client_to: &c,
             server_from: None,
             server_to: &s,
+            complete: true,
         };
         assert!((span.cpu_percent(Side::Client) - 150.0).abs() < 1e-9);
         assert_eq!(span.cpu_percent(Side::Server), 0.0);
@@ -627,21 +798,56 @@ mod tests {
             cpu_sender_percent: cpu,
             ..base.clone()
         };
-        let d = with_tcp(TcpReport { sndbuf_limited_fraction: 0.8, busy_fraction: 1.0, ..Default::default() }, 10.0);
+        let d = with_tcp(
+            TcpReport {
+                sndbuf_limited_fraction: 0.8,
+                busy_fraction: 1.0,
+                ..Default::default()
+            },
+            10.0,
+        );
         assert_eq!(diagnose(&d).kind, LimitKind::SendBuffer);
-        let d = with_tcp(TcpReport { busy_fraction: 1.0, retransmits: 100, ..Default::default() }, 10.0);
+        let d = with_tcp(
+            TcpReport {
+                busy_fraction: 1.0,
+                retransmits: 100,
+                ..Default::default()
+            },
+            10.0,
+        );
         assert_eq!(diagnose(&d).kind, LimitKind::Congestion);
-        let d = with_tcp(TcpReport { busy_fraction: 1.0, ..Default::default() }, 99.0);
+        let d = with_tcp(
+            TcpReport {
+                busy_fraction: 1.0,
+                ..Default::default()
+            },
+            99.0,
+        );
         assert_eq!(diagnose(&d).kind, LimitKind::SenderCpu);
-        let d = with_tcp(TcpReport { busy_fraction: 0.2, ..Default::default() }, 10.0);
+        let d = with_tcp(
+            TcpReport {
+                busy_fraction: 0.2,
+                ..Default::default()
+            },
+            10.0,
+        );
         assert_eq!(diagnose(&d).kind, LimitKind::Application);
         let d = DirectionReport {
-            udp: Some(UdpReport { lost_packets: 10, rcvbuf_drops: 10, lost_percent: 1.0, ..Default::default() }),
+            udp: Some(UdpReport {
+                lost_packets: 10,
+                rcvbuf_drops: 10,
+                lost_percent: 1.0,
+                ..Default::default()
+            }),
             ..base.clone()
         };
         assert_eq!(diagnose(&d).kind, LimitKind::ReceiverBuffer);
         let d = DirectionReport {
-            udp: Some(UdpReport { lost_packets: 10, lost_percent: 1.0, ..Default::default() }),
+            udp: Some(UdpReport {
+                lost_packets: 10,
+                lost_percent: 1.0,
+                ..Default::default()
+            }),
             ..base
         };
         assert_eq!(diagnose(&d).kind, LimitKind::PathLoss);

@@ -126,7 +126,10 @@ impl Limits {
             ));
         }
         if let Some(cc) = &p.congestion {
-            if cc.is_empty() || cc.len() > 15 || !cc.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
+            if cc.is_empty()
+                || cc.len() > 15
+                || !cc.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+            {
                 return bad(format!("congestion control name '{cc}' is not valid"));
             }
         }
@@ -227,7 +230,11 @@ impl ServerSession {
         self.fail(e)
     }
 
-    pub fn handle(&mut self, now: Instant, msg: Message) -> Result<Option<ServerEvent>, SessionError> {
+    pub fn handle(
+        &mut self,
+        now: Instant,
+        msg: Message,
+    ) -> Result<Option<ServerEvent>, SessionError> {
         use ServerState as S;
         match (self.state, msg) {
             (S::Closed, _) => Ok(None),
@@ -352,7 +359,10 @@ impl ServerSession {
 
     /// The test is over: send the results; the session then waits for another request.
     pub fn results(&mut self, now: Instant, results: PeerResults) {
-        if matches!(self.state, ServerState::Running | ServerState::AwaitStart | ServerState::AwaitStreams) {
+        if matches!(
+            self.state,
+            ServerState::Running | ServerState::AwaitStart | ServerState::AwaitStreams
+        ) {
             self.out.push_back(Message::Results(results));
             self.finish(now);
         }
@@ -459,7 +469,9 @@ impl ClientSession {
 
     pub fn request_third_party(&mut self, now: Instant, req: ThirdParty, max_duration: Duration) {
         self.run_limit = match req.params.duration_ms {
-            Some(ms) => Duration::from_millis(ms + req.params.omit_ms) + END_GRACE + self.handshake_timeout,
+            Some(ms) => {
+                Duration::from_millis(ms + req.params.omit_ms) + END_GRACE + self.handshake_timeout
+            }
             None => max_duration,
         };
         self.out.push_back(Message::ThirdParty(req));
@@ -484,7 +496,11 @@ impl ClientSession {
         }
     }
 
-    pub fn handle(&mut self, now: Instant, msg: Message) -> Result<Option<ClientEvent>, SessionError> {
+    pub fn handle(
+        &mut self,
+        now: Instant,
+        msg: Message,
+    ) -> Result<Option<ClientEvent>, SessionError> {
         use ClientState as S;
         match (self.state, msg) {
             (_, Message::Refuse(r)) => Err(self.fail(r.into())),
@@ -492,7 +508,10 @@ impl ClientSession {
                 if !(MIN_PROTOCOL_VERSION..=PROTOCOL_VERSION).contains(&w.version) {
                     return Err(self.fail(SessionError::new(
                         RefuseCode::Version,
-                        format!("server chose protocol version {}, which this client does not speak", w.version),
+                        format!(
+                            "server chose protocol version {}, which this client does not speak",
+                            w.version
+                        ),
                     )));
                 }
                 self.state = S::Idle;
@@ -524,7 +543,10 @@ impl ClientSession {
             }
             (state, m) => Err(self.fail(SessionError::new(
                 RefuseCode::Protocol,
-                format!("server sent an unexpected {} message in state {state:?}", m.name()),
+                format!(
+                    "server sent an unexpected {} message in state {state:?}",
+                    m.name()
+                ),
             ))),
         }
     }
@@ -541,9 +563,13 @@ impl ClientSession {
         match self.deadline {
             Some(d) if now >= d => {
                 let what = match self.state {
-                    ClientState::AwaitWelcome => "server did not answer the hello within the handshake time-out",
+                    ClientState::AwaitWelcome => {
+                        "server did not answer the hello within the handshake time-out"
+                    }
                     ClientState::AwaitAccept => "server did not answer the test request in time",
-                    ClientState::AwaitReady => "server did not report the data streams ready in time",
+                    ClientState::AwaitReady => {
+                        "server did not report the data streams ready in time"
+                    }
                     ClientState::Ready => "start was not sent in time",
                     _ => "server sent no results after the planned end of the test",
                 };

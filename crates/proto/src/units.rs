@@ -117,7 +117,11 @@ pub fn parse_duration(s: &str) -> Result<std::time::Duration, UnitError> {
 
 /// `9.42 Gbit/s`: decimal, three significant digits.
 pub fn format_rate(bits_per_second: f64) -> String {
-    let (v, unit) = scale(bits_per_second, 1000.0, &["bit/s", "kbit/s", "Mbit/s", "Gbit/s", "Tbit/s"]);
+    let (v, unit) = scale(
+        bits_per_second,
+        1000.0,
+        &["bit/s", "kbit/s", "Mbit/s", "Gbit/s", "Tbit/s"],
+    );
     format!("{} {unit}", sig3(v))
 }
 

@@ -1,0 +1,16 @@
+//! Exit codes of the `longhaul` binary. Documented in README.md; scripts rely on them.
+
+/// Everything worked.
+pub const OK: i32 = 0;
+/// An internal error not covered below.
+pub const INTERNAL: i32 = 1;
+/// The command line was wrong (clap also exits with 2).
+pub const USAGE: i32 = 2;
+/// The server could not be reached (resolve, connect, handshake).
+pub const CONNECT: i32 = 3;
+/// The server refused (busy, over a limit, version, bad request).
+pub const REFUSED: i32 = 4;
+/// The test started but failed before it completed.
+pub const FAILED: i32 = 5;
+/// Interrupted by the user (Ctrl-C); results so far were reported.
+pub const INTERRUPTED: i32 = 130;

@@ -1,0 +1,480 @@
+//! `longhaul`: the command-line front end. Parses arguments, runs the
+//! engine, prints through a reporter, and maps failures to exit codes.
+
+mod exit;
+mod output;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+use longhaul_engine::client::{run_perf, run_third_party, ClientOptions};
+use longhaul_engine::server::{ServeConfig, Server};
+use longhaul_engine::sink::Reporter;
+use longhaul_engine::{EngineError, DEFAULT_PORT};
+use longhaul_proto::msg::{Mode, TestParams, Transport};
+use longhaul_proto::session::Limits;
+use longhaul_proto::units;
+
+#[derive(Parser)]
+#[command(
+    name = "longhaul",
+    version,
+    about = "Move data between sites as fast as the hardware allows, and say what limits it"
+)]
+struct Cli {
+    /// More log output (-v info, -vv debug); RUST_LOG overrides.
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    verbose: u8,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the longhaul server (control and data on one port).
+    Serve(ServeArgs),
+    /// Memory-to-memory throughput test against a server (TCP or UDP).
+    Perf(PerfArgs),
+    /// Start a server on loopback in this process and run a short test against it.
+    Demo,
+}
+
+fn size(s: &str) -> Result<u64, String> {
+    units::parse_size(s).map_err(|e| e.to_string())
+}
+fn rate(s: &str) -> Result<u64, String> {
+    units::parse_rate(s).map_err(|e| e.to_string())
+}
+fn duration(s: &str) -> Result<Duration, String> {
+    units::parse_duration(s).map_err(|e| e.to_string())
+}
+
+#[derive(Args)]
+struct ServeArgs {
+    /// Address to listen on, IPv4 or IPv6 (repeatable). `[::]:PORT` serves both families.
+    #[arg(long, value_name = "ADDR:PORT")]
+    listen: Vec<SocketAddr>,
+    /// Directory for the server's identity and state (default: $XDG_STATE_HOME/longhaul).
+    #[arg(long, value_name = "DIR")]
+    state_dir: Option<PathBuf>,
+    /// Tests running at once; more are refused as busy.
+    #[arg(long, default_value_t = 16)]
+    max_tests: usize,
+    /// Streams one test may ask for, per direction.
+    #[arg(long, default_value_t = 128)]
+    max_streams: u16,
+    /// Longest test a client may ask for.
+    #[arg(long, default_value = "1h", value_parser = duration)]
+    max_duration: Duration,
+    /// Connections open at once (each holds a thread).
+    #[arg(long, default_value_t = 512)]
+    max_connections: usize,
+    /// Refuse third-party requests (`longhaul perf THIS OTHER`).
+    #[arg(long)]
+    no_third_party: bool,
+    /// Time a new connection has to complete its handshake.
+    #[arg(long, default_value = "10s", value_parser = duration)]
+    handshake_timeout: Duration,
+    /// Time an idle control connection is kept.
+    #[arg(long, default_value = "60s", value_parser = duration)]
+    idle_timeout: Duration,
+}
+
+#[derive(Args, Clone)]
+struct PerfArgs {
+    /// Server `HOST[:PORT]`; with two, the first server tests to the second (third-party mode).
+    #[arg(required = true, num_args = 1..=2, value_name = "HOST[:PORT]")]
+    hosts: Vec<String>,
+    /// Server port, when HOST does not carry one.
+    #[arg(short, long, default_value_t = DEFAULT_PORT)]
+    port: u16,
+    /// Parallel streams (per direction).
+    #[arg(short = 'P', long, default_value_t = 1)]
+    streams: u16,
+    /// Test length (after --omit), e.g. 10, 30s, 2m.
+    #[arg(short = 't', long = "time", value_parser = duration, conflicts_with = "bytes")]
+    time: Option<Duration>,
+    /// Bytes to send per direction instead of a time, e.g. 10G.
+    #[arg(short = 'n', long, value_parser = size)]
+    bytes: Option<u64>,
+    /// Bytes per write (TCP) or per datagram (UDP). Default 1M for TCP, 1472 for UDP.
+    #[arg(short = 'l', long, value_parser = size)]
+    length: Option<u64>,
+    /// Socket buffer (window) on both ends, e.g. 16M. Default: the kernel's autotuning.
+    #[arg(short = 'w', long, value_parser = size)]
+    window: Option<u64>,
+    /// Congestion control on both ends (e.g. bbr, cubic).
+    #[arg(short = 'C', long)]
+    congestion: Option<String>,
+    /// Pace the sender(s) to this total rate with SO_MAX_PACING_RATE, e.g. 2G.
+    #[arg(long, value_parser = rate)]
+    pacing: Option<u64>,
+    /// TCP maximum segment size.
+    #[arg(short = 'M', long)]
+    mss: Option<u32>,
+    /// Server sends, client receives.
+    #[arg(short = 'R', long, conflicts_with = "bidir")]
+    reverse: bool,
+    /// Both directions at once.
+    #[arg(long)]
+    bidir: bool,
+    /// Pin stream threads: local CPU, and optionally the server's (`-A 0,1`).
+    #[arg(short = 'A', long, value_name = "N[,M]")]
+    affinity: Option<String>,
+    /// Send with sendfile(2) from a memory file instead of write(2).
+    #[arg(long)]
+    zerocopy: bool,
+    /// Seconds between interval reports; 0 for none.
+    #[arg(short = 'i', long, default_value = "1", value_parser = duration)]
+    interval: Duration,
+    /// Leave out the first SECS (slow start) from the results.
+    #[arg(long, value_parser = duration, default_value = "0")]
+    omit: Duration,
+    /// UDP instead of TCP.
+    #[arg(short = 'u', long)]
+    udp: bool,
+    /// UDP rate in total per direction, e.g. 1G; 0 for unlimited. Default 1M.
+    #[arg(short = 'b', long, value_parser = rate)]
+    rate: Option<u64>,
+    /// Print one JSON document at the end.
+    #[arg(long, conflicts_with = "json_stream")]
+    json: bool,
+    /// Print one JSON object per line as events happen.
+    #[arg(long)]
+    json_stream: bool,
+    /// Time to wait for the server to answer.
+    #[arg(long, default_value = "5s", value_parser = duration)]
+    connect_timeout: Duration,
+}
+
+/// A failure with the exit code it maps to.
+struct Failure {
+    code: i32,
+    message: String,
+}
+
+impl From<EngineError> for Failure {
+    fn from(e: EngineError) -> Self {
+        let code = match &e {
+            EngineError::Usage(_) => exit::USAGE,
+            EngineError::Connect(_) => exit::CONNECT,
+            EngineError::Refused { .. } => exit::REFUSED,
+            EngineError::Timeout(_) | EngineError::Failed(_) | EngineError::Closed(_) => {
+                exit::FAILED
+            }
+            EngineError::Proto(_) => exit::FAILED,
+            EngineError::Io { .. } => exit::FAILED,
+        };
+        Failure {
+            code,
+            message: format!("{e:#}"),
+        }
+    }
+}
+
+fn usage(message: impl Into<String>) -> Failure {
+    Failure {
+        code: exit::USAGE,
+        message: message.into(),
+    }
+}
+
+fn main() {
+    let cli = Cli::parse();
+    let filter = match cli.verbose {
+        0 => "warn",
+        1 => "info",
+        _ => "debug",
+    };
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| filter.into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let code = match cli.command {
+        Command::Serve(a) => serve(a),
+        Command::Perf(a) => perf(a),
+        Command::Demo => demo(),
+    };
+    std::process::exit(code);
+}
+
+fn serve(a: ServeArgs) -> i32 {
+    let listen = if a.listen.is_empty() {
+        vec![SocketAddr::from(([0u16; 8], DEFAULT_PORT))]
+    } else {
+        a.listen
+    };
+    let cfg = ServeConfig {
+        limits: Limits {
+            max_streams: a.max_streams,
+            max_duration: a.max_duration,
+            allow_third_party: !a.no_third_party,
+            handshake_timeout: a.handshake_timeout,
+            idle_timeout: a.idle_timeout,
+            ..Limits::default()
+        },
+        max_tests: a.max_tests,
+        max_connections: a.max_connections,
+        state_dir: a
+            .state_dir
+            .unwrap_or_else(longhaul_engine::server::default_state_dir),
+    };
+    if let Err(e) = std::fs::create_dir_all(&cfg.state_dir) {
+        eprintln!(
+            "longhaul: error: cannot create state directory {}: {e} (choose another with --state-dir)",
+            cfg.state_dir.display()
+        );
+        return exit::USAGE;
+    }
+    let state_dir = cfg.state_dir.clone();
+    let server = match Server::bind(&listen, cfg) {
+        Ok(s) => s,
+        Err(e) => {
+            let f = Failure::from(e);
+            eprintln!("longhaul: error: {}", f.message);
+            return f.code;
+        }
+    };
+    for a in server.local_addrs() {
+        eprintln!(
+            "longhaul: serving on {a} (state in {})",
+            state_dir.display()
+        );
+    }
+    server.run();
+    exit::OK
+}
+
+fn parse_affinity(s: &str) -> Result<(Option<u32>, Option<u32>), Failure> {
+    let bad = || {
+        usage(format!(
+            "invalid affinity '{s}': expected a CPU number, or LOCAL,REMOTE like 0,1"
+        ))
+    };
+    let mut it = s.split(',');
+    let local = it
+        .next()
+        .filter(|x| !x.is_empty())
+        .map(|x| x.trim().parse().map_err(|_| bad()))
+        .transpose()?;
+    let remote = it
+        .next()
+        .map(|x| x.trim().parse().map_err(|_| bad()))
+        .transpose()?;
+    if it.next().is_some() {
+        return Err(bad());
+    }
+    Ok((local, remote))
+}
+
+fn params_of(a: &PerfArgs) -> Result<(TestParams, Option<u32>), Failure> {
+    let transport = if a.udp {
+        Transport::Udp
+    } else {
+        Transport::Tcp
+    };
+    let length = a.length.unwrap_or(match transport {
+        Transport::Tcp => 1 << 20,
+        Transport::Udp => 1472,
+    });
+    let length =
+        u32::try_from(length).map_err(|_| usage(format!("buffer length {length} is too large")))?;
+    if let Some(t) = a.time {
+        if t.is_zero() {
+            return Err(usage("duration 0: give a positive test length, like -t 10"));
+        }
+    }
+    if a.bytes == Some(0) {
+        return Err(usage("byte count 0: give a positive size, like -n 1G"));
+    }
+    if a.streams == 0 {
+        return Err(usage("0 streams: use -P 1 or more"));
+    }
+    let window = a
+        .window
+        .map(|w| u32::try_from(w).map_err(|_| usage(format!("window {w} bytes is larger than the kernel allows for any socket (1 GiB); use -w 1G or less"))))
+        .transpose()?;
+    if !a.udp && a.rate.is_some() {
+        return Err(usage(
+            "-b/--rate applies to UDP tests (-u); for TCP use --pacing",
+        ));
+    }
+    let (local_cpu, server_cpu) = match &a.affinity {
+        Some(s) => parse_affinity(s)?,
+        None => (None, None),
+    };
+    let ms = |d: Duration| d.as_millis() as u64;
+    let params = TestParams {
+        transport,
+        mode: if a.bidir {
+            Mode::Bidir
+        } else if a.reverse {
+            Mode::Down
+        } else {
+            Mode::Up
+        },
+        streams: a.streams,
+        duration_ms: match (a.time, a.bytes) {
+            (_, Some(_)) => None,
+            (Some(t), None) => Some(ms(t).max(1)),
+            (None, None) => Some(10_000),
+        },
+        bytes: a.bytes,
+        length,
+        window,
+        congestion: a.congestion.clone(),
+        pacing_bps: a.pacing,
+        mss: a.mss,
+        server_cpu,
+        zerocopy: a.zerocopy,
+        interval_ms: ms(a.interval),
+        omit_ms: ms(a.omit),
+        udp_rate_bps: if a.udp {
+            Some(a.rate.unwrap_or(1_000_000))
+        } else {
+            None
+        },
+    };
+    Ok((params, local_cpu))
+}
+
+fn with_port(host: &str, port: u16) -> String {
+    let has_port = host.starts_with('[') && host.contains("]:")
+        || host
+            .rsplit_once(':')
+            .is_some_and(|(h, p)| !h.contains(':') && p.parse::<u16>().is_ok());
+    if has_port {
+        host.to_string()
+    } else if host.contains(':') && !host.starts_with('[') {
+        format!("[{host}]:{port}")
+    } else {
+        format!("{host}:{port}")
+    }
+}
+
+fn interrupt_flag() -> Arc<AtomicBool> {
+    let flag = Arc::new(AtomicBool::new(false));
+    let f = flag.clone();
+    let _ = ctrlc::set_handler(move || {
+        if f.swap(true, Ordering::SeqCst) {
+            std::process::exit(exit::INTERRUPTED);
+        }
+    });
+    flag
+}
+
+fn perf(a: PerfArgs) -> i32 {
+    let (params, local_cpu) = match params_of(&a) {
+        Ok(p) => p,
+        Err(f) => return report_failure(&a, None, f),
+    };
+    let opts = ClientOptions {
+        connect_timeout: a.connect_timeout,
+        local_cpu,
+        interrupt: interrupt_flag(),
+        ..ClientOptions::default()
+    };
+    let hosts: Vec<String> = a.hosts.iter().map(|h| with_port(h, a.port)).collect();
+    let mut human = output::Human::new(params.streams, params.mode);
+    let mut doc = output::JsonDoc::default();
+    let mut stream = output::JsonStream;
+    let sink: &mut dyn Reporter = if a.json {
+        &mut doc
+    } else if a.json_stream {
+        &mut stream
+    } else {
+        &mut human
+    };
+    let result = match hosts.as_slice() {
+        [one] => run_perf(one, &params, &opts, sink),
+        [from, to] => run_third_party(from, to, &params, &opts, sink),
+        _ => unreachable!("clap allows one or two hosts"),
+    };
+    let interrupted = opts.interrupt.load(Ordering::SeqCst);
+    match result {
+        Ok(_) => {
+            if a.json {
+                doc.finish(None);
+            }
+            if interrupted {
+                exit::INTERRUPTED
+            } else {
+                exit::OK
+            }
+        }
+        Err(e) => report_failure(&a, Some(&doc), e.into()),
+    }
+}
+
+fn report_failure(a: &PerfArgs, doc: Option<&output::JsonDoc>, f: Failure) -> i32 {
+    if a.json {
+        match doc {
+            Some(d) => d.finish(Some((&f.message, f.code))),
+            None => output::JsonDoc::default().finish(Some((&f.message, f.code))),
+        }
+    } else if a.json_stream {
+        output::JsonStream::error(&f.message, f.code);
+    }
+    eprintln!("longhaul: error: {}", f.message);
+    f.code
+}
+
+fn demo() -> i32 {
+    let server = match Server::bind(
+        &[SocketAddr::from(([127, 0, 0, 1], 0))],
+        ServeConfig::default(),
+    ) {
+        Ok(s) => s.spawn(),
+        Err(e) => {
+            eprintln!("longhaul: error: {e}");
+            return exit::INTERNAL;
+        }
+    };
+    let addr = server.addr().to_string();
+    println!("longhaul demo: server started in-process on {addr}");
+    let mut code = exit::OK;
+    for (title, params) in [
+        (
+            "TCP, 1 stream, 3 s",
+            TestParams {
+                duration_ms: Some(3000),
+                ..TestParams::default()
+            },
+        ),
+        (
+            "TCP, 4 streams, reverse, 2 s",
+            TestParams {
+                duration_ms: Some(2000),
+                streams: 4,
+                mode: Mode::Down,
+                ..TestParams::default()
+            },
+        ),
+        (
+            "UDP at 500 Mbit/s, 2 s",
+            TestParams {
+                transport: Transport::Udp,
+                duration_ms: Some(2000),
+                length: 1472,
+                udp_rate_bps: Some(500_000_000),
+                ..TestParams::default()
+            },
+        ),
+    ] {
+        println!("\n== {title}: longhaul perf {addr} ==");
+        let mut human = output::Human::new(params.streams, params.mode);
+        if let Err(e) = run_perf(&addr, &params, &ClientOptions::default(), &mut human) {
+            let f = Failure::from(e);
+            eprintln!("longhaul: error: {}", f.message);
+            code = f.code;
+        }
+    }
+    server.shutdown();
+    code
+}

@@ -1,0 +1,321 @@
+//! Printers: the human one, `--json` (one document) and `--json-stream`
+//! (one JSON object per line). All implement the engine's `Reporter`.
+
+use std::io::Write;
+
+use longhaul_engine::sink::{Reporter, Setup};
+use longhaul_proto::msg::{Direction, Mode, Transport};
+use longhaul_proto::report::{DirectionReport, IntervalReport, StreamReport, Summary};
+use longhaul_proto::units::{format_bytes, format_rate};
+use serde_json::json;
+
+/// Version of the JSON output format; bumped on any incompatible change.
+pub const JSON_FORMAT_VERSION: u32 = 1;
+
+fn out(line: &str) {
+    let mut o = std::io::stdout().lock();
+    // A closed stdout (`| head`) is not an error worth reporting.
+    let _ = writeln!(o, "{line}");
+    let _ = o.flush();
+}
+
+/// The human-readable printer.
+pub struct Human {
+    pub streams: u16,
+    pub mode: Mode,
+    header_done: bool,
+}
+
+impl Human {
+    pub fn new(streams: u16, mode: Mode) -> Self {
+        Self {
+            streams,
+            mode,
+            header_done: false,
+        }
+    }
+}
+
+fn dir_tag(d: Direction, mode: Mode) -> &'static str {
+    match (mode, d) {
+        (Mode::Bidir, Direction::Up) => "TX",
+        (Mode::Bidir, Direction::Down) => "RX",
+        _ => "",
+    }
+}
+
+fn stream_line(
+    id: &str,
+    from: f64,
+    to: f64,
+    bytes: u64,
+    bps: f64,
+    tcp: Option<&longhaul_proto::report::TcpReport>,
+    udp: Option<&longhaul_proto::report::UdpReport>,
+) -> String {
+    let mut s = format!(
+        "[{id:>6}] {from:6.2}-{to:<6.2} s {:>10} {:>13}",
+        format_bytes(bytes),
+        format_rate(bps)
+    );
+    if let Some(t) = tcp {
+        s += &format!(
+            " {:>6} {:>8} {:>10}",
+            t.retransmits,
+            format!("{:.2}ms", f64::from(t.rtt_us) / 1000.0),
+            format_bytes(t.cwnd_bytes)
+        );
+    }
+    if let Some(u) = udp {
+        s += &format!(
+            " {:>9}/{:<9} ({:.3}%) jitter {:.3} ms",
+            u.lost_packets,
+            u.lost_packets + u.packets_received,
+            u.lost_percent,
+            u.jitter_us as f64 / 1000.0
+        );
+    }
+    s
+}
+
+fn id_of(s: &StreamReport, mode: Mode) -> String {
+    format!("{}{}", dir_tag(s.direction, mode), s.stream)
+}
+
+fn sum_line(d: &DirectionReport, mode: Mode, from: f64, to: f64) -> String {
+    let id = format!("{}SUM", dir_tag(d.direction, mode));
+    stream_line(
+        &id,
+        from,
+        to,
+        d.bytes,
+        d.bits_per_second,
+        d.tcp.as_ref(),
+        d.udp.as_ref(),
+    )
+}
+
+impl Reporter for Human {
+    fn setup(&mut self, s: &Setup) {
+        let p = &s.params;
+        out(&format!(
+            "Connected to {} ({}, {}), protocol {}",
+            s.server, s.server_host, s.server_software, s.protocol_version
+        ));
+        let what = match p.transport {
+            Transport::Tcp => "TCP",
+            Transport::Udp => "UDP",
+        };
+        let dir = match p.mode {
+            Mode::Up => "client -> server",
+            Mode::Down => "server -> client (reverse)",
+            Mode::Bidir => "both directions",
+        };
+        let len = format_bytes(u64::from(p.length));
+        let cc = s
+            .local_streams
+            .first()
+            .map(|x| x.congestion.as_str())
+            .filter(|c| !c.is_empty());
+        out(&format!(
+            "{what}, {} stream(s), {dir}, {len} buffers{}{}",
+            p.streams,
+            cc.map(|c| format!(", {c}")).unwrap_or_default(),
+            p.window
+                .map(|w| format!(", window {} requested", format_bytes(u64::from(w))))
+                .unwrap_or_default()
+        ));
+        if let Some(l) = s.local_streams.first() {
+            let r = s.remote_streams.first();
+            out(&format!(
+                "socket buffers: client snd {} rcv {}, server snd {} rcv {}, MSS {}",
+                format_bytes(l.sndbuf),
+                format_bytes(l.rcvbuf),
+                r.map_or("?".into(), |r| format_bytes(r.sndbuf)),
+                r.map_or("?".into(), |r| format_bytes(r.rcvbuf)),
+                l.mss
+            ));
+        }
+    }
+
+    fn interval(&mut self, r: &IntervalReport) {
+        if !self.header_done {
+            self.header_done = true;
+            let tcp = r.streams.iter().any(|s| s.tcp.is_some());
+            out(&format!(
+                "[    ID] Interval          Transfer       Bitrate{}",
+                if tcp {
+                    "   Retr      RTT       Cwnd"
+                } else {
+                    "      Lost/Total datagrams"
+                }
+            ));
+        }
+        let tag = if r.omitted { "  (omitted)" } else { "" };
+        if self.streams > 1 || self.mode == Mode::Bidir {
+            for s in &r.streams {
+                out(&stream_line(
+                    &id_of(s, self.mode),
+                    r.start_s,
+                    r.end_s,
+                    s.bytes,
+                    s.bits_per_second,
+                    s.tcp.as_ref(),
+                    s.udp.as_ref(),
+                ));
+            }
+        }
+        for d in &r.directions {
+            let id = if self.streams > 1 || self.mode == Mode::Bidir {
+                sum_line(d, self.mode, r.start_s, r.end_s)
+            } else {
+                stream_line(
+                    &id_of(&r.streams[0], self.mode),
+                    r.start_s,
+                    r.end_s,
+                    d.bytes,
+                    d.bits_per_second,
+                    d.tcp.as_ref(),
+                    d.udp.as_ref(),
+                )
+            };
+            out(&format!("{id}{tag}"));
+        }
+    }
+
+    fn summary(&mut self, s: &Summary) {
+        out("- - - - - - - - - - - - - - - - - - - - - - - - - - - - - - - - - - - - -");
+        for st in s.streams.iter().filter(|_| self.streams > 1) {
+            out(&stream_line(
+                &id_of(st, self.mode),
+                0.0,
+                s.seconds,
+                st.bytes,
+                st.bits_per_second,
+                st.tcp.as_ref(),
+                st.udp.as_ref(),
+            ));
+        }
+        for d in &s.directions {
+            out(&sum_line(d, self.mode, 0.0, s.seconds));
+        }
+        let mut line = format!(
+            "Summary: {} in {:.2} s = {}",
+            format_bytes(s.bytes),
+            s.seconds,
+            format_rate(s.bits_per_second)
+        );
+        if s.transport == Transport::Tcp {
+            line += &format!(
+                ", {} retransmits, RTT {:.3} ms (min {:.3} ms)",
+                s.retransmits,
+                f64::from(s.rtt_us) / 1000.0,
+                f64::from(s.min_rtt_us) / 1000.0
+            );
+        }
+        if let (Some(l), Some(j)) = (s.lost_percent, s.jitter_us) {
+            line += &format!(", lost {l:.4}%, jitter {:.3} ms", j as f64 / 1000.0);
+        }
+        out(&line);
+        out(&format!(
+            "CPU: local {:.1}%, remote {:.1}% (percent of one core)",
+            s.cpu_local_percent, s.cpu_remote_percent
+        ));
+        for d in s.directions.iter().filter(|_| s.directions.len() > 1) {
+            out(&format!(
+                "{:?}: limited by {:?}: {}",
+                d.direction, d.limit.kind, d.limit.detail
+            ));
+        }
+        out(&format!("Limited by: {}", limit_text(s)));
+        if let Some(e) = &s.error {
+            out(&format!("Ended early: {e}"));
+        }
+    }
+
+    fn warning(&mut self, message: &str) {
+        eprintln!("longhaul: warning: {message}");
+    }
+}
+
+fn limit_text(s: &Summary) -> String {
+    let name = serde_json::to_value(s.limit.kind)
+        .ok()
+        .and_then(|v| v.as_str().map(|x| x.replace('_', " ")))
+        .unwrap_or_default();
+    format!("{name} ({})", s.limit.detail)
+}
+
+/// `--json`: collects everything, prints one document at the end.
+#[derive(Default)]
+pub struct JsonDoc {
+    setup: Option<serde_json::Value>,
+    intervals: Vec<serde_json::Value>,
+    warnings: Vec<String>,
+    summary: Option<serde_json::Value>,
+}
+
+impl Reporter for JsonDoc {
+    fn setup(&mut self, s: &Setup) {
+        self.setup = serde_json::to_value(s).ok();
+    }
+    fn interval(&mut self, r: &IntervalReport) {
+        if let Ok(v) = serde_json::to_value(r) {
+            self.intervals.push(v);
+        }
+    }
+    fn summary(&mut self, s: &Summary) {
+        self.summary = serde_json::to_value(s).ok();
+    }
+    fn warning(&mut self, m: &str) {
+        self.warnings.push(m.to_string());
+    }
+}
+
+impl JsonDoc {
+    /// Prints the document; `error` is set when the run failed.
+    pub fn finish(&self, error: Option<(&str, i32)>) {
+        let doc = json!({
+            "format": "longhaul-perf",
+            "format_version": JSON_FORMAT_VERSION,
+            "start": self.setup,
+            "intervals": self.intervals,
+            "warnings": self.warnings,
+            "summary": self.summary,
+            "error": error.map(|(m, code)| json!({"message": m, "exit_code": code})),
+        });
+        out(&serde_json::to_string_pretty(&doc).unwrap_or_default());
+    }
+}
+
+/// `--json-stream`: one line per event as it happens.
+pub struct JsonStream;
+
+fn line(event: &str, body: serde_json::Value) {
+    let mut v = json!({"event": event, "format_version": JSON_FORMAT_VERSION});
+    if let (Some(o), serde_json::Value::Object(b)) = (v.as_object_mut(), body) {
+        o.extend(b);
+    }
+    out(&v.to_string());
+}
+
+impl Reporter for JsonStream {
+    fn setup(&mut self, s: &Setup) {
+        line("start", serde_json::to_value(s).unwrap_or_default());
+    }
+    fn interval(&mut self, r: &IntervalReport) {
+        line("interval", serde_json::to_value(r).unwrap_or_default());
+    }
+    fn summary(&mut self, s: &Summary) {
+        line("summary", json!({ "summary": s }));
+    }
+    fn warning(&mut self, m: &str) {
+        line("warning", json!({ "message": m }));
+    }
+}
+
+impl JsonStream {
+    pub fn error(message: &str, code: i32) {
+        line("error", json!({"message": message, "exit_code": code}));
+    }
+}

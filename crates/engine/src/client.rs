@@ -1,0 +1,538 @@
+//! The perf client: connects to a server, negotiates a test, opens the
+//! data streams, runs its side, merges both sides' samples into interval
+//! reports and a summary, and hands them to a [`Reporter`].
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::net::{SocketAddr, UdpSocket};
+use std::os::fd::AsFd;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use longhaul_proto::frame::MAGIC;
+use longhaul_proto::msg::*;
+use longhaul_proto::report::{PeerResults, SideSnapshot, Span, StreamSetup, Summary};
+use longhaul_proto::session::{ClientEvent, ClientSession, SessionError};
+use longhaul_proto::udp;
+
+use crate::conn::{self, FramedConn};
+use crate::run::{End, ReadyStream, SideRun, Ticker};
+use crate::sink::{Reporter, Setup};
+use crate::sock::{self, BufferCaps, Tuning};
+use crate::stream::DataSocket;
+use crate::{EngineError, DEFAULT_PORT};
+
+/// Client-side settings that are not part of the test itself.
+#[derive(Debug, Clone)]
+pub struct ClientOptions {
+    pub connect_timeout: Duration,
+    pub handshake_timeout: Duration,
+    /// CPU to pin this side's stream threads to.
+    pub local_cpu: Option<u32>,
+    /// Set from outside (Ctrl-C) to end the test early; results are still reported.
+    pub interrupt: Arc<AtomicBool>,
+}
+
+impl Default for ClientOptions {
+    fn default() -> Self {
+        Self {
+            connect_timeout: Duration::from_secs(5),
+            handshake_timeout: Duration::from_secs(10),
+            local_cpu: None,
+            interrupt: Arc::new(AtomicBool::new(false)),
+        }
+    }
+}
+
+/// The largest socket buffer the kernel can represent (it doubles the value, into an int).
+pub const MAX_WINDOW: u64 = 1 << 30;
+
+/// Checks what can be checked before connecting.
+pub fn check_params(p: &TestParams) -> Result<(), EngineError> {
+    if let Some(w) = p.window {
+        if u64::from(w) > MAX_WINDOW {
+            return Err(EngineError::Usage(format!(
+                "window {w} bytes is larger than the kernel allows for any socket (1 GiB); use -w 1G or less"
+            )));
+        }
+    }
+    if let Some(cc) = &p.congestion {
+        if p.mode != Mode::Down {
+            sock::check_congestion(cc).map_err(EngineError::Usage)?;
+        }
+    }
+    if p.transport == Transport::Tcp && p.udp_rate_bps.is_some() {
+        return Err(EngineError::Usage(
+            "a rate (-b) applies to UDP tests only; for TCP use --pacing".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// Warnings when the kernel granted less buffer than was asked for.
+fn window_warnings(
+    p: &TestParams,
+    side: &str,
+    setups: &[StreamSetup],
+    caps: (Option<u64>, Option<u64>),
+) -> Vec<String> {
+    let Some(w) = p.window else { return Vec::new() };
+    let w = u64::from(w);
+    let mut out = Vec::new();
+    let granted_snd = setups.iter().map(|s| s.sndbuf / 2).min().unwrap_or(w);
+    let granted_rcv = setups.iter().map(|s| s.rcvbuf / 2).min().unwrap_or(w);
+    let (rmem_max, wmem_max) = caps;
+    if granted_rcv < w {
+        out.push(format!(
+            "{side}: receive window capped at {} of the {} requested by net.core.rmem_max = {}; raise it there: sysctl -w net.core.rmem_max={w}",
+            longhaul_proto::units::format_bytes(granted_rcv),
+            longhaul_proto::units::format_bytes(w),
+            rmem_max.map_or("?".into(), |v| v.to_string()),
+        ));
+    }
+    if granted_snd < w {
+        out.push(format!(
+            "{side}: send buffer capped at {} of the {} requested by net.core.wmem_max = {}; raise it there: sysctl -w net.core.wmem_max={w}",
+            longhaul_proto::units::format_bytes(granted_snd),
+            longhaul_proto::units::format_bytes(w),
+            wmem_max.map_or("?".into(), |v| v.to_string()),
+        ));
+    }
+    out
+}
+
+struct Control {
+    conn: FramedConn,
+    session: ClientSession,
+    peer: SocketAddr,
+    welcome: Welcome,
+}
+
+impl Control {
+    fn flush(&mut self) -> Result<(), EngineError> {
+        while let Some(m) = self.session.poll_transmit() {
+            self.conn.send(&m)?;
+        }
+        Ok(())
+    }
+
+    /// Waits for the next session event, up to `wait`.
+    fn next_event(&mut self, wait: Duration) -> Result<Option<ClientEvent>, EngineError> {
+        self.flush()?;
+        let now = Instant::now();
+        self.session.handle_timeout(now)?;
+        let wait = match self.session.poll_timeout() {
+            Some(d) => wait.min(d.saturating_duration_since(now)),
+            None => wait,
+        };
+        match self.conn.recv(wait)? {
+            Some(m) => Ok(self.session.handle(Instant::now(), m)?),
+            None => Ok(None),
+        }
+    }
+
+    /// Waits until `f` accepts an event (time-outs come from the session).
+    fn expect(&mut self, mut f: impl FnMut(ClientEvent) -> bool) -> Result<(), EngineError> {
+        loop {
+            if let Some(e) = self.next_event(Duration::from_millis(50))? {
+                if f(e) {
+                    return Ok(());
+                }
+            }
+        }
+    }
+}
+
+fn open_control(target: &str, opts: &ClientOptions) -> Result<Control, EngineError> {
+    let addrs = conn::resolve(target, DEFAULT_PORT)?;
+    let mut tcp = conn::connect(&addrs, opts.connect_timeout, |s| s.set_nodelay(true))?;
+    let peer = tcp
+        .peer_addr()
+        .map_err(|e| EngineError::io("failed to read the peer address".into(), e))?;
+    tcp.write_all(&MAGIC)
+        .map_err(|e| EngineError::io(format!("failed to greet {peer}"), e))?;
+    let session = ClientSession::new(Instant::now(), &crate::software(), opts.handshake_timeout);
+    let mut c = Control {
+        conn: FramedConn::new(Box::new(tcp), target.to_string()),
+        session,
+        peer,
+        welcome: Welcome {
+            version: 0,
+            software: String::new(),
+            host: String::new(),
+        },
+    };
+    let mut welcome = None;
+    c.expect(|e| match e {
+        ClientEvent::Welcomed(w) => {
+            welcome = Some(w);
+            true
+        }
+        _ => false,
+    })
+    .map_err(|e| match e {
+        EngineError::Closed(_) | EngineError::Proto(_) => EngineError::Connect(format!(
+            "{target} closed the connection during the handshake: is it a longhaul server?"
+        )),
+        EngineError::Timeout(m) => EngineError::Connect(format!("{target}: {m}")),
+        other => other,
+    })?;
+    c.welcome = welcome.expect("set by expect");
+    Ok(c)
+}
+
+/// Runs a memory-to-memory test against `target` (`HOST[:PORT]`) and
+/// returns its summary; intervals go to `sink` as they complete.
+pub fn run_perf(
+    target: &str,
+    params: &TestParams,
+    opts: &ClientOptions,
+    sink: &mut dyn Reporter,
+) -> Result<Summary, EngineError> {
+    check_params(params)?;
+    let mut ctl = open_control(target, opts)?;
+    ctl.session
+        .request_test(Instant::now(), params.clone(), Duration::from_secs(86_400));
+    let mut accept = None;
+    ctl.expect(|e| match e {
+        ClientEvent::Accepted(a) => {
+            accept = Some(a);
+            true
+        }
+        _ => false,
+    })?;
+    let accept = accept.expect("set by expect");
+
+    let streams = open_streams(&ctl, params, &accept, opts)?;
+    let udp_sockets: Vec<&UdpSocket> = streams
+        .iter()
+        .filter_map(|s| match &s.socket {
+            DataSocket::Udp(u) => Some(&**u),
+            DataSocket::Tcp(_) => None,
+        })
+        .collect();
+    let mut ready = None;
+    let mut last_register = Instant::now() - Duration::from_secs(1);
+    while ready.is_none() {
+        if last_register.elapsed() >= Duration::from_millis(50) {
+            register_udp(&udp_sockets, &accept.token);
+            last_register = Instant::now();
+        }
+        if let Some(ClientEvent::Ready(r)) = ctl.next_event(Duration::from_millis(50))? {
+            ready = Some(r);
+        }
+    }
+    let ready = ready.expect("loop ends when set");
+
+    let local_setups: Vec<StreamSetup> = streams.iter().map(setup_of).collect();
+    let caps = BufferCaps::read();
+    let mut warnings = window_warnings(
+        params,
+        "client",
+        &local_setups,
+        (caps.rmem_max, caps.wmem_max),
+    );
+    warnings.extend(window_warnings(
+        params,
+        "server",
+        &ready.streams,
+        (ready.rmem_max, ready.wmem_max),
+    ));
+    sink.setup(&Setup {
+        server: target.to_string(),
+        server_software: ctl.welcome.software.clone(),
+        server_host: ctl.welcome.host.clone(),
+        protocol_version: ctl.welcome.version,
+        params: params.clone(),
+        local_streams: local_setups,
+        remote_streams: ready.streams.clone(),
+    });
+    for w in &warnings {
+        sink.warning(w);
+    }
+
+    ctl.session.start(Instant::now());
+    ctl.flush()?;
+    let run = SideRun::start(End::Client, params, streams, opts.local_cpu, &accept.token)?;
+    drive(&mut ctl, run, params, opts, sink, warnings)
+}
+
+fn setup_of(s: &ReadyStream) -> StreamSetup {
+    let (sndbuf, rcvbuf, mss, congestion) = match &s.socket {
+        DataSocket::Tcp(t) => {
+            let (a, b, m) = sock::granted(t.as_fd());
+            (a, b, m, sock::congestion(t.as_fd()))
+        }
+        DataSocket::Udp(u) => {
+            let r = socket2::SockRef::from(&**u);
+            (
+                r.send_buffer_size().unwrap_or(0) as u64,
+                r.recv_buffer_size().unwrap_or(0) as u64,
+                0,
+                String::new(),
+            )
+        }
+    };
+    StreamSetup {
+        direction: s.direction,
+        stream: s.stream,
+        sndbuf,
+        rcvbuf,
+        mss,
+        congestion,
+    }
+}
+
+/// Data-stream socket options for one end.
+pub fn tuning_for(params: &TestParams, sends: bool) -> Tuning {
+    Tuning {
+        window: params.window,
+        congestion: params.congestion.clone(),
+        pacing_bytes_per_sec: params
+            .pacing_bps
+            .filter(|_| sends)
+            .map(|r| (r / 8 / u64::from(params.streams.max(1))).max(1)),
+        mss: params.mss,
+    }
+}
+
+fn open_streams(
+    ctl: &Control,
+    params: &TestParams,
+    accept: &TestAccept,
+    opts: &ClientOptions,
+) -> Result<Vec<ReadyStream>, EngineError> {
+    let mut out = Vec::new();
+    let keys = longhaul_proto::report::stream_keys(params);
+    for (k, (direction, stream)) in keys.into_iter().enumerate() {
+        let socket = match params.transport {
+            Transport::Tcp => {
+                let tuning = tuning_for(params, End::Client.sends(direction));
+                let mut tcp = conn::connect(&[ctl.peer], opts.connect_timeout, |s| {
+                    sock::apply_tcp(s, &tuning)
+                })?;
+                let mut hello = MAGIC.to_vec();
+                Message::Hello(Hello {
+                    min_version: ctl.welcome.version,
+                    max_version: ctl.welcome.version,
+                    software: crate::software(),
+                    role: Role::Data {
+                        token: accept.token.clone(),
+                        stream,
+                        direction,
+                    },
+                })
+                .encode(&mut hello)?;
+                tcp.write_all(&hello).map_err(|e| {
+                    EngineError::io(
+                        format!("failed to open data stream {stream} to {}", ctl.peer),
+                        e,
+                    )
+                })?;
+                DataSocket::Tcp(Arc::new(tcp))
+            }
+            Transport::Udp => {
+                let port = *accept.udp_ports.get(k).ok_or_else(|| {
+                    EngineError::Failed(format!(
+                        "server gave {} UDP ports for more streams",
+                        accept.udp_ports.len()
+                    ))
+                })?;
+                let bind: SocketAddr = if ctl.peer.is_ipv4() {
+                    "0.0.0.0:0".parse().expect("literal")
+                } else {
+                    "[::]:0".parse().expect("literal")
+                };
+                let u = UdpSocket::bind(bind)
+                    .map_err(|e| EngineError::io("failed to bind a UDP socket".into(), e))?;
+                if let Some(w) = params.window {
+                    let r = socket2::SockRef::from(&u);
+                    let _ = r.set_send_buffer_size(w as usize);
+                    let _ = r.set_recv_buffer_size(w as usize);
+                }
+                u.connect(SocketAddr::new(ctl.peer.ip(), port))
+                    .map_err(|e| {
+                        EngineError::io(
+                            format!("failed to address UDP port {port} of {}", ctl.peer),
+                            e,
+                        )
+                    })?;
+                DataSocket::Udp(Arc::new(u))
+            }
+        };
+        out.push(ReadyStream {
+            direction,
+            stream,
+            socket,
+        });
+    }
+    Ok(out)
+}
+
+fn register_udp(sockets: &[&UdpSocket], token: &str) {
+    for (i, s) in sockets.iter().enumerate() {
+        let mut d = vec![0u8; udp::HEADER_LEN + token.len()];
+        udp::Header {
+            tag: udp::tag_of(token),
+            stream: i as u16,
+            flags: udp::FLAG_REGISTER,
+            seq: 0,
+            send_ns: 0,
+        }
+        .write(&mut d);
+        d[udp::HEADER_LEN..].copy_from_slice(token.as_bytes());
+        let _ = s.send(&d);
+    }
+}
+
+/// Runs the client's side to the end and merges both sides' samples.
+fn drive(
+    ctl: &mut Control,
+    mut run: SideRun,
+    params: &TestParams,
+    opts: &ClientOptions,
+    sink: &mut dyn Reporter,
+    warnings: Vec<String>,
+) -> Result<Summary, EngineError> {
+    let mut ticker = Ticker::new(run.start, params);
+    let mut local: BTreeMap<u32, (bool, SideSnapshot)> = BTreeMap::new();
+    let mut remote: BTreeMap<u32, SideSnapshot> = BTreeMap::new();
+    let mut local_baseline = None;
+    let mut local_end = None;
+    let mut results: Option<PeerResults> = None;
+    let mut next_report = 0u32;
+    let mut prev: Option<(SideSnapshot, SideSnapshot)> = None;
+    let mut interrupted = false;
+
+    while local_end.is_none() || results.is_none() {
+        if opts.interrupt.load(Ordering::Relaxed) && !interrupted {
+            interrupted = true;
+            run.stop();
+            ctl.session.stop("interrupted by the user");
+        }
+        let now = Instant::now();
+        for t in ticker.due(now) {
+            let snap = run.snapshot();
+            match t {
+                crate::run::Tick::Baseline => local_baseline = Some(snap),
+                crate::run::Tick::Interval { index, omitted } => {
+                    local.insert(index, (omitted, snap));
+                }
+            }
+        }
+        if local_end.is_none() && run.finished() {
+            if ticker.baseline_pending() {
+                local_baseline = Some(run.snapshot());
+            }
+            local_end = Some(run.snapshot());
+        }
+        while let (Some((omitted, l)), Some(r)) =
+            (local.get(&next_report), remote.get(&next_report))
+        {
+            let span = Span {
+                client_from: prev.as_ref().map(|p| &p.0),
+                client_to: l,
+                server_from: prev.as_ref().map(|p| &p.1),
+                server_to: r,
+                complete: false,
+            };
+            sink.interval(&span.interval_report(params, next_report, *omitted));
+            prev = Some((l.clone(), r.clone()));
+            local.remove(&next_report);
+            remote.remove(&next_report);
+            next_report += 1;
+        }
+        let wait = ticker
+            .next_due()
+            .map_or(Duration::from_millis(10), |d| {
+                d.saturating_duration_since(Instant::now())
+            })
+            .min(Duration::from_millis(10));
+        match ctl.next_event(wait) {
+            Ok(Some(ClientEvent::Interval(i))) => {
+                remote.insert(i.index, i.snapshot);
+            }
+            Ok(Some(ClientEvent::Results(r))) => results = Some(r),
+            Ok(_) => {}
+            Err(e) => {
+                run.stop();
+                return Err(match e {
+                    EngineError::Closed(_) => EngineError::Failed(format!(
+                        "server {} closed the control connection mid-test",
+                        ctl.conn.peer()
+                    )),
+                    EngineError::Refused { code, message } if code != RefuseCode::Busy => {
+                        EngineError::Failed(format!("server ended the test: {message}"))
+                    }
+                    other => other,
+                });
+            }
+        }
+    }
+    run.join();
+    let results = results.expect("loop ends when set");
+    let local_end = local_end.expect("loop ends when set");
+    let error = run
+        .error()
+        .map(|e| format!("client {e}"))
+        .or_else(|| results.error.clone().map(|e| format!("server {e}")))
+        .or_else(|| interrupted.then(|| "interrupted by the user".to_string()));
+    let span = Span {
+        client_from: local_baseline.as_ref(),
+        client_to: &local_end,
+        server_from: results.baseline.as_ref(),
+        server_to: &results.end,
+        complete: true,
+    };
+    let summary = span.summary(params, warnings, error);
+    sink.summary(&summary);
+    if let Some(e) = &summary.error {
+        if !interrupted {
+            return Err(EngineError::Failed(e.clone()));
+        }
+    }
+    Ok(summary)
+}
+
+/// Asks the server at `a` to run a test to the server at `b` and relays
+/// its reports (nuttcp's third-party mode).
+pub fn run_third_party(
+    a: &str,
+    b: &str,
+    params: &TestParams,
+    opts: &ClientOptions,
+    sink: &mut dyn Reporter,
+) -> Result<Summary, EngineError> {
+    let mut ctl = open_control(a, opts)?;
+    ctl.session.request_third_party(
+        Instant::now(),
+        ThirdParty {
+            target: b.to_string(),
+            params: params.clone(),
+        },
+        Duration::from_secs(86_400),
+    );
+    loop {
+        if opts.interrupt.load(Ordering::Relaxed) {
+            return Err(EngineError::Failed("interrupted by the user".into()));
+        }
+        match ctl.next_event(Duration::from_millis(100))? {
+            Some(ClientEvent::Relay(Relay::Interval(i))) => sink.interval(&i),
+            Some(ClientEvent::Relay(Relay::Warning { message })) => sink.warning(&message),
+            Some(ClientEvent::Relay(Relay::Summary(s))) => {
+                sink.summary(&s);
+                return Ok(*s);
+            }
+            Some(ClientEvent::Relay(Relay::Failed(r))) => {
+                return Err(match r.code {
+                    RefuseCode::ServerError => {
+                        EngineError::Failed(format!("{a} could not test to {b}: {}", r.message))
+                    }
+                    _ => SessionError::from(r).into(),
+                })
+            }
+            _ => {}
+        }
+    }
+}

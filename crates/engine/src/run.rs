@@ -1,0 +1,302 @@
+//! One side of a running test: its stream workers, the clock of the test,
+//! and snapshots of everything they count. Client and server run the same
+//! code; only who sends differs.
+
+use std::os::fd::AsFd;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use longhaul_proto::msg::{Direction, TestParams, Transport};
+use longhaul_proto::report::{SideSnapshot, StreamSample};
+use longhaul_proto::udp;
+
+use crate::sock;
+use crate::stream::{self, Counters, DataSocket, Plan};
+use crate::EngineError;
+
+/// Which end of the test this process is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum End {
+    Client,
+    Server,
+}
+
+impl End {
+    pub fn sends(self, d: Direction) -> bool {
+        matches!(
+            (self, d),
+            (End::Client, Direction::Up) | (End::Server, Direction::Down)
+        )
+    }
+}
+
+/// A data stream ready to run.
+pub struct ReadyStream {
+    pub direction: Direction,
+    pub stream: u16,
+    pub socket: DataSocket,
+}
+
+struct Worker {
+    direction: Direction,
+    stream: u16,
+    send: bool,
+    socket: DataSocket,
+    counters: Arc<Counters>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+/// A running side of a test.
+pub struct SideRun {
+    pub start: Instant,
+    workers: Vec<Worker>,
+    stop: Arc<AtomicBool>,
+    control_cpu_base: u64,
+    transport: Transport,
+}
+
+impl SideRun {
+    /// Starts one worker per stream, now.
+    pub fn start(
+        end: End,
+        params: &TestParams,
+        streams: Vec<ReadyStream>,
+        cpu: Option<u32>,
+        token: &str,
+    ) -> Result<SideRun, EngineError> {
+        let start = Instant::now();
+        let stop = Arc::new(AtomicBool::new(false));
+        let until = params
+            .duration_ms
+            .map(|d| start + Duration::from_millis(d + params.omit_ms));
+        let per_stream_bytes = |i: u16| {
+            params.bytes.map(|b| {
+                let n = u64::from(params.streams);
+                b / n + u64::from(u64::from(i) < b % n)
+            })
+        };
+        let udp_rate = params
+            .udp_rate_bps
+            .map(|r| r / 8 / u64::from(params.streams.max(1)));
+        let mut workers = Vec::with_capacity(streams.len());
+        for s in streams {
+            let send = end.sends(s.direction);
+            let counters = Arc::new(Counters::default());
+            let plan = Plan {
+                direction: s.direction,
+                stream: s.stream,
+                send,
+                length: params.length as usize,
+                until,
+                bytes: per_stream_bytes(s.stream),
+                zerocopy: params.zerocopy,
+                cpu,
+                udp_rate,
+                udp_tag: udp::tag_of(token),
+                stop: stop.clone(),
+                epoch: start,
+            };
+            let thread = stream::spawn(plan, s.socket.clone(), counters.clone())
+                .map_err(|e| EngineError::io("failed to start a stream thread".into(), e))?;
+            workers.push(Worker {
+                direction: s.direction,
+                stream: s.stream,
+                send,
+                socket: s.socket,
+                counters,
+                thread: Some(thread),
+            });
+        }
+        Ok(SideRun {
+            start,
+            workers,
+            stop,
+            control_cpu_base: sock::thread_cpu_us(),
+            transport: params.transport,
+        })
+    }
+
+    /// Counters of every stream now, cumulative since start. Call it from
+    /// the control thread that started the run (its CPU time counts).
+    pub fn snapshot(&self) -> SideSnapshot {
+        let mut cpu_us = sock::thread_cpu_us().saturating_sub(self.control_cpu_base);
+        let mut streams = Vec::with_capacity(self.workers.len());
+        for w in &self.workers {
+            cpu_us += w.counters.cpu_us();
+            let tcp = match (&w.socket, w.send) {
+                (DataSocket::Tcp(s), true) => sock::tcp_info(s.as_fd()),
+                _ => None,
+            };
+            let (packets_sent, udp) = match self.transport {
+                Transport::Udp if w.send => {
+                    (Some(w.counters.packets_sent.load(Ordering::Relaxed)), None)
+                }
+                Transport::Udp => (None, Some(*w.counters.udp.lock().expect("poisoned"))),
+                Transport::Tcp => (None, None),
+            };
+            streams.push(StreamSample {
+                direction: w.direction,
+                stream: w.stream,
+                bytes: w.counters.bytes.load(Ordering::Relaxed),
+                packets_sent,
+                tcp,
+                udp,
+            });
+        }
+        SideSnapshot {
+            elapsed_us: self.start.elapsed().as_micros() as u64,
+            cpu_us,
+            streams,
+        }
+    }
+
+    /// True once every worker has ended.
+    pub fn finished(&self) -> bool {
+        self.workers
+            .iter()
+            .all(|w| w.counters.done.load(Ordering::Acquire))
+    }
+
+    /// The first error a worker hit, if any.
+    pub fn error(&self) -> Option<String> {
+        self.workers
+            .iter()
+            .find_map(|w| w.counters.error.lock().expect("poisoned").clone())
+    }
+
+    /// Asks every worker to stop now.
+    pub fn stop(&self) {
+        self.stop.store(true, Ordering::Relaxed);
+        for w in &self.workers {
+            if let DataSocket::Tcp(s) = &w.socket {
+                let _ = s.shutdown(std::net::Shutdown::Both);
+            }
+        }
+    }
+
+    /// Waits for the workers to end.
+    pub fn join(&mut self) {
+        for w in &mut self.workers {
+            if let Some(t) = w.thread.take() {
+                let _ = t.join();
+            }
+        }
+    }
+}
+
+impl Drop for SideRun {
+    fn drop(&mut self) {
+        if !self.finished() {
+            self.stop();
+        }
+        self.join();
+    }
+}
+
+/// When interval samples and the end-of-omit baseline are due.
+#[derive(Debug)]
+pub struct Ticker {
+    start: Instant,
+    interval: Option<Duration>,
+    omit: Duration,
+    next_index: u32,
+    baseline_taken: bool,
+}
+
+/// A sample that is due.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Tick {
+    Interval { index: u32, omitted: bool },
+    Baseline,
+}
+
+impl Ticker {
+    pub fn new(start: Instant, params: &TestParams) -> Self {
+        Self {
+            start,
+            interval: (params.interval_ms > 0).then(|| Duration::from_millis(params.interval_ms)),
+            omit: Duration::from_millis(params.omit_ms),
+            next_index: 0,
+            baseline_taken: params.omit_ms == 0,
+        }
+    }
+
+    /// The next moment a sample is due.
+    pub fn next_due(&self) -> Option<Instant> {
+        let i = self
+            .interval
+            .map(|iv| self.start + iv * (self.next_index + 1));
+        let b = (!self.baseline_taken).then(|| self.start + self.omit);
+        match (i, b) {
+            (Some(i), Some(b)) => Some(i.min(b)),
+            (i, b) => i.or(b),
+        }
+    }
+
+    /// Samples due at `now`, in time order.
+    pub fn due(&mut self, now: Instant) -> Vec<Tick> {
+        let mut out = Vec::new();
+        loop {
+            let b = (!self.baseline_taken).then(|| self.start + self.omit);
+            let i = self
+                .interval
+                .map(|iv| self.start + iv * (self.next_index + 1));
+            match (b, i) {
+                (Some(b), i) if b <= now && i.is_none_or(|i| b <= i) => {
+                    self.baseline_taken = true;
+                    out.push(Tick::Baseline);
+                }
+                (_, Some(i)) if i <= now => {
+                    let iv = self.interval.expect("interval set");
+                    let omitted = iv * (self.next_index + 1) <= self.omit;
+                    out.push(Tick::Interval {
+                        index: self.next_index,
+                        omitted,
+                    });
+                    self.next_index += 1;
+                }
+                _ => break,
+            }
+        }
+        out
+    }
+
+    /// The baseline was not taken because the run ended first.
+    pub fn baseline_pending(&self) -> bool {
+        !self.baseline_taken
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ticker_orders_baseline_and_intervals() {
+        let t0 = Instant::now();
+        let p = TestParams {
+            interval_ms: 1000,
+            omit_ms: 1500,
+            ..TestParams::default()
+        };
+        let mut t = Ticker::new(t0, &p);
+        assert_eq!(t.next_due(), Some(t0 + Duration::from_millis(1000)));
+        assert_eq!(t.due(t0 + Duration::from_millis(999)), vec![]);
+        assert_eq!(
+            t.due(t0 + Duration::from_millis(2000)),
+            vec![
+                Tick::Interval {
+                    index: 0,
+                    omitted: true
+                },
+                Tick::Baseline,
+                Tick::Interval {
+                    index: 1,
+                    omitted: false
+                }
+            ]
+        );
+        assert!(!t.baseline_pending());
+    }
+}

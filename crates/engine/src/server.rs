@@ -1,0 +1,751 @@
+//! `longhaul serve`: one listening port for control and data connections,
+//! a thread per connection, and limits on connections, tests, streams and
+//! duration. A misbehaving client loses its own session, never anyone
+//! else's.
+
+use std::collections::HashMap;
+use std::io::{self, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
+use std::os::fd::AsFd;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::mpsc::{self, Receiver, Sender};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use longhaul_proto::msg::*;
+use longhaul_proto::report::{stream_keys, PeerResults, SideInterval, StreamSetup};
+use longhaul_proto::session::{Limits, ServerConfig, ServerEvent, ServerSession};
+use longhaul_proto::udp;
+
+use crate::client::{run_perf, tuning_for, ClientOptions};
+use crate::conn::{read_one_frame, FramedConn, HANDSHAKE_MAX_FRAME};
+use crate::run::{End, ReadyStream, SideRun, Tick, Ticker};
+use crate::sink::RelaySink;
+use crate::sock::{self, BufferCaps};
+use crate::stream::DataSocket;
+use crate::EngineError;
+
+/// How a server runs.
+#[derive(Debug, Clone)]
+pub struct ServeConfig {
+    pub limits: Limits,
+    /// Tests running at once.
+    pub max_tests: usize,
+    /// Open connections of any kind at once (each holds a thread).
+    pub max_connections: usize,
+    /// Where the server keeps its identity and state.
+    pub state_dir: PathBuf,
+}
+
+impl Default for ServeConfig {
+    fn default() -> Self {
+        Self {
+            limits: Limits::default(),
+            max_tests: 16,
+            max_connections: 512,
+            state_dir: default_state_dir(),
+        }
+    }
+}
+
+/// `$XDG_STATE_HOME/longhaul`, else `~/.local/state/longhaul`.
+pub fn default_state_dir() -> PathBuf {
+    if let Some(x) = std::env::var_os("XDG_STATE_HOME").filter(|x| !x.is_empty()) {
+        return PathBuf::from(x).join("longhaul");
+    }
+    let home = std::env::var_os("HOME").map_or_else(|| PathBuf::from("/tmp"), PathBuf::from);
+    home.join(".local/state/longhaul")
+}
+
+/// A data connection on its way to the test that owns its token.
+struct Attach {
+    stream: TcpStream,
+    index: u16,
+    direction: Direction,
+}
+
+struct Shared {
+    cfg: ServeConfig,
+    host: String,
+    registry: Mutex<HashMap<String, Sender<Attach>>>,
+    tests: AtomicUsize,
+    connections: AtomicUsize,
+    next_test: AtomicU64,
+    shutdown: AtomicBool,
+}
+
+/// A bound server.
+pub struct Server {
+    listeners: Vec<TcpListener>,
+    shared: Arc<Shared>,
+}
+
+/// A server running on background threads (for the demo and tests).
+pub struct ServerHandle {
+    pub addrs: Vec<SocketAddr>,
+    shared: Arc<Shared>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl ServerHandle {
+    pub fn addr(&self) -> SocketAddr {
+        self.addrs[0]
+    }
+
+    /// Stops accepting; running sessions end on their own.
+    pub fn shutdown(mut self) {
+        self.shared.shutdown.store(true, Ordering::SeqCst);
+        for a in &self.addrs {
+            let _ = TcpStream::connect_timeout(&wake_addr(*a), Duration::from_millis(200));
+        }
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+fn wake_addr(a: SocketAddr) -> SocketAddr {
+    let mut a = a;
+    if a.ip().is_unspecified() {
+        a.set_ip(match a {
+            SocketAddr::V4(_) => std::net::Ipv4Addr::LOCALHOST.into(),
+            SocketAddr::V6(_) => std::net::Ipv6Addr::LOCALHOST.into(),
+        });
+    }
+    a
+}
+
+fn bind_one(addr: SocketAddr) -> io::Result<TcpListener> {
+    let s = socket2::Socket::new(
+        socket2::Domain::for_address(addr),
+        socket2::Type::STREAM,
+        Some(socket2::Protocol::TCP),
+    )?;
+    s.set_reuse_address(true)?;
+    if addr.is_ipv6() && addr.ip().is_unspecified() {
+        // One socket for both families where the host allows it.
+        let _ = s.set_only_v6(false);
+    }
+    s.bind(&addr.into())?;
+    s.listen(1024)?;
+    Ok(s.into())
+}
+
+impl Server {
+    /// Binds every address; `[::]:PORT` serves IPv4 and IPv6 on one socket.
+    pub fn bind(addrs: &[SocketAddr], cfg: ServeConfig) -> Result<Server, EngineError> {
+        let mut listeners = Vec::new();
+        for a in addrs {
+            let l = bind_one(*a).map_err(|e| {
+                let hint = match e.kind() {
+                    io::ErrorKind::AddrInUse => {
+                        " (another process listens there: pick another --listen port)"
+                    }
+                    io::ErrorKind::PermissionDenied => " (ports below 1024 need root)",
+                    _ => "",
+                };
+                EngineError::Usage(format!("cannot listen on {a}: {e}{hint}"))
+            })?;
+            listeners.push(l);
+        }
+        Ok(Server {
+            listeners,
+            shared: Arc::new(Shared {
+                cfg,
+                host: sock::hostname(),
+                registry: Mutex::new(HashMap::new()),
+                tests: AtomicUsize::new(0),
+                connections: AtomicUsize::new(0),
+                next_test: AtomicU64::new(1),
+                shutdown: AtomicBool::new(false),
+            }),
+        })
+    }
+
+    pub fn local_addrs(&self) -> Vec<SocketAddr> {
+        self.listeners
+            .iter()
+            .filter_map(|l| l.local_addr().ok())
+            .collect()
+    }
+
+    /// Serves on background threads.
+    pub fn spawn(self) -> ServerHandle {
+        let addrs = self.local_addrs();
+        let shared = self.shared.clone();
+        let threads = self
+            .listeners
+            .into_iter()
+            .map(|l| {
+                let sh = self.shared.clone();
+                std::thread::Builder::new()
+                    .name("lh-accept".into())
+                    .spawn(move || accept_loop(&l, &sh))
+                    .expect("spawn accept thread")
+            })
+            .collect();
+        ServerHandle {
+            addrs,
+            shared,
+            threads,
+        }
+    }
+
+    /// Serves until the process ends.
+    pub fn run(self) {
+        self.spawn().threads.into_iter().for_each(|t| {
+            let _ = t.join();
+        });
+    }
+}
+
+fn accept_loop(l: &TcpListener, shared: &Arc<Shared>) {
+    loop {
+        let (stream, peer) = match l.accept() {
+            Ok(x) => x,
+            Err(e) => {
+                if shared.shutdown.load(Ordering::SeqCst) {
+                    return;
+                }
+                tracing::warn!("accept failed: {e}");
+                std::thread::sleep(Duration::from_millis(50));
+                continue;
+            }
+        };
+        if shared.shutdown.load(Ordering::SeqCst) {
+            return;
+        }
+        let open = shared.connections.fetch_add(1, Ordering::SeqCst) + 1;
+        if open > shared.cfg.max_connections {
+            shared.connections.fetch_sub(1, Ordering::SeqCst);
+            tracing::warn!(
+                "refusing {peer}: {open} connections open, limit {}",
+                shared.cfg.max_connections
+            );
+            refuse_raw(
+                &stream,
+                RefuseCode::Busy,
+                "server has too many open connections; try again later",
+            );
+            continue;
+        }
+        let sh = shared.clone();
+        let spawned = std::thread::Builder::new()
+            .name("lh-conn".into())
+            .spawn(move || {
+                handle_connection(&sh, stream, peer);
+                sh.connections.fetch_sub(1, Ordering::SeqCst);
+            });
+        if let Err(e) = spawned {
+            shared.connections.fetch_sub(1, Ordering::SeqCst);
+            tracing::error!("cannot start a thread for {peer}: {e}");
+        }
+    }
+}
+
+fn refuse_raw(mut stream: &TcpStream, code: RefuseCode, message: &str) {
+    let mut out = Vec::new();
+    if Message::Refuse(Refuse {
+        code,
+        message: message.into(),
+    })
+    .encode(&mut out)
+    .is_ok()
+    {
+        let _ = stream.set_write_timeout(Some(Duration::from_millis(200)));
+        let _ = stream.write_all(&out);
+    }
+}
+
+/// Reads from a stream with one deadline for the whole read, so a client
+/// that trickles bytes (slowloris) cannot extend it.
+struct DeadlineReader<'a> {
+    stream: &'a TcpStream,
+    deadline: Instant,
+}
+
+impl Read for DeadlineReader<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let left = self.deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(io::ErrorKind::TimedOut.into());
+        }
+        self.stream.set_read_timeout(Some(left))?;
+        let mut s = self.stream;
+        s.read(buf)
+    }
+}
+
+fn session_config(shared: &Shared) -> ServerConfig {
+    ServerConfig {
+        limits: shared.cfg.limits.clone(),
+        software: crate::software(),
+        host: shared.host.clone(),
+    }
+}
+
+fn handle_connection(shared: &Arc<Shared>, stream: TcpStream, peer: SocketAddr) {
+    let _ = stream.set_nodelay(true);
+    let now = Instant::now();
+    let mut session = ServerSession::new(now, session_config(shared));
+    let mut reader = DeadlineReader {
+        stream: &stream,
+        deadline: now + shared.cfg.limits.handshake_timeout,
+    };
+    let hello = read_one_frame(&mut reader, true, HANDSHAKE_MAX_FRAME)
+        .and_then(|f| Message::decode(&f).map_err(EngineError::from));
+    let hello = match hello {
+        Ok(m) => m,
+        Err(e) => {
+            tracing::warn!("closing {peer}: bad handshake: {e}");
+            if matches!(e, EngineError::Proto(_)) {
+                refuse_raw(&stream, RefuseCode::Protocol, &e.to_string());
+            }
+            return;
+        }
+    };
+    match session.handle(Instant::now(), hello) {
+        Ok(Some(ServerEvent::DataStream {
+            token,
+            stream: index,
+            direction,
+        })) => {
+            let tx = shared
+                .registry
+                .lock()
+                .expect("poisoned")
+                .get(&token)
+                .cloned();
+            let attached = tx.is_some_and(|tx| {
+                tx.send(Attach {
+                    stream: stream.try_clone().expect("clone socket"),
+                    index,
+                    direction,
+                })
+                .is_ok()
+            });
+            if !attached {
+                tracing::warn!("closing {peer}: data stream for an unknown test");
+                refuse_raw(
+                    &stream,
+                    RefuseCode::UnknownTest,
+                    "no test with that token on this server",
+                );
+            }
+        }
+        Ok(_) => {
+            let mut conn = FramedConn::new(Box::new(stream), peer.to_string());
+            if let Err(e) = control_loop(shared, &mut conn, &mut session) {
+                match e {
+                    EngineError::Closed(_) => {
+                        tracing::debug!("{peer} closed its control connection")
+                    }
+                    e => tracing::warn!("closing session of {peer}: {e}"),
+                }
+            }
+            flush(&mut conn, &mut session);
+        }
+        Err(e) => {
+            tracing::warn!("closing {peer}: {e}");
+            let mut conn = FramedConn::new(Box::new(stream), peer.to_string());
+            flush(&mut conn, &mut session);
+        }
+    }
+}
+
+fn flush(conn: &mut FramedConn, session: &mut ServerSession) {
+    while let Some(m) = session.poll_transmit() {
+        if conn.send(&m).is_err() {
+            break;
+        }
+    }
+}
+
+/// A test this control connection owns, from acceptance to results.
+struct Test {
+    params: TestParams,
+    token: String,
+    rx: Receiver<Attach>,
+    tcp: Vec<ReadyStream>,
+    udp: Vec<(Direction, u16, UdpSocket, bool)>,
+    ready: bool,
+    run: Option<SideRun>,
+    ticker: Option<Ticker>,
+    baseline: Option<longhaul_proto::report::SideSnapshot>,
+    _guard: TestGuard,
+}
+
+/// Frees the test's slot and token however the test ends.
+struct TestGuard {
+    shared: Arc<Shared>,
+    token: String,
+}
+
+impl Drop for TestGuard {
+    fn drop(&mut self) {
+        self.shared
+            .registry
+            .lock()
+            .expect("poisoned")
+            .remove(&self.token);
+        self.shared.tests.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+fn new_token() -> String {
+    let mut b = [0u8; 16];
+    getrandom::getrandom(&mut b).expect("the OS random source");
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+fn control_loop(
+    shared: &Arc<Shared>,
+    conn: &mut FramedConn,
+    session: &mut ServerSession,
+) -> Result<(), EngineError> {
+    let mut test: Option<Test> = None;
+    loop {
+        while let Some(m) = session.poll_transmit() {
+            conn.send(&m)?;
+        }
+        if session.is_closed() {
+            return Ok(());
+        }
+        let now = Instant::now();
+        session.handle_timeout(now)?;
+        if let Some(t) = &mut test {
+            if !t.ready {
+                attach_streams(t);
+                if t.tcp.len() + t.udp.len() == stream_keys(&t.params).len()
+                    && t.udp.iter().all(|u| u.3)
+                {
+                    t.ready = true;
+                    let caps = BufferCaps::read();
+                    session.ready(Ready {
+                        streams: setups(t),
+                        rmem_max: caps.rmem_max,
+                        wmem_max: caps.wmem_max,
+                    });
+                    continue;
+                }
+            }
+            if let Some(run) = &t.run {
+                for tick in t.ticker.as_mut().expect("set with run").due(now) {
+                    let snapshot = run.snapshot();
+                    match tick {
+                        Tick::Baseline => t.baseline = Some(snapshot),
+                        Tick::Interval { index, omitted } => session.interval(SideInterval {
+                            index,
+                            omitted,
+                            snapshot,
+                        }),
+                    }
+                }
+                if run.finished() {
+                    let end = run.snapshot();
+                    let baseline = match t.ticker.as_ref().is_some_and(Ticker::baseline_pending) {
+                        true => Some(end.clone()),
+                        false => t.baseline.take(),
+                    };
+                    let error = run.error();
+                    tracing::info!(
+                        "test of {} finished: {} bytes{}",
+                        conn.peer(),
+                        end.streams.iter().map(|s| s.bytes).sum::<u64>(),
+                        error
+                            .as_deref()
+                            .map(|e| format!(", {e}"))
+                            .unwrap_or_default()
+                    );
+                    session.results(
+                        Instant::now(),
+                        PeerResults {
+                            baseline,
+                            end,
+                            error,
+                        },
+                    );
+                    test = None;
+                    continue;
+                }
+            }
+        }
+        let wait = if test.is_some() {
+            Duration::from_millis(10)
+        } else {
+            session
+                .poll_timeout()
+                .map_or(Duration::from_millis(200), |d| {
+                    d.saturating_duration_since(now)
+                })
+                .min(Duration::from_millis(200))
+        };
+        let msg = match conn.recv(wait) {
+            Ok(Some(m)) => m,
+            Ok(None) => continue,
+            Err(e @ EngineError::Proto(_)) => {
+                session.refuse(RefuseCode::Protocol, e.to_string());
+                return Err(e);
+            }
+            Err(e) => return Err(e),
+        };
+        match session.handle(Instant::now(), msg) {
+            Ok(Some(ServerEvent::TestRequested(p))) => match new_test(shared, conn, &p) {
+                Ok((t, accept)) => {
+                    tracing::info!(
+                        "test {} from {}: {:?} {:?}, {} stream(s)",
+                        accept.test_id,
+                        conn.peer(),
+                        p.transport,
+                        p.mode,
+                        p.streams
+                    );
+                    session.accept_test(Instant::now(), accept);
+                    test = Some(t);
+                }
+                Err((code, message)) => {
+                    tracing::warn!("refusing test from {}: {message}", conn.peer());
+                    session.refuse(code, message);
+                }
+            },
+            Ok(Some(ServerEvent::Start)) => {
+                if let Some(t) = &mut test {
+                    let mut streams = std::mem::take(&mut t.tcp);
+                    for (direction, stream, u, _) in t.udp.drain(..) {
+                        streams.push(ReadyStream {
+                            direction,
+                            stream,
+                            socket: DataSocket::Udp(Arc::new(u)),
+                        });
+                    }
+                    match SideRun::start(
+                        End::Server,
+                        &t.params,
+                        streams,
+                        t.params.server_cpu,
+                        &t.token,
+                    ) {
+                        Ok(run) => {
+                            t.ticker = Some(Ticker::new(run.start, &t.params));
+                            t.run = Some(run);
+                        }
+                        Err(e) => {
+                            session.refuse(
+                                RefuseCode::ServerError,
+                                format!("failed to start the test: {e}"),
+                            );
+                        }
+                    }
+                }
+            }
+            Ok(Some(ServerEvent::Stop(reason))) => {
+                tracing::info!("{} stops its test: {reason}", conn.peer());
+                if let Some(run) = test.as_ref().and_then(|t| t.run.as_ref()) {
+                    run.stop();
+                }
+            }
+            Ok(Some(ServerEvent::ThirdPartyRequested(req))) => {
+                third_party(shared, conn, &req);
+                session.finish(Instant::now());
+            }
+            Ok(Some(ServerEvent::DataStream { .. })) | Ok(None) => {}
+            Err(e) => {
+                if let Some(run) = test.as_ref().and_then(|t| t.run.as_ref()) {
+                    run.stop();
+                }
+                return Err(e.into());
+            }
+        }
+    }
+}
+
+fn new_test(
+    shared: &Arc<Shared>,
+    conn: &FramedConn,
+    p: &TestParams,
+) -> Result<(Test, TestAccept), (RefuseCode, String)> {
+    if let Some(cc) = &p.congestion {
+        sock::check_congestion(cc).map_err(|m| (RefuseCode::BadRequest, m))?;
+    }
+    let running = shared.tests.fetch_add(1, Ordering::SeqCst);
+    let guard_token = new_token();
+    let guard = TestGuard {
+        shared: shared.clone(),
+        token: guard_token.clone(),
+    };
+    if running >= shared.cfg.max_tests {
+        return Err((
+            RefuseCode::Busy,
+            format!(
+                "server is running {running} tests, its limit (--max-tests {}); try again later",
+                shared.cfg.max_tests
+            ),
+        ));
+    }
+    let mut udp_sockets = Vec::new();
+    let mut ports = Vec::new();
+    if p.transport == Transport::Udp {
+        let local_ip = conn
+            .tcp()
+            .local_addr()
+            .map_err(|e| (RefuseCode::ServerError, e.to_string()))?
+            .ip();
+        for (d, i) in stream_keys(p) {
+            let u = UdpSocket::bind(SocketAddr::new(local_ip, 0)).map_err(|e| {
+                (
+                    RefuseCode::ServerError,
+                    format!("failed to bind a UDP socket on {local_ip}: {e}"),
+                )
+            })?;
+            if let Some(w) = p.window {
+                let r = socket2::SockRef::from(&u);
+                let _ = r.set_send_buffer_size(w as usize);
+                let _ = r.set_recv_buffer_size(w as usize);
+            }
+            u.set_nonblocking(true)
+                .map_err(|e| (RefuseCode::ServerError, e.to_string()))?;
+            ports.push(
+                u.local_addr()
+                    .map_err(|e| (RefuseCode::ServerError, e.to_string()))?
+                    .port(),
+            );
+            udp_sockets.push((d, i, u, false));
+        }
+    }
+    let (tx, rx) = mpsc::channel();
+    shared
+        .registry
+        .lock()
+        .expect("poisoned")
+        .insert(guard_token.clone(), tx);
+    let test_id = shared.next_test.fetch_add(1, Ordering::SeqCst);
+    Ok((
+        Test {
+            params: p.clone(),
+            token: guard_token.clone(),
+            rx,
+            tcp: Vec::new(),
+            udp: udp_sockets,
+            ready: false,
+            run: None,
+            ticker: None,
+            baseline: None,
+            _guard: guard,
+        },
+        TestAccept {
+            test_id,
+            token: guard_token,
+            udp_ports: ports,
+        },
+    ))
+}
+
+/// Takes data connections and UDP registrations that have arrived.
+fn attach_streams(t: &mut Test) {
+    while let Ok(a) = t.rx.try_recv() {
+        let known = stream_keys(&t.params).contains(&(a.direction, a.index));
+        let dup = t
+            .tcp
+            .iter()
+            .any(|s| s.direction == a.direction && s.stream == a.index);
+        if !known || dup || t.params.transport != Transport::Tcp {
+            refuse_raw(
+                &a.stream,
+                RefuseCode::Protocol,
+                "data stream index not part of this test",
+            );
+            continue;
+        }
+        let tuning = tuning_for(&t.params, End::Server.sends(a.direction));
+        let s = socket2::SockRef::from(&a.stream);
+        if let Err(e) = sock::apply_tcp_ref(&s, &tuning) {
+            tracing::warn!("failed to tune data stream: {e}");
+        }
+        t.tcp.push(ReadyStream {
+            direction: a.direction,
+            stream: a.index,
+            socket: DataSocket::Tcp(Arc::new(a.stream)),
+        });
+    }
+    let tag = udp::tag_of(&t.token);
+    let mut buf = [0u8; 128];
+    for (_, _, u, registered) in t.udp.iter_mut().filter(|u| !u.3) {
+        while let Ok((n, from)) = u.recv_from(&mut buf) {
+            let ok = udp::Header::read(&buf[..n])
+                .is_some_and(|h| h.tag == tag && h.flags & udp::FLAG_REGISTER != 0)
+                && &buf[udp::HEADER_LEN.min(n)..n] == t.token.as_bytes();
+            if ok && u.connect(from).is_ok() {
+                let _ = u.set_nonblocking(false);
+                *registered = true;
+                break;
+            }
+        }
+    }
+}
+
+fn setups(t: &Test) -> Vec<StreamSetup> {
+    let mut out: Vec<StreamSetup> = t
+        .tcp
+        .iter()
+        .filter_map(|s| match &s.socket {
+            DataSocket::Tcp(tcp) => {
+                let (sndbuf, rcvbuf, mss) = sock::granted(tcp.as_fd());
+                Some(StreamSetup {
+                    direction: s.direction,
+                    stream: s.stream,
+                    sndbuf,
+                    rcvbuf,
+                    mss,
+                    congestion: sock::congestion(tcp.as_fd()),
+                })
+            }
+            DataSocket::Udp(_) => None,
+        })
+        .collect();
+    for (d, i, u, _) in &t.udp {
+        let r = socket2::SockRef::from(u);
+        out.push(StreamSetup {
+            direction: *d,
+            stream: *i,
+            sndbuf: r.send_buffer_size().unwrap_or(0) as u64,
+            rcvbuf: r.recv_buffer_size().unwrap_or(0) as u64,
+            mss: 0,
+            congestion: String::new(),
+        });
+    }
+    out
+}
+
+/// Runs a test from this server to another and relays it to the requester.
+fn third_party(shared: &Arc<Shared>, conn: &mut FramedConn, req: &ThirdParty) {
+    tracing::info!("third-party test from {} to {}", conn.peer(), req.target);
+    let running = shared.tests.fetch_add(1, Ordering::SeqCst);
+    let result = if running >= shared.cfg.max_tests {
+        Err(EngineError::Refused {
+            code: RefuseCode::Busy,
+            message: format!("server is running {running} tests, its limit; try again later"),
+        })
+    } else {
+        let mut sink = RelaySink(|r: Relay| {
+            let _ = conn.send(&Message::Relay(r));
+        });
+        run_perf(
+            &req.target,
+            &req.params,
+            &ClientOptions::default(),
+            &mut sink,
+        )
+    };
+    shared.tests.fetch_sub(1, Ordering::SeqCst);
+    if let Err(e) = result {
+        let code = match &e {
+            EngineError::Refused { code, .. } => *code,
+            _ => RefuseCode::ServerError,
+        };
+        let _ = conn.send(&Message::Relay(Relay::Failed(Refuse {
+            code,
+            message: e.to_string(),
+        })));
+    }
+}

@@ -1,0 +1,380 @@
+//! Socket tuning and the kernel's view of a socket: buffer sizes and their
+//! caps, congestion control, MSS, pacing, TCP_INFO, thread CPU time and
+//! affinity. Thin wrappers over setsockopt/getsockopt and /proc.
+
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
+
+use longhaul_proto::report::TcpSample;
+use socket2::SockRef;
+
+/// Reads a number from a file under /proc/sys, if it exists.
+pub fn sysctl_u64(path: &str) -> Option<u64> {
+    std::fs::read_to_string(path)
+        .ok()?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
+/// Reads the three numbers of tcp_rmem / tcp_wmem.
+pub fn sysctl_triple(path: &str) -> Option<[u64; 3]> {
+    let s = std::fs::read_to_string(path).ok()?;
+    let v: Vec<u64> = s
+        .split_whitespace()
+        .filter_map(|x| x.parse().ok())
+        .collect();
+    (v.len() == 3).then(|| [v[0], v[1], v[2]])
+}
+
+/// The kernel's caps on socket buffers, as this host has them.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct BufferCaps {
+    pub rmem_max: Option<u64>,
+    pub wmem_max: Option<u64>,
+    pub tcp_rmem_max: Option<u64>,
+    pub tcp_wmem_max: Option<u64>,
+}
+
+impl BufferCaps {
+    pub fn read() -> Self {
+        Self {
+            rmem_max: sysctl_u64("/proc/sys/net/core/rmem_max"),
+            wmem_max: sysctl_u64("/proc/sys/net/core/wmem_max"),
+            tcp_rmem_max: sysctl_triple("/proc/sys/net/ipv4/tcp_rmem").map(|t| t[2]),
+            tcp_wmem_max: sysctl_triple("/proc/sys/net/ipv4/tcp_wmem").map(|t| t[2]),
+        }
+    }
+}
+
+/// Congestion control algorithms this kernel offers.
+pub fn available_congestion() -> Vec<String> {
+    std::fs::read_to_string("/proc/sys/net/ipv4/tcp_available_congestion_control")
+        .map(|s| s.split_whitespace().map(str::to_string).collect())
+        .unwrap_or_default()
+}
+
+/// Checks a congestion control name against this kernel; the error names
+/// the choices and how to load another.
+pub fn check_congestion(name: &str) -> Result<(), String> {
+    let avail = available_congestion();
+    if avail.is_empty() || avail.iter().any(|a| a == name) {
+        Ok(())
+    } else {
+        Err(format!(
+            "unknown congestion control '{name}' on this host: available are {} (load another with `modprobe tcp_{name}`)",
+            avail.join(", ")
+        ))
+    }
+}
+
+/// Socket options a data stream asks for.
+#[derive(Debug, Clone, Default)]
+pub struct Tuning {
+    pub window: Option<u32>,
+    pub congestion: Option<String>,
+    /// Bytes per second, for SO_MAX_PACING_RATE.
+    pub pacing_bytes_per_sec: Option<u64>,
+    pub mss: Option<u32>,
+}
+
+/// Applies what must be set before connect or on a fresh socket.
+pub fn apply_tcp(sock: &socket2::Socket, t: &Tuning) -> io::Result<()> {
+    apply_tcp_ref(&SockRef::from(sock), t)
+}
+
+/// Applies tuning to a socket we do not own (an accepted stream).
+pub fn apply_tcp_ref(sock: &SockRef<'_>, t: &Tuning) -> io::Result<()> {
+    if let Some(w) = t.window {
+        sock.set_send_buffer_size(w as usize)?;
+        sock.set_recv_buffer_size(w as usize)?;
+    }
+    if let Some(mss) = t.mss {
+        setsockopt_u32(sock.as_fd(), libc::IPPROTO_TCP, libc::TCP_MAXSEG, mss)
+            .map_err(|e| io::Error::new(e.kind(), format!("failed to set MSS {mss}: {e}")))?;
+    }
+    if let Some(cc) = &t.congestion {
+        set_congestion(sock.as_fd(), cc)?;
+    }
+    if let Some(rate) = t.pacing_bytes_per_sec {
+        set_pacing(sock.as_fd(), rate)?;
+    }
+    sock.set_nodelay(true)?;
+    Ok(())
+}
+
+pub fn set_congestion(fd: BorrowedFd<'_>, cc: &str) -> io::Result<()> {
+    // SAFETY: fd is a valid socket; the option value is a byte string of the given length.
+    let r = unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_CONGESTION,
+            cc.as_ptr().cast(),
+            cc.len() as libc::socklen_t,
+        )
+    };
+    if r != 0 {
+        let e = io::Error::last_os_error();
+        return Err(io::Error::new(
+            e.kind(),
+            format!("failed to set congestion control '{cc}': {e}"),
+        ));
+    }
+    Ok(())
+}
+
+pub fn congestion(fd: BorrowedFd<'_>) -> String {
+    let mut buf = [0u8; 16];
+    let mut len = buf.len() as libc::socklen_t;
+    // SAFETY: buf is writable for len bytes.
+    let r = unsafe {
+        libc::getsockopt(
+            fd.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_CONGESTION,
+            buf.as_mut_ptr().cast(),
+            &mut len,
+        )
+    };
+    if r != 0 {
+        return String::new();
+    }
+    let n = buf[..len as usize]
+        .iter()
+        .position(|&b| b == 0)
+        .unwrap_or(len as usize);
+    String::from_utf8_lossy(&buf[..n]).into_owned()
+}
+
+pub fn set_pacing(fd: BorrowedFd<'_>, bytes_per_sec: u64) -> io::Result<()> {
+    // SAFETY: the option takes a u64 on current kernels (u32 on old ones, which read the low half).
+    let r = unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_MAX_PACING_RATE,
+            (&bytes_per_sec as *const u64).cast(),
+            std::mem::size_of::<u64>() as libc::socklen_t,
+        )
+    };
+    if r != 0 {
+        let e = io::Error::last_os_error();
+        return Err(io::Error::new(
+            e.kind(),
+            format!("failed to set pacing rate: {e}"),
+        ));
+    }
+    Ok(())
+}
+
+pub fn setsockopt_u32(fd: BorrowedFd<'_>, level: i32, opt: i32, v: u32) -> io::Result<()> {
+    let v = v as libc::c_int;
+    // SAFETY: v is a c_int on the stack, passed with its size.
+    let r = unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            level,
+            opt,
+            (&v as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+pub fn getsockopt_u32(fd: BorrowedFd<'_>, level: i32, opt: i32) -> io::Result<u32> {
+    let mut v: libc::c_int = 0;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: v is writable, len is its size.
+    let r = unsafe {
+        libc::getsockopt(
+            fd.as_raw_fd(),
+            level,
+            opt,
+            (&mut v as *mut libc::c_int).cast(),
+            &mut len,
+        )
+    };
+    if r == 0 {
+        Ok(v as u32)
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// Buffer sizes the kernel granted, as getsockopt reports them (twice
+/// what was asked, for bookkeeping overhead), and the MSS.
+pub fn granted(fd: BorrowedFd<'_>) -> (u64, u64, u32) {
+    let s = SockRef::from(&fd);
+    (
+        s.send_buffer_size().unwrap_or(0) as u64,
+        s.recv_buffer_size().unwrap_or(0) as u64,
+        getsockopt_u32(fd, libc::IPPROTO_TCP, libc::TCP_MAXSEG).unwrap_or(0),
+    )
+}
+
+/// `struct tcp_info` as in linux/tcp.h (through tcpi_delivered_ce and the
+/// later fields we read); the kernel fills as much as it has and reports
+/// the length, so older kernels leave the tail zero.
+#[repr(C)]
+#[derive(Default, Clone, Copy)]
+struct RawTcpInfo {
+    state: u8,
+    ca_state: u8,
+    retransmits: u8,
+    probes: u8,
+    backoff: u8,
+    options: u8,
+    wscale: u8,
+    flags: u8,
+    rto: u32,
+    ato: u32,
+    snd_mss: u32,
+    rcv_mss: u32,
+    unacked: u32,
+    sacked: u32,
+    lost: u32,
+    retrans: u32,
+    fackets: u32,
+    last_data_sent: u32,
+    last_ack_sent: u32,
+    last_data_recv: u32,
+    last_ack_recv: u32,
+    pmtu: u32,
+    rcv_ssthresh: u32,
+    rtt: u32,
+    rttvar: u32,
+    snd_ssthresh: u32,
+    snd_cwnd: u32,
+    advmss: u32,
+    reordering: u32,
+    rcv_rtt: u32,
+    rcv_space: u32,
+    total_retrans: u32,
+    pacing_rate: u64,
+    max_pacing_rate: u64,
+    bytes_acked: u64,
+    bytes_received: u64,
+    segs_out: u32,
+    segs_in: u32,
+    notsent_bytes: u32,
+    min_rtt: u32,
+    data_segs_in: u32,
+    data_segs_out: u32,
+    delivery_rate: u64,
+    busy_time: u64,
+    rwnd_limited: u64,
+    sndbuf_limited: u64,
+    delivered: u32,
+    delivered_ce: u32,
+    bytes_sent: u64,
+    bytes_retrans: u64,
+    dsack_dups: u32,
+    reord_seen: u32,
+    rcv_ooopack: u32,
+    snd_wnd: u32,
+}
+
+/// Reads TCP_INFO of a socket.
+pub fn tcp_info(fd: BorrowedFd<'_>) -> Option<TcpSample> {
+    let mut info = RawTcpInfo::default();
+    let mut len = std::mem::size_of::<RawTcpInfo>() as libc::socklen_t;
+    // SAFETY: info is a plain repr(C) struct, writable for len bytes.
+    let r = unsafe {
+        libc::getsockopt(
+            fd.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_INFO,
+            (&mut info as *mut RawTcpInfo).cast(),
+            &mut len,
+        )
+    };
+    if r != 0 {
+        return None;
+    }
+    Some(TcpSample {
+        retransmits: u64::from(info.total_retrans),
+        rtt_us: info.rtt,
+        rttvar_us: info.rttvar,
+        min_rtt_us: info.min_rtt,
+        cwnd_bytes: u64::from(info.snd_cwnd) * u64::from(info.snd_mss),
+        busy_us: info.busy_time,
+        rwnd_limited_us: info.rwnd_limited,
+        sndbuf_limited_us: info.sndbuf_limited,
+        delivery_rate: info.delivery_rate,
+        pacing_rate: info.pacing_rate,
+    })
+}
+
+/// CPU time (user + system) of the calling thread, microseconds.
+pub fn thread_cpu_us() -> u64 {
+    clock_us(libc::CLOCK_THREAD_CPUTIME_ID).unwrap_or(0)
+}
+
+fn clock_us(clock: libc::clockid_t) -> Option<u64> {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: ts is writable.
+    let r = unsafe { libc::clock_gettime(clock, &mut ts) };
+    (r == 0).then(|| ts.tv_sec as u64 * 1_000_000 + ts.tv_nsec as u64 / 1000)
+}
+
+/// A handle on another thread's CPU clock.
+#[derive(Debug, Clone, Copy)]
+pub struct ThreadClock(libc::clockid_t);
+
+impl ThreadClock {
+    /// The clock of the calling thread, readable from any thread while it lives.
+    pub fn current() -> Option<Self> {
+        let mut id: libc::clockid_t = 0;
+        // SAFETY: pthread_self is always valid for the calling thread.
+        let r = unsafe { libc::pthread_getcpuclockid(libc::pthread_self(), &mut id) };
+        (r == 0).then_some(Self(id))
+    }
+
+    pub fn read_us(self) -> Option<u64> {
+        clock_us(self.0)
+    }
+}
+
+/// Pins the calling thread to one CPU.
+pub fn pin_to_cpu(cpu: u32) -> io::Result<()> {
+    // SAFETY: cpu_set_t is plain data; CPU_SET writes within it for cpu < CPU_SETSIZE.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        if cpu as usize >= libc::CPU_SETSIZE as usize {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("CPU {cpu} out of range"),
+            ));
+        }
+        libc::CPU_SET(cpu as usize, &mut set);
+        if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
+            let e = io::Error::last_os_error();
+            return Err(io::Error::new(
+                e.kind(),
+                format!("failed to pin thread to CPU {cpu}: {e}"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The host name, for reports.
+pub fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_else(|_| "unknown".into())
+}
+
+pub fn fd_of<T: AsFd>(t: &T) -> BorrowedFd<'_> {
+    t.as_fd()
+}

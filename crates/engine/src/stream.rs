@@ -1,0 +1,450 @@
+//! Data stream workers: one thread per stream that sends or receives as
+//! fast as allowed, counting into atomics that the control loop samples.
+//!
+//! A memory-to-memory test is a transfer whose source is a memory buffer
+//! and whose sink discards; these loops are that source and sink.
+
+use std::io::{self, Read, Write};
+use std::net::{Shutdown, TcpStream, UdpSocket};
+use std::os::fd::{AsFd, AsRawFd};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use longhaul_proto::msg::Direction;
+use longhaul_proto::report::UdpRecv;
+use longhaul_proto::udp::{self, Header};
+
+use crate::sock::{self, ThreadClock};
+
+/// The socket a stream runs over.
+#[derive(Clone)]
+pub enum DataSocket {
+    Tcp(Arc<TcpStream>),
+    Udp(Arc<UdpSocket>),
+}
+
+/// Counters a worker publishes while it runs.
+#[derive(Default)]
+pub struct Counters {
+    pub bytes: AtomicU64,
+    pub packets_sent: AtomicU64,
+    pub udp: Mutex<UdpRecv>,
+    /// CPU time of the worker thread when it ended, microseconds.
+    pub final_cpu_us: AtomicU64,
+    pub done: AtomicBool,
+    pub clock: OnceLock<ThreadClock>,
+    pub error: Mutex<Option<String>>,
+}
+
+impl Counters {
+    /// CPU time of the worker so far, microseconds.
+    pub fn cpu_us(&self) -> u64 {
+        if self.done.load(Ordering::Acquire) {
+            return self.final_cpu_us.load(Ordering::Relaxed);
+        }
+        match self.clock.get().and_then(|c| c.read_us()) {
+            Some(us) => us,
+            None => self.final_cpu_us.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// How one worker runs.
+#[derive(Clone)]
+pub struct Plan {
+    pub direction: Direction,
+    pub stream: u16,
+    pub send: bool,
+    pub length: usize,
+    /// When a sender stops (start + omit + duration), if time-bound.
+    pub until: Option<Instant>,
+    /// Bytes this stream sends, if byte-bound.
+    pub bytes: Option<u64>,
+    pub zerocopy: bool,
+    pub cpu: Option<u32>,
+    /// UDP sender rate, bytes per second; None or 0 for unlimited.
+    pub udp_rate: Option<u64>,
+    pub udp_tag: u32,
+    pub stop: Arc<AtomicBool>,
+    /// Base of UDP send timestamps.
+    pub epoch: Instant,
+}
+
+/// Starts a worker thread.
+pub fn spawn(
+    plan: Plan,
+    socket: DataSocket,
+    counters: Arc<Counters>,
+) -> io::Result<std::thread::JoinHandle<()>> {
+    std::thread::Builder::new()
+        .name(format!(
+            "lh-{}{}",
+            if plan.send { "tx" } else { "rx" },
+            plan.stream
+        ))
+        .spawn(move || {
+            if let Some(c) = ThreadClock::current() {
+                let _ = counters.clock.set(c);
+            }
+            let r = match plan.cpu.map(sock::pin_to_cpu) {
+                Some(Err(e)) => Err(e),
+                _ => match (&socket, plan.send) {
+                    (DataSocket::Tcp(s), true) => tcp_send(s, &plan, &counters),
+                    (DataSocket::Tcp(s), false) => tcp_recv(s, &plan, &counters),
+                    (DataSocket::Udp(s), true) => udp_send(s, &plan, &counters),
+                    (DataSocket::Udp(s), false) => udp_recv(s, &plan, &counters),
+                },
+            };
+            if let Err(e) = r {
+                if !plan.stop.load(Ordering::Relaxed) {
+                    *counters.error.lock().expect("poisoned") = Some(format!(
+                        "stream {} ({}): {e}",
+                        plan.stream,
+                        if plan.send { "sending" } else { "receiving" }
+                    ));
+                }
+            }
+            counters
+                .final_cpu_us
+                .store(sock::thread_cpu_us(), Ordering::Relaxed);
+            counters.done.store(true, Ordering::Release);
+        })
+}
+
+/// Fills a buffer with bytes that do not compress, so nothing on the path
+/// can shrink them.
+pub fn fill_incompressible(buf: &mut [u8], seed: u64) {
+    let mut x = seed | 1;
+    for chunk in buf.chunks_mut(8) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        let b = x.to_le_bytes();
+        chunk.copy_from_slice(&b[..chunk.len()]);
+    }
+}
+
+fn should_stop(plan: &Plan) -> bool {
+    plan.stop.load(Ordering::Relaxed) || plan.until.is_some_and(|u| Instant::now() >= u)
+}
+
+fn tcp_send(s: &TcpStream, plan: &Plan, c: &Counters) -> io::Result<()> {
+    let mut buf = vec![0u8; plan.length];
+    fill_incompressible(&mut buf, u64::from(plan.stream) + 1);
+    let mut remaining = plan.bytes.unwrap_or(u64::MAX);
+    s.set_write_timeout(Some(Duration::from_millis(250)))?;
+    let memfd = if plan.zerocopy {
+        Some(memfd_with(&buf)?)
+    } else {
+        None
+    };
+    let mut w = s;
+    while remaining > 0 && !should_stop(plan) {
+        let want = (buf.len() as u64).min(remaining) as usize;
+        let r = match &memfd {
+            Some(f) => sendfile(s, f, want),
+            None => w.write(&buf[..want]),
+        };
+        match r {
+            Ok(n) => {
+                remaining -= n as u64;
+                c.bytes.fetch_add(n as u64, Ordering::Relaxed);
+            }
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::Interrupted
+                        | io::ErrorKind::WouldBlock
+                        | io::ErrorKind::TimedOut
+                ) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    s.shutdown(Shutdown::Write)?;
+    // Wait for the receiver to close, so that the final TCP_INFO sample
+    // covers every byte acknowledged.
+    s.set_read_timeout(Some(Duration::from_millis(100)))?;
+    let grace = Instant::now() + Duration::from_secs(5);
+    let mut sink = [0u8; 64];
+    let mut r = s;
+    while Instant::now() < grace {
+        match r.read(&mut sink) {
+            Ok(0) => break,
+            Ok(_) => {}
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock
+                        | io::ErrorKind::TimedOut
+                        | io::ErrorKind::Interrupted
+                ) =>
+            {
+                if plan.stop.load(Ordering::Relaxed) {
+                    break;
+                }
+            }
+            Err(_) => break,
+        }
+    }
+    Ok(())
+}
+
+fn memfd_with(buf: &[u8]) -> io::Result<std::fs::File> {
+    // SAFETY: the name is a NUL-terminated literal.
+    let fd = unsafe { libc::memfd_create(c"longhaul-perf".as_ptr(), libc::MFD_CLOEXEC) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: fd was just created and is owned by nobody else.
+    let mut f = unsafe { <std::fs::File as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+    f.write_all(buf)?;
+    Ok(f)
+}
+
+fn sendfile(s: &TcpStream, f: &std::fs::File, len: usize) -> io::Result<usize> {
+    let mut off: libc::off_t = 0;
+    // SAFETY: both fds are valid for the call; off is a local.
+    let n = unsafe { libc::sendfile(s.as_raw_fd(), f.as_raw_fd(), &mut off, len) };
+    if n < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(n as usize)
+    }
+}
+
+fn tcp_recv(s: &TcpStream, plan: &Plan, c: &Counters) -> io::Result<()> {
+    let mut buf = vec![0u8; plan.length.clamp(64 << 10, 4 << 20)];
+    s.set_read_timeout(Some(Duration::from_millis(250)))?;
+    let mut r = s;
+    loop {
+        match r.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => {
+                c.bytes.fetch_add(n as u64, Ordering::Relaxed);
+            }
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::Interrupted
+                        | io::ErrorKind::WouldBlock
+                        | io::ErrorKind::TimedOut
+                ) =>
+            {
+                if plan.stop.load(Ordering::Relaxed) {
+                    break;
+                }
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    let _ = s.shutdown(Shutdown::Both);
+    Ok(())
+}
+
+fn now_ns(epoch: Instant) -> u64 {
+    epoch.elapsed().as_nanos() as u64
+}
+
+/// Largest number of segments we hand the kernel in one GSO send.
+const GSO_MAX_SEGMENTS: usize = 64;
+
+fn udp_send(s: &UdpSocket, plan: &Plan, c: &Counters) -> io::Result<()> {
+    let seg = plan.length.max(udp::HEADER_LEN);
+    let mut batch =
+        if sock::setsockopt_u32(s.as_fd(), libc::SOL_UDP, libc::UDP_SEGMENT, seg as u32).is_ok() {
+            (65_000 / seg).clamp(1, GSO_MAX_SEGMENTS)
+        } else {
+            1
+        };
+    let mut buf = vec![0u8; seg * batch];
+    fill_incompressible(&mut buf, 7);
+    let rate = plan.udp_rate.filter(|&r| r > 0);
+    let started = Instant::now();
+    let mut seq: u64 = 0;
+    let limit_pkts = plan.bytes.map(|b| b.div_ceil(seg as u64));
+    s.set_write_timeout(Some(Duration::from_millis(100)))?;
+    while !should_stop(plan) && limit_pkts.is_none_or(|l| seq < l) {
+        let mut due = batch as u64;
+        if let Some(r) = rate {
+            let allowed = (started.elapsed().as_secs_f64() * r as f64 / seg as f64) as u64 + 1;
+            if allowed <= seq {
+                let next = Duration::from_secs_f64((seq + 1) as f64 * seg as f64 / r as f64);
+                let wait = next
+                    .saturating_sub(started.elapsed())
+                    .min(Duration::from_millis(10));
+                std::thread::sleep(wait.max(Duration::from_micros(50)));
+                continue;
+            }
+            due = due.min(allowed - seq);
+        }
+        if let Some(l) = limit_pkts {
+            due = due.min(l - seq);
+        }
+        let n = due as usize;
+        let t = now_ns(plan.epoch);
+        for i in 0..n {
+            Header {
+                tag: plan.udp_tag,
+                stream: plan.stream,
+                flags: 0,
+                seq: seq + i as u64,
+                send_ns: t,
+            }
+            .write(&mut buf[i * seg..]);
+        }
+        match s.send(&buf[..n * seg]) {
+            Ok(_) => {
+                seq += due;
+                c.packets_sent.fetch_add(due, Ordering::Relaxed);
+                c.bytes.fetch_add((n * seg) as u64, Ordering::Relaxed);
+            }
+            Err(e)
+                if batch > 1
+                    && matches!(
+                        e.raw_os_error(),
+                        Some(libc::EINVAL | libc::EMSGSIZE | libc::EIO)
+                    ) =>
+            {
+                // The path or device refuses GSO: send one datagram at a time.
+                let _ = sock::setsockopt_u32(s.as_fd(), libc::SOL_UDP, libc::UDP_SEGMENT, 0);
+                batch = 1;
+            }
+            Err(e)
+                if matches!(
+                    e.raw_os_error(),
+                    Some(libc::ENOBUFS | libc::EAGAIN | libc::ECONNREFUSED)
+                ) || e.kind() == io::ErrorKind::TimedOut =>
+            {
+                std::thread::sleep(Duration::from_micros(100));
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    let _ = sock::setsockopt_u32(s.as_fd(), libc::SOL_UDP, libc::UDP_SEGMENT, 0);
+    for _ in 0..3 {
+        Header {
+            tag: plan.udp_tag,
+            stream: plan.stream,
+            flags: udp::FLAG_FIN,
+            seq,
+            send_ns: now_ns(plan.epoch),
+        }
+        .write(&mut buf[..seg]);
+        let _ = s.send(&buf[..udp::HEADER_LEN]);
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    Ok(())
+}
+
+fn udp_recv(s: &UdpSocket, plan: &Plan, c: &Counters) -> io::Result<()> {
+    let fd = s.as_fd();
+    sock::setsockopt_u32(fd, libc::SOL_SOCKET, libc::SO_RXQ_OVFL, 1)?;
+    let gro = sock::setsockopt_u32(fd, libc::SOL_UDP, libc::UDP_GRO, 1).is_ok();
+    s.set_read_timeout(Some(Duration::from_millis(100)))?;
+    let mut buf = vec![0u8; if gro { 1 << 17 } else { 65_536 }];
+    let mut rx = udp::Receiver::new();
+    let mut last_data = None::<Instant>;
+    // A receiver ends on the sender's FIN; failing that, a second after the
+    // planned end, or after two seconds of silence in a byte-bound test.
+    let hard_end = plan.until.map(|u| u + Duration::from_secs(1));
+    loop {
+        if plan.stop.load(Ordering::Relaxed) || hard_end.is_some_and(|e| Instant::now() >= e) {
+            break;
+        }
+        let (n, segsize, drops) = match recv_with_cmsg(s, &mut buf) {
+            Ok(v) => v,
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock
+                        | io::ErrorKind::TimedOut
+                        | io::ErrorKind::Interrupted
+                ) =>
+            {
+                if plan.until.is_none()
+                    && last_data.is_some_and(|t| t.elapsed() > Duration::from_secs(2))
+                {
+                    break;
+                }
+                continue;
+            }
+            Err(e) if e.raw_os_error() == Some(libc::ECONNREFUSED) => continue,
+            Err(e) => return Err(e),
+        };
+        let now = now_ns(plan.epoch);
+        let seg = segsize.unwrap_or(n).max(1);
+        let mut fin = false;
+        let mut bytes = 0u64;
+        for d in buf[..n].chunks(seg) {
+            let Some(h) = Header::read(d) else { continue };
+            if h.tag != plan.udp_tag || h.flags & udp::FLAG_REGISTER != 0 {
+                continue;
+            }
+            if h.flags & udp::FLAG_FIN != 0 {
+                fin = true;
+                continue;
+            }
+            rx.on_datagram(h.seq, h.send_ns, now);
+            bytes += d.len() as u64;
+        }
+        if let Some(d) = drops {
+            rx.set_rcvbuf_drops(u64::from(d));
+        }
+        if bytes > 0 {
+            last_data = Some(Instant::now());
+            c.bytes.fetch_add(bytes, Ordering::Relaxed);
+        }
+        *c.udp.lock().expect("poisoned") = rx.counts();
+        if fin {
+            break;
+        }
+    }
+    *c.udp.lock().expect("poisoned") = rx.counts();
+    Ok(())
+}
+
+/// recvmsg with room for the UDP_GRO segment size and the SO_RXQ_OVFL
+/// drop counter.
+fn recv_with_cmsg(
+    s: &UdpSocket,
+    buf: &mut [u8],
+) -> io::Result<(usize, Option<usize>, Option<u32>)> {
+    let mut iov = libc::iovec {
+        iov_base: buf.as_mut_ptr().cast(),
+        iov_len: buf.len(),
+    };
+    let mut control = [0u64; 16];
+    // SAFETY: msghdr is plain data; every pointer we set outlives the call.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.as_mut_ptr().cast();
+    msg.msg_controllen = std::mem::size_of_val(&control);
+    // SAFETY: fd is a valid socket and msg points to live buffers.
+    let n = unsafe { libc::recvmsg(s.as_raw_fd(), &mut msg, 0) };
+    if n < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let mut seg = None;
+    let mut drops = None;
+    // SAFETY: the CMSG macros walk the control buffer the kernel filled,
+    // bounded by msg_controllen.
+    unsafe {
+        let mut cm = libc::CMSG_FIRSTHDR(&msg);
+        while !cm.is_null() {
+            let data = libc::CMSG_DATA(cm);
+            match ((*cm).cmsg_level, (*cm).cmsg_type) {
+                (libc::SOL_UDP, libc::UDP_GRO) => {
+                    seg = Some(std::ptr::read_unaligned(data.cast::<libc::c_int>()) as usize)
+                }
+                (libc::SOL_SOCKET, libc::SO_RXQ_OVFL) => {
+                    drops = Some(std::ptr::read_unaligned(data.cast::<u32>()))
+                }
+                _ => {}
+            }
+            cm = libc::CMSG_NXTHDR(&msg, cm);
+        }
+    }
+    Ok((n as usize, seg, drops))
+}

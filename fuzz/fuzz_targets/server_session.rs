@@ -1,0 +1,241 @@
+//! Arbitrary sequences of peer messages, engine decisions and clock jumps
+//! against a `ServerSession` (after quinn's `fuzz_targets/streams.rs`).
+//!
+//! Must never panic. Invariants: a failed session is closed, a closed
+//! session has no deadline and ignores everything, and everything the
+//! session queues encodes and decodes back unchanged.
+#![no_main]
+
+use std::time::{Duration, Instant};
+
+use arbitrary::Arbitrary;
+use libfuzzer_sys::fuzz_target;
+use longhaul_proto::frame::{Decoder, Frame, MAX_FRAME_BODY};
+use longhaul_proto::msg::*;
+use longhaul_proto::report::{PeerResults, SideInterval, SideSnapshot, StreamSetup};
+use longhaul_proto::session::{Limits, ServerConfig, ServerSession};
+
+#[derive(Arbitrary, Debug)]
+struct FuzzLimits {
+    max_streams: u16,
+    /// Seconds; bounded so that `now + limit` stays a valid `Instant`.
+    max_duration_s: u32,
+    max_bytes: u64,
+    allow_third_party: bool,
+    handshake_ms: u32,
+    idle_ms: u32,
+}
+
+#[derive(Arbitrary, Debug)]
+struct Params {
+    udp: bool,
+    mode: u8,
+    streams: u16,
+    duration_ms: Option<u64>,
+    bytes: Option<u64>,
+    length: u32,
+    congestion: Option<String>,
+    interval_ms: u64,
+    omit_ms: u64,
+}
+
+impl Params {
+    fn build(self) -> TestParams {
+        TestParams {
+            transport: if self.udp { Transport::Udp } else { Transport::Tcp },
+            mode: match self.mode % 3 {
+                0 => Mode::Up,
+                1 => Mode::Down,
+                _ => Mode::Bidir,
+            },
+            streams: self.streams,
+            duration_ms: self.duration_ms,
+            bytes: self.bytes,
+            length: self.length,
+            congestion: self.congestion,
+            interval_ms: self.interval_ms,
+            omit_ms: self.omit_ms,
+            ..TestParams::default()
+        }
+    }
+}
+
+#[derive(Arbitrary, Debug)]
+enum Op {
+    /// Raw frame from the peer: handled only if it decodes.
+    Frame { kind: u8, body: Vec<u8> },
+    Hello { min: u16, max: u16, data: Option<(String, u16, bool)> },
+    Request(Params),
+    ThirdParty(String, Params),
+    Start,
+    Stop(String),
+    PeerRefuse(u8, String),
+    /// A message only a server sends, arriving at a server.
+    Wrong(u8),
+    Advance(u32),
+    /// Jump to the session's own deadline, or a millisecond before it.
+    ToDeadline { early: bool },
+    Accept { test_id: u64, token: String, ports: Vec<u16> },
+    Ready(u8),
+    EngineRefuse(u8, String),
+    Interval(u32),
+    Relay(String),
+    Results(Option<String>),
+    Finish,
+}
+
+fn code(b: u8) -> RefuseCode {
+    use RefuseCode::*;
+    [Version, Busy, Limit, BadRequest, ThirdPartyDisabled, UnknownTest, Protocol, Timeout, ServerError]
+        [usize::from(b) % 9]
+}
+
+fn wrong(b: u8) -> Message {
+    match b % 5 {
+        0 => Message::Welcome(Welcome { version: 1, software: "s".into(), host: "h".into() }),
+        1 => Message::TestAccept(TestAccept { test_id: 1, token: "t".into(), udp_ports: vec![] }),
+        2 => Message::Ready(Ready { streams: vec![], rmem_max: None, wmem_max: None }),
+        3 => Message::Results(PeerResults { baseline: None, end: SideSnapshot::default(), error: None }),
+        _ => Message::Relay(Relay::Warning { message: "w".into() }),
+    }
+}
+
+#[derive(Arbitrary, Debug)]
+struct Input {
+    limits: FuzzLimits,
+    ops: Vec<Op>,
+}
+
+fn check_output(s: &mut ServerSession) {
+    while let Some(m) = s.poll_transmit() {
+        let mut wire = Vec::new();
+        m.encode(&mut wire).expect("server message encodes");
+        if matches!(m, Message::Relay(_)) {
+            continue;
+        }
+        let mut d = Decoder::new(MAX_FRAME_BODY);
+        d.push(&wire);
+        let f: Frame = d.next_frame().expect("own frame decodes").expect("whole frame");
+        assert_eq!(Message::decode(&f).as_ref(), Ok(&m));
+    }
+}
+
+fuzz_target!(|input: Input| {
+    let l = input.limits;
+    let limits = Limits {
+        max_streams: l.max_streams,
+        max_duration: Duration::from_secs(u64::from(l.max_duration_s)),
+        max_bytes: l.max_bytes,
+        allow_third_party: l.allow_third_party,
+        handshake_timeout: Duration::from_millis(u64::from(l.handshake_ms)),
+        idle_timeout: Duration::from_millis(u64::from(l.idle_ms)),
+    };
+    let base = Instant::now();
+    let mut now = base;
+    let cfg = ServerConfig { limits, software: "fuzz".into(), host: "fuzz".into() };
+    let mut s = ServerSession::new(now, cfg);
+
+    for op in input.ops {
+        let was_closed = s.is_closed();
+        let msg = match op {
+            Op::Frame { kind, body } => Message::decode(&Frame { kind, body }).ok(),
+            Op::Hello { min, max, data } => Some(Message::Hello(Hello {
+                min_version: min,
+                max_version: max,
+                software: "fuzz".into(),
+                role: match data {
+                    None => Role::Control,
+                    Some((token, stream, up)) => Role::Data {
+                        token,
+                        stream,
+                        direction: if up { Direction::Up } else { Direction::Down },
+                    },
+                },
+            })),
+            Op::Request(p) => Some(Message::TestRequest(p.build())),
+            Op::ThirdParty(target, p) => Some(Message::ThirdParty(ThirdParty { target, params: p.build() })),
+            Op::Start => Some(Message::Start(Start {})),
+            Op::Stop(reason) => Some(Message::Stop(Stop { reason })),
+            Op::PeerRefuse(c, message) => Some(Message::Refuse(Refuse { code: code(c), message })),
+            Op::Wrong(b) => Some(wrong(b)),
+            Op::Advance(ms) => {
+                now += Duration::from_millis(u64::from(ms));
+                if s.handle_timeout(now).is_err() {
+                    assert!(s.is_closed());
+                }
+                None
+            }
+            Op::ToDeadline { early } => {
+                if let Some(d) = s.poll_timeout() {
+                    let t = if early { d.checked_sub(Duration::from_millis(1)).unwrap_or(d) } else { d };
+                    now = now.max(t);
+                    let res = s.handle_timeout(now);
+                    if now >= d {
+                        assert!(res.is_err() && s.is_closed(), "deadline passed without a time-out");
+                    } else {
+                        assert!(res.is_ok());
+                    }
+                }
+                None
+            }
+            // The engine drops a closed session; it makes no more calls on it.
+            _ if was_closed => None,
+            Op::Accept { test_id, token, ports } => {
+                s.accept_test(now, TestAccept { test_id, token, udp_ports: ports });
+                None
+            }
+            Op::Ready(n) => {
+                let streams = (0..u16::from(n % 8))
+                    .map(|stream| StreamSetup {
+                        direction: Direction::Up,
+                        stream,
+                        sndbuf: 1,
+                        rcvbuf: 1,
+                        mss: 1,
+                        congestion: "cubic".into(),
+                    })
+                    .collect();
+                s.ready(Ready { streams, rmem_max: None, wmem_max: Some(1) });
+                None
+            }
+            Op::EngineRefuse(c, message) => {
+                let e = s.refuse(code(c), message);
+                assert_eq!(e.code, code(c));
+                assert!(s.is_closed());
+                None
+            }
+            Op::Interval(index) => {
+                s.interval(SideInterval { index, omitted: false, snapshot: SideSnapshot::default() });
+                None
+            }
+            Op::Relay(message) => {
+                s.relay(Relay::Warning { message });
+                None
+            }
+            Op::Results(error) => {
+                s.results(now, PeerResults { baseline: None, end: SideSnapshot::default(), error });
+                None
+            }
+            Op::Finish => {
+                s.finish(now);
+                None
+            }
+        };
+        if let Some(m) = msg {
+            let res = s.handle(now, m);
+            if was_closed {
+                assert_eq!(res, Ok(None), "a closed session ignores the peer");
+            }
+            if res.is_err() {
+                assert!(s.is_closed(), "failed but not closed");
+            }
+        }
+        if s.is_closed() {
+            assert_eq!(s.poll_timeout(), None, "closed with a deadline");
+        }
+        if was_closed {
+            assert!(s.is_closed(), "a closed session came back");
+        }
+        check_output(&mut s);
+    }
+});
