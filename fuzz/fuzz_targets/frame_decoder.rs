@@ -20,7 +20,10 @@ struct Input {
 }
 
 /// Feeds `chunks` one by one, taking frames after each, until the first error.
-fn decode<'a>(max_body: u32, chunks: impl Iterator<Item = &'a [u8]>) -> (Vec<Frame>, Option<ProtoError>) {
+fn decode<'a>(
+    max_body: u32,
+    chunks: impl Iterator<Item = &'a [u8]>,
+) -> (Vec<Frame>, Option<ProtoError>) {
     let mut d = Decoder::expect_magic(max_body);
     let mut frames = Vec::new();
     for chunk in chunks {
@@ -59,7 +62,11 @@ fuzz_target!(|input: Input| {
 
     let limit = input.max_body.min(MAX_FRAME_BODY) as usize;
     for f in &frames {
-        assert!(f.body.len() <= limit, "body of {} over limit {limit}", f.body.len());
+        assert!(
+            f.body.len() <= limit,
+            "body of {} over limit {limit}",
+            f.body.len()
+        );
         let Ok(m) = Message::decode(f) else { continue };
         // Relay bodies carry floats, which JSON need not round-trip bit for bit.
         if matches!(m, Message::Relay(_)) {
@@ -69,8 +76,15 @@ fuzz_target!(|input: Input| {
         m.encode(&mut wire).expect("a decoded message re-encodes");
         let mut d = Decoder::new(MAX_FRAME_BODY);
         d.push(&wire);
-        let again = d.next_frame().expect("own frame decodes").expect("whole frame");
-        assert_eq!(Message::decode(&again).as_ref(), Ok(&m), "re-encoded message differs");
+        let again = d
+            .next_frame()
+            .expect("own frame decodes")
+            .expect("whole frame");
+        assert_eq!(
+            Message::decode(&again).as_ref(),
+            Ok(&m),
+            "re-encoded message differs"
+        );
         assert_eq!(d.buffered(), 0);
     }
 });

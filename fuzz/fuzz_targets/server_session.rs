@@ -42,7 +42,11 @@ struct Params {
 impl Params {
     fn build(self) -> TestParams {
         TestParams {
-            transport: if self.udp { Transport::Udp } else { Transport::Tcp },
+            transport: if self.udp {
+                Transport::Udp
+            } else {
+                Transport::Tcp
+            },
             mode: match self.mode % 3 {
                 0 => Mode::Up,
                 1 => Mode::Down,
@@ -63,8 +67,15 @@ impl Params {
 #[derive(Arbitrary, Debug)]
 enum Op {
     /// Raw frame from the peer: handled only if it decodes.
-    Frame { kind: u8, body: Vec<u8> },
-    Hello { min: u16, max: u16, data: Option<(String, u16, bool)> },
+    Frame {
+        kind: u8,
+        body: Vec<u8>,
+    },
+    Hello {
+        min: u16,
+        max: u16,
+        data: Option<(String, u16, bool)>,
+    },
     Request(Params),
     ThirdParty(String, Params),
     Start,
@@ -74,8 +85,14 @@ enum Op {
     Wrong(u8),
     Advance(u32),
     /// Jump to the session's own deadline, or a millisecond before it.
-    ToDeadline { early: bool },
-    Accept { test_id: u64, token: String, ports: Vec<u16> },
+    ToDeadline {
+        early: bool,
+    },
+    Accept {
+        test_id: u64,
+        token: String,
+        ports: Vec<u16>,
+    },
     Ready(u8),
     EngineRefuse(u8, String),
     Interval(u32),
@@ -86,17 +103,44 @@ enum Op {
 
 fn code(b: u8) -> RefuseCode {
     use RefuseCode::*;
-    [Version, Busy, Limit, BadRequest, ThirdPartyDisabled, UnknownTest, Protocol, Timeout, ServerError]
-        [usize::from(b) % 9]
+    [
+        Version,
+        Busy,
+        Limit,
+        BadRequest,
+        ThirdPartyDisabled,
+        UnknownTest,
+        Protocol,
+        Timeout,
+        ServerError,
+    ][usize::from(b) % 9]
 }
 
 fn wrong(b: u8) -> Message {
     match b % 5 {
-        0 => Message::Welcome(Welcome { version: 1, software: "s".into(), host: "h".into() }),
-        1 => Message::TestAccept(TestAccept { test_id: 1, token: "t".into(), udp_ports: vec![] }),
-        2 => Message::Ready(Ready { streams: vec![], rmem_max: None, wmem_max: None }),
-        3 => Message::Results(PeerResults { baseline: None, end: SideSnapshot::default(), error: None }),
-        _ => Message::Relay(Relay::Warning { message: "w".into() }),
+        0 => Message::Welcome(Welcome {
+            version: 1,
+            software: "s".into(),
+            host: "h".into(),
+        }),
+        1 => Message::TestAccept(TestAccept {
+            test_id: 1,
+            token: "t".into(),
+            udp_ports: vec![],
+        }),
+        2 => Message::Ready(Ready {
+            streams: vec![],
+            rmem_max: None,
+            wmem_max: None,
+        }),
+        3 => Message::Results(PeerResults {
+            baseline: None,
+            end: SideSnapshot::default(),
+            error: None,
+        }),
+        _ => Message::Relay(Relay::Warning {
+            message: "w".into(),
+        }),
     }
 }
 
@@ -115,7 +159,10 @@ fn check_output(s: &mut ServerSession) {
         }
         let mut d = Decoder::new(MAX_FRAME_BODY);
         d.push(&wire);
-        let f: Frame = d.next_frame().expect("own frame decodes").expect("whole frame");
+        let f: Frame = d
+            .next_frame()
+            .expect("own frame decodes")
+            .expect("whole frame");
         assert_eq!(Message::decode(&f).as_ref(), Ok(&m));
     }
 }
@@ -132,7 +179,11 @@ fuzz_target!(|input: Input| {
     };
     let base = Instant::now();
     let mut now = base;
-    let cfg = ServerConfig { limits, software: "fuzz".into(), host: "fuzz".into() };
+    let cfg = ServerConfig {
+        limits,
+        software: "fuzz".into(),
+        host: "fuzz".into(),
+    };
     let mut s = ServerSession::new(now, cfg);
 
     for op in input.ops {
@@ -153,10 +204,16 @@ fuzz_target!(|input: Input| {
                 },
             })),
             Op::Request(p) => Some(Message::TestRequest(p.build())),
-            Op::ThirdParty(target, p) => Some(Message::ThirdParty(ThirdParty { target, params: p.build() })),
+            Op::ThirdParty(target, p) => Some(Message::ThirdParty(ThirdParty {
+                target,
+                params: p.build(),
+            })),
             Op::Start => Some(Message::Start(Start {})),
             Op::Stop(reason) => Some(Message::Stop(Stop { reason })),
-            Op::PeerRefuse(c, message) => Some(Message::Refuse(Refuse { code: code(c), message })),
+            Op::PeerRefuse(c, message) => Some(Message::Refuse(Refuse {
+                code: code(c),
+                message,
+            })),
             Op::Wrong(b) => Some(wrong(b)),
             Op::Advance(ms) => {
                 now += Duration::from_millis(u64::from(ms));
@@ -167,11 +224,18 @@ fuzz_target!(|input: Input| {
             }
             Op::ToDeadline { early } => {
                 if let Some(d) = s.poll_timeout() {
-                    let t = if early { d.checked_sub(Duration::from_millis(1)).unwrap_or(d) } else { d };
+                    let t = if early {
+                        d.checked_sub(Duration::from_millis(1)).unwrap_or(d)
+                    } else {
+                        d
+                    };
                     now = now.max(t);
                     let res = s.handle_timeout(now);
                     if now >= d {
-                        assert!(res.is_err() && s.is_closed(), "deadline passed without a time-out");
+                        assert!(
+                            res.is_err() && s.is_closed(),
+                            "deadline passed without a time-out"
+                        );
                     } else {
                         assert!(res.is_ok());
                     }
@@ -180,8 +244,19 @@ fuzz_target!(|input: Input| {
             }
             // The engine drops a closed session; it makes no more calls on it.
             _ if was_closed => None,
-            Op::Accept { test_id, token, ports } => {
-                s.accept_test(now, TestAccept { test_id, token, udp_ports: ports });
+            Op::Accept {
+                test_id,
+                token,
+                ports,
+            } => {
+                s.accept_test(
+                    now,
+                    TestAccept {
+                        test_id,
+                        token,
+                        udp_ports: ports,
+                    },
+                );
                 None
             }
             Op::Ready(n) => {
@@ -195,7 +270,11 @@ fuzz_target!(|input: Input| {
                         congestion: "cubic".into(),
                     })
                     .collect();
-                s.ready(Ready { streams, rmem_max: None, wmem_max: Some(1) });
+                s.ready(Ready {
+                    streams,
+                    rmem_max: None,
+                    wmem_max: Some(1),
+                });
                 None
             }
             Op::EngineRefuse(c, message) => {
@@ -205,7 +284,11 @@ fuzz_target!(|input: Input| {
                 None
             }
             Op::Interval(index) => {
-                s.interval(SideInterval { index, omitted: false, snapshot: SideSnapshot::default() });
+                s.interval(SideInterval {
+                    index,
+                    omitted: false,
+                    snapshot: SideSnapshot::default(),
+                });
                 None
             }
             Op::Relay(message) => {
@@ -213,7 +296,14 @@ fuzz_target!(|input: Input| {
                 None
             }
             Op::Results(error) => {
-                s.results(now, PeerResults { baseline: None, end: SideSnapshot::default(), error });
+                s.results(
+                    now,
+                    PeerResults {
+                        baseline: None,
+                        end: SideSnapshot::default(),
+                        error,
+                    },
+                );
                 None
             }
             Op::Finish => {

@@ -32,7 +32,6 @@ fuzz_target!(|datagrams: Vec<Datagram>| {
             Seq::Near(delta) => r.counts().expected.wrapping_add(i64::from(delta) as u64),
             Seq::Abs(s) => s,
         };
-        if seq == u64::MAX { return; }
         r.on_datagram(seq, d.send_ns, d.recv_ns);
         let c = r.counts();
         assert_eq!(c.packets + c.duplicates, calls, "{c:?}");

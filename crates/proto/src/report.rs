@@ -58,8 +58,8 @@ pub struct UdpRecv {
     pub expected: u64,
     /// RFC 3550 interarrival jitter, microseconds (current value, not cumulative).
     pub jitter_us: u64,
-    /// Datagrams the kernel dropped because this socket's buffer was full
-    /// (SO_RXQ_OVFL).
+    /// Drop events the kernel counted because this socket's buffer was full
+    /// (SO_RXQ_OVFL); one event may be many datagrams with GRO.
     pub rcvbuf_drops: u64,
 }
 
@@ -156,7 +156,7 @@ pub struct UdpReport {
     pub out_of_order: u64,
     pub duplicates: u64,
     pub jitter_us: u64,
-    /// Datagrams dropped in the receiver's own socket buffer.
+    /// Drop events in the receiver's own socket buffer (SO_RXQ_OVFL).
     pub rcvbuf_drops: u64,
 }
 
@@ -588,12 +588,15 @@ impl Span<'_> {
 pub fn diagnose(d: &DirectionReport) -> LimitHint {
     let hint = |kind, detail: String| LimitHint { kind, detail };
     if let Some(u) = d.udp {
-        if u.rcvbuf_drops > 0 && u.rcvbuf_drops * 2 >= u.lost_packets {
+        // The kernel counts drops per socket buffer (skb); with GSO/GRO one
+        // skb holds many datagrams, so any drop at all means the receiver's
+        // own buffer overflowed.
+        if u.rcvbuf_drops > 0 {
             return hint(
                 LimitKind::ReceiverBuffer,
                 format!(
-                    "{} datagrams dropped in the receiver's socket buffer: raise the window (-w) and net.core.rmem_max, or lower the rate",
-                    u.rcvbuf_drops
+                    "the receiver's socket buffer overflowed ({} drop events, {} datagrams lost): raise the window (-w) and net.core.rmem_max, or lower the rate",
+                    u.rcvbuf_drops, u.lost_packets
                 ),
             );
         }

@@ -1,0 +1,393 @@
+//! End-to-end tests of `longhaul perf` and `longhaul serve` on loopback:
+//! the real binary as client, servers in this process or as processes.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use longhaul_engine::server::{ServeConfig, Server, ServerHandle};
+use longhaul_proto::session::Limits;
+use serde_json::Value;
+
+fn bin() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_longhaul"))
+}
+
+fn server_with(cfg: ServeConfig) -> ServerHandle {
+    Server::bind(&[SocketAddr::from(([127, 0, 0, 1], 0))], cfg)
+        .expect("bind loopback")
+        .spawn()
+}
+
+fn server() -> ServerHandle {
+    server_with(ServeConfig {
+        state_dir: std::env::temp_dir().join("longhaul-test-state"),
+        ..ServeConfig::default()
+    })
+}
+
+fn perf(addr: SocketAddr, args: &[&str]) -> Output {
+    bin()
+        .arg("perf")
+        .arg(addr.to_string())
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run longhaul")
+}
+
+fn json_of(o: &Output) -> Value {
+    serde_json::from_slice(&o.stdout).unwrap_or_else(|e| {
+        panic!(
+            "not JSON ({e}): stdout {} stderr {}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        )
+    })
+}
+
+fn ok_json(addr: SocketAddr, args: &[&str]) -> Value {
+    let o = perf(addr, &[args, &["--json"]].concat());
+    assert!(o.status.success(), "exit {:?}: {}", o.status, String::from_utf8_lossy(&o.stderr));
+    json_of(&o)
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+#[test]
+fn tcp_one_stream_reports_required_fields() {
+    let s = server();
+    let v = ok_json(s.addr(), &["-t", "1", "-i", "0.25"]);
+    let sum = &v["summary"];
+    for f in ["bits_per_second", "bytes", "seconds", "retransmits", "rtt_us", "cpu_local_percent", "cpu_remote_percent"] {
+        assert!(sum.get(f).is_some_and(|x| x.is_number()), "summary.{f} missing: {sum}");
+    }
+    assert!(sum["bytes"].as_u64().unwrap() > 1_000_000, "{sum}");
+    assert!(sum["bits_per_second"].as_f64().unwrap() > 1e8);
+    assert!((0.9..1.6).contains(&sum["seconds"].as_f64().unwrap()), "{sum}");
+    assert!(sum["cpu_local_percent"].as_f64().unwrap() > 0.0);
+    assert!(sum["cpu_remote_percent"].as_f64().unwrap() > 0.0);
+    assert!(sum["rtt_us"].as_u64().unwrap() > 0);
+    let intervals = v["intervals"].as_array().unwrap();
+    assert!(intervals.len() >= 3, "{} intervals", intervals.len());
+    assert_eq!(v["format_version"], 1);
+    let limit = sum["limit"]["kind"].as_str().unwrap();
+    assert!(!limit.is_empty());
+    s.shutdown();
+}
+
+#[test]
+fn tcp_four_streams_each_carry_data() {
+    let s = server();
+    let v = ok_json(s.addr(), &["-t", "1", "-P", "4"]);
+    let streams = v["summary"]["streams"].as_array().unwrap();
+    assert_eq!(streams.len(), 4);
+    let mut total = 0;
+    for st in streams {
+        let b = st["bytes"].as_u64().unwrap();
+        assert!(b > 0, "{st}");
+        total += b;
+    }
+    assert_eq!(total, v["summary"]["bytes"].as_u64().unwrap());
+    s.shutdown();
+}
+
+#[test]
+fn reverse_takes_tcp_info_from_the_server() {
+    let s = server();
+    let v = ok_json(s.addr(), &["-t", "1", "-R"]);
+    let d = &v["summary"]["directions"][0];
+    assert_eq!(d["direction"], "down");
+    // Sender-side kernel counters come from the server, which sends here.
+    assert!(d["rtt_us"].as_u64().unwrap() > 0, "{d}");
+    assert!(d.get("busy_fraction").is_some(), "{d}");
+    assert!(d["cwnd_bytes"].as_u64().unwrap() > 0, "{d}");
+    assert!(v["summary"]["bytes"].as_u64().unwrap() > 0);
+    s.shutdown();
+}
+
+#[test]
+fn bidir_runs_both_directions() {
+    let s = server();
+    let v = ok_json(s.addr(), &["-t", "1", "--bidir", "-P", "2"]);
+    let dirs = v["summary"]["directions"].as_array().unwrap();
+    assert_eq!(dirs.len(), 2);
+    for d in dirs {
+        assert!(d["bytes"].as_u64().unwrap() > 0, "{d}");
+        assert!(d["rtt_us"].as_u64().unwrap() > 0, "{d}");
+    }
+    assert_eq!(v["summary"]["streams"].as_array().unwrap().len(), 4);
+    s.shutdown();
+}
+
+#[test]
+fn byte_count_mode_sends_exactly_that() {
+    let s = server();
+    let v = ok_json(s.addr(), &["-n", "50M", "-P", "3"]);
+    assert_eq!(v["summary"]["bytes"].as_u64().unwrap(), 50 << 20);
+    s.shutdown();
+}
+
+#[test]
+fn udp_at_a_set_rate_without_loss() {
+    let s = server();
+    let v = ok_json(s.addr(), &["-u", "-b", "100M", "-t", "1"]);
+    let sum = &v["summary"];
+    let rate = sum["bits_per_second"].as_f64().unwrap();
+    assert!((80e6..120e6).contains(&rate), "rate {rate}");
+    assert!(sum["lost_percent"].as_f64().unwrap() < 1.0, "{sum}");
+    assert!(sum.get("jitter_us").is_some());
+    let d = &sum["directions"][0];
+    let sent = d["packets_sent"].as_u64().unwrap();
+    let received = d["packets_received"].as_u64().unwrap();
+    assert!(sent > 7000, "{d}");
+    assert_eq!(sent, received + d["lost_packets"].as_u64().unwrap(), "{d}");
+    s.shutdown();
+}
+
+#[test]
+fn udp_loss_in_a_small_receive_buffer_is_counted_and_named() {
+    let s = server();
+    // Unlimited rate into a tiny receive buffer: the receiver's own socket drops.
+    let v = ok_json(s.addr(), &["-u", "-b", "0", "-w", "4K", "-t", "1"]);
+    let d = &v["summary"]["directions"][0];
+    let sent = d["packets_sent"].as_u64().unwrap();
+    let received = d["packets_received"].as_u64().unwrap();
+    let lost = d["lost_packets"].as_u64().unwrap();
+    assert_eq!(sent, received + lost, "{d}");
+    assert!(lost > 0, "{d}");
+    assert!(d["rcvbuf_drops"].as_u64().unwrap() > 0, "{d}");
+    let pct = v["summary"]["lost_percent"].as_f64().unwrap();
+    assert!((pct - lost as f64 * 100.0 / sent as f64).abs() < 1e-6);
+    assert_eq!(v["summary"]["limit"]["kind"], "receiver_buffer");
+    s.shutdown();
+}
+
+#[test]
+fn two_clients_at_once() {
+    let s = server();
+    let a = s.addr();
+    let t1 = std::thread::spawn(move || perf(a, &["-t", "2", "--json"]));
+    let t2 = std::thread::spawn(move || perf(a, &["-t", "2", "-R", "--json"]));
+    for o in [t1.join().unwrap(), t2.join().unwrap()] {
+        assert!(o.status.success(), "{}", stderr(&o));
+        assert!(json_of(&o)["summary"]["bytes"].as_u64().unwrap() > 0);
+    }
+    s.shutdown();
+}
+
+#[test]
+fn garbage_client_does_not_disturb_a_real_test() {
+    let s = server();
+    let a = s.addr();
+    let real = std::thread::spawn(move || perf(a, &["-t", "2", "--json"]));
+    std::thread::sleep(Duration::from_millis(300));
+    let mut junk = TcpStream::connect(a).unwrap();
+    junk.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    junk.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut buf = Vec::new();
+    let _ = junk.read_to_end(&mut buf);
+    // The server answers garbage with a refusal frame (type 0x03) and closes.
+    assert!(buf.len() > 5 && buf[4] == 0x03, "got {buf:?}");
+    // A well-formed preamble with an absurd frame length is refused before allocation.
+    let mut big = TcpStream::connect(a).unwrap();
+    big.write_all(b"LONGHAUL").unwrap();
+    big.write_all(&[0xff, 0xff, 0xff, 0xff, 0x01]).unwrap();
+    big.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut buf = Vec::new();
+    let _ = big.read_to_end(&mut buf);
+    assert!(buf.len() > 5 && buf[4] == 0x03);
+    let o = real.join().unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(json_of(&o)["summary"]["bytes"].as_u64().unwrap() > 0);
+    s.shutdown();
+}
+
+#[test]
+fn slowloris_is_cut_off_at_the_handshake_deadline() {
+    let s = server_with(ServeConfig {
+        limits: Limits {
+            handshake_timeout: Duration::from_millis(800),
+            ..Limits::default()
+        },
+        state_dir: std::env::temp_dir().join("longhaul-test-state"),
+        ..ServeConfig::default()
+    });
+    let mut c = TcpStream::connect(s.addr()).unwrap();
+    let started = Instant::now();
+    let mut closed = false;
+    for b in b"LONGHAUL\0\0\0\x10\x01{\"min_version\":1" {
+        if c.write_all(&[*b]).is_err() {
+            closed = true;
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(150));
+        c.set_read_timeout(Some(Duration::from_millis(1))).unwrap();
+        let mut x = [0u8; 16];
+        if matches!(c.read(&mut x), Ok(0)) {
+            closed = true;
+            break;
+        }
+    }
+    assert!(closed, "server kept a trickling client for {:?}", started.elapsed());
+    assert!(started.elapsed() < Duration::from_secs(3));
+    s.shutdown();
+}
+
+#[test]
+fn third_party_test_between_two_servers() {
+    let a = server();
+    let b = server();
+    let o = bin()
+        .args(["perf", &a.addr().to_string(), &b.addr().to_string(), "-t", "1", "--json"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v = json_of(&o);
+    assert!(v["summary"]["bytes"].as_u64().unwrap() > 0);
+    assert!(!v["intervals"].as_array().unwrap().is_empty());
+    a.shutdown();
+    b.shutdown();
+}
+
+#[test]
+fn third_party_refused_when_disabled() {
+    let a = server_with(ServeConfig {
+        limits: Limits {
+            allow_third_party: false,
+            ..Limits::default()
+        },
+        state_dir: std::env::temp_dir().join("longhaul-test-state"),
+        ..ServeConfig::default()
+    });
+    let b = server();
+    let o = bin()
+        .args(["perf", &a.addr().to_string(), &b.addr().to_string(), "-t", "1"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(4), "{}", stderr(&o));
+    assert!(stderr(&o).contains("third-party"), "{}", stderr(&o));
+    a.shutdown();
+    b.shutdown();
+}
+
+#[test]
+fn bad_input_is_a_one_line_error_with_the_right_exit_code() {
+    let s = server();
+    let a = s.addr();
+    let cases: &[(&[&str], i32, &str)] = &[
+        (&["-l", "10Q"], 2, "invalid size '10Q'"),
+        (&["-t", "0"], 2, "duration 0"),
+        (&["-w", "3G"], 2, "larger than the kernel allows"),
+        (&["-C", "nosuchcc", "-t", "1"], 2, "unknown congestion control 'nosuchcc'"),
+        (&["-P", "0"], 2, "0 streams"),
+        (&["-b", "1G"], 2, "UDP"),
+    ];
+    for (args, code, text) in cases {
+        let o = perf(a, args);
+        assert_eq!(o.status.code(), Some(*code), "{args:?}: {}", stderr(&o));
+        assert!(stderr(&o).contains(text), "{args:?}: {}", stderr(&o));
+        assert!(!stderr(&o).contains("panicked"));
+    }
+    s.shutdown();
+}
+
+#[test]
+fn unreachable_and_refused_servers() {
+    // A port nothing listens on: bind, read the port, close.
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let o = bin().args(["perf", &format!("127.0.0.1:{port}"), "-t", "1"]).output().unwrap();
+    assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
+    assert!(stderr(&o).contains("cannot connect"), "{}", stderr(&o));
+
+    let busy = server_with(ServeConfig {
+        max_tests: 0,
+        state_dir: std::env::temp_dir().join("longhaul-test-state"),
+        ..ServeConfig::default()
+    });
+    let o = perf(busy.addr(), &["-t", "1"]);
+    assert_eq!(o.status.code(), Some(4), "{}", stderr(&o));
+    assert!(stderr(&o).contains("limit"), "{}", stderr(&o));
+    busy.shutdown();
+
+    let small = server_with(ServeConfig {
+        limits: Limits {
+            max_streams: 2,
+            ..Limits::default()
+        },
+        state_dir: std::env::temp_dir().join("longhaul-test-state"),
+        ..ServeConfig::default()
+    });
+    let o = perf(small.addr(), &["-t", "1", "-P", "3", "--json"]);
+    assert_eq!(o.status.code(), Some(4), "{}", stderr(&o));
+    let v = json_of(&o);
+    assert_eq!(v["error"]["exit_code"], 4);
+    assert!(v["error"]["message"].as_str().unwrap().contains("at most 2"));
+    small.shutdown();
+}
+
+#[test]
+fn a_server_that_is_not_longhaul_is_a_connect_error() {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    let t = std::thread::spawn(move || {
+        let (mut c, _) = l.accept().unwrap();
+        let _ = c.write_all(b"SSH-2.0-OpenSSH_9.2\r\n");
+        std::thread::sleep(Duration::from_millis(500));
+    });
+    let o = bin().args(["perf", &addr.to_string(), "-t", "1"]).output().unwrap();
+    assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
+    t.join().unwrap();
+}
+
+#[test]
+fn json_stream_prints_one_object_per_line() {
+    let s = server();
+    let o = perf(s.addr(), &["-t", "1", "-i", "0.5", "--json-stream"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let events: Vec<String> = String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).expect("a JSON line")["event"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(events.first().map(String::as_str), Some("start"));
+    assert_eq!(events.last().map(String::as_str), Some("summary"));
+    assert!(events.iter().filter(|e| *e == "interval").count() >= 2);
+    s.shutdown();
+}
+
+#[test]
+fn window_request_is_reported_as_granted() {
+    let s = server();
+    let v = ok_json(s.addr(), &["-t", "1", "-w", "256K"]);
+    let local = &v["start"]["local_streams"][0];
+    // The kernel reports twice the requested size.
+    assert_eq!(local["sndbuf"].as_u64().unwrap(), 512 << 10, "{local}");
+    assert_eq!(local["rcvbuf"].as_u64().unwrap(), 512 << 10, "{local}");
+    let remote = &v["start"]["remote_streams"][0];
+    assert_eq!(remote["rcvbuf"].as_u64().unwrap(), 512 << 10, "{remote}");
+    s.shutdown();
+}
+
+#[test]
+fn window_above_the_kernel_cap_warns_with_the_fix() {
+    let cap = std::fs::read_to_string("/proc/sys/net/core/rmem_max")
+        .ok()
+        .and_then(|s| s.trim().parse::<u64>().ok());
+    let Some(cap) = cap.filter(|&c| c < (512 << 20)) else {
+        return;
+    };
+    let s = server();
+    let want = (cap * 2).to_string();
+    let v = ok_json(s.addr(), &["-t", "1", "-w", &want]);
+    let warnings: Vec<String> = v["warnings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|w| w.as_str().unwrap().to_string())
+        .collect();
+    assert!(warnings.iter().any(|w| w.contains("rmem_max") && w.contains("sysctl -w")), "{warnings:?}");
+    s.shutdown();
+}
