@@ -73,6 +73,12 @@ struct ServeArgs {
     /// Connections open at once (each holds a thread).
     #[arg(long, default_value_t = 512)]
     max_connections: usize,
+    /// Largest byte count (-n) one test may ask for.
+    #[arg(long, default_value = "1P", value_parser = size)]
+    max_bytes: u64,
+    /// Memory for stream buffers one test may take (streams x buffer length).
+    #[arg(long, default_value = "512M", value_parser = size)]
+    max_buffer: u64,
     /// Refuse third-party requests (`longhaul perf THIS OTHER`).
     #[arg(long)]
     no_third_party: bool,
@@ -101,7 +107,8 @@ struct PerfArgs {
     /// Bytes to send per direction instead of a time, e.g. 10G.
     #[arg(short = 'n', long, value_parser = size)]
     bytes: Option<u64>,
-    /// Bytes per write (TCP) or per datagram (UDP). Default 1M for TCP, 1472 for UDP.
+    /// Bytes per write (TCP) or per datagram (UDP). Default for TCP: 1M over
+    /// the number of streams, at least 128K; for UDP 1472.
     #[arg(short = 'l', long, value_parser = size)]
     length: Option<u64>,
     /// Socket buffer (window) on both ends, e.g. 16M. Default: the kernel's autotuning.
@@ -214,10 +221,11 @@ fn serve(a: ServeArgs) -> i32 {
         limits: Limits {
             max_streams: a.max_streams,
             max_duration: a.max_duration,
+            max_bytes: a.max_bytes,
+            max_buffer_bytes: a.max_buffer,
             allow_third_party: !a.no_third_party,
             handshake_timeout: a.handshake_timeout,
             idle_timeout: a.idle_timeout,
-            ..Limits::default()
         },
         max_tests: a.max_tests,
         max_connections: a.max_connections,
@@ -279,8 +287,9 @@ fn params_of(a: &PerfArgs) -> Result<(TestParams, Option<u32>), Failure> {
     } else {
         Transport::Tcp
     };
+    let directions = if a.bidir { 2 } else { 1 };
     let length = a.length.unwrap_or(match transport {
-        Transport::Tcp => 1 << 20,
+        Transport::Tcp => default_tcp_length(u32::from(a.streams) * directions),
         Transport::Udp => 1472,
     });
     let length =
@@ -342,6 +351,13 @@ fn params_of(a: &PerfArgs) -> Result<(TestParams, Option<u32>), Failure> {
         },
     };
     Ok((params, local_cpu))
+}
+
+/// Default bytes per write: 1 MiB for one stream; with more streams the
+/// buffers together stay near 1 MiB (at least 128 KiB each), so they stay in
+/// cache. Measured on loopback: see BENCHMARKS.md.
+fn default_tcp_length(streams: u32) -> u64 {
+    ((1u64 << 20) / u64::from(streams.max(1))).max(128 << 10)
 }
 
 fn with_port(host: &str, port: u16) -> String {

@@ -3,9 +3,9 @@
 
 use std::io::Write;
 
-use longhaul_engine::sink::{Reporter, Setup};
+use longhaul_engine::sink::Reporter;
 use longhaul_proto::msg::{Direction, Mode, Transport};
-use longhaul_proto::report::{DirectionReport, IntervalReport, StreamReport, Summary};
+use longhaul_proto::report::{DirectionReport, IntervalReport, Setup, StreamReport, Summary};
 use longhaul_proto::units::{format_bytes, format_rate};
 use serde_json::json;
 
@@ -307,7 +307,7 @@ impl Reporter for JsonStream {
         line("interval", serde_json::to_value(r).unwrap_or_default());
     }
     fn summary(&mut self, s: &Summary) {
-        line("summary", json!({ "summary": s }));
+        line("summary", serde_json::to_value(s).unwrap_or_default());
     }
     fn warning(&mut self, m: &str) {
         line("warning", json!({ "message": m }));

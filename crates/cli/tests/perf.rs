@@ -49,7 +49,12 @@ fn json_of(o: &Output) -> Value {
 
 fn ok_json(addr: SocketAddr, args: &[&str]) -> Value {
     let o = perf(addr, &[args, &["--json"]].concat());
-    assert!(o.status.success(), "exit {:?}: {}", o.status, String::from_utf8_lossy(&o.stderr));
+    assert!(
+        o.status.success(),
+        "exit {:?}: {}",
+        o.status,
+        String::from_utf8_lossy(&o.stderr)
+    );
     json_of(&o)
 }
 
@@ -62,12 +67,26 @@ fn tcp_one_stream_reports_required_fields() {
     let s = server();
     let v = ok_json(s.addr(), &["-t", "1", "-i", "0.25"]);
     let sum = &v["summary"];
-    for f in ["bits_per_second", "bytes", "seconds", "retransmits", "rtt_us", "cpu_local_percent", "cpu_remote_percent"] {
-        assert!(sum.get(f).is_some_and(|x| x.is_number()), "summary.{f} missing: {sum}");
+    for f in [
+        "bits_per_second",
+        "bytes",
+        "seconds",
+        "retransmits",
+        "rtt_us",
+        "cpu_local_percent",
+        "cpu_remote_percent",
+    ] {
+        assert!(
+            sum.get(f).is_some_and(|x| x.is_number()),
+            "summary.{f} missing: {sum}"
+        );
     }
     assert!(sum["bytes"].as_u64().unwrap() > 1_000_000, "{sum}");
     assert!(sum["bits_per_second"].as_f64().unwrap() > 1e8);
-    assert!((0.9..1.6).contains(&sum["seconds"].as_f64().unwrap()), "{sum}");
+    assert!(
+        (0.9..1.6).contains(&sum["seconds"].as_f64().unwrap()),
+        "{sum}"
+    );
     assert!(sum["cpu_local_percent"].as_f64().unwrap() > 0.0);
     assert!(sum["cpu_remote_percent"].as_f64().unwrap() > 0.0);
     assert!(sum["rtt_us"].as_u64().unwrap() > 0);
@@ -186,7 +205,8 @@ fn garbage_client_does_not_disturb_a_real_test() {
     let real = std::thread::spawn(move || perf(a, &["-t", "2", "--json"]));
     std::thread::sleep(Duration::from_millis(300));
     let mut junk = TcpStream::connect(a).unwrap();
-    junk.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    junk.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
     junk.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
     let mut buf = Vec::new();
     let _ = junk.read_to_end(&mut buf);
@@ -232,7 +252,11 @@ fn slowloris_is_cut_off_at_the_handshake_deadline() {
             break;
         }
     }
-    assert!(closed, "server kept a trickling client for {:?}", started.elapsed());
+    assert!(
+        closed,
+        "server kept a trickling client for {:?}",
+        started.elapsed()
+    );
     assert!(started.elapsed() < Duration::from_secs(3));
     s.shutdown();
 }
@@ -242,7 +266,14 @@ fn third_party_test_between_two_servers() {
     let a = server();
     let b = server();
     let o = bin()
-        .args(["perf", &a.addr().to_string(), &b.addr().to_string(), "-t", "1", "--json"])
+        .args([
+            "perf",
+            &a.addr().to_string(),
+            &b.addr().to_string(),
+            "-t",
+            "1",
+            "--json",
+        ])
         .output()
         .unwrap();
     assert!(o.status.success(), "{}", stderr(&o));
@@ -265,7 +296,13 @@ fn third_party_refused_when_disabled() {
     });
     let b = server();
     let o = bin()
-        .args(["perf", &a.addr().to_string(), &b.addr().to_string(), "-t", "1"])
+        .args([
+            "perf",
+            &a.addr().to_string(),
+            &b.addr().to_string(),
+            "-t",
+            "1",
+        ])
         .output()
         .unwrap();
     assert_eq!(o.status.code(), Some(4), "{}", stderr(&o));
@@ -282,7 +319,11 @@ fn bad_input_is_a_one_line_error_with_the_right_exit_code() {
         (&["-l", "10Q"], 2, "invalid size '10Q'"),
         (&["-t", "0"], 2, "duration 0"),
         (&["-w", "3G"], 2, "larger than the kernel allows"),
-        (&["-C", "nosuchcc", "-t", "1"], 2, "unknown congestion control 'nosuchcc'"),
+        (
+            &["-C", "nosuchcc", "-t", "1"],
+            2,
+            "unknown congestion control 'nosuchcc'",
+        ),
         (&["-P", "0"], 2, "0 streams"),
         (&["-b", "1G"], 2, "UDP"),
     ];
@@ -298,8 +339,15 @@ fn bad_input_is_a_one_line_error_with_the_right_exit_code() {
 #[test]
 fn unreachable_and_refused_servers() {
     // A port nothing listens on: bind, read the port, close.
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let o = bin().args(["perf", &format!("127.0.0.1:{port}"), "-t", "1"]).output().unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let o = bin()
+        .args(["perf", &format!("127.0.0.1:{port}"), "-t", "1"])
+        .output()
+        .unwrap();
     assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
     assert!(stderr(&o).contains("cannot connect"), "{}", stderr(&o));
 
@@ -325,7 +373,10 @@ fn unreachable_and_refused_servers() {
     assert_eq!(o.status.code(), Some(4), "{}", stderr(&o));
     let v = json_of(&o);
     assert_eq!(v["error"]["exit_code"], 4);
-    assert!(v["error"]["message"].as_str().unwrap().contains("at most 2"));
+    assert!(v["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("at most 2"));
     small.shutdown();
 }
 
@@ -338,7 +389,10 @@ fn a_server_that_is_not_longhaul_is_a_connect_error() {
         let _ = c.write_all(b"SSH-2.0-OpenSSH_9.2\r\n");
         std::thread::sleep(Duration::from_millis(500));
     });
-    let o = bin().args(["perf", &addr.to_string(), "-t", "1"]).output().unwrap();
+    let o = bin()
+        .args(["perf", &addr.to_string(), "-t", "1"])
+        .output()
+        .unwrap();
     assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
     t.join().unwrap();
 }
@@ -350,7 +404,12 @@ fn json_stream_prints_one_object_per_line() {
     assert!(o.status.success(), "{}", stderr(&o));
     let events: Vec<String> = String::from_utf8_lossy(&o.stdout)
         .lines()
-        .map(|l| serde_json::from_str::<Value>(l).expect("a JSON line")["event"].as_str().unwrap().to_string())
+        .map(|l| {
+            serde_json::from_str::<Value>(l).expect("a JSON line")["event"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
         .collect();
     assert_eq!(events.first().map(String::as_str), Some("start"));
     assert_eq!(events.last().map(String::as_str), Some("summary"));
@@ -388,6 +447,11 @@ fn window_above_the_kernel_cap_warns_with_the_fix() {
         .iter()
         .map(|w| w.as_str().unwrap().to_string())
         .collect();
-    assert!(warnings.iter().any(|w| w.contains("rmem_max") && w.contains("sysctl -w")), "{warnings:?}");
+    assert!(
+        warnings
+            .iter()
+            .any(|w| w.contains("rmem_max") && w.contains("sysctl -w")),
+        "{warnings:?}"
+    );
     s.shutdown();
 }

@@ -3,7 +3,7 @@
 //! reports and a summary, and hands them to a [`Reporter`].
 
 use std::collections::BTreeMap;
-use std::io::Write;
+use std::io::{Read, Write};
 use std::net::{SocketAddr, UdpSocket};
 use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -12,13 +12,13 @@ use std::time::{Duration, Instant};
 
 use longhaul_proto::frame::MAGIC;
 use longhaul_proto::msg::*;
-use longhaul_proto::report::{PeerResults, SideSnapshot, Span, StreamSetup, Summary};
+use longhaul_proto::report::{PeerResults, Setup, SideSnapshot, Span, StreamSetup, Summary};
 use longhaul_proto::session::{ClientEvent, ClientSession, SessionError};
 use longhaul_proto::udp;
 
 use crate::conn::{self, FramedConn};
 use crate::run::{End, ReadyStream, SideRun, Ticker};
-use crate::sink::{Reporter, Setup};
+use crate::sink::Reporter;
 use crate::sock::{self, BufferCaps, Tuning};
 use crate::stream::DataSocket;
 use crate::{EngineError, DEFAULT_PORT};
@@ -205,22 +205,18 @@ pub fn run_perf(
     let accept = accept.expect("set by expect");
 
     let streams = open_streams(&ctl, params, &accept, opts)?;
-    let udp_sockets: Vec<&UdpSocket> = streams
-        .iter()
-        .filter_map(|s| match &s.socket {
-            DataSocket::Udp(u) => Some(&**u),
-            DataSocket::Tcp(_) => None,
-        })
-        .collect();
     let mut ready = None;
     let mut last_register = Instant::now() - Duration::from_secs(1);
     while ready.is_none() {
         if last_register.elapsed() >= Duration::from_millis(50) {
-            register_udp(&udp_sockets, &accept.token);
+            register_udp(&streams, &accept.token);
             last_register = Instant::now();
         }
-        if let Some(ClientEvent::Ready(r)) = ctl.next_event(Duration::from_millis(50))? {
-            ready = Some(r);
+        match ctl.next_event(Duration::from_millis(50)) {
+            Ok(Some(ClientEvent::Ready(r))) => ready = Some(r),
+            Ok(_) => {}
+            // A server that refused a data stream said why on that stream.
+            Err(e) => return Err(data_refusal(&streams).unwrap_or(e)),
         }
     }
     let ready = ready.expect("loop ends when set");
@@ -370,19 +366,95 @@ fn open_streams(
     Ok(out)
 }
 
-fn register_udp(sockets: &[&UdpSocket], token: &str) {
-    for (i, s) in sockets.iter().enumerate() {
+/// A refusal the server wrote on a data stream instead of taking it.
+fn data_refusal(streams: &[ReadyStream]) -> Option<EngineError> {
+    streams.iter().find_map(|s| {
+        let DataSocket::Tcp(t) = &s.socket else {
+            return None;
+        };
+        let mut buf = [0u8; 4096];
+        t.set_nonblocking(true).ok()?;
+        let n = (&**t).read(&mut buf).ok()?;
+        let mut d = longhaul_proto::frame::Decoder::new(4096);
+        d.push(&buf[..n]);
+        match Message::decode(&d.next_frame().ok()??).ok()? {
+            Message::Refuse(r) => Some(SessionError::from(r).into()),
+            _ => None,
+        }
+    })
+}
+
+fn register_udp(streams: &[ReadyStream], token: &str) {
+    for s in streams {
+        let DataSocket::Udp(u) = &s.socket else {
+            continue;
+        };
         let mut d = vec![0u8; udp::HEADER_LEN + token.len()];
         udp::Header {
             tag: udp::tag_of(token),
-            stream: i as u16,
+            stream: s.stream,
             flags: udp::FLAG_REGISTER,
             seq: 0,
             send_ns: 0,
         }
         .write(&mut d);
         d[udp::HEADER_LEN..].copy_from_slice(token.as_bytes());
-        let _ = s.send(&d);
+        let _ = u.send(&d);
+    }
+}
+
+/// Interval samples of both sides, merged and reported in order as soon
+/// as both sides' sample of an interval is in.
+#[derive(Default)]
+struct Intervals {
+    local: BTreeMap<u32, (bool, SideSnapshot)>,
+    remote: BTreeMap<u32, SideSnapshot>,
+    next: u32,
+    prev: Option<(SideSnapshot, SideSnapshot)>,
+}
+
+impl Intervals {
+    fn report(
+        &mut self,
+        params: &TestParams,
+        omitted: bool,
+        l: SideSnapshot,
+        r: SideSnapshot,
+        sink: &mut dyn Reporter,
+    ) {
+        let span = Span {
+            client_from: self.prev.as_ref().map(|p| &p.0),
+            client_to: &l,
+            server_from: self.prev.as_ref().map(|p| &p.1),
+            server_to: &r,
+            complete: false,
+        };
+        sink.interval(&span.interval_report(params, self.next, omitted));
+        self.prev = Some((l, r));
+        self.next += 1;
+    }
+
+    fn flush(&mut self, params: &TestParams, sink: &mut dyn Reporter) {
+        while self.local.contains_key(&self.next) && self.remote.contains_key(&self.next) {
+            let (omitted, l) = self.local.remove(&self.next).expect("checked");
+            let r = self.remote.remove(&self.next).expect("checked");
+            self.report(params, omitted, l, r, sink);
+        }
+    }
+
+    /// Reports the time after the last whole interval, unless it is a sliver.
+    fn tail(
+        &mut self,
+        params: &TestParams,
+        l: &SideSnapshot,
+        r: &SideSnapshot,
+        sink: &mut dyn Reporter,
+    ) {
+        let last = self.prev.as_ref().map_or(0, |p| p.0.elapsed_us);
+        if params.interval_ms > 0 && l.elapsed_us.saturating_sub(last) > params.interval_ms * 100 {
+            let omitted = last < params.omit_ms * 1000;
+            self.report(params, omitted, l.clone(), r.clone(), sink);
+        }
     }
 }
 
@@ -396,13 +468,10 @@ fn drive(
     warnings: Vec<String>,
 ) -> Result<Summary, EngineError> {
     let mut ticker = Ticker::new(run.start, params);
-    let mut local: BTreeMap<u32, (bool, SideSnapshot)> = BTreeMap::new();
-    let mut remote: BTreeMap<u32, SideSnapshot> = BTreeMap::new();
+    let mut intervals = Intervals::default();
     let mut local_baseline = None;
     let mut local_end = None;
     let mut results: Option<PeerResults> = None;
-    let mut next_report = 0u32;
-    let mut prev: Option<(SideSnapshot, SideSnapshot)> = None;
     let mut interrupted = false;
 
     while local_end.is_none() || results.is_none() {
@@ -417,7 +486,7 @@ fn drive(
             match t {
                 crate::run::Tick::Baseline => local_baseline = Some(snap),
                 crate::run::Tick::Interval { index, omitted } => {
-                    local.insert(index, (omitted, snap));
+                    intervals.local.insert(index, (omitted, snap));
                 }
             }
         }
@@ -427,22 +496,7 @@ fn drive(
             }
             local_end = Some(run.snapshot());
         }
-        while let (Some((omitted, l)), Some(r)) =
-            (local.get(&next_report), remote.get(&next_report))
-        {
-            let span = Span {
-                client_from: prev.as_ref().map(|p| &p.0),
-                client_to: l,
-                server_from: prev.as_ref().map(|p| &p.1),
-                server_to: r,
-                complete: false,
-            };
-            sink.interval(&span.interval_report(params, next_report, *omitted));
-            prev = Some((l.clone(), r.clone()));
-            local.remove(&next_report);
-            remote.remove(&next_report);
-            next_report += 1;
-        }
+        intervals.flush(params, sink);
         let wait = ticker
             .next_due()
             .map_or(Duration::from_millis(10), |d| {
@@ -451,7 +505,7 @@ fn drive(
             .min(Duration::from_millis(10));
         match ctl.next_event(wait) {
             Ok(Some(ClientEvent::Interval(i))) => {
-                remote.insert(i.index, i.snapshot);
+                intervals.remote.insert(i.index, i.snapshot);
             }
             Ok(Some(ClientEvent::Results(r))) => results = Some(r),
             Ok(_) => {}
@@ -473,6 +527,8 @@ fn drive(
     run.join();
     let results = results.expect("loop ends when set");
     let local_end = local_end.expect("loop ends when set");
+    intervals.flush(params, sink);
+    intervals.tail(params, &local_end, &results.end, sink);
     let error = run
         .error()
         .map(|e| format!("client {e}"))
@@ -518,6 +574,7 @@ pub fn run_third_party(
             return Err(EngineError::Failed("interrupted by the user".into()));
         }
         match ctl.next_event(Duration::from_millis(100))? {
+            Some(ClientEvent::Relay(Relay::Start(s))) => sink.setup(&s),
             Some(ClientEvent::Relay(Relay::Interval(i))) => sink.interval(&i),
             Some(ClientEvent::Relay(Relay::Warning { message })) => sink.warning(&message),
             Some(ClientEvent::Relay(Relay::Summary(s))) => {

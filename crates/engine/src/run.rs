@@ -142,6 +142,7 @@ impl SideRun {
                 packets_sent,
                 tcp,
                 udp,
+                cpu_us: w.counters.cpu_us(),
             });
         }
         SideSnapshot {
@@ -249,7 +250,7 @@ impl Ticker {
                 }
                 (_, Some(i)) if i <= now => {
                     let iv = self.interval.expect("interval set");
-                    let omitted = iv * (self.next_index + 1) <= self.omit;
+                    let omitted = iv * self.next_index < self.omit;
                     out.push(Tick::Interval {
                         index: self.next_index,
                         omitted,
@@ -293,10 +294,17 @@ mod tests {
                 Tick::Baseline,
                 Tick::Interval {
                     index: 1,
-                    omitted: false
+                    omitted: true
                 }
             ]
         );
         assert!(!t.baseline_pending());
+        assert_eq!(
+            t.due(t0 + Duration::from_millis(3000)),
+            vec![Tick::Interval {
+                index: 2,
+                omitted: false
+            }]
+        );
     }
 }

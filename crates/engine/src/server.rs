@@ -415,20 +415,18 @@ fn control_loop(
         let now = Instant::now();
         session.handle_timeout(now)?;
         if let Some(t) = &mut test {
-            if !t.ready {
-                attach_streams(t);
-                if t.tcp.len() + t.udp.len() == stream_keys(&t.params).len()
-                    && t.udp.iter().all(|u| u.3)
-                {
-                    t.ready = true;
-                    let caps = BufferCaps::read();
-                    session.ready(Ready {
-                        streams: setups(t),
-                        rmem_max: caps.rmem_max,
-                        wmem_max: caps.wmem_max,
-                    });
-                    continue;
-                }
+            attach_streams(t);
+            let all_in = t.tcp.len() + t.udp.len() == stream_keys(&t.params).len()
+                && t.udp.iter().all(|u| u.3);
+            if !t.ready && all_in {
+                t.ready = true;
+                let caps = BufferCaps::read();
+                session.ready(Ready {
+                    streams: setups(t),
+                    rmem_max: caps.rmem_max,
+                    wmem_max: caps.wmem_max,
+                });
+                continue;
             }
             if let Some(run) = &t.run {
                 for tick in t.ticker.as_mut().expect("set with run").due(now) {
@@ -554,7 +552,7 @@ fn control_loop(
                 if let Some(run) = test.as_ref().and_then(|t| t.run.as_ref()) {
                     run.stop();
                 }
-                return Err(e.into());
+                return Err(EngineError::Failed(format!("session ended: {e}")));
             }
         }
     }
@@ -649,7 +647,7 @@ fn attach_streams(t: &mut Test) {
             .tcp
             .iter()
             .any(|s| s.direction == a.direction && s.stream == a.index);
-        if !known || dup || t.params.transport != Transport::Tcp {
+        if t.ready || !known || dup || t.params.transport != Transport::Tcp {
             refuse_raw(
                 &a.stream,
                 RefuseCode::Protocol,
@@ -717,35 +715,76 @@ fn setups(t: &Test) -> Vec<StreamSetup> {
     out
 }
 
-/// Runs a test from this server to another and relays it to the requester.
+/// Runs a test from this server to another and relays it to the
+/// requester, while still listening to the requester: a stop or a closed
+/// connection ends the run.
 fn third_party(shared: &Arc<Shared>, conn: &mut FramedConn, req: &ThirdParty) {
     tracing::info!("third-party test from {} to {}", conn.peer(), req.target);
     let running = shared.tests.fetch_add(1, Ordering::SeqCst);
-    let result = if running >= shared.cfg.max_tests {
-        Err(EngineError::Refused {
+    let _slot = TestSlot(shared.clone());
+    if running >= shared.cfg.max_tests {
+        let _ = conn.send(&Message::Relay(Relay::Failed(Refuse {
             code: RefuseCode::Busy,
             message: format!("server is running {running} tests, its limit; try again later"),
-        })
-    } else {
-        let mut sink = RelaySink(|r: Relay| {
-            let _ = conn.send(&Message::Relay(r));
-        });
-        run_perf(
-            &req.target,
-            &req.params,
-            &ClientOptions::default(),
-            &mut sink,
-        )
-    };
-    shared.tests.fetch_sub(1, Ordering::SeqCst);
-    if let Err(e) = result {
-        let code = match &e {
-            EngineError::Refused { code, .. } => *code,
-            _ => RefuseCode::ServerError,
-        };
-        let _ = conn.send(&Message::Relay(Relay::Failed(Refuse {
-            code,
-            message: e.to_string(),
         })));
+        return;
+    }
+    let opts = ClientOptions::default();
+    let interrupt = opts.interrupt.clone();
+    let (tx, rx) = mpsc::channel::<Relay>();
+    let (target, params) = (req.target.clone(), req.params.clone());
+    let worker = std::thread::Builder::new()
+        .name("lh-3rd".into())
+        .spawn(move || {
+            let mut sink = RelaySink(|r: Relay| {
+                let _ = tx.send(r);
+            });
+            if let Err(e) = run_perf(&target, &params, &opts, &mut sink) {
+                let code = match &e {
+                    EngineError::Refused { code, .. } => *code,
+                    _ => RefuseCode::ServerError,
+                };
+                let _ = tx.send(Relay::Failed(Refuse {
+                    code,
+                    message: e.to_string(),
+                }));
+            }
+        });
+    let Ok(worker) = worker else {
+        let _ = conn.send(&Message::Relay(Relay::Failed(Refuse {
+            code: RefuseCode::ServerError,
+            message: "cannot start a thread for the test".into(),
+        })));
+        return;
+    };
+    loop {
+        match rx.recv_timeout(Duration::from_millis(10)) {
+            Ok(r) => {
+                if conn.send(&Message::Relay(r)).is_err() {
+                    interrupt.store(true, Ordering::SeqCst);
+                }
+                continue;
+            }
+            Err(mpsc::RecvTimeoutError::Disconnected) => break,
+            Err(mpsc::RecvTimeoutError::Timeout) => {}
+        }
+        match conn.recv(Duration::from_millis(1)) {
+            Ok(Some(Message::Stop(s))) => {
+                tracing::info!("{} stops its third-party test: {}", conn.peer(), s.reason);
+                interrupt.store(true, Ordering::SeqCst);
+            }
+            Ok(_) => {}
+            Err(_) => interrupt.store(true, Ordering::SeqCst),
+        }
+    }
+    let _ = worker.join();
+}
+
+/// Frees a test slot when dropped.
+struct TestSlot(Arc<Shared>);
+
+impl Drop for TestSlot {
+    fn drop(&mut self) {
+        self.0.tests.fetch_sub(1, Ordering::SeqCst);
     }
 }

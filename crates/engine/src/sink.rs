@@ -2,22 +2,8 @@
 //! third-party relay and (later) the archive implement [`Reporter`]; the
 //! engine formats nothing for humans.
 
-use longhaul_proto::msg::{Relay, TestParams};
-use longhaul_proto::report::{IntervalReport, StreamSetup, Summary};
-
-/// Facts known once the streams are up.
-#[derive(Debug, Clone, serde::Serialize)]
-pub struct Setup {
-    /// The server as the user named it.
-    pub server: String,
-    /// What the server says it runs.
-    pub server_software: String,
-    pub server_host: String,
-    pub protocol_version: u16,
-    pub params: TestParams,
-    pub local_streams: Vec<StreamSetup>,
-    pub remote_streams: Vec<StreamSetup>,
-}
+use longhaul_proto::msg::Relay;
+use longhaul_proto::report::{IntervalReport, Setup, Summary};
 
 /// Receives the events of a test as they happen.
 pub trait Reporter {
@@ -37,6 +23,9 @@ impl Reporter for Discard {}
 pub struct RelaySink<F: FnMut(Relay)>(pub F);
 
 impl<F: FnMut(Relay)> Reporter for RelaySink<F> {
+    fn setup(&mut self, setup: &Setup) {
+        (self.0)(Relay::Start(Box::new(setup.clone())));
+    }
     fn interval(&mut self, report: &IntervalReport) {
         (self.0)(Relay::Interval(report.clone()));
     }

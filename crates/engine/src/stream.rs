@@ -344,7 +344,10 @@ fn udp_recv(s: &UdpSocket, plan: &Plan, c: &Counters) -> io::Result<()> {
     s.set_read_timeout(Some(Duration::from_millis(100)))?;
     let mut buf = vec![0u8; if gro { 1 << 17 } else { 65_536 }];
     let mut rx = udp::Receiver::new();
-    let mut last_data = None::<Instant>;
+    // In a byte-bound test, silence for this long (from the start, or
+    // after the last datagram) ends the receiver.
+    let silence = Duration::from_secs(2);
+    let mut last_data = Instant::now() + Duration::from_secs(8);
     // A receiver ends on the sender's FIN; failing that, a second after the
     // planned end, or after two seconds of silence in a byte-bound test.
     let hard_end = plan.until.map(|u| u + Duration::from_secs(1));
@@ -362,9 +365,7 @@ fn udp_recv(s: &UdpSocket, plan: &Plan, c: &Counters) -> io::Result<()> {
                         | io::ErrorKind::Interrupted
                 ) =>
             {
-                if plan.until.is_none()
-                    && last_data.is_some_and(|t| t.elapsed() > Duration::from_secs(2))
-                {
+                if plan.until.is_none() && last_data.elapsed() > silence {
                     break;
                 }
                 continue;
@@ -392,7 +393,7 @@ fn udp_recv(s: &UdpSocket, plan: &Plan, c: &Counters) -> io::Result<()> {
             rx.set_rcvbuf_drops(u64::from(d));
         }
         if bytes > 0 {
-            last_data = Some(Instant::now());
+            last_data = Instant::now();
             c.bytes.fetch_add(bytes, Ordering::Relaxed);
         }
         *c.udp.lock().expect("poisoned") = rx.counts();

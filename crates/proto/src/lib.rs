@@ -18,9 +18,7 @@ pub mod units;
 /// A decoding or encoding failure.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ProtoError {
-    #[error(
-        "peer did not start with the longhaul preamble (is it a longhaul server on that port?)"
-    )]
+    #[error("peer did not start with the longhaul preamble (it does not speak longhaul)")]
     BadMagic,
     #[error("frame of {len} bytes exceeds the limit of {max}")]
     FrameTooLarge { len: u64, max: u32 },

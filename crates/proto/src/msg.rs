@@ -7,7 +7,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::frame::{encode_frame, Frame};
-use crate::report::{IntervalReport, Summary};
+use crate::report::{IntervalReport, Setup, Summary};
 use crate::report::{PeerResults, SideInterval, StreamSetup};
 use crate::ProtoError;
 
@@ -206,6 +206,7 @@ pub struct ThirdParty {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "event", rename_all = "snake_case")]
 pub enum Relay {
+    Start(Box<Setup>),
     Interval(IntervalReport),
     Summary(Box<Summary>),
     Warning { message: String },

@@ -23,6 +23,20 @@ pub struct StreamSetup {
     pub congestion: String,
 }
 
+/// Facts known once a test's streams are up, for reports.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Setup {
+    /// The server as the user named it.
+    pub server: String,
+    /// What the server says it runs.
+    pub server_software: String,
+    pub server_host: String,
+    pub protocol_version: u16,
+    pub params: TestParams,
+    pub local_streams: Vec<StreamSetup>,
+    pub remote_streams: Vec<StreamSetup>,
+}
+
 /// TCP_INFO of a sending socket, cumulative counters where the kernel's are.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TcpSample {
@@ -79,6 +93,9 @@ pub struct StreamSample {
     /// Present on the receiving side of a UDP stream.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub udp: Option<UdpRecv>,
+    /// CPU time of this stream's worker thread, microseconds.
+    #[serde(default)]
+    pub cpu_us: u64,
 }
 
 /// Everything one side knows at one moment, cumulative since Start.
@@ -125,6 +142,9 @@ pub struct StreamReport {
     pub stream: u16,
     pub bytes: u64,
     pub bits_per_second: f64,
+    /// CPU of this stream's sending and receiving threads, percent of one core.
+    pub cpu_sender_percent: f64,
+    pub cpu_receiver_percent: f64,
     #[serde(flatten)]
     pub tcp: Option<TcpReport>,
     #[serde(flatten)]
@@ -136,8 +156,13 @@ pub struct StreamReport {
 pub struct TcpReport {
     pub retransmits: u64,
     pub rtt_us: u32,
+    pub rttvar_us: u32,
     pub min_rtt_us: u32,
     pub cwnd_bytes: u64,
+    /// The kernel's latest delivery-rate estimate, bits/s.
+    pub delivery_rate_bps: f64,
+    /// The pacing rate the kernel applies, bits/s.
+    pub pacing_rate_bps: f64,
     /// Share of the span the kernel had data in flight, 0..=1.
     pub busy_fraction: f64,
     /// Share of the span limited by the receiver's window.
@@ -170,9 +195,14 @@ pub struct DirectionReport {
     pub tcp: Option<TcpReport>,
     #[serde(flatten)]
     pub udp: Option<UdpReport>,
-    /// CPU of the sending and receiving ends, percent of one core.
+    /// CPU of the sending and receiving ends (all their test threads),
+    /// percent of one core.
     pub cpu_sender_percent: f64,
     pub cpu_receiver_percent: f64,
+    /// The busiest single stream thread on each end, percent of one core:
+    /// near 100 means one core is the limit.
+    pub cpu_sender_thread_max_percent: f64,
+    pub cpu_receiver_thread_max_percent: f64,
     pub limit: LimitHint,
 }
 
@@ -325,11 +355,24 @@ impl Span<'_> {
             .unwrap_or(0)
             .saturating_sub(rx_from.map_or(0, |s| s.bytes));
         let wall = self.wall_us(receiver);
+        let cpu = |from: Option<&StreamSample>, to: Option<&StreamSample>, side: Side| {
+            let us = to
+                .map_or(0, |s| s.cpu_us)
+                .saturating_sub(from.map_or(0, |s| s.cpu_us));
+            let w = self.wall_us(side);
+            if w == 0 {
+                0.0
+            } else {
+                us as f64 * 100.0 / w as f64
+            }
+        };
         let mut report = StreamReport {
             direction,
             stream,
             bytes,
             bits_per_second: rate(bytes, wall),
+            cpu_sender_percent: cpu(tx_from, tx_to, sender),
+            cpu_receiver_percent: cpu(rx_from, rx_to, receiver),
             tcp: None,
             udp: None,
         };
@@ -341,8 +384,15 @@ impl Span<'_> {
                     report.tcp = Some(TcpReport {
                         retransmits: t.retransmits.saturating_sub(f.retransmits),
                         rtt_us: t.rtt_us,
+                        rttvar_us: t.rttvar_us,
                         min_rtt_us: t.min_rtt_us,
                         cwnd_bytes: t.cwnd_bytes,
+                        delivery_rate_bps: t.delivery_rate as f64 * 8.0,
+                        pacing_rate_bps: if t.pacing_rate == u64::MAX {
+                            0.0
+                        } else {
+                            t.pacing_rate as f64 * 8.0
+                        },
                         busy_fraction: frac(t.busy_us.saturating_sub(f.busy_us), span),
                         rwnd_limited_fraction: frac(
                             t.rwnd_limited_us.saturating_sub(f.rwnd_limited_us),
@@ -411,6 +461,9 @@ impl Span<'_> {
                     .min()
                     .unwrap_or(0),
                 cwnd_bytes: ts.iter().map(|t| t.cwnd_bytes).sum(),
+                rttvar_us: (ts.iter().map(|t| f64::from(t.rttvar_us)).sum::<f64>() / k) as u32,
+                delivery_rate_bps: ts.iter().map(|t| t.delivery_rate_bps).sum(),
+                pacing_rate_bps: ts.iter().map(|t| t.pacing_rate_bps).sum(),
                 busy_fraction: ts.iter().map(|t| t.busy_fraction).sum::<f64>() / k,
                 rwnd_limited_fraction: ts.iter().map(|t| t.rwnd_limited_fraction).sum::<f64>() / k,
                 sndbuf_limited_fraction: ts.iter().map(|t| t.sndbuf_limited_fraction).sum::<f64>()
@@ -451,6 +504,7 @@ impl Span<'_> {
                 self.cpu_percent(Side::Client),
             ),
         };
+        let max = |f: fn(&StreamReport) -> f64| mine.iter().map(|s| f(s)).fold(0.0, f64::max);
         let mut d = DirectionReport {
             direction,
             bytes,
@@ -459,6 +513,8 @@ impl Span<'_> {
             udp,
             cpu_sender_percent,
             cpu_receiver_percent,
+            cpu_sender_thread_max_percent: max(|s| s.cpu_sender_percent),
+            cpu_receiver_thread_max_percent: max(|s| s.cpu_receiver_percent),
             limit: LimitHint::default(),
         };
         d.limit = diagnose(&d);
@@ -578,6 +634,9 @@ impl Span<'_> {
     }
 }
 
+/// A thread at or above this share of one core is taken as CPU-bound.
+pub const CPU_BOUND_PERCENT: f64 = 90.0;
+
 /// Names what limited one direction, from the sender's kernel counters, the
 /// loss counts and the CPU of both ends.
 ///
@@ -694,6 +753,7 @@ mod tests {
             packets_sent: None,
             tcp,
             udp: None,
+            cpu_us: 0,
         }
     }
 

@@ -46,6 +46,8 @@ pub struct Limits {
     pub max_streams: u16,
     pub max_duration: Duration,
     pub max_bytes: u64,
+    /// Memory for stream buffers one test may take (streams x length).
+    pub max_buffer_bytes: u64,
     pub allow_third_party: bool,
     /// Time a new connection has to say hello, and a test to get going.
     pub handshake_timeout: Duration,
@@ -59,6 +61,7 @@ impl Default for Limits {
             max_streams: 128,
             max_duration: Duration::from_secs(3600),
             max_bytes: 1 << 50,
+            max_buffer_bytes: 512 << 20,
             allow_third_party: true,
             handshake_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(60),
@@ -133,11 +136,32 @@ impl Limits {
                 return bad(format!("congestion control name '{cc}' is not valid"));
             }
         }
-        if p.transport == Transport::Udp && p.udp_rate_bps.is_none() && p.bytes.is_none() {
-            // An unpaced UDP test is legal but floods; the client sets a rate by default.
+        let buffers = u64::from(p.length)
+            .saturating_mul(u64::from(p.streams))
+            .saturating_mul(p.mode.directions().len() as u64);
+        if buffers > self.max_buffer_bytes {
+            return limit(format!(
+                "{} streams of {} byte buffers need {} bytes of memory, this server allows {} per test; use fewer streams or a smaller -l",
+                p.streams, p.length, buffers, self.max_buffer_bytes
+            ));
         }
         Ok(())
     }
+}
+
+/// How long a test may run before its peer gives up on it.
+fn run_limit(p: &TestParams, max_duration: Duration) -> Duration {
+    match p.duration_ms {
+        Some(ms) => Duration::from_millis(ms.saturating_add(p.omit_ms)).saturating_add(END_GRACE),
+        None => max_duration,
+    }
+}
+
+/// `now + d`, or a date far enough away where that overflows.
+fn deadline(now: Instant, d: Duration) -> Instant {
+    now.checked_add(d)
+        .or_else(|| now.checked_add(Duration::from_secs(100 * 365 * 86_400)))
+        .unwrap_or(now)
 }
 
 /// Server-side settings of a session.
@@ -192,7 +216,7 @@ pub struct ServerSession {
 
 impl ServerSession {
     pub fn new(now: Instant, cfg: ServerConfig) -> Self {
-        let deadline = Some(now + cfg.limits.handshake_timeout);
+        let deadline = Some(deadline(now, cfg.limits.handshake_timeout));
         Self {
             cfg,
             state: ServerState::AwaitHello,
@@ -259,7 +283,7 @@ impl ServerSession {
                             host: self.cfg.host.clone(),
                         }));
                         self.state = S::AwaitRequest;
-                        self.deadline = Some(now + self.cfg.limits.idle_timeout);
+                        self.deadline = Some(deadline(now, self.cfg.limits.idle_timeout));
                         Ok(None)
                     }
                     Role::Data {
@@ -283,10 +307,7 @@ impl ServerSession {
                 if let Err(e) = self.cfg.limits.check(&p) {
                     return Err(self.fail(e));
                 }
-                self.run_limit = match p.duration_ms {
-                    Some(ms) => Duration::from_millis(ms + p.omit_ms) + END_GRACE,
-                    None => self.cfg.limits.max_duration,
-                };
+                self.run_limit = run_limit(&p, self.cfg.limits.max_duration);
                 self.state = S::Deciding;
                 self.deadline = None;
                 Ok(Some(ServerEvent::TestRequested(p)))
@@ -307,7 +328,7 @@ impl ServerSession {
             }
             (S::AwaitStart, Message::Start(_)) => {
                 self.state = S::Running;
-                self.deadline = Some(now + self.run_limit);
+                self.deadline = Some(deadline(now, self.run_limit));
                 Ok(Some(ServerEvent::Start))
             }
             (S::AwaitStreams | S::AwaitStart | S::Running, Message::Stop(s)) => {
@@ -327,7 +348,7 @@ impl ServerSession {
         if self.state == ServerState::Deciding {
             self.out.push_back(Message::TestAccept(accept));
             self.state = ServerState::AwaitStreams;
-            self.deadline = Some(now + self.cfg.limits.handshake_timeout);
+            self.deadline = Some(deadline(now, self.cfg.limits.handshake_timeout));
         }
     }
 
@@ -370,8 +391,11 @@ impl ServerSession {
 
     /// A third-party run is over (its summary was relayed).
     pub fn finish(&mut self, now: Instant) {
+        if self.state != ServerState::Running {
+            return;
+        }
         self.state = ServerState::AwaitRequest;
-        self.deadline = Some(now + self.cfg.limits.idle_timeout);
+        self.deadline = Some(deadline(now, self.cfg.limits.idle_timeout));
     }
 
     pub fn poll_transmit(&mut self) -> Option<Message> {
@@ -446,7 +470,7 @@ impl ClientSession {
             state: ClientState::AwaitWelcome,
             handshake_timeout,
             run_limit: Duration::ZERO,
-            deadline: Some(now + handshake_timeout),
+            deadline: Some(deadline(now, handshake_timeout)),
             out,
         }
     }
@@ -458,13 +482,10 @@ impl ClientSession {
     }
 
     pub fn request_test(&mut self, now: Instant, params: TestParams, max_duration: Duration) {
-        self.run_limit = match params.duration_ms {
-            Some(ms) => Duration::from_millis(ms + params.omit_ms) + END_GRACE,
-            None => max_duration,
-        };
+        self.run_limit = run_limit(&params, max_duration);
         self.out.push_back(Message::TestRequest(params));
         self.state = ClientState::AwaitAccept;
-        self.deadline = Some(now + self.handshake_timeout);
+        self.deadline = Some(deadline(now, self.handshake_timeout));
     }
 
     pub fn request_third_party(&mut self, now: Instant, req: ThirdParty, max_duration: Duration) {
@@ -476,7 +497,7 @@ impl ClientSession {
         };
         self.out.push_back(Message::ThirdParty(req));
         self.state = ClientState::ThirdParty;
-        self.deadline = Some(now + self.run_limit);
+        self.deadline = Some(deadline(now, self.run_limit));
     }
 
     /// All data streams are connected and the server said ready: go.
@@ -484,7 +505,7 @@ impl ClientSession {
         if self.state == ClientState::Ready {
             self.out.push_back(Message::Start(Start {}));
             self.state = ClientState::Running;
-            self.deadline = Some(now + self.run_limit);
+            self.deadline = Some(deadline(now, self.run_limit));
         }
     }
 
@@ -520,12 +541,12 @@ impl ClientSession {
             }
             (S::AwaitAccept, Message::TestAccept(a)) => {
                 self.state = S::AwaitReady;
-                self.deadline = Some(now + self.handshake_timeout);
+                self.deadline = Some(deadline(now, self.handshake_timeout));
                 Ok(Some(ClientEvent::Accepted(a)))
             }
             (S::AwaitReady, Message::Ready(r)) => {
                 self.state = S::Ready;
-                self.deadline = Some(now + self.handshake_timeout);
+                self.deadline = Some(deadline(now, self.handshake_timeout));
                 Ok(Some(ClientEvent::Ready(r)))
             }
             (S::Running, Message::Interval(i)) => Ok(Some(ClientEvent::Interval(i))),

@@ -98,7 +98,13 @@ impl Receiver {
 
     /// Accounts one datagram with sequence `seq`, sent at the sender's
     /// `send_ns` and received at our `recv_ns` (clocks need not agree).
+    ///
+    /// Sequence `u64::MAX` is never sent (a sender would need 2^64
+    /// datagrams) and is ignored, so `expected` cannot overflow.
     pub fn on_datagram(&mut self, seq: u64, send_ns: u64, recv_ns: u64) {
+        if seq == u64::MAX {
+            return;
+        }
         let expected = self.counts.expected;
         if seq >= expected {
             let gap = seq - expected;
@@ -177,6 +183,15 @@ mod tests {
         assert_eq!(c.out_of_order, 1);
         assert_eq!(c.duplicates, 1);
         assert_eq!(c.expected - c.packets, 1, "seq 4 lost");
+    }
+
+    #[test]
+    fn last_sequence_number_cannot_overflow() {
+        let mut r = Receiver::new();
+        r.on_datagram(u64::MAX, 335_057_748_224, 0);
+        r.on_datagram(u64::MAX - 1, 0, 0);
+        assert_eq!(r.counts().expected, u64::MAX);
+        assert_eq!(r.counts().packets, 1);
     }
 
     #[test]

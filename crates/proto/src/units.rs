@@ -37,7 +37,7 @@ fn split_number(s: &str) -> Option<(f64, &str)> {
 }
 
 const SIZE_HELP: &str =
-    "a number with an optional K, M, G or T suffix (powers of 1024), like 256K or 4M";
+    "a number with an optional K, M, G, T or P suffix (powers of 1024), like 256K or 4M";
 
 /// Parses a byte size: `65536`, `64K`, `4M`, `1.5G`, `2GiB`.
 pub fn parse_size(s: &str) -> Result<u64, UnitError> {
@@ -53,6 +53,7 @@ pub fn parse_size(s: &str) -> Result<u64, UnitError> {
         "m" | "mb" | "mib" => 1 << 20,
         "g" | "gb" | "gib" => 1 << 30,
         "t" | "tb" | "tib" => 1 << 40,
+        "p" | "pb" | "pib" => 1 << 50,
         _ => return Err(err()),
     };
     let v = n * mult as f64;
