@@ -15,7 +15,7 @@ use longhaul_engine::client::{run_perf, run_third_party, ClientOptions};
 use longhaul_engine::server::{ServeConfig, Server};
 use longhaul_engine::sink::Reporter;
 use longhaul_engine::{EngineError, DEFAULT_PORT};
-use longhaul_proto::msg::{Mode, TestParams, Transport};
+use longhaul_proto::msg::{Mode, RecvMode, SendMode, TestParams, Transport};
 use longhaul_proto::session::Limits;
 use longhaul_proto::units;
 
@@ -48,6 +48,16 @@ fn size(s: &str) -> Result<u64, String> {
 }
 fn rate(s: &str) -> Result<u64, String> {
     units::parse_rate(s).map_err(|e| e.to_string())
+}
+fn send_mode(s: &str) -> Result<SendMode, String> {
+    match s {
+        "splice" => Ok(SendMode::Splice),
+        "sendfile" => Ok(SendMode::Sendfile),
+        "copy" => Ok(SendMode::Copy),
+        _ => Err(format!(
+            "unknown zero-copy mode '{s}': use splice, sendfile or copy"
+        )),
+    }
 }
 fn duration(s: &str) -> Result<Duration, String> {
     units::parse_duration(s).map_err(|e| e.to_string())
@@ -132,9 +142,15 @@ struct PerfArgs {
     /// Pin stream threads: local CPU, and optionally the server's (`-A 0,1`).
     #[arg(short = 'A', long, value_name = "N[,M]")]
     affinity: Option<String>,
-    /// Send with sendfile(2) from a memory file instead of write(2).
-    #[arg(long)]
-    zerocopy: bool,
+    /// How senders hand data to the kernel: splice (default: vmsplice+splice,
+    /// no copy), sendfile (from a memory file, like iperf3 -Z) or copy (write(2)).
+    #[arg(long, value_name = "MODE", num_args = 0..=1, default_missing_value = "sendfile", value_parser = send_mode)]
+    zerocopy: Option<SendMode>,
+    /// Copy data in and out of the kernel with write(2) and read(2), as an
+    /// application that touches its data would, instead of the default
+    /// zero-copy send and discarding receive.
+    #[arg(long, conflicts_with = "zerocopy")]
+    copy: bool,
     /// Seconds between interval reports; 0 for none.
     #[arg(short = 'i', long, default_value = "1", value_parser = duration)]
     interval: Duration,
@@ -341,7 +357,16 @@ fn params_of(a: &PerfArgs) -> Result<(TestParams, Option<u32>), Failure> {
         pacing_bps: a.pacing,
         mss: a.mss,
         server_cpu,
-        zerocopy: a.zerocopy,
+        send_mode: match (a.copy, a.zerocopy) {
+            (true, _) => SendMode::Copy,
+            (false, Some(m)) => m,
+            (false, None) => SendMode::default(),
+        },
+        recv_mode: if a.copy {
+            RecvMode::Copy
+        } else {
+            RecvMode::default()
+        },
         interval_ms: ms(a.interval),
         omit_ms: ms(a.omit),
         udp_rate_bps: if a.udp {

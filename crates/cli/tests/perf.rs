@@ -455,3 +455,19 @@ fn window_above_the_kernel_cap_warns_with_the_fix() {
     );
     s.shutdown();
 }
+
+#[test]
+fn every_data_path_moves_exactly_the_bytes_asked_for() {
+    let s = server();
+    for mode in [&["--copy"][..], &["--zerocopy"], &["--zerocopy=splice"], &["--zerocopy=copy"], &[]] {
+        for dir in [&[][..], &["-R"]] {
+            let args = [&["-n", "20M"][..], mode, dir].concat();
+            let v = ok_json(s.addr(), &args);
+            assert_eq!(v["summary"]["bytes"].as_u64().unwrap(), 20 << 20, "{args:?}");
+        }
+    }
+    let o = perf(s.addr(), &["--zerocopy=msg", "-t", "1"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("unknown zero-copy mode"), "{}", stderr(&o));
+    s.shutdown();
+}

@@ -286,7 +286,6 @@ fn session_config(shared: &Shared) -> ServerConfig {
 }
 
 fn handle_connection(shared: &Arc<Shared>, stream: TcpStream, peer: SocketAddr) {
-    let _ = stream.set_nodelay(true);
     let now = Instant::now();
     let mut session = ServerSession::new(now, session_config(shared));
     let mut reader = DeadlineReader {
@@ -311,6 +310,9 @@ fn handle_connection(shared: &Arc<Shared>, stream: TcpStream, peer: SocketAddr) 
             stream: index,
             direction,
         })) => {
+            // The handshake's time-out would stay on the socket and make
+            // every blocking read arm a timer.
+            let _ = stream.set_read_timeout(None);
             let tx = shared
                 .registry
                 .lock()
@@ -335,6 +337,7 @@ fn handle_connection(shared: &Arc<Shared>, stream: TcpStream, peer: SocketAddr) 
             }
         }
         Ok(_) => {
+            let _ = stream.set_nodelay(true);
             let mut conn = FramedConn::new(Box::new(stream), peer.to_string());
             if let Err(e) = control_loop(shared, &mut conn, &mut session) {
                 match e {

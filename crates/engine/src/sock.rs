@@ -100,7 +100,9 @@ pub fn apply_tcp_ref(sock: &SockRef<'_>, t: &Tuning) -> io::Result<()> {
     if let Some(rate) = t.pacing_bytes_per_sec {
         set_pacing(sock.as_fd(), rate)?;
     }
-    sock.set_nodelay(true)?;
+    // Nagle stays on for data: full-size writes follow each other at once,
+    // and it merges each write's tail into the next write's first segment.
+    sock.set_nodelay(false)?;
     Ok(())
 }
 

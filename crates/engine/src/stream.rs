@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use longhaul_proto::msg::Direction;
+use longhaul_proto::msg::{Direction, RecvMode, SendMode};
 use longhaul_proto::report::UdpRecv;
 use longhaul_proto::udp::{self, Header};
 
@@ -61,7 +61,8 @@ pub struct Plan {
     pub until: Option<Instant>,
     /// Bytes this stream sends, if byte-bound.
     pub bytes: Option<u64>,
-    pub zerocopy: bool,
+    pub send_mode: SendMode,
+    pub recv_mode: RecvMode,
     pub cpu: Option<u32>,
     /// UDP sender rate, bytes per second; None or 0 for unlimited.
     pub udp_rate: Option<u64>,
@@ -129,24 +130,117 @@ fn should_stop(plan: &Plan) -> bool {
     plan.stop.load(Ordering::Relaxed) || plan.until.is_some_and(|u| Instant::now() >= u)
 }
 
+/// A TCP sender's way of handing bytes to the kernel.
+enum Writer {
+    Copy,
+    Sendfile(std::fs::File),
+    Splice(Pipe),
+}
+
+impl Writer {
+    fn new(mode: SendMode, buf: &[u8]) -> io::Result<Writer> {
+        Ok(match mode {
+            SendMode::Copy => Writer::Copy,
+            SendMode::Sendfile => Writer::Sendfile(memfd_with(buf)?),
+            // A kernel without vmsplice/splice for sockets falls back to write.
+            SendMode::Splice => Pipe::new(buf.len()).map_or(Writer::Copy, Writer::Splice),
+        })
+    }
+
+    /// Sends up to `buf.len()` bytes; returns how many went.
+    fn send(&mut self, s: &TcpStream, buf: &[u8]) -> io::Result<usize> {
+        match self {
+            Writer::Copy => {
+                let mut w = s;
+                w.write(buf)
+            }
+            Writer::Sendfile(f) => sendfile(s, f, buf.len()),
+            Writer::Splice(p) => p.send(s, buf),
+        }
+    }
+}
+
+/// A pipe that carries page references from our buffer to a socket.
+struct Pipe {
+    r: std::os::fd::OwnedFd,
+    w: std::os::fd::OwnedFd,
+}
+
+impl Pipe {
+    fn new(size: usize) -> io::Result<Pipe> {
+        let mut fds = [0; 2];
+        // SAFETY: fds has room for the two descriptors pipe2 writes.
+        if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: pipe2 just returned these descriptors; we own them.
+        let (r, w) = unsafe {
+            use std::os::fd::FromRawFd;
+            (
+                std::os::fd::OwnedFd::from_raw_fd(fds[0]),
+                std::os::fd::OwnedFd::from_raw_fd(fds[1]),
+            )
+        };
+        // As large as the buffer where allowed (pipe-max-size, 1 MiB by default).
+        let want =
+            size.min(sock::sysctl_u64("/proc/sys/fs/pipe-max-size").unwrap_or(1 << 20) as usize);
+        // SAFETY: plain fcntl on a descriptor we own.
+        unsafe { libc::fcntl(w.as_raw_fd(), libc::F_SETPIPE_SZ, want as libc::c_int) };
+        Ok(Pipe { r, w })
+    }
+
+    /// vmsplice as much of `buf` as the pipe takes, then splice all of it
+    /// to the socket. The buffer is never written while the test runs, so
+    /// the referenced pages keep their contents.
+    fn send(&mut self, s: &TcpStream, buf: &[u8]) -> io::Result<usize> {
+        let iov = libc::iovec {
+            iov_base: buf.as_ptr() as *mut libc::c_void,
+            iov_len: buf.len(),
+        };
+        // SAFETY: iov points to a live buffer of iov_len bytes.
+        let n = unsafe { libc::vmsplice(self.w.as_raw_fd(), &iov, 1, 0) };
+        if n < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let mut left = n as usize;
+        while left > 0 {
+            // SAFETY: both descriptors are open; null offsets mean "current position".
+            let m = unsafe {
+                libc::splice(
+                    self.r.as_raw_fd(),
+                    std::ptr::null_mut(),
+                    s.as_raw_fd(),
+                    std::ptr::null_mut(),
+                    left,
+                    libc::SPLICE_F_MOVE | libc::SPLICE_F_MORE,
+                )
+            };
+            if m < 0 {
+                let e = io::Error::last_os_error();
+                if e.kind() == io::ErrorKind::Interrupted {
+                    continue;
+                }
+                return Err(e);
+            }
+            if m == 0 {
+                return Err(io::ErrorKind::WriteZero.into());
+            }
+            left -= m as usize;
+        }
+        Ok(n as usize)
+    }
+}
+
 fn tcp_send(s: &TcpStream, plan: &Plan, c: &Counters) -> io::Result<()> {
     let mut buf = vec![0u8; plan.length];
     fill_incompressible(&mut buf, u64::from(plan.stream) + 1);
     let mut remaining = plan.bytes.unwrap_or(u64::MAX);
-    s.set_write_timeout(Some(Duration::from_millis(250)))?;
-    let memfd = if plan.zerocopy {
-        Some(memfd_with(&buf)?)
-    } else {
-        None
-    };
-    let mut w = s;
+    // No SO_SNDTIMEO: a timed wait arms a kernel timer at every block.
+    // SideRun::stop shuts the socket down, which ends a blocked write.
+    let mut writer = Writer::new(plan.send_mode, &buf)?;
     while remaining > 0 && !should_stop(plan) {
         let want = (buf.len() as u64).min(remaining) as usize;
-        let r = match &memfd {
-            Some(f) => sendfile(s, f, want),
-            None => w.write(&buf[..want]),
-        };
-        match r {
+        match writer.send(s, &buf[..want]) {
             Ok(n) => {
                 remaining -= n as u64;
                 c.bytes.fetch_add(n as u64, Ordering::Relaxed);
@@ -158,6 +252,13 @@ fn tcp_send(s: &TcpStream, plan: &Plan, c: &Counters) -> io::Result<()> {
                         | io::ErrorKind::WouldBlock
                         | io::ErrorKind::TimedOut
                 ) => {}
+            Err(e)
+                if matches!(e.raw_os_error(), Some(libc::EINVAL | libc::ENOSYS))
+                    && !matches!(writer, Writer::Copy) =>
+            {
+                // This kernel cannot splice or sendfile to this socket.
+                writer = Writer::Copy;
+            }
             Err(e) => return Err(e),
         }
     }
@@ -214,28 +315,39 @@ fn sendfile(s: &TcpStream, f: &std::fs::File, len: usize) -> io::Result<usize> {
 }
 
 fn tcp_recv(s: &TcpStream, plan: &Plan, c: &Counters) -> io::Result<()> {
-    let mut buf = vec![0u8; plan.length.clamp(64 << 10, 4 << 20)];
-    s.set_read_timeout(Some(Duration::from_millis(250)))?;
-    let mut r = s;
+    let len = plan.length.clamp(64 << 10, 4 << 20);
+    // With MSG_TRUNC, TCP drops the bytes without copying them: the buffer
+    // is only a placeholder.
+    let discard = plan.recv_mode == RecvMode::Discard;
+    let mut buf = vec![0u8; if discard { 64 } else { len }];
+    // No SO_RCVTIMEO, as for the sender: a shutdown ends a blocked read.
     loop {
-        match r.read(&mut buf) {
-            Ok(0) => break,
-            Ok(n) => {
+        let flags = if discard { libc::MSG_TRUNC } else { 0 };
+        // SAFETY: with MSG_TRUNC TCP writes nothing to the buffer; without
+        // it, at most `buf.len()` bytes, which is what we pass.
+        let n = unsafe {
+            libc::recv(
+                s.as_raw_fd(),
+                buf.as_mut_ptr().cast(),
+                if discard { len } else { buf.len() },
+                flags,
+            )
+        };
+        match n {
+            0 => break,
+            n if n > 0 => {
                 c.bytes.fetch_add(n as u64, Ordering::Relaxed);
             }
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    io::ErrorKind::Interrupted
-                        | io::ErrorKind::WouldBlock
-                        | io::ErrorKind::TimedOut
-                ) =>
-            {
+            _ => {
+                let e = io::Error::last_os_error();
+                if e.kind() == io::ErrorKind::Interrupted {
+                    continue;
+                }
                 if plan.stop.load(Ordering::Relaxed) {
                     break;
                 }
+                return Err(e);
             }
-            Err(e) => return Err(e),
         }
     }
     let _ = s.shutdown(Shutdown::Both);

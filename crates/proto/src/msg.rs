@@ -115,6 +115,31 @@ impl Mode {
     }
 }
 
+/// How a sender hands data to the kernel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum SendMode {
+    /// write(2) from a buffer: one copy into the kernel, as most applications do.
+    Copy,
+    /// vmsplice(2) the buffer into a pipe, splice(2) the pipe into the
+    /// socket: the kernel references the pages instead of copying them.
+    #[default]
+    Splice,
+    /// sendfile(2) from a memory file (iperf3 -Z).
+    Sendfile,
+}
+
+/// How a receiver takes data from the kernel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum RecvMode {
+    /// read(2) into a buffer: one copy out of the kernel.
+    Copy,
+    /// recv(2) with MSG_TRUNC: TCP discards the bytes without copying them.
+    #[default]
+    Discard,
+}
+
 /// Everything that defines a memory-to-memory test.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TestParams {
@@ -137,7 +162,12 @@ pub struct TestParams {
     pub mss: Option<u32>,
     /// CPU for the server's stream threads.
     pub server_cpu: Option<u32>,
-    pub zerocopy: bool,
+    /// How senders hand data to the kernel.
+    #[serde(default)]
+    pub send_mode: SendMode,
+    /// How receivers take data from the kernel.
+    #[serde(default)]
+    pub recv_mode: RecvMode,
     /// Interval between reports in milliseconds; 0 for none.
     pub interval_ms: u64,
     /// Leading milliseconds left out of the results.
@@ -160,7 +190,8 @@ impl Default for TestParams {
             pacing_bps: None,
             mss: None,
             server_cpu: None,
-            zerocopy: false,
+            send_mode: SendMode::default(),
+            recv_mode: RecvMode::default(),
             interval_ms: 1000,
             omit_ms: 0,
             udp_rate_bps: None,
