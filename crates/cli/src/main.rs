@@ -59,6 +59,13 @@ fn send_mode(s: &str) -> Result<SendMode, String> {
         )),
     }
 }
+fn recv_mode(s: &str) -> Result<RecvMode, String> {
+    match s {
+        "discard" => Ok(RecvMode::Discard),
+        "copy" => Ok(RecvMode::Copy),
+        _ => Err(format!("unknown receive mode '{s}': use discard or copy")),
+    }
+}
 fn duration(s: &str) -> Result<Duration, String> {
     units::parse_duration(s).map_err(|e| e.to_string())
 }
@@ -149,8 +156,12 @@ struct PerfArgs {
     /// Copy data in and out of the kernel with write(2) and read(2), as an
     /// application that touches its data would, instead of the default
     /// zero-copy send and discarding receive.
-    #[arg(long, conflicts_with = "zerocopy")]
+    #[arg(long, conflicts_with_all = ["zerocopy", "recv_mode"])]
     copy: bool,
+    /// How receivers take data from the kernel: discard (default: recv with
+    /// MSG_TRUNC, no copy) or copy (read(2) into a buffer).
+    #[arg(long, value_name = "MODE", value_parser = recv_mode)]
+    recv_mode: Option<RecvMode>,
     /// Seconds between interval reports; 0 for none.
     #[arg(short = 'i', long, default_value = "1", value_parser = duration)]
     interval: Duration,

@@ -459,15 +459,71 @@ fn window_above_the_kernel_cap_warns_with_the_fix() {
 #[test]
 fn every_data_path_moves_exactly_the_bytes_asked_for() {
     let s = server();
-    for mode in [&["--copy"][..], &["--zerocopy"], &["--zerocopy=splice"], &["--zerocopy=copy"], &[]] {
+    for mode in [
+        &["--copy"][..],
+        &["--zerocopy"],
+        &["--zerocopy=splice"],
+        &["--zerocopy=copy"],
+        &[],
+    ] {
         for dir in [&[][..], &["-R"]] {
             let args = [&["-n", "20M"][..], mode, dir].concat();
             let v = ok_json(s.addr(), &args);
-            assert_eq!(v["summary"]["bytes"].as_u64().unwrap(), 20 << 20, "{args:?}");
+            assert_eq!(
+                v["summary"]["bytes"].as_u64().unwrap(),
+                20 << 20,
+                "{args:?}"
+            );
         }
     }
     let o = perf(s.addr(), &["--zerocopy=msg", "-t", "1"]);
     assert_eq!(o.status.code(), Some(2));
-    assert!(stderr(&o).contains("unknown zero-copy mode"), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("unknown zero-copy mode"),
+        "{}",
+        stderr(&o)
+    );
+    s.shutdown();
+}
+
+#[test]
+fn ipv6_server_and_client() {
+    let Ok(server) = Server::bind(
+        &["[::1]:0".parse().unwrap()],
+        ServeConfig {
+            state_dir: std::env::temp_dir().join("longhaul-test-state"),
+            ..ServeConfig::default()
+        },
+    ) else {
+        eprintln!("no IPv6 loopback here; skipped");
+        return;
+    };
+    let s = server.spawn();
+    let port = s.addr().port().to_string();
+    for target in [&["[::1]"][..], &["::1"]] {
+        let o = bin()
+            .arg("perf")
+            .args(target)
+            .args(["-p", &port, "-t", "1", "--json"])
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{target:?}: {}", stderr(&o));
+        assert!(json_of(&o)["summary"]["bytes"].as_u64().unwrap() > 0);
+    }
+    let o = bin()
+        .args([
+            "perf",
+            &format!("[::1]:{port}"),
+            "-u",
+            "-b",
+            "10M",
+            "-t",
+            "1",
+            "--json",
+        ])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(json_of(&o)["summary"]["bytes"].as_u64().unwrap() > 0);
     s.shutdown();
 }

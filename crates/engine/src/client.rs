@@ -499,10 +499,10 @@ fn drive(
         intervals.flush(params, sink);
         let wait = ticker
             .next_due()
-            .map_or(Duration::from_millis(10), |d| {
+            .map_or(crate::CONTROL_TICK, |d| {
                 d.saturating_duration_since(Instant::now())
             })
-            .min(Duration::from_millis(10));
+            .min(crate::CONTROL_TICK);
         match ctl.next_event(wait) {
             Ok(Some(ClientEvent::Interval(i))) => {
                 intervals.remote.insert(i.index, i.snapshot);

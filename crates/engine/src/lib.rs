@@ -19,6 +19,10 @@ use longhaul_proto::ProtoError;
 /// Default TCP (and UDP) port of `longhaul serve`.
 pub const DEFAULT_PORT: u16 = 5310;
 
+/// How often a control loop looks at its streams while a test runs (data
+/// attached, workers finished) when no message or sample is due sooner.
+pub const CONTROL_TICK: std::time::Duration = std::time::Duration::from_millis(20);
+
 /// What this build calls itself on the wire.
 pub fn software() -> String {
     format!("longhaul {}", env!("CARGO_PKG_VERSION"))

@@ -146,8 +146,21 @@ impl SideRun {
                 cpu_us: w.counters.cpu_us(),
             });
         }
+        // Once every worker is done, the test ended when the last byte
+        // moved, not when this thread noticed.
+        let now_us = self.start.elapsed().as_micros() as u64;
+        let elapsed_us = match self.finished() {
+            true => self
+                .workers
+                .iter()
+                .map(|w| w.counters.end_us.load(Ordering::Relaxed))
+                .max()
+                .filter(|&e| e > 0)
+                .unwrap_or(now_us),
+            false => now_us,
+        };
         SideSnapshot {
-            elapsed_us: self.start.elapsed().as_micros() as u64,
+            elapsed_us,
             cpu_us,
             streams,
         }

@@ -473,7 +473,7 @@ fn control_loop(
             }
         }
         let wait = if test.is_some() {
-            Duration::from_millis(10)
+            crate::CONTROL_TICK
         } else {
             session
                 .poll_timeout()

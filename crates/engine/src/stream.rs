@@ -32,6 +32,10 @@ pub struct Counters {
     pub udp: Mutex<UdpRecv>,
     /// CPU time of the worker thread when it ended, microseconds.
     pub final_cpu_us: AtomicU64,
+    /// When the worker moved its last byte, microseconds after the run
+    /// started (0 until it ends): the end of the test for rate purposes,
+    /// whenever the control thread notices.
+    pub end_us: AtomicU64,
     pub done: AtomicBool,
     pub clock: OnceLock<ThreadClock>,
     pub error: Mutex<Option<String>>,
@@ -124,6 +128,10 @@ pub fn fill_incompressible(buf: &mut [u8], seed: u64) {
         let b = x.to_le_bytes();
         chunk.copy_from_slice(&b[..chunk.len()]);
     }
+}
+
+fn micros_since(epoch: Instant) -> u64 {
+    (epoch.elapsed().as_micros() as u64).max(1)
 }
 
 fn should_stop(plan: &Plan) -> bool {
@@ -262,6 +270,7 @@ fn tcp_send(s: &TcpStream, plan: &Plan, c: &Counters) -> io::Result<()> {
             Err(e) => return Err(e),
         }
     }
+    c.end_us.store(micros_since(plan.epoch), Ordering::Relaxed);
     s.shutdown(Shutdown::Write)?;
     // Wait for the receiver to close, so that the final TCP_INFO sample
     // covers every byte acknowledged.
@@ -433,6 +442,7 @@ fn udp_send(s: &UdpSocket, plan: &Plan, c: &Counters) -> io::Result<()> {
             Err(e) => return Err(e),
         }
     }
+    c.end_us.store(micros_since(plan.epoch), Ordering::Relaxed);
     let _ = sock::setsockopt_u32(s.as_fd(), libc::SOL_UDP, libc::UDP_SEGMENT, 0);
     for _ in 0..3 {
         Header {
@@ -507,6 +517,7 @@ fn udp_recv(s: &UdpSocket, plan: &Plan, c: &Counters) -> io::Result<()> {
         if bytes > 0 {
             last_data = Instant::now();
             c.bytes.fetch_add(bytes, Ordering::Relaxed);
+            c.end_us.store(micros_since(plan.epoch), Ordering::Relaxed);
         }
         *c.udp.lock().expect("poisoned") = rx.counts();
         if fin {

@@ -10,6 +10,7 @@
 
 pub mod frame;
 pub mod msg;
+pub mod plan;
 pub mod report;
 pub mod session;
 pub mod udp;

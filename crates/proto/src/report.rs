@@ -689,18 +689,21 @@ pub fn diagnose(d: &DirectionReport) -> LimitHint {
             );
         }
     }
-    if d.cpu_sender_percent >= 90.0 {
+    if d.cpu_sender_thread_max_percent >= CPU_BOUND_PERCENT {
         return hint(
             LimitKind::SenderCpu,
-            format!("sending end used {:.0}% of a core", d.cpu_sender_percent),
+            format!(
+                "a sending stream thread used {:.0}% of a core (the sending end {:.0}% in all): use more streams (-P) or a faster sender",
+                d.cpu_sender_thread_max_percent, d.cpu_sender_percent
+            ),
         );
     }
-    if d.cpu_receiver_percent >= 90.0 {
+    if d.cpu_receiver_thread_max_percent >= CPU_BOUND_PERCENT {
         return hint(
             LimitKind::ReceiverCpu,
             format!(
-                "receiving end used {:.0}% of a core",
-                d.cpu_receiver_percent
+                "a receiving stream thread used {:.0}% of a core (the receiving end {:.0}% in all): use more streams (-P) or a faster receiver",
+                d.cpu_receiver_thread_max_percent, d.cpu_receiver_percent
             ),
         );
     }
@@ -879,14 +882,27 @@ mod tests {
             10.0,
         );
         assert_eq!(diagnose(&d).kind, LimitKind::Congestion);
+        // The whole sending end busy over several threads is not a CPU limit...
         let d = with_tcp(
             TcpReport {
                 busy_fraction: 1.0,
                 ..Default::default()
             },
-            99.0,
+            150.0,
         );
+        assert_eq!(diagnose(&d).kind, LimitKind::None);
+        // ...one thread that uses a whole core is.
+        let d = DirectionReport {
+            cpu_sender_thread_max_percent: 99.0,
+            ..d
+        };
         assert_eq!(diagnose(&d).kind, LimitKind::SenderCpu);
+        let d = DirectionReport {
+            cpu_sender_thread_max_percent: 20.0,
+            cpu_receiver_thread_max_percent: 95.0,
+            ..d
+        };
+        assert_eq!(diagnose(&d).kind, LimitKind::ReceiverCpu);
         let d = with_tcp(
             TcpReport {
                 busy_fraction: 0.2,

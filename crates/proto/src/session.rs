@@ -489,12 +489,8 @@ impl ClientSession {
     }
 
     pub fn request_third_party(&mut self, now: Instant, req: ThirdParty, max_duration: Duration) {
-        self.run_limit = match req.params.duration_ms {
-            Some(ms) => {
-                Duration::from_millis(ms + req.params.omit_ms) + END_GRACE + self.handshake_timeout
-            }
-            None => max_duration,
-        };
+        self.run_limit =
+            run_limit(&req.params, max_duration).saturating_add(self.handshake_timeout);
         self.out.push_back(Message::ThirdParty(req));
         self.state = ClientState::ThirdParty;
         self.deadline = Some(deadline(now, self.run_limit));
