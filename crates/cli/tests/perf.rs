@@ -527,3 +527,29 @@ fn ipv6_server_and_client() {
     assert!(json_of(&o)["summary"]["bytes"].as_u64().unwrap() > 0);
     s.shutdown();
 }
+
+#[test]
+fn pacing_mss_affinity_and_omit_take_effect() {
+    let s = server();
+    // Pacing caps the rate (SO_MAX_PACING_RATE), split over the streams.
+    let v = ok_json(s.addr(), &["-t", "1", "-P", "2", "--pacing", "400M"]);
+    let rate = v["summary"]["bits_per_second"].as_f64().unwrap();
+    assert!(rate < 480e6 && rate > 200e6, "paced at 400M, got {rate}");
+    // A small MSS is what the kernel then reports.
+    let v = ok_json(s.addr(), &["-t", "0.5", "-M", "1200"]);
+    let mss = v["start"]["local_streams"][0]["mss"].as_u64().unwrap();
+    assert!(mss <= 1200 && mss > 0, "mss {mss}");
+    // Both ends pinned to CPU 0.
+    let v = ok_json(s.addr(), &["-t", "0.5", "-A", "0,0"]);
+    assert!(v["summary"]["bytes"].as_u64().unwrap() > 0);
+    let o = perf(s.addr(), &["-t", "0.5", "-A", "0,x"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    // --omit: the first interval is flagged and the summary covers -t only.
+    let v = ok_json(s.addr(), &["-t", "1", "--omit", "0.5", "-i", "0.25"]);
+    let iv = v["intervals"].as_array().unwrap();
+    assert_eq!(iv[0]["omitted"], true);
+    assert_eq!(iv.last().unwrap()["omitted"], false);
+    let secs = v["summary"]["seconds"].as_f64().unwrap();
+    assert!((0.9..1.3).contains(&secs), "summary seconds {secs}");
+    s.shutdown();
+}
