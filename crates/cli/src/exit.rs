@@ -12,5 +12,7 @@ pub const CONNECT: i32 = 3;
 pub const REFUSED: i32 = 4;
 /// The test started but failed before it completed.
 pub const FAILED: i32 = 5;
+/// The transfer finished but some files failed (listed in the output).
+pub const PARTIAL: i32 = 6;
 /// Interrupted by the user (Ctrl-C); results so far were reported.
 pub const INTERRUPTED: i32 = 130;

@@ -14,6 +14,7 @@ use clap::{Args, Parser, Subcommand};
 use longhaul_engine::client::{run_perf, run_third_party, ClientOptions};
 use longhaul_engine::server::{ServeConfig, Server};
 use longhaul_engine::sink::Reporter;
+use longhaul_engine::xfer::client::CpOptions;
 use longhaul_engine::{EngineError, DEFAULT_PORT};
 use longhaul_proto::msg::{Mode, RecvMode, SendMode, TestParams, Transport};
 use longhaul_proto::session::Limits;
@@ -39,6 +40,11 @@ enum Command {
     Serve(ServeArgs),
     /// Memory-to-memory throughput test against a server (TCP or UDP).
     Perf(PerfArgs),
+    /// Copy files and trees to or from a server: `cp SRC... HOST:EXPORT/path` (push)
+    /// or `cp HOST:EXPORT/path... DIR` (pull).
+    Cp(CpArgs),
+    /// List a remote directory: `ls HOST:EXPORT/path`.
+    Ls(LsArgs),
     /// Start a server on loopback in this process and run a short test against it.
     Demo,
 }
@@ -96,6 +102,12 @@ struct ServeArgs {
     /// Memory for stream buffers one test may take (streams x buffer length).
     #[arg(long, default_value = "512M", value_parser = size)]
     max_buffer: u64,
+    /// Offer a directory for transfers as NAME (repeatable); `:ro` refuses writes.
+    #[arg(long, value_name = "NAME=PATH[:ro]", value_parser = longhaul_engine::xfer::parse_export)]
+    export: Vec<longhaul_engine::xfer::Export>,
+    /// Skip the fdatasync of each received file before it is renamed into place.
+    #[arg(long)]
+    no_sync: bool,
     /// Refuse third-party requests (`longhaul perf THIS OTHER`).
     #[arg(long)]
     no_third_party: bool,
@@ -105,6 +117,50 @@ struct ServeArgs {
     /// Time an idle control connection is kept.
     #[arg(long, default_value = "60s", value_parser = duration)]
     idle_timeout: Duration,
+}
+
+#[derive(Args)]
+struct CpArgs {
+    /// Sources, then the destination. Remote: HOST:EXPORT/path or longhaul://HOST[:PORT]/EXPORT/path.
+    #[arg(required = true, num_args = 2.., value_name = "SRC... DST")]
+    paths: Vec<String>,
+    /// Copy directories and their contents.
+    #[arg(short, long)]
+    recursive: bool,
+    /// Keep permission bits (modification times are always kept).
+    #[arg(short, long)]
+    preserve: bool,
+    /// Parallel data streams.
+    #[arg(short = 'P', long, default_value_t = 4)]
+    streams: u16,
+    /// Chunk size, e.g. 8M (default: chosen per file, 1-64 MiB).
+    #[arg(long, value_parser = size)]
+    chunk: Option<u64>,
+    /// Send files even where the destination has the same size and mtime.
+    #[arg(long)]
+    force: bool,
+    /// Connection attempts after the first before giving up (each resumes).
+    #[arg(long, default_value_t = 3)]
+    retries: u32,
+    /// Write `DIGEST  PATH` for every file verified (BLAKE3 over its chunk hashes).
+    #[arg(long, value_name = "FILE")]
+    digests: Option<PathBuf>,
+    /// Skip the fdatasync of each received file before it is renamed into place.
+    #[arg(long)]
+    no_sync: bool,
+    /// Print one JSON document at the end.
+    #[arg(long)]
+    json: bool,
+    #[arg(long, default_value = "5s", value_parser = duration)]
+    connect_timeout: Duration,
+}
+
+#[derive(Args)]
+struct LsArgs {
+    /// HOST:EXPORT/path or longhaul://HOST[:PORT]/EXPORT/path
+    target: String,
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Args, Clone)]
@@ -233,6 +289,8 @@ fn main() {
     let code = match cli.command {
         Command::Serve(a) => serve(a),
         Command::Perf(a) => perf(a),
+        Command::Cp(a) => cp(a),
+        Command::Ls(a) => ls(a),
         Command::Demo => demo(),
     };
     std::process::exit(code);
@@ -256,6 +314,9 @@ fn serve(a: ServeArgs) -> i32 {
         },
         max_tests: a.max_tests,
         max_connections: a.max_connections,
+        exports: a.export,
+        sync_files: !a.no_sync,
+        storage: std::sync::Arc::new(longhaul_engine::xfer::storage::Local),
         state_dir: a
             .state_dir
             .unwrap_or_else(longhaul_engine::server::default_state_dir),
@@ -475,6 +536,124 @@ fn report_failure(a: &PerfArgs, doc: Option<&output::JsonDoc>, f: Failure) -> i3
     }
     eprintln!("longhaul: error: {}", f.message);
     f.code
+}
+
+fn cp(a: CpArgs) -> i32 {
+    let mut paths = a.paths.clone();
+    let dest = paths.pop().expect("clap requires two paths");
+    let opts = CpOptions {
+        sources: paths,
+        dest,
+        recursive: a.recursive,
+        preserve: a.preserve,
+        streams: a.streams.max(1),
+        chunk_size: a.chunk,
+        force: a.force,
+        retries: a.retries,
+        sync_files: !a.no_sync,
+        client: ClientOptions {
+            connect_timeout: a.connect_timeout,
+            interrupt: interrupt_flag(),
+            ..ClientOptions::default()
+        },
+    };
+    match longhaul_engine::xfer::client::cp(&opts) {
+        Ok(s) => {
+            if let Some(path) = &a.digests {
+                let text: String = s
+                    .digests
+                    .iter()
+                    .map(|(p, d)| format!("{d}  {p}\n"))
+                    .collect();
+                if let Err(e) = std::fs::write(path, text) {
+                    eprintln!(
+                        "longhaul: error: cannot write digests to {}: {e}",
+                        path.display()
+                    );
+                }
+            }
+            if a.json {
+                let mut v = serde_json::to_value(&s).unwrap_or_default();
+                v["format"] = "longhaul-cp".into();
+                v["format_version"] = output::JSON_FORMAT_VERSION.into();
+                println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+            } else {
+                println!(
+                    "{} files, {} in {:.2} s = {} ({} skipped as up to date, {} resumed, {} stream(s), {} attempt(s))",
+                    s.files,
+                    units::format_bytes(s.bytes),
+                    s.seconds,
+                    units::format_rate(s.bits_per_second),
+                    s.skipped,
+                    units::format_bytes(s.resumed_bytes),
+                    s.streams,
+                    s.attempts,
+                );
+                println!(
+                    "stages: source read {}, network {}, destination write {}",
+                    units::format_rate(s.source_read_bps),
+                    units::format_rate(s.network_bps),
+                    units::format_rate(s.dest_write_bps)
+                );
+                for f in &s.failed {
+                    eprintln!("longhaul: failed: {}: {}", f.path, f.error);
+                }
+                println!(
+                    "verified: {}",
+                    if s.verified {
+                        "every file, chunk by chunk (BLAKE3)"
+                    } else {
+                        "NO: some files failed"
+                    }
+                );
+            }
+            if s.failed.is_empty() {
+                exit::OK
+            } else {
+                exit::PARTIAL
+            }
+        }
+        Err(e) => {
+            let f = Failure::from(e);
+            if a.json {
+                println!(
+                    "{}",
+                    serde_json::json!({"format": "longhaul-cp", "format_version": output::JSON_FORMAT_VERSION,
+                        "error": {"message": f.message, "exit_code": f.code}})
+                );
+            }
+            eprintln!("longhaul: error: {}", f.message);
+            f.code
+        }
+    }
+}
+
+fn ls(a: LsArgs) -> i32 {
+    match longhaul_engine::xfer::client::ls(&a.target, &ClientOptions::default()) {
+        Ok(entries) => {
+            if a.json {
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&entries).unwrap_or_default()
+                );
+            } else {
+                for e in entries {
+                    let kind = match e.kind {
+                        longhaul_proto::xfer::Kind::Dir => 'd',
+                        longhaul_proto::xfer::Kind::Symlink => 'l',
+                        longhaul_proto::xfer::Kind::File => '-',
+                    };
+                    println!("{kind} {:04o} {:>14} {}", e.mode, e.size, e.name);
+                }
+            }
+            exit::OK
+        }
+        Err(e) => {
+            let f = Failure::from(e);
+            eprintln!("longhaul: error: {}", f.message);
+            f.code
+        }
+    }
 }
 
 fn demo() -> i32 {

@@ -102,11 +102,11 @@ fn window_warnings(
     out
 }
 
-struct Control {
-    conn: FramedConn,
+pub(crate) struct Control {
+    pub(crate) conn: FramedConn,
     session: ClientSession,
-    peer: SocketAddr,
-    welcome: Welcome,
+    pub(crate) peer: SocketAddr,
+    pub(crate) welcome: Welcome,
 }
 
 impl Control {
@@ -144,7 +144,7 @@ impl Control {
     }
 }
 
-fn open_control(target: &str, opts: &ClientOptions) -> Result<Control, EngineError> {
+pub(crate) fn open_control(target: &str, opts: &ClientOptions) -> Result<Control, EngineError> {
     let addrs = conn::resolve(target, DEFAULT_PORT)?;
     let mut tcp = conn::connect(&addrs, opts.connect_timeout, |s| s.set_nodelay(true))?;
     let peer = tcp

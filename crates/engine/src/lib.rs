@@ -11,6 +11,7 @@ pub mod server;
 pub mod sink;
 pub mod sock;
 pub mod stream;
+pub mod xfer;
 
 use longhaul_proto::msg::RefuseCode;
 use longhaul_proto::session::SessionError;

@@ -24,12 +24,26 @@ use crate::run::{End, ReadyStream, SideRun, Tick, Ticker};
 use crate::sink::RelaySink;
 use crate::sock::{self, BufferCaps};
 use crate::stream::DataSocket;
+use crate::xfer::sink::{into_dir, run_sink, SinkConfig};
+use crate::xfer::source::{run_source, SourceConfig};
+use crate::xfer::storage::{Local, Storage};
+use crate::xfer::{beneath, kind_of, mtime_ns, Export};
 use crate::EngineError;
+use longhaul_proto::xfer::{
+    Kind, ListEntry, ListRequest, Listing, Op, TransferAccept, TransferRequest,
+};
 
 /// How a server runs.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct ServeConfig {
     pub limits: Limits,
+    /// Directories offered for transfers.
+    pub exports: Vec<Export>,
+    /// Where file data is read and written (the local file system, or a
+    /// fault-injecting one in tests).
+    pub storage: Arc<dyn Storage>,
+    /// fdatasync each received file before renaming it into place.
+    pub sync_files: bool,
     /// Tests running at once.
     pub max_tests: usize,
     /// Open connections of any kind at once (each holds a thread).
@@ -42,6 +56,9 @@ impl Default for ServeConfig {
     fn default() -> Self {
         Self {
             limits: Limits::default(),
+            exports: Vec::new(),
+            storage: Arc::new(Local),
+            sync_files: true,
             max_tests: 16,
             max_connections: 512,
             state_dir: default_state_dir(),
@@ -550,6 +567,22 @@ fn control_loop(
                 third_party(shared, conn, &req);
                 session.finish(Instant::now());
             }
+            Ok(Some(ServerEvent::TransferRequested(t))) => match serve_transfer(shared, conn, &t) {
+                Ok(()) => session.finish(Instant::now()),
+                Err(Refusal::Refuse(code, message)) => {
+                    tracing::warn!("refusing transfer from {}: {message}", conn.peer());
+                    session.refuse(code, message);
+                }
+                Err(Refusal::Failed(e)) => {
+                    return Err(EngineError::Failed(format!("transfer failed: {e}")));
+                }
+            },
+            Ok(Some(ServerEvent::ListRequested(l))) => match serve_list(shared, conn, &l) {
+                Ok(()) => session.finish(Instant::now()),
+                Err((code, message)) => {
+                    session.refuse(code, message);
+                }
+            },
             Ok(Some(ServerEvent::DataStream { .. })) | Ok(None) => {}
             Err(e) => {
                 if let Some(run) = test.as_ref().and_then(|t| t.run.as_ref()) {
@@ -561,6 +594,32 @@ fn control_loop(
     }
 }
 
+/// Takes a slot for a test or transfer and a token its data streams
+/// present; both are given back when the guard drops.
+fn register(shared: &Arc<Shared>) -> Result<(TestGuard, Receiver<Attach>), (RefuseCode, String)> {
+    let running = shared.tests.fetch_add(1, Ordering::SeqCst);
+    let guard = TestGuard {
+        shared: shared.clone(),
+        token: new_token(),
+    };
+    if running >= shared.cfg.max_tests {
+        return Err((
+            RefuseCode::Busy,
+            format!(
+                "server is running {running} tests and transfers, its limit (--max-tests {}); try again later",
+                shared.cfg.max_tests
+            ),
+        ));
+    }
+    let (tx, rx) = mpsc::channel();
+    shared
+        .registry
+        .lock()
+        .expect("poisoned")
+        .insert(guard.token.clone(), tx);
+    Ok((guard, rx))
+}
+
 fn new_test(
     shared: &Arc<Shared>,
     conn: &FramedConn,
@@ -569,21 +628,8 @@ fn new_test(
     if let Some(cc) = &p.congestion {
         sock::check_congestion(cc).map_err(|m| (RefuseCode::BadRequest, m))?;
     }
-    let running = shared.tests.fetch_add(1, Ordering::SeqCst);
-    let guard_token = new_token();
-    let guard = TestGuard {
-        shared: shared.clone(),
-        token: guard_token.clone(),
-    };
-    if running >= shared.cfg.max_tests {
-        return Err((
-            RefuseCode::Busy,
-            format!(
-                "server is running {running} tests, its limit (--max-tests {}); try again later",
-                shared.cfg.max_tests
-            ),
-        ));
-    }
+    let (guard, rx) = register(shared)?;
+    let guard_token = guard.token.clone();
     let mut udp_sockets = Vec::new();
     let mut ports = Vec::new();
     if p.transport == Transport::Udp {
@@ -614,12 +660,6 @@ fn new_test(
             udp_sockets.push((d, i, u, false));
         }
     }
-    let (tx, rx) = mpsc::channel();
-    shared
-        .registry
-        .lock()
-        .expect("poisoned")
-        .insert(guard_token.clone(), tx);
     let test_id = shared.next_test.fetch_add(1, Ordering::SeqCst);
     Ok((
         Test {
@@ -640,6 +680,185 @@ fn new_test(
             udp_ports: ports,
         },
     ))
+}
+
+enum Refusal {
+    /// Refused before anything moved: the client is told why.
+    Refuse(RefuseCode, String),
+    /// Failed after it started.
+    Failed(EngineError),
+}
+
+fn export<'a>(shared: &'a Shared, name: &str) -> Result<&'a Export, (RefuseCode, String)> {
+    shared.cfg.exports.iter().find(|e| e.name == name).ok_or_else(|| {
+        let names: Vec<&str> = shared.cfg.exports.iter().map(|e| e.name.as_str()).collect();
+        (
+            RefuseCode::BadRequest,
+            if names.is_empty() {
+                format!("no export named '{name}': this server exports nothing (start it with --export NAME=PATH)")
+            } else {
+                format!("no export named '{name}': this server exports {}", names.join(", "))
+            },
+        )
+    })
+}
+
+/// Runs a transfer on this control connection: the server is the sink of
+/// a push and the source of a pull.
+fn serve_transfer(
+    shared: &Arc<Shared>,
+    conn: &mut FramedConn,
+    t: &TransferRequest,
+) -> Result<(), Refusal> {
+    let refuse = |(c, m): (RefuseCode, String)| Refusal::Refuse(c, m);
+    let ex = export(shared, &t.export).map_err(refuse)?;
+    let bad = |e: EngineError| Refusal::Refuse(RefuseCode::BadRequest, e.to_string());
+    if t.op == Op::Push && ex.read_only {
+        return Err(Refusal::Refuse(
+            RefuseCode::BadRequest,
+            format!("export '{}' is read-only", ex.name),
+        ));
+    }
+    let roots = match t.op {
+        Op::Push => Vec::new(),
+        Op::Pull => {
+            let mut roots = Vec::new();
+            for p in &t.sources {
+                let r = beneath(&ex.root, p).map_err(bad)?;
+                if std::fs::symlink_metadata(&r).is_err() {
+                    return Err(Refusal::Refuse(
+                        RefuseCode::BadRequest,
+                        format!("{}:{} does not exist", ex.name, p),
+                    ));
+                }
+                roots.push(r);
+            }
+            roots
+        }
+    };
+    let dest = beneath(&ex.root, &t.dest).map_err(bad)?;
+    let (guard, rx) = register(shared).map_err(refuse)?;
+    conn.send(&Message::TransferAccept(TransferAccept {
+        token: guard.token.clone(),
+    }))
+    .map_err(Refusal::Failed)?;
+    let deadline = Instant::now() + shared.cfg.limits.handshake_timeout;
+    let mut streams = Vec::new();
+    while streams.len() < usize::from(t.streams) {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match rx.recv_timeout(left) {
+            Ok(a) => streams.push(a.stream),
+            Err(_) => {
+                return Err(Refusal::Failed(EngineError::Timeout(format!(
+                    "{} of {} data streams connected",
+                    streams.len(),
+                    t.streams
+                ))))
+            }
+        }
+    }
+    tracing::info!(
+        "{:?} of {} on export {} with {} stream(s)",
+        t.op,
+        conn.peer(),
+        ex.name,
+        t.streams
+    );
+    let storage = shared.cfg.storage.clone();
+    let result = match t.op {
+        Op::Push => run_sink(
+            conn,
+            streams,
+            SinkConfig {
+                into_dir: into_dir(&dest, t.source_count),
+                dest,
+                preserve: t.preserve,
+                force: t.force,
+                sync_files: shared.cfg.sync_files,
+                storage,
+                umask: crate::xfer::umask(),
+            },
+        )
+        .map(|r| {
+            tracing::info!(
+                "received {} files, {} bytes, {} failed",
+                r.files,
+                r.bytes,
+                r.failed.len()
+            )
+        }),
+        Op::Pull => run_source(
+            conn,
+            streams,
+            SourceConfig {
+                roots,
+                recursive: t.recursive,
+                chunk_size: t.chunk_size,
+                streams: t.streams,
+                storage,
+            },
+        )
+        .map(|r| {
+            tracing::info!(
+                "sent {} files, {} bytes, {} failed",
+                r.files,
+                r.bytes,
+                r.failed.len()
+            )
+        }),
+    };
+    drop(guard);
+    result.map_err(Refusal::Failed)
+}
+
+/// Answers `ls`: the entries of a directory (or the one file), in batches.
+fn serve_list(
+    shared: &Arc<Shared>,
+    conn: &mut FramedConn,
+    l: &ListRequest,
+) -> Result<(), (RefuseCode, String)> {
+    let ex = export(shared, &l.export)?;
+    let path = beneath(&ex.root, &l.path).map_err(|e| (RefuseCode::BadRequest, e.to_string()))?;
+    let meta = std::fs::symlink_metadata(&path).map_err(|e| {
+        (
+            RefuseCode::BadRequest,
+            format!("cannot list {}:{}: {e}", ex.name, l.path),
+        )
+    })?;
+    let entry = |name: String, m: &std::fs::Metadata| ListEntry {
+        name,
+        kind: kind_of(m).unwrap_or(Kind::File),
+        size: m.len(),
+        mode: std::os::unix::fs::MetadataExt::mode(m) & 0o7777,
+        mtime_ns: mtime_ns(m),
+    };
+    let send = |conn: &mut FramedConn, entries: Vec<ListEntry>, done: bool| {
+        conn.send(&Message::Listing(Listing { entries, done }))
+            .map_err(|e| (RefuseCode::ServerError, e.to_string()))
+    };
+    if !meta.is_dir() {
+        let name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        return send(conn, vec![entry(name, &meta)], true);
+    }
+    let rd = std::fs::read_dir(&path).map_err(|e| {
+        (
+            RefuseCode::BadRequest,
+            format!("cannot list {}:{}: {e}", ex.name, l.path),
+        )
+    })?;
+    let mut batch = Vec::new();
+    for de in rd.flatten() {
+        if let Ok(m) = de.path().symlink_metadata() {
+            batch.push(entry(de.file_name().to_string_lossy().into_owned(), &m));
+        }
+        if batch.len() == 1000 {
+            send(conn, std::mem::take(&mut batch), false)?;
+        }
+    }
+    send(conn, batch, true)
 }
 
 /// Takes data connections and UDP registrations that have arrived.

@@ -15,6 +15,7 @@ pub mod report;
 pub mod session;
 pub mod udp;
 pub mod units;
+pub mod xfer;
 
 /// A decoding or encoding failure.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

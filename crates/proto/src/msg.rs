@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 use crate::frame::{encode_frame, Frame};
 use crate::report::{IntervalReport, Setup, Summary};
 use crate::report::{PeerResults, SideInterval, StreamSetup};
+use crate::xfer;
 use crate::ProtoError;
 
 /// The protocol version this build speaks best.
@@ -259,6 +260,16 @@ pub enum Message {
     Results(PeerResults),
     ThirdParty(ThirdParty),
     Relay(Relay),
+    TransferRequest(xfer::TransferRequest),
+    TransferAccept(xfer::TransferAccept),
+    Entries(xfer::Entries),
+    Wants(xfer::Wants),
+    Resend(xfer::Resend),
+    FileDone(xfer::FileDone),
+    EntriesEnd(xfer::EntriesEnd),
+    TransferDone(xfer::SinkReport),
+    ListRequest(xfer::ListRequest),
+    Listing(xfer::Listing),
 }
 
 /// Frame type bytes.
@@ -275,6 +286,16 @@ pub mod kind {
     pub const RESULTS: u8 = 0x16;
     pub const THIRD_PARTY: u8 = 0x20;
     pub const RELAY: u8 = 0x21;
+    pub const TRANSFER_REQUEST: u8 = 0x30;
+    pub const TRANSFER_ACCEPT: u8 = 0x31;
+    pub const ENTRIES: u8 = 0x32;
+    pub const WANTS: u8 = 0x33;
+    pub const RESEND: u8 = 0x34;
+    pub const FILE_DONE: u8 = 0x35;
+    pub const ENTRIES_END: u8 = 0x36;
+    pub const TRANSFER_DONE: u8 = 0x37;
+    pub const LIST_REQUEST: u8 = 0x38;
+    pub const LISTING: u8 = 0x39;
 }
 
 impl Message {
@@ -292,6 +313,16 @@ impl Message {
             Message::Results(_) => kind::RESULTS,
             Message::ThirdParty(_) => kind::THIRD_PARTY,
             Message::Relay(_) => kind::RELAY,
+            Message::TransferRequest(_) => kind::TRANSFER_REQUEST,
+            Message::TransferAccept(_) => kind::TRANSFER_ACCEPT,
+            Message::Entries(_) => kind::ENTRIES,
+            Message::Wants(_) => kind::WANTS,
+            Message::Resend(_) => kind::RESEND,
+            Message::FileDone(_) => kind::FILE_DONE,
+            Message::EntriesEnd(_) => kind::ENTRIES_END,
+            Message::TransferDone(_) => kind::TRANSFER_DONE,
+            Message::ListRequest(_) => kind::LIST_REQUEST,
+            Message::Listing(_) => kind::LISTING,
         }
     }
 
@@ -310,6 +341,16 @@ impl Message {
             Message::Results(_) => "results",
             Message::ThirdParty(_) => "third_party",
             Message::Relay(_) => "relay",
+            Message::TransferRequest(_) => "transfer_request",
+            Message::TransferAccept(_) => "transfer_accept",
+            Message::Entries(_) => "entries",
+            Message::Wants(_) => "wants",
+            Message::Resend(_) => "resend",
+            Message::FileDone(_) => "file_done",
+            Message::EntriesEnd(_) => "entries_end",
+            Message::TransferDone(_) => "transfer_done",
+            Message::ListRequest(_) => "list_request",
+            Message::Listing(_) => "listing",
         }
     }
 
@@ -328,6 +369,16 @@ impl Message {
             Message::Results(m) => serde_json::to_vec(m),
             Message::ThirdParty(m) => serde_json::to_vec(m),
             Message::Relay(m) => serde_json::to_vec(m),
+            Message::TransferRequest(m) => serde_json::to_vec(m),
+            Message::TransferAccept(m) => serde_json::to_vec(m),
+            Message::Entries(m) => serde_json::to_vec(m),
+            Message::Wants(m) => serde_json::to_vec(m),
+            Message::Resend(m) => serde_json::to_vec(m),
+            Message::FileDone(m) => serde_json::to_vec(m),
+            Message::EntriesEnd(m) => serde_json::to_vec(m),
+            Message::TransferDone(m) => serde_json::to_vec(m),
+            Message::ListRequest(m) => serde_json::to_vec(m),
+            Message::Listing(m) => serde_json::to_vec(m),
         }
         .map_err(|e| ProtoError::Encode(e.to_string()))?;
         encode_frame(self.kind(), &body, out)
@@ -356,6 +407,16 @@ impl Message {
             kind::RESULTS => Message::Results(body(k, b)?),
             kind::THIRD_PARTY => Message::ThirdParty(body(k, b)?),
             kind::RELAY => Message::Relay(body(k, b)?),
+            kind::TRANSFER_REQUEST => Message::TransferRequest(body(k, b)?),
+            kind::TRANSFER_ACCEPT => Message::TransferAccept(body(k, b)?),
+            kind::ENTRIES => Message::Entries(body(k, b)?),
+            kind::WANTS => Message::Wants(body(k, b)?),
+            kind::RESEND => Message::Resend(body(k, b)?),
+            kind::FILE_DONE => Message::FileDone(body(k, b)?),
+            kind::ENTRIES_END => Message::EntriesEnd(body(k, b)?),
+            kind::TRANSFER_DONE => Message::TransferDone(body(k, b)?),
+            kind::LIST_REQUEST => Message::ListRequest(body(k, b)?),
+            kind::LISTING => Message::Listing(body(k, b)?),
             other => return Err(ProtoError::UnknownFrame(other)),
         })
     }

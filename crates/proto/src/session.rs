@@ -190,6 +190,11 @@ pub enum ServerEvent {
     Start,
     /// The client asks to stop early.
     Stop(String),
+    /// The client asks for a file transfer; the engine runs it on this
+    /// connection and calls [`ServerSession::finish`] after.
+    TransferRequested(crate::xfer::TransferRequest),
+    /// The client asks for a listing; likewise.
+    ListRequested(crate::xfer::ListRequest),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -325,6 +330,25 @@ impl ServerSession {
                 self.state = S::Running;
                 self.deadline = None;
                 Ok(Some(ServerEvent::ThirdPartyRequested(t)))
+            }
+            (S::AwaitRequest, Message::TransferRequest(t)) => {
+                if t.streams == 0 || t.streams > self.cfg.limits.max_streams {
+                    return Err(self.fail(SessionError::new(
+                        RefuseCode::Limit,
+                        format!(
+                            "{} streams requested, this server allows 1..={} per transfer",
+                            t.streams, self.cfg.limits.max_streams
+                        ),
+                    )));
+                }
+                self.state = S::Running;
+                self.deadline = None;
+                Ok(Some(ServerEvent::TransferRequested(t)))
+            }
+            (S::AwaitRequest, Message::ListRequest(l)) => {
+                self.state = S::Running;
+                self.deadline = None;
+                Ok(Some(ServerEvent::ListRequested(l)))
             }
             (S::AwaitStart, Message::Start(_)) => {
                 self.state = S::Running;

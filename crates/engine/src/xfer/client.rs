@@ -1,0 +1,350 @@
+//! `longhaul cp` and `longhaul ls` on the client: work out which way the
+//! data goes, ask the server, open the data streams, run the local side,
+//! and retry a lost connection (the sink's journal makes a retry resume).
+
+use std::io::Write;
+use std::net::TcpStream;
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use longhaul_proto::frame::MAGIC;
+use longhaul_proto::msg::{Direction, Hello, Message, RefuseCode, Role};
+use longhaul_proto::xfer::*;
+
+use super::sink::{into_dir, run_sink, SinkConfig};
+use super::source::{run_source, SourceConfig};
+use super::storage::{Local, Storage};
+use crate::client::{open_control, ClientOptions, Control};
+use crate::conn;
+use crate::EngineError;
+
+/// What `cp` was asked to do.
+#[derive(Clone)]
+pub struct CpOptions {
+    pub sources: Vec<String>,
+    pub dest: String,
+    pub recursive: bool,
+    pub preserve: bool,
+    pub streams: u16,
+    pub chunk_size: Option<u64>,
+    pub force: bool,
+    /// Connection attempts after the first, with backoff, before giving up.
+    pub retries: u32,
+    pub sync_files: bool,
+    pub client: ClientOptions,
+}
+
+/// The outcome of a `cp`.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct CpSummary {
+    pub files: u64,
+    pub bytes: u64,
+    pub seconds: f64,
+    pub bits_per_second: f64,
+    /// True only if every file was verified at the destination.
+    pub verified: bool,
+    pub failed: Vec<Failure>,
+    pub skipped: u64,
+    pub resumed_bytes: u64,
+    pub streams: u16,
+    /// Rates of each stage on its own: what it did over the time it was busy.
+    pub source_read_bps: f64,
+    pub network_bps: f64,
+    pub dest_write_bps: f64,
+    pub attempts: u32,
+    #[serde(skip)]
+    pub digests: Vec<(String, String)>,
+}
+
+enum Plan {
+    Push {
+        host: String,
+        export: String,
+        dest: String,
+        roots: Vec<PathBuf>,
+    },
+    Pull {
+        host: String,
+        export: String,
+        sources: Vec<String>,
+        dest: PathBuf,
+    },
+}
+
+fn plan(o: &CpOptions) -> Result<Plan, EngineError> {
+    let dest_remote = parse_remote(&o.dest);
+    let remotes: Vec<Option<Remote>> = o.sources.iter().map(|s| parse_remote(s)).collect();
+    match dest_remote {
+        Some(d) => {
+            if remotes.iter().any(Option::is_some) {
+                return Err(EngineError::Usage(
+                    "remote-to-remote copies are not supported yet: copy to a local directory first".into(),
+                ));
+            }
+            Ok(Plan::Push {
+                host: d.host,
+                export: d.export,
+                dest: d.path,
+                roots: o.sources.iter().map(PathBuf::from).collect(),
+            })
+        }
+        None => {
+            let rs: Vec<Remote> = remotes.into_iter().flatten().collect();
+            if rs.len() != o.sources.len() {
+                return Err(EngineError::Usage(
+                    "neither side is remote: name the remote as HOST:EXPORT/path or longhaul://HOST/EXPORT/path".into(),
+                ));
+            }
+            let (host, export) = (rs[0].host.clone(), rs[0].export.clone());
+            if rs.iter().any(|r| r.host != host || r.export != export) {
+                return Err(EngineError::Usage(
+                    "all remote sources must be on one server and export".into(),
+                ));
+            }
+            Ok(Plan::Pull {
+                host,
+                export,
+                sources: rs.into_iter().map(|r| r.path).collect(),
+                dest: PathBuf::from(&o.dest),
+            })
+        }
+    }
+}
+
+/// Worth another attempt: the network or the peer went away.
+fn retryable(e: &EngineError) -> bool {
+    matches!(
+        e,
+        EngineError::Connect(_)
+            | EngineError::Closed(_)
+            | EngineError::Io { .. }
+            | EngineError::Timeout(_)
+    ) || matches!(e, EngineError::Failed(m) if m.contains("data stream failed") || m.contains("closed"))
+}
+
+/// Copies, retrying lost connections; each retry resumes.
+pub fn cp(o: &CpOptions) -> Result<CpSummary, EngineError> {
+    let plan = plan(o)?;
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        match cp_once(o, &plan) {
+            Ok(mut s) => {
+                s.attempts = attempt;
+                return Ok(s);
+            }
+            Err(e)
+                if retryable(&e)
+                    && attempt <= o.retries
+                    && !o.client.interrupt.load(Ordering::Relaxed) =>
+            {
+                let wait = Duration::from_secs(1 << (attempt - 1).min(5));
+                tracing::warn!(
+                    "attempt {attempt} failed: {e}; retrying in {} s",
+                    wait.as_secs()
+                );
+                std::thread::sleep(wait);
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+fn open_streams(
+    ctl: &Control,
+    token: &str,
+    n: u16,
+    direction: Direction,
+    o: &ClientOptions,
+) -> Result<Vec<TcpStream>, EngineError> {
+    (0..n)
+        .map(|stream| {
+            let mut tcp = conn::connect(&[ctl.peer], o.connect_timeout, |s| s.set_nodelay(false))?;
+            let mut hello = MAGIC.to_vec();
+            Message::Hello(Hello {
+                min_version: ctl.welcome.version,
+                max_version: ctl.welcome.version,
+                software: crate::software(),
+                role: Role::Data {
+                    token: token.to_string(),
+                    stream,
+                    direction,
+                },
+            })
+            .encode(&mut hello)?;
+            tcp.write_all(&hello).map_err(|e| {
+                EngineError::io(
+                    format!("failed to open data stream {stream} to {}", ctl.peer),
+                    e,
+                )
+            })?;
+            Ok(tcp)
+        })
+        .collect()
+}
+
+fn request(
+    ctl: &mut Control,
+    req: TransferRequest,
+    o: &ClientOptions,
+) -> Result<String, EngineError> {
+    ctl.conn.send(&Message::TransferRequest(req))?;
+    let deadline = Instant::now() + o.handshake_timeout;
+    match ctl.conn.recv_until(deadline)? {
+        Some(Message::TransferAccept(a)) => Ok(a.token),
+        Some(Message::Refuse(r)) => Err(EngineError::Refused {
+            code: r.code,
+            message: r.message,
+        }),
+        Some(m) => Err(EngineError::Failed(format!(
+            "server sent an unexpected {} message",
+            m.name()
+        ))),
+        None => Err(EngineError::Timeout("the transfer request".into())),
+    }
+}
+
+fn cp_once(o: &CpOptions, plan: &Plan) -> Result<CpSummary, EngineError> {
+    let started = Instant::now();
+    let (host, export) = match plan {
+        Plan::Push { host, export, .. } | Plan::Pull { host, export, .. } => (host, export),
+    };
+    let mut ctl = open_control(host, &o.client)?;
+    let storage: Arc<dyn Storage> = Arc::new(Local);
+    let mut req = TransferRequest {
+        op: Op::Push,
+        export: export.clone(),
+        dest: String::new(),
+        sources: Vec::new(),
+        source_count: o.sources.len() as u32,
+        recursive: o.recursive,
+        preserve: o.preserve,
+        streams: o.streams,
+        chunk_size: o.chunk_size,
+        force: o.force,
+        sync: None,
+        dry_run: false,
+    };
+    let mut s = CpSummary {
+        streams: o.streams,
+        ..CpSummary::default()
+    };
+    match plan {
+        Plan::Push { dest, roots, .. } => {
+            for r in roots {
+                std::fs::symlink_metadata(r)
+                    .map_err(|e| EngineError::Usage(format!("cannot read {}: {e}", r.display())))?;
+            }
+            req.dest = dest.clone();
+            let token = request(&mut ctl, req, &o.client)?;
+            let streams = open_streams(&ctl, &token, o.streams, Direction::Up, &o.client)?;
+            let r = run_source(
+                &mut ctl.conn,
+                streams,
+                SourceConfig {
+                    roots: roots.clone(),
+                    recursive: o.recursive,
+                    chunk_size: o.chunk_size,
+                    streams: o.streams,
+                    storage,
+                },
+            )?;
+            s.files = r.files;
+            s.bytes = r.bytes;
+            s.skipped = r.skipped;
+            s.resumed_bytes = r.resumed_bytes;
+            s.failed = r.failed;
+            for f in r.sink.failed {
+                if !s.failed.iter().any(|g| g.path == f.path) {
+                    s.failed.push(f);
+                }
+            }
+            s.source_read_bps = stage_rate(r.read_bytes, r.read_us, o.streams);
+            s.dest_write_bps = stage_rate(r.sink.written_bytes, r.sink.write_us, o.streams);
+            s.digests = r.digests;
+        }
+        Plan::Pull { sources, dest, .. } => {
+            req.op = Op::Pull;
+            req.sources = sources.clone();
+            let token = request(&mut ctl, req, &o.client)?;
+            let streams = open_streams(&ctl, &token, o.streams, Direction::Down, &o.client)?;
+            let r = run_sink(
+                &mut ctl.conn,
+                streams,
+                SinkConfig {
+                    into_dir: into_dir(dest, o.sources.len() as u32),
+                    dest: dest.clone(),
+                    preserve: o.preserve,
+                    force: o.force,
+                    sync_files: o.sync_files,
+                    storage,
+                    umask: super::umask(),
+                },
+            )?;
+            s.files = r.files;
+            s.bytes = r.bytes;
+            s.skipped = r.skipped;
+            s.resumed_bytes = r.resumed_bytes;
+            s.failed = r.failed.clone();
+            s.dest_write_bps = stage_rate(r.written_bytes, r.write_us, o.streams);
+        }
+    }
+    s.seconds = started.elapsed().as_secs_f64();
+    let moved = s.bytes.saturating_sub(s.resumed_bytes);
+    s.bits_per_second = moved as f64 * 8.0 / s.seconds.max(1e-9);
+    s.network_bps = s.bits_per_second;
+    s.verified = s.failed.is_empty();
+    Ok(s)
+}
+
+/// A stage's rate on its own: bytes over busy time, with `parallel` workers.
+fn stage_rate(bytes: u64, busy_us: u64, parallel: u16) -> f64 {
+    if busy_us == 0 {
+        return 0.0;
+    }
+    bytes as f64 * 8.0 * 1e6 / (busy_us as f64 / f64::from(parallel.max(1)))
+}
+
+/// Lists a remote path.
+pub fn ls(target: &str, o: &ClientOptions) -> Result<Vec<ListEntry>, EngineError> {
+    let r = parse_remote(target).ok_or_else(|| {
+        EngineError::Usage(format!(
+            "'{target}' is not remote: name it HOST:EXPORT/path or longhaul://HOST/EXPORT/path"
+        ))
+    })?;
+    let mut ctl = open_control(&r.host, o)?;
+    ctl.conn.send(&Message::ListRequest(ListRequest {
+        export: r.export,
+        path: r.path,
+    }))?;
+    let mut out = Vec::new();
+    let deadline = Instant::now() + o.handshake_timeout * 6;
+    loop {
+        match ctl.conn.recv_until(deadline)? {
+            Some(Message::Listing(l)) => {
+                out.extend(l.entries);
+                if l.done {
+                    return Ok(out);
+                }
+            }
+            Some(Message::Refuse(r)) => {
+                return Err(match r.code {
+                    RefuseCode::BadRequest => EngineError::Usage(r.message),
+                    code => EngineError::Refused {
+                        code,
+                        message: r.message,
+                    },
+                })
+            }
+            Some(m) => {
+                return Err(EngineError::Failed(format!(
+                    "server sent an unexpected {} message",
+                    m.name()
+                )))
+            }
+            None => return Err(EngineError::Timeout("the listing".into())),
+        }
+    }
+}

@@ -1,0 +1,152 @@
+//! File transfer: `cp`, `ls` (and later `sync`) over the same port and
+//! protocol as `perf`. One engine for every file size: files are announced
+//! in batches, cut into chunks by the planner, sent on parallel streams,
+//! verified chunk by chunk (BLAKE3) at the sink, journaled for resume, and
+//! renamed into place only once complete.
+
+pub mod client;
+pub mod sink;
+pub mod source;
+pub mod storage;
+
+use std::io::{self, Read};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+
+use longhaul_proto::xfer::{self, Kind};
+
+use crate::EngineError;
+
+/// Files announced to the sink and not yet finished, at most: this bounds
+/// the memory both ends spend on a tree of any size.
+pub const MAX_UNRESOLVED_FILES: usize = 2048;
+/// Entries per `Entries` message.
+pub const ENTRIES_BATCH: usize = 256;
+
+/// A server's named directory.
+#[derive(Debug, Clone)]
+pub struct Export {
+    pub name: String,
+    pub root: PathBuf,
+    pub read_only: bool,
+}
+
+/// Parses `NAME=PATH[:ro]`.
+pub fn parse_export(s: &str) -> Result<Export, String> {
+    let (name, rest) = s
+        .split_once('=')
+        .ok_or_else(|| format!("invalid export '{s}': expected NAME=PATH or NAME=PATH:ro"))?;
+    if name.is_empty() || name.contains('/') || name.contains(':') {
+        return Err(format!(
+            "invalid export name '{name}': use letters, digits, '-' or '_'"
+        ));
+    }
+    let (path, read_only) = match rest.strip_suffix(":ro") {
+        Some(p) => (p, true),
+        None => (rest.strip_suffix(":rw").unwrap_or(rest), false),
+    };
+    let root = PathBuf::from(path);
+    let meta =
+        std::fs::metadata(&root).map_err(|e| format!("export '{name}': cannot use {path}: {e}"))?;
+    if !meta.is_dir() {
+        return Err(format!("export '{name}': {path} is not a directory"));
+    }
+    Ok(Export {
+        name: name.to_string(),
+        root: root.canonicalize().unwrap_or(root),
+        read_only,
+    })
+}
+
+/// Joins a peer's relative path beneath `root`, refusing anything that
+/// would leave it (see [`xfer::components`]).
+pub fn beneath(root: &Path, rel: &str) -> Result<PathBuf, EngineError> {
+    let comps = xfer::components(rel).map_err(|e| EngineError::Usage(e.to_string()))?;
+    let mut p = root.to_path_buf();
+    p.extend(comps);
+    Ok(p)
+}
+
+/// Modification time of a file's metadata, nanoseconds since the epoch.
+pub fn mtime_ns(m: &std::fs::Metadata) -> i64 {
+    use std::os::unix::fs::MetadataExt;
+    m.mtime()
+        .saturating_mul(1_000_000_000)
+        .saturating_add(m.mtime_nsec())
+}
+
+pub fn kind_of(m: &std::fs::Metadata) -> Option<Kind> {
+    let t = m.file_type();
+    if t.is_file() {
+        Some(Kind::File)
+    } else if t.is_dir() {
+        Some(Kind::Dir)
+    } else if t.is_symlink() {
+        Some(Kind::Symlink)
+    } else {
+        None
+    }
+}
+
+/// Sets a path's modification time (and leaves access time alone), without
+/// following a symlink.
+pub fn set_mtime(path: &Path, mtime_ns: i64) -> io::Result<()> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| io::ErrorKind::InvalidInput)?;
+    let times = [
+        libc::timespec {
+            tv_sec: 0,
+            tv_nsec: libc::UTIME_OMIT,
+        },
+        libc::timespec {
+            tv_sec: mtime_ns.div_euclid(1_000_000_000),
+            tv_nsec: mtime_ns.rem_euclid(1_000_000_000),
+        },
+    ];
+    // SAFETY: c is NUL-terminated; times has the two entries utimensat reads.
+    let r = unsafe {
+        libc::utimensat(
+            libc::AT_FDCWD,
+            c.as_ptr(),
+            times.as_ptr(),
+            libc::AT_SYMLINK_NOFOLLOW,
+        )
+    };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// The process umask, read without changing it for good.
+pub fn umask() -> u32 {
+    // SAFETY: umask only swaps a process attribute; we restore it at once.
+    unsafe {
+        let m = libc::umask(0o022);
+        libc::umask(m);
+        m
+    }
+}
+
+/// Reads exactly `buf.len()` bytes from a stream. `Ok(false)` means the
+/// stream ended cleanly before the first byte.
+pub fn read_frame(s: &mut &TcpStream, buf: &mut [u8]) -> io::Result<bool> {
+    let mut got = 0;
+    while got < buf.len() {
+        match s.read(&mut buf[got..]) {
+            Ok(0) if got == 0 => return Ok(false),
+            Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
+            Ok(n) => got += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(true)
+}
+
+/// The hex form of a digest.
+pub fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}

@@ -1,0 +1,575 @@
+//! The sink of a transfer: creates directories and links, opens partial
+//! files (resuming from their journal), receives chunks on the data
+//! streams, verifies each against its BLAKE3 hash before it counts,
+//! journals it, and renames a file into place once all its chunks are in.
+
+use std::collections::HashMap;
+use std::fs::{File, OpenOptions};
+use std::io::{self, Write};
+use std::net::{Shutdown, TcpStream};
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::mpsc::{self, Receiver, Sender};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use longhaul_proto::msg::Message;
+use longhaul_proto::plan::{chunk_at, chunk_count};
+use longhaul_proto::xfer::*;
+
+use super::storage::{read_exact_at, write_all_at, Storage, WriteAt};
+use super::{hex, read_frame, set_mtime};
+use crate::conn::FramedConn;
+use crate::EngineError;
+
+/// How the sink lays files down.
+pub struct SinkConfig {
+    /// The destination as named by the request.
+    pub dest: PathBuf,
+    /// Entries go inside `dest` (it is a directory, or there are several
+    /// sources); otherwise the one source becomes `dest`.
+    pub into_dir: bool,
+    pub preserve: bool,
+    pub force: bool,
+    /// fdatasync each file before it is renamed into place.
+    pub sync_files: bool,
+    pub storage: Arc<dyn Storage>,
+    pub umask: u32,
+}
+
+impl SinkConfig {
+    /// Where an entry lands.
+    pub fn target(&self, entry_path: &str) -> Result<PathBuf, EngineError> {
+        let comps = components(entry_path).map_err(|e| EngineError::Usage(e.to_string()))?;
+        let mut p = self.dest.clone();
+        let skip = usize::from(!self.into_dir);
+        p.extend(comps.into_iter().skip(skip));
+        Ok(p)
+    }
+}
+
+/// Decides `into_dir` the way `cp` does.
+pub fn into_dir(dest: &Path, source_count: u32) -> bool {
+    source_count > 1 || std::fs::metadata(dest).is_ok_and(|m| m.is_dir())
+}
+
+struct FileState {
+    entry: Entry,
+    target: PathBuf,
+    part: PathBuf,
+    journal_path: PathBuf,
+    out: Box<dyn WriteAt>,
+    inner: Mutex<Progress>,
+}
+
+struct Progress {
+    journal: File,
+    hashes: Vec<Option<[u8; 32]>>,
+    remaining: u64,
+    failed: bool,
+    /// Set by whoever finishes the file, so that it is finished once.
+    claimed: bool,
+}
+
+enum Event {
+    Done(FileDone, u64),
+    Resend(Resend),
+    Fatal(String),
+    Written { bytes: u64, busy_us: u64 },
+}
+
+type Files = Arc<Mutex<HashMap<u64, Arc<FileState>>>>;
+
+fn side_path(target: &Path, suffix: &str) -> PathBuf {
+    let name = target
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    target.with_file_name(format!(".{name}.{suffix}"))
+}
+
+fn io_err(what: &str, path: &Path, e: io::Error) -> String {
+    format!("failed to {what} {}: {e}", path.display())
+}
+
+/// Runs the sink side until the source has announced everything and every
+/// file is resolved; returns the sink's report (also sent to the source).
+pub fn run_sink(
+    conn: &mut FramedConn,
+    streams: Vec<TcpStream>,
+    cfg: SinkConfig,
+) -> Result<SinkReport, EngineError> {
+    let files: Files = Arc::new(Mutex::new(HashMap::new()));
+    let (tx, rx) = mpsc::channel();
+    let cfg = Arc::new(cfg);
+    let mut workers = Vec::new();
+    for s in &streams {
+        let s = s
+            .try_clone()
+            .map_err(|e| EngineError::io("failed to clone a data stream".into(), e))?;
+        let (files, tx, cfg) = (files.clone(), tx.clone(), cfg.clone());
+        workers.push(
+            std::thread::Builder::new()
+                .name("lh-sink".into())
+                .spawn(move || receive(&s, &files, &tx, &cfg))
+                .map_err(|e| EngineError::io("failed to start a receiver".into(), e))?,
+        );
+    }
+    drop(tx);
+    let result = control(conn, &files, &rx, &cfg);
+    for s in &streams {
+        let _ = s.shutdown(Shutdown::Both);
+    }
+    for w in workers {
+        let _ = w.join();
+    }
+    result
+}
+
+fn control(
+    conn: &mut FramedConn,
+    files: &Files,
+    rx: &Receiver<Event>,
+    cfg: &SinkConfig,
+) -> Result<SinkReport, EngineError> {
+    let mut report = SinkReport::default();
+    let mut unresolved: HashMap<u64, String> = HashMap::new();
+    let mut expected: Option<u64> = None;
+    let mut resolved = 0u64;
+    let mut resends: HashMap<(u64, u32), u32> = HashMap::new();
+    let mut dirs: Vec<(PathBuf, Entry)> = Vec::new();
+    let fail = |report: &mut SinkReport, path: &str, error: String| {
+        report.failed.push(Failure {
+            path: path.to_string(),
+            error,
+        })
+    };
+    loop {
+        while let Ok(ev) = rx.try_recv() {
+            match ev {
+                Event::Done(d, bytes) => {
+                    if let Some(path) = unresolved.remove(&d.id) {
+                        resolved += 1;
+                        match &d.error {
+                            Some(e) => fail(&mut report, &path, e.clone()),
+                            None => {
+                                report.files += 1;
+                                report.bytes += bytes;
+                            }
+                        }
+                        files.lock().expect("poisoned").remove(&d.id);
+                        conn.send(&Message::FileDone(d))?;
+                    }
+                }
+                Event::Resend(r) => {
+                    let n = resends.entry((r.id, r.index)).or_insert(0);
+                    *n += 1;
+                    if *n > 3 {
+                        let path = unresolved.get(&r.id).cloned().unwrap_or_default();
+                        return Err(EngineError::Failed(format!(
+                            "chunk {} of {path} arrived damaged 4 times: the path corrupts data",
+                            r.index
+                        )));
+                    }
+                    conn.send(&Message::Resend(r))?;
+                }
+                Event::Written { bytes, busy_us } => {
+                    report.written_bytes += bytes;
+                    report.write_us += busy_us;
+                }
+                Event::Fatal(e) => {
+                    report.failed.push(Failure {
+                        path: String::new(),
+                        error: e.clone(),
+                    });
+                    let _ = conn.send(&Message::TransferDone(report.clone()));
+                    return Err(EngineError::Failed(e));
+                }
+            }
+        }
+        if expected.is_some_and(|n| resolved >= n) && unresolved.is_empty() {
+            for (path, e) in dirs.iter().rev() {
+                if cfg.preserve {
+                    let _ = std::fs::set_permissions(
+                        path,
+                        std::fs::Permissions::from_mode(e.mode & 0o7777),
+                    );
+                }
+                let _ = set_mtime(path, e.mtime_ns);
+            }
+            conn.send(&Message::TransferDone(report.clone()))?;
+            return Ok(report);
+        }
+        match conn.recv(Duration::from_millis(20))? {
+            None => {}
+            Some(Message::Entries(batch)) => {
+                let mut wants = Vec::new();
+                for e in batch.entries {
+                    match e.kind {
+                        Kind::Dir => {
+                            match cfg.target(&e.path).and_then(|t| make_dir(&t).map(|()| t)) {
+                                Ok(t) => dirs.push((t, e)),
+                                Err(err) => fail(&mut report, &e.path, err.to_string()),
+                            }
+                        }
+                        Kind::Symlink => {
+                            if let Err(err) = cfg.target(&e.path).and_then(|t| make_link(&t, &e)) {
+                                fail(&mut report, &e.path, err.to_string());
+                            }
+                        }
+                        Kind::File => {
+                            unresolved.insert(e.id, e.path.clone());
+                            let want = open_file(&e, cfg, files, &mut report);
+                            if let Want::Skip { id } | Want::Fail { id, .. } = &want {
+                                let id = *id;
+                                resolved += 1;
+                                unresolved.remove(&id);
+                            }
+                            if let Want::Fail { error, .. } = &want {
+                                fail(&mut report, &e.path, error.clone());
+                            }
+                            wants.push(want);
+                        }
+                    }
+                }
+                conn.send(&Message::Wants(Wants { wants }))?;
+                // A file whose chunks were all there already is done now.
+                let ready: Vec<Arc<FileState>> = files
+                    .lock()
+                    .expect("poisoned")
+                    .values()
+                    .filter(|f| {
+                        let mut p = f.inner.lock().expect("poisoned");
+                        let take = p.remaining == 0 && !p.claimed;
+                        p.claimed |= take;
+                        take
+                    })
+                    .cloned()
+                    .collect();
+                for f in ready {
+                    let done = finish(&f, cfg);
+                    let size = f.entry.size;
+                    if let Some(path) = unresolved.remove(&done.id) {
+                        resolved += 1;
+                        match &done.error {
+                            Some(e) => fail(&mut report, &path, e.clone()),
+                            None => {
+                                report.files += 1;
+                                report.bytes += size;
+                            }
+                        }
+                    }
+                    files.lock().expect("poisoned").remove(&done.id);
+                    conn.send(&Message::FileDone(done))?;
+                }
+            }
+            Some(Message::FileDone(d)) => {
+                // The source could not read this file: keep its journal for a retry.
+                if let Some(path) = unresolved.remove(&d.id) {
+                    resolved += 1;
+                    fail(
+                        &mut report,
+                        &path,
+                        d.error.unwrap_or_else(|| "source failed".into()),
+                    );
+                    if let Some(f) = files.lock().expect("poisoned").remove(&d.id) {
+                        f.inner.lock().expect("poisoned").failed = true;
+                    }
+                }
+            }
+            Some(Message::EntriesEnd(end)) => expected = Some(end.files),
+            Some(m) => {
+                return Err(EngineError::Failed(format!(
+                    "peer sent an unexpected {} message during the transfer",
+                    m.name()
+                )))
+            }
+        }
+    }
+}
+
+fn make_dir(t: &Path) -> Result<(), EngineError> {
+    match std::fs::symlink_metadata(t) {
+        Ok(m) if m.is_dir() => Ok(()),
+        Ok(_) => Err(EngineError::Usage(format!(
+            "{} exists and is not a directory",
+            t.display()
+        ))),
+        Err(_) => std::fs::create_dir_all(t)
+            .map_err(|e| EngineError::Usage(io_err("create directory", t, e))),
+    }
+}
+
+fn make_link(t: &Path, e: &Entry) -> Result<(), EngineError> {
+    let target = e.target.clone().unwrap_or_default();
+    if std::fs::read_link(t).is_ok_and(|old| old == Path::new(&target)) {
+        return Ok(());
+    }
+    if let Some(parent) = t.parent() {
+        make_dir(parent)?;
+    }
+    let tmp = side_path(t, "lhlink");
+    let _ = std::fs::remove_file(&tmp);
+    std::os::unix::fs::symlink(&target, &tmp)
+        .and_then(|()| std::fs::rename(&tmp, t))
+        .map_err(|err| EngineError::Usage(io_err("create link", t, err)))?;
+    let _ = set_mtime(t, e.mtime_ns);
+    Ok(())
+}
+
+/// Answers one announced file: skip it, or open its partial file and say
+/// which chunks are still needed.
+fn open_file(e: &Entry, cfg: &SinkConfig, files: &Files, report: &mut SinkReport) -> Want {
+    let fail = |error: String| Want::Fail { id: e.id, error };
+    let target = match cfg.target(&e.path) {
+        Ok(t) => t,
+        Err(err) => return fail(err.to_string()),
+    };
+    if !cfg.force {
+        if let Ok(m) = std::fs::symlink_metadata(&target) {
+            if m.is_file() && m.len() == e.size && super::mtime_ns(&m) == e.mtime_ns {
+                report.skipped += 1;
+                return Want::Skip { id: e.id };
+            }
+        }
+    }
+    if let Some(parent) = target.parent() {
+        if let Err(err) = make_dir(parent) {
+            return fail(err.to_string());
+        }
+    }
+    let part = side_path(&target, "lhpart");
+    let journal_path = side_path(&target, "lhjournal");
+    let header = JournalHeader {
+        size: e.size,
+        mtime_ns: e.mtime_ns,
+        chunk_size: e.chunk_size,
+    };
+    let count = chunk_count(e.size, e.chunk_size);
+    let mut hashes = vec![None; count as usize];
+    let mut skip = Vec::new();
+    let mut resumed = 0u64;
+    // Resume: chunks the journal lists are hashed again, not trusted.
+    if let (Ok(bytes), Ok(reader)) = (std::fs::read(&journal_path), cfg.storage.open_read(&part)) {
+        if let Some((h, records)) = parse_journal(&bytes).filter(|(h, _)| *h == header) {
+            let _ = h;
+            let mut buf = Vec::new();
+            for (index, hash) in records {
+                if u64::from(index) >= count || hashes[index as usize].is_some() {
+                    continue;
+                }
+                let c = chunk_at(e.id, e.size, e.chunk_size, index);
+                buf.resize(c.len as usize, 0);
+                if read_exact_at(&*reader, &mut buf, c.offset).is_ok()
+                    && *blake3::hash(&buf).as_bytes() == hash
+                {
+                    hashes[index as usize] = Some(hash);
+                    skip.push(index);
+                    resumed += u64::from(c.len);
+                }
+            }
+        }
+    }
+    let fresh = skip.is_empty();
+    if fresh {
+        let _ = std::fs::remove_file(&part);
+    }
+    let out = match cfg.storage.open_write(&part) {
+        Ok(o) => o,
+        Err(err) => return fail(io_err("create", &part, err)),
+    };
+    if fresh {
+        if let Err(err) = out.set_len(e.size) {
+            return fail(io_err("size", &part, err));
+        }
+    }
+    // Rewrite the journal with the records that checked out.
+    let journal = (|| {
+        let mut j = OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&journal_path)?;
+        j.write_all(&header.encode())?;
+        for (i, h) in hashes.iter().enumerate() {
+            if let Some(h) = h {
+                j.write_all(&journal_record(i as u32, h))?;
+            }
+        }
+        Ok::<_, io::Error>(j)
+    })();
+    let journal = match journal {
+        Ok(j) => j,
+        Err(err) => return fail(io_err("write journal", &journal_path, err)),
+    };
+    report.resumed_bytes += resumed;
+    let state = Arc::new(FileState {
+        entry: e.clone(),
+        target,
+        part,
+        journal_path,
+        out,
+        inner: Mutex::new(Progress {
+            journal,
+            hashes,
+            remaining: count - skip.len() as u64,
+            failed: false,
+            claimed: false,
+        }),
+    });
+    files.lock().expect("poisoned").insert(e.id, state);
+    Want::Send {
+        id: e.id,
+        skip,
+        resumed_bytes: resumed,
+    }
+}
+
+/// Makes a complete file durable, gives it its mode and mtime, and renames
+/// it into place.
+fn finish(f: &FileState, cfg: &SinkConfig) -> FileDone {
+    let id = f.entry.id;
+    let result = (|| {
+        if cfg.sync_files {
+            f.out.sync_data().map_err(|e| io_err("sync", &f.part, e))?;
+        }
+        let mode = if cfg.preserve {
+            f.entry.mode & 0o7777
+        } else {
+            0o666 & !cfg.umask
+        };
+        std::fs::set_permissions(&f.part, std::fs::Permissions::from_mode(mode))
+            .map_err(|e| io_err("set mode of", &f.part, e))?;
+        set_mtime(&f.part, f.entry.mtime_ns).map_err(|e| io_err("set mtime of", &f.part, e))?;
+        if std::fs::symlink_metadata(&f.target).is_ok_and(|m| m.is_dir()) {
+            return Err(format!(
+                "{} is a directory; not replaced by a file",
+                f.target.display()
+            ));
+        }
+        std::fs::rename(&f.part, &f.target).map_err(|e| io_err("rename into", &f.target, e))?;
+        let _ = std::fs::remove_file(&f.journal_path);
+        let p = f.inner.lock().expect("poisoned");
+        let mut all = Vec::with_capacity(p.hashes.len() * 32);
+        for h in p.hashes.iter().flatten() {
+            all.extend_from_slice(h);
+        }
+        Ok(hex(blake3::hash(&all).as_bytes()))
+    })();
+    match result {
+        Ok(digest) => FileDone {
+            id,
+            error: None,
+            digest: Some(digest),
+        },
+        Err(error) => FileDone {
+            id,
+            error: Some(error),
+            digest: None,
+        },
+    }
+}
+
+/// One data stream: chunk frames in, verified bytes out to storage.
+fn receive(s: &TcpStream, files: &Files, tx: &Sender<Event>, cfg: &SinkConfig) {
+    let mut r = s;
+    let mut header = [0u8; CHUNK_HEADER_LEN];
+    let mut buf = Vec::new();
+    loop {
+        match read_frame(&mut r, &mut header) {
+            Ok(true) => {}
+            Ok(false) => return,
+            Err(e) => {
+                let _ = tx.send(Event::Fatal(format!("data stream failed: {e}")));
+                return;
+            }
+        }
+        let h = match ChunkHeader::decode(&header) {
+            Ok(h) => h,
+            Err(e) => {
+                let _ = tx.send(Event::Fatal(e.to_string()));
+                return;
+            }
+        };
+        buf.resize(h.len as usize, 0);
+        if let Err(e) = read_frame(&mut r, &mut buf) {
+            let _ = tx.send(Event::Fatal(format!("data stream failed mid-chunk: {e}")));
+            return;
+        }
+        let Some(f) = files.lock().expect("poisoned").get(&h.file).cloned() else {
+            // A file that failed or finished already: drop the bytes.
+            continue;
+        };
+        let want = chunk_at(h.file, f.entry.size, f.entry.chunk_size, h.index);
+        if (want.offset, want.len) != (h.offset, h.len) {
+            let _ = tx.send(Event::Fatal(format!(
+                "chunk {} of {} does not match the file's plan",
+                h.index, f.entry.path
+            )));
+            return;
+        }
+        if *blake3::hash(&buf).as_bytes() != h.hash {
+            let _ = tx.send(Event::Resend(Resend {
+                id: h.file,
+                index: h.index,
+            }));
+            continue;
+        }
+        if f.inner.lock().expect("poisoned").hashes[h.index as usize].is_some() {
+            continue;
+        }
+        let t = Instant::now();
+        if let Err(e) = write_all_at(&*f.out, &buf, h.offset) {
+            let msg = io_err("write", &f.target, e);
+            let enospc = msg.contains("No space left");
+            if enospc {
+                let missing = {
+                    let p = f.inner.lock().expect("poisoned");
+                    p.remaining * f.entry.chunk_size.min(f.entry.size.max(1))
+                };
+                let _ = tx.send(Event::Fatal(format!(
+                    "destination full: {msg}; about {missing} more bytes were needed for this file. Free space and run the same command again: it resumes"
+                )));
+                return;
+            }
+            f.inner.lock().expect("poisoned").failed = true;
+            let _ = tx.send(Event::Done(
+                FileDone {
+                    id: h.file,
+                    error: Some(msg),
+                    digest: None,
+                },
+                0,
+            ));
+            continue;
+        }
+        let busy_us = t.elapsed().as_micros() as u64;
+        let _ = tx.send(Event::Written {
+            bytes: u64::from(h.len),
+            busy_us,
+        });
+        let complete = {
+            let mut p = f.inner.lock().expect("poisoned");
+            if p.failed {
+                continue;
+            }
+            if let Err(e) = p.journal.write_all(&journal_record(h.index, &h.hash)) {
+                let _ = tx.send(Event::Fatal(io_err(
+                    "append to journal",
+                    &f.journal_path,
+                    e,
+                )));
+                return;
+            }
+            p.hashes[h.index as usize] = Some(h.hash);
+            p.remaining -= 1;
+            let take = p.remaining == 0 && !p.claimed;
+            p.claimed |= take;
+            take
+        };
+        if complete {
+            let done = finish(&f, cfg);
+            let _ = tx.send(Event::Done(done, f.entry.size));
+        }
+    }
+}

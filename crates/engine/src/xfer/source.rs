@@ -1,0 +1,482 @@
+//! The source of a transfer: walks the roots lazily, announces entries in
+//! bounded batches, and sends the chunks the sink wants on the data
+//! streams, each with its BLAKE3 hash.
+
+use std::collections::{HashMap, VecDeque};
+use std::fs::ReadDir;
+use std::io::Write;
+use std::net::{Shutdown, TcpStream};
+use std::os::unix::fs::MetadataExt;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{self, Receiver, Sender};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use longhaul_proto::msg::Message;
+use longhaul_proto::plan::{auto_chunk_size, chunk_at, Chunk, Planner};
+use longhaul_proto::xfer::*;
+
+use super::storage::{read_exact_at, ReadAt, Storage};
+use super::{kind_of, mtime_ns, ENTRIES_BATCH, MAX_UNRESOLVED_FILES};
+use crate::conn::FramedConn;
+use crate::EngineError;
+
+pub struct SourceConfig {
+    pub roots: Vec<PathBuf>,
+    pub recursive: bool,
+    pub chunk_size: Option<u64>,
+    pub streams: u16,
+    pub storage: Arc<dyn Storage>,
+}
+
+/// What the source saw of a transfer.
+#[derive(Debug, Default, Clone)]
+pub struct SourceReport {
+    pub files: u64,
+    pub bytes: u64,
+    pub skipped: u64,
+    pub resumed_bytes: u64,
+    pub failed: Vec<Failure>,
+    /// Bytes read and the summed busy time of the reads.
+    pub read_bytes: u64,
+    pub read_us: u64,
+    /// `(path, digest)` of every file the sink verified.
+    pub digests: Vec<(String, String)>,
+    pub sink: SinkReport,
+}
+
+/// Walks the roots depth first, one directory handle per level.
+struct Walker {
+    roots: VecDeque<PathBuf>,
+    stack: Vec<(ReadDir, String)>,
+    next_id: u64,
+    recursive: bool,
+    chunk_size: Option<u64>,
+    streams: u16,
+}
+
+impl Walker {
+    fn entry(&mut self, path: PathBuf, rel: String) -> Result<Option<(Entry, PathBuf)>, Failure> {
+        let fail = |error: String| Failure {
+            path: rel.clone(),
+            error,
+        };
+        let m = std::fs::symlink_metadata(&path)
+            .map_err(|e| fail(format!("cannot read {}: {e}", path.display())))?;
+        let Some(kind) = kind_of(&m) else {
+            return Err(fail(
+                "not a regular file, directory or symlink; skipped".into(),
+            ));
+        };
+        let target = match kind {
+            Kind::Symlink => Some(
+                std::fs::read_link(&path)
+                    .map_err(|e| fail(format!("cannot read link: {e}")))?
+                    .to_str()
+                    .ok_or_else(|| fail("link target is not UTF-8".into()))?
+                    .to_string(),
+            ),
+            _ => None,
+        };
+        if kind == Kind::Dir {
+            if !self.recursive {
+                return Err(fail(format!(
+                    "{} is a directory: use -r to copy trees",
+                    path.display()
+                )));
+            }
+            let rd = std::fs::read_dir(&path)
+                .map_err(|e| fail(format!("cannot list {}: {e}", path.display())))?;
+            self.stack.push((rd, rel.clone()));
+        }
+        let size = if kind == Kind::File { m.len() } else { 0 };
+        self.next_id += 1;
+        Ok(Some((
+            Entry {
+                id: self.next_id,
+                path: rel,
+                kind,
+                size,
+                mode: m.mode() & 0o7777,
+                mtime_ns: mtime_ns(&m),
+                target,
+                chunk_size: self
+                    .chunk_size
+                    .unwrap_or_else(|| auto_chunk_size(size, self.streams)),
+                digest: None,
+            },
+            path,
+        )))
+    }
+
+    /// The next entry, a failure to report, or `None` at the end.
+    fn next(&mut self) -> Option<Result<(Entry, PathBuf), Failure>> {
+        loop {
+            if let Some((rd, prefix)) = self.stack.last_mut() {
+                let prefix = prefix.clone();
+                match rd.next() {
+                    None => {
+                        self.stack.pop();
+                    }
+                    Some(Err(e)) => {
+                        return Some(Err(Failure {
+                            path: prefix,
+                            error: format!("cannot list: {e}"),
+                        }))
+                    }
+                    Some(Ok(de)) => {
+                        let Some(name) = de.file_name().to_str().map(str::to_string) else {
+                            return Some(Err(Failure {
+                                path: format!("{prefix}/{}", de.file_name().to_string_lossy()),
+                                error: "name is not UTF-8; skipped".into(),
+                            }));
+                        };
+                        match self.entry(de.path(), format!("{prefix}/{name}")) {
+                            Ok(Some(e)) => return Some(Ok(e)),
+                            Ok(None) => {}
+                            Err(f) => return Some(Err(f)),
+                        }
+                    }
+                }
+                continue;
+            }
+            let root = self.roots.pop_front()?;
+            let name = root
+                .canonicalize()
+                .ok()
+                .and_then(|c| c.file_name().map(|n| n.to_owned()))
+                .or_else(|| root.file_name().map(|n| n.to_owned()))
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_else(|| "root".into());
+            match self.entry(root, name) {
+                Ok(Some(e)) => return Some(Ok(e)),
+                Ok(None) => {}
+                Err(f) => return Some(Err(f)),
+            }
+        }
+    }
+}
+
+struct SrcFile {
+    path: PathBuf,
+    size: u64,
+    chunk_size: u64,
+    failed: AtomicBool,
+}
+
+#[derive(Default)]
+struct Queue {
+    planner: Planner,
+    resends: VecDeque<Chunk>,
+    files: HashMap<u64, Arc<SrcFile>>,
+    closed: bool,
+}
+
+type Shared = Arc<(Mutex<Queue>, Condvar)>;
+
+enum Event {
+    Sent { read_bytes: u64, read_us: u64 },
+    FileFailed(u64, String),
+    Fatal(String),
+}
+
+/// Runs the source side until the sink reports the transfer done.
+pub fn run_source(
+    conn: &mut FramedConn,
+    streams: Vec<TcpStream>,
+    cfg: SourceConfig,
+) -> Result<SourceReport, EngineError> {
+    let shared: Shared = Arc::new((Mutex::new(Queue::default()), Condvar::new()));
+    let (tx, rx) = mpsc::channel();
+    let mut workers = Vec::new();
+    for s in &streams {
+        let s = s
+            .try_clone()
+            .map_err(|e| EngineError::io("failed to clone a data stream".into(), e))?;
+        let (shared, tx, storage) = (shared.clone(), tx.clone(), cfg.storage.clone());
+        workers.push(
+            std::thread::Builder::new()
+                .name("lh-src".into())
+                .spawn(move || send(&s, &shared, &*storage, &tx))
+                .map_err(|e| EngineError::io("failed to start a sender".into(), e))?,
+        );
+    }
+    drop(tx);
+    let result = control(conn, &shared, &rx, &cfg);
+    {
+        let (q, cv) = &*shared;
+        q.lock().expect("poisoned").closed = true;
+        cv.notify_all();
+    }
+    if result.is_err() {
+        for s in &streams {
+            let _ = s.shutdown(Shutdown::Both);
+        }
+    }
+    for w in workers {
+        let _ = w.join();
+    }
+    for s in &streams {
+        let _ = s.shutdown(Shutdown::Write);
+    }
+    result
+}
+
+fn control(
+    conn: &mut FramedConn,
+    shared: &Shared,
+    rx: &Receiver<Event>,
+    cfg: &SourceConfig,
+) -> Result<SourceReport, EngineError> {
+    let mut walker = Walker {
+        roots: cfg.roots.iter().cloned().collect(),
+        stack: Vec::new(),
+        next_id: 0,
+        recursive: cfg.recursive,
+        chunk_size: cfg.chunk_size,
+        streams: cfg.streams,
+    };
+    let mut report = SourceReport::default();
+    let mut walk_done = false;
+    let mut files_announced = 0u64;
+    // Announced files not yet resolved: their path and size.
+    let mut open: HashMap<u64, (String, PathBuf, u64, u64)> = HashMap::new();
+    let (q, cv) = &**shared;
+    loop {
+        if !walk_done && open.len() < MAX_UNRESOLVED_FILES {
+            let mut batch = Vec::new();
+            while batch.len() < ENTRIES_BATCH && open.len() < MAX_UNRESOLVED_FILES {
+                match walker.next() {
+                    None => {
+                        walk_done = true;
+                        break;
+                    }
+                    Some(Err(f)) => report.failed.push(f),
+                    Some(Ok((e, path))) => {
+                        if e.kind == Kind::File {
+                            files_announced += 1;
+                            open.insert(e.id, (e.path.clone(), path, e.size, e.chunk_size));
+                        }
+                        batch.push(e);
+                    }
+                }
+            }
+            if !batch.is_empty() {
+                conn.send(&Message::Entries(Entries { entries: batch }))?;
+            }
+            if walk_done {
+                conn.send(&Message::EntriesEnd(EntriesEnd {
+                    files: files_announced,
+                }))?;
+            }
+        }
+        while let Ok(ev) = rx.try_recv() {
+            match ev {
+                Event::Sent {
+                    read_bytes,
+                    read_us,
+                } => {
+                    report.read_bytes += read_bytes;
+                    report.read_us += read_us;
+                }
+                Event::FileFailed(id, error) => {
+                    if let Some((rel, ..)) = open.remove(&id) {
+                        report.failed.push(Failure {
+                            path: rel,
+                            error: error.clone(),
+                        });
+                        conn.send(&Message::FileDone(FileDone {
+                            id,
+                            error: Some(error),
+                            digest: None,
+                        }))?;
+                    }
+                }
+                Event::Fatal(e) => return Err(EngineError::Failed(e)),
+            }
+        }
+        let busy_walking = !walk_done && open.len() < MAX_UNRESOLVED_FILES;
+        let wait = if busy_walking {
+            Duration::ZERO
+        } else {
+            Duration::from_millis(20)
+        };
+        let msg = if busy_walking {
+            conn.recv(Duration::from_millis(1))?
+        } else {
+            conn.recv(wait)?
+        };
+        match msg {
+            None => {}
+            Some(Message::Wants(w)) => {
+                let mut queue = q.lock().expect("poisoned");
+                for want in w.wants {
+                    match want {
+                        Want::Send {
+                            id,
+                            skip,
+                            resumed_bytes,
+                        } => {
+                            let Some((rel, path, size, chunk)) = open.get(&id) else {
+                                continue;
+                            };
+                            report.resumed_bytes += resumed_bytes;
+                            if let Err(e) = queue.planner.add(id, *size, *chunk, skip) {
+                                return Err(EngineError::Usage(format!("{rel}: {e}")));
+                            }
+                            queue.files.insert(
+                                id,
+                                Arc::new(SrcFile {
+                                    path: path.clone(),
+                                    size: *size,
+                                    chunk_size: *chunk,
+                                    failed: AtomicBool::new(false),
+                                }),
+                            );
+                        }
+                        Want::Skip { id } => {
+                            if open.remove(&id).is_some() {
+                                report.skipped += 1;
+                            }
+                        }
+                        Want::Fail { id, error } => {
+                            if let Some((rel, ..)) = open.remove(&id) {
+                                report.failed.push(Failure { path: rel, error });
+                            }
+                        }
+                    }
+                }
+                cv.notify_all();
+            }
+            Some(Message::Resend(r)) => {
+                let mut queue = q.lock().expect("poisoned");
+                if let Some(f) = queue.files.get(&r.id).cloned() {
+                    if u64::from(r.index) < longhaul_proto::plan::chunk_count(f.size, f.chunk_size)
+                    {
+                        queue
+                            .resends
+                            .push_back(chunk_at(r.id, f.size, f.chunk_size, r.index));
+                        cv.notify_one();
+                    }
+                }
+            }
+            Some(Message::FileDone(d)) => {
+                q.lock().expect("poisoned").files.remove(&d.id);
+                if let Some((rel, _, size, _)) = open.remove(&d.id) {
+                    match d.error {
+                        Some(error) => report.failed.push(Failure { path: rel, error }),
+                        None => {
+                            report.files += 1;
+                            report.bytes += size;
+                            if let Some(digest) = d.digest {
+                                report.digests.push((rel, digest));
+                            }
+                        }
+                    }
+                }
+            }
+            Some(Message::TransferDone(sink)) => {
+                if !walk_done || !open.is_empty() {
+                    let why = sink
+                        .failed
+                        .iter()
+                        .map(|f| f.error.clone())
+                        .collect::<Vec<_>>()
+                        .join("; ");
+                    return Err(EngineError::Failed(format!(
+                        "the sink ended the transfer early: {why}"
+                    )));
+                }
+                report.sink = sink;
+                return Ok(report);
+            }
+            Some(Message::Refuse(r)) => {
+                return Err(EngineError::Failed(format!(
+                    "peer ended the transfer: {}",
+                    r.message
+                )));
+            }
+            Some(m) => {
+                return Err(EngineError::Failed(format!(
+                    "peer sent an unexpected {} message during the transfer",
+                    m.name()
+                )))
+            }
+        }
+    }
+}
+
+/// One data stream: takes chunks from the queue, reads, hashes, sends.
+fn send(s: &TcpStream, shared: &Shared, storage: &dyn Storage, tx: &Sender<Event>) {
+    let (q, cv) = &**shared;
+    let mut w = s;
+    let mut cache: Option<(u64, Box<dyn ReadAt>)> = None;
+    let mut buf = Vec::new();
+    loop {
+        let (c, f) = {
+            let mut queue = q.lock().expect("poisoned");
+            loop {
+                let next = queue
+                    .resends
+                    .pop_front()
+                    .or_else(|| queue.planner.next_chunk());
+                match next {
+                    Some(c) => match queue.files.get(&c.file) {
+                        Some(f) if !f.failed.load(Ordering::Relaxed) => break (c, f.clone()),
+                        _ => continue,
+                    },
+                    None if queue.closed => return,
+                    None => queue = cv.wait(queue).expect("poisoned"),
+                }
+            }
+        };
+        let t = Instant::now();
+        if cache.as_ref().is_none_or(|(id, _)| *id != c.file) {
+            match storage.open_read(&f.path) {
+                Ok(r) => cache = Some((c.file, r)),
+                Err(e) => {
+                    f.failed.store(true, Ordering::Relaxed);
+                    let _ = tx.send(Event::FileFailed(
+                        c.file,
+                        format!("cannot open {}: {e}", f.path.display()),
+                    ));
+                    continue;
+                }
+            }
+        }
+        let reader = &cache.as_ref().expect("set above").1;
+        buf.resize(c.len as usize, 0);
+        if let Err(e) = read_exact_at(&**reader, &mut buf, c.offset) {
+            f.failed.store(true, Ordering::Relaxed);
+            let _ = tx.send(Event::FileFailed(
+                c.file,
+                format!(
+                    "cannot read {} at offset {}: {e}",
+                    f.path.display(),
+                    c.offset
+                ),
+            ));
+            continue;
+        }
+        let read_us = t.elapsed().as_micros() as u64;
+        let header = ChunkHeader {
+            file: c.file,
+            index: c.index,
+            offset: c.offset,
+            len: c.len,
+            hash: *blake3::hash(&buf).as_bytes(),
+        };
+        if let Err(e) = w
+            .write_all(&header.encode())
+            .and_then(|()| w.write_all(&buf))
+        {
+            let _ = tx.send(Event::Fatal(format!("data stream failed: {e}")));
+            return;
+        }
+        let _ = tx.send(Event::Sent {
+            read_bytes: u64::from(c.len),
+            read_us,
+        });
+    }
+}

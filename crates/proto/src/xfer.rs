@@ -1,0 +1,476 @@
+//! The file-transfer protocol: control messages, the binary chunk frame of
+//! data streams, remote path syntax, path confinement and the resume journal
+//! format. Pure logic; the engine does the I/O.
+//!
+//! A transfer has a *source* (walks and reads files) and a *sink* (creates,
+//! writes, verifies); a push makes the client the source, a pull the
+//! server. The source announces entries in batches, the sink answers which
+//! chunks it still needs, the source sends those chunks on the data
+//! streams, and the sink reports each file once every chunk is verified and
+//! the file is renamed into place.
+
+use serde::{Deserialize, Serialize};
+
+/// Which way a transfer goes, seen from the client.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Op {
+    /// Client sends local files to the server.
+    Push,
+    /// Client fetches files from the server.
+    Pull,
+}
+
+/// What `sync` compares and does beyond `cp`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SyncOptions {
+    /// Compare content digests instead of size and mtime.
+    pub checksum: bool,
+    /// Remove destination entries the source does not have.
+    pub delete: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TransferRequest {
+    pub op: Op,
+    pub export: String,
+    /// Push: the destination path within the export. Pull: ignored.
+    pub dest: String,
+    /// Pull: the source paths within the export. Push: ignored.
+    pub sources: Vec<String>,
+    /// How many sources the source side has (cp's rename rule needs it).
+    pub source_count: u32,
+    pub recursive: bool,
+    /// Keep permission bits (mtime is always kept).
+    pub preserve: bool,
+    pub streams: u16,
+    /// Chunk size in bytes; None lets the source choose per file.
+    pub chunk_size: Option<u64>,
+    /// Send every file even if the destination has it with the same size and mtime.
+    pub force: bool,
+    pub sync: Option<SyncOptions>,
+    /// Report only; change nothing.
+    pub dry_run: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TransferAccept {
+    /// Data streams present it in their hello.
+    pub token: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Kind {
+    File,
+    Dir,
+    Symlink,
+}
+
+/// One thing the source has.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Entry {
+    /// Unique within the transfer.
+    pub id: u64,
+    /// Relative path, `/`-separated, starting with the source's own name.
+    pub path: String,
+    pub kind: Kind,
+    pub size: u64,
+    /// Permission bits.
+    pub mode: u32,
+    /// Modification time, nanoseconds since the Unix epoch.
+    pub mtime_ns: i64,
+    /// Link target, for symlinks.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target: Option<String>,
+    pub chunk_size: u64,
+    /// Content digest, when the sync compares checksums.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub digest: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Entries {
+    pub entries: Vec<Entry>,
+}
+
+/// The sink's answer for one announced file.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "action", rename_all = "snake_case")]
+pub enum Want {
+    /// Send the file's chunks except `skip` (verified already: resume).
+    Send {
+        id: u64,
+        skip: Vec<u32>,
+        resumed_bytes: u64,
+    },
+    /// The destination has it already (or it is not a regular file).
+    Skip { id: u64 },
+    /// The sink cannot take it; the source counts it failed.
+    Fail { id: u64, error: String },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Wants {
+    pub wants: Vec<Want>,
+}
+
+/// A chunk arrived damaged: send it again.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Resend {
+    pub id: u64,
+    pub index: u32,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FileDone {
+    pub id: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// BLAKE3 over the file's chunk hashes in order (hex), when it succeeded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub digest: Option<String>,
+}
+
+/// The source has announced everything.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EntriesEnd {
+    pub files: u64,
+}
+
+/// The sink's final account.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SinkReport {
+    pub files: u64,
+    pub bytes: u64,
+    pub skipped: u64,
+    pub resumed_bytes: u64,
+    pub deleted: Vec<String>,
+    pub failed: Vec<Failure>,
+    /// Busy time of the sink's writes, microseconds (for dest_write_bps).
+    pub write_us: u64,
+    pub written_bytes: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Failure {
+    pub path: String,
+    pub error: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ListRequest {
+    pub export: String,
+    pub path: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ListEntry {
+    pub name: String,
+    pub kind: Kind,
+    pub size: u64,
+    pub mode: u32,
+    pub mtime_ns: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Listing {
+    pub entries: Vec<ListEntry>,
+    /// False while more listing frames follow.
+    pub done: bool,
+}
+
+/// Bytes of a chunk frame header on a data stream.
+pub const CHUNK_HEADER_LEN: usize = 57;
+/// First byte of a chunk frame.
+pub const CHUNK_FRAME: u8 = 0xC1;
+/// Largest chunk a frame may carry.
+pub const MAX_CHUNK: u64 = 1 << 31;
+
+/// The fixed header before each chunk's bytes on a data stream:
+///
+/// ```text
+/// 0     1         9          13          21       25          57
+/// | C1  | file u64 | index u32 | offset u64 | len u32 | blake3 [32] | payload
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ChunkHeader {
+    pub file: u64,
+    pub index: u32,
+    pub offset: u64,
+    pub len: u32,
+    pub hash: [u8; 32],
+}
+
+/// A chunk header that cannot be right.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("bad chunk frame: {0}")]
+pub struct FrameError(pub &'static str);
+
+impl ChunkHeader {
+    pub fn encode(&self) -> [u8; CHUNK_HEADER_LEN] {
+        let mut b = [0u8; CHUNK_HEADER_LEN];
+        b[0] = CHUNK_FRAME;
+        b[1..9].copy_from_slice(&self.file.to_be_bytes());
+        b[9..13].copy_from_slice(&self.index.to_be_bytes());
+        b[13..21].copy_from_slice(&self.offset.to_be_bytes());
+        b[21..25].copy_from_slice(&self.len.to_be_bytes());
+        b[25..57].copy_from_slice(&self.hash);
+        b
+    }
+
+    pub fn decode(b: &[u8; CHUNK_HEADER_LEN]) -> Result<ChunkHeader, FrameError> {
+        if b[0] != CHUNK_FRAME {
+            return Err(FrameError("unknown frame type"));
+        }
+        let h = ChunkHeader {
+            file: u64::from_be_bytes(b[1..9].try_into().expect("8 bytes")),
+            index: u32::from_be_bytes(b[9..13].try_into().expect("4 bytes")),
+            offset: u64::from_be_bytes(b[13..21].try_into().expect("8 bytes")),
+            len: u32::from_be_bytes(b[21..25].try_into().expect("4 bytes")),
+            hash: b[25..57].try_into().expect("32 bytes"),
+        };
+        if u64::from(h.len) > MAX_CHUNK {
+            return Err(FrameError("chunk longer than 2 GiB"));
+        }
+        if h.offset.checked_add(u64::from(h.len)).is_none() {
+            return Err(FrameError("chunk past the largest file offset"));
+        }
+        Ok(h)
+    }
+}
+
+/// A remote location: `longhaul://HOST[:PORT]/EXPORT/sub/path` or `HOST:EXPORT/sub/path`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Remote {
+    /// `HOST` or `HOST:PORT`, as the user wrote it (IPv6 in brackets).
+    pub host: String,
+    pub export: String,
+    /// Path within the export, `/`-separated, no leading slash; "" is the root.
+    pub path: String,
+}
+
+/// Parses an argument as a remote location; `None` means it is a local path.
+pub fn parse_remote(arg: &str) -> Option<Remote> {
+    let (host, rest) = if let Some(url) = arg.strip_prefix("longhaul://") {
+        let (host, rest) = url.split_once('/').unwrap_or((url, ""));
+        (host.to_string(), rest)
+    } else {
+        // HOST:EXPORT/path. A local path with a ':' after a '/' stays local,
+        // as with scp and rsync.
+        let (host, rest) = if let Some(stripped) = arg.strip_prefix('[') {
+            let (h, r) = stripped.split_once("]:")?;
+            (format!("[{h}]"), r)
+        } else {
+            let (h, r) = arg.split_once(':')?;
+            if h.is_empty() || h.contains('/') {
+                return None;
+            }
+            (h.to_string(), r)
+        };
+        // HOST:PORT:EXPORT/path
+        match rest.split_once(':') {
+            Some((port, r))
+                if !port.is_empty()
+                    && port.bytes().all(|b| b.is_ascii_digit())
+                    && !port.contains('/') =>
+            {
+                (format!("{host}:{port}"), r)
+            }
+            _ => (host, rest),
+        }
+    };
+    let rest = rest.trim_start_matches('/');
+    let (export, path) = rest.split_once('/').unwrap_or((rest, ""));
+    Some(Remote {
+        host,
+        export: export.to_string(),
+        path: path.trim_end_matches('/').to_string(),
+    })
+}
+
+/// Longest name of one path component, as most file systems allow.
+pub const MAX_NAME: usize = 255;
+/// Longest relative path we accept.
+pub const MAX_PATH: usize = 4096;
+
+/// Why a path a peer sent is refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("path '{path}' refused: {why}")]
+pub struct PathError {
+    pub path: String,
+    pub why: &'static str,
+}
+
+/// Checks a relative path from a peer and splits it into components. It
+/// must stay beneath its root: no absolute paths, no `..`, no NUL, no empty
+/// or over-long components.
+pub fn components(path: &str) -> Result<Vec<&str>, PathError> {
+    let err = |why| PathError {
+        path: path.chars().take(200).collect(),
+        why,
+    };
+    if path.len() > MAX_PATH {
+        return Err(err("longer than 4096 bytes"));
+    }
+    if path.contains('\0') {
+        return Err(err("contains a NUL byte"));
+    }
+    if path.starts_with('/') {
+        return Err(err("absolute paths are not allowed"));
+    }
+    let mut out = Vec::new();
+    for c in path.split('/') {
+        match c {
+            "" | "." => continue,
+            ".." => return Err(err("'..' leaves the export")),
+            c if c.len() > MAX_NAME => return Err(err("a component is longer than 255 bytes")),
+            c => out.push(c),
+        }
+    }
+    Ok(out)
+}
+
+/// First bytes of a resume journal file.
+pub const JOURNAL_MAGIC: [u8; 8] = *b"LHJRNL01";
+
+/// What a journal belongs to: a partial file is resumed only if the source
+/// file still has this size, mtime and chunk size.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct JournalHeader {
+    pub size: u64,
+    pub mtime_ns: i64,
+    pub chunk_size: u64,
+}
+
+/// Bytes of a journal header and of each record after it.
+pub const JOURNAL_HEADER_LEN: usize = 32;
+pub const JOURNAL_RECORD_LEN: usize = 36;
+
+impl JournalHeader {
+    pub fn encode(&self) -> [u8; JOURNAL_HEADER_LEN] {
+        let mut b = [0u8; JOURNAL_HEADER_LEN];
+        b[..8].copy_from_slice(&JOURNAL_MAGIC);
+        b[8..16].copy_from_slice(&self.size.to_be_bytes());
+        b[16..24].copy_from_slice(&self.mtime_ns.to_be_bytes());
+        b[24..32].copy_from_slice(&self.chunk_size.to_be_bytes());
+        b
+    }
+}
+
+/// A verified chunk: its index and BLAKE3 hash.
+pub type JournalRecord = (u32, [u8; 32]);
+
+/// Encodes one journal record: a verified chunk and its hash.
+pub fn journal_record(index: u32, hash: &[u8; 32]) -> [u8; JOURNAL_RECORD_LEN] {
+    let mut b = [0u8; JOURNAL_RECORD_LEN];
+    b[..4].copy_from_slice(&index.to_be_bytes());
+    b[4..].copy_from_slice(hash);
+    b
+}
+
+/// Reads a journal: its header and the (index, hash) records, ignoring a
+/// torn record at the end (a crash mid-append). `None` if it is not a
+/// journal at all.
+pub fn parse_journal(bytes: &[u8]) -> Option<(JournalHeader, Vec<JournalRecord>)> {
+    let h = bytes.get(..JOURNAL_HEADER_LEN)?;
+    if h[..8] != JOURNAL_MAGIC {
+        return None;
+    }
+    let header = JournalHeader {
+        size: u64::from_be_bytes(h[8..16].try_into().ok()?),
+        mtime_ns: i64::from_be_bytes(h[16..24].try_into().ok()?),
+        chunk_size: u64::from_be_bytes(h[24..32].try_into().ok()?),
+    };
+    let records = bytes[JOURNAL_HEADER_LEN..]
+        .chunks_exact(JOURNAL_RECORD_LEN)
+        .map(|r| {
+            (
+                u32::from_be_bytes(r[..4].try_into().expect("4 bytes")),
+                r[4..].try_into().expect("32 bytes"),
+            )
+        })
+        .collect();
+    Some((header, records))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn remote_syntax() {
+        let r = parse_remote("longhaul://dtn1:5310/data/run7/a.h5").unwrap();
+        assert_eq!(
+            (r.host.as_str(), r.export.as_str(), r.path.as_str()),
+            ("dtn1:5310", "data", "run7/a.h5")
+        );
+        let r = parse_remote("dtn1:data/run7/").unwrap();
+        assert_eq!(
+            (r.host.as_str(), r.export.as_str(), r.path.as_str()),
+            ("dtn1", "data", "run7")
+        );
+        let r = parse_remote("dtn1:data").unwrap();
+        assert_eq!((r.export.as_str(), r.path.as_str()), ("data", ""));
+        let r = parse_remote("[::1]:data/x").unwrap();
+        assert_eq!((r.host.as_str(), r.export.as_str()), ("[::1]", "data"));
+        let r = parse_remote("dtn1:5311:data/x").unwrap();
+        assert_eq!(
+            (r.host.as_str(), r.export.as_str(), r.path.as_str()),
+            ("dtn1:5311", "data", "x")
+        );
+        let r = parse_remote("[::1]:5311:data").unwrap();
+        assert_eq!((r.host.as_str(), r.export.as_str()), ("[::1]:5311", "data"));
+        assert_eq!(parse_remote("./a:b"), None);
+        assert_eq!(parse_remote("/tmp/x"), None);
+        assert_eq!(parse_remote("plain"), None);
+    }
+
+    #[test]
+    fn confinement() {
+        assert_eq!(components("a/b/./c/").unwrap(), vec!["a", "b", "c"]);
+        assert_eq!(components("").unwrap(), Vec::<&str>::new());
+        for bad in ["../x", "a/../../b", "/etc/passwd", "a\0b"] {
+            assert!(components(bad).is_err(), "{bad}");
+        }
+        assert!(components(&"x".repeat(256)).is_err());
+        assert!(components(&"a/".repeat(3000)).is_err());
+    }
+
+    #[test]
+    fn chunk_header_round_trip_and_checks() {
+        let h = ChunkHeader {
+            file: 9,
+            index: 3,
+            offset: 3 << 20,
+            len: 1 << 20,
+            hash: [7; 32],
+        };
+        assert_eq!(ChunkHeader::decode(&h.encode()), Ok(h));
+        let mut b = h.encode();
+        b[0] = 0;
+        assert!(ChunkHeader::decode(&b).is_err());
+        let bad = ChunkHeader {
+            offset: u64::MAX,
+            ..h
+        };
+        assert!(ChunkHeader::decode(&bad.encode()).is_err());
+    }
+
+    #[test]
+    fn journal_round_trip_with_torn_tail() {
+        let h = JournalHeader {
+            size: 10 << 20,
+            mtime_ns: -5,
+            chunk_size: 1 << 20,
+        };
+        let mut j = h.encode().to_vec();
+        j.extend_from_slice(&journal_record(0, &[1; 32]));
+        j.extend_from_slice(&journal_record(4, &[2; 32]));
+        j.extend_from_slice(&journal_record(5, &[3; 32])[..10]);
+        let (hh, recs) = parse_journal(&j).unwrap();
+        assert_eq!(hh, h);
+        assert_eq!(recs, vec![(0, [1; 32]), (4, [2; 32])]);
+        assert_eq!(parse_journal(b"not a journal at all, no no no no"), None);
+    }
+}
