@@ -87,6 +87,8 @@ pub struct Faults {
     pub space_left: Option<AtomicU64>,
     /// Reads whose file path contains this string fail with EIO.
     pub fail_reads_of: Option<String>,
+    /// Every write first sleeps this long (a slow disk).
+    pub write_delay: Option<std::time::Duration>,
 }
 
 /// A storage that injects [`Faults`] into the local file system.
@@ -109,6 +111,9 @@ struct FaultyWrite {
 
 impl WriteAt for FaultyWrite {
     fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<usize> {
+        if let Some(d) = self.faults.write_delay {
+            std::thread::sleep(d);
+        }
         let mut n = buf.len();
         if let Some(max) = self.faults.short_write {
             n = n.min(max.max(1));
@@ -201,6 +206,7 @@ mod tests {
             short_write: Some(3),
             space_left: Some(AtomicU64::new(10)),
             fail_reads_of: None,
+            write_delay: None,
         });
         let s = Faulty { faults };
         let p = dir.join("f");
