@@ -148,6 +148,9 @@ struct CpArgs {
     /// Skip the fdatasync of each received file before it is renamed into place.
     #[arg(long)]
     no_sync: bool,
+    /// Re-read every file at the destination after writing it and compare.
+    #[arg(long)]
+    verify: bool,
     /// Print one JSON document at the end.
     #[arg(long)]
     json: bool,
@@ -551,13 +554,22 @@ fn cp(a: CpArgs) -> i32 {
         force: a.force,
         retries: a.retries,
         sync_files: !a.no_sync,
+        verify: a.verify,
+        progress: Default::default(),
         client: ClientOptions {
             connect_timeout: a.connect_timeout,
             interrupt: interrupt_flag(),
             ..ClientOptions::default()
         },
     };
-    match longhaul_engine::xfer::client::cp(&opts) {
+    let bar = (!a.json && std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .then(|| progress_bar(opts.progress.clone()));
+    let result = longhaul_engine::xfer::client::cp(&opts);
+    if let Some((done, t)) = bar {
+        done.store(true, Ordering::SeqCst);
+        let _ = t.join();
+    }
+    match result {
         Ok(s) => {
             if let Some(path) = &a.digests {
                 let text: String = s
@@ -626,6 +638,40 @@ fn cp(a: CpArgs) -> i32 {
             f.code
         }
     }
+}
+
+/// Draws a progress bar from the engine's counters until told to stop.
+fn progress_bar(
+    p: std::sync::Arc<longhaul_engine::xfer::Progress>,
+) -> (Arc<AtomicBool>, std::thread::JoinHandle<()>) {
+    let done = Arc::new(AtomicBool::new(false));
+    let stop = done.clone();
+    let t = std::thread::spawn(move || {
+        let bar = indicatif::ProgressBar::new(0);
+        bar.set_style(
+            indicatif::ProgressStyle::with_template(
+                "{bar:30} {bytes}/{total_bytes} {binary_bytes_per_sec} ETA {eta} {msg}",
+            )
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+        );
+        while !stop.load(Ordering::SeqCst) {
+            bar.set_length(p.announced_bytes.load(Ordering::Relaxed));
+            bar.set_position(p.bytes.load(Ordering::Relaxed));
+            let walking = if p.walk_done.load(Ordering::Relaxed) {
+                ""
+            } else {
+                "+"
+            };
+            bar.set_message(format!(
+                "{}/{}{walking} files",
+                p.files.load(Ordering::Relaxed),
+                p.announced_files.load(Ordering::Relaxed)
+            ));
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        bar.finish_and_clear();
+    });
+    (done, t)
 }
 
 fn ls(a: LsArgs) -> i32 {

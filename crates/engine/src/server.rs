@@ -770,11 +770,13 @@ fn serve_transfer(
             conn,
             streams,
             SinkConfig {
+                progress: Default::default(),
                 into_dir: into_dir(&dest, t.source_count),
                 dest,
                 preserve: t.preserve,
                 force: t.force,
                 sync_files: shared.cfg.sync_files,
+                verify: t.verify,
                 storage,
                 umask: crate::xfer::umask(),
             },
@@ -791,6 +793,7 @@ fn serve_transfer(
             conn,
             streams,
             SourceConfig {
+                progress: Default::default(),
                 roots,
                 recursive: t.recursive,
                 chunk_size: t.chunk_size,

@@ -51,6 +51,10 @@ pub struct TransferRequest {
     pub sync: Option<SyncOptions>,
     /// Report only; change nothing.
     pub dry_run: bool,
+    /// Re-read every file at the destination after it is written and
+    /// compare it with the verified chunk hashes.
+    #[serde(default)]
+    pub verify: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -84,6 +88,10 @@ pub struct Entry {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub target: Option<String>,
     pub chunk_size: u64,
+    /// The source file has holes: the sink keeps them instead of
+    /// preallocating the whole file.
+    #[serde(default)]
+    pub sparse: bool,
     /// Content digest, when the sync compares checksums.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub digest: Option<String>,
@@ -184,6 +192,9 @@ pub struct Listing {
 pub const CHUNK_HEADER_LEN: usize = 57;
 /// First byte of a chunk frame.
 pub const CHUNK_FRAME: u8 = 0xC1;
+/// First byte of a chunk frame whose bytes are all zero: no payload
+/// follows (sparse files and zero-filled regions cost 57 bytes a chunk).
+pub const ZERO_CHUNK_FRAME: u8 = 0xC2;
 /// Largest chunk a frame may carry.
 pub const MAX_CHUNK: u64 = 1 << 31;
 
@@ -195,6 +206,8 @@ pub const MAX_CHUNK: u64 = 1 << 31;
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ChunkHeader {
+    /// All `len` bytes are zero and are not sent.
+    pub zero: bool,
     pub file: u64,
     pub index: u32,
     pub offset: u64,
@@ -210,7 +223,11 @@ pub struct FrameError(pub &'static str);
 impl ChunkHeader {
     pub fn encode(&self) -> [u8; CHUNK_HEADER_LEN] {
         let mut b = [0u8; CHUNK_HEADER_LEN];
-        b[0] = CHUNK_FRAME;
+        b[0] = if self.zero {
+            ZERO_CHUNK_FRAME
+        } else {
+            CHUNK_FRAME
+        };
         b[1..9].copy_from_slice(&self.file.to_be_bytes());
         b[9..13].copy_from_slice(&self.index.to_be_bytes());
         b[13..21].copy_from_slice(&self.offset.to_be_bytes());
@@ -220,10 +237,13 @@ impl ChunkHeader {
     }
 
     pub fn decode(b: &[u8; CHUNK_HEADER_LEN]) -> Result<ChunkHeader, FrameError> {
-        if b[0] != CHUNK_FRAME {
-            return Err(FrameError("unknown frame type"));
-        }
+        let zero = match b[0] {
+            CHUNK_FRAME => false,
+            ZERO_CHUNK_FRAME => true,
+            _ => return Err(FrameError("unknown frame type")),
+        };
         let h = ChunkHeader {
+            zero,
             file: u64::from_be_bytes(b[1..9].try_into().expect("8 bytes")),
             index: u32::from_be_bytes(b[9..13].try_into().expect("4 bytes")),
             offset: u64::from_be_bytes(b[13..21].try_into().expect("8 bytes")),
@@ -440,6 +460,7 @@ mod tests {
     #[test]
     fn chunk_header_round_trip_and_checks() {
         let h = ChunkHeader {
+            zero: false,
             file: 9,
             index: 3,
             offset: 3 << 20,
@@ -447,6 +468,8 @@ mod tests {
             hash: [7; 32],
         };
         assert_eq!(ChunkHeader::decode(&h.encode()), Ok(h));
+        let z = ChunkHeader { zero: true, ..h };
+        assert_eq!(ChunkHeader::decode(&z.encode()), Ok(z));
         let mut b = h.encode();
         b[0] = 0;
         assert!(ChunkHeader::decode(&b).is_err());

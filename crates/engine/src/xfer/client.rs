@@ -33,7 +33,11 @@ pub struct CpOptions {
     /// Connection attempts after the first, with backoff, before giving up.
     pub retries: u32,
     pub sync_files: bool,
+    /// Re-read every file at the destination after writing and compare.
+    pub verify: bool,
     pub client: ClientOptions,
+    /// Counters the caller may watch (a progress bar).
+    pub progress: Arc<super::Progress>,
 }
 
 /// The outcome of a `cp`.
@@ -226,6 +230,7 @@ fn cp_once(o: &CpOptions, plan: &Plan) -> Result<CpSummary, EngineError> {
         force: o.force,
         sync: None,
         dry_run: false,
+        verify: o.verify,
     };
     let mut s = CpSummary {
         streams: o.streams,
@@ -244,6 +249,7 @@ fn cp_once(o: &CpOptions, plan: &Plan) -> Result<CpSummary, EngineError> {
                 &mut ctl.conn,
                 streams,
                 SourceConfig {
+                    progress: o.progress.clone(),
                     roots: roots.clone(),
                     recursive: o.recursive,
                     chunk_size: o.chunk_size,
@@ -274,11 +280,13 @@ fn cp_once(o: &CpOptions, plan: &Plan) -> Result<CpSummary, EngineError> {
                 &mut ctl.conn,
                 streams,
                 SinkConfig {
+                    progress: o.progress.clone(),
                     into_dir: into_dir(dest, o.sources.len() as u32),
                     dest: dest.clone(),
                     preserve: o.preserve,
                     force: o.force,
                     sync_files: o.sync_files,
+                    verify: o.verify,
                     storage,
                     umask: super::umask(),
                 },

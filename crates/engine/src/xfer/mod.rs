@@ -12,6 +12,7 @@ pub mod storage;
 use std::io::{self, Read};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicU64;
 
 use longhaul_proto::xfer::{self, Kind};
 
@@ -22,6 +23,20 @@ use crate::EngineError;
 pub const MAX_UNRESOLVED_FILES: usize = 2048;
 /// Entries per `Entries` message.
 pub const ENTRIES_BATCH: usize = 256;
+
+/// Live counters of a transfer, for progress displays (the engine only
+/// counts; the CLI draws).
+#[derive(Debug, Default)]
+pub struct Progress {
+    /// Payload bytes moved (sent by a source, written by a sink).
+    pub bytes: AtomicU64,
+    pub files: AtomicU64,
+    /// What the source has announced so far (grows while it walks).
+    pub announced_bytes: AtomicU64,
+    pub announced_files: AtomicU64,
+    /// Set once the source has announced everything.
+    pub walk_done: std::sync::atomic::AtomicBool,
+}
 
 /// A server's named directory.
 #[derive(Debug, Clone)]

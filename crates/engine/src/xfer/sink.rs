@@ -9,6 +9,7 @@ use std::io::{self, Write};
 use std::net::{Shutdown, TcpStream};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -24,6 +25,7 @@ use crate::EngineError;
 
 /// How the sink lays files down.
 pub struct SinkConfig {
+    pub progress: Arc<super::Progress>,
     /// The destination as named by the request.
     pub dest: PathBuf,
     /// Entries go inside `dest` (it is a directory, or there are several
@@ -33,6 +35,9 @@ pub struct SinkConfig {
     pub force: bool,
     /// fdatasync each file before it is renamed into place.
     pub sync_files: bool,
+    /// Re-read each file before it is renamed into place and compare it
+    /// with the verified chunk hashes.
+    pub verify: bool,
     pub storage: Arc<dyn Storage>,
     pub umask: u32,
 }
@@ -59,11 +64,14 @@ struct FileState {
     part: PathBuf,
     journal_path: PathBuf,
     out: Box<dyn WriteAt>,
+    /// Created empty for this run (not resumed): unwritten ranges are zero.
+    fresh: bool,
     inner: Mutex<Progress>,
 }
 
 struct Progress {
-    journal: File,
+    /// None for a one-chunk file: it completes or starts over.
+    journal: Option<File>,
     hashes: Vec<Option<[u8; 32]>>,
     remaining: u64,
     failed: bool,
@@ -154,6 +162,7 @@ fn control(
                             Some(e) => fail(&mut report, &path, e.clone()),
                             None => {
                                 report.files += 1;
+                                cfg.progress.files.fetch_add(1, Ordering::Relaxed);
                                 report.bytes += bytes;
                             }
                         }
@@ -174,6 +183,7 @@ fn control(
                     conn.send(&Message::Resend(r))?;
                 }
                 Event::Written { bytes, busy_us } => {
+                    cfg.progress.bytes.fetch_add(bytes, Ordering::Relaxed);
                     report.written_bytes += bytes;
                     report.write_us += busy_us;
                 }
@@ -205,6 +215,12 @@ fn control(
             Some(Message::Entries(batch)) => {
                 let mut wants = Vec::new();
                 for e in batch.entries {
+                    if e.kind == Kind::File {
+                        cfg.progress.announced_files.fetch_add(1, Ordering::Relaxed);
+                        cfg.progress
+                            .announced_bytes
+                            .fetch_add(e.size, Ordering::Relaxed);
+                    }
                     match e.kind {
                         Kind::Dir => {
                             match cfg.target(&e.path).and_then(|t| make_dir(&t).map(|()| t)) {
@@ -255,6 +271,7 @@ fn control(
                             Some(e) => fail(&mut report, &path, e.clone()),
                             None => {
                                 report.files += 1;
+                                cfg.progress.files.fetch_add(1, Ordering::Relaxed);
                                 report.bytes += size;
                             }
                         }
@@ -277,7 +294,10 @@ fn control(
                     }
                 }
             }
-            Some(Message::EntriesEnd(end)) => expected = Some(end.files),
+            Some(Message::EntriesEnd(end)) => {
+                cfg.progress.walk_done.store(true, Ordering::Relaxed);
+                expected = Some(end.files);
+            }
             Some(m) => {
                 return Err(EngineError::Failed(format!(
                     "peer sent an unexpected {} message during the transfer",
@@ -382,9 +402,26 @@ fn open_file(e: &Entry, cfg: &SinkConfig, files: &Files, report: &mut SinkReport
         if let Err(err) = out.set_len(e.size) {
             return fail(io_err("size", &part, err));
         }
+        // Reserve the space now, so that a full disk shows at once; a
+        // sparse source keeps its holes instead.
+        if !e.sparse && e.size > 0 {
+            if let Err(err) = out.allocate(e.size) {
+                if err.raw_os_error() == Some(libc::ENOSPC) {
+                    return fail(format!(
+                        "destination full: cannot allocate {} bytes for {}",
+                        e.size,
+                        target.display()
+                    ));
+                }
+            }
+        }
     }
-    // Rewrite the journal with the records that checked out.
+    // Rewrite the journal with the records that checked out. A one-chunk
+    // file has none: it completes or starts over.
     let journal = (|| {
+        if count == 1 {
+            return Ok(None);
+        }
         let mut j = OpenOptions::new()
             .write(true)
             .create(true)
@@ -396,7 +433,7 @@ fn open_file(e: &Entry, cfg: &SinkConfig, files: &Files, report: &mut SinkReport
                 j.write_all(&journal_record(i as u32, h))?;
             }
         }
-        Ok::<_, io::Error>(j)
+        Ok::<_, io::Error>(Some(j))
     })();
     let journal = match journal {
         Ok(j) => j,
@@ -409,6 +446,7 @@ fn open_file(e: &Entry, cfg: &SinkConfig, files: &Files, report: &mut SinkReport
         part,
         journal_path,
         out,
+        fresh,
         inner: Mutex::new(Progress {
             journal,
             hashes,
@@ -432,6 +470,9 @@ fn finish(f: &FileState, cfg: &SinkConfig) -> FileDone {
     let result = (|| {
         if cfg.sync_files {
             f.out.sync_data().map_err(|e| io_err("sync", &f.part, e))?;
+        }
+        if cfg.verify {
+            verify(f, cfg)?;
         }
         let mode = if cfg.preserve {
             f.entry.mode & 0o7777
@@ -470,6 +511,29 @@ fn finish(f: &FileState, cfg: &SinkConfig) -> FileDone {
     }
 }
 
+/// Reads a written file back and compares each chunk with its hash.
+fn verify(f: &FileState, cfg: &SinkConfig) -> Result<(), String> {
+    let r = cfg
+        .storage
+        .open_read(&f.part)
+        .map_err(|e| io_err("re-read", &f.part, e))?;
+    let hashes = f.inner.lock().expect("poisoned").hashes.clone();
+    let mut buf = Vec::new();
+    for (i, h) in hashes.iter().enumerate() {
+        let c = chunk_at(f.entry.id, f.entry.size, f.entry.chunk_size, i as u32);
+        buf.resize(c.len as usize, 0);
+        read_exact_at(&*r, &mut buf, c.offset).map_err(|e| io_err("re-read", &f.part, e))?;
+        if Some(*blake3::hash(&buf).as_bytes()) != *h {
+            return Err(format!(
+                "verification failed: {} differs from the source at offset {} (chunk {i}) after writing",
+                f.target.display(),
+                c.offset
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// One data stream: chunk frames in, verified bytes out to storage.
 fn receive(s: &TcpStream, files: &Files, tx: &Sender<Event>, cfg: &SinkConfig) {
     let mut r = s;
@@ -491,10 +555,13 @@ fn receive(s: &TcpStream, files: &Files, tx: &Sender<Event>, cfg: &SinkConfig) {
                 return;
             }
         };
+        buf.clear();
         buf.resize(h.len as usize, 0);
-        if let Err(e) = read_frame(&mut r, &mut buf) {
-            let _ = tx.send(Event::Fatal(format!("data stream failed mid-chunk: {e}")));
-            return;
+        if !h.zero {
+            if let Err(e) = read_frame(&mut r, &mut buf) {
+                let _ = tx.send(Event::Fatal(format!("data stream failed mid-chunk: {e}")));
+                return;
+            }
         }
         let Some(f) = files.lock().expect("poisoned").get(&h.file).cloned() else {
             // A file that failed or finished already: drop the bytes.
@@ -519,7 +586,14 @@ fn receive(s: &TcpStream, files: &Files, tx: &Sender<Event>, cfg: &SinkConfig) {
             continue;
         }
         let t = Instant::now();
-        if let Err(e) = write_all_at(&*f.out, &buf, h.offset) {
+        // A fresh partial file reads as zeros where nothing was written:
+        // zero chunks stay holes.
+        let write = !(h.zero && f.fresh);
+        if let Err(e) = if write {
+            write_all_at(&*f.out, &buf, h.offset)
+        } else {
+            Ok(())
+        } {
             let msg = io_err("write", &f.target, e);
             let enospc = msg.contains("No space left");
             if enospc {
@@ -553,7 +627,8 @@ fn receive(s: &TcpStream, files: &Files, tx: &Sender<Event>, cfg: &SinkConfig) {
             if p.failed {
                 continue;
             }
-            if let Err(e) = p.journal.write_all(&journal_record(h.index, &h.hash)) {
+            let record = journal_record(h.index, &h.hash);
+            if let Err(e) = p.journal.as_mut().map_or(Ok(()), |j| j.write_all(&record)) {
                 let _ = tx.send(Event::Fatal(io_err(
                     "append to journal",
                     &f.journal_path,

@@ -23,6 +23,7 @@ use crate::conn::FramedConn;
 use crate::EngineError;
 
 pub struct SourceConfig {
+    pub progress: Arc<super::Progress>,
     pub roots: Vec<PathBuf>,
     pub recursive: bool,
     pub chunk_size: Option<u64>,
@@ -104,6 +105,7 @@ impl Walker {
                 chunk_size: self
                     .chunk_size
                     .unwrap_or_else(|| auto_chunk_size(size, self.streams)),
+                sparse: kind == Kind::File && m.blocks() * 512 < size,
                 digest: None,
             },
             path,
@@ -256,6 +258,10 @@ fn control(
                     Some(Ok((e, path))) => {
                         if e.kind == Kind::File {
                             files_announced += 1;
+                            cfg.progress.announced_files.fetch_add(1, Ordering::Relaxed);
+                            cfg.progress
+                                .announced_bytes
+                                .fetch_add(e.size, Ordering::Relaxed);
                             open.insert(e.id, (e.path.clone(), path, e.size, e.chunk_size));
                         }
                         batch.push(e);
@@ -266,6 +272,7 @@ fn control(
                 conn.send(&Message::Entries(Entries { entries: batch }))?;
             }
             if walk_done {
+                cfg.progress.walk_done.store(true, Ordering::Relaxed);
                 conn.send(&Message::EntriesEnd(EntriesEnd {
                     files: files_announced,
                 }))?;
@@ -277,6 +284,7 @@ fn control(
                     read_bytes,
                     read_us,
                 } => {
+                    cfg.progress.bytes.fetch_add(read_bytes, Ordering::Relaxed);
                     report.read_bytes += read_bytes;
                     report.read_us += read_us;
                 }
@@ -367,6 +375,7 @@ fn control(
                     match d.error {
                         Some(error) => report.failed.push(Failure { path: rel, error }),
                         None => {
+                            cfg.progress.files.fetch_add(1, Ordering::Relaxed);
                             report.files += 1;
                             report.bytes += size;
                             if let Some(digest) = d.digest {
@@ -405,6 +414,14 @@ fn control(
             }
         }
     }
+}
+
+/// True if every byte is zero (checked a word at a time).
+pub fn is_zero(buf: &[u8]) -> bool {
+    // SAFETY: any byte pattern is a valid u64; align_to keeps the unaligned
+    // ends as bytes.
+    let (head, words, tail) = unsafe { buf.align_to::<u64>() };
+    head.iter().all(|&b| b == 0) && words.iter().all(|&w| w == 0) && tail.iter().all(|&b| b == 0)
 }
 
 /// One data stream: takes chunks from the queue, reads, hashes, sends.
@@ -460,16 +477,19 @@ fn send(s: &TcpStream, shared: &Shared, storage: &dyn Storage, tx: &Sender<Event
             continue;
         }
         let read_us = t.elapsed().as_micros() as u64;
+        let zero = is_zero(&buf);
         let header = ChunkHeader {
+            zero,
             file: c.file,
             index: c.index,
             offset: c.offset,
             len: c.len,
             hash: *blake3::hash(&buf).as_bytes(),
         };
+        let payload: &[u8] = if zero { &[] } else { &buf };
         if let Err(e) = w
             .write_all(&header.encode())
-            .and_then(|()| w.write_all(&buf))
+            .and_then(|()| w.write_all(payload))
         {
             let _ = tx.send(Event::Fatal(format!("data stream failed: {e}")));
             return;

@@ -20,6 +20,10 @@ pub trait WriteAt: Send + Sync {
     fn set_len(&self, len: u64) -> io::Result<()>;
     /// Makes the written data durable.
     fn sync_data(&self) -> io::Result<()>;
+    /// Reserves space for `len` bytes (fallocate); unsupported is not an error.
+    fn allocate(&self, _len: u64) -> io::Result<()> {
+        Ok(())
+    }
 }
 
 /// Where file data lives. Namespace operations (mkdir, rename, times)
@@ -45,6 +49,19 @@ impl WriteAt for File {
     }
     fn sync_data(&self) -> io::Result<()> {
         File::sync_data(self)
+    }
+    fn allocate(&self, len: u64) -> io::Result<()> {
+        use std::os::fd::AsRawFd;
+        // SAFETY: plain fallocate on a descriptor we own.
+        let r = unsafe { libc::fallocate(self.as_raw_fd(), 0, 0, len as libc::off_t) };
+        if r == 0 {
+            return Ok(());
+        }
+        let e = io::Error::last_os_error();
+        match e.raw_os_error() {
+            Some(libc::EOPNOTSUPP | libc::ENOSYS) => Ok(()),
+            _ => Err(e),
+        }
     }
 }
 
