@@ -189,20 +189,25 @@ pub struct Listing {
 }
 
 /// Bytes of a chunk frame header on a data stream.
-pub const CHUNK_HEADER_LEN: usize = 57;
+pub const CHUNK_HEADER_LEN: usize = 25;
+/// Bytes of the trailer after a chunk's payload: its BLAKE3 hash.
+pub const CHUNK_TRAILER_LEN: usize = 32;
 /// First byte of a chunk frame.
 pub const CHUNK_FRAME: u8 = 0xC1;
 /// First byte of a chunk frame whose bytes are all zero: no payload
-/// follows (sparse files and zero-filled regions cost 57 bytes a chunk).
+/// follows, only the trailer (holes of sparse files cost 57 bytes a chunk).
 pub const ZERO_CHUNK_FRAME: u8 = 0xC2;
 /// Largest chunk a frame may carry.
 pub const MAX_CHUNK: u64 = 1 << 31;
 
-/// The fixed header before each chunk's bytes on a data stream:
+/// The fixed header before each chunk's bytes on a data stream. The
+/// payload follows (none for a zero chunk), then the chunk's BLAKE3 hash,
+/// so that both ends stream a chunk through the cache in pieces, hashing
+/// as they go, instead of holding all of it:
 ///
 /// ```text
-/// 0     1         9          13          21       25          57
-/// | C1  | file u64 | index u32 | offset u64 | len u32 | blake3 [32] | payload
+/// 0          1          9           13           21        25              25+len    +32
+/// | C1 or C2 | file u64 | index u32 | offset u64 | len u32 | payload (C1) | blake3 [32] |
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ChunkHeader {
@@ -212,7 +217,6 @@ pub struct ChunkHeader {
     pub index: u32,
     pub offset: u64,
     pub len: u32,
-    pub hash: [u8; 32],
 }
 
 /// A chunk header that cannot be right.
@@ -232,7 +236,6 @@ impl ChunkHeader {
         b[9..13].copy_from_slice(&self.index.to_be_bytes());
         b[13..21].copy_from_slice(&self.offset.to_be_bytes());
         b[21..25].copy_from_slice(&self.len.to_be_bytes());
-        b[25..57].copy_from_slice(&self.hash);
         b
     }
 
@@ -248,7 +251,6 @@ impl ChunkHeader {
             index: u32::from_be_bytes(b[9..13].try_into().expect("4 bytes")),
             offset: u64::from_be_bytes(b[13..21].try_into().expect("8 bytes")),
             len: u32::from_be_bytes(b[21..25].try_into().expect("4 bytes")),
-            hash: b[25..57].try_into().expect("32 bytes"),
         };
         if u64::from(h.len) > MAX_CHUNK {
             return Err(FrameError("chunk longer than 2 GiB"));
@@ -465,7 +467,6 @@ mod tests {
             index: 3,
             offset: 3 << 20,
             len: 1 << 20,
-            hash: [7; 32],
         };
         assert_eq!(ChunkHeader::decode(&h.encode()), Ok(h));
         let z = ChunkHeader { zero: true, ..h };

@@ -534,11 +534,15 @@ fn verify(f: &FileState, cfg: &SinkConfig) -> Result<(), String> {
     Ok(())
 }
 
-/// One data stream: chunk frames in, verified bytes out to storage.
+/// One data stream: chunk frames in, streamed through the cache in pieces
+/// (hashed and written as they arrive), counted only once the trailer's
+/// hash matches.
 fn receive(s: &TcpStream, files: &Files, tx: &Sender<Event>, cfg: &SinkConfig) {
     let mut r = s;
     let mut header = [0u8; CHUNK_HEADER_LEN];
-    let mut buf = Vec::new();
+    let mut trailer = [0u8; CHUNK_TRAILER_LEN];
+    let mut buf = vec![0u8; super::PIECE];
+    let zeros = vec![0u8; super::PIECE];
     loop {
         match read_frame(&mut r, &mut header) {
             Ok(true) => {}
@@ -555,48 +559,70 @@ fn receive(s: &TcpStream, files: &Files, tx: &Sender<Event>, cfg: &SinkConfig) {
                 return;
             }
         };
-        buf.clear();
-        buf.resize(h.len as usize, 0);
-        if !h.zero {
-            if let Err(e) = read_frame(&mut r, &mut buf) {
-                let _ = tx.send(Event::Fatal(format!("data stream failed mid-chunk: {e}")));
+        let f = files.lock().expect("poisoned").get(&h.file).cloned();
+        if let Some(f) = &f {
+            let want = chunk_at(h.file, f.entry.size, f.entry.chunk_size, h.index);
+            if (want.offset, want.len) != (h.offset, h.len) {
+                let _ = tx.send(Event::Fatal(format!(
+                    "chunk {} of {} does not match the file's plan",
+                    h.index, f.entry.path
+                )));
                 return;
             }
         }
-        let Some(f) = files.lock().expect("poisoned").get(&h.file).cloned() else {
-            // A file that failed or finished already: drop the bytes.
-            continue;
-        };
-        let want = chunk_at(h.file, f.entry.size, f.entry.chunk_size, h.index);
-        if (want.offset, want.len) != (h.offset, h.len) {
-            let _ = tx.send(Event::Fatal(format!(
-                "chunk {} of {} does not match the file's plan",
-                h.index, f.entry.path
-            )));
+        // Bytes go to storage unless the file is gone (failed or done), the
+        // chunk is verified already, or it is a hole in a fresh file.
+        let target = f.as_ref().filter(|f| {
+            let p = f.inner.lock().expect("poisoned");
+            !p.failed && p.hashes[h.index as usize].is_none()
+        });
+        let write = target.is_some_and(|f| !(h.zero && f.fresh));
+        let mut write_us = 0u64;
+        let mut hasher = blake3::Hasher::new();
+        let mut write_error = None;
+        let mut off = 0u64;
+        while off < u64::from(h.len) {
+            let n = (u64::from(h.len) - off).min(buf.len() as u64) as usize;
+            let piece: &[u8] = if h.zero {
+                &zeros[..n]
+            } else {
+                if let Err(e) = read_frame(&mut r, &mut buf[..n]) {
+                    let _ = tx.send(Event::Fatal(format!("data stream failed mid-chunk: {e}")));
+                    return;
+                }
+                hasher.update(&buf[..n]);
+                &buf[..n]
+            };
+            if write && write_error.is_none() {
+                let f = target.expect("write implies a target");
+                let t = Instant::now();
+                if let Err(e) = write_all_at(&*f.out, piece, h.offset + off) {
+                    write_error = Some(e);
+                }
+                write_us += t.elapsed().as_micros() as u64;
+            }
+            off += n as u64;
+        }
+        if let Err(e) = read_frame(&mut r, &mut trailer) {
+            let _ = tx.send(Event::Fatal(format!("data stream failed mid-chunk: {e}")));
             return;
         }
-        if *blake3::hash(&buf).as_bytes() != h.hash {
+        let Some(f) = target else { continue };
+        let hash = if h.zero {
+            super::zero_hash(h.len)
+        } else {
+            *hasher.finalize().as_bytes()
+        };
+        if hash != trailer {
             let _ = tx.send(Event::Resend(Resend {
                 id: h.file,
                 index: h.index,
             }));
             continue;
         }
-        if f.inner.lock().expect("poisoned").hashes[h.index as usize].is_some() {
-            continue;
-        }
-        let t = Instant::now();
-        // A fresh partial file reads as zeros where nothing was written:
-        // zero chunks stay holes.
-        let write = !(h.zero && f.fresh);
-        if let Err(e) = if write {
-            write_all_at(&*f.out, &buf, h.offset)
-        } else {
-            Ok(())
-        } {
+        if let Some(e) = write_error {
             let msg = io_err("write", &f.target, e);
-            let enospc = msg.contains("No space left");
-            if enospc {
+            if msg.contains("No space left") {
                 let missing = {
                     let p = f.inner.lock().expect("poisoned");
                     p.remaining * f.entry.chunk_size.min(f.entry.size.max(1))
@@ -617,17 +643,16 @@ fn receive(s: &TcpStream, files: &Files, tx: &Sender<Event>, cfg: &SinkConfig) {
             ));
             continue;
         }
-        let busy_us = t.elapsed().as_micros() as u64;
         let _ = tx.send(Event::Written {
             bytes: u64::from(h.len),
-            busy_us,
+            busy_us: write_us,
         });
         let complete = {
             let mut p = f.inner.lock().expect("poisoned");
-            if p.failed {
+            if p.failed || p.hashes[h.index as usize].is_some() {
                 continue;
             }
-            let record = journal_record(h.index, &h.hash);
+            let record = journal_record(h.index, &hash);
             if let Err(e) = p.journal.as_mut().map_or(Ok(()), |j| j.write_all(&record)) {
                 let _ = tx.send(Event::Fatal(io_err(
                     "append to journal",
@@ -636,14 +661,14 @@ fn receive(s: &TcpStream, files: &Files, tx: &Sender<Event>, cfg: &SinkConfig) {
                 )));
                 return;
             }
-            p.hashes[h.index as usize] = Some(h.hash);
+            p.hashes[h.index as usize] = Some(hash);
             p.remaining -= 1;
             let take = p.remaining == 0 && !p.claimed;
             p.claimed |= take;
             take
         };
         if complete {
-            let done = finish(&f, cfg);
+            let done = finish(f, cfg);
             let _ = tx.send(Event::Done(done, f.entry.size));
         }
     }

@@ -416,20 +416,13 @@ fn control(
     }
 }
 
-/// True if every byte is zero (checked a word at a time).
-pub fn is_zero(buf: &[u8]) -> bool {
-    // SAFETY: any byte pattern is a valid u64; align_to keeps the unaligned
-    // ends as bytes.
-    let (head, words, tail) = unsafe { buf.align_to::<u64>() };
-    head.iter().all(|&b| b == 0) && words.iter().all(|&w| w == 0) && tail.iter().all(|&b| b == 0)
-}
-
-/// One data stream: takes chunks from the queue, reads, hashes, sends.
+/// One data stream: takes chunks from the queue and streams each from the
+/// file in cache-sized pieces, hashing as it goes; holes go as zero chunks.
 fn send(s: &TcpStream, shared: &Shared, storage: &dyn Storage, tx: &Sender<Event>) {
     let (q, cv) = &**shared;
     let mut w = s;
     let mut cache: Option<(u64, Box<dyn ReadAt>)> = None;
-    let mut buf = Vec::new();
+    let mut buf = vec![0u8; super::PIECE];
     loop {
         let (c, f) = {
             let mut queue = q.lock().expect("poisoned");
@@ -448,7 +441,6 @@ fn send(s: &TcpStream, shared: &Shared, storage: &dyn Storage, tx: &Sender<Event
                 }
             }
         };
-        let t = Instant::now();
         if cache.as_ref().is_none_or(|(id, _)| *id != c.file) {
             match storage.open_read(&f.path) {
                 Ok(r) => cache = Some((c.file, r)),
@@ -463,34 +455,62 @@ fn send(s: &TcpStream, shared: &Shared, storage: &dyn Storage, tx: &Sender<Event
             }
         }
         let reader = &cache.as_ref().expect("set above").1;
-        buf.resize(c.len as usize, 0);
-        if let Err(e) = read_exact_at(&**reader, &mut buf, c.offset) {
-            f.failed.store(true, Ordering::Relaxed);
-            let _ = tx.send(Event::FileFailed(
-                c.file,
-                format!(
-                    "cannot read {} at offset {}: {e}",
-                    f.path.display(),
-                    c.offset
-                ),
-            ));
-            continue;
-        }
-        let read_us = t.elapsed().as_micros() as u64;
-        let zero = is_zero(&buf);
+        let zero = c.len > 0 && reader.is_hole(c.offset, u64::from(c.len));
         let header = ChunkHeader {
             zero,
             file: c.file,
             index: c.index,
             offset: c.offset,
             len: c.len,
-            hash: *blake3::hash(&buf).as_bytes(),
         };
-        let payload: &[u8] = if zero { &[] } else { &buf };
-        if let Err(e) = w
-            .write_all(&header.encode())
-            .and_then(|()| w.write_all(payload))
-        {
+        let mut read_us = 0;
+        let sent = (|| {
+            w.write_all(&header.encode())?;
+            if zero {
+                return w.write_all(&super::zero_hash(c.len));
+            }
+            let mut hasher = blake3::Hasher::new();
+            let mut off = 0u64;
+            let mut read_error = None;
+            while off < u64::from(c.len) {
+                let n = (u64::from(c.len) - off).min(buf.len() as u64) as usize;
+                let piece = &mut buf[..n];
+                if read_error.is_none() {
+                    let r = Instant::now();
+                    if let Err(e) = read_exact_at(&**reader, piece, c.offset + off) {
+                        read_error = Some(e);
+                    }
+                    read_us += r.elapsed().as_micros() as u64;
+                }
+                if read_error.is_some() {
+                    // The header is out: fill the chunk, and let a hash
+                    // that cannot match make the sink drop it.
+                    piece.fill(0);
+                }
+                hasher.update(piece);
+                w.write_all(piece)?;
+                off += n as u64;
+            }
+            match read_error {
+                None => w.write_all(hasher.finalize().as_bytes()),
+                Some(e) => {
+                    let mut bogus = *hasher.finalize().as_bytes();
+                    bogus[0] ^= 0xff;
+                    w.write_all(&bogus)?;
+                    f.failed.store(true, Ordering::Relaxed);
+                    let _ = tx.send(Event::FileFailed(
+                        c.file,
+                        format!(
+                            "cannot read {} at offset {}: {e}",
+                            f.path.display(),
+                            c.offset
+                        ),
+                    ));
+                    Ok(())
+                }
+            }
+        })();
+        if let Err(e) = sent {
             let _ = tx.send(Event::Fatal(format!("data stream failed: {e}")));
             return;
         }
