@@ -43,6 +43,9 @@ enum Command {
     /// Copy files and trees to or from a server: `cp SRC... HOST:EXPORT/path` (push)
     /// or `cp HOST:EXPORT/path... DIR` (pull).
     Cp(CpArgs),
+    /// Make a destination tree match a source tree: send what differs (size and
+    /// mtime, or content with --checksum), optionally delete what the source lacks.
+    Sync(SyncArgs),
     /// List a remote directory: `ls HOST:EXPORT/path`.
     Ls(LsArgs),
     /// Start a server on loopback in this process and run a short test against it.
@@ -156,6 +159,21 @@ struct CpArgs {
     json: bool,
     #[arg(long, default_value = "5s", value_parser = duration)]
     connect_timeout: Duration,
+}
+
+#[derive(Args)]
+struct SyncArgs {
+    #[command(flatten)]
+    cp: CpArgs,
+    /// Compare file contents (BLAKE3) instead of size and modification time.
+    #[arg(long)]
+    checksum: bool,
+    /// Delete destination files and directories the source does not have.
+    #[arg(long)]
+    delete: bool,
+    /// Show what would be sent and deleted; change nothing.
+    #[arg(short = 'n', long)]
+    dry_run: bool,
 }
 
 #[derive(Args)]
@@ -292,7 +310,18 @@ fn main() {
     let code = match cli.command {
         Command::Serve(a) => serve(a),
         Command::Perf(a) => perf(a),
-        Command::Cp(a) => cp(a),
+        Command::Cp(a) => cp(a, None, false),
+        Command::Sync(a) => cp(
+            CpArgs {
+                recursive: true,
+                ..a.cp
+            },
+            Some(longhaul_proto::xfer::SyncOptions {
+                checksum: a.checksum,
+                delete: a.delete,
+            }),
+            a.dry_run,
+        ),
         Command::Ls(a) => ls(a),
         Command::Demo => demo(),
     };
@@ -541,7 +570,7 @@ fn report_failure(a: &PerfArgs, doc: Option<&output::JsonDoc>, f: Failure) -> i3
     f.code
 }
 
-fn cp(a: CpArgs) -> i32 {
+fn cp(a: CpArgs, sync: Option<longhaul_proto::xfer::SyncOptions>, dry_run: bool) -> i32 {
     let mut paths = a.paths.clone();
     let dest = paths.pop().expect("clap requires two paths");
     let opts = CpOptions {
@@ -555,6 +584,8 @@ fn cp(a: CpArgs) -> i32 {
         retries: a.retries,
         sync_files: !a.no_sync,
         verify: a.verify,
+        sync,
+        dry_run,
         progress: Default::default(),
         client: ClientOptions {
             connect_timeout: a.connect_timeout,
@@ -607,6 +638,12 @@ fn cp(a: CpArgs) -> i32 {
                     units::format_rate(s.network_bps),
                     units::format_rate(s.dest_write_bps)
                 );
+                for p in &s.would_send {
+                    println!("would send: {p}");
+                }
+                for p in &s.deleted {
+                    println!("{}: {p}", if dry_run { "would delete" } else { "deleted" });
+                }
                 for f in &s.failed {
                     eprintln!("longhaul: failed: {}: {}", f.path, f.error);
                 }
@@ -687,7 +724,9 @@ fn ls(a: LsArgs) -> i32 {
                     let kind = match e.kind {
                         longhaul_proto::xfer::Kind::Dir => 'd',
                         longhaul_proto::xfer::Kind::Symlink => 'l',
-                        longhaul_proto::xfer::Kind::File => '-',
+                        longhaul_proto::xfer::Kind::File | longhaul_proto::xfer::Kind::DirEnd => {
+                            '-'
+                        }
                     };
                     println!("{kind} {:04o} {:>14} {}", e.mode, e.size, e.name);
                 }

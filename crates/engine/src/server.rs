@@ -779,6 +779,8 @@ fn serve_transfer(
                 verify: t.verify,
                 storage,
                 umask: crate::xfer::umask(),
+                delete: t.sync.as_ref().is_some_and(|s| s.delete),
+                dry_run: t.dry_run,
             },
         )
         .map(|r| {
@@ -793,6 +795,8 @@ fn serve_transfer(
             conn,
             streams,
             SourceConfig {
+                dir_ends: t.sync.as_ref().is_some_and(|s| s.delete),
+                digests: t.sync.as_ref().is_some_and(|s| s.checksum),
                 progress: Default::default(),
                 roots,
                 recursive: t.recursive,

@@ -69,6 +69,9 @@ pub enum Kind {
     File,
     Dir,
     Symlink,
+    /// Marks the end of a directory's entries (sent only for `sync
+    /// --delete`): the sink may now remove what the source did not list.
+    DirEnd,
 }
 
 /// One thing the source has.
@@ -149,6 +152,9 @@ pub struct EntriesEnd {
 /// The sink's final account.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SinkReport {
+    /// With `dry_run`: the files that would be sent.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub would_send: Vec<String>,
     pub files: u64,
     pub bytes: u64,
     pub skipped: u64,

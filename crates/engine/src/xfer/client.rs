@@ -35,6 +35,9 @@ pub struct CpOptions {
     pub sync_files: bool,
     /// Re-read every file at the destination after writing and compare.
     pub verify: bool,
+    /// `sync`: what to compare and whether to delete extraneous files.
+    pub sync: Option<SyncOptions>,
+    pub dry_run: bool,
     pub client: ClientOptions,
     /// Counters the caller may watch (a progress bar).
     pub progress: Arc<super::Progress>,
@@ -58,6 +61,12 @@ pub struct CpSummary {
     pub network_bps: f64,
     pub dest_write_bps: f64,
     pub attempts: u32,
+    /// `sync --delete`: destination paths removed (or, with --dry-run, that would be).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub deleted: Vec<String>,
+    /// `--dry-run`: the files that would be sent.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub would_send: Vec<String>,
     #[serde(skip)]
     pub digests: Vec<(String, String)>,
 }
@@ -228,8 +237,8 @@ fn cp_once(o: &CpOptions, plan: &Plan) -> Result<CpSummary, EngineError> {
         streams: o.streams,
         chunk_size: o.chunk_size,
         force: o.force,
-        sync: None,
-        dry_run: false,
+        sync: o.sync.clone(),
+        dry_run: o.dry_run,
         verify: o.verify,
     };
     let mut s = CpSummary {
@@ -249,6 +258,8 @@ fn cp_once(o: &CpOptions, plan: &Plan) -> Result<CpSummary, EngineError> {
                 &mut ctl.conn,
                 streams,
                 SourceConfig {
+                    dir_ends: o.sync.as_ref().is_some_and(|s| s.delete),
+                    digests: o.sync.as_ref().is_some_and(|s| s.checksum),
                     progress: o.progress.clone(),
                     roots: roots.clone(),
                     recursive: o.recursive,
@@ -268,6 +279,8 @@ fn cp_once(o: &CpOptions, plan: &Plan) -> Result<CpSummary, EngineError> {
                 }
             }
             s.source_read_bps = stage_rate(r.read_bytes, r.read_us, o.streams);
+            s.deleted = r.sink.deleted.clone();
+            s.would_send = r.sink.would_send.clone();
             s.dest_write_bps = stage_rate(r.sink.written_bytes, r.sink.write_us, o.streams);
             s.digests = r.digests;
         }
@@ -289,6 +302,8 @@ fn cp_once(o: &CpOptions, plan: &Plan) -> Result<CpSummary, EngineError> {
                     verify: o.verify,
                     storage,
                     umask: super::umask(),
+                    delete: o.sync.as_ref().is_some_and(|s| s.delete),
+                    dry_run: o.dry_run,
                 },
             )?;
             s.files = r.files;
@@ -296,6 +311,8 @@ fn cp_once(o: &CpOptions, plan: &Plan) -> Result<CpSummary, EngineError> {
             s.skipped = r.skipped;
             s.resumed_bytes = r.resumed_bytes;
             s.failed = r.failed.clone();
+            s.deleted = r.deleted.clone();
+            s.would_send = r.would_send.clone();
             s.dest_write_bps = stage_rate(r.written_bytes, r.write_us, o.streams);
         }
     }

@@ -192,6 +192,25 @@ pub fn zero_hash(len: u32) -> [u8; 32] {
     h
 }
 
+/// BLAKE3 of a file's content (hex), read through `storage`.
+pub fn content_digest(
+    storage: &dyn storage::Storage,
+    path: &Path,
+    size: u64,
+) -> io::Result<String> {
+    let r = storage.open_read(path)?;
+    let mut hasher = blake3::Hasher::new();
+    let mut buf = vec![0u8; PIECE];
+    let mut off = 0u64;
+    while off < size {
+        let n = (size - off).min(PIECE as u64) as usize;
+        storage::read_exact_at(&*r, &mut buf[..n], off)?;
+        hasher.update(&buf[..n]);
+        off += n as u64;
+    }
+    Ok(hex(hasher.finalize().as_bytes()))
+}
+
 /// The hex form of a digest.
 pub fn hex(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()

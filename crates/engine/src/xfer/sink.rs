@@ -40,6 +40,10 @@ pub struct SinkConfig {
     pub verify: bool,
     pub storage: Arc<dyn Storage>,
     pub umask: u32,
+    /// Remove destination entries the source does not have (at each `DirEnd`).
+    pub delete: bool,
+    /// Report what would change; change nothing.
+    pub dry_run: bool,
 }
 
 impl SinkConfig {
@@ -146,6 +150,8 @@ fn control(
     let mut resolved = 0u64;
     let mut resends: HashMap<(u64, u32), u32> = HashMap::new();
     let mut dirs: Vec<(PathBuf, Entry)> = Vec::new();
+    // With --delete: names the source listed in each directory still open.
+    let mut seen: HashMap<PathBuf, std::collections::HashSet<std::ffi::OsString>> = HashMap::new();
     let fail = |report: &mut SinkReport, path: &str, error: String| {
         report.failed.push(Failure {
             path: path.to_string(),
@@ -221,7 +227,23 @@ fn control(
                             .announced_bytes
                             .fetch_add(e.size, Ordering::Relaxed);
                     }
+                    if cfg.delete && e.kind != Kind::DirEnd {
+                        if let Ok(t) = cfg.target(&e.path) {
+                            if let (Some(parent), Some(name)) = (t.parent(), t.file_name()) {
+                                seen.entry(parent.to_path_buf())
+                                    .or_default()
+                                    .insert(name.to_owned());
+                            }
+                        }
+                    }
                     match e.kind {
+                        Kind::DirEnd => {
+                            if let Ok(t) = cfg.target(&e.path) {
+                                let names = seen.remove(&t).unwrap_or_default();
+                                prune(&t, &names, cfg, &mut report);
+                            }
+                        }
+                        Kind::Dir | Kind::Symlink if cfg.dry_run => {}
                         Kind::Dir => {
                             match cfg.target(&e.path).and_then(|t| make_dir(&t).map(|()| t)) {
                                 Ok(t) => dirs.push((t, e)),
@@ -337,6 +359,52 @@ fn make_link(t: &Path, e: &Entry) -> Result<(), EngineError> {
     Ok(())
 }
 
+/// Removes what a destination directory holds beyond `keep` (sync --delete).
+fn prune(
+    dir: &Path,
+    keep: &std::collections::HashSet<std::ffi::OsString>,
+    cfg: &SinkConfig,
+    report: &mut SinkReport,
+) {
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for de in rd.flatten() {
+        let name = de.file_name();
+        let s = name.to_string_lossy();
+        // Our own partial files and journals are not the user's.
+        if keep.contains(&name)
+            || (s.starts_with('.') && (s.ends_with(".lhpart") || s.ends_with(".lhjournal")))
+        {
+            continue;
+        }
+        let path = de.path();
+        // Reported relative to the destination: the peer need not learn the
+        // server's directory layout.
+        let shown = path
+            .strip_prefix(&cfg.dest)
+            .unwrap_or(&path)
+            .display()
+            .to_string();
+        report.deleted.push(shown.clone());
+        if cfg.dry_run {
+            continue;
+        }
+        let is_dir = std::fs::symlink_metadata(&path).is_ok_and(|m| m.is_dir());
+        let r = if is_dir {
+            std::fs::remove_dir_all(&path)
+        } else {
+            std::fs::remove_file(&path)
+        };
+        if let Err(e) = r {
+            report.failed.push(Failure {
+                path: shown,
+                error: format!("cannot delete: {e}"),
+            });
+        }
+    }
+}
+
 /// Answers one announced file: skip it, or open its partial file and say
 /// which chunks are still needed.
 fn open_file(e: &Entry, cfg: &SinkConfig, files: &Files, report: &mut SinkReport) -> Want {
@@ -347,11 +415,24 @@ fn open_file(e: &Entry, cfg: &SinkConfig, files: &Files, report: &mut SinkReport
     };
     if !cfg.force {
         if let Ok(m) = std::fs::symlink_metadata(&target) {
-            if m.is_file() && m.len() == e.size && super::mtime_ns(&m) == e.mtime_ns {
+            let same = m.is_file()
+                && m.len() == e.size
+                && match &e.digest {
+                    // sync --checksum: the content decides, not the mtime.
+                    Some(d) => super::content_digest(&*cfg.storage, &target, e.size)
+                        .is_ok_and(|mine| &mine == d),
+                    None => super::mtime_ns(&m) == e.mtime_ns,
+                };
+            if same {
                 report.skipped += 1;
                 return Want::Skip { id: e.id };
             }
         }
+    }
+    if cfg.dry_run {
+        report.would_send.push(e.path.clone());
+        report.skipped += 1;
+        return Want::Skip { id: e.id };
     }
     if let Some(parent) = target.parent() {
         if let Err(err) = make_dir(parent) {

@@ -23,6 +23,9 @@ use crate::conn::FramedConn;
 use crate::EngineError;
 
 pub struct SourceConfig {
+    /// Send `DirEnd` markers (sync --delete) and content digests (sync --checksum).
+    pub dir_ends: bool,
+    pub digests: bool,
     pub progress: Arc<super::Progress>,
     pub roots: Vec<PathBuf>,
     pub recursive: bool,
@@ -49,6 +52,7 @@ pub struct SourceReport {
 
 /// Walks the roots depth first, one directory handle per level.
 struct Walker {
+    dir_ends: bool,
     roots: VecDeque<PathBuf>,
     stack: Vec<(ReadDir, String)>,
     next_id: u64,
@@ -120,6 +124,24 @@ impl Walker {
                 match rd.next() {
                     None => {
                         self.stack.pop();
+                        if self.dir_ends {
+                            self.next_id += 1;
+                            return Some(Ok((
+                                Entry {
+                                    id: self.next_id,
+                                    path: prefix,
+                                    kind: Kind::DirEnd,
+                                    size: 0,
+                                    mode: 0,
+                                    mtime_ns: 0,
+                                    target: None,
+                                    chunk_size: 0,
+                                    sparse: false,
+                                    digest: None,
+                                },
+                                PathBuf::new(),
+                            )));
+                        }
                     }
                     Some(Err(e)) => {
                         return Some(Err(Failure {
@@ -232,6 +254,7 @@ fn control(
     cfg: &SourceConfig,
 ) -> Result<SourceReport, EngineError> {
     let mut walker = Walker {
+        dir_ends: cfg.dir_ends,
         roots: cfg.roots.iter().cloned().collect(),
         stack: Vec::new(),
         next_id: 0,
@@ -255,7 +278,19 @@ fn control(
                         break;
                     }
                     Some(Err(f)) => report.failed.push(f),
-                    Some(Ok((e, path))) => {
+                    Some(Ok((mut e, path))) => {
+                        if cfg.digests && e.kind == Kind::File {
+                            match super::content_digest(&*cfg.storage, &path, e.size) {
+                                Ok(d) => e.digest = Some(d),
+                                Err(err) => {
+                                    report.failed.push(Failure {
+                                        path: e.path.clone(),
+                                        error: format!("cannot read {}: {err}", path.display()),
+                                    });
+                                    continue;
+                                }
+                            }
+                        }
                         if e.kind == Kind::File {
                             files_announced += 1;
                             cfg.progress.announced_files.fetch_add(1, Ordering::Relaxed);
