@@ -586,6 +586,7 @@ fn cp(a: CpArgs, sync: Option<longhaul_proto::xfer::SyncOptions>, dry_run: bool)
         verify: a.verify,
         sync,
         dry_run,
+        digests_to: a.digests.clone(),
         progress: Default::default(),
         client: ClientOptions {
             connect_timeout: a.connect_timeout,
@@ -602,19 +603,6 @@ fn cp(a: CpArgs, sync: Option<longhaul_proto::xfer::SyncOptions>, dry_run: bool)
     }
     match result {
         Ok(s) => {
-            if let Some(path) = &a.digests {
-                let text: String = s
-                    .digests
-                    .iter()
-                    .map(|(p, d)| format!("{d}  {p}\n"))
-                    .collect();
-                if let Err(e) = std::fs::write(path, text) {
-                    eprintln!(
-                        "longhaul: error: cannot write digests to {}: {e}",
-                        path.display()
-                    );
-                }
-            }
             if a.json {
                 let mut v = serde_json::to_value(&s).unwrap_or_default();
                 v["format"] = "longhaul-cp".into();

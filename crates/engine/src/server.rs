@@ -27,7 +27,7 @@ use crate::stream::DataSocket;
 use crate::xfer::sink::{into_dir, run_sink, SinkConfig};
 use crate::xfer::source::{run_source, SourceConfig};
 use crate::xfer::storage::{Local, Storage};
-use crate::xfer::{beneath, kind_of, mtime_ns, Export};
+use crate::xfer::{beneath, confine, kind_of, mtime_ns, Export};
 use crate::EngineError;
 use longhaul_proto::xfer::{
     Kind, ListEntry, ListRequest, Listing, Op, TransferAccept, TransferRequest,
@@ -725,6 +725,7 @@ fn serve_transfer(
             let mut roots = Vec::new();
             for p in &t.sources {
                 let r = beneath(&ex.root, p).map_err(bad)?;
+                confine(&ex.root, &r).map_err(bad)?;
                 if std::fs::symlink_metadata(&r).is_err() {
                     return Err(Refusal::Refuse(
                         RefuseCode::BadRequest,
@@ -737,6 +738,7 @@ fn serve_transfer(
         }
     };
     let dest = beneath(&ex.root, &t.dest).map_err(bad)?;
+    confine(&ex.root, &dest).map_err(bad)?;
     let (guard, rx) = register(shared).map_err(refuse)?;
     conn.send(&Message::TransferAccept(TransferAccept {
         token: guard.token.clone(),
@@ -770,6 +772,7 @@ fn serve_transfer(
             conn,
             streams,
             SinkConfig {
+                digest_out: None,
                 progress: Default::default(),
                 into_dir: into_dir(&dest, t.source_count),
                 dest,
@@ -781,6 +784,7 @@ fn serve_transfer(
                 umask: crate::xfer::umask(),
                 delete: t.sync.as_ref().is_some_and(|s| s.delete),
                 dry_run: t.dry_run,
+                checked: Default::default(),
             },
         )
         .map(|r| {
@@ -797,6 +801,7 @@ fn serve_transfer(
             SourceConfig {
                 dir_ends: t.sync.as_ref().is_some_and(|s| s.delete),
                 digests: t.sync.as_ref().is_some_and(|s| s.checksum),
+                digest_out: None,
                 progress: Default::default(),
                 roots,
                 recursive: t.recursive,
@@ -826,6 +831,7 @@ fn serve_list(
 ) -> Result<(), (RefuseCode, String)> {
     let ex = export(shared, &l.export)?;
     let path = beneath(&ex.root, &l.path).map_err(|e| (RefuseCode::BadRequest, e.to_string()))?;
+    confine(&ex.root, &path).map_err(|e| (RefuseCode::BadRequest, e.to_string()))?;
     let meta = std::fs::symlink_metadata(&path).map_err(|e| {
         (
             RefuseCode::BadRequest,

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use longhaul_proto::frame::MAGIC;
-use longhaul_proto::msg::{Direction, Hello, Message, RefuseCode, Role};
+use longhaul_proto::msg::{Direction, Hello, Message, Role};
 use longhaul_proto::xfer::*;
 
 use super::sink::{into_dir, run_sink, SinkConfig};
@@ -39,6 +39,8 @@ pub struct CpOptions {
     pub sync: Option<SyncOptions>,
     pub dry_run: bool,
     pub client: ClientOptions,
+    /// Write `DIGEST  PATH` per verified file here.
+    pub digests_to: Option<PathBuf>,
     /// Counters the caller may watch (a progress bar).
     pub progress: Arc<super::Progress>,
 }
@@ -67,8 +69,6 @@ pub struct CpSummary {
     /// `--dry-run`: the files that would be sent.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub would_send: Vec<String>,
-    #[serde(skip)]
-    pub digests: Vec<(String, String)>,
 }
 
 enum Plan {
@@ -226,6 +226,17 @@ fn cp_once(o: &CpOptions, plan: &Plan) -> Result<CpSummary, EngineError> {
     };
     let mut ctl = open_control(host, &o.client)?;
     let storage: Arc<dyn Storage> = Arc::new(Local);
+    let digest_out: Option<super::DigestOut> = match &o.digests_to {
+        Some(p) => {
+            let f = std::fs::File::create(p).map_err(|e| {
+                EngineError::Usage(format!("cannot write digests to {}: {e}", p.display()))
+            })?;
+            Some(Arc::new(std::sync::Mutex::new(Box::new(
+                std::io::BufWriter::new(f),
+            ))))
+        }
+        None => None,
+    };
     let mut req = TransferRequest {
         op: Op::Push,
         export: export.clone(),
@@ -260,6 +271,7 @@ fn cp_once(o: &CpOptions, plan: &Plan) -> Result<CpSummary, EngineError> {
                 SourceConfig {
                     dir_ends: o.sync.as_ref().is_some_and(|s| s.delete),
                     digests: o.sync.as_ref().is_some_and(|s| s.checksum),
+                    digest_out: digest_out.clone(),
                     progress: o.progress.clone(),
                     roots: roots.clone(),
                     recursive: o.recursive,
@@ -282,7 +294,6 @@ fn cp_once(o: &CpOptions, plan: &Plan) -> Result<CpSummary, EngineError> {
             s.deleted = r.sink.deleted.clone();
             s.would_send = r.sink.would_send.clone();
             s.dest_write_bps = stage_rate(r.sink.written_bytes, r.sink.write_us, o.streams);
-            s.digests = r.digests;
         }
         Plan::Pull { sources, dest, .. } => {
             req.op = Op::Pull;
@@ -293,6 +304,7 @@ fn cp_once(o: &CpOptions, plan: &Plan) -> Result<CpSummary, EngineError> {
                 &mut ctl.conn,
                 streams,
                 SinkConfig {
+                    digest_out: digest_out.clone(),
                     progress: o.progress.clone(),
                     into_dir: into_dir(dest, o.sources.len() as u32),
                     dest: dest.clone(),
@@ -304,6 +316,7 @@ fn cp_once(o: &CpOptions, plan: &Plan) -> Result<CpSummary, EngineError> {
                     umask: super::umask(),
                     delete: o.sync.as_ref().is_some_and(|s| s.delete),
                     dry_run: o.dry_run,
+                    checked: Default::default(),
                 },
             )?;
             s.files = r.files;
@@ -355,12 +368,9 @@ pub fn ls(target: &str, o: &ClientOptions) -> Result<Vec<ListEntry>, EngineError
                 }
             }
             Some(Message::Refuse(r)) => {
-                return Err(match r.code {
-                    RefuseCode::BadRequest => EngineError::Usage(r.message),
-                    code => EngineError::Refused {
-                        code,
-                        message: r.message,
-                    },
+                return Err(EngineError::Refused {
+                    code: r.code,
+                    message: r.message,
                 })
             }
             Some(m) => {

@@ -9,10 +9,12 @@ pub mod sink;
 pub mod source;
 pub mod storage;
 
+use std::io::Write as _;
 use std::io::{self, Read};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Mutex};
 
 use longhaul_proto::xfer::{self, Kind};
 
@@ -36,6 +38,17 @@ pub struct Progress {
     pub announced_files: AtomicU64,
     /// Set once the source has announced everything.
     pub walk_done: std::sync::atomic::AtomicBool,
+}
+
+/// Where `DIGEST  PATH` lines go as files are verified (`--digests FILE`),
+/// written as they come so that memory stays bounded.
+pub type DigestOut = Arc<Mutex<Box<dyn std::io::Write + Send>>>;
+
+/// Writes one digest line; a failing writer is reported once by the caller's summary.
+pub fn write_digest(out: &Option<DigestOut>, path: &str, digest: &str) {
+    if let Some(o) = out {
+        let _ = writeln!(o.lock().expect("poisoned"), "{digest}  {path}");
+    }
 }
 
 /// A server's named directory.
@@ -80,6 +93,34 @@ pub fn beneath(root: &Path, rel: &str) -> Result<PathBuf, EngineError> {
     let mut p = root.to_path_buf();
     p.extend(comps);
     Ok(p)
+}
+
+/// Checks that `path` (which need not exist yet) resolves beneath `root`
+/// once symlinks are followed: its deepest existing ancestor, resolved,
+/// must lie under the resolved root. This closes links planted in an
+/// export; a race with a link swapped in afterwards is left to the
+/// openat2-based confinement of the security work.
+pub fn confine(root: &Path, path: &Path) -> Result<(), EngineError> {
+    let root_c = root
+        .canonicalize()
+        .map_err(|e| EngineError::Usage(format!("export root is unusable: {e}")))?;
+    let mut existing = path;
+    while std::fs::symlink_metadata(existing).is_err() {
+        match existing.parent() {
+            Some(p) => existing = p,
+            None => break,
+        }
+    }
+    let resolved = existing
+        .canonicalize()
+        .map_err(|e| EngineError::Usage(format!("cannot resolve the path: {e}")))?;
+    if resolved.starts_with(&root_c) {
+        Ok(())
+    } else {
+        Err(EngineError::Usage(
+            "path refused: it leads outside the export through a symbolic link".into(),
+        ))
+    }
 }
 
 /// Modification time of a file's metadata, nanoseconds since the epoch.

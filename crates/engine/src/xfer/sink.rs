@@ -25,6 +25,7 @@ use crate::EngineError;
 
 /// How the sink lays files down.
 pub struct SinkConfig {
+    pub digest_out: Option<super::DigestOut>,
     pub progress: Arc<super::Progress>,
     /// The destination as named by the request.
     pub dest: PathBuf,
@@ -44,6 +45,9 @@ pub struct SinkConfig {
     pub delete: bool,
     /// Report what would change; change nothing.
     pub dry_run: bool,
+    /// Directories beneath `dest` checked to be real directories (no
+    /// symlinks) on the way down; cleared when it grows large.
+    pub checked: Mutex<std::collections::HashSet<PathBuf>>,
 }
 
 impl SinkConfig {
@@ -54,6 +58,59 @@ impl SinkConfig {
         let skip = usize::from(!self.into_dir);
         p.extend(comps.into_iter().skip(skip));
         Ok(p)
+    }
+}
+
+impl SinkConfig {
+    /// Makes sure `dir` exists as a real directory beneath `dest`, creating
+    /// what is missing one level at a time and refusing to pass through a
+    /// symlink (one the source sent, or one planted at the destination).
+    pub fn ensure_dir(&self, dir: &Path) -> Result<(), EngineError> {
+        let rel = match dir.strip_prefix(&self.dest) {
+            Ok(r) => r,
+                        // The parent of a single source copied to a new name: the
+            // destination's existing part was confined by the server and
+            // what is missing is created here, new and so no link.
+            Err(_) => {
+                return std::fs::create_dir_all(dir)
+                    .map_err(|e| EngineError::Usage(io_err("create directory", dir, e)))
+            }
+        };
+        let mut cur = self.dest.clone();
+        let check = |p: &Path| -> Result<(), EngineError> {
+            match std::fs::symlink_metadata(p) {
+                Ok(m) if m.is_dir() => Ok(()),
+                Ok(m) if m.file_type().is_symlink() => Err(EngineError::Usage(format!(
+                    "refusing to write through the symbolic link {}",
+                    p.display()
+                ))),
+                Ok(_) => Err(EngineError::Usage(format!(
+                    "{} exists and is not a directory",
+                    p.display()
+                ))),
+                Err(_) => match std::fs::create_dir(p) {
+                    Ok(()) => Ok(()),
+                    Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(()),
+                    Err(e) => Err(EngineError::Usage(io_err("create directory", p, e))),
+                },
+            }
+        };
+        let mut checked = self.checked.lock().expect("poisoned");
+        if checked.len() > 10_000 {
+            checked.clear();
+        }
+        if !checked.contains(&cur) {
+            check(&cur)?;
+            checked.insert(cur.clone());
+        }
+        for c in rel.components() {
+            cur.push(c);
+            if !checked.contains(&cur) {
+                check(&cur)?;
+                checked.insert(cur.clone());
+            }
+        }
+        Ok(())
     }
 }
 
@@ -170,6 +227,9 @@ fn control(
                                 report.files += 1;
                                 cfg.progress.files.fetch_add(1, Ordering::Relaxed);
                                 report.bytes += bytes;
+                                if let Some(dg) = &d.digest {
+                                    super::write_digest(&cfg.digest_out, &path, dg);
+                                }
                             }
                         }
                         files.lock().expect("poisoned").remove(&d.id);
@@ -245,13 +305,18 @@ fn control(
                         }
                         Kind::Dir | Kind::Symlink if cfg.dry_run => {}
                         Kind::Dir => {
-                            match cfg.target(&e.path).and_then(|t| make_dir(&t).map(|()| t)) {
+                            match cfg
+                                .target(&e.path)
+                                .and_then(|t| cfg.ensure_dir(&t).map(|()| t))
+                            {
                                 Ok(t) => dirs.push((t, e)),
                                 Err(err) => fail(&mut report, &e.path, err.to_string()),
                             }
                         }
                         Kind::Symlink => {
-                            if let Err(err) = cfg.target(&e.path).and_then(|t| make_link(&t, &e)) {
+                            if let Err(err) =
+                                cfg.target(&e.path).and_then(|t| make_link(&t, &e, cfg))
+                            {
                                 fail(&mut report, &e.path, err.to_string());
                             }
                         }
@@ -295,6 +360,9 @@ fn control(
                                 report.files += 1;
                                 cfg.progress.files.fetch_add(1, Ordering::Relaxed);
                                 report.bytes += size;
+                                if let Some(dg) = &done.digest {
+                                    super::write_digest(&cfg.digest_out, &path, dg);
+                                }
                             }
                         }
                     }
@@ -330,25 +398,13 @@ fn control(
     }
 }
 
-fn make_dir(t: &Path) -> Result<(), EngineError> {
-    match std::fs::symlink_metadata(t) {
-        Ok(m) if m.is_dir() => Ok(()),
-        Ok(_) => Err(EngineError::Usage(format!(
-            "{} exists and is not a directory",
-            t.display()
-        ))),
-        Err(_) => std::fs::create_dir_all(t)
-            .map_err(|e| EngineError::Usage(io_err("create directory", t, e))),
-    }
-}
-
-fn make_link(t: &Path, e: &Entry) -> Result<(), EngineError> {
+fn make_link(t: &Path, e: &Entry, cfg: &SinkConfig) -> Result<(), EngineError> {
     let target = e.target.clone().unwrap_or_default();
     if std::fs::read_link(t).is_ok_and(|old| old == Path::new(&target)) {
         return Ok(());
     }
     if let Some(parent) = t.parent() {
-        make_dir(parent)?;
+        cfg.ensure_dir(parent)?;
     }
     let tmp = side_path(t, "lhlink");
     let _ = std::fs::remove_file(&tmp);
@@ -435,7 +491,7 @@ fn open_file(e: &Entry, cfg: &SinkConfig, files: &Files, report: &mut SinkReport
         return Want::Skip { id: e.id };
     }
     if let Some(parent) = target.parent() {
-        if let Err(err) = make_dir(parent) {
+        if let Err(err) = cfg.ensure_dir(parent) {
             return fail(err.to_string());
         }
     }

@@ -26,6 +26,7 @@ pub struct SourceConfig {
     /// Send `DirEnd` markers (sync --delete) and content digests (sync --checksum).
     pub dir_ends: bool,
     pub digests: bool,
+    pub digest_out: Option<super::DigestOut>,
     pub progress: Arc<super::Progress>,
     pub roots: Vec<PathBuf>,
     pub recursive: bool,
@@ -45,8 +46,7 @@ pub struct SourceReport {
     /// Bytes read and the summed busy time of the reads.
     pub read_bytes: u64,
     pub read_us: u64,
-    /// `(path, digest)` of every file the sink verified.
-    pub digests: Vec<(String, String)>,
+
     pub sink: SinkReport,
 }
 
@@ -414,7 +414,7 @@ fn control(
                             report.files += 1;
                             report.bytes += size;
                             if let Some(digest) = d.digest {
-                                report.digests.push((rel, digest));
+                                super::write_digest(&cfg.digest_out, &rel, &digest);
                             }
                         }
                     }

@@ -1,0 +1,1172 @@
+//! End-to-end tests of `longhaul cp` and `longhaul ls`: the real binary as
+//! client, servers in this process (with fault-injecting storage where a
+//! test needs a slow or full disk, or unreadable files) or as processes
+//! (where a test kills the server).
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::io::Write;
+use std::net::SocketAddr;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use longhaul_engine::server::{ServeConfig, Server, ServerHandle};
+use longhaul_engine::xfer::storage::{Faults, Faulty, Local, Storage};
+use longhaul_engine::xfer::Export;
+use serde_json::Value;
+
+const MIB: u64 = 1 << 20;
+/// Journal layout: a header, then one record per verified chunk.
+const JOURNAL_HEADER: u64 = 32;
+const JOURNAL_RECORD: u64 = 36;
+
+// ---------------------------------------------------------------- helpers
+
+/// A directory under the system temp dir, removed on drop.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(name: &str) -> Self {
+        static N: AtomicUsize = AtomicUsize::new(0);
+        let p = std::env::temp_dir().join(format!(
+            "lh-cp-{}-{name}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::SeqCst)
+        ));
+        let _ = fs::remove_dir_all(&p);
+        fs::create_dir_all(&p).unwrap();
+        TempDir(p)
+    }
+    fn path(&self) -> &Path {
+        &self.0
+    }
+    /// A new subdirectory.
+    fn dir(&self, name: &str) -> PathBuf {
+        let p = self.0.join(name);
+        fs::create_dir_all(&p).unwrap();
+        p
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir_all(&self.0);
+    }
+}
+
+/// splitmix64: reproducible random bytes without a dependency.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+    fn bytes(&mut self, n: usize) -> Vec<u8> {
+        let mut v = Vec::with_capacity(n + 8);
+        while v.len() < n {
+            v.extend_from_slice(&self.next().to_le_bytes());
+        }
+        v.truncate(n);
+        v
+    }
+}
+
+fn write_random(path: &Path, len: usize, seed: u64) {
+    if let Some(p) = path.parent() {
+        fs::create_dir_all(p).unwrap();
+    }
+    // Written in pieces so that large files do not need one large buffer.
+    let mut f = fs::File::create(path).unwrap();
+    let mut rng = Rng(seed);
+    let mut left = len;
+    while left > 0 {
+        let n = left.min(4 << 20);
+        f.write_all(&rng.bytes(n)).unwrap();
+        left -= n;
+    }
+}
+
+fn bin() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_longhaul"))
+}
+
+fn longhaul(args: &[&str]) -> Output {
+    bin()
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run longhaul")
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn json_of(o: &Output) -> Value {
+    serde_json::from_slice(&o.stdout).unwrap_or_else(|e| {
+        panic!(
+            "not JSON ({e}): exit {:?} stdout {} stderr {}",
+            o.status,
+            stdout(o),
+            stderr(o)
+        )
+    })
+}
+
+#[track_caller]
+fn assert_exit(o: &Output, code: i32) {
+    assert_eq!(
+        o.status.code(),
+        Some(code),
+        "expected exit {code}; stdout: {} stderr: {}",
+        stdout(o),
+        stderr(o)
+    );
+}
+
+/// Runs `cp ... --json`, asserts exit 0 and returns the document.
+#[track_caller]
+fn cp_ok(args: &[&str]) -> Value {
+    let o = longhaul(&[&["cp", "--json"], args].concat());
+    assert_exit(&o, 0);
+    let v = json_of(&o);
+    assert_eq!(v["failed"].as_array().map(Vec::len), Some(0), "{v}");
+    assert_eq!(v["verified"], true, "{v}");
+    v
+}
+
+fn export(name: &str, root: &Path, read_only: bool) -> Export {
+    Export {
+        name: name.into(),
+        root: root.canonicalize().unwrap(),
+        read_only,
+    }
+}
+
+fn server_with(exports: Vec<Export>, storage: Arc<dyn Storage>, state: &Path) -> ServerHandle {
+    Server::bind(
+        &[SocketAddr::from(([127, 0, 0, 1], 0))],
+        ServeConfig {
+            exports,
+            storage,
+            sync_files: false,
+            state_dir: state.to_path_buf(),
+            ..ServeConfig::default()
+        },
+    )
+    .expect("bind loopback")
+    .spawn()
+}
+
+/// A server exporting `root` as `data`, on the local file system.
+fn data_server(root: &Path, state: &Path) -> ServerHandle {
+    server_with(vec![export("data", root, false)], Arc::new(Local), state)
+}
+
+fn faulty(f: Faults) -> Arc<dyn Storage> {
+    Arc::new(Faulty {
+        faults: Arc::new(f),
+    })
+}
+
+/// `HOST:PORT:data/path`
+fn remote(addr: SocketAddr, path: &str) -> String {
+    format!("{}:{}:data/{path}", addr.ip(), addr.port())
+}
+
+/// The partial-file names the sink uses next to `target`.
+fn side(target: &Path, suffix: &str) -> PathBuf {
+    let name = target.file_name().unwrap().to_str().unwrap();
+    target.with_file_name(format!(".{name}.{suffix}"))
+}
+
+/// Chunk indices recorded in a journal (whole records only).
+fn journal_indices(journal: &Path) -> Vec<u32> {
+    let b = fs::read(journal).unwrap_or_default();
+    if (b.len() as u64) < JOURNAL_HEADER {
+        return Vec::new();
+    }
+    b[JOURNAL_HEADER as usize..]
+        .chunks_exact(JOURNAL_RECORD as usize)
+        .map(|r| u32::from_le_bytes(r[..4].try_into().unwrap()))
+        .collect()
+}
+
+fn journal_records(journal: &Path) -> u64 {
+    fs::metadata(journal)
+        .map(|m| m.len().saturating_sub(JOURNAL_HEADER) / JOURNAL_RECORD)
+        .unwrap_or(0)
+}
+
+/// Polls until `journal` holds at least `n` records; panics (after killing
+/// `child`) if the transfer ends or `limit` passes first.
+fn wait_for_records(journal: &Path, n: u64, child: &mut Child, limit: Duration) {
+    let start = Instant::now();
+    loop {
+        if journal_records(journal) >= n {
+            return;
+        }
+        if let Ok(Some(st)) = child.try_wait() {
+            panic!(
+                "the transfer ended ({st}) before {} had {n} records: too fast to interrupt",
+                journal.display()
+            );
+        }
+        if start.elapsed() > limit {
+            let _ = child.kill();
+            panic!("{} never reached {n} records", journal.display());
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+/// Waits until a file's length has not changed for `quiet`.
+fn wait_quiet(path: &Path, quiet: Duration) {
+    let mut last = (fs::metadata(path).map(|m| m.len()).ok(), Instant::now());
+    let start = Instant::now();
+    while last.1.elapsed() < quiet {
+        assert!(start.elapsed() < Duration::from_secs(30), "never quiet");
+        std::thread::sleep(Duration::from_millis(20));
+        let now = fs::metadata(path).map(|m| m.len()).ok();
+        if now != last.0 {
+            last = (now, Instant::now());
+        }
+    }
+}
+
+#[track_caller]
+fn assert_same_file(a: &Path, b: &Path) {
+    let x = fs::read(a).unwrap_or_else(|e| panic!("read {}: {e}", a.display()));
+    let y = fs::read(b).unwrap_or_else(|e| panic!("read {}: {e}", b.display()));
+    assert_eq!(
+        x.len(),
+        y.len(),
+        "{} and {} differ in length",
+        a.display(),
+        b.display()
+    );
+    if let Some(i) = x.iter().zip(&y).position(|(p, q)| p != q) {
+        panic!("{} and {} differ at byte {i}", a.display(), b.display());
+    }
+}
+
+#[derive(Debug, PartialEq)]
+enum Node {
+    File(Vec<u8>),
+    Dir,
+    Link(PathBuf),
+}
+
+/// Every entry beneath `root` (and `root` itself as ""), with its kind,
+/// content or target, mtime in ns and permission bits.
+fn snapshot(root: &Path) -> BTreeMap<String, (Node, i64, u32)> {
+    fn walk(base: &Path, rel: &str, out: &mut BTreeMap<String, (Node, i64, u32)>) {
+        let p = if rel.is_empty() {
+            base.to_path_buf()
+        } else {
+            base.join(rel)
+        };
+        let m = fs::symlink_metadata(&p).unwrap();
+        let mtime = m.mtime() * 1_000_000_000 + m.mtime_nsec();
+        let mode = m.mode() & 0o7777;
+        let node = if m.file_type().is_symlink() {
+            Node::Link(fs::read_link(&p).unwrap())
+        } else if m.is_dir() {
+            for de in fs::read_dir(&p).unwrap() {
+                let name = de.unwrap().file_name().into_string().unwrap();
+                let child = if rel.is_empty() {
+                    name
+                } else {
+                    format!("{rel}/{name}")
+                };
+                walk(base, &child, out);
+            }
+            Node::Dir
+        } else {
+            Node::File(fs::read(&p).unwrap())
+        };
+        out.insert(rel.to_string(), (node, mtime, mode));
+    }
+    let mut out = BTreeMap::new();
+    walk(root, "", &mut out);
+    out
+}
+
+/// Trees are identical: the same names, kinds, bytes, link targets and
+/// mtimes, and with `modes` the same permission bits (links excepted).
+#[track_caller]
+fn assert_same_tree(src: &Path, dst: &Path, modes: bool) {
+    let a = snapshot(src);
+    let b = snapshot(dst);
+    let names_a: Vec<&String> = a.keys().collect();
+    let names_b: Vec<&String> = b.keys().collect();
+    assert_eq!(
+        names_a,
+        names_b,
+        "{} and {} hold different names",
+        src.display(),
+        dst.display()
+    );
+    for (name, (na, ta, ma)) in &a {
+        let (nb, tb, mb) = &b[name];
+        match (na, nb) {
+            (Node::File(x), Node::File(y)) => {
+                assert_eq!(x.len(), y.len(), "'{name}' differs in length");
+                if let Some(i) = x.iter().zip(y).position(|(p, q)| p != q) {
+                    panic!("'{name}' differs at byte {i}");
+                }
+            }
+            (x, y) => assert_eq!(x, y, "'{name}' differs"),
+        }
+        assert_eq!(ta, tb, "mtime of '{name}' in {} differs", dst.display());
+        if modes && !matches!(na, Node::Link(_)) {
+            assert_eq!(ma, mb, "mode of '{name}': {ma:o} vs {mb:o}");
+        }
+    }
+}
+
+/// No partial or journal file anywhere beneath `root`.
+#[track_caller]
+fn assert_no_leftovers(root: &Path) {
+    for (name, _) in snapshot(root) {
+        assert!(
+            !name.ends_with(".lhpart") && !name.ends_with(".lhjournal"),
+            "left behind: {name}"
+        );
+    }
+}
+
+/// Builds the tree for the round trip; returns how many regular files it has.
+fn build_tree(root: &Path) -> u64 {
+    let mut rng = Rng(7);
+    let mut files = 0;
+    fs::create_dir_all(root).unwrap();
+    write_random(&root.join("big file.bin"), 5 * MIB as usize + 12345, 1);
+    files += 1;
+    // A few hundred small files of random sizes, some empty, over a few dirs.
+    let dirs = ["", "small", "small/a", "dir with space", "ünïcødé ☃ 日本"];
+    for i in 0..300u64 {
+        let d = dirs[(i % dirs.len() as u64) as usize];
+        let size = if i % 10 == 0 { 0 } else { rng.below(70_000) };
+        let name = match i % 3 {
+            0 => format!("f{i}.dat"),
+            1 => format!("file {i} with spaces.txt"),
+            _ => format!("größe-{i}-ファイル"),
+        };
+        write_random(&root.join(d).join(name), size as usize, 100 + i);
+        files += 1;
+    }
+    write_random(&root.join("small/f5.dat"), 4321, 3);
+    files += 1;
+    // Ten levels deep, with a file at the bottom and an empty dir there too.
+    let mut deep = root.join("deep");
+    for l in 0..10 {
+        deep = deep.join(format!("level {l}"));
+    }
+    write_random(&deep.join("bottom.bin"), 3000, 2);
+    files += 1;
+    fs::create_dir_all(deep.join("empty at the bottom")).unwrap();
+    fs::create_dir_all(root.join("empty")).unwrap();
+    fs::create_dir_all(root.join("empty ünï")).unwrap();
+    // Relative links: to a file in another dir, and to a dir.
+    std::os::unix::fs::symlink("../small/f5.dat", root.join("dir with space/link to f5")).unwrap();
+    std::os::unix::fs::symlink("deep/level 0", root.join("link-to-deep")).unwrap();
+    // Some modes to keep with -p.
+    fs::set_permissions(root.join("small/f5.dat"), fs::Permissions::from_mode(0o640)).unwrap();
+    fs::set_permissions(root.join("big file.bin"), fs::Permissions::from_mode(0o755)).unwrap();
+    fs::set_permissions(root.join("f0.dat"), fs::Permissions::from_mode(0o600)).unwrap();
+    fs::set_permissions(root.join("small"), fs::Permissions::from_mode(0o750)).unwrap();
+    fs::set_permissions(root.join("empty"), fs::Permissions::from_mode(0o700)).unwrap();
+    // Varied mtimes, in the past and with nanoseconds, set last so that
+    // creating children does not change them.
+    stamp(&root.join("big file.bin"), 1_500_000_000, 123_456_789);
+    stamp(&root.join("small/f5.dat"), 1_600_000_000, 1);
+    stamp(&root.join("empty"), 1_400_000_000, 999_999_999);
+    stamp(&deep, 1_300_000_000, 5);
+    stamp(&root.join("small"), 1_550_000_000, 42);
+    files
+}
+
+/// Sets a path's mtime (and atime) without following links, via `touch -h`
+/// so the test needs no libc dependency.
+fn stamp(p: &Path, secs: i64, ns: i64) {
+    let st = Command::new("touch")
+        .arg("-h")
+        .arg("-d")
+        .arg(format!("@{secs}.{ns:09}"))
+        .arg(p)
+        .status()
+        .unwrap();
+    assert!(st.success());
+}
+
+// ------------------------------------------------------------------ tests
+
+#[test]
+fn tree_push_then_pull_round_trips() {
+    let t = TempDir::new("tree");
+    let src = t.path().join("src/tree");
+    let nfiles = build_tree(&src);
+    let exp = t.dir("export");
+    let pulled = t.dir("pulled");
+    let s = data_server(&exp, &t.dir("state"));
+    let dest = remote(s.addr(), "");
+
+    let v = cp_ok(&["-r", "-p", src.to_str().unwrap(), &dest]);
+    assert_eq!(v["files"], nfiles, "{v}");
+    assert_eq!(v["skipped"], 0, "{v}");
+    assert_eq!(v["format"], "longhaul-cp");
+    let total: u64 = snapshot(&src)
+        .values()
+        .map(|(n, _, _)| match n {
+            Node::File(b) => b.len() as u64,
+            _ => 0,
+        })
+        .sum();
+    assert_eq!(v["bytes"], total, "{v}");
+    assert_same_tree(&src, &exp.join("tree"), true);
+    assert_no_leftovers(&exp);
+
+    // Again: every file is up to date, nothing moves, nothing changes.
+    let v = cp_ok(&["-r", "-p", src.to_str().unwrap(), &dest]);
+    assert_eq!(v["skipped"], nfiles, "{v}");
+    assert_eq!(v["files"], 0, "{v}");
+    assert_same_tree(&src, &exp.join("tree"), true);
+
+    // Pull it back into a local directory.
+    let v = cp_ok(&[
+        "-r",
+        "-p",
+        &remote(s.addr(), "tree"),
+        pulled.to_str().unwrap(),
+    ]);
+    assert_eq!(v["files"], nfiles, "{v}");
+    assert_eq!(v["bytes"], total, "{v}");
+    assert_same_tree(&src, &pulled.join("tree"), true);
+    assert_no_leftovers(&pulled);
+    let v = cp_ok(&[
+        "-r",
+        "-p",
+        &remote(s.addr(), "tree"),
+        pulled.to_str().unwrap(),
+    ]);
+    assert_eq!(v["skipped"], nfiles, "{v}");
+    s.shutdown();
+}
+
+#[test]
+fn tree_push_without_p_keeps_mtimes_and_applies_umask() {
+    let t = TempDir::new("nop");
+    let src = t.path().join("src/tree");
+    build_tree(&src);
+    let exp = t.dir("export");
+    let s = data_server(&exp, &t.dir("state"));
+    cp_ok(&["-r", src.to_str().unwrap(), &remote(s.addr(), "")]);
+    assert_same_tree(&src, &exp.join("tree"), false);
+    // Without -p a file does not keep an unusual mode such as 0755.
+    let m = fs::metadata(exp.join("tree/big file.bin")).unwrap().mode() & 0o777;
+    assert_eq!(m & 0o111, 0, "mode {m:o} kept execute bits without -p");
+    s.shutdown();
+}
+
+#[test]
+fn single_files_and_several_sources() {
+    let t = TempDir::new("single");
+    let srcd = t.dir("src");
+    let exp = t.dir("export");
+    let local = t.dir("local");
+    let a = srcd.join("a.bin");
+    let b = srcd.join("b b.bin");
+    let c = srcd.join("çé.bin");
+    write_random(&a, 300_000, 11);
+    write_random(&b, 0, 12);
+    write_random(&c, 2 * MIB as usize + 1, 13);
+    fs::create_dir(exp.join("existing")).unwrap();
+    fs::create_dir(exp.join("many")).unwrap();
+    let s = data_server(&exp, &t.dir("state"));
+
+    // To a new name: the file becomes that name.
+    cp_ok(&[a.to_str().unwrap(), &remote(s.addr(), "renamed.bin")]);
+    assert_same_file(&a, &exp.join("renamed.bin"));
+    assert!(!exp.join("a.bin").exists());
+    // To a new name in a new directory of the export (longhaul:// form).
+    let url = format!("longhaul://{}/data/new dir/named.bin", s.addr());
+    cp_ok(&[c.to_str().unwrap(), &url]);
+    assert_same_file(&c, &exp.join("new dir/named.bin"));
+    // Into an existing directory: keeps its name.
+    cp_ok(&[a.to_str().unwrap(), &remote(s.addr(), "existing")]);
+    assert_same_file(&a, &exp.join("existing/a.bin"));
+    assert!(fs::metadata(exp.join("existing")).unwrap().is_dir());
+    // HOST:EXPORT/path form with a trailing slash.
+    cp_ok(&[b.to_str().unwrap(), &format!("{}:data/existing/", s.addr())]);
+    assert_same_file(&b, &exp.join("existing/b b.bin"));
+    // Several sources into a directory.
+    let v = cp_ok(&[
+        a.to_str().unwrap(),
+        b.to_str().unwrap(),
+        c.to_str().unwrap(),
+        &remote(s.addr(), "many"),
+    ]);
+    assert_eq!(v["files"], 3, "{v}");
+    for f in [&a, &b, &c] {
+        assert_same_file(f, &exp.join("many").join(f.file_name().unwrap()));
+    }
+
+    // Pull: one file to a new local name, and into an existing directory.
+    let newname = local.join("pulled-name.bin");
+    cp_ok(&[&remote(s.addr(), "renamed.bin"), newname.to_str().unwrap()]);
+    assert_same_file(&a, &newname);
+    cp_ok(&[&remote(s.addr(), "many/çé.bin"), local.to_str().unwrap()]);
+    assert_same_file(&c, &local.join("çé.bin"));
+    // Several remote sources into a local directory.
+    let into = t.dir("into");
+    cp_ok(&[
+        &remote(s.addr(), "many/a.bin"),
+        &remote(s.addr(), "many/b b.bin"),
+        into.to_str().unwrap(),
+    ]);
+    assert_same_file(&a, &into.join("a.bin"));
+    assert_same_file(&b, &into.join("b b.bin"));
+    // mtimes are kept for single files too.
+    let mt = |p: &Path| {
+        fs::metadata(p).unwrap().mtime_nsec() + fs::metadata(p).unwrap().mtime() * 1_000_000_000
+    };
+    assert_eq!(mt(&a), mt(&exp.join("renamed.bin")));
+    assert_eq!(mt(&a), mt(&newname));
+    assert_no_leftovers(&exp);
+    assert_no_leftovers(&local);
+    s.shutdown();
+}
+
+/// Starts a push of `file` to the export root through `storage` (slowed
+/// down), kills the client with SIGKILL once the journal holds at least two
+/// records, and waits for the server to go quiet. Returns the target path.
+fn killed_push(t: &TempDir, file: &Path, exp: &Path, storage: Arc<dyn Storage>) -> PathBuf {
+    let slow = server_with(vec![export("data", exp, false)], storage, &t.dir("state"));
+    let target = exp.join(file.file_name().unwrap());
+    let journal = side(&target, "lhjournal");
+    let mut child = bin()
+        .args(["cp", "--chunk", "1M", "-P", "2", "--retries", "0"])
+        .arg(file)
+        .arg(remote(slow.addr(), ""))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_for_records(&journal, 2, &mut child, Duration::from_secs(60));
+    child.kill().unwrap(); // SIGKILL
+    child.wait().unwrap();
+    // The server notices the lost connection and finishes the writes under way.
+    wait_quiet(&journal, Duration::from_millis(500));
+    slow.shutdown();
+    assert!(
+        !target.exists(),
+        "the target exists after the client was killed"
+    );
+    assert!(side(&target, "lhpart").exists(), "no partial file left");
+    let n = journal_records(&journal);
+    assert!((2..64).contains(&n), "{n} records");
+    target
+}
+
+#[test]
+fn client_killed_mid_transfer_then_rerun_resumes() {
+    let t = TempDir::new("killclient");
+    let srcd = t.dir("src");
+    let exp = t.dir("export");
+    let file = srcd.join("big.bin");
+    write_random(&file, 64 * MIB as usize, 3);
+    let storage = faulty(Faults {
+        write_delay: Some(Duration::from_millis(60)),
+        ..Faults::default()
+    });
+    let target = killed_push(&t, &file, &exp, storage);
+    let journal = side(&target, "lhjournal");
+    let mut indices = journal_indices(&journal);
+    indices.sort_unstable();
+    indices.dedup();
+
+    let s = data_server(&exp, &t.dir("state2"));
+    let v = cp_ok(&[
+        "--chunk",
+        "1M",
+        file.to_str().unwrap(),
+        &remote(s.addr(), ""),
+    ]);
+    assert_eq!(v["resumed_bytes"], indices.len() as u64 * MIB, "{v}");
+    assert_eq!(v["files"], 1, "{v}");
+    assert_same_file(&file, &target);
+    assert!(!side(&target, "lhpart").exists());
+    assert!(!journal.exists());
+    s.shutdown();
+}
+
+#[test]
+fn corrupted_partial_chunk_is_detected_and_resent() {
+    let t = TempDir::new("corrupt");
+    let srcd = t.dir("src");
+    let exp = t.dir("export");
+    let file = srcd.join("big.bin");
+    write_random(&file, 64 * MIB as usize, 4);
+    let storage = faulty(Faults {
+        write_delay: Some(Duration::from_millis(60)),
+        ..Faults::default()
+    });
+    let target = killed_push(&t, &file, &exp, storage);
+    let journal = side(&target, "lhjournal");
+    let part = side(&target, "lhpart");
+    let mut indices = journal_indices(&journal);
+    indices.sort_unstable();
+    indices.dedup();
+    // Flip one byte in the middle of the first journaled chunk.
+    let victim = indices[0];
+    let at = u64::from(victim) * MIB + MIB / 2 + 17;
+    {
+        use std::os::unix::fs::FileExt;
+        let f = fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&part)
+            .unwrap();
+        let mut b = [0u8; 1];
+        f.read_exact_at(&mut b, at).unwrap();
+        f.write_all_at(&[b[0] ^ 0x5a], at).unwrap();
+    }
+
+    let s = data_server(&exp, &t.dir("state2"));
+    let v = cp_ok(&[
+        "--chunk",
+        "1M",
+        file.to_str().unwrap(),
+        &remote(s.addr(), ""),
+    ]);
+    // Every journaled chunk but the damaged one is kept.
+    assert_eq!(v["resumed_bytes"], (indices.len() as u64 - 1) * MIB, "{v}");
+    assert_same_file(&file, &target);
+    assert!(!part.exists());
+    assert!(!journal.exists());
+    s.shutdown();
+}
+
+/// A child process, killed (SIGKILL) and reaped when dropped, so that a
+/// failing test leaves no process behind.
+struct Proc(Child);
+
+impl Proc {
+    fn kill9(&mut self) {
+        self.0.kill().unwrap();
+        self.0.wait().unwrap();
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A `longhaul serve` process exporting `exp` as `data`; stderr goes to a
+/// file, from which the address is read.
+fn serve_process(t: &TempDir, exp: &Path, listen: &str, tag: &str) -> (Proc, SocketAddr) {
+    let log = t.path().join(format!("serve-{tag}.log"));
+    let mut child = Proc(
+        bin()
+            .arg("serve")
+            .arg("--listen")
+            .arg(listen)
+            .arg("--state-dir")
+            .arg(t.dir("state"))
+            .arg("--export")
+            .arg(format!("data={}", exp.display()))
+            .arg("--no-sync")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap(),
+    );
+    let start = Instant::now();
+    loop {
+        let text = fs::read_to_string(&log).unwrap_or_default();
+        // A whole line only: the log may be read while it is written.
+        if let Some(line) = text
+            .split_inclusive('\n')
+            .find(|l| l.contains("serving on ") && l.ends_with('\n'))
+        {
+            let addr = line.split("serving on ").nth(1).unwrap();
+            let addr = addr.split_whitespace().next().unwrap();
+            return (child, addr.parse().unwrap());
+        }
+        if let Ok(Some(st)) = child.0.try_wait() {
+            panic!("server exited ({st}): {text}");
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "server did not start: {text}"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+#[test]
+fn server_killed_mid_transfer_then_rerun_resumes() {
+    let t = TempDir::new("killserver");
+    let srcd = t.dir("src");
+    let exp = t.dir("export");
+    let file = srcd.join("large.img");
+    // Random data throughout: zero chunks may travel without payload and
+    // would make the transfer too quick to interrupt.
+    write_random(&file, 512 * MIB as usize, 9);
+    let (mut server, addr) = serve_process(&t, &exp, "127.0.0.1:0", "1");
+    let target = exp.join("large.img");
+    let journal = side(&target, "lhjournal");
+    let mut client = bin()
+        .args(["cp", "--chunk", "1M", "-P", "1", "--retries", "0"])
+        .arg(&file)
+        .arg(remote(addr, ""))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_for_records(&journal, 2, &mut client, Duration::from_secs(60));
+    server.kill9();
+    let out = client.wait_with_output().unwrap();
+    // Failed mid-way.
+    assert_exit(&out, 5);
+    assert!(!target.exists());
+    let mut indices = journal_indices(&journal);
+    assert!(indices.len() >= 2);
+    indices.sort_unstable();
+    indices.dedup();
+
+    // Same port again.
+    let (_server, addr2) = serve_process(&t, &exp, &addr.to_string(), "2");
+    assert_eq!(addr, addr2);
+    let v = cp_ok(&["--chunk", "1M", file.to_str().unwrap(), &remote(addr, "")]);
+    assert!(v["resumed_bytes"].as_u64().unwrap() > 0, "{v}");
+    // Every record the killed server journaled points at good data.
+    assert_eq!(v["resumed_bytes"], indices.len() as u64 * MIB, "{v}");
+    assert_same_file(&file, &target);
+    assert_no_leftovers(&exp);
+}
+
+#[test]
+fn server_killed_and_restarted_client_retries_and_resumes() {
+    let t = TempDir::new("restart");
+    let srcd = t.dir("src");
+    let exp = t.dir("export");
+    let file = srcd.join("large.img");
+    write_random(&file, 512 * MIB as usize, 10);
+    let (mut server, addr) = serve_process(&t, &exp, "127.0.0.1:0", "1");
+    let target = exp.join("large.img");
+    let journal = side(&target, "lhjournal");
+    let mut client = bin()
+        .args(["cp", "--json", "--chunk", "1M", "-P", "2", "--retries", "5"])
+        .arg(&file)
+        .arg(remote(addr, ""))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_for_records(&journal, 2, &mut client, Duration::from_secs(60));
+    server.kill9();
+    // Nothing touches the journal until the client's retry (after 1 s).
+    let mut indices = journal_indices(&journal);
+    indices.sort_unstable();
+    indices.dedup();
+    let (_server, addr2) = serve_process(&t, &exp, &addr.to_string(), "2");
+    assert_eq!(addr, addr2);
+    let out = client.wait_with_output().unwrap();
+    assert_exit(&out, 0);
+    let v = json_of(&out);
+    assert!(v["attempts"].as_u64().unwrap() >= 2, "{v}");
+    assert_eq!(v["resumed_bytes"], indices.len() as u64 * MIB, "{v}");
+    assert_eq!(v["files"], 1, "{v}");
+    assert_same_file(&file, &target);
+    assert_no_leftovers(&exp);
+}
+
+#[test]
+fn destination_full_fails_cleanly_and_resumes_with_space() {
+    let t = TempDir::new("full");
+    let srcd = t.dir("src");
+    let exp = t.dir("export");
+    let file = srcd.join("fill me.bin");
+    write_random(&file, 32 * MIB as usize, 5);
+    let storage = faulty(Faults {
+        space_left: Some(AtomicU64::new(10 * MIB + MIB / 2)),
+        ..Faults::default()
+    });
+    let full = server_with(vec![export("data", &exp, false)], storage, &t.dir("state"));
+    let o = longhaul(&[
+        "cp",
+        "--chunk",
+        "1M",
+        file.to_str().unwrap(),
+        &remote(full.addr(), ""),
+    ]);
+    full.shutdown();
+    assert_exit(&o, 5);
+    let msg = stderr(&o);
+    assert!(msg.contains("destination full"), "{msg}");
+    assert!(
+        msg.contains("fill me.bin"),
+        "the message does not name the file: {msg}"
+    );
+    let target = exp.join("fill me.bin");
+    assert!(!target.exists(), "a partial file was renamed into place");
+    let journal = side(&target, "lhjournal");
+    assert!(journal.exists(), "the journal was not kept");
+    assert!(journal_records(&journal) >= 1);
+
+    let s = data_server(&exp, &t.dir("state2"));
+    let v = cp_ok(&[
+        "--chunk",
+        "1M",
+        file.to_str().unwrap(),
+        &remote(s.addr(), ""),
+    ]);
+    assert!(v["resumed_bytes"].as_u64().unwrap() >= MIB, "{v}");
+    assert_same_file(&file, &target);
+    assert_no_leftovers(&exp);
+    s.shutdown();
+}
+
+#[test]
+fn refusals_and_listing() {
+    let t = TempDir::new("refuse");
+    let base = t.path();
+    let exp = t.dir("export");
+    let ro = t.dir("readonly");
+    let srcd = t.dir("src");
+    let f = srcd.join("x");
+    write_random(&f, 1000, 6);
+    fs::create_dir_all(exp.join("dir/sub")).unwrap();
+    write_random(&exp.join("dir/one.bin"), 1234, 7);
+    write_random(&exp.join("dir/two ü.txt"), 0, 8);
+    std::os::unix::fs::symlink("one.bin", exp.join("dir/ln")).unwrap();
+    write_random(&ro.join("kept.bin"), 10, 9);
+    let s = server_with(
+        vec![export("data", &exp, false), export("ro", &ro, true)],
+        Arc::new(Local),
+        &t.dir("state"),
+    );
+    let a = s.addr();
+    let before = snapshot(base);
+    let fs_ = f.to_str().unwrap();
+
+    // Read-only export.
+    let o = longhaul(&["cp", fs_, &format!("{}:{}:ro/x", a.ip(), a.port())]);
+    assert_exit(&o, 4);
+    assert!(stderr(&o).contains("read-only"), "{}", stderr(&o));
+    // A pull from it is fine.
+    let got = t.dir("got");
+    cp_ok(&[
+        &format!("{}:{}:ro/kept.bin", a.ip(), a.port()),
+        got.to_str().unwrap(),
+    ]);
+    assert_same_file(&ro.join("kept.bin"), &got.join("kept.bin"));
+    fs::remove_dir_all(&got).unwrap();
+
+    // Paths that would leave the export.
+    for dest in [
+        format!("{}:{}:data/../x", a.ip(), a.port()),
+        format!("{}:{}:data/dir/../../x", a.ip(), a.port()),
+        format!("{}:{}:data//tmp/lh-escape-x", a.ip(), a.port()),
+        format!("longhaul://{a}/data/../../x"),
+        format!("longhaul://{a}/data//tmp/lh-escape-x"),
+    ] {
+        let o = longhaul(&["cp", fs_, &dest]);
+        assert_exit(&o, 4);
+        let e = stderr(&o);
+        assert!(
+            e.contains("refused") && (e.contains("'..'") || e.contains("absolute")),
+            "{dest}: {e}"
+        );
+    }
+    for src in [
+        format!("{}:{}:data/../readonly/kept.bin", a.ip(), a.port()),
+        format!("{}:{}:data//etc/hostname", a.ip(), a.port()),
+    ] {
+        let into = t.dir("into");
+        let o = longhaul(&["cp", &src, into.to_str().unwrap()]);
+        assert_exit(&o, 4);
+        assert!(stderr(&o).contains("refused"), "{src}: {}", stderr(&o));
+        assert_eq!(
+            fs::read_dir(&into).unwrap().count(),
+            0,
+            "{src} wrote something"
+        );
+        fs::remove_dir(&into).unwrap();
+    }
+    assert!(!Path::new("/tmp/lh-escape-x").exists());
+    // Nothing was written anywhere (the server's state dir aside).
+    let mut after = snapshot(base);
+    let mut before = before;
+    after.retain(|k, _| !k.starts_with("state"));
+    before.retain(|k, _| !k.starts_with("state"));
+    assert_eq!(
+        before.keys().collect::<Vec<_>>(),
+        after.keys().collect::<Vec<_>>()
+    );
+
+    // Unknown export: refused, and the message names the exports there are.
+    let o = longhaul(&["cp", fs_, &format!("{}:{}:nope/x", a.ip(), a.port())]);
+    assert_exit(&o, 4);
+    let e = stderr(&o);
+    assert!(
+        e.contains("nope") && e.contains("data") && e.contains("ro"),
+        "{e}"
+    );
+
+    // ls: names, one per line.
+    let o = longhaul(&["ls", &format!("{}:{}:data/dir", a.ip(), a.port())]);
+    assert_exit(&o, 0);
+    let text = stdout(&o);
+    for name in ["one.bin", "two ü.txt", "sub", "ln"] {
+        assert!(
+            text.lines().any(|l| l.ends_with(&format!(" {name}"))),
+            "{name} missing from: {text}"
+        );
+    }
+    assert_eq!(text.lines().count(), 4, "{text}");
+    // ls --json
+    let o = longhaul(&["ls", "--json", &format!("longhaul://{a}/data/dir")]);
+    assert_exit(&o, 0);
+    let v = json_of(&o);
+    let mut entries: Vec<(String, String, u64)> = v
+        .as_array()
+        .unwrap_or_else(|| panic!("not an array: {v}"))
+        .iter()
+        .map(|e| {
+            (
+                e["name"].as_str().unwrap().to_string(),
+                e["kind"].as_str().unwrap().to_lowercase(),
+                e["size"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    entries.sort();
+    assert_eq!(entries.len(), 4, "{v}");
+    let find = |n: &str| {
+        entries
+            .iter()
+            .find(|e| e.0 == n)
+            .unwrap_or_else(|| panic!("{n}: {v}"))
+    };
+    assert_eq!(find("one.bin").2, 1234);
+    assert!(find("one.bin").1.contains("file"), "{v}");
+    assert!(find("sub").1.contains("dir"), "{v}");
+    assert!(find("ln").1.contains("link"), "{v}");
+    assert_eq!(find("two ü.txt").2, 0);
+    // ls of a path that leaves the export is refused too.
+    let o = longhaul(&["ls", &format!("{}:{}:data/../readonly", a.ip(), a.port())]);
+    assert!(!o.status.success());
+    assert!(!stdout(&o).contains("kept.bin"), "{}", stdout(&o));
+    s.shutdown();
+}
+
+#[test]
+fn ls_unknown_export_is_refused_with_exit_4() {
+    let t = TempDir::new("lsunknown");
+    let exp = t.dir("export");
+    let s = data_server(&exp, &t.dir("state"));
+    let a = s.addr();
+    let o = longhaul(&["ls", &format!("{}:{}:nope", a.ip(), a.port())]);
+    assert_exit(&o, 4);
+    assert!(stderr(&o).contains("data"), "{}", stderr(&o));
+    s.shutdown();
+}
+
+#[test]
+fn unreadable_source_file_fails_alone() {
+    let t = TempDir::new("badread");
+    let exp = t.dir("export");
+    let tree = exp.join("t");
+    write_random(&tree.join("a.bin"), 100_000, 21);
+    write_random(&tree.join("unreadable.bin"), 200_000, 22);
+    write_random(&tree.join("sub/c.bin"), 3 * MIB as usize, 23);
+    write_random(&tree.join("sub/d.bin"), 0, 24);
+    let storage = faulty(Faults {
+        fail_reads_of: Some("unreadable.bin".into()),
+        ..Faults::default()
+    });
+    let s = server_with(vec![export("data", &exp, false)], storage, &t.dir("state"));
+    let local = t.dir("local");
+    let o = longhaul(&[
+        "cp",
+        "-r",
+        "--json",
+        &remote(s.addr(), "t"),
+        local.to_str().unwrap(),
+    ]);
+    assert_exit(&o, 6);
+    let v = json_of(&o);
+    let failed = v["failed"].as_array().unwrap();
+    assert_eq!(failed.len(), 1, "{v}");
+    assert!(
+        failed[0]["path"]
+            .as_str()
+            .unwrap()
+            .ends_with("unreadable.bin"),
+        "{v}"
+    );
+    assert!(!failed[0]["error"].as_str().unwrap().is_empty(), "{v}");
+    assert_eq!(v["verified"], false, "{v}");
+    assert_eq!(v["files"], 3, "{v}");
+    for f in ["a.bin", "sub/c.bin", "sub/d.bin"] {
+        assert_same_file(&tree.join(f), &local.join("t").join(f));
+    }
+    assert!(!local.join("t/unreadable.bin").exists());
+    // Without --json the failure is reported on stderr, naming the file.
+    let o = longhaul(&["cp", "-r", &remote(s.addr(), "t"), local.to_str().unwrap()]);
+    assert_exit(&o, 6);
+    assert!(stderr(&o).contains("unreadable.bin"), "{}", stderr(&o));
+    s.shutdown();
+}
+
+#[test]
+fn symlinks_in_an_export_do_not_lead_outside_it() {
+    let t = TempDir::new("escape");
+    let exp = t.dir("export");
+    let outside = t.dir("outside");
+    let srcd = t.dir("src");
+    write_random(&outside.join("secret.txt"), 100, 31);
+    let f = srcd.join("payload.bin");
+    write_random(&f, 5000, 32);
+    // A client can plant a link to anywhere: push a tree holding one.
+    let tree = srcd.join("tree");
+    fs::create_dir(&tree).unwrap();
+    std::os::unix::fs::symlink(&outside, tree.join("evil")).unwrap();
+    let s = data_server(&exp, &t.dir("state"));
+    let a = s.addr();
+    cp_ok(&["-r", tree.to_str().unwrap(), &remote(a, "")]);
+    assert!(fs::symlink_metadata(exp.join("tree/evil"))
+        .unwrap()
+        .file_type()
+        .is_symlink());
+    let before: Vec<String> = snapshot(&outside).into_keys().collect();
+    let mut escapes = Vec::new();
+
+    // Writes through the link.
+    for dest in ["tree/evil/x.bin", "tree/evil", "tree/evil/new dir/y.bin"] {
+        let o = longhaul(&["cp", f.to_str().unwrap(), &remote(a, dest)]);
+        let after: Vec<String> = snapshot(&outside).into_keys().collect();
+        if after != before {
+            escapes.push(format!(
+                "push to data/{dest} (exit {:?}) wrote outside the export: {after:?}",
+                o.status.code()
+            ));
+            let _ = fs::remove_dir_all(outside.join("new dir"));
+            let _ = fs::remove_file(outside.join("x.bin"));
+            let _ = fs::remove_file(outside.join("payload.bin"));
+        }
+    }
+    // Reads through the link.
+    let local = t.dir("local");
+    let o = longhaul(&[
+        "cp",
+        &remote(a, "tree/evil/secret.txt"),
+        local.to_str().unwrap(),
+    ]);
+    if local.join("secret.txt").exists() {
+        escapes.push(format!(
+            "pull of data/tree/evil/secret.txt (exit {:?}) read a file outside the export",
+            o.status.code()
+        ));
+    }
+    let o = longhaul(&["ls", &remote(a, "tree/evil/secret.txt")]);
+    if stdout(&o).contains("secret.txt") {
+        escapes.push(format!(
+            "ls showed a file outside the export: {}",
+            stdout(&o)
+        ));
+    }
+    s.shutdown();
+    assert!(escapes.is_empty(), "{escapes:#?}");
+}
+
+#[test]
+fn changed_source_is_not_resumed_from_a_stale_journal() {
+    let t = TempDir::new("changed");
+    let srcd = t.dir("src");
+    let exp = t.dir("export");
+    let file = srcd.join("big.bin");
+    write_random(&file, 64 * MIB as usize, 41);
+    let storage = faulty(Faults {
+        write_delay: Some(Duration::from_millis(60)),
+        ..Faults::default()
+    });
+    let target = killed_push(&t, &file, &exp, storage);
+    // New content, same size, another mtime.
+    write_random(&file, 64 * MIB as usize, 42);
+    stamp(&file, 1_700_000_000, 0);
+    let s = data_server(&exp, &t.dir("state2"));
+    let v = cp_ok(&[
+        "--chunk",
+        "1M",
+        file.to_str().unwrap(),
+        &remote(s.addr(), ""),
+    ]);
+    assert_eq!(v["resumed_bytes"], 0, "{v}");
+    assert_same_file(&file, &target);
+    assert_no_leftovers(&exp);
+    s.shutdown();
+}
+
+#[test]
+fn pull_killed_mid_transfer_then_rerun_resumes() {
+    let t = TempDir::new("killpull");
+    let exp = t.dir("export");
+    let local = t.dir("local");
+    let file = exp.join("big pull.bin");
+    write_random(&file, 512 * MIB as usize, 51);
+    let s = data_server(&exp, &t.dir("state"));
+    let target = local.join("big pull.bin");
+    let journal = side(&target, "lhjournal");
+    let mut child = bin()
+        .args(["cp", "--chunk", "1M", "-P", "1", "--retries", "0"])
+        .arg(remote(s.addr(), "big pull.bin"))
+        .arg(&local)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_for_records(&journal, 2, &mut child, Duration::from_secs(60));
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert!(!target.exists());
+    let mut indices = journal_indices(&journal);
+    indices.sort_unstable();
+    indices.dedup();
+    let v = cp_ok(&[
+        "--chunk",
+        "1M",
+        &remote(s.addr(), "big pull.bin"),
+        local.to_str().unwrap(),
+    ]);
+    assert_eq!(v["resumed_bytes"], indices.len() as u64 * MIB, "{v}");
+    assert_same_file(&file, &target);
+    assert_no_leftovers(&local);
+    s.shutdown();
+}
