@@ -294,8 +294,22 @@ fn usage(message: impl Into<String>) -> Failure {
     }
 }
 
+/// Raises the open-file limit to its hard maximum: a sink keeps up to
+/// 2048 partial files open, and a server serves many clients.
+fn raise_nofile_limit() {
+    // SAFETY: getrlimit/setrlimit on plain structs we own.
+    unsafe {
+        let mut l: libc::rlimit = std::mem::zeroed();
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut l) == 0 && l.rlim_cur < l.rlim_max {
+            l.rlim_cur = l.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &l);
+        }
+    }
+}
+
 fn main() {
     let cli = Cli::parse();
+    raise_nofile_limit();
     let filter = match cli.verbose {
         0 => "warn",
         1 => "info",

@@ -1170,3 +1170,99 @@ fn pull_killed_mid_transfer_then_rerun_resumes() {
     assert_no_leftovers(&local);
     s.shutdown();
 }
+
+/// `sync` sends only what differs, mirrors `SRC/` into `DST` (rsync's
+/// trailing-slash rule), and `--delete` removes what the source lacks but
+/// never what the source could not read.
+#[test]
+fn sync_mirrors_and_deletes_only_what_the_source_listed() {
+    let t = TempDir::new("sync");
+    let src = t.dir("src");
+    let exp = t.dir("exp");
+    fs::create_dir_all(src.join("sub")).unwrap();
+    write_random(&src.join("a.bin"), 100_000, 1);
+    write_random(&src.join("sub/b.bin"), 5_000, 2);
+    let s = data_server(&exp, &t.dir("state"));
+    let mirror = remote(s.addr(), "mirror");
+    let src_slash = format!("{}/", src.display());
+
+    let o = longhaul(&["sync", "--json", &src_slash, &mirror]);
+    assert_exit(&o, 0);
+    assert_eq!(json_of(&o)["files"], 2);
+    assert_eq!(
+        fs::read(exp.join("mirror/a.bin")).unwrap(),
+        fs::read(src.join("a.bin")).unwrap()
+    );
+    // Again: nothing differs, and SRC/ does not nest inside the mirror.
+    let o = longhaul(&["sync", "--json", &src_slash, &mirror]);
+    assert_exit(&o, 0);
+    assert_eq!(json_of(&o)["files"], 0);
+    assert!(!exp.join("mirror/src").exists());
+
+    // Extraneous files: --dry-run lists them, --delete removes them.
+    fs::write(exp.join("mirror/extra.txt"), b"x").unwrap();
+    fs::create_dir_all(exp.join("mirror/old/deeper")).unwrap();
+    let o = longhaul(&[
+        "sync",
+        "--json",
+        "--delete",
+        "--dry-run",
+        &src_slash,
+        &mirror,
+    ]);
+    assert_exit(&o, 0);
+    let deleted: Vec<String> = json_of(&o)["deleted"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap().to_string())
+        .collect();
+    assert!(
+        deleted.iter().any(|d| d.ends_with("extra.txt")),
+        "{deleted:?}"
+    );
+    assert!(deleted.iter().any(|d| d.ends_with("old")), "{deleted:?}");
+    assert!(exp.join("mirror/extra.txt").exists(), "dry run deleted");
+    // Deleted paths are reported relative to the destination, not as server paths.
+    assert!(deleted.iter().all(|d| !d.starts_with('/')), "{deleted:?}");
+
+    // A source file the walker must skip (a name that is not UTF-8) keeps
+    // its directory from being pruned.
+    use std::os::unix::ffi::OsStrExt;
+    let odd = std::ffi::OsStr::from_bytes(b"odd-\xff.bin");
+    fs::write(src.join("sub").join(odd), b"y").unwrap();
+    fs::write(exp.join("mirror/sub").join(odd), b"y").unwrap();
+    fs::write(exp.join("mirror/sub/stale.txt"), b"z").unwrap();
+    let o = longhaul(&["sync", "--json", "--delete", &src_slash, &mirror]);
+    assert_exit(&o, 6);
+    assert!(!exp.join("mirror/extra.txt").exists());
+    assert!(!exp.join("mirror/old").exists());
+    assert!(
+        exp.join("mirror/sub").join(odd).exists(),
+        "deleted a file the source could not send"
+    );
+    assert!(
+        exp.join("mirror/sub/stale.txt").exists(),
+        "pruned a directory the source could not list fully"
+    );
+    assert_eq!(
+        fs::read(exp.join("mirror/sub/b.bin")).unwrap(),
+        fs::read(src.join("sub/b.bin")).unwrap()
+    );
+
+    // --checksum: same content with another mtime is not sent again.
+    let dest_a = exp.join("mirror/a.bin");
+    let f = fs::File::options().write(true).open(&dest_a).unwrap();
+    f.set_modified(std::time::SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(1_000_000))
+        .unwrap();
+    fs::remove_file(src.join("sub").join(odd)).unwrap();
+    let o = longhaul(&["sync", "--json", "--checksum", &src_slash, &mirror]);
+    assert_exit(&o, 0);
+    assert_eq!(
+        json_of(&o)["files"],
+        0,
+        "{}",
+        String::from_utf8_lossy(&o.stdout)
+    );
+    s.shutdown();
+}

@@ -774,7 +774,7 @@ fn serve_transfer(
             SinkConfig {
                 digest_out: None,
                 progress: Default::default(),
-                into_dir: into_dir(&dest, t.source_count),
+                into_dir: !t.contents && into_dir(&dest, t.source_count),
                 dest,
                 preserve: t.preserve,
                 force: t.force,

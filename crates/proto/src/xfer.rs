@@ -55,6 +55,10 @@ pub struct TransferRequest {
     /// compare it with the verified chunk hashes.
     #[serde(default)]
     pub verify: bool,
+    /// The one source's contents go into `dest`, which then mirrors it
+    /// (`sync SRC/ DST`, rsync's trailing-slash rule), instead of `dest/NAME`.
+    #[serde(default)]
+    pub contents: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -95,6 +99,10 @@ pub struct Entry {
     /// preallocating the whole file.
     #[serde(default)]
     pub sparse: bool,
+    /// On a `DirEnd`: the source could not list or read everything in this
+    /// directory, so the sink must not delete anything in it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub incomplete: bool,
     /// Content digest, when the sync compares checksums.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub digest: Option<String>,

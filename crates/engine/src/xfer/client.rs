@@ -126,6 +126,14 @@ fn plan(o: &CpOptions) -> Result<Plan, EngineError> {
     }
 }
 
+impl CpOptions {
+    /// `sync SRC/ DST`: one source named with a trailing slash means its
+    /// contents, as in rsync.
+    fn contents(&self) -> bool {
+        self.sync.is_some() && self.sources.len() == 1 && self.sources[0].ends_with('/')
+    }
+}
+
 /// Worth another attempt: the network or the peer went away.
 fn retryable(e: &EngineError) -> bool {
     matches!(
@@ -251,6 +259,7 @@ fn cp_once(o: &CpOptions, plan: &Plan) -> Result<CpSummary, EngineError> {
         sync: o.sync.clone(),
         dry_run: o.dry_run,
         verify: o.verify,
+        contents: o.contents(),
     };
     let mut s = CpSummary {
         streams: o.streams,
@@ -306,7 +315,7 @@ fn cp_once(o: &CpOptions, plan: &Plan) -> Result<CpSummary, EngineError> {
                 SinkConfig {
                     digest_out: digest_out.clone(),
                     progress: o.progress.clone(),
-                    into_dir: into_dir(dest, o.sources.len() as u32),
+                    into_dir: !o.contents() && into_dir(dest, o.sources.len() as u32),
                     dest: dest.clone(),
                     preserve: o.preserve,
                     force: o.force,

@@ -68,7 +68,7 @@ impl SinkConfig {
     pub fn ensure_dir(&self, dir: &Path) -> Result<(), EngineError> {
         let rel = match dir.strip_prefix(&self.dest) {
             Ok(r) => r,
-                        // The parent of a single source copied to a new name: the
+            // The parent of a single source copied to a new name: the
             // destination's existing part was confined by the server and
             // what is missing is created here, new and so no link.
             Err(_) => {
@@ -300,7 +300,9 @@ fn control(
                         Kind::DirEnd => {
                             if let Ok(t) = cfg.target(&e.path) {
                                 let names = seen.remove(&t).unwrap_or_default();
-                                prune(&t, &names, cfg, &mut report);
+                                if !e.incomplete {
+                                    prune(&t, &names, cfg, &mut report);
+                                }
                             }
                         }
                         Kind::Dir | Kind::Symlink if cfg.dry_run => {}
@@ -699,7 +701,8 @@ fn receive(s: &TcpStream, files: &Files, tx: &Sender<Event>, cfg: &SinkConfig) {
         let f = files.lock().expect("poisoned").get(&h.file).cloned();
         if let Some(f) = &f {
             let want = chunk_at(h.file, f.entry.size, f.entry.chunk_size, h.index);
-            if (want.offset, want.len) != (h.offset, h.len) {
+            let count = chunk_count(f.entry.size, f.entry.chunk_size);
+            if u64::from(h.index) >= count || (want.offset, want.len) != (h.offset, h.len) {
                 let _ = tx.send(Event::Fatal(format!(
                     "chunk {} of {} does not match the file's plan",
                     h.index, f.entry.path

@@ -52,6 +52,9 @@ pub struct SourceReport {
 
 /// Walks the roots depth first, one directory handle per level.
 struct Walker {
+    /// Set when something under the current directory could not be sent:
+    /// its `DirEnd` then says so, and nothing there is deleted.
+    level_failed: Vec<bool>,
     dir_ends: bool,
     roots: VecDeque<PathBuf>,
     stack: Vec<(ReadDir, String)>,
@@ -94,6 +97,7 @@ impl Walker {
             let rd = std::fs::read_dir(&path)
                 .map_err(|e| fail(format!("cannot list {}: {e}", path.display())))?;
             self.stack.push((rd, rel.clone()));
+            self.level_failed.push(false);
         }
         let size = if kind == Kind::File { m.len() } else { 0 };
         self.next_id += 1;
@@ -110,10 +114,17 @@ impl Walker {
                     .chunk_size
                     .unwrap_or_else(|| auto_chunk_size(size, self.streams)),
                 sparse: kind == Kind::File && m.blocks() * 512 < size,
+                incomplete: false,
                 digest: None,
             },
             path,
         )))
+    }
+
+    fn mark_failed(&mut self) {
+        if let Some(l) = self.level_failed.last_mut() {
+            *l = true;
+        }
     }
 
     /// The next entry, a failure to report, or `None` at the end.
@@ -124,6 +135,10 @@ impl Walker {
                 match rd.next() {
                     None => {
                         self.stack.pop();
+                        // Only this directory's own listing counts: a child
+                        // that failed was either announced (and so kept) or
+                        // marked this level already.
+                        let incomplete = self.level_failed.pop().unwrap_or(false);
                         if self.dir_ends {
                             self.next_id += 1;
                             return Some(Ok((
@@ -137,6 +152,7 @@ impl Walker {
                                     target: None,
                                     chunk_size: 0,
                                     sparse: false,
+                                    incomplete,
                                     digest: None,
                                 },
                                 PathBuf::new(),
@@ -144,13 +160,15 @@ impl Walker {
                         }
                     }
                     Some(Err(e)) => {
+                        self.mark_failed();
                         return Some(Err(Failure {
                             path: prefix,
                             error: format!("cannot list: {e}"),
-                        }))
+                        }));
                     }
                     Some(Ok(de)) => {
                         let Some(name) = de.file_name().to_str().map(str::to_string) else {
+                            self.mark_failed();
                             return Some(Err(Failure {
                                 path: format!("{prefix}/{}", de.file_name().to_string_lossy()),
                                 error: "name is not UTF-8; skipped".into(),
@@ -159,7 +177,10 @@ impl Walker {
                         match self.entry(de.path(), format!("{prefix}/{name}")) {
                             Ok(Some(e)) => return Some(Ok(e)),
                             Ok(None) => {}
-                            Err(f) => return Some(Err(f)),
+                            Err(f) => {
+                                self.mark_failed();
+                                return Some(Err(f));
+                            }
                         }
                     }
                 }
@@ -254,6 +275,7 @@ fn control(
     cfg: &SourceConfig,
 ) -> Result<SourceReport, EngineError> {
     let mut walker = Walker {
+        level_failed: Vec::new(),
         dir_ends: cfg.dir_ends,
         roots: cfg.roots.iter().cloned().collect(),
         stack: Vec::new(),
@@ -271,7 +293,12 @@ fn control(
     loop {
         if !walk_done && open.len() < MAX_UNRESOLVED_FILES {
             let mut batch = Vec::new();
-            while batch.len() < ENTRIES_BATCH && open.len() < MAX_UNRESOLVED_FILES {
+            // Paths can be 4 KiB each: keep a batch well inside one frame.
+            let mut batch_bytes = 0;
+            while batch.len() < ENTRIES_BATCH
+                && batch_bytes < 256 << 10
+                && open.len() < MAX_UNRESOLVED_FILES
+            {
                 match walker.next() {
                     None => {
                         walk_done = true;
@@ -299,6 +326,8 @@ fn control(
                                 .fetch_add(e.size, Ordering::Relaxed);
                             open.insert(e.id, (e.path.clone(), path, e.size, e.chunk_size));
                         }
+                        batch_bytes +=
+                            e.path.len() + e.target.as_ref().map_or(0, String::len) + 200;
                         batch.push(e);
                     }
                 }

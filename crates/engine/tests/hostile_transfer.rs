@@ -1,0 +1,141 @@
+//! A peer that speaks the transfer protocol badly loses its own transfer,
+//! promptly and without taking a server thread down with it.
+
+use std::io::Write;
+use std::net::{SocketAddr, TcpStream};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use longhaul_engine::conn::FramedConn;
+use longhaul_engine::server::{ServeConfig, Server};
+use longhaul_engine::xfer::storage::Local;
+use longhaul_engine::xfer::Export;
+use longhaul_proto::frame::MAGIC;
+use longhaul_proto::msg::{Direction, Hello, Message, Role};
+use longhaul_proto::xfer::*;
+
+fn hello(role: Role) -> Vec<u8> {
+    let mut b = MAGIC.to_vec();
+    Message::Hello(Hello {
+        min_version: 1,
+        max_version: 1,
+        software: "hostile test".into(),
+        role,
+    })
+    .encode(&mut b)
+    .unwrap();
+    b
+}
+
+fn next(c: &mut FramedConn) -> Message {
+    c.recv_until(Instant::now() + Duration::from_secs(5))
+        .expect("connection alive")
+        .expect("an answer within 5 s")
+}
+
+/// Opens a push of one announced 10-byte file and returns the control
+/// connection and the data stream, after the sink said it wants the file.
+fn start_push(addr: SocketAddr) -> (FramedConn, TcpStream) {
+    let mut tcp = TcpStream::connect(addr).unwrap();
+    tcp.write_all(&hello(Role::Control)).unwrap();
+    let mut c = FramedConn::new(Box::new(tcp), addr.to_string());
+    assert!(matches!(next(&mut c), Message::Welcome(_)));
+    c.send(&Message::TransferRequest(TransferRequest {
+        op: Op::Push,
+        export: "data".into(),
+        dest: "f.bin".into(),
+        sources: vec![],
+        source_count: 1,
+        recursive: false,
+        preserve: false,
+        streams: 1,
+        chunk_size: Some(1 << 20),
+        force: false,
+        sync: None,
+        dry_run: false,
+        verify: false,
+        contents: false,
+    }))
+    .unwrap();
+    let Message::TransferAccept(a) = next(&mut c) else {
+        panic!("no accept")
+    };
+    let mut data = TcpStream::connect(addr).unwrap();
+    data.write_all(&hello(Role::Data {
+        token: a.token,
+        stream: 0,
+        direction: Direction::Up,
+    }))
+    .unwrap();
+    c.send(&Message::Entries(Entries {
+        entries: vec![Entry {
+            id: 1,
+            path: "f.bin".into(),
+            kind: Kind::File,
+            size: 10,
+            mode: 0o644,
+            mtime_ns: 0,
+            target: None,
+            chunk_size: 1 << 20,
+            sparse: false,
+            incomplete: false,
+            digest: None,
+        }],
+    }))
+    .unwrap();
+    assert!(matches!(next(&mut c), Message::Wants(_)));
+    (c, data)
+}
+
+#[test]
+fn chunk_index_past_the_end_ends_the_transfer_promptly() {
+    let dir = std::env::temp_dir().join(format!("lh-hostile-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let s = Server::bind(
+        &[SocketAddr::from(([127, 0, 0, 1], 0))],
+        ServeConfig {
+            exports: vec![Export {
+                name: "data".into(),
+                root: dir.canonicalize().unwrap(),
+                read_only: false,
+            }],
+            storage: Arc::new(Local),
+            state_dir: dir.join("state"),
+            ..ServeConfig::default()
+        },
+    )
+    .unwrap()
+    .spawn();
+    for (index, offset) in [(5u32, 5u64 << 20), (u32::MAX, u64::from(u32::MAX) << 20)] {
+        let (mut c, mut data) = start_push(s.addr());
+        let header = ChunkHeader {
+            zero: false,
+            file: 1,
+            index,
+            offset,
+            len: 0,
+        };
+        data.write_all(&header.encode()).unwrap();
+        data.write_all(blake3::hash(b"").as_bytes()).unwrap();
+        let started = Instant::now();
+        // The sink reports the broken transfer (or closes); it does not hang.
+        let end = c.recv_until(Instant::now() + Duration::from_secs(5));
+        match end {
+            Ok(Some(Message::TransferDone(r))) => {
+                assert!(!r.failed.is_empty(), "{r:?}");
+                assert!(r.failed[0].error.contains("does not match"), "{r:?}");
+            }
+            Ok(Some(m)) => panic!("unexpected {}", m.name()),
+            Ok(None) => panic!("no answer in 5 s: the sink hung"),
+            Err(_) => {}
+        }
+        assert!(started.elapsed() < Duration::from_secs(5));
+        assert!(!dir.join("f.bin").exists());
+    }
+    // The server still serves.
+    let (mut c, _data) = start_push(s.addr());
+    c.send(&Message::EntriesEnd(EntriesEnd { files: 1 }))
+        .unwrap();
+    s.shutdown();
+    let _ = std::fs::remove_dir_all(&dir);
+}
