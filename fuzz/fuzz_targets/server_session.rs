@@ -172,7 +172,8 @@ fuzz_target!(|input: Input| {
     let limits = Limits {
         max_streams: l.max_streams,
         max_duration: Duration::from_secs(u64::from(l.max_duration_s)),
-        max_bytes: l.max_bytes,
+                max_bytes: l.max_bytes,
+        max_buffer_bytes: l.max_bytes,
         allow_third_party: l.allow_third_party,
         handshake_timeout: Duration::from_millis(u64::from(l.handshake_ms)),
         idle_timeout: Duration::from_millis(u64::from(l.idle_ms)),
