@@ -587,6 +587,7 @@ fn report_failure(a: &PerfArgs, doc: Option<&output::JsonDoc>, f: Failure) -> i3
 fn cp(a: CpArgs, sync: Option<longhaul_proto::xfer::SyncOptions>, dry_run: bool) -> i32 {
     let mut paths = a.paths.clone();
     let dest = paths.pop().expect("clap requires two paths");
+    let interrupt = interrupt_flag();
     let opts = CpOptions {
         sources: paths,
         dest,
@@ -601,10 +602,13 @@ fn cp(a: CpArgs, sync: Option<longhaul_proto::xfer::SyncOptions>, dry_run: bool)
         sync,
         dry_run,
         digests_to: a.digests.clone(),
-        progress: Default::default(),
+        progress: Arc::new(longhaul_engine::xfer::Progress {
+            interrupt: interrupt.clone(),
+            ..Default::default()
+        }),
         client: ClientOptions {
             connect_timeout: a.connect_timeout,
-            interrupt: interrupt_flag(),
+            interrupt,
             ..ClientOptions::default()
         },
     };

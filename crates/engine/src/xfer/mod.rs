@@ -38,6 +38,20 @@ pub struct Progress {
     pub announced_files: AtomicU64,
     /// Set once the source has announced everything.
     pub walk_done: std::sync::atomic::AtomicBool,
+    /// Set from outside (Ctrl-C) to end the transfer; journals stay for a resume.
+    pub interrupt: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Progress {
+    fn check_interrupt(&self) -> Result<(), EngineError> {
+        if self.interrupt.load(std::sync::atomic::Ordering::Relaxed) {
+            Err(EngineError::Failed(
+                "interrupted; run the same command again to resume".into(),
+            ))
+        } else {
+            Ok(())
+        }
+    }
 }
 
 /// Where `DIGEST  PATH` lines go as files are verified (`--digests FILE`),

@@ -216,6 +216,7 @@ fn control(
         })
     };
     loop {
+        cfg.progress.check_interrupt()?;
         while let Ok(ev) = rx.try_recv() {
             match ev {
                 Event::Done(d, bytes) => {
@@ -509,7 +510,16 @@ fn open_file(e: &Entry, cfg: &SinkConfig, files: &Files, report: &mut SinkReport
     let mut skip = Vec::new();
     let mut resumed = 0u64;
     // Resume: chunks the journal lists are hashed again, not trusted.
-    if let (Ok(bytes), Ok(reader)) = (std::fs::read(&journal_path), cfg.storage.open_read(&part)) {
+    // Resume: only files of several chunks have a journal; the partial
+    // file is opened only when there is one.
+    let journal_bytes = if count > 1 {
+        std::fs::read(&journal_path).ok()
+    } else {
+        None
+    };
+    if let Some((bytes, reader)) =
+        journal_bytes.and_then(|b| cfg.storage.open_read(&part).ok().map(|r| (b, r)))
+    {
         if let Some((h, records)) = parse_journal(&bytes).filter(|(h, _)| *h == header) {
             let _ = h;
             let mut buf = Vec::new();
@@ -530,10 +540,7 @@ fn open_file(e: &Entry, cfg: &SinkConfig, files: &Files, report: &mut SinkReport
         }
     }
     let fresh = skip.is_empty();
-    if fresh {
-        let _ = std::fs::remove_file(&part);
-    }
-    let out = match cfg.storage.open_write(&part) {
+    let out = match cfg.storage.open_write(&part, fresh) {
         Ok(o) => o,
         Err(err) => return fail(io_err("create", &part, err)),
     };
@@ -543,7 +550,7 @@ fn open_file(e: &Entry, cfg: &SinkConfig, files: &Files, report: &mut SinkReport
         }
         // Reserve the space now, so that a full disk shows at once; a
         // sparse source keeps its holes instead.
-        if !e.sparse && e.size > 0 {
+        if !e.sparse && count > 1 {
             if let Err(err) = out.allocate(e.size) {
                 if err.raw_os_error() == Some(libc::ENOSPC) {
                     return fail(format!(
@@ -621,14 +628,18 @@ fn finish(f: &FileState, cfg: &SinkConfig) -> FileDone {
         std::fs::set_permissions(&f.part, std::fs::Permissions::from_mode(mode))
             .map_err(|e| io_err("set mode of", &f.part, e))?;
         set_mtime(&f.part, f.entry.mtime_ns).map_err(|e| io_err("set mtime of", &f.part, e))?;
-        if std::fs::symlink_metadata(&f.target).is_ok_and(|m| m.is_dir()) {
-            return Err(format!(
-                "{} is a directory; not replaced by a file",
-                f.target.display()
-            ));
+        std::fs::rename(&f.part, &f.target).map_err(|e| match e.raw_os_error() {
+            Some(libc::EISDIR | libc::ENOTEMPTY | libc::EEXIST) => {
+                format!(
+                    "{} is a directory; not replaced by a file",
+                    f.target.display()
+                )
+            }
+            _ => io_err("rename into", &f.target, e),
+        })?;
+        if f.inner.lock().expect("poisoned").journal.is_some() {
+            let _ = std::fs::remove_file(&f.journal_path);
         }
-        std::fs::rename(&f.part, &f.target).map_err(|e| io_err("rename into", &f.target, e))?;
-        let _ = std::fs::remove_file(&f.journal_path);
         let p = f.inner.lock().expect("poisoned");
         let mut all = Vec::with_capacity(p.hashes.len() * 32);
         for h in p.hashes.iter().flatten() {

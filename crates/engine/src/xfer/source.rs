@@ -291,6 +291,7 @@ fn control(
     let mut open: HashMap<u64, (String, PathBuf, u64, u64)> = HashMap::new();
     let (q, cv) = &**shared;
     loop {
+        cfg.progress.check_interrupt()?;
         if !walk_done && open.len() < MAX_UNRESOLVED_FILES {
             let mut batch = Vec::new();
             // Paths can be 4 KiB each: keep a batch well inside one frame.

@@ -35,8 +35,9 @@ pub trait WriteAt: Send + Sync {
 /// stay on `std::fs`; the data path, where faults matter, goes here.
 pub trait Storage: Send + Sync {
     fn open_read(&self, path: &Path) -> io::Result<Box<dyn ReadAt>>;
-    /// Opens a partial file for writing, creating it if needed.
-    fn open_write(&self, path: &Path) -> io::Result<Box<dyn WriteAt>>;
+    /// Opens a partial file for writing, creating it if needed; `truncate`
+    /// empties one left from an earlier run.
+    fn open_write(&self, path: &Path, truncate: bool) -> io::Result<Box<dyn WriteAt>>;
 }
 
 impl ReadAt for File {
@@ -104,18 +105,18 @@ impl Storage for Local {
         ))
     }
 
-    fn open_write(&self, path: &Path) -> io::Result<Box<dyn WriteAt>> {
-        Ok(Box::new(open_part(path)?))
+    fn open_write(&self, path: &Path, truncate: bool) -> io::Result<Box<dyn WriteAt>> {
+        Ok(Box::new(open_part(path, truncate)?))
     }
 }
 
 /// Opens (or creates, private to us) a partial file, never through a symlink.
-fn open_part(path: &Path) -> io::Result<File> {
+fn open_part(path: &Path, truncate: bool) -> io::Result<File> {
     OpenOptions::new()
         .read(true)
         .write(true)
         .create(true)
-        .truncate(false)
+        .truncate(truncate)
         .mode(0o600)
         .custom_flags(libc::O_NOFOLLOW)
         .open(path)
@@ -192,9 +193,9 @@ impl Storage for Faulty {
         Ok(Box::new(FaultyRead(File::open(path)?)))
     }
 
-    fn open_write(&self, path: &Path) -> io::Result<Box<dyn WriteAt>> {
+    fn open_write(&self, path: &Path, truncate: bool) -> io::Result<Box<dyn WriteAt>> {
         Ok(Box::new(FaultyWrite {
-            file: open_part(path)?,
+            file: open_part(path, truncate)?,
             faults: self.faults.clone(),
         }))
     }
@@ -253,7 +254,7 @@ mod tests {
         });
         let s = Faulty { faults };
         let p = dir.join("f");
-        let w = s.open_write(&p).unwrap();
+        let w = s.open_write(&p, true).unwrap();
         write_all_at(&*w, b"abcdefgh", 0).unwrap();
         let e = write_all_at(&*w, b"ijklmnop", 8).unwrap_err();
         assert_eq!(e.raw_os_error(), Some(libc::ENOSPC));
