@@ -149,6 +149,9 @@ enum Event {
 
 type Files = Arc<Mutex<HashMap<u64, Arc<FileState>>>>;
 
+/// Threads that make finished files durable and rename them into place.
+const FINISHERS: usize = 8;
+
 fn side_path(target: &Path, suffix: &str) -> PathBuf {
     let name = target
         .file_name()
@@ -171,26 +174,50 @@ pub fn run_sink(
     let files: Files = Arc::new(Mutex::new(HashMap::new()));
     let (tx, rx) = mpsc::channel();
     let cfg = Arc::new(cfg);
+    // Finishing a file (fdatasync, mode, mtime, rename) runs on a pool, so
+    // that neither the receivers nor the control thread wait on the disk,
+    // and the file system can merge the flushes of many files.
+    let (fin_tx, fin_rx) = mpsc::channel::<Arc<FileState>>();
+    let fin_rx = Arc::new(Mutex::new(fin_rx));
+    let mut finishers = Vec::new();
+    for _ in 0..FINISHERS {
+        let (fin_rx, tx, cfg) = (fin_rx.clone(), tx.clone(), cfg.clone());
+        finishers.push(
+            std::thread::Builder::new()
+                .name("lh-finish".into())
+                .spawn(move || loop {
+                    let next = fin_rx.lock().expect("poisoned").recv();
+                    let Ok(f) = next else { return };
+                    let done = finish(&f, &cfg);
+                    let _ = tx.send(Event::Done(done, f.entry.size));
+                })
+                .map_err(|e| EngineError::io("failed to start a finisher".into(), e))?,
+        );
+    }
     let mut workers = Vec::new();
     for s in &streams {
         let s = s
             .try_clone()
             .map_err(|e| EngineError::io("failed to clone a data stream".into(), e))?;
-        let (files, tx, cfg) = (files.clone(), tx.clone(), cfg.clone());
+        let (files, tx, fin) = (files.clone(), tx.clone(), fin_tx.clone());
         workers.push(
             std::thread::Builder::new()
                 .name("lh-sink".into())
-                .spawn(move || receive(&s, &files, &tx, &cfg))
+                .spawn(move || receive(&s, &files, &tx, &fin))
                 .map_err(|e| EngineError::io("failed to start a receiver".into(), e))?,
         );
     }
     drop(tx);
-    let result = control(conn, &files, &rx, &cfg);
+    let result = control(conn, &files, &rx, &fin_tx, &cfg);
     for s in &streams {
         let _ = s.shutdown(Shutdown::Both);
     }
     for w in workers {
         let _ = w.join();
+    }
+    drop(fin_tx);
+    for f in finishers {
+        let _ = f.join();
     }
     result
 }
@@ -199,6 +226,7 @@ fn control(
     conn: &mut FramedConn,
     files: &Files,
     rx: &Receiver<Event>,
+    fin: &Sender<Arc<FileState>>,
     cfg: &SinkConfig,
 ) -> Result<SinkReport, EngineError> {
     let mut report = SinkReport::default();
@@ -353,24 +381,7 @@ fn control(
                     .cloned()
                     .collect();
                 for f in ready {
-                    let done = finish(&f, cfg);
-                    let size = f.entry.size;
-                    if let Some(path) = unresolved.remove(&done.id) {
-                        resolved += 1;
-                        match &done.error {
-                            Some(e) => fail(&mut report, &path, e.clone()),
-                            None => {
-                                report.files += 1;
-                                cfg.progress.files.fetch_add(1, Ordering::Relaxed);
-                                report.bytes += size;
-                                if let Some(dg) = &done.digest {
-                                    super::write_digest(&cfg.digest_out, &path, dg);
-                                }
-                            }
-                        }
-                    }
-                    files.lock().expect("poisoned").remove(&done.id);
-                    conn.send(&Message::FileDone(done))?;
+                    let _ = fin.send(f);
                 }
             }
             Some(Message::FileDone(d)) => {
@@ -687,7 +698,7 @@ fn verify(f: &FileState, cfg: &SinkConfig) -> Result<(), String> {
 /// One data stream: chunk frames in, streamed through the cache in pieces
 /// (hashed and written as they arrive), counted only once the trailer's
 /// hash matches.
-fn receive(s: &TcpStream, files: &Files, tx: &Sender<Event>, cfg: &SinkConfig) {
+fn receive(s: &TcpStream, files: &Files, tx: &Sender<Event>, fin: &Sender<Arc<FileState>>) {
     let mut r = s;
     let mut header = [0u8; CHUNK_HEADER_LEN];
     let mut trailer = [0u8; CHUNK_TRAILER_LEN];
@@ -819,8 +830,7 @@ fn receive(s: &TcpStream, files: &Files, tx: &Sender<Event>, cfg: &SinkConfig) {
             take
         };
         if complete {
-            let done = finish(f, cfg);
-            let _ = tx.send(Event::Done(done, f.entry.size));
+            let _ = fin.send(f.clone());
         }
     }
 }
