@@ -110,6 +110,37 @@ pub(crate) struct Control {
 }
 
 impl Control {
+    /// Connects a data stream to the server and presents the token.
+    pub(crate) fn open_data_stream(
+        &self,
+        token: &str,
+        stream: u16,
+        direction: Direction,
+        opts: &ClientOptions,
+        tune: impl Fn(&socket2::Socket) -> std::io::Result<()>,
+    ) -> Result<std::net::TcpStream, EngineError> {
+        let mut tcp = conn::connect(&[self.peer], opts.connect_timeout, tune)?;
+        let mut hello = MAGIC.to_vec();
+        Message::Hello(Hello {
+            min_version: self.welcome.version,
+            max_version: self.welcome.version,
+            software: crate::software(),
+            role: Role::Data {
+                token: token.to_string(),
+                stream,
+                direction,
+            },
+        })
+        .encode(&mut hello)?;
+        tcp.write_all(&hello).map_err(|e| {
+            EngineError::io(
+                format!("failed to open data stream {stream} to {}", self.peer),
+                e,
+            )
+        })?;
+        Ok(tcp)
+    }
+
     fn flush(&mut self) -> Result<(), EngineError> {
         while let Some(m) = self.session.poll_transmit() {
             self.conn.send(&m)?;
@@ -305,26 +336,8 @@ fn open_streams(
         let socket = match params.transport {
             Transport::Tcp => {
                 let tuning = tuning_for(params, End::Client.sends(direction));
-                let mut tcp = conn::connect(&[ctl.peer], opts.connect_timeout, |s| {
+                let tcp = ctl.open_data_stream(&accept.token, stream, direction, opts, |s| {
                     sock::apply_tcp(s, &tuning)
-                })?;
-                let mut hello = MAGIC.to_vec();
-                Message::Hello(Hello {
-                    min_version: ctl.welcome.version,
-                    max_version: ctl.welcome.version,
-                    software: crate::software(),
-                    role: Role::Data {
-                        token: accept.token.clone(),
-                        stream,
-                        direction,
-                    },
-                })
-                .encode(&mut hello)?;
-                tcp.write_all(&hello).map_err(|e| {
-                    EngineError::io(
-                        format!("failed to open data stream {stream} to {}", ctl.peer),
-                        e,
-                    )
                 })?;
                 DataSocket::Tcp(Arc::new(tcp))
             }

@@ -2,22 +2,19 @@
 //! data goes, ask the server, open the data streams, run the local side,
 //! and retry a lost connection (the sink's journal makes a retry resume).
 
-use std::io::Write;
 use std::net::TcpStream;
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use longhaul_proto::frame::MAGIC;
-use longhaul_proto::msg::{Direction, Hello, Message, Role};
+use longhaul_proto::msg::{Direction, Message};
 use longhaul_proto::xfer::*;
 
 use super::sink::{into_dir, run_sink, SinkConfig};
 use super::source::{run_source, SourceConfig};
 use super::storage::{Local, Storage};
 use crate::client::{open_control, ClientOptions, Control};
-use crate::conn;
 use crate::EngineError;
 
 /// What `cp` was asked to do.
@@ -181,28 +178,7 @@ fn open_streams(
     o: &ClientOptions,
 ) -> Result<Vec<TcpStream>, EngineError> {
     (0..n)
-        .map(|stream| {
-            let mut tcp = conn::connect(&[ctl.peer], o.connect_timeout, |s| s.set_nodelay(false))?;
-            let mut hello = MAGIC.to_vec();
-            Message::Hello(Hello {
-                min_version: ctl.welcome.version,
-                max_version: ctl.welcome.version,
-                software: crate::software(),
-                role: Role::Data {
-                    token: token.to_string(),
-                    stream,
-                    direction,
-                },
-            })
-            .encode(&mut hello)?;
-            tcp.write_all(&hello).map_err(|e| {
-                EngineError::io(
-                    format!("failed to open data stream {stream} to {}", ctl.peer),
-                    e,
-                )
-            })?;
-            Ok(tcp)
-        })
+        .map(|stream| ctl.open_data_stream(token, stream, direction, o, |s| s.set_nodelay(false)))
         .collect()
 }
 
