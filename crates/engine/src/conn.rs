@@ -91,16 +91,7 @@ impl FramedConn {
                     None => Ok(None),
                 }
             }
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    io::ErrorKind::WouldBlock
-                        | io::ErrorKind::TimedOut
-                        | io::ErrorKind::Interrupted
-                ) =>
-            {
-                Ok(None)
-            }
+            Err(e) if crate::stream::transient(&e) => Ok(None),
             Err(e) => Err(EngineError::io(
                 format!("failed to read from {}", self.peer),
                 e,

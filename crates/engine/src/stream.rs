@@ -134,6 +134,14 @@ fn micros_since(epoch: Instant) -> u64 {
     (epoch.elapsed().as_micros() as u64).max(1)
 }
 
+/// An error that only means "not now": a time-out, or a signal.
+pub(crate) fn transient(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut | io::ErrorKind::Interrupted
+    )
+}
+
 fn should_stop(plan: &Plan) -> bool {
     plan.stop.load(Ordering::Relaxed) || plan.until.is_some_and(|u| Instant::now() >= u)
 }
@@ -253,13 +261,7 @@ fn tcp_send(s: &TcpStream, plan: &Plan, c: &Counters) -> io::Result<()> {
                 remaining -= n as u64;
                 c.bytes.fetch_add(n as u64, Ordering::Relaxed);
             }
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    io::ErrorKind::Interrupted
-                        | io::ErrorKind::WouldBlock
-                        | io::ErrorKind::TimedOut
-                ) => {}
+            Err(e) if transient(&e) => {}
             Err(e)
                 if matches!(e.raw_os_error(), Some(libc::EINVAL | libc::ENOSYS))
                     && !matches!(writer, Writer::Copy) =>
@@ -282,14 +284,7 @@ fn tcp_send(s: &TcpStream, plan: &Plan, c: &Counters) -> io::Result<()> {
         match r.read(&mut sink) {
             Ok(0) => break,
             Ok(_) => {}
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    io::ErrorKind::WouldBlock
-                        | io::ErrorKind::TimedOut
-                        | io::ErrorKind::Interrupted
-                ) =>
-            {
+            Err(e) if transient(&e) => {
                 if plan.stop.load(Ordering::Relaxed) {
                     break;
                 }
@@ -479,14 +474,7 @@ fn udp_recv(s: &UdpSocket, plan: &Plan, c: &Counters) -> io::Result<()> {
         }
         let (n, segsize, drops) = match recv_with_cmsg(s, &mut buf) {
             Ok(v) => v,
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    io::ErrorKind::WouldBlock
-                        | io::ErrorKind::TimedOut
-                        | io::ErrorKind::Interrupted
-                ) =>
-            {
+            Err(e) if transient(&e) => {
                 if plan.until.is_none() && last_data.elapsed() > silence {
                     break;
                 }
