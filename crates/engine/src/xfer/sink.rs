@@ -127,6 +127,10 @@ struct FileState {
     out: Box<dyn WriteAt>,
     /// Created empty for this run (not resumed): unwritten ranges are zero.
     fresh: bool,
+    /// One writer at a time per file: the kernel serializes writes to one
+    /// inode anyway, and contended, its lock spins on the CPU the other
+    /// streams need; a sleeping lock here costs nothing.
+    write_lock: Mutex<()>,
     inner: Mutex<Progress>,
 }
 
@@ -604,6 +608,7 @@ fn open_file(e: &Entry, cfg: &SinkConfig, files: &Files, report: &mut SinkReport
         journal_path,
         out,
         fresh,
+        write_lock: Mutex::new(()),
         inner: Mutex::new(Progress {
             journal,
             hashes,
@@ -758,6 +763,7 @@ fn receive(s: &TcpStream, files: &Files, tx: &Sender<Event>, fin: &Sender<Arc<Fi
             if write && write_error.is_none() {
                 let f = target.expect("write implies a target");
                 let t = Instant::now();
+                let _one_writer = f.write_lock.lock().expect("poisoned");
                 if let Err(e) = write_all_at(&*f.out, piece, h.offset + off) {
                     write_error = Some(e);
                 }
