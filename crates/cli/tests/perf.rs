@@ -277,7 +277,7 @@ fn third_party_test_between_two_servers() {
         .output()
         .unwrap();
     assert!(o.status.success(), "{}", stderr(&o));
-        let v = json_of(&o);
+    let v = json_of(&o);
     assert!(v["summary"]["bytes"].as_u64().unwrap() > 0);
     assert!(!v["intervals"].as_array().unwrap().is_empty());
     // The relaying server passes on the setup of its test, too.
