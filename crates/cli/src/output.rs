@@ -82,6 +82,18 @@ fn id_of(s: &StreamReport, mode: Mode) -> String {
     format!("{}{}", dir_tag(s.direction, mode), s.stream)
 }
 
+fn report_line(s: &StreamReport, mode: Mode, from: f64, to: f64) -> String {
+    stream_line(
+        &id_of(s, mode),
+        from,
+        to,
+        s.bytes,
+        s.bits_per_second,
+        s.tcp.as_ref(),
+        s.udp.as_ref(),
+    )
+}
+
 fn sum_line(d: &DirectionReport, mode: Mode, from: f64, to: f64) -> String {
     let id = format!("{}SUM", dir_tag(d.direction, mode));
     stream_line(
@@ -152,25 +164,20 @@ impl Reporter for Human {
             ));
         }
         let tag = if r.omitted { "  (omitted)" } else { "" };
-        if self.streams > 1 || self.mode == Mode::Bidir {
+        let per_stream = self.streams > 1 || self.mode == Mode::Bidir;
+        if per_stream {
             for s in &r.streams {
-                out(&stream_line(
-                    &id_of(s, self.mode),
-                    r.start_s,
-                    r.end_s,
-                    s.bytes,
-                    s.bits_per_second,
-                    s.tcp.as_ref(),
-                    s.udp.as_ref(),
-                ));
+                out(&report_line(s, self.mode, r.start_s, r.end_s));
             }
         }
         for d in &r.directions {
-            let id = if self.streams > 1 || self.mode == Mode::Bidir {
+            let line = if per_stream {
                 sum_line(d, self.mode, r.start_s, r.end_s)
             } else {
+                // One stream: its line is the direction's total, under the stream's id.
+                let id = id_of(&r.streams[0], self.mode);
                 stream_line(
-                    &id_of(&r.streams[0], self.mode),
+                    &id,
                     r.start_s,
                     r.end_s,
                     d.bytes,
@@ -179,22 +186,14 @@ impl Reporter for Human {
                     d.udp.as_ref(),
                 )
             };
-            out(&format!("{id}{tag}"));
+            out(&format!("{line}{tag}"));
         }
     }
 
     fn summary(&mut self, s: &Summary) {
         out("- - - - - - - - - - - - - - - - - - - - - - - - - - - - - - - - - - - - -");
         for st in s.streams.iter().filter(|_| self.streams > 1) {
-            out(&stream_line(
-                &id_of(st, self.mode),
-                0.0,
-                s.seconds,
-                st.bytes,
-                st.bits_per_second,
-                st.tcp.as_ref(),
-                st.udp.as_ref(),
-            ));
+            out(&report_line(st, self.mode, 0.0, s.seconds));
         }
         for d in &s.directions {
             out(&sum_line(d, self.mode, 0.0, s.seconds));

@@ -725,20 +725,33 @@ fn serve_process(t: &TempDir, exp: &Path, listen: &str, tag: &str) -> (Proc, Soc
     }
 }
 
-#[test]
-fn server_killed_mid_transfer_then_rerun_resumes() {
-    let t = TempDir::new("killserver");
+/// A push of a 512 MiB random file to a `longhaul serve` process, caught
+/// once the server has journaled at least two chunks and then killed -9.
+/// Random data throughout: zero chunks travel without payload and would
+/// make the transfer too quick to interrupt.
+struct KilledServer {
+    t: TempDir,
+    exp: PathBuf,
+    file: PathBuf,
+    target: PathBuf,
+    addr: SocketAddr,
+    client: Child,
+    /// Chunk indices the killed server journaled, sorted, no repeats.
+    journaled: Vec<u32>,
+}
+
+fn push_and_kill_server(name: &str, seed: u64, cp_args: &[&str]) -> KilledServer {
+    let t = TempDir::new(name);
     let srcd = t.dir("src");
     let exp = t.dir("export");
     let file = srcd.join("large.img");
-    // Random data throughout: zero chunks may travel without payload and
-    // would make the transfer too quick to interrupt.
-    write_random(&file, 512 * MIB as usize, 9);
+    write_random(&file, 512 * MIB as usize, seed);
     let (mut server, addr) = serve_process(&t, &exp, "127.0.0.1:0", "1");
     let target = exp.join("large.img");
     let journal = side(&target, "lhjournal");
     let mut client = bin()
-        .args(["cp", "--chunk", "1M", "-P", "1", "--retries", "0"])
+        .arg("cp")
+        .args(cp_args)
         .arg(&file)
         .arg(remote(addr, ""))
         .stdin(Stdio::null())
@@ -748,61 +761,67 @@ fn server_killed_mid_transfer_then_rerun_resumes() {
         .unwrap();
     wait_for_records(&journal, 2, &mut client, Duration::from_secs(60));
     server.kill9();
-    let out = client.wait_with_output().unwrap();
+    // Nothing touches the journal until the client's retry (after 1 s), if any.
+    let mut journaled = journal_indices(&journal);
+    assert!(journaled.len() >= 2);
+    journaled.sort_unstable();
+    journaled.dedup();
+    KilledServer {
+        t,
+        exp,
+        file,
+        target,
+        addr,
+        client,
+        journaled,
+    }
+}
+
+#[test]
+fn server_killed_mid_transfer_then_rerun_resumes() {
+    let k = push_and_kill_server(
+        "killserver",
+        9,
+        &["--chunk", "1M", "-P", "1", "--retries", "0"],
+    );
+    let out = k.client.wait_with_output().unwrap();
     // Failed mid-way.
     assert_exit(&out, 5);
-    assert!(!target.exists());
-    let mut indices = journal_indices(&journal);
-    assert!(indices.len() >= 2);
-    indices.sort_unstable();
-    indices.dedup();
+    assert!(!k.target.exists());
 
     // Same port again.
-    let (_server, addr2) = serve_process(&t, &exp, &addr.to_string(), "2");
-    assert_eq!(addr, addr2);
-    let v = cp_ok(&["--chunk", "1M", file.to_str().unwrap(), &remote(addr, "")]);
+    let (_server, addr2) = serve_process(&k.t, &k.exp, &k.addr.to_string(), "2");
+    assert_eq!(k.addr, addr2);
+    let v = cp_ok(&[
+        "--chunk",
+        "1M",
+        k.file.to_str().unwrap(),
+        &remote(k.addr, ""),
+    ]);
     assert!(v["resumed_bytes"].as_u64().unwrap() > 0, "{v}");
     // Every record the killed server journaled points at good data.
-    assert_eq!(v["resumed_bytes"], indices.len() as u64 * MIB, "{v}");
-    assert_same_file(&file, &target);
-    assert_no_leftovers(&exp);
+    assert_eq!(v["resumed_bytes"], k.journaled.len() as u64 * MIB, "{v}");
+    assert_same_file(&k.file, &k.target);
+    assert_no_leftovers(&k.exp);
 }
 
 #[test]
 fn server_killed_and_restarted_client_retries_and_resumes() {
-    let t = TempDir::new("restart");
-    let srcd = t.dir("src");
-    let exp = t.dir("export");
-    let file = srcd.join("large.img");
-    write_random(&file, 512 * MIB as usize, 10);
-    let (mut server, addr) = serve_process(&t, &exp, "127.0.0.1:0", "1");
-    let target = exp.join("large.img");
-    let journal = side(&target, "lhjournal");
-    let mut client = bin()
-        .args(["cp", "--json", "--chunk", "1M", "-P", "2", "--retries", "5"])
-        .arg(&file)
-        .arg(remote(addr, ""))
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    wait_for_records(&journal, 2, &mut client, Duration::from_secs(60));
-    server.kill9();
-    // Nothing touches the journal until the client's retry (after 1 s).
-    let mut indices = journal_indices(&journal);
-    indices.sort_unstable();
-    indices.dedup();
-    let (_server, addr2) = serve_process(&t, &exp, &addr.to_string(), "2");
-    assert_eq!(addr, addr2);
-    let out = client.wait_with_output().unwrap();
+    let k = push_and_kill_server(
+        "restart",
+        10,
+        &["--json", "--chunk", "1M", "-P", "2", "--retries", "5"],
+    );
+    let (_server, addr2) = serve_process(&k.t, &k.exp, &k.addr.to_string(), "2");
+    assert_eq!(k.addr, addr2);
+    let out = k.client.wait_with_output().unwrap();
     assert_exit(&out, 0);
     let v = json_of(&out);
     assert!(v["attempts"].as_u64().unwrap() >= 2, "{v}");
-    assert_eq!(v["resumed_bytes"], indices.len() as u64 * MIB, "{v}");
+    assert_eq!(v["resumed_bytes"], k.journaled.len() as u64 * MIB, "{v}");
     assert_eq!(v["files"], 1, "{v}");
-    assert_same_file(&file, &target);
-    assert_no_leftovers(&exp);
+    assert_same_file(&k.file, &k.target);
+    assert_no_leftovers(&k.exp);
 }
 
 #[test]
