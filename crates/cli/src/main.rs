@@ -111,6 +111,9 @@ struct ServeArgs {
     /// Skip the fdatasync of each received file before it is renamed into place.
     #[arg(long)]
     no_sync: bool,
+    /// Read and write file data with O_DIRECT (bypass the page cache) for every transfer.
+    #[arg(long)]
+    direct: bool,
     /// Refuse third-party requests (`longhaul perf THIS OTHER`).
     #[arg(long)]
     no_third_party: bool,
@@ -154,6 +157,9 @@ struct CpArgs {
     /// Re-read every file at the destination after writing it and compare.
     #[arg(long)]
     verify: bool,
+    /// Read and write file data with O_DIRECT on both ends (bypass the page cache).
+    #[arg(long)]
+    direct: bool,
     /// Print one JSON document at the end.
     #[arg(long)]
     json: bool,
@@ -362,7 +368,11 @@ fn serve(a: ServeArgs) -> i32 {
         max_connections: a.max_connections,
         exports: a.export,
         sync_files: !a.no_sync,
-        storage: std::sync::Arc::new(longhaul_engine::xfer::storage::Local),
+        storage: if a.direct {
+            std::sync::Arc::new(longhaul_engine::xfer::storage::Direct)
+        } else {
+            std::sync::Arc::new(longhaul_engine::xfer::storage::Local)
+        },
         state_dir: a
             .state_dir
             .unwrap_or_else(longhaul_engine::server::default_state_dir),
@@ -598,6 +608,7 @@ fn cp(a: CpArgs, sync: Option<longhaul_proto::xfer::SyncOptions>, dry_run: bool)
         force: a.force,
         retries: a.retries,
         sync_files: !a.no_sync,
+        direct: a.direct,
         verify: a.verify,
         sync,
         dry_run,

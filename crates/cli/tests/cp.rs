@@ -553,6 +553,53 @@ fn single_files_and_several_sources() {
     s.shutdown();
 }
 
+#[test]
+fn direct_io_push_and_pull_with_unaligned_tails() {
+    let t = TempDir::new("direct");
+    let srcd = t.dir("src");
+    let exp = t.dir("export");
+    let local = t.dir("local");
+    // Aligned, unaligned tail, smaller than one block, and a chunk size
+    // that is not a multiple of the block: every request kind.
+    let files = [
+        ("aligned.bin", 3 * MIB as usize),
+        ("tail.bin", 3 * MIB as usize + 4097),
+        ("tiny.bin", 100),
+    ];
+    for (i, (name, len)) in files.iter().enumerate() {
+        write_random(&srcd.join(name), *len, 40 + i as u64);
+    }
+    let s = data_server(&exp, &t.dir("state"));
+    for chunk in ["1M", "1000000"] {
+        let v = cp_ok(&[
+            "-r",
+            "--direct",
+            "--force",
+            "--chunk",
+            chunk,
+            srcd.to_str().unwrap(),
+            &remote(s.addr(), ""),
+        ]);
+        assert_eq!(v["files"], 3, "{v}");
+        let back = local.join(chunk);
+        cp_ok(&[
+            "-r",
+            "--direct",
+            "--chunk",
+            chunk,
+            &remote(s.addr(), "src"),
+            back.to_str().unwrap(),
+        ]);
+        for (name, _) in files {
+            assert_same_file(&srcd.join(name), &exp.join("src").join(name));
+            assert_same_file(&srcd.join(name), &back.join(name));
+        }
+    }
+    assert_no_leftovers(&exp);
+    assert_no_leftovers(&local);
+    s.shutdown();
+}
+
 /// Starts a push of `file` to the export root through `storage` (slowed
 /// down), kills the client with SIGKILL once the journal holds at least two
 /// records, and waits for the server to go quiet. Returns the target path.

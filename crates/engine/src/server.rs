@@ -766,7 +766,11 @@ fn serve_transfer(
         ex.name,
         t.streams
     );
-    let storage = shared.cfg.storage.clone();
+    let storage: Arc<dyn Storage> = if t.direct {
+        Arc::new(crate::xfer::storage::Direct)
+    } else {
+        shared.cfg.storage.clone()
+    };
     let result = match t.op {
         Op::Push => run_sink(
             conn,

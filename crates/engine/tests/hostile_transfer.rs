@@ -55,6 +55,7 @@ fn start_push(addr: SocketAddr) -> (FramedConn, TcpStream) {
         dry_run: false,
         verify: false,
         contents: false,
+        direct: false,
     }))
     .unwrap();
     let Message::TransferAccept(a) = next(&mut c) else {

@@ -59,6 +59,9 @@ pub struct TransferRequest {
     /// (`sync SRC/ DST`, rsync's trailing-slash rule), instead of `dest/NAME`.
     #[serde(default)]
     pub contents: bool,
+    /// Use O_DIRECT for file data on the server's side too (`--direct`).
+    #[serde(default)]
+    pub direct: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

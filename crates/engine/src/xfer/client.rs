@@ -13,7 +13,7 @@ use longhaul_proto::xfer::*;
 
 use super::sink::{into_dir, run_sink, SinkConfig};
 use super::source::{run_source, SourceConfig};
-use super::storage::{Local, Storage};
+use super::storage::{Direct, Local, Storage};
 use crate::client::{open_control, ClientOptions, Control};
 use crate::EngineError;
 
@@ -30,6 +30,8 @@ pub struct CpOptions {
     /// Connection attempts after the first, with backoff, before giving up.
     pub retries: u32,
     pub sync_files: bool,
+    /// O_DIRECT for file data on both ends, bypassing the page cache.
+    pub direct: bool,
     /// Re-read every file at the destination after writing and compare.
     pub verify: bool,
     /// `sync`: what to compare and whether to delete extraneous files.
@@ -209,7 +211,11 @@ fn cp_once(o: &CpOptions, plan: &Plan) -> Result<CpSummary, EngineError> {
         Plan::Push { host, export, .. } | Plan::Pull { host, export, .. } => (host, export),
     };
     let mut ctl = open_control(host, &o.client)?;
-    let storage: Arc<dyn Storage> = Arc::new(Local);
+    let storage: Arc<dyn Storage> = if o.direct {
+        Arc::new(Direct)
+    } else {
+        Arc::new(Local)
+    };
     let digest_out: Option<super::DigestOut> = match &o.digests_to {
         Some(p) => {
             let f = std::fs::File::create(p).map_err(|e| {
@@ -236,6 +242,7 @@ fn cp_once(o: &CpOptions, plan: &Plan) -> Result<CpSummary, EngineError> {
         dry_run: o.dry_run,
         verify: o.verify,
         contents: o.contents(),
+        direct: o.direct,
     };
     let mut s = CpSummary {
         streams: o.streams,

@@ -255,7 +255,7 @@ pub fn content_digest(
 ) -> io::Result<String> {
     let r = storage.open_read(path)?;
     let mut hasher = blake3::Hasher::new();
-    let mut buf = vec![0u8; PIECE];
+    let mut buf = storage::AlignedBuf::new(PIECE);
     let mut off = 0u64;
     while off < size {
         let n = (size - off).min(PIECE as u64) as usize;

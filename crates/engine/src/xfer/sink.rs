@@ -707,7 +707,7 @@ fn receive(s: &TcpStream, files: &Files, tx: &Sender<Event>, fin: &Sender<Arc<Fi
     let mut r = s;
     let mut header = [0u8; CHUNK_HEADER_LEN];
     let mut trailer = [0u8; CHUNK_TRAILER_LEN];
-    let mut buf = vec![0u8; super::PIECE];
+    let mut buf = super::storage::AlignedBuf::new(super::PIECE);
     let zeros = vec![0u8; super::PIECE];
     loop {
         match read_frame(&mut r, &mut header) {

@@ -487,7 +487,7 @@ fn send(s: &TcpStream, shared: &Shared, storage: &dyn Storage, tx: &Sender<Event
     let (q, cv) = &**shared;
     let mut w = s;
     let mut cache: Option<(u64, Box<dyn ReadAt>)> = None;
-    let mut buf = vec![0u8; super::PIECE];
+    let mut buf = super::storage::AlignedBuf::new(super::PIECE);
     loop {
         let (c, f) = {
             let mut queue = q.lock().expect("poisoned");
