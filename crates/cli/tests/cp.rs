@@ -457,6 +457,10 @@ fn tree_push_then_pull_round_trips() {
     ]);
     assert_eq!(v["files"], nfiles, "{v}");
     assert_eq!(v["bytes"], total, "{v}");
+    // Every stage's rate is known on a pull too (the server's reads).
+    for stage in ["source_read_bps", "network_bps", "dest_write_bps"] {
+        assert!(v[stage].as_f64().unwrap() > 0.0, "{stage}: {v}");
+    }
     assert_same_tree(&src, &pulled.join("tree"), true);
     assert_no_leftovers(&pulled);
     let v = cp_ok(&[
@@ -854,10 +858,21 @@ fn server_killed_mid_transfer_then_rerun_resumes() {
 
 #[test]
 fn server_killed_and_restarted_client_retries_and_resumes() {
+    let digests = std::env::temp_dir().join(format!("lh-digests-{}", std::process::id()));
     let k = push_and_kill_server(
         "restart",
         10,
-        &["--json", "--chunk", "1M", "-P", "2", "--retries", "5"],
+        &[
+            "--json",
+            "--chunk",
+            "1M",
+            "-P",
+            "2",
+            "--retries",
+            "5",
+            "--digests",
+            digests.to_str().unwrap(),
+        ],
     );
     let (_server, addr2) = serve_process(&k.t, &k.exp, &k.addr.to_string(), "2");
     assert_eq!(k.addr, addr2);
@@ -869,6 +884,13 @@ fn server_killed_and_restarted_client_retries_and_resumes() {
     assert_eq!(v["files"], 1, "{v}");
     assert_same_file(&k.file, &k.target);
     assert_no_leftovers(&k.exp);
+    // The digests file survives the retry and names the file once.
+    let listed = fs::read_to_string(&digests).unwrap();
+    let _ = fs::remove_file(&digests);
+    let lines: Vec<&str> = listed.lines().collect();
+    assert_eq!(lines.len(), 1, "{listed}");
+    assert!(lines[0].ends_with("  large.img"), "{listed}");
+    assert_eq!(lines[0].split("  ").next().unwrap().len(), 64, "{listed}");
 }
 
 #[test]

@@ -270,6 +270,7 @@ pub enum Message {
     TransferDone(xfer::SinkReport),
     ListRequest(xfer::ListRequest),
     Listing(xfer::Listing),
+    SourceDone(xfer::SourceDone),
 }
 
 /// Frame type bytes.
@@ -296,6 +297,7 @@ pub mod kind {
     pub const TRANSFER_DONE: u8 = 0x37;
     pub const LIST_REQUEST: u8 = 0x38;
     pub const LISTING: u8 = 0x39;
+    pub const SOURCE_DONE: u8 = 0x3a;
 }
 
 impl Message {
@@ -323,6 +325,7 @@ impl Message {
             Message::TransferDone(_) => kind::TRANSFER_DONE,
             Message::ListRequest(_) => kind::LIST_REQUEST,
             Message::Listing(_) => kind::LISTING,
+            Message::SourceDone(_) => kind::SOURCE_DONE,
         }
     }
 
@@ -351,6 +354,7 @@ impl Message {
             Message::TransferDone(_) => "transfer_done",
             Message::ListRequest(_) => "list_request",
             Message::Listing(_) => "listing",
+            Message::SourceDone(_) => "source_done",
         }
     }
 
@@ -379,6 +383,7 @@ impl Message {
             Message::TransferDone(m) => serde_json::to_vec(m),
             Message::ListRequest(m) => serde_json::to_vec(m),
             Message::Listing(m) => serde_json::to_vec(m),
+            Message::SourceDone(m) => serde_json::to_vec(m),
         }
         .map_err(|e| ProtoError::Encode(e.to_string()))?;
         encode_frame(self.kind(), &body, out)
@@ -417,6 +422,7 @@ impl Message {
             kind::TRANSFER_DONE => Message::TransferDone(body(k, b)?),
             kind::LIST_REQUEST => Message::ListRequest(body(k, b)?),
             kind::LISTING => Message::Listing(body(k, b)?),
+            kind::SOURCE_DONE => Message::SourceDone(body(k, b)?),
             other => return Err(ProtoError::UnknownFrame(other)),
         })
     }

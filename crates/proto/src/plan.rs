@@ -56,8 +56,11 @@ struct Pending {
     chunk_size: u64,
     next: u32,
     count: u32,
-    /// Sorted indices of chunks the destination already has.
-    skip: Vec<u32>,
+    /// Sorted, disjoint ranges `[first, end)` of chunks the destination
+    /// already has.
+    skip: Vec<[u32; 2]>,
+    /// The first range that may still lie at or after `next`.
+    skip_at: usize,
 }
 
 /// Hands out the chunks of the files added to it, in order.
@@ -79,28 +82,36 @@ impl Planner {
         Self::default()
     }
 
-    /// Queues a file; `skip` lists chunk indices already verified at the
-    /// destination.
+    /// Queues a file; `skip` lists ranges `[first, end)` of chunk indices
+    /// already verified at the destination (any order, overlaps allowed).
     pub fn add(
         &mut self,
         file: u64,
         size: u64,
         chunk_size: u64,
-        mut skip: Vec<u32>,
+        mut skip: Vec<[u32; 2]>,
     ) -> Result<(), ChunkSizeError> {
         let count = chunk_count(size, chunk_size);
         if !(64 << 10..=1 << 31).contains(&chunk_size) || count > u64::from(u32::MAX) {
             return Err(ChunkSizeError { size, chunk_size });
         }
+        skip.retain(|r| r[0] < r[1]);
         skip.sort_unstable();
-        skip.dedup();
+        let mut merged: Vec<[u32; 2]> = Vec::with_capacity(skip.len());
+        for r in skip {
+            match merged.last_mut() {
+                Some(m) if r[0] <= m[1] => m[1] = m[1].max(r[1]),
+                _ => merged.push(r),
+            }
+        }
         self.files.push_back(Pending {
             file,
             size,
             chunk_size,
             next: 0,
             count: count as u32,
-            skip,
+            skip: merged,
+            skip_at: 0,
         });
         Ok(())
     }
@@ -109,8 +120,15 @@ impl Planner {
     pub fn next_chunk(&mut self) -> Option<Chunk> {
         loop {
             let p = self.files.front_mut()?;
-            while p.next < p.count && p.skip.binary_search(&p.next).is_ok() {
-                p.next += 1;
+            while let Some(r) = p.skip.get(p.skip_at) {
+                if r[1] <= p.next {
+                    p.skip_at += 1;
+                } else {
+                    if r[0] <= p.next {
+                        p.next = r[1];
+                    }
+                    break;
+                }
             }
             if p.next >= p.count {
                 self.files.pop_front();
@@ -189,8 +207,14 @@ mod tests {
             for (f, &size) in sizes.iter().enumerate() {
                 let count = chunk_count(size, chunk) as u32;
                 let skip: Vec<u32> = (0..count.min(64)).filter(|i| skip_mask >> i & 1 == 1 && f % 2 == 1).collect();
-                skipped.push(skip.clone());
-                p.add(f as u64, size, chunk, skip).unwrap();
+                // As ranges, with a duplicate and out of order: add() must cope.
+                let mut ranges = crate::xfer::skip_ranges(skip.iter().copied(), usize::MAX);
+                ranges.reverse();
+                if let Some(&r) = ranges.first() {
+                    ranges.push(r);
+                }
+                skipped.push(skip);
+                p.add(f as u64, size, chunk, ranges).unwrap();
             }
             // Streams take turns pulling, as workers do.
             let mut per_stream: Vec<Vec<Chunk>> = vec![Vec::new(); streams];

@@ -116,14 +116,36 @@ pub struct Entries {
     pub entries: Vec<Entry>,
 }
 
+/// The most skip ranges one [`Want::Send`] carries, so that a `Wants`
+/// frame stays far below the frame limit whatever the resume pattern.
+pub const MAX_SKIP_RANGES: usize = 8_192;
+
+/// Ranges `[first, end)` of consecutive indices in a sorted list, at most
+/// `max` of them (the rest are dropped: those chunks are sent again).
+pub fn skip_ranges(sorted: impl IntoIterator<Item = u32>, max: usize) -> Vec<[u32; 2]> {
+    let mut out: Vec<[u32; 2]> = Vec::new();
+    for i in sorted {
+        let full = out.len() == max;
+        match out.last_mut() {
+            Some(r) if r[1] == i => r[1] = i.saturating_add(1),
+            Some(r) if r[1] > i => {}
+            _ if full => break,
+            _ => out.push([i, i.saturating_add(1)]),
+        }
+    }
+    out
+}
+
 /// The sink's answer for one announced file.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "action", rename_all = "snake_case")]
 pub enum Want {
-    /// Send the file's chunks except `skip` (verified already: resume).
+    /// Send the file's chunks except those in `skip`, ranges of chunk
+    /// indices `[first, end)` verified already (resume). At most
+    /// [`MAX_SKIP_RANGES`]; chunks beyond that are sent again and ignored.
     Send {
         id: u64,
-        skip: Vec<u32>,
+        skip: Vec<[u32; 2]>,
         resumed_bytes: u64,
     },
     /// The destination has it already (or it is not a regular file).
@@ -175,6 +197,18 @@ pub struct SinkReport {
     /// Busy time of the sink's writes, microseconds (for dest_write_bps).
     pub write_us: u64,
     pub written_bytes: u64,
+    /// The source's reads, from its `SourceDone` (not on the wire here).
+    #[serde(skip)]
+    pub source: Option<SourceDone>,
+}
+
+/// The source's last word, after the sink's `TransferDone`: how its
+/// storage reads went, so that the sink's end can report them too.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SourceDone {
+    /// Bytes read from storage and busy time of those reads, microseconds.
+    pub read_bytes: u64,
+    pub read_us: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -436,6 +470,46 @@ pub fn parse_journal(bytes: &[u8]) -> Option<(JournalHeader, Vec<JournalRecord>)
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn skip_ranges_merge_runs_and_stop_at_the_cap() {
+        assert_eq!(skip_ranges([], 4), Vec::<[u32; 2]>::new());
+        assert_eq!(
+            skip_ranges([0, 1, 2, 5, 7, 8, 8], 4),
+            vec![[0, 3], [5, 6], [7, 9]]
+        );
+        assert_eq!(skip_ranges([0, 2, 4, 6], 2), vec![[0, 1], [2, 3]]);
+        assert_eq!(
+            skip_ranges([u32::MAX - 1], 1),
+            vec![[u32::MAX - 1, u32::MAX]]
+        );
+    }
+
+    #[test]
+    fn worst_case_wants_frames_fit() {
+        // Every other chunk verified, indices near the top: the longest
+        // encoding a capped skip list can have; two of them per frame.
+        let mut sorted: Vec<u32> = (0..MAX_SKIP_RANGES as u32 + 10)
+            .map(|i| u32::MAX - 1 - 2 * (MAX_SKIP_RANGES as u32 + 10) + 2 * i)
+            .collect();
+        sorted.sort_unstable();
+        let skip = skip_ranges(sorted, MAX_SKIP_RANGES);
+        assert_eq!(skip.len(), MAX_SKIP_RANGES);
+        let want = Want::Send {
+            id: u64::MAX,
+            skip,
+            resumed_bytes: u64::MAX,
+        };
+        let frame = serde_json::to_vec(&Wants {
+            wants: vec![want.clone(), want],
+        })
+        .unwrap();
+        assert!(
+            frame.len() < crate::frame::MAX_FRAME_BODY as usize / 2,
+            "{} bytes",
+            frame.len()
+        );
+    }
 
     #[test]
     fn remote_syntax() {

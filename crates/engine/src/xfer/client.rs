@@ -147,10 +147,22 @@ fn retryable(e: &EngineError) -> bool {
 /// Copies, retrying lost connections; each retry resumes.
 pub fn cp(o: &CpOptions) -> Result<CpSummary, EngineError> {
     let plan = plan(o)?;
+    // Opened once: digests of files finished before a retry stay in it.
+    let digest_out: Option<super::DigestOut> = match &o.digests_to {
+        Some(p) => {
+            let f = std::fs::File::create(p).map_err(|e| {
+                EngineError::Usage(format!("cannot write digests to {}: {e}", p.display()))
+            })?;
+            Some(Arc::new(std::sync::Mutex::new(Box::new(
+                std::io::BufWriter::new(f),
+            ))))
+        }
+        None => None,
+    };
     let mut attempt = 0;
     loop {
         attempt += 1;
-        match cp_once(o, &plan) {
+        match cp_once(o, &plan, &digest_out) {
             Ok(mut s) => {
                 s.attempts = attempt;
                 return Ok(s);
@@ -205,7 +217,11 @@ fn request(
     }
 }
 
-fn cp_once(o: &CpOptions, plan: &Plan) -> Result<CpSummary, EngineError> {
+fn cp_once(
+    o: &CpOptions,
+    plan: &Plan,
+    digest_out: &Option<super::DigestOut>,
+) -> Result<CpSummary, EngineError> {
     let started = Instant::now();
     let (host, export) = match plan {
         Plan::Push { host, export, .. } | Plan::Pull { host, export, .. } => (host, export),
@@ -215,17 +231,6 @@ fn cp_once(o: &CpOptions, plan: &Plan) -> Result<CpSummary, EngineError> {
         Arc::new(Direct)
     } else {
         Arc::new(Local)
-    };
-    let digest_out: Option<super::DigestOut> = match &o.digests_to {
-        Some(p) => {
-            let f = std::fs::File::create(p).map_err(|e| {
-                EngineError::Usage(format!("cannot write digests to {}: {e}", p.display()))
-            })?;
-            Some(Arc::new(std::sync::Mutex::new(Box::new(
-                std::io::BufWriter::new(f),
-            ))))
-        }
-        None => None,
     };
     let mut req = TransferRequest {
         op: Op::Push,
@@ -319,6 +324,9 @@ fn cp_once(o: &CpOptions, plan: &Plan) -> Result<CpSummary, EngineError> {
             s.deleted = r.deleted.clone();
             s.would_send = r.would_send.clone();
             s.dest_write_bps = stage_rate(r.written_bytes, r.write_us, o.streams);
+            if let Some(d) = &r.source {
+                s.source_read_bps = stage_rate(d.read_bytes, d.read_us, o.streams);
+            }
         }
     }
     s.seconds = started.elapsed().as_secs_f64();

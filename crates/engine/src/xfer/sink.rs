@@ -307,12 +307,18 @@ fn control(
                 let _ = set_mtime(path, e.mtime_ns);
             }
             conn.send(&Message::TransferDone(report.clone()))?;
+            // The source answers with its read figures; an older or
+            // vanished source is no reason to fail a finished transfer.
+            if let Ok(Some(Message::SourceDone(d))) = conn.recv(Duration::from_secs(2)) {
+                report.source = Some(d);
+            }
             return Ok(report);
         }
         match conn.recv(Duration::from_millis(20))? {
             None => {}
             Some(Message::Entries(batch)) => {
                 let mut wants = Vec::new();
+                let mut ranges = 0usize;
                 for e in batch.entries {
                     if e.kind == Kind::File {
                         cfg.progress.announced_files.fetch_add(1, Ordering::Relaxed);
@@ -366,7 +372,17 @@ fn control(
                             if let Want::Fail { error, .. } = &want {
                                 fail(&mut report, &e.path, error.clone());
                             }
+                            if let Want::Send { skip, .. } = &want {
+                                ranges += skip.len();
+                            }
                             wants.push(want);
+                            // Keep each Wants frame well under the limit.
+                            if ranges >= 2 * MAX_SKIP_RANGES {
+                                conn.send(&Message::Wants(Wants {
+                                    wants: std::mem::take(&mut wants),
+                                }))?;
+                                ranges = 0;
+                            }
                         }
                     }
                 }
@@ -554,7 +570,10 @@ fn open_file(e: &Entry, cfg: &SinkConfig, files: &Files, report: &mut SinkReport
             }
         }
     }
+    let verified = skip.len() as u64;
     let fresh = skip.is_empty();
+    skip.sort_unstable();
+    let skip = skip_ranges(skip, MAX_SKIP_RANGES);
     let out = match cfg.storage.open_write(&part, fresh) {
         Ok(o) => o,
         Err(err) => return fail(io_err("create", &part, err)),
@@ -612,7 +631,7 @@ fn open_file(e: &Entry, cfg: &SinkConfig, files: &Files, report: &mut SinkReport
         inner: Mutex::new(Progress {
             journal,
             hashes,
-            remaining: count - skip.len() as u64,
+            remaining: count - verified,
             failed: false,
             claimed: false,
         }),

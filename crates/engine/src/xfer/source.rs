@@ -463,6 +463,10 @@ fn control(
                     )));
                 }
                 report.sink = sink;
+                let _ = conn.send(&Message::SourceDone(SourceDone {
+                    read_bytes: report.read_bytes,
+                    read_us: report.read_us,
+                }));
                 return Ok(report);
             }
             Some(Message::Refuse(r)) => {
