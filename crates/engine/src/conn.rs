@@ -33,6 +33,8 @@ pub struct FramedConn {
     stream: Box<dyn Stream>,
     decoder: Decoder,
     buf: Vec<u8>,
+    /// Frames queued by [`FramedConn::queue`], not yet written.
+    out: Vec<u8>,
     peer: String,
     eof: bool,
 }
@@ -44,6 +46,7 @@ impl FramedConn {
             stream,
             decoder: Decoder::new(MAX_FRAME_BODY),
             buf: vec![0; 64 << 10],
+            out: Vec::new(),
             peer,
             eof: false,
         }
@@ -57,15 +60,33 @@ impl FramedConn {
         self.stream.tcp()
     }
 
+    /// Sends a message now (with any queued before it).
     pub fn send(&mut self, m: &Message) -> Result<(), EngineError> {
-        let mut out = Vec::new();
-        m.encode(&mut out)?;
-        self.stream
-            .write_all(&out)
-            .and_then(|()| self.stream.flush())
-            .map_err(|e| {
-                EngineError::io(format!("failed to send {} to {}", m.name(), self.peer), e)
-            })
+        m.encode(&mut self.out)?;
+        self.flush_queued()
+    }
+
+    /// Queues a message to go out with the next [`FramedConn::send`] or
+    /// [`FramedConn::flush_queued`]: many small messages, one write.
+    pub fn queue(&mut self, m: &Message) -> Result<(), EngineError> {
+        m.encode(&mut self.out)?;
+        if self.out.len() >= 256 << 10 {
+            self.flush_queued()?;
+        }
+        Ok(())
+    }
+
+    /// Writes the queued messages.
+    pub fn flush_queued(&mut self) -> Result<(), EngineError> {
+        if self.out.is_empty() {
+            return Ok(());
+        }
+        let r = self
+            .stream
+            .write_all(&self.out)
+            .and_then(|()| self.stream.flush());
+        self.out.clear();
+        r.map_err(|e| EngineError::io(format!("failed to send to {}", self.peer), e))
     }
 
     /// Waits up to `wait` for the next message. `Ok(None)` means nothing

@@ -11,7 +11,6 @@ pub mod storage;
 
 use std::io::Write as _;
 use std::io::{self, Read};
-use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
@@ -202,7 +201,7 @@ pub fn umask() -> u32 {
 
 /// Reads exactly `buf.len()` bytes from a stream. `Ok(false)` means the
 /// stream ended cleanly before the first byte.
-pub fn read_frame(s: &mut &TcpStream, buf: &mut [u8]) -> io::Result<bool> {
+pub fn read_frame(s: &mut impl Read, buf: &mut [u8]) -> io::Result<bool> {
     let mut got = 0;
     while got < buf.len() {
         match s.read(&mut buf[got..]) {

@@ -266,7 +266,8 @@ fn control(
                             }
                         }
                         files.lock().expect("poisoned").remove(&d.id);
-                        conn.send(&Message::FileDone(d))?;
+                        // Small files finish by the thousand: one write for many.
+                        conn.queue(&Message::FileDone(d))?;
                     }
                 }
                 Event::Resend(r) => {
@@ -279,7 +280,7 @@ fn control(
                             r.index
                         )));
                     }
-                    conn.send(&Message::Resend(r))?;
+                    conn.queue(&Message::Resend(r))?;
                 }
                 Event::Written { bytes, busy_us } => {
                     cfg.progress.bytes.fetch_add(bytes, Ordering::Relaxed);
@@ -296,6 +297,7 @@ fn control(
                 }
             }
         }
+        conn.flush_queued()?;
         if expected.is_some_and(|n| resolved >= n) && unresolved.is_empty() {
             for (path, e) in dirs.iter().rev() {
                 if cfg.preserve {
@@ -723,7 +725,9 @@ fn verify(f: &FileState, cfg: &SinkConfig) -> Result<(), String> {
 /// (hashed and written as they arrive), counted only once the trailer's
 /// hash matches.
 fn receive(s: &TcpStream, files: &Files, tx: &Sender<Event>, fin: &Sender<Arc<FileState>>) {
-    let mut r = s;
+    // Buffered: a small file's header, bytes and trailer come in one read;
+    // big pieces bypass the buffer.
+    let mut r = io::BufReader::with_capacity(256 << 10, s);
     let mut header = [0u8; CHUNK_HEADER_LEN];
     let mut trailer = [0u8; CHUNK_TRAILER_LEN];
     let mut buf = super::storage::AlignedBuf::new(super::PIECE);

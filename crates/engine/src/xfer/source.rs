@@ -4,7 +4,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::fs::ReadDir;
-use std::io::Write;
+use std::io::{self, Write};
 use std::net::{Shutdown, TcpStream};
 use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
@@ -489,11 +489,14 @@ fn control(
 /// file in cache-sized pieces, hashing as it goes; holes go as zero chunks.
 fn send(s: &TcpStream, shared: &Shared, storage: &dyn Storage, tx: &Sender<Event>) {
     let (q, cv) = &**shared;
-    let mut w = s;
+    // Buffered: small files' chunks (header, bytes, trailer) leave many to
+    // a write; big pieces bypass the buffer. Flushed whenever the queue
+    // runs dry, so nothing waits in it.
+    let mut w = io::BufWriter::with_capacity(256 << 10, s);
     let mut cache: Option<(u64, Box<dyn ReadAt>)> = None;
     let mut buf = super::storage::AlignedBuf::new(super::PIECE);
     loop {
-        let (c, f) = {
+        let next = 'pick: loop {
             let mut queue = q.lock().expect("poisoned");
             loop {
                 let next = queue
@@ -502,14 +505,23 @@ fn send(s: &TcpStream, shared: &Shared, storage: &dyn Storage, tx: &Sender<Event
                     .or_else(|| queue.planner.next_chunk());
                 match next {
                     Some(c) => match queue.files.get(&c.file) {
-                        Some(f) if !f.failed.load(Ordering::Relaxed) => break (c, f.clone()),
+                        Some(f) if !f.failed.load(Ordering::Relaxed) => {
+                            break 'pick Some((c, f.clone()))
+                        }
                         _ => continue,
                     },
-                    None if queue.closed => return,
+                    None if !w.buffer().is_empty() => break,
+                    None if queue.closed => break 'pick None,
                     None => queue = cv.wait(queue).expect("poisoned"),
                 }
             }
+            drop(queue);
+            if let Err(e) = w.flush() {
+                let _ = tx.send(Event::Fatal(format!("data stream failed: {e}")));
+                return;
+            }
         };
+        let Some((c, f)) = next else { return };
         if cache.as_ref().is_none_or(|(id, _)| *id != c.file) {
             match storage.open_read(&f.path) {
                 Ok(r) => cache = Some((c.file, r)),
