@@ -14,5 +14,8 @@ pub const REFUSED: i32 = 4;
 pub const FAILED: i32 = 5;
 /// The transfer finished but some files failed (listed in the output).
 pub const PARTIAL: i32 = 6;
+/// The server's identity could not be verified (unknown, changed key, no
+/// TLS); nothing was sent to it.
+pub const UNTRUSTED: i32 = 7;
 /// Interrupted by the user (Ctrl-C); results so far were reported.
 pub const INTERRUPTED: i32 = 130;

@@ -11,9 +11,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
-use longhaul_engine::client::{run_perf, run_third_party, ClientOptions};
+use longhaul_engine::client::{run_perf, run_third_party, ClientOptions, Security};
 use longhaul_engine::server::{ServeConfig, Server};
 use longhaul_engine::sink::Reporter;
+use longhaul_engine::tls::TrustOptions;
 use longhaul_engine::xfer::client::CpOptions;
 use longhaul_engine::{EngineError, DEFAULT_PORT};
 use longhaul_proto::msg::{Mode, RecvMode, SendMode, TestParams, Transport};
@@ -50,6 +51,13 @@ enum Command {
     Ls(LsArgs),
     /// Start a server on loopback in this process and run a short test against it.
     Demo,
+    /// Print the identity fingerprint kept in a state directory (made if missing).
+    Id(IdArgs),
+    /// Connect to a server, show its fingerprint and record it in the known-hosts file
+    /// (trust on first use, as an explicit step).
+    Trust(TrustArgs),
+    /// Manage who may use a server: tokens and client-certificate grants.
+    Token(TokenArgs),
 }
 
 fn size(s: &str) -> Result<u64, String> {
@@ -114,6 +122,18 @@ struct ServeArgs {
     /// Read and write file data with O_DIRECT (bypass the page cache) for every transfer.
     #[arg(long)]
     direct: bool,
+    /// Also serve clients that ask for plaintext (--insecure-plaintext): no encryption.
+    #[arg(long)]
+    allow_plaintext: bool,
+    /// Let clients without credentials run perf tests.
+    #[arg(long)]
+    public_perf: bool,
+    /// A CA-issued certificate chain (PEM) instead of the self-signed identity.
+    #[arg(long, value_name = "FILE", requires = "key")]
+    cert: Option<PathBuf>,
+    /// The private key (PEM) of --cert.
+    #[arg(long, value_name = "FILE", requires = "cert")]
+    key: Option<PathBuf>,
     /// Refuse third-party requests (`longhaul perf THIS OTHER`).
     #[arg(long)]
     no_third_party: bool,
@@ -165,6 +185,8 @@ struct CpArgs {
     json: bool,
     #[arg(long, default_value = "5s", value_parser = duration)]
     connect_timeout: Duration,
+    #[command(flatten)]
+    security: SecurityArgs,
 }
 
 #[derive(Args)]
@@ -188,6 +210,71 @@ struct LsArgs {
     target: String,
     #[arg(long)]
     json: bool,
+    #[command(flatten)]
+    security: SecurityArgs,
+}
+
+#[derive(Args)]
+struct IdArgs {
+    /// State directory of a server (default: $XDG_STATE_HOME/longhaul), or a client
+    /// identity directory for --identity. Made with a new key if it holds none.
+    dir: Option<PathBuf>,
+}
+
+#[derive(Args)]
+struct TrustArgs {
+    /// The server, HOST[:PORT].
+    host: String,
+    /// Accept only this fingerprint (as `longhaul id` printed it on the server).
+    #[arg(long, value_name = "SHA256:...", value_parser = fingerprint_arg)]
+    fingerprint: Option<String>,
+    /// Replace an entry for this host that lists another fingerprint.
+    #[arg(long)]
+    replace: bool,
+    /// Known-hosts file (default ~/.config/longhaul/known_hosts).
+    #[arg(long, value_name = "FILE", env = "LONGHAUL_KNOWN_HOSTS")]
+    known_hosts: Option<PathBuf>,
+    #[arg(long, default_value = "5s", value_parser = duration)]
+    connect_timeout: Duration,
+}
+
+#[derive(Args)]
+struct TokenArgs {
+    #[command(subcommand)]
+    command: TokenCommand,
+}
+
+#[derive(Subcommand)]
+enum TokenCommand {
+    /// Make a grant and print its token, once, alone on stdout (or, with --client-cert,
+    /// authorize a client certificate instead).
+    Create {
+        /// The server's state directory (default: $XDG_STATE_HOME/longhaul).
+        #[arg(long, value_name = "DIR")]
+        state_dir: Option<PathBuf>,
+        /// An export the grant opens, NAME[:ro|rw] (read-only unless :rw; * for every export);
+        /// repeatable.
+        #[arg(long = "export", value_name = "NAME[:ro|rw]", required = true,
+              value_parser = longhaul_engine::auth::parse_export_grant)]
+        exports: Vec<longhaul_engine::auth::ExportGrant>,
+        /// Grant a client certificate with this fingerprint (mutual TLS) instead of a token.
+        #[arg(long, value_name = "SHA256:...", value_parser = fingerprint_arg)]
+        client_cert: Option<String>,
+        /// A note for `token list` (who it is for).
+        #[arg(long, default_value = "")]
+        note: String,
+    },
+    /// List grants (never the tokens, which are not stored).
+    List {
+        #[arg(long, value_name = "DIR")]
+        state_dir: Option<PathBuf>,
+    },
+    /// Revoke a grant by id; takes effect for the next connection.
+    Revoke {
+        id: String,
+        #[arg(long, value_name = "DIR")]
+        state_dir: Option<PathBuf>,
+    },
 }
 
 #[derive(Args, Clone)]
@@ -266,6 +353,81 @@ struct PerfArgs {
     /// Time to wait for the server to answer.
     #[arg(long, default_value = "5s", value_parser = duration)]
     connect_timeout: Duration,
+    #[command(flatten)]
+    security: SecurityArgs,
+}
+
+/// How a client secures its connections and proves who it is.
+#[derive(Args, Clone)]
+struct SecurityArgs {
+    /// Trust the server presenting this certificate fingerprint (SHA256:..., as
+    /// `longhaul id` prints it on the server); repeatable or comma-separated.
+    #[arg(long, value_name = "SHA256:...", env = "LONGHAUL_TRUST", value_delimiter = ',',
+          value_parser = fingerprint_arg)]
+    trust: Vec<String>,
+    /// Known-hosts file, filled by `longhaul trust HOST` (default ~/.config/longhaul/known_hosts).
+    #[arg(long, value_name = "FILE", env = "LONGHAUL_KNOWN_HOSTS")]
+    known_hosts: Option<PathBuf>,
+    /// Trust servers whose certificate chains to a CA in this PEM file and names the host.
+    #[arg(long, value_name = "FILE")]
+    ca: Option<PathBuf>,
+    /// Present the identity kept in DIR (see `longhaul id`) as a client certificate (mutual TLS).
+    #[arg(long, value_name = "DIR")]
+    identity: Option<PathBuf>,
+    /// Read the access token from FILE (default: the LONGHAUL_TOKEN variable).
+    #[arg(long, value_name = "FILE")]
+    token_file: Option<PathBuf>,
+    /// No TLS: no encryption, no server authentication. Works only with a server started
+    /// with --allow-plaintext; never chosen silently.
+    #[arg(long)]
+    insecure_plaintext: bool,
+}
+
+fn fingerprint_arg(s: &str) -> Result<String, String> {
+    longhaul_engine::tls::parse_fingerprint(s)
+}
+
+impl SecurityArgs {
+    fn trust_options(&self) -> Result<TrustOptions, Failure> {
+        let identity = match &self.identity {
+            Some(dir) => Some(
+                longhaul_engine::tls::Identity::load_or_create(dir)
+                    .map_err(Failure::from)?
+                    .0,
+            ),
+            None => None,
+        };
+        Ok(TrustOptions {
+            pins: self.trust.clone(),
+            known_hosts: self
+                .known_hosts
+                .clone()
+                .or_else(longhaul_engine::tls::default_known_hosts),
+            ca: self.ca.clone(),
+            identity,
+            accept_any: false,
+        })
+    }
+
+    fn security(&self) -> Result<Security, Failure> {
+        let token = match &self.token_file {
+            Some(p) => {
+                let t = std::fs::read_to_string(p).map_err(|e| {
+                    usage(format!("cannot read the token file {}: {e}", p.display()))
+                })?;
+                Some(t.trim().to_string())
+            }
+            None => std::env::var("LONGHAUL_TOKEN")
+                .ok()
+                .map(|t| t.trim().to_string())
+                .filter(|t| !t.is_empty()),
+        };
+        Ok(Security {
+            plaintext: self.insecure_plaintext,
+            trust: self.trust_options()?,
+            token,
+        })
+    }
 }
 
 /// A failure with the exit code it maps to.
@@ -280,6 +442,7 @@ impl From<EngineError> for Failure {
             EngineError::Usage(_) => exit::USAGE,
             EngineError::Connect(_) => exit::CONNECT,
             EngineError::Refused { .. } => exit::REFUSED,
+            EngineError::Trust(_) => exit::UNTRUSTED,
             EngineError::Timeout(_) | EngineError::Failed(_) | EngineError::Closed(_) => {
                 exit::FAILED
             }
@@ -344,6 +507,9 @@ fn main() {
         ),
         Command::Ls(a) => ls(a),
         Command::Demo => demo(),
+        Command::Id(a) => id(a),
+        Command::Trust(a) => trust(a),
+        Command::Token(a) => token(a),
     };
     std::process::exit(code);
 }
@@ -376,7 +542,30 @@ fn serve(a: ServeArgs) -> i32 {
         state_dir: a
             .state_dir
             .unwrap_or_else(longhaul_engine::server::default_state_dir),
+        tls: None,
+        allow_plaintext: a.allow_plaintext,
+        public_perf: a.public_perf,
+        open_access: false,
     };
+    let mut cfg = cfg;
+    if let (Some(cert), Some(key)) = (&a.cert, &a.key) {
+        match longhaul_engine::tls::Identity::load(cert, key)
+            .and_then(|id| longhaul_engine::tls::server_config(&id).map(|c| (id, c)))
+        {
+            Ok((id, c)) => {
+                eprintln!(
+                    "longhaul: certificate {} ({})",
+                    cert.display(),
+                    id.fingerprint()
+                );
+                cfg.tls = Some(c);
+            }
+            Err(e) => {
+                eprintln!("longhaul: error: {e}");
+                return exit::USAGE;
+            }
+        }
+    }
     if let Err(e) = std::fs::create_dir_all(&cfg.state_dir) {
         eprintln!(
             "longhaul: error: cannot create state directory {}: {e} (choose another with --state-dir)",
@@ -398,6 +587,9 @@ fn serve(a: ServeArgs) -> i32 {
             "longhaul: serving on {a} (state in {})",
             state_dir.display()
         );
+    }
+    if let Some(fp) = server.fingerprint() {
+        eprintln!("longhaul: identity {fp} (clients: longhaul trust HOST, or --trust {fp})");
     }
     server.run();
     exit::OK
@@ -543,10 +735,15 @@ fn perf(a: PerfArgs) -> i32 {
         Ok(p) => p,
         Err(f) => return report_failure(&a, None, f),
     };
+    let security = match a.security.security() {
+        Ok(s) => s,
+        Err(f) => return report_failure(&a, None, f),
+    };
     let opts = ClientOptions {
         connect_timeout: a.connect_timeout,
         local_cpu,
         interrupt: interrupt_flag(),
+        security,
         ..ClientOptions::default()
     };
     let hosts: Vec<String> = a.hosts.iter().map(|h| with_port(h, a.port)).collect();
@@ -595,6 +792,13 @@ fn report_failure(a: &PerfArgs, doc: Option<&output::JsonDoc>, f: Failure) -> i3
 }
 
 fn cp(a: CpArgs, sync: Option<longhaul_proto::xfer::SyncOptions>, dry_run: bool) -> i32 {
+    let security = match a.security.security() {
+        Ok(s) => s,
+        Err(f) => {
+            eprintln!("longhaul: error: {}", f.message);
+            return f.code;
+        }
+    };
     let mut paths = a.paths.clone();
     let dest = paths.pop().expect("clap requires two paths");
     let interrupt = interrupt_flag();
@@ -620,6 +824,7 @@ fn cp(a: CpArgs, sync: Option<longhaul_proto::xfer::SyncOptions>, dry_run: bool)
         client: ClientOptions {
             connect_timeout: a.connect_timeout,
             interrupt,
+            security,
             ..ClientOptions::default()
         },
     };
@@ -729,7 +934,17 @@ fn progress_bar(
 }
 
 fn ls(a: LsArgs) -> i32 {
-    match longhaul_engine::xfer::client::ls(&a.target, &ClientOptions::default()) {
+    let opts = match a.security.security() {
+        Ok(security) => ClientOptions {
+            security,
+            ..ClientOptions::default()
+        },
+        Err(f) => {
+            eprintln!("longhaul: error: {}", f.message);
+            return f.code;
+        }
+    };
+    match longhaul_engine::xfer::client::ls(&a.target, &opts) {
         Ok(entries) => {
             if a.json {
                 println!(
@@ -759,9 +974,15 @@ fn ls(a: LsArgs) -> i32 {
 }
 
 fn demo() -> i32 {
+    // A throw-away identity; the client pins it, as `--trust` would.
+    let state = std::env::temp_dir().join(format!("longhaul-demo-{}", std::process::id()));
     let server = match Server::bind(
         &[SocketAddr::from(([127, 0, 0, 1], 0))],
-        ServeConfig::default(),
+        ServeConfig {
+            state_dir: state.clone(),
+            open_access: true,
+            ..ServeConfig::default()
+        },
     ) {
         Ok(s) => s.spawn(),
         Err(e) => {
@@ -770,7 +991,18 @@ fn demo() -> i32 {
         }
     };
     let addr = server.addr().to_string();
-    println!("longhaul demo: server started in-process on {addr}");
+    let fp = server.fingerprint().unwrap_or_default();
+    println!("longhaul demo: server started in-process on {addr}, TLS 1.3, identity {fp}");
+    let opts = ClientOptions {
+        security: Security {
+            trust: TrustOptions {
+                pins: vec![fp],
+                ..TrustOptions::default()
+            },
+            ..Security::default()
+        },
+        ..ClientOptions::default()
+    };
     let mut code = exit::OK;
     for (title, params) in [
         (
@@ -802,12 +1034,144 @@ fn demo() -> i32 {
     ] {
         println!("\n== {title}: longhaul perf {addr} ==");
         let mut human = output::Human::new(params.streams, params.mode);
-        if let Err(e) = run_perf(&addr, &params, &ClientOptions::default(), &mut human) {
+        if let Err(e) = run_perf(&addr, &params, &opts, &mut human) {
             let f = Failure::from(e);
             eprintln!("longhaul: error: {}", f.message);
             code = f.code;
         }
     }
     server.shutdown();
+    let _ = std::fs::remove_dir_all(&state);
     code
+}
+
+fn state_dir_or_default(d: Option<PathBuf>) -> PathBuf {
+    d.unwrap_or_else(longhaul_engine::server::default_state_dir)
+}
+
+fn id(a: IdArgs) -> i32 {
+    let dir = state_dir_or_default(a.dir);
+    match longhaul_engine::tls::Identity::load_or_create(&dir) {
+        Ok((id, created)) => {
+            if created {
+                eprintln!("longhaul: made a new identity in {}", dir.display());
+            }
+            println!("{}", id.fingerprint());
+            exit::OK
+        }
+        Err(e) => {
+            let f = Failure::from(e);
+            eprintln!("longhaul: error: {}", f.message);
+            f.code
+        }
+    }
+}
+
+fn trust(a: TrustArgs) -> i32 {
+    let Some(file) = a
+        .known_hosts
+        .clone()
+        .or_else(longhaul_engine::tls::default_known_hosts)
+    else {
+        eprintln!("longhaul: error: no known-hosts file: set HOME or pass --known-hosts FILE");
+        return exit::USAGE;
+    };
+    let host = longhaul_engine::client::host_key(&a.host);
+    let result =
+        longhaul_engine::client::probe_fingerprint(&host, a.connect_timeout).and_then(|fp| {
+            if let Some(want) = &a.fingerprint {
+                if *want != fp {
+                    return Err(EngineError::Trust(format!(
+                        "{host} presents {fp}, not the expected {want}: not trusted"
+                    )));
+                }
+            }
+            let added = longhaul_engine::tls::add_known_host(&file, &host, &fp, a.replace)?;
+            Ok((fp, added))
+        });
+    match result {
+        Ok((fp, added)) => {
+            println!("{host} {fp}");
+            if added {
+                eprintln!("longhaul: added to {}", file.display());
+            } else {
+                eprintln!("longhaul: already in {}", file.display());
+            }
+            if a.fingerprint.is_none() {
+                eprintln!(
+                    "longhaul: compare it with `longhaul id` on the server; if it differs, remove the line from {}",
+                    file.display()
+                );
+            }
+            exit::OK
+        }
+        Err(e) => {
+            let f = Failure::from(e);
+            eprintln!("longhaul: error: {}", f.message);
+            f.code
+        }
+    }
+}
+
+fn token(a: TokenArgs) -> i32 {
+    use longhaul_engine::auth;
+    let result = match a.command {
+        TokenCommand::Create {
+            state_dir,
+            exports,
+            client_cert,
+            note,
+        } => {
+            let dir = state_dir_or_default(state_dir);
+            match client_cert {
+                Some(fp) => auth::create_cert_grant(&dir, &fp, exports, &note).map(|g| {
+                    eprintln!(
+                        "longhaul: grant {} lets the client certificate {fp} in",
+                        g.id
+                    );
+                }),
+                None => auth::create_token(&dir, exports, &note).map(|(g, token)| {
+                    eprintln!(
+                        "longhaul: grant {} made; its token follows, shown this once (clients: --token-file FILE or LONGHAUL_TOKEN)",
+                        g.id
+                    );
+                    println!("{token}");
+                }),
+            }
+        }
+        TokenCommand::List { state_dir } => {
+            auth::list(&state_dir_or_default(state_dir)).map(|grants| {
+                for g in grants {
+                    let exports: Vec<String> = g
+                        .exports
+                        .iter()
+                        .map(|e| format!("{}:{}", e.name, if e.write { "rw" } else { "ro" }))
+                        .collect();
+                    let how = match &g.client_cert {
+                        Some(fp) => format!("client-cert {fp}"),
+                        None => "token".to_string(),
+                    };
+                    println!("{} {how} {} {}", g.id, exports.join(","), g.note);
+                }
+            })
+        }
+        TokenCommand::Revoke { id, state_dir } => {
+            match auth::revoke(&state_dir_or_default(state_dir), &id) {
+                Ok(true) => {
+                    eprintln!("longhaul: grant {id} revoked");
+                    Ok(())
+                }
+                Ok(false) => Err(EngineError::Usage(format!("no grant with id {id}"))),
+                Err(e) => Err(e),
+            }
+        }
+    };
+    match result {
+        Ok(()) => exit::OK,
+        Err(e) => {
+            let f = Failure::from(e);
+            eprintln!("longhaul: error: {}", f.message);
+            f.code
+        }
+    }
 }

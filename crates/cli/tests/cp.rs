@@ -97,9 +97,8 @@ fn write_random(path: &Path, len: usize, seed: u64) {
     }
 }
 
-fn bin() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_longhaul"))
-}
+mod common;
+use common::bin;
 
 fn longhaul(args: &[&str]) -> Output {
     bin()
@@ -155,6 +154,7 @@ fn export(name: &str, root: &Path, read_only: bool) -> Export {
         name: name.into(),
         root: root.canonicalize().unwrap(),
         read_only,
+        public: false,
     }
 }
 
@@ -165,7 +165,7 @@ fn server_with(exports: Vec<Export>, storage: Arc<dyn Storage>, state: &Path) ->
             exports,
             storage,
             sync_files: false,
-            state_dir: state.to_path_buf(),
+            state_dir: common::prepare_state(state),
             ..ServeConfig::default()
         },
     )
@@ -743,7 +743,7 @@ fn serve_process(t: &TempDir, exp: &Path, listen: &str, tag: &str) -> (Proc, Soc
             .arg("--listen")
             .arg(listen)
             .arg("--state-dir")
-            .arg(t.dir("state"))
+            .arg(common::prepare_state(&t.dir("state")))
             .arg("--export")
             .arg(format!("data={}", exp.display()))
             .arg("--no-sync")

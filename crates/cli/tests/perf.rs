@@ -3,16 +3,15 @@
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::process::{Command, Output, Stdio};
+use std::process::{Output, Stdio};
 use std::time::{Duration, Instant};
 
 use longhaul_engine::server::{ServeConfig, Server, ServerHandle};
 use longhaul_proto::session::Limits;
 use serde_json::Value;
 
-fn bin() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_longhaul"))
-}
+mod common;
+use common::bin;
 
 fn server_with(cfg: ServeConfig) -> ServerHandle {
     Server::bind(&[SocketAddr::from(([127, 0, 0, 1], 0))], cfg)
@@ -22,7 +21,7 @@ fn server_with(cfg: ServeConfig) -> ServerHandle {
 
 fn server() -> ServerHandle {
     server_with(ServeConfig {
-        state_dir: std::env::temp_dir().join("longhaul-test-state"),
+        state_dir: common::prepare_state(&std::env::temp_dir().join("longhaul-test-state")),
         ..ServeConfig::default()
     })
 }
@@ -200,7 +199,13 @@ fn two_clients_at_once() {
 
 #[test]
 fn garbage_client_does_not_disturb_a_real_test() {
-    let s = server();
+    // Plaintext allowed, so that the oversized frame below reaches the
+    // framing layer (a TLS-only server refuses the preamble itself).
+    let s = server_with(ServeConfig {
+        allow_plaintext: true,
+        state_dir: common::prepare_state(&std::env::temp_dir().join("longhaul-test-state")),
+        ..ServeConfig::default()
+    });
     let a = s.addr();
     let real = std::thread::spawn(move || perf(a, &["-t", "2", "--json"]));
     std::thread::sleep(Duration::from_millis(300));
@@ -233,7 +238,7 @@ fn slowloris_is_cut_off_at_the_handshake_deadline() {
             handshake_timeout: Duration::from_millis(800),
             ..Limits::default()
         },
-        state_dir: std::env::temp_dir().join("longhaul-test-state"),
+        state_dir: common::prepare_state(&std::env::temp_dir().join("longhaul-test-state")),
         ..ServeConfig::default()
     });
     let mut c = TcpStream::connect(s.addr()).unwrap();
@@ -293,7 +298,7 @@ fn third_party_refused_when_disabled() {
             allow_third_party: false,
             ..Limits::default()
         },
-        state_dir: std::env::temp_dir().join("longhaul-test-state"),
+        state_dir: common::prepare_state(&std::env::temp_dir().join("longhaul-test-state")),
         ..ServeConfig::default()
     });
     let b = server();
@@ -355,7 +360,7 @@ fn unreachable_and_refused_servers() {
 
     let busy = server_with(ServeConfig {
         max_tests: 0,
-        state_dir: std::env::temp_dir().join("longhaul-test-state"),
+        state_dir: common::prepare_state(&std::env::temp_dir().join("longhaul-test-state")),
         ..ServeConfig::default()
     });
     let o = perf(busy.addr(), &["-t", "1"]);
@@ -368,7 +373,7 @@ fn unreachable_and_refused_servers() {
             max_streams: 2,
             ..Limits::default()
         },
-        state_dir: std::env::temp_dir().join("longhaul-test-state"),
+        state_dir: common::prepare_state(&std::env::temp_dir().join("longhaul-test-state")),
         ..ServeConfig::default()
     });
     let o = perf(small.addr(), &["-t", "1", "-P", "3", "--json"]);
@@ -396,6 +401,7 @@ fn a_server_that_is_not_longhaul_is_a_connect_error() {
         .output()
         .unwrap();
     assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
+    assert!(stderr(&o).contains("TLS"), "{}", stderr(&o));
     t.join().unwrap();
 }
 
@@ -493,7 +499,7 @@ fn ipv6_server_and_client() {
     let Ok(server) = Server::bind(
         &["[::1]:0".parse().unwrap()],
         ServeConfig {
-            state_dir: std::env::temp_dir().join("longhaul-test-state"),
+            state_dir: common::prepare_state(&std::env::temp_dir().join("longhaul-test-state")),
             ..ServeConfig::default()
         },
     ) else {

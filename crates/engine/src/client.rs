@@ -32,6 +32,37 @@ pub struct ClientOptions {
     pub local_cpu: Option<u32>,
     /// Set from outside (Ctrl-C) to end the test early; results are still reported.
     pub interrupt: Arc<AtomicBool>,
+    /// TLS, trust and credentials.
+    pub security: Security,
+}
+
+/// How a client protects and identifies itself.
+#[derive(Debug, Clone, Default)]
+pub struct Security {
+    /// Speak plaintext (`--insecure-plaintext`); the server must allow it
+    /// too (`--allow-plaintext`), or it refuses.
+    pub plaintext: bool,
+    pub trust: crate::tls::TrustOptions,
+    /// The credential sent in the hello (`--token-file`, `LONGHAUL_TOKEN`).
+    pub token: Option<String>,
+}
+
+/// `HOST:PORT` of a target as the user named it, the key of the
+/// known-hosts file.
+pub fn host_key(target: &str) -> String {
+    let bare_v6 = target.parse::<std::net::Ipv6Addr>().is_ok();
+    if bare_v6 {
+        return format!("[{target}]:{DEFAULT_PORT}");
+    }
+    if target.starts_with('[') && target.ends_with(']') {
+        return format!("{target}:{DEFAULT_PORT}");
+    }
+    match target.rsplit_once(':') {
+        Some((h, p)) if p.parse::<u16>().is_ok() && (!h.contains(':') || h.ends_with(']')) => {
+            target.to_string()
+        }
+        _ => format!("{target}:{DEFAULT_PORT}"),
+    }
 }
 
 impl Default for ClientOptions {
@@ -41,6 +72,7 @@ impl Default for ClientOptions {
             handshake_timeout: Duration::from_secs(10),
             local_cpu: None,
             interrupt: Arc::new(AtomicBool::new(false)),
+            security: Security::default(),
         }
     }
 }
@@ -107,6 +139,9 @@ pub(crate) struct Control {
     session: ClientSession,
     pub(crate) peer: SocketAddr,
     pub(crate) welcome: Welcome,
+    /// The TLS set-up the control connection used, for the data streams;
+    /// None in plaintext.
+    tls: Option<Arc<crate::tls::ClientTls>>,
 }
 
 impl Control {
@@ -118,8 +153,17 @@ impl Control {
         direction: Direction,
         opts: &ClientOptions,
         tune: impl Fn(&socket2::Socket) -> std::io::Result<()>,
-    ) -> Result<std::net::TcpStream, EngineError> {
-        let mut tcp = conn::connect(&[self.peer], opts.connect_timeout, tune)?;
+    ) -> Result<Box<dyn conn::Stream>, EngineError> {
+        let tcp = conn::connect(&[self.peer], opts.connect_timeout, tune)?;
+        let mut tcp: Box<dyn conn::Stream> = match &self.tls {
+            Some(t) => {
+                let _ = tcp.set_read_timeout(Some(opts.handshake_timeout));
+                let s = t.connect(tcp)?;
+                let _ = s.tcp().set_read_timeout(None);
+                s
+            }
+            None => Box::new(tcp),
+        };
         let mut hello = MAGIC.to_vec();
         Message::Hello(Hello {
             min_version: self.welcome.version,
@@ -130,14 +174,17 @@ impl Control {
                 stream,
                 direction,
             },
+            token: None,
         })
         .encode(&mut hello)?;
-        tcp.write_all(&hello).map_err(|e| {
-            EngineError::io(
-                format!("failed to open data stream {stream} to {}", self.peer),
-                e,
-            )
-        })?;
+        tcp.write_all(&hello)
+            .and_then(|()| tcp.flush())
+            .map_err(|e| {
+                EngineError::io(
+                    format!("failed to open data stream {stream} to {}", self.peer),
+                    e,
+                )
+            })?;
         Ok(tcp)
     }
 
@@ -177,16 +224,33 @@ impl Control {
 
 pub(crate) fn open_control(target: &str, opts: &ClientOptions) -> Result<Control, EngineError> {
     let addrs = conn::resolve(target, DEFAULT_PORT)?;
-    let mut tcp = conn::connect(&addrs, opts.connect_timeout, |s| s.set_nodelay(true))?;
+    let tcp = conn::connect(&addrs, opts.connect_timeout, |s| s.set_nodelay(true))?;
     let peer = tcp
         .peer_addr()
         .map_err(|e| EngineError::io("failed to read the peer address".into(), e))?;
-    tcp.write_all(&MAGIC)
+    let (mut stream, tls): (Box<dyn conn::Stream>, _) = if opts.security.plaintext {
+        (Box::new(tcp), None)
+    } else {
+        let t = Arc::new(crate::tls::ClientTls::new(
+            &opts.security.trust,
+            &host_key(target),
+        )?);
+        let _ = tcp.set_read_timeout(Some(opts.handshake_timeout));
+        (t.connect(tcp)?, Some(t))
+    };
+    stream
+        .write_all(&MAGIC)
         .map_err(|e| EngineError::io(format!("failed to greet {peer}"), e))?;
-    let session = ClientSession::new(Instant::now(), &crate::software(), opts.handshake_timeout);
+    let session = ClientSession::new(
+        Instant::now(),
+        &crate::software(),
+        opts.handshake_timeout,
+        opts.security.token.clone(),
+    );
     let mut c = Control {
-        conn: FramedConn::new(Box::new(tcp), target.to_string()),
+        conn: FramedConn::new(stream, target.to_string()),
         session,
+        tls,
         peer,
         welcome: Welcome {
             version: 0,
@@ -213,6 +277,25 @@ pub(crate) fn open_control(target: &str, opts: &ClientOptions) -> Result<Control
     Ok(c)
 }
 
+/// Connects to `target` only to read the fingerprint of the certificate it
+/// presents (for `longhaul trust`); sends nothing else.
+pub fn probe_fingerprint(target: &str, timeout: Duration) -> Result<String, EngineError> {
+    let addrs = conn::resolve(target, DEFAULT_PORT)?;
+    let tcp = conn::connect(&addrs, timeout, |_| Ok(()))?;
+    let _ = tcp.set_read_timeout(Some(timeout));
+    let t = crate::tls::ClientTls::new(
+        &crate::tls::TrustOptions {
+            accept_any: true,
+            ..Default::default()
+        },
+        target,
+    )?;
+    let mut s = t.connect(tcp)?;
+    let _ = s.close_write();
+    t.seen()
+        .ok_or_else(|| EngineError::Trust(format!("{target} presented no certificate")))
+}
+
 /// Runs a memory-to-memory test against `target` (`HOST[:PORT]`) and
 /// returns its summary; intervals go to `sink` as they complete.
 pub fn run_perf(
@@ -235,7 +318,7 @@ pub fn run_perf(
     })?;
     let accept = accept.expect("set by expect");
 
-    let streams = open_streams(&ctl, params, &accept, opts)?;
+    let mut streams = open_streams(&ctl, params, &accept, opts)?;
     let mut ready = None;
     let mut last_register = Instant::now() - Duration::from_secs(1);
     while ready.is_none() {
@@ -247,7 +330,7 @@ pub fn run_perf(
             Ok(Some(ClientEvent::Ready(r))) => ready = Some(r),
             Ok(_) => {}
             // A server that refused a data stream said why on that stream.
-            Err(e) => return Err(data_refusal(&streams).unwrap_or(e)),
+            Err(e) => return Err(data_refusal(&mut streams).unwrap_or(e)),
         }
     }
     let ready = ready.expect("loop ends when set");
@@ -333,13 +416,24 @@ fn open_streams(
     let mut out = Vec::new();
     let keys = longhaul_proto::report::stream_keys(params);
     for (k, (direction, stream)) in keys.into_iter().enumerate() {
+        let mut io = None;
         let socket = match params.transport {
             Transport::Tcp => {
                 let tuning = tuning_for(params, End::Client.sends(direction));
-                let tcp = ctl.open_data_stream(&accept.token, stream, direction, opts, |s| {
+                let s = ctl.open_data_stream(&accept.token, stream, direction, opts, |s| {
                     sock::apply_tcp(s, &tuning)
                 })?;
-                DataSocket::Tcp(Arc::new(tcp))
+                match s.into_plain() {
+                    Ok(tcp) => DataSocket::Tcp(Arc::new(tcp)),
+                    Err(tls) => {
+                        let tcp = tls
+                            .tcp()
+                            .try_clone()
+                            .map_err(|e| EngineError::io("failed to clone a socket".into(), e))?;
+                        io = Some(tls);
+                        DataSocket::Tcp(Arc::new(tcp))
+                    }
+                }
             }
             Transport::Udp => {
                 let port = *accept.udp_ports.get(k).ok_or_else(|| {
@@ -374,20 +468,24 @@ fn open_streams(
             direction,
             stream,
             socket,
+            io,
         });
     }
     Ok(out)
 }
 
 /// A refusal the server wrote on a data stream instead of taking it.
-fn data_refusal(streams: &[ReadyStream]) -> Option<EngineError> {
-    streams.iter().find_map(|s| {
+fn data_refusal(streams: &mut [ReadyStream]) -> Option<EngineError> {
+    streams.iter_mut().find_map(|s| {
         let DataSocket::Tcp(t) = &s.socket else {
             return None;
         };
         let mut buf = [0u8; 4096];
         t.set_nonblocking(true).ok()?;
-        let n = (&**t).read(&mut buf).ok()?;
+        let n = match &mut s.io {
+            Some(io) => io.read(&mut buf).ok()?,
+            None => (&**t).read(&mut buf).ok()?,
+        };
         let mut d = longhaul_proto::frame::Decoder::new(4096);
         d.push(&buf[..n]);
         match Message::decode(&d.next_frame().ok()??).ok()? {
@@ -579,6 +677,19 @@ pub fn run_third_party(
         ThirdParty {
             target: b.to_string(),
             params: params.clone(),
+            trust: {
+                // What this client trusts for b, for a to pin.
+                let t = &opts.security.trust;
+                let mut fps = t.pins.clone();
+                fps.extend(
+                    t.known_hosts
+                        .as_deref()
+                        .and_then(|f| crate::tls::known_host(f, &host_key(b))),
+                );
+                fps
+            },
+            token: opts.security.token.clone(),
+            plaintext: opts.security.plaintext,
         },
         Duration::from_secs(86_400),
     );

@@ -1,7 +1,7 @@
-//! The connection layer: a byte stream (plain TCP now; TLS wraps the same
-//! [`Stream`] later without the protocol noticing) and framed message I/O
-//! over it, with the read time-outs that keep a slow or silent peer from
-//! holding a thread forever.
+//! The connection layer: a byte stream (TLS over TCP, or plain TCP when
+//! both ends allow it; see [`crate::tls`]) and framed message I/O over it,
+//! with the read time-outs that keep a slow or silent peer from holding a
+//! thread forever.
 
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
@@ -13,15 +13,37 @@ use longhaul_proto::ProtoError;
 
 use crate::EngineError;
 
-/// A byte stream that carries a session. Implemented by `TcpStream`; a TLS
-/// stream implements it by delegating [`Stream::tcp`] to its socket.
+/// A byte stream that carries a session or a data stream. Implemented by
+/// `TcpStream` (plaintext) and [`crate::tls::Tls`], which delegates
+/// [`Stream::tcp`] to its socket (options, TCP_INFO, shutdown).
 pub trait Stream: Read + Write + Send {
     fn tcp(&self) -> &TcpStream;
+
+    /// Ends our sending side cleanly: TLS close_notify, then a TCP FIN.
+    fn close_write(&mut self) -> io::Result<()> {
+        self.tcp().shutdown(std::net::Shutdown::Write)
+    }
+
+    fn is_tls(&self) -> bool {
+        false
+    }
+
+    /// The fingerprint of the certificate the peer presented, if any.
+    fn peer_fingerprint(&self) -> Option<String> {
+        None
+    }
+
+    /// The plain socket, for zero-copy paths; TLS streams give themselves back.
+    fn into_plain(self: Box<Self>) -> Result<TcpStream, Box<dyn Stream>>;
 }
 
 impl Stream for TcpStream {
     fn tcp(&self) -> &TcpStream {
         self
+    }
+
+    fn into_plain(self: Box<Self>) -> Result<TcpStream, Box<dyn Stream>> {
+        Ok(*self)
     }
 }
 

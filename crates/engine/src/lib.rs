@@ -4,6 +4,7 @@
 //! counters ([`sock`]), and the [`sink::Reporter`] trait through which it
 //! reports.
 
+pub mod auth;
 pub mod client;
 pub mod conn;
 pub mod run;
@@ -11,6 +12,7 @@ pub mod server;
 pub mod sink;
 pub mod sock;
 pub mod stream;
+pub mod tls;
 pub mod xfer;
 
 use longhaul_proto::msg::RefuseCode;
@@ -49,6 +51,10 @@ pub enum EngineError {
     Timeout(String),
     #[error("connection closed by {0}")]
     Closed(String),
+    /// The server's identity could not be verified (unknown, changed, not
+    /// TLS): nothing was sent.
+    #[error("{0}")]
+    Trust(String),
     #[error(transparent)]
     Proto(#[from] ProtoError),
     #[error("{context}: {source}")]

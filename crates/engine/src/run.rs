@@ -36,6 +36,9 @@ pub struct ReadyStream {
     pub direction: Direction,
     pub stream: u16,
     pub socket: DataSocket,
+    /// The TLS layer over `socket`, which then carries the data; None in
+    /// plaintext (and for UDP).
+    pub io: Option<Box<dyn crate::conn::Stream>>,
 }
 
 struct Worker {
@@ -98,7 +101,7 @@ impl SideRun {
                 stop: stop.clone(),
                 epoch: start,
             };
-            let thread = stream::spawn(plan, s.socket.clone(), counters.clone())
+            let thread = stream::spawn(plan, s.socket.clone(), s.io, counters.clone())
                 .map_err(|e| EngineError::io("failed to start a stream thread".into(), e))?;
             workers.push(Worker {
                 direction: s.direction,

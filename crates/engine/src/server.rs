@@ -4,7 +4,7 @@
 //! else's.
 
 use std::collections::HashMap;
-use std::io::{self, Read, Write};
+use std::io::{self, Read};
 use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
 use std::os::fd::AsFd;
 use std::path::PathBuf;
@@ -19,7 +19,7 @@ use longhaul_proto::session::{Limits, ServerConfig, ServerEvent, ServerSession};
 use longhaul_proto::udp;
 
 use crate::client::{run_perf, tuning_for, ClientOptions};
-use crate::conn::{read_one_frame, FramedConn, HANDSHAKE_MAX_FRAME};
+use crate::conn::{read_one_frame, FramedConn, Stream, HANDSHAKE_MAX_FRAME};
 use crate::run::{End, ReadyStream, SideRun, Tick, Ticker};
 use crate::sink::RelaySink;
 use crate::sock::{self, BufferCaps};
@@ -29,6 +29,8 @@ use crate::xfer::source::{run_source, SourceConfig};
 use crate::xfer::storage::{Local, Storage};
 use crate::xfer::{beneath, confine, kind_of, mtime_ns, Export};
 use crate::EngineError;
+use crate::{auth, tls};
+use longhaul_proto::frame::MAGIC;
 use longhaul_proto::xfer::{
     Kind, ListEntry, ListRequest, Listing, Op, TransferAccept, TransferRequest,
 };
@@ -50,6 +52,15 @@ pub struct ServeConfig {
     pub max_connections: usize,
     /// Where the server keeps its identity and state.
     pub state_dir: PathBuf,
+    /// TLS set-up; None loads (or makes) the identity in `state_dir`.
+    pub tls: Option<Arc<rustls::ServerConfig>>,
+    /// Serve clients that ask for plaintext (`--allow-plaintext`).
+    pub allow_plaintext: bool,
+    /// Anonymous clients may run perf tests (`--public-perf`).
+    pub public_perf: bool,
+    /// Every client may do everything, without credentials (the demo's
+    /// in-process server). Never set by `longhaul serve`.
+    pub open_access: bool,
 }
 
 impl Default for ServeConfig {
@@ -62,6 +73,10 @@ impl Default for ServeConfig {
             max_tests: 16,
             max_connections: 512,
             state_dir: default_state_dir(),
+            tls: None,
+            allow_plaintext: false,
+            public_perf: false,
+            open_access: false,
         }
     }
 }
@@ -77,13 +92,15 @@ pub fn default_state_dir() -> PathBuf {
 
 /// A data connection on its way to the test that owns its token.
 struct Attach {
-    stream: TcpStream,
+    stream: Box<dyn Stream>,
     index: u16,
     direction: Direction,
 }
 
 struct Shared {
     cfg: ServeConfig,
+    tls: Arc<rustls::ServerConfig>,
+    fingerprint: Option<String>,
     host: String,
     registry: Mutex<HashMap<String, Sender<Attach>>>,
     tests: AtomicUsize,
@@ -108,6 +125,12 @@ pub struct ServerHandle {
 impl ServerHandle {
     pub fn addr(&self) -> SocketAddr {
         self.addrs[0]
+    }
+
+    /// The fingerprint of the identity made or loaded from the state
+    /// directory (None when the caller gave its own TLS set-up).
+    pub fn fingerprint(&self) -> Option<String> {
+        self.shared.fingerprint.clone()
     }
 
     /// Stops accepting; running sessions end on their own.
@@ -166,10 +189,26 @@ impl Server {
             })?;
             listeners.push(l);
         }
+        let (tls, fingerprint) = match &cfg.tls {
+            Some(t) => (t.clone(), None),
+            None => {
+                let (id, created) = tls::Identity::load_or_create(&cfg.state_dir)?;
+                if created {
+                    tracing::info!(
+                        "made a new identity in {}: {}",
+                        cfg.state_dir.display(),
+                        id.fingerprint()
+                    );
+                }
+                (tls::server_config(&id)?, Some(id.fingerprint()))
+            }
+        };
         Ok(Server {
             listeners,
             shared: Arc::new(Shared {
                 cfg,
+                tls,
+                fingerprint,
                 host: sock::hostname(),
                 registry: Mutex::new(HashMap::new()),
                 tests: AtomicUsize::new(0),
@@ -178,6 +217,11 @@ impl Server {
                 shutdown: AtomicBool::new(false),
             }),
         })
+    }
+
+    /// See [`ServerHandle::fingerprint`].
+    pub fn fingerprint(&self) -> Option<String> {
+        self.shared.fingerprint.clone()
     }
 
     pub fn local_addrs(&self) -> Vec<SocketAddr> {
@@ -240,8 +284,10 @@ fn accept_loop(l: &TcpListener, shared: &Arc<Shared>) {
                 "refusing {peer}: {open} connections open, limit {}",
                 shared.cfg.max_connections
             );
-            refuse_raw(
-                &stream,
+            // Plaintext: a TLS client sees the connection fail instead.
+            let mut stream = stream;
+            refuse_on(
+                &mut stream,
                 RefuseCode::Busy,
                 "server has too many open connections; try again later",
             );
@@ -261,7 +307,8 @@ fn accept_loop(l: &TcpListener, shared: &Arc<Shared>) {
     }
 }
 
-fn refuse_raw(mut stream: &TcpStream, code: RefuseCode, message: &str) {
+/// Writes a refusal on a stream (TLS or not) with a short time-out.
+fn refuse_on(stream: &mut dyn Stream, code: RefuseCode, message: &str) {
     let mut out = Vec::new();
     if Message::Refuse(Refuse {
         code,
@@ -270,15 +317,18 @@ fn refuse_raw(mut stream: &TcpStream, code: RefuseCode, message: &str) {
     .encode(&mut out)
     .is_ok()
     {
-        let _ = stream.set_write_timeout(Some(Duration::from_millis(200)));
-        let _ = stream.write_all(&out);
+        let _ = stream
+            .tcp()
+            .set_write_timeout(Some(Duration::from_millis(200)));
+        let _ = stream.write_all(&out).and_then(|()| stream.flush());
+        let _ = stream.close_write();
     }
 }
 
 /// Reads from a stream with one deadline for the whole read, so a client
 /// that trickles bytes (slowloris) cannot extend it.
 struct DeadlineReader<'a> {
-    stream: &'a TcpStream,
+    stream: &'a mut dyn Stream,
     deadline: Instant,
 }
 
@@ -288,9 +338,56 @@ impl Read for DeadlineReader<'_> {
         if left.is_zero() {
             return Err(io::ErrorKind::TimedOut.into());
         }
-        self.stream.set_read_timeout(Some(left))?;
-        let mut s = self.stream;
-        s.read(buf)
+        self.stream.tcp().set_read_timeout(Some(left))?;
+        self.stream.read(buf)
+    }
+}
+
+/// Takes a new connection into TLS, or into plaintext if the client asks
+/// for it and this server allows it; refuses anything else.
+fn secure(
+    shared: &Shared,
+    tcp: TcpStream,
+    peer: SocketAddr,
+    deadline: Instant,
+) -> Option<Box<dyn Stream>> {
+    let mut first = [0u8; 1];
+    let _ = tcp.set_read_timeout(Some(shared.cfg.limits.handshake_timeout));
+    match tcp.peek(&mut first) {
+        Ok(1) if first[0] == tls::TLS_RECORD_HANDSHAKE => {
+            match tls::accept(&shared.tls, tcp, deadline) {
+                Ok(s) => Some(s),
+                Err(e) => {
+                    tracing::warn!("closing {peer}: {e}");
+                    None
+                }
+            }
+        }
+        Ok(1) if first[0] == MAGIC[0] && shared.cfg.allow_plaintext => Some(Box::new(tcp)),
+        Ok(1) if first[0] == MAGIC[0] => {
+            tracing::warn!("refusing {peer}: plaintext, and this server requires TLS");
+            let mut tcp = tcp;
+            refuse_on(
+                &mut tcp,
+                RefuseCode::TlsRequired,
+                "this server requires TLS: run the client without --insecure-plaintext (plaintext needs --allow-plaintext on the server too)",
+            );
+            None
+        }
+        Ok(_) => {
+            tracing::warn!("closing {peer}: neither TLS nor longhaul");
+            let mut tcp = tcp;
+            refuse_on(
+                &mut tcp,
+                RefuseCode::Protocol,
+                "not a longhaul client (expected TLS or the LONGHAUL preamble)",
+            );
+            None
+        }
+        Err(e) => {
+            tracing::warn!("closing {peer}: nothing received: {e}");
+            None
+        }
     }
 }
 
@@ -302,12 +399,16 @@ fn session_config(shared: &Shared) -> ServerConfig {
     }
 }
 
-fn handle_connection(shared: &Arc<Shared>, stream: TcpStream, peer: SocketAddr) {
+fn handle_connection(shared: &Arc<Shared>, tcp: TcpStream, peer: SocketAddr) {
     let now = Instant::now();
+    let deadline = now + shared.cfg.limits.handshake_timeout;
+    let Some(mut stream) = secure(shared, tcp, peer, deadline) else {
+        return;
+    };
     let mut session = ServerSession::new(now, session_config(shared));
     let mut reader = DeadlineReader {
-        stream: &stream,
-        deadline: now + shared.cfg.limits.handshake_timeout,
+        stream: &mut *stream,
+        deadline,
     };
     let hello = read_one_frame(&mut reader, true, HANDSHAKE_MAX_FRAME)
         .and_then(|f| Message::decode(&f).map_err(EngineError::from));
@@ -316,10 +417,38 @@ fn handle_connection(shared: &Arc<Shared>, stream: TcpStream, peer: SocketAddr) 
         Err(e) => {
             tracing::warn!("closing {peer}: bad handshake: {e}");
             if matches!(e, EngineError::Proto(_)) {
-                refuse_raw(&stream, RefuseCode::Protocol, &e.to_string());
+                refuse_on(&mut *stream, RefuseCode::Protocol, &e.to_string());
             }
             return;
         }
+    };
+    // Who this is, before anything else is looked at.
+    let access = match &hello {
+        Message::Hello(Hello {
+            role: Role::Control,
+            token,
+            ..
+        }) => {
+            let who = if shared.cfg.open_access {
+                Ok(auth::Access::everything("anyone (open server)"))
+            } else {
+                auth::authenticate(
+                    &shared.cfg.state_dir,
+                    token.as_deref(),
+                    stream.peer_fingerprint().as_deref(),
+                    shared.cfg.public_perf,
+                )
+            };
+            match who {
+                Ok(a) => Some(a),
+                Err(message) => {
+                    tracing::warn!("refusing {peer}: {message}");
+                    refuse_on(&mut *stream, RefuseCode::Unauthorized, &message);
+                    return;
+                }
+            }
+        }
+        _ => None,
     };
     match session.handle(Instant::now(), hello) {
         Ok(Some(ServerEvent::DataStream {
@@ -329,34 +458,38 @@ fn handle_connection(shared: &Arc<Shared>, stream: TcpStream, peer: SocketAddr) 
         })) => {
             // The handshake's time-out would stay on the socket and make
             // every blocking read arm a timer.
-            let _ = stream.set_read_timeout(None);
+            let _ = stream.tcp().set_read_timeout(None);
             let tx = shared
                 .registry
                 .lock()
                 .expect("poisoned")
                 .get(&token)
                 .cloned();
-            let attached = tx.is_some_and(|tx| {
-                tx.send(Attach {
-                    stream: stream.try_clone().expect("clone socket"),
-                    index,
-                    direction,
-                })
-                .is_ok()
-            });
-            if !attached {
+            let attached = match tx {
+                Some(tx) => tx
+                    .send(Attach {
+                        stream,
+                        index,
+                        direction,
+                    })
+                    .map_err(|e| e.0.stream),
+                None => Err(stream),
+            };
+            if let Err(mut stream) = attached {
                 tracing::warn!("closing {peer}: data stream for an unknown test");
-                refuse_raw(
-                    &stream,
+                refuse_on(
+                    &mut *stream,
                     RefuseCode::UnknownTest,
                     "no test with that token on this server",
                 );
             }
         }
         Ok(_) => {
-            let _ = stream.set_nodelay(true);
-            let mut conn = FramedConn::new(Box::new(stream), peer.to_string());
-            if let Err(e) = control_loop(shared, &mut conn, &mut session) {
+            let _ = stream.tcp().set_nodelay(true);
+            let access = access.unwrap_or_else(|| auth::Access::anonymous(false));
+            tracing::debug!("{peer} is {}", access.who);
+            let mut conn = FramedConn::new(stream, peer.to_string());
+            if let Err(e) = control_loop(shared, &mut conn, &mut session, &access) {
                 match e {
                     EngineError::Closed(_) => {
                         tracing::debug!("{peer} closed its control connection")
@@ -368,7 +501,7 @@ fn handle_connection(shared: &Arc<Shared>, stream: TcpStream, peer: SocketAddr) 
         }
         Err(e) => {
             tracing::warn!("closing {peer}: {e}");
-            let mut conn = FramedConn::new(Box::new(stream), peer.to_string());
+            let mut conn = FramedConn::new(stream, peer.to_string());
             flush(&mut conn, &mut session);
         }
     }
@@ -423,6 +556,7 @@ fn control_loop(
     shared: &Arc<Shared>,
     conn: &mut FramedConn,
     session: &mut ServerSession,
+    access: &auth::Access,
 ) -> Result<(), EngineError> {
     let mut test: Option<Test> = None;
     loop {
@@ -509,6 +643,15 @@ fn control_loop(
             Err(e) => return Err(e),
         };
         match session.handle(Instant::now(), msg) {
+            Ok(Some(ServerEvent::TestRequested(_) | ServerEvent::ThirdPartyRequested(_)))
+                if !access.perf =>
+            {
+                tracing::warn!("refusing a test from {}: not authenticated", conn.peer());
+                session.refuse(
+                    RefuseCode::Unauthorized,
+                    "this server runs perf tests for authenticated clients only: pass --token-file FILE or set LONGHAUL_TOKEN".to_string(),
+                );
+            }
             Ok(Some(ServerEvent::TestRequested(p))) => match new_test(shared, conn, &p) {
                 Ok((t, accept)) => {
                     tracing::info!(
@@ -535,6 +678,7 @@ fn control_loop(
                             direction,
                             stream,
                             socket: DataSocket::Udp(Arc::new(u)),
+                            io: None,
                         });
                     }
                     match SideRun::start(
@@ -567,17 +711,19 @@ fn control_loop(
                 third_party(shared, conn, &req);
                 session.finish(Instant::now());
             }
-            Ok(Some(ServerEvent::TransferRequested(t))) => match serve_transfer(shared, conn, &t) {
-                Ok(()) => session.finish(Instant::now()),
-                Err(Refusal::Refuse(code, message)) => {
-                    tracing::warn!("refusing transfer from {}: {message}", conn.peer());
-                    session.refuse(code, message);
+            Ok(Some(ServerEvent::TransferRequested(t))) => {
+                match serve_transfer(shared, conn, &t, access) {
+                    Ok(()) => session.finish(Instant::now()),
+                    Err(Refusal::Refuse(code, message)) => {
+                        tracing::warn!("refusing transfer from {}: {message}", conn.peer());
+                        session.refuse(code, message);
+                    }
+                    Err(Refusal::Failed(e)) => {
+                        return Err(EngineError::Failed(format!("transfer failed: {e}")));
+                    }
                 }
-                Err(Refusal::Failed(e)) => {
-                    return Err(EngineError::Failed(format!("transfer failed: {e}")));
-                }
-            },
-            Ok(Some(ServerEvent::ListRequested(l))) => match serve_list(shared, conn, &l) {
+            }
+            Ok(Some(ServerEvent::ListRequested(l))) => match serve_list(shared, conn, &l, access) {
                 Ok(()) => session.finish(Instant::now()),
                 Err((code, message)) => {
                     session.refuse(code, message);
@@ -689,9 +835,20 @@ enum Refusal {
     Failed(EngineError),
 }
 
-fn export<'a>(shared: &'a Shared, name: &str) -> Result<&'a Export, (RefuseCode, String)> {
+fn export<'a>(
+    shared: &'a Shared,
+    name: &str,
+    access: &auth::Access,
+) -> Result<&'a Export, (RefuseCode, String)> {
     shared.cfg.exports.iter().find(|e| e.name == name).ok_or_else(|| {
-        let names: Vec<&str> = shared.cfg.exports.iter().map(|e| e.name.as_str()).collect();
+        // Only the names this client may see.
+        let names: Vec<&str> = shared
+            .cfg
+            .exports
+            .iter()
+            .filter(|e| access.check_read(e).is_ok())
+            .map(|e| e.name.as_str())
+            .collect();
         (
             RefuseCode::BadRequest,
             if names.is_empty() {
@@ -709,9 +866,15 @@ fn serve_transfer(
     shared: &Arc<Shared>,
     conn: &mut FramedConn,
     t: &TransferRequest,
+    access: &auth::Access,
 ) -> Result<(), Refusal> {
     let refuse = |(c, m): (RefuseCode, String)| Refusal::Refuse(c, m);
-    let ex = export(shared, &t.export).map_err(refuse)?;
+    let ex = export(shared, &t.export, access).map_err(refuse)?;
+    let allowed = match t.op {
+        Op::Push => access.check_write(ex),
+        Op::Pull => access.check_read(ex),
+    };
+    allowed.map_err(|m| Refusal::Refuse(RefuseCode::Unauthorized, m))?;
     let bad = |e: EngineError| Refusal::Refuse(RefuseCode::BadRequest, e.to_string());
     if t.op == Op::Push && ex.read_only {
         return Err(Refusal::Refuse(
@@ -832,8 +995,12 @@ fn serve_list(
     shared: &Arc<Shared>,
     conn: &mut FramedConn,
     l: &ListRequest,
+    access: &auth::Access,
 ) -> Result<(), (RefuseCode, String)> {
-    let ex = export(shared, &l.export)?;
+    let ex = export(shared, &l.export, access)?;
+    access
+        .check_read(ex)
+        .map_err(|m| (RefuseCode::Unauthorized, m))?;
     let path = beneath(&ex.root, &l.path).map_err(|e| (RefuseCode::BadRequest, e.to_string()))?;
     confine(&ex.root, &path).map_err(|e| (RefuseCode::BadRequest, e.to_string()))?;
     let meta = std::fs::symlink_metadata(&path).map_err(|e| {
@@ -886,23 +1053,35 @@ fn attach_streams(t: &mut Test) {
             .tcp
             .iter()
             .any(|s| s.direction == a.direction && s.stream == a.index);
+        let mut a = a;
         if t.ready || !known || dup || t.params.transport != Transport::Tcp {
-            refuse_raw(
-                &a.stream,
+            refuse_on(
+                &mut *a.stream,
                 RefuseCode::Protocol,
                 "data stream index not part of this test",
             );
             continue;
         }
         let tuning = tuning_for(&t.params, End::Server.sends(a.direction));
-        let s = socket2::SockRef::from(&a.stream);
+        let s = socket2::SockRef::from(a.stream.tcp());
         if let Err(e) = sock::apply_tcp_ref(&s, &tuning) {
             tracing::warn!("failed to tune data stream: {e}");
         }
+        let (socket, io) = match a.stream.into_plain() {
+            Ok(tcp) => (tcp, None),
+            Err(tls) => match tls.tcp().try_clone() {
+                Ok(tcp) => (tcp, Some(tls)),
+                Err(e) => {
+                    tracing::warn!("failed to clone a data stream: {e}");
+                    continue;
+                }
+            },
+        };
         t.tcp.push(ReadyStream {
             direction: a.direction,
             stream: a.index,
-            socket: DataSocket::Tcp(Arc::new(a.stream)),
+            socket: DataSocket::Tcp(Arc::new(socket)),
+            io,
         });
     }
     let tag = udp::tag_of(&t.token);
@@ -968,7 +1147,19 @@ fn third_party(shared: &Arc<Shared>, conn: &mut FramedConn, req: &ThirdParty) {
         })));
         return;
     }
-    let opts = ClientOptions::default();
+    // Connect to the target as the requester would: pin what it trusts
+    // there, present its token, plaintext only if it uses plaintext.
+    let opts = ClientOptions {
+        security: crate::client::Security {
+            plaintext: req.plaintext,
+            trust: tls::TrustOptions {
+                pins: req.trust.clone(),
+                ..Default::default()
+            },
+            token: req.token.clone(),
+        },
+        ..ClientOptions::default()
+    };
     let interrupt = opts.interrupt.clone();
     let (tx, rx) = mpsc::channel::<Relay>();
     let (target, params) = (req.target.clone(), req.params.clone());

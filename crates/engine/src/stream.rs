@@ -80,6 +80,7 @@ pub struct Plan {
 pub fn spawn(
     plan: Plan,
     socket: DataSocket,
+    io: Option<Box<dyn crate::conn::Stream>>,
     counters: Arc<Counters>,
 ) -> io::Result<std::thread::JoinHandle<()>> {
     std::thread::Builder::new()
@@ -95,6 +96,12 @@ pub fn spawn(
             let r = match plan.cpu.map(sock::pin_to_cpu) {
                 Some(Err(e)) => Err(e),
                 _ => match (&socket, plan.send) {
+                    (DataSocket::Tcp(s), true) if io.is_some() => {
+                        tls_send(io.expect("checked"), s, &plan, &counters)
+                    }
+                    (DataSocket::Tcp(s), false) if io.is_some() => {
+                        tls_recv(io.expect("checked"), s, &plan, &counters)
+                    }
                     (DataSocket::Tcp(s), true) => tcp_send(s, &plan, &counters),
                     (DataSocket::Tcp(s), false) => tcp_recv(s, &plan, &counters),
                     (DataSocket::Udp(s), true) => udp_send(s, &plan, &counters),
@@ -274,11 +281,69 @@ fn tcp_send(s: &TcpStream, plan: &Plan, c: &Counters) -> io::Result<()> {
     }
     c.end_us.store(micros_since(plan.epoch), Ordering::Relaxed);
     s.shutdown(Shutdown::Write)?;
-    // Wait for the receiver to close, so that the final TCP_INFO sample
-    // covers every byte acknowledged.
-    s.set_read_timeout(Some(Duration::from_millis(100)))?;
+    wait_for_close(s, plan);
+    Ok(())
+}
+
+/// Sends through TLS: every byte is encrypted in this thread, so the
+/// zero-copy modes do not apply.
+fn tls_send(
+    mut io: Box<dyn crate::conn::Stream>,
+    s: &TcpStream,
+    plan: &Plan,
+    c: &Counters,
+) -> io::Result<()> {
+    let mut buf = vec![0u8; plan.length];
+    fill_incompressible(&mut buf, u64::from(plan.stream) + 1);
+    let mut remaining = plan.bytes.unwrap_or(u64::MAX);
+    while remaining > 0 && !should_stop(plan) {
+        let want = (buf.len() as u64).min(remaining) as usize;
+        match io.write(&buf[..want]) {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(n) => {
+                remaining -= n as u64;
+                c.bytes.fetch_add(n as u64, Ordering::Relaxed);
+            }
+            Err(e) if transient(&e) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    io.flush()?;
+    c.end_us.store(micros_since(plan.epoch), Ordering::Relaxed);
+    io.close_write()?;
+    wait_for_close(s, plan);
+    Ok(())
+}
+
+/// Receives through TLS until the sender's close_notify (or the stop).
+fn tls_recv(
+    mut io: Box<dyn crate::conn::Stream>,
+    s: &TcpStream,
+    plan: &Plan,
+    c: &Counters,
+) -> io::Result<()> {
+    let mut buf = vec![0u8; plan.length.clamp(64 << 10, 4 << 20)];
+    loop {
+        match io.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => {
+                c.bytes.fetch_add(n as u64, Ordering::Relaxed);
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(_) if plan.stop.load(Ordering::Relaxed) => break,
+            Err(e) => return Err(e),
+        }
+    }
+    let _ = s.shutdown(Shutdown::Both);
+    Ok(())
+}
+
+/// After our FIN: wait (briefly) for the receiver to close, so that the
+/// final TCP_INFO sample covers every byte acknowledged.
+fn wait_for_close(s: &TcpStream, plan: &Plan) {
+    let _ = s.set_read_timeout(Some(Duration::from_millis(100)));
     let grace = Instant::now() + Duration::from_secs(5);
-    let mut sink = [0u8; 64];
+    let mut sink = [0u8; 4096];
     let mut r = s;
     while Instant::now() < grace {
         match r.read(&mut sink) {
@@ -292,7 +357,6 @@ fn tcp_send(s: &TcpStream, plan: &Plan, c: &Counters) -> io::Result<()> {
             Err(_) => break,
         }
     }
-    Ok(())
 }
 
 fn memfd_with(buf: &[u8]) -> io::Result<std::fs::File> {

@@ -21,6 +21,7 @@ fn hello(role: Role) -> Vec<u8> {
         max_version: 1,
         software: "hostile test".into(),
         role,
+        token: None,
     })
     .encode(&mut b)
     .unwrap();
@@ -99,9 +100,13 @@ fn chunk_index_past_the_end_ends_the_transfer_promptly() {
                 name: "data".into(),
                 root: dir.canonicalize().unwrap(),
                 read_only: false,
+                public: false,
             }],
             storage: Arc::new(Local),
             state_dir: dir.join("state"),
+            // Hostile frames on raw TCP: the framing, not TLS, is under test.
+            allow_plaintext: true,
+            open_access: true,
             ..ServeConfig::default()
         },
     )

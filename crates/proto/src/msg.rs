@@ -37,6 +37,9 @@ pub struct Hello {
     pub max_version: u16,
     pub software: String,
     pub role: Role,
+    /// A control connection's credential (`--token-file`), sent inside TLS.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -69,6 +72,11 @@ pub enum RefuseCode {
     Timeout,
     /// The server failed while running the test.
     ServerError,
+    /// No credential, a wrong or revoked one, or one that does not allow
+    /// this request.
+    Unauthorized,
+    /// The client spoke plaintext to a server that requires TLS.
+    TlsRequired,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -232,6 +240,16 @@ pub struct ThirdParty {
     /// `HOST[:PORT]` of the server the receiving server should test against.
     pub target: String,
     pub params: TestParams,
+    /// Fingerprints the requester trusts for `target`: the receiving
+    /// server pins these when it connects there.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub trust: Vec<String>,
+    /// The requester's token, presented to `target`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token: Option<String>,
+    /// Both ends allow plaintext and the requester uses it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub plaintext: bool,
 }
 
 /// What a server running a third-party test relays to the requester.
@@ -445,6 +463,7 @@ mod tests {
                     stream: 3,
                     direction: Direction::Down,
                 },
+                token: None,
             }),
             Message::Refuse(Refuse {
                 code: RefuseCode::Busy,

@@ -482,13 +482,20 @@ pub struct ClientSession {
 
 impl ClientSession {
     /// Starts a session; the hello is queued at once.
-    pub fn new(now: Instant, software: &str, handshake_timeout: Duration) -> Self {
+    /// A session that introduces itself with `token` (if any) as credential.
+    pub fn new(
+        now: Instant,
+        software: &str,
+        handshake_timeout: Duration,
+        token: Option<String>,
+    ) -> Self {
         let mut out = VecDeque::new();
         out.push_back(Message::Hello(Hello {
             min_version: MIN_PROTOCOL_VERSION,
             max_version: PROTOCOL_VERSION,
             software: software.to_string(),
             role: Role::Control,
+            token,
         }));
         Self {
             state: ClientState::AwaitWelcome,

@@ -108,7 +108,7 @@ impl Pair {
         Self {
             base,
             offset: Duration::ZERO,
-            client: ClientSession::new(base, "longhaul-client harness", CLIENT_HANDSHAKE),
+            client: ClientSession::new(base, "longhaul-client harness", CLIENT_HANDSHAKE, None),
             server: ServerSession::new(base, server_config(limits)),
             c2s: Link::new(Decoder::expect_magic(CONTROL_MAX_BODY), preamble),
             s2c: Link::new(Decoder::new(CONTROL_MAX_BODY), &[]),
@@ -545,6 +545,7 @@ fn hand_made_hello(min_version: u16, max_version: u16) -> Message {
         max_version,
         software: "longhaul from elsewhere".into(),
         role: Role::Control,
+        token: None,
     })
 }
 
@@ -831,6 +832,9 @@ fn third_party(params: TestParams) -> ThirdParty {
     ThirdParty {
         target: "far.example:5201".into(),
         params,
+        trust: Vec::new(),
+        token: None,
+        plaintext: false,
     }
 }
 

@@ -2,7 +2,6 @@
 //! data goes, ask the server, open the data streams, run the local side,
 //! and retry a lost connection (the sink's journal makes a retry resume).
 
-use std::net::TcpStream;
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -190,7 +189,7 @@ fn open_streams(
     n: u16,
     direction: Direction,
     o: &ClientOptions,
-) -> Result<Vec<TcpStream>, EngineError> {
+) -> Result<Vec<Box<dyn crate::conn::Stream>>, EngineError> {
     (0..n)
         .map(|stream| ctl.open_data_stream(token, stream, direction, o, |s| s.set_nodelay(false)))
         .collect()

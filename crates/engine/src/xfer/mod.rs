@@ -70,9 +70,11 @@ pub struct Export {
     pub name: String,
     pub root: PathBuf,
     pub read_only: bool,
+    /// Readable without authentication (`:ro:public`; never writable).
+    pub public: bool,
 }
 
-/// Parses `NAME=PATH[:ro]`.
+/// Parses `NAME=PATH[:ro][:public]` (`:public` only with `:ro`).
 pub fn parse_export(s: &str) -> Result<Export, String> {
     let (name, rest) = s
         .split_once('=')
@@ -82,10 +84,19 @@ pub fn parse_export(s: &str) -> Result<Export, String> {
             "invalid export name '{name}': use letters, digits, '-' or '_'"
         ));
     }
+    let (rest, public) = match rest.strip_suffix(":public") {
+        Some(r) => (r, true),
+        None => (rest, false),
+    };
     let (path, read_only) = match rest.strip_suffix(":ro") {
         Some(p) => (p, true),
         None => (rest.strip_suffix(":rw").unwrap_or(rest), false),
     };
+    if public && !read_only {
+        return Err(format!(
+            "export '{name}': a public export must be read-only: NAME=PATH:ro:public"
+        ));
+    }
     let root = PathBuf::from(path);
     let meta =
         std::fs::metadata(&root).map_err(|e| format!("export '{name}': cannot use {path}: {e}"))?;
@@ -96,6 +107,7 @@ pub fn parse_export(s: &str) -> Result<Export, String> {
         name: name.to_string(),
         root: root.canonicalize().unwrap_or(root),
         read_only,
+        public,
     })
 }
 

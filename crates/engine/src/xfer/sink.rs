@@ -20,7 +20,7 @@ use longhaul_proto::xfer::*;
 
 use super::storage::{read_exact_at, write_all_at, Storage, WriteAt};
 use super::{hex, read_frame, set_mtime};
-use crate::conn::FramedConn;
+use crate::conn::{FramedConn, Stream};
 use crate::EngineError;
 
 /// How the sink lays files down.
@@ -172,7 +172,7 @@ fn io_err(what: &str, path: &Path, e: io::Error) -> String {
 /// file is resolved; returns the sink's report (also sent to the source).
 pub fn run_sink(
     conn: &mut FramedConn,
-    streams: Vec<TcpStream>,
+    streams: Vec<Box<dyn Stream>>,
     cfg: SinkConfig,
 ) -> Result<SinkReport, EngineError> {
     let files: Files = Arc::new(Mutex::new(HashMap::new()));
@@ -199,18 +199,22 @@ pub fn run_sink(
         );
     }
     let mut workers = Vec::new();
-    for s in &streams {
-        let s = s
-            .try_clone()
-            .map_err(|e| EngineError::io("failed to clone a data stream".into(), e))?;
+    let mut sockets: Vec<TcpStream> = Vec::new();
+    for s in streams {
+        sockets.push(
+            s.tcp()
+                .try_clone()
+                .map_err(|e| EngineError::io("failed to clone a data stream".into(), e))?,
+        );
         let (files, tx, fin) = (files.clone(), tx.clone(), fin_tx.clone());
         workers.push(
             std::thread::Builder::new()
                 .name("lh-sink".into())
-                .spawn(move || receive(&s, &files, &tx, &fin))
+                .spawn(move || receive(s, &files, &tx, &fin))
                 .map_err(|e| EngineError::io("failed to start a receiver".into(), e))?,
         );
     }
+    let streams = sockets;
     drop(tx);
     let result = control(conn, &files, &rx, &fin_tx, &cfg);
     for s in &streams {
@@ -724,7 +728,7 @@ fn verify(f: &FileState, cfg: &SinkConfig) -> Result<(), String> {
 /// One data stream: chunk frames in, streamed through the cache in pieces
 /// (hashed and written as they arrive), counted only once the trailer's
 /// hash matches.
-fn receive(s: &TcpStream, files: &Files, tx: &Sender<Event>, fin: &Sender<Arc<FileState>>) {
+fn receive(s: Box<dyn Stream>, files: &Files, tx: &Sender<Event>, fin: &Sender<Arc<FileState>>) {
     // Buffered: a small file's header, bytes and trailer come in one read;
     // big pieces bypass the buffer.
     let mut r = io::BufReader::with_capacity(256 << 10, s);

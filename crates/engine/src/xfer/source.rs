@@ -19,7 +19,7 @@ use longhaul_proto::xfer::*;
 
 use super::storage::{read_exact_at, ReadAt, Storage};
 use super::{kind_of, mtime_ns, ENTRIES_BATCH, MAX_UNRESOLVED_FILES};
-use crate::conn::FramedConn;
+use crate::conn::{FramedConn, Stream};
 use crate::EngineError;
 
 pub struct SourceConfig {
@@ -229,24 +229,29 @@ enum Event {
 /// Runs the source side until the sink reports the transfer done.
 pub fn run_source(
     conn: &mut FramedConn,
-    streams: Vec<TcpStream>,
+    streams: Vec<Box<dyn Stream>>,
     cfg: SourceConfig,
 ) -> Result<SourceReport, EngineError> {
     let shared: Shared = Arc::new((Mutex::new(Queue::default()), Condvar::new()));
     let (tx, rx) = mpsc::channel();
     let mut workers = Vec::new();
-    for s in &streams {
-        let s = s
-            .try_clone()
-            .map_err(|e| EngineError::io("failed to clone a data stream".into(), e))?;
+    // The sockets under the streams, to end them from here on a failure.
+    let mut sockets: Vec<TcpStream> = Vec::new();
+    for s in streams {
+        sockets.push(
+            s.tcp()
+                .try_clone()
+                .map_err(|e| EngineError::io("failed to clone a data stream".into(), e))?,
+        );
         let (shared, tx, storage) = (shared.clone(), tx.clone(), cfg.storage.clone());
         workers.push(
             std::thread::Builder::new()
                 .name("lh-src".into())
-                .spawn(move || send(&s, &shared, &*storage, &tx))
+                .spawn(move || send(s, &shared, &*storage, &tx))
                 .map_err(|e| EngineError::io("failed to start a sender".into(), e))?,
         );
     }
+    let streams = sockets;
     drop(tx);
     let result = control(conn, &shared, &rx, &cfg);
     {
@@ -487,7 +492,7 @@ fn control(
 
 /// One data stream: takes chunks from the queue and streams each from the
 /// file in cache-sized pieces, hashing as it goes; holes go as zero chunks.
-fn send(s: &TcpStream, shared: &Shared, storage: &dyn Storage, tx: &Sender<Event>) {
+fn send(s: Box<dyn Stream>, shared: &Shared, storage: &dyn Storage, tx: &Sender<Event>) {
     let (q, cv) = &**shared;
     // Buffered: small files' chunks (header, bytes, trailer) leave many to
     // a write; big pieces bypass the buffer. Flushed whenever the queue
@@ -521,7 +526,13 @@ fn send(s: &TcpStream, shared: &Shared, storage: &dyn Storage, tx: &Sender<Event
                 return;
             }
         };
-        let Some((c, f)) = next else { return };
+        let Some((c, f)) = next else {
+            // All sent: end the stream cleanly (TLS close_notify, FIN).
+            if let Ok(mut s) = w.into_inner() {
+                let _ = s.close_write();
+            }
+            return;
+        };
         if cache.as_ref().is_none_or(|(id, _)| *id != c.file) {
             match storage.open_read(&f.path) {
                 Ok(r) => cache = Some((c.file, r)),

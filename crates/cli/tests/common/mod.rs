@@ -1,0 +1,67 @@
+//! What the end-to-end tests share: one server identity and one token, so
+//! that the binary, as a client, trusts and is let in by every server the
+//! tests start (in this process or as `longhaul serve`).
+
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+
+use longhaul_engine::auth::{self, ExportGrant};
+use longhaul_engine::tls::{Identity, IDENTITY_FILE};
+
+/// The token every test server grants (every export, read-write).
+pub const TOKEN: &str = "lh1_7e570000_testsecret-testsecret-testsecret-0123";
+
+/// The shared identity's directory and fingerprint.
+pub fn identity() -> &'static (PathBuf, String) {
+    static ID: OnceLock<(PathBuf, String)> = OnceLock::new();
+    ID.get_or_init(|| {
+        let dir = std::env::temp_dir().join("longhaul-test-identity");
+        let (id, _) = Identity::load_or_create(&dir).expect("test identity");
+        (dir, id.fingerprint())
+    })
+}
+
+pub fn fingerprint() -> &'static str {
+    &identity().1
+}
+
+/// Puts the shared identity and a grant for [`TOKEN`] into a server's
+/// state directory; returns it.
+pub fn prepare_state(dir: &Path) -> PathBuf {
+    std::fs::create_dir_all(dir).unwrap();
+    let tmp = dir.join(format!(".id.{}", std::process::id()));
+    std::fs::copy(identity().0.join(IDENTITY_FILE), &tmp).unwrap();
+    std::fs::rename(&tmp, dir.join(IDENTITY_FILE)).unwrap();
+    let granted = auth::list(dir)
+        .map(|g| g.iter().any(|g| TOKEN.contains(&g.id)))
+        .unwrap_or(false);
+    if !granted {
+        auth::add_token(
+            dir,
+            TOKEN,
+            vec![ExportGrant {
+                name: "*".into(),
+                write: true,
+            }],
+            "tests",
+        )
+        .unwrap();
+    }
+    dir.to_path_buf()
+}
+
+/// The binary, trusting the shared identity and holding [`TOKEN`], with a
+/// known-hosts file of its own (never the user's).
+pub fn bin() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_longhaul"));
+    c.env("LONGHAUL_TRUST", fingerprint())
+        .env("LONGHAUL_TOKEN", TOKEN)
+        .env(
+            "LONGHAUL_KNOWN_HOSTS",
+            std::env::temp_dir().join("longhaul-test-known-hosts"),
+        );
+    c
+}

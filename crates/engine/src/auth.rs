@@ -1,0 +1,429 @@
+//! Who may do what on a server: grants, kept in its state directory
+//! (`grants`, one JSON object a line), each naming the exports it opens
+//! (read-only or read-write) and how its holder proves itself: a token
+//! (only its BLAKE3 hash is stored; the secret is printed once, at
+//! creation) or a client certificate's fingerprint (mutual TLS).
+//!
+//! The file is read at every authentication, so `longhaul token revoke`
+//! takes effect for the next connection without a restart. Without a
+//! grant a client is anonymous: it may read exports marked `:public` and
+//! run perf tests if the server allows it (`--public-perf`), nothing else.
+
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::xfer::Export;
+use crate::EngineError;
+
+const GRANTS_FILE: &str = "grants";
+const TOKEN_PREFIX: &str = "lh1";
+
+/// One export a grant opens; `name` `*` stands for every export.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExportGrant {
+    pub name: String,
+    pub write: bool,
+}
+
+/// Parses `NAME[:ro|:rw]` (read-only unless `:rw`).
+pub fn parse_export_grant(s: &str) -> Result<ExportGrant, String> {
+    let (name, write) = match s.rsplit_once(':') {
+        Some((n, "rw")) => (n, true),
+        Some((n, "ro")) => (n, false),
+        Some((_, other)) => {
+            return Err(format!(
+                "'{s}': the access after ':' must be ro or rw, not '{other}'"
+            ))
+        }
+        None => (s, false),
+    };
+    if name.is_empty() || name.contains('/') {
+        return Err(format!("'{s}': name an export (or * for all)"));
+    }
+    Ok(ExportGrant {
+        name: name.to_string(),
+        write,
+    })
+}
+
+/// A stored grant.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Grant {
+    pub id: String,
+    /// BLAKE3 (hex) of the token, for a token grant.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token_hash: Option<String>,
+    /// Fingerprint of a client certificate, for a mutual-TLS grant.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_cert: Option<String>,
+    pub exports: Vec<ExportGrant>,
+    /// Seconds since the epoch.
+    pub created: u64,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub note: String,
+}
+
+/// What an authenticated (or anonymous) client may do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Access {
+    /// For logs: `token ID`, `client certificate ID` or `anonymous`.
+    pub who: String,
+    pub perf: bool,
+    exports: Vec<ExportGrant>,
+    anonymous: bool,
+}
+
+impl Access {
+    /// Everything (a server without authentication, used by the demo).
+    pub fn everything(who: &str) -> Access {
+        Access {
+            who: who.to_string(),
+            perf: true,
+            exports: vec![ExportGrant {
+                name: "*".into(),
+                write: true,
+            }],
+            anonymous: false,
+        }
+    }
+
+    pub fn anonymous(public_perf: bool) -> Access {
+        Access {
+            who: "anonymous".into(),
+            perf: public_perf,
+            exports: Vec::new(),
+            anonymous: true,
+        }
+    }
+
+    pub fn is_anonymous(&self) -> bool {
+        self.anonymous
+    }
+
+    fn grant_for(&self, export: &str) -> Option<&ExportGrant> {
+        self.exports
+            .iter()
+            .filter(|g| g.name == export || g.name == "*")
+            .max_by_key(|g| g.write)
+    }
+
+    /// May this client read `e`? Explains the refusal if not.
+    pub fn check_read(&self, e: &Export) -> Result<(), String> {
+        if e.public || self.grant_for(&e.name).is_some() {
+            return Ok(());
+        }
+        Err(self.denied(&e.name, "read"))
+    }
+
+    /// May this client write to `e` (the export's own `:ro` is checked apart)?
+    pub fn check_write(&self, e: &Export) -> Result<(), String> {
+        if self.grant_for(&e.name).is_some_and(|g| g.write) {
+            return Ok(());
+        }
+        Err(self.denied(&e.name, "write to"))
+    }
+
+    fn denied(&self, export: &str, what: &str) -> String {
+        if self.anonymous {
+            format!(
+                "authentication required to {what} export '{export}': pass --token-file FILE or set LONGHAUL_TOKEN (the server's admin makes one with `longhaul token create`)"
+            )
+        } else {
+            format!("{} may not {what} export '{export}'", self.who)
+        }
+    }
+}
+
+fn grants_path(state: &Path) -> PathBuf {
+    state.join(GRANTS_FILE)
+}
+
+/// Every grant in a state directory (none if the file is missing).
+pub fn list(state: &Path) -> Result<Vec<Grant>, EngineError> {
+    let p = grants_path(state);
+    let text = match std::fs::read_to_string(&p) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => {
+            return Err(EngineError::Usage(format!(
+                "cannot read {}: {e}",
+                p.display()
+            )))
+        }
+    };
+    text.lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty())
+        .map(|(i, l)| {
+            serde_json::from_str(l)
+                .map_err(|e| EngineError::Usage(format!("{} line {}: {e}", p.display(), i + 1)))
+        })
+        .collect()
+}
+
+fn store(state: &Path, grants: &[Grant]) -> Result<(), EngineError> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::create_dir_all(state)
+        .map_err(|e| EngineError::Usage(format!("cannot create {}: {e}", state.display())))?;
+    let p = grants_path(state);
+    let tmp = state.join(format!(".{GRANTS_FILE}.{}.tmp", std::process::id()));
+    let _ = std::fs::remove_file(&tmp);
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&tmp)
+        .map_err(|e| EngineError::Usage(format!("cannot write {}: {e}", tmp.display())))?;
+    for g in grants {
+        let line = serde_json::to_string(g).expect("grants serialize");
+        writeln!(f, "{line}")
+            .map_err(|e| EngineError::Usage(format!("cannot write {}: {e}", tmp.display())))?;
+    }
+    f.sync_all()
+        .and_then(|()| std::fs::rename(&tmp, &p))
+        .map_err(|e| EngineError::Usage(format!("cannot write {}: {e}", p.display())))
+}
+
+fn random_bytes<const N: usize>() -> [u8; N] {
+    let mut b = [0u8; N];
+    getrandom::getrandom(&mut b).expect("the OS random source");
+    b
+}
+
+fn now_secs() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+fn token_hash(token: &str) -> String {
+    blake3::hash(token.as_bytes()).to_hex().to_string()
+}
+
+/// Makes a token grant; returns it and the secret token (shown once).
+pub fn create_token(
+    state: &Path,
+    exports: Vec<ExportGrant>,
+    note: &str,
+) -> Result<(Grant, String), EngineError> {
+    use base64::Engine as _;
+    let id: String = random_bytes::<4>()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    let secret = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(random_bytes::<32>());
+    let token = format!("{TOKEN_PREFIX}_{id}_{secret}");
+    let g = add_token(state, &token, exports, note)?;
+    Ok((g, token))
+}
+
+/// Grants a token made elsewhere (`lh1_ID_SECRET`, a secret of at least
+/// 32 characters): for provisioning the same credential on many servers.
+pub fn add_token(
+    state: &Path,
+    token: &str,
+    exports: Vec<ExportGrant>,
+    note: &str,
+) -> Result<Grant, EngineError> {
+    let id = token
+        .strip_prefix(TOKEN_PREFIX)
+        .and_then(|r| r.strip_prefix('_'))
+        .and_then(|r| r.split_once('_'))
+        .filter(|(id, secret)| !id.is_empty() && secret.len() >= 32)
+        .map(|(id, _)| id.to_string())
+        .ok_or_else(|| {
+            EngineError::Usage(format!(
+                "a token looks like {TOKEN_PREFIX}_ID_SECRET with a secret of 32 or more characters"
+            ))
+        })?;
+    let g = Grant {
+        id,
+        token_hash: Some(token_hash(token)),
+        client_cert: None,
+        exports,
+        created: now_secs(),
+        note: note.to_string(),
+    };
+    let mut all = list(state)?;
+    all.retain(|o| o.id != g.id);
+    all.push(g.clone());
+    store(state, &all)?;
+    Ok(g)
+}
+
+/// Makes a grant for a client certificate, known by its fingerprint.
+pub fn create_cert_grant(
+    state: &Path,
+    fingerprint: &str,
+    exports: Vec<ExportGrant>,
+    note: &str,
+) -> Result<Grant, EngineError> {
+    let id: String = random_bytes::<4>()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    let g = Grant {
+        id,
+        token_hash: None,
+        client_cert: Some(fingerprint.to_string()),
+        exports,
+        created: now_secs(),
+        note: note.to_string(),
+    };
+    let mut all = list(state)?;
+    all.push(g.clone());
+    store(state, &all)?;
+    Ok(g)
+}
+
+/// Removes a grant; false if there was none with that id.
+pub fn revoke(state: &Path, id: &str) -> Result<bool, EngineError> {
+    let mut all = list(state)?;
+    let before = all.len();
+    all.retain(|g| g.id != id);
+    if all.len() == before {
+        return Ok(false);
+    }
+    store(state, &all)?;
+    Ok(true)
+}
+
+/// Decides who a client is, from the token it sent and the certificate
+/// it presented. A token that is wrong or revoked is an error, not a
+/// fall-back to anonymous access.
+pub fn authenticate(
+    state: &Path,
+    token: Option<&str>,
+    client_cert: Option<&str>,
+    public_perf: bool,
+) -> Result<Access, String> {
+    let grants = list(state).map_err(|e| {
+        tracing::error!("cannot read grants: {e}");
+        "the server cannot read its grants; ask its admin".to_string()
+    })?;
+    let access = |g: &Grant, how: &str| Access {
+        who: format!("{how} {}", g.id),
+        perf: true,
+        exports: g.exports.clone(),
+        anonymous: false,
+    };
+    if let Some(t) = token {
+        let id = t
+            .strip_prefix(TOKEN_PREFIX)
+            .and_then(|r| r.strip_prefix('_'))
+            .and_then(|r| r.split_once('_'))
+            .map(|(id, _)| id);
+        let hash = blake3::hash(t.as_bytes());
+        let found = grants.iter().find(|g| {
+            Some(g.id.as_str()) == id
+                && g.token_hash
+                    .as_deref()
+                    .and_then(|h| blake3::Hash::from_hex(h).ok())
+                    .is_some_and(|h| h == hash)
+        });
+        return match found {
+            Some(g) => Ok(access(g, "token")),
+            None => Err("unknown or revoked token: get a new one from the server's admin (`longhaul token create`)".into()),
+        };
+    }
+    if let Some(fp) = client_cert {
+        if let Some(g) = grants.iter().find(|g| g.client_cert.as_deref() == Some(fp)) {
+            return Ok(access(g, "client certificate"));
+        }
+    }
+    Ok(Access::anonymous(public_perf))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn state(name: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("lh-auth-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        d
+    }
+
+    fn export(name: &str, public: bool) -> Export {
+        Export {
+            name: name.into(),
+            root: "/nonexistent".into(),
+            read_only: public,
+            public,
+        }
+    }
+
+    #[test]
+    fn tokens_authenticate_until_revoked() {
+        let s = state("tokens");
+        let (g, token) = create_token(
+            &s,
+            vec![
+                parse_export_grant("data:rw").unwrap(),
+                parse_export_grant("arch").unwrap(),
+            ],
+            "test",
+        )
+        .unwrap();
+        assert!(token.starts_with("lh1_"));
+        // Only the hash is stored.
+        let stored = std::fs::read_to_string(s.join(GRANTS_FILE)).unwrap();
+        assert!(!stored.contains(token.rsplit('_').next().unwrap()));
+        let a = authenticate(&s, Some(&token), None, false).unwrap();
+        assert!(a.perf && !a.is_anonymous());
+        assert!(a.check_write(&export("data", false)).is_ok());
+        assert!(a.check_read(&export("arch", false)).is_ok());
+        assert!(a.check_write(&export("arch", false)).is_err());
+        assert!(a.check_read(&export("other", false)).is_err());
+        // A token one character off is refused, not anonymous.
+        let mut bad = token.clone();
+        bad.pop();
+        bad.push(if token.ends_with('A') { 'B' } else { 'A' });
+        assert!(authenticate(&s, Some(&bad), None, true).is_err());
+        assert!(authenticate(&s, Some("garbage"), None, true).is_err());
+        assert!(revoke(&s, &g.id).unwrap());
+        assert!(!revoke(&s, &g.id).unwrap());
+        assert!(authenticate(&s, Some(&token), None, false).is_err());
+        std::fs::remove_dir_all(&s).unwrap();
+    }
+
+    #[test]
+    fn anonymous_reads_public_exports_only() {
+        let s = state("anon");
+        let a = authenticate(&s, None, None, false).unwrap();
+        assert!(a.is_anonymous() && !a.perf);
+        assert!(a.check_read(&export("pub", true)).is_ok());
+        assert!(a.check_write(&export("pub", true)).is_err());
+        let e = a.check_read(&export("data", false)).unwrap_err();
+        assert!(e.contains("--token-file"), "{e}");
+        assert!(authenticate(&s, None, None, true).unwrap().perf);
+    }
+
+    #[test]
+    fn client_certificates_are_known_by_fingerprint() {
+        let s = state("certs");
+        let fp = "SHA256:AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA";
+        create_cert_grant(&s, fp, vec![parse_export_grant("*:rw").unwrap()], "").unwrap();
+        let a = authenticate(&s, None, Some(fp), false).unwrap();
+        assert!(a.check_write(&export("anything", false)).is_ok());
+        let other = authenticate(&s, None, Some("SHA256:other"), false).unwrap();
+        assert!(other.is_anonymous());
+        std::fs::remove_dir_all(&s).unwrap();
+    }
+
+    #[test]
+    fn export_grant_syntax() {
+        assert_eq!(
+            parse_export_grant("d").unwrap(),
+            ExportGrant {
+                name: "d".into(),
+                write: false
+            }
+        );
+        assert!(parse_export_grant("d:rw").unwrap().write);
+        assert!(parse_export_grant("d:wx").is_err());
+        assert!(parse_export_grant(":rw").is_err());
+    }
+}

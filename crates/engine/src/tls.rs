@@ -1,0 +1,673 @@
+//! TLS 1.3 on every connection (rustls), and who trusts whom.
+//!
+//! A server has an [`Identity`]: a key and a certificate, self-signed and
+//! made on first start in its state directory, or CA-issued (`--cert`,
+//! `--key`). Clients check it by its fingerprint (`SHA256:` and the base64
+//! of the certificate's SHA-256, as ssh prints keys): pinned on the command
+//! line (`--trust`), or found in a known-hosts file that an explicit
+//! `longhaul trust HOST` fills; or by a CA (`--ca`). A changed certificate
+//! is refused loudly. A client may present an identity of its own (mutual
+//! TLS); the server then knows it by its fingerprint.
+//!
+//! Plaintext exists only when both ends ask for it; the server tells the
+//! two apart by the first byte a client sends (a TLS record starts with
+//! 0x16, longhaul's preamble with `L`), so there is no negotiation that an
+//! attacker could downgrade.
+
+use std::io::{self, Read, Write};
+use std::net::{Shutdown, TcpStream};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use base64::Engine as _;
+use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::crypto::{verify_tls12_signature, verify_tls13_signature, CryptoProvider};
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
+use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
+use rustls::{DigitallySignedStruct, DistinguishedName, SignatureScheme};
+use sha2::Digest as _;
+
+use crate::conn::Stream;
+use crate::EngineError;
+
+/// The first byte of a TLS handshake record.
+pub const TLS_RECORD_HANDSHAKE: u8 = 0x16;
+
+/// The crypto provider: aws-lc-rs, TLS 1.3 suites in the order measured
+/// fastest on x86 with AES-NI/VAES (BENCHMARKS.md): AES-128-GCM, then
+/// AES-256-GCM, then ChaCha20-Poly1305 (first on CPUs without AES
+/// instructions, where the client's order decides).
+pub fn provider() -> Arc<CryptoProvider> {
+    use rustls::crypto::aws_lc_rs::cipher_suite as cs;
+    let mut p = rustls::crypto::aws_lc_rs::default_provider();
+    p.cipher_suites = vec![
+        cs::TLS13_AES_128_GCM_SHA256,
+        cs::TLS13_AES_256_GCM_SHA384,
+        cs::TLS13_CHACHA20_POLY1305_SHA256,
+    ];
+    Arc::new(p)
+}
+
+/// `SHA256:` and the unpadded base64 of the SHA-256 of a certificate.
+pub fn fingerprint(cert: &[u8]) -> String {
+    let d = sha2::Sha256::digest(cert);
+    format!(
+        "SHA256:{}",
+        base64::engine::general_purpose::STANDARD_NO_PAD.encode(d)
+    )
+}
+
+/// Checks the form of a fingerprint given on the command line.
+pub fn parse_fingerprint(s: &str) -> Result<String, String> {
+    let s = s.trim();
+    let b64 = s
+        .strip_prefix("SHA256:")
+        .ok_or_else(|| format!("fingerprint '{s}' must start with SHA256:"))?;
+    let raw = base64::engine::general_purpose::STANDARD_NO_PAD
+        .decode(b64.trim_end_matches('='))
+        .map_err(|e| format!("fingerprint '{s}' is not base64: {e}"))?;
+    if raw.len() != 32 {
+        return Err(format!(
+            "fingerprint '{s}' has {} bytes, a SHA-256 has 32",
+            raw.len()
+        ));
+    }
+    Ok(format!(
+        "SHA256:{}",
+        base64::engine::general_purpose::STANDARD_NO_PAD.encode(raw)
+    ))
+}
+
+/// A key and its certificate chain (leaf first).
+#[derive(Clone, Debug)]
+pub struct Identity {
+    pub chain: Vec<CertificateDer<'static>>,
+    key: Arc<PrivateKeyDer<'static>>,
+}
+
+/// The key and the self-signed certificate, in one PEM file (so that it
+/// appears whole, atomically).
+pub const IDENTITY_FILE: &str = "identity.pem";
+
+impl Identity {
+    /// The leaf certificate's fingerprint.
+    pub fn fingerprint(&self) -> String {
+        fingerprint(&self.chain[0])
+    }
+
+    /// Loads the identity kept in `dir`, making one (a P-256 key and a
+    /// self-signed certificate) if there is none. Returns it and whether it
+    /// is new.
+    pub fn load_or_create(dir: &Path) -> Result<(Identity, bool), EngineError> {
+        let file = dir.join(IDENTITY_FILE);
+        if file.exists() {
+            return Ok((Identity::load(&file, &file)?, false));
+        }
+        std::fs::create_dir_all(dir).map_err(|e| {
+            EngineError::Usage(format!(
+                "cannot create state directory {}: {e}",
+                dir.display()
+            ))
+        })?;
+        let pair = rcgen::KeyPair::generate()
+            .map_err(|e| EngineError::Usage(format!("cannot generate a key: {e}")))?;
+        let host = crate::sock::hostname();
+        let mut params = rcgen::CertificateParams::new(vec![host.clone()])
+            .map_err(|e| EngineError::Usage(format!("cannot make a certificate: {e}")))?;
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, format!("longhaul {host}"));
+        let c = params
+            .self_signed(&pair)
+            .map_err(|e| EngineError::Usage(format!("cannot make a certificate: {e}")))?;
+        let tmp = dir.join(format!(".{IDENTITY_FILE}.{}", std::process::id()));
+        let _ = std::fs::remove_file(&tmp);
+        write_private(
+            &tmp,
+            format!("{}{}", pair.serialize_pem(), c.pem()).as_bytes(),
+        )?;
+        // Link, not rename: if another process made one meanwhile, theirs
+        // stays and both use it.
+        let linked = std::fs::hard_link(&tmp, &file);
+        let _ = std::fs::remove_file(&tmp);
+        match linked {
+            Ok(()) => Ok((Identity::load(&file, &file)?, true)),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+                Ok((Identity::load(&file, &file)?, false))
+            }
+            Err(e) => Err(EngineError::Usage(format!(
+                "cannot write {}: {e}",
+                file.display()
+            ))),
+        }
+    }
+
+    /// Loads a PEM certificate chain and its PEM private key.
+    pub fn load(cert: &Path, key: &Path) -> Result<Identity, EngineError> {
+        let chain = CertificateDer::pem_file_iter(cert)
+            .and_then(|i| i.collect::<Result<Vec<_>, _>>())
+            .map_err(|e| {
+                EngineError::Usage(format!(
+                    "cannot read certificates from {}: {e}",
+                    cert.display()
+                ))
+            })?;
+        if chain.is_empty() {
+            return Err(EngineError::Usage(format!(
+                "{} holds no PEM certificate",
+                cert.display()
+            )));
+        }
+        let key = PrivateKeyDer::from_pem_file(key).map_err(|e| {
+            EngineError::Usage(format!(
+                "cannot read a private key from {}: {e}",
+                key.display()
+            ))
+        })?;
+        Ok(Identity {
+            chain,
+            key: Arc::new(key),
+        })
+    }
+}
+
+/// Writes a file only its owner can read, replacing none.
+fn write_private(path: &Path, bytes: &[u8]) -> Result<(), EngineError> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+        .map_err(|e| EngineError::Usage(format!("cannot create {}: {e}", path.display())))?;
+    f.write_all(bytes)
+        .map_err(|e| EngineError::Usage(format!("cannot write {}: {e}", path.display())))
+}
+
+fn tls_error(e: rustls::Error) -> EngineError {
+    EngineError::Usage(format!("TLS configuration: {e}"))
+}
+
+/// The server's TLS configuration: its identity, TLS 1.3 only, and an
+/// optional client certificate (any; the server authorizes it by
+/// fingerprint after the handshake).
+pub fn server_config(id: &Identity) -> Result<Arc<rustls::ServerConfig>, EngineError> {
+    let p = provider();
+    let cfg = rustls::ServerConfig::builder_with_provider(p.clone())
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .map_err(tls_error)?
+        .with_client_cert_verifier(Arc::new(AnyClientCert { provider: p }))
+        .with_single_cert(id.chain.clone(), id.key.clone_key())
+        .map_err(tls_error)?;
+    Ok(Arc::new(cfg))
+}
+
+/// How a client decides to trust a server.
+#[derive(Clone, Debug, Default)]
+pub struct TrustOptions {
+    /// Fingerprints given with `--trust` (or `LONGHAUL_TRUST`).
+    pub pins: Vec<String>,
+    /// The known-hosts file (`--known-hosts`, default
+    /// `~/.config/longhaul/known_hosts`).
+    pub known_hosts: Option<PathBuf>,
+    /// PEM CA certificates (`--ca`): the server's certificate must chain to
+    /// one and name the host.
+    pub ca: Option<PathBuf>,
+    /// The client's own identity, for mutual TLS.
+    pub identity: Option<Identity>,
+    /// Accept any certificate (`longhaul trust`, which shows it first).
+    pub accept_any: bool,
+}
+
+/// The default known-hosts file.
+pub fn default_known_hosts() -> Option<PathBuf> {
+    let base = std::env::var_os("XDG_CONFIG_HOME")
+        .map(PathBuf::from)
+        .filter(|p| p.is_absolute())
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".config")))?;
+    Some(base.join("longhaul").join("known_hosts"))
+}
+
+/// The fingerprint a known-hosts file lists for `host` (`HOST:PORT`).
+pub fn known_host(file: &Path, host: &str) -> Option<String> {
+    let text = std::fs::read_to_string(file).ok()?;
+    text.lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .filter_map(|l| l.split_once(char::is_whitespace))
+        .find(|(h, _)| *h == host)
+        .map(|(_, fp)| fp.trim().to_string())
+}
+
+/// Records `host` with `fp` in a known-hosts file; refuses to replace a
+/// different entry unless `replace`.
+pub fn add_known_host(
+    file: &Path,
+    host: &str,
+    fp: &str,
+    replace: bool,
+) -> Result<bool, EngineError> {
+    let old = std::fs::read_to_string(file).unwrap_or_default();
+    let mut out = String::new();
+    let mut found = false;
+    for line in old.lines() {
+        match line.trim().split_once(char::is_whitespace) {
+            Some((h, f)) if h == host && !line.trim_start().starts_with('#') => {
+                if f.trim() == fp {
+                    return Ok(false);
+                }
+                if !replace {
+                    return Err(EngineError::Trust(format!(
+                        "{} already lists {host} with {}; the server now presents {fp}. If the server's key really changed, run again with --replace",
+                        file.display(),
+                        f.trim()
+                    )));
+                }
+                found = true;
+            }
+            _ => {
+                out.push_str(line);
+                out.push('\n');
+            }
+        }
+    }
+    let _ = found;
+    out.push_str(&format!("{host} {fp}\n"));
+    if let Some(dir) = file.parent() {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| EngineError::Usage(format!("cannot create {}: {e}", dir.display())))?;
+    }
+    let tmp = file.with_extension("tmp");
+    std::fs::write(&tmp, out)
+        .and_then(|()| std::fs::rename(&tmp, file))
+        .map_err(|e| EngineError::Usage(format!("cannot write {}: {e}", file.display())))?;
+    Ok(true)
+}
+
+/// A client's TLS set-up for one server, reused for its data streams.
+pub struct ClientTls {
+    pub config: Arc<rustls::ClientConfig>,
+    name: ServerName<'static>,
+    verifier: Option<Arc<PinVerifier>>,
+    host: String,
+    known_hosts: Option<PathBuf>,
+}
+
+impl ClientTls {
+    /// Prepares to connect to `host` (`HOST:PORT`, as the user named it).
+    pub fn new(t: &TrustOptions, host: &str) -> Result<ClientTls, EngineError> {
+        let p = provider();
+        let builder = rustls::ClientConfig::builder_with_provider(p.clone())
+            .with_protocol_versions(&[&rustls::version::TLS13])
+            .map_err(tls_error)?;
+        let hostname = host_part(host);
+        let name = ServerName::try_from(hostname.to_string())
+            .unwrap_or_else(|_| ServerName::try_from("longhaul").expect("a valid name"));
+        let mut verifier = None;
+        let known = t.known_hosts.as_deref().and_then(|f| known_host(f, host));
+        let pinned = t.accept_any || !t.pins.is_empty() || known.is_some();
+        let wants_cert = match &t.ca {
+            Some(ca) if !pinned => {
+                let mut roots = rustls::RootCertStore::empty();
+                let certs = CertificateDer::pem_file_iter(ca)
+                    .and_then(|i| i.collect::<Result<Vec<_>, _>>())
+                    .map_err(|e| {
+                        EngineError::Usage(format!(
+                            "cannot read CA certificates from {}: {e}",
+                            ca.display()
+                        ))
+                    })?;
+                let (added, _) = roots.add_parsable_certificates(certs);
+                if added == 0 {
+                    return Err(EngineError::Usage(format!(
+                        "{} holds no usable CA certificate",
+                        ca.display()
+                    )));
+                }
+                builder.with_root_certificates(roots)
+            }
+            _ => {
+                // Fingerprints given on the command line decide alone; the
+                // known-hosts file only when there are none.
+                let mut expected = t.pins.clone();
+                if expected.is_empty() {
+                    expected.extend(known);
+                }
+                let v = Arc::new(PinVerifier {
+                    expected,
+                    accept_any: t.accept_any,
+                    seen: Mutex::new(None),
+                    provider: p.clone(),
+                });
+                verifier = Some(v.clone());
+                builder.dangerous().with_custom_certificate_verifier(v)
+            }
+        };
+        let config = match &t.identity {
+            Some(id) => wants_cert
+                .with_client_auth_cert(id.chain.clone(), id.key.clone_key())
+                .map_err(tls_error)?,
+            None => wants_cert.with_no_client_auth(),
+        };
+        Ok(ClientTls {
+            config: Arc::new(config),
+            name,
+            verifier,
+            host: host.to_string(),
+            known_hosts: t.known_hosts.clone(),
+        })
+    }
+
+    /// The fingerprint the server presented, once a handshake got that far.
+    pub fn seen(&self) -> Option<String> {
+        self.verifier
+            .as_ref()
+            .and_then(|v| v.seen.lock().expect("poisoned").clone())
+    }
+
+    /// Runs the TLS handshake on a connected socket.
+    pub fn connect(&self, tcp: TcpStream) -> Result<Box<dyn Stream>, EngineError> {
+        let conn = rustls::ClientConnection::new(self.config.clone(), self.name.clone())
+            .map_err(tls_error)?;
+        let mut s = rustls::StreamOwned::new(conn, tcp);
+        while s.conn.is_handshaking() {
+            if let Err(e) = s.conn.complete_io(&mut s.sock) {
+                return Err(self.explain(e));
+            }
+        }
+        Ok(Box::new(Tls::Client(Box::new(s))))
+    }
+
+    /// Turns a failed handshake into what the user should know and do.
+    fn explain(&self, e: io::Error) -> EngineError {
+        let host = &self.host;
+        let tls = e
+            .get_ref()
+            .and_then(|i| i.downcast_ref::<rustls::Error>())
+            .cloned();
+        if let (Some(v), Some(seen)) = (&self.verifier, self.seen()) {
+            if !v.accept_any && !v.expected.contains(&seen) {
+                let kh = self
+                    .known_hosts
+                    .as_deref()
+                    .map(|p| p.display().to_string())
+                    .unwrap_or_else(|| "the known-hosts file".into());
+                return EngineError::Trust(if v.expected.is_empty() {
+                    format!(
+                        "{host} is not a known server; it presents {seen}. Check that against `longhaul id STATE_DIR` on the server, then run `longhaul trust {host}` (adds it to {kh}) or pass --trust {seen}"
+                    )
+                } else {
+                    format!(
+                        "THE IDENTITY OF {host} HAS CHANGED: expected {}, the server presents {seen}. Someone may be intercepting the connection (man in the middle), or the server's key was replaced. If you know it was replaced, update {kh} (`longhaul trust --replace {host}`)",
+                        v.expected.join(" or ")
+                    )
+                });
+            }
+        }
+        match tls {
+            Some(rustls::Error::InvalidMessage(_)) | Some(rustls::Error::InappropriateMessage { .. }) => {
+                EngineError::Connect(format!(
+                    "{host} did not answer with TLS: it may be a plaintext-only peer or not longhaul. longhaul never falls back to plaintext by itself; use --insecure-plaintext here and --allow-plaintext on the server to allow it"
+                ))
+            }
+            Some(rustls::Error::InvalidCertificate(c)) => EngineError::Trust(format!(
+                "the certificate of {host} is not valid: {c:?} (check --ca and the host name)"
+            )),
+            Some(rustls::Error::AlertReceived(a)) => EngineError::Trust(format!(
+                "{host} ended the TLS handshake ({a:?}): does it accept this client?"
+            )),
+            Some(other) => EngineError::Trust(format!("TLS handshake with {host} failed: {other}")),
+            None => match e.kind() {
+                io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => {
+                    EngineError::Timeout(format!("the TLS handshake with {host}"))
+                }
+                io::ErrorKind::UnexpectedEof | io::ErrorKind::ConnectionReset => EngineError::Connect(format!(
+                    "{host} closed the connection during the TLS handshake: it may speak plaintext only, or refuse this client"
+                )),
+                _ => EngineError::io(format!("TLS handshake with {host} failed"), e),
+            },
+        }
+    }
+}
+
+/// `host` of `host:port` or `[v6]:port`.
+fn host_part(target: &str) -> &str {
+    if let Some(rest) = target.strip_prefix('[') {
+        return rest.split(']').next().unwrap_or(rest);
+    }
+    match target.rsplit_once(':') {
+        Some((h, p)) if !h.contains(':') && p.parse::<u16>().is_ok() => h,
+        _ => target,
+    }
+}
+
+/// Runs the server side of the TLS handshake; the socket's read time-out
+/// (the handshake deadline) bounds it.
+pub fn accept(
+    cfg: &Arc<rustls::ServerConfig>,
+    tcp: TcpStream,
+    deadline: std::time::Instant,
+) -> Result<Box<dyn Stream>, EngineError> {
+    let conn = rustls::ServerConnection::new(cfg.clone()).map_err(tls_error)?;
+    let mut s = rustls::StreamOwned::new(conn, tcp);
+    while s.conn.is_handshaking() {
+        // One deadline for the whole handshake: a client trickling bytes
+        // cannot stretch it.
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        if left.is_zero() {
+            return Err(EngineError::Timeout("TLS handshake".into()));
+        }
+        let _ = s.sock.set_read_timeout(Some(left));
+        s.conn
+            .complete_io(&mut s.sock)
+            .map_err(|e| match e.kind() {
+                io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => {
+                    EngineError::Timeout("TLS handshake".into())
+                }
+                _ => EngineError::io("TLS handshake failed".into(), e),
+            })?;
+    }
+    Ok(Box::new(Tls::Server(Box::new(s))))
+}
+
+/// Checks the server's certificate against fingerprints, recording what it
+/// saw so that a refusal can name it.
+#[derive(Debug)]
+struct PinVerifier {
+    expected: Vec<String>,
+    accept_any: bool,
+    seen: Mutex<Option<String>>,
+    provider: Arc<CryptoProvider>,
+}
+
+impl ServerCertVerifier for PinVerifier {
+    fn verify_server_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _server_name: &ServerName<'_>,
+        _ocsp: &[u8],
+        _now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        let fp = fingerprint(end_entity);
+        let ok = self.accept_any || self.expected.contains(&fp);
+        *self.seen.lock().expect("poisoned") = Some(fp);
+        if ok {
+            Ok(ServerCertVerified::assertion())
+        } else {
+            Err(rustls::Error::InvalidCertificate(
+                rustls::CertificateError::ApplicationVerificationFailure,
+            ))
+        }
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.provider.signature_verification_algorithms,
+        )
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.provider.signature_verification_algorithms,
+        )
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.provider
+            .signature_verification_algorithms
+            .supported_schemes()
+    }
+}
+
+/// Asks for a client certificate without requiring one, and takes any
+/// that proves possession of its key: the server authorizes it by
+/// fingerprint (`token create --client-cert`).
+#[derive(Debug)]
+struct AnyClientCert {
+    provider: Arc<CryptoProvider>,
+}
+
+impl ClientCertVerifier for AnyClientCert {
+    fn offer_client_auth(&self) -> bool {
+        true
+    }
+
+    fn client_auth_mandatory(&self) -> bool {
+        false
+    }
+
+    fn root_hint_subjects(&self) -> &[DistinguishedName] {
+        &[]
+    }
+
+    fn verify_client_cert(
+        &self,
+        _end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _now: UnixTime,
+    ) -> Result<ClientCertVerified, rustls::Error> {
+        Ok(ClientCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.provider.signature_verification_algorithms,
+        )
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.provider.signature_verification_algorithms,
+        )
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.provider
+            .signature_verification_algorithms
+            .supported_schemes()
+    }
+}
+
+/// A TLS connection over TCP, either end.
+pub enum Tls {
+    Client(Box<rustls::StreamOwned<rustls::ClientConnection, TcpStream>>),
+    Server(Box<rustls::StreamOwned<rustls::ServerConnection, TcpStream>>),
+}
+
+impl Read for Tls {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        match self {
+            Tls::Client(s) => s.read(buf),
+            Tls::Server(s) => s.read(buf),
+        }
+    }
+}
+
+impl Write for Tls {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match self {
+            Tls::Client(s) => s.write(buf),
+            Tls::Server(s) => s.write(buf),
+        }
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        match self {
+            Tls::Client(s) => s.flush(),
+            Tls::Server(s) => s.flush(),
+        }
+    }
+}
+
+impl Stream for Tls {
+    fn tcp(&self) -> &TcpStream {
+        match self {
+            Tls::Client(s) => &s.sock,
+            Tls::Server(s) => &s.sock,
+        }
+    }
+
+    fn close_write(&mut self) -> io::Result<()> {
+        match self {
+            Tls::Client(s) => {
+                s.conn.send_close_notify();
+                s.flush()?;
+            }
+            Tls::Server(s) => {
+                s.conn.send_close_notify();
+                s.flush()?;
+            }
+        }
+        self.tcp().shutdown(Shutdown::Write)
+    }
+
+    fn is_tls(&self) -> bool {
+        true
+    }
+
+    fn peer_fingerprint(&self) -> Option<String> {
+        let certs = match self {
+            Tls::Client(s) => s.conn.peer_certificates(),
+            Tls::Server(s) => s.conn.peer_certificates(),
+        }?;
+        certs.first().map(|c| fingerprint(c))
+    }
+
+    fn into_plain(self: Box<Self>) -> Result<TcpStream, Box<dyn Stream>> {
+        Err(self)
+    }
+}
