@@ -24,6 +24,7 @@ use crate::run::{End, ReadyStream, SideRun, Tick, Ticker};
 use crate::sink::RelaySink;
 use crate::sock::{self, BufferCaps};
 use crate::stream::DataSocket;
+use crate::xfer::beneath::Anchor;
 use crate::xfer::sink::{into_dir, run_sink, SinkConfig};
 use crate::xfer::source::{run_source, SourceConfig};
 use crate::xfer::storage::{Local, Storage};
@@ -902,6 +903,8 @@ fn serve_transfer(
     };
     let dest = beneath(&ex.root, &t.dest).map_err(bad)?;
     confine(&ex.root, &dest).map_err(bad)?;
+    // Everything this transfer touches resolves beneath the export root.
+    let anchor = Anchor::open(&ex.root).map_err(bad)?;
     let (guard, rx) = register(shared).map_err(refuse)?;
     conn.send(&Message::TransferAccept(TransferAccept {
         token: guard.token.clone(),
@@ -951,7 +954,7 @@ fn serve_transfer(
                 umask: crate::xfer::umask(),
                 delete: t.sync.as_ref().is_some_and(|s| s.delete),
                 dry_run: t.dry_run,
-                checked: Default::default(),
+                anchor,
             },
         )
         .map(|r| {
@@ -975,6 +978,7 @@ fn serve_transfer(
                 chunk_size: t.chunk_size,
                 streams: t.streams,
                 storage,
+                anchor: Some(Arc::new(anchor)),
             },
         )
         .map(|r| {
@@ -1003,7 +1007,11 @@ fn serve_list(
         .map_err(|m| (RefuseCode::Unauthorized, m))?;
     let path = beneath(&ex.root, &l.path).map_err(|e| (RefuseCode::BadRequest, e.to_string()))?;
     confine(&ex.root, &path).map_err(|e| (RefuseCode::BadRequest, e.to_string()))?;
-    let meta = std::fs::symlink_metadata(&path).map_err(|e| {
+    // Looked at through descriptors opened beneath the export root.
+    let bad = |e: EngineError| (RefuseCode::BadRequest, e.to_string());
+    let anchor = Anchor::open(&ex.root).map_err(bad)?;
+    let at = anchor.anchored(&path).map_err(bad)?;
+    let meta = std::fs::symlink_metadata(&at).map_err(|e| {
         (
             RefuseCode::BadRequest,
             format!("cannot list {}:{}: {e}", ex.name, l.path),
@@ -1027,7 +1035,8 @@ fn serve_list(
             .unwrap_or_default();
         return send(conn, vec![entry(name, &meta)], true);
     }
-    let rd = std::fs::read_dir(&path).map_err(|e| {
+    let dir = anchor.dir(&path, false).map_err(bad)?;
+    let rd = std::fs::read_dir(dir.path()).map_err(|e| {
         (
             RefuseCode::BadRequest,
             format!("cannot list {}:{}: {e}", ex.name, l.path),
@@ -1035,7 +1044,7 @@ fn serve_list(
     })?;
     let mut batch = Vec::new();
     for de in rd.flatten() {
-        if let Ok(m) = de.path().symlink_metadata() {
+        if let Ok(m) = dir.join(de.file_name()).symlink_metadata() {
             batch.push(entry(de.file_name().to_string_lossy().into_owned(), &m));
         }
         if batch.len() == 1000 {

@@ -2,7 +2,7 @@
 //! data goes, ask the server, open the data streams, run the local side,
 //! and retry a lost connection (the sink's journal makes a retry resume).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use longhaul_proto::msg::{Direction, Message};
 use longhaul_proto::xfer::*;
 
+use super::beneath::Anchor;
 use super::sink::{into_dir, run_sink, SinkConfig};
 use super::source::{run_source, SourceConfig};
 use super::storage::{Direct, Local, Storage};
@@ -274,6 +275,7 @@ fn cp_once(
                     chunk_size: o.chunk_size,
                     streams: o.streams,
                     storage,
+                    anchor: None,
                 },
             )?;
             s.files = r.files;
@@ -294,6 +296,26 @@ fn cp_once(
         Plan::Pull { sources, dest, .. } => {
             req.op = Op::Pull;
             req.sources = sources.clone();
+            // What the server sends stays beneath the destination (or the
+            // directory that will hold it, for a single file or tree
+            // copied to a new name), whatever names it sends.
+            let dest = std::path::absolute(dest)
+                .map_err(|e| EngineError::Usage(format!("{}: {e}", dest.display())))?;
+            let into = !o.contents() && into_dir(&dest, o.sources.len() as u32);
+            let root = if into || o.contents() {
+                dest.clone()
+            } else {
+                dest.parent()
+                    .map(Path::to_path_buf)
+                    .unwrap_or_else(|| dest.clone())
+            };
+            if !o.dry_run {
+                std::fs::create_dir_all(&root).map_err(|e| {
+                    EngineError::Usage(format!("cannot create {}: {e}", root.display()))
+                })?;
+            }
+            let anchor = Anchor::open(&root)?;
+            let dest = &dest;
             let token = request(&mut ctl, req, &o.client)?;
             let streams = open_streams(&ctl, &token, o.streams, Direction::Down, &o.client)?;
             let r = run_sink(
@@ -302,7 +324,7 @@ fn cp_once(
                 SinkConfig {
                     digest_out: digest_out.clone(),
                     progress: o.progress.clone(),
-                    into_dir: !o.contents() && into_dir(dest, o.sources.len() as u32),
+                    into_dir: into,
                     dest: dest.clone(),
                     preserve: o.preserve,
                     force: o.force,
@@ -312,7 +334,7 @@ fn cp_once(
                     umask: super::umask(),
                     delete: o.sync.as_ref().is_some_and(|s| s.delete),
                     dry_run: o.dry_run,
-                    checked: Default::default(),
+                    anchor,
                 },
             )?;
             s.files = r.files;

@@ -4,6 +4,7 @@
 //! verified chunk by chunk (BLAKE3) at the sink, journaled for resume, and
 //! renamed into place only once complete.
 
+pub mod beneath;
 pub mod client;
 pub mod sink;
 pub mod source;
@@ -172,6 +173,16 @@ pub fn kind_of(m: &std::fs::Metadata) -> Option<Kind> {
 /// Sets a path's modification time (and leaves access time alone), without
 /// following a symlink.
 pub fn set_mtime(path: &Path, mtime_ns: i64) -> io::Result<()> {
+    set_mtime_flags(path, mtime_ns, libc::AT_SYMLINK_NOFOLLOW)
+}
+
+/// Sets the modification time of what `path` leads to, following links:
+/// for `/proc/self/fd/N` paths of directories opened beneath an anchor.
+pub fn set_mtime_through(path: &Path, mtime_ns: i64) -> io::Result<()> {
+    set_mtime_flags(path, mtime_ns, 0)
+}
+
+fn set_mtime_flags(path: &Path, mtime_ns: i64, flags: libc::c_int) -> io::Result<()> {
     use std::os::unix::ffi::OsStrExt;
     let c = std::ffi::CString::new(path.as_os_str().as_bytes())
         .map_err(|_| io::ErrorKind::InvalidInput)?;
@@ -186,14 +197,7 @@ pub fn set_mtime(path: &Path, mtime_ns: i64) -> io::Result<()> {
         },
     ];
     // SAFETY: c is NUL-terminated; times has the two entries utimensat reads.
-    let r = unsafe {
-        libc::utimensat(
-            libc::AT_FDCWD,
-            c.as_ptr(),
-            times.as_ptr(),
-            libc::AT_SYMLINK_NOFOLLOW,
-        )
-    };
+    let r = unsafe { libc::utimensat(libc::AT_FDCWD, c.as_ptr(), times.as_ptr(), flags) };
     if r == 0 {
         Ok(())
     } else {

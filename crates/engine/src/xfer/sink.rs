@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
 use std::net::{Shutdown, TcpStream};
-use std::os::unix::fs::PermissionsExt;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::sync::mpsc::{self, Receiver, Sender};
@@ -18,6 +18,7 @@ use longhaul_proto::msg::Message;
 use longhaul_proto::plan::{chunk_at, chunk_count};
 use longhaul_proto::xfer::*;
 
+use super::beneath::{Anchor, Dir};
 use super::storage::{read_exact_at, write_all_at, Storage, WriteAt};
 use super::{hex, read_frame, set_mtime};
 use crate::conn::{FramedConn, Stream};
@@ -45,9 +46,10 @@ pub struct SinkConfig {
     pub delete: bool,
     /// Report what would change; change nothing.
     pub dry_run: bool,
-    /// Directories beneath `dest` checked to be real directories (no
-    /// symlinks) on the way down; cleared when it grows large.
-    pub checked: Mutex<std::collections::HashSet<PathBuf>>,
+    /// Everything written stays beneath this directory (the export root on
+    /// a server, the destination or its parent on a client), resolved
+    /// race-free (see [`super::beneath`]).
+    pub anchor: Anchor,
 }
 
 impl SinkConfig {
@@ -62,55 +64,12 @@ impl SinkConfig {
 }
 
 impl SinkConfig {
-    /// Makes sure `dir` exists as a real directory beneath `dest`, creating
-    /// what is missing one level at a time and refusing to pass through a
-    /// symlink (one the source sent, or one planted at the destination).
+    /// Makes sure `dir` exists as a real directory beneath the anchor,
+    /// creating what is missing one level at a time and refusing to pass
+    /// through a symlink (one the source sent, or one planted at the
+    /// destination, before or during the transfer).
     pub fn ensure_dir(&self, dir: &Path) -> Result<(), EngineError> {
-        let rel = match dir.strip_prefix(&self.dest) {
-            Ok(r) => r,
-            // The parent of a single source copied to a new name: the
-            // destination's existing part was confined by the server and
-            // what is missing is created here, new and so no link.
-            Err(_) => {
-                return std::fs::create_dir_all(dir)
-                    .map_err(|e| EngineError::Usage(io_err("create directory", dir, e)))
-            }
-        };
-        let mut cur = self.dest.clone();
-        let check = |p: &Path| -> Result<(), EngineError> {
-            match std::fs::symlink_metadata(p) {
-                Ok(m) if m.is_dir() => Ok(()),
-                Ok(m) if m.file_type().is_symlink() => Err(EngineError::Usage(format!(
-                    "refusing to write through the symbolic link {}",
-                    p.display()
-                ))),
-                Ok(_) => Err(EngineError::Usage(format!(
-                    "{} exists and is not a directory",
-                    p.display()
-                ))),
-                Err(_) => match std::fs::create_dir(p) {
-                    Ok(()) => Ok(()),
-                    Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(()),
-                    Err(e) => Err(EngineError::Usage(io_err("create directory", p, e))),
-                },
-            }
-        };
-        let mut checked = self.checked.lock().expect("poisoned");
-        if checked.len() > 10_000 {
-            checked.clear();
-        }
-        if !checked.contains(&cur) {
-            check(&cur)?;
-            checked.insert(cur.clone());
-        }
-        for c in rel.components() {
-            cur.push(c);
-            if !checked.contains(&cur) {
-                check(&cur)?;
-                checked.insert(cur.clone());
-            }
-        }
-        Ok(())
+        self.anchor.dir(dir, true).map(|_| ())
     }
 }
 
@@ -121,9 +80,16 @@ pub fn into_dir(dest: &Path, source_count: u32) -> bool {
 
 struct FileState {
     entry: Entry,
+    /// The paths as the user knows them (for messages)...
     target: PathBuf,
     part: PathBuf,
     journal_path: PathBuf,
+    /// ...and as they are used: through the descriptor of their directory,
+    /// opened beneath the anchor (kept open as long as the file is).
+    _dir: Arc<Dir>,
+    at_target: PathBuf,
+    at_part: PathBuf,
+    at_journal: PathBuf,
     out: Box<dyn WriteAt>,
     /// Created empty for this run (not resumed): unwritten ranges are zero.
     fresh: bool,
@@ -304,13 +270,18 @@ fn control(
         conn.flush_queued()?;
         if expected.is_some_and(|n| resolved >= n) && unresolved.is_empty() {
             for (path, e) in dirs.iter().rev() {
+                // Opened again beneath the anchor; changed through its
+                // descriptor, so never through a link swapped in since.
+                let Ok(d) = cfg.anchor.dir(path, false) else {
+                    continue;
+                };
                 if cfg.preserve {
                     let _ = std::fs::set_permissions(
-                        path,
+                        d.path(),
                         std::fs::Permissions::from_mode(e.mode & 0o7777),
                     );
                 }
-                let _ = set_mtime(path, e.mtime_ns);
+                let _ = super::set_mtime_through(&d.path(), e.mtime_ns);
             }
             conn.send(&Message::TransferDone(report.clone()))?;
             // The source answers with its read figures; an older or
@@ -440,18 +411,17 @@ fn control(
 
 fn make_link(t: &Path, e: &Entry, cfg: &SinkConfig) -> Result<(), EngineError> {
     let target = e.target.clone().unwrap_or_default();
-    if std::fs::read_link(t).is_ok_and(|old| old == Path::new(&target)) {
+    let (dir, name) = cfg.anchor.parent_of(t, true)?;
+    let at = dir.join(&name);
+    if std::fs::read_link(&at).is_ok_and(|old| old == Path::new(&target)) {
         return Ok(());
     }
-    if let Some(parent) = t.parent() {
-        cfg.ensure_dir(parent)?;
-    }
-    let tmp = side_path(t, "lhlink");
+    let tmp = dir.join(side_path(t, "lhlink").file_name().expect("named"));
     let _ = std::fs::remove_file(&tmp);
     std::os::unix::fs::symlink(&target, &tmp)
-        .and_then(|()| std::fs::rename(&tmp, t))
+        .and_then(|()| std::fs::rename(&tmp, &at))
         .map_err(|err| EngineError::Usage(io_err("create link", t, err)))?;
-    let _ = set_mtime(t, e.mtime_ns);
+    let _ = set_mtime(&at, e.mtime_ns);
     Ok(())
 }
 
@@ -462,7 +432,12 @@ fn prune(
     cfg: &SinkConfig,
     report: &mut SinkReport,
 ) {
-    let Ok(rd) = std::fs::read_dir(dir) else {
+    // Listed and deleted through the directory's descriptor: a link
+    // swapped in for it cannot turn the deletion elsewhere.
+    let Ok(d) = cfg.anchor.dir(dir, false) else {
+        return;
+    };
+    let Ok(rd) = std::fs::read_dir(d.path()) else {
         return;
     };
     for de in rd.flatten() {
@@ -474,7 +449,8 @@ fn prune(
         {
             continue;
         }
-        let path = de.path();
+        let at = d.join(&name);
+        let path = dir.join(&name);
         // Reported relative to the destination: the peer need not learn the
         // server's directory layout.
         let shown = path
@@ -486,11 +462,11 @@ fn prune(
         if cfg.dry_run {
             continue;
         }
-        let is_dir = std::fs::symlink_metadata(&path).is_ok_and(|m| m.is_dir());
+        let is_dir = std::fs::symlink_metadata(&at).is_ok_and(|m| m.is_dir());
         let r = if is_dir {
-            std::fs::remove_dir_all(&path)
+            std::fs::remove_dir_all(&at)
         } else {
-            std::fs::remove_file(&path)
+            std::fs::remove_file(&at)
         };
         if let Err(e) = r {
             report.failed.push(Failure {
@@ -510,12 +486,18 @@ fn open_file(e: &Entry, cfg: &SinkConfig, files: &Files, report: &mut SinkReport
         Err(err) => return fail(err.to_string()),
     };
     if !cfg.force {
-        if let Ok(m) = std::fs::symlink_metadata(&target) {
+        // A missing (or refused) parent: no such file here yet.
+        let at = cfg.anchor.anchored(&target).ok();
+        if let Some(m) = at
+            .as_ref()
+            .and_then(|at| std::fs::symlink_metadata(at).ok())
+        {
+            let at = at.as_ref().expect("stat succeeded on it");
             let same = m.is_file()
                 && m.len() == e.size
                 && match &e.digest {
                     // sync --checksum: the content decides, not the mtime.
-                    Some(d) => super::content_digest(&*cfg.storage, &target, e.size)
+                    Some(d) => super::content_digest(&*cfg.storage, at, e.size)
                         .is_ok_and(|mine| &mine == d),
                     None => super::mtime_ns(&m) == e.mtime_ns,
                 };
@@ -530,13 +512,14 @@ fn open_file(e: &Entry, cfg: &SinkConfig, files: &Files, report: &mut SinkReport
         report.skipped += 1;
         return Want::Skip { id: e.id };
     }
-    if let Some(parent) = target.parent() {
-        if let Err(err) = cfg.ensure_dir(parent) {
-            return fail(err.to_string());
-        }
-    }
+    let (dir, name) = match cfg.anchor.parent_of(&target, true) {
+        Ok(x) => x,
+        Err(err) => return fail(err.to_string()),
+    };
     let part = side_path(&target, "lhpart");
     let journal_path = side_path(&target, "lhjournal");
+    let side = |p: &Path| dir.join(p.file_name().expect("side paths have a name"));
+    let (at_target, at_part, at_journal) = (dir.join(&name), side(&part), side(&journal_path));
     let header = JournalHeader {
         size: e.size,
         mtime_ns: e.mtime_ns,
@@ -550,12 +533,12 @@ fn open_file(e: &Entry, cfg: &SinkConfig, files: &Files, report: &mut SinkReport
     // Resume: only files of several chunks have a journal; the partial
     // file is opened only when there is one.
     let journal_bytes = if count > 1 {
-        std::fs::read(&journal_path).ok()
+        std::fs::read(&at_journal).ok()
     } else {
         None
     };
     if let Some((bytes, reader)) =
-        journal_bytes.and_then(|b| cfg.storage.open_read(&part).ok().map(|r| (b, r)))
+        journal_bytes.and_then(|b| cfg.storage.open_read(&at_part).ok().map(|r| (b, r)))
     {
         if let Some((h, records)) = parse_journal(&bytes).filter(|(h, _)| *h == header) {
             let _ = h;
@@ -580,7 +563,7 @@ fn open_file(e: &Entry, cfg: &SinkConfig, files: &Files, report: &mut SinkReport
     let fresh = skip.is_empty();
     skip.sort_unstable();
     let skip = skip_ranges(skip, MAX_SKIP_RANGES);
-    let out = match cfg.storage.open_write(&part, fresh) {
+    let out = match cfg.storage.open_write(&at_part, fresh) {
         Ok(o) => o,
         Err(err) => return fail(io_err("create", &part, err)),
     };
@@ -612,7 +595,8 @@ fn open_file(e: &Entry, cfg: &SinkConfig, files: &Files, report: &mut SinkReport
             .write(true)
             .create(true)
             .truncate(true)
-            .open(&journal_path)?;
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(&at_journal)?;
         j.write_all(&header.encode())?;
         for (i, h) in hashes.iter().enumerate() {
             if let Some(h) = h {
@@ -631,6 +615,10 @@ fn open_file(e: &Entry, cfg: &SinkConfig, files: &Files, report: &mut SinkReport
         target,
         part,
         journal_path,
+        _dir: dir,
+        at_target,
+        at_part,
+        at_journal,
         out,
         fresh,
         write_lock: Mutex::new(()),
@@ -666,10 +654,14 @@ fn finish(f: &FileState, cfg: &SinkConfig) -> FileDone {
         } else {
             0o666 & !cfg.umask
         };
-        std::fs::set_permissions(&f.part, std::fs::Permissions::from_mode(mode))
+        // Through the open file: no path, nothing to follow.
+        f.out
+            .set_mode(mode)
             .map_err(|e| io_err("set mode of", &f.part, e))?;
-        set_mtime(&f.part, f.entry.mtime_ns).map_err(|e| io_err("set mtime of", &f.part, e))?;
-        std::fs::rename(&f.part, &f.target).map_err(|e| match e.raw_os_error() {
+        f.out
+            .set_mtime(f.entry.mtime_ns)
+            .map_err(|e| io_err("set mtime of", &f.part, e))?;
+        std::fs::rename(&f.at_part, &f.at_target).map_err(|e| match e.raw_os_error() {
             Some(libc::EISDIR | libc::ENOTEMPTY | libc::EEXIST) => {
                 format!(
                     "{} is a directory; not replaced by a file",
@@ -679,7 +671,7 @@ fn finish(f: &FileState, cfg: &SinkConfig) -> FileDone {
             _ => io_err("rename into", &f.target, e),
         })?;
         if f.inner.lock().expect("poisoned").journal.is_some() {
-            let _ = std::fs::remove_file(&f.journal_path);
+            let _ = std::fs::remove_file(&f.at_journal);
         }
         let p = f.inner.lock().expect("poisoned");
         let mut all = Vec::with_capacity(p.hashes.len() * 32);
@@ -706,7 +698,7 @@ fn finish(f: &FileState, cfg: &SinkConfig) -> FileDone {
 fn verify(f: &FileState, cfg: &SinkConfig) -> Result<(), String> {
     let r = cfg
         .storage
-        .open_read(&f.part)
+        .open_read(&f.at_part)
         .map_err(|e| io_err("re-read", &f.part, e))?;
     let hashes = f.inner.lock().expect("poisoned").hashes.clone();
     let mut buf = Vec::new();

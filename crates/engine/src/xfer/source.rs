@@ -7,7 +7,7 @@ use std::fs::ReadDir;
 use std::io::{self, Write};
 use std::net::{Shutdown, TcpStream};
 use std::os::unix::fs::MetadataExt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::{Arc, Condvar, Mutex};
@@ -17,6 +17,7 @@ use longhaul_proto::msg::Message;
 use longhaul_proto::plan::{auto_chunk_size, chunk_at, Chunk, Planner};
 use longhaul_proto::xfer::*;
 
+use super::beneath::Anchor;
 use super::storage::{read_exact_at, ReadAt, Storage};
 use super::{kind_of, mtime_ns, ENTRIES_BATCH, MAX_UNRESOLVED_FILES};
 use crate::conn::{FramedConn, Stream};
@@ -33,6 +34,18 @@ pub struct SourceConfig {
     pub chunk_size: Option<u64>,
     pub streams: u16,
     pub storage: Arc<dyn Storage>,
+    /// On a server: every path read resolves beneath the export root
+    /// (race-free; see [`super::beneath`]). None on a client, whose own
+    /// paths are its user's to choose.
+    pub anchor: Option<Arc<Anchor>>,
+}
+
+/// `path` as it is to be used: through the anchor, if there is one.
+fn at(anchor: &Option<Arc<Anchor>>, path: &Path) -> Result<PathBuf, EngineError> {
+    match anchor {
+        Some(a) => a.anchored(path),
+        None => Ok(path.to_path_buf()),
+    }
 }
 
 /// What the source saw of a transfer.
@@ -57,7 +70,9 @@ struct Walker {
     level_failed: Vec<bool>,
     dir_ends: bool,
     roots: VecDeque<PathBuf>,
-    stack: Vec<(ReadDir, String)>,
+    /// Open listings: the handle, the entry path, the directory's path.
+    stack: Vec<(ReadDir, String, PathBuf)>,
+    anchor: Option<Arc<Anchor>>,
     next_id: u64,
     recursive: bool,
     chunk_size: Option<u64>,
@@ -70,7 +85,8 @@ impl Walker {
             path: rel.clone(),
             error,
         };
-        let m = std::fs::symlink_metadata(&path)
+        let at_path = at(&self.anchor, &path).map_err(|e| fail(e.to_string()))?;
+        let m = std::fs::symlink_metadata(&at_path)
             .map_err(|e| fail(format!("cannot read {}: {e}", path.display())))?;
         let Some(kind) = kind_of(&m) else {
             return Err(fail(
@@ -79,7 +95,7 @@ impl Walker {
         };
         let target = match kind {
             Kind::Symlink => Some(
-                std::fs::read_link(&path)
+                std::fs::read_link(&at_path)
                     .map_err(|e| fail(format!("cannot read link: {e}")))?
                     .to_str()
                     .ok_or_else(|| fail("link target is not UTF-8".into()))?
@@ -94,9 +110,14 @@ impl Walker {
                     path.display()
                 )));
             }
-            let rd = std::fs::read_dir(&path)
+            let listed = match &self.anchor {
+                Some(a) => a.dir(&path, false).map(|d| d.path()),
+                None => Ok(path.clone()),
+            }
+            .map_err(|e| fail(e.to_string()))?;
+            let rd = std::fs::read_dir(&listed)
                 .map_err(|e| fail(format!("cannot list {}: {e}", path.display())))?;
-            self.stack.push((rd, rel.clone()));
+            self.stack.push((rd, rel.clone(), path.clone()));
             self.level_failed.push(false);
         }
         let size = if kind == Kind::File { m.len() } else { 0 };
@@ -130,8 +151,9 @@ impl Walker {
     /// The next entry, a failure to report, or `None` at the end.
     fn next(&mut self) -> Option<Result<(Entry, PathBuf), Failure>> {
         loop {
-            if let Some((rd, prefix)) = self.stack.last_mut() {
+            if let Some((rd, prefix, dir)) = self.stack.last_mut() {
                 let prefix = prefix.clone();
+                let dir = dir.clone();
                 match rd.next() {
                     None => {
                         self.stack.pop();
@@ -174,7 +196,7 @@ impl Walker {
                                 error: "name is not UTF-8; skipped".into(),
                             }));
                         };
-                        match self.entry(de.path(), format!("{prefix}/{name}")) {
+                        match self.entry(dir.join(de.file_name()), format!("{prefix}/{name}")) {
                             Ok(Some(e)) => return Some(Ok(e)),
                             Ok(None) => {}
                             Err(f) => {
@@ -244,10 +266,11 @@ pub fn run_source(
                 .map_err(|e| EngineError::io("failed to clone a data stream".into(), e))?,
         );
         let (shared, tx, storage) = (shared.clone(), tx.clone(), cfg.storage.clone());
+        let anchor = cfg.anchor.clone();
         workers.push(
             std::thread::Builder::new()
                 .name("lh-src".into())
-                .spawn(move || send(s, &shared, &*storage, &tx))
+                .spawn(move || send(s, &shared, &*storage, &anchor, &tx))
                 .map_err(|e| EngineError::io("failed to start a sender".into(), e))?,
         );
     }
@@ -288,6 +311,7 @@ fn control(
         recursive: cfg.recursive,
         chunk_size: cfg.chunk_size,
         streams: cfg.streams,
+        anchor: cfg.anchor.clone(),
     };
     let mut report = SourceReport::default();
     let mut walk_done = false;
@@ -313,7 +337,11 @@ fn control(
                     Some(Err(f)) => report.failed.push(f),
                     Some(Ok((mut e, path))) => {
                         if cfg.digests && e.kind == Kind::File {
-                            match super::content_digest(&*cfg.storage, &path, e.size) {
+                            let digest = at(&cfg.anchor, &path).and_then(|p| {
+                                super::content_digest(&*cfg.storage, &p, e.size)
+                                    .map_err(|e| EngineError::Usage(e.to_string()))
+                            });
+                            match digest {
                                 Ok(d) => e.digest = Some(d),
                                 Err(err) => {
                                     report.failed.push(Failure {
@@ -492,7 +520,13 @@ fn control(
 
 /// One data stream: takes chunks from the queue and streams each from the
 /// file in cache-sized pieces, hashing as it goes; holes go as zero chunks.
-fn send(s: Box<dyn Stream>, shared: &Shared, storage: &dyn Storage, tx: &Sender<Event>) {
+fn send(
+    s: Box<dyn Stream>,
+    shared: &Shared,
+    storage: &dyn Storage,
+    anchor: &Option<Arc<Anchor>>,
+    tx: &Sender<Event>,
+) {
     let (q, cv) = &**shared;
     // Buffered: small files' chunks (header, bytes, trailer) leave many to
     // a write; big pieces bypass the buffer. Flushed whenever the queue
@@ -534,7 +568,10 @@ fn send(s: Box<dyn Stream>, shared: &Shared, storage: &dyn Storage, tx: &Sender<
             return;
         };
         if cache.as_ref().is_none_or(|(id, _)| *id != c.file) {
-            match storage.open_read(&f.path) {
+            let opened = at(anchor, &f.path)
+                .map_err(|e| io::Error::other(e.to_string()))
+                .and_then(|p| storage.open_read(&p));
+            match opened {
                 Ok(r) => cache = Some((c.file, r)),
                 Err(e) => {
                     f.failed.store(true, Ordering::Relaxed);

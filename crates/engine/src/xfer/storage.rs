@@ -29,6 +29,25 @@ pub trait WriteAt: Send + Sync {
     fn allocate(&self, _len: u64) -> io::Result<()> {
         Ok(())
     }
+    /// Permission bits, through the open file (fchmod).
+    fn set_mode(&self, mode: u32) -> io::Result<()>;
+    /// Modification time, through the open file (futimens).
+    fn set_mtime(&self, mtime_ns: i64) -> io::Result<()>;
+}
+
+fn fchmod(f: &File, mode: u32) -> io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    f.set_permissions(std::fs::Permissions::from_mode(mode))
+}
+
+fn futimens(f: &File, mtime_ns: i64) -> io::Result<()> {
+    let d = std::time::Duration::from_nanos(mtime_ns.unsigned_abs());
+    let t = if mtime_ns >= 0 {
+        std::time::UNIX_EPOCH + d
+    } else {
+        std::time::UNIX_EPOCH - d
+    };
+    f.set_times(std::fs::FileTimes::new().set_modified(t))
 }
 
 /// Where file data lives. Namespace operations (mkdir, rename, times)
@@ -63,6 +82,12 @@ impl WriteAt for File {
     }
     fn set_len(&self, len: u64) -> io::Result<()> {
         File::set_len(self, len)
+    }
+    fn set_mode(&self, mode: u32) -> io::Result<()> {
+        fchmod(self, mode)
+    }
+    fn set_mtime(&self, mtime_ns: i64) -> io::Result<()> {
+        futimens(self, mtime_ns)
     }
     fn sync_data(&self) -> io::Result<()> {
         File::sync_data(self)
@@ -185,6 +210,12 @@ impl WriteAt for DirectFile {
     fn set_len(&self, len: u64) -> io::Result<()> {
         self.plain.set_len(len)
     }
+    fn set_mode(&self, mode: u32) -> io::Result<()> {
+        fchmod(&self.plain, mode)
+    }
+    fn set_mtime(&self, mtime_ns: i64) -> io::Result<()> {
+        futimens(&self.plain, mtime_ns)
+    }
     fn sync_data(&self) -> io::Result<()> {
         self.plain.sync_data()
     }
@@ -303,6 +334,12 @@ impl WriteAt for FaultyWrite {
     }
     fn set_len(&self, len: u64) -> io::Result<()> {
         self.file.set_len(len)
+    }
+    fn set_mode(&self, mode: u32) -> io::Result<()> {
+        fchmod(&self.file, mode)
+    }
+    fn set_mtime(&self, mtime_ns: i64) -> io::Result<()> {
+        futimens(&self.file, mtime_ns)
     }
     fn sync_data(&self) -> io::Result<()> {
         self.file.sync_data()

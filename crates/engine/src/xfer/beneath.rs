@@ -1,0 +1,277 @@
+//! Race-free confinement of the paths a peer names.
+//!
+//! Lexical checks ([`longhaul_proto::xfer::components`]) refuse `..`,
+//! absolute paths, NUL bytes and over-long names. What they cannot see is
+//! the file system: a symbolic link in the export, or one swapped in for a
+//! directory after a check. So every directory a transfer touches is
+//! opened from an [`Anchor`] (the export root, or a client's destination)
+//! with `openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS |
+//! RESOLVE_NO_MAGICLINKS)`, one component at a time when it must create
+//! them, and used afterwards only through its descriptor
+//! (`/proc/self/fd/N/NAME`): the kernel resolves that to the very
+//! directory that was checked, whatever happens to the path since. Final
+//! components are never followed (O_NOFOLLOW, rename, unlink, lstat).
+
+use std::collections::HashMap;
+use std::ffi::CString;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Component, Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use crate::EngineError;
+
+/// An open directory beneath an anchor.
+#[derive(Debug)]
+pub struct Dir {
+    fd: OwnedFd,
+}
+
+impl Dir {
+    /// A path that names this directory itself, whatever its path is now.
+    pub fn path(&self) -> PathBuf {
+        PathBuf::from(format!("/proc/self/fd/{}", self.fd.as_raw_fd()))
+    }
+
+    /// A path to `name` inside this directory.
+    pub fn join(&self, name: impl AsRef<Path>) -> PathBuf {
+        self.path().join(name)
+    }
+}
+
+/// A directory under which every path of a transfer must stay.
+#[derive(Debug)]
+pub struct Anchor {
+    root: PathBuf,
+    dir: Arc<Dir>,
+    cache: Mutex<HashMap<PathBuf, Arc<Dir>>>,
+}
+
+/// Directories kept open per anchor before the cache starts over (files
+/// in flight keep theirs open anyway).
+const CACHE_MAX: usize = 1024;
+
+impl Anchor {
+    /// Opens `root` (trusted: configuration or the user's own choice).
+    pub fn open(root: &Path) -> Result<Anchor, EngineError> {
+        let c = CString::new(root.as_os_str().as_bytes())
+            .map_err(|_| EngineError::Usage(format!("{} contains a NUL byte", root.display())))?;
+        // SAFETY: c is NUL-terminated; the flags ask for a new descriptor.
+        let fd = unsafe {
+            libc::open(
+                c.as_ptr(),
+                libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
+            )
+        };
+        if fd < 0 {
+            let e = io::Error::last_os_error();
+            return Err(EngineError::Usage(format!(
+                "cannot open {}: {e}",
+                root.display()
+            )));
+        }
+        Ok(Anchor {
+            root: root.to_path_buf(),
+            // SAFETY: fd was just returned by open and is owned by nobody else.
+            dir: Arc::new(Dir {
+                fd: unsafe { OwnedFd::from_raw_fd(fd) },
+            }),
+            cache: Mutex::new(HashMap::new()),
+        })
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// Opens the directory `dir` (a path beneath the root), creating
+    /// missing components if `create`, never through a symbolic link.
+    pub fn dir(&self, dir: &Path, create: bool) -> Result<Arc<Dir>, EngineError> {
+        let rel = dir.strip_prefix(&self.root).map_err(|_| {
+            EngineError::Usage(format!(
+                "{} is outside {}",
+                dir.display(),
+                self.root.display()
+            ))
+        })?;
+        if rel.as_os_str().is_empty() {
+            return Ok(self.dir.clone());
+        }
+        if let Some(d) = self.cache.lock().expect("poisoned").get(rel) {
+            return Ok(d.clone());
+        }
+        let explain = |e: io::Error, at: &Path| -> EngineError {
+            EngineError::Usage(match e.raw_os_error() {
+                Some(libc::ELOOP) | Some(libc::EXDEV) => format!(
+                    "refusing to go through the symbolic link in {}",
+                    at.display()
+                ),
+                Some(libc::ENOTDIR) => format!("{} is not a directory", at.display()),
+                _ => format!("cannot open directory {}: {e}", at.display()),
+            })
+        };
+        let d = match open_beneath(&self.dir.fd, rel) {
+            Ok(fd) => fd,
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) && create => {
+                // One level at a time, each made then opened beneath the last.
+                let mut cur: Option<OwnedFd> = None;
+                let mut at = self.root.clone();
+                for c in rel.components() {
+                    let Component::Normal(name) = c else {
+                        return Err(EngineError::Usage(format!(
+                            "refusing the path {}",
+                            dir.display()
+                        )));
+                    };
+                    at.push(name);
+                    let parent = cur.as_ref().unwrap_or(&self.dir.fd);
+                    let cname = CString::new(name.as_bytes()).map_err(|_| {
+                        EngineError::Usage(format!("{} contains a NUL byte", at.display()))
+                    })?;
+                    // SAFETY: parent is an open directory; cname is NUL-terminated.
+                    let r = unsafe { libc::mkdirat(parent.as_raw_fd(), cname.as_ptr(), 0o777) };
+                    if r != 0 {
+                        let e = io::Error::last_os_error();
+                        if e.raw_os_error() != Some(libc::EEXIST) {
+                            return Err(EngineError::Usage(format!(
+                                "cannot create directory {}: {e}",
+                                at.display()
+                            )));
+                        }
+                    }
+                    let next =
+                        open_beneath(parent, Path::new(name)).map_err(|e| explain(e, &at))?;
+                    cur = Some(next);
+                }
+                cur.expect("rel has a component")
+            }
+            Err(e) => return Err(explain(e, dir)),
+        };
+        let d = Arc::new(Dir { fd: d });
+        let mut cache = self.cache.lock().expect("poisoned");
+        if cache.len() >= CACHE_MAX {
+            cache.clear();
+        }
+        cache.insert(rel.to_path_buf(), d.clone());
+        Ok(d)
+    }
+
+    /// The directory holding `path`, opened beneath the root (made if
+    /// `create`), and `path`'s name in it.
+    pub fn parent_of(
+        &self,
+        path: &Path,
+        create: bool,
+    ) -> Result<(Arc<Dir>, std::ffi::OsString), EngineError> {
+        let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
+            return Err(EngineError::Usage(format!(
+                "{} names no file",
+                path.display()
+            )));
+        };
+        Ok((self.dir(parent, create)?, name.to_owned()))
+    }
+
+    /// `path` as a path that resolves beneath the root whatever happens to
+    /// its directories meanwhile (its last component is not resolved).
+    pub fn anchored(&self, path: &Path) -> Result<PathBuf, EngineError> {
+        if path == self.root {
+            return Ok(self.dir.path());
+        }
+        let (d, name) = self.parent_of(path, false)?;
+        Ok(d.join(name))
+    }
+}
+
+/// openat2 beneath `dir`, following no symbolic link (and falling back to
+/// a walk of O_NOFOLLOW opens on kernels before 5.6).
+fn open_beneath(dir: &OwnedFd, rel: &Path) -> io::Result<OwnedFd> {
+    let c = CString::new(rel.as_os_str().as_bytes())
+        .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    // SAFETY: open_how is plain data; zeroed is a valid value.
+    let mut how: libc::open_how = unsafe { std::mem::zeroed() };
+    how.flags = (libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC) as u64;
+    how.resolve = libc::RESOLVE_BENEATH | libc::RESOLVE_NO_SYMLINKS | libc::RESOLVE_NO_MAGICLINKS;
+    // SAFETY: dir is open; c is NUL-terminated; how lives across the call
+    // and its size is passed.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_openat2,
+            dir.as_raw_fd(),
+            c.as_ptr(),
+            &how as *const libc::open_how,
+            std::mem::size_of::<libc::open_how>(),
+        )
+    };
+    if fd >= 0 {
+        // SAFETY: a new descriptor from openat2, owned by nobody else.
+        return Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) });
+    }
+    let e = io::Error::last_os_error();
+    if e.raw_os_error() != Some(libc::ENOSYS) {
+        return Err(e);
+    }
+    // No openat2: one component at a time, never following a link.
+    let mut cur: Option<OwnedFd> = None;
+    for comp in rel.components() {
+        let Component::Normal(name) = comp else {
+            return Err(io::Error::from_raw_os_error(libc::EXDEV));
+        };
+        let cname = CString::new(name.as_bytes())
+            .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+        let parent = cur.as_ref().unwrap_or(dir);
+        // SAFETY: parent is open; cname is NUL-terminated.
+        let fd = unsafe {
+            libc::openat(
+                parent.as_raw_fd(),
+                cname.as_ptr(),
+                libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+            )
+        };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: as above.
+        cur = Some(unsafe { OwnedFd::from_raw_fd(fd) });
+    }
+    cur.ok_or_else(|| io::Error::from(io::ErrorKind::InvalidInput))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn symlinks_never_lead_out() {
+        let base = std::env::temp_dir().join(format!("lh-beneath-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&base);
+        let root = base.join("root");
+        let outside = base.join("outside");
+        std::fs::create_dir_all(root.join("a")).unwrap();
+        std::fs::create_dir_all(&outside).unwrap();
+        std::os::unix::fs::symlink(&outside, root.join("link")).unwrap();
+        std::os::unix::fs::symlink("/", root.join("slash")).unwrap();
+        let a = Anchor::open(&root).unwrap();
+        // A real directory, and one made on the way.
+        assert!(a.dir(&root.join("a"), false).is_ok());
+        let made = a.dir(&root.join("a/b/c"), true).unwrap();
+        std::fs::write(made.join("f"), b"x").unwrap();
+        assert_eq!(std::fs::read(root.join("a/b/c/f")).unwrap(), b"x");
+        // Links, as a directory or on the way through one, are refused.
+        for p in ["link", "link/x", "slash/etc", "slash"] {
+            let e = a.dir(&root.join(p), true).unwrap_err().to_string();
+            assert!(e.contains("symbolic link"), "{p}: {e}");
+        }
+        assert!(a.dir(&outside, false).is_err());
+        // A directory swapped for a link after it was opened: the
+        // descriptor still names the directory that was checked.
+        let d = a.dir(&root.join("a/b"), false).unwrap();
+        std::fs::rename(root.join("a/b"), base.join("moved")).unwrap();
+        std::os::unix::fs::symlink(&outside, root.join("a/b")).unwrap();
+        std::fs::write(d.join("g"), b"y").unwrap();
+        assert!(base.join("moved/g").exists());
+        assert_eq!(std::fs::read_dir(&outside).unwrap().count(), 0);
+        std::fs::remove_dir_all(&base).unwrap();
+    }
+}
