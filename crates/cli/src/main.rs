@@ -107,6 +107,9 @@ struct ServeArgs {
     /// Connections open at once (each holds a thread).
     #[arg(long, default_value_t = 512)]
     max_connections: usize,
+    /// Connections open at once from one client address.
+    #[arg(long, default_value_t = 300)]
+    max_per_client: usize,
     /// Largest byte count (-n) one test may ask for.
     #[arg(long, default_value = "1P", value_parser = size)]
     max_bytes: u64,
@@ -532,6 +535,7 @@ fn serve(a: ServeArgs) -> i32 {
         },
         max_tests: a.max_tests,
         max_connections: a.max_connections,
+        max_per_client: a.max_per_client,
         exports: a.export,
         sync_files: !a.no_sync,
         storage: if a.direct {

@@ -51,6 +51,8 @@ pub struct ServeConfig {
     pub max_tests: usize,
     /// Open connections of any kind at once (each holds a thread).
     pub max_connections: usize,
+    /// Open connections from one client address at once.
+    pub max_per_client: usize,
     /// Where the server keeps its identity and state.
     pub state_dir: PathBuf,
     /// TLS set-up; None loads (or makes) the identity in `state_dir`.
@@ -73,6 +75,7 @@ impl Default for ServeConfig {
             sync_files: true,
             max_tests: 16,
             max_connections: 512,
+            max_per_client: 300,
             state_dir: default_state_dir(),
             tls: None,
             allow_plaintext: false,
@@ -106,6 +109,7 @@ struct Shared {
     registry: Mutex<HashMap<String, Sender<Attach>>>,
     tests: AtomicUsize,
     connections: AtomicUsize,
+    per_client: Mutex<HashMap<std::net::IpAddr, usize>>,
     next_test: AtomicU64,
     shutdown: AtomicBool,
 }
@@ -214,6 +218,7 @@ impl Server {
                 registry: Mutex::new(HashMap::new()),
                 tests: AtomicUsize::new(0),
                 connections: AtomicUsize::new(0),
+                per_client: Mutex::new(HashMap::new()),
                 next_test: AtomicU64::new(1),
                 shutdown: AtomicBool::new(false),
             }),
@@ -294,15 +299,46 @@ fn accept_loop(l: &TcpListener, shared: &Arc<Shared>) {
             );
             continue;
         }
+        let ip = peer.ip();
+        let mine = {
+            let mut m = shared.per_client.lock().expect("poisoned");
+            let n = m.entry(ip).or_insert(0);
+            *n += 1;
+            *n
+        };
+        let release = move |sh: &Shared| {
+            sh.connections.fetch_sub(1, Ordering::SeqCst);
+            let mut m = sh.per_client.lock().expect("poisoned");
+            if let Some(n) = m.get_mut(&ip) {
+                *n -= 1;
+                if *n == 0 {
+                    m.remove(&ip);
+                }
+            }
+        };
+        if mine > shared.cfg.max_per_client {
+            release(shared);
+            tracing::warn!(
+                "refusing {peer}: {mine} connections from {ip}, limit {}",
+                shared.cfg.max_per_client
+            );
+            let mut stream = stream;
+            refuse_on(
+                &mut stream,
+                RefuseCode::Busy,
+                "too many connections from your address; try again later",
+            );
+            continue;
+        }
         let sh = shared.clone();
         let spawned = std::thread::Builder::new()
             .name("lh-conn".into())
             .spawn(move || {
                 handle_connection(&sh, stream, peer);
-                sh.connections.fetch_sub(1, Ordering::SeqCst);
+                release(&sh);
             });
         if let Err(e) = spawned {
-            shared.connections.fetch_sub(1, Ordering::SeqCst);
+            release(shared);
             tracing::error!("cannot start a thread for {peer}: {e}");
         }
     }

@@ -37,6 +37,33 @@ fn next(c: &mut FramedConn) -> Message {
 /// Opens a push of one announced 10-byte file and returns the control
 /// connection and the data stream, after the sink said it wants the file.
 fn start_push(addr: SocketAddr) -> (FramedConn, TcpStream) {
+    let (mut c, data) = open_push(addr);
+    c.send(&Message::Entries(Entries {
+        entries: vec![file_entry(1, 10, 1 << 20)],
+    }))
+    .unwrap();
+    assert!(matches!(next(&mut c), Message::Wants(_)));
+    (c, data)
+}
+
+fn file_entry(id: u64, size: u64, chunk_size: u64) -> Entry {
+    Entry {
+        id,
+        path: format!("f{id}.bin"),
+        kind: Kind::File,
+        size,
+        mode: 0o644,
+        mtime_ns: 0,
+        target: None,
+        chunk_size,
+        sparse: false,
+        incomplete: false,
+        digest: None,
+    }
+}
+
+/// Opens a push (request accepted, one data stream attached).
+fn open_push(addr: SocketAddr) -> (FramedConn, TcpStream) {
     let mut tcp = TcpStream::connect(addr).unwrap();
     tcp.write_all(&hello(Role::Control)).unwrap();
     let mut c = FramedConn::new(Box::new(tcp), addr.to_string());
@@ -69,31 +96,11 @@ fn start_push(addr: SocketAddr) -> (FramedConn, TcpStream) {
         direction: Direction::Up,
     }))
     .unwrap();
-    c.send(&Message::Entries(Entries {
-        entries: vec![Entry {
-            id: 1,
-            path: "f.bin".into(),
-            kind: Kind::File,
-            size: 10,
-            mode: 0o644,
-            mtime_ns: 0,
-            target: None,
-            chunk_size: 1 << 20,
-            sparse: false,
-            incomplete: false,
-            digest: None,
-        }],
-    }))
-    .unwrap();
-    assert!(matches!(next(&mut c), Message::Wants(_)));
     (c, data)
 }
 
-#[test]
-fn chunk_index_past_the_end_ends_the_transfer_promptly() {
-    let dir = std::env::temp_dir().join(format!("lh-hostile-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let s = Server::bind(
+fn hostile_server(dir: &std::path::Path) -> longhaul_engine::server::ServerHandle {
+    Server::bind(
         &[SocketAddr::from(([127, 0, 0, 1], 0))],
         ServeConfig {
             exports: vec![Export {
@@ -111,7 +118,44 @@ fn chunk_index_past_the_end_ends_the_transfer_promptly() {
         },
     )
     .unwrap()
-    .spawn();
+    .spawn()
+}
+
+#[test]
+fn announced_sizes_cannot_make_the_sink_allocate_without_bound() {
+    let dir = std::env::temp_dir().join(format!("lh-hostile-alloc-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let s = hostile_server(&dir);
+    let (mut c, _data) = open_push(s.addr());
+    // A petabyte in 64 KiB chunks, chunks of one byte, and a sane file.
+    c.send(&Message::Entries(Entries {
+        entries: vec![
+            file_entry(1, 1 << 50, 64 << 10),
+            file_entry(2, 1 << 20, 1),
+            file_entry(3, 10, 1 << 20),
+        ],
+    }))
+    .unwrap();
+    let Message::Wants(w) = next(&mut c) else {
+        panic!("no wants")
+    };
+    match &w.wants[..] {
+        [Want::Fail { id: 1, error: e1 }, Want::Fail { id: 2, error: e2 }, Want::Send { id: 3, .. }] =>
+        {
+            assert!(e1.contains("larger --chunk"), "{e1}");
+            assert!(e2.contains("outside 64 KiB"), "{e2}");
+        }
+        other => panic!("unexpected wants: {other:?}"),
+    }
+    s.shutdown();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn chunk_index_past_the_end_ends_the_transfer_promptly() {
+    let dir = std::env::temp_dir().join(format!("lh-hostile-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let s = hostile_server(&dir);
     for (index, offset) in [(5u32, 5u64 << 20), (u32::MAX, u64::from(u32::MAX) << 20)] {
         let (mut c, mut data) = start_push(s.addr());
         let header = ChunkHeader {

@@ -23,6 +23,19 @@ use crate::EngineError;
 /// Files announced to the sink and not yet finished, at most: this bounds
 /// the memory both ends spend on a tree of any size.
 pub const MAX_UNRESOLVED_FILES: usize = 2048;
+
+/// A transfer in which nothing moves for this long (no chunk, no message,
+/// either way) is ended: a silent or stuck peer does not hold a slot,
+/// threads and memory forever. Generous, for slow disks and the re-hash of
+/// large resumed files.
+pub const TRANSFER_IDLE: std::time::Duration = std::time::Duration::from_secs(300);
+
+/// Chunks one file may have at the sink (its per-chunk state is kept
+/// while it is in flight)...
+pub const MAX_CHUNKS_PER_FILE: u64 = 1 << 22;
+/// ...and all files in flight in one transfer together (about 140 MB of
+/// chunk state at most).
+pub const MAX_CHUNKS_IN_FLIGHT: u64 = 1 << 22;
 /// Entries per `Entries` message.
 pub const ENTRIES_BATCH: usize = 256;
 

@@ -93,6 +93,8 @@ struct FileState {
     out: Box<dyn WriteAt>,
     /// Created empty for this run (not resumed): unwritten ranges are zero.
     fresh: bool,
+    /// Its chunk count, counted against MAX_CHUNKS_IN_FLIGHT.
+    slots: u64,
     /// One writer at a time per file: the kernel serializes writes to one
     /// inode anyway, and contended, its lock spins on the CPU the other
     /// streams need; a sleeping lock here costs nothing.
@@ -217,9 +219,20 @@ fn control(
             error,
         })
     };
+    // Chunk slots of the files in flight (bounded: a peer announcing huge
+    // files with tiny chunks cannot make this side allocate without end).
+    let mut slots = 0u64;
+    let mut last_progress = Instant::now();
     loop {
         cfg.progress.check_interrupt()?;
+        if last_progress.elapsed() > super::TRANSFER_IDLE {
+            return Err(EngineError::Timeout(format!(
+                "the transfer: nothing moved for {} s",
+                super::TRANSFER_IDLE.as_secs()
+            )));
+        }
         while let Ok(ev) = rx.try_recv() {
+            last_progress = Instant::now();
             match ev {
                 Event::Done(d, bytes) => {
                     if let Some(path) = unresolved.remove(&d.id) {
@@ -235,7 +248,9 @@ fn control(
                                 }
                             }
                         }
-                        files.lock().expect("poisoned").remove(&d.id);
+                        if let Some(f) = files.lock().expect("poisoned").remove(&d.id) {
+                            slots = slots.saturating_sub(f.slots);
+                        }
                         // Small files finish by the thousand: one write for many.
                         conn.queue(&Message::FileDone(d))?;
                     }
@@ -291,7 +306,11 @@ fn control(
             }
             return Ok(report);
         }
-        match conn.recv(Duration::from_millis(20))? {
+        let msg = conn.recv(Duration::from_millis(20))?;
+        if msg.is_some() {
+            last_progress = Instant::now();
+        }
+        match msg {
             None => {}
             Some(Message::Entries(batch)) => {
                 let mut wants = Vec::new();
@@ -339,8 +358,19 @@ fn control(
                             }
                         }
                         Kind::File => {
+                            if unresolved.len() >= 2 * super::MAX_UNRESOLVED_FILES {
+                                return Err(EngineError::Failed(format!(
+                                    "the source announced more than {} files without waiting for answers",
+                                    2 * super::MAX_UNRESOLVED_FILES
+                                )));
+                            }
                             unresolved.insert(e.id, e.path.clone());
-                            let want = open_file(&e, cfg, files, &mut report);
+                            let want = open_file(&e, cfg, files, &mut report, slots);
+                            if let Want::Send { id, .. } = &want {
+                                if let Some(f) = files.lock().expect("poisoned").get(id) {
+                                    slots += f.slots;
+                                }
+                            }
                             if let Want::Skip { id } | Want::Fail { id, .. } = &want {
                                 let id = *id;
                                 resolved += 1;
@@ -479,8 +509,35 @@ fn prune(
 
 /// Answers one announced file: skip it, or open its partial file and say
 /// which chunks are still needed.
-fn open_file(e: &Entry, cfg: &SinkConfig, files: &Files, report: &mut SinkReport) -> Want {
+fn open_file(
+    e: &Entry,
+    cfg: &SinkConfig,
+    files: &Files,
+    report: &mut SinkReport,
+    slots_in_use: u64,
+) -> Want {
     let fail = |error: String| Want::Fail { id: e.id, error };
+    // The peer's numbers decide what this side allocates: check them.
+    if !(64 << 10..=1 << 31).contains(&e.chunk_size) {
+        return fail(format!(
+            "chunk size {} is outside 64 KiB..=2 GiB",
+            e.chunk_size
+        ));
+    }
+    let count = chunk_count(e.size, e.chunk_size);
+    if count > super::MAX_CHUNKS_PER_FILE {
+        return fail(format!(
+            "{count} chunks of {} bytes is more than the {} a file may have: use a larger --chunk",
+            e.chunk_size,
+            super::MAX_CHUNKS_PER_FILE
+        ));
+    }
+    if slots_in_use + count > super::MAX_CHUNKS_IN_FLIGHT && slots_in_use > 0 {
+        return fail(format!(
+            "too many chunks in flight at once ({} + {count}); copy this file on its own or with a larger --chunk",
+            slots_in_use
+        ));
+    }
     let target = match cfg.target(&e.path) {
         Ok(t) => t,
         Err(err) => return fail(err.to_string()),
@@ -525,7 +582,6 @@ fn open_file(e: &Entry, cfg: &SinkConfig, files: &Files, report: &mut SinkReport
         mtime_ns: e.mtime_ns,
         chunk_size: e.chunk_size,
     };
-    let count = chunk_count(e.size, e.chunk_size);
     let mut hashes = vec![None; count as usize];
     let mut skip = Vec::new();
     let mut resumed = 0u64;
@@ -621,6 +677,7 @@ fn open_file(e: &Entry, cfg: &SinkConfig, files: &Files, report: &mut SinkReport
         at_journal,
         out,
         fresh,
+        slots: count,
         write_lock: Mutex::new(()),
         inner: Mutex::new(Progress {
             journal,

@@ -314,6 +314,7 @@ fn control(
         anchor: cfg.anchor.clone(),
     };
     let mut report = SourceReport::default();
+    let mut last_progress = Instant::now();
     let mut walk_done = false;
     let mut files_announced = 0u64;
     // Announced files not yet resolved: their path and size.
@@ -377,6 +378,7 @@ fn control(
             }
         }
         while let Ok(ev) = rx.try_recv() {
+            last_progress = Instant::now();
             match ev {
                 Event::Sent {
                     read_bytes,
@@ -402,6 +404,12 @@ fn control(
                 Event::Fatal(e) => return Err(EngineError::Failed(e)),
             }
         }
+        if last_progress.elapsed() > super::TRANSFER_IDLE {
+            return Err(EngineError::Timeout(format!(
+                "the transfer: nothing moved for {} s",
+                super::TRANSFER_IDLE.as_secs()
+            )));
+        }
         let busy_walking = !walk_done && open.len() < MAX_UNRESOLVED_FILES;
         let wait = if busy_walking {
             Duration::ZERO
@@ -413,6 +421,9 @@ fn control(
         } else {
             conn.recv(wait)?
         };
+        if msg.is_some() {
+            last_progress = Instant::now();
+        }
         match msg {
             None => {}
             Some(Message::Wants(w)) => {
