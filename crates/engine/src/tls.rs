@@ -231,7 +231,11 @@ pub fn default_known_hosts() -> Option<PathBuf> {
 
 /// The fingerprint a known-hosts file lists for `host` (`HOST:PORT`).
 pub fn known_host(file: &Path, host: &str) -> Option<String> {
-    let text = std::fs::read_to_string(file).ok()?;
+    known_host_in(&std::fs::read_to_string(file).ok()?, host)
+}
+
+/// The fingerprint the text of a known-hosts file lists for `host`.
+pub fn known_host_in(text: &str, host: &str) -> Option<String> {
     text.lines()
         .map(str::trim)
         .filter(|l| !l.is_empty() && !l.starts_with('#'))
