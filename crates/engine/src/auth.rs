@@ -153,13 +153,15 @@ pub fn list(state: &Path) -> Result<Vec<Grant>, EngineError> {
             )))
         }
     };
+    parse_grants(&text).map_err(|e| EngineError::Usage(format!("{}: {e}", p.display())))
+}
+
+/// Parses the text of a grants file.
+pub fn parse_grants(text: &str) -> Result<Vec<Grant>, String> {
     text.lines()
         .enumerate()
         .filter(|(_, l)| !l.trim().is_empty())
-        .map(|(i, l)| {
-            serde_json::from_str(l)
-                .map_err(|e| EngineError::Usage(format!("{} line {}: {e}", p.display(), i + 1)))
-        })
+        .map(|(i, l)| serde_json::from_str(l).map_err(|e| format!("line {}: {e}", i + 1)))
         .collect()
 }
 
