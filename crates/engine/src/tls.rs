@@ -96,6 +96,11 @@ impl Identity {
         fingerprint(&self.chain[0])
     }
 
+    /// A copy of the private key (for building TLS configurations).
+    pub fn key_der(&self) -> PrivateKeyDer<'static> {
+        self.key.clone_key()
+    }
+
     /// Loads the identity kept in `dir`, making one (a P-256 key and a
     /// self-signed certificate) if there is none. Returns it and whether it
     /// is new.
