@@ -31,6 +31,10 @@ pub trait WriteAt: Send + Sync {
     }
     /// Permission bits, through the open file (fchmod).
     fn set_mode(&self, mode: u32) -> io::Result<()>;
+    /// The descriptor, where there is one (for syncfs of a batch).
+    fn raw_fd(&self) -> Option<i32> {
+        None
+    }
     /// Modification time, through the open file (futimens).
     fn set_mtime(&self, mtime_ns: i64) -> io::Result<()>;
 }
@@ -85,6 +89,10 @@ impl WriteAt for File {
     }
     fn set_mode(&self, mode: u32) -> io::Result<()> {
         fchmod(self, mode)
+    }
+    fn raw_fd(&self) -> Option<i32> {
+        use std::os::fd::AsRawFd;
+        Some(self.as_raw_fd())
     }
     fn set_mtime(&self, mtime_ns: i64) -> io::Result<()> {
         futimens(self, mtime_ns)
@@ -212,6 +220,10 @@ impl WriteAt for DirectFile {
     }
     fn set_mode(&self, mode: u32) -> io::Result<()> {
         fchmod(&self.plain, mode)
+    }
+    fn raw_fd(&self) -> Option<i32> {
+        use std::os::fd::AsRawFd;
+        Some(self.plain.as_raw_fd())
     }
     fn set_mtime(&self, mtime_ns: i64) -> io::Result<()> {
         futimens(&self.plain, mtime_ns)
