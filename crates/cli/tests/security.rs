@@ -1,0 +1,1368 @@
+//! End-to-end security tests: the real binary as client against servers in
+//! this process. Who may do what (tokens, scopes, revocation, public
+//! exports, client certificates), whom the client trusts (pins, known
+//! hosts, `longhaul trust`), TLS versus plaintext, and hostile peers.
+//!
+//! Every refusal is checked for its exit code and the key phrase of its
+//! message; after it, the same server must still serve a legitimate client
+//! and nothing may have been written into the export or next to it.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use longhaul_engine::auth::{self, ExportGrant};
+use longhaul_engine::conn::{FramedConn, Stream};
+use longhaul_engine::server::{ServeConfig, Server, ServerHandle};
+use longhaul_engine::tls::{ClientTls, TrustOptions};
+use longhaul_engine::xfer::storage::Local;
+use longhaul_engine::xfer::Export;
+use longhaul_proto::frame::MAGIC;
+use longhaul_proto::msg::{Hello, Message, Refuse, RefuseCode, Role};
+
+mod common;
+use common::bin;
+
+// ---------------------------------------------------------------- helpers
+
+/// A directory under the system temp dir, removed on drop.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(name: &str) -> Self {
+        static N: AtomicUsize = AtomicUsize::new(0);
+        let p = std::env::temp_dir().join(format!(
+            "lh-sec-{}-{name}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::SeqCst)
+        ));
+        let _ = fs::remove_dir_all(&p);
+        fs::create_dir_all(&p).unwrap();
+        TempDir(p)
+    }
+    fn path(&self) -> &Path {
+        &self.0
+    }
+    /// A new subdirectory.
+    fn dir(&self, name: &str) -> PathBuf {
+        let p = self.0.join(name);
+        fs::create_dir_all(&p).unwrap();
+        p
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Reproducible bytes (splitmix64).
+fn bytes(n: usize, seed: u64) -> Vec<u8> {
+    let mut s = seed;
+    let mut v = Vec::with_capacity(n + 8);
+    while v.len() < n {
+        s = s.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = s;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        v.extend_from_slice(&(z ^ (z >> 31)).to_le_bytes());
+    }
+    v.truncate(n);
+    v
+}
+
+fn run(mut c: Command) -> Output {
+    c.stdin(Stdio::null()).output().expect("run longhaul")
+}
+
+/// The binary with the shared pin and token (as `common::bin`).
+fn lh(args: &[&str]) -> Output {
+    let mut c = bin();
+    c.args(args);
+    run(c)
+}
+
+/// The binary without any token (pin still set).
+fn anon(args: &[&str]) -> Output {
+    let mut c = bin();
+    c.env_remove("LONGHAUL_TOKEN").args(args);
+    run(c)
+}
+
+/// The binary holding `token` instead of the shared one.
+fn with_token(token: &str, args: &[&str]) -> Output {
+    let mut c = bin();
+    c.env("LONGHAUL_TOKEN", token).args(args);
+    run(c)
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+#[track_caller]
+fn assert_exit(o: &Output, code: i32) {
+    assert_eq!(
+        o.status.code(),
+        Some(code),
+        "expected exit {code}; stdout: {} stderr: {}",
+        stdout(o),
+        stderr(o)
+    );
+}
+
+/// Exit `code` and `phrase` in the error message.
+#[track_caller]
+fn assert_refused(o: &Output, code: i32, phrase: &str) {
+    assert_exit(o, code);
+    let e = stderr(o);
+    assert!(
+        e.contains(phrase),
+        "exit {code} as expected, but the message lacks '{phrase}': {e}"
+    );
+}
+
+fn export(name: &str, root: &Path, read_only: bool, public: bool) -> Export {
+    Export {
+        name: name.into(),
+        root: root.canonicalize().unwrap(),
+        read_only,
+        public,
+    }
+}
+
+fn loopback() -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], 0))
+}
+
+fn serve(exports: Vec<Export>, state: &Path, tweak: impl FnOnce(&mut ServeConfig)) -> ServerHandle {
+    let mut cfg = ServeConfig {
+        exports,
+        storage: Arc::new(Local),
+        sync_files: false,
+        state_dir: state.to_path_buf(),
+        ..ServeConfig::default()
+    };
+    tweak(&mut cfg);
+    Server::bind(&[loopback()], cfg)
+        .expect("bind loopback")
+        .spawn()
+}
+
+/// `HOST:PORT:EXPORT/path`
+fn at(addr: SocketAddr, export: &str, path: &str) -> String {
+    format!("{}:{}:{export}/{path}", addr.ip(), addr.port())
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+/// Every entry beneath `root` (hidden ones too): files with their bytes,
+/// directories as None.
+fn snapshot(root: &Path) -> BTreeMap<String, Option<Vec<u8>>> {
+    fn walk(base: &Path, dir: &Path, out: &mut BTreeMap<String, Option<Vec<u8>>>) {
+        for de in fs::read_dir(dir).unwrap() {
+            let p = de.unwrap().path();
+            let rel = p.strip_prefix(base).unwrap().to_string_lossy().into_owned();
+            let m = fs::symlink_metadata(&p).unwrap();
+            if m.is_dir() {
+                out.insert(rel, None);
+                walk(base, &p, out);
+            } else {
+                out.insert(rel, Some(fs::read(&p).unwrap_or_default()));
+            }
+        }
+    }
+    let mut out = BTreeMap::new();
+    walk(root, root, &mut out);
+    out
+}
+
+/// A server's surroundings: an export (`export/`, holding `seed.txt`),
+/// an `outside/` directory next to it that must stay empty, its state
+/// directory, and a client-side directory with a file to push.
+struct Site {
+    dir: TempDir,
+    export: PathBuf,
+    outside: PathBuf,
+    state: PathBuf,
+    client: PathBuf,
+    payload: PathBuf,
+}
+
+const SEED: &[u8] = b"seed file of the export\n";
+
+impl Site {
+    /// With the shared identity and a grant for the shared token.
+    fn new(name: &str) -> Site {
+        let s = Site::bare(name);
+        common::prepare_state(&s.state);
+        s
+    }
+
+    /// With an empty state directory (the server makes its own identity).
+    fn bare(name: &str) -> Site {
+        let dir = TempDir::new(name);
+        let export = dir.dir("export");
+        let outside = dir.dir("outside");
+        let state = dir.dir("state");
+        let client = dir.dir("client");
+        fs::write(export.join("seed.txt"), SEED).unwrap();
+        fs::create_dir_all(export.join("dir")).unwrap();
+        fs::write(export.join("dir/inner.txt"), b"inner").unwrap();
+        let payload = client.join("payload.bin");
+        fs::write(&payload, bytes(6000, 1)).unwrap();
+        Site {
+            dir,
+            export,
+            outside,
+            state,
+            client,
+            payload,
+        }
+    }
+
+    /// One read-write export `data`.
+    fn data_server(&self) -> ServerHandle {
+        self.server(|_| {})
+    }
+
+    fn server(&self, tweak: impl FnOnce(&mut ServeConfig)) -> ServerHandle {
+        serve(
+            vec![export("data", &self.export, false, false)],
+            &self.state,
+            tweak,
+        )
+    }
+
+    fn snap(&self) -> BTreeMap<String, Option<Vec<u8>>> {
+        snapshot(&self.export)
+    }
+
+    /// The export is as it was, and nothing appeared next to it.
+    #[track_caller]
+    fn assert_untouched(&self, before: &BTreeMap<String, Option<Vec<u8>>>) {
+        let now = self.snap();
+        assert_eq!(
+            now.keys().collect::<Vec<_>>(),
+            before.keys().collect::<Vec<_>>(),
+            "the export changed"
+        );
+        assert_eq!(&now, before, "a file of the export changed");
+        self.assert_outside_empty();
+    }
+
+    #[track_caller]
+    fn assert_outside_empty(&self) {
+        let left: Vec<_> = fs::read_dir(&self.outside)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert!(left.is_empty(), "written outside the export: {left:?}");
+        // Nor anything beside the directories the test made.
+        let mut top: Vec<String> = fs::read_dir(self.dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        top.sort();
+        for name in &top {
+            assert!(
+                ["client", "export", "outside", "state"].contains(&name.as_str())
+                    || name.starts_with("t-"),
+                "unexpected entry beside the export: {name} ({top:?})"
+            );
+        }
+    }
+
+    /// A test-owned directory (`t-NAME`), allowed beside the export.
+    fn scratch(&self, name: &str) -> PathBuf {
+        self.dir.dir(&format!("t-{name}"))
+    }
+
+    /// The server still serves a client holding the shared token: it lists
+    /// the export, and a push lands (then is removed again).
+    #[track_caller]
+    fn assert_serves(&self, addr: SocketAddr) {
+        let o = lh(&["ls", &at(addr, "data", "dir")]);
+        assert_exit(&o, 0);
+        assert!(stdout(&o).contains(" inner.txt"), "{}", stdout(&o));
+        let o = lh(&["cp", s(&self.payload), &at(addr, "data", "alive.bin")]);
+        assert_exit(&o, 0);
+        let landed = self.export.join("alive.bin");
+        assert_eq!(fs::read(&landed).unwrap(), fs::read(&self.payload).unwrap());
+        fs::remove_file(landed).unwrap();
+        self.assert_outside_empty();
+    }
+}
+
+/// A token of the right form that no server granted.
+const WRONG_SECRET: &str = "lh1_7e570000_wrongsecret-wrongsecret-wrongsecret-01";
+const UNKNOWN_ID: &str = "lh1_deadbeef_testsecret-testsecret-testsecret-0123";
+
+fn rw(name: &str) -> Vec<ExportGrant> {
+    vec![ExportGrant {
+        name: name.into(),
+        write: true,
+    }]
+}
+
+fn ro(name: &str) -> Vec<ExportGrant> {
+    vec![ExportGrant {
+        name: name.into(),
+        write: false,
+    }]
+}
+
+// ------------------------------------------------- 1. no credentials
+
+#[test]
+fn anonymous_push_is_refused_and_writes_nothing() {
+    let site = Site::new("anonpush");
+    let srv = site.data_server();
+    let a = srv.addr();
+    let before = site.snap();
+
+    let o = anon(&["cp", s(&site.payload), &at(a, "data", "x.bin")]);
+    assert_refused(&o, 4, "--token-file");
+    assert!(stderr(&o).contains("LONGHAUL_TOKEN"), "{}", stderr(&o));
+    site.assert_untouched(&before);
+
+    // A tree push, a push aiming outside the export, a listing and a pull:
+    // all refused the same way.
+    let o = anon(&["cp", "-r", s(&site.client), &at(a, "data", "seed.txt")]);
+    assert_refused(&o, 4, "--token-file");
+    let o = anon(&["cp", s(&site.payload), &at(a, "data", "../outside/x.bin")]);
+    assert_exit(&o, 4);
+    let o = anon(&["ls", &at(a, "data", "seed.txt")]);
+    assert_refused(&o, 4, "--token-file");
+    assert!(!stdout(&o).contains("seed.txt"), "{}", stdout(&o));
+    let pulled = site.scratch("pull").join("seed.txt");
+    let o = anon(&["cp", &at(a, "data", "seed.txt"), s(&pulled)]);
+    assert_refused(&o, 4, "--token-file");
+    assert!(!pulled.exists());
+    site.assert_untouched(&before);
+
+    site.assert_serves(a);
+    srv.shutdown();
+}
+
+#[test]
+fn anonymous_perf_needs_public_perf() {
+    let site = Site::new("anonperf");
+    let srv = site.data_server();
+    let a = srv.addr().to_string();
+    let o = anon(&["perf", &a, "-n", "4M", "-i", "0"]);
+    assert_refused(&o, 4, "--token-file");
+    assert!(stderr(&o).contains("authenticated"), "{}", stderr(&o));
+    // With the token, the same server runs it.
+    let o = lh(&["perf", &a, "-n", "4M", "-i", "0"]);
+    assert_exit(&o, 0);
+    site.assert_serves(srv.addr());
+    srv.shutdown();
+
+    // --public-perf: anonymous perf works, but anonymous writes still do not.
+    let srv = site.server(|c| c.public_perf = true);
+    let a = srv.addr().to_string();
+    let o = anon(&["perf", &a, "-n", "4M", "-i", "0", "--json"]);
+    assert_exit(&o, 0);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(v["summary"]["bytes"].as_u64().unwrap() >= 4 << 20, "{v}");
+    let before = site.snap();
+    let o = anon(&["cp", s(&site.payload), &at(srv.addr(), "data", "x.bin")]);
+    assert_refused(&o, 4, "--token-file");
+    site.assert_untouched(&before);
+    site.assert_serves(srv.addr());
+    srv.shutdown();
+}
+
+// ------------------------------------------------- 2. wrong tokens
+
+#[test]
+fn wrong_and_garbage_tokens_are_refused_not_anonymous() {
+    let site = Site::new("wrongtoken");
+    // Public perf on and a public export: a bad token must still be
+    // refused, not treated as anonymous.
+    let pubdir = site.scratch("pub");
+    fs::write(pubdir.join("open.txt"), b"open").unwrap();
+    let srv = serve(
+        vec![
+            export("data", &site.export, false, false),
+            export("pub", &pubdir, true, true),
+        ],
+        &site.state,
+        |c| c.public_perf = true,
+    );
+    let a = srv.addr();
+    let before = site.snap();
+    let long = "x".repeat(2000);
+    let mut near = common::TOKEN.to_string();
+    near.pop();
+    near.push('4');
+    for bad in [
+        WRONG_SECRET,
+        UNKNOWN_ID,
+        near.as_str(),
+        "garbage",
+        "lh1_",
+        "lh1__",
+        "lh1_7e570000_",
+        "ünïcødé ☃",
+        long.as_str(),
+    ] {
+        let o = with_token(bad, &["cp", s(&site.payload), &at(a, "data", "x.bin")]);
+        assert_refused(&o, 4, "unknown or revoked token");
+        let o = with_token(bad, &["ls", &at(a, "data", "seed.txt")]);
+        assert_refused(&o, 4, "unknown or revoked token");
+        let o = with_token(bad, &["ls", &at(a, "pub", "open.bin")]);
+        assert_refused(&o, 4, "unknown or revoked token");
+    }
+    let o = with_token(
+        WRONG_SECRET,
+        &["perf", &a.to_string(), "-n", "1M", "-i", "0"],
+    );
+    assert_refused(&o, 4, "unknown or revoked token");
+    // The secret never appears in what the client prints.
+    assert!(!stderr(&o).contains("wrongsecret"), "{}", stderr(&o));
+    site.assert_untouched(&before);
+    site.assert_serves(a);
+    srv.shutdown();
+}
+
+// ------------------------------------------------- 3. revocation
+
+#[test]
+fn revoked_token_is_refused_at_the_next_connection() {
+    let site = Site::new("revoke");
+    let (g, token) = auth::create_token(&site.state, rw("data"), "to revoke").unwrap();
+    let srv = site.data_server();
+    let a = srv.addr();
+
+    let o = with_token(&token, &["ls", &at(a, "data", "seed.txt")]);
+    assert_exit(&o, 0);
+    assert!(stdout(&o).contains("seed.txt"));
+    let o = with_token(
+        &token,
+        &["cp", s(&site.payload), &at(a, "data", "by-token.bin")],
+    );
+    assert_exit(&o, 0);
+    assert!(site.export.join("by-token.bin").exists());
+
+    let state = s(&site.state);
+    let o = lh(&["token", "list", "--state-dir", state]);
+    assert_exit(&o, 0);
+    assert!(stdout(&o).contains(&g.id), "{}", stdout(&o));
+    // The list never shows the secret.
+    let secret = token.rsplit('_').next().unwrap();
+    assert!(!stdout(&o).contains(secret), "{}", stdout(&o));
+    assert!(!fs::read_to_string(site.state.join("grants"))
+        .unwrap()
+        .contains(secret));
+
+    let o = lh(&["token", "revoke", &g.id, "--state-dir", state]);
+    assert_exit(&o, 0);
+    let before = site.snap();
+    let o = with_token(&token, &["ls", &at(a, "data", "seed.txt")]);
+    assert_refused(&o, 4, "unknown or revoked token");
+    let o = with_token(
+        &token,
+        &["cp", s(&site.payload), &at(a, "data", "after.bin")],
+    );
+    assert_refused(&o, 4, "unknown or revoked token");
+    site.assert_untouched(&before);
+    let o = lh(&["token", "list", "--state-dir", state]);
+    assert!(!stdout(&o).contains(&g.id), "{}", stdout(&o));
+    // Revoking it again: no such grant.
+    let o = lh(&["token", "revoke", &g.id, "--state-dir", state]);
+    assert_refused(&o, 2, "no grant");
+    // Other grants are untouched.
+    site.assert_serves(a);
+    srv.shutdown();
+}
+
+// ------------------------------------------------- 4. scope
+
+#[test]
+fn read_only_token_reads_but_cannot_write() {
+    let site = Site::new("scope");
+    let other = site.scratch("other");
+    fs::write(other.join("o.txt"), b"other").unwrap();
+    let srv = serve(
+        vec![
+            export("data", &site.export, false, false),
+            export("other", &other, false, false),
+        ],
+        &site.state,
+        |_| {},
+    );
+    let a = srv.addr();
+    let (_, token) = auth::create_token(&site.state, ro("data"), "reader").unwrap();
+
+    let o = with_token(&token, &["ls", &at(a, "data", "seed.txt")]);
+    assert_exit(&o, 0);
+    assert!(stdout(&o).contains("seed.txt"));
+    let pulled = site.scratch("pull").join("seed.txt");
+    let o = with_token(&token, &["cp", &at(a, "data", "seed.txt"), s(&pulled)]);
+    assert_exit(&o, 0);
+    assert_eq!(fs::read(&pulled).unwrap(), SEED);
+
+    let before = site.snap();
+    let o = with_token(&token, &["cp", s(&site.payload), &at(a, "data", "x.bin")]);
+    assert_refused(&o, 4, "may not write to export 'data'");
+    // Overwriting an existing file is no different.
+    let o = with_token(
+        &token,
+        &[
+            "cp",
+            "--force",
+            s(&site.payload),
+            &at(a, "data", "seed.txt"),
+        ],
+    );
+    assert_exit(&o, 4);
+    site.assert_untouched(&before);
+
+    // An export the grant does not name: neither read nor written, and
+    // not even named in the refusal.
+    let o = with_token(&token, &["ls", &at(a, "other", "o.txt")]);
+    assert_refused(&o, 4, "may not read export 'other'");
+    assert!(!stdout(&o).contains("o.txt"));
+    let o = with_token(&token, &["ls", &at(a, "nope", "x")]);
+    assert_exit(&o, 4);
+    assert!(!stderr(&o).contains("other"), "{}", stderr(&o));
+    let o = with_token(&token, &["cp", s(&site.payload), &at(a, "other", "x.bin")]);
+    assert_exit(&o, 4);
+    assert!(!other.join("x.bin").exists());
+
+    site.assert_serves(a);
+    srv.shutdown();
+}
+
+#[test]
+fn read_only_export_refuses_a_push_even_with_a_rw_token() {
+    let site = Site::new("roexport");
+    let srv = serve(
+        vec![export("data", &site.export, true, false)],
+        &site.state,
+        |_| {},
+    );
+    let a = srv.addr();
+    let before = site.snap();
+    let o = lh(&["cp", s(&site.payload), &at(a, "data", "x.bin")]);
+    assert_refused(&o, 4, "read-only");
+    let o = lh(&[
+        "cp",
+        "--force",
+        s(&site.payload),
+        &at(a, "data", "seed.txt"),
+    ]);
+    assert_refused(&o, 4, "read-only");
+    site.assert_untouched(&before);
+    // Reading still works.
+    let o = lh(&["ls", &at(a, "data", "seed.txt")]);
+    assert_exit(&o, 0);
+    assert!(stdout(&o).contains("seed.txt"));
+    let pulled = site.scratch("pull").join("s.txt");
+    let o = lh(&["cp", &at(a, "data", "seed.txt"), s(&pulled)]);
+    assert_exit(&o, 0);
+    assert_eq!(fs::read(&pulled).unwrap(), SEED);
+    site.assert_untouched(&before);
+    srv.shutdown();
+}
+
+// ------------------------------------------------- 5. public exports
+
+#[test]
+fn public_export_is_readable_anonymously_never_writable() {
+    let site = Site::new("public");
+    let pubdir = site.scratch("pub");
+    let open = bytes(5000, 9);
+    fs::write(pubdir.join("open.bin"), &open).unwrap();
+    let srv = serve(
+        vec![
+            export("data", &site.export, false, false),
+            export("pub", &pubdir, true, true),
+        ],
+        &site.state,
+        |_| {},
+    );
+    let a = srv.addr();
+
+    let o = anon(&["ls", &at(a, "pub", "open.bin")]);
+    assert_exit(&o, 0);
+    assert!(stdout(&o).contains("open.bin"), "{}", stdout(&o));
+    let pulled = site.scratch("pull").join("open.bin");
+    let o = anon(&["cp", &at(a, "pub", "open.bin"), s(&pulled)]);
+    assert_exit(&o, 0);
+    assert_eq!(fs::read(&pulled).unwrap(), open);
+
+    let before_pub = snapshot(&pubdir);
+    let before = site.snap();
+    let o = anon(&["cp", s(&site.payload), &at(a, "pub", "x.bin")]);
+    assert_exit(&o, 4);
+    let e = stderr(&o);
+    assert!(e.contains("--token-file") || e.contains("read-only"), "{e}");
+    // Not even with the token: the export is read-only.
+    let o = lh(&["cp", s(&site.payload), &at(a, "pub", "x.bin")]);
+    assert_refused(&o, 4, "read-only");
+    // The private export next to it stays closed to anonymous clients.
+    let o = anon(&["ls", &at(a, "data", "seed.txt")]);
+    assert_refused(&o, 4, "--token-file");
+    let o = anon(&["cp", s(&site.payload), &at(a, "data", "x.bin")]);
+    assert_refused(&o, 4, "--token-file");
+    // Nor does the public export lead out of itself.
+    let o = anon(&["ls", &at(a, "pub", "../export")]);
+    assert!(!o.status.success());
+    assert!(!stdout(&o).contains("seed.txt"), "{}", stdout(&o));
+    assert_eq!(snapshot(&pubdir), before_pub);
+    site.assert_untouched(&before);
+    site.assert_serves(a);
+    srv.shutdown();
+}
+
+// ------------------------------------------------- 6. server identity
+
+/// A server with an identity of its own (a man in the middle) that grants
+/// the shared token, so that only the identity differs.
+fn mitm(site: &Site) -> (ServerHandle, PathBuf) {
+    let state = site.scratch("mitm-state");
+    auth::add_token(&state, common::TOKEN, rw("*"), "mitm").unwrap();
+    let exp = site.scratch("mitm-export");
+    let srv = serve(vec![export("data", &exp, false, false)], &state, |_| {});
+    let fp = srv.fingerprint().expect("an identity of its own");
+    assert_ne!(fp, common::fingerprint());
+    (srv, exp)
+}
+
+#[test]
+fn a_pinned_client_refuses_another_key() {
+    let site = Site::new("mitmpin");
+    let good = site.data_server();
+    let (bad, bad_export) = mitm(&site);
+    let b = bad.addr();
+    let bad_fp = bad.fingerprint().unwrap();
+
+    // Pinned with --trust (LONGHAUL_TRUST): exit 7, both fingerprints named.
+    let o = lh(&["cp", s(&site.payload), &at(b, "data", "x.bin")]);
+    assert_refused(&o, 7, "HAS CHANGED");
+    assert!(stderr(&o).contains(&bad_fp), "{}", stderr(&o));
+    assert!(stderr(&o).contains(common::fingerprint()), "{}", stderr(&o));
+    let o = lh(&["ls", &at(b, "data", "x")]);
+    assert_refused(&o, 7, &bad_fp);
+    let o = lh(&["perf", &b.to_string(), "-n", "1M", "-i", "0"]);
+    assert_refused(&o, 7, &bad_fp);
+    // The same with --trust on the command line.
+    let mut c = bin();
+    c.env_remove("LONGHAUL_TRUST").args([
+        "ls",
+        "--trust",
+        common::fingerprint(),
+        &at(b, "data", "x"),
+    ]);
+    let o = run(c);
+    assert_refused(&o, 7, &bad_fp);
+
+    // Pinned by a known-hosts entry: exit 7, "HAS CHANGED".
+    let kh = site.scratch("kh").join("known_hosts");
+    fs::write(&kh, format!("{b} {}\n", common::fingerprint())).unwrap();
+    let mut c = bin();
+    c.env_remove("LONGHAUL_TRUST")
+        .env("LONGHAUL_KNOWN_HOSTS", &kh)
+        .args(["cp", s(&site.payload), &at(b, "data", "x.bin")]);
+    let o = run(c);
+    assert_refused(&o, 7, "HAS CHANGED");
+    assert!(stderr(&o).contains(&bad_fp), "{}", stderr(&o));
+    assert!(stderr(&o).contains("--replace"), "{}", stderr(&o));
+    // The client did not change the file on its own.
+    assert_eq!(
+        fs::read_to_string(&kh).unwrap(),
+        format!("{b} {}\n", common::fingerprint())
+    );
+
+    // Nothing reached the impostor's export.
+    assert!(
+        snapshot(&bad_export).is_empty(),
+        "{:?}",
+        snapshot(&bad_export)
+    );
+    site.assert_outside_empty();
+    site.assert_serves(good.addr());
+    bad.shutdown();
+    good.shutdown();
+}
+
+#[test]
+fn an_unknown_server_is_not_trusted_silently() {
+    let site = Site::new("unknown");
+    let srv = site.data_server();
+    let a = srv.addr();
+    let kh = site.scratch("kh").join("known_hosts");
+    let before = site.snap();
+    for file_exists in [false, true] {
+        if file_exists {
+            fs::write(&kh, "").unwrap();
+        }
+        let mut c = bin();
+        c.env_remove("LONGHAUL_TRUST")
+            .env("LONGHAUL_KNOWN_HOSTS", &kh)
+            .args(["cp", s(&site.payload), &at(a, "data", "x.bin")]);
+        let o = run(c);
+        assert_refused(&o, 7, common::fingerprint());
+        assert!(stderr(&o).contains("longhaul trust"), "{}", stderr(&o));
+        assert!(stderr(&o).contains("not a known server"), "{}", stderr(&o));
+    }
+    // An entry for another port of the same host does not count.
+    fs::write(
+        &kh,
+        format!("{}:{} {}\n", a.ip(), a.port() ^ 1, common::fingerprint()),
+    )
+    .unwrap();
+    let mut c = bin();
+    c.env_remove("LONGHAUL_TRUST")
+        .env("LONGHAUL_KNOWN_HOSTS", &kh)
+        .args(["ls", &at(a, "data", "seed.txt")]);
+    let o = run(c);
+    assert_refused(&o, 7, "longhaul trust");
+    // Nor was the file filled in by the client.
+    assert!(!fs::read_to_string(&kh).unwrap().contains(&a.to_string()));
+    site.assert_untouched(&before);
+    site.assert_serves(a);
+    srv.shutdown();
+}
+
+// ------------------------------------------------- 7. longhaul trust
+
+#[test]
+fn trust_records_a_host_and_refuses_a_changed_one() {
+    let site = Site::new("trust");
+    let good = site.data_server();
+    let a = good.addr();
+    let kh = site.scratch("kh").join("known_hosts");
+    let ks = s(&kh);
+
+    let o = lh(&["trust", &a.to_string(), "--known-hosts", ks]);
+    assert_exit(&o, 0);
+    let line = format!("{a} {}", common::fingerprint());
+    assert!(stdout(&o).contains(&line), "{}", stdout(&o));
+    assert_eq!(fs::read_to_string(&kh).unwrap(), format!("{line}\n"));
+    // Again: nothing changes.
+    let o = lh(&["trust", &a.to_string(), "--known-hosts", ks]);
+    assert_exit(&o, 0);
+    assert_eq!(fs::read_to_string(&kh).unwrap(), format!("{line}\n"));
+
+    // A client with only that file trusts the server.
+    let known_only = |args: &[&str]| {
+        let mut c = bin();
+        c.env_remove("LONGHAUL_TRUST")
+            .env("LONGHAUL_KNOWN_HOSTS", &kh)
+            .args(args);
+        run(c)
+    };
+    let o = known_only(&["ls", &at(a, "data", "seed.txt")]);
+    assert_exit(&o, 0);
+    assert!(stdout(&o).contains("seed.txt"));
+    let o = known_only(&["cp", s(&site.payload), &at(a, "data", "via-kh.bin")]);
+    assert_exit(&o, 0);
+    assert!(site.export.join("via-kh.bin").exists());
+
+    // The impostor, listed with the fingerprint the real server has.
+    let (bad, bad_export) = mitm(&site);
+    let b = bad.addr();
+    let bad_fp = bad.fingerprint().unwrap();
+    let stale = format!("{b} {}", common::fingerprint());
+    fs::write(&kh, format!("{line}\n{stale}\n")).unwrap();
+    let o = lh(&["trust", &b.to_string(), "--known-hosts", ks]);
+    assert_refused(&o, 7, "--replace");
+    assert!(stderr(&o).contains(&bad_fp), "{}", stderr(&o));
+    assert_eq!(
+        fs::read_to_string(&kh).unwrap(),
+        format!("{line}\n{stale}\n")
+    );
+    let o = known_only(&["ls", &at(b, "data", "x")]);
+    assert_refused(&o, 7, "HAS CHANGED");
+
+    // --fingerprint that the server does not present: refused.
+    let o = lh(&[
+        "trust",
+        &b.to_string(),
+        "--fingerprint",
+        common::fingerprint(),
+        "--replace",
+        "--known-hosts",
+        ks,
+    ]);
+    assert_refused(&o, 7, "not trusted");
+    assert_eq!(
+        fs::read_to_string(&kh).unwrap(),
+        format!("{line}\n{stale}\n")
+    );
+    // A malformed one is a usage error.
+    let o = lh(&[
+        "trust",
+        &b.to_string(),
+        "--fingerprint",
+        "SHA256:abc",
+        "--known-hosts",
+        ks,
+    ]);
+    assert_exit(&o, 2);
+
+    // --replace: the entry is replaced, the other one kept.
+    let o = lh(&["trust", &b.to_string(), "--replace", "--known-hosts", ks]);
+    assert_exit(&o, 0);
+    let text = fs::read_to_string(&kh).unwrap();
+    assert!(text.contains(&line), "{text}");
+    assert!(text.contains(&format!("{b} {bad_fp}")), "{text}");
+    assert!(!text.contains(&stale), "{text}");
+    let o = known_only(&["perf", &b.to_string(), "-n", "1M", "-i", "0"]);
+    assert_exit(&o, 0);
+    // With the right --fingerprint it is accepted too.
+    let o = lh(&[
+        "trust",
+        &b.to_string(),
+        "--fingerprint",
+        &bad_fp,
+        "--known-hosts",
+        ks,
+    ]);
+    assert_exit(&o, 0);
+    assert!(snapshot(&bad_export).is_empty());
+
+    site.assert_outside_empty();
+    site.assert_serves(a);
+    bad.shutdown();
+    good.shutdown();
+}
+
+// ------------------------------------------------- 8. TLS and plaintext
+
+#[test]
+fn plaintext_client_needs_a_server_that_allows_it() {
+    let site = Site::new("plain");
+    let srv = site.data_server();
+    let a = srv.addr();
+    let before = site.snap();
+    let o = lh(&["ls", "--insecure-plaintext", &at(a, "data", "seed.txt")]);
+    assert_refused(&o, 4, "requires TLS");
+    let o = lh(&[
+        "cp",
+        "--insecure-plaintext",
+        s(&site.payload),
+        &at(a, "data", "x.bin"),
+    ]);
+    assert_refused(&o, 4, "requires TLS");
+    let o = lh(&[
+        "perf",
+        "--insecure-plaintext",
+        &a.to_string(),
+        "-n",
+        "1M",
+        "-i",
+        "0",
+    ]);
+    assert_refused(&o, 4, "requires TLS");
+    site.assert_untouched(&before);
+    site.assert_serves(a);
+    srv.shutdown();
+
+    // --allow-plaintext: the plaintext client works, TLS clients still do,
+    // and plaintext does not skip authentication.
+    let srv = site.server(|c| c.allow_plaintext = true);
+    let a = srv.addr();
+    let o = lh(&["ls", "--insecure-plaintext", &at(a, "data", "seed.txt")]);
+    assert_exit(&o, 0);
+    assert!(stdout(&o).contains("seed.txt"));
+    let o = lh(&[
+        "cp",
+        "--insecure-plaintext",
+        s(&site.payload),
+        &at(a, "data", "plain.bin"),
+    ]);
+    assert_exit(&o, 0);
+    assert_eq!(
+        fs::read(site.export.join("plain.bin")).unwrap(),
+        fs::read(&site.payload).unwrap()
+    );
+    let o = lh(&[
+        "perf",
+        "--insecure-plaintext",
+        &a.to_string(),
+        "-n",
+        "2M",
+        "-i",
+        "0",
+    ]);
+    assert_exit(&o, 0);
+    let before = site.snap();
+    let o = anon(&[
+        "cp",
+        "--insecure-plaintext",
+        s(&site.payload),
+        &at(a, "data", "x.bin"),
+    ]);
+    assert_refused(&o, 4, "--token-file");
+    let o = with_token(
+        WRONG_SECRET,
+        &["ls", "--insecure-plaintext", &at(a, "data", "seed.txt")],
+    );
+    assert_refused(&o, 4, "unknown or revoked token");
+    site.assert_untouched(&before);
+    site.assert_serves(a);
+    srv.shutdown();
+}
+
+/// A peer that speaks no TLS: it records what each connection sent and
+/// answers with `answer`, then closes.
+struct FakePeer {
+    addr: SocketAddr,
+    seen: Arc<Mutex<Vec<Vec<u8>>>>,
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl FakePeer {
+    fn start(answer: Vec<u8>) -> FakePeer {
+        let l = TcpListener::bind(loopback()).unwrap();
+        l.set_nonblocking(true).unwrap();
+        let addr = l.local_addr().unwrap();
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (seen2, stop2) = (seen.clone(), stop.clone());
+        let thread = std::thread::spawn(move || {
+            while !stop2.load(Ordering::SeqCst) {
+                match l.accept() {
+                    Ok((mut c, _)) => {
+                        c.set_nonblocking(false).unwrap();
+                        c.set_read_timeout(Some(Duration::from_millis(300)))
+                            .unwrap();
+                        let mut got = Vec::new();
+                        let mut buf = [0u8; 65536];
+                        // Everything the client sends before it waits for us.
+                        while let Ok(n) = c.read(&mut buf) {
+                            if n == 0 {
+                                break;
+                            }
+                            got.extend_from_slice(&buf[..n]);
+                            c.set_read_timeout(Some(Duration::from_millis(100)))
+                                .unwrap();
+                        }
+                        let _ = c.write_all(&answer);
+                        let _ = c.shutdown(std::net::Shutdown::Both);
+                        seen2.lock().unwrap().push(got);
+                    }
+                    Err(_) => std::thread::sleep(Duration::from_millis(5)),
+                }
+            }
+        });
+        FakePeer {
+            addr,
+            seen,
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    fn finish(mut self) -> Vec<Vec<u8>> {
+        self.stop.store(true, Ordering::SeqCst);
+        self.thread.take().unwrap().join().unwrap();
+        std::mem::take(&mut *self.seen.lock().unwrap())
+    }
+}
+
+fn contains(hay: &[u8], needle: &[u8]) -> bool {
+    hay.windows(needle.len()).any(|w| w == needle)
+}
+
+#[test]
+fn tls_client_never_falls_back_to_plaintext() {
+    let site = Site::new("nodowngrade");
+    let mut refuse = MAGIC.to_vec();
+    Message::Refuse(Refuse {
+        code: RefuseCode::Protocol,
+        message: "plaintext only".into(),
+    })
+    .encode(&mut refuse)
+    .unwrap();
+    for answer in [
+        refuse,
+        MAGIC.to_vec(),
+        b"HTTP/1.1 400 Bad Request\r\n\r\n".to_vec(),
+        Vec::new(),
+    ] {
+        let peer = FakePeer::start(answer.clone());
+        let p = peer.addr;
+        let t0 = Instant::now();
+        let o = lh(&["ls", &at(p, "data", "seed.txt")]);
+        eprintln!("DBG ls {:?} {:?} {}", String::from_utf8_lossy(&answer), t0.elapsed(), stderr(&o));
+        let t0 = Instant::now();
+        let o2 = lh(&["cp", s(&site.payload), &at(p, "data", "x.bin")]);
+        eprintln!("DBG cp {:?} {}", t0.elapsed(), stderr(&o2));
+        let t0 = Instant::now();
+        let o3 = lh(&["perf", &p.to_string(), "-n", "1M", "-i", "0"]);
+        eprintln!("DBG perf {:?} {}", t0.elapsed(), stderr(&o3));
+        let seen = peer.finish();
+        for o in [&o, &o2, &o3] {
+            assert_refused(o, 3, "TLS");
+            assert!(
+                !stdout(o).contains("seed.txt"),
+                "answer {:?}: {}",
+                String::from_utf8_lossy(&answer),
+                stdout(o)
+            );
+        }
+        assert!(!seen.is_empty(), "the client never connected");
+        for got in &seen {
+            // A TLS ClientHello and nothing else: no preamble, no token.
+            assert_eq!(got.first(), Some(&0x16), "not TLS: {got:?}");
+            assert!(!contains(got, b"LONGHAUL"), "plaintext preamble sent");
+            assert!(!contains(got, common::TOKEN.as_bytes()), "token sent");
+            assert!(!contains(got, b"testsecret"), "token sent");
+        }
+    }
+    site.assert_outside_empty();
+}
+
+// ------------------------------------------------- 9. mutual TLS
+
+#[test]
+fn client_certificate_grant_lets_in_that_client_only() {
+    let site = Site::new("mtls");
+    let srv = site.data_server();
+    let a = srv.addr();
+    let id_dir = site.scratch("client-id");
+    let o = lh(&["id", s(&id_dir)]);
+    assert_exit(&o, 0);
+    let fp = stdout(&o).trim().to_string();
+    assert!(fp.starts_with("SHA256:"), "{fp}");
+    assert_ne!(fp, common::fingerprint());
+    // Stable: the same identity the next time.
+    let o = lh(&["id", s(&id_dir)]);
+    assert_eq!(stdout(&o).trim(), fp);
+
+    let state = s(&site.state);
+    let o = lh(&[
+        "token",
+        "create",
+        "--state-dir",
+        state,
+        "--export",
+        "data:rw",
+        "--client-cert",
+        &fp,
+    ]);
+    assert_exit(&o, 0);
+    // No token printed for a certificate grant.
+    assert!(!stdout(&o).contains("lh1_"), "{}", stdout(&o));
+    let o = lh(&["token", "list", "--state-dir", state]);
+    assert!(stdout(&o).contains(&fp), "{}", stdout(&o));
+
+    let o = anon(&[
+        "cp",
+        "--identity",
+        s(&id_dir),
+        s(&site.payload),
+        &at(a, "data", "mtls.bin"),
+    ]);
+    assert_exit(&o, 0);
+    assert_eq!(
+        fs::read(site.export.join("mtls.bin")).unwrap(),
+        fs::read(&site.payload).unwrap()
+    );
+    let o = anon(&["ls", "--identity", s(&id_dir), &at(a, "data", "seed.txt")]);
+    assert_exit(&o, 0);
+    assert!(stdout(&o).contains(" mtls.bin"), "{}", stdout(&o));
+
+    let before = site.snap();
+    // Another identity, without a grant: anonymous, so refused.
+    let other = site.scratch("other-id");
+    let o = lh(&["id", s(&other)]);
+    assert_exit(&o, 0);
+    let o = anon(&[
+        "cp",
+        "--identity",
+        s(&other),
+        s(&site.payload),
+        &at(a, "data", "x.bin"),
+    ]);
+    assert_refused(&o, 4, "--token-file");
+    let o = anon(&["ls", "--identity", s(&other), &at(a, "data", "seed.txt")]);
+    assert_refused(&o, 4, "--token-file");
+    // No identity at all: refused as well.
+    let o = anon(&["cp", s(&site.payload), &at(a, "data", "x.bin")]);
+    assert_refused(&o, 4, "--token-file");
+    // A wrong token next to the granted certificate is refused, not
+    // overlooked.
+    let mut c = bin();
+    c.env("LONGHAUL_TOKEN", WRONG_SECRET).args([
+        "cp",
+        "--identity",
+        s(&id_dir),
+        s(&site.payload),
+        &at(a, "data", "x.bin"),
+    ]);
+    assert_refused(&run(c), 4, "unknown or revoked token");
+    site.assert_untouched(&before);
+
+    // Revoking the certificate's grant shuts it out.
+    let gid = auth::list(&site.state)
+        .unwrap()
+        .into_iter()
+        .find(|g| g.client_cert.as_deref() == Some(fp.as_str()))
+        .unwrap()
+        .id;
+    let o = lh(&["token", "revoke", &gid, "--state-dir", state]);
+    assert_exit(&o, 0);
+    let o = anon(&[
+        "cp",
+        "--identity",
+        s(&id_dir),
+        s(&site.payload),
+        &at(a, "data", "x.bin"),
+    ]);
+    assert_refused(&o, 4, "--token-file");
+    site.assert_untouched(&before);
+    site.assert_serves(a);
+    srv.shutdown();
+}
+
+// ------------------------------------------------- 10. hostile clients
+
+/// A TLS connection to `addr`, trusting the shared identity.
+fn tls_to(addr: SocketAddr) -> Box<dyn Stream> {
+    let t = ClientTls::new(
+        &TrustOptions {
+            pins: vec![common::fingerprint().to_string()],
+            ..Default::default()
+        },
+        &addr.to_string(),
+    )
+    .unwrap();
+    let tcp = TcpStream::connect(addr).unwrap();
+    tcp.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    t.connect(tcp).expect("TLS handshake with the test server")
+}
+
+fn hello(token: Option<&str>) -> Vec<u8> {
+    let mut b = MAGIC.to_vec();
+    Message::Hello(Hello {
+        min_version: 1,
+        max_version: 1,
+        software: "security test".into(),
+        role: Role::Control,
+        token: token.map(str::to_string),
+    })
+    .encode(&mut b)
+    .unwrap();
+    b
+}
+
+/// Sends `bytes` over TLS and reads what the server answers until it
+/// closes; panics if it keeps the connection open for 5 s.
+fn hostile(addr: SocketAddr, bytes: &[u8]) -> Vec<Message> {
+    let mut st = tls_to(addr);
+    // The server may close before all of it is written.
+    let _ = st.write_all(bytes).and_then(|()| st.flush());
+    let mut conn = FramedConn::new(st, addr.to_string());
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut got = Vec::new();
+    loop {
+        match conn.recv_until(deadline) {
+            Ok(Some(m)) => got.push(m),
+            Ok(None) => panic!("the server kept a hostile connection open: {got:?}"),
+            Err(_) => return got,
+        }
+    }
+}
+
+fn refusal(msgs: &[Message]) -> Option<&Refuse> {
+    msgs.iter().find_map(|m| match m {
+        Message::Refuse(r) => Some(r),
+        _ => None,
+    })
+}
+
+#[test]
+fn garbage_after_the_tls_handshake_loses_only_its_own_connection() {
+    let site = Site::new("garbage");
+    let srv = site.data_server();
+    let a = srv.addr();
+    let before = site.snap();
+
+    let mut huge = MAGIC.to_vec();
+    huge.extend_from_slice(&u32::MAX.to_be_bytes());
+    huge.push(1);
+    let mut unknown_type = hello(Some(common::TOKEN));
+    unknown_type.extend_from_slice(&[0, 0, 0, 2, 0xee, b'{', b'}']);
+    let mut junk_frame = hello(Some(common::TOKEN));
+    junk_frame.extend_from_slice(&[0, 0, 0, 64]);
+    junk_frame.extend_from_slice(&bytes(200, 5));
+    let cases: Vec<(&str, Vec<u8>)> = vec![
+        ("random bytes", bytes(4096, 3)),
+        ("oversized first frame", huge),
+        ("wrong token", hello(Some(WRONG_SECRET))),
+        ("unknown frame type", unknown_type),
+        ("junk frame body", junk_frame),
+    ];
+
+    // Hostile clients and a legitimate push at the same time.
+    let threads: Vec<_> = cases
+        .into_iter()
+        .map(|(name, b)| {
+            std::thread::spawn(move || {
+                let t = Instant::now();
+                let got = hostile(a, &b);
+                (name, got, t.elapsed())
+            })
+        })
+        .collect();
+    let o = lh(&["cp", s(&site.payload), &at(a, "data", "concurrent.bin")]);
+    assert_exit(&o, 0);
+    for t in threads {
+        let (name, got, took) = t.join().unwrap();
+        assert!(
+            took < Duration::from_secs(3),
+            "{name}: closed after {took:?}"
+        );
+        match name {
+            "random bytes" | "oversized first frame" => {
+                let r = refusal(&got).unwrap_or_else(|| panic!("{name}: no refusal: {got:?}"));
+                assert_eq!(r.code, RefuseCode::Protocol, "{name}: {r:?}");
+            }
+            "wrong token" => {
+                let r = refusal(&got).unwrap_or_else(|| panic!("{name}: no refusal: {got:?}"));
+                assert_eq!(r.code, RefuseCode::Unauthorized, "{name}: {r:?}");
+                assert!(r.message.contains("unknown or revoked token"), "{r:?}");
+            }
+            _ => {
+                // Welcomed, then dropped: at most a refusal, never anything
+                // that accepts a request.
+                assert!(
+                    got.iter()
+                        .all(|m| matches!(m, Message::Welcome(_) | Message::Refuse(_))),
+                    "{name}: {got:?}"
+                );
+            }
+        }
+    }
+    assert_eq!(
+        fs::read(site.export.join("concurrent.bin")).unwrap(),
+        fs::read(&site.payload).unwrap()
+    );
+    fs::remove_file(site.export.join("concurrent.bin")).unwrap();
+    site.assert_untouched(&before);
+    site.assert_serves(a);
+    srv.shutdown();
+}
+
+#[test]
+fn silent_connections_are_closed_at_the_handshake_deadline() {
+    let site = Site::new("silent");
+    let srv = site.server(|c| c.limits.handshake_timeout = Duration::from_millis(1500));
+    let a = srv.addr();
+    // One that never starts TLS, one that finishes it and then says nothing.
+    let mut raw = TcpStream::connect(a).unwrap();
+    raw.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let start = Instant::now();
+    let quiet = std::thread::spawn(move || {
+        let t = Instant::now();
+        let got = hostile(a, b"");
+        (got, t.elapsed())
+    });
+    // Meanwhile the server serves others.
+    site.assert_serves(a);
+    let mut buf = [0u8; 256];
+    let n = raw.read(&mut buf);
+    assert!(
+        !matches!(n, Ok(k) if k > 0) && start.elapsed() < Duration::from_secs(4),
+        "raw TCP: {n:?} after {:?}",
+        start.elapsed()
+    );
+    let (got, took) = quiet.join().unwrap();
+    assert!(took < Duration::from_secs(4), "TLS: closed after {took:?}");
+    assert!(
+        got.iter().all(|m| matches!(m, Message::Refuse(_))),
+        "{got:?}"
+    );
+    site.assert_serves(a);
+    srv.shutdown();
+}
+
+// ------------------------------------------------- 11. token files
+
+#[test]
+fn token_file_works_like_the_variable() {
+    let site = Site::new("tokenfile");
+    let srv = site.data_server();
+    let a = srv.addr();
+    let dir = site.scratch("tokens");
+    let good = dir.join("good");
+    fs::write(&good, format!("{}\n", common::TOKEN)).unwrap();
+    let bad = dir.join("bad");
+    fs::write(&bad, WRONG_SECRET).unwrap();
+    let from_file = |file: &Path, args: &[&str]| {
+        let mut c = bin();
+        c.env_remove("LONGHAUL_TOKEN")
+            .arg(args[0])
+            .arg("--token-file")
+            .arg(file)
+            .args(&args[1..]);
+        run(c)
+    };
+
+    let o = from_file(&good, &["ls", &at(a, "data", "seed.txt")]);
+    assert_exit(&o, 0);
+    assert!(stdout(&o).contains("seed.txt"));
+    let o = from_file(&good, &["cp", s(&site.payload), &at(a, "data", "tf.bin")]);
+    assert_exit(&o, 0);
+    assert!(site.export.join("tf.bin").exists());
+    let o = from_file(&good, &["perf", &a.to_string(), "-n", "1M", "-i", "0"]);
+    assert_exit(&o, 0);
+
+    let before = site.snap();
+    let o = from_file(&bad, &["cp", s(&site.payload), &at(a, "data", "x.bin")]);
+    assert_refused(&o, 4, "unknown or revoked token");
+    // The file decides, even with a good token in the environment.
+    let mut c = bin();
+    c.args([
+        "cp",
+        "--token-file",
+        s(&bad),
+        s(&site.payload),
+        &at(a, "data", "x.bin"),
+    ]);
+    assert_refused(&run(c), 4, "unknown or revoked token");
+
+    // A missing or unreadable token file is a usage error: nothing is sent.
+    let missing = dir.join("missing");
+    let o = from_file(&missing, &["cp", s(&site.payload), &at(a, "data", "x.bin")]);
+    assert_refused(&o, 2, "token file");
+    let o = from_file(&missing, &["ls", &at(a, "data", "seed.txt")]);
+    assert_refused(&o, 2, "token file");
+    let o = from_file(&missing, &["perf", &a.to_string(), "-n", "1M", "-i", "0"]);
+    assert_refused(&o, 2, "token file");
+    let o = from_file(&dir, &["ls", &at(a, "data", "seed.txt")]);
+    assert_refused(&o, 2, "token file");
+    let mut c = bin();
+    c.args([
+        "cp",
+        "--token-file",
+        s(&missing),
+        s(&site.payload),
+        &at(a, "data", "x.bin"),
+    ]);
+    assert_refused(&run(c), 2, "token file");
+    site.assert_untouched(&before);
+    site.assert_serves(a);
+    srv.shutdown();
+}
