@@ -669,6 +669,34 @@ pub enum Tls {
     Server(Box<rustls::StreamOwned<rustls::ServerConnection, Sock>>),
 }
 
+impl Drop for Tls {
+    /// A clean end for the peer (close_notify), if the socket takes it at
+    /// once; never blocks for long.
+    fn drop(&mut self) {
+        let _ = self
+            .tcp()
+            .set_write_timeout(Some(std::time::Duration::from_millis(100)));
+        match self {
+            Tls::Client(s) => {
+                s.conn.send_close_notify();
+                while s.conn.wants_write() {
+                    if s.conn.write_tls(&mut s.sock).is_err() {
+                        break;
+                    }
+                }
+            }
+            Tls::Server(s) => {
+                s.conn.send_close_notify();
+                while s.conn.wants_write() {
+                    if s.conn.write_tls(&mut s.sock).is_err() {
+                        break;
+                    }
+                }
+            }
+        }
+    }
+}
+
 impl Read for Tls {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         match self {
