@@ -1037,6 +1037,16 @@ fn refusals_and_listing() {
         );
     }
     assert_eq!(text.lines().count(), 4, "{text}");
+    // The export's root lists its contents (it is a directory, not a link).
+    for root in ["data", "data/"] {
+        let o = longhaul(&["ls", &format!("{}:{}:{root}", a.ip(), a.port())]);
+        assert_exit(&o, 0);
+        let text = stdout(&o);
+        assert!(
+            text.lines().any(|l| l.starts_with("d ") && l.ends_with(" dir")),
+            "{root}: {text}"
+        );
+    }
     // ls --json
     let o = longhaul(&["ls", "--json", &format!("longhaul://{a}/data/dir")]);
     assert_exit(&o, 0);

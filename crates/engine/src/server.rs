@@ -362,6 +362,25 @@ fn refuse_on(stream: &mut dyn Stream, code: RefuseCode, message: &str) {
     }
 }
 
+/// After a refusal: take (and drop) what the client is still sending, for
+/// a moment, so that closing does not reset the connection and destroy
+/// the refusal before the client reads it.
+fn linger(stream: &mut dyn Stream) {
+    let until = Instant::now() + Duration::from_millis(300);
+    let mut buf = [0u8; 4096];
+    let mut taken = 0usize;
+    while taken < 256 << 10 {
+        let left = until.saturating_duration_since(Instant::now());
+        if left.is_zero() || stream.tcp().set_read_timeout(Some(left)).is_err() {
+            return;
+        }
+        match stream.read(&mut buf) {
+            Ok(0) | Err(_) => return,
+            Ok(n) => taken += n,
+        }
+    }
+}
+
 /// Reads from a stream with one deadline for the whole read, so a client
 /// that trickles bytes (slowloris) cannot extend it.
 struct DeadlineReader<'a> {
@@ -409,6 +428,7 @@ fn secure(
                 RefuseCode::TlsRequired,
                 "this server requires TLS: run the client without --insecure-plaintext (plaintext needs --allow-plaintext on the server too)",
             );
+            linger(&mut tcp);
             None
         }
         Ok(_) => {
@@ -481,6 +501,7 @@ fn handle_connection(shared: &Arc<Shared>, tcp: TcpStream, peer: SocketAddr) {
                 Err(message) => {
                     tracing::warn!("refusing {peer}: {message}");
                     refuse_on(&mut *stream, RefuseCode::Unauthorized, &message);
+                    linger(&mut *stream);
                     return;
                 }
             }

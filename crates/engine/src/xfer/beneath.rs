@@ -177,7 +177,8 @@ impl Anchor {
     /// its directories meanwhile (its last component is not resolved).
     pub fn anchored(&self, path: &Path) -> Result<PathBuf, EngineError> {
         if path == self.root {
-            return Ok(self.dir.path());
+            // `N/.`, not `N`: lstat of the magic link itself would see a link.
+            return Ok(self.dir.join("."));
         }
         let (d, name) = self.parent_of(path, false)?;
         Ok(d.join(name))
