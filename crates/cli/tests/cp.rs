@@ -1043,7 +1043,8 @@ fn refusals_and_listing() {
         assert_exit(&o, 0);
         let text = stdout(&o);
         assert!(
-            text.lines().any(|l| l.starts_with("d ") && l.ends_with(" dir")),
+            text.lines()
+                .any(|l| l.starts_with("d ") && l.ends_with(" dir")),
             "{root}: {text}"
         );
     }
