@@ -1,16 +1,27 @@
 #!/usr/bin/env bash
-# bench/perf.sh - loopback throughput/CPU comparison: longhaul vs iperf3, iperf2, nuttcp.
+# bench/perf.sh - loopback throughput/CPU comparison: longhaul (TLS 1.3 and plaintext) vs iperf3,
+# iperf2, nuttcp.
 #
 # What it does
 #   * installs iperf3, iperf (iperf2), nuttcp, GNU time and jq with apt-get if any is
 #     missing (noninteractive; iperf3's "start a daemon" question is preseeded to false);
 #   * builds longhaul with `cargo build --release` (a no-op when it is up to date);
-#   * starts, by PID, a longhaul server, `iperf3 -s`, `iperf -s` and `nuttcp -S --nofork`
-#     on 127.0.0.1 on non-default ports, and kills them by PID when the script exits;
+#   * makes a longhaul server identity and an access token in a temporary state directory
+#     (`longhaul id DIR`, `longhaul token create --state-dir DIR --export '*:rw'`) and
+#     exports LONGHAUL_TRUST (the identity's fingerprint) and LONGHAUL_TOKEN for the clients;
+#   * starts, by PID, a longhaul server (`--allow-plaintext`, so that TLS and plaintext
+#     clients use the same server), `iperf3 -s`, `iperf -s` and `nuttcp -S --nofork` on
+#     127.0.0.1 on non-default ports, and kills them by PID when the script exits;
 #   * for ROUNDS rounds runs every (tool, setting) at 1 and at 4 streams for DURATION
 #     seconds each, interleaved within the round (the order is rotated every round):
-#         longhaul defaults (1 MiB writes) | iperf3 defaults | iperf3 -l 1M
-#         iperf2 defaults | iperf2 -l 1M   | nuttcp defaults | nuttcp -l1m
+#         longhaul defaults       TLS 1.3 (the default), pinned with --trust, token auth;
+#                                 1 MiB writes. The data is encrypted and decrypted in user
+#                                 space, so the zero-copy send (splice) and the MSG_TRUNC
+#                                 discarding receive do not apply.
+#         longhaul-plain defaults the same command plus --insecure-plaintext: no TLS, with
+#                                 the zero-copy splice send and MSG_TRUNC receive
+#         iperf3 defaults | iperf3 -l 1M | iperf2 defaults | iperf2 -l 1M
+#         nuttcp defaults | nuttcp -l1m
 #     Throughput is what the receiver got (iperf3: end.sum_received); sender CPU is the
 #     tool's own figure where it has one (longhaul cpu_sender_percent, iperf3
 #     host_total, nuttcp tx_cpu) and otherwise (iperf2) the client's (user+sys)/wall
@@ -18,13 +29,17 @@
 #     100% CPU = one core fully busy. A run that fails or cannot be parsed is NA.
 #   * writes one line per run to bench/results/perf-<date>.tsv (raw tool outputs in
 #     bench/results/perf-<date>.logs/) and prints a markdown table of medians with
-#     longhaul/iperf3 and longhaul/best-peer ratios.
+#     longhaul/iperf3 and longhaul/best-peer ratios (longhaul = the TLS row), and the
+#     TLS / plaintext ratio (issue 4: target >= 0.8 for throughput) at 1 and 4 streams.
 #
-# How to run (from anywhere; takes about ROUNDS * 14 * (DURATION + ~2) seconds)
+# How to run (from anywhere; takes about ROUNDS * 16 * (DURATION + ~2) seconds with all TOOLS)
 #   bash bench/perf.sh                      # ROUNDS=3 DURATION=10
 #   ROUNDS=1 DURATION=2 bash bench/perf.sh  # quick smoke run
+#   TOOLS="longhaul longhaul-plain" bash bench/perf.sh   # TLS vs plaintext only
 # Environment
 #   ROUNDS (3)  DURATION (10, seconds per run)  GAP (1, seconds of pause between runs)
+#   TOOLS ("longhaul longhaul-plain iperf3 iperf2 nuttcp": which rows to run; only the
+#   servers of these tools are started)
 #   PORT_BASE (47310; 8 consecutive ports are used, moved up if any is taken)
 #   LONGHAUL_BIN (use this binary, skip the build)  SKIP_BUILD=1 (use target/release as is)
 # Run it on an otherwise idle machine: on loopback sender and receiver share the CPUs.
@@ -35,6 +50,7 @@ ROUNDS=${ROUNDS:-3}
 DURATION=${DURATION:-10}
 GAP=${GAP:-1}
 PORT_BASE=${PORT_BASE:-47310}
+TOOLS=${TOOLS:-longhaul longhaul-plain iperf3 iperf2 nuttcp}
 HOST=127.0.0.1
 STREAM_COUNTS=(1 4)
 
@@ -51,6 +67,13 @@ is_uint() { [[ $1 =~ ^[0-9]+$ ]]; }
 is_uint "$ROUNDS" && [ "$ROUNDS" -ge 1 ] || die "ROUNDS must be a positive integer"
 is_uint "$DURATION" && [ "$DURATION" -ge 1 ] || die "DURATION must be a positive integer"
 is_uint "$PORT_BASE" || die "PORT_BASE must be an integer"
+for t in $TOOLS; do
+    case $t in longhaul | longhaul-plain | iperf3 | iperf2 | nuttcp) ;;
+    *) die "TOOLS: unknown tool '$t'" ;; esac
+done
+[ -n "${TOOLS// /}" ] || die "TOOLS is empty"
+want() { case " $TOOLS " in *" $1 "*) return 0 ;; esac; return 1; }
+want_longhaul() { want longhaul || want longhaul-plain; }
 
 # ---------------------------------------------------------------- tools ----
 install_missing() {
@@ -149,28 +172,46 @@ start_server() { # name port cmd...
     die "$name server (pid $pid) is not listening on $port after 10 s"
 }
 
-start_server longhaul "$LH_PORT" "$LONGHAUL" serve --listen "$HOST:$LH_PORT" --state-dir "$STATE_DIR"
-start_server iperf3 "$I3_PORT" iperf3 -s -B "$HOST" -p "$I3_PORT"
-start_server iperf2 "$I2_PORT" iperf -s -B "$HOST" -p "$I2_PORT"
+LH_FP=NA
+if want_longhaul; then
+    # The server's identity (made in STATE_DIR on first use) and a token for every export;
+    # the clients pin the fingerprint and present the token (both through the environment).
+    LH_FP=$("$LONGHAUL" id "$STATE_DIR" 2>"$LOGDIR/longhaul-id.log") ||
+        die "longhaul id $STATE_DIR failed: $(tail -n 2 "$LOGDIR/longhaul-id.log")"
+    [[ $LH_FP =~ ^SHA256:[A-Za-z0-9+/=_-]+$ ]] || die "longhaul id printed no fingerprint: '$LH_FP'"
+    LH_TOKEN=$("$LONGHAUL" token create --state-dir "$STATE_DIR" --export '*:rw' --note bench/perf.sh \
+        2>"$LOGDIR/longhaul-token.log") ||
+        die "longhaul token create failed: $(tail -n 2 "$LOGDIR/longhaul-token.log")"
+    [[ $LH_TOKEN =~ ^[^[:space:]]+$ ]] || die "longhaul token create printed no token"
+    export LONGHAUL_TRUST=$LH_FP LONGHAUL_TOKEN=$LH_TOKEN
+    # --allow-plaintext: the longhaul-plain rows (--insecure-plaintext) use the same server
+    start_server longhaul "$LH_PORT" "$LONGHAUL" serve --listen "$HOST:$LH_PORT" --state-dir "$STATE_DIR" \
+        --allow-plaintext
+fi
+want iperf3 && start_server iperf3 "$I3_PORT" iperf3 -s -B "$HOST" -p "$I3_PORT"
+want iperf2 && start_server iperf2 "$I2_PORT" iperf -s -B "$HOST" -p "$I2_PORT"
 # nuttcp cannot bind its server to one address; --nofork keeps it in the foreground so
 # that $! is the server. The clients pick the data ports (-p), on loopback only.
-start_server nuttcp "$NT_CTL_PORT" nuttcp -S --nofork -P "$NT_CTL_PORT"
+want nuttcp && start_server nuttcp "$NT_CTL_PORT" nuttcp -S --nofork -P "$NT_CTL_PORT"
 
 {
     echo "date: $(date -Is)"
     echo "host: $(uname -srm), $(nproc) CPUs, cc $(sysctl -n net.ipv4.tcp_congestion_control 2>/dev/null || echo '?')"
     echo "longhaul: $LONGHAUL ($(cd "$ROOT" && git rev-parse --short HEAD 2>/dev/null || echo '?')$(cd "$ROOT" && [ -n "$(git status --porcelain -- crates 2>/dev/null)" ] && echo ', crates/ modified'))"
+    echo "longhaul server: --allow-plaintext, identity $LH_FP; rows: longhaul = TLS 1.3 (token), longhaul-plain = --insecure-plaintext"
     echo "iperf3: $(iperf3 --version 2>&1 | head -n1)"
     echo "iperf2: $(iperf -v 2>&1 | head -n1)"
     echo "nuttcp: $(nuttcp -V 2>&1 | head -n1)"
-    echo "rounds=$ROUNDS duration=${DURATION}s gap=${GAP}s ports=$LH_PORT..$((NT_DATA_PORT + 3))"
+    echo "rounds=$ROUNDS duration=${DURATION}s gap=${GAP}s tools='$TOOLS' ports=$LH_PORT..$((NT_DATA_PORT + 3))"
 } >"$LOGDIR/meta.txt"
 sed 's/^/[perf] /' "$LOGDIR/meta.txt" >&2
 
 # -------------------------------------------------------------- runs ----
 # tool|setting label|extra client arguments
-CONFIGS=(
+# (longhaul-plain follows longhaul, so that in every round the two run next to each other)
+ALL_CONFIGS=(
     "longhaul|defaults|"
+    "longhaul-plain|defaults|--insecure-plaintext"
     "iperf3|defaults|"
     "iperf3|-l 1M|-l 1M"
     "iperf2|defaults|"
@@ -178,6 +219,8 @@ CONFIGS=(
     "nuttcp|defaults|"
     "nuttcp|-l1m|-l1m"
 )
+CONFIGS=()
+for c in "${ALL_CONFIGS[@]}"; do want "${c%%|*}" && CONFIGS+=("$c"); done
 
 printf '%s\n' "round	seq	tool	setting	streams	duration_s	gbps	sender_cpu_pct	sender_cpu_source	receiver_cpu_pct	client_cpu_pct_gnutime	retransmits	rc	log" >"$TSV"
 
@@ -195,7 +238,7 @@ run_one() { # round tool setting extra streams
     out=$LOGDIR/$tag.out err=$LOGDIR/$tag.err tf=$LOGDIR/$tag.time
     [ -n "$extra" ] && read -r -a xargs <<<"$extra"
     case $tool in
-        longhaul) cmd=("$LONGHAUL" perf "$HOST:$LH_PORT" -t "$DURATION" -P "$p" --json) ;;
+        longhaul | longhaul-plain) cmd=("$LONGHAUL" perf "$HOST:$LH_PORT" -t "$DURATION" -P "$p" --json) ;;
         iperf3) cmd=(iperf3 -c "$HOST" -p "$I3_PORT" -t "$DURATION" -P "$p" --json) ;;
         iperf2) cmd=(iperf -c "$HOST" -p "$I2_PORT" -t "$DURATION" -P "$p" -y C) ;;
         nuttcp)
@@ -219,7 +262,7 @@ run_one() { # round tool setting extra streams
 
     if [ "$rc" -eq 0 ]; then
         case $tool in
-            longhaul)
+            longhaul | longhaul-plain)
                 line=$(jq -r 'if .error != null or .summary == null then "NA NA NA NA" else
                     .summary as $s | [($s.bits_per_second // "NA"),
                      ($s.directions[0].cpu_sender_percent // $s.cpu_local_percent // "NA"),
@@ -297,7 +340,7 @@ done
 ROWS=$(printf '%s\n' "${CONFIGS[@]}" | cut -d'|' -f1,2 | paste -sd';' -)
 
 echo
-echo "### longhaul vs iperf3 / iperf2 / nuttcp on loopback (${ROUNDS} round(s) x ${DURATION}s, medians)"
+echo "### longhaul (TLS and plaintext) vs iperf3 / iperf2 / nuttcp on loopback (${ROUNDS} round(s) x ${DURATION}s, medians)"
 echo
 sed 's/^/    /' "$LOGDIR/meta.txt"
 echo
@@ -319,41 +362,80 @@ NR == 1 { next }
     if (isnum($8)) c[k] = c[k] " " $8
     if (isnum($11)) tc[k] = tc[k] " " $11
     if (isnum($7) && isnum($8) && $7 > 0) cpg[k] = cpg[k] " " ($8 / $7)
+    if (isnum($7) && isnum($10) && $7 > 0) rpg[k] = rpg[k] " " ($10 / $7)
 }
+function at(A, r, s) { return r ? A[r, s] : "NA" } # NA for a row that was not run (r = 0)
+function met(x, t) { return (x == "NA") ? "" : (x + 0 >= t ? " (met)" : " (NOT met)") }
 END {
     nr = split(rows, R, ";")
     for (r = 1; r <= nr; r++) for (s = 1; s <= 2; s++) {
         k = R[r] "|" (s == 1 ? 1 : 4)
         G[r, s] = median(g[k]); C[r, s] = median(c[k]); T[r, s] = median(tc[k]); P[r, s] = median(cpg[k])
+        RP[r, s] = median(rpg[k])
         O[r, s] = (ok[k] + 0) "/" (runs[k] + 0)
     }
-    print "| tool, setting | 1 stream Gbit/s | 4 streams Gbit/s | sender CPU % (1 / 4) | sender CPU % per Gbit/s (1 / 4) | ratio to longhaul (1 / 4) | client CPU % by GNU time (1 / 4) | runs ok (1 / 4) |"
+    # rows by name (only the selected TOOLS are there): lh = longhaul (TLS), lhp = longhaul-plain,
+    # i3 = iperf3 -l 1M, i3d = iperf3 defaults; 0 = not run
+    lh = lhp = i3 = i3d = 0
+    for (r = 1; r <= nr; r++) {
+        split(R[r], tv, "|")
+        if (tv[1] == "longhaul") lh = r
+        if (tv[1] == "longhaul-plain") lhp = r
+        if (tv[1] == "iperf3" && tv[2] == "-l 1M") i3 = r
+        if (tv[1] == "iperf3" && tv[2] == "defaults") i3d = r
+    }
+    label["longhaul|defaults"] = "longhaul defaults (TLS 1.3)"
+    label["longhaul-plain|defaults"] = "longhaul-plain defaults (--insecure-plaintext, zero-copy)"
+    print "| tool, setting | 1 stream Gbit/s | 4 streams Gbit/s | sender CPU % (1 / 4) | sender CPU % per Gbit/s (1 / 4) | ratio to longhaul TLS (1 / 4) | client CPU % by GNU time (1 / 4) | runs ok (1 / 4) |"
     print "|---|---:|---:|---:|---:|---:|---:|---:|"
     for (r = 1; r <= nr; r++) {
         split(R[r], tv, "|")
-        printf "| %s %s | %s | %s | %s / %s | %s / %s | %s / %s | %s / %s | %s / %s |\n", tv[1], tv[2],
+        name = (R[r] in label) ? label[R[r]] : tv[1] " " tv[2]
+        printf "| %s | %s | %s | %s / %s | %s / %s | %s / %s | %s / %s | %s / %s |\n", name,
             f(G[r, 1], "%.2f"), f(G[r, 2], "%.2f"), f(C[r, 1], "%.0f"), f(C[r, 2], "%.0f"),
             f(P[r, 1], "%.2f"), f(P[r, 2], "%.2f"),
-            f(ratio(G[r, 1], G[1, 1]), "%.2f"), f(ratio(G[r, 2], G[1, 2]), "%.2f"),
+            f(ratio(G[r, 1], at(G, lh, 1)), "%.2f"), f(ratio(G[r, 2], at(G, lh, 2)), "%.2f"),
             f(T[r, 1], "%.0f"), f(T[r, 2], "%.0f"), O[r, 1], O[r, 2]
     }
-    # rows: 1 = longhaul defaults, 3 = iperf3 -l 1M, 2 = iperf3 defaults (CONFIGS order)
-    for (r = 1; r <= nr; r++) { split(R[r], tv, "|"); if (tv[1] == "iperf3" && tv[2] == "-l 1M") i3 = r; if (tv[1] == "iperf3" && tv[2] == "defaults") i3d = r }
     print ""
-    printf "- throughput longhaul / iperf3 -l 1M: 1 stream **%s**, 4 streams **%s**\n",
-        f(ratio(G[1, 1], G[i3, 1]), "%.2fx"), f(ratio(G[1, 2], G[i3, 2]), "%.2fx")
+    if (lh && lhp) {
+        t1 = ratio(G[lh, 1], G[lhp, 1]); t4 = ratio(G[lh, 2], G[lhp, 2])
+        printf "- throughput TLS / plaintext (longhaul / longhaul-plain, issue 4 target >= 0.8): 1 stream **%s**%s, 4 streams **%s**%s\n",
+            f(t1, "%.2fx"), met(t1, 0.8), f(t4, "%.2fx"), met(t4, 0.8)
+        printf "- sender CPU %% per Gbit/s, TLS / plaintext: 1 stream %s / %s = **%s**, 4 streams %s / %s = **%s**\n",
+            f(P[lh, 1], "%.2f"), f(P[lhp, 1], "%.2f"), f(ratio(P[lh, 1], P[lhp, 1]), "%.2fx"),
+            f(P[lh, 2], "%.2f"), f(P[lhp, 2], "%.2f"), f(ratio(P[lh, 2], P[lhp, 2]), "%.2fx")
+        printf "- receiver (server) CPU %% per Gbit/s, TLS / plaintext: 1 stream %s / %s = **%s**, 4 streams %s / %s = **%s**\n",
+            f(RP[lh, 1], "%.2f"), f(RP[lhp, 1], "%.2f"), f(ratio(RP[lh, 1], RP[lhp, 1]), "%.2fx"),
+            f(RP[lh, 2], "%.2f"), f(RP[lhp, 2], "%.2f"), f(ratio(RP[lh, 2], RP[lhp, 2]), "%.2fx")
+    }
+    if (lh && i3) {
+        printf "- throughput longhaul TLS / iperf3 -l 1M: 1 stream **%s**, 4 streams **%s**",
+            f(ratio(G[lh, 1], G[i3, 1]), "%.2fx"), f(ratio(G[lh, 2], G[i3, 2]), "%.2fx")
+        if (lhp) printf " (plaintext: %s, %s)", f(ratio(G[lhp, 1], G[i3, 1]), "%.2fx"), f(ratio(G[lhp, 2], G[i3, 2]), "%.2fx")
+        print ""
+    }
+    npeer = 0
     for (s = 1; s <= 2; s++) {
         best[s] = "NA"; bn[s] = "none"
-        for (r = 2; r <= nr; r++) if (G[r, s] != "NA" && (best[s] == "NA" || G[r, s] > best[s])) { best[s] = G[r, s]; bn[s] = R[r]; gsub(/\|/, " ", bn[s]) }
+        for (r = 1; r <= nr; r++) {
+            if (R[r] ~ /^longhaul/) continue
+            if (s == 1) npeer++
+            if (G[r, s] != "NA" && (best[s] == "NA" || G[r, s] > best[s])) { best[s] = G[r, s]; bn[s] = R[r]; gsub(/\|/, " ", bn[s]) }
+        }
     }
-    printf "- throughput longhaul / best peer at its best setting: 1 stream **%s** (vs %s, %s Gbit/s), 4 streams **%s** (vs %s, %s Gbit/s)\n",
-        f(ratio(G[1, 1], best[1]), "%.2fx"), bn[1], f(best[1], "%.2f"),
-        f(ratio(G[1, 2], best[2]), "%.2fx"), bn[2], f(best[2], "%.2f")
-    printf "- sender CPU per Gbit/s longhaul / iperf3 -l 1M: 1 stream **%s**, 4 streams **%s** (vs iperf3 defaults: %s, %s; below 1 = longhaul cheaper)\n",
-        f(ratio(P[1, 1], P[i3, 1]), "%.2fx"), f(ratio(P[1, 2], P[i3, 2]), "%.2fx"),
-        f(ratio(P[1, 1], P[i3d, 1]), "%.2fx"), f(ratio(P[1, 2], P[i3d, 2]), "%.2fx")
+    if (lh && npeer)
+        printf "- throughput longhaul TLS / best peer at its best setting: 1 stream **%s** (vs %s, %s Gbit/s), 4 streams **%s** (vs %s, %s Gbit/s)\n",
+            f(ratio(G[lh, 1], best[1]), "%.2fx"), bn[1], f(best[1], "%.2f"),
+            f(ratio(G[lh, 2], best[2]), "%.2fx"), bn[2], f(best[2], "%.2f")
+    if (lh && i3 && i3d)
+        printf "- sender CPU per Gbit/s longhaul TLS / iperf3 -l 1M: 1 stream **%s**, 4 streams **%s** (vs iperf3 defaults: %s, %s; below 1 = longhaul cheaper)\n",
+            f(ratio(P[lh, 1], P[i3, 1]), "%.2fx"), f(ratio(P[lh, 2], P[i3, 2]), "%.2fx"),
+            f(ratio(P[lh, 1], P[i3d, 1]), "%.2fx"), f(ratio(P[lh, 2], P[i3d, 2]), "%.2fx")
 }' "$TSV"
 echo
 echo "Medians over rounds; CPU % per Gbit/s is the median of per-run ratios; 100% CPU = one core."
 echo "Sender CPU: longhaul/iperf3/nuttcp report their own, iperf2 is GNU time of the client."
+echo "longhaul = TLS 1.3 (encryption in user space: no zero-copy send or MSG_TRUNC receive);"
+echo "longhaul-plain = the same command with --insecure-plaintext (zero-copy), against the same server."
 echo "Raw results: ${TSV#"$ROOT"/} (tool outputs in ${LOGDIR#"$ROOT"/}/)"

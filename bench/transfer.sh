@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # bench/transfer.sh - file-transfer benchmark on loopback: longhaul cp vs GridFTP, XRootD, rsync
 # daemon, scp and a raw tar|nc pipe, with iperf3 memory-to-memory as the network ceiling and a local
-# dd copy and fio as the storage ceilings, measured in the same run (issue 3, "Performance").
+# dd copy and fio as the storage ceilings, measured in the same run (issue 3, "Performance"); and
+# longhaul over TLS 1.3 (the default) vs longhaul plaintext in the same run (issue 4).
 #
 # What it does
 #   * checks that the peers are installed (if not, runs ../shared/peers/setup.sh, which apt-installs
@@ -19,8 +20,13 @@
 #     (needs root; if it fails the runs are marked warm in the TSV and the output says so).
 #     Tools (push, client and server on 127.0.0.1):
 #       longhaul          longhaul cp [-r] -P $LH_STREAMS --force --json SRC longhaul://127.0.0.1:PORT/bench/
-#                         server fdatasyncs every file before renaming it into place (the default)
-#       longhaul-nosync   the same against `longhaul serve --no-sync` (no fsync: like the peers)
+#                         over TLS 1.3 (the default; the server is pinned with LONGHAUL_TRUST, the
+#                         client presents LONGHAUL_TOKEN, see below); the server fdatasyncs every
+#                         file before renaming it into place (the default)
+#       longhaul-nosync   the same against `longhaul serve --no-sync` (no fsync: like the peers), TLS
+#       longhaul-plain    longhaul-nosync plus --insecure-plaintext on cp: no TLS, same --no-sync
+#                         server. longhaul-nosync / longhaul-plain = the cost of TLS (issue 4
+#                         targets: >= 0.8 for the big file, (a) and (b); >= 0.9 for the tree, (c))
 #       gridftp           globus-url-copy -p 4 -tcp-bs 4M  (tree: -r -cd -pp -cc 4 as well)
 #       xrdcp             xrdcp -f --nopbar --streams 4     (tree: -r --parallel 4 as well)
 #       rsyncd            rsync -a SRC rsync://127.0.0.1:8730/data/
@@ -47,6 +53,10 @@
 #     destination directory, stopped by it, by PID). The longhaul server is started by this script,
 #     by PID, afresh for every run, so its peak RSS (VmHWM from /proc/PID/status, read right after
 #     the client exits) is that run's; the client's peak RSS is GNU time's %M (all clients get it).
+#     It runs with --allow-plaintext (so TLS and plaintext clients use the same server) and one
+#     state directory in the run directory, whose identity and token are made once at the start
+#     (`longhaul id DIR`, `longhaul token create --state-dir DIR --export '*:rw'`) and exported to
+#     the clients as LONGHAUL_TRUST and LONGHAUL_TOKEN.
 #     Peers do not fsync: the longhaul rows show both ways.
 #   * after every run checks the copy (ddcopy too; fio: no error and the full size moved): big
 #     file = same size and `cmp`; tree = the same list of relative paths and sizes (so stray temp
@@ -57,21 +67,23 @@
 #     bench/results/transfer-<date>.logs/) and prints markdown tables: medians per tool, the ratio
 #     longhaul / tool (fdatasync server / --no-sync server; for ddcopy and fio that is longhaul /
 #     ceiling), the issue's targets (incl. longhaul / ddcopy for (a) and longhaul / slower fio
-#     direction for (b)), longhaul peak RSS.
+#     direction for (b)), TLS / plaintext (longhaul-nosync / longhaul-plain) per scenario with
+#     issue 4's targets, longhaul peak RSS.
 #
 # How to run (as root, on an otherwise idle machine: on loopback, sender and receiver share the CPUs)
 #   bash bench/transfer.sh                                      # full: ROUNDS=3 SIZE_GIB=4 NFILES=20000
 #   ROUNDS=1 SIZE_GIB=1 NFILES=2000 IPERF_SECONDS=3 bash bench/transfer.sh   # smoke run, ~2 minutes
 # A full run takes about 25-30 minutes on 2 cores (data ~1 min, then per round (a) ~2, (b) ~2.5, (c) ~1.5,
-# before ddcopy/fio were added, which add 3 runs of the big file per round; the smoke run above took
-# 2 minutes). Longer on a loaded machine.
+# before ddcopy/fio were added, which add 3 runs of the big file per round, and longhaul-plain, which
+# adds one longhaul run per scenario and round; the smoke run above took 2 minutes). Longer on a
+# loaded machine.
 #
 # Environment
 #   ROUNDS (3)  SIZE_GIB (4; decimals allowed; reduced, with a note, if /dev/shm or RAM is short)
 #   NFILES (20000)  IPERF_SECONDS (10)  LH_STREAMS (4)  LH_EXTRA (extra `longhaul cp` arguments,
-#   e.g. "--chunk 16M")  SCENARIOS ("a b c")  TOOLS ("longhaul longhaul-nosync gridftp xrdcp rsyncd
-#   scp tarnc iperf3 ddcopy fio"; ddcopy runs in (a) and (b), fio (= fio-write + fio-read) in (b)
-#   only; iperf3 not in (c))  GAP (1, seconds of pause before each run)  RUN_TIMEOUT (900, seconds per run)
+#   e.g. "--chunk 16M")  SCENARIOS ("a b c")  TOOLS ("longhaul longhaul-nosync longhaul-plain gridftp
+#   xrdcp rsyncd scp tarnc iperf3 ddcopy fio"; ddcopy runs in (a) and (b), fio (= fio-write +
+#   fio-read) in (b) only; iperf3 not in (c))  GAP (1, seconds of pause before each run)  RUN_TIMEOUT (900, seconds per run)
 #   DISK_DIR (/var/tmp/longhaul-xfer-bench)  SHM_DIR (/dev/shm/longhaul-xfer-bench)
 #   KEEP_DATA=1 (keep the generated source data for the next run; it is reused when the size and
 #   count match)  PORT_BASE (47420; 3 free ports from there for longhaul, iperf3 and nc)
@@ -87,7 +99,7 @@ IPERF_SECONDS=${IPERF_SECONDS:-10}
 LH_STREAMS=${LH_STREAMS:-4}
 LH_EXTRA=${LH_EXTRA:-}
 SCENARIOS=${SCENARIOS:-a b c}
-TOOLS=${TOOLS:-longhaul longhaul-nosync gridftp xrdcp rsyncd scp tarnc iperf3 ddcopy fio}
+TOOLS=${TOOLS:-longhaul longhaul-nosync longhaul-plain gridftp xrdcp rsyncd scp tarnc iperf3 ddcopy fio}
 GAP=${GAP:-1}
 RUN_TIMEOUT=${RUN_TIMEOUT:-900}
 DISK_DIR=${DISK_DIR:-/var/tmp/longhaul-xfer-bench}
@@ -118,7 +130,7 @@ is_uint "$PORT_BASE" || die "PORT_BASE must be an integer"
 [ "$(id -u)" -eq 0 ] || die "run as root (peer servers, dropping caches)"
 for s in $SCENARIOS; do [[ $s =~ ^[abc]$ ]] || die "SCENARIOS: unknown scenario '$s'"; done
 for t in $TOOLS; do
-    case $t in longhaul | longhaul-nosync | gridftp | xrdcp | rsyncd | scp | tarnc | iperf3 | ddcopy | fio | fio-write | fio-read) ;;
+    case $t in longhaul | longhaul-nosync | longhaul-plain | gridftp | xrdcp | rsyncd | scp | tarnc | iperf3 | ddcopy | fio | fio-write | fio-read) ;;
     *) die "TOOLS: unknown tool '$t'" ;; esac
 done
 # TOOLS with `fio` expanded into its two runs (the rotation and the tables use these names)
@@ -172,6 +184,7 @@ LH_STATE=$RUN/lh-state
 LONGHAUL=$RUN/longhaul
 cp "$LH_SRC_BIN" "$LONGHAUL"
 mkdir -p "$LH_STATE"
+chmod 700 "$LH_STATE"
 
 PIDS=()          # long-lived processes we started (iperf3 server)
 LH_SRV_PID=''    # the current longhaul server
@@ -303,6 +316,21 @@ fi
 sync
 
 # -------------------------------------------------------------- servers ----
+# longhaul: the server's identity (made in LH_STATE on first use) and a token for every export,
+# once for the whole run; every longhaul server below uses this state directory, and the clients
+# pin the fingerprint and present the token through the environment.
+LH_FP=NA
+case " $RUN_TOOLS " in *" longhaul"*)
+    LH_FP=$("$LONGHAUL" id "$LH_STATE" 2>"$LOGDIR/longhaul-id.log") ||
+        die "longhaul id $LH_STATE failed: $(tail -n 2 "$LOGDIR/longhaul-id.log")"
+    [[ $LH_FP =~ ^SHA256:[A-Za-z0-9+/=_-]+$ ]] || die "longhaul id printed no fingerprint: '$LH_FP'"
+    LH_TOKEN=$("$LONGHAUL" token create --state-dir "$LH_STATE" --export '*:rw' --note bench/transfer.sh \
+        2>"$LOGDIR/longhaul-token.log") ||
+        die "longhaul token create failed: $(tail -n 2 "$LOGDIR/longhaul-token.log")"
+    [[ $LH_TOKEN =~ ^[^[:space:]]+$ ]] || die "longhaul token create printed no token"
+    export LONGHAUL_TRUST=$LH_FP LONGHAUL_TOKEN=$LH_TOKEN ;;
+esac
+
 iperf3 -s -B "$HOST" -p "$I3_PORT" >"$LOGDIR/server-iperf3.log" 2>&1 &
 PIDS+=($!)
 wait_listen "$!" "$I3_PORT" || die "iperf3 server did not start (see $LOGDIR/server-iperf3.log)"
@@ -350,8 +378,9 @@ peers_stop() {
 }
 
 lh_server_start() { # exportdir [--no-sync]
+    # --allow-plaintext: longhaul-plain (cp --insecure-plaintext) uses the same server as the TLS runs
     "$LONGHAUL" serve --listen "$HOST:$LH_PORT" --state-dir "$LH_STATE" --export "bench=$1" ${2:+"$2"} \
-        >>"$LOGDIR/server-longhaul.log" 2>&1 &
+        --allow-plaintext >>"$LOGDIR/server-longhaul.log" 2>&1 &
     LH_SRV_PID=$!
     wait_listen "$LH_SRV_PID" "$LH_PORT"
 }
@@ -369,6 +398,7 @@ DROP_OK=1
     echo "host: $(uname -srm), $(nproc) CPUs, $(awk '/MemTotal/ { printf "%.0f GiB RAM", $2 / 1048576 }' /proc/meminfo), load $(cut -d' ' -f1-3 /proc/loadavg)"
     echo "disk: $DISK_DIR on $(findmnt -no SOURCE,FSTYPE -T "$DISK_DIR" | tr -s ' ' ' ')"
     echo "longhaul: $LH_SRC_BIN ($(cd "$ROOT" && git rev-parse --short HEAD 2>/dev/null || echo '?')$(cd "$ROOT" && [ -n "$(git status --porcelain -- crates 2>/dev/null)" ] && echo ', crates/ modified')), cp -P $LH_STREAMS ${LH_EXTRA:+$LH_EXTRA}"
+    echo "longhaul server: --allow-plaintext, identity $LH_FP; longhaul, longhaul-nosync = TLS 1.3 (token), longhaul-plain = cp --insecure-plaintext"
     echo "globus-url-copy: $(ver globus-url-copy -version); server $(ver globus-gridftp-server -version)"
     echo "xrdcp: $(ver xrdcp --version); xrootd $(ver xrootd -v)"
     echo "rsync: $(ver rsync --version); ssh: $(ver ssh -V); iperf3: $(ver iperf3 --version)"
@@ -417,7 +447,7 @@ run_one() { # round scenario tool
     local round=$1 sc=$2 tool=$3
     local tag out err tf rc=0 t0 t1 secs note='' cache=warm dst src srcdir name bytes files
     local maxrss=NA hwm=NA toolg=NA gbps=NA fps=NA ok=0 nosync='' i
-    local -a cmd=()
+    local -a cmd=() lhmode=()
     SEQ=$((SEQ + 1))
     tag=$(printf 'r%d-%03d-%s-%s' "$round" "$SEQ" "$sc" "$tool")
     out=$LOGDIR/$tag.out err=$LOGDIR/$tag.err tf=$LOGDIR/$tag.time
@@ -454,10 +484,12 @@ run_one() { # round scenario tool
     local -a lhx=()
     [ -n "$LH_EXTRA" ] && read -r -a lhx <<<"$LH_EXTRA"
     case $tool in
-        longhaul | longhaul-nosync)
-            [ "$tool" = longhaul-nosync ] && nosync=--no-sync
+        longhaul | longhaul-nosync | longhaul-plain)
+            # longhaul-plain = longhaul-nosync + --insecure-plaintext (no TLS), same kind of server
+            [ "$tool" != longhaul ] && nosync=--no-sync lhmode=(--no-sync)
+            [ "$tool" = longhaul-plain ] && lhmode+=(--insecure-plaintext)
             lh_server_start "$dst" $nosync || { note="longhaul server did not start"; }
-            cmd=("$LONGHAUL" cp ${rflag[@]+"${rflag[@]}"} -P "$LH_STREAMS" --force --json $nosync
+            cmd=("$LONGHAUL" cp ${rflag[@]+"${rflag[@]}"} -P "$LH_STREAMS" --force --json ${lhmode[@]+"${lhmode[@]}"}
                 ${lhx[@]+"${lhx[@]}"} "$src" "longhaul://$HOST:$LH_PORT/bench/") ;;
         gridftp)
             if [ "$sc" = c ]; then
@@ -531,7 +563,7 @@ run_one() { # round scenario tool
                 else note="fio: error or short I/O ($(tail -n 2 "$err" 2>/dev/null | tr '\t\n' '  ' | head -c 150))"; fi
                 toolg=${toolg:-NA}; bytes=${bytes:-NA} ;;
             *)
-                if [ "$tool" = longhaul ] || [ "$tool" = longhaul-nosync ]; then
+                if [[ $tool == longhaul* ]]; then
                     toolg=$(jq -r '.bits_per_second / 1e9' "$out" 2>/dev/null || echo NA)
                     [ "$(jq -r '.verified == true and (.failed | length) == 0' "$out" 2>/dev/null)" = true ] ||
                         note="longhaul: not verified or failures: $(jq -c '.failed' "$out" 2>/dev/null | head -c 200)"
@@ -628,8 +660,9 @@ NR == 1 { next }
 }
 END {
     nt = split(tools, T, " ")
-    label["longhaul"] = "longhaul cp (server fdatasyncs each file)"
-    label["longhaul-nosync"] = "longhaul cp, server --no-sync"
+    label["longhaul"] = "longhaul cp, TLS (server fdatasyncs each file)"
+    label["longhaul-nosync"] = "longhaul cp, TLS, server --no-sync"
+    label["longhaul-plain"] = "longhaul cp --insecure-plaintext, server --no-sync"
     label["gridftp"] = "globus-url-copy -p 4"
     label["xrdcp"] = "xrdcp --streams 4"
     label["rsyncd"] = "rsync daemon"
@@ -659,6 +692,8 @@ END {
     }
     print ""
     print "Ratio cells: longhaul (fdatasync server) / tool, then longhaul (--no-sync server) / tool; above 1 = longhaul faster."
+    print "longhaul and longhaul-nosync run over TLS 1.3 (the default); longhaul-plain is longhaul-nosync with"
+    print "--insecure-plaintext, so its second ratio is TLS / plaintext."
     print "(b) and (c) start with a cold page cache (sync; echo 3 > /proc/sys/vm/drop_caches before every run)" (warm ? " - EXCEPT: dropping caches failed, those runs were warm" : "") "."
     print "Peers do not fsync, so their (b)/(c) times end while data may still be in the page cache; longhaul with a"
     print "fdatasync server waits for every file to reach the disk. (c) uses globus-url-copy -r -cd -pp -cc 4 -p 4 and"
@@ -688,12 +723,25 @@ END {
     printf "- (c) >= 2 x best peer in files/s (%s): **%s / %s**\n",
         bn["c"], ratio(V["c", "longhaul"], best["c"]), ratio(V["c", "longhaul-nosync"], best["c"])
     print ""
+    # issue 4: the cost of TLS, same run, same --no-sync server
+    print "TLS vs plaintext (issue 4), longhaul-nosync (TLS 1.3) / longhaul-plain (--insecure-plaintext):"
+    tgt["a"] = tgt["b"] = 0.8; tgt["c"] = 0.9
+    what["a"] = "(a) elephant shm->shm"; what["b"] = "(b) elephant disk->disk"; what["c"] = "(c) LOSF, files/s"
+    for (s = 1; s <= 3; s++) {
+        sc = S[s]
+        if (!runs[sc, "longhaul-nosync"] && !runs[sc, "longhaul-plain"]) continue
+        r = ratio(V[sc, "longhaul-nosync"], V[sc, "longhaul-plain"])
+        printf "- %s, target >= %.1f: %s / %s = **%s**%s\n", what[sc], tgt[sc],
+            f(V[sc, "longhaul-nosync"], sc == "c" ? "%.0f" : "%.2f"), f(V[sc, "longhaul-plain"], sc == "c" ? "%.0f" : "%.2f"),
+            r, (r == "NA") ? "" : (r + 0 >= tgt[sc] ? " (met)" : " (NOT met)")
+    }
+    print ""
     print "longhaul peak RSS, MiB (max over rounds; client: GNU time %M, server: VmHWM, server restarted per run):"
     print ""
     print "| | (a) | (b) | (c) |"
     print "|---|---:|---:|---:|"
-    split("longhaul longhaul-nosync", L, " ")
-    for (l = 1; l <= 2; l++) {
+    split("longhaul longhaul-nosync longhaul-plain", L, " ")
+    for (l = 1; l <= 3; l++) {
         t = L[l]
         printf "| client, %s | %s | %s | %s |\n", label[t], mib(maxof(crss["a", t])), mib(maxof(crss["b", t])), mib(maxof(crss["c", t]))
         printf "| server, %s | %s | %s | %s |\n", label[t], mib(maxof(srss["a", t])), mib(maxof(srss["b", t])), mib(maxof(srss["c", t]))
