@@ -34,7 +34,8 @@ for t in $targets; do
     extra=()
     # Targets that parse control frames start from the message field names.
     case "$t" in
-        frame_decoder | server_session) extra=(-dict="$PWD/frame.dict") ;;
+        frame_decoder | server_session | client_session) extra=(-dict="$PWD/frame.dict") ;;
+        auth_parsers) extra=(-dict="$PWD/auth.dict") ;;
     esac
     echo "== $t for ${secs}s" >&2
     "${fuzz[@]}" run "$t" "corpus/$t" -- -max_total_time="$secs" -print_final_stats=1 "${extra[@]}" >"$log" 2>&1
