@@ -111,8 +111,16 @@ impl Reporter for Human {
     fn setup(&mut self, s: &Setup) {
         let p = &s.params;
         out(&format!(
-            "Connected to {} ({}, {}), protocol {}",
-            s.server, s.server_host, s.server_software, s.protocol_version
+            "Connected to {} ({}, {}), protocol {}, encryption {}",
+            s.server,
+            s.server_host,
+            s.server_software,
+            s.protocol_version,
+            if s.encryption.is_empty() {
+                "?"
+            } else {
+                &s.encryption
+            }
         ));
         let what = match p.transport {
             Transport::Tcp => "TCP",

@@ -94,6 +94,9 @@ fn tcp_one_stream_reports_required_fields() {
     assert_eq!(v["format_version"], 1);
     let limit = sum["limit"]["kind"].as_str().unwrap();
     assert!(!limit.is_empty());
+    // TLS by default, and the report says which cipher suite.
+    let enc = v["start"]["encryption"].as_str().unwrap_or_default();
+    assert!(enc.starts_with("TLS1.3 TLS13_"), "{enc}");
     s.shutdown();
 }
 

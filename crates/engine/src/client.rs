@@ -357,6 +357,7 @@ pub fn run_perf(
         params: params.clone(),
         local_streams: local_setups,
         remote_streams: ready.streams.clone(),
+        encryption: ctl.conn.encryption(),
     });
     for w in &warnings {
         sink.warning(w);

@@ -33,6 +33,11 @@ pub trait Stream: Read + Write + Send {
         None
     }
 
+    /// `TLS1.3 <cipher suite>`, or `none` for plaintext.
+    fn encryption(&self) -> String {
+        "none".into()
+    }
+
     /// The plain socket, for zero-copy paths; TLS streams give themselves back.
     fn into_plain(self: Box<Self>) -> Result<TcpStream, Box<dyn Stream>>;
 }
@@ -80,6 +85,11 @@ impl FramedConn {
 
     pub fn tcp(&self) -> &TcpStream {
         self.stream.tcp()
+    }
+
+    /// See [`Stream::encryption`].
+    pub fn encryption(&self) -> String {
+        self.stream.encryption()
     }
 
     /// Sends a message now (with any queued before it).

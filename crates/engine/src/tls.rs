@@ -759,4 +759,15 @@ impl Stream for Tls {
     fn into_plain(self: Box<Self>) -> Result<TcpStream, Box<dyn Stream>> {
         Err(self)
     }
+
+    fn encryption(&self) -> String {
+        let suite = match self {
+            Tls::Client(s) => s.conn.negotiated_cipher_suite(),
+            Tls::Server(s) => s.conn.negotiated_cipher_suite(),
+        };
+        match suite {
+            Some(s) => format!("TLS1.3 {:?}", s.suite()),
+            None => "TLS1.3".into(),
+        }
+    }
 }

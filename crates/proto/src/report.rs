@@ -35,6 +35,10 @@ pub struct Setup {
     pub params: TestParams,
     pub local_streams: Vec<StreamSetup>,
     pub remote_streams: Vec<StreamSetup>,
+    /// How the connections are protected: `TLS1.3 <cipher suite>`, or
+    /// `none` (plaintext, both ends allowed it).
+    #[serde(default)]
+    pub encryption: String,
 }
 
 /// TCP_INFO of a sending socket, cumulative counters where the kernel's are.

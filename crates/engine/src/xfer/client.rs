@@ -57,6 +57,8 @@ pub struct CpSummary {
     pub skipped: u64,
     pub resumed_bytes: u64,
     pub streams: u16,
+    /// `TLS1.3 <cipher suite>`, or `none` (plaintext).
+    pub encryption: String,
     /// Rates of each stage on its own: what it did over the time it was busy.
     pub source_read_bps: f64,
     pub network_bps: f64,
@@ -251,6 +253,7 @@ fn cp_once(
     };
     let mut s = CpSummary {
         streams: o.streams,
+        encryption: ctl.conn.encryption(),
         ..CpSummary::default()
     };
     match plan {
