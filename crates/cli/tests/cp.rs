@@ -10,7 +10,7 @@ use std::net::SocketAddr;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -25,38 +25,6 @@ const JOURNAL_HEADER: u64 = 32;
 const JOURNAL_RECORD: u64 = 36;
 
 // ---------------------------------------------------------------- helpers
-
-/// A directory under the system temp dir, removed on drop.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(name: &str) -> Self {
-        static N: AtomicUsize = AtomicUsize::new(0);
-        let p = std::env::temp_dir().join(format!(
-            "lh-cp-{}-{name}-{}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::SeqCst)
-        ));
-        let _ = fs::remove_dir_all(&p);
-        fs::create_dir_all(&p).unwrap();
-        TempDir(p)
-    }
-    fn path(&self) -> &Path {
-        &self.0
-    }
-    /// A new subdirectory.
-    fn dir(&self, name: &str) -> PathBuf {
-        let p = self.0.join(name);
-        fs::create_dir_all(&p).unwrap();
-        p
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = fs::remove_dir_all(&self.0);
-    }
-}
 
 /// splitmix64: reproducible random bytes without a dependency.
 struct Rng(u64);
@@ -98,7 +66,7 @@ fn write_random(path: &Path, len: usize, seed: u64) {
 }
 
 mod common;
-use common::bin;
+use common::{bin, TempDir};
 
 fn longhaul(args: &[&str]) -> Output {
     bin()

@@ -13,7 +13,7 @@ use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -27,41 +27,9 @@ use longhaul_proto::frame::MAGIC;
 use longhaul_proto::msg::{Hello, Message, Refuse, RefuseCode, Role};
 
 mod common;
-use common::bin;
+use common::{bin, TempDir};
 
 // ---------------------------------------------------------------- helpers
-
-/// A directory under the system temp dir, removed on drop.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(name: &str) -> Self {
-        static N: AtomicUsize = AtomicUsize::new(0);
-        let p = std::env::temp_dir().join(format!(
-            "lh-sec-{}-{name}-{}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::SeqCst)
-        ));
-        let _ = fs::remove_dir_all(&p);
-        fs::create_dir_all(&p).unwrap();
-        TempDir(p)
-    }
-    fn path(&self) -> &Path {
-        &self.0
-    }
-    /// A new subdirectory.
-    fn dir(&self, name: &str) -> PathBuf {
-        let p = self.0.join(name);
-        fs::create_dir_all(&p).unwrap();
-        p
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = fs::remove_dir_all(&self.0);
-    }
-}
 
 /// Reproducible bytes (splitmix64).
 fn bytes(n: usize, seed: u64) -> Vec<u8> {
@@ -1376,5 +1344,56 @@ fn token_file_works_like_the_variable() {
     assert_refused(&run(c), 2, "token file");
     site.assert_untouched(&before);
     site.assert_serves(a);
+    srv.shutdown();
+}
+
+/// A CA-issued server certificate (`serve --cert --key`) is trusted with
+/// `--ca` and no pin; another CA's is not.
+#[test]
+fn a_ca_issued_certificate_is_trusted_through_the_ca() {
+    let t = TempDir::new("ca");
+    let exp = t.dir("export");
+    fs::write(exp.join("seed.txt"), b"seed").unwrap();
+    let make_ca = |name: &str| {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let mut p = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        p.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        p.distinguished_name
+            .push(rcgen::DnType::CommonName, name.to_string());
+        let cert = p.self_signed(&key).unwrap();
+        (cert, key)
+    };
+    let (ca, ca_key) = make_ca("longhaul test CA");
+    let (other_ca, _) = make_ca("another CA");
+    let key = rcgen::KeyPair::generate().unwrap();
+    let cert = rcgen::CertificateParams::new(vec!["127.0.0.1".to_string()])
+        .unwrap()
+        .signed_by(&key, &ca, &ca_key)
+        .unwrap();
+    let (cert_pem, key_pem) = (t.path().join("server.crt"), t.path().join("server.key"));
+    let (ca_pem, other_pem) = (t.path().join("ca.pem"), t.path().join("other.pem"));
+    fs::write(&cert_pem, format!("{}{}", cert.pem(), ca.pem())).unwrap();
+    fs::write(&key_pem, key.serialize_pem()).unwrap();
+    fs::write(&ca_pem, ca.pem()).unwrap();
+    fs::write(&other_pem, other_ca.pem()).unwrap();
+    let id = longhaul_engine::tls::Identity::load(&cert_pem, &key_pem).unwrap();
+    let tls = longhaul_engine::tls::server_config(&id).unwrap();
+    let state = common::prepare_state(&t.dir("state"));
+    let srv = serve(vec![export("data", &exp, false, false)], &state, |c| {
+        c.tls = Some(tls)
+    });
+    let empty_known = t.path().join("known_hosts");
+    let client = |ca: &Path| {
+        let mut c = bin();
+        c.env_remove("LONGHAUL_TRUST")
+            .env("LONGHAUL_KNOWN_HOSTS", &empty_known)
+            .args(["ls", "--ca", s(ca), &at(srv.addr(), "data", "")]);
+        run(c)
+    };
+    let o = client(&ca_pem);
+    assert_exit(&o, 0);
+    assert!(stdout(&o).contains("seed.txt"), "{}", stdout(&o));
+    let o = client(&other_pem);
+    assert_refused(&o, 7, "certificate");
     srv.shutdown();
 }

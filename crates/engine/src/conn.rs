@@ -52,6 +52,14 @@ impl Stream for TcpStream {
     }
 }
 
+/// A second handle on the socket under a stream, to shut it down from
+/// another thread while a worker owns the stream.
+pub fn socket_of(s: &dyn Stream) -> Result<TcpStream, EngineError> {
+    s.tcp()
+        .try_clone()
+        .map_err(|e| EngineError::io("failed to clone a data stream".into(), e))
+}
+
 /// Largest control frame we accept before the handshake is done.
 pub const HANDSHAKE_MAX_FRAME: u32 = 64 << 10;
 

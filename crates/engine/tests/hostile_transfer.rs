@@ -189,3 +189,218 @@ fn chunk_index_past_the_end_ends_the_transfer_promptly() {
     s.shutdown();
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A control connection that has been welcomed.
+fn control(addr: SocketAddr) -> FramedConn {
+    let mut tcp = TcpStream::connect(addr).unwrap();
+    tcp.write_all(&hello(Role::Control)).unwrap();
+    let mut c = FramedConn::new(Box::new(tcp), addr.to_string());
+    assert!(matches!(next(&mut c), Message::Welcome(_)));
+    c
+}
+
+fn request(op: Op, dest: &str, sources: Vec<String>) -> Message {
+    Message::TransferRequest(TransferRequest {
+        op,
+        export: "data".into(),
+        dest: dest.into(),
+        sources,
+        source_count: 1,
+        recursive: true,
+        preserve: false,
+        streams: 1,
+        chunk_size: Some(1 << 20),
+        force: false,
+        sync: None,
+        dry_run: false,
+        verify: false,
+        contents: false,
+        direct: false,
+    })
+}
+
+/// Every file below `dir`, relative, sorted (links not followed).
+fn listing(dir: &std::path::Path) -> Vec<String> {
+    fn walk(base: &std::path::Path, d: &std::path::Path, out: &mut Vec<String>) {
+        for e in std::fs::read_dir(d).unwrap().flatten() {
+            let p = e.path();
+            out.push(p.strip_prefix(base).unwrap().display().to_string());
+            if e.file_type().unwrap().is_dir() {
+                walk(base, &p, out);
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk(dir, dir, &mut out);
+    out.sort();
+    out
+}
+
+/// The table of traversal payloads, as a listing path, a pull
+/// source, a push destination and a pushed entry's path: each is refused,
+/// nothing lands outside the export, and the server serves on.
+#[test]
+fn traversal_payloads_are_refused_and_nothing_lands_outside() {
+    let base = std::env::temp_dir().join(format!("lh-traversal-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&base);
+    let (export, outside) = (base.join("export"), base.join("outside"));
+    std::fs::create_dir_all(export.join("a")).unwrap();
+    std::fs::create_dir_all(&outside).unwrap();
+    std::fs::write(outside.join("secret.txt"), b"secret").unwrap();
+    std::os::unix::fs::symlink(&outside, export.join("up")).unwrap();
+    std::os::unix::fs::symlink("/", export.join("slash")).unwrap();
+    let s = hostile_server(&export);
+    let long = "n".repeat(4096);
+    let payloads = [
+        "../x",
+        "../outside/secret.txt",
+        "/etc/passwd",
+        "a/../../b",
+        "a/../../outside/secret.txt",
+        "up/secret.txt",
+        "up/new.txt",
+        "slash/etc/passwd",
+        "slash/tmp/lh-escape",
+        "a\0b",
+        long.as_str(),
+    ];
+    let refused = |m: Message, what: &str, p: &str| match m {
+        Message::Refuse(r) => assert!(!r.message.is_empty()),
+        other => panic!("{what} {p:?} not refused: {other:?}"),
+    };
+    for p in payloads {
+        let mut c = control(s.addr());
+        c.send(&Message::ListRequest(ListRequest {
+            export: "data".into(),
+            path: p.into(),
+        }))
+        .unwrap();
+        refused(next(&mut c), "listing", p);
+        let mut c = control(s.addr());
+        c.send(&request(Op::Pull, "", vec![p.into()])).unwrap();
+        refused(next(&mut c), "pull of", p);
+        let mut c = control(s.addr());
+        c.send(&request(Op::Push, p, vec![])).unwrap();
+        refused(next(&mut c), "push to", p);
+    }
+    // Pushed entries with those paths, into the export's root: each one
+    // fails on its own (or is dropped lexically), none is written.
+    let mut c = control(s.addr());
+    c.send(&request(Op::Push, "", vec![])).unwrap();
+    let Message::TransferAccept(a) = next(&mut c) else {
+        panic!("no accept")
+    };
+    let mut data = TcpStream::connect(s.addr()).unwrap();
+    data.write_all(&hello(Role::Data {
+        token: a.token,
+        stream: 0,
+        direction: Direction::Up,
+    }))
+    .unwrap();
+    let entries: Vec<Entry> = payloads
+        .iter()
+        .enumerate()
+        .map(|(i, p)| Entry {
+            path: p.to_string(),
+            ..file_entry(i as u64 + 1, 6, 1 << 20)
+        })
+        .collect();
+    let n = entries.len();
+    c.send(&Message::Entries(Entries { entries })).unwrap();
+    let Message::Wants(w) = next(&mut c) else {
+        panic!("no wants")
+    };
+    for want in &w.wants {
+        assert!(
+            matches!(want, Want::Fail { .. }),
+            "a traversal entry was accepted: {want:?}"
+        );
+    }
+    assert_eq!(w.wants.len(), n);
+    drop((c, data));
+    assert_eq!(listing(&outside), vec!["secret.txt".to_string()]);
+    assert_eq!(
+        std::fs::read(outside.join("secret.txt")).unwrap(),
+        b"secret"
+    );
+    assert!(!std::path::Path::new("/tmp/lh-escape").exists());
+    // The server still takes a legitimate push.
+    let (mut c, _data) = start_push(s.addr());
+    c.send(&Message::EntriesEnd(EntriesEnd { files: 1 }))
+        .unwrap();
+    s.shutdown();
+    let _ = std::fs::remove_dir_all(&base);
+}
+
+/// A directory swapped for a symlink to the outside after the sink opened
+/// it: the file still lands in the directory that was checked.
+#[test]
+fn a_symlink_swapped_in_mid_transfer_leads_nowhere() {
+    let base = std::env::temp_dir().join(format!("lh-swap-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&base);
+    let (export, outside) = (base.join("export"), base.join("outside"));
+    std::fs::create_dir_all(&export).unwrap();
+    std::fs::create_dir_all(&outside).unwrap();
+    let s = hostile_server(&export);
+    let mut c = control(s.addr());
+    c.send(&request(Op::Push, "", vec![])).unwrap();
+    let Message::TransferAccept(a) = next(&mut c) else {
+        panic!("no accept")
+    };
+    let mut data = TcpStream::connect(s.addr()).unwrap();
+    data.write_all(&hello(Role::Data {
+        token: a.token,
+        stream: 0,
+        direction: Direction::Up,
+    }))
+    .unwrap();
+    let dir = Entry {
+        path: "d".into(),
+        kind: Kind::Dir,
+        size: 0,
+        mode: 0o755,
+        ..file_entry(1, 0, 1 << 20)
+    };
+    let file = Entry {
+        path: "d/f".into(),
+        ..file_entry(2, 10, 1 << 20)
+    };
+    c.send(&Message::Entries(Entries {
+        entries: vec![dir, file],
+    }))
+    .unwrap();
+    let Message::Wants(w) = next(&mut c) else {
+        panic!("no wants")
+    };
+    assert!(matches!(w.wants[..], [Want::Send { id: 2, .. }]), "{w:?}");
+    // The swap, between the check and the use.
+    std::fs::rename(export.join("d"), base.join("moved")).unwrap();
+    std::os::unix::fs::symlink(&outside, export.join("d")).unwrap();
+    let payload = b"0123456789";
+    let header = ChunkHeader {
+        zero: false,
+        file: 2,
+        index: 0,
+        offset: 0,
+        len: 10,
+    };
+    data.write_all(&header.encode()).unwrap();
+    data.write_all(payload).unwrap();
+    data.write_all(blake3::hash(payload).as_bytes()).unwrap();
+    c.send(&Message::EntriesEnd(EntriesEnd { files: 1 }))
+        .unwrap();
+    loop {
+        match next(&mut c) {
+            Message::FileDone(d) => {
+                assert_eq!(d.id, 2);
+                assert!(d.error.is_none(), "{d:?}");
+            }
+            Message::TransferDone(_) => break,
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    assert!(listing(&outside).is_empty(), "{:?}", listing(&outside));
+    assert_eq!(std::fs::read(base.join("moved/f")).unwrap(), payload);
+    s.shutdown();
+    let _ = std::fs::remove_dir_all(&base);
+}

@@ -221,11 +221,7 @@ pub fn run_sink(
     let mut workers = Vec::new();
     let mut sockets: Vec<TcpStream> = Vec::new();
     for s in streams {
-        sockets.push(
-            s.tcp()
-                .try_clone()
-                .map_err(|e| EngineError::io("failed to clone a data stream".into(), e))?,
-        );
+        sockets.push(crate::conn::socket_of(&*s)?);
         let (files, tx, fin) = (files.clone(), tx.clone(), fin_tx.clone());
         workers.push(
             std::thread::Builder::new()

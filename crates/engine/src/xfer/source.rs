@@ -260,11 +260,7 @@ pub fn run_source(
     // The sockets under the streams, to end them from here on a failure.
     let mut sockets: Vec<TcpStream> = Vec::new();
     for s in streams {
-        sockets.push(
-            s.tcp()
-                .try_clone()
-                .map_err(|e| EngineError::io("failed to clone a data stream".into(), e))?,
-        );
+        sockets.push(crate::conn::socket_of(&*s)?);
         let (shared, tx, storage) = (shared.clone(), tx.clone(), cfg.storage.clone());
         let anchor = cfg.anchor.clone();
         workers.push(
