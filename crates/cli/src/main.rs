@@ -978,12 +978,30 @@ fn ls(a: LsArgs) -> i32 {
 }
 
 fn demo() -> i32 {
-    // A throw-away identity; the client pins it, as `--trust` would.
+    // A throw-away identity (the client pins it, as `--trust` would), an
+    // export and a tree to copy into it.
     let state = std::env::temp_dir().join(format!("longhaul-demo-{}", std::process::id()));
+    let (export_dir, tree) = (state.join("export"), state.join("run7"));
+    if let Err(e) = demo_tree(&tree).and_then(|()| std::fs::create_dir_all(&export_dir)) {
+        eprintln!(
+            "longhaul: error: cannot make the demo's files in {}: {e}",
+            state.display()
+        );
+        return exit::INTERNAL;
+    }
+    let export =
+        match longhaul_engine::xfer::parse_export(&format!("demo={}", export_dir.display())) {
+            Ok(e) => e,
+            Err(e) => {
+                eprintln!("longhaul: error: {e}");
+                return exit::INTERNAL;
+            }
+        };
     let server = match Server::bind(
         &[SocketAddr::from(([127, 0, 0, 1], 0))],
         ServeConfig {
             state_dir: state.clone(),
+            exports: vec![export],
             open_access: true,
             ..ServeConfig::default()
         },
@@ -1044,9 +1062,76 @@ fn demo() -> i32 {
             code = f.code;
         }
     }
+    println!("\n== cp -r: a 256 MiB file and 500 small ones, 4 streams, TLS ==");
+    let cp = CpOptions {
+        sources: vec![tree.display().to_string()],
+        dest: format!("longhaul://{addr}/demo/"),
+        recursive: true,
+        preserve: false,
+        streams: 4,
+        chunk_size: None,
+        force: false,
+        retries: 0,
+        sync_files: true,
+        direct: false,
+        verify: false,
+        sync: None,
+        dry_run: false,
+        digests_to: None,
+        progress: Default::default(),
+        client: opts.clone(),
+    };
+    match longhaul_engine::xfer::client::cp(&cp) {
+        Ok(s) => println!(
+            "{} files, {} in {:.2} s = {}, {}, verified: {}\nstages: source read {}, network {}, destination write {}",
+            s.files,
+            units::format_bytes(s.bytes),
+            s.seconds,
+            units::format_rate(s.bits_per_second),
+            s.encryption,
+            s.verified,
+            units::format_rate(s.source_read_bps),
+            units::format_rate(s.network_bps),
+            units::format_rate(s.dest_write_bps)
+        ),
+        Err(e) => {
+            let f = Failure::from(e);
+            eprintln!("longhaul: error: {}", f.message);
+            code = f.code;
+        }
+    }
     server.shutdown();
     let _ = std::fs::remove_dir_all(&state);
     code
+}
+
+/// The demo's tree: one 256 MiB file and 500 files of 1-64 KiB.
+fn demo_tree(dir: &std::path::Path) -> std::io::Result<()> {
+    use std::io::Write;
+    std::fs::create_dir_all(dir.join("small"))?;
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut next = move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    let mut big = std::io::BufWriter::new(std::fs::File::create(dir.join("big.bin"))?);
+    for _ in 0..(256 << 20) / 8 {
+        big.write_all(&next().to_le_bytes())?;
+    }
+    big.flush()?;
+    for i in 0..500 {
+        let len = 1024 + (next() % (63 * 1024)) as usize;
+        let bytes: Vec<u8> = (0..len.div_ceil(8))
+            .flat_map(|_| next().to_le_bytes())
+            .collect();
+        std::fs::write(
+            dir.join("small").join(format!("f{i:03}.dat")),
+            &bytes[..len],
+        )?;
+    }
+    Ok(())
 }
 
 fn state_dir_or_default(d: Option<PathBuf>) -> PathBuf {

@@ -357,7 +357,11 @@ pub fn run_perf(
         params: params.clone(),
         local_streams: local_setups,
         remote_streams: ready.streams.clone(),
-        encryption: ctl.conn.encryption(),
+        // UDP datagrams travel outside TLS: say so.
+        encryption: match params.transport {
+            Transport::Tcp => ctl.conn.encryption(),
+            Transport::Udp => format!("none for the UDP data (control: {})", ctl.conn.encryption()),
+        },
     });
     for w in &warnings {
         sink.warning(w);
