@@ -13,6 +13,7 @@ pub mod sink;
 pub mod sock;
 pub mod stream;
 pub mod tls;
+pub mod wan;
 pub mod xfer;
 
 use longhaul_proto::msg::RefuseCode;
