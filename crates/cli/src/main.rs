@@ -58,6 +58,71 @@ enum Command {
     Trust(TrustArgs),
     /// Manage who may use a server: tokens and client-certificate grants.
     Token(TokenArgs),
+    /// Emulated WAN between two network namespaces (delay, jitter, loss, rate, outages).
+    Wan(WanArgs),
+}
+
+#[derive(Args)]
+struct WanArgs {
+    #[command(subcommand)]
+    command: WanCommand,
+}
+
+#[derive(Subcommand)]
+enum WanCommand {
+    /// Make hosts `a` (198.18.0.1) and `b` (198.18.0.2) joined by an emulated link, and
+    /// forward between them until Ctrl-C or SIGTERM, then remove everything (needs root).
+    Up(WanUpArgs),
+    /// Run a command in host `a` or `b`: `longhaul wan exec a -- CMD ARGS...`.
+    Exec {
+        host: String,
+        #[arg(long, default_value = "lhwan")]
+        name: String,
+        #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
+        command: Vec<String>,
+    },
+    /// Remove the hosts of an emulator whose forwarder is gone.
+    Down {
+        #[arg(long, default_value = "lhwan")]
+        name: String,
+    },
+}
+
+#[derive(Args)]
+struct WanUpArgs {
+    /// Names the namespaces NAME-a and NAME-b (several emulators may run at once).
+    #[arg(long, default_value = "lhwan")]
+    name: String,
+    /// Round-trip time: half of it is added in each direction.
+    #[arg(long, value_parser = duration, default_value = "0ms")]
+    rtt: Duration,
+    /// Up to this much extra one-way delay per packet (uniform; no reordering).
+    #[arg(long, value_parser = duration, default_value = "0ms")]
+    jitter: Duration,
+    /// Let jitter reorder packets.
+    #[arg(long)]
+    reorder: bool,
+    /// Packet loss probability per direction, e.g. 1e-5.
+    #[arg(long, default_value_t = 0.0)]
+    loss: f64,
+    /// Probability that a packet has one bit flipped.
+    #[arg(long, default_value_t = 0.0)]
+    corrupt: f64,
+    /// Bottleneck rate per direction, e.g. 2gbit (default: none).
+    #[arg(long, value_parser = rate)]
+    rate: Option<u64>,
+    /// Bottleneck queue (drop-tail) as time at the rate.
+    #[arg(long, value_parser = duration, default_value = "50ms")]
+    queue: Duration,
+    /// MTU of the emulated link.
+    #[arg(long, default_value_t = 65000)]
+    mtu: u32,
+    /// The link is down for DURATION from START after it comes up (repeatable), e.g. 5s+3s.
+    #[arg(long, value_name = "START+DURATION")]
+    outage: Vec<String>,
+    /// Print the hosts as one JSON line: {"hosts":{"a":ADDR,"b":ADDR}}.
+    #[arg(long)]
+    json: bool,
 }
 
 fn size(s: &str) -> Result<u64, String> {
@@ -513,6 +578,7 @@ fn main() {
         Command::Id(a) => id(a),
         Command::Trust(a) => trust(a),
         Command::Token(a) => token(a),
+        Command::Wan(a) => wan(a),
     };
     std::process::exit(code);
 }
@@ -1261,6 +1327,128 @@ fn token(a: TokenArgs) -> i32 {
             let f = Failure::from(e);
             eprintln!("longhaul: error: {}", f.message);
             f.code
+        }
+    }
+}
+
+fn wan(a: WanArgs) -> i32 {
+    use longhaul_engine::wan::{forward::Forwarder, net, LinkParams};
+    let fail = |e: EngineError| {
+        let f = Failure::from(e);
+        eprintln!("longhaul: error: {}", f.message);
+        f.code
+    };
+    match a.command {
+        WanCommand::Exec {
+            host,
+            name,
+            command,
+        } => {
+            let names = match net::Names::new(&name) {
+                Ok(n) => n,
+                Err(e) => return fail(e),
+            };
+            let Some(ns) = names.ns(&host) else {
+                return fail(EngineError::Usage(format!(
+                    "unknown host '{host}': the emulator's hosts are a and b"
+                )));
+            };
+            use std::os::unix::process::CommandExt;
+            let e = std::process::Command::new("ip")
+                .args(["netns", "exec", ns])
+                .args(&command)
+                .exec();
+            fail(EngineError::Usage(format!(
+                "cannot run `ip netns exec {ns}`: {e}"
+            )))
+        }
+        WanCommand::Down { name } => match net::Names::new(&name) {
+            Ok(n) => {
+                let gone = [&n.ns_a, &n.ns_b]
+                    .iter()
+                    .filter(|ns| net::ip(&["netns", "del", ns]).is_ok())
+                    .count();
+                eprintln!("longhaul: removed {gone} namespace(s) of {name}");
+                exit::OK
+            }
+            Err(e) => fail(e),
+        },
+        WanCommand::Up(u) => {
+            let mut outages = Vec::new();
+            for o in &u.outage {
+                let parsed = o.split_once('+').and_then(|(s, d)| {
+                    Some((
+                        units::parse_duration(s).ok()?,
+                        units::parse_duration(d).ok()?,
+                    ))
+                });
+                match parsed {
+                    Some((s, d)) => outages.push((s, s + d)),
+                    None => {
+                        return fail(EngineError::Usage(format!(
+                            "invalid outage '{o}': expected START+DURATION, e.g. 5s+3s"
+                        )))
+                    }
+                }
+            }
+            for (what, p) in [("loss", u.loss), ("corrupt", u.corrupt)] {
+                if !(0.0..=1.0).contains(&p) {
+                    return fail(EngineError::Usage(format!(
+                        "--{what} {p} is not a probability (0 to 1)"
+                    )));
+                }
+            }
+            let mut p = LinkParams {
+                delay: u.rtt / 2,
+                jitter: u.jitter,
+                reorder: u.reorder,
+                loss: u.loss,
+                corrupt: u.corrupt,
+                rate_bps: u.rate,
+                outages,
+                ..LinkParams::default()
+            };
+            p.queue_for(u.queue);
+            let names = match net::Names::new(&u.name) {
+                Ok(n) => n,
+                Err(e) => return fail(e),
+            };
+            let stop = interrupt_flag();
+            let hosts = match net::Hosts::up(names, u.mtu) {
+                Ok(h) => h,
+                Err(e) => return fail(e),
+            };
+            let seed = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(1, |d| d.as_nanos() as u64);
+            let mut fwd = match Forwarder::start(&hosts, p.clone(), p, seed) {
+                Ok(f) => f,
+                Err(e) => return fail(e),
+            };
+            let (a, b) = (net::ADDR_A, net::ADDR_B);
+            if u.json {
+                println!("{{\"hosts\":{{\"a\":\"{a}\",\"b\":\"{b}\"}}}}");
+            } else {
+                println!(
+                    "host a {a} (netns {}), host b {b} (netns {}); `longhaul wan exec a -- CMD` runs CMD in a; Ctrl-C ends",
+                    hosts.names.ns_a, hosts.names.ns_b
+                );
+            }
+            use std::io::Write as _;
+            let _ = std::io::stdout().flush();
+            while !stop.load(Ordering::SeqCst) {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            fwd.stop();
+            let [ab, ba] = fwd.stats();
+            drop(hosts);
+            drop(fwd);
+            eprintln!(
+                "longhaul: link down. a->b: {} packets, {} lost, {} queue drops, {} outage drops; b->a: {} packets, {} lost, {} queue drops, {} outage drops",
+                ab.packets, ab.lost, ab.queue_drops, ab.outage_drops,
+                ba.packets, ba.lost, ba.queue_drops, ba.outage_drops
+            );
+            exit::OK
         }
     }
 }

@@ -1,4 +1,4 @@
-//! The WAN emulator's link model (issue 5): what one direction of an
+//! The link model: what one direction of an
 //! emulated path does to each packet, decided without I/O or a clock so
 //! that it can be tested exactly. The forwarder between the TUN devices of
 //! two network namespaces asks [`Link::arrive`] for every packet it reads

@@ -1,0 +1,212 @@
+//! `longhaul wan` end to end (root, network namespaces, TUN): the hosts
+//! come up with the set RTT, a copy survives an outage, and every
+//! namespace is gone afterwards, also when a test fails.
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+mod common;
+use common::TempDir;
+
+const BIN: &str = env!("CARGO_BIN_EXE_longhaul");
+
+/// True where the emulator can run; says why not otherwise.
+fn can_emulate() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    let ok =
+        root && Path::new("/dev/net/tun").exists() && Command::new("ip").arg("-V").output().is_ok();
+    if !ok {
+        eprintln!("skipped: `longhaul wan` needs root, /dev/net/tun and iproute2");
+    }
+    ok
+}
+
+fn namespaces() -> String {
+    let o = Command::new("ip").args(["netns", "list"]).output().unwrap();
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// A running `longhaul wan up`; SIGTERM and `wan down` on drop.
+struct Wan {
+    child: Child,
+    name: String,
+}
+
+impl Wan {
+    fn up(name: &str, args: &[&str]) -> Wan {
+        let mut child = Command::new(BIN)
+            .args(["wan", "up", "--json", "--name", name])
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let v: serde_json::Value =
+            serde_json::from_str(&line).unwrap_or_else(|e| panic!("wan up printed {line:?}: {e}"));
+        assert_eq!(v["hosts"]["a"], "198.18.0.1");
+        assert_eq!(v["hosts"]["b"], "198.18.0.2");
+        Wan {
+            child,
+            name: name.to_string(),
+        }
+    }
+
+    /// `longhaul ARGS` run in host `h`.
+    fn exec(&self, h: &str, args: &[&str]) -> Command {
+        let mut c = Command::new(BIN);
+        c.args(["wan", "exec", h, "--name", &self.name, "--", BIN])
+            .args(args)
+            .env("LONGHAUL_TOKEN", common::TOKEN)
+            .stdin(Stdio::null());
+        c
+    }
+
+    /// SIGTERM, and the forwarder's own cleanup.
+    fn down(mut self) {
+        // SAFETY: kill on our own child's PID.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Wan {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = Command::new(BIN)
+            .args(["wan", "down", "--name", &self.name])
+            .output();
+    }
+}
+
+/// A server in host b exporting `dir`, anyone allowed (plaintext too).
+fn serve_in_b(w: &Wan, dir: &Path, state: &Path) -> Child {
+    let c = w
+        .exec(
+            "b",
+            &[
+                "serve",
+                "--listen",
+                "198.18.0.2:5310",
+                "--public-perf",
+                "--allow-plaintext",
+                "--no-sync",
+                "--state-dir",
+                common::prepare_state(state).to_str().unwrap(),
+                "--export",
+                &format!("data={}", dir.display()),
+            ],
+        )
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    // Until it listens.
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_secs(5) {
+        let o = w
+            .exec(
+                "a",
+                &["perf", "198.18.0.2", "--insecure-plaintext", "-n", "1K"],
+            )
+            .output()
+            .unwrap();
+        if o.status.success() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    c
+}
+
+#[test]
+fn hosts_come_up_with_the_set_rtt_and_go_away() {
+    if !can_emulate() {
+        return;
+    }
+    let name = format!("lht{}", std::process::id() % 100_000);
+    let t = TempDir::new("wan-rtt");
+    let w = Wan::up(&name, &["--rtt", "40ms"]);
+    assert!(namespaces().contains(&format!("{name}-a")));
+    let mut srv = serve_in_b(&w, &t.dir("exp"), &t.dir("state"));
+    let o = w
+        .exec(
+            "a",
+            &[
+                "perf",
+                "198.18.0.2",
+                "--insecure-plaintext",
+                "-t",
+                "2",
+                "--json",
+            ],
+        )
+        .output()
+        .unwrap();
+    let _ = srv.kill();
+    let _ = srv.wait();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let min_rtt_ms = v["summary"]["min_rtt_us"].as_f64().unwrap() / 1e3;
+    assert!(
+        (39.2..=40.8).contains(&min_rtt_ms),
+        "min RTT {min_rtt_ms} ms, set 40 ms (+-2%)"
+    );
+    w.down();
+    let left = namespaces();
+    assert!(!left.contains(&format!("{name}-a")), "{left}");
+    assert!(!left.contains(&format!("{name}-b")), "{left}");
+}
+
+#[test]
+fn a_copy_across_an_outage_completes_by_itself() {
+    if !can_emulate() {
+        return;
+    }
+    let name = format!("lho{}", std::process::id() % 100_000);
+    let t = TempDir::new("wan-outage");
+    let (src, exp) = (t.dir("src"), t.dir("exp"));
+    let mut data = vec![0u8; 48 << 20];
+    let mut x = 0x2545_f491_4f6c_dd1du64;
+    for b in data.iter_mut() {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        *b = x as u8;
+    }
+    std::fs::write(src.join("f.bin"), &data).unwrap();
+    // 100 Mbit/s: about 4 s of transfer, cut for 3 s two seconds in.
+    let w = Wan::up(
+        &name,
+        &["--rtt", "10ms", "--rate", "100mbit", "--outage", "3s+3s"],
+    );
+    let mut srv = serve_in_b(&w, &exp, &t.dir("state"));
+    let o = w
+        .exec(
+            "a",
+            &[
+                "cp",
+                "--insecure-plaintext",
+                "--retries",
+                "5",
+                "--json",
+                src.join("f.bin").to_str().unwrap(),
+                "198.18.0.2:data/",
+            ],
+        )
+        .output()
+        .unwrap();
+    let _ = srv.kill();
+    let _ = srv.wait();
+    w.down();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(std::fs::read(exp.join("f.bin")).unwrap(), data);
+}
