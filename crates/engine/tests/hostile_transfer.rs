@@ -199,6 +199,23 @@ fn control(addr: SocketAddr) -> FramedConn {
     c
 }
 
+/// A push into the export's root, accepted, with its one data stream.
+fn push_into_root(addr: SocketAddr) -> (FramedConn, TcpStream) {
+    let mut c = control(addr);
+    c.send(&request(Op::Push, "", vec![])).unwrap();
+    let Message::TransferAccept(a) = next(&mut c) else {
+        panic!("no accept")
+    };
+    let mut data = TcpStream::connect(addr).unwrap();
+    data.write_all(&hello(Role::Data {
+        token: a.token,
+        stream: 0,
+        direction: Direction::Up,
+    }))
+    .unwrap();
+    (c, data)
+}
+
 fn request(op: Op, dest: &str, sources: Vec<String>) -> Message {
     Message::TransferRequest(TransferRequest {
         op,
@@ -285,18 +302,7 @@ fn traversal_payloads_are_refused_and_nothing_lands_outside() {
     }
     // Pushed entries with those paths, into the export's root: each one
     // fails on its own (or is dropped lexically), none is written.
-    let mut c = control(s.addr());
-    c.send(&request(Op::Push, "", vec![])).unwrap();
-    let Message::TransferAccept(a) = next(&mut c) else {
-        panic!("no accept")
-    };
-    let mut data = TcpStream::connect(s.addr()).unwrap();
-    data.write_all(&hello(Role::Data {
-        token: a.token,
-        stream: 0,
-        direction: Direction::Up,
-    }))
-    .unwrap();
+    let (mut c, data) = push_into_root(s.addr());
     let entries: Vec<Entry> = payloads
         .iter()
         .enumerate()
@@ -342,18 +348,7 @@ fn a_symlink_swapped_in_mid_transfer_leads_nowhere() {
     std::fs::create_dir_all(&export).unwrap();
     std::fs::create_dir_all(&outside).unwrap();
     let s = hostile_server(&export);
-    let mut c = control(s.addr());
-    c.send(&request(Op::Push, "", vec![])).unwrap();
-    let Message::TransferAccept(a) = next(&mut c) else {
-        panic!("no accept")
-    };
-    let mut data = TcpStream::connect(s.addr()).unwrap();
-    data.write_all(&hello(Role::Data {
-        token: a.token,
-        stream: 0,
-        direction: Direction::Up,
-    }))
-    .unwrap();
+    let (mut c, mut data) = push_into_root(s.addr());
     let dir = Entry {
         path: "d".into(),
         kind: Kind::Dir,
