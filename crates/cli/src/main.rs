@@ -81,11 +81,84 @@ enum WanCommand {
         #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
         command: Vec<String>,
     },
+    /// Change a running emulator's link (both directions) from now on; options as for `up`,
+    /// only those given change.
+    Set(WanSetArgs),
     /// Remove the hosts of an emulator whose forwarder is gone.
     Down {
         #[arg(long, default_value = "lhwan")]
         name: String,
     },
+}
+
+#[derive(Args, serde::Serialize, serde::Deserialize, Default)]
+struct WanSetArgs {
+    #[arg(long, default_value = "lhwan")]
+    #[serde(skip)]
+    name: String,
+    #[arg(long, value_parser = duration)]
+    rtt: Option<Duration>,
+    #[arg(long, value_parser = duration)]
+    jitter: Option<Duration>,
+    #[arg(long)]
+    loss: Option<f64>,
+    #[arg(long)]
+    corrupt: Option<f64>,
+    #[arg(long, value_parser = rate)]
+    rate: Option<u64>,
+    /// No rate limit any more.
+    #[arg(long, conflicts_with = "rate")]
+    no_rate: bool,
+    #[arg(long, value_parser = duration)]
+    queue: Option<Duration>,
+}
+
+impl WanSetArgs {
+    /// `p` with the given changes.
+    fn apply(
+        &self,
+        p: &mut longhaul_engine::wan::LinkParams,
+        queue: &mut Duration,
+    ) -> Result<(), String> {
+        for (what, v) in [("loss", self.loss), ("corrupt", self.corrupt)] {
+            if v.is_some_and(|v| !(0.0..=1.0).contains(&v)) {
+                return Err(format!("--{what} must be a probability (0 to 1)"));
+            }
+        }
+        if let Some(r) = self.rtt {
+            p.delay = r / 2;
+        }
+        if let Some(j) = self.jitter {
+            p.jitter = j;
+        }
+        if let Some(l) = self.loss {
+            p.loss = l;
+        }
+        if let Some(c) = self.corrupt {
+            p.corrupt = c;
+        }
+        if self.rate.is_some() {
+            p.rate_bps = self.rate;
+        }
+        if self.no_rate {
+            p.rate_bps = None;
+        }
+        if let Some(q) = self.queue {
+            *queue = q;
+        }
+        p.queue_for(*queue);
+        Ok(())
+    }
+}
+
+/// Where a running emulator takes `wan set` requests.
+fn wan_socket(name: &str) -> PathBuf {
+    let dir = if std::path::Path::new("/run").is_dir() {
+        PathBuf::from("/run/longhaul-wan")
+    } else {
+        std::env::temp_dir().join("longhaul-wan")
+    };
+    dir.join(format!("{name}.sock"))
 }
 
 #[derive(Args)]
@@ -1362,6 +1435,29 @@ fn wan(a: WanArgs) -> i32 {
                 "cannot run `ip netns exec {ns}`: {e}"
             )))
         }
+        WanCommand::Set(s) => {
+            use std::io::{BufRead, Write};
+            let path = wan_socket(&s.name);
+            let reply = std::os::unix::net::UnixStream::connect(&path)
+                .and_then(|mut c| {
+                    writeln!(c, "{}", serde_json::to_string(&s).unwrap_or_default())?;
+                    let mut line = String::new();
+                    std::io::BufReader::new(c).read_line(&mut line)?;
+                    Ok(line)
+                })
+                .map_err(|e| {
+                    EngineError::Usage(format!(
+                        "no running emulator '{}' ({}: {e}); start one with `longhaul wan up`",
+                        s.name,
+                        path.display()
+                    ))
+                });
+            match reply {
+                Ok(l) if l.trim() == "ok" => exit::OK,
+                Ok(l) => fail(EngineError::Usage(l.trim().to_string())),
+                Err(e) => fail(e),
+            }
+        }
         WanCommand::Down { name } => match net::Names::new(&name) {
             Ok(n) => {
                 let gone = [&n.ns_a, &n.ns_b]
@@ -1421,10 +1517,42 @@ fn wan(a: WanArgs) -> i32 {
             let seed = std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(1, |d| d.as_nanos() as u64);
-            let mut fwd = match Forwarder::start(&hosts, p.clone(), p, seed) {
-                Ok(f) => f,
+            let fwd = match Forwarder::start(&hosts, p.clone(), p.clone(), seed) {
+                Ok(f) => Arc::new(f),
                 Err(e) => return fail(e),
             };
+            // `wan set` from other processes: one JSON line in, `ok` or an error out.
+            let sock = wan_socket(&u.name);
+            let _ = std::fs::create_dir_all(sock.parent().unwrap_or(std::path::Path::new("/")));
+            let _ = std::fs::remove_file(&sock);
+            match std::os::unix::net::UnixListener::bind(&sock) {
+                Ok(l) => {
+                    let (fwd, mut p, mut queue) = (fwd.clone(), p, u.queue);
+                    std::thread::spawn(move || {
+                        use std::io::{BufRead, Write};
+                        for c in l.incoming().flatten() {
+                            let mut line = String::new();
+                            let mut r = std::io::BufReader::new(&c);
+                            if r.read_line(&mut line).is_err() {
+                                continue;
+                            }
+                            let answer = serde_json::from_str::<WanSetArgs>(&line)
+                                .map_err(|e| format!("bad request: {e}"))
+                                .and_then(|s| s.apply(&mut p, &mut queue))
+                                .map(|()| fwd.set(p.clone(), p.clone()));
+                            let mut w = &c;
+                            let _ = match answer {
+                                Ok(()) => writeln!(w, "ok"),
+                                Err(e) => writeln!(w, "{e}"),
+                            };
+                        }
+                    });
+                }
+                Err(e) => eprintln!(
+                    "longhaul: warning: `wan set` will not reach this emulator: cannot listen on {}: {e}",
+                    sock.display()
+                ),
+            }
             let (a, b) = (net::ADDR_A, net::ADDR_B);
             if u.json {
                 println!("{{\"hosts\":{{\"a\":\"{a}\",\"b\":\"{b}\"}}}}");
@@ -1443,6 +1571,7 @@ fn wan(a: WanArgs) -> i32 {
             let [ab, ba] = fwd.stats();
             drop(hosts);
             drop(fwd);
+            let _ = std::fs::remove_file(&sock);
             eprintln!(
                 "longhaul: link down. a->b: {} packets, {} lost, {} queue drops, {} outage drops; b->a: {} packets, {} lost, {} queue drops, {} outage drops",
                 ab.packets, ab.lost, ab.queue_drops, ab.outage_drops,

@@ -106,7 +106,7 @@ impl Forwarder {
 
     /// Stops the writers; the readers end when the devices go away (the
     /// hosts are removed) or with the next packet.
-    pub fn stop(&mut self) {
+    pub fn stop(&self) {
         self.stop.store(true, Ordering::SeqCst);
         for d in &self.dirs {
             d.wake.notify_all();
