@@ -66,7 +66,7 @@ fn write_random(path: &Path, len: usize, seed: u64) {
 }
 
 mod common;
-use common::{bin, TempDir};
+use common::{assert_exit, bin, stderr, stdout, TempDir};
 
 fn longhaul(args: &[&str]) -> Output {
     bin()
@@ -74,14 +74,6 @@ fn longhaul(args: &[&str]) -> Output {
         .stdin(Stdio::null())
         .output()
         .expect("run longhaul")
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
-
-fn stdout(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stdout).into_owned()
 }
 
 fn json_of(o: &Output) -> Value {
@@ -93,17 +85,6 @@ fn json_of(o: &Output) -> Value {
             stderr(o)
         )
     })
-}
-
-#[track_caller]
-fn assert_exit(o: &Output, code: i32) {
-    assert_eq!(
-        o.status.code(),
-        Some(code),
-        "expected exit {code}; stdout: {} stderr: {}",
-        stdout(o),
-        stderr(o)
-    );
 }
 
 /// Runs `cp ... --json`, asserts exit 0 and returns the document.

@@ -11,7 +11,7 @@ use longhaul_proto::session::Limits;
 use serde_json::Value;
 
 mod common;
-use common::bin;
+use common::{bin, stderr};
 
 fn server_with(cfg: ServeConfig) -> ServerHandle {
     Server::bind(&[SocketAddr::from(([127, 0, 0, 1], 0))], cfg)
@@ -55,10 +55,6 @@ fn ok_json(addr: SocketAddr, args: &[&str]) -> Value {
         String::from_utf8_lossy(&o.stderr)
     );
     json_of(&o)
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
 #[test]

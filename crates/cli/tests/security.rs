@@ -27,7 +27,7 @@ use longhaul_proto::frame::MAGIC;
 use longhaul_proto::msg::{Hello, Message, Refuse, RefuseCode, Role};
 
 mod common;
-use common::{bin, TempDir};
+use common::{assert_exit, bin, stderr, stdout, TempDir};
 
 // ---------------------------------------------------------------- helpers
 
@@ -69,25 +69,6 @@ fn with_token(token: &str, args: &[&str]) -> Output {
     let mut c = bin();
     c.env("LONGHAUL_TOKEN", token).args(args);
     run(c)
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
-
-fn stdout(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
-#[track_caller]
-fn assert_exit(o: &Output, code: i32) {
-    assert_eq!(
-        o.status.code(),
-        Some(code),
-        "expected exit {code}; stdout: {} stderr: {}",
-        stdout(o),
-        stderr(o)
-    );
 }
 
 /// Exit `code` and `phrase` in the error message.

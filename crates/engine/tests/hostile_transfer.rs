@@ -62,41 +62,9 @@ fn file_entry(id: u64, size: u64, chunk_size: u64) -> Entry {
     }
 }
 
-/// Opens a push (request accepted, one data stream attached).
+/// Opens a push to `f.bin` (request accepted, one data stream attached).
 fn open_push(addr: SocketAddr) -> (FramedConn, TcpStream) {
-    let mut tcp = TcpStream::connect(addr).unwrap();
-    tcp.write_all(&hello(Role::Control)).unwrap();
-    let mut c = FramedConn::new(Box::new(tcp), addr.to_string());
-    assert!(matches!(next(&mut c), Message::Welcome(_)));
-    c.send(&Message::TransferRequest(TransferRequest {
-        op: Op::Push,
-        export: "data".into(),
-        dest: "f.bin".into(),
-        sources: vec![],
-        source_count: 1,
-        recursive: false,
-        preserve: false,
-        streams: 1,
-        chunk_size: Some(1 << 20),
-        force: false,
-        sync: None,
-        dry_run: false,
-        verify: false,
-        contents: false,
-        direct: false,
-    }))
-    .unwrap();
-    let Message::TransferAccept(a) = next(&mut c) else {
-        panic!("no accept")
-    };
-    let mut data = TcpStream::connect(addr).unwrap();
-    data.write_all(&hello(Role::Data {
-        token: a.token,
-        stream: 0,
-        direction: Direction::Up,
-    }))
-    .unwrap();
-    (c, data)
+    push_to(addr, "f.bin")
 }
 
 fn hostile_server(dir: &std::path::Path) -> longhaul_engine::server::ServerHandle {
@@ -199,10 +167,10 @@ fn control(addr: SocketAddr) -> FramedConn {
     c
 }
 
-/// A push into the export's root, accepted, with its one data stream.
-fn push_into_root(addr: SocketAddr) -> (FramedConn, TcpStream) {
+/// A push to `dest` in the export, accepted, with its one data stream.
+fn push_to(addr: SocketAddr, dest: &str) -> (FramedConn, TcpStream) {
     let mut c = control(addr);
-    c.send(&request(Op::Push, "", vec![])).unwrap();
+    c.send(&request(Op::Push, dest, vec![])).unwrap();
     let Message::TransferAccept(a) = next(&mut c) else {
         panic!("no accept")
     };
@@ -302,7 +270,7 @@ fn traversal_payloads_are_refused_and_nothing_lands_outside() {
     }
     // Pushed entries with those paths, into the export's root: each one
     // fails on its own (or is dropped lexically), none is written.
-    let (mut c, data) = push_into_root(s.addr());
+    let (mut c, data) = push_to(s.addr(), "");
     let entries: Vec<Entry> = payloads
         .iter()
         .enumerate()
@@ -348,7 +316,7 @@ fn a_symlink_swapped_in_mid_transfer_leads_nowhere() {
     std::fs::create_dir_all(&export).unwrap();
     std::fs::create_dir_all(&outside).unwrap();
     let s = hostile_server(&export);
-    let (mut c, mut data) = push_into_root(s.addr());
+    let (mut c, mut data) = push_to(s.addr(), "");
     let dir = Entry {
         path: "d".into(),
         kind: Kind::Dir,
