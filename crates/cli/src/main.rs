@@ -89,6 +89,16 @@ enum WanCommand {
         #[arg(long, default_value = "lhwan")]
         name: String,
     },
+    /// Internal: started by `up`; when its stdin closes (the forwarder ended,
+    /// even by SIGKILL) removes the namespaces that are still the ones `up` made.
+    #[command(hide = true)]
+    Reap {
+        #[arg(long)]
+        name: String,
+        /// Inode numbers of the two namespaces `up` made.
+        #[arg(long, num_args = 2)]
+        inodes: Vec<u64>,
+    },
 }
 
 #[derive(Args, serde::Serialize, serde::Deserialize, Default)]
@@ -148,6 +158,30 @@ impl WanSetArgs {
         }
         p.queue_for(*queue);
         Ok(())
+    }
+}
+
+/// Starts `longhaul wan reap` with a pipe as its stdin; the pipe closes
+/// when this process ends, however it ends.
+fn spawn_reaper(
+    names: &longhaul_engine::wan::net::Names,
+    name: &str,
+) -> Option<std::process::Child> {
+    use longhaul_engine::wan::net::netns_inode;
+    let (a, b) = (netns_inode(&names.ns_a)?, netns_inode(&names.ns_b)?);
+    let exe = std::env::current_exe().ok()?;
+    let child = std::process::Command::new(exe)
+        .args(["wan", "reap", "--name", name, "--inodes"])
+        .args([a.to_string(), b.to_string()])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .spawn();
+    match child {
+        Ok(c) => Some(c),
+        Err(e) => {
+            eprintln!("longhaul: warning: no cleanup should this process be killed: cannot start the reaper: {e}");
+            None
+        }
     }
 }
 
@@ -1458,6 +1492,27 @@ fn wan(a: WanArgs) -> i32 {
                 Err(e) => fail(e),
             }
         }
+        WanCommand::Reap { name, inodes } => {
+            // Out of the terminal's process group: a Ctrl-C meant for `up`
+            // must not end the reaper before `up` has cleaned up.
+            // SAFETY: setsid has no preconditions.
+            unsafe { libc::setsid() };
+            let mut sink = [0u8; 64];
+            use std::io::Read as _;
+            while !matches!(std::io::stdin().read(&mut sink), Ok(0) | Err(_)) {}
+            let Ok(n) = net::Names::new(&name) else {
+                return exit::USAGE;
+            };
+            for (ns, ino) in [&n.ns_a, &n.ns_b].into_iter().zip(inodes) {
+                // Only the namespace `up` made: a new emulator of the same
+                // name may have replaced it since.
+                if net::netns_inode(ns) == Some(ino) {
+                    let _ = net::ip(&["netns", "del", ns]);
+                }
+            }
+            let _ = std::fs::remove_file(wan_socket(&name));
+            exit::OK
+        }
         WanCommand::Down { name } => match net::Names::new(&name) {
             Ok(n) => {
                 let gone = [&n.ns_a, &n.ns_b]
@@ -1514,6 +1569,9 @@ fn wan(a: WanArgs) -> i32 {
                 Ok(h) => h,
                 Err(e) => return fail(e),
             };
+            // A reaper removes the hosts should this process die without
+            // cleaning up (SIGKILL, a crash): it waits for its stdin to close.
+            let _reaper = spawn_reaper(&hosts.names, &u.name);
             let seed = std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(1, |d| d.as_nanos() as u64);

@@ -224,3 +224,79 @@ fn a_copy_across_an_outage_completes_by_itself() {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     assert_eq!(std::fs::read(exp.join("f.bin")).unwrap(), data);
 }
+
+#[test]
+fn a_killed_forwarder_leaves_no_namespaces() {
+    if !can_emulate() {
+        return;
+    }
+    let name = format!("lhk{}", std::process::id() % 100_000);
+    let mut w = Wan::up(&name, &["--rtt", "2ms"]);
+    assert!(namespaces().contains(&format!("{name}-a")));
+    w.child.kill().unwrap(); // SIGKILL: no handler runs
+    let _ = w.child.wait();
+    let start = Instant::now();
+    let mut left = namespaces();
+    while left.contains(&format!("{name}-")) && start.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(100));
+        left = namespaces();
+    }
+    assert!(!left.contains(&format!("{name}-a")), "{left}");
+    assert!(!left.contains(&format!("{name}-b")), "{left}");
+}
+
+/// `longhaul perf ARGS --json` from a to b; the summary.
+fn perf_summary(w: &Wan, args: &[&str]) -> serde_json::Value {
+    let mut all = vec!["perf", "198.18.0.2", "--insecure-plaintext", "--json"];
+    all.extend_from_slice(args);
+    let o = w.exec("a", &all).output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    v["summary"].clone()
+}
+
+#[test]
+fn the_link_holds_its_rate_and_loses_what_it_should() {
+    if !can_emulate() {
+        return;
+    }
+    let name = format!("lhr{}", std::process::id() % 100_000);
+    let t = TempDir::new("wan-accuracy");
+    let w = Wan::up(
+        &name,
+        &["--rtt", "4ms", "--rate", "200mbit", "--mtu", "9000"],
+    );
+    let mut srv = serve_in_b(&w, &t.dir("exp"), &t.dir("state"));
+    // TCP fills the bottleneck: goodput within 3% of the rate (headers
+    // are 52 of 9000 bytes), after a second of start-up.
+    let s = perf_summary(&w, &["-t", "3", "--omit", "1"]);
+    let bps = s["bits_per_second"].as_f64().unwrap();
+    assert!(
+        (194e6..=203e6).contains(&bps),
+        "{bps} bit/s through a 200 Mbit/s link"
+    );
+    // Loss: 2% of about 20,000 datagrams; allow five standard deviations.
+    let o = Command::new(BIN)
+        .args(["wan", "set", "--name", &name, "--loss", "0.02", "--no-rate"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let s = perf_summary(&w, &["-u", "-b", "80mbit", "-l", "1000", "-t", "2"]);
+    let d = &s["directions"][0];
+    let (lost, got) = (
+        d["lost_packets"].as_f64().unwrap(),
+        d["packets_received"].as_f64().unwrap(),
+    );
+    let n = lost + got;
+    assert!(n > 15_000.0, "only {n} datagrams");
+    let (mean, sd) = (0.02 * n, (0.02 * 0.98 * n).sqrt());
+    assert!(
+        (lost - mean).abs() <= 5.0 * sd,
+        "{lost} of {n} lost, expected {mean:.0} +- {:.0}",
+        5.0 * sd
+    );
+    assert_eq!(d["rcvbuf_drops"].as_u64(), Some(0), "{d}");
+    let _ = srv.kill();
+    let _ = srv.wait();
+    w.down();
+}

@@ -72,6 +72,15 @@ pub fn ip(args: &[&str]) -> Result<(), EngineError> {
     }
 }
 
+/// The inode of a named namespace (`ip netns add` makes /run/netns/NAME),
+/// which tells it from a later namespace of the same name.
+pub fn netns_inode(ns: &str) -> Option<u64> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(format!("/run/netns/{ns}"))
+        .ok()
+        .map(|m| m.ino())
+}
+
 /// A TUN device (layer 3, no packet-info header).
 pub struct Tun {
     pub file: File,
