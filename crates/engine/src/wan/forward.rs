@@ -20,9 +20,17 @@ type Due = BinaryHeap<Reverse<(Duration, u64, Vec<u8>)>>;
 /// Bytes one direction may hold in flight (delay x rate) before it drops.
 const MAX_IN_FLIGHT: u64 = 1 << 30;
 
+/// A direction's waiting packets, and whether the writer is writing one
+/// it has taken out (so the reader must not overtake it).
+#[derive(Default)]
+struct Queue {
+    heap: Due,
+    writing: bool,
+}
+
 struct Direction {
     link: Mutex<Link>,
-    due: Mutex<Due>,
+    due: Mutex<Queue>,
     wake: Condvar,
     in_flight: AtomicU64,
     /// Arrival order, for packets due at the same instant.
@@ -56,7 +64,7 @@ impl Forwarder {
         let mk = |p: LinkParams, s: u64| {
             Arc::new(Direction {
                 link: Mutex::new(Link::new(p, s)),
-                due: Mutex::new(BinaryHeap::new()),
+                due: Mutex::new(Queue::default()),
                 wake: Condvar::new(),
                 in_flight: AtomicU64::new(0),
                 seq: AtomicU64::new(0),
@@ -72,10 +80,13 @@ impl Forwarder {
         {
             let (d, s) = (dirs[i].clone(), stop.clone());
             let name = if i == 0 { "a->b" } else { "b->a" };
+            let direct = to
+                .try_clone()
+                .map_err(|e| EngineError::io("failed to clone a TUN descriptor".into(), e))?;
             threads.push(
                 std::thread::Builder::new()
                     .name(format!("lh-wan-rx {name}"))
-                    .spawn(move || read_side(from, &d, &s, epoch))
+                    .spawn(move || read_side(from, direct, &d, &s, epoch))
                     .map_err(|e| EngineError::io("failed to start a forwarder".into(), e))?,
             );
             let (d, s) = (dirs[i].clone(), stop.clone());
@@ -127,7 +138,16 @@ impl Drop for Forwarder {
     }
 }
 
-fn read_side(mut from: std::fs::File, d: &Direction, stop: &AtomicBool, epoch: Instant) {
+/// Takes packets from `from`; one that is due at once with nothing ahead
+/// of it goes straight out through `direct` (the other device), the rest
+/// to the writer's queue.
+fn read_side(
+    mut from: std::fs::File,
+    mut direct: std::fs::File,
+    d: &Direction,
+    stop: &AtomicBool,
+    epoch: Instant,
+) {
     let mut buf = vec![0u8; 65536];
     while !stop.load(Ordering::Relaxed) {
         let n = match from.read(&mut buf) {
@@ -142,15 +162,20 @@ fn read_side(mut from: std::fs::File, d: &Direction, stop: &AtomicBool, epoch: I
         if d.in_flight.load(Ordering::Relaxed) + n as u64 > MAX_IN_FLIGHT {
             continue;
         }
-        let mut pkt = buf[..n].to_vec();
         if let Some(bit) = flip_bit {
-            pkt[(bit / 8) as usize] ^= 0x80 >> (bit % 8);
+            buf[(bit / 8) as usize] ^= 0x80 >> (bit % 8);
+        }
+        let mut due = d.due.lock().expect("poisoned");
+        if due.heap.is_empty() && !due.writing && at <= epoch.elapsed() {
+            // Nothing to keep order with: no hand-off, no copy. The lock is
+            // held so the writer cannot start on a later packet meanwhile.
+            let _ = direct.write(&buf[..n]);
+            continue;
         }
         d.in_flight.fetch_add(n as u64, Ordering::Relaxed);
-        let mut due = d.due.lock().expect("poisoned");
         let seq = d.seq.fetch_add(1, Ordering::Relaxed);
-        let first = due.peek().is_none_or(|Reverse((t, _, _))| at < *t);
-        due.push(Reverse((at, seq, pkt)));
+        let first = due.heap.peek().is_none_or(|Reverse((t, _, _))| at < *t);
+        due.heap.push(Reverse((at, seq, buf[..n].to_vec())));
         drop(due);
         if first {
             d.wake.notify_one();
@@ -161,21 +186,23 @@ fn read_side(mut from: std::fs::File, d: &Direction, stop: &AtomicBool, epoch: I
 fn write_side(mut to: std::fs::File, d: &Direction, stop: &AtomicBool, epoch: Instant) {
     let mut due = d.due.lock().expect("poisoned");
     while !stop.load(Ordering::Relaxed) {
-        let wait = match due.peek() {
+        let wait = match due.heap.peek() {
             None => Duration::from_millis(100),
             Some(Reverse((at, _, _))) => {
                 let now = epoch.elapsed();
                 if *at > now {
                     *at - now
                 } else {
-                    let Some(Reverse((_, _, pkt))) = due.pop() else {
+                    let Some(Reverse((_, _, pkt))) = due.heap.pop() else {
                         continue;
                     };
+                    due.writing = true;
                     drop(due);
                     d.in_flight.fetch_sub(pkt.len() as u64, Ordering::Relaxed);
                     // A packet the far side's kernel refuses is lost, as on a wire.
                     let _ = to.write(&pkt);
                     due = d.due.lock().expect("poisoned");
+                    due.writing = false;
                     continue;
                 }
             }
