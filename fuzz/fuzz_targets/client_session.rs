@@ -339,6 +339,7 @@ impl Harness {
                 version: PROTOCOL_VERSION,
                 software: text.clone(),
                 host: text,
+                buffers: Default::default(),
             })),
             Phase::Idle if b % 2 == 0 => Some(Act::RequestTest(
                 p.build(),
@@ -552,6 +553,7 @@ fuzz_target!(|input: Input| {
                 version,
                 software,
                 host,
+                buffers: Default::default(),
             })),
             Op::Accept {
                 test_id,

@@ -181,6 +181,7 @@ fuzz_target!(|input: Input| {
     let base = Instant::now();
     let mut now = base;
     let cfg = ServerConfig {
+        buffers: Default::default(),
         limits,
         software: "fuzz".into(),
         host: "fuzz".into(),

@@ -331,9 +331,17 @@ struct CpArgs {
     /// Keep permission bits (modification times are always kept).
     #[arg(short, long)]
     preserve: bool,
-    /// Parallel data streams.
-    #[arg(short = 'P', long, default_value_t = 4)]
-    streams: u16,
+    /// Parallel data streams (default: sized for the path from the RTT and both hosts'
+    /// socket-buffer caps, 4 to 32).
+    #[arg(short = 'P', long, value_parser = clap::value_parser!(u16).range(1..))]
+    streams: Option<u16>,
+    /// The path's rate if known, e.g. 10gbit: streams are sized for it (default 10 Gbit/s)
+    /// and each is paced to its share (SO_MAX_PACING_RATE).
+    #[arg(long, value_parser = rate)]
+    rate: Option<u64>,
+    /// Congestion control of the sending side (default: bbr where the sender has it).
+    #[arg(long = "cc", value_name = "NAME")]
+    congestion: Option<String>,
     /// Chunk size, e.g. 8M (default: chosen per file, 1-64 MiB).
     #[arg(long, value_parser = size)]
     chunk: Option<u64>,
@@ -984,7 +992,9 @@ fn cp(a: CpArgs, sync: Option<longhaul_proto::xfer::SyncOptions>, dry_run: bool)
         dest,
         recursive: a.recursive,
         preserve: a.preserve,
-        streams: a.streams.max(1),
+        streams: a.streams,
+        rate: a.rate,
+        congestion: a.congestion.clone(),
         chunk_size: a.chunk,
         force: a.force,
         retries: a.retries,
@@ -1037,6 +1047,25 @@ fn cp(a: CpArgs, sync: Option<longhaul_proto::xfer::SyncOptions>, dry_run: bool)
                     units::format_rate(s.network_bps),
                     units::format_rate(s.dest_write_bps)
                 );
+                if let Some(p) = &s.path {
+                    let w = &p.window;
+                    println!(
+                        "path: RTT {:.1} ms; {} stream(s){}, {} in flight each (up to {} per stream), {}{}",
+                        f64::from(w.rtt_us) / 1e3,
+                        w.streams,
+                        if w.auto_streams { " sized for it" } else { "" },
+                        units::format_bytes(w.stream_window),
+                        units::format_rate(w.stream_ceiling_bps),
+                        p.congestion,
+                        p.pacing.map_or(String::new(), |r| format!(
+                            ", paced to {} each",
+                            units::format_rate(r as f64 * 8.0)
+                        )),
+                    );
+                }
+                for w in &s.warnings {
+                    eprintln!("longhaul: warning: {w}");
+                }
                 for p in &s.would_send {
                     println!("would send: {p}");
                 }
@@ -1241,7 +1270,9 @@ fn demo() -> i32 {
         dest: format!("longhaul://{addr}/demo/"),
         recursive: true,
         preserve: false,
-        streams: 4,
+        streams: None,
+        rate: None,
+        congestion: None,
         chunk_size: None,
         force: false,
         retries: 0,

@@ -19,7 +19,7 @@ use longhaul_proto::udp;
 use crate::conn::{self, FramedConn};
 use crate::run::{End, ReadyStream, SideRun, Ticker};
 use crate::sink::Reporter;
-use crate::sock::{self, BufferCaps, Tuning};
+use crate::sock::{self, Tuning};
 use crate::stream::DataSocket;
 use crate::{EngineError, DEFAULT_PORT};
 
@@ -145,8 +145,53 @@ pub(crate) struct Control {
 }
 
 impl Control {
-    /// Connects a data stream to the server and presents the token.
-    pub(crate) fn open_data_stream(
+    /// Connects data streams to the server, all at once (each costs a round
+    /// trip or two, which on a long path add up when taken one by one), and
+    /// presents the token on each. `tune` sets a socket before it connects.
+    pub(crate) fn open_data_streams(
+        &self,
+        token: &str,
+        which: &[(Direction, u16)],
+        opts: &ClientOptions,
+        tune: impl Fn(&socket2::Socket, Direction) -> std::io::Result<()> + Sync,
+    ) -> Result<Vec<Box<dyn conn::Stream>>, EngineError> {
+        let dialer = Dialer {
+            peer: self.peer,
+            tls: self.tls.clone(),
+            version: self.welcome.version,
+        };
+        let (dialer, tune) = (&dialer, &tune);
+        std::thread::scope(|scope| {
+            let pending: Vec<_> = which
+                .iter()
+                .map(|&(direction, stream)| {
+                    scope.spawn(move || {
+                        dialer.open(token, stream, direction, opts, |s| tune(s, direction))
+                    })
+                })
+                .collect();
+            pending
+                .into_iter()
+                .map(|h| {
+                    h.join().unwrap_or_else(|_| {
+                        Err(EngineError::Failed("opening a data stream panicked".into()))
+                    })
+                })
+                .collect()
+        })
+    }
+}
+
+/// What a data stream needs of the control connection: where, how, which version.
+struct Dialer {
+    peer: SocketAddr,
+    tls: Option<Arc<crate::tls::ClientTls>>,
+    version: u16,
+}
+
+impl Dialer {
+    /// Connects one data stream to the server and presents the token.
+    fn open(
         &self,
         token: &str,
         stream: u16,
@@ -166,8 +211,8 @@ impl Control {
         };
         let mut hello = MAGIC.to_vec();
         Message::Hello(Hello {
-            min_version: self.welcome.version,
-            max_version: self.welcome.version,
+            min_version: self.version,
+            max_version: self.version,
             software: crate::software(),
             role: Role::Data {
                 token: token.to_string(),
@@ -187,7 +232,9 @@ impl Control {
             })?;
         Ok(tcp)
     }
+}
 
+impl Control {
     fn flush(&mut self) -> Result<(), EngineError> {
         while let Some(m) = self.session.poll_transmit() {
             self.conn.send(&m)?;
@@ -256,6 +303,7 @@ pub(crate) fn open_control(target: &str, opts: &ClientOptions) -> Result<Control
             version: 0,
             software: String::new(),
             host: String::new(),
+            buffers: Default::default(),
         },
     };
     let mut welcome = None;
@@ -336,7 +384,7 @@ pub fn run_perf(
     let ready = ready.expect("loop ends when set");
 
     let local_setups: Vec<StreamSetup> = streams.iter().map(setup_of).collect();
-    let caps = BufferCaps::read();
+    let caps = sock::buffer_caps();
     let mut warnings = window_warnings(
         params,
         "client",
@@ -420,14 +468,18 @@ fn open_streams(
 ) -> Result<Vec<ReadyStream>, EngineError> {
     let mut out = Vec::new();
     let keys = longhaul_proto::report::stream_keys(params);
+    let mut tcp = match params.transport {
+        Transport::Tcp => ctl.open_data_streams(&accept.token, &keys, opts, |s, direction| {
+            sock::apply_tcp(s, &tuning_for(params, End::Client.sends(direction)))
+        })?,
+        Transport::Udp => Vec::new(),
+    }
+    .into_iter();
     for (k, (direction, stream)) in keys.into_iter().enumerate() {
         let mut io = None;
         let socket = match params.transport {
             Transport::Tcp => {
-                let tuning = tuning_for(params, End::Client.sends(direction));
-                let s = ctl.open_data_stream(&accept.token, stream, direction, opts, |s| {
-                    sock::apply_tcp(s, &tuning)
-                })?;
+                let s = tcp.next().expect("one stream per key");
                 match s.into_plain() {
                     Ok(tcp) => DataSocket::Tcp(Arc::new(tcp)),
                     Err(tls) => {

@@ -22,7 +22,7 @@ use crate::client::{run_perf, tuning_for, ClientOptions};
 use crate::conn::{read_one_frame, FramedConn, Stream, HANDSHAKE_MAX_FRAME};
 use crate::run::{End, ReadyStream, SideRun, Tick, Ticker};
 use crate::sink::RelaySink;
-use crate::sock::{self, BufferCaps};
+use crate::sock;
 use crate::stream::DataSocket;
 use crate::xfer::beneath::Anchor;
 use crate::xfer::sink::{into_dir, run_sink, SinkConfig};
@@ -453,6 +453,7 @@ fn session_config(shared: &Shared) -> ServerConfig {
         limits: shared.cfg.limits.clone(),
         software: crate::software(),
         host: shared.host.clone(),
+        buffers: sock::buffer_caps(),
     }
 }
 
@@ -632,7 +633,7 @@ fn control_loop(
                 && t.udp.iter().all(|u| u.3);
             if !t.ready && all_in {
                 t.ready = true;
-                let caps = BufferCaps::read();
+                let caps = sock::buffer_caps();
                 session.ready(Ready {
                     streams: setups(t),
                     rmem_max: caps.rmem_max,
@@ -982,8 +983,17 @@ fn serve_transfer(
             }
         }
     }
+    // The client sized the streams for the path; this side sends on a pull.
+    let sending = t.op == Op::Pull;
+    let mut cc = String::new();
+    for s in &streams {
+        match sock::tune_data_stream(sock::fd_of(s.tcp()), &t.tuning, sending) {
+            Ok(c) => cc = c,
+            Err(e) => tracing::warn!("failed to tune a data stream of {}: {e}", conn.peer()),
+        }
+    }
     tracing::info!(
-        "{:?} of {} on export {} with {} stream(s)",
+        "{:?} of {} on export {} with {} stream(s), {cc}",
         t.op,
         conn.peer(),
         ex.name,

@@ -28,23 +28,16 @@ pub fn sysctl_triple(path: &str) -> Option<[u64; 3]> {
     (v.len() == 3).then(|| [v[0], v[1], v[2]])
 }
 
-/// The kernel's caps on socket buffers, as this host has them.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct BufferCaps {
-    pub rmem_max: Option<u64>,
-    pub wmem_max: Option<u64>,
-    pub tcp_rmem_max: Option<u64>,
-    pub tcp_wmem_max: Option<u64>,
-}
+pub use longhaul_proto::window::BufferCaps;
 
-impl BufferCaps {
-    pub fn read() -> Self {
-        Self {
-            rmem_max: sysctl_u64("/proc/sys/net/core/rmem_max"),
-            wmem_max: sysctl_u64("/proc/sys/net/core/wmem_max"),
-            tcp_rmem_max: sysctl_triple("/proc/sys/net/ipv4/tcp_rmem").map(|t| t[2]),
-            tcp_wmem_max: sysctl_triple("/proc/sys/net/ipv4/tcp_wmem").map(|t| t[2]),
-        }
+/// The kernel's caps on socket buffers, as this host (this network
+/// namespace) has them.
+pub fn buffer_caps() -> BufferCaps {
+    BufferCaps {
+        rmem_max: sysctl_u64("/proc/sys/net/core/rmem_max"),
+        wmem_max: sysctl_u64("/proc/sys/net/core/wmem_max"),
+        tcp_rmem_max: sysctl_triple("/proc/sys/net/ipv4/tcp_rmem").map(|t| t[2]),
+        tcp_wmem_max: sysctl_triple("/proc/sys/net/ipv4/tcp_wmem").map(|t| t[2]),
     }
 }
 
@@ -104,6 +97,34 @@ pub fn apply_tcp_ref(sock: &SockRef<'_>, t: &Tuning) -> io::Result<()> {
     // and it merges each write's tail into the next write's first segment.
     sock.set_nodelay(false)?;
     Ok(())
+}
+
+/// Applies a transfer's stream settings to one data socket: the sender's
+/// part (`sending`) or the receiver's. A congestion control this kernel
+/// lacks leaves its default (the reason is logged); buffer sizes the kernel
+/// caps are capped. Returns the congestion control in use.
+pub fn tune_data_stream(
+    fd: BorrowedFd<'_>,
+    t: &longhaul_proto::xfer::StreamTuning,
+    sending: bool,
+) -> io::Result<String> {
+    let sock = SockRef::from(&fd);
+    if sending {
+        if let Some(b) = t.send_buffer {
+            sock.set_send_buffer_size(usize::try_from(b).unwrap_or(usize::MAX))?;
+        }
+        if let Some(cc) = &t.congestion {
+            if let Err(e) = set_congestion(fd, cc) {
+                tracing::warn!("{e}; keeping {}", congestion(fd));
+            }
+        }
+        if let Some(rate) = t.pacing {
+            set_pacing(fd, rate)?;
+        }
+    } else if let Some(b) = t.receive_buffer {
+        sock.set_recv_buffer_size(usize::try_from(b).unwrap_or(usize::MAX))?;
+    }
+    Ok(congestion(fd))
 }
 
 pub fn set_congestion(fd: BorrowedFd<'_>, cc: &str) -> io::Result<()> {

@@ -201,6 +201,7 @@ fn request(op: Op, dest: &str, sources: Vec<String>) -> Message {
         verify: false,
         contents: false,
         direct: false,
+        tuning: Default::default(),
     })
 }
 

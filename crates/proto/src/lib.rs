@@ -4,7 +4,8 @@
 //! preamble and frame format ([`frame`]), the control messages ([`msg`]),
 //! the session state machines of both ends ([`session`]), the UDP test
 //! datagram and its receiver accounting ([`udp`]), and how the measurements
-//! of both ends merge into reports ([`report`]). It opens no sockets, touches
+//! of both ends merge into reports ([`report`]), and how a transfer is sized
+//! for its path ([`window`]). It opens no sockets, touches
 //! no files and reads no clock: time is passed in. `docs/PROTOCOL.md`
 //! describes the bytes.
 
@@ -15,6 +16,7 @@ pub mod report;
 pub mod session;
 pub mod udp;
 pub mod units;
+pub mod window;
 pub mod xfer;
 
 /// A decoding or encoding failure.

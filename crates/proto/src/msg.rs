@@ -48,6 +48,9 @@ pub struct Welcome {
     pub software: String,
     /// The server's host name, for reports.
     pub host: String,
+    /// The server's socket-buffer caps, so a client can size a transfer.
+    #[serde(default)]
+    pub buffers: crate::window::BufferCaps,
 }
 
 /// Why a peer refused a request or closed a session.

@@ -170,6 +170,8 @@ pub struct ServerConfig {
     pub limits: Limits,
     pub software: String,
     pub host: String,
+    /// This host's socket-buffer caps, told to clients in the welcome.
+    pub buffers: crate::window::BufferCaps,
 }
 
 /// What the server engine must act on.
@@ -286,6 +288,7 @@ impl ServerSession {
                             version: hi,
                             software: self.cfg.software.clone(),
                             host: self.cfg.host.clone(),
+                            buffers: self.cfg.buffers,
                         }));
                         self.state = S::AwaitRequest;
                         self.deadline = Some(deadline(now, self.cfg.limits.idle_timeout));

@@ -62,6 +62,29 @@ pub struct TransferRequest {
     /// Use O_DIRECT for file data on the server's side too (`--direct`).
     #[serde(default)]
     pub direct: bool,
+    /// How the server sets its ends of the data streams, as the client
+    /// sized them for the path.
+    #[serde(default)]
+    pub tuning: StreamTuning,
+}
+
+/// Socket settings of the data streams, chosen by the client for the path
+/// (see [`crate::window`]); each side applies what concerns its role.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StreamTuning {
+    /// Congestion control for the sending side, if its kernel has it
+    /// (otherwise its default stays).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub congestion: Option<String>,
+    /// SO_SNDBUF for the sending side, bytes (None: autotuning).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub send_buffer: Option<u64>,
+    /// SO_RCVBUF for the receiving side, bytes (None: autotuning).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub receive_buffer: Option<u64>,
+    /// SO_MAX_PACING_RATE of each stream on the sending side, bytes/s.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pacing: Option<u64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -88,6 +88,7 @@ struct Pair {
 
 fn server_config(limits: Limits) -> ServerConfig {
     ServerConfig {
+        buffers: Default::default(),
         limits,
         software: "longhaul-server harness".into(),
         host: "server.test".into(),
@@ -602,6 +603,7 @@ fn client_refuses_a_welcome_in_a_version_it_does_not_speak() {
         version: PROTOCOL_VERSION + 1,
         software: "longhaul from the future".into(),
         host: "server.test".into(),
+        buffers: Default::default(),
     }));
     pair.drive();
     assert_eq!(pair.client_error_code(), Some(RefuseCode::Version));
@@ -924,6 +926,7 @@ fn unexpected_message_is_a_protocol_refusal() {
                 version: 1,
                 software: "x".into(),
                 host: "y".into(),
+                buffers: Default::default(),
             }),
             "AwaitRequest",
         ),

@@ -2,6 +2,7 @@
 //! data goes, ask the server, open the data streams, run the local side,
 //! and retry a lost connection (the sink's journal makes a retry resume).
 
+use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -24,7 +25,14 @@ pub struct CpOptions {
     pub dest: String,
     pub recursive: bool,
     pub preserve: bool,
-    pub streams: u16,
+    /// Data streams; None sizes them for the path (see [`longhaul_proto::window`]).
+    pub streams: Option<u16>,
+    /// The path's rate, bits/s, if known: streams are sized for it and
+    /// each is paced to its share.
+    pub rate: Option<u64>,
+    /// Congestion control of the sending side; None: BBR where the sender
+    /// has it, else its default.
+    pub congestion: Option<String>,
     pub chunk_size: Option<u64>,
     pub force: bool,
     /// Connection attempts after the first, with backoff, before giving up.
@@ -64,12 +72,29 @@ pub struct CpSummary {
     pub network_bps: f64,
     pub dest_write_bps: f64,
     pub attempts: u32,
+    /// How the streams were sized for the path.
+    pub path: Option<PathTuning>,
+    /// Conditions that bound the transfer, with the fix (window caps).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
     /// `sync --delete`: destination paths removed (or, with --dry-run, that would be).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub deleted: Vec<String>,
     /// `--dry-run`: the files that would be sent.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub would_send: Vec<String>,
+}
+
+/// The path as measured and the settings chosen for it.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct PathTuning {
+    #[serde(flatten)]
+    pub window: longhaul_proto::window::WindowPlan,
+    /// The sending side's congestion control (on a pull, as requested).
+    pub congestion: String,
+    /// Each stream's pacing cap, bytes/s.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pacing: Option<u64>,
 }
 
 enum Plan {
@@ -191,11 +216,79 @@ fn open_streams(
     token: &str,
     n: u16,
     direction: Direction,
+    tuning: &StreamTuning,
     o: &ClientOptions,
 ) -> Result<Vec<Box<dyn crate::conn::Stream>>, EngineError> {
-    (0..n)
-        .map(|stream| ctl.open_data_stream(token, stream, direction, o, |s| s.set_nodelay(false)))
-        .collect()
+    // Set before connecting, so the window scale covers the buffer.
+    let sending = direction == Direction::Up;
+    let which: Vec<(Direction, u16)> = (0..n).map(|i| (direction, i)).collect();
+    ctl.open_data_streams(token, &which, o, |s, _| {
+        s.set_nodelay(false)?;
+        crate::sock::tune_data_stream(s.as_fd(), tuning, sending).map(|_| ())
+    })
+}
+
+/// Sizes the data streams for the path: RTT from the control connection,
+/// both hosts' buffer caps, the rate if given (see [`longhaul_proto::window`]).
+fn size_for_path(
+    o: &CpOptions,
+    ctl: &Control,
+    push: bool,
+) -> Result<(PathTuning, StreamTuning, Vec<String>), EngineError> {
+    use crate::sock;
+    use longhaul_proto::window::{plan, PathInput};
+    let info = sock::tcp_info(sock::fd_of(ctl.conn.tcp()));
+    let rtt_us = info.map_or(0, |i| {
+        if i.min_rtt_us > 0 {
+            i.min_rtt_us
+        } else {
+            i.rtt_us
+        }
+    });
+    let (local, remote) = (sock::buffer_caps(), ctl.welcome.buffers);
+    let (sender, receiver) = if push {
+        (local, remote)
+    } else {
+        (remote, local)
+    };
+    let window = plan(&PathInput {
+        rtt_us,
+        target_bps: o.rate,
+        sender,
+        receiver,
+        streams: o.streams,
+    });
+    let congestion = match &o.congestion {
+        Some(cc) => {
+            if push {
+                sock::check_congestion(cc).map_err(EngineError::Usage)?;
+            }
+            Some(cc.clone())
+        }
+        // BBR holds its rate through random loss where CUBIC backs off.
+        None if !push || sock::available_congestion().iter().any(|c| c == "bbr") => {
+            Some("bbr".to_string())
+        }
+        None => None,
+    };
+    // Each stream paced to a little over its share: bursts above the
+    // bottleneck's rate are what overflow its queue.
+    let pacing = o
+        .rate
+        .map(|r| (r as f64 * 1.1 / 8.0 / f64::from(window.streams)) as u64);
+    let tuning = StreamTuning {
+        congestion: congestion.clone(),
+        send_buffer: window.send_buffer.to_set(),
+        receive_buffer: window.receive_buffer.to_set(),
+        pacing,
+    };
+    let warnings = window.shortfall(&sender, &receiver).into_iter().collect();
+    let path = PathTuning {
+        window,
+        congestion: congestion.unwrap_or_else(|| "default".into()),
+        pacing,
+    };
+    Ok((path, tuning, warnings))
 }
 
 fn request(
@@ -229,6 +322,8 @@ fn cp_once(
         Plan::Push { host, export, .. } | Plan::Pull { host, export, .. } => (host, export),
     };
     let mut ctl = open_control(host, &o.client)?;
+    let (mut path, tuning, warnings) = size_for_path(o, &ctl, matches!(plan, Plan::Push { .. }))?;
+    let streams = path.window.streams;
     let storage: Arc<dyn Storage> = if o.direct {
         Arc::new(Direct)
     } else {
@@ -242,7 +337,7 @@ fn cp_once(
         source_count: o.sources.len() as u32,
         recursive: o.recursive,
         preserve: o.preserve,
-        streams: o.streams,
+        streams,
         chunk_size: o.chunk_size,
         force: o.force,
         sync: o.sync.clone(),
@@ -250,9 +345,11 @@ fn cp_once(
         verify: o.verify,
         contents: o.contents(),
         direct: o.direct,
+        tuning: tuning.clone(),
     };
     let mut s = CpSummary {
-        streams: o.streams,
+        streams,
+        warnings,
         encryption: ctl.conn.encryption(),
         ..CpSummary::default()
     };
@@ -264,10 +361,13 @@ fn cp_once(
             }
             req.dest = dest.clone();
             let token = request(&mut ctl, req, &o.client)?;
-            let streams = open_streams(&ctl, &token, o.streams, Direction::Up, &o.client)?;
+            let data = open_streams(&ctl, &token, streams, Direction::Up, &tuning, &o.client)?;
+            if let Some(first) = data.first() {
+                path.congestion = crate::sock::congestion(crate::sock::fd_of(first.tcp()));
+            }
             let r = run_source(
                 &mut ctl.conn,
-                streams,
+                data,
                 SourceConfig {
                     dir_ends: o.sync.as_ref().is_some_and(|s| s.delete),
                     digests: o.sync.as_ref().is_some_and(|s| s.checksum),
@@ -276,7 +376,7 @@ fn cp_once(
                     roots: roots.clone(),
                     recursive: o.recursive,
                     chunk_size: o.chunk_size,
-                    streams: o.streams,
+                    streams,
                     storage,
                     anchor: None,
                 },
@@ -291,10 +391,10 @@ fn cp_once(
                     s.failed.push(f);
                 }
             }
-            s.source_read_bps = stage_rate(r.read_bytes, r.read_us, o.streams);
+            s.source_read_bps = stage_rate(r.read_bytes, r.read_us, streams);
             s.deleted = r.sink.deleted.clone();
             s.would_send = r.sink.would_send.clone();
-            s.dest_write_bps = stage_rate(r.sink.written_bytes, r.sink.write_us, o.streams);
+            s.dest_write_bps = stage_rate(r.sink.written_bytes, r.sink.write_us, streams);
         }
         Plan::Pull { sources, dest, .. } => {
             req.op = Op::Pull;
@@ -320,10 +420,10 @@ fn cp_once(
             let anchor = Anchor::open(&root)?;
             let dest = &dest;
             let token = request(&mut ctl, req, &o.client)?;
-            let streams = open_streams(&ctl, &token, o.streams, Direction::Down, &o.client)?;
+            let data = open_streams(&ctl, &token, streams, Direction::Down, &tuning, &o.client)?;
             let r = run_sink(
                 &mut ctl.conn,
-                streams,
+                data,
                 SinkConfig {
                     digest_out: digest_out.clone(),
                     progress: o.progress.clone(),
@@ -347,12 +447,13 @@ fn cp_once(
             s.failed = r.failed.clone();
             s.deleted = r.deleted.clone();
             s.would_send = r.would_send.clone();
-            s.dest_write_bps = stage_rate(r.written_bytes, r.write_us, o.streams);
+            s.dest_write_bps = stage_rate(r.written_bytes, r.write_us, streams);
             if let Some(d) = &r.source {
-                s.source_read_bps = stage_rate(d.read_bytes, d.read_us, o.streams);
+                s.source_read_bps = stage_rate(d.read_bytes, d.read_us, streams);
             }
         }
     }
+    s.path = Some(path);
     s.seconds = started.elapsed().as_secs_f64();
     let moved = s.bytes.saturating_sub(s.resumed_bytes);
     s.bits_per_second = moved as f64 * 8.0 / s.seconds.max(1e-9);

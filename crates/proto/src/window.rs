@@ -1,0 +1,303 @@
+//! Sizing a transfer for its path: how much one TCP stream can keep in
+//! flight under both hosts' socket-buffer caps, what that allows at the
+//! measured round-trip time, and so how many streams a target rate needs.
+//!
+//! Pure arithmetic over numbers the engine measured (RTT from TCP_INFO,
+//! caps from sysctls of both hosts): no I/O here.
+
+use serde::{Deserialize, Serialize};
+
+/// A host's caps on TCP socket buffers (its sysctls), bytes; None where
+/// the host could not read them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BufferCaps {
+    /// net.core.rmem_max: the most SO_RCVBUF may ask for (the kernel doubles it).
+    pub rmem_max: Option<u64>,
+    /// net.core.wmem_max: the most SO_SNDBUF may ask for (the kernel doubles it).
+    pub wmem_max: Option<u64>,
+    /// The third number of net.ipv4.tcp_rmem: where receive autotuning stops.
+    pub tcp_rmem_max: Option<u64>,
+    /// The third number of net.ipv4.tcp_wmem: where send autotuning stops.
+    pub tcp_wmem_max: Option<u64>,
+}
+
+/// The share of a send buffer that is data in flight; the rest is the
+/// kernel's per-packet overhead and data not yet sent. Measured on Linux
+/// 6.18 at 80 ms (MTU 9000): 4 MiB autotuned moved 270 Mbit/s, an 8 MiB
+/// SO_SNDBUF 531 Mbit/s, both about 0.65.
+pub const SEND_BUFFER_USE: f64 = 0.65;
+/// The share of a receive buffer advertised as window (tcp_rmem's
+/// scaling ratio is about half for small segments, more for large).
+pub const RECV_BUFFER_USE: f64 = 0.5;
+
+/// Streams chosen when the path does not ask for more.
+pub const DEFAULT_STREAMS: u16 = 4;
+/// The most streams the automatic choice opens.
+pub const MAX_AUTO_STREAMS: u16 = 32;
+/// The rate sized for when none is given: a common DTN interface.
+pub const DEFAULT_TARGET_BPS: u64 = 10_000_000_000;
+
+/// How one side should set a socket buffer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BufferChoice {
+    /// Leave autotuning on; it grows up to this many bytes.
+    Auto(u64),
+    /// Set SO_SNDBUF/SO_RCVBUF to this (the kernel doubles it): more than
+    /// autotuning allows on this host.
+    Set(u64),
+}
+
+impl BufferChoice {
+    /// The buffer the kernel will allow, bytes.
+    pub fn bytes(self) -> u64 {
+        match self {
+            BufferChoice::Auto(b) => b,
+            BufferChoice::Set(b) => b.saturating_mul(2),
+        }
+    }
+
+    /// The size to ask for with setsockopt, if any.
+    pub fn to_set(self) -> Option<u64> {
+        match self {
+            BufferChoice::Set(b) => Some(b),
+            BufferChoice::Auto(_) => None,
+        }
+    }
+}
+
+/// The larger of what autotuning allows and what an explicit setting
+/// gets (twice the core maximum, which also turns autotuning off).
+/// Unknown caps: leave autotuning alone, assuming Linux's 4 MiB default.
+fn best_buffer(autotune_max: Option<u64>, core_max: Option<u64>) -> BufferChoice {
+    let auto = autotune_max.unwrap_or(4 << 20);
+    match core_max {
+        Some(m) if m.saturating_mul(2) > auto => BufferChoice::Set(m),
+        _ => BufferChoice::Auto(auto),
+    }
+}
+
+/// What the plan is sized from.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct PathInput {
+    /// The smallest RTT seen, microseconds (0 = unknown, treated as LAN).
+    pub rtt_us: u32,
+    /// The rate to size for, bits/s (None: [`DEFAULT_TARGET_BPS`]).
+    pub target_bps: Option<u64>,
+    pub sender: BufferCaps,
+    pub receiver: BufferCaps,
+    /// Streams fixed by the user (None: choose).
+    pub streams: Option<u16>,
+}
+
+/// Which cap bounds a stream's window.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Bound {
+    /// The sender's send buffer.
+    SendBuffer,
+    /// The receiver's receive buffer.
+    ReceiveBuffer,
+}
+
+/// The plan: buffers on both sides, the window and rate of one stream,
+/// the number of streams.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WindowPlan {
+    pub rtt_us: u32,
+    pub target_bps: u64,
+    pub send_buffer: BufferChoice,
+    pub receive_buffer: BufferChoice,
+    /// Bytes one stream can have in flight.
+    pub stream_window: u64,
+    /// What one stream can carry at this RTT, bits/s (window / RTT).
+    pub stream_ceiling_bps: f64,
+    pub bound: Bound,
+    pub streams: u16,
+    /// True when the streams were chosen here, not fixed by the user.
+    pub auto_streams: bool,
+    /// What all streams together can carry, bits/s.
+    pub ceiling_bps: f64,
+}
+
+impl WindowPlan {
+    /// The bandwidth-delay product of the target, bytes.
+    pub fn bdp(&self) -> u64 {
+        (self.target_bps as f64 / 8.0 * f64::from(self.rtt_us) / 1e6) as u64
+    }
+
+    /// Says what bounds the transfer when the streams cannot reach the
+    /// target, with the sysctl that lifts it; None when they can.
+    pub fn shortfall(&self, sender: &BufferCaps, receiver: &BufferCaps) -> Option<String> {
+        if self.ceiling_bps >= self.target_bps as f64 * 0.999 {
+            return None;
+        }
+        // A window per stream that would carry the target over these streams.
+        let need_window = self.bdp() / u64::from(self.streams.max(1));
+        let (who, fix) = match self.bound {
+            Bound::SendBuffer => {
+                let buf = (need_window as f64 / SEND_BUFFER_USE) as u64;
+                let now = sender
+                    .wmem_max
+                    .unwrap_or(0)
+                    .max(sender.tcp_wmem_max.unwrap_or(0));
+                (
+                    format!("the sender's send buffer ({} allowed: net.core.wmem_max / net.ipv4.tcp_wmem)", crate::units::format_bytes(now)),
+                    format!("on the sender: sysctl -w net.core.wmem_max={buf} net.ipv4.tcp_wmem='4096 65536 {buf}'"),
+                )
+            }
+            Bound::ReceiveBuffer => {
+                let buf = (need_window as f64 / RECV_BUFFER_USE) as u64;
+                let now = receiver
+                    .rmem_max
+                    .unwrap_or(0)
+                    .max(receiver.tcp_rmem_max.unwrap_or(0));
+                (
+                    format!("the receiver's receive buffer ({} allowed: net.core.rmem_max / net.ipv4.tcp_rmem)", crate::units::format_bytes(now)),
+                    format!("on the receiver: sysctl -w net.core.rmem_max={buf} net.ipv4.tcp_rmem='4096 131072 {buf}'"),
+                )
+            }
+        };
+        Some(format!(
+            "window-limited: at RTT {:.1} ms each stream carries at most {} ({} in flight, bound by {who}); {} stream(s) reach {} of the {} sized for. Use more streams (-P) or {fix}",
+            f64::from(self.rtt_us) / 1e3,
+            crate::units::format_rate(self.stream_ceiling_bps),
+            crate::units::format_bytes(self.stream_window),
+            self.streams,
+            crate::units::format_rate(self.ceiling_bps),
+            crate::units::format_rate(self.target_bps as f64),
+        ))
+    }
+}
+
+/// Sizes buffers and streams for the path.
+pub fn plan(input: &PathInput) -> WindowPlan {
+    let send_buffer = best_buffer(input.sender.tcp_wmem_max, input.sender.wmem_max);
+    let receive_buffer = best_buffer(input.receiver.tcp_rmem_max, input.receiver.rmem_max);
+    let by_send = (send_buffer.bytes() as f64 * SEND_BUFFER_USE) as u64;
+    let by_recv = (receive_buffer.bytes() as f64 * RECV_BUFFER_USE) as u64;
+    let (stream_window, bound) = if by_send <= by_recv {
+        (by_send, Bound::SendBuffer)
+    } else {
+        (by_recv, Bound::ReceiveBuffer)
+    };
+    let target_bps = input.target_bps.unwrap_or(DEFAULT_TARGET_BPS).max(1);
+    // An unknown or sub-100-microsecond RTT: a LAN, where a window is no limit.
+    let rtt_s = f64::from(input.rtt_us.max(100)) / 1e6;
+    let stream_ceiling_bps = stream_window as f64 * 8.0 / rtt_s;
+    let (streams, auto_streams) = match input.streams {
+        Some(n) => (n.max(1), false),
+        None => {
+            let need = (target_bps as f64 / stream_ceiling_bps).ceil();
+            let n = need.clamp(f64::from(DEFAULT_STREAMS), f64::from(MAX_AUTO_STREAMS));
+            (n as u16, true)
+        }
+    };
+    WindowPlan {
+        rtt_us: input.rtt_us,
+        target_bps,
+        send_buffer,
+        receive_buffer,
+        stream_window,
+        stream_ceiling_bps,
+        bound,
+        streams,
+        auto_streams,
+        ceiling_bps: stream_ceiling_bps * f64::from(streams),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// This host's caps: 4 MiB core maxima, tcp_rmem to 32 MiB, tcp_wmem to 4 MiB.
+    fn here() -> BufferCaps {
+        BufferCaps {
+            rmem_max: Some(4 << 20),
+            wmem_max: Some(4 << 20),
+            tcp_rmem_max: Some(32 << 20),
+            tcp_wmem_max: Some(4 << 20),
+        }
+    }
+
+    fn input(rtt_ms: u32, target: Option<u64>, streams: Option<u16>) -> PathInput {
+        PathInput {
+            rtt_us: rtt_ms * 1000,
+            target_bps: target,
+            sender: here(),
+            receiver: here(),
+            streams,
+        }
+    }
+
+    #[test]
+    fn an_explicit_send_buffer_beats_autotuning_when_the_core_cap_is_larger() {
+        let p = plan(&input(80, None, None));
+        // 2 x wmem_max = 8 MiB > tcp_wmem's 4 MiB: set it.
+        assert_eq!(p.send_buffer, BufferChoice::Set(4 << 20));
+        // tcp_rmem's 32 MiB > 2 x rmem_max: leave receive autotuning on.
+        assert_eq!(p.receive_buffer, BufferChoice::Auto(32 << 20));
+        assert_eq!(p.bound, Bound::SendBuffer);
+        assert_eq!(
+            p.stream_window,
+            ((8u64 << 20) as f64 * SEND_BUFFER_USE) as u64
+        );
+    }
+
+    #[test]
+    fn streams_grow_with_the_rtt_until_the_cap() {
+        let lan = plan(&input(0, None, None));
+        assert_eq!(lan.streams, DEFAULT_STREAMS);
+        let p80 = plan(&input(80, Some(2_000_000_000), None));
+        // 5.45 MB per stream at 80 ms is 545 Mbit/s: 4 streams carry 2 Gbit/s.
+        assert_eq!(p80.streams, 4);
+        assert!(p80.ceiling_bps >= 2e9);
+        let p120 = plan(&input(120, Some(2_000_000_000), None));
+        assert_eq!(p120.streams, 6);
+        let sat = plan(&input(540, Some(2_000_000_000), None));
+        assert_eq!(sat.streams, 25);
+        let far = plan(&input(540, None, None));
+        assert_eq!(far.streams, MAX_AUTO_STREAMS);
+        assert!(far.shortfall(&here(), &here()).is_some());
+        assert!(sat.shortfall(&here(), &here()).is_none());
+    }
+
+    #[test]
+    fn fixed_streams_are_kept_and_a_shortfall_names_the_cap_and_the_fix() {
+        let p = plan(&input(80, Some(2_000_000_000), Some(1)));
+        assert_eq!((p.streams, p.auto_streams), (1, false));
+        let s = p.shortfall(&here(), &here()).unwrap();
+        assert!(s.contains("send buffer"), "{s}");
+        assert!(s.contains("net.core.wmem_max="), "{s}");
+    }
+
+    #[test]
+    fn a_small_receiver_bounds_the_window() {
+        let mut i = input(80, Some(1_000_000_000), Some(2));
+        i.receiver = BufferCaps {
+            rmem_max: Some(212_992),
+            wmem_max: Some(212_992),
+            tcp_rmem_max: Some(1 << 20),
+            tcp_wmem_max: Some(1 << 20),
+        };
+        let p = plan(&i);
+        assert_eq!(p.bound, Bound::ReceiveBuffer);
+        assert_eq!(p.receive_buffer, BufferChoice::Auto(1 << 20));
+        let s = p.shortfall(&here(), &i.receiver).unwrap();
+        assert!(s.contains("net.core.rmem_max="), "{s}");
+    }
+
+    #[test]
+    fn unknown_caps_and_rtt_do_not_panic() {
+        let p = plan(&PathInput {
+            rtt_us: 0,
+            target_bps: Some(0),
+            sender: BufferCaps::default(),
+            receiver: BufferCaps::default(),
+            streams: Some(0),
+        });
+        assert_eq!(p.streams, 1);
+        assert!(p.stream_ceiling_bps.is_finite());
+    }
+}
