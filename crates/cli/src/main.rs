@@ -232,6 +232,32 @@ struct WanUpArgs {
     json: bool,
 }
 
+/// `-P N` or `-P auto`.
+#[derive(Clone, Copy)]
+enum StreamCount {
+    Fixed(u16),
+    Auto,
+}
+
+impl StreamCount {
+    /// The count before the path is measured (auto starts from the default).
+    fn initial(self) -> u16 {
+        match self {
+            StreamCount::Fixed(n) => n,
+            StreamCount::Auto => longhaul_proto::window::DEFAULT_STREAMS,
+        }
+    }
+}
+
+fn stream_count(s: &str) -> Result<StreamCount, String> {
+    if s == "auto" {
+        return Ok(StreamCount::Auto);
+    }
+    s.parse::<u16>()
+        .map(StreamCount::Fixed)
+        .map_err(|_| format!("'{s}' is not a stream count: give a number or `auto`"))
+}
+
 fn size(s: &str) -> Result<u64, String> {
     units::parse_size(s).map_err(|e| e.to_string())
 }
@@ -468,9 +494,11 @@ struct PerfArgs {
     /// Server port, when HOST does not carry one.
     #[arg(short, long, default_value_t = DEFAULT_PORT)]
     port: u16,
-    /// Parallel streams (per direction).
-    #[arg(short = 'P', long, default_value_t = 1)]
-    streams: u16,
+    /// Parallel streams (per direction), or `auto`: enough for the window each stream can
+    /// have at the measured RTT under both hosts' buffer caps, for --pacing's rate if given
+    /// (else 10 Gbit/s), 4 to 32.
+    #[arg(short = 'P', long, default_value = "1", value_parser = stream_count)]
+    streams: StreamCount,
     /// Test length (after --omit), e.g. 10, 30s, 2m.
     #[arg(short = 't', long = "time", value_parser = duration, conflicts_with = "bytes")]
     time: Option<Duration>,
@@ -810,7 +838,7 @@ fn params_of(a: &PerfArgs) -> Result<(TestParams, Option<u32>), Failure> {
     };
     let directions = if a.bidir { 2 } else { 1 };
     let length = a.length.unwrap_or(match transport {
-        Transport::Tcp => default_tcp_length(u32::from(a.streams) * directions),
+        Transport::Tcp => default_tcp_length(u32::from(a.streams.initial()) * directions),
         Transport::Udp => 1472,
     });
     let length =
@@ -823,8 +851,8 @@ fn params_of(a: &PerfArgs) -> Result<(TestParams, Option<u32>), Failure> {
     if a.bytes == Some(0) {
         return Err(usage("byte count 0: give a positive size, like -n 1G"));
     }
-    if a.streams == 0 {
-        return Err(usage("0 streams: use -P 1 or more"));
+    if a.streams.initial() == 0 {
+        return Err(usage("0 streams: use -P 1 or more, or -P auto"));
     }
     let window = a
         .window
@@ -849,7 +877,7 @@ fn params_of(a: &PerfArgs) -> Result<(TestParams, Option<u32>), Failure> {
         } else {
             Mode::Up
         },
-        streams: a.streams,
+        streams: a.streams.initial(),
         duration_ms: match (a.time, a.bytes) {
             (_, Some(_)) => None,
             (Some(t), None) => Some(ms(t).max(1)),
@@ -929,6 +957,7 @@ fn perf(a: PerfArgs) -> i32 {
         local_cpu,
         interrupt: interrupt_flag(),
         security,
+        auto_streams: matches!(a.streams, StreamCount::Auto),
         ..ClientOptions::default()
     };
     let hosts: Vec<String> = a.hosts.iter().map(|h| with_port(h, a.port)).collect();

@@ -132,6 +132,8 @@ impl Reporter for Human {
             Mode::Bidir => "both directions",
         };
         let len = format_bytes(u64::from(p.length));
+        // `-P auto`: the engine chose the count.
+        self.streams = p.streams;
         let cc = s
             .local_streams
             .first()

@@ -300,3 +300,59 @@ fn the_link_holds_its_rate_and_loses_what_it_should() {
     let _ = srv.wait();
     w.down();
 }
+
+#[test]
+fn cp_sizes_its_streams_for_the_path() {
+    if !can_emulate() {
+        return;
+    }
+    let name = format!("lhs{}", std::process::id() % 100_000);
+    let t = TempDir::new("wan-sizing");
+    let (src, exp) = (t.dir("src"), t.dir("exp"));
+    std::fs::write(src.join("f.bin"), vec![7u8; 1 << 20]).unwrap();
+    let w = Wan::up(&name, &["--rtt", "60ms"]);
+    let mut srv = serve_in_b(&w, &exp, &t.dir("state"));
+    let cp = |extra: &[&str]| {
+        let mut args = vec!["cp", "--insecure-plaintext", "--force", "--json"];
+        args.extend_from_slice(extra);
+        let f = src.join("f.bin");
+        args.extend_from_slice(&[f.to_str().unwrap(), "198.18.0.2:data/"]);
+        let o = w.exec("a", &args).output().unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        serde_json::from_slice::<serde_json::Value>(&o.stdout).unwrap()
+    };
+    // Sized for the default 10 Gbit/s at the measured RTT.
+    let v = cp(&[]);
+    let p = &v["path"];
+    let rtt_ms = p["rtt_us"].as_f64().unwrap() / 1e3;
+    assert!((59.0..=61.5).contains(&rtt_ms), "RTT {rtt_ms} ms, set 60");
+    assert_eq!(p["auto_streams"], true);
+    let ceiling = p["stream_ceiling_bps"].as_f64().unwrap();
+    let want = (1e10 / ceiling).ceil().clamp(4.0, 32.0);
+    assert_eq!(v["streams"].as_f64(), Some(want), "{p}");
+    assert_eq!(p["streams"], v["streams"]);
+    // Told the rate: streams for it, each paced to 1.1 x its share.
+    let v = cp(&["--rate", "1gbit"]);
+    let n = v["streams"].as_f64().unwrap();
+    assert_eq!(
+        n,
+        (1e9 / v["path"]["stream_ceiling_bps"].as_f64().unwrap())
+            .ceil()
+            .clamp(4.0, 32.0)
+    );
+    let pacing = v["path"]["pacing"].as_f64().unwrap();
+    assert!((pacing - 1.1e9 / 8.0 / n).abs() < 2.0, "pacing {pacing}");
+    // Fixed by the user: kept, and a shortfall is reported with its fix.
+    let v = cp(&["-P", "1", "--rate", "10gbit"]);
+    assert_eq!(v["streams"], 1);
+    assert_eq!(v["path"]["auto_streams"], false);
+    let warning = v["warnings"][0].as_str().unwrap_or_default();
+    if v["path"]["ceiling_bps"].as_f64().unwrap() < 1e10 {
+        assert!(warning.contains("sysctl -w net."), "{v}");
+    } else {
+        assert!(warning.is_empty(), "{v}");
+    }
+    let _ = srv.kill();
+    let _ = srv.wait();
+    w.down();
+}

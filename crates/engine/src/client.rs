@@ -34,6 +34,10 @@ pub struct ClientOptions {
     pub interrupt: Arc<AtomicBool>,
     /// TLS, trust and credentials.
     pub security: Security,
+    /// perf `-P auto`: choose the stream count for the path (RTT of the
+    /// control connection, both hosts' buffer caps) instead of the one in
+    /// the parameters.
+    pub auto_streams: bool,
 }
 
 /// How a client protects and identifies itself.
@@ -73,6 +77,7 @@ impl Default for ClientOptions {
             local_cpu: None,
             interrupt: Arc::new(AtomicBool::new(false)),
             security: Security::default(),
+            auto_streams: false,
         }
     }
 }
@@ -354,6 +359,19 @@ pub fn run_perf(
 ) -> Result<Summary, EngineError> {
     check_params(params)?;
     let mut ctl = open_control(target, opts)?;
+    let mut plan_warning = None;
+    let sized;
+    let params = if opts.auto_streams {
+        let (streams, warning) = streams_for_path(&ctl, params);
+        plan_warning = warning;
+        sized = TestParams {
+            streams,
+            ..params.clone()
+        };
+        &sized
+    } else {
+        params
+    };
     ctl.session
         .request_test(Instant::now(), params.clone(), Duration::from_secs(86_400));
     let mut accept = None;
@@ -397,6 +415,7 @@ pub fn run_perf(
         &ready.streams,
         (ready.rmem_max, ready.wmem_max),
     ));
+    warnings.extend(plan_warning);
     sink.setup(&Setup {
         server: target.to_string(),
         server_software: ctl.welcome.software.clone(),
@@ -445,6 +464,49 @@ fn setup_of(s: &ReadyStream) -> StreamSetup {
         mss,
         congestion,
     }
+}
+
+/// `perf -P auto`: streams enough for the window each can have at the
+/// control connection's RTT, sized for the pacing rate if given (else
+/// 10 Gbit/s); and the shortfall, if the caps keep them from it.
+fn streams_for_path(ctl: &Control, p: &TestParams) -> (u16, Option<String>) {
+    use longhaul_proto::window::{plan, BufferCaps, PathInput};
+    let info = sock::tcp_info(sock::fd_of(ctl.conn.tcp()));
+    let rtt_us = info.map_or(0, |i| {
+        if i.min_rtt_us > 0 {
+            i.min_rtt_us
+        } else {
+            i.rtt_us
+        }
+    });
+    let (local, remote) = (sock::buffer_caps(), ctl.welcome.buffers);
+    let (sender, receiver) = match p.mode {
+        Mode::Down => (remote, local),
+        Mode::Up | Mode::Bidir => (local, remote),
+    };
+    // perf leaves buffers to autotuning unless -w sets both.
+    let as_used = |c: BufferCaps| match p.window {
+        Some(w) => BufferCaps {
+            tcp_rmem_max: Some(0),
+            tcp_wmem_max: Some(0),
+            rmem_max: Some(u64::from(w).min(c.rmem_max.unwrap_or(u64::MAX))),
+            wmem_max: Some(u64::from(w).min(c.wmem_max.unwrap_or(u64::MAX))),
+        },
+        None => BufferCaps {
+            rmem_max: None,
+            wmem_max: None,
+            ..c
+        },
+    };
+    let (sender, receiver) = (as_used(sender), as_used(receiver));
+    let w = plan(&PathInput {
+        rtt_us,
+        target_bps: p.pacing_bps,
+        sender,
+        receiver,
+        streams: None,
+    });
+    (w.streams, w.shortfall(&sender, &receiver))
 }
 
 /// Data-stream socket options for one end.

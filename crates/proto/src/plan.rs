@@ -26,9 +26,12 @@ pub struct Chunk {
 
 /// Chunk size for a file when the user did not choose one: large enough
 /// that per-chunk work is noise, small enough that `streams` streams all
-/// get a share of one big file and resume loses little.
+/// get a share of one big file and resume loses little. Any count up to
+/// the automatic maximum gives the same size, so a rerun whose streams were
+/// sized differently for the path (another RTT) still resumes.
 pub fn auto_chunk_size(file_size: u64, streams: u16) -> u64 {
-    let per_stream = file_size / (u64::from(streams.max(1)) * 8);
+    let ways = streams.max(crate::window::MAX_AUTO_STREAMS);
+    let per_stream = file_size / (u64::from(ways) * 8);
     per_stream
         .next_power_of_two()
         .clamp(MIN_AUTO_CHUNK, MAX_AUTO_CHUNK)
@@ -179,7 +182,10 @@ mod tests {
     fn auto_chunk_size_is_bounded() {
         assert_eq!(auto_chunk_size(0, 4), MIN_AUTO_CHUNK);
         assert_eq!(auto_chunk_size(1 << 40, 1), MAX_AUTO_CHUNK);
-        assert_eq!(auto_chunk_size(256 << 20, 4), 8 << 20);
+        assert_eq!(auto_chunk_size(4 << 30, 4), 16 << 20);
+        // Stream counts up to the automatic maximum do not change it.
+        assert_eq!(auto_chunk_size(4 << 30, 19), auto_chunk_size(4 << 30, 32));
+        assert_eq!(auto_chunk_size(4 << 30, 64), 8 << 20);
     }
 
     fn sizes_around(chunk: u64) -> Vec<u64> {
