@@ -67,13 +67,19 @@ for r in $(seq "$ROUNDS"); do
 done
 median() { tr ' ' '\n' | grep -v -e '^$' -e NA | sort -g | awk '{ v[NR] = $1 } END { if (NR == 0) print "NA"; else if (NR % 2) print v[(NR + 1) / 2]; else printf "%.2f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 echo
-echo "| MTU | ${BINS[*]} (Gbit/s, median) |"
+if [ ${#BINS[@]} -eq 2 ]; then
+    echo "| MTU | BIN, Gbit/s (median) | OLD_BIN, Gbit/s (median) | BIN / OLD_BIN |"
+    echo "|---|---:|---:|---:|"
+else
+    echo "| MTU | BIN, Gbit/s (median) |"
+    echo "|---|---:|"
+fi
 for m in $MTUS; do
     line="| $m |"
-    for b in "${BINS[@]}"; do line="$line $(echo "${RES[$b,$m]}" | median)"; done
+    for b in "${BINS[@]}"; do line="$line $(echo "${RES[$b,$m]}" | median) |"; done
     if [ ${#BINS[@]} -eq 2 ]; then
         n=$(echo "${RES[new,$m]}" | median); o=$(echo "${RES[old,$m]}" | median)
-        line="$line (new/old $(awk -v n="$n" -v o="$o" 'BEGIN { if (o > 0) printf "%.2f", n / o; else print "NA" }'))"
+        line="$line $(awk -v n="$n" -v o="$o" 'BEGIN { if (o > 0) printf "%.2f", n / o; else print "NA" }') |"
     fi
-    echo "$line |"
+    echo "$line"
 done
