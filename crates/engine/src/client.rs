@@ -153,6 +153,21 @@ impl Control {
     /// Connects data streams to the server, all at once (each costs a round
     /// trip or two, which on a long path add up when taken one by one), and
     /// presents the token on each. `tune` sets a socket before it connects.
+    /// What sizing for the path needs: the smallest RTT this connection has
+    /// seen (microseconds, 0 if unknown), this host's buffer caps and the
+    /// server's.
+    pub(crate) fn path_facts(&self) -> (u32, sock::BufferCaps, sock::BufferCaps) {
+        let info = sock::tcp_info(sock::fd_of(self.conn.tcp()));
+        let rtt_us = info.map_or(0, |i| {
+            if i.min_rtt_us > 0 {
+                i.min_rtt_us
+            } else {
+                i.rtt_us
+            }
+        });
+        (rtt_us, sock::buffer_caps(), self.welcome.buffers)
+    }
+
     pub(crate) fn open_data_streams(
         &self,
         token: &str,
@@ -471,15 +486,7 @@ fn setup_of(s: &ReadyStream) -> StreamSetup {
 /// 10 Gbit/s); and the shortfall, if the caps keep them from it.
 fn streams_for_path(ctl: &Control, p: &TestParams) -> (u16, Option<String>) {
     use longhaul_proto::window::{plan, BufferCaps, PathInput};
-    let info = sock::tcp_info(sock::fd_of(ctl.conn.tcp()));
-    let rtt_us = info.map_or(0, |i| {
-        if i.min_rtt_us > 0 {
-            i.min_rtt_us
-        } else {
-            i.rtt_us
-        }
-    });
-    let (local, remote) = (sock::buffer_caps(), ctl.welcome.buffers);
+    let (rtt_us, local, remote) = ctl.path_facts();
     let (sender, receiver) = match p.mode {
         Mode::Down => (remote, local),
         Mode::Up | Mode::Bidir => (local, remote),

@@ -134,30 +134,36 @@ impl WindowPlan {
         }
         // A window per stream that would carry the target over these streams.
         let need_window = self.bdp() / u64::from(self.streams.max(1));
-        let (who, fix) = match self.bound {
-            Bound::SendBuffer => {
-                let buf = (need_window as f64 / SEND_BUFFER_USE) as u64;
-                let now = sender
-                    .wmem_max
-                    .unwrap_or(0)
-                    .max(sender.tcp_wmem_max.unwrap_or(0));
-                (
-                    format!("the sender's send buffer ({} allowed: net.core.wmem_max / net.ipv4.tcp_wmem)", crate::units::format_bytes(now)),
-                    format!("on the sender: sysctl -w net.core.wmem_max={buf} net.ipv4.tcp_wmem='4096 65536 {buf}'"),
-                )
-            }
-            Bound::ReceiveBuffer => {
-                let buf = (need_window as f64 / RECV_BUFFER_USE) as u64;
-                let now = receiver
-                    .rmem_max
-                    .unwrap_or(0)
-                    .max(receiver.tcp_rmem_max.unwrap_or(0));
-                (
-                    format!("the receiver's receive buffer ({} allowed: net.core.rmem_max / net.ipv4.tcp_rmem)", crate::units::format_bytes(now)),
-                    format!("on the receiver: sysctl -w net.core.rmem_max={buf} net.ipv4.tcp_rmem='4096 131072 {buf}'"),
-                )
-            }
+        // The side, its buffer, the share of it in flight, its two caps and sysctl names.
+        let (side, what, share, core, tcp, x, default) = match self.bound {
+            Bound::SendBuffer => (
+                "sender",
+                "send",
+                SEND_BUFFER_USE,
+                sender.wmem_max,
+                sender.tcp_wmem_max,
+                'w',
+                65536,
+            ),
+            Bound::ReceiveBuffer => (
+                "receiver",
+                "receive",
+                RECV_BUFFER_USE,
+                receiver.rmem_max,
+                receiver.tcp_rmem_max,
+                'r',
+                131072,
+            ),
         };
+        let buf = (need_window as f64 / share) as u64;
+        let now = core.unwrap_or(0).max(tcp.unwrap_or(0));
+        let who = format!(
+            "the {side}'s {what} buffer ({} allowed: net.core.{x}mem_max / net.ipv4.tcp_{x}mem)",
+            crate::units::format_bytes(now)
+        );
+        let fix = format!(
+            "on the {side}: sysctl -w net.core.{x}mem_max={buf} net.ipv4.tcp_{x}mem='4096 {default} {buf}'"
+        );
         Some(format!(
             "window-limited: at RTT {:.1} ms each stream carries at most {} ({} in flight, bound by {who}); {} stream(s) reach {} of the {} sized for. Use more streams (-P) or {fix}",
             f64::from(self.rtt_us) / 1e3,

@@ -237,15 +237,7 @@ fn size_for_path(
 ) -> Result<(PathTuning, StreamTuning, Vec<String>), EngineError> {
     use crate::sock;
     use longhaul_proto::window::{plan, PathInput};
-    let info = sock::tcp_info(sock::fd_of(ctl.conn.tcp()));
-    let rtt_us = info.map_or(0, |i| {
-        if i.min_rtt_us > 0 {
-            i.min_rtt_us
-        } else {
-            i.rtt_us
-        }
-    });
-    let (local, remote) = (sock::buffer_caps(), ctl.welcome.buffers);
+    let (rtt_us, local, remote) = ctl.path_facts();
     let (sender, receiver) = if push {
         (local, remote)
     } else {
