@@ -175,18 +175,17 @@ impl Control {
         opts: &ClientOptions,
         tune: impl Fn(&socket2::Socket, Direction) -> std::io::Result<()> + Sync,
     ) -> Result<Vec<Box<dyn conn::Stream>>, EngineError> {
-        let dialer = Dialer {
-            peer: self.peer,
-            tls: self.tls.clone(),
-            version: self.welcome.version,
-        };
+        let dialer = self.dialer();
+        let version = self.welcome.version;
         let (dialer, tune) = (&dialer, &tune);
         std::thread::scope(|scope| {
             let pending: Vec<_> = which
                 .iter()
                 .map(|&(direction, stream)| {
                     scope.spawn(move || {
-                        dialer.open(token, stream, direction, opts, |s| tune(s, direction))
+                        let mut s = dialer.dial(opts, |s| tune(s, direction))?;
+                        present(&mut s, version, token, stream, direction)?;
+                        Ok(s)
                     })
                 })
                 .collect();
@@ -202,25 +201,23 @@ impl Control {
     }
 }
 
-/// What a data stream needs of the control connection: where, how, which version.
-struct Dialer {
+/// What a data stream needs of the control connection: where and how.
+#[derive(Clone)]
+pub(crate) struct Dialer {
     peer: SocketAddr,
     tls: Option<Arc<crate::tls::ClientTls>>,
-    version: u16,
 }
 
 impl Dialer {
-    /// Connects one data stream to the server and presents the token.
-    fn open(
+    /// Connects a data stream to the server (TCP, then TLS unless
+    /// plaintext); it joins a transfer once [`present`]ed.
+    pub(crate) fn dial(
         &self,
-        token: &str,
-        stream: u16,
-        direction: Direction,
         opts: &ClientOptions,
         tune: impl Fn(&socket2::Socket) -> std::io::Result<()>,
     ) -> Result<Box<dyn conn::Stream>, EngineError> {
         let tcp = conn::connect(&[self.peer], opts.connect_timeout, tune)?;
-        let mut tcp: Box<dyn conn::Stream> = match &self.tls {
+        Ok(match &self.tls {
             Some(t) => {
                 let _ = tcp.set_read_timeout(Some(opts.handshake_timeout));
                 let s = t.connect(tcp)?;
@@ -228,33 +225,49 @@ impl Dialer {
                 s
             }
             None => Box::new(tcp),
-        };
-        let mut hello = MAGIC.to_vec();
-        Message::Hello(Hello {
-            min_version: self.version,
-            max_version: self.version,
-            software: crate::software(),
-            role: Role::Data {
-                token: token.to_string(),
-                stream,
-                direction,
-            },
-            token: None,
         })
-        .encode(&mut hello)?;
-        tcp.write_all(&hello)
-            .and_then(|()| tcp.flush())
-            .map_err(|e| {
-                EngineError::io(
-                    format!("failed to open data stream {stream} to {}", self.peer),
-                    e,
-                )
-            })?;
-        Ok(tcp)
     }
 }
 
+/// Presents a dialed data stream's token: it is stream `stream` of the
+/// transfer or test the token names (the server does not answer).
+pub(crate) fn present(
+    s: &mut Box<dyn conn::Stream>,
+    version: u16,
+    token: &str,
+    stream: u16,
+    direction: Direction,
+) -> Result<(), EngineError> {
+    let mut hello = MAGIC.to_vec();
+    Message::Hello(Hello {
+        min_version: version,
+        max_version: version,
+        software: crate::software(),
+        role: Role::Data {
+            token: token.to_string(),
+            stream,
+            direction,
+        },
+        token: None,
+    })
+    .encode(&mut hello)?;
+    s.write_all(&hello).and_then(|()| s.flush()).map_err(|e| {
+        let peer = s
+            .tcp()
+            .peer_addr()
+            .map_or_else(|_| "the server".into(), |a| a.to_string());
+        EngineError::io(format!("failed to open data stream {stream} to {peer}"), e)
+    })
+}
+
 impl Control {
+    pub(crate) fn dialer(&self) -> Dialer {
+        Dialer {
+            peer: self.peer,
+            tls: self.tls.clone(),
+        }
+    }
+
     fn flush(&mut self) -> Result<(), EngineError> {
         while let Some(m) = self.session.poll_transmit() {
             self.conn.send(&m)?;
@@ -290,20 +303,44 @@ impl Control {
 }
 
 pub(crate) fn open_control(target: &str, opts: &ClientOptions) -> Result<Control, EngineError> {
+    open_control_early(target, opts, |_, _| ()).map(|(c, ())| c)
+}
+
+/// [`open_control`], calling `early` with a dialer and the RTT of the TCP
+/// handshake as soon as the control connection is up, so that data streams
+/// can connect while the control handshake goes on.
+pub(crate) fn open_control_early<T>(
+    target: &str,
+    opts: &ClientOptions,
+    early: impl FnOnce(&Dialer, u32) -> T,
+) -> Result<(Control, T), EngineError> {
     let addrs = conn::resolve(target, DEFAULT_PORT)?;
     let tcp = conn::connect(&addrs, opts.connect_timeout, |s| s.set_nodelay(true))?;
     let peer = tcp
         .peer_addr()
         .map_err(|e| EngineError::io("failed to read the peer address".into(), e))?;
-    let (mut stream, tls): (Box<dyn conn::Stream>, _) = if opts.security.plaintext {
-        (Box::new(tcp), None)
+    let tls = if opts.security.plaintext {
+        None
     } else {
-        let t = Arc::new(crate::tls::ClientTls::new(
+        Some(Arc::new(crate::tls::ClientTls::new(
             &opts.security.trust,
             &host_key(target),
-        )?);
-        let _ = tcp.set_read_timeout(Some(opts.handshake_timeout));
-        (t.connect(tcp)?, Some(t))
+        )?))
+    };
+    let rtt_us = sock::tcp_info(sock::fd_of(&tcp)).map_or(0, |i| i.min_rtt_us);
+    let early = early(
+        &Dialer {
+            peer,
+            tls: tls.clone(),
+        },
+        rtt_us,
+    );
+    let mut stream: Box<dyn conn::Stream> = match &tls {
+        None => Box::new(tcp),
+        Some(t) => {
+            let _ = tcp.set_read_timeout(Some(opts.handshake_timeout));
+            t.connect(tcp)?
+        }
     };
     stream
         .write_all(&MAGIC)
@@ -342,7 +379,7 @@ pub(crate) fn open_control(target: &str, opts: &ClientOptions) -> Result<Control
         other => other,
     })?;
     c.welcome = welcome.expect("set by expect");
-    Ok(c)
+    Ok((c, early))
 }
 
 /// Connects to `target` only to read the fingerprint of the certificate it

@@ -15,7 +15,7 @@ use super::beneath::Anchor;
 use super::sink::{into_dir, run_sink, SinkConfig};
 use super::source::{run_source, SourceConfig};
 use super::storage::{Direct, Local, Storage};
-use crate::client::{open_control, ClientOptions, Control};
+use crate::client::{open_control, open_control_early, present, ClientOptions, Control, Dialer};
 use crate::EngineError;
 
 /// What `cp` was asked to do.
@@ -214,17 +214,106 @@ pub fn cp(o: &CpOptions) -> Result<CpSummary, EngineError> {
 fn open_streams(
     ctl: &Control,
     token: &str,
+    which: &[(Direction, u16)],
+    tuning: &StreamTuning,
+    o: &ClientOptions,
+) -> Result<Vec<Box<dyn crate::conn::Stream>>, EngineError> {
+    // Set before connecting, so the window scale covers the buffer.
+    let sending = which.first().is_some_and(|w| w.0 == Direction::Up);
+    ctl.open_data_streams(token, which, o, |s, _| {
+        s.set_nodelay(false)?;
+        crate::sock::tune_data_stream(s.as_fd(), tuning, sending).map(|_| ())
+    })
+}
+
+/// Data streams dialed while the control handshake goes on: connected (TCP,
+/// TLS) but not yet presented.
+type EarlyStreams = Vec<std::thread::JoinHandle<Result<Box<dyn crate::conn::Stream>, EngineError>>>;
+
+/// Dials the streams a first plan wants (the RTT of the control
+/// connection's TCP handshake, the server's caps taken to be this host's),
+/// so that their TCP and TLS handshakes overlap the control handshake: two
+/// round trips less before the first byte. This side's socket settings
+/// depend only on this host's caps, so they are final; the count may not
+/// be, and [`attach_streams`] adds or drops streams.
+fn dial_early(o: &CpOptions, push: bool, dialer: &Dialer, rtt_us: u32) -> EarlyStreams {
+    use longhaul_proto::window::{plan, PathInput};
+    let local = crate::sock::buffer_caps();
+    let guess = plan(&PathInput {
+        rtt_us,
+        target_bps: o.rate,
+        sender: local,
+        receiver: local,
+        streams: o.streams,
+    });
+    let tuning = StreamTuning {
+        congestion: congestion_for(o, push).ok().flatten(),
+        send_buffer: guess.send_buffer.to_set(),
+        receive_buffer: guess.receive_buffer.to_set(),
+        pacing: None,
+    };
+    (0..guess.streams)
+        .map(|_| {
+            let (d, t, opts) = (dialer.clone(), tuning.clone(), o.client.clone());
+            std::thread::spawn(move || {
+                d.dial(&opts, |s| {
+                    s.set_nodelay(false)?;
+                    crate::sock::tune_data_stream(s.as_fd(), &t, push).map(|_| ())
+                })
+            })
+        })
+        .collect()
+}
+
+/// The data streams of a transfer: the early ones that connected, presented
+/// as streams 0, 1, ...; more dialed if the final plan wants more, the rest
+/// closed; each paced if the plan says so.
+fn attach_streams(
+    ctl: &Control,
+    early: EarlyStreams,
+    token: &str,
     n: u16,
     direction: Direction,
     tuning: &StreamTuning,
     o: &ClientOptions,
 ) -> Result<Vec<Box<dyn crate::conn::Stream>>, EngineError> {
-    // Set before connecting, so the window scale covers the buffer.
-    let sending = direction == Direction::Up;
-    let which: Vec<(Direction, u16)> = (0..n).map(|i| (direction, i)).collect();
-    ctl.open_data_streams(token, &which, o, |s, _| {
-        s.set_nodelay(false)?;
-        crate::sock::tune_data_stream(s.as_fd(), tuning, sending).map(|_| ())
+    let mut data: Vec<Box<dyn crate::conn::Stream>> = early
+        .into_iter()
+        .filter_map(|h| h.join().ok()?.ok())
+        .take(usize::from(n))
+        .collect();
+    for (i, s) in data.iter_mut().enumerate() {
+        present(s, ctl.welcome.version, token, i as u16, direction)?;
+    }
+    let which: Vec<(Direction, u16)> = (data.len() as u16..n).map(|i| (direction, i)).collect();
+    if !which.is_empty() {
+        data.extend(open_streams(ctl, token, &which, tuning, o)?);
+    }
+    if let (Some(rate), Direction::Up) = (tuning.pacing, direction) {
+        for s in &data {
+            crate::sock::set_pacing(crate::sock::fd_of(s.tcp()), rate)
+                .map_err(|e| EngineError::io("failed to pace a data stream".into(), e))?;
+        }
+    }
+    Ok(data)
+}
+
+/// The sending side's congestion control: `--cc`, else BBR where the
+/// sender has it (asked of the server on a pull).
+fn congestion_for(o: &CpOptions, push: bool) -> Result<Option<String>, EngineError> {
+    use crate::sock;
+    Ok(match &o.congestion {
+        Some(cc) => {
+            if push {
+                sock::check_congestion(cc).map_err(EngineError::Usage)?;
+            }
+            Some(cc.clone())
+        }
+        // BBR holds its rate through random loss where CUBIC backs off.
+        None if !push || sock::available_congestion().iter().any(|c| c == "bbr") => {
+            Some("bbr".to_string())
+        }
+        None => None,
     })
 }
 
@@ -235,7 +324,6 @@ fn size_for_path(
     ctl: &Control,
     push: bool,
 ) -> Result<(PathTuning, StreamTuning, Vec<String>), EngineError> {
-    use crate::sock;
     use longhaul_proto::window::{plan, PathInput};
     let (rtt_us, local, remote) = ctl.path_facts();
     let (sender, receiver) = if push {
@@ -250,19 +338,7 @@ fn size_for_path(
         receiver,
         streams: o.streams,
     });
-    let congestion = match &o.congestion {
-        Some(cc) => {
-            if push {
-                sock::check_congestion(cc).map_err(EngineError::Usage)?;
-            }
-            Some(cc.clone())
-        }
-        // BBR holds its rate through random loss where CUBIC backs off.
-        None if !push || sock::available_congestion().iter().any(|c| c == "bbr") => {
-            Some("bbr".to_string())
-        }
-        None => None,
-    };
+    let congestion = congestion_for(o, push)?;
     // Each stream paced to a little over its share: bursts above the
     // bottleneck's rate are what overflow its queue.
     let pacing = o
@@ -313,8 +389,10 @@ fn cp_once(
     let (host, export) = match plan {
         Plan::Push { host, export, .. } | Plan::Pull { host, export, .. } => (host, export),
     };
-    let mut ctl = open_control(host, &o.client)?;
-    let (mut path, tuning, warnings) = size_for_path(o, &ctl, matches!(plan, Plan::Push { .. }))?;
+    let push = matches!(plan, Plan::Push { .. });
+    let (mut ctl, early) =
+        open_control_early(host, &o.client, |d, rtt_us| dial_early(o, push, d, rtt_us))?;
+    let (mut path, tuning, warnings) = size_for_path(o, &ctl, push)?;
     let streams = path.window.streams;
     let storage: Arc<dyn Storage> = if o.direct {
         Arc::new(Direct)
@@ -353,7 +431,15 @@ fn cp_once(
             }
             req.dest = dest.clone();
             let token = request(&mut ctl, req, &o.client)?;
-            let data = open_streams(&ctl, &token, streams, Direction::Up, &tuning, &o.client)?;
+            let data = attach_streams(
+                &ctl,
+                early,
+                &token,
+                streams,
+                Direction::Up,
+                &tuning,
+                &o.client,
+            )?;
             if let Some(first) = data.first() {
                 path.congestion = crate::sock::congestion(crate::sock::fd_of(first.tcp()));
             }
@@ -412,7 +498,15 @@ fn cp_once(
             let anchor = Anchor::open(&root)?;
             let dest = &dest;
             let token = request(&mut ctl, req, &o.client)?;
-            let data = open_streams(&ctl, &token, streams, Direction::Down, &tuning, &o.client)?;
+            let data = attach_streams(
+                &ctl,
+                early,
+                &token,
+                streams,
+                Direction::Down,
+                &tuning,
+                &o.client,
+            )?;
             let r = run_sink(
                 &mut ctl.conn,
                 data,
