@@ -114,8 +114,18 @@ pub fn tune_data_stream(
             sock.set_send_buffer_size(usize::try_from(b).unwrap_or(usize::MAX))?;
         }
         if let Some(cc) = &t.congestion {
-            if let Err(e) = set_congestion(fd, cc) {
-                tracing::warn!("{e}; keeping {}", congestion(fd));
+            // Only one the kernel already has: a name it lacks would make a
+            // privileged process load the module `tcp_NAME`, on a peer's word.
+            if available_congestion().iter().any(|c| c == cc) {
+                if let Err(e) = set_congestion(fd, cc) {
+                    tracing::warn!("{e}; keeping {}", congestion(fd));
+                }
+            } else {
+                tracing::warn!(
+                    "congestion control '{}' is not available here; keeping {}",
+                    cc.escape_debug(),
+                    congestion(fd)
+                );
             }
         }
         if let Some(rate) = t.pacing {
