@@ -340,6 +340,7 @@ impl Harness {
                 software: text.clone(),
                 host: text,
                 buffers: Default::default(),
+                max_streams: None,
             })),
             Phase::Idle if b % 2 == 0 => Some(Act::RequestTest(
                 p.build(),
@@ -554,6 +555,7 @@ fuzz_target!(|input: Input| {
                 software,
                 host,
                 buffers: Default::default(),
+                max_streams: None,
             })),
             Op::Accept {
                 test_id,

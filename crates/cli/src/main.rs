@@ -261,6 +261,15 @@ fn stream_count(s: &str) -> Result<StreamCount, String> {
 fn size(s: &str) -> Result<u64, String> {
     units::parse_size(s).map_err(|e| e.to_string())
 }
+/// `cp --rate`: a path's rate, at least 1 Mbit/s (each stream is paced to its share).
+fn path_rate(s: &str) -> Result<u64, String> {
+    match rate(s)? {
+        r if r < 1_000_000 => Err(format!(
+            "{s} is below 1 Mbit/s: give the path's rate, e.g. 10gbit"
+        )),
+        r => Ok(r),
+    }
+}
 fn rate(s: &str) -> Result<u64, String> {
     units::parse_rate(s).map_err(|e| e.to_string())
 }
@@ -363,7 +372,7 @@ struct CpArgs {
     streams: Option<u16>,
     /// The path's rate if known, e.g. 10gbit: streams are sized for it (default 10 Gbit/s)
     /// and each is paced to its share (SO_MAX_PACING_RATE).
-    #[arg(long, value_parser = rate)]
+    #[arg(long, value_parser = path_rate)]
     rate: Option<u64>,
     /// Congestion control of the sending side (default: bbr where the sender has it).
     #[arg(long = "cc", value_name = "NAME")]

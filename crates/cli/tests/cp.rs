@@ -1314,3 +1314,44 @@ fn sync_mirrors_and_deletes_only_what_the_source_listed() {
     );
     s.shutdown();
 }
+
+#[test]
+fn streams_sized_for_the_path_stay_within_the_servers_limit() {
+    let t = TempDir::new("max-streams");
+    let src = t.path().join("f.bin");
+    write_random(&src, 1 << 20, 7);
+    let exp = t.dir("export");
+    let s = Server::bind(
+        &[SocketAddr::from(([127, 0, 0, 1], 0))],
+        ServeConfig {
+            exports: vec![export("data", &exp, false)],
+            storage: Arc::new(Local),
+            sync_files: false,
+            state_dir: common::prepare_state(&t.dir("state")),
+            limits: longhaul_proto::session::Limits {
+                max_streams: 2,
+                ..Default::default()
+            },
+            ..ServeConfig::default()
+        },
+    )
+    .expect("bind loopback")
+    .spawn();
+    // The automatic count (4 at least) is clamped to the server's 2.
+    let v = cp_ok(&[src.to_str().unwrap(), &remote(s.addr(), "")]);
+    assert_eq!(v["streams"], 2, "{v}");
+    assert_same_file(&src, &exp.join("f.bin"));
+    // A count the user fixed is not: the server says why.
+    let o = longhaul(&[
+        "cp",
+        "-P",
+        "3",
+        src.to_str().unwrap(),
+        &remote(s.addr(), "g"),
+    ]);
+    assert!(!o.status.success());
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("stream"),
+        "{o:?}"
+    );
+}

@@ -361,6 +361,7 @@ pub(crate) fn open_control_early<T>(
             software: String::new(),
             host: String::new(),
             buffers: Default::default(),
+            max_streams: None,
         },
     };
     let mut welcome = None;
@@ -550,7 +551,10 @@ fn streams_for_path(ctl: &Control, p: &TestParams) -> (u16, Option<String>) {
         receiver,
         streams: None,
     });
-    (w.streams, w.shortfall(&sender, &receiver))
+    let streams = w
+        .streams
+        .min(ctl.welcome.max_streams.unwrap_or(u16::MAX).max(1));
+    (streams, w.shortfall(&sender, &receiver))
 }
 
 /// Data-stream socket options for one end.

@@ -51,6 +51,10 @@ pub struct Welcome {
     /// The server's socket-buffer caps, so a client can size a transfer.
     #[serde(default)]
     pub buffers: crate::window::BufferCaps,
+    /// The most data streams the server allows a test or transfer
+    /// (`--max-streams`), so a client sizing for the path stays within it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_streams: Option<u16>,
 }
 
 /// Why a peer refused a request or closed a session.

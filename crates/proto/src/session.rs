@@ -289,6 +289,7 @@ impl ServerSession {
                             software: self.cfg.software.clone(),
                             host: self.cfg.host.clone(),
                             buffers: self.cfg.buffers,
+                            max_streams: Some(self.cfg.limits.max_streams),
                         }));
                         self.state = S::AwaitRequest;
                         self.deadline = Some(deadline(now, self.cfg.limits.idle_timeout));

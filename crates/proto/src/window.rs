@@ -123,7 +123,7 @@ pub struct WindowPlan {
 impl WindowPlan {
     /// The bandwidth-delay product of the target, bytes.
     pub fn bdp(&self) -> u64 {
-        (self.target_bps as f64 / 8.0 * f64::from(self.rtt_us) / 1e6) as u64
+        (self.target_bps as f64 / 8.0 * f64::from(self.rtt_us.max(100)) / 1e6) as u64
     }
 
     /// Says what bounds the transfer when the streams cannot reach the
@@ -165,7 +165,7 @@ impl WindowPlan {
             "on the {side}: sysctl -w net.core.{x}mem_max={buf} net.ipv4.tcp_{x}mem='4096 {default} {buf}'"
         );
         Some(format!(
-            "window-limited: at RTT {:.1} ms each stream carries at most {} ({} in flight, bound by {who}); {} stream(s) reach {} of the {} sized for. Use more streams (-P) or {fix}",
+            "window-limited: at RTT {:.2} ms each stream carries at most {} ({} in flight, bound by {who}); {} stream(s) reach {} of the {} sized for. Use more streams (-P) or {fix}",
             f64::from(self.rtt_us) / 1e3,
             crate::units::format_rate(self.stream_ceiling_bps),
             crate::units::format_bytes(self.stream_window),

@@ -604,6 +604,7 @@ fn client_refuses_a_welcome_in_a_version_it_does_not_speak() {
         software: "longhaul from the future".into(),
         host: "server.test".into(),
         buffers: Default::default(),
+        max_streams: None,
     }));
     pair.drive();
     assert_eq!(pair.client_error_code(), Some(RefuseCode::Version));
@@ -927,6 +928,7 @@ fn unexpected_message_is_a_protocol_refusal() {
                 software: "x".into(),
                 host: "y".into(),
                 buffers: Default::default(),
+                max_streams: None,
             }),
             "AwaitRequest",
         ),

@@ -331,13 +331,18 @@ fn size_for_path(
     } else {
         (remote, local)
     };
-    let window = plan(&PathInput {
+    let mut window = plan(&PathInput {
         rtt_us,
         target_bps: o.rate,
         sender,
         receiver,
         streams: o.streams,
     });
+    // Within the server's --max-streams when the count was ours to choose.
+    if let (true, Some(max)) = (window.auto_streams, ctl.welcome.max_streams) {
+        window.streams = window.streams.min(max.max(1));
+        window.ceiling_bps = window.stream_ceiling_bps * f64::from(window.streams);
+    }
     let congestion = congestion_for(o, push)?;
     // Each stream paced to a little over its share: bursts above the
     // bottleneck's rate are what overflow its queue.
