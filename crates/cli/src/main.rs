@@ -60,6 +60,55 @@ enum Command {
     Token(TokenArgs),
     /// Emulated WAN between two network namespaces (delay, jitter, loss, rate, outages).
     Wan(WanArgs),
+    /// Benchmarks: `bench disk PATH` measures a directory's storage.
+    Bench(BenchArgs),
+}
+
+#[derive(Args)]
+struct BenchArgs {
+    #[command(subcommand)]
+    command: BenchCommand,
+}
+
+#[derive(Subcommand)]
+enum BenchCommand {
+    /// Sequential write and read of one file (block size, threads, O_DIRECT or
+    /// buffered), then small files created and read back as a transfer of many
+    /// small files does. Everything made is removed again.
+    Disk(DiskArgs),
+}
+
+#[derive(Args)]
+struct DiskArgs {
+    /// A directory on the storage to measure.
+    path: PathBuf,
+    /// Size of the sequential test file.
+    #[arg(short, long, default_value = "1G", value_parser = size)]
+    size: u64,
+    /// Bytes per request.
+    #[arg(long = "bs", default_value = "1M", value_parser = size)]
+    block_size: u64,
+    /// Threads for the sequential tests, each with one request in flight (the queue depth).
+    #[arg(short, long, default_value_t = 1)]
+    threads: usize,
+    /// Go through the page cache (writes end with fdatasync; reads drop the cache first).
+    /// Default: O_DIRECT where the file system takes it.
+    #[arg(long)]
+    buffered: bool,
+    /// Small files to create and read back (0: none).
+    #[arg(long, default_value_t = 2000)]
+    files: u64,
+    /// Size of each small file.
+    #[arg(long, default_value = "16K", value_parser = size)]
+    file_size: u64,
+    /// Each test stops after this long even if it has not done its size.
+    #[arg(long, default_value = "10s", value_parser = duration)]
+    time: Duration,
+    /// Only these sequential tests: `write`, `read` (read needs the write to make its file).
+    #[arg(long, value_delimiter = ',', value_parser = ["write", "read"])]
+    only: Vec<String>,
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Args)]
@@ -731,6 +780,9 @@ fn main() {
         Command::Trust(a) => trust(a),
         Command::Token(a) => token(a),
         Command::Wan(a) => wan(a),
+        Command::Bench(a) => match a.command {
+            BenchCommand::Disk(d) => bench_disk(d),
+        },
     };
     std::process::exit(code);
 }
@@ -1206,6 +1258,37 @@ fn ls(a: LsArgs) -> i32 {
                     };
                     println!("{kind} {:04o} {:>14} {}", e.mode, e.size, e.name);
                 }
+            }
+            exit::OK
+        }
+        Err(e) => {
+            let f = Failure::from(e);
+            eprintln!("longhaul: error: {}", f.message);
+            f.code
+        }
+    }
+}
+
+fn bench_disk(a: DiskArgs) -> i32 {
+    let only = |t: &str| a.only.is_empty() || a.only.iter().any(|o| o == t);
+    let b = longhaul_engine::disk::DiskBench {
+        file_size: a.size,
+        block_size: usize::try_from(a.block_size).unwrap_or(usize::MAX),
+        threads: a.threads,
+        direct: !a.buffered,
+        files: a.files,
+        small_file_size: a.file_size,
+        time_limit: a.time,
+        write: only("write"),
+        read: only("read"),
+        ..longhaul_engine::disk::DiskBench::new(a.path)
+    };
+    match longhaul_engine::disk::run(&b) {
+        Ok(r) => {
+            if a.json {
+                println!("{}", serde_json::to_string_pretty(&r).unwrap_or_default());
+            } else {
+                output::print_disk(&r);
             }
             exit::OK
         }

@@ -328,3 +328,50 @@ impl JsonStream {
         line("error", json!({"message": message, "exit_code": code}));
     }
 }
+
+/// `bench disk`, for people.
+pub fn print_disk(r: &longhaul_proto::disk::DiskReport) {
+    use longhaul_proto::units::format_bytes;
+    println!(
+        "{} ({}): {}, {} requests, {} thread{}, {} file",
+        r.path,
+        r.filesystem,
+        if r.direct { "O_DIRECT" } else { "buffered" },
+        format_bytes(r.block_size),
+        r.threads,
+        if r.threads == 1 { "" } else { "s" },
+        format_bytes(r.file_size)
+    );
+    let seq = |name: &str, s: &longhaul_proto::disk::SeqResult| {
+        println!(
+            "  {name:<18} {:>8.3} GB/s  ({} in {:.2} s)",
+            s.bytes_per_second / 1e9,
+            format_bytes(s.bytes),
+            s.seconds
+        );
+    };
+    let files = |name: &str, f: &longhaul_proto::disk::FilesResult| {
+        println!(
+            "  {name:<18} {:>8.0} files/s  ({} files of {} in {:.2} s)",
+            f.files_per_second,
+            f.files,
+            format_bytes(f.file_size),
+            f.seconds
+        );
+    };
+    if let Some(w) = &r.write {
+        seq("sequential write", w);
+    }
+    if let Some(rd) = &r.read {
+        seq("sequential read", rd);
+    }
+    if let Some(c) = &r.create {
+        files("small-file create", c);
+    }
+    if let Some(c) = &r.small_read {
+        files("small-file read", c);
+    }
+    for w in &r.warnings {
+        println!("warning: {w}");
+    }
+}

@@ -9,6 +9,7 @@
 //! no files and reads no clock: time is passed in. `docs/PROTOCOL.md`
 //! describes the bytes.
 
+pub mod disk;
 pub mod frame;
 pub mod msg;
 pub mod plan;
