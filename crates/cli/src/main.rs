@@ -62,6 +62,39 @@ enum Command {
     Wan(WanArgs),
     /// Benchmarks: `bench disk PATH` measures a directory's storage.
     Bench(BenchArgs),
+    /// Find what limits transfers: with no argument, audit this host's settings; with
+    /// HOST:EXPORT/path (or longhaul://HOST/EXPORT/path), measure the whole path (RTT idle
+    /// and loaded, memory to memory both ways, both hosts' settings and storage, a short
+    /// copy) and name the stage that limits it, with the fix.
+    Doctor(DoctorArgs),
+}
+
+#[derive(Args)]
+struct DoctorArgs {
+    /// The server and a writable place on it: HOST:EXPORT/path or longhaul://HOST[:PORT]/EXPORT/path.
+    remote: Option<String>,
+    /// What you will send (a file or a tree on this host): its storage is measured as the
+    /// source, and its mean file size sizes the small-file (metadata) stage.
+    #[arg(long)]
+    source: Option<PathBuf>,
+    /// Judge a pull (the server is the source, this host the destination).
+    #[arg(long)]
+    pull: bool,
+    /// The path's rate, if known (judges the buffer settings against it), e.g. 10G.
+    #[arg(long, value_parser = path_rate)]
+    rate: Option<u64>,
+    /// Seconds of each memory-to-memory test (one each way).
+    #[arg(long, default_value = "3s", value_parser = duration)]
+    time: Duration,
+    /// Skip the short file-to-file copy.
+    #[arg(long)]
+    no_copy: bool,
+    #[arg(long)]
+    json: bool,
+    #[arg(long, default_value = "5s", value_parser = duration)]
+    connect_timeout: Duration,
+    #[command(flatten)]
+    security: SecurityArgs,
 }
 
 #[derive(Args)]
@@ -780,6 +813,7 @@ fn main() {
         Command::Trust(a) => trust(a),
         Command::Token(a) => token(a),
         Command::Wan(a) => wan(a),
+        Command::Doctor(a) => doctor(a),
         Command::Bench(a) => match a.command {
             BenchCommand::Disk(d) => bench_disk(d),
         },
@@ -1258,6 +1292,63 @@ fn ls(a: LsArgs) -> i32 {
                     };
                     println!("{kind} {:04o} {:>14} {}", e.mode, e.size, e.name);
                 }
+            }
+            exit::OK
+        }
+        Err(e) => {
+            let f = Failure::from(e);
+            eprintln!("longhaul: error: {}", f.message);
+            f.code
+        }
+    }
+}
+
+fn doctor(a: DoctorArgs) -> i32 {
+    use longhaul_engine::doctor;
+    let o = doctor::DoctorOptions {
+        perf_time: a.time,
+        source: a.source.clone(),
+        pull: a.pull,
+        target_bps: a.rate,
+        no_copy: a.no_copy,
+    };
+    let report = match &a.remote {
+        None => Ok(doctor::local(&o)),
+        Some(r) => {
+            let Some(remote) = longhaul_proto::xfer::parse_remote(r) else {
+                eprintln!(
+                    "longhaul: error: '{r}' is not remote: name it HOST:EXPORT/path or longhaul://HOST/EXPORT/path"
+                );
+                return exit::USAGE;
+            };
+            let security = match a.security.security() {
+                Ok(s) => s,
+                Err(f) => {
+                    eprintln!("longhaul: error: {}", f.message);
+                    return f.code;
+                }
+            };
+            let opts = ClientOptions {
+                connect_timeout: a.connect_timeout,
+                security,
+                ..ClientOptions::default()
+            };
+            if !a.json {
+                eprintln!(
+                    "measuring the path to {} (about {} s)...",
+                    remote.host,
+                    (a.time.as_secs_f64() * 2.0 + 8.0).round()
+                );
+            }
+            doctor::remote(&remote.host, &remote.export, &remote.path, &opts, &o)
+        }
+    };
+    match report {
+        Ok(r) => {
+            if a.json {
+                println!("{}", serde_json::to_string_pretty(&r).unwrap_or_default());
+            } else {
+                output::print_doctor(&r);
             }
             exit::OK
         }

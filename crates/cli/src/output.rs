@@ -375,3 +375,117 @@ pub fn print_disk(r: &longhaul_proto::disk::DiskReport) {
         println!("warning: {w}");
     }
 }
+
+/// `doctor`, for people.
+pub fn print_doctor(r: &longhaul_engine::doctor::DoctorReport) {
+    use longhaul_proto::units::{format_bytes, format_rate};
+    let host = |who: &str, h: &longhaul_proto::doctor::HostSettings| {
+        println!(
+            "{who} {} (Linux {}): {} of {} CPUs usable, {} NUMA node(s), governor {}; cc {}, qdisc {}{}",
+            h.hostname,
+            h.kernel,
+            h.cpus_usable,
+            h.cpus,
+            h.numa_nodes,
+            h.governor.as_deref().unwrap_or("none"),
+            h.congestion_control,
+            h.qdisc.as_deref().unwrap_or(&h.default_qdisc),
+            match (&h.interface, h.mtu) {
+                (Some(i), Some(m)) => format!(", via {i} (MTU {m})"),
+                _ => String::new(),
+            }
+        );
+        println!(
+            "    buffers: rmem_max {} wmem_max {} tcp_rmem max {} tcp_wmem max {}; AES-GCM {:.2} GB/s a core",
+            h.buffers.rmem_max.map_or("?".into(), format_bytes),
+            h.buffers.wmem_max.map_or("?".into(), format_bytes),
+            h.buffers.tcp_rmem_max.map_or("?".into(), format_bytes),
+            h.buffers.tcp_wmem_max.map_or("?".into(), format_bytes),
+            h.cipher_bytes_per_core / 1e9
+        );
+    };
+    host("local ", &r.local);
+    if let Some(h) = &r.remote {
+        host("remote", h);
+    }
+    if let Some(rtt) = r.rtt_idle_us {
+        println!(
+            "RTT {:.2} ms idle, {} under load",
+            f64::from(rtt) / 1000.0,
+            r.rtt_loaded_us
+                .map_or("?".into(), |l| format!("{:.2} ms", f64::from(l) / 1000.0))
+        );
+    }
+    for (name, p) in [("upload  ", &r.upload), ("download", &r.download)] {
+        if let Some(p) = p {
+            println!(
+                "{name} {:>12} over {} streams, {} retransmits ({:.1e} of segments), sender CPU {:.0}%, receiver {:.0}%, limited by {:?}",
+                format_rate(p.bits_per_second),
+                p.streams,
+                p.retransmits,
+                p.loss_fraction,
+                p.cpu_sender_percent,
+                p.cpu_receiver_percent,
+                p.limit
+            );
+        }
+    }
+    if let Some(c) = &r.copy {
+        println!(
+            "copy     {:>12} ({} in {:.1} s, {} streams, file to file)",
+            format_rate(c.bits_per_second),
+            format_bytes(c.bytes),
+            c.seconds,
+            c.streams
+        );
+    }
+    if let (Some(t), Some(p)) = (r.sender_cpu_per_gbps_tls, r.sender_cpu_per_gbps_plain) {
+        println!("sender CPU per Gbit/s: {t:.1}% of a core with TLS, about {p:.1}% without");
+    }
+    if !r.findings.is_empty() {
+        println!("settings:");
+        for f in &r.findings {
+            println!(
+                "  {} {} = {} (want {}): {}",
+                f.host, f.setting, f.value, f.wanted, f.fix
+            );
+        }
+    }
+    if !r.stages.is_empty() {
+        println!("stages (what each can carry):");
+        let mut stages = r.stages.clone();
+        stages.sort_by(|a, b| a.ceiling_bps.total_cmp(&b.ceiling_bps));
+        for s in &stages {
+            println!(
+                "  {:<15} {:>12}{}  {}",
+                s.name.name(),
+                if s.ceiling_bps.is_finite() {
+                    format_rate(s.ceiling_bps)
+                } else {
+                    "unbounded".into()
+                },
+                if s.limiting { " *" } else { "  " },
+                s.detail
+            );
+        }
+        println!("  (* seen limiting in a measurement)");
+    }
+    for n in &r.notes {
+        println!("note: {n}");
+    }
+    match &r.verdict {
+        Some(v) => {
+            println!(
+                "verdict: {} limits the transfer to {}{}",
+                v.stage.name(),
+                format_rate(v.ceiling_bps),
+                match (v.next, v.next_ceiling_bps) {
+                    (Some(n), Some(c)) => format!(" (next: {} at {})", n.name(), format_rate(c)),
+                    _ => String::new(),
+                }
+            );
+            println!("fix: {}", v.fix);
+        }
+        None => println!("verdict: none (nothing was measured end to end)"),
+    }
+}

@@ -8,6 +8,7 @@ pub mod auth;
 pub mod client;
 pub mod conn;
 pub mod disk;
+pub mod doctor;
 pub mod run;
 pub mod server;
 pub mod sink;

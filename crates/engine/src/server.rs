@@ -788,6 +788,15 @@ fn control_loop(
                     session.refuse(code, message);
                 }
             },
+            Ok(Some(ServerEvent::ProbeRequested(p))) => {
+                match serve_probe(shared, conn, &p, access) {
+                    Ok(()) => session.finish(Instant::now()),
+                    Err((code, message)) => {
+                        tracing::warn!("refusing probe from {}: {message}", conn.peer());
+                        session.refuse(code, message);
+                    }
+                }
+            }
             Ok(Some(ServerEvent::DataStream { .. })) | Ok(None) => {}
             Err(e) => {
                 if let Some(run) = test.as_ref().and_then(|t| t.run.as_ref()) {
@@ -1061,6 +1070,59 @@ fn serve_transfer(
     result.map_err(Refusal::Failed)
 }
 
+/// Answers `doctor`'s probe: this host's settings and, on the export, the
+/// storage benchmark in a scratch directory (writes need write access).
+fn serve_probe(
+    shared: &Arc<Shared>,
+    conn: &mut FramedConn,
+    p: &longhaul_proto::disk::ProbeRequest,
+    access: &auth::Access,
+) -> Result<(), (RefuseCode, String)> {
+    let t = p.tests;
+    let touches = t.write || t.read || t.create || p.remove.is_some();
+    let result = if touches {
+        let ex = export(shared, &p.export, access)?;
+        if t.write || t.create || p.remove.is_some() {
+            if ex.read_only {
+                return Err((
+                    RefuseCode::Unauthorized,
+                    format!(
+                        "export '{}' is read-only: its storage can only be read",
+                        ex.name
+                    ),
+                ));
+            }
+            access
+                .check_write(ex)
+                .map_err(|m| (RefuseCode::Unauthorized, m))?;
+        } else {
+            access
+                .check_read(ex)
+                .map_err(|m| (RefuseCode::Unauthorized, m))?;
+        }
+        let path =
+            beneath(&ex.root, &p.path).map_err(|e| (RefuseCode::BadRequest, e.to_string()))?;
+        confine(&ex.root, &path).map_err(|e| (RefuseCode::BadRequest, e.to_string()))?;
+        let bad = |e: EngineError| (RefuseCode::BadRequest, e.to_string());
+        // Through a descriptor opened beneath the export root, so a symlink
+        // swapped in cannot take the benchmark outside it.
+        let anchor = Anchor::open(&ex.root).map_err(bad)?;
+        let dir = anchor.dir(&path, false).map_err(bad)?;
+        tracing::info!("{} probes {}:{}", conn.peer(), ex.name, p.path);
+        crate::doctor::serve_probe(&dir.path(), p, peer_ip(conn)).map_err(|e| {
+            (
+                RefuseCode::ServerError,
+                format!("probing {}:{}: {e}", ex.name, p.path),
+            )
+        })?
+    } else {
+        crate::doctor::serve_probe(std::path::Path::new("/"), p, peer_ip(conn))
+            .map_err(|e| (RefuseCode::ServerError, e.to_string()))?
+    };
+    conn.send(&Message::ProbeResult(Box::new(result)))
+        .map_err(|e| (RefuseCode::ServerError, e.to_string()))
+}
+
 /// Answers `ls`: the entries of a directory (or the one file), in batches.
 fn serve_list(
     shared: &Arc<Shared>,
@@ -1293,4 +1355,12 @@ impl Drop for TestSlot {
     fn drop(&mut self) {
         self.0.tests.fetch_sub(1, Ordering::SeqCst);
     }
+}
+
+/// The client's address of a connection, if its peer name is one.
+fn peer_ip(conn: &FramedConn) -> Option<std::net::IpAddr> {
+    conn.peer()
+        .parse::<std::net::SocketAddr>()
+        .ok()
+        .map(|a| a.ip())
 }

@@ -5,6 +5,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::doctor::HostSettings;
+
 /// A sequential read or write.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 pub struct SeqResult {
@@ -67,13 +69,25 @@ pub struct ProbeRequest {
     pub max_bytes: u64,
     pub max_files: u64,
     pub max_millis: u64,
+    /// Also send this host's settings ([`HostSettings`]).
+    #[serde(default)]
+    pub host: bool,
+    /// Remove this scratch directory (made by an earlier file-to-file run
+    /// of the doctor) under `path`; only names starting `.longhaul-doctor-`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub remove: Option<String>,
 }
 
 /// The server's answer to a [`ProbeRequest`].
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ProbeResult {
     pub report: DiskReport,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<HostSettings>,
 }
+
+/// The prefix of scratch directories a doctor may ask a server to remove.
+pub const DOCTOR_SCRATCH_PREFIX: &str = ".longhaul-doctor-";
 
 /// What a server does at most for one probe, whatever is asked.
 pub const PROBE_MAX_BYTES: u64 = 1 << 30;

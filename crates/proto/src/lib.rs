@@ -10,6 +10,7 @@
 //! describes the bytes.
 
 pub mod disk;
+pub mod doctor;
 pub mod frame;
 pub mod msg;
 pub mod plan;

@@ -296,6 +296,8 @@ pub enum Message {
     ListRequest(xfer::ListRequest),
     Listing(xfer::Listing),
     SourceDone(xfer::SourceDone),
+    Probe(crate::disk::ProbeRequest),
+    ProbeResult(Box<crate::disk::ProbeResult>),
 }
 
 /// Frame type bytes.
@@ -323,6 +325,8 @@ pub mod kind {
     pub const LIST_REQUEST: u8 = 0x38;
     pub const LISTING: u8 = 0x39;
     pub const SOURCE_DONE: u8 = 0x3a;
+    pub const PROBE: u8 = 0x40;
+    pub const PROBE_RESULT: u8 = 0x41;
 }
 
 impl Message {
@@ -351,6 +355,8 @@ impl Message {
             Message::ListRequest(_) => kind::LIST_REQUEST,
             Message::Listing(_) => kind::LISTING,
             Message::SourceDone(_) => kind::SOURCE_DONE,
+            Message::Probe(_) => kind::PROBE,
+            Message::ProbeResult(_) => kind::PROBE_RESULT,
         }
     }
 
@@ -380,6 +386,8 @@ impl Message {
             Message::ListRequest(_) => "list_request",
             Message::Listing(_) => "listing",
             Message::SourceDone(_) => "source_done",
+            Message::Probe(_) => "probe",
+            Message::ProbeResult(_) => "probe_result",
         }
     }
 
@@ -409,6 +417,8 @@ impl Message {
             Message::ListRequest(m) => serde_json::to_vec(m),
             Message::Listing(m) => serde_json::to_vec(m),
             Message::SourceDone(m) => serde_json::to_vec(m),
+            Message::Probe(m) => serde_json::to_vec(m),
+            Message::ProbeResult(m) => serde_json::to_vec(m),
         }
         .map_err(|e| ProtoError::Encode(e.to_string()))?;
         encode_frame(self.kind(), &body, out)
@@ -448,6 +458,8 @@ impl Message {
             kind::LIST_REQUEST => Message::ListRequest(body(k, b)?),
             kind::LISTING => Message::Listing(body(k, b)?),
             kind::SOURCE_DONE => Message::SourceDone(body(k, b)?),
+            kind::PROBE => Message::Probe(body(k, b)?),
+            kind::PROBE_RESULT => Message::ProbeResult(body(k, b)?),
             other => return Err(ProtoError::UnknownFrame(other)),
         })
     }

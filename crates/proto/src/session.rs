@@ -197,6 +197,8 @@ pub enum ServerEvent {
     TransferRequested(crate::xfer::TransferRequest),
     /// The client asks for a listing; likewise.
     ListRequested(crate::xfer::ListRequest),
+    /// The client asks the server to measure itself (`longhaul doctor`).
+    ProbeRequested(crate::disk::ProbeRequest),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -353,6 +355,11 @@ impl ServerSession {
                 self.state = S::Running;
                 self.deadline = None;
                 Ok(Some(ServerEvent::ListRequested(l)))
+            }
+            (S::AwaitRequest, Message::Probe(p)) => {
+                self.state = S::Running;
+                self.deadline = None;
+                Ok(Some(ServerEvent::ProbeRequested(p)))
             }
             (S::AwaitStart, Message::Start(_)) => {
                 self.state = S::Running;

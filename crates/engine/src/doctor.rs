@@ -1,0 +1,1073 @@
+//! `longhaul doctor`: measures every stage a transfer goes through and
+//! names the one that limits it. The rules live in
+//! [`longhaul_proto::doctor`]; this module measures:
+//!
+//! * both hosts' settings (this one read here, the server's through a
+//!   [`ProbeRequest`]) and the cipher's speed per core;
+//! * the RTT idle (the control connection's handshake) and under load
+//!   (the data streams' smoothed RTT during the memory-to-memory test);
+//! * memory to memory both ways (perf, streams sized for the path, TLS),
+//!   with the sender's kernel counters per interval;
+//! * the source storage (this host, `--source`) and the destination
+//!   storage (the server, on the export: sequential O_DIRECT writes and
+//!   small-file creates);
+//! * a short real file-to-file copy into a scratch directory on the export,
+//!   removed afterwards.
+
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use longhaul_proto::disk::{
+    DiskReport, ProbeRequest, ProbeResult, ProbeTests, DOCTOR_SCRATCH_PREFIX,
+};
+use longhaul_proto::doctor::{
+    self, audit, mathis_bps, Finding, HostSettings, Stage, StageCeiling, Verdict, LOSS_ALARM,
+};
+use longhaul_proto::msg::{Direction, Message, Mode, TestParams};
+use longhaul_proto::report::{IntervalReport, LimitKind, Summary};
+use longhaul_proto::window::{plan, PathInput};
+use serde::{Deserialize, Serialize};
+
+use crate::client::{open_control, run_perf, ClientOptions};
+use crate::sink::Reporter;
+use crate::{sock, EngineError};
+
+/// What `doctor` is asked to do.
+#[derive(Debug, Clone)]
+pub struct DoctorOptions {
+    /// Seconds of each memory-to-memory test.
+    pub perf_time: Duration,
+    /// What is to be sent, on this host: its storage is the source
+    /// measured, and its mean file size sizes the metadata stage.
+    pub source: Option<PathBuf>,
+    /// The transfer is a pull (the server is the source).
+    pub pull: bool,
+    /// The path rate to judge settings against, bits/s (default: what was
+    /// measured, or the interface's speed).
+    pub target_bps: Option<u64>,
+    /// Skip the short file-to-file copy.
+    pub no_copy: bool,
+}
+
+impl Default for DoctorOptions {
+    fn default() -> Self {
+        DoctorOptions {
+            perf_time: Duration::from_secs(3),
+            source: None,
+            pull: false,
+            target_bps: None,
+            no_copy: false,
+        }
+    }
+}
+
+/// One direction of the memory-to-memory test, as the doctor sees it.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct PathRun {
+    pub direction: Direction,
+    pub streams: u16,
+    pub bits_per_second: f64,
+    pub retransmits: u64,
+    /// Retransmitted segments per segment sent, after the first second.
+    pub loss_fraction: f64,
+    pub rtt_loaded_us: u32,
+    pub cpu_sender_percent: f64,
+    pub cpu_receiver_percent: f64,
+    pub limit: LimitKind,
+    pub limit_detail: String,
+    /// What limited each interval, in order.
+    pub interval_limits: Vec<LimitKind>,
+}
+
+/// The short real copy.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct CopyRun {
+    pub bytes: u64,
+    pub seconds: f64,
+    pub bits_per_second: f64,
+    pub streams: u16,
+    /// The copy's own stages, each over the time it was busy.
+    pub source_read_bps: f64,
+    pub dest_write_bps: f64,
+}
+
+/// Everything the doctor found.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct DoctorReport {
+    pub local: HostSettings,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub remote: Option<HostSettings>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rtt_idle_us: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rtt_loaded_us: Option<u32>,
+    /// The rate the settings were judged against, and its BDP.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target_bps: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bdp_bytes: Option<u64>,
+    pub upload: Option<PathRun>,
+    pub download: Option<PathRun>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source_storage: Option<DiskReport>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dest_storage: Option<DiskReport>,
+    /// Mean file size the metadata stage was sized for, and where it came from.
+    pub mean_file_size: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub copy: Option<CopyRun>,
+    /// CPU of the sender per Gbit/s, percent of a core, with TLS (measured)
+    /// and without (the cipher's share taken off).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sender_cpu_per_gbps_tls: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sender_cpu_per_gbps_plain: Option<f64>,
+    pub findings: Vec<Finding>,
+    pub stages: Vec<StageCeiling>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verdict: Option<Verdict>,
+    /// Steps that could not be measured, and why.
+    pub notes: Vec<String>,
+    pub seconds: f64,
+}
+
+/// The mean file size the metadata stage is sized for when the data to
+/// send is not known (`--source` gives the real one): creates then limit
+/// only where they are slow for files of a megabyte.
+pub const DEFAULT_MEAN_FILE_SIZE: u64 = 1 << 20;
+
+/// Reads this host's settings; `peer` picks the interface.
+pub fn host_settings(peer: Option<IpAddr>) -> HostSettings {
+    let read = |p: &str| {
+        std::fs::read_to_string(p)
+            .map(|s| s.trim().to_string())
+            .unwrap_or_default()
+    };
+    let interface = peer.and_then(route_interface);
+    let sys_if = |what: &str| {
+        interface
+            .as_ref()
+            .and_then(|i| std::fs::read_to_string(format!("/sys/class/net/{i}/{what}")).ok())
+            .and_then(|s| s.trim().parse::<i64>().ok())
+    };
+    let cpus = std::fs::read_to_string("/sys/devices/system/cpu/online")
+        .ok()
+        .map(|s| count_cpu_list(s.trim()))
+        .filter(|&n| n > 0)
+        .unwrap_or(1);
+    let numa_nodes = std::fs::read_dir("/sys/devices/system/node")
+        .map(|d| {
+            d.filter_map(Result::ok)
+                .filter(|e| {
+                    let n = e.file_name();
+                    let n = n.to_string_lossy();
+                    n.starts_with("node") && n[4..].parse::<u32>().is_ok()
+                })
+                .count() as u32
+        })
+        .unwrap_or(1)
+        .max(1);
+    let governor = read("/sys/devices/system/cpu/cpu0/cpufreq/scaling_governor");
+    HostSettings {
+        hostname: sock::hostname(),
+        kernel: read("/proc/sys/kernel/osrelease"),
+        buffers: sock::buffer_caps(),
+        congestion_control: read("/proc/sys/net/ipv4/tcp_congestion_control"),
+        available_congestion_control: read("/proc/sys/net/ipv4/tcp_available_congestion_control")
+            .split_whitespace()
+            .map(String::from)
+            .collect(),
+        default_qdisc: read("/proc/sys/net/core/default_qdisc"),
+        qdisc: interface.as_deref().and_then(interface_qdisc),
+        mtu: sys_if("mtu").and_then(|m| u32::try_from(m).ok()),
+        link_mbps: sys_if("speed")
+            .filter(|&s| s > 0)
+            .and_then(|s| u64::try_from(s).ok()),
+        interface,
+        cpus,
+        cpus_usable: std::thread::available_parallelism()
+            .map(|n| n.get() as u32)
+            .unwrap_or(1),
+        governor: (!governor.is_empty()).then_some(governor),
+        numa_nodes,
+        cipher_bytes_per_core: cipher_speed(),
+    }
+}
+
+fn count_cpu_list(s: &str) -> u32 {
+    s.split(',')
+        .filter_map(|r| match r.split_once('-') {
+            Some((a, b)) => Some(b.parse::<u32>().ok()? - a.parse::<u32>().ok()? + 1),
+            None => r.parse::<u32>().ok().map(|_| 1),
+        })
+        .sum()
+}
+
+/// The interface a packet to `peer` leaves by: the longest matching
+/// prefix of the IPv4 routing table, `lo` for a local address.
+fn route_interface(peer: IpAddr) -> Option<String> {
+    let v4 = match peer {
+        IpAddr::V4(a) => a,
+        IpAddr::V6(a) if a.is_loopback() => return Some("lo".into()),
+        IpAddr::V6(a) => a.to_ipv4_mapped()?,
+    };
+    if v4.is_loopback() || is_local_address(IpAddr::V4(v4)) {
+        return Some("lo".into());
+    }
+    let table = std::fs::read_to_string("/proc/net/route").ok()?;
+    let ip = u32::from_le_bytes(v4.octets());
+    table
+        .lines()
+        .skip(1)
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            let dest = u32::from_str_radix(f.get(1)?, 16).ok()?;
+            let mask = u32::from_str_radix(f.get(7)?, 16).ok()?;
+            (ip & mask == dest).then(|| (mask.count_ones(), f[0].to_string()))
+        })
+        .max_by_key(|(bits, _)| *bits)
+        .map(|(_, i)| i)
+}
+
+fn is_local_address(ip: IpAddr) -> bool {
+    // Binding to an address succeeds only if it is one of ours.
+    std::net::UdpSocket::bind((ip, 0)).is_ok()
+}
+
+/// The root qdisc of an interface, from `tc` (iproute2), if it is there.
+fn interface_qdisc(interface: &str) -> Option<String> {
+    let out = std::process::Command::new("tc")
+        .args(["qdisc", "show", "dev", interface, "root"])
+        .stderr(std::process::Stdio::null())
+        .output()
+        .ok()?;
+    let s = String::from_utf8_lossy(&out.stdout);
+    // "qdisc fq_codel 0: root refcnt 2 ..."
+    s.split_whitespace().nth(1).map(String::from)
+}
+
+/// Bytes/s one core seals with AES-128-GCM (TLS 1.3's first choice here),
+/// in 16 KiB records, measured for about 50 ms.
+pub fn cipher_speed() -> f64 {
+    use aws_lc_rs::aead::{Aad, LessSafeKey, Nonce, UnboundKey, AES_128_GCM};
+    let Ok(key) = UnboundKey::new(&AES_128_GCM, &[7u8; 16]) else {
+        return 0.0;
+    };
+    let key = LessSafeKey::new(key);
+    let mut record = vec![0x5au8; 16 << 10];
+    let start = Instant::now();
+    let mut bytes = 0u64;
+    let mut n = 0u64;
+    while start.elapsed() < Duration::from_millis(50) {
+        let mut nonce = [0u8; 12];
+        nonce[4..].copy_from_slice(&n.to_be_bytes());
+        n += 1;
+        if key
+            .seal_in_place_separate_tag(
+                Nonce::assume_unique_for_key(nonce),
+                Aad::empty(),
+                &mut record,
+            )
+            .is_err()
+        {
+            return 0.0;
+        }
+        bytes += record.len() as u64;
+    }
+    bytes as f64 / start.elapsed().as_secs_f64()
+}
+
+/// Keeps a perf run's intervals.
+#[derive(Default)]
+struct Keep {
+    intervals: Vec<IntervalReport>,
+}
+
+impl Reporter for Keep {
+    fn interval(&mut self, r: &IntervalReport) {
+        self.intervals.push(r.clone());
+    }
+}
+
+fn path_run(summary: &Summary, intervals: &[IntervalReport], mss: u32) -> Option<PathRun> {
+    let d = summary.directions.first()?;
+    let t = d.tcp.unwrap_or_default();
+    // Loss after the start-up: retransmits per segment in the intervals
+    // that begin at or after one second.
+    let (mut retrans, mut bytes) = (0u64, 0u64);
+    for i in intervals.iter().filter(|i| i.start_s >= 1.0) {
+        if let Some(id) = i.directions.first() {
+            retrans += id.tcp.map_or(0, |t| t.retransmits);
+            bytes += id.bytes;
+        }
+    }
+    if bytes == 0 {
+        (retrans, bytes) = (t.retransmits, d.bytes);
+    }
+    let segments = (bytes / u64::from(mss.max(536))).max(1);
+    Some(PathRun {
+        direction: d.direction,
+        streams: summary.streams.len() as u16,
+        bits_per_second: d.bits_per_second,
+        retransmits: t.retransmits,
+        loss_fraction: retrans as f64 / segments as f64,
+        rtt_loaded_us: t.rtt_us,
+        cpu_sender_percent: d.cpu_sender_percent,
+        cpu_receiver_percent: d.cpu_receiver_percent,
+        limit: d.limit.kind,
+        limit_detail: d.limit.detail.clone(),
+        interval_limits: intervals
+            .iter()
+            .filter_map(|i| i.directions.first().map(|d| d.limit.kind))
+            .collect(),
+    })
+}
+
+/// Sends one probe request on its own control connection.
+fn probe(
+    target: &str,
+    opts: &ClientOptions,
+    req: ProbeRequest,
+) -> Result<(ProbeResult, u32), EngineError> {
+    let mut ctl = open_control(target, opts)?;
+    let (rtt_us, _, _) = ctl.path_facts();
+    ctl.conn.send(&Message::Probe(req))?;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    match ctl.conn.recv_until(deadline)? {
+        Some(Message::ProbeResult(r)) => Ok((*r, rtt_us)),
+        Some(Message::Refuse(r)) => Err(EngineError::Refused {
+            code: r.code,
+            message: r.message,
+        }),
+        Some(m) => Err(EngineError::Failed(format!(
+            "server sent an unexpected {} message",
+            m.name()
+        ))),
+        None => Err(EngineError::Timeout("the storage probe".into())),
+    }
+}
+
+/// Reads the files of `source` (a file or a tree) front to back with
+/// O_DIRECT for up to `limit`, and counts files and bytes of up to 20,000
+/// entries for the mean file size.
+fn measure_source(source: &Path, limit: Duration) -> Result<(DiskReport, u64), EngineError> {
+    use std::os::unix::fs::{FileExt, OpenOptionsExt};
+    let mut files = Vec::new();
+    let mut stack = vec![source.to_path_buf()];
+    let mut seen = 0;
+    while let Some(p) = stack.pop() {
+        let m = std::fs::symlink_metadata(&p)
+            .map_err(|e| EngineError::io(format!("cannot read {}", p.display()), e))?;
+        if m.is_dir() {
+            if let Ok(rd) = std::fs::read_dir(&p) {
+                for e in rd.flatten() {
+                    stack.push(e.path());
+                }
+            }
+        } else if m.is_file() {
+            files.push((p, m.len()));
+        }
+        seen += 1;
+        if seen >= 20_000 {
+            break;
+        }
+    }
+    let total: u64 = files.iter().map(|f| f.1).sum();
+    let mean = if files.is_empty() {
+        0
+    } else {
+        total / files.len() as u64
+    };
+    let mut buf = crate::xfer::storage::AlignedBuf::new(1 << 20);
+    let start = Instant::now();
+    let mut bytes = 0u64;
+    let mut direct = true;
+    'files: for (path, _) in files.iter().rev() {
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_DIRECT)
+            .open(path)
+            .or_else(|_| {
+                direct = false;
+                std::fs::File::open(path)
+            })
+            .map_err(|e| EngineError::io(format!("cannot read {}", path.display()), e))?;
+        let mut off = 0u64;
+        loop {
+            if start.elapsed() >= limit {
+                break 'files;
+            }
+            let n = match f.read_at(&mut buf, off) {
+                Ok(n) => n,
+                // O_DIRECT refuses an unaligned tail on some file systems.
+                Err(_) => break,
+            };
+            if n == 0 {
+                break;
+            }
+            off += n as u64;
+            bytes += n as u64;
+        }
+    }
+    let seconds = start.elapsed().as_secs_f64();
+    let (fs, _) = crate::disk::statfs(source);
+    Ok((
+        DiskReport {
+            path: source.display().to_string(),
+            filesystem: fs,
+            direct,
+            block_size: 1 << 20,
+            threads: 1,
+            file_size: total,
+            read: Some(longhaul_proto::disk::SeqResult {
+                bytes,
+                seconds,
+                bytes_per_second: bytes as f64 / seconds.max(1e-9),
+            }),
+            ..Default::default()
+        },
+        mean,
+    ))
+}
+
+/// Audits this host only (`doctor` with no remote).
+pub fn local(o: &DoctorOptions) -> DoctorReport {
+    let started = Instant::now();
+    let local = host_settings(None);
+    let target = o
+        .target_bps
+        .unwrap_or(longhaul_proto::window::DEFAULT_TARGET_BPS) as f64;
+    // With no path measured, judge the buffers for 100 ms at the target.
+    let bdp = (target / 8.0 * 0.1) as u64;
+    let mut r = DoctorReport {
+        findings: audit("local", &local, bdp, 1),
+        local,
+        target_bps: Some(target),
+        bdp_bytes: Some(bdp),
+        mean_file_size: DEFAULT_MEAN_FILE_SIZE,
+        ..Default::default()
+    };
+    r.notes.push(format!(
+        "no remote given: settings judged for {} at 100 ms over one stream; name a server to measure the path",
+        longhaul_proto::units::format_rate(target)
+    ));
+    if let Some(s) = &o.source {
+        match measure_source(s, Duration::from_secs(2)) {
+            Ok((d, mean)) => {
+                r.source_storage = Some(d);
+                r.mean_file_size = mean;
+            }
+            Err(e) => r.notes.push(format!("source storage: {e}")),
+        }
+    }
+    r.seconds = started.elapsed().as_secs_f64();
+    r
+}
+
+/// The whole path to `remote` (`HOST[:PORT]`, an export and a path on it).
+pub fn remote(
+    host: &str,
+    export: &str,
+    path: &str,
+    opts: &ClientOptions,
+    o: &DoctorOptions,
+) -> Result<DoctorReport, EngineError> {
+    let started = Instant::now();
+    let mut notes = Vec::new();
+
+    // 1. The server's settings and storage, on its own connection; the
+    //    handshake's RTT is the idle RTT.
+    let want = ProbeRequest {
+        export: export.into(),
+        path: path.into(),
+        tests: ProbeTests {
+            write: !o.pull,
+            read: o.pull,
+            create: !o.pull,
+        },
+        max_bytes: 512 << 20,
+        max_files: 2000,
+        max_millis: 2000,
+        host: true,
+        remove: None,
+    };
+    let (probe_result, rtt_idle) = match probe(host, opts, want.clone()) {
+        Ok(r) => (Some(r.0), r.1),
+        Err(e @ EngineError::Refused { .. }) => {
+            notes.push(format!("the server's storage was not measured: {e}"));
+            // Settings only (a read-only export or credential still answers).
+            let settings_only = ProbeRequest {
+                tests: ProbeTests::default(),
+                ..want
+            };
+            match probe(host, opts, settings_only) {
+                Ok(r) => (Some(r.0), r.1),
+                Err(e) => {
+                    notes.push(format!("the server's settings were not read: {e}"));
+                    (None, 0)
+                }
+            }
+        }
+        Err(e) => return Err(e),
+    };
+    let peer_ip = crate::conn::resolve(host, crate::DEFAULT_PORT)
+        .ok()
+        .and_then(|a| a.first().map(|a| a.ip()));
+    let local = host_settings(peer_ip);
+    let remote_host = probe_result.as_ref().and_then(|p| p.host.clone());
+    let dest_storage = probe_result.map(|p| p.report);
+
+    // 2. Memory to memory, both ways, streams sized for the path.
+    let mss = local
+        .mtu
+        .into_iter()
+        .chain(remote_host.as_ref().and_then(|h| h.mtu))
+        .min()
+        .unwrap_or(1500)
+        .saturating_sub(52);
+    let perf_opts = ClientOptions {
+        auto_streams: true,
+        ..opts.clone()
+    };
+    let mut run_dir = |mode: Mode| -> Option<(Summary, Vec<IntervalReport>)> {
+        let params = TestParams {
+            mode,
+            streams: longhaul_proto::window::DEFAULT_STREAMS,
+            duration_ms: Some(o.perf_time.as_millis() as u64),
+            interval_ms: 500,
+            length: 1 << 20,
+            ..TestParams::default()
+        };
+        let mut keep = Keep::default();
+        match run_perf(host, &params, &perf_opts, &mut keep) {
+            Ok(s) => Some((s, keep.intervals)),
+            Err(e) => {
+                notes.push(format!("memory-to-memory {mode:?}: {e}"));
+                None
+            }
+        }
+    };
+    let up = run_dir(Mode::Up);
+    let down = run_dir(Mode::Down);
+    let upload = up.as_ref().and_then(|(s, i)| path_run(s, i, mss));
+    let download = down.as_ref().and_then(|(s, i)| path_run(s, i, mss));
+
+    // 3. The source storage (this host on a push; on a pull the server's
+    //    read probe stands for it, and this host is the destination).
+    let mut mean_file_size = DEFAULT_MEAN_FILE_SIZE;
+    let mut source_storage = None;
+    if let Some(s) = &o.source {
+        match measure_source(s, Duration::from_secs(2)) {
+            Ok((d, mean)) => {
+                source_storage = Some(d);
+                if mean > 0 {
+                    mean_file_size = mean;
+                }
+            }
+            Err(e) => notes.push(format!("source storage: {e}")),
+        }
+    } else if !o.pull {
+        notes.push("source storage not measured: give --source PATH (what you will send)".into());
+    }
+
+    let mut r = DoctorReport {
+        local,
+        remote: remote_host,
+        rtt_idle_us: (rtt_idle > 0).then_some(rtt_idle),
+        upload,
+        download,
+        source_storage,
+        dest_storage,
+        mean_file_size,
+        notes,
+        ..Default::default()
+    };
+    if o.pull {
+        std::mem::swap(&mut r.source_storage, &mut r.dest_storage);
+    }
+
+    // 4. A short real copy into a scratch directory on the export.
+    if !o.no_copy && !o.pull {
+        let best = r.upload.as_ref().map_or(0.0, |u| u.bits_per_second);
+        match short_copy(host, export, path, opts, best) {
+            Ok(c) => r.copy = Some(c),
+            Err(e) => r.notes.push(format!("file-to-file copy: {e}")),
+        }
+    }
+    judge(&mut r, o);
+    r.seconds = started.elapsed().as_secs_f64();
+    Ok(r)
+}
+
+/// Copies about two seconds' worth of data (64 MiB to 1 GiB, from memory)
+/// into a scratch directory on the export, then has the server remove it.
+fn short_copy(
+    host: &str,
+    export: &str,
+    path: &str,
+    opts: &ClientOptions,
+    rate_bps: f64,
+) -> Result<CopyRun, EngineError> {
+    use crate::xfer::client::{cp, CpOptions};
+    let size = ((rate_bps / 8.0 * 2.0) as u64).clamp(64 << 20, 1 << 30);
+    let name = format!("{DOCTOR_SCRATCH_PREFIX}{}", fastrand::u64(..));
+    let base = if Path::new("/dev/shm").is_dir() {
+        PathBuf::from("/dev/shm")
+    } else {
+        std::env::temp_dir()
+    };
+    let local_dir = base.join(&name);
+    std::fs::create_dir(&local_dir)
+        .map_err(|e| EngineError::io(format!("creating {}", local_dir.display()), e))?;
+    struct Gone(PathBuf);
+    impl Drop for Gone {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+    let _gone = Gone(local_dir.clone());
+    let file = local_dir.join("data");
+    {
+        use std::io::Write;
+        let mut f = std::fs::File::create(&file)
+            .map_err(|e| EngineError::io(format!("creating {}", file.display()), e))?;
+        let mut block = vec![0u8; 1 << 20];
+        let mut x = fastrand::u64(..) | 1;
+        for _ in 0..size >> 20 {
+            for c in block.chunks_mut(8) {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                c.copy_from_slice(&x.to_le_bytes());
+            }
+            f.write_all(&block)
+                .map_err(|e| EngineError::io(format!("writing {}", file.display()), e))?;
+        }
+    }
+    let dest = format!("longhaul://{host}/{export}/{}/", path.trim_matches('/'))
+        .replace("//", "/")
+        .replacen("longhaul:/", "longhaul://", 1);
+    let co = CpOptions {
+        sources: vec![local_dir.display().to_string()],
+        dest,
+        recursive: true,
+        preserve: false,
+        streams: None,
+        rate: None,
+        congestion: None,
+        chunk_size: None,
+        force: true,
+        retries: 0,
+        sync_files: true,
+        direct: false,
+        verify: false,
+        sync: None,
+        dry_run: false,
+        digests_to: None,
+        progress: Default::default(),
+        client: opts.clone(),
+    };
+    let started = Instant::now();
+    let res = cp(&co);
+    let seconds = started.elapsed().as_secs_f64();
+    // Remove the scratch directory whatever the copy did.
+    let _ = probe(
+        host,
+        opts,
+        ProbeRequest {
+            export: export.into(),
+            path: path.into(),
+            tests: ProbeTests::default(),
+            max_bytes: 0,
+            max_files: 0,
+            max_millis: 0,
+            host: false,
+            remove: Some(name),
+        },
+    );
+    let s = res?;
+    Ok(CopyRun {
+        bytes: s.bytes,
+        seconds,
+        bits_per_second: s.bits_per_second,
+        streams: s.streams,
+        source_read_bps: s.source_read_bps,
+        dest_write_bps: s.dest_write_bps,
+    })
+}
+
+/// Fills in the findings, the stages and the verdict from the measurements.
+pub fn judge(r: &mut DoctorReport, o: &DoctorOptions) {
+    let run = if o.pull {
+        r.download.clone()
+    } else {
+        r.upload.clone()
+    };
+    let rtt = r.rtt_idle_us.unwrap_or(0);
+    let (sender, receiver) = match (&r.remote, o.pull) {
+        (Some(h), false) => (r.local.clone(), h.clone()),
+        (Some(h), true) => (h.clone(), r.local.clone()),
+        (None, _) => (r.local.clone(), r.local.clone()),
+    };
+    let measured = run.as_ref().map_or(0.0, |p| p.bits_per_second);
+    r.rtt_loaded_us = run.as_ref().map(|p| p.rtt_loaded_us);
+    // How the memory-to-memory run was limited.
+    let idle = f64::from(rtt.max(1));
+    let loaded = run.as_ref().map_or(0.0, |p| f64::from(p.rtt_loaded_us));
+    // A queue that grows under load (more than a fifth of the idle RTT
+    // and a millisecond) is a bottleneck link's buffer filling: its drops
+    // are congestion, not loss on the path.
+    let queueing = loaded > idle * 1.2 + 1000.0;
+    let limit = run.as_ref().map_or(LimitKind::None, |p| p.limit);
+    let lossy = run
+        .as_ref()
+        .is_some_and(|p| p.loss_fraction >= LOSS_ALARM && !queueing);
+    let window_limited = matches!(limit, LimitKind::ReceiverWindow | LimitKind::SendBuffer);
+    // An end whose test threads kept all its usable cores busy is
+    // CPU-bound, whichever of its threads was the busiest.
+    let send_full = run.as_ref().is_some_and(|p| {
+        matches!(p.limit, LimitKind::SenderCpu)
+            || p.cpu_sender_percent >= 90.0 * f64::from(sender.cpus_usable.max(1))
+    });
+    let recv_full = run.as_ref().is_some_and(|p| {
+        matches!(p.limit, LimitKind::ReceiverCpu)
+            || p.cpu_receiver_percent >= 90.0 * f64::from(receiver.cpus_usable.max(1))
+    });
+    let cpu_limited = send_full || recv_full;
+    let path_is_limit = run.is_some() && !(window_limited || cpu_limited || lossy);
+    // The rate to judge settings against: given; else what the path
+    // carried if the path was the limit; else the interface's speed (not
+    // for virtual devices, which claim 10 Gbit/s), else 10 Gbit/s.
+    let link = r
+        .local
+        .link_mbps
+        .filter(|_| {
+            r.local
+                .interface
+                .as_deref()
+                .is_some_and(|i| Path::new(&format!("/sys/class/net/{i}/device")).exists())
+        })
+        .map(|m| m as f64 * 1e6);
+    let target = o
+        .target_bps
+        .map(|t| t as f64)
+        .or(path_is_limit.then_some(measured))
+        .or(link)
+        .unwrap_or(longhaul_proto::window::DEFAULT_TARGET_BPS as f64)
+        .max(measured);
+    let bdp = (target / 8.0 * f64::from(rtt) / 1e6) as u64;
+    r.target_bps = Some(target);
+    r.bdp_bytes = Some(bdp);
+    // What a transfer's own sizing would give on this path.
+    let w = plan(&PathInput {
+        rtt_us: rtt,
+        target_bps: Some(target as u64),
+        sender: sender.buffers,
+        receiver: receiver.buffers,
+        streams: None,
+    });
+    let mut findings = audit("local", &r.local, bdp, w.streams);
+    if let Some(h) = &r.remote {
+        findings.extend(audit("remote", h, bdp, w.streams));
+    }
+    r.findings = findings;
+
+    let mut stages = Vec::new();
+    let mut add = |name: Stage, ceiling_bps: f64, limiting: bool, detail: String| {
+        stages.push(StageCeiling {
+            name,
+            ceiling_bps,
+            limiting,
+            detail,
+        });
+    };
+    if let Some(p) = &run {
+        add(
+            Stage::PathRate,
+            measured,
+            path_is_limit,
+            format!(
+                "{} memory to memory over {} streams, RTT {:.1} ms idle, {:.1} ms loaded{}",
+                longhaul_proto::units::format_rate(measured),
+                p.streams,
+                idle / 1000.0,
+                loaded / 1000.0,
+                if path_is_limit {
+                    ""
+                } else {
+                    " (a lower bound: another stage limited)"
+                }
+            ),
+        );
+        // Window: what the buffers allow over the streams a transfer opens.
+        let win = if window_limited {
+            measured.min(w.ceiling_bps)
+        } else {
+            w.ceiling_bps
+        };
+        add(
+            Stage::Window,
+            win,
+            window_limited,
+            format!(
+                "{} streams x {} window at {:.1} ms{}",
+                w.streams,
+                longhaul_proto::units::format_bytes(w.stream_window),
+                idle / 1000.0,
+                if window_limited {
+                    format!(
+                        "; the memory-to-memory test was window-bound: {}",
+                        p.limit_detail
+                    )
+                } else {
+                    String::new()
+                }
+            ),
+        );
+        // Loss: random loss (no queue growing under load) at or above the
+        // alarm. Drops at a filling queue are the path's rate, above.
+        if p.loss_fraction > 0.0 && !queueing {
+            let mathis = mathis_bps(mss_of(&sender, &receiver), rtt.max(1), p.loss_fraction)
+                * f64::from(p.streams.max(1));
+            // Loss limits where it would hold loss-based TCP near or below
+            // what the path carried (BBR, our default, keeps more).
+            let limiting = lossy && mathis < measured * 1.5;
+            add(
+                Stage::Loss,
+                if limiting { measured } else { mathis },
+                limiting,
+                format!(
+                    "{:.2e} of segments retransmitted after start-up ({} in all); loss-based TCP over {} streams: {}",
+                    p.loss_fraction,
+                    p.retransmits,
+                    p.streams,
+                    longhaul_proto::units::format_rate(mathis)
+                ),
+            );
+        }
+        // CPU: the rate each end could carry with all its usable cores as
+        // busy as the test made them per bit.
+        let cpu_ceiling = |percent: f64, cores: u32| {
+            if percent <= 0.0 {
+                f64::INFINITY
+            } else {
+                measured * f64::from(cores.max(1)) * 100.0 / percent
+            }
+        };
+        add(
+            Stage::SenderCpu,
+            cpu_ceiling(p.cpu_sender_percent, sender.cpus_usable),
+            send_full,
+            format!(
+                "sender {:.0}% CPU of {} usable core(s) at {}",
+                p.cpu_sender_percent,
+                sender.cpus_usable,
+                longhaul_proto::units::format_rate(measured)
+            ),
+        );
+        add(
+            Stage::ReceiverCpu,
+            cpu_ceiling(p.cpu_receiver_percent, receiver.cpus_usable),
+            recv_full,
+            format!(
+                "receiver {:.0}% CPU of {} usable core(s)",
+                p.cpu_receiver_percent, receiver.cpus_usable
+            ),
+        );
+        if measured > 0.0 {
+            let per_gbps = p.cpu_sender_percent / (measured / 1e9);
+            r.sender_cpu_per_gbps_tls = Some(per_gbps);
+            if sender.cipher_bytes_per_core > 0.0 {
+                // A core sealing at C bytes/s spends 100/(C*8/1e9) percent per Gbit/s.
+                let cipher = 100.0 / (sender.cipher_bytes_per_core * 8.0 / 1e9);
+                r.sender_cpu_per_gbps_plain = Some((per_gbps - cipher).max(0.0));
+            }
+        }
+    }
+    // Encryption: the cipher alone on every usable core of the slower end.
+    let cipher = |h: &HostSettings| h.cipher_bytes_per_core * 8.0 * f64::from(h.cpus_usable.max(1));
+    let enc = cipher(&sender).min(cipher(&receiver));
+    if enc > 0.0 {
+        add(
+            Stage::Encryption,
+            enc,
+            false,
+            format!(
+                "AES-GCM at {:.2} GB/s a core (sender), {:.2} GB/s (receiver)",
+                sender.cipher_bytes_per_core / 1e9,
+                receiver.cipher_bytes_per_core / 1e9
+            ),
+        );
+    }
+    if let Some(s) = r.source_storage.as_ref().and_then(|d| d.read.or(d.write)) {
+        add(
+            Stage::SourceStorage,
+            s.bytes_per_second * 8.0,
+            false,
+            format!(
+                "sequential read {:.2} GB/s ({})",
+                s.bytes_per_second / 1e9,
+                r.source_storage.as_ref().map_or("", |d| d.path.as_str())
+            ),
+        );
+    }
+    if let Some(d) = &r.dest_storage {
+        let seq = if o.pull { d.read } else { d.write };
+        if let Some(s) = seq {
+            add(
+                Stage::DestStorage,
+                s.bytes_per_second * 8.0,
+                false,
+                format!(
+                    "sequential {} {:.3} GB/s{}",
+                    if o.pull { "read" } else { "write" },
+                    s.bytes_per_second / 1e9,
+                    if d.direct { " (O_DIRECT)" } else { "" }
+                ),
+            );
+        }
+        if let Some(c) = d.create {
+            add(
+                Stage::Metadata,
+                c.files_per_second * r.mean_file_size as f64 * 8.0,
+                false,
+                format!(
+                    "{:.0} files/s created, files of {} on average",
+                    c.files_per_second,
+                    longhaul_proto::units::format_bytes(r.mean_file_size)
+                ),
+            );
+        }
+    }
+    if o.pull {
+        for s in &mut stages {
+            s.name = match s.name {
+                Stage::SourceStorage => Stage::DestStorage,
+                Stage::DestStorage => Stage::SourceStorage,
+                n => n,
+            };
+        }
+    }
+    // For the window, the sender's send buffers and the receiver's receive buffers.
+    let (send_host, recv_host) = if o.pull {
+        ("remote", "local")
+    } else {
+        ("local", "remote")
+    };
+    let findings: Vec<Finding> = r
+        .findings
+        .iter()
+        .filter(|f| {
+            (f.host == send_host && f.setting.contains("wmem"))
+                || (f.host == recv_host && f.setting.contains("rmem"))
+        })
+        .cloned()
+        .collect();
+    let rtt_ms = f64::from(rtt) / 1000.0;
+    r.verdict = doctor::verdict(&stages, |s| fix_for(s, &findings, &w, rtt_ms));
+    // The real copy is the check on the stages: far below the verdict's
+    // ceiling, the stages together (not one alone) cost more than each
+    // measured apart, which on a host shared by both ends is the CPU.
+    if let (Some(c), Some(v)) = (&r.copy, &r.verdict) {
+        if c.bits_per_second < v.ceiling_bps * 0.5 {
+            r.notes.push(format!(
+                "the short copy reached {} against {} for {}: the stages together cost more than apart (its destination wrote at {} while busy, its source read at {}); a copy of at least {} would show the steady rate",
+                longhaul_proto::units::format_rate(c.bits_per_second),
+                longhaul_proto::units::format_rate(v.ceiling_bps),
+                v.stage.name(),
+                longhaul_proto::units::format_rate(c.dest_write_bps),
+                longhaul_proto::units::format_rate(c.source_read_bps),
+                longhaul_proto::units::format_bytes((v.ceiling_bps / 8.0 * 10.0) as u64),
+            ));
+        }
+    }
+    r.stages = stages;
+}
+
+fn mss_of(a: &HostSettings, b: &HostSettings) -> u32 {
+    a.mtu
+        .into_iter()
+        .chain(b.mtu)
+        .min()
+        .unwrap_or(1500)
+        .saturating_sub(52)
+}
+
+fn fix_for(
+    s: Stage,
+    findings: &[Finding],
+    w: &longhaul_proto::window::WindowPlan,
+    rtt_ms: f64,
+) -> String {
+    let sysctls: Vec<String> = findings
+        .iter()
+        .filter(|f| f.setting.contains("mem"))
+        .map(|f| format!("{} ({})", f.fix, f.host))
+        .collect();
+    match s {
+        Stage::PathRate => "the path itself is the limit: a faster link or a less shared path; nothing on the hosts will raise it".into(),
+        Stage::Window => {
+            if sysctls.is_empty() {
+                format!(
+                    "the socket buffers hold too little for {rtt_ms:.0} ms: use more streams (-P, {} now)",
+                    w.streams
+                )
+            } else {
+                format!("raise the socket buffer caps: {}", sysctls.join("; "))
+            }
+        }
+        Stage::Loss => "packet loss on the path: find the lossy hop (errors on an interface, a dirty optic, a policer; perfSONAR or `perf -u` per segment); meanwhile keep BBR (longhaul's default) and more streams (-P)".into(),
+        Stage::SenderCpu => "the sender's CPU is the limit: more usable cores (check taskset/cgroup cpusets), a faster CPU, or the performance governor".into(),
+        Stage::ReceiverCpu => "the receiver's CPU is the limit: more usable cores on the server, a faster CPU, or the performance governor".into(),
+        Stage::Encryption => "TLS costs more CPU than the path allows: a CPU with AES instructions, more cores, or --insecure-plaintext on a network you trust".into(),
+        Stage::SourceStorage => "the source storage reads slower than the path: faster or striped storage, or read from a copy on faster disks".into(),
+        Stage::DestStorage => "the destination storage writes slower than the path: faster or striped storage at the destination (check its throttles and RAID)".into(),
+        Stage::Metadata => "creating files at the destination is the limit: bundle small files (tar) before sending, or a file system with faster creates (local, not NFS)".into(),
+    }
+}
+
+/// The server's half of a probe: settings, and the storage benchmark in a
+/// scratch directory under `dir` (already confined to the export).
+pub fn serve_probe(
+    dir: &Path,
+    p: &ProbeRequest,
+    peer: Option<IpAddr>,
+) -> Result<ProbeResult, EngineError> {
+    use longhaul_proto::disk::{PROBE_MAX_BYTES, PROBE_MAX_FILES, PROBE_MAX_MILLIS};
+    if let Some(name) = &p.remove {
+        if !name.starts_with(DOCTOR_SCRATCH_PREFIX) || name.contains('/') || name.contains("..") {
+            return Err(EngineError::Usage(format!(
+                "refusing to remove '{name}': only {DOCTOR_SCRATCH_PREFIX}* scratch directories"
+            )));
+        }
+        let victim = dir.join(name);
+        if victim.exists() {
+            std::fs::remove_dir_all(&victim)
+                .map_err(|e| EngineError::io(format!("removing {}", victim.display()), e))?;
+        }
+    }
+    let mut report = DiskReport::default();
+    let t = p.tests;
+    if t.write || t.read || t.create {
+        let b = crate::disk::DiskBench {
+            file_size: p.max_bytes.min(PROBE_MAX_BYTES),
+            threads: 1,
+            direct: true,
+            files: if t.create {
+                p.max_files.min(PROBE_MAX_FILES)
+            } else {
+                0
+            },
+            time_limit: Duration::from_millis(p.max_millis.min(PROBE_MAX_MILLIS)),
+            write: t.write,
+            read: t.read,
+            ..crate::disk::DiskBench::new(dir.to_path_buf())
+        };
+        report = crate::disk::run(&b)?;
+    }
+    Ok(ProbeResult {
+        report,
+        host: p.host.then(|| host_settings(peer)),
+    })
+}
