@@ -589,7 +589,13 @@ pub fn remote(
 
     // 4. A short real copy into a scratch directory on the export.
     if !o.no_copy && !o.pull {
-        let best = r.upload.as_ref().map_or(0.0, |u| u.bits_per_second);
+        // Sized for two seconds at the slowest rate measured so far.
+        let mut best = r.upload.as_ref().map_or(1e9, |u| u.bits_per_second);
+        for d in [&r.source_storage, &r.dest_storage].into_iter().flatten() {
+            for s in [d.read, d.write].into_iter().flatten() {
+                best = best.min(s.bytes_per_second * 8.0);
+            }
+        }
         match short_copy(host, export, path, opts, best) {
             Ok(c) => r.copy = Some(c),
             Err(e) => r.notes.push(format!("file-to-file copy: {e}")),
@@ -600,7 +606,10 @@ pub fn remote(
     Ok(r)
 }
 
-/// Copies about two seconds' worth of data (64 MiB to 1 GiB, from memory)
+/// The longest the short copy may take.
+pub const COPY_LIMIT: Duration = Duration::from_secs(8);
+
+/// Copies about two seconds' worth of data (16 MiB to 1 GiB, from memory)
 /// into a scratch directory on the export, then has the server remove it.
 fn short_copy(
     host: &str,
@@ -610,7 +619,7 @@ fn short_copy(
     rate_bps: f64,
 ) -> Result<CopyRun, EngineError> {
     use crate::xfer::client::{cp, CpOptions};
-    let size = ((rate_bps / 8.0 * 2.0) as u64).clamp(64 << 20, 1 << 30);
+    let size = ((rate_bps / 8.0 * 2.0) as u64).clamp(16 << 20, 1 << 30) >> 20 << 20;
     let name = format!("{DOCTOR_SCRATCH_PREFIX}{}", fastrand::u64(..));
     let base = if Path::new("/dev/shm").is_dir() {
         PathBuf::from("/dev/shm")
@@ -668,8 +677,30 @@ fn short_copy(
         progress: Default::default(),
         client: opts.clone(),
     };
+    // Ended after COPY_LIMIT whatever the estimate said: the rate so far
+    // is the result then.
+    let progress = co.progress.clone();
+    let stop = std::sync::Arc::new((std::sync::Mutex::new(false), std::sync::Condvar::new()));
+    let watchdog = {
+        let (progress, stop) = (progress.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let (done, cv) = &*stop;
+            let guard = done.lock().expect("poisoned");
+            let (guard, timeout) = cv
+                .wait_timeout_while(guard, COPY_LIMIT, |d| !*d)
+                .expect("poisoned");
+            if timeout.timed_out() && !*guard {
+                progress
+                    .interrupt
+                    .store(true, std::sync::atomic::Ordering::Relaxed);
+            }
+        })
+    };
     let started = Instant::now();
     let res = cp(&co);
+    *stop.0.lock().expect("poisoned") = true;
+    stop.1.notify_all();
+    let _ = watchdog.join();
     let seconds = started.elapsed().as_secs_f64();
     // Remove the scratch directory whatever the copy did.
     let _ = probe(
@@ -686,6 +717,18 @@ fn short_copy(
             remove: Some(name),
         },
     );
+    if progress
+        .interrupt
+        .load(std::sync::atomic::Ordering::Relaxed)
+    {
+        let bytes = progress.bytes.load(std::sync::atomic::Ordering::Relaxed);
+        return Ok(CopyRun {
+            bytes,
+            seconds,
+            bits_per_second: bytes as f64 * 8.0 / seconds.max(1e-9),
+            ..Default::default()
+        });
+    }
     let s = res?;
     Ok(CopyRun {
         bytes: s.bytes,

@@ -1,0 +1,576 @@
+//! `longhaul doctor` and `longhaul bench disk` end to end. The planted
+//! bottlenecks (root: namespaces, the emulated WAN, sysctls, a loop device
+//! behind a cgroup v1 blkio throttle, CPU affinity) each check that
+//! `doctor --json` names the stage that was planted.
+
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use longhaul_engine::server::{ServeConfig, Server, ServerHandle};
+use longhaul_engine::xfer::Export;
+use serde_json::Value;
+
+mod common;
+use common::wan::{can_emulate, serve_in_b, Served, Wan, BIN};
+use common::{bin, stderr, TempDir};
+
+/// The stage names the verdict may use.
+const STAGES: [&str; 9] = [
+    "path_rate",
+    "window",
+    "loss",
+    "sender_cpu",
+    "receiver_cpu",
+    "encryption",
+    "source_storage",
+    "dest_storage",
+    "metadata",
+];
+
+fn json_of(o: &Output) -> Value {
+    serde_json::from_slice(&o.stdout).unwrap_or_else(|e| {
+        panic!(
+            "not JSON ({e}): stdout {} stderr {}",
+            String::from_utf8_lossy(&o.stdout),
+            stderr(o)
+        )
+    })
+}
+
+fn in_process_server(root: &Path, state: &Path, read_only: bool) -> ServerHandle {
+    Server::bind(
+        &[SocketAddr::from(([127, 0, 0, 1], 0))],
+        ServeConfig {
+            exports: vec![Export {
+                name: "data".into(),
+                root: root.canonicalize().unwrap(),
+                read_only,
+                public: false,
+            }],
+            state_dir: common::prepare_state(state),
+            ..ServeConfig::default()
+        },
+    )
+    .expect("bind loopback")
+    .spawn()
+}
+
+/// Checks the JSON shape every doctor report has, and returns the verdict's stage.
+fn verdict_of(v: &Value) -> String {
+    let stage = v["verdict"]["stage"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no verdict.stage in {v:#}"));
+    assert!(STAGES.contains(&stage), "{stage}");
+    assert!(
+        !v["verdict"]["fix"].as_str().unwrap_or("").is_empty(),
+        "{v:#}"
+    );
+    for s in v["stages"].as_array().expect("stages") {
+        assert!(STAGES.contains(&s["name"].as_str().unwrap()), "{s}");
+        assert!(s["ceiling_bps"].as_f64().unwrap() > 0.0, "{s}");
+    }
+    stage.to_string()
+}
+
+/// The stages, name -> ceiling, for failure messages.
+fn stages(v: &Value) -> String {
+    v["stages"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .map(|s| {
+                    format!(
+                        "{}={:.3e}{}",
+                        s["name"].as_str().unwrap_or("?"),
+                        s["ceiling_bps"].as_f64().unwrap_or(0.0),
+                        if s["limiting"] == true { "*" } else { "" }
+                    )
+                })
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .unwrap_or_default()
+}
+
+#[test]
+fn bench_disk_measures_a_directory_and_leaves_nothing() {
+    let t = TempDir::new("bench-disk");
+    let dir = t.dir("d");
+    let o = bin()
+        .args(["bench", "disk"])
+        .arg(&dir)
+        .args([
+            "--size",
+            "16M",
+            "--threads",
+            "2",
+            "--files",
+            "100",
+            "--json",
+        ])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v = json_of(&o);
+    assert_eq!(v["write"]["bytes"], 16 << 20);
+    assert_eq!(v["read"]["bytes"], 16 << 20);
+    assert!(v["write"]["bytes_per_second"].as_f64().unwrap() > 0.0);
+    assert_eq!(v["create"]["files"], 100);
+    assert_eq!(v["small_read"]["files"], 100);
+    assert_eq!(v["threads"], 2);
+    assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0);
+    // Bad input: a clear error, no panic.
+    let o = bin()
+        .args(["bench", "disk", "/nonexistent/lh", "--files", "0"])
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("/nonexistent/lh"), "{}", stderr(&o));
+    let o = bin()
+        .args(["bench", "disk"])
+        .arg(&dir)
+        .args(["--bs", "1000"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+}
+
+#[test]
+fn doctor_alone_audits_this_host() {
+    let o = bin().args(["doctor", "--json"]).output().unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v = json_of(&o);
+    let local = &v["local"];
+    assert!(local["cpus"].as_u64().unwrap() >= 1);
+    assert!(local["buffers"]["rmem_max"].as_u64().is_some());
+    assert!(!local["congestion_control"].as_str().unwrap().is_empty());
+    // Judged for 10 Gbit/s at 100 ms over one stream: 125 MB in flight,
+    // more than any default buffer, so the buffer caps are findings, each
+    // with the sysctl that fixes it.
+    let findings = v["findings"].as_array().unwrap();
+    let f = findings
+        .iter()
+        .find(|f| f["setting"] == "net.ipv4.tcp_wmem")
+        .unwrap_or_else(|| panic!("{v:#}"));
+    assert!(f["fix"]
+        .as_str()
+        .unwrap()
+        .starts_with("sysctl -w net.ipv4.tcp_wmem="));
+}
+
+#[test]
+fn doctor_on_loopback_measures_every_stage_and_cleans_up() {
+    let t = TempDir::new("doctor-loop");
+    let root = t.dir("export");
+    let s = in_process_server(&root, &t.dir("state"), false);
+    let src = t.dir("src");
+    for i in 0..20 {
+        std::fs::write(src.join(format!("f{i}")), vec![7u8; 100_000]).unwrap();
+    }
+    let started = Instant::now();
+    let o = bin()
+        .arg("doctor")
+        .arg(format!("127.0.0.1:{}:data/", s.addr().port()))
+        .args(["--json", "--time", "1s", "--source"])
+        .arg(&src)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(started.elapsed() < Duration::from_secs(60));
+    let v = json_of(&o);
+    verdict_of(&v);
+    assert!(v["rtt_idle_us"].as_u64().unwrap() > 0);
+    assert!(v["upload"]["bits_per_second"].as_f64().unwrap() > 0.0);
+    assert!(v["download"]["bits_per_second"].as_f64().unwrap() > 0.0);
+    assert!(v["remote"]["cpus"].as_u64().unwrap() >= 1);
+    assert!(
+        v["dest_storage"]["write"]["bytes_per_second"]
+            .as_f64()
+            .unwrap()
+            > 0.0
+    );
+    assert!(v["dest_storage"]["create"]["files"].as_u64().unwrap() > 0);
+    assert!(v["source_storage"]["read"]["bytes"].as_u64().unwrap() > 0);
+    assert_eq!(v["mean_file_size"], 100_000);
+    assert!(v["copy"]["bytes"].as_u64().unwrap() > 0, "{v:#}");
+    let names: Vec<&str> = v["stages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["name"].as_str().unwrap())
+        .collect();
+    for want in [
+        "path_rate",
+        "window",
+        "sender_cpu",
+        "receiver_cpu",
+        "encryption",
+        "source_storage",
+        "dest_storage",
+        "metadata",
+    ] {
+        assert!(names.contains(&want), "{want} missing: {names:?}");
+    }
+    // The scratch directories (benchmark and copy) are gone.
+    assert_eq!(
+        std::fs::read_dir(&root).unwrap().count(),
+        0,
+        "{:?}",
+        std::fs::read_dir(&root)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect::<Vec<_>>()
+    );
+}
+
+#[test]
+fn doctor_on_a_read_only_export_says_what_it_could_not_measure() {
+    let t = TempDir::new("doctor-ro");
+    let s = in_process_server(&t.dir("export"), &t.dir("state"), true);
+    let o = bin()
+        .arg("doctor")
+        .arg(format!("127.0.0.1:{}:data/", s.addr().port()))
+        .args(["--json", "--time", "1s", "--no-copy"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v = json_of(&o);
+    let notes = v["notes"].to_string();
+    assert!(notes.contains("read-only"), "{notes}");
+    // The settings still came back, and the path was still measured.
+    assert!(v["remote"]["cpus"].as_u64().is_some(), "{v:#}");
+    verdict_of(&v);
+    // A doctor without a valid remote: a usage error.
+    let o = bin().args(["doctor", "/local/path"]).output().unwrap();
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+}
+
+/// A sysctl set for the test and put back when dropped.
+struct Sysctl {
+    path: PathBuf,
+    old: String,
+}
+
+impl Sysctl {
+    fn set(name: &str, value: &str) -> Sysctl {
+        let path = Path::new("/proc/sys").join(name.replace('.', "/"));
+        let old = std::fs::read_to_string(&path).unwrap();
+        std::fs::write(&path, value).unwrap();
+        Sysctl { path, old }
+    }
+}
+
+impl Drop for Sysctl {
+    fn drop(&mut self) {
+        let _ = std::fs::write(&self.path, self.old.trim());
+    }
+}
+
+/// `doctor --json` from host a to the server in host b.
+fn doctor_over(w: &Wan, extra: &[&str]) -> Value {
+    let o = w
+        .exec(
+            "a",
+            &[
+                &[
+                    "doctor",
+                    "198.18.0.2:5310:data/",
+                    "--json",
+                    "--time",
+                    "2s",
+                    "--no-copy",
+                ],
+                extra,
+            ]
+            .concat(),
+        )
+        .env("LONGHAUL_TRUST", common::fingerprint())
+        .env(
+            "LONGHAUL_KNOWN_HOSTS",
+            std::env::temp_dir().join("longhaul-test-known-hosts"),
+        )
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    json_of(&o)
+}
+
+fn wan_name(tag: &str) -> String {
+    format!("lhd{tag}{}", std::process::id() % 10_000)
+}
+
+#[test]
+fn doctor_names_the_window_when_buffers_are_capped_on_a_long_path() {
+    if !can_emulate() {
+        return;
+    }
+    let t = TempDir::new("doctor-window");
+    let w = Wan::up(&wan_name("w"), &["--rtt", "80ms", "--mtu", "9000"]);
+    // Receive buffers of 256 KiB at most: the core cap (for everyone; the
+    // integration tests run one at a time) and, in host b, autotuning's.
+    let _cap = Sysctl::set("net.core.rmem_max", "262144");
+    let o = Command::new("ip")
+        .args(["netns", "exec", &format!("{}-b", w.name), "sysctl", "-qw"])
+        .arg("net.ipv4.tcp_rmem=4096 131072 262144")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let _srv = serve_in_b(&w, &t.dir("exp"), &t.dir("state"));
+    let v = doctor_over(&w, &[]);
+    assert_eq!(verdict_of(&v), "window", "{}", stages(&v));
+    let findings = v["findings"].to_string();
+    assert!(findings.contains("net.core.rmem_max"), "{findings}");
+    assert!(
+        v["verdict"]["fix"].as_str().unwrap().contains("rmem"),
+        "{v:#}"
+    );
+    assert!(v["rtt_idle_us"].as_u64().unwrap() >= 79_000);
+}
+
+#[test]
+fn doctor_names_the_path_rate_of_a_rate_limited_link() {
+    if !can_emulate() {
+        return;
+    }
+    let t = TempDir::new("doctor-rate");
+    let w = Wan::up(
+        &wan_name("r"),
+        &["--rtt", "20ms", "--rate", "200mbit", "--mtu", "9000"],
+    );
+    let _srv = serve_in_b(&w, &t.dir("exp"), &t.dir("state"));
+    let v = doctor_over(&w, &[]);
+    assert_eq!(verdict_of(&v), "path_rate", "{}", stages(&v));
+    let ceiling = v["verdict"]["ceiling_bps"].as_f64().unwrap();
+    assert!(
+        (150e6..=205e6).contains(&ceiling),
+        "path rate {ceiling} for a 200 Mbit/s link"
+    );
+}
+
+#[test]
+fn doctor_names_loss_on_a_long_lossy_path() {
+    if !can_emulate() {
+        return;
+    }
+    let t = TempDir::new("doctor-loss");
+    let w = Wan::up(
+        &wan_name("l"),
+        &["--rtt", "80ms", "--loss", "1e-3", "--mtu", "9000"],
+    );
+    let _srv = serve_in_b(&w, &t.dir("exp"), &t.dir("state"));
+    let v = doctor_over(&w, &[]);
+    assert_eq!(verdict_of(&v), "loss", "{}", stages(&v));
+    assert!(
+        v["upload"]["loss_fraction"].as_f64().unwrap() >= 1e-4,
+        "{v:#}"
+    );
+}
+
+fn root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    if !root {
+        eprintln!("skipped: needs root (loop device, mount, cgroup)");
+    }
+    root
+}
+
+/// A file system on a loop device whose writes, from the processes in a
+/// cgroup v1 blkio group, are throttled; all undone when dropped.
+struct Throttled {
+    dev: String,
+    mnt: PathBuf,
+    cgroup: PathBuf,
+}
+
+impl Throttled {
+    /// None (with the reason printed) where this host cannot do it.
+    fn new(t: &TempDir, mount_opts: &str, throttle: &[(&str, &str)]) -> Option<Throttled> {
+        let blkio = Path::new("/sys/fs/cgroup/blkio");
+        let have = |c: &str| {
+            Command::new(c)
+                .arg("-V")
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status()
+                .is_ok()
+        };
+        if !blkio.join("blkio.throttle.write_bps_device").exists()
+            || !have("losetup")
+            || !have("mkfs.ext4")
+        {
+            eprintln!("skipped: needs cgroup v1 blkio, losetup and mkfs.ext4");
+            return None;
+        }
+        let img = t.path().join("disk.img");
+        std::fs::File::create(&img)
+            .unwrap()
+            .set_len(1 << 30)
+            .unwrap();
+        let out = Command::new("losetup")
+            .args(["-f", "--show"])
+            .arg(&img)
+            .output()
+            .unwrap();
+        if !out.status.success() {
+            eprintln!("skipped: losetup: {}", stderr(&out));
+            return None;
+        }
+        let dev = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        let mnt = t.dir("mnt");
+        let cgroup = blkio.join(format!("longhaul-test-{}", std::process::id()));
+        let me = Throttled { dev, mnt, cgroup };
+        let ok = |c: &mut Command| {
+            let o = c.output().unwrap();
+            assert!(o.status.success(), "{c:?}: {}", stderr(&o));
+        };
+        ok(Command::new("mkfs.ext4").args(["-qF", &me.dev]));
+        ok(Command::new("mount")
+            .args(["-o", mount_opts, &me.dev])
+            .arg(&me.mnt));
+        std::fs::create_dir(&me.cgroup).unwrap();
+        let meta = std::fs::metadata(&me.dev).unwrap();
+        let rdev = std::os::unix::fs::MetadataExt::rdev(&meta);
+        let (major, minor) = (libc::major(rdev), libc::minor(rdev));
+        for (file, value) in throttle {
+            std::fs::write(me.cgroup.join(file), format!("{major}:{minor} {value}")).unwrap();
+        }
+        Some(me)
+    }
+
+    /// A `longhaul serve` on loopback inside the throttled group, exporting the file system.
+    fn serve(&self, state: &Path) -> (Served, u16) {
+        let state = common::prepare_state(state);
+        for i in 0..20u32 {
+            let port = 20_000 + ((std::process::id() * 7 + i * 131) % 40_000) as u16;
+            let script = format!(
+                "echo $$ > {}/cgroup.procs && exec {BIN} serve --listen 127.0.0.1:{port} --state-dir {} --export data={}",
+                self.cgroup.display(),
+                state.display(),
+                self.mnt.display()
+            );
+            let mut c = Command::new("sh")
+                .args(["-c", &script])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap();
+            let start = Instant::now();
+            while start.elapsed() < Duration::from_secs(5) {
+                if TcpStream::connect(("127.0.0.1", port)).is_ok() {
+                    return (Served(c), port);
+                }
+                if c.try_wait().unwrap().is_some() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        panic!("no server came up");
+    }
+}
+
+impl Drop for Throttled {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(&self.mnt).output();
+        let _ = Command::new("losetup").args(["-d", &self.dev]).output();
+        let _ = std::fs::remove_dir(&self.cgroup);
+    }
+}
+
+#[test]
+fn doctor_names_the_destination_storage_when_its_writes_are_throttled() {
+    if !root() {
+        return;
+    }
+    let t = TempDir::new("doctor-dest");
+    // 20 MB/s of writes (O_DIRECT and the sink's fsync'd writeback).
+    let Some(disk) = Throttled::new(
+        &t,
+        "defaults",
+        &[("blkio.throttle.write_bps_device", "20971520")],
+    ) else {
+        return;
+    };
+    let (_srv, port) = disk.serve(&t.dir("state"));
+    let o = bin()
+        .arg("doctor")
+        .arg(format!("127.0.0.1:{port}:data/"))
+        .args(["--json", "--time", "1s"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v = json_of(&o);
+    assert_eq!(verdict_of(&v), "dest_storage", "{}", stages(&v));
+    let ceiling = v["verdict"]["ceiling_bps"].as_f64().unwrap();
+    assert!(ceiling < 250e6, "{ceiling} for a 168 Mbit/s throttle");
+}
+
+#[test]
+fn doctor_names_metadata_for_small_files_on_a_slow_create_destination() {
+    if !root() {
+        return;
+    }
+    let t = TempDir::new("doctor-meta");
+    // Every create a synchronous journal write, 30 writes a second.
+    let Some(disk) = Throttled::new(
+        &t,
+        "sync,dirsync",
+        &[("blkio.throttle.write_iops_device", "30")],
+    ) else {
+        return;
+    };
+    let (_srv, port) = disk.serve(&t.dir("state"));
+    // What is to be sent: many small files.
+    let src = t.dir("losf");
+    for i in 0..500 {
+        std::fs::write(src.join(format!("f{i:04}")), vec![1u8; 4096]).unwrap();
+    }
+    let o = bin()
+        .arg("doctor")
+        .arg(format!("127.0.0.1:{port}:data/"))
+        .args(["--json", "--time", "1s", "--no-copy", "--source"])
+        .arg(&src)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v = json_of(&o);
+    assert_eq!(verdict_of(&v), "metadata", "{}", stages(&v));
+    assert_eq!(v["mean_file_size"], 4096);
+}
+
+#[test]
+fn doctor_names_the_senders_cpu_when_it_has_one_core_and_tls() {
+    // SAFETY: sysconf has no preconditions.
+    if unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) } < 2 {
+        eprintln!("skipped: needs two CPUs");
+        return;
+    }
+    let t = TempDir::new("doctor-cpu");
+    let s = in_process_server(&t.dir("export"), &t.dir("state"), false);
+    let mut c = bin();
+    c.arg("doctor")
+        .arg(format!("127.0.0.1:{}:data/", s.addr().port()))
+        .args(["--json", "--time", "2s", "--no-copy"]);
+    // The client (the sender of an upload) on CPU 0 only.
+    // SAFETY: only async-signal-safe calls between fork and exec.
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(&mut c, || {
+            let mut set: libc::cpu_set_t = std::mem::zeroed();
+            libc::CPU_SET(0, &mut set);
+            if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let o = c.output().unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v = json_of(&o);
+    assert_eq!(v["local"]["cpus_usable"], 1);
+    assert_eq!(verdict_of(&v), "sender_cpu", "{}", stages(&v));
+}
