@@ -452,6 +452,15 @@ struct CpArgs {
     /// socket-buffer caps, 4 to 32).
     #[arg(short = 'P', long, value_parser = clap::value_parser!(u16).range(1..))]
     streams: Option<u16>,
+    /// Print a line per second (to stderr): rate, streams carrying chunks, retransmits,
+    /// RTT and what limited it (window, send_buffer, congestion, application,
+    /// storage_read, storage_write).
+    #[arg(long)]
+    intervals: bool,
+    /// Keep every stream carrying chunks: no online tuning (which parks streams the path
+    /// does not need, by a hill-climb on goodput less retransmissions; -P also turns it off).
+    #[arg(long)]
+    no_tune: bool,
     /// The path's rate if known, e.g. 10gbit: streams are sized for it (default 10 Gbit/s)
     /// and each is paced to its share (SO_MAX_PACING_RATE).
     #[arg(long, value_parser = path_rate)]
@@ -1127,6 +1136,7 @@ fn cp(a: CpArgs, sync: Option<longhaul_proto::xfer::SyncOptions>, dry_run: bool)
         verify: a.verify,
         sync,
         dry_run,
+        tune: !a.no_tune,
         digests_to: a.digests.clone(),
         progress: Arc::new(longhaul_engine::xfer::Progress {
             interrupt: interrupt.clone(),
@@ -1139,10 +1149,11 @@ fn cp(a: CpArgs, sync: Option<longhaul_proto::xfer::SyncOptions>, dry_run: bool)
             ..ClientOptions::default()
         },
     };
-    let bar = (!a.json && std::io::IsTerminal::is_terminal(&std::io::stderr()))
+    let bar = (!a.json && !a.intervals && std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .then(|| progress_bar(opts.progress.clone()));
+    let lines = a.intervals.then(|| interval_printer(opts.progress.clone()));
     let result = longhaul_engine::xfer::client::cp(&opts);
-    if let Some((done, t)) = bar {
+    for (done, t) in [bar, lines].into_iter().flatten() {
         done.store(true, Ordering::SeqCst);
         let _ = t.join();
     }
@@ -1171,6 +1182,26 @@ fn cp(a: CpArgs, sync: Option<longhaul_proto::xfer::SyncOptions>, dry_run: bool)
                     units::format_rate(s.network_bps),
                     units::format_rate(s.dest_write_bps)
                 );
+                if let Some(t) = &s.tuning {
+                    println!(
+                        "tuning: {} stream(s){}; chunks of {}; up to {} files in flight",
+                        t.final_streams,
+                        if t.online {
+                            format!(
+                                " carrying chunks of {} open (online, {} step(s))",
+                                t.initial_streams,
+                                t.steps.len()
+                            )
+                        } else {
+                            " (fixed)".into()
+                        },
+                        units::format_bytes(t.chunk_size),
+                        t.files_in_flight
+                    );
+                }
+                if let Some(l) = output::limit_shares(&s.intervals) {
+                    println!("limited by: {l}");
+                }
                 if let Some(p) = &s.path {
                     let w = &p.window;
                     println!(
@@ -1251,14 +1282,55 @@ fn progress_bar(
             } else {
                 "+"
             };
+            let limit = p
+                .intervals
+                .lock()
+                .ok()
+                .and_then(|i| i.last().cloned())
+                .map(|i| {
+                    format!(
+                        ", {} stream(s), limited by {}",
+                        i.active_streams,
+                        i.limit.name()
+                    )
+                })
+                .unwrap_or_default();
             bar.set_message(format!(
-                "{}/{}{walking} files",
+                "{}/{}{walking} files{limit}",
                 p.files.load(Ordering::Relaxed),
                 p.announced_files.load(Ordering::Relaxed)
             ));
             std::thread::sleep(Duration::from_millis(200));
         }
         bar.finish_and_clear();
+    });
+    (done, t)
+}
+
+/// Prints each interval of a transfer as it arrives (`cp --intervals`), to stderr.
+fn interval_printer(
+    p: std::sync::Arc<longhaul_engine::xfer::Progress>,
+) -> (Arc<AtomicBool>, std::thread::JoinHandle<()>) {
+    let done = Arc::new(AtomicBool::new(false));
+    let stop = done.clone();
+    let t = std::thread::spawn(move || {
+        let mut shown = 0;
+        loop {
+            let finished = stop.load(Ordering::SeqCst);
+            let new: Vec<_> = p
+                .intervals
+                .lock()
+                .map(|i| i[shown.min(i.len())..].to_vec())
+                .unwrap_or_default();
+            for i in &new {
+                eprintln!("{}", output::transfer_interval_line(i));
+            }
+            shown += new.len();
+            if finished {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
     });
     (done, t)
 }
@@ -1493,6 +1565,7 @@ fn demo() -> i32 {
         verify: false,
         sync: None,
         dry_run: false,
+        tune: true,
         digests_to: None,
         progress: Default::default(),
         client: opts.clone(),

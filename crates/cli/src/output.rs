@@ -489,3 +489,48 @@ pub fn print_doctor(r: &longhaul_engine::doctor::DoctorReport) {
         None => println!("verdict: none (nothing was measured end to end)"),
     }
 }
+
+/// One interval of a transfer, for people.
+pub fn transfer_interval_line(i: &longhaul_proto::tune::TransferInterval) -> String {
+    format!(
+        "[{:6.1}-{:6.1} s] {:>12}  {:>2} stream(s)  {:>6} retr  RTT {:>7.2} ms  limited by {}",
+        i.start_s,
+        i.end_s,
+        longhaul_proto::units::format_rate(i.bits_per_second),
+        i.active_streams,
+        i.retransmits,
+        f64::from(i.rtt_us) / 1000.0,
+        i.limit.name()
+    )
+}
+
+/// "congestion 70%, storage_write 30%": what limited a transfer, by share of its intervals.
+pub fn limit_shares(intervals: &[longhaul_proto::tune::TransferInterval]) -> Option<String> {
+    let counted: Vec<_> = intervals
+        .iter()
+        .filter(|i| i.limit != longhaul_proto::tune::TransferLimit::Idle)
+        .collect();
+    if counted.is_empty() {
+        return None;
+    }
+    let mut by: Vec<(longhaul_proto::tune::TransferLimit, usize)> = Vec::new();
+    for i in &counted {
+        match by.iter_mut().find(|(l, _)| *l == i.limit) {
+            Some((_, n)) => *n += 1,
+            None => by.push((i.limit, 1)),
+        }
+    }
+    by.sort_by_key(|b| std::cmp::Reverse(b.1));
+    Some(
+        by.iter()
+            .map(|(l, n)| {
+                format!(
+                    "{} {:.0}%",
+                    l.name(),
+                    *n as f64 * 100.0 / counted.len() as f64
+                )
+            })
+            .collect::<Vec<_>>()
+            .join(", "),
+    )
+}

@@ -673,6 +673,7 @@ fn short_copy(
         verify: false,
         sync: None,
         dry_run: false,
+        tune: true,
         digests_to: None,
         progress: Default::default(),
         client: opts.clone(),

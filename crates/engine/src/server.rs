@@ -1055,6 +1055,12 @@ fn serve_transfer(
                 streams: t.streams,
                 storage,
                 anchor: Some(Arc::new(anchor)),
+                online: t.tuning.online,
+                send_intervals: t.tuning.intervals,
+                rtt: Duration::from_micros(u64::from(
+                    crate::sock::tcp_info(crate::sock::fd_of(conn.tcp()))
+                        .map_or(0, |i| i.min_rtt_us),
+                )),
             },
         )
         .map(|r| {

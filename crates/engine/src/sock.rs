@@ -342,6 +342,10 @@ pub fn tcp_info(fd: BorrowedFd<'_>) -> Option<TcpSample> {
         sndbuf_limited_us: info.sndbuf_limited,
         delivery_rate: info.delivery_rate,
         pacing_rate: info.pacing_rate,
+        bytes_acked: info.bytes_acked,
+        snd_wnd: info.snd_wnd,
+        bytes_sent: info.bytes_sent,
+        bytes_retrans: info.bytes_retrans,
     })
 }
 

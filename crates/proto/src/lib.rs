@@ -16,6 +16,7 @@ pub mod msg;
 pub mod plan;
 pub mod report;
 pub mod session;
+pub mod tune;
 pub mod udp;
 pub mod units;
 pub mod window;

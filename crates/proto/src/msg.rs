@@ -296,6 +296,7 @@ pub enum Message {
     ListRequest(xfer::ListRequest),
     Listing(xfer::Listing),
     SourceDone(xfer::SourceDone),
+    SourceInterval(crate::tune::TransferInterval),
     Probe(crate::disk::ProbeRequest),
     ProbeResult(Box<crate::disk::ProbeResult>),
 }
@@ -325,6 +326,7 @@ pub mod kind {
     pub const LIST_REQUEST: u8 = 0x38;
     pub const LISTING: u8 = 0x39;
     pub const SOURCE_DONE: u8 = 0x3a;
+    pub const SOURCE_INTERVAL: u8 = 0x3b;
     pub const PROBE: u8 = 0x40;
     pub const PROBE_RESULT: u8 = 0x41;
 }
@@ -355,6 +357,7 @@ impl Message {
             Message::ListRequest(_) => kind::LIST_REQUEST,
             Message::Listing(_) => kind::LISTING,
             Message::SourceDone(_) => kind::SOURCE_DONE,
+            Message::SourceInterval(_) => kind::SOURCE_INTERVAL,
             Message::Probe(_) => kind::PROBE,
             Message::ProbeResult(_) => kind::PROBE_RESULT,
         }
@@ -386,6 +389,7 @@ impl Message {
             Message::ListRequest(_) => "list_request",
             Message::Listing(_) => "listing",
             Message::SourceDone(_) => "source_done",
+            Message::SourceInterval(_) => "source_interval",
             Message::Probe(_) => "probe",
             Message::ProbeResult(_) => "probe_result",
         }
@@ -417,6 +421,7 @@ impl Message {
             Message::ListRequest(m) => serde_json::to_vec(m),
             Message::Listing(m) => serde_json::to_vec(m),
             Message::SourceDone(m) => serde_json::to_vec(m),
+            Message::SourceInterval(m) => serde_json::to_vec(m),
             Message::Probe(m) => serde_json::to_vec(m),
             Message::ProbeResult(m) => serde_json::to_vec(m),
         }
@@ -458,6 +463,7 @@ impl Message {
             kind::LIST_REQUEST => Message::ListRequest(body(k, b)?),
             kind::LISTING => Message::Listing(body(k, b)?),
             kind::SOURCE_DONE => Message::SourceDone(body(k, b)?),
+            kind::SOURCE_INTERVAL => Message::SourceInterval(body(k, b)?),
             kind::PROBE => Message::Probe(body(k, b)?),
             kind::PROBE_RESULT => Message::ProbeResult(body(k, b)?),
             other => return Err(ProtoError::UnknownFrame(other)),

@@ -63,6 +63,17 @@ pub struct TcpSample {
     pub delivery_rate: u64,
     /// tcpi_pacing_rate in bytes/s.
     pub pacing_rate: u64,
+    /// tcpi_bytes_acked, cumulative.
+    #[serde(default)]
+    pub bytes_acked: u64,
+    /// tcpi_snd_wnd: the window the peer last advertised, bytes.
+    #[serde(default)]
+    pub snd_wnd: u32,
+    /// tcpi_bytes_sent and tcpi_bytes_retrans, cumulative.
+    #[serde(default)]
+    pub bytes_sent: u64,
+    #[serde(default)]
+    pub bytes_retrans: u64,
 }
 
 /// A UDP receiver's counters, cumulative.

@@ -85,6 +85,14 @@ pub struct StreamTuning {
     /// SO_MAX_PACING_RATE of each stream on the sending side, bytes/s.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pacing: Option<u64>,
+    /// The source tunes the number of streams carrying chunks online
+    /// ([`crate::tune::Climb`]) and reports each interval.
+    #[serde(default)]
+    pub online: bool,
+    /// The client takes `SourceInterval` messages: a server that is the
+    /// source sends one each interval.
+    #[serde(default)]
+    pub intervals: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -206,7 +214,7 @@ pub struct EntriesEnd {
 }
 
 /// The sink's final account.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct SinkReport {
     /// With `dry_run`: the files that would be sent.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -227,11 +235,14 @@ pub struct SinkReport {
 
 /// The source's last word, after the sink's `TransferDone`: how its
 /// storage reads went, so that the sink's end can report them too.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct SourceDone {
     /// Bytes read from storage and busy time of those reads, microseconds.
     pub read_bytes: u64,
     pub read_us: u64,
+    /// What the source's tuner chose.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tuning: Option<crate::tune::TuningReport>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -45,6 +45,8 @@ pub struct CpOptions {
     /// `sync`: what to compare and whether to delete extraneous files.
     pub sync: Option<SyncOptions>,
     pub dry_run: bool,
+    /// Tune the streams carrying chunks online (unless `streams` is set).
+    pub tune: bool,
     pub client: ClientOptions,
     /// Write `DIGEST  PATH` per verified file here.
     pub digests_to: Option<PathBuf>,
@@ -74,6 +76,12 @@ pub struct CpSummary {
     pub attempts: u32,
     /// How the streams were sized for the path.
     pub path: Option<PathTuning>,
+    /// What the source's tuner chose (streams, chunk size, files in flight).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tuning: Option<longhaul_proto::tune::TuningReport>,
+    /// The sender's intervals, each with what limited it.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub intervals: Vec<longhaul_proto::tune::TransferInterval>,
     /// Conditions that bound the transfer, with the fix (window caps).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub warnings: Vec<String>,
@@ -251,6 +259,8 @@ fn dial_early(o: &CpOptions, push: bool, dialer: &Dialer, rtt_us: u32) -> EarlyS
         send_buffer: guess.send_buffer.to_set(),
         receive_buffer: guess.receive_buffer.to_set(),
         pacing: None,
+        online: false,
+        intervals: true,
     };
     (0..guess.streams)
         .map(|_| {
@@ -354,6 +364,9 @@ fn size_for_path(
         send_buffer: window.send_buffer.to_set(),
         receive_buffer: window.receive_buffer.to_set(),
         pacing,
+        // Online tuning unless the streams were fixed (-P) or it is off.
+        online: o.tune && o.streams.is_none(),
+        intervals: true,
     };
     let warnings = window.shortfall(&sender, &receiver).into_iter().collect();
     let path = PathTuning {
@@ -462,8 +475,12 @@ fn cp_once(
                     streams,
                     storage,
                     anchor: None,
+                    online: tuning.online,
+                    send_intervals: false,
+                    rtt: Duration::from_micros(u64::from(path.window.rtt_us)),
                 },
             )?;
+            s.tuning = r.tuning.clone();
             s.files = r.files;
             s.bytes = r.bytes;
             s.skipped = r.skipped;
@@ -541,10 +558,12 @@ fn cp_once(
             s.dest_write_bps = stage_rate(r.written_bytes, r.write_us, streams);
             if let Some(d) = &r.source {
                 s.source_read_bps = stage_rate(d.read_bytes, d.read_us, streams);
+                s.tuning = d.tuning.clone();
             }
         }
     }
     s.path = Some(path);
+    s.intervals = std::mem::take(&mut *o.progress.intervals.lock().expect("poisoned"));
     s.seconds = started.elapsed().as_secs_f64();
     let moved = s.bytes.saturating_sub(s.resumed_bytes);
     s.bits_per_second = moved as f64 * 8.0 / s.seconds.max(1e-9);

@@ -9,6 +9,7 @@ pub mod client;
 pub mod sink;
 pub mod source;
 pub mod storage;
+pub mod tune;
 
 use std::io::Write as _;
 use std::io::{self, Read};
@@ -53,6 +54,9 @@ pub struct Progress {
     pub walk_done: std::sync::atomic::AtomicBool,
     /// Set from outside (Ctrl-C) to end the transfer; journals stay for a resume.
     pub interrupt: Arc<std::sync::atomic::AtomicBool>,
+    /// The sender's intervals, each with its limit (from the local source,
+    /// or sent by a server that is the source).
+    pub intervals: Mutex<Vec<longhaul_proto::tune::TransferInterval>>,
 }
 
 impl Progress {

@@ -349,8 +349,18 @@ fn control(
             conn.send(&Message::TransferDone(report.clone()))?;
             // The source answers with its read figures; an older or
             // vanished source is no reason to fail a finished transfer.
-            if let Ok(Some(Message::SourceDone(d))) = conn.recv(Duration::from_secs(2)) {
-                report.source = Some(d);
+            let deadline = Instant::now() + Duration::from_secs(2);
+            while let Ok(Some(m)) = conn.recv_until(deadline) {
+                match m {
+                    Message::SourceInterval(i) => {
+                        cfg.progress.intervals.lock().expect("poisoned").push(i);
+                    }
+                    Message::SourceDone(d) => {
+                        report.source = Some(d);
+                        break;
+                    }
+                    _ => break,
+                }
             }
             return Ok(report);
         }
@@ -360,6 +370,9 @@ fn control(
         }
         match msg {
             None => {}
+            Some(Message::SourceInterval(i)) => {
+                cfg.progress.intervals.lock().expect("poisoned").push(i);
+            }
             Some(Message::Entries(batch)) => {
                 let mut wants = Vec::new();
                 let mut ranges = 0usize;

@@ -38,6 +38,12 @@ pub struct SourceConfig {
     /// (race-free; see [`super::beneath`]). None on a client, whose own
     /// paths are its user's to choose.
     pub anchor: Option<Arc<Anchor>>,
+    /// Tune the number of streams carrying chunks online.
+    pub online: bool,
+    /// Send each interval to the sink (a server sending to its client).
+    pub send_intervals: bool,
+    /// The path's RTT, for the tuner's epoch.
+    pub rtt: Duration,
 }
 
 /// `path` as it is to be used: through the anchor, if there is one.
@@ -59,6 +65,7 @@ pub struct SourceReport {
     /// Bytes read and the summed busy time of the reads.
     pub read_bytes: u64,
     pub read_us: u64,
+    pub tuning: Option<longhaul_proto::tune::TuningReport>,
 
     pub sink: SinkReport,
 }
@@ -238,6 +245,8 @@ struct Queue {
     resends: VecDeque<Chunk>,
     files: HashMap<u64, Arc<SrcFile>>,
     closed: bool,
+    /// Streams 0..active carry chunks; the rest are parked by the tuner.
+    active: u16,
 }
 
 type Shared = Arc<(Mutex<Queue>, Condvar)>;
@@ -254,25 +263,36 @@ pub fn run_source(
     streams: Vec<Box<dyn Stream>>,
     cfg: SourceConfig,
 ) -> Result<SourceReport, EngineError> {
-    let shared: Shared = Arc::new((Mutex::new(Queue::default()), Condvar::new()));
+    let shared: Shared = Arc::new((
+        Mutex::new(Queue {
+            active: streams.len() as u16,
+            ..Queue::default()
+        }),
+        Condvar::new(),
+    ));
     let (tx, rx) = mpsc::channel();
     let mut workers = Vec::new();
     // The sockets under the streams, to end them from here on a failure.
     let mut sockets: Vec<TcpStream> = Vec::new();
-    for s in streams {
+    for (index, s) in streams.into_iter().enumerate() {
         sockets.push(crate::conn::socket_of(&*s)?);
         let (shared, tx, storage) = (shared.clone(), tx.clone(), cfg.storage.clone());
         let anchor = cfg.anchor.clone();
         workers.push(
             std::thread::Builder::new()
                 .name("lh-src".into())
-                .spawn(move || send(s, &shared, &*storage, &anchor, &tx))
+                .spawn(move || send(index as u16, s, &shared, &*storage, &anchor, &tx))
                 .map_err(|e| EngineError::io("failed to start a sender".into(), e))?,
         );
     }
+    let sampler = super::tune::Sampler::new(
+        sockets.iter().filter_map(|s| s.try_clone().ok()).collect(),
+        cfg.online,
+        cfg.rtt,
+    );
     let streams = sockets;
     drop(tx);
-    let result = control(conn, &shared, &rx, &cfg);
+    let result = control(conn, &shared, &rx, &cfg, sampler);
     {
         let (q, cv) = &*shared;
         q.lock().expect("poisoned").closed = true;
@@ -297,7 +317,9 @@ fn control(
     shared: &Shared,
     rx: &Receiver<Event>,
     cfg: &SourceConfig,
+    mut sampler: super::tune::Sampler,
 ) -> Result<SourceReport, EngineError> {
+    let mut chunk_size = 0u64;
     let mut walker = Walker {
         level_failed: Vec::new(),
         dir_ends: cfg.dir_ends,
@@ -355,6 +377,7 @@ fn control(
                             cfg.progress
                                 .announced_bytes
                                 .fetch_add(e.size, Ordering::Relaxed);
+                            chunk_size = chunk_size.max(e.chunk_size);
                             open.insert(e.id, (e.path.clone(), path, e.size, e.chunk_size));
                         }
                         batch_bytes +=
@@ -399,6 +422,28 @@ fn control(
                 }
                 Event::Fatal(e) => return Err(EngineError::Failed(e)),
             }
+        }
+        let now = Instant::now();
+        if sampler.due(now) {
+            let (active, starved) = {
+                let queue = q.lock().expect("poisoned");
+                let starved = queue.planner.pending_files() == 0 && queue.resends.is_empty();
+                (queue.active, starved)
+            };
+            let (interval, next) = sampler.sample(now, report.read_us, active, starved);
+            if let Some(n) = next.filter(|&n| n != active) {
+                tracing::debug!("tuner: {active} -> {n} streams");
+                q.lock().expect("poisoned").active = n;
+                cv.notify_all();
+            }
+            if cfg.send_intervals {
+                conn.send(&Message::SourceInterval(interval.clone()))?;
+            }
+            cfg.progress
+                .intervals
+                .lock()
+                .expect("poisoned")
+                .push(interval);
         }
         if last_progress.elapsed() > super::TRANSFER_IDLE {
             return Err(EngineError::Timeout(format!(
@@ -503,9 +548,19 @@ fn control(
                     )));
                 }
                 report.sink = sink;
+                let tuning = longhaul_proto::tune::TuningReport {
+                    online: sampler.climb().is_some(),
+                    initial_streams: sampler.streams(),
+                    final_streams: q.lock().expect("poisoned").active,
+                    chunk_size,
+                    files_in_flight: MAX_UNRESOLVED_FILES as u64,
+                    steps: sampler.climb().map(|c| c.steps.clone()).unwrap_or_default(),
+                };
+                report.tuning = Some(tuning.clone());
                 let _ = conn.send(&Message::SourceDone(SourceDone {
                     read_bytes: report.read_bytes,
                     read_us: report.read_us,
+                    tuning: Some(tuning),
                 }));
                 return Ok(report);
             }
@@ -528,6 +583,7 @@ fn control(
 /// One data stream: takes chunks from the queue and streams each from the
 /// file in cache-sized pieces, hashing as it goes; holes go as zero chunks.
 fn send(
+    index: u16,
     s: Box<dyn Stream>,
     shared: &Shared,
     storage: &dyn Storage,
@@ -545,10 +601,15 @@ fn send(
         let next = 'pick: loop {
             let mut queue = q.lock().expect("poisoned");
             loop {
-                let next = queue
-                    .resends
-                    .pop_front()
-                    .or_else(|| queue.planner.next_chunk());
+                // A parked stream takes nothing until the tuner wakes it.
+                let next = if index < queue.active {
+                    queue
+                        .resends
+                        .pop_front()
+                        .or_else(|| queue.planner.next_chunk())
+                } else {
+                    None
+                };
                 match next {
                     Some(c) => match queue.files.get(&c.file) {
                         Some(f) if !f.failed.load(Ordering::Relaxed) => {

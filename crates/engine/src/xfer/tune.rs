@@ -1,0 +1,166 @@
+//! The source's sampler and tuner: once an interval it reads the kernel's
+//! counters of every data stream and its own storage-read time, makes a
+//! [`TransferInterval`] with its limit named, and, when tuning online,
+//! feeds the [`Climb`] that decides how many streams carry chunks.
+
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+use longhaul_proto::report::TcpSample;
+use longhaul_proto::tune::{classify, utility, Climb, TransferInterval};
+
+use crate::sock;
+
+/// Seconds between interval reports.
+pub const INTERVAL: Duration = Duration::from_secs(1);
+
+pub struct Sampler {
+    sockets: Vec<TcpStream>,
+    start: Instant,
+    last_at: Instant,
+    last: Vec<Option<TcpSample>>,
+    /// The largest window each peer advertised: a window far below it is
+    /// one the receiver is not draining.
+    max_wnd: Vec<u32>,
+    last_read_us: u64,
+    index: u32,
+    climb: Option<Climb>,
+    /// Epoch of the climb: observations are summed over it.
+    epoch: Duration,
+    epoch_start: Instant,
+    epoch_bytes: u64,
+    epoch_sent: u64,
+    epoch_resent: u64,
+    epoch_valid: bool,
+    /// Epochs ended so far; the first (slow start) is not observed.
+    epochs: u32,
+    pub intervals: Vec<TransferInterval>,
+}
+
+impl Sampler {
+    /// `online`: tune the active streams, starting from all of them. The
+    /// climb's epoch is 2 s or 25 RTTs, whichever is longer; it starts after
+    /// the first epoch (slow start).
+    pub fn new(sockets: Vec<TcpStream>, online: bool, rtt: Duration) -> Sampler {
+        let now = Instant::now();
+        let n = sockets.len() as u16;
+        let epoch = (rtt * 25).max(Duration::from_secs(2));
+        let last = sockets
+            .iter()
+            .map(|s| sock::tcp_info(sock::fd_of(s)))
+            .collect();
+        Sampler {
+            max_wnd: vec![0; sockets.len()],
+            last,
+            sockets,
+            start: now,
+            last_at: now,
+            last_read_us: 0,
+            index: 0,
+            // Down to a quarter of the streams (at least 2), never above all.
+            climb: (online && n > 2).then(|| Climb::new(n, (n / 4).max(2), n)),
+            epoch,
+            epoch_start: now,
+            epoch_bytes: 0,
+            epoch_sent: 0,
+            epoch_resent: 0,
+            epoch_valid: true,
+            epochs: 0,
+            intervals: Vec::new(),
+        }
+    }
+
+    pub fn streams(&self) -> u16 {
+        self.sockets.len() as u16
+    }
+
+    pub fn climb(&self) -> Option<&Climb> {
+        self.climb.as_ref()
+    }
+
+    pub fn due(&self, now: Instant) -> bool {
+        now.duration_since(self.last_at) >= INTERVAL
+    }
+
+    /// Samples an interval ending now. `read_us`: the senders' storage-read
+    /// time so far; `active`: streams carrying chunks; `starved`: the queue
+    /// ran out of chunks (the epoch then says nothing of the streams).
+    /// Returns the interval and, when tuning, the active streams to use.
+    pub fn sample(
+        &mut self,
+        now: Instant,
+        read_us: u64,
+        active: u16,
+        starved: bool,
+    ) -> (TransferInterval, Option<u16>) {
+        let span_us = now.duration_since(self.last_at).as_micros().max(1) as u64;
+        let mut i = TransferInterval {
+            index: self.index,
+            start_s: self.last_at.duration_since(self.start).as_secs_f64(),
+            end_s: now.duration_since(self.start).as_secs_f64(),
+            active_streams: active,
+            ..Default::default()
+        };
+        let (mut busy, mut rwnd, mut sndbuf, mut open, mut rtt, mut n) =
+            (0u64, 0u64, 0u64, 0.0f64, 0u64, 0u32);
+        for (k, s) in self.sockets.iter().enumerate() {
+            let Some(t) = sock::tcp_info(sock::fd_of(s)) else {
+                continue;
+            };
+            let prev = self.last[k].unwrap_or_default();
+            i.bytes += t.bytes_acked.saturating_sub(prev.bytes_acked);
+            i.retransmits += t.retransmits.saturating_sub(prev.retransmits);
+            self.epoch_sent += t.bytes_sent.saturating_sub(prev.bytes_sent);
+            self.epoch_resent += t.bytes_retrans.saturating_sub(prev.bytes_retrans);
+            self.max_wnd[k] = self.max_wnd[k].max(t.snd_wnd);
+            if k < usize::from(active) {
+                busy += t.busy_us.saturating_sub(prev.busy_us);
+                rwnd += t.rwnd_limited_us.saturating_sub(prev.rwnd_limited_us);
+                sndbuf += t.sndbuf_limited_us.saturating_sub(prev.sndbuf_limited_us);
+                if self.max_wnd[k] > 0 {
+                    open += f64::from(t.snd_wnd) / f64::from(self.max_wnd[k]);
+                }
+                rtt += u64::from(t.rtt_us);
+                n += 1;
+            }
+            self.last[k] = Some(t);
+        }
+        let whole = (span_us * u64::from(n.max(1))) as f64;
+        i.busy = (busy as f64 / whole).min(1.0);
+        i.rwnd_limited = (rwnd as f64 / whole).min(1.0);
+        i.sndbuf_limited = (sndbuf as f64 / whole).min(1.0);
+        i.window_open = if n > 0 { open / f64::from(n) } else { 1.0 };
+        i.rtt_us = (rtt / u64::from(n.max(1))) as u32;
+        let read = read_us.saturating_sub(self.last_read_us);
+        self.last_read_us = read_us;
+        i.read_busy = (read as f64 / (span_us * u64::from(active.max(1))) as f64).min(1.0);
+        i.bits_per_second = i.bytes as f64 * 8.0 / (span_us as f64 / 1e6);
+        i.limit = classify(&i);
+        self.last_at = now;
+        self.index += 1;
+        self.intervals.push(i.clone());
+
+        // The climb's epoch.
+        self.epoch_bytes += i.bytes;
+        self.epoch_valid &= !starved;
+        let mut next = None;
+        if now.duration_since(self.epoch_start) >= self.epoch {
+            let seconds = now.duration_since(self.epoch_start).as_secs_f64();
+            if let Some(c) = self.climb.as_mut() {
+                if self.epoch_valid && self.epochs > 0 {
+                    let rate = self.epoch_bytes as f64 * 8.0 / seconds;
+                    let loss = self.epoch_resent as f64 / self.epoch_sent.max(1) as f64;
+                    let at = now.duration_since(self.start).as_secs_f64();
+                    next = Some(c.observe(at, utility(rate, loss)));
+                }
+            }
+            self.epoch_start = now;
+            self.epoch_bytes = 0;
+            self.epoch_sent = 0;
+            self.epoch_resent = 0;
+            self.epoch_valid = true;
+            self.epochs += 1;
+        }
+        (i, next)
+    }
+}

@@ -1,0 +1,368 @@
+//! Online tuning and per-interval diagnosis of a transfer, sans I/O.
+//!
+//! The source samples its data streams once a second (the kernel's
+//! counters, its own storage reads) into a [`TransferInterval`], names what
+//! limited that second ([`classify`]), and feeds a [`Climb`]: a hill-climb
+//! on the number of streams carrying chunks, on a utility that is goodput
+//! discounted by retransmissions (after Falcon: more streams than the path
+//! needs only fill its queue). The climb starts from the streams sized for
+//! the path and only keeps a change that measured at least as good, so the
+//! tuned transfer is never held below its start.
+
+use serde::{Deserialize, Serialize};
+
+/// What held a transfer back over one interval.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TransferLimit {
+    /// The receiver's window (its buffers) was full of data in flight.
+    Window,
+    /// The sender's socket buffer.
+    SendBuffer,
+    /// Congestion control: the path (its rate, loss, a queue).
+    Congestion,
+    /// The sender's own pipeline (hashing, encryption, the CPU) did not
+    /// keep the sockets busy.
+    Application,
+    /// Reading the source files.
+    StorageRead,
+    /// The receiver did not drain its sockets: writing at the destination
+    /// (or the receiver's CPU).
+    StorageWrite,
+    /// Nothing to send (waiting for the sink's wants, or the end).
+    #[default]
+    Idle,
+}
+
+impl TransferLimit {
+    pub fn name(self) -> &'static str {
+        match self {
+            TransferLimit::Window => "window",
+            TransferLimit::SendBuffer => "send_buffer",
+            TransferLimit::Congestion => "congestion",
+            TransferLimit::Application => "application",
+            TransferLimit::StorageRead => "storage_read",
+            TransferLimit::StorageWrite => "storage_write",
+            TransferLimit::Idle => "idle",
+        }
+    }
+}
+
+/// The sender's view of one interval of a transfer.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct TransferInterval {
+    pub index: u32,
+    pub start_s: f64,
+    pub end_s: f64,
+    /// Bytes the receiver acknowledged in the interval, all streams.
+    pub bytes: u64,
+    pub bits_per_second: f64,
+    /// Streams carrying chunks (the rest are parked by the tuner).
+    pub active_streams: u16,
+    pub retransmits: u64,
+    /// Mean smoothed RTT of the active streams, microseconds.
+    pub rtt_us: u32,
+    /// Shares of the interval, averaged over the active streams: data in
+    /// flight, limited by the receiver's window, by the send buffer, and
+    /// the share of the senders' time spent reading storage.
+    pub busy: f64,
+    pub rwnd_limited: f64,
+    pub sndbuf_limited: f64,
+    pub read_busy: f64,
+    /// The receiver's advertised window against what its buffer allows:
+    /// near 0 means it is not reading what arrives.
+    pub window_open: f64,
+    pub limit: TransferLimit,
+}
+
+/// Names the limit of one interval. The kernel's chrono counters split the
+/// time a socket had data into receive-window-limited, send-buffer-limited
+/// and the rest (congestion window); a window that is closed rather than
+/// small means the receiving application is not draining it.
+pub fn classify(i: &TransferInterval) -> TransferLimit {
+    if i.read_busy >= 0.5 {
+        return TransferLimit::StorageRead;
+    }
+    if i.rwnd_limited >= 0.3 {
+        return if i.window_open < 0.25 {
+            TransferLimit::StorageWrite
+        } else {
+            TransferLimit::Window
+        };
+    }
+    if i.sndbuf_limited >= 0.3 {
+        return TransferLimit::SendBuffer;
+    }
+    if i.busy >= 0.6 {
+        return TransferLimit::Congestion;
+    }
+    if i.bytes == 0 {
+        return TransferLimit::Idle;
+    }
+    TransferLimit::Application
+}
+
+/// The climb's utility: goodput, less the share of bytes sent again (at
+/// most a tenth): of two counts with the same goodput the one that wastes
+/// less of the path wins, but loss never outweighs a real loss of goodput
+/// by more than that tenth.
+pub fn utility(bits_per_second: f64, retransmit_fraction: f64) -> f64 {
+    bits_per_second * (1.0 - retransmit_fraction.clamp(0.0, 0.1))
+}
+
+/// One step of the climb, for the report.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ClimbStep {
+    pub at_s: f64,
+    pub streams: u16,
+    pub utility_bps: f64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Phase {
+    /// Measuring the start.
+    Start,
+    /// Measuring a try below the best.
+    Down,
+    /// Measuring a try above the best.
+    Up,
+    /// At the best; re-probing after some epochs.
+    Hold(u32),
+}
+
+/// A hill-climb on the number of active streams, one observation per epoch.
+#[derive(Debug, Clone)]
+pub struct Climb {
+    min: u16,
+    max: u16,
+    current: u16,
+    best: u16,
+    best_u: f64,
+    phase: Phase,
+    pub steps: Vec<ClimbStep>,
+}
+
+/// A try below the best is kept if it does at least this share of the
+/// best (fewer streams for the same rate load the path less)...
+pub const KEEP_DOWN: f64 = 0.98;
+/// ...a try above only if it does this much better.
+pub const KEEP_UP: f64 = 1.05;
+/// Epochs at the best before probing again.
+pub const HOLD_EPOCHS: u32 = 8;
+
+impl Climb {
+    /// Starts at `start` streams, which the climb may lower to `min` and
+    /// raise back to `max` (the streams open).
+    pub fn new(start: u16, min: u16, max: u16) -> Climb {
+        let max = max.max(1);
+        let min = min.clamp(1, max);
+        let start = start.clamp(min, max);
+        Climb {
+            min,
+            max,
+            current: start,
+            best: start,
+            best_u: 0.0,
+            phase: Phase::Start,
+            steps: Vec::new(),
+        }
+    }
+
+    pub fn current(&self) -> u16 {
+        self.current
+    }
+
+    fn down_from(&self, n: u16) -> u16 {
+        (n - n / 4).min(n.saturating_sub(1)).max(self.min)
+    }
+
+    fn up_from(&self, n: u16) -> u16 {
+        (n + n.div_ceil(3)).max(n + 1).min(self.max)
+    }
+
+    /// Takes the utility measured over an epoch at the current count and
+    /// returns the count for the next epoch.
+    pub fn observe(&mut self, at_s: f64, u: f64) -> u16 {
+        self.steps.push(ClimbStep {
+            at_s,
+            streams: self.current,
+            utility_bps: u,
+        });
+        let next = match self.phase {
+            Phase::Start => {
+                self.best_u = u;
+                self.try_down()
+            }
+            Phase::Down => {
+                if u >= self.best_u * KEEP_DOWN {
+                    self.best = self.current;
+                    self.best_u = self.best_u.max(u);
+                    self.try_down()
+                } else if self.best < self.max && self.steps.len() <= 3 {
+                    self.try_up()
+                } else {
+                    self.hold()
+                }
+            }
+            Phase::Up => {
+                if u >= self.best_u * KEEP_UP {
+                    self.best = self.current;
+                    self.best_u = u;
+                    self.try_up()
+                } else {
+                    self.hold()
+                }
+            }
+            Phase::Hold(n) if n + 1 >= HOLD_EPOCHS => {
+                // The path may have changed: take this as the best's
+                // utility now and look below it again.
+                self.best_u = u;
+                self.try_down()
+            }
+            Phase::Hold(n) => {
+                self.phase = Phase::Hold(n + 1);
+                // Track the best's utility as it drifts.
+                self.best_u = self.best_u * 0.5 + u * 0.5;
+                self.best
+            }
+        };
+        self.current = next;
+        next
+    }
+
+    fn try_down(&mut self) -> u16 {
+        let d = self.down_from(self.best);
+        if d < self.best {
+            self.phase = Phase::Down;
+            d
+        } else if self.best < self.max && self.steps.len() <= 3 {
+            self.try_up()
+        } else {
+            self.hold()
+        }
+    }
+
+    fn try_up(&mut self) -> u16 {
+        let up = self.up_from(self.best);
+        if up > self.best {
+            self.phase = Phase::Up;
+            up
+        } else {
+            self.hold()
+        }
+    }
+
+    fn hold(&mut self) -> u16 {
+        self.phase = Phase::Hold(0);
+        self.best
+    }
+}
+
+/// What the tuner chose, for the summary.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct TuningReport {
+    /// False when fixed by flags (`-P`, `--no-tune`).
+    pub online: bool,
+    pub initial_streams: u16,
+    pub final_streams: u16,
+    pub chunk_size: u64,
+    /// Files announced and not yet finished, at most.
+    pub files_in_flight: u64,
+    pub steps: Vec<ClimbStep>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn interval() -> TransferInterval {
+        TransferInterval {
+            bytes: 1 << 20,
+            window_open: 1.0,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn classify_names_each_limit() {
+        let i = |f: &dyn Fn(&mut TransferInterval)| {
+            let mut x = interval();
+            f(&mut x);
+            classify(&x)
+        };
+        assert_eq!(i(&|x| x.read_busy = 0.8), TransferLimit::StorageRead);
+        assert_eq!(i(&|x| x.rwnd_limited = 0.6), TransferLimit::Window);
+        assert_eq!(
+            i(&|x| {
+                x.rwnd_limited = 0.6;
+                x.window_open = 0.05;
+            }),
+            TransferLimit::StorageWrite
+        );
+        assert_eq!(i(&|x| x.sndbuf_limited = 0.5), TransferLimit::SendBuffer);
+        assert_eq!(i(&|x| x.busy = 0.9), TransferLimit::Congestion);
+        assert_eq!(i(&|x| x.busy = 0.2), TransferLimit::Application);
+        assert_eq!(i(&|x| x.bytes = 0), TransferLimit::Idle);
+    }
+
+    #[test]
+    fn utility_discounts_retransmissions() {
+        assert_eq!(utility(1e9, 0.0), 1e9);
+        assert!((utility(1e9, 0.02) - 0.98e9).abs() < 1.0);
+        assert!((utility(1e9, 1.0) - 0.9e9).abs() < 1.0);
+    }
+
+    /// Drives a climb against a utility curve; returns where it settles.
+    fn settle(start: u16, max: u16, curve: impl Fn(u16) -> f64) -> (u16, Climb) {
+        let mut c = Climb::new(start, 1, max);
+        for e in 0..40 {
+            let n = c.current();
+            c.observe(f64::from(e), curve(n));
+        }
+        (c.best, c)
+    }
+
+    #[test]
+    fn climbs_down_to_the_knee_of_a_shared_queue() {
+        // Goodput flat from 4 streams up, retransmissions growing with more:
+        // the utility peaks at 4-6.
+        let curve = |n: u16| {
+            let rate = 2e9 * f64::from(n.min(4)) / 4.0;
+            let loss = if n > 6 { 0.01 * f64::from(n - 6) } else { 0.0 };
+            utility(rate, loss)
+        };
+        let (best, c) = settle(19, 19, curve);
+        assert!((4..=6).contains(&best), "settled at {best}: {:?}", c.steps);
+        // Never held below the start's utility.
+        assert!(curve(best) >= curve(19));
+    }
+
+    #[test]
+    fn keeps_the_start_when_fewer_streams_do_worse() {
+        // A window-bound path: each stream carries 100 Mbit/s.
+        let curve = |n: u16| 1e8 * f64::from(n);
+        let (best, c) = settle(8, 8, curve);
+        assert_eq!(best, 8, "{:?}", c.steps);
+    }
+
+    #[test]
+    fn climbs_up_when_more_streams_help() {
+        let curve = |n: u16| 1e8 * f64::from(n.min(12));
+        let (best, c) = settle(4, 16, curve);
+        assert!(best >= 12, "settled at {best}: {:?}", c.steps);
+    }
+
+    #[test]
+    fn bounds_hold() {
+        let mut c = Climb::new(50, 3, 10);
+        assert_eq!(c.current(), 10);
+        for e in 0..30 {
+            let n = c.observe(f64::from(e), 1.0);
+            assert!((3..=10).contains(&n), "{n}");
+        }
+        let mut one = Climb::new(1, 1, 1);
+        for e in 0..5 {
+            assert_eq!(one.observe(f64::from(e), f64::from(e)), 1);
+        }
+    }
+}
