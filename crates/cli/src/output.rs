@@ -167,7 +167,7 @@ impl Reporter for Human {
             out(&format!(
                 "[    ID] Interval          Transfer       Bitrate{}",
                 if tcp {
-                    "   Retr      RTT       Cwnd"
+                    "   Retr      RTT       Cwnd  Limited by"
                 } else {
                     "      Lost/Total datagrams"
                 }
@@ -196,7 +196,13 @@ impl Reporter for Human {
                     d.udp.as_ref(),
                 )
             };
-            out(&format!("{line}{tag}"));
+            // What held this direction back over the interval.
+            let limit = if d.tcp.is_some() {
+                format!("  {}", limit_name(d.limit.kind))
+            } else {
+                String::new()
+            };
+            out(&format!("{line}{limit}{tag}"));
         }
     }
 
@@ -245,6 +251,13 @@ impl Reporter for Human {
     fn warning(&mut self, message: &str) {
         eprintln!("longhaul: warning: {message}");
     }
+}
+
+fn limit_name(k: longhaul_proto::report::LimitKind) -> String {
+    serde_json::to_value(k)
+        .ok()
+        .and_then(|v| v.as_str().map(String::from))
+        .unwrap_or_default()
 }
 
 fn limit_text(s: &Summary) -> String {

@@ -268,3 +268,91 @@ fn cp_sizes_its_streams_for_the_path() {
     let _ = srv.wait();
     w.down();
 }
+
+#[test]
+fn cp_tunes_its_streams_online_and_reports_each_interval() {
+    if !can_emulate() {
+        return;
+    }
+    let name = format!("lhu{}", std::process::id() % 100_000);
+    let t = TempDir::new("wan-tuning");
+    let (src, exp, back) = (t.dir("src"), t.dir("exp"), t.dir("back"));
+    // Incompressible, so no layer below can shortcut it.
+    let mut data = vec![0u8; 300 << 20];
+    let mut x = 0x2545_f491_4f6c_dd1du64;
+    for c in data.chunks_mut(8) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        c.copy_from_slice(&x.to_le_bytes());
+    }
+    std::fs::write(src.join("f.bin"), &data).unwrap();
+    // 80 ms at 300 Mbit/s: one stream's window would carry it, so the 19
+    // streams sized for 10 Gbit/s only fill the bottleneck's queue.
+    let w = Wan::up(
+        &name,
+        &["--rtt", "80ms", "--rate", "300mbit", "--mtu", "9000"],
+    );
+    let _srv = serve_in_b(&w, &exp, &t.dir("state"));
+    let run = |args: &[&str]| {
+        let o = w.exec("a", args).output().unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        serde_json::from_slice::<serde_json::Value>(&o.stdout).unwrap()
+    };
+    let f = src.join("f.bin");
+    let v = run(&[
+        "cp",
+        "--insecure-plaintext",
+        "--force",
+        "--json",
+        f.to_str().unwrap(),
+        "198.18.0.2:data/",
+    ]);
+    assert_eq!(v["verified"], true);
+    let tuning = &v["tuning"];
+    assert_eq!(tuning["online"], true, "{v}");
+    let initial = tuning["initial_streams"].as_u64().unwrap();
+    let last = tuning["final_streams"].as_u64().unwrap();
+    assert_eq!(Some(initial), v["streams"].as_u64());
+    assert!(!tuning["steps"].as_array().unwrap().is_empty(), "{tuning}");
+    assert!(
+        last < initial,
+        "the tuner kept all {initial} streams: {tuning}"
+    );
+    // One interval a second, each with what limited it, the active
+    // streams following the tuner.
+    let intervals = v["intervals"].as_array().unwrap();
+    assert!(intervals.len() >= 5, "{} intervals", intervals.len());
+    let limits = [
+        "window",
+        "send_buffer",
+        "congestion",
+        "application",
+        "storage_read",
+        "storage_write",
+        "idle",
+    ];
+    for i in intervals {
+        assert!(limits.contains(&i["limit"].as_str().unwrap()), "{i}");
+        assert!(i["active_streams"].as_u64().unwrap() <= initial);
+    }
+    assert!(intervals
+        .iter()
+        .any(|i| i["active_streams"].as_u64() < Some(initial)));
+    assert_eq!(std::fs::read(exp.join("f.bin")).unwrap(), data);
+
+    // A pull, untuned: the server is the source; its intervals and its
+    // (fixed) tuning come back to the client.
+    let v = run(&[
+        "cp",
+        "--insecure-plaintext",
+        "--json",
+        "--no-tune",
+        "198.18.0.2:data/f.bin",
+        back.to_str().unwrap(),
+    ]);
+    assert_eq!(v["tuning"]["online"], false, "{v}");
+    assert_eq!(v["tuning"]["final_streams"], v["tuning"]["initial_streams"]);
+    assert!(v["intervals"].as_array().unwrap().len() >= 5, "{v}");
+    assert_eq!(std::fs::read(back.join("f.bin")).unwrap(), data);
+}

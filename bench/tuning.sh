@@ -1,0 +1,112 @@
+#!/usr/bin/env bash
+# bench/tuning.sh - cp's online tuning against the untuned default and hand-picked settings on an
+# emulated long path with loss (issue 6), all in the same run, alternating.
+#
+# What it does
+#   * copies target/release/longhaul (or LONGHAUL_BIN) into a run directory (build first);
+#   * makes one SIZE file of random bytes in /dev/shm;
+#   * starts `longhaul wan up --rtt RTT --loss LOSS --rate RATE --mtu MTU` (hosts a and b), a server
+#     in host b (`serve --no-sync`, export on /dev/shm), identity and token made for the run;
+#   * for ROUNDS rounds runs each configuration once, the order rotated every round:
+#         tuned      longhaul cp (defaults: streams sized for the path, tuned online)
+#         default    longhaul cp --no-tune (the same streams, all carrying chunks all along)
+#         P4-rate    longhaul cp -P 4 --rate RATE (the best hand-picked setting found in issue 5)
+#         P8         longhaul cp -P 8
+#     MB/s = SIZE / the transfer's own seconds (from --json); a run that fails is NA;
+#   * prints a markdown table of medians and tuned/default, tuned/best-hand-picked, and the streams
+#     the tuner ended with; raw lines go to bench/results/tuning-<date>.tsv.
+#
+# How to run (root; about ROUNDS * 4 * (SIZE/RATE + 4 s))
+#   bash bench/tuning.sh                           # 80ms, loss 1e-5, 2gbit, SIZE=4G, ROUNDS=3
+#   RTT=80ms LOSS=1e-4 RATE=1gbit SIZE=2G bash bench/tuning.sh
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+RTT=${RTT:-80ms}
+LOSS=${LOSS:-1e-5}
+RATE=${RATE:-2gbit}
+MTU=${MTU:-9000}
+SIZE=${SIZE:-4G}
+ROUNDS=${ROUNDS:-3}
+CONFIGS=${CONFIGS:-tuned default P4-rate P8}
+NAME=lhtune$$
+
+RUN=$(mktemp -d /tmp/lh-tuning.XXXX)
+cp "${LONGHAUL_BIN:-$ROOT/target/release/longhaul}" "$RUN/longhaul"
+LH="$RUN/longhaul"
+SHM=/dev/shm/lh-tuning-$$
+mkdir -p "$SHM/src" "$SHM/dst" "$RUN/state"
+WPID= SPID=
+cleanup() {
+    [[ -n $SPID ]] && kill "$SPID" 2>/dev/null || true
+    [[ -n $WPID ]] && kill "$WPID" 2>/dev/null && wait "$WPID" 2>/dev/null || true
+    "$LH" wan down --name "$NAME" >/dev/null 2>&1 || true
+    rm -rf "$SHM" "$RUN"
+}
+trap cleanup EXIT
+
+head -c "$SIZE" /dev/urandom >"$SHM/src/big.bin"
+BYTES=$(stat -c %s "$SHM/src/big.bin")
+TOKEN=$("$LH" token create --state-dir "$RUN/state" --export '*:rw' 2>/dev/null)
+TRUST=$("$LH" id "$RUN/state" 2>/dev/null | grep -o 'SHA256:[^ ]*' | head -1)
+
+"$LH" wan up --name "$NAME" --rtt "$RTT" --loss "$LOSS" --rate "$RATE" --mtu "$MTU" >"$RUN/wan.log" 2>&1 &
+WPID=$!
+sleep 2
+"$LH" wan exec b --name "$NAME" -- "$LH" serve --no-sync --listen 198.18.0.2:5310 \
+    --state-dir "$RUN/state" --export "bench=$SHM/dst" >"$RUN/serve.log" 2>&1 &
+SPID=$!
+sleep 1
+
+args_of() {
+    case $1 in
+        tuned) echo "" ;;
+        default) echo "--no-tune" ;;
+        P4-rate) echo "-P 4 --rate $RATE" ;;
+        P8) echo "-P 8" ;;
+        *) echo "unknown config $1" >&2; exit 2 ;;
+    esac
+}
+
+mkdir -p "$ROOT/bench/results"
+TSV="$ROOT/bench/results/tuning-$(date -u +%Y%m%d-%H%M%S).tsv"
+printf 'config\tround\tMBps\tfinal_streams\n' >"$TSV"
+read -ra configs <<<"$CONFIGS"
+for round in $(seq 1 "$ROUNDS"); do
+    n=${#configs[@]}
+    for k in $(seq 0 $((n - 1))); do
+        c=${configs[$(((k + round) % n))]}
+        rm -rf "${SHM:?}/dst/"*
+        # shellcheck disable=SC2046
+        out=$(LONGHAUL_TOKEN=$TOKEN LONGHAUL_TRUST=$TRUST timeout 300 \
+            "$LH" wan exec a --name "$NAME" -- "$LH" cp --force --json $(args_of "$c") \
+            "$SHM/src/big.bin" longhaul://198.18.0.2:5310/bench/ 2>/dev/null) || out=
+        mbps=$(jq -r --argjson b "$BYTES" 'if .verified then ($b / .seconds / 1e6) else "NA" end' <<<"$out" 2>/dev/null || echo NA)
+        streams=$(jq -r '.tuning.final_streams // "NA"' <<<"$out" 2>/dev/null || echo NA)
+        printf '%s\t%s\t%s\t%s\n' "$c" "$round" "${mbps:-NA}" "$streams" >>"$TSV"
+        echo "round $round $c: ${mbps:-NA} MB/s (streams at the end: $streams)" >&2
+    done
+done
+
+echo "bench/tuning.sh $(date -u +%F): RTT=$RTT LOSS=$LOSS RATE=$RATE MTU=$MTU SIZE=$SIZE ROUNDS=$ROUNDS (raw: ${TSV#"$ROOT"/})"
+python3 - "$TSV" <<'EOF'
+import csv, statistics, sys
+rows = list(csv.DictReader(open(sys.argv[1]), delimiter="\t"))
+med, fin = {}, {}
+for r in rows:
+    if r["MBps"] != "NA":
+        med.setdefault(r["config"], []).append(float(r["MBps"]))
+    fin.setdefault(r["config"], []).append(r["final_streams"])
+print()
+print("| config | median MB/s | runs | streams at the end |")
+print("|---|---|---|---|")
+for c in med:
+    print(f"| {c} | {statistics.median(med[c]):.0f} | {len(med[c])} | {' '.join(fin[c])} |")
+m = {c: statistics.median(v) for c, v in med.items()}
+if "tuned" in m and "default" in m:
+    print(f"\ntuned / default: {m['tuned'] / m['default']:.2f}")
+hand = [c for c in m if c not in ("tuned", "default")]
+if "tuned" in m and hand:
+    best = max(hand, key=lambda c: m[c])
+    print(f"tuned / best hand-picked ({best}): {m['tuned'] / m[best]:.2f}")
+EOF
