@@ -499,6 +499,58 @@ mod tests {
             Message::Stop(Stop {
                 reason: "interrupted".into(),
             }),
+            Message::Probe(crate::disk::ProbeRequest {
+                export: "data".into(),
+                path: "a/b".into(),
+                tests: crate::disk::ProbeTests {
+                    write: true,
+                    read: false,
+                    create: true,
+                },
+                max_bytes: 1 << 20,
+                max_files: 10,
+                max_millis: 500,
+                host: true,
+                remove: Some(".longhaul-doctor-1".into()),
+            }),
+            Message::ProbeResult(Box::new(crate::disk::ProbeResult {
+                report: crate::disk::DiskReport {
+                    path: "/x".into(),
+                    write: Some(crate::disk::SeqResult {
+                        bytes: 1 << 20,
+                        seconds: 0.25,
+                        bytes_per_second: 4194304.0,
+                    }),
+                    ..Default::default()
+                },
+                host: Some(crate::doctor::HostSettings {
+                    cpus: 2,
+                    cipher_bytes_per_core: 1.5e9,
+                    ..Default::default()
+                }),
+            })),
+            Message::SourceInterval(crate::tune::TransferInterval {
+                index: 3,
+                bytes: 10,
+                busy: 0.5,
+                limit: crate::tune::TransferLimit::StorageWrite,
+                ..Default::default()
+            }),
+            Message::SourceDone(crate::xfer::SourceDone {
+                read_bytes: 1,
+                read_us: 2,
+                tuning: Some(crate::tune::TuningReport {
+                    online: true,
+                    initial_streams: 8,
+                    final_streams: 4,
+                    steps: vec![crate::tune::ClimbStep {
+                        at_s: 2.0,
+                        streams: 8,
+                        utility_bps: 1e9,
+                    }],
+                    ..Default::default()
+                }),
+            }),
         ];
         let mut wire = Vec::new();
         for m in &msgs {
