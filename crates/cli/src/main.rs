@@ -80,6 +80,9 @@ struct DoctorArgs {
     /// Judge a pull (the server is the source, this host the destination).
     #[arg(long)]
     pull: bool,
+    /// With --pull: a directory on this host's destination storage to measure.
+    #[arg(long, requires = "pull")]
+    dest: Option<PathBuf>,
     /// The path's rate, if known (judges the buffer settings against it), e.g. 10G.
     #[arg(long, value_parser = path_rate)]
     rate: Option<u64>,
@@ -1383,6 +1386,7 @@ fn doctor(a: DoctorArgs) -> i32 {
         pull: a.pull,
         target_bps: a.rate,
         no_copy: a.no_copy,
+        dest: a.dest.clone(),
     };
     let report = match &a.remote {
         None => Ok(doctor::local(&o)),

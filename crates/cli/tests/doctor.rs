@@ -74,9 +74,10 @@ fn verdict_of(v: &Value) -> String {
     stage.to_string()
 }
 
-/// The stages, name -> ceiling, for failure messages.
+/// The stages, name -> ceiling, and the notes, for failure messages.
 fn stages(v: &Value) -> String {
-    v["stages"]
+    let notes = v["notes"].to_string();
+    let s = v["stages"]
         .as_array()
         .map(|a| {
             a.iter()
@@ -91,7 +92,8 @@ fn stages(v: &Value) -> String {
                 .collect::<Vec<_>>()
                 .join(" ")
         })
-        .unwrap_or_default()
+        .unwrap_or_default();
+    format!("{s}; notes {notes}; upload {}", v["upload"])
 }
 
 #[test]

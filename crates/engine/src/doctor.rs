@@ -48,6 +48,8 @@ pub struct DoctorOptions {
     pub target_bps: Option<u64>,
     /// Skip the short file-to-file copy.
     pub no_copy: bool,
+    /// On a pull: a directory on this host's destination storage, to measure.
+    pub dest: Option<PathBuf>,
 }
 
 impl Default for DoctorOptions {
@@ -58,6 +60,7 @@ impl Default for DoctorOptions {
             pull: false,
             target_bps: None,
             no_copy: false,
+            dest: None,
         }
     }
 }
@@ -78,6 +81,13 @@ pub struct PathRun {
     pub limit_detail: String,
     /// What limited each interval, in order.
     pub interval_limits: Vec<LimitKind>,
+    /// Loss of a light UDP probe (a tenth of the TCP rate, 1200-byte
+    /// datagrams): loss on the path itself, not drops at a queue that the
+    /// test's own load filled. None when not run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub probe_loss: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub probe_packets: Option<u64>,
 }
 
 /// The short real copy.
@@ -321,7 +331,51 @@ fn path_run(summary: &Summary, intervals: &[IntervalReport], mss: u32) -> Option
             .iter()
             .filter_map(|i| i.directions.first().map(|d| d.limit.kind))
             .collect(),
+        probe_loss: None,
+        probe_packets: None,
     })
+}
+
+/// A UDP test at a tenth of `tcp_bps` (10 to 100 Mbit/s: light enough
+/// for any receiver), 1200-byte datagrams, 3 s: the share of datagrams
+/// lost on the path, and how many were sent. A receiver whose own socket
+/// buffer dropped any makes the figure unknown (an error).
+fn udp_probe(
+    host: &str,
+    opts: &ClientOptions,
+    mode: Mode,
+    tcp_bps: f64,
+) -> Result<(f64, u64), EngineError> {
+    let params = TestParams {
+        transport: longhaul_proto::msg::Transport::Udp,
+        mode,
+        streams: 1,
+        duration_ms: Some(3000),
+        length: 1200,
+        udp_rate_bps: Some((tcp_bps / 10.0).clamp(1e7, 1e8) as u64),
+        interval_ms: 0,
+        ..TestParams::default()
+    };
+    let opts = ClientOptions {
+        auto_streams: false,
+        ..opts.clone()
+    };
+    let s = run_perf(host, &params, &opts, &mut crate::sink::Discard)?;
+    let u = s
+        .directions
+        .first()
+        .and_then(|d| d.udp)
+        .ok_or_else(|| EngineError::Failed("the UDP probe reported nothing".into()))?;
+    if u.rcvbuf_drops > 0 {
+        return Err(EngineError::Failed(format!(
+            "the receiver's own socket buffer dropped datagrams ({} events): the path's loss is unknown",
+            u.rcvbuf_drops
+        )));
+    }
+    Ok((
+        u.lost_packets as f64 / u.packets_sent.max(1) as f64,
+        u.packets_sent,
+    ))
 }
 
 /// Sends one probe request on its own control connection.
@@ -550,8 +604,23 @@ pub fn remote(
     };
     let up = run_dir(Mode::Up);
     let down = run_dir(Mode::Down);
-    let upload = up.as_ref().and_then(|(s, i)| path_run(s, i, mss));
-    let download = down.as_ref().and_then(|(s, i)| path_run(s, i, mss));
+    let mut upload = up.as_ref().and_then(|(s, i)| path_run(s, i, mss));
+    let mut download = down.as_ref().and_then(|(s, i)| path_run(s, i, mss));
+    // Loss on the path, seen by a light probe in the transfer's direction.
+    let (mode, run) = if o.pull {
+        (Mode::Down, &mut download)
+    } else {
+        (Mode::Up, &mut upload)
+    };
+    if let Some(r) = run.as_mut() {
+        match udp_probe(host, &perf_opts, mode, r.bits_per_second) {
+            Ok((loss, packets)) => {
+                r.probe_loss = Some(loss);
+                r.probe_packets = Some(packets);
+            }
+            Err(e) => notes.push(format!("loss probe (UDP): {e}")),
+        }
+    }
 
     // 3. The source storage (this host on a push; on a pull the server's
     //    read probe stands for it, and this host is the destination).
@@ -570,6 +639,28 @@ pub fn remote(
     } else if !o.pull {
         notes.push("source storage not measured: give --source PATH (what you will send)".into());
     }
+    // On a pull this host is the destination.
+    let mut local_dest = None;
+    if o.pull {
+        match &o.dest {
+            Some(d) => {
+                let b = crate::disk::DiskBench {
+                    file_size: 512 << 20,
+                    time_limit: Duration::from_secs(2),
+                    read: false,
+                    ..crate::disk::DiskBench::new(d.clone())
+                };
+                match crate::disk::run(&b) {
+                    Ok(r) => local_dest = Some(r),
+                    Err(e) => notes.push(format!("destination storage: {e}")),
+                }
+            }
+            None => notes.push(
+                "destination storage not measured: give --dest DIR (where the files will go)"
+                    .into(),
+            ),
+        }
+    }
 
     let mut r = DoctorReport {
         local,
@@ -584,7 +675,9 @@ pub fn remote(
         ..Default::default()
     };
     if o.pull {
-        std::mem::swap(&mut r.source_storage, &mut r.dest_storage);
+        // The server's read probe is the source; this host's benchmark the destination.
+        r.source_storage = r.dest_storage.take();
+        r.dest_storage = local_dest;
     }
 
     // 4. A short real copy into a scratch directory on the export.
@@ -764,9 +857,13 @@ pub fn judge(r: &mut DoctorReport, o: &DoctorOptions) {
     // are congestion, not loss on the path.
     let queueing = loaded > idle * 1.2 + 1000.0;
     let limit = run.as_ref().map_or(LimitKind::None, |p| p.limit);
-    let lossy = run
-        .as_ref()
-        .is_some_and(|p| p.loss_fraction >= LOSS_ALARM && !queueing);
+    // Random loss: the light probe saw it (the test's own load cannot have
+    // caused it); without a probe, TCP's retransmits with no queue growing.
+    let path_loss = run.as_ref().map(|p| match p.probe_loss {
+        Some(l) => (l, l >= LOSS_ALARM),
+        None => (p.loss_fraction, p.loss_fraction >= LOSS_ALARM && !queueing),
+    });
+    let lossy = path_loss.is_some_and(|(_, random)| random);
     let window_limited = matches!(limit, LimitKind::ReceiverWindow | LimitKind::SendBuffer);
     // An end whose test threads kept all its usable cores busy is
     // CPU-bound, whichever of its threads was the busiest.
@@ -869,10 +966,11 @@ pub fn judge(r: &mut DoctorReport, o: &DoctorOptions) {
                 }
             ),
         );
-        // Loss: random loss (no queue growing under load) at or above the
-        // alarm. Drops at a filling queue are the path's rate, above.
-        if p.loss_fraction > 0.0 && !queueing {
-            let mathis = mathis_bps(mss_of(&sender, &receiver), rtt.max(1), p.loss_fraction)
+        // Loss: random loss at or above the alarm. Drops at a filling
+        // queue are the path's rate, above.
+        let (loss, _) = path_loss.unwrap_or((0.0, false));
+        if loss > 0.0 && (p.probe_loss.is_some() || !queueing) {
+            let mathis = mathis_bps(mss_of(&sender, &receiver), rtt.max(1), loss)
                 * f64::from(p.streams.max(1));
             // Loss limits where it would hold loss-based TCP near or below
             // what the path carried (BBR, our default, keeps more).
@@ -882,9 +980,13 @@ pub fn judge(r: &mut DoctorReport, o: &DoctorOptions) {
                 if limiting { measured } else { mathis },
                 limiting,
                 format!(
-                    "{:.2e} of segments retransmitted after start-up ({} in all); loss-based TCP over {} streams: {}",
+                    "{:.2e} lost on the path ({}); {:.2e} of TCP segments retransmitted after start-up; loss-based TCP over {} streams: {}",
+                    loss,
+                    match p.probe_packets {
+                        Some(n) => format!("light UDP probe, {n} datagrams"),
+                        None => "TCP retransmits, no queue growing".into(),
+                    },
                     p.loss_fraction,
-                    p.retransmits,
                     p.streams,
                     longhaul_proto::units::format_rate(mathis)
                 ),
@@ -957,15 +1059,13 @@ pub fn judge(r: &mut DoctorReport, o: &DoctorOptions) {
         );
     }
     if let Some(d) = &r.dest_storage {
-        let seq = if o.pull { d.read } else { d.write };
-        if let Some(s) = seq {
+        if let Some(s) = d.write {
             add(
                 Stage::DestStorage,
                 s.bytes_per_second * 8.0,
                 false,
                 format!(
-                    "sequential {} {:.3} GB/s{}",
-                    if o.pull { "read" } else { "write" },
+                    "sequential write {:.3} GB/s{}",
                     s.bytes_per_second / 1e9,
                     if d.direct { " (O_DIRECT)" } else { "" }
                 ),
@@ -982,15 +1082,6 @@ pub fn judge(r: &mut DoctorReport, o: &DoctorOptions) {
                     longhaul_proto::units::format_bytes(r.mean_file_size)
                 ),
             );
-        }
-    }
-    if o.pull {
-        for s in &mut stages {
-            s.name = match s.name {
-                Stage::SourceStorage => Stage::DestStorage,
-                Stage::DestStorage => Stage::SourceStorage,
-                n => n,
-            };
         }
     }
     // For the window, the sender's send buffers and the receiver's receive buffers.

@@ -1115,12 +1115,15 @@ fn serve_probe(
         let anchor = Anchor::open(&ex.root).map_err(bad)?;
         let dir = anchor.dir(&path, false).map_err(bad)?;
         tracing::info!("{} probes {}:{}", conn.peer(), ex.name, p.path);
-        crate::doctor::serve_probe(&dir.path(), p, peer_ip(conn)).map_err(|e| {
+        let mut r = crate::doctor::serve_probe(&dir.path(), p, peer_ip(conn)).map_err(|e| {
             (
                 RefuseCode::ServerError,
                 format!("probing {}:{}: {e}", ex.name, p.path),
             )
-        })?
+        })?;
+        // Named as the client knows it, not by the descriptor used.
+        r.report.path = format!("{}:{}", ex.name, p.path);
+        r
     } else {
         crate::doctor::serve_probe(std::path::Path::new("/"), p, peer_ip(conn))
             .map_err(|e| (RefuseCode::ServerError, e.to_string()))?

@@ -133,6 +133,9 @@ pub struct Hosts {
     pub tun_b: Tun,
 }
 
+/// Packets a TUN device queues for the forwarder before it drops.
+const TUN_QUEUE_PACKETS: &str = "20000";
+
 impl Hosts {
     /// Makes the namespaces, moves a TUN device into each, addresses them
     /// point to point and brings them up with `mtu`.
@@ -167,7 +170,23 @@ impl Hosts {
                 "dev",
                 dev,
             ])?;
-            ip(&["-n", ns, "link", "set", dev, "mtu", &mtu, "up"])?;
+            // A TUN device holds at most txqueuelen packets for its reader
+            // (default 500) and drops the rest: the burst of a few dozen
+            // TSO-sized sends overflows that before the forwarder drains
+            // it, a loss no real link has. The emulated queue is the
+            // bottleneck's (`--queue`), not this one.
+            ip(&[
+                "-n",
+                ns,
+                "link",
+                "set",
+                dev,
+                "mtu",
+                &mtu,
+                "txqueuelen",
+                TUN_QUEUE_PACKETS,
+                "up",
+            ])?;
         }
         Ok(hosts)
     }
