@@ -34,6 +34,11 @@ pub struct Sampler {
     epoch_valid: bool,
     /// Epochs ended so far; the first (slow start) is not observed.
     epochs: u32,
+    /// After a change of the active streams, intervals that start before
+    /// this are not measured: the streams that stay take up the share of
+    /// the parked ones (or give some to the woken ones) over a few RTTs.
+    settled_at: Instant,
+    settle: Duration,
     pub intervals: Vec<TransferInterval>,
 }
 
@@ -66,6 +71,8 @@ impl Sampler {
             epoch_resent: 0,
             epoch_valid: true,
             epochs: 0,
+            settled_at: now,
+            settle: (rtt * 10).max(Duration::from_secs(1)),
             intervals: Vec::new(),
         }
     }
@@ -136,11 +143,20 @@ impl Sampler {
         i.read_busy = (read as f64 / (span_us * u64::from(active.max(1))) as f64).min(1.0);
         i.bits_per_second = i.bytes as f64 * 8.0 / (span_us as f64 / 1e6);
         i.limit = classify(&i);
+        let began = self.last_at;
         self.last_at = now;
         self.index += 1;
         self.intervals.push(i.clone());
 
-        // The climb's epoch.
+        // The climb's epoch, from the first interval after settling.
+        if began < self.settled_at {
+            self.epoch_start = now;
+            self.epoch_bytes = 0;
+            self.epoch_sent = 0;
+            self.epoch_resent = 0;
+            self.epoch_valid = true;
+            return (i, None);
+        }
         self.epoch_bytes += i.bytes;
         self.epoch_valid &= !starved;
         let mut next = None;
@@ -151,7 +167,11 @@ impl Sampler {
                     let rate = self.epoch_bytes as f64 * 8.0 / seconds;
                     let loss = self.epoch_resent as f64 / self.epoch_sent.max(1) as f64;
                     let at = now.duration_since(self.start).as_secs_f64();
-                    next = Some(c.observe(at, utility(rate, loss)));
+                    let n = c.observe(at, utility(rate, loss));
+                    if n != active {
+                        self.settled_at = now + self.settle;
+                    }
+                    next = Some(n);
                 }
             }
             self.epoch_start = now;
