@@ -9,6 +9,9 @@
 #         fio --rw=write then --rw=read, --bs BS --size SIZE/JOBS --numjobs JOBS
 #             --ioengine=psync --direct=1|0 --group_reporting (buffered: --end_fsync=1 on the
 #             write, and the read after dropping the file's pages with --invalidate=1)
+#     Before every run: sync and drop the page cache (as root), so that neither tool inherits
+#     the memory state the other left (reclaiming 1 GiB of page cache inside a tmpfs write
+#     halved it for whichever tool came first).
 #     psync with JOBS jobs is the same I/O as longhaul's JOBS threads, each with one
 #     request in flight in its own region of the file. fio runs its jobs as threads with
 #     --gtod_reduce=1 (throughput only, as longhaul measures): its per-request latency
@@ -78,6 +81,10 @@ for dir in $DIRS; do
             order=(longhaul fio)
             ((round % 2 == 0)) && order=(fio longhaul)
             for tool in "${order[@]}"; do
+                # Each run starts from the same memory state: clean caches
+                # (root; otherwise the runs share whatever the last one left).
+                sync
+                echo 3 >/proc/sys/vm/drop_caches 2>/dev/null || true
                 read -r w r < <("run_$tool" "$dir" "$mode")
                 printf '%s\t%s\twrite\t%s\t%s\t%s\n' "$dir" "$mode" "$tool" "$round" "$w" >>"$TSV"
                 printf '%s\t%s\tread\t%s\t%s\t%s\n' "$dir" "$mode" "$tool" "$round" "$r" >>"$TSV"
