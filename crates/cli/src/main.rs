@@ -71,8 +71,11 @@ enum Command {
 
 #[derive(Args)]
 struct DoctorArgs {
-    /// The server and a writable place on it: HOST:EXPORT/path or longhaul://HOST[:PORT]/EXPORT/path.
-    remote: Option<String>,
+    /// `[SOURCE] REMOTE`, as for cp: the server and a writable place on it (HOST:EXPORT/path or
+    /// longhaul://HOST[:PORT]/EXPORT/path), after what you will send if you name it here
+    /// (the same as --source). A local path alone: audit this host with it as the source.
+    #[arg(num_args = 0..=2, value_name = "[SOURCE] REMOTE")]
+    targets: Vec<String>,
     /// What you will send (a file or a tree on this host): its storage is measured as the
     /// source, and its mean file size sizes the small-file (metadata) stage.
     #[arg(long)]
@@ -1380,15 +1383,44 @@ fn ls(a: LsArgs) -> i32 {
 
 fn doctor(a: DoctorArgs) -> i32 {
     use longhaul_engine::doctor;
+    let is_remote = |t: &String| longhaul_proto::xfer::parse_remote(t).is_some();
+    let (source, remote) = match a.targets.as_slice() {
+        [] => (a.source.clone(), None),
+        [one] if is_remote(one) => (a.source.clone(), Some(one.clone())),
+        [one] => (Some(PathBuf::from(one)), None),
+        [src, r] => (Some(PathBuf::from(src)), Some(r.clone())),
+        _ => unreachable!("clap takes at most two"),
+    };
+    if a.source.is_some() && (a.targets.len() == 2 || a.targets.iter().any(|t| !is_remote(t))) {
+        eprintln!("longhaul: error: name the source once: as the first argument or with --source");
+        return exit::USAGE;
+    }
+    if let [first, _] = a.targets.as_slice() {
+        if is_remote(first) {
+            eprintln!(
+                "longhaul: error: '{first}' is remote: doctor takes [SOURCE] REMOTE, the source on this host"
+            );
+            return exit::USAGE;
+        }
+    }
+    if let Some(s) = &source {
+        if let Err(e) = std::fs::symlink_metadata(s) {
+            eprintln!(
+                "longhaul: error: cannot read the source {}: {e}",
+                s.display()
+            );
+            return exit::USAGE;
+        }
+    }
     let o = doctor::DoctorOptions {
         perf_time: a.time,
-        source: a.source.clone(),
+        source,
         pull: a.pull,
         target_bps: a.rate,
         no_copy: a.no_copy,
         dest: a.dest.clone(),
     };
-    let report = match &a.remote {
+    let report = match &remote {
         None => Ok(doctor::local(&o)),
         Some(r) => {
             let Some(remote) = longhaul_proto::xfer::parse_remote(r) else {

@@ -174,9 +174,9 @@ fn doctor_on_loopback_measures_every_stage_and_cleans_up() {
     let started = Instant::now();
     let o = bin()
         .arg("doctor")
-        .arg(format!("127.0.0.1:{}:data/", s.addr().port()))
-        .args(["--json", "--time", "1s", "--source"])
         .arg(&src)
+        .arg(format!("127.0.0.1:{}:data/", s.addr().port()))
+        .args(["--json", "--time", "1s"])
         .output()
         .unwrap();
     assert!(o.status.success(), "{}", stderr(&o));
@@ -244,9 +244,16 @@ fn doctor_on_a_read_only_export_says_what_it_could_not_measure() {
     // The settings still came back, and the path was still measured.
     assert!(v["remote"]["cpus"].as_u64().is_some(), "{v:#}");
     verdict_of(&v);
-    // A doctor without a valid remote: a usage error.
-    let o = bin().args(["doctor", "/local/path"]).output().unwrap();
+    // Bad arguments: usage errors that say what is wrong.
+    let o = bin().args(["doctor", "/nonexistent/lh"]).output().unwrap();
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("/nonexistent/lh"), "{}", stderr(&o));
+    let o = bin()
+        .args(["doctor", "127.0.0.1:data/", "127.0.0.1:data/"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("is remote"), "{}", stderr(&o));
 }
 
 /// A sysctl set for the test and put back when dropped.
