@@ -243,6 +243,14 @@ impl Reporter for Human {
             ));
         }
         out(&format!("Limited by: {}", limit_text(s)));
+        if let Some(t) = &s.tuning {
+            out(&format!(
+                "Tuning: {} of {} streams sending at the end (online, {} step(s))",
+                t.final_streams,
+                t.initial_streams,
+                t.steps.len()
+            ));
+        }
         if let Some(e) = &s.error {
             out(&format!("Ended early: {e}"));
         }

@@ -355,4 +355,37 @@ fn cp_tunes_its_streams_online_and_reports_each_interval() {
     assert_eq!(v["tuning"]["final_streams"], v["tuning"]["initial_streams"]);
     assert!(v["intervals"].as_array().unwrap().len() >= 5, "{v}");
     assert_eq!(std::fs::read(back.join("f.bin")).unwrap(), data);
+
+    // perf -P auto tunes its sending streams the same way and says so;
+    // a fixed -P does not.
+    let v = run(&[
+        "perf",
+        "198.18.0.2",
+        "--insecure-plaintext",
+        "-P",
+        "auto",
+        "-t",
+        "7",
+        "--json",
+    ]);
+    let t = &v["summary"]["tuning"];
+    assert_eq!(t["online"], true, "{v}");
+    let n = t["initial_streams"].as_u64().unwrap();
+    assert_eq!(
+        n as usize,
+        v["summary"]["streams"].as_array().unwrap().len()
+    );
+    assert!(t["final_streams"].as_u64().unwrap() <= n);
+    assert!(!t["steps"].as_array().unwrap().is_empty(), "{t}");
+    let v = run(&[
+        "perf",
+        "198.18.0.2",
+        "--insecure-plaintext",
+        "-P",
+        "4",
+        "-t",
+        "2",
+        "--json",
+    ]);
+    assert!(v["summary"]["tuning"].is_null(), "{v}");
 }

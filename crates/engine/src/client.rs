@@ -489,8 +489,136 @@ pub fn run_perf(
 
     ctl.session.start(Instant::now());
     ctl.flush()?;
-    let run = SideRun::start(End::Client, params, streams, opts.local_cpu, &accept.token)?;
-    drive(&mut ctl, run, params, opts, sink, warnings)
+    // -P auto, a time-bound TCP test this client sends, with intervals:
+    // tuned online, as cp's source is (`proto::tune::Climb`).
+    let online = opts.auto_streams
+        && params.transport == Transport::Tcp
+        && params.mode == Mode::Up
+        && params.duration_ms.is_some()
+        && params.interval_ms > 0
+        && params.streams > 2;
+    let active = online.then(|| Arc::new(std::sync::atomic::AtomicU16::new(params.streams)));
+    let run = SideRun::start(
+        End::Client,
+        params,
+        streams,
+        opts.local_cpu,
+        &accept.token,
+        active.clone(),
+    )?;
+    match active {
+        Some(active) => {
+            let rtt_us = ctl.path_facts().0;
+            let mut tuner = TuningSink::new(sink, active, params, rtt_us);
+            let mut s = drive(&mut ctl, run, params, opts, &mut tuner, warnings)?;
+            s.tuning = Some(tuner.report());
+            Ok(s)
+        }
+        None => drive(&mut ctl, run, params, opts, sink, warnings),
+    }
+}
+
+/// Passes a perf test's reports on, and tunes the streams that send from
+/// its intervals: epochs of two intervals (or 25 RTTs), the first skipped
+/// (slow start), an interval after each change left out (settling).
+struct TuningSink<'a> {
+    inner: &'a mut dyn Reporter,
+    active: Arc<std::sync::atomic::AtomicU16>,
+    climb: longhaul_proto::tune::Climb,
+    streams: u16,
+    per_epoch: u32,
+    in_epoch: u32,
+    epochs: u32,
+    skip: u32,
+    bits: f64,
+    seconds: f64,
+    resent: f64,
+}
+
+impl<'a> TuningSink<'a> {
+    fn new(
+        inner: &'a mut dyn Reporter,
+        active: Arc<std::sync::atomic::AtomicU16>,
+        p: &TestParams,
+        rtt_us: u32,
+    ) -> Self {
+        let interval_us = (p.interval_ms * 1000).max(1);
+        let epoch_us = (u64::from(rtt_us) * 25).max(2_000_000);
+        let n = p.streams;
+        TuningSink {
+            inner,
+            active,
+            climb: longhaul_proto::tune::Climb::new(n, (n / 4).max(2), n),
+            streams: n,
+            per_epoch: epoch_us.div_ceil(interval_us).max(1) as u32,
+            in_epoch: 0,
+            epochs: 0,
+            skip: 0,
+            bits: 0.0,
+            seconds: 0.0,
+            resent: 0.0,
+        }
+    }
+
+    fn report(&self) -> longhaul_proto::tune::TuningReport {
+        longhaul_proto::tune::TuningReport {
+            online: true,
+            initial_streams: self.streams,
+            final_streams: self.climb.best(),
+            chunk_size: 0,
+            files_in_flight: 0,
+            steps: self.climb.steps.clone(),
+        }
+    }
+}
+
+impl Reporter for TuningSink<'_> {
+    fn setup(&mut self, s: &Setup) {
+        self.inner.setup(s);
+    }
+    fn interval(&mut self, r: &longhaul_proto::report::IntervalReport) {
+        self.inner.interval(r);
+        if self.skip > 0 {
+            self.skip -= 1;
+            return;
+        }
+        let Some(d) = r.directions.first() else {
+            return;
+        };
+        let span = (r.end_s - r.start_s).max(1e-6);
+        self.bits += d.bits_per_second * span;
+        self.seconds += span;
+        // Retransmitted segments against bytes: a share of the bytes.
+        let segments = (d.bytes as f64 / 1448.0).max(1.0);
+        self.resent += d.tcp.map_or(0.0, |t| t.retransmits as f64) / segments * span;
+        self.in_epoch += 1;
+        if self.in_epoch < self.per_epoch {
+            return;
+        }
+        let (rate, loss) = (self.bits / self.seconds, self.resent / self.seconds);
+        (self.in_epoch, self.bits, self.seconds, self.resent) = (0, 0.0, 0.0, 0.0);
+        self.epochs += 1;
+        if self.epochs == 1 {
+            return;
+        }
+        let before = self.active.load(std::sync::atomic::Ordering::Relaxed);
+        let next = self
+            .climb
+            .observe(r.end_s, longhaul_proto::tune::utility(rate, loss));
+        if next != before {
+            self.active
+                .store(next, std::sync::atomic::Ordering::Relaxed);
+            self.skip = 1;
+        }
+    }
+    fn summary(&mut self, s: &Summary) {
+        let mut s = s.clone();
+        s.tuning = Some(self.report());
+        self.inner.summary(&s);
+    }
+    fn warning(&mut self, m: &str) {
+        self.inner.warning(m);
+    }
 }
 
 fn setup_of(s: &ReadyStream) -> StreamSetup {

@@ -336,46 +336,53 @@ fn path_run(summary: &Summary, intervals: &[IntervalReport], mss: u32) -> Option
     })
 }
 
-/// A UDP test at a tenth of `tcp_bps` (10 to 100 Mbit/s: light enough
-/// for any receiver), 1200-byte datagrams, 3 s: the share of datagrams
-/// lost on the path, and how many were sent. A receiver whose own socket
-/// buffer dropped any makes the figure unknown (an error).
+/// A UDP test at a tenth of `tcp_bps` (10 to 50 Mbit/s: light enough for
+/// any receiver), 1200-byte datagrams, 3 s, 4 MiB socket buffers: the share
+/// of datagrams lost on the path, and how many were sent. If the
+/// receiver's own socket buffer dropped any (a busy receiver), once more at
+/// half the rate; then the figure is unknown (an error).
 fn udp_probe(
     host: &str,
     opts: &ClientOptions,
     mode: Mode,
     tcp_bps: f64,
 ) -> Result<(f64, u64), EngineError> {
-    let params = TestParams {
-        transport: longhaul_proto::msg::Transport::Udp,
-        mode,
-        streams: 1,
-        duration_ms: Some(3000),
-        length: 1200,
-        udp_rate_bps: Some((tcp_bps / 10.0).clamp(1e7, 1e8) as u64),
-        interval_ms: 0,
-        ..TestParams::default()
-    };
     let opts = ClientOptions {
         auto_streams: false,
         ..opts.clone()
     };
-    let s = run_perf(host, &params, &opts, &mut crate::sink::Discard)?;
-    let u = s
-        .directions
-        .first()
-        .and_then(|d| d.udp)
-        .ok_or_else(|| EngineError::Failed("the UDP probe reported nothing".into()))?;
-    if u.rcvbuf_drops > 0 {
-        return Err(EngineError::Failed(format!(
-            "the receiver's own socket buffer dropped datagrams ({} events): the path's loss is unknown",
-            u.rcvbuf_drops
-        )));
+    let mut rate = (tcp_bps / 10.0).clamp(1e7, 5e7);
+    let mut drops = 0;
+    for _ in 0..2 {
+        let params = TestParams {
+            transport: longhaul_proto::msg::Transport::Udp,
+            mode,
+            streams: 1,
+            duration_ms: Some(3000),
+            length: 1200,
+            window: Some(4 << 20),
+            udp_rate_bps: Some(rate as u64),
+            interval_ms: 0,
+            ..TestParams::default()
+        };
+        let s = run_perf(host, &params, &opts, &mut crate::sink::Discard)?;
+        let u = s
+            .directions
+            .first()
+            .and_then(|d| d.udp)
+            .ok_or_else(|| EngineError::Failed("the UDP probe reported nothing".into()))?;
+        if u.rcvbuf_drops == 0 {
+            return Ok((
+                u.lost_packets as f64 / u.packets_sent.max(1) as f64,
+                u.packets_sent,
+            ));
+        }
+        drops = u.rcvbuf_drops;
+        rate /= 2.0;
     }
-    Ok((
-        u.lost_packets as f64 / u.packets_sent.max(1) as f64,
-        u.packets_sent,
-    ))
+    Err(EngineError::Failed(format!(
+        "the receiver's own socket buffer dropped datagrams ({drops} events, twice): the path's loss is unknown"
+    )))
 }
 
 /// Sends one probe request on its own control connection.

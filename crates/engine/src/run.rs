@@ -67,6 +67,7 @@ impl SideRun {
         streams: Vec<ReadyStream>,
         cpu: Option<u32>,
         token: &str,
+        active: Option<Arc<std::sync::atomic::AtomicU16>>,
     ) -> Result<SideRun, EngineError> {
         let start = Instant::now();
         let stop = Arc::new(AtomicBool::new(false));
@@ -100,6 +101,7 @@ impl SideRun {
                 udp_tag: udp::tag_of(token),
                 stop: stop.clone(),
                 epoch: start,
+                active: active.clone().filter(|_| send),
             };
             let thread = stream::spawn(plan, s.socket.clone(), s.io, counters.clone())
                 .map_err(|e| EngineError::io("failed to start a stream thread".into(), e))?;

@@ -746,6 +746,7 @@ fn control_loop(
                         streams,
                         t.params.server_cpu,
                         &t.token,
+                        None,
                     ) {
                         Ok(run) => {
                             t.ticker = Some(Ticker::new(run.start, &t.params));

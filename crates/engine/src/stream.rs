@@ -74,6 +74,8 @@ pub struct Plan {
     pub stop: Arc<AtomicBool>,
     /// Base of UDP send timestamps.
     pub epoch: Instant,
+    /// Streams `0..active` send; the others wait (perf's online tuning).
+    pub active: Option<Arc<std::sync::atomic::AtomicU16>>,
 }
 
 /// Starts a worker thread.
@@ -150,7 +152,19 @@ pub(crate) fn transient(e: &io::Error) -> bool {
 }
 
 fn should_stop(plan: &Plan) -> bool {
-    plan.stop.load(Ordering::Relaxed) || plan.until.is_some_and(|u| Instant::now() >= u)
+    let done =
+        || plan.stop.load(Ordering::Relaxed) || plan.until.is_some_and(|u| Instant::now() >= u);
+    // A parked stream waits here, still connected, until the tuner wants
+    // it again or the test ends.
+    if let Some(active) = &plan.active {
+        while plan.stream >= active.load(Ordering::Relaxed) {
+            if done() {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+    done()
 }
 
 /// A TCP sender's way of handing bytes to the kernel.

@@ -258,6 +258,9 @@ pub struct Summary {
     /// Set when the test ended before its planned end.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// `-P auto` on a client that sends: how the streams were tuned online.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tuning: Option<crate::tune::TuningReport>,
 }
 
 /// What held a direction back, from the sender's kernel counters and CPU.
@@ -645,6 +648,7 @@ impl Span<'_> {
             limit: busiest,
             warnings,
             error,
+            tuning: None,
         }
     }
 }
