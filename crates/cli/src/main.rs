@@ -1451,12 +1451,22 @@ fn doctor(a: DoctorArgs) -> i32 {
             doctor::remote(&remote.host, &remote.export, &remote.path, &opts, &o)
         }
     };
-    match report {
+    print_result(report, a.json, output::print_doctor)
+}
+
+/// Prints a command's result as JSON or for people; an error as its message
+/// and exit code.
+fn print_result<T: serde::Serialize>(
+    r: Result<T, EngineError>,
+    json: bool,
+    human: impl Fn(&T),
+) -> i32 {
+    match r {
         Ok(r) => {
-            if a.json {
+            if json {
                 println!("{}", serde_json::to_string_pretty(&r).unwrap_or_default());
             } else {
-                output::print_doctor(&r);
+                human(&r);
             }
             exit::OK
         }
@@ -1482,21 +1492,7 @@ fn bench_disk(a: DiskArgs) -> i32 {
         read: only("read"),
         ..longhaul_engine::disk::DiskBench::new(a.path)
     };
-    match longhaul_engine::disk::run(&b) {
-        Ok(r) => {
-            if a.json {
-                println!("{}", serde_json::to_string_pretty(&r).unwrap_or_default());
-            } else {
-                output::print_disk(&r);
-            }
-            exit::OK
-        }
-        Err(e) => {
-            let f = Failure::from(e);
-            eprintln!("longhaul: error: {}", f.message);
-            f.code
-        }
-    }
+    print_result(longhaul_engine::disk::run(&b), a.json, output::print_disk)
 }
 
 fn demo() -> i32 {
@@ -1585,27 +1581,11 @@ fn demo() -> i32 {
         }
     }
     println!("\n== cp -r: a 256 MiB file and 500 small ones, 4 streams, TLS ==");
-    let cp = CpOptions {
-        sources: vec![tree.display().to_string()],
-        dest: format!("longhaul://{addr}/demo/"),
-        recursive: true,
-        preserve: false,
-        streams: None,
-        rate: None,
-        congestion: None,
-        chunk_size: None,
-        force: false,
-        retries: 0,
-        sync_files: true,
-        direct: false,
-        verify: false,
-        sync: None,
-        dry_run: false,
-        tune: true,
-        digests_to: None,
-        progress: Default::default(),
-        client: opts.clone(),
-    };
+    let cp = CpOptions::new(
+        vec![tree.display().to_string()],
+        format!("longhaul://{addr}/demo/"),
+        opts.clone(),
+    );
     match longhaul_engine::xfer::client::cp(&cp) {
         Ok(s) => println!(
             "{} files, {} in {:.2} s = {}, {}, verified: {}\nstages: source read {}, network {}, destination write {}",

@@ -377,6 +377,19 @@ fn doctor_names_loss_on_a_long_lossy_path() {
     );
 }
 
+/// `doctor --json --time 1s EXTRA` against a server on loopback.
+fn doctor_on_loopback(port: u16, extra: &[&str]) -> Value {
+    let o = bin()
+        .arg("doctor")
+        .arg(format!("127.0.0.1:{port}:data/"))
+        .args(["--json", "--time", "1s"])
+        .args(extra)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    json_of(&o)
+}
+
 fn root() -> bool {
     // SAFETY: geteuid has no preconditions.
     let root = unsafe { libc::geteuid() } == 0;
@@ -506,14 +519,7 @@ fn doctor_names_the_destination_storage_when_its_writes_are_throttled() {
         return;
     };
     let (_srv, port) = disk.serve(&t.dir("state"));
-    let o = bin()
-        .arg("doctor")
-        .arg(format!("127.0.0.1:{port}:data/"))
-        .args(["--json", "--time", "1s"])
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", stderr(&o));
-    let v = json_of(&o);
+    let v = doctor_on_loopback(port, &[]);
     assert_eq!(verdict_of(&v), "dest_storage", "{}", stages(&v));
     let ceiling = v["verdict"]["ceiling_bps"].as_f64().unwrap();
     assert!(ceiling < 250e6, "{ceiling} for a 168 Mbit/s throttle");
@@ -539,15 +545,7 @@ fn doctor_names_metadata_for_small_files_on_a_slow_create_destination() {
     for i in 0..500 {
         std::fs::write(src.join(format!("f{i:04}")), vec![1u8; 4096]).unwrap();
     }
-    let o = bin()
-        .arg("doctor")
-        .arg(format!("127.0.0.1:{port}:data/"))
-        .args(["--json", "--time", "1s", "--no-copy", "--source"])
-        .arg(&src)
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", stderr(&o));
-    let v = json_of(&o);
+    let v = doctor_on_loopback(port, &["--no-copy", "--source", src.to_str().unwrap()]);
     assert_eq!(verdict_of(&v), "metadata", "{}", stages(&v));
     assert_eq!(v["mean_file_size"], 4096);
 }

@@ -758,25 +758,8 @@ fn short_copy(
         .replace("//", "/")
         .replacen("longhaul:/", "longhaul://", 1);
     let co = CpOptions {
-        sources: vec![local_dir.display().to_string()],
-        dest,
-        recursive: true,
-        preserve: false,
-        streams: None,
-        rate: None,
-        congestion: None,
-        chunk_size: None,
         force: true,
-        retries: 0,
-        sync_files: true,
-        direct: false,
-        verify: false,
-        sync: None,
-        dry_run: false,
-        tune: true,
-        digests_to: None,
-        progress: Default::default(),
-        client: opts.clone(),
+        ..CpOptions::new(vec![local_dir.display().to_string()], dest, opts.clone())
     };
     // Ended after COPY_LIMIT whatever the estimate said: the rate so far
     // is the result then.

@@ -161,6 +161,33 @@ fn plan(o: &CpOptions) -> Result<Plan, EngineError> {
 }
 
 impl CpOptions {
+    /// A recursive copy of `sources` to `dest` with every other setting at
+    /// `cp`'s defaults (streams sized for the path, tuned online, files
+    /// synced, no retries).
+    pub fn new(sources: Vec<String>, dest: String, client: ClientOptions) -> CpOptions {
+        CpOptions {
+            sources,
+            dest,
+            recursive: true,
+            preserve: false,
+            streams: None,
+            rate: None,
+            congestion: None,
+            chunk_size: None,
+            force: false,
+            retries: 0,
+            sync_files: true,
+            direct: false,
+            verify: false,
+            sync: None,
+            dry_run: false,
+            tune: true,
+            digests_to: None,
+            progress: Default::default(),
+            client,
+        }
+    }
+
     /// `sync SRC/ DST`: one source named with a trailing slash means its
     /// contents, as in rsync.
     fn contents(&self) -> bool {
