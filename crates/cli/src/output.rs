@@ -461,7 +461,10 @@ pub fn print_doctor(r: &longhaul_engine::doctor::DoctorReport) {
         );
     }
     if let (Some(t), Some(p)) = (r.sender_cpu_per_gbps_tls, r.sender_cpu_per_gbps_plain) {
-        println!("sender CPU per Gbit/s: {t:.1}% of a core with TLS, about {p:.1}% without");
+        println!(
+            "sender CPU per Gbit/s: {t:.1}% of a core with TLS, {}{p:.1}% without",
+            if r.plain_measured { "" } else { "about " }
+        );
     }
     if !r.findings.is_empty() {
         println!("settings:");

@@ -196,6 +196,9 @@ fn doctor_on_loopback_measures_every_stage_and_cleans_up() {
     assert!(v["dest_storage"]["create"]["files"].as_u64().unwrap() > 0);
     assert!(v["source_storage"]["read"]["bytes"].as_u64().unwrap() > 0);
     assert_eq!(v["mean_file_size"], 100_000);
+    // This server takes TLS only: CPU without TLS is the estimate.
+    assert_eq!(v["plain_measured"], false);
+    assert!(v["sender_cpu_per_gbps_plain"].as_f64().is_some(), "{v:#}");
     assert!(v["copy"]["bytes"].as_u64().unwrap() > 0, "{v:#}");
     let names: Vec<&str> = v["stages"]
         .as_array()
@@ -336,6 +339,10 @@ fn doctor_names_the_window_when_buffers_are_capped_on_a_long_path() {
         "{v:#}"
     );
     assert!(v["rtt_idle_us"].as_u64().unwrap() >= 79_000);
+    // The server allows plaintext: CPU per Gbit/s was measured both ways.
+    assert_eq!(v["plain_measured"], true, "{v:#}");
+    assert!(v["sender_cpu_per_gbps_tls"].as_f64().unwrap() > 0.0);
+    assert!(v["sender_cpu_per_gbps_plain"].as_f64().unwrap() > 0.0);
 }
 
 #[test]

@@ -133,6 +133,10 @@ pub struct DoctorReport {
     pub sender_cpu_per_gbps_tls: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sender_cpu_per_gbps_plain: Option<f64>,
+    /// True when the plaintext figure was measured (a server that allows
+    /// plaintext), false when it is the TLS figure less the cipher's cost.
+    #[serde(default)]
+    pub plain_measured: bool,
     pub findings: Vec<Finding>,
     pub stages: Vec<StageCeiling>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -629,6 +633,10 @@ pub fn remote(
         }
     }
 
+    // CPU without TLS, measured where the server allows plaintext: one
+    // second in the transfer's direction over as many streams.
+    let plain = run_dir_plain(host, opts, &o.pull, &upload, &download);
+
     // 3. The source storage (this host on a push; on a pull the server's
     //    read probe stands for it, and this host is the destination).
     let mut mean_file_size = DEFAULT_MEAN_FILE_SIZE;
@@ -702,12 +710,45 @@ pub fn remote(
         }
     }
     judge(&mut r, o);
+    if let Some(p) = plain.filter(|p| p.bits_per_second > 0.0) {
+        r.sender_cpu_per_gbps_plain = Some(p.cpu_sender_percent / (p.bits_per_second / 1e9));
+        r.plain_measured = true;
+    }
     r.seconds = started.elapsed().as_secs_f64();
     Ok(r)
 }
 
 /// The longest the short copy may take.
 pub const COPY_LIMIT: Duration = Duration::from_secs(8);
+
+/// A one-second plaintext test like the TLS one of the transfer's
+/// direction; None where the server refuses plaintext (its default).
+fn run_dir_plain(
+    host: &str,
+    opts: &ClientOptions,
+    pull: &bool,
+    upload: &Option<PathRun>,
+    download: &Option<PathRun>,
+) -> Option<PathRun> {
+    let (mode, like) = if *pull {
+        (Mode::Down, download)
+    } else {
+        (Mode::Up, upload)
+    };
+    let like = like.as_ref()?;
+    let mut plain = opts.clone();
+    plain.security.plaintext = true;
+    let params = TestParams {
+        mode,
+        streams: like.streams.max(1),
+        duration_ms: Some(1000),
+        interval_ms: 0,
+        length: 1 << 20,
+        ..TestParams::default()
+    };
+    let s = run_perf(host, &params, &plain, &mut crate::sink::Discard).ok()?;
+    path_run(&s, &[], 1448)
+}
 
 /// Copies about two seconds' worth of data (16 MiB to 1 GiB, from memory)
 /// into a scratch directory on the export, then has the server remove it.
