@@ -165,11 +165,17 @@ pub fn run(b: &DiskBench) -> Result<DiskReport, EngineError> {
         std::fs::create_dir(&dir)
             .map_err(|e| EngineError::io(format!("creating {}", dir.display()), e))?;
         let _scratch = Scratch(dir.clone());
-        let (create, made) = create_files(&dir, b)
+        // Everything inside is reached through descriptors of directories
+        // opened without following links: a directory swapped for a link
+        // mid-run (by whoever else may write there) cannot lead outside.
+        let held =
+            held_dir(&dir).map_err(|e| EngineError::io(format!("opening {}", dir.display()), e))?;
+        let inside = fd_path(&held);
+        let (create, made) = create_files(&inside, b)
             .map_err(|e| EngineError::io(format!("creating files in {}", dir.display()), e))?;
         report.create = Some(create);
         report.small_read = Some(
-            read_files(&dir, made, b)
+            read_files(&inside, made, b)
                 .map_err(|e| EngineError::io(format!("reading files in {}", dir.display()), e))?,
         );
     }
@@ -295,11 +301,38 @@ fn drop_cache(file: &File) {
     }
 }
 
-fn small_name(dir: &Path, i: u64) -> PathBuf {
-    // A few subdirectories, as real trees have, so one directory does not
-    // grow to every file.
-    dir.join(format!("d{:03}", i / 1000))
-        .join(format!("f{i:07}"))
+/// A directory opened as itself, never through a symlink.
+fn held_dir(path: &Path) -> io::Result<File> {
+    OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW)
+        .open(path)
+}
+
+/// The path of an open descriptor, for calls that take paths.
+fn fd_path(f: &File) -> PathBuf {
+    PathBuf::from(format!("/proc/self/fd/{}", f.as_raw_fd()))
+}
+
+/// A few subdirectories of 1000 files, as real trees have, so one
+/// directory does not grow to every file.
+fn subdir_name(i: u64) -> String {
+    format!("d{:03}", i / 1000)
+}
+
+fn file_name(i: u64) -> String {
+    format!("f{i:07}")
+}
+
+fn open_small(sub: &File, i: u64, create: bool) -> io::Result<File> {
+    let path = fd_path(sub).join(file_name(i));
+    let mut o = OpenOptions::new();
+    if create {
+        o.write(true).create_new(true).mode(0o644);
+    } else {
+        o.read(true);
+    }
+    o.custom_flags(libc::O_NOFOLLOW).open(path)
 }
 
 /// Creates small files one after another (create, write, close), as a
@@ -310,16 +343,14 @@ fn create_files(dir: &Path, b: &DiskBench) -> io::Result<(FilesResult, u64)> {
     let start = Instant::now();
     let deadline = start + b.time_limit;
     let mut made = 0;
+    let mut sub: Option<File> = None;
     while made < b.files && Instant::now() < deadline {
-        let path = small_name(dir, made);
         if made % 1000 == 0 {
-            std::fs::create_dir(path.parent().expect("has a parent"))?;
+            let p = dir.join(subdir_name(made));
+            std::fs::create_dir(&p)?;
+            sub = Some(held_dir(&p)?);
         }
-        let f = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o644)
-            .open(&path)?;
+        let f = open_small(sub.as_ref().expect("made above"), made, true)?;
         f.write_all_at(&buf, 0)?;
         made += 1;
     }
@@ -337,8 +368,12 @@ fn create_files(dir: &Path, b: &DiskBench) -> io::Result<(FilesResult, u64)> {
 
 /// Reads the files back (open, read, close), their pages dropped first.
 fn read_files(dir: &Path, made: u64, b: &DiskBench) -> io::Result<FilesResult> {
+    let subs: Vec<File> = (0..made.div_ceil(1000))
+        .map(|k| held_dir(&dir.join(subdir_name(k * 1000))))
+        .collect::<io::Result<_>>()?;
+    let sub = |i: u64| &subs[(i / 1000) as usize];
     for i in 0..made {
-        let f = File::open(small_name(dir, i))?;
+        let f = open_small(sub(i), i, false)?;
         let _ = f.sync_data();
         drop_cache(&f);
     }
@@ -347,7 +382,7 @@ fn read_files(dir: &Path, made: u64, b: &DiskBench) -> io::Result<FilesResult> {
     let deadline = start + b.time_limit;
     let mut read = 0;
     while read < made && Instant::now() < deadline {
-        let f = File::open(small_name(dir, read))?;
+        let f = open_small(sub(read), read, false)?;
         let mut off = 0;
         loop {
             let n = f.read_at(&mut buf, off)?;
