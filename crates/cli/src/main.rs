@@ -460,13 +460,18 @@ struct CpArgs {
     streams: Option<u16>,
     /// Print a line per second (to stderr): rate, streams carrying chunks, retransmits,
     /// RTT and what limited it (window, send_buffer, congestion, application,
-    /// storage_read, storage_write).
+    /// storage_read, storage_write, files_in_flight).
     #[arg(long)]
     intervals: bool,
     /// Keep every stream carrying chunks: no online tuning (which parks streams the path
     /// does not need, by a hill-climb on goodput less retransmissions; -P also turns it off).
     #[arg(long)]
     no_tune: bool,
+    /// Files announced to the destination and not yet finished, at most (default: sized
+    /// for the path, at least 2048, and doubled online while it holds the transfer back,
+    /// up to what the destination allows: a quarter of its open-file limit, 2048-32768).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    files_in_flight: Option<u64>,
     /// The path's rate if known, e.g. 10gbit: streams are sized for it (default 10 Gbit/s)
     /// and each is paced to its share (SO_MAX_PACING_RATE).
     #[arg(long, value_parser = path_rate)]
@@ -1143,6 +1148,7 @@ fn cp(a: CpArgs, sync: Option<longhaul_proto::xfer::SyncOptions>, dry_run: bool)
         sync,
         dry_run,
         tune: !a.no_tune,
+        files_in_flight: a.files_in_flight,
         digests_to: a.digests.clone(),
         progress: Arc::new(longhaul_engine::xfer::Progress {
             interrupt: interrupt.clone(),
@@ -1190,7 +1196,7 @@ fn cp(a: CpArgs, sync: Option<longhaul_proto::xfer::SyncOptions>, dry_run: bool)
                 );
                 if let Some(t) = &s.tuning {
                     println!(
-                        "tuning: {} stream(s){}; chunks of {}; up to {} files in flight",
+                        "tuning: {} stream(s){}; chunks of {}; up to {} files in flight{}",
                         t.final_streams,
                         if t.online {
                             format!(
@@ -1202,7 +1208,14 @@ fn cp(a: CpArgs, sync: Option<longhaul_proto::xfer::SyncOptions>, dry_run: bool)
                             " (fixed)".into()
                         },
                         units::format_bytes(t.chunk_size),
-                        t.files_in_flight
+                        t.files_in_flight,
+                        if t.files_in_flight > t.initial_files_in_flight
+                            && t.initial_files_in_flight > 0
+                        {
+                            format!(" (grown online from {})", t.initial_files_in_flight)
+                        } else {
+                            String::new()
+                        }
                     );
                 }
                 if let Some(l) = output::limit_shares(&s.intervals) {

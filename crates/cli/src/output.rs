@@ -243,9 +243,13 @@ impl Reporter for Human {
             ));
         }
         out(&format!("Limited by: {}", limit_text(s)));
-        if let Some(t) = &s.tuning {
+        for t in s.tuning.iter().chain(&s.tuning_reverse) {
             out(&format!(
-                "Tuning: {} of {} streams sending at the end (online, {} step(s))",
+                "Tuning{}: {} of {} streams sending at the end (online, {} step(s))",
+                t.direction.map_or(String::new(), |d| format!(
+                    " ({})",
+                    format!("{d:?}").to_lowercase()
+                )),
                 t.final_streams,
                 t.initial_streams,
                 t.steps.len()

@@ -423,6 +423,54 @@ fn tree_push_then_pull_round_trips() {
 }
 
 #[test]
+fn a_fixed_count_of_files_in_flight_holds_both_ways() {
+    let t = TempDir::new("few-in-flight");
+    let src = t.path().join("src/tree");
+    let nfiles = build_tree(&src);
+    assert!(nfiles > 6, "the tree needs more files than are in flight");
+    let (exp, pulled) = (t.dir("export"), t.dir("pulled"));
+    let s = data_server(&exp, &t.dir("state"));
+    // The source announces three files at a time: every file still gets
+    // through, and the count is reported as fixed.
+    let flight = ["--files-in-flight", "3"];
+    let v = cp_ok(
+        &[
+            &["-r", "-p"],
+            &flight[..],
+            &[src.to_str().unwrap(), &remote(s.addr(), "")],
+        ]
+        .concat(),
+    );
+    assert_eq!(v["files"], nfiles, "{v}");
+    assert_eq!(v["tuning"]["files_in_flight"], 3, "{v}");
+    assert_eq!(v["tuning"]["initial_files_in_flight"], 3, "{v}");
+    assert_same_tree(&src, &exp.join("tree"), true);
+    // A pull: the server is the source and keeps to what the client said.
+    let v = cp_ok(
+        &[
+            &["-r", "-p"],
+            &flight[..],
+            &[&remote(s.addr(), "tree"), pulled.to_str().unwrap()],
+        ]
+        .concat(),
+    );
+    assert_eq!(v["files"], nfiles, "{v}");
+    assert_eq!(v["tuning"]["files_in_flight"], 3, "{v}");
+    assert_same_tree(&src, &pulled.join("tree"), true);
+    // Without the flag the count starts where a sink that says nothing
+    // would have it, at least.
+    let v = cp_ok(&[
+        "-r",
+        "--force",
+        src.to_str().unwrap(),
+        &remote(s.addr(), ""),
+    ]);
+    let n = v["tuning"]["files_in_flight"].as_u64().unwrap();
+    assert!(n >= 2048, "{v}");
+    s.shutdown();
+}
+
+#[test]
 fn tree_push_without_p_keeps_mtimes_and_applies_umask() {
     let t = TempDir::new("nop");
     let src = t.path().join("src/tree");

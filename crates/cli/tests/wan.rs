@@ -331,6 +331,7 @@ fn cp_tunes_its_streams_online_and_reports_each_interval() {
         "storage_read",
         "storage_write",
         "idle",
+        "files_in_flight",
     ];
     for i in intervals {
         assert!(limits.contains(&i["limit"].as_str().unwrap()), "{i}");
@@ -377,6 +378,43 @@ fn cp_tunes_its_streams_online_and_reports_each_interval() {
     );
     assert!(t["final_streams"].as_u64().unwrap() <= n);
     assert!(!t["steps"].as_array().unwrap().is_empty(), "{t}");
+    assert_eq!(t["direction"], "up", "{t}");
+    // -R: the server's streams, tuned through the client's `Active`.
+    let v = run(&[
+        "perf",
+        "198.18.0.2",
+        "--insecure-plaintext",
+        "-P",
+        "auto",
+        "-R",
+        "-t",
+        "7",
+        "--json",
+    ]);
+    let t = &v["summary"]["tuning"];
+    assert_eq!(
+        (&t["online"], &t["direction"]),
+        (&true.into(), &"down".into()),
+        "{v}"
+    );
+    assert!(!t["steps"].as_array().unwrap().is_empty(), "{t}");
+    // The server's sending streams followed: fewer carried bytes in some
+    // interval once the tuner parked any.
+    if t["steps"].as_array().unwrap().len() > 1 {
+        let all = t["initial_streams"].as_u64().unwrap() as usize;
+        assert!(
+            v["intervals"].as_array().unwrap().iter().any(|i| {
+                i["streams"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .filter(|s| s["bytes"].as_u64() > Some(0))
+                    .count()
+                    < all
+            }),
+            "{v}"
+        );
+    }
     let v = run(&[
         "perf",
         "198.18.0.2",
@@ -388,4 +426,80 @@ fn cp_tunes_its_streams_online_and_reports_each_interval() {
         "--json",
     ]);
     assert!(v["summary"]["tuning"].is_null(), "{v}");
+}
+
+#[test]
+fn small_files_at_a_long_rtt_grow_the_files_in_flight() {
+    if !can_emulate() {
+        return;
+    }
+    // What the server (which raises its soft limit to the hard one) allows.
+    let mut l = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes the plain struct we own.
+    assert_eq!(unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut l) }, 0);
+    let cap = (l.rlim_max / 4).clamp(2048, 32768);
+    let name = format!("lhf{}", std::process::id() % 100_000);
+    let t = TempDir::new("wan-files");
+    let (src, exp) = (t.dir("src"), t.dir("exp"));
+    let tree = src.join("tree");
+    for d in 0..16 {
+        let dir = tree.join(format!("d{d}"));
+        std::fs::create_dir_all(&dir).unwrap();
+        for f in 0..1000 {
+            std::fs::write(dir.join(format!("f{f}")), format!("{d}/{f}").repeat(100)).unwrap();
+        }
+    }
+    // 150 ms: 2048 files take two round trips, 6,800 files/s at most.
+    let w = Wan::up(
+        &name,
+        &["--rtt", "150ms", "--rate", "1gbit", "--mtu", "9000"],
+    );
+    let _srv = serve_in_b(&w, &exp, &t.dir("state"));
+    // Sized for 100 Mbit/s the count starts at the least, 2048.
+    let o = w
+        .exec(
+            "a",
+            &[
+                "cp",
+                "-r",
+                "--insecure-plaintext",
+                "--json",
+                "--rate",
+                "100mbit",
+                tree.to_str().unwrap(),
+                "198.18.0.2:data/",
+            ],
+        )
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["files"], 16_000, "{v}");
+    let tuning = &v["tuning"];
+    assert_eq!(tuning["initial_files_in_flight"], 2048, "{tuning}");
+    let grown = tuning["files_in_flight"].as_u64().unwrap();
+    // The intervals name the files in flight as what held the copy back.
+    let intervals = v["intervals"].as_array().unwrap();
+    assert!(
+        intervals.iter().any(|i| i["limit"] == "files_in_flight"),
+        "{intervals:?}"
+    );
+    if cap > 2048 {
+        assert!(grown > 2048 && grown <= cap, "{tuning} (cap {cap})");
+    } else {
+        eprintln!(
+            "the open-file limit ({}) leaves no room to grow",
+            l.rlim_max
+        );
+        assert_eq!(grown, 2048);
+    }
+    for d in [0, 15] {
+        assert_eq!(
+            std::fs::read_to_string(exp.join(format!("tree/d{d}/f999"))).unwrap(),
+            format!("{d}/999").repeat(100)
+        );
+    }
 }

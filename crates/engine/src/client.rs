@@ -489,44 +489,48 @@ pub fn run_perf(
 
     ctl.session.start(Instant::now());
     ctl.flush()?;
-    // -P auto, a time-bound TCP test this client sends, with intervals:
-    // tuned online, as cp's source is (`proto::tune::Climb`).
+    // -P auto, a time-bound TCP test with intervals: the sending streams
+    // of each direction tuned online, as cp's source is
+    // (`proto::tune::Climb`); the server's through `Active` messages.
     let online = opts.auto_streams
         && params.transport == Transport::Tcp
-        && params.mode == Mode::Up
         && params.duration_ms.is_some()
         && params.interval_ms > 0
         && params.streams > 2;
-    let active = online.then(|| Arc::new(std::sync::atomic::AtomicU16::new(params.streams)));
+    let sends_up = params.mode != Mode::Down;
+    let local =
+        (online && sends_up).then(|| Arc::new(std::sync::atomic::AtomicU16::new(params.streams)));
+    let remote = (online && params.mode != Mode::Up)
+        .then(|| Arc::new(std::sync::atomic::AtomicU16::new(params.streams)));
     let run = SideRun::start(
         End::Client,
         params,
         streams,
         opts.local_cpu,
         &accept.token,
-        active.clone(),
+        local.clone(),
     )?;
-    match active {
-        Some(active) => {
-            let rtt_us = ctl.path_facts().0;
-            let mut tuner = TuningSink::new(sink, active, params, rtt_us);
-            let mut s = drive(&mut ctl, run, params, opts, &mut tuner, warnings)?;
-            s.tuning = Some(tuner.report());
-            Ok(s)
-        }
-        None => drive(&mut ctl, run, params, opts, sink, warnings),
+    if !online {
+        return drive(&mut ctl, run, params, opts, sink, warnings, None);
     }
+    let rtt_us = ctl.path_facts().0;
+    let tuners = [(Direction::Up, local), (Direction::Down, remote.clone())]
+        .into_iter()
+        .filter_map(|(d, a)| Some(DirectionTuner::new(d, a?, params.streams)))
+        .collect();
+    let mut tuner = TuningSink::new(sink, tuners, params, rtt_us);
+    let mut s = drive(&mut ctl, run, params, opts, &mut tuner, warnings, remote)?;
+    (s.tuning, s.tuning_reverse) = tuner.reports();
+    Ok(s)
 }
 
-/// Passes a perf test's reports on, and tunes the streams that send from
-/// its intervals: epochs of two intervals (or 25 RTTs), the first skipped
-/// (slow start), an interval after each change left out (settling).
-struct TuningSink<'a> {
-    inner: &'a mut dyn Reporter,
+/// One direction's climb: whose streams it parks (this side's, or the
+/// server's through `Active`), and its epoch so far.
+struct DirectionTuner {
+    direction: Direction,
     active: Arc<std::sync::atomic::AtomicU16>,
     climb: longhaul_proto::tune::Climb,
     streams: u16,
-    per_epoch: u32,
     in_epoch: u32,
     epochs: u32,
     skip: u32,
@@ -535,22 +539,14 @@ struct TuningSink<'a> {
     resent: f64,
 }
 
-impl<'a> TuningSink<'a> {
-    fn new(
-        inner: &'a mut dyn Reporter,
-        active: Arc<std::sync::atomic::AtomicU16>,
-        p: &TestParams,
-        rtt_us: u32,
-    ) -> Self {
-        let interval_us = (p.interval_ms * 1000).max(1);
-        let epoch_us = (u64::from(rtt_us) * 25).max(2_000_000);
-        let n = p.streams;
-        TuningSink {
-            inner,
+impl DirectionTuner {
+    fn new(direction: Direction, active: Arc<std::sync::atomic::AtomicU16>, n: u16) -> Self {
+        DirectionTuner {
+            direction,
             active,
+            // Down to a quarter of the streams (at least 2), never above all.
             climb: longhaul_proto::tune::Climb::new(n, (n / 4).max(2), n),
             streams: n,
-            per_epoch: epoch_us.div_ceil(interval_us).max(1) as u32,
             in_epoch: 0,
             epochs: 0,
             skip: 0,
@@ -560,29 +556,15 @@ impl<'a> TuningSink<'a> {
         }
     }
 
-    fn report(&self) -> longhaul_proto::tune::TuningReport {
-        longhaul_proto::tune::TuningReport {
-            online: true,
-            initial_streams: self.streams,
-            final_streams: self.climb.best(),
-            chunk_size: 0,
-            files_in_flight: 0,
-            steps: self.climb.steps.clone(),
-        }
-    }
-}
-
-impl Reporter for TuningSink<'_> {
-    fn setup(&mut self, s: &Setup) {
-        self.inner.setup(s);
-    }
-    fn interval(&mut self, r: &longhaul_proto::report::IntervalReport) {
-        self.inner.interval(r);
+    /// Takes one interval of this direction; ends an epoch every
+    /// `per_epoch` of them (the first, slow start, not observed) and sets
+    /// the streams for the next.
+    fn observe(&mut self, r: &longhaul_proto::report::IntervalReport, per_epoch: u32) {
         if self.skip > 0 {
             self.skip -= 1;
             return;
         }
-        let Some(d) = r.directions.first() else {
+        let Some(d) = r.directions.iter().find(|d| d.direction == self.direction) else {
             return;
         };
         let span = (r.end_s - r.start_s).max(1e-6);
@@ -592,7 +574,7 @@ impl Reporter for TuningSink<'_> {
         let segments = (d.bytes as f64 / 1448.0).max(1.0);
         self.resent += d.tcp.map_or(0.0, |t| t.retransmits as f64) / segments * span;
         self.in_epoch += 1;
-        if self.in_epoch < self.per_epoch {
+        if self.in_epoch < per_epoch {
             return;
         }
         let (rate, loss) = (self.bits / self.seconds, self.resent / self.seconds);
@@ -608,12 +590,75 @@ impl Reporter for TuningSink<'_> {
         if next != before {
             self.active
                 .store(next, std::sync::atomic::Ordering::Relaxed);
+            // The streams that stay take up the parked ones' share.
             self.skip = 1;
+        }
+    }
+
+    fn report(&self) -> longhaul_proto::tune::TuningReport {
+        longhaul_proto::tune::TuningReport {
+            online: true,
+            direction: Some(self.direction),
+            initial_streams: self.streams,
+            final_streams: self.climb.best(),
+            chunk_size: 0,
+            files_in_flight: 0,
+            initial_files_in_flight: 0,
+            steps: self.climb.steps.clone(),
+        }
+    }
+}
+
+/// Passes a perf test's reports on, and tunes the streams that send from
+/// its intervals: epochs of two intervals (or 25 RTTs), the first skipped
+/// (slow start), an interval after each change left out (settling).
+struct TuningSink<'a> {
+    inner: &'a mut dyn Reporter,
+    tuners: Vec<DirectionTuner>,
+    per_epoch: u32,
+}
+
+impl<'a> TuningSink<'a> {
+    fn new(
+        inner: &'a mut dyn Reporter,
+        tuners: Vec<DirectionTuner>,
+        p: &TestParams,
+        rtt_us: u32,
+    ) -> Self {
+        let interval_us = (p.interval_ms * 1000).max(1);
+        let epoch_us = (u64::from(rtt_us) * 25).max(2_000_000);
+        TuningSink {
+            inner,
+            tuners,
+            per_epoch: epoch_us.div_ceil(interval_us).max(1) as u32,
+        }
+    }
+
+    /// The first direction's tuning, and the second's (`--bidir`).
+    fn reports(
+        &self,
+    ) -> (
+        Option<longhaul_proto::tune::TuningReport>,
+        Option<longhaul_proto::tune::TuningReport>,
+    ) {
+        let mut r = self.tuners.iter().map(DirectionTuner::report);
+        (r.next(), r.next())
+    }
+}
+
+impl Reporter for TuningSink<'_> {
+    fn setup(&mut self, s: &Setup) {
+        self.inner.setup(s);
+    }
+    fn interval(&mut self, r: &longhaul_proto::report::IntervalReport) {
+        self.inner.interval(r);
+        for t in &mut self.tuners {
+            t.observe(r, self.per_epoch);
         }
     }
     fn summary(&mut self, s: &Summary) {
         let mut s = s.clone();
-        s.tuning = Some(self.report());
+        (s.tuning, s.tuning_reverse) = self.reports();
         self.inner.summary(&s);
     }
     fn warning(&mut self, m: &str) {
@@ -872,8 +917,11 @@ fn drive(
     opts: &ClientOptions,
     sink: &mut dyn Reporter,
     warnings: Vec<String>,
+    remote_active: Option<Arc<std::sync::atomic::AtomicU16>>,
 ) -> Result<Summary, EngineError> {
     let mut ticker = Ticker::new(run.start, params);
+    // What the server was last told of its sending streams.
+    let mut told = params.streams;
     let mut intervals = Intervals::default();
     let mut local_baseline = None;
     let mut local_end = None;
@@ -903,6 +951,15 @@ fn drive(
             local_end = Some(run.snapshot());
         }
         intervals.flush(params, sink);
+        if let Some(n) = remote_active
+            .as_ref()
+            .map(|a| a.load(Ordering::Relaxed))
+            .filter(|&n| n != told)
+        {
+            told = n;
+            ctl.session.active(n);
+            ctl.flush()?;
+        }
         let wait = ticker
             .next_due()
             .map_or(crate::CONTROL_TICK, |d| {

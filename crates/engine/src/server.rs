@@ -585,6 +585,9 @@ struct Test {
     run: Option<SideRun>,
     ticker: Option<Ticker>,
     baseline: Option<longhaul_proto::report::SideSnapshot>,
+    /// Of this side's sending TCP streams, how many send (the client's
+    /// tuner says, `Active`); all until it does.
+    active: Option<Arc<std::sync::atomic::AtomicU16>>,
     _guard: TestGuard,
 }
 
@@ -740,13 +743,16 @@ fn control_loop(
                             io: None,
                         });
                     }
+                    // A TCP test this side sends in may be tuned by the client.
+                    t.active = (t.params.transport == Transport::Tcp && t.params.mode != Mode::Up)
+                        .then(|| Arc::new(std::sync::atomic::AtomicU16::new(t.params.streams)));
                     match SideRun::start(
                         End::Server,
                         &t.params,
                         streams,
                         t.params.server_cpu,
                         &t.token,
-                        None,
+                        t.active.clone(),
                     ) {
                         Ok(run) => {
                             t.ticker = Some(Ticker::new(run.start, &t.params));
@@ -759,6 +765,12 @@ fn control_loop(
                             );
                         }
                     }
+                }
+            }
+            Ok(Some(ServerEvent::Active(n))) => {
+                if let Some(a) = test.as_ref().and_then(|t| t.active.as_ref()) {
+                    let most = test.as_ref().map_or(1, |t| t.params.streams);
+                    a.store(n.clamp(1, most.max(1)), Ordering::Relaxed);
                 }
             }
             Ok(Some(ServerEvent::Stop(reason))) => {
@@ -885,6 +897,7 @@ fn new_test(
             udp: udp_sockets,
             ready: false,
             run: None,
+            active: None,
             ticker: None,
             baseline: None,
             _guard: guard,
@@ -974,8 +987,10 @@ fn serve_transfer(
     // Everything this transfer touches resolves beneath the export root.
     let anchor = Anchor::open(&ex.root).map_err(bad)?;
     let (guard, rx) = register(shared).map_err(refuse)?;
+    let max_files = crate::xfer::files_in_flight_cap();
     conn.send(&Message::TransferAccept(TransferAccept {
         token: guard.token.clone(),
+        max_files_in_flight: Some(max_files),
     }))
     .map_err(Refusal::Failed)?;
     let deadline = Instant::now() + shared.cfg.limits.handshake_timeout;
@@ -1032,6 +1047,7 @@ fn serve_transfer(
                 delete: t.sync.as_ref().is_some_and(|s| s.delete),
                 dry_run: t.dry_run,
                 anchor,
+                max_files,
             },
         )
         .map(|r| {
@@ -1062,6 +1078,17 @@ fn serve_transfer(
                     crate::sock::tcp_info(crate::sock::fd_of(conn.tcp()))
                         .map_or(0, |i| i.min_rtt_us),
                 )),
+                // As the client (the sink) sized them: an older client
+                // says nothing and gets what every sink allowed.
+                files_in_flight: t
+                    .tuning
+                    .files_in_flight
+                    .unwrap_or(longhaul_proto::tune::DEFAULT_FILES_IN_FLIGHT),
+                max_files_in_flight: t
+                    .tuning
+                    .max_files_in_flight
+                    .unwrap_or(longhaul_proto::tune::DEFAULT_FILES_IN_FLIGHT)
+                    .min(longhaul_proto::tune::MAX_FILES_IN_FLIGHT),
             },
         )
         .map(|r| {

@@ -242,6 +242,14 @@ pub struct Stop {
     pub reason: String,
 }
 
+/// Client to server during a TCP test the server sends in (`-R`,
+/// `--bidir`) with `-P auto`: of the server's sending streams, `0..streams`
+/// send and the rest wait, connected (the client's online tuning).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Active {
+    pub streams: u16,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ThirdParty {
     /// `HOST[:PORT]` of the server the receiving server should test against.
@@ -282,6 +290,7 @@ pub enum Message {
     Start(Start),
     Interval(SideInterval),
     Stop(Stop),
+    Active(Active),
     Results(PeerResults),
     ThirdParty(ThirdParty),
     Relay(Relay),
@@ -312,6 +321,7 @@ pub mod kind {
     pub const START: u8 = 0x13;
     pub const INTERVAL: u8 = 0x14;
     pub const STOP: u8 = 0x15;
+    pub const ACTIVE: u8 = 0x17;
     pub const RESULTS: u8 = 0x16;
     pub const THIRD_PARTY: u8 = 0x20;
     pub const RELAY: u8 = 0x21;
@@ -343,6 +353,7 @@ impl Message {
             Message::Start(_) => kind::START,
             Message::Interval(_) => kind::INTERVAL,
             Message::Stop(_) => kind::STOP,
+            Message::Active(_) => kind::ACTIVE,
             Message::Results(_) => kind::RESULTS,
             Message::ThirdParty(_) => kind::THIRD_PARTY,
             Message::Relay(_) => kind::RELAY,
@@ -375,6 +386,7 @@ impl Message {
             Message::Start(_) => "start",
             Message::Interval(_) => "interval",
             Message::Stop(_) => "stop",
+            Message::Active(_) => "active",
             Message::Results(_) => "results",
             Message::ThirdParty(_) => "third_party",
             Message::Relay(_) => "relay",
@@ -407,6 +419,7 @@ impl Message {
             Message::Start(m) => serde_json::to_vec(m),
             Message::Interval(m) => serde_json::to_vec(m),
             Message::Stop(m) => serde_json::to_vec(m),
+            Message::Active(m) => serde_json::to_vec(m),
             Message::Results(m) => serde_json::to_vec(m),
             Message::ThirdParty(m) => serde_json::to_vec(m),
             Message::Relay(m) => serde_json::to_vec(m),
@@ -449,6 +462,7 @@ impl Message {
             kind::START => Message::Start(body(k, b)?),
             kind::INTERVAL => Message::Interval(body(k, b)?),
             kind::STOP => Message::Stop(body(k, b)?),
+            kind::ACTIVE => Message::Active(body(k, b)?),
             kind::RESULTS => Message::Results(body(k, b)?),
             kind::THIRD_PARTY => Message::ThirdParty(body(k, b)?),
             kind::RELAY => Message::Relay(body(k, b)?),
@@ -499,6 +513,7 @@ mod tests {
             Message::Stop(Stop {
                 reason: "interrupted".into(),
             }),
+            Message::Active(Active { streams: 3 }),
             Message::Probe(crate::disk::ProbeRequest {
                 export: "data".into(),
                 path: "a/b".into(),

@@ -258,9 +258,13 @@ pub struct Summary {
     /// Set when the test ended before its planned end.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
-    /// `-P auto` on a client that sends: how the streams were tuned online.
+    /// `-P auto` on a TCP test: how the sending streams were tuned online
+    /// (the client's; the server's with `-R`)...
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tuning: Option<crate::tune::TuningReport>,
+    /// ... and with `--bidir`, the server's (`tuning` is the client's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tuning_reverse: Option<crate::tune::TuningReport>,
 }
 
 /// What held a direction back, from the sender's kernel counters and CPU.
@@ -649,6 +653,7 @@ impl Span<'_> {
             warnings,
             error,
             tuning: None,
+            tuning_reverse: None,
         }
     }
 }

@@ -192,6 +192,9 @@ pub enum ServerEvent {
     Start,
     /// The client asks to stop early.
     Stop(String),
+    /// The client's tuner: of this side's sending streams, the first this
+    /// many send, the others wait.
+    Active(u16),
     /// The client asks for a file transfer; the engine runs it on this
     /// connection and calls [`ServerSession::finish`] after.
     TransferRequested(crate::xfer::TransferRequest),
@@ -369,6 +372,7 @@ impl ServerSession {
             (S::AwaitStreams | S::AwaitStart | S::Running, Message::Stop(s)) => {
                 Ok(Some(ServerEvent::Stop(s.reason)))
             }
+            (S::Running, Message::Active(a)) => Ok(Some(ServerEvent::Active(a.streams))),
             (_, Message::Refuse(r)) => {
                 self.state = S::Closed;
                 self.deadline = None;
@@ -544,6 +548,13 @@ impl ClientSession {
             self.out.push_back(Message::Start(Start {}));
             self.state = ClientState::Running;
             self.deadline = Some(deadline(now, self.run_limit));
+        }
+    }
+
+    /// The tuner's count of the server's sending streams (see [`Active`]).
+    pub fn active(&mut self, streams: u16) {
+        if self.state == ClientState::Running {
+            self.out.push_back(Message::Active(Active { streams }));
         }
     }
 

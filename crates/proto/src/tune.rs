@@ -32,6 +32,10 @@ pub enum TransferLimit {
     /// Nothing to send (waiting for the sink's wants, or the end).
     #[default]
     Idle,
+    /// The source had announced as many files as it may and waited for
+    /// their answers: small files at a long RTT (the count grows online up
+    /// to what the sink allows; see [`grow_files_in_flight`]).
+    FilesInFlight,
 }
 
 impl TransferLimit {
@@ -44,6 +48,7 @@ impl TransferLimit {
             TransferLimit::StorageRead => "storage_read",
             TransferLimit::StorageWrite => "storage_write",
             TransferLimit::Idle => "idle",
+            TransferLimit::FilesInFlight => "files_in_flight",
         }
     }
 }
@@ -234,22 +239,82 @@ impl Climb {
     }
 }
 
+/// Files in flight (announced to the sink and not yet finished) a sink
+/// that says nothing allows: what every sink allowed before the count was
+/// negotiated, and the least any sink allows.
+pub const DEFAULT_FILES_IN_FLIGHT: u64 = 2048;
+/// The most files in flight any sink allows (each holds a partial file
+/// open there).
+pub const MAX_FILES_IN_FLIGHT: u64 = 32768;
+/// The file size assumed when sizing files in flight before the source has
+/// seen its files: a small file of a LOSF tree.
+pub const ASSUMED_FILE_SIZE: u64 = 64 << 10;
+
+/// The files in flight a transfer starts with: enough to keep the path full
+/// at `target_bps` when each file takes two round trips from announcement
+/// to its `FileDone` (entries and wants, chunks and the answer), for files
+/// of [`ASSUMED_FILE_SIZE`]; never fewer than [`DEFAULT_FILES_IN_FLIGHT`],
+/// never more than the sink's `cap`.
+pub fn initial_files_in_flight(target_bps: u64, rtt_us: u32, cap: u64) -> u64 {
+    let files_per_s = target_bps as f64 / 8.0 / ASSUMED_FILE_SIZE as f64;
+    let need = (files_per_s * 2.0 * f64::from(rtt_us) / 1e6).ceil() as u64;
+    need.max(DEFAULT_FILES_IN_FLIGHT).min(cap.max(1))
+}
+
+/// Files in flight for the next interval. `held`: the source had announced
+/// as many files as it may while its streams had nothing to send (so the
+/// count, not the path, held the transfer back): doubled, up to the
+/// sink's `cap`; otherwise kept.
+pub fn grow_files_in_flight(limit: u64, held: bool, cap: u64) -> u64 {
+    if held {
+        limit.saturating_mul(2).min(cap).max(limit.min(cap))
+    } else {
+        limit
+    }
+}
+
 /// What the tuner chose, for the summary.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct TuningReport {
     /// False when fixed by flags (`-P`, `--no-tune`).
     pub online: bool,
+    /// perf: the direction whose sending streams were tuned.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub direction: Option<crate::msg::Direction>,
     pub initial_streams: u16,
     pub final_streams: u16,
     pub chunk_size: u64,
-    /// Files announced and not yet finished, at most.
+    /// Files announced and not yet finished, at most: at the end (it grows
+    /// online while it is what holds the transfer back).
     pub files_in_flight: u64,
+    /// ... and at the start, sized for the path.
+    #[serde(default)]
+    pub initial_files_in_flight: u64,
     pub steps: Vec<ClimbStep>,
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn files_in_flight_are_sized_for_the_path_and_grow_only_when_they_held_it() {
+        // A LAN or a slow path: the default.
+        assert_eq!(initial_files_in_flight(10_000_000_000, 100, 1 << 20), 2048);
+        // 10 Gbit/s at 80 ms: 19,073 files of 64 KiB a second, two RTTs each.
+        assert_eq!(
+            initial_files_in_flight(10_000_000_000, 80_000, 1 << 20),
+            3052
+        );
+        // Never beyond what the sink allows.
+        assert_eq!(initial_files_in_flight(10_000_000_000, 540_000, 5000), 5000);
+        assert_eq!(initial_files_in_flight(0, 0, 0), 1);
+        assert_eq!(grow_files_in_flight(2048, false, 32768), 2048);
+        assert_eq!(grow_files_in_flight(2048, true, 32768), 4096);
+        assert_eq!(grow_files_in_flight(20000, true, 32768), 32768);
+        assert_eq!(grow_files_in_flight(32768, true, 32768), 32768);
+        assert_eq!(grow_files_in_flight(u64::MAX, true, u64::MAX), u64::MAX);
+    }
 
     fn interval() -> TransferInterval {
         TransferInterval {

@@ -93,12 +93,25 @@ pub struct StreamTuning {
     /// source sends one each interval.
     #[serde(default)]
     pub intervals: bool,
+    /// Pull: files in flight the server (the source) starts with, sized
+    /// by the client for the path (None: [`crate::tune::DEFAULT_FILES_IN_FLIGHT`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub files_in_flight: Option<u64>,
+    /// Pull: the most files in flight the client (the sink) allows; the
+    /// source grows toward it online. Equal to `files_in_flight` when the
+    /// user fixed the count. None: the default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_files_in_flight: Option<u64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TransferAccept {
     /// Data streams present it in their hello.
     pub token: String,
+    /// Push: the most files in flight the server (the sink) allows (None:
+    /// [`crate::tune::DEFAULT_FILES_IN_FLIGHT`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_files_in_flight: Option<u64>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -513,6 +513,23 @@ fn byte_at_a_time_delivery_gives_the_same_handshake() {
 }
 
 #[test]
+fn the_clients_tuner_reaches_the_server_only_while_the_test_runs() {
+    let mut pair = Pair::welcomed(Limits::default());
+    // Before a test there is nothing to tune: nothing is sent.
+    pair.client.active(3);
+    pair.drive();
+    assert_eq!(pair.server_error, None);
+    assert!(pair.server_events.is_empty(), "{:?}", pair.server_events);
+    let now = pair.now();
+    pair.client.request_test(now, params(), CLIENT_MAX);
+    pair.drive();
+    pair.client.active(3);
+    pair.drive();
+    assert_eq!(pair.server_events.last(), Some(&ServerEvent::Active(3)));
+    assert_eq!(pair.server_error, None);
+}
+
+#[test]
 fn client_stop_reaches_the_server_engine() {
     let mut pair = Pair::welcomed(Limits::default());
     let now = pair.now();

@@ -45,8 +45,12 @@ pub struct CpOptions {
     /// `sync`: what to compare and whether to delete extraneous files.
     pub sync: Option<SyncOptions>,
     pub dry_run: bool,
-    /// Tune the streams carrying chunks online (unless `streams` is set).
+    /// Tune the streams carrying chunks online (unless `streams` is set),
+    /// and the files in flight (unless `files_in_flight` is set).
     pub tune: bool,
+    /// Files announced and not yet finished, at most; None sizes the count
+    /// for the path and grows it online.
+    pub files_in_flight: Option<u64>,
     pub client: ClientOptions,
     /// Write `DIGEST  PATH` per verified file here.
     pub digests_to: Option<PathBuf>,
@@ -182,6 +186,7 @@ impl CpOptions {
             sync: None,
             dry_run: false,
             tune: true,
+            files_in_flight: None,
             digests_to: None,
             progress: Default::default(),
             client,
@@ -288,6 +293,7 @@ fn dial_early(o: &CpOptions, push: bool, dialer: &Dialer, rtt_us: u32) -> EarlyS
         pacing: None,
         online: false,
         intervals: true,
+        ..StreamTuning::default()
     };
     (0..guess.streams)
         .map(|_| {
@@ -386,7 +392,7 @@ fn size_for_path(
     let pacing = o
         .rate
         .map(|r| (r as f64 * 1.1 / 8.0 / f64::from(window.streams)) as u64);
-    let tuning = StreamTuning {
+    let mut tuning = StreamTuning {
         congestion: congestion.clone(),
         send_buffer: window.send_buffer.to_set(),
         receive_buffer: window.receive_buffer.to_set(),
@@ -394,8 +400,16 @@ fn size_for_path(
         // Online tuning unless the streams were fixed (-P) or it is off.
         online: o.tune && o.streams.is_none(),
         intervals: true,
+        ..StreamTuning::default()
     };
     let warnings = window.shortfall(&sender, &receiver).into_iter().collect();
+    // A pulling client is the sink: it tells the source where to start and
+    // how far it may grow.
+    if !push {
+        let (start, most) = files_in_flight(o, &window, super::files_in_flight_cap());
+        tuning.files_in_flight = Some(start);
+        tuning.max_files_in_flight = Some(most);
+    }
     let path = PathTuning {
         window,
         congestion: congestion.unwrap_or_else(|| "default".into()),
@@ -404,15 +418,33 @@ fn size_for_path(
     Ok((path, tuning, warnings))
 }
 
+/// Files in flight to start with and the most to grow to, for a sink
+/// that allows `cap`: fixed by `--files-in-flight` or `--no-tune`, else
+/// sized for the path and free to grow to the cap.
+fn files_in_flight(
+    o: &CpOptions,
+    window: &longhaul_proto::window::WindowPlan,
+    cap: u64,
+) -> (u64, u64) {
+    use longhaul_proto::tune::initial_files_in_flight;
+    match o.files_in_flight {
+        Some(n) => (n.clamp(1, cap), n.clamp(1, cap)),
+        None => {
+            let start = initial_files_in_flight(window.target_bps, window.rtt_us, cap);
+            (start, if o.tune { cap } else { start })
+        }
+    }
+}
+
 fn request(
     ctl: &mut Control,
     req: TransferRequest,
     o: &ClientOptions,
-) -> Result<String, EngineError> {
+) -> Result<TransferAccept, EngineError> {
     ctl.conn.send(&Message::TransferRequest(req))?;
     let deadline = Instant::now() + o.handshake_timeout;
     match ctl.conn.recv_until(deadline)? {
-        Some(Message::TransferAccept(a)) => Ok(a.token),
+        Some(Message::TransferAccept(a)) => Ok(a),
         Some(Message::Refuse(r)) => Err(EngineError::Refused {
             code: r.code,
             message: r.message,
@@ -475,7 +507,12 @@ fn cp_once(
                     .map_err(|e| EngineError::Usage(format!("cannot read {}: {e}", r.display())))?;
             }
             req.dest = dest.clone();
-            let token = request(&mut ctl, req, &o.client)?;
+            let accept = request(&mut ctl, req, &o.client)?;
+            let token = accept.token;
+            let cap = accept
+                .max_files_in_flight
+                .unwrap_or(longhaul_proto::tune::DEFAULT_FILES_IN_FLIGHT);
+            let (files_start, files_most) = files_in_flight(o, &path.window, cap);
             let data = attach_streams(
                 &ctl,
                 early,
@@ -505,6 +542,8 @@ fn cp_once(
                     online: tuning.online,
                     send_intervals: false,
                     rtt: Duration::from_micros(u64::from(path.window.rtt_us)),
+                    files_in_flight: files_start,
+                    max_files_in_flight: files_most,
                 },
             )?;
             s.tuning = r.tuning.clone();
@@ -546,7 +585,7 @@ fn cp_once(
             }
             let anchor = Anchor::open(&root)?;
             let dest = &dest;
-            let token = request(&mut ctl, req, &o.client)?;
+            let token = request(&mut ctl, req, &o.client)?.token;
             let data = attach_streams(
                 &ctl,
                 early,
@@ -573,6 +612,7 @@ fn cp_once(
                     delete: o.sync.as_ref().is_some_and(|s| s.delete),
                     dry_run: o.dry_run,
                     anchor,
+                    max_files: super::files_in_flight_cap(),
                 },
             )?;
             s.files = r.files;

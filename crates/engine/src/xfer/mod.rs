@@ -21,9 +21,27 @@ use longhaul_proto::xfer::{self, Kind};
 
 use crate::EngineError;
 
-/// Files announced to the sink and not yet finished, at most: this bounds
-/// the memory both ends spend on a tree of any size.
-pub const MAX_UNRESOLVED_FILES: usize = 2048;
+/// Files announced to this host as a sink and not yet finished, at most
+/// (it advertises the number; the source starts below it and grows toward
+/// it online, see [`longhaul_proto::tune::grow_files_in_flight`]). Each
+/// holds one descriptor (its partial file; two with a journal, for files
+/// of several chunks; directories are shared) and a server serves other
+/// transfers too: a quarter of the open-file limit, within 2048..=32768. This bounds the memory and descriptors both ends
+/// spend on a tree of any size.
+pub fn files_in_flight_cap() -> u64 {
+    use longhaul_proto::tune::{DEFAULT_FILES_IN_FLIGHT, MAX_FILES_IN_FLIGHT};
+    let mut l = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes the plain struct we own.
+    let nofile = if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut l) } == 0 {
+        l.rlim_cur
+    } else {
+        0
+    };
+    (nofile / 4).clamp(DEFAULT_FILES_IN_FLIGHT, MAX_FILES_IN_FLIGHT)
+}
 
 /// A transfer in which nothing moves for this long (no chunk, no message,
 /// either way) is ended: a silent or stuck peer does not hold a slot,

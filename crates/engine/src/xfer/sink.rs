@@ -50,6 +50,9 @@ pub struct SinkConfig {
     /// a server, the destination or its parent on a client), resolved
     /// race-free (see [`super::beneath`]).
     pub anchor: Anchor,
+    /// Files in flight this side allows ([`super::files_in_flight_cap`],
+    /// as advertised to the source).
+    pub max_files: u64,
 }
 
 impl SinkConfig {
@@ -419,10 +422,13 @@ fn control(
                             }
                         }
                         Kind::File => {
-                            if unresolved.len() >= 2 * super::MAX_UNRESOLVED_FILES {
+                            // Twice what this side advertised: a source
+                            // counts a file until its answer arrives.
+                            let most = cfg.max_files.saturating_mul(2);
+                            if unresolved.len() as u64 >= most {
                                 return Err(EngineError::Failed(format!(
-                                    "the source announced more than {} files without waiting for answers",
-                                    2 * super::MAX_UNRESOLVED_FILES
+                                    "the source announced more than {most} files without waiting for answers (this side allows {} in flight)",
+                                    cfg.max_files
                                 )));
                             }
                             unresolved.insert(e.id, e.path.clone());

@@ -19,7 +19,7 @@ use longhaul_proto::xfer::*;
 
 use super::beneath::Anchor;
 use super::storage::{read_exact_at, ReadAt, Storage};
-use super::{kind_of, mtime_ns, ENTRIES_BATCH, MAX_UNRESOLVED_FILES};
+use super::{kind_of, mtime_ns, ENTRIES_BATCH};
 use crate::conn::{FramedConn, Stream};
 use crate::EngineError;
 
@@ -44,6 +44,11 @@ pub struct SourceConfig {
     pub send_intervals: bool,
     /// The path's RTT, for the tuner's epoch.
     pub rtt: Duration,
+    /// Files announced and not yet finished, at most, at the start...
+    pub files_in_flight: u64,
+    /// ...and the sink's cap, toward which the count grows while it holds
+    /// the transfer back (equal when fixed).
+    pub max_files_in_flight: u64,
 }
 
 /// `path` as it is to be used: through the anchor, if there is one.
@@ -338,16 +343,19 @@ fn control(
     // Announced files not yet resolved: their path and size.
     let mut open: HashMap<u64, (String, PathBuf, u64, u64)> = HashMap::new();
     let (q, cv) = &**shared;
+    let max_files = cfg.max_files_in_flight.max(1);
+    let mut files_limit = cfg.files_in_flight.clamp(1, max_files);
+    // Whether, this interval, the files in flight were all announced while
+    // the streams had nothing left to send.
+    let mut held_by_files = false;
     loop {
         cfg.progress.check_interrupt()?;
-        if !walk_done && open.len() < MAX_UNRESOLVED_FILES {
+        let limit = usize::try_from(files_limit).unwrap_or(usize::MAX);
+        if !walk_done && open.len() < limit {
             let mut batch = Vec::new();
             // Paths can be 4 KiB each: keep a batch well inside one frame.
             let mut batch_bytes = 0;
-            while batch.len() < ENTRIES_BATCH
-                && batch_bytes < 256 << 10
-                && open.len() < MAX_UNRESOLVED_FILES
-            {
+            while batch.len() < ENTRIES_BATCH && batch_bytes < 256 << 10 && open.len() < limit {
                 match walker.next() {
                     None => {
                         walk_done = true;
@@ -430,7 +438,17 @@ fn control(
                 let starved = queue.planner.pending_files() == 0 && queue.resends.is_empty();
                 (queue.active, starved)
             };
-            let (interval, next) = sampler.sample(now, report.read_us, active, starved);
+            let (interval, next) =
+                sampler.sample(now, report.read_us, active, starved, held_by_files);
+            // The count of files in flight grows while it is what held the
+            // transfer (fixed when its cap is its start).
+            let before = files_limit;
+            files_limit =
+                longhaul_proto::tune::grow_files_in_flight(files_limit, held_by_files, max_files);
+            if files_limit != before {
+                tracing::debug!("tuner: {before} -> {files_limit} files in flight");
+            }
+            held_by_files = false;
             if let Some(n) = next.filter(|&n| n != active) {
                 tracing::debug!("tuner: {active} -> {n} streams");
                 q.lock().expect("poisoned").active = n;
@@ -451,7 +469,11 @@ fn control(
                 super::TRANSFER_IDLE.as_secs()
             )));
         }
-        let busy_walking = !walk_done && open.len() < MAX_UNRESOLVED_FILES;
+        let busy_walking = !walk_done && open.len() < limit;
+        if !walk_done && !held_by_files && open.len() >= limit {
+            let queue = q.lock().expect("poisoned");
+            held_by_files = queue.planner.pending_files() == 0 && queue.resends.is_empty();
+        }
         let wait = if busy_walking {
             Duration::ZERO
         } else {
@@ -550,10 +572,12 @@ fn control(
                 report.sink = sink;
                 let tuning = longhaul_proto::tune::TuningReport {
                     online: sampler.climb().is_some(),
+                    direction: None,
                     initial_streams: sampler.streams(),
                     final_streams: q.lock().expect("poisoned").active,
                     chunk_size,
-                    files_in_flight: MAX_UNRESOLVED_FILES as u64,
+                    files_in_flight: files_limit,
+                    initial_files_in_flight: cfg.files_in_flight.clamp(1, max_files),
                     steps: sampler.climb().map(|c| c.steps.clone()).unwrap_or_default(),
                 };
                 report.tuning = Some(tuning.clone());

@@ -7,7 +7,7 @@ use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
 use longhaul_proto::report::TcpSample;
-use longhaul_proto::tune::{classify, utility, Climb, TransferInterval};
+use longhaul_proto::tune::{classify, utility, Climb, TransferInterval, TransferLimit};
 
 use crate::sock;
 
@@ -91,7 +91,9 @@ impl Sampler {
 
     /// Samples an interval ending now. `read_us`: the senders' storage-read
     /// time so far; `active`: streams carrying chunks; `starved`: the queue
-    /// ran out of chunks (the epoch then says nothing of the streams).
+    /// ran out of chunks (the epoch then says nothing of the streams);
+    /// `held_by_files`: the streams ran dry while every file the source may
+    /// have in flight was waiting for its answer.
     /// Returns the interval and, when tuning, the active streams to use.
     pub fn sample(
         &mut self,
@@ -99,6 +101,7 @@ impl Sampler {
         read_us: u64,
         active: u16,
         starved: bool,
+        held_by_files: bool,
     ) -> (TransferInterval, Option<u16>) {
         let span_us = now.duration_since(self.last_at).as_micros().max(1) as u64;
         let mut i = TransferInterval {
@@ -143,6 +146,16 @@ impl Sampler {
         i.read_busy = (read as f64 / (span_us * u64::from(active.max(1))) as f64).min(1.0);
         i.bits_per_second = i.bytes as f64 * 8.0 / (span_us as f64 / 1e6);
         i.limit = classify(&i);
+        // Round trips per file, not the streams, held the interval back
+        // (the kernel sees streams waiting on their acknowledgements).
+        if held_by_files
+            && matches!(
+                i.limit,
+                TransferLimit::Congestion | TransferLimit::Application | TransferLimit::Idle
+            )
+        {
+            i.limit = TransferLimit::FilesInFlight;
+        }
         let began = self.last_at;
         self.last_at = now;
         self.index += 1;
