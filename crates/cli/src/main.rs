@@ -1215,8 +1215,18 @@ fn cp(a: CpArgs, sync: Option<longhaul_proto::xfer::SyncOptions>, dry_run: bool)
                             format!(" (grown online from {})", t.initial_files_in_flight)
                         } else {
                             String::new()
-                        }
+                        },
                     );
+                    if t.send_buffer > 0 {
+                        println!(
+                            "send buffers: {} a stream{}",
+                            units::format_bytes(t.send_buffer),
+                            match t.send_buffer_raises {
+                                0 => String::new(),
+                                n => format!(" (raised online {n} time(s))"),
+                            }
+                        );
+                    }
                 }
                 if let Some(l) = output::limit_shares(&s.intervals) {
                     println!("limited by: {l}");

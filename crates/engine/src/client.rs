@@ -604,6 +604,8 @@ impl DirectionTuner {
             chunk_size: 0,
             files_in_flight: 0,
             initial_files_in_flight: 0,
+            send_buffer: 0,
+            send_buffer_raises: 0,
             steps: self.climb.steps.clone(),
         }
     }

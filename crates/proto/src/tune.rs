@@ -290,6 +290,13 @@ pub struct TuningReport {
     /// ... and at the start, sized for the path.
     #[serde(default)]
     pub initial_files_in_flight: u64,
+    /// The largest send buffer of the data streams at the end, bytes as
+    /// the kernel reports it (0: not known, as in perf)...
+    #[serde(default)]
+    pub send_buffer: u64,
+    /// ... and how often an interval limited by it had them raised.
+    #[serde(default)]
+    pub send_buffer_raises: u32,
     pub steps: Vec<ClimbStep>,
 }
 

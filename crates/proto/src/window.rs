@@ -77,6 +77,26 @@ fn best_buffer(autotune_max: Option<u64>, core_max: Option<u64>) -> BufferChoice
     }
 }
 
+/// Headroom over the bandwidth-delay product a buffer is sized with: for
+/// RTT that grows under load and a rate above the one sized for.
+pub const BUFFER_HEADROOM: f64 = 2.0;
+
+/// A buffer sized for `need` bytes of it (already divided by the share in
+/// flight), no larger than `best` allows: autotuning where it reaches that
+/// far (the kernel then sizes it from the path itself), else set to what
+/// the need asks, with [`BUFFER_HEADROOM`].
+fn sized_buffer(best: BufferChoice, autotune_max: Option<u64>, need: f64) -> BufferChoice {
+    let auto = autotune_max.unwrap_or(4 << 20);
+    match best {
+        BufferChoice::Set(core) if need * BUFFER_HEADROOM > auto as f64 => {
+            // The kernel doubles what is set.
+            let want = (need * BUFFER_HEADROOM / 2.0).ceil() as u64;
+            BufferChoice::Set(want.clamp((auto / 2).max(1), core))
+        }
+        _ => BufferChoice::Auto(auto),
+    }
+}
+
 /// What the plan is sized from.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct PathInput {
@@ -176,29 +196,51 @@ impl WindowPlan {
     }
 }
 
-/// Sizes buffers and streams for the path.
-pub fn plan(input: &PathInput) -> WindowPlan {
-    let send_buffer = best_buffer(input.sender.tcp_wmem_max, input.sender.wmem_max);
-    let receive_buffer = best_buffer(input.receiver.tcp_rmem_max, input.receiver.rmem_max);
-    let by_send = (send_buffer.bytes() as f64 * SEND_BUFFER_USE) as u64;
-    let by_recv = (receive_buffer.bytes() as f64 * RECV_BUFFER_USE) as u64;
-    let (stream_window, bound) = if by_send <= by_recv {
+/// The window one stream gets from these buffers, and which bounds it.
+fn window_of(send: BufferChoice, receive: BufferChoice) -> (u64, Bound) {
+    let by_send = (send.bytes() as f64 * SEND_BUFFER_USE) as u64;
+    let by_recv = (receive.bytes() as f64 * RECV_BUFFER_USE) as u64;
+    if by_send <= by_recv {
         (by_send, Bound::SendBuffer)
     } else {
         (by_recv, Bound::ReceiveBuffer)
-    };
+    }
+}
+
+/// Sizes streams for the path from the largest buffers both hosts allow,
+/// then each buffer for its stream's share of the bandwidth-delay product
+/// (with headroom): no more memory than the path needs, and autotuning
+/// left on wherever it reaches that far.
+pub fn plan(input: &PathInput) -> WindowPlan {
+    let best_send = best_buffer(input.sender.tcp_wmem_max, input.sender.wmem_max);
+    let best_receive = best_buffer(input.receiver.tcp_rmem_max, input.receiver.rmem_max);
+    let (best_window, _) = window_of(best_send, best_receive);
     let target_bps = input.target_bps.unwrap_or(DEFAULT_TARGET_BPS).max(1);
     // An unknown or sub-100-microsecond RTT: a LAN, where a window is no limit.
     let rtt_s = f64::from(input.rtt_us.max(100)) / 1e6;
-    let stream_ceiling_bps = stream_window as f64 * 8.0 / rtt_s;
+    let best_ceiling_bps = best_window as f64 * 8.0 / rtt_s;
     let (streams, auto_streams) = match input.streams {
         Some(n) => (n.max(1), false),
         None => {
-            let need = (target_bps as f64 / stream_ceiling_bps).ceil();
+            let need = (target_bps as f64 / best_ceiling_bps).ceil();
             let n = need.clamp(f64::from(DEFAULT_STREAMS), f64::from(MAX_AUTO_STREAMS));
             (n as u16, true)
         }
     };
+    // Each stream's share of the bandwidth-delay product, bytes in flight.
+    let share = target_bps as f64 / 8.0 * rtt_s / f64::from(streams);
+    let send_buffer = sized_buffer(
+        best_send,
+        input.sender.tcp_wmem_max,
+        share / SEND_BUFFER_USE,
+    );
+    let receive_buffer = sized_buffer(
+        best_receive,
+        input.receiver.tcp_rmem_max,
+        share / RECV_BUFFER_USE,
+    );
+    let (stream_window, bound) = window_of(send_buffer, receive_buffer);
+    let stream_ceiling_bps = stream_window as f64 * 8.0 / rtt_s;
     WindowPlan {
         rtt_us: input.rtt_us,
         target_bps,
@@ -292,6 +334,44 @@ mod tests {
         assert_eq!(p.receive_buffer, BufferChoice::Auto(1 << 20));
         let s = p.shortfall(&here(), &i.receiver).unwrap();
         assert!(s.contains("net.core.rmem_max="), "{s}");
+    }
+
+    #[test]
+    fn buffers_are_sized_for_the_bandwidth_delay_product_not_the_caps() {
+        // A DTN that allows 2 GiB buffers, autotuning to 64 MiB.
+        let dtn = BufferCaps {
+            rmem_max: Some(2 << 30),
+            wmem_max: Some(2 << 30),
+            tcp_rmem_max: Some(64 << 20),
+            tcp_wmem_max: Some(64 << 20),
+        };
+        let mut i = input(80, Some(10_000_000_000), None);
+        (i.sender, i.receiver) = (dtn, dtn);
+        let p = plan(&i);
+        assert_eq!(p.streams, DEFAULT_STREAMS);
+        // 100 MB in flight over 4 streams: 25 MB each, 38.5 MB of send
+        // buffer at 0.65, twice that for headroom, half of it set.
+        let BufferChoice::Set(send) = p.send_buffer else {
+            panic!("{p:?}");
+        };
+        assert_eq!(
+            send,
+            (25e6 / SEND_BUFFER_USE * BUFFER_HEADROOM / 2.0).ceil() as u64
+        );
+        assert_eq!(p.receive_buffer, BufferChoice::Set(50_000_000));
+        assert!(p.ceiling_bps >= 2.0 * 10e9 * 0.99, "{p:?}");
+        // A path the autotuning reaches: left to the kernel.
+        let mut slow = i;
+        slow.target_bps = Some(100_000_000);
+        let p = plan(&slow);
+        assert_eq!(p.send_buffer, BufferChoice::Auto(64 << 20));
+        assert_eq!(p.receive_buffer, BufferChoice::Auto(64 << 20));
+        // Here, 300 Mbit/s at 80 ms: autotuning's 4 MiB carry each stream's share.
+        let p = plan(&input(80, Some(300_000_000), None));
+        assert_eq!(p.send_buffer, BufferChoice::Auto(4 << 20));
+        // Never below what autotuning would have reached, never above the cap.
+        let p = plan(&input(540, None, None));
+        assert_eq!(p.send_buffer, BufferChoice::Set(4 << 20));
     }
 
     #[test]

@@ -327,6 +327,13 @@ fn attach_streams(
         .collect();
     for (i, s) in data.iter_mut().enumerate() {
         present(s, ctl.welcome.version, token, i as u16, direction)?;
+        // Sized for the final plan (both hosts' caps, the streams chosen),
+        // which the early guess could not know.
+        let sending = direction == Direction::Up;
+        if let Err(e) = crate::sock::tune_data_stream(crate::sock::fd_of(s.tcp()), tuning, sending)
+        {
+            tracing::warn!("failed to size an early data stream: {e}");
+        }
     }
     let which: Vec<(Direction, u16)> = (data.len() as u16..n).map(|i| (direction, i)).collect();
     if !which.is_empty() {

@@ -578,6 +578,8 @@ fn control(
                     chunk_size,
                     files_in_flight: files_limit,
                     initial_files_in_flight: cfg.files_in_flight.clamp(1, max_files),
+                    send_buffer: sampler.send_buffer(),
+                    send_buffer_raises: sampler.send_buffer_raises,
                     steps: sampler.climb().map(|c| c.steps.clone()).unwrap_or_default(),
                 };
                 report.tuning = Some(tuning.clone());

@@ -39,6 +39,11 @@ pub struct Sampler {
     /// the parked ones (or give some to the woken ones) over a few RTTs.
     settled_at: Instant,
     settle: Duration,
+    /// net.core.wmem_max here: the most SO_SNDBUF may be set to, and so
+    /// how far a send buffer that limits an interval is raised.
+    wmem_max: Option<u64>,
+    /// Times the send buffers were raised online.
+    pub send_buffer_raises: u32,
     pub intervals: Vec<TransferInterval>,
 }
 
@@ -73,7 +78,41 @@ impl Sampler {
             epochs: 0,
             settled_at: now,
             settle: (rtt * 10).max(Duration::from_secs(1)),
+            wmem_max: sock::buffer_caps().wmem_max,
+            send_buffer_raises: 0,
             intervals: Vec::new(),
+        }
+    }
+
+    /// The send buffers (as the kernel reports them, the largest), bytes.
+    pub fn send_buffer(&self) -> u64 {
+        self.sockets
+            .iter()
+            .filter_map(|s| socket2::SockRef::from(s).send_buffer_size().ok())
+            .max()
+            .unwrap_or(0) as u64
+    }
+
+    /// An interval limited by the send buffer: the active streams' buffers
+    /// doubled, up to what wmem_max lets a setting reach (beyond it the
+    /// limit stays, and the shortfall warning names the sysctl).
+    fn raise_send_buffers(&mut self, active: u16) {
+        let Some(cap) = self.wmem_max else {
+            return;
+        };
+        let mut raised = false;
+        for s in self.sockets.iter().take(usize::from(active)) {
+            let r = socket2::SockRef::from(s);
+            // The kernel reports twice what was set, and doubles a new setting.
+            let now = r.send_buffer_size().unwrap_or(0) as u64;
+            let set = now.min(cap);
+            if set * 2 > now && r.set_send_buffer_size(set as usize).is_ok() {
+                raised = true;
+            }
+        }
+        if raised {
+            self.send_buffer_raises += 1;
+            tracing::debug!("tuner: send buffers raised to {} bytes", self.send_buffer());
         }
     }
 
@@ -155,6 +194,9 @@ impl Sampler {
             )
         {
             i.limit = TransferLimit::FilesInFlight;
+        }
+        if i.limit == TransferLimit::SendBuffer {
+            self.raise_send_buffers(active);
         }
         let began = self.last_at;
         self.last_at = now;
