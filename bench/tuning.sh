@@ -14,6 +14,8 @@
 #         P4-rate    longhaul cp -P 4 --rate RATE (the best hand-picked setting found in issue 5)
 #         P8         longhaul cp -P 8
 #         files-N    longhaul cp --files-in-flight N (small files: a hand-picked count)
+#         doctor     longhaul cp after `longhaul doctor` measured the path once, before the rounds
+#                    (its remembered rate sizes the streams; the other configs see no memory)
 #     MB/s = bytes / the transfer's own seconds (from --json), and files/s; a run that fails is NA;
 #   * prints a markdown table of medians and tuned/default, tuned/best-hand-picked, and the streams
 #     the tuner ended with; raw lines go to bench/results/tuning-<date>.tsv.
@@ -82,9 +84,21 @@ sleep 2
 SPID=$!
 sleep 1
 
+# Remembered path rates: only the doctor config sees the doctor's.
+PATHS_ON=$RUN/paths.json
+PATHS_OFF=$RUN/no-paths.json
+if [[ " $CONFIGS " == *" doctor "* ]]; then
+    LONGHAUL_TOKEN=$TOKEN LONGHAUL_TRUST=$TRUST LONGHAUL_PATHS=$PATHS_ON timeout 120 \
+        "$LH" wan exec a --name "$NAME" -- "$LH" doctor longhaul://198.18.0.2:5310/bench/ --no-copy \
+        --json >"$RUN/doctor.json" 2>/dev/null || true
+    echo "doctor: verdict $(jq -r '.verdict.stage // "none"' "$RUN/doctor.json" 2>/dev/null)," \
+        "remembered $(jq -r '.remembered.bits_per_second // "nothing"' "$RUN/doctor.json" 2>/dev/null) bit/s" >&2
+fi
+
 args_of() {
     case $1 in
         tuned) echo "" ;;
+        doctor) echo "" ;;
         default) echo "--no-tune" ;;
         P4-rate) echo "-P 4 --rate $RATE" ;;
         P8) echo "-P 8" ;;
@@ -103,7 +117,9 @@ for round in $(seq 1 "$ROUNDS"); do
         c=${configs[$(((k + round) % n))]}
         rm -rf "${SHM:?}/dst/"*
         # shellcheck disable=SC2046
-        out=$(LONGHAUL_TOKEN=$TOKEN LONGHAUL_TRUST=$TRUST timeout 300 \
+        paths=$PATHS_OFF
+        [[ $c == doctor ]] && paths=$PATHS_ON
+        out=$(LONGHAUL_TOKEN=$TOKEN LONGHAUL_TRUST=$TRUST LONGHAUL_PATHS=$paths timeout 300 \
             "$LH" wan exec a --name "$NAME" -- "$LH" cp "${CP_FLAGS[@]}" --force --json $(args_of "$c") \
             "$SRC" longhaul://198.18.0.2:5310/bench/ 2>/dev/null) || out=
         mbps=$(jq -r --argjson b "$BYTES" 'if .verified then ($b / .seconds / 1e6) else "NA" end' <<<"$out" 2>/dev/null || echo NA)
@@ -136,7 +152,9 @@ for c in med:
 m = {c: statistics.median(v) for c, v in med.items()}
 if "tuned" in m and "default" in m:
     print(f"\ntuned / default: {m['tuned'] / m['default']:.2f}")
-hand = [c for c in m if c not in ("tuned", "default")]
+hand = [c for c in m if c not in ("tuned", "default", "doctor")]
+if "doctor" in m and "default" in m:
+    print(f"after doctor / default: {m['doctor'] / m['default']:.2f}")
 if "tuned" in m and hand:
     best = max(hand, key=lambda c: m[c])
     print(f"tuned / best hand-picked ({best}): {m['tuned'] / m[best]:.2f}")

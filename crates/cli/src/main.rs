@@ -95,6 +95,11 @@ struct DoctorArgs {
     /// Skip the short file-to-file copy.
     #[arg(long)]
     no_copy: bool,
+    /// Do not remember the path's rate for later copies (by default, when the path itself
+    /// limits, its rate is kept in $XDG_STATE_HOME/longhaul/paths.json, or LONGHAUL_PATHS,
+    /// and `cp` to this server sizes its streams for it for a week while the RTT matches).
+    #[arg(long)]
+    no_remember: bool,
     #[arg(long)]
     json: bool,
     #[arg(long, default_value = "5s", value_parser = duration)]
@@ -1149,6 +1154,7 @@ fn cp(a: CpArgs, sync: Option<longhaul_proto::xfer::SyncOptions>, dry_run: bool)
         dry_run,
         tune: !a.no_tune,
         files_in_flight: a.files_in_flight,
+        path_memory: Some(longhaul_engine::paths::default_file()),
         digests_to: a.digests.clone(),
         progress: Arc::new(longhaul_engine::xfer::Progress {
             interrupt: interrupt.clone(),
@@ -1237,7 +1243,15 @@ fn cp(a: CpArgs, sync: Option<longhaul_proto::xfer::SyncOptions>, dry_run: bool)
                         "path: RTT {:.1} ms; {} stream(s){}, {} in flight each (up to {} per stream), {}{}",
                         f64::from(w.rtt_us) / 1e3,
                         w.streams,
-                        if w.auto_streams { " sized for it" } else { "" },
+                        match (&p.remembered, w.auto_streams) {
+                            (Some(r), _) => format!(
+                                " sized for {} (doctor measured {})",
+                                units::format_rate(w.target_bps as f64),
+                                units::format_rate(r.bits_per_second)
+                            ),
+                            (None, true) => " sized for it".into(),
+                            (None, false) => String::new(),
+                        },
                         units::format_bytes(w.stream_window),
                         units::format_rate(w.stream_ceiling_bps),
                         p.congestion,
@@ -1442,6 +1456,7 @@ fn doctor(a: DoctorArgs) -> i32 {
         target_bps: a.rate,
         no_copy: a.no_copy,
         dest: a.dest.clone(),
+        remember: (!a.no_remember).then(longhaul_engine::paths::default_file),
     };
     let report = match &remote {
         None => Ok(doctor::local(&o)),

@@ -501,6 +501,14 @@ pub fn print_doctor(r: &longhaul_engine::doctor::DoctorReport) {
     for n in &r.notes {
         println!("note: {n}");
     }
+    if let Some(p) = &r.remembered {
+        println!(
+            "remembered: {} carries {} ({}); cp to it sizes its streams for that for a week",
+            p.host,
+            format_rate(p.bits_per_second),
+            format!("{:?}", p.direction).to_lowercase()
+        );
+    }
     match &r.verdict {
         Some(v) => {
             println!(

@@ -332,6 +332,8 @@ fn doctor_names_the_window_when_buffers_are_capped_on_a_long_path() {
     let _srv = serve_in_b(&w, &t.dir("exp"), &t.dir("state"));
     let v = doctor_over(&w, &[]);
     assert_eq!(verdict_of(&v), "window", "{}", stages(&v));
+    // What a capped window carried says nothing of the path: not remembered.
+    assert!(v["remembered"].is_null(), "{v:#}");
     let findings = v["findings"].to_string();
     assert!(findings.contains("net.core.rmem_max"), "{findings}");
     assert!(
@@ -363,6 +365,45 @@ fn doctor_names_the_path_rate_of_a_rate_limited_link() {
         (150e6..=205e6).contains(&ceiling),
         "path rate {ceiling} for a 200 Mbit/s link"
     );
+    // The path was the limit: its rate is remembered for later copies...
+    let rec = &v["remembered"];
+    assert_eq!(rec["host"], "198.18.0.2:5310", "{v:#}");
+    assert_eq!(rec["direction"], "up");
+    let carried = rec["bits_per_second"].as_f64().unwrap();
+    assert!((150e6..=205e6).contains(&carried), "{rec}");
+    // ... and a copy to the server sizes its streams for it (with a
+    // quarter's headroom) instead of 10 Gbit/s.
+    let src = t.dir("src").join("f.bin");
+    std::fs::write(&src, vec![7u8; 4 << 20]).unwrap();
+    let cp = |extra: &[&str]| {
+        let o = w
+            .exec(
+                "a",
+                &[
+                    &["cp", "--insecure-plaintext", "--json", "--force"],
+                    extra,
+                    &[src.to_str().unwrap(), "198.18.0.2:data/"],
+                ]
+                .concat(),
+            )
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", stderr(&o));
+        json_of(&o)
+    };
+    let c = cp(&[]);
+    assert_eq!(c["verified"], true);
+    assert_eq!(c["path"]["remembered"]["bits_per_second"], carried, "{c:#}");
+    let target = c["path"]["target_bps"].as_f64().unwrap();
+    assert!(
+        (target - carried * 1.25).abs() < 2.0,
+        "{target} for {carried}"
+    );
+    // --rate wins over the memory.
+    let c = cp(&["--rate", "1gbit"]);
+    assert!(c["path"]["remembered"].is_null(), "{c:#}");
+    assert_eq!(c["path"]["target_bps"], 1_000_000_000u64);
+    let _ = std::fs::remove_file(common::paths_file());
 }
 
 #[test]

@@ -50,6 +50,9 @@ pub struct DoctorOptions {
     pub no_copy: bool,
     /// On a pull: a directory on this host's destination storage, to measure.
     pub dest: Option<PathBuf>,
+    /// Where to remember the path's rate for later transfers
+    /// ([`crate::paths`]); None: not remembered.
+    pub remember: Option<PathBuf>,
 }
 
 impl Default for DoctorOptions {
@@ -61,6 +64,7 @@ impl Default for DoctorOptions {
             target_bps: None,
             no_copy: false,
             dest: None,
+            remember: None,
         }
     }
 }
@@ -143,6 +147,10 @@ pub struct DoctorReport {
     pub verdict: Option<Verdict>,
     /// Steps that could not be measured, and why.
     pub notes: Vec<String>,
+    /// The path's rate as remembered for later transfers (`cp` sizes its
+    /// streams for it): only when the path itself was what limited.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub remembered: Option<crate::paths::PathRecord>,
     pub seconds: f64,
 }
 
@@ -714,8 +722,39 @@ pub fn remote(
         r.sender_cpu_per_gbps_plain = Some(p.cpu_sender_percent / (p.bits_per_second / 1e9));
         r.plain_measured = true;
     }
+    if let Some(file) = &o.remember {
+        remember_path(&mut r, file, host, o.pull);
+    }
     r.seconds = started.elapsed().as_secs_f64();
     Ok(r)
+}
+
+/// Remembers what the path carried when the path itself was the limit
+/// (what another stage allowed says nothing of the path): a later `cp`
+/// to this server sizes its streams for it.
+fn remember_path(r: &mut DoctorReport, file: &Path, host: &str, pull: bool) {
+    let path_limited = r
+        .stages
+        .iter()
+        .any(|s| s.name == Stage::PathRate && s.limiting);
+    let run = if pull { &r.download } else { &r.upload };
+    let (Some(run), Some(rtt_us), true) = (run, r.rtt_idle_us, path_limited) else {
+        return;
+    };
+    let rec = crate::paths::PathRecord {
+        host: crate::client::host_key(host),
+        direction: run.direction,
+        bits_per_second: run.bits_per_second,
+        rtt_us,
+        measured_at: crate::paths::now(),
+    };
+    match crate::paths::remember(file, &rec) {
+        Ok(()) => r.remembered = Some(rec),
+        Err(e) => r.notes.push(format!(
+            "could not remember the path's rate in {}: {e}",
+            file.display()
+        )),
+    }
 }
 
 /// The longest the short copy may take.

@@ -9,6 +9,7 @@ pub mod client;
 pub mod conn;
 pub mod disk;
 pub mod doctor;
+pub mod paths;
 pub mod run;
 pub mod server;
 pub mod sink;

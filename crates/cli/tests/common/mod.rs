@@ -65,8 +65,15 @@ pub fn bin() -> Command {
         .env(
             "LONGHAUL_KNOWN_HOSTS",
             std::env::temp_dir().join("longhaul-test-known-hosts"),
-        );
+        )
+        .env("LONGHAUL_PATHS", paths_file());
     c
+}
+
+/// This test process's own file of remembered path rates (never the
+/// user's, never another test's).
+pub fn paths_file() -> PathBuf {
+    std::env::temp_dir().join(format!("longhaul-test-paths-{}.json", std::process::id()))
 }
 
 /// A directory under the system temp dir, removed on drop.

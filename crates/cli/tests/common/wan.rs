@@ -61,6 +61,7 @@ impl Wan {
         c.args(["wan", "exec", h, "--name", &self.name, "--", BIN])
             .args(args)
             .env("LONGHAUL_TOKEN", super::TOKEN)
+            .env("LONGHAUL_PATHS", super::paths_file())
             .stdin(Stdio::null());
         c
     }

@@ -51,6 +51,10 @@ pub struct CpOptions {
     /// Files announced and not yet finished, at most; None sizes the count
     /// for the path and grows it online.
     pub files_in_flight: Option<u64>,
+    /// Where `doctor` remembers path rates ([`crate::paths`]): without
+    /// `rate` or `streams`, a fresh record for this server sizes the
+    /// streams. None: not consulted.
+    pub path_memory: Option<PathBuf>,
     pub client: ClientOptions,
     /// Write `DIGEST  PATH` per verified file here.
     pub digests_to: Option<PathBuf>,
@@ -107,6 +111,10 @@ pub struct PathTuning {
     /// Each stream's pacing cap, bytes/s.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pacing: Option<u64>,
+    /// The doctor's measurement of this path the streams were sized for
+    /// (with [`crate::paths::HEADROOM`]), when there was one and no `--rate`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub remembered: Option<crate::paths::PathRecord>,
 }
 
 enum Plan {
@@ -187,6 +195,7 @@ impl CpOptions {
             dry_run: false,
             tune: true,
             files_in_flight: None,
+            path_memory: None,
             digests_to: None,
             progress: Default::default(),
             client,
@@ -276,12 +285,12 @@ type EarlyStreams = Vec<std::thread::JoinHandle<Result<Box<dyn crate::conn::Stre
 /// round trips less before the first byte. This side's socket settings
 /// depend only on this host's caps, so they are final; the count may not
 /// be, and [`attach_streams`] adds or drops streams.
-fn dial_early(o: &CpOptions, push: bool, dialer: &Dialer, rtt_us: u32) -> EarlyStreams {
+fn dial_early(o: &CpOptions, push: bool, host: &str, dialer: &Dialer, rtt_us: u32) -> EarlyStreams {
     use longhaul_proto::window::{plan, PathInput};
     let local = crate::sock::buffer_caps();
     let guess = plan(&PathInput {
         rtt_us,
-        target_bps: o.rate,
+        target_bps: target_rate(o, host, push, rtt_us).0,
         sender: local,
         receiver: local,
         streams: o.streams,
@@ -348,6 +357,31 @@ fn attach_streams(
     Ok(data)
 }
 
+/// The rate to size the streams for: `--rate`; else, unless `-P` fixed
+/// them, what the doctor measured of this path if that still applies
+/// (with headroom); else None (the default target).
+fn target_rate(
+    o: &CpOptions,
+    host: &str,
+    push: bool,
+    rtt_us: u32,
+) -> (Option<u64>, Option<crate::paths::PathRecord>) {
+    if o.rate.is_some() || o.streams.is_some() {
+        return (o.rate, None);
+    }
+    let direction = if push { Direction::Up } else { Direction::Down };
+    let rec = o.path_memory.as_deref().and_then(|f| {
+        crate::paths::recall(
+            f,
+            &crate::client::host_key(host),
+            direction,
+            crate::paths::now(),
+            rtt_us,
+        )
+    });
+    (rec.as_ref().map(crate::paths::PathRecord::target_bps), rec)
+}
+
 /// The sending side's congestion control: `--cc`, else BBR where the
 /// sender has it (asked of the server on a pull).
 fn congestion_for(o: &CpOptions, push: bool) -> Result<Option<String>, EngineError> {
@@ -372,6 +406,7 @@ fn congestion_for(o: &CpOptions, push: bool) -> Result<Option<String>, EngineErr
 fn size_for_path(
     o: &CpOptions,
     ctl: &Control,
+    host: &str,
     push: bool,
 ) -> Result<(PathTuning, StreamTuning, Vec<String>), EngineError> {
     use longhaul_proto::window::{plan, PathInput};
@@ -381,9 +416,10 @@ fn size_for_path(
     } else {
         (remote, local)
     };
+    let (target_bps, remembered) = target_rate(o, host, push, rtt_us);
     let mut window = plan(&PathInput {
         rtt_us,
-        target_bps: o.rate,
+        target_bps,
         sender,
         receiver,
         streams: o.streams,
@@ -421,6 +457,7 @@ fn size_for_path(
         window,
         congestion: congestion.unwrap_or_else(|| "default".into()),
         pacing,
+        remembered,
     };
     Ok((path, tuning, warnings))
 }
@@ -474,9 +511,10 @@ fn cp_once(
         Plan::Push { host, export, .. } | Plan::Pull { host, export, .. } => (host, export),
     };
     let push = matches!(plan, Plan::Push { .. });
-    let (mut ctl, early) =
-        open_control_early(host, &o.client, |d, rtt_us| dial_early(o, push, d, rtt_us))?;
-    let (mut path, tuning, warnings) = size_for_path(o, &ctl, push)?;
+    let (mut ctl, early) = open_control_early(host, &o.client, |d, rtt_us| {
+        dial_early(o, push, host, d, rtt_us)
+    })?;
+    let (mut path, tuning, warnings) = size_for_path(o, &ctl, host, push)?;
     let streams = path.window.streams;
     let storage: Arc<dyn Storage> = if o.direct {
         Arc::new(Direct)

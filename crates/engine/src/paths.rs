@@ -1,0 +1,174 @@
+//! What `doctor` measured of a path, remembered on this host, so that a
+//! later `cp` to the same server sizes its streams and buffers for the
+//! rate the path really carried instead of a guess (10 Gbit/s).
+//!
+//! One JSON file (`$XDG_STATE_HOME/longhaul/paths.json`, or the file
+//! `LONGHAUL_PATHS` names): a list of records, one per server and
+//! direction, the newest kept. A record is used only while it is fresh
+//! and the RTT still looks like the same path.
+
+use std::io;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use longhaul_proto::msg::Direction;
+use serde::{Deserialize, Serialize};
+
+/// How long a measurement stands.
+pub const MAX_AGE: Duration = Duration::from_secs(7 * 24 * 3600);
+/// Records kept at most (the newest).
+pub const MAX_RECORDS: usize = 256;
+/// A transfer is sized for this much more than the path carried: the
+/// measurement was short, and a stream count too small for the path is
+/// worse than one a little too large (the online tuning parks the extra).
+pub const HEADROOM: f64 = 1.25;
+
+/// One path as the doctor measured it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PathRecord {
+    /// `HOST:PORT` as the user named the server ([`crate::client::host_key`]).
+    pub host: String,
+    /// Up: this host sends (a push); down: the server sends (a pull).
+    pub direction: Direction,
+    /// What the path carried memory to memory, bits/s, when the path
+    /// itself was the limit.
+    pub bits_per_second: f64,
+    /// The idle RTT then, microseconds.
+    pub rtt_us: u32,
+    /// Seconds since the Unix epoch.
+    pub measured_at: u64,
+}
+
+impl PathRecord {
+    /// Whether this record still describes a path measured `now` (Unix
+    /// seconds) with this RTT: fresh, and the RTT within a quarter (or a
+    /// millisecond) of the one measured; another RTT is another route.
+    pub fn applies(&self, now: u64, rtt_us: u32) -> bool {
+        let fresh = now.saturating_sub(self.measured_at) <= MAX_AGE.as_secs();
+        let (then, now_rtt) = (f64::from(self.rtt_us), f64::from(rtt_us));
+        let slack = (then * 0.25).max(1000.0);
+        fresh
+            && (now_rtt - then).abs() <= slack
+            && self.bits_per_second.is_finite()
+            && self.bits_per_second > 0.0
+    }
+
+    /// The rate a transfer on this path is sized for, bits/s.
+    pub fn target_bps(&self) -> u64 {
+        (self.bits_per_second * HEADROOM) as u64
+    }
+}
+
+/// The file: `LONGHAUL_PATHS`, else `paths.json` in the state directory.
+pub fn default_file() -> PathBuf {
+    std::env::var_os("LONGHAUL_PATHS")
+        .filter(|p| !p.is_empty())
+        .map(PathBuf::from)
+        .unwrap_or_else(|| crate::server::default_state_dir().join("paths.json"))
+}
+
+fn read(file: &Path) -> Vec<PathRecord> {
+    std::fs::read(file)
+        .ok()
+        .and_then(|b| serde_json::from_slice(&b).ok())
+        .unwrap_or_default()
+}
+
+/// Stores `rec` in place of any older record of its server and direction
+/// (written to a temporary file and renamed, so a reader never sees half).
+pub fn remember(file: &Path, rec: &PathRecord) -> io::Result<()> {
+    let mut all = read(file);
+    all.retain(|r| !(r.host == rec.host && r.direction == rec.direction));
+    all.push(rec.clone());
+    all.sort_by_key(|r| std::cmp::Reverse(r.measured_at));
+    all.truncate(MAX_RECORDS);
+    if let Some(dir) = file.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    let tmp = file.with_extension(format!("tmp.{}", std::process::id()));
+    std::fs::write(
+        &tmp,
+        serde_json::to_vec_pretty(&all).map_err(io::Error::other)?,
+    )?;
+    std::fs::rename(&tmp, file)
+}
+
+/// The record for this server and direction that still applies, if any.
+pub fn recall(
+    file: &Path,
+    host: &str,
+    direction: Direction,
+    now: u64,
+    rtt_us: u32,
+) -> Option<PathRecord> {
+    read(file)
+        .into_iter()
+        .find(|r| r.host == host && r.direction == direction && r.applies(now, rtt_us))
+}
+
+/// Seconds since the Unix epoch.
+pub fn now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rec(host: &str, direction: Direction, bps: f64, at: u64) -> PathRecord {
+        PathRecord {
+            host: host.into(),
+            direction,
+            bits_per_second: bps,
+            rtt_us: 80_000,
+            measured_at: at,
+        }
+    }
+
+    #[test]
+    fn a_record_applies_while_fresh_and_on_the_same_rtt() {
+        let r = rec("a:5310", Direction::Up, 2e9, 1_000_000);
+        assert!(r.applies(1_000_000 + 3600, 82_000));
+        assert!(
+            !r.applies(1_000_000 + MAX_AGE.as_secs() + 1, 80_000),
+            "stale"
+        );
+        assert!(!r.applies(1_000_100, 120_000), "another route");
+        assert!(!r.applies(1_000_100, 40_000), "another route");
+        // A LAN's RTT moves by more than a quarter: a millisecond of slack.
+        let lan = PathRecord {
+            rtt_us: 100,
+            ..r.clone()
+        };
+        assert!(lan.applies(1_000_100, 900));
+        assert_eq!(r.target_bps(), 2_500_000_000);
+        let bad = PathRecord {
+            bits_per_second: f64::NAN,
+            ..r
+        };
+        assert!(!bad.applies(1_000_100, 80_000));
+    }
+
+    #[test]
+    fn remember_replaces_the_same_path_and_recall_finds_it() {
+        let dir = std::env::temp_dir().join(format!("lh-paths-{}", std::process::id()));
+        let file = dir.join("sub/paths.json");
+        let _ = std::fs::remove_dir_all(&dir);
+        assert_eq!(recall(&file, "a:5310", Direction::Up, 10, 80_000), None);
+        remember(&file, &rec("a:5310", Direction::Up, 1e9, 5)).unwrap();
+        remember(&file, &rec("a:5310", Direction::Down, 3e9, 6)).unwrap();
+        remember(&file, &rec("a:5310", Direction::Up, 2e9, 7)).unwrap();
+        let got = recall(&file, "a:5310", Direction::Up, 10, 80_000).unwrap();
+        assert_eq!(got.bits_per_second, 2e9);
+        assert_eq!(read(&file).len(), 2);
+        assert_eq!(recall(&file, "b:5310", Direction::Up, 10, 80_000), None);
+        // A damaged file is no record, and the next remember starts over.
+        std::fs::write(&file, b"{not json").unwrap();
+        assert_eq!(recall(&file, "a:5310", Direction::Up, 10, 80_000), None);
+        remember(&file, &rec("a:5310", Direction::Up, 1e9, 8)).unwrap();
+        assert_eq!(read(&file).len(), 1);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
