@@ -435,10 +435,12 @@ pub fn print_doctor(r: &longhaul_engine::doctor::DoctorReport) {
     }
     if let Some(rtt) = r.rtt_idle_us {
         println!(
-            "RTT {:.2} ms idle, {} under load",
+            "RTT {:.2} ms idle, {} under load{}",
             f64::from(rtt) / 1000.0,
             r.rtt_loaded_us
-                .map_or("?".into(), |l| format!("{:.2} ms", f64::from(l) / 1000.0))
+                .map_or("?".into(), |l| format!("{:.2} ms", f64::from(l) / 1000.0)),
+            r.path_mtu
+                .map_or(String::new(), |m| format!("; path MTU {m}"))
         );
     }
     for (name, p) in [("upload  ", &r.upload), ("download", &r.download)] {

@@ -357,9 +357,41 @@ fn doctor_names_the_path_rate_of_a_rate_limited_link() {
         &wan_name("r"),
         &["--rtt", "20ms", "--rate", "200mbit", "--mtu", "9000"],
     );
+    // Both interfaces take 9000 bytes, the route to b only 1500: a hop
+    // with a smaller MTU, as path MTU discovery would have learned it.
+    let o = Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            &format!("{}-a", w.name),
+            "ip",
+            "route",
+            "replace",
+        ])
+        .args([
+            "198.18.0.2/32",
+            "dev",
+            &format!("{}-ta", w.name),
+            "mtu",
+            "1500",
+        ])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
     let _srv = serve_in_b(&w, &t.dir("exp"), &t.dir("state"));
     let v = doctor_over(&w, &[]);
     assert_eq!(verdict_of(&v), "path_rate", "{}", stages(&v));
+    assert_eq!(v["path_mtu"], 1500, "{v:#}");
+    let mtu = v["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["setting"] == "path MTU")
+        .unwrap_or_else(|| panic!("no path MTU finding: {}", v["findings"]));
+    assert_eq!(
+        (&mtu["host"], &mtu["value"]),
+        (&"path".into(), &"1500".into())
+    );
     let ceiling = v["verdict"]["ceiling_bps"].as_f64().unwrap();
     assert!(
         (150e6..=205e6).contains(&ceiling),

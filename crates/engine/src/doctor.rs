@@ -116,6 +116,10 @@ pub struct DoctorReport {
     pub rtt_idle_us: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rtt_loaded_us: Option<u32>,
+    /// The path MTU this host's kernel knows for the server after the
+    /// tests (path MTU discovery), bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path_mtu: Option<u32>,
     /// The rate the settings were judged against, and its BDP.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub target_bps: Option<f64>,
@@ -686,6 +690,7 @@ pub fn remote(
     }
 
     let mut r = DoctorReport {
+        path_mtu: peer_ip.and_then(sock::path_mtu),
         local,
         remote: remote_host,
         rtt_idle_us: (rtt_idle > 0).then_some(rtt_idle),
@@ -982,6 +987,10 @@ pub fn judge(r: &mut DoctorReport, o: &DoctorOptions) {
     if let Some(h) = &r.remote {
         findings.extend(audit("remote", h, bdp, w.streams));
     }
+    findings.extend(longhaul_proto::doctor::audit_path_mtu(
+        r.path_mtu,
+        &[r.local.mtu, r.remote.as_ref().and_then(|h| h.mtu)],
+    ));
     r.findings = findings;
 
     let mut stages = Vec::new();

@@ -412,6 +412,31 @@ pub fn hostname() -> String {
         .unwrap_or_else(|_| "unknown".into())
 }
 
+/// The path MTU the kernel knows for `peer` (IP_MTU / IPV6_MTU of a
+/// connected UDP socket: the route's MTU, lowered by what path MTU
+/// discovery learned, as after a TCP test to it); None if unknown.
+pub fn path_mtu(peer: std::net::IpAddr) -> Option<u32> {
+    let (bind, level, opt) = match peer {
+        std::net::IpAddr::V4(_) => ("0.0.0.0:0", libc::IPPROTO_IP, libc::IP_MTU),
+        std::net::IpAddr::V6(_) => ("[::]:0", libc::IPPROTO_IPV6, libc::IPV6_MTU),
+    };
+    let u = std::net::UdpSocket::bind(bind).ok()?;
+    u.connect((peer, 9)).ok()?;
+    let mut mtu: libc::c_int = 0;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: getsockopt writes one c_int we own.
+    let r = unsafe {
+        libc::getsockopt(
+            u.as_raw_fd(),
+            level,
+            opt,
+            (&mut mtu as *mut libc::c_int).cast(),
+            &mut len,
+        )
+    };
+    (r == 0 && mtu > 0).then_some(mtu as u32)
+}
+
 pub fn fd_of<T: AsFd>(t: &T) -> BorrowedFd<'_> {
     t.as_fd()
 }

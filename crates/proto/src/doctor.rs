@@ -158,6 +158,23 @@ pub fn verdict(stages: &[StageCeiling], fix_for: impl Fn(Stage) -> String) -> Op
 
 /// The settings of one host that are too small for `bdp` bytes in flight
 /// over `streams` streams, or otherwise hold a long path back.
+/// The path's MTU against the interfaces at its ends: smaller means a hop
+/// in between takes less (packets are cut to it, or lost where ICMP is
+/// filtered, a black hole); None when it matches or is unknown.
+pub fn audit_path_mtu(path_mtu: Option<u32>, ends: &[Option<u32>]) -> Option<Finding> {
+    let path = path_mtu?;
+    let ends = ends.iter().flatten().copied().min()?;
+    (path < ends).then(|| Finding {
+        host: "path".into(),
+        setting: "path MTU".into(),
+        value: path.to_string(),
+        wanted: format!("{ends} (the smaller interface MTU at the ends)"),
+        fix: format!(
+            "a link between the hosts carries {path}-byte packets: find it with `tracepath` to the peer, and raise its MTU to {ends} or lower both ends' to {path}"
+        ),
+    })
+}
+
 pub fn audit(host: &str, h: &HostSettings, bdp: u64, streams: u16) -> Vec<Finding> {
     let mut out = Vec::new();
     let streams = u64::from(streams.max(1));
@@ -274,6 +291,19 @@ pub fn audit(host: &str, h: &HostSettings, bdp: u64, streams: u16) -> Vec<Findin
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_path_mtu_below_the_ends_is_a_finding() {
+        let f = audit_path_mtu(Some(1500), &[Some(9000), Some(9000)]).unwrap();
+        assert_eq!((f.host.as_str(), f.value.as_str()), ("path", "1500"));
+        assert!(f.fix.contains("tracepath"), "{}", f.fix);
+        assert!(f.wanted.starts_with("9000"));
+        assert_eq!(audit_path_mtu(Some(9000), &[Some(9000), Some(9000)]), None);
+        // The smaller end decides what the path can be asked for.
+        assert_eq!(audit_path_mtu(Some(1500), &[Some(9000), Some(1500)]), None);
+        assert_eq!(audit_path_mtu(None, &[Some(9000)]), None);
+        assert_eq!(audit_path_mtu(Some(1500), &[None, None]), None);
+    }
 
     fn stage(name: Stage, gbps: f64, limiting: bool) -> StageCeiling {
         StageCeiling {
