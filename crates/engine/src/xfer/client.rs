@@ -556,7 +556,8 @@ fn cp_once(
             let token = accept.token;
             let cap = accept
                 .max_files_in_flight
-                .unwrap_or(longhaul_proto::tune::DEFAULT_FILES_IN_FLIGHT);
+                .unwrap_or(longhaul_proto::tune::DEFAULT_FILES_IN_FLIGHT)
+                .min(longhaul_proto::tune::MAX_FILES_IN_FLIGHT);
             let (files_start, files_most) = files_in_flight(o, &path.window, cap);
             let data = attach_streams(
                 &ctl,
