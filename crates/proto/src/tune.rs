@@ -138,7 +138,9 @@ struct Seen {
 /// best is the count with the highest average; a count with fewer streams
 /// counts as best when it is within [`KEEP_DOWN`] of a larger one (it loads
 /// the path less). Its untried neighbours are tried first, a quarter below
-/// and a third above; after [`HOLD_EPOCHS`] at the best the oldest
+/// and a third above (half below, right after a step down that became the
+/// best: the knee is further down, and a long transfer's first epochs
+/// should not crawl to it); after [`HOLD_EPOCHS`] at the best the oldest
 /// neighbour is measured again.
 #[derive(Debug, Clone)]
 pub struct Climb {
@@ -187,6 +189,10 @@ impl Climb {
             .map_or(self.current, |(&n, _)| n)
     }
 
+    fn half_from(&self, n: u16) -> u16 {
+        (n / 2).max(self.min)
+    }
+
     fn down_from(&self, n: u16) -> u16 {
         (n - n / 4).min(n.saturating_sub(1)).max(self.min)
     }
@@ -205,6 +211,7 @@ impl Climb {
         });
         self.epoch += 1;
         let e = self.epoch;
+        let before = self.best();
         self.seen
             .entry(self.current)
             .and_modify(|s| {
@@ -216,7 +223,15 @@ impl Climb {
                 at_epoch: e,
             });
         let best = self.best();
-        let (down, up) = (self.down_from(best), self.up_from(best));
+        // A step down that became the best: the knee is further down.
+        let falling = best == self.current && best < before;
+        let half = self.half_from(best);
+        let down = if falling && half < best && !self.seen.contains_key(&half) {
+            half
+        } else {
+            self.down_from(best)
+        };
+        let up = self.up_from(best);
         let untried = |n: u16, me: &Climb| n != best && !me.seen.contains_key(&n);
         let next = if untried(down, self) {
             down
@@ -411,6 +426,24 @@ mod tests {
         assert_eq!(c.best(), best);
         // Never held below the start's utility.
         assert!(curve(best) >= curve(19));
+    }
+
+    #[test]
+    fn a_far_knee_is_reached_in_a_few_epochs() {
+        // 32 streams open where 4-6 fill the path: each step down that
+        // pays off is followed by a halving, so the knee is found in four
+        // epochs, not the seven quarter steps would take.
+        let curve = |n: u16| {
+            let rate = 2e9 * f64::from(n.min(4)) / 4.0;
+            let loss = if n > 6 { 0.01 * f64::from(n - 6) } else { 0.0 };
+            utility(rate, loss)
+        };
+        let mut c = Climb::new(32, 1, 32);
+        for e in 0..4 {
+            let n = c.current();
+            c.observe(f64::from(e), curve(n));
+        }
+        assert!((4..=6).contains(&c.best()), "{:?}", c.steps);
     }
 
     #[test]
