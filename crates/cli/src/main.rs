@@ -1389,33 +1389,20 @@ fn ls(a: LsArgs) -> i32 {
             return f.code;
         }
     };
-    match longhaul_engine::xfer::client::ls(&a.target, &opts) {
-        Ok(entries) => {
-            if a.json {
-                println!(
-                    "{}",
-                    serde_json::to_string_pretty(&entries).unwrap_or_default()
-                );
-            } else {
-                for e in entries {
-                    let kind = match e.kind {
-                        longhaul_proto::xfer::Kind::Dir => 'd',
-                        longhaul_proto::xfer::Kind::Symlink => 'l',
-                        longhaul_proto::xfer::Kind::File | longhaul_proto::xfer::Kind::DirEnd => {
-                            '-'
-                        }
-                    };
-                    println!("{kind} {:04o} {:>14} {}", e.mode, e.size, e.name);
-                }
+    print_result(
+        longhaul_engine::xfer::client::ls(&a.target, &opts),
+        a.json,
+        |entries| {
+            for e in entries {
+                let kind = match e.kind {
+                    longhaul_proto::xfer::Kind::Dir => 'd',
+                    longhaul_proto::xfer::Kind::Symlink => 'l',
+                    longhaul_proto::xfer::Kind::File | longhaul_proto::xfer::Kind::DirEnd => '-',
+                };
+                println!("{kind} {:04o} {:>14} {}", e.mode, e.size, e.name);
             }
-            exit::OK
-        }
-        Err(e) => {
-            let f = Failure::from(e);
-            eprintln!("longhaul: error: {}", f.message);
-            f.code
-        }
-    }
+        },
+    )
 }
 
 fn doctor(a: DoctorArgs) -> i32 {
