@@ -150,9 +150,30 @@ pub(crate) struct Control {
 }
 
 impl Control {
-    /// Connects data streams to the server, all at once (each costs a round
-    /// trip or two, which on a long path add up when taken one by one), and
-    /// presents the token on each. `tune` sets a socket before it connects.
+    /// The server's answer to a request just sent: what `pick` takes (None
+    /// for any other message), a `Refuse` as the server's refusal, anything
+    /// else as unexpected; `what` names the wait on a time-out.
+    pub(crate) fn answer<T>(
+        &mut self,
+        deadline: Instant,
+        what: &str,
+        pick: impl FnOnce(Message) -> Option<T>,
+    ) -> Result<T, EngineError> {
+        match self.conn.recv_until(deadline)? {
+            None => Err(EngineError::Timeout(what.into())),
+            Some(Message::Refuse(r)) => Err(EngineError::Refused {
+                code: r.code,
+                message: r.message,
+            }),
+            Some(m) => {
+                let name = m.name();
+                pick(m).ok_or_else(|| {
+                    EngineError::Failed(format!("server sent an unexpected {name} message"))
+                })
+            }
+        }
+    }
+
     /// What sizing for the path needs: the smallest RTT this connection has
     /// seen (microseconds, 0 if unknown), this host's buffer caps and the
     /// server's.
@@ -168,6 +189,9 @@ impl Control {
         (rtt_us, sock::buffer_caps(), self.welcome.buffers)
     }
 
+    /// Connects data streams to the server, all at once (each costs a round
+    /// trip or two, which on a long path add up when taken one by one), and
+    /// presents the token on each. `tune` sets a socket before it connects.
     pub(crate) fn open_data_streams(
         &self,
         token: &str,

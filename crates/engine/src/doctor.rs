@@ -411,18 +411,10 @@ fn probe(
     let (rtt_us, _, _) = ctl.path_facts();
     ctl.conn.send(&Message::Probe(req))?;
     let deadline = Instant::now() + Duration::from_secs(60);
-    match ctl.conn.recv_until(deadline)? {
-        Some(Message::ProbeResult(r)) => Ok((*r, rtt_us)),
-        Some(Message::Refuse(r)) => Err(EngineError::Refused {
-            code: r.code,
-            message: r.message,
-        }),
-        Some(m) => Err(EngineError::Failed(format!(
-            "server sent an unexpected {} message",
-            m.name()
-        ))),
-        None => Err(EngineError::Timeout("the storage probe".into())),
-    }
+    ctl.answer(deadline, "the storage probe", |m| match m {
+        Message::ProbeResult(r) => Some((*r, rtt_us)),
+        _ => None,
+    })
 }
 
 /// Reads the files of `source` (a file or a tree) front to back with

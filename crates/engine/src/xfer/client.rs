@@ -487,18 +487,10 @@ fn request(
 ) -> Result<TransferAccept, EngineError> {
     ctl.conn.send(&Message::TransferRequest(req))?;
     let deadline = Instant::now() + o.handshake_timeout;
-    match ctl.conn.recv_until(deadline)? {
-        Some(Message::TransferAccept(a)) => Ok(a),
-        Some(Message::Refuse(r)) => Err(EngineError::Refused {
-            code: r.code,
-            message: r.message,
-        }),
-        Some(m) => Err(EngineError::Failed(format!(
-            "server sent an unexpected {} message",
-            m.name()
-        ))),
-        None => Err(EngineError::Timeout("the transfer request".into())),
-    }
+    ctl.answer(deadline, "the transfer request", |m| match m {
+        Message::TransferAccept(a) => Some(a),
+        _ => None,
+    })
 }
 
 fn cp_once(
@@ -708,26 +700,13 @@ pub fn ls(target: &str, o: &ClientOptions) -> Result<Vec<ListEntry>, EngineError
     let mut out = Vec::new();
     let deadline = Instant::now() + o.handshake_timeout * 6;
     loop {
-        match ctl.conn.recv_until(deadline)? {
-            Some(Message::Listing(l)) => {
-                out.extend(l.entries);
-                if l.done {
-                    return Ok(out);
-                }
-            }
-            Some(Message::Refuse(r)) => {
-                return Err(EngineError::Refused {
-                    code: r.code,
-                    message: r.message,
-                })
-            }
-            Some(m) => {
-                return Err(EngineError::Failed(format!(
-                    "server sent an unexpected {} message",
-                    m.name()
-                )))
-            }
-            None => return Err(EngineError::Timeout("the listing".into())),
+        let l = ctl.answer(deadline, "the listing", |m| match m {
+            Message::Listing(l) => Some(l),
+            _ => None,
+        })?;
+        out.extend(l.entries);
+        if l.done {
+            return Ok(out);
         }
     }
 }
