@@ -117,6 +117,7 @@ enum Op {
     },
     Start,
     Stop(String),
+    Active(u16),
 }
 
 fn code(b: u8) -> RefuseCode {
@@ -154,6 +155,8 @@ fn summary(message: String) -> Summary {
         limit: LimitHint::default(),
         warnings: vec![message],
         error: None,
+        tuning: None,
+        tuning_reverse: None,
     }
 }
 
@@ -317,6 +320,7 @@ enum Act {
     RequestThirdParty(ThirdParty, Duration),
     Start,
     Stop(String),
+    Active(u16),
     Advance(u32),
     ToDeadline {
         early: bool,
@@ -464,6 +468,17 @@ impl Harness {
                     expect_out = Some(Vec::new());
                 }
             }
+            Act::Active(streams) => {
+                let before = self.s.poll_timeout();
+                self.s.active(streams);
+                // Only a running test has server streams to tune.
+                expect_out = Some(if self.phase == Phase::Running {
+                    vec![Message::Active(Active { streams })]
+                } else {
+                    Vec::new()
+                });
+                assert_eq!(self.s.poll_timeout(), before, "active moved the deadline");
+            }
             Act::Stop(reason) => {
                 let before = self.s.poll_timeout();
                 self.s.stop(&reason);
@@ -599,6 +614,7 @@ fuzz_target!(|input: Input| {
             )),
             Op::Start => Some(Act::Start),
             Op::Stop(reason) => Some(Act::Stop(reason)),
+            Op::Active(streams) => Some(Act::Active(streams)),
         };
         if let Some(act) = act {
             h.act(act);

@@ -80,6 +80,7 @@ enum Op {
     ThirdParty(String, Params),
     Start,
     Stop(String),
+    Active(u16),
     PeerRefuse(u8, String),
     /// A message only a server sends, arriving at a server.
     Wrong(u8),
@@ -122,6 +123,8 @@ fn wrong(b: u8) -> Message {
             version: 1,
             software: "s".into(),
             host: "h".into(),
+            buffers: Default::default(),
+            max_streams: None,
         }),
         1 => Message::TestAccept(TestAccept {
             test_id: 1,
@@ -172,7 +175,7 @@ fuzz_target!(|input: Input| {
     let limits = Limits {
         max_streams: l.max_streams,
         max_duration: Duration::from_secs(u64::from(l.max_duration_s)),
-                max_bytes: l.max_bytes,
+        max_bytes: l.max_bytes,
         max_buffer_bytes: l.max_bytes,
         allow_third_party: l.allow_third_party,
         handshake_timeout: Duration::from_millis(u64::from(l.handshake_ms)),
@@ -216,6 +219,7 @@ fuzz_target!(|input: Input| {
             })),
             Op::Start => Some(Message::Start(Start {})),
             Op::Stop(reason) => Some(Message::Stop(Stop { reason })),
+            Op::Active(streams) => Some(Message::Active(Active { streams })),
             Op::PeerRefuse(c, message) => Some(Message::Refuse(Refuse {
                 code: code(c),
                 message,

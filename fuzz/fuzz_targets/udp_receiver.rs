@@ -26,7 +26,7 @@ struct Datagram {
 }
 
 fuzz_target!(|datagrams: Vec<Datagram>| {
-        let mut r = Receiver::new();
+    let mut r = Receiver::new();
     let mut calls = 0u64;
     for d in &datagrams {
         let seq = match d.seq {

@@ -5,7 +5,9 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use longhaul_proto::xfer::{components, parse_journal, parse_remote, ChunkHeader, CHUNK_HEADER_LEN};
+use longhaul_proto::xfer::{
+    components, parse_journal, parse_remote, ChunkHeader, CHUNK_HEADER_LEN,
+};
 
 fuzz_target!(|data: &[u8]| {
     if data.len() >= CHUNK_HEADER_LEN {
@@ -22,7 +24,9 @@ fuzz_target!(|data: &[u8]| {
         let _ = parse_remote(s);
         if let Ok(parts) = components(s) {
             for p in parts {
-                assert!(p != ".." && p != "." && !p.is_empty() && !p.contains('/') && !p.contains('\0'));
+                assert!(
+                    p != ".." && p != "." && !p.is_empty() && !p.contains('/') && !p.contains('\0')
+                );
             }
         }
     }
