@@ -176,7 +176,7 @@ fn doctor_on_loopback_measures_every_stage_and_cleans_up() {
         .arg("doctor")
         .arg(&src)
         .arg(format!("127.0.0.1:{}:data/", s.addr().port()))
-        .args(["--json", "--time", "1s"])
+        .args(["--json", "--time", "1s", "--no-remember"])
         .output()
         .unwrap();
     assert!(o.status.success(), "{}", stderr(&o));
@@ -237,7 +237,7 @@ fn doctor_on_a_read_only_export_says_what_it_could_not_measure() {
     let o = bin()
         .arg("doctor")
         .arg(format!("127.0.0.1:{}:data/", s.addr().port()))
-        .args(["--json", "--time", "1s", "--no-copy"])
+        .args(["--json", "--time", "1s", "--no-copy", "--no-remember"])
         .output()
         .unwrap();
     assert!(o.status.success(), "{}", stderr(&o));
@@ -282,6 +282,11 @@ impl Drop for Sysctl {
 
 /// `doctor --json` from host a to the server in host b.
 fn doctor_over(w: &Wan, extra: &[&str]) -> Value {
+    doctor_run(w, &[&["--no-remember"], extra].concat())
+}
+
+/// The same, remembering the path's rate (in this test's own file).
+fn doctor_run(w: &Wan, extra: &[&str]) -> Value {
     let o = w
         .exec(
             "a",
@@ -330,7 +335,7 @@ fn doctor_names_the_window_when_buffers_are_capped_on_a_long_path() {
         .unwrap();
     assert!(o.status.success(), "{}", stderr(&o));
     let _srv = serve_in_b(&w, &t.dir("exp"), &t.dir("state"));
-    let v = doctor_over(&w, &[]);
+    let v = doctor_run(&w, &[]);
     assert_eq!(verdict_of(&v), "window", "{}", stages(&v));
     // What a capped window carried says nothing of the path: not remembered.
     assert!(v["remembered"].is_null(), "{v:#}");
@@ -379,7 +384,7 @@ fn doctor_names_the_path_rate_of_a_rate_limited_link() {
         .unwrap();
     assert!(o.status.success(), "{}", stderr(&o));
     let _srv = serve_in_b(&w, &t.dir("exp"), &t.dir("state"));
-    let v = doctor_over(&w, &[]);
+    let v = doctor_run(&w, &[]);
     assert_eq!(verdict_of(&v), "path_rate", "{}", stages(&v));
     assert_eq!(v["path_mtu"], 1500, "{v:#}");
     let mtu = v["findings"]
@@ -462,7 +467,7 @@ fn doctor_on_loopback(port: u16, extra: &[&str]) -> Value {
     let o = bin()
         .arg("doctor")
         .arg(format!("127.0.0.1:{port}:data/"))
-        .args(["--json", "--time", "1s"])
+        .args(["--json", "--time", "1s", "--no-remember"])
         .args(extra)
         .output()
         .unwrap();
@@ -642,7 +647,7 @@ fn doctor_names_the_senders_cpu_when_it_has_one_core_and_tls() {
     let mut c = bin();
     c.arg("doctor")
         .arg(format!("127.0.0.1:{}:data/", s.addr().port()))
-        .args(["--json", "--time", "2s", "--no-copy"]);
+        .args(["--json", "--time", "2s", "--no-copy", "--no-remember"]);
     // The client (the sender of an upload) on CPU 0 only.
     // SAFETY: only async-signal-safe calls between fork and exec.
     unsafe {
