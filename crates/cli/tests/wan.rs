@@ -359,16 +359,14 @@ fn cp_tunes_its_streams_online_and_reports_each_interval() {
 
     // perf -P auto tunes its sending streams the same way and says so;
     // a fixed -P does not.
-    let v = run(&[
-        "perf",
-        "198.18.0.2",
-        "--insecure-plaintext",
-        "-P",
-        "auto",
-        "-t",
-        "7",
-        "--json",
-    ]);
+    let perf = |extra: &[&str]| {
+        run(&[
+            &["perf", "198.18.0.2", "--insecure-plaintext", "--json"],
+            extra,
+        ]
+        .concat())
+    };
+    let v = perf(&["-P", "auto", "-t", "7"]);
     let t = &v["summary"]["tuning"];
     assert_eq!(t["online"], true, "{v}");
     let n = t["initial_streams"].as_u64().unwrap();
@@ -380,17 +378,7 @@ fn cp_tunes_its_streams_online_and_reports_each_interval() {
     assert!(!t["steps"].as_array().unwrap().is_empty(), "{t}");
     assert_eq!(t["direction"], "up", "{t}");
     // -R: the server's streams, tuned through the client's `Active`.
-    let v = run(&[
-        "perf",
-        "198.18.0.2",
-        "--insecure-plaintext",
-        "-P",
-        "auto",
-        "-R",
-        "-t",
-        "7",
-        "--json",
-    ]);
+    let v = perf(&["-P", "auto", "-R", "-t", "7"]);
     let t = &v["summary"]["tuning"];
     assert_eq!(
         (&t["online"], &t["direction"]),
@@ -415,16 +403,7 @@ fn cp_tunes_its_streams_online_and_reports_each_interval() {
             "{v}"
         );
     }
-    let v = run(&[
-        "perf",
-        "198.18.0.2",
-        "--insecure-plaintext",
-        "-P",
-        "4",
-        "-t",
-        "2",
-        "--json",
-    ]);
+    let v = perf(&["-P", "4", "-t", "2"]);
     assert!(v["summary"]["tuning"].is_null(), "{v}");
 }
 
