@@ -537,7 +537,9 @@ fn control(
                         queue
                             .resends
                             .push_back(chunk_at(r.id, f.size, f.chunk_size, r.index));
-                        cv.notify_one();
+                        // All: one woken at random may be a parked
+                        // stream, which would leave the resend waiting.
+                        cv.notify_all();
                     }
                 }
             }
