@@ -106,7 +106,7 @@ impl Sampler {
             // The kernel reports twice what was set, and doubles a new setting.
             let now = r.send_buffer_size().unwrap_or(0) as u64;
             let set = now.min(cap);
-            if set * 2 > now && r.set_send_buffer_size(set as usize).is_ok() {
+            if set.saturating_mul(2) > now && r.set_send_buffer_size(set as usize).is_ok() {
                 raised = true;
             }
         }
