@@ -6,7 +6,8 @@
 
 use libfuzzer_sys::fuzz_target;
 use longhaul_proto::xfer::{
-    components, parse_journal, parse_remote, ChunkHeader, CHUNK_HEADER_LEN,
+    components, landing, parse_journal, parse_remote, ChunkHeader, Create, DestState, Landing,
+    CHUNK_HEADER_LEN,
 };
 
 fuzz_target!(|data: &[u8]| {
@@ -20,8 +21,26 @@ fuzz_target!(|data: &[u8]| {
     if let Some((_, records)) = parse_journal(data) {
         assert!(records.len() <= data.len() / 36);
     }
+    // The destination rule: whatever the inputs, nothing is created
+    // without mkpath, and several sources never land onto one name.
+    if let Some(&b) = data.first() {
+        let state = match b & 3 {
+            0 => DestState::Dir,
+            1 => DestState::Other,
+            2 => DestState::Missing { parent: true },
+            _ => DestState::Missing { parent: false },
+        };
+        let (sources, contents, slash, mkpath) =
+            (u32::from(b >> 2 & 3), b & 16 != 0, b & 32 != 0, b & 64 != 0);
+        if let Ok((l, create)) = landing("d", sources, contents, slash, state, mkpath) {
+            assert!(mkpath || create == Create::Nothing);
+            assert!(contents || sources <= 1 || l == Landing::Into);
+        }
+    }
     if let Ok(s) = std::str::from_utf8(data) {
-        let _ = parse_remote(s);
+        if let Some(r) = parse_remote(s) {
+            assert!(!r.path.is_empty() || r.dir);
+        }
         if let Ok(parts) = components(s) {
             for p in parts {
                 assert!(

@@ -1,6 +1,8 @@
 //! `longhaul`: the command-line front end. Parses arguments, runs the
 //! engine, prints through a reporter, and maps failures to exit codes.
 
+#[macro_use]
+mod print;
 mod exit;
 mod output;
 
@@ -272,7 +274,7 @@ fn spawn_reaper(
     match child {
         Ok(c) => Some(c),
         Err(e) => {
-            eprintln!("longhaul: warning: no cleanup should this process be killed: cannot start the reaper: {e}");
+            errln!("longhaul: warning: no cleanup should this process be killed: cannot start the reaper: {e}");
             None
         }
     }
@@ -431,6 +433,10 @@ struct ServeArgs {
     /// Let clients without credentials run perf tests.
     #[arg(long)]
     public_perf: bool,
+    /// Keep setuid, setgid and sticky bits and world-writable directories that clients
+    /// send with -p (by default they are stripped).
+    #[arg(long)]
+    keep_special_modes: bool,
     /// A CA-issued certificate chain (PEM) instead of the self-signed identity.
     #[arg(long, value_name = "FILE", requires = "key")]
     cert: Option<PathBuf>,
@@ -456,9 +462,14 @@ struct CpArgs {
     /// Copy directories and their contents.
     #[arg(short, long)]
     recursive: bool,
-    /// Keep permission bits (modification times are always kept).
+    /// Keep permission bits (modification times are always kept). Setuid, setgid and sticky
+    /// bits and world-writable directories are stripped unless --keep-special-modes.
     #[arg(short, long)]
     preserve: bool,
+    /// With -p on a pull: keep setuid, setgid and sticky bits and world-writable directories
+    /// (a server keeps them only if started with --keep-special-modes).
+    #[arg(long)]
+    keep_special_modes: bool,
     /// Parallel data streams (default: sized for the path from the RTT and both hosts'
     /// socket-buffer caps, 4 to 32).
     #[arg(short = 'P', long, value_parser = clap::value_parser!(u16).range(1..))]
@@ -490,6 +501,10 @@ struct CpArgs {
     /// Send files even where the destination has the same size and mtime.
     #[arg(long)]
     force: bool,
+    /// Create the destination's missing directories (without it, a destination whose
+    /// directory does not exist is refused, as with cp and rsync).
+    #[arg(long)]
+    mkpath: bool,
     /// Connection attempts after the first before giving up (each resumes).
     #[arg(long, default_value_t = 3)]
     retries: u32,
@@ -775,6 +790,7 @@ impl From<EngineError> for Failure {
             }
             EngineError::Proto(_) => exit::FAILED,
             EngineError::Io { .. } => exit::FAILED,
+            EngineError::Interrupted(_) => exit::INTERRUPTED,
         };
         Failure {
             code,
@@ -816,6 +832,8 @@ fn main() {
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| filter.into()),
         )
         .with_writer(std::io::stderr)
+        // Colour codes only for a person at a terminal, never into a log file.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let code = match cli.command {
         Command::Serve(a) => serve(a),
@@ -878,6 +896,7 @@ fn serve(a: ServeArgs) -> i32 {
         tls: None,
         allow_plaintext: a.allow_plaintext,
         public_perf: a.public_perf,
+        keep_special_modes: a.keep_special_modes,
         open_access: false,
     };
     let mut cfg = cfg;
@@ -886,7 +905,7 @@ fn serve(a: ServeArgs) -> i32 {
             .and_then(|id| longhaul_engine::tls::server_config(&id).map(|c| (id, c)))
         {
             Ok((id, c)) => {
-                eprintln!(
+                errln!(
                     "longhaul: certificate {} ({})",
                     cert.display(),
                     id.fingerprint()
@@ -894,13 +913,13 @@ fn serve(a: ServeArgs) -> i32 {
                 cfg.tls = Some(c);
             }
             Err(e) => {
-                eprintln!("longhaul: error: {e}");
+                errln!("longhaul: error: {e}");
                 return exit::USAGE;
             }
         }
     }
     if let Err(e) = std::fs::create_dir_all(&cfg.state_dir) {
-        eprintln!(
+        errln!(
             "longhaul: error: cannot create state directory {}: {e} (choose another with --state-dir)",
             cfg.state_dir.display()
         );
@@ -911,18 +930,18 @@ fn serve(a: ServeArgs) -> i32 {
         Ok(s) => s,
         Err(e) => {
             let f = Failure::from(e);
-            eprintln!("longhaul: error: {}", f.message);
+            errln!("longhaul: error: {}", f.message);
             return f.code;
         }
     };
     for a in server.local_addrs() {
-        eprintln!(
+        errln!(
             "longhaul: serving on {a} (state in {})",
             state_dir.display()
         );
     }
     if let Some(fp) = server.fingerprint() {
-        eprintln!("longhaul: identity {fp} (clients: longhaul trust HOST, or --trust {fp})");
+        errln!("longhaul: identity {fp} (clients: longhaul trust HOST, or --trust {fp})");
     }
     server.run();
     exit::OK
@@ -1121,7 +1140,7 @@ fn report_failure(a: &PerfArgs, doc: Option<&output::JsonDoc>, f: Failure) -> i3
     } else if a.json_stream {
         output::JsonStream::error(&f.message, f.code);
     }
-    eprintln!("longhaul: error: {}", f.message);
+    errln!("longhaul: error: {}", f.message);
     f.code
 }
 
@@ -1129,7 +1148,7 @@ fn cp(a: CpArgs, sync: Option<longhaul_proto::xfer::SyncOptions>, dry_run: bool)
     let security = match a.security.security() {
         Ok(s) => s,
         Err(f) => {
-            eprintln!("longhaul: error: {}", f.message);
+            errln!("longhaul: error: {}", f.message);
             return f.code;
         }
     };
@@ -1146,6 +1165,8 @@ fn cp(a: CpArgs, sync: Option<longhaul_proto::xfer::SyncOptions>, dry_run: bool)
         congestion: a.congestion.clone(),
         chunk_size: a.chunk,
         force: a.force,
+        mkpath: a.mkpath,
+        keep_special_modes: a.keep_special_modes,
         retries: a.retries,
         sync_files: !a.no_sync,
         direct: a.direct,
@@ -1180,12 +1201,16 @@ fn cp(a: CpArgs, sync: Option<longhaul_proto::xfer::SyncOptions>, dry_run: bool)
             if a.json {
                 let mut v = serde_json::to_value(&s).unwrap_or_default();
                 v["format"] = "longhaul-cp".into();
-                v["format_version"] = output::JSON_FORMAT_VERSION.into();
-                println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+                v["format_version"] = output::CP_JSON_FORMAT_VERSION.into();
+                outln!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
             } else {
-                println!(
-                    "{} files, {} in {:.2} s = {} ({} skipped as up to date, {} resumed, {} stream(s), {} attempt(s))",
+                outln!(
+                    "{} files{}, {} in {:.2} s = {} ({} skipped as up to date, {} resumed, {} stream(s), {} attempt(s))",
                     s.files,
+                    match s.links {
+                        0 => String::new(),
+                        n => format!(" and {n} link(s)"),
+                    },
                     units::format_bytes(s.bytes),
                     s.seconds,
                     units::format_rate(s.bits_per_second),
@@ -1194,14 +1219,14 @@ fn cp(a: CpArgs, sync: Option<longhaul_proto::xfer::SyncOptions>, dry_run: bool)
                     s.streams,
                     s.attempts,
                 );
-                println!(
+                outln!(
                     "stages: source read {}, network {}, destination write {}",
                     units::format_rate(s.source_read_bps),
                     units::format_rate(s.network_bps),
                     units::format_rate(s.dest_write_bps)
                 );
                 if let Some(t) = &s.tuning {
-                    println!(
+                    outln!(
                         "tuning: {} stream(s){}; chunks of {}; up to {} files in flight{}",
                         t.final_streams,
                         if t.online {
@@ -1224,7 +1249,7 @@ fn cp(a: CpArgs, sync: Option<longhaul_proto::xfer::SyncOptions>, dry_run: bool)
                         },
                     );
                     if t.send_buffer > 0 {
-                        println!(
+                        outln!(
                             "send buffers: {} a stream{}",
                             units::format_bytes(t.send_buffer),
                             match t.send_buffer_raises {
@@ -1235,11 +1260,11 @@ fn cp(a: CpArgs, sync: Option<longhaul_proto::xfer::SyncOptions>, dry_run: bool)
                     }
                 }
                 if let Some(l) = output::limit_shares(&s.intervals) {
-                    println!("limited by: {l}");
+                    outln!("limited by: {l}");
                 }
                 if let Some(p) = &s.path {
                     let w = &p.window;
-                    println!(
+                    outln!(
                         "path: RTT {:.1} ms; {} stream(s){}, {} in flight each (up to {} per stream), {}{}",
                         f64::from(w.rtt_us) / 1e3,
                         w.streams,
@@ -1262,18 +1287,24 @@ fn cp(a: CpArgs, sync: Option<longhaul_proto::xfer::SyncOptions>, dry_run: bool)
                     );
                 }
                 for w in &s.warnings {
-                    eprintln!("longhaul: warning: {w}");
+                    errln!("longhaul: warning: {w}");
                 }
                 for p in &s.would_send {
-                    println!("would send: {p}");
+                    outln!("would send: {p}");
+                }
+                if s.resent_changed > 0 {
+                    errln!(
+                        "longhaul: warning: {} file(s) changed while they were read and were sent again",
+                        s.resent_changed
+                    );
                 }
                 for p in &s.deleted {
-                    println!("{}: {p}", if dry_run { "would delete" } else { "deleted" });
+                    outln!("{}: {p}", if dry_run { "would delete" } else { "deleted" });
                 }
                 for f in &s.failed {
-                    eprintln!("longhaul: failed: {}: {}", f.path, f.error);
+                    errln!("longhaul: failed: {}: {}", f.path, f.error);
                 }
-                println!(
+                outln!(
                     "verified: {}",
                     if s.verified {
                         "every file, chunk by chunk (BLAKE3)"
@@ -1291,13 +1322,13 @@ fn cp(a: CpArgs, sync: Option<longhaul_proto::xfer::SyncOptions>, dry_run: bool)
         Err(e) => {
             let f = Failure::from(e);
             if a.json {
-                println!(
+                outln!(
                     "{}",
-                    serde_json::json!({"format": "longhaul-cp", "format_version": output::JSON_FORMAT_VERSION,
+                    serde_json::json!({"format": "longhaul-cp", "format_version": output::CP_JSON_FORMAT_VERSION,
                         "error": {"message": f.message, "exit_code": f.code}})
                 );
             }
-            eprintln!("longhaul: error: {}", f.message);
+            errln!("longhaul: error: {}", f.message);
             f.code
         }
     }
@@ -1366,7 +1397,7 @@ fn interval_printer(
                 .map(|i| i[shown.min(i.len())..].to_vec())
                 .unwrap_or_default();
             for i in &new {
-                eprintln!("{}", output::transfer_interval_line(i));
+                errln!("{}", output::transfer_interval_line(i));
             }
             shown += new.len();
             if finished {
@@ -1385,7 +1416,7 @@ fn ls(a: LsArgs) -> i32 {
             ..ClientOptions::default()
         },
         Err(f) => {
-            eprintln!("longhaul: error: {}", f.message);
+            errln!("longhaul: error: {}", f.message);
             return f.code;
         }
     };
@@ -1399,7 +1430,7 @@ fn ls(a: LsArgs) -> i32 {
                     longhaul_proto::xfer::Kind::Symlink => 'l',
                     longhaul_proto::xfer::Kind::File | longhaul_proto::xfer::Kind::DirEnd => '-',
                 };
-                println!("{kind} {:04o} {:>14} {}", e.mode, e.size, e.name);
+                outln!("{kind} {:04o} {:>14} {}", e.mode, e.size, e.name);
             }
         },
     )
@@ -1416,12 +1447,12 @@ fn doctor(a: DoctorArgs) -> i32 {
         _ => unreachable!("clap takes at most two"),
     };
     if a.source.is_some() && (a.targets.len() == 2 || a.targets.iter().any(|t| !is_remote(t))) {
-        eprintln!("longhaul: error: name the source once: as the first argument or with --source");
+        errln!("longhaul: error: name the source once: as the first argument or with --source");
         return exit::USAGE;
     }
     if let [first, _] = a.targets.as_slice() {
         if is_remote(first) {
-            eprintln!(
+            errln!(
                 "longhaul: error: '{first}' is remote: doctor takes [SOURCE] REMOTE, the source on this host"
             );
             return exit::USAGE;
@@ -1429,7 +1460,7 @@ fn doctor(a: DoctorArgs) -> i32 {
     }
     if let Some(s) = &source {
         if let Err(e) = std::fs::symlink_metadata(s) {
-            eprintln!(
+            errln!(
                 "longhaul: error: cannot read the source {}: {e}",
                 s.display()
             );
@@ -1449,7 +1480,7 @@ fn doctor(a: DoctorArgs) -> i32 {
         None => Ok(doctor::local(&o)),
         Some(r) => {
             let Some(remote) = longhaul_proto::xfer::parse_remote(r) else {
-                eprintln!(
+                errln!(
                     "longhaul: error: '{r}' is not remote: name it HOST:EXPORT/path or longhaul://HOST/EXPORT/path"
                 );
                 return exit::USAGE;
@@ -1457,7 +1488,7 @@ fn doctor(a: DoctorArgs) -> i32 {
             let security = match a.security.security() {
                 Ok(s) => s,
                 Err(f) => {
-                    eprintln!("longhaul: error: {}", f.message);
+                    errln!("longhaul: error: {}", f.message);
                     return f.code;
                 }
             };
@@ -1467,7 +1498,7 @@ fn doctor(a: DoctorArgs) -> i32 {
                 ..ClientOptions::default()
             };
             if !a.json {
-                eprintln!(
+                errln!(
                     "measuring the path to {} (about {} s)...",
                     remote.host,
                     (a.time.as_secs_f64() * 2.0 + 8.0).round()
@@ -1489,7 +1520,7 @@ fn print_result<T: serde::Serialize>(
     match r {
         Ok(r) => {
             if json {
-                println!("{}", serde_json::to_string_pretty(&r).unwrap_or_default());
+                outln!("{}", serde_json::to_string_pretty(&r).unwrap_or_default());
             } else {
                 human(&r);
             }
@@ -1497,7 +1528,7 @@ fn print_result<T: serde::Serialize>(
         }
         Err(e) => {
             let f = Failure::from(e);
-            eprintln!("longhaul: error: {}", f.message);
+            errln!("longhaul: error: {}", f.message);
             f.code
         }
     }
@@ -1523,10 +1554,22 @@ fn bench_disk(a: DiskArgs) -> i32 {
 fn demo() -> i32 {
     // A throw-away identity (the client pins it, as `--trust` would), an
     // export and a tree to copy into it.
-    let state = std::env::temp_dir().join(format!("longhaul-demo-{}", std::process::id()));
+    // A private directory (0700, a name nobody could plant first), removed
+    // when the demo ends however it ends.
+    let scratch = match tempfile::Builder::new().prefix("longhaul-demo-").tempdir() {
+        Ok(d) => d,
+        Err(e) => {
+            errln!(
+                "longhaul: error: cannot make the demo's directory in {}: {e}",
+                std::env::temp_dir().display()
+            );
+            return exit::INTERNAL;
+        }
+    };
+    let state = scratch.path().to_path_buf();
     let (export_dir, tree) = (state.join("export"), state.join("run7"));
     if let Err(e) = demo_tree(&tree).and_then(|()| std::fs::create_dir_all(&export_dir)) {
-        eprintln!(
+        errln!(
             "longhaul: error: cannot make the demo's files in {}: {e}",
             state.display()
         );
@@ -1536,7 +1579,7 @@ fn demo() -> i32 {
         match longhaul_engine::xfer::parse_export(&format!("demo={}", export_dir.display())) {
             Ok(e) => e,
             Err(e) => {
-                eprintln!("longhaul: error: {e}");
+                errln!("longhaul: error: {e}");
                 return exit::INTERNAL;
             }
         };
@@ -1551,13 +1594,13 @@ fn demo() -> i32 {
     ) {
         Ok(s) => s.spawn(),
         Err(e) => {
-            eprintln!("longhaul: error: {e}");
+            errln!("longhaul: error: {e}");
             return exit::INTERNAL;
         }
     };
     let addr = server.addr().to_string();
     let fp = server.fingerprint().unwrap_or_default();
-    println!("longhaul demo: server started in-process on {addr}, TLS 1.3, identity {fp}");
+    outln!("longhaul demo: server started in-process on {addr}, TLS 1.3, identity {fp}");
     let opts = ClientOptions {
         security: Security {
             trust: TrustOptions {
@@ -1597,22 +1640,22 @@ fn demo() -> i32 {
             },
         ),
     ] {
-        println!("\n== {title}: longhaul perf {addr} ==");
+        outln!("\n== {title}: longhaul perf {addr} ==");
         let mut human = output::Human::new(params.streams, params.mode);
         if let Err(e) = run_perf(&addr, &params, &opts, &mut human) {
             let f = Failure::from(e);
-            eprintln!("longhaul: error: {}", f.message);
+            errln!("longhaul: error: {}", f.message);
             code = f.code;
         }
     }
-    println!("\n== cp -r: a 256 MiB file and 500 small ones, 4 streams, TLS ==");
+    outln!("\n== cp -r: a 256 MiB file and 500 small ones, 4 streams, TLS ==");
     let cp = CpOptions::new(
         vec![tree.display().to_string()],
         format!("longhaul://{addr}/demo/"),
         opts.clone(),
     );
     match longhaul_engine::xfer::client::cp(&cp) {
-        Ok(s) => println!(
+        Ok(s) => outln!(
             "{} files, {} in {:.2} s = {}, {}, verified: {}\nstages: source read {}, network {}, destination write {}",
             s.files,
             units::format_bytes(s.bytes),
@@ -1626,12 +1669,12 @@ fn demo() -> i32 {
         ),
         Err(e) => {
             let f = Failure::from(e);
-            eprintln!("longhaul: error: {}", f.message);
+            errln!("longhaul: error: {}", f.message);
             code = f.code;
         }
     }
     server.shutdown();
-    let _ = std::fs::remove_dir_all(&state);
+    drop(scratch);
     code
 }
 
@@ -1673,14 +1716,14 @@ fn id(a: IdArgs) -> i32 {
     match longhaul_engine::tls::Identity::load_or_create(&dir) {
         Ok((id, created)) => {
             if created {
-                eprintln!("longhaul: made a new identity in {}", dir.display());
+                errln!("longhaul: made a new identity in {}", dir.display());
             }
-            println!("{}", id.fingerprint());
+            outln!("{}", id.fingerprint());
             exit::OK
         }
         Err(e) => {
             let f = Failure::from(e);
-            eprintln!("longhaul: error: {}", f.message);
+            errln!("longhaul: error: {}", f.message);
             f.code
         }
     }
@@ -1692,7 +1735,7 @@ fn trust(a: TrustArgs) -> i32 {
         .clone()
         .or_else(longhaul_engine::tls::default_known_hosts)
     else {
-        eprintln!("longhaul: error: no known-hosts file: set HOME or pass --known-hosts FILE");
+        errln!("longhaul: error: no known-hosts file: set HOME or pass --known-hosts FILE");
         return exit::USAGE;
     };
     let host = longhaul_engine::client::host_key(&a.host);
@@ -1710,14 +1753,14 @@ fn trust(a: TrustArgs) -> i32 {
         });
     match result {
         Ok((fp, added)) => {
-            println!("{host} {fp}");
+            outln!("{host} {fp}");
             if added {
-                eprintln!("longhaul: added to {}", file.display());
+                errln!("longhaul: added to {}", file.display());
             } else {
-                eprintln!("longhaul: already in {}", file.display());
+                errln!("longhaul: already in {}", file.display());
             }
             if a.fingerprint.is_none() {
-                eprintln!(
+                errln!(
                     "longhaul: compare it with `longhaul id` on the server; if it differs, remove the line from {}",
                     file.display()
                 );
@@ -1726,7 +1769,7 @@ fn trust(a: TrustArgs) -> i32 {
         }
         Err(e) => {
             let f = Failure::from(e);
-            eprintln!("longhaul: error: {}", f.message);
+            errln!("longhaul: error: {}", f.message);
             f.code
         }
     }
@@ -1744,17 +1787,17 @@ fn token(a: TokenArgs) -> i32 {
             let dir = state_dir_or_default(state_dir);
             match client_cert {
                 Some(fp) => auth::create_cert_grant(&dir, &fp, exports, &note).map(|g| {
-                    eprintln!(
+                    errln!(
                         "longhaul: grant {} lets the client certificate {fp} in",
                         g.id
                     );
                 }),
                 None => auth::create_token(&dir, exports, &note).map(|(g, token)| {
-                    eprintln!(
+                    errln!(
                         "longhaul: grant {} made; its token follows, shown this once (clients: --token-file FILE or LONGHAUL_TOKEN)",
                         g.id
                     );
-                    println!("{token}");
+                    outln!("{token}");
                 }),
             }
         }
@@ -1770,14 +1813,14 @@ fn token(a: TokenArgs) -> i32 {
                         Some(fp) => format!("client-cert {fp}"),
                         None => "token".to_string(),
                     };
-                    println!("{} {how} {} {}", g.id, exports.join(","), g.note);
+                    outln!("{} {how} {} {}", g.id, exports.join(","), g.note);
                 }
             })
         }
         TokenCommand::Revoke { id, state_dir } => {
             match auth::revoke(&state_dir_or_default(state_dir), &id) {
                 Ok(true) => {
-                    eprintln!("longhaul: grant {id} revoked");
+                    errln!("longhaul: grant {id} revoked");
                     Ok(())
                 }
                 Ok(false) => Err(EngineError::Usage(format!("no grant with id {id}"))),
@@ -1789,7 +1832,7 @@ fn token(a: TokenArgs) -> i32 {
         Ok(()) => exit::OK,
         Err(e) => {
             let f = Failure::from(e);
-            eprintln!("longhaul: error: {}", f.message);
+            errln!("longhaul: error: {}", f.message);
             f.code
         }
     }
@@ -1799,7 +1842,7 @@ fn wan(a: WanArgs) -> i32 {
     use longhaul_engine::wan::{forward::Forwarder, net, LinkParams};
     let fail = |e: EngineError| {
         let f = Failure::from(e);
-        eprintln!("longhaul: error: {}", f.message);
+        errln!("longhaul: error: {}", f.message);
         f.code
     };
     match a.command {
@@ -1876,7 +1919,7 @@ fn wan(a: WanArgs) -> i32 {
                     .iter()
                     .filter(|ns| net::ip(&["netns", "del", ns]).is_ok())
                     .count();
-                eprintln!("longhaul: removed {gone} namespace(s) of {name}");
+                errln!("longhaul: removed {gone} namespace(s) of {name}");
                 exit::OK
             }
             Err(e) => fail(e),
@@ -1963,16 +2006,16 @@ fn wan(a: WanArgs) -> i32 {
                         }
                     });
                 }
-                Err(e) => eprintln!(
+                Err(e) => errln!(
                     "longhaul: warning: `wan set` will not reach this emulator: cannot listen on {}: {e}",
                     sock.display()
                 ),
             }
             let (a, b) = (net::ADDR_A, net::ADDR_B);
             if u.json {
-                println!("{{\"hosts\":{{\"a\":\"{a}\",\"b\":\"{b}\"}}}}");
+                outln!("{{\"hosts\":{{\"a\":\"{a}\",\"b\":\"{b}\"}}}}");
             } else {
-                println!(
+                outln!(
                     "host a {a} (netns {}), host b {b} (netns {}); `longhaul wan exec a -- CMD` runs CMD in a; Ctrl-C ends",
                     hosts.names.ns_a, hosts.names.ns_b
                 );
@@ -1987,7 +2030,7 @@ fn wan(a: WanArgs) -> i32 {
             drop(hosts);
             drop(fwd);
             let _ = std::fs::remove_file(&sock);
-            eprintln!(
+            errln!(
                 "longhaul: link down. a->b: {} packets, {} lost, {} queue drops, {} outage drops; b->a: {} packets, {} lost, {} queue drops, {} outage drops",
                 ab.packets, ab.lost, ab.queue_drops, ab.outage_drops,
                 ba.packets, ba.lost, ba.queue_drops, ba.outage_drops

@@ -1,8 +1,6 @@
 //! Printers: the human one, `--json` (one document) and `--json-stream`
 //! (one JSON object per line). All implement the engine's `Reporter`.
 
-use std::io::Write;
-
 use longhaul_engine::sink::Reporter;
 use longhaul_proto::msg::{Direction, Mode, Transport};
 use longhaul_proto::report::{DirectionReport, IntervalReport, Setup, StreamReport, Summary};
@@ -12,11 +10,12 @@ use serde_json::json;
 /// Version of the JSON output format; bumped on any incompatible change.
 pub const JSON_FORMAT_VERSION: u32 = 1;
 
+/// Version of `cp`/`sync --json` (`longhaul-cp`): 2 since `would_send`
+/// says where each file lands (`ENTRY -> WHERE`).
+pub const CP_JSON_FORMAT_VERSION: u32 = 2;
+
 fn out(line: &str) {
-    let mut o = std::io::stdout().lock();
-    // A closed stdout (`| head`) is not an error worth reporting.
-    let _ = writeln!(o, "{line}");
-    let _ = o.flush();
+    crate::print::out(format_args!("{line}"));
 }
 
 /// The human-readable printer.
@@ -261,7 +260,7 @@ impl Reporter for Human {
     }
 
     fn warning(&mut self, message: &str) {
-        eprintln!("longhaul: warning: {message}");
+        errln!("longhaul: warning: {message}");
     }
 }
 
@@ -357,7 +356,7 @@ impl JsonStream {
 /// `bench disk`, for people.
 pub fn print_disk(r: &longhaul_proto::disk::DiskReport) {
     use longhaul_proto::units::format_bytes;
-    println!(
+    outln!(
         "{} ({}): {}, {} requests, {} thread{}, {} file",
         r.path,
         r.filesystem,
@@ -368,7 +367,7 @@ pub fn print_disk(r: &longhaul_proto::disk::DiskReport) {
         format_bytes(r.file_size)
     );
     let seq = |name: &str, s: &longhaul_proto::disk::SeqResult| {
-        println!(
+        outln!(
             "  {name:<18} {:>8.3} GB/s  ({} in {:.2} s)",
             s.bytes_per_second / 1e9,
             format_bytes(s.bytes),
@@ -376,7 +375,7 @@ pub fn print_disk(r: &longhaul_proto::disk::DiskReport) {
         );
     };
     let files = |name: &str, f: &longhaul_proto::disk::FilesResult| {
-        println!(
+        outln!(
             "  {name:<18} {:>8.0} files/s  ({} files of {} in {:.2} s)",
             f.files_per_second,
             f.files,
@@ -397,7 +396,7 @@ pub fn print_disk(r: &longhaul_proto::disk::DiskReport) {
         files("small-file read", c);
     }
     for w in &r.warnings {
-        println!("warning: {w}");
+        outln!("warning: {w}");
     }
 }
 
@@ -405,7 +404,7 @@ pub fn print_disk(r: &longhaul_proto::disk::DiskReport) {
 pub fn print_doctor(r: &longhaul_engine::doctor::DoctorReport) {
     use longhaul_proto::units::{format_bytes, format_rate};
     let host = |who: &str, h: &longhaul_proto::doctor::HostSettings| {
-        println!(
+        outln!(
             "{who} {} (Linux {}): {} of {} CPUs usable, {} NUMA node(s), governor {}; cc {}, qdisc {}{}",
             h.hostname,
             h.kernel,
@@ -420,7 +419,7 @@ pub fn print_doctor(r: &longhaul_engine::doctor::DoctorReport) {
                 _ => String::new(),
             }
         );
-        println!(
+        outln!(
             "    buffers: rmem_max {} wmem_max {} tcp_rmem max {} tcp_wmem max {}; AES-GCM {:.2} GB/s a core",
             h.buffers.rmem_max.map_or("?".into(), format_bytes),
             h.buffers.wmem_max.map_or("?".into(), format_bytes),
@@ -434,7 +433,7 @@ pub fn print_doctor(r: &longhaul_engine::doctor::DoctorReport) {
         host("remote", h);
     }
     if let Some(rtt) = r.rtt_idle_us {
-        println!(
+        outln!(
             "RTT {:.2} ms idle, {} under load{}",
             f64::from(rtt) / 1000.0,
             r.rtt_loaded_us
@@ -445,7 +444,7 @@ pub fn print_doctor(r: &longhaul_engine::doctor::DoctorReport) {
     }
     for (name, p) in [("upload  ", &r.upload), ("download", &r.download)] {
         if let Some(p) = p {
-            println!(
+            outln!(
                 "{name} {:>12} over {} streams, {} retransmits ({:.1e} of segments), sender CPU {:.0}%, receiver {:.0}%, limited by {:?}",
                 format_rate(p.bits_per_second),
                 p.streams,
@@ -458,7 +457,7 @@ pub fn print_doctor(r: &longhaul_engine::doctor::DoctorReport) {
         }
     }
     if let Some(c) = &r.copy {
-        println!(
+        outln!(
             "copy     {:>12} ({} in {:.1} s, {} streams, file to file)",
             format_rate(c.bits_per_second),
             format_bytes(c.bytes),
@@ -467,26 +466,30 @@ pub fn print_doctor(r: &longhaul_engine::doctor::DoctorReport) {
         );
     }
     if let (Some(t), Some(p)) = (r.sender_cpu_per_gbps_tls, r.sender_cpu_per_gbps_plain) {
-        println!(
+        outln!(
             "sender CPU per Gbit/s: {t:.1}% of a core with TLS, {}{p:.1}% without",
             if r.plain_measured { "" } else { "about " }
         );
     }
     if !r.findings.is_empty() {
-        println!("settings:");
+        outln!("settings:");
         for f in &r.findings {
-            println!(
+            outln!(
                 "  {} {} = {} (want {}): {}",
-                f.host, f.setting, f.value, f.wanted, f.fix
+                f.host,
+                f.setting,
+                f.value,
+                f.wanted,
+                f.fix
             );
         }
     }
     if !r.stages.is_empty() {
-        println!("stages (what each can carry):");
+        outln!("stages (what each can carry):");
         let mut stages = r.stages.clone();
         stages.sort_by(|a, b| a.ceiling_bps.total_cmp(&b.ceiling_bps));
         for s in &stages {
-            println!(
+            outln!(
                 "  {:<15} {:>12}{}  {}",
                 s.name.name(),
                 if s.ceiling_bps.is_finite() {
@@ -498,13 +501,13 @@ pub fn print_doctor(r: &longhaul_engine::doctor::DoctorReport) {
                 s.detail
             );
         }
-        println!("  (* seen limiting in a measurement)");
+        outln!("  (* seen limiting in a measurement)");
     }
     for n in &r.notes {
-        println!("note: {n}");
+        outln!("note: {n}");
     }
     if let Some(p) = &r.remembered {
-        println!(
+        outln!(
             "remembered: {} carries {} ({}); cp to it sizes its streams for that for a week",
             p.host,
             format_rate(p.bits_per_second),
@@ -513,7 +516,7 @@ pub fn print_doctor(r: &longhaul_engine::doctor::DoctorReport) {
     }
     match &r.verdict {
         Some(v) => {
-            println!(
+            outln!(
                 "verdict: {} limits the transfer to {}{}",
                 v.stage.name(),
                 format_rate(v.ceiling_bps),
@@ -522,9 +525,9 @@ pub fn print_doctor(r: &longhaul_engine::doctor::DoctorReport) {
                     _ => String::new(),
                 }
             );
-            println!("fix: {}", v.fix);
+            outln!("fix: {}", v.fix);
         }
-        None => println!("verdict: none (nothing was measured end to end)"),
+        None => outln!("verdict: none (nothing was measured end to end)"),
     }
 }
 

@@ -1117,8 +1117,8 @@ fn tls_to(addr: SocketAddr) -> Box<dyn Stream> {
 fn hello(token: Option<&str>) -> Vec<u8> {
     let mut b = MAGIC.to_vec();
     Message::Hello(Hello {
-        min_version: 1,
-        max_version: 1,
+        min_version: longhaul_proto::msg::PROTOCOL_VERSION,
+        max_version: longhaul_proto::msg::PROTOCOL_VERSION,
         software: "security test".into(),
         role: Role::Control,
         token: token.map(str::to_string),

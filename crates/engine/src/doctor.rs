@@ -131,8 +131,14 @@ pub struct DoctorReport {
     pub source_storage: Option<DiskReport>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dest_storage: Option<DiskReport>,
-    /// Mean file size the metadata stage was sized for, and where it came from.
+    /// Mean file size the metadata stage was sized for.
     pub mean_file_size: u64,
+    /// True when that size was measured on the files to send (`--source`);
+    /// false when it is assumed, and then file creation is reported but
+    /// takes no part in the verdict (a ceiling for files of a guessed size
+    /// would be a guess).
+    #[serde(default)]
+    pub mean_file_size_measured: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub copy: Option<CopyRun>,
     /// CPU of the sender per Gbit/s, percent of a core, with TLS (measured)
@@ -525,7 +531,10 @@ pub fn local(o: &DoctorOptions) -> DoctorReport {
         match measure_source(s, Duration::from_secs(2)) {
             Ok((d, mean)) => {
                 r.source_storage = Some(d);
-                r.mean_file_size = mean;
+                if mean > 0 {
+                    r.mean_file_size = mean;
+                    r.mean_file_size_measured = true;
+                }
             }
             Err(e) => r.notes.push(format!("source storage: {e}")),
         }
@@ -644,6 +653,7 @@ pub fn remote(
     // 3. The source storage (this host on a push; on a pull the server's
     //    read probe stands for it, and this host is the destination).
     let mut mean_file_size = DEFAULT_MEAN_FILE_SIZE;
+    let mut mean_file_size_measured = false;
     let mut source_storage = None;
     if let Some(s) = &o.source {
         match measure_source(s, Duration::from_secs(2)) {
@@ -651,6 +661,7 @@ pub fn remote(
                 source_storage = Some(d);
                 if mean > 0 {
                     mean_file_size = mean;
+                    mean_file_size_measured = true;
                 }
             }
             Err(e) => notes.push(format!("source storage: {e}")),
@@ -691,6 +702,7 @@ pub fn remote(
         source_storage,
         dest_storage,
         mean_file_size,
+        mean_file_size_measured,
         notes,
         ..Default::default()
     };
@@ -1143,16 +1155,26 @@ pub fn judge(r: &mut DoctorReport, o: &DoctorOptions) {
             );
         }
         if let Some(c) = d.create {
-            add(
-                Stage::Metadata,
-                c.files_per_second * r.mean_file_size as f64 * 8.0,
-                false,
-                format!(
-                    "{:.0} files/s created, files of {} on average",
+            let carries = c.files_per_second * r.mean_file_size as f64 * 8.0;
+            if r.mean_file_size_measured {
+                add(
+                    Stage::Metadata,
+                    carries,
+                    false,
+                    format!(
+                        "{:.0} files/s created, files of {} on average",
+                        c.files_per_second,
+                        longhaul_proto::units::format_bytes(r.mean_file_size)
+                    ),
+                );
+            } else {
+                r.notes.push(format!(
+                    "metadata not judged: the destination creates {:.0} files/s ({} for files of {}); give --source PATH to judge it against the files you will send",
                     c.files_per_second,
+                    longhaul_proto::units::format_rate(carries),
                     longhaul_proto::units::format_bytes(r.mean_file_size)
-                ),
-            );
+                ));
+            }
         }
     }
     // For the window, the sender's send buffers and the receiver's receive buffers.

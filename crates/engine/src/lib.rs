@@ -55,6 +55,9 @@ pub enum EngineError {
     Timeout(String),
     #[error("connection closed by {0}")]
     Closed(String),
+    /// The user asked to stop (Ctrl-C); what is done so far is kept.
+    #[error("interrupted: {0}")]
+    Interrupted(String),
     /// The server's identity could not be verified (unknown, changed, not
     /// TLS): nothing was sent.
     #[error("{0}")]

@@ -25,7 +25,7 @@ use crate::sink::RelaySink;
 use crate::sock;
 use crate::stream::DataSocket;
 use crate::xfer::beneath::Anchor;
-use crate::xfer::sink::{into_dir, run_sink, SinkConfig};
+use crate::xfer::sink::{prepare_dest, run_sink, SinkConfig};
 use crate::xfer::source::{run_source, SourceConfig};
 use crate::xfer::storage::{Local, Storage};
 use crate::xfer::{beneath, confine, kind_of, mtime_ns, Export};
@@ -61,6 +61,10 @@ pub struct ServeConfig {
     pub allow_plaintext: bool,
     /// Anonymous clients may run perf tests (`--public-perf`).
     pub public_perf: bool,
+    /// Keep setuid, setgid and sticky bits and world-writable directories
+    /// that clients send with `-p` (`--keep-special-modes`); stripped
+    /// otherwise.
+    pub keep_special_modes: bool,
     /// Every client may do everything, without credentials (the demo's
     /// in-process server). Never set by `longhaul serve`.
     pub open_access: bool,
@@ -80,6 +84,7 @@ impl Default for ServeConfig {
             tls: None,
             allow_plaintext: false,
             public_perf: false,
+            keep_special_modes: false,
             open_access: false,
         }
     }
@@ -986,6 +991,18 @@ fn serve_transfer(
     confine(&ex.root, &dest).map_err(bad)?;
     // Everything this transfer touches resolves beneath the export root.
     let anchor = Anchor::open(&ex.root).map_err(bad)?;
+    let landing = match t.op {
+        Op::Push => {
+            let slash = if t.dest_dir && !t.dest.is_empty() {
+                "/"
+            } else {
+                ""
+            };
+            let shown = format!("{}/{}{slash}", ex.name, t.dest);
+            prepare_dest(&anchor, &dest, &shown, t).map_err(bad)?
+        }
+        Op::Pull => longhaul_proto::xfer::Landing::Into,
+    };
     let (guard, rx) = register(shared).map_err(refuse)?;
     let max_files = crate::xfer::files_in_flight_cap();
     conn.send(&Message::TransferAccept(TransferAccept {
@@ -1036,9 +1053,11 @@ fn serve_transfer(
             SinkConfig {
                 digest_out: None,
                 progress: Default::default(),
-                into_dir: !t.contents && into_dir(&dest, t.source_count),
+                landing,
+                dest_shown: format!("{}/{}", ex.name, t.dest),
                 dest,
                 preserve: t.preserve,
+                keep_special_modes: shared.cfg.keep_special_modes,
                 force: t.force,
                 sync_files: shared.cfg.sync_files,
                 verify: t.verify,

@@ -17,8 +17,8 @@ use longhaul_proto::xfer::*;
 fn hello(role: Role) -> Vec<u8> {
     let mut b = MAGIC.to_vec();
     Message::Hello(Hello {
-        min_version: 1,
-        max_version: 1,
+        min_version: longhaul_proto::msg::PROTOCOL_VERSION,
+        max_version: longhaul_proto::msg::PROTOCOL_VERSION,
         software: "hostile test".into(),
         role,
         token: None,
@@ -200,6 +200,8 @@ fn request(op: Op, dest: &str, sources: Vec<String>) -> Message {
         dry_run: false,
         verify: false,
         contents: false,
+        dest_dir: false,
+        mkpath: false,
         direct: false,
         tuning: Default::default(),
     })
@@ -351,6 +353,9 @@ fn a_symlink_swapped_in_mid_transfer_leads_nowhere() {
     data.write_all(&header.encode()).unwrap();
     data.write_all(payload).unwrap();
     data.write_all(blake3::hash(payload).as_bytes()).unwrap();
+    // The source read it whole and it did not change: the sink may finish it.
+    c.send(&Message::FileSealed(FileSealed { id: 2, resends: 0 }))
+        .unwrap();
     c.send(&Message::EntriesEnd(EntriesEnd { files: 1 }))
         .unwrap();
     loop {

@@ -13,9 +13,9 @@ use crate::xfer;
 use crate::ProtoError;
 
 /// The protocol version this build speaks best.
-pub const PROTOCOL_VERSION: u16 = 1;
+pub const PROTOCOL_VERSION: u16 = 2;
 /// The oldest protocol version this build still speaks.
-pub const MIN_PROTOCOL_VERSION: u16 = 1;
+pub const MIN_PROTOCOL_VERSION: u16 = 2;
 
 /// What a connection is for, declared in its [`Hello`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -300,6 +300,7 @@ pub enum Message {
     Wants(xfer::Wants),
     Resend(xfer::Resend),
     FileDone(xfer::FileDone),
+    FileSealed(xfer::FileSealed),
     EntriesEnd(xfer::EntriesEnd),
     TransferDone(xfer::SinkReport),
     ListRequest(xfer::ListRequest),
@@ -337,6 +338,7 @@ pub mod kind {
     pub const LISTING: u8 = 0x39;
     pub const SOURCE_DONE: u8 = 0x3a;
     pub const SOURCE_INTERVAL: u8 = 0x3b;
+    pub const FILE_SEALED: u8 = 0x3c;
     pub const PROBE: u8 = 0x40;
     pub const PROBE_RESULT: u8 = 0x41;
 }
@@ -363,6 +365,7 @@ impl Message {
             Message::Wants(_) => kind::WANTS,
             Message::Resend(_) => kind::RESEND,
             Message::FileDone(_) => kind::FILE_DONE,
+            Message::FileSealed(_) => kind::FILE_SEALED,
             Message::EntriesEnd(_) => kind::ENTRIES_END,
             Message::TransferDone(_) => kind::TRANSFER_DONE,
             Message::ListRequest(_) => kind::LIST_REQUEST,
@@ -396,6 +399,7 @@ impl Message {
             Message::Wants(_) => "wants",
             Message::Resend(_) => "resend",
             Message::FileDone(_) => "file_done",
+            Message::FileSealed(_) => "file_sealed",
             Message::EntriesEnd(_) => "entries_end",
             Message::TransferDone(_) => "transfer_done",
             Message::ListRequest(_) => "list_request",
@@ -429,6 +433,7 @@ impl Message {
             Message::Wants(m) => serde_json::to_vec(m),
             Message::Resend(m) => serde_json::to_vec(m),
             Message::FileDone(m) => serde_json::to_vec(m),
+            Message::FileSealed(m) => serde_json::to_vec(m),
             Message::EntriesEnd(m) => serde_json::to_vec(m),
             Message::TransferDone(m) => serde_json::to_vec(m),
             Message::ListRequest(m) => serde_json::to_vec(m),
@@ -472,6 +477,7 @@ impl Message {
             kind::WANTS => Message::Wants(body(k, b)?),
             kind::RESEND => Message::Resend(body(k, b)?),
             kind::FILE_DONE => Message::FileDone(body(k, b)?),
+            kind::FILE_SEALED => Message::FileSealed(body(k, b)?),
             kind::ENTRIES_END => Message::EntriesEnd(body(k, b)?),
             kind::TRANSFER_DONE => Message::TransferDone(body(k, b)?),
             kind::LIST_REQUEST => Message::ListRequest(body(k, b)?),
@@ -514,6 +520,14 @@ mod tests {
                 reason: "interrupted".into(),
             }),
             Message::Active(Active { streams: 3 }),
+            Message::FileSealed(crate::xfer::FileSealed { id: 9, resends: 2 }),
+            Message::FileDone(crate::xfer::FileDone {
+                id: 9,
+                error: Some("changed".into()),
+                changed: true,
+                retried: true,
+                ..Default::default()
+            }),
             Message::Probe(crate::disk::ProbeRequest {
                 export: "data".into(),
                 path: "a/b".into(),
@@ -554,6 +568,7 @@ mod tests {
             Message::SourceDone(crate::xfer::SourceDone {
                 read_bytes: 1,
                 read_us: 2,
+                resent_changed: 1,
                 tuning: Some(crate::tune::TuningReport {
                     online: true,
                     initial_streams: 8,

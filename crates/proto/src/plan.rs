@@ -87,13 +87,14 @@ impl Planner {
 
     /// Queues a file; `skip` lists ranges `[first, end)` of chunk indices
     /// already verified at the destination (any order, overlaps allowed).
+    /// Returns how many of its chunks it will hand out.
     pub fn add(
         &mut self,
         file: u64,
         size: u64,
         chunk_size: u64,
         mut skip: Vec<[u32; 2]>,
-    ) -> Result<(), ChunkSizeError> {
+    ) -> Result<u64, ChunkSizeError> {
         let count = chunk_count(size, chunk_size);
         if !(64 << 10..=1 << 31).contains(&chunk_size) || count > u64::from(u32::MAX) {
             return Err(ChunkSizeError { size, chunk_size });
@@ -107,6 +108,10 @@ impl Planner {
                 _ => merged.push(r),
             }
         }
+        let skipped: u64 = merged
+            .iter()
+            .map(|r| u64::from(r[1]).min(count) - u64::from(r[0]).min(count))
+            .sum();
         self.files.push_back(Pending {
             file,
             size,
@@ -116,7 +121,7 @@ impl Planner {
             skip: merged,
             skip_at: 0,
         });
-        Ok(())
+        Ok(count - skipped)
     }
 
     /// The next chunk to send, if any is left.
@@ -219,8 +224,9 @@ mod tests {
                 if let Some(&r) = ranges.first() {
                     ranges.push(r);
                 }
+                let handed_out = p.add(f as u64, size, chunk, ranges).unwrap();
+                prop_assert_eq!(handed_out, u64::from(count) - skip.len() as u64);
                 skipped.push(skip);
-                p.add(f as u64, size, chunk, ranges).unwrap();
             }
             // Streams take turns pulling, as workers do.
             let mut per_stream: Vec<Vec<Chunk>> = vec![Vec::new(); streams];

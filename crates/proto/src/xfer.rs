@@ -55,10 +55,17 @@ pub struct TransferRequest {
     /// compare it with the verified chunk hashes.
     #[serde(default)]
     pub verify: bool,
-    /// The one source's contents go into `dest`, which then mirrors it
-    /// (`sync SRC/ DST`, rsync's trailing-slash rule), instead of `dest/NAME`.
+    /// The sources' contents go into `dest`, which then mirrors them
+    /// (`SRC/`, rsync's trailing-slash rule), instead of `dest/NAME`.
     #[serde(default)]
     pub contents: bool,
+    /// Push: the destination was named with a trailing `/`, so it must be
+    /// a directory (see [`landing`]).
+    #[serde(default)]
+    pub dest_dir: bool,
+    /// Push: create the destination's missing directories (`--mkpath`).
+    #[serde(default)]
+    pub mkpath: bool,
     /// Use O_DIRECT for file data on the server's side too (`--direct`).
     #[serde(default)]
     pub direct: bool,
@@ -210,7 +217,7 @@ pub struct Resend {
     pub index: u32,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FileDone {
     pub id: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -218,6 +225,30 @@ pub struct FileDone {
     /// BLAKE3 over the file's chunk hashes in order (hex), when it succeeded.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub digest: Option<String>,
+    /// Source to sink: the file changed while it was read, so what arrived
+    /// of it may mix two versions: the sink discards its partial file and
+    /// journal.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub changed: bool,
+    /// Source to sink, with `changed`: the file is announced again under a
+    /// new id, which takes this one's place in [`EntriesEnd::files`]; this
+    /// id is neither done nor failed.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub retried: bool,
+}
+
+/// Source to sink: every read of file `id` so far is done, and the file
+/// did not change from its announcement to the end of those reads (same
+/// inode, size, mtime and ctime, checked on the open descriptor as GNU tar
+/// does). `resends` counts the [`Resend`]s of this file served before the
+/// check. The sink renames a file into place only once every chunk is
+/// verified and it holds a seal covering every resend it asked for, so
+/// that a file changed while it was read never arrives torn.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FileSealed {
+    pub id: u64,
+    #[serde(default)]
+    pub resends: u32,
 }
 
 /// The source has announced everything.
@@ -229,11 +260,15 @@ pub struct EntriesEnd {
 /// The sink's final account.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct SinkReport {
-    /// With `dry_run`: the files that would be sent.
+    /// With `dry_run`: what would be sent or linked, each as `SOURCE ->
+    /// DESTINATION` (where it would land, as the user named the destination).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub would_send: Vec<String>,
     pub files: u64,
     pub bytes: u64,
+    /// Symbolic links created (or already there, pointing the same way).
+    #[serde(default)]
+    pub links: u64,
     pub skipped: u64,
     pub resumed_bytes: u64,
     pub deleted: Vec<String>,
@@ -253,9 +288,16 @@ pub struct SourceDone {
     /// Bytes read from storage and busy time of those reads, microseconds.
     pub read_bytes: u64,
     pub read_us: u64,
+    /// Files that changed while they were read and were sent again.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub resent_changed: u64,
     /// What the source's tuner chose.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tuning: Option<crate::tune::TuningReport>,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -368,6 +410,106 @@ pub struct Remote {
     pub export: String,
     /// Path within the export, `/`-separated, no leading slash; "" is the root.
     pub path: String,
+    /// Named with a trailing `/` (or as the export itself): a directory.
+    pub dir: bool,
+}
+
+/// How sources land at a destination. One rule for `cp` and `sync`,
+/// rsync's (README, "Where files land"):
+///
+/// - a source named with a trailing `/` stands for its contents, which go
+///   *onto* the destination (created if missing: it becomes the copy);
+/// - otherwise, if the destination is an existing directory, is named with
+///   a trailing `/`, or there are several sources, each source goes *into*
+///   it under its own name, and the destination must already be a
+///   directory;
+/// - otherwise the one source is copied *onto* the destination's name
+///   (a file renamed, a tree copied to a new name).
+///
+/// Missing directories are never created on a guess: a destination
+/// directory that must exist and does not, or the parent of a new name,
+/// is created only with `mkpath` (rsync's `--mkpath`); otherwise refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Landing {
+    /// `dest/NAME/...`: entries keep the source's own name.
+    Into,
+    /// `dest/...`: the source's own name is replaced by the destination.
+    Onto,
+}
+
+/// What is at the destination path now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DestState {
+    Dir,
+    /// Something that is not a directory (a file, a link).
+    Other,
+    /// Nothing; `parent` says whether its parent directory exists.
+    Missing {
+        parent: bool,
+    },
+}
+
+/// What the sink must create before entries arrive.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Create {
+    Nothing,
+    /// The destination directory itself, with any missing parents (mkpath).
+    Dest,
+    /// The missing parents of the destination (mkpath); the destination
+    /// itself is made by the copy.
+    Parents,
+}
+
+/// A destination the rule refuses, worded for "the destination {shown} ...".
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DestError {
+    #[error("{0} does not exist: create it first, or pass --mkpath to create it")]
+    MissingDir(String),
+    #[error("the directory that would hold {0} does not exist: create it first, or pass --mkpath")]
+    MissingParent(String),
+    #[error("{0} is not a directory, but {1}")]
+    NotADir(String, &'static str),
+}
+
+/// Applies the rule of [`Landing`]: `shown` names the destination in
+/// errors, `sources` counts them, `contents` says they were named `SRC/`,
+/// `dest_dir` that the destination was named with a trailing `/`.
+pub fn landing(
+    shown: &str,
+    sources: u32,
+    contents: bool,
+    dest_dir: bool,
+    state: DestState,
+    mkpath: bool,
+) -> Result<(Landing, Create), DestError> {
+    let into = !contents && (sources > 1 || dest_dir || state == DestState::Dir);
+    if into {
+        return match state {
+            DestState::Dir => Ok((Landing::Into, Create::Nothing)),
+            DestState::Other => Err(DestError::NotADir(
+                shown.to_string(),
+                if sources > 1 {
+                    "several sources go into a directory"
+                } else {
+                    "it was named with a trailing '/'"
+                },
+            )),
+            DestState::Missing { .. } if mkpath => Ok((Landing::Into, Create::Dest)),
+            DestState::Missing { .. } => Err(DestError::MissingDir(shown.to_string())),
+        };
+    }
+    match state {
+        DestState::Dir => Ok((Landing::Onto, Create::Nothing)),
+        DestState::Other if contents => Err(DestError::NotADir(
+            shown.to_string(),
+            "a directory's contents (SRC/) go into a directory",
+        )),
+        DestState::Other | DestState::Missing { parent: true } => {
+            Ok((Landing::Onto, Create::Nothing))
+        }
+        DestState::Missing { parent: false } if mkpath => Ok((Landing::Onto, Create::Parents)),
+        DestState::Missing { parent: false } => Err(DestError::MissingParent(shown.to_string())),
+    }
 }
 
 /// Parses an argument as a remote location; `None` means it is a local path.
@@ -402,10 +544,12 @@ pub fn parse_remote(arg: &str) -> Option<Remote> {
     };
     let rest = rest.trim_start_matches('/');
     let (export, path) = rest.split_once('/').unwrap_or((rest, ""));
+    let path = path.trim_end_matches('/');
     Some(Remote {
         host,
         export: export.to_string(),
-        path: path.trim_end_matches('/').to_string(),
+        path: path.to_string(),
+        dir: path.is_empty() || rest.ends_with('/'),
     })
 }
 
@@ -570,8 +714,11 @@ mod tests {
             (r.host.as_str(), r.export.as_str(), r.path.as_str()),
             ("dtn1", "data", "run7")
         );
+        assert!(r.dir);
         let r = parse_remote("dtn1:data").unwrap();
         assert_eq!((r.export.as_str(), r.path.as_str()), ("data", ""));
+        assert!(r.dir, "an export's root is a directory");
+        assert!(!parse_remote("dtn1:data/run7").unwrap().dir);
         let r = parse_remote("[::1]:data/x").unwrap();
         assert_eq!((r.host.as_str(), r.export.as_str()), ("[::1]", "data"));
         let r = parse_remote("dtn1:5311:data/x").unwrap();
@@ -584,6 +731,72 @@ mod tests {
         assert_eq!(parse_remote("./a:b"), None);
         assert_eq!(parse_remote("/tmp/x"), None);
         assert_eq!(parse_remote("plain"), None);
+    }
+
+    #[test]
+    fn where_sources_land() {
+        use DestState::*;
+        let l = |n, contents, slash, st, mk| landing("D", n, contents, slash, st, mk);
+        // An existing directory: into it, whatever the slash.
+        assert_eq!(
+            l(1, false, false, Dir, false),
+            Ok((Landing::Into, Create::Nothing))
+        );
+        assert_eq!(
+            l(1, false, true, Dir, false),
+            Ok((Landing::Into, Create::Nothing))
+        );
+        // One source onto a new name, or over a file.
+        let onto = Ok((Landing::Onto, Create::Nothing));
+        assert_eq!(l(1, false, false, Missing { parent: true }, false), onto);
+        assert_eq!(l(1, false, false, Other, false), onto);
+        // A trailing slash names a directory: never a file, never guessed.
+        assert!(matches!(
+            l(1, false, true, Missing { parent: false }, false),
+            Err(DestError::MissingDir(_))
+        ));
+        assert!(matches!(
+            l(1, false, true, Missing { parent: true }, false),
+            Err(DestError::MissingDir(_))
+        ));
+        assert_eq!(
+            l(1, false, true, Missing { parent: false }, true),
+            Ok((Landing::Into, Create::Dest))
+        );
+        assert!(matches!(
+            l(1, false, true, Other, false),
+            Err(DestError::NotADir(..))
+        ));
+        // Several sources need a directory.
+        assert!(matches!(
+            l(2, false, false, Missing { parent: true }, false),
+            Err(DestError::MissingDir(_))
+        ));
+        assert!(matches!(
+            l(3, false, false, Other, true),
+            Err(DestError::NotADir(..))
+        ));
+        // A new name's parent is created only with mkpath.
+        assert!(matches!(
+            l(1, false, false, Missing { parent: false }, false),
+            Err(DestError::MissingParent(_))
+        ));
+        assert_eq!(
+            l(1, false, false, Missing { parent: false }, true),
+            Ok((Landing::Onto, Create::Parents))
+        );
+        // SRC/: the contents, onto the destination, made if its parent is there.
+        assert_eq!(l(1, true, true, Dir, false), onto);
+        assert_eq!(l(1, true, true, Missing { parent: true }, false), onto);
+        assert_eq!(l(2, true, false, Dir, false), onto);
+        assert!(matches!(
+            l(1, true, false, Other, false),
+            Err(DestError::NotADir(..))
+        ));
+        assert!(matches!(
+            l(1, true, false, Missing { parent: false }, false),
+            Err(DestError::MissingParent(_))
+        ));
     }
 
     #[test]

@@ -5,6 +5,7 @@
 #![allow(dead_code)]
 
 pub mod wan;
+pub mod xfer;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

@@ -12,7 +12,7 @@ use longhaul_proto::msg::{Direction, Message};
 use longhaul_proto::xfer::*;
 
 use super::beneath::Anchor;
-use super::sink::{into_dir, run_sink, SinkConfig};
+use super::sink::{run_sink, SinkConfig};
 use super::source::{run_source, SourceConfig};
 use super::storage::{Direct, Local, Storage};
 use crate::client::{open_control, open_control_early, present, ClientOptions, Control, Dialer};
@@ -35,6 +35,12 @@ pub struct CpOptions {
     pub congestion: Option<String>,
     pub chunk_size: Option<u64>,
     pub force: bool,
+    /// With `preserve`: keep setuid, setgid and sticky bits and
+    /// world-writable directories (stripped otherwise).
+    pub keep_special_modes: bool,
+    /// Create missing directories of the destination (rsync's `--mkpath`);
+    /// without it a destination whose directory does not exist is refused.
+    pub mkpath: bool,
     /// Connection attempts after the first, with backoff, before giving up.
     pub retries: u32,
     pub sync_files: bool,
@@ -67,6 +73,11 @@ pub struct CpOptions {
 pub struct CpSummary {
     pub files: u64,
     pub bytes: u64,
+    /// Symbolic links created as links (never followed).
+    pub links: u64,
+    /// Files that changed while they were read and were sent again (each
+    /// is verified against what was read the last time).
+    pub resent_changed: u64,
     pub seconds: f64,
     pub bits_per_second: f64,
     /// True only if every file was verified at the destination.
@@ -122,6 +133,8 @@ enum Plan {
         host: String,
         export: String,
         dest: String,
+        /// Named with a trailing `/`.
+        dest_dir: bool,
         roots: Vec<PathBuf>,
     },
     Pull {
@@ -133,6 +146,12 @@ enum Plan {
 }
 
 fn plan(o: &CpOptions) -> Result<Plan, EngineError> {
+    let slashed = o.sources.iter().filter(|s| s.ends_with('/')).count();
+    if slashed > 0 && slashed < o.sources.len() {
+        return Err(EngineError::Usage(
+            "name every source with a trailing '/' (copy their contents) or none (copy them by name), not a mix".into(),
+        ));
+    }
     let dest_remote = parse_remote(&o.dest);
     let remotes: Vec<Option<Remote>> = o.sources.iter().map(|s| parse_remote(s)).collect();
     match dest_remote {
@@ -146,6 +165,7 @@ fn plan(o: &CpOptions) -> Result<Plan, EngineError> {
                 host: d.host,
                 export: d.export,
                 dest: d.path,
+                dest_dir: d.dir,
                 roots: o.sources.iter().map(PathBuf::from).collect(),
             })
         }
@@ -187,6 +207,8 @@ impl CpOptions {
             congestion: None,
             chunk_size: None,
             force: false,
+            mkpath: false,
+            keep_special_modes: false,
             retries: 0,
             sync_files: true,
             direct: false,
@@ -202,10 +224,10 @@ impl CpOptions {
         }
     }
 
-    /// `sync SRC/ DST`: one source named with a trailing slash means its
-    /// contents, as in rsync.
+    /// `SRC/`: sources named with a trailing slash stand for their
+    /// contents, as in rsync (see [`landing`]).
     fn contents(&self) -> bool {
-        self.sync.is_some() && self.sources.len() == 1 && self.sources[0].ends_with('/')
+        self.sources.iter().all(|s| s.ends_with('/'))
     }
 }
 
@@ -528,6 +550,8 @@ fn cp_once(
         dry_run: o.dry_run,
         verify: o.verify,
         contents: o.contents(),
+        dest_dir: false,
+        mkpath: o.mkpath,
         direct: o.direct,
         tuning: tuning.clone(),
     };
@@ -538,12 +562,18 @@ fn cp_once(
         ..CpSummary::default()
     };
     match plan {
-        Plan::Push { dest, roots, .. } => {
+        Plan::Push {
+            dest,
+            dest_dir,
+            roots,
+            ..
+        } => {
             for r in roots {
                 std::fs::symlink_metadata(r)
                     .map_err(|e| EngineError::Usage(format!("cannot read {}: {e}", r.display())))?;
             }
             req.dest = dest.clone();
+            req.dest_dir = *dest_dir;
             let accept = request(&mut ctl, req, &o.client)?;
             let token = accept.token;
             let cap = accept
@@ -586,6 +616,8 @@ fn cp_once(
             )?;
             s.tuning = r.tuning.clone();
             s.files = r.files;
+            s.links = r.sink.links;
+            s.resent_changed = r.resent_changed;
             s.bytes = r.bytes;
             s.skipped = r.skipped;
             s.resumed_bytes = r.resumed_bytes;
@@ -603,25 +635,7 @@ fn cp_once(
         Plan::Pull { sources, dest, .. } => {
             req.op = Op::Pull;
             req.sources = sources.clone();
-            // What the server sends stays beneath the destination (or the
-            // directory that will hold it, for a single file or tree
-            // copied to a new name), whatever names it sends.
-            let dest = std::path::absolute(dest)
-                .map_err(|e| EngineError::Usage(format!("{}: {e}", dest.display())))?;
-            let into = !o.contents() && into_dir(&dest, o.sources.len() as u32);
-            let root = if into || o.contents() {
-                dest.clone()
-            } else {
-                dest.parent()
-                    .map(Path::to_path_buf)
-                    .unwrap_or_else(|| dest.clone())
-            };
-            if !o.dry_run {
-                std::fs::create_dir_all(&root).map_err(|e| {
-                    EngineError::Usage(format!("cannot create {}: {e}", root.display()))
-                })?;
-            }
-            let anchor = Anchor::open(&root)?;
+            let (dest, landing, anchor) = local_dest(o, dest)?;
             let dest = &dest;
             let token = request(&mut ctl, req, &o.client)?.token;
             let data = attach_streams(
@@ -639,9 +653,11 @@ fn cp_once(
                 SinkConfig {
                     digest_out: digest_out.clone(),
                     progress: o.progress.clone(),
-                    into_dir: into,
+                    landing,
                     dest: dest.clone(),
+                    dest_shown: o.dest.clone(),
                     preserve: o.preserve,
+                    keep_special_modes: o.keep_special_modes,
                     force: o.force,
                     sync_files: o.sync_files,
                     verify: o.verify,
@@ -654,6 +670,7 @@ fn cp_once(
                 },
             )?;
             s.files = r.files;
+            s.links = r.links;
             s.bytes = r.bytes;
             s.skipped = r.skipped;
             s.resumed_bytes = r.resumed_bytes;
@@ -664,6 +681,7 @@ fn cp_once(
             if let Some(d) = &r.source {
                 s.source_read_bps = stage_rate(d.read_bytes, d.read_us, streams);
                 s.tuning = d.tuning.clone();
+                s.resent_changed = d.resent_changed;
             }
         }
     }
@@ -675,6 +693,58 @@ fn cp_once(
     s.network_bps = s.bits_per_second;
     s.verified = s.failed.is_empty();
     Ok(s)
+}
+
+/// A pull's destination, by the rule of [`landing`]: where entries land
+/// and the anchor everything written stays beneath (the destination, or
+/// the directory that holds it when the source becomes it), whatever
+/// names the server sends. The user's own links on the way are followed:
+/// the path is theirs to choose.
+fn local_dest(o: &CpOptions, dest: &Path) -> Result<(PathBuf, Landing, Anchor), EngineError> {
+    let abs = std::path::absolute(dest)
+        .map_err(|e| EngineError::Usage(format!("{}: {e}", dest.display())))?;
+    let parent = abs
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| abs.clone());
+    let state = match std::fs::metadata(&abs) {
+        Ok(m) if m.is_dir() => DestState::Dir,
+        Ok(_) => DestState::Other,
+        Err(_) if std::fs::symlink_metadata(&abs).is_ok() => DestState::Other,
+        Err(_) => DestState::Missing {
+            parent: parent.is_dir(),
+        },
+    };
+    let (landing, create) = landing(
+        &o.dest,
+        o.sources.len() as u32,
+        o.contents(),
+        o.dest.ends_with('/'),
+        state,
+        o.mkpath,
+    )
+    .map_err(|e| EngineError::Usage(format!("destination {e}")))?;
+    let make = match create {
+        Create::Nothing => None,
+        Create::Dest => Some(&abs),
+        Create::Parents => Some(&parent),
+    };
+    if let (Some(dir), false) = (make, o.dry_run) {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| EngineError::Usage(format!("cannot create {}: {e}", dir.display())))?;
+    }
+    let mut root = match landing {
+        Landing::Into => abs.clone(),
+        Landing::Onto => parent,
+    };
+    // A dry run creates nothing: it looks from what exists.
+    while o.dry_run && !root.is_dir() {
+        match root.parent() {
+            Some(p) => root = p.to_path_buf(),
+            None => break,
+        }
+    }
+    Ok((abs, landing, Anchor::open(&root)?))
 }
 
 /// A stage's rate on its own: bytes over busy time, with `parallel` workers.

@@ -80,8 +80,8 @@ pub struct Progress {
 impl Progress {
     fn check_interrupt(&self) -> Result<(), EngineError> {
         if self.interrupt.load(std::sync::atomic::Ordering::Relaxed) {
-            Err(EngineError::Failed(
-                "interrupted; run the same command again to resume".into(),
+            Err(EngineError::Interrupted(
+                "run the same command again to resume".into(),
             ))
         } else {
             Ok(())
@@ -158,9 +158,11 @@ pub fn beneath(root: &Path, rel: &str) -> Result<PathBuf, EngineError> {
 
 /// Checks that `path` (which need not exist yet) resolves beneath `root`
 /// once symlinks are followed: its deepest existing ancestor, resolved,
-/// must lie under the resolved root. This closes links planted in an
-/// export; a race with a link swapped in afterwards is left to the
-/// openat2-based confinement of the security work.
+/// must lie under the resolved root. A final component that is a symlink
+/// is not followed (links are copied as links, never through), so a lone
+/// link, dangling or pointing anywhere, passes if its directory does.
+/// The race-free guard is [`beneath::Anchor`]; this is the early check
+/// that gives a clear error.
 pub fn confine(root: &Path, path: &Path) -> Result<(), EngineError> {
     let root_c = root
         .canonicalize()
@@ -172,6 +174,9 @@ pub fn confine(root: &Path, path: &Path) -> Result<(), EngineError> {
             None => break,
         }
     }
+    if std::fs::symlink_metadata(existing).is_ok_and(|m| m.file_type().is_symlink()) {
+        existing = existing.parent().unwrap_or(existing);
+    }
     let resolved = existing
         .canonicalize()
         .map_err(|e| EngineError::Usage(format!("cannot resolve the path: {e}")))?;
@@ -181,6 +186,53 @@ pub fn confine(root: &Path, path: &Path) -> Result<(), EngineError> {
         Err(EngineError::Usage(
             "path refused: it leads outside the export through a symbolic link".into(),
         ))
+    }
+}
+
+/// What tells one version of a file from another: taken when the source
+/// announces a file, compared on the open descriptor before its first read
+/// and after its last (GNU tar's check, with the inode so that a file
+/// replaced by a rename is caught too).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Stamp {
+    pub dev: u64,
+    pub ino: u64,
+    pub size: u64,
+    pub mtime_ns: i64,
+    pub ctime_ns: i64,
+}
+
+impl Stamp {
+    pub fn of(m: &std::fs::Metadata) -> Stamp {
+        use std::os::unix::fs::MetadataExt;
+        Stamp {
+            dev: m.dev(),
+            ino: m.ino(),
+            size: m.len(),
+            mtime_ns: mtime_ns(m),
+            ctime_ns: m
+                .ctime()
+                .saturating_mul(1_000_000_000)
+                .saturating_add(m.ctime_nsec()),
+        }
+    }
+
+    /// What changed from `self` to `now`, in words; None if nothing did.
+    pub fn changed(&self, now: &Stamp) -> Option<String> {
+        if (self.dev, self.ino) != (now.dev, now.ino) {
+            Some("it was replaced by another file".into())
+        } else if self.size != now.size {
+            Some(format!(
+                "its size went from {} to {} bytes",
+                self.size, now.size
+            ))
+        } else if self.mtime_ns != now.mtime_ns {
+            Some("its modification time changed".into())
+        } else if self.ctime_ns != now.ctime_ns {
+            Some("its status-change time changed".into())
+        } else {
+            None
+        }
     }
 }
 

@@ -30,10 +30,17 @@ pub struct SinkConfig {
     pub progress: Arc<super::Progress>,
     /// The destination as named by the request.
     pub dest: PathBuf,
-    /// Entries go inside `dest` (it is a directory, or there are several
-    /// sources); otherwise the one source becomes `dest`.
-    pub into_dir: bool,
+    /// The destination as its user knows it (`data/run7/` on a server,
+    /// the local path on a client): where `--dry-run` says files land.
+    pub dest_shown: String,
+    /// Whether entries go inside `dest` under their own name, or the
+    /// source becomes `dest` (see [`Landing`]).
+    pub landing: Landing,
     pub preserve: bool,
+    /// With `preserve`: keep setuid, setgid and sticky bits and
+    /// world-writable directories as the source has them. Off, they are
+    /// stripped: a peer cannot plant a setuid file or an open directory.
+    pub keep_special_modes: bool,
     pub force: bool,
     /// fdatasync each file before it is renamed into place.
     pub sync_files: bool,
@@ -60,9 +67,39 @@ impl SinkConfig {
     pub fn target(&self, entry_path: &str) -> Result<PathBuf, EngineError> {
         let comps = components(entry_path).map_err(|e| EngineError::Usage(e.to_string()))?;
         let mut p = self.dest.clone();
-        let skip = usize::from(!self.into_dir);
-        p.extend(comps.into_iter().skip(skip));
+        p.extend(comps.into_iter().skip(self.skipped_components()));
         Ok(p)
+    }
+
+    fn skipped_components(&self) -> usize {
+        usize::from(self.landing == Landing::Onto)
+    }
+
+    /// Where an entry lands, as the user named the destination.
+    pub fn shown(&self, entry_path: &str) -> String {
+        let rest: Vec<&str> = entry_path
+            .split('/')
+            .skip(self.skipped_components())
+            .collect();
+        let base = self.dest_shown.trim_end_matches('/');
+        match (rest.is_empty(), base.is_empty()) {
+            (true, _) => self.dest_shown.clone(),
+            (false, true) => rest.join("/"),
+            (false, false) => format!("{base}/{}", rest.join("/")),
+        }
+    }
+
+    /// The permission bits to give an entry with `preserve`.
+    fn mode_of(&self, e: &Entry) -> u32 {
+        let mode = e.mode & 0o7777;
+        if self.keep_special_modes {
+            return mode;
+        }
+        let mut strip = 0o7000;
+        if e.kind == Kind::Dir {
+            strip |= 0o002;
+        }
+        mode & !strip
     }
 }
 
@@ -76,9 +113,56 @@ impl SinkConfig {
     }
 }
 
-/// Decides `into_dir` the way `cp` does.
-pub fn into_dir(dest: &Path, source_count: u32) -> bool {
-    source_count > 1 || std::fs::metadata(dest).is_ok_and(|m| m.is_dir())
+/// Applies the destination rule ([`landing`]) of a push at the server,
+/// before any entry arrives: looks at what `dest` is now (through
+/// `anchor`, never following a link), refuses what the rule refuses, and
+/// creates the directories `--mkpath` asks for (not in a dry run).
+pub fn prepare_dest(
+    anchor: &Anchor,
+    dest: &Path,
+    shown: &str,
+    t: &TransferRequest,
+) -> Result<Landing, EngineError> {
+    let state = dest_state(anchor, dest);
+    let (landing, create) = landing(
+        shown,
+        t.source_count,
+        t.contents,
+        t.dest_dir,
+        state,
+        t.mkpath,
+    )
+    .map_err(|e| EngineError::Usage(format!("destination {e}")))?;
+    if !t.dry_run {
+        match create {
+            Create::Nothing => {}
+            Create::Dest => {
+                anchor.dir(dest, true)?;
+            }
+            Create::Parents => {
+                if let Some(parent) = dest.parent() {
+                    anchor.dir(parent, true)?;
+                }
+            }
+        }
+    }
+    Ok(landing)
+}
+
+/// What is at `dest` now, seen beneath `anchor` without following links.
+fn dest_state(anchor: &Anchor, dest: &Path) -> DestState {
+    match anchor
+        .anchored(dest)
+        .ok()
+        .and_then(|p| std::fs::symlink_metadata(p).ok())
+    {
+        Some(m) if m.is_dir() => DestState::Dir,
+        Some(_) => DestState::Other,
+        None if dest == anchor.root() => DestState::Dir,
+        None => DestState::Missing {
+            parent: dest.parent().is_some_and(|p| anchor.dir(p, false).is_ok()),
+        },
+    }
 }
 
 struct FileState {
@@ -113,6 +197,25 @@ struct Progress {
     failed: bool,
     /// Set by whoever finishes the file, so that it is finished once.
     claimed: bool,
+    /// The source's latest seal: every read it made of the file, this
+    /// many resends included, showed the file unchanged.
+    sealed: Option<u32>,
+    /// Resends of this file asked of the source.
+    resends_asked: u32,
+}
+
+impl Progress {
+    /// Claims the file for finishing if it is complete: every chunk
+    /// verified, and sealed by the source after every read it was asked
+    /// for. True once, for the one caller that finishes it.
+    fn claim(&mut self) -> bool {
+        let take = self.remaining == 0
+            && !self.claimed
+            && !self.failed
+            && self.sealed.is_some_and(|s| s >= self.resends_asked);
+        self.claimed |= take;
+        take
+    }
 }
 
 enum Event {
@@ -307,6 +410,9 @@ fn control(
                     }
                 }
                 Event::Resend(r) => {
+                    if let Some(f) = files.lock().expect("poisoned").get(&r.id) {
+                        f.inner.lock().expect("poisoned").resends_asked += 1;
+                    }
                     let n = resends.entry((r.id, r.index)).or_insert(0);
                     *n += 1;
                     if *n > 3 {
@@ -344,7 +450,7 @@ fn control(
                 if cfg.preserve {
                     let _ = std::fs::set_permissions(
                         d.path(),
-                        std::fs::Permissions::from_mode(e.mode & 0o7777),
+                        std::fs::Permissions::from_mode(cfg.mode_of(e)),
                     );
                 }
                 let _ = super::set_mtime_through(&d.path(), e.mtime_ns);
@@ -404,7 +510,12 @@ fn control(
                                 }
                             }
                         }
-                        Kind::Dir | Kind::Symlink if cfg.dry_run => {}
+                        Kind::Symlink if cfg.dry_run => {
+                            report
+                                .would_send
+                                .push(format!("{} -> {}", e.path, cfg.shown(&e.path)));
+                        }
+                        Kind::Dir if cfg.dry_run => {}
                         Kind::Dir => {
                             match cfg
                                 .target(&e.path)
@@ -415,10 +526,9 @@ fn control(
                             }
                         }
                         Kind::Symlink => {
-                            if let Err(err) =
-                                cfg.target(&e.path).and_then(|t| make_link(&t, &e, cfg))
-                            {
-                                fail(&mut report, &e.path, err.to_string());
+                            match cfg.target(&e.path).and_then(|t| make_link(&t, &e, cfg)) {
+                                Ok(()) => report.links += 1,
+                                Err(err) => fail(&mut report, &e.path, err.to_string()),
                             }
                         }
                         Kind::File => {
@@ -466,29 +576,46 @@ fn control(
                     .lock()
                     .expect("poisoned")
                     .values()
-                    .filter(|f| {
-                        let mut p = f.inner.lock().expect("poisoned");
-                        let take = p.remaining == 0 && !p.claimed;
-                        p.claimed |= take;
-                        take
-                    })
+                    .filter(|f| f.inner.lock().expect("poisoned").claim())
                     .cloned()
                     .collect();
                 for f in ready {
                     let _ = fin.send(f);
                 }
             }
+            Some(Message::FileSealed(seal)) => {
+                let f = files.lock().expect("poisoned").get(&seal.id).cloned();
+                if let Some(f) = f {
+                    let ready = {
+                        let mut p = f.inner.lock().expect("poisoned");
+                        p.sealed = p.sealed.max(Some(seal.resends));
+                        p.claim()
+                    };
+                    if ready {
+                        let _ = fin.send(f);
+                    }
+                }
+            }
             Some(Message::FileDone(d)) => {
-                // The source could not read this file: keep its journal for a retry.
+                // The source could not read this file (its journal stays
+                // for a retry), or it changed while it was read (what
+                // arrived is dropped; `retried`: it comes again, new id).
                 if let Some(path) = unresolved.remove(&d.id) {
-                    resolved += 1;
-                    fail(
-                        &mut report,
-                        &path,
-                        d.error.unwrap_or_else(|| "source failed".into()),
-                    );
                     if let Some(f) = files.lock().expect("poisoned").remove(&d.id) {
                         f.inner.lock().expect("poisoned").failed = true;
+                        slots = slots.saturating_sub(f.slots);
+                        if d.changed {
+                            let _ = std::fs::remove_file(&f.at_part);
+                            let _ = std::fs::remove_file(&f.at_journal);
+                        }
+                    }
+                    if !d.retried {
+                        resolved += 1;
+                        fail(
+                            &mut report,
+                            &path,
+                            d.error.unwrap_or_else(|| "source failed".into()),
+                        );
                     }
                 }
             }
@@ -632,7 +759,9 @@ fn open_file(
         }
     }
     if cfg.dry_run {
-        report.would_send.push(e.path.clone());
+        report
+            .would_send
+            .push(format!("{} -> {}", e.path, cfg.shown(&e.path)));
         report.skipped += 1;
         return Want::Skip { id: e.id };
     }
@@ -656,7 +785,7 @@ fn open_file(
     // Resume: only files of several chunks have a journal; the partial
     // file is opened only when there is one.
     let journal_bytes = if count > 1 {
-        std::fs::read(&at_journal).ok()
+        read_journal(&at_journal, count)
     } else {
         None
     };
@@ -714,11 +843,16 @@ fn open_file(
         if count == 1 {
             return Ok(None);
         }
+        // A new inode: never written through a link planted in its name.
+        match std::fs::remove_file(&at_journal) {
+            Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
+            _ => {}
+        }
         let mut j = OpenOptions::new()
             .write(true)
-            .create(true)
-            .truncate(true)
-            .custom_flags(libc::O_NOFOLLOW)
+            .create_new(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
             .open(&at_journal)?;
         j.write_all(&header.encode())?;
         for (i, h) in hashes.iter().enumerate() {
@@ -752,6 +886,8 @@ fn open_file(
             remaining: count - verified,
             failed: false,
             claimed: false,
+            sealed: None,
+            resends_asked: 0,
         }),
     });
     files.lock().expect("poisoned").insert(e.id, state);
@@ -760,6 +896,33 @@ fn open_file(
         skip,
         resumed_bytes: resumed,
     }
+}
+
+/// Reads a resume journal, if there is a usable one: a regular file with
+/// one name (never through a link, never a FIFO or device, which would
+/// hang or feed the reader without end), no longer than a journal of
+/// `chunks` chunks can be. Anything else is ignored: the file starts over.
+fn read_journal(path: &Path, chunks: u64) -> Option<Vec<u8>> {
+    use std::io::Read;
+    use std::os::unix::fs::MetadataExt;
+    let most = JOURNAL_HEADER_LEN as u64 + chunks.saturating_mul(JOURNAL_RECORD_LEN as u64);
+    let f = super::storage::open_regular(path, OpenOptions::new().read(true)).ok()?;
+    let m = f.metadata().ok()?;
+    if m.nlink() != 1 || m.len() > most {
+        tracing::warn!(
+            "ignoring the journal {}: {}",
+            path.display(),
+            if m.nlink() != 1 {
+                "it has other names (hard links)"
+            } else {
+                "it is longer than a journal of this file can be"
+            }
+        );
+        return None;
+    }
+    let mut bytes = Vec::with_capacity(m.len() as usize);
+    f.take(most).read_to_end(&mut bytes).ok()?;
+    Some(bytes)
 }
 
 /// Makes a complete file durable, gives it its mode and mtime, and renames
@@ -774,7 +937,7 @@ fn finish(f: &FileState, cfg: &SinkConfig, synced: bool) -> FileDone {
             verify(f, cfg)?;
         }
         let mode = if cfg.preserve {
-            f.entry.mode & 0o7777
+            cfg.mode_of(&f.entry)
         } else {
             0o666 & !cfg.umask
         };
@@ -807,13 +970,13 @@ fn finish(f: &FileState, cfg: &SinkConfig, synced: bool) -> FileDone {
     match result {
         Ok(digest) => FileDone {
             id,
-            error: None,
             digest: Some(digest),
+            ..FileDone::default()
         },
         Err(error) => FileDone {
             id,
             error: Some(error),
-            digest: None,
+            ..FileDone::default()
         },
     }
 }
@@ -948,7 +1111,7 @@ fn receive(s: Box<dyn Stream>, files: &Files, tx: &Sender<Event>, fin: &Sender<A
                 FileDone {
                     id: h.file,
                     error: Some(msg),
-                    digest: None,
+                    ..FileDone::default()
                 },
                 0,
             ));
@@ -974,9 +1137,7 @@ fn receive(s: Box<dyn Stream>, files: &Files, tx: &Sender<Event>, fin: &Sender<A
             }
             p.hashes[h.index as usize] = Some(hash);
             p.remaining -= 1;
-            let take = p.remaining == 0 && !p.claimed;
-            p.claimed |= take;
-            take
+            p.claim()
         };
         if complete {
             let _ = fin.send(f.clone());

@@ -8,7 +8,7 @@ use std::io::{self, Write};
 use std::net::{Shutdown, TcpStream};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
@@ -64,6 +64,8 @@ fn at(anchor: &Option<Arc<Anchor>>, path: &Path) -> Result<PathBuf, EngineError>
 pub struct SourceReport {
     pub files: u64,
     pub bytes: u64,
+    /// Files that changed while they were read and were sent again.
+    pub resent_changed: u64,
     pub skipped: u64,
     pub resumed_bytes: u64,
     pub failed: Vec<Failure>,
@@ -91,8 +93,69 @@ struct Walker {
     streams: u16,
 }
 
+/// An entry found by the walk: what is announced, where it is read from,
+/// and the version of it that is announced.
+struct Found {
+    entry: Entry,
+    path: PathBuf,
+    stamp: super::Stamp,
+}
+
+/// The name a root is announced under: the last component the user
+/// named, never what a symbolic link leads to (a lone link is copied as
+/// itself, under its own name). `.`, `..` and `/` have no name of their
+/// own; they are named by the directory they resolve to.
+fn root_name(root: &Path) -> String {
+    root.file_name()
+        .map(|n| n.to_owned())
+        .or_else(|| root.canonicalize().ok()?.file_name().map(|n| n.to_owned()))
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "root".into())
+}
+
 impl Walker {
-    fn entry(&mut self, path: PathBuf, rel: String) -> Result<Option<(Entry, PathBuf)>, Failure> {
+    fn entry(&mut self, path: PathBuf, rel: String) -> Result<Option<Found>, Failure> {
+        let found = self.stat(path, rel)?;
+        if found.entry.kind == Kind::Dir {
+            let (path, rel) = (&found.path, &found.entry.path);
+            let fail = |error: String| Failure {
+                path: rel.clone(),
+                error,
+            };
+            if !self.recursive {
+                return Err(fail(format!(
+                    "{} is a directory: use -r to copy trees",
+                    path.display()
+                )));
+            }
+            let listed = match &self.anchor {
+                Some(a) => a.dir(path, false).map(|d| d.path()),
+                None => Ok(path.clone()),
+            }
+            .map_err(|e| fail(e.to_string()))?;
+            let rd = std::fs::read_dir(&listed)
+                .map_err(|e| fail(format!("cannot list {}: {e}", path.display())))?;
+            self.stack.push((rd, rel.clone(), path.clone()));
+            self.level_failed.push(false);
+        }
+        Ok(Some(found))
+    }
+
+    /// A file announced again under a new id, after it changed while it
+    /// was read: it must still be a regular file.
+    fn again(&mut self, path: PathBuf, rel: String) -> Result<Found, Failure> {
+        let found = self.stat(path, rel)?;
+        if found.entry.kind != Kind::File {
+            return Err(Failure {
+                path: found.entry.path,
+                error: "changed while it was read, and is no longer a regular file".into(),
+            });
+        }
+        Ok(found)
+    }
+
+    /// Describes one path, without following a final symlink.
+    fn stat(&mut self, path: PathBuf, rel: String) -> Result<Found, Failure> {
         let fail = |error: String| Failure {
             path: rel.clone(),
             error,
@@ -115,27 +178,11 @@ impl Walker {
             ),
             _ => None,
         };
-        if kind == Kind::Dir {
-            if !self.recursive {
-                return Err(fail(format!(
-                    "{} is a directory: use -r to copy trees",
-                    path.display()
-                )));
-            }
-            let listed = match &self.anchor {
-                Some(a) => a.dir(&path, false).map(|d| d.path()),
-                None => Ok(path.clone()),
-            }
-            .map_err(|e| fail(e.to_string()))?;
-            let rd = std::fs::read_dir(&listed)
-                .map_err(|e| fail(format!("cannot list {}: {e}", path.display())))?;
-            self.stack.push((rd, rel.clone(), path.clone()));
-            self.level_failed.push(false);
-        }
         let size = if kind == Kind::File { m.len() } else { 0 };
         self.next_id += 1;
-        Ok(Some((
-            Entry {
+        Ok(Found {
+            stamp: super::Stamp::of(&m),
+            entry: Entry {
                 id: self.next_id,
                 path: rel,
                 kind,
@@ -151,7 +198,7 @@ impl Walker {
                 digest: None,
             },
             path,
-        )))
+        })
     }
 
     fn mark_failed(&mut self) {
@@ -161,7 +208,7 @@ impl Walker {
     }
 
     /// The next entry, a failure to report, or `None` at the end.
-    fn next(&mut self) -> Option<Result<(Entry, PathBuf), Failure>> {
+    fn next(&mut self) -> Option<Result<Found, Failure>> {
         loop {
             if let Some((rd, prefix, dir)) = self.stack.last_mut() {
                 let prefix = prefix.clone();
@@ -175,8 +222,8 @@ impl Walker {
                         let incomplete = self.level_failed.pop().unwrap_or(false);
                         if self.dir_ends {
                             self.next_id += 1;
-                            return Some(Ok((
-                                Entry {
+                            return Some(Ok(Found {
+                                entry: Entry {
                                     id: self.next_id,
                                     path: prefix,
                                     kind: Kind::DirEnd,
@@ -189,8 +236,9 @@ impl Walker {
                                     incomplete,
                                     digest: None,
                                 },
-                                PathBuf::new(),
-                            )));
+                                path: PathBuf::new(),
+                                stamp: super::Stamp::default(),
+                            }));
                         }
                     }
                     Some(Err(e)) => {
@@ -221,13 +269,7 @@ impl Walker {
                 continue;
             }
             let root = self.roots.pop_front()?;
-            let name = root
-                .canonicalize()
-                .ok()
-                .and_then(|c| c.file_name().map(|n| n.to_owned()))
-                .or_else(|| root.file_name().map(|n| n.to_owned()))
-                .map(|n| n.to_string_lossy().into_owned())
-                .unwrap_or_else(|| "root".into());
+            let name = root_name(&root);
             match self.entry(root, name) {
                 Ok(Some(e)) => return Some(Ok(e)),
                 Ok(None) => {}
@@ -242,11 +284,57 @@ struct SrcFile {
     size: u64,
     chunk_size: u64,
     failed: AtomicBool,
+    /// The version announced: every descriptor read must still show it.
+    stamp: super::Stamp,
+    /// Chunks still to be read once (resends not counted).
+    reads_left: AtomicU64,
+    /// Resends of this file read so far.
+    resends_read: AtomicU32,
+}
+
+impl SrcFile {
+    /// After a read: the seal to send if every read of the file so far is
+    /// done (`resend`: this read served a resend), or None while reads
+    /// are left. The descriptor is then checked against the stamp.
+    fn after_read(&self, resend: bool) -> Option<u32> {
+        if resend {
+            let n = self.resends_read.fetch_add(1, Ordering::SeqCst) + 1;
+            (self.reads_left.load(Ordering::SeqCst) == 0).then_some(n)
+        } else if self.reads_left.fetch_sub(1, Ordering::SeqCst) == 1 {
+            Some(self.resends_read.load(Ordering::SeqCst))
+        } else {
+            None
+        }
+    }
+
+    /// What changed between the announcement and the open file now.
+    fn changed(&self, reader: &dyn ReadAt) -> Option<String> {
+        match reader.metadata() {
+            Ok(m) => self.stamp.changed(&super::Stamp::of(&m)),
+            Err(e) => Some(format!("cannot check it after reading: {e}")),
+        }
+    }
+}
+
+/// Times a file is read in all when it changes while it is read: then it
+/// is reported as changed, never sent torn.
+pub const MAX_READS_OF_A_CHANGING_FILE: u32 = 3;
+
+/// An announced file the sink has not resolved yet.
+struct Announced {
+    rel: String,
+    path: PathBuf,
+    size: u64,
+    chunk_size: u64,
+    stamp: super::Stamp,
+    /// Times it was announced (1 the first time).
+    attempt: u32,
 }
 
 #[derive(Default)]
 struct Queue {
     planner: Planner,
+    /// Resends, served first: (chunk, true).
     resends: VecDeque<Chunk>,
     files: HashMap<u64, Arc<SrcFile>>,
     closed: bool,
@@ -257,8 +345,18 @@ struct Queue {
 type Shared = Arc<(Mutex<Queue>, Condvar)>;
 
 enum Event {
-    Sent { read_bytes: u64, read_us: u64 },
+    Sent {
+        read_bytes: u64,
+        read_us: u64,
+    },
     FileFailed(u64, String),
+    /// Every read of a file so far is done and it did not change.
+    Sealed {
+        id: u64,
+        resends: u32,
+    },
+    /// The file changed while it was read (what, in words).
+    Changed(u64, String),
     Fatal(String),
 }
 
@@ -339,9 +437,12 @@ fn control(
     let mut report = SourceReport::default();
     let mut last_progress = Instant::now();
     let mut walk_done = false;
+    let mut entries_end_sent = false;
     let mut files_announced = 0u64;
-    // Announced files not yet resolved: their path and size.
-    let mut open: HashMap<u64, (String, PathBuf, u64, u64)> = HashMap::new();
+    let mut open: HashMap<u64, Announced> = HashMap::new();
+    // Files that changed while they were read, to announce again: (where,
+    // name, times announced so far).
+    let mut again: VecDeque<(PathBuf, String, u32)> = VecDeque::new();
     let (q, cv) = &**shared;
     let max_files = cfg.max_files_in_flight.max(1);
     let mut files_limit = cfg.files_in_flight.clamp(1, max_files);
@@ -351,53 +452,74 @@ fn control(
     loop {
         cfg.progress.check_interrupt()?;
         let limit = usize::try_from(files_limit).unwrap_or(usize::MAX);
-        if !walk_done && open.len() < limit {
+        if (!walk_done || !again.is_empty()) && open.len() < limit {
             let mut batch = Vec::new();
             // Paths can be 4 KiB each: keep a batch well inside one frame.
             let mut batch_bytes = 0;
             while batch.len() < ENTRIES_BATCH && batch_bytes < 256 << 10 && open.len() < limit {
-                match walker.next() {
+                let (next, attempt) = match again.pop_front() {
+                    Some((path, rel, n)) => (Some(walker.again(path, rel)), n + 1),
+                    None if walk_done => break,
+                    None => (walker.next(), 1),
+                };
+                let mut found = match next {
                     None => {
                         walk_done = true;
                         break;
                     }
-                    Some(Err(f)) => report.failed.push(f),
-                    Some(Ok((mut e, path))) => {
-                        if cfg.digests && e.kind == Kind::File {
-                            let digest = at(&cfg.anchor, &path).and_then(|p| {
-                                super::content_digest(&*cfg.storage, &p, e.size)
-                                    .map_err(|e| EngineError::Usage(e.to_string()))
+                    Some(Err(f)) => {
+                        report.failed.push(f);
+                        continue;
+                    }
+                    Some(Ok(found)) => found,
+                };
+                let e = &mut found.entry;
+                if cfg.digests && e.kind == Kind::File {
+                    let digest = at(&cfg.anchor, &found.path).and_then(|p| {
+                        super::content_digest(&*cfg.storage, &p, e.size)
+                            .map_err(|e| EngineError::Usage(e.to_string()))
+                    });
+                    match digest {
+                        Ok(d) => e.digest = Some(d),
+                        Err(err) => {
+                            report.failed.push(Failure {
+                                path: e.path.clone(),
+                                error: format!("cannot read {}: {err}", found.path.display()),
                             });
-                            match digest {
-                                Ok(d) => e.digest = Some(d),
-                                Err(err) => {
-                                    report.failed.push(Failure {
-                                        path: e.path.clone(),
-                                        error: format!("cannot read {}: {err}", path.display()),
-                                    });
-                                    continue;
-                                }
-                            }
+                            continue;
                         }
-                        if e.kind == Kind::File {
-                            files_announced += 1;
-                            cfg.progress.announced_files.fetch_add(1, Ordering::Relaxed);
-                            cfg.progress
-                                .announced_bytes
-                                .fetch_add(e.size, Ordering::Relaxed);
-                            chunk_size = chunk_size.max(e.chunk_size);
-                            open.insert(e.id, (e.path.clone(), path, e.size, e.chunk_size));
-                        }
-                        batch_bytes +=
-                            e.path.len() + e.target.as_ref().map_or(0, String::len) + 200;
-                        batch.push(e);
                     }
                 }
+                if e.kind == Kind::File {
+                    // A file announced again takes its first id's place.
+                    if attempt == 1 {
+                        files_announced += 1;
+                        cfg.progress.announced_files.fetch_add(1, Ordering::Relaxed);
+                        cfg.progress
+                            .announced_bytes
+                            .fetch_add(e.size, Ordering::Relaxed);
+                    }
+                    chunk_size = chunk_size.max(e.chunk_size);
+                    open.insert(
+                        e.id,
+                        Announced {
+                            rel: e.path.clone(),
+                            path: found.path.clone(),
+                            size: e.size,
+                            chunk_size: e.chunk_size,
+                            stamp: found.stamp,
+                            attempt,
+                        },
+                    );
+                }
+                batch_bytes += e.path.len() + e.target.as_ref().map_or(0, String::len) + 200;
+                batch.push(found.entry);
             }
             if !batch.is_empty() {
                 conn.send(&Message::Entries(Entries { entries: batch }))?;
             }
-            if walk_done {
+            if walk_done && !entries_end_sent {
+                entries_end_sent = true;
                 cfg.progress.walk_done.store(true, Ordering::Relaxed);
                 conn.send(&Message::EntriesEnd(EntriesEnd {
                     files: files_announced,
@@ -416,21 +538,30 @@ fn control(
                     report.read_us += read_us;
                 }
                 Event::FileFailed(id, error) => {
-                    if let Some((rel, ..)) = open.remove(&id) {
+                    if let Some(a) = open.remove(&id) {
                         report.failed.push(Failure {
-                            path: rel,
+                            path: a.rel,
                             error: error.clone(),
                         });
                         conn.send(&Message::FileDone(FileDone {
                             id,
                             error: Some(error),
-                            digest: None,
+                            ..FileDone::default()
                         }))?;
                     }
+                }
+                Event::Sealed { id, resends } => {
+                    if open.contains_key(&id) {
+                        conn.queue(&Message::FileSealed(FileSealed { id, resends }))?;
+                    }
+                }
+                Event::Changed(id, why) => {
+                    changed(conn, q, &mut open, &mut again, &mut report, id, &why)?;
                 }
                 Event::Fatal(e) => return Err(EngineError::Failed(e)),
             }
         }
+        conn.flush_queued()?;
         let now = Instant::now();
         if sampler.due(now) {
             let (active, starved) = {
@@ -469,20 +600,19 @@ fn control(
                 super::TRANSFER_IDLE.as_secs()
             )));
         }
-        let busy_walking = !walk_done && open.len() < limit;
+        let busy_walking = (!walk_done || !again.is_empty()) && open.len() < limit;
         if !walk_done && !held_by_files && open.len() >= limit {
             let queue = q.lock().expect("poisoned");
             held_by_files = queue.planner.pending_files() == 0 && queue.resends.is_empty();
         }
-        let wait = if busy_walking {
-            Duration::ZERO
-        } else {
-            Duration::from_millis(20)
-        };
+        // Seals come from the senders between messages: while files are
+        // in flight they leave within a couple of milliseconds.
         let msg = if busy_walking {
             conn.recv(Duration::from_millis(1))?
+        } else if !open.is_empty() {
+            conn.recv(Duration::from_millis(2))?
         } else {
-            conn.recv(wait)?
+            conn.recv(Duration::from_millis(20))?
         };
         if msg.is_some() {
             last_progress = Instant::now();
@@ -491,6 +621,7 @@ fn control(
             None => {}
             Some(Message::Wants(w)) => {
                 let mut queue = q.lock().expect("poisoned");
+                let mut unchanged = Vec::new();
                 for want in w.wants {
                     match want {
                         Want::Send {
@@ -498,22 +629,32 @@ fn control(
                             skip,
                             resumed_bytes,
                         } => {
-                            let Some((rel, path, size, chunk)) = open.get(&id) else {
+                            let Some(a) = open.get(&id) else {
                                 continue;
                             };
                             report.resumed_bytes += resumed_bytes;
-                            if let Err(e) = queue.planner.add(id, *size, *chunk, skip) {
-                                return Err(EngineError::Usage(format!("{rel}: {e}")));
-                            }
+                            let reads = match queue.planner.add(id, a.size, a.chunk_size, skip) {
+                                Ok(n) => n,
+                                Err(e) => {
+                                    return Err(EngineError::Usage(format!("{}: {e}", a.rel)))
+                                }
+                            };
                             queue.files.insert(
                                 id,
                                 Arc::new(SrcFile {
-                                    path: path.clone(),
-                                    size: *size,
-                                    chunk_size: *chunk,
+                                    path: a.path.clone(),
+                                    size: a.size,
+                                    chunk_size: a.chunk_size,
                                     failed: AtomicBool::new(false),
+                                    stamp: a.stamp,
+                                    reads_left: AtomicU64::new(reads),
+                                    resends_read: AtomicU32::new(0),
                                 }),
                             );
+                            // Nothing to read (all of it resumed): checked now.
+                            if reads == 0 {
+                                unchanged.push(id);
+                            }
                         }
                         Want::Skip { id } => {
                             if open.remove(&id).is_some() {
@@ -521,13 +662,37 @@ fn control(
                             }
                         }
                         Want::Fail { id, error } => {
-                            if let Some((rel, ..)) = open.remove(&id) {
-                                report.failed.push(Failure { path: rel, error });
+                            if let Some(a) = open.remove(&id) {
+                                report.failed.push(Failure { path: a.rel, error });
                             }
                         }
                     }
                 }
                 cv.notify_all();
+                drop(queue);
+                for id in unchanged {
+                    let Some(a) = open.get(&id) else { continue };
+                    let now = at(&cfg.anchor, &a.path)
+                        .ok()
+                        .and_then(|p| std::fs::symlink_metadata(p).ok());
+                    match now.map(|m| a.stamp.changed(&super::Stamp::of(&m))) {
+                        Some(None) => {
+                            conn.queue(&Message::FileSealed(FileSealed { id, resends: 0 }))?
+                        }
+                        Some(Some(why)) => {
+                            changed(conn, q, &mut open, &mut again, &mut report, id, &why)?
+                        }
+                        None => changed(
+                            conn,
+                            q,
+                            &mut open,
+                            &mut again,
+                            &mut report,
+                            id,
+                            "it is gone",
+                        )?,
+                    }
+                }
             }
             Some(Message::Resend(r)) => {
                 let mut queue = q.lock().expect("poisoned");
@@ -545,22 +710,22 @@ fn control(
             }
             Some(Message::FileDone(d)) => {
                 q.lock().expect("poisoned").files.remove(&d.id);
-                if let Some((rel, _, size, _)) = open.remove(&d.id) {
+                if let Some(a) = open.remove(&d.id) {
                     match d.error {
-                        Some(error) => report.failed.push(Failure { path: rel, error }),
+                        Some(error) => report.failed.push(Failure { path: a.rel, error }),
                         None => {
                             cfg.progress.files.fetch_add(1, Ordering::Relaxed);
                             report.files += 1;
-                            report.bytes += size;
+                            report.bytes += a.size;
                             if let Some(digest) = d.digest {
-                                super::write_digest(&cfg.digest_out, &rel, &digest);
+                                super::write_digest(&cfg.digest_out, &a.rel, &digest);
                             }
                         }
                     }
                 }
             }
             Some(Message::TransferDone(sink)) => {
-                if !walk_done || !open.is_empty() {
+                if !walk_done || !open.is_empty() || !again.is_empty() {
                     let why = sink
                         .failed
                         .iter()
@@ -588,6 +753,7 @@ fn control(
                 let _ = conn.send(&Message::SourceDone(SourceDone {
                     read_bytes: report.read_bytes,
                     read_us: report.read_us,
+                    resent_changed: report.resent_changed,
                     tuning: Some(tuning),
                 }));
                 return Ok(report);
@@ -606,6 +772,58 @@ fn control(
             }
         }
     }
+}
+
+/// A file changed while it was read: what arrived of it is discarded at
+/// the sink, and it is announced again (a new id, read afresh) until it
+/// has been read [`MAX_READS_OF_A_CHANGING_FILE`] times; then it fails as
+/// changed. Never sealed, so never renamed into place torn.
+fn changed(
+    conn: &mut FramedConn,
+    q: &Mutex<Queue>,
+    open: &mut HashMap<u64, Announced>,
+    again: &mut VecDeque<(PathBuf, String, u32)>,
+    report: &mut SourceReport,
+    id: u64,
+    why: &str,
+) -> Result<(), EngineError> {
+    if let Some(f) = q.lock().expect("poisoned").files.remove(&id) {
+        f.failed.store(true, Ordering::Relaxed);
+    }
+    let Some(a) = open.remove(&id) else {
+        return Ok(());
+    };
+    let retried = a.attempt < MAX_READS_OF_A_CHANGING_FILE;
+    let error = if retried {
+        report.resent_changed += 1;
+        tracing::warn!(
+            "{} changed while it was read ({why}); sending it again",
+            a.rel
+        );
+        format!("changed while it was read ({why}); sent again")
+    } else {
+        let error = format!(
+            "changed while it was read, {} times in a row ({why}): not copied; copy it again once nothing writes to it",
+            a.attempt
+        );
+        report.failed.push(Failure {
+            path: a.rel.clone(),
+            error: error.clone(),
+        });
+        error
+    };
+    if retried {
+        again.push_back((a.path, a.rel, a.attempt));
+    }
+    // Sent at once, before the file is announced again: the sink must drop
+    // this id's partial file before the new id opens one of that name.
+    conn.send(&Message::FileDone(FileDone {
+        id,
+        error: Some(error),
+        changed: true,
+        retried,
+        ..FileDone::default()
+    }))
 }
 
 /// One data stream: takes chunks from the queue and streams each from the
@@ -631,17 +849,17 @@ fn send(
             loop {
                 // A parked stream takes nothing until the tuner wakes it.
                 let next = if index < queue.active {
-                    queue
-                        .resends
-                        .pop_front()
-                        .or_else(|| queue.planner.next_chunk())
+                    match queue.resends.pop_front() {
+                        Some(c) => Some((c, true)),
+                        None => queue.planner.next_chunk().map(|c| (c, false)),
+                    }
                 } else {
                     None
                 };
                 match next {
-                    Some(c) => match queue.files.get(&c.file) {
+                    Some((c, resend)) => match queue.files.get(&c.file) {
                         Some(f) if !f.failed.load(Ordering::Relaxed) => {
-                            break 'pick Some((c, f.clone()))
+                            break 'pick Some((c, resend, f.clone()))
                         }
                         _ => continue,
                     },
@@ -656,7 +874,7 @@ fn send(
                 return;
             }
         };
-        let Some((c, f)) = next else {
+        let Some((c, resend, f)) = next else {
             // All sent: end the stream cleanly (TLS close_notify, FIN).
             if let Ok(mut s) = w.into_inner() {
                 let _ = s.close_write();
@@ -668,7 +886,15 @@ fn send(
                 .map_err(|e| io::Error::other(e.to_string()))
                 .and_then(|p| storage.open_read(&p));
             match opened {
-                Ok(r) => cache = Some((c.file, r)),
+                Ok(r) => {
+                    // The file announced, not one swapped in since.
+                    if let Some(why) = f.changed(&*r) {
+                        f.failed.store(true, Ordering::Relaxed);
+                        let _ = tx.send(Event::Changed(c.file, why));
+                        continue;
+                    }
+                    cache = Some((c.file, r));
+                }
                 Err(e) => {
                     f.failed.store(true, Ordering::Relaxed);
                     let _ = tx.send(Event::FileFailed(
@@ -692,7 +918,7 @@ fn send(
         let sent = (|| {
             w.write_all(&header.encode())?;
             if zero {
-                return w.write_all(&super::zero_hash(c.len));
+                return w.write_all(&super::zero_hash(c.len)).map(|()| true);
             }
             let mut hasher = blake3::Hasher::new();
             let mut off = 0u64;
@@ -717,31 +943,53 @@ fn send(
                 off += n as u64;
             }
             match read_error {
-                None => w.write_all(hasher.finalize().as_bytes()),
+                None => w.write_all(hasher.finalize().as_bytes()).map(|()| true),
                 Some(e) => {
                     let mut bogus = *hasher.finalize().as_bytes();
                     bogus[0] ^= 0xff;
                     w.write_all(&bogus)?;
                     f.failed.store(true, Ordering::Relaxed);
-                    let _ = tx.send(Event::FileFailed(
-                        c.file,
-                        format!(
-                            "cannot read {} at offset {}: {e}",
-                            f.path.display(),
-                            c.offset
+                    // A file cut short while it was read changed; else
+                    // the storage failed.
+                    let _ = tx.send(match f.changed(&**reader) {
+                        Some(why) => Event::Changed(c.file, why),
+                        None => Event::FileFailed(
+                            c.file,
+                            format!(
+                                "cannot read {} at offset {}: {e}",
+                                f.path.display(),
+                                c.offset
+                            ),
                         ),
-                    ));
-                    Ok(())
+                    });
+                    Ok(false)
                 }
             }
         })();
-        if let Err(e) = sent {
-            let _ = tx.send(Event::Fatal(format!("data stream failed: {e}")));
-            return;
-        }
+        let read = match sent {
+            Ok(read) => read,
+            Err(e) => {
+                let _ = tx.send(Event::Fatal(format!("data stream failed: {e}")));
+                return;
+            }
+        };
         let _ = tx.send(Event::Sent {
             read_bytes: u64::from(c.len),
             read_us,
         });
+        // Once a file's last read is done, its descriptor shows whether it
+        // changed while it was read: sealed for the sink, or read again.
+        if let Some(resends) = read.then(|| f.after_read(resend)).flatten() {
+            let _ = tx.send(match f.changed(&**reader) {
+                None => Event::Sealed {
+                    id: c.file,
+                    resends,
+                },
+                Some(why) => {
+                    f.failed.store(true, Ordering::Relaxed);
+                    Event::Changed(c.file, why)
+                }
+            });
+        }
     }
 }

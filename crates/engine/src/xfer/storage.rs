@@ -4,7 +4,7 @@
 
 use std::fs::{File, OpenOptions};
 use std::io;
-use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -12,6 +12,8 @@ use std::sync::Arc;
 /// Positional reads of one open file.
 pub trait ReadAt: Send + Sync {
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize>;
+    /// The open file's metadata (fstat): whether it changed while it was read.
+    fn metadata(&self) -> io::Result<std::fs::Metadata>;
     /// True if `offset..offset+len` is entirely a hole (reads as zeros
     /// without being stored). False when unsure.
     fn is_hole(&self, _offset: u64, _len: u64) -> bool {
@@ -66,6 +68,10 @@ pub trait Storage: Send + Sync {
 impl ReadAt for File {
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
         FileExt::read_at(self, buf, offset)
+    }
+
+    fn metadata(&self) -> io::Result<std::fs::Metadata> {
+        File::metadata(self)
     }
 
     fn is_hole(&self, offset: u64, len: u64) -> bool {
@@ -131,10 +137,7 @@ pub struct Local;
 impl Storage for Local {
     fn open_read(&self, path: &Path) -> io::Result<Box<dyn ReadAt>> {
         use std::os::fd::AsRawFd;
-        let f = OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_NOFOLLOW)
-            .open(path)?;
+        let f = open_regular(path, OpenOptions::new().read(true))?;
         // Files are read front to back (chunks in order, a few streams
         // apart): ask for the larger readahead of a sequential reader.
         // SAFETY: a plain advisory call on a descriptor we own.
@@ -210,6 +213,9 @@ impl ReadAt for DirectFile {
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
         FileExt::read_at(self.pick(buf.as_ptr(), buf.len(), offset), buf, offset)
     }
+    fn metadata(&self) -> io::Result<std::fs::Metadata> {
+        self.plain.metadata()
+    }
     fn is_hole(&self, offset: u64, len: u64) -> bool {
         ReadAt::is_hole(&self.plain, offset, len)
     }
@@ -242,10 +248,7 @@ impl WriteAt for DirectFile {
 
 impl Storage for Direct {
     fn open_read(&self, path: &Path) -> io::Result<Box<dyn ReadAt>> {
-        let plain = OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_NOFOLLOW)
-            .open(path)?;
+        let plain = open_regular(path, OpenOptions::new().read(true))?;
         Ok(Box::new(DirectFile::new(plain, false)))
     }
 
@@ -283,16 +286,64 @@ impl std::ops::DerefMut for AlignedBuf {
     }
 }
 
-/// Opens (or creates, private to us) a partial file, never through a symlink.
+/// Opens an existing regular file, never through a symlink, and never
+/// blocking on a FIFO or device planted under its name: opened
+/// non-blocking, checked with fstat, then switched back to blocking.
+pub fn open_regular(path: &Path, how: &mut OpenOptions) -> io::Result<File> {
+    use std::os::fd::AsRawFd;
+    let f = how
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(path)?;
+    if !f.metadata()?.is_file() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("{} is not a regular file", path.display()),
+        ));
+    }
+    // SAFETY: fcntl on a descriptor we own; clears O_NONBLOCK only.
+    unsafe {
+        let flags = libc::fcntl(f.as_raw_fd(), libc::F_GETFL);
+        libc::fcntl(f.as_raw_fd(), libc::F_SETFL, flags & !libc::O_NONBLOCK);
+    }
+    Ok(f)
+}
+
+/// Opens a partial file, private to us and never through a symlink. A
+/// fresh one (`truncate`) is always a new inode: whatever had its name (a
+/// partial file of an earlier run that a late writer may still hold, a
+/// hard link to another file, a FIFO) is unlinked, not written through.
+/// An existing one is resumed only if it is a regular file with no other
+/// name.
 fn open_part(path: &Path, truncate: bool) -> io::Result<File> {
-    OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(truncate)
-        .mode(0o600)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(path)
+    let create = || {
+        OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(path)
+    };
+    if truncate {
+        match std::fs::remove_file(path) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e),
+        }
+        return create();
+    }
+    match open_regular(path, OpenOptions::new().read(true).write(true)) {
+        Ok(f) if f.metadata()?.nlink() == 1 => Ok(f),
+        Ok(_) => Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!(
+                "{} has other names (hard links): not resumed",
+                path.display()
+            ),
+        )),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => create(),
+        Err(e) => Err(e),
+    }
 }
 
 /// Faults to inject, shared by every file a [`Faulty`] storage opens.
@@ -318,6 +369,9 @@ struct FaultyRead(File);
 impl ReadAt for FaultyRead {
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
         FileExt::read_at(&self.0, buf, offset)
+    }
+    fn metadata(&self) -> io::Result<std::fs::Metadata> {
+        self.0.metadata()
     }
 }
 
@@ -369,7 +423,10 @@ impl Storage for Faulty {
                 return Err(io::Error::from_raw_os_error(libc::EIO));
             }
         }
-        Ok(Box::new(FaultyRead(File::open(path)?)))
+        Ok(Box::new(FaultyRead(open_regular(
+            path,
+            OpenOptions::new().read(true),
+        )?)))
     }
 
     fn open_write(&self, path: &Path, truncate: bool) -> io::Result<Box<dyn WriteAt>> {

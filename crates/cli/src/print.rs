@@ -1,0 +1,77 @@
+//! The one way the binary writes lines to stdout and stderr. A reader that
+//! goes away (`longhaul ls ... | head`) is a normal end of the output, not
+//! an error and never a panic: once a stream reports a broken pipe, later
+//! lines to it are dropped and the command finishes its work.
+
+use std::fmt;
+use std::io::{self, Write};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+static STDOUT_CLOSED: AtomicBool = AtomicBool::new(false);
+static STDERR_CLOSED: AtomicBool = AtomicBool::new(false);
+
+fn write_line(w: &mut dyn Write, closed: &AtomicBool, args: fmt::Arguments) {
+    if closed.load(Ordering::Relaxed) {
+        return;
+    }
+    let r = w
+        .write_fmt(args)
+        .and_then(|()| w.write_all(b"\n"))
+        .and_then(|()| w.flush());
+    // Any failure to write is the reader's business: a broken pipe ends the
+    // output, other errors (a full disk behind a redirect) lose the line.
+    if r.is_err_and(|e| e.kind() == io::ErrorKind::BrokenPipe) {
+        closed.store(true, Ordering::Relaxed);
+    }
+}
+
+/// Writes one line to stdout.
+pub fn out(args: fmt::Arguments) {
+    write_line(&mut io::stdout().lock(), &STDOUT_CLOSED, args);
+}
+
+/// Writes one line to stderr.
+pub fn err(args: fmt::Arguments) {
+    write_line(&mut io::stderr().lock(), &STDERR_CLOSED, args);
+}
+
+/// `println!` through [`out`].
+#[macro_export]
+macro_rules! outln {
+    ($($t:tt)*) => {
+        $crate::print::out(format_args!($($t)*))
+    };
+}
+
+/// `eprintln!` through [`err`].
+#[macro_export]
+macro_rules! errln {
+    ($($t:tt)*) => {
+        $crate::print::err(format_args!($($t)*))
+    };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Closed;
+
+    impl Write for Closed {
+        fn write(&mut self, _: &[u8]) -> io::Result<usize> {
+            Err(io::ErrorKind::BrokenPipe.into())
+        }
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_broken_pipe_ends_the_output_quietly() {
+        let closed = AtomicBool::new(false);
+        write_line(&mut Closed, &closed, format_args!("one"));
+        assert!(closed.load(Ordering::Relaxed));
+        // Dropped, not written and not a panic.
+        write_line(&mut Closed, &closed, format_args!("two"));
+    }
+}
