@@ -458,11 +458,16 @@ pub fn print_doctor(r: &longhaul_engine::doctor::DoctorReport) {
     }
     if let Some(c) = &r.copy {
         outln!(
-            "copy     {:>12} ({} in {:.1} s, {} streams, file to file)",
+            "copy     {:>12} ({} in {:.1} s, {} streams, file to file, {})",
             format_rate(c.bits_per_second),
             format_bytes(c.bytes),
             c.seconds,
-            c.streams
+            c.streams,
+            if c.generated {
+                "generated data: give --source to copy yours"
+            } else {
+                "from --source"
+            }
         );
     }
     if let (Some(t), Some(p)) = (r.sender_cpu_per_gbps_tls, r.sender_cpu_per_gbps_plain) {

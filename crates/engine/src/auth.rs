@@ -311,6 +311,34 @@ pub fn authenticate(
         exports: g.exports.clone(),
         anonymous: false,
     };
+    if let Some(p) = token.and_then(crate::proof::parse) {
+        // A proof of the token, from a plaintext client.
+        static REPLAYS: std::sync::OnceLock<crate::proof::Replays> = std::sync::OnceLock::new();
+        let hash = grants
+            .iter()
+            .find(|g| g.id == p.id)
+            .and_then(|g| g.token_hash.as_deref())
+            .and_then(|h| blake3::Hash::from_hex(h).ok());
+        let checked = hash.map(|h| {
+            REPLAYS
+                .get_or_init(Default::default)
+                .check(&p, &h, now_secs())
+        });
+        return match checked {
+            Some(Ok(())) => Ok(access(
+                grants.iter().find(|g| g.id == p.id).expect("found above"),
+                "token proof",
+            )),
+            Some(Err(crate::proof::Rejected::Stale)) => Err(format!(
+                "the token proof is more than {} s from this server's clock: set both clocks right (NTP), or use TLS",
+                crate::proof::PROOF_WINDOW_S
+            )),
+            Some(Err(crate::proof::Rejected::Replayed)) => {
+                Err("this token proof was used before: a replay, refused".into())
+            }
+            Some(Err(crate::proof::Rejected::Wrong)) | None => Err("unknown or revoked token: get a new one from the server's admin (`longhaul token create`)".into()),
+        };
+    }
     if let Some(t) = token {
         let id = t
             .strip_prefix(TOKEN_PREFIX)

@@ -53,6 +53,28 @@ pub struct Security {
 
 /// `HOST:PORT` of a target as the user named it, the key of the
 /// known-hosts file.
+/// The credential a connection carries: the token inside TLS; on
+/// plaintext never the token (a token seen on the wire is a token
+/// stolen) but a one-time proof of it ([`crate::proof`]).
+pub fn credential_for(tls: bool, token: &Option<String>) -> Option<String> {
+    let token = token.as_deref()?;
+    if tls {
+        return Some(token.to_string());
+    }
+    let mut nonce = [0u8; 16];
+    getrandom::getrandom(&mut nonce).ok()?;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let proof = crate::proof::prove(token, now, &nonce);
+    if proof.is_none() {
+        tracing::warn!(
+            "not sending the token over plaintext, and it is not of the form lh1_ID_SECRET that can be proven: this connection is anonymous"
+        );
+    }
+    proof
+}
+
 pub fn host_key(target: &str) -> String {
     let bare_v6 = target.parse::<std::net::Ipv6Addr>().is_ok();
     if bare_v6 {
@@ -373,7 +395,7 @@ pub(crate) fn open_control_early<T>(
         Instant::now(),
         &crate::software(),
         opts.handshake_timeout,
-        opts.security.token.clone(),
+        credential_for(tls.is_some(), &opts.security.token),
     );
     let mut c = Control {
         conn: FramedConn::new(stream, target.to_string()),
@@ -1066,7 +1088,7 @@ pub fn run_third_party(
                 );
                 fps
             },
-            token: opts.security.token.clone(),
+            token: credential_for(!opts.security.plaintext, &opts.security.token),
             plaintext: opts.security.plaintext,
         },
         Duration::from_secs(86_400),

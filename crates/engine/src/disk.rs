@@ -14,7 +14,7 @@
 use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::fd::AsRawFd;
-use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -42,6 +42,10 @@ pub struct DiskBench {
     pub time_limit: Duration,
     pub write: bool,
     pub read: bool,
+    /// Allocate the test file as a transfer's sink does (not on tmpfs,
+    /// where allocating is zero-filling fresh pages: those then count in
+    /// the write, as they do in a transfer), instead of always up front.
+    pub like_transfer: bool,
 }
 
 impl DiskBench {
@@ -58,6 +62,7 @@ impl DiskBench {
             time_limit: Duration::from_secs(10),
             write: true,
             read: true,
+            like_transfer: false,
         }
     }
 }
@@ -135,8 +140,13 @@ pub fn run(b: &DiskBench) -> Result<DiskReport, EngineError> {
         report.direct = direct;
         // Allocated first, outside the timing, as the transfer sink (and
         // fio) do: the write then measures writing, not block allocation.
-        // SAFETY: a plain call on a descriptor we own.
-        if unsafe { libc::posix_fallocate(file.as_raw_fd(), 0, size as libc::off_t) } != 0 {
+        let allocated = if b.like_transfer {
+            crate::xfer::storage::WriteAt::allocate(&file, size).is_ok()
+        } else {
+            // SAFETY: a plain call on a descriptor we own.
+            unsafe { libc::posix_fallocate(file.as_raw_fd(), 0, size as libc::off_t) == 0 }
+        };
+        if !allocated {
             report
                 .warnings
                 .push("the file system cannot preallocate: the write includes allocation".into());
@@ -299,6 +309,98 @@ fn drop_cache(file: &File) {
     unsafe {
         libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED);
     }
+}
+
+/// Reads the files already under `dir` (a read-only probe: nothing is
+/// created, written or removed), sequentially, a file after another, the
+/// way a transfer's source does, their cached pages dropped first so the
+/// storage and not memory is measured. Stops at `max_bytes` or the time
+/// limit. Links are not followed, only regular files are read, and the
+/// walk stays on `dir`'s file system. None when there is nothing to read.
+pub fn read_existing(
+    dir: &Path,
+    max_bytes: u64,
+    time_limit: Duration,
+) -> io::Result<Option<SeqResult>> {
+    // `dir` itself may be a descriptor's /proc path (the server's anchored
+    // export directory): followed once; nothing under it is.
+    let root = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECTORY)
+        .open(dir)?;
+    let root_dev = root.metadata()?.dev();
+    let mut files = Vec::new();
+    let mut pending = vec![fd_path(&root)];
+    let mut listed = 0u64;
+    let mut held = vec![root];
+    // Enough files to cover the bytes; a bounded walk of a large tree.
+    let mut found = 0u64;
+    while let Some(d) = pending.pop() {
+        let Ok(entries) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            listed += 1;
+            if listed > 100_000 || found >= max_bytes {
+                break;
+            }
+            let Ok(m) = e.metadata() else { continue };
+            if m.dev() != root_dev {
+                continue;
+            }
+            if m.is_file() && m.len() > 0 {
+                found += m.len();
+                files.push(e.path());
+            } else if m.is_dir() {
+                if let Ok(h) = held_dir(&e.path()) {
+                    pending.push(fd_path(&h));
+                    held.push(h);
+                }
+            }
+        }
+    }
+    if files.is_empty() {
+        return Ok(None);
+    }
+    let mut buf = AlignedBuf::new(1 << 20);
+    let start = Instant::now();
+    let deadline = start + time_limit;
+    let mut bytes = 0u64;
+    'files: for path in &files {
+        let Ok(f) = OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+            .open(path)
+        else {
+            continue;
+        };
+        if !f.metadata().is_ok_and(|m| m.is_file()) {
+            continue;
+        }
+        drop_cache(&f);
+        // SAFETY: a plain advisory call on a descriptor we own.
+        unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_SEQUENTIAL) };
+        let mut off = 0;
+        loop {
+            if Instant::now() >= deadline || bytes >= max_bytes {
+                break 'files;
+            }
+            match f.read_at(&mut buf, off) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => {
+                    off += n as u64;
+                    bytes += n as u64;
+                }
+            }
+        }
+    }
+    drop(held);
+    let seconds = start.elapsed().as_secs_f64();
+    Ok(Some(SeqResult {
+        bytes,
+        seconds,
+        bytes_per_second: bytes as f64 / seconds.max(1e-9),
+    }))
 }
 
 /// A directory opened as itself, never through a symlink.

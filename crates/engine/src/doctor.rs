@@ -104,6 +104,10 @@ pub struct CopyRun {
     /// The copy's own stages, each over the time it was busy.
     pub source_read_bps: f64,
     pub dest_write_bps: f64,
+    /// True when it copied generated data (no `--source` given), false
+    /// when it copied the source the user named.
+    #[serde(default)]
+    pub generated: bool,
 }
 
 /// Everything the doctor found.
@@ -594,6 +598,12 @@ pub fn remote(
         .and_then(|a| a.first().map(|a| a.ip()));
     let local = host_settings(peer_ip);
     let remote_host = probe_result.as_ref().and_then(|p| p.host.clone());
+    // Where the server measured (the path, or the nearest directory above
+    // it that exists): the copy's scratch data goes there too.
+    let probed_dir = probe_result
+        .as_ref()
+        .and_then(|p| p.dir.clone())
+        .unwrap_or_else(|| path.trim_matches('/').to_string());
     let dest_storage = probe_result.map(|p| p.report);
 
     // 2. Memory to memory, both ways, streams sized for the path.
@@ -677,6 +687,8 @@ pub fn remote(
                 let b = crate::disk::DiskBench {
                     file_size: 512 << 20,
                     time_limit: Duration::from_secs(2),
+                    direct: false,
+                    like_transfer: true,
                     read: false,
                     ..crate::disk::DiskBench::new(d.clone())
                 };
@@ -721,7 +733,15 @@ pub fn remote(
                 best = best.min(s.bytes_per_second * 8.0);
             }
         }
-        match short_copy(host, export, path, opts, best) {
+        let copy = ShortCopy {
+            host,
+            export,
+            dir: &probed_dir,
+            source: o.source.as_deref(),
+            rate_bps: best,
+            time: o.perf_time,
+        };
+        match copy.run(opts) {
             Ok(c) => r.copy = Some(c),
             Err(e) => r.notes.push(format!("file-to-file copy: {e}")),
         }
@@ -766,8 +786,8 @@ fn remember_path(r: &mut DoctorReport, file: &Path, host: &str, pull: bool) {
     }
 }
 
-/// The longest the short copy may take.
-pub const COPY_LIMIT: Duration = Duration::from_secs(8);
+/// The longest the short copy may take beyond the `--time` it is sized for.
+pub const COPY_GRACE: Duration = Duration::from_secs(4);
 
 /// A one-second plaintext test like the TLS one of the transfer's
 /// direction; None where the server refuses plaintext (its default).
@@ -785,6 +805,10 @@ fn run_dir_plain(
     };
     let like = like.as_ref()?;
     let mut plain = opts.clone();
+    // Never the token on plaintext: the dialer sends a one-time proof of
+    // it instead (crate::proof), and a server that takes TLS only refuses
+    // before any of it matters; then the TLS figure less the cipher's
+    // cost stands in.
     plain.security.plaintext = true;
     let params = TestParams {
         mode,
@@ -798,36 +822,149 @@ fn run_dir_plain(
     path_run(&s, &[], 1448)
 }
 
-/// Copies about two seconds' worth of data (16 MiB to 1 GiB, from memory)
-/// into a scratch directory on the export, then has the server remove it.
-fn short_copy(
-    host: &str,
-    export: &str,
-    path: &str,
-    opts: &ClientOptions,
+/// The doctor's short real copy: `--source` (what the user will send) or,
+/// without one, generated data, into a scratch directory under `dir` on
+/// the export, which the server removes afterwards whatever happened.
+struct ShortCopy<'a> {
+    host: &'a str,
+    export: &'a str,
+    /// Within the export: the directory the probe measured.
+    dir: &'a str,
+    source: Option<&'a Path>,
+    /// The slowest rate measured so far, to size generated data.
     rate_bps: f64,
-) -> Result<CopyRun, EngineError> {
-    use crate::xfer::client::{cp, CpOptions};
-    let size = ((rate_bps / 8.0 * 2.0) as u64).clamp(16 << 20, 1 << 30) >> 20 << 20;
-    let name = format!("{DOCTOR_SCRATCH_PREFIX}{}", fastrand::u64(..));
-    let base = if Path::new("/dev/shm").is_dir() {
-        PathBuf::from("/dev/shm")
-    } else {
-        std::env::temp_dir()
-    };
-    let local_dir = base.join(&name);
-    std::fs::create_dir(&local_dir)
-        .map_err(|e| EngineError::io(format!("creating {}", local_dir.display()), e))?;
-    struct Gone(PathBuf);
-    impl Drop for Gone {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
+    /// `--time`: the copy is sized for it and stopped a little after.
+    time: Duration,
+}
+
+/// Removes a local directory when dropped.
+struct LocalScratch(PathBuf);
+
+impl Drop for LocalScratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
     }
-    let _gone = Gone(local_dir.clone());
-    let file = local_dir.join("data");
-    {
+}
+
+impl ShortCopy<'_> {
+    fn run(&self, opts: &ClientOptions) -> Result<CopyRun, EngineError> {
+        use crate::xfer::client::{cp, CpOptions};
+        let name = format!("{DOCTOR_SCRATCH_PREFIX}{}", fastrand::u64(..));
+        let mut _local = None;
+        let source = match self.source {
+            Some(s) => s.display().to_string(),
+            None => {
+                let (dir, file) = self.generate(&name)?;
+                _local = Some(dir);
+                file.display().to_string()
+            }
+        };
+        let inside = [self.dir.trim_matches('/'), &name]
+            .iter()
+            .filter(|p| !p.is_empty())
+            .copied()
+            .collect::<Vec<_>>()
+            .join("/");
+        let dest = format!("longhaul://{}/{}/{inside}/", self.host, self.export);
+        let co = CpOptions {
+            force: true,
+            // Only the scratch directory itself is made: its parent is the
+            // directory the probe found.
+            mkpath: true,
+            ..CpOptions::new(vec![source], dest, opts.clone())
+        };
+        let progress = co.progress.clone();
+        let stop = std::sync::Arc::new((std::sync::Mutex::new(false), std::sync::Condvar::new()));
+        let limit = self.time + COPY_GRACE;
+        // Ended after the limit whatever the data's size: the rate so far
+        // is the result then.
+        let watchdog = {
+            let (progress, stop) = (progress.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let (done, cv) = &*stop;
+                let guard = done.lock().expect("poisoned");
+                let (guard, timeout) = cv
+                    .wait_timeout_while(guard, limit, |d| !*d)
+                    .expect("poisoned");
+                if timeout.timed_out() && !*guard {
+                    progress
+                        .interrupt
+                        .store(true, std::sync::atomic::Ordering::Relaxed);
+                }
+            })
+        };
+        let started = Instant::now();
+        let res = cp(&co);
+        *stop.0.lock().expect("poisoned") = true;
+        stop.1.notify_all();
+        let _ = watchdog.join();
+        let seconds = started.elapsed().as_secs_f64();
+        // Remove the scratch directory whatever the copy did.
+        let removed = probe(
+            self.host,
+            opts,
+            ProbeRequest {
+                export: self.export.into(),
+                path: self.dir.into(),
+                tests: ProbeTests::default(),
+                max_bytes: 0,
+                max_files: 0,
+                max_millis: 0,
+                host: false,
+                remove: Some(name.clone()),
+            },
+        );
+        if let Err(e) = removed {
+            return Err(EngineError::Failed(format!(
+                "the copy's scratch directory {}:/{inside} could not be removed ({e}): remove it by hand",
+                self.export
+            )));
+        }
+        let generated = self.source.is_none();
+        if progress
+            .interrupt
+            .load(std::sync::atomic::Ordering::Relaxed)
+        {
+            let bytes = progress.bytes.load(std::sync::atomic::Ordering::Relaxed);
+            return Ok(CopyRun {
+                bytes,
+                seconds,
+                bits_per_second: bytes as f64 * 8.0 / seconds.max(1e-9),
+                generated,
+                ..Default::default()
+            });
+        }
+        let s = res?;
+        Ok(CopyRun {
+            bytes: s.bytes,
+            seconds,
+            bits_per_second: s.bits_per_second,
+            streams: s.streams,
+            source_read_bps: s.source_read_bps,
+            dest_write_bps: s.dest_write_bps,
+            generated,
+        })
+    }
+
+    /// Writes `--time`'s worth of data at the slowest rate measured (16 MiB
+    /// to 1 GiB) into a private local directory; returns it and the file.
+    fn generate(&self, name: &str) -> Result<(LocalScratch, PathBuf), EngineError> {
         use std::io::Write;
+        use std::os::unix::fs::DirBuilderExt;
+        let secs = self.time.as_secs_f64().max(1.0);
+        let size = ((self.rate_bps / 8.0 * secs) as u64).clamp(16 << 20, 1 << 30) >> 20 << 20;
+        let base = if Path::new("/dev/shm").is_dir() {
+            PathBuf::from("/dev/shm")
+        } else {
+            std::env::temp_dir()
+        };
+        let dir = base.join(name);
+        std::fs::DirBuilder::new()
+            .mode(0o700)
+            .create(&dir)
+            .map_err(|e| EngineError::io(format!("creating {}", dir.display()), e))?;
+        let guard = LocalScratch(dir.clone());
+        let file = dir.join("data");
         let mut f = std::fs::File::create(&file)
             .map_err(|e| EngineError::io(format!("creating {}", file.display()), e))?;
         let mut block = vec![0u8; 1 << 20];
@@ -842,75 +979,8 @@ fn short_copy(
             f.write_all(&block)
                 .map_err(|e| EngineError::io(format!("writing {}", file.display()), e))?;
         }
+        Ok((guard, file))
     }
-    let dest = format!("longhaul://{host}/{export}/{}/", path.trim_matches('/'))
-        .replace("//", "/")
-        .replacen("longhaul:/", "longhaul://", 1);
-    let co = CpOptions {
-        force: true,
-        ..CpOptions::new(vec![local_dir.display().to_string()], dest, opts.clone())
-    };
-    // Ended after COPY_LIMIT whatever the estimate said: the rate so far
-    // is the result then.
-    let progress = co.progress.clone();
-    let stop = std::sync::Arc::new((std::sync::Mutex::new(false), std::sync::Condvar::new()));
-    let watchdog = {
-        let (progress, stop) = (progress.clone(), stop.clone());
-        std::thread::spawn(move || {
-            let (done, cv) = &*stop;
-            let guard = done.lock().expect("poisoned");
-            let (guard, timeout) = cv
-                .wait_timeout_while(guard, COPY_LIMIT, |d| !*d)
-                .expect("poisoned");
-            if timeout.timed_out() && !*guard {
-                progress
-                    .interrupt
-                    .store(true, std::sync::atomic::Ordering::Relaxed);
-            }
-        })
-    };
-    let started = Instant::now();
-    let res = cp(&co);
-    *stop.0.lock().expect("poisoned") = true;
-    stop.1.notify_all();
-    let _ = watchdog.join();
-    let seconds = started.elapsed().as_secs_f64();
-    // Remove the scratch directory whatever the copy did.
-    let _ = probe(
-        host,
-        opts,
-        ProbeRequest {
-            export: export.into(),
-            path: path.into(),
-            tests: ProbeTests::default(),
-            max_bytes: 0,
-            max_files: 0,
-            max_millis: 0,
-            host: false,
-            remove: Some(name),
-        },
-    );
-    if progress
-        .interrupt
-        .load(std::sync::atomic::Ordering::Relaxed)
-    {
-        let bytes = progress.bytes.load(std::sync::atomic::Ordering::Relaxed);
-        return Ok(CopyRun {
-            bytes,
-            seconds,
-            bits_per_second: bytes as f64 * 8.0 / seconds.max(1e-9),
-            ..Default::default()
-        });
-    }
-    let s = res?;
-    Ok(CopyRun {
-        bytes: s.bytes,
-        seconds,
-        bits_per_second: s.bits_per_second,
-        streams: s.streams,
-        source_read_bps: s.source_read_bps,
-        dest_write_bps: s.dest_write_bps,
-    })
 }
 
 /// Fills in the findings, the stages and the verdict from the measurements.
@@ -954,7 +1024,16 @@ pub fn judge(r: &mut DoctorReport, o: &DoctorOptions) {
         matches!(p.limit, LimitKind::ReceiverCpu)
             || p.cpu_receiver_percent >= 90.0 * f64::from(receiver.cpus_usable.max(1))
     });
-    let cpu_limited = send_full || recv_full;
+    // Both ends on one host share its cores: all of them busy between
+    // the two is the CPU limiting, whichever end spent more.
+    let shared_cores = same_host(&r.local, r.remote.as_ref()).then_some(r.local.cpus.max(1));
+    let shared_full = match (&run, shared_cores) {
+        (Some(p), Some(cores)) => {
+            p.cpu_sender_percent + p.cpu_receiver_percent >= 90.0 * f64::from(cores)
+        }
+        _ => false,
+    };
+    let cpu_limited = send_full || recv_full || shared_full;
     let path_is_limit = run.is_some() && !(window_limited || cpu_limited || lossy);
     // The rate to judge settings against: given; else what the path
     // carried if the path was the limit; else the interface's speed (not
@@ -1084,12 +1163,28 @@ pub fn judge(r: &mut DoctorReport, o: &DoctorOptions) {
                 measured * f64::from(cores.max(1)) * 100.0 / percent
             }
         };
+        // Both ends on one host (loopback, or namespaces of one machine)
+        // share its cores: together they can carry no more than all of
+        // them busy at the two ends' cost per bit.
+        let shared = shared_cores.map(|cores| {
+            let both = p.cpu_sender_percent + p.cpu_receiver_percent;
+            (
+                cpu_ceiling(both, cores),
+                format!(
+                    "; both ends share this host's {cores} cores: {:.0}% + {:.0}% of {}%",
+                    p.cpu_sender_percent,
+                    p.cpu_receiver_percent,
+                    100 * cores
+                ),
+            )
+        });
+        let (shared_ceiling, shared_detail) = shared.unwrap_or((f64::INFINITY, String::new()));
         add(
             Stage::SenderCpu,
-            cpu_ceiling(p.cpu_sender_percent, sender.cpus_usable),
-            send_full,
+            cpu_ceiling(p.cpu_sender_percent, sender.cpus_usable).min(shared_ceiling),
+            send_full || shared_full,
             format!(
-                "sender {:.0}% CPU of {} usable core(s) at {}",
+                "sender {:.0}% CPU of {} usable core(s) at {}{shared_detail}",
                 p.cpu_sender_percent,
                 sender.cpus_usable,
                 longhaul_proto::units::format_rate(measured)
@@ -1097,10 +1192,10 @@ pub fn judge(r: &mut DoctorReport, o: &DoctorOptions) {
         );
         add(
             Stage::ReceiverCpu,
-            cpu_ceiling(p.cpu_receiver_percent, receiver.cpus_usable),
-            recv_full,
+            cpu_ceiling(p.cpu_receiver_percent, receiver.cpus_usable).min(shared_ceiling),
+            recv_full || shared_full,
             format!(
-                "receiver {:.0}% CPU of {} usable core(s)",
+                "receiver {:.0}% CPU of {} usable core(s){shared_detail}",
                 p.cpu_receiver_percent, receiver.cpus_usable
             ),
         );
@@ -1148,9 +1243,9 @@ pub fn judge(r: &mut DoctorReport, o: &DoctorOptions) {
                 s.bytes_per_second * 8.0,
                 false,
                 format!(
-                    "sequential write {:.3} GB/s{}",
+                    "sequential write of a new file {:.3} GB/s ({}, synced, as a transfer writes)",
                     s.bytes_per_second / 1e9,
-                    if d.direct { " (O_DIRECT)" } else { "" }
+                    if d.direct { "O_DIRECT" } else { "buffered" }
                 ),
             );
         }
@@ -1193,24 +1288,85 @@ pub fn judge(r: &mut DoctorReport, o: &DoctorOptions) {
         .cloned()
         .collect();
     let rtt_ms = f64::from(rtt) / 1000.0;
-    r.verdict = doctor::verdict(&stages, |s| fix_for(s, &findings, &w, rtt_ms));
+    let fix = |s: Stage| fix_for(s, &findings, &w, rtt_ms);
+    r.verdict = doctor::verdict(&stages, fix);
     // The real copy is the check on the stages: far below the verdict's
-    // ceiling, the stages together (not one alone) cost more than each
-    // measured apart, which on a host shared by both ends is the CPU.
-    if let (Some(c), Some(v)) = (&r.copy, &r.verdict) {
+    // ceiling, what its own stages show wins over what each stage did
+    // apart, and the verdict follows it.
+    if let (Some(c), Some(v)) = (&r.copy, r.verdict.clone()) {
         if c.bits_per_second < v.ceiling_bps * 0.5 {
+            let shown = copy_stage(c);
+            let what = match shown {
+                Some((stage, rate, busy)) => {
+                    let at = stages.iter().position(|s| s.name == stage);
+                    let detail = format!(
+                        "the short copy's {} ran at {} while busy, {:.0}% of the copy",
+                        if stage == Stage::DestStorage {
+                            "destination writes"
+                        } else {
+                            "source reads"
+                        },
+                        longhaul_proto::units::format_rate(rate),
+                        busy * 100.0
+                    );
+                    let seen = StageCeiling {
+                        name: stage,
+                        ceiling_bps: rate,
+                        limiting: true,
+                        detail,
+                    };
+                    match at {
+                        Some(i) if stages[i].ceiling_bps <= rate => {}
+                        Some(i) => stages[i] = seen,
+                        None => stages.push(seen),
+                    }
+                    r.verdict = doctor::verdict(&stages, fix);
+                    format!("its own stages show {}", stage.name())
+                }
+                None => format!(
+                    "neither its source nor its destination was busy most of the time: the CPU both ends spend per byte, or a copy too short for the steady rate (at least {} would show it)",
+                    longhaul_proto::units::format_bytes((v.ceiling_bps / 8.0 * 10.0) as u64)
+                ),
+            };
             r.notes.push(format!(
-                "the short copy reached {} against {} for {}: the stages together cost more than apart (its destination wrote at {} while busy, its source read at {}); a copy of at least {} would show the steady rate",
+                "the short copy moved {}, well below the {} the stages measured apart allow ({}): {what}",
                 longhaul_proto::units::format_rate(c.bits_per_second),
                 longhaul_proto::units::format_rate(v.ceiling_bps),
                 v.stage.name(),
-                longhaul_proto::units::format_rate(c.dest_write_bps),
-                longhaul_proto::units::format_rate(c.source_read_bps),
-                longhaul_proto::units::format_bytes((v.ceiling_bps / 8.0 * 10.0) as u64),
             ));
         }
     }
     r.stages = stages;
+}
+
+/// True when the server runs on this very host (loopback, or a network
+/// namespace of it): the two ends then share its cores.
+fn same_host(local: &HostSettings, remote: Option<&HostSettings>) -> bool {
+    remote.is_some_and(|h| {
+        h.hostname == local.hostname && h.kernel == local.kernel && h.cpus == local.cpus
+    })
+}
+
+/// The storage stage a copy's own figures show limiting it: the end that
+/// was busy for most of the copy (its rate while busy is then what it can
+/// carry), with that rate and the share of the copy it was busy; None
+/// when neither was.
+pub fn copy_stage(c: &CopyRun) -> Option<(Stage, f64, f64)> {
+    let busy = |rate: f64| {
+        if rate > 0.0 {
+            (c.bits_per_second / rate).min(1.0)
+        } else {
+            0.0
+        }
+    };
+    [
+        (Stage::DestStorage, c.dest_write_bps),
+        (Stage::SourceStorage, c.source_read_bps),
+    ]
+    .into_iter()
+    .map(|(s, rate)| (s, rate, busy(rate)))
+    .filter(|&(_, _, b)| b >= 0.6)
+    .max_by(|a, b| a.2.total_cmp(&b.2))
 }
 
 fn mss_of(a: &HostSettings, b: &HostSettings) -> u32 {
@@ -1277,25 +1433,192 @@ pub fn serve_probe(
     }
     let mut report = DiskReport::default();
     let t = p.tests;
-    if t.write || t.read || t.create {
+    let max_bytes = p.max_bytes.min(PROBE_MAX_BYTES);
+    let time_limit = Duration::from_millis(p.max_millis.min(PROBE_MAX_MILLIS));
+    if t.write || t.create {
+        // What a transfer's sink does: a new file, buffered, allocated as
+        // the sink allocates, synced at the end (in the time).
         let b = crate::disk::DiskBench {
-            file_size: p.max_bytes.min(PROBE_MAX_BYTES),
+            file_size: max_bytes,
             threads: 1,
-            direct: true,
+            direct: false,
+            like_transfer: true,
             files: if t.create {
                 p.max_files.min(PROBE_MAX_FILES)
             } else {
                 0
             },
-            time_limit: Duration::from_millis(p.max_millis.min(PROBE_MAX_MILLIS)),
+            time_limit,
             write: t.write,
-            read: t.read,
+            read: false,
             ..crate::disk::DiskBench::new(dir.to_path_buf())
         };
         report = crate::disk::run(&b)?;
+    } else {
+        let (filesystem, _) = crate::disk::statfs(dir);
+        report.filesystem = filesystem;
+    }
+    if t.read {
+        // Reads what is there and writes nothing: a read probe must be
+        // possible on a read-only export, and the files a pull will read
+        // are the ones to measure.
+        report.read = crate::disk::read_existing(dir, max_bytes, time_limit).map_err(|e| {
+            EngineError::io(format!("reading the files under {}", dir.display()), e)
+        })?;
+        if report.read.is_none() {
+            report.warnings.push(
+                "no files to read there: the source storage was not measured (point the doctor at the data to pull)"
+                    .into(),
+            );
+        }
     }
     Ok(ProbeResult {
         report,
         host: p.host.then(|| host_settings(peer)),
+        dir: None,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use longhaul_proto::disk::SeqResult;
+
+    fn host(name: &str, cpus: u32) -> HostSettings {
+        HostSettings {
+            hostname: name.into(),
+            kernel: "6.1".into(),
+            cpus,
+            cpus_usable: cpus,
+            ..Default::default()
+        }
+    }
+
+    /// A push whose memory-to-memory run carried 10 Gbit/s with the given
+    /// CPU at each end, and a destination that wrote 3 GB/s in its probe.
+    fn report(local: &str, remote: &str, send: f64, recv: f64) -> DoctorReport {
+        DoctorReport {
+            local: host(local, 2),
+            remote: Some(host(remote, 2)),
+            rtt_idle_us: Some(50),
+            upload: Some(PathRun {
+                direction: Direction::Up,
+                streams: 4,
+                bits_per_second: 1e10,
+                rtt_loaded_us: 60,
+                cpu_sender_percent: send,
+                cpu_receiver_percent: recv,
+                limit: LimitKind::Application,
+                ..Default::default()
+            }),
+            dest_storage: Some(DiskReport {
+                write: Some(SeqResult {
+                    bytes: 3 << 30,
+                    seconds: 1.0,
+                    bytes_per_second: 3e9,
+                }),
+                ..Default::default()
+            }),
+            mean_file_size: DEFAULT_MEAN_FILE_SIZE,
+            ..Default::default()
+        }
+    }
+
+    fn ceiling(r: &DoctorReport, s: Stage) -> f64 {
+        r.stages.iter().find(|x| x.name == s).unwrap().ceiling_bps
+    }
+
+    #[test]
+    fn a_copy_far_below_the_verdict_names_the_stage_its_own_figures_show() {
+        // The probe said 24 Gbit/s of writes; the copy moved 2.18 Gbit/s
+        // with its destination writing at 2.5 Gbit/s while busy (87%).
+        let mut r = report("a", "b", 60.0, 60.0);
+        r.copy = Some(CopyRun {
+            bytes: 1 << 29,
+            seconds: 2.0,
+            bits_per_second: 2.18e9,
+            streams: 4,
+            source_read_bps: 40e9,
+            dest_write_bps: 2.5e9,
+            generated: true,
+        });
+        judge(&mut r, &DoctorOptions::default());
+        let v = r.verdict.as_ref().unwrap();
+        assert_eq!(v.stage, Stage::DestStorage, "{:?}", r.stages);
+        assert_eq!(v.ceiling_bps, 2.5e9);
+        assert!(
+            r.notes
+                .iter()
+                .any(|n| n.contains("its own stages show dest_storage")),
+            "{:?}",
+            r.notes
+        );
+    }
+
+    #[test]
+    fn a_copy_with_no_busy_end_is_said_to_be_below_without_a_stage() {
+        let mut r = report("a", "b", 60.0, 60.0);
+        r.copy = Some(CopyRun {
+            bits_per_second: 1e9,
+            source_read_bps: 20e9,
+            dest_write_bps: 20e9,
+            ..Default::default()
+        });
+        judge(&mut r, &DoctorOptions::default());
+        assert!(
+            r.notes.iter().any(|n| n.contains("well below")),
+            "{:?}",
+            r.notes
+        );
+        assert_ne!(r.verdict.as_ref().unwrap().stage, Stage::DestStorage);
+    }
+
+    #[test]
+    fn both_ends_on_one_host_count_their_cpu_together() {
+        // 80% + 80% of 2 cores: each end alone could carry 25 Gbit/s, the
+        // two together only 12.5.
+        let mut apart = report("a", "b", 80.0, 80.0);
+        judge(&mut apart, &DoctorOptions::default());
+        assert_eq!(ceiling(&apart, Stage::SenderCpu), 2.5e10);
+        let mut shared = report("a", "a", 80.0, 80.0);
+        judge(&mut shared, &DoctorOptions::default());
+        assert_eq!(ceiling(&shared, Stage::SenderCpu), 1.25e10);
+        assert_eq!(ceiling(&shared, Stage::ReceiverCpu), 1.25e10);
+        // 95% + 95%: both cores busy, so the CPU was seen limiting.
+        let mut full = report("a", "a", 95.0, 95.0);
+        judge(&mut full, &DoctorOptions::default());
+        assert!(full
+            .stages
+            .iter()
+            .any(|s| s.name == Stage::SenderCpu && s.limiting));
+        assert!(
+            matches!(
+                full.verdict.as_ref().unwrap().stage,
+                Stage::SenderCpu | Stage::ReceiverCpu
+            ),
+            "{:?}",
+            full.stages
+        );
+    }
+
+    #[test]
+    fn an_assumed_file_size_never_makes_metadata_the_verdict() {
+        let mut r = report("a", "b", 60.0, 60.0);
+        if let Some(d) = r.dest_storage.as_mut() {
+            d.create = Some(longhaul_proto::disk::FilesResult {
+                files: 100,
+                file_size: 16 << 10,
+                seconds: 1.0,
+                files_per_second: 100.0,
+            });
+        }
+        judge(&mut r, &DoctorOptions::default());
+        assert!(r.stages.iter().all(|s| s.name != Stage::Metadata));
+        assert!(r.notes.iter().any(|n| n.contains("metadata not judged")));
+        let mut measured = report("a", "b", 60.0, 60.0);
+        measured.dest_storage = r.dest_storage.clone();
+        measured.mean_file_size_measured = true;
+        judge(&mut measured, &DoctorOptions::default());
+        assert_eq!(measured.verdict.unwrap().stage, Stage::Metadata);
+    }
 }

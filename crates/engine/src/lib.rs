@@ -10,6 +10,7 @@ pub mod conn;
 pub mod disk;
 pub mod doctor;
 pub mod paths;
+pub mod proof;
 pub mod run;
 pub mod server;
 pub mod sink;

@@ -492,7 +492,14 @@ fn handle_connection(shared: &Arc<Shared>, tcp: TcpStream, peer: SocketAddr) {
             token,
             ..
         }) => {
-            let who = if shared.cfg.open_access {
+            let raw_token_in_clear = !stream.is_tls()
+                && token
+                    .as_deref()
+                    .is_some_and(|t| crate::proof::parse(t).is_none());
+            let who = if raw_token_in_clear {
+                // Already seen by anyone on the path: never accepted.
+                Err("this client sent its token in the clear over plaintext: it is refused, and should be revoked (`longhaul token revoke ID`) and replaced; use TLS, or a client that sends a proof of it".to_string())
+            } else if shared.cfg.open_access {
                 Ok(auth::Access::everything("anyone (open server)"))
             } else {
                 auth::authenticate(
@@ -1153,23 +1160,38 @@ fn serve_probe(
                 .check_read(ex)
                 .map_err(|m| (RefuseCode::Unauthorized, m))?;
         }
-        let path =
-            beneath(&ex.root, &p.path).map_err(|e| (RefuseCode::BadRequest, e.to_string()))?;
-        confine(&ex.root, &path).map_err(|e| (RefuseCode::BadRequest, e.to_string()))?;
         let bad = |e: EngineError| (RefuseCode::BadRequest, e.to_string());
         // Through a descriptor opened beneath the export root, so a symlink
         // swapped in cannot take the benchmark outside it.
         let anchor = Anchor::open(&ex.root).map_err(bad)?;
-        let dir = anchor.dir(&path, false).map_err(bad)?;
-        tracing::info!("{} probes {}:{}", conn.peer(), ex.name, p.path);
+        // A path that does not exist yet (where a transfer will create
+        // it) is measured in the nearest directory above it that does.
+        let mut used = p.path.trim_matches('/').to_string();
+        let dir = loop {
+            let path = beneath(&ex.root, &used).map_err(bad)?;
+            confine(&ex.root, &path).map_err(bad)?;
+            match anchor.dir(&path, false) {
+                Ok(d) => break d,
+                Err(e) if used.is_empty() => return Err(bad(e)),
+                Err(_) => used = used.rsplit_once('/').map_or("", |(up, _)| up).to_string(),
+            }
+        };
+        tracing::info!("{} probes {}:{}", conn.peer(), ex.name, used);
         let mut r = crate::doctor::serve_probe(&dir.path(), p, peer_ip(conn)).map_err(|e| {
             (
                 RefuseCode::ServerError,
-                format!("probing {}:{}: {e}", ex.name, p.path),
+                format!("probing {}:{used}: {e}", ex.name),
             )
         })?;
+        if used != p.path.trim_matches('/') {
+            r.report.warnings.push(format!(
+                "{} does not exist yet: measured in {}:/{used}, the nearest directory above it",
+                p.path, ex.name
+            ));
+        }
         // Named as the client knows it, not by the descriptor used.
-        r.report.path = format!("{}:{}", ex.name, p.path);
+        r.report.path = format!("{}:{used}", ex.name);
+        r.dir = Some(used);
         r
     } else {
         crate::doctor::serve_probe(std::path::Path::new("/"), p, peer_ip(conn))

@@ -84,6 +84,11 @@ pub struct ProbeResult {
     pub report: DiskReport,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host: Option<HostSettings>,
+    /// The directory measured, within the export: the path asked for, or
+    /// the nearest directory above it when it does not exist yet. Scratch
+    /// data of the doctor's copy goes there too.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dir: Option<String>,
 }
 
 /// The prefix of scratch directories a doctor may ask a server to remove.

@@ -557,6 +557,7 @@ mod tests {
                     cipher_bytes_per_core: 1.5e9,
                     ..Default::default()
                 }),
+                dir: Some("run7".into()),
             })),
             Message::SourceInterval(crate::tune::TransferInterval {
                 index: 3,

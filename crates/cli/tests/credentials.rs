@@ -1,0 +1,202 @@
+//! No credential on a plaintext connection (issue 13, item 14): what a
+//! client writes is recorded by a proxy in the middle, as an eavesdropper
+//! on the path would see it.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use longhaul_engine::server::{ServeConfig, Server, ServerHandle};
+use longhaul_engine::xfer::Export;
+
+mod common;
+use common::{assert_exit, bin, stderr, TempDir, TOKEN};
+
+/// The secret part of the test token: what must never be on the wire.
+fn secret() -> &'static str {
+    TOKEN.rsplit_once('_').unwrap().1
+}
+
+fn server(root: &Path, state: &Path, allow_plaintext: bool) -> ServerHandle {
+    Server::bind(
+        &[SocketAddr::from(([127, 0, 0, 1], 0))],
+        ServeConfig {
+            exports: vec![Export {
+                name: "data".into(),
+                root: root.canonicalize().unwrap(),
+                read_only: false,
+                public: false,
+            }],
+            state_dir: common::prepare_state(state),
+            allow_plaintext,
+            ..ServeConfig::default()
+        },
+    )
+    .expect("bind loopback")
+    .spawn()
+}
+
+/// A TCP proxy to `to` that records every byte clients send, per
+/// connection, in order.
+struct Recorder {
+    addr: SocketAddr,
+    sent: Arc<Mutex<Vec<Vec<u8>>>>,
+}
+
+impl Recorder {
+    fn start(to: SocketAddr) -> Recorder {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        let sent = Arc::new(Mutex::new(Vec::new()));
+        let all = sent.clone();
+        std::thread::spawn(move || {
+            for c in l.incoming() {
+                let Ok(client) = c else { return };
+                let Ok(upstream) = TcpStream::connect(to) else {
+                    continue;
+                };
+                let slot = {
+                    let mut a = all.lock().unwrap();
+                    a.push(Vec::new());
+                    a.len() - 1
+                };
+                let (mut c_r, mut u_w) =
+                    (client.try_clone().unwrap(), upstream.try_clone().unwrap());
+                let rec = all.clone();
+                std::thread::spawn(move || {
+                    let mut buf = [0u8; 65536];
+                    while let Ok(n) = c_r.read(&mut buf) {
+                        if n == 0 || u_w.write_all(&buf[..n]).is_err() {
+                            break;
+                        }
+                        rec.lock().unwrap()[slot].extend_from_slice(&buf[..n]);
+                    }
+                    let _ = u_w.shutdown(std::net::Shutdown::Write);
+                });
+                let (mut u_r, mut c_w) = (upstream, client);
+                std::thread::spawn(move || {
+                    let _ = std::io::copy(&mut u_r, &mut c_w);
+                    let _ = c_w.shutdown(std::net::Shutdown::Write);
+                });
+            }
+        });
+        Recorder { addr, sent }
+    }
+
+    fn connections(&self) -> Vec<Vec<u8>> {
+        self.sent.lock().unwrap().clone()
+    }
+
+    /// Panics if any connection carried the token's secret.
+    fn assert_no_secret(&self) {
+        let s = secret().as_bytes();
+        for (i, c) in self.connections().iter().enumerate() {
+            assert!(
+                !c.windows(s.len()).any(|w| w == s),
+                "connection {i} carried the token's secret: {}",
+                String::from_utf8_lossy(c)
+            );
+        }
+    }
+}
+
+#[test]
+fn a_plaintext_client_proves_its_token_and_never_sends_it() {
+    let t = TempDir::new("cred-plain");
+    let (exp, src) = (t.dir("export"), t.dir("src"));
+    std::fs::write(src.join("a.bin"), vec![5u8; 3 << 20]).unwrap();
+    let s = server(&exp, &t.dir("state"), true);
+    let proxy = Recorder::start(s.addr());
+    let o = bin()
+        .args([
+            "cp",
+            "--insecure-plaintext",
+            src.join("a.bin").to_str().unwrap(),
+            &format!("127.0.0.1:{}:data/", proxy.addr.port()),
+        ])
+        .output()
+        .unwrap();
+    assert_exit(&o, 0);
+    assert_eq!(
+        std::fs::read(exp.join("a.bin")).unwrap(),
+        std::fs::read(src.join("a.bin")).unwrap()
+    );
+    proxy.assert_no_secret();
+    // What an eavesdropper saw does not let it in: the control connection
+    // replayed byte for byte is refused (its proof was used).
+    let hello = proxy.connections()[0].clone();
+    let mut c = TcpStream::connect(s.addr()).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    c.write_all(&hello).unwrap();
+    let mut answer = Vec::new();
+    let _ = c.read_to_end(&mut answer);
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.contains("used before"), "{answer}");
+    s.shutdown();
+}
+
+#[test]
+fn a_raw_token_sent_in_the_clear_is_refused() {
+    use longhaul_proto::frame::MAGIC;
+    use longhaul_proto::msg::{Hello, Message, Role, PROTOCOL_VERSION};
+    let t = TempDir::new("cred-raw");
+    let s = server(&t.dir("export"), &t.dir("state"), true);
+    let mut b = MAGIC.to_vec();
+    Message::Hello(Hello {
+        min_version: PROTOCOL_VERSION,
+        max_version: PROTOCOL_VERSION,
+        software: "an old client".into(),
+        role: Role::Control,
+        token: Some(TOKEN.into()),
+    })
+    .encode(&mut b)
+    .unwrap();
+    let mut c = TcpStream::connect(s.addr()).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    c.write_all(&b).unwrap();
+    let mut answer = Vec::new();
+    let _ = c.read_to_end(&mut answer);
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.contains("in the clear"), "{answer}");
+    s.shutdown();
+}
+
+#[test]
+fn doctor_against_a_tls_only_server_never_sends_the_token_in_the_clear() {
+    let t = TempDir::new("cred-doctor");
+    let s = server(&t.dir("export"), &t.dir("state"), false);
+    let proxy = Recorder::start(s.addr());
+    let o = bin()
+        .arg("doctor")
+        .arg(format!("127.0.0.1:{}:data/", proxy.addr.port()))
+        .args(["--json", "--time", "1s", "--no-copy", "--no-remember"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    // Plaintext was not possible: the cost without TLS is an estimate.
+    assert_eq!(v["plain_measured"], false, "{v:#}");
+    assert!(proxy.connections().len() > 2);
+    proxy.assert_no_secret();
+    s.shutdown();
+}
+
+#[test]
+fn doctor_measures_plaintext_where_both_ends_allow_it_without_the_token() {
+    let t = TempDir::new("cred-doctor-plain");
+    let s = server(&t.dir("export"), &t.dir("state"), true);
+    let proxy = Recorder::start(s.addr());
+    let o = bin()
+        .arg("doctor")
+        .arg(format!("127.0.0.1:{}:data/", proxy.addr.port()))
+        .args(["--json", "--time", "1s", "--no-copy", "--no-remember"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["plain_measured"], true, "{v:#}");
+    proxy.assert_no_secret();
+    s.shutdown();
+}
