@@ -1600,6 +1600,11 @@ impl Slots {
     /// Queues a request; its slot may be granted at once. Refuses (with
     /// why) when the queue is full.
     fn enqueue(&self, c: &Claimant, client: IpAddr) -> Result<u64, String> {
+        if self.max == 0 {
+            return Err(
+                "this server runs no tests or transfers: its limit is 0 (--max-tests 0)".into(),
+            );
+        }
         let mut st = self.state.lock().expect("poisoned");
         let ticket = st.next_ticket;
         st.next_ticket += 1;
@@ -1822,11 +1827,15 @@ fn public_caps(cfg: &ServeConfig, p: &mut TestParams) -> Result<(), String> {
         ));
     }
     for asked in [p.pacing_bps, p.udp_rate_bps].into_iter().flatten() {
-        if asked > rate {
+        // 0 is no limit at all.
+        if asked > rate || asked == 0 {
+            let asked = match asked {
+                0 => "no limit".to_string(),
+                a => format_rate(a as f64),
+            };
             return Err(format!(
-                "anonymous tests on this server send at most {} per direction (--public-max-rate), {} asked; {pass}",
+                "anonymous tests on this server send at most {} per direction (--public-max-rate), {asked} asked; {pass}",
                 format_rate(rate as f64),
-                format_rate(asked as f64)
             ));
         }
     }
