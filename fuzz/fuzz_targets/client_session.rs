@@ -251,6 +251,7 @@ impl Phase {
         use Phase as P;
         Some(match (self, ev) {
             (P::AwaitWelcome, E::Welcomed(_)) => P::Idle,
+            (P::AwaitAccept, E::Queued(_)) => P::AwaitAccept,
             (P::AwaitAccept, E::Accepted(_)) => P::AwaitReady,
             (P::AwaitReady, E::Ready(_)) => P::Ready,
             (P::Running, E::Interval(_)) => P::Running,
@@ -266,6 +267,7 @@ impl Phase {
 fn event_for(m: &Message) -> Option<ClientEvent> {
     Some(match m {
         Message::Welcome(w) => ClientEvent::Welcomed(w.clone()),
+        Message::Queued(q) => ClientEvent::Queued(q.clone()),
         Message::TestAccept(a) => ClientEvent::Accepted(a.clone()),
         Message::Ready(r) => ClientEvent::Ready(r.clone()),
         Message::Interval(i) => ClientEvent::Interval(i.clone()),
@@ -360,6 +362,13 @@ impl Harness {
                 },
                 Duration::from_millis(u64::from(n)),
             )),
+            // A busy server queues the request before it accepts it.
+            Phase::AwaitAccept if b % 3 == 0 => server(Message::Queued(Queued {
+                position: u32::from(n),
+                running: u32::from(b),
+                limit: u32::from(b / 2),
+                reason: text,
+            })),
             Phase::AwaitAccept => server(Message::TestAccept(TestAccept {
                 test_id: u64::from(n),
                 token: text,

@@ -118,7 +118,13 @@ fn code(b: u8) -> RefuseCode {
 }
 
 fn wrong(b: u8) -> Message {
-    match b % 5 {
+    match b % 6 {
+        5 => Message::Queued(Queued {
+            position: 1,
+            running: 1,
+            limit: 1,
+            reason: String::new(),
+        }),
         0 => Message::Welcome(Welcome {
             version: 1,
             software: "s".into(),

@@ -397,9 +397,21 @@ struct ServeArgs {
     /// Directory for the server's identity and state (default: $XDG_STATE_HOME/longhaul).
     #[arg(long, value_name = "DIR")]
     state_dir: Option<PathBuf>,
-    /// Tests running at once; more are refused as busy.
+    /// Tests, transfers and probes running at once; more wait their turn
+    /// in a queue (round robin between grants; anonymous clients together
+    /// hold at most half the slots).
     #[arg(long, default_value_t = 16)]
     max_tests: usize,
+    /// Requests waiting for a slot at once; more are refused as busy
+    /// (default: 4 x --max-tests).
+    #[arg(long, value_name = "N")]
+    max_queued: Option<usize>,
+    /// Rate cap per direction of an anonymous (--public-perf) test.
+    #[arg(long, default_value = "1G", value_parser = rate)]
+    public_max_rate: u64,
+    /// Longest anonymous (--public-perf) test.
+    #[arg(long, default_value = "30s", value_parser = duration)]
+    public_max_time: Duration,
     /// Streams one test may ask for, per direction.
     #[arg(long, default_value_t = 128)]
     max_streams: u16,
@@ -881,6 +893,9 @@ fn serve(a: ServeArgs) -> i32 {
             idle_timeout: a.idle_timeout,
         },
         max_tests: a.max_tests,
+        max_queued: a.max_queued.unwrap_or(a.max_tests.saturating_mul(4)),
+        public_max_rate: a.public_max_rate,
+        public_max_time: a.public_max_time,
         max_connections: a.max_connections,
         max_per_client: a.max_per_client,
         exports: a.export,

@@ -1378,3 +1378,264 @@ fn a_ca_issued_certificate_is_trusted_through_the_ca() {
     assert_refused(&o, 7, "certificate");
     srv.shutdown();
 }
+
+// ---- server fairness and reflection (issue 13)
+
+/// A control session over TLS, welcomed: `token` None is anonymous.
+fn control(addr: SocketAddr, token: Option<&str>) -> FramedConn {
+    let mut st = tls_to(addr);
+    st.write_all(&hello(token)).unwrap();
+    st.flush().unwrap();
+    let mut conn = FramedConn::new(st, addr.to_string());
+    match conn.recv_until(Instant::now() + Duration::from_secs(10)) {
+        Ok(Some(Message::Welcome(_))) => conn,
+        other => panic!("no welcome: {other:?}"),
+    }
+}
+
+/// The next message that is not a queue notice, or None at `limit`.
+fn next_answer(conn: &mut FramedConn, limit: Duration) -> Option<Message> {
+    let until = Instant::now() + limit;
+    loop {
+        match conn.recv_until(until) {
+            Ok(Some(Message::Queued(_))) => continue,
+            Ok(m) => return m,
+            Err(e) => panic!("control connection failed: {e}"),
+        }
+    }
+}
+
+fn udp_register(from: &std::net::UdpSocket, to: SocketAddr, token: &str) {
+    use longhaul_proto::udp;
+    let mut d = vec![0u8; udp::HEADER_LEN + token.len()];
+    udp::Header {
+        tag: udp::tag_of(token),
+        stream: 0,
+        flags: udp::FLAG_REGISTER,
+        seq: 0,
+        send_ns: 0,
+    }
+    .write(&mut d);
+    d[udp::HEADER_LEN..].copy_from_slice(token.as_bytes());
+    let _ = from.send_to(&d, to);
+}
+
+/// An attacker with a valid session registers the UDP stream of a
+/// server-to-client test from another address (a spoofed source, here
+/// 127.0.0.2): the server must never take it, so never sends there; the
+/// same registration from the control connection's own address works.
+#[test]
+fn a_udp_stream_registered_from_another_address_gets_nothing() {
+    use longhaul_proto::msg::{Mode, Start, TestParams, Transport};
+    let site = Site::new("udpreflect");
+    let srv = site.data_server();
+    let a = srv.addr();
+    let mut conn = control(a, Some(common::TOKEN));
+    conn.send(&Message::TestRequest(TestParams {
+        transport: Transport::Udp,
+        mode: Mode::Down,
+        streams: 1,
+        duration_ms: Some(2000),
+        length: 1200,
+        interval_ms: 0,
+        udp_rate_bps: Some(20_000_000),
+        ..TestParams::default()
+    }))
+    .unwrap();
+    let accept = match next_answer(&mut conn, Duration::from_secs(10)) {
+        Some(Message::TestAccept(t)) => t,
+        other => panic!("test not accepted: {other:?}"),
+    };
+    let port = SocketAddr::new(a.ip(), accept.udp_ports[0]);
+    let victim = std::net::UdpSocket::bind("127.0.0.2:0").expect("bind 127.0.0.2");
+    victim
+        .set_read_timeout(Some(Duration::from_millis(100)))
+        .unwrap();
+    let until = Instant::now() + Duration::from_secs(3);
+    let mut buf = [0u8; 2048];
+    while Instant::now() < until {
+        udp_register(&victim, port, &accept.token);
+        if let Ok((n, from)) = victim.recv_from(&mut buf) {
+            panic!("the server sent {n} bytes from {from} to a spoofed address");
+        }
+        // Were it taken, the attacker would start the test now.
+        if let Ok(Some(m)) = conn.recv(Duration::from_millis(1)) {
+            if matches!(m, Message::Ready(_)) {
+                conn.send(&Message::Start(Start {})).unwrap();
+            }
+            panic!("the server took a registration from 127.0.0.2: {m:?}");
+        }
+    }
+    // The real client's registration, from the control connection's host.
+    let own = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    udp_register(&own, port, &accept.token);
+    match next_answer(&mut conn, Duration::from_secs(10)) {
+        Some(Message::Ready(_)) => {}
+        other => panic!("the legitimate registration was not taken: {other:?}"),
+    }
+    drop(conn);
+    site.assert_serves(a);
+    srv.shutdown();
+}
+
+/// Anonymous tests (`--public-perf`) are held to the public caps: asking
+/// for more rate or time than they allow is refused, naming the cap; a
+/// token holder keeps the server's own limits.
+#[test]
+fn anonymous_tests_are_capped_in_rate_and_time() {
+    let site = Site::new("pubcaps");
+    let srv = site.server(|c| {
+        c.public_perf = true;
+        c.public_max_rate = 100_000_000;
+        c.public_max_time = std::time::Duration::from_secs(5);
+    });
+    let a = srv.addr().to_string();
+    let o = anon(&["perf", &a, "-u", "-b", "200M", "-t", "1", "-i", "0"]);
+    assert_refused(&o, 4, "--public-max-rate");
+    assert!(stderr(&o).contains("100"), "{}", stderr(&o));
+    let o = anon(&["perf", &a, "-u", "-b", "0", "-t", "1", "-i", "0"]);
+    assert_refused(&o, 4, "--public-max-rate");
+    let o = anon(&["perf", &a, "-t", "10", "-i", "0"]);
+    assert_refused(&o, 4, "--public-max-time");
+    // Within the caps it runs; the server paces its side to the cap.
+    let o = anon(&["perf", &a, "-u", "-b", "10M", "-t", "1", "-i", "0", "-R"]);
+    assert_exit(&o, 0);
+    // A token holder is not held to them.
+    let o = lh(&["perf", &a, "-u", "-b", "200M", "-t", "1", "-i", "0"]);
+    assert_exit(&o, 0);
+    srv.shutdown();
+}
+
+/// A probe (`longhaul doctor`'s settings and storage benchmark) needs a
+/// token, even on a server with public perf and a public export.
+#[test]
+fn an_anonymous_probe_is_refused() {
+    use longhaul_proto::disk::{ProbeRequest, ProbeTests};
+    let site = Site::new("anonprobe");
+    let pubdir = site.scratch("pub");
+    let srv = serve(
+        vec![
+            export("data", &site.export, false, false),
+            export("pub", &pubdir, true, true),
+        ],
+        &site.state,
+        |c| c.public_perf = true,
+    );
+    let a = srv.addr();
+    let before = site.snap();
+    let probe = |export: &str| ProbeRequest {
+        export: export.into(),
+        path: String::new(),
+        tests: ProbeTests::default(),
+        max_bytes: 1 << 20,
+        max_files: 10,
+        max_millis: 200,
+        host: true,
+        remove: None,
+    };
+    for ex in ["pub", "data"] {
+        let mut conn = control(a, None);
+        conn.send(&Message::Probe(probe(ex))).unwrap();
+        match next_answer(&mut conn, Duration::from_secs(10)) {
+            Some(Message::Refuse(r)) => {
+                assert_eq!(r.code, RefuseCode::Unauthorized, "{r:?}");
+                assert!(r.message.contains("--token-file"), "{r:?}");
+            }
+            other => panic!("an anonymous probe of {ex} was answered: {other:?}"),
+        }
+    }
+    // The same probe with the token is answered.
+    let mut conn = control(a, Some(common::TOKEN));
+    conn.send(&Message::Probe(probe("data"))).unwrap();
+    match next_answer(&mut conn, Duration::from_secs(60)) {
+        Some(Message::ProbeResult(r)) => assert!(r.host.is_some(), "{r:?}"),
+        other => panic!("the token holder's probe was not answered: {other:?}"),
+    }
+    site.assert_untouched(&before);
+    srv.shutdown();
+}
+
+/// With `--max-tests 2`, anonymous pulls of a public export take at most
+/// one slot; the others wait, and a token holder arriving after them gets
+/// the other slot at once.
+#[test]
+fn anonymous_pulls_cannot_lock_out_a_token_holder() {
+    let site = Site::new("anonslots");
+    let pubdir = site.scratch("pub");
+    fs::write(pubdir.join("big.bin"), bytes(6 << 20, 11)).unwrap();
+    let srv = serve(
+        vec![
+            export("data", &site.export, false, false),
+            export("pub", &pubdir, true, true),
+        ],
+        &site.state,
+        |c| c.max_tests = 2,
+    );
+    let a = srv.addr();
+    // Three slow anonymous pulls (8 Mbit/s: about 6 s each).
+    let mut pulls: Vec<(std::process::Child, Arc<Mutex<String>>)> = (0..3)
+        .map(|i| {
+            let to = site.scratch(&format!("pull{i}"));
+            let mut c = bin();
+            c.env_remove("LONGHAUL_TOKEN")
+                .args(["cp", "-P", "1", "--rate", "8mbit"])
+                .args([&at(a, "pub", "big.bin"), s(&to)])
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped());
+            let mut child = c.spawn().unwrap();
+            let err = Arc::new(Mutex::new(String::new()));
+            let (pipe, e) = (child.stderr.take().unwrap(), err.clone());
+            std::thread::spawn(move || {
+                let mut s = String::new();
+                let mut pipe = pipe;
+                let mut buf = [0u8; 1024];
+                while let Ok(n) = pipe.read(&mut buf) {
+                    if n == 0 {
+                        break;
+                    }
+                    s.push_str(&String::from_utf8_lossy(&buf[..n]));
+                    *e.lock().unwrap() = s.clone();
+                }
+            });
+            (child, err)
+        })
+        .collect();
+    // Wait until anonymous pulls are queued behind their share.
+    let until = Instant::now() + Duration::from_secs(60);
+    while !pulls
+        .iter()
+        .any(|p| p.1.lock().unwrap().contains("waiting in queue"))
+    {
+        assert!(Instant::now() < until, "no anonymous pull was queued");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let waiting: String = pulls.iter().map(|p| p.1.lock().unwrap().clone()).collect();
+    assert!(
+        waiting.contains("anonymous clients may hold 1 of the 2 slots"),
+        "{waiting}"
+    );
+    let started = Instant::now();
+    let o = lh(&["cp", s(&site.payload), &at(a, "data", "mine.bin")]);
+    let took = started.elapsed();
+    assert_exit(&o, 0);
+    assert!(!stderr(&o).contains("waiting in queue"), "{}", stderr(&o));
+    let still = pulls
+        .iter_mut()
+        .filter_map(|p| p.0.try_wait().unwrap().is_none().then_some(()))
+        .count();
+    assert!(
+        still > 0,
+        "the token holder's push ({took:?}) ended after every anonymous pull"
+    );
+    for (mut c, err) in pulls {
+        let st = c.wait().unwrap();
+        assert!(st.success(), "{}", err.lock().unwrap());
+    }
+    for i in 0..3 {
+        let got = fs::read(site.dir.path().join(format!("t-pull{i}/big.bin"))).unwrap();
+        assert_eq!(got.len(), 6 << 20);
+    }
+    fs::remove_file(site.export.join("mine.bin")).unwrap();
+    srv.shutdown();
+}

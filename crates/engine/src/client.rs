@@ -169,31 +169,80 @@ pub(crate) struct Control {
     /// The TLS set-up the control connection used, for the data streams;
     /// None in plaintext.
     tls: Option<Arc<crate::tls::ClientTls>>,
+    /// Ctrl-C: ends a wait for the server's answer.
+    interrupt: Arc<AtomicBool>,
+    /// The user was told the request waits in the server's queue.
+    told_queued: bool,
 }
+
+/// How often a wait checks for Ctrl-C.
+const INTERRUPT_POLL: Duration = Duration::from_millis(100);
 
 impl Control {
     /// The server's answer to a request just sent: what `pick` takes (None
     /// for any other message), a `Refuse` as the server's refusal, anything
-    /// else as unexpected; `what` names the wait on a time-out.
+    /// else as unexpected; `what` names the wait on a time-out. While the
+    /// server says the request is queued, the wait goes on (each reminder
+    /// restarts the time-out); Ctrl-C ends it.
     pub(crate) fn answer<T>(
         &mut self,
         deadline: Instant,
         what: &str,
         pick: impl FnOnce(Message) -> Option<T>,
     ) -> Result<T, EngineError> {
-        match self.conn.recv_until(deadline)? {
-            None => Err(EngineError::Timeout(what.into())),
-            Some(Message::Refuse(r)) => Err(EngineError::Refused {
-                code: r.code,
-                message: r.message,
-            }),
-            Some(m) => {
-                let name = m.name();
-                pick(m).ok_or_else(|| {
-                    EngineError::Failed(format!("server sent an unexpected {name} message"))
-                })
+        let span = deadline.saturating_duration_since(Instant::now());
+        let mut deadline = deadline;
+        loop {
+            if self.interrupt.load(Ordering::Relaxed) {
+                return Err(EngineError::Interrupted(format!(
+                    "while waiting for {what}"
+                )));
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(EngineError::Timeout(what.into()));
+            }
+            match self.conn.recv((deadline - now).min(INTERRUPT_POLL))? {
+                None => {}
+                Some(Message::Queued(q)) => {
+                    self.queued(&q);
+                    deadline = Instant::now() + span;
+                }
+                Some(Message::Refuse(r)) => {
+                    return Err(EngineError::Refused {
+                        code: r.code,
+                        message: r.message,
+                    })
+                }
+                Some(m) => {
+                    let name = m.name();
+                    return pick(m).ok_or_else(|| {
+                        EngineError::Failed(format!("server sent an unexpected {name} message"))
+                    });
+                }
             }
         }
+    }
+
+    /// Tells the user, once, that the request waits in the server's queue.
+    fn queued(&mut self, q: &Queued) {
+        if std::mem::replace(&mut self.told_queued, true) {
+            return;
+        }
+        let why = if q.reason.is_empty() {
+            format!(
+                "{} transfers and tests running, limit {}",
+                q.running, q.limit
+            )
+        } else {
+            q.reason.clone()
+        };
+        // To stderr, never into --json on stdout; a closed stderr is no error.
+        let _ = writeln!(
+            std::io::stderr().lock(),
+            "server busy ({why}): waiting in queue, position {}",
+            q.position
+        );
     }
 
     /// What sizing for the path needs: the smallest RTT this connection has
@@ -401,6 +450,8 @@ pub(crate) fn open_control_early<T>(
         conn: FramedConn::new(stream, target.to_string()),
         session,
         tls,
+        interrupt: opts.interrupt.clone(),
+        told_queued: false,
         peer,
         welcome: Welcome {
             version: 0,
@@ -473,15 +524,18 @@ pub fn run_perf(
     };
     ctl.session
         .request_test(Instant::now(), params.clone(), Duration::from_secs(86_400));
-    let mut accept = None;
-    ctl.expect(|e| match e {
-        ClientEvent::Accepted(a) => {
-            accept = Some(a);
-            true
+    let accept = loop {
+        if opts.interrupt.load(Ordering::Relaxed) {
+            return Err(EngineError::Interrupted(
+                "while waiting for the server to take the test".into(),
+            ));
         }
-        _ => false,
-    })?;
-    let accept = accept.expect("set by expect");
+        match ctl.next_event(INTERRUPT_POLL)? {
+            Some(ClientEvent::Accepted(a)) => break a,
+            Some(ClientEvent::Queued(q)) => ctl.queued(&q),
+            _ => {}
+        }
+    };
 
     let mut streams = open_streams(&ctl, params, &accept, opts)?;
     let mut ready = None;

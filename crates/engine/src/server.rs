@@ -3,14 +3,14 @@
 //! duration. A misbehaving client loses its own session, never anyone
 //! else's.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::io::{self, Read};
-use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
+use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream, UdpSocket};
 use std::os::fd::AsFd;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use longhaul_proto::msg::*;
@@ -47,11 +47,23 @@ pub struct ServeConfig {
     pub storage: Arc<dyn Storage>,
     /// fdatasync each received file before renaming it into place.
     pub sync_files: bool,
-    /// Tests running at once.
+    /// Tests, transfers and probes running at once; more wait in a queue,
+    /// shared out round robin between grants (anonymous clients together
+    /// count as one, and may hold at most half the slots, rounded up).
     pub max_tests: usize,
+    /// Requests waiting for a slot at once (`--max-queued`); more are
+    /// refused as busy.
+    pub max_queued: usize,
+    /// Rate cap, bits/s per direction, of an anonymous (`--public-perf`)
+    /// test (`--public-max-rate`).
+    pub public_max_rate: u64,
+    /// Longest anonymous test, its omitted start included
+    /// (`--public-max-time`).
+    pub public_max_time: Duration,
     /// Open connections of any kind at once (each holds a thread).
     pub max_connections: usize,
-    /// Open connections from one client address at once.
+    /// Open connections from one client at once: one IPv4 address, or one
+    /// IPv6 /64 (what one host or site is usually given).
     pub max_per_client: usize,
     /// Where the server keeps its identity and state.
     pub state_dir: PathBuf,
@@ -78,6 +90,9 @@ impl Default for ServeConfig {
             storage: Arc::new(Local),
             sync_files: true,
             max_tests: 16,
+            max_queued: 64,
+            public_max_rate: 1_000_000_000,
+            public_max_time: Duration::from_secs(30),
             max_connections: 512,
             max_per_client: 300,
             state_dir: default_state_dir(),
@@ -112,9 +127,10 @@ struct Shared {
     fingerprint: Option<String>,
     host: String,
     registry: Mutex<HashMap<String, Sender<Attach>>>,
-    tests: AtomicUsize,
+    slots: Slots,
     connections: AtomicUsize,
-    per_client: Mutex<HashMap<std::net::IpAddr, usize>>,
+    /// Open connections by [`client_key`].
+    per_client: Mutex<HashMap<IpAddr, usize>>,
     next_test: AtomicU64,
     shutdown: AtomicBool,
 }
@@ -213,6 +229,7 @@ impl Server {
                 (tls::server_config(&id)?, Some(id.fingerprint()))
             }
         };
+        let slots = Slots::new(cfg.max_tests, cfg.max_queued);
         Ok(Server {
             listeners,
             shared: Arc::new(Shared {
@@ -221,7 +238,7 @@ impl Server {
                 fingerprint,
                 host: sock::hostname(),
                 registry: Mutex::new(HashMap::new()),
-                tests: AtomicUsize::new(0),
+                slots,
                 connections: AtomicUsize::new(0),
                 per_client: Mutex::new(HashMap::new()),
                 next_test: AtomicU64::new(1),
@@ -304,7 +321,7 @@ fn accept_loop(l: &TcpListener, shared: &Arc<Shared>) {
             );
             continue;
         }
-        let ip = peer.ip();
+        let ip = client_key(peer.ip());
         let mine = {
             let mut m = shared.per_client.lock().expect("poisoned");
             let n = m.entry(ip).or_insert(0);
@@ -324,7 +341,7 @@ fn accept_loop(l: &TcpListener, shared: &Arc<Shared>) {
         if mine > shared.cfg.max_per_client {
             release(shared);
             tracing::warn!(
-                "refusing {peer}: {mine} connections from {ip}, limit {}",
+                "refusing {peer}: {mine} connections from {ip} (IPv6: its /64), limit {}",
                 shared.cfg.max_per_client
             );
             let mut stream = stream;
@@ -387,20 +404,33 @@ fn linger(stream: &mut dyn Stream) {
 }
 
 /// Reads from a stream with one deadline for the whole read, so a client
-/// that trickles bytes (slowloris) cannot extend it.
+/// that trickles bytes (slowloris) cannot extend it. While `hold` says so
+/// the deadline moves on by `grace`: a client with a request in the queue
+/// keeps the data streams it opened early until its turn comes.
 struct DeadlineReader<'a> {
     stream: &'a mut dyn Stream,
     deadline: Instant,
+    hold: &'a dyn Fn() -> bool,
+    grace: Duration,
 }
 
 impl Read for DeadlineReader<'_> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        let left = self.deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return Err(io::ErrorKind::TimedOut.into());
+        loop {
+            let mut left = self.deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                if !(self.hold)() {
+                    return Err(io::ErrorKind::TimedOut.into());
+                }
+                self.deadline = Instant::now() + self.grace;
+                left = self.grace;
+            }
+            self.stream.tcp().set_read_timeout(Some(left))?;
+            match self.stream.read(buf) {
+                Err(e) if crate::stream::transient(&e) => continue,
+                r => return r,
+            }
         }
-        self.stream.tcp().set_read_timeout(Some(left))?;
-        self.stream.read(buf)
     }
 }
 
@@ -469,9 +499,13 @@ fn handle_connection(shared: &Arc<Shared>, tcp: TcpStream, peer: SocketAddr) {
         return;
     };
     let mut session = ServerSession::new(now, session_config(shared));
+    let client = client_key(peer.ip());
+    let hold = || shared.slots.waiting_from(client);
     let mut reader = DeadlineReader {
         stream: &mut *stream,
         deadline,
+        hold: &hold,
+        grace: shared.cfg.limits.handshake_timeout,
     };
     let hello = read_one_frame(&mut reader, true, HANDSHAKE_MAX_FRAME)
         .and_then(|f| Message::decode(&f).map_err(EngineError::from));
@@ -600,6 +634,11 @@ struct Test {
     /// Of this side's sending TCP streams, how many send (the client's
     /// tuner says, `Active`); all until it does.
     active: Option<Arc<std::sync::atomic::AtomicU16>>,
+    /// The control connection's address: UDP streams register from there
+    /// or not at all.
+    peer: Option<IpAddr>,
+    /// Registrations ignored because they came from elsewhere.
+    strangers: u64,
     _guard: TestGuard,
 }
 
@@ -607,6 +646,7 @@ struct Test {
 struct TestGuard {
     shared: Arc<Shared>,
     token: String,
+    _slot: SlotGuard,
 }
 
 impl Drop for TestGuard {
@@ -616,7 +656,6 @@ impl Drop for TestGuard {
             .lock()
             .expect("poisoned")
             .remove(&self.token);
-        self.shared.tests.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
@@ -726,24 +765,26 @@ fn control_loop(
                     "this server runs perf tests for authenticated clients only: pass --token-file FILE or set LONGHAUL_TOKEN".to_string(),
                 );
             }
-            Ok(Some(ServerEvent::TestRequested(p))) => match new_test(shared, conn, &p) {
-                Ok((t, accept)) => {
-                    tracing::info!(
-                        "test {} from {}: {:?} {:?}, {} stream(s)",
-                        accept.test_id,
-                        conn.peer(),
-                        p.transport,
-                        p.mode,
-                        p.streams
-                    );
-                    session.accept_test(Instant::now(), accept);
-                    test = Some(t);
+            Ok(Some(ServerEvent::TestRequested(p))) => {
+                match new_test(shared, conn, p.clone(), access) {
+                    Ok((t, accept)) => {
+                        tracing::info!(
+                            "test {} from {}: {:?} {:?}, {} stream(s)",
+                            accept.test_id,
+                            conn.peer(),
+                            p.transport,
+                            p.mode,
+                            p.streams
+                        );
+                        session.accept_test(Instant::now(), accept);
+                        test = Some(t);
+                    }
+                    Err((code, message)) => {
+                        tracing::warn!("refusing test from {}: {message}", conn.peer());
+                        session.refuse(code, message);
+                    }
                 }
-                Err((code, message)) => {
-                    tracing::warn!("refusing test from {}: {message}", conn.peer());
-                    session.refuse(code, message);
-                }
-            },
+            }
             Ok(Some(ServerEvent::Start)) => {
                 if let Some(t) = &mut test {
                     let mut streams = std::mem::take(&mut t.tcp);
@@ -791,9 +832,21 @@ fn control_loop(
                     run.stop();
                 }
             }
-            Ok(Some(ServerEvent::ThirdPartyRequested(req))) => {
-                third_party(shared, conn, &req);
-                session.finish(Instant::now());
+            Ok(Some(ServerEvent::ThirdPartyRequested(mut req))) => {
+                let capped = match access.is_anonymous() {
+                    true => public_caps(&shared.cfg, &mut req.params),
+                    false => Ok(()),
+                };
+                match capped {
+                    Ok(()) => {
+                        third_party(shared, conn, &req, access);
+                        session.finish(Instant::now());
+                    }
+                    Err(message) => {
+                        tracing::warn!("refusing a test from {}: {message}", conn.peer());
+                        session.refuse(RefuseCode::Limit, message);
+                    }
+                }
             }
             Ok(Some(ServerEvent::TransferRequested(t))) => {
                 match serve_transfer(shared, conn, &t, access) {
@@ -813,8 +866,18 @@ fn control_loop(
                     session.refuse(code, message);
                 }
             },
+            Ok(Some(ServerEvent::ProbeRequested(_))) if access.is_anonymous() => {
+                tracing::warn!("refusing a probe from {}: not authenticated", conn.peer());
+                session.refuse(
+                    RefuseCode::Unauthorized,
+                    "this server answers probes (longhaul doctor) for authenticated clients only: pass --token-file FILE or set LONGHAUL_TOKEN".to_string(),
+                );
+            }
             Ok(Some(ServerEvent::ProbeRequested(p))) => {
-                match serve_probe(shared, conn, &p, access) {
+                // A probe benchmarks storage and CPU: it takes a slot.
+                let probed = take_slot(shared, conn, access)
+                    .and_then(|_slot| serve_probe(shared, conn, &p, access));
+                match probed {
                     Ok(()) => session.finish(Instant::now()),
                     Err((code, message)) => {
                         tracing::warn!("refusing probe from {}: {message}", conn.peer());
@@ -833,23 +896,20 @@ fn control_loop(
     }
 }
 
-/// Takes a slot for a test or transfer and a token its data streams
-/// present; both are given back when the guard drops.
-fn register(shared: &Arc<Shared>) -> Result<(TestGuard, Receiver<Attach>), (RefuseCode, String)> {
-    let running = shared.tests.fetch_add(1, Ordering::SeqCst);
+/// Takes a slot for a test or transfer (waiting its turn in the queue) and
+/// a token its data streams present; both are given back when the guard
+/// drops.
+fn register(
+    shared: &Arc<Shared>,
+    conn: &mut FramedConn,
+    access: &auth::Access,
+) -> Result<(TestGuard, Receiver<Attach>), (RefuseCode, String)> {
+    let slot = take_slot(shared, conn, access)?;
     let guard = TestGuard {
         shared: shared.clone(),
         token: new_token(),
+        _slot: slot,
     };
-    if running >= shared.cfg.max_tests {
-        return Err((
-            RefuseCode::Busy,
-            format!(
-                "server is running {running} tests and transfers, its limit (--max-tests {}); try again later",
-                shared.cfg.max_tests
-            ),
-        ));
-    }
     let (tx, rx) = mpsc::channel();
     shared
         .registry
@@ -861,13 +921,18 @@ fn register(shared: &Arc<Shared>) -> Result<(TestGuard, Receiver<Attach>), (Refu
 
 fn new_test(
     shared: &Arc<Shared>,
-    conn: &FramedConn,
-    p: &TestParams,
+    conn: &mut FramedConn,
+    mut p: TestParams,
+    access: &auth::Access,
 ) -> Result<(Test, TestAccept), (RefuseCode, String)> {
     if let Some(cc) = &p.congestion {
         sock::check_congestion(cc).map_err(|m| (RefuseCode::BadRequest, m))?;
     }
-    let (guard, rx) = register(shared)?;
+    if access.is_anonymous() {
+        public_caps(&shared.cfg, &mut p).map_err(|m| (RefuseCode::Limit, m))?;
+    }
+    let p = &p;
+    let (guard, rx) = register(shared, conn, access)?;
     let guard_token = guard.token.clone();
     let mut udp_sockets = Vec::new();
     let mut ports = Vec::new();
@@ -912,6 +977,8 @@ fn new_test(
             active: None,
             ticker: None,
             baseline: None,
+            peer: peer_ip(conn),
+            strangers: 0,
             _guard: guard,
         },
         TestAccept {
@@ -1010,7 +1077,7 @@ fn serve_transfer(
         }
         Op::Pull => longhaul_proto::xfer::Landing::Into,
     };
-    let (guard, rx) = register(shared).map_err(refuse)?;
+    let (guard, rx) = register(shared, conn, access).map_err(refuse)?;
     let max_files = crate::xfer::files_in_flight_cap();
     conn.send(&Message::TransferAccept(TransferAccept {
         token: guard.token.clone(),
@@ -1302,8 +1369,21 @@ fn attach_streams(t: &mut Test) {
     }
     let tag = udp::tag_of(&t.token);
     let mut buf = [0u8; 128];
+    let peer = t.peer.map(|ip| ip.to_canonical());
     for (_, _, u, registered) in t.udp.iter_mut().filter(|u| !u.3) {
         while let Ok((n, from)) = u.recv_from(&mut buf) {
+            // Only the control connection's host may register: data sent
+            // anywhere else would make this server a reflector.
+            if Some(from.ip().to_canonical()) != peer {
+                t.strangers += 1;
+                if t.strangers == 1 {
+                    tracing::warn!(
+                        "ignoring a UDP registration from {from}: the test's control connection is from {}",
+                        t.peer.map_or_else(|| "an unknown address".into(), |p| p.to_string())
+                    );
+                }
+                continue;
+            }
             let ok = udp::Header::read(&buf[..n])
                 .is_some_and(|h| h.tag == tag && h.flags & udp::FLAG_REGISTER != 0)
                 && &buf[udp::HEADER_LEN.min(n)..n] == t.token.as_bytes();
@@ -1352,17 +1432,24 @@ fn setups(t: &Test) -> Vec<StreamSetup> {
 /// Runs a test from this server to another and relays it to the
 /// requester, while still listening to the requester: a stop or a closed
 /// connection ends the run.
-fn third_party(shared: &Arc<Shared>, conn: &mut FramedConn, req: &ThirdParty) {
+fn third_party(
+    shared: &Arc<Shared>,
+    conn: &mut FramedConn,
+    req: &ThirdParty,
+    access: &auth::Access,
+) {
     tracing::info!("third-party test from {} to {}", conn.peer(), req.target);
-    let running = shared.tests.fetch_add(1, Ordering::SeqCst);
-    let _slot = TestSlot(shared.clone());
-    if running >= shared.cfg.max_tests {
+    // Not queued: the requester waits for relays, not for a queue.
+    let Some(_slot) = shared.slots.try_take(shared, &Claimant::of(access)) else {
+        let (running, limit) = shared.slots.load();
         let _ = conn.send(&Message::Relay(Relay::Failed(Refuse {
             code: RefuseCode::Busy,
-            message: format!("server is running {running} tests, its limit; try again later"),
+            message: format!(
+                "server is running {running} tests and transfers, its limit (--max-tests {limit}); try again later"
+            ),
         })));
         return;
-    }
+    };
     // Connect to the target as the requester would: pin what it trusts
     // there, present its token, plaintext only if it uses plaintext.
     let opts = ClientOptions {
@@ -1426,19 +1513,453 @@ fn third_party(shared: &Arc<Shared>, conn: &mut FramedConn, req: &ThirdParty) {
     let _ = worker.join();
 }
 
-/// Frees a test slot when dropped.
-struct TestSlot(Arc<Shared>);
-
-impl Drop for TestSlot {
-    fn drop(&mut self) {
-        self.0.tests.fetch_sub(1, Ordering::SeqCst);
-    }
-}
-
 /// The client's address of a connection, if its peer name is one.
 fn peer_ip(conn: &FramedConn) -> Option<std::net::IpAddr> {
     conn.peer()
         .parse::<std::net::SocketAddr>()
         .ok()
         .map(|a| a.ip())
+}
+
+/// Who a slot is shared out to: one grant, or every anonymous client
+/// together.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Claimant {
+    key: String,
+    anonymous: bool,
+}
+
+impl Claimant {
+    fn of(access: &auth::Access) -> Claimant {
+        Claimant {
+            key: access.who.clone(),
+            anonymous: access.is_anonymous(),
+        }
+    }
+}
+
+/// A claimant's waiting requests, in arrival order: (ticket, client).
+struct Waiting {
+    claimant: Claimant,
+    tickets: VecDeque<(u64, IpAddr)>,
+}
+
+#[derive(Default)]
+struct SlotState {
+    running: usize,
+    anonymous_running: usize,
+    next_ticket: u64,
+    /// Claimants with requests waiting, the next to be served first.
+    queue: VecDeque<Waiting>,
+    waiting: usize,
+    /// Tickets given a slot whose waiter has not yet taken it, and
+    /// whether the claimant is anonymous.
+    granted: HashMap<u64, bool>,
+}
+
+/// The server's test slots (`--max-tests`) and the queue for them. A slot
+/// that frees goes to the claimant at the head of a round robin (each
+/// grant, and the anonymous clients together, served in turn; one
+/// claimant's requests in arrival order); anonymous clients together hold
+/// at most half the slots, rounded up, so that they cannot lock out every
+/// token holder.
+struct Slots {
+    max: usize,
+    anonymous_max: usize,
+    max_queued: usize,
+    state: Mutex<SlotState>,
+    changed: Condvar,
+}
+
+/// Where a waiting request stands.
+enum Turn {
+    Granted,
+    Waiting(Queued),
+}
+
+impl Slots {
+    fn new(max: usize, max_queued: usize) -> Slots {
+        Slots {
+            max,
+            anonymous_max: max.div_ceil(2),
+            max_queued,
+            state: Mutex::new(SlotState::default()),
+            changed: Condvar::new(),
+        }
+    }
+
+    /// (running, limit)
+    fn load(&self) -> (usize, usize) {
+        (self.state.lock().expect("poisoned").running, self.max)
+    }
+
+    /// Hands free slots to the waiting requests, round robin.
+    fn dispatch(&self, st: &mut SlotState) {
+        while st.running < self.max {
+            let anonymous_full = st.anonymous_running >= self.anonymous_max;
+            let Some(i) = st
+                .queue
+                .iter()
+                .position(|w| !(w.claimant.anonymous && anonymous_full))
+            else {
+                break;
+            };
+            let mut w = st.queue.remove(i).expect("found");
+            let (ticket, _) = w.tickets.pop_front().expect("never empty");
+            st.waiting -= 1;
+            st.running += 1;
+            if w.claimant.anonymous {
+                st.anonymous_running += 1;
+            }
+            st.granted.insert(ticket, w.claimant.anonymous);
+            if !w.tickets.is_empty() {
+                st.queue.push_back(w);
+            }
+            self.changed.notify_all();
+        }
+    }
+
+    /// Queues a request; its slot may be granted at once. Refuses (with
+    /// why) when the queue is full.
+    fn enqueue(&self, c: &Claimant, client: IpAddr) -> Result<u64, String> {
+        if self.max == 0 {
+            return Err(
+                "this server runs no tests or transfers: its limit is 0 (--max-tests 0)".into(),
+            );
+        }
+        let mut st = self.state.lock().expect("poisoned");
+        let ticket = st.next_ticket;
+        st.next_ticket += 1;
+        match st.queue.iter_mut().find(|w| &w.claimant == c) {
+            Some(w) => w.tickets.push_back((ticket, client)),
+            None => st.queue.push_back(Waiting {
+                claimant: c.clone(),
+                tickets: VecDeque::from([(ticket, client)]),
+            }),
+        }
+        st.waiting += 1;
+        self.dispatch(&mut st);
+        if !st.granted.contains_key(&ticket) && st.waiting > self.max_queued {
+            let (running, waiting) = (st.running, st.waiting - 1);
+            drop(st);
+            self.withdraw(ticket);
+            return Err(format!(
+                "server is running {running} tests and transfers, its limit (--max-tests {}), and {waiting} more wait, its queue limit (--max-queued {}); try again later",
+                self.max, self.max_queued
+            ));
+        }
+        Ok(ticket)
+    }
+
+    /// A slot now, or None without queueing.
+    fn try_take(&self, shared: &Arc<Shared>, c: &Claimant) -> Option<SlotGuard> {
+        let ticket = self.enqueue(c, IpAddr::from([0, 0, 0, 0])).ok()?;
+        match self.turn(ticket, Duration::ZERO) {
+            Turn::Granted => Some(SlotGuard {
+                shared: shared.clone(),
+                anonymous: c.anonymous,
+            }),
+            Turn::Waiting(_) => {
+                self.withdraw(ticket);
+                None
+            }
+        }
+    }
+
+    /// Waits up to `wait` for the ticket's slot; takes it if granted.
+    fn turn(&self, ticket: u64, wait: Duration) -> Turn {
+        let mut st = self.state.lock().expect("poisoned");
+        if !wait.is_zero() && !st.granted.contains_key(&ticket) {
+            st = self.changed.wait_timeout(st, wait).expect("poisoned").0;
+        }
+        if st.granted.remove(&ticket).is_some() {
+            return Turn::Granted;
+        }
+        let mut q = Queued {
+            position: 1,
+            running: st.running as u32,
+            limit: self.max as u32,
+            reason: String::new(),
+        };
+        let mine = st.queue.iter().enumerate().find_map(|(i, w)| {
+            let k = w.tickets.iter().position(|t| t.0 == ticket)?;
+            Some((i, k, w.claimant.anonymous))
+        });
+        if let Some((i, k, anonymous)) = mine {
+            // Round robin: each claimant ahead in the rotation serves one
+            // more than those behind it before this one's turn.
+            let ahead: usize = st
+                .queue
+                .iter()
+                .enumerate()
+                .filter(|(j, _)| *j != i)
+                .map(|(j, w)| w.tickets.len().min(k + usize::from(j < i)))
+                .sum();
+            q.position = (ahead + k + 1) as u32;
+            if anonymous && st.anonymous_running >= self.anonymous_max {
+                q.reason = format!(
+                    "anonymous clients may hold {} of the {} slots, and do",
+                    self.anonymous_max, self.max
+                );
+            }
+        }
+        Turn::Waiting(q)
+    }
+
+    /// Leaves the queue (or gives back a slot granted meanwhile).
+    fn withdraw(&self, ticket: u64) {
+        let mut st = self.state.lock().expect("poisoned");
+        if let Some(anonymous) = st.granted.remove(&ticket) {
+            drop(st);
+            self.release(anonymous);
+            return;
+        }
+        for w in st.queue.iter_mut() {
+            if let Some(k) = w.tickets.iter().position(|t| t.0 == ticket) {
+                w.tickets.remove(k);
+                st.waiting -= 1;
+                break;
+            }
+        }
+        st.queue.retain(|w| !w.tickets.is_empty());
+        self.dispatch(&mut st);
+    }
+
+    fn release(&self, anonymous: bool) {
+        let mut st = self.state.lock().expect("poisoned");
+        st.running = st.running.saturating_sub(1);
+        if anonymous {
+            st.anonymous_running = st.anonymous_running.saturating_sub(1);
+        }
+        self.dispatch(&mut st);
+        self.changed.notify_all();
+    }
+
+    /// Has a client (by [`client_key`]) a request waiting?
+    fn waiting_from(&self, client: IpAddr) -> bool {
+        let st = self.state.lock().expect("poisoned");
+        st.queue
+            .iter()
+            .any(|w| w.tickets.iter().any(|t| t.1 == client))
+    }
+}
+
+/// A test slot, given back when dropped.
+struct SlotGuard {
+    shared: Arc<Shared>,
+    anonymous: bool,
+}
+
+impl Drop for SlotGuard {
+    fn drop(&mut self) {
+        self.shared.slots.release(self.anonymous);
+    }
+}
+
+/// How often a queued client hears that it still waits.
+const QUEUE_KEEPALIVE: Duration = Duration::from_secs(2);
+
+/// Takes a slot for this connection's request, waiting in the queue while
+/// none is free: the client is told it waits (and reminded every few
+/// seconds); a client that closes its connection leaves the queue.
+fn take_slot(
+    shared: &Arc<Shared>,
+    conn: &mut FramedConn,
+    access: &auth::Access,
+) -> Result<SlotGuard, (RefuseCode, String)> {
+    let claimant = Claimant::of(access);
+    let client = peer_ip(conn).map_or(IpAddr::from([0, 0, 0, 0]), client_key);
+    let ticket = shared
+        .slots
+        .enqueue(&claimant, client)
+        .map_err(|m| (RefuseCode::Busy, m))?;
+    let granted = || SlotGuard {
+        shared: shared.clone(),
+        anonymous: claimant.anonymous,
+    };
+    let mut told: Option<Instant> = None;
+    let mut wait = Duration::ZERO;
+    loop {
+        match shared.slots.turn(ticket, wait) {
+            Turn::Granted => {
+                if told.is_some() {
+                    tracing::info!("{} got its slot", conn.peer());
+                }
+                return Ok(granted());
+            }
+            Turn::Waiting(q) if told.is_none_or(|t| t.elapsed() >= QUEUE_KEEPALIVE) => {
+                if told.is_none() {
+                    tracing::info!(
+                        "{} ({}) waits for a slot: position {}, {} running, limit {}",
+                        conn.peer(),
+                        access.who,
+                        q.position,
+                        q.running,
+                        q.limit
+                    );
+                }
+                told = Some(Instant::now());
+                if let Err(e) = conn.send(&Message::Queued(q)) {
+                    shared.slots.withdraw(ticket);
+                    return Err((RefuseCode::ServerError, format!("left the queue: {e}")));
+                }
+            }
+            Turn::Waiting(_) => {}
+        }
+        wait = Duration::from_millis(100);
+        // The client says nothing while it waits: anything else is the
+        // connection closing (or a broken client), and ends the wait.
+        let gone = match conn.recv(Duration::from_millis(1)) {
+            Ok(None) => None,
+            Ok(Some(m)) => Some((
+                RefuseCode::Protocol,
+                format!("unexpected {} message while queued", m.name()),
+            )),
+            Err(e) => Some((RefuseCode::ServerError, format!("left the queue: {e}"))),
+        };
+        if let Some(e) = gone {
+            shared.slots.withdraw(ticket);
+            return Err(e);
+        }
+    }
+}
+
+/// Holds an anonymous test to the public caps: refuses what asks for more
+/// time or rate than they allow, and caps this side's sending to the rate
+/// where the request left it open.
+fn public_caps(cfg: &ServeConfig, p: &mut TestParams) -> Result<(), String> {
+    use longhaul_proto::units::format_rate;
+    let pass = "pass --token-file FILE or set LONGHAUL_TOKEN for more";
+    let (rate, time) = (cfg.public_max_rate, cfg.public_max_time);
+    let asked = Duration::from_millis(p.duration_ms.unwrap_or(0).saturating_add(p.omit_ms));
+    if asked > time {
+        return Err(format!(
+            "anonymous tests on this server run at most {} s (--public-max-time), {} s asked; {pass}",
+            time.as_secs(),
+            asked.as_secs()
+        ));
+    }
+    let most_bytes = (rate / 8).saturating_mul(time.as_secs().max(1));
+    if p.bytes.is_some_and(|b| b > most_bytes) {
+        return Err(format!(
+            "anonymous tests on this server move at most {most_bytes} bytes per direction ({} for {} s), {} asked; {pass}",
+            format_rate(rate as f64),
+            time.as_secs(),
+            p.bytes.unwrap_or(0)
+        ));
+    }
+    for asked in [p.pacing_bps, p.udp_rate_bps].into_iter().flatten() {
+        // 0 is no limit at all.
+        if asked > rate || asked == 0 {
+            let asked = match asked {
+                0 => "no limit".to_string(),
+                a => format_rate(a as f64),
+            };
+            return Err(format!(
+                "anonymous tests on this server send at most {} per direction (--public-max-rate), {asked} asked; {pass}",
+                format_rate(rate as f64),
+            ));
+        }
+    }
+    match p.transport {
+        Transport::Tcp => p.pacing_bps = Some(p.pacing_bps.unwrap_or(rate)),
+        Transport::Udp => p.udp_rate_bps = Some(p.udp_rate_bps.unwrap_or(rate)),
+    }
+    Ok(())
+}
+
+/// What the per-client connection cap counts by: an IPv4 address (also
+/// when mapped into IPv6), or an IPv6 address's /64, which one host or
+/// site usually has to itself.
+pub fn client_key(ip: IpAddr) -> IpAddr {
+    match ip.to_canonical() {
+        IpAddr::V4(v4) => IpAddr::V4(v4),
+        IpAddr::V6(v6) => IpAddr::V6(std::net::Ipv6Addr::from(
+            u128::from(v6) & !((1u128 << 64) - 1),
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn client_key_groups_ipv6_by_64_and_ipv4_by_address() {
+        let k = |s: &str| client_key(s.parse().unwrap());
+        assert_eq!(k("2001:db8:1:2:aaaa::1"), k("2001:db8:1:2:ffff:1:2:3"));
+        assert_eq!(
+            k("2001:db8:1:2::5"),
+            "2001:db8:1:2::".parse::<IpAddr>().unwrap()
+        );
+        assert_ne!(k("2001:db8:1:2::1"), k("2001:db8:1:3::1"));
+        assert_eq!(k("192.0.2.7"), "192.0.2.7".parse::<IpAddr>().unwrap());
+        assert_ne!(k("192.0.2.7"), k("192.0.2.8"));
+        assert_eq!(k("::ffff:192.0.2.7"), k("192.0.2.7"));
+    }
+
+    fn who(key: &str, anonymous: bool) -> Claimant {
+        Claimant {
+            key: key.into(),
+            anonymous,
+        }
+    }
+
+    fn granted(s: &Slots, t: u64) -> bool {
+        matches!(s.turn(t, Duration::ZERO), Turn::Granted)
+    }
+
+    #[test]
+    fn slots_go_round_robin_between_grants_and_in_order_within_one() {
+        let s = Slots::new(1, 64);
+        let ip = IpAddr::from([127, 0, 0, 1]);
+        let first = s.enqueue(&who("a", false), ip).unwrap();
+        assert!(granted(&s, first));
+        let a: Vec<u64> = (0..3)
+            .map(|_| s.enqueue(&who("a", false), ip).unwrap())
+            .collect();
+        let b = s.enqueue(&who("b", false), ip).unwrap();
+        // b arrived after three of a's, but a grant is served in turn.
+        let Turn::Waiting(q) = s.turn(b, Duration::ZERO) else {
+            panic!("b has no slot yet")
+        };
+        assert_eq!(q.position, 2);
+        let mut order = Vec::new();
+        for _ in 0..4 {
+            s.release(false);
+            let next = a.iter().chain([&b]).copied().find(|&t| granted(&s, t));
+            order.push(next.expect("one granted per release"));
+        }
+        assert_eq!(order, vec![a[0], b, a[1], a[2]]);
+    }
+
+    #[test]
+    fn anonymous_clients_hold_at_most_half_the_slots() {
+        let s = Slots::new(2, 64);
+        let ip = IpAddr::from([127, 0, 0, 1]);
+        let anon: Vec<u64> = (0..3)
+            .map(|_| s.enqueue(&who("anonymous", true), ip).unwrap())
+            .collect();
+        assert!(granted(&s, anon[0]));
+        let Turn::Waiting(q) = s.turn(anon[1], Duration::ZERO) else {
+            panic!("a second anonymous request got the other slot")
+        };
+        assert!(q.reason.contains("anonymous"), "{}", q.reason);
+        let token = s.enqueue(&who("token 1", false), ip).unwrap();
+        assert!(
+            granted(&s, token),
+            "the token holder waits behind anonymous ones"
+        );
+        // A withdrawn waiter leaves; the queue cap counts only waiters.
+        s.withdraw(anon[2]);
+        assert!(s.waiting_from(ip));
+        s.withdraw(anon[1]);
+        assert!(!s.waiting_from(ip));
+        let full = Slots::new(1, 1);
+        let t = full.enqueue(&who("a", false), ip).unwrap();
+        assert!(granted(&full, t));
+        full.enqueue(&who("a", false), ip).unwrap();
+        let e = full.enqueue(&who("b", false), ip).unwrap_err();
+        assert!(e.contains("--max-queued 1"), "{e}");
+    }
 }

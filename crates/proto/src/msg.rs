@@ -278,12 +278,32 @@ pub enum Relay {
     Failed(Refuse),
 }
 
+/// Server to client, in place of an answer to a test, transfer or probe
+/// request while every slot it may take is in use: the request waits its
+/// turn instead of being refused. Sent when the request joins the queue and
+/// again every few seconds while it waits (a keep-alive carrying the
+/// current position); the answer follows once a slot frees.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Queued {
+    /// 1 for the next request to run (an estimate under round robin).
+    pub position: u32,
+    /// Tests and transfers running now.
+    pub running: u32,
+    /// The server's limit (`--max-tests`).
+    pub limit: u32,
+    /// Why this request waits when it is not the plain limit, e.g. the
+    /// share of slots anonymous clients may hold.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub reason: String,
+}
+
 /// Every control message.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum Message {
     Hello(Hello),
     Welcome(Welcome),
     Refuse(Refuse),
+    Queued(Queued),
     TestRequest(TestParams),
     TestAccept(TestAccept),
     Ready(Ready),
@@ -316,6 +336,7 @@ pub mod kind {
     pub const HELLO: u8 = 0x01;
     pub const WELCOME: u8 = 0x02;
     pub const REFUSE: u8 = 0x03;
+    pub const QUEUED: u8 = 0x04;
     pub const TEST_REQUEST: u8 = 0x10;
     pub const TEST_ACCEPT: u8 = 0x11;
     pub const READY: u8 = 0x12;
@@ -349,6 +370,7 @@ impl Message {
             Message::Hello(_) => kind::HELLO,
             Message::Welcome(_) => kind::WELCOME,
             Message::Refuse(_) => kind::REFUSE,
+            Message::Queued(_) => kind::QUEUED,
             Message::TestRequest(_) => kind::TEST_REQUEST,
             Message::TestAccept(_) => kind::TEST_ACCEPT,
             Message::Ready(_) => kind::READY,
@@ -383,6 +405,7 @@ impl Message {
             Message::Hello(_) => "hello",
             Message::Welcome(_) => "welcome",
             Message::Refuse(_) => "refuse",
+            Message::Queued(_) => "queued",
             Message::TestRequest(_) => "test_request",
             Message::TestAccept(_) => "test_accept",
             Message::Ready(_) => "ready",
@@ -417,6 +440,7 @@ impl Message {
             Message::Hello(m) => serde_json::to_vec(m),
             Message::Welcome(m) => serde_json::to_vec(m),
             Message::Refuse(m) => serde_json::to_vec(m),
+            Message::Queued(m) => serde_json::to_vec(m),
             Message::TestRequest(m) => serde_json::to_vec(m),
             Message::TestAccept(m) => serde_json::to_vec(m),
             Message::Ready(m) => serde_json::to_vec(m),
@@ -461,6 +485,7 @@ impl Message {
             kind::HELLO => Message::Hello(body(k, b)?),
             kind::WELCOME => Message::Welcome(body(k, b)?),
             kind::REFUSE => Message::Refuse(body(k, b)?),
+            kind::QUEUED => Message::Queued(body(k, b)?),
             kind::TEST_REQUEST => Message::TestRequest(body(k, b)?),
             kind::TEST_ACCEPT => Message::TestAccept(body(k, b)?),
             kind::READY => Message::Ready(body(k, b)?),
@@ -513,6 +538,12 @@ mod tests {
             Message::Refuse(Refuse {
                 code: RefuseCode::Busy,
                 message: "busy".into(),
+            }),
+            Message::Queued(Queued {
+                position: 3,
+                running: 16,
+                limit: 16,
+                reason: String::new(),
             }),
             Message::TestRequest(TestParams::default()),
             Message::Start(Start {}),

@@ -466,6 +466,8 @@ impl ServerSession {
 #[derive(Debug, Clone, PartialEq)]
 pub enum ClientEvent {
     Welcomed(Welcome),
+    /// The request waits for a slot (see [`Queued`]).
+    Queued(Queued),
     Accepted(TestAccept),
     Ready(Ready),
     Interval(SideInterval),
@@ -587,6 +589,12 @@ impl ClientSession {
                 self.state = S::Idle;
                 self.deadline = None;
                 Ok(Some(ClientEvent::Welcomed(w)))
+            }
+            // The server queued the request: its keep-alives hold the
+            // answer's deadline off while it waits.
+            (S::AwaitAccept, Message::Queued(q)) => {
+                self.deadline = Some(deadline(now, self.handshake_timeout));
+                Ok(Some(ClientEvent::Queued(q)))
             }
             (S::AwaitAccept, Message::TestAccept(a)) => {
                 self.state = S::AwaitReady;

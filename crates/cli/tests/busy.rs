@@ -1,0 +1,223 @@
+//! A busy server queues requests instead of turning clients away (issue
+//! 13, item 5): many clients at once all complete, each bit-identical; the
+//! waiting ones are told once, on stderr, that they wait; beyond the queue
+//! limit a client is refused as busy, saying which limit.
+
+use std::fs;
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::path::Path;
+use std::process::{Child, Output, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use longhaul_engine::server::{ServeConfig, Server, ServerHandle};
+use longhaul_engine::xfer::storage::{Faults, Faulty, Local, Storage};
+
+mod common;
+use common::xfer::{export, remote, write_random};
+use common::{assert_exit, bin, stderr, TempDir};
+
+fn server(
+    root: &Path,
+    state: &Path,
+    storage: Arc<dyn Storage>,
+    max_tests: usize,
+    max_queued: usize,
+) -> ServerHandle {
+    Server::bind(
+        &[SocketAddr::from(([127, 0, 0, 1], 0))],
+        ServeConfig {
+            exports: vec![export("data", root, false)],
+            storage,
+            sync_files: false,
+            state_dir: common::prepare_state(state),
+            max_tests,
+            max_queued,
+            // Every client of these tests is 127.0.0.1.
+            max_connections: 4096,
+            max_per_client: 4096,
+            ..ServeConfig::default()
+        },
+    )
+    .expect("bind loopback")
+    .spawn()
+}
+
+#[test]
+fn thirty_two_pushes_at_once_all_complete_through_the_queue() {
+    let t = TempDir::new("busy32");
+    let (src, dst) = (t.dir("src"), t.dir("dst"));
+    let srv = server(&dst, &t.dir("state"), Arc::new(Local), 4, 64);
+    let n = 32;
+    for i in 0..n {
+        write_random(&src.join(format!("f{i:02}.bin")), 16 << 20, 1000 + i as u64);
+    }
+    let children: Vec<Child> = (0..n)
+        .map(|i| {
+            let mut c = bin();
+            c.args([
+                "cp",
+                src.join(format!("f{i:02}.bin")).to_str().unwrap(),
+                &remote(srv.addr(), &format!("f{i:02}.bin")),
+            ])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+            c.spawn().expect("start longhaul cp")
+        })
+        .collect();
+    let outputs: Vec<Output> = children
+        .into_iter()
+        .map(|c| c.wait_with_output().unwrap())
+        .collect();
+    let mut waited = 0;
+    for (i, o) in outputs.iter().enumerate() {
+        assert_exit(o, 0);
+        let e = stderr(o);
+        if e.contains("waiting in queue") {
+            waited += 1;
+            assert!(e.contains("server busy ("), "client {i}: {e}");
+            assert_eq!(
+                e.matches("waiting in queue").count(),
+                1,
+                "told more than once: {e}"
+            );
+        }
+        let name = format!("f{i:02}.bin");
+        assert!(
+            fs::read(src.join(&name)).unwrap() == fs::read(dst.join(&name)).unwrap(),
+            "{name} differs after the copy"
+        );
+    }
+    assert!(waited > 0, "no client said that it waited for a slot");
+    srv.shutdown();
+}
+
+/// Lines a child writes to stderr, collected as they come.
+fn collect_stderr(c: &mut Child) -> Arc<Mutex<String>> {
+    let seen = Arc::new(Mutex::new(String::new()));
+    let (err, s) = (c.stderr.take().unwrap(), seen.clone());
+    std::thread::spawn(move || {
+        for line in BufReader::new(err).lines().map_while(Result::ok) {
+            let mut s = s.lock().unwrap();
+            s.push_str(&line);
+            s.push('\n');
+        }
+    });
+    seen
+}
+
+#[track_caller]
+fn wait_for(seen: &Mutex<String>, phrase: &str, limit: Duration) {
+    let until = Instant::now() + limit;
+    while !seen.lock().unwrap().contains(phrase) {
+        assert!(
+            Instant::now() < until,
+            "no '{phrase}' within {limit:?}: {}",
+            seen.lock().unwrap()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn slow_push(src: &Path, to: &str) -> Child {
+    let mut c = bin();
+    c.args(["cp", "-P", "1", src.to_str().unwrap(), to])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    c.spawn().expect("start longhaul cp")
+}
+
+#[test]
+fn beyond_the_queue_limit_a_client_is_refused_as_busy() {
+    let t = TempDir::new("busycap");
+    let (src, dst) = (t.dir("src"), t.dir("dst"));
+    // A slow disk: the first push holds the one slot for a while.
+    let slow = Arc::new(Faulty {
+        faults: Arc::new(Faults {
+            write_delay: Some(Duration::from_millis(100)),
+            ..Faults::default()
+        }),
+    });
+    let srv = server(&dst, &t.dir("state"), slow, 1, 1);
+    let file = src.join("a.bin");
+    write_random(&file, 8 << 20, 7);
+    let mut first = slow_push(&file, &remote(srv.addr(), "a.bin"));
+    let _first_err = collect_stderr(&mut first);
+    // The second waits: that is the queue's one place.
+    std::thread::sleep(Duration::from_millis(300));
+    let mut second = slow_push(&file, &remote(srv.addr(), "b.bin"));
+    let second_err = collect_stderr(&mut second);
+    wait_for(
+        &second_err,
+        "waiting in queue, position 1",
+        Duration::from_secs(60),
+    );
+    // The third finds the queue full.
+    let mut c = bin();
+    c.args(["cp", file.to_str().unwrap(), &remote(srv.addr(), "c.bin")]);
+    let o = c.stdin(Stdio::null()).output().unwrap();
+    assert_exit(&o, 4);
+    let e = stderr(&o);
+    assert!(
+        e.contains("--max-queued 1") && e.contains("try again later"),
+        "{e}"
+    );
+    assert!(!dst.join("c.bin").exists());
+    // The two others complete.
+    assert!(first.wait().unwrap().success());
+    assert!(second.wait().unwrap().success());
+    assert_eq!(
+        fs::read(dst.join("b.bin")).unwrap(),
+        fs::read(&file).unwrap()
+    );
+    srv.shutdown();
+}
+
+#[test]
+fn ctrl_c_while_queued_exits_130_and_leaves_the_queue() {
+    let t = TempDir::new("busyint");
+    let (src, dst) = (t.dir("src"), t.dir("dst"));
+    let slow = Arc::new(Faulty {
+        faults: Arc::new(Faults {
+            write_delay: Some(Duration::from_millis(100)),
+            ..Faults::default()
+        }),
+    });
+    let srv = server(&dst, &t.dir("state"), slow, 1, 1);
+    let file = src.join("a.bin");
+    write_random(&file, 8 << 20, 8);
+    let mut first = slow_push(&file, &remote(srv.addr(), "a.bin"));
+    let _first_err = collect_stderr(&mut first);
+    std::thread::sleep(Duration::from_millis(300));
+    let mut queued = slow_push(&file, &remote(srv.addr(), "q.bin"));
+    let queued_err = collect_stderr(&mut queued);
+    wait_for(&queued_err, "waiting in queue", Duration::from_secs(60));
+    // SAFETY: a plain signal to our own child.
+    unsafe { libc::kill(queued.id() as i32, libc::SIGINT) };
+    let until = Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        if let Some(s) = queued.try_wait().unwrap() {
+            break s;
+        }
+        assert!(Instant::now() < until, "the queued client ignored Ctrl-C");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(status.code(), Some(130), "{}", queued_err.lock().unwrap());
+    // The server notices the closed connection within a poll or two.
+    std::thread::sleep(Duration::from_millis(500));
+    // Its place is free again: another client queues instead of being
+    // refused (the queue holds one).
+    let mut next = slow_push(&file, &remote(srv.addr(), "n.bin"));
+    let next_err = collect_stderr(&mut next);
+    assert!(
+        next.wait().unwrap().success(),
+        "{}",
+        next_err.lock().unwrap()
+    );
+    assert!(first.wait().unwrap().success());
+    assert!(!dst.join("q.bin").exists());
+    srv.shutdown();
+}
