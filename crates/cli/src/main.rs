@@ -1842,8 +1842,9 @@ fn token(a: TokenArgs) -> i32 {
                 }),
             }
         }
-        TokenCommand::List { state_dir } => {
-            state_dir_or_default(state_dir).and_then(|d| auth::list(&d)).map(|grants| {
+        TokenCommand::List { state_dir } => state_dir_or_default(state_dir)
+            .and_then(|d| auth::list(&d))
+            .map(|grants| {
                 for g in grants {
                     let exports: Vec<String> = g
                         .exports
@@ -1856,8 +1857,7 @@ fn token(a: TokenArgs) -> i32 {
                     };
                     outln!("{} {how} {} {}", g.id, exports.join(","), g.note);
                 }
-            })
-        }
+            }),
         TokenCommand::Revoke { id, state_dir } => {
             match state_dir_or_default(state_dir).and_then(|d| auth::revoke(&d, &id)) {
                 Ok(true) => {

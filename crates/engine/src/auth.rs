@@ -610,7 +610,10 @@ mod tests {
         let e = add_token(&s, other, vec![parse_export_grant("*:rw").unwrap()], "")
             .unwrap_err()
             .to_string();
-        assert!(e.contains("0badc0de") && e.contains("exists already"), "{e}");
+        assert!(
+            e.contains("0badc0de") && e.contains("exists already"),
+            "{e}"
+        );
         let e = add_token(&s, first, vec![parse_export_grant("*:rw").unwrap()], "").unwrap_err();
         assert!(e.to_string().contains("revoke it first"), "{e}");
         assert_eq!(list(&s).unwrap(), vec![g]);
@@ -619,8 +622,8 @@ mod tests {
         // A certificate has one grant.
         let fp = "SHA256:BBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBB";
         create_cert_grant(&s, fp, vec![parse_export_grant("d").unwrap()], "").unwrap();
-        let e = create_cert_grant(&s, fp, vec![parse_export_grant("*:rw").unwrap()], "")
-            .unwrap_err();
+        let e =
+            create_cert_grant(&s, fp, vec![parse_export_grant("*:rw").unwrap()], "").unwrap_err();
         assert!(e.to_string().contains("already"), "{e}");
         assert_eq!(list(&s).unwrap().len(), 2);
         std::fs::remove_dir_all(&s).unwrap();

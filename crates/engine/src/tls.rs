@@ -75,16 +75,26 @@ pub fn parse_fingerprint(s: &str) -> Result<String, String> {
             base64::engine::general_purpose::STANDARD_NO_PAD.encode(raw)
         )
     };
-    let bad = |what: String| Err(format!("'{s}' is not a fingerprint: {what}; {FINGERPRINT_FORMS}"));
+    let bad = |what: String| {
+        Err(format!(
+            "'{s}' is not a fingerprint: {what}; {FINGERPRINT_FORMS}"
+        ))
+    };
     if s.is_empty() {
         return bad("it is empty".into());
     }
     if let Some((host, rest)) = s.split_once(char::is_whitespace) {
-        return bad(if rest.trim_start().to_ascii_uppercase().starts_with("SHA256:") {
-            format!("it looks like a known-hosts line; give only the part after '{host} '")
-        } else {
-            "it holds a space".into()
-        });
+        return bad(
+            if rest
+                .trim_start()
+                .to_ascii_uppercase()
+                .starts_with("SHA256:")
+            {
+                format!("it looks like a known-hosts line; give only the part after '{host} '")
+            } else {
+                "it holds a space".into()
+            },
+        );
     }
     let hex: String = s.chars().filter(|&c| c != ':').collect();
     if hex.len() == 64 && hex.chars().all(|c| c.is_ascii_hexdigit()) {
@@ -105,17 +115,17 @@ pub fn parse_fingerprint(s: &str) -> Result<String, String> {
             _ => "it does not start with SHA256:".into(),
         });
     };
-    let raw = match base64::engine::general_purpose::STANDARD_NO_PAD.decode(b64.trim_end_matches('='))
-    {
+    let b64 = b64.trim_end_matches('=');
+    if b64.chars().count() != 43 {
+        return bad(format!(
+            "it has {} characters after SHA256:, not 43 (cut short or run on when copied?)",
+            b64.chars().count()
+        ));
+    }
+    let raw = match base64::engine::general_purpose::STANDARD_NO_PAD.decode(b64) {
         Ok(raw) => raw,
         Err(e) => return bad(format!("the part after SHA256: is not base64 ({e})")),
     };
-    if raw.len() != 32 {
-        return bad(format!(
-            "the part after SHA256: holds {} bytes, a SHA-256 has 32 (cut short when copied?)",
-            raw.len()
-        ));
-    }
     Ok(encode(&raw))
 }
 
@@ -814,5 +824,38 @@ impl Stream for Tls {
             Some(s) => format!("TLS1.3 {:?}", s.suite()),
             None => "TLS1.3".into(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fingerprints_in_every_taken_form_and_clear_refusals() {
+        let fp = fingerprint(b"a certificate");
+        assert_eq!(parse_fingerprint(&fp).unwrap(), fp);
+        assert_eq!(parse_fingerprint(&format!("  {fp}=\n")).unwrap(), fp);
+        assert_eq!(
+            parse_fingerprint(&fp.replace("SHA256:", "sha256:")).unwrap(),
+            fp
+        );
+        let raw = sha2::Sha256::digest(b"a certificate");
+        let hex: Vec<String> = raw.iter().map(|b| format!("{b:02X}")).collect();
+        assert_eq!(parse_fingerprint(&hex.concat()).unwrap(), fp);
+        assert_eq!(parse_fingerprint(&hex.join(":")).unwrap(), fp);
+
+        let refused = |s: &str, why: &str| {
+            let e = parse_fingerprint(s).unwrap_err();
+            assert!(e.contains(why), "{s}: {e}");
+            assert!(e.contains("SHA256: and 43 base64"), "{s}: {e}");
+            assert!(!e.contains("known_hosts"), "{s}: {e}");
+        };
+        refused("", "empty");
+        refused(&fp[7..], "does not start with SHA256:");
+        refused("MD5:abcd", "'MD5:' is not SHA256:");
+        refused(&fp[..30], "has 23 characters after SHA256:, not 43");
+        refused(&format!("{}*", &fp[..49]), "not base64");
+        refused(&format!("far.example.org:5310 {fp}"), "known-hosts line");
     }
 }
