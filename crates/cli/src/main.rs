@@ -931,7 +931,11 @@ fn serve(a: ServeArgs) -> i32 {
             }
         }
     }
-    if let Err(e) = std::fs::create_dir_all(&cfg.state_dir) {
+    // Only its owner may enter a new state directory: it holds the key and the grants.
+    if let Err(e) =
+        std::os::unix::fs::DirBuilderExt::mode(std::fs::DirBuilder::new().recursive(true), 0o700)
+            .create(&cfg.state_dir)
+    {
         errln!(
             "longhaul: error: cannot create state directory {}: {e} (choose another with --state-dir)",
             cfg.state_dir.display()
