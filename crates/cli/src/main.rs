@@ -743,12 +743,20 @@ fn fingerprint_arg(s: &str) -> Result<String, String> {
 
 impl SecurityArgs {
     fn trust_options(&self) -> Result<TrustOptions, Failure> {
+        // An identity to present must exist: a new key made here would be
+        // one no server has a grant for.
         let identity = match &self.identity {
-            Some(dir) => Some(
-                longhaul_engine::tls::Identity::load_or_create(dir)
-                    .map_err(Failure::from)?
-                    .0,
-            ),
+            Some(dir) => {
+                let file = dir.join(longhaul_engine::tls::IDENTITY_FILE);
+                if !file.is_file() {
+                    return Err(usage(format!(
+                        "--identity {d}: no identity there ({f} is missing); make one with `longhaul id {d}` and have the server grant its fingerprint (`longhaul token create --client-cert`)",
+                        d = dir.display(),
+                        f = file.display()
+                    )));
+                }
+                Some(longhaul_engine::tls::Identity::load(&file, &file).map_err(Failure::from)?)
+            }
             None => None,
         };
         Ok(TrustOptions {
@@ -905,9 +913,14 @@ fn serve(a: ServeArgs) -> i32 {
         } else {
             std::sync::Arc::new(longhaul_engine::xfer::storage::Local)
         },
-        state_dir: a
-            .state_dir
-            .unwrap_or_else(longhaul_engine::server::default_state_dir),
+        state_dir: match state_dir_or_default(a.state_dir) {
+            Ok(d) => d,
+            Err(e) => {
+                let f = Failure::from(e);
+                errln!("longhaul: error: {}", f.message);
+                return f.code;
+            }
+        },
         tls: None,
         allow_plaintext: a.allow_plaintext,
         public_perf: a.public_perf,
@@ -933,7 +946,11 @@ fn serve(a: ServeArgs) -> i32 {
             }
         }
     }
-    if let Err(e) = std::fs::create_dir_all(&cfg.state_dir) {
+    // Only its owner may enter a new state directory: it holds the key and the grants.
+    if let Err(e) =
+        std::os::unix::fs::DirBuilderExt::mode(std::fs::DirBuilder::new().recursive(true), 0o700)
+            .create(&cfg.state_dir)
+    {
         errln!(
             "longhaul: error: cannot create state directory {}: {e} (choose another with --state-dir)",
             cfg.state_dir.display()
@@ -1722,12 +1739,33 @@ fn demo_tree(dir: &std::path::Path) -> std::io::Result<()> {
     Ok(())
 }
 
-fn state_dir_or_default(d: Option<PathBuf>) -> PathBuf {
-    d.unwrap_or_else(longhaul_engine::server::default_state_dir)
+/// The directory given, else the default one; an error, not a shared
+/// fallback such as /tmp, when HOME is unset.
+fn state_dir_or_default(d: Option<PathBuf>) -> Result<PathBuf, EngineError> {
+    d.map_or_else(longhaul_engine::server::state_dir_from_env, Ok)
 }
 
 fn id(a: IdArgs) -> i32 {
-    let dir = state_dir_or_default(a.dir);
+    // A mistyped directory must not get a new key: DIR has to exist. One
+    // that exists and holds no identity gets one (a client identity for
+    // --identity is made this way).
+    let result = state_dir_or_default(a.dir).and_then(|dir| {
+        if dir.is_dir() {
+            return Ok(dir);
+        }
+        Err(EngineError::Usage(format!(
+            "no state directory at {d}: start `longhaul serve --state-dir {d}` once, or check the path (for a client identity, make the directory first: mkdir {d})",
+            d = dir.display()
+        )))
+    });
+    let dir = match result {
+        Ok(d) => d,
+        Err(e) => {
+            let f = Failure::from(e);
+            errln!("longhaul: error: {}", f.message);
+            return f.code;
+        }
+    };
     match longhaul_engine::tls::Identity::load_or_create(&dir) {
         Ok((id, created)) => {
             if created {
@@ -1799,7 +1837,14 @@ fn token(a: TokenArgs) -> i32 {
             client_cert,
             note,
         } => {
-            let dir = state_dir_or_default(state_dir);
+            let dir = match state_dir_or_default(state_dir) {
+                Ok(d) => d,
+                Err(e) => {
+                    let f = Failure::from(e);
+                    errln!("longhaul: error: {}", f.message);
+                    return f.code;
+                }
+            };
             match client_cert {
                 Some(fp) => auth::create_cert_grant(&dir, &fp, exports, &note).map(|g| {
                     errln!(
@@ -1816,8 +1861,9 @@ fn token(a: TokenArgs) -> i32 {
                 }),
             }
         }
-        TokenCommand::List { state_dir } => {
-            auth::list(&state_dir_or_default(state_dir)).map(|grants| {
+        TokenCommand::List { state_dir } => state_dir_or_default(state_dir)
+            .and_then(|d| auth::list(&d))
+            .map(|grants| {
                 for g in grants {
                     let exports: Vec<String> = g
                         .exports
@@ -1830,10 +1876,9 @@ fn token(a: TokenArgs) -> i32 {
                     };
                     outln!("{} {how} {} {}", g.id, exports.join(","), g.note);
                 }
-            })
-        }
+            }),
         TokenCommand::Revoke { id, state_dir } => {
-            match auth::revoke(&state_dir_or_default(state_dir), &id) {
+            match state_dir_or_default(state_dir).and_then(|d| auth::revoke(&d, &id)) {
                 Ok(true) => {
                     errln!("longhaul: grant {id} revoked");
                     Ok(())

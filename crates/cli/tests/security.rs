@@ -1639,3 +1639,392 @@ fn anonymous_pulls_cannot_lock_out_a_token_holder() {
     fs::remove_file(site.export.join("mine.bin")).unwrap();
     srv.shutdown();
 }
+
+// ---- state, grants, frames, logs (issue 13)
+
+/// The binary with no HOME and no XDG_STATE_HOME (so no default state
+/// directory), run in `cwd`; killed, and the test failed, if it still
+/// runs after 20 s (a server that started anyway).
+fn homeless(cwd: &Path, args: &[&str]) -> Output {
+    let mut c = bin();
+    c.env_remove("HOME")
+        .env_remove("XDG_STATE_HOME")
+        .current_dir(cwd)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = c.spawn().expect("run longhaul");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            child.kill().unwrap();
+            let o = child.wait_with_output().unwrap();
+            panic!(
+                "`longhaul {}` with HOME unset still runs after 20 s: {}",
+                args.join(" "),
+                stderr(&o)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    child.wait_with_output().unwrap()
+}
+
+/// The names in `dir` (none if it does not exist).
+fn names(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = fs::read_dir(dir)
+        .map(|rd| {
+            rd.map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    v.sort();
+    v
+}
+
+#[test]
+fn without_home_the_state_directory_is_refused_not_put_in_tmp() {
+    let site = Site::new("nohome");
+    let cwd = site.scratch("cwd");
+    // Where the old fallback put it, under the system temp dir and /tmp.
+    let fallbacks = [
+        PathBuf::from("/tmp/.local/state/longhaul"),
+        std::env::temp_dir().join(".local/state/longhaul"),
+    ];
+    let before: Vec<_> = fallbacks.iter().map(|d| names(d)).collect();
+    let export = format!("data={}", s(&site.export));
+    let runs: [&[&str]; 5] = [
+        &["serve", "--listen", "127.0.0.1:0", "--export", &export],
+        &["token", "create", "--export", "data:rw"],
+        &["token", "list"],
+        &["token", "revoke", "0badc0de"],
+        &["id"],
+    ];
+    for args in runs {
+        let o = homeless(&cwd, args);
+        assert_refused(&o, 2, "set HOME or pass --state-dir");
+        assert!(stdout(&o).is_empty(), "{}", stdout(&o));
+    }
+    for (d, b) in fallbacks.iter().zip(&before) {
+        assert_eq!(&names(d), b, "{} changed", d.display());
+    }
+    assert!(names(&cwd).is_empty(), "{:?}", names(&cwd));
+    // --state-dir still works without HOME.
+    let state = site.scratch("explicit-state");
+    let o = homeless(
+        &cwd,
+        &[
+            "token",
+            "create",
+            "--state-dir",
+            s(&state),
+            "--export",
+            "data",
+        ],
+    );
+    assert_exit(&o, 0);
+    assert!(stdout(&o).starts_with("lh1_"), "{}", stdout(&o));
+    site.assert_outside_empty();
+}
+
+#[test]
+fn sixteen_concurrent_token_creates_keep_sixteen_grants() {
+    let site = Site::bare("grants16");
+    let state = site.scratch("state16");
+    let children: Vec<_> = (0..16)
+        .map(|i| {
+            let mut c = bin();
+            c.args([
+                "token",
+                "create",
+                "--state-dir",
+                s(&state),
+                "--export",
+                "data:rw",
+                "--note",
+                &format!("n{i}"),
+            ])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+            c.spawn().unwrap()
+        })
+        .collect();
+    let mut tokens = Vec::new();
+    for c in children {
+        let o = c.wait_with_output().unwrap();
+        assert_exit(&o, 0);
+        tokens.push(stdout(&o).trim().to_string());
+    }
+    let grants = auth::list(&state).unwrap();
+    assert_eq!(grants.len(), 16, "grants lost: {grants:?}");
+    let mut ids: Vec<_> = grants.iter().map(|g| g.id.clone()).collect();
+    ids.sort();
+    ids.dedup();
+    assert_eq!(ids.len(), 16, "{ids:?}");
+    for t in &tokens {
+        let a = auth::authenticate(&state, Some(t), None, false)
+            .unwrap_or_else(|e| panic!("token {t} lost its grant: {e}"));
+        assert!(!a.is_anonymous());
+    }
+    let o = lh(&["token", "list", "--state-dir", s(&state)]);
+    assert_exit(&o, 0);
+    assert_eq!(stdout(&o).lines().count(), 16, "{}", stdout(&o));
+
+    // A token whose id a grant holds is refused; the grant stays as it was.
+    let id = tokens[0].split('_').nth(1).unwrap();
+    let impostor = format!("lh1_{id}_impostorsecret-impostorsecret-impostor");
+    let e = auth::add_token(&state, &impostor, rw("*"), "")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains(id) && e.contains("exists already"), "{e}");
+    assert!(auth::authenticate(&state, Some(&tokens[0]), None, false).is_ok());
+    assert!(auth::authenticate(&state, Some(&impostor), None, false).is_err());
+    assert_eq!(auth::list(&state).unwrap(), grants);
+}
+
+#[test]
+fn id_of_a_missing_directory_fails_and_makes_no_key() {
+    let site = Site::bare("idmissing");
+    let base = site.scratch("ids");
+    let missing = base.join("typo/state");
+    let o = lh(&["id", s(&missing)]);
+    assert_refused(
+        &o,
+        2,
+        &format!("no state directory at {}", missing.display()),
+    );
+    assert!(
+        stderr(&o).contains("longhaul serve --state-dir"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(stdout(&o).is_empty(), "{}", stdout(&o));
+    assert!(names(&base).is_empty(), "{:?}", names(&base));
+    // Nor does presenting a missing client identity make one.
+    let srv = site.data_server();
+    let o = anon(&[
+        "ls",
+        "--identity",
+        s(&missing),
+        &at(srv.addr(), "data", "seed.txt"),
+    ]);
+    assert_refused(&o, 2, "longhaul id");
+    assert!(names(&base).is_empty(), "{:?}", names(&base));
+    // An existing directory still gets (and then keeps) an identity.
+    let dir = site.scratch("id-here");
+    let o = lh(&["id", s(&dir)]);
+    assert_exit(&o, 0);
+    let fp = stdout(&o).trim().to_string();
+    assert_eq!(stdout(&lh(&["id", s(&dir)])).trim(), fp);
+    srv.shutdown();
+}
+
+#[test]
+fn wrong_trust_values_say_what_is_wrong_not_known_hosts() {
+    let site = Site::new("trustmsg");
+    let srv = site.data_server();
+    let a = srv.addr();
+    let fp = common::fingerprint();
+    let no_known_hosts = |o: &Output| {
+        let e = stderr(o);
+        assert!(
+            !e.contains("known_hosts")
+                && !e.contains("known-hosts file")
+                && !e.contains("--replace"),
+            "a --trust error talks about the known-hosts file: {e}"
+        );
+    };
+    let bad: [(&str, &str); 4] = [
+        ("nonsense", "does not start with SHA256:"),
+        (&fp[..30], "not 43"),
+        ("MD5:00112233", "'MD5:' is not SHA256:"),
+        ("", "empty"),
+    ];
+    for (value, why) in bad {
+        let mut c = bin();
+        c.env_remove("LONGHAUL_TRUST")
+            .args(["ls", "--trust", value, &at(a, "data", "seed.txt")]);
+        let o = run(c);
+        assert_refused(&o, 2, why);
+        assert!(
+            stderr(&o).contains("SHA256: and 43 base64"),
+            "{}",
+            stderr(&o)
+        );
+        no_known_hosts(&o);
+    }
+    // A well-formed value for another server: names --trust and both
+    // fingerprints.
+    let other = longhaul_engine::tls::fingerprint(b"another server");
+    for via_env in [false, true] {
+        let mut c = bin();
+        c.env_remove("LONGHAUL_TRUST");
+        if via_env {
+            c.env("LONGHAUL_TRUST", &other)
+                .args(["ls", &at(a, "data", "seed.txt")]);
+        } else {
+            c.args(["ls", "--trust", &other, &at(a, "data", "seed.txt")]);
+        }
+        let o = run(c);
+        assert_refused(&o, 7, "given with --trust");
+        assert!(stderr(&o).contains(&other), "{}", stderr(&o));
+        assert!(stderr(&o).contains(fp), "{}", stderr(&o));
+        no_known_hosts(&o);
+    }
+    srv.shutdown();
+}
+
+/// Runs `longhaul serve` on a free loopback port with debug logs; returns
+/// the child, its address and its stderr as it arrives.
+fn spawn_serve(
+    state: &Path,
+    export: &Path,
+) -> (std::process::Child, SocketAddr, Arc<Mutex<Vec<u8>>>) {
+    let mut c = bin();
+    c.env("RUST_LOG", "debug")
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--state-dir",
+            s(state),
+            "--export",
+            &format!("data={}", s(export)),
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    let mut child = c.spawn().unwrap();
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let mut err = child.stderr.take().unwrap();
+    let sink = log.clone();
+    std::thread::spawn(move || {
+        let mut b = [0u8; 4096];
+        while let Ok(n) = err.read(&mut b) {
+            if n == 0 {
+                break;
+            }
+            sink.lock().unwrap().extend_from_slice(&b[..n]);
+        }
+    });
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let addr = loop {
+        let text = String::from_utf8_lossy(&log.lock().unwrap()).into_owned();
+        if let Some(a) = text
+            .split("serving on ")
+            .nth(1)
+            .and_then(|r| r.split_whitespace().next())
+            .and_then(|a| a.parse::<SocketAddr>().ok())
+        {
+            break a;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("longhaul serve did not start: {text}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    (child, addr, log)
+}
+
+/// Sends `bytes` over TLS, reads answers for up to 2 s, then hangs up.
+fn poke(addr: SocketAddr, bytes: &[u8]) {
+    let mut st = tls_to(addr);
+    let _ = st.write_all(bytes).and_then(|()| st.flush());
+    let mut conn = FramedConn::new(st, addr.to_string());
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while let Ok(Some(_)) = conn.recv_until(deadline) {}
+}
+
+#[test]
+#[ignore = "needs escaped() at the server.rs log sites listed in the issue-13 helper report"]
+fn client_strings_cannot_forge_server_log_lines() {
+    const EVIL: &str = "evil\n2026 FAKE LOG LINE\x1b[31m";
+    let site = Site::new("logesc");
+    // A real entry by that name, so that requests get past the lookup.
+    fs::create_dir_all(site.export.join(EVIL)).unwrap();
+    let (mut child, addr, log) = spawn_serve(&site.state, &site.export);
+    let hello_evil = |token: Option<&str>| {
+        let mut b = MAGIC.to_vec();
+        Message::Hello(Hello {
+            min_version: longhaul_proto::msg::PROTOCOL_VERSION,
+            max_version: longhaul_proto::msg::PROTOCOL_VERSION,
+            software: EVIL.into(),
+            role: Role::Control,
+            token: token.map(str::to_string),
+        })
+        .encode(&mut b)
+        .unwrap();
+        b
+    };
+    let requests = [
+        Message::ListRequest(longhaul_proto::xfer::ListRequest {
+            export: EVIL.into(),
+            path: EVIL.into(),
+        }),
+        Message::ListRequest(longhaul_proto::xfer::ListRequest {
+            export: "data".into(),
+            path: format!("{EVIL}/missing\x1b]0;title\x07"),
+        }),
+        Message::Probe(longhaul_proto::disk::ProbeRequest {
+            export: "data".into(),
+            path: EVIL.into(),
+            tests: longhaul_proto::disk::ProbeTests {
+                write: false,
+                read: false,
+                create: false,
+            },
+            max_bytes: 0,
+            max_files: 0,
+            max_millis: 0,
+            host: false,
+            remove: None,
+        }),
+        Message::Stop(longhaul_proto::msg::Stop {
+            reason: EVIL.into(),
+        }),
+        Message::ThirdParty(longhaul_proto::msg::ThirdParty {
+            target: EVIL.into(),
+            params: Default::default(),
+            trust: Vec::new(),
+            token: None,
+            plaintext: false,
+        }),
+    ];
+    for req in &requests {
+        for token in [Some(common::TOKEN), None] {
+            let mut wire = hello_evil(token);
+            req.encode(&mut wire).unwrap();
+            poke(addr, &wire);
+        }
+    }
+    // A Hello that does not decode (an unknown role) quoting the string.
+    let mut bad = MAGIC.to_vec();
+    let body = format!(
+        r#"{{"min_version":1,"max_version":9,"software":"x","role":{}}}"#,
+        serde_json::to_string(EVIL).unwrap()
+    );
+    bad.extend_from_slice(&(body.len() as u32).to_be_bytes());
+    bad.push(longhaul_proto::msg::kind::HELLO);
+    bad.extend_from_slice(body.as_bytes());
+    poke(addr, &bad);
+    std::thread::sleep(Duration::from_millis(500));
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let log = log.lock().unwrap().clone();
+    let text = String::from_utf8_lossy(&log);
+    assert!(!log.contains(&0x1b), "an ESC byte reached the log:\n{text}");
+    assert!(!log.contains(&0x07), "a BEL byte reached the log:\n{text}");
+    for line in text.lines() {
+        assert!(
+            !line.starts_with("2026 FAKE LOG LINE"),
+            "a client forged a log line:\n{text}"
+        );
+    }
+    assert!(
+        text.contains("FAKE LOG LINE"),
+        "the test reached no log line with the client's string:\n{text}"
+    );
+}

@@ -5,7 +5,13 @@
 //! creation) or a client certificate's fingerprint (mutual TLS).
 //!
 //! The file is read at every authentication, so `longhaul token revoke`
-//! takes effect for the next connection without a restart. Without a
+//! takes effect for the next connection without a restart. Every change
+//! (create, add, revoke) reads, changes and rewrites the file while holding
+//! an exclusive `flock` on `grants.lock` beside it, and replaces it by a
+//! synced temporary file renamed into place: concurrent `token create`s all
+//! land, and a reader sees the old file or the new one, never half. A grant
+//! is never replaced: a new one gets an id no grant has, and adding a token
+//! whose id is taken is refused. Without a
 //! grant a client is anonymous: it may read exports marked `:public` and
 //! run perf tests if the server allows it (`--public-perf`), nothing else.
 
@@ -18,6 +24,7 @@ use crate::xfer::Export;
 use crate::EngineError;
 
 const GRANTS_FILE: &str = "grants";
+const LOCK_FILE: &str = "grants.lock";
 const TOKEN_PREFIX: &str = "lh1";
 
 /// One export a grant opens; `name` `*` stands for every export.
@@ -165,10 +172,98 @@ pub fn parse_grants(text: &str) -> Result<Vec<Grant>, String> {
         .collect()
 }
 
+/// Makes the state directory if it is missing (only its owner may enter a
+/// new one: it holds the server's key and grants).
+pub(crate) fn make_state_dir(state: &Path) -> Result<(), EngineError> {
+    use std::os::unix::fs::DirBuilderExt;
+    named_state_dir(state)?;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(state)
+        .map_err(|e| {
+            EngineError::Usage(format!(
+                "cannot create the state directory {}: {e} (choose another with --state-dir)",
+                state.display()
+            ))
+        })
+}
+
+/// Refuses the empty path that [`crate::server::default_state_dir`] gives
+/// when it knows of no state directory.
+pub(crate) fn named_state_dir(state: &Path) -> Result<(), EngineError> {
+    if state.as_os_str().is_empty() {
+        return Err(EngineError::Usage(crate::server::NO_STATE_DIR.into()));
+    }
+    Ok(())
+}
+
+/// An exclusive lock on the grants of a state directory, held until drop
+/// (closing the descriptor releases it, also when the process dies).
+struct GrantsLock {
+    _file: std::fs::File,
+}
+
+impl GrantsLock {
+    fn take(state: &Path) -> Result<GrantsLock, EngineError> {
+        use std::os::fd::AsRawFd;
+        use std::os::unix::fs::OpenOptionsExt;
+        let p = state.join(LOCK_FILE);
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(&p)
+            .map_err(|e| EngineError::Usage(format!("cannot open {}: {e}", p.display())))?;
+        loop {
+            // SAFETY: flock on a descriptor this function owns.
+            if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) } == 0 {
+                return Ok(GrantsLock { _file: f });
+            }
+            let e = std::io::Error::last_os_error();
+            if e.kind() != std::io::ErrorKind::Interrupted {
+                return Err(EngineError::Usage(format!(
+                    "cannot lock {}: {e}",
+                    p.display()
+                )));
+            }
+        }
+    }
+}
+
+/// Reads the grants, lets `change` edit them, and stores the result if it
+/// differs, all under the lock: no concurrent change is lost. The state
+/// directory is made if `create`, else it must exist.
+fn update<T>(
+    state: &Path,
+    create: bool,
+    change: impl FnOnce(&mut Vec<Grant>) -> Result<T, EngineError>,
+) -> Result<T, EngineError> {
+    named_state_dir(state)?;
+    if create {
+        make_state_dir(state)?;
+    } else if !state.is_dir() {
+        return Err(EngineError::Usage(format!(
+            "no state directory at {}: check the path (--state-dir)",
+            state.display()
+        )));
+    }
+    let lock = GrantsLock::take(state)?;
+    let before = list(state)?;
+    let mut all = before.clone();
+    let out = change(&mut all)?;
+    if all != before {
+        store(state, &all)?;
+    }
+    drop(lock);
+    Ok(out)
+}
+
 fn store(state: &Path, grants: &[Grant]) -> Result<(), EngineError> {
     use std::os::unix::fs::OpenOptionsExt;
-    std::fs::create_dir_all(state)
-        .map_err(|e| EngineError::Usage(format!("cannot create {}: {e}", state.display())))?;
     let p = grants_path(state);
     let tmp = state.join(format!(".{GRANTS_FILE}.{}.tmp", std::process::id()));
     let _ = std::fs::remove_file(&tmp);
@@ -178,14 +273,39 @@ fn store(state: &Path, grants: &[Grant]) -> Result<(), EngineError> {
         .mode(0o600)
         .open(&tmp)
         .map_err(|e| EngineError::Usage(format!("cannot write {}: {e}", tmp.display())))?;
+    let mut text = String::new();
     for g in grants {
-        let line = serde_json::to_string(g).expect("grants serialize");
-        writeln!(f, "{line}")
-            .map_err(|e| EngineError::Usage(format!("cannot write {}: {e}", tmp.display())))?;
+        text.push_str(&serde_json::to_string(g).expect("grants serialize"));
+        text.push('\n');
     }
-    f.sync_all()
-        .and_then(|()| std::fs::rename(&tmp, &p))
-        .map_err(|e| EngineError::Usage(format!("cannot write {}: {e}", p.display())))
+    let written = f
+        .write_all(text.as_bytes())
+        .and_then(|()| f.sync_all())
+        .and_then(|()| std::fs::rename(&tmp, &p));
+    if let Err(e) = written {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(EngineError::Usage(format!(
+            "cannot write {}: {e}",
+            p.display()
+        )));
+    }
+    // The rename itself, durable.
+    std::fs::File::open(state)
+        .and_then(|d| d.sync_all())
+        .map_err(|e| EngineError::Usage(format!("cannot sync {}: {e}", state.display())))
+}
+
+/// A grant id no grant in `all` has (8 hex digits).
+fn unused_id(all: &[Grant]) -> String {
+    loop {
+        let id: String = random_bytes::<4>()
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        if !all.iter().any(|g| g.id == id) {
+            return id;
+        }
+    }
 }
 
 fn random_bytes<const N: usize>() -> [u8; N] {
@@ -211,18 +331,29 @@ pub fn create_token(
     note: &str,
 ) -> Result<(Grant, String), EngineError> {
     use base64::Engine as _;
-    let id: String = random_bytes::<4>()
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect();
-    let secret = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(random_bytes::<32>());
-    let token = format!("{TOKEN_PREFIX}_{id}_{secret}");
-    let g = add_token(state, &token, exports, note)?;
-    Ok((g, token))
+    update(state, true, |all| {
+        let id = unused_id(all);
+        let secret = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(random_bytes::<32>());
+        let token = format!("{TOKEN_PREFIX}_{id}_{secret}");
+        let g = Grant {
+            id,
+            token_hash: Some(token_hash(&token)),
+            client_cert: None,
+            exports,
+            created: now_secs(),
+            note: note.to_string(),
+        };
+        all.push(g.clone());
+        Ok((g, token))
+    })
 }
 
 /// Grants a token made elsewhere (`lh1_ID_SECRET`, a secret of at least
 /// 32 characters): for provisioning the same credential on many servers.
+///
+/// Granting the same token with the same exports again changes nothing;
+/// a token whose id another grant holds is refused, never put in its
+/// place.
 pub fn add_token(
     state: &Path,
     token: &str,
@@ -248,48 +379,61 @@ pub fn add_token(
         created: now_secs(),
         note: note.to_string(),
     };
-    let mut all = list(state)?;
-    all.retain(|o| o.id != g.id);
-    all.push(g.clone());
-    store(state, &all)?;
-    Ok(g)
+    update(state, true, |all| {
+        if let Some(old) = all.iter().find(|o| o.id == g.id) {
+            if old.token_hash == g.token_hash && old.exports == g.exports {
+                return Ok(old.clone());
+            }
+            return Err(EngineError::Usage(format!(
+                "a grant with id {} exists already in {}: revoke it first (`longhaul token revoke {}`) or use a token with another id",
+                g.id,
+                grants_path(state).display(),
+                g.id
+            )));
+        }
+        all.push(g.clone());
+        Ok(g)
+    })
 }
 
-/// Makes a grant for a client certificate, known by its fingerprint.
+/// Makes a grant for a client certificate, known by its fingerprint;
+/// refused if that certificate has a grant already.
 pub fn create_cert_grant(
     state: &Path,
     fingerprint: &str,
     exports: Vec<ExportGrant>,
     note: &str,
 ) -> Result<Grant, EngineError> {
-    let id: String = random_bytes::<4>()
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect();
-    let g = Grant {
-        id,
-        token_hash: None,
-        client_cert: Some(fingerprint.to_string()),
-        exports,
-        created: now_secs(),
-        note: note.to_string(),
-    };
-    let mut all = list(state)?;
-    all.push(g.clone());
-    store(state, &all)?;
-    Ok(g)
+    update(state, true, |all| {
+        if let Some(old) = all
+            .iter()
+            .find(|g| g.client_cert.as_deref() == Some(fingerprint))
+        {
+            return Err(EngineError::Usage(format!(
+                "the client certificate {fingerprint} has grant {} already: revoke it first (`longhaul token revoke {}`) to change what it opens",
+                old.id, old.id
+            )));
+        }
+        let g = Grant {
+            id: unused_id(all),
+            token_hash: None,
+            client_cert: Some(fingerprint.to_string()),
+            exports,
+            created: now_secs(),
+            note: note.to_string(),
+        };
+        all.push(g.clone());
+        Ok(g)
+    })
 }
 
 /// Removes a grant; false if there was none with that id.
 pub fn revoke(state: &Path, id: &str) -> Result<bool, EngineError> {
-    let mut all = list(state)?;
-    let before = all.len();
-    all.retain(|g| g.id != id);
-    if all.len() == before {
-        return Ok(false);
-    }
-    store(state, &all)?;
-    Ok(true)
+    update(state, false, |all| {
+        let before = all.len();
+        all.retain(|g| g.id != id);
+        Ok(all.len() != before)
+    })
 }
 
 /// Decides who a client is, from the token it sent and the certificate
@@ -455,5 +599,69 @@ mod tests {
         assert!(parse_export_grant("d:rw").unwrap().write);
         assert!(parse_export_grant("d:wx").is_err());
         assert!(parse_export_grant(":rw").is_err());
+    }
+
+    #[test]
+    fn concurrent_changes_all_land() {
+        let s = state("concurrent");
+        let made: Vec<Grant> = std::thread::scope(|sc| {
+            let hs: Vec<_> = (0..16)
+                .map(|i| {
+                    let s = &s;
+                    sc.spawn(move || {
+                        create_token(s, vec![parse_export_grant("d").unwrap()], &format!("{i}"))
+                            .unwrap()
+                            .0
+                    })
+                })
+                .collect();
+            hs.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        let stored = list(&s).unwrap();
+        assert_eq!(stored.len(), 16, "{stored:?}");
+        for g in &made {
+            assert!(stored.contains(g), "grant {} lost", g.id);
+        }
+        std::fs::remove_dir_all(&s).unwrap();
+    }
+
+    #[test]
+    fn a_taken_id_is_refused_never_replaced() {
+        let s = state("taken");
+        let first = "lh1_0badc0de_firstsecret-firstsecret-firstsecret-0";
+        let g = add_token(&s, first, vec![parse_export_grant("d").unwrap()], "").unwrap();
+        // The same token again: nothing changes.
+        let again = add_token(&s, first, vec![parse_export_grant("d").unwrap()], "x").unwrap();
+        assert_eq!(again, g);
+        // Another secret, or other exports, under the same id: refused.
+        let other = "lh1_0badc0de_othersecret-othersecret-othersecret-0";
+        let e = add_token(&s, other, vec![parse_export_grant("*:rw").unwrap()], "")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("0badc0de") && e.contains("exists already"),
+            "{e}"
+        );
+        let e = add_token(&s, first, vec![parse_export_grant("*:rw").unwrap()], "").unwrap_err();
+        assert!(e.to_string().contains("revoke it first"), "{e}");
+        assert_eq!(list(&s).unwrap(), vec![g]);
+        assert!(authenticate(&s, Some(first), None, false).is_ok());
+        assert!(authenticate(&s, Some(other), None, false).is_err());
+        // A certificate has one grant.
+        let fp = "SHA256:BBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBB";
+        create_cert_grant(&s, fp, vec![parse_export_grant("d").unwrap()], "").unwrap();
+        let e =
+            create_cert_grant(&s, fp, vec![parse_export_grant("*:rw").unwrap()], "").unwrap_err();
+        assert!(e.to_string().contains("already"), "{e}");
+        assert_eq!(list(&s).unwrap().len(), 2);
+        std::fs::remove_dir_all(&s).unwrap();
+    }
+
+    #[test]
+    fn revoke_in_a_missing_state_directory_creates_nothing() {
+        let s = state("missing");
+        let e = revoke(&s, "0badc0de").unwrap_err();
+        assert!(e.to_string().contains("no state directory"), "{e}");
+        assert!(!s.exists());
     }
 }

@@ -59,12 +59,20 @@ impl PathRecord {
     }
 }
 
-/// The file: `LONGHAUL_PATHS`, else `paths.json` in the state directory.
+/// The file: `LONGHAUL_PATHS`, else `paths.json` in the state directory;
+/// the empty path when there is no state directory (HOME unset), which
+/// [`recall`] finds nothing in and [`remember`] refuses, rather than a file
+/// in the current directory.
 pub fn default_file() -> PathBuf {
     std::env::var_os("LONGHAUL_PATHS")
         .filter(|p| !p.is_empty())
         .map(PathBuf::from)
-        .unwrap_or_else(|| crate::server::default_state_dir().join("paths.json"))
+        .or_else(|| {
+            crate::server::state_dir_from_env()
+                .ok()
+                .map(|d| d.join("paths.json"))
+        })
+        .unwrap_or_default()
 }
 
 fn read(file: &Path) -> Vec<PathRecord> {
@@ -77,6 +85,9 @@ fn read(file: &Path) -> Vec<PathRecord> {
 /// Stores `rec` in place of any older record of its server and direction
 /// (written to a temporary file and renamed, so a reader never sees half).
 pub fn remember(file: &Path, rec: &PathRecord) -> io::Result<()> {
+    if file.as_os_str().is_empty() {
+        return Err(io::Error::other(crate::server::NO_STATE_DIR));
+    }
     let mut all = read(file);
     all.retain(|r| !(r.host == rec.host && r.direction == rec.direction));
     all.push(rec.clone());

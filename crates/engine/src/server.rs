@@ -105,13 +105,34 @@ impl Default for ServeConfig {
     }
 }
 
-/// `$XDG_STATE_HOME/longhaul`, else `~/.local/state/longhaul`.
-pub fn default_state_dir() -> PathBuf {
-    if let Some(x) = std::env::var_os("XDG_STATE_HOME").filter(|x| !x.is_empty()) {
-        return PathBuf::from(x).join("longhaul");
+/// `$XDG_STATE_HOME/longhaul`, else `$HOME/.local/state/longhaul` (each
+/// only if absolute). With neither, an error that says to set HOME or pass
+/// `--state-dir`: there is no fallback to a shared directory such as /tmp,
+/// where another user could make the directory first and then read or
+/// plant the server's key and grants.
+pub fn state_dir_from_env() -> Result<PathBuf, EngineError> {
+    let var = |name| {
+        std::env::var_os(name)
+            .map(PathBuf::from)
+            .filter(|p| p.is_absolute())
+    };
+    if let Some(x) = var("XDG_STATE_HOME") {
+        return Ok(x.join("longhaul"));
     }
-    let home = std::env::var_os("HOME").map_or_else(|| PathBuf::from("/tmp"), PathBuf::from);
-    home.join(".local/state/longhaul")
+    var("HOME")
+        .map(|h| h.join(".local/state/longhaul"))
+        .ok_or_else(|| EngineError::Usage(NO_STATE_DIR.into()))
+}
+
+/// Why there is no default state directory.
+pub const NO_STATE_DIR: &str = "no state directory: neither HOME nor XDG_STATE_HOME is set (to an absolute path); set HOME or pass --state-dir DIR";
+
+/// [`state_dir_from_env`] for [`ServeConfig::default`], which cannot fail:
+/// an empty path when there is none, which the identity and the grants
+/// refuse with [`NO_STATE_DIR`] before anything is made. Callers that can
+/// report an error use [`state_dir_from_env`].
+pub fn default_state_dir() -> PathBuf {
+    state_dir_from_env().unwrap_or_default()
 }
 
 /// A data connection on its way to the test that owns its token.

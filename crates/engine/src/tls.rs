@@ -58,25 +58,75 @@ pub fn fingerprint(cert: &[u8]) -> String {
     )
 }
 
-/// Checks the form of a fingerprint given on the command line.
+/// The forms [`parse_fingerprint`] takes, for its error messages.
+pub const FINGERPRINT_FORMS: &str = "a server's fingerprint is SHA256: and 43 base64 characters, as `longhaul serve` prints it at start and `longhaul id STATE_DIR` on the server (the 64 hex digits of a SHA-256 of the certificate, with or without colons, as `openssl x509 -fingerprint -sha256` prints it, are taken too); give several comma-separated";
+
+/// Checks a fingerprint given on the command line (`--trust`,
+/// `LONGHAUL_TRUST`, `--client-cert`) and returns it in the one form
+/// compared: `SHA256:` and unpadded base64. Takes that form (any case of
+/// the prefix, padding or not) and the 64 hex digits of the SHA-256, with
+/// or without colons. A refusal says what is wrong with the value and
+/// which forms are taken ([`FINGERPRINT_FORMS`]).
 pub fn parse_fingerprint(s: &str) -> Result<String, String> {
     let s = s.trim();
-    let b64 = s
-        .strip_prefix("SHA256:")
-        .ok_or_else(|| format!("fingerprint '{s}' must start with SHA256:"))?;
-    let raw = base64::engine::general_purpose::STANDARD_NO_PAD
-        .decode(b64.trim_end_matches('='))
-        .map_err(|e| format!("fingerprint '{s}' is not base64: {e}"))?;
-    if raw.len() != 32 {
-        return Err(format!(
-            "fingerprint '{s}' has {} bytes, a SHA-256 has 32",
-            raw.len()
+    let encode = |raw: &[u8]| {
+        format!(
+            "SHA256:{}",
+            base64::engine::general_purpose::STANDARD_NO_PAD.encode(raw)
+        )
+    };
+    let bad = |what: String| {
+        Err(format!(
+            "'{s}' is not a fingerprint: {what}; {FINGERPRINT_FORMS}"
+        ))
+    };
+    if s.is_empty() {
+        return bad("it is empty".into());
+    }
+    if let Some((host, rest)) = s.split_once(char::is_whitespace) {
+        return bad(
+            if rest
+                .trim_start()
+                .to_ascii_uppercase()
+                .starts_with("SHA256:")
+            {
+                format!("it looks like a known-hosts line; give only the part after '{host} '")
+            } else {
+                "it holds a space".into()
+            },
+        );
+    }
+    let hex: String = s.chars().filter(|&c| c != ':').collect();
+    if hex.len() == 64 && hex.chars().all(|c| c.is_ascii_hexdigit()) {
+        let raw: Vec<u8> = (0..32)
+            .map(|i| u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).expect("hex digits"))
+            .collect();
+        return Ok(encode(&raw));
+    }
+    let Some(b64) = s
+        .get(..7)
+        .filter(|p| p.eq_ignore_ascii_case("SHA256:"))
+        .map(|_| &s[7..])
+    else {
+        return bad(match s.split_once(':') {
+            Some((algo, _)) if !algo.is_empty() && algo.len() < 10 => {
+                format!("'{algo}:' is not SHA256: (longhaul pins SHA-256 fingerprints only)")
+            }
+            _ => "it does not start with SHA256:".into(),
+        });
+    };
+    let b64 = b64.trim_end_matches('=');
+    if b64.chars().count() != 43 {
+        return bad(format!(
+            "it has {} characters after SHA256:, not 43 (cut short or run on when copied?)",
+            b64.chars().count()
         ));
     }
-    Ok(format!(
-        "SHA256:{}",
-        base64::engine::general_purpose::STANDARD_NO_PAD.encode(raw)
-    ))
+    let raw = match base64::engine::general_purpose::STANDARD_NO_PAD.decode(b64) {
+        Ok(raw) => raw,
+        Err(e) => return bad(format!("the part after SHA256: is not base64 ({e})")),
+    };
+    Ok(encode(&raw))
 }
 
 /// A key and its certificate chain (leaf first).
@@ -105,16 +155,12 @@ impl Identity {
     /// self-signed certificate) if there is none. Returns it and whether it
     /// is new.
     pub fn load_or_create(dir: &Path) -> Result<(Identity, bool), EngineError> {
+        crate::auth::named_state_dir(dir)?;
         let file = dir.join(IDENTITY_FILE);
         if file.exists() {
             return Ok((Identity::load(&file, &file)?, false));
         }
-        std::fs::create_dir_all(dir).map_err(|e| {
-            EngineError::Usage(format!(
-                "cannot create state directory {}: {e}",
-                dir.display()
-            ))
-        })?;
+        crate::auth::make_state_dir(dir)?;
         let pair = rcgen::KeyPair::generate()
             .map_err(|e| EngineError::Usage(format!("cannot generate a key: {e}")))?;
         let host = crate::sock::hostname();
@@ -344,6 +390,7 @@ impl ClientTls {
                     expected.extend(known);
                 }
                 let v = Arc::new(PinVerifier {
+                    from_command_line: !t.pins.is_empty(),
                     expected,
                     accept_any: t.accept_any,
                     seen: Mutex::new(None),
@@ -405,6 +452,11 @@ impl ClientTls {
                 return EngineError::Trust(if v.expected.is_empty() {
                     format!(
                         "{host} is not a known server; it presents {seen}. Check that against `longhaul id STATE_DIR` on the server, then run `longhaul trust {host}` (adds it to {kh}) or pass --trust {seen}"
+                    )
+                } else if v.from_command_line {
+                    format!(
+                        "{host} presents {seen}, not the fingerprint given with --trust (or LONGHAUL_TRUST): {}. Check the value against `longhaul id STATE_DIR` on the server: if it was mistyped or meant for another server, pass the right one; if it is right, THE IDENTITY OF {host} HAS CHANGED: someone may be intercepting the connection (man in the middle), or the server's key was replaced",
+                        v.expected.join(" or ")
                     )
                 } else {
                     format!(
@@ -485,6 +537,9 @@ pub fn accept(
 #[derive(Debug)]
 struct PinVerifier {
     expected: Vec<String>,
+    /// `expected` came from `--trust` (or `LONGHAUL_TRUST`), not from the
+    /// known-hosts file: a refusal names the option, not the file.
+    from_command_line: bool,
     accept_any: bool,
     seen: Mutex<Option<String>>,
     provider: Arc<CryptoProvider>,
@@ -769,5 +824,38 @@ impl Stream for Tls {
             Some(s) => format!("TLS1.3 {:?}", s.suite()),
             None => "TLS1.3".into(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fingerprints_in_every_taken_form_and_clear_refusals() {
+        let fp = fingerprint(b"a certificate");
+        assert_eq!(parse_fingerprint(&fp).unwrap(), fp);
+        assert_eq!(parse_fingerprint(&format!("  {fp}=\n")).unwrap(), fp);
+        assert_eq!(
+            parse_fingerprint(&fp.replace("SHA256:", "sha256:")).unwrap(),
+            fp
+        );
+        let raw = sha2::Sha256::digest(b"a certificate");
+        let hex: Vec<String> = raw.iter().map(|b| format!("{b:02X}")).collect();
+        assert_eq!(parse_fingerprint(&hex.concat()).unwrap(), fp);
+        assert_eq!(parse_fingerprint(&hex.join(":")).unwrap(), fp);
+
+        let refused = |s: &str, why: &str| {
+            let e = parse_fingerprint(s).unwrap_err();
+            assert!(e.contains(why), "{s}: {e}");
+            assert!(e.contains("SHA256: and 43 base64"), "{s}: {e}");
+            assert!(!e.contains("known_hosts"), "{s}: {e}");
+        };
+        refused("", "empty");
+        refused(&fp[7..], "does not start with SHA256:");
+        refused("MD5:abcd", "'MD5:' is not SHA256:");
+        refused(&fp[..30], "has 23 characters after SHA256:, not 43");
+        refused(&format!("{}*", &fp[..49]), "not base64");
+        refused(&format!("far.example.org:5310 {fp}"), "known-hosts line");
     }
 }

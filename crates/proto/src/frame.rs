@@ -51,11 +51,22 @@ pub fn encode_frame(kind: u8, body: &[u8], out: &mut Vec<u8>) -> Result<(), Prot
 /// Incremental decoder: feed it bytes as they arrive, take whole frames out.
 ///
 /// It first expects the preamble when built with [`Decoder::expect_magic`].
+///
+/// Consumed bytes are skipped with a read cursor, not removed from the front
+/// of the buffer one frame at a time (which moved every byte behind each frame
+/// again: quadratic in the frames a read brought). The unread tail is moved to
+/// the front by [`Decoder::push`] only once the consumed part is at least as
+/// large as it, so every byte is moved at most once on average: decoding is
+/// linear in the bytes received, however they are split.
 #[derive(Debug)]
 pub struct Decoder {
     buf: Vec<u8>,
+    /// Start of the bytes not yet consumed in `buf`.
+    pos: usize,
     max_body: u32,
     need_magic: bool,
+    /// Bytes moved by compaction, for the linearity test.
+    moved: u64,
 }
 
 impl Decoder {
@@ -63,8 +74,10 @@ impl Decoder {
     pub fn new(max_body: u32) -> Self {
         Self {
             buf: Vec::new(),
+            pos: 0,
             max_body: max_body.min(MAX_FRAME_BODY),
             need_magic: false,
+            moved: 0,
         }
     }
 
@@ -78,31 +91,41 @@ impl Decoder {
 
     /// Adds received bytes. Call [`Decoder::next_frame`] until it returns `None`.
     pub fn push(&mut self, bytes: &[u8]) {
+        if self.pos == self.buf.len() {
+            self.buf.clear();
+            self.pos = 0;
+        } else if self.pos > 0 && self.pos >= self.buf.len() - self.pos {
+            self.moved += (self.buf.len() - self.pos) as u64;
+            self.buf.drain(..self.pos);
+            self.pos = 0;
+        }
         self.buf.extend_from_slice(bytes);
     }
 
     /// Bytes received but not yet consumed as a frame.
     pub fn buffered(&self) -> usize {
-        self.buf.len()
+        self.buf.len() - self.pos
     }
 
     /// Takes the next whole frame, if one has arrived.
     pub fn next_frame(&mut self) -> Result<Option<Frame>, ProtoError> {
+        let rest = &self.buf[self.pos..];
         if self.need_magic {
-            let n = self.buf.len().min(MAGIC.len());
-            if self.buf[..n] != MAGIC[..n] {
+            let n = rest.len().min(MAGIC.len());
+            if rest[..n] != MAGIC[..n] {
                 return Err(ProtoError::BadMagic);
             }
             if n < MAGIC.len() {
                 return Ok(None);
             }
-            self.buf.drain(..MAGIC.len());
+            self.pos += MAGIC.len();
             self.need_magic = false;
         }
-        if self.buf.len() < HEADER_LEN {
+        let rest = &self.buf[self.pos..];
+        if rest.len() < HEADER_LEN {
             return Ok(None);
         }
-        let len = u32::from_be_bytes([self.buf[0], self.buf[1], self.buf[2], self.buf[3]]);
+        let len = u32::from_be_bytes([rest[0], rest[1], rest[2], rest[3]]);
         if len > self.max_body {
             return Err(ProtoError::FrameTooLarge {
                 len: u64::from(len),
@@ -110,13 +133,15 @@ impl Decoder {
             });
         }
         let total = HEADER_LEN + len as usize;
-        if self.buf.len() < total {
+        if rest.len() < total {
             return Ok(None);
         }
-        let kind = self.buf[4];
-        let body = self.buf[HEADER_LEN..total].to_vec();
-        self.buf.drain(..total);
-        Ok(Some(Frame { kind, body }))
+        let frame = Frame {
+            kind: rest[4],
+            body: rest[HEADER_LEN..total].to_vec(),
+        };
+        self.pos += total;
+        Ok(Some(frame))
     }
 }
 
@@ -163,6 +188,54 @@ mod tests {
             d.next_frame(),
             Err(ProtoError::FrameTooLarge { len: 101, max: 100 })
         ));
+    }
+
+    /// 400,000 tiny frames in one buffer: each is decoded without moving
+    /// the ones behind it. Removing each frame from the front of the buffer
+    /// moved about 5e11 bytes here (10 s on the 2-core test VM, 0.5 s
+    /// for 100,000 frames); a cursor moves none, in milliseconds.
+    #[test]
+    fn many_frames_in_one_buffer_decode_in_linear_time() {
+        const N: usize = 400_000;
+        let mut wire = MAGIC.to_vec();
+        for i in 0..N {
+            encode_frame((i % 251) as u8, &[i as u8], &mut wire).unwrap();
+        }
+        let started = std::time::Instant::now();
+        let mut d = Decoder::expect_magic(1024);
+        d.push(&wire);
+        let mut n = 0;
+        while let Some(f) = d.next_frame().unwrap() {
+            assert_eq!((f.kind, f.body[0]), ((n % 251) as u8, n as u8));
+            n += 1;
+        }
+        assert_eq!(n, N);
+        assert_eq!(d.buffered(), 0);
+        assert_eq!(d.moved, 0, "nothing to move when frames are taken whole");
+        // Generous: linear work here is well under a millisecond.
+        assert!(started.elapsed() < std::time::Duration::from_secs(2));
+
+        // Fed in odd-sized reads, taking one frame after each read so that
+        // unread bytes pile up: compaction moves at most about what was
+        // received, never bytes times frames.
+        let mut d = Decoder::expect_magic(1024);
+        let mut n = 0;
+        for chunk in wire.chunks(7) {
+            d.push(chunk);
+            if d.next_frame().unwrap().is_some() {
+                n += 1;
+            }
+        }
+        while d.next_frame().unwrap().is_some() {
+            n += 1;
+        }
+        assert_eq!(n, N);
+        assert!(
+            d.moved <= wire.len() as u64,
+            "moved {} bytes for {} received",
+            d.moved,
+            wire.len()
+        );
     }
 
     #[test]

@@ -1,4 +1,5 @@
-//! Parsing and printing of sizes, rates and durations as users write them.
+//! Parsing and printing of sizes, rates and durations as users write them,
+//! and of strings from a peer as logs may show them ([`escaped`]).
 //!
 //! Sizes are binary (`4M` is 4 MiB, as in iperf3 and nuttcp); rates are
 //! decimal bits per second (`2G` and `2gbit` are 2,000,000,000 bit/s).
@@ -155,6 +156,54 @@ fn sig3(v: f64) -> String {
     }
 }
 
+/// A string from a peer, made safe to log or print: written on one line,
+/// with no byte a terminal or a log reader would act on.
+///
+/// Control characters (C0, DEL and C1: newline, carriage return, escape,
+/// ...), the Unicode line and paragraph separators and the bidirectional
+/// overrides are written as Rust escapes (`\n`, `\u{1b}`); a backslash is
+/// doubled, so the escaped text names the original exactly. Everything else
+/// is written as it is. Wrap every client-supplied string (software, paths,
+/// export names, reasons, error texts that quote them) in a log line with
+/// it: `tracing::info!("{} probes {}", peer, escaped(&path))`.
+pub fn escaped(s: &str) -> Escaped<'_> {
+    Escaped(s)
+}
+
+/// See [`escaped`].
+#[derive(Debug, Clone, Copy)]
+pub struct Escaped<'a>(pub &'a str);
+
+impl Escaped<'_> {
+    fn needs_escape(c: char) -> bool {
+        c == '\\'
+            || c.is_control()
+            || matches!(
+                c,
+                '\u{2028}' | '\u{2029}' | '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}'
+            )
+    }
+}
+
+impl fmt::Display for Escaped<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut rest = self.0;
+        while let Some(i) = rest.find(Self::needs_escape) {
+            f.write_str(&rest[..i])?;
+            let c = rest[i..].chars().next().expect("a char at a char boundary");
+            match c {
+                '\\' => f.write_str("\\\\")?,
+                '\n' => f.write_str("\\n")?,
+                '\r' => f.write_str("\\r")?,
+                '\t' => f.write_str("\\t")?,
+                c => write!(f, "\\u{{{:x}}}", u32::from(c))?,
+            }
+            rest = &rest[i + c.len_utf8()..];
+        }
+        f.write_str(rest)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -200,5 +249,18 @@ mod tests {
         assert_eq!(format_rate(0.0), "0.00 bit/s");
         assert_eq!(format_bytes(512), "512 B");
         assert_eq!(format_bytes(3 << 29), "1.50 GiB");
+    }
+
+    #[test]
+    fn escaped_keeps_a_peer_string_on_one_harmless_line() {
+        let evil = "evil\n2026 FAKE LOG LINE\x1b[31m\r\t\u{7f}\u{85}\u{202e}\\n ok é";
+        let e = escaped(evil).to_string();
+        assert_eq!(
+            e,
+            "evil\\n2026 FAKE LOG LINE\\u{1b}[31m\\r\\t\\u{7f}\\u{85}\\u{202e}\\\\n ok é"
+        );
+        assert!(!e.chars().any(|c| c.is_control()), "{e:?}");
+        assert_eq!(escaped("data/run7/f1.dat").to_string(), "data/run7/f1.dat");
+        assert_eq!(escaped("").to_string(), "");
     }
 }
