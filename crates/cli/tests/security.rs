@@ -1939,7 +1939,6 @@ fn poke(addr: SocketAddr, bytes: &[u8]) {
 }
 
 #[test]
-#[ignore = "needs escaped() at the server.rs log sites listed in the issue-13 helper report"]
 fn client_strings_cannot_forge_server_log_lines() {
     const EVIL: &str = "evil\n2026 FAKE LOG LINE\x1b[31m";
     let site = Site::new("logesc");

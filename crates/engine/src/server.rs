@@ -17,6 +17,7 @@ use longhaul_proto::msg::*;
 use longhaul_proto::report::{stream_keys, PeerResults, SideInterval, StreamSetup};
 use longhaul_proto::session::{Limits, ServerConfig, ServerEvent, ServerSession};
 use longhaul_proto::udp;
+use longhaul_proto::units::escaped;
 
 use crate::client::{run_perf, tuning_for, ClientOptions};
 use crate::conn::{read_one_frame, FramedConn, Stream, HANDSHAKE_MAX_FRAME};
@@ -470,7 +471,7 @@ fn secure(
             match tls::accept(&shared.tls, tcp, deadline) {
                 Ok(s) => Some(s),
                 Err(e) => {
-                    tracing::warn!("closing {peer}: {e}");
+                    tracing::warn!("closing {peer}: {}", escaped(&e.to_string()));
                     None
                 }
             }
@@ -533,7 +534,7 @@ fn handle_connection(shared: &Arc<Shared>, tcp: TcpStream, peer: SocketAddr) {
     let hello = match hello {
         Ok(m) => m,
         Err(e) => {
-            tracing::warn!("closing {peer}: bad handshake: {e}");
+            tracing::warn!("closing {peer}: bad handshake: {}", escaped(&e.to_string()));
             if matches!(e, EngineError::Proto(_)) {
                 refuse_on(&mut *stream, RefuseCode::Protocol, &e.to_string());
             }
@@ -567,7 +568,7 @@ fn handle_connection(shared: &Arc<Shared>, tcp: TcpStream, peer: SocketAddr) {
             match who {
                 Ok(a) => Some(a),
                 Err(message) => {
-                    tracing::warn!("refusing {peer}: {message}");
+                    tracing::warn!("refusing {peer}: {}", escaped(&message));
                     refuse_on(&mut *stream, RefuseCode::Unauthorized, &message);
                     linger(&mut *stream);
                     return;
@@ -620,13 +621,13 @@ fn handle_connection(shared: &Arc<Shared>, tcp: TcpStream, peer: SocketAddr) {
                     EngineError::Closed(_) => {
                         tracing::debug!("{peer} closed its control connection")
                     }
-                    e => tracing::warn!("closing session of {peer}: {e}"),
+                    e => tracing::warn!("closing session of {peer}: {}", escaped(&e.to_string())),
                 }
             }
             flush(&mut conn, &mut session);
         }
         Err(e) => {
-            tracing::warn!("closing {peer}: {e}");
+            tracing::warn!("closing {peer}: {}", escaped(&e.to_string()));
             let mut conn = FramedConn::new(stream, peer.to_string());
             flush(&mut conn, &mut session);
         }
@@ -741,7 +742,7 @@ fn control_loop(
                         end.streams.iter().map(|s| s.bytes).sum::<u64>(),
                         error
                             .as_deref()
-                            .map(|e| format!(", {e}"))
+                            .map(|e| format!(", {}", escaped(e)))
                             .unwrap_or_default()
                     );
                     session.results(
@@ -801,7 +802,7 @@ fn control_loop(
                         test = Some(t);
                     }
                     Err((code, message)) => {
-                        tracing::warn!("refusing test from {}: {message}", conn.peer());
+                        tracing::warn!("refusing test from {}: {}", conn.peer(), escaped(&message));
                         session.refuse(code, message);
                     }
                 }
@@ -848,7 +849,7 @@ fn control_loop(
                 }
             }
             Ok(Some(ServerEvent::Stop(reason))) => {
-                tracing::info!("{} stops its test: {reason}", conn.peer());
+                tracing::info!("{} stops its test: {}", conn.peer(), escaped(&reason));
                 if let Some(run) = test.as_ref().and_then(|t| t.run.as_ref()) {
                     run.stop();
                 }
@@ -873,7 +874,11 @@ fn control_loop(
                 match serve_transfer(shared, conn, &t, access) {
                     Ok(()) => session.finish(Instant::now()),
                     Err(Refusal::Refuse(code, message)) => {
-                        tracing::warn!("refusing transfer from {}: {message}", conn.peer());
+                        tracing::warn!(
+                            "refusing transfer from {}: {}",
+                            conn.peer(),
+                            escaped(&message)
+                        );
                         session.refuse(code, message);
                     }
                     Err(Refusal::Failed(e)) => {
@@ -901,7 +906,11 @@ fn control_loop(
                 match probed {
                     Ok(()) => session.finish(Instant::now()),
                     Err((code, message)) => {
-                        tracing::warn!("refusing probe from {}: {message}", conn.peer());
+                        tracing::warn!(
+                            "refusing probe from {}: {}",
+                            conn.peer(),
+                            escaped(&message)
+                        );
                         session.refuse(code, message);
                     }
                 }
@@ -1264,7 +1273,7 @@ fn serve_probe(
                 Err(_) => used = used.rsplit_once('/').map_or("", |(up, _)| up).to_string(),
             }
         };
-        tracing::info!("{} probes {}:{}", conn.peer(), ex.name, used);
+        tracing::info!("{} probes {}:{}", conn.peer(), ex.name, escaped(&used));
         let mut r = crate::doctor::serve_probe(&dir.path(), p, peer_ip(conn)).map_err(|e| {
             (
                 RefuseCode::ServerError,
@@ -1459,7 +1468,11 @@ fn third_party(
     req: &ThirdParty,
     access: &auth::Access,
 ) {
-    tracing::info!("third-party test from {} to {}", conn.peer(), req.target);
+    tracing::info!(
+        "third-party test from {} to {}",
+        conn.peer(),
+        escaped(&req.target)
+    );
     // Not queued: the requester waits for relays, not for a queue.
     let Some(_slot) = shared.slots.try_take(shared, &Claimant::of(access)) else {
         let (running, limit) = shared.slots.load();
@@ -1524,7 +1537,11 @@ fn third_party(
         }
         match conn.recv(Duration::from_millis(1)) {
             Ok(Some(Message::Stop(s))) => {
-                tracing::info!("{} stops its third-party test: {}", conn.peer(), s.reason);
+                tracing::info!(
+                    "{} stops its third-party test: {}",
+                    conn.peer(),
+                    escaped(&s.reason)
+                );
                 interrupt.store(true, Ordering::SeqCst);
             }
             Ok(_) => {}
