@@ -14,7 +14,11 @@
 //!   themselves;
 //! - a known-hosts answer is a trimmed, non-empty word for a host that
 //!   can be named on a line, and a line appended for a host not yet
-//!   listed is what a later lookup finds.
+//!   listed is what a later lookup finds;
+//! - a token proof (what a plaintext client sends for its token) that
+//!   parses checks against nothing but the token it was made from, once:
+//!   TEXT taken as a token, its proof parses and checks, and a replay of
+//!   it is refused.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
@@ -87,6 +91,23 @@ fn known_hosts(text: &str, host: &str, fp: &str) {
     }
 }
 
+fn proof(s: &str) {
+    use longhaul_engine::proof::{key_of, parse, prove, Rejected, Replays};
+    if let Some(p) = parse(s) {
+        assert!(!p.id.is_empty() && p.nonce.len() == 32, "{p:?}");
+        let _ = Replays::default().check(&p, &key_of("lh1_other_token"), p.time);
+    }
+    if let Some(made) = prove(s, 1_700_000_000, &[9; 16]) {
+        let p = parse(&made).expect("a made proof parses");
+        let r = Replays::default();
+        assert_eq!(r.check(&p, &key_of(s), 1_700_000_000), Ok(()), "{made}");
+        assert_eq!(
+            r.check(&p, &key_of(s), 1_700_000_001),
+            Err(Rejected::Replayed)
+        );
+    }
+}
+
 fuzz_target!(|data: &[u8]| {
     let input = String::from_utf8_lossy(data);
     let mut parts = input.splitn(3, '\0');
@@ -98,6 +119,7 @@ fuzz_target!(|data: &[u8]| {
     export_grant(text);
     grants(text);
     known_hosts(text, host, fp);
+    proof(text);
     // Command-line values arrive one at a time: every line on its own too.
     for line in text.lines().take(16) {
         fingerprint(line);

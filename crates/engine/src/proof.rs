@@ -31,6 +31,11 @@ fn mac(token_hash: &[u8; 32], id: &str, time: u64, nonce: &str) -> blake3::Hash 
     blake3::keyed_hash(token_hash, &msg)
 }
 
+/// What the server keeps of a token, and the key of its proofs.
+pub fn key_of(token: &str) -> blake3::Hash {
+    blake3::hash(token.as_bytes())
+}
+
 /// The proof of `token` (`lh1_ID_SECRET`) at `time` (Unix seconds) with
 /// `nonce` (random bytes, fresh for every connection); None for a string
 /// that is not a token.
@@ -40,8 +45,7 @@ pub fn prove(token: &str, time: u64, nonce: &[u8; 16]) -> Option<String> {
         return None;
     }
     let nonce: String = nonce.iter().map(|b| format!("{b:02x}")).collect();
-    let key = blake3::hash(token.as_bytes());
-    let m = mac(key.as_bytes(), id, time, &nonce);
+    let m = mac(key_of(token).as_bytes(), id, time, &nonce);
     Some(format!("{PROOF_PREFIX}_{id}_{time}_{nonce}_{}", m.to_hex()))
 }
 
