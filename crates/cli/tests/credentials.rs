@@ -163,10 +163,12 @@ fn a_raw_token_sent_in_the_clear_is_refused() {
     s.shutdown();
 }
 
-#[test]
-fn doctor_against_a_tls_only_server_never_sends_the_token_in_the_clear() {
-    let t = TempDir::new("cred-doctor");
-    let s = server(&t.dir("export"), &t.dir("state"), false);
+/// `doctor --json` through a recording proxy to a server that allows
+/// plaintext or not; checks that no connection carried the token, and
+/// returns the report.
+fn doctor_through_a_recorder(name: &str, allow_plaintext: bool) -> serde_json::Value {
+    let t = TempDir::new(name);
+    let s = server(&t.dir("export"), &t.dir("state"), allow_plaintext);
     let proxy = Recorder::start(s.addr());
     let o = bin()
         .arg("doctor")
@@ -175,28 +177,21 @@ fn doctor_against_a_tls_only_server_never_sends_the_token_in_the_clear() {
         .output()
         .unwrap();
     assert!(o.status.success(), "{}", stderr(&o));
-    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
-    // Plaintext was not possible: the cost without TLS is an estimate.
-    assert_eq!(v["plain_measured"], false, "{v:#}");
     assert!(proxy.connections().len() > 2);
     proxy.assert_no_secret();
     s.shutdown();
+    serde_json::from_slice(&o.stdout).unwrap()
+}
+
+#[test]
+fn doctor_against_a_tls_only_server_never_sends_the_token_in_the_clear() {
+    let v = doctor_through_a_recorder("cred-doctor", false);
+    // Plaintext was not possible: the cost without TLS is an estimate.
+    assert_eq!(v["plain_measured"], false, "{v:#}");
 }
 
 #[test]
 fn doctor_measures_plaintext_where_both_ends_allow_it_without_the_token() {
-    let t = TempDir::new("cred-doctor-plain");
-    let s = server(&t.dir("export"), &t.dir("state"), true);
-    let proxy = Recorder::start(s.addr());
-    let o = bin()
-        .arg("doctor")
-        .arg(format!("127.0.0.1:{}:data/", proxy.addr.port()))
-        .args(["--json", "--time", "1s", "--no-copy", "--no-remember"])
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", stderr(&o));
-    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let v = doctor_through_a_recorder("cred-doctor-plain", true);
     assert_eq!(v["plain_measured"], true, "{v:#}");
-    proxy.assert_no_secret();
-    s.shutdown();
 }

@@ -704,6 +704,20 @@ fn doctor_names_the_senders_cpu_when_it_has_one_core_and_tls() {
     );
 }
 
+/// `doctor --json ARGS 127.0.0.1:PORT:data/PATH` against an in-process
+/// server, for a second at each step; must succeed.
+fn doctor_at(s: &ServerHandle, path: &str, args: &[&str]) -> Value {
+    let o = bin()
+        .arg("doctor")
+        .args(args)
+        .arg(format!("127.0.0.1:{}:data/{path}", s.addr().port()))
+        .args(["--json", "--time", "1s", "--no-remember"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    json_of(&o)
+}
+
 /// Every entry under `dir`, recursively, with its size and mtime: what a
 /// run must leave exactly as it was.
 fn tree_state(dir: &Path) -> Vec<(PathBuf, u64, i64)> {
@@ -732,14 +746,7 @@ fn doctor_to_a_path_that_does_not_exist_yet_leaves_nothing_behind() {
     let t = TempDir::new("doctor-nopath");
     let root = t.dir("export");
     let s = in_process_server(&root, &t.dir("state"), false);
-    let o = bin()
-        .arg("doctor")
-        .arg(format!("127.0.0.1:{}:data/no/such/dir/", s.addr().port()))
-        .args(["--json", "--time", "1s", "--no-remember"])
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", stderr(&o));
-    let v = json_of(&o);
+    let v = doctor_at(&s, "no/such/dir/", &[]);
     // Measured where the files would go: the nearest directory that exists.
     assert_eq!(v["dest_storage"]["path"], "data:", "{v:#}");
     assert!(
@@ -768,15 +775,7 @@ fn doctor_copies_the_source_the_user_named() {
     for i in 0..8 {
         std::fs::write(src.join(format!("f{i}")), vec![3u8; 1 << 20]).unwrap();
     }
-    let o = bin()
-        .arg("doctor")
-        .arg(&src)
-        .arg(format!("127.0.0.1:{}:data/", s.addr().port()))
-        .args(["--json", "--time", "1s", "--no-remember"])
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", stderr(&o));
-    let v = json_of(&o);
+    let v = doctor_at(&s, "", &[src.to_str().unwrap()]);
     assert_eq!(v["copy"]["generated"], false, "{v:#}");
     assert_eq!(v["copy"]["bytes"], 8 << 20, "{v:#}");
     let left: Vec<_> = std::fs::read_dir(&root)
@@ -797,15 +796,7 @@ fn a_read_only_export_is_measured_by_reading_and_nothing_is_written() {
     }
     let before = tree_state(&root);
     let s = in_process_server(&root, &t.dir("state"), true);
-    let o = bin()
-        .arg("doctor")
-        .arg("--pull")
-        .arg(format!("127.0.0.1:{}:data/", s.addr().port()))
-        .args(["--json", "--time", "1s", "--no-copy", "--no-remember"])
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", stderr(&o));
-    let v = json_of(&o);
+    let v = doctor_at(&s, "", &["--pull", "--no-copy"]);
     // The files that a pull would read were read ...
     let read = v["source_storage"]["read"]["bytes"].as_u64().unwrap_or(0);
     assert!(read > 0, "{v:#}");
