@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# A/B of two longhaul builds on the same data, alternating, for a change's
+# cost: `cp -r` of a tree of small files (and, with --big, one large file)
+# from /dev/shm over TLS on loopback into a /dev/shm export, each build
+# against a server of its own build (their protocols may differ).
+#
+# Usage: bench/ab.sh OLD_BIN NEW_BIN [--rounds N] [--files N] [--big-mib N]
+# Prints each run and, per data set, the medians and NEW/OLD.
+set -euo pipefail
+[ $# -ge 2 ] || { sed -n '2,9p' "$0"; exit 2; }
+A=$1 B=$2
+shift 2
+ROUNDS=5 FILES=20000 BIG_MIB=0
+while [ $# -gt 0 ]; do
+    case $1 in
+    --rounds) ROUNDS=$2; shift 2 ;;
+    --files) FILES=$2; shift 2 ;;
+    --big-mib) BIG_MIB=$2; shift 2 ;;
+    *) echo "ab: unknown argument $1" >&2; exit 2 ;;
+    esac
+done
+WORK=$(mktemp -d /dev/shm/lh-ab.XXXXXX)
+PIDS=()
+trap 'for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$WORK"' EXIT
+
+python3 - "$WORK/src" "$FILES" "$BIG_MIB" <<'EOF'
+import os, random, sys
+root, n, big = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+rng = random.Random(7)
+for i in range(n):
+    d = f"{root}/small/d{i % max(1, n // 100):03d}"
+    os.makedirs(d, exist_ok=True)
+    with open(f"{d}/f{i:06d}", "wb") as f:
+        f.write(os.urandom(rng.randint(1024, 65536)))
+if big:
+    os.makedirs(f"{root}/big", exist_ok=True)
+    block = os.urandom(1 << 20)
+    with open(f"{root}/big/big.bin", "wb") as f:
+        for i in range(big):
+            f.write(i.to_bytes(8, "little") + block[8:])
+EOF
+
+port=$((30000 + RANDOM % 20000))
+serve() { # name bin -> sets SRV_PORT, TRUST_, TOKEN_
+    local st=$WORK/state-$1 ex=$WORK/export-$1
+    mkdir -p "$st" "$ex"
+    TOKEN_=$("$2" token create --state-dir "$st" --export '*:rw' 2>/dev/null)
+    TRUST_=$("$2" id "$st" 2>/dev/null | grep -o 'SHA256:[^ ]*' | head -1)
+    port=$((port + 1))
+    "$2" serve --listen "127.0.0.1:$port" --state-dir "$st" --export "data=$ex" >"$WORK/serve-$1.log" 2>&1 &
+    PIDS+=($!)
+    for _ in $(seq 50); do ss -ltn "sport = :$port" | grep -q LISTEN && break; sleep 0.1; done
+    SRV_PORT=$port
+}
+serve a "$A"; PA=$SRV_PORT TA=$TOKEN_ FA=$TRUST_
+serve b "$B"; PB=$SRV_PORT TB=$TOKEN_ FB=$TRUST_
+
+run() { # name bin port token trust set -> seconds
+    rm -rf "$WORK/export-$1/$6"
+    sync
+    local t0 t1
+    t0=$(date +%s.%N)
+    LONGHAUL_TOKEN=$4 LONGHAUL_TRUST=$5 LONGHAUL_KNOWN_HOSTS=$WORK/kh LONGHAUL_PATHS=$WORK/paths \
+        "$2" cp -r --force "$WORK/src/$6" "127.0.0.1:$3:data/" >/dev/null 2>"$WORK/cp.err" ||
+        { echo "ab: $1 failed: $(tail -n 2 "$WORK/cp.err")" >&2; exit 1; }
+    t1=$(date +%s.%N)
+    python3 -c "print(round($t1 - $t0, 3))"
+}
+median() { sort -n | awk '{ a[NR] = $1 } END { print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2 }'; }
+sets="small"
+[ "$BIG_MIB" -gt 0 ] && sets="small big"
+echo "A=$A B=$B rounds=$ROUNDS files=$FILES big=${BIG_MIB}MiB ($(date -u '+%F %H:%M') UTC)"
+for set in $sets; do
+    : >"$WORK/a.$set"; : >"$WORK/b.$set"
+    for r in $(seq "$ROUNDS"); do
+        a=$(run a "$A" "$PA" "$TA" "$FA" "$set"); echo "$a" >>"$WORK/a.$set"
+        b=$(run b "$B" "$PB" "$TB" "$FB" "$set"); echo "$b" >>"$WORK/b.$set"
+        echo "$set round $r: A ${a}s B ${b}s"
+    done
+    ma=$(median <"$WORK/a.$set"); mb=$(median <"$WORK/b.$set")
+    echo "$set: median A ${ma}s, B ${mb}s, B/A time $(python3 -c "print(round($mb / $ma, 3))")"
+done
