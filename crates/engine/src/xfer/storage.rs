@@ -325,12 +325,15 @@ fn open_part(path: &Path, truncate: bool) -> io::Result<File> {
             .open(path)
     };
     if truncate {
-        match std::fs::remove_file(path) {
-            Ok(()) => {}
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-            Err(e) => return Err(e),
-        }
-        return create();
+        // Usually nothing has the name: one exclusive create. Otherwise
+        // whatever has it is unlinked first, never opened.
+        return match create() {
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+                std::fs::remove_file(path)?;
+                create()
+            }
+            r => r,
+        };
     }
     match open_regular(path, OpenOptions::new().read(true).write(true)) {
         Ok(f) if f.metadata()?.nlink() == 1 => Ok(f),
