@@ -881,7 +881,22 @@ fn main() {
             BenchCommand::Disk(d) => bench_disk(d),
         },
     };
-    std::process::exit(code);
+    leave(code)
+}
+
+/// Ends the process with `code`. Other threads may still run (data
+/// streams in a TLS handshake when the server refused the request, say):
+/// the C library's exit handlers would tear down the crypto library's
+/// state under them, and a process that said "refused" could then die of
+/// a signal instead of exiting with its code. So: our output flushed, then
+/// `_exit`, without those handlers; nothing of ours needs them (every
+/// temporary directory and emulator is removed before this point).
+fn leave(code: i32) -> ! {
+    use std::io::Write as _;
+    let _ = std::io::stdout().flush();
+    let _ = std::io::stderr().flush();
+    // SAFETY: _exit has no preconditions; our buffers are flushed above.
+    unsafe { libc::_exit(code) }
 }
 
 fn serve(a: ServeArgs) -> i32 {
@@ -1108,7 +1123,7 @@ fn interrupt_flag() -> Arc<AtomicBool> {
     let f = flag.clone();
     let _ = ctrlc::set_handler(move || {
         if f.swap(true, Ordering::SeqCst) {
-            std::process::exit(exit::INTERRUPTED);
+            leave(exit::INTERRUPTED);
         }
     });
     flag
