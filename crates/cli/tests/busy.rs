@@ -6,7 +6,7 @@
 use std::fs;
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Output, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -130,11 +130,11 @@ fn slow_push(src: &Path, to: &str) -> Child {
     c.spawn().expect("start longhaul cp")
 }
 
-#[test]
-fn beyond_the_queue_limit_a_client_is_refused_as_busy() {
-    let t = TempDir::new("busycap");
+/// A server with one slot and a queue of one on a slow disk, and a push
+/// of an 8 MiB file (`seed`) that has held the slot for 300 ms: returns
+/// the server, the file, the export and that push.
+fn one_slot_taken(t: &TempDir, seed: u64) -> (ServerHandle, PathBuf, PathBuf, Child) {
     let (src, dst) = (t.dir("src"), t.dir("dst"));
-    // A slow disk: the first push holds the one slot for a while.
     let slow = Arc::new(Faulty {
         faults: Arc::new(Faults {
             write_delay: Some(Duration::from_millis(100)),
@@ -143,11 +143,19 @@ fn beyond_the_queue_limit_a_client_is_refused_as_busy() {
     });
     let srv = server(&dst, &t.dir("state"), slow, 1, 1);
     let file = src.join("a.bin");
-    write_random(&file, 8 << 20, 7);
+    write_random(&file, 8 << 20, seed);
     let mut first = slow_push(&file, &remote(srv.addr(), "a.bin"));
-    let _first_err = collect_stderr(&mut first);
-    // The second waits: that is the queue's one place.
+    // Its stderr drained in the background, so that it never blocks.
+    let _ = collect_stderr(&mut first);
     std::thread::sleep(Duration::from_millis(300));
+    (srv, file, dst, first)
+}
+
+#[test]
+fn beyond_the_queue_limit_a_client_is_refused_as_busy() {
+    let t = TempDir::new("busycap");
+    let (srv, file, dst, mut first) = one_slot_taken(&t, 7);
+    // The second waits: that is the queue's one place.
     let mut second = slow_push(&file, &remote(srv.addr(), "b.bin"));
     let second_err = collect_stderr(&mut second);
     wait_for(
@@ -179,19 +187,7 @@ fn beyond_the_queue_limit_a_client_is_refused_as_busy() {
 #[test]
 fn ctrl_c_while_queued_exits_130_and_leaves_the_queue() {
     let t = TempDir::new("busyint");
-    let (src, dst) = (t.dir("src"), t.dir("dst"));
-    let slow = Arc::new(Faulty {
-        faults: Arc::new(Faults {
-            write_delay: Some(Duration::from_millis(100)),
-            ..Faults::default()
-        }),
-    });
-    let srv = server(&dst, &t.dir("state"), slow, 1, 1);
-    let file = src.join("a.bin");
-    write_random(&file, 8 << 20, 8);
-    let mut first = slow_push(&file, &remote(srv.addr(), "a.bin"));
-    let _first_err = collect_stderr(&mut first);
-    std::thread::sleep(Duration::from_millis(300));
+    let (srv, file, dst, mut first) = one_slot_taken(&t, 8);
     let mut queued = slow_push(&file, &remote(srv.addr(), "q.bin"));
     let queued_err = collect_stderr(&mut queued);
     wait_for(&queued_err, "waiting in queue", Duration::from_secs(60));

@@ -718,6 +718,16 @@ fn doctor_at(s: &ServerHandle, path: &str, args: &[&str]) -> Value {
     json_of(&o)
 }
 
+/// Panics if anything is left in `dir`.
+#[track_caller]
+fn assert_left_nothing_in(dir: &Path) {
+    let left: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert!(left.is_empty(), "left behind: {left:?}");
+}
+
 /// Every entry under `dir`, recursively, with its size and mtime: what a
 /// run must leave exactly as it was.
 fn tree_state(dir: &Path) -> Vec<(PathBuf, u64, i64)> {
@@ -758,11 +768,7 @@ fn doctor_to_a_path_that_does_not_exist_yet_leaves_nothing_behind() {
     // The copy ran (generated data, and it says so), and nothing is left.
     assert!(v["copy"]["bytes"].as_u64().unwrap() > 0, "{v:#}");
     assert_eq!(v["copy"]["generated"], true);
-    let left: Vec<_> = std::fs::read_dir(&root)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .collect();
-    assert!(left.is_empty(), "left behind: {left:?}");
+    assert_left_nothing_in(&root);
     s.shutdown();
 }
 
@@ -778,11 +784,7 @@ fn doctor_copies_the_source_the_user_named() {
     let v = doctor_at(&s, "", &[src.to_str().unwrap()]);
     assert_eq!(v["copy"]["generated"], false, "{v:#}");
     assert_eq!(v["copy"]["bytes"], 8 << 20, "{v:#}");
-    let left: Vec<_> = std::fs::read_dir(&root)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .collect();
-    assert!(left.is_empty(), "left behind: {left:?}");
+    assert_left_nothing_in(&root);
     s.shutdown();
 }
 
