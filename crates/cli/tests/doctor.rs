@@ -74,6 +74,34 @@ fn verdict_of(v: &Value) -> String {
     stage.to_string()
 }
 
+/// The planted fault `stage` is found limiting, and the verdict names it
+/// unless this VM's own storage measured slower still in that run (its
+/// disk and fresh /dev/shm pages vary 2-3x run to run, and a copy would
+/// then really be held by them: the verdict must name the lowest).
+fn assert_named(v: &Value, stage: &str) {
+    let judged = verdict_of(v);
+    let ceiling = |name: &str| {
+        v["stages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["name"] == name)
+            .map(|s| (s["ceiling_bps"].as_f64().unwrap(), s["limiting"] == true))
+    };
+    let (planted, limiting) =
+        ceiling(stage).unwrap_or_else(|| panic!("no {stage} stage: {}", stages(v)));
+    assert!(limiting, "{stage} not found limiting: {}", stages(v));
+    if judged != stage {
+        let storage = judged == "dest_storage" || judged == "source_storage";
+        let (lower, _) = ceiling(&judged).unwrap();
+        assert!(
+            storage && lower < planted,
+            "verdict {judged}, not {stage}: {}",
+            stages(v)
+        );
+    }
+}
+
 /// The stages, name -> ceiling, and the notes, for failure messages.
 fn stages(v: &Value) -> String {
     let notes = v["notes"].to_string();
@@ -455,7 +483,7 @@ fn doctor_names_loss_on_a_long_lossy_path() {
     );
     let _srv = serve_in_b(&w, &t.dir("exp"), &t.dir("state"));
     let v = doctor_over(&w, &[]);
-    assert_eq!(verdict_of(&v), "loss", "{}", stages(&v));
+    assert_named(&v, "loss");
     assert!(
         v["upload"]["loss_fraction"].as_f64().unwrap() >= 1e-4,
         "{v:#}"
