@@ -4,18 +4,22 @@
 # from /dev/shm over TLS on loopback into a /dev/shm export, each build
 # against a server of its own build (their protocols may differ).
 #
-# Usage: bench/ab.sh OLD_BIN NEW_BIN [--rounds N] [--files N] [--big-mib N]
+# With --perf SECONDS, also a memory-to-memory `perf` of each build against
+# its own server, TLS (the default) and --insecure-plaintext, 4 streams.
+#
+# Usage: bench/ab.sh OLD_BIN NEW_BIN [--rounds N] [--files N] [--big-mib N] [--perf SECONDS]
 # Prints each run and, per data set, the medians and NEW/OLD.
 set -euo pipefail
 [ $# -ge 2 ] || { sed -n '2,9p' "$0"; exit 2; }
 A=$1 B=$2
 shift 2
-ROUNDS=5 FILES=20000 BIG_MIB=0
+ROUNDS=5 FILES=20000 BIG_MIB=0 PERF=0
 while [ $# -gt 0 ]; do
     case $1 in
     --rounds) ROUNDS=$2; shift 2 ;;
     --files) FILES=$2; shift 2 ;;
     --big-mib) BIG_MIB=$2; shift 2 ;;
+    --perf) PERF=$2; shift 2 ;;
     *) echo "ab: unknown argument $1" >&2; exit 2 ;;
     esac
 done
@@ -47,7 +51,7 @@ serve() { # name bin -> sets SRV_PORT, TRUST_, TOKEN_
     TOKEN_=$("$2" token create --state-dir "$st" --export '*:rw' 2>/dev/null)
     TRUST_=$("$2" id "$st" 2>/dev/null | grep -o 'SHA256:[^ ]*' | head -1)
     port=$((port + 1))
-    "$2" serve --listen "127.0.0.1:$port" --state-dir "$st" --export "data=$ex" >"$WORK/serve-$1.log" 2>&1 &
+    "$2" serve --allow-plaintext --listen "127.0.0.1:$port" --state-dir "$st" --export "data=$ex" >"$WORK/serve-$1.log" 2>&1 &
     PIDS+=($!)
     for _ in $(seq 50); do ss -ltn "sport = :$port" | grep -q LISTEN && break; sleep 0.1; done
     SRV_PORT=$port
@@ -66,6 +70,12 @@ run() { # name bin port token trust set -> seconds
     t1=$(date +%s.%N)
     python3 -c "print(round($t1 - $t0, 3))"
 }
+perf() { # bin port token trust extra -> Gbit/s
+    LONGHAUL_TOKEN=$3 LONGHAUL_TRUST=$4 LONGHAUL_KNOWN_HOSTS=$WORK/kh \
+        "$1" perf "127.0.0.1:$2" -P 4 -t "$PERF" --json $5 2>"$WORK/perf.err" |
+        python3 -c 'import json,sys; print(round(json.load(sys.stdin)["summary"]["bits_per_second"] / 1e9, 3))' ||
+        { echo "ab: perf failed: $(tail -n 2 "$WORK/perf.err")" >&2; exit 1; }
+}
 median() { sort -n | awk '{ a[NR] = $1 } END { print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2 }'; }
 sets="small"
 [ "$BIG_MIB" -gt 0 ] && sets="small big"
@@ -79,4 +89,15 @@ for set in $sets; do
     done
     ma=$(median <"$WORK/a.$set"); mb=$(median <"$WORK/b.$set")
     echo "$set: median A ${ma}s, B ${mb}s, B/A time $(python3 -c "print(round($mb / $ma, 3))")"
+done
+[ "$PERF" -gt 0 ] && for mode in tls plain; do
+    extra=""; [ $mode = plain ] && extra=--insecure-plaintext
+    : >"$WORK/a.$mode"; : >"$WORK/b.$mode"
+    for r in $(seq "$ROUNDS"); do
+        a=$(perf "$A" "$PA" "$TA" "$FA" "$extra"); echo "$a" >>"$WORK/a.$mode"
+        b=$(perf "$B" "$PB" "$TB" "$FB" "$extra"); echo "$b" >>"$WORK/b.$mode"
+        echo "perf $mode round $r: A ${a} B ${b} Gbit/s"
+    done
+    ma=$(median <"$WORK/a.$mode"); mb=$(median <"$WORK/b.$mode")
+    echo "perf $mode: median A ${ma}, B ${mb} Gbit/s, B/A rate $(python3 -c "print(round($mb / $ma, 3))")"
 done
