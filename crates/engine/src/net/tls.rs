@@ -28,7 +28,7 @@ use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
 use rustls::{DigitallySignedStruct, DistinguishedName, SignatureScheme};
 use sha2::Digest as _;
 
-use crate::conn::Stream;
+use crate::net::conn::Stream;
 use crate::EngineError;
 
 /// The first byte of a TLS handshake record.
@@ -155,15 +155,15 @@ impl Identity {
     /// self-signed certificate) if there is none. Returns it and whether it
     /// is new.
     pub fn load_or_create(dir: &Path) -> Result<(Identity, bool), EngineError> {
-        crate::auth::named_state_dir(dir)?;
+        crate::server::auth::named_state_dir(dir)?;
         let file = dir.join(IDENTITY_FILE);
         if file.exists() {
             return Ok((Identity::load(&file, &file)?, false));
         }
-        crate::auth::make_state_dir(dir)?;
+        crate::server::auth::make_state_dir(dir)?;
         let pair = rcgen::KeyPair::generate()
             .map_err(|e| EngineError::Usage(format!("cannot generate a key: {e}")))?;
-        let host = crate::sock::hostname();
+        let host = crate::net::sock::hostname();
         let mut params = rcgen::CertificateParams::new(vec![host.clone()])
             .map_err(|e| EngineError::Usage(format!("cannot make a certificate: {e}")))?;
         params

@@ -1,5 +1,5 @@
 //! The connection layer: a byte stream (TLS over TCP, or plain TCP when
-//! both ends allow it; see [`crate::tls`]) and framed message I/O over it,
+//! both ends allow it; see [`crate::net::tls`]) and framed message I/O over it,
 //! with the read time-outs that keep a slow or silent peer from holding a
 //! thread forever.
 
@@ -14,7 +14,7 @@ use longhaul_proto::ProtoError;
 use crate::EngineError;
 
 /// A byte stream that carries a session or a data stream. Implemented by
-/// `TcpStream` (plaintext) and [`crate::tls::Tls`], which delegates
+/// `TcpStream` (plaintext) and [`crate::net::tls::Tls`], which delegates
 /// [`Stream::tcp`] to its socket (options, TCP_INFO, shutdown).
 pub trait Stream: Read + Write + Send {
     fn tcp(&self) -> &TcpStream;
@@ -152,7 +152,7 @@ impl FramedConn {
                     None => Ok(None),
                 }
             }
-            Err(e) if crate::stream::transient(&e) => Ok(None),
+            Err(e) if crate::perf::workers::transient(&e) => Ok(None),
             Err(e) => Err(EngineError::io(
                 format!("failed to read from {}", self.peer),
                 e,

@@ -3,6 +3,8 @@
 //! duration. A misbehaving client loses its own session, never anyone
 //! else's.
 
+pub mod auth;
+
 use std::collections::{HashMap, VecDeque};
 use std::io::{self, Read};
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream, UdpSocket};
@@ -19,19 +21,19 @@ use longhaul_proto::session::{Limits, ServerConfig, ServerEvent, ServerSession};
 use longhaul_proto::udp;
 use longhaul_proto::units::escaped;
 
-use crate::client::{run_perf, tuning_for, ClientOptions};
-use crate::conn::{read_one_frame, FramedConn, Stream, HANDSHAKE_MAX_FRAME};
-use crate::run::{End, ReadyStream, SideRun, Tick, Ticker};
+use crate::net::conn::{read_one_frame, FramedConn, Stream, HANDSHAKE_MAX_FRAME};
+use crate::net::sock;
+use crate::net::tls;
+use crate::perf::client::{run_perf, tuning_for, ClientOptions};
+use crate::perf::side::{End, ReadyStream, SideRun, Tick, Ticker};
+use crate::perf::workers::DataSocket;
 use crate::sink::RelaySink;
-use crate::sock;
-use crate::stream::DataSocket;
 use crate::xfer::beneath::Anchor;
 use crate::xfer::sink::{prepare_dest, run_sink, SinkConfig};
 use crate::xfer::source::{run_source, SourceConfig};
 use crate::xfer::storage::{Local, Storage};
 use crate::xfer::{beneath, confine, kind_of, mtime_ns, Export};
 use crate::EngineError;
-use crate::{auth, tls};
 use longhaul_proto::frame::MAGIC;
 use longhaul_proto::xfer::{
     Kind, ListEntry, ListRequest, Listing, Op, TransferAccept, TransferRequest,
@@ -449,7 +451,7 @@ impl Read for DeadlineReader<'_> {
             }
             self.stream.tcp().set_read_timeout(Some(left))?;
             match self.stream.read(buf) {
-                Err(e) if crate::stream::transient(&e) => continue,
+                Err(e) if crate::perf::workers::transient(&e) => continue,
                 r => return r,
             }
         }
@@ -1198,7 +1200,7 @@ fn serve_transfer(
                 online: t.tuning.online,
                 send_intervals: t.tuning.intervals,
                 rtt: Duration::from_micros(u64::from(
-                    crate::sock::tcp_info(crate::sock::fd_of(conn.tcp()))
+                    crate::net::sock::tcp_info(crate::net::sock::fd_of(conn.tcp()))
                         .map_or(0, |i| i.min_rtt_us),
                 )),
                 // As the client (the sink) sized them: an older client
@@ -1487,7 +1489,7 @@ fn third_party(
     // Connect to the target as the requester would: pin what it trusts
     // there, present its token, plaintext only if it uses plaintext.
     let opts = ClientOptions {
-        security: crate::client::Security {
+        security: crate::perf::client::Security {
             plaintext: req.plaintext,
             trust: tls::TrustOptions {
                 pins: req.trust.clone(),

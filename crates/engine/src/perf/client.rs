@@ -16,11 +16,11 @@ use longhaul_proto::report::{PeerResults, Setup, SideSnapshot, Span, StreamSetup
 use longhaul_proto::session::{ClientEvent, ClientSession, SessionError};
 use longhaul_proto::udp;
 
-use crate::conn::{self, FramedConn};
-use crate::run::{End, ReadyStream, SideRun, Ticker};
+use crate::net::conn::{self, FramedConn};
+use crate::net::sock::{self, Tuning};
+use crate::perf::side::{End, ReadyStream, SideRun, Ticker};
+use crate::perf::workers::DataSocket;
 use crate::sink::Reporter;
-use crate::sock::{self, Tuning};
-use crate::stream::DataSocket;
 use crate::{EngineError, DEFAULT_PORT};
 
 /// Client-side settings that are not part of the test itself.
@@ -46,7 +46,7 @@ pub struct Security {
     /// Speak plaintext (`--insecure-plaintext`); the server must allow it
     /// too (`--allow-plaintext`), or it refuses.
     pub plaintext: bool,
-    pub trust: crate::tls::TrustOptions,
+    pub trust: crate::net::tls::TrustOptions,
     /// The credential sent in the hello (`--token-file`, `LONGHAUL_TOKEN`).
     pub token: Option<String>,
 }
@@ -168,7 +168,7 @@ pub(crate) struct Control {
     pub(crate) welcome: Welcome,
     /// The TLS set-up the control connection used, for the data streams;
     /// None in plaintext.
-    tls: Option<Arc<crate::tls::ClientTls>>,
+    tls: Option<Arc<crate::net::tls::ClientTls>>,
     /// Ctrl-C: ends a wait for the server's answer.
     interrupt: Arc<AtomicBool>,
     /// The user was told the request waits in the server's queue.
@@ -300,7 +300,7 @@ impl Control {
 #[derive(Clone)]
 pub(crate) struct Dialer {
     peer: SocketAddr,
-    tls: Option<Arc<crate::tls::ClientTls>>,
+    tls: Option<Arc<crate::net::tls::ClientTls>>,
 }
 
 impl Dialer {
@@ -417,7 +417,7 @@ pub(crate) fn open_control_early<T>(
     let tls = if opts.security.plaintext {
         None
     } else {
-        Some(Arc::new(crate::tls::ClientTls::new(
+        Some(Arc::new(crate::net::tls::ClientTls::new(
             &opts.security.trust,
             &host_key(target),
         )?))
@@ -486,8 +486,8 @@ pub fn probe_fingerprint(target: &str, timeout: Duration) -> Result<String, Engi
     let addrs = conn::resolve(target, DEFAULT_PORT)?;
     let tcp = conn::connect(&addrs, timeout, |_| Ok(()))?;
     let _ = tcp.set_read_timeout(Some(timeout));
-    let t = crate::tls::ClientTls::new(
-        &crate::tls::TrustOptions {
+    let t = crate::net::tls::ClientTls::new(
+        &crate::net::tls::TrustOptions {
             accept_any: true,
             ..Default::default()
         },
@@ -1040,8 +1040,8 @@ fn drive(
         for t in ticker.due(now) {
             let snap = run.snapshot();
             match t {
-                crate::run::Tick::Baseline => local_baseline = Some(snap),
-                crate::run::Tick::Interval { index, omitted } => {
+                crate::perf::side::Tick::Baseline => local_baseline = Some(snap),
+                crate::perf::side::Tick::Interval { index, omitted } => {
                     intervals.local.insert(index, (omitted, snap));
                 }
             }
@@ -1138,7 +1138,7 @@ pub fn run_third_party(
                 fps.extend(
                     t.known_hosts
                         .as_deref()
-                        .and_then(|f| crate::tls::known_host(f, &host_key(b))),
+                        .and_then(|f| crate::net::tls::known_host(f, &host_key(b))),
                 );
                 fps
             },
