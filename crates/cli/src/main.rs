@@ -13,8 +13,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
+use longhaul_engine::net::dial::{ClientOptions, Security};
 use longhaul_engine::net::tls::TrustOptions;
-use longhaul_engine::perf::client::{run_perf, run_third_party, ClientOptions, Security};
+use longhaul_engine::perf::client::{run_perf, run_third_party};
 use longhaul_engine::server::{ServeConfig, Server};
 use longhaul_engine::sink::Reporter;
 use longhaul_engine::xfer::client::CpOptions;
@@ -1813,9 +1814,9 @@ fn trust(a: TrustArgs) -> i32 {
         errln!("longhaul: error: no known-hosts file: set HOME or pass --known-hosts FILE");
         return exit::USAGE;
     };
-    let host = longhaul_engine::perf::client::host_key(&a.host);
-    let result = longhaul_engine::perf::client::probe_fingerprint(&host, a.connect_timeout)
-        .and_then(|fp| {
+    let host = longhaul_engine::net::dial::host_key(&a.host);
+    let result =
+        longhaul_engine::net::dial::probe_fingerprint(&host, a.connect_timeout).and_then(|fp| {
             if let Some(want) = &a.fingerprint {
                 if *want != fp {
                     return Err(EngineError::Trust(format!(

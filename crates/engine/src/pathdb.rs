@@ -26,7 +26,7 @@ pub const HEADROOM: f64 = 1.25;
 /// One path as the doctor measured it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PathRecord {
-    /// `HOST:PORT` as the user named the server ([`crate::perf::client::host_key`]).
+    /// `HOST:PORT` as the user named the server ([`crate::net::dial::host_key`]).
     pub host: String,
     /// Up: this host sends (a push); down: the server sends (a pull).
     pub direction: Direction,

@@ -29,8 +29,9 @@ use longhaul_proto::report::{IntervalReport, LimitKind, Summary};
 use longhaul_proto::window::{plan, PathInput};
 use serde::{Deserialize, Serialize};
 
+use crate::net::dial::{open_control, ClientOptions};
 use crate::net::sock;
-use crate::perf::client::{open_control, run_perf, ClientOptions};
+use crate::perf::client::run_perf;
 use crate::sink::Reporter;
 use crate::EngineError;
 
@@ -772,7 +773,7 @@ fn remember_path(r: &mut DoctorReport, file: &Path, host: &str, pull: bool) {
         return;
     };
     let rec = crate::pathdb::PathRecord {
-        host: crate::perf::client::host_key(host),
+        host: crate::net::dial::host_key(host),
         direction: run.direction,
         bits_per_second: run.bits_per_second,
         rtt_us,

@@ -60,6 +60,14 @@ pub fn socket_of(s: &dyn Stream) -> Result<TcpStream, EngineError> {
         .map_err(|e| EngineError::io("failed to clone a data stream".into(), e))
 }
 
+/// An error that only means "not now": a time-out, or a signal.
+pub(crate) fn transient(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut | io::ErrorKind::Interrupted
+    )
+}
+
 /// Largest control frame we accept before the handshake is done.
 pub const HANDSHAKE_MAX_FRAME: u32 = 64 << 10;
 
@@ -152,7 +160,7 @@ impl FramedConn {
                     None => Ok(None),
                 }
             }
-            Err(e) if crate::perf::workers::transient(&e) => Ok(None),
+            Err(e) if transient(&e) => Ok(None),
             Err(e) => Err(EngineError::io(
                 format!("failed to read from {}", self.peer),
                 e,

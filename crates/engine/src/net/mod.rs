@@ -2,5 +2,6 @@
 //! [`tls`]), socket tuning and kernel counters ([`sock`]).
 
 pub mod conn;
+pub mod dial;
 pub mod sock;
 pub mod tls;

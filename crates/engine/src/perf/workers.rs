@@ -15,6 +15,7 @@ use longhaul_proto::msg::{Direction, RecvMode, SendMode};
 use longhaul_proto::report::UdpRecv;
 use longhaul_proto::udp::{self, Header};
 
+use crate::net::conn::transient;
 use crate::net::sock::{self, ThreadClock};
 
 /// The socket a stream runs over.
@@ -141,14 +142,6 @@ pub fn fill_incompressible(buf: &mut [u8], seed: u64) {
 
 fn micros_since(epoch: Instant) -> u64 {
     (epoch.elapsed().as_micros() as u64).max(1)
-}
-
-/// An error that only means "not now": a time-out, or a signal.
-pub(crate) fn transient(e: &io::Error) -> bool {
-    matches!(
-        e.kind(),
-        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut | io::ErrorKind::Interrupted
-    )
 }
 
 fn should_stop(plan: &Plan) -> bool {

@@ -22,9 +22,10 @@ use longhaul_proto::udp;
 use longhaul_proto::units::escaped;
 
 use crate::net::conn::{read_one_frame, FramedConn, Stream, HANDSHAKE_MAX_FRAME};
+use crate::net::dial::ClientOptions;
 use crate::net::sock;
 use crate::net::tls;
-use crate::perf::client::{run_perf, tuning_for, ClientOptions};
+use crate::perf::client::{run_perf, tuning_for};
 use crate::perf::side::{End, ReadyStream, SideRun, Tick, Ticker};
 use crate::perf::workers::DataSocket;
 use crate::sink::RelaySink;
@@ -451,7 +452,7 @@ impl Read for DeadlineReader<'_> {
             }
             self.stream.tcp().set_read_timeout(Some(left))?;
             match self.stream.read(buf) {
-                Err(e) if crate::perf::workers::transient(&e) => continue,
+                Err(e) if crate::net::conn::transient(&e) => continue,
                 r => return r,
             }
         }
@@ -1489,7 +1490,7 @@ fn third_party(
     // Connect to the target as the requester would: pin what it trusts
     // there, present its token, plaintext only if it uses plaintext.
     let opts = ClientOptions {
-        security: crate::perf::client::Security {
+        security: crate::net::dial::Security {
             plaintext: req.plaintext,
             trust: tls::TrustOptions {
                 pins: req.trust.clone(),

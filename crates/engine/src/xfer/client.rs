@@ -15,9 +15,7 @@ use super::beneath::Anchor;
 use super::sink::{run_sink, SinkConfig};
 use super::source::{run_source, SourceConfig};
 use super::storage::{Direct, Local, Storage};
-use crate::perf::client::{
-    open_control, open_control_early, present, ClientOptions, Control, Dialer,
-};
+use crate::net::dial::{open_control, open_control_early, present, ClientOptions, Control, Dialer};
 use crate::EngineError;
 
 /// What `cp` was asked to do.
@@ -399,7 +397,7 @@ fn target_rate(
     let rec = o.path_memory.as_deref().and_then(|f| {
         crate::pathdb::recall(
             f,
-            &crate::perf::client::host_key(host),
+            &crate::net::dial::host_key(host),
             direction,
             crate::pathdb::now(),
             rtt_us,
