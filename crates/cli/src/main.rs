@@ -768,7 +768,7 @@ impl SecurityArgs {
             known_hosts: self
                 .known_hosts
                 .clone()
-                .or_else(longhaul_engine::net::tls::default_known_hosts),
+                .or_else(longhaul_engine::state::default_known_hosts),
             ca: self.ca.clone(),
             identity,
             accept_any: false,
@@ -1226,7 +1226,7 @@ fn cp(a: CpArgs, sync: Option<longhaul_proto::xfer::SyncOptions>, dry_run: bool)
         dry_run,
         tune: !a.no_tune,
         files_in_flight: a.files_in_flight,
-        path_memory: Some(longhaul_engine::pathdb::default_file()),
+        path_memory: Some(longhaul_engine::state::default_pathdb_file()),
         digests_to: a.digests.clone(),
         progress: Arc::new(longhaul_engine::xfer::Progress {
             interrupt: interrupt.clone(),
@@ -1525,7 +1525,7 @@ fn doctor(a: DoctorArgs) -> i32 {
         target_bps: a.rate,
         no_copy: a.no_copy,
         dest: a.dest.clone(),
-        remember: (!a.no_remember).then(longhaul_engine::pathdb::default_file),
+        remember: (!a.no_remember).then(longhaul_engine::state::default_pathdb_file),
     };
     let report = match &remote {
         None => Ok(doctor::local(&o)),
@@ -1765,7 +1765,7 @@ fn demo_tree(dir: &std::path::Path) -> std::io::Result<()> {
 /// The directory given, else the default one; an error, not a shared
 /// fallback such as /tmp, when HOME is unset.
 fn state_dir_or_default(d: Option<PathBuf>) -> Result<PathBuf, EngineError> {
-    d.map_or_else(longhaul_engine::server::state_dir_from_env, Ok)
+    d.map_or_else(longhaul_engine::state::state_dir_from_env, Ok)
 }
 
 fn id(a: IdArgs) -> i32 {
@@ -1809,7 +1809,7 @@ fn trust(a: TrustArgs) -> i32 {
     let Some(file) = a
         .known_hosts
         .clone()
-        .or_else(longhaul_engine::net::tls::default_known_hosts)
+        .or_else(longhaul_engine::state::default_known_hosts)
     else {
         errln!("longhaul: error: no known-hosts file: set HOME or pass --known-hosts FILE");
         return exit::USAGE;

@@ -20,6 +20,7 @@ pub mod perf;
 pub mod proof;
 pub mod server;
 pub mod sink;
+pub mod state;
 pub mod wan;
 pub mod xfer;
 

@@ -1,6 +1,7 @@
-//! The perf client: connects to a server ([`crate::net::dial`]), negotiates a test, opens the
-//! data streams, runs its side, merges both sides' samples into interval
-//! reports and a summary, and hands them to a [`Reporter`].
+//! The perf client: connects to a server ([`crate::net::dial`]),
+//! negotiates a test, opens the data streams, runs its side, merges both
+//! sides' samples into interval reports and a summary, and hands them to a
+//! [`Reporter`]; also the third-party test, which it asks a server to run.
 
 use std::collections::BTreeMap;
 use std::io::Read;

@@ -29,6 +29,7 @@ use crate::perf::client::{run_perf, tuning_for};
 use crate::perf::side::{End, ReadyStream, SideRun, Tick, Ticker};
 use crate::perf::workers::DataSocket;
 use crate::sink::RelaySink;
+use crate::state;
 use crate::xfer::beneath::Anchor;
 use crate::xfer::sink::{prepare_dest, run_sink, SinkConfig};
 use crate::xfer::source::{run_source, SourceConfig};
@@ -99,7 +100,7 @@ impl Default for ServeConfig {
             public_max_time: Duration::from_secs(30),
             max_connections: 512,
             max_per_client: 300,
-            state_dir: default_state_dir(),
+            state_dir: state::default_state_dir(),
             tls: None,
             allow_plaintext: false,
             public_perf: false,
@@ -107,36 +108,6 @@ impl Default for ServeConfig {
             open_access: false,
         }
     }
-}
-
-/// `$XDG_STATE_HOME/longhaul`, else `$HOME/.local/state/longhaul` (each
-/// only if absolute). With neither, an error that says to set HOME or pass
-/// `--state-dir`: there is no fallback to a shared directory such as /tmp,
-/// where another user could make the directory first and then read or
-/// plant the server's key and grants.
-pub fn state_dir_from_env() -> Result<PathBuf, EngineError> {
-    let var = |name| {
-        std::env::var_os(name)
-            .map(PathBuf::from)
-            .filter(|p| p.is_absolute())
-    };
-    if let Some(x) = var("XDG_STATE_HOME") {
-        return Ok(x.join("longhaul"));
-    }
-    var("HOME")
-        .map(|h| h.join(".local/state/longhaul"))
-        .ok_or_else(|| EngineError::Usage(NO_STATE_DIR.into()))
-}
-
-/// Why there is no default state directory.
-pub const NO_STATE_DIR: &str = "no state directory: neither HOME nor XDG_STATE_HOME is set (to an absolute path); set HOME or pass --state-dir DIR";
-
-/// [`state_dir_from_env`] for [`ServeConfig::default`], which cannot fail:
-/// an empty path when there is none, which the identity and the grants
-/// refuse with [`NO_STATE_DIR`] before anything is made. Callers that can
-/// report an error use [`state_dir_from_env`].
-pub fn default_state_dir() -> PathBuf {
-    state_dir_from_env().unwrap_or_default()
 }
 
 /// A data connection on its way to the test that owns its token.
