@@ -8,7 +8,7 @@
 //! 2. [`net`]: connections, TLS, socket tuning and kernel counters;
 //!    [`wan`]: the emulated WAN; [`pathdb`]: path rates `doctor` remembered.
 //! 3. [`perf`]: memory-to-memory tests; [`xfer`]: file transfers.
-//! 4. [`bench`]: benchmarks of this host's storage.
+//! 4. [`bench`](mod@bench): benchmarks of this host's storage.
 //! 5. [`doctor`]: measures every stage of a transfer and names the limit.
 //! 6. [`server`]: `longhaul serve`, which serves all of the above.
 

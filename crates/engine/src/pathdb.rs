@@ -3,9 +3,9 @@
 //! rate the path really carried instead of a guess (10 Gbit/s).
 //!
 //! One JSON file (`$XDG_STATE_HOME/longhaul/paths.json`, or the file
-//! `LONGHAUL_PATHS` names; [`crate::state::default_pathdb_file`]): a list of records, one per server and
-//! direction, the newest kept. A record is used only while it is fresh
-//! and the RTT still looks like the same path.
+//! `LONGHAUL_PATHS` names; [`crate::state::default_pathdb_file`]): a list
+//! of records, one per server and direction, the newest kept. A record is
+//! used only while it is fresh and the RTT still looks like the same path.
 
 use std::io;
 use std::path::Path;

@@ -1,6 +1,6 @@
 //! Dialing a server, for every client (perf, cp, ls, doctor, trust): the
-//! control connection with its handshake ([`open_control`]), data streams
-//! that join a test or transfer ([`Dialer`], [`present`]), and what a
+//! control connection with its handshake (`open_control`), data streams
+//! that join a test or transfer (`Dialer`, `present`), and what a
 //! client presents (TLS, trust, credentials: [`Security`]).
 
 use std::io::Write;
