@@ -3,14 +3,15 @@
 //! (a module uses only those on its floor or below; `docs/ARCHITECTURE.md`
 //! draws them, `crates/proto/tests/layering.rs` keeps them so):
 //!
-//! 1. [`sink`] (the [`sink::Reporter`] trait through which the engine
-//!    reports), [`proof`], and this file: errors and constants.
-//! 2. [`net`]: connections, TLS, socket tuning and kernel counters;
+//! 0. [`sink`] (the [`sink::Reporter`] trait through which the engine
+//!    reports), [`state`] (the state directory and the environment that
+//!    names it), [`proof`], and this file: errors and constants.
+//! 1. [`net`]: connections, TLS, socket tuning, every client's dialing;
 //!    [`wan`]: the emulated WAN; [`pathdb`]: path rates `doctor` remembered.
-//! 3. [`perf`]: memory-to-memory tests; [`xfer`]: file transfers.
-//! 4. [`bench`](mod@bench): benchmarks of this host's storage.
-//! 5. [`doctor`]: measures every stage of a transfer and names the limit.
-//! 6. [`server`]: `longhaul serve`, which serves all of the above.
+//! 2. [`perf`]: memory-to-memory tests; [`xfer`]: file transfers.
+//! 3. [`bench`](mod@bench): benchmarks of this host's storage.
+//! 4. [`doctor`]: measures every stage of a transfer and names the limit.
+//! 5. [`server`]: `longhaul serve`, which serves all of the above.
 
 pub mod bench;
 pub mod doctor;

@@ -98,6 +98,8 @@ impl Default for ClientOptions {
     }
 }
 
+/// A client's control connection to a server, after the handshake: the
+/// session, the server's `Welcome`, and what its data streams need.
 pub(crate) struct Control {
     pub(crate) conn: FramedConn,
     pub(crate) session: ClientSession,
