@@ -13,10 +13,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
-use longhaul_engine::client::{run_perf, run_third_party, ClientOptions, Security};
+use longhaul_engine::net::dial::{ClientOptions, Security};
+use longhaul_engine::net::tls::TrustOptions;
+use longhaul_engine::perf::client::{run_perf, run_third_party};
 use longhaul_engine::server::{ServeConfig, Server};
 use longhaul_engine::sink::Reporter;
-use longhaul_engine::tls::TrustOptions;
 use longhaul_engine::xfer::client::CpOptions;
 use longhaul_engine::{EngineError, DEFAULT_PORT};
 use longhaul_proto::msg::{Mode, RecvMode, SendMode, TestParams, Transport};
@@ -607,8 +608,8 @@ enum TokenCommand {
         /// An export the grant opens, NAME[:ro|rw] (read-only unless :rw; * for every export);
         /// repeatable.
         #[arg(long = "export", value_name = "NAME[:ro|rw]", required = true,
-              value_parser = longhaul_engine::auth::parse_export_grant)]
-        exports: Vec<longhaul_engine::auth::ExportGrant>,
+              value_parser = longhaul_engine::server::auth::parse_export_grant)]
+        exports: Vec<longhaul_engine::server::auth::ExportGrant>,
         /// Grant a client certificate with this fingerprint (mutual TLS) instead of a token.
         #[arg(long, value_name = "SHA256:...", value_parser = fingerprint_arg)]
         client_cert: Option<String>,
@@ -738,7 +739,7 @@ struct SecurityArgs {
 }
 
 fn fingerprint_arg(s: &str) -> Result<String, String> {
-    longhaul_engine::tls::parse_fingerprint(s)
+    longhaul_engine::net::tls::parse_fingerprint(s)
 }
 
 impl SecurityArgs {
@@ -747,7 +748,7 @@ impl SecurityArgs {
         // one no server has a grant for.
         let identity = match &self.identity {
             Some(dir) => {
-                let file = dir.join(longhaul_engine::tls::IDENTITY_FILE);
+                let file = dir.join(longhaul_engine::net::tls::IDENTITY_FILE);
                 if !file.is_file() {
                     return Err(usage(format!(
                         "--identity {d}: no identity there ({f} is missing); make one with `longhaul id {d}` and have the server grant its fingerprint (`longhaul token create --client-cert`)",
@@ -755,7 +756,10 @@ impl SecurityArgs {
                         f = file.display()
                     )));
                 }
-                Some(longhaul_engine::tls::Identity::load(&file, &file).map_err(Failure::from)?)
+                Some(
+                    longhaul_engine::net::tls::Identity::load(&file, &file)
+                        .map_err(Failure::from)?,
+                )
             }
             None => None,
         };
@@ -764,7 +768,7 @@ impl SecurityArgs {
             known_hosts: self
                 .known_hosts
                 .clone()
-                .or_else(longhaul_engine::tls::default_known_hosts),
+                .or_else(longhaul_engine::state::default_known_hosts),
             ca: self.ca.clone(),
             identity,
             accept_any: false,
@@ -944,8 +948,8 @@ fn serve(a: ServeArgs) -> i32 {
     };
     let mut cfg = cfg;
     if let (Some(cert), Some(key)) = (&a.cert, &a.key) {
-        match longhaul_engine::tls::Identity::load(cert, key)
-            .and_then(|id| longhaul_engine::tls::server_config(&id).map(|c| (id, c)))
+        match longhaul_engine::net::tls::Identity::load(cert, key)
+            .and_then(|id| longhaul_engine::net::tls::server_config(&id).map(|c| (id, c)))
         {
             Ok((id, c)) => {
                 errln!(
@@ -1222,7 +1226,7 @@ fn cp(a: CpArgs, sync: Option<longhaul_proto::xfer::SyncOptions>, dry_run: bool)
         dry_run,
         tune: !a.no_tune,
         files_in_flight: a.files_in_flight,
-        path_memory: Some(longhaul_engine::paths::default_file()),
+        path_memory: Some(longhaul_engine::state::default_pathdb_file()),
         digests_to: a.digests.clone(),
         progress: Arc::new(longhaul_engine::xfer::Progress {
             interrupt: interrupt.clone(),
@@ -1521,7 +1525,7 @@ fn doctor(a: DoctorArgs) -> i32 {
         target_bps: a.rate,
         no_copy: a.no_copy,
         dest: a.dest.clone(),
-        remember: (!a.no_remember).then(longhaul_engine::paths::default_file),
+        remember: (!a.no_remember).then(longhaul_engine::state::default_pathdb_file),
     };
     let report = match &remote {
         None => Ok(doctor::local(&o)),
@@ -1583,7 +1587,7 @@ fn print_result<T: serde::Serialize>(
 
 fn bench_disk(a: DiskArgs) -> i32 {
     let only = |t: &str| a.only.is_empty() || a.only.iter().any(|o| o == t);
-    let b = longhaul_engine::disk::DiskBench {
+    let b = longhaul_engine::bench::disk::DiskBench {
         file_size: a.size,
         block_size: usize::try_from(a.block_size).unwrap_or(usize::MAX),
         threads: a.threads,
@@ -1593,9 +1597,13 @@ fn bench_disk(a: DiskArgs) -> i32 {
         time_limit: a.time,
         write: only("write"),
         read: only("read"),
-        ..longhaul_engine::disk::DiskBench::new(a.path)
+        ..longhaul_engine::bench::disk::DiskBench::new(a.path)
     };
-    print_result(longhaul_engine::disk::run(&b), a.json, output::print_disk)
+    print_result(
+        longhaul_engine::bench::disk::run(&b),
+        a.json,
+        output::print_disk,
+    )
 }
 
 fn demo() -> i32 {
@@ -1757,7 +1765,7 @@ fn demo_tree(dir: &std::path::Path) -> std::io::Result<()> {
 /// The directory given, else the default one; an error, not a shared
 /// fallback such as /tmp, when HOME is unset.
 fn state_dir_or_default(d: Option<PathBuf>) -> Result<PathBuf, EngineError> {
-    d.map_or_else(longhaul_engine::server::state_dir_from_env, Ok)
+    d.map_or_else(longhaul_engine::state::state_dir_from_env, Ok)
 }
 
 fn id(a: IdArgs) -> i32 {
@@ -1781,7 +1789,7 @@ fn id(a: IdArgs) -> i32 {
             return f.code;
         }
     };
-    match longhaul_engine::tls::Identity::load_or_create(&dir) {
+    match longhaul_engine::net::tls::Identity::load_or_create(&dir) {
         Ok((id, created)) => {
             if created {
                 errln!("longhaul: made a new identity in {}", dir.display());
@@ -1801,14 +1809,14 @@ fn trust(a: TrustArgs) -> i32 {
     let Some(file) = a
         .known_hosts
         .clone()
-        .or_else(longhaul_engine::tls::default_known_hosts)
+        .or_else(longhaul_engine::state::default_known_hosts)
     else {
         errln!("longhaul: error: no known-hosts file: set HOME or pass --known-hosts FILE");
         return exit::USAGE;
     };
-    let host = longhaul_engine::client::host_key(&a.host);
+    let host = longhaul_engine::net::dial::host_key(&a.host);
     let result =
-        longhaul_engine::client::probe_fingerprint(&host, a.connect_timeout).and_then(|fp| {
+        longhaul_engine::net::dial::probe_fingerprint(&host, a.connect_timeout).and_then(|fp| {
             if let Some(want) = &a.fingerprint {
                 if *want != fp {
                     return Err(EngineError::Trust(format!(
@@ -1816,7 +1824,7 @@ fn trust(a: TrustArgs) -> i32 {
                     )));
                 }
             }
-            let added = longhaul_engine::tls::add_known_host(&file, &host, &fp, a.replace)?;
+            let added = longhaul_engine::net::tls::add_known_host(&file, &host, &fp, a.replace)?;
             Ok((fp, added))
         });
     match result {
@@ -1844,7 +1852,7 @@ fn trust(a: TrustArgs) -> i32 {
 }
 
 fn token(a: TokenArgs) -> i32 {
-    use longhaul_engine::auth;
+    use longhaul_engine::server::auth;
     let result = match a.command {
         TokenCommand::Create {
             state_dir,

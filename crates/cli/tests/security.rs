@@ -17,10 +17,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use longhaul_engine::auth::{self, ExportGrant};
-use longhaul_engine::conn::{FramedConn, Stream};
+use longhaul_engine::net::conn::{FramedConn, Stream};
+use longhaul_engine::net::tls::{ClientTls, TrustOptions};
+use longhaul_engine::server::auth::{self, ExportGrant};
 use longhaul_engine::server::{ServeConfig, Server, ServerHandle};
-use longhaul_engine::tls::{ClientTls, TrustOptions};
 use longhaul_engine::xfer::storage::Local;
 use longhaul_engine::xfer::Export;
 use longhaul_proto::frame::MAGIC;
@@ -1357,8 +1357,8 @@ fn a_ca_issued_certificate_is_trusted_through_the_ca() {
     fs::write(&key_pem, key.serialize_pem()).unwrap();
     fs::write(&ca_pem, ca.pem()).unwrap();
     fs::write(&other_pem, other_ca.pem()).unwrap();
-    let id = longhaul_engine::tls::Identity::load(&cert_pem, &key_pem).unwrap();
-    let tls = longhaul_engine::tls::server_config(&id).unwrap();
+    let id = longhaul_engine::net::tls::Identity::load(&cert_pem, &key_pem).unwrap();
+    let tls = longhaul_engine::net::tls::server_config(&id).unwrap();
     let state = common::prepare_state(&t.dir("state"));
     let srv = serve(vec![export("data", &exp, false, false)], &state, |c| {
         c.tls = Some(tls)
@@ -1857,7 +1857,7 @@ fn wrong_trust_values_say_what_is_wrong_not_known_hosts() {
     }
     // A well-formed value for another server: names --trust and both
     // fingerprints.
-    let other = longhaul_engine::tls::fingerprint(b"another server");
+    let other = longhaul_engine::net::tls::fingerprint(b"another server");
     for via_env in [false, true] {
         let mut c = bin();
         c.env_remove("LONGHAUL_TRUST");

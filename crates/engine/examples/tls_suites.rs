@@ -10,7 +10,7 @@ use std::net::{TcpListener, TcpStream};
 use std::sync::Arc;
 use std::time::Instant;
 
-use longhaul_engine::tls::{provider, Identity};
+use longhaul_engine::net::tls::{provider, Identity};
 use rustls::pki_types::ServerName;
 
 const BYTES: u64 = 2 << 30;
@@ -107,7 +107,7 @@ impl rustls::client::danger::ServerCertVerifier for AcceptPinned {
         _: &[u8],
         _: rustls::pki_types::UnixTime,
     ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
-        assert_eq!(longhaul_engine::tls::fingerprint(end_entity), self.0);
+        assert_eq!(longhaul_engine::net::tls::fingerprint(end_entity), self.0);
         Ok(rustls::client::danger::ServerCertVerified::assertion())
     }
     fn verify_tls12_signature(

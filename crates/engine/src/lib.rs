@@ -1,22 +1,27 @@
 //! The longhaul engine: drives the sans-IO protocol of `longhaul-proto`
-//! over real sockets. It holds the server ([`server`]), the perf client
-//! ([`client`]), the stream workers ([`stream`]), socket tuning and kernel
-//! counters ([`sock`]), and the [`sink::Reporter`] trait through which it
-//! reports.
+//! over real sockets, threads and disks. Its modules, from the bottom up
+//! (a module uses only those on its floor or below; `docs/ARCHITECTURE.md`
+//! draws them, `crates/proto/tests/layering.rs` keeps them so):
+//!
+//! 0. [`sink`] (the [`sink::Reporter`] trait through which the engine
+//!    reports), [`state`] (the state directory and the environment that
+//!    names it), [`proof`], and this file: errors and constants.
+//! 1. [`net`]: connections, TLS, socket tuning, every client's dialing;
+//!    [`wan`]: the emulated WAN; [`pathdb`]: path rates `doctor` remembered.
+//! 2. [`perf`]: memory-to-memory tests; [`xfer`]: file transfers.
+//! 3. [`bench`](mod@bench): benchmarks of this host's storage.
+//! 4. [`doctor`]: measures every stage of a transfer and names the limit.
+//! 5. [`server`]: `longhaul serve`, which serves all of the above.
 
-pub mod auth;
-pub mod client;
-pub mod conn;
-pub mod disk;
+pub mod bench;
 pub mod doctor;
-pub mod paths;
+pub mod net;
+pub mod pathdb;
+pub mod perf;
 pub mod proof;
-pub mod run;
 pub mod server;
 pub mod sink;
-pub mod sock;
-pub mod stream;
-pub mod tls;
+pub mod state;
 pub mod wan;
 pub mod xfer;
 

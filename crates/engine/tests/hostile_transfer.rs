@@ -6,7 +6,7 @@ use std::net::{SocketAddr, TcpStream};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use longhaul_engine::conn::FramedConn;
+use longhaul_engine::net::conn::FramedConn;
 use longhaul_engine::server::{ServeConfig, Server};
 use longhaul_engine::xfer::storage::Local;
 use longhaul_engine::xfer::Export;

@@ -1,7 +1,8 @@
 //! The longhaul wire protocol, sans I/O.
 //!
 //! This crate owns everything two longhaul peers agree on: the connection
-//! preamble and frame format ([`frame`]), the control messages ([`msg`]),
+//! preamble and frame format ([`frame`]), the control messages ([`msg`])
+//! and the test parameters they carry ([`params`]),
 //! the session state machines of both ends ([`session`]), the UDP test
 //! datagram and its receiver accounting ([`udp`]), and how the measurements
 //! of both ends merge into reports ([`report`]), and how a transfer is sized
@@ -13,6 +14,7 @@ pub mod disk;
 pub mod doctor;
 pub mod frame;
 pub mod msg;
+pub mod params;
 pub mod plan;
 pub mod report;
 pub mod session;

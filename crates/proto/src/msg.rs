@@ -7,6 +7,9 @@
 use serde::{Deserialize, Serialize};
 
 use crate::frame::{encode_frame, Frame};
+/// The parameters of a test, which [`TestParams`] and other messages
+/// carry; re-exported so that `msg::*` names everything a message holds.
+pub use crate::params::{Direction, Mode, RecvMode, SendMode, TestParams, Transport};
 use crate::report::{IntervalReport, Setup, Summary};
 use crate::report::{PeerResults, SideInterval, StreamSetup};
 use crate::xfer;
@@ -90,129 +93,6 @@ pub enum RefuseCode {
 pub struct Refuse {
     pub code: RefuseCode,
     pub message: String,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
-#[serde(rename_all = "snake_case")]
-pub enum Transport {
-    #[default]
-    Tcp,
-    Udp,
-}
-
-/// Which way data flows, seen from the client.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
-#[serde(rename_all = "snake_case")]
-pub enum Direction {
-    /// Client sends, server receives.
-    #[default]
-    Up,
-    /// Server sends, client receives (`--reverse`).
-    Down,
-}
-
-/// Which directions a test runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
-#[serde(rename_all = "snake_case")]
-pub enum Mode {
-    #[default]
-    Up,
-    Down,
-    Bidir,
-}
-
-impl Mode {
-    pub fn directions(self) -> &'static [Direction] {
-        match self {
-            Mode::Up => &[Direction::Up],
-            Mode::Down => &[Direction::Down],
-            Mode::Bidir => &[Direction::Up, Direction::Down],
-        }
-    }
-}
-
-/// How a sender hands data to the kernel.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
-#[serde(rename_all = "snake_case")]
-pub enum SendMode {
-    /// write(2) from a buffer: one copy into the kernel, as most applications do.
-    Copy,
-    /// vmsplice(2) the buffer into a pipe, splice(2) the pipe into the
-    /// socket: the kernel references the pages instead of copying them.
-    #[default]
-    Splice,
-    /// sendfile(2) from a memory file (iperf3 -Z).
-    Sendfile,
-}
-
-/// How a receiver takes data from the kernel.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
-#[serde(rename_all = "snake_case")]
-pub enum RecvMode {
-    /// read(2) into a buffer: one copy out of the kernel.
-    Copy,
-    /// recv(2) with MSG_TRUNC: TCP discards the bytes without copying them.
-    #[default]
-    Discard,
-}
-
-/// Everything that defines a memory-to-memory test.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct TestParams {
-    pub transport: Transport,
-    pub mode: Mode,
-    /// Streams per direction.
-    pub streams: u16,
-    /// Run time in milliseconds, after the omitted start. Exactly one of
-    /// `duration_ms` and `bytes` is set.
-    pub duration_ms: Option<u64>,
-    /// Total bytes per direction, spread over the streams.
-    pub bytes: Option<u64>,
-    /// Bytes per write (TCP) or per datagram (UDP).
-    pub length: u32,
-    /// Socket buffer size to request on both ends (SO_SNDBUF/SO_RCVBUF).
-    pub window: Option<u32>,
-    pub congestion: Option<String>,
-    /// Pacing rate per direction in bits/s, split over the streams.
-    pub pacing_bps: Option<u64>,
-    pub mss: Option<u32>,
-    /// CPU for the server's stream threads.
-    pub server_cpu: Option<u32>,
-    /// How senders hand data to the kernel.
-    #[serde(default)]
-    pub send_mode: SendMode,
-    /// How receivers take data from the kernel.
-    #[serde(default)]
-    pub recv_mode: RecvMode,
-    /// Interval between reports in milliseconds; 0 for none.
-    pub interval_ms: u64,
-    /// Leading milliseconds left out of the results.
-    pub omit_ms: u64,
-    /// UDP target rate per direction in bits/s.
-    pub udp_rate_bps: Option<u64>,
-}
-
-impl Default for TestParams {
-    fn default() -> Self {
-        Self {
-            transport: Transport::Tcp,
-            mode: Mode::Up,
-            streams: 1,
-            duration_ms: Some(10_000),
-            bytes: None,
-            length: 1 << 20,
-            window: None,
-            congestion: None,
-            pacing_bps: None,
-            mss: None,
-            server_cpu: None,
-            send_mode: SendMode::default(),
-            recv_mode: RecvMode::default(),
-            interval_ms: 1000,
-            omit_ms: 0,
-            udp_rate_bps: None,
-        }
-    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

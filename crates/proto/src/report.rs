@@ -9,7 +9,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::msg::{Direction, TestParams, Transport};
+use crate::params::{Direction, TestParams, Transport};
 
 /// Facts about one data stream's socket, as the kernel granted them.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -295,7 +295,7 @@ pub struct TuningReport {
     pub online: bool,
     /// perf: the direction whose sending streams were tuned.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub direction: Option<crate::msg::Direction>,
+    pub direction: Option<crate::params::Direction>,
     pub initial_streams: u16,
     pub final_streams: u16,
     pub chunk_size: u64,

@@ -12,8 +12,8 @@ use std::process::{Command, Output};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::OnceLock;
 
-use longhaul_engine::auth::{self, ExportGrant};
-use longhaul_engine::tls::{Identity, IDENTITY_FILE};
+use longhaul_engine::net::tls::{Identity, IDENTITY_FILE};
+use longhaul_engine::server::auth::{self, ExportGrant};
 
 /// The token every test server grants (every export, read-write).
 pub const TOKEN: &str = "lh1_7e570000_testsecret-testsecret-testsecret-0123";

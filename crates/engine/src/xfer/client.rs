@@ -15,7 +15,7 @@ use super::beneath::Anchor;
 use super::sink::{run_sink, SinkConfig};
 use super::source::{run_source, SourceConfig};
 use super::storage::{Direct, Local, Storage};
-use crate::client::{open_control, open_control_early, present, ClientOptions, Control, Dialer};
+use crate::net::dial::{open_control, open_control_early, present, ClientOptions, Control, Dialer};
 use crate::EngineError;
 
 /// What `cp` was asked to do.
@@ -57,7 +57,7 @@ pub struct CpOptions {
     /// Files announced and not yet finished, at most; None sizes the count
     /// for the path and grows it online.
     pub files_in_flight: Option<u64>,
-    /// Where `doctor` remembers path rates ([`crate::paths`]): without
+    /// Where `doctor` remembers path rates ([`crate::pathdb`]): without
     /// `rate` or `streams`, a fresh record for this server sizes the
     /// streams. None: not consulted.
     pub path_memory: Option<PathBuf>,
@@ -123,9 +123,9 @@ pub struct PathTuning {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pacing: Option<u64>,
     /// The doctor's measurement of this path the streams were sized for
-    /// (with [`crate::paths::HEADROOM`]), when there was one and no `--rate`.
+    /// (with [`crate::pathdb::HEADROOM`]), when there was one and no `--rate`.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub remembered: Option<crate::paths::PathRecord>,
+    pub remembered: Option<crate::pathdb::PathRecord>,
 }
 
 enum Plan {
@@ -288,18 +288,19 @@ fn open_streams(
     which: &[(Direction, u16)],
     tuning: &StreamTuning,
     o: &ClientOptions,
-) -> Result<Vec<Box<dyn crate::conn::Stream>>, EngineError> {
+) -> Result<Vec<Box<dyn crate::net::conn::Stream>>, EngineError> {
     // Set before connecting, so the window scale covers the buffer.
     let sending = which.first().is_some_and(|w| w.0 == Direction::Up);
     ctl.open_data_streams(token, which, o, |s, _| {
         s.set_nodelay(false)?;
-        crate::sock::tune_data_stream(s.as_fd(), tuning, sending).map(|_| ())
+        crate::net::sock::tune_data_stream(s.as_fd(), tuning, sending).map(|_| ())
     })
 }
 
 /// Data streams dialed while the control handshake goes on: connected (TCP,
 /// TLS) but not yet presented.
-type EarlyStreams = Vec<std::thread::JoinHandle<Result<Box<dyn crate::conn::Stream>, EngineError>>>;
+type EarlyStreams =
+    Vec<std::thread::JoinHandle<Result<Box<dyn crate::net::conn::Stream>, EngineError>>>;
 
 /// Dials the streams a first plan wants (the RTT of the control
 /// connection's TCP handshake, the server's caps taken to be this host's),
@@ -309,7 +310,7 @@ type EarlyStreams = Vec<std::thread::JoinHandle<Result<Box<dyn crate::conn::Stre
 /// be, and [`attach_streams`] adds or drops streams.
 fn dial_early(o: &CpOptions, push: bool, host: &str, dialer: &Dialer, rtt_us: u32) -> EarlyStreams {
     use longhaul_proto::window::{plan, PathInput};
-    let local = crate::sock::buffer_caps();
+    let local = crate::net::sock::buffer_caps();
     let guess = plan(&PathInput {
         rtt_us,
         target_bps: target_rate(o, host, push, rtt_us).0,
@@ -332,7 +333,7 @@ fn dial_early(o: &CpOptions, push: bool, host: &str, dialer: &Dialer, rtt_us: u3
             std::thread::spawn(move || {
                 d.dial(&opts, |s| {
                     s.set_nodelay(false)?;
-                    crate::sock::tune_data_stream(s.as_fd(), &t, push).map(|_| ())
+                    crate::net::sock::tune_data_stream(s.as_fd(), &t, push).map(|_| ())
                 })
             })
         })
@@ -350,8 +351,8 @@ fn attach_streams(
     direction: Direction,
     tuning: &StreamTuning,
     o: &ClientOptions,
-) -> Result<Vec<Box<dyn crate::conn::Stream>>, EngineError> {
-    let mut data: Vec<Box<dyn crate::conn::Stream>> = early
+) -> Result<Vec<Box<dyn crate::net::conn::Stream>>, EngineError> {
+    let mut data: Vec<Box<dyn crate::net::conn::Stream>> = early
         .into_iter()
         .filter_map(|h| h.join().ok()?.ok())
         .take(usize::from(n))
@@ -361,7 +362,8 @@ fn attach_streams(
         // Sized for the final plan (both hosts' caps, the streams chosen),
         // which the early guess could not know.
         let sending = direction == Direction::Up;
-        if let Err(e) = crate::sock::tune_data_stream(crate::sock::fd_of(s.tcp()), tuning, sending)
+        if let Err(e) =
+            crate::net::sock::tune_data_stream(crate::net::sock::fd_of(s.tcp()), tuning, sending)
         {
             tracing::warn!("failed to size an early data stream: {e}");
         }
@@ -372,7 +374,7 @@ fn attach_streams(
     }
     if let (Some(rate), Direction::Up) = (tuning.pacing, direction) {
         for s in &data {
-            crate::sock::set_pacing(crate::sock::fd_of(s.tcp()), rate)
+            crate::net::sock::set_pacing(crate::net::sock::fd_of(s.tcp()), rate)
                 .map_err(|e| EngineError::io("failed to pace a data stream".into(), e))?;
         }
     }
@@ -387,27 +389,27 @@ fn target_rate(
     host: &str,
     push: bool,
     rtt_us: u32,
-) -> (Option<u64>, Option<crate::paths::PathRecord>) {
+) -> (Option<u64>, Option<crate::pathdb::PathRecord>) {
     if o.rate.is_some() || o.streams.is_some() {
         return (o.rate, None);
     }
     let direction = if push { Direction::Up } else { Direction::Down };
     let rec = o.path_memory.as_deref().and_then(|f| {
-        crate::paths::recall(
+        crate::pathdb::recall(
             f,
-            &crate::client::host_key(host),
+            &crate::net::dial::host_key(host),
             direction,
-            crate::paths::now(),
+            crate::pathdb::now(),
             rtt_us,
         )
     });
-    (rec.as_ref().map(crate::paths::PathRecord::target_bps), rec)
+    (rec.as_ref().map(crate::pathdb::PathRecord::target_bps), rec)
 }
 
 /// The sending side's congestion control: `--cc`, else BBR where the
 /// sender has it (asked of the server on a pull).
 fn congestion_for(o: &CpOptions, push: bool) -> Result<Option<String>, EngineError> {
-    use crate::sock;
+    use crate::net::sock;
     Ok(match &o.congestion {
         Some(cc) => {
             if push {
@@ -591,7 +593,8 @@ fn cp_once(
                 &o.client,
             )?;
             if let Some(first) = data.first() {
-                path.congestion = crate::sock::congestion(crate::sock::fd_of(first.tcp()));
+                path.congestion =
+                    crate::net::sock::congestion(crate::net::sock::fd_of(first.tcp()));
             }
             let r = run_source(
                 &mut ctl.conn,

@@ -21,7 +21,7 @@ use longhaul_proto::xfer::*;
 use super::beneath::{Anchor, Dir};
 use super::storage::{read_exact_at, write_all_at, Storage, WriteAt};
 use super::{hex, read_frame, set_mtime};
-use crate::conn::{FramedConn, Stream};
+use crate::net::conn::{FramedConn, Stream};
 use crate::EngineError;
 
 /// How the sink lays files down.
@@ -327,7 +327,7 @@ pub fn run_sink(
     let mut workers = Vec::new();
     let mut sockets: Vec<TcpStream> = Vec::new();
     for s in streams {
-        sockets.push(crate::conn::socket_of(&*s)?);
+        sockets.push(crate::net::conn::socket_of(&*s)?);
         let (files, tx, fin) = (files.clone(), tx.clone(), fin_tx.clone());
         workers.push(
             std::thread::Builder::new()

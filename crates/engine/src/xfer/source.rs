@@ -20,7 +20,7 @@ use longhaul_proto::xfer::*;
 use super::beneath::Anchor;
 use super::storage::{read_exact_at, ReadAt, Storage};
 use super::{kind_of, mtime_ns, ENTRIES_BATCH};
-use crate::conn::{FramedConn, Stream};
+use crate::net::conn::{FramedConn, Stream};
 use crate::EngineError;
 
 pub struct SourceConfig {
@@ -378,7 +378,7 @@ pub fn run_source(
     // The sockets under the streams, to end them from here on a failure.
     let mut sockets: Vec<TcpStream> = Vec::new();
     for (index, s) in streams.into_iter().enumerate() {
-        sockets.push(crate::conn::socket_of(&*s)?);
+        sockets.push(crate::net::conn::socket_of(&*s)?);
         let (shared, tx, storage) = (shared.clone(), tx.clone(), cfg.storage.clone());
         let anchor = cfg.anchor.clone();
         workers.push(

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use longhaul_proto::report::TcpSample;
 use longhaul_proto::tune::{classify, utility, Climb, TransferInterval, TransferLimit};
 
-use crate::sock;
+use crate::net::sock;
 
 /// Seconds between interval reports.
 pub const INTERVAL: Duration = Duration::from_secs(1);

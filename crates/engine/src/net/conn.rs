@@ -1,5 +1,5 @@
 //! The connection layer: a byte stream (TLS over TCP, or plain TCP when
-//! both ends allow it; see [`crate::tls`]) and framed message I/O over it,
+//! both ends allow it; see [`crate::net::tls`]) and framed message I/O over it,
 //! with the read time-outs that keep a slow or silent peer from holding a
 //! thread forever.
 
@@ -14,7 +14,7 @@ use longhaul_proto::ProtoError;
 use crate::EngineError;
 
 /// A byte stream that carries a session or a data stream. Implemented by
-/// `TcpStream` (plaintext) and [`crate::tls::Tls`], which delegates
+/// `TcpStream` (plaintext) and [`crate::net::tls::Tls`], which delegates
 /// [`Stream::tcp`] to its socket (options, TCP_INFO, shutdown).
 pub trait Stream: Read + Write + Send {
     fn tcp(&self) -> &TcpStream;
@@ -58,6 +58,14 @@ pub fn socket_of(s: &dyn Stream) -> Result<TcpStream, EngineError> {
     s.tcp()
         .try_clone()
         .map_err(|e| EngineError::io("failed to clone a data stream".into(), e))
+}
+
+/// An error that only means "not now": a time-out, or a signal.
+pub(crate) fn transient(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut | io::ErrorKind::Interrupted
+    )
 }
 
 /// Largest control frame we accept before the handshake is done.
@@ -152,7 +160,7 @@ impl FramedConn {
                     None => Ok(None),
                 }
             }
-            Err(e) if crate::stream::transient(&e) => Ok(None),
+            Err(e) if transient(&e) => Ok(None),
             Err(e) => Err(EngineError::io(
                 format!("failed to read from {}", self.peer),
                 e,

@@ -29,9 +29,11 @@ use longhaul_proto::report::{IntervalReport, LimitKind, Summary};
 use longhaul_proto::window::{plan, PathInput};
 use serde::{Deserialize, Serialize};
 
-use crate::client::{open_control, run_perf, ClientOptions};
+use crate::net::dial::{open_control, ClientOptions};
+use crate::net::sock;
+use crate::perf::client::run_perf;
 use crate::sink::Reporter;
-use crate::{sock, EngineError};
+use crate::EngineError;
 
 /// What `doctor` is asked to do.
 #[derive(Debug, Clone)]
@@ -51,7 +53,7 @@ pub struct DoctorOptions {
     /// On a pull: a directory on this host's destination storage, to measure.
     pub dest: Option<PathBuf>,
     /// Where to remember the path's rate for later transfers
-    /// ([`crate::paths`]); None: not remembered.
+    /// ([`crate::pathdb`]); None: not remembered.
     pub remember: Option<PathBuf>,
 }
 
@@ -164,7 +166,7 @@ pub struct DoctorReport {
     /// The path's rate as remembered for later transfers (`cp` sizes its
     /// streams for it): only when the path itself was what limited.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub remembered: Option<crate::paths::PathRecord>,
+    pub remembered: Option<crate::pathdb::PathRecord>,
     pub seconds: f64,
 }
 
@@ -490,7 +492,7 @@ fn measure_source(source: &Path, limit: Duration) -> Result<(DiskReport, u64), E
         }
     }
     let seconds = start.elapsed().as_secs_f64();
-    let (fs, _) = crate::disk::statfs(source);
+    let (fs, _) = crate::bench::disk::statfs(source);
     Ok((
         DiskReport {
             path: source.display().to_string(),
@@ -593,7 +595,7 @@ pub fn remote(
         }
         Err(e) => return Err(e),
     };
-    let peer_ip = crate::conn::resolve(host, crate::DEFAULT_PORT)
+    let peer_ip = crate::net::conn::resolve(host, crate::DEFAULT_PORT)
         .ok()
         .and_then(|a| a.first().map(|a| a.ip()));
     let local = host_settings(peer_ip);
@@ -684,15 +686,15 @@ pub fn remote(
     if o.pull {
         match &o.dest {
             Some(d) => {
-                let b = crate::disk::DiskBench {
+                let b = crate::bench::disk::DiskBench {
                     file_size: 512 << 20,
                     time_limit: Duration::from_secs(2),
                     direct: false,
                     like_transfer: true,
                     read: false,
-                    ..crate::disk::DiskBench::new(d.clone())
+                    ..crate::bench::disk::DiskBench::new(d.clone())
                 };
-                match crate::disk::run(&b) {
+                match crate::bench::disk::run(&b) {
                     Ok(r) => local_dest = Some(r),
                     Err(e) => notes.push(format!("destination storage: {e}")),
                 }
@@ -770,14 +772,14 @@ fn remember_path(r: &mut DoctorReport, file: &Path, host: &str, pull: bool) {
     let (Some(run), Some(rtt_us), true) = (run, r.rtt_idle_us, path_limited) else {
         return;
     };
-    let rec = crate::paths::PathRecord {
-        host: crate::client::host_key(host),
+    let rec = crate::pathdb::PathRecord {
+        host: crate::net::dial::host_key(host),
         direction: run.direction,
         bits_per_second: run.bits_per_second,
         rtt_us,
-        measured_at: crate::paths::now(),
+        measured_at: crate::pathdb::now(),
     };
-    match crate::paths::remember(file, &rec) {
+    match crate::pathdb::remember(file, &rec) {
         Ok(()) => r.remembered = Some(rec),
         Err(e) => r.notes.push(format!(
             "could not remember the path's rate in {}: {e}",
@@ -1438,7 +1440,7 @@ pub fn serve_probe(
     if t.write || t.create {
         // What a transfer's sink does: a new file, buffered, allocated as
         // the sink allocates, synced at the end (in the time).
-        let b = crate::disk::DiskBench {
+        let b = crate::bench::disk::DiskBench {
             file_size: max_bytes,
             threads: 1,
             direct: false,
@@ -1451,20 +1453,21 @@ pub fn serve_probe(
             time_limit,
             write: t.write,
             read: false,
-            ..crate::disk::DiskBench::new(dir.to_path_buf())
+            ..crate::bench::disk::DiskBench::new(dir.to_path_buf())
         };
-        report = crate::disk::run(&b)?;
+        report = crate::bench::disk::run(&b)?;
     } else {
-        let (filesystem, _) = crate::disk::statfs(dir);
+        let (filesystem, _) = crate::bench::disk::statfs(dir);
         report.filesystem = filesystem;
     }
     if t.read {
         // Reads what is there and writes nothing: a read probe must be
         // possible on a read-only export, and the files a pull will read
         // are the ones to measure.
-        report.read = crate::disk::read_existing(dir, max_bytes, time_limit).map_err(|e| {
-            EngineError::io(format!("reading the files under {}", dir.display()), e)
-        })?;
+        report.read =
+            crate::bench::disk::read_existing(dir, max_bytes, time_limit).map_err(|e| {
+                EngineError::io(format!("reading the files under {}", dir.display()), e)
+            })?;
         if report.read.is_none() {
             report.warnings.push(
                 "no files to read there: the source storage was not measured (point the doctor at the data to pull)"

@@ -20,6 +20,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use crate::state::{make_state_dir, named_state_dir};
 use crate::xfer::Export;
 use crate::EngineError;
 
@@ -170,32 +171,6 @@ pub fn parse_grants(text: &str) -> Result<Vec<Grant>, String> {
         .filter(|(_, l)| !l.trim().is_empty())
         .map(|(i, l)| serde_json::from_str(l).map_err(|e| format!("line {}: {e}", i + 1)))
         .collect()
-}
-
-/// Makes the state directory if it is missing (only its owner may enter a
-/// new one: it holds the server's key and grants).
-pub(crate) fn make_state_dir(state: &Path) -> Result<(), EngineError> {
-    use std::os::unix::fs::DirBuilderExt;
-    named_state_dir(state)?;
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(state)
-        .map_err(|e| {
-            EngineError::Usage(format!(
-                "cannot create the state directory {}: {e} (choose another with --state-dir)",
-                state.display()
-            ))
-        })
-}
-
-/// Refuses the empty path that [`crate::server::default_state_dir`] gives
-/// when it knows of no state directory.
-pub(crate) fn named_state_dir(state: &Path) -> Result<(), EngineError> {
-    if state.as_os_str().is_empty() {
-        return Err(EngineError::Usage(crate::server::NO_STATE_DIR.into()));
-    }
-    Ok(())
 }
 
 /// An exclusive lock on the grants of a state directory, held until drop

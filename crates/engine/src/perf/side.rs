@@ -11,8 +11,8 @@ use longhaul_proto::msg::{Direction, TestParams, Transport};
 use longhaul_proto::report::{SideSnapshot, StreamSample};
 use longhaul_proto::udp;
 
-use crate::sock;
-use crate::stream::{self, Counters, DataSocket, Plan};
+use crate::net::sock;
+use crate::perf::workers::{self, Counters, DataSocket, Plan};
 use crate::EngineError;
 
 /// Which end of the test this process is.
@@ -38,7 +38,7 @@ pub struct ReadyStream {
     pub socket: DataSocket,
     /// The TLS layer over `socket`, which then carries the data; None in
     /// plaintext (and for UDP).
-    pub io: Option<Box<dyn crate::conn::Stream>>,
+    pub io: Option<Box<dyn crate::net::conn::Stream>>,
 }
 
 struct Worker {
@@ -103,7 +103,7 @@ impl SideRun {
                 epoch: start,
                 active: active.clone().filter(|_| send),
             };
-            let thread = stream::spawn(plan, s.socket.clone(), s.io, counters.clone())
+            let thread = workers::spawn(plan, s.socket.clone(), s.io, counters.clone())
                 .map_err(|e| EngineError::io("failed to start a stream thread".into(), e))?;
             workers.push(Worker {
                 direction: s.direction,

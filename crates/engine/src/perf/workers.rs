@@ -15,7 +15,8 @@ use longhaul_proto::msg::{Direction, RecvMode, SendMode};
 use longhaul_proto::report::UdpRecv;
 use longhaul_proto::udp::{self, Header};
 
-use crate::sock::{self, ThreadClock};
+use crate::net::conn::transient;
+use crate::net::sock::{self, ThreadClock};
 
 /// The socket a stream runs over.
 #[derive(Clone)]
@@ -82,7 +83,7 @@ pub struct Plan {
 pub fn spawn(
     plan: Plan,
     socket: DataSocket,
-    io: Option<Box<dyn crate::conn::Stream>>,
+    io: Option<Box<dyn crate::net::conn::Stream>>,
     counters: Arc<Counters>,
 ) -> io::Result<std::thread::JoinHandle<()>> {
     std::thread::Builder::new()
@@ -141,14 +142,6 @@ pub fn fill_incompressible(buf: &mut [u8], seed: u64) {
 
 fn micros_since(epoch: Instant) -> u64 {
     (epoch.elapsed().as_micros() as u64).max(1)
-}
-
-/// An error that only means "not now": a time-out, or a signal.
-pub(crate) fn transient(e: &io::Error) -> bool {
-    matches!(
-        e.kind(),
-        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut | io::ErrorKind::Interrupted
-    )
 }
 
 fn should_stop(plan: &Plan) -> bool {
@@ -302,7 +295,7 @@ fn tcp_send(s: &TcpStream, plan: &Plan, c: &Counters) -> io::Result<()> {
 /// Sends through TLS: every byte is encrypted in this thread, so the
 /// zero-copy modes do not apply.
 fn tls_send(
-    mut io: Box<dyn crate::conn::Stream>,
+    mut io: Box<dyn crate::net::conn::Stream>,
     s: &TcpStream,
     plan: &Plan,
     c: &Counters,
@@ -331,7 +324,7 @@ fn tls_send(
 
 /// Receives through TLS until the sender's close_notify (or the stop).
 fn tls_recv(
-    mut io: Box<dyn crate::conn::Stream>,
+    mut io: Box<dyn crate::net::conn::Stream>,
     s: &TcpStream,
     plan: &Plan,
     c: &Counters,

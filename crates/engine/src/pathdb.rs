@@ -3,12 +3,12 @@
 //! rate the path really carried instead of a guess (10 Gbit/s).
 //!
 //! One JSON file (`$XDG_STATE_HOME/longhaul/paths.json`, or the file
-//! `LONGHAUL_PATHS` names): a list of records, one per server and
-//! direction, the newest kept. A record is used only while it is fresh
-//! and the RTT still looks like the same path.
+//! `LONGHAUL_PATHS` names; [`crate::state::default_pathdb_file`]): a list
+//! of records, one per server and direction, the newest kept. A record is
+//! used only while it is fresh and the RTT still looks like the same path.
 
 use std::io;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 use longhaul_proto::msg::Direction;
@@ -26,7 +26,7 @@ pub const HEADROOM: f64 = 1.25;
 /// One path as the doctor measured it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PathRecord {
-    /// `HOST:PORT` as the user named the server ([`crate::client::host_key`]).
+    /// `HOST:PORT` as the user named the server ([`crate::net::dial::host_key`]).
     pub host: String,
     /// Up: this host sends (a push); down: the server sends (a pull).
     pub direction: Direction,
@@ -59,22 +59,6 @@ impl PathRecord {
     }
 }
 
-/// The file: `LONGHAUL_PATHS`, else `paths.json` in the state directory;
-/// the empty path when there is no state directory (HOME unset), which
-/// [`recall`] finds nothing in and [`remember`] refuses, rather than a file
-/// in the current directory.
-pub fn default_file() -> PathBuf {
-    std::env::var_os("LONGHAUL_PATHS")
-        .filter(|p| !p.is_empty())
-        .map(PathBuf::from)
-        .or_else(|| {
-            crate::server::state_dir_from_env()
-                .ok()
-                .map(|d| d.join("paths.json"))
-        })
-        .unwrap_or_default()
-}
-
 fn read(file: &Path) -> Vec<PathRecord> {
     std::fs::read(file)
         .ok()
@@ -86,7 +70,7 @@ fn read(file: &Path) -> Vec<PathRecord> {
 /// (written to a temporary file and renamed, so a reader never sees half).
 pub fn remember(file: &Path, rec: &PathRecord) -> io::Result<()> {
     if file.as_os_str().is_empty() {
-        return Err(io::Error::other(crate::server::NO_STATE_DIR));
+        return Err(io::Error::other(crate::state::NO_STATE_DIR));
     }
     let mut all = read(file);
     all.retain(|r| !(r.host == rec.host && r.direction == rec.direction));

@@ -28,7 +28,7 @@ use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
 use rustls::{DigitallySignedStruct, DistinguishedName, SignatureScheme};
 use sha2::Digest as _;
 
-use crate::conn::Stream;
+use crate::net::conn::Stream;
 use crate::EngineError;
 
 /// The first byte of a TLS handshake record.
@@ -155,15 +155,15 @@ impl Identity {
     /// self-signed certificate) if there is none. Returns it and whether it
     /// is new.
     pub fn load_or_create(dir: &Path) -> Result<(Identity, bool), EngineError> {
-        crate::auth::named_state_dir(dir)?;
+        crate::state::named_state_dir(dir)?;
         let file = dir.join(IDENTITY_FILE);
         if file.exists() {
             return Ok((Identity::load(&file, &file)?, false));
         }
-        crate::auth::make_state_dir(dir)?;
+        crate::state::make_state_dir(dir)?;
         let pair = rcgen::KeyPair::generate()
             .map_err(|e| EngineError::Usage(format!("cannot generate a key: {e}")))?;
-        let host = crate::sock::hostname();
+        let host = crate::net::sock::hostname();
         let mut params = rcgen::CertificateParams::new(vec![host.clone()])
             .map_err(|e| EngineError::Usage(format!("cannot make a certificate: {e}")))?;
         params
@@ -269,15 +269,6 @@ pub struct TrustOptions {
     pub identity: Option<Identity>,
     /// Accept any certificate (`longhaul trust`, which shows it first).
     pub accept_any: bool,
-}
-
-/// The default known-hosts file.
-pub fn default_known_hosts() -> Option<PathBuf> {
-    let base = std::env::var_os("XDG_CONFIG_HOME")
-        .map(PathBuf::from)
-        .filter(|p| p.is_absolute())
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".config")))?;
-    Some(base.join("longhaul").join("known_hosts"))
 }
 
 /// The fingerprint a known-hosts file lists for `host` (`HOST:PORT`).

@@ -1,0 +1,3 @@
+//! Benchmarks of this host's own parts: the storage ([`disk`]).
+
+pub mod disk;

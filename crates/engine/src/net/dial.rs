@@ -1,0 +1,442 @@
+//! Dialing a server, for every client (perf, cp, ls, doctor, trust): the
+//! control connection with its handshake (`open_control`), data streams
+//! that join a test or transfer (`Dialer`, `present`), and what a
+//! client presents (TLS, trust, credentials: [`Security`]).
+
+use std::io::Write;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use longhaul_proto::frame::MAGIC;
+use longhaul_proto::msg::*;
+use longhaul_proto::session::{ClientEvent, ClientSession};
+
+use super::conn::{self, FramedConn};
+use super::{sock, tls};
+use crate::{EngineError, DEFAULT_PORT};
+
+/// Client-side settings that are not part of the test itself.
+#[derive(Debug, Clone)]
+pub struct ClientOptions {
+    pub connect_timeout: Duration,
+    pub handshake_timeout: Duration,
+    /// CPU to pin this side's stream threads to.
+    pub local_cpu: Option<u32>,
+    /// Set from outside (Ctrl-C) to end the test early; results are still reported.
+    pub interrupt: Arc<AtomicBool>,
+    /// TLS, trust and credentials.
+    pub security: Security,
+    /// perf `-P auto`: choose the stream count for the path (RTT of the
+    /// control connection, both hosts' buffer caps) instead of the one in
+    /// the parameters.
+    pub auto_streams: bool,
+}
+
+/// How a client protects and identifies itself.
+#[derive(Debug, Clone, Default)]
+pub struct Security {
+    /// Speak plaintext (`--insecure-plaintext`); the server must allow it
+    /// too (`--allow-plaintext`), or it refuses.
+    pub plaintext: bool,
+    pub trust: tls::TrustOptions,
+    /// The credential sent in the hello (`--token-file`, `LONGHAUL_TOKEN`).
+    pub token: Option<String>,
+}
+
+/// The credential a connection carries: the token inside TLS; on
+/// plaintext never the token (a token seen on the wire is a token
+/// stolen) but a one-time proof of it ([`crate::proof`]).
+pub fn credential_for(tls: bool, token: &Option<String>) -> Option<String> {
+    let token = token.as_deref()?;
+    if tls {
+        return Some(token.to_string());
+    }
+    let mut nonce = [0u8; 16];
+    getrandom::getrandom(&mut nonce).ok()?;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let proof = crate::proof::prove(token, now, &nonce);
+    if proof.is_none() {
+        tracing::warn!(
+            "not sending the token over plaintext, and it is not of the form lh1_ID_SECRET that can be proven: this connection is anonymous"
+        );
+    }
+    proof
+}
+
+/// `HOST:PORT` of a target as the user named it, the key of the
+/// known-hosts file.
+pub fn host_key(target: &str) -> String {
+    let bare_v6 = target.parse::<std::net::Ipv6Addr>().is_ok();
+    if bare_v6 {
+        return format!("[{target}]:{DEFAULT_PORT}");
+    }
+    if target.starts_with('[') && target.ends_with(']') {
+        return format!("{target}:{DEFAULT_PORT}");
+    }
+    match target.rsplit_once(':') {
+        Some((h, p)) if p.parse::<u16>().is_ok() && (!h.contains(':') || h.ends_with(']')) => {
+            target.to_string()
+        }
+        _ => format!("{target}:{DEFAULT_PORT}"),
+    }
+}
+
+impl Default for ClientOptions {
+    fn default() -> Self {
+        Self {
+            connect_timeout: Duration::from_secs(5),
+            handshake_timeout: Duration::from_secs(10),
+            local_cpu: None,
+            interrupt: Arc::new(AtomicBool::new(false)),
+            security: Security::default(),
+            auto_streams: false,
+        }
+    }
+}
+
+/// A client's control connection to a server, after the handshake: the
+/// session, the server's `Welcome`, and what its data streams need.
+pub(crate) struct Control {
+    pub(crate) conn: FramedConn,
+    pub(crate) session: ClientSession,
+    pub(crate) peer: SocketAddr,
+    pub(crate) welcome: Welcome,
+    /// The TLS set-up the control connection used, for the data streams;
+    /// None in plaintext.
+    tls: Option<Arc<tls::ClientTls>>,
+    /// Ctrl-C: ends a wait for the server's answer.
+    interrupt: Arc<AtomicBool>,
+    /// The user was told the request waits in the server's queue.
+    told_queued: bool,
+}
+
+/// How often a wait checks for Ctrl-C.
+pub(crate) const INTERRUPT_POLL: Duration = Duration::from_millis(100);
+
+impl Control {
+    /// The server's answer to a request just sent: what `pick` takes (None
+    /// for any other message), a `Refuse` as the server's refusal, anything
+    /// else as unexpected; `what` names the wait on a time-out. While the
+    /// server says the request is queued, the wait goes on (each reminder
+    /// restarts the time-out); Ctrl-C ends it.
+    pub(crate) fn answer<T>(
+        &mut self,
+        deadline: Instant,
+        what: &str,
+        pick: impl FnOnce(Message) -> Option<T>,
+    ) -> Result<T, EngineError> {
+        let span = deadline.saturating_duration_since(Instant::now());
+        let mut deadline = deadline;
+        loop {
+            if self.interrupt.load(Ordering::Relaxed) {
+                return Err(EngineError::Interrupted(format!(
+                    "while waiting for {what}"
+                )));
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(EngineError::Timeout(what.into()));
+            }
+            match self.conn.recv((deadline - now).min(INTERRUPT_POLL))? {
+                None => {}
+                Some(Message::Queued(q)) => {
+                    self.queued(&q);
+                    deadline = Instant::now() + span;
+                }
+                Some(Message::Refuse(r)) => {
+                    return Err(EngineError::Refused {
+                        code: r.code,
+                        message: r.message,
+                    })
+                }
+                Some(m) => {
+                    let name = m.name();
+                    return pick(m).ok_or_else(|| {
+                        EngineError::Failed(format!("server sent an unexpected {name} message"))
+                    });
+                }
+            }
+        }
+    }
+
+    /// Tells the user, once, that the request waits in the server's queue.
+    pub(crate) fn queued(&mut self, q: &Queued) {
+        if std::mem::replace(&mut self.told_queued, true) {
+            return;
+        }
+        let why = if q.reason.is_empty() {
+            format!(
+                "{} transfers and tests running, limit {}",
+                q.running, q.limit
+            )
+        } else {
+            q.reason.clone()
+        };
+        // To stderr, never into --json on stdout; a closed stderr is no error.
+        let _ = writeln!(
+            std::io::stderr().lock(),
+            "server busy ({why}): waiting in queue, position {}",
+            q.position
+        );
+    }
+
+    /// What sizing for the path needs: the smallest RTT this connection has
+    /// seen (microseconds, 0 if unknown), this host's buffer caps and the
+    /// server's.
+    pub(crate) fn path_facts(&self) -> (u32, sock::BufferCaps, sock::BufferCaps) {
+        let info = sock::tcp_info(sock::fd_of(self.conn.tcp()));
+        let rtt_us = info.map_or(0, |i| {
+            if i.min_rtt_us > 0 {
+                i.min_rtt_us
+            } else {
+                i.rtt_us
+            }
+        });
+        (rtt_us, sock::buffer_caps(), self.welcome.buffers)
+    }
+
+    /// Connects data streams to the server, all at once (each costs a round
+    /// trip or two, which on a long path add up when taken one by one), and
+    /// presents the token on each. `tune` sets a socket before it connects.
+    pub(crate) fn open_data_streams(
+        &self,
+        token: &str,
+        which: &[(Direction, u16)],
+        opts: &ClientOptions,
+        tune: impl Fn(&socket2::Socket, Direction) -> std::io::Result<()> + Sync,
+    ) -> Result<Vec<Box<dyn conn::Stream>>, EngineError> {
+        let dialer = self.dialer();
+        let version = self.welcome.version;
+        let (dialer, tune) = (&dialer, &tune);
+        std::thread::scope(|scope| {
+            let pending: Vec<_> = which
+                .iter()
+                .map(|&(direction, stream)| {
+                    scope.spawn(move || {
+                        let mut s = dialer.dial(opts, |s| tune(s, direction))?;
+                        present(&mut s, version, token, stream, direction)?;
+                        Ok(s)
+                    })
+                })
+                .collect();
+            pending
+                .into_iter()
+                .map(|h| {
+                    h.join().unwrap_or_else(|_| {
+                        Err(EngineError::Failed("opening a data stream panicked".into()))
+                    })
+                })
+                .collect()
+        })
+    }
+}
+
+/// What a data stream needs of the control connection: where and how.
+#[derive(Clone)]
+pub(crate) struct Dialer {
+    peer: SocketAddr,
+    tls: Option<Arc<tls::ClientTls>>,
+}
+
+impl Dialer {
+    /// Connects a data stream to the server (TCP, then TLS unless
+    /// plaintext); it joins a transfer once [`present`]ed.
+    pub(crate) fn dial(
+        &self,
+        opts: &ClientOptions,
+        tune: impl Fn(&socket2::Socket) -> std::io::Result<()>,
+    ) -> Result<Box<dyn conn::Stream>, EngineError> {
+        let tcp = conn::connect(&[self.peer], opts.connect_timeout, tune)?;
+        Ok(match &self.tls {
+            Some(t) => {
+                let _ = tcp.set_read_timeout(Some(opts.handshake_timeout));
+                let s = t.connect(tcp)?;
+                let _ = s.tcp().set_read_timeout(None);
+                s
+            }
+            None => Box::new(tcp),
+        })
+    }
+}
+
+/// Presents a dialed data stream's token: it is stream `stream` of the
+/// transfer or test the token names (the server does not answer).
+pub(crate) fn present(
+    s: &mut Box<dyn conn::Stream>,
+    version: u16,
+    token: &str,
+    stream: u16,
+    direction: Direction,
+) -> Result<(), EngineError> {
+    let mut hello = MAGIC.to_vec();
+    Message::Hello(Hello {
+        min_version: version,
+        max_version: version,
+        software: crate::software(),
+        role: Role::Data {
+            token: token.to_string(),
+            stream,
+            direction,
+        },
+        token: None,
+    })
+    .encode(&mut hello)?;
+    s.write_all(&hello).and_then(|()| s.flush()).map_err(|e| {
+        let peer = s
+            .tcp()
+            .peer_addr()
+            .map_or_else(|_| "the server".into(), |a| a.to_string());
+        EngineError::io(format!("failed to open data stream {stream} to {peer}"), e)
+    })
+}
+
+impl Control {
+    pub(crate) fn dialer(&self) -> Dialer {
+        Dialer {
+            peer: self.peer,
+            tls: self.tls.clone(),
+        }
+    }
+
+    pub(crate) fn flush(&mut self) -> Result<(), EngineError> {
+        while let Some(m) = self.session.poll_transmit() {
+            self.conn.send(&m)?;
+        }
+        Ok(())
+    }
+
+    /// Waits for the next session event, up to `wait`.
+    pub(crate) fn next_event(
+        &mut self,
+        wait: Duration,
+    ) -> Result<Option<ClientEvent>, EngineError> {
+        self.flush()?;
+        let now = Instant::now();
+        self.session.handle_timeout(now)?;
+        let wait = match self.session.poll_timeout() {
+            Some(d) => wait.min(d.saturating_duration_since(now)),
+            None => wait,
+        };
+        match self.conn.recv(wait)? {
+            Some(m) => Ok(self.session.handle(Instant::now(), m)?),
+            None => Ok(None),
+        }
+    }
+
+    /// Waits until `f` accepts an event (time-outs come from the session).
+    fn expect(&mut self, mut f: impl FnMut(ClientEvent) -> bool) -> Result<(), EngineError> {
+        loop {
+            if let Some(e) = self.next_event(Duration::from_millis(50))? {
+                if f(e) {
+                    return Ok(());
+                }
+            }
+        }
+    }
+}
+
+pub(crate) fn open_control(target: &str, opts: &ClientOptions) -> Result<Control, EngineError> {
+    open_control_early(target, opts, |_, _| ()).map(|(c, ())| c)
+}
+
+/// [`open_control`], calling `early` with a dialer and the RTT of the TCP
+/// handshake as soon as the control connection is up, so that data streams
+/// can connect while the control handshake goes on.
+pub(crate) fn open_control_early<T>(
+    target: &str,
+    opts: &ClientOptions,
+    early: impl FnOnce(&Dialer, u32) -> T,
+) -> Result<(Control, T), EngineError> {
+    let addrs = conn::resolve(target, DEFAULT_PORT)?;
+    let tcp = conn::connect(&addrs, opts.connect_timeout, |s| s.set_nodelay(true))?;
+    let peer = tcp
+        .peer_addr()
+        .map_err(|e| EngineError::io("failed to read the peer address".into(), e))?;
+    let tls = if opts.security.plaintext {
+        None
+    } else {
+        Some(Arc::new(tls::ClientTls::new(
+            &opts.security.trust,
+            &host_key(target),
+        )?))
+    };
+    let rtt_us = sock::tcp_info(sock::fd_of(&tcp)).map_or(0, |i| i.min_rtt_us);
+    let early = early(
+        &Dialer {
+            peer,
+            tls: tls.clone(),
+        },
+        rtt_us,
+    );
+    let mut stream: Box<dyn conn::Stream> = match &tls {
+        None => Box::new(tcp),
+        Some(t) => {
+            let _ = tcp.set_read_timeout(Some(opts.handshake_timeout));
+            t.connect(tcp)?
+        }
+    };
+    stream
+        .write_all(&MAGIC)
+        .map_err(|e| EngineError::io(format!("failed to greet {peer}"), e))?;
+    let session = ClientSession::new(
+        Instant::now(),
+        &crate::software(),
+        opts.handshake_timeout,
+        credential_for(tls.is_some(), &opts.security.token),
+    );
+    let mut c = Control {
+        conn: FramedConn::new(stream, target.to_string()),
+        session,
+        tls,
+        interrupt: opts.interrupt.clone(),
+        told_queued: false,
+        peer,
+        welcome: Welcome {
+            version: 0,
+            software: String::new(),
+            host: String::new(),
+            buffers: Default::default(),
+            max_streams: None,
+        },
+    };
+    let mut welcome = None;
+    c.expect(|e| match e {
+        ClientEvent::Welcomed(w) => {
+            welcome = Some(w);
+            true
+        }
+        _ => false,
+    })
+    .map_err(|e| match e {
+        EngineError::Closed(_) | EngineError::Proto(_) => EngineError::Connect(format!(
+            "{target} closed the connection during the handshake: is it a longhaul server?"
+        )),
+        EngineError::Timeout(m) => EngineError::Connect(format!("{target}: {m}")),
+        other => other,
+    })?;
+    c.welcome = welcome.expect("set by expect");
+    Ok((c, early))
+}
+
+/// Connects to `target` only to read the fingerprint of the certificate it
+/// presents (for `longhaul trust`); sends nothing else.
+pub fn probe_fingerprint(target: &str, timeout: Duration) -> Result<String, EngineError> {
+    let addrs = conn::resolve(target, DEFAULT_PORT)?;
+    let tcp = conn::connect(&addrs, timeout, |_| Ok(()))?;
+    let _ = tcp.set_read_timeout(Some(timeout));
+    let t = tls::ClientTls::new(
+        &tls::TrustOptions {
+            accept_any: true,
+            ..Default::default()
+        },
+        target,
+    )?;
+    let mut s = t.connect(tcp)?;
+    let _ = s.close_write();
+    t.seen()
+        .ok_or_else(|| EngineError::Trust(format!("{target} presented no certificate")))
+}

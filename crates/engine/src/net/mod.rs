@@ -1,0 +1,7 @@
+//! Connections: TCP and TLS streams with framed message I/O ([`conn`],
+//! [`tls`]), socket tuning and kernel counters ([`sock`]).
+
+pub mod conn;
+pub mod dial;
+pub mod sock;
+pub mod tls;

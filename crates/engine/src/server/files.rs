@@ -1,0 +1,363 @@
+//! The server's side of file transfers: `cp` and `sync` pushed into or
+//! pulled from an export, `ls` of an export, and the storage probe of
+//! `longhaul doctor`.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use longhaul_proto::msg::*;
+use longhaul_proto::units::escaped;
+use longhaul_proto::xfer::{
+    Kind, ListEntry, ListRequest, Listing, Op, TransferAccept, TransferRequest,
+};
+
+use super::slots::register;
+use super::{auth, peer_ip, Shared};
+use crate::net::conn::FramedConn;
+use crate::net::sock;
+use crate::xfer::beneath::Anchor;
+use crate::xfer::sink::{prepare_dest, run_sink, SinkConfig};
+use crate::xfer::source::{run_source, SourceConfig};
+use crate::xfer::storage::Storage;
+use crate::xfer::{beneath, confine, kind_of, mtime_ns, Export};
+use crate::EngineError;
+
+/// Why a transfer did not happen.
+pub(super) enum Refusal {
+    /// Refused before anything moved: the client is told why.
+    Refuse(RefuseCode, String),
+    /// Failed after it started.
+    Failed(EngineError),
+}
+
+pub(super) fn export<'a>(
+    shared: &'a Shared,
+    name: &str,
+    access: &auth::Access,
+) -> Result<&'a Export, (RefuseCode, String)> {
+    shared.cfg.exports.iter().find(|e| e.name == name).ok_or_else(|| {
+        // Only the names this client may see.
+        let names: Vec<&str> = shared
+            .cfg
+            .exports
+            .iter()
+            .filter(|e| access.check_read(e).is_ok())
+            .map(|e| e.name.as_str())
+            .collect();
+        (
+            RefuseCode::BadRequest,
+            if names.is_empty() {
+                format!("no export named '{name}': this server exports nothing (start it with --export NAME=PATH)")
+            } else {
+                format!("no export named '{name}': this server exports {}", names.join(", "))
+            },
+        )
+    })
+}
+
+/// Runs a transfer on this control connection: the server is the sink of
+/// a push and the source of a pull.
+pub(super) fn serve_transfer(
+    shared: &Arc<Shared>,
+    conn: &mut FramedConn,
+    t: &TransferRequest,
+    access: &auth::Access,
+) -> Result<(), Refusal> {
+    let refuse = |(c, m): (RefuseCode, String)| Refusal::Refuse(c, m);
+    let ex = export(shared, &t.export, access).map_err(refuse)?;
+    let allowed = match t.op {
+        Op::Push => access.check_write(ex),
+        Op::Pull => access.check_read(ex),
+    };
+    allowed.map_err(|m| Refusal::Refuse(RefuseCode::Unauthorized, m))?;
+    let bad = |e: EngineError| Refusal::Refuse(RefuseCode::BadRequest, e.to_string());
+    if t.op == Op::Push && ex.read_only {
+        return Err(Refusal::Refuse(
+            RefuseCode::BadRequest,
+            format!("export '{}' is read-only", ex.name),
+        ));
+    }
+    let roots = match t.op {
+        Op::Push => Vec::new(),
+        Op::Pull => {
+            let mut roots = Vec::new();
+            for p in &t.sources {
+                let r = beneath(&ex.root, p).map_err(bad)?;
+                confine(&ex.root, &r).map_err(bad)?;
+                if std::fs::symlink_metadata(&r).is_err() {
+                    return Err(Refusal::Refuse(
+                        RefuseCode::BadRequest,
+                        format!("{}:{} does not exist", ex.name, p),
+                    ));
+                }
+                roots.push(r);
+            }
+            roots
+        }
+    };
+    let dest = beneath(&ex.root, &t.dest).map_err(bad)?;
+    confine(&ex.root, &dest).map_err(bad)?;
+    // Everything this transfer touches resolves beneath the export root.
+    let anchor = Anchor::open(&ex.root).map_err(bad)?;
+    let landing = match t.op {
+        Op::Push => {
+            let slash = if t.dest_dir && !t.dest.is_empty() {
+                "/"
+            } else {
+                ""
+            };
+            let shown = format!("{}/{}{slash}", ex.name, t.dest);
+            prepare_dest(&anchor, &dest, &shown, t).map_err(bad)?
+        }
+        Op::Pull => longhaul_proto::xfer::Landing::Into,
+    };
+    let (guard, rx) = register(shared, conn, access).map_err(refuse)?;
+    let max_files = crate::xfer::files_in_flight_cap();
+    conn.send(&Message::TransferAccept(TransferAccept {
+        token: guard.token.clone(),
+        max_files_in_flight: Some(max_files),
+    }))
+    .map_err(Refusal::Failed)?;
+    let deadline = Instant::now() + shared.cfg.limits.handshake_timeout;
+    let mut streams = Vec::new();
+    while streams.len() < usize::from(t.streams) {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match rx.recv_timeout(left) {
+            Ok(a) => streams.push(a.stream),
+            Err(_) => {
+                return Err(Refusal::Failed(EngineError::Timeout(format!(
+                    "{} of {} data streams connected",
+                    streams.len(),
+                    t.streams
+                ))))
+            }
+        }
+    }
+    // The client sized the streams for the path; this side sends on a pull.
+    let sending = t.op == Op::Pull;
+    let mut cc = String::new();
+    for s in &streams {
+        match sock::tune_data_stream(sock::fd_of(s.tcp()), &t.tuning, sending) {
+            Ok(c) => cc = c,
+            Err(e) => tracing::warn!("failed to tune a data stream of {}: {e}", conn.peer()),
+        }
+    }
+    tracing::info!(
+        "{:?} of {} on export {} with {} stream(s), {cc}",
+        t.op,
+        conn.peer(),
+        ex.name,
+        t.streams
+    );
+    let storage: Arc<dyn Storage> = if t.direct {
+        Arc::new(crate::xfer::storage::Direct)
+    } else {
+        shared.cfg.storage.clone()
+    };
+    let result = match t.op {
+        Op::Push => run_sink(
+            conn,
+            streams,
+            SinkConfig {
+                digest_out: None,
+                progress: Default::default(),
+                landing,
+                dest_shown: format!("{}/{}", ex.name, t.dest),
+                dest,
+                preserve: t.preserve,
+                keep_special_modes: shared.cfg.keep_special_modes,
+                force: t.force,
+                sync_files: shared.cfg.sync_files,
+                verify: t.verify,
+                storage,
+                umask: crate::xfer::umask(),
+                delete: t.sync.as_ref().is_some_and(|s| s.delete),
+                dry_run: t.dry_run,
+                anchor,
+                max_files,
+            },
+        )
+        .map(|r| {
+            tracing::info!(
+                "received {} files, {} bytes, {} failed",
+                r.files,
+                r.bytes,
+                r.failed.len()
+            )
+        }),
+        Op::Pull => run_source(
+            conn,
+            streams,
+            SourceConfig {
+                dir_ends: t.sync.as_ref().is_some_and(|s| s.delete),
+                digests: t.sync.as_ref().is_some_and(|s| s.checksum),
+                digest_out: None,
+                progress: Default::default(),
+                roots,
+                recursive: t.recursive,
+                chunk_size: t.chunk_size,
+                streams: t.streams,
+                storage,
+                anchor: Some(Arc::new(anchor)),
+                online: t.tuning.online,
+                send_intervals: t.tuning.intervals,
+                rtt: Duration::from_micros(u64::from(
+                    crate::net::sock::tcp_info(crate::net::sock::fd_of(conn.tcp()))
+                        .map_or(0, |i| i.min_rtt_us),
+                )),
+                // As the client (the sink) sized them: an older client
+                // says nothing and gets what every sink allowed.
+                files_in_flight: t
+                    .tuning
+                    .files_in_flight
+                    .unwrap_or(longhaul_proto::tune::DEFAULT_FILES_IN_FLIGHT),
+                max_files_in_flight: t
+                    .tuning
+                    .max_files_in_flight
+                    .unwrap_or(longhaul_proto::tune::DEFAULT_FILES_IN_FLIGHT)
+                    .min(longhaul_proto::tune::MAX_FILES_IN_FLIGHT),
+            },
+        )
+        .map(|r| {
+            tracing::info!(
+                "sent {} files, {} bytes, {} failed",
+                r.files,
+                r.bytes,
+                r.failed.len()
+            )
+        }),
+    };
+    drop(guard);
+    result.map_err(Refusal::Failed)
+}
+
+/// Answers `doctor`'s probe: this host's settings and, on the export, the
+/// storage benchmark in a scratch directory (writes need write access).
+pub(super) fn serve_probe(
+    shared: &Arc<Shared>,
+    conn: &mut FramedConn,
+    p: &longhaul_proto::disk::ProbeRequest,
+    access: &auth::Access,
+) -> Result<(), (RefuseCode, String)> {
+    let t = p.tests;
+    let touches = t.write || t.read || t.create || p.remove.is_some();
+    let result = if touches {
+        let ex = export(shared, &p.export, access)?;
+        if t.write || t.create || p.remove.is_some() {
+            if ex.read_only {
+                return Err((
+                    RefuseCode::Unauthorized,
+                    format!(
+                        "export '{}' is read-only: its storage can only be read",
+                        ex.name
+                    ),
+                ));
+            }
+            access
+                .check_write(ex)
+                .map_err(|m| (RefuseCode::Unauthorized, m))?;
+        } else {
+            access
+                .check_read(ex)
+                .map_err(|m| (RefuseCode::Unauthorized, m))?;
+        }
+        let bad = |e: EngineError| (RefuseCode::BadRequest, e.to_string());
+        // Through a descriptor opened beneath the export root, so a symlink
+        // swapped in cannot take the benchmark outside it.
+        let anchor = Anchor::open(&ex.root).map_err(bad)?;
+        // A path that does not exist yet (where a transfer will create
+        // it) is measured in the nearest directory above it that does.
+        let mut used = p.path.trim_matches('/').to_string();
+        let dir = loop {
+            let path = beneath(&ex.root, &used).map_err(bad)?;
+            confine(&ex.root, &path).map_err(bad)?;
+            match anchor.dir(&path, false) {
+                Ok(d) => break d,
+                Err(e) if used.is_empty() => return Err(bad(e)),
+                Err(_) => used = used.rsplit_once('/').map_or("", |(up, _)| up).to_string(),
+            }
+        };
+        tracing::info!("{} probes {}:{}", conn.peer(), ex.name, escaped(&used));
+        let mut r = crate::doctor::serve_probe(&dir.path(), p, peer_ip(conn)).map_err(|e| {
+            (
+                RefuseCode::ServerError,
+                format!("probing {}:{used}: {e}", ex.name),
+            )
+        })?;
+        if used != p.path.trim_matches('/') {
+            r.report.warnings.push(format!(
+                "{} does not exist yet: measured in {}:/{used}, the nearest directory above it",
+                p.path, ex.name
+            ));
+        }
+        // Named as the client knows it, not by the descriptor used.
+        r.report.path = format!("{}:{used}", ex.name);
+        r.dir = Some(used);
+        r
+    } else {
+        crate::doctor::serve_probe(std::path::Path::new("/"), p, peer_ip(conn))
+            .map_err(|e| (RefuseCode::ServerError, e.to_string()))?
+    };
+    conn.send(&Message::ProbeResult(Box::new(result)))
+        .map_err(|e| (RefuseCode::ServerError, e.to_string()))
+}
+
+/// Answers `ls`: the entries of a directory (or the one file), in batches.
+pub(super) fn serve_list(
+    shared: &Arc<Shared>,
+    conn: &mut FramedConn,
+    l: &ListRequest,
+    access: &auth::Access,
+) -> Result<(), (RefuseCode, String)> {
+    let ex = export(shared, &l.export, access)?;
+    access
+        .check_read(ex)
+        .map_err(|m| (RefuseCode::Unauthorized, m))?;
+    let path = beneath(&ex.root, &l.path).map_err(|e| (RefuseCode::BadRequest, e.to_string()))?;
+    confine(&ex.root, &path).map_err(|e| (RefuseCode::BadRequest, e.to_string()))?;
+    // Looked at through descriptors opened beneath the export root.
+    let bad = |e: EngineError| (RefuseCode::BadRequest, e.to_string());
+    let anchor = Anchor::open(&ex.root).map_err(bad)?;
+    let at = anchor.anchored(&path).map_err(bad)?;
+    let meta = std::fs::symlink_metadata(&at).map_err(|e| {
+        (
+            RefuseCode::BadRequest,
+            format!("cannot list {}:{}: {e}", ex.name, l.path),
+        )
+    })?;
+    let entry = |name: String, m: &std::fs::Metadata| ListEntry {
+        name,
+        kind: kind_of(m).unwrap_or(Kind::File),
+        size: m.len(),
+        mode: std::os::unix::fs::MetadataExt::mode(m) & 0o7777,
+        mtime_ns: mtime_ns(m),
+    };
+    let send = |conn: &mut FramedConn, entries: Vec<ListEntry>, done: bool| {
+        conn.send(&Message::Listing(Listing { entries, done }))
+            .map_err(|e| (RefuseCode::ServerError, e.to_string()))
+    };
+    if !meta.is_dir() {
+        let name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        return send(conn, vec![entry(name, &meta)], true);
+    }
+    let dir = anchor.dir(&path, false).map_err(bad)?;
+    let rd = std::fs::read_dir(dir.path()).map_err(|e| {
+        (
+            RefuseCode::BadRequest,
+            format!("cannot list {}:{}: {e}", ex.name, l.path),
+        )
+    })?;
+    let mut batch = Vec::new();
+    for de in rd.flatten() {
+        if let Ok(m) = dir.join(de.file_name()).symlink_metadata() {
+            batch.push(entry(de.file_name().to_string_lossy().into_owned(), &m));
+        }
+        if batch.len() == 1000 {
+            send(conn, std::mem::take(&mut batch), false)?;
+        }
+    }
+    send(conn, batch, true)
+}

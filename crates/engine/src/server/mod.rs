@@ -1,0 +1,820 @@
+//! `longhaul serve`: one listening port for control and data connections,
+//! a thread per connection, and limits on connections, tests, streams and
+//! duration. A misbehaving client loses its own session, never anyone
+//! else's.
+//!
+//! This file accepts connections, secures them (TLS, or plaintext where
+//! both ends allow it), authenticates ([`auth`]) and runs each control
+//! session, handing each request to what serves it: a perf test
+//! (`perf.rs`), a file transfer, listing or storage probe (`files.rs`), or
+//! a third-party test (`third_party.rs`). Tests and transfers take a slot
+//! first, waiting in a queue when all are in use (`slots.rs`).
+
+pub mod auth;
+mod files;
+mod perf;
+mod slots;
+mod third_party;
+
+use std::collections::HashMap;
+use std::io::{self, Read};
+use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::mpsc::Sender;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use longhaul_proto::frame::MAGIC;
+use longhaul_proto::msg::*;
+use longhaul_proto::session::{Limits, ServerConfig, ServerEvent, ServerSession};
+use longhaul_proto::units::escaped;
+
+use crate::net::conn::{read_one_frame, FramedConn, Stream, HANDSHAKE_MAX_FRAME};
+use crate::net::sock;
+use crate::net::tls;
+use crate::state;
+use crate::xfer::storage::{Local, Storage};
+use crate::xfer::Export;
+use crate::EngineError;
+use files::{serve_list, serve_probe, serve_transfer, Refusal};
+use perf::{new_test, public_caps, Step, Test};
+use slots::{take_slot, Slots};
+use third_party::third_party;
+
+/// How a server runs.
+#[derive(Clone)]
+pub struct ServeConfig {
+    pub limits: Limits,
+    /// Directories offered for transfers.
+    pub exports: Vec<Export>,
+    /// Where file data is read and written (the local file system, or a
+    /// fault-injecting one in tests).
+    pub storage: Arc<dyn Storage>,
+    /// fdatasync each received file before renaming it into place.
+    pub sync_files: bool,
+    /// Tests, transfers and probes running at once; more wait in a queue,
+    /// shared out round robin between grants (anonymous clients together
+    /// count as one, and may hold at most half the slots, rounded up).
+    pub max_tests: usize,
+    /// Requests waiting for a slot at once (`--max-queued`); more are
+    /// refused as busy.
+    pub max_queued: usize,
+    /// Rate cap, bits/s per direction, of an anonymous (`--public-perf`)
+    /// test (`--public-max-rate`).
+    pub public_max_rate: u64,
+    /// Longest anonymous test, its omitted start included
+    /// (`--public-max-time`).
+    pub public_max_time: Duration,
+    /// Open connections of any kind at once (each holds a thread).
+    pub max_connections: usize,
+    /// Open connections from one client at once: one IPv4 address, or one
+    /// IPv6 /64 (what one host or site is usually given).
+    pub max_per_client: usize,
+    /// Where the server keeps its identity and state.
+    pub state_dir: PathBuf,
+    /// TLS set-up; None loads (or makes) the identity in `state_dir`.
+    pub tls: Option<Arc<rustls::ServerConfig>>,
+    /// Serve clients that ask for plaintext (`--allow-plaintext`).
+    pub allow_plaintext: bool,
+    /// Anonymous clients may run perf tests (`--public-perf`).
+    pub public_perf: bool,
+    /// Keep setuid, setgid and sticky bits and world-writable directories
+    /// that clients send with `-p` (`--keep-special-modes`); stripped
+    /// otherwise.
+    pub keep_special_modes: bool,
+    /// Every client may do everything, without credentials (the demo's
+    /// in-process server). Never set by `longhaul serve`.
+    pub open_access: bool,
+}
+
+impl Default for ServeConfig {
+    fn default() -> Self {
+        Self {
+            limits: Limits::default(),
+            exports: Vec::new(),
+            storage: Arc::new(Local),
+            sync_files: true,
+            max_tests: 16,
+            max_queued: 64,
+            public_max_rate: 1_000_000_000,
+            public_max_time: Duration::from_secs(30),
+            max_connections: 512,
+            max_per_client: 300,
+            state_dir: state::default_state_dir(),
+            tls: None,
+            allow_plaintext: false,
+            public_perf: false,
+            keep_special_modes: false,
+            open_access: false,
+        }
+    }
+}
+
+/// A data connection on its way to the test that owns its token.
+struct Attach {
+    stream: Box<dyn Stream>,
+    index: u16,
+    direction: Direction,
+}
+
+struct Shared {
+    cfg: ServeConfig,
+    tls: Arc<rustls::ServerConfig>,
+    fingerprint: Option<String>,
+    host: String,
+    registry: Mutex<HashMap<String, Sender<Attach>>>,
+    slots: Slots,
+    connections: AtomicUsize,
+    /// Open connections by [`client_key`].
+    per_client: Mutex<HashMap<IpAddr, usize>>,
+    next_test: AtomicU64,
+    shutdown: AtomicBool,
+}
+
+/// A bound server.
+pub struct Server {
+    listeners: Vec<TcpListener>,
+    shared: Arc<Shared>,
+}
+
+/// A server running on background threads (for the demo and tests).
+pub struct ServerHandle {
+    pub addrs: Vec<SocketAddr>,
+    shared: Arc<Shared>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl ServerHandle {
+    pub fn addr(&self) -> SocketAddr {
+        self.addrs[0]
+    }
+
+    /// The fingerprint of the identity made or loaded from the state
+    /// directory (None when the caller gave its own TLS set-up).
+    pub fn fingerprint(&self) -> Option<String> {
+        self.shared.fingerprint.clone()
+    }
+
+    /// Stops accepting; running sessions end on their own.
+    pub fn shutdown(mut self) {
+        self.shared.shutdown.store(true, Ordering::SeqCst);
+        for a in &self.addrs {
+            let _ = TcpStream::connect_timeout(&wake_addr(*a), Duration::from_millis(200));
+        }
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+fn wake_addr(a: SocketAddr) -> SocketAddr {
+    let mut a = a;
+    if a.ip().is_unspecified() {
+        a.set_ip(match a {
+            SocketAddr::V4(_) => std::net::Ipv4Addr::LOCALHOST.into(),
+            SocketAddr::V6(_) => std::net::Ipv6Addr::LOCALHOST.into(),
+        });
+    }
+    a
+}
+
+fn bind_one(addr: SocketAddr) -> io::Result<TcpListener> {
+    let s = socket2::Socket::new(
+        socket2::Domain::for_address(addr),
+        socket2::Type::STREAM,
+        Some(socket2::Protocol::TCP),
+    )?;
+    s.set_reuse_address(true)?;
+    if addr.is_ipv6() && addr.ip().is_unspecified() {
+        // One socket for both families where the host allows it.
+        let _ = s.set_only_v6(false);
+    }
+    s.bind(&addr.into())?;
+    s.listen(1024)?;
+    Ok(s.into())
+}
+
+impl Server {
+    /// Binds every address; `[::]:PORT` serves IPv4 and IPv6 on one socket.
+    pub fn bind(addrs: &[SocketAddr], cfg: ServeConfig) -> Result<Server, EngineError> {
+        let mut listeners = Vec::new();
+        for a in addrs {
+            let l = bind_one(*a).map_err(|e| {
+                let hint = match e.kind() {
+                    io::ErrorKind::AddrInUse => {
+                        " (another process listens there: pick another --listen port)"
+                    }
+                    io::ErrorKind::PermissionDenied => " (ports below 1024 need root)",
+                    _ => "",
+                };
+                EngineError::Usage(format!("cannot listen on {a}: {e}{hint}"))
+            })?;
+            listeners.push(l);
+        }
+        let (tls, fingerprint) = match &cfg.tls {
+            Some(t) => (t.clone(), None),
+            None => {
+                let (id, created) = tls::Identity::load_or_create(&cfg.state_dir)?;
+                if created {
+                    tracing::info!(
+                        "made a new identity in {}: {}",
+                        cfg.state_dir.display(),
+                        id.fingerprint()
+                    );
+                }
+                (tls::server_config(&id)?, Some(id.fingerprint()))
+            }
+        };
+        let slots = Slots::new(cfg.max_tests, cfg.max_queued);
+        Ok(Server {
+            listeners,
+            shared: Arc::new(Shared {
+                cfg,
+                tls,
+                fingerprint,
+                host: sock::hostname(),
+                registry: Mutex::new(HashMap::new()),
+                slots,
+                connections: AtomicUsize::new(0),
+                per_client: Mutex::new(HashMap::new()),
+                next_test: AtomicU64::new(1),
+                shutdown: AtomicBool::new(false),
+            }),
+        })
+    }
+
+    /// See [`ServerHandle::fingerprint`].
+    pub fn fingerprint(&self) -> Option<String> {
+        self.shared.fingerprint.clone()
+    }
+
+    pub fn local_addrs(&self) -> Vec<SocketAddr> {
+        self.listeners
+            .iter()
+            .filter_map(|l| l.local_addr().ok())
+            .collect()
+    }
+
+    /// Serves on background threads.
+    pub fn spawn(self) -> ServerHandle {
+        let addrs = self.local_addrs();
+        let shared = self.shared.clone();
+        let threads = self
+            .listeners
+            .into_iter()
+            .map(|l| {
+                let sh = self.shared.clone();
+                std::thread::Builder::new()
+                    .name("lh-accept".into())
+                    .spawn(move || accept_loop(&l, &sh))
+                    .expect("spawn accept thread")
+            })
+            .collect();
+        ServerHandle {
+            addrs,
+            shared,
+            threads,
+        }
+    }
+
+    /// Serves until the process ends.
+    pub fn run(self) {
+        self.spawn().threads.into_iter().for_each(|t| {
+            let _ = t.join();
+        });
+    }
+}
+
+fn accept_loop(l: &TcpListener, shared: &Arc<Shared>) {
+    loop {
+        let (stream, peer) = match l.accept() {
+            Ok(x) => x,
+            Err(e) => {
+                if shared.shutdown.load(Ordering::SeqCst) {
+                    return;
+                }
+                tracing::warn!("accept failed: {e}");
+                std::thread::sleep(Duration::from_millis(50));
+                continue;
+            }
+        };
+        if shared.shutdown.load(Ordering::SeqCst) {
+            return;
+        }
+        let open = shared.connections.fetch_add(1, Ordering::SeqCst) + 1;
+        if open > shared.cfg.max_connections {
+            shared.connections.fetch_sub(1, Ordering::SeqCst);
+            tracing::warn!(
+                "refusing {peer}: {open} connections open, limit {}",
+                shared.cfg.max_connections
+            );
+            // Plaintext: a TLS client sees the connection fail instead.
+            let mut stream = stream;
+            refuse_on(
+                &mut stream,
+                RefuseCode::Busy,
+                "server has too many open connections; try again later",
+            );
+            continue;
+        }
+        let ip = client_key(peer.ip());
+        let mine = {
+            let mut m = shared.per_client.lock().expect("poisoned");
+            let n = m.entry(ip).or_insert(0);
+            *n += 1;
+            *n
+        };
+        let release = move |sh: &Shared| {
+            sh.connections.fetch_sub(1, Ordering::SeqCst);
+            let mut m = sh.per_client.lock().expect("poisoned");
+            if let Some(n) = m.get_mut(&ip) {
+                *n -= 1;
+                if *n == 0 {
+                    m.remove(&ip);
+                }
+            }
+        };
+        if mine > shared.cfg.max_per_client {
+            release(shared);
+            tracing::warn!(
+                "refusing {peer}: {mine} connections from {ip} (IPv6: its /64), limit {}",
+                shared.cfg.max_per_client
+            );
+            let mut stream = stream;
+            refuse_on(
+                &mut stream,
+                RefuseCode::Busy,
+                "too many connections from your address; try again later",
+            );
+            continue;
+        }
+        let sh = shared.clone();
+        let spawned = std::thread::Builder::new()
+            .name("lh-conn".into())
+            .spawn(move || {
+                handle_connection(&sh, stream, peer);
+                release(&sh);
+            });
+        if let Err(e) = spawned {
+            release(shared);
+            tracing::error!("cannot start a thread for {peer}: {e}");
+        }
+    }
+}
+
+/// Writes a refusal on a stream (TLS or not) with a short time-out.
+fn refuse_on(stream: &mut dyn Stream, code: RefuseCode, message: &str) {
+    let mut out = Vec::new();
+    if Message::Refuse(Refuse {
+        code,
+        message: message.into(),
+    })
+    .encode(&mut out)
+    .is_ok()
+    {
+        let _ = stream
+            .tcp()
+            .set_write_timeout(Some(Duration::from_millis(200)));
+        let _ = stream.write_all(&out).and_then(|()| stream.flush());
+        let _ = stream.close_write();
+    }
+}
+
+/// After a refusal: take (and drop) what the client is still sending, for
+/// a moment, so that closing does not reset the connection and destroy
+/// the refusal before the client reads it.
+fn linger(stream: &mut dyn Stream) {
+    let until = Instant::now() + Duration::from_millis(300);
+    let mut buf = [0u8; 4096];
+    let mut taken = 0usize;
+    while taken < 256 << 10 {
+        let left = until.saturating_duration_since(Instant::now());
+        if left.is_zero() || stream.tcp().set_read_timeout(Some(left)).is_err() {
+            return;
+        }
+        match stream.read(&mut buf) {
+            Ok(0) | Err(_) => return,
+            Ok(n) => taken += n,
+        }
+    }
+}
+
+/// Reads from a stream with one deadline for the whole read, so a client
+/// that trickles bytes (slowloris) cannot extend it. While `hold` says so
+/// the deadline moves on by `grace`: a client with a request in the queue
+/// keeps the data streams it opened early until its turn comes.
+struct DeadlineReader<'a> {
+    stream: &'a mut dyn Stream,
+    deadline: Instant,
+    hold: &'a dyn Fn() -> bool,
+    grace: Duration,
+}
+
+impl Read for DeadlineReader<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        loop {
+            let mut left = self.deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                if !(self.hold)() {
+                    return Err(io::ErrorKind::TimedOut.into());
+                }
+                self.deadline = Instant::now() + self.grace;
+                left = self.grace;
+            }
+            self.stream.tcp().set_read_timeout(Some(left))?;
+            match self.stream.read(buf) {
+                Err(e) if crate::net::conn::transient(&e) => continue,
+                r => return r,
+            }
+        }
+    }
+}
+
+/// Takes a new connection into TLS, or into plaintext if the client asks
+/// for it and this server allows it; refuses anything else.
+fn secure(
+    shared: &Shared,
+    tcp: TcpStream,
+    peer: SocketAddr,
+    deadline: Instant,
+) -> Option<Box<dyn Stream>> {
+    let mut first = [0u8; 1];
+    let _ = tcp.set_read_timeout(Some(shared.cfg.limits.handshake_timeout));
+    match tcp.peek(&mut first) {
+        Ok(1) if first[0] == tls::TLS_RECORD_HANDSHAKE => {
+            match tls::accept(&shared.tls, tcp, deadline) {
+                Ok(s) => Some(s),
+                Err(e) => {
+                    tracing::warn!("closing {peer}: {}", escaped(&e.to_string()));
+                    None
+                }
+            }
+        }
+        Ok(1) if first[0] == MAGIC[0] && shared.cfg.allow_plaintext => Some(Box::new(tcp)),
+        Ok(1) if first[0] == MAGIC[0] => {
+            tracing::warn!("refusing {peer}: plaintext, and this server requires TLS");
+            let mut tcp = tcp;
+            refuse_on(
+                &mut tcp,
+                RefuseCode::TlsRequired,
+                "this server requires TLS: run the client without --insecure-plaintext (plaintext needs --allow-plaintext on the server too)",
+            );
+            linger(&mut tcp);
+            None
+        }
+        Ok(_) => {
+            tracing::warn!("closing {peer}: neither TLS nor longhaul");
+            let mut tcp = tcp;
+            refuse_on(
+                &mut tcp,
+                RefuseCode::Protocol,
+                "not a longhaul client (expected TLS or the LONGHAUL preamble)",
+            );
+            None
+        }
+        Err(e) => {
+            tracing::warn!("closing {peer}: nothing received: {e}");
+            None
+        }
+    }
+}
+
+fn session_config(shared: &Shared) -> ServerConfig {
+    ServerConfig {
+        limits: shared.cfg.limits.clone(),
+        software: crate::software(),
+        host: shared.host.clone(),
+        buffers: sock::buffer_caps(),
+    }
+}
+
+fn handle_connection(shared: &Arc<Shared>, tcp: TcpStream, peer: SocketAddr) {
+    let now = Instant::now();
+    let deadline = now + shared.cfg.limits.handshake_timeout;
+    let Some(mut stream) = secure(shared, tcp, peer, deadline) else {
+        return;
+    };
+    let mut session = ServerSession::new(now, session_config(shared));
+    let client = client_key(peer.ip());
+    let hold = || shared.slots.waiting_from(client);
+    let mut reader = DeadlineReader {
+        stream: &mut *stream,
+        deadline,
+        hold: &hold,
+        grace: shared.cfg.limits.handshake_timeout,
+    };
+    let hello = read_one_frame(&mut reader, true, HANDSHAKE_MAX_FRAME)
+        .and_then(|f| Message::decode(&f).map_err(EngineError::from));
+    let hello = match hello {
+        Ok(m) => m,
+        Err(e) => {
+            tracing::warn!("closing {peer}: bad handshake: {}", escaped(&e.to_string()));
+            if matches!(e, EngineError::Proto(_)) {
+                refuse_on(&mut *stream, RefuseCode::Protocol, &e.to_string());
+            }
+            return;
+        }
+    };
+    // Who this is, before anything else is looked at.
+    let access = match &hello {
+        Message::Hello(Hello {
+            role: Role::Control,
+            token,
+            ..
+        }) => {
+            let raw_token_in_clear = !stream.is_tls()
+                && token
+                    .as_deref()
+                    .is_some_and(|t| crate::proof::parse(t).is_none());
+            let who = if raw_token_in_clear {
+                // Already seen by anyone on the path: never accepted.
+                Err("this client sent its token in the clear over plaintext: it is refused, and should be revoked (`longhaul token revoke ID`) and replaced; use TLS, or a client that sends a proof of it".to_string())
+            } else if shared.cfg.open_access {
+                Ok(auth::Access::everything("anyone (open server)"))
+            } else {
+                auth::authenticate(
+                    &shared.cfg.state_dir,
+                    token.as_deref(),
+                    stream.peer_fingerprint().as_deref(),
+                    shared.cfg.public_perf,
+                )
+            };
+            match who {
+                Ok(a) => Some(a),
+                Err(message) => {
+                    tracing::warn!("refusing {peer}: {}", escaped(&message));
+                    refuse_on(&mut *stream, RefuseCode::Unauthorized, &message);
+                    linger(&mut *stream);
+                    return;
+                }
+            }
+        }
+        _ => None,
+    };
+    match session.handle(Instant::now(), hello) {
+        Ok(Some(ServerEvent::DataStream {
+            token,
+            stream: index,
+            direction,
+        })) => {
+            // The handshake's time-out would stay on the socket and make
+            // every blocking read arm a timer.
+            let _ = stream.tcp().set_read_timeout(None);
+            let tx = shared
+                .registry
+                .lock()
+                .expect("poisoned")
+                .get(&token)
+                .cloned();
+            let attached = match tx {
+                Some(tx) => tx
+                    .send(Attach {
+                        stream,
+                        index,
+                        direction,
+                    })
+                    .map_err(|e| e.0.stream),
+                None => Err(stream),
+            };
+            if let Err(mut stream) = attached {
+                tracing::warn!("closing {peer}: data stream for an unknown test");
+                refuse_on(
+                    &mut *stream,
+                    RefuseCode::UnknownTest,
+                    "no test with that token on this server",
+                );
+            }
+        }
+        Ok(_) => {
+            let _ = stream.tcp().set_nodelay(true);
+            let access = access.unwrap_or_else(|| auth::Access::anonymous(false));
+            tracing::debug!("{peer} is {}", access.who);
+            let mut conn = FramedConn::new(stream, peer.to_string());
+            if let Err(e) = control_loop(shared, &mut conn, &mut session, &access) {
+                match e {
+                    EngineError::Closed(_) => {
+                        tracing::debug!("{peer} closed its control connection")
+                    }
+                    e => tracing::warn!("closing session of {peer}: {}", escaped(&e.to_string())),
+                }
+            }
+            flush(&mut conn, &mut session);
+        }
+        Err(e) => {
+            tracing::warn!("closing {peer}: {}", escaped(&e.to_string()));
+            let mut conn = FramedConn::new(stream, peer.to_string());
+            flush(&mut conn, &mut session);
+        }
+    }
+}
+
+fn flush(conn: &mut FramedConn, session: &mut ServerSession) {
+    while let Some(m) = session.poll_transmit() {
+        if conn.send(&m).is_err() {
+            break;
+        }
+    }
+}
+
+fn control_loop(
+    shared: &Arc<Shared>,
+    conn: &mut FramedConn,
+    session: &mut ServerSession,
+    access: &auth::Access,
+) -> Result<(), EngineError> {
+    let mut test: Option<Test> = None;
+    loop {
+        while let Some(m) = session.poll_transmit() {
+            conn.send(&m)?;
+        }
+        if session.is_closed() {
+            return Ok(());
+        }
+        let now = Instant::now();
+        session.handle_timeout(now)?;
+        if let Some(t) = &mut test {
+            match t.poll(session, conn.peer(), now) {
+                Step::Running => {}
+                Step::Ready => continue,
+                Step::Finished => {
+                    test = None;
+                    continue;
+                }
+            }
+        }
+        let wait = if test.is_some() {
+            crate::CONTROL_TICK
+        } else {
+            session
+                .poll_timeout()
+                .map_or(Duration::from_millis(200), |d| {
+                    d.saturating_duration_since(now)
+                })
+                .min(Duration::from_millis(200))
+        };
+        let msg = match conn.recv(wait) {
+            Ok(Some(m)) => m,
+            Ok(None) => continue,
+            Err(e @ EngineError::Proto(_)) => {
+                session.refuse(RefuseCode::Protocol, e.to_string());
+                return Err(e);
+            }
+            Err(e) => return Err(e),
+        };
+        match session.handle(Instant::now(), msg) {
+            Ok(Some(ServerEvent::TestRequested(_) | ServerEvent::ThirdPartyRequested(_)))
+                if !access.perf =>
+            {
+                tracing::warn!("refusing a test from {}: not authenticated", conn.peer());
+                session.refuse(
+                    RefuseCode::Unauthorized,
+                    "this server runs perf tests for authenticated clients only: pass --token-file FILE or set LONGHAUL_TOKEN".to_string(),
+                );
+            }
+            Ok(Some(ServerEvent::TestRequested(p))) => {
+                match new_test(shared, conn, p.clone(), access) {
+                    Ok((t, accept)) => {
+                        tracing::info!(
+                            "test {} from {}: {:?} {:?}, {} stream(s)",
+                            accept.test_id,
+                            conn.peer(),
+                            p.transport,
+                            p.mode,
+                            p.streams
+                        );
+                        session.accept_test(Instant::now(), accept);
+                        test = Some(t);
+                    }
+                    Err((code, message)) => {
+                        tracing::warn!("refusing test from {}: {}", conn.peer(), escaped(&message));
+                        session.refuse(code, message);
+                    }
+                }
+            }
+            Ok(Some(ServerEvent::Start)) => {
+                if let Some(t) = &mut test {
+                    t.start(session);
+                }
+            }
+            Ok(Some(ServerEvent::Active(n))) => {
+                if let Some(t) = &test {
+                    t.set_active(n);
+                }
+            }
+            Ok(Some(ServerEvent::Stop(reason))) => {
+                tracing::info!("{} stops its test: {}", conn.peer(), escaped(&reason));
+                if let Some(t) = &test {
+                    t.stop();
+                }
+            }
+            Ok(Some(ServerEvent::ThirdPartyRequested(mut req))) => {
+                let capped = match access.is_anonymous() {
+                    true => public_caps(&shared.cfg, &mut req.params),
+                    false => Ok(()),
+                };
+                match capped {
+                    Ok(()) => {
+                        third_party(shared, conn, &req, access);
+                        session.finish(Instant::now());
+                    }
+                    Err(message) => {
+                        tracing::warn!("refusing a test from {}: {message}", conn.peer());
+                        session.refuse(RefuseCode::Limit, message);
+                    }
+                }
+            }
+            Ok(Some(ServerEvent::TransferRequested(t))) => {
+                match serve_transfer(shared, conn, &t, access) {
+                    Ok(()) => session.finish(Instant::now()),
+                    Err(Refusal::Refuse(code, message)) => {
+                        tracing::warn!(
+                            "refusing transfer from {}: {}",
+                            conn.peer(),
+                            escaped(&message)
+                        );
+                        session.refuse(code, message);
+                    }
+                    Err(Refusal::Failed(e)) => {
+                        return Err(EngineError::Failed(format!("transfer failed: {e}")));
+                    }
+                }
+            }
+            Ok(Some(ServerEvent::ListRequested(l))) => match serve_list(shared, conn, &l, access) {
+                Ok(()) => session.finish(Instant::now()),
+                Err((code, message)) => {
+                    session.refuse(code, message);
+                }
+            },
+            Ok(Some(ServerEvent::ProbeRequested(_))) if access.is_anonymous() => {
+                tracing::warn!("refusing a probe from {}: not authenticated", conn.peer());
+                session.refuse(
+                    RefuseCode::Unauthorized,
+                    "this server answers probes (longhaul doctor) for authenticated clients only: pass --token-file FILE or set LONGHAUL_TOKEN".to_string(),
+                );
+            }
+            Ok(Some(ServerEvent::ProbeRequested(p))) => {
+                // A probe benchmarks storage and CPU: it takes a slot.
+                let probed = take_slot(shared, conn, access)
+                    .and_then(|_slot| serve_probe(shared, conn, &p, access));
+                match probed {
+                    Ok(()) => session.finish(Instant::now()),
+                    Err((code, message)) => {
+                        tracing::warn!(
+                            "refusing probe from {}: {}",
+                            conn.peer(),
+                            escaped(&message)
+                        );
+                        session.refuse(code, message);
+                    }
+                }
+            }
+            Ok(Some(ServerEvent::DataStream { .. })) | Ok(None) => {}
+            Err(e) => {
+                if let Some(t) = &test {
+                    t.stop();
+                }
+                return Err(EngineError::Failed(format!("session ended: {e}")));
+            }
+        }
+    }
+}
+
+/// The client's address of a connection, if its peer name is one.
+fn peer_ip(conn: &FramedConn) -> Option<std::net::IpAddr> {
+    conn.peer()
+        .parse::<std::net::SocketAddr>()
+        .ok()
+        .map(|a| a.ip())
+}
+
+/// What the per-client connection cap counts by: an IPv4 address (also
+/// when mapped into IPv6), or an IPv6 address's /64, which one host or
+/// site usually has to itself.
+pub fn client_key(ip: IpAddr) -> IpAddr {
+    match ip.to_canonical() {
+        IpAddr::V4(v4) => IpAddr::V4(v4),
+        IpAddr::V6(v6) => IpAddr::V6(std::net::Ipv6Addr::from(
+            u128::from(v6) & !((1u128 << 64) - 1),
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn client_key_groups_ipv6_by_64_and_ipv4_by_address() {
+        let k = |s: &str| client_key(s.parse().unwrap());
+        assert_eq!(k("2001:db8:1:2:aaaa::1"), k("2001:db8:1:2:ffff:1:2:3"));
+        assert_eq!(
+            k("2001:db8:1:2::5"),
+            "2001:db8:1:2::".parse::<IpAddr>().unwrap()
+        );
+        assert_ne!(k("2001:db8:1:2::1"), k("2001:db8:1:3::1"));
+        assert_eq!(k("192.0.2.7"), "192.0.2.7".parse::<IpAddr>().unwrap());
+        assert_ne!(k("192.0.2.7"), k("192.0.2.8"));
+        assert_eq!(k("::ffff:192.0.2.7"), k("192.0.2.7"));
+    }
+}

@@ -1,0 +1,85 @@
+//! Where longhaul keeps what outlives a process, and the environment that
+//! names it: the state directory (the server's identity and grants, the
+//! remembered path rates), the known-hosts file, and the path-rate file.
+//! Every lookup of `HOME`, `XDG_*` and `LONGHAUL_PATHS` is here.
+
+use std::path::{Path, PathBuf};
+
+use crate::EngineError;
+
+/// `$XDG_STATE_HOME/longhaul`, else `$HOME/.local/state/longhaul` (each
+/// only if absolute). With neither, an error that says to set HOME or pass
+/// `--state-dir`: there is no fallback to a shared directory such as /tmp,
+/// where another user could make the directory first and then read or
+/// plant the server's key and grants.
+pub fn state_dir_from_env() -> Result<PathBuf, EngineError> {
+    let var = |name| {
+        std::env::var_os(name)
+            .map(PathBuf::from)
+            .filter(|p| p.is_absolute())
+    };
+    if let Some(x) = var("XDG_STATE_HOME") {
+        return Ok(x.join("longhaul"));
+    }
+    var("HOME")
+        .map(|h| h.join(".local/state/longhaul"))
+        .ok_or_else(|| EngineError::Usage(NO_STATE_DIR.into()))
+}
+
+/// Why there is no default state directory.
+pub const NO_STATE_DIR: &str = "no state directory: neither HOME nor XDG_STATE_HOME is set (to an absolute path); set HOME or pass --state-dir DIR";
+
+/// [`state_dir_from_env`] for [`crate::server::ServeConfig::default`], which cannot fail:
+/// an empty path when there is none, which the identity and the grants
+/// refuse with [`NO_STATE_DIR`] before anything is made. Callers that can
+/// report an error use [`state_dir_from_env`].
+pub fn default_state_dir() -> PathBuf {
+    state_dir_from_env().unwrap_or_default()
+}
+
+/// Makes the state directory if it is missing (only its owner may enter a
+/// new one: it holds the server's key and grants).
+pub fn make_state_dir(state: &Path) -> Result<(), EngineError> {
+    use std::os::unix::fs::DirBuilderExt;
+    named_state_dir(state)?;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(state)
+        .map_err(|e| {
+            EngineError::Usage(format!(
+                "cannot create the state directory {}: {e} (choose another with --state-dir)",
+                state.display()
+            ))
+        })
+}
+
+/// Refuses the empty path that [`default_state_dir`] gives
+/// when it knows of no state directory.
+pub fn named_state_dir(state: &Path) -> Result<(), EngineError> {
+    if state.as_os_str().is_empty() {
+        return Err(EngineError::Usage(NO_STATE_DIR.into()));
+    }
+    Ok(())
+}
+
+/// The default known-hosts file.
+pub fn default_known_hosts() -> Option<PathBuf> {
+    let base = std::env::var_os("XDG_CONFIG_HOME")
+        .map(PathBuf::from)
+        .filter(|p| p.is_absolute())
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".config")))?;
+    Some(base.join("longhaul").join("known_hosts"))
+}
+
+/// The file of remembered path rates ([`crate::pathdb`]): `LONGHAUL_PATHS`, else `paths.json` in the state directory;
+/// the empty path when there is no state directory (HOME unset), which
+/// [`crate::pathdb::recall`] finds nothing in and [`crate::pathdb::remember`] refuses, rather than a file
+/// in the current directory.
+pub fn default_pathdb_file() -> PathBuf {
+    std::env::var_os("LONGHAUL_PATHS")
+        .filter(|p| !p.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| state_dir_from_env().ok().map(|d| d.join("paths.json")))
+        .unwrap_or_default()
+}
