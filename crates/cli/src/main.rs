@@ -833,13 +833,17 @@ fn usage(message: impl Into<String>) -> Failure {
 /// Raises the open-file limit to its hard maximum: a sink keeps up to
 /// 2048 partial files open, and a server serves many clients.
 fn raise_nofile_limit() {
-    // SAFETY: getrlimit/setrlimit on plain structs we own.
-    unsafe {
-        let mut l: libc::rlimit = std::mem::zeroed();
-        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut l) == 0 && l.rlim_cur < l.rlim_max {
-            l.rlim_cur = l.rlim_max;
-            libc::setrlimit(libc::RLIMIT_NOFILE, &l);
-        }
+    use rustix::process::{getrlimit, setrlimit, Resource};
+    let l = getrlimit(Resource::Nofile);
+    // None is RLIM_INFINITY.
+    if l.current.unwrap_or(u64::MAX) < l.maximum.unwrap_or(u64::MAX) {
+        let _ = setrlimit(
+            Resource::Nofile,
+            rustix::process::Rlimit {
+                current: l.maximum,
+                ..l
+            },
+        );
     }
 }
 
@@ -1978,8 +1982,7 @@ fn wan(a: WanArgs) -> i32 {
         WanCommand::Reap { name, inodes } => {
             // Out of the terminal's process group: a Ctrl-C meant for `up`
             // must not end the reaper before `up` has cleaned up.
-            // SAFETY: setsid has no preconditions.
-            unsafe { libc::setsid() };
+            let _ = rustix::process::setsid();
             let mut sink = [0u8; 64];
             use std::io::Read as _;
             while !matches!(std::io::stdin().read(&mut sink), Ok(0) | Err(_)) {}

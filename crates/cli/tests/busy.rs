@@ -191,8 +191,9 @@ fn ctrl_c_while_queued_exits_130_and_leaves_the_queue() {
     let mut queued = slow_push(&file, &remote(srv.addr(), "q.bin"));
     let queued_err = collect_stderr(&mut queued);
     wait_for(&queued_err, "waiting in queue", Duration::from_secs(60));
-    // SAFETY: a plain signal to our own child.
-    unsafe { libc::kill(queued.id() as i32, libc::SIGINT) };
+    if let Some(pid) = rustix::process::Pid::from_raw(queued.id() as i32) {
+        let _ = rustix::process::kill_process(pid, rustix::process::Signal::INT);
+    }
     let until = Instant::now() + Duration::from_secs(30);
     let status = loop {
         if let Some(s) = queued.try_wait().unwrap() {

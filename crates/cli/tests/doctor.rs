@@ -504,8 +504,7 @@ fn doctor_on_loopback(port: u16, extra: &[&str]) -> Value {
 }
 
 fn root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    let root = unsafe { libc::geteuid() } == 0;
+    let root = rustix::process::geteuid().is_root();
     if !root {
         eprintln!("skipped: needs root (loop device, mount, cgroup)");
     }
@@ -677,15 +676,13 @@ fn doctor_names_the_senders_cpu_when_it_has_one_core_and_tls() {
         .arg(format!("127.0.0.1:{}:data/", s.addr().port()))
         .args(["--json", "--time", "2s", "--no-copy", "--no-remember"]);
     // The client (the sender of an upload) on CPU 0 only.
-    // SAFETY: only async-signal-safe calls between fork and exec.
+    // SAFETY: between fork and exec the closure makes one system call,
+    // sched_setaffinity, and allocates nothing (a CpuSet is a plain array).
     unsafe {
         std::os::unix::process::CommandExt::pre_exec(&mut c, || {
-            let mut set: libc::cpu_set_t = std::mem::zeroed();
-            libc::CPU_SET(0, &mut set);
-            if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
+            let mut set = rustix::thread::CpuSet::new();
+            set.set(0);
+            Ok(rustix::thread::sched_setaffinity(None, &set)?)
         });
     }
     let o = c.output().unwrap();

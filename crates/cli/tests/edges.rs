@@ -491,9 +491,8 @@ fn planted_journals_and_partial_files_are_never_followed() {
         // A journal that reads without end, and one that blocks on open.
         ("zero", &|j, _| link("/dev/zero", j)),
         ("fifo", &|j, _| {
-            let c = std::ffi::CString::new(j.to_str().unwrap()).unwrap();
-            // SAFETY: c is NUL-terminated.
-            assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+            let mode = rustix::fs::Mode::from_raw_mode(0o600);
+            rustix::fs::mkfifoat(rustix::fs::CWD, j, mode).unwrap();
         }),
         // A partial file that is a hard link to a file elsewhere, with a
         // journal that claims it is almost done.
@@ -552,8 +551,9 @@ fn ctrl_c_on_cp_and_sync_exits_130_and_the_rerun_resumes() {
         let journal = side(&exp.join("big.bin"), "lhjournal");
         let before = journal_records(&journal);
         wait_until_under_way(&exp.join("big.bin"), before + 2, &mut child);
-        // SAFETY: kill(2) on our own child.
-        unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+        if let Some(pid) = rustix::process::Pid::from_raw(child.id() as i32) {
+            let _ = rustix::process::kill_process(pid, rustix::process::Signal::INT);
+        }
         let o = child.wait_with_output().unwrap();
         assert_eq!(o.status.code(), Some(130), "{cmd}: {}", stderr(&o));
         assert!(stderr(&o).contains("interrupted"), "{}", stderr(&o));

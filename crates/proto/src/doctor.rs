@@ -6,7 +6,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::window::{BufferCaps, RECV_BUFFER_USE, SEND_BUFFER_USE};
+use crate::units::{format_bytes, format_rate};
+use crate::window::{plan, BufferCaps, PathInput, WindowPlan, RECV_BUFFER_USE, SEND_BUFFER_USE};
 
 /// The stages a transfer goes through, in the vocabulary of the verdict.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -156,8 +157,6 @@ pub fn verdict(stages: &[StageCeiling], fix_for: impl Fn(Stage) -> String) -> Op
     })
 }
 
-/// The settings of one host that are too small for `bdp` bytes in flight
-/// over `streams` streams, or otherwise hold a long path back.
 /// The path's MTU against the interfaces at its ends: smaller means a hop
 /// in between takes less (packets are cut to it, or lost where ICMP is
 /// filtered, a black hole); None when it matches or is unknown.
@@ -175,6 +174,8 @@ pub fn audit_path_mtu(path_mtu: Option<u32>, ends: &[Option<u32>]) -> Option<Fin
     })
 }
 
+/// The settings of one host that are too small for `bdp` bytes in flight
+/// over `streams` streams, or otherwise hold a long path back.
 pub fn audit(host: &str, h: &HostSettings, bdp: u64, streams: u16) -> Vec<Finding> {
     let mut out = Vec::new();
     let streams = u64::from(streams.max(1));
@@ -286,6 +287,574 @@ pub fn audit(host: &str, h: &HostSettings, bdp: u64, streams: u16) -> Vec<Findin
         });
     }
     out
+}
+
+/// What limited the memory-to-memory run by its own accounting, in the
+/// terms the verdict needs.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum RunLimit {
+    /// The receive window or the send buffer.
+    Window,
+    SenderCpu,
+    ReceiverCpu,
+    /// Anything else, or nothing named.
+    #[default]
+    Other,
+}
+
+/// The memory-to-memory run in the transfer's direction.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RunMeasured {
+    pub streams: u16,
+    pub bits_per_second: f64,
+    /// Retransmitted segments per segment sent, after the first second.
+    pub loss_fraction: f64,
+    pub rtt_loaded_us: u32,
+    /// Percent of one core, summed over each end's test threads.
+    pub cpu_sender_percent: f64,
+    pub cpu_receiver_percent: f64,
+    pub limit: RunLimit,
+    /// How the run described its limit (quoted when it was the window).
+    pub limit_detail: String,
+    /// Loss a light UDP probe saw, and its datagrams; None when not run.
+    pub probe_loss: Option<f64>,
+    pub probe_packets: Option<u64>,
+}
+
+/// The short real copy: its rate, and its source's and destination's
+/// rates over the time each was busy.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct CopyMeasured {
+    pub bits_per_second: f64,
+    pub source_read_bps: f64,
+    pub dest_write_bps: f64,
+}
+
+/// Everything the verdict is drawn from. No field is read from the system
+/// here: the engine measures and fills them in.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Measured {
+    pub local: HostSettings,
+    /// The server's settings; None when they could not be read.
+    pub remote: Option<HostSettings>,
+    /// The transfer is a pull: the server sends.
+    pub pull: bool,
+    pub rtt_idle_us: Option<u32>,
+    /// The path MTU the kernel learnt for the server, bytes.
+    pub path_mtu: Option<u32>,
+    /// The rate to judge settings against, bits/s, when the user gave one.
+    pub target_bps: Option<u64>,
+    /// This host's link speed, bits/s, when the interface is a physical
+    /// device (virtual ones claim a speed they do not have).
+    pub link_bps: Option<f64>,
+    pub run: Option<RunMeasured>,
+    /// Sequential reads of the source, bytes/s, and where.
+    pub source_read: Option<(f64, String)>,
+    /// Sequential writes of a new file at the destination, bytes/s, and
+    /// whether they bypassed the page cache.
+    pub dest_write: Option<(f64, bool)>,
+    /// Files the destination created per second.
+    pub dest_creates_per_second: Option<f64>,
+    pub mean_file_size: u64,
+    /// True when the mean file size was measured on the files to send;
+    /// an assumed size leaves metadata out of the verdict.
+    pub mean_file_size_measured: bool,
+    pub copy: Option<CopyMeasured>,
+}
+
+/// What the rules concluded from a [`Measured`].
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Judgement {
+    pub rtt_loaded_us: Option<u32>,
+    /// The rate the settings were judged against, and its BDP.
+    pub target_bps: f64,
+    pub bdp_bytes: u64,
+    pub findings: Vec<Finding>,
+    pub stages: Vec<StageCeiling>,
+    pub verdict: Option<Verdict>,
+    /// The sender's CPU per Gbit/s with TLS, and without (the cipher's
+    /// share taken off); None when the run carried nothing.
+    pub sender_cpu_per_gbps_tls: Option<f64>,
+    pub sender_cpu_per_gbps_plain: Option<f64>,
+    /// What was measured but left out of the verdict, and why.
+    pub notes: Vec<String>,
+}
+
+/// How the memory-to-memory run was limited, read from its figures.
+#[derive(Debug, Clone, Copy)]
+struct RunShape {
+    idle_us: f64,
+    loaded_us: f64,
+    /// The RTT grew under load: a bottleneck's queue filling, whose drops
+    /// are congestion, not loss on the path.
+    queueing: bool,
+    /// Loss on the path, and whether it counts as random (at the alarm).
+    path_loss: Option<(f64, bool)>,
+    window_limited: bool,
+    send_full: bool,
+    recv_full: bool,
+    /// Cores both ends share when they run on one host.
+    shared_cores: Option<u32>,
+    shared_full: bool,
+    path_is_limit: bool,
+}
+
+impl RunShape {
+    fn read(m: &Measured, sender: &HostSettings, receiver: &HostSettings) -> Self {
+        let run = m.run.as_ref();
+        let idle_us = f64::from(m.rtt_idle_us.unwrap_or(0).max(1));
+        let loaded_us = run.map_or(0.0, |p| f64::from(p.rtt_loaded_us));
+        // More than a fifth of the idle RTT and a millisecond.
+        let queueing = loaded_us > idle_us * 1.2 + 1000.0;
+        // Random loss: the light probe saw it (the test's own load cannot
+        // have caused it); without a probe, TCP's retransmits with no
+        // queue growing.
+        let path_loss = run.map(|p| match p.probe_loss {
+            Some(l) => (l, l >= LOSS_ALARM),
+            None => (p.loss_fraction, p.loss_fraction >= LOSS_ALARM && !queueing),
+        });
+        let lossy = path_loss.is_some_and(|(_, random)| random);
+        let window_limited = run.is_some_and(|p| p.limit == RunLimit::Window);
+        // An end whose test threads kept all its usable cores busy is
+        // CPU-bound, whichever of its threads was the busiest.
+        let send_full = run.is_some_and(|p| {
+            p.limit == RunLimit::SenderCpu
+                || p.cpu_sender_percent >= 90.0 * f64::from(sender.cpus_usable.max(1))
+        });
+        let recv_full = run.is_some_and(|p| {
+            p.limit == RunLimit::ReceiverCpu
+                || p.cpu_receiver_percent >= 90.0 * f64::from(receiver.cpus_usable.max(1))
+        });
+        // Both ends on one host share its cores: all of them busy between
+        // the two is the CPU limiting, whichever end spent more.
+        let shared_cores = same_host(&m.local, m.remote.as_ref()).then_some(m.local.cpus.max(1));
+        let shared_full = match (run, shared_cores) {
+            (Some(p), Some(cores)) => {
+                p.cpu_sender_percent + p.cpu_receiver_percent >= 90.0 * f64::from(cores)
+            }
+            _ => false,
+        };
+        let cpu_limited = send_full || recv_full || shared_full;
+        RunShape {
+            idle_us,
+            loaded_us,
+            queueing,
+            path_loss,
+            window_limited,
+            send_full,
+            recv_full,
+            shared_cores,
+            shared_full,
+            path_is_limit: run.is_some() && !(window_limited || cpu_limited || lossy),
+        }
+    }
+
+    fn lossy(&self) -> bool {
+        self.path_loss.is_some_and(|(_, random)| random)
+    }
+}
+
+/// Draws the findings, the stages and the verdict from the measurements.
+pub fn judge(m: &Measured) -> Judgement {
+    let rtt = m.rtt_idle_us.unwrap_or(0);
+    let (sender, receiver) = match (&m.remote, m.pull) {
+        (Some(h), false) => (&m.local, h),
+        (Some(h), true) => (h, &m.local),
+        (None, _) => (&m.local, &m.local),
+    };
+    let measured = m.run.as_ref().map_or(0.0, |p| p.bits_per_second);
+    let shape = RunShape::read(m, sender, receiver);
+    // The rate to judge settings against: given; else what the path
+    // carried if the path was the limit; else the link's speed, else
+    // the default target.
+    let target = m
+        .target_bps
+        .map(|t| t as f64)
+        .or(shape.path_is_limit.then_some(measured))
+        .or(m.link_bps)
+        .unwrap_or(crate::window::DEFAULT_TARGET_BPS as f64)
+        .max(measured);
+    let bdp = (target / 8.0 * f64::from(rtt) / 1e6) as u64;
+    // What a transfer's own sizing would give on this path.
+    let w = plan(&PathInput {
+        rtt_us: rtt,
+        target_bps: Some(target as u64),
+        sender: sender.buffers,
+        receiver: receiver.buffers,
+        streams: None,
+    });
+    let mut findings = audit("local", &m.local, bdp, w.streams);
+    if let Some(h) = &m.remote {
+        findings.extend(audit("remote", h, bdp, w.streams));
+    }
+    findings.extend(audit_path_mtu(
+        m.path_mtu,
+        &[m.local.mtu, m.remote.as_ref().and_then(|h| h.mtu)],
+    ));
+    let mut j = Judgement {
+        rtt_loaded_us: m.run.as_ref().map(|p| p.rtt_loaded_us),
+        target_bps: target,
+        bdp_bytes: bdp,
+        findings,
+        ..Default::default()
+    };
+    if let Some(p) = &m.run {
+        run_stages(&mut j, p, &shape, &w, sender, receiver, rtt);
+    }
+    storage_stages(&mut j, m, sender, receiver);
+    // For the window, the sender's send buffers and the receiver's
+    // receive buffers.
+    let (send_host, recv_host) = if m.pull {
+        ("remote", "local")
+    } else {
+        ("local", "remote")
+    };
+    let buffers: Vec<Finding> = j
+        .findings
+        .iter()
+        .filter(|f| {
+            (f.host == send_host && f.setting.contains("wmem"))
+                || (f.host == recv_host && f.setting.contains("rmem"))
+        })
+        .cloned()
+        .collect();
+    let rtt_ms = f64::from(rtt) / 1000.0;
+    let fix = |s: Stage| fix_for(s, &buffers, w.streams, rtt_ms);
+    j.verdict = verdict(&j.stages, fix);
+    if let Some(c) = &m.copy {
+        check_with_copy(&mut j, c, fix);
+    }
+    j
+}
+
+/// The stages the memory-to-memory run shows: the path, the window, loss
+/// and each end's CPU.
+fn run_stages(
+    j: &mut Judgement,
+    p: &RunMeasured,
+    shape: &RunShape,
+    w: &WindowPlan,
+    sender: &HostSettings,
+    receiver: &HostSettings,
+    rtt: u32,
+) {
+    let measured = p.bits_per_second;
+    let mut add = |name: Stage, ceiling_bps: f64, limiting: bool, detail: String| {
+        j.stages.push(StageCeiling {
+            name,
+            ceiling_bps,
+            limiting,
+            detail,
+        });
+    };
+    add(
+        Stage::PathRate,
+        measured,
+        shape.path_is_limit,
+        format!(
+            "{} memory to memory over {} streams, RTT {:.1} ms idle, {:.1} ms loaded{}",
+            format_rate(measured),
+            p.streams,
+            shape.idle_us / 1000.0,
+            shape.loaded_us / 1000.0,
+            if shape.path_is_limit {
+                ""
+            } else {
+                " (a lower bound: another stage limited)"
+            }
+        ),
+    );
+    // Window: what the buffers allow over the streams a transfer opens.
+    let win = if shape.window_limited {
+        measured.min(w.ceiling_bps)
+    } else {
+        w.ceiling_bps
+    };
+    add(
+        Stage::Window,
+        win,
+        shape.window_limited,
+        format!(
+            "{} streams x {} window at {:.1} ms{}",
+            w.streams,
+            format_bytes(w.stream_window),
+            shape.idle_us / 1000.0,
+            if shape.window_limited {
+                format!(
+                    "; the memory-to-memory test was window-bound: {}",
+                    p.limit_detail
+                )
+            } else {
+                String::new()
+            }
+        ),
+    );
+    // Loss: random loss at or above the alarm. Drops at a filling queue
+    // are the path's rate, above.
+    let (loss, _) = shape.path_loss.unwrap_or((0.0, false));
+    if loss > 0.0 && (p.probe_loss.is_some() || !shape.queueing) {
+        let mathis =
+            mathis_bps(mss_of(sender, receiver), rtt.max(1), loss) * f64::from(p.streams.max(1));
+        // Loss limits where it would hold loss-based TCP near or below
+        // what the path carried (BBR, our default, keeps more).
+        let limiting = shape.lossy() && mathis < measured * 1.5;
+        add(
+            Stage::Loss,
+            if limiting { measured } else { mathis },
+            limiting,
+            format!(
+                "{:.2e} lost on the path ({}); {:.2e} of TCP segments retransmitted after start-up; loss-based TCP over {} streams: {}",
+                loss,
+                match p.probe_packets {
+                    Some(n) => format!("light UDP probe, {n} datagrams"),
+                    None => "TCP retransmits, no queue growing".into(),
+                },
+                p.loss_fraction,
+                p.streams,
+                format_rate(mathis)
+            ),
+        );
+    }
+    // CPU: the rate each end could carry with all its usable cores as
+    // busy as the test made them per bit.
+    let cpu_ceiling = |percent: f64, cores: u32| {
+        if percent <= 0.0 {
+            f64::INFINITY
+        } else {
+            measured * f64::from(cores.max(1)) * 100.0 / percent
+        }
+    };
+    // Both ends on one host (loopback, or namespaces of one machine)
+    // share its cores: together they can carry no more than all of them
+    // busy at the two ends' cost per bit.
+    let shared = shape.shared_cores.map(|cores| {
+        let both = p.cpu_sender_percent + p.cpu_receiver_percent;
+        (
+            cpu_ceiling(both, cores),
+            format!(
+                "; both ends share this host's {cores} cores: {:.0}% + {:.0}% of {}%",
+                p.cpu_sender_percent,
+                p.cpu_receiver_percent,
+                100 * cores
+            ),
+        )
+    });
+    let (shared_ceiling, shared_detail) = shared.unwrap_or((f64::INFINITY, String::new()));
+    add(
+        Stage::SenderCpu,
+        cpu_ceiling(p.cpu_sender_percent, sender.cpus_usable).min(shared_ceiling),
+        shape.send_full || shape.shared_full,
+        format!(
+            "sender {:.0}% CPU of {} usable core(s) at {}{shared_detail}",
+            p.cpu_sender_percent,
+            sender.cpus_usable,
+            format_rate(measured)
+        ),
+    );
+    add(
+        Stage::ReceiverCpu,
+        cpu_ceiling(p.cpu_receiver_percent, receiver.cpus_usable).min(shared_ceiling),
+        shape.recv_full || shape.shared_full,
+        format!(
+            "receiver {:.0}% CPU of {} usable core(s){shared_detail}",
+            p.cpu_receiver_percent, receiver.cpus_usable
+        ),
+    );
+    if measured > 0.0 {
+        let per_gbps = p.cpu_sender_percent / (measured / 1e9);
+        j.sender_cpu_per_gbps_tls = Some(per_gbps);
+        if sender.cipher_bytes_per_core > 0.0 {
+            // A core sealing at C bytes/s spends 100/(C*8/1e9) percent per Gbit/s.
+            let cipher = 100.0 / (sender.cipher_bytes_per_core * 8.0 / 1e9);
+            j.sender_cpu_per_gbps_plain = Some((per_gbps - cipher).max(0.0));
+        }
+    }
+}
+
+/// The stages measured apart from the run: the cipher, the storage at
+/// both ends and file creation (only for a measured mean file size).
+fn storage_stages(j: &mut Judgement, m: &Measured, sender: &HostSettings, receiver: &HostSettings) {
+    let mut add = |name: Stage, ceiling_bps: f64, detail: String| {
+        j.stages.push(StageCeiling {
+            name,
+            ceiling_bps,
+            limiting: false,
+            detail,
+        });
+    };
+    // Encryption: the cipher alone on every usable core of the slower end.
+    let cipher = |h: &HostSettings| h.cipher_bytes_per_core * 8.0 * f64::from(h.cpus_usable.max(1));
+    let enc = cipher(sender).min(cipher(receiver));
+    if enc > 0.0 {
+        add(
+            Stage::Encryption,
+            enc,
+            format!(
+                "AES-GCM at {:.2} GB/s a core (sender), {:.2} GB/s (receiver)",
+                sender.cipher_bytes_per_core / 1e9,
+                receiver.cipher_bytes_per_core / 1e9
+            ),
+        );
+    }
+    if let Some((bytes_per_second, path)) = &m.source_read {
+        add(
+            Stage::SourceStorage,
+            bytes_per_second * 8.0,
+            format!(
+                "sequential read {:.2} GB/s ({path})",
+                bytes_per_second / 1e9,
+            ),
+        );
+    }
+    if let Some((bytes_per_second, direct)) = m.dest_write {
+        add(
+            Stage::DestStorage,
+            bytes_per_second * 8.0,
+            format!(
+                "sequential write of a new file {:.3} GB/s ({}, synced, as a transfer writes)",
+                bytes_per_second / 1e9,
+                if direct { "O_DIRECT" } else { "buffered" }
+            ),
+        );
+    }
+    if let Some(files_per_second) = m.dest_creates_per_second {
+        let carries = files_per_second * m.mean_file_size as f64 * 8.0;
+        if m.mean_file_size_measured {
+            add(
+                Stage::Metadata,
+                carries,
+                format!(
+                    "{files_per_second:.0} files/s created, files of {} on average",
+                    format_bytes(m.mean_file_size)
+                ),
+            );
+        } else {
+            j.notes.push(format!(
+                "metadata not judged: the destination creates {files_per_second:.0} files/s ({} for files of {}); give --source PATH to judge it against the files you will send",
+                format_rate(carries),
+                format_bytes(m.mean_file_size)
+            ));
+        }
+    }
+}
+
+/// The real copy is the check on the stages: far below the verdict's
+/// ceiling, what its own stages show wins over what each stage did apart,
+/// and the verdict follows it.
+fn check_with_copy(j: &mut Judgement, c: &CopyMeasured, fix: impl Fn(Stage) -> String) {
+    let Some(v) = j.verdict.clone() else {
+        return;
+    };
+    if c.bits_per_second >= v.ceiling_bps * 0.5 {
+        return;
+    }
+    let what = match copy_stage(c) {
+        Some((stage, rate, busy)) => {
+            let detail = format!(
+                "the short copy's {} ran at {} while busy, {:.0}% of the copy",
+                if stage == Stage::DestStorage {
+                    "destination writes"
+                } else {
+                    "source reads"
+                },
+                format_rate(rate),
+                busy * 100.0
+            );
+            let seen = StageCeiling {
+                name: stage,
+                ceiling_bps: rate,
+                limiting: true,
+                detail,
+            };
+            match j.stages.iter().position(|s| s.name == stage) {
+                Some(i) if j.stages[i].ceiling_bps <= rate => {}
+                Some(i) => j.stages[i] = seen,
+                None => j.stages.push(seen),
+            }
+            j.verdict = verdict(&j.stages, fix);
+            format!("its own stages show {}", stage.name())
+        }
+        None => format!(
+            "neither its source nor its destination was busy most of the time: the CPU both ends spend per byte, or a copy too short for the steady rate (at least {} would show it)",
+            format_bytes((v.ceiling_bps / 8.0 * 10.0) as u64)
+        ),
+    };
+    j.notes.push(format!(
+        "the short copy moved {}, well below the {} the stages measured apart allow ({}): {what}",
+        format_rate(c.bits_per_second),
+        format_rate(v.ceiling_bps),
+        v.stage.name(),
+    ));
+}
+
+/// True when the server runs on this very host (loopback, or a network
+/// namespace of it): the two ends then share its cores.
+pub fn same_host(local: &HostSettings, remote: Option<&HostSettings>) -> bool {
+    remote.is_some_and(|h| {
+        h.hostname == local.hostname && h.kernel == local.kernel && h.cpus == local.cpus
+    })
+}
+
+/// The storage stage a copy's own figures show limiting it: the end that
+/// was busy for most of the copy (its rate while busy is then what it can
+/// carry), with that rate and the share of the copy it was busy; None
+/// when neither was.
+pub fn copy_stage(c: &CopyMeasured) -> Option<(Stage, f64, f64)> {
+    let busy = |rate: f64| {
+        if rate > 0.0 {
+            (c.bits_per_second / rate).min(1.0)
+        } else {
+            0.0
+        }
+    };
+    [
+        (Stage::DestStorage, c.dest_write_bps),
+        (Stage::SourceStorage, c.source_read_bps),
+    ]
+    .into_iter()
+    .map(|(s, rate)| (s, rate, busy(rate)))
+    .filter(|&(_, _, b)| b >= 0.6)
+    .max_by(|a, b| a.2.total_cmp(&b.2))
+}
+
+/// The TCP payload of a segment on the smaller MTU of the two ends (1500
+/// when neither is known), less IP and TCP headers with timestamps.
+fn mss_of(a: &HostSettings, b: &HostSettings) -> u32 {
+    a.mtu
+        .into_iter()
+        .chain(b.mtu)
+        .min()
+        .unwrap_or(1500)
+        .saturating_sub(52)
+}
+
+/// What to change when `s` limits. `buffers` are the socket buffer caps
+/// found too small for the path, `streams` those a transfer would open.
+fn fix_for(s: Stage, buffers: &[Finding], streams: u16, rtt_ms: f64) -> String {
+    let sysctls: Vec<String> = buffers
+        .iter()
+        .filter(|f| f.setting.contains("mem"))
+        .map(|f| format!("{} ({})", f.fix, f.host))
+        .collect();
+    match s {
+        Stage::PathRate => "the path itself is the limit: a faster link or a less shared path; nothing on the hosts will raise it".into(),
+        Stage::Window => {
+            if sysctls.is_empty() {
+                format!(
+                    "the socket buffers hold too little for {rtt_ms:.0} ms: use more streams (-P, {streams} now)"
+                )
+            } else {
+                format!("raise the socket buffer caps: {}", sysctls.join("; "))
+            }
+        }
+        Stage::Loss => "packet loss on the path: find the lossy hop (errors on an interface, a dirty optic, a policer; perfSONAR or `perf -u` per segment); meanwhile keep BBR (longhaul's default) and more streams (-P)".into(),
+        Stage::SenderCpu => "the sender's CPU is the limit: more usable cores (check taskset/cgroup cpusets), a faster CPU, or the performance governor".into(),
+        Stage::ReceiverCpu => "the receiver's CPU is the limit: more usable cores on the server, a faster CPU, or the performance governor".into(),
+        Stage::Encryption => "TLS costs more CPU than the path allows: a CPU with AES instructions, more cores, or --insecure-plaintext on a network you trust".into(),
+        Stage::SourceStorage => "the source storage reads slower than the path: faster or striped storage, or read from a copy on faster disks".into(),
+        Stage::DestStorage => "the destination storage writes slower than the path: faster or striped storage at the destination (check its throttles and RAID)".into(),
+        Stage::Metadata => "creating files at the destination is the limit: bundle small files (tar) before sending, or a file system with faster creates (local, not NFS)".into(),
+    }
 }
 
 #[cfg(test)]
@@ -408,5 +977,418 @@ mod tests {
             "{f:?}"
         );
         assert!(f.iter().any(|f| f.setting == "net.core.rmem_max"));
+    }
+
+    fn host(name: &str, cpus: u32) -> HostSettings {
+        HostSettings {
+            hostname: name.into(),
+            kernel: "6.1".into(),
+            cpus,
+            cpus_usable: cpus,
+            buffers: BufferCaps {
+                rmem_max: Some(64 << 20),
+                wmem_max: Some(64 << 20),
+                tcp_rmem_max: Some(64 << 20),
+                tcp_wmem_max: Some(64 << 20),
+            },
+            ..Default::default()
+        }
+    }
+
+    /// A push between two 8-core hosts 1 ms apart whose memory-to-memory
+    /// run carried 10 Gbit/s with a core busy at each end: the path limits.
+    fn push() -> Measured {
+        Measured {
+            local: host("a", 8),
+            remote: Some(host("b", 8)),
+            rtt_idle_us: Some(1000),
+            run: Some(RunMeasured {
+                streams: 4,
+                bits_per_second: 1e10,
+                rtt_loaded_us: 1100,
+                cpu_sender_percent: 100.0,
+                cpu_receiver_percent: 100.0,
+                ..Default::default()
+            }),
+            mean_file_size: 1 << 20,
+            ..Default::default()
+        }
+    }
+
+    fn stage_of(j: &Judgement, s: Stage) -> &StageCeiling {
+        j.stages
+            .iter()
+            .find(|x| x.name == s)
+            .unwrap_or_else(|| panic!("no {} in {:?}", s.name(), j.stages))
+    }
+
+    fn verdict_of(m: &Measured) -> (Verdict, Judgement) {
+        let j = judge(m);
+        let v = j
+            .verdict
+            .clone()
+            .unwrap_or_else(|| panic!("no verdict: {j:?}"));
+        (v, j)
+    }
+
+    #[test]
+    fn a_run_no_other_stage_held_back_makes_the_path_the_verdict() {
+        let (v, j) = verdict_of(&push());
+        assert_eq!(v.stage, Stage::PathRate, "{:?}", j.stages);
+        assert_eq!(v.ceiling_bps, 1e10);
+        assert!(stage_of(&j, Stage::PathRate).limiting);
+        assert!(v.fix.starts_with("the path itself"), "{}", v.fix);
+        // The settings are judged against what the path carried.
+        assert_eq!(j.target_bps, 1e10);
+        assert_eq!(j.bdp_bytes, 1_250_000);
+        assert_eq!(j.rtt_loaded_us, Some(1100));
+        assert_eq!(j.sender_cpu_per_gbps_tls, Some(10.0));
+        assert!(j.findings.is_empty(), "{:?}", j.findings);
+    }
+
+    #[test]
+    fn a_window_bound_run_names_the_receivers_buffer_cap() {
+        let mut m = push();
+        m.rtt_idle_us = Some(80_000);
+        let small = BufferCaps {
+            rmem_max: Some(212_992),
+            wmem_max: Some(212_992),
+            tcp_rmem_max: Some(6 << 20),
+            tcp_wmem_max: Some(4 << 20),
+        };
+        m.remote.as_mut().unwrap().buffers = small;
+        let run = m.run.as_mut().unwrap();
+        run.bits_per_second = 1e9;
+        run.rtt_loaded_us = 80_500;
+        run.limit = RunLimit::Window;
+        run.limit_detail = "receive window full".into();
+        let (v, j) = verdict_of(&m);
+        assert_eq!(v.stage, Stage::Window, "{:?}", j.stages);
+        let window = stage_of(&j, Stage::Window);
+        assert!(window.limiting);
+        assert!(
+            window.detail.ends_with("receive window full"),
+            "{}",
+            window.detail
+        );
+        assert!(!stage_of(&j, Stage::PathRate).limiting);
+        // On a push the server receives: its receive caps are the fix,
+        // not its send caps, and not this host's.
+        assert!(
+            v.fix.starts_with("raise the socket buffer caps"),
+            "{}",
+            v.fix
+        );
+        assert!(v.fix.contains("net.core.rmem_max"), "{}", v.fix);
+        assert!(v.fix.contains("(remote)"), "{}", v.fix);
+        assert!(!v.fix.contains("wmem"), "{}", v.fix);
+        assert!(!v.fix.contains("(local)"), "{}", v.fix);
+        // On a pull the server sends: its send caps are the fix.
+        m.pull = true;
+        m.remote.as_mut().unwrap().buffers = small;
+        let (v, _) = verdict_of(&m);
+        assert_eq!(v.stage, Stage::Window);
+        assert!(v.fix.contains("net.core.wmem_max"), "{}", v.fix);
+        assert!(!v.fix.contains("rmem"), "{}", v.fix);
+        // Caps large enough: more streams is the fix.
+        m.remote.as_mut().unwrap().buffers = host("b", 8).buffers;
+        let (v, j) = verdict_of(&m);
+        assert_eq!(v.stage, Stage::Window, "{:?}", j.stages);
+        assert!(v.fix.contains("use more streams (-P"), "{}", v.fix);
+        assert!(v.fix.contains("80 ms"), "{}", v.fix);
+    }
+
+    #[test]
+    fn random_loss_limits_and_light_loss_does_not() {
+        let mut m = push();
+        m.rtt_idle_us = Some(50_000);
+        let run = m.run.as_mut().unwrap();
+        run.bits_per_second = 1e9;
+        run.rtt_loaded_us = 50_200;
+        run.probe_loss = Some(1e-3);
+        run.probe_packets = Some(10_000);
+        let (v, j) = verdict_of(&m);
+        assert_eq!(v.stage, Stage::Loss, "{:?}", j.stages);
+        assert_eq!(v.ceiling_bps, 1e9);
+        assert!(stage_of(&j, Stage::Loss).limiting);
+        assert!(!stage_of(&j, Stage::PathRate).limiting);
+        assert!(v.fix.starts_with("packet loss on the path"), "{}", v.fix);
+        // Below the alarm: a stage with Mathis's figure, not limiting.
+        m.run.as_mut().unwrap().probe_loss = Some(1e-6);
+        let (v, j) = verdict_of(&m);
+        let loss = stage_of(&j, Stage::Loss);
+        assert!(!loss.limiting);
+        let mathis = mathis_bps(1448, 50_000, 1e-6) * 4.0;
+        assert_eq!(loss.ceiling_bps, mathis);
+        assert_eq!(v.stage, Stage::PathRate, "{:?}", j.stages);
+    }
+
+    #[test]
+    fn retransmits_at_a_filling_queue_are_congestion_not_loss() {
+        let mut m = push();
+        let run = m.run.as_mut().unwrap();
+        run.loss_fraction = 1e-2;
+        // Loaded RTT 5 ms over 1 ms idle: a queue filled.
+        run.rtt_loaded_us = 5000;
+        let (v, j) = verdict_of(&m);
+        assert!(
+            j.stages.iter().all(|s| s.name != Stage::Loss),
+            "{:?}",
+            j.stages
+        );
+        assert_eq!(v.stage, Stage::PathRate);
+        // The same retransmits with no queue growing are loss.
+        m.run.as_mut().unwrap().rtt_loaded_us = 1100;
+        let (v, j) = verdict_of(&m);
+        assert_eq!(v.stage, Stage::Loss, "{:?}", j.stages);
+    }
+
+    #[test]
+    fn a_busy_end_is_the_cpu_verdict() {
+        let mut m = push();
+        // 780% of 8 cores is over 90% of them: the sender limits.
+        m.run.as_mut().unwrap().cpu_sender_percent = 780.0;
+        let (v, j) = verdict_of(&m);
+        assert_eq!(v.stage, Stage::SenderCpu, "{:?}", j.stages);
+        assert!(stage_of(&j, Stage::SenderCpu).limiting);
+        assert!(!stage_of(&j, Stage::ReceiverCpu).limiting);
+        assert!(v.fix.starts_with("the sender's CPU"), "{}", v.fix);
+        let mut m = push();
+        m.run.as_mut().unwrap().cpu_receiver_percent = 780.0;
+        let (v, j) = verdict_of(&m);
+        assert_eq!(v.stage, Stage::ReceiverCpu, "{:?}", j.stages);
+        assert!(v.fix.starts_with("the receiver's CPU"), "{}", v.fix);
+        // The run's own accounting naming the CPU is enough.
+        let mut m = push();
+        m.run.as_mut().unwrap().limit = RunLimit::ReceiverCpu;
+        assert_eq!(verdict_of(&m).0.stage, Stage::ReceiverCpu);
+        // On a pull the server sends: its cores are the sender's.
+        let mut m = push();
+        m.pull = true;
+        m.remote.as_mut().unwrap().cpus_usable = 1;
+        m.run.as_mut().unwrap().cpu_sender_percent = 95.0;
+        let (v, j) = verdict_of(&m);
+        assert_eq!(v.stage, Stage::SenderCpu, "{:?}", j.stages);
+        assert_eq!(
+            stage_of(&j, Stage::SenderCpu).ceiling_bps,
+            1e10 * 100.0 / 95.0
+        );
+    }
+
+    #[test]
+    fn both_ends_on_one_host_count_their_cpu_together() {
+        let mut m = push();
+        m.local = host("a", 2);
+        m.remote = Some(host("b", 2));
+        let run = m.run.as_mut().unwrap();
+        run.cpu_sender_percent = 80.0;
+        run.cpu_receiver_percent = 80.0;
+        // Apart, each end alone could carry 25 Gbit/s.
+        let j = judge(&m);
+        assert_eq!(stage_of(&j, Stage::SenderCpu).ceiling_bps, 2.5e10);
+        assert!(!stage_of(&j, Stage::SenderCpu).detail.contains("share"));
+        // On one host (loopback) the two together carry only 12.5.
+        m.remote = Some(host("a", 2));
+        let j = judge(&m);
+        assert_eq!(stage_of(&j, Stage::SenderCpu).ceiling_bps, 1.25e10);
+        assert_eq!(stage_of(&j, Stage::ReceiverCpu).ceiling_bps, 1.25e10);
+        assert!(
+            stage_of(&j, Stage::SenderCpu)
+                .detail
+                .contains("both ends share this host's 2 cores: 80% + 80% of 200%"),
+            "{}",
+            stage_of(&j, Stage::SenderCpu).detail
+        );
+        assert!(!stage_of(&j, Stage::SenderCpu).limiting);
+        assert_eq!(j.verdict.unwrap().stage, Stage::PathRate);
+        // 95% + 95%: both cores busy, neither end alone: the CPU limits.
+        let run = m.run.as_mut().unwrap();
+        run.cpu_sender_percent = 95.0;
+        run.cpu_receiver_percent = 95.0;
+        let (v, j) = verdict_of(&m);
+        assert!(stage_of(&j, Stage::SenderCpu).limiting);
+        assert!(stage_of(&j, Stage::ReceiverCpu).limiting);
+        assert!(!stage_of(&j, Stage::PathRate).limiting);
+        assert_eq!(v.stage, Stage::SenderCpu, "{:?}", j.stages);
+        // A different kernel is a different host.
+        m.remote.as_mut().unwrap().kernel = "6.2".into();
+        assert!(!same_host(&m.local, m.remote.as_ref()));
+    }
+
+    #[test]
+    fn a_slow_cipher_is_the_encryption_verdict() {
+        let mut m = push();
+        m.local.cipher_bytes_per_core = 2e9;
+        m.remote.as_mut().unwrap().cipher_bytes_per_core = 0.1e9;
+        let (v, j) = verdict_of(&m);
+        // The slower end's 8 cores: 6.4 Gbit/s, below the 10 carried.
+        assert_eq!(v.stage, Stage::Encryption, "{:?}", j.stages);
+        assert_eq!(v.ceiling_bps, 6.4e9);
+        assert!(!stage_of(&j, Stage::Encryption).limiting);
+        assert!(v.fix.contains("--insecure-plaintext"), "{}", v.fix);
+        // 100 / (2 GB/s * 8 / 1e9) = 6.25% a Gbit/s is the cipher's.
+        assert_eq!(j.sender_cpu_per_gbps_plain, Some(10.0 - 6.25));
+    }
+
+    #[test]
+    fn slow_storage_at_either_end_is_the_verdict() {
+        let mut m = push();
+        m.source_read = Some((0.5e9, "/data".into()));
+        let (v, j) = verdict_of(&m);
+        assert_eq!(v.stage, Stage::SourceStorage, "{:?}", j.stages);
+        assert_eq!(v.ceiling_bps, 4e9);
+        assert!(stage_of(&j, Stage::SourceStorage)
+            .detail
+            .contains("(/data)"));
+        assert!(v.fix.starts_with("the source storage"), "{}", v.fix);
+        let mut m = push();
+        m.dest_write = Some((0.25e9, true));
+        let (v, j) = verdict_of(&m);
+        assert_eq!(v.stage, Stage::DestStorage, "{:?}", j.stages);
+        assert_eq!(v.ceiling_bps, 2e9);
+        assert!(stage_of(&j, Stage::DestStorage).detail.contains("O_DIRECT"));
+        assert!(v.fix.starts_with("the destination storage"), "{}", v.fix);
+    }
+
+    #[test]
+    fn unmeasured_stages_take_no_part() {
+        // No source given: no source stage, and the verdict stands on the rest.
+        let mut m = push();
+        m.dest_write = Some((2e9, false));
+        let j = judge(&m);
+        assert!(j.stages.iter().all(|s| s.name != Stage::SourceStorage));
+        assert_eq!(j.verdict.unwrap().stage, Stage::PathRate);
+        // No run (it failed): no path, window, loss or CPU stages, and the
+        // storage measured alone is the verdict.
+        m.run = None;
+        let (v, j) = verdict_of(&m);
+        let names: Vec<Stage> = j.stages.iter().map(|s| s.name).collect();
+        assert_eq!(names, [Stage::DestStorage]);
+        assert_eq!(v.stage, Stage::DestStorage);
+        assert_eq!(j.rtt_loaded_us, None);
+        assert_eq!(j.sender_cpu_per_gbps_tls, None);
+        // Nothing measured at all: no verdict.
+        m.dest_write = None;
+        assert_eq!(judge(&m).verdict, None);
+    }
+
+    #[test]
+    fn metadata_is_judged_only_for_a_measured_file_size() {
+        let mut m = push();
+        // 100 files/s of 1 MiB: 839 Mbit/s.
+        m.dest_creates_per_second = Some(100.0);
+        let j = judge(&m);
+        assert!(j.stages.iter().all(|s| s.name != Stage::Metadata));
+        assert_eq!(j.verdict.unwrap().stage, Stage::PathRate);
+        assert!(
+            j.notes[0].starts_with("metadata not judged: the destination creates 100 files/s"),
+            "{:?}",
+            j.notes
+        );
+        m.mean_file_size_measured = true;
+        let (v, j) = verdict_of(&m);
+        assert_eq!(v.stage, Stage::Metadata, "{:?}", j.stages);
+        assert_eq!(v.ceiling_bps, 100.0 * 8.0 * f64::from(1 << 20));
+        assert!(j.notes.is_empty());
+        assert!(v.fix.contains("bundle small files"), "{}", v.fix);
+    }
+
+    #[test]
+    fn ties_go_to_evidence_then_to_the_stage_order() {
+        // Source and destination storage equal, neither seen limiting:
+        // the first in stage order is the verdict, the other is next.
+        let mut m = push();
+        m.source_read = Some((0.5e9, "/data".into()));
+        m.dest_write = Some((0.5e9, false));
+        let (v, _) = verdict_of(&m);
+        assert_eq!(v.stage, Stage::SourceStorage);
+        assert_eq!(v.next, Some(Stage::DestStorage));
+        assert_eq!(v.next_ceiling_bps, Some(4e9));
+        // The path seen limiting at 10 Gbit/s beats storage estimated at
+        // 9.5: within a tenth, evidence wins.
+        let mut m = push();
+        m.dest_write = Some((9.5e9 / 8.0, false));
+        let (v, _) = verdict_of(&m);
+        assert_eq!(v.stage, Stage::PathRate);
+        assert_eq!(v.next, Some(Stage::DestStorage));
+        // At 8 the estimate is more than a tenth lower: it wins.
+        m.dest_write = Some((1e9, false));
+        assert_eq!(verdict_of(&m).0.stage, Stage::DestStorage);
+    }
+
+    #[test]
+    fn the_target_is_given_else_the_path_else_the_link_else_the_default() {
+        let mut m = push();
+        m.target_bps = Some(40_000_000_000);
+        assert_eq!(judge(&m).target_bps, 4e10);
+        // Never below what was carried.
+        m.target_bps = Some(1_000_000);
+        assert_eq!(judge(&m).target_bps, 1e10);
+        // The CPU limited: the link's speed, then the default.
+        let mut m = push();
+        m.run.as_mut().unwrap().cpu_sender_percent = 780.0;
+        m.link_bps = Some(25e9);
+        assert_eq!(judge(&m).target_bps, 25e9);
+        m.link_bps = None;
+        assert_eq!(
+            judge(&m).target_bps,
+            crate::window::DEFAULT_TARGET_BPS as f64
+        );
+    }
+
+    #[test]
+    fn a_copy_far_below_the_verdict_names_the_stage_its_own_figures_show() {
+        // The probe said 24 Gbit/s of writes; the copy moved 2.18 Gbit/s
+        // with its destination writing at 2.5 Gbit/s while busy (87%).
+        let mut m = push();
+        m.dest_write = Some((3e9, false));
+        m.copy = Some(CopyMeasured {
+            bits_per_second: 2.18e9,
+            source_read_bps: 40e9,
+            dest_write_bps: 2.5e9,
+        });
+        let (v, j) = verdict_of(&m);
+        assert_eq!(v.stage, Stage::DestStorage, "{:?}", j.stages);
+        assert_eq!(v.ceiling_bps, 2.5e9);
+        assert!(stage_of(&j, Stage::DestStorage).limiting);
+        assert!(
+            j.notes
+                .iter()
+                .any(|n| n.contains("its own stages show dest_storage")),
+            "{:?}",
+            j.notes
+        );
+        // A copy that kept up says nothing.
+        m.copy.as_mut().unwrap().bits_per_second = 9e9;
+        let j = judge(&m);
+        assert!(j.notes.is_empty(), "{:?}", j.notes);
+        assert_eq!(j.verdict.unwrap().stage, Stage::PathRate);
+    }
+
+    #[test]
+    fn a_copy_with_no_busy_end_is_said_to_be_below_without_a_stage() {
+        let mut m = push();
+        m.dest_write = Some((3e9, false));
+        m.copy = Some(CopyMeasured {
+            bits_per_second: 1e9,
+            source_read_bps: 20e9,
+            dest_write_bps: 20e9,
+        });
+        let (v, j) = verdict_of(&m);
+        assert!(
+            j.notes.iter().any(|n| n.contains("well below")
+                && n.contains("neither its source nor its destination")),
+            "{:?}",
+            j.notes
+        );
+        assert_eq!(v.stage, Stage::PathRate);
+        assert_eq!(
+            copy_stage(&CopyMeasured {
+                bits_per_second: 1e9,
+                source_read_bps: 1.2e9,
+                dest_write_bps: 1.5e9,
+            }),
+            Some((Stage::SourceStorage, 1.2e9, 1.0 / 1.2))
+        );
     }
 }

@@ -10,8 +10,7 @@ pub const BIN: &str = env!("CARGO_BIN_EXE_longhaul");
 
 /// True where the emulator can run; says why not otherwise.
 pub fn can_emulate() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    let root = unsafe { libc::geteuid() } == 0;
+    let root = rustix::process::geteuid().is_root();
     let ok =
         root && Path::new("/dev/net/tun").exists() && Command::new("ip").arg("-V").output().is_ok();
     if !ok {
@@ -68,8 +67,9 @@ impl Wan {
 
     /// SIGTERM, and the forwarder's own cleanup.
     pub fn down(mut self) {
-        // SAFETY: kill on our own child's PID.
-        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        if let Some(pid) = rustix::process::Pid::from_raw(self.child.id() as i32) {
+            let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
+        }
         let _ = self.child.wait();
     }
 }

@@ -163,8 +163,7 @@ pub fn run(b: &DiskBench) -> Result<DiskReport, EngineError> {
             drop_cache(&file);
             // A larger readahead for a sequential reader, as the transfer
             // source asks for too.
-            // SAFETY: a plain advisory call on a descriptor we own.
-            unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_SEQUENTIAL) };
+            let _ = rustix::fs::fadvise(&file, 0, None, rustix::fs::Advice::Sequential);
             let read = sequential(&file, b, written.1, false, direct)
                 .map_err(|e| EngineError::io(format!("reading {}", path.display()), e))?;
             report.read = Some(read.0);
@@ -305,10 +304,7 @@ fn fill(buf: &mut [u8], seed: u64) {
 }
 
 fn drop_cache(file: &File) {
-    // SAFETY: a plain advisory call on a descriptor we own.
-    unsafe {
-        libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED);
-    }
+    let _ = rustix::fs::fadvise(file, 0, None, rustix::fs::Advice::DontNeed);
 }
 
 /// Reads the files already under `dir` (a read-only probe: nothing is
@@ -378,8 +374,7 @@ pub fn read_existing(
             continue;
         }
         drop_cache(&f);
-        // SAFETY: a plain advisory call on a descriptor we own.
-        unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_SEQUENTIAL) };
+        let _ = rustix::fs::fadvise(&f, 0, None, rustix::fs::Advice::Sequential);
         let mut off = 0;
         loop {
             if Instant::now() >= deadline || bytes >= max_bytes {
@@ -506,17 +501,10 @@ fn read_files(dir: &Path, made: u64, b: &DiskBench) -> io::Result<FilesResult> {
 
 /// The file system type's name and the bytes free to us, of a directory.
 pub fn statfs(dir: &Path) -> (String, Option<u64>) {
-    use std::os::unix::ffi::OsStrExt;
-    let Ok(c) = std::ffi::CString::new(dir.as_os_str().as_bytes()) else {
+    let Ok(s) = rustix::fs::statfs(dir) else {
         return ("unknown".into(), None);
     };
-    // SAFETY: statfs is plain data, written by the call.
-    let mut s: libc::statfs = unsafe { std::mem::zeroed() };
-    // SAFETY: c is a valid C string; s is writable.
-    if unsafe { libc::statfs(c.as_ptr(), &mut s) } != 0 {
-        return ("unknown".into(), None);
-    }
-    let name = match s.f_type as i64 {
+    let name = match s.f_type {
         0xEF53 => "ext4",
         0x0102_1994 => "tmpfs",
         0x5846_5342 => "xfs",
@@ -530,7 +518,7 @@ pub fn statfs(dir: &Path) -> (String, Option<u64>) {
         0x0027_e0eb => "cgroup",
         _ => "other",
     };
-    let free = (s.f_bavail as u64).saturating_mul(s.f_bsize as u64);
+    let free = s.f_bavail.saturating_mul(s.f_bsize as u64);
     (name.into(), Some(free))
 }
 

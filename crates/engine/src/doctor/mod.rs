@@ -22,11 +22,10 @@ use longhaul_proto::disk::{
     DiskReport, ProbeRequest, ProbeResult, ProbeTests, DOCTOR_SCRATCH_PREFIX,
 };
 use longhaul_proto::doctor::{
-    self, audit, mathis_bps, Finding, HostSettings, Stage, StageCeiling, Verdict, LOSS_ALARM,
+    self, audit, Finding, HostSettings, RunLimit, Stage, StageCeiling, Verdict,
 };
 use longhaul_proto::msg::{Direction, Message, Mode, TestParams};
 use longhaul_proto::report::{IntervalReport, LimitKind, Summary};
-use longhaul_proto::window::{plan, PathInput};
 use serde::{Deserialize, Serialize};
 
 use crate::net::dial::{open_control, ClientOptions};
@@ -985,62 +984,30 @@ impl ShortCopy<'_> {
     }
 }
 
-/// Fills in the findings, the stages and the verdict from the measurements.
+/// Fills in the findings, the stages and the verdict from the measurements
+/// ([`doctor::judge`] holds the rules).
 pub fn judge(r: &mut DoctorReport, o: &DoctorOptions) {
-    let run = if o.pull {
-        r.download.clone()
-    } else {
-        r.upload.clone()
-    };
-    let rtt = r.rtt_idle_us.unwrap_or(0);
-    let (sender, receiver) = match (&r.remote, o.pull) {
-        (Some(h), false) => (r.local.clone(), h.clone()),
-        (Some(h), true) => (h.clone(), r.local.clone()),
-        (None, _) => (r.local.clone(), r.local.clone()),
-    };
-    let measured = run.as_ref().map_or(0.0, |p| p.bits_per_second);
-    r.rtt_loaded_us = run.as_ref().map(|p| p.rtt_loaded_us);
-    // How the memory-to-memory run was limited.
-    let idle = f64::from(rtt.max(1));
-    let loaded = run.as_ref().map_or(0.0, |p| f64::from(p.rtt_loaded_us));
-    // A queue that grows under load (more than a fifth of the idle RTT
-    // and a millisecond) is a bottleneck link's buffer filling: its drops
-    // are congestion, not loss on the path.
-    let queueing = loaded > idle * 1.2 + 1000.0;
-    let limit = run.as_ref().map_or(LimitKind::None, |p| p.limit);
-    // Random loss: the light probe saw it (the test's own load cannot have
-    // caused it); without a probe, TCP's retransmits with no queue growing.
-    let path_loss = run.as_ref().map(|p| match p.probe_loss {
-        Some(l) => (l, l >= LOSS_ALARM),
-        None => (p.loss_fraction, p.loss_fraction >= LOSS_ALARM && !queueing),
-    });
-    let lossy = path_loss.is_some_and(|(_, random)| random);
-    let window_limited = matches!(limit, LimitKind::ReceiverWindow | LimitKind::SendBuffer);
-    // An end whose test threads kept all its usable cores busy is
-    // CPU-bound, whichever of its threads was the busiest.
-    let send_full = run.as_ref().is_some_and(|p| {
-        matches!(p.limit, LimitKind::SenderCpu)
-            || p.cpu_sender_percent >= 90.0 * f64::from(sender.cpus_usable.max(1))
-    });
-    let recv_full = run.as_ref().is_some_and(|p| {
-        matches!(p.limit, LimitKind::ReceiverCpu)
-            || p.cpu_receiver_percent >= 90.0 * f64::from(receiver.cpus_usable.max(1))
-    });
-    // Both ends on one host share its cores: all of them busy between
-    // the two is the CPU limiting, whichever end spent more.
-    let shared_cores = same_host(&r.local, r.remote.as_ref()).then_some(r.local.cpus.max(1));
-    let shared_full = match (&run, shared_cores) {
-        (Some(p), Some(cores)) => {
-            p.cpu_sender_percent + p.cpu_receiver_percent >= 90.0 * f64::from(cores)
-        }
-        _ => false,
-    };
-    let cpu_limited = send_full || recv_full || shared_full;
-    let path_is_limit = run.is_some() && !(window_limited || cpu_limited || lossy);
-    // The rate to judge settings against: given; else what the path
-    // carried if the path was the limit; else the interface's speed (not
-    // for virtual devices, which claim 10 Gbit/s), else 10 Gbit/s.
-    let link = r
+    let j = doctor::judge(&measured(r, o));
+    r.rtt_loaded_us = j.rtt_loaded_us;
+    r.target_bps = Some(j.target_bps);
+    r.bdp_bytes = Some(j.bdp_bytes);
+    r.findings = j.findings;
+    r.stages = j.stages;
+    r.verdict = j.verdict;
+    if j.sender_cpu_per_gbps_tls.is_some() {
+        r.sender_cpu_per_gbps_tls = j.sender_cpu_per_gbps_tls;
+    }
+    if j.sender_cpu_per_gbps_plain.is_some() {
+        r.sender_cpu_per_gbps_plain = j.sender_cpu_per_gbps_plain;
+    }
+    r.notes.extend(j.notes);
+}
+
+/// The report's measurements in the terms of the rules, with the one fact
+/// read here: whether this host's interface is a physical device (virtual
+/// ones claim 10 Gbit/s whatever they carry).
+fn measured(r: &DoctorReport, o: &DoctorOptions) -> doctor::Measured {
+    let link_bps = r
         .local
         .link_mbps
         .filter(|_| {
@@ -1050,366 +1017,46 @@ pub fn judge(r: &mut DoctorReport, o: &DoctorOptions) {
                 .is_some_and(|i| Path::new(&format!("/sys/class/net/{i}/device")).exists())
         })
         .map(|m| m as f64 * 1e6);
-    let target = o
-        .target_bps
-        .map(|t| t as f64)
-        .or(path_is_limit.then_some(measured))
-        .or(link)
-        .unwrap_or(longhaul_proto::window::DEFAULT_TARGET_BPS as f64)
-        .max(measured);
-    let bdp = (target / 8.0 * f64::from(rtt) / 1e6) as u64;
-    r.target_bps = Some(target);
-    r.bdp_bytes = Some(bdp);
-    // What a transfer's own sizing would give on this path.
-    let w = plan(&PathInput {
-        rtt_us: rtt,
-        target_bps: Some(target as u64),
-        sender: sender.buffers,
-        receiver: receiver.buffers,
-        streams: None,
+    let run = if o.pull { &r.download } else { &r.upload };
+    let run = run.as_ref().map(|p| doctor::RunMeasured {
+        streams: p.streams,
+        bits_per_second: p.bits_per_second,
+        loss_fraction: p.loss_fraction,
+        rtt_loaded_us: p.rtt_loaded_us,
+        cpu_sender_percent: p.cpu_sender_percent,
+        cpu_receiver_percent: p.cpu_receiver_percent,
+        limit: match p.limit {
+            LimitKind::ReceiverWindow | LimitKind::SendBuffer => RunLimit::Window,
+            LimitKind::SenderCpu => RunLimit::SenderCpu,
+            LimitKind::ReceiverCpu => RunLimit::ReceiverCpu,
+            _ => RunLimit::Other,
+        },
+        limit_detail: p.limit_detail.clone(),
+        probe_loss: p.probe_loss,
+        probe_packets: p.probe_packets,
     });
-    let mut findings = audit("local", &r.local, bdp, w.streams);
-    if let Some(h) = &r.remote {
-        findings.extend(audit("remote", h, bdp, w.streams));
-    }
-    findings.extend(longhaul_proto::doctor::audit_path_mtu(
-        r.path_mtu,
-        &[r.local.mtu, r.remote.as_ref().and_then(|h| h.mtu)],
-    ));
-    r.findings = findings;
-
-    let mut stages = Vec::new();
-    let mut add = |name: Stage, ceiling_bps: f64, limiting: bool, detail: String| {
-        stages.push(StageCeiling {
-            name,
-            ceiling_bps,
-            limiting,
-            detail,
-        });
-    };
-    if let Some(p) = &run {
-        add(
-            Stage::PathRate,
-            measured,
-            path_is_limit,
-            format!(
-                "{} memory to memory over {} streams, RTT {:.1} ms idle, {:.1} ms loaded{}",
-                longhaul_proto::units::format_rate(measured),
-                p.streams,
-                idle / 1000.0,
-                loaded / 1000.0,
-                if path_is_limit {
-                    ""
-                } else {
-                    " (a lower bound: another stage limited)"
-                }
-            ),
-        );
-        // Window: what the buffers allow over the streams a transfer opens.
-        let win = if window_limited {
-            measured.min(w.ceiling_bps)
-        } else {
-            w.ceiling_bps
-        };
-        add(
-            Stage::Window,
-            win,
-            window_limited,
-            format!(
-                "{} streams x {} window at {:.1} ms{}",
-                w.streams,
-                longhaul_proto::units::format_bytes(w.stream_window),
-                idle / 1000.0,
-                if window_limited {
-                    format!(
-                        "; the memory-to-memory test was window-bound: {}",
-                        p.limit_detail
-                    )
-                } else {
-                    String::new()
-                }
-            ),
-        );
-        // Loss: random loss at or above the alarm. Drops at a filling
-        // queue are the path's rate, above.
-        let (loss, _) = path_loss.unwrap_or((0.0, false));
-        if loss > 0.0 && (p.probe_loss.is_some() || !queueing) {
-            let mathis = mathis_bps(mss_of(&sender, &receiver), rtt.max(1), loss)
-                * f64::from(p.streams.max(1));
-            // Loss limits where it would hold loss-based TCP near or below
-            // what the path carried (BBR, our default, keeps more).
-            let limiting = lossy && mathis < measured * 1.5;
-            add(
-                Stage::Loss,
-                if limiting { measured } else { mathis },
-                limiting,
-                format!(
-                    "{:.2e} lost on the path ({}); {:.2e} of TCP segments retransmitted after start-up; loss-based TCP over {} streams: {}",
-                    loss,
-                    match p.probe_packets {
-                        Some(n) => format!("light UDP probe, {n} datagrams"),
-                        None => "TCP retransmits, no queue growing".into(),
-                    },
-                    p.loss_fraction,
-                    p.streams,
-                    longhaul_proto::units::format_rate(mathis)
-                ),
-            );
-        }
-        // CPU: the rate each end could carry with all its usable cores as
-        // busy as the test made them per bit.
-        let cpu_ceiling = |percent: f64, cores: u32| {
-            if percent <= 0.0 {
-                f64::INFINITY
-            } else {
-                measured * f64::from(cores.max(1)) * 100.0 / percent
-            }
-        };
-        // Both ends on one host (loopback, or namespaces of one machine)
-        // share its cores: together they can carry no more than all of
-        // them busy at the two ends' cost per bit.
-        let shared = shared_cores.map(|cores| {
-            let both = p.cpu_sender_percent + p.cpu_receiver_percent;
-            (
-                cpu_ceiling(both, cores),
-                format!(
-                    "; both ends share this host's {cores} cores: {:.0}% + {:.0}% of {}%",
-                    p.cpu_sender_percent,
-                    p.cpu_receiver_percent,
-                    100 * cores
-                ),
-            )
-        });
-        let (shared_ceiling, shared_detail) = shared.unwrap_or((f64::INFINITY, String::new()));
-        add(
-            Stage::SenderCpu,
-            cpu_ceiling(p.cpu_sender_percent, sender.cpus_usable).min(shared_ceiling),
-            send_full || shared_full,
-            format!(
-                "sender {:.0}% CPU of {} usable core(s) at {}{shared_detail}",
-                p.cpu_sender_percent,
-                sender.cpus_usable,
-                longhaul_proto::units::format_rate(measured)
-            ),
-        );
-        add(
-            Stage::ReceiverCpu,
-            cpu_ceiling(p.cpu_receiver_percent, receiver.cpus_usable).min(shared_ceiling),
-            recv_full || shared_full,
-            format!(
-                "receiver {:.0}% CPU of {} usable core(s){shared_detail}",
-                p.cpu_receiver_percent, receiver.cpus_usable
-            ),
-        );
-        if measured > 0.0 {
-            let per_gbps = p.cpu_sender_percent / (measured / 1e9);
-            r.sender_cpu_per_gbps_tls = Some(per_gbps);
-            if sender.cipher_bytes_per_core > 0.0 {
-                // A core sealing at C bytes/s spends 100/(C*8/1e9) percent per Gbit/s.
-                let cipher = 100.0 / (sender.cipher_bytes_per_core * 8.0 / 1e9);
-                r.sender_cpu_per_gbps_plain = Some((per_gbps - cipher).max(0.0));
-            }
-        }
-    }
-    // Encryption: the cipher alone on every usable core of the slower end.
-    let cipher = |h: &HostSettings| h.cipher_bytes_per_core * 8.0 * f64::from(h.cpus_usable.max(1));
-    let enc = cipher(&sender).min(cipher(&receiver));
-    if enc > 0.0 {
-        add(
-            Stage::Encryption,
-            enc,
-            false,
-            format!(
-                "AES-GCM at {:.2} GB/s a core (sender), {:.2} GB/s (receiver)",
-                sender.cipher_bytes_per_core / 1e9,
-                receiver.cipher_bytes_per_core / 1e9
-            ),
-        );
-    }
-    if let Some(s) = r.source_storage.as_ref().and_then(|d| d.read.or(d.write)) {
-        add(
-            Stage::SourceStorage,
-            s.bytes_per_second * 8.0,
-            false,
-            format!(
-                "sequential read {:.2} GB/s ({})",
-                s.bytes_per_second / 1e9,
-                r.source_storage.as_ref().map_or("", |d| d.path.as_str())
-            ),
-        );
-    }
-    if let Some(d) = &r.dest_storage {
-        if let Some(s) = d.write {
-            add(
-                Stage::DestStorage,
-                s.bytes_per_second * 8.0,
-                false,
-                format!(
-                    "sequential write of a new file {:.3} GB/s ({}, synced, as a transfer writes)",
-                    s.bytes_per_second / 1e9,
-                    if d.direct { "O_DIRECT" } else { "buffered" }
-                ),
-            );
-        }
-        if let Some(c) = d.create {
-            let carries = c.files_per_second * r.mean_file_size as f64 * 8.0;
-            if r.mean_file_size_measured {
-                add(
-                    Stage::Metadata,
-                    carries,
-                    false,
-                    format!(
-                        "{:.0} files/s created, files of {} on average",
-                        c.files_per_second,
-                        longhaul_proto::units::format_bytes(r.mean_file_size)
-                    ),
-                );
-            } else {
-                r.notes.push(format!(
-                    "metadata not judged: the destination creates {:.0} files/s ({} for files of {}); give --source PATH to judge it against the files you will send",
-                    c.files_per_second,
-                    longhaul_proto::units::format_rate(carries),
-                    longhaul_proto::units::format_bytes(r.mean_file_size)
-                ));
-            }
-        }
-    }
-    // For the window, the sender's send buffers and the receiver's receive buffers.
-    let (send_host, recv_host) = if o.pull {
-        ("remote", "local")
-    } else {
-        ("local", "remote")
-    };
-    let findings: Vec<Finding> = r
-        .findings
-        .iter()
-        .filter(|f| {
-            (f.host == send_host && f.setting.contains("wmem"))
-                || (f.host == recv_host && f.setting.contains("rmem"))
-        })
-        .cloned()
-        .collect();
-    let rtt_ms = f64::from(rtt) / 1000.0;
-    let fix = |s: Stage| fix_for(s, &findings, &w, rtt_ms);
-    r.verdict = doctor::verdict(&stages, fix);
-    // The real copy is the check on the stages: far below the verdict's
-    // ceiling, what its own stages show wins over what each stage did
-    // apart, and the verdict follows it.
-    if let (Some(c), Some(v)) = (&r.copy, r.verdict.clone()) {
-        if c.bits_per_second < v.ceiling_bps * 0.5 {
-            let shown = copy_stage(c);
-            let what = match shown {
-                Some((stage, rate, busy)) => {
-                    let at = stages.iter().position(|s| s.name == stage);
-                    let detail = format!(
-                        "the short copy's {} ran at {} while busy, {:.0}% of the copy",
-                        if stage == Stage::DestStorage {
-                            "destination writes"
-                        } else {
-                            "source reads"
-                        },
-                        longhaul_proto::units::format_rate(rate),
-                        busy * 100.0
-                    );
-                    let seen = StageCeiling {
-                        name: stage,
-                        ceiling_bps: rate,
-                        limiting: true,
-                        detail,
-                    };
-                    match at {
-                        Some(i) if stages[i].ceiling_bps <= rate => {}
-                        Some(i) => stages[i] = seen,
-                        None => stages.push(seen),
-                    }
-                    r.verdict = doctor::verdict(&stages, fix);
-                    format!("its own stages show {}", stage.name())
-                }
-                None => format!(
-                    "neither its source nor its destination was busy most of the time: the CPU both ends spend per byte, or a copy too short for the steady rate (at least {} would show it)",
-                    longhaul_proto::units::format_bytes((v.ceiling_bps / 8.0 * 10.0) as u64)
-                ),
-            };
-            r.notes.push(format!(
-                "the short copy moved {}, well below the {} the stages measured apart allow ({}): {what}",
-                longhaul_proto::units::format_rate(c.bits_per_second),
-                longhaul_proto::units::format_rate(v.ceiling_bps),
-                v.stage.name(),
-            ));
-        }
-    }
-    r.stages = stages;
-}
-
-/// True when the server runs on this very host (loopback, or a network
-/// namespace of it): the two ends then share its cores.
-fn same_host(local: &HostSettings, remote: Option<&HostSettings>) -> bool {
-    remote.is_some_and(|h| {
-        h.hostname == local.hostname && h.kernel == local.kernel && h.cpus == local.cpus
-    })
-}
-
-/// The storage stage a copy's own figures show limiting it: the end that
-/// was busy for most of the copy (its rate while busy is then what it can
-/// carry), with that rate and the share of the copy it was busy; None
-/// when neither was.
-pub fn copy_stage(c: &CopyRun) -> Option<(Stage, f64, f64)> {
-    let busy = |rate: f64| {
-        if rate > 0.0 {
-            (c.bits_per_second / rate).min(1.0)
-        } else {
-            0.0
-        }
-    };
-    [
-        (Stage::DestStorage, c.dest_write_bps),
-        (Stage::SourceStorage, c.source_read_bps),
-    ]
-    .into_iter()
-    .map(|(s, rate)| (s, rate, busy(rate)))
-    .filter(|&(_, _, b)| b >= 0.6)
-    .max_by(|a, b| a.2.total_cmp(&b.2))
-}
-
-fn mss_of(a: &HostSettings, b: &HostSettings) -> u32 {
-    a.mtu
-        .into_iter()
-        .chain(b.mtu)
-        .min()
-        .unwrap_or(1500)
-        .saturating_sub(52)
-}
-
-fn fix_for(
-    s: Stage,
-    findings: &[Finding],
-    w: &longhaul_proto::window::WindowPlan,
-    rtt_ms: f64,
-) -> String {
-    let sysctls: Vec<String> = findings
-        .iter()
-        .filter(|f| f.setting.contains("mem"))
-        .map(|f| format!("{} ({})", f.fix, f.host))
-        .collect();
-    match s {
-        Stage::PathRate => "the path itself is the limit: a faster link or a less shared path; nothing on the hosts will raise it".into(),
-        Stage::Window => {
-            if sysctls.is_empty() {
-                format!(
-                    "the socket buffers hold too little for {rtt_ms:.0} ms: use more streams (-P, {} now)",
-                    w.streams
-                )
-            } else {
-                format!("raise the socket buffer caps: {}", sysctls.join("; "))
-            }
-        }
-        Stage::Loss => "packet loss on the path: find the lossy hop (errors on an interface, a dirty optic, a policer; perfSONAR or `perf -u` per segment); meanwhile keep BBR (longhaul's default) and more streams (-P)".into(),
-        Stage::SenderCpu => "the sender's CPU is the limit: more usable cores (check taskset/cgroup cpusets), a faster CPU, or the performance governor".into(),
-        Stage::ReceiverCpu => "the receiver's CPU is the limit: more usable cores on the server, a faster CPU, or the performance governor".into(),
-        Stage::Encryption => "TLS costs more CPU than the path allows: a CPU with AES instructions, more cores, or --insecure-plaintext on a network you trust".into(),
-        Stage::SourceStorage => "the source storage reads slower than the path: faster or striped storage, or read from a copy on faster disks".into(),
-        Stage::DestStorage => "the destination storage writes slower than the path: faster or striped storage at the destination (check its throttles and RAID)".into(),
-        Stage::Metadata => "creating files at the destination is the limit: bundle small files (tar) before sending, or a file system with faster creates (local, not NFS)".into(),
+    let source = r.source_storage.as_ref();
+    let dest = r.dest_storage.as_ref();
+    doctor::Measured {
+        local: r.local.clone(),
+        remote: r.remote.clone(),
+        pull: o.pull,
+        rtt_idle_us: r.rtt_idle_us,
+        path_mtu: r.path_mtu,
+        target_bps: o.target_bps,
+        link_bps,
+        run,
+        source_read: source
+            .and_then(|d| Some((d.read.or(d.write)?.bytes_per_second, d.path.clone()))),
+        dest_write: dest.and_then(|d| Some((d.write?.bytes_per_second, d.direct))),
+        dest_creates_per_second: dest.and_then(|d| Some(d.create?.files_per_second)),
+        mean_file_size: r.mean_file_size,
+        mean_file_size_measured: r.mean_file_size_measured,
+        copy: r.copy.as_ref().map(|c| doctor::CopyMeasured {
+            bits_per_second: c.bits_per_second,
+            source_read_bps: c.source_read_bps,
+            dest_write_bps: c.dest_write_bps,
+        }),
     }
 }
 
@@ -1482,6 +1129,8 @@ pub fn serve_probe(
     })
 }
 
+/// The report's measurements reach the rules as they were taken; the rules
+/// themselves are tested in [`longhaul_proto::doctor`].
 #[cfg(test)]
 mod tests {
     use super::*;

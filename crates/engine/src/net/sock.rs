@@ -138,26 +138,18 @@ pub fn tune_data_stream(
 }
 
 pub fn set_congestion(fd: BorrowedFd<'_>, cc: &str) -> io::Result<()> {
-    // SAFETY: fd is a valid socket; the option value is a byte string of the given length.
-    let r = unsafe {
-        libc::setsockopt(
-            fd.as_raw_fd(),
-            libc::IPPROTO_TCP,
-            libc::TCP_CONGESTION,
-            cc.as_ptr().cast(),
-            cc.len() as libc::socklen_t,
-        )
-    };
-    if r != 0 {
-        let e = io::Error::last_os_error();
-        return Err(io::Error::new(
+    rustix::net::sockopt::set_tcp_congestion(fd, cc).map_err(|e| {
+        let e = io::Error::from(e);
+        io::Error::new(
             e.kind(),
             format!("failed to set congestion control '{cc}': {e}"),
-        ));
-    }
-    Ok(())
+        )
+    })
 }
 
+/// The socket's congestion control, empty if unknown. Not rustix's
+/// `tcp_congestion`: that one panics on a 16-byte name the kernel did not
+/// NUL-terminate.
 pub fn congestion(fd: BorrowedFd<'_>) -> String {
     let mut buf = [0u8; 16];
     let mut len = buf.len() as libc::socklen_t;
@@ -384,25 +376,18 @@ impl ThreadClock {
 
 /// Pins the calling thread to one CPU.
 pub fn pin_to_cpu(cpu: u32) -> io::Result<()> {
-    // SAFETY: cpu_set_t is plain data; CPU_SET writes within it for cpu < CPU_SETSIZE.
-    unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        if cpu as usize >= libc::CPU_SETSIZE as usize {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                format!("CPU {cpu} out of range"),
-            ));
-        }
-        libc::CPU_SET(cpu as usize, &mut set);
-        if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
-            let e = io::Error::last_os_error();
-            return Err(io::Error::new(
-                e.kind(),
-                format!("failed to pin thread to CPU {cpu}: {e}"),
-            ));
-        }
+    if cpu as usize >= rustix::thread::CpuSet::MAX_CPU {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("CPU {cpu} out of range"),
+        ));
     }
-    Ok(())
+    let mut set = rustix::thread::CpuSet::new();
+    set.set(cpu as usize);
+    rustix::thread::sched_setaffinity(None, &set).map_err(|e| {
+        let e = io::Error::from(e);
+        io::Error::new(e.kind(), format!("failed to pin thread to CPU {cpu}: {e}"))
+    })
 }
 
 /// The host name, for reports.
@@ -416,25 +401,17 @@ pub fn hostname() -> String {
 /// connected UDP socket: the route's MTU, lowered by what path MTU
 /// discovery learned, as after a TCP test to it); None if unknown.
 pub fn path_mtu(peer: std::net::IpAddr) -> Option<u32> {
-    let (bind, level, opt) = match peer {
-        std::net::IpAddr::V4(_) => ("0.0.0.0:0", libc::IPPROTO_IP, libc::IP_MTU),
-        std::net::IpAddr::V6(_) => ("[::]:0", libc::IPPROTO_IPV6, libc::IPV6_MTU),
+    let bind = match peer {
+        std::net::IpAddr::V4(_) => "0.0.0.0:0",
+        std::net::IpAddr::V6(_) => "[::]:0",
     };
     let u = std::net::UdpSocket::bind(bind).ok()?;
     u.connect((peer, 9)).ok()?;
-    let mut mtu: libc::c_int = 0;
-    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
-    // SAFETY: getsockopt writes one c_int we own.
-    let r = unsafe {
-        libc::getsockopt(
-            u.as_raw_fd(),
-            level,
-            opt,
-            (&mut mtu as *mut libc::c_int).cast(),
-            &mut len,
-        )
+    let mtu = match peer {
+        std::net::IpAddr::V4(_) => rustix::net::sockopt::ip_mtu(&u),
+        std::net::IpAddr::V6(_) => rustix::net::sockopt::ipv6_mtu(&u),
     };
-    (r == 0 && mtu > 0).then_some(mtu as u32)
+    mtu.ok().filter(|&m| m > 0)
 }
 
 pub fn fd_of<T: AsFd>(t: &T) -> BorrowedFd<'_> {

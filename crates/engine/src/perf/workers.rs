@@ -198,24 +198,11 @@ struct Pipe {
 
 impl Pipe {
     fn new(size: usize) -> io::Result<Pipe> {
-        let mut fds = [0; 2];
-        // SAFETY: fds has room for the two descriptors pipe2 writes.
-        if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: pipe2 just returned these descriptors; we own them.
-        let (r, w) = unsafe {
-            use std::os::fd::FromRawFd;
-            (
-                std::os::fd::OwnedFd::from_raw_fd(fds[0]),
-                std::os::fd::OwnedFd::from_raw_fd(fds[1]),
-            )
-        };
+        let (r, w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)?;
         // As large as the buffer where allowed (pipe-max-size, 1 MiB by default).
         let want =
             size.min(sock::sysctl_u64("/proc/sys/fs/pipe-max-size").unwrap_or(1 << 20) as usize);
-        // SAFETY: plain fcntl on a descriptor we own.
-        unsafe { libc::fcntl(w.as_raw_fd(), libc::F_SETPIPE_SZ, want as libc::c_int) };
+        let _ = rustix::pipe::fcntl_setpipe_size(&w, want);
         Ok(Pipe { r, w })
     }
 
@@ -234,28 +221,21 @@ impl Pipe {
         }
         let mut left = n as usize;
         while left > 0 {
-            // SAFETY: both descriptors are open; null offsets mean "current position".
-            let m = unsafe {
-                libc::splice(
-                    self.r.as_raw_fd(),
-                    std::ptr::null_mut(),
-                    s.as_raw_fd(),
-                    std::ptr::null_mut(),
-                    left,
-                    libc::SPLICE_F_MOVE | libc::SPLICE_F_MORE,
-                )
+            // No offsets: both ends are read and written at their position.
+            let m = match rustix::pipe::splice(
+                &self.r,
+                None,
+                s,
+                None,
+                left,
+                rustix::pipe::SpliceFlags::MOVE | rustix::pipe::SpliceFlags::MORE,
+            ) {
+                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                Ok(m) => m,
+                Err(rustix::io::Errno::INTR) => continue,
+                Err(e) => return Err(e.into()),
             };
-            if m < 0 {
-                let e = io::Error::last_os_error();
-                if e.kind() == io::ErrorKind::Interrupted {
-                    continue;
-                }
-                return Err(e);
-            }
-            if m == 0 {
-                return Err(io::ErrorKind::WriteZero.into());
-            }
-            left -= m as usize;
+            left -= m;
         }
         Ok(n as usize)
     }
@@ -367,26 +347,16 @@ fn wait_for_close(s: &TcpStream, plan: &Plan) {
 }
 
 fn memfd_with(buf: &[u8]) -> io::Result<std::fs::File> {
-    // SAFETY: the name is a NUL-terminated literal.
-    let fd = unsafe { libc::memfd_create(c"longhaul-perf".as_ptr(), libc::MFD_CLOEXEC) };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: fd was just created and is owned by nobody else.
-    let mut f = unsafe { <std::fs::File as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+    let fd = rustix::fs::memfd_create(c"longhaul-perf", rustix::fs::MemfdFlags::CLOEXEC)?;
+    let mut f = std::fs::File::from(fd);
     f.write_all(buf)?;
     Ok(f)
 }
 
 fn sendfile(s: &TcpStream, f: &std::fs::File, len: usize) -> io::Result<usize> {
-    let mut off: libc::off_t = 0;
-    // SAFETY: both fds are valid for the call; off is a local.
-    let n = unsafe { libc::sendfile(s.as_raw_fd(), f.as_raw_fd(), &mut off, len) };
-    if n < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(n as usize)
-    }
+    // From the file's start every time: the memfd holds one buffer's worth.
+    let mut off = 0;
+    Ok(rustix::fs::sendfile(s, f, Some(&mut off), len)?)
 }
 
 fn tcp_recv(s: &TcpStream, plan: &Plan, c: &Counters) -> io::Result<()> {

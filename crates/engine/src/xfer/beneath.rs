@@ -15,10 +15,12 @@
 use std::collections::HashMap;
 use std::ffi::CString;
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path, PathBuf};
 use std::sync::{Arc, Mutex};
+
+use rustix::fs::{Mode, OFlags, ResolveFlags};
 
 use crate::EngineError;
 
@@ -57,26 +59,21 @@ impl Anchor {
     pub fn open(root: &Path) -> Result<Anchor, EngineError> {
         let c = CString::new(root.as_os_str().as_bytes())
             .map_err(|_| EngineError::Usage(format!("{} contains a NUL byte", root.display())))?;
-        // SAFETY: c is NUL-terminated; the flags ask for a new descriptor.
-        let fd = unsafe {
-            libc::open(
-                c.as_ptr(),
-                libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
-            )
-        };
-        if fd < 0 {
-            let e = io::Error::last_os_error();
-            return Err(EngineError::Usage(format!(
-                "cannot open {}: {e}",
-                root.display()
-            )));
-        }
+        let fd = rustix::fs::open(
+            c.as_c_str(),
+            OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|e| {
+            EngineError::Usage(format!(
+                "cannot open {}: {}",
+                root.display(),
+                io::Error::from(e)
+            ))
+        })?;
         Ok(Anchor {
             root: root.to_path_buf(),
-            // SAFETY: fd was just returned by open and is owned by nobody else.
-            dir: Arc::new(Dir {
-                fd: unsafe { OwnedFd::from_raw_fd(fd) },
-            }),
+            dir: Arc::new(Dir { fd }),
             cache: Mutex::new(HashMap::new()),
         })
     }
@@ -129,10 +126,9 @@ impl Anchor {
                     let cname = CString::new(name.as_bytes()).map_err(|_| {
                         EngineError::Usage(format!("{} contains a NUL byte", at.display()))
                     })?;
-                    // SAFETY: parent is an open directory; cname is NUL-terminated.
-                    let r = unsafe { libc::mkdirat(parent.as_raw_fd(), cname.as_ptr(), 0o777) };
-                    if r != 0 {
-                        let e = io::Error::last_os_error();
+                    let r = rustix::fs::mkdirat(parent, cname.as_c_str(), Mode::from(0o777));
+                    if let Err(e) = r {
+                        let e = io::Error::from(e);
                         if e.raw_os_error() != Some(libc::EEXIST) {
                             return Err(EngineError::Usage(format!(
                                 "cannot create directory {}: {e}",
@@ -190,28 +186,16 @@ impl Anchor {
 fn open_beneath(dir: &OwnedFd, rel: &Path) -> io::Result<OwnedFd> {
     let c = CString::new(rel.as_os_str().as_bytes())
         .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
-    // SAFETY: open_how is plain data; zeroed is a valid value.
-    let mut how: libc::open_how = unsafe { std::mem::zeroed() };
-    how.flags = (libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC) as u64;
-    how.resolve = libc::RESOLVE_BENEATH | libc::RESOLVE_NO_SYMLINKS | libc::RESOLVE_NO_MAGICLINKS;
-    // SAFETY: dir is open; c is NUL-terminated; how lives across the call
-    // and its size is passed.
-    let fd = unsafe {
-        libc::syscall(
-            libc::SYS_openat2,
-            dir.as_raw_fd(),
-            c.as_ptr(),
-            &how as *const libc::open_how,
-            std::mem::size_of::<libc::open_how>(),
-        )
-    };
-    if fd >= 0 {
-        // SAFETY: a new descriptor from openat2, owned by nobody else.
-        return Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) });
-    }
-    let e = io::Error::last_os_error();
-    if e.raw_os_error() != Some(libc::ENOSYS) {
-        return Err(e);
+    match rustix::fs::openat2(
+        dir,
+        c.as_c_str(),
+        OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+        ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS,
+    ) {
+        Ok(fd) => return Ok(fd),
+        Err(rustix::io::Errno::NOSYS) => {}
+        Err(e) => return Err(e.into()),
     }
     // No openat2: one component at a time, never following a link.
     let mut cur: Option<OwnedFd> = None;
@@ -222,19 +206,12 @@ fn open_beneath(dir: &OwnedFd, rel: &Path) -> io::Result<OwnedFd> {
         let cname = CString::new(name.as_bytes())
             .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
         let parent = cur.as_ref().unwrap_or(dir);
-        // SAFETY: parent is open; cname is NUL-terminated.
-        let fd = unsafe {
-            libc::openat(
-                parent.as_raw_fd(),
-                cname.as_ptr(),
-                libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC,
-            )
-        };
-        if fd < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: as above.
-        cur = Some(unsafe { OwnedFd::from_raw_fd(fd) });
+        cur = Some(rustix::fs::openat(
+            parent,
+            cname.as_c_str(),
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+        )?);
     }
     cur.ok_or_else(|| io::Error::from(io::ErrorKind::InvalidInput))
 }

@@ -30,16 +30,10 @@ use crate::EngineError;
 /// spend on a tree of any size.
 pub fn files_in_flight_cap() -> u64 {
     use longhaul_proto::tune::{DEFAULT_FILES_IN_FLIGHT, MAX_FILES_IN_FLIGHT};
-    let mut l = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit writes the plain struct we own.
-    let nofile = if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut l) } == 0 {
-        l.rlim_cur
-    } else {
-        0
-    };
+    // No current limit (None) is RLIM_INFINITY.
+    let nofile = rustix::process::getrlimit(rustix::process::Resource::Nofile)
+        .current
+        .unwrap_or(u64::MAX);
     (nofile / 4).clamp(DEFAULT_FILES_IN_FLIGHT, MAX_FILES_IN_FLIGHT)
 }
 
@@ -260,46 +254,43 @@ pub fn kind_of(m: &std::fs::Metadata) -> Option<Kind> {
 /// Sets a path's modification time (and leaves access time alone), without
 /// following a symlink.
 pub fn set_mtime(path: &Path, mtime_ns: i64) -> io::Result<()> {
-    set_mtime_flags(path, mtime_ns, libc::AT_SYMLINK_NOFOLLOW)
+    set_mtime_flags(path, mtime_ns, rustix::fs::AtFlags::SYMLINK_NOFOLLOW)
 }
 
 /// Sets the modification time of what `path` leads to, following links:
 /// for `/proc/self/fd/N` paths of directories opened beneath an anchor.
 pub fn set_mtime_through(path: &Path, mtime_ns: i64) -> io::Result<()> {
-    set_mtime_flags(path, mtime_ns, 0)
+    set_mtime_flags(path, mtime_ns, rustix::fs::AtFlags::empty())
 }
 
-fn set_mtime_flags(path: &Path, mtime_ns: i64, flags: libc::c_int) -> io::Result<()> {
+fn set_mtime_flags(path: &Path, mtime_ns: i64, flags: rustix::fs::AtFlags) -> io::Result<()> {
     use std::os::unix::ffi::OsStrExt;
     let c = std::ffi::CString::new(path.as_os_str().as_bytes())
         .map_err(|_| io::ErrorKind::InvalidInput)?;
-    let times = [
-        libc::timespec {
+    let times = rustix::fs::Timestamps {
+        last_access: rustix::fs::Timespec {
             tv_sec: 0,
-            tv_nsec: libc::UTIME_OMIT,
+            tv_nsec: rustix::fs::UTIME_OMIT,
         },
-        libc::timespec {
+        last_modification: rustix::fs::Timespec {
             tv_sec: mtime_ns.div_euclid(1_000_000_000),
             tv_nsec: mtime_ns.rem_euclid(1_000_000_000),
         },
-    ];
-    // SAFETY: c is NUL-terminated; times has the two entries utimensat reads.
-    let r = unsafe { libc::utimensat(libc::AT_FDCWD, c.as_ptr(), times.as_ptr(), flags) };
-    if r == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
+    };
+    Ok(rustix::fs::utimensat(
+        rustix::fs::CWD,
+        c.as_c_str(),
+        &times,
+        flags,
+    )?)
 }
 
 /// The process umask, read without changing it for good.
 pub fn umask() -> u32 {
-    // SAFETY: umask only swaps a process attribute; we restore it at once.
-    unsafe {
-        let m = libc::umask(0o022);
-        libc::umask(m);
-        m
-    }
+    // Only a swap reads it: put the old mask back at once.
+    let m = rustix::process::umask(rustix::fs::Mode::from_raw_mode(0o022));
+    rustix::process::umask(m);
+    m.bits()
 }
 
 /// Reads exactly `buf.len()` bytes from a stream. `Ok(false)` means the

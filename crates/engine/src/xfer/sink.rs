@@ -250,6 +250,7 @@ fn sync_together(batch: &[Arc<FileState>]) -> bool {
     let dev = |fd: i32| {
         // SAFETY: fstat fills a plain struct for an open descriptor.
         let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        // SAFETY: fd is the descriptor of a file the batch holds open; st is a local fstat writes.
         (unsafe { libc::fstat(fd, &mut st) } == 0).then_some(st.st_dev)
     };
     let mut devs: Vec<(u64, i32)> = Vec::new();

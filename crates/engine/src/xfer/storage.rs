@@ -75,14 +75,11 @@ impl ReadAt for File {
     }
 
     fn is_hole(&self, offset: u64, len: u64) -> bool {
-        use std::os::fd::AsRawFd;
-        // SAFETY: lseek on a descriptor we own; SEEK_DATA only moves our offset.
-        let next = unsafe { libc::lseek(self.as_raw_fd(), offset as libc::off_t, libc::SEEK_DATA) };
-        if next < 0 {
+        match rustix::fs::seek(self, rustix::fs::SeekFrom::Data(offset)) {
+            Ok(next) => next >= offset.saturating_add(len),
             // ENXIO: no data at or after offset (inside the file: a hole).
-            return io::Error::last_os_error().raw_os_error() == Some(libc::ENXIO);
+            Err(e) => e == rustix::io::Errno::NXIO,
         }
-        next as u64 >= offset.saturating_add(len)
     }
 }
 
@@ -107,26 +104,15 @@ impl WriteAt for File {
         File::sync_data(self)
     }
     fn allocate(&self, len: u64) -> io::Result<()> {
-        use std::os::fd::AsRawFd;
         // On tmpfs fallocate zero-fills memory up front (0.3 s a GiB here)
         // and there is no fragmentation to avoid: skip it.
-        // SAFETY: statfs is plain data, filled by fstatfs on our descriptor.
-        let mut st: libc::statfs = unsafe { std::mem::zeroed() };
-        // SAFETY: as above.
-        if unsafe { libc::fstatfs(self.as_raw_fd(), &mut st) } == 0
-            && st.f_type == libc::TMPFS_MAGIC
-        {
+        if rustix::fs::fstatfs(self).is_ok_and(|st| st.f_type == libc::TMPFS_MAGIC) {
             return Ok(());
         }
-        // SAFETY: plain fallocate on a descriptor we own.
-        let r = unsafe { libc::fallocate(self.as_raw_fd(), 0, 0, len as libc::off_t) };
-        if r == 0 {
-            return Ok(());
-        }
-        let e = io::Error::last_os_error();
-        match e.raw_os_error() {
-            Some(libc::EOPNOTSUPP | libc::ENOSYS) => Ok(()),
-            _ => Err(e),
+        match rustix::fs::fallocate(self, rustix::fs::FallocateFlags::empty(), 0, len) {
+            Ok(()) => Ok(()),
+            Err(rustix::io::Errno::OPNOTSUPP | rustix::io::Errno::NOSYS) => Ok(()),
+            Err(e) => Err(e.into()),
         }
     }
 }
@@ -136,12 +122,10 @@ pub struct Local;
 
 impl Storage for Local {
     fn open_read(&self, path: &Path) -> io::Result<Box<dyn ReadAt>> {
-        use std::os::fd::AsRawFd;
         let f = open_regular(path, OpenOptions::new().read(true))?;
         // Files are read front to back (chunks in order, a few streams
         // apart): ask for the larger readahead of a sequential reader.
-        // SAFETY: a plain advisory call on a descriptor we own.
-        unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_SEQUENTIAL) };
+        let _ = rustix::fs::fadvise(&f, 0, None, rustix::fs::Advice::Sequential);
         Ok(Box::new(f))
     }
 
@@ -290,7 +274,6 @@ impl std::ops::DerefMut for AlignedBuf {
 /// blocking on a FIFO or device planted under its name: opened
 /// non-blocking, checked with fstat, then switched back to blocking.
 pub fn open_regular(path: &Path, how: &mut OpenOptions) -> io::Result<File> {
-    use std::os::fd::AsRawFd;
     let f = how
         .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
         .open(path)?;
@@ -300,10 +283,8 @@ pub fn open_regular(path: &Path, how: &mut OpenOptions) -> io::Result<File> {
             format!("{} is not a regular file", path.display()),
         ));
     }
-    // SAFETY: fcntl on a descriptor we own; clears O_NONBLOCK only.
-    unsafe {
-        let flags = libc::fcntl(f.as_raw_fd(), libc::F_GETFL);
-        libc::fcntl(f.as_raw_fd(), libc::F_SETFL, flags & !libc::O_NONBLOCK);
+    if let Ok(flags) = rustix::fs::fcntl_getfl(&f) {
+        let _ = rustix::fs::fcntl_setfl(&f, flags - rustix::fs::OFlags::NONBLOCK);
     }
     Ok(f)
 }
