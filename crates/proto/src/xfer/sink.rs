@@ -362,6 +362,11 @@ impl Sink {
         }
     }
 
+    /// The report has gone out; the source's last word may follow.
+    pub fn is_closing(&self) -> bool {
+        matches!(self.phase, Phase::Closing { .. })
+    }
+
     /// The report has gone out and the source's last word is in (or was
     /// not waited for any longer): [`Sink::into_report`] is final.
     pub fn is_done(&self) -> bool {
