@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 
 use longhaul_proto::msg::Message;
 use longhaul_proto::plan::{chunk_at, chunk_count};
+use longhaul_proto::xfer::sink::{FileLedger, Sink, SinkAction, SinkError, SinkLimits};
 use longhaul_proto::xfer::*;
 
 use super::beneath::{Anchor, Dir};
@@ -180,8 +181,6 @@ struct FileState {
     out: Box<dyn WriteAt>,
     /// Created empty for this run (not resumed): unwritten ranges are zero.
     fresh: bool,
-    /// Its chunk count, counted against MAX_CHUNKS_IN_FLIGHT.
-    slots: u64,
     /// One writer at a time per file: the kernel serializes writes to one
     /// inode anyway, and contended, its lock spins on the CPU the other
     /// streams need; a sleeping lock here costs nothing.
@@ -192,30 +191,8 @@ struct FileState {
 struct Progress {
     /// None for a one-chunk file: it completes or starts over.
     journal: Option<File>,
-    hashes: Vec<Option<[u8; 32]>>,
-    remaining: u64,
-    failed: bool,
-    /// Set by whoever finishes the file, so that it is finished once.
-    claimed: bool,
-    /// The source's latest seal: every read it made of the file, this
-    /// many resends included, showed the file unchanged.
-    sealed: Option<u32>,
-    /// Resends of this file asked of the source.
-    resends_asked: u32,
-}
-
-impl Progress {
-    /// Claims the file for finishing if it is complete: every chunk
-    /// verified, and sealed by the source after every read it was asked
-    /// for. True once, for the one caller that finishes it.
-    fn claim(&mut self) -> bool {
-        let take = self.remaining == 0
-            && !self.claimed
-            && !self.failed
-            && self.sealed.is_some_and(|s| s >= self.resends_asked);
-        self.claimed |= take;
-        take
-    }
+    /// Which chunks are verified, and whether the file may be finished.
+    ledger: FileLedger,
 }
 
 enum Event {
@@ -250,7 +227,8 @@ fn sync_together(batch: &[Arc<FileState>]) -> bool {
     let dev = |fd: i32| {
         // SAFETY: fstat fills a plain struct for an open descriptor.
         let mut st: libc::stat = unsafe { std::mem::zeroed() };
-        // SAFETY: fd is the descriptor of a file the batch holds open; st is a local fstat writes.
+        // SAFETY: `fd` is open (the batch holds its file) and `st` is a
+        // valid, writable stat buffer that outlives the call.
         (unsafe { libc::fstat(fd, &mut st) } == 0).then_some(st.st_dev)
     };
     let mut devs: Vec<(u64, i32)> = Vec::new();
@@ -353,6 +331,9 @@ pub fn run_sink(
     result
 }
 
+/// Drives the sink's state machine ([`Sink`]): feeds it the source's
+/// messages and what the receivers and finishers report, does the file
+/// work it asks for, and sends what it has to say.
 fn control(
     conn: &mut FramedConn,
     files: &Files,
@@ -360,284 +341,218 @@ fn control(
     fin: &Sender<Arc<FileState>>,
     cfg: &SinkConfig,
 ) -> Result<SinkReport, EngineError> {
-    let mut report = SinkReport::default();
-    let mut unresolved: HashMap<u64, String> = HashMap::new();
-    let mut expected: Option<u64> = None;
-    let mut resolved = 0u64;
-    let mut resends: HashMap<(u64, u32), u32> = HashMap::new();
-    let mut dirs: Vec<(PathBuf, Entry)> = Vec::new();
-    // With --delete: names the source listed in each directory still open.
-    let mut seen: HashMap<PathBuf, std::collections::HashSet<std::ffi::OsString>> = HashMap::new();
-    let fail = |report: &mut SinkReport, path: &str, error: String| {
-        report.failed.push(Failure {
-            path: path.to_string(),
-            error,
-        })
+    let mut m = Sink::new(
+        Instant::now(),
+        SinkLimits {
+            max_files: cfg.max_files,
+            max_chunks_per_file: super::MAX_CHUNKS_PER_FILE,
+            max_chunks_in_flight: super::MAX_CHUNKS_IN_FLIGHT,
+            idle: super::TRANSFER_IDLE,
+        },
+    );
+    let mut work = Work {
+        files,
+        fin,
+        cfg,
+        dirs: Vec::new(),
+        seen: HashMap::new(),
     };
-    // Chunk slots of the files in flight (bounded: a peer announcing huge
-    // files with tiny chunks cannot make this side allocate without end).
-    let mut slots = 0u64;
-    let mut last_progress = Instant::now();
     loop {
-        cfg.progress.check_interrupt()?;
-        if last_progress.elapsed() > super::TRANSFER_IDLE {
-            return Err(EngineError::Timeout(format!(
-                "the transfer: nothing moved for {} s",
-                super::TRANSFER_IDLE.as_secs()
-            )));
+        if !m.is_closing() {
+            cfg.progress.check_interrupt()?;
         }
+        m.handle_timeout(Instant::now()).map_err(engine_error)?;
         while let Ok(ev) = rx.try_recv() {
-            last_progress = Instant::now();
+            let now = Instant::now();
             match ev {
-                Event::Done(d, bytes) => {
-                    if let Some(path) = unresolved.remove(&d.id) {
-                        resolved += 1;
-                        match &d.error {
-                            Some(e) => fail(&mut report, &path, e.clone()),
-                            None => {
-                                report.files += 1;
-                                cfg.progress.files.fetch_add(1, Ordering::Relaxed);
-                                report.bytes += bytes;
-                                if let Some(dg) = &d.digest {
-                                    super::write_digest(&cfg.digest_out, &path, dg);
-                                }
-                            }
-                        }
-                        if let Some(f) = files.lock().expect("poisoned").remove(&d.id) {
-                            slots = slots.saturating_sub(f.slots);
-                        }
-                        // Small files finish by the thousand: one write for many.
-                        conn.queue(&Message::FileDone(d))?;
-                    }
-                }
+                Event::Done(d, bytes) => m.file_done(now, d, bytes),
                 Event::Resend(r) => {
                     if let Some(f) = files.lock().expect("poisoned").get(&r.id) {
-                        f.inner.lock().expect("poisoned").resends_asked += 1;
+                        f.inner.lock().expect("poisoned").ledger.damaged();
                     }
-                    let n = resends.entry((r.id, r.index)).or_insert(0);
-                    *n += 1;
-                    if *n > 3 {
-                        let path = unresolved.get(&r.id).cloned().unwrap_or_default();
-                        return Err(EngineError::Failed(format!(
-                            "chunk {} of {path} arrived damaged 4 times: the path corrupts data",
-                            r.index
-                        )));
-                    }
-                    conn.queue(&Message::Resend(r))?;
+                    m.damaged(now, r).map_err(engine_error)?;
                 }
                 Event::Written { bytes, busy_us } => {
                     cfg.progress.bytes.fetch_add(bytes, Ordering::Relaxed);
-                    report.written_bytes += bytes;
-                    report.write_us += busy_us;
+                    m.written(now, bytes, busy_us);
                 }
                 Event::Fatal(e) => {
-                    report.failed.push(Failure {
-                        path: String::new(),
-                        error: e.clone(),
-                    });
-                    let _ = conn.send(&Message::TransferDone(report.clone()));
-                    return Err(EngineError::Failed(e));
+                    let err = m.fatal(e);
+                    while let Some(msg) = m.poll_transmit() {
+                        let _ = conn.send(&msg);
+                    }
+                    return Err(engine_error(err));
                 }
             }
+        }
+        work.act(&mut m)?;
+        // Small files finish by the thousand: one write for many.
+        while let Some(msg) = m.poll_transmit() {
+            conn.queue(&msg)?;
         }
         conn.flush_queued()?;
-        if expected.is_some_and(|n| resolved >= n) && unresolved.is_empty() {
-            for (path, e) in dirs.iter().rev() {
-                // Opened again beneath the anchor; changed through its
-                // descriptor, so never through a link swapped in since.
-                let Ok(d) = cfg.anchor.dir(path, false) else {
-                    continue;
-                };
-                if cfg.preserve {
-                    let _ = std::fs::set_permissions(
-                        d.path(),
-                        std::fs::Permissions::from_mode(cfg.mode_of(e)),
-                    );
-                }
-                let _ = super::set_mtime_through(&d.path(), e.mtime_ns);
-            }
-            conn.send(&Message::TransferDone(report.clone()))?;
-            // The source answers with its read figures; an older or
-            // vanished source is no reason to fail a finished transfer.
-            let deadline = Instant::now() + Duration::from_secs(2);
-            while let Ok(Some(m)) = conn.recv_until(deadline) {
-                match m {
-                    Message::SourceInterval(i) => {
-                        cfg.progress.intervals.lock().expect("poisoned").push(i);
-                    }
-                    Message::SourceDone(d) => {
-                        report.source = Some(d);
-                        break;
-                    }
-                    _ => break,
-                }
-            }
-            return Ok(report);
+        if m.is_done() {
+            return Ok(m.into_report());
         }
-        let msg = conn.recv(Duration::from_millis(20))?;
-        if msg.is_some() {
-            last_progress = Instant::now();
+        // The source answers the report with its read figures; an older or
+        // vanished source is no reason to fail a finished transfer.
+        let msg = match conn.recv(Duration::from_millis(20)) {
+            Ok(msg) => msg,
+            Err(_) if m.is_closing() => return Ok(m.into_report()),
+            Err(e) => return Err(e),
+        };
+        let Some(msg) = msg else { continue };
+        if let Message::Entries(batch) = &msg {
+            work.listed(batch);
         }
-        match msg {
-            None => {}
-            Some(Message::SourceInterval(i)) => {
-                cfg.progress.intervals.lock().expect("poisoned").push(i);
+        m.handle(Instant::now(), msg).map_err(engine_error)?;
+    }
+}
+
+fn engine_error(e: SinkError) -> EngineError {
+    match e {
+        SinkError::Idle(_) => EngineError::Timeout(e.to_string()),
+        SinkError::Failed(e) => EngineError::Failed(e),
+    }
+}
+
+/// What the sink's control thread does for its state machine: the file
+/// system work and the bookkeeping of files in flight.
+struct Work<'a> {
+    files: &'a Files,
+    fin: &'a Sender<Arc<FileState>>,
+    cfg: &'a SinkConfig,
+    /// Directories created, to get their modes and times at the end.
+    dirs: Vec<(PathBuf, Entry)>,
+    /// With --delete: names the source listed in each directory still open.
+    seen: HashMap<PathBuf, std::collections::HashSet<std::ffi::OsString>>,
+}
+
+impl Work<'_> {
+    /// Counts an `Entries` message for progress, and (with --delete) the
+    /// names it lists in each directory.
+    fn listed(&mut self, batch: &Entries) {
+        let cfg = self.cfg;
+        for e in &batch.entries {
+            if e.kind == Kind::File {
+                cfg.progress.announced_files.fetch_add(1, Ordering::Relaxed);
+                cfg.progress
+                    .announced_bytes
+                    .fetch_add(e.size, Ordering::Relaxed);
             }
-            Some(Message::Entries(batch)) => {
-                let mut wants = Vec::new();
-                let mut announced = Vec::new();
-                let mut ranges = 0usize;
-                for e in batch.entries {
-                    if e.kind == Kind::File {
-                        cfg.progress.announced_files.fetch_add(1, Ordering::Relaxed);
-                        cfg.progress
-                            .announced_bytes
-                            .fetch_add(e.size, Ordering::Relaxed);
-                    }
-                    if cfg.delete && e.kind != Kind::DirEnd {
-                        if let Ok(t) = cfg.target(&e.path) {
-                            if let (Some(parent), Some(name)) = (t.parent(), t.file_name()) {
-                                seen.entry(parent.to_path_buf())
-                                    .or_default()
-                                    .insert(name.to_owned());
-                            }
-                        }
-                    }
-                    match e.kind {
-                        Kind::DirEnd => {
-                            if let Ok(t) = cfg.target(&e.path) {
-                                let names = seen.remove(&t).unwrap_or_default();
-                                if !e.incomplete {
-                                    prune(&t, &names, cfg, &mut report);
-                                }
-                            }
-                        }
-                        Kind::Symlink if cfg.dry_run => {
-                            report
-                                .would_send
-                                .push(format!("{} -> {}", e.path, cfg.shown(&e.path)));
-                        }
-                        Kind::Dir if cfg.dry_run => {}
-                        Kind::Dir => {
-                            match cfg
-                                .target(&e.path)
-                                .and_then(|t| cfg.ensure_dir(&t).map(|()| t))
-                            {
-                                Ok(t) => dirs.push((t, e)),
-                                Err(err) => fail(&mut report, &e.path, err.to_string()),
-                            }
-                        }
-                        Kind::Symlink => {
-                            match cfg.target(&e.path).and_then(|t| make_link(&t, &e, cfg)) {
-                                Ok(()) => report.links += 1,
-                                Err(err) => fail(&mut report, &e.path, err.to_string()),
-                            }
-                        }
-                        Kind::File => {
-                            // Twice what this side advertised: a source
-                            // counts a file until its answer arrives.
-                            let most = cfg.max_files.saturating_mul(2);
-                            if unresolved.len() as u64 >= most {
-                                return Err(EngineError::Failed(format!(
-                                    "the source announced more than {most} files without waiting for answers (this side allows {} in flight)",
-                                    cfg.max_files
-                                )));
-                            }
-                            unresolved.insert(e.id, e.path.clone());
-                            let want = open_file(&e, cfg, files, &mut report, slots);
-                            if let Want::Send { id, .. } = &want {
-                                if let Some(f) = files.lock().expect("poisoned").get(id) {
-                                    slots += f.slots;
-                                }
-                            }
-                            if let Want::Skip { id } | Want::Fail { id, .. } = &want {
-                                let id = *id;
-                                resolved += 1;
-                                unresolved.remove(&id);
-                            }
-                            if let Want::Fail { error, .. } = &want {
-                                fail(&mut report, &e.path, error.clone());
-                            }
-                            if let Want::Send { skip, id, .. } = &want {
-                                announced.push(*id);
-                                ranges += skip.len();
-                            }
-                            wants.push(want);
-                            // Keep each Wants frame well under the limit.
-                            if ranges >= 2 * MAX_SKIP_RANGES {
-                                conn.send(&Message::Wants(Wants {
-                                    wants: std::mem::take(&mut wants),
-                                }))?;
-                                ranges = 0;
-                            }
-                        }
-                    }
-                }
-                conn.send(&Message::Wants(Wants { wants }))?;
-                // A file of this message whose chunks were all there
-                // already is done now (if sealed). Only this message's:
-                // a scan of every file in flight per message costs a
-                // small-file transfer a third of its rate.
-                let ready: Vec<Arc<FileState>> = {
-                    let files = files.lock().expect("poisoned");
-                    announced
-                        .drain(..)
-                        .filter_map(|id| files.get(&id))
-                        .filter(|f| f.inner.lock().expect("poisoned").claim())
-                        .cloned()
-                        .collect()
-                };
-                for f in ready {
-                    let _ = fin.send(f);
-                }
-            }
-            Some(Message::FileSealed(seal)) => {
-                let f = files.lock().expect("poisoned").get(&seal.id).cloned();
-                if let Some(f) = f {
-                    let ready = {
-                        let mut p = f.inner.lock().expect("poisoned");
-                        p.sealed = p.sealed.max(Some(seal.resends));
-                        p.claim()
-                    };
-                    if ready {
-                        let _ = fin.send(f);
+            if cfg.delete && e.kind != Kind::DirEnd {
+                if let Ok(t) = cfg.target(&e.path) {
+                    if let (Some(parent), Some(name)) = (t.parent(), t.file_name()) {
+                        self.seen
+                            .entry(parent.to_path_buf())
+                            .or_default()
+                            .insert(name.to_owned());
                     }
                 }
             }
-            Some(Message::FileDone(d)) => {
-                // The source could not read this file (its journal stays
-                // for a retry), or it changed while it was read (what
-                // arrived is dropped; `retried`: it comes again, new id).
-                if let Some(path) = unresolved.remove(&d.id) {
-                    if let Some(f) = files.lock().expect("poisoned").remove(&d.id) {
-                        f.inner.lock().expect("poisoned").failed = true;
-                        slots = slots.saturating_sub(f.slots);
-                        if d.changed {
+        }
+    }
+
+    /// Does what the machine asks, until it asks nothing more.
+    fn act(&mut self, m: &mut Sink) -> Result<(), EngineError> {
+        let cfg = self.cfg;
+        while let Some(action) = m.poll_action().map_err(engine_error)? {
+            match action {
+                SinkAction::Dir(_) if cfg.dry_run => {}
+                SinkAction::Dir(e) => {
+                    match cfg
+                        .target(&e.path)
+                        .and_then(|t| cfg.ensure_dir(&t).map(|()| t))
+                    {
+                        Ok(t) => self.dirs.push((t, e)),
+                        Err(err) => m.failed(&e.path, err.to_string()),
+                    }
+                }
+                SinkAction::Link(e) if cfg.dry_run => {
+                    m.report_mut()
+                        .would_send
+                        .push(format!("{} -> {}", e.path, cfg.shown(&e.path)));
+                }
+                SinkAction::Link(e) => {
+                    match cfg.target(&e.path).and_then(|t| make_link(&t, &e, cfg)) {
+                        Ok(()) => m.report_mut().links += 1,
+                        Err(err) => m.failed(&e.path, err.to_string()),
+                    }
+                }
+                SinkAction::DirEnd(e) => {
+                    if let Ok(t) = cfg.target(&e.path) {
+                        let names = self.seen.remove(&t).unwrap_or_default();
+                        if !e.incomplete {
+                            prune(&t, &names, cfg, m.report_mut());
+                        }
+                    }
+                }
+                SinkAction::Open(e) => {
+                    let want = open_file(&e, cfg, self.files, m.report_mut());
+                    m.opened(Instant::now(), e.id, want);
+                }
+                SinkAction::Check(id) => {
+                    let f = self.files.lock().expect("poisoned").get(&id).cloned();
+                    if let Some(f) = f.filter(|f| f.inner.lock().expect("poisoned").ledger.claim())
+                    {
+                        let _ = self.fin.send(f);
+                    }
+                }
+                SinkAction::Seal { id, resends } => {
+                    let f = self.files.lock().expect("poisoned").get(&id).cloned();
+                    if let Some(f) = f {
+                        let ready = {
+                            let mut p = f.inner.lock().expect("poisoned");
+                            p.ledger.seal(resends);
+                            p.ledger.claim()
+                        };
+                        if ready {
+                            let _ = self.fin.send(f);
+                        }
+                    }
+                }
+                SinkAction::Discard { id, changed } => {
+                    if let Some(f) = self.files.lock().expect("poisoned").remove(&id) {
+                        f.inner.lock().expect("poisoned").ledger.fail();
+                        if changed {
                             let _ = std::fs::remove_file(&f.at_part);
                             let _ = std::fs::remove_file(&f.at_journal);
                         }
                     }
-                    if !d.retried {
-                        resolved += 1;
-                        fail(
-                            &mut report,
-                            &path,
-                            d.error.unwrap_or_else(|| "source failed".into()),
-                        );
+                }
+                SinkAction::Release(id) => {
+                    self.files.lock().expect("poisoned").remove(&id);
+                }
+                SinkAction::Landed { path, digest } => {
+                    cfg.progress.files.fetch_add(1, Ordering::Relaxed);
+                    if let Some(dg) = &digest {
+                        super::write_digest(&cfg.digest_out, &path, dg);
+                    }
+                }
+                SinkAction::WalkDone => cfg.progress.walk_done.store(true, Ordering::Relaxed),
+                SinkAction::Interval(i) => {
+                    cfg.progress.intervals.lock().expect("poisoned").push(i);
+                }
+                SinkAction::SetDirectories => {
+                    for (path, e) in self.dirs.iter().rev() {
+                        // Opened again beneath the anchor; changed through
+                        // its descriptor, so never through a link swapped
+                        // in since.
+                        let Ok(d) = cfg.anchor.dir(path, false) else {
+                            continue;
+                        };
+                        if cfg.preserve {
+                            let _ = std::fs::set_permissions(
+                                d.path(),
+                                std::fs::Permissions::from_mode(cfg.mode_of(e)),
+                            );
+                        }
+                        let _ = super::set_mtime_through(&d.path(), e.mtime_ns);
                     }
                 }
             }
-            Some(Message::EntriesEnd(end)) => {
-                cfg.progress.walk_done.store(true, Ordering::Relaxed);
-                expected = Some(end.files);
-            }
-            Some(m) => {
-                return Err(EngineError::Failed(format!(
-                    "peer sent an unexpected {} message during the transfer",
-                    m.name()
-                )))
-            }
         }
+        Ok(())
     }
 }
 
@@ -711,35 +626,11 @@ fn prune(
 
 /// Answers one announced file: skip it, or open its partial file and say
 /// which chunks are still needed.
-fn open_file(
-    e: &Entry,
-    cfg: &SinkConfig,
-    files: &Files,
-    report: &mut SinkReport,
-    slots_in_use: u64,
-) -> Want {
+fn open_file(e: &Entry, cfg: &SinkConfig, files: &Files, report: &mut SinkReport) -> Want {
     let fail = |error: String| Want::Fail { id: e.id, error };
-    // The peer's numbers decide what this side allocates: check them.
-    if !(64 << 10..=1 << 31).contains(&e.chunk_size) {
-        return fail(format!(
-            "chunk size {} is outside 64 KiB..=2 GiB",
-            e.chunk_size
-        ));
-    }
+    // The machine checked the peer's numbers (chunk size and count, chunks
+    // in flight) before it asked for the file.
     let count = chunk_count(e.size, e.chunk_size);
-    if count > super::MAX_CHUNKS_PER_FILE {
-        return fail(format!(
-            "{count} chunks of {} bytes is more than the {} a file may have: use a larger --chunk",
-            e.chunk_size,
-            super::MAX_CHUNKS_PER_FILE
-        ));
-    }
-    if slots_in_use + count > super::MAX_CHUNKS_IN_FLIGHT && slots_in_use > 0 {
-        return fail(format!(
-            "too many chunks in flight at once ({} + {count}); copy this file on its own or with a larger --chunk",
-            slots_in_use
-        ));
-    }
     let target = match cfg.target(&e.path) {
         Ok(t) => t,
         Err(err) => return fail(err.to_string()),
@@ -761,7 +652,6 @@ fn open_file(
                     None => super::mtime_ns(&m) == e.mtime_ns,
                 };
             if same {
-                report.skipped += 1;
                 return Want::Skip { id: e.id };
             }
         }
@@ -770,7 +660,6 @@ fn open_file(
         report
             .would_send
             .push(format!("{} -> {}", e.path, cfg.shown(&e.path)));
-        report.skipped += 1;
         return Want::Skip { id: e.id };
     }
     let (dir, name) = match cfg.anchor.parent_of(&target, true) {
@@ -819,7 +708,6 @@ fn open_file(
             }
         }
     }
-    let verified = skip.len() as u64;
     let fresh = skip.is_empty();
     skip.sort_unstable();
     let skip = skip_ranges(skip, MAX_SKIP_RANGES);
@@ -874,7 +762,6 @@ fn open_file(
         Ok(j) => j,
         Err(err) => return fail(io_err("write journal", &journal_path, err)),
     };
-    report.resumed_bytes += resumed;
     let state = Arc::new(FileState {
         entry: e.clone(),
         target,
@@ -886,16 +773,16 @@ fn open_file(
         at_journal,
         out,
         fresh,
-        slots: count,
         write_lock: Mutex::new(()),
         inner: Mutex::new(Progress {
             journal,
-            hashes,
-            remaining: count - verified,
-            failed: false,
-            claimed: false,
-            sealed: None,
-            resends_asked: 0,
+            ledger: FileLedger::new(
+                hashes.len(),
+                hashes
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(i, h)| Some((i as u32, (*h)?))),
+            ),
         }),
     });
     files.lock().expect("poisoned").insert(e.id, state);
@@ -969,8 +856,9 @@ fn finish(f: &FileState, cfg: &SinkConfig, synced: bool) -> FileDone {
             let _ = std::fs::remove_file(&f.at_journal);
         }
         let p = f.inner.lock().expect("poisoned");
-        let mut all = Vec::with_capacity(p.hashes.len() * 32);
-        for h in p.hashes.iter().flatten() {
+        let hashes = p.ledger.hashes();
+        let mut all = Vec::with_capacity(hashes.len() * 32);
+        for h in hashes.iter().flatten() {
             all.extend_from_slice(h);
         }
         Ok(hex(blake3::hash(&all).as_bytes()))
@@ -995,7 +883,7 @@ fn verify(f: &FileState, cfg: &SinkConfig) -> Result<(), String> {
         .storage
         .open_read(&f.at_part)
         .map_err(|e| io_err("re-read", &f.part, e))?;
-    let hashes = f.inner.lock().expect("poisoned").hashes.clone();
+    let hashes = f.inner.lock().expect("poisoned").ledger.hashes().to_vec();
     let mut buf = Vec::new();
     for (i, h) in hashes.iter().enumerate() {
         let c = chunk_at(f.entry.id, f.entry.size, f.entry.chunk_size, i as u32);
@@ -1053,10 +941,9 @@ fn receive(s: Box<dyn Stream>, files: &Files, tx: &Sender<Event>, fin: &Sender<A
         }
         // Bytes go to storage unless the file is gone (failed or done), the
         // chunk is verified already, or it is a hole in a fresh file.
-        let target = f.as_ref().filter(|f| {
-            let p = f.inner.lock().expect("poisoned");
-            !p.failed && p.hashes[h.index as usize].is_none()
-        });
+        let target = f
+            .as_ref()
+            .filter(|f| f.inner.lock().expect("poisoned").ledger.wants(h.index));
         let write = target.is_some_and(|f| !(h.zero && f.fresh));
         let mut write_us = 0u64;
         let mut hasher = blake3::Hasher::new();
@@ -1107,14 +994,14 @@ fn receive(s: Box<dyn Stream>, files: &Files, tx: &Sender<Event>, fin: &Sender<A
             if msg.contains("No space left") {
                 let missing = {
                     let p = f.inner.lock().expect("poisoned");
-                    p.remaining * f.entry.chunk_size.min(f.entry.size.max(1))
+                    p.ledger.remaining() * f.entry.chunk_size.min(f.entry.size.max(1))
                 };
                 let _ = tx.send(Event::Fatal(format!(
                     "destination full: {msg}; about {missing} more bytes were needed for this file. Free space and run the same command again: it resumes"
                 )));
                 return;
             }
-            f.inner.lock().expect("poisoned").failed = true;
+            f.inner.lock().expect("poisoned").ledger.fail();
             let _ = tx.send(Event::Done(
                 FileDone {
                     id: h.file,
@@ -1131,7 +1018,7 @@ fn receive(s: Box<dyn Stream>, files: &Files, tx: &Sender<Event>, fin: &Sender<A
         });
         let complete = {
             let mut p = f.inner.lock().expect("poisoned");
-            if p.failed || p.hashes[h.index as usize].is_some() {
+            if !p.ledger.wants(h.index) {
                 continue;
             }
             let record = journal_record(h.index, &hash);
@@ -1143,9 +1030,8 @@ fn receive(s: Box<dyn Stream>, files: &Files, tx: &Sender<Event>, fin: &Sender<A
                 )));
                 return;
             }
-            p.hashes[h.index as usize] = Some(hash);
-            p.remaining -= 1;
-            p.claim()
+            p.ledger.verified(h.index, hash);
+            p.ledger.claim()
         };
         if complete {
             let _ = fin.send(f.clone());

@@ -8,6 +8,12 @@
 //! chunks it still needs, the source sends those chunks on the data
 //! streams, and the sink reports each file once every chunk is verified and
 //! the file is renamed into place.
+//!
+//! [`source`] and [`sink`] are the two ends' state machines; the engine
+//! (or a test harness) drives them with files, streams and a clock.
+
+pub mod sink;
+pub mod source;
 
 use serde::{Deserialize, Serialize};
 

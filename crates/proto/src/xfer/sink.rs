@@ -1,0 +1,600 @@
+//! The sink's side of the transfer protocol as a state machine, with no
+//! I/O and no clock (quinn-proto style).
+//!
+//! The driver (the engine, or the test harness) feeds control messages in
+//! with [`Sink::handle`], tells the machine what came of the file work it
+//! asked for ([`Sink::opened`], [`Sink::file_done`], [`Sink::damaged`]),
+//! performs what [`Sink::poll_action`] yields, sends what
+//! [`Sink::poll_transmit`] yields, and calls [`Sink::handle_timeout`] once
+//! `now` passes [`Sink::poll_timeout`].
+//!
+//! Chunks themselves never pass through the machine: data streams are read
+//! on threads of their own, each chunk checked against its hash and booked
+//! in the file's [`FileLedger`] (a pure type, held by the driver beside the
+//! file, so that a receiver thread completes a file without a round trip
+//! through the control thread). The machine tells the driver when the
+//! ledger must change for a protocol reason ([`SinkAction::Seal`],
+//! [`SinkAction::Discard`]).
+
+use std::collections::{HashMap, VecDeque};
+use std::time::{Duration, Instant};
+
+use super::*;
+use crate::msg::Message;
+use crate::plan::chunk_count;
+
+/// Times one chunk may arrive damaged before the path is declared broken.
+pub const MAX_DAMAGED: u32 = 3;
+
+/// How long the sink waits for the source's last word after its report.
+pub const SOURCE_DONE_WAIT: Duration = Duration::from_secs(2);
+
+/// What one sink allows.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SinkLimits {
+    /// Files in flight this side advertised; a source may announce twice
+    /// as many before their answers arrive, never more.
+    pub max_files: u64,
+    /// Chunks one file may have (its ledger is kept while it is in flight).
+    pub max_chunks_per_file: u64,
+    /// Chunks of all files in flight together.
+    pub max_chunks_in_flight: u64,
+    /// The transfer fails once nothing moved for this long.
+    pub idle: Duration,
+}
+
+/// Why the sink gave up.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SinkError {
+    /// Nothing moved for the idle time.
+    #[error("the transfer: nothing moved for {} s", .0.as_secs())]
+    Idle(Duration),
+    /// The peer broke the protocol or the path corrupts data.
+    #[error("{0}")]
+    Failed(String),
+}
+
+/// What the driver must do, in order.
+#[derive(Debug, Clone, PartialEq)]
+pub enum SinkAction {
+    /// Create this directory (its mode and mtime are set at the end,
+    /// [`SinkAction::SetDirectories`]); report failures with [`Sink::failed`].
+    Dir(Entry),
+    /// Create this symbolic link; count it in [`Sink::report_mut`] or
+    /// report a failure with [`Sink::failed`].
+    Link(Entry),
+    /// The source listed everything of this directory (sync --delete).
+    DirEnd(Entry),
+    /// Open this file (resuming from its journal) and answer at once with
+    /// [`Sink::opened`]; no other action comes before the answer.
+    Open(Entry),
+    /// Finish the file if its ledger is complete (every chunk was there
+    /// already): its `Open` answer has gone to the source.
+    Check(u64),
+    /// Book the source's seal in the file's ledger; finish the file if
+    /// that completes it.
+    Seal { id: u64, resends: u32 },
+    /// The source gave the file up: mark its ledger failed and drop it;
+    /// `changed`: what arrived may mix two versions, so remove its partial
+    /// file and journal.
+    Discard { id: u64, changed: bool },
+    /// The file is resolved: release what the driver holds of it.
+    Release(u64),
+    /// A file landed: count it (progress) and record its digest.
+    Landed {
+        path: String,
+        digest: Option<String>,
+    },
+    /// The source announced everything.
+    WalkDone,
+    /// An interval report of the source, for the progress display.
+    Interval(crate::tune::TransferInterval),
+    /// Every file is resolved: give the directories their modes and
+    /// times; the report goes to the source next.
+    SetDirectories,
+}
+
+/// A file the source announced and the sink has not resolved yet.
+struct InFlight {
+    path: String,
+    /// Its chunk count, held against `max_chunks_in_flight` once opened.
+    slots: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    Running,
+    /// The report is out; waiting up to the deadline for `SourceDone`.
+    Closing {
+        deadline: Instant,
+    },
+    Done,
+}
+
+/// The sink's end of one transfer.
+pub struct Sink {
+    limits: SinkLimits,
+    phase: Phase,
+    report: SinkReport,
+    files: HashMap<u64, InFlight>,
+    /// Files the source said it announced in all ([`EntriesEnd`]).
+    expected: Option<u64>,
+    resolved: u64,
+    /// Chunk slots of the opened files in flight.
+    slots: u64,
+    damaged: HashMap<(u64, u32), u32>,
+    /// Entries of the message being worked through, and its answers.
+    batch: VecDeque<Entry>,
+    awaiting: Option<u64>,
+    wants: Vec<Want>,
+    ranges: usize,
+    opened_now: Vec<u64>,
+    batch_open: bool,
+    actions: VecDeque<SinkAction>,
+    transmits: VecDeque<Message>,
+    last_activity: Instant,
+}
+
+impl Sink {
+    pub fn new(now: Instant, limits: SinkLimits) -> Self {
+        Self {
+            limits,
+            phase: Phase::Running,
+            report: SinkReport::default(),
+            files: HashMap::new(),
+            expected: None,
+            resolved: 0,
+            slots: 0,
+            damaged: HashMap::new(),
+            batch: VecDeque::new(),
+            awaiting: None,
+            wants: Vec::new(),
+            ranges: 0,
+            opened_now: Vec::new(),
+            batch_open: false,
+            actions: VecDeque::new(),
+            transmits: VecDeque::new(),
+            last_activity: now,
+        }
+    }
+
+    /// A control message from the source.
+    pub fn handle(&mut self, now: Instant, msg: Message) -> Result<(), SinkError> {
+        self.last_activity = now;
+        if let Phase::Closing { .. } = self.phase {
+            match msg {
+                Message::SourceInterval(i) => self.actions.push_back(SinkAction::Interval(i)),
+                Message::SourceDone(d) => {
+                    self.report.source = Some(d);
+                    self.phase = Phase::Done;
+                }
+                _ => self.phase = Phase::Done,
+            }
+            return Ok(());
+        }
+        match msg {
+            Message::SourceInterval(i) => self.actions.push_back(SinkAction::Interval(i)),
+            Message::Entries(batch) => {
+                self.batch.extend(batch.entries);
+                self.batch_open = true;
+            }
+            Message::FileSealed(seal) => {
+                if self.files.contains_key(&seal.id) {
+                    self.actions.push_back(SinkAction::Seal {
+                        id: seal.id,
+                        resends: seal.resends,
+                    });
+                }
+            }
+            Message::FileDone(d) => {
+                // The source could not read this file (its journal stays
+                // for a retry), or it changed while it was read (what
+                // arrived is dropped; `retried`: it comes again, new id).
+                if let Some(f) = self.files.remove(&d.id) {
+                    self.slots = self.slots.saturating_sub(f.slots);
+                    self.actions.push_back(SinkAction::Discard {
+                        id: d.id,
+                        changed: d.changed,
+                    });
+                    if !d.retried {
+                        self.resolved += 1;
+                        self.failed(&f.path, d.error.unwrap_or_else(|| "source failed".into()));
+                    }
+                }
+            }
+            Message::EntriesEnd(end) => {
+                self.actions.push_back(SinkAction::WalkDone);
+                self.expected = Some(end.files);
+            }
+            m => {
+                return Err(SinkError::Failed(format!(
+                    "peer sent an unexpected {} message during the transfer",
+                    m.name()
+                )))
+            }
+        }
+        self.check_end(now);
+        Ok(())
+    }
+
+    /// The answer to [`SinkAction::Open`] for file `id`.
+    pub fn opened(&mut self, now: Instant, id: u64, want: Want) {
+        self.last_activity = now;
+        if self.awaiting.take() != Some(id) {
+            debug_assert!(false, "an answer for file {id}, which was not asked");
+            return;
+        }
+        self.answer(want);
+    }
+
+    /// A received chunk of file `id` did not match its hash: it is asked
+    /// again, unless it arrived damaged too often.
+    pub fn damaged(&mut self, now: Instant, r: Resend) -> Result<(), SinkError> {
+        self.last_activity = now;
+        let n = self.damaged.entry((r.id, r.index)).or_insert(0);
+        *n += 1;
+        if *n > MAX_DAMAGED {
+            let path = self.files.get(&r.id).map(|f| f.path.clone());
+            return Err(SinkError::Failed(format!(
+                "chunk {} of {} arrived damaged {} times: the path corrupts data",
+                r.index,
+                path.unwrap_or_default(),
+                MAX_DAMAGED + 1
+            )));
+        }
+        self.transmits.push_back(Message::Resend(r));
+        Ok(())
+    }
+
+    /// A file is finished: landed (`done.error` None; `bytes` its size),
+    /// or failed while it was written or finished.
+    pub fn file_done(&mut self, now: Instant, done: FileDone, bytes: u64) {
+        self.last_activity = now;
+        let Some(f) = self.files.remove(&done.id) else {
+            return;
+        };
+        self.resolved += 1;
+        self.slots = self.slots.saturating_sub(f.slots);
+        match &done.error {
+            Some(e) => self.failed(&f.path, e.clone()),
+            None => {
+                self.report.files += 1;
+                self.report.bytes += bytes;
+                self.actions.push_back(SinkAction::Landed {
+                    path: f.path.clone(),
+                    digest: done.digest.clone(),
+                });
+            }
+        }
+        self.actions.push_back(SinkAction::Release(done.id));
+        self.transmits.push_back(Message::FileDone(done));
+        self.check_end(now);
+    }
+
+    /// Bytes written to storage, and how long the writes took.
+    pub fn written(&mut self, now: Instant, bytes: u64, busy_us: u64) {
+        self.last_activity = now;
+        self.report.written_bytes += bytes;
+        self.report.write_us += busy_us;
+    }
+
+    /// Something failed that ends the transfer: the source hears it in
+    /// the report this queues.
+    pub fn fatal(&mut self, error: String) -> SinkError {
+        self.report.failed.push(Failure {
+            path: String::new(),
+            error: error.clone(),
+        });
+        self.transmits
+            .push_back(Message::TransferDone(self.report.clone()));
+        self.phase = Phase::Done;
+        SinkError::Failed(error)
+    }
+
+    /// Records an entry that could not be laid down.
+    pub fn failed(&mut self, path: &str, error: String) {
+        self.report.failed.push(Failure {
+            path: path.to_string(),
+            error,
+        });
+    }
+
+    /// The report, for counts only the driver sees (links, deletions,
+    /// what a dry run would send).
+    pub fn report_mut(&mut self) -> &mut SinkReport {
+        &mut self.report
+    }
+
+    pub fn poll_transmit(&mut self) -> Option<Message> {
+        self.transmits.pop_front()
+    }
+
+    /// The next thing to do. While an [`SinkAction::Open`] waits for its
+    /// answer, nothing else comes. An error ends the transfer (a source
+    /// announcing files beyond what this side allows).
+    pub fn poll_action(&mut self) -> Result<Option<SinkAction>, SinkError> {
+        if let Some(a) = self.actions.pop_front() {
+            return Ok(Some(a));
+        }
+        if self.awaiting.is_some() {
+            return Ok(None);
+        }
+        loop {
+            let Some(e) = self.batch.pop_front() else {
+                if self.batch_open {
+                    self.close_batch();
+                    return Ok(self.actions.pop_front());
+                }
+                return Ok(None);
+            };
+            match e.kind {
+                Kind::DirEnd => return Ok(Some(SinkAction::DirEnd(e))),
+                Kind::Dir => return Ok(Some(SinkAction::Dir(e))),
+                Kind::Symlink => return Ok(Some(SinkAction::Link(e))),
+                Kind::File => {
+                    if let Some(a) = self.announce(e)? {
+                        return Ok(Some(a));
+                    }
+                }
+            }
+        }
+    }
+
+    /// When [`Sink::handle_timeout`] is next due.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        match self.phase {
+            Phase::Running => Some(self.last_activity + self.limits.idle),
+            Phase::Closing { deadline } => Some(deadline),
+            Phase::Done => None,
+        }
+    }
+
+    pub fn handle_timeout(&mut self, now: Instant) -> Result<(), SinkError> {
+        match self.phase {
+            Phase::Running if now >= self.last_activity + self.limits.idle => {
+                Err(SinkError::Idle(self.limits.idle))
+            }
+            Phase::Closing { deadline } if now >= deadline => {
+                self.phase = Phase::Done;
+                Ok(())
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// The report has gone out; the source's last word may follow.
+    pub fn is_closing(&self) -> bool {
+        matches!(self.phase, Phase::Closing { .. })
+    }
+
+    /// The report has gone out and the source's last word is in (or was
+    /// not waited for any longer): [`Sink::into_report`] is final.
+    pub fn is_done(&self) -> bool {
+        self.phase == Phase::Done
+    }
+
+    pub fn into_report(self) -> SinkReport {
+        self.report
+    }
+
+    /// A file entry: refused at once on its numbers, or opened.
+    fn announce(&mut self, e: Entry) -> Result<Option<SinkAction>, SinkError> {
+        // Twice what this side advertised: a source counts a file until
+        // its answer arrives.
+        let most = self.limits.max_files.saturating_mul(2);
+        if self.files.len() as u64 >= most {
+            // A broken peer: nothing more of this transfer is done.
+            self.batch.clear();
+            self.batch_open = false;
+            self.phase = Phase::Done;
+            return Err(SinkError::Failed(format!(
+                "the source announced more than {most} files without waiting for answers (this side allows {} in flight)",
+                self.limits.max_files
+            )));
+        }
+        let count = chunk_count(e.size, e.chunk_size);
+        self.files.insert(
+            e.id,
+            InFlight {
+                path: e.path.clone(),
+                slots: count,
+            },
+        );
+        let refuse = if !(64 << 10..=1 << 31).contains(&e.chunk_size) {
+            Some(format!(
+                "chunk size {} is outside 64 KiB..=2 GiB",
+                e.chunk_size
+            ))
+        } else if count > self.limits.max_chunks_per_file {
+            Some(format!(
+                "{count} chunks of {} bytes is more than the {} a file may have: use a larger --chunk",
+                e.chunk_size, self.limits.max_chunks_per_file
+            ))
+        } else if self.slots + count > self.limits.max_chunks_in_flight && self.slots > 0 {
+            Some(format!(
+                "too many chunks in flight at once ({} + {count}); copy this file on its own or with a larger --chunk",
+                self.slots
+            ))
+        } else {
+            None
+        };
+        match refuse {
+            Some(error) => {
+                self.answer(Want::Fail { id: e.id, error });
+                Ok(None)
+            }
+            None => {
+                self.awaiting = Some(e.id);
+                Ok(Some(SinkAction::Open(e)))
+            }
+        }
+    }
+
+    fn answer(&mut self, want: Want) {
+        match &want {
+            Want::Send {
+                id,
+                skip,
+                resumed_bytes,
+            } => {
+                if let Some(f) = self.files.get(id) {
+                    self.slots += f.slots;
+                }
+                self.report.resumed_bytes += resumed_bytes;
+                self.opened_now.push(*id);
+                self.ranges += skip.len();
+            }
+            Want::Skip { id } => {
+                self.report.skipped += 1;
+                self.resolved += 1;
+                self.files.remove(id);
+            }
+            Want::Fail { id, error } => {
+                self.resolved += 1;
+                if let Some(f) = self.files.remove(id) {
+                    self.failed(&f.path, error.clone());
+                }
+            }
+        }
+        self.wants.push(want);
+        // Keep each Wants frame well under the limit.
+        if self.ranges >= 2 * MAX_SKIP_RANGES {
+            self.transmits.push_back(Message::Wants(Wants {
+                wants: std::mem::take(&mut self.wants),
+            }));
+            self.ranges = 0;
+        }
+    }
+
+    /// Every entry of a message is answered: the answers go out, then the
+    /// files of this message whose chunks were all there are checked
+    /// (only this message's: a scan of every file in flight per message
+    /// costs a small-file transfer a third of its rate).
+    fn close_batch(&mut self) {
+        self.batch_open = false;
+        self.transmits.push_back(Message::Wants(Wants {
+            wants: std::mem::take(&mut self.wants),
+        }));
+        self.ranges = 0;
+        for id in self.opened_now.drain(..) {
+            self.actions.push_back(SinkAction::Check(id));
+        }
+        self.check_end(self.last_activity);
+    }
+
+    /// Once the source announced everything and every file is resolved,
+    /// the directories get their modes and the report goes out.
+    fn check_end(&mut self, now: Instant) {
+        if self.phase == Phase::Running
+            && !self.batch_open
+            && self.awaiting.is_none()
+            && self.expected.is_some_and(|n| self.resolved >= n)
+            && self.files.is_empty()
+        {
+            self.actions.push_back(SinkAction::SetDirectories);
+            self.transmits
+                .push_back(Message::TransferDone(self.report.clone()));
+            self.phase = Phase::Closing {
+                deadline: now + SOURCE_DONE_WAIT,
+            };
+        }
+    }
+}
+
+/// What the sink knows of one file's chunks: which are verified (and their
+/// hashes), whether the source sealed it, and whether it may be finished.
+/// The driver holds it beside the file, shared with the threads that
+/// receive chunks.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileLedger {
+    hashes: Vec<Option<[u8; 32]>>,
+    remaining: u64,
+    failed: bool,
+    /// Set by whoever finishes the file, so that it is finished once.
+    claimed: bool,
+    /// The source's latest seal: every read it made of the file, this
+    /// many resends included, showed the file unchanged.
+    sealed: Option<u32>,
+    /// Resends of this file asked of the source.
+    resends_asked: u32,
+}
+
+impl FileLedger {
+    /// A ledger of `count` chunks; `resumed` lists chunks verified in an
+    /// earlier run (from the journal, hashed again), with their hashes.
+    pub fn new(count: usize, resumed: impl IntoIterator<Item = (u32, [u8; 32])>) -> Self {
+        let mut hashes = vec![None; count];
+        for (i, h) in resumed {
+            if let Some(slot) = hashes.get_mut(i as usize) {
+                *slot = Some(h);
+            }
+        }
+        let verified = hashes.iter().filter(|h| h.is_some()).count();
+        Self {
+            remaining: (count - verified) as u64,
+            hashes,
+            failed: false,
+            claimed: false,
+            sealed: None,
+            resends_asked: 0,
+        }
+    }
+
+    /// Whether chunk `index` is still wanted: the file has not failed and
+    /// the chunk is not verified yet (a duplicate is dropped).
+    pub fn wants(&self, index: u32) -> bool {
+        !self.failed && self.hashes.get(index as usize).is_some_and(Option::is_none)
+    }
+
+    /// Books chunk `index`, verified against `hash`. True if it counted
+    /// (it was still wanted); the driver journals it first.
+    pub fn verified(&mut self, index: u32, hash: [u8; 32]) -> bool {
+        if !self.wants(index) {
+            return false;
+        }
+        self.hashes[index as usize] = Some(hash);
+        self.remaining -= 1;
+        true
+    }
+
+    /// A chunk arrived damaged and is asked again: the file may not be
+    /// finished before a seal covers that resend.
+    pub fn damaged(&mut self) {
+        self.resends_asked += 1;
+    }
+
+    /// Books a seal of the source.
+    pub fn seal(&mut self, resends: u32) {
+        self.sealed = self.sealed.max(Some(resends));
+    }
+
+    pub fn fail(&mut self) {
+        self.failed = true;
+    }
+
+    pub fn is_failed(&self) -> bool {
+        self.failed
+    }
+
+    /// Chunks not verified yet.
+    pub fn remaining(&self) -> u64 {
+        self.remaining
+    }
+
+    /// The verified hashes, by chunk index.
+    pub fn hashes(&self) -> &[Option<[u8; 32]>] {
+        &self.hashes
+    }
+
+    /// Claims the file for finishing if it is complete: every chunk
+    /// verified, and sealed by the source after every read it was asked
+    /// for. True once, for the one caller that finishes it.
+    pub fn claim(&mut self) -> bool {
+        let take = self.remaining == 0
+            && !self.claimed
+            && !self.failed
+            && self.sealed.is_some_and(|s| s >= self.resends_asked);
+        self.claimed |= take;
+        take
+    }
+}

@@ -1,0 +1,1015 @@
+//! A deterministic in-memory harness for the transfer protocol: the source
+//! and sink machines of `longhaul_proto::xfer` run together over an
+//! in-memory source tree and sink store, control messages travel in order,
+//! chunks travel over several data streams whose deliveries a schedule
+//! interleaves, duplicates, corrupts or drops, and the clock jumps to the
+//! next deadline whenever nothing else can happen.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::hash::{Hash, Hasher};
+use std::time::{Duration, Instant};
+
+use longhaul_proto::msg::Message;
+use longhaul_proto::plan::{chunk_count, Chunk, Planner};
+use longhaul_proto::xfer::sink::{FileLedger, Sink, SinkAction, SinkError, SinkLimits};
+use longhaul_proto::xfer::source::{Source, SourceAction, SourceError, SourceLimits};
+use longhaul_proto::xfer::*;
+use proptest::prelude::*;
+
+const CHUNK: u64 = 64 << 10;
+const IDLE: Duration = Duration::from_secs(300);
+
+/// A stand-in for BLAKE3: any 32 bytes that change with the content.
+fn hash(bytes: &[u8]) -> [u8; 32] {
+    let mut out = [0u8; 32];
+    for (i, part) in out.chunks_mut(8).enumerate() {
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        i.hash(&mut h);
+        bytes.hash(&mut h);
+        part.copy_from_slice(&h.finish().to_le_bytes());
+    }
+    out
+}
+
+fn content(seed: u64, len: usize) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+/// A chunk on a data stream: header, payload and the hash of its trailer.
+#[derive(Debug, Clone)]
+struct Frame {
+    file: u64,
+    index: u32,
+    offset: u64,
+    bytes: Vec<u8>,
+    hash: [u8; 32],
+}
+
+/// What goes wrong, and when.
+#[derive(Debug, Clone, Default)]
+struct Faults {
+    /// Deliveries (by their number) that arrive with a flipped byte.
+    corrupt: Vec<usize>,
+    /// Deliveries that are delivered twice.
+    duplicate: Vec<usize>,
+    /// Deliveries that never arrive.
+    drop: Vec<usize>,
+    /// Paths whose writes fail at the sink.
+    write_error: Vec<String>,
+    /// Paths whose reads fail at the source.
+    read_error: Vec<String>,
+    /// The sink's disk fills after this many chunk writes.
+    full_after: Option<usize>,
+    /// Paths that change after their first chunk is read, this many times.
+    changes: Vec<(String, u32)>,
+}
+
+/// One source file: its content and version (the mtime stands for it).
+#[derive(Debug, Clone)]
+struct SrcFile {
+    data: Vec<u8>,
+    version: i64,
+}
+
+/// What the sink holds of a file not yet in place: its partial bytes and
+/// the journal of verified chunks.
+#[derive(Debug, Clone, Default)]
+struct Partial {
+    data: Vec<u8>,
+    journal: Vec<(u32, [u8; 32])>,
+}
+
+struct SourceSide {
+    machine: Source<String>,
+    tree: BTreeMap<String, SrcFile>,
+    walk: VecDeque<String>,
+    next_id: u64,
+    /// The version each id announced.
+    announced: HashMap<u64, i64>,
+    planner: Planner,
+    resends: VecDeque<Chunk>,
+    /// Per planned file: path, version announced, reads left, resends read.
+    reading: HashMap<u64, (String, i64, u64, u32)>,
+    /// Chunk reads per (path, index), resends included.
+    reads: HashMap<(String, u32), u32>,
+    next_stream: usize,
+    done: bool,
+}
+
+struct SinkSide {
+    machine: Sink,
+    landed: BTreeMap<String, Vec<u8>>,
+    partials: HashMap<String, Partial>,
+    open: HashMap<u64, (Entry, FileLedger)>,
+    /// Writes per (path, index).
+    writes: HashMap<(String, u32), u32>,
+    chunk_writes: usize,
+}
+
+/// How a run ended.
+#[derive(Debug)]
+struct Outcome {
+    source: Result<(), SourceError>,
+    sink: Result<SinkReport, SinkError>,
+    landed: BTreeMap<String, Vec<u8>>,
+    partials: HashMap<String, Partial>,
+    reads: HashMap<(String, u32), u32>,
+    writes: HashMap<(String, u32), u32>,
+    failed: Vec<Failure>,
+    elapsed: Duration,
+}
+
+struct Pair {
+    now: Instant,
+    start: Instant,
+    src: SourceSide,
+    snk: SinkSide,
+    to_sink: VecDeque<Message>,
+    to_source: VecDeque<Message>,
+    streams: Vec<VecDeque<Frame>>,
+    /// Which stream delivers next, cycled.
+    schedule: Vec<u8>,
+    deliveries: usize,
+    faults: Faults,
+}
+
+impl Pair {
+    fn new(files: &[(String, Vec<u8>)], streams: usize, schedule: Vec<u8>, faults: Faults) -> Self {
+        let now = Instant::now();
+        let tree: BTreeMap<String, SrcFile> = files
+            .iter()
+            .map(|(p, d)| {
+                (
+                    p.clone(),
+                    SrcFile {
+                        data: d.clone(),
+                        version: 1,
+                    },
+                )
+            })
+            .collect();
+        let mut walk: VecDeque<String> = tree.keys().cloned().collect();
+        walk.push_front("src".into());
+        Pair {
+            now,
+            start: now,
+            src: SourceSide {
+                machine: Source::new(
+                    now,
+                    SourceLimits {
+                        batch: 3,
+                        files_in_flight: 2,
+                        max_files_in_flight: 4,
+                        idle: IDLE,
+                    },
+                ),
+                tree,
+                walk,
+                next_id: 0,
+                announced: HashMap::new(),
+                planner: Planner::new(),
+                resends: VecDeque::new(),
+                reading: HashMap::new(),
+                reads: HashMap::new(),
+                next_stream: 0,
+                done: false,
+            },
+            snk: SinkSide {
+                machine: Sink::new(
+                    now,
+                    SinkLimits {
+                        max_files: 4,
+                        max_chunks_per_file: 1 << 22,
+                        max_chunks_in_flight: 1 << 22,
+                        idle: IDLE,
+                    },
+                ),
+                landed: BTreeMap::new(),
+                partials: HashMap::new(),
+                open: HashMap::new(),
+                writes: HashMap::new(),
+                chunk_writes: 0,
+            },
+            to_sink: VecDeque::new(),
+            to_source: VecDeque::new(),
+            streams: vec![VecDeque::new(); streams.max(1)],
+            schedule: if schedule.is_empty() {
+                vec![0]
+            } else {
+                schedule
+            },
+            deliveries: 0,
+            faults,
+        }
+    }
+
+    fn entry(&mut self, path: &str) -> Entry {
+        self.src.next_id += 1;
+        let (kind, size, version) = match self.src.tree.get(path) {
+            Some(f) => (Kind::File, f.data.len() as u64, f.version),
+            None => (Kind::Dir, 0, 0),
+        };
+        self.src.announced.insert(self.src.next_id, version);
+        Entry {
+            id: self.src.next_id,
+            path: path.to_string(),
+            kind,
+            size,
+            mode: 0o644,
+            mtime_ns: version,
+            target: None,
+            chunk_size: CHUNK,
+            sparse: false,
+            incomplete: false,
+            digest: None,
+        }
+    }
+
+    /// Runs until both ends are done or one fails.
+    fn run(mut self) -> Outcome {
+        let mut source = Ok(());
+        let mut sink = Ok(());
+        for _ in 0..100_000 {
+            let progressed = match self.step() {
+                Ok(p) => p,
+                Err(Ended::Source(e)) => {
+                    source = Err(e);
+                    // The sink hears nothing more; it ends by its own timer.
+                    if let Err(e) = self.drain_sink_until_done() {
+                        sink = Err(e);
+                    }
+                    break;
+                }
+                Err(Ended::Sink(e)) => {
+                    sink = Err(e);
+                    self.flush_sink();
+                    if let Err(e) = self.source_reads_messages() {
+                        source = Err(e);
+                    }
+                    break;
+                }
+            };
+            if self.snk.machine.is_done() && self.src.done {
+                break;
+            }
+            if !progressed {
+                // Nothing can happen before the next deadline.
+                let next = [
+                    self.src.machine.poll_timeout(),
+                    self.snk.machine.poll_timeout(),
+                ]
+                .into_iter()
+                .flatten()
+                .min();
+                let Some(t) = next else { break };
+                self.now = self.now.max(t);
+                source = self.src.machine.handle_timeout(self.now);
+                sink = self.snk.machine.handle_timeout(self.now);
+                if source.is_err() || sink.is_err() {
+                    // The other end hears nothing more: its own timer ends it.
+                    if source.is_ok() {
+                        let t = self.src.machine.poll_timeout().unwrap_or(self.now);
+                        self.now = self.now.max(t);
+                        source = self.src.machine.handle_timeout(self.now);
+                    }
+                    if sink.is_ok() {
+                        sink = self.drain_sink_until_done();
+                    }
+                    break;
+                }
+            }
+        }
+        let source_failed = self.src.machine.tally().failed.clone();
+        let sink = sink.map(|()| self.snk.machine.into_report());
+        Outcome {
+            source,
+            sink,
+            landed: self.snk.landed,
+            partials: self.snk.partials,
+            reads: self.src.reads,
+            writes: self.snk.writes,
+            failed: source_failed,
+            elapsed: self.now - self.start,
+        }
+    }
+
+    fn step(&mut self) -> Result<bool, Ended> {
+        self.now += Duration::from_millis(1);
+        let mut progressed = false;
+        progressed |= self.source_walks();
+        progressed |= self.source_acts();
+        progressed |= self.source_reads(2);
+        progressed |= self.source_acts();
+        while let Some(m) = self.src.machine.poll_transmit() {
+            self.to_sink.push_back(m);
+            progressed = true;
+        }
+        while let Some(m) = self.to_sink.pop_front() {
+            self.snk.machine.handle(self.now, m).map_err(Ended::Sink)?;
+            self.sink_acts()?;
+            progressed = true;
+        }
+        progressed |= self.deliver()?;
+        self.sink_acts()?;
+        while let Some(m) = self.snk.machine.poll_transmit() {
+            self.to_source.push_back(m);
+            progressed = true;
+        }
+        progressed |= self.source_reads_messages().map_err(Ended::Source)?;
+        Ok(progressed)
+    }
+
+    fn source_walks(&mut self) -> bool {
+        if !self.src.machine.wants_entries() {
+            return false;
+        }
+        while self.src.machine.batch_has_room() {
+            if let Some((path, _rel, attempt)) = self.src.machine.take_again() {
+                let e = self.entry(&path);
+                self.src.machine.add(e, path, attempt);
+                continue;
+            }
+            if self.src.machine.walk_done() {
+                break;
+            }
+            match self.src.walk.pop_front() {
+                Some(path) => {
+                    let e = self.entry(&path);
+                    self.src.machine.add(e, path, 1);
+                }
+                None => {
+                    self.src.machine.walk_ended();
+                    break;
+                }
+            }
+        }
+        self.src.machine.end_batch();
+        true
+    }
+
+    fn source_acts(&mut self) -> bool {
+        let mut any = false;
+        while let Some(a) = self.src.machine.poll_action() {
+            any = true;
+            match a {
+                SourceAction::Plan {
+                    id,
+                    handle,
+                    size,
+                    chunk_size,
+                    skip,
+                } => {
+                    let reads = self
+                        .src
+                        .planner
+                        .add(id, size, chunk_size, skip)
+                        .expect("the harness's chunk size plans");
+                    let version = self.src.tree[&handle].version;
+                    let announced = self.src.announced[&id];
+                    self.src
+                        .reading
+                        .insert(id, (handle.clone(), announced, reads, 0));
+                    if reads == 0 {
+                        if announced == version {
+                            self.src.machine.sealed(self.now, id, 0);
+                        } else {
+                            self.src.machine.changed(self.now, id, "mtime changed");
+                        }
+                    }
+                }
+                SourceAction::Resend(c) => self.src.resends.push_back(c),
+                SourceAction::Forget(id) => {
+                    self.src.reading.remove(&id);
+                }
+                SourceAction::Landed { .. } | SourceAction::WalkDone => {}
+            }
+        }
+        any
+    }
+
+    /// The source's data-stream threads: read up to `n` chunks and put
+    /// them on the streams, round robin.
+    fn source_reads(&mut self, n: usize) -> bool {
+        let mut any = false;
+        for _ in 0..n {
+            let (c, resend) = match self.src.resends.pop_front() {
+                Some(c) => (c, true),
+                None => match self.src.planner.next_chunk() {
+                    Some(c) => (c, false),
+                    None => break,
+                },
+            };
+            any = true;
+            let Some((path, announced, _, _)) = self.src.reading.get(&c.file).cloned() else {
+                continue;
+            };
+            *self.src.reads.entry((path.clone(), c.index)).or_insert(0) += 1;
+            let f = &self.src.tree[&path];
+            if f.version != announced {
+                self.src.reading.remove(&c.file);
+                self.src.machine.changed(self.now, c.file, "mtime changed");
+                continue;
+            }
+            let range = c.offset as usize..(c.offset + u64::from(c.len)) as usize;
+            let bytes = f.data[range].to_vec();
+            let failing = self.faults.read_error.contains(&path);
+            let mut h = hash(&bytes);
+            if failing {
+                h[0] ^= 0xff;
+            }
+            let s = self.src.next_stream % self.streams.len();
+            self.src.next_stream += 1;
+            self.streams[s].push_back(Frame {
+                file: c.file,
+                index: c.index,
+                offset: c.offset,
+                bytes,
+                hash: h,
+            });
+            self.src.machine.sent(self.now, u64::from(c.len), 1);
+            if failing {
+                self.src.reading.remove(&c.file);
+                self.src.machine.file_failed(
+                    self.now,
+                    c.file,
+                    format!("cannot read {path} at offset {}: injected", c.offset),
+                );
+                continue;
+            }
+            // A writer changes the file once its first chunk is read.
+            if let Some(left) = self
+                .faults
+                .changes
+                .iter_mut()
+                .find(|(p, n)| *p == path && *n > 0)
+                .map(|(_, n)| n)
+            {
+                *left -= 1;
+                let f = self.src.tree.get_mut(&path).expect("read above");
+                f.version += 1;
+                f.data = content(f.version as u64 * 7919, f.data.len());
+            }
+            let r = self.src.reading.get_mut(&c.file).expect("read above");
+            let seal = if resend {
+                r.3 += 1;
+                (r.2 == 0).then_some(r.3)
+            } else {
+                r.2 -= 1;
+                (r.2 == 0).then_some(r.3)
+            };
+            if let Some(resends) = seal {
+                if self.src.tree[&path].version == announced {
+                    self.src.machine.sealed(self.now, c.file, resends);
+                } else {
+                    self.src.reading.remove(&c.file);
+                    self.src.machine.changed(self.now, c.file, "mtime changed");
+                }
+            }
+        }
+        any
+    }
+
+    fn source_reads_messages(&mut self) -> Result<bool, SourceError> {
+        let mut any = false;
+        while let Some(m) = self.to_source.pop_front() {
+            any = true;
+            self.src.machine.handle(self.now, m)?;
+            self.source_acts();
+            if let Some((tally, _sink)) = self.src.machine.finished() {
+                self.src.done = true;
+                self.to_sink.push_back(Message::SourceDone(SourceDone {
+                    read_bytes: tally.read_bytes,
+                    read_us: tally.read_us,
+                    resent_changed: tally.resent_changed,
+                    tuning: None,
+                }));
+            }
+        }
+        Ok(any)
+    }
+
+    /// Delivers one chunk from the stream the schedule names.
+    fn deliver(&mut self) -> Result<bool, Ended> {
+        let n = self.streams.len();
+        let pick = self.schedule[self.deliveries % self.schedule.len()] as usize % n;
+        let Some(s) = (0..n)
+            .map(|k| (pick + k) % n)
+            .find(|&s| !self.streams[s].is_empty())
+        else {
+            return Ok(false);
+        };
+        let mut frame = self.streams[s].pop_front().expect("not empty");
+        let number = self.deliveries;
+        self.deliveries += 1;
+        if self.faults.drop.contains(&number) {
+            return Ok(true);
+        }
+        if self.faults.duplicate.contains(&number) {
+            let other = (s + 1) % n;
+            self.streams[other].push_back(frame.clone());
+        }
+        if self.faults.corrupt.contains(&number) && !frame.bytes.is_empty() {
+            frame.bytes[0] ^= 0x55;
+        }
+        self.receive(frame)?;
+        Ok(true)
+    }
+
+    /// The sink's receiver: check, write, journal, book; finish the file
+    /// once its ledger is complete.
+    fn receive(&mut self, frame: Frame) -> Result<(), Ended> {
+        let Some((entry, ledger)) = self.snk.open.get_mut(&frame.file) else {
+            return Ok(());
+        };
+        if !ledger.wants(frame.index) {
+            return Ok(());
+        }
+        if hash(&frame.bytes) != frame.hash {
+            ledger.damaged();
+            let r = Resend {
+                id: frame.file,
+                index: frame.index,
+            };
+            return self.snk.machine.damaged(self.now, r).map_err(Ended::Sink);
+        }
+        let path = entry.path.clone();
+        if self
+            .faults
+            .full_after
+            .is_some_and(|n| self.snk.chunk_writes >= n)
+        {
+            let e = self.snk.machine.fatal(format!(
+                "destination full: failed to write {path}: No space left on device"
+            ));
+            return Err(Ended::Sink(e));
+        }
+        if self.faults.write_error.contains(&path) {
+            ledger.fail();
+            let id = frame.file;
+            self.snk.machine.file_done(
+                self.now,
+                FileDone {
+                    id,
+                    error: Some(format!("failed to write {path}: injected")),
+                    ..FileDone::default()
+                },
+                0,
+            );
+            return Ok(());
+        }
+        self.snk.chunk_writes += 1;
+        *self
+            .snk
+            .writes
+            .entry((path.clone(), frame.index))
+            .or_insert(0) += 1;
+        let p = self.snk.partials.entry(path).or_default();
+        let end = frame.offset as usize + frame.bytes.len();
+        if p.data.len() < end {
+            p.data.resize(end, 0);
+        }
+        p.data[frame.offset as usize..end].copy_from_slice(&frame.bytes);
+        p.journal.push((frame.index, frame.hash));
+        let len = frame.bytes.len() as u64;
+        ledger.verified(frame.index, frame.hash);
+        let complete = ledger.claim();
+        self.snk.machine.written(self.now, len, 1);
+        if complete {
+            self.finish(frame.file);
+        }
+        Ok(())
+    }
+
+    /// Renames a complete file into place.
+    fn finish(&mut self, id: u64) {
+        let (entry, ledger) = &self.snk.open[&id];
+        let mut p = self.snk.partials.remove(&entry.path).unwrap_or_default();
+        p.data.resize(entry.size as usize, 0);
+        let mut all = Vec::new();
+        for h in ledger.hashes().iter().flatten() {
+            all.extend_from_slice(h);
+        }
+        let digest = hash(&all).iter().map(|b| format!("{b:02x}")).collect();
+        let size = entry.size;
+        self.snk.landed.insert(entry.path.clone(), p.data);
+        self.snk.machine.file_done(
+            self.now,
+            FileDone {
+                id,
+                digest: Some(digest),
+                ..FileDone::default()
+            },
+            size,
+        );
+    }
+
+    fn sink_acts(&mut self) -> Result<(), Ended> {
+        while let Some(a) = self.snk.machine.poll_action().map_err(Ended::Sink)? {
+            match a {
+                SinkAction::Open(e) => {
+                    let want = self.open(&e);
+                    self.snk.machine.opened(self.now, e.id, want);
+                }
+                SinkAction::Check(id) => {
+                    if self.snk.open.get_mut(&id).is_some_and(|(_, l)| l.claim()) {
+                        self.finish(id);
+                    }
+                }
+                SinkAction::Seal { id, resends } => {
+                    let complete = self.snk.open.get_mut(&id).is_some_and(|(_, l)| {
+                        l.seal(resends);
+                        l.claim()
+                    });
+                    if complete {
+                        self.finish(id);
+                    }
+                }
+                SinkAction::Discard { id, changed } => {
+                    if let Some((e, mut l)) = self.snk.open.remove(&id) {
+                        l.fail();
+                        if changed {
+                            self.snk.partials.remove(&e.path);
+                        }
+                    }
+                }
+                SinkAction::Release(id) => {
+                    self.snk.open.remove(&id);
+                }
+                SinkAction::Dir(_)
+                | SinkAction::Link(_)
+                | SinkAction::DirEnd(_)
+                | SinkAction::Landed { .. }
+                | SinkAction::WalkDone
+                | SinkAction::Interval(_)
+                | SinkAction::SetDirectories => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// Answers an announced file: skip it if it is in place, else resume
+    /// from the chunks of its journal that still check out.
+    fn open(&mut self, e: &Entry) -> Want {
+        if self.snk.landed.get(&e.path).is_some_and(|d| {
+            d.len() as u64 == e.size && self.src.tree[&e.path].data == *d && e.mtime_ns == 1
+        }) {
+            return Want::Skip { id: e.id };
+        }
+        let count = chunk_count(e.size, e.chunk_size);
+        let p = self.snk.partials.entry(e.path.clone()).or_default();
+        let mut resumed = Vec::new();
+        let mut resumed_bytes = 0;
+        for &(index, h) in &p.journal {
+            let start = u64::from(index) * e.chunk_size;
+            let end = (start + e.chunk_size).min(e.size) as usize;
+            if u64::from(index) < count
+                && p.data.len() >= end
+                && hash(&p.data[start as usize..end]) == h
+                && !resumed.iter().any(|(i, _)| *i == index)
+            {
+                resumed.push((index, h));
+                resumed_bytes += end as u64 - start;
+            }
+        }
+        p.journal = resumed.clone();
+        let mut skip: Vec<u32> = resumed.iter().map(|(i, _)| *i).collect();
+        skip.sort_unstable();
+        let ledger = FileLedger::new(count as usize, resumed);
+        self.snk.open.insert(e.id, (e.clone(), ledger));
+        Want::Send {
+            id: e.id,
+            skip: skip_ranges(skip, MAX_SKIP_RANGES),
+            resumed_bytes,
+        }
+    }
+
+    fn flush_sink(&mut self) {
+        while let Some(m) = self.snk.machine.poll_transmit() {
+            self.to_source.push_back(m);
+        }
+    }
+
+    fn drain_sink_until_done(&mut self) -> Result<(), SinkError> {
+        let t = self.snk.machine.poll_timeout().unwrap_or(self.now);
+        self.now = self.now.max(t);
+        self.snk.machine.handle_timeout(self.now)
+    }
+}
+
+enum Ended {
+    Source(SourceError),
+    Sink(SinkError),
+}
+
+fn tree(sizes: &[usize]) -> Vec<(String, Vec<u8>)> {
+    sizes
+        .iter()
+        .enumerate()
+        .map(|(i, &n)| (format!("src/f{i}"), content(i as u64 + 1, n)))
+        .collect()
+}
+
+fn expect_identical(o: &Outcome, files: &[(String, Vec<u8>)]) {
+    assert!(o.source.is_ok(), "source: {:?}", o.source);
+    let report = o.sink.as_ref().expect("sink finished");
+    assert!(report.failed.is_empty(), "{:?}", report.failed);
+    assert_eq!(report.files, files.len() as u64);
+    for (p, d) in files {
+        assert!(o.landed.get(p) == Some(d), "{p} differs");
+    }
+}
+
+fn sizes() -> impl Strategy<Value = Vec<usize>> {
+    prop::collection::vec(
+        prop_oneof![Just(0usize), 1..100usize, 1..(5 * CHUNK as usize)],
+        1..7,
+    )
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    /// Every byte lands exactly once, whatever the streams, interleaving
+    /// and duplicates.
+    #[test]
+    fn every_byte_lands_exactly_once(
+        sizes in sizes(),
+        streams in 1usize..5,
+        schedule in prop::collection::vec(any::<u8>(), 1..16),
+        duplicate in prop::collection::vec(0usize..40, 0..6),
+    ) {
+        let files = tree(&sizes);
+        let faults = Faults { duplicate, ..Faults::default() };
+        let o = Pair::new(&files, streams, schedule, faults).run();
+        expect_identical(&o, &files);
+        for (p, d) in &files {
+            for i in 0..chunk_count(d.len() as u64, CHUNK) as u32 {
+                let w = o.writes.get(&(p.clone(), i)).copied().unwrap_or(0);
+                prop_assert!(d.is_empty() || w == 1, "chunk {i} of {p} written {w} times");
+            }
+        }
+        let written: u64 = o.sink.as_ref().map(|r| r.written_bytes).unwrap_or(0);
+        prop_assert_eq!(written, sizes.iter().map(|&n| n as u64).sum::<u64>());
+    }
+
+    /// A resumed file is sent only where its journal does not vouch for
+    /// the partial file.
+    #[test]
+    fn resume_sends_only_unverified_chunks(
+        chunks in 2u64..8,
+        tail in 1usize..1000,
+        have in prop::collection::vec(any::<bool>(), 8),
+        lie in prop::collection::vec(any::<bool>(), 8),
+    ) {
+        let size = ((chunks - 1) * CHUNK) as usize + tail;
+        let files = tree(&[size]);
+        let (path, data) = files[0].clone();
+        let mut pair = Pair::new(&files, 2, vec![0, 1], Faults::default());
+        let mut partial = Partial { data: vec![0; size], journal: Vec::new() };
+        let mut verified = Vec::new();
+        for i in 0..chunks as usize {
+            if !have[i] {
+                continue;
+            }
+            let start = i * CHUNK as usize;
+            let end = (start + CHUNK as usize).min(size);
+            partial.data[start..end].copy_from_slice(&data[start..end]);
+            if lie[i] {
+                // The journal vouches for bytes the partial file lost.
+                partial.journal.push((i as u32, hash(&data[start..end])));
+                partial.data[start] ^= 1;
+            } else {
+                partial.journal.push((i as u32, hash(&data[start..end])));
+                verified.push(i as u32);
+            }
+        }
+        pair.snk.partials.insert(path.clone(), partial);
+        let o = pair.run();
+        expect_identical(&o, &files);
+        for i in 0..chunks as u32 {
+            let reads = o.reads.get(&(path.clone(), i)).copied().unwrap_or(0);
+            let want = u32::from(!verified.contains(&i));
+            prop_assert_eq!(reads, want, "chunk {} read {} times", i, reads);
+        }
+        let report = o.sink.as_ref().expect("finished");
+        let resumed: u64 = verified
+            .iter()
+            .map(|&i| CHUNK.min(size as u64 - u64::from(i) * CHUNK))
+            .sum();
+        prop_assert_eq!(report.resumed_bytes, resumed);
+    }
+
+    /// A chunk damaged on the way is detected and sent again.
+    #[test]
+    fn corrupted_chunks_are_resent(
+        sizes in sizes(),
+        streams in 1usize..4,
+        corrupt in prop::collection::vec(0usize..30, 1..5),
+    ) {
+        let files = tree(&sizes);
+        let faults = Faults { corrupt: corrupt.clone(), ..Faults::default() };
+        let o = Pair::new(&files, streams, vec![0, 1, 2], faults).run();
+        expect_identical(&o, &files);
+    }
+
+    /// A file that changes while it is read is sent again, or fails as
+    /// changed after three reads; never does a mixed version land.
+    #[test]
+    fn a_file_changed_while_read_is_never_torn(
+        chunks in 1u64..5,
+        changes in 1u32..5,
+        streams in 1usize..4,
+    ) {
+        let size = (chunks * CHUNK) as usize - 7;
+        let files = tree(&[size, 1000]);
+        let path = files[0].0.clone();
+        let faults = Faults { changes: vec![(path.clone(), changes)], ..Faults::default() };
+        let o = Pair::new(&files, streams, vec![1, 0], faults).run();
+        prop_assert!(o.source.is_ok(), "{:?}", o.source);
+        let report = o.sink.as_ref().expect("finished");
+        if changes < 3 {
+            prop_assert!(report.failed.is_empty(), "{:?}", report.failed);
+            let last = content(u64::from(changes + 1) * 7919, size);
+            prop_assert!(o.landed.get(&path) == Some(&last));
+        } else {
+            prop_assert!(!o.landed.contains_key(&path));
+            prop_assert_eq!(report.failed.len(), 1);
+            prop_assert!(report.failed[0].error.contains("changed while it was read"));
+        }
+        prop_assert!(o.landed.get(&files[1].0) == Some(&files[1].1));
+    }
+}
+
+#[test]
+fn a_dropped_chunk_ends_the_transfer_at_the_idle_deadline() {
+    let files = tree(&[3 * CHUNK as usize]);
+    let faults = Faults {
+        drop: vec![1],
+        ..Faults::default()
+    };
+    let o = Pair::new(&files, 2, vec![0], faults).run();
+    assert!(
+        matches!(o.sink, Err(SinkError::Idle(d)) if d == IDLE),
+        "{:?}",
+        o.sink
+    );
+    assert!(
+        matches!(o.source, Err(SourceError::Idle(_))),
+        "{:?}",
+        o.source
+    );
+    assert!(o.elapsed >= IDLE);
+    assert!(o.landed.is_empty());
+}
+
+#[test]
+fn a_chunk_damaged_four_times_fails_the_transfer() {
+    let files = tree(&[1000]);
+    let faults = Faults {
+        corrupt: vec![0, 1, 2, 3],
+        ..Faults::default()
+    };
+    let o = Pair::new(&files, 1, vec![0], faults).run();
+    match &o.sink {
+        Err(SinkError::Failed(e)) => assert!(e.contains("arrived damaged 4 times"), "{e}"),
+        other => panic!("{other:?}"),
+    }
+    assert!(o.landed.is_empty());
+}
+
+#[test]
+fn a_write_error_fails_one_file_and_lands_the_others() {
+    let files = tree(&[1000, 2 * CHUNK as usize, 10]);
+    let faults = Faults {
+        write_error: vec![files[1].0.clone()],
+        ..Faults::default()
+    };
+    let o = Pair::new(&files, 2, vec![0, 1], faults).run();
+    assert!(o.source.is_ok(), "{:?}", o.source);
+    let report = o.sink.as_ref().expect("finished");
+    assert_eq!(report.files, 2);
+    assert_eq!(report.failed.len(), 1);
+    assert_eq!(report.failed[0].path, files[1].0);
+    assert!(!o.landed.contains_key(&files[1].0));
+    assert_eq!(o.landed.get(&files[0].0), Some(&files[0].1));
+    assert_eq!(o.landed.get(&files[2].0), Some(&files[2].1));
+    assert!(o.failed.iter().any(|f| f.path == files[1].0));
+}
+
+#[test]
+fn a_read_error_fails_one_file_and_lands_the_others() {
+    let files = tree(&[1000, 3 * CHUNK as usize]);
+    let faults = Faults {
+        read_error: vec![files[1].0.clone()],
+        ..Faults::default()
+    };
+    let o = Pair::new(&files, 3, vec![2, 0], faults).run();
+    assert!(o.source.is_ok(), "{:?}", o.source);
+    let report = o.sink.as_ref().expect("finished");
+    assert_eq!(report.files, 1);
+    assert_eq!(report.failed.len(), 1);
+    assert!(
+        report.failed[0].error.contains("cannot read"),
+        "{:?}",
+        report.failed
+    );
+    assert!(!o.landed.contains_key(&files[1].0));
+    // The journal stays for a retry.
+    assert!(o.partials.contains_key(&files[1].0) || o.partials.is_empty());
+}
+
+#[test]
+fn a_full_disk_ends_the_transfer_and_the_source_hears_why() {
+    let files = tree(&[4 * CHUNK as usize]);
+    let faults = Faults {
+        full_after: Some(2),
+        ..Faults::default()
+    };
+    let o = Pair::new(&files, 2, vec![0], faults).run();
+    match &o.sink {
+        Err(SinkError::Failed(e)) => assert!(e.contains("destination full"), "{e}"),
+        other => panic!("{other:?}"),
+    }
+    match &o.source {
+        Err(SourceError::Failed(e)) => assert!(
+            e.contains("the sink ended the transfer early") && e.contains("destination full"),
+            "{e}"
+        ),
+        other => panic!("{other:?}"),
+    }
+    // What was verified is journaled: the next run resumes from it.
+    assert_eq!(o.partials[&files[0].0].journal.len(), 2);
+}
+
+#[test]
+fn a_file_in_place_is_skipped() {
+    let files = tree(&[1000, 2 * CHUNK as usize]);
+    let mut pair = Pair::new(&files, 2, vec![0], Faults::default());
+    pair.snk
+        .landed
+        .insert(files[1].0.clone(), files[1].1.clone());
+    let o = pair.run();
+    let report = o.sink.as_ref().expect("finished");
+    assert_eq!((report.files, report.skipped), (1, 1));
+    assert!(o.reads.keys().all(|(p, _)| *p == files[0].0));
+}
+
+#[test]
+fn a_source_announcing_too_many_files_is_refused() {
+    let now = Instant::now();
+    let mut sink = Sink::new(
+        now,
+        SinkLimits {
+            max_files: 1,
+            max_chunks_per_file: 1 << 22,
+            max_chunks_in_flight: 1 << 22,
+            idle: IDLE,
+        },
+    );
+    let entries = (1..=3)
+        .map(|id| Entry {
+            id,
+            path: format!("src/f{id}"),
+            kind: Kind::File,
+            size: 10,
+            mode: 0o644,
+            mtime_ns: 1,
+            target: None,
+            chunk_size: CHUNK,
+            sparse: false,
+            incomplete: false,
+            digest: None,
+        })
+        .collect();
+    sink.handle(now, Message::Entries(Entries { entries }))
+        .expect("entries are welcome");
+    let mut opened = 0;
+    let err = loop {
+        match sink.poll_action() {
+            Ok(Some(SinkAction::Open(e))) => {
+                opened += 1;
+                sink.opened(
+                    now,
+                    e.id,
+                    Want::Send {
+                        id: e.id,
+                        skip: Vec::new(),
+                        resumed_bytes: 0,
+                    },
+                );
+            }
+            Ok(other) => panic!("{other:?}"),
+            Err(e) => break e,
+        }
+    };
+    assert_eq!(opened, 2);
+    assert!(err.to_string().contains("more than 2 files"), "{err}");
+}
