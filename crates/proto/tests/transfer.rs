@@ -363,6 +363,7 @@ impl Pair {
                 SourceAction::Plan {
                     id,
                     handle,
+                    path: _,
                     size,
                     chunk_size,
                     skip,
@@ -389,7 +390,9 @@ impl Pair {
                 SourceAction::Forget(id) => {
                     self.src.reading.remove(&id);
                 }
-                SourceAction::Landed { .. } | SourceAction::WalkDone => {}
+                SourceAction::Landed { .. }
+                | SourceAction::WalkDone
+                | SourceAction::Retrying { .. } => {}
             }
         }
         any
