@@ -363,6 +363,7 @@ impl Pair {
                 SourceAction::Plan {
                     id,
                     handle,
+                    path: _,
                     size,
                     chunk_size,
                     skip,
@@ -389,7 +390,9 @@ impl Pair {
                 SourceAction::Forget(id) => {
                     self.src.reading.remove(&id);
                 }
-                SourceAction::Landed { .. } | SourceAction::WalkDone => {}
+                SourceAction::Landed { .. }
+                | SourceAction::WalkDone
+                | SourceAction::Retrying { .. } => {}
             }
         }
         any
@@ -845,6 +848,59 @@ proptest! {
             prop_assert!(report.failed[0].error.contains("changed while it was read"));
         }
         prop_assert!(o.landed.get(&files[1].0) == Some(&files[1].1));
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(32))]
+
+    /// A run cut short by a full disk resumes: the rerun reads only the
+    /// chunks the first run did not verify, and the file lands whole.
+    #[test]
+    fn a_rerun_after_a_full_disk_reads_only_what_is_missing(
+        chunks in 2u64..8,
+        full_after in 1usize..8,
+        streams in 1usize..4,
+    ) {
+        let full_after = full_after.min(chunks as usize - 1);
+        let size = (chunks * CHUNK) as usize - 3;
+        let files = tree(&[size]);
+        let path = files[0].0.clone();
+        let faults = Faults { full_after: Some(full_after), ..Faults::default() };
+        let first = Pair::new(&files, streams, vec![0, 1], faults).run();
+        prop_assert!(first.sink.is_err());
+        let kept: Vec<u32> = first.partials[&path].journal.iter().map(|(i, _)| *i).collect();
+        prop_assert_eq!(kept.len(), full_after);
+        let mut again = Pair::new(&files, streams, vec![1, 0], Faults::default());
+        again.snk.partials = first.partials;
+        let o = again.run();
+        expect_identical(&o, &files);
+        for i in 0..chunks as u32 {
+            let reads = o.reads.get(&(path.clone(), i)).copied().unwrap_or(0);
+            prop_assert_eq!(reads, u32::from(!kept.contains(&i)), "chunk {}", i);
+        }
+    }
+
+    /// Whatever deliveries are lost, a wrong file never lands: the
+    /// transfer completes byte-identical or ends at the idle deadline.
+    #[test]
+    fn lost_chunks_never_land_a_wrong_file(
+        sizes in sizes(),
+        streams in 1usize..4,
+        drop in prop::collection::vec(0usize..20, 1..4),
+        duplicate in prop::collection::vec(0usize..20, 0..4),
+    ) {
+        let files = tree(&sizes);
+        let faults = Faults { drop, duplicate, ..Faults::default() };
+        let o = Pair::new(&files, streams, vec![0, 2, 1], faults).run();
+        for (p, d) in &o.landed {
+            let want = &files.iter().find(|(q, _)| q == p).expect("only sources land").1;
+            prop_assert!(d == want, "{} landed torn", p);
+        }
+        match &o.sink {
+            Ok(_) => expect_identical(&o, &files),
+            Err(e) => prop_assert!(matches!(e, SinkError::Idle(_)), "{:?}", e),
+        }
     }
 }
 

@@ -14,7 +14,8 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use longhaul_proto::msg::Message;
-use longhaul_proto::plan::{auto_chunk_size, chunk_at, Chunk, Planner};
+use longhaul_proto::plan::{auto_chunk_size, Chunk, Planner};
+use longhaul_proto::xfer::source::{Source, SourceAction, SourceError, SourceLimits};
 use longhaul_proto::xfer::*;
 
 use super::beneath::Anchor;
@@ -281,8 +282,6 @@ impl Walker {
 
 struct SrcFile {
     path: PathBuf,
-    size: u64,
-    chunk_size: u64,
     failed: AtomicBool,
     /// The version announced: every descriptor read must still show it.
     stamp: super::Stamp,
@@ -318,18 +317,7 @@ impl SrcFile {
 
 /// Times a file is read in all when it changes while it is read: then it
 /// is reported as changed, never sent torn.
-pub const MAX_READS_OF_A_CHANGING_FILE: u32 = 3;
-
-/// An announced file the sink has not resolved yet.
-struct Announced {
-    rel: String,
-    path: PathBuf,
-    size: u64,
-    chunk_size: u64,
-    stamp: super::Stamp,
-    /// Times it was announced (1 the first time).
-    attempt: u32,
-}
+pub use longhaul_proto::xfer::source::MAX_READS_OF_A_CHANGING_FILE;
 
 #[derive(Default)]
 struct Queue {
@@ -415,6 +403,13 @@ pub fn run_source(
     result
 }
 
+/// What finds an announced file again: where it is, and the version of
+/// it that was announced.
+type Handle = (PathBuf, super::Stamp);
+
+/// Drives the source's state machine ([`Source`]): walks and announces
+/// what it has room for, feeds it the sink's messages and what the
+/// senders report, queues the reads it asks for, and tunes the streams.
 fn control(
     conn: &mut FramedConn,
     shared: &Shared,
@@ -422,7 +417,6 @@ fn control(
     cfg: &SourceConfig,
     mut sampler: super::tune::Sampler,
 ) -> Result<SourceReport, EngineError> {
-    let mut chunk_size = 0u64;
     let mut walker = Walker {
         level_failed: Vec::new(),
         dir_ends: cfg.dir_ends,
@@ -434,132 +428,44 @@ fn control(
         streams: cfg.streams,
         anchor: cfg.anchor.clone(),
     };
-    let mut report = SourceReport::default();
-    let mut last_progress = Instant::now();
-    let mut walk_done = false;
-    let mut entries_end_sent = false;
-    let mut files_announced = 0u64;
-    let mut open: HashMap<u64, Announced> = HashMap::new();
-    // Files that changed while they were read, to announce again: (where,
-    // name, times announced so far).
-    let mut again: VecDeque<(PathBuf, String, u32)> = VecDeque::new();
+    let mut m: Source<Handle> = Source::new(
+        Instant::now(),
+        SourceLimits {
+            batch: ENTRIES_BATCH,
+            files_in_flight: cfg.files_in_flight,
+            max_files_in_flight: cfg.max_files_in_flight,
+            idle: super::TRANSFER_IDLE,
+        },
+    );
     let (q, cv) = &**shared;
     let max_files = cfg.max_files_in_flight.max(1);
-    let mut files_limit = cfg.files_in_flight.clamp(1, max_files);
     // Whether, this interval, the files in flight were all announced while
     // the streams had nothing left to send.
     let mut held_by_files = false;
     loop {
         cfg.progress.check_interrupt()?;
-        let limit = usize::try_from(files_limit).unwrap_or(usize::MAX);
-        if (!walk_done || !again.is_empty()) && open.len() < limit {
-            let mut batch = Vec::new();
-            // Paths can be 4 KiB each: keep a batch well inside one frame.
-            let mut batch_bytes = 0;
-            while batch.len() < ENTRIES_BATCH && batch_bytes < 256 << 10 && open.len() < limit {
-                let (next, attempt) = match again.pop_front() {
-                    Some((path, rel, n)) => (Some(walker.again(path, rel)), n + 1),
-                    None if walk_done => break,
-                    None => (walker.next(), 1),
-                };
-                let mut found = match next {
-                    None => {
-                        walk_done = true;
-                        break;
-                    }
-                    Some(Err(f)) => {
-                        report.failed.push(f);
-                        continue;
-                    }
-                    Some(Ok(found)) => found,
-                };
-                let e = &mut found.entry;
-                if cfg.digests && e.kind == Kind::File {
-                    let digest = at(&cfg.anchor, &found.path).and_then(|p| {
-                        super::content_digest(&*cfg.storage, &p, e.size)
-                            .map_err(|e| EngineError::Usage(e.to_string()))
-                    });
-                    match digest {
-                        Ok(d) => e.digest = Some(d),
-                        Err(err) => {
-                            report.failed.push(Failure {
-                                path: e.path.clone(),
-                                error: format!("cannot read {}: {err}", found.path.display()),
-                            });
-                            continue;
-                        }
-                    }
-                }
-                if e.kind == Kind::File {
-                    // A file announced again takes its first id's place.
-                    if attempt == 1 {
-                        files_announced += 1;
-                        cfg.progress.announced_files.fetch_add(1, Ordering::Relaxed);
-                        cfg.progress
-                            .announced_bytes
-                            .fetch_add(e.size, Ordering::Relaxed);
-                    }
-                    chunk_size = chunk_size.max(e.chunk_size);
-                    open.insert(
-                        e.id,
-                        Announced {
-                            rel: e.path.clone(),
-                            path: found.path.clone(),
-                            size: e.size,
-                            chunk_size: e.chunk_size,
-                            stamp: found.stamp,
-                            attempt,
-                        },
-                    );
-                }
-                batch_bytes += e.path.len() + e.target.as_ref().map_or(0, String::len) + 200;
-                batch.push(found.entry);
-            }
-            if !batch.is_empty() {
-                conn.send(&Message::Entries(Entries { entries: batch }))?;
-            }
-            if walk_done && !entries_end_sent {
-                entries_end_sent = true;
-                cfg.progress.walk_done.store(true, Ordering::Relaxed);
-                conn.send(&Message::EntriesEnd(EntriesEnd {
-                    files: files_announced,
-                }))?;
-            }
+        if m.wants_entries() {
+            announce(&mut m, &mut walker, cfg);
         }
         while let Ok(ev) = rx.try_recv() {
-            last_progress = Instant::now();
+            let now = Instant::now();
             match ev {
                 Event::Sent {
                     read_bytes,
                     read_us,
                 } => {
                     cfg.progress.bytes.fetch_add(read_bytes, Ordering::Relaxed);
-                    report.read_bytes += read_bytes;
-                    report.read_us += read_us;
+                    m.sent(now, read_bytes, read_us);
                 }
-                Event::FileFailed(id, error) => {
-                    if let Some(a) = open.remove(&id) {
-                        report.failed.push(Failure {
-                            path: a.rel,
-                            error: error.clone(),
-                        });
-                        conn.send(&Message::FileDone(FileDone {
-                            id,
-                            error: Some(error),
-                            ..FileDone::default()
-                        }))?;
-                    }
-                }
-                Event::Sealed { id, resends } => {
-                    if open.contains_key(&id) {
-                        conn.queue(&Message::FileSealed(FileSealed { id, resends }))?;
-                    }
-                }
-                Event::Changed(id, why) => {
-                    changed(conn, q, &mut open, &mut again, &mut report, id, &why)?;
-                }
+                Event::FileFailed(id, error) => m.file_failed(now, id, error),
+                Event::Sealed { id, resends } => m.sealed(now, id, resends),
+                Event::Changed(id, why) => m.changed(now, id, &why),
                 Event::Fatal(e) => return Err(EngineError::Failed(e)),
             }
+        }
+        act(&mut m, shared, cfg)?;
+        while let Some(msg) = m.poll_transmit() {
+            conn.queue(&msg)?;
         }
         conn.flush_queued()?;
         let now = Instant::now();
@@ -570,14 +476,13 @@ fn control(
                 (queue.active, starved)
             };
             let (interval, next) =
-                sampler.sample(now, report.read_us, active, starved, held_by_files);
+                sampler.sample(now, m.tally().read_us, active, starved, held_by_files);
             // The count of files in flight grows while it is what held the
             // transfer (fixed when its cap is its start).
-            let before = files_limit;
-            files_limit =
-                longhaul_proto::tune::grow_files_in_flight(files_limit, held_by_files, max_files);
-            if files_limit != before {
-                tracing::debug!("tuner: {before} -> {files_limit} files in flight");
+            let before = m.files_limit();
+            let after = m.interval(held_by_files);
+            if after != before {
+                tracing::debug!("tuner: {before} -> {after} files in flight");
             }
             held_by_files = false;
             if let Some(n) = next.filter(|&n| n != active) {
@@ -594,14 +499,10 @@ fn control(
                 .expect("poisoned")
                 .push(interval);
         }
-        if last_progress.elapsed() > super::TRANSFER_IDLE {
-            return Err(EngineError::Timeout(format!(
-                "the transfer: nothing moved for {} s",
-                super::TRANSFER_IDLE.as_secs()
-            )));
-        }
-        let busy_walking = (!walk_done || !again.is_empty()) && open.len() < limit;
-        if !walk_done && !held_by_files && open.len() >= limit {
+        m.handle_timeout(now).map_err(engine_error)?;
+        let limit = usize::try_from(m.files_limit()).unwrap_or(usize::MAX);
+        let busy_walking = m.wants_entries();
+        if !m.walk_done() && !held_by_files && m.in_flight() >= limit {
             let queue = q.lock().expect("poisoned");
             held_by_files = queue.planner.pending_files() == 0 && queue.resends.is_empty();
         }
@@ -609,221 +510,189 @@ fn control(
         // in flight they leave within a couple of milliseconds.
         let msg = if busy_walking {
             conn.recv(Duration::from_millis(1))?
-        } else if !open.is_empty() {
+        } else if m.in_flight() > 0 {
             conn.recv(Duration::from_millis(2))?
         } else {
             conn.recv(Duration::from_millis(20))?
         };
-        if msg.is_some() {
-            last_progress = Instant::now();
-        }
-        match msg {
-            None => {}
-            Some(Message::Wants(w)) => {
-                let mut queue = q.lock().expect("poisoned");
-                let mut unchanged = Vec::new();
-                for want in w.wants {
-                    match want {
-                        Want::Send {
-                            id,
-                            skip,
-                            resumed_bytes,
-                        } => {
-                            let Some(a) = open.get(&id) else {
-                                continue;
-                            };
-                            report.resumed_bytes += resumed_bytes;
-                            let reads = match queue.planner.add(id, a.size, a.chunk_size, skip) {
-                                Ok(n) => n,
-                                Err(e) => {
-                                    return Err(EngineError::Usage(format!("{}: {e}", a.rel)))
-                                }
-                            };
-                            queue.files.insert(
-                                id,
-                                Arc::new(SrcFile {
-                                    path: a.path.clone(),
-                                    size: a.size,
-                                    chunk_size: a.chunk_size,
-                                    failed: AtomicBool::new(false),
-                                    stamp: a.stamp,
-                                    reads_left: AtomicU64::new(reads),
-                                    resends_read: AtomicU32::new(0),
-                                }),
-                            );
-                            // Nothing to read (all of it resumed): checked now.
-                            if reads == 0 {
-                                unchanged.push(id);
-                            }
-                        }
-                        Want::Skip { id } => {
-                            if open.remove(&id).is_some() {
-                                report.skipped += 1;
-                            }
-                        }
-                        Want::Fail { id, error } => {
-                            if let Some(a) = open.remove(&id) {
-                                report.failed.push(Failure { path: a.rel, error });
-                            }
-                        }
-                    }
-                }
-                cv.notify_all();
-                drop(queue);
-                for id in unchanged {
-                    let Some(a) = open.get(&id) else { continue };
-                    let now = at(&cfg.anchor, &a.path)
-                        .ok()
-                        .and_then(|p| std::fs::symlink_metadata(p).ok());
-                    match now.map(|m| a.stamp.changed(&super::Stamp::of(&m))) {
-                        Some(None) => {
-                            conn.queue(&Message::FileSealed(FileSealed { id, resends: 0 }))?
-                        }
-                        Some(Some(why)) => {
-                            changed(conn, q, &mut open, &mut again, &mut report, id, &why)?
-                        }
-                        None => changed(
-                            conn,
-                            q,
-                            &mut open,
-                            &mut again,
-                            &mut report,
-                            id,
-                            "it is gone",
-                        )?,
-                    }
-                }
-            }
-            Some(Message::Resend(r)) => {
-                let mut queue = q.lock().expect("poisoned");
-                if let Some(f) = queue.files.get(&r.id).cloned() {
-                    if u64::from(r.index) < longhaul_proto::plan::chunk_count(f.size, f.chunk_size)
-                    {
-                        queue
-                            .resends
-                            .push_back(chunk_at(r.id, f.size, f.chunk_size, r.index));
-                        // All: one woken at random may be a parked
-                        // stream, which would leave the resend waiting.
-                        cv.notify_all();
-                    }
-                }
-            }
-            Some(Message::FileDone(d)) => {
-                q.lock().expect("poisoned").files.remove(&d.id);
-                if let Some(a) = open.remove(&d.id) {
-                    match d.error {
-                        Some(error) => report.failed.push(Failure { path: a.rel, error }),
-                        None => {
-                            cfg.progress.files.fetch_add(1, Ordering::Relaxed);
-                            report.files += 1;
-                            report.bytes += a.size;
-                            if let Some(digest) = d.digest {
-                                super::write_digest(&cfg.digest_out, &a.rel, &digest);
-                            }
-                        }
-                    }
-                }
-            }
-            Some(Message::TransferDone(sink)) => {
-                if !walk_done || !open.is_empty() || !again.is_empty() {
-                    let why = sink
-                        .failed
-                        .iter()
-                        .map(|f| f.error.clone())
-                        .collect::<Vec<_>>()
-                        .join("; ");
-                    return Err(EngineError::Failed(format!(
-                        "the sink ended the transfer early: {why}"
-                    )));
-                }
-                report.sink = sink;
-                let tuning = longhaul_proto::tune::TuningReport {
-                    online: sampler.climb().is_some(),
-                    direction: None,
-                    initial_streams: sampler.streams(),
-                    final_streams: q.lock().expect("poisoned").active,
-                    chunk_size,
-                    files_in_flight: files_limit,
-                    initial_files_in_flight: cfg.files_in_flight.clamp(1, max_files),
-                    send_buffer: sampler.send_buffer(),
-                    send_buffer_raises: sampler.send_buffer_raises,
-                    steps: sampler.climb().map(|c| c.steps.clone()).unwrap_or_default(),
-                };
-                report.tuning = Some(tuning.clone());
-                let _ = conn.send(&Message::SourceDone(SourceDone {
-                    read_bytes: report.read_bytes,
-                    read_us: report.read_us,
-                    resent_changed: report.resent_changed,
-                    tuning: Some(tuning),
-                }));
-                return Ok(report);
-            }
-            Some(Message::Refuse(r)) => {
-                return Err(EngineError::Failed(format!(
-                    "peer ended the transfer: {}",
-                    r.message
-                )));
-            }
-            Some(m) => {
-                return Err(EngineError::Failed(format!(
-                    "peer sent an unexpected {} message during the transfer",
-                    m.name()
-                )))
-            }
-        }
+        let Some(msg) = msg else { continue };
+        m.handle(Instant::now(), msg).map_err(engine_error)?;
+        act(&mut m, shared, cfg)?;
+        let Some((tally, sink)) = m.finished() else {
+            continue;
+        };
+        let tuning = longhaul_proto::tune::TuningReport {
+            online: sampler.climb().is_some(),
+            direction: None,
+            initial_streams: sampler.streams(),
+            final_streams: q.lock().expect("poisoned").active,
+            chunk_size: m.largest_chunk(),
+            files_in_flight: m.files_limit(),
+            initial_files_in_flight: cfg.files_in_flight.clamp(1, max_files),
+            send_buffer: sampler.send_buffer(),
+            send_buffer_raises: sampler.send_buffer_raises,
+            steps: sampler.climb().map(|c| c.steps.clone()).unwrap_or_default(),
+        };
+        let _ = conn.send(&Message::SourceDone(SourceDone {
+            read_bytes: tally.read_bytes,
+            read_us: tally.read_us,
+            resent_changed: tally.resent_changed,
+            tuning: Some(tuning.clone()),
+        }));
+        return Ok(SourceReport {
+            files: tally.files,
+            bytes: tally.bytes,
+            resent_changed: tally.resent_changed,
+            skipped: tally.skipped,
+            resumed_bytes: tally.resumed_bytes,
+            failed: tally.failed,
+            read_bytes: tally.read_bytes,
+            read_us: tally.read_us,
+            tuning: Some(tuning),
+            sink,
+        });
     }
 }
 
-/// A file changed while it was read: what arrived of it is discarded at
-/// the sink, and it is announced again (a new id, read afresh) until it
-/// has been read [`MAX_READS_OF_A_CHANGING_FILE`] times; then it fails as
-/// changed. Never sealed, so never renamed into place torn.
-fn changed(
-    conn: &mut FramedConn,
-    q: &Mutex<Queue>,
-    open: &mut HashMap<u64, Announced>,
-    again: &mut VecDeque<(PathBuf, String, u32)>,
-    report: &mut SourceReport,
-    id: u64,
-    why: &str,
-) -> Result<(), EngineError> {
-    if let Some(f) = q.lock().expect("poisoned").files.remove(&id) {
-        f.failed.store(true, Ordering::Relaxed);
+fn engine_error(e: SourceError) -> EngineError {
+    match e {
+        SourceError::Idle(_) => EngineError::Timeout(e.to_string()),
+        SourceError::Usage(e) => EngineError::Usage(e),
+        SourceError::Failed(e) => EngineError::Failed(e),
     }
-    let Some(a) = open.remove(&id) else {
-        return Ok(());
-    };
-    let retried = a.attempt < MAX_READS_OF_A_CHANGING_FILE;
-    let error = if retried {
-        report.resent_changed += 1;
-        tracing::warn!(
-            "{} changed while it was read ({why}); sending it again",
-            a.rel
-        );
-        format!("changed while it was read ({why}); sent again")
-    } else {
-        let error = format!(
-            "changed while it was read, {} times in a row ({why}): not copied; copy it again once nothing writes to it",
-            a.attempt
-        );
-        report.failed.push(Failure {
-            path: a.rel.clone(),
-            error: error.clone(),
-        });
-        error
-    };
-    if retried {
-        again.push_back((a.path, a.rel, a.attempt));
+}
+
+/// Walks on (files that changed while they were read first) and hands
+/// the machine one batch of entries.
+fn announce(m: &mut Source<Handle>, walker: &mut Walker, cfg: &SourceConfig) {
+    while m.batch_has_room() {
+        let (next, attempt) = match m.take_again() {
+            Some(((path, _), rel, attempt)) => (Some(walker.again(path, rel)), attempt),
+            None if m.walk_done() => break,
+            None => (walker.next(), 1),
+        };
+        let mut found = match next {
+            None => {
+                m.walk_ended();
+                break;
+            }
+            Some(Err(f)) => {
+                m.walk_failed(f);
+                continue;
+            }
+            Some(Ok(found)) => found,
+        };
+        let e = &mut found.entry;
+        if cfg.digests && e.kind == Kind::File {
+            let digest = at(&cfg.anchor, &found.path).and_then(|p| {
+                super::content_digest(&*cfg.storage, &p, e.size)
+                    .map_err(|e| EngineError::Usage(e.to_string()))
+            });
+            match digest {
+                Ok(d) => e.digest = Some(d),
+                Err(err) => {
+                    m.walk_failed(Failure {
+                        path: e.path.clone(),
+                        error: format!("cannot read {}: {err}", found.path.display()),
+                    });
+                    continue;
+                }
+            }
+        }
+        // A file announced again takes its first id's place.
+        if e.kind == Kind::File && attempt == 1 {
+            cfg.progress.announced_files.fetch_add(1, Ordering::Relaxed);
+            cfg.progress
+                .announced_bytes
+                .fetch_add(e.size, Ordering::Relaxed);
+        }
+        m.add(found.entry, (found.path, found.stamp), attempt);
     }
-    // Sent at once, before the file is announced again: the sink must drop
-    // this id's partial file before the new id opens one of that name.
-    conn.send(&Message::FileDone(FileDone {
-        id,
-        error: Some(error),
-        changed: true,
-        retried,
-        ..FileDone::default()
-    }))
+    m.end_batch();
+}
+
+/// Does what the machine asks, until it asks nothing more: the reads of
+/// a batch of wants are queued under one lock, with one wake-up.
+fn act(m: &mut Source<Handle>, shared: &Shared, cfg: &SourceConfig) -> Result<(), EngineError> {
+    let (q, cv) = &**shared;
+    loop {
+        let mut unchanged = Vec::new();
+        let mut queue = None;
+        let mut any = false;
+        while let Some(action) = m.poll_action() {
+            any = true;
+            match action {
+                SourceAction::Plan {
+                    id,
+                    path: rel,
+                    handle: (path, stamp),
+                    size,
+                    chunk_size,
+                    skip,
+                } => {
+                    let queue = queue.get_or_insert_with(|| q.lock().expect("poisoned"));
+                    let reads = queue
+                        .planner
+                        .add(id, size, chunk_size, skip)
+                        .map_err(|e| EngineError::Usage(format!("{rel}: {e}")))?;
+                    queue.files.insert(
+                        id,
+                        Arc::new(SrcFile {
+                            path: path.clone(),
+                            failed: AtomicBool::new(false),
+                            stamp,
+                            reads_left: AtomicU64::new(reads),
+                            resends_read: AtomicU32::new(0),
+                        }),
+                    );
+                    // Nothing to read (all of it resumed): checked now.
+                    if reads == 0 {
+                        unchanged.push((id, path, stamp));
+                    }
+                }
+                SourceAction::Resend(c) => {
+                    let queue = queue.get_or_insert_with(|| q.lock().expect("poisoned"));
+                    if queue.files.contains_key(&c.file) {
+                        queue.resends.push_back(c);
+                    }
+                }
+                SourceAction::Forget(id) => {
+                    let queue = queue.get_or_insert_with(|| q.lock().expect("poisoned"));
+                    if let Some(f) = queue.files.remove(&id) {
+                        f.failed.store(true, Ordering::Relaxed);
+                    }
+                }
+                SourceAction::Landed { path, digest, .. } => {
+                    cfg.progress.files.fetch_add(1, Ordering::Relaxed);
+                    if let Some(digest) = digest {
+                        super::write_digest(&cfg.digest_out, &path, &digest);
+                    }
+                }
+                SourceAction::WalkDone => cfg.progress.walk_done.store(true, Ordering::Relaxed),
+                SourceAction::Retrying { path, why } => {
+                    tracing::warn!("{path} changed while it was read ({why}); sending it again");
+                }
+            }
+        }
+        if queue.take().is_some() {
+            // All: one woken at random may be a parked stream, which would
+            // leave a resend waiting.
+            cv.notify_all();
+        }
+        if !any {
+            return Ok(());
+        }
+        for (id, path, stamp) in unchanged {
+            let now = at(&cfg.anchor, &path)
+                .ok()
+                .and_then(|p| std::fs::symlink_metadata(p).ok());
+            match now.map(|meta| stamp.changed(&super::Stamp::of(&meta))) {
+                Some(None) => m.sealed(Instant::now(), id, 0),
+                Some(Some(why)) => m.changed(Instant::now(), id, &why),
+                None => m.changed(Instant::now(), id, "it is gone"),
+            }
+        }
+    }
 }
 
 /// One data stream: takes chunks from the queue and streams each from the

@@ -598,3 +598,49 @@ impl FileLedger {
         take
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_ledger_is_claimed_once_every_chunk_is_verified_and_sealed() {
+        let mut l = FileLedger::new(2, [(1, [1; 32])]);
+        assert_eq!(l.remaining(), 1);
+        assert!(!l.wants(1), "a resumed chunk is not wanted again");
+        l.seal(0);
+        assert!(!l.claim(), "a chunk is missing");
+        assert!(l.verified(0, [0; 32]));
+        assert!(!l.verified(0, [0; 32]), "a duplicate counts once");
+        assert!(l.claim());
+        assert!(!l.claim(), "claimed once");
+    }
+
+    #[test]
+    fn a_ledger_waits_for_a_seal_covering_every_resend() {
+        let mut l = FileLedger::new(1, []);
+        l.seal(0);
+        l.damaged();
+        assert!(l.verified(0, [0; 32]));
+        assert!(!l.claim(), "the seal predates the resend");
+        l.seal(1);
+        assert!(l.claim());
+    }
+
+    #[test]
+    fn a_failed_ledger_takes_nothing_and_is_never_claimed() {
+        let mut l = FileLedger::new(1, []);
+        l.seal(0);
+        l.fail();
+        assert!(!l.wants(0));
+        assert!(!l.verified(0, [0; 32]));
+        assert!(!l.claim());
+    }
+
+    #[test]
+    fn an_index_past_the_end_is_not_wanted() {
+        let l = FileLedger::new(1, [(7, [0; 32])]);
+        assert!(!l.wants(1));
+        assert_eq!(l.remaining(), 1);
+    }
+}

@@ -62,6 +62,8 @@ pub enum SourceAction<H> {
     /// [`Source::sealed`] or [`Source::changed`].
     Plan {
         id: u64,
+        /// Its path as announced.
+        path: String,
         handle: H,
         size: u64,
         chunk_size: u64,
@@ -79,6 +81,8 @@ pub enum SourceAction<H> {
     },
     /// Every entry is announced.
     WalkDone,
+    /// The file changed while it was read (`why`) and is announced again.
+    Retrying { path: String, why: String },
 }
 
 /// An announced file the sink has not resolved yet.
@@ -245,6 +249,7 @@ impl<H: Clone> Source<H> {
                             a.planned = true;
                             self.actions.push_back(SourceAction::Plan {
                                 id,
+                                path: a.rel.clone(),
                                 handle: a.handle.clone(),
                                 size: a.size,
                                 chunk_size: a.chunk_size,
@@ -383,6 +388,10 @@ impl<H: Clone> Source<H> {
             error
         };
         if retried {
+            self.actions.push_back(SourceAction::Retrying {
+                path: a.rel.clone(),
+                why: why.to_string(),
+            });
             self.again.push_back((a.handle, a.rel, a.attempt));
         }
         // Before the file is announced again: the sink must drop this
