@@ -1254,6 +1254,36 @@ mod tests {
     }
 
     #[test]
+    fn the_runs_own_limit_reaches_the_rules() {
+        for (kind, stage) in [
+            (LimitKind::SendBuffer, Stage::Window),
+            (LimitKind::ReceiverWindow, Stage::Window),
+            (LimitKind::SenderCpu, Stage::SenderCpu),
+            (LimitKind::ReceiverCpu, Stage::ReceiverCpu),
+        ] {
+            let mut r = report("a", "b", 60.0, 60.0);
+            r.upload.as_mut().unwrap().limit = kind;
+            judge(&mut r, &DoctorOptions::default());
+            assert!(
+                r.stages.iter().any(|s| s.name == stage && s.limiting),
+                "{kind:?}: {:?}",
+                r.stages
+            );
+        }
+        // On a pull the download is the run judged.
+        let mut r = report("a", "b", 60.0, 60.0);
+        r.download = r.upload.take();
+        judge(
+            &mut r,
+            &DoctorOptions {
+                pull: true,
+                ..Default::default()
+            },
+        );
+        assert!(r.stages.iter().any(|s| s.name == Stage::PathRate));
+    }
+
+    #[test]
     fn an_assumed_file_size_never_makes_metadata_the_verdict() {
         let mut r = report("a", "b", 60.0, 60.0);
         if let Some(d) = r.dest_storage.as_mut() {
