@@ -2,6 +2,9 @@
 //! goes away (`longhaul ls ... | head`) is a normal end of the output, not
 //! an error and never a panic: once a stream reports a broken pipe, later
 //! lines to it are dropped and the command finishes its work.
+//!
+//! The printers are below it: [`human`] for people, [`json`] for
+//! machines, [`progress`] for a transfer under way.
 
 use std::fmt;
 use std::io::{self, Write};
@@ -35,6 +38,11 @@ pub fn err(args: fmt::Arguments) {
     write_line(&mut io::stderr().lock(), &STDERR_CLOSED, args);
 }
 
+/// Prints a failure the way every command does: `longhaul: error: MESSAGE`.
+pub fn error(message: &str) {
+    err(format_args!("longhaul: error: {message}"));
+}
+
 /// `println!` through [`out`].
 #[macro_export]
 macro_rules! outln {
@@ -50,6 +58,11 @@ macro_rules! errln {
         $crate::print::err(format_args!($($t)*))
     };
 }
+
+// After the macros: the printers use them.
+pub mod human;
+pub mod json;
+pub mod progress;
 
 #[cfg(test)]
 mod tests {

@@ -1,0 +1,92 @@
+//! `doctor` (what limits a path) and `bench disk` (what a directory's storage does).
+
+use std::path::PathBuf;
+
+use longhaul_engine::client::ClientOptions;
+
+use super::{print_result, usage, Outcome};
+use crate::args::{DiskArgs, DoctorArgs};
+use crate::print::human;
+
+pub fn doctor(a: DoctorArgs) -> Outcome {
+    use longhaul_engine::doctor;
+    let is_remote = |t: &String| longhaul_proto::xfer::parse_remote(t).is_some();
+    let (source, remote) = match a.targets.as_slice() {
+        [] => (a.source.clone(), None),
+        [one] if is_remote(one) => (a.source.clone(), Some(one.clone())),
+        [one] => (Some(PathBuf::from(one)), None),
+        [src, r] => (Some(PathBuf::from(src)), Some(r.clone())),
+        _ => unreachable!("clap takes at most two"),
+    };
+    if a.source.is_some() && (a.targets.len() == 2 || a.targets.iter().any(|t| !is_remote(t))) {
+        return Err(usage(
+            "name the source once: as the first argument or with --source",
+        ));
+    }
+    if let [first, _] = a.targets.as_slice() {
+        if is_remote(first) {
+            return Err(usage(format!(
+                "'{first}' is remote: doctor takes [SOURCE] REMOTE, the source on this host"
+            )));
+        }
+    }
+    if let Some(s) = &source {
+        if let Err(e) = std::fs::symlink_metadata(s) {
+            return Err(usage(format!(
+                "cannot read the source {}: {e}",
+                s.display()
+            )));
+        }
+    }
+    let o = doctor::DoctorOptions {
+        perf_time: a.time,
+        source,
+        pull: a.pull,
+        target_bps: a.rate,
+        no_copy: a.no_copy,
+        dest: a.dest.clone(),
+        remember: (!a.no_remember).then(longhaul_engine::paths::default_file),
+    };
+    let report = match &remote {
+        None => Ok(doctor::local(&o)),
+        Some(r) => {
+            let Some(remote) = longhaul_proto::xfer::parse_remote(r) else {
+                return Err(usage(format!(
+                    "'{r}' is not remote: name it HOST:EXPORT/path or longhaul://HOST/EXPORT/path"
+                )));
+            };
+            let security = a.security.security()?;
+            let opts = ClientOptions {
+                connect_timeout: a.connect_timeout,
+                security,
+                ..ClientOptions::default()
+            };
+            if !a.json {
+                errln!(
+                    "measuring the path to {} (about {} s)...",
+                    remote.host,
+                    (a.time.as_secs_f64() * 2.0 + 8.0).round()
+                );
+            }
+            doctor::remote(&remote.host, &remote.export, &remote.path, &opts, &o)
+        }
+    };
+    print_result(report, a.json, human::print_doctor)
+}
+
+pub fn bench_disk(a: DiskArgs) -> Outcome {
+    let only = |t: &str| a.only.is_empty() || a.only.iter().any(|o| o == t);
+    let b = longhaul_engine::disk::DiskBench {
+        file_size: a.size,
+        block_size: usize::try_from(a.block_size).unwrap_or(usize::MAX),
+        threads: a.threads,
+        direct: !a.buffered,
+        files: a.files,
+        small_file_size: a.file_size,
+        time_limit: a.time,
+        write: only("write"),
+        read: only("read"),
+        ..longhaul_engine::disk::DiskBench::new(a.path)
+    };
+    print_result(longhaul_engine::disk::run(&b), a.json, human::print_disk)
+}
