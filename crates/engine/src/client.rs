@@ -17,8 +17,8 @@ use longhaul_proto::session::{ClientEvent, ClientSession, SessionError};
 use longhaul_proto::udp;
 
 use crate::conn::{self, FramedConn};
+use crate::report::Reporter;
 use crate::run::{End, ReadyStream, SideRun, Ticker};
-use crate::sink::Reporter;
 use crate::sock::{self, Tuning};
 use crate::stream::DataSocket;
 use crate::{EngineError, DEFAULT_PORT};

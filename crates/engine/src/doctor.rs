@@ -30,7 +30,7 @@ use longhaul_proto::window::{plan, PathInput};
 use serde::{Deserialize, Serialize};
 
 use crate::client::{open_control, run_perf, ClientOptions};
-use crate::sink::Reporter;
+use crate::report::Reporter;
 use crate::{sock, EngineError};
 
 /// What `doctor` is asked to do.
@@ -391,7 +391,7 @@ fn udp_probe(
             interval_ms: 0,
             ..TestParams::default()
         };
-        let s = run_perf(host, &params, &opts, &mut crate::sink::Discard)?;
+        let s = run_perf(host, &params, &opts, &mut crate::report::Discard)?;
         let u = s
             .directions
             .first()
@@ -818,7 +818,7 @@ fn run_dir_plain(
         length: 1 << 20,
         ..TestParams::default()
     };
-    let s = run_perf(host, &params, &plain, &mut crate::sink::Discard).ok()?;
+    let s = run_perf(host, &params, &plain, &mut crate::report::Discard).ok()?;
     path_run(&s, &[], 1448)
 }
 

@@ -1,8 +1,8 @@
 //! The longhaul engine: drives the sans-IO protocol of `longhaul-proto`
 //! over real sockets. It holds the server ([`server`]), the perf client
 //! ([`client`]), the stream workers ([`stream`]), socket tuning and kernel
-//! counters ([`sock`]), and the [`sink::Reporter`] trait through which it
-//! reports.
+//! counters ([`sock`]), and the [`report::Reporter`] trait through which every
+//! command reports.
 
 pub mod auth;
 pub mod client;
@@ -11,9 +11,9 @@ pub mod disk;
 pub mod doctor;
 pub mod paths;
 pub mod proof;
+pub mod report;
 pub mod run;
 pub mod server;
-pub mod sink;
 pub mod sock;
 pub mod stream;
 pub mod tls;

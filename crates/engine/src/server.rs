@@ -21,8 +21,8 @@ use longhaul_proto::units::escaped;
 
 use crate::client::{run_perf, tuning_for, ClientOptions};
 use crate::conn::{read_one_frame, FramedConn, Stream, HANDSHAKE_MAX_FRAME};
+use crate::report::RelaySink;
 use crate::run::{End, ReadyStream, SideRun, Tick, Ticker};
-use crate::sink::RelaySink;
 use crate::sock;
 use crate::stream::DataSocket;
 use crate::xfer::beneath::Anchor;

@@ -4,11 +4,20 @@ use std::path::PathBuf;
 
 use longhaul_engine::client::ClientOptions;
 
-use super::{print_result, usage, Outcome};
+use longhaul_engine::report::Reporter;
+
+use super::{ended, usage, Outcome};
 use crate::args::{DiskArgs, DoctorArgs};
-use crate::print::human;
+use crate::exit;
+use crate::print::{self, json::Json};
 
 pub fn doctor(a: DoctorArgs) -> Outcome {
+    let mut printer = print::outcome(a.json.then(Json::doctor));
+    let outcome = diagnose(&a, printer.as_mut());
+    ended(printer.as_mut(), outcome)
+}
+
+fn diagnose(a: &DoctorArgs, printer: &mut dyn Reporter) -> Outcome {
     use longhaul_engine::doctor;
     let is_remote = |t: &String| longhaul_proto::xfer::parse_remote(t).is_some();
     let (source, remote) = match a.targets.as_slice() {
@@ -61,17 +70,16 @@ pub fn doctor(a: DoctorArgs) -> Outcome {
                 security,
                 ..ClientOptions::default()
             };
-            if !a.json {
-                errln!(
-                    "measuring the path to {} (about {} s)...",
-                    remote.host,
-                    (a.time.as_secs_f64() * 2.0 + 8.0).round()
-                );
-            }
+            printer.status(&format!(
+                "measuring the path to {} (about {} s)...",
+                remote.host,
+                (a.time.as_secs_f64() * 2.0 + 8.0).round()
+            ));
             doctor::remote(&remote.host, &remote.export, &remote.path, &opts, &o)
         }
     };
-    print_result(report, a.json, human::print_doctor)
+    printer.doctor(&report?);
+    Ok(exit::OK)
 }
 
 pub fn bench_disk(a: DiskArgs) -> Outcome {
@@ -88,5 +96,12 @@ pub fn bench_disk(a: DiskArgs) -> Outcome {
         read: only("read"),
         ..longhaul_engine::disk::DiskBench::new(a.path)
     };
-    print_result(longhaul_engine::disk::run(&b), a.json, human::print_disk)
+    let mut printer = print::outcome(a.json.then(Json::disk));
+    let outcome = longhaul_engine::disk::run(&b)
+        .map(|r| {
+            printer.disk(&r);
+            exit::OK
+        })
+        .map_err(Into::into);
+    ended(printer.as_mut(), outcome)
 }

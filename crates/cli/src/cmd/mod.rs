@@ -18,6 +18,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use longhaul_engine::client::Security;
+use longhaul_engine::report::Reporter;
 use longhaul_engine::tls::TrustOptions;
 use longhaul_engine::EngineError;
 
@@ -145,22 +146,9 @@ pub fn state_dir_or_default(d: Option<PathBuf>) -> Result<PathBuf, EngineError> 
     d.map_or_else(longhaul_engine::server::state_dir_from_env, Ok)
 }
 
-/// Prints a command's result as JSON or for people; an error as its message
-/// and exit code.
-pub fn print_result<T: serde::Serialize>(
-    r: Result<T, EngineError>,
-    json: bool,
-    human: impl Fn(&T),
-) -> Outcome {
-    match r {
-        Ok(r) => {
-            if json {
-                outln!("{}", serde_json::to_string_pretty(&r).unwrap_or_default());
-            } else {
-                human(&r);
-            }
-            Ok(exit::OK)
-        }
-        Err(e) => Err(e.into()),
-    }
+/// Tells `printer` how the command ended (a `--json` printer writes its
+/// document then) and hands the outcome on, for `main` to print a failure.
+pub fn ended(printer: &mut dyn Reporter, outcome: Outcome) -> Outcome {
+    printer.end(outcome.as_ref().err().map(|f| (f.message.as_str(), f.code)));
+    outcome
 }

@@ -5,77 +5,56 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use longhaul_engine::client::{run_perf, run_third_party, ClientOptions, Security};
+use longhaul_engine::report::Reporter;
 use longhaul_engine::server::{ServeConfig, Server};
-use longhaul_engine::sink::Reporter;
 use longhaul_engine::tls::TrustOptions;
 use longhaul_engine::xfer::client::CpOptions;
 use longhaul_proto::msg::{Mode, RecvMode, SendMode, TestParams, Transport};
 use longhaul_proto::units;
 
-use super::{interrupt_flag, usage, Failure, Outcome};
+use super::{ended, interrupt_flag, usage, Failure, Outcome};
 use crate::args::{PerfArgs, StreamCount};
 use crate::exit;
-use crate::print::{human, json};
+use crate::print::{self, human};
 
 pub fn perf(a: PerfArgs) -> Outcome {
-    let (params, local_cpu) = match params_of(&a) {
-        Ok(p) => p,
-        Err(f) => return report_failure(&a, None, f),
-    };
-    let security = match a.security.security() {
-        Ok(s) => s,
-        Err(f) => return report_failure(&a, None, f),
-    };
+    let mut printer = print::perf(a.json, a.json_stream, a.streams.initial(), mode_of(&a));
+    let outcome = run(&a, printer.as_mut());
+    ended(printer.as_mut(), outcome)
+}
+
+fn run(a: &PerfArgs, printer: &mut dyn Reporter) -> Outcome {
+    let (params, local_cpu) = params_of(a)?;
     let opts = ClientOptions {
         connect_timeout: a.connect_timeout,
         local_cpu,
         interrupt: interrupt_flag(),
-        security,
+        security: a.security.security()?,
         auto_streams: matches!(a.streams, StreamCount::Auto),
         ..ClientOptions::default()
     };
     let hosts: Vec<String> = a.hosts.iter().map(|h| with_port(h, a.port)).collect();
-    let mut human = human::Human::new(params.streams, params.mode);
-    let mut doc = json::JsonDoc::default();
-    let mut stream = json::JsonStream;
-    let sink: &mut dyn Reporter = if a.json {
-        &mut doc
-    } else if a.json_stream {
-        &mut stream
-    } else {
-        &mut human
-    };
-    let result = match hosts.as_slice() {
-        [one] => run_perf(one, &params, &opts, sink),
-        [from, to] => run_third_party(from, to, &params, &opts, sink),
+    match hosts.as_slice() {
+        [one] => run_perf(one, &params, &opts, printer)?,
+        [from, to] => run_third_party(from, to, &params, &opts, printer)?,
         _ => unreachable!("clap allows one or two hosts"),
     };
-    let interrupted = opts.interrupt.load(Ordering::SeqCst);
-    match result {
-        Ok(_) => {
-            if a.json {
-                doc.finish(None);
-            }
-            Ok(if interrupted {
-                exit::INTERRUPTED
-            } else {
-                exit::OK
-            })
-        }
-        Err(e) => report_failure(&a, Some(&doc), e.into()),
-    }
+    Ok(if opts.interrupt.load(Ordering::SeqCst) {
+        exit::INTERRUPTED
+    } else {
+        exit::OK
+    })
 }
 
-fn report_failure(a: &PerfArgs, doc: Option<&json::JsonDoc>, f: Failure) -> Outcome {
-    if a.json {
-        match doc {
-            Some(d) => d.finish(Some((&f.message, f.code))),
-            None => json::JsonDoc::default().finish(Some((&f.message, f.code))),
-        }
-    } else if a.json_stream {
-        json::JsonStream::error(&f.message, f.code);
+/// Which way the data goes: `-R`, `--bidir` or up.
+fn mode_of(a: &PerfArgs) -> Mode {
+    if a.bidir {
+        Mode::Bidir
+    } else if a.reverse {
+        Mode::Down
+    } else {
+        Mode::Up
     }
-    Err(f)
 }
 
 fn parse_affinity(s: &str) -> Result<(Option<u32>, Option<u32>), Failure> {
@@ -140,13 +119,7 @@ fn params_of(a: &PerfArgs) -> Result<(TestParams, Option<u32>), Failure> {
     let ms = |d: Duration| d.as_millis() as u64;
     let params = TestParams {
         transport,
-        mode: if a.bidir {
-            Mode::Bidir
-        } else if a.reverse {
-            Mode::Down
-        } else {
-            Mode::Up
-        },
+        mode: mode_of(a),
         streams: a.streams.initial(),
         duration_ms: match (a.time, a.bytes) {
             (_, Some(_)) => None,
@@ -284,7 +257,7 @@ pub fn demo() -> Outcome {
         ),
     ] {
         outln!("\n== {title}: longhaul perf {addr} ==");
-        let mut human = human::Human::new(params.streams, params.mode);
+        let mut human = human::Human::perf(params.streams, params.mode);
         if let Err(e) = run_perf(&addr, &params, &opts, &mut human) {
             let f = Failure::from(e);
             crate::print::error(&f.message);

@@ -10,6 +10,8 @@ use longhaul_proto::session::Limits;
 use super::{state_dir_or_default, usage, Outcome};
 use crate::args::{IdArgs, ServeArgs, TokenArgs, TokenCommand, TrustArgs};
 use crate::exit;
+use crate::print::human::Human;
+use longhaul_engine::report::Reporter;
 
 pub fn serve(a: ServeArgs) -> Outcome {
     let listen = if a.listen.is_empty() {
@@ -102,16 +104,16 @@ pub fn id(a: IdArgs) -> Outcome {
         )))
     });
     let dir = result?;
-    match longhaul_engine::tls::Identity::load_or_create(&dir) {
-        Ok((id, created)) => {
-            if created {
-                errln!("longhaul: made a new identity in {}", dir.display());
-            }
-            outln!("{}", id.fingerprint());
-            Ok(exit::OK)
-        }
-        Err(e) => Err(e.into()),
+    let (id, created) = longhaul_engine::tls::Identity::load_or_create(&dir)?;
+    let mut printer = Human::new();
+    if created {
+        printer.status(&format!(
+            "longhaul: made a new identity in {}",
+            dir.display()
+        ));
     }
+    printer.identity(&id.fingerprint());
+    Ok(exit::OK)
 }
 
 pub fn trust(a: TrustArgs) -> Outcome {

@@ -5,15 +5,17 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
+use longhaul_engine::report::{Reporter, WanHosts};
 use longhaul_engine::EngineError;
 use longhaul_proto::units;
 
-use super::{interrupt_flag, Outcome};
-use crate::args::{WanArgs, WanCommand, WanSetArgs};
+use super::{ended, interrupt_flag, Outcome};
+use crate::args::{WanArgs, WanCommand, WanSetArgs, WanUpArgs};
 use crate::exit;
+use crate::print::{self, human::Human, json::Json};
 
 pub fn wan(a: WanArgs) -> Outcome {
-    use longhaul_engine::wan::{forward::Forwarder, net, LinkParams};
+    use longhaul_engine::wan::net;
     let fail = |e: EngineError| -> Outcome { Err(e.into()) };
     match a.command {
         WanCommand::Exec {
@@ -89,125 +91,125 @@ pub fn wan(a: WanArgs) -> Outcome {
                     .iter()
                     .filter(|ns| net::ip(&["netns", "del", ns]).is_ok())
                     .count();
-                errln!("longhaul: removed {gone} namespace(s) of {name}");
+                Human::new().status(&format!("longhaul: removed {gone} namespace(s) of {name}"));
                 Ok(exit::OK)
             }
             Err(e) => fail(e),
         },
         WanCommand::Up(u) => {
-            let mut outages = Vec::new();
-            for o in &u.outage {
-                let parsed = o.split_once('+').and_then(|(s, d)| {
-                    Some((
-                        units::parse_duration(s).ok()?,
-                        units::parse_duration(d).ok()?,
-                    ))
-                });
-                match parsed {
-                    Some((s, d)) => outages.push((s, s + d)),
-                    None => {
-                        return fail(EngineError::Usage(format!(
-                            "invalid outage '{o}': expected START+DURATION, e.g. 5s+3s"
-                        )))
-                    }
-                }
-            }
-            for (what, p) in [("loss", u.loss), ("corrupt", u.corrupt)] {
-                if !(0.0..=1.0).contains(&p) {
-                    return fail(EngineError::Usage(format!(
-                        "--{what} {p} is not a probability (0 to 1)"
-                    )));
-                }
-            }
-            let mut p = LinkParams {
-                delay: u.rtt / 2,
-                jitter: u.jitter,
-                reorder: u.reorder,
-                loss: u.loss,
-                corrupt: u.corrupt,
-                rate_bps: u.rate,
-                outages,
-                ..LinkParams::default()
-            };
-            p.queue_for(u.queue);
-            let names = match net::Names::new(&u.name) {
-                Ok(n) => n,
-                Err(e) => return fail(e),
-            };
-            let stop = interrupt_flag();
-            let hosts = match net::Hosts::up(names, u.mtu) {
-                Ok(h) => h,
-                Err(e) => return fail(e),
-            };
-            // A reaper removes the hosts should this process die without
-            // cleaning up (SIGKILL, a crash): it waits for its stdin to close.
-            let _reaper = spawn_reaper(&hosts.names, &u.name);
-            let seed = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(1, |d| d.as_nanos() as u64);
-            let fwd = match Forwarder::start(&hosts, p.clone(), p.clone(), seed) {
-                Ok(f) => Arc::new(f),
-                Err(e) => return fail(e),
-            };
-            // `wan set` from other processes: one JSON line in, `ok` or an error out.
-            let sock = wan_socket(&u.name);
-            let _ = std::fs::create_dir_all(sock.parent().unwrap_or(std::path::Path::new("/")));
-            let _ = std::fs::remove_file(&sock);
-            match std::os::unix::net::UnixListener::bind(&sock) {
-                Ok(l) => {
-                    let (fwd, mut p, mut queue) = (fwd.clone(), p, u.queue);
-                    std::thread::spawn(move || {
-                        use std::io::{BufRead, Write};
-                        for c in l.incoming().flatten() {
-                            let mut line = String::new();
-                            let mut r = std::io::BufReader::new(&c);
-                            if r.read_line(&mut line).is_err() {
-                                continue;
-                            }
-                            let answer = serde_json::from_str::<WanSetArgs>(&line)
-                                .map_err(|e| format!("bad request: {e}"))
-                                .and_then(|s| s.apply(&mut p, &mut queue))
-                                .map(|()| fwd.set(p.clone(), p.clone()));
-                            let mut w = &c;
-                            let _ = match answer {
-                                Ok(()) => writeln!(w, "ok"),
-                                Err(e) => writeln!(w, "{e}"),
-                            };
-                        }
-                    });
-                }
-                Err(e) => errln!(
-                    "longhaul: warning: `wan set` will not reach this emulator: cannot listen on {}: {e}",
-                    sock.display()
-                ),
-            }
-            let (a, b) = (net::ADDR_A, net::ADDR_B);
-            if u.json {
-                outln!("{{\"hosts\":{{\"a\":\"{a}\",\"b\":\"{b}\"}}}}");
-            } else {
-                outln!(
-                    "host a {a} (netns {}), host b {b} (netns {}); `longhaul wan exec a -- CMD` runs CMD in a; Ctrl-C ends",
-                    hosts.names.ns_a, hosts.names.ns_b
-                );
-            }
-            use std::io::Write as _;
-            let _ = std::io::stdout().flush();
-            while !stop.load(Ordering::SeqCst) {
-                std::thread::sleep(Duration::from_millis(50));
-            }
-            fwd.stop();
-            let [ab, ba] = fwd.stats();
-            drop(hosts);
-            drop(fwd);
-            let _ = std::fs::remove_file(&sock);
-            errln!(
-                "longhaul: link down. a->b: {} packets, {} lost, {} queue drops, {} outage drops; b->a: {} packets, {} lost, {} queue drops, {} outage drops",
-                ab.packets, ab.lost, ab.queue_drops, ab.outage_drops,
-                ba.packets, ba.lost, ba.queue_drops, ba.outage_drops
-            );
-            Ok(exit::OK)
+            let mut printer = print::outcome(u.json.then(Json::wan));
+            let outcome = up(u, printer.as_mut());
+            ended(printer.as_mut(), outcome)
         }
     }
+}
+
+/// `wan up`: makes the hosts, forwards until Ctrl-C, removes everything.
+fn up(u: WanUpArgs, printer: &mut dyn Reporter) -> Outcome {
+    use longhaul_engine::wan::{forward::Forwarder, net, LinkParams};
+    let fail = |e: EngineError| -> Outcome { Err(e.into()) };
+    let mut outages = Vec::new();
+    for o in &u.outage {
+        let parsed = o.split_once('+').and_then(|(s, d)| {
+            Some((
+                units::parse_duration(s).ok()?,
+                units::parse_duration(d).ok()?,
+            ))
+        });
+        match parsed {
+            Some((s, d)) => outages.push((s, s + d)),
+            None => {
+                return fail(EngineError::Usage(format!(
+                    "invalid outage '{o}': expected START+DURATION, e.g. 5s+3s"
+                )))
+            }
+        }
+    }
+    for (what, p) in [("loss", u.loss), ("corrupt", u.corrupt)] {
+        if !(0.0..=1.0).contains(&p) {
+            return fail(EngineError::Usage(format!(
+                "--{what} {p} is not a probability (0 to 1)"
+            )));
+        }
+    }
+    let mut p = LinkParams {
+        delay: u.rtt / 2,
+        jitter: u.jitter,
+        reorder: u.reorder,
+        loss: u.loss,
+        corrupt: u.corrupt,
+        rate_bps: u.rate,
+        outages,
+        ..LinkParams::default()
+    };
+    p.queue_for(u.queue);
+    let names = match net::Names::new(&u.name) {
+        Ok(n) => n,
+        Err(e) => return fail(e),
+    };
+    let stop = interrupt_flag();
+    let hosts = match net::Hosts::up(names, u.mtu) {
+        Ok(h) => h,
+        Err(e) => return fail(e),
+    };
+    // A reaper removes the hosts should this process die without
+    // cleaning up (SIGKILL, a crash): it waits for its stdin to close.
+    let _reaper = spawn_reaper(&hosts.names, &u.name);
+    let seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(1, |d| d.as_nanos() as u64);
+    let fwd = match Forwarder::start(&hosts, p.clone(), p.clone(), seed) {
+        Ok(f) => Arc::new(f),
+        Err(e) => return fail(e),
+    };
+    // `wan set` from other processes: one JSON line in, `ok` or an error out.
+    let sock = wan_socket(&u.name);
+    let _ = std::fs::create_dir_all(sock.parent().unwrap_or(std::path::Path::new("/")));
+    let _ = std::fs::remove_file(&sock);
+    match std::os::unix::net::UnixListener::bind(&sock) {
+        Ok(l) => {
+            let (fwd, mut p, mut queue) = (fwd.clone(), p, u.queue);
+            std::thread::spawn(move || {
+                use std::io::{BufRead, Write};
+                for c in l.incoming().flatten() {
+                    let mut line = String::new();
+                    let mut r = std::io::BufReader::new(&c);
+                    if r.read_line(&mut line).is_err() {
+                        continue;
+                    }
+                    let answer = serde_json::from_str::<WanSetArgs>(&line)
+                        .map_err(|e| format!("bad request: {e}"))
+                        .and_then(|s| s.apply(&mut p, &mut queue))
+                        .map(|()| fwd.set(p.clone(), p.clone()));
+                    let mut w = &c;
+                    let _ = match answer {
+                        Ok(()) => writeln!(w, "ok"),
+                        Err(e) => writeln!(w, "{e}"),
+                    };
+                }
+            });
+        }
+        Err(e) => errln!(
+            "longhaul: warning: `wan set` will not reach this emulator: cannot listen on {}: {e}",
+            sock.display()
+        ),
+    }
+    printer.wan_up(&WanHosts {
+        a: net::ADDR_A,
+        b: net::ADDR_B,
+        ns_a: hosts.names.ns_a.clone(),
+        ns_b: hosts.names.ns_b.clone(),
+    });
+    while !stop.load(Ordering::SeqCst) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    fwd.stop();
+    let [ab, ba] = fwd.stats();
+    drop(hosts);
+    drop(fwd);
+    let _ = std::fs::remove_file(&sock);
+    printer.wan_down(&ab, &ba);
+    Ok(exit::OK)
 }
 
 impl WanSetArgs {

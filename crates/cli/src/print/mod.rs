@@ -3,12 +3,52 @@
 //! an error and never a panic: once a stream reports a broken pipe, later
 //! lines to it are dropped and the command finishes its work.
 //!
-//! The printers are below it: [`human`] for people, [`json`] for
-//! machines, [`progress`] for a transfer under way.
+//! The printers are below it, each a [`Reporter`]: [`human::Human`] for
+//! people, [`progress::Bar`] for a transfer under way on a terminal,
+//! [`json`] for machines. A command picks one with the functions here.
 
 use std::fmt;
 use std::io::{self, Write};
 use std::sync::atomic::{AtomicBool, Ordering};
+
+use longhaul_engine::report::Reporter;
+use longhaul_proto::msg::Mode;
+
+/// A command's printer.
+pub type Printer = Box<dyn Reporter + Send>;
+
+/// perf: `--json`, `--json-stream` or lines for people.
+pub fn perf(json: bool, json_stream: bool, streams: u16, mode: Mode) -> Printer {
+    if json {
+        Box::new(json::JsonDoc::default())
+    } else if json_stream {
+        Box::new(json::JsonStream)
+    } else {
+        Box::new(human::Human::perf(streams, mode))
+    }
+}
+
+/// cp, sync: `--json`; else lines for people, with a progress bar when
+/// stderr is a terminal and no `--intervals` lines go there.
+pub fn transfer(json: bool, intervals: bool, dry_run: bool) -> Printer {
+    if json {
+        return Box::new(json::Json::transfer());
+    }
+    let human = Box::new(human::Human::transfer(dry_run, intervals));
+    if !intervals && io::IsTerminal::is_terminal(&io::stderr()) {
+        Box::new(progress::Bar::new(human))
+    } else {
+        human
+    }
+}
+
+/// A command whose outcome is one document with `--json`.
+pub fn outcome(json: Option<json::Json>) -> Printer {
+    match json {
+        Some(j) => Box::new(j),
+        None => Box::new(human::Human::new()),
+    }
+}
 
 static STDOUT_CLOSED: AtomicBool = AtomicBool::new(false);
 static STDERR_CLOSED: AtomicBool = AtomicBool::new(false);

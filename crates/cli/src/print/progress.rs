@@ -1,19 +1,27 @@
-//! What a transfer under way shows: a progress bar on a terminal, or a
-//! line per interval (`cp --intervals`).
+//! A transfer's progress bar on a terminal: drawn from the counters the
+//! engine reports on its tick, cleared before the outcome is printed.
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
-use std::time::Duration;
+use longhaul_engine::doctor::DoctorReport;
+use longhaul_engine::report::{Reporter, TransferProgress, WanHosts};
+use longhaul_engine::wan::LinkStats;
+use longhaul_engine::xfer::client::CpSummary;
+use longhaul_proto::disk::DiskReport;
+use longhaul_proto::report::{IntervalReport, Setup, Summary};
+use longhaul_proto::tune::TransferInterval;
+use longhaul_proto::xfer::ListEntry;
 
-use super::human;
+use super::Printer;
 
-/// Draws a progress bar from the engine's counters until told to stop.
-pub fn progress_bar(
-    p: std::sync::Arc<longhaul_engine::xfer::Progress>,
-) -> (Arc<AtomicBool>, std::thread::JoinHandle<()>) {
-    let done = Arc::new(AtomicBool::new(false));
-    let stop = done.clone();
-    let t = std::thread::spawn(move || {
+/// Draws the bar, and hands every event on to the printer it wraps.
+pub struct Bar {
+    bar: indicatif::ProgressBar,
+    /// Streams carrying chunks and what limited them, from the last interval.
+    limit: String,
+    inner: Printer,
+}
+
+impl Bar {
+    pub fn new(inner: Printer) -> Self {
         let bar = indicatif::ProgressBar::new(0);
         bar.set_style(
             indicatif::ProgressStyle::with_template(
@@ -21,63 +29,73 @@ pub fn progress_bar(
             )
             .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
         );
-        while !stop.load(Ordering::SeqCst) {
-            bar.set_length(p.announced_bytes.load(Ordering::Relaxed));
-            bar.set_position(p.bytes.load(Ordering::Relaxed));
-            let walking = if p.walk_done.load(Ordering::Relaxed) {
-                ""
-            } else {
-                "+"
-            };
-            let limit = p
-                .intervals
-                .lock()
-                .ok()
-                .and_then(|i| i.last().cloned())
-                .map(|i| {
-                    format!(
-                        ", {} stream(s), limited by {}",
-                        i.active_streams,
-                        i.limit.name()
-                    )
-                })
-                .unwrap_or_default();
-            bar.set_message(format!(
-                "{}/{}{walking} files{limit}",
-                p.files.load(Ordering::Relaxed),
-                p.announced_files.load(Ordering::Relaxed)
-            ));
-            std::thread::sleep(Duration::from_millis(200));
+        Self {
+            bar,
+            limit: String::new(),
+            inner,
         }
-        bar.finish_and_clear();
-    });
-    (done, t)
+    }
 }
 
-/// Prints each interval of a transfer as it arrives (`cp --intervals`), to stderr.
-pub fn interval_printer(
-    p: std::sync::Arc<longhaul_engine::xfer::Progress>,
-) -> (Arc<AtomicBool>, std::thread::JoinHandle<()>) {
-    let done = Arc::new(AtomicBool::new(false));
-    let stop = done.clone();
-    let t = std::thread::spawn(move || {
-        let mut shown = 0;
-        loop {
-            let finished = stop.load(Ordering::SeqCst);
-            let new: Vec<_> = p
-                .intervals
-                .lock()
-                .map(|i| i[shown.min(i.len())..].to_vec())
-                .unwrap_or_default();
-            for i in &new {
-                errln!("{}", human::transfer_interval_line(i));
-            }
-            shown += new.len();
-            if finished {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(200));
-        }
-    });
-    (done, t)
+impl Reporter for Bar {
+    fn transfer_progress(&mut self, p: &TransferProgress) {
+        self.bar.set_length(p.announced_bytes);
+        self.bar.set_position(p.bytes);
+        let walking = if p.walk_done { "" } else { "+" };
+        self.bar.set_message(format!(
+            "{}/{}{walking} files{}",
+            p.files, p.announced_files, self.limit
+        ));
+        self.inner.transfer_progress(p);
+    }
+    fn transfer_interval(&mut self, i: &TransferInterval) {
+        self.limit = format!(
+            ", {} stream(s), limited by {}",
+            i.active_streams,
+            i.limit.name()
+        );
+        self.inner.transfer_interval(i);
+    }
+    fn transfer_summary(&mut self, s: &CpSummary) {
+        self.bar.finish_and_clear();
+        self.inner.transfer_summary(s);
+    }
+    fn end(&mut self, failure: Option<(&str, i32)>) {
+        self.bar.finish_and_clear();
+        self.inner.end(failure);
+    }
+
+    fn setup(&mut self, s: &Setup) {
+        self.inner.setup(s);
+    }
+    fn interval(&mut self, r: &IntervalReport) {
+        self.inner.interval(r);
+    }
+    fn summary(&mut self, s: &Summary) {
+        self.inner.summary(s);
+    }
+    fn warning(&mut self, m: &str) {
+        self.bar.suspend(|| self.inner.warning(m));
+    }
+    fn status(&mut self, m: &str) {
+        self.bar.suspend(|| self.inner.status(m));
+    }
+    fn listing(&mut self, e: &[ListEntry]) {
+        self.inner.listing(e);
+    }
+    fn doctor(&mut self, r: &DoctorReport) {
+        self.inner.doctor(r);
+    }
+    fn disk(&mut self, r: &DiskReport) {
+        self.inner.disk(r);
+    }
+    fn identity(&mut self, f: &str) {
+        self.inner.identity(f);
+    }
+    fn wan_up(&mut self, h: &WanHosts) {
+        self.inner.wan_up(h);
+    }
+    fn wan_down(&mut self, ab: &LinkStats, ba: &LinkStats) {
+        self.inner.wan_down(ab, ba);
+    }
 }
