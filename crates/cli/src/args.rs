@@ -602,7 +602,7 @@ pub struct WanUpArgs {
     /// The link is down for DURATION from START after it comes up (repeatable), e.g. 5s+3s.
     #[arg(long, value_name = "START+DURATION")]
     pub outage: Vec<String>,
-    /// Print the hosts as one JSON line: {"hosts":{"a":ADDR,"b":ADDR}}.
+    /// Print the hosts as one JSON line: {"format":"longhaul-wan","format_version":1,"hosts":{"a":ADDR,"b":ADDR}}.
     #[arg(long)]
     pub json: bool,
 }

@@ -71,6 +71,7 @@ fn transfer(
     })
 }
 
+/// `ls`: lists a remote directory.
 pub fn ls(a: LsArgs) -> Outcome {
     let opts = ClientOptions {
         security: a.security.security()?,

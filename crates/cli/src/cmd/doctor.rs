@@ -3,7 +3,6 @@
 use std::path::PathBuf;
 
 use longhaul_engine::client::ClientOptions;
-
 use longhaul_engine::report::Reporter;
 
 use super::{ended, usage, Outcome};
@@ -11,6 +10,7 @@ use crate::args::{DiskArgs, DoctorArgs};
 use crate::exit;
 use crate::print::{self, json::Json};
 
+/// `doctor`: audits this host, or measures the path to a server and names what limits it.
 pub fn doctor(a: DoctorArgs) -> Outcome {
     let mut printer = print::outcome(a.json.then(Json::doctor));
     let outcome = diagnose(&a, printer.as_mut());
@@ -82,6 +82,7 @@ fn diagnose(a: &DoctorArgs, printer: &mut dyn Reporter) -> Outcome {
     Ok(exit::OK)
 }
 
+/// `bench disk`: measures a directory's storage.
 pub fn bench_disk(a: DiskArgs) -> Outcome {
     let only = |t: &str| a.only.is_empty() || a.only.iter().any(|o| o == t);
     let b = longhaul_engine::disk::DiskBench {

@@ -17,6 +17,7 @@ use crate::args::{PerfArgs, StreamCount};
 use crate::exit;
 use crate::print::{self, human};
 
+/// `perf`: a memory-to-memory test against one server, or from one server to another.
 pub fn perf(a: PerfArgs) -> Outcome {
     let mut printer = print::perf(a.json, a.json_stream, a.streams.initial(), mode_of(&a));
     let outcome = run(&a, printer.as_mut());
@@ -175,6 +176,7 @@ fn with_port(host: &str, port: u16) -> String {
     }
 }
 
+/// `demo`: a server in this process, three short perf tests and a copy against it.
 pub fn demo() -> Outcome {
     // A throw-away identity (the client pins it, as `--trust` would), an
     // export and a tree to copy into it.

@@ -3,6 +3,7 @@
 
 use std::net::SocketAddr;
 
+use longhaul_engine::report::Reporter;
 use longhaul_engine::server::{ServeConfig, Server};
 use longhaul_engine::{EngineError, DEFAULT_PORT};
 use longhaul_proto::session::Limits;
@@ -11,8 +12,8 @@ use super::{state_dir_or_default, usage, Outcome};
 use crate::args::{IdArgs, ServeArgs, TokenArgs, TokenCommand, TrustArgs};
 use crate::exit;
 use crate::print::human::Human;
-use longhaul_engine::report::Reporter;
 
+/// `serve`: runs the server until the process is ended.
 pub fn serve(a: ServeArgs) -> Outcome {
     let listen = if a.listen.is_empty() {
         vec![SocketAddr::from(([0u16; 8], DEFAULT_PORT))]
@@ -90,6 +91,7 @@ pub fn serve(a: ServeArgs) -> Outcome {
     Ok(exit::OK)
 }
 
+/// `id`: prints the fingerprint of the identity in a state directory, made if missing.
 pub fn id(a: IdArgs) -> Outcome {
     // A mistyped directory must not get a new key: DIR has to exist. One
     // that exists and holds no identity gets one (a client identity for
@@ -116,6 +118,7 @@ pub fn id(a: IdArgs) -> Outcome {
     Ok(exit::OK)
 }
 
+/// `trust`: records a server's fingerprint in the known-hosts file.
 pub fn trust(a: TrustArgs) -> Outcome {
     let Some(file) = a
         .known_hosts
@@ -159,6 +162,7 @@ pub fn trust(a: TrustArgs) -> Outcome {
     }
 }
 
+/// `token`: makes, lists and revokes a server's grants.
 pub fn token(a: TokenArgs) -> Outcome {
     use longhaul_engine::auth;
     let result = match a.command {

@@ -14,6 +14,7 @@ use crate::args::{WanArgs, WanCommand, WanSetArgs, WanUpArgs};
 use crate::exit;
 use crate::print::{self, human::Human, json::Json};
 
+/// `wan`: brings an emulated WAN up, changes it, runs commands in its hosts, removes it.
 pub fn wan(a: WanArgs) -> Outcome {
     use longhaul_engine::wan::net;
     let fail = |e: EngineError| -> Outcome { Err(e.into()) };

@@ -10,6 +10,7 @@ use longhaul_engine::wan::LinkStats;
 use longhaul_engine::xfer::client::CpSummary;
 use longhaul_proto::disk::DiskReport;
 use longhaul_proto::report::{IntervalReport, Setup, Summary};
+use longhaul_proto::tune::TransferInterval;
 use longhaul_proto::xfer::ListEntry;
 use serde_json::{json, Value};
 
@@ -120,15 +121,19 @@ pub struct Json {
     /// On a failure, print `{format, format_version, error}` (cp and sync
     /// do; the others print their failure on stderr only).
     error_document: bool,
+    /// cp --intervals: a line per interval of the transfer, to stderr.
+    intervals: bool,
 }
 
 impl Json {
-    /// `cp --json`, `sync --json`.
-    pub fn transfer() -> Self {
+    /// `cp --json`, `sync --json`; with `intervals`, the interval lines
+    /// for people still go to stderr.
+    pub fn transfer(intervals: bool) -> Self {
         Self {
             format: "longhaul-cp",
             version: CP_JSON_FORMAT_VERSION,
             error_document: true,
+            intervals,
         }
     }
 
@@ -153,6 +158,7 @@ impl Json {
             format,
             version,
             error_document: false,
+            intervals: false,
         }
     }
 
@@ -173,6 +179,11 @@ impl Json {
 }
 
 impl Reporter for Json {
+    fn transfer_interval(&mut self, i: &TransferInterval) {
+        if self.intervals {
+            errln!("{}", super::human::transfer_interval_line(i));
+        }
+    }
     fn transfer_summary(&mut self, s: &CpSummary) {
         self.print_pretty(serde_json::to_value(s).unwrap_or_default());
     }

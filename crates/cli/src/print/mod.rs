@@ -32,7 +32,7 @@ pub fn perf(json: bool, json_stream: bool, streams: u16, mode: Mode) -> Printer 
 /// stderr is a terminal and no `--intervals` lines go there.
 pub fn transfer(json: bool, intervals: bool, dry_run: bool) -> Printer {
     if json {
-        return Box::new(json::Json::transfer());
+        return Box::new(json::Json::transfer(intervals));
     }
     let human = Box::new(human::Human::transfer(dry_run, intervals));
     if !intervals && io::IsTerminal::is_terminal(&io::stderr()) {

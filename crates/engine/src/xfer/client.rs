@@ -258,26 +258,35 @@ pub fn cp_with(
     o: &CpOptions,
     reporter: &mut (dyn Reporter + Send),
 ) -> Result<CpSummary, EngineError> {
-    let done = std::sync::atomic::AtomicBool::new(false);
+    let (stop, stopped) = std::sync::mpsc::channel::<()>();
     std::thread::scope(|scope| {
-        let ticker = scope.spawn(|| report_progress(&o.progress, &done, reporter));
-        let r = cp_retrying(o);
-        done.store(true, Ordering::SeqCst);
+        let ticker = scope.spawn(move || report_progress(&o.progress, &stopped, reporter));
+        let r = {
+            // Dropped when the transfer ends, however it ends (a panic
+            // too): that ends the ticker, which the scope waits for.
+            let _stop = stop;
+            cp_retrying(o)
+        };
         // A reporter that panicked loses its display, not the transfer.
         let _ = ticker.join();
         r
     })
 }
 
-/// Samples `p` for `reporter` until `done`, then once more.
+/// Samples `p` for `reporter` every [`PROGRESS_TICK`] until `stopped`
+/// closes, then once more.
 fn report_progress(
     p: &super::Progress,
-    done: &std::sync::atomic::AtomicBool,
+    stopped: &std::sync::mpsc::Receiver<()>,
     reporter: &mut dyn Reporter,
 ) {
+    use std::sync::mpsc::RecvTimeoutError;
     let mut shown = 0;
     loop {
-        let last = done.load(Ordering::SeqCst);
+        let last = !matches!(
+            stopped.recv_timeout(PROGRESS_TICK),
+            Err(RecvTimeoutError::Timeout)
+        );
         let new: Vec<_> = p
             .intervals
             .lock()
@@ -290,11 +299,6 @@ fn report_progress(
         reporter.transfer_progress(&p.snapshot());
         if last {
             return;
-        }
-        // Sleep in short steps: the end of the transfer ends the wait.
-        let until = Instant::now() + PROGRESS_TICK;
-        while !done.load(Ordering::SeqCst) && Instant::now() < until {
-            std::thread::sleep(Duration::from_millis(20));
         }
     }
 }
