@@ -155,7 +155,7 @@ fn up(u: WanUpArgs, printer: &mut dyn Reporter) -> Outcome {
     };
     // A reaper removes the hosts should this process die without
     // cleaning up (SIGKILL, a crash): it waits for its stdin to close.
-    let _reaper = spawn_reaper(&hosts.names, &u.name);
+    let _reaper = spawn_reaper(&hosts.names, &u.name, printer);
     let seed = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(1, |d| d.as_nanos() as u64);
@@ -190,10 +190,10 @@ fn up(u: WanUpArgs, printer: &mut dyn Reporter) -> Outcome {
                 }
             });
         }
-        Err(e) => errln!(
-            "longhaul: warning: `wan set` will not reach this emulator: cannot listen on {}: {e}",
+        Err(e) => printer.warning(&format!(
+            "`wan set` will not reach this emulator: cannot listen on {}: {e}",
             sock.display()
-        ),
+        )),
     }
     printer.wan_up(&WanHosts {
         a: net::ADDR_A,
@@ -253,9 +253,10 @@ impl WanSetArgs {
 
 /// Starts `longhaul wan reap` with a pipe as its stdin; the pipe closes
 /// when this process ends, however it ends.
-pub fn spawn_reaper(
+fn spawn_reaper(
     names: &longhaul_engine::wan::net::Names,
     name: &str,
+    printer: &mut dyn Reporter,
 ) -> Option<std::process::Child> {
     use longhaul_engine::wan::net::netns_inode;
     let (a, b) = (netns_inode(&names.ns_a)?, netns_inode(&names.ns_b)?);
@@ -269,14 +270,16 @@ pub fn spawn_reaper(
     match child {
         Ok(c) => Some(c),
         Err(e) => {
-            errln!("longhaul: warning: no cleanup should this process be killed: cannot start the reaper: {e}");
+            printer.warning(&format!(
+                "no cleanup should this process be killed: cannot start the reaper: {e}"
+            ));
             None
         }
     }
 }
 
 /// Where a running emulator takes `wan set` requests.
-pub fn wan_socket(name: &str) -> PathBuf {
+fn wan_socket(name: &str) -> PathBuf {
     let dir = if std::path::Path::new("/run").is_dir() {
         PathBuf::from("/run/longhaul-wan")
     } else {

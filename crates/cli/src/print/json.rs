@@ -179,6 +179,11 @@ impl Json {
 }
 
 impl Reporter for Json {
+    fn warning(&mut self, message: &str) {
+        // Not part of the document (a transfer's are in its summary): for
+        // the person who started the command.
+        errln!("longhaul: warning: {message}");
+    }
     fn transfer_interval(&mut self, i: &TransferInterval) {
         if self.intervals {
             errln!("{}", super::human::transfer_interval_line(i));
