@@ -709,7 +709,9 @@ fn refusals_and_listing() {
     let o = longhaul(&["ls", "--json", &format!("longhaul://{a}/data/dir")]);
     assert_exit(&o, 0);
     let v = json_of(&o);
-    let mut entries: Vec<(String, String, u64)> = v
+    assert_eq!(v["format"], "longhaul-ls", "{v}");
+    assert_eq!(v["format_version"], 1, "{v}");
+    let mut entries: Vec<(String, String, u64)> = v["entries"]
         .as_array()
         .unwrap_or_else(|| panic!("not an array: {v}"))
         .iter()

@@ -144,6 +144,8 @@ fn bench_disk_measures_a_directory_and_leaves_nothing() {
         .unwrap();
     assert!(o.status.success(), "{}", stderr(&o));
     let v = json_of(&o);
+    assert_eq!(v["format"], "longhaul-disk", "{v}");
+    assert_eq!(v["format_version"], 1, "{v}");
     assert_eq!(v["write"]["bytes"], 16 << 20);
     assert_eq!(v["read"]["bytes"], 16 << 20);
     assert!(v["write"]["bytes_per_second"].as_f64().unwrap() > 0.0);
@@ -172,6 +174,8 @@ fn doctor_alone_audits_this_host() {
     let o = bin().args(["doctor", "--json"]).output().unwrap();
     assert!(o.status.success(), "{}", stderr(&o));
     let v = json_of(&o);
+    assert_eq!(v["format"], "longhaul-doctor", "{v}");
+    assert_eq!(v["format_version"], 1, "{v}");
     let local = &v["local"];
     assert!(local["cpus"].as_u64().unwrap() >= 1);
     assert!(local["buffers"]["rmem_max"].as_u64().is_some());

@@ -3,7 +3,7 @@
 //! (a module uses only those on its floor or below; `docs/ARCHITECTURE.md`
 //! draws them, `crates/proto/tests/layering.rs` keeps them so):
 //!
-//! 0. [`sink`] (the [`sink::Reporter`] trait through which the engine
+//! 0. [`report`] (the [`report::Reporter`] trait through which the engine
 //!    reports), [`state`] (the state directory and the environment that
 //!    names it), [`proof`], and this file: errors and constants.
 //! 1. [`net`]: connections, TLS, socket tuning, every client's dialing;
@@ -19,8 +19,8 @@ pub mod net;
 pub mod pathdb;
 pub mod perf;
 pub mod proof;
+pub mod report;
 pub mod server;
-pub mod sink;
 pub mod state;
 pub mod wan;
 pub mod xfer;

@@ -46,6 +46,8 @@ impl Wan {
             .unwrap();
         let v: serde_json::Value =
             serde_json::from_str(&line).unwrap_or_else(|e| panic!("wan up printed {line:?}: {e}"));
+        assert_eq!(v["format"], "longhaul-wan");
+        assert_eq!(v["format_version"], 1);
         assert_eq!(v["hosts"]["a"], "198.18.0.1");
         assert_eq!(v["hosts"]["b"], "198.18.0.2");
         Wan {

@@ -31,7 +31,7 @@ use serde::{Deserialize, Serialize};
 use crate::net::dial::{open_control, ClientOptions};
 use crate::net::sock;
 use crate::perf::client::run_perf;
-use crate::sink::Reporter;
+use crate::report::Reporter;
 use crate::EngineError;
 
 /// What `doctor` is asked to do.
@@ -392,7 +392,7 @@ fn udp_probe(
             interval_ms: 0,
             ..TestParams::default()
         };
-        let s = run_perf(host, &params, &opts, &mut crate::sink::Discard)?;
+        let s = run_perf(host, &params, &opts, &mut crate::report::Discard)?;
         let u = s
             .directions
             .first()
@@ -819,7 +819,7 @@ fn run_dir_plain(
         length: 1 << 20,
         ..TestParams::default()
     };
-    let s = run_perf(host, &params, &plain, &mut crate::sink::Discard).ok()?;
+    let s = run_perf(host, &params, &plain, &mut crate::report::Discard).ok()?;
     path_run(&s, &[], 1448)
 }
 

@@ -22,7 +22,7 @@ use crate::net::dial::{
 use crate::net::sock::{self, Tuning};
 use crate::perf::side::{End, ReadyStream, SideRun, Ticker};
 use crate::perf::workers::DataSocket;
-use crate::sink::Reporter;
+use crate::report::Reporter;
 use crate::EngineError;
 
 /// The largest socket buffer the kernel can represent (it doubles the value, into an int).

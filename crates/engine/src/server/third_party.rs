@@ -15,7 +15,7 @@ use crate::net::conn::FramedConn;
 use crate::net::dial::ClientOptions;
 use crate::net::tls;
 use crate::perf::client::run_perf;
-use crate::sink::RelaySink;
+use crate::report::RelaySink;
 use crate::EngineError;
 
 /// Runs a test from this server to another and relays it to the

@@ -16,6 +16,7 @@ use super::sink::{run_sink, SinkConfig};
 use super::source::{run_source, SourceConfig};
 use super::storage::{Direct, Local, Storage};
 use crate::net::dial::{open_control, open_control_early, present, ClientOptions, Control, Dialer};
+use crate::report::{Discard, Reporter, PROGRESS_TICK};
 use crate::EngineError;
 
 /// What `cp` was asked to do.
@@ -64,7 +65,8 @@ pub struct CpOptions {
     pub client: ClientOptions,
     /// Write `DIGEST  PATH` per verified file here.
     pub digests_to: Option<PathBuf>,
-    /// Counters the caller may watch (a progress bar).
+    /// The transfer's counters (and its interrupt flag); [`cp_with`]
+    /// samples them for its reporter.
     pub progress: Arc<super::Progress>,
 }
 
@@ -242,8 +244,66 @@ fn retryable(e: &EngineError) -> bool {
     ) || matches!(e, EngineError::Failed(m) if m.contains("data stream failed") || m.contains("closed"))
 }
 
-/// Copies, retrying lost connections; each retry resumes.
+/// Copies, retrying lost connections; each retry resumes. Reports nothing
+/// on the way (see [`cp_with`]).
 pub fn cp(o: &CpOptions) -> Result<CpSummary, EngineError> {
+    cp_with(o, &mut Discard)
+}
+
+/// [`cp`], telling `reporter` how it goes: the counters of
+/// [`CpOptions::progress`] every [`PROGRESS_TICK`] and once at the end,
+/// and each of the sender's intervals as it arrives. The outcome is the
+/// caller's to report (it may add to it).
+pub fn cp_with(
+    o: &CpOptions,
+    reporter: &mut (dyn Reporter + Send),
+) -> Result<CpSummary, EngineError> {
+    let (stop, stopped) = std::sync::mpsc::channel::<()>();
+    std::thread::scope(|scope| {
+        let ticker = scope.spawn(move || report_progress(&o.progress, &stopped, reporter));
+        let r = {
+            // Dropped when the transfer ends, however it ends (a panic
+            // too): that ends the ticker, which the scope waits for.
+            let _stop = stop;
+            cp_retrying(o)
+        };
+        // A reporter that panicked loses its display, not the transfer.
+        let _ = ticker.join();
+        r
+    })
+}
+
+/// Samples `p` for `reporter` every [`PROGRESS_TICK`] until `stopped`
+/// closes, then once more.
+fn report_progress(
+    p: &super::Progress,
+    stopped: &std::sync::mpsc::Receiver<()>,
+    reporter: &mut dyn Reporter,
+) {
+    use std::sync::mpsc::RecvTimeoutError;
+    let mut shown = 0;
+    loop {
+        let last = !matches!(
+            stopped.recv_timeout(PROGRESS_TICK),
+            Err(RecvTimeoutError::Timeout)
+        );
+        let new: Vec<_> = p
+            .intervals
+            .lock()
+            .map(|i| i[shown.min(i.len())..].to_vec())
+            .unwrap_or_default();
+        shown += new.len();
+        for i in &new {
+            reporter.transfer_interval(i);
+        }
+        reporter.transfer_progress(&p.snapshot());
+        if last {
+            return;
+        }
+    }
+}
+
+fn cp_retrying(o: &CpOptions) -> Result<CpSummary, EngineError> {
     let plan = plan(o)?;
     // Opened once: digests of files finished before a retry stay in it.
     let digest_out: Option<super::DigestOut> = match &o.digests_to {
@@ -689,7 +749,8 @@ fn cp_once(
         }
     }
     s.path = Some(path);
-    s.intervals = std::mem::take(&mut *o.progress.intervals.lock().expect("poisoned"));
+    // Cloned, not taken: the reporter reads the last ones after this.
+    s.intervals = o.progress.intervals.lock().expect("poisoned").clone();
     s.seconds = started.elapsed().as_secs_f64();
     let moved = s.bytes.saturating_sub(s.resumed_bytes);
     s.bits_per_second = moved as f64 * 8.0 / s.seconds.max(1e-9);

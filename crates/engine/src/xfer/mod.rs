@@ -52,8 +52,8 @@ pub const MAX_CHUNKS_IN_FLIGHT: u64 = 1 << 22;
 /// Entries per `Entries` message.
 pub const ENTRIES_BATCH: usize = 256;
 
-/// Live counters of a transfer, for progress displays (the engine only
-/// counts; the CLI draws).
+/// Live counters of a transfer. The source and the sink count; the
+/// client samples them for its reporter ([`client::cp_with`]).
 #[derive(Debug, Default)]
 pub struct Progress {
     /// Payload bytes moved (sent by a source, written by a sink).
@@ -72,6 +72,18 @@ pub struct Progress {
 }
 
 impl Progress {
+    /// The counters now.
+    pub fn snapshot(&self) -> crate::report::TransferProgress {
+        use std::sync::atomic::Ordering::Relaxed;
+        crate::report::TransferProgress {
+            bytes: self.bytes.load(Relaxed),
+            files: self.files.load(Relaxed),
+            announced_bytes: self.announced_bytes.load(Relaxed),
+            announced_files: self.announced_files.load(Relaxed),
+            walk_done: self.walk_done.load(Relaxed),
+        }
+    }
+
     fn check_interrupt(&self) -> Result<(), EngineError> {
         if self.interrupt.load(std::sync::atomic::Ordering::Relaxed) {
             Err(EngineError::Interrupted(

@@ -1,36 +1,58 @@
-//! Printers: the human one, `--json` (one document) and `--json-stream`
-//! (one JSON object per line). All implement the engine's `Reporter`.
+//! The printer for people: perf's report lines as they come, the outcome
+//! of every other command when it ends. Results go to stdout; warnings,
+//! status and failures of single files to stderr.
 
-use longhaul_engine::sink::Reporter;
+use longhaul_engine::report::{Reporter, WanHosts};
+use longhaul_engine::wan::LinkStats;
+use longhaul_engine::xfer::client::CpSummary;
 use longhaul_proto::msg::{Direction, Mode, Transport};
 use longhaul_proto::report::{DirectionReport, IntervalReport, Setup, StreamReport, Summary};
+use longhaul_proto::tune::TransferInterval;
 use longhaul_proto::units::{format_bytes, format_rate};
-use serde_json::json;
-
-/// Version of the JSON output format; bumped on any incompatible change.
-pub const JSON_FORMAT_VERSION: u32 = 1;
-
-/// Version of `cp`/`sync --json` (`longhaul-cp`): 2 since `would_send`
-/// says where each file lands (`ENTRY -> WHERE`).
-pub const CP_JSON_FORMAT_VERSION: u32 = 2;
+use longhaul_proto::xfer::{Kind, ListEntry};
 
 fn out(line: &str) {
     crate::print::out(format_args!("{line}"));
 }
 
-/// The human-readable printer.
+/// The human-readable printer, for any command.
 pub struct Human {
-    pub streams: u16,
-    pub mode: Mode,
+    /// perf: streams per direction (a line each when more than one).
+    streams: u16,
+    /// perf: which way the data goes (`TX`/`RX` tags for both ways).
+    mode: Mode,
+    /// perf: the column header is printed before the first interval.
     header_done: bool,
+    /// sync -n: deletions are what would be deleted.
+    dry_run: bool,
+    /// cp --intervals: a line per interval of the transfer, to stderr.
+    intervals: bool,
 }
 
 impl Human {
-    pub fn new(streams: u16, mode: Mode) -> Self {
+    /// For a command that prints its outcome only.
+    pub fn new() -> Self {
+        Self::perf(1, Mode::Up)
+    }
+
+    /// For a perf test of `streams` per direction going `mode`.
+    pub fn perf(streams: u16, mode: Mode) -> Self {
         Self {
             streams,
             mode,
             header_done: false,
+            dry_run: false,
+            intervals: false,
+        }
+    }
+
+    /// For a transfer: `dry_run` for `sync -n`; `intervals` prints a line
+    /// per interval as it comes.
+    pub fn transfer(dry_run: bool, intervals: bool) -> Self {
+        Self {
+            dry_run,
+            intervals,
+            ..Self::new()
         }
     }
 }
@@ -262,6 +284,63 @@ impl Reporter for Human {
     fn warning(&mut self, message: &str) {
         errln!("longhaul: warning: {message}");
     }
+
+    fn status(&mut self, message: &str) {
+        errln!("{message}");
+    }
+
+    fn transfer_interval(&mut self, i: &TransferInterval) {
+        if self.intervals {
+            errln!("{}", transfer_interval_line(i));
+        }
+    }
+
+    fn transfer_summary(&mut self, s: &CpSummary) {
+        print_transfer(s, self.dry_run);
+    }
+
+    fn listing(&mut self, entries: &[ListEntry]) {
+        for e in entries {
+            let kind = match e.kind {
+                Kind::Dir => 'd',
+                Kind::Symlink => 'l',
+                Kind::File | Kind::DirEnd => '-',
+            };
+            outln!("{kind} {:04o} {:>14} {}", e.mode, e.size, e.name);
+        }
+    }
+
+    fn doctor(&mut self, r: &longhaul_engine::doctor::DoctorReport) {
+        print_doctor(r);
+    }
+
+    fn disk(&mut self, r: &longhaul_proto::disk::DiskReport) {
+        print_disk(r);
+    }
+
+    fn identity(&mut self, fingerprint: &str) {
+        outln!("{fingerprint}");
+    }
+
+    fn wan_up(&mut self, h: &WanHosts) {
+        outln!(
+            "host a {} (netns {}), host b {} (netns {}); `longhaul wan exec a -- CMD` runs CMD in a; Ctrl-C ends",
+            h.a, h.ns_a, h.b, h.ns_b
+        );
+    }
+
+    fn wan_down(&mut self, ab: &LinkStats, ba: &LinkStats) {
+        print_wan_down(ab, ba);
+    }
+}
+
+/// `wan up` ending: what the link carried each way, to stderr.
+pub fn print_wan_down(ab: &LinkStats, ba: &LinkStats) {
+    errln!(
+        "longhaul: link down. a->b: {} packets, {} lost, {} queue drops, {} outage drops; b->a: {} packets, {} lost, {} queue drops, {} outage drops",
+        ab.packets, ab.lost, ab.queue_drops, ab.outage_drops,
+        ba.packets, ba.lost, ba.queue_drops, ba.outage_drops
+    );
 }
 
 fn limit_name(k: longhaul_proto::report::LimitKind) -> String {
@@ -279,82 +358,8 @@ fn limit_text(s: &Summary) -> String {
     format!("{name} ({})", s.limit.detail)
 }
 
-/// `--json`: collects everything, prints one document at the end.
-#[derive(Default)]
-pub struct JsonDoc {
-    setup: Option<serde_json::Value>,
-    intervals: Vec<serde_json::Value>,
-    warnings: Vec<String>,
-    summary: Option<serde_json::Value>,
-}
-
-impl Reporter for JsonDoc {
-    fn setup(&mut self, s: &Setup) {
-        self.setup = serde_json::to_value(s).ok();
-    }
-    fn interval(&mut self, r: &IntervalReport) {
-        if let Ok(v) = serde_json::to_value(r) {
-            self.intervals.push(v);
-        }
-    }
-    fn summary(&mut self, s: &Summary) {
-        self.summary = serde_json::to_value(s).ok();
-    }
-    fn warning(&mut self, m: &str) {
-        self.warnings.push(m.to_string());
-    }
-}
-
-impl JsonDoc {
-    /// Prints the document; `error` is set when the run failed.
-    pub fn finish(&self, error: Option<(&str, i32)>) {
-        let doc = json!({
-            "format": "longhaul-perf",
-            "format_version": JSON_FORMAT_VERSION,
-            "start": self.setup,
-            "intervals": self.intervals,
-            "warnings": self.warnings,
-            "summary": self.summary,
-            "error": error.map(|(m, code)| json!({"message": m, "exit_code": code})),
-        });
-        out(&serde_json::to_string_pretty(&doc).unwrap_or_default());
-    }
-}
-
-/// `--json-stream`: one line per event as it happens.
-pub struct JsonStream;
-
-fn line(event: &str, body: serde_json::Value) {
-    let mut v = json!({"event": event, "format_version": JSON_FORMAT_VERSION});
-    if let (Some(o), serde_json::Value::Object(b)) = (v.as_object_mut(), body) {
-        o.extend(b);
-    }
-    out(&v.to_string());
-}
-
-impl Reporter for JsonStream {
-    fn setup(&mut self, s: &Setup) {
-        line("start", serde_json::to_value(s).unwrap_or_default());
-    }
-    fn interval(&mut self, r: &IntervalReport) {
-        line("interval", serde_json::to_value(r).unwrap_or_default());
-    }
-    fn summary(&mut self, s: &Summary) {
-        line("summary", serde_json::to_value(s).unwrap_or_default());
-    }
-    fn warning(&mut self, m: &str) {
-        line("warning", json!({ "message": m }));
-    }
-}
-
-impl JsonStream {
-    pub fn error(message: &str, code: i32) {
-        line("error", json!({"message": message, "exit_code": code}));
-    }
-}
-
 /// `bench disk`, for people.
-pub fn print_disk(r: &longhaul_proto::disk::DiskReport) {
+fn print_disk(r: &longhaul_proto::disk::DiskReport) {
     use longhaul_proto::units::format_bytes;
     outln!(
         "{} ({}): {}, {} requests, {} thread{}, {} file",
@@ -401,7 +406,7 @@ pub fn print_disk(r: &longhaul_proto::disk::DiskReport) {
 }
 
 /// `doctor`, for people.
-pub fn print_doctor(r: &longhaul_engine::doctor::DoctorReport) {
+fn print_doctor(r: &longhaul_engine::doctor::DoctorReport) {
     use longhaul_proto::units::{format_bytes, format_rate};
     let host = |who: &str, h: &longhaul_proto::doctor::HostSettings| {
         outln!(
@@ -579,4 +584,115 @@ pub fn limit_shares(intervals: &[longhaul_proto::tune::TransferInterval]) -> Opt
             .collect::<Vec<_>>()
             .join(", "),
     )
+}
+
+/// A transfer's outcome: figures, stages, tuning, path, then what was
+/// deleted or would be sent, failures (stderr) and the verification.
+fn print_transfer(s: &CpSummary, dry_run: bool) {
+    outln!(
+        "{} files{}, {} in {:.2} s = {} ({} skipped as up to date, {} resumed, {} stream(s), {} attempt(s))",
+        s.files,
+        match s.links {
+            0 => String::new(),
+            n => format!(" and {n} link(s)"),
+        },
+        format_bytes(s.bytes),
+        s.seconds,
+        format_rate(s.bits_per_second),
+        s.skipped,
+        format_bytes(s.resumed_bytes),
+        s.streams,
+        s.attempts,
+    );
+    outln!(
+        "stages: source read {}, network {}, destination write {}",
+        format_rate(s.source_read_bps),
+        format_rate(s.network_bps),
+        format_rate(s.dest_write_bps)
+    );
+    if let Some(t) = &s.tuning {
+        outln!(
+            "tuning: {} stream(s){}; chunks of {}; up to {} files in flight{}",
+            t.final_streams,
+            if t.online {
+                format!(
+                    " carrying chunks of {} open (online, {} step(s))",
+                    t.initial_streams,
+                    t.steps.len()
+                )
+            } else {
+                " (fixed)".into()
+            },
+            format_bytes(t.chunk_size),
+            t.files_in_flight,
+            if t.files_in_flight > t.initial_files_in_flight && t.initial_files_in_flight > 0 {
+                format!(" (grown online from {})", t.initial_files_in_flight)
+            } else {
+                String::new()
+            },
+        );
+        if t.send_buffer > 0 {
+            outln!(
+                "send buffers: {} a stream{}",
+                format_bytes(t.send_buffer),
+                match t.send_buffer_raises {
+                    0 => String::new(),
+                    n => format!(" (raised online {n} time(s))"),
+                }
+            );
+        }
+    }
+    if let Some(l) = limit_shares(&s.intervals) {
+        outln!("limited by: {l}");
+    }
+    if let Some(p) = &s.path {
+        let w = &p.window;
+        outln!(
+            "path: RTT {:.1} ms; {} stream(s){}, {} in flight each (up to {} per stream), {}{}",
+            f64::from(w.rtt_us) / 1e3,
+            w.streams,
+            match (&p.remembered, w.auto_streams) {
+                (Some(r), _) => format!(
+                    " sized for {} (doctor measured {})",
+                    format_rate(w.target_bps as f64),
+                    format_rate(r.bits_per_second)
+                ),
+                (None, true) => " sized for it".into(),
+                (None, false) => String::new(),
+            },
+            format_bytes(w.stream_window),
+            format_rate(w.stream_ceiling_bps),
+            p.congestion,
+            p.pacing.map_or(String::new(), |r| format!(
+                ", paced to {} each",
+                format_rate(r as f64 * 8.0)
+            )),
+        );
+    }
+    for w in &s.warnings {
+        errln!("longhaul: warning: {w}");
+    }
+    for p in &s.would_send {
+        outln!("would send: {p}");
+    }
+    if s.resent_changed > 0 {
+        errln!(
+            "longhaul: warning: {} file(s) changed while they were read and were sent again",
+            s.resent_changed
+        );
+    }
+    for p in &s.deleted {
+        outln!("{}: {p}", if dry_run { "would delete" } else { "deleted" });
+    }
+    for f in &s.failed {
+        errln!("longhaul: failed: {}: {}", f.path, f.error);
+    }
+    outln!(
+        "verified: {}",
+        if s.verified {
+            "every file, chunk by chunk (BLAKE3)"
+        } else {
+            "NO: some files failed"
+        }
+    );
 }

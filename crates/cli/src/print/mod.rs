@@ -2,10 +2,53 @@
 //! goes away (`longhaul ls ... | head`) is a normal end of the output, not
 //! an error and never a panic: once a stream reports a broken pipe, later
 //! lines to it are dropped and the command finishes its work.
+//!
+//! The printers are below it, each a [`Reporter`]: [`human::Human`] for
+//! people, [`progress::Bar`] for a transfer under way on a terminal,
+//! [`json`] for machines. A command picks one with the functions here.
 
 use std::fmt;
 use std::io::{self, Write};
 use std::sync::atomic::{AtomicBool, Ordering};
+
+use longhaul_engine::report::Reporter;
+use longhaul_proto::msg::Mode;
+
+/// A command's printer.
+pub type Printer = Box<dyn Reporter + Send>;
+
+/// perf: `--json`, `--json-stream` or lines for people.
+pub fn perf(json: bool, json_stream: bool, streams: u16, mode: Mode) -> Printer {
+    if json {
+        Box::new(json::JsonDoc::default())
+    } else if json_stream {
+        Box::new(json::JsonStream)
+    } else {
+        Box::new(human::Human::perf(streams, mode))
+    }
+}
+
+/// cp, sync: `--json`; else lines for people, with a progress bar when
+/// stderr is a terminal and no `--intervals` lines go there.
+pub fn transfer(json: bool, intervals: bool, dry_run: bool) -> Printer {
+    if json {
+        return Box::new(json::Json::transfer(intervals));
+    }
+    let human = Box::new(human::Human::transfer(dry_run, intervals));
+    if !intervals && io::IsTerminal::is_terminal(&io::stderr()) {
+        Box::new(progress::Bar::new(human))
+    } else {
+        human
+    }
+}
+
+/// A command whose outcome is one document with `--json`.
+pub fn outcome(json: Option<json::Json>) -> Printer {
+    match json {
+        Some(j) => Box::new(j),
+        None => Box::new(human::Human::new()),
+    }
+}
 
 static STDOUT_CLOSED: AtomicBool = AtomicBool::new(false);
 static STDERR_CLOSED: AtomicBool = AtomicBool::new(false);
@@ -35,6 +78,11 @@ pub fn err(args: fmt::Arguments) {
     write_line(&mut io::stderr().lock(), &STDERR_CLOSED, args);
 }
 
+/// Prints a failure the way every command does: `longhaul: error: MESSAGE`.
+pub fn error(message: &str) {
+    err(format_args!("longhaul: error: {message}"));
+}
+
 /// `println!` through [`out`].
 #[macro_export]
 macro_rules! outln {
@@ -50,6 +98,11 @@ macro_rules! errln {
         $crate::print::err(format_args!($($t)*))
     };
 }
+
+// After the macros: the printers use them.
+pub mod human;
+pub mod json;
+pub mod progress;
 
 #[cfg(test)]
 mod tests {

@@ -1,0 +1,662 @@
+//! The command line: clap's types for every command and the parsers of
+//! their values (sizes, rates, durations). Nothing here runs anything.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+use longhaul_engine::DEFAULT_PORT;
+use longhaul_proto::msg::{RecvMode, SendMode};
+use longhaul_proto::units;
+
+#[derive(Parser)]
+#[command(
+    name = "longhaul",
+    version,
+    about = "Move data between sites as fast as the hardware allows, and say what limits it"
+)]
+pub struct Cli {
+    /// More log output (-v info, -vv debug); RUST_LOG overrides.
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    pub verbose: u8,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand)]
+pub enum Command {
+    /// Run the longhaul server (control and data on one port).
+    Serve(ServeArgs),
+    /// Memory-to-memory throughput test against a server (TCP or UDP).
+    Perf(PerfArgs),
+    /// Copy files and trees to or from a server: `cp SRC... HOST:EXPORT/path` (push)
+    /// or `cp HOST:EXPORT/path... DIR` (pull).
+    Cp(CpArgs),
+    /// Make a destination tree match a source tree: send what differs (size and
+    /// mtime, or content with --checksum), optionally delete what the source lacks.
+    Sync(SyncArgs),
+    /// List a remote directory: `ls HOST:EXPORT/path`.
+    Ls(LsArgs),
+    /// Start a server on loopback in this process and run a short test against it.
+    Demo,
+    /// Print the identity fingerprint kept in a state directory (made if missing).
+    Id(IdArgs),
+    /// Connect to a server, show its fingerprint and record it in the known-hosts file
+    /// (trust on first use, as an explicit step).
+    Trust(TrustArgs),
+    /// Manage who may use a server: tokens and client-certificate grants.
+    Token(TokenArgs),
+    /// Emulated WAN between two network namespaces (delay, jitter, loss, rate, outages).
+    Wan(WanArgs),
+    /// Benchmarks: `bench disk PATH` measures a directory's storage.
+    Bench(BenchArgs),
+    /// Find what limits transfers: with no argument, audit this host's settings; with
+    /// HOST:EXPORT/path (or longhaul://HOST/EXPORT/path), measure the whole path (RTT idle
+    /// and loaded, memory to memory both ways, both hosts' settings and storage, a short
+    /// copy) and name the stage that limits it, with the fix.
+    Doctor(DoctorArgs),
+}
+
+#[derive(Args)]
+pub struct ServeArgs {
+    /// Address to listen on, IPv4 or IPv6 (repeatable). `[::]:PORT` serves both families.
+    #[arg(long, value_name = "ADDR:PORT")]
+    pub listen: Vec<SocketAddr>,
+    /// Directory for the server's identity and state (default: $XDG_STATE_HOME/longhaul).
+    #[arg(long, value_name = "DIR")]
+    pub state_dir: Option<PathBuf>,
+    /// Tests, transfers and probes running at once; more wait their turn
+    /// in a queue (round robin between grants; anonymous clients together
+    /// hold at most half the slots).
+    #[arg(long, default_value_t = 16)]
+    pub max_tests: usize,
+    /// Requests waiting for a slot at once; more are refused as busy
+    /// (default: 4 x --max-tests).
+    #[arg(long, value_name = "N")]
+    pub max_queued: Option<usize>,
+    /// Rate cap per direction of an anonymous (--public-perf) test.
+    #[arg(long, default_value = "1G", value_parser = rate)]
+    pub public_max_rate: u64,
+    /// Longest anonymous (--public-perf) test.
+    #[arg(long, default_value = "30s", value_parser = duration)]
+    pub public_max_time: Duration,
+    /// Streams one test may ask for, per direction.
+    #[arg(long, default_value_t = 128)]
+    pub max_streams: u16,
+    /// Longest test a client may ask for.
+    #[arg(long, default_value = "1h", value_parser = duration)]
+    pub max_duration: Duration,
+    /// Connections open at once (each holds a thread).
+    #[arg(long, default_value_t = 512)]
+    pub max_connections: usize,
+    /// Connections open at once from one client address.
+    #[arg(long, default_value_t = 300)]
+    pub max_per_client: usize,
+    /// Largest byte count (-n) one test may ask for.
+    #[arg(long, default_value = "1P", value_parser = size)]
+    pub max_bytes: u64,
+    /// Memory for stream buffers one test may take (streams x buffer length).
+    #[arg(long, default_value = "512M", value_parser = size)]
+    pub max_buffer: u64,
+    /// Offer a directory for transfers as NAME (repeatable); `:ro` refuses writes.
+    #[arg(long, value_name = "NAME=PATH[:ro]", value_parser = longhaul_engine::xfer::parse_export)]
+    pub export: Vec<longhaul_engine::xfer::Export>,
+    /// Skip the fdatasync of each received file before it is renamed into place.
+    #[arg(long)]
+    pub no_sync: bool,
+    /// Read and write file data with O_DIRECT (bypass the page cache) for every transfer.
+    #[arg(long)]
+    pub direct: bool,
+    /// Also serve clients that ask for plaintext (--insecure-plaintext): no encryption.
+    #[arg(long)]
+    pub allow_plaintext: bool,
+    /// Let clients without credentials run perf tests.
+    #[arg(long)]
+    pub public_perf: bool,
+    /// Keep setuid, setgid and sticky bits and world-writable directories that clients
+    /// send with -p (by default they are stripped).
+    #[arg(long)]
+    pub keep_special_modes: bool,
+    /// A CA-issued certificate chain (PEM) instead of the self-signed identity.
+    #[arg(long, value_name = "FILE", requires = "key")]
+    pub cert: Option<PathBuf>,
+    /// The private key (PEM) of --cert.
+    #[arg(long, value_name = "FILE", requires = "cert")]
+    pub key: Option<PathBuf>,
+    /// Refuse third-party requests (`longhaul perf THIS OTHER`).
+    #[arg(long)]
+    pub no_third_party: bool,
+    /// Time a new connection has to complete its handshake.
+    #[arg(long, default_value = "10s", value_parser = duration)]
+    pub handshake_timeout: Duration,
+    /// Time an idle control connection is kept.
+    #[arg(long, default_value = "60s", value_parser = duration)]
+    pub idle_timeout: Duration,
+}
+
+#[derive(Args)]
+pub struct IdArgs {
+    /// State directory of a server (default: $XDG_STATE_HOME/longhaul), or a client
+    /// identity directory for --identity. Made with a new key if it holds none.
+    pub dir: Option<PathBuf>,
+}
+
+#[derive(Args)]
+pub struct TrustArgs {
+    /// The server, HOST[:PORT].
+    pub host: String,
+    /// Accept only this fingerprint (as `longhaul id` printed it on the server).
+    #[arg(long, value_name = "SHA256:...", value_parser = fingerprint_arg)]
+    pub fingerprint: Option<String>,
+    /// Replace an entry for this host that lists another fingerprint.
+    #[arg(long)]
+    pub replace: bool,
+    /// Known-hosts file (default ~/.config/longhaul/known_hosts).
+    #[arg(long, value_name = "FILE", env = "LONGHAUL_KNOWN_HOSTS")]
+    pub known_hosts: Option<PathBuf>,
+    #[arg(long, default_value = "5s", value_parser = duration)]
+    pub connect_timeout: Duration,
+}
+
+#[derive(Args)]
+pub struct TokenArgs {
+    #[command(subcommand)]
+    pub command: TokenCommand,
+}
+
+#[derive(Subcommand)]
+pub enum TokenCommand {
+    /// Make a grant and print its token, once, alone on stdout (or, with --client-cert,
+    /// authorize a client certificate instead).
+    Create {
+        /// The server's state directory (default: $XDG_STATE_HOME/longhaul).
+        #[arg(long, value_name = "DIR")]
+        state_dir: Option<PathBuf>,
+        /// An export the grant opens, NAME[:ro|rw] (read-only unless :rw; * for every export);
+        /// repeatable.
+        #[arg(long = "export", value_name = "NAME[:ro|rw]", required = true,
+              value_parser = longhaul_engine::server::auth::parse_export_grant)]
+        exports: Vec<longhaul_engine::server::auth::ExportGrant>,
+        /// Grant a client certificate with this fingerprint (mutual TLS) instead of a token.
+        #[arg(long, value_name = "SHA256:...", value_parser = fingerprint_arg)]
+        client_cert: Option<String>,
+        /// A note for `token list` (who it is for).
+        #[arg(long, default_value = "")]
+        note: String,
+    },
+    /// List grants (never the tokens, which are not stored).
+    List {
+        #[arg(long, value_name = "DIR")]
+        state_dir: Option<PathBuf>,
+    },
+    /// Revoke a grant by id; takes effect for the next connection.
+    Revoke {
+        id: String,
+        #[arg(long, value_name = "DIR")]
+        state_dir: Option<PathBuf>,
+    },
+}
+
+#[derive(Args, Clone)]
+pub struct PerfArgs {
+    /// Server `HOST[:PORT]`; with two, the first server tests to the second (third-party mode).
+    #[arg(required = true, num_args = 1..=2, value_name = "HOST[:PORT]")]
+    pub hosts: Vec<String>,
+    /// Server port, when HOST does not carry one.
+    #[arg(short, long, default_value_t = DEFAULT_PORT)]
+    pub port: u16,
+    /// Parallel streams (per direction), or `auto`: enough for the window each stream can
+    /// have at the measured RTT under both hosts' buffer caps, for --pacing's rate if given
+    /// (else 10 Gbit/s), 4 to 32.
+    #[arg(short = 'P', long, default_value = "1", value_parser = stream_count)]
+    pub streams: StreamCount,
+    /// Test length (after --omit), e.g. 10, 30s, 2m.
+    #[arg(short = 't', long = "time", value_parser = duration, conflicts_with = "bytes")]
+    pub time: Option<Duration>,
+    /// Bytes to send per direction instead of a time, e.g. 10G.
+    #[arg(short = 'n', long, value_parser = size)]
+    pub bytes: Option<u64>,
+    /// Bytes per write (TCP) or per datagram (UDP). Default for TCP: 1M over
+    /// the number of streams, at least 128K; for UDP 1472.
+    #[arg(short = 'l', long, value_parser = size)]
+    pub length: Option<u64>,
+    /// Socket buffer (window) on both ends, e.g. 16M. Default: the kernel's autotuning.
+    #[arg(short = 'w', long, value_parser = size)]
+    pub window: Option<u64>,
+    /// Congestion control on both ends (e.g. bbr, cubic).
+    #[arg(short = 'C', long)]
+    pub congestion: Option<String>,
+    /// Pace the sender(s) to this total rate with SO_MAX_PACING_RATE, e.g. 2G.
+    #[arg(long, value_parser = rate)]
+    pub pacing: Option<u64>,
+    /// TCP maximum segment size.
+    #[arg(short = 'M', long)]
+    pub mss: Option<u32>,
+    /// Server sends, client receives.
+    #[arg(short = 'R', long, conflicts_with = "bidir")]
+    pub reverse: bool,
+    /// Both directions at once.
+    #[arg(long)]
+    pub bidir: bool,
+    /// Pin stream threads: local CPU, and optionally the server's (`-A 0,1`).
+    #[arg(short = 'A', long, value_name = "N[,M]")]
+    pub affinity: Option<String>,
+    /// How senders hand data to the kernel: splice (default: vmsplice+splice,
+    /// no copy), sendfile (from a memory file, like iperf3 -Z) or copy (write(2)).
+    #[arg(long, value_name = "MODE", num_args = 0..=1, default_missing_value = "sendfile", value_parser = send_mode)]
+    pub zerocopy: Option<SendMode>,
+    /// Copy data in and out of the kernel with write(2) and read(2), as an
+    /// application that touches its data would, instead of the default
+    /// zero-copy send and discarding receive.
+    #[arg(long, conflicts_with_all = ["zerocopy", "recv_mode"])]
+    pub copy: bool,
+    /// How receivers take data from the kernel: discard (default: recv with
+    /// MSG_TRUNC, no copy) or copy (read(2) into a buffer).
+    #[arg(long, value_name = "MODE", value_parser = recv_mode)]
+    pub recv_mode: Option<RecvMode>,
+    /// Seconds between interval reports; 0 for none.
+    #[arg(short = 'i', long, default_value = "1", value_parser = duration)]
+    pub interval: Duration,
+    /// Leave out the first SECS (slow start) from the results.
+    #[arg(long, value_parser = duration, default_value = "0")]
+    pub omit: Duration,
+    /// UDP instead of TCP.
+    #[arg(short = 'u', long)]
+    pub udp: bool,
+    /// UDP rate in total per direction, e.g. 1G; 0 for unlimited. Default 1M.
+    #[arg(short = 'b', long, value_parser = rate)]
+    pub rate: Option<u64>,
+    /// Print one JSON document at the end.
+    #[arg(long, conflicts_with = "json_stream")]
+    pub json: bool,
+    /// Print one JSON object per line as events happen.
+    #[arg(long)]
+    pub json_stream: bool,
+    /// Time to wait for the server to answer.
+    #[arg(long, default_value = "5s", value_parser = duration)]
+    pub connect_timeout: Duration,
+    #[command(flatten)]
+    pub security: SecurityArgs,
+}
+
+/// `-P N` or `-P auto`.
+#[derive(Clone, Copy)]
+pub enum StreamCount {
+    Fixed(u16),
+    Auto,
+}
+
+impl StreamCount {
+    /// The count before the path is measured (auto starts from the default).
+    pub fn initial(self) -> u16 {
+        match self {
+            StreamCount::Fixed(n) => n,
+            StreamCount::Auto => longhaul_proto::window::DEFAULT_STREAMS,
+        }
+    }
+}
+
+#[derive(Args)]
+pub struct CpArgs {
+    /// Sources, then the destination. Remote: HOST:EXPORT/path or longhaul://HOST[:PORT]/EXPORT/path.
+    #[arg(required = true, num_args = 2.., value_name = "SRC... DST")]
+    pub paths: Vec<String>,
+    /// Copy directories and their contents.
+    #[arg(short, long)]
+    pub recursive: bool,
+    /// Keep permission bits (modification times are always kept). Setuid, setgid and sticky
+    /// bits and world-writable directories are stripped unless --keep-special-modes.
+    #[arg(short, long)]
+    pub preserve: bool,
+    /// With -p on a pull: keep setuid, setgid and sticky bits and world-writable directories
+    /// (a server keeps them only if started with --keep-special-modes).
+    #[arg(long)]
+    pub keep_special_modes: bool,
+    /// Parallel data streams (default: sized for the path from the RTT and both hosts'
+    /// socket-buffer caps, 4 to 32).
+    #[arg(short = 'P', long, value_parser = clap::value_parser!(u16).range(1..))]
+    pub streams: Option<u16>,
+    /// Print a line per second (to stderr): rate, streams carrying chunks, retransmits,
+    /// RTT and what limited it (window, send_buffer, congestion, application,
+    /// storage_read, storage_write, files_in_flight).
+    #[arg(long)]
+    pub intervals: bool,
+    /// Keep every stream carrying chunks: no online tuning (which parks streams the path
+    /// does not need, by a hill-climb on goodput less retransmissions; -P also turns it off).
+    #[arg(long)]
+    pub no_tune: bool,
+    /// Files announced to the destination and not yet finished, at most (default: sized
+    /// for the path, at least 2048, and doubled online while it holds the transfer back,
+    /// up to what the destination allows: a quarter of its open-file limit, 2048-32768).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    pub files_in_flight: Option<u64>,
+    /// The path's rate if known, e.g. 10gbit: streams are sized for it (default 10 Gbit/s)
+    /// and each is paced to its share (SO_MAX_PACING_RATE).
+    #[arg(long, value_parser = path_rate)]
+    pub rate: Option<u64>,
+    /// Congestion control of the sending side (default: bbr where the sender has it).
+    #[arg(long = "cc", value_name = "NAME")]
+    pub congestion: Option<String>,
+    /// Chunk size, e.g. 8M (default: chosen per file, 1-64 MiB).
+    #[arg(long, value_parser = size)]
+    pub chunk: Option<u64>,
+    /// Send files even where the destination has the same size and mtime.
+    #[arg(long)]
+    pub force: bool,
+    /// Create the destination's missing directories (without it, a destination whose
+    /// directory does not exist is refused, as with cp and rsync).
+    #[arg(long)]
+    pub mkpath: bool,
+    /// Connection attempts after the first before giving up (each resumes).
+    #[arg(long, default_value_t = 3)]
+    pub retries: u32,
+    /// Write `DIGEST  PATH` for every file verified (BLAKE3 over its chunk hashes).
+    #[arg(long, value_name = "FILE")]
+    pub digests: Option<PathBuf>,
+    /// Skip the fdatasync of each received file before it is renamed into place.
+    #[arg(long)]
+    pub no_sync: bool,
+    /// Re-read every file at the destination after writing it and compare.
+    #[arg(long)]
+    pub verify: bool,
+    /// Read and write file data with O_DIRECT on both ends (bypass the page cache).
+    #[arg(long)]
+    pub direct: bool,
+    /// Print one JSON document at the end.
+    #[arg(long)]
+    pub json: bool,
+    #[arg(long, default_value = "5s", value_parser = duration)]
+    pub connect_timeout: Duration,
+    #[command(flatten)]
+    pub security: SecurityArgs,
+}
+
+#[derive(Args)]
+pub struct SyncArgs {
+    #[command(flatten)]
+    pub cp: CpArgs,
+    /// Compare file contents (BLAKE3) instead of size and modification time.
+    #[arg(long)]
+    pub checksum: bool,
+    /// Delete destination files and directories the source does not have.
+    #[arg(long)]
+    pub delete: bool,
+    /// Show what would be sent and deleted; change nothing.
+    #[arg(short = 'n', long)]
+    pub dry_run: bool,
+}
+
+#[derive(Args)]
+pub struct LsArgs {
+    /// HOST:EXPORT/path or longhaul://HOST[:PORT]/EXPORT/path
+    pub target: String,
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub security: SecurityArgs,
+}
+
+/// How a client secures its connections and proves who it is.
+#[derive(Args, Clone)]
+pub struct SecurityArgs {
+    /// Trust the server presenting this certificate fingerprint (SHA256:..., as
+    /// `longhaul id` prints it on the server); repeatable or comma-separated.
+    #[arg(long, value_name = "SHA256:...", env = "LONGHAUL_TRUST", value_delimiter = ',',
+          value_parser = fingerprint_arg)]
+    pub trust: Vec<String>,
+    /// Known-hosts file, filled by `longhaul trust HOST` (default ~/.config/longhaul/known_hosts).
+    #[arg(long, value_name = "FILE", env = "LONGHAUL_KNOWN_HOSTS")]
+    pub known_hosts: Option<PathBuf>,
+    /// Trust servers whose certificate chains to a CA in this PEM file and names the host.
+    #[arg(long, value_name = "FILE")]
+    pub ca: Option<PathBuf>,
+    /// Present the identity kept in DIR (see `longhaul id`) as a client certificate (mutual TLS).
+    #[arg(long, value_name = "DIR")]
+    pub identity: Option<PathBuf>,
+    /// Read the access token from FILE (default: the LONGHAUL_TOKEN variable).
+    #[arg(long, value_name = "FILE")]
+    pub token_file: Option<PathBuf>,
+    /// No TLS: no encryption, no server authentication. Works only with a server started
+    /// with --allow-plaintext; never chosen silently.
+    #[arg(long)]
+    pub insecure_plaintext: bool,
+}
+
+#[derive(Args)]
+pub struct DoctorArgs {
+    /// `[SOURCE] REMOTE`, as for cp: the server and a writable place on it (HOST:EXPORT/path or
+    /// longhaul://HOST[:PORT]/EXPORT/path), after what you will send if you name it here
+    /// (the same as --source). A local path alone: audit this host with it as the source.
+    #[arg(num_args = 0..=2, value_name = "[SOURCE] REMOTE")]
+    pub targets: Vec<String>,
+    /// What you will send (a file or a tree on this host): its storage is measured as the
+    /// source, and its mean file size sizes the small-file (metadata) stage.
+    #[arg(long)]
+    pub source: Option<PathBuf>,
+    /// Judge a pull (the server is the source, this host the destination).
+    #[arg(long)]
+    pub pull: bool,
+    /// With --pull: a directory on this host's destination storage to measure.
+    #[arg(long, requires = "pull")]
+    pub dest: Option<PathBuf>,
+    /// The path's rate, if known (judges the buffer settings against it), e.g. 10G.
+    #[arg(long, value_parser = path_rate)]
+    pub rate: Option<u64>,
+    /// Seconds of each memory-to-memory test (one each way).
+    #[arg(long, default_value = "3s", value_parser = duration)]
+    pub time: Duration,
+    /// Skip the short file-to-file copy.
+    #[arg(long)]
+    pub no_copy: bool,
+    /// Do not remember the path's rate for later copies (by default, when the path itself
+    /// limits, its rate is kept in $XDG_STATE_HOME/longhaul/paths.json, or LONGHAUL_PATHS,
+    /// and `cp` to this server sizes its streams for it for a week while the RTT matches).
+    #[arg(long)]
+    pub no_remember: bool,
+    #[arg(long)]
+    pub json: bool,
+    #[arg(long, default_value = "5s", value_parser = duration)]
+    pub connect_timeout: Duration,
+    #[command(flatten)]
+    pub security: SecurityArgs,
+}
+
+#[derive(Args)]
+pub struct BenchArgs {
+    #[command(subcommand)]
+    pub command: BenchCommand,
+}
+
+#[derive(Subcommand)]
+pub enum BenchCommand {
+    /// Sequential write and read of one file (block size, threads, O_DIRECT or
+    /// buffered), then small files created and read back as a transfer of many
+    /// small files does. Everything made is removed again.
+    Disk(DiskArgs),
+}
+
+#[derive(Args)]
+pub struct DiskArgs {
+    /// A directory on the storage to measure.
+    pub path: PathBuf,
+    /// Size of the sequential test file.
+    #[arg(short, long, default_value = "1G", value_parser = size)]
+    pub size: u64,
+    /// Bytes per request.
+    #[arg(long = "bs", default_value = "1M", value_parser = size)]
+    pub block_size: u64,
+    /// Threads for the sequential tests, each with one request in flight (the queue depth).
+    #[arg(short, long, default_value_t = 1)]
+    pub threads: usize,
+    /// Go through the page cache (writes end with fdatasync; reads drop the cache first).
+    /// Default: O_DIRECT where the file system takes it.
+    #[arg(long)]
+    pub buffered: bool,
+    /// Small files to create and read back (0: none).
+    #[arg(long, default_value_t = 2000)]
+    pub files: u64,
+    /// Size of each small file.
+    #[arg(long, default_value = "16K", value_parser = size)]
+    pub file_size: u64,
+    /// Each test stops after this long even if it has not done its size.
+    #[arg(long, default_value = "10s", value_parser = duration)]
+    pub time: Duration,
+    /// Only these sequential tests: `write`, `read` (read needs the write to make its file).
+    #[arg(long, value_delimiter = ',', value_parser = ["write", "read"])]
+    pub only: Vec<String>,
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Args)]
+pub struct WanArgs {
+    #[command(subcommand)]
+    pub command: WanCommand,
+}
+
+#[derive(Subcommand)]
+pub enum WanCommand {
+    /// Make hosts `a` (198.18.0.1) and `b` (198.18.0.2) joined by an emulated link, and
+    /// forward between them until Ctrl-C or SIGTERM, then remove everything (needs root).
+    Up(WanUpArgs),
+    /// Run a command in host `a` or `b`: `longhaul wan exec a -- CMD ARGS...`.
+    Exec {
+        host: String,
+        #[arg(long, default_value = "lhwan")]
+        name: String,
+        #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
+        command: Vec<String>,
+    },
+    /// Change a running emulator's link (both directions) from now on; options as for `up`,
+    /// only those given change.
+    Set(WanSetArgs),
+    /// Remove the hosts of an emulator whose forwarder is gone.
+    Down {
+        #[arg(long, default_value = "lhwan")]
+        name: String,
+    },
+    /// Internal: started by `up`; when its stdin closes (the forwarder ended,
+    /// even by SIGKILL) removes the namespaces that are still the ones `up` made.
+    #[command(hide = true)]
+    Reap {
+        #[arg(long)]
+        name: String,
+        /// Inode numbers of the two namespaces `up` made.
+        #[arg(long, num_args = 2)]
+        inodes: Vec<u64>,
+    },
+}
+
+#[derive(Args, serde::Serialize, serde::Deserialize, Default)]
+pub struct WanSetArgs {
+    #[arg(long, default_value = "lhwan")]
+    #[serde(skip)]
+    pub name: String,
+    #[arg(long, value_parser = duration)]
+    pub rtt: Option<Duration>,
+    #[arg(long, value_parser = duration)]
+    pub jitter: Option<Duration>,
+    #[arg(long)]
+    pub loss: Option<f64>,
+    #[arg(long)]
+    pub corrupt: Option<f64>,
+    #[arg(long, value_parser = rate)]
+    pub rate: Option<u64>,
+    /// No rate limit any more.
+    #[arg(long, conflicts_with = "rate")]
+    pub no_rate: bool,
+    #[arg(long, value_parser = duration)]
+    pub queue: Option<Duration>,
+}
+
+#[derive(Args)]
+pub struct WanUpArgs {
+    /// Names the namespaces NAME-a and NAME-b (several emulators may run at once).
+    #[arg(long, default_value = "lhwan")]
+    pub name: String,
+    /// Round-trip time: half of it is added in each direction.
+    #[arg(long, value_parser = duration, default_value = "0ms")]
+    pub rtt: Duration,
+    /// Up to this much extra one-way delay per packet (uniform; no reordering).
+    #[arg(long, value_parser = duration, default_value = "0ms")]
+    pub jitter: Duration,
+    /// Let jitter reorder packets.
+    #[arg(long)]
+    pub reorder: bool,
+    /// Packet loss probability per direction, e.g. 1e-5.
+    #[arg(long, default_value_t = 0.0)]
+    pub loss: f64,
+    /// Probability that a packet has one bit flipped.
+    #[arg(long, default_value_t = 0.0)]
+    pub corrupt: f64,
+    /// Bottleneck rate per direction, e.g. 2gbit (default: none).
+    #[arg(long, value_parser = rate)]
+    pub rate: Option<u64>,
+    /// Bottleneck queue (drop-tail) as time at the rate.
+    #[arg(long, value_parser = duration, default_value = "50ms")]
+    pub queue: Duration,
+    /// MTU of the emulated link.
+    #[arg(long, default_value_t = 65000)]
+    pub mtu: u32,
+    /// The link is down for DURATION from START after it comes up (repeatable), e.g. 5s+3s.
+    #[arg(long, value_name = "START+DURATION")]
+    pub outage: Vec<String>,
+    /// Print the hosts as one JSON line: {"format":"longhaul-wan","format_version":1,"hosts":{"a":ADDR,"b":ADDR}}.
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub fn stream_count(s: &str) -> Result<StreamCount, String> {
+    if s == "auto" {
+        return Ok(StreamCount::Auto);
+    }
+    s.parse::<u16>()
+        .map(StreamCount::Fixed)
+        .map_err(|_| format!("'{s}' is not a stream count: give a number or `auto`"))
+}
+
+pub fn size(s: &str) -> Result<u64, String> {
+    units::parse_size(s).map_err(|e| e.to_string())
+}
+
+/// `cp --rate`: a path's rate, at least 1 Mbit/s (each stream is paced to its share).
+pub fn path_rate(s: &str) -> Result<u64, String> {
+    match rate(s)? {
+        r if r < 1_000_000 => Err(format!(
+            "{s} is below 1 Mbit/s: give the path's rate, e.g. 10gbit"
+        )),
+        r => Ok(r),
+    }
+}
+
+pub fn rate(s: &str) -> Result<u64, String> {
+    units::parse_rate(s).map_err(|e| e.to_string())
+}
+
+pub fn send_mode(s: &str) -> Result<SendMode, String> {
+    match s {
+        "splice" => Ok(SendMode::Splice),
+        "sendfile" => Ok(SendMode::Sendfile),
+        "copy" => Ok(SendMode::Copy),
+        _ => Err(format!(
+            "unknown zero-copy mode '{s}': use splice, sendfile or copy"
+        )),
+    }
+}
+
+pub fn recv_mode(s: &str) -> Result<RecvMode, String> {
+    match s {
+        "discard" => Ok(RecvMode::Discard),
+        "copy" => Ok(RecvMode::Copy),
+        _ => Err(format!("unknown receive mode '{s}': use discard or copy")),
+    }
+}
+
+pub fn duration(s: &str) -> Result<Duration, String> {
+    units::parse_duration(s).map_err(|e| e.to_string())
+}
+
+pub fn fingerprint_arg(s: &str) -> Result<String, String> {
+    longhaul_engine::net::tls::parse_fingerprint(s)
+}

@@ -1,0 +1,108 @@
+//! `doctor` (what limits a path) and `bench disk` (what a directory's storage does).
+
+use std::path::PathBuf;
+
+use longhaul_engine::net::dial::ClientOptions;
+use longhaul_engine::report::Reporter;
+
+use super::{ended, usage, Outcome};
+use crate::args::{DiskArgs, DoctorArgs};
+use crate::exit;
+use crate::print::{self, json::Json};
+
+/// `doctor`: audits this host, or measures the path to a server and names what limits it.
+pub fn doctor(a: DoctorArgs) -> Outcome {
+    let mut printer = print::outcome(a.json.then(Json::doctor));
+    let outcome = diagnose(&a, printer.as_mut());
+    ended(printer.as_mut(), outcome)
+}
+
+fn diagnose(a: &DoctorArgs, printer: &mut dyn Reporter) -> Outcome {
+    use longhaul_engine::doctor;
+    let is_remote = |t: &String| longhaul_proto::xfer::parse_remote(t).is_some();
+    let (source, remote) = match a.targets.as_slice() {
+        [] => (a.source.clone(), None),
+        [one] if is_remote(one) => (a.source.clone(), Some(one.clone())),
+        [one] => (Some(PathBuf::from(one)), None),
+        [src, r] => (Some(PathBuf::from(src)), Some(r.clone())),
+        _ => unreachable!("clap takes at most two"),
+    };
+    if a.source.is_some() && (a.targets.len() == 2 || a.targets.iter().any(|t| !is_remote(t))) {
+        return Err(usage(
+            "name the source once: as the first argument or with --source",
+        ));
+    }
+    if let [first, _] = a.targets.as_slice() {
+        if is_remote(first) {
+            return Err(usage(format!(
+                "'{first}' is remote: doctor takes [SOURCE] REMOTE, the source on this host"
+            )));
+        }
+    }
+    if let Some(s) = &source {
+        if let Err(e) = std::fs::symlink_metadata(s) {
+            return Err(usage(format!(
+                "cannot read the source {}: {e}",
+                s.display()
+            )));
+        }
+    }
+    let o = doctor::DoctorOptions {
+        perf_time: a.time,
+        source,
+        pull: a.pull,
+        target_bps: a.rate,
+        no_copy: a.no_copy,
+        dest: a.dest.clone(),
+        remember: (!a.no_remember).then(longhaul_engine::state::default_pathdb_file),
+    };
+    let report = match &remote {
+        None => Ok(doctor::local(&o)),
+        Some(r) => {
+            let Some(remote) = longhaul_proto::xfer::parse_remote(r) else {
+                return Err(usage(format!(
+                    "'{r}' is not remote: name it HOST:EXPORT/path or longhaul://HOST/EXPORT/path"
+                )));
+            };
+            let security = a.security.security()?;
+            let opts = ClientOptions {
+                connect_timeout: a.connect_timeout,
+                security,
+                ..ClientOptions::default()
+            };
+            printer.status(&format!(
+                "measuring the path to {} (about {} s)...",
+                remote.host,
+                (a.time.as_secs_f64() * 2.0 + 8.0).round()
+            ));
+            doctor::remote(&remote.host, &remote.export, &remote.path, &opts, &o)
+        }
+    };
+    printer.doctor(&report?);
+    Ok(exit::OK)
+}
+
+/// `bench disk`: measures a directory's storage.
+pub fn bench_disk(a: DiskArgs) -> Outcome {
+    let only = |t: &str| a.only.is_empty() || a.only.iter().any(|o| o == t);
+    let b = longhaul_engine::bench::disk::DiskBench {
+        file_size: a.size,
+        block_size: usize::try_from(a.block_size).unwrap_or(usize::MAX),
+        threads: a.threads,
+        direct: !a.buffered,
+        files: a.files,
+        small_file_size: a.file_size,
+        time_limit: a.time,
+        write: only("write"),
+        read: only("read"),
+        ..longhaul_engine::bench::disk::DiskBench::new(a.path)
+    };
+    let mut printer = print::outcome(a.json.then(Json::disk));
+    let outcome = longhaul_engine::bench::disk::run(&b)
+        .map(|r| {
+            printer.disk(&r);
+            exit::OK
+        })
+        .map_err(Into::into);
+    ended(printer.as_mut(), outcome)
+}

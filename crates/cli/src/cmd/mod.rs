@@ -1,0 +1,157 @@
+//! The commands, one file per family. Each returns the exit code of a
+//! success or the [`Failure`] that `main` prints once.
+
+mod cp;
+mod doctor;
+mod perf;
+mod serve;
+mod wan;
+
+pub use cp::{cp, ls};
+pub use doctor::{bench_disk, doctor};
+pub use perf::{demo, perf};
+pub use serve::{id, serve, token, trust};
+pub use wan::wan;
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use longhaul_engine::net::dial::Security;
+use longhaul_engine::net::tls::TrustOptions;
+use longhaul_engine::report::Reporter;
+use longhaul_engine::EngineError;
+
+use crate::args::SecurityArgs;
+use crate::exit;
+
+/// What a command ends with: the exit code of a success (0, or 6 when
+/// some files failed, 130 when interrupted), or the failure to print.
+pub type Outcome = Result<i32, Failure>;
+
+/// A failure with the exit code it maps to.
+pub struct Failure {
+    pub code: i32,
+    pub message: String,
+}
+
+impl From<EngineError> for Failure {
+    fn from(e: EngineError) -> Self {
+        let code = match &e {
+            EngineError::Usage(_) => exit::USAGE,
+            EngineError::Connect(_) => exit::CONNECT,
+            EngineError::Refused { .. } => exit::REFUSED,
+            EngineError::Trust(_) => exit::UNTRUSTED,
+            EngineError::Timeout(_) | EngineError::Failed(_) | EngineError::Closed(_) => {
+                exit::FAILED
+            }
+            EngineError::Proto(_) => exit::FAILED,
+            EngineError::Io { .. } => exit::FAILED,
+            EngineError::Interrupted(_) => exit::INTERRUPTED,
+        };
+        Failure {
+            code,
+            message: format!("{e:#}"),
+        }
+    }
+}
+
+impl Failure {
+    /// A failure of this program itself (exit code 1).
+    pub fn internal(message: impl Into<String>) -> Failure {
+        Failure {
+            code: exit::INTERNAL,
+            message: message.into(),
+        }
+    }
+}
+
+/// A failure of the command line (exit code 2).
+pub fn usage(message: impl Into<String>) -> Failure {
+    Failure {
+        code: exit::USAGE,
+        message: message.into(),
+    }
+}
+
+impl SecurityArgs {
+    /// Whom to trust and which identity to present.
+    fn trust_options(&self) -> Result<TrustOptions, Failure> {
+        // An identity to present must exist: a new key made here would be
+        // one no server has a grant for.
+        let identity = match &self.identity {
+            Some(dir) => {
+                let file = dir.join(longhaul_engine::net::tls::IDENTITY_FILE);
+                if !file.is_file() {
+                    return Err(usage(format!(
+                        "--identity {d}: no identity there ({f} is missing); make one with `longhaul id {d}` and have the server grant its fingerprint (`longhaul token create --client-cert`)",
+                        d = dir.display(),
+                        f = file.display()
+                    )));
+                }
+                Some(
+                    longhaul_engine::net::tls::Identity::load(&file, &file)
+                        .map_err(Failure::from)?,
+                )
+            }
+            None => None,
+        };
+        Ok(TrustOptions {
+            pins: self.trust.clone(),
+            known_hosts: self
+                .known_hosts
+                .clone()
+                .or_else(longhaul_engine::state::default_known_hosts),
+            ca: self.ca.clone(),
+            identity,
+            accept_any: false,
+        })
+    }
+
+    /// How to secure a client's connections: the trust options and the token.
+    pub fn security(&self) -> Result<Security, Failure> {
+        let token = match &self.token_file {
+            Some(p) => {
+                let t = std::fs::read_to_string(p).map_err(|e| {
+                    usage(format!("cannot read the token file {}: {e}", p.display()))
+                })?;
+                Some(t.trim().to_string())
+            }
+            None => std::env::var("LONGHAUL_TOKEN")
+                .ok()
+                .map(|t| t.trim().to_string())
+                .filter(|t| !t.is_empty()),
+        };
+        Ok(Security {
+            plaintext: self.insecure_plaintext,
+            trust: self.trust_options()?,
+            token,
+        })
+    }
+}
+
+/// Set by the first Ctrl-C (the command ends its work and reports what
+/// it did); a second one ends the process at once.
+pub fn interrupt_flag() -> Arc<AtomicBool> {
+    let flag = Arc::new(AtomicBool::new(false));
+    let f = flag.clone();
+    let _ = ctrlc::set_handler(move || {
+        if f.swap(true, Ordering::SeqCst) {
+            crate::leave(exit::INTERRUPTED);
+        }
+    });
+    flag
+}
+
+/// The directory given, else the default one; an error, not a shared
+/// fallback such as /tmp, when HOME is unset.
+pub fn state_dir_or_default(d: Option<PathBuf>) -> Result<PathBuf, EngineError> {
+    d.map_or_else(longhaul_engine::state::state_dir_from_env, Ok)
+}
+
+/// Tells `printer` how the command ended (a `--json` printer writes its
+/// document then) and hands the outcome on, for `main` to print a failure.
+pub fn ended(printer: &mut dyn Reporter, outcome: Outcome) -> Outcome {
+    printer.end(outcome.as_ref().err().map(|f| (f.message.as_str(), f.code)));
+    outcome
+}

@@ -1,0 +1,327 @@
+//! `perf` (memory to memory, one server or third party) and `demo`.
+
+use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use longhaul_engine::net::dial::{ClientOptions, Security};
+use longhaul_engine::net::tls::TrustOptions;
+use longhaul_engine::perf::client::{run_perf, run_third_party};
+use longhaul_engine::report::Reporter;
+use longhaul_engine::server::{ServeConfig, Server};
+use longhaul_engine::xfer::client::CpOptions;
+use longhaul_proto::msg::{Mode, RecvMode, SendMode, TestParams, Transport};
+use longhaul_proto::units;
+
+use super::{ended, interrupt_flag, usage, Failure, Outcome};
+use crate::args::{PerfArgs, StreamCount};
+use crate::exit;
+use crate::print::{self, human};
+
+/// `perf`: a memory-to-memory test against one server, or from one server to another.
+pub fn perf(a: PerfArgs) -> Outcome {
+    let mut printer = print::perf(a.json, a.json_stream, a.streams.initial(), mode_of(&a));
+    let outcome = run(&a, printer.as_mut());
+    ended(printer.as_mut(), outcome)
+}
+
+fn run(a: &PerfArgs, printer: &mut dyn Reporter) -> Outcome {
+    let (params, local_cpu) = params_of(a)?;
+    let opts = ClientOptions {
+        connect_timeout: a.connect_timeout,
+        local_cpu,
+        interrupt: interrupt_flag(),
+        security: a.security.security()?,
+        auto_streams: matches!(a.streams, StreamCount::Auto),
+        ..ClientOptions::default()
+    };
+    let hosts: Vec<String> = a.hosts.iter().map(|h| with_port(h, a.port)).collect();
+    match hosts.as_slice() {
+        [one] => run_perf(one, &params, &opts, printer)?,
+        [from, to] => run_third_party(from, to, &params, &opts, printer)?,
+        _ => unreachable!("clap allows one or two hosts"),
+    };
+    Ok(if opts.interrupt.load(Ordering::SeqCst) {
+        exit::INTERRUPTED
+    } else {
+        exit::OK
+    })
+}
+
+/// Which way the data goes: `-R`, `--bidir` or up.
+fn mode_of(a: &PerfArgs) -> Mode {
+    if a.bidir {
+        Mode::Bidir
+    } else if a.reverse {
+        Mode::Down
+    } else {
+        Mode::Up
+    }
+}
+
+fn parse_affinity(s: &str) -> Result<(Option<u32>, Option<u32>), Failure> {
+    let bad = || {
+        usage(format!(
+            "invalid affinity '{s}': expected a CPU number, or LOCAL,REMOTE like 0,1"
+        ))
+    };
+    let mut it = s.split(',');
+    let local = it
+        .next()
+        .filter(|x| !x.is_empty())
+        .map(|x| x.trim().parse().map_err(|_| bad()))
+        .transpose()?;
+    let remote = it
+        .next()
+        .map(|x| x.trim().parse().map_err(|_| bad()))
+        .transpose()?;
+    if it.next().is_some() {
+        return Err(bad());
+    }
+    Ok((local, remote))
+}
+
+fn params_of(a: &PerfArgs) -> Result<(TestParams, Option<u32>), Failure> {
+    let transport = if a.udp {
+        Transport::Udp
+    } else {
+        Transport::Tcp
+    };
+    let directions = if a.bidir { 2 } else { 1 };
+    let length = a.length.unwrap_or(match transport {
+        Transport::Tcp => default_tcp_length(u32::from(a.streams.initial()) * directions),
+        Transport::Udp => 1472,
+    });
+    let length =
+        u32::try_from(length).map_err(|_| usage(format!("buffer length {length} is too large")))?;
+    if let Some(t) = a.time {
+        if t.is_zero() {
+            return Err(usage("duration 0: give a positive test length, like -t 10"));
+        }
+    }
+    if a.bytes == Some(0) {
+        return Err(usage("byte count 0: give a positive size, like -n 1G"));
+    }
+    if a.streams.initial() == 0 {
+        return Err(usage("0 streams: use -P 1 or more, or -P auto"));
+    }
+    let window = a
+        .window
+        .map(|w| u32::try_from(w).map_err(|_| usage(format!("window {w} bytes is larger than the kernel allows for any socket (1 GiB); use -w 1G or less"))))
+        .transpose()?;
+    if !a.udp && a.rate.is_some() {
+        return Err(usage(
+            "-b/--rate applies to UDP tests (-u); for TCP use --pacing",
+        ));
+    }
+    let (local_cpu, server_cpu) = match &a.affinity {
+        Some(s) => parse_affinity(s)?,
+        None => (None, None),
+    };
+    let ms = |d: Duration| d.as_millis() as u64;
+    let params = TestParams {
+        transport,
+        mode: mode_of(a),
+        streams: a.streams.initial(),
+        duration_ms: match (a.time, a.bytes) {
+            (_, Some(_)) => None,
+            (Some(t), None) => Some(ms(t).max(1)),
+            (None, None) => Some(10_000),
+        },
+        bytes: a.bytes,
+        length,
+        window,
+        congestion: a.congestion.clone(),
+        pacing_bps: a.pacing,
+        mss: a.mss,
+        server_cpu,
+        send_mode: match (a.copy, a.zerocopy) {
+            (true, _) => SendMode::Copy,
+            (false, Some(m)) => m,
+            (false, None) => SendMode::default(),
+        },
+        recv_mode: if a.copy {
+            RecvMode::Copy
+        } else {
+            RecvMode::default()
+        },
+        interval_ms: ms(a.interval),
+        omit_ms: ms(a.omit),
+        udp_rate_bps: if a.udp {
+            Some(a.rate.unwrap_or(1_000_000))
+        } else {
+            None
+        },
+    };
+    Ok((params, local_cpu))
+}
+
+/// Default bytes per write: 1 MiB for one stream; with more streams the
+/// buffers together stay near 1 MiB (at least 128 KiB each), so they stay in
+/// cache. Measured on loopback: see BENCHMARKS.md.
+fn default_tcp_length(streams: u32) -> u64 {
+    ((1u64 << 20) / u64::from(streams.max(1))).max(128 << 10)
+}
+
+fn with_port(host: &str, port: u16) -> String {
+    let has_port = host.starts_with('[') && host.contains("]:")
+        || host
+            .rsplit_once(':')
+            .is_some_and(|(h, p)| !h.contains(':') && p.parse::<u16>().is_ok());
+    if has_port {
+        host.to_string()
+    } else if host.contains(':') && !host.starts_with('[') {
+        format!("[{host}]:{port}")
+    } else {
+        format!("{host}:{port}")
+    }
+}
+
+/// `demo`: a server in this process, three short perf tests and a copy against it.
+pub fn demo() -> Outcome {
+    // A throw-away identity (the client pins it, as `--trust` would), an
+    // export and a tree to copy into it.
+    // A private directory (0700, a name nobody could plant first), removed
+    // when the demo ends however it ends.
+    let scratch = match tempfile::Builder::new().prefix("longhaul-demo-").tempdir() {
+        Ok(d) => d,
+        Err(e) => {
+            return Err(Failure::internal(format!(
+                "cannot make the demo's directory in {}: {e}",
+                std::env::temp_dir().display()
+            )))
+        }
+    };
+    let state = scratch.path().to_path_buf();
+    let (export_dir, tree) = (state.join("export"), state.join("run7"));
+    if let Err(e) = demo_tree(&tree).and_then(|()| std::fs::create_dir_all(&export_dir)) {
+        return Err(Failure::internal(format!(
+            "cannot make the demo's files in {}: {e}",
+            state.display()
+        )));
+    }
+    let export =
+        match longhaul_engine::xfer::parse_export(&format!("demo={}", export_dir.display())) {
+            Ok(e) => e,
+            Err(e) => return Err(Failure::internal(e.to_string())),
+        };
+    let server = match Server::bind(
+        &[SocketAddr::from(([127, 0, 0, 1], 0))],
+        ServeConfig {
+            state_dir: state.clone(),
+            exports: vec![export],
+            open_access: true,
+            ..ServeConfig::default()
+        },
+    ) {
+        Ok(s) => s.spawn(),
+        Err(e) => return Err(Failure::internal(e.to_string())),
+    };
+    let addr = server.addr().to_string();
+    let fp = server.fingerprint().unwrap_or_default();
+    outln!("longhaul demo: server started in-process on {addr}, TLS 1.3, identity {fp}");
+    let opts = ClientOptions {
+        security: Security {
+            trust: TrustOptions {
+                pins: vec![fp],
+                ..TrustOptions::default()
+            },
+            ..Security::default()
+        },
+        ..ClientOptions::default()
+    };
+    let mut code = exit::OK;
+    for (title, params) in [
+        (
+            "TCP, 1 stream, 3 s",
+            TestParams {
+                duration_ms: Some(3000),
+                ..TestParams::default()
+            },
+        ),
+        (
+            "TCP, 4 streams, reverse, 2 s",
+            TestParams {
+                duration_ms: Some(2000),
+                streams: 4,
+                mode: Mode::Down,
+                ..TestParams::default()
+            },
+        ),
+        (
+            "UDP at 500 Mbit/s, 2 s",
+            TestParams {
+                transport: Transport::Udp,
+                duration_ms: Some(2000),
+                length: 1472,
+                udp_rate_bps: Some(500_000_000),
+                ..TestParams::default()
+            },
+        ),
+    ] {
+        outln!("\n== {title}: longhaul perf {addr} ==");
+        let mut human = human::Human::perf(params.streams, params.mode);
+        if let Err(e) = run_perf(&addr, &params, &opts, &mut human) {
+            let f = Failure::from(e);
+            crate::print::error(&f.message);
+            code = f.code;
+        }
+    }
+    outln!("\n== cp -r: a 256 MiB file and 500 small ones, 4 streams, TLS ==");
+    let cp = CpOptions::new(
+        vec![tree.display().to_string()],
+        format!("longhaul://{addr}/demo/"),
+        opts.clone(),
+    );
+    match longhaul_engine::xfer::client::cp(&cp) {
+        Ok(s) => outln!(
+            "{} files, {} in {:.2} s = {}, {}, verified: {}\nstages: source read {}, network {}, destination write {}",
+            s.files,
+            units::format_bytes(s.bytes),
+            s.seconds,
+            units::format_rate(s.bits_per_second),
+            s.encryption,
+            s.verified,
+            units::format_rate(s.source_read_bps),
+            units::format_rate(s.network_bps),
+            units::format_rate(s.dest_write_bps)
+        ),
+        Err(e) => {
+            let f = Failure::from(e);
+            crate::print::error(&f.message);
+            code = f.code;
+        }
+    }
+    server.shutdown();
+    drop(scratch);
+    Ok(code)
+}
+
+/// The demo's tree: one 256 MiB file and 500 files of 1-64 KiB.
+fn demo_tree(dir: &std::path::Path) -> std::io::Result<()> {
+    use std::io::Write;
+    std::fs::create_dir_all(dir.join("small"))?;
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut next = move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    let mut big = std::io::BufWriter::new(std::fs::File::create(dir.join("big.bin"))?);
+    for _ in 0..(256 << 20) / 8 {
+        big.write_all(&next().to_le_bytes())?;
+    }
+    big.flush()?;
+    for i in 0..500 {
+        let len = 1024 + (next() % (63 * 1024)) as usize;
+        let bytes: Vec<u8> = (0..len.div_ceil(8))
+            .flat_map(|_| next().to_le_bytes())
+            .collect();
+        std::fs::write(
+            dir.join("small").join(format!("f{i:03}.dat")),
+            &bytes[..len],
+        )?;
+    }
+    Ok(())
+}

@@ -1,0 +1,223 @@
+//! `serve`, and what manages a server's identity and grants: `id`,
+//! `trust`, `token`.
+
+use std::net::SocketAddr;
+
+use longhaul_engine::report::Reporter;
+use longhaul_engine::server::{ServeConfig, Server};
+use longhaul_engine::{EngineError, DEFAULT_PORT};
+use longhaul_proto::session::Limits;
+
+use super::{state_dir_or_default, usage, Outcome};
+use crate::args::{IdArgs, ServeArgs, TokenArgs, TokenCommand, TrustArgs};
+use crate::exit;
+use crate::print::human::Human;
+
+/// `serve`: runs the server until the process is ended.
+pub fn serve(a: ServeArgs) -> Outcome {
+    let listen = if a.listen.is_empty() {
+        vec![SocketAddr::from(([0u16; 8], DEFAULT_PORT))]
+    } else {
+        a.listen
+    };
+    let cfg = ServeConfig {
+        limits: Limits {
+            max_streams: a.max_streams,
+            max_duration: a.max_duration,
+            max_bytes: a.max_bytes,
+            max_buffer_bytes: a.max_buffer,
+            allow_third_party: !a.no_third_party,
+            handshake_timeout: a.handshake_timeout,
+            idle_timeout: a.idle_timeout,
+        },
+        max_tests: a.max_tests,
+        max_queued: a.max_queued.unwrap_or(a.max_tests.saturating_mul(4)),
+        public_max_rate: a.public_max_rate,
+        public_max_time: a.public_max_time,
+        max_connections: a.max_connections,
+        max_per_client: a.max_per_client,
+        exports: a.export,
+        sync_files: !a.no_sync,
+        storage: if a.direct {
+            std::sync::Arc::new(longhaul_engine::xfer::storage::Direct)
+        } else {
+            std::sync::Arc::new(longhaul_engine::xfer::storage::Local)
+        },
+        state_dir: state_dir_or_default(a.state_dir)?,
+        tls: None,
+        allow_plaintext: a.allow_plaintext,
+        public_perf: a.public_perf,
+        keep_special_modes: a.keep_special_modes,
+        open_access: false,
+    };
+    let mut cfg = cfg;
+    if let (Some(cert), Some(key)) = (&a.cert, &a.key) {
+        match longhaul_engine::net::tls::Identity::load(cert, key)
+            .and_then(|id| longhaul_engine::net::tls::server_config(&id).map(|c| (id, c)))
+        {
+            Ok((id, c)) => {
+                errln!(
+                    "longhaul: certificate {} ({})",
+                    cert.display(),
+                    id.fingerprint()
+                );
+                cfg.tls = Some(c);
+            }
+            Err(e) => return Err(usage(e.to_string())),
+        }
+    }
+    // Only its owner may enter a new state directory: it holds the key and the grants.
+    if let Err(e) =
+        std::os::unix::fs::DirBuilderExt::mode(std::fs::DirBuilder::new().recursive(true), 0o700)
+            .create(&cfg.state_dir)
+    {
+        return Err(usage(format!(
+            "cannot create state directory {}: {e} (choose another with --state-dir)",
+            cfg.state_dir.display()
+        )));
+    }
+    let state_dir = cfg.state_dir.clone();
+    let server = Server::bind(&listen, cfg)?;
+    for a in server.local_addrs() {
+        errln!(
+            "longhaul: serving on {a} (state in {})",
+            state_dir.display()
+        );
+    }
+    if let Some(fp) = server.fingerprint() {
+        errln!("longhaul: identity {fp} (clients: longhaul trust HOST, or --trust {fp})");
+    }
+    server.run();
+    Ok(exit::OK)
+}
+
+/// `id`: prints the fingerprint of the identity in a state directory, made if missing.
+pub fn id(a: IdArgs) -> Outcome {
+    // A mistyped directory must not get a new key: DIR has to exist. One
+    // that exists and holds no identity gets one (a client identity for
+    // --identity is made this way).
+    let result = state_dir_or_default(a.dir).and_then(|dir| {
+        if dir.is_dir() {
+            return Ok(dir);
+        }
+        Err(EngineError::Usage(format!(
+            "no state directory at {d}: start `longhaul serve --state-dir {d}` once, or check the path (for a client identity, make the directory first: mkdir {d})",
+            d = dir.display()
+        )))
+    });
+    let dir = result?;
+    let (id, created) = longhaul_engine::net::tls::Identity::load_or_create(&dir)?;
+    let mut printer = Human::new();
+    if created {
+        printer.status(&format!(
+            "longhaul: made a new identity in {}",
+            dir.display()
+        ));
+    }
+    printer.identity(&id.fingerprint());
+    Ok(exit::OK)
+}
+
+/// `trust`: records a server's fingerprint in the known-hosts file.
+pub fn trust(a: TrustArgs) -> Outcome {
+    let Some(file) = a
+        .known_hosts
+        .clone()
+        .or_else(longhaul_engine::state::default_known_hosts)
+    else {
+        return Err(usage(
+            "no known-hosts file: set HOME or pass --known-hosts FILE",
+        ));
+    };
+    let host = longhaul_engine::net::dial::host_key(&a.host);
+    let result =
+        longhaul_engine::net::dial::probe_fingerprint(&host, a.connect_timeout).and_then(|fp| {
+            if let Some(want) = &a.fingerprint {
+                if *want != fp {
+                    return Err(EngineError::Trust(format!(
+                        "{host} presents {fp}, not the expected {want}: not trusted"
+                    )));
+                }
+            }
+            let added = longhaul_engine::net::tls::add_known_host(&file, &host, &fp, a.replace)?;
+            Ok((fp, added))
+        });
+    match result {
+        Ok((fp, added)) => {
+            outln!("{host} {fp}");
+            if added {
+                errln!("longhaul: added to {}", file.display());
+            } else {
+                errln!("longhaul: already in {}", file.display());
+            }
+            if a.fingerprint.is_none() {
+                errln!(
+                    "longhaul: compare it with `longhaul id` on the server; if it differs, remove the line from {}",
+                    file.display()
+                );
+            }
+            Ok(exit::OK)
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// `token`: makes, lists and revokes a server's grants.
+pub fn token(a: TokenArgs) -> Outcome {
+    use longhaul_engine::server::auth;
+    let result = match a.command {
+        TokenCommand::Create {
+            state_dir,
+            exports,
+            client_cert,
+            note,
+        } => {
+            let dir = state_dir_or_default(state_dir)?;
+            match client_cert {
+                Some(fp) => auth::create_cert_grant(&dir, &fp, exports, &note).map(|g| {
+                    errln!(
+                        "longhaul: grant {} lets the client certificate {fp} in",
+                        g.id
+                    );
+                }),
+                None => auth::create_token(&dir, exports, &note).map(|(g, token)| {
+                    errln!(
+                        "longhaul: grant {} made; its token follows, shown this once (clients: --token-file FILE or LONGHAUL_TOKEN)",
+                        g.id
+                    );
+                    outln!("{token}");
+                }),
+            }
+        }
+        TokenCommand::List { state_dir } => state_dir_or_default(state_dir)
+            .and_then(|d| auth::list(&d))
+            .map(|grants| {
+                for g in grants {
+                    let exports: Vec<String> = g
+                        .exports
+                        .iter()
+                        .map(|e| format!("{}:{}", e.name, if e.write { "rw" } else { "ro" }))
+                        .collect();
+                    let how = match &g.client_cert {
+                        Some(fp) => format!("client-cert {fp}"),
+                        None => "token".to_string(),
+                    };
+                    outln!("{} {how} {} {}", g.id, exports.join(","), g.note);
+                }
+            }),
+        TokenCommand::Revoke { id, state_dir } => {
+            match state_dir_or_default(state_dir).and_then(|d| auth::revoke(&d, &id)) {
+                Ok(true) => {
+                    errln!("longhaul: grant {id} revoked");
+                    Ok(())
+                }
+                Ok(false) => Err(EngineError::Usage(format!("no grant with id {id}"))),
+                Err(e) => Err(e),
+            }
+        }
+    };
+    match result {
+        Ok(()) => Ok(exit::OK),
+        Err(e) => Err(e.into()),
+    }
+}

@@ -1,0 +1,288 @@
+//! `wan`: the emulated WAN between two network namespaces.
+
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use longhaul_engine::report::{Reporter, WanHosts};
+use longhaul_engine::EngineError;
+use longhaul_proto::units;
+
+use super::{ended, interrupt_flag, Outcome};
+use crate::args::{WanArgs, WanCommand, WanSetArgs, WanUpArgs};
+use crate::exit;
+use crate::print::{self, human::Human, json::Json};
+
+/// `wan`: brings an emulated WAN up, changes it, runs commands in its hosts, removes it.
+pub fn wan(a: WanArgs) -> Outcome {
+    use longhaul_engine::wan::net;
+    let fail = |e: EngineError| -> Outcome { Err(e.into()) };
+    match a.command {
+        WanCommand::Exec {
+            host,
+            name,
+            command,
+        } => {
+            let names = match net::Names::new(&name) {
+                Ok(n) => n,
+                Err(e) => return fail(e),
+            };
+            let Some(ns) = names.ns(&host) else {
+                return fail(EngineError::Usage(format!(
+                    "unknown host '{host}': the emulator's hosts are a and b"
+                )));
+            };
+            use std::os::unix::process::CommandExt;
+            let e = std::process::Command::new("ip")
+                .args(["netns", "exec", ns])
+                .args(&command)
+                .exec();
+            fail(EngineError::Usage(format!(
+                "cannot run `ip netns exec {ns}`: {e}"
+            )))
+        }
+        WanCommand::Set(s) => {
+            use std::io::{BufRead, Write};
+            let path = wan_socket(&s.name);
+            let reply = std::os::unix::net::UnixStream::connect(&path)
+                .and_then(|mut c| {
+                    writeln!(c, "{}", serde_json::to_string(&s).unwrap_or_default())?;
+                    let mut line = String::new();
+                    std::io::BufReader::new(c).read_line(&mut line)?;
+                    Ok(line)
+                })
+                .map_err(|e| {
+                    EngineError::Usage(format!(
+                        "no running emulator '{}' ({}: {e}); start one with `longhaul wan up`",
+                        s.name,
+                        path.display()
+                    ))
+                });
+            match reply {
+                Ok(l) if l.trim() == "ok" => Ok(exit::OK),
+                Ok(l) => fail(EngineError::Usage(l.trim().to_string())),
+                Err(e) => fail(e),
+            }
+        }
+        WanCommand::Reap { name, inodes } => {
+            // Out of the terminal's process group: a Ctrl-C meant for `up`
+            // must not end the reaper before `up` has cleaned up.
+            let _ = rustix::process::setsid();
+            let mut sink = [0u8; 64];
+            use std::io::Read as _;
+            while !matches!(std::io::stdin().read(&mut sink), Ok(0) | Err(_)) {}
+            let Ok(n) = net::Names::new(&name) else {
+                return Ok(exit::USAGE);
+            };
+            for (ns, ino) in [&n.ns_a, &n.ns_b].into_iter().zip(inodes) {
+                // Only the namespace `up` made: a new emulator of the same
+                // name may have replaced it since.
+                if net::netns_inode(ns) == Some(ino) {
+                    let _ = net::ip(&["netns", "del", ns]);
+                }
+            }
+            let _ = std::fs::remove_file(wan_socket(&name));
+            Ok(exit::OK)
+        }
+        WanCommand::Down { name } => match net::Names::new(&name) {
+            Ok(n) => {
+                let gone = [&n.ns_a, &n.ns_b]
+                    .iter()
+                    .filter(|ns| net::ip(&["netns", "del", ns]).is_ok())
+                    .count();
+                Human::new().status(&format!("longhaul: removed {gone} namespace(s) of {name}"));
+                Ok(exit::OK)
+            }
+            Err(e) => fail(e),
+        },
+        WanCommand::Up(u) => {
+            let mut printer = print::outcome(u.json.then(Json::wan));
+            let outcome = up(u, printer.as_mut());
+            ended(printer.as_mut(), outcome)
+        }
+    }
+}
+
+/// `wan up`: makes the hosts, forwards until Ctrl-C, removes everything.
+fn up(u: WanUpArgs, printer: &mut dyn Reporter) -> Outcome {
+    use longhaul_engine::wan::{forward::Forwarder, net, LinkParams};
+    let fail = |e: EngineError| -> Outcome { Err(e.into()) };
+    let mut outages = Vec::new();
+    for o in &u.outage {
+        let parsed = o.split_once('+').and_then(|(s, d)| {
+            Some((
+                units::parse_duration(s).ok()?,
+                units::parse_duration(d).ok()?,
+            ))
+        });
+        match parsed {
+            Some((s, d)) => outages.push((s, s + d)),
+            None => {
+                return fail(EngineError::Usage(format!(
+                    "invalid outage '{o}': expected START+DURATION, e.g. 5s+3s"
+                )))
+            }
+        }
+    }
+    for (what, p) in [("loss", u.loss), ("corrupt", u.corrupt)] {
+        if !(0.0..=1.0).contains(&p) {
+            return fail(EngineError::Usage(format!(
+                "--{what} {p} is not a probability (0 to 1)"
+            )));
+        }
+    }
+    let mut p = LinkParams {
+        delay: u.rtt / 2,
+        jitter: u.jitter,
+        reorder: u.reorder,
+        loss: u.loss,
+        corrupt: u.corrupt,
+        rate_bps: u.rate,
+        outages,
+        ..LinkParams::default()
+    };
+    p.queue_for(u.queue);
+    let names = match net::Names::new(&u.name) {
+        Ok(n) => n,
+        Err(e) => return fail(e),
+    };
+    let stop = interrupt_flag();
+    let hosts = match net::Hosts::up(names, u.mtu) {
+        Ok(h) => h,
+        Err(e) => return fail(e),
+    };
+    // A reaper removes the hosts should this process die without
+    // cleaning up (SIGKILL, a crash): it waits for its stdin to close.
+    let _reaper = spawn_reaper(&hosts.names, &u.name, printer);
+    let seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(1, |d| d.as_nanos() as u64);
+    let fwd = match Forwarder::start(&hosts, p.clone(), p.clone(), seed) {
+        Ok(f) => Arc::new(f),
+        Err(e) => return fail(e),
+    };
+    // `wan set` from other processes: one JSON line in, `ok` or an error out.
+    let sock = wan_socket(&u.name);
+    let _ = std::fs::create_dir_all(sock.parent().unwrap_or(std::path::Path::new("/")));
+    let _ = std::fs::remove_file(&sock);
+    match std::os::unix::net::UnixListener::bind(&sock) {
+        Ok(l) => {
+            let (fwd, mut p, mut queue) = (fwd.clone(), p, u.queue);
+            std::thread::spawn(move || {
+                use std::io::{BufRead, Write};
+                for c in l.incoming().flatten() {
+                    let mut line = String::new();
+                    let mut r = std::io::BufReader::new(&c);
+                    if r.read_line(&mut line).is_err() {
+                        continue;
+                    }
+                    let answer = serde_json::from_str::<WanSetArgs>(&line)
+                        .map_err(|e| format!("bad request: {e}"))
+                        .and_then(|s| s.apply(&mut p, &mut queue))
+                        .map(|()| fwd.set(p.clone(), p.clone()));
+                    let mut w = &c;
+                    let _ = match answer {
+                        Ok(()) => writeln!(w, "ok"),
+                        Err(e) => writeln!(w, "{e}"),
+                    };
+                }
+            });
+        }
+        Err(e) => printer.warning(&format!(
+            "`wan set` will not reach this emulator: cannot listen on {}: {e}",
+            sock.display()
+        )),
+    }
+    printer.wan_up(&WanHosts {
+        a: net::ADDR_A,
+        b: net::ADDR_B,
+        ns_a: hosts.names.ns_a.clone(),
+        ns_b: hosts.names.ns_b.clone(),
+    });
+    while !stop.load(Ordering::SeqCst) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    fwd.stop();
+    let [ab, ba] = fwd.stats();
+    drop(hosts);
+    drop(fwd);
+    let _ = std::fs::remove_file(&sock);
+    printer.wan_down(&ab, &ba);
+    Ok(exit::OK)
+}
+
+impl WanSetArgs {
+    /// `p` with the given changes.
+    fn apply(
+        &self,
+        p: &mut longhaul_engine::wan::LinkParams,
+        queue: &mut Duration,
+    ) -> Result<(), String> {
+        for (what, v) in [("loss", self.loss), ("corrupt", self.corrupt)] {
+            if v.is_some_and(|v| !(0.0..=1.0).contains(&v)) {
+                return Err(format!("--{what} must be a probability (0 to 1)"));
+            }
+        }
+        if let Some(r) = self.rtt {
+            p.delay = r / 2;
+        }
+        if let Some(j) = self.jitter {
+            p.jitter = j;
+        }
+        if let Some(l) = self.loss {
+            p.loss = l;
+        }
+        if let Some(c) = self.corrupt {
+            p.corrupt = c;
+        }
+        if self.rate.is_some() {
+            p.rate_bps = self.rate;
+        }
+        if self.no_rate {
+            p.rate_bps = None;
+        }
+        if let Some(q) = self.queue {
+            *queue = q;
+        }
+        p.queue_for(*queue);
+        Ok(())
+    }
+}
+
+/// Starts `longhaul wan reap` with a pipe as its stdin; the pipe closes
+/// when this process ends, however it ends.
+fn spawn_reaper(
+    names: &longhaul_engine::wan::net::Names,
+    name: &str,
+    printer: &mut dyn Reporter,
+) -> Option<std::process::Child> {
+    use longhaul_engine::wan::net::netns_inode;
+    let (a, b) = (netns_inode(&names.ns_a)?, netns_inode(&names.ns_b)?);
+    let exe = std::env::current_exe().ok()?;
+    let child = std::process::Command::new(exe)
+        .args(["wan", "reap", "--name", name, "--inodes"])
+        .args([a.to_string(), b.to_string()])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .spawn();
+    match child {
+        Ok(c) => Some(c),
+        Err(e) => {
+            printer.warning(&format!(
+                "no cleanup should this process be killed: cannot start the reaper: {e}"
+            ));
+            None
+        }
+    }
+}
+
+/// Where a running emulator takes `wan set` requests.
+fn wan_socket(name: &str) -> PathBuf {
+    let dir = if std::path::Path::new("/run").is_dir() {
+        PathBuf::from("/run/longhaul-wan")
+    } else {
+        std::env::temp_dir().join("longhaul-wan")
+    };
+    dir.join(format!("{name}.sock"))
+}

@@ -1,0 +1,101 @@
+//! A transfer's progress bar on a terminal: drawn from the counters the
+//! engine reports on its tick, cleared before the outcome is printed.
+
+use longhaul_engine::doctor::DoctorReport;
+use longhaul_engine::report::{Reporter, TransferProgress, WanHosts};
+use longhaul_engine::wan::LinkStats;
+use longhaul_engine::xfer::client::CpSummary;
+use longhaul_proto::disk::DiskReport;
+use longhaul_proto::report::{IntervalReport, Setup, Summary};
+use longhaul_proto::tune::TransferInterval;
+use longhaul_proto::xfer::ListEntry;
+
+use super::Printer;
+
+/// Draws the bar, and hands every event on to the printer it wraps.
+pub struct Bar {
+    bar: indicatif::ProgressBar,
+    /// Streams carrying chunks and what limited them, from the last interval.
+    limit: String,
+    inner: Printer,
+}
+
+impl Bar {
+    pub fn new(inner: Printer) -> Self {
+        let bar = indicatif::ProgressBar::new(0);
+        bar.set_style(
+            indicatif::ProgressStyle::with_template(
+                "{bar:30} {bytes}/{total_bytes} {binary_bytes_per_sec} ETA {eta} {msg}",
+            )
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+        );
+        Self {
+            bar,
+            limit: String::new(),
+            inner,
+        }
+    }
+}
+
+impl Reporter for Bar {
+    fn transfer_progress(&mut self, p: &TransferProgress) {
+        self.bar.set_length(p.announced_bytes);
+        self.bar.set_position(p.bytes);
+        let walking = if p.walk_done { "" } else { "+" };
+        self.bar.set_message(format!(
+            "{}/{}{walking} files{}",
+            p.files, p.announced_files, self.limit
+        ));
+        self.inner.transfer_progress(p);
+    }
+    fn transfer_interval(&mut self, i: &TransferInterval) {
+        self.limit = format!(
+            ", {} stream(s), limited by {}",
+            i.active_streams,
+            i.limit.name()
+        );
+        self.inner.transfer_interval(i);
+    }
+    fn transfer_summary(&mut self, s: &CpSummary) {
+        self.bar.finish_and_clear();
+        self.inner.transfer_summary(s);
+    }
+    fn end(&mut self, failure: Option<(&str, i32)>) {
+        self.bar.finish_and_clear();
+        self.inner.end(failure);
+    }
+
+    fn setup(&mut self, s: &Setup) {
+        self.inner.setup(s);
+    }
+    fn interval(&mut self, r: &IntervalReport) {
+        self.inner.interval(r);
+    }
+    fn summary(&mut self, s: &Summary) {
+        self.inner.summary(s);
+    }
+    fn warning(&mut self, m: &str) {
+        self.bar.suspend(|| self.inner.warning(m));
+    }
+    fn status(&mut self, m: &str) {
+        self.bar.suspend(|| self.inner.status(m));
+    }
+    fn listing(&mut self, e: &[ListEntry]) {
+        self.inner.listing(e);
+    }
+    fn doctor(&mut self, r: &DoctorReport) {
+        self.inner.doctor(r);
+    }
+    fn disk(&mut self, r: &DiskReport) {
+        self.inner.disk(r);
+    }
+    fn identity(&mut self, f: &str) {
+        self.inner.identity(f);
+    }
+    fn wan_up(&mut self, h: &WanHosts) {
+        self.inner.wan_up(h);
+    }
+    fn wan_down(&mut self, ab: &LinkStats, ba: &LinkStats) {
+        self.inner.wan_down(ab, ba);
+    }
+}
