@@ -11,7 +11,9 @@
 //! 2. [`perf`]: memory-to-memory tests; [`xfer`]: file transfers.
 //! 3. [`bench`](mod@bench): benchmarks of this host's storage.
 //! 4. [`doctor`]: measures every stage of a transfer and names the limit.
-//! 5. [`server`]: `longhaul serve`, which serves all of the above.
+//! 5. [`server`]: `longhaul serve`, which serves all of the above;
+//!    [`results`]: the reporter of each command's result
+//!    ([`results::CommandReporter`], which extends [`report::Reporter`]).
 
 pub mod bench;
 pub mod doctor;
@@ -20,6 +22,7 @@ pub mod pathdb;
 pub mod perf;
 pub mod proof;
 pub mod report;
+pub mod results;
 pub mod server;
 pub mod state;
 pub mod wan;

@@ -9,19 +9,15 @@
 //! Every method has an empty default: a reporter takes the events it
 //! cares about and ignores the others.
 
-use std::net::Ipv4Addr;
-
-use longhaul_proto::disk::DiskReport;
 use longhaul_proto::msg::Relay;
 use longhaul_proto::report::{IntervalReport, Setup, Summary};
 use longhaul_proto::tune::TransferInterval;
-use longhaul_proto::xfer::ListEntry;
 
-use crate::doctor::DoctorReport;
-use crate::wan::LinkStats;
-use crate::xfer::client::CpSummary;
-
-/// Receives the events of a command as they happen, then its end.
+/// Receives the events of a command as they happen, then its end. What
+/// a command found when it is done (a transfer's outcome, the doctor's
+/// report, ...) goes to the same reporter through its extension
+/// [`crate::results::CommandReporter`], on the top floor beside the
+/// commands whose results it names.
 pub trait Reporter {
     /// perf: the test as set up (parameters, both ends' sockets).
     fn setup(&mut self, _setup: &Setup) {}
@@ -42,23 +38,6 @@ pub trait Reporter {
     /// cp, sync: one interval of the sending side (rate, streams carrying
     /// chunks, what limited it), in order, as it arrives.
     fn transfer_interval(&mut self, _interval: &TransferInterval) {}
-    /// cp, sync: the outcome of the transfer.
-    fn transfer_summary(&mut self, _summary: &CpSummary) {}
-
-    /// ls: the entries of a remote directory, in the server's order.
-    fn listing(&mut self, _entries: &[ListEntry]) {}
-    /// doctor: everything it found, the verdict last.
-    fn doctor(&mut self, _report: &DoctorReport) {}
-    /// bench disk: what the storage did.
-    fn disk(&mut self, _report: &DiskReport) {}
-    /// id: the identity's fingerprint (`SHA256:...`).
-    fn identity(&mut self, _fingerprint: &str) {}
-    /// wan up: the emulated hosts are up and the link forwards.
-    fn wan_up(&mut self, _hosts: &WanHosts) {}
-    /// wan up: the link is down again (Ctrl-C), with what it carried
-    /// each way.
-    fn wan_down(&mut self, _a_to_b: &LinkStats, _b_to_a: &LinkStats) {}
-
     /// The command has ended: `None` when it succeeded, or the message
     /// and exit code of the failure that ended it. Called once, last; a
     /// reporter that collects (`--json`) writes its document here.
@@ -81,16 +60,6 @@ pub struct TransferProgress {
     pub announced_files: u64,
     /// True once the source has announced everything.
     pub walk_done: bool,
-}
-
-/// The hosts of an emulated WAN (`wan up`).
-#[derive(Debug, Clone, serde::Serialize)]
-pub struct WanHosts {
-    pub a: Ipv4Addr,
-    pub b: Ipv4Addr,
-    /// The network namespaces they live in.
-    pub ns_a: String,
-    pub ns_b: String,
 }
 
 /// A reporter that keeps nothing.

@@ -18,6 +18,7 @@ pub mod params;
 pub mod plan;
 pub mod report;
 pub mod session;
+pub mod transfer;
 pub mod tune;
 pub mod udp;
 pub mod units;

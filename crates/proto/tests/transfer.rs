@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 
 use longhaul_proto::msg::Message;
 use longhaul_proto::plan::{chunk_count, Chunk, Planner};
-use longhaul_proto::xfer::sink::{FileLedger, Sink, SinkAction, SinkError, SinkLimits};
-use longhaul_proto::xfer::source::{Source, SourceAction, SourceError, SourceLimits};
+use longhaul_proto::transfer::sink::{FileLedger, Sink, SinkAction, SinkError, SinkLimits};
+use longhaul_proto::transfer::source::{Source, SourceAction, SourceError, SourceLimits};
 use longhaul_proto::xfer::*;
 use proptest::prelude::*;
 

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use longhaul_engine::net::dial::ClientOptions;
-use longhaul_engine::report::Reporter;
+use longhaul_engine::results::CommandReporter;
 use longhaul_engine::xfer::client::CpOptions;
 use longhaul_proto::xfer::SyncOptions;
 
@@ -23,7 +23,7 @@ fn transfer(
     a: &CpArgs,
     sync: Option<SyncOptions>,
     dry_run: bool,
-    printer: &mut (dyn Reporter + Send),
+    printer: &mut (dyn CommandReporter + Send),
 ) -> Outcome {
     let security = a.security.security()?;
     let mut paths = a.paths.clone();

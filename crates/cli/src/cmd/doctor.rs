@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 
 use longhaul_engine::net::dial::ClientOptions;
-use longhaul_engine::report::Reporter;
+use longhaul_engine::results::CommandReporter;
 
 use super::{ended, usage, Outcome};
 use crate::args::{DiskArgs, DoctorArgs};
@@ -17,7 +17,7 @@ pub fn doctor(a: DoctorArgs) -> Outcome {
     ended(printer.as_mut(), outcome)
 }
 
-fn diagnose(a: &DoctorArgs, printer: &mut dyn Reporter) -> Outcome {
+fn diagnose(a: &DoctorArgs, printer: &mut dyn CommandReporter) -> Outcome {
     use longhaul_engine::doctor;
     let is_remote = |t: &String| longhaul_proto::xfer::parse_remote(t).is_some();
     let (source, remote) = match a.targets.as_slice() {

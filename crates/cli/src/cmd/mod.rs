@@ -19,7 +19,7 @@ use std::sync::Arc;
 
 use longhaul_engine::net::dial::Security;
 use longhaul_engine::net::tls::TrustOptions;
-use longhaul_engine::report::Reporter;
+use longhaul_engine::results::CommandReporter;
 use longhaul_engine::EngineError;
 
 use crate::args::SecurityArgs;
@@ -151,7 +151,7 @@ pub fn state_dir_or_default(d: Option<PathBuf>) -> Result<PathBuf, EngineError> 
 
 /// Tells `printer` how the command ended (a `--json` printer writes its
 /// document then) and hands the outcome on, for `main` to print a failure.
-pub fn ended(printer: &mut dyn Reporter, outcome: Outcome) -> Outcome {
+pub fn ended(printer: &mut dyn CommandReporter, outcome: Outcome) -> Outcome {
     printer.end(outcome.as_ref().err().map(|f| (f.message.as_str(), f.code)));
     outcome
 }

@@ -7,7 +7,7 @@ use std::time::Duration;
 use longhaul_engine::net::dial::{ClientOptions, Security};
 use longhaul_engine::net::tls::TrustOptions;
 use longhaul_engine::perf::client::{run_perf, run_third_party};
-use longhaul_engine::report::Reporter;
+use longhaul_engine::results::CommandReporter;
 use longhaul_engine::server::{ServeConfig, Server};
 use longhaul_engine::xfer::client::CpOptions;
 use longhaul_proto::msg::{Mode, RecvMode, SendMode, TestParams, Transport};
@@ -25,7 +25,7 @@ pub fn perf(a: PerfArgs) -> Outcome {
     ended(printer.as_mut(), outcome)
 }
 
-fn run(a: &PerfArgs, printer: &mut dyn Reporter) -> Outcome {
+fn run(a: &PerfArgs, printer: &mut dyn CommandReporter) -> Outcome {
     let (params, local_cpu) = params_of(a)?;
     let opts = ClientOptions {
         connect_timeout: a.connect_timeout,

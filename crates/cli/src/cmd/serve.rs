@@ -4,6 +4,7 @@
 use std::net::SocketAddr;
 
 use longhaul_engine::report::Reporter;
+use longhaul_engine::results::CommandReporter;
 use longhaul_engine::server::{ServeConfig, Server};
 use longhaul_engine::{EngineError, DEFAULT_PORT};
 use longhaul_proto::session::Limits;

@@ -5,7 +5,8 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use longhaul_engine::report::{Reporter, WanHosts};
+use longhaul_engine::report::Reporter;
+use longhaul_engine::results::{CommandReporter, WanHosts};
 use longhaul_engine::EngineError;
 use longhaul_proto::units;
 
@@ -105,7 +106,7 @@ pub fn wan(a: WanArgs) -> Outcome {
 }
 
 /// `wan up`: makes the hosts, forwards until Ctrl-C, removes everything.
-fn up(u: WanUpArgs, printer: &mut dyn Reporter) -> Outcome {
+fn up(u: WanUpArgs, printer: &mut dyn CommandReporter) -> Outcome {
     use longhaul_engine::wan::{forward::Forwarder, net, LinkParams};
     let fail = |e: EngineError| -> Outcome { Err(e.into()) };
     let mut outages = Vec::new();
@@ -255,7 +256,7 @@ impl WanSetArgs {
 fn spawn_reaper(
     names: &longhaul_engine::wan::net::Names,
     name: &str,
-    printer: &mut dyn Reporter,
+    printer: &mut dyn CommandReporter,
 ) -> Option<std::process::Child> {
     use longhaul_engine::wan::net::netns_inode;
     let (a, b) = (netns_inode(&names.ns_a)?, netns_inode(&names.ns_b)?);

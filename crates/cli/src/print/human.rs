@@ -2,7 +2,8 @@
 //! of every other command when it ends. Results go to stdout; warnings,
 //! status and failures of single files to stderr.
 
-use longhaul_engine::report::{Reporter, WanHosts};
+use longhaul_engine::report::Reporter;
+use longhaul_engine::results::{CommandReporter, WanHosts};
 use longhaul_engine::wan::LinkStats;
 use longhaul_engine::xfer::client::CpSummary;
 use longhaul_proto::msg::{Direction, Mode, Transport};
@@ -180,7 +181,6 @@ impl Reporter for Human {
             ));
         }
     }
-
     fn interval(&mut self, r: &IntervalReport) {
         if !self.header_done {
             self.header_done = true;
@@ -226,7 +226,6 @@ impl Reporter for Human {
             out(&format!("{line}{limit}{tag}"));
         }
     }
-
     fn summary(&mut self, s: &Summary) {
         out("- - - - - - - - - - - - - - - - - - - - - - - - - - - - - - - - - - - - -");
         for st in s.streams.iter().filter(|_| self.streams > 1) {
@@ -280,25 +279,23 @@ impl Reporter for Human {
             out(&format!("Ended early: {e}"));
         }
     }
-
     fn warning(&mut self, message: &str) {
         errln!("longhaul: warning: {message}");
     }
-
     fn status(&mut self, message: &str) {
         errln!("{message}");
     }
-
     fn transfer_interval(&mut self, i: &TransferInterval) {
         if self.intervals {
             errln!("{}", transfer_interval_line(i));
         }
     }
+}
 
+impl CommandReporter for Human {
     fn transfer_summary(&mut self, s: &CpSummary) {
         print_transfer(s, self.dry_run);
     }
-
     fn listing(&mut self, entries: &[ListEntry]) {
         for e in entries {
             let kind = match e.kind {
@@ -309,26 +306,21 @@ impl Reporter for Human {
             outln!("{kind} {:04o} {:>14} {}", e.mode, e.size, e.name);
         }
     }
-
     fn doctor(&mut self, r: &longhaul_engine::doctor::DoctorReport) {
         print_doctor(r);
     }
-
     fn disk(&mut self, r: &longhaul_proto::disk::DiskReport) {
         print_disk(r);
     }
-
     fn identity(&mut self, fingerprint: &str) {
         outln!("{fingerprint}");
     }
-
     fn wan_up(&mut self, h: &WanHosts) {
         outln!(
             "host a {} (netns {}), host b {} (netns {}); `longhaul wan exec a -- CMD` runs CMD in a; Ctrl-C ends",
             h.a, h.ns_a, h.b, h.ns_b
         );
     }
-
     fn wan_down(&mut self, ab: &LinkStats, ba: &LinkStats) {
         print_wan_down(ab, ba);
     }

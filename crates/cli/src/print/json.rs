@@ -5,7 +5,8 @@
 //! a version is bumped on any incompatible change.
 
 use longhaul_engine::doctor::DoctorReport;
-use longhaul_engine::report::{Reporter, WanHosts};
+use longhaul_engine::report::Reporter;
+use longhaul_engine::results::{CommandReporter, WanHosts};
 use longhaul_engine::wan::LinkStats;
 use longhaul_engine::xfer::client::CpSummary;
 use longhaul_proto::disk::DiskReport;
@@ -189,6 +190,15 @@ impl Reporter for Json {
             errln!("{}", super::human::transfer_interval_line(i));
         }
     }
+    fn end(&mut self, failure: Option<(&str, i32)>) {
+        if let (Some((message, code)), true) = (failure, self.error_document) {
+            let body = json!({"error": {"message": message, "exit_code": code}});
+            out(&self.document(body).to_string());
+        }
+    }
+}
+
+impl CommandReporter for Json {
     fn transfer_summary(&mut self, s: &CpSummary) {
         self.print_pretty(serde_json::to_value(s).unwrap_or_default());
     }
@@ -209,10 +219,8 @@ impl Reporter for Json {
     fn wan_down(&mut self, ab: &LinkStats, ba: &LinkStats) {
         super::human::print_wan_down(ab, ba);
     }
-    fn end(&mut self, failure: Option<(&str, i32)>) {
-        if let (Some((message, code)), true) = (failure, self.error_document) {
-            let body = json!({"error": {"message": message, "exit_code": code}});
-            out(&self.document(body).to_string());
-        }
-    }
 }
+
+/// perf's printers take perf's events only; no command result reaches them.
+impl CommandReporter for JsonDoc {}
+impl CommandReporter for JsonStream {}

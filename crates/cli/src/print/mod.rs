@@ -11,11 +11,11 @@ use std::fmt;
 use std::io::{self, Write};
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use longhaul_engine::report::Reporter;
+use longhaul_engine::results::CommandReporter;
 use longhaul_proto::msg::Mode;
 
 /// A command's printer.
-pub type Printer = Box<dyn Reporter + Send>;
+pub type Printer = Box<dyn CommandReporter + Send>;
 
 /// perf: `--json`, `--json-stream` or lines for people.
 pub fn perf(json: bool, json_stream: bool, streams: u16, mode: Mode) -> Printer {

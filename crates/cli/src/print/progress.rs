@@ -2,7 +2,8 @@
 //! engine reports on its tick, cleared before the outcome is printed.
 
 use longhaul_engine::doctor::DoctorReport;
-use longhaul_engine::report::{Reporter, TransferProgress, WanHosts};
+use longhaul_engine::report::{Reporter, TransferProgress};
+use longhaul_engine::results::{CommandReporter, WanHosts};
 use longhaul_engine::wan::LinkStats;
 use longhaul_engine::xfer::client::CpSummary;
 use longhaul_proto::disk::DiskReport;
@@ -56,15 +57,10 @@ impl Reporter for Bar {
         );
         self.inner.transfer_interval(i);
     }
-    fn transfer_summary(&mut self, s: &CpSummary) {
-        self.bar.finish_and_clear();
-        self.inner.transfer_summary(s);
-    }
     fn end(&mut self, failure: Option<(&str, i32)>) {
         self.bar.finish_and_clear();
         self.inner.end(failure);
     }
-
     fn setup(&mut self, s: &Setup) {
         self.inner.setup(s);
     }
@@ -79,6 +75,13 @@ impl Reporter for Bar {
     }
     fn status(&mut self, m: &str) {
         self.bar.suspend(|| self.inner.status(m));
+    }
+}
+
+impl CommandReporter for Bar {
+    fn transfer_summary(&mut self, s: &CpSummary) {
+        self.bar.finish_and_clear();
+        self.inner.transfer_summary(s);
     }
     fn listing(&mut self, e: &[ListEntry]) {
         self.inner.listing(e);

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use longhaul_proto::msg::Message;
 use longhaul_proto::plan::{chunk_at, chunk_count};
-use longhaul_proto::xfer::sink::{FileLedger, Sink, SinkAction, SinkError, SinkLimits};
+use longhaul_proto::transfer::sink::{FileLedger, Sink, SinkAction, SinkError, SinkLimits};
 use longhaul_proto::xfer::*;
 
 use super::beneath::{Anchor, Dir};

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use longhaul_proto::msg::Message;
 use longhaul_proto::plan::{auto_chunk_size, Chunk, Planner};
-use longhaul_proto::xfer::source::{Source, SourceAction, SourceError, SourceLimits};
+use longhaul_proto::transfer::source::{Source, SourceAction, SourceError, SourceLimits};
 use longhaul_proto::xfer::*;
 
 use super::beneath::Anchor;
@@ -317,7 +317,7 @@ impl SrcFile {
 
 /// Times a file is read in all when it changes while it is read: then it
 /// is reported as changed, never sent torn.
-pub use longhaul_proto::xfer::source::MAX_READS_OF_A_CHANGING_FILE;
+pub use longhaul_proto::transfer::source::MAX_READS_OF_A_CHANGING_FILE;
 
 #[derive(Default)]
 struct Queue {

@@ -9,11 +9,8 @@
 //! streams, and the sink reports each file once every chunk is verified and
 //! the file is renamed into place.
 //!
-//! [`source`] and [`sink`] are the two ends' state machines; the engine
-//! (or a test harness) drives them with files, streams and a clock.
-
-pub mod sink;
-pub mod source;
+//! The two ends' state machines that speak these messages are in
+//! [`crate::transfer`].
 
 use serde::{Deserialize, Serialize};
 

@@ -19,9 +19,9 @@
 use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, Instant};
 
-use super::*;
 use crate::msg::Message;
 use crate::plan::chunk_count;
+use crate::xfer::*;
 
 /// Times one chunk may arrive damaged before the path is declared broken.
 pub const MAX_DAMAGED: u32 = 3;

@@ -16,9 +16,9 @@
 use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, Instant};
 
-use super::*;
 use crate::msg::Message;
 use crate::plan::{chunk_at, chunk_count, Chunk};
+use crate::xfer::*;
 
 /// Times a file is read in all when it changes while it is read: then it
 /// is reported as changed, never sent torn.

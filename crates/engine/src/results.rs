@@ -1,0 +1,48 @@
+//! What each command found, when it is done: the second half of the one
+//! reporting path. [`CommandReporter`] extends [`Reporter`] (the events
+//! of a running command, on the bottom floor, which perf, xfer and the
+//! doctor report into) with the results of the commands, whose types live
+//! in the modules that make them; so this module is on the top floor and
+//! nothing below it names it. Every printer (human, progress bar, JSON) and
+//! (later) the results archive and the dashboard implement both.
+
+use std::net::Ipv4Addr;
+
+use longhaul_proto::disk::DiskReport;
+use longhaul_proto::xfer::ListEntry;
+
+use crate::doctor::DoctorReport;
+use crate::report::Reporter;
+use crate::wan::LinkStats;
+use crate::xfer::client::CpSummary;
+
+/// A [`Reporter`] that also takes each command's result. Every method has
+/// an empty default, like [`Reporter`]'s.
+pub trait CommandReporter: Reporter {
+    /// cp, sync: the outcome of the transfer.
+    fn transfer_summary(&mut self, _summary: &CpSummary) {}
+
+    /// ls: the entries of a remote directory, in the server's order.
+    fn listing(&mut self, _entries: &[ListEntry]) {}
+    /// doctor: everything it found, the verdict last.
+    fn doctor(&mut self, _report: &DoctorReport) {}
+    /// bench disk: what the storage did.
+    fn disk(&mut self, _report: &DiskReport) {}
+    /// id: the identity's fingerprint (`SHA256:...`).
+    fn identity(&mut self, _fingerprint: &str) {}
+    /// wan up: the emulated hosts are up and the link forwards.
+    fn wan_up(&mut self, _hosts: &WanHosts) {}
+    /// wan up: the link is down again (Ctrl-C), with what it carried
+    /// each way.
+    fn wan_down(&mut self, _a_to_b: &LinkStats, _b_to_a: &LinkStats) {}
+}
+
+/// The hosts of an emulated WAN (`wan up`).
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct WanHosts {
+    pub a: Ipv4Addr,
+    pub b: Ipv4Addr,
+    /// The network namespaces they live in.
+    pub ns_a: String,
+    pub ns_b: String,
+}
