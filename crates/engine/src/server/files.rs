@@ -30,7 +30,7 @@ pub(super) enum Refusal {
     Failed(EngineError),
 }
 
-pub(super) fn export<'a>(
+fn export<'a>(
     shared: &'a Shared,
     name: &str,
     access: &auth::Access,

@@ -239,7 +239,7 @@ pub(super) fn new_test(
 }
 
 /// Takes data connections and UDP registrations that have arrived.
-pub(super) fn attach_streams(t: &mut Test) {
+fn attach_streams(t: &mut Test) {
     while let Ok(a) = t.rx.try_recv() {
         let known = stream_keys(&t.params).contains(&(a.direction, a.index));
         let dup = t
@@ -306,7 +306,7 @@ pub(super) fn attach_streams(t: &mut Test) {
     }
 }
 
-pub(super) fn setups(t: &Test) -> Vec<StreamSetup> {
+fn setups(t: &Test) -> Vec<StreamSetup> {
     let mut out: Vec<StreamSetup> = t
         .tcp
         .iter()

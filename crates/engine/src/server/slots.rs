@@ -30,7 +30,7 @@ impl Drop for TestGuard {
     }
 }
 
-pub(super) fn new_token() -> String {
+fn new_token() -> String {
     let mut b = [0u8; 16];
     getrandom::getrandom(&mut b).expect("the OS random source");
     b.iter().map(|x| format!("{x:02x}")).collect()
@@ -77,13 +77,13 @@ impl Claimant {
 }
 
 /// A claimant's waiting requests, in arrival order: (ticket, client).
-pub(super) struct Waiting {
+struct Waiting {
     claimant: Claimant,
     tickets: VecDeque<(u64, IpAddr)>,
 }
 
 #[derive(Default)]
-pub(super) struct SlotState {
+struct SlotState {
     running: usize,
     anonymous_running: usize,
     next_ticket: u64,
@@ -110,7 +110,7 @@ pub(super) struct Slots {
 }
 
 /// Where a waiting request stands.
-pub(super) enum Turn {
+enum Turn {
     Granted,
     Waiting(Queued),
 }
@@ -295,7 +295,7 @@ impl Drop for SlotGuard {
 }
 
 /// How often a queued client hears that it still waits.
-pub(super) const QUEUE_KEEPALIVE: Duration = Duration::from_secs(2);
+const QUEUE_KEEPALIVE: Duration = Duration::from_secs(2);
 
 /// Takes a slot for this connection's request, waiting in the queue while
 /// none is free: the client is told it waits (and reminded every few
