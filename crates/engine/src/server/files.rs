@@ -221,9 +221,9 @@ pub(super) fn serve_transfer(
         .map(|r| {
             tracing::info!(
                 "sent {} files, {} bytes, {} failed",
-                r.files,
-                r.bytes,
-                r.failed.len()
+                r.tally.files,
+                r.tally.bytes,
+                r.tally.failed.len()
             )
         }),
     };

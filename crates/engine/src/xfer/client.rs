@@ -678,19 +678,20 @@ fn cp_once(
                 },
             )?;
             s.tuning = r.tuning.clone();
-            s.files = r.files;
+            let t = r.tally;
+            s.files = t.files;
             s.links = r.sink.links;
-            s.resent_changed = r.resent_changed;
-            s.bytes = r.bytes;
-            s.skipped = r.skipped;
-            s.resumed_bytes = r.resumed_bytes;
-            s.failed = r.failed;
+            s.resent_changed = t.resent_changed;
+            s.bytes = t.bytes;
+            s.skipped = t.skipped;
+            s.resumed_bytes = t.resumed_bytes;
+            s.failed = t.failed;
             for f in r.sink.failed {
                 if !s.failed.iter().any(|g| g.path == f.path) {
                     s.failed.push(f);
                 }
             }
-            s.source_read_bps = stage_rate(r.read_bytes, r.read_us, streams);
+            s.source_read_bps = stage_rate(t.read_bytes, t.read_us, streams);
             s.deleted = r.sink.deleted.clone();
             s.would_send = r.sink.would_send.clone();
             s.dest_write_bps = stage_rate(r.sink.written_bytes, r.sink.write_us, streams);

@@ -15,7 +15,9 @@ use std::time::{Duration, Instant};
 
 use longhaul_proto::msg::Message;
 use longhaul_proto::plan::{auto_chunk_size, Chunk, Planner};
-use longhaul_proto::transfer::source::{Source, SourceAction, SourceError, SourceLimits};
+use longhaul_proto::transfer::source::{
+    Source, SourceAction, SourceError, SourceLimits, SourceTally,
+};
 use longhaul_proto::xfer::*;
 
 use super::beneath::Anchor;
@@ -60,21 +62,12 @@ fn at(anchor: &Option<Arc<Anchor>>, path: &Path) -> Result<PathBuf, EngineError>
     }
 }
 
-/// What the source saw of a transfer.
+/// What the source saw of a transfer: its machine's tally, the tuning it
+/// settled on, and the sink's report.
 #[derive(Debug, Default, Clone)]
 pub struct SourceReport {
-    pub files: u64,
-    pub bytes: u64,
-    /// Files that changed while they were read and were sent again.
-    pub resent_changed: u64,
-    pub skipped: u64,
-    pub resumed_bytes: u64,
-    pub failed: Vec<Failure>,
-    /// Bytes read and the summed busy time of the reads.
-    pub read_bytes: u64,
-    pub read_us: u64,
+    pub tally: SourceTally,
     pub tuning: Option<longhaul_proto::tune::TuningReport>,
-
     pub sink: SinkReport,
 }
 
@@ -540,14 +533,7 @@ fn control(
             tuning: Some(tuning.clone()),
         }));
         return Ok(SourceReport {
-            files: tally.files,
-            bytes: tally.bytes,
-            resent_changed: tally.resent_changed,
-            skipped: tally.skipped,
-            resumed_bytes: tally.resumed_bytes,
-            failed: tally.failed,
-            read_bytes: tally.read_bytes,
-            read_us: tally.read_us,
+            tally,
             tuning: Some(tuning),
             sink,
         });
