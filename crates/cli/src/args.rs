@@ -140,6 +140,9 @@ pub struct IdArgs {
     /// State directory of a server (default: $XDG_STATE_HOME/longhaul), or a client
     /// identity directory for --identity. Made with a new key if it holds none.
     pub dir: Option<PathBuf>,
+    /// Print the fingerprint as a JSON document (docs/JSON.md, `longhaul-id`).
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Args)]

@@ -1818,6 +1818,13 @@ fn id_of_a_missing_directory_fails_and_makes_no_key() {
     assert_exit(&o, 0);
     let fp = stdout(&o).trim().to_string();
     assert_eq!(stdout(&lh(&["id", s(&dir)])).trim(), fp);
+    // --json: one versioned document with the same fingerprint.
+    let o = lh(&["id", s(&dir), "--json"]);
+    assert_exit(&o, 0);
+    let v: serde_json::Value = serde_json::from_str(stdout(&o).trim()).expect("one JSON line");
+    assert_eq!(v["format"], "longhaul-id");
+    assert_eq!(v["format_version"], 1);
+    assert_eq!(v["fingerprint"], fp.as_str());
     srv.shutdown();
 }
 

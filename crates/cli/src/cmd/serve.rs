@@ -3,8 +3,6 @@
 
 use std::net::SocketAddr;
 
-use longhaul_engine::report::Reporter;
-use longhaul_engine::results::CommandReporter;
 use longhaul_engine::server::{ServeConfig, Server};
 use longhaul_engine::{EngineError, DEFAULT_PORT};
 use longhaul_proto::session::Limits;
@@ -12,7 +10,7 @@ use longhaul_proto::session::Limits;
 use super::{state_dir_or_default, usage, Outcome};
 use crate::args::{IdArgs, ServeArgs, TokenArgs, TokenCommand, TrustArgs};
 use crate::exit;
-use crate::print::human::Human;
+use crate::print::json::Json;
 
 /// `serve`: runs the server until the process is ended.
 pub fn serve(a: ServeArgs) -> Outcome {
@@ -108,7 +106,7 @@ pub fn id(a: IdArgs) -> Outcome {
     });
     let dir = result?;
     let (id, created) = longhaul_engine::net::tls::Identity::load_or_create(&dir)?;
-    let mut printer = Human::new();
+    let mut printer = crate::print::outcome(a.json.then(Json::id));
     if created {
         printer.status(&format!(
             "longhaul: made a new identity in {}",

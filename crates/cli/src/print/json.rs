@@ -34,6 +34,9 @@ pub const DISK_JSON_FORMAT_VERSION: u32 = 1;
 /// Version of `wan up --json` (`longhaul-wan`).
 pub const WAN_JSON_FORMAT_VERSION: u32 = 1;
 
+/// Version of `id --json` (`longhaul-id`).
+pub const ID_JSON_FORMAT_VERSION: u32 = 1;
+
 fn out(line: &str) {
     crate::print::out(format_args!("{line}"));
 }
@@ -154,6 +157,10 @@ impl Json {
         Self::new("longhaul-wan", WAN_JSON_FORMAT_VERSION)
     }
 
+    pub fn id() -> Self {
+        Self::new("longhaul-id", ID_JSON_FORMAT_VERSION)
+    }
+
     fn new(format: &'static str, version: u32) -> Self {
         Self {
             format,
@@ -210,6 +217,11 @@ impl CommandReporter for Json {
     }
     fn disk(&mut self, r: &DiskReport) {
         self.print_pretty(serde_json::to_value(r).unwrap_or_default());
+    }
+    fn identity(&mut self, fingerprint: &str) {
+        out(&self
+            .document(json!({ "fingerprint": fingerprint }))
+            .to_string());
     }
     fn wan_up(&mut self, h: &WanHosts) {
         // One line: a script reads it as the sign that the link is up.
