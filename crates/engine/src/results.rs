@@ -13,6 +13,7 @@ use longhaul_proto::xfer::ListEntry;
 
 use crate::doctor::DoctorReport;
 use crate::report::Reporter;
+use crate::server::auth::Grant;
 use crate::wan::LinkStats;
 use crate::xfer::client::CpSummary;
 
@@ -30,6 +31,15 @@ pub trait CommandReporter: Reporter {
     fn disk(&mut self, _report: &DiskReport) {}
     /// id: the identity's fingerprint (`SHA256:...`).
     fn identity(&mut self, _fingerprint: &str) {}
+    /// trust: the host as the known-hosts file keys it, and the
+    /// fingerprint it presented (now trusted).
+    fn trusted(&mut self, _host: &str, _fingerprint: &str) {}
+    /// token create: the new grant's token, shown this once.
+    fn token_created(&mut self, _token: &str) {}
+    /// token list: a server's grants.
+    fn grants(&mut self, _grants: &[Grant]) {}
+    /// A line that opens one part of a command that runs several (demo).
+    fn section(&mut self, _title: &str) {}
     /// wan up: the emulated hosts are up and the link forwards.
     fn wan_up(&mut self, _hosts: &WanHosts) {}
     /// wan up: the link is down again (Ctrl-C), with what it carried

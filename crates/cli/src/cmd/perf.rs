@@ -11,7 +11,6 @@ use longhaul_engine::results::CommandReporter;
 use longhaul_engine::server::{ServeConfig, Server};
 use longhaul_engine::xfer::client::CpOptions;
 use longhaul_proto::msg::{Mode, RecvMode, SendMode, TestParams, Transport};
-use longhaul_proto::units;
 
 use super::{ended, interrupt_flag, usage, Failure, Outcome};
 use crate::args::{PerfArgs, StreamCount};
@@ -219,7 +218,10 @@ pub fn demo() -> Outcome {
     };
     let addr = server.addr().to_string();
     let fp = server.fingerprint().unwrap_or_default();
-    outln!("longhaul demo: server started in-process on {addr}, TLS 1.3, identity {fp}");
+    let mut printer = crate::print::outcome(None);
+    printer.section(&format!(
+        "longhaul demo: server started in-process on {addr}, TLS 1.3, identity {fp}"
+    ));
     let opts = ClientOptions {
         security: Security {
             trust: TrustOptions {
@@ -259,7 +261,7 @@ pub fn demo() -> Outcome {
             },
         ),
     ] {
-        outln!("\n== {title}: longhaul perf {addr} ==");
+        printer.section(&format!("\n== {title}: longhaul perf {addr} =="));
         let mut human = human::Human::perf(params.streams, params.mode);
         if let Err(e) = run_perf(&addr, &params, &opts, &mut human) {
             let f = Failure::from(e);
@@ -267,25 +269,14 @@ pub fn demo() -> Outcome {
             code = f.code;
         }
     }
-    outln!("\n== cp -r: a 256 MiB file and 500 small ones, 4 streams, TLS ==");
+    printer.section("\n== cp -r: a 256 MiB file and 500 small ones, 4 streams, TLS ==");
     let cp = CpOptions::new(
         vec![tree.display().to_string()],
         format!("longhaul://{addr}/demo/"),
         opts.clone(),
     );
     match longhaul_engine::xfer::client::cp(&cp) {
-        Ok(s) => outln!(
-            "{} files, {} in {:.2} s = {}, {}, verified: {}\nstages: source read {}, network {}, destination write {}",
-            s.files,
-            units::format_bytes(s.bytes),
-            s.seconds,
-            units::format_rate(s.bits_per_second),
-            s.encryption,
-            s.verified,
-            units::format_rate(s.source_read_bps),
-            units::format_rate(s.network_bps),
-            units::format_rate(s.dest_write_bps)
-        ),
+        Ok(s) => printer.transfer_summary(&s),
         Err(e) => {
             let f = Failure::from(e);
             crate::print::error(&f.message);

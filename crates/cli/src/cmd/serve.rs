@@ -50,16 +50,17 @@ pub fn serve(a: ServeArgs) -> Outcome {
         open_access: false,
     };
     let mut cfg = cfg;
+    let mut printer = crate::print::outcome(None);
     if let (Some(cert), Some(key)) = (&a.cert, &a.key) {
         match longhaul_engine::net::tls::Identity::load(cert, key)
             .and_then(|id| longhaul_engine::net::tls::server_config(&id).map(|c| (id, c)))
         {
             Ok((id, c)) => {
-                errln!(
+                printer.status(&format!(
                     "longhaul: certificate {} ({})",
                     cert.display(),
                     id.fingerprint()
-                );
+                ));
                 cfg.tls = Some(c);
             }
             Err(e) => return Err(usage(e.to_string())),
@@ -78,13 +79,15 @@ pub fn serve(a: ServeArgs) -> Outcome {
     let state_dir = cfg.state_dir.clone();
     let server = Server::bind(&listen, cfg)?;
     for a in server.local_addrs() {
-        errln!(
+        printer.status(&format!(
             "longhaul: serving on {a} (state in {})",
             state_dir.display()
-        );
+        ));
     }
     if let Some(fp) = server.fingerprint() {
-        errln!("longhaul: identity {fp} (clients: longhaul trust HOST, or --trust {fp})");
+        printer.status(&format!(
+            "longhaul: identity {fp} (clients: longhaul trust HOST, or --trust {fp})"
+        ));
     }
     server.run();
     Ok(exit::OK)
@@ -143,17 +146,18 @@ pub fn trust(a: TrustArgs) -> Outcome {
         });
     match result {
         Ok((fp, added)) => {
-            outln!("{host} {fp}");
-            if added {
-                errln!("longhaul: added to {}", file.display());
-            } else {
-                errln!("longhaul: already in {}", file.display());
-            }
+            let mut printer = crate::print::outcome(None);
+            printer.trusted(&host, &fp);
+            printer.status(&format!(
+                "longhaul: {} {}",
+                if added { "added to" } else { "already in" },
+                file.display()
+            ));
             if a.fingerprint.is_none() {
-                errln!(
+                printer.status(&format!(
                     "longhaul: compare it with `longhaul id` on the server; if it differs, remove the line from {}",
                     file.display()
-                );
+                ));
             }
             Ok(exit::OK)
         }
@@ -164,6 +168,7 @@ pub fn trust(a: TrustArgs) -> Outcome {
 /// `token`: makes, lists and revokes a server's grants.
 pub fn token(a: TokenArgs) -> Outcome {
     use longhaul_engine::server::auth;
+    let mut printer = crate::print::outcome(None);
     let result = match a.command {
         TokenCommand::Create {
             state_dir,
@@ -174,40 +179,27 @@ pub fn token(a: TokenArgs) -> Outcome {
             let dir = state_dir_or_default(state_dir)?;
             match client_cert {
                 Some(fp) => auth::create_cert_grant(&dir, &fp, exports, &note).map(|g| {
-                    errln!(
+                    printer.status(&format!(
                         "longhaul: grant {} lets the client certificate {fp} in",
                         g.id
-                    );
+                    ));
                 }),
                 None => auth::create_token(&dir, exports, &note).map(|(g, token)| {
-                    errln!(
+                    printer.status(&format!(
                         "longhaul: grant {} made; its token follows, shown this once (clients: --token-file FILE or LONGHAUL_TOKEN)",
                         g.id
-                    );
-                    outln!("{token}");
+                    ));
+                    printer.token_created(&token);
                 }),
             }
         }
         TokenCommand::List { state_dir } => state_dir_or_default(state_dir)
             .and_then(|d| auth::list(&d))
-            .map(|grants| {
-                for g in grants {
-                    let exports: Vec<String> = g
-                        .exports
-                        .iter()
-                        .map(|e| format!("{}:{}", e.name, if e.write { "rw" } else { "ro" }))
-                        .collect();
-                    let how = match &g.client_cert {
-                        Some(fp) => format!("client-cert {fp}"),
-                        None => "token".to_string(),
-                    };
-                    outln!("{} {how} {} {}", g.id, exports.join(","), g.note);
-                }
-            }),
+            .map(|grants| printer.grants(&grants)),
         TokenCommand::Revoke { id, state_dir } => {
             match state_dir_or_default(state_dir).and_then(|d| auth::revoke(&d, &id)) {
                 Ok(true) => {
-                    errln!("longhaul: grant {id} revoked");
+                    printer.status(&format!("longhaul: grant {id} revoked"));
                     Ok(())
                 }
                 Ok(false) => Err(EngineError::Usage(format!("no grant with id {id}"))),

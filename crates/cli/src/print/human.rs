@@ -315,6 +315,29 @@ impl CommandReporter for Human {
     fn identity(&mut self, fingerprint: &str) {
         outln!("{fingerprint}");
     }
+    fn trusted(&mut self, host: &str, fingerprint: &str) {
+        outln!("{host} {fingerprint}");
+    }
+    fn token_created(&mut self, token: &str) {
+        outln!("{token}");
+    }
+    fn grants(&mut self, grants: &[longhaul_engine::server::auth::Grant]) {
+        for g in grants {
+            let exports: Vec<String> = g
+                .exports
+                .iter()
+                .map(|e| format!("{}:{}", e.name, if e.write { "rw" } else { "ro" }))
+                .collect();
+            let how = match &g.client_cert {
+                Some(fp) => format!("client-cert {fp}"),
+                None => "token".to_string(),
+            };
+            outln!("{} {how} {} {}", g.id, exports.join(","), g.note);
+        }
+    }
+    fn section(&mut self, title: &str) {
+        outln!("{title}");
+    }
     fn wan_up(&mut self, h: &WanHosts) {
         outln!(
             "host a {} (netns {}), host b {} (netns {}); `longhaul wan exec a -- CMD` runs CMD in a; Ctrl-C ends",

@@ -95,6 +95,18 @@ impl CommandReporter for Bar {
     fn identity(&mut self, f: &str) {
         self.inner.identity(f);
     }
+    fn trusted(&mut self, h: &str, f: &str) {
+        self.inner.trusted(h, f);
+    }
+    fn token_created(&mut self, t: &str) {
+        self.inner.token_created(t);
+    }
+    fn grants(&mut self, g: &[longhaul_engine::server::auth::Grant]) {
+        self.inner.grants(g);
+    }
+    fn section(&mut self, t: &str) {
+        self.bar.suspend(|| self.inner.section(t));
+    }
     fn wan_up(&mut self, h: &WanHosts) {
         self.inner.wan_up(h);
     }
