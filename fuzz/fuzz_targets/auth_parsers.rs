@@ -22,8 +22,8 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use longhaul_engine::server::auth::{parse_export_grant, parse_grants};
 use longhaul_engine::net::tls::{known_host_in, parse_fingerprint};
+use longhaul_engine::server::auth::{parse_export_grant, parse_grants};
 
 fn fingerprint(s: &str) {
     if let Ok(fp) = parse_fingerprint(s) {

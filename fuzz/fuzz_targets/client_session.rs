@@ -21,9 +21,12 @@
 
 use std::time::{Duration, Instant};
 
+#[path = "roundtrip.rs"]
+mod roundtrip;
+
 use arbitrary::Arbitrary;
 use libfuzzer_sys::fuzz_target;
-use longhaul_proto::frame::{Decoder, Frame, MAX_FRAME_BODY};
+use longhaul_proto::frame::Frame;
 use longhaul_proto::msg::*;
 use longhaul_proto::report::{
     LimitHint, PeerResults, SideInterval, SideSnapshot, StreamSetup, Summary,
@@ -209,16 +212,7 @@ fn drain(s: &mut ClientSession) -> Vec<Message> {
             ),
             "client queued a server-only message: {m:?}"
         );
-        let mut wire = Vec::new();
-        m.encode(&mut wire).expect("client message encodes");
-        let mut d = Decoder::new(MAX_FRAME_BODY);
-        d.push(&wire);
-        let f: Frame = d
-            .next_frame()
-            .expect("own frame decodes")
-            .expect("whole frame");
-        assert_eq!(d.buffered(), 0, "one message, one frame");
-        assert_eq!(Message::decode(&f).as_ref(), Ok(&m));
+        roundtrip::assert_roundtrip(&m);
         out.push(m);
     }
     out

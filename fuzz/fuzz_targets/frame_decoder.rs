@@ -102,11 +102,18 @@ fuzz_target!(|input: Input| {
 
     let (frames, err) = decode(input.max_body, chunks.iter().copied());
     let (whole, whole_err) = decode(input.max_body, std::iter::once(data.as_slice()));
-    let (lazy, lazy_err) = decode_lazily(input.max_body, usize::from(input.take), chunks.iter().copied());
+    let (lazy, lazy_err) = decode_lazily(
+        input.max_body,
+        usize::from(input.take),
+        chunks.iter().copied(),
+    );
     assert_eq!(frames, whole, "frames depend on the chunking");
     assert_eq!(err, whole_err, "error depends on the chunking");
     assert_eq!(lazy, whole, "frames depend on when they are taken");
-    assert_eq!(lazy_err, whole_err, "error depends on when frames are taken");
+    assert_eq!(
+        lazy_err, whole_err,
+        "error depends on when frames are taken"
+    );
 
     let limit = input.max_body.min(MAX_FRAME_BODY) as usize;
     for f in &frames {

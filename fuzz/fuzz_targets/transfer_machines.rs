@@ -10,9 +10,12 @@
 
 use std::time::{Duration, Instant};
 
+#[path = "roundtrip.rs"]
+mod roundtrip;
+
 use arbitrary::Arbitrary;
 use libfuzzer_sys::fuzz_target;
-use longhaul_proto::frame::{Decoder, Frame, MAX_FRAME_BODY};
+use longhaul_proto::frame::Frame;
 use longhaul_proto::msg::Message;
 use longhaul_proto::transfer::sink::{Sink, SinkAction, SinkLimits};
 use longhaul_proto::transfer::source::{Source, SourceLimits};
@@ -60,18 +63,44 @@ impl FuzzEntry {
 enum Peer {
     /// To the sink, from a source.
     Entries(Vec<FuzzEntry>),
-    FileDone { id: u64, error: bool, changed: bool },
-    FileSealed { id: u64, resends: u32 },
-    EntriesEnd { files: u64 },
-    SourceDone { read_bytes: u64, read_us: u64 },
+    FileDone {
+        id: u64,
+        error: bool,
+        changed: bool,
+    },
+    FileSealed {
+        id: u64,
+        resends: u32,
+    },
+    EntriesEnd {
+        files: u64,
+    },
+    SourceDone {
+        read_bytes: u64,
+        read_us: u64,
+    },
     /// To the source, from a sink.
-    WantSend { id: u64, skip: Vec<(u32, u32)>, resumed: u64 },
-    WantSkip { id: u64 },
-    WantFail { id: u64 },
-    Resend { id: u64, index: u32 },
+    WantSend {
+        id: u64,
+        skip: Vec<(u32, u32)>,
+        resumed: u64,
+    },
+    WantSkip {
+        id: u64,
+    },
+    WantFail {
+        id: u64,
+    },
+    Resend {
+        id: u64,
+        index: u32,
+    },
     TransferDone,
     /// Raw frame: handled only if it decodes.
-    Frame { kind: u8, body: Vec<u8> },
+    Frame {
+        kind: u8,
+        body: Vec<u8>,
+    },
 }
 
 impl Peer {
@@ -91,7 +120,10 @@ impl Peer {
                 resends,
             }),
             Peer::EntriesEnd { files } => Message::EntriesEnd(EntriesEnd { files }),
-            Peer::SourceDone { read_bytes, read_us } => Message::SourceDone(SourceDone {
+            Peer::SourceDone {
+                read_bytes,
+                read_us,
+            } => Message::SourceDone(SourceDone {
                 read_bytes,
                 read_us,
                 ..Default::default()
@@ -124,18 +156,38 @@ enum Op {
     ToSink(Peer),
     ToSource(Peer),
     /// The engine answers the sink's next `Open` (or does nothing).
-    SinkOpened { skip_first: u32 },
-    SinkDamaged { id: u64, index: u32 },
-    SinkWritten { bytes: u32, busy_us: u32 },
+    SinkOpened {
+        skip_first: u32,
+    },
+    SinkDamaged {
+        id: u64,
+        index: u32,
+    },
+    SinkWritten {
+        bytes: u32,
+        busy_us: u32,
+    },
     /// The engine tells the source what its walk found.
     SourceAdd(FuzzEntry),
     SourceWalkEnded,
     SourceEndBatch,
-    SourceSealed { id: u64, resends: u32 },
-    SourceChanged { id: u64 },
-    SourceFileFailed { id: u64 },
-    SourceSent { bytes: u32, us: u32 },
-    Advance { ms: u32 },
+    SourceSealed {
+        id: u64,
+        resends: u32,
+    },
+    SourceChanged {
+        id: u64,
+    },
+    SourceFileFailed {
+        id: u64,
+    },
+    SourceSent {
+        bytes: u32,
+        us: u32,
+    },
+    Advance {
+        ms: u32,
+    },
 }
 
 #[derive(Arbitrary, Debug)]
@@ -144,18 +196,6 @@ struct Input {
     max_chunks_per_file: u32,
     batch: u8,
     ops: Vec<Op>,
-}
-
-fn check(m: Message) {
-    let mut wire = Vec::new();
-    m.encode(&mut wire).expect("a machine's message encodes");
-    let mut d = Decoder::new(MAX_FRAME_BODY);
-    d.push(&wire);
-    let f: Frame = d
-        .next_frame()
-        .expect("own frame decodes")
-        .expect("whole frame");
-    assert_eq!(Message::decode(&f).as_ref(), Ok(&m));
 }
 
 fuzz_target!(|input: Input| {
@@ -201,10 +241,9 @@ fuzz_target!(|input: Input| {
                 );
                 true
             }),
-            Op::SinkDamaged { id, index } => Some(
-                sink.damaged(now, Resend { id: id % 64, index })
-                    .is_ok(),
-            ),
+            Op::SinkDamaged { id, index } => {
+                Some(sink.damaged(now, Resend { id: id % 64, index }).is_ok())
+            }
             Op::SinkWritten { bytes, busy_us } => {
                 sink.written(now, u64::from(bytes), u64::from(busy_us));
                 None
@@ -252,7 +291,7 @@ fuzz_target!(|input: Input| {
         };
         // Drain what each machine has to say or do, as the engine would.
         while let Some(m) = sink.poll_transmit() {
-            check(m);
+            roundtrip::assert_roundtrip(&m);
         }
         while let Ok(Some(a)) = sink.poll_action() {
             if let SinkAction::Open(e) = a {
@@ -260,7 +299,7 @@ fuzz_target!(|input: Input| {
             }
         }
         while let Some(m) = source.poll_transmit() {
-            check(m);
+            roundtrip::assert_roundtrip(&m);
         }
         while source.poll_action().is_some() {}
         let _ = source.finished();
