@@ -1,0 +1,155 @@
+#!/usr/bin/env bash
+# bench/elephant.sh - one big file, longhaul cp (TLS and BLAKE3 verification on, its defaults) against
+# GridFTP and a local dd of the same file, in the same run, alternating (issue 15, part 3).
+#
+#   bash bench/elephant.sh [LONGHAUL_BINARY]        # default: target/release/longhaul (built if absent)
+#   ROUNDS=3 SIZE_GIB=2 SCENARIOS="shm disk" TOOLS="lh lh-nosync gridftp dd dd-sync" bash bench/elephant.sh
+#
+# Scenarios: shm = /dev/shm -> /dev/shm; disk = DISK_DIR -> DISK_DIR (same filesystem), caches dropped
+# (`sync; echo 3 > /proc/sys/vm/drop_caches`) before every run. Tools, in an order rotated every round:
+#   lh          longhaul cp --force SRC longhaul://127.0.0.1:PORT/data/  (TLS 1.3, server fdatasyncs)
+#   lh-nosync   the same against `longhaul serve --no-sync` (no fsync, like the peers)
+#   lh-plain    lh-nosync with --insecure-plaintext: no TLS, BLAKE3 still on (what TLS costs)
+#   gridftp     globus-url-copy -p 4 -tcp-bs 4M (no encryption, no hashing; ../shared/peers/servers.sh)
+#   dd          dd if=SRC of=DEST bs=1M: the local-copy ceiling (buffered, no fsync)
+#   dd-sync     dd ... conv=fdatasync: the ceiling for a copy that is made durable
+# Every copy is checked with cmp. For each run: wall seconds, Gbit/s (1e9 bits) and the busy CPU-seconds
+# of the whole host (user+nice+system+irq+softirq from /proc/stat) per GiB moved: run on an otherwise
+# idle machine, since the CPU figure counts everything. Prints medians and the ratios the issue sets:
+# lh / dd >= 0.85, lh / gridftp >= 1.2, CPU per GiB lh / gridftp <= 1.2.
+# Lines go to bench/results/elephant-<date>.tsv.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROUNDS=${ROUNDS:-3} SIZE_GIB=${SIZE_GIB:-2} SCENARIOS=${SCENARIOS:-"shm disk"}
+TOOLS=${TOOLS:-"lh lh-nosync gridftp dd dd-sync"} DISK_DIR=${DISK_DIR:-/var/tmp/lh-elephant}
+BIN=${1:-target/release/longhaul}
+[ -x "$BIN" ] || cargo build --release --quiet
+for c in globus-url-copy globus-gridftp-server; do
+    command -v $c >/dev/null || bash ../shared/peers/setup.sh >/dev/null
+done
+WORK=$(mktemp -d /dev/shm/lh-elephant.XXXXXX)
+mkdir -p "$DISK_DIR" bench/results
+LH=$WORK/longhaul
+cp "$BIN" "$LH"
+PIDS=()
+cleanup() {
+    for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+    bash ../shared/peers/servers.sh stop "$WORK/peers" >/dev/null 2>&1 || true
+    rm -rf "$WORK" "$DISK_DIR"
+}
+trap cleanup EXIT
+TSV=bench/results/elephant-$(date -u +%Y%m%d-%H%M).tsv
+printf 'scenario\tround\ttool\tseconds\tgbps\tcpu_s_per_gib\n' >"$TSV"
+
+make_file() { # path: SIZE_GIB GiB of incompressible bytes
+    python3 - "$1" "$SIZE_GIB" <<'EOF'
+import os, sys
+block = os.urandom(1 << 20)
+with open(sys.argv[1], "wb") as f:
+    for i in range(int(sys.argv[2]) * 1024):
+        f.write(i.to_bytes(8, "little") + block[8:])
+EOF
+}
+
+busy() { awk '/^cpu / { print $2 + $3 + $4 + $7 + $8 }' /proc/stat; }
+
+STATE=$WORK/state
+mkdir -p "$STATE"
+TOKEN=$("$LH" token create --state-dir "$STATE" --export '*:rw' 2>/dev/null)
+TRUST=$("$LH" id "$STATE" 2>/dev/null | grep -o 'SHA256:[^ ]*' | head -1)
+start_lh() { # port dest [flags]
+    local port=$1 dest=$2
+    shift 2
+    "$LH" serve --allow-plaintext --listen "127.0.0.1:$port" --state-dir "$STATE" --export "data=$dest" "$@" \
+        >"$WORK/serve-$port.log" 2>&1 &
+    PIDS+=($!)
+    for _ in $(seq 100); do ss -ltn "sport = :$port" | grep -q LISTEN && return; sleep 0.1; done
+    echo "elephant: longhaul serve on $port did not start" >&2
+    exit 1
+}
+
+run_tool() { # tool src destdir -> runs it, leaving destdir/big.bin
+    local tool=$1 src=$2 dst=$3
+    case $tool in
+    lh) LONGHAUL_TRUST=$TRUST LONGHAUL_TOKEN=$TOKEN "$LH" cp --force "$src" "longhaul://127.0.0.1:$P1/data/" ;;
+    lh-nosync) LONGHAUL_TRUST=$TRUST LONGHAUL_TOKEN=$TOKEN "$LH" cp --force "$src" "longhaul://127.0.0.1:$P2/data/" ;;
+    lh-plain) LONGHAUL_TOKEN=$TOKEN "$LH" cp --insecure-plaintext --force "$src" "longhaul://127.0.0.1:$P2/data/" ;;
+    gridftp) globus-url-copy -p 4 -tcp-bs 4M "file://$src" "ftp://127.0.0.1:2811$dst/big.bin" ;;
+    dd) dd if="$src" of="$dst/big.bin" bs=1M status=none ;;
+    dd-sync) dd if="$src" of="$dst/big.bin" bs=1M conv=fdatasync status=none ;;
+    esac
+}
+
+hz=$(getconf CLK_TCK)
+for sc in $SCENARIOS; do
+    case $sc in
+    shm) base=$WORK/shm ;;
+    disk) base=$DISK_DIR ;;
+    *) echo "elephant: unknown scenario $sc" >&2; exit 2 ;;
+    esac
+    mkdir -p "$base/src" "$base/dst"
+    make_file "$base/src/big.bin"
+    P1=$((30000 + RANDOM % 20000)) P2=$((P1 + 1))
+    start_lh $P1 "$base/dst"
+    start_lh $P2 "$base/dst" --no-sync
+    bash ../shared/peers/servers.sh start "$base/dst" "$WORK/peers" >/dev/null
+    read -ra tools <<<"$TOOLS"
+    for r in $(seq "$ROUNDS"); do
+        n=${#tools[@]}
+        for i in $(seq 0 $((n - 1))); do
+            tool=${tools[$(((i + r) % n))]}
+            rm -f "$base/dst/big.bin"
+            sync
+            [ "$sc" = disk ] && echo 3 >/proc/sys/vm/drop_caches
+            c0=$(busy) t0=$(date +%s.%N)
+            if ! run_tool "$tool" "$base/src/big.bin" "$base/dst" >"$WORK/out" 2>&1; then
+                echo "elephant: $tool failed: $(tail -3 "$WORK/out")" >&2
+                printf '%s\t%s\t%s\tNA\tNA\tNA\n' "$sc" "$r" "$tool" >>"$TSV"
+                continue
+            fi
+            t1=$(date +%s.%N) c1=$(busy)
+            if ! cmp -s "$base/src/big.bin" "$base/dst/big.bin"; then
+                echo "elephant: $tool's copy differs" >&2
+                printf '%s\t%s\t%s\tNA\tNA\tNA\n' "$sc" "$r" "$tool" >>"$TSV"
+                continue
+            fi
+            awk -v sc="$sc" -v r="$r" -v tool="$tool" -v t0="$t0" -v t1="$t1" -v c="$((c1 - c0))" \
+                -v hz="$hz" -v g="$SIZE_GIB" 'BEGIN {
+                    s = t1 - t0
+                    printf "%s\t%s\t%s\t%.2f\t%.2f\t%.2f\n", sc, r, tool, s, g * 8 * 1.073741824 / s, c / hz / g }' \
+                >>"$TSV"
+            tail -1 "$TSV"
+        done
+    done
+    bash ../shared/peers/servers.sh stop "$WORK/peers" >/dev/null
+    for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+    PIDS=()
+    rm -rf "$base/src" "$base/dst"
+done
+
+echo
+echo "# elephant, ${SIZE_GIB} GiB, $ROUNDS rounds, $(date -u '+%Y-%m-%d %H:%M UTC'), load $(cut -d' ' -f1-3 /proc/loadavg)"
+python3 - "$TSV" <<'EOF'
+import csv, statistics, sys
+rows = [r for r in csv.DictReader(open(sys.argv[1]), delimiter="\t") if r["gbps"] != "NA"]
+for sc in dict.fromkeys(r["scenario"] for r in rows):
+    med = {}
+    print(f"\n{sc}: tool | median Gbit/s (min-max) | median CPU-s per GiB")
+    for tool in dict.fromkeys(r["tool"] for r in rows if r["scenario"] == sc):
+        g = [float(r["gbps"]) for r in rows if r["scenario"] == sc and r["tool"] == tool]
+        c = [float(r["cpu_s_per_gib"]) for r in rows if r["scenario"] == sc and r["tool"] == tool]
+        med[tool] = (statistics.median(g), statistics.median(c))
+        print(f"  {tool:10} {med[tool][0]:6.2f} ({min(g):.2f}-{max(g):.2f})  {med[tool][1]:5.2f}")
+    def ratio(a, b, i, what):
+        if a in med and b in med:
+            print(f"  {a} / {b} {what}: {med[a][i] / med[b][i]:.2f}")
+    ratio("lh", "dd", 0, "rate (target >= 0.85)")
+    ratio("lh", "dd-sync", 0, "rate")
+    ratio("lh-nosync", "dd", 0, "rate")
+    ratio("lh", "gridftp", 0, "rate (target >= 1.2)")
+    ratio("lh", "gridftp", 1, "CPU per GiB (target <= 1.2)")
+    ratio("lh-nosync", "gridftp", 1, "CPU per GiB")
+    ratio("lh-plain", "gridftp", 1, "CPU per GiB")
+    ratio("lh-nosync", "lh-plain", 0, "rate: TLS / plaintext")
+EOF
+echo "(lines: $TSV)"
