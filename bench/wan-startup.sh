@@ -22,12 +22,15 @@
 #              rate from the first instant (set-up, ramp, the end's round trips)
 #   * prints one line per run and, per binary, the medians and the ratio rate(RTT) / rate(0 ms)
 #     for each RTT; with OLD_BIN, both binaries. MB/s = SIZE / the client's wall time (1 MB = 1e6).
+#     "round trips more" = (median seconds at RTT - median seconds at the first RTT) / RTT: with a
+#     tiny file (SIZE=1K) that is the number of round trips of set-up, handshakes to the last answer.
 #   * cleans up on exit by PID (servers, the emulator, the sampler), `wan down`, the data.
 #
 # How to run (root; build first: cargo build --release)
 #   bash bench/wan-startup.sh
 #   OLD_BIN=/tmp/longhaul-before ROUNDS=3 bash bench/wan-startup.sh     # before/after, alternating
 #   SIZE=1G RTTS="0 120" ROUNDS=1 bash bench/wan-startup.sh              # a quick look
+#   SIZE=1K ROUNDS=7 OLD_BIN=... bash bench/wan-startup.sh               # round trips of set-up
 # Environment: BIN (target/release/longhaul), OLD_BIN (unset), RATE (2gbit), MTU (9000),
 #   QUEUE (50ms), RTTS ("0 120", ms; the first is the reference), ROUNDS (3), SIZE (4G),
 #   CP_ARGS (""), NAME (lhst<pid>), RUN_TIMEOUT (120 s), KEEP (a directory: keep each run's samples,
@@ -137,7 +140,10 @@ EOF
 cat >"$RUN/timeline.py" <<'EOF'
 import sys
 path, end = sys.argv[1], float(sys.argv[2])
-s = [tuple(map(float, l.split())) for l in open(path)]
+try:
+    s = [tuple(map(float, l.split())) for l in open(path)]
+except OSError:  # a copy that ended before the sampler was up
+    s = []
 total = s[-1][1] if s else 0
 first = next((t for t, b in s if b >= 256 * 1024), float("nan"))
 # 100 ms rates
@@ -150,6 +156,9 @@ for i, (t, b) in enumerate(s):
     rates.append((t, b, (s[j][1] - b) / (s[j][0] - t)))
 mid = sorted(r for t, b, r in rates if 0.2 * total <= b <= 0.8 * total)
 steady = mid[len(mid) // 2] if mid else float("nan")
+if steady != steady or steady <= 0:
+    print("nan nan nan nan")
+    sys.exit(0)
 full = next((t for t, b, r in rates if r >= 0.9 * steady), float("nan"))
 lost = end - total / steady if steady == steady and steady > 0 else float("nan")
 print(f"{first:.3f} {full:.3f} {steady * 8 / 1e9:.3f} {lost:.3f}")
@@ -157,7 +166,7 @@ EOF
 
 median() { tr ' ' '\n' | grep -v -e '^$' -e NA -e nan | sort -g | awk '{ v[NR] = $1 } END { if (NR == 0) print "NA"; else if (NR % 2) print v[(NR + 1) / 2]; else printf "%.3f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 read -r -a XARGS <<<"$CP_ARGS" || true
-declare -A MBS FIRST FULL LOST
+declare -A MBS SECS FIRST FULL LOST
 echo "# wan start-up, $(date -u '+%Y-%m-%d %H:%M') UTC, commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')," \
     "wan up --rate $RATE --mtu $MTU --queue $QUEUE, RTTs $RTTS ms, $SIZE file /dev/shm -> /dev/shm, $ROUNDS round(s), load $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "# buffers: rmem_max $(sysctl -n net.core.rmem_max) wmem_max $(sysctl -n net.core.wmem_max) tcp_rmem '$(sysctl -n net.ipv4.tcp_rmem | tr '\t' ' ')' tcp_wmem '$(sysctl -n net.ipv4.tcp_wmem | tr '\t' ' ')'"
@@ -172,6 +181,7 @@ for r in $(seq "$ROUNDS"); do
             ip netns exec "$NAME-b" ip tcp_metrics flush all 2>/dev/null || true
             rm -rf "${SHM:?}/dst/"* "$SHM"/dst/.[!.]* 2>/dev/null || true
             sleep 1
+            rm -f "$RUN/samples"
             t0=$(date +%s.%N)
             python3 "$RUN/sampler.py" "${SRV[$b]}" "$t0" "$RUN/samples" &
             SAMPLER=$!
@@ -180,6 +190,7 @@ for r in $(seq "$ROUNDS"); do
                 "$SHM/src/big.bin" "longhaul://$HOST_B:${PORT[$b]}/bench/" >"$RUN/cp.json" 2>"$RUN/cp.err" || rc=$?
             t1=$(date +%s.%N)
             stop_pid "$SAMPLER"; SAMPLER=''
+            [ -f "$RUN/samples" ] || : >"$RUN/samples"
             wall=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.3f", b - a }')
             if [ "$rc" -ne 0 ] || ! cmp -s "$SHM/src/big.bin" "$SHM/dst/big.bin"; then
                 echo "$b ${rtt}ms: NA (exit $rc: $(tail -n 2 "$RUN/cp.err" | tr '\n' ' '))"
@@ -195,6 +206,7 @@ for r in $(seq "$ROUNDS"); do
             streams=$(jq -r '.. | .streams? // empty' "$RUN/cp.json" 2>/dev/null | head -n1)
             echo "$b ${rtt}ms: $mbs MB/s ${wall}s | first $first full $full | steady $steady | lost $lost | streams ${streams:-?}"
             MBS[$b,$rtt]="${MBS[$b,$rtt]:-} $mbs"
+            SECS[$b,$rtt]="${SECS[$b,$rtt]:-} $wall"
             FIRST[$b,$rtt]="${FIRST[$b,$rtt]:-} $first"
             FULL[$b,$rtt]="${FULL[$b,$rtt]:-} $full"
             LOST[$b,$rtt]="${LOST[$b,$rtt]:-} $lost"
@@ -202,14 +214,17 @@ for r in $(seq "$ROUNDS"); do
     done
 done
 echo
-echo "| binary | RTT | MB/s (median) | runs | first data (s) | full rate (s) | lost (s) | rate / rate at ${RTTS%% *} ms |"
-echo "|---|---:|---:|---|---:|---:|---:|---:|"
+echo "| binary | RTT | MB/s (median) | runs | seconds (median) | round trips more than at ${RTTS%% *} ms | first data (s) | full rate (s) | lost (s) | rate / rate at ${RTTS%% *} ms |"
+echo "|---|---:|---:|---|---:|---:|---:|---:|---:|---:|"
 ref=${RTTS%% *}
 for b in "${BINS[@]}"; do
     base=$(echo "${MBS[$b,$ref]:-}" | median)
+    base_s=$(echo "${SECS[$b,$ref]:-}" | median)
     for rtt in $RTTS; do
         m=$(echo "${MBS[$b,$rtt]:-}" | median)
+        secs=$(echo "${SECS[$b,$rtt]:-}" | median)
         ratio=$(awk -v m="$m" -v z="$base" 'BEGIN { if (z > 0 && m > 0) printf "%.3f", m / z; else print "NA" }')
-        echo "| $b | $rtt ms | $m | ${MBS[$b,$rtt]:-} | $(echo "${FIRST[$b,$rtt]:-}" | median) | $(echo "${FULL[$b,$rtt]:-}" | median) | $(echo "${LOST[$b,$rtt]:-}" | median) | $ratio |"
+        trips=$(awk -v s="$secs" -v z="$base_s" -v r="$rtt" 'BEGIN { if (r > 0 && s > 0 && z > 0) printf "%.1f", (s - z) / (r / 1000); else print "-" }')
+        echo "| $b | $rtt ms | $m | ${MBS[$b,$rtt]:-} | $secs | $trips | $(echo "${FIRST[$b,$rtt]:-}" | median) | $(echo "${FULL[$b,$rtt]:-}" | median) | $(echo "${LOST[$b,$rtt]:-}" | median) | $ratio |"
     done
 done

@@ -285,7 +285,19 @@ pub(crate) fn present(
         token: None,
     })
     .encode(&mut hello)?;
-    s.write_all(&hello).and_then(|()| s.flush()).map_err(|e| {
+    // Under Nagle the Hello would wait for the acknowledgement of the TLS
+    // handshake's last flight, a round trip when the token came back as
+    // the handshake ended (PROTOCOL.md 13.2 item 0). Nagle comes back on
+    // for the data.
+    let nagle = !s.tcp().nodelay().unwrap_or(true);
+    if nagle {
+        let _ = s.tcp().set_nodelay(true);
+    }
+    let sent = s.write_all(&hello).and_then(|()| s.flush());
+    if nagle {
+        let _ = s.tcp().set_nodelay(false);
+    }
+    sent.map_err(|e| {
         let peer = s
             .tcp()
             .peer_addr()
