@@ -432,10 +432,16 @@ fn attach_streams(
     if !which.is_empty() {
         data.extend(open_streams(ctl, token, &which, tuning, o)?);
     }
-    if let (Some(rate), Direction::Up) = (tuning.pacing, direction) {
+    if direction == Direction::Up {
         for s in &data {
-            crate::net::sock::set_pacing(crate::net::sock::fd_of(s.tcp()), rate)
-                .map_err(|e| EngineError::io("failed to pace a data stream".into(), e))?;
+            let fd = crate::net::sock::fd_of(s.tcp());
+            if let Some(rate) = tuning.pacing {
+                crate::net::sock::set_pacing(fd, rate)
+                    .map_err(|e| EngineError::io("failed to pace a data stream".into(), e))?;
+            }
+            if let Err(e) = crate::net::sock::limit_unsent(fd) {
+                tracing::warn!("{e}");
+            }
         }
     }
     Ok(data)
