@@ -141,6 +141,11 @@ pub(super) fn serve_transfer(
             Ok(c) => cc = c,
             Err(e) => tracing::warn!("failed to tune a data stream of {}: {e}", conn.peer()),
         }
+        if sending {
+            if let Err(e) = sock::limit_unsent(sock::fd_of(s.tcp())) {
+                tracing::warn!("{e} on a data stream of {}", conn.peer());
+            }
+        }
     }
     tracing::info!(
         "{:?} of {} on export {} with {} stream(s), {cc}",

@@ -320,7 +320,7 @@ fn cp_retrying(o: &CpOptions) -> Result<CpSummary, EngineError> {
     let mut attempt = 0;
     loop {
         attempt += 1;
-        match cp_once(o, &plan, &digest_out) {
+        match cp_once(o, &plan, &digest_out, true) {
             Ok(mut s) => {
                 s.attempts = attempt;
                 return Ok(s);
@@ -432,10 +432,16 @@ fn attach_streams(
     if !which.is_empty() {
         data.extend(open_streams(ctl, token, &which, tuning, o)?);
     }
-    if let (Some(rate), Direction::Up) = (tuning.pacing, direction) {
+    if direction == Direction::Up {
         for s in &data {
-            crate::net::sock::set_pacing(crate::net::sock::fd_of(s.tcp()), rate)
-                .map_err(|e| EngineError::io("failed to pace a data stream".into(), e))?;
+            let fd = crate::net::sock::fd_of(s.tcp());
+            if let Some(rate) = tuning.pacing {
+                crate::net::sock::set_pacing(fd, rate)
+                    .map_err(|e| EngineError::io("failed to pace a data stream".into(), e))?;
+            }
+            if let Err(e) = crate::net::sock::limit_unsent(fd) {
+                tracing::warn!("{e}");
+            }
         }
     }
     Ok(data)
@@ -485,21 +491,52 @@ fn congestion_for(o: &CpOptions, push: bool) -> Result<Option<String>, EngineErr
     })
 }
 
+/// What sizing for the path starts from.
+#[derive(Clone, Copy)]
+struct PathFacts {
+    /// The smallest RTT the control connection has seen, microseconds.
+    rtt_us: u32,
+    local: crate::net::sock::BufferCaps,
+    /// The server's caps (`Welcome.buffers`); None before its `Welcome`,
+    /// when they are taken to be this host's.
+    remote: Option<crate::net::sock::BufferCaps>,
+    /// The server's `--max-streams`, when known.
+    max_streams: Option<u16>,
+}
+
+impl PathFacts {
+    fn of(ctl: &Control) -> PathFacts {
+        let (rtt_us, local, remote) = ctl.path_facts();
+        PathFacts {
+            rtt_us,
+            local,
+            remote: Some(remote),
+            max_streams: ctl.welcome.max_streams,
+        }
+    }
+
+    /// (sender, receiver) caps.
+    fn sides(&self, push: bool) -> (crate::net::sock::BufferCaps, crate::net::sock::BufferCaps) {
+        let remote = self.remote.unwrap_or(self.local);
+        if push {
+            (self.local, remote)
+        } else {
+            (remote, self.local)
+        }
+    }
+}
+
 /// Sizes the data streams for the path: RTT from the control connection,
 /// both hosts' buffer caps, the rate if given (see [`longhaul_proto::window`]).
 fn size_for_path(
     o: &CpOptions,
-    ctl: &Control,
+    facts: PathFacts,
     host: &str,
     push: bool,
 ) -> Result<(PathTuning, StreamTuning, Vec<String>), EngineError> {
     use longhaul_proto::window::{plan, PathInput};
-    let (rtt_us, local, remote) = ctl.path_facts();
-    let (sender, receiver) = if push {
-        (local, remote)
-    } else {
-        (remote, local)
-    };
+    let rtt_us = facts.rtt_us;
+    let (sender, receiver) = facts.sides(push);
     let (target_bps, remembered) = target_rate(o, host, push, rtt_us);
     let mut window = plan(&PathInput {
         rtt_us,
@@ -509,7 +546,7 @@ fn size_for_path(
         streams: o.streams,
     });
     // Within the server's --max-streams when the count was ours to choose.
-    if let (true, Some(max)) = (window.auto_streams, ctl.welcome.max_streams) {
+    if let (true, Some(max)) = (window.auto_streams, facts.max_streams) {
         window.streams = window.streams.min(max.max(1));
         window.ceiling_bps = window.stream_ceiling_bps * f64::from(window.streams);
     }
@@ -546,6 +583,23 @@ fn size_for_path(
     Ok((path, tuning, warnings))
 }
 
+/// The warnings of a plan sized before the server's `Welcome`, with the
+/// server's caps as they are: the streams stay as requested.
+fn shortfall_with_server(path: &PathTuning, facts: PathFacts, push: bool) -> Vec<String> {
+    use longhaul_proto::window::{plan, PathInput};
+    let (sender, receiver) = facts.sides(push);
+    plan(&PathInput {
+        rtt_us: path.window.rtt_us,
+        target_bps: Some(path.window.target_bps),
+        sender,
+        receiver,
+        streams: Some(path.window.streams),
+    })
+    .shortfall(&sender, &receiver)
+    .into_iter()
+    .collect()
+}
+
 /// Files in flight to start with and the most to grow to, for a sink
 /// that allows `cap`: fixed by `--files-in-flight` or `--no-tune`, else
 /// sized for the path and free to grow to the cap.
@@ -564,12 +618,8 @@ fn files_in_flight(
     }
 }
 
-fn request(
-    ctl: &mut Control,
-    req: TransferRequest,
-    o: &ClientOptions,
-) -> Result<TransferAccept, EngineError> {
-    ctl.conn.send(&Message::TransferRequest(req))?;
+/// The server's answer to the `TransferRequest` sent on `ctl`.
+fn accepted(ctl: &mut Control, o: &ClientOptions) -> Result<TransferAccept, EngineError> {
     let deadline = Instant::now() + o.handshake_timeout;
     ctl.answer(deadline, "the transfer request", |m| match m {
         Message::TransferAccept(a) => Some(a),
@@ -577,29 +627,16 @@ fn request(
     })
 }
 
-fn cp_once(
+/// The request for `plan`, `streams` data streams tuned by `tuning`.
+fn transfer_request(
     o: &CpOptions,
     plan: &Plan,
-    digest_out: &Option<super::DigestOut>,
-) -> Result<CpSummary, EngineError> {
-    let started = Instant::now();
-    let (host, export) = match plan {
-        Plan::Push { host, export, .. } | Plan::Pull { host, export, .. } => (host, export),
-    };
-    let push = matches!(plan, Plan::Push { .. });
-    let (mut ctl, early) = open_control_early(host, &o.client, |d, rtt_us| {
-        dial_early(o, push, host, d, rtt_us)
-    })?;
-    let (mut path, tuning, warnings) = size_for_path(o, &ctl, host, push)?;
-    let streams = path.window.streams;
-    let storage: Arc<dyn Storage> = if o.direct {
-        Arc::new(Direct)
-    } else {
-        Arc::new(Local)
-    };
+    streams: u16,
+    tuning: &StreamTuning,
+) -> TransferRequest {
     let mut req = TransferRequest {
         op: Op::Push,
-        export: export.clone(),
+        export: String::new(),
         dest: String::new(),
         sources: Vec::new(),
         source_count: o.sources.len() as u32,
@@ -617,6 +654,103 @@ fn cp_once(
         direct: o.direct,
         tuning: tuning.clone(),
     };
+    match plan {
+        Plan::Push {
+            export,
+            dest,
+            dest_dir,
+            ..
+        } => {
+            req.export = export.clone();
+            req.dest = dest.clone();
+            req.dest_dir = *dest_dir;
+        }
+        Plan::Pull {
+            export, sources, ..
+        } => {
+            req.op = Op::Pull;
+            req.export = export.clone();
+            req.sources = sources.clone();
+        }
+    }
+    req
+}
+
+fn cp_once(
+    o: &CpOptions,
+    plan: &Plan,
+    digest_out: &Option<super::DigestOut>,
+    pipeline: bool,
+) -> Result<CpSummary, EngineError> {
+    let started = Instant::now();
+    let host = match plan {
+        Plan::Push { host, .. } | Plan::Pull { host, .. } => host,
+    };
+    let push = matches!(plan, Plan::Push { .. });
+    // What can fail here fails before the server is asked anything.
+    let pull_dest = match plan {
+        Plan::Push { roots, .. } => {
+            for r in roots {
+                std::fs::symlink_metadata(r)
+                    .map_err(|e| EngineError::Usage(format!("cannot read {}: {e}", r.display())))?;
+            }
+            None
+        }
+        Plan::Pull { dest, .. } => Some(local_dest(o, dest)?),
+    };
+    // Sized from the RTT of the TCP handshake and this host's caps (the
+    // server's are not known before its Welcome), the request goes out
+    // right behind the Hello: a round trip less before data flows.
+    let mut pipelined = None;
+    let (mut ctl, early) = open_control_early(
+        host,
+        &o.client,
+        |d, rtt_us| dial_early(o, push, host, d, rtt_us),
+        |rtt_us| {
+            if !pipeline {
+                return None;
+            }
+            let facts = PathFacts {
+                rtt_us,
+                local: crate::net::sock::buffer_caps(),
+                remote: None,
+                max_streams: None,
+            };
+            // An error is asked again below, where it is reported.
+            let sized = size_for_path(o, facts, host, push).ok()?;
+            let req = transfer_request(o, plan, sized.0.window.streams, &sized.1);
+            pipelined = Some(sized);
+            Some(Message::TransferRequest(req))
+        },
+    )?;
+    let (mut path, tuning, warnings) = match pipelined {
+        Some((path, tuning, _)) => {
+            if ctl
+                .welcome
+                .max_streams
+                .is_some_and(|max| path.window.streams > max)
+            {
+                // The server refuses that many (`limit`) and closes: ask
+                // again, sized with its Welcome.
+                drop(ctl);
+                return cp_once(o, plan, digest_out, false);
+            }
+            let warnings = shortfall_with_server(&path, PathFacts::of(&ctl), push);
+            (path, tuning, warnings)
+        }
+        None => {
+            let sized = size_for_path(o, PathFacts::of(&ctl), host, push)?;
+            let req = transfer_request(o, plan, sized.0.window.streams, &sized.1);
+            ctl.conn.send(&Message::TransferRequest(req))?;
+            sized
+        }
+    };
+    let streams = path.window.streams;
+    let storage: Arc<dyn Storage> = if o.direct {
+        Arc::new(Direct)
+    } else {
+        Arc::new(Local)
+    };
     let mut s = CpSummary {
         streams,
         warnings,
@@ -624,19 +758,8 @@ fn cp_once(
         ..CpSummary::default()
     };
     match plan {
-        Plan::Push {
-            dest,
-            dest_dir,
-            roots,
-            ..
-        } => {
-            for r in roots {
-                std::fs::symlink_metadata(r)
-                    .map_err(|e| EngineError::Usage(format!("cannot read {}: {e}", r.display())))?;
-            }
-            req.dest = dest.clone();
-            req.dest_dir = *dest_dir;
-            let accept = request(&mut ctl, req, &o.client)?;
+        Plan::Push { roots, .. } => {
+            let accept = accepted(&mut ctl, &o.client)?;
             let token = accept.token;
             let cap = accept
                 .max_files_in_flight
@@ -696,12 +819,10 @@ fn cp_once(
             s.would_send = r.sink.would_send.clone();
             s.dest_write_bps = stage_rate(r.sink.written_bytes, r.sink.write_us, streams);
         }
-        Plan::Pull { sources, dest, .. } => {
-            req.op = Op::Pull;
-            req.sources = sources.clone();
-            let (dest, landing, anchor) = local_dest(o, dest)?;
+        Plan::Pull { .. } => {
+            let (dest, landing, anchor) = pull_dest.expect("made for a pull");
             let dest = &dest;
-            let token = request(&mut ctl, req, &o.client)?.token;
+            let token = accepted(&mut ctl, &o.client)?.token;
             let data = attach_streams(
                 &ctl,
                 early,
