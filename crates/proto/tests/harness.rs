@@ -253,6 +253,7 @@ impl Pair {
                         test_id: self.next_test_id,
                         token: TOKEN.into(),
                         udp_ports,
+                        data_key: None,
                     },
                 );
                 self.next_test_id += 1;
@@ -1078,6 +1079,7 @@ fn server_gives_up_when_streams_never_join() {
             test_id: 9,
             token: TOKEN.into(),
             udp_ports: vec![],
+            data_key: None,
         },
     );
     pair.drive();

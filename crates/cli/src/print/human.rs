@@ -129,20 +129,35 @@ fn sum_line(d: &DirectionReport, mode: Mode, from: f64, to: f64) -> String {
     )
 }
 
+/// How the test's connections were protected, data streams first (what
+/// the rate measured depends on it).
+fn encryption_line(s: &Setup) -> String {
+    let or_unknown = |e: &str| match e {
+        "" => "?".to_string(),
+        e => e.to_string(),
+    };
+    let control = or_unknown(&s.control_encryption);
+    match s.data_encrypted {
+        Some(true) => format!("data streams encrypted ({control})"),
+        Some(false) if control == "none" => "no encryption (--insecure-plaintext)".to_string(),
+        Some(false) => {
+            format!("data streams unencrypted (perf --tls encrypts them), control {control}")
+        }
+        // From a relaying server older than the field.
+        None => format!("encryption {}", or_unknown(&s.encryption)),
+    }
+}
+
 impl Reporter for Human {
     fn setup(&mut self, s: &Setup) {
         let p = &s.params;
         out(&format!(
-            "Connected to {} ({}, {}), protocol {}, encryption {}",
+            "Connected to {} ({}, {}), protocol {}, {}",
             s.server,
             s.server_host,
             s.server_software,
             s.protocol_version,
-            if s.encryption.is_empty() {
-                "?"
-            } else {
-                &s.encryption
-            }
+            encryption_line(s)
         ));
         let what = match p.transport {
             Transport::Tcp => "TCP",

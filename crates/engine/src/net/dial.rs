@@ -209,16 +209,61 @@ impl Control {
         opts: &ClientOptions,
         tune: impl Fn(&socket2::Socket, Direction) -> std::io::Result<()> + Sync,
     ) -> Result<Vec<Box<dyn conn::Stream>>, EngineError> {
-        let dialer = self.dialer();
         let version = self.welcome.version;
-        let (dialer, tune) = (&dialer, &tune);
+        self.open_streams_with(&self.dialer(), which, opts, tune, |s, stream, direction| {
+            present(s, version, token, stream, direction)
+        })
+    }
+
+    /// Connects a perf test's data streams, each joining with its proof of
+    /// the test's data key ([`Role::PerfData`]): in TLS if `tls` (and the
+    /// control connection has TLS), else in plaintext, which is safe for
+    /// the proof (it is good for its one stream only) but not for anything
+    /// else: no credential crosses these streams.
+    pub(crate) fn open_proven_streams(
+        &self,
+        test: &str,
+        key: &longhaul_proto::databind::DataKey,
+        tls: bool,
+        which: &[(Direction, u16)],
+        opts: &ClientOptions,
+        tune: impl Fn(&socket2::Socket, Direction) -> std::io::Result<()> + Sync,
+    ) -> Result<Vec<Box<dyn conn::Stream>>, EngineError> {
+        let mut dialer = self.dialer();
+        if !tls {
+            dialer.tls = None;
+        }
+        let version = self.welcome.version;
+        self.open_streams_with(&dialer, which, opts, tune, |s, stream, direction| {
+            let proof = key.proof(test, Transport::Tcp, stream, direction);
+            let role = Role::PerfData {
+                test: test.to_string(),
+                stream,
+                direction,
+                proof,
+            };
+            present_as(s, version, role, stream)
+        })
+    }
+
+    /// Dials one data stream per `which`, all at once, and introduces each
+    /// with `introduce`.
+    fn open_streams_with(
+        &self,
+        dialer: &Dialer,
+        which: &[(Direction, u16)],
+        opts: &ClientOptions,
+        tune: impl Fn(&socket2::Socket, Direction) -> std::io::Result<()> + Sync,
+        introduce: impl Fn(&mut Box<dyn conn::Stream>, u16, Direction) -> Result<(), EngineError> + Sync,
+    ) -> Result<Vec<Box<dyn conn::Stream>>, EngineError> {
+        let (tune, introduce) = (&tune, &introduce);
         std::thread::scope(|scope| {
             let pending: Vec<_> = which
                 .iter()
                 .map(|&(direction, stream)| {
                     scope.spawn(move || {
                         let mut s = dialer.dial(opts, |s| tune(s, direction))?;
-                        present(&mut s, version, token, stream, direction)?;
+                        introduce(&mut s, stream, direction)?;
                         Ok(s)
                     })
                 })
@@ -272,19 +317,35 @@ pub(crate) fn present(
     stream: u16,
     direction: Direction,
 ) -> Result<(), EngineError> {
+    let role = Role::Data {
+        token: token.to_string(),
+        stream,
+        direction,
+    };
+    present_as(s, version, role, stream)
+}
+
+/// The preamble and a data stream's `Hello` in `role`.
+pub(crate) fn data_hello(version: u16, role: Role) -> Result<Vec<u8>, EngineError> {
     let mut hello = MAGIC.to_vec();
     Message::Hello(Hello {
         min_version: version,
         max_version: version,
         software: crate::software(),
-        role: Role::Data {
-            token: token.to_string(),
-            stream,
-            direction,
-        },
+        role,
         token: None,
     })
     .encode(&mut hello)?;
+    Ok(hello)
+}
+
+fn present_as(
+    s: &mut Box<dyn conn::Stream>,
+    version: u16,
+    role: Role,
+    stream: u16,
+) -> Result<(), EngineError> {
+    let hello = data_hello(version, role)?;
     s.write_all(&hello).and_then(|()| s.flush()).map_err(|e| {
         let peer = s
             .tcp()

@@ -79,6 +79,9 @@ pub struct ServeConfig {
     pub allow_plaintext: bool,
     /// Anonymous clients may run perf tests (`--public-perf`).
     pub public_perf: bool,
+    /// Refuse perf tests whose data would cross the network unencrypted
+    /// (`--perf-tls-only`): plaintext TCP data streams, and UDP.
+    pub perf_tls_only: bool,
     /// Keep setuid, setgid and sticky bits and world-writable directories
     /// that clients send with `-p` (`--keep-special-modes`); stripped
     /// otherwise.
@@ -105,6 +108,7 @@ impl Default for ServeConfig {
             tls: None,
             allow_plaintext: false,
             public_perf: false,
+            perf_tls_only: false,
             keep_special_modes: false,
             open_access: false,
         }
@@ -116,6 +120,9 @@ struct Attach {
     stream: Box<dyn Stream>,
     index: u16,
     direction: Direction,
+    /// Its proof of the test's data key (`Role::PerfData`); None when it
+    /// joined by token.
+    proof: Option<String>,
 }
 
 struct Shared {
@@ -451,18 +458,9 @@ fn secure(
                 }
             }
         }
-        Ok(1) if first[0] == MAGIC[0] && shared.cfg.allow_plaintext => Some(Box::new(tcp)),
-        Ok(1) if first[0] == MAGIC[0] => {
-            tracing::warn!("refusing {peer}: plaintext, and this server requires TLS");
-            let mut tcp = tcp;
-            refuse_on(
-                &mut tcp,
-                RefuseCode::TlsRequired,
-                "this server requires TLS: run the client without --insecure-plaintext (plaintext needs --allow-plaintext on the server too)",
-            );
-            linger(&mut tcp);
-            None
-        }
+        // Without --allow-plaintext only a perf data stream may stay in
+        // plaintext; `plaintext_allowed` checks once its hello is in.
+        Ok(1) if first[0] == MAGIC[0] => Some(Box::new(tcp)),
         Ok(_) => {
             tracing::warn!("closing {peer}: neither TLS nor longhaul");
             let mut tcp = tcp;
@@ -478,6 +476,22 @@ fn secure(
             None
         }
     }
+}
+
+/// Whether a connection may go on after its hello: TLS always; plaintext
+/// with `--allow-plaintext`, or when it is a perf data stream, which
+/// carries no credential (its proof is bound to one stream of one test,
+/// PROTOCOL.md 4.1) and which the test itself checks.
+fn plaintext_allowed(shared: &Shared, stream: &dyn Stream, hello: &Message) -> bool {
+    stream.is_tls()
+        || shared.cfg.allow_plaintext
+        || matches!(
+            hello,
+            Message::Hello(Hello {
+                role: Role::PerfData { .. },
+                ..
+            })
+        )
 }
 
 fn session_config(shared: &Shared) -> ServerConfig {
@@ -516,6 +530,16 @@ fn handle_connection(shared: &Arc<Shared>, tcp: TcpStream, peer: SocketAddr) {
             return;
         }
     };
+    if !plaintext_allowed(shared, &*stream, &hello) {
+        tracing::warn!("refusing {peer}: plaintext, and this server requires TLS");
+        refuse_on(
+            &mut *stream,
+            RefuseCode::TlsRequired,
+            "this server requires TLS: run the client without --insecure-plaintext (plaintext needs --allow-plaintext on the server too)",
+        );
+        linger(&mut *stream);
+        return;
+    }
     // Who this is, before anything else is looked at.
     let access = match &hello {
         Message::Hello(Hello {
@@ -557,6 +581,7 @@ fn handle_connection(shared: &Arc<Shared>, tcp: TcpStream, peer: SocketAddr) {
             token,
             stream: index,
             direction,
+            proof,
         })) => {
             // The handshake's time-out would stay on the socket and make
             // every blocking read arm a timer.
@@ -573,6 +598,7 @@ fn handle_connection(shared: &Arc<Shared>, tcp: TcpStream, peer: SocketAddr) {
                         stream,
                         index,
                         direction,
+                        proof,
                     })
                     .map_err(|e| e.0.stream),
                 None => Err(stream),
