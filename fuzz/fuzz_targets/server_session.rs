@@ -139,6 +139,7 @@ fn wrong(b: u8) -> Message {
             test_id: 1,
             token: "t".into(),
             udp_ports: vec![],
+            data_key: None,
         }),
         2 => Message::Ready(Ready {
             streams: vec![],
@@ -270,6 +271,7 @@ fuzz_target!(|input: Input| {
                         test_id,
                         token,
                         udp_ports: ports,
+                        data_key: None,
                     },
                 );
                 None
