@@ -501,3 +501,37 @@ pub fn probe_fingerprint(target: &str, timeout: Duration) -> Result<String, Engi
     t.seen()
         .ok_or_else(|| EngineError::Trust(format!("{target} presented no certificate")))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use longhaul_proto::databind::DataKey;
+
+    /// What a plaintext perf data stream puts on the wire before its data:
+    /// the preamble and a hello naming the test with a proof, and nothing
+    /// that works alone: no bearer token, no data key.
+    #[test]
+    fn a_perf_data_hello_carries_no_credential() {
+        let key = DataKey::from_bytes([9; 32]);
+        let test = "00112233445566778899aabbccddeeff";
+        let proof = key.proof(test, Transport::Tcp, 2, Direction::Down);
+        let role = Role::PerfData {
+            test: test.into(),
+            stream: 2,
+            direction: Direction::Down,
+            proof: proof.clone(),
+        };
+        let wire = data_hello(2, role).unwrap();
+        assert!(wire.starts_with(&MAGIC));
+        let text = String::from_utf8_lossy(&wire[MAGIC.len() + 5..]).into_owned();
+        assert_eq!(
+            text,
+            format!(
+                r#"{{"min_version":2,"max_version":2,"software":"{}","role":{{"kind":"perf_data","test":"{test}","stream":2,"direction":"down","proof":"{proof}"}}}}"#,
+                crate::software()
+            )
+        );
+        assert!(!text.contains(&key.to_hex()));
+        assert!(!text.contains("\"token\""));
+    }
+}
