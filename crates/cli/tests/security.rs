@@ -2047,14 +2047,17 @@ fn client_strings_cannot_forge_server_log_lines() {
 /// client sent through it: what a sniffer on the path would see.
 struct Relay {
     addr: SocketAddr,
-    seen: Arc<Mutex<Vec<Arc<Mutex<Vec<u8>>>>>>,
+    seen: Arc<Mutex<Vec<Recording>>>,
 }
+
+/// What one connection's client has sent so far.
+type Recording = Arc<Mutex<Vec<u8>>>;
 
 impl Relay {
     fn to(server: SocketAddr) -> Relay {
         let l = TcpListener::bind(loopback()).unwrap();
         let addr = l.local_addr().unwrap();
-        let seen: Arc<Mutex<Vec<Arc<Mutex<Vec<u8>>>>>> = Arc::default();
+        let seen: Arc<Mutex<Vec<Recording>>> = Arc::default();
         let all = seen.clone();
         // Ends with the test process; each pump ends with its connection.
         std::thread::spawn(move || {
@@ -2073,7 +2076,7 @@ impl Relay {
         Relay { addr, seen }
     }
 
-    fn pump(mut from: TcpStream, mut to: TcpStream, log: Option<Arc<Mutex<Vec<u8>>>>) {
+    fn pump(mut from: TcpStream, mut to: TcpStream, log: Option<Recording>) {
         let mut buf = vec![0u8; 1 << 16];
         loop {
             match from.read(&mut buf) {
