@@ -22,6 +22,7 @@
 #   ROUNDS (5)  DURATION (5, seconds)  GAP (1, seconds between runs)  CCS ("bbr cubic")
 #   VARIANTS: extra longhaul rows, `name=args` separated by `;`, e.g.
 #             VARIANTS='tls=--tls;copy=--copy;l128k=-l 128K' bash bench/perf-one-stream.sh
+#   IPERF3_VARIANTS: extra iperf3 rows, likewise (IPERF3_VARIANTS='-Z=-Z -l 1M')
 #   PORT (47410; iperf3 uses PORT+1)  SKIP_BUILD=1  LONGHAUL_BIN (use this binary)
 # Needs root for the sysctl (CCS="" leaves it alone and runs under the current one), jq, iperf3.
 
@@ -33,6 +34,7 @@ GAP=${GAP:-1}
 CCS=${CCS-bbr cubic}
 PORT=${PORT:-47410}
 VARIANTS=${VARIANTS:-}
+IPERF3_VARIANTS=${IPERF3_VARIANTS:-}
 HOST=127.0.0.1
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -93,6 +95,8 @@ ROWS=("longhaul|")
 IFS=';' read -r -a extra <<<"$VARIANTS"
 for v in ${extra[@]+"${extra[@]}"}; do [ -n "$v" ] && ROWS+=("longhaul ${v%%=*}|${v#*=}"); done
 ROWS+=("iperf3 -l 1M|-l 1M")
+IFS=';' read -r -a extra <<<"$IPERF3_VARIANTS"
+for v in ${extra[@]+"${extra[@]}"}; do [ -n "$v" ] && ROWS+=("iperf3 ${v%%=*}|${v#*=}"); done
 
 printf 'cc\tround\trow\tgbps\tsender_cpu\treceiver_cpu\tretransmits\n' >"$TSV"
 run() { # cc round row args
