@@ -130,7 +130,10 @@ struct Shared {
     tls: Arc<rustls::ServerConfig>,
     fingerprint: Option<String>,
     host: String,
-    registry: Mutex<HashMap<String, Sender<Attach>>>,
+    /// Tests and transfers by token, and whether data streams join them
+    /// by proof of a data key (perf tests that have one) rather than by
+    /// the token.
+    registry: Mutex<HashMap<String, (Sender<Attach>, bool)>>,
     slots: Slots,
     connections: AtomicUsize,
     /// Open connections by [`client_key`].
@@ -478,6 +481,23 @@ fn secure(
     }
 }
 
+/// Why a data stream may not join the test or transfer its token names,
+/// when that one joins by proof (`proven`) and the stream does not, or
+/// the other way round.
+fn wrong_join(proven: bool, proof: &Option<String>) -> Option<(RefuseCode, &'static str)> {
+    match (proven, proof.is_some()) {
+        (true, false) => Some((
+            RefuseCode::Unauthorized,
+            "this test's data streams join with a proof of its data key (role perf_data), not with the token",
+        )),
+        (false, true) => Some((
+            RefuseCode::Protocol,
+            "this test or transfer takes data streams by its token (role data), not by proof",
+        )),
+        _ => None,
+    }
+}
+
 /// Whether a connection may go on after its hello: TLS always; plaintext
 /// with `--allow-plaintext`, or when it is a perf data stream, which
 /// carries no credential (its proof is bound to one stream of one test,
@@ -592,8 +612,15 @@ fn handle_connection(shared: &Arc<Shared>, tcp: TcpStream, peer: SocketAddr) {
                 .expect("poisoned")
                 .get(&token)
                 .cloned();
+            // A proof joins only a test with a data key, and such a test
+            // takes nothing else: a transfer's streams never go plaintext.
+            if let Some((code, message)) = tx.as_ref().and_then(|t| wrong_join(t.1, &proof)) {
+                tracing::warn!("closing {peer}: {message}");
+                refuse_on(&mut *stream, code, message);
+                return;
+            }
             let attached = match tx {
-                Some(tx) => tx
+                Some((tx, _)) => tx
                     .send(Attach {
                         stream,
                         index,

@@ -16,7 +16,7 @@ use longhaul_proto::session::ServerSession;
 use longhaul_proto::udp;
 use longhaul_proto::units::escaped;
 
-use super::slots::{register, TestGuard};
+use super::slots::{join_by_proof, register, TestGuard};
 use super::{auth, peer_ip, refuse_on, Attach, ServeConfig, Shared};
 use crate::net::conn::FramedConn;
 use crate::net::sock;
@@ -194,6 +194,9 @@ pub(super) fn new_test(
     let p = &p;
     let (guard, rx) = register(shared, conn, access)?;
     let guard_token = guard.token.clone();
+    if data_key.is_some() {
+        join_by_proof(shared, &guard_token);
+    }
     let mut udp_sockets = Vec::new();
     let mut ports = Vec::new();
     if p.transport == Transport::Udp {
@@ -280,27 +283,21 @@ fn tls_only(p: &TestParams, control_tls: bool) -> Result<(), String> {
     Ok(())
 }
 
-/// Why a data connection may not join its test, if it may not: a proof
-/// of the data key where the test has one (in TLS where the client asked
-/// for TLS), the token alone where it has none.
+/// Why a data connection may not join its test, if it may not: where the
+/// test has a data key, a proof of it for this slot (in TLS where the
+/// client asked for TLS). Which of token and proof a test takes the
+/// server checked before it handed the stream over (`wrong_join`).
 fn join_refusal(t: &Test, a: &Attach) -> Option<(RefuseCode, &'static str)> {
-    let key = match (&t.data_key, &a.proof) {
-        (None, None) => return None,
+    let (k, proof) = match (&t.data_key, &a.proof) {
         (Some(k), Some(proof)) => (k, proof),
-        (Some(_), None) => {
-            return Some((
-                RefuseCode::Unauthorized,
-                "this test's data streams join with a proof of its data key (role perf_data), not with the token",
-            ))
-        }
-        (None, Some(_)) => {
+        (None, None) => return None,
+        _ => {
             return Some((
                 RefuseCode::Protocol,
-                "this test's data streams join with its token (role data): the request had no data_tls",
+                "token or proof, not as this test takes them",
             ))
         }
     };
-    let (k, proof) = key;
     if !k.verify(&t.token, Transport::Tcp, a.index, a.direction, proof) {
         return Some((
             RefuseCode::Unauthorized,
