@@ -207,6 +207,13 @@ fuzz_target!(|input: Input| {
                 software: "fuzz".into(),
                 role: match data {
                     None => Role::Control,
+                    // Odd streams join by proof (perf data streams), even ones by token.
+                    Some((token, stream, up)) if stream % 2 == 1 => Role::PerfData {
+                        proof: token.chars().rev().collect(),
+                        test: token,
+                        stream,
+                        direction: if up { Direction::Up } else { Direction::Down },
+                    },
                     Some((token, stream, up)) => Role::Data {
                         token,
                         stream,
