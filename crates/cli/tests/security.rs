@@ -2199,11 +2199,13 @@ fn perf_data_is_plaintext_by_default_and_never_carries_a_credential() {
     // The human summary names it too.
     let o = lh(&["perf", &srv.addr().to_string(), "-n", "1M", "-i", "0"]);
     assert_exit(&o, 0);
-    assert!(
-        stdout(&o).contains("data streams unencrypted"),
-        "{}",
-        stdout(&o)
-    );
+    let text = stdout(&o);
+    assert!(text.contains("data streams unencrypted"), "{text}");
+    let summary = text
+        .lines()
+        .find(|l| l.starts_with("Summary:"))
+        .unwrap_or_default();
+    assert!(summary.ends_with(", data unencrypted"), "{text}");
     srv.shutdown();
 }
 

@@ -28,6 +28,9 @@ pub struct Human {
     dry_run: bool,
     /// cp --intervals: a line per interval of the transfer, to stderr.
     intervals: bool,
+    /// perf: whether the data streams were encrypted (from the setup), for
+    /// the summary line.
+    data_encrypted: Option<bool>,
 }
 
 impl Human {
@@ -44,6 +47,7 @@ impl Human {
             header_done: false,
             dry_run: false,
             intervals: false,
+            data_encrypted: None,
         }
     }
 
@@ -171,6 +175,7 @@ impl Reporter for Human {
         let len = format_bytes(u64::from(p.length));
         // `-P auto`: the engine chose the count.
         self.streams = p.streams;
+        self.data_encrypted = s.data_encrypted;
         let cc = s
             .local_streams
             .first()
@@ -265,6 +270,11 @@ impl Reporter for Human {
         }
         if let (Some(l), Some(j)) = (s.lost_percent, s.jitter_us) {
             line += &format!(", lost {l:.4}%, jitter {:.3} ms", j as f64 / 1000.0);
+        }
+        match self.data_encrypted {
+            Some(true) => line += ", data encrypted (TLS)",
+            Some(false) => line += ", data unencrypted",
+            None => {}
         }
         out(&line);
         out(&format!(
