@@ -14,12 +14,13 @@
 #     127.0.0.1 on non-default ports, and kills them by PID when the script exits;
 #   * for ROUNDS rounds runs every (tool, setting) at 1 and at 4 streams for DURATION
 #     seconds each, interleaved within the round (the order is rotated every round):
-#         longhaul defaults       TLS 1.3 (the default), pinned with --trust, token auth;
-#                                 1 MiB writes. The data is encrypted and decrypted in user
-#                                 space, so the zero-copy send (splice) and the MSG_TRUNC
-#                                 discarding receive do not apply.
-#         longhaul-plain defaults the same command plus --insecure-plaintext: no TLS, with
-#                                 the zero-copy splice send and MSG_TRUNC receive
+#         longhaul --tls          data streams over TLS 1.3 (`perf --tls`), pinned with --trust,
+#                                 token auth; 1 MiB writes. The data is encrypted and decrypted
+#                                 in user space, so the zero-copy send (splice) and the
+#                                 MSG_TRUNC discarding receive do not apply.
+#         longhaul-plain defaults `perf` at its defaults since issue 15: plaintext data streams
+#                                 (TLS control connection), with the zero-copy splice send and
+#                                 MSG_TRUNC receive
 #         iperf3 defaults | iperf3 -l 1M | iperf2 defaults | iperf2 -l 1M
 #         nuttcp defaults | nuttcp -l1m
 #     Throughput is what the receiver got (iperf3: end.sum_received); sender CPU is the
@@ -184,9 +185,8 @@ if want_longhaul; then
         die "longhaul token create failed: $(tail -n 2 "$LOGDIR/longhaul-token.log")"
     [[ $LH_TOKEN =~ ^[^[:space:]]+$ ]] || die "longhaul token create printed no token"
     export LONGHAUL_TRUST=$LH_FP LONGHAUL_TOKEN=$LH_TOKEN
-    # --allow-plaintext: the longhaul-plain rows (--insecure-plaintext) use the same server
-    start_server longhaul "$LH_PORT" "$LONGHAUL" serve --listen "$HOST:$LH_PORT" --state-dir "$STATE_DIR" \
-        --allow-plaintext
+    # TLS only: perf's plaintext data streams (the longhaul-plain rows) need no --allow-plaintext
+    start_server longhaul "$LH_PORT" "$LONGHAUL" serve --listen "$HOST:$LH_PORT" --state-dir "$STATE_DIR"
 fi
 want iperf3 && start_server iperf3 "$I3_PORT" iperf3 -s -B "$HOST" -p "$I3_PORT"
 want iperf2 && start_server iperf2 "$I2_PORT" iperf -s -B "$HOST" -p "$I2_PORT"
@@ -198,7 +198,7 @@ want nuttcp && start_server nuttcp "$NT_CTL_PORT" nuttcp -S --nofork -P "$NT_CTL
     echo "date: $(date -Is)"
     echo "host: $(uname -srm), $(nproc) CPUs, cc $(sysctl -n net.ipv4.tcp_congestion_control 2>/dev/null || echo '?')"
     echo "longhaul: $LONGHAUL ($(cd "$ROOT" && git rev-parse --short HEAD 2>/dev/null || echo '?')$(cd "$ROOT" && [ -n "$(git status --porcelain -- crates 2>/dev/null)" ] && echo ', crates/ modified'))"
-    echo "longhaul server: --allow-plaintext, identity $LH_FP; rows: longhaul = TLS 1.3 (token), longhaul-plain = --insecure-plaintext"
+    echo "longhaul server: TLS only, identity $LH_FP; rows: longhaul = perf --tls (TLS 1.3 data), longhaul-plain = perf defaults (plaintext data, TLS control)"
     echo "iperf3: $(iperf3 --version 2>&1 | head -n1)"
     echo "iperf2: $(iperf -v 2>&1 | head -n1)"
     echo "nuttcp: $(nuttcp -V 2>&1 | head -n1)"
@@ -210,8 +210,8 @@ sed 's/^/[perf] /' "$LOGDIR/meta.txt" >&2
 # tool|setting label|extra client arguments
 # (longhaul-plain follows longhaul, so that in every round the two run next to each other)
 ALL_CONFIGS=(
-    "longhaul|defaults|"
-    "longhaul-plain|defaults|--insecure-plaintext"
+    "longhaul|--tls|--tls"
+    "longhaul-plain|defaults|"
     "iperf3|defaults|"
     "iperf3|-l 1M|-l 1M"
     "iperf2|defaults|"
@@ -384,8 +384,8 @@ END {
         if (tv[1] == "iperf3" && tv[2] == "-l 1M") i3 = r
         if (tv[1] == "iperf3" && tv[2] == "defaults") i3d = r
     }
-    label["longhaul|defaults"] = "longhaul defaults (TLS 1.3)"
-    label["longhaul-plain|defaults"] = "longhaul-plain defaults (--insecure-plaintext, zero-copy)"
+    label["longhaul|--tls"] = "longhaul --tls (TLS 1.3 data)"
+    label["longhaul-plain|defaults"] = "longhaul defaults (plaintext data, TLS control, zero-copy)"
     print "| tool, setting | 1 stream Gbit/s | 4 streams Gbit/s | sender CPU % (1 / 4) | sender CPU % per Gbit/s (1 / 4) | ratio to longhaul TLS (1 / 4) | client CPU % by GNU time (1 / 4) | runs ok (1 / 4) |"
     print "|---|---:|---:|---:|---:|---:|---:|---:|"
     for (r = 1; r <= nr; r++) {
@@ -436,6 +436,6 @@ END {
 echo
 echo "Medians over rounds; CPU % per Gbit/s is the median of per-run ratios; 100% CPU = one core."
 echo "Sender CPU: longhaul/iperf3/nuttcp report their own, iperf2 is GNU time of the client."
-echo "longhaul = TLS 1.3 (encryption in user space: no zero-copy send or MSG_TRUNC receive);"
-echo "longhaul-plain = the same command with --insecure-plaintext (zero-copy), against the same server."
+echo "longhaul = perf --tls, TLS 1.3 data (encryption in user space: no zero-copy send or MSG_TRUNC receive);"
+echo "longhaul-plain = perf at its defaults: plaintext data streams (zero-copy), TLS control, same server."
 echo "Raw results: ${TSV#"$ROOT"/} (tool outputs in ${LOGDIR#"$ROOT"/}/)"

@@ -139,6 +139,7 @@ fn wrong(b: u8) -> Message {
             test_id: 1,
             token: "t".into(),
             udp_ports: vec![],
+            data_key: None,
         }),
         2 => Message::Ready(Ready {
             streams: vec![],
@@ -206,6 +207,13 @@ fuzz_target!(|input: Input| {
                 software: "fuzz".into(),
                 role: match data {
                     None => Role::Control,
+                    // Odd streams join by proof (perf data streams), even ones by token.
+                    Some((token, stream, up)) if stream % 2 == 1 => Role::PerfData {
+                        proof: token.chars().rev().collect(),
+                        test: token,
+                        stream,
+                        direction: if up { Direction::Up } else { Direction::Down },
+                    },
                     Some((token, stream, up)) => Role::Data {
                         token,
                         stream,
@@ -270,6 +278,7 @@ fuzz_target!(|input: Input| {
                         test_id,
                         token,
                         udp_ports: ports,
+                        data_key: None,
                     },
                 );
                 None

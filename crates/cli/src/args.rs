@@ -114,6 +114,10 @@ pub struct ServeArgs {
     /// Let clients without credentials run perf tests.
     #[arg(long)]
     pub public_perf: bool,
+    /// Refuse perf tests whose data would cross the network unencrypted: plaintext TCP data
+    /// streams (perf's default; clients must use `perf --tls`) and UDP tests.
+    #[arg(long)]
+    pub perf_tls_only: bool,
     /// Keep setuid, setgid and sticky bits and world-writable directories that clients
     /// send with -p (by default they are stripped).
     #[arg(long)]
@@ -264,6 +268,12 @@ pub struct PerfArgs {
     /// Leave out the first SECS (slow start) from the results.
     #[arg(long, value_parser = duration, default_value = "0")]
     pub omit: Duration,
+    /// Run the data streams over TLS, to measure encrypted throughput. By default they are
+    /// plaintext (the control connection stays TLS, and each stream proves it belongs to the
+    /// test without a credential on the wire), so that the rate is the path's, not the
+    /// cipher's.
+    #[arg(long, conflicts_with_all = ["udp", "insecure_plaintext"])]
+    pub tls: bool,
     /// UDP instead of TCP.
     #[arg(short = 'u', long)]
     pub udp: bool,

@@ -87,11 +87,16 @@ fn tcp_one_stream_reports_required_fields() {
     assert!(sum["rtt_us"].as_u64().unwrap() > 0);
     let intervals = v["intervals"].as_array().unwrap();
     assert!(intervals.len() >= 3, "{} intervals", intervals.len());
-    assert_eq!(v["format_version"], 1);
+    assert_eq!(v["format_version"], 2);
     let limit = sum["limit"]["kind"].as_str().unwrap();
     assert!(!limit.is_empty());
-    // TLS by default, and the report says which cipher suite.
-    let enc = v["start"]["encryption"].as_str().unwrap_or_default();
+    // Plaintext data streams by default, the control connection in TLS,
+    // and the report says so.
+    assert_eq!(v["start"]["data_encrypted"], false, "{}", v["start"]);
+    assert_eq!(v["start"]["encryption"], "none", "{}", v["start"]);
+    let enc = v["start"]["control_encryption"]
+        .as_str()
+        .unwrap_or_default();
     assert!(enc.starts_with("TLS1.3 TLS13_"), "{enc}");
     s.shutdown();
 }

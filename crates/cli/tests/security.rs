@@ -1406,8 +1406,14 @@ fn next_answer(conn: &mut FramedConn, limit: Duration) -> Option<Message> {
 }
 
 fn udp_register(from: &std::net::UdpSocket, to: SocketAddr, token: &str) {
+    udp_register_with(from, to, token, token)
+}
+
+/// A registration of the test `token` carrying `payload` (the token, or
+/// with a data key the slot's proof).
+fn udp_register_with(from: &std::net::UdpSocket, to: SocketAddr, token: &str, payload: &str) {
     use longhaul_proto::udp;
-    let mut d = vec![0u8; udp::HEADER_LEN + token.len()];
+    let mut d = vec![0u8; udp::HEADER_LEN + payload.len()];
     udp::Header {
         tag: udp::tag_of(token),
         stream: 0,
@@ -1416,7 +1422,7 @@ fn udp_register(from: &std::net::UdpSocket, to: SocketAddr, token: &str) {
         send_ns: 0,
     }
     .write(&mut d);
-    d[udp::HEADER_LEN..].copy_from_slice(token.as_bytes());
+    d[udp::HEADER_LEN..].copy_from_slice(payload.as_bytes());
     let _ = from.send_to(&d, to);
 }
 
@@ -2033,4 +2039,397 @@ fn client_strings_cannot_forge_server_log_lines() {
         text.contains("FAKE LOG LINE"),
         "the test reached no log line with the client's string:\n{text}"
     );
+}
+
+// ---- perf's data streams in plaintext, bound by proof (issue 15)
+
+/// A TCP relay on loopback that records, per connection, every byte the
+/// client sent through it: what a sniffer on the path would see.
+struct Relay {
+    addr: SocketAddr,
+    seen: Arc<Mutex<Vec<Recording>>>,
+}
+
+/// What one connection's client has sent so far.
+type Recording = Arc<Mutex<Vec<u8>>>;
+
+impl Relay {
+    fn to(server: SocketAddr) -> Relay {
+        let l = TcpListener::bind(loopback()).unwrap();
+        let addr = l.local_addr().unwrap();
+        let seen: Arc<Mutex<Vec<Recording>>> = Arc::default();
+        let all = seen.clone();
+        // Ends with the test process; each pump ends with its connection.
+        std::thread::spawn(move || {
+            for c in l.incoming() {
+                let Ok(c) = c else { return };
+                let Ok(up) = TcpStream::connect(server) else {
+                    return;
+                };
+                let log = Arc::new(Mutex::new(Vec::new()));
+                all.lock().unwrap().push(log.clone());
+                let (c2, up2) = (c.try_clone().unwrap(), up.try_clone().unwrap());
+                std::thread::spawn(move || Relay::pump(c, up, Some(log)));
+                std::thread::spawn(move || Relay::pump(up2, c2, None));
+            }
+        });
+        Relay { addr, seen }
+    }
+
+    fn pump(mut from: TcpStream, mut to: TcpStream, log: Option<Recording>) {
+        let mut buf = vec![0u8; 1 << 16];
+        loop {
+            match from.read(&mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => {
+                    if let Some(l) = &log {
+                        l.lock().unwrap().extend_from_slice(&buf[..n]);
+                    }
+                    if to.write_all(&buf[..n]).is_err() {
+                        break;
+                    }
+                }
+            }
+        }
+        let _ = to.shutdown(std::net::Shutdown::Write);
+    }
+
+    /// What each connection's client sent, in the order they connected.
+    fn connections(&self) -> Vec<Vec<u8>> {
+        let seen = self.seen.lock().unwrap();
+        seen.iter().map(|c| c.lock().unwrap().clone()).collect()
+    }
+}
+
+/// The `Hello` a plaintext data connection began with.
+fn data_hello_of(bytes: &[u8]) -> Hello {
+    assert!(bytes.starts_with(&MAGIC), "no preamble");
+    let mut d = longhaul_proto::frame::Decoder::new(1 << 16);
+    d.push(&bytes[MAGIC.len()..]);
+    match Message::decode(&d.next_frame().unwrap().expect("a whole hello")).unwrap() {
+        Message::Hello(h) => h,
+        other => panic!("a data connection began with {other:?}"),
+    }
+}
+
+/// By default the data streams are plaintext and the control connection
+/// TLS; nothing a data stream carries is a credential: no bearer token,
+/// no token of the test that works alone (a proof instead). With --tls
+/// every connection is TLS.
+#[test]
+fn perf_data_is_plaintext_by_default_and_never_carries_a_credential() {
+    let site = Site::new("sniff");
+    let srv = site.data_server();
+    let relay = Relay::to(srv.addr());
+    let o = lh(&[
+        "perf",
+        &relay.addr.to_string(),
+        "-n",
+        "4M",
+        "-P",
+        "2",
+        "-i",
+        "0",
+        "--json",
+    ]);
+    assert_exit(&o, 0);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["start"]["data_encrypted"], false, "{}", v["start"]);
+    let conns = relay.connections();
+    let control: Vec<_> = conns.iter().filter(|c| c.first() == Some(&0x16)).collect();
+    let data: Vec<_> = conns.iter().filter(|c| c.starts_with(&MAGIC)).collect();
+    assert_eq!(
+        (control.len(), data.len()),
+        (1, 2),
+        "{} connections",
+        conns.len()
+    );
+    let mut streams = Vec::new();
+    for d in data {
+        assert!(
+            d.len() >= 2 << 20,
+            "a data stream carried {} bytes",
+            d.len()
+        );
+        for secret in [common::TOKEN.as_bytes(), b"lh1_", b"lh1p_", b"\"token\""] {
+            assert!(
+                !contains(d, secret),
+                "a data stream carried {:?}",
+                String::from_utf8_lossy(secret)
+            );
+        }
+        let h = data_hello_of(d);
+        assert_eq!(h.token, None);
+        match h.role {
+            Role::PerfData { stream, proof, .. } => {
+                assert_eq!(proof.len(), 64, "{proof}");
+                streams.push(stream);
+            }
+            other => panic!("a plaintext data stream joined as {other:?}"),
+        }
+    }
+    streams.sort();
+    assert_eq!(streams, [0, 1]);
+
+    // --tls: every connection is TLS, and the report says so.
+    let relay = Relay::to(srv.addr());
+    let o = lh(&[
+        "perf",
+        &relay.addr.to_string(),
+        "--tls",
+        "-n",
+        "2M",
+        "-P",
+        "2",
+        "-i",
+        "0",
+        "--json",
+    ]);
+    assert_exit(&o, 0);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["start"]["data_encrypted"], true, "{}", v["start"]);
+    let enc = v["start"]["encryption"].as_str().unwrap_or_default();
+    assert!(enc.starts_with("TLS1.3 TLS13_"), "{enc}");
+    let conns = relay.connections();
+    assert_eq!(conns.len(), 3);
+    assert!(
+        conns.iter().all(|c| c.first() == Some(&0x16)),
+        "a connection was not TLS"
+    );
+    // The human summary names it too.
+    let o = lh(&["perf", &srv.addr().to_string(), "-n", "1M", "-i", "0"]);
+    assert_exit(&o, 0);
+    let text = stdout(&o);
+    assert!(text.contains("data streams unencrypted"), "{text}");
+    let summary = text
+        .lines()
+        .find(|l| l.starts_with("Summary:"))
+        .unwrap_or_default();
+    assert!(summary.ends_with(", data unencrypted"), "{text}");
+    srv.shutdown();
+}
+
+/// `serve --perf-tls-only` refuses plaintext perf data (and UDP), saying
+/// to use --tls; `perf --tls` runs; cp is untouched.
+#[test]
+fn perf_tls_only_refuses_plaintext_data_and_takes_tls() {
+    let site = Site::new("tlsonly");
+    let srv = site.server(|c| c.perf_tls_only = true);
+    let a = srv.addr().to_string();
+    let o = lh(&["perf", &a, "-n", "1M", "-i", "0"]);
+    assert_refused(&o, 4, "--perf-tls-only");
+    assert!(stderr(&o).contains("--tls"), "{}", stderr(&o));
+    let o = lh(&["perf", &a, "-u", "-n", "100K", "-i", "0"]);
+    assert_refused(&o, 4, "UDP datagrams cannot be encrypted");
+    let o = lh(&["perf", &a, "--tls", "-n", "2M", "-i", "0", "--json"]);
+    assert_exit(&o, 0);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["start"]["data_encrypted"], true, "{}", v["start"]);
+    // A usage error, before anything is sent: UDP cannot be encrypted.
+    let o = lh(&["perf", &a, "--tls", "-u"]);
+    assert_exit(&o, 2);
+    site.assert_serves(srv.addr());
+    srv.shutdown();
+}
+
+/// A plaintext connection to `addr` that sends a data stream's hello in
+/// `role` and returns what the server answers before it closes (nothing,
+/// if it took the stream and keeps it open past `wait`).
+fn join_as(addr: SocketAddr, role: Role, wait: Duration) -> (Box<dyn Stream>, Option<Refuse>) {
+    join_on(Box::new(TcpStream::connect(addr).unwrap()), role, wait)
+}
+
+/// [`join_as`] on a connection made already (TLS or not).
+fn join_on(
+    mut st: Box<dyn Stream>,
+    role: Role,
+    wait: Duration,
+) -> (Box<dyn Stream>, Option<Refuse>) {
+    let mut b = MAGIC.to_vec();
+    Message::Hello(Hello {
+        min_version: longhaul_proto::msg::PROTOCOL_VERSION,
+        max_version: longhaul_proto::msg::PROTOCOL_VERSION,
+        software: "security test".into(),
+        role,
+        token: None,
+    })
+    .encode(&mut b)
+    .unwrap();
+    st.write_all(&b).unwrap();
+    st.flush().unwrap();
+    let mut conn = FramedConn::new(st, "server".into());
+    let answer = match conn.recv_until(Instant::now() + wait) {
+        Ok(Some(Message::Refuse(r))) => Some(r),
+        Ok(Some(m)) => panic!("a data stream was answered {m:?}"),
+        _ => None,
+    };
+    (conn.into_stream(), answer)
+}
+
+/// A data stream joins only with the proof for its own (test, stream,
+/// direction), once: a wrong proof, another stream's, another test's, a
+/// replay and the test token alone are all refused, and the test still
+/// runs with the right streams.
+#[test]
+fn a_data_stream_joins_only_with_its_own_fresh_proof() {
+    use longhaul_proto::databind::DataKey;
+    use longhaul_proto::msg::{Direction, Mode, Start, TestAccept, TestParams, Transport};
+    let site = Site::new("proofs");
+    let srv = site.data_server();
+    let a = srv.addr();
+    let request = |conn: &mut FramedConn| -> (TestAccept, DataKey) {
+        conn.send(&Message::TestRequest(TestParams {
+            transport: Transport::Tcp,
+            mode: Mode::Up,
+            streams: 2,
+            duration_ms: None,
+            bytes: Some(2 << 20),
+            interval_ms: 0,
+            data_tls: Some(false),
+            ..TestParams::default()
+        }))
+        .unwrap();
+        match next_answer(conn, Duration::from_secs(10)) {
+            Some(Message::TestAccept(t)) => {
+                let k = DataKey::parse(t.data_key.as_deref().expect("a data key")).unwrap();
+                (t, k)
+            }
+            other => panic!("test not accepted: {other:?}"),
+        }
+    };
+    let mut conn = control(a, Some(common::TOKEN));
+    let (accept, key) = request(&mut conn);
+    let mut other_conn = control(a, Some(common::TOKEN));
+    let (other, other_key) = request(&mut other_conn);
+    let up = Direction::Up;
+    let role = |test: &str, stream: u16, proof: String| Role::PerfData {
+        test: test.to_string(),
+        stream,
+        direction: up,
+        proof,
+    };
+    let proof = |k: &DataKey, test: &str, stream| k.proof(test, Transport::Tcp, stream, up);
+    let wait = Duration::from_secs(5);
+    let refused = |role: Role, phrase: &str| {
+        let (_, r) = join_as(a, role, wait);
+        let r = r.unwrap_or_else(|| panic!("taken, expected a refusal with '{phrase}'"));
+        assert!(r.message.contains(phrase), "{r:?}");
+        r.code
+    };
+    let t = &accept.token;
+    assert_eq!(
+        refused(role(t, 0, "0".repeat(64)), "proof does not match"),
+        RefuseCode::Unauthorized
+    );
+    assert_eq!(
+        refused(role(t, 0, proof(&key, t, 1)), "proof does not match"),
+        RefuseCode::Unauthorized
+    );
+    let from_other_test = proof(&other_key, &other.token, 0);
+    assert_eq!(
+        refused(role(t, 0, from_other_test.clone()), "proof does not match"),
+        RefuseCode::Unauthorized
+    );
+    // The other test's own proof with this test's name, and the token alone.
+    let _ = refused(
+        role(&other.token, 0, proof(&key, t, 0)),
+        "proof does not match",
+    );
+    let token_alone = Role::Data {
+        token: t.clone(),
+        stream: 0,
+        direction: up,
+    };
+    // In plaintext it meets the TLS gate; in TLS the test refuses it.
+    assert_eq!(
+        refused(token_alone.clone(), "requires TLS"),
+        RefuseCode::TlsRequired
+    );
+    let (_, r) = join_on(tls_to(a), token_alone, wait);
+    let r = r.expect("the token alone was taken");
+    assert!(r.message.contains("not with the token"), "{r:?}");
+    assert_eq!(r.code, RefuseCode::Unauthorized);
+    // The right proof joins (no answer); its replay finds the slot taken.
+    let (mut s0, r) = join_as(a, role(t, 0, proof(&key, t, 0)), Duration::from_millis(500));
+    assert!(r.is_none(), "the right proof was refused: {r:?}");
+    assert_eq!(
+        refused(role(t, 0, proof(&key, t, 0)), "already joined"),
+        RefuseCode::Protocol
+    );
+    let (mut s1, r) = join_as(a, role(t, 1, proof(&key, t, 1)), Duration::from_millis(500));
+    assert!(r.is_none(), "the right proof was refused: {r:?}");
+    match next_answer(&mut conn, Duration::from_secs(10)) {
+        Some(Message::Ready(_)) => {}
+        other => panic!("not ready with both streams in: {other:?}"),
+    }
+    // Too late, even with a right proof.
+    let _ = refused(role(t, 1, proof(&key, t, 1)), "too late");
+    conn.send(&Message::Start(Start {})).unwrap();
+    let chunk = vec![0x5au8; 1 << 20];
+    for s in [&mut s0, &mut s1] {
+        s.write_all(&chunk).unwrap();
+        s.tcp().shutdown(std::net::Shutdown::Write).unwrap();
+    }
+    match next_answer(&mut conn, Duration::from_secs(20)) {
+        Some(Message::Results(r)) => {
+            let bytes: u64 = r.end.streams.iter().map(|s| s.bytes).sum();
+            assert_eq!(bytes, 2 << 20, "{r:?}");
+        }
+        other => panic!("no results: {other:?}"),
+    }
+    drop((conn, other_conn));
+    site.assert_serves(a);
+    srv.shutdown();
+}
+
+/// A UDP test with a data key registers with the slot's proof: the test
+/// token alone (what older clients send) is ignored.
+#[test]
+fn a_udp_registration_needs_the_proof_of_its_slot() {
+    use longhaul_proto::databind::DataKey;
+    use longhaul_proto::msg::{Direction, Mode, TestParams, Transport};
+    let site = Site::new("udpproof");
+    let srv = site.data_server();
+    let a = srv.addr();
+    let mut conn = control(a, Some(common::TOKEN));
+    conn.send(&Message::TestRequest(TestParams {
+        transport: Transport::Udp,
+        mode: Mode::Up,
+        streams: 1,
+        duration_ms: Some(1000),
+        length: 1200,
+        interval_ms: 0,
+        udp_rate_bps: Some(1_000_000),
+        data_tls: Some(false),
+        ..TestParams::default()
+    }))
+    .unwrap();
+    let accept = match next_answer(&mut conn, Duration::from_secs(10)) {
+        Some(Message::TestAccept(t)) => t,
+        other => panic!("test not accepted: {other:?}"),
+    };
+    let key = DataKey::parse(accept.data_key.as_deref().expect("a data key")).unwrap();
+    let port = SocketAddr::new(a.ip(), accept.udp_ports[0]);
+    let own = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let t = &accept.token;
+    let wrong_slot = key.proof(t, Transport::Udp, 0, Direction::Down);
+    let tcp_proof = key.proof(t, Transport::Tcp, 0, Direction::Up);
+    for payload in [t.as_str(), &wrong_slot, &tcp_proof] {
+        udp_register_with(&own, port, t, payload);
+        if let Ok(Some(m)) = conn.recv(Duration::from_millis(300)) {
+            panic!("the server took a registration without the slot's proof: {m:?}");
+        }
+    }
+    udp_register_with(
+        &own,
+        port,
+        t,
+        &key.proof(t, Transport::Udp, 0, Direction::Up),
+    );
+    match next_answer(&mut conn, Duration::from_secs(10)) {
+        Some(Message::Ready(_)) => {}
+        other => panic!("the right registration was not taken: {other:?}"),
+    }
+    drop(conn);
+    srv.shutdown();
 }

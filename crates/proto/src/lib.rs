@@ -6,10 +6,12 @@
 //! the session state machines of both ends ([`session`]), the UDP test
 //! datagram and its receiver accounting ([`udp`]), and how the measurements
 //! of both ends merge into reports ([`report`]), and how a transfer is sized
-//! for its path ([`window`]). It opens no sockets, touches
+//! for its path ([`window`]), and how a perf test's plaintext data streams
+//! prove they belong to it ([`databind`]). It opens no sockets, touches
 //! no files and reads no clock: time is passed in. `docs/PROTOCOL.md`
 //! describes the bytes.
 
+pub mod databind;
 pub mod disk;
 pub mod doctor;
 pub mod frame;

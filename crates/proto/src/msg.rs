@@ -32,6 +32,15 @@ pub enum Role {
         stream: u16,
         direction: Direction,
     },
+    /// A perf data stream of a test that gave a data key: `test` names it
+    /// (the `TestAccept.token`, which then is no secret), `proof` shows the
+    /// stream knows the key ([`crate::databind`]). Safe to send in clear.
+    PerfData {
+        test: String,
+        stream: u16,
+        direction: Direction,
+        proof: String,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -103,6 +112,11 @@ pub struct TestAccept {
     /// For UDP: the server's port for each (direction, stream), in the
     /// order of [`Mode::directions`] then stream index.
     pub udp_ports: Vec<u16>,
+    /// Sent when the request had `data_tls`: the test's data key (64 hex
+    /// digits, [`crate::databind`]). Its data streams join with a proof of
+    /// it ([`Role::PerfData`]), and `token` only names the test.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data_key: Option<String>,
 }
 
 /// Sent by the server once every data stream has joined.
@@ -414,6 +428,28 @@ mod tests {
                     direction: Direction::Down,
                 },
                 token: None,
+            }),
+            Message::Hello(Hello {
+                min_version: 2,
+                max_version: 2,
+                software: "longhaul test".into(),
+                role: Role::PerfData {
+                    test: "00".into(),
+                    stream: 1,
+                    direction: Direction::Up,
+                    proof: "ff".into(),
+                },
+                token: None,
+            }),
+            Message::TestAccept(TestAccept {
+                test_id: 1,
+                token: "00".into(),
+                udp_ports: vec![],
+                data_key: Some("ab".repeat(32)),
+            }),
+            Message::TestRequest(TestParams {
+                data_tls: Some(false),
+                ..TestParams::default()
             }),
             Message::Refuse(Refuse {
                 code: RefuseCode::Busy,

@@ -105,6 +105,12 @@ pub struct TestParams {
     pub omit_ms: u64,
     /// UDP target rate per direction in bits/s.
     pub udp_rate_bps: Option<u64>,
+    /// TCP data streams over TLS (`true`) or in plaintext (`false`), each
+    /// joining with a proof of the test's data key (`TestAccept.data_key`);
+    /// absent (a client older than this field): data streams as the
+    /// control connection, joining with the test token.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data_tls: Option<bool>,
 }
 
 impl Default for TestParams {
@@ -126,6 +132,7 @@ impl Default for TestParams {
             interval_ms: 1000,
             omit_ms: 0,
             udp_rate_bps: None,
+            data_tls: None,
         }
     }
 }

@@ -35,10 +35,18 @@ pub struct Setup {
     pub params: TestParams,
     pub local_streams: Vec<StreamSetup>,
     pub remote_streams: Vec<StreamSetup>,
-    /// How the connections are protected: `TLS1.3 <cipher suite>`, or
-    /// `none` (plaintext, both ends allowed it).
+    /// How the data streams are protected: `TLS1.3 <cipher suite>`, or
+    /// `none` (perf's default for TCP, always for UDP datagrams, and
+    /// everything with `--insecure-plaintext`).
     #[serde(default)]
     pub encryption: String,
+    /// How the control connection is protected, as `encryption`.
+    #[serde(default)]
+    pub control_encryption: String,
+    /// Whether the test data crossed the network encrypted; None from a
+    /// relaying server that predates the field.
+    #[serde(default)]
+    pub data_encrypted: Option<bool>,
 }
 
 /// TCP_INFO of a sending socket, cumulative counters where the kernel's are.

@@ -182,6 +182,9 @@ pub enum ServerEvent {
         token: String,
         stream: u16,
         direction: Direction,
+        /// The stream's proof of the test's data key ([`Role::PerfData`]);
+        /// None for a stream that joins by token ([`Role::Data`]).
+        proof: Option<String>,
     },
     /// The client asks for a test within limits: answer with
     /// [`ServerSession::accept_test`] or [`ServerSession::refuse`].
@@ -227,6 +230,25 @@ pub struct ServerSession {
 }
 
 impl ServerSession {
+    /// A data connection's hello: the engine hands the connection to its
+    /// test, and this session has nothing more to do.
+    fn data_stream(
+        &mut self,
+        token: String,
+        stream: u16,
+        direction: Direction,
+        proof: Option<String>,
+    ) -> ServerEvent {
+        self.state = ServerState::Closed;
+        self.deadline = None;
+        ServerEvent::DataStream {
+            token,
+            stream,
+            direction,
+            proof,
+        }
+    }
+
     pub fn new(now: Instant, cfg: ServerConfig) -> Self {
         let deadline = Some(deadline(now, cfg.limits.handshake_timeout));
         Self {
@@ -304,17 +326,13 @@ impl ServerSession {
                         token,
                         stream,
                         direction,
-                    } => {
-                        // The engine hands the connection to its test; this
-                        // session has nothing more to do.
-                        self.state = S::Closed;
-                        self.deadline = None;
-                        Ok(Some(ServerEvent::DataStream {
-                            token,
-                            stream,
-                            direction,
-                        }))
-                    }
+                    } => Ok(Some(self.data_stream(token, stream, direction, None))),
+                    Role::PerfData {
+                        test,
+                        stream,
+                        direction,
+                        proof,
+                    } => Ok(Some(self.data_stream(test, stream, direction, Some(proof)))),
                 }
             }
             (S::AwaitRequest, Message::TestRequest(p)) => {

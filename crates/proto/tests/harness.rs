@@ -253,6 +253,7 @@ impl Pair {
                         test_id: self.next_test_id,
                         token: TOKEN.into(),
                         udp_ports,
+                        data_key: None,
                     },
                 );
                 self.next_test_id += 1;
@@ -1078,6 +1079,7 @@ fn server_gives_up_when_streams_never_join() {
             test_id: 9,
             token: TOKEN.into(),
             udp_ports: vec![],
+            data_key: None,
         },
     );
     pair.drive();
@@ -1256,4 +1258,55 @@ fn client_request_with_huge_duration_does_not_panic() {
     pair.client.request_test(now, p, CLIENT_MAX);
     pair.drive();
     assert_eq!(pair.client_error_code(), Some(RefuseCode::Limit));
+}
+
+/// A data connection's hello hands the connection to the engine with what
+/// it presented: a token (role data), or a test name and proof (role
+/// perf_data), which the engine checks against the test's data key.
+#[test]
+fn a_data_hello_hands_over_its_token_or_its_proof() {
+    let now = Instant::now();
+    let hello = |role| {
+        Message::Hello(Hello {
+            min_version: PROTOCOL_VERSION,
+            max_version: PROTOCOL_VERSION,
+            software: "data".into(),
+            role,
+            token: None,
+        })
+    };
+    let cases = [
+        (
+            Role::Data {
+                token: TOKEN.into(),
+                stream: 1,
+                direction: Direction::Down,
+            },
+            None,
+        ),
+        (
+            Role::PerfData {
+                test: TOKEN.into(),
+                stream: 1,
+                direction: Direction::Down,
+                proof: "ab".repeat(32),
+            },
+            Some("ab".repeat(32)),
+        ),
+    ];
+    for (role, proof) in cases {
+        let mut s = ServerSession::new(now, server_config(Limits::default()));
+        let event = s.handle(now, hello(role)).unwrap();
+        assert_eq!(
+            event,
+            Some(ServerEvent::DataStream {
+                token: TOKEN.into(),
+                stream: 1,
+                direction: Direction::Down,
+                proof,
+            })
+        );
+        assert!(s.is_closed());
+        assert_eq!(s.poll_transmit(), None);
+    }
 }

@@ -151,6 +151,7 @@ fn params_of(a: &PerfArgs) -> Result<(TestParams, Option<u32>), Failure> {
         } else {
             None
         },
+        data_tls: Some(a.tls),
     };
     Ok((params, local_cpu))
 }

@@ -46,6 +46,7 @@ pub fn serve(a: ServeArgs) -> Outcome {
         tls: None,
         allow_plaintext: a.allow_plaintext,
         public_perf: a.public_perf,
+        perf_tls_only: a.perf_tls_only,
         keep_special_modes: a.keep_special_modes,
         open_access: false,
     };

@@ -28,6 +28,9 @@ pub struct Human {
     dry_run: bool,
     /// cp --intervals: a line per interval of the transfer, to stderr.
     intervals: bool,
+    /// perf: whether the data streams were encrypted (from the setup), for
+    /// the summary line.
+    data_encrypted: Option<bool>,
 }
 
 impl Human {
@@ -44,6 +47,7 @@ impl Human {
             header_done: false,
             dry_run: false,
             intervals: false,
+            data_encrypted: None,
         }
     }
 
@@ -129,20 +133,35 @@ fn sum_line(d: &DirectionReport, mode: Mode, from: f64, to: f64) -> String {
     )
 }
 
+/// How the test's connections were protected, data streams first (what
+/// the rate measured depends on it).
+fn encryption_line(s: &Setup) -> String {
+    let or_unknown = |e: &str| match e {
+        "" => "?".to_string(),
+        e => e.to_string(),
+    };
+    let control = or_unknown(&s.control_encryption);
+    match s.data_encrypted {
+        Some(true) => format!("data streams encrypted ({control})"),
+        Some(false) if control == "none" => "no encryption (--insecure-plaintext)".to_string(),
+        Some(false) => {
+            format!("data streams unencrypted (perf --tls encrypts them), control {control}")
+        }
+        // From a relaying server older than the field.
+        None => format!("encryption {}", or_unknown(&s.encryption)),
+    }
+}
+
 impl Reporter for Human {
     fn setup(&mut self, s: &Setup) {
         let p = &s.params;
         out(&format!(
-            "Connected to {} ({}, {}), protocol {}, encryption {}",
+            "Connected to {} ({}, {}), protocol {}, {}",
             s.server,
             s.server_host,
             s.server_software,
             s.protocol_version,
-            if s.encryption.is_empty() {
-                "?"
-            } else {
-                &s.encryption
-            }
+            encryption_line(s)
         ));
         let what = match p.transport {
             Transport::Tcp => "TCP",
@@ -156,6 +175,7 @@ impl Reporter for Human {
         let len = format_bytes(u64::from(p.length));
         // `-P auto`: the engine chose the count.
         self.streams = p.streams;
+        self.data_encrypted = s.data_encrypted;
         let cc = s
             .local_streams
             .first()
@@ -250,6 +270,11 @@ impl Reporter for Human {
         }
         if let (Some(l), Some(j)) = (s.lost_percent, s.jitter_us) {
             line += &format!(", lost {l:.4}%, jitter {:.3} ms", j as f64 / 1000.0);
+        }
+        match self.data_encrypted {
+            Some(true) => line += ", data encrypted (TLS)",
+            Some(false) => line += ", data unencrypted",
+            None => {}
         }
         out(&line);
         out(&format!(

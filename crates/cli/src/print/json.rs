@@ -16,7 +16,7 @@ use longhaul_proto::xfer::ListEntry;
 use serde_json::{json, Value};
 
 /// Version of `perf --json` and `--json-stream` (`longhaul-perf`).
-pub const JSON_FORMAT_VERSION: u32 = 1;
+pub const JSON_FORMAT_VERSION: u32 = 2;
 
 /// Version of `cp`/`sync --json` (`longhaul-cp`): 2 since `would_send`
 /// says where each file lands (`ENTRY -> WHERE`).

@@ -152,8 +152,9 @@ pub struct DoctorReport {
     pub sender_cpu_per_gbps_tls: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sender_cpu_per_gbps_plain: Option<f64>,
-    /// True when the plaintext figure was measured (a server that allows
-    /// plaintext), false when it is the TLS figure less the cipher's cost.
+    /// True when the plaintext figure was measured (perf data streams in
+    /// plaintext, which a server refuses with `--perf-tls-only`), false
+    /// when it is the TLS figure less the cipher's cost.
     #[serde(default)]
     pub plain_measured: bool,
     pub findings: Vec<Finding>,
@@ -315,13 +316,17 @@ pub fn cipher_speed() -> f64 {
     bytes as f64 / start.elapsed().as_secs_f64()
 }
 
-/// Keeps a perf run's intervals.
+/// Keeps a perf run's intervals, and whether its data was encrypted.
 #[derive(Default)]
 struct Keep {
     intervals: Vec<IntervalReport>,
+    data_encrypted: Option<bool>,
 }
 
 impl Reporter for Keep {
+    fn setup(&mut self, s: &longhaul_proto::report::Setup) {
+        self.data_encrypted = s.data_encrypted;
+    }
     fn interval(&mut self, r: &IntervalReport) {
         self.intervals.push(r.clone());
     }
@@ -657,8 +662,9 @@ pub fn remote(
         }
     }
 
-    // CPU without TLS, measured where the server allows plaintext: one
-    // second in the transfer's direction over as many streams.
+    // CPU without TLS, measured with plaintext data streams where the
+    // server runs them: one second in the transfer's direction over as
+    // many streams.
     let plain = run_dir_plain(host, opts, &o.pull, &upload, &download);
 
     // 3. The source storage (this host on a push; on a pull the server's
@@ -790,8 +796,10 @@ fn remember_path(r: &mut DoctorReport, file: &Path, host: &str, pull: bool) {
 /// The longest the short copy may take beyond the `--time` it is sized for.
 pub const COPY_GRACE: Duration = Duration::from_secs(4);
 
-/// A one-second plaintext test like the TLS one of the transfer's
-/// direction; None where the server refuses plaintext (its default).
+/// A one-second test with plaintext data streams (the control connection
+/// stays TLS) like the TLS one of the transfer's direction; None where
+/// the server refuses plaintext data (`serve --perf-tls-only`) or
+/// predates it.
 fn run_dir_plain(
     host: &str,
     opts: &ClientOptions,
@@ -805,21 +813,26 @@ fn run_dir_plain(
         (Mode::Up, upload)
     };
     let like = like.as_ref()?;
-    let mut plain = opts.clone();
-    // Never the token on plaintext: the dialer sends a one-time proof of
-    // it instead (crate::proof), and a server that takes TLS only refuses
-    // before any of it matters; then the TLS figure less the cipher's
-    // cost stands in.
-    plain.security.plaintext = true;
+    // Where the server refuses it, the TLS figure less the cipher's cost
+    // stands in.
     let params = TestParams {
         mode,
         streams: like.streams.max(1),
         duration_ms: Some(1000),
         interval_ms: 0,
         length: 1 << 20,
+        data_tls: Some(false),
         ..TestParams::default()
     };
-    let s = run_perf(host, &params, &plain, &mut crate::report::Discard).ok()?;
+    let opts = ClientOptions {
+        auto_streams: false,
+        ..opts.clone()
+    };
+    let mut keep = Keep::default();
+    let s = run_perf(host, &params, &opts, &mut keep).ok()?;
+    if keep.data_encrypted != Some(false) {
+        return None;
+    }
     path_run(&s, &[], 1448)
 }
 

@@ -103,6 +103,11 @@ impl FramedConn {
         self.stream.tcp()
     }
 
+    /// See [`Stream::is_tls`].
+    pub fn is_tls(&self) -> bool {
+        self.stream.is_tls()
+    }
+
     /// See [`Stream::encryption`].
     pub fn encryption(&self) -> String {
         self.stream.encryption()

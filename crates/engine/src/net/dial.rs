@@ -209,16 +209,61 @@ impl Control {
         opts: &ClientOptions,
         tune: impl Fn(&socket2::Socket, Direction) -> std::io::Result<()> + Sync,
     ) -> Result<Vec<Box<dyn conn::Stream>>, EngineError> {
-        let dialer = self.dialer();
         let version = self.welcome.version;
-        let (dialer, tune) = (&dialer, &tune);
+        self.open_streams_with(&self.dialer(), which, opts, tune, |s, stream, direction| {
+            present(s, version, token, stream, direction)
+        })
+    }
+
+    /// Connects a perf test's data streams, each joining with its proof of
+    /// the test's data key ([`Role::PerfData`]): in TLS if `tls` (and the
+    /// control connection has TLS), else in plaintext, which is safe for
+    /// the proof (it is good for its one stream only) but not for anything
+    /// else: no credential crosses these streams.
+    pub(crate) fn open_proven_streams(
+        &self,
+        test: &str,
+        key: &longhaul_proto::databind::DataKey,
+        tls: bool,
+        which: &[(Direction, u16)],
+        opts: &ClientOptions,
+        tune: impl Fn(&socket2::Socket, Direction) -> std::io::Result<()> + Sync,
+    ) -> Result<Vec<Box<dyn conn::Stream>>, EngineError> {
+        let mut dialer = self.dialer();
+        if !tls {
+            dialer.tls = None;
+        }
+        let version = self.welcome.version;
+        self.open_streams_with(&dialer, which, opts, tune, |s, stream, direction| {
+            let proof = key.proof(test, Transport::Tcp, stream, direction);
+            let role = Role::PerfData {
+                test: test.to_string(),
+                stream,
+                direction,
+                proof,
+            };
+            present_as(s, version, role, stream)
+        })
+    }
+
+    /// Dials one data stream per `which`, all at once, and introduces each
+    /// with `introduce`.
+    fn open_streams_with(
+        &self,
+        dialer: &Dialer,
+        which: &[(Direction, u16)],
+        opts: &ClientOptions,
+        tune: impl Fn(&socket2::Socket, Direction) -> std::io::Result<()> + Sync,
+        introduce: impl Fn(&mut Box<dyn conn::Stream>, u16, Direction) -> Result<(), EngineError> + Sync,
+    ) -> Result<Vec<Box<dyn conn::Stream>>, EngineError> {
+        let (tune, introduce) = (&tune, &introduce);
         std::thread::scope(|scope| {
             let pending: Vec<_> = which
                 .iter()
                 .map(|&(direction, stream)| {
                     scope.spawn(move || {
                         let mut s = dialer.dial(opts, |s| tune(s, direction))?;
-                        present(&mut s, version, token, stream, direction)?;
+                        introduce(&mut s, stream, direction)?;
                         Ok(s)
                     })
                 })
@@ -272,19 +317,35 @@ pub(crate) fn present(
     stream: u16,
     direction: Direction,
 ) -> Result<(), EngineError> {
+    let role = Role::Data {
+        token: token.to_string(),
+        stream,
+        direction,
+    };
+    present_as(s, version, role, stream)
+}
+
+/// The preamble and a data stream's `Hello` in `role`.
+pub(crate) fn data_hello(version: u16, role: Role) -> Result<Vec<u8>, EngineError> {
     let mut hello = MAGIC.to_vec();
     Message::Hello(Hello {
         min_version: version,
         max_version: version,
         software: crate::software(),
-        role: Role::Data {
-            token: token.to_string(),
-            stream,
-            direction,
-        },
+        role,
         token: None,
     })
     .encode(&mut hello)?;
+    Ok(hello)
+}
+
+fn present_as(
+    s: &mut Box<dyn conn::Stream>,
+    version: u16,
+    role: Role,
+    stream: u16,
+) -> Result<(), EngineError> {
+    let hello = data_hello(version, role)?;
     // Under Nagle the Hello would wait for the acknowledgement of the TLS
     // handshake's last flight, a round trip when the token came back as
     // the handshake ended (PROTOCOL.md 13.2 item 0). Nagle comes back on
@@ -464,4 +525,38 @@ pub fn probe_fingerprint(target: &str, timeout: Duration) -> Result<String, Engi
     let _ = s.close_write();
     t.seen()
         .ok_or_else(|| EngineError::Trust(format!("{target} presented no certificate")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use longhaul_proto::databind::DataKey;
+
+    /// What a plaintext perf data stream puts on the wire before its data:
+    /// the preamble and a hello naming the test with a proof, and nothing
+    /// that works alone: no bearer token, no data key.
+    #[test]
+    fn a_perf_data_hello_carries_no_credential() {
+        let key = DataKey::from_bytes([9; 32]);
+        let test = "00112233445566778899aabbccddeeff";
+        let proof = key.proof(test, Transport::Tcp, 2, Direction::Down);
+        let role = Role::PerfData {
+            test: test.into(),
+            stream: 2,
+            direction: Direction::Down,
+            proof: proof.clone(),
+        };
+        let wire = data_hello(2, role).unwrap();
+        assert!(wire.starts_with(&MAGIC));
+        let text = String::from_utf8_lossy(&wire[MAGIC.len() + 5..]).into_owned();
+        assert_eq!(
+            text,
+            format!(
+                r#"{{"min_version":2,"max_version":2,"software":"{}","role":{{"kind":"perf_data","test":"{test}","stream":2,"direction":"down","proof":"{proof}"}}}}"#,
+                crate::software()
+            )
+        );
+        assert!(!text.contains(&key.to_hex()));
+        assert!(!text.contains("\"token\""));
+    }
 }

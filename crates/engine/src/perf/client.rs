@@ -11,6 +11,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use longhaul_proto::databind::DataKey;
 use longhaul_proto::msg::*;
 use longhaul_proto::report::{PeerResults, Setup, SideSnapshot, Span, StreamSetup, Summary};
 use longhaul_proto::session::{ClientEvent, SessionError};
@@ -120,12 +121,13 @@ pub fn run_perf(
         }
     };
 
-    let mut streams = open_streams(&ctl, params, &accept, opts)?;
+    let binding = DataBinding::of(&ctl, params, &accept, target)?;
+    let mut streams = open_streams(&ctl, params, &accept, &binding, opts)?;
     let mut ready = None;
     let mut last_register = Instant::now() - Duration::from_secs(1);
     while ready.is_none() {
         if last_register.elapsed() >= Duration::from_millis(50) {
-            register_udp(&streams, &accept.token);
+            register_udp(&streams, &accept.token, binding.key.as_ref());
             last_register = Instant::now();
         }
         match ctl.next_event(Duration::from_millis(50)) {
@@ -152,6 +154,8 @@ pub fn run_perf(
         (ready.rmem_max, ready.wmem_max),
     ));
     warnings.extend(plan_warning);
+    warnings.extend(binding.warning.clone());
+    let data_encrypted = binding.tls && params.transport == Transport::Tcp;
     sink.setup(&Setup {
         server: target.to_string(),
         server_software: ctl.welcome.software.clone(),
@@ -160,11 +164,12 @@ pub fn run_perf(
         params: params.clone(),
         local_streams: local_setups,
         remote_streams: ready.streams.clone(),
-        // UDP datagrams travel outside TLS: say so.
-        encryption: match params.transport {
-            Transport::Tcp => ctl.conn.encryption(),
-            Transport::Udp => format!("none for the UDP data (control: {})", ctl.conn.encryption()),
+        encryption: match data_encrypted {
+            true => ctl.conn.encryption(),
+            false => "none".into(),
         },
+        control_encryption: ctl.conn.encryption(),
+        data_encrypted: Some(data_encrypted),
     });
     for w in &warnings {
         sink.warning(w);
@@ -428,19 +433,71 @@ pub fn tuning_for(params: &TestParams, sends: bool) -> Tuning {
     }
 }
 
+/// How a test's data streams join it and whether they use TLS, as the
+/// server's answer allows.
+struct DataBinding {
+    /// The test's data key: streams join with proofs of it. None from a
+    /// server that predates it (or for a request without `data_tls`):
+    /// they join with the token.
+    key: Option<DataKey>,
+    /// TCP data streams use TLS.
+    tls: bool,
+    /// The client asked for plaintext data and the server cannot do it.
+    warning: Option<String>,
+}
+
+impl DataBinding {
+    fn of(
+        ctl: &Control,
+        params: &TestParams,
+        accept: &TestAccept,
+        target: &str,
+    ) -> Result<DataBinding, EngineError> {
+        let control_tls = ctl.conn.is_tls();
+        let Some(hex) = &accept.data_key else {
+            let warning = (params.data_tls == Some(false) && control_tls).then(|| {
+                format!(
+                    "server {target} ({}) predates plaintext perf data streams: they use TLS, and the rate is TLS's; upgrade the server to measure the path alone",
+                    ctl.welcome.software
+                )
+            });
+            return Ok(DataBinding {
+                key: None,
+                tls: control_tls,
+                warning,
+            });
+        };
+        let key = DataKey::parse(hex).ok_or_else(|| {
+            EngineError::Failed(format!(
+                "server {target} sent a malformed data key in its test acceptance (expected 64 lowercase hex digits)"
+            ))
+        })?;
+        Ok(DataBinding {
+            key: Some(key),
+            tls: control_tls && params.data_tls != Some(false),
+            warning: None,
+        })
+    }
+}
+
 fn open_streams(
     ctl: &Control,
     params: &TestParams,
     accept: &TestAccept,
+    binding: &DataBinding,
     opts: &ClientOptions,
 ) -> Result<Vec<ReadyStream>, EngineError> {
     let mut out = Vec::new();
     let keys = longhaul_proto::report::stream_keys(params);
-    let mut tcp = match params.transport {
-        Transport::Tcp => ctl.open_data_streams(&accept.token, &keys, opts, |s, direction| {
-            sock::apply_tcp(s, &tuning_for(params, End::Client.sends(direction)))
-        })?,
-        Transport::Udp => Vec::new(),
+    let tune = |s: &socket2::Socket, direction| {
+        sock::apply_tcp(s, &tuning_for(params, End::Client.sends(direction)))
+    };
+    let mut tcp = match (params.transport, &binding.key) {
+        (Transport::Tcp, Some(key)) => {
+            ctl.open_proven_streams(&accept.token, key, binding.tls, &keys, opts, tune)?
+        }
+        (Transport::Tcp, None) => ctl.open_data_streams(&accept.token, &keys, opts, tune)?,
+        (Transport::Udp, _) => Vec::new(),
     }
     .into_iter();
     for (k, (direction, stream)) in keys.into_iter().enumerate() {
@@ -520,12 +577,18 @@ fn data_refusal(streams: &mut [ReadyStream]) -> Option<EngineError> {
     })
 }
 
-fn register_udp(streams: &[ReadyStream], token: &str) {
+/// Sends each UDP stream's registration: the slot's proof of the data key
+/// where the test has one, else (an older server) the token.
+fn register_udp(streams: &[ReadyStream], token: &str, key: Option<&DataKey>) {
     for s in streams {
         let DataSocket::Udp(u) = &s.socket else {
             continue;
         };
-        let mut d = vec![0u8; udp::HEADER_LEN + token.len()];
+        let payload = match key {
+            Some(k) => k.proof(token, Transport::Udp, s.stream, s.direction),
+            None => token.to_string(),
+        };
+        let mut d = vec![0u8; udp::HEADER_LEN + payload.len()];
         udp::Header {
             tag: udp::tag_of(token),
             stream: s.stream,
@@ -534,7 +597,7 @@ fn register_udp(streams: &[ReadyStream], token: &str) {
             send_ns: 0,
         }
         .write(&mut d);
-        d[udp::HEADER_LEN..].copy_from_slice(token.as_bytes());
+        d[udp::HEADER_LEN..].copy_from_slice(payload.as_bytes());
         let _ = u.send(&d);
     }
 }

@@ -79,6 +79,9 @@ pub struct ServeConfig {
     pub allow_plaintext: bool,
     /// Anonymous clients may run perf tests (`--public-perf`).
     pub public_perf: bool,
+    /// Refuse perf tests whose data would cross the network unencrypted
+    /// (`--perf-tls-only`): plaintext TCP data streams, and UDP.
+    pub perf_tls_only: bool,
     /// Keep setuid, setgid and sticky bits and world-writable directories
     /// that clients send with `-p` (`--keep-special-modes`); stripped
     /// otherwise.
@@ -105,6 +108,7 @@ impl Default for ServeConfig {
             tls: None,
             allow_plaintext: false,
             public_perf: false,
+            perf_tls_only: false,
             keep_special_modes: false,
             open_access: false,
         }
@@ -116,6 +120,9 @@ struct Attach {
     stream: Box<dyn Stream>,
     index: u16,
     direction: Direction,
+    /// Its proof of the test's data key (`Role::PerfData`); None when it
+    /// joined by token.
+    proof: Option<String>,
 }
 
 struct Shared {
@@ -123,7 +130,10 @@ struct Shared {
     tls: Arc<rustls::ServerConfig>,
     fingerprint: Option<String>,
     host: String,
-    registry: Mutex<HashMap<String, Sender<Attach>>>,
+    /// Tests and transfers by token, and whether data streams join them
+    /// by proof of a data key (perf tests that have one) rather than by
+    /// the token.
+    registry: Mutex<HashMap<String, (Sender<Attach>, bool)>>,
     slots: Slots,
     connections: AtomicUsize,
     /// Open connections by [`client_key`].
@@ -451,18 +461,9 @@ fn secure(
                 }
             }
         }
-        Ok(1) if first[0] == MAGIC[0] && shared.cfg.allow_plaintext => Some(Box::new(tcp)),
-        Ok(1) if first[0] == MAGIC[0] => {
-            tracing::warn!("refusing {peer}: plaintext, and this server requires TLS");
-            let mut tcp = tcp;
-            refuse_on(
-                &mut tcp,
-                RefuseCode::TlsRequired,
-                "this server requires TLS: run the client without --insecure-plaintext (plaintext needs --allow-plaintext on the server too)",
-            );
-            linger(&mut tcp);
-            None
-        }
+        // Without --allow-plaintext only a perf data stream may stay in
+        // plaintext; `plaintext_allowed` checks once its hello is in.
+        Ok(1) if first[0] == MAGIC[0] => Some(Box::new(tcp)),
         Ok(_) => {
             tracing::warn!("closing {peer}: neither TLS nor longhaul");
             let mut tcp = tcp;
@@ -478,6 +479,39 @@ fn secure(
             None
         }
     }
+}
+
+/// Why a data stream may not join the test or transfer its token names,
+/// when that one joins by proof (`proven`) and the stream does not, or
+/// the other way round.
+fn wrong_join(proven: bool, proof: &Option<String>) -> Option<(RefuseCode, &'static str)> {
+    match (proven, proof.is_some()) {
+        (true, false) => Some((
+            RefuseCode::Unauthorized,
+            "this test's data streams join with a proof of its data key (role perf_data), not with the token",
+        )),
+        (false, true) => Some((
+            RefuseCode::Protocol,
+            "this test or transfer takes data streams by its token (role data), not by proof",
+        )),
+        _ => None,
+    }
+}
+
+/// Whether a connection may go on after its hello: TLS always; plaintext
+/// with `--allow-plaintext`, or when it is a perf data stream, which
+/// carries no credential (its proof is bound to one stream of one test,
+/// PROTOCOL.md 4.1) and which the test itself checks.
+fn plaintext_allowed(shared: &Shared, stream: &dyn Stream, hello: &Message) -> bool {
+    stream.is_tls()
+        || shared.cfg.allow_plaintext
+        || matches!(
+            hello,
+            Message::Hello(Hello {
+                role: Role::PerfData { .. },
+                ..
+            })
+        )
 }
 
 fn session_config(shared: &Shared) -> ServerConfig {
@@ -516,6 +550,16 @@ fn handle_connection(shared: &Arc<Shared>, tcp: TcpStream, peer: SocketAddr) {
             return;
         }
     };
+    if !plaintext_allowed(shared, &*stream, &hello) {
+        tracing::warn!("refusing {peer}: plaintext, and this server requires TLS");
+        refuse_on(
+            &mut *stream,
+            RefuseCode::TlsRequired,
+            "this server requires TLS: run the client without --insecure-plaintext (plaintext needs --allow-plaintext on the server too)",
+        );
+        linger(&mut *stream);
+        return;
+    }
     // Who this is, before anything else is looked at.
     let access = match &hello {
         Message::Hello(Hello {
@@ -557,6 +601,7 @@ fn handle_connection(shared: &Arc<Shared>, tcp: TcpStream, peer: SocketAddr) {
             token,
             stream: index,
             direction,
+            proof,
         })) => {
             // The handshake's time-out would stay on the socket and make
             // every blocking read arm a timer.
@@ -567,12 +612,20 @@ fn handle_connection(shared: &Arc<Shared>, tcp: TcpStream, peer: SocketAddr) {
                 .expect("poisoned")
                 .get(&token)
                 .cloned();
+            // A proof joins only a test with a data key, and such a test
+            // takes nothing else: a transfer's streams never go plaintext.
+            if let Some((code, message)) = tx.as_ref().and_then(|t| wrong_join(t.1, &proof)) {
+                tracing::warn!("closing {peer}: {message}");
+                refuse_on(&mut *stream, code, message);
+                return;
+            }
             let attached = match tx {
-                Some(tx) => tx
+                Some((tx, _)) => tx
                     .send(Attach {
                         stream,
                         index,
                         direction,
+                        proof,
                     })
                     .map_err(|e| e.0.stream),
                 None => Err(stream),

@@ -1,6 +1,6 @@
 //! The server's side of a perf test: the test a control connection owns,
-//! its data streams joining (TCP by token, UDP by registration), and the
-//! caps an anonymous test is held to.
+//! its data streams joining (TCP by token or by a proof of the test's data
+//! key, UDP by registration), and the caps an anonymous test is held to.
 
 use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::os::fd::AsFd;
@@ -9,13 +9,14 @@ use std::sync::mpsc::Receiver;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use longhaul_proto::databind::DataKey;
 use longhaul_proto::msg::*;
 use longhaul_proto::report::{stream_keys, PeerResults, SideInterval, StreamSetup};
 use longhaul_proto::session::ServerSession;
 use longhaul_proto::udp;
 use longhaul_proto::units::escaped;
 
-use super::slots::{register, TestGuard};
+use super::slots::{join_by_proof, register, TestGuard};
 use super::{auth, peer_ip, refuse_on, Attach, ServeConfig, Shared};
 use crate::net::conn::FramedConn;
 use crate::net::sock;
@@ -27,6 +28,9 @@ use crate::perf::workers::DataSocket;
 pub(super) struct Test {
     params: TestParams,
     token: String,
+    /// The data key its streams prove (the request had `data_tls`); None:
+    /// they join by token.
+    data_key: Option<DataKey>,
     rx: Receiver<Attach>,
     tcp: Vec<ReadyStream>,
     udp: Vec<(Direction, u16, UdpSocket, bool)>,
@@ -180,9 +184,19 @@ pub(super) fn new_test(
     if access.is_anonymous() {
         public_caps(&shared.cfg, &mut p).map_err(|m| (RefuseCode::Limit, m))?;
     }
+    if shared.cfg.perf_tls_only {
+        tls_only(&p, conn.is_tls()).map_err(|m| (RefuseCode::TlsRequired, m))?;
+    }
+    let data_key = match p.data_tls {
+        Some(_) => Some(new_data_key().map_err(|m| (RefuseCode::ServerError, m))?),
+        None => None,
+    };
     let p = &p;
     let (guard, rx) = register(shared, conn, access)?;
     let guard_token = guard.token.clone();
+    if data_key.is_some() {
+        join_by_proof(shared, &guard_token);
+    }
     let mut udp_sockets = Vec::new();
     let mut ports = Vec::new();
     if p.transport == Transport::Udp {
@@ -218,6 +232,7 @@ pub(super) fn new_test(
         Test {
             params: p.clone(),
             token: guard_token.clone(),
+            data_key: data_key.clone(),
             rx,
             tcp: Vec::new(),
             udp: udp_sockets,
@@ -234,8 +249,68 @@ pub(super) fn new_test(
             test_id,
             token: guard_token,
             udp_ports: ports,
+            data_key: data_key.map(|k| k.to_hex()),
         },
     ))
+}
+
+/// A fresh data key from the OS's CSPRNG.
+fn new_data_key() -> Result<DataKey, String> {
+    let mut k = [0u8; longhaul_proto::databind::KEY_LEN];
+    getrandom::getrandom(&mut k)
+        .map_err(|e| format!("failed to draw a data key from the OS random source: {e}"))?;
+    Ok(DataKey::from_bytes(k))
+}
+
+/// `serve --perf-tls-only`: refuses a test whose data would cross the
+/// network unencrypted.
+fn tls_only(p: &TestParams, control_tls: bool) -> Result<(), String> {
+    const WHY: &str =
+        "this server (serve --perf-tls-only) runs perf tests with encrypted data only";
+    if !control_tls {
+        return Err(format!(
+            "{WHY}: run perf with --tls and without --insecure-plaintext"
+        ));
+    }
+    if p.transport == Transport::Udp {
+        return Err(format!(
+            "{WHY}, and UDP datagrams cannot be encrypted: run a TCP test with --tls"
+        ));
+    }
+    if p.data_tls == Some(false) {
+        return Err(format!("{WHY}: run perf with --tls"));
+    }
+    Ok(())
+}
+
+/// Why a data connection may not join its test, if it may not: where the
+/// test has a data key, a proof of it for this slot (in TLS where the
+/// client asked for TLS). Which of token and proof a test takes the
+/// server checked before it handed the stream over (`wrong_join`).
+fn join_refusal(t: &Test, a: &Attach) -> Option<(RefuseCode, &'static str)> {
+    let (k, proof) = match (&t.data_key, &a.proof) {
+        (Some(k), Some(proof)) => (k, proof),
+        (None, None) => return None,
+        _ => {
+            return Some((
+                RefuseCode::Protocol,
+                "token or proof, not as this test takes them",
+            ))
+        }
+    };
+    if !k.verify(&t.token, Transport::Tcp, a.index, a.direction, proof) {
+        return Some((
+            RefuseCode::Unauthorized,
+            "the data stream's proof does not match this test, stream and direction",
+        ));
+    }
+    if t.params.data_tls == Some(true) && !a.stream.is_tls() {
+        return Some((
+            RefuseCode::TlsRequired,
+            "this test's data streams use TLS (perf --tls): a plaintext one is refused",
+        ));
+    }
+    None
 }
 
 /// Takes data connections and UDP registrations that have arrived.
@@ -247,12 +322,27 @@ fn attach_streams(t: &mut Test) {
             .iter()
             .any(|s| s.direction == a.direction && s.stream == a.index);
         let mut a = a;
+        // A replayed proof finds its slot taken (`dup`, or `ready`).
         if t.ready || !known || dup || t.params.transport != Transport::Tcp {
+            tracing::warn!(
+                "refusing a data stream ({:?} {}) of a test: not part of it, taken, or too late",
+                a.direction,
+                a.index
+            );
             refuse_on(
                 &mut *a.stream,
                 RefuseCode::Protocol,
-                "data stream index not part of this test",
+                "data stream index not part of this test, already joined, or too late",
             );
+            continue;
+        }
+        if let Some((code, message)) = join_refusal(t, &a) {
+            tracing::warn!(
+                "refusing a data stream ({:?} {}): {message}",
+                a.direction,
+                a.index
+            );
+            refuse_on(&mut *a.stream, code, message);
             continue;
         }
         let tuning = tuning_for(&t.params, End::Server.sends(a.direction));
@@ -280,7 +370,13 @@ fn attach_streams(t: &mut Test) {
     let tag = udp::tag_of(&t.token);
     let mut buf = [0u8; 128];
     let peer = t.peer.map(|ip| ip.to_canonical());
-    for (_, _, u, registered) in t.udp.iter_mut().filter(|u| !u.3) {
+    for (direction, stream, u, registered) in t.udp.iter_mut().filter(|u| !u.3) {
+        // The test's token, or where it has a data key the slot's proof.
+        let payload_ok = |p: &[u8]| match &t.data_key {
+            Some(k) => std::str::from_utf8(p)
+                .is_ok_and(|p| k.verify(&t.token, Transport::Udp, *stream, *direction, p)),
+            None => p == t.token.as_bytes(),
+        };
         while let Ok((n, from)) = u.recv_from(&mut buf) {
             // Only the control connection's host may register: data sent
             // anywhere else would make this server a reflector.
@@ -296,7 +392,7 @@ fn attach_streams(t: &mut Test) {
             }
             let ok = udp::Header::read(&buf[..n])
                 .is_some_and(|h| h.tag == tag && h.flags & udp::FLAG_REGISTER != 0)
-                && &buf[udp::HEADER_LEN.min(n)..n] == t.token.as_bytes();
+                && payload_ok(&buf[udp::HEADER_LEN.min(n)..n]);
             if ok && u.connect(from).is_ok() {
                 let _ = u.set_nonblocking(false);
                 *registered = true;

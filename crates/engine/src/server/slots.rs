@@ -55,8 +55,16 @@ pub(super) fn register(
         .registry
         .lock()
         .expect("poisoned")
-        .insert(guard.token.clone(), tx);
+        .insert(guard.token.clone(), (tx, false));
     Ok((guard, rx))
+}
+
+/// Marks a registered test as one whose data streams join with proofs of
+/// its data key (`Role::PerfData`) and never with the token alone.
+pub(super) fn join_by_proof(shared: &Shared, token: &str) {
+    if let Some(e) = shared.registry.lock().expect("poisoned").get_mut(token) {
+        e.1 = true;
+    }
 }
 
 /// Who a slot is shared out to: one grant, or every anonymous client
