@@ -36,6 +36,11 @@ impl Dir {
         PathBuf::from(format!("/proc/self/fd/{}", self.fd.as_raw_fd()))
     }
 
+    /// Its descriptor (`O_PATH`), for `*at` calls relative to it.
+    pub fn fd(&self) -> &OwnedFd {
+        &self.fd
+    }
+
     /// A path to `name` inside this directory.
     pub fn join(&self, name: impl AsRef<Path>) -> PathBuf {
         self.path().join(name)

@@ -199,13 +199,16 @@ pub fn confine(root: &Path, path: &Path) -> Result<(), EngineError> {
 /// announces a file, compared on the open descriptor before its first read
 /// and after its last (GNU tar's check, with the inode so that a file
 /// replaced by a rename is caught too).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default)]
 pub struct Stamp {
     pub dev: u64,
     pub ino: u64,
     pub size: u64,
     pub mtime_ns: i64,
     pub ctime_ns: i64,
+    /// Fewer blocks than bytes: it may have holes worth looking for
+    /// (`SEEK_DATA`). Not part of the version.
+    pub sparse: bool,
 }
 
 impl Stamp {
@@ -220,6 +223,7 @@ impl Stamp {
                 .ctime()
                 .saturating_mul(1_000_000_000)
                 .saturating_add(m.ctime_nsec()),
+            sparse: m.blocks().saturating_mul(512) < m.len(),
         }
     }
 

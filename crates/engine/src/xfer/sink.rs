@@ -9,7 +9,7 @@ use std::io::{self, Write};
 use std::net::{Shutdown, TcpStream};
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -174,8 +174,10 @@ struct FileState {
     journal_path: PathBuf,
     /// ...and as they are used: through the descriptor of their directory,
     /// opened beneath the anchor (kept open as long as the file is).
-    _dir: Arc<Dir>,
-    at_target: PathBuf,
+    dir: Arc<Dir>,
+    /// Whether the partial file has its full size yet (a fresh file of
+    /// one chunk gets it from that chunk).
+    sized: AtomicBool,
     at_part: PathBuf,
     at_journal: PathBuf,
     out: Box<dyn WriteAt>,
@@ -662,14 +664,14 @@ fn open_file(e: &Entry, cfg: &SinkConfig, files: &Files, report: &mut SinkReport
             .push(format!("{} -> {}", e.path, cfg.shown(&e.path)));
         return Want::Skip { id: e.id };
     }
-    let (dir, name) = match cfg.anchor.parent_of(&target, true) {
+    let (dir, _) = match cfg.anchor.parent_of(&target, true) {
         Ok(x) => x,
         Err(err) => return fail(err.to_string()),
     };
     let part = side_path(&target, "lhpart");
     let journal_path = side_path(&target, "lhjournal");
     let side = |p: &Path| dir.join(p.file_name().expect("side paths have a name"));
-    let (at_target, at_part, at_journal) = (dir.join(&name), side(&part), side(&journal_path));
+    let (at_part, at_journal) = (side(&part), side(&journal_path));
     let header = JournalHeader {
         size: e.size,
         mtime_ns: e.mtime_ns,
@@ -711,11 +713,20 @@ fn open_file(e: &Entry, cfg: &SinkConfig, files: &Files, report: &mut SinkReport
     let fresh = skip.is_empty();
     skip.sort_unstable();
     let skip = skip_ranges(skip, MAX_SKIP_RANGES);
-    let out = match cfg.storage.open_write(&at_part, fresh) {
+    let part_name = part.file_name().expect("side paths have a name");
+    let opened = if fresh {
+        cfg.storage.create_in(&dir, part_name)
+    } else {
+        cfg.storage.open_write(&at_part, false)
+    };
+    let out = match opened {
         Ok(o) => o,
         Err(err) => return fail(io_err("create", &part, err)),
     };
-    if fresh {
+    // A fresh file of one chunk gets its size from that chunk's write (or,
+    // for a hole, when it arrives): no ftruncate.
+    let sized = !(fresh && count == 1);
+    if fresh && sized {
         if let Err(err) = out.set_len(e.size) {
             return fail(io_err("size", &part, err));
         }
@@ -767,8 +778,8 @@ fn open_file(e: &Entry, cfg: &SinkConfig, files: &Files, report: &mut SinkReport
         target,
         part,
         journal_path,
-        _dir: dir,
-        at_target,
+        dir,
+        sized: AtomicBool::new(sized),
         at_part,
         at_journal,
         out,
@@ -843,7 +854,17 @@ fn finish(f: &FileState, cfg: &SinkConfig, synced: bool) -> FileDone {
         f.out
             .set_mtime(f.entry.mtime_ns)
             .map_err(|e| io_err("set mtime of", &f.part, e))?;
-        std::fs::rename(&f.at_part, &f.at_target).map_err(|e| match e.raw_os_error() {
+        // Relative to the directory's descriptor: the very directory the
+        // partial file was made in, without a walk of its /proc path.
+        let name = |p: &Path| p.file_name().expect("named").to_owned();
+        rustix::fs::renameat(
+            f.dir.fd(),
+            name(&f.part),
+            f.dir.fd(),
+            name(&f.target),
+        )
+        .map_err(io::Error::from)
+        .map_err(|e| match e.raw_os_error() {
             Some(libc::EISDIR | libc::ENOTEMPTY | libc::EEXIST) => {
                 format!(
                     "{} is a directory; not replaced by a file",
@@ -945,9 +966,16 @@ fn receive(s: Box<dyn Stream>, files: &Files, tx: &Sender<Event>, fin: &Sender<A
             .as_ref()
             .filter(|f| f.inner.lock().expect("poisoned").ledger.wants(h.index));
         let write = target.is_some_and(|f| !(h.zero && f.fresh));
+        let mut write_error = None;
+        if let Some(f) = target.filter(|f| h.zero && !f.sized.load(Ordering::Relaxed)) {
+            // A hole not written: the file still needs its size.
+            match f.out.set_len(f.entry.size) {
+                Ok(()) => f.sized.store(true, Ordering::Relaxed),
+                Err(e) => write_error = Some(e),
+            }
+        }
         let mut write_us = 0u64;
         let mut hasher = blake3::Hasher::new();
-        let mut write_error = None;
         let mut off = 0u64;
         while off < u64::from(h.len) {
             let n = (u64::from(h.len) - off).min(buf.len() as u64) as usize;

@@ -301,7 +301,12 @@ impl SrcFile {
 
     /// What changed between the announcement and the open file now.
     fn changed(&self, reader: &dyn ReadAt) -> Option<String> {
-        match reader.metadata() {
+        self.differs(reader.metadata())
+    }
+
+    /// What changed between the announcement and `now`.
+    fn differs(&self, now: io::Result<std::fs::Metadata>) -> Option<String> {
+        match now {
             Ok(m) => self.stamp.changed(&super::Stamp::of(&m)),
             Err(e) => Some(format!("cannot check it after reading: {e}")),
         }
@@ -743,7 +748,7 @@ fn send(
             match opened {
                 Ok(r) => {
                     // The file announced, not one swapped in since.
-                    if let Some(why) = f.changed(&*r) {
+                    if let Some(why) = f.differs(r.metadata_at_open()) {
                         f.failed.store(true, Ordering::Relaxed);
                         let _ = tx.send(Event::Changed(c.file, why));
                         continue;
@@ -761,7 +766,8 @@ fn send(
             }
         }
         let reader = &cache.as_ref().expect("set above").1;
-        let zero = c.len > 0 && reader.is_hole(c.offset, u64::from(c.len));
+        // A file with all its blocks has no hole to look for.
+        let zero = c.len > 0 && f.stamp.sparse && reader.is_hole(c.offset, u64::from(c.len));
         let header = ChunkHeader {
             zero,
             file: c.file,
