@@ -28,12 +28,29 @@ use crate::EngineError;
 #[derive(Debug)]
 pub struct Dir {
     fd: OwnedFd,
+    /// Its file system's device, once asked for.
+    dev: std::sync::OnceLock<Option<u64>>,
 }
 
 impl Dir {
     /// A path that names this directory itself, whatever its path is now.
     pub fn path(&self) -> PathBuf {
         PathBuf::from(format!("/proc/self/fd/{}", self.fd.as_raw_fd()))
+    }
+
+    fn new(fd: OwnedFd) -> Dir {
+        Dir {
+            fd,
+            dev: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// The device of its file system (and so of every file made in it),
+    /// asked of the kernel once.
+    pub fn dev(&self) -> Option<u64> {
+        *self
+            .dev
+            .get_or_init(|| rustix::fs::fstat(&self.fd).ok().map(|st| st.st_dev))
     }
 
     /// Its descriptor (`O_PATH`), for `*at` calls relative to it.
@@ -78,7 +95,7 @@ impl Anchor {
         })?;
         Ok(Anchor {
             root: root.to_path_buf(),
-            dir: Arc::new(Dir { fd }),
+            dir: Arc::new(Dir::new(fd)),
             cache: Mutex::new(HashMap::new()),
         })
     }
@@ -149,7 +166,7 @@ impl Anchor {
             }
             Err(e) => return Err(explain(e, dir)),
         };
-        let d = Arc::new(Dir { fd: d });
+        let d = Arc::new(Dir::new(d));
         let mut cache = self.cache.lock().expect("poisoned");
         if cache.len() >= CACHE_MAX {
             cache.clear();

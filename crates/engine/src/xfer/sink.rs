@@ -225,20 +225,14 @@ fn sync_together(batch: &[Arc<FileState>]) -> bool {
         return false;
     }
     // The batch may span file systems only if the destination does; then
-    // sync each of them.
-    let dev = |fd: i32| {
-        // SAFETY: fstat fills a plain struct for an open descriptor.
-        let mut st: libc::stat = unsafe { std::mem::zeroed() };
-        // SAFETY: `fd` is open (the batch holds its file) and `st` is a
-        // valid, writable stat buffer that outlives the call.
-        (unsafe { libc::fstat(fd, &mut st) } == 0).then_some(st.st_dev)
-    };
+    // sync each of them. A file is on its directory's (asked once per
+    // directory, not once per file).
     let mut devs: Vec<(u64, i32)> = Vec::new();
     for f in batch {
         let Some(fd) = f.out.raw_fd() else {
             return false;
         };
-        match dev(fd) {
+        match f.dir.dev() {
             Some(d) if !devs.iter().any(|(x, _)| *x == d) => devs.push((d, fd)),
             Some(_) => {}
             None => return false,
@@ -857,22 +851,17 @@ fn finish(f: &FileState, cfg: &SinkConfig, synced: bool) -> FileDone {
         // Relative to the directory's descriptor: the very directory the
         // partial file was made in, without a walk of its /proc path.
         let name = |p: &Path| p.file_name().expect("named").to_owned();
-        rustix::fs::renameat(
-            f.dir.fd(),
-            name(&f.part),
-            f.dir.fd(),
-            name(&f.target),
-        )
-        .map_err(io::Error::from)
-        .map_err(|e| match e.raw_os_error() {
-            Some(libc::EISDIR | libc::ENOTEMPTY | libc::EEXIST) => {
-                format!(
-                    "{} is a directory; not replaced by a file",
-                    f.target.display()
-                )
-            }
-            _ => io_err("rename into", &f.target, e),
-        })?;
+        rustix::fs::renameat(f.dir.fd(), name(&f.part), f.dir.fd(), name(&f.target))
+            .map_err(io::Error::from)
+            .map_err(|e| match e.raw_os_error() {
+                Some(libc::EISDIR | libc::ENOTEMPTY | libc::EEXIST) => {
+                    format!(
+                        "{} is a directory; not replaced by a file",
+                        f.target.display()
+                    )
+                }
+                _ => io_err("rename into", &f.target, e),
+            })?;
         if f.inner.lock().expect("poisoned").journal.is_some() {
             let _ = std::fs::remove_file(&f.at_journal);
         }

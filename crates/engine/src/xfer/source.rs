@@ -108,8 +108,13 @@ fn root_name(root: &Path) -> String {
 }
 
 impl Walker {
-    fn entry(&mut self, path: PathBuf, rel: String) -> Result<Option<Found>, Failure> {
-        let found = self.stat(path, rel)?;
+    fn entry(
+        &mut self,
+        path: PathBuf,
+        rel: String,
+        meta: Option<std::fs::Metadata>,
+    ) -> Result<Option<Found>, Failure> {
+        let found = self.stat(path, rel, meta)?;
         if found.entry.kind == Kind::Dir {
             let (path, rel) = (&found.path, &found.entry.path);
             let fail = |error: String| Failure {
@@ -138,7 +143,7 @@ impl Walker {
     /// A file announced again under a new id, after it changed while it
     /// was read: it must still be a regular file.
     fn again(&mut self, path: PathBuf, rel: String) -> Result<Found, Failure> {
-        let found = self.stat(path, rel)?;
+        let found = self.stat(path, rel, None)?;
         if found.entry.kind != Kind::File {
             return Err(Failure {
                 path: found.entry.path,
@@ -148,15 +153,24 @@ impl Walker {
         Ok(found)
     }
 
-    /// Describes one path, without following a final symlink.
-    fn stat(&mut self, path: PathBuf, rel: String) -> Result<Found, Failure> {
+    /// Describes one path, without following a final symlink; `meta` is
+    /// its `lstat` if the caller has it already.
+    fn stat(
+        &mut self,
+        path: PathBuf,
+        rel: String,
+        meta: Option<std::fs::Metadata>,
+    ) -> Result<Found, Failure> {
         let fail = |error: String| Failure {
             path: rel.clone(),
             error,
         };
         let at_path = at(&self.anchor, &path).map_err(|e| fail(e.to_string()))?;
-        let m = std::fs::symlink_metadata(&at_path)
-            .map_err(|e| fail(format!("cannot read {}: {e}", path.display())))?;
+        let m = match meta {
+            Some(m) => m,
+            None => std::fs::symlink_metadata(&at_path)
+                .map_err(|e| fail(format!("cannot read {}: {e}", path.display())))?,
+        };
         let Some(kind) = kind_of(&m) else {
             return Err(fail(
                 "not a regular file, directory or symlink; skipped".into(),
@@ -250,7 +264,11 @@ impl Walker {
                                 error: "name is not UTF-8; skipped".into(),
                             }));
                         };
-                        match self.entry(dir.join(de.file_name()), format!("{prefix}/{name}")) {
+                        // fstatat relative to the listed directory, never
+                        // following a final link: no walk of the path.
+                        let meta = de.metadata().ok();
+                        match self.entry(dir.join(de.file_name()), format!("{prefix}/{name}"), meta)
+                        {
                             Ok(Some(e)) => return Some(Ok(e)),
                             Ok(None) => {}
                             Err(f) => {
@@ -264,7 +282,7 @@ impl Walker {
             }
             let root = self.roots.pop_front()?;
             let name = root_name(&root);
-            match self.entry(root, name) {
+            match self.entry(root, name, None) {
                 Ok(Some(e)) => return Some(Ok(e)),
                 Ok(None) => {}
                 Err(f) => return Some(Err(f)),

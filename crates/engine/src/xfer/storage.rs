@@ -2,8 +2,8 @@
 //! fault-injecting implementation in tests (short writes, ENOSPC at a set
 //! point, failing reads) as well as on the local file system.
 
-use std::fs::{File, OpenOptions};
 use std::ffi::OsStr;
+use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
 use std::path::Path;
