@@ -33,7 +33,7 @@ BIN=$(realpath "$BIN")
 SHM=$(mktemp -d /dev/shm/lh-small.XXXXXX)
 DSK=$(mktemp -d "$DISK/lh-small.XXXXXX")
 PIDS=()
-trap 'for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$SHM" "$DSK"' EXIT
+trap 'for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; wait; rm -rf "$SHM" "$DSK" || true' EXIT
 
 python3 - "$SHM/src" "$FILES" <<'EOF'
 import os, random, sys

@@ -30,6 +30,9 @@ pub struct Dir {
     fd: OwnedFd,
     /// Its file system's device, once asked for.
     dev: std::sync::OnceLock<Option<u64>>,
+    /// Whether its file system keeps files in memory only (tmpfs), once
+    /// asked for.
+    in_memory: std::sync::OnceLock<bool>,
 }
 
 impl Dir {
@@ -42,7 +45,16 @@ impl Dir {
         Dir {
             fd,
             dev: std::sync::OnceLock::new(),
+            in_memory: std::sync::OnceLock::new(),
         }
+    }
+
+    /// Whether files made in it live in memory only (tmpfs): making them
+    /// durable is a no-op there. Asked of the kernel once.
+    pub fn in_memory(&self) -> bool {
+        *self.in_memory.get_or_init(|| {
+            rustix::fs::fstatfs(&self.fd).is_ok_and(|st| st.f_type == libc::TMPFS_MAGIC)
+        })
     }
 
     /// The device of its file system (and so of every file made in it),

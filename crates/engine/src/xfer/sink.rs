@@ -304,10 +304,11 @@ pub fn run_sink(
     for s in streams {
         sockets.push(crate::net::conn::socket_of(&*s)?);
         let (files, tx, fin) = (files.clone(), tx.clone(), fin_tx.clone());
+        let cfg = cfg.clone();
         workers.push(
             std::thread::Builder::new()
                 .name("lh-sink".into())
-                .spawn(move || receive(s, &files, &tx, &fin))
+                .spawn(move || receive(s, &files, &tx, &fin, &cfg))
                 .map_err(|e| EngineError::io("failed to start a receiver".into(), e))?,
         );
     }
@@ -449,6 +450,17 @@ impl Work<'_> {
         }
     }
 
+    /// Finishes a complete file: here if that waits on no device
+    /// ([`finishes_at_once`]), else on the finisher pool.
+    fn finish(&self, m: &mut Sink, f: Arc<FileState>) {
+        if finishes_at_once(&f, self.cfg) {
+            let done = finish(&f, self.cfg, true);
+            m.file_done(Instant::now(), done, f.entry.size);
+        } else {
+            let _ = self.fin.send(f);
+        }
+    }
+
     /// Does what the machine asks, until it asks nothing more.
     fn act(&mut self, m: &mut Sink) -> Result<(), EngineError> {
         let cfg = self.cfg;
@@ -491,7 +503,7 @@ impl Work<'_> {
                     let f = self.files.lock().expect("poisoned").get(&id).cloned();
                     if let Some(f) = f.filter(|f| f.inner.lock().expect("poisoned").ledger.claim())
                     {
-                        let _ = self.fin.send(f);
+                        self.finish(m, f);
                     }
                 }
                 SinkAction::Seal { id, resends } => {
@@ -503,7 +515,7 @@ impl Work<'_> {
                             p.ledger.claim()
                         };
                         if ready {
-                            let _ = self.fin.send(f);
+                            self.finish(m, f);
                         }
                     }
                 }
@@ -825,12 +837,21 @@ fn read_journal(path: &Path, chunks: u64) -> Option<Vec<u8>> {
     Some(bytes)
 }
 
+/// Whether finishing `f` waits on no device, so that the thread that
+/// completed it finishes it at once (mode, mtime, rename: microseconds)
+/// instead of handing it to the finisher pool, which costs two thread
+/// wake-ups a file: nothing to make durable (`--no-sync`, or a file in
+/// memory, where fdatasync does nothing) and nothing to read back.
+fn finishes_at_once(f: &FileState, cfg: &SinkConfig) -> bool {
+    !cfg.verify && (!cfg.sync_files || f.dir.in_memory())
+}
+
 /// Makes a complete file durable, gives it its mode and mtime, and renames
 /// it into place.
 fn finish(f: &FileState, cfg: &SinkConfig, synced: bool) -> FileDone {
     let id = f.entry.id;
     let result = (|| {
-        if cfg.sync_files && !synced {
+        if cfg.sync_files && !synced && !f.dir.in_memory() {
             f.out.sync_data().map_err(|e| io_err("sync", &f.part, e))?;
         }
         if cfg.verify {
@@ -913,7 +934,13 @@ fn verify(f: &FileState, cfg: &SinkConfig) -> Result<(), String> {
 /// One data stream: chunk frames in, streamed through the cache in pieces
 /// (hashed and written as they arrive), counted only once the trailer's
 /// hash matches.
-fn receive(s: Box<dyn Stream>, files: &Files, tx: &Sender<Event>, fin: &Sender<Arc<FileState>>) {
+fn receive(
+    s: Box<dyn Stream>,
+    files: &Files,
+    tx: &Sender<Event>,
+    fin: &Sender<Arc<FileState>>,
+    cfg: &SinkConfig,
+) {
     // Buffered: a small file's header, bytes and trailer come in one read;
     // big pieces bypass the buffer.
     let mut r = io::BufReader::with_capacity(256 << 10, s);
@@ -1051,7 +1078,12 @@ fn receive(s: Box<dyn Stream>, files: &Files, tx: &Sender<Event>, fin: &Sender<A
             p.ledger.claim()
         };
         if complete {
-            let _ = fin.send(f.clone());
+            if finishes_at_once(f, cfg) {
+                let done = finish(f, cfg, true);
+                let _ = tx.send(Event::Done(done, f.entry.size));
+            } else {
+                let _ = fin.send(f.clone());
+            }
         }
     }
 }

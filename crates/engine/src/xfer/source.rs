@@ -628,6 +628,9 @@ fn act(m: &mut Source<Handle>, shared: &Shared, cfg: &SourceConfig) -> Result<()
         let mut unchanged = Vec::new();
         let mut queue = None;
         let mut any = false;
+        // Whether a sender has something new to take: forgetting a file
+        // (every resolved one) gives them nothing, so wakes nobody.
+        let mut added = false;
         while let Some(action) = m.poll_action() {
             any = true;
             match action {
@@ -654,6 +657,7 @@ fn act(m: &mut Source<Handle>, shared: &Shared, cfg: &SourceConfig) -> Result<()
                             resends_read: AtomicU32::new(0),
                         }),
                     );
+                    added |= reads > 0;
                     // Nothing to read (all of it resumed): checked now.
                     if reads == 0 {
                         unchanged.push((id, path, stamp));
@@ -663,6 +667,7 @@ fn act(m: &mut Source<Handle>, shared: &Shared, cfg: &SourceConfig) -> Result<()
                     let queue = queue.get_or_insert_with(|| q.lock().expect("poisoned"));
                     if queue.files.contains_key(&c.file) {
                         queue.resends.push_back(c);
+                        added = true;
                     }
                 }
                 SourceAction::Forget(id) => {
@@ -683,7 +688,7 @@ fn act(m: &mut Source<Handle>, shared: &Shared, cfg: &SourceConfig) -> Result<()
                 }
             }
         }
-        if queue.take().is_some() {
+        if queue.take().is_some() && added {
             // All: one woken at random may be a parked stream, which would
             // leave a resend waiting.
             cv.notify_all();
