@@ -840,10 +840,11 @@ fn read_journal(path: &Path, chunks: u64) -> Option<Vec<u8>> {
 /// Whether finishing `f` waits on no device, so that the thread that
 /// completed it finishes it at once (mode, mtime, rename: microseconds)
 /// instead of handing it to the finisher pool, which costs two thread
-/// wake-ups a file: nothing to make durable (`--no-sync`, or a file in
-/// memory, where fdatasync does nothing) and nothing to read back.
+/// wake-ups a file: a file in memory (tmpfs, where fdatasync does
+/// nothing) with nothing to read back. Not for `--no-sync` on other file
+/// systems: there a rename may still wait on a server (NFS) or a journal.
 fn finishes_at_once(f: &FileState, cfg: &SinkConfig) -> bool {
-    !cfg.verify && (!cfg.sync_files || f.dir.in_memory())
+    !cfg.verify && f.dir.in_memory()
 }
 
 /// Makes a complete file durable, gives it its mode and mtime, and renames
