@@ -599,3 +599,52 @@ fn ls_into_a_closed_pipe_ends_quietly() {
     assert_eq!(st.code(), Some(0), "{err}");
     s.shutdown();
 }
+
+// ------------------------------------------------------- holes and sizes
+
+/// Files whose size comes from somewhere else than their data: a file of
+/// one chunk that is all hole (sent as a zero chunk, which the sink does
+/// not write, so its size must still be set), one with a hole between
+/// data, a short file, an empty one. Each lands with its size and bytes,
+/// pushed and pulled.
+#[test]
+fn holes_and_one_chunk_files_land_with_their_size() {
+    let t = TempDir::new("holes");
+    let exp = t.dir("export");
+    let s = data_server(&exp, &t.dir("state"));
+    let src = t.dir("src").join("h");
+    fs::create_dir(&src).unwrap();
+    let sparse = |name: &str, size: u64, data: &[(u64, &[u8])]| {
+        let f = fs::File::create(src.join(name)).unwrap();
+        f.set_len(size).unwrap();
+        for (off, bytes) in data {
+            std::os::unix::fs::FileExt::write_all_at(&f, bytes, *off).unwrap();
+        }
+    };
+    sparse("all_hole", 200 << 10, &[]);
+    sparse(
+        "middle_hole",
+        3 << 20,
+        &[(0, b"head"), ((3 << 20) - 4, b"tail")],
+    );
+    sparse("short", 5, &[(0, b"12345")]);
+    sparse("empty", 0, &[]);
+    let same = |a: &Path, b: &Path| {
+        for name in ["all_hole", "middle_hole", "short", "empty"] {
+            let (x, y) = (a.join(name), b.join(name));
+            assert_eq!(
+                fs::metadata(&x).unwrap().len(),
+                fs::metadata(&y).unwrap().len(),
+                "{name}"
+            );
+            assert!(fs::read(&x).unwrap() == fs::read(&y).unwrap(), "{name}");
+        }
+    };
+    let v = cp_ok(&["-r", src.to_str().unwrap(), &remote(s.addr(), "")]);
+    assert_eq!(v["files"], 4, "{v}");
+    same(&src, &exp.join("h"));
+    let back = t.dir("back");
+    let v = cp_ok(&["-r", &remote(s.addr(), "h"), back.to_str().unwrap()]);
+    assert_eq!(v["files"], 4, "{v}");
+    same(&src, &back.join("h"));
+}

@@ -28,12 +28,46 @@ use crate::EngineError;
 #[derive(Debug)]
 pub struct Dir {
     fd: OwnedFd,
+    /// Its file system's device, once asked for.
+    dev: std::sync::OnceLock<Option<u64>>,
+    /// Whether its file system keeps files in memory only (tmpfs), once
+    /// asked for.
+    in_memory: std::sync::OnceLock<bool>,
 }
 
 impl Dir {
     /// A path that names this directory itself, whatever its path is now.
     pub fn path(&self) -> PathBuf {
         PathBuf::from(format!("/proc/self/fd/{}", self.fd.as_raw_fd()))
+    }
+
+    fn new(fd: OwnedFd) -> Dir {
+        Dir {
+            fd,
+            dev: std::sync::OnceLock::new(),
+            in_memory: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// Whether files made in it live in memory only (tmpfs): making them
+    /// durable is a no-op there. Asked of the kernel once.
+    pub fn in_memory(&self) -> bool {
+        *self.in_memory.get_or_init(|| {
+            rustix::fs::fstatfs(&self.fd).is_ok_and(|st| st.f_type == libc::TMPFS_MAGIC)
+        })
+    }
+
+    /// The device of its file system (and so of every file made in it),
+    /// asked of the kernel once.
+    pub fn dev(&self) -> Option<u64> {
+        *self
+            .dev
+            .get_or_init(|| rustix::fs::fstat(&self.fd).ok().map(|st| st.st_dev))
+    }
+
+    /// Its descriptor (`O_PATH`), for `*at` calls relative to it.
+    pub fn fd(&self) -> &OwnedFd {
+        &self.fd
     }
 
     /// A path to `name` inside this directory.
@@ -73,7 +107,7 @@ impl Anchor {
         })?;
         Ok(Anchor {
             root: root.to_path_buf(),
-            dir: Arc::new(Dir { fd }),
+            dir: Arc::new(Dir::new(fd)),
             cache: Mutex::new(HashMap::new()),
         })
     }
@@ -144,7 +178,7 @@ impl Anchor {
             }
             Err(e) => return Err(explain(e, dir)),
         };
-        let d = Arc::new(Dir { fd: d });
+        let d = Arc::new(Dir::new(d));
         let mut cache = self.cache.lock().expect("poisoned");
         if cache.len() >= CACHE_MAX {
             cache.clear();

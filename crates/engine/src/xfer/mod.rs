@@ -199,13 +199,16 @@ pub fn confine(root: &Path, path: &Path) -> Result<(), EngineError> {
 /// announces a file, compared on the open descriptor before its first read
 /// and after its last (GNU tar's check, with the inode so that a file
 /// replaced by a rename is caught too).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default)]
 pub struct Stamp {
     pub dev: u64,
     pub ino: u64,
     pub size: u64,
     pub mtime_ns: i64,
     pub ctime_ns: i64,
+    /// Fewer blocks than bytes: it may have holes worth looking for
+    /// (`SEEK_DATA`). Not part of the version.
+    pub sparse: bool,
 }
 
 impl Stamp {
@@ -220,6 +223,7 @@ impl Stamp {
                 .ctime()
                 .saturating_mul(1_000_000_000)
                 .saturating_add(m.ctime_nsec()),
+            sparse: m.blocks().saturating_mul(512) < m.len(),
         }
     }
 
@@ -373,5 +377,11 @@ pub fn content_digest(
 
 /// The hex form of a digest.
 pub fn hex(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut s = String::with_capacity(b.len() * 2);
+    for x in b {
+        s.push(char::from(DIGITS[usize::from(x >> 4)]));
+        s.push(char::from(DIGITS[usize::from(x & 0xf)]));
+    }
+    s
 }

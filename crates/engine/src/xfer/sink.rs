@@ -9,7 +9,7 @@ use std::io::{self, Write};
 use std::net::{Shutdown, TcpStream};
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -174,8 +174,10 @@ struct FileState {
     journal_path: PathBuf,
     /// ...and as they are used: through the descriptor of their directory,
     /// opened beneath the anchor (kept open as long as the file is).
-    _dir: Arc<Dir>,
-    at_target: PathBuf,
+    dir: Arc<Dir>,
+    /// Whether the partial file has its full size yet (a fresh file of
+    /// one chunk gets it from that chunk).
+    sized: AtomicBool,
     at_part: PathBuf,
     at_journal: PathBuf,
     out: Box<dyn WriteAt>,
@@ -223,20 +225,14 @@ fn sync_together(batch: &[Arc<FileState>]) -> bool {
         return false;
     }
     // The batch may span file systems only if the destination does; then
-    // sync each of them.
-    let dev = |fd: i32| {
-        // SAFETY: fstat fills a plain struct for an open descriptor.
-        let mut st: libc::stat = unsafe { std::mem::zeroed() };
-        // SAFETY: `fd` is open (the batch holds its file) and `st` is a
-        // valid, writable stat buffer that outlives the call.
-        (unsafe { libc::fstat(fd, &mut st) } == 0).then_some(st.st_dev)
-    };
+    // sync each of them. A file is on its directory's (asked once per
+    // directory, not once per file).
     let mut devs: Vec<(u64, i32)> = Vec::new();
     for f in batch {
         let Some(fd) = f.out.raw_fd() else {
             return false;
         };
-        match dev(fd) {
+        match f.dir.dev() {
             Some(d) if !devs.iter().any(|(x, _)| *x == d) => devs.push((d, fd)),
             Some(_) => {}
             None => return false,
@@ -308,10 +304,11 @@ pub fn run_sink(
     for s in streams {
         sockets.push(crate::net::conn::socket_of(&*s)?);
         let (files, tx, fin) = (files.clone(), tx.clone(), fin_tx.clone());
+        let cfg = cfg.clone();
         workers.push(
             std::thread::Builder::new()
                 .name("lh-sink".into())
-                .spawn(move || receive(s, &files, &tx, &fin))
+                .spawn(move || receive(s, &files, &tx, &fin, &cfg))
                 .map_err(|e| EngineError::io("failed to start a receiver".into(), e))?,
         );
     }
@@ -453,6 +450,17 @@ impl Work<'_> {
         }
     }
 
+    /// Finishes a complete file: here if that waits on no device
+    /// ([`finishes_at_once`]), else on the finisher pool.
+    fn finish(&self, m: &mut Sink, f: Arc<FileState>) {
+        if finishes_at_once(&f, self.cfg) {
+            let done = finish(&f, self.cfg, true);
+            m.file_done(Instant::now(), done, f.entry.size);
+        } else {
+            let _ = self.fin.send(f);
+        }
+    }
+
     /// Does what the machine asks, until it asks nothing more.
     fn act(&mut self, m: &mut Sink) -> Result<(), EngineError> {
         let cfg = self.cfg;
@@ -495,7 +503,7 @@ impl Work<'_> {
                     let f = self.files.lock().expect("poisoned").get(&id).cloned();
                     if let Some(f) = f.filter(|f| f.inner.lock().expect("poisoned").ledger.claim())
                     {
-                        let _ = self.fin.send(f);
+                        self.finish(m, f);
                     }
                 }
                 SinkAction::Seal { id, resends } => {
@@ -507,7 +515,7 @@ impl Work<'_> {
                             p.ledger.claim()
                         };
                         if ready {
-                            let _ = self.fin.send(f);
+                            self.finish(m, f);
                         }
                     }
                 }
@@ -662,14 +670,14 @@ fn open_file(e: &Entry, cfg: &SinkConfig, files: &Files, report: &mut SinkReport
             .push(format!("{} -> {}", e.path, cfg.shown(&e.path)));
         return Want::Skip { id: e.id };
     }
-    let (dir, name) = match cfg.anchor.parent_of(&target, true) {
+    let (dir, _) = match cfg.anchor.parent_of(&target, true) {
         Ok(x) => x,
         Err(err) => return fail(err.to_string()),
     };
     let part = side_path(&target, "lhpart");
     let journal_path = side_path(&target, "lhjournal");
     let side = |p: &Path| dir.join(p.file_name().expect("side paths have a name"));
-    let (at_target, at_part, at_journal) = (dir.join(&name), side(&part), side(&journal_path));
+    let (at_part, at_journal) = (side(&part), side(&journal_path));
     let header = JournalHeader {
         size: e.size,
         mtime_ns: e.mtime_ns,
@@ -711,11 +719,20 @@ fn open_file(e: &Entry, cfg: &SinkConfig, files: &Files, report: &mut SinkReport
     let fresh = skip.is_empty();
     skip.sort_unstable();
     let skip = skip_ranges(skip, MAX_SKIP_RANGES);
-    let out = match cfg.storage.open_write(&at_part, fresh) {
+    let part_name = part.file_name().expect("side paths have a name");
+    let opened = if fresh {
+        cfg.storage.create_in(&dir, part_name)
+    } else {
+        cfg.storage.open_write(&at_part, false)
+    };
+    let out = match opened {
         Ok(o) => o,
         Err(err) => return fail(io_err("create", &part, err)),
     };
-    if fresh {
+    // A fresh file of one chunk gets its size from that chunk's write (or,
+    // for a hole, when it arrives): no ftruncate.
+    let sized = !(fresh && count == 1);
+    if fresh && sized {
         if let Err(err) = out.set_len(e.size) {
             return fail(io_err("size", &part, err));
         }
@@ -767,8 +784,8 @@ fn open_file(e: &Entry, cfg: &SinkConfig, files: &Files, report: &mut SinkReport
         target,
         part,
         journal_path,
-        _dir: dir,
-        at_target,
+        dir,
+        sized: AtomicBool::new(sized),
         at_part,
         at_journal,
         out,
@@ -820,12 +837,22 @@ fn read_journal(path: &Path, chunks: u64) -> Option<Vec<u8>> {
     Some(bytes)
 }
 
+/// Whether finishing `f` waits on no device, so that the thread that
+/// completed it finishes it at once (mode, mtime, rename: microseconds)
+/// instead of handing it to the finisher pool, which costs two thread
+/// wake-ups a file: a file in memory (tmpfs, where fdatasync does
+/// nothing) with nothing to read back. Not for `--no-sync` on other file
+/// systems: there a rename may still wait on a server (NFS) or a journal.
+fn finishes_at_once(f: &FileState, cfg: &SinkConfig) -> bool {
+    !cfg.verify && f.dir.in_memory()
+}
+
 /// Makes a complete file durable, gives it its mode and mtime, and renames
 /// it into place.
 fn finish(f: &FileState, cfg: &SinkConfig, synced: bool) -> FileDone {
     let id = f.entry.id;
     let result = (|| {
-        if cfg.sync_files && !synced {
+        if cfg.sync_files && !synced && !f.dir.in_memory() {
             f.out.sync_data().map_err(|e| io_err("sync", &f.part, e))?;
         }
         if cfg.verify {
@@ -843,15 +870,20 @@ fn finish(f: &FileState, cfg: &SinkConfig, synced: bool) -> FileDone {
         f.out
             .set_mtime(f.entry.mtime_ns)
             .map_err(|e| io_err("set mtime of", &f.part, e))?;
-        std::fs::rename(&f.at_part, &f.at_target).map_err(|e| match e.raw_os_error() {
-            Some(libc::EISDIR | libc::ENOTEMPTY | libc::EEXIST) => {
-                format!(
-                    "{} is a directory; not replaced by a file",
-                    f.target.display()
-                )
-            }
-            _ => io_err("rename into", &f.target, e),
-        })?;
+        // Relative to the directory's descriptor: the very directory the
+        // partial file was made in, without a walk of its /proc path.
+        let name = |p: &Path| p.file_name().expect("named").to_owned();
+        rustix::fs::renameat(f.dir.fd(), name(&f.part), f.dir.fd(), name(&f.target))
+            .map_err(io::Error::from)
+            .map_err(|e| match e.raw_os_error() {
+                Some(libc::EISDIR | libc::ENOTEMPTY | libc::EEXIST) => {
+                    format!(
+                        "{} is a directory; not replaced by a file",
+                        f.target.display()
+                    )
+                }
+                _ => io_err("rename into", &f.target, e),
+            })?;
         if f.inner.lock().expect("poisoned").journal.is_some() {
             let _ = std::fs::remove_file(&f.at_journal);
         }
@@ -903,7 +935,13 @@ fn verify(f: &FileState, cfg: &SinkConfig) -> Result<(), String> {
 /// One data stream: chunk frames in, streamed through the cache in pieces
 /// (hashed and written as they arrive), counted only once the trailer's
 /// hash matches.
-fn receive(s: Box<dyn Stream>, files: &Files, tx: &Sender<Event>, fin: &Sender<Arc<FileState>>) {
+fn receive(
+    s: Box<dyn Stream>,
+    files: &Files,
+    tx: &Sender<Event>,
+    fin: &Sender<Arc<FileState>>,
+    cfg: &SinkConfig,
+) {
     // Buffered: a small file's header, bytes and trailer come in one read;
     // big pieces bypass the buffer.
     let mut r = io::BufReader::with_capacity(256 << 10, s);
@@ -945,9 +983,16 @@ fn receive(s: Box<dyn Stream>, files: &Files, tx: &Sender<Event>, fin: &Sender<A
             .as_ref()
             .filter(|f| f.inner.lock().expect("poisoned").ledger.wants(h.index));
         let write = target.is_some_and(|f| !(h.zero && f.fresh));
+        let mut write_error = None;
+        if let Some(f) = target.filter(|f| h.zero && !f.sized.load(Ordering::Relaxed)) {
+            // A hole not written: the file still needs its size.
+            match f.out.set_len(f.entry.size) {
+                Ok(()) => f.sized.store(true, Ordering::Relaxed),
+                Err(e) => write_error = Some(e),
+            }
+        }
         let mut write_us = 0u64;
         let mut hasher = blake3::Hasher::new();
-        let mut write_error = None;
         let mut off = 0u64;
         while off < u64::from(h.len) {
             let n = (u64::from(h.len) - off).min(buf.len() as u64) as usize;
@@ -1034,7 +1079,12 @@ fn receive(s: Box<dyn Stream>, files: &Files, tx: &Sender<Event>, fin: &Sender<A
             p.ledger.claim()
         };
         if complete {
-            let _ = fin.send(f.clone());
+            if finishes_at_once(f, cfg) {
+                let done = finish(f, cfg, true);
+                let _ = tx.send(Event::Done(done, f.entry.size));
+            } else {
+                let _ = fin.send(f.clone());
+            }
         }
     }
 }

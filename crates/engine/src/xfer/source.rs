@@ -108,8 +108,13 @@ fn root_name(root: &Path) -> String {
 }
 
 impl Walker {
-    fn entry(&mut self, path: PathBuf, rel: String) -> Result<Option<Found>, Failure> {
-        let found = self.stat(path, rel)?;
+    fn entry(
+        &mut self,
+        path: PathBuf,
+        rel: String,
+        meta: Option<std::fs::Metadata>,
+    ) -> Result<Option<Found>, Failure> {
+        let found = self.stat(path, rel, meta)?;
         if found.entry.kind == Kind::Dir {
             let (path, rel) = (&found.path, &found.entry.path);
             let fail = |error: String| Failure {
@@ -138,7 +143,7 @@ impl Walker {
     /// A file announced again under a new id, after it changed while it
     /// was read: it must still be a regular file.
     fn again(&mut self, path: PathBuf, rel: String) -> Result<Found, Failure> {
-        let found = self.stat(path, rel)?;
+        let found = self.stat(path, rel, None)?;
         if found.entry.kind != Kind::File {
             return Err(Failure {
                 path: found.entry.path,
@@ -148,15 +153,24 @@ impl Walker {
         Ok(found)
     }
 
-    /// Describes one path, without following a final symlink.
-    fn stat(&mut self, path: PathBuf, rel: String) -> Result<Found, Failure> {
+    /// Describes one path, without following a final symlink; `meta` is
+    /// its `lstat` if the caller has it already.
+    fn stat(
+        &mut self,
+        path: PathBuf,
+        rel: String,
+        meta: Option<std::fs::Metadata>,
+    ) -> Result<Found, Failure> {
         let fail = |error: String| Failure {
             path: rel.clone(),
             error,
         };
         let at_path = at(&self.anchor, &path).map_err(|e| fail(e.to_string()))?;
-        let m = std::fs::symlink_metadata(&at_path)
-            .map_err(|e| fail(format!("cannot read {}: {e}", path.display())))?;
+        let m = match meta {
+            Some(m) => m,
+            None => std::fs::symlink_metadata(&at_path)
+                .map_err(|e| fail(format!("cannot read {}: {e}", path.display())))?,
+        };
         let Some(kind) = kind_of(&m) else {
             return Err(fail(
                 "not a regular file, directory or symlink; skipped".into(),
@@ -250,7 +264,11 @@ impl Walker {
                                 error: "name is not UTF-8; skipped".into(),
                             }));
                         };
-                        match self.entry(dir.join(de.file_name()), format!("{prefix}/{name}")) {
+                        // fstatat relative to the listed directory, never
+                        // following a final link: no walk of the path.
+                        let meta = de.metadata().ok();
+                        match self.entry(dir.join(de.file_name()), format!("{prefix}/{name}"), meta)
+                        {
                             Ok(Some(e)) => return Some(Ok(e)),
                             Ok(None) => {}
                             Err(f) => {
@@ -264,7 +282,7 @@ impl Walker {
             }
             let root = self.roots.pop_front()?;
             let name = root_name(&root);
-            match self.entry(root, name) {
+            match self.entry(root, name, None) {
                 Ok(Some(e)) => return Some(Ok(e)),
                 Ok(None) => {}
                 Err(f) => return Some(Err(f)),
@@ -301,7 +319,12 @@ impl SrcFile {
 
     /// What changed between the announcement and the open file now.
     fn changed(&self, reader: &dyn ReadAt) -> Option<String> {
-        match reader.metadata() {
+        self.differs(reader.metadata())
+    }
+
+    /// What changed between the announcement and `now`.
+    fn differs(&self, now: io::Result<std::fs::Metadata>) -> Option<String> {
+        match now {
             Ok(m) => self.stamp.changed(&super::Stamp::of(&m)),
             Err(e) => Some(format!("cannot check it after reading: {e}")),
         }
@@ -605,6 +628,9 @@ fn act(m: &mut Source<Handle>, shared: &Shared, cfg: &SourceConfig) -> Result<()
         let mut unchanged = Vec::new();
         let mut queue = None;
         let mut any = false;
+        // Whether a sender has something new to take: forgetting a file
+        // (every resolved one) gives them nothing, so wakes nobody.
+        let mut added = false;
         while let Some(action) = m.poll_action() {
             any = true;
             match action {
@@ -631,6 +657,7 @@ fn act(m: &mut Source<Handle>, shared: &Shared, cfg: &SourceConfig) -> Result<()
                             resends_read: AtomicU32::new(0),
                         }),
                     );
+                    added |= reads > 0;
                     // Nothing to read (all of it resumed): checked now.
                     if reads == 0 {
                         unchanged.push((id, path, stamp));
@@ -640,6 +667,7 @@ fn act(m: &mut Source<Handle>, shared: &Shared, cfg: &SourceConfig) -> Result<()
                     let queue = queue.get_or_insert_with(|| q.lock().expect("poisoned"));
                     if queue.files.contains_key(&c.file) {
                         queue.resends.push_back(c);
+                        added = true;
                     }
                 }
                 SourceAction::Forget(id) => {
@@ -660,7 +688,7 @@ fn act(m: &mut Source<Handle>, shared: &Shared, cfg: &SourceConfig) -> Result<()
                 }
             }
         }
-        if queue.take().is_some() {
+        if queue.take().is_some() && added {
             // All: one woken at random may be a parked stream, which would
             // leave a resend waiting.
             cv.notify_all();
@@ -743,7 +771,7 @@ fn send(
             match opened {
                 Ok(r) => {
                     // The file announced, not one swapped in since.
-                    if let Some(why) = f.changed(&*r) {
+                    if let Some(why) = f.differs(r.metadata_at_open()) {
                         f.failed.store(true, Ordering::Relaxed);
                         let _ = tx.send(Event::Changed(c.file, why));
                         continue;
@@ -761,7 +789,8 @@ fn send(
             }
         }
         let reader = &cache.as_ref().expect("set above").1;
-        let zero = c.len > 0 && reader.is_hole(c.offset, u64::from(c.len));
+        // A file with all its blocks has no hole to look for.
+        let zero = c.len > 0 && f.stamp.sparse && reader.is_hole(c.offset, u64::from(c.len));
         let header = ChunkHeader {
             zero,
             file: c.file,

@@ -2,6 +2,7 @@
 //! fault-injecting implementation in tests (short writes, ENOSPC at a set
 //! point, failing reads) as well as on the local file system.
 
+use std::ffi::OsStr;
 use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
@@ -9,11 +10,18 @@ use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
+use super::beneath::Dir;
+
 /// Positional reads of one open file.
 pub trait ReadAt: Send + Sync {
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize>;
     /// The open file's metadata (fstat): whether it changed while it was read.
     fn metadata(&self) -> io::Result<std::fs::Metadata>;
+    /// The metadata as the file was opened: what [`Self::metadata`] said
+    /// then, kept where the open took it anyway (one fstat less a file).
+    fn metadata_at_open(&self) -> io::Result<std::fs::Metadata> {
+        self.metadata()
+    }
     /// True if `offset..offset+len` is entirely a hole (reads as zeros
     /// without being stored). False when unsure.
     fn is_hole(&self, _offset: u64, _len: u64) -> bool {
@@ -63,7 +71,37 @@ pub trait Storage: Send + Sync {
     /// Opens a partial file for writing, creating it if needed; `truncate`
     /// empties one left from an earlier run.
     fn open_write(&self, path: &Path, truncate: bool) -> io::Result<Box<dyn WriteAt>>;
+    /// A fresh partial file `name` in the open directory `dir`, as
+    /// [`Self::open_write`] with `truncate`; by default through the
+    /// directory's path.
+    fn create_in(&self, dir: &Dir, name: &OsStr) -> io::Result<Box<dyn WriteAt>> {
+        self.open_write(&dir.join(name), true)
+    }
 }
+
+/// A file opened for reading, with its metadata from the open.
+struct Opened {
+    file: File,
+    at_open: std::fs::Metadata,
+}
+
+impl ReadAt for Opened {
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+        FileExt::read_at(&self.file, buf, offset)
+    }
+    fn metadata(&self) -> io::Result<std::fs::Metadata> {
+        self.file.metadata()
+    }
+    fn metadata_at_open(&self) -> io::Result<std::fs::Metadata> {
+        Ok(self.at_open.clone())
+    }
+    fn is_hole(&self, offset: u64, len: u64) -> bool {
+        ReadAt::is_hole(&self.file, offset, len)
+    }
+}
+
+/// Files up to this size are read in one request: no readahead advice.
+const ADVISE_ABOVE: u64 = 256 << 10;
 
 impl ReadAt for File {
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
@@ -122,16 +160,44 @@ pub struct Local;
 
 impl Storage for Local {
     fn open_read(&self, path: &Path) -> io::Result<Box<dyn ReadAt>> {
-        let f = open_regular(path, OpenOptions::new().read(true))?;
+        let (file, at_open) = open_regular_with(path, OpenOptions::new().read(true))?;
         // Files are read front to back (chunks in order, a few streams
         // apart): ask for the larger readahead of a sequential reader.
-        let _ = rustix::fs::fadvise(&f, 0, None, rustix::fs::Advice::Sequential);
-        Ok(Box::new(f))
+        if at_open.len() > ADVISE_ABOVE {
+            let _ = rustix::fs::fadvise(&file, 0, None, rustix::fs::Advice::Sequential);
+        }
+        Ok(Box::new(Opened { file, at_open }))
     }
 
     fn open_write(&self, path: &Path, truncate: bool) -> io::Result<Box<dyn WriteAt>> {
         Ok(Box::new(open_part(path, truncate)?))
     }
+
+    fn create_in(&self, dir: &Dir, name: &OsStr) -> io::Result<Box<dyn WriteAt>> {
+        Ok(Box::new(create_part_in(dir, name)?))
+    }
+}
+
+/// [`open_part`] of a fresh partial file, relative to its directory's
+/// descriptor: no walk of the `/proc/self/fd` path on every file.
+fn create_part_in(dir: &Dir, name: &OsStr) -> io::Result<File> {
+    use rustix::fs::{Mode, OFlags};
+    let create = || {
+        rustix::fs::openat(
+            dir.fd(),
+            name,
+            OFlags::RDWR | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::from_raw_mode(0o600),
+        )
+    };
+    let fd = match create() {
+        Err(rustix::io::Errno::EXIST) => {
+            rustix::fs::unlinkat(dir.fd(), name, rustix::fs::AtFlags::empty())?;
+            create()?
+        }
+        r => r?,
+    };
+    Ok(File::from(fd))
 }
 
 /// The local file system with O_DIRECT (`--direct`): data moves between
@@ -274,19 +340,26 @@ impl std::ops::DerefMut for AlignedBuf {
 /// blocking on a FIFO or device planted under its name: opened
 /// non-blocking, checked with fstat, then switched back to blocking.
 pub fn open_regular(path: &Path, how: &mut OpenOptions) -> io::Result<File> {
+    open_regular_with(path, how).map(|(f, _)| f)
+}
+
+/// [`open_regular`], with the metadata it checked.
+fn open_regular_with(path: &Path, how: &mut OpenOptions) -> io::Result<(File, std::fs::Metadata)> {
     let f = how
         .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
         .open(path)?;
-    if !f.metadata()?.is_file() {
+    let m = f.metadata()?;
+    if !m.is_file() {
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,
             format!("{} is not a regular file", path.display()),
         ));
     }
-    if let Ok(flags) = rustix::fs::fcntl_getfl(&f) {
-        let _ = rustix::fs::fcntl_setfl(&f, flags - rustix::fs::OFlags::NONBLOCK);
-    }
-    Ok(f)
+    // The status flags F_SETFL changes are all ours to know (none of
+    // O_APPEND, O_DIRECT, O_NOATIME, O_ASYNC was asked for): clear
+    // O_NONBLOCK without reading them first.
+    let _ = rustix::fs::fcntl_setfl(&f, rustix::fs::OFlags::empty());
+    Ok((f, m))
 }
 
 /// Opens a partial file, private to us and never through a symlink. A
