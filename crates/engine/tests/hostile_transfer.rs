@@ -204,6 +204,7 @@ fn request(op: Op, dest: &str, sources: Vec<String>) -> Message {
         mkpath: false,
         direct: false,
         tuning: Default::default(),
+        bundles: false,
     })
 }
 

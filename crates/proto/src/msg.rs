@@ -215,6 +215,8 @@ pub enum Message {
     Resend(xfer::Resend),
     FileDone(xfer::FileDone),
     FileSealed(xfer::FileSealed),
+    FilesSealed(xfer::FilesSealed),
+    FilesDone(xfer::FilesDone),
     EntriesEnd(xfer::EntriesEnd),
     TransferDone(xfer::SinkReport),
     ListRequest(xfer::ListRequest),
@@ -254,6 +256,10 @@ pub mod kind {
     pub const SOURCE_DONE: u8 = 0x3a;
     pub const SOURCE_INTERVAL: u8 = 0x3b;
     pub const FILE_SEALED: u8 = 0x3c;
+    /// Many `FILE_SEALED` in one (only when bundles were negotiated).
+    pub const FILES_SEALED: u8 = 0x3d;
+    /// Many `FILE_DONE` in one (only when bundles were negotiated).
+    pub const FILES_DONE: u8 = 0x3e;
     pub const PROBE: u8 = 0x40;
     pub const PROBE_RESULT: u8 = 0x41;
 }
@@ -282,6 +288,8 @@ impl Message {
             Message::Resend(_) => kind::RESEND,
             Message::FileDone(_) => kind::FILE_DONE,
             Message::FileSealed(_) => kind::FILE_SEALED,
+            Message::FilesSealed(_) => kind::FILES_SEALED,
+            Message::FilesDone(_) => kind::FILES_DONE,
             Message::EntriesEnd(_) => kind::ENTRIES_END,
             Message::TransferDone(_) => kind::TRANSFER_DONE,
             Message::ListRequest(_) => kind::LIST_REQUEST,
@@ -317,6 +325,8 @@ impl Message {
             Message::Resend(_) => "resend",
             Message::FileDone(_) => "file_done",
             Message::FileSealed(_) => "file_sealed",
+            Message::FilesSealed(_) => "files_sealed",
+            Message::FilesDone(_) => "files_done",
             Message::EntriesEnd(_) => "entries_end",
             Message::TransferDone(_) => "transfer_done",
             Message::ListRequest(_) => "list_request",
@@ -352,6 +362,8 @@ impl Message {
             Message::Resend(m) => serde_json::to_vec(m),
             Message::FileDone(m) => serde_json::to_vec(m),
             Message::FileSealed(m) => serde_json::to_vec(m),
+            Message::FilesSealed(m) => serde_json::to_vec(m),
+            Message::FilesDone(m) => serde_json::to_vec(m),
             Message::EntriesEnd(m) => serde_json::to_vec(m),
             Message::TransferDone(m) => serde_json::to_vec(m),
             Message::ListRequest(m) => serde_json::to_vec(m),
@@ -397,6 +409,8 @@ impl Message {
             kind::RESEND => Message::Resend(body(k, b)?),
             kind::FILE_DONE => Message::FileDone(body(k, b)?),
             kind::FILE_SEALED => Message::FileSealed(body(k, b)?),
+            kind::FILES_SEALED => Message::FilesSealed(body(k, b)?),
+            kind::FILES_DONE => Message::FilesDone(body(k, b)?),
             kind::ENTRIES_END => Message::EntriesEnd(body(k, b)?),
             kind::TRANSFER_DONE => Message::TransferDone(body(k, b)?),
             kind::LIST_REQUEST => Message::ListRequest(body(k, b)?),
@@ -468,6 +482,16 @@ mod tests {
             }),
             Message::Active(Active { streams: 3 }),
             Message::FileSealed(crate::xfer::FileSealed { id: 9, resends: 2 }),
+            Message::FilesSealed(crate::xfer::FilesSealed {
+                items: vec![crate::xfer::FileSealed { id: 9, resends: 2 }],
+            }),
+            Message::FilesDone(crate::xfer::FilesDone {
+                items: vec![crate::xfer::FileDone {
+                    id: 3,
+                    digest: Some("ab".into()),
+                    ..Default::default()
+                }],
+            }),
             Message::FileDone(crate::xfer::FileDone {
                 id: 9,
                 error: Some("changed".into()),

@@ -53,6 +53,14 @@ struct Frame {
     hash: [u8; 32],
 }
 
+/// What a data stream carries: a chunk frame, or (bundles negotiated) a
+/// bundle frame's bytes, header and records, as encoded on the wire.
+#[derive(Debug, Clone)]
+enum Delivery {
+    Chunk(Frame),
+    Bundle(Vec<u8>),
+}
+
 /// What goes wrong, and when.
 #[derive(Debug, Clone, Default)]
 struct Faults {
@@ -125,6 +133,9 @@ struct Outcome {
     writes: HashMap<(String, u32), u32>,
     failed: Vec<Failure>,
     elapsed: Duration,
+    /// Bundle frames, items of `FilesSealed` and of `FilesDone`, and
+    /// `FileSealed` / `FileDone` messages sent alone.
+    wire: (usize, usize, usize, usize),
 }
 
 struct Pair {
@@ -134,7 +145,18 @@ struct Pair {
     snk: SinkSide,
     to_sink: VecDeque<Message>,
     to_source: VecDeque<Message>,
-    streams: Vec<VecDeque<Frame>>,
+    streams: Vec<VecDeque<Delivery>>,
+    /// Bundles negotiated: small whole files go in bundle frames, seals
+    /// and dones batched.
+    bundles: bool,
+    /// The bundle being filled by the source's reads: record bytes, count.
+    bundle: (Vec<u8>, u32),
+    /// What went over the wire: bundle frames, batched messages (items).
+    bundles_sent: usize,
+    files_sealed: usize,
+    files_done: usize,
+    /// Per-file control messages (`FileSealed`, `FileDone`) sent alone.
+    single_messages: usize,
     /// Which stream delivers next, cycled.
     schedule: Vec<u8>,
     deliveries: usize,
@@ -201,6 +223,12 @@ impl Pair {
             to_sink: VecDeque::new(),
             to_source: VecDeque::new(),
             streams: vec![VecDeque::new(); streams.max(1)],
+            bundles: false,
+            bundle: (Vec::new(), 0),
+            bundles_sent: 0,
+            files_sealed: 0,
+            files_done: 0,
+            single_messages: 0,
             schedule: if schedule.is_empty() {
                 vec![0]
             } else {
@@ -208,6 +236,47 @@ impl Pair {
             },
             deliveries: 0,
             faults,
+        }
+    }
+
+    /// Room for many files in flight, as a small-file transfer has.
+    fn wide(mut self) -> Self {
+        self.src.machine = Source::new(
+            self.now,
+            SourceLimits {
+                batch: 64,
+                files_in_flight: 64,
+                max_files_in_flight: 64,
+                idle: IDLE,
+            },
+        );
+        self.snk.machine = Sink::new(
+            self.now,
+            SinkLimits {
+                max_files: 64,
+                max_chunks_per_file: 1 << 22,
+                max_chunks_in_flight: 1 << 22,
+                idle: IDLE,
+            },
+        );
+        self
+    }
+
+    /// Both ends agreed to bundles.
+    fn with_bundles(mut self) -> Self {
+        self.bundles = true;
+        self.src.machine.batch_messages();
+        self.snk.machine.batch_messages();
+        self
+    }
+
+    /// Counts what a control message says about batching.
+    fn count(&mut self, m: &Message) {
+        match m {
+            Message::FilesSealed(b) => self.files_sealed += b.items.len(),
+            Message::FilesDone(b) => self.files_done += b.items.len(),
+            Message::FileSealed(_) | Message::FileDone(_) => self.single_messages += 1,
+            _ => {}
         }
     }
 
@@ -298,6 +367,12 @@ impl Pair {
             writes: self.snk.writes,
             failed: source_failed,
             elapsed: self.now - self.start,
+            wire: (
+                self.bundles_sent,
+                self.files_sealed,
+                self.files_done,
+                self.single_messages,
+            ),
         }
     }
 
@@ -306,9 +381,10 @@ impl Pair {
         let mut progressed = false;
         progressed |= self.source_walks();
         progressed |= self.source_acts();
-        progressed |= self.source_reads(2);
+        progressed |= self.source_reads(if self.bundles { 8 } else { 2 });
         progressed |= self.source_acts();
         while let Some(m) = self.src.machine.poll_transmit() {
+            self.count(&m);
             self.to_sink.push_back(m);
             progressed = true;
         }
@@ -320,6 +396,7 @@ impl Pair {
         progressed |= self.deliver()?;
         self.sink_acts()?;
         while let Some(m) = self.snk.machine.poll_transmit() {
+            self.count(&m);
             self.to_source.push_back(m);
             progressed = true;
         }
@@ -428,15 +505,28 @@ impl Pair {
             if failing {
                 h[0] ^= 0xff;
             }
-            let s = self.src.next_stream % self.streams.len();
-            self.src.next_stream += 1;
-            self.streams[s].push_back(Frame {
-                file: c.file,
-                index: c.index,
-                offset: c.offset,
-                bytes,
-                hash: h,
-            });
+            // A whole small file, not a resend: into the bundle.
+            let whole = c.index == 0 && u64::from(c.len) == f.data.len() as u64;
+            if self.bundles && !resend && whole && c.len <= MAX_BUNDLE_FILE {
+                if self.bundle.1 == MAX_BUNDLE_FILES
+                    || self.bundle.0.len() + bytes.len() > MAX_BUNDLE_PAYLOAD as usize
+                {
+                    self.flush_bundle();
+                }
+                push_bundle_record(&mut self.bundle.0, c.file, &bytes, &h);
+                self.bundle.1 += 1;
+            } else {
+                self.flush_bundle();
+                let s = self.src.next_stream % self.streams.len();
+                self.src.next_stream += 1;
+                self.streams[s].push_back(Delivery::Chunk(Frame {
+                    file: c.file,
+                    index: c.index,
+                    offset: c.offset,
+                    bytes,
+                    hash: h,
+                }));
+            }
             self.src.machine.sent(self.now, u64::from(c.len), 1);
             if failing {
                 self.src.reading.remove(&c.file);
@@ -477,7 +567,26 @@ impl Pair {
                 }
             }
         }
+        self.flush_bundle();
         any
+    }
+
+    /// Puts the bundle being filled on the next stream.
+    fn flush_bundle(&mut self) {
+        let (body, count) = std::mem::take(&mut self.bundle);
+        if count == 0 {
+            return;
+        }
+        let h = BundleHeader {
+            count,
+            body_len: body.len() as u32,
+        };
+        let mut wire = h.encode().to_vec();
+        wire.extend_from_slice(&body);
+        let s = self.src.next_stream % self.streams.len();
+        self.src.next_stream += 1;
+        self.streams[s].push_back(Delivery::Bundle(wire));
+        self.bundles_sent += 1;
     }
 
     fn source_reads_messages(&mut self) -> Result<bool, SourceError> {
@@ -519,11 +628,47 @@ impl Pair {
             let other = (s + 1) % n;
             self.streams[other].push_back(frame.clone());
         }
-        if self.faults.corrupt.contains(&number) && !frame.bytes.is_empty() {
-            frame.bytes[0] ^= 0x55;
+        if self.faults.corrupt.contains(&number) {
+            match &mut frame {
+                Delivery::Chunk(f) if !f.bytes.is_empty() => f.bytes[0] ^= 0x55,
+                // The first record's first byte, or its hash if it is empty.
+                Delivery::Bundle(b) => b[BUNDLE_HEADER_LEN + 12] ^= 0x55,
+                Delivery::Chunk(_) => {}
+            }
         }
-        self.receive(frame)?;
+        match frame {
+            Delivery::Chunk(f) => self.receive(f)?,
+            Delivery::Bundle(b) => self.receive_bundle(&b)?,
+        }
         Ok(true)
+    }
+
+    /// The sink's receiver for a bundle frame: decoded and checked as the
+    /// engine does, then each record booked as the file's chunk 0.
+    fn receive_bundle(&mut self, wire: &[u8]) -> Result<(), Ended> {
+        let bad = |m: &mut Sink, e: String| Ended::Sink(m.fatal(e));
+        let head: [u8; BUNDLE_HEADER_LEN] = wire[..BUNDLE_HEADER_LEN].try_into().expect("9");
+        let h =
+            BundleHeader::decode(&head).map_err(|e| bad(&mut self.snk.machine, e.to_string()))?;
+        let records = h
+            .records(&wire[BUNDLE_HEADER_LEN..])
+            .map_err(|e| bad(&mut self.snk.machine, e.to_string()))?;
+        for r in records {
+            if let Some((e, _)) = self.snk.open.get(&r.file) {
+                if e.size != r.data.len() as u64 || chunk_count(e.size, e.chunk_size) != 1 {
+                    let e = format!("a bundle record for {} does not match its size", e.path);
+                    return Err(bad(&mut self.snk.machine, e));
+                }
+            }
+            self.receive(Frame {
+                file: r.file,
+                index: 0,
+                offset: 0,
+                bytes: r.data.to_vec(),
+                hash: r.hash,
+            })?;
+        }
+        Ok(())
     }
 
     /// The sink's receiver: check, write, journal, book; finish the file
@@ -748,10 +893,12 @@ proptest! {
         streams in 1usize..5,
         schedule in prop::collection::vec(any::<u8>(), 1..16),
         duplicate in prop::collection::vec(0usize..40, 0..6),
+        bundles in any::<bool>(),
     ) {
         let files = tree(&sizes);
         let faults = Faults { duplicate, ..Faults::default() };
-        let o = Pair::new(&files, streams, schedule, faults).run();
+        let pair = Pair::new(&files, streams, schedule, faults);
+        let o = if bundles { pair.with_bundles() } else { pair }.run();
         expect_identical(&o, &files);
         for (p, d) in &files {
             for i in 0..chunk_count(d.len() as u64, CHUNK) as u32 {
@@ -816,10 +963,12 @@ proptest! {
         sizes in sizes(),
         streams in 1usize..4,
         corrupt in prop::collection::vec(0usize..30, 1..5),
+        bundles in any::<bool>(),
     ) {
         let files = tree(&sizes);
         let faults = Faults { corrupt: corrupt.clone(), ..Faults::default() };
-        let o = Pair::new(&files, streams, vec![0, 1, 2], faults).run();
+        let pair = Pair::new(&files, streams, vec![0, 1, 2], faults);
+        let o = if bundles { pair.with_bundles() } else { pair }.run();
         expect_identical(&o, &files);
     }
 
@@ -889,10 +1038,12 @@ proptest! {
         streams in 1usize..4,
         drop in prop::collection::vec(0usize..20, 1..4),
         duplicate in prop::collection::vec(0usize..20, 0..4),
+        bundles in any::<bool>(),
     ) {
         let files = tree(&sizes);
         let faults = Faults { drop, duplicate, ..Faults::default() };
-        let o = Pair::new(&files, streams, vec![0, 2, 1], faults).run();
+        let pair = Pair::new(&files, streams, vec![0, 2, 1], faults);
+        let o = if bundles { pair.with_bundles() } else { pair }.run();
         for (p, d) in &o.landed {
             let want = &files.iter().find(|(q, _)| q == p).expect("only sources land").1;
             prop_assert!(d == want, "{} landed torn", p);
@@ -1068,4 +1219,144 @@ fn a_source_announcing_too_many_files_is_refused() {
     };
     assert_eq!(opened, 2);
     assert!(err.to_string().contains("more than 2 files"), "{err}");
+}
+
+/// Many small files and two big ones: `n` small of 0..3000 bytes.
+fn mixed(n: usize) -> Vec<(String, Vec<u8>)> {
+    let mut sizes: Vec<usize> = (0..n).map(|i| i * 97 % 3000).collect();
+    sizes.insert(n / 2, 3 * CHUNK as usize + 5);
+    sizes.push(2 * CHUNK as usize);
+    tree(&sizes)
+}
+
+fn reads_of(o: &Outcome, path: &str) -> u32 {
+    o.reads
+        .iter()
+        .filter(|((p, _), _)| p == path)
+        .map(|(_, n)| *n)
+        .sum()
+}
+
+#[test]
+fn bundles_carry_small_files_and_seals_and_dones_go_batched() {
+    let files = mixed(40);
+    let o = Pair::new(&files, 3, vec![0, 2, 1], Faults::default())
+        .wide()
+        .with_bundles()
+        .run();
+    expect_identical(&o, &files);
+    let (bundles, sealed, done, _) = o.wire;
+    assert!(
+        bundles > 0 && bundles < 40,
+        "{bundles} bundles for 40 small files"
+    );
+    assert!(sealed > 0, "no FilesSealed");
+    assert!(done > 0, "no FilesDone");
+    for (p, d) in &files {
+        let chunks = chunk_count(d.len() as u64, CHUNK) as u32;
+        assert_eq!(reads_of(&o, p), chunks, "{p} read again");
+    }
+}
+
+#[test]
+fn without_negotiation_nothing_new_goes_on_the_wire() {
+    // What an old peer sees: chunk frames and per-file messages only.
+    let files = mixed(40);
+    let o = Pair::new(&files, 3, vec![0, 2, 1], Faults::default())
+        .wide()
+        .run();
+    expect_identical(&o, &files);
+    let (bundles, sealed, done, single) = o.wire;
+    assert_eq!((bundles, sealed, done), (0, 0, 0));
+    assert!(single >= 2 * files.len(), "{single}");
+}
+
+#[test]
+fn a_damaged_bundle_record_resends_only_its_file() {
+    let files = tree(&[1000, 2000, 3000, 10, 500]);
+    let faults = Faults {
+        corrupt: vec![0],
+        ..Faults::default()
+    };
+    let o = Pair::new(&files, 2, vec![0], faults)
+        .wide()
+        .with_bundles()
+        .run();
+    expect_identical(&o, &files);
+    assert!(o.wire.0 > 0);
+    let again: Vec<&String> = files
+        .iter()
+        .map(|(p, _)| p)
+        .filter(|p| reads_of(&o, p) > 1)
+        .collect();
+    assert_eq!(again.len(), 1, "{again:?}");
+    assert_eq!(reads_of(&o, again[0]), 2);
+}
+
+#[test]
+fn a_duplicated_bundle_lands_each_file_once() {
+    let files = tree(&[1000, 2000, 0, 10, 500, 64]);
+    let faults = Faults {
+        duplicate: vec![0, 1],
+        ..Faults::default()
+    };
+    let o = Pair::new(&files, 2, vec![0, 1], faults)
+        .wide()
+        .with_bundles()
+        .run();
+    expect_identical(&o, &files);
+    for (p, _) in &files {
+        let w = o.writes.get(&(p.clone(), 0)).copied().unwrap_or(0);
+        assert_eq!(w, 1, "{p} written {w} times");
+    }
+}
+
+#[test]
+fn a_bundle_record_for_a_failed_file_is_dropped_and_the_others_land() {
+    // The failing file's record carries a hash that cannot match; the
+    // source then fails it, and the sink drops whatever comes of it.
+    let files = tree(&[1000, 2000, 3000, 4000]);
+    let faults = Faults {
+        read_error: vec![files[1].0.clone()],
+        duplicate: vec![0],
+        ..Faults::default()
+    };
+    let o = Pair::new(&files, 2, vec![0, 1], faults)
+        .wide()
+        .with_bundles()
+        .run();
+    assert!(o.source.is_ok(), "{:?}", o.source);
+    let report = o.sink.as_ref().expect("finished");
+    assert_eq!(report.files, 3);
+    assert_eq!(report.failed.len(), 1);
+    assert_eq!(report.failed[0].path, files[1].0);
+    assert!(!o.landed.contains_key(&files[1].0));
+    for i in [0, 2, 3] {
+        assert_eq!(o.landed.get(&files[i].0), Some(&files[i].1));
+    }
+}
+
+#[test]
+fn a_rerun_with_bundles_reads_only_what_was_not_verified() {
+    let files = mixed(12);
+    let faults = Faults {
+        full_after: Some(6),
+        ..Faults::default()
+    };
+    let first = Pair::new(&files, 2, vec![0, 1], faults)
+        .wide()
+        .with_bundles()
+        .run();
+    assert!(first.sink.is_err());
+    let mut again = Pair::new(&files, 2, vec![1, 0], Faults::default())
+        .wide()
+        .with_bundles();
+    again.snk.partials = first.partials.clone();
+    let o = again.run();
+    expect_identical(&o, &files);
+    for (p, d) in &files {
+        let kept = first.partials.get(p).map_or(0, |x| x.journal.len()) as u32;
+        let chunks = chunk_count(d.len() as u64, CHUNK) as u32;
+        assert_eq!(reads_of(&o, p), chunks - kept, "{p}");
+    }
 }

@@ -116,6 +116,8 @@ pub(super) fn serve_transfer(
     conn.send(&Message::TransferAccept(TransferAccept {
         token: guard.token.clone(),
         max_files_in_flight: Some(max_files),
+        // This server takes and sends bundles: agreed if asked.
+        bundles: t.bundles,
     }))
     .map_err(Refusal::Failed)?;
     let deadline = Instant::now() + shared.cfg.limits.handshake_timeout;
@@ -180,6 +182,7 @@ pub(super) fn serve_transfer(
                 dry_run: t.dry_run,
                 anchor,
                 max_files,
+                bundles: t.bundles,
             },
         )
         .map(|r| {
@@ -204,6 +207,7 @@ pub(super) fn serve_transfer(
                 streams: t.streams,
                 storage,
                 anchor: Some(Arc::new(anchor)),
+                bundles: t.bundles,
                 online: t.tuning.online,
                 send_intervals: t.tuning.intervals,
                 rtt: Duration::from_micros(u64::from(

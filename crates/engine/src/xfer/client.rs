@@ -653,6 +653,8 @@ fn transfer_request(
         mkpath: o.mkpath,
         direct: o.direct,
         tuning: tuning.clone(),
+        // Used only once the server agrees (`TransferAccept::bundles`).
+        bundles: true,
     };
     match plan {
         Plan::Push {
@@ -761,6 +763,7 @@ fn cp_once(
         Plan::Push { roots, .. } => {
             let accept = accepted(&mut ctl, &o.client)?;
             let token = accept.token;
+            let bundles = accept.bundles;
             let cap = accept
                 .max_files_in_flight
                 .unwrap_or(longhaul_proto::tune::DEFAULT_FILES_IN_FLIGHT)
@@ -798,6 +801,7 @@ fn cp_once(
                     rtt: Duration::from_micros(u64::from(path.window.rtt_us)),
                     files_in_flight: files_start,
                     max_files_in_flight: files_most,
+                    bundles,
                 },
             )?;
             s.tuning = r.tuning.clone();
@@ -822,7 +826,8 @@ fn cp_once(
         Plan::Pull { .. } => {
             let (dest, landing, anchor) = pull_dest.expect("made for a pull");
             let dest = &dest;
-            let token = accepted(&mut ctl, &o.client)?.token;
+            let accept = accepted(&mut ctl, &o.client)?;
+            let (token, bundles) = (accept.token, accept.bundles);
             let data = attach_streams(
                 &ctl,
                 early,
@@ -852,6 +857,7 @@ fn cp_once(
                     dry_run: o.dry_run,
                     anchor,
                     max_files: super::files_in_flight_cap(),
+                    bundles,
                 },
             )?;
             s.files = r.files;

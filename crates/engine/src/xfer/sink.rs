@@ -61,6 +61,9 @@ pub struct SinkConfig {
     /// Files in flight this side allows ([`super::files_in_flight_cap`],
     /// as advertised to the source).
     pub max_files: u64,
+    /// Both ends agreed to bundles (`TransferAccept::bundles`): bundle
+    /// frames are taken on the data streams, dones batched.
+    pub bundles: bool,
 }
 
 impl SinkConfig {
@@ -347,6 +350,9 @@ fn control(
             idle: super::TRANSFER_IDLE,
         },
     );
+    if cfg.bundles {
+        m.batch_messages();
+    }
     let mut work = Work {
         files,
         fin,
@@ -934,7 +940,8 @@ fn verify(f: &FileState, cfg: &SinkConfig) -> Result<(), String> {
 
 /// One data stream: chunk frames in, streamed through the cache in pieces
 /// (hashed and written as they arrive), counted only once the trailer's
-/// hash matches.
+/// hash matches; bundle frames (if negotiated) in whole, each record
+/// checked against its hash and then written with one write.
 fn receive(
     s: Box<dyn Stream>,
     files: &Files,
@@ -948,33 +955,42 @@ fn receive(
     let mut header = [0u8; CHUNK_HEADER_LEN];
     let mut trailer = [0u8; CHUNK_TRAILER_LEN];
     let mut buf = super::storage::AlignedBuf::new(super::PIECE);
+    let mut body = Vec::new();
     let zeros = vec![0u8; super::PIECE];
+    let fatal = |e: String| {
+        let _ = tx.send(Event::Fatal(e));
+    };
     loop {
-        match read_frame(&mut r, &mut header) {
+        match read_frame(&mut r, &mut header[..1]) {
             Ok(true) => {}
             Ok(false) => return,
-            Err(e) => {
-                let _ = tx.send(Event::Fatal(format!("data stream failed: {e}")));
-                return;
+            Err(e) => return fatal(format!("data stream failed: {e}")),
+        }
+        if header[0] == BUNDLE_FRAME {
+            if !cfg.bundles {
+                return fatal("bad chunk frame: a bundle frame, which was not agreed".into());
             }
+            if let Err(e) = receive_bundle(&mut r, &mut body, files, tx, fin, cfg) {
+                return fatal(e);
+            }
+            continue;
+        }
+        if let Err(e) = read_all(&mut r, &mut header[1..]) {
+            return fatal(format!("data stream failed: {e}"));
         }
         let h = match ChunkHeader::decode(&header) {
             Ok(h) => h,
-            Err(e) => {
-                let _ = tx.send(Event::Fatal(e.to_string()));
-                return;
-            }
+            Err(e) => return fatal(e.to_string()),
         };
         let f = files.lock().expect("poisoned").get(&h.file).cloned();
         if let Some(f) = &f {
             let want = chunk_at(h.file, f.entry.size, f.entry.chunk_size, h.index);
             let count = chunk_count(f.entry.size, f.entry.chunk_size);
             if u64::from(h.index) >= count || (want.offset, want.len) != (h.offset, h.len) {
-                let _ = tx.send(Event::Fatal(format!(
+                return fatal(format!(
                     "chunk {} of {} does not match the file's plan",
                     h.index, f.entry.path
-                )));
-                return;
+                ));
             }
         }
         // Bytes go to storage unless the file is gone (failed or done), the
@@ -1000,8 +1016,7 @@ fn receive(
                 &zeros[..n]
             } else {
                 if let Err(e) = read_frame(&mut r, &mut buf[..n]) {
-                    let _ = tx.send(Event::Fatal(format!("data stream failed mid-chunk: {e}")));
-                    return;
+                    return fatal(format!("data stream failed mid-chunk: {e}"));
                 }
                 hasher.update(&buf[..n]);
                 &buf[..n]
@@ -1018,8 +1033,7 @@ fn receive(
             off += n as u64;
         }
         if let Err(e) = read_frame(&mut r, &mut trailer) {
-            let _ = tx.send(Event::Fatal(format!("data stream failed mid-chunk: {e}")));
-            return;
+            return fatal(format!("data stream failed mid-chunk: {e}"));
         }
         let Some(f) = target else { continue };
         let hash = if h.zero {
@@ -1034,57 +1048,162 @@ fn receive(
             }));
             continue;
         }
-        if let Some(e) = write_error {
-            let msg = io_err("write", &f.target, e);
-            if msg.contains("No space left") {
-                let missing = {
-                    let p = f.inner.lock().expect("poisoned");
-                    p.ledger.remaining() * f.entry.chunk_size.min(f.entry.size.max(1))
-                };
-                let _ = tx.send(Event::Fatal(format!(
-                    "destination full: {msg}; about {missing} more bytes were needed for this file. Free space and run the same command again: it resumes"
-                )));
-                return;
-            }
-            f.inner.lock().expect("poisoned").ledger.fail();
-            let _ = tx.send(Event::Done(
-                FileDone {
-                    id: h.file,
-                    error: Some(msg),
-                    ..FileDone::default()
-                },
-                0,
-            ));
-            continue;
-        }
-        let _ = tx.send(Event::Written {
-            bytes: u64::from(h.len),
+        let written = Written {
+            index: h.index,
+            hash,
+            len: h.len,
+            error: write_error,
             busy_us: write_us,
-        });
-        let complete = {
-            let mut p = f.inner.lock().expect("poisoned");
-            if !p.ledger.wants(h.index) {
-                continue;
-            }
-            let record = journal_record(h.index, &hash);
-            if let Err(e) = p.journal.as_mut().map_or(Ok(()), |j| j.write_all(&record)) {
-                let _ = tx.send(Event::Fatal(io_err(
-                    "append to journal",
-                    &f.journal_path,
-                    e,
-                )));
-                return;
-            }
-            p.ledger.verified(h.index, hash);
-            p.ledger.claim()
         };
-        if complete {
-            if finishes_at_once(f, cfg) {
-                let done = finish(f, cfg, true);
-                let _ = tx.send(Event::Done(done, f.entry.size));
-            } else {
-                let _ = fin.send(f.clone());
-            }
+        if let Err(e) = book(f, written, tx, fin, cfg) {
+            return fatal(e);
         }
     }
+}
+
+/// Fills `buf` from the stream: an end of stream here cuts a frame short.
+fn read_all(r: &mut impl io::Read, buf: &mut [u8]) -> io::Result<()> {
+    match read_frame(r, buf)? {
+        true => Ok(()),
+        false => Err(io::ErrorKind::UnexpectedEof.into()),
+    }
+}
+
+/// The rest of a bundle frame (its type byte is read): the header,
+/// checked against the caps, then the records, read whole. A record for
+/// a file no longer here (landed, failed, skipped) or already verified is
+/// dropped; one whose hash does not match asks for that file's chunk 0
+/// again; one whose length is not the file's announced size (or for a
+/// file of several chunks) breaks the protocol. Errors end the stream.
+fn receive_bundle(
+    r: &mut impl io::Read,
+    body: &mut Vec<u8>,
+    files: &Files,
+    tx: &Sender<Event>,
+    fin: &Sender<Arc<FileState>>,
+    cfg: &SinkConfig,
+) -> Result<(), String> {
+    let mut head = [BUNDLE_FRAME; BUNDLE_HEADER_LEN];
+    read_all(r, &mut head[1..]).map_err(|e| format!("data stream failed: {e}"))?;
+    let h = BundleHeader::decode(&head).map_err(|e| e.to_string())?;
+    body.resize(h.body_len as usize, 0);
+    read_all(r, body).map_err(|e| format!("data stream failed mid-bundle: {e}"))?;
+    let records = h.records(body).map_err(|e| e.to_string())?;
+    let found: Vec<Option<Arc<FileState>>> = {
+        let files = files.lock().expect("poisoned");
+        records
+            .iter()
+            .map(|rec| files.get(&rec.file).cloned())
+            .collect()
+    };
+    for (rec, f) in records.iter().zip(found) {
+        let Some(f) = f else { continue };
+        if chunk_count(f.entry.size, f.entry.chunk_size) != 1
+            || rec.data.len() as u64 != f.entry.size
+        {
+            return Err(format!(
+                "bad chunk frame: a bundle record of {} bytes for {}, announced with {} bytes in one chunk of {}",
+                rec.data.len(),
+                f.entry.path,
+                f.entry.size,
+                f.entry.chunk_size
+            ));
+        }
+        if !f.inner.lock().expect("poisoned").ledger.wants(0) {
+            continue;
+        }
+        let hash = *blake3::hash(rec.data).as_bytes();
+        if hash != rec.hash {
+            let _ = tx.send(Event::Resend(Resend {
+                id: rec.file,
+                index: 0,
+            }));
+            continue;
+        }
+        let t = Instant::now();
+        let error = if rec.data.is_empty() {
+            None
+        } else {
+            let _one_writer = f.write_lock.lock().expect("poisoned");
+            write_all_at(&*f.out, rec.data, 0).err()
+        };
+        let written = Written {
+            index: 0,
+            hash,
+            len: rec.data.len() as u32,
+            error,
+            busy_us: t.elapsed().as_micros() as u64,
+        };
+        book(&f, written, tx, fin, cfg)?;
+    }
+    Ok(())
+}
+
+/// A verified chunk as it went to storage.
+struct Written {
+    index: u32,
+    hash: [u8; 32],
+    len: u32,
+    error: Option<io::Error>,
+    busy_us: u64,
+}
+
+/// Books a chunk that matched its hash: a write error fails the file (a
+/// full disk ends the transfer: the error returned); else the chunk is
+/// journaled and verified in the ledger, and the file finished if that
+/// completes it.
+fn book(
+    f: &Arc<FileState>,
+    w: Written,
+    tx: &Sender<Event>,
+    fin: &Sender<Arc<FileState>>,
+    cfg: &SinkConfig,
+) -> Result<(), String> {
+    if let Some(e) = w.error {
+        let msg = io_err("write", &f.target, e);
+        if msg.contains("No space left") {
+            let missing = {
+                let p = f.inner.lock().expect("poisoned");
+                p.ledger.remaining() * f.entry.chunk_size.min(f.entry.size.max(1))
+            };
+            return Err(format!(
+                "destination full: {msg}; about {missing} more bytes were needed for this file. Free space and run the same command again: it resumes"
+            ));
+        }
+        f.inner.lock().expect("poisoned").ledger.fail();
+        let _ = tx.send(Event::Done(
+            FileDone {
+                id: f.entry.id,
+                error: Some(msg),
+                ..FileDone::default()
+            },
+            0,
+        ));
+        return Ok(());
+    }
+    let _ = tx.send(Event::Written {
+        bytes: u64::from(w.len),
+        busy_us: w.busy_us,
+    });
+    let complete = {
+        let mut p = f.inner.lock().expect("poisoned");
+        if !p.ledger.wants(w.index) {
+            return Ok(());
+        }
+        let record = journal_record(w.index, &w.hash);
+        if let Err(e) = p.journal.as_mut().map_or(Ok(()), |j| j.write_all(&record)) {
+            return Err(io_err("append to journal", &f.journal_path, e));
+        }
+        p.ledger.verified(w.index, w.hash);
+        p.ledger.claim()
+    };
+    if complete {
+        if finishes_at_once(f, cfg) {
+            let done = finish(f, cfg, true);
+            let _ = tx.send(Event::Done(done, f.entry.size));
+        } else {
+            let _ = fin.send(f.clone());
+        }
+    }
+    Ok(())
 }

@@ -52,6 +52,9 @@ pub struct SourceConfig {
     /// ...and the sink's cap, toward which the count grows while it holds
     /// the transfer back (equal when fixed).
     pub max_files_in_flight: u64,
+    /// Both ends agreed to bundles (`TransferAccept::bundles`): small
+    /// whole files go many to a bundle frame, seals batched.
+    pub bundles: bool,
 }
 
 /// `path` as it is to be used: through the anchor, if there is one.
@@ -385,10 +388,18 @@ pub fn run_source(
         sockets.push(crate::net::conn::socket_of(&*s)?);
         let (shared, tx, storage) = (shared.clone(), tx.clone(), cfg.storage.clone());
         let anchor = cfg.anchor.clone();
+        let bundles = cfg.bundles;
         workers.push(
             std::thread::Builder::new()
                 .name("lh-src".into())
-                .spawn(move || send(index as u16, s, &shared, &*storage, &anchor, &tx))
+                .spawn(move || {
+                    let out = Out {
+                        storage: &*storage,
+                        anchor: &anchor,
+                        tx: &tx,
+                    };
+                    send(index as u16, s, &shared, &out, bundles)
+                })
                 .map_err(|e| EngineError::io("failed to start a sender".into(), e))?,
         );
     }
@@ -453,6 +464,9 @@ fn control(
             idle: super::TRANSFER_IDLE,
         },
     );
+    if cfg.bundles {
+        m.batch_messages();
+    }
     let (q, cv) = &**shared;
     let max_files = cfg.max_files_in_flight.max(1);
     // Whether, this interval, the files in flight were all announced while
@@ -711,14 +725,12 @@ fn act(m: &mut Source<Handle>, shared: &Shared, cfg: &SourceConfig) -> Result<()
 
 /// One data stream: takes chunks from the queue and streams each from the
 /// file in cache-sized pieces, hashing as it goes; holes go as zero chunks.
-fn send(
-    index: u16,
-    s: Box<dyn Stream>,
-    shared: &Shared,
-    storage: &dyn Storage,
-    anchor: &Option<Arc<Anchor>>,
-    tx: &Sender<Event>,
-) {
+fn send(index: u16, s: Box<dyn Stream>, shared: &Shared, out: &Out, bundles: bool) {
+    let Out {
+        storage,
+        anchor,
+        tx,
+    } = *out;
     let (q, cv) = &**shared;
     // Buffered: small files' chunks (header, bytes, trailer) leave many to
     // a write; big pieces bypass the buffer. Flushed whenever the queue
@@ -726,8 +738,19 @@ fn send(
     let mut w = io::BufWriter::with_capacity(256 << 10, s);
     let mut cache: Option<(u64, Box<dyn ReadAt>)> = None;
     let mut buf = super::storage::AlignedBuf::new(super::PIECE);
+    // Bundles: the frame being built, and the chunk that ended it (not a
+    // whole small file), sent next.
+    let mut bundle: Vec<(Chunk, Arc<SrcFile>)> = Vec::new();
+    let mut frame = Vec::new();
+    let mut pending: Option<(Chunk, bool, Arc<SrcFile>)> = None;
     loop {
         let next = 'pick: loop {
+            if let Some(p) = pending.take() {
+                if p.2.failed.load(Ordering::Relaxed) {
+                    continue;
+                }
+                break 'pick Some(p);
+            }
             let mut queue = q.lock().expect("poisoned");
             loop {
                 // A parked stream takes nothing until the tuner wakes it.
@@ -742,7 +765,12 @@ fn send(
                 match next {
                     Some((c, resend)) => match queue.files.get(&c.file) {
                         Some(f) if !f.failed.load(Ordering::Relaxed) => {
-                            break 'pick Some((c, resend, f.clone()))
+                            if !(bundles && bundled(&c, resend, f)) {
+                                break 'pick Some((c, resend, f.clone()));
+                            }
+                            bundle.push((c, f.clone()));
+                            pending = gather(&mut queue, &mut bundle);
+                            break 'pick None;
                         }
                         _ => continue,
                     },
@@ -757,6 +785,13 @@ fn send(
                 return;
             }
         };
+        if !bundle.is_empty() {
+            if let Err(e) = send_bundle(&mut w, &mut bundle, &mut frame, out) {
+                let _ = tx.send(Event::Fatal(format!("data stream failed: {e}")));
+                return;
+            }
+            continue;
+        }
         let Some((c, resend, f)) = next else {
             // All sent: end the stream cleanly (TLS close_notify, FIN).
             if let Ok(mut s) = w.into_inner() {
@@ -876,4 +911,138 @@ fn send(
             });
         }
     }
+}
+
+/// What a sender reads from and reports to.
+#[derive(Clone, Copy)]
+struct Out<'a> {
+    storage: &'a dyn Storage,
+    anchor: &'a Option<Arc<Anchor>>,
+    tx: &'a Sender<Event>,
+}
+
+/// Whether a chunk goes in a bundle: a first read (a resend goes alone)
+/// of the whole of a small file without holes.
+fn bundled(c: &Chunk, resend: bool, f: &SrcFile) -> bool {
+    !resend
+        && c.index == 0
+        && u64::from(c.len) == f.stamp.size
+        && c.len <= MAX_BUNDLE_FILE
+        && !f.stamp.sparse
+}
+
+/// Fills `bundle` (which holds its first file) from the queue with more
+/// whole small files that are ready, up to the caps; returns the chunk
+/// that ended it, if it was not one of them.
+fn gather(
+    queue: &mut Queue,
+    bundle: &mut Vec<(Chunk, Arc<SrcFile>)>,
+) -> Option<(Chunk, bool, Arc<SrcFile>)> {
+    let mut payload: u64 = bundle.iter().map(|(c, _)| u64::from(c.len)).sum();
+    while bundle.len() < MAX_BUNDLE_FILES as usize && queue.resends.is_empty() {
+        let c = queue.planner.next_chunk()?;
+        let Some(f) = queue
+            .files
+            .get(&c.file)
+            .filter(|f| !f.failed.load(Ordering::Relaxed))
+        else {
+            continue;
+        };
+        if !bundled(&c, false, f) || payload + u64::from(c.len) > u64::from(MAX_BUNDLE_PAYLOAD) {
+            return Some((c, false, f.clone()));
+        }
+        payload += u64::from(c.len);
+        bundle.push((c, f.clone()));
+    }
+    None
+}
+
+/// Reads each file of `bundle` with one pread into its record of one
+/// bundle frame, hashes it, writes the frame in one go, and then reports
+/// the reads and the seals (each file checked unchanged as for a chunk
+/// frame). A file that cannot be opened or read, or that changed, is
+/// left out of the frame and reported. Errors are the stream's.
+fn send_bundle(
+    w: &mut impl Write,
+    bundle: &mut Vec<(Chunk, Arc<SrcFile>)>,
+    frame: &mut Vec<u8>,
+    out: &Out,
+) -> io::Result<()> {
+    let mut events = Vec::with_capacity(bundle.len() + 1);
+    frame.clear();
+    frame.resize(BUNDLE_HEADER_LEN, 0);
+    let (mut count, mut read_bytes, mut read_us) = (0u32, 0u64, 0u64);
+    for (c, f) in bundle.drain(..) {
+        let opened = at(out.anchor, &f.path)
+            .map_err(|e| io::Error::other(e.to_string()))
+            .and_then(|p| out.storage.open_read(&p));
+        let reader = match opened {
+            Ok(r) => r,
+            Err(e) => {
+                f.failed.store(true, Ordering::Relaxed);
+                events.push(Event::FileFailed(
+                    c.file,
+                    format!("cannot open {}: {e}", f.path.display()),
+                ));
+                continue;
+            }
+        };
+        // The file announced, not one swapped in since.
+        if let Some(why) = f.differs(reader.metadata_at_open()) {
+            f.failed.store(true, Ordering::Relaxed);
+            events.push(Event::Changed(c.file, why));
+            continue;
+        }
+        let start = frame.len();
+        frame.extend_from_slice(&bundle_record_head(c.file, c.len));
+        let data = frame.len();
+        frame.resize(data + c.len as usize, 0);
+        let t = Instant::now();
+        let read = read_exact_at(&*reader, &mut frame[data..], 0);
+        read_us += t.elapsed().as_micros() as u64;
+        if let Err(e) = read {
+            frame.truncate(start);
+            f.failed.store(true, Ordering::Relaxed);
+            events.push(match f.changed(&*reader) {
+                Some(why) => Event::Changed(c.file, why),
+                None => Event::FileFailed(
+                    c.file,
+                    format!("cannot read {} at offset 0: {e}", f.path.display()),
+                ),
+            });
+            continue;
+        }
+        let hash = blake3::hash(&frame[data..]);
+        frame.extend_from_slice(hash.as_bytes());
+        count += 1;
+        read_bytes += u64::from(c.len);
+        if let Some(resends) = f.after_read(false) {
+            events.push(match f.changed(&*reader) {
+                None => Event::Sealed {
+                    id: c.file,
+                    resends,
+                },
+                Some(why) => {
+                    f.failed.store(true, Ordering::Relaxed);
+                    Event::Changed(c.file, why)
+                }
+            });
+        }
+    }
+    if count > 0 {
+        let header = BundleHeader {
+            count,
+            body_len: (frame.len() - BUNDLE_HEADER_LEN) as u32,
+        };
+        frame[..BUNDLE_HEADER_LEN].copy_from_slice(&header.encode());
+        w.write_all(frame)?;
+        events.push(Event::Sent {
+            read_bytes,
+            read_us,
+        });
+    }
+    for e in events {
+        let _ = out.tx.send(e);
+    }
+    Ok(())
 }

@@ -132,6 +132,8 @@ pub struct Sink {
     batch_open: bool,
     actions: VecDeque<SinkAction>,
     transmits: VecDeque<Message>,
+    /// Bundles were negotiated: dones go out batched.
+    batched: bool,
     last_activity: Instant,
 }
 
@@ -154,8 +156,15 @@ impl Sink {
             batch_open: false,
             actions: VecDeque::new(),
             transmits: VecDeque::new(),
+            batched: false,
             last_activity: now,
         }
+    }
+
+    /// Both ends agreed to bundles ([`TransferAccept::bundles`]): runs of
+    /// `FileDone` leave as one `FilesDone`.
+    pub fn batch_messages(&mut self) {
+        self.batched = true;
     }
 
     /// A control message from the source.
@@ -178,28 +187,16 @@ impl Sink {
                 self.batch.extend(batch.entries);
                 self.batch_open = true;
             }
-            Message::FileSealed(seal) => {
-                if self.files.contains_key(&seal.id) {
-                    self.actions.push_back(SinkAction::Seal {
-                        id: seal.id,
-                        resends: seal.resends,
-                    });
+            Message::FileSealed(seal) => self.seal(seal),
+            Message::FilesSealed(seals) => {
+                for seal in seals.items {
+                    self.seal(seal);
                 }
             }
-            Message::FileDone(d) => {
-                // The source could not read this file (its journal stays
-                // for a retry), or it changed while it was read (what
-                // arrived is dropped; `retried`: it comes again, new id).
-                if let Some(f) = self.files.remove(&d.id) {
-                    self.slots = self.slots.saturating_sub(f.slots);
-                    self.actions.push_back(SinkAction::Discard {
-                        id: d.id,
-                        changed: d.changed,
-                    });
-                    if !d.retried {
-                        self.resolved += 1;
-                        self.failed(&f.path, d.error.unwrap_or_else(|| "source failed".into()));
-                    }
+            Message::FileDone(d) => self.source_gave_up(d),
+            Message::FilesDone(ds) => {
+                for d in ds.items {
+                    self.source_gave_up(d);
                 }
             }
             Message::EntriesEnd(end) => {
@@ -215,6 +212,32 @@ impl Sink {
         }
         self.check_end(now);
         Ok(())
+    }
+
+    fn seal(&mut self, seal: FileSealed) {
+        if self.files.contains_key(&seal.id) {
+            self.actions.push_back(SinkAction::Seal {
+                id: seal.id,
+                resends: seal.resends,
+            });
+        }
+    }
+
+    /// The source could not read this file (its journal stays for a
+    /// retry), or it changed while it was read (what arrived is dropped;
+    /// `retried`: it comes again, new id).
+    fn source_gave_up(&mut self, d: FileDone) {
+        if let Some(f) = self.files.remove(&d.id) {
+            self.slots = self.slots.saturating_sub(f.slots);
+            self.actions.push_back(SinkAction::Discard {
+                id: d.id,
+                changed: d.changed,
+            });
+            if !d.retried {
+                self.resolved += 1;
+                self.failed(&f.path, d.error.unwrap_or_else(|| "source failed".into()));
+            }
+        }
     }
 
     /// The answer to [`SinkAction::Open`] for file `id`.
@@ -306,7 +329,7 @@ impl Sink {
     }
 
     pub fn poll_transmit(&mut self) -> Option<Message> {
-        self.transmits.pop_front()
+        super::next_transmit(&mut self.transmits, self.batched)
     }
 
     /// The next thing to do. While an [`SinkAction::Open`] waits for its

@@ -129,6 +129,8 @@ pub struct Source<H> {
     sink_report: Option<SinkReport>,
     actions: VecDeque<SourceAction<H>>,
     transmits: VecDeque<Message>,
+    /// Bundles were negotiated: seals and dones go out batched.
+    batched: bool,
     last_activity: Instant,
 }
 
@@ -150,8 +152,15 @@ impl<H: Clone> Source<H> {
             sink_report: None,
             actions: VecDeque::new(),
             transmits: VecDeque::new(),
+            batched: false,
             last_activity: now,
         }
+    }
+
+    /// Both ends agreed to bundles ([`TransferAccept::bundles`]): runs of
+    /// seals leave as one `FilesSealed`.
+    pub fn batch_messages(&mut self) {
+        self.batched = true;
     }
 
     /// Whether entries may be announced now: the walk (or a file to
@@ -281,21 +290,10 @@ impl<H: Clone> Source<H> {
                     }
                 }
             }
-            Message::FileDone(d) => {
-                self.actions.push_back(SourceAction::Forget(d.id));
-                if let Some(a) = self.open.remove(&d.id) {
-                    match d.error {
-                        Some(error) => self.tally.failed.push(Failure { path: a.rel, error }),
-                        None => {
-                            self.tally.files += 1;
-                            self.tally.bytes += a.size;
-                            self.actions.push_back(SourceAction::Landed {
-                                path: a.rel,
-                                size: a.size,
-                                digest: d.digest,
-                            });
-                        }
-                    }
+            Message::FileDone(d) => self.done(d),
+            Message::FilesDone(ds) => {
+                for d in ds.items {
+                    self.done(d);
                 }
             }
             Message::TransferDone(sink) => {
@@ -326,6 +324,25 @@ impl<H: Clone> Source<H> {
             }
         }
         Ok(())
+    }
+
+    /// The sink's word on one file: landed or failed.
+    fn done(&mut self, d: FileDone) {
+        self.actions.push_back(SourceAction::Forget(d.id));
+        if let Some(a) = self.open.remove(&d.id) {
+            match d.error {
+                Some(error) => self.tally.failed.push(Failure { path: a.rel, error }),
+                None => {
+                    self.tally.files += 1;
+                    self.tally.bytes += a.size;
+                    self.actions.push_back(SourceAction::Landed {
+                        path: a.rel,
+                        size: a.size,
+                        digest: d.digest,
+                    });
+                }
+            }
+        }
     }
 
     /// A chunk was read and sent.
@@ -437,7 +454,7 @@ impl<H: Clone> Source<H> {
     }
 
     pub fn poll_transmit(&mut self) -> Option<Message> {
-        self.transmits.pop_front()
+        super::next_transmit(&mut self.transmits, self.batched)
     }
 
     pub fn poll_action(&mut self) -> Option<SourceAction<H>> {

@@ -76,6 +76,12 @@ pub struct TransferRequest {
     /// sized them for the path.
     #[serde(default)]
     pub tuning: StreamTuning,
+    /// The client takes bundle frames (`0xC3`) on the data streams and
+    /// the batched `FilesSealed` / `FilesDone` messages (PROTOCOL.md
+    /// 13.5a); they are used only if the server agrees in
+    /// [`TransferAccept::bundles`]. Absent from an older client.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub bundles: bool,
 }
 
 /// Socket settings of the data streams, chosen by the client for the path
@@ -122,6 +128,11 @@ pub struct TransferAccept {
     /// [`crate::tune::DEFAULT_FILES_IN_FLIGHT`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_files_in_flight: Option<u64>,
+    /// The server agrees to the client's [`TransferRequest::bundles`]:
+    /// from now on both ends may send bundle frames and batched messages.
+    /// Never set unless the client asked; absent from an older server.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub bundles: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -253,6 +264,26 @@ pub struct FileSealed {
     #[serde(default)]
     pub resends: u32,
 }
+
+/// Many [`FileSealed`] in one message, in order (only once bundles were
+/// negotiated; see [`TransferAccept::bundles`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FilesSealed {
+    pub items: Vec<FileSealed>,
+}
+
+/// Many [`FileDone`] in one message, in order, each meaning exactly what
+/// it would alone (only once bundles were negotiated).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FilesDone {
+    pub items: Vec<FileDone>,
+}
+
+/// Most items one [`FilesSealed`] or [`FilesDone`] carries.
+pub const MAX_BATCH_ITEMS: usize = 256;
+/// About the most bytes of items one batched message carries (error
+/// texts make a `FileDone` long): far below the frame limit.
+pub const MAX_BATCH_BYTES: usize = 256 << 10;
 
 /// The source has announced everything.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -403,6 +434,132 @@ impl ChunkHeader {
         }
         Ok(h)
     }
+}
+
+/// First byte of a bundle frame: several whole one-chunk files at once
+/// (only once bundles were negotiated).
+pub const BUNDLE_FRAME: u8 = 0xC3;
+/// Bytes of a bundle frame's header.
+pub const BUNDLE_HEADER_LEN: usize = 9;
+/// Bytes of a bundle record around its payload: file id, length, hash.
+pub const BUNDLE_RECORD_OVERHEAD: usize = 8 + 4 + 32;
+/// Most records in one bundle.
+pub const MAX_BUNDLE_FILES: u32 = 256;
+/// Largest file a bundle record carries (larger ones go as chunk frames).
+pub const MAX_BUNDLE_FILE: u32 = 256 << 10;
+/// Most payload bytes (the files' bytes) of one bundle.
+pub const MAX_BUNDLE_PAYLOAD: u32 = 1 << 20;
+/// Most bytes of a bundle's records, header not counted.
+pub const MAX_BUNDLE_BODY: u32 =
+    MAX_BUNDLE_PAYLOAD + MAX_BUNDLE_FILES * BUNDLE_RECORD_OVERHEAD as u32;
+
+/// The header of a bundle frame; `count` records of `body_len` bytes in
+/// all follow, each a whole file (its chunk 0, which is all of it) with
+/// its own BLAKE3 hash:
+///
+/// ```text
+/// 0    1           5              9
+/// | C3 | count u32 | body_len u32 | record * count
+/// record: | file u64 | len u32 | payload [len] | blake3 [32] |
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BundleHeader {
+    pub count: u32,
+    pub body_len: u32,
+}
+
+/// One record of a bundle: a whole file's bytes and their hash.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BundleRecord<'a> {
+    pub file: u64,
+    pub data: &'a [u8],
+    pub hash: [u8; 32],
+}
+
+impl BundleHeader {
+    pub fn encode(&self) -> [u8; BUNDLE_HEADER_LEN] {
+        let mut b = [0u8; BUNDLE_HEADER_LEN];
+        b[0] = BUNDLE_FRAME;
+        b[1..5].copy_from_slice(&self.count.to_be_bytes());
+        b[5..9].copy_from_slice(&self.body_len.to_be_bytes());
+        b
+    }
+
+    /// Checks the counts against the caps before anything is read.
+    pub fn decode(b: &[u8; BUNDLE_HEADER_LEN]) -> Result<BundleHeader, FrameError> {
+        if b[0] != BUNDLE_FRAME {
+            return Err(FrameError("unknown frame type"));
+        }
+        let h = BundleHeader {
+            count: u32::from_be_bytes(b[1..5].try_into().expect("4 bytes")),
+            body_len: u32::from_be_bytes(b[5..9].try_into().expect("4 bytes")),
+        };
+        if h.count == 0 || h.count > MAX_BUNDLE_FILES {
+            return Err(FrameError("bundle of 0 or more than 256 files"));
+        }
+        if h.body_len > MAX_BUNDLE_BODY {
+            return Err(FrameError("bundle longer than 1 MiB of files"));
+        }
+        if u64::from(h.body_len) < u64::from(h.count) * BUNDLE_RECORD_OVERHEAD as u64 {
+            return Err(FrameError("bundle shorter than its records"));
+        }
+        Ok(h)
+    }
+
+    /// Splits the `body_len` bytes after the header into its records:
+    /// exactly `count`, each no longer than [`MAX_BUNDLE_FILE`], filling
+    /// the body to its last byte. The driver then checks each length
+    /// against the file's announced size.
+    pub fn records<'a>(&self, body: &'a [u8]) -> Result<Vec<BundleRecord<'a>>, FrameError> {
+        if body.len() != self.body_len as usize {
+            return Err(FrameError("bundle body of the wrong length"));
+        }
+        let mut out = Vec::with_capacity(self.count.min(MAX_BUNDLE_FILES) as usize);
+        let mut rest = body;
+        for _ in 0..self.count {
+            let (head, tail) = rest
+                .split_at_checked(12)
+                .ok_or(FrameError("bundle record cut short"))?;
+            let file = u64::from_be_bytes(head[..8].try_into().expect("8 bytes"));
+            let len = u32::from_be_bytes(head[8..12].try_into().expect("4 bytes"));
+            if len > MAX_BUNDLE_FILE {
+                return Err(FrameError("bundle record longer than 256 KiB"));
+            }
+            let (data, tail) = tail
+                .split_at_checked(len as usize)
+                .ok_or(FrameError("bundle record cut short"))?;
+            let (hash, tail) = tail
+                .split_at_checked(32)
+                .ok_or(FrameError("bundle record cut short"))?;
+            out.push(BundleRecord {
+                file,
+                data,
+                hash: hash.try_into().expect("32 bytes"),
+            });
+            rest = tail;
+        }
+        if !rest.is_empty() {
+            return Err(FrameError("bundle body longer than its records"));
+        }
+        Ok(out)
+    }
+}
+
+/// Appends one bundle record to `out` (the bytes after a header): the
+/// driver reads the file straight into its place instead (see
+/// [`bundle_record_head`]); this is for tests and small callers.
+pub fn push_bundle_record(out: &mut Vec<u8>, file: u64, data: &[u8], hash: &[u8; 32]) {
+    out.extend_from_slice(&bundle_record_head(file, data.len() as u32));
+    out.extend_from_slice(data);
+    out.extend_from_slice(hash);
+}
+
+/// The 12 bytes before a record's payload.
+pub fn bundle_record_head(file: u64, len: u32) -> [u8; 12] {
+    let mut b = [0u8; 12];
+    b[..8].copy_from_slice(&file.to_be_bytes());
+    b[8..].copy_from_slice(&len.to_be_bytes());
+    b
 }
 
 /// A remote location: `longhaul://HOST[:PORT]/EXPORT/sub/path` or `HOST:EXPORT/sub/path`.
@@ -833,6 +990,79 @@ mod tests {
             ..h
         };
         assert!(ChunkHeader::decode(&bad.encode()).is_err());
+    }
+
+    #[test]
+    fn bundle_round_trip_and_checks() {
+        let mut body = Vec::new();
+        push_bundle_record(&mut body, 7, b"hello", &[1; 32]);
+        push_bundle_record(&mut body, 8, b"", &[2; 32]);
+        let h = BundleHeader {
+            count: 2,
+            body_len: body.len() as u32,
+        };
+        assert_eq!(body.len(), 2 * BUNDLE_RECORD_OVERHEAD + 5);
+        let enc = h.encode();
+        assert_eq!(enc, [0xC3, 0, 0, 0, 2, 0, 0, 0, 93]);
+        assert_eq!(BundleHeader::decode(&enc), Ok(h));
+        let recs = h.records(&body).unwrap();
+        assert_eq!(
+            recs,
+            vec![
+                BundleRecord {
+                    file: 7,
+                    data: b"hello",
+                    hash: [1; 32]
+                },
+                BundleRecord {
+                    file: 8,
+                    data: b"",
+                    hash: [2; 32]
+                }
+            ]
+        );
+        // Counts and lengths that cannot be right.
+        for (count, body_len) in [(0, 44), (257, 257 * 44), (1, MAX_BUNDLE_BODY + 1), (2, 87)] {
+            let bad = BundleHeader { count, body_len }.encode();
+            assert!(BundleHeader::decode(&bad).is_err(), "{count} {body_len}");
+        }
+        let mut wrong_type = enc;
+        wrong_type[0] = CHUNK_FRAME;
+        assert!(BundleHeader::decode(&wrong_type).is_err());
+        // A record longer than the body, a body with bytes left over, a
+        // body cut short, a record over the size cap.
+        let mut long = body.clone();
+        long[8 + 4 + 5 + 32 + 11] = 50;
+        assert!(h.records(&long).is_err());
+        let one = BundleHeader { count: 1, ..h };
+        assert!(one.records(&body).is_err());
+        assert!(h.records(&body[..body.len() - 1]).is_err());
+        let mut big = Vec::new();
+        push_bundle_record(
+            &mut big,
+            1,
+            &vec![0; MAX_BUNDLE_FILE as usize + 1],
+            &[0; 32],
+        );
+        let bh = BundleHeader {
+            count: 1,
+            body_len: big.len() as u32,
+        };
+        assert!(bh.records(&big).is_err());
+    }
+
+    #[test]
+    fn negotiation_fields_are_absent_unless_set() {
+        let a = TransferAccept {
+            token: "t".into(),
+            max_files_in_flight: None,
+            bundles: false,
+        };
+        assert_eq!(serde_json::to_string(&a).unwrap(), r#"{"token":"t"}"#);
+        let old: TransferAccept = serde_json::from_str(r#"{"token":"t"}"#).unwrap();
+        assert!(!old.bundles);
+        let on: TransferAccept = serde_json::from_str(r#"{"token":"t","bundles":true}"#).unwrap();
+        assert!(on.bundles);
     }
 
     #[test]
