@@ -169,11 +169,21 @@ fn control(addr: SocketAddr) -> FramedConn {
 
 /// A push to `dest` in the export, accepted, with its one data stream.
 fn push_to(addr: SocketAddr, dest: &str) -> (FramedConn, TcpStream) {
+    push_with(addr, dest, false)
+}
+
+/// A push to `dest`, asking for bundles or not (an older client).
+fn push_with(addr: SocketAddr, dest: &str, bundles: bool) -> (FramedConn, TcpStream) {
     let mut c = control(addr);
-    c.send(&request(Op::Push, dest, vec![])).unwrap();
+    let Message::TransferRequest(mut t) = request(Op::Push, dest, vec![]) else {
+        unreachable!()
+    };
+    t.bundles = bundles;
+    c.send(&Message::TransferRequest(t)).unwrap();
     let Message::TransferAccept(a) = next(&mut c) else {
         panic!("no accept")
     };
+    assert_eq!(a.bundles, bundles, "the server agrees to what was asked");
     let mut data = TcpStream::connect(addr).unwrap();
     data.write_all(&hello(Role::Data {
         token: a.token,
@@ -373,4 +383,176 @@ fn a_symlink_swapped_in_mid_transfer_leads_nowhere() {
     assert_eq!(std::fs::read(base.join("moved/f")).unwrap(), payload);
     s.shutdown();
     let _ = std::fs::remove_dir_all(&base);
+}
+
+/// A bundle frame of `records` (file id, bytes, hash).
+fn bundle(records: &[(u64, &[u8], [u8; 32])]) -> Vec<u8> {
+    let mut body = Vec::new();
+    for (id, data, hash) in records {
+        push_bundle_record(&mut body, *id, data, hash);
+    }
+    let mut wire = BundleHeader {
+        count: records.len() as u32,
+        body_len: body.len() as u32,
+    }
+    .encode()
+    .to_vec();
+    wire.extend_from_slice(&body);
+    wire
+}
+
+/// Announces directory `d` and files `d/f1..` of `sizes` (ids 2..), and
+/// waits for the sink's answers.
+fn announce_small(c: &mut FramedConn, sizes: &[u64]) {
+    let mut entries = vec![Entry {
+        kind: Kind::Dir,
+        path: "d".into(),
+        mode: 0o755,
+        ..file_entry(1, 0, 1 << 20)
+    }];
+    for (i, &size) in sizes.iter().enumerate() {
+        let id = i as u64 + 2;
+        entries.push(Entry {
+            path: format!("d/f{id}"),
+            ..file_entry(id, size, 1 << 20)
+        });
+    }
+    c.send(&Message::Entries(Entries { entries })).unwrap();
+    let Message::Wants(w) = next(c) else {
+        panic!("no wants")
+    };
+    assert!(
+        w.wants.iter().all(|w| matches!(w, Want::Send { .. })),
+        "{w:?}"
+    );
+}
+
+/// Messages until `done` says enough, within 5 s each.
+fn until(c: &mut FramedConn, mut done: impl FnMut(&Message) -> bool) -> Vec<Message> {
+    let mut out = Vec::new();
+    loop {
+        let m = next(c);
+        let stop = done(&m);
+        out.push(m);
+        if stop {
+            return out;
+        }
+    }
+}
+
+fn done_ids(msgs: &[Message]) -> Vec<u64> {
+    let mut ids = Vec::new();
+    for m in msgs {
+        match m {
+            Message::FileDone(d) => ids.push(d.id),
+            Message::FilesDone(ds) => ids.extend(ds.items.iter().map(|d| d.id)),
+            _ => {}
+        }
+    }
+    ids.sort_unstable();
+    ids
+}
+
+#[test]
+fn a_bundle_lands_its_files_and_a_damaged_record_is_asked_again_alone() {
+    let dir = std::env::temp_dir().join(format!("lh-hostile-bundle-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let s = hostile_server(&dir);
+    let (mut c, mut data) = push_with(s.addr(), "out", true);
+    announce_small(&mut c, &[10, 5, 0]);
+    let (a, b): (&[u8], &[u8]) = (b"0123456789", b"abcde");
+    let mut bad = *blake3::hash(b).as_bytes();
+    bad[0] ^= 1;
+    let frame = bundle(&[
+        (2, a, *blake3::hash(a).as_bytes()),
+        (3, b, bad),
+        (4, b"", *blake3::hash(b"").as_bytes()),
+    ]);
+    data.write_all(&frame).unwrap();
+    // The same bundle again: every record is dropped or asked again.
+    data.write_all(&frame).unwrap();
+    c.send(&Message::FilesSealed(FilesSealed {
+        items: [2, 3, 4].map(|id| FileSealed { id, resends: 0 }).to_vec(),
+    }))
+    .unwrap();
+    let mut seen = Vec::new();
+    until(&mut c, |m| {
+        seen.push(m.clone());
+        let resends = seen
+            .iter()
+            .filter(|m| matches!(m, Message::Resend(Resend { id: 3, index: 0 })))
+            .count();
+        resends == 2 && done_ids(&seen) == [2, 4]
+    });
+    assert!(
+        seen.iter().all(|m| matches!(
+            m,
+            Message::Resend(_) | Message::FileDone(_) | Message::FilesDone(_)
+        )),
+        "{seen:?}"
+    );
+    // The damaged file, sent again alone as a chunk frame.
+    let header = ChunkHeader {
+        zero: false,
+        file: 3,
+        index: 0,
+        offset: 0,
+        len: 5,
+    };
+    data.write_all(&header.encode()).unwrap();
+    data.write_all(b).unwrap();
+    data.write_all(blake3::hash(b).as_bytes()).unwrap();
+    c.send(&Message::FileSealed(FileSealed { id: 3, resends: 2 }))
+        .unwrap();
+    let msgs = until(&mut c, |m| done_ids(std::slice::from_ref(m)) == [3]);
+    assert!(msgs.iter().all(|m| !matches!(m, Message::TransferDone(_))));
+    c.send(&Message::EntriesEnd(EntriesEnd { files: 3 }))
+        .unwrap();
+    let msgs = until(&mut c, |m| matches!(m, Message::TransferDone(_)));
+    let Some(Message::TransferDone(r)) = msgs.last() else {
+        unreachable!()
+    };
+    assert!(r.failed.is_empty(), "{r:?}");
+    assert_eq!(r.files, 3);
+    let out = dir.join("out");
+    assert_eq!(std::fs::read(out.join("f2")).unwrap(), a);
+    assert_eq!(std::fs::read(out.join("f3")).unwrap(), b);
+    assert_eq!(std::fs::read(out.join("f4")).unwrap(), b"");
+    s.shutdown();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_bundle_record_off_the_plan_or_unagreed_ends_the_transfer() {
+    let dir = std::env::temp_dir().join(format!("lh-hostile-bundle2-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let s = hostile_server(&dir);
+    let eleven: &[u8] = b"01234567890";
+    let frame = bundle(&[(2, eleven, *blake3::hash(eleven).as_bytes())]);
+    // A record longer than its file was announced; then a bundle an
+    // older client's transfer never agreed to; then a header over the caps.
+    let mut huge = frame.clone();
+    huge[5..9].copy_from_slice(&u32::MAX.to_be_bytes());
+    for (bundles, bytes, why) in [
+        (true, &frame, "bundle record of 11 bytes"),
+        (false, &frame, "not agreed"),
+        (true, &huge, "longer than 1 MiB"),
+    ] {
+        let (mut c, mut data) = push_with(s.addr(), "out", bundles);
+        announce_small(&mut c, &[10]);
+        data.write_all(bytes).unwrap();
+        let started = Instant::now();
+        match c.recv_until(Instant::now() + Duration::from_secs(5)) {
+            Ok(Some(Message::TransferDone(r))) => {
+                assert!(r.failed.iter().any(|f| f.error.contains(why)), "{r:?}");
+            }
+            Ok(Some(m)) => panic!("unexpected {}", m.name()),
+            Ok(None) => panic!("no answer in 5 s: the sink hung"),
+            Err(_) => {}
+        }
+        assert!(started.elapsed() < Duration::from_secs(5));
+        assert!(!dir.join("out/f2").exists());
+    }
+    s.shutdown();
+    let _ = std::fs::remove_dir_all(&dir);
 }
