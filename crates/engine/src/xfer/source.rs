@@ -1036,6 +1036,7 @@ fn send_bundle(
         };
         frame[..BUNDLE_HEADER_LEN].copy_from_slice(&header.encode());
         w.write_all(frame)?;
+        tracing::trace!("sent a bundle of {count} files, {read_bytes} bytes");
         events.push(Event::Sent {
             read_bytes,
             read_us,
