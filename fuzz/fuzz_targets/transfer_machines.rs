@@ -20,8 +20,8 @@ use longhaul_proto::msg::Message;
 use longhaul_proto::transfer::sink::{Sink, SinkAction, SinkLimits};
 use longhaul_proto::transfer::source::{Source, SourceLimits};
 use longhaul_proto::xfer::{
-    Entries, EntriesEnd, Entry, FileDone, FileSealed, Kind, Resend, SinkReport, SourceDone, Want,
-    Wants,
+    Entries, EntriesEnd, Entry, FileDone, FileSealed, FilesDone, FilesSealed, Kind, Resend,
+    SinkReport, SourceDone, Want, Wants, MAX_BATCH_ITEMS,
 };
 
 /// An entry as a peer could announce it: any id, size, chunk size, path.
@@ -72,6 +72,9 @@ enum Peer {
         id: u64,
         resends: u32,
     },
+    /// Batched (bundles negotiated): seals and dones, many at once.
+    FilesSealed(Vec<(u64, u32)>),
+    FilesDone(Vec<(u64, bool, bool)>),
     EntriesEnd {
         files: u64,
     },
@@ -118,6 +121,28 @@ impl Peer {
             Peer::FileSealed { id, resends } => Message::FileSealed(FileSealed {
                 id: id % 64,
                 resends,
+            }),
+            Peer::FilesSealed(items) => Message::FilesSealed(FilesSealed {
+                items: items
+                    .into_iter()
+                    .take(300)
+                    .map(|(id, resends)| FileSealed {
+                        id: id % 64,
+                        resends,
+                    })
+                    .collect(),
+            }),
+            Peer::FilesDone(items) => Message::FilesDone(FilesDone {
+                items: items
+                    .into_iter()
+                    .take(300)
+                    .map(|(id, error, changed)| FileDone {
+                        id: id % 64,
+                        error: error.then(|| "e".into()),
+                        changed,
+                        ..FileDone::default()
+                    })
+                    .collect(),
             }),
             Peer::EntriesEnd { files } => Message::EntriesEnd(EntriesEnd { files }),
             Peer::SourceDone {
@@ -195,6 +220,8 @@ struct Input {
     max_files: u8,
     max_chunks_per_file: u32,
     batch: u8,
+    /// Both ends agreed to bundles: seals and dones go out batched.
+    batched: bool,
     ops: Vec<Op>,
 }
 
@@ -220,6 +247,10 @@ fuzz_target!(|input: Input| {
             idle,
         },
     );
+    if input.batched {
+        sink.batch_messages();
+        source.batch_messages();
+    }
     let mut opened = Vec::new();
     for op in input.ops.into_iter().take(256) {
         let _ = match op {
@@ -292,6 +323,7 @@ fuzz_target!(|input: Input| {
         // Drain what each machine has to say or do, as the engine would.
         while let Some(m) = sink.poll_transmit() {
             roundtrip::assert_roundtrip(&m);
+            assert_batch(&m, input.batched);
         }
         while let Ok(Some(a)) = sink.poll_action() {
             if let SinkAction::Open(e) = a {
@@ -300,8 +332,20 @@ fuzz_target!(|input: Input| {
         }
         while let Some(m) = source.poll_transmit() {
             roundtrip::assert_roundtrip(&m);
+            assert_batch(&m, input.batched);
         }
         while source.poll_action().is_some() {}
         let _ = source.finished();
     }
 });
+
+/// A batched message goes out only once agreed, with 2..=256 items.
+fn assert_batch(m: &Message, batched: bool) {
+    let items = match m {
+        Message::FilesSealed(b) => b.items.len(),
+        Message::FilesDone(b) => b.items.len(),
+        _ => return,
+    };
+    assert!(batched, "a batched message without agreement");
+    assert!((2..=MAX_BATCH_ITEMS).contains(&items), "{items} items");
+}

@@ -1,13 +1,14 @@
 //! The transfer decoders that read peer or disk bytes: chunk headers,
-//! resume journals, remote paths and path confinement. None may panic;
+//! bundle frames, resume journals, remote paths and path confinement. None may panic;
 //! what they accept must round-trip or stay beneath its root.
 
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 use longhaul_proto::xfer::{
-    components, landing, parse_journal, parse_remote, ChunkHeader, Create, DestState, Landing,
-    CHUNK_HEADER_LEN,
+    components, landing, parse_journal, parse_remote, push_bundle_record, BundleHeader,
+    ChunkHeader, Create, DestState, Landing, BUNDLE_HEADER_LEN, CHUNK_HEADER_LEN, MAX_BUNDLE_BODY,
+    MAX_BUNDLE_FILE, MAX_BUNDLE_FILES,
 };
 
 fuzz_target!(|data: &[u8]| {
@@ -16,6 +17,31 @@ fuzz_target!(|data: &[u8]| {
         if let Ok(h) = ChunkHeader::decode(&b) {
             assert_eq!(ChunkHeader::decode(&h.encode()), Ok(h));
             assert!(h.offset.checked_add(u64::from(h.len)).is_some());
+        }
+    }
+    if data.len() >= BUNDLE_HEADER_LEN {
+        let b: [u8; BUNDLE_HEADER_LEN] = data[..BUNDLE_HEADER_LEN].try_into().unwrap();
+        let body = &data[BUNDLE_HEADER_LEN..];
+        if let Ok(h) = BundleHeader::decode(&b) {
+            assert_eq!(BundleHeader::decode(&h.encode()), Ok(h));
+            assert!(h.count >= 1 && h.count <= MAX_BUNDLE_FILES && h.body_len <= MAX_BUNDLE_BODY);
+            let _ = h.records(body);
+        }
+        // Records under any count, the body taken as long as it is: what
+        // is accepted is exactly `count` records that re-encode to it.
+        let count = u32::from_be_bytes(b[1..5].try_into().unwrap());
+        let h = BundleHeader {
+            count,
+            body_len: body.len().min(u32::MAX as usize) as u32,
+        };
+        if let Ok(records) = h.records(body) {
+            assert_eq!(records.len(), count as usize);
+            let mut again = Vec::new();
+            for r in &records {
+                assert!(r.data.len() <= MAX_BUNDLE_FILE as usize);
+                push_bundle_record(&mut again, r.file, r.data, &r.hash);
+            }
+            assert_eq!(again, body);
         }
     }
     if let Some((_, records)) = parse_journal(data) {
