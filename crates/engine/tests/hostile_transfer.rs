@@ -491,6 +491,28 @@ fn a_bundle_lands_its_files_and_a_damaged_record_is_asked_again_alone() {
         )),
         "{seen:?}"
     );
+    // Each file's digest is as with chunk frames: BLAKE3 over its one
+    // chunk hash (what `cp --digests` writes).
+    let digest_of = |data: &[u8]| {
+        blake3::hash(blake3::hash(data).as_bytes())
+            .to_hex()
+            .to_string()
+    };
+    let digests: Vec<(u64, Option<String>)> = seen
+        .iter()
+        .flat_map(|m| match m {
+            Message::FileDone(d) => vec![d.clone()],
+            Message::FilesDone(ds) => ds.items.clone(),
+            _ => vec![],
+        })
+        .map(|d| (d.id, d.digest))
+        .collect();
+    for (id, data) in [(2, a), (4, &b""[..])] {
+        assert!(
+            digests.contains(&(id, Some(digest_of(data)))),
+            "file {id}: {digests:?}"
+        );
+    }
     // The damaged file, sent again alone as a chunk frame.
     let header = ChunkHeader {
         zero: false,
