@@ -3,7 +3,7 @@
 # GridFTP and a local dd of the same file, in the same run, alternating (issue 15, part 3).
 #
 #   bash bench/elephant.sh [LONGHAUL_BINARY]        # default: target/release/longhaul (built if absent)
-#   ROUNDS=3 SIZE_GIB=2 SCENARIOS="shm disk" TOOLS="lh lh-nosync gridftp dd dd-sync" bash bench/elephant.sh
+#   ROUNDS=3 SIZE_GIB=2 SCENARIOS="shm disk" TOOLS="lh lh-nosync lh-plain gridftp dd dd-sync" bash bench/elephant.sh
 #
 # Scenarios: shm = /dev/shm -> /dev/shm; disk = DISK_DIR -> DISK_DIR (same filesystem), caches dropped
 # (`sync; echo 3 > /proc/sys/vm/drop_caches`) before every run. Tools, in an order rotated every round:
@@ -21,7 +21,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROUNDS=${ROUNDS:-3} SIZE_GIB=${SIZE_GIB:-2} SCENARIOS=${SCENARIOS:-"shm disk"}
-TOOLS=${TOOLS:-"lh lh-nosync gridftp dd dd-sync"} DISK_DIR=${DISK_DIR:-/var/tmp/lh-elephant}
+TOOLS=${TOOLS:-"lh lh-nosync lh-plain gridftp dd dd-sync"} DISK_DIR=${DISK_DIR:-/var/tmp/lh-elephant}
 BIN=${1:-target/release/longhaul}
 [ -x "$BIN" ] || cargo build --release --quiet
 for c in globus-url-copy globus-gridftp-server; do

@@ -209,6 +209,7 @@ fn drain(s: &mut ClientSession) -> Vec<Message> {
                     | Message::ThirdParty(_)
                     | Message::Start(_)
                     | Message::Stop(_)
+                    | Message::Active(_)
             ),
             "client queued a server-only message: {m:?}"
         );

@@ -320,6 +320,18 @@ impl SrcFile {
         }
     }
 
+    /// Once every read is done: sealed for the sink if the open file is
+    /// still the one announced, or changed (and marked failed) otherwise.
+    fn seal_or_changed(&self, id: u64, resends: u32, reader: &dyn ReadAt) -> Event {
+        match self.changed(reader) {
+            None => Event::Sealed { id, resends },
+            Some(why) => {
+                self.failed.store(true, Ordering::Relaxed);
+                Event::Changed(id, why)
+            }
+        }
+    }
+
     /// What changed between the announcement and the open file now.
     fn changed(&self, reader: &dyn ReadAt) -> Option<String> {
         self.differs(reader.metadata())
@@ -899,16 +911,7 @@ fn send(index: u16, s: Box<dyn Stream>, shared: &Shared, out: &Out, bundles: boo
         // Once a file's last read is done, its descriptor shows whether it
         // changed while it was read: sealed for the sink, or read again.
         if let Some(resends) = read.then(|| f.after_read(resend)).flatten() {
-            let _ = tx.send(match f.changed(&**reader) {
-                None => Event::Sealed {
-                    id: c.file,
-                    resends,
-                },
-                Some(why) => {
-                    f.failed.store(true, Ordering::Relaxed);
-                    Event::Changed(c.file, why)
-                }
-            });
+            let _ = tx.send(f.seal_or_changed(c.file, resends, &**reader));
         }
     }
 }
@@ -1017,16 +1020,7 @@ fn send_bundle(
         count += 1;
         read_bytes += u64::from(c.len);
         if let Some(resends) = f.after_read(false) {
-            events.push(match f.changed(&*reader) {
-                None => Event::Sealed {
-                    id: c.file,
-                    resends,
-                },
-                Some(why) => {
-                    f.failed.store(true, Ordering::Relaxed);
-                    Event::Changed(c.file, why)
-                }
-            });
+            events.push(f.seal_or_changed(c.file, resends, &*reader));
         }
     }
     if count > 0 {

@@ -50,7 +50,7 @@ fn next_transmit(queue: &mut VecDeque<Message>, batched: bool) -> Option<Message
             while items.len() < MAX_BATCH_ITEMS && bytes < MAX_BATCH_BYTES {
                 match queue.pop_front() {
                     Some(Message::FileDone(d)) => {
-                        bytes += size(&d);
+                        bytes = bytes.saturating_add(size(&d));
                         items.push(d);
                     }
                     Some(other) => {

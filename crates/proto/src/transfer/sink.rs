@@ -282,7 +282,7 @@ impl Sink {
             Some(e) => self.failed(&f.path, e.clone()),
             None => {
                 self.report.files += 1;
-                self.report.bytes += bytes;
+                self.report.bytes = self.report.bytes.saturating_add(bytes);
                 self.actions.push_back(SinkAction::Landed {
                     path: f.path.clone(),
                     digest: done.digest.clone(),
@@ -297,7 +297,7 @@ impl Sink {
     /// Bytes written to storage, and how long the writes took.
     pub fn written(&mut self, now: Instant, bytes: u64, busy_us: u64) {
         self.last_activity = now;
-        self.report.written_bytes += bytes;
+        self.report.written_bytes = self.report.written_bytes.saturating_add(bytes);
         self.report.write_us += busy_us;
     }
 
@@ -463,7 +463,8 @@ impl Sink {
                 if let Some(f) = self.files.get(id) {
                     self.slots += f.slots;
                 }
-                self.report.resumed_bytes += resumed_bytes;
+                self.report.resumed_bytes =
+                    self.report.resumed_bytes.saturating_add(*resumed_bytes);
                 self.opened_now.push(*id);
                 self.ranges += skip.len();
             }

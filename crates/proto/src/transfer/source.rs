@@ -254,7 +254,8 @@ impl<H: Clone> Source<H> {
                             let Some(a) = self.open.get_mut(&id) else {
                                 continue;
                             };
-                            self.tally.resumed_bytes += resumed_bytes;
+                            self.tally.resumed_bytes =
+                                self.tally.resumed_bytes.saturating_add(resumed_bytes);
                             a.planned = true;
                             self.actions.push_back(SourceAction::Plan {
                                 id,
@@ -334,7 +335,7 @@ impl<H: Clone> Source<H> {
                 Some(error) => self.tally.failed.push(Failure { path: a.rel, error }),
                 None => {
                     self.tally.files += 1;
-                    self.tally.bytes += a.size;
+                    self.tally.bytes = self.tally.bytes.saturating_add(a.size);
                     self.actions.push_back(SourceAction::Landed {
                         path: a.rel,
                         size: a.size,
@@ -348,7 +349,7 @@ impl<H: Clone> Source<H> {
     /// A chunk was read and sent.
     pub fn sent(&mut self, now: Instant, read_bytes: u64, read_us: u64) {
         self.last_activity = now;
-        self.tally.read_bytes += read_bytes;
+        self.tally.read_bytes = self.tally.read_bytes.saturating_add(read_bytes);
         self.tally.read_us += read_us;
     }
 
