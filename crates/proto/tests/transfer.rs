@@ -1360,3 +1360,66 @@ fn a_rerun_with_bundles_reads_only_what_was_not_verified() {
         assert_eq!(reads_of(&o, p), chunks - kept, "{p}");
     }
 }
+
+/// A sink's figures are the peer's word: resumed bytes near `u64::MAX`,
+/// or files whose sizes add past it, leave the source's tally at the top
+/// instead of overflowing (found by the `transfer_machines` fuzz target).
+#[test]
+fn a_sinks_huge_figures_saturate_the_sources_tally() {
+    let now = Instant::now();
+    let mut source: Source<u64> = Source::new(
+        now,
+        SourceLimits {
+            batch: 8,
+            files_in_flight: 8,
+            max_files_in_flight: 8,
+            idle: IDLE,
+        },
+    );
+    for id in 1..=2 {
+        let entry = Entry {
+            id,
+            path: format!("src/f{id}"),
+            kind: Kind::File,
+            size: u64::MAX / 2 + 1,
+            mode: 0o644,
+            mtime_ns: 1,
+            target: None,
+            chunk_size: 1 << 31,
+            sparse: false,
+            incomplete: false,
+            digest: None,
+        };
+        source.add(entry, id, 1);
+    }
+    source.end_batch();
+    while source.poll_transmit().is_some() {}
+    let send = |id| Want::Send {
+        id,
+        skip: Vec::new(),
+        resumed_bytes: u64::MAX,
+    };
+    source
+        .handle(
+            now,
+            Message::Wants(Wants {
+                wants: vec![send(1), send(2)],
+            }),
+        )
+        .expect("wants are welcome");
+    assert_eq!(source.tally().resumed_bytes, u64::MAX);
+    for id in 1..=2 {
+        source
+            .handle(
+                now,
+                Message::FileDone(FileDone {
+                    id,
+                    digest: Some("00".repeat(32)),
+                    ..FileDone::default()
+                }),
+            )
+            .expect("a file done is welcome");
+    }
+    assert_eq!(source.tally().files, 2);
+    assert_eq!(source.tally().bytes, u64::MAX);
+}
