@@ -12,6 +12,7 @@
 //! read off the wire cannot be replayed into a slot that is already taken.
 
 use crate::params::{Direction, Transport};
+use crate::units::hex;
 
 /// Domain separation of the proof's input.
 pub const CONTEXT: &[u8] = b"longhaul perf data v1";
@@ -105,10 +106,6 @@ fn nibble(c: u8) -> Option<u8> {
         b'a'..=b'f' => Some(c - b'a' + 10),
         _ => None,
     }
-}
-
-fn hex(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
 #[cfg(test)]

@@ -204,6 +204,17 @@ impl fmt::Display for Escaped<'_> {
     }
 }
 
+/// Lowercase hex of bytes (a digest, a key).
+pub fn hex(b: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut s = String::with_capacity(b.len() * 2);
+    for x in b {
+        s.push(char::from(DIGITS[usize::from(x >> 4)]));
+        s.push(char::from(DIGITS[usize::from(x & 0xf)]));
+    }
+    s
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

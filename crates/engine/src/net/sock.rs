@@ -156,24 +156,8 @@ pub fn limit_unsent(fd: BorrowedFd<'_>) -> io::Result<bool> {
     if tcp_info(fd).map_or(0, |i| i.min_rtt_us) < LONG_PATH_US {
         return Ok(false);
     }
-    let v = UNSENT_LIMIT;
-    // SAFETY: the option takes an int, readable for its size.
-    let r = unsafe {
-        libc::setsockopt(
-            fd.as_raw_fd(),
-            libc::IPPROTO_TCP,
-            libc::TCP_NOTSENT_LOWAT,
-            (&v as *const u32).cast(),
-            std::mem::size_of::<u32>() as libc::socklen_t,
-        )
-    };
-    if r != 0 {
-        let e = io::Error::last_os_error();
-        return Err(io::Error::new(
-            e.kind(),
-            format!("failed to limit unsent data: {e}"),
-        ));
-    }
+    setsockopt_u32(fd, libc::IPPROTO_TCP, libc::TCP_NOTSENT_LOWAT, UNSENT_LIMIT)
+        .map_err(|e| io::Error::new(e.kind(), format!("failed to limit unsent data: {e}")))?;
     Ok(true)
 }
 

@@ -375,13 +375,4 @@ pub fn content_digest(
     Ok(hex(hasher.finalize().as_bytes()))
 }
 
-/// The hex form of a digest.
-pub fn hex(b: &[u8]) -> String {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    let mut s = String::with_capacity(b.len() * 2);
-    for x in b {
-        s.push(char::from(DIGITS[usize::from(x >> 4)]));
-        s.push(char::from(DIGITS[usize::from(x & 0xf)]));
-    }
-    s
-}
+pub use longhaul_proto::units::hex;
