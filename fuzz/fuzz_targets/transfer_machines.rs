@@ -222,6 +222,8 @@ struct Input {
     batch: u8,
     /// Both ends agreed to bundles: seals and dones go out batched.
     batched: bool,
+    /// Opens the sink's driver may have out at once (its open pool).
+    opens_at_once: u8,
     ops: Vec<Op>,
 }
 
@@ -247,6 +249,7 @@ fuzz_target!(|input: Input| {
             idle,
         },
     );
+    sink.open_at_once(usize::from(input.opens_at_once % 8));
     if input.batched {
         sink.batch_messages();
         source.batch_messages();

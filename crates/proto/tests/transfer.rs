@@ -120,6 +120,10 @@ struct SinkSide {
     /// Writes per (path, index).
     writes: HashMap<(String, u32), u32>,
     chunk_writes: usize,
+    /// Opens answered a step later, last asked first (a driver's open
+    /// pool); off: each open is answered at once.
+    pool: bool,
+    opening: Vec<Entry>,
 }
 
 /// How a run ended.
@@ -219,6 +223,8 @@ impl Pair {
                 open: HashMap::new(),
                 writes: HashMap::new(),
                 chunk_writes: 0,
+                pool: false,
+                opening: Vec::new(),
             },
             to_sink: VecDeque::new(),
             to_source: VecDeque::new(),
@@ -259,6 +265,14 @@ impl Pair {
                 idle: IDLE,
             },
         );
+        self
+    }
+
+    /// The sink's driver opens on a pool: up to 3 opens out at once,
+    /// answered a step later in reverse order, while messages keep coming.
+    fn with_open_pool(mut self) -> Self {
+        self.snk.pool = true;
+        self.snk.machine.open_at_once(3);
         self
     }
 
@@ -378,7 +392,7 @@ impl Pair {
 
     fn step(&mut self) -> Result<bool, Ended> {
         self.now += Duration::from_millis(1);
-        let mut progressed = false;
+        let mut progressed = self.answer_opens()?;
         progressed |= self.source_walks();
         progressed |= self.source_acts();
         progressed |= self.source_reads(if self.bundles { 8 } else { 2 });
@@ -401,7 +415,20 @@ impl Pair {
             progressed = true;
         }
         progressed |= self.source_reads_messages().map_err(Ended::Source)?;
-        Ok(progressed)
+        Ok(progressed || !self.snk.opening.is_empty())
+    }
+
+    /// Answers the opens asked in the last step, last asked first.
+    fn answer_opens(&mut self) -> Result<bool, Ended> {
+        if self.snk.opening.is_empty() {
+            return Ok(false);
+        }
+        while let Some(e) = self.snk.opening.pop() {
+            let want = self.open(&e);
+            self.snk.machine.opened(self.now, e.id, want);
+        }
+        self.sink_acts()?;
+        Ok(true)
     }
 
     fn source_walks(&mut self) -> bool {
@@ -762,6 +789,7 @@ impl Pair {
     fn sink_acts(&mut self) -> Result<(), Ended> {
         while let Some(a) = self.snk.machine.poll_action().map_err(Ended::Sink)? {
             match a {
+                SinkAction::Open(e) if self.snk.pool => self.snk.opening.push(e),
                 SinkAction::Open(e) => {
                     let want = self.open(&e);
                     self.snk.machine.opened(self.now, e.id, want);
@@ -894,10 +922,12 @@ proptest! {
         schedule in prop::collection::vec(any::<u8>(), 1..16),
         duplicate in prop::collection::vec(0usize..40, 0..6),
         bundles in any::<bool>(),
+        pool in any::<bool>(),
     ) {
         let files = tree(&sizes);
         let faults = Faults { duplicate, ..Faults::default() };
         let pair = Pair::new(&files, streams, schedule, faults);
+        let pair = if pool { pair.with_open_pool() } else { pair };
         let o = if bundles { pair.with_bundles() } else { pair }.run();
         expect_identical(&o, &files);
         for (p, d) in &files {
@@ -979,12 +1009,14 @@ proptest! {
         chunks in 1u64..5,
         changes in 1u32..5,
         streams in 1usize..4,
+        pool in any::<bool>(),
     ) {
         let size = (chunks * CHUNK) as usize - 7;
         let files = tree(&[size, 1000]);
         let path = files[0].0.clone();
         let faults = Faults { changes: vec![(path.clone(), changes)], ..Faults::default() };
-        let o = Pair::new(&files, streams, vec![1, 0], faults).run();
+        let pair = Pair::new(&files, streams, vec![1, 0], faults);
+        let o = if pool { pair.with_open_pool() } else { pair }.run();
         prop_assert!(o.source.is_ok(), "{:?}", o.source);
         let report = o.sink.as_ref().expect("finished");
         if changes < 3 {
@@ -1039,10 +1071,12 @@ proptest! {
         drop in prop::collection::vec(0usize..20, 1..4),
         duplicate in prop::collection::vec(0usize..20, 0..4),
         bundles in any::<bool>(),
+        pool in any::<bool>(),
     ) {
         let files = tree(&sizes);
         let faults = Faults { drop, duplicate, ..Faults::default() };
         let pair = Pair::new(&files, streams, vec![0, 2, 1], faults);
+        let pair = if pool { pair.with_open_pool() } else { pair };
         let o = if bundles { pair.with_bundles() } else { pair }.run();
         for (p, d) in &o.landed {
             let want = &files.iter().find(|(q, _)| q == p).expect("only sources land").1;
@@ -1219,6 +1253,146 @@ fn a_source_announcing_too_many_files_is_refused() {
     };
     assert_eq!(opened, 2);
     assert!(err.to_string().contains("more than 2 files"), "{err}");
+}
+
+fn file_entry(id: u64) -> Entry {
+    Entry {
+        id,
+        path: format!("src/f{id}"),
+        kind: Kind::File,
+        size: 10,
+        mode: 0o644,
+        mtime_ns: 1,
+        target: None,
+        chunk_size: CHUNK,
+        sparse: false,
+        incomplete: false,
+        digest: None,
+    }
+}
+
+fn want_id(w: &Want) -> u64 {
+    match w {
+        Want::Send { id, .. } | Want::Skip { id } | Want::Fail { id, .. } => *id,
+    }
+}
+
+fn send_all(id: u64) -> Want {
+    Want::Send {
+        id,
+        skip: Vec::new(),
+        resumed_bytes: 0,
+    }
+}
+
+fn pooled_sink(now: Instant, at_once: usize, entries: Vec<Entry>) -> Sink {
+    let mut sink = Sink::new(
+        now,
+        SinkLimits {
+            max_files: 64,
+            max_chunks_per_file: 1 << 22,
+            max_chunks_in_flight: 1 << 22,
+            idle: IDLE,
+        },
+    );
+    sink.open_at_once(at_once);
+    sink.handle(now, Message::Entries(Entries { entries }))
+        .expect("entries are welcome");
+    sink
+}
+
+fn opens(sink: &mut Sink) -> Vec<u64> {
+    let mut ids = Vec::new();
+    while let Ok(Some(a)) = sink.poll_action() {
+        match a {
+            SinkAction::Open(e) => ids.push(e.id),
+            other => panic!("only opens were due, got {other:?}"),
+        }
+    }
+    ids
+}
+
+#[test]
+fn opens_on_a_pool_stay_within_the_limit_and_answer_in_any_order() {
+    let now = Instant::now();
+    let mut sink = pooled_sink(now, 2, (1..=3).map(file_entry).collect());
+    assert_eq!(opens(&mut sink), vec![1, 2], "two out at once, no more");
+    assert!(
+        sink.poll_transmit().is_none(),
+        "no Wants before every answer"
+    );
+    sink.opened(now, 2, send_all(2));
+    assert_eq!(opens(&mut sink), vec![3]);
+    sink.opened(now, 3, send_all(3));
+    assert!(sink.poll_transmit().is_none());
+    sink.opened(now, 1, send_all(1));
+    let mut checked = Vec::new();
+    while let Ok(Some(a)) = sink.poll_action() {
+        if let SinkAction::Check(id) = a {
+            checked.push(id);
+        }
+    }
+    checked.sort_unstable();
+    assert_eq!(checked, vec![1, 2, 3]);
+    match sink.poll_transmit() {
+        Some(Message::Wants(w)) => {
+            let mut ids: Vec<u64> = w.wants.iter().map(want_id).collect();
+            ids.sort_unstable();
+            assert_eq!(ids, vec![1, 2, 3], "one Wants answers the whole message");
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn a_dir_end_waits_for_the_opens_before_it() {
+    let now = Instant::now();
+    let mut end = file_entry(9);
+    end.kind = Kind::DirEnd;
+    end.path = "src".into();
+    let mut sink = pooled_sink(now, 8, vec![file_entry(1), end]);
+    assert_eq!(opens(&mut sink), vec![1]);
+    sink.opened(now, 1, send_all(1));
+    assert!(matches!(
+        sink.poll_action(),
+        Ok(Some(SinkAction::DirEnd(e))) if e.path == "src"
+    ));
+}
+
+#[test]
+fn a_file_given_up_while_it_opens_is_dropped_when_the_answer_comes() {
+    let now = Instant::now();
+    let mut sink = pooled_sink(now, 4, (1..=2).map(file_entry).collect());
+    assert_eq!(opens(&mut sink), vec![1, 2]);
+    sink.handle(
+        now,
+        Message::FileDone(FileDone {
+            id: 2,
+            changed: true,
+            error: Some("gone".into()),
+            ..FileDone::default()
+        }),
+    )
+    .expect("a source may give a file up");
+    // Nothing to discard until the driver has the file open.
+    assert!(matches!(sink.poll_action(), Ok(None)));
+    sink.opened(now, 2, send_all(2));
+    assert!(matches!(
+        sink.poll_action(),
+        Ok(Some(SinkAction::Discard {
+            id: 2,
+            changed: true
+        }))
+    ));
+    sink.opened(now, 1, send_all(1));
+    assert!(matches!(sink.poll_action(), Ok(Some(SinkAction::Check(1)))));
+    match sink.poll_transmit() {
+        Some(Message::Wants(w)) => {
+            assert_eq!(w.wants.iter().map(want_id).collect::<Vec<_>>(), vec![1]);
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(sink.report_mut().failed.len(), 1, "counted once, as failed");
 }
 
 /// Many small files and two big ones: `n` small of 0..3000 bytes.

@@ -201,16 +201,28 @@ struct Progress {
 }
 
 enum Event {
+    /// An opener's answer for a file ([`Openers`]).
+    Opened(u64, Want),
     Done(FileDone, u64),
     Resend(Resend),
     Fatal(String),
-    Written { bytes: u64, busy_us: u64 },
+    Written {
+        bytes: u64,
+        busy_us: u64,
+    },
 }
 
 type Files = Arc<Mutex<HashMap<u64, Arc<FileState>>>>;
 
 /// Threads that make finished files durable and rename them into place.
 const FINISHERS: usize = 8;
+
+/// Threads that open announced files ([`Openers`]).
+const OPENERS: usize = 4;
+
+/// Opens out at once: enough to keep the openers busy through the control
+/// thread's turn on the network (about a millisecond).
+const OPENS_AT_ONCE: usize = 64;
 
 /// Files one finisher takes at a time.
 const FINISH_BATCH: usize = 256;
@@ -302,6 +314,11 @@ pub fn run_sink(
                 .map_err(|e| EngineError::io("failed to start a finisher".into(), e))?,
         );
     }
+    let openers = if cfg.dry_run {
+        None
+    } else {
+        Some(Openers::start(&cfg, &files, &tx)?)
+    };
     let mut workers = Vec::new();
     let mut sockets: Vec<TcpStream> = Vec::new();
     for s in streams {
@@ -317,12 +334,15 @@ pub fn run_sink(
     }
     let streams = sockets;
     drop(tx);
-    let result = control(conn, &files, &rx, &fin_tx, &cfg);
+    let result = control(conn, &files, &rx, &fin_tx, openers.as_ref(), &cfg);
     for s in &streams {
         let _ = s.shutdown(Shutdown::Both);
     }
     for w in workers {
         let _ = w.join();
+    }
+    if let Some(o) = openers {
+        o.join();
     }
     drop(fin_tx);
     for f in finishers {
@@ -339,6 +359,7 @@ fn control(
     files: &Files,
     rx: &Receiver<Event>,
     fin: &Sender<Arc<FileState>>,
+    openers: Option<&Openers>,
     cfg: &SinkConfig,
 ) -> Result<SinkReport, EngineError> {
     let mut m = Sink::new(
@@ -353,9 +374,14 @@ fn control(
     if cfg.bundles {
         m.batch_messages();
     }
+    if openers.is_some() {
+        m.open_at_once(OPENS_AT_ONCE);
+    }
     let mut work = Work {
         files,
         fin,
+        openers,
+        dest_in_memory: dest_in_memory(cfg),
         cfg,
         dirs: Vec::new(),
         seen: HashMap::new(),
@@ -368,6 +394,7 @@ fn control(
         while let Ok(ev) = rx.try_recv() {
             let now = Instant::now();
             match ev {
+                Event::Opened(id, want) => m.opened(now, id, want),
                 Event::Done(d, bytes) => m.file_done(now, d, bytes),
                 Event::Resend(r) => {
                     if let Some(f) = files.lock().expect("poisoned").get(&r.id) {
@@ -399,7 +426,9 @@ fn control(
         }
         // The source answers the report with its read figures; an older or
         // vanished source is no reason to fail a finished transfer.
-        let msg = match conn.recv(Duration::from_millis(20)) {
+        // Answers from the openers are taken within a millisecond.
+        let wait = Duration::from_millis(if m.is_opening() { 1 } else { 20 });
+        let msg = match conn.recv(wait) {
             Ok(msg) => msg,
             Err(_) if m.is_closing() => return Ok(m.into_report()),
             Err(e) => return Err(e),
@@ -424,6 +453,11 @@ fn engine_error(e: SinkError) -> EngineError {
 struct Work<'a> {
     files: &'a Files,
     fin: &'a Sender<Arc<FileState>>,
+    /// None in a dry run: every open is answered here.
+    openers: Option<&'a Openers>,
+    /// The destination is in memory (tmpfs): a fresh small file opens in
+    /// microseconds, cheaper here than a hand-off to the openers.
+    dest_in_memory: bool,
     cfg: &'a SinkConfig,
     /// Directories created, to get their modes and times at the end.
     dirs: Vec<(PathBuf, Entry)>,
@@ -454,6 +488,13 @@ impl Work<'_> {
                 }
             }
         }
+    }
+
+    /// Whether to open `e` here rather than on the openers: a file of one
+    /// chunk in memory, with nothing to read first (no `--checksum`
+    /// digest to compare, no journal to check).
+    fn opens_here(&self, e: &Entry) -> bool {
+        self.dest_in_memory && e.digest.is_none() && chunk_count(e.size, e.chunk_size) <= 1
     }
 
     /// Finishes a complete file: here if that waits on no device
@@ -501,10 +542,13 @@ impl Work<'_> {
                         }
                     }
                 }
-                SinkAction::Open(e) => {
-                    let want = open_file(&e, cfg, self.files, m.report_mut());
-                    m.opened(Instant::now(), e.id, want);
-                }
+                SinkAction::Open(e) => match self.openers {
+                    Some(o) if !self.opens_here(&e) => o.open(e),
+                    _ => {
+                        let want = open_file(&e, cfg, self.files, m.report_mut());
+                        m.opened(Instant::now(), e.id, want);
+                    }
+                },
                 SinkAction::Check(id) => {
                     let f = self.files.lock().expect("poisoned").get(&id).cloned();
                     if let Some(f) = f.filter(|f| f.inner.lock().expect("poisoned").ledger.claim())
@@ -567,6 +611,69 @@ impl Work<'_> {
             }
         }
         Ok(())
+    }
+}
+
+/// Whether the destination (or, for a file landing onto its own name, the
+/// directory it lands in) is in memory.
+fn dest_in_memory(cfg: &SinkConfig) -> bool {
+    let dest = &cfg.dest;
+    cfg.anchor
+        .dir(dest, false)
+        .or_else(|e| dest.parent().map_or(Err(e), |p| cfg.anchor.dir(p, false)))
+        .is_ok_and(|d| d.in_memory())
+}
+
+/// Threads that open announced files beside the control thread: a create
+/// waiting on the file system's journal, or a resume hashing a partial
+/// file again, holds up neither the network nor the other files.
+/// Answers come back as [`Event::Opened`].
+struct Openers {
+    tx: Sender<Entry>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl Openers {
+    fn start(
+        cfg: &Arc<SinkConfig>,
+        files: &Files,
+        events: &Sender<Event>,
+    ) -> Result<Self, EngineError> {
+        let (tx, rx) = mpsc::channel::<Entry>();
+        let rx = Arc::new(Mutex::new(rx));
+        let mut threads = Vec::new();
+        for _ in 0..OPENERS {
+            let (rx, cfg, files, events) = (rx.clone(), cfg.clone(), files.clone(), events.clone());
+            let open = move || loop {
+                let Ok(e) = rx.lock().expect("poisoned").recv() else {
+                    return;
+                };
+                // Dry runs open nothing here: nothing to report.
+                let want = open_file(&e, &cfg, &files, &mut SinkReport::default());
+                if events.send(Event::Opened(e.id, want)).is_err() {
+                    return;
+                }
+            };
+            threads.push(
+                std::thread::Builder::new()
+                    .name("lh-open".into())
+                    .spawn(open)
+                    .map_err(|e| EngineError::io("failed to start an opener".into(), e))?,
+            );
+        }
+        Ok(Self { tx, threads })
+    }
+
+    fn open(&self, e: Entry) {
+        let _ = self.tx.send(e);
+    }
+
+    /// Lets the openers finish what they took, and waits for them.
+    fn join(self) {
+        drop(self.tx);
+        for t in self.threads {
+            let _ = t.join();
+        }
     }
 }
 

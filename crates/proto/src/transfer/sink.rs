@@ -16,7 +16,7 @@
 //! ledger must change for a protocol reason ([`SinkAction::Seal`],
 //! [`SinkAction::Discard`]).
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::time::{Duration, Instant};
 
 use crate::msg::Message;
@@ -65,8 +65,9 @@ pub enum SinkAction {
     Link(Entry),
     /// The source listed everything of this directory (sync --delete).
     DirEnd(Entry),
-    /// Open this file (resuming from its journal) and answer at once with
-    /// [`Sink::opened`]; no other action comes before the answer.
+    /// Open this file (resuming from its journal) and answer with
+    /// [`Sink::opened`]. Up to [`Sink::open_at_once`] opens may be out at
+    /// once, answered in any order; a `DirEnd` waits for every answer.
     Open(Entry),
     /// Finish the file if its ledger is complete (every chunk was there
     /// already): its `Open` answer has gone to the source.
@@ -125,7 +126,13 @@ pub struct Sink {
     damaged: HashMap<(u64, u32), u32>,
     /// Entries of the message being worked through, and its answers.
     batch: VecDeque<Entry>,
-    awaiting: Option<u64>,
+    /// Files asked to be opened, not answered yet.
+    awaiting: HashSet<u64>,
+    /// How many opens may be out at once (1 unless the driver has a pool).
+    opens_at_once: usize,
+    /// Files the source gave up while their open was out: dropped when
+    /// the answer comes (`changed` as the source said).
+    given_up_opening: HashMap<u64, bool>,
     wants: Vec<Want>,
     ranges: usize,
     opened_now: Vec<u64>,
@@ -149,7 +156,9 @@ impl Sink {
             slots: 0,
             damaged: HashMap::new(),
             batch: VecDeque::new(),
-            awaiting: None,
+            awaiting: HashSet::new(),
+            opens_at_once: 1,
+            given_up_opening: HashMap::new(),
             wants: Vec::new(),
             ranges: 0,
             opened_now: Vec::new(),
@@ -165,6 +174,12 @@ impl Sink {
     /// `FileDone` leave as one `FilesDone`.
     pub fn batch_messages(&mut self) {
         self.batched = true;
+    }
+
+    /// The driver opens files on a pool: up to `n` opens may be out at
+    /// once (at least 1), and their answers come in any order.
+    pub fn open_at_once(&mut self, n: usize) {
+        self.opens_at_once = n.max(1);
     }
 
     /// A control message from the source.
@@ -229,10 +244,15 @@ impl Sink {
     fn source_gave_up(&mut self, d: FileDone) {
         if let Some(f) = self.files.remove(&d.id) {
             self.slots = self.slots.saturating_sub(f.slots);
-            self.actions.push_back(SinkAction::Discard {
-                id: d.id,
-                changed: d.changed,
-            });
+            if self.awaiting.contains(&d.id) {
+                // Dropped once the driver has opened it.
+                self.given_up_opening.insert(d.id, d.changed);
+            } else {
+                self.actions.push_back(SinkAction::Discard {
+                    id: d.id,
+                    changed: d.changed,
+                });
+            }
             if !d.retried {
                 self.resolved += 1;
                 self.failed(&f.path, d.error.unwrap_or_else(|| "source failed".into()));
@@ -243,11 +263,21 @@ impl Sink {
     /// The answer to [`SinkAction::Open`] for file `id`.
     pub fn opened(&mut self, now: Instant, id: u64, want: Want) {
         self.last_activity = now;
-        if self.awaiting.take() != Some(id) {
+        if !self.awaiting.remove(&id) {
             debug_assert!(false, "an answer for file {id}, which was not asked");
             return;
         }
+        if let Some(changed) = self.given_up_opening.remove(&id) {
+            // Resolved when the source gave it up: only the driver's file
+            // is left to drop.
+            if matches!(want, Want::Send { .. }) {
+                self.actions.push_back(SinkAction::Discard { id, changed });
+            }
+            self.check_end(now);
+            return;
+        }
         self.answer(want);
+        self.check_end(now);
     }
 
     /// A received chunk of file `id` did not match its hash: it is asked
@@ -332,25 +362,32 @@ impl Sink {
         super::next_transmit(&mut self.transmits, self.batched)
     }
 
-    /// The next thing to do. While an [`SinkAction::Open`] waits for its
-    /// answer, nothing else comes. An error ends the transfer (a source
-    /// announcing files beyond what this side allows).
+    /// The next thing to do. While [`Sink::open_at_once`] opens wait for
+    /// their answers, no more come; a `DirEnd`, and the `Wants` of a
+    /// message, wait for every answer. An error ends the transfer (a
+    /// source announcing files beyond what this side allows).
     pub fn poll_action(&mut self) -> Result<Option<SinkAction>, SinkError> {
         if let Some(a) = self.actions.pop_front() {
             return Ok(Some(a));
         }
-        if self.awaiting.is_some() {
-            return Ok(None);
-        }
         loop {
+            if self.awaiting.len() >= self.opens_at_once {
+                return Ok(None);
+            }
             let Some(e) = self.batch.pop_front() else {
-                if self.batch_open {
+                if self.batch_open && self.awaiting.is_empty() {
                     self.close_batch();
                     return Ok(self.actions.pop_front());
                 }
                 return Ok(None);
             };
             match e.kind {
+                // Everything of the directory is opened before its
+                // leftovers are pruned.
+                Kind::DirEnd if !self.awaiting.is_empty() => {
+                    self.batch.push_front(e);
+                    return Ok(None);
+                }
                 Kind::DirEnd => return Ok(Some(SinkAction::DirEnd(e))),
                 Kind::Dir => return Ok(Some(SinkAction::Dir(e))),
                 Kind::Symlink => return Ok(Some(SinkAction::Link(e))),
@@ -383,6 +420,11 @@ impl Sink {
             }
             _ => Ok(()),
         }
+    }
+
+    /// Whether opens are out, waiting for [`Sink::opened`].
+    pub fn is_opening(&self) -> bool {
+        !self.awaiting.is_empty()
     }
 
     /// The report has gone out; the source's last word may follow.
@@ -447,7 +489,7 @@ impl Sink {
                 Ok(None)
             }
             None => {
-                self.awaiting = Some(e.id);
+                self.awaiting.insert(e.id);
                 Ok(Some(SinkAction::Open(e)))
             }
         }
@@ -511,7 +553,7 @@ impl Sink {
     fn check_end(&mut self, now: Instant) {
         if self.phase == Phase::Running
             && !self.batch_open
-            && self.awaiting.is_none()
+            && self.awaiting.is_empty()
             && self.expected.is_some_and(|n| self.resolved >= n)
             && self.files.is_empty()
         {
