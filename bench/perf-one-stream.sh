@@ -24,6 +24,12 @@
 #             VARIANTS='tls=--tls;copy=--copy;l128k=-l 128K' bash bench/perf-one-stream.sh
 #   IPERF3_VARIANTS: extra iperf3 rows, likewise (IPERF3_VARIANTS='-Z=-Z -l 1M')
 #   PORT (47410; iperf3 uses PORT+1)  SKIP_BUILD=1  LONGHAUL_BIN (use this binary)
+#   VETH_MTU: instead of loopback, run over a veth pair between two network namespaces made for
+#             the run (clients in one at 198.18.0.1, servers in the other at 198.18.0.2, offloads at
+#             their defaults) with this MTU, e.g. VETH_MTU=1500 or 9000; the congestion control is
+#             set inside both namespaces, which are deleted when the script exits. Loopback's
+#             64 KB MTU and shortcuts do not apply there (BENCHMARKS.md, "perf one stream under
+#             BBR: cause and fix").
 # Needs root for the sysctl (CCS="" leaves it alone and runs under the current one), jq, iperf3.
 
 set -euo pipefail
@@ -36,6 +42,11 @@ PORT=${PORT:-47410}
 VARIANTS=${VARIANTS:-}
 IPERF3_VARIANTS=${IPERF3_VARIANTS:-}
 HOST=127.0.0.1
+VETH_MTU=${VETH_MTU:-}
+SRV=() # command prefix for the servers (and ss), CLI=() for the clients
+CLI=()
+NETNS=()
+WHERE=loopback
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 STAMP=$(date +%Y%m%d-%H%M%S)
@@ -64,11 +75,40 @@ cleanup() {
     if [ "$(sysctl -n net.ipv4.tcp_congestion_control)" != "$CC_ORIG" ]; then
         sysctl -q -w net.ipv4.tcp_congestion_control="$CC_ORIG" || log "could not restore cc $CC_ORIG"
     fi
+    for ns in ${NETNS[@]+"${NETNS[@]}"}; do ip netns del "$ns" 2>/dev/null || true; done
     rm -rf "$STATE_DIR"
 }
 trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
+
+set_cc() { # cc: for the clients and servers
+    local ns
+    if [ ${#NETNS[@]} -eq 0 ]; then
+        sysctl -q -w net.ipv4.tcp_congestion_control="$1"
+    else
+        for ns in "${NETNS[@]}"; do
+            ip netns exec "$ns" sysctl -q -w net.ipv4.tcp_congestion_control="$1" || return 1
+        done
+    fi
+}
+if [ -n "$VETH_MTU" ]; then
+    NETNS=("lh1s-a-$$" "lh1s-b-$$")
+    ip netns add "${NETNS[0]}" && ip netns add "${NETNS[1]}" || die "cannot make namespaces"
+    ip link add lh1s-va netns "${NETNS[0]}" type veth peer name lh1s-vb netns "${NETNS[1]}" ||
+        die "cannot make the veth pair"
+    ip -n "${NETNS[0]}" addr add 198.18.0.1/24 dev lh1s-va
+    ip -n "${NETNS[1]}" addr add 198.18.0.2/24 dev lh1s-vb
+    ip -n "${NETNS[0]}" link set lh1s-va mtu "$VETH_MTU" up
+    ip -n "${NETNS[1]}" link set lh1s-vb mtu "$VETH_MTU" up
+    ip -n "${NETNS[0]}" link set lo up
+    ip -n "${NETNS[1]}" link set lo up
+    set_cc "$CC_ORIG" || die "cannot set cc $CC_ORIG in the namespaces"
+    HOST=198.18.0.2
+    CLI=(ip netns exec "${NETNS[0]}")
+    SRV=(ip netns exec "${NETNS[1]}")
+    WHERE="veth, MTU $VETH_MTU"
+fi
 
 LONGHAUL_TRUST=$("$LONGHAUL" id "$STATE_DIR" 2>/dev/null) || die "longhaul id failed"
 LONGHAUL_TOKEN=$("$LONGHAUL" token create --state-dir "$STATE_DIR" --export '*:rw' 2>/dev/null) ||
@@ -79,15 +119,15 @@ wait_listen() { # pid port
     local i
     for i in $(seq 100); do
         kill -0 "$1" 2>/dev/null || die "server pid $1 exited"
-        [ -n "$(ss -Htln "( sport = :$2 )" 2>/dev/null)" ] && return 0
+        [ -n "$(${SRV[@]+"${SRV[@]}"} ss -Htln "( sport = :$2 )" 2>/dev/null)" ] && return 0
         sleep 0.1
     done
     die "nothing listens on $2"
 }
-"$LONGHAUL" serve --listen "$HOST:$PORT" --state-dir "$STATE_DIR" >"$LOGDIR/serve.log" 2>&1 &
+${SRV[@]+"${SRV[@]}"} "$LONGHAUL" serve --listen "$HOST:$PORT" --state-dir "$STATE_DIR" >"$LOGDIR/serve.log" 2>&1 &
 PIDS+=($!)
 wait_listen "$!" "$PORT"
-iperf3 -s -B "$HOST" -p $((PORT + 1)) >"$LOGDIR/iperf3-s.log" 2>&1 &
+${SRV[@]+"${SRV[@]}"} iperf3 -s -B "$HOST" -p $((PORT + 1)) >"$LOGDIR/iperf3-s.log" 2>&1 &
 PIDS+=($!)
 wait_listen "$!" $((PORT + 1))
 
@@ -105,13 +145,13 @@ run() { # cc round row args
     [ -n "$args" ] && read -r -a a <<<"$args"
     out=$LOGDIR/$cc-r$round-${row// /_}.json
     if [[ $row == iperf3* ]]; then
-        timeout $((DURATION + 30)) iperf3 -c "$HOST" -p $((PORT + 1)) -t "$DURATION" --json \
+        timeout $((DURATION + 30)) ${CLI[@]+"${CLI[@]}"} iperf3 -c "$HOST" -p $((PORT + 1)) -t "$DURATION" --json \
             ${a[@]+"${a[@]}"} >"$out" 2>&1 || true
         line=$(jq -r '[.end.sum_received.bits_per_second, .end.cpu_utilization_percent.host_total,
             .end.cpu_utilization_percent.remote_total, .end.sum_sent.retransmits]
             | map(tostring) | join("\t")' "$out" 2>/dev/null || echo "NA")
     else
-        timeout $((DURATION + 30)) "$LONGHAUL" perf "$HOST:$PORT" -t "$DURATION" -i 0 --json \
+        timeout $((DURATION + 30)) ${CLI[@]+"${CLI[@]}"} "$LONGHAUL" perf "$HOST:$PORT" -t "$DURATION" -i 0 --json \
             ${a[@]+"${a[@]}"} >"$out" 2>"$out.err" || true
         line=$(jq -r '.summary as $s | [$s.bits_per_second, $s.directions[0].cpu_sender_percent,
             $s.directions[0].cpu_receiver_percent, $s.retransmits]
@@ -124,7 +164,7 @@ run() { # cc round row args
 }
 
 for cc in ${CCS:-$CC_ORIG}; do
-    if [ -n "$CCS" ]; then sysctl -q -w net.ipv4.tcp_congestion_control="$cc" || die "cannot set cc $cc"; fi
+    if [ -n "$CCS" ]; then set_cc "$cc" || die "cannot set cc $cc"; fi
     for round in $(seq "$ROUNDS"); do
         n=${#ROWS[@]}
         for i in $(seq 0 $((n - 1))); do
@@ -136,7 +176,7 @@ for cc in ${CCS:-$CC_ORIG}; do
 done
 
 echo
-echo "one stream on loopback, $ROUNDS x ${DURATION}s alternating, $(nproc) CPUs, $(date -Is), load $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "one stream on $WHERE, $ROUNDS x ${DURATION}s alternating, $(nproc) CPUs, $(date -Is), load $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "longhaul $(cd "$ROOT" && git rev-parse --short HEAD); $(iperf3 --version | head -n1)"
 echo
 echo "| cc | row | median Gbit/s | min..max | sender CPU % | receiver CPU % | ratio to iperf3 -l 1M |"
