@@ -28,6 +28,12 @@ pub trait Stream: Read + Write + Send {
         false
     }
 
+    /// Whether bytes the socket no longer shows are held here, read
+    /// already and not yet returned (TLS: records, or their plaintext).
+    fn pending(&mut self) -> bool {
+        false
+    }
+
     /// The fingerprint of the certificate the peer presented, if any.
     fn peer_fingerprint(&self) -> Option<String> {
         None
@@ -171,6 +177,27 @@ impl FramedConn {
                 e,
             )),
         }
+    }
+
+    /// The next message if it is here already, buffered or readable on the
+    /// socket, without waiting for one (a message partly here waits for
+    /// its rest as [`FramedConn::recv`] does, up to 1 ms).
+    pub fn try_recv(&mut self) -> Result<Option<Message>, EngineError> {
+        if let Some(f) = self.decoder.next_frame()? {
+            return Ok(Some(Message::decode(&f)?));
+        }
+        let readable = self.eof || self.stream.pending() || {
+            let mut fds = [rustix::event::PollFd::new(
+                self.stream.tcp(),
+                rustix::event::PollFlags::IN,
+            )];
+            rustix::event::poll(&mut fds, Some(&rustix::event::Timespec::default()))
+                .map_or(true, |n| n > 0)
+        };
+        if !readable {
+            return Ok(None);
+        }
+        self.recv(Duration::from_millis(1))
     }
 
     /// Waits until a message arrives or `deadline` passes.

@@ -794,6 +794,27 @@ impl Stream for Tls {
         true
     }
 
+    fn pending(&mut self) -> bool {
+        // Records read into the socket's buffer, or plaintext rustls holds
+        // (an error too: the next read reports it).
+        match self {
+            Tls::Client(s) => {
+                s.sock.start < s.sock.end
+                    || !s
+                        .conn
+                        .process_new_packets()
+                        .is_ok_and(|st| st.plaintext_bytes_to_read() == 0)
+            }
+            Tls::Server(s) => {
+                s.sock.start < s.sock.end
+                    || !s
+                        .conn
+                        .process_new_packets()
+                        .is_ok_and(|st| st.plaintext_bytes_to_read() == 0)
+            }
+        }
+    }
+
     fn peer_fingerprint(&self) -> Option<String> {
         let certs = match self {
             Tls::Client(s) => s.conn.peer_certificates(),

@@ -386,12 +386,18 @@ fn control(
         dirs: Vec::new(),
         seen: HashMap::new(),
     };
+    // An event taken while waiting for the openers.
+    let mut early: Option<Event> = None;
     loop {
         if !m.is_closing() {
             cfg.progress.check_interrupt()?;
         }
         m.handle_timeout(Instant::now()).map_err(engine_error)?;
-        while let Ok(ev) = rx.try_recv() {
+        let events = early
+            .take()
+            .into_iter()
+            .chain(std::iter::from_fn(|| rx.try_recv().ok()));
+        for ev in events {
             let now = Instant::now();
             match ev {
                 Event::Opened(id, want) => m.opened(now, id, want),
@@ -426,9 +432,15 @@ fn control(
         }
         // The source answers the report with its read figures; an older or
         // vanished source is no reason to fail a finished transfer.
-        // Answers from the openers are taken within a millisecond.
-        let wait = Duration::from_millis(if m.is_opening() { 1 } else { 20 });
-        let msg = match conn.recv(wait) {
+        let received = if m.is_opening() {
+            // An opener's answer wakes this thread at once; the network is
+            // looked at between answers, and at least every millisecond.
+            early = rx.recv_timeout(Duration::from_millis(1)).ok();
+            conn.try_recv()
+        } else {
+            conn.recv(Duration::from_millis(20))
+        };
+        let msg = match received {
             Ok(msg) => msg,
             Err(_) if m.is_closing() => return Ok(m.into_report()),
             Err(e) => return Err(e),
