@@ -17,8 +17,11 @@
 #
 # Usage: bench/cold-read.sh [--bin LONGHAUL] [--files N] [--rounds N]
 #                           [--disk DIR] [--modes "off pool uring xargs16 tar1"]
-# Needs root (drop_caches). Runs alternate within each round; prints each
-# run, then the medians in files/s and the ratios to off and to xargs16.
+# Needs root (drop_caches) and GNU time. Runs alternate within each round;
+# prints each run, then the medians in files/s and the ratios to off and
+# to xargs16; for longhaul also the medians of the senders' read time
+# (summed over the streams, from `cp --json`: bytes / source_read_bps)
+# and of the client's CPU time (user + sys).
 set -euo pipefail
 BIN=${BIN:-$(dirname "$0")/../target/release/longhaul}
 FILES=20000 ROUNDS=3 DISK=/var/tmp MODES="off pool uring xargs16 tar1"
@@ -29,7 +32,7 @@ while [ $# -gt 0 ]; do
     --rounds) ROUNDS=$2; shift 2 ;;
     --disk) DISK=$2; shift 2 ;;
     --modes) MODES=$2; shift 2 ;;
-    *) sed -n '2,22p' "$0"; exit 2 ;;
+    *) sed -n '2,24p' "$0"; exit 2 ;;
     esac
 done
 BIN=$(realpath "$BIN")
@@ -61,7 +64,7 @@ TRUST=$("$BIN" id "$SHM/state" 2>/dev/null | grep -o 'SHA256:[^ ]*' | head -1)
 PIDS+=($!)
 wait_port "$port"
 
-# mode -> seconds
+# mode -> seconds (and, for longhaul, "read_s cpu_s" into $SHM/more.$1)
 run() {
     rm -rf "$SHM/dst/small"
     sync
@@ -72,7 +75,8 @@ run() {
     off | pool | uring)
         LONGHAUL_PREFETCH=$1 LONGHAUL_TOKEN=$TOKEN LONGHAUL_TRUST=$TRUST \
             LONGHAUL_KNOWN_HOSTS=$SHM/kh LONGHAUL_PATHS=$SHM/paths \
-            "$BIN" cp -r --force "$src/small" "127.0.0.1:$port:shm/" >/dev/null 2>"$SHM/cp.err" ||
+            /usr/bin/time -f '%U %S' -o "$SHM/time" \
+            "$BIN" cp --json -r --force "$src/small" "127.0.0.1:$port:shm/" >"$SHM/cp.json" 2>"$SHM/cp.err" ||
             { echo "cold-read: longhaul failed: $(tail -n 2 "$SHM/cp.err")" >&2; exit 1; }
         ;;
     xargs16) find "$src/small" -type f -print0 | xargs -0 -P16 -n64 cat >/dev/null ;;
@@ -84,6 +88,12 @@ run() {
         local n
         n=$(find "$SHM/dst/small" -type f | wc -l)
         [ "$n" -eq "$FILES" ] || { echo "cold-read: $1 left $n of $FILES files" >&2; exit 1; }
+        python3 - "$SHM/cp.json" "$SHM/time" >>"$SHM/more.$1" <<'EOF'
+import json, sys
+j = json.load(open(sys.argv[1]))
+u, s = map(float, open(sys.argv[2]).read().split()[-2:])
+print("%.3f %.2f" % (j["bytes"] / j["source_read_bps"], u + s))
+EOF
         ;;
     esac
     python3 -c "print(round($t1 - $t0, 3))"
@@ -91,7 +101,7 @@ run() {
 median() { sort -n | awk '{ a[NR] = $1 } END { print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2 }'; }
 
 echo "cold-read: $FILES files, $ROUNDS rounds, $DISK -> /dev/shm, $BIN ($(date -u '+%F %H:%M') UTC, load $(cut -d' ' -f1-3 /proc/loadavg))"
-for m in $MODES; do : >"$SHM/runs.$m"; done
+for m in $MODES; do : >"$SHM/runs.$m"; : >"$SHM/more.$m"; done
 for r in $(seq "$ROUNDS"); do
     line="round $r:"
     for m in $MODES; do
@@ -103,7 +113,9 @@ done
 for m in $MODES; do
     med=$(median <"$SHM/runs.$m")
     echo "$m $(python3 -c "print(round($FILES / $med))") $med" >>"$SHM/medians"
-    echo "$m: median ${med}s, $(python3 -c "print(round($FILES / $med))") files/s (runs: $(tr '\n' ' ' <"$SHM/runs.$m"))"
+    more=""
+    [ -s "$SHM/more.$m" ] && more=", read $(cut -d' ' -f1 "$SHM/more.$m" | median)s, cpu $(cut -d' ' -f2 "$SHM/more.$m" | median)s"
+    echo "$m: median ${med}s, $(python3 -c "print(round($FILES / $med))") files/s$more (runs: $(tr '\n' ' ' <"$SHM/runs.$m"))"
 done
 python3 - "$SHM/medians" <<'EOF'
 import sys

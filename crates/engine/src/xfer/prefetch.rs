@@ -20,7 +20,6 @@ use std::fs::File;
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
@@ -48,7 +47,7 @@ const WARM_MAX: u64 = 1 << 20;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
     Off,
-    /// [`DEPTH`] threads, each open + read.
+    /// [`DEPTH`] threads, each open + `fadvise(WILLNEED)`.
     Pool,
     /// One thread, [`DEPTH`] openat + read in flight on an io_uring.
     Uring,
@@ -282,7 +281,6 @@ fn spawn_pool(window: &Arc<Window>, anchor: &Option<Arc<Anchor>>) -> Vec<JoinHan
 }
 
 fn pool_worker(window: &Window, anchor: &Option<Arc<Anchor>>) {
-    let mut buf = Vec::new();
     while let Some(work) = window.next(true) {
         match work {
             Work::List(dir) => list(window, anchor, &dir),
@@ -291,7 +289,7 @@ fn pool_worker(window: &Window, anchor: &Option<Arc<Anchor>>) {
             }
             Work::Data(job) => {
                 if let Some(path) = resolve(anchor, &job) {
-                    let _ = warm(&path, warm_len(job.len), &mut buf);
+                    let _ = warm(&path, warm_len(job.len));
                 }
             }
         }
@@ -334,34 +332,19 @@ fn open_dir(anchor: &Option<Arc<Anchor>>, dir: &Path) -> Option<OwnedFd> {
     }
 }
 
-/// Reads the head of the regular file at `path` into `buf`, and drops it.
-fn warm(path: &Path, len: usize, buf: &mut Vec<u8>) -> io::Result<()> {
+/// Asks for the head of the regular file at `path` to be read into the
+/// page cache (`POSIX_FADV_WILLNEED`: the reads are queued, not waited
+/// for, so the device sees more than one read per thread; the window
+/// bounds how many).
+fn warm(path: &Path, len: usize) -> io::Result<()> {
     use std::os::unix::fs::OpenOptionsExt;
     let f = File::options()
         .read(true)
         .custom_flags(OPEN_FLAGS & !libc::O_RDONLY)
         .open(path)?;
-    if !f.metadata()?.is_file() {
-        return Ok(());
-    }
-    if std::env::var("LONGHAUL_PREFETCH_HOW").as_deref() == Ok("advise") {
-        let _ = rustix::fs::fadvise(
-            &f,
-            0,
-            std::num::NonZeroU64::new(len as u64),
-            rustix::fs::Advice::WillNeed,
-        );
-        return Ok(());
-    }
-    buf.resize(len, 0);
-    let mut off = 0;
-    while off < len {
-        match f.read_at(&mut buf[off..], off as u64) {
-            Ok(0) => break,
-            Ok(n) => off += n,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
+    if f.metadata()?.is_file() {
+        let len = std::num::NonZeroU64::new(len as u64);
+        rustix::fs::fadvise(&f, 0, len, rustix::fs::Advice::WillNeed)?;
     }
     Ok(())
 }
