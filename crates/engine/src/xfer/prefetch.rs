@@ -9,17 +9,15 @@
 //! walker stats them one by one (at most [`STATS_AHEAD`] queued).
 //! The files come in the order the planner queues them; at most
 //! [`AHEAD_BYTES`] (or [`AHEAD_FILES`]) are warmed and not yet resolved.
-//! Two ways, picked by `LONGHAUL_PREFETCH` (off | pool | uring): a pool of
-//! [`DEPTH`] threads that each open and read one file at a time, or one
-//! thread that keeps [`DEPTH`] opens and reads in flight on an io_uring.
-//! See docs/ARCHITECTURE.md for the figures that chose the default.
+//! A pool of [`DEPTH`] threads does it: `LONGHAUL_PREFETCH=off` turns it
+//! off (benchmarks). One io_uring thread instead was measured slower and
+//! removed; see docs/ARCHITECTURE.md (10.2a) and BENCHMARKS.md.
 
 use std::collections::{HashMap, VecDeque};
 use std::ffi::CString;
 use std::fs::File;
 use std::io;
-use std::os::fd::{AsRawFd, OwnedFd};
-use std::os::unix::ffi::OsStrExt;
+use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
@@ -27,10 +25,13 @@ use std::thread::JoinHandle;
 use super::beneath::Anchor;
 use super::storage::Storage;
 
-/// Reads in flight at once. A virtio disk here took 5,400 small files/s
-/// at depth 1, 11,000 at 4 and 16,300 at 16; depth past what the device
-/// serves costs only idle threads or ring slots, and on a rotating disk
-/// a deeper queue lets the elevator sort.
+/// Warming threads: the walk's stats (and the opens) go to the device at
+/// this depth; the data reads `fadvise` queues go deeper, up to the
+/// window. A virtio disk here took 5,400 small files/s at depth 1, 11,000
+/// at 4 and 16,300 at 16; its `/sys/block` (`rotational` 1, `nr_requests`
+/// 256) tells nothing better. Depth past what a device serves costs only
+/// idle threads, and on a rotating disk a deeper queue lets the elevator
+/// sort.
 const DEPTH: usize = 16;
 /// Bytes warmed and not yet resolved (sent and sealed), at most.
 const AHEAD_BYTES: u64 = 64 << 20;
@@ -43,26 +44,10 @@ const STATS_AHEAD: usize = 1 << 16;
 /// sequential readahead keeps up.
 const WARM_MAX: u64 = 1 << 20;
 
-/// How the cache is warmed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Mode {
-    Off,
-    /// [`DEPTH`] threads, each open + `fadvise(WILLNEED)`.
-    Pool,
-    /// One thread, [`DEPTH`] openat + read in flight on an io_uring.
-    Uring,
-}
-
-impl Mode {
-    /// From `LONGHAUL_PREFETCH`; the default when unset or unknown.
-    pub fn from_env() -> Mode {
-        match std::env::var("LONGHAUL_PREFETCH").as_deref() {
-            Ok("off") => Mode::Off,
-            Ok("pool") => Mode::Pool,
-            Ok("uring") => Mode::Uring,
-            _ => Mode::Pool,
-        }
-    }
+/// Whether `LONGHAUL_PREFETCH=off` turned prefetch off (anything else,
+/// `pool` included, leaves it on).
+fn turned_off() -> bool {
+    std::env::var("LONGHAUL_PREFETCH").as_deref() == Ok("off")
 }
 
 /// What a warmer does next, in this order of priority: the walk is what
@@ -72,7 +57,7 @@ enum Work {
     List(PathBuf),
     /// Stat an entry (its inode into the cache): the directory, the name.
     Stat(Arc<OwnedFd>, CString),
-    /// Read the head of a file queued for the senders.
+    /// Warm the head of a file queued for the senders.
     Data(Job),
 }
 
@@ -146,9 +131,9 @@ struct Window {
 }
 
 impl Window {
-    /// The next work (a file only once there is room); None when closed,
-    /// or (unless `block`) when nothing can be taken now.
-    fn next(&self, block: bool) -> Option<Work> {
+    /// The next work (a file only once there is room), waiting for it;
+    /// None once closed.
+    fn next(&self) -> Option<Work> {
         let mut s = self.state.lock().expect("poisoned");
         loop {
             if s.closed {
@@ -156,9 +141,6 @@ impl Window {
             }
             if let Some(w) = s.take() {
                 return Some(w);
-            }
-            if !block {
-                return None;
             }
             s = self.cv.wait(s).expect("poisoned");
         }
@@ -181,18 +163,12 @@ impl Prefetcher {
         roots: &[PathBuf],
         anchor: Option<Arc<Anchor>>,
     ) -> Option<Prefetcher> {
-        let mode = Mode::from_env();
-        if mode == Mode::Off || !storage.page_cached() || roots.iter().all(|r| in_memory(r)) {
+        if turned_off() || !storage.page_cached() || roots.iter().all(|r| in_memory(r)) {
             return None;
         }
         let window = Arc::new(Window::default());
-        let threads = match mode {
-            Mode::Uring => spawn_uring(&window, &anchor)
-                .map(|t| vec![t])
-                .unwrap_or_else(|| spawn_pool(&window, &anchor)),
-            _ => spawn_pool(&window, &anchor),
-        };
-        tracing::debug!("prefetch: {mode:?}, {} thread(s)", threads.len());
+        let threads = spawn_pool(&window, &anchor);
+        tracing::debug!("prefetch: {} threads", threads.len());
         Some(Prefetcher { window, threads })
     }
 
@@ -264,10 +240,6 @@ fn warm_len(len: u64) -> usize {
     len.min(WARM_MAX) as usize
 }
 
-/// Opens a file to warm as the senders do: never through a symbolic
-/// link, never blocking on a FIFO swapped in.
-const OPEN_FLAGS: i32 = libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC;
-
 fn spawn_pool(window: &Arc<Window>, anchor: &Option<Arc<Anchor>>) -> Vec<JoinHandle<()>> {
     (0..DEPTH)
         .filter_map(|_| {
@@ -281,7 +253,7 @@ fn spawn_pool(window: &Arc<Window>, anchor: &Option<Arc<Anchor>>) -> Vec<JoinHan
 }
 
 fn pool_worker(window: &Window, anchor: &Option<Arc<Anchor>>) {
-    while let Some(work) = window.next(true) {
+    while let Some(work) = window.next() {
         match work {
             Work::List(dir) => list(window, anchor, &dir),
             Work::Stat(dir, name) => {
@@ -338,9 +310,11 @@ fn open_dir(anchor: &Option<Arc<Anchor>>, dir: &Path) -> Option<OwnedFd> {
 /// bounds how many).
 fn warm(path: &Path, len: usize) -> io::Result<()> {
     use std::os::unix::fs::OpenOptionsExt;
+    // As the senders open: never through a symbolic link, never blocking
+    // on a FIFO swapped in since the walk.
     let f = File::options()
         .read(true)
-        .custom_flags(OPEN_FLAGS & !libc::O_RDONLY)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
         .open(path)?;
     if f.metadata()?.is_file() {
         let len = std::num::NonZeroU64::new(len as u64);
@@ -349,202 +323,49 @@ fn warm(path: &Path, len: usize) -> io::Result<()> {
     Ok(())
 }
 
-fn spawn_uring(window: &Arc<Window>, anchor: &Option<Arc<Anchor>>) -> Option<JoinHandle<()>> {
-    let ring = match io_uring::IoUring::new(2 * DEPTH as u32) {
-        Ok(r) => r,
-        Err(e) => {
-            tracing::debug!("prefetch: no io_uring ({e}); a thread pool instead");
-            return None;
-        }
-    };
-    let (window, anchor) = (window.clone(), anchor.clone());
-    std::thread::Builder::new()
-        .name("lh-prefetch".into())
-        .spawn(move || {
-            let mut u = Uring {
-                ring,
-                slots: (0..DEPTH).map(|_| Slot::default()).collect(),
-                free: (0..DEPTH).collect(),
-            };
-            if let Err(e) = u.run(&window, &anchor) {
-                tracing::debug!("prefetch: io_uring failed: {e}");
-            }
-        })
-        .ok()
-}
+#[cfg(test)]
+mod tests {
+    use super::*;
 
-/// One file in flight on the ring: its path (until opened) or name in
-/// `dir` (to stat), descriptor, buffer and statx, each kept in place
-/// until the kernel is done with it.
-struct Slot {
-    path: CString,
-    dir: Option<Arc<OwnedFd>>,
-    fd: i32,
-    buf: Vec<u8>,
-    statx: Box<libc::statx>,
-}
-
-impl Default for Slot {
-    fn default() -> Slot {
-        Slot {
-            path: CString::default(),
-            dir: None,
-            fd: -1,
-            buf: Vec::new(),
-            // SAFETY: statx is plain integers, for which zero is a value.
-            statx: Box::new(unsafe { std::mem::zeroed() }),
-        }
-    }
-}
-
-/// user_data: the slot index, shifted, and which step completed.
-const STEP_OPEN: u64 = 0;
-const STEP_READ: u64 = 1;
-const STEP_STAT: u64 = 2;
-
-fn user_data(i: usize, step: u64) -> u64 {
-    (i as u64) << 2 | step
-}
-
-struct Uring {
-    ring: io_uring::IoUring,
-    slots: Vec<Slot>,
-    free: Vec<usize>,
-}
-
-impl Uring {
-    fn busy(&self) -> bool {
-        self.free.len() < self.slots.len()
-    }
-
-    /// Keeps the slots full of opens and reads until the window closes
-    /// and the last in flight is done.
-    fn run(&mut self, window: &Window, anchor: &Option<Arc<Anchor>>) -> io::Result<()> {
-        loop {
-            while let Some(&i) = self.free.last() {
-                let Some(work) = window.next(!self.busy()) else {
-                    break;
-                };
-                match work {
-                    Work::List(dir) => list(window, anchor, &dir),
-                    Work::Stat(dir, name) => {
-                        self.free.pop();
-                        self.stat(i, dir, name);
-                    }
-                    Work::Data(job) => {
-                        let Some(path) = resolve(anchor, &job) else {
-                            continue;
-                        };
-                        let Ok(path) = CString::new(path.as_os_str().as_bytes()) else {
-                            continue;
-                        };
-                        self.free.pop();
-                        self.open(i, path, warm_len(job.len));
-                    }
-                }
-            }
-            if !self.busy() {
-                return Ok(());
-            }
-            if let Err(e) = self.ring.submit_and_wait(1) {
-                if e.kind() != io::ErrorKind::Interrupted {
-                    // Reads in flight may still land in the buffers.
-                    std::mem::forget(std::mem::take(&mut self.slots));
-                    return Err(e);
-                }
-            }
-            self.reap();
+    fn job(id: u64, len: u64) -> Job {
+        Job {
+            id,
+            path: PathBuf::from("x"),
+            len,
         }
     }
 
-    fn open(&mut self, i: usize, path: CString, len: usize) {
-        let slot = &mut self.slots[i];
-        slot.path = path;
-        slot.buf.resize(len, 0);
-        let sqe =
-            io_uring::opcode::OpenAt::new(io_uring::types::Fd(libc::AT_FDCWD), slot.path.as_ptr())
-                .flags(OPEN_FLAGS)
-                .build()
-                .user_data(user_data(i, STEP_OPEN));
-        self.push(&sqe);
-    }
-
-    fn stat(&mut self, i: usize, dir: Arc<OwnedFd>, name: CString) {
-        let slot = &mut self.slots[i];
-        slot.path = name;
-        let sqe = io_uring::opcode::Statx::new(
-            io_uring::types::Fd(dir.as_raw_fd()),
-            slot.path.as_ptr(),
-            (&mut *slot.statx as *mut libc::statx).cast(),
-        )
-        .flags(libc::AT_SYMLINK_NOFOLLOW)
-        .mask(libc::STATX_BASIC_STATS)
-        .build()
-        .user_data(user_data(i, STEP_STAT));
-        slot.dir = Some(dir);
-        self.push(&sqe);
-    }
-
-    fn read(&mut self, i: usize) {
-        let slot = &mut self.slots[i];
-        let sqe = io_uring::opcode::Read::new(
-            io_uring::types::Fd(slot.fd),
-            slot.buf.as_mut_ptr(),
-            slot.buf.len() as u32,
-        )
-        .build()
-        .user_data(user_data(i, STEP_READ));
-        self.push(&sqe);
-    }
-
-    fn push(&mut self, sqe: &io_uring::squeue::Entry) {
-        // SAFETY: what the entry points to (the slot's path, directory,
-        // buffer and statx) stays in place, untouched, until its
-        // completion is reaped: a slot is reused only once free, and
-        // never freed while busy.
-        let pushed = unsafe { self.ring.submission().push(sqe) };
-        // Twice as many entries as slots, one entry per slot at a time.
-        debug_assert!(pushed.is_ok(), "the submission queue has room");
-    }
-
-    /// Takes the completions: an open goes on to its read, a read (or a
-    /// failure) frees its slot.
-    fn reap(&mut self) {
-        let done: Vec<(u64, i32)> = self
-            .ring
-            .completion()
-            .map(|c| (c.user_data(), c.result()))
-            .collect();
-        for (data, res) in done {
-            let i = (data >> 2) as usize;
-            if data & 3 == STEP_OPEN && res >= 0 {
-                self.slots[i].fd = res;
-                if is_file(res) {
-                    self.read(i);
-                    continue;
-                }
-            }
-            self.finish(i);
+    #[test]
+    fn the_window_holds_back_files_until_resolved_ones_free_room() {
+        let mut s = State::default();
+        let big = AHEAD_BYTES / 2;
+        for id in 1..=4 {
+            s.files.insert(id, Ahead::Queued);
+            s.queue.push_back(job(id, big));
         }
+        assert!(matches!(s.take(), Some(Work::Data(j)) if j.id == 1));
+        assert!(matches!(s.take(), Some(Work::Data(j)) if j.id == 2));
+        assert!(s.take().is_none(), "64 MiB ahead: no room");
+        let was = s.files.remove(&1);
+        s.release(was);
+        // A file forgotten before it was warmed is skipped, not counted.
+        s.files.remove(&3);
+        assert!(matches!(s.take(), Some(Work::Data(j)) if j.id == 4));
+        assert_eq!((s.bytes, s.warm), (2 * big, 2));
+        s.dirs.push_back(PathBuf::from("d"));
+        assert!(matches!(s.take(), Some(Work::List(_))), "the walk first");
     }
 
-    fn finish(&mut self, i: usize) {
-        let slot = &mut self.slots[i];
-        if slot.fd >= 0 {
-            // SAFETY: the descriptor came from this slot's open and no
-            // operation on it is in flight.
-            unsafe { libc::close(slot.fd) };
-            slot.fd = -1;
+    #[test]
+    fn a_tree_in_memory_is_not_warmed() {
+        if Path::new("/dev/shm").exists() {
+            assert!(in_memory(Path::new("/dev/shm")));
         }
-        slot.dir = None;
-        self.free.push(i);
+        assert!(!in_memory(Path::new("/proc/self")));
+        let roots = [std::env::temp_dir()];
+        let faulty = super::super::storage::Faulty {
+            faults: Default::default(),
+        };
+        assert!(Prefetcher::start(&faulty, &roots, None).is_none());
     }
-}
-
-/// Whether the open descriptor `fd` is a regular file (not a device or
-/// FIFO swapped in since the walk).
-fn is_file(fd: i32) -> bool {
-    // SAFETY: `fd` is open, owned by the caller, and only borrowed here.
-    let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
-    rustix::fs::fstat(fd).is_ok_and(|st| st.st_mode & libc::S_IFMT == libc::S_IFREG)
 }
