@@ -8,15 +8,16 @@
 #           /proc/sys/vm/drop_caches`), destination /dev/shm (the write
 #           side is not the limit), `longhaul cp` to `longhaul serve
 #           --no-sync` on 127.0.0.1 (TLS on)
-#   modes:  LONGHAUL_PREFETCH=off|pool|uring in the source's environment
-#           (off: each sender opens and reads its files one at a time;
-#           pool: 16 threads warm the files queued ahead; uring: one thread
-#           with 16 opens and reads in flight on an io_uring)
+#   modes:  LONGHAUL_PREFETCH=off|pool in the source's environment (off:
+#           each sender opens and reads its files one at a time, the walker
+#           stats one at a time; pool, the default: 16 threads stat the
+#           walk's entries and fadvise(WILLNEED) the files queued, ahead;
+#           an io_uring mode was measured and removed, BENCHMARKS.md)
 #   refs:   xargs16: `find | xargs -0 -P16 -n64 cat >/dev/null` (depth 16)
 #           tar1:    `tar cf - | cat >/dev/null` (one reader, depth 1)
 #
 # Usage: bench/cold-read.sh [--bin LONGHAUL] [--files N] [--rounds N]
-#                           [--disk DIR] [--modes "off pool uring xargs16 tar1"]
+#                           [--disk DIR] [--modes "off pool xargs16 tar1"]
 # Needs root (drop_caches) and GNU time. Runs alternate within each round;
 # prints each run, then the medians in files/s and the ratios to off and
 # to xargs16; for longhaul also the medians of the senders' read time
@@ -24,7 +25,7 @@
 # and of the client's CPU time (user + sys).
 set -euo pipefail
 BIN=${BIN:-$(dirname "$0")/../target/release/longhaul}
-FILES=20000 ROUNDS=3 DISK=/var/tmp MODES="off pool uring xargs16 tar1"
+FILES=20000 ROUNDS=3 DISK=/var/tmp MODES="off pool xargs16 tar1"
 while [ $# -gt 0 ]; do
     case $1 in
     --bin) BIN=$2; shift 2 ;;
@@ -72,7 +73,7 @@ run() {
     local t0 t1 src=$DSK/src
     t0=$(date +%s.%N)
     case $1 in
-    off | pool | uring)
+    off | pool)
         LONGHAUL_PREFETCH=$1 LONGHAUL_TOKEN=$TOKEN LONGHAUL_TRUST=$TRUST \
             LONGHAUL_KNOWN_HOSTS=$SHM/kh LONGHAUL_PATHS=$SHM/paths \
             /usr/bin/time -f '%U %S' -o "$SHM/time" \
@@ -84,7 +85,7 @@ run() {
     esac
     t1=$(date +%s.%N)
     case $1 in
-    off | pool | uring)
+    off | pool)
         local n
         n=$(find "$SHM/dst/small" -type f | wc -l)
         [ "$n" -eq "$FILES" ] || { echo "cold-read: $1 left $n of $FILES files" >&2; exit 1; }
