@@ -21,6 +21,7 @@ use longhaul_proto::transfer::source::{
 use longhaul_proto::xfer::*;
 
 use super::beneath::Anchor;
+use super::prefetch::Prefetcher;
 use super::storage::{read_exact_at, ReadAt, Storage};
 use super::{kind_of, mtime_ns, ENTRIES_BATCH};
 use crate::net::conn::{FramedConn, Stream};
@@ -88,6 +89,8 @@ struct Walker {
     recursive: bool,
     chunk_size: Option<u64>,
     streams: u16,
+    /// Told of each directory entered, to stat its entries ahead.
+    ahead: Option<Arc<Prefetcher>>,
 }
 
 /// An entry found by the walk: what is announced, where it is read from,
@@ -137,6 +140,9 @@ impl Walker {
             .map_err(|e| fail(e.to_string()))?;
             let rd = std::fs::read_dir(&listed)
                 .map_err(|e| fail(format!("cannot list {}: {e}", path.display())))?;
+            if let Some(p) = &self.ahead {
+                p.list(path.clone());
+            }
             self.stack.push((rd, rel.clone(), path.clone()));
             self.level_failed.push(false);
         }
@@ -422,7 +428,9 @@ pub fn run_source(
     );
     let streams = sockets;
     drop(tx);
-    let result = control(conn, &shared, &rx, &cfg, sampler);
+    // Stopped (its threads joined) when `control` returns.
+    let prefetch = Prefetcher::start(&*cfg.storage, &cfg.roots, cfg.anchor.clone()).map(Arc::new);
+    let result = control(conn, &shared, &rx, &cfg, sampler, prefetch);
     {
         let (q, cv) = &*shared;
         q.lock().expect("poisoned").closed = true;
@@ -455,7 +463,9 @@ fn control(
     rx: &Receiver<Event>,
     cfg: &SourceConfig,
     mut sampler: super::tune::Sampler,
+    ahead: Option<Arc<Prefetcher>>,
 ) -> Result<SourceReport, EngineError> {
+    let prefetch = ahead.as_deref();
     let mut walker = Walker {
         level_failed: Vec::new(),
         dir_ends: cfg.dir_ends,
@@ -466,6 +476,7 @@ fn control(
         chunk_size: cfg.chunk_size,
         streams: cfg.streams,
         anchor: cfg.anchor.clone(),
+        ahead: ahead.clone(),
     };
     let mut m: Source<Handle> = Source::new(
         Instant::now(),
@@ -505,7 +516,7 @@ fn control(
                 Event::Fatal(e) => return Err(EngineError::Failed(e)),
             }
         }
-        act(&mut m, shared, cfg)?;
+        act(&mut m, shared, cfg, prefetch)?;
         while let Some(msg) = m.poll_transmit() {
             conn.queue(&msg)?;
         }
@@ -559,7 +570,7 @@ fn control(
         };
         let Some(msg) = msg else { continue };
         m.handle(Instant::now(), msg).map_err(engine_error)?;
-        act(&mut m, shared, cfg)?;
+        act(&mut m, shared, cfg, prefetch)?;
         let Some((tally, sink)) = m.finished() else {
             continue;
         };
@@ -647,8 +658,14 @@ fn announce(m: &mut Source<Handle>, walker: &mut Walker, cfg: &SourceConfig) {
 }
 
 /// Does what the machine asks, until it asks nothing more: the reads of
-/// a batch of wants are queued under one lock, with one wake-up.
-fn act(m: &mut Source<Handle>, shared: &Shared, cfg: &SourceConfig) -> Result<(), EngineError> {
+/// a batch of wants are queued under one lock, with one wake-up (and
+/// handed to the prefetcher, in the order the senders will take them).
+fn act(
+    m: &mut Source<Handle>,
+    shared: &Shared,
+    cfg: &SourceConfig,
+    prefetch: Option<&Prefetcher>,
+) -> Result<(), EngineError> {
     let (q, cv) = &**shared;
     loop {
         let mut unchanged = Vec::new();
@@ -684,6 +701,9 @@ fn act(m: &mut Source<Handle>, shared: &Shared, cfg: &SourceConfig) -> Result<()
                         }),
                     );
                     added |= reads > 0;
+                    if let Some(p) = prefetch.filter(|_| reads > 0) {
+                        p.want(id, path.clone(), size);
+                    }
                     // Nothing to read (all of it resumed): checked now.
                     if reads == 0 {
                         unchanged.push((id, path, stamp));
@@ -700,6 +720,9 @@ fn act(m: &mut Source<Handle>, shared: &Shared, cfg: &SourceConfig) -> Result<()
                     let queue = queue.get_or_insert_with(|| q.lock().expect("poisoned"));
                     if let Some(f) = queue.files.remove(&id) {
                         f.failed.store(true, Ordering::Relaxed);
+                    }
+                    if let Some(p) = prefetch {
+                        p.forget(id);
                     }
                 }
                 SourceAction::Landed { path, digest, .. } => {

@@ -77,6 +77,11 @@ pub trait Storage: Send + Sync {
     fn create_in(&self, dir: &Dir, name: &OsStr) -> io::Result<Box<dyn WriteAt>> {
         self.open_write(&dir.join(name), true)
     }
+    /// Whether reads go through the page cache of the local file system,
+    /// so that warming it ahead of the readers helps (`xfer::prefetch`).
+    fn page_cached(&self) -> bool {
+        false
+    }
 }
 
 /// A file opened for reading, with its metadata from the open.
@@ -175,6 +180,10 @@ impl Storage for Local {
 
     fn create_in(&self, dir: &Dir, name: &OsStr) -> io::Result<Box<dyn WriteAt>> {
         Ok(Box::new(create_part_in(dir, name)?))
+    }
+
+    fn page_cached(&self) -> bool {
+        true
     }
 }
 
