@@ -42,16 +42,7 @@ DSK=$(mktemp -d "$DISK/lh-cold.XXXXXX")
 PIDS=()
 trap 'for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; wait; rm -rf "$SHM" "$DSK" || true' EXIT
 
-python3 - "$DSK/src" "$FILES" <<'EOF'
-import os, random, sys
-root, n = sys.argv[1], int(sys.argv[2])
-rng = random.Random(15)
-for i in range(n):
-    d = f"{root}/small/d{i % 100:03d}"
-    os.makedirs(d, exist_ok=True)
-    with open(f"{d}/f{i:06d}", "wb") as f:
-        f.write(os.urandom(rng.randint(1024, 65536)))
-EOF
+python3 "$(dirname "$0")/lib/small-tree.py" "$DSK/src" "$FILES"
 mkdir -p "$SHM/dst"
 sync
 

@@ -1206,46 +1206,13 @@ fn a_file_in_place_is_skipped() {
 #[test]
 fn a_source_announcing_too_many_files_is_refused() {
     let now = Instant::now();
-    let mut sink = Sink::new(
-        now,
-        SinkLimits {
-            max_files: 1,
-            max_chunks_per_file: 1 << 22,
-            max_chunks_in_flight: 1 << 22,
-            idle: IDLE,
-        },
-    );
-    let entries = (1..=3)
-        .map(|id| Entry {
-            id,
-            path: format!("src/f{id}"),
-            kind: Kind::File,
-            size: 10,
-            mode: 0o644,
-            mtime_ns: 1,
-            target: None,
-            chunk_size: CHUNK,
-            sparse: false,
-            incomplete: false,
-            digest: None,
-        })
-        .collect();
-    sink.handle(now, Message::Entries(Entries { entries }))
-        .expect("entries are welcome");
+    let mut sink = sink_with(now, 1, 1, (1..=3).map(file_entry).collect());
     let mut opened = 0;
     let err = loop {
         match sink.poll_action() {
             Ok(Some(SinkAction::Open(e))) => {
                 opened += 1;
-                sink.opened(
-                    now,
-                    e.id,
-                    Want::Send {
-                        id: e.id,
-                        skip: Vec::new(),
-                        resumed_bytes: 0,
-                    },
-                );
+                sink.opened(now, e.id, send_all(e.id));
             }
             Ok(other) => panic!("{other:?}"),
             Err(e) => break e,
@@ -1285,11 +1252,13 @@ fn send_all(id: u64) -> Want {
     }
 }
 
-fn pooled_sink(now: Instant, at_once: usize, entries: Vec<Entry>) -> Sink {
+/// A sink allowing `max_files` in flight and `at_once` opens out, that
+/// has taken one `Entries` message of `entries`.
+fn sink_with(now: Instant, max_files: u64, at_once: usize, entries: Vec<Entry>) -> Sink {
     let mut sink = Sink::new(
         now,
         SinkLimits {
-            max_files: 64,
+            max_files,
             max_chunks_per_file: 1 << 22,
             max_chunks_in_flight: 1 << 22,
             idle: IDLE,
@@ -1315,7 +1284,7 @@ fn opens(sink: &mut Sink) -> Vec<u64> {
 #[test]
 fn opens_on_a_pool_stay_within_the_limit_and_answer_in_any_order() {
     let now = Instant::now();
-    let mut sink = pooled_sink(now, 2, (1..=3).map(file_entry).collect());
+    let mut sink = sink_with(now, 64, 2, (1..=3).map(file_entry).collect());
     assert_eq!(opens(&mut sink), vec![1, 2], "two out at once, no more");
     assert!(
         sink.poll_transmit().is_none(),
@@ -1350,7 +1319,7 @@ fn a_dir_end_waits_for_the_opens_before_it() {
     let mut end = file_entry(9);
     end.kind = Kind::DirEnd;
     end.path = "src".into();
-    let mut sink = pooled_sink(now, 8, vec![file_entry(1), end]);
+    let mut sink = sink_with(now, 64, 8, vec![file_entry(1), end]);
     assert_eq!(opens(&mut sink), vec![1]);
     sink.opened(now, 1, send_all(1));
     assert!(matches!(
@@ -1362,7 +1331,7 @@ fn a_dir_end_waits_for_the_opens_before_it() {
 #[test]
 fn a_file_given_up_while_it_opens_is_dropped_when_the_answer_comes() {
     let now = Instant::now();
-    let mut sink = pooled_sink(now, 4, (1..=2).map(file_entry).collect());
+    let mut sink = sink_with(now, 64, 4, (1..=2).map(file_entry).collect());
     assert_eq!(opens(&mut sink), vec![1, 2]);
     sink.handle(
         now,

@@ -797,21 +797,15 @@ impl Stream for Tls {
     fn pending(&mut self) -> bool {
         // Records read into the socket's buffer, or plaintext rustls holds
         // (an error too: the next read reports it).
+        fn held<D>(sock: &Sock, conn: &mut rustls::ConnectionCommon<D>) -> bool {
+            sock.start < sock.end
+                || !conn
+                    .process_new_packets()
+                    .is_ok_and(|st| st.plaintext_bytes_to_read() == 0)
+        }
         match self {
-            Tls::Client(s) => {
-                s.sock.start < s.sock.end
-                    || !s
-                        .conn
-                        .process_new_packets()
-                        .is_ok_and(|st| st.plaintext_bytes_to_read() == 0)
-            }
-            Tls::Server(s) => {
-                s.sock.start < s.sock.end
-                    || !s
-                        .conn
-                        .process_new_packets()
-                        .is_ok_and(|st| st.plaintext_bytes_to_read() == 0)
-            }
+            Tls::Client(s) => held(&s.sock, &mut s.conn),
+            Tls::Server(s) => held(&s.sock, &mut s.conn),
         }
     }
 
