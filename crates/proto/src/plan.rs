@@ -196,7 +196,10 @@ mod tests {
         assert_eq!(auto_chunk_size(4 << 30, 4), 4 << 20);
         assert_eq!(auto_chunk_size(512 << 20, 4), 2 << 20);
         // Stream counts up to the automatic maximum do not change it.
-        assert_eq!(auto_chunk_size(512 << 20, 19), auto_chunk_size(512 << 20, 32));
+        assert_eq!(
+            auto_chunk_size(512 << 20, 19),
+            auto_chunk_size(512 << 20, 32)
+        );
         assert_eq!(auto_chunk_size(512 << 20, 64), 1 << 20);
     }
 
