@@ -20,6 +20,12 @@
 #       end    the client's exit
 #       lost   end - bytes / steady rate: the seconds this copy lost against running at its steady
 #              rate from the first instant (set-up, ramp, the end's round trips)
+#       last   the last data byte in (all but 64 KiB of what host b received)
+#       tail   last - the time 99% was in, less what the last 1% takes at the steady rate: the
+#              streams finishing their last chunks one after another
+#       drain  end - last: the receiver working off what sits in its socket buffers (Recv-Q; its
+#              windows let it fall far behind on a long path) and the final messages
+#     and the CPU seconds (user + system) the client, the server and the emulator used in the run.
 #   * prints one line per run and, per binary, the medians and the ratio rate(RTT) / rate(0 ms)
 #     for each RTT; with OLD_BIN, both binaries. MB/s = SIZE / the client's wall time (1 MB = 1e6).
 #     "round trips more" = (median seconds at RTT - median seconds at the first RTT) / RTT: with a
@@ -33,7 +39,8 @@
 #   SIZE=1K ROUNDS=7 OLD_BIN=... bash bench/wan-startup.sh               # round trips of set-up
 # Environment: BIN (target/release/longhaul), OLD_BIN (unset), RATE (2gbit), MTU (9000),
 #   QUEUE (50ms), RTTS ("0 120", ms; the first is the reference), ROUNDS (3), SIZE (4G),
-#   CP_ARGS (""), NAME (lhst<pid>), RUN_TIMEOUT (120 s), KEEP (a directory: keep each run's samples,
+#   CP_ARGS (""), OLD_CP_ARGS (CP_ARGS: the old binary's; with OLD_BIN=BIN, an A/B of options),
+#   SS (seconds: with KEEP, `ss -tin` of host a's and `ss -tn` of host b's streams every SS s), NAME (lhst<pid>), RUN_TIMEOUT (120 s), KEEP (a directory: keep each run's samples,
 #   "seconds bytes" lines, and cp's JSON there).
 
 set -euo pipefail
@@ -157,16 +164,27 @@ for i, (t, b) in enumerate(s):
 mid = sorted(r for t, b, r in rates if 0.2 * total <= b <= 0.8 * total)
 steady = mid[len(mid) // 2] if mid else float("nan")
 if steady != steady or steady <= 0:
-    print("nan nan nan nan")
+    print("nan nan nan nan nan nan nan")
     sys.exit(0)
 full = next((t for t, b, r in rates if r >= 0.9 * steady), float("nan"))
 lost = end - total / steady if steady == steady and steady > 0 else float("nan")
-print(f"{first:.3f} {full:.3f} {steady * 8 / 1e9:.3f} {lost:.3f}")
+# The end: t99 = 99% of the bytes in; last = all but 64 KiB in; tail = t99 to last less what
+# the last 1% takes at the steady rate; drain = last to the client's exit (the receiver's
+# backlog in its socket buffers, the final messages).
+t99 = next(t for t, b in s if b >= 0.99 * total)
+last = next(t for t, b in s if b >= total - 65536)
+tail = (last - t99) - (total - next(b for t, b in s if t >= t99)) / steady
+print(f"{first:.3f} {full:.3f} {steady * 8 / 1e9:.3f} {lost:.3f} {last:.3f} {tail:.3f} {end - last:.3f}")
 EOF
 
+# CPU seconds (user + system) of a process, in clock ticks; the client's from bash's `time`.
+HZ=$(getconf CLK_TCK)
+cpu_of() { awk '{ print $14 + $15 }' "/proc/$1/stat" 2>/dev/null || echo 0; }
+TIMEFORMAT='%U %S'
 median() { tr ' ' '\n' | grep -v -e '^$' -e NA -e nan | sort -g | awk '{ v[NR] = $1 } END { if (NR == 0) print "NA"; else if (NR % 2) print v[(NR + 1) / 2]; else printf "%.3f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
-read -r -a XARGS <<<"$CP_ARGS" || true
-declare -A MBS SECS FIRST FULL LOST
+read -r -a XARGS_new <<<"$CP_ARGS" || true
+read -r -a XARGS_old <<<"${OLD_CP_ARGS-$CP_ARGS}" || true
+declare -A MBS SECS FIRST FULL LOST TAIL DRAIN
 echo "# wan start-up, $(date -u '+%Y-%m-%d %H:%M') UTC, commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')," \
     "wan up --rate $RATE --mtu $MTU --queue $QUEUE, RTTs $RTTS ms, $SIZE file /dev/shm -> /dev/shm, $ROUNDS round(s), load $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "# buffers: rmem_max $(sysctl -n net.core.rmem_max) wmem_max $(sysctl -n net.core.wmem_max) tcp_rmem '$(sysctl -n net.ipv4.tcp_rmem | tr '\t' ' ')' tcp_wmem '$(sysctl -n net.ipv4.tcp_wmem | tr '\t' ' ')'"
@@ -185,11 +203,30 @@ for r in $(seq "$ROUNDS"); do
             t0=$(date +%s.%N)
             python3 "$RUN/sampler.py" "${SRV[$b]}" "$t0" "$RUN/samples" &
             SAMPLER=$!
+            SSPID=''
+            if [ -n "${KEEP:-}" ] && [ -n "${SS:-}" ]; then
+                mkdir -p "$KEEP"
+                ( while :; do
+                    echo "@ $(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.3f", b - a }')"
+                    ip netns exec "$NAME-a" ss -Htin "( dport = :${PORT[$b]} )"
+                    echo "@b"
+                    ip netns exec "$NAME-b" ss -Htn "( sport = :${PORT[$b]} )"
+                    sleep "$SS"
+                done ) >"$KEEP/$b-${rtt}ms-r$r.ss" 2>/dev/null &
+                SSPID=$!
+            fi
+            XA=(${XARGS_new[@]+"${XARGS_new[@]}"})
+            [ "$b" = new ] || XA=(${XARGS_old[@]+"${XARGS_old[@]}"})
+            s0=$(cpu_of "${SRV[$b]}"); w0=$(cpu_of "$WAN_PID")
             rc=0
-            timeout "$RUN_TIMEOUT" ip netns exec "$NAME-a" "$RUN/$b" cp --force --json ${XARGS[@]+"${XARGS[@]}"} \
-                "$SHM/src/big.bin" "longhaul://$HOST_B:${PORT[$b]}/bench/" >"$RUN/cp.json" 2>"$RUN/cp.err" || rc=$?
+            { time timeout "$RUN_TIMEOUT" ip netns exec "$NAME-a" "$RUN/$b" cp --force --json ${XA[@]+"${XA[@]}"} \
+                "$SHM/src/big.bin" "longhaul://$HOST_B:${PORT[$b]}/bench/" >"$RUN/cp.json" 2>"$RUN/cp.err" || rc=$?; } 2>"$RUN/cp.time"
+            cpu_s=$(awk -v a="$s0" -v b="$(cpu_of "${SRV[$b]}")" -v hz="$HZ" 'BEGIN { printf "%.2f", (b - a) / hz }')
+            cpu_w=$(awk -v a="$w0" -v b="$(cpu_of "$WAN_PID")" -v hz="$HZ" 'BEGIN { printf "%.2f", (b - a) / hz }')
+            cpu_c=$(awk '{ printf "%.2f", $1 + $2 }' "$RUN/cp.time")
             t1=$(date +%s.%N)
             stop_pid "$SAMPLER"; SAMPLER=''
+            [ -z "$SSPID" ] || stop_pid "$SSPID"
             [ -f "$RUN/samples" ] || : >"$RUN/samples"
             wall=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.3f", b - a }')
             if [ "$rc" -ne 0 ] || ! cmp -s "$SHM/src/big.bin" "$SHM/dst/big.bin"; then
@@ -200,22 +237,26 @@ for r in $(seq "$ROUNDS"); do
                 mkdir -p "$KEEP"
                 cp "$RUN/samples" "$KEEP/$b-${rtt}ms-r$r.samples"
                 cp "$RUN/cp.json" "$KEEP/$b-${rtt}ms-r$r.json"
+                cp "$RUN/cp.err" "$KEEP/$b-${rtt}ms-r$r.err"
+                cp "$RUN/server-$b.log" "$KEEP/$b-${rtt}ms-r$r.server.log" 2>/dev/null || true
             fi
-            read -r first full steady lost < <(python3 "$RUN/timeline.py" "$RUN/samples" "$wall")
+            read -r first full steady lost last tail drain < <(python3 "$RUN/timeline.py" "$RUN/samples" "$wall")
             mbs=$(awk -v n="$BYTES" -v s="$wall" 'BEGIN { printf "%.1f", n / s / 1e6 }')
             streams=$(jq -r '.. | .streams? // empty' "$RUN/cp.json" 2>/dev/null | head -n1)
-            echo "$b ${rtt}ms: $mbs MB/s ${wall}s | first $first full $full | steady $steady | lost $lost | streams ${streams:-?}"
+            echo "$b ${rtt}ms: $mbs MB/s ${wall}s | first $first full $full | steady $steady | lost $lost | last byte $last tail $tail drain $drain | streams ${streams:-?} | CPU s client $cpu_c server $cpu_s wan $cpu_w"
             MBS[$b,$rtt]="${MBS[$b,$rtt]:-} $mbs"
             SECS[$b,$rtt]="${SECS[$b,$rtt]:-} $wall"
             FIRST[$b,$rtt]="${FIRST[$b,$rtt]:-} $first"
             FULL[$b,$rtt]="${FULL[$b,$rtt]:-} $full"
             LOST[$b,$rtt]="${LOST[$b,$rtt]:-} $lost"
+            TAIL[$b,$rtt]="${TAIL[$b,$rtt]:-} $tail"
+            DRAIN[$b,$rtt]="${DRAIN[$b,$rtt]:-} $drain"
         done
     done
 done
 echo
-echo "| binary | RTT | MB/s (median) | runs | seconds (median) | round trips more than at ${RTTS%% *} ms | first data (s) | full rate (s) | lost (s) | rate / rate at ${RTTS%% *} ms |"
-echo "|---|---:|---:|---|---:|---:|---:|---:|---:|---:|"
+echo "| binary | RTT | MB/s (median) | runs | seconds (median) | round trips more than at ${RTTS%% *} ms | first data (s) | full rate (s) | lost (s) | tail (s) | drain (s) | rate / rate at ${RTTS%% *} ms |"
+echo "|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|"
 ref=${RTTS%% *}
 for b in "${BINS[@]}"; do
     base=$(echo "${MBS[$b,$ref]:-}" | median)
@@ -225,6 +266,6 @@ for b in "${BINS[@]}"; do
         secs=$(echo "${SECS[$b,$rtt]:-}" | median)
         ratio=$(awk -v m="$m" -v z="$base" 'BEGIN { if (z > 0 && m > 0) printf "%.3f", m / z; else print "NA" }')
         trips=$(awk -v s="$secs" -v z="$base_s" -v r="$rtt" 'BEGIN { if (r > 0 && s > 0 && z > 0) printf "%.1f", (s - z) / (r / 1000); else print "-" }')
-        echo "| $b | $rtt ms | $m | ${MBS[$b,$rtt]:-} | $secs | $trips | $(echo "${FIRST[$b,$rtt]:-}" | median) | $(echo "${FULL[$b,$rtt]:-}" | median) | $(echo "${LOST[$b,$rtt]:-}" | median) | $ratio |"
+        echo "| $b | $rtt ms | $m | ${MBS[$b,$rtt]:-} | $secs | $trips | $(echo "${FIRST[$b,$rtt]:-}" | median) | $(echo "${FULL[$b,$rtt]:-}" | median) | $(echo "${LOST[$b,$rtt]:-}" | median) | $(echo "${TAIL[$b,$rtt]:-}" | median) | $(echo "${DRAIN[$b,$rtt]:-}" | median) | $ratio |"
     done
 done
