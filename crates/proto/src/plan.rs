@@ -38,10 +38,18 @@ pub struct Chunk {
 pub fn auto_chunk_size(file_size: u64, streams: u16) -> u64 {
     let ways = streams.max(crate::window::MAX_AUTO_STREAMS);
     let per_stream = file_size / (u64::from(ways) * 8);
-    per_stream
+    let chunk = per_stream
         .next_power_of_two()
-        .clamp(MIN_AUTO_CHUNK, MAX_AUTO_CHUNK)
+        .clamp(MIN_AUTO_CHUNK, MAX_AUTO_CHUNK);
+    // Beyond 1 TiB the chunks grow instead (to 1 GiB, a chunk's length
+    // being a u32), so that a file's ledger and journal stay bounded.
+    let bounded = file_size.div_ceil(MAX_AUTO_CHUNKS).next_power_of_two();
+    chunk.max(bounded.min(1 << 30))
 }
+
+/// Most chunks the planner gives a file by itself: 262,144 (8 MiB of
+/// hashes in the sink's ledger), 1 TiB at [`MAX_AUTO_CHUNK`].
+pub const MAX_AUTO_CHUNKS: u64 = 1 << 18;
 
 /// How many chunks a file of `size` bytes has.
 pub fn chunk_count(size: u64, chunk_size: u64) -> u64 {
@@ -193,6 +201,11 @@ mod tests {
     fn auto_chunk_size_is_bounded() {
         assert_eq!(auto_chunk_size(0, 4), MIN_AUTO_CHUNK);
         assert_eq!(auto_chunk_size(1 << 40, 1), MAX_AUTO_CHUNK);
+        // Past 1 TiB the chunk grows, the count stays bounded.
+        assert_eq!(auto_chunk_size(1 << 42, 1), 16 << 20);
+        assert_eq!(auto_chunk_size(1 << 50, 1), 1 << 30);
+        let huge = (1u64 << 44) + 1;
+        assert!(chunk_count(huge, auto_chunk_size(huge, 8)) <= MAX_AUTO_CHUNKS);
         assert_eq!(auto_chunk_size(4 << 30, 4), 4 << 20);
         assert_eq!(auto_chunk_size(512 << 20, 4), 2 << 20);
         // Stream counts up to the automatic maximum do not change it.
