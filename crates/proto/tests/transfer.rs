@@ -1314,6 +1314,15 @@ fn opens_on_a_pool_stay_within_the_limit_and_answer_in_any_order() {
 }
 
 #[test]
+fn a_file_announced_twice_while_in_flight_ends_the_transfer() {
+    let now = Instant::now();
+    let mut sink = sink_with(now, 64, 4, vec![file_entry(1), file_entry(1)]);
+    assert!(matches!(sink.poll_action(), Ok(Some(SinkAction::Open(e))) if e.id == 1));
+    let err = sink.poll_action().expect_err("one id, two files");
+    assert!(err.to_string().contains("announced file 1 twice"), "{err}");
+}
+
+#[test]
 fn a_dir_end_waits_for_the_opens_before_it() {
     let now = Instant::now();
     let mut end = file_entry(9);

@@ -457,6 +457,15 @@ impl Sink {
                 self.limits.max_files
             )));
         }
+        if self.files.contains_key(&e.id) || self.awaiting.contains(&e.id) {
+            self.batch.clear();
+            self.batch_open = false;
+            self.phase = Phase::Done;
+            return Err(SinkError::Failed(format!(
+                "the source announced file {} twice while it was in flight",
+                e.id
+            )));
+        }
         let count = chunk_count(e.size, e.chunk_size);
         self.files.insert(
             e.id,
