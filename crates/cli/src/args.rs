@@ -20,6 +20,8 @@ pub struct Cli {
     /// More log output (-v info, -vv debug); RUST_LOG overrides.
     #[arg(short, long, global = true, action = clap::ArgAction::Count)]
     pub verbose: u8,
+    #[command(flatten)]
+    pub archive: ArchiveArgs,
     #[command(subcommand)]
     pub command: Command,
 }
@@ -56,6 +58,93 @@ pub enum Command {
     /// and loaded, memory to memory both ways, both hosts' settings and storage, a short
     /// copy) and name the stage that limits it, with the fix.
     Doctor(DoctorArgs),
+    /// The archived runs, newest first (every perf, cp, sync, doctor and bench disk
+    /// run is archived unless --no-archive).
+    History(HistoryArgs),
+    /// One archived run whole: parameters, summary, intervals, files.
+    Show(ShowArgs),
+    /// Which runs moved this file (a path, source or destination) or these bytes
+    /// (a BLAKE3 digest as `--digests` writes it), where to, when, and verified or not.
+    Where(WhereArgs),
+    /// A web page of the live runs, the history and each run's graphs, served
+    /// from this binary (loopback by default).
+    Dashboard(DashboardArgs),
+    /// Draw a run's intervals (per stream and total, retransmits, RTT, each
+    /// interval's limit) to an SVG or PNG file.
+    Plot(PlotArgs),
+}
+
+/// Where runs are archived (every command).
+#[derive(Args, Clone, Default)]
+pub struct ArchiveArgs {
+    /// The archive file (default: $XDG_DATA_HOME/longhaul/archive.db).
+    #[arg(long, global = true, value_name = "FILE", env = "LONGHAUL_ARCHIVE")]
+    pub archive: Option<PathBuf>,
+    /// Do not archive this run.
+    #[arg(long, global = true)]
+    pub no_archive: bool,
+}
+
+#[derive(Args)]
+pub struct HistoryArgs {
+    /// Only runs of this kind: perf, cp, sync, doctor, bench-disk, served.
+    #[arg(long)]
+    pub kind: Option<String>,
+    /// Only runs with this remote host (a part of its name is enough).
+    #[arg(long)]
+    pub host: Option<String>,
+    /// Only runs started since: a duration ago (`2h`, `7d`) or a date (`2026-11-23`).
+    #[arg(long, value_name = "WHEN")]
+    pub since: Option<String>,
+    /// Only runs to or from this export.
+    #[arg(long)]
+    pub export: Option<String>,
+    /// At most this many runs (0: all).
+    #[arg(short = 'n', long, default_value_t = 50)]
+    pub limit: usize,
+    /// One JSON document (docs/JSON.md, `longhaul-history`).
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Args)]
+pub struct ShowArgs {
+    /// The run: its number, or `last`.
+    pub run: String,
+    /// Every file of a cp or sync (default: the first 20).
+    #[arg(long)]
+    pub all_files: bool,
+    /// One JSON document (docs/JSON.md, `longhaul-show`).
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Args)]
+pub struct WhereArgs {
+    /// A file's path (as a source or a destination), or a BLAKE3 digest.
+    pub what: String,
+    /// One JSON document (docs/JSON.md, `longhaul-where`).
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Args)]
+pub struct DashboardArgs {
+    /// Address to serve the page on. Anything but loopback needs --token-file.
+    #[arg(long, value_name = "ADDR:PORT", default_value = "127.0.0.1:5380")]
+    pub listen: SocketAddr,
+    /// A file holding the token the page asks for (needed off loopback).
+    #[arg(long, value_name = "FILE")]
+    pub token_file: Option<PathBuf>,
+}
+
+#[derive(Args)]
+pub struct PlotArgs {
+    /// The run: its number, or `last`.
+    pub run: String,
+    /// The file to write: `.svg` or `.png`.
+    #[arg(short, long, value_name = "FILE")]
+    pub output: PathBuf,
 }
 
 #[derive(Args)]

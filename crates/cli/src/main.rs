@@ -70,6 +70,11 @@ fn main() {
         Command::Bench(a) => match a.command {
             BenchCommand::Disk(d) => cmd::bench_disk(d),
         },
+        Command::History(a) => cmd::history(a, &cli.archive),
+        Command::Show(a) => cmd::show(a, &cli.archive),
+        Command::Where(a) => cmd::where_(a, &cli.archive),
+        Command::Dashboard(a) => cmd::dashboard(a, &cli.archive),
+        Command::Plot(a) => cmd::plot(a, &cli.archive),
     };
     let code = match result {
         Ok(code) => code,

@@ -1,13 +1,19 @@
 //! The commands, one file per family. Each returns the exit code of a
 //! success or the [`Failure`] that `main` prints once.
 
+mod archive;
 mod cp;
+mod dashboard;
 mod doctor;
 mod perf;
+mod plot;
 mod serve;
 mod wan;
 
+pub use archive::{history, show, where_};
 pub use cp::{cp, ls};
+pub use dashboard::dashboard;
+pub use plot::plot;
 pub use doctor::{bench_disk, doctor};
 pub use perf::{demo, perf};
 pub use serve::{id, serve, token, trust};

@@ -1,0 +1,12 @@
+//! What people and monitoring systems see of longhaul's runs:
+//!
+//! - [`dashboard`]: `longhaul dashboard`, a web page served by the binary
+//!   (its assets embedded) with the live runs, the history and each run's
+//!   graphs, read from the archive.
+//! - [`metrics`]: `serve --metrics ADDR`, the server's counters and
+//!   histograms in Prometheus' text exposition format.
+//! - [`plot`]: `longhaul plot`, a run's intervals drawn to SVG or PNG.
+
+pub mod dashboard;
+pub mod metrics;
+pub mod plot;
