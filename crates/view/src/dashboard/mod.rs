@@ -1,1 +1,113 @@
-//! The dashboard.
+//! `longhaul dashboard`: a web page of the live runs, the history, each
+//! run's graphs and the doctor's verdicts over time, read from the archive.
+//!
+//! - [`server`]: the axum routes, the token check, binding and the runtime.
+//! - [`api`]: the JSON the page reads (history, a run, doctor verdicts).
+//! - [`live`]: the poller that reads the running runs from the archive and
+//!   the Server-Sent Events that push them to the page.
+//!
+//! The page itself (`assets/dashboard/`: HTML, hand-written JS drawing SVG,
+//! CSS) is embedded in the binary; nothing is fetched from elsewhere.
+
+pub mod api;
+pub mod live;
+pub mod server;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+pub use server::{serve_dashboard, Dashboard};
+
+/// The address the dashboard listens on unless told otherwise.
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:5380";
+
+/// What `longhaul dashboard` was asked for.
+#[derive(Debug, Clone)]
+pub struct DashboardOptions {
+    pub listen: SocketAddr,
+    /// The archive to read (it need not exist yet).
+    pub archive_path: PathBuf,
+    /// The token every request must carry; needed off loopback.
+    pub token: Option<String>,
+}
+
+/// Why the dashboard could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum DashboardError {
+    #[error("dashboard: --listen {0} is not a loopback address, and without a token anyone who reaches it reads every run; give --token-file FILE (and put the dashboard behind TLS), or listen on 127.0.0.1")]
+    OpenOffLoopback(SocketAddr),
+    #[error("dashboard: the token file holds no token (an empty token lets anyone in)")]
+    EmptyToken,
+    #[error("dashboard: cannot listen on {addr}: {why}")]
+    Bind { addr: SocketAddr, why: String },
+    #[error("dashboard: {0}")]
+    Runtime(String),
+}
+
+/// Refuses what would serve the archive to anyone: a non-loopback address
+/// without a token, or an empty token.
+pub fn check_options(o: &DashboardOptions) -> Result<(), DashboardError> {
+    if let Some(t) = &o.token {
+        if t.trim().is_empty() {
+            return Err(DashboardError::EmptyToken);
+        }
+    }
+    if !o.listen.ip().is_loopback() && o.token.is_none() {
+        return Err(DashboardError::OpenOffLoopback(o.listen));
+    }
+    Ok(())
+}
+
+/// Compares a presented token with the right one in time that does not
+/// depend on where they differ.
+pub fn token_matches(presented: &[u8], right: &[u8]) -> bool {
+    let mut diff = (presented.len() ^ right.len()) as u64;
+    for i in 0..right.len() {
+        let p = presented.get(i).copied().unwrap_or(0);
+        diff |= u64::from(p ^ right[i]);
+    }
+    // Walk a longer presented token too, so its length costs the same.
+    for b in presented.iter().skip(right.len()) {
+        diff |= u64::from(*b) | 1;
+    }
+    std::hint::black_box(diff) == 0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn opts(listen: &str, token: Option<&str>) -> DashboardOptions {
+        DashboardOptions {
+            listen: listen.parse().unwrap(),
+            archive_path: PathBuf::from("/nonexistent/archive.db"),
+            token: token.map(str::to_string),
+        }
+    }
+
+    #[test]
+    fn loopback_needs_no_token_elsewhere_does() {
+        assert!(check_options(&opts("127.0.0.1:5380", None)).is_ok());
+        assert!(check_options(&opts("[::1]:5380", None)).is_ok());
+        let e = check_options(&opts("0.0.0.0:5380", None)).unwrap_err();
+        assert!(matches!(e, DashboardError::OpenOffLoopback(_)));
+        assert!(e.to_string().contains("--token-file"), "{e}");
+        assert!(check_options(&opts("192.0.2.1:5380", None)).is_err());
+        assert!(check_options(&opts("[::]:5380", None)).is_err());
+        assert!(check_options(&opts("0.0.0.0:5380", Some("s3cret"))).is_ok());
+        assert!(matches!(
+            check_options(&opts("127.0.0.1:1", Some("  "))),
+            Err(DashboardError::EmptyToken)
+        ));
+    }
+
+    #[test]
+    fn tokens_compare_whole() {
+        assert!(token_matches(b"abc", b"abc"));
+        assert!(!token_matches(b"abd", b"abc"));
+        assert!(!token_matches(b"ab", b"abc"));
+        assert!(!token_matches(b"abcd", b"abc"));
+        assert!(!token_matches(b"", b"abc"));
+        assert!(!token_matches(b"abc\0", b"abc"));
+    }
+}

@@ -1,0 +1,608 @@
+//! The JSON the page reads. Each answer opens the archive read-only on a
+//! blocking thread (SQLite is synchronous) and closes it; an archive that
+//! does not exist yet reads as an empty one.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use axum::extract::{Path as UrlPath, Query, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use longhaul_archive::model::{HistoryFilter, RunRow};
+use longhaul_archive::{Archive, ArchiveError};
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+
+use super::server::AppState;
+
+/// Rows `history` gives unless asked for fewer, and at most.
+pub const HISTORY_DEFAULT: usize = 200;
+pub const HISTORY_MAX: usize = 5000;
+/// Files a run page lists.
+pub const FILES_DEFAULT: usize = 50;
+
+/// An answer that is not a success: its status and a sentence.
+#[derive(Debug)]
+pub struct ApiError {
+    pub status: StatusCode,
+    pub message: String,
+}
+
+impl ApiError {
+    fn bad(message: impl Into<String>) -> ApiError {
+        ApiError {
+            status: StatusCode::BAD_REQUEST,
+            message: message.into(),
+        }
+    }
+}
+
+impl From<ArchiveError> for ApiError {
+    fn from(e: ArchiveError) -> Self {
+        let status = match e {
+            ArchiveError::NoRun(_) | ArchiveError::Missing { .. } => StatusCode::NOT_FOUND,
+            _ => StatusCode::INTERNAL_SERVER_ERROR,
+        };
+        ApiError {
+            status,
+            message: e.to_string(),
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        (self.status, Json(json!({ "error": self.message }))).into_response()
+    }
+}
+
+/// The filters of `/api/history`, as the page sends them (empty = none).
+#[derive(Debug, Default, Deserialize)]
+pub struct HistoryQuery {
+    pub kind: Option<String>,
+    pub host: Option<String>,
+    pub since: Option<String>,
+    pub export: Option<String>,
+    pub status: Option<String>,
+    pub limit: Option<String>,
+}
+
+fn given(s: &Option<String>) -> Option<String> {
+    s.as_deref()
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(str::to_string)
+}
+
+impl HistoryQuery {
+    /// The archive's filter, or why the query makes no sense.
+    pub fn filter(&self, now: f64) -> Result<HistoryFilter, ApiError> {
+        let since = match given(&self.since) {
+            Some(s) => Some(parse_since(&s, now).map_err(ApiError::bad)?),
+            None => None,
+        };
+        let limit = match given(&self.limit) {
+            Some(l) => l
+                .parse::<usize>()
+                .map_err(|_| ApiError::bad(format!("limit {l:?} is not a number")))?
+                .clamp(1, HISTORY_MAX),
+            None => HISTORY_DEFAULT,
+        };
+        Ok(HistoryFilter {
+            kind: given(&self.kind),
+            host: given(&self.host),
+            since,
+            export: given(&self.export),
+            status: given(&self.status),
+            limit,
+        })
+    }
+}
+
+/// `since`: a duration ago (`90s`, `30m`, `2h`, `7d`, `2w`), a date
+/// (`2026-11-23`, midnight UTC) or Unix seconds; Unix seconds back.
+pub fn parse_since(s: &str, now: f64) -> Result<f64, String> {
+    let s = s.trim();
+    let bad = || {
+        format!("since {s:?}: give a duration ago (30m, 2h, 7d, 2w), a date (2026-11-23) or Unix seconds")
+    };
+    if let Some(days) = date_days(s) {
+        return Ok(days as f64 * 86_400.0);
+    }
+    if let Ok(v) = s.parse::<f64>() {
+        // A bare number is Unix seconds when it looks like a time, else seconds ago.
+        if !v.is_finite() || v < 0.0 {
+            return Err(bad());
+        }
+        return Ok(if v > 1e9 { v } else { now - v });
+    }
+    let (n, unit) = s.split_at(s.find(|c: char| c.is_ascii_alphabetic()).ok_or_else(bad)?);
+    let n: f64 = n.trim().parse().map_err(|_| bad())?;
+    if !n.is_finite() || n < 0.0 {
+        return Err(bad());
+    }
+    let secs = match unit.trim() {
+        "d" | "day" | "days" => n * 86_400.0,
+        "w" | "week" | "weeks" => n * 7.0 * 86_400.0,
+        "y" => n * 365.0 * 86_400.0,
+        other => longhaul_proto::units::parse_duration(&format!("{n}{other}"))
+            .map_err(|_| bad())?
+            .as_secs_f64(),
+    };
+    Ok(now - secs)
+}
+
+/// Days since 1970-01-01 of a `YYYY-MM-DD` date.
+fn date_days(s: &str) -> Option<i64> {
+    let mut it = s.splitn(3, '-');
+    let (y, m, d) = (it.next()?, it.next()?, it.next()?);
+    if y.len() != 4 || m.len() != 2 || d.len() != 2 {
+        return None;
+    }
+    let (y, m, d): (i64, i64, i64) = (y.parse().ok()?, m.parse().ok()?, d.parse().ok()?);
+    if !(1..=12).contains(&m) || !(1..=31).contains(&d) {
+        return None;
+    }
+    // Howard Hinnant's days_from_civil.
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = (m + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    Some(era * 146_097 + doe - 719_468)
+}
+
+/// Opens the archive to read it; `None` when there is none yet.
+pub fn open(path: &Path) -> Result<Option<Archive>, ArchiveError> {
+    match Archive::open_read_only(path) {
+        Ok(a) => Ok(Some(a)),
+        Err(ArchiveError::Missing { .. }) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// Runs `f` on the archive on a blocking thread.
+async fn with_archive<T: Send + 'static>(
+    st: &Arc<AppState>,
+    f: impl FnOnce(Option<&Archive>) -> Result<T, ApiError> + Send + 'static,
+) -> Result<T, ApiError> {
+    let path = st.archive_path.clone();
+    tokio::task::spawn_blocking(move || {
+        let a = open(&path)?;
+        f(a.as_ref())
+    })
+    .await
+    .map_err(|e| ApiError {
+        status: StatusCode::INTERNAL_SERVER_ERROR,
+        message: format!("the archive reader failed: {e}"),
+    })?
+}
+
+/// `/api/status`: which archive, and whether it can be read.
+pub async fn status(State(st): State<Arc<AppState>>) -> Response {
+    let path = st.archive_path.display().to_string();
+    let r = with_archive(&st, |a| Ok(a.is_some())).await;
+    let body = match r {
+        Ok(true) => json!({ "archive": path, "state": "ok" }),
+        Ok(false) => json!({ "archive": path, "state": "missing",
+            "error": "no archive yet: it appears with the first archived run" }),
+        Err(e) => json!({ "archive": path, "state": "error", "error": e.message }),
+    };
+    Json(body).into_response()
+}
+
+/// The answer of `/api/history`.
+#[derive(Debug, Serialize)]
+pub struct HistoryAnswer {
+    pub runs: Vec<RunRow>,
+    /// No archive file yet.
+    pub missing: bool,
+}
+
+/// `history` on an archive that may not exist.
+pub fn history_of(a: Option<&Archive>, f: &HistoryFilter) -> Result<HistoryAnswer, ApiError> {
+    Ok(match a {
+        Some(a) => HistoryAnswer {
+            runs: a.history(f)?,
+            missing: false,
+        },
+        None => HistoryAnswer {
+            runs: Vec::new(),
+            missing: true,
+        },
+    })
+}
+
+/// `/api/history?kind=&host=&since=&export=&status=&limit=`.
+pub async fn history(
+    State(st): State<Arc<AppState>>,
+    q: Result<Query<HistoryQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<Json<HistoryAnswer>, ApiError> {
+    let Query(q) = q.map_err(|e| ApiError::bad(e.body_text()))?;
+    let f = q.filter(longhaul_archive::store::unix_now())?;
+    Ok(Json(with_archive(&st, move |a| history_of(a, &f)).await?))
+}
+
+/// The stage rates of a cp or sync, from its summary: what the source
+/// read, the network carried and the destination wrote.
+pub fn stage_rates(summary: Option<&Value>) -> Option<Value> {
+    let s = summary?;
+    let pick = |k: &str| -> Option<f64> {
+        s.get(k).and_then(Value::as_f64).or_else(|| {
+            s.as_object()?
+                .values()
+                .find_map(|v| v.get(k).and_then(Value::as_f64))
+        })
+    };
+    let (r, n, w) = (
+        pick("source_read_bps"),
+        pick("network_bps"),
+        pick("dest_write_bps"),
+    );
+    if r.is_none() && n.is_none() && w.is_none() {
+        return None;
+    }
+    Some(json!({ "source_read_bps": r, "network_bps": n, "dest_write_bps": w }))
+}
+
+/// A run page: the run whole, its first files and its stage rates.
+pub fn run_of(a: Option<&Archive>, which: &str) -> Result<Value, ApiError> {
+    let Some(a) = a else {
+        return Err(ArchiveError::NoRun(which.to_string()).into());
+    };
+    let id = a.resolve(which)?;
+    let detail = a.run(id)?;
+    let files = a.files(id, FILES_DEFAULT)?;
+    let stages = stage_rates(detail.summary.as_ref());
+    let mut v = serde_json::to_value(&detail).map_err(|e| ApiError {
+        status: StatusCode::INTERNAL_SERVER_ERROR,
+        message: e.to_string(),
+    })?;
+    if let Some(o) = v.as_object_mut() {
+        o.insert("files_first".into(), json!(files));
+        o.insert("stages".into(), stages.unwrap_or(Value::Null));
+    }
+    Ok(v)
+}
+
+/// `/api/run/{id}` (`id` may be `last`).
+pub async fn run(
+    State(st): State<Arc<AppState>>,
+    UrlPath(id): UrlPath<String>,
+) -> Result<Json<Value>, ApiError> {
+    Ok(Json(with_archive(&st, move |a| run_of(a, &id)).await?))
+}
+
+#[derive(Debug, Deserialize)]
+pub struct AfterQuery {
+    pub after: Option<u32>,
+    pub limit: Option<usize>,
+}
+
+/// `/api/run/{id}/intervals?after=IDX`: what is new since an interval.
+pub async fn intervals(
+    State(st): State<Arc<AppState>>,
+    UrlPath(id): UrlPath<String>,
+    q: Result<Query<AfterQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<Json<Value>, ApiError> {
+    let Query(q) = q.map_err(|e| ApiError::bad(e.body_text()))?;
+    Ok(Json(
+        with_archive(&st, move |a| {
+            let a = a.ok_or_else(|| ArchiveError::NoRun(id.clone()))?;
+            let id = a.resolve(&id)?;
+            let rows = a.intervals(id, q.after)?;
+            let status = a.run(id)?.run.status;
+            Ok(json!({ "id": id, "status": status, "intervals": rows }))
+        })
+        .await?,
+    ))
+}
+
+/// `/api/run/{id}/files?limit=N` (0: all).
+pub async fn files(
+    State(st): State<Arc<AppState>>,
+    UrlPath(id): UrlPath<String>,
+    q: Result<Query<AfterQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<Json<Value>, ApiError> {
+    let Query(q) = q.map_err(|e| ApiError::bad(e.body_text()))?;
+    Ok(Json(
+        with_archive(&st, move |a| {
+            let a = a.ok_or_else(|| ArchiveError::NoRun(id.clone()))?;
+            let id = a.resolve(&id)?;
+            let rows = a.files(id, q.limit.unwrap_or(FILES_DEFAULT))?;
+            Ok(json!({ "id": id, "files": rows }))
+        })
+        .await?,
+    ))
+}
+
+/// One doctor run on the timeline of its path.
+#[derive(Debug, Serialize, PartialEq)]
+pub struct Verdict {
+    pub id: i64,
+    pub started_at: f64,
+    pub status: String,
+    pub verdict: Option<String>,
+    pub bits_per_second: Option<f64>,
+}
+
+/// The doctor's verdicts of one path, newest first.
+#[derive(Debug, Serialize, PartialEq)]
+pub struct PathVerdicts {
+    pub path: String,
+    pub runs: Vec<Verdict>,
+}
+
+/// Doctor runs grouped by the path they examined (`remote_host`), the
+/// path last examined first.
+pub fn doctor_of(a: Option<&Archive>, since: Option<f64>) -> Result<Vec<PathVerdicts>, ApiError> {
+    let Some(a) = a else { return Ok(Vec::new()) };
+    let rows = a.history(&HistoryFilter {
+        kind: Some("doctor".into()),
+        since,
+        limit: HISTORY_MAX,
+        ..Default::default()
+    })?;
+    let mut out: Vec<PathVerdicts> = Vec::new();
+    for r in rows {
+        let path = r.remote_host.clone().unwrap_or_else(|| "(no path)".into());
+        let v = Verdict {
+            id: r.id,
+            started_at: r.started_at,
+            status: r.status,
+            verdict: r.verdict,
+            bits_per_second: r.bits_per_second,
+        };
+        match out.iter_mut().find(|p| p.path == path) {
+            Some(p) => p.runs.push(v),
+            None => out.push(PathVerdicts {
+                path,
+                runs: vec![v],
+            }),
+        }
+    }
+    Ok(out)
+}
+
+#[derive(Debug, Deserialize)]
+pub struct SinceQuery {
+    pub since: Option<String>,
+}
+
+/// `/api/doctor?since=`.
+pub async fn doctor(
+    State(st): State<Arc<AppState>>,
+    q: Result<Query<SinceQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<Json<Value>, ApiError> {
+    let Query(q) = q.map_err(|e| ApiError::bad(e.body_text()))?;
+    let since = match given(&q.since) {
+        Some(s) => {
+            Some(parse_since(&s, longhaul_archive::store::unix_now()).map_err(ApiError::bad)?)
+        }
+        None => None,
+    };
+    let paths = with_archive(&st, move |a| doctor_of(a, since)).await?;
+    Ok(Json(json!({ "paths": paths })))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use longhaul_archive::model::{IntervalRow, NewRun};
+    use longhaul_archive::writer::{RunEnd, RunResult, Writer};
+
+    fn run(a: Archive, n: NewRun, verdict: Option<&str>, summary: Option<Value>) -> i64 {
+        let id = a.begin_run(&n).unwrap();
+        let (w, fin) = Writer::start(a, id);
+        w.interval(IntervalRow {
+            idx: 0,
+            direction: "send".into(),
+            stream: -1,
+            start_s: 0.0,
+            end_s: 1.0,
+            bytes: 1000,
+            bits_per_second: 8000.0,
+            retransmits: None,
+            rtt_us: None,
+            cwnd_bytes: None,
+            streams: Some(2),
+            limit: Some("storage_read".into()),
+            omitted: false,
+        });
+        w.result(RunResult {
+            summary,
+            bytes: Some(1000),
+            bits_per_second: Some(8000.0),
+            verdict: verdict.map(str::to_string),
+            ..Default::default()
+        });
+        w.end(RunEnd {
+            status: "ok".into(),
+            ..Default::default()
+        });
+        drop(w);
+        fin.finish();
+        id
+    }
+
+    fn sample(dir: &Path) -> std::path::PathBuf {
+        let p = dir.join("archive.db");
+        let new = |kind: &str, host: &str, export: Option<&str>| NewRun {
+            kind: kind.into(),
+            command: format!("longhaul {kind}"),
+            remote_host: Some(host.into()),
+            export: export.map(str::to_string),
+            ..Default::default()
+        };
+        run(
+            Archive::open(&p).unwrap(),
+            new("cp", "alpha", Some("data")),
+            None,
+            Some(json!({"source_read_bps": 3e9, "network_bps": 2e9, "dest_write_bps": 1e9})),
+        );
+        run(
+            Archive::open(&p).unwrap(),
+            new("perf", "beta", None),
+            None,
+            None,
+        );
+        run(
+            Archive::open(&p).unwrap(),
+            new("doctor", "alpha:/data", None),
+            Some("network"),
+            None,
+        );
+        run(
+            Archive::open(&p).unwrap(),
+            new("doctor", "beta:/x", None),
+            Some("storage_write"),
+            None,
+        );
+        run(
+            Archive::open(&p).unwrap(),
+            new("doctor", "alpha:/data", None),
+            Some("storage_read"),
+            None,
+        );
+        p
+    }
+
+    #[test]
+    fn history_filters_and_shape() {
+        let t = tempfile::tempdir().unwrap();
+        let p = sample(t.path());
+        let a = Archive::open_read_only(&p).unwrap();
+        let all = history_of(Some(&a), &HistoryQuery::default().filter(0.0).unwrap()).unwrap();
+        assert_eq!(all.runs.len(), 5);
+        assert!(!all.missing);
+        let q = HistoryQuery {
+            kind: Some("cp".into()),
+            host: Some("alp".into()),
+            export: Some("data".into()),
+            since: Some("1h".into()),
+            ..Default::default()
+        };
+        let f = q.filter(longhaul_archive::store::unix_now()).unwrap();
+        let cp = history_of(Some(&a), &f).unwrap();
+        assert_eq!(cp.runs.len(), 1);
+        assert_eq!(cp.runs[0].kind, "cp");
+        let v = serde_json::to_value(&cp).unwrap();
+        for k in [
+            "id",
+            "kind",
+            "status",
+            "started_at",
+            "remote_host",
+            "export",
+            "live_bps",
+        ] {
+            assert!(v["runs"][0].get(k).is_some(), "{k} in {v}");
+        }
+        // Empty filters are no filters; a filter in the future finds nothing.
+        let empty = HistoryQuery {
+            kind: Some(" ".into()),
+            ..Default::default()
+        };
+        assert_eq!(
+            history_of(Some(&a), &empty.filter(0.0).unwrap())
+                .unwrap()
+                .runs
+                .len(),
+            5
+        );
+        let later = HistoryQuery {
+            since: Some("2999-01-01".into()),
+            ..Default::default()
+        };
+        assert!(history_of(Some(&a), &later.filter(0.0).unwrap())
+            .unwrap()
+            .runs
+            .is_empty());
+        let missing = history_of(None, &HistoryFilter::default()).unwrap();
+        assert!(missing.missing && missing.runs.is_empty());
+    }
+
+    #[test]
+    fn bad_filters_are_told_not_panicked() {
+        for since in [
+            "yesterday",
+            "-5m",
+            "2026-13-01",
+            "5 parsecs",
+            "NaN",
+            "1e999",
+        ] {
+            let q = HistoryQuery {
+                since: Some(since.into()),
+                ..Default::default()
+            };
+            let e = q.filter(1e9).unwrap_err();
+            assert_eq!(e.status, StatusCode::BAD_REQUEST, "{since}");
+        }
+        let q = HistoryQuery {
+            limit: Some("many".into()),
+            ..Default::default()
+        };
+        assert!(q.filter(0.0).is_err());
+        let q = HistoryQuery {
+            limit: Some("999999999".into()),
+            ..Default::default()
+        };
+        assert_eq!(q.filter(0.0).unwrap().limit, HISTORY_MAX);
+    }
+
+    #[test]
+    fn since_forms() {
+        let now = 2_000_000_000.0;
+        assert_eq!(parse_since("2h", now).unwrap(), now - 7200.0);
+        assert_eq!(parse_since("7d", now).unwrap(), now - 7.0 * 86400.0);
+        assert_eq!(parse_since("30m", now).unwrap(), now - 1800.0);
+        assert_eq!(parse_since("1w", now).unwrap(), now - 7.0 * 86400.0);
+        assert_eq!(parse_since("1970-01-02", now).unwrap(), 86400.0);
+        assert_eq!(parse_since("2026-11-23", now).unwrap(), 1_795_392_000.0);
+        assert_eq!(parse_since("1700000000", now).unwrap(), 1_700_000_000.0);
+        assert_eq!(parse_since("90", now).unwrap(), now - 90.0);
+    }
+
+    #[test]
+    fn run_page_has_stages_and_files() {
+        let t = tempfile::tempdir().unwrap();
+        let p = sample(t.path());
+        let a = Archive::open_read_only(&p).unwrap();
+        let v = run_of(Some(&a), "1").unwrap();
+        assert_eq!(v["kind"], "cp");
+        assert_eq!(v["stages"]["network_bps"], 2e9);
+        assert_eq!(v["intervals"][0]["limit"], "storage_read");
+        assert!(v["files_first"].is_array());
+        let last = run_of(Some(&a), "last").unwrap();
+        assert_eq!(last["id"], 5);
+        for bad in ["0", "99", "x", "", "-1", "last; DROP TABLE runs"] {
+            let e = run_of(Some(&a), bad).unwrap_err();
+            assert_eq!(e.status, StatusCode::NOT_FOUND, "{bad}");
+        }
+        assert_eq!(run_of(None, "1").unwrap_err().status, StatusCode::NOT_FOUND);
+        assert!(stage_rates(Some(&json!({"x": 1}))).is_none());
+        let nested = json!({"stages": {"network_bps": 5.0}});
+        assert_eq!(stage_rates(Some(&nested)).unwrap()["network_bps"], 5.0);
+    }
+
+    #[test]
+    fn doctor_verdicts_group_by_path() {
+        let t = tempfile::tempdir().unwrap();
+        let p = sample(t.path());
+        let a = Archive::open_read_only(&p).unwrap();
+        let d = doctor_of(Some(&a), None).unwrap();
+        assert_eq!(d.len(), 2);
+        assert_eq!(d[0].path, "alpha:/data");
+        let verdicts: Vec<_> = d[0]
+            .runs
+            .iter()
+            .map(|r| r.verdict.clone().unwrap())
+            .collect();
+        assert_eq!(verdicts, ["storage_read", "network"]);
+        assert_eq!(d[1].path, "beta:/x");
+        assert!(doctor_of(None, None).unwrap().is_empty());
+    }
+}

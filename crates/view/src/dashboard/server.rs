@@ -1,0 +1,417 @@
+//! The dashboard's HTTP side: the routes, the token check, the embedded
+//! page, binding, and the current-thread runtime it all runs on.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use axum::extract::{Request, State};
+use axum::http::header::{self, HeaderValue};
+use axum::http::{StatusCode, Uri};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::Router;
+
+use super::{api, check_options, live, token_matches, DashboardError, DashboardOptions};
+
+const INDEX_HTML: &str = include_str!("../../assets/dashboard/index.html");
+const APP_JS: &str = include_str!("../../assets/dashboard/app.js");
+const STYLE_CSS: &str = include_str!("../../assets/dashboard/style.css");
+
+/// The cookie a `?token=` visit sets, so the page's own requests (and its
+/// event stream, which cannot send headers) carry the token.
+pub const COOKIE: &str = "longhaul_dashboard";
+
+/// What every handler shares.
+pub struct AppState {
+    pub archive_path: PathBuf,
+    token: Option<String>,
+    pub live: live::LiveFeed,
+}
+
+/// A bound dashboard, not yet serving.
+pub struct Dashboard {
+    listener: std::net::TcpListener,
+    opts: DashboardOptions,
+}
+
+impl Dashboard {
+    /// Checks the options and binds the address (port 0: any free one).
+    pub fn bind(opts: DashboardOptions) -> Result<Dashboard, DashboardError> {
+        check_options(&opts)?;
+        let listener =
+            std::net::TcpListener::bind(opts.listen).map_err(|e| DashboardError::Bind {
+                addr: opts.listen,
+                why: e.to_string(),
+            })?;
+        listener
+            .set_nonblocking(true)
+            .map_err(|e| DashboardError::Runtime(e.to_string()))?;
+        Ok(Dashboard { listener, opts })
+    }
+
+    /// The address bound (the real port when asked for port 0).
+    pub fn local_addr(&self) -> Result<SocketAddr, DashboardError> {
+        self.listener
+            .local_addr()
+            .map_err(|e| DashboardError::Runtime(e.to_string()))
+    }
+
+    /// Serves until the process ends (or the listener fails).
+    pub fn run(self) -> Result<(), DashboardError> {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_io()
+            .enable_time()
+            .build()
+            .map_err(|e| DashboardError::Runtime(e.to_string()))?;
+        let feed = live::LiveFeed::start(self.opts.archive_path.clone());
+        let state = Arc::new(AppState {
+            archive_path: self.opts.archive_path.clone(),
+            token: self.opts.token.clone(),
+            live: feed,
+        });
+        let app = router(state);
+        rt.block_on(async move {
+            let listener = tokio::net::TcpListener::from_std(self.listener)
+                .map_err(|e| DashboardError::Runtime(e.to_string()))?;
+            axum::serve(listener, app)
+                .await
+                .map_err(|e| DashboardError::Runtime(e.to_string()))
+        })
+    }
+}
+
+/// `longhaul dashboard`: binds, says where, and serves (blocking). `said`
+/// is told the address bound before serving starts.
+pub fn serve_dashboard(
+    opts: DashboardOptions,
+    said: impl FnOnce(SocketAddr),
+) -> Result<(), DashboardError> {
+    let d = Dashboard::bind(opts)?;
+    said(d.local_addr()?);
+    d.run()
+}
+
+/// Every route, behind the token check and the security headers.
+pub fn router(state: Arc<AppState>) -> Router {
+    Router::new()
+        .route("/", get(index))
+        .route("/index.html", get(index))
+        .route("/app.js", get(app_js))
+        .route("/style.css", get(style_css))
+        .route("/api/status", get(api::status))
+        .route("/api/history", get(api::history))
+        .route("/api/run/{id}", get(api::run))
+        .route("/api/run/{id}/intervals", get(api::intervals))
+        .route("/api/run/{id}/files", get(api::files))
+        .route("/api/doctor", get(api::doctor))
+        .route("/api/running", get(live::running))
+        .route("/api/live", get(live::events))
+        .fallback(not_found)
+        .layer(middleware::from_fn_with_state(state.clone(), guard))
+        .with_state(state)
+}
+
+async fn index() -> Response {
+    asset(INDEX_HTML, "text/html; charset=utf-8")
+}
+async fn app_js() -> Response {
+    asset(APP_JS, "text/javascript; charset=utf-8")
+}
+async fn style_css() -> Response {
+    asset(STYLE_CSS, "text/css; charset=utf-8")
+}
+async fn not_found() -> Response {
+    (StatusCode::NOT_FOUND, "not found\n").into_response()
+}
+
+fn asset(body: &'static str, kind: &'static str) -> Response {
+    ([(header::CONTENT_TYPE, kind)], body).into_response()
+}
+
+/// The token check (when there is a token), the host check (when there is
+/// none), and the headers every answer carries.
+async fn guard(State(st): State<Arc<AppState>>, req: Request, next: Next) -> Response {
+    let mut resp = match check(&st, &req) {
+        Access::Allowed => next.run(req).await,
+        Access::SetCookie(to) => {
+            let token = st.token.as_deref().unwrap_or_default();
+            let cookie = format!(
+                "{COOKIE}={}; HttpOnly; SameSite=Strict; Path=/",
+                hex(token.as_bytes())
+            );
+            let mut r = StatusCode::SEE_OTHER.into_response();
+            if let Ok(v) = HeaderValue::from_str(&to) {
+                r.headers_mut().insert(header::LOCATION, v);
+            }
+            if let Ok(v) = HeaderValue::from_str(&cookie) {
+                r.headers_mut().insert(header::SET_COOKIE, v);
+            }
+            r
+        }
+        Access::Denied(why) => (
+            StatusCode::UNAUTHORIZED,
+            [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+            why,
+        )
+            .into_response(),
+    };
+    let h = resp.headers_mut();
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    h.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+    h.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(
+            "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self' data:; base-uri 'none'; form-action 'self'; frame-ancestors 'none'",
+        ),
+    );
+    h.insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("no-referrer"),
+    );
+    resp
+}
+
+/// What a request may do.
+#[derive(Debug, PartialEq)]
+pub enum Access {
+    Allowed,
+    /// A right `?token=`: set the cookie and send the browser here (the
+    /// same address without the token).
+    SetCookie(String),
+    Denied(&'static str),
+}
+
+/// Decides a request: with a token, it must come as `Authorization:
+/// Bearer`, the cookie, or `?token=`; without one (loopback only), the
+/// Host must name the loopback, so that a web page elsewhere cannot reach
+/// the dashboard by rebinding its own name to 127.0.0.1.
+pub fn check(st: &AppState, req: &Request) -> Access {
+    let Some(token) = st.token.as_deref() else {
+        return if loopback_host(req) {
+            Access::Allowed
+        } else {
+            Access::Denied(
+                "this dashboard answers only to a loopback address (127.0.0.1, [::1], localhost)\n",
+            )
+        };
+    };
+    let right = token.as_bytes();
+    if let Some(v) = req.headers().get(header::AUTHORIZATION) {
+        if let Some(t) = v.to_str().ok().and_then(|s| s.strip_prefix("Bearer ")) {
+            if token_matches(t.trim().as_bytes(), right) {
+                return Access::Allowed;
+            }
+        }
+    }
+    let want = hex(right);
+    for v in req.headers().get_all(header::COOKIE) {
+        let Ok(s) = v.to_str() else { continue };
+        for pair in s.split(';') {
+            if let Some((k, val)) = pair.trim().split_once('=') {
+                if k == COOKIE && token_matches(val.as_bytes(), want.as_bytes()) {
+                    return Access::Allowed;
+                }
+            }
+        }
+    }
+    if let Some(q) = req.uri().query() {
+        let mut rest = Vec::new();
+        let mut hit = false;
+        for pair in q.split('&') {
+            match pair.strip_prefix("token=") {
+                Some(v) => hit |= token_matches(&percent_decode(v), right),
+                None => rest.push(pair),
+            }
+        }
+        if hit {
+            return Access::SetCookie(without_query(req.uri(), &rest.join("&")));
+        }
+    }
+    Access::Denied("this dashboard needs its token: open it once as http://HOST:PORT/?token=TOKEN, or send Authorization: Bearer TOKEN\n")
+}
+
+fn without_query(uri: &Uri, rest: &str) -> String {
+    if rest.is_empty() {
+        uri.path().to_string()
+    } else {
+        format!("{}?{rest}", uri.path())
+    }
+}
+
+fn loopback_host(req: &Request) -> bool {
+    let Some(host) = req
+        .headers()
+        .get(header::HOST)
+        .and_then(|h| h.to_str().ok())
+    else {
+        // HTTP/1.0 without Host: no browser, no rebinding.
+        return true;
+    };
+    let name = if let Some(rest) = host.strip_prefix('[') {
+        rest.split(']').next().unwrap_or("")
+    } else {
+        host.rsplit_once(':').map_or(host, |(h, _)| h)
+    };
+    let name = name.to_ascii_lowercase();
+    name == "localhost"
+        || name.ends_with(".localhost")
+        || name
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+fn percent_decode(s: &str) -> Vec<u8> {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        match b[i] {
+            b'%' if i + 2 < b.len() => {
+                let h = std::str::from_utf8(&b[i + 1..i + 3])
+                    .ok()
+                    .and_then(|h| u8::from_str_radix(h, 16).ok());
+                match h {
+                    Some(v) => {
+                        out.push(v);
+                        i += 3;
+                    }
+                    None => {
+                        out.push(b'%');
+                        i += 1;
+                    }
+                }
+            }
+            b'+' => {
+                out.push(b' ');
+                i += 1;
+            }
+            c => {
+                out.push(c);
+                i += 1;
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::body::Body;
+
+    fn state(token: Option<&str>) -> AppState {
+        AppState {
+            archive_path: PathBuf::from("/nonexistent"),
+            token: token.map(str::to_string),
+            live: live::LiveFeed::idle(),
+        }
+    }
+
+    fn req(uri: &str, headers: &[(&str, &str)]) -> Request {
+        let mut b = Request::builder().uri(uri);
+        for (k, v) in headers {
+            b = b.header(*k, *v);
+        }
+        b.body(Body::empty()).unwrap()
+    }
+
+    #[test]
+    fn without_a_token_only_loopback_names_get_in() {
+        let st = state(None);
+        for host in [
+            "127.0.0.1:5380",
+            "localhost:5380",
+            "[::1]:80",
+            "127.0.0.2",
+            "LOCALHOST",
+        ] {
+            assert_eq!(
+                check(&st, &req("/", &[("host", host)])),
+                Access::Allowed,
+                "{host}"
+            );
+        }
+        for host in ["evil.example:5380", "192.0.2.1", "[2001:db8::1]:80"] {
+            assert!(
+                matches!(check(&st, &req("/", &[("host", host)])), Access::Denied(_)),
+                "{host}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_token_is_needed_by_header_cookie_or_query() {
+        let st = state(Some("s3cret/x"));
+        assert!(matches!(
+            check(&st, &req("/api/history", &[])),
+            Access::Denied(_)
+        ));
+        assert_eq!(
+            check(&st, &req("/", &[("authorization", "Bearer s3cret/x")])),
+            Access::Allowed
+        );
+        assert!(matches!(
+            check(&st, &req("/", &[("authorization", "Bearer s3cret/y")])),
+            Access::Denied(_)
+        ));
+        assert!(matches!(
+            check(&st, &req("/", &[("authorization", "Basic s3cret/x")])),
+            Access::Denied(_)
+        ));
+        let cookie = format!("a=b; {COOKIE}={}", hex(b"s3cret/x"));
+        assert_eq!(
+            check(&st, &req("/", &[("cookie", &cookie)])),
+            Access::Allowed
+        );
+        let bad = format!("{COOKIE}={}", hex(b"s3cret/"));
+        assert!(matches!(
+            check(&st, &req("/", &[("cookie", &bad)])),
+            Access::Denied(_)
+        ));
+        assert_eq!(
+            check(&st, &req("/?token=s3cret%2Fx", &[])),
+            Access::SetCookie("/".into())
+        );
+        assert_eq!(
+            check(&st, &req("/api/history?kind=cp&token=s3cret/x", &[])),
+            Access::SetCookie("/api/history?kind=cp".into())
+        );
+        assert!(matches!(
+            check(&st, &req("/?token=s3cret", &[])),
+            Access::Denied(_)
+        ));
+        // A token on a foreign Host is still fine: the token is the check.
+        assert_eq!(
+            check(
+                &st,
+                &req(
+                    "/",
+                    &[
+                        ("host", "dash.example"),
+                        ("authorization", "Bearer s3cret/x")
+                    ]
+                )
+            ),
+            Access::Allowed
+        );
+    }
+
+    #[test]
+    fn percent_decoding_survives_anything() {
+        assert_eq!(percent_decode("a%2Fb+c"), b"a/b c");
+        assert_eq!(percent_decode("%"), b"%");
+        assert_eq!(percent_decode("%4"), b"%4");
+        assert_eq!(percent_decode("%zz"), b"%zz");
+        assert_eq!(percent_decode("%41"), b"A");
+    }
+}
