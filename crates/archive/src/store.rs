@@ -314,7 +314,9 @@ impl Archive {
     pub fn resolve(&self, run: &str) -> Result<i64, ArchiveError> {
         let id = if run == "last" {
             self.conn
-                .query_row("SELECT max(id) FROM runs", [], |r| r.get::<_, Option<i64>>(0))
+                .query_row("SELECT max(id) FROM runs", [], |r| {
+                    r.get::<_, Option<i64>>(0)
+                })
                 .map_err(|e| io_error(&self.path, e))?
         } else {
             run.parse::<i64>().ok()

@@ -13,9 +13,9 @@ mod wan;
 pub use archive::{history, show, where_};
 pub use cp::{cp, ls};
 pub use dashboard::dashboard;
-pub use plot::plot;
 pub use doctor::{bench_disk, doctor};
 pub use perf::{demo, perf};
+pub use plot::plot;
 pub use serve::{id, serve, token, trust};
 pub use wan::wan;
 

@@ -62,9 +62,9 @@ pub fn check_options(o: &DashboardOptions) -> Result<(), DashboardError> {
 /// depend on where they differ.
 pub fn token_matches(presented: &[u8], right: &[u8]) -> bool {
     let mut diff = (presented.len() ^ right.len()) as u64;
-    for i in 0..right.len() {
+    for (i, r) in right.iter().enumerate() {
         let p = presented.get(i).copied().unwrap_or(0);
-        diff |= u64::from(p ^ right[i]);
+        diff |= u64::from(p ^ r);
     }
     // Walk a longer presented token too, so its length costs the same.
     for b in presented.iter().skip(right.len()) {

@@ -406,6 +406,170 @@ mod tests {
         );
     }
 
+    /// One request over a fresh connection; the status line, headers and body.
+    fn http(addr: SocketAddr, path: &str, headers: &str) -> (u16, String, String) {
+        use std::io::{Read, Write};
+        let mut c = std::net::TcpStream::connect(addr).unwrap();
+        c.set_read_timeout(Some(std::time::Duration::from_secs(30)))
+            .unwrap();
+        write!(
+            c,
+            "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n{headers}\r\n"
+        )
+        .unwrap();
+        let mut out = Vec::new();
+        let _ = c.read_to_end(&mut out);
+        let text = String::from_utf8_lossy(&out).into_owned();
+        let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+        let status = head
+            .split(' ')
+            .nth(1)
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(0);
+        (status, head.to_string(), body.to_string())
+    }
+
+    fn serve(token: Option<&str>, archive: &std::path::Path) -> SocketAddr {
+        let d = Dashboard::bind(DashboardOptions {
+            listen: "127.0.0.1:0".parse().unwrap(),
+            archive_path: archive.to_path_buf(),
+            token: token.map(str::to_string),
+        })
+        .unwrap();
+        let addr = d.local_addr().unwrap();
+        std::thread::spawn(move || d.run());
+        addr
+    }
+
+    #[test]
+    fn over_http_the_token_guards_everything() {
+        let t = tempfile::tempdir().unwrap();
+        let addr = serve(Some("tok-123"), &t.path().join("archive.db"));
+        for path in [
+            "/",
+            "/app.js",
+            "/api/history",
+            "/api/live",
+            "/api/run/1",
+            "/nope",
+        ] {
+            let (status, head, body) = http(addr, path, "");
+            assert_eq!(status, 401, "{path}: {head}");
+            assert!(!body.contains("tok-123"));
+        }
+        let (status, head, _) = http(addr, "/?token=tok-123", "");
+        assert_eq!(status, 303, "{head}");
+        let lower = head.to_ascii_lowercase();
+        assert!(lower.contains("location: /\r\n"), "{head}");
+        assert!(lower.contains("set-cookie: longhaul_dashboard="), "{head}");
+        assert!(
+            lower.contains("httponly") && lower.contains("samesite=strict"),
+            "{head}"
+        );
+        let cookie = head
+            .lines()
+            .find_map(|l| {
+                l.to_ascii_lowercase()
+                    .starts_with("set-cookie:")
+                    .then(|| l[11..].trim())
+            })
+            .unwrap()
+            .split(';')
+            .next()
+            .unwrap()
+            .to_string();
+        let (status, _, body) = http(addr, "/", &format!("Cookie: {cookie}\r\n"));
+        assert_eq!(status, 200);
+        assert!(body.contains("<script src=\"/app.js\""));
+        let (status, _, body) = http(addr, "/api/history", "Authorization: Bearer tok-123\r\n");
+        assert_eq!(status, 200, "{body}");
+        let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(v["missing"], true);
+        assert_eq!(v["runs"], serde_json::json!([]));
+    }
+
+    #[test]
+    fn over_http_the_api_answers_json_and_the_feed_pushes() {
+        let t = tempfile::tempdir().unwrap();
+        let p = t.path().join("archive.db");
+        let addr = serve(None, &p);
+        let (status, head, body) = http(addr, "/api/run/1", "");
+        assert_eq!(status, 404, "{head}");
+        assert!(body.contains("\"error\""), "{body}");
+        let (status, _, body) = http(addr, "/api/history?since=soon", "");
+        assert_eq!(status, 400);
+        assert!(body.contains("since"), "{body}");
+        let (status, _, body) = http(addr, "/api/run/1/intervals?after=x", "");
+        assert_eq!(status, 400, "{body}");
+        let (status, head, _) = http(addr, "/", "");
+        assert_eq!(status, 200);
+        assert!(
+            head.to_ascii_lowercase()
+                .contains("content-security-policy"),
+            "{head}"
+        );
+
+        // A run appears in the archive while the dashboard is up.
+        let a = longhaul_archive::Archive::open(&p).unwrap();
+        let id = a
+            .begin_run(&longhaul_archive::model::NewRun {
+                kind: "cp".into(),
+                command: "longhaul cp a h:data/".into(),
+                ..Default::default()
+            })
+            .unwrap();
+        let (w, fin) = longhaul_archive::writer::Writer::start(a, id);
+        w.live(4096, 3, Some(1e9));
+        let started = std::time::Instant::now();
+        loop {
+            let (_, _, body) = http(addr, "/api/running", "");
+            let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+            if v["running"][0]["live_bytes"] == 4096 {
+                assert_eq!(v["archive"], "ok");
+                assert_eq!(v["running"][0]["rate_bps"], 1e9);
+                break;
+            }
+            assert!(
+                started.elapsed() < std::time::Duration::from_secs(30),
+                "{v}"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        // The event stream: its first event at once, then more, each a snapshot.
+        {
+            use std::io::{BufRead, Write};
+            let mut c = std::net::TcpStream::connect(addr).unwrap();
+            c.set_read_timeout(Some(std::time::Duration::from_secs(30)))
+                .unwrap();
+            write!(c, "GET /api/live HTTP/1.1\r\nHost: {addr}\r\n\r\n").unwrap();
+            let mut r = std::io::BufReader::new(c);
+            let mut seqs = Vec::new();
+            let mut line = String::new();
+            while seqs.len() < 3 {
+                line.clear();
+                assert!(r.read_line(&mut line).unwrap() > 0, "the stream ended");
+                if let Some(data) = line.trim_end().strip_prefix("data: ") {
+                    let v: serde_json::Value = serde_json::from_str(data).unwrap();
+                    assert_eq!(v["running"][0]["id"], id);
+                    seqs.push(v["seq"].as_u64().unwrap());
+                }
+            }
+            assert!(seqs.windows(2).all(|w| w[1] > w[0]), "{seqs:?}");
+            assert!(started.elapsed() < std::time::Duration::from_secs(60));
+        }
+        w.end(longhaul_archive::writer::RunEnd {
+            status: "ok".into(),
+            ..Default::default()
+        });
+        drop(w);
+        fin.finish();
+        let (status, _, body) = http(addr, &format!("/api/run/{id}"), "");
+        assert_eq!(status, 200, "{body}");
+        let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(v["status"], "ok");
+        assert_eq!(v["kind"], "cp");
+    }
+
     #[test]
     fn percent_decoding_survives_anything() {
         assert_eq!(percent_decode("a%2Fb+c"), b"a/b c");

@@ -1,0 +1,456 @@
+//! `longhaul dashboard` in a real browser: Debian's chromium, driven
+//! headless through chromedriver's W3C WebDriver HTTP API. A run goes on
+//! while the page is open; the test waits for it on the live page, checks
+//! that its rate is pushed at least every 2 s, opens its run page, checks
+//! the chart has data, and takes screenshots that must not be blank.
+//!
+//! Without chromium and chromedriver the test says why and passes, unless
+//! `LONGHAUL_REQUIRE_BROWSER=1` (CI), where it fails.
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::net::{SocketAddr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+const CHROMIUM: &str = "/usr/bin/chromium";
+const CHROMEDRIVER: &str = "/usr/bin/chromedriver";
+
+/// Everything the test started, ended (by PID) however the test ends.
+#[derive(Default)]
+struct Guard {
+    children: Vec<(&'static str, Child)>,
+    session: Option<String>,
+    fake: Option<(Arc<AtomicBool>, std::thread::JoinHandle<()>)>,
+}
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        if let Some(s) = self.session.take() {
+            let _ = ureq::delete(&s).timeout(Duration::from_secs(20)).call();
+        }
+        if let Some((stop, t)) = self.fake.take() {
+            stop.store(true, Ordering::SeqCst);
+            let _ = t.join();
+        }
+        for (_, c) in self.children.iter_mut().rev() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+fn browser_available() -> Option<String> {
+    let require = std::env::var("LONGHAUL_REQUIRE_BROWSER").is_ok_and(|v| v == "1");
+    let missing: Vec<&str> = [CHROMIUM, CHROMEDRIVER]
+        .into_iter()
+        .filter(|p| !Path::new(p).exists())
+        .collect();
+    if missing.is_empty() {
+        return Some(CHROMIUM.to_string());
+    }
+    let why = format!(
+        "dashboard browser test skipped: {} missing (apt-get install chromium chromium-driver)",
+        missing.join(" and ")
+    );
+    assert!(!require, "{why}, and LONGHAUL_REQUIRE_BROWSER=1");
+    eprintln!("{why}");
+    None
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn agent() -> ureq::Agent {
+    ureq::AgentBuilder::new()
+        .timeout(Duration::from_secs(60))
+        .build()
+}
+
+/// One WebDriver command; its `value`, or the error it answered.
+fn wd(method: &str, url: &str, body: Option<Value>) -> Result<Value, String> {
+    let req = agent().request(method, url);
+    let resp = match body {
+        Some(b) => req.send_json(b),
+        None => req.call(),
+    };
+    match resp {
+        Ok(r) => r
+            .into_json::<Value>()
+            .map(|v| v["value"].clone())
+            .map_err(|e| e.to_string()),
+        Err(ureq::Error::Status(code, r)) => {
+            Err(format!("{code}: {}", r.into_string().unwrap_or_default()))
+        }
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+struct Browser {
+    session: String,
+}
+
+impl Browser {
+    fn js(&self, script: &str) -> Value {
+        wd(
+            "POST",
+            &format!("{}/execute/sync", self.session),
+            Some(json!({ "script": script, "args": [] })),
+        )
+        .unwrap_or_else(|e| panic!("script failed: {e}\n{script}"))
+    }
+
+    fn go(&self, url: &str) {
+        wd(
+            "POST",
+            &format!("{}/url", self.session),
+            Some(json!({ "url": url })),
+        )
+        .unwrap_or_else(|e| panic!("navigating to {url}: {e}"));
+    }
+
+    /// Waits until `script` returns something other than null/false.
+    fn wait_for(&self, what: &str, limit: Duration, script: &str) -> Value {
+        let t = Instant::now();
+        loop {
+            let v = self.js(script);
+            if !(v.is_null() || v == Value::Bool(false)) {
+                return v;
+            }
+            if t.elapsed() > limit {
+                let body =
+                    self.js("return document.body ? document.body.innerText.slice(0, 2000) : ''");
+                panic!("timed out after {limit:?} waiting for {what}; the page says:\n{body}");
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    fn screenshot(&self, to: &Path) -> Vec<u8> {
+        let v = wd("GET", &format!("{}/screenshot", self.session), None)
+            .unwrap_or_else(|e| panic!("screenshot: {e}"));
+        use base64::Engine;
+        let png = base64::engine::general_purpose::STANDARD
+            .decode(v.as_str().expect("base64 screenshot"))
+            .expect("screenshot is base64");
+        std::fs::write(to, &png).unwrap();
+        png
+    }
+}
+
+/// The distinct colours of a PNG (a blank page has one or two).
+fn colours(png_bytes: &[u8]) -> usize {
+    let decoder = png::Decoder::new(png_bytes);
+    let mut reader = decoder.read_info().expect("a PNG");
+    let mut buf = vec![0; reader.output_buffer_size()];
+    let info = reader.next_frame(&mut buf).expect("a PNG frame");
+    let px = match info.color_type {
+        png::ColorType::Rgba => 4,
+        png::ColorType::Rgb => 3,
+        other => panic!("unexpected PNG colour type {other:?}"),
+    };
+    let mut seen = std::collections::HashSet::new();
+    for p in buf[..info.buffer_size()].chunks(px) {
+        seen.insert((p[0], p[1], p[2]));
+    }
+    seen.len()
+}
+
+fn start_chromedriver(g: &mut Guard, chromium: &str, profile: &Path) -> Browser {
+    let port = free_port();
+    let log = profile.join("chromedriver.log");
+    let child = Command::new(CHROMEDRIVER)
+        .arg(format!("--port={port}"))
+        .arg(format!("--log-path={}", log.display()))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start chromedriver");
+    g.children.push(("chromedriver", child));
+    let base = format!("http://127.0.0.1:{port}");
+    let t = Instant::now();
+    while wd("GET", &format!("{base}/status"), None)
+        .map(|v| v["ready"] != true)
+        .unwrap_or(true)
+    {
+        assert!(
+            t.elapsed() < Duration::from_secs(60),
+            "chromedriver did not become ready"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let caps = json!({ "capabilities": { "alwaysMatch": { "goog:chromeOptions": {
+        "binary": chromium,
+        "args": ["--headless=new", "--no-sandbox", "--disable-gpu", "--window-size=1280,900",
+                 "--disable-dev-shm-usage", "--no-first-run", "--disable-extensions",
+                 format!("--user-data-dir={}", profile.join("chrome").display())],
+    }}}});
+    let v = wd("POST", &format!("{base}/session"), Some(caps))
+        .unwrap_or_else(|e| panic!("chromedriver session: {e}"));
+    let id = v["sessionId"].as_str().expect("a session id").to_string();
+    let session = format!("{base}/session/{id}");
+    g.session = Some(session.clone());
+    Browser { session }
+}
+
+fn start_dashboard(g: &mut Guard, archive: &Path) -> SocketAddr {
+    let mut child = common::bin()
+        .args(["dashboard", "--listen", "127.0.0.1:0", "--archive"])
+        .arg(archive)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("start longhaul dashboard");
+    let out = child.stdout.take().unwrap();
+    g.children.push(("dashboard", child));
+    let mut line = String::new();
+    BufReader::new(out).read_line(&mut line).unwrap();
+    let addr = line
+        .trim()
+        .strip_prefix("dashboard: http://")
+        .and_then(|s| s.strip_suffix('/'))
+        .unwrap_or_else(|| panic!("dashboard said {line:?}"));
+    addr.parse().unwrap()
+}
+
+/// A perf run written into the archive as the reporter would, until told
+/// to stop: four streams up, the live counters every 250 ms, an interval
+/// a second.
+fn fake_perf(archive: PathBuf, stop: Arc<AtomicBool>) {
+    use longhaul_archive::model::{IntervalRow, NewRun};
+    use longhaul_archive::writer::{RunEnd, RunResult, Writer};
+    let a = longhaul_archive::Archive::open(&archive).unwrap();
+    let id = a
+        .begin_run(&NewRun {
+            kind: "perf".into(),
+            command: "longhaul perf 127.0.0.1 -P 4 -t 60".into(),
+            remote_host: Some("127.0.0.1".into()),
+            params: Some(json!({"streams": 4, "time": 60})),
+            ..Default::default()
+        })
+        .unwrap();
+    let (w, fin) = Writer::start(a, id);
+    let t0 = Instant::now();
+    let mut bytes = 0u64;
+    let mut idx = 0u32;
+    let limits = ["cwnd", "receiver_window", "cwnd", "network"];
+    while !stop.load(Ordering::SeqCst) && t0.elapsed() < Duration::from_secs(120) {
+        std::thread::sleep(Duration::from_millis(250));
+        let t = t0.elapsed().as_secs_f64();
+        let bps = 4e9 + 1e9 * (t * 0.7).sin();
+        bytes += (bps / 8.0 / 4.0) as u64;
+        w.live(bytes, 0, Some(bps));
+        if t >= f64::from(idx + 1) {
+            let mut total = 0.0;
+            for s in 0..4 {
+                let b = bps / 4.0 * (1.0 + 0.3 * ((t + f64::from(s)) * 1.3).sin());
+                total += b;
+                w.interval(IntervalRow {
+                    idx,
+                    direction: "up".into(),
+                    stream: s,
+                    start_s: f64::from(idx),
+                    end_s: f64::from(idx + 1),
+                    bytes: (b / 8.0) as u64,
+                    bits_per_second: b,
+                    retransmits: Some(0),
+                    rtt_us: Some(120),
+                    cwnd_bytes: Some(1 << 20),
+                    streams: None,
+                    limit: None,
+                    omitted: false,
+                });
+            }
+            w.interval(IntervalRow {
+                idx,
+                direction: "up".into(),
+                stream: -1,
+                start_s: f64::from(idx),
+                end_s: f64::from(idx + 1),
+                bytes: (total / 8.0) as u64,
+                bits_per_second: total,
+                retransmits: Some(0),
+                rtt_us: Some(120),
+                cwnd_bytes: None,
+                streams: Some(4),
+                limit: Some(limits[idx as usize % limits.len()].into()),
+                omitted: false,
+            });
+            idx += 1;
+        }
+    }
+    w.result(RunResult {
+        bytes: Some(bytes),
+        seconds: Some(t0.elapsed().as_secs_f64()),
+        bits_per_second: Some(bytes as f64 * 8.0 / t0.elapsed().as_secs_f64()),
+        summary: Some(json!({"sent_bps": 4e9})),
+        ..Default::default()
+    });
+    w.end(RunEnd {
+        status: "ok".into(),
+        ..Default::default()
+    });
+    drop(w);
+    fin.finish();
+}
+
+#[test]
+fn the_dashboard_shows_a_running_run_live_and_its_graph() {
+    let Some(chromium) = browser_available() else {
+        return;
+    };
+    let tmp = common::TempDir::new("dashboard");
+    let archive = tmp.path().join("archive.db");
+    let shots = std::env::var_os("LONGHAUL_DASHBOARD_SHOTS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| tmp.dir("shots"));
+    let mut g = Guard::default();
+
+    // The dashboard first: the archive does not exist yet, and the page
+    // must say so and pick the archive up when it appears.
+    let addr = start_dashboard(&mut g, &archive);
+    let browser = start_chromedriver(&mut g, &chromium, &tmp.dir("profile"));
+    browser.go(&format!("http://{addr}/"));
+    browser.wait_for(
+        "the live feed",
+        Duration::from_secs(60),
+        "return document.body.getAttribute('data-updated')",
+    );
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let s = stop.clone();
+    let a = archive.clone();
+    g.fake = Some((stop, std::thread::spawn(move || fake_perf(a, s))));
+
+    // The running run appears with its rate.
+    let run = browser.wait_for(
+        "the running run on the live page",
+        Duration::from_secs(90),
+        "const e = document.querySelector('.live-rate'); \
+         return e && e.dataset.bps ? e.dataset.run : null",
+    );
+    let run = run.as_str().unwrap().to_string();
+    let read = |b: &Browser| {
+        b.js(&format!(
+            "const e = document.querySelector('.live-rate[data-run=\"{run}\"]'); \
+             return e ? [e.textContent, e.dataset.updated] : null"
+        ))
+    };
+    let first = read(&browser);
+    assert!(
+        first[0].as_str().unwrap().ends_with("bit/s"),
+        "the rate as text: {first}"
+    );
+    // A new value within 2 s (the page counts the events it got).
+    let t = Instant::now();
+    loop {
+        std::thread::sleep(Duration::from_millis(200));
+        let now = read(&browser);
+        if !now.is_null() && now[1] != first[1] {
+            break;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(2),
+            "the live rate was not updated within 2 s: {first} then {now}"
+        );
+    }
+    // Let the chart gather a few intervals, then picture the live page.
+    browser.wait_for(
+        "intervals on the live chart",
+        Duration::from_secs(60),
+        &format!(
+            "const c = document.getElementById('live-chart-{run}'); \
+             return c && Number(c.dataset.points) >= 15"
+        ),
+    );
+    let live_png = browser.screenshot(&shots.join("dashboard-live.png"));
+    let n = colours(&live_png);
+    assert!(
+        n > 30,
+        "the live page's screenshot looks blank ({n} colours)"
+    );
+
+    // Into the run's page: the interval chart, with data.
+    browser.js(&format!(
+        "document.querySelector('.live-run[data-run=\"{run}\"] a').click(); return true"
+    ));
+    let points = browser.wait_for(
+        "the run page's chart",
+        Duration::from_secs(60),
+        "const c = document.getElementById('run-chart'); \
+         return c && Number(c.dataset.points) > 0 && c.querySelectorAll('path').length > 1 \
+           ? Number(c.dataset.points) : null",
+    );
+    assert!(points.as_u64().unwrap() > 0);
+    assert!(
+        browser.js("return location.hash") == json!(format!("#/run/{run}")),
+        "the link leads to the run page"
+    );
+    let marks = browser.js("return document.querySelectorAll('#run-chart .limit-mark').length");
+    assert!(
+        marks.as_u64().unwrap() > 0,
+        "each interval's limit is marked"
+    );
+    let run_png = browser.screenshot(&shots.join("dashboard-run.png"));
+    let n = colours(&run_png);
+    assert!(
+        n > 30,
+        "the run page's screenshot looks blank ({n} colours)"
+    );
+
+    // The history lists it.
+    browser.go(&format!("http://{addr}/#/history?kind=perf"));
+    browser.wait_for(
+        "the run in the history",
+        Duration::from_secs(60),
+        &format!("return document.querySelector('table.runs tr[data-run=\"{run}\"]') !== null"),
+    );
+    eprintln!("screenshots in {}", shots.display());
+    drop(g);
+}
+
+#[test]
+fn off_loopback_without_a_token_is_refused() {
+    let tmp = common::TempDir::new("dashboard-refuse");
+    let o = common::bin()
+        .args(["dashboard", "--listen", "0.0.0.0:0", "--archive"])
+        .arg(tmp.path().join("archive.db"))
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    common::assert_exit(&o, 2);
+    let err = common::stderr(&o);
+    assert!(
+        err.contains("not a loopback address") && err.contains("--token-file"),
+        "{err}"
+    );
+    let empty = tmp.path().join("empty-token");
+    std::fs::write(&empty, "\n").unwrap();
+    let o = common::bin()
+        .args(["dashboard", "--listen", "127.0.0.1:0", "--token-file"])
+        .arg(&empty)
+        .arg("--archive")
+        .arg(tmp.path().join("archive.db"))
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    common::assert_exit(&o, 2);
+    assert!(
+        common::stderr(&o).contains("no token"),
+        "{}",
+        common::stderr(&o)
+    );
+}
