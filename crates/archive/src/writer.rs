@@ -151,8 +151,8 @@ impl Writer {
 }
 
 impl Finisher {
-    /// Waits for the thread to write what it holds (every [`Writer`] must
-    /// be dropped first); what could not be kept.
+    /// Waits for the thread to write what it holds, up to the end record
+    /// ([`Writer::end`], sent first); what could not be kept.
     pub fn finish(self) -> Loss {
         let mut loss = self.thread.join().unwrap_or_else(|_| Loss {
             rows: 0,
@@ -175,11 +175,17 @@ fn write_loop(mut archive: Archive, run: i64, rx: &Receiver<Record>, dropped: &A
         match rx.recv_timeout(wait) {
             Ok(r) => {
                 first_at.get_or_insert_with(Instant::now);
+                // The end is the last record: clones of the writer that
+                // live on (a catalogue hook in a thread) cannot hold it open.
+                open = !matches!(r, Record::End(_));
                 batch.push(r);
                 // Take what is queued without waiting, up to a batch.
-                while batch.len() < BATCH {
+                while open && batch.len() < BATCH {
                     match rx.try_recv() {
-                        Ok(r) => batch.push(r),
+                        Ok(r) => {
+                            open = !matches!(r, Record::End(_));
+                            batch.push(r);
+                        }
                         Err(_) => break,
                     }
                 }

@@ -47,8 +47,8 @@ fn main() {
         .init();
     let result = match cli.command {
         Command::Serve(a) => cmd::serve(a),
-        Command::Perf(a) => cmd::perf(a),
-        Command::Cp(a) => cmd::cp(a, None, false),
+        Command::Perf(a) => cmd::perf(a, &cli.archive),
+        Command::Cp(a) => cmd::cp(a, None, false, &cli.archive),
         Command::Sync(a) => cmd::cp(
             CpArgs {
                 recursive: true,
@@ -59,6 +59,7 @@ fn main() {
                 delete: a.delete,
             }),
             a.dry_run,
+            &cli.archive,
         ),
         Command::Ls(a) => cmd::ls(a),
         Command::Demo => cmd::demo(),
@@ -66,9 +67,9 @@ fn main() {
         Command::Trust(a) => cmd::trust(a),
         Command::Token(a) => cmd::token(a),
         Command::Wan(a) => cmd::wan(a),
-        Command::Doctor(a) => cmd::doctor(a),
+        Command::Doctor(a) => cmd::doctor(a, &cli.archive),
         Command::Bench(a) => match a.command {
-            BenchCommand::Disk(d) => cmd::bench_disk(d),
+            BenchCommand::Disk(d) => cmd::bench_disk(d, &cli.archive),
         },
         Command::History(a) => cmd::history(a, &cli.archive),
         Command::Show(a) => cmd::show(a, &cli.archive),

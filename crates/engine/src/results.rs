@@ -20,6 +20,9 @@ use crate::xfer::client::CpSummary;
 /// A [`Reporter`] that also takes each command's result. Every method has
 /// an empty default, like [`Reporter`]'s.
 pub trait CommandReporter: Reporter {
+    /// The command succeeded with this exit code (6: some files failed,
+    /// 130: interrupted); called before [`Reporter::end`], not for 0.
+    fn exit_code(&mut self, _code: i32) {}
     /// cp, sync: the outcome of the transfer.
     fn transfer_summary(&mut self, _summary: &CpSummary) {}
 

@@ -1,19 +1,354 @@
-//! `history`, `show`, `where`: the archive, read.
+//! `history`, `show`, `where`: the archive, read. Each opens the archive
+//! read-only; a missing, damaged or newer archive is an error naming the
+//! file, and the file is left as it is.
 
-use super::Outcome;
+use std::path::PathBuf;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use longhaul_archive::model::{FileHit, HistoryFilter, RunDetail, RunRow, KINDS};
+use longhaul_archive::Archive;
+use longhaul_proto::units::{format_bytes, format_rate};
+use serde_json::json;
+
+use super::{usage, Failure, Outcome};
 use crate::args::{ArchiveArgs, HistoryArgs, ShowArgs, WhereArgs};
+use crate::exit;
 
-/// `longhaul history`.
-pub fn history(_a: HistoryArgs, _archive: &ArchiveArgs) -> Outcome {
-    Err(super::usage("history: not built yet"))
+/// Version of `history --json` (`longhaul-history`).
+pub const HISTORY_JSON_FORMAT_VERSION: u32 = 1;
+/// Version of `show --json` (`longhaul-show`).
+pub const SHOW_JSON_FORMAT_VERSION: u32 = 1;
+/// Version of `where --json` (`longhaul-where`).
+pub const WHERE_JSON_FORMAT_VERSION: u32 = 1;
+
+/// The archive file the flags name, or the default one.
+pub fn archive_path(a: &ArchiveArgs) -> Result<PathBuf, Failure> {
+    a.archive
+        .clone()
+        .or_else(longhaul_archive::default_path)
+        .ok_or_else(|| usage("no archive: HOME is not set; name one with --archive FILE"))
 }
 
+/// Opens the archive to read it.
+pub fn open(a: &ArchiveArgs) -> Result<Archive, Failure> {
+    let path = archive_path(a)?;
+    Archive::open_read_only(&path).map_err(archive_failure)
+}
+
+/// An archive error as the command's failure: bad input (a missing run, a
+/// damaged file) is the user's to fix.
+pub fn archive_failure(e: longhaul_archive::ArchiveError) -> Failure {
+    use longhaul_archive::ArchiveError as E;
+    let code = match e {
+        E::Io { .. } => exit::FAILED,
+        _ => exit::USAGE,
+    };
+    Failure {
+        code,
+        message: e.to_string(),
+    }
+}
+
+/// `2h`, `7d` (ago) or `2026-11-23`, `2026-11-23T08:00:00Z`: Unix seconds.
+fn parse_since(s: &str) -> Result<f64, Failure> {
+    let now = SystemTime::now();
+    let at = if let Ok(d) = humantime::parse_duration(s) {
+        now.checked_sub(d).unwrap_or(UNIX_EPOCH)
+    } else {
+        let full = if s.len() == 10 {
+            format!("{s}T00:00:00Z")
+        } else {
+            s.to_string()
+        };
+        humantime::parse_rfc3339_weak(&full).map_err(|_| {
+            usage(format!(
+                "--since {s}: expected a duration ago (30m, 2h, 7d) or a UTC date (2026-11-23, 2026-11-23T08:00:00)"
+            ))
+        })?
+    };
+    Ok(at.duration_since(UNIX_EPOCH).unwrap_or_default().as_secs_f64())
+}
+
+/// Unix seconds as `2026-11-23 20:15:07` (UTC).
+fn when(t: f64) -> String {
+    let at = UNIX_EPOCH + Duration::from_secs_f64(t.max(0.0));
+    humantime::format_rfc3339_seconds(at)
+        .to_string()
+        .replace('T', " ")
+        .trim_end_matches('Z')
+        .to_string()
+}
+
+/// `longhaul history`.
+pub fn history(a: HistoryArgs, archive: &ArchiveArgs) -> Outcome {
+    if let Some(k) = &a.kind {
+        if !KINDS.contains(&k.as_str()) {
+            return Err(usage(format!(
+                "--kind {k}: expected one of {}",
+                KINDS.join(", ")
+            )));
+        }
+    }
+    let filter = HistoryFilter {
+        kind: a.kind.clone(),
+        host: a.host.clone(),
+        since: a.since.as_deref().map(parse_since).transpose()?,
+        export: a.export.clone(),
+        status: None,
+        limit: a.limit,
+    };
+    let db = open(archive)?;
+    let runs = db.history(&filter).map_err(archive_failure)?;
+    if a.json {
+        let doc = json!({
+            "format": "longhaul-history",
+            "format_version": HISTORY_JSON_FORMAT_VERSION,
+            "archive": db.path(),
+            "runs": runs,
+        });
+        outln!("{doc}");
+        return Ok(exit::OK);
+    }
+    if runs.is_empty() {
+        outln!("no runs in {} match", db.path().display());
+        return Ok(exit::OK);
+    }
+    outln!(
+        "{:>5}  {:<19}  {:<10}  {:<11}  {:<28}  {:>10}  {:>14}  verdict",
+        "run",
+        "started (UTC)",
+        "kind",
+        "status",
+        "host / path",
+        "bytes",
+        "rate"
+    );
+    for r in &runs {
+        outln!("{}", history_line(r));
+    }
+    Ok(exit::OK)
+}
+
+fn history_line(r: &RunRow) -> String {
+    let what = r
+        .remote_host
+        .clone()
+        .or_else(|| r.dest.clone())
+        .unwrap_or_else(|| r.local_host.clone());
+    let what = match &r.export {
+        Some(e) => format!("{what} ({e})"),
+        None => what,
+    };
+    let bytes = r.bytes.unwrap_or(r.live_bytes);
+    let rate = r.bits_per_second.or(r.live_bps);
+    format!(
+        "{:>5}  {:<19}  {:<10}  {:<11}  {:<28}  {:>10}  {:>14}  {}",
+        r.id,
+        when(r.started_at),
+        r.kind,
+        r.status,
+        shorten(&what, 28),
+        if bytes > 0 {
+            format_bytes(bytes)
+        } else {
+            "-".into()
+        },
+        rate.map_or_else(|| "-".into(), format_rate),
+        r.verdict.as_deref().unwrap_or("-")
+    )
+}
+
+fn shorten(s: &str, n: usize) -> String {
+    if s.chars().count() <= n {
+        return s.to_string();
+    }
+    let tail: String = s
+        .chars()
+        .rev()
+        .take(n - 1)
+        .collect::<Vec<_>>()
+        .into_iter()
+        .rev()
+        .collect();
+    format!("…{tail}")
+}
+
+/// Files `show` lists without `--all-files`.
+const SHOWN_FILES: usize = 20;
+
 /// `longhaul show`.
-pub fn show(_a: ShowArgs, _archive: &ArchiveArgs) -> Outcome {
-    Err(super::usage("show: not built yet"))
+pub fn show(a: ShowArgs, archive: &ArchiveArgs) -> Outcome {
+    let db = open(archive)?;
+    let id = db.resolve(&a.run).map_err(archive_failure)?;
+    let detail = db.run(id).map_err(archive_failure)?;
+    let files = db
+        .files(id, if a.all_files { 0 } else { SHOWN_FILES })
+        .map_err(archive_failure)?;
+    if a.json {
+        let doc = json!({
+            "format": "longhaul-show",
+            "format_version": SHOW_JSON_FORMAT_VERSION,
+            "run": detail,
+            "files": files,
+            "files_complete": a.all_files || detail.file_count as usize <= files.len(),
+        });
+        outln!("{doc}");
+        return Ok(exit::OK);
+    }
+    print_run(&detail);
+    if !files.is_empty() {
+        outln!("files ({} in the catalogue):", detail.file_count);
+        for f in &files {
+            outln!(
+                "  {}  {:>10}  {} -> {}",
+                f.digest.as_deref().map_or("-", |d| &d[..d.len().min(16)]),
+                format_bytes(f.size),
+                f.source,
+                f.dest
+            );
+        }
+        if (files.len() as u64) < detail.file_count {
+            outln!(
+                "  ... {} more (--all-files)",
+                detail.file_count - files.len() as u64
+            );
+        }
+    }
+    Ok(exit::OK)
+}
+
+fn print_run(d: &RunDetail) {
+    let r = &d.run;
+    outln!("run {}: {} ({})", r.id, r.kind, r.status);
+    outln!("  command   {}", r.command);
+    outln!(
+        "  started   {} UTC on {}{}",
+        when(r.started_at),
+        r.local_host,
+        r.ended_at
+            .map(|e| format!(", ended {} UTC", when(e)))
+            .unwrap_or_default()
+    );
+    for (k, v) in [
+        ("remote", &r.remote_host),
+        ("export", &r.export),
+        ("grant", &r.grant),
+        ("source", &r.source),
+        ("dest", &r.dest),
+        ("verdict", &r.verdict),
+        ("error", &r.error),
+    ] {
+        if let Some(v) = v {
+            outln!("  {k:<9} {v}");
+        }
+    }
+    if let Some(b) = r.bytes {
+        outln!(
+            "  moved     {}{} in {:.1} s, {}{}",
+            format_bytes(b),
+            r.files.map(|f| format!(" ({f} files)")).unwrap_or_default(),
+            r.seconds.unwrap_or(0.0),
+            r.bits_per_second.map_or_else(|| "-".into(), format_rate),
+            match r.verified {
+                Some(true) => ", verified",
+                Some(false) => ", NOT all verified",
+                None => "",
+            }
+        );
+    }
+    if let Some(s) = &d.summary {
+        let stage = |k: &str| s.get(k).and_then(serde_json::Value::as_f64);
+        if let (Some(rd), Some(net), Some(wr)) = (
+            stage("source_read_bps"),
+            stage("network_bps"),
+            stage("dest_write_bps"),
+        ) {
+            outln!(
+                "  stages    read {}, network {}, write {}",
+                format_rate(rd),
+                format_rate(net),
+                format_rate(wr)
+            );
+        }
+    }
+    if r.lost > 0 {
+        outln!(
+            "  lost      {} rows the archive could not keep (disk full?)",
+            r.lost
+        );
+    }
+    for w in &d.warnings {
+        outln!("  warning   {w}");
+    }
+    let totals: Vec<_> = d.intervals.iter().filter(|i| i.stream < 0).collect();
+    if !totals.is_empty() {
+        outln!("intervals (all streams):");
+        for i in totals {
+            outln!(
+                "  {:>7.1}-{:<7.1} {:<5} {:>14}{}{}{}",
+                i.start_s,
+                i.end_s,
+                i.direction,
+                format_rate(i.bits_per_second),
+                i.retransmits
+                    .map(|r| format!("  {r:>6} retr"))
+                    .unwrap_or_default(),
+                i.rtt_us
+                    .map(|r| format!("  rtt {:.2} ms", f64::from(r) / 1000.0))
+                    .unwrap_or_default(),
+                i.limit
+                    .as_deref()
+                    .map(|l| format!("  {l}"))
+                    .unwrap_or_default()
+            );
+        }
+    }
 }
 
 /// `longhaul where`.
-pub fn where_(_a: WhereArgs, _archive: &ArchiveArgs) -> Outcome {
-    Err(super::usage("where: not built yet"))
+pub fn where_(a: WhereArgs, archive: &ArchiveArgs) -> Outcome {
+    let db = open(archive)?;
+    // A local path is recorded absolute: look it up that way too.
+    let what = if longhaul_proto::xfer::parse_remote(&a.what).is_none()
+        && !(a.what.len() == 64 && a.what.bytes().all(|b| b.is_ascii_hexdigit()))
+    {
+        std::path::absolute(&a.what)
+            .map_or_else(|_| a.what.clone(), |p| p.display().to_string())
+    } else {
+        a.what.clone()
+    };
+    let hits = db.find(&what).map_err(archive_failure)?;
+    if a.json {
+        let doc = json!({
+            "format": "longhaul-where",
+            "format_version": WHERE_JSON_FORMAT_VERSION,
+            "query": what,
+            "hits": hits,
+        });
+        outln!("{doc}");
+        return Ok(exit::OK);
+    }
+    if hits.is_empty() {
+        outln!("no archived run moved {what}");
+        return Ok(exit::OK);
+    }
+    for h in &hits {
+        outln!("{}", where_line(h));
+    }
+    Ok(exit::OK)
+}
+
+fn where_line(h: &FileHit) -> String {
+    format!(
+        "run {} ({}, {} UTC, {}): {} -> {}  {}  {}{}",
+        h.run,
+        h.kind,
+        when(h.started_at),
+        h.status,
+        h.file.source,
+        h.file.dest,
+        format_bytes(h.file.size),
+        h.file.digest.as_deref().unwrap_or("-"),
+        if h.file.verified { "  verified" } else { "" }
+    )
 }

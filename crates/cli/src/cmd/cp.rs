@@ -5,6 +5,7 @@ use std::sync::Arc;
 use longhaul_engine::net::dial::ClientOptions;
 use longhaul_engine::results::CommandReporter;
 use longhaul_engine::xfer::client::CpOptions;
+use longhaul_archive::model::NewRun;
 use longhaul_proto::xfer::SyncOptions;
 
 use super::{ended, interrupt_flag, Outcome};
@@ -13,16 +14,63 @@ use crate::exit;
 use crate::print::{self, json::Json};
 
 /// `cp`, and `sync` (with `sync` set and, for `sync -n`, `dry_run`).
-pub fn cp(a: CpArgs, sync: Option<SyncOptions>, dry_run: bool) -> Outcome {
-    let mut printer = print::transfer(a.json, a.intervals, dry_run);
-    let outcome = transfer(&a, sync, dry_run, printer.as_mut());
+pub fn cp(
+    a: CpArgs,
+    sync: Option<SyncOptions>,
+    dry_run: bool,
+    archive: &crate::args::ArchiveArgs,
+) -> Outcome {
+    let run = new_run(&a, sync.as_ref(), dry_run);
+    let archive = super::archive_reporter(archive, &run);
+    let catalogue = archive.as_ref().and_then(|a| a.catalogue());
+    let printer = print::transfer(a.json, a.intervals, dry_run);
+    let mut printer = super::with_archive(printer, archive);
+    let outcome = transfer(&a, sync, dry_run, catalogue, printer.as_mut());
     ended(printer.as_mut(), outcome)
+}
+
+/// A cp or sync as the archive records it when it starts.
+fn new_run(a: &CpArgs, sync: Option<&SyncOptions>, dry_run: bool) -> NewRun {
+    let (sources, dest) = a.paths.split_at(a.paths.len().saturating_sub(1));
+    let remote = a
+        .paths
+        .iter()
+        .find_map(|p| longhaul_proto::xfer::parse_remote(p));
+    let local = |p: &String| {
+        if longhaul_proto::xfer::parse_remote(p).is_some() {
+            p.clone()
+        } else {
+            std::path::absolute(p).map_or_else(|_| p.clone(), |a| a.display().to_string())
+        }
+    };
+    NewRun {
+        kind: if sync.is_some() { "sync" } else { "cp" }.into(),
+        command: super::command_line(),
+        remote_host: remote.as_ref().map(|r| r.host.clone()),
+        export: remote.map(|r| r.export),
+        source: Some(sources.iter().map(local).collect::<Vec<_>>().join(" ")),
+        dest: dest.first().map(local),
+        params: Some(serde_json::json!({
+            "direction": if a.paths.last().is_some_and(|d| longhaul_proto::xfer::parse_remote(d).is_some()) { "push" } else { "pull" },
+            "recursive": a.recursive,
+            "streams": a.streams,
+            "rate_bps": a.rate,
+            "chunk": a.chunk,
+            "checksum": sync.is_some_and(|s| s.checksum),
+            "delete": sync.is_some_and(|s| s.delete),
+            "dry_run": dry_run,
+            "verify": a.verify,
+            "direct": a.direct,
+        })),
+        ..NewRun::default()
+    }
 }
 
 fn transfer(
     a: &CpArgs,
     sync: Option<SyncOptions>,
     dry_run: bool,
+    catalogue: Option<longhaul_engine::xfer::Catalogue>,
     printer: &mut (dyn CommandReporter + Send),
 ) -> Outcome {
     let security = a.security.security()?;
@@ -51,6 +99,7 @@ fn transfer(
         files_in_flight: a.files_in_flight,
         path_memory: Some(longhaul_engine::state::default_pathdb_file()),
         digests_to: a.digests.clone(),
+        catalogue,
         progress: Arc::new(longhaul_engine::xfer::Progress {
             interrupt: interrupt.clone(),
             ..Default::default()

@@ -6,13 +6,21 @@ use longhaul_engine::net::dial::ClientOptions;
 use longhaul_engine::results::CommandReporter;
 
 use super::{ended, usage, Outcome};
-use crate::args::{DiskArgs, DoctorArgs};
+use crate::args::{ArchiveArgs, DiskArgs, DoctorArgs};
+use longhaul_archive::model::NewRun;
 use crate::exit;
 use crate::print::{self, json::Json};
 
 /// `doctor`: audits this host, or measures the path to a server and names what limits it.
-pub fn doctor(a: DoctorArgs) -> Outcome {
-    let mut printer = print::outcome(a.json.then(Json::doctor));
+pub fn doctor(a: DoctorArgs, archive: &ArchiveArgs) -> Outcome {
+    let run = NewRun {
+        kind: "doctor".into(),
+        command: super::command_line(),
+        remote_host: a.targets.last().cloned(),
+        source: a.source.as_ref().map(|p| p.display().to_string()),
+        ..NewRun::default()
+    };
+    let mut printer = super::archived(archive, run, print::outcome(a.json.then(Json::doctor)));
     let outcome = diagnose(&a, printer.as_mut());
     ended(printer.as_mut(), outcome)
 }
@@ -83,7 +91,13 @@ fn diagnose(a: &DoctorArgs, printer: &mut dyn CommandReporter) -> Outcome {
 }
 
 /// `bench disk`: measures a directory's storage.
-pub fn bench_disk(a: DiskArgs) -> Outcome {
+pub fn bench_disk(a: DiskArgs, archive: &ArchiveArgs) -> Outcome {
+    let run = NewRun {
+        kind: "bench-disk".into(),
+        command: super::command_line(),
+        dest: Some(a.path.display().to_string()),
+        ..NewRun::default()
+    };
     let only = |t: &str| a.only.is_empty() || a.only.iter().any(|o| o == t);
     let b = longhaul_engine::bench::disk::DiskBench {
         file_size: a.size,
@@ -97,7 +111,7 @@ pub fn bench_disk(a: DiskArgs) -> Outcome {
         read: only("read"),
         ..longhaul_engine::bench::disk::DiskBench::new(a.path)
     };
-    let mut printer = print::outcome(a.json.then(Json::disk));
+    let mut printer = super::archived(archive, run, print::outcome(a.json.then(Json::disk)));
     let outcome = longhaul_engine::bench::disk::run(&b)
         .map(|r| {
             printer.disk(&r);

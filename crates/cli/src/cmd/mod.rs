@@ -28,7 +28,10 @@ use longhaul_engine::net::tls::TrustOptions;
 use longhaul_engine::results::CommandReporter;
 use longhaul_engine::EngineError;
 
-use crate::args::SecurityArgs;
+use longhaul_archive::reporter::ArchiveReporter;
+
+use crate::args::{ArchiveArgs, SecurityArgs};
+use crate::print::Printer;
 use crate::exit;
 
 /// What a command ends with: the exit code of a success (0, or 6 when
@@ -158,6 +161,60 @@ pub fn state_dir_or_default(d: Option<PathBuf>) -> Result<PathBuf, EngineError> 
 /// Tells `printer` how the command ended (a `--json` printer writes its
 /// document then) and hands the outcome on, for `main` to print a failure.
 pub fn ended(printer: &mut dyn CommandReporter, outcome: Outcome) -> Outcome {
+    if let Ok(&code) = outcome.as_ref() {
+        if code != 0 {
+            printer.exit_code(code);
+        }
+    }
     printer.end(outcome.as_ref().err().map(|f| (f.message.as_str(), f.code)));
     outcome
+}
+
+/// The printer, with this run archived beside it unless `--no-archive`.
+/// An archive that cannot be opened (damaged, from a newer longhaul, no
+/// room) is said once on stderr and the command runs unarchived: moving
+/// the data matters more than remembering it.
+pub fn archived(
+    args: &ArchiveArgs,
+    run: longhaul_archive::model::NewRun,
+    printer: Printer,
+) -> Printer {
+    with_archive(printer, archive_reporter(args, &run))
+}
+
+/// The reporter that archives `run`, unless `--no-archive` or the archive
+/// cannot be opened (said on stderr).
+pub fn archive_reporter(
+    args: &ArchiveArgs,
+    run: &longhaul_archive::model::NewRun,
+) -> Option<ArchiveReporter> {
+    if args.no_archive {
+        return None;
+    }
+    let path = args.archive.clone().or_else(longhaul_archive::default_path)?;
+    ArchiveReporter::start(&path, run)
+        .map_err(|e| crate::errln!("longhaul: warning: not archiving this run: {e}"))
+        .ok()
+}
+
+/// `printer`, with `archive` beside it when there is one.
+pub fn with_archive(printer: Printer, archive: Option<ArchiveReporter>) -> Printer {
+    match archive {
+        Some(a) => Box::new(crate::print::archived::Archived::new(printer, a)),
+        None => printer,
+    }
+}
+
+/// The command line as a run records it.
+pub fn command_line() -> String {
+    std::env::args()
+        .map(|a| {
+            if a.is_empty() || a.contains(|c: char| c.is_whitespace() || c == '\'' || c == '"') {
+                format!("'{}'", a.replace('\'', "'\\''"))
+            } else {
+                a
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
 }

@@ -18,8 +18,15 @@ use crate::exit;
 use crate::print::{self, human};
 
 /// `perf`: a memory-to-memory test against one server, or from one server to another.
-pub fn perf(a: PerfArgs) -> Outcome {
-    let mut printer = print::perf(a.json, a.json_stream, a.streams.initial(), mode_of(&a));
+pub fn perf(a: PerfArgs, archive: &crate::args::ArchiveArgs) -> Outcome {
+    let new = longhaul_archive::model::NewRun {
+        kind: "perf".into(),
+        command: super::command_line(),
+        remote_host: Some(a.hosts.join(" -> ")),
+        ..Default::default()
+    };
+    let printer = print::perf(a.json, a.json_stream, a.streams.initial(), mode_of(&a));
+    let mut printer = super::archived(archive, new, printer);
     let outcome = run(&a, printer.as_mut());
     ended(printer.as_mut(), outcome)
 }

@@ -118,6 +118,7 @@ pub(super) fn serve_transfer(
         max_files_in_flight: Some(max_files),
         // This server takes and sends bundles: agreed if asked.
         bundles: t.bundles,
+        onto: t.op == Op::Push && landing == longhaul_proto::xfer::Landing::Onto,
     }))
     .map_err(Refusal::Failed)?;
     let deadline = Instant::now() + shared.cfg.limits.handshake_timeout;
@@ -167,6 +168,7 @@ pub(super) fn serve_transfer(
             streams,
             SinkConfig {
                 digest_out: None,
+                on_landed: None,
                 progress: Default::default(),
                 landing,
                 dest_shown: format!("{}/{}", ex.name, t.dest),
@@ -200,6 +202,7 @@ pub(super) fn serve_transfer(
                 dir_ends: t.sync.as_ref().is_some_and(|s| s.delete),
                 digests: t.sync.as_ref().is_some_and(|s| s.checksum),
                 digest_out: None,
+                on_landed: None,
                 progress: Default::default(),
                 roots,
                 recursive: t.recursive,

@@ -12,6 +12,7 @@ use longhaul_proto::msg::{Direction, Message};
 use longhaul_proto::xfer::*;
 
 use super::beneath::Anchor;
+use super::Landed;
 use super::sink::{run_sink, SinkConfig};
 use super::source::{run_source, SourceConfig};
 use super::storage::{Direct, Local, Storage};
@@ -65,6 +66,9 @@ pub struct CpOptions {
     pub client: ClientOptions,
     /// Write `DIGEST  PATH` per verified file here.
     pub digests_to: Option<PathBuf>,
+    /// Tell each file that landed here, named in full (the archive's
+    /// file catalogue).
+    pub catalogue: Option<super::Catalogue>,
     /// The transfer's counters (and its interrupt flag); [`cp_with`]
     /// samples them for its reporter.
     pub progress: Arc<super::Progress>,
@@ -221,6 +225,7 @@ impl CpOptions {
             files_in_flight: None,
             path_memory: None,
             digests_to: None,
+            catalogue: None,
             progress: Default::default(),
             client,
         }
@@ -762,7 +767,7 @@ fn cp_once(
     match plan {
         Plan::Push { roots, .. } => {
             let accept = accepted(&mut ctl, &o.client)?;
-            let token = accept.token;
+            let token = accept.token.clone();
             let bundles = accept.bundles;
             let cap = accept
                 .max_files_in_flight
@@ -789,6 +794,12 @@ fn cp_once(
                     dir_ends: o.sync.as_ref().is_some_and(|s| s.delete),
                     digests: o.sync.as_ref().is_some_and(|s| s.checksum),
                     digest_out: digest_out.clone(),
+                    on_landed: o.catalogue.clone().map(|c| {
+                        let place = Place::push(plan, accept.onto);
+                        Arc::new(move |path: &str, size, mtime_ns, digest: Option<&str>| {
+                            c(place.landed(path, size, mtime_ns, digest));
+                        }) as super::OnLanded
+                    }),
                     progress: o.progress.clone(),
                     roots: roots.clone(),
                     recursive: o.recursive,
@@ -842,6 +853,12 @@ fn cp_once(
                 data,
                 SinkConfig {
                     digest_out: digest_out.clone(),
+                    on_landed: o.catalogue.clone().map(|c| {
+                        let place = Place::pull(plan, o, landing);
+                        Arc::new(move |path: &str, size, mtime_ns, digest: Option<&str>| {
+                            c(place.landed(path, size, mtime_ns, digest));
+                        }) as super::OnLanded
+                    }),
                     progress: o.progress.clone(),
                     landing,
                     dest: dest.clone(),
@@ -885,6 +902,114 @@ fn cp_once(
     s.network_bps = s.bits_per_second;
     s.verified = s.failed.is_empty();
     Ok(s)
+}
+
+/// Names a landed file in full for the catalogue: where each entry of the
+/// transfer came from and where it went, as a local absolute path or
+/// `HOST:EXPORT/path`.
+struct Place {
+    /// Each root: the name its entries start with (None when its contents
+    /// were copied, `dir/`), and the prefix that makes an entry its full
+    /// source name.
+    roots: Vec<(Option<String>, String)>,
+    /// The destination as named, and whether the first component of an
+    /// entry is replaced by it ([`Landing::Onto`]) or kept.
+    dest: String,
+    onto: bool,
+}
+
+impl Place {
+    fn push(plan: &Plan, onto: bool) -> Place {
+        let Plan::Push {
+            host,
+            export,
+            dest,
+            roots,
+            ..
+        } = plan
+        else {
+            unreachable!("a push plan")
+        };
+        let roots = roots
+            .iter()
+            .map(|r| {
+                let shown = r.to_string_lossy();
+                let abs = std::path::absolute(r).unwrap_or_else(|_| r.clone());
+                let abs = abs.to_string_lossy().trim_end_matches('/').to_string();
+                if shown.ends_with('/') {
+                    (None, abs)
+                } else {
+                    let (parent, name) = abs.rsplit_once('/').unwrap_or(("", &abs));
+                    (Some(name.to_string()), parent.to_string())
+                }
+            })
+            .collect();
+        Place {
+            roots,
+            dest: format!("{host}:{export}/{dest}"),
+            onto,
+        }
+    }
+
+    fn pull(plan: &Plan, o: &CpOptions, landing: Landing) -> Place {
+        let Plan::Pull {
+            host,
+            export,
+            sources,
+            ..
+        } = plan
+        else {
+            unreachable!("a pull plan")
+        };
+        let roots = sources
+            .iter()
+            .map(|s| {
+                let full = format!("{host}:{export}/{}", s.trim_end_matches('/'));
+                if s.ends_with('/') || s.is_empty() {
+                    (None, full)
+                } else {
+                    let (parent, name) = full.rsplit_once('/').unwrap_or(("", &full));
+                    (Some(name.to_string()), parent.to_string())
+                }
+            })
+            .collect();
+        let dest = std::path::absolute(&o.dest)
+            .map_or_else(|_| o.dest.clone(), |p| p.to_string_lossy().into_owned());
+        Place {
+            roots,
+            dest,
+            onto: landing == Landing::Onto,
+        }
+    }
+
+    fn landed(&self, path: &str, size: u64, mtime_ns: i64, digest: Option<&str>) -> Landed {
+        let first = path.split('/').next().unwrap_or("");
+        let source = self
+            .roots
+            .iter()
+            .find(|(name, _)| name.as_deref() == Some(first))
+            .or_else(|| self.roots.iter().find(|(name, _)| name.is_none()))
+            .map_or_else(|| path.to_string(), |(_, prefix)| format!("{prefix}/{path}"));
+        let rest = if self.onto {
+            path.split_once('/').map_or("", |(_, r)| r)
+        } else {
+            path
+        };
+        let base = self.dest.trim_end_matches('/');
+        let dest = if rest.is_empty() {
+            base.to_string()
+        } else {
+            format!("{base}/{rest}")
+        };
+        Landed {
+            path: path.to_string(),
+            source,
+            dest,
+            size,
+            mtime_ns,
+            digest: digest.map(str::to_string),
+        }
+    }
 }
 
 /// A pull's destination, by the rule of [`landing`]: where entries land

@@ -107,6 +107,29 @@ pub fn write_digest(out: &Option<DigestOut>, path: &str, digest: &str) {
     }
 }
 
+/// A file that landed, named in full: the file catalogue's row.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Landed {
+    /// The file as the transfer named it (its root's name first).
+    pub path: String,
+    /// Where it came from and where it landed: a local absolute path, or
+    /// `HOST:EXPORT/path` on a server.
+    pub source: String,
+    pub dest: String,
+    pub size: u64,
+    pub mtime_ns: i64,
+    /// BLAKE3 over the file's chunk hashes (hex), as `--digests` writes it.
+    pub digest: Option<String>,
+}
+
+/// Where a cp or sync tells each file that landed (the archive's
+/// catalogue). Called from the transfer's threads: it must not block.
+pub type Catalogue = Arc<dyn Fn(Landed) + Send + Sync>;
+
+/// What the source and sink threads call as each file lands: its path in
+/// the transfer, size, mtime and digest.
+pub(crate) type OnLanded = Arc<dyn Fn(&str, u64, i64, Option<&str>) + Send + Sync>;
+
 /// A server's named directory.
 #[derive(Debug, Clone)]
 pub struct Export {

@@ -28,6 +28,8 @@ use crate::EngineError;
 /// How the sink lays files down.
 pub struct SinkConfig {
     pub digest_out: Option<super::DigestOut>,
+    /// Each file that landed, for the catalogue.
+    pub on_landed: Option<super::OnLanded>,
     pub progress: Arc<super::Progress>,
     /// The destination as named by the request.
     pub dest: PathBuf,
@@ -593,8 +595,16 @@ impl Work<'_> {
                 SinkAction::Release(id) => {
                     self.files.lock().expect("poisoned").remove(&id);
                 }
-                SinkAction::Landed { path, digest } => {
+                SinkAction::Landed {
+                    path,
+                    size,
+                    mtime_ns,
+                    digest,
+                } => {
                     cfg.progress.files.fetch_add(1, Ordering::Relaxed);
+                    if let Some(f) = &cfg.on_landed {
+                        f(&path, size, mtime_ns, digest.as_deref());
+                    }
                     if let Some(dg) = &digest {
                         super::write_digest(&cfg.digest_out, &path, dg);
                     }

@@ -32,6 +32,8 @@ pub struct SourceConfig {
     pub dir_ends: bool,
     pub digests: bool,
     pub digest_out: Option<super::DigestOut>,
+    /// Each file that landed, for the catalogue.
+    pub on_landed: Option<super::OnLanded>,
     pub progress: Arc<super::Progress>,
     pub roots: Vec<PathBuf>,
     pub recursive: bool,
@@ -725,8 +727,16 @@ fn act(
                         p.forget(id);
                     }
                 }
-                SourceAction::Landed { path, digest, .. } => {
+                SourceAction::Landed {
+                    path,
+                    size,
+                    mtime_ns,
+                    digest,
+                } => {
                     cfg.progress.files.fetch_add(1, Ordering::Relaxed);
+                    if let Some(f) = &cfg.on_landed {
+                        f(&path, size, mtime_ns, digest.as_deref());
+                    }
                     if let Some(digest) = digest {
                         super::write_digest(&cfg.digest_out, &path, &digest);
                     }

@@ -84,6 +84,9 @@ pub enum SinkAction {
     /// A file landed: count it (progress) and record its digest.
     Landed {
         path: String,
+        /// Its size and modification time, for the catalogue.
+        size: u64,
+        mtime_ns: i64,
         digest: Option<String>,
     },
     /// The source announced everything.
@@ -98,6 +101,8 @@ pub enum SinkAction {
 /// A file the source announced and the sink has not resolved yet.
 struct InFlight {
     path: String,
+    /// Its modification time as announced (the catalogue records it).
+    mtime_ns: i64,
     /// Its chunk count, held against `max_chunks_in_flight` once opened.
     slots: u64,
 }
@@ -315,6 +320,8 @@ impl Sink {
                 self.report.bytes = self.report.bytes.saturating_add(bytes);
                 self.actions.push_back(SinkAction::Landed {
                     path: f.path.clone(),
+                    size: bytes,
+                    mtime_ns: f.mtime_ns,
                     digest: done.digest.clone(),
                 });
             }
@@ -471,6 +478,7 @@ impl Sink {
             e.id,
             InFlight {
                 path: e.path.clone(),
+                mtime_ns: e.mtime_ns,
                 slots: count,
             },
         );

@@ -77,6 +77,8 @@ pub enum SourceAction<H> {
     Landed {
         path: String,
         size: u64,
+        /// Its modification time as announced (the catalogue records it).
+        mtime_ns: i64,
         digest: Option<String>,
     },
     /// Every entry is announced.
@@ -90,6 +92,7 @@ struct Announced<H> {
     rel: String,
     handle: H,
     size: u64,
+    mtime_ns: i64,
     chunk_size: u64,
     /// Times it was announced (1 the first time).
     attempt: u32,
@@ -207,6 +210,7 @@ impl<H: Clone> Source<H> {
                     rel: entry.path.clone(),
                     handle,
                     size: entry.size,
+                    mtime_ns: entry.mtime_ns,
                     chunk_size: entry.chunk_size,
                     attempt,
                     planned: false,
@@ -339,6 +343,7 @@ impl<H: Clone> Source<H> {
                     self.actions.push_back(SourceAction::Landed {
                         path: a.rel,
                         size: a.size,
+                        mtime_ns: a.mtime_ns,
                         digest: d.digest,
                     });
                 }

@@ -133,6 +133,12 @@ pub struct TransferAccept {
     /// Never set unless the client asked; absent from an older server.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub bundles: bool,
+    /// Push: the server's sink puts the source's entries onto the
+    /// destination (its own name replaced, [`Landing::Onto`]) rather than
+    /// into it; the client's file catalogue names destinations by it.
+    /// Absent from an older server (read as into).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub onto: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -1057,6 +1063,7 @@ mod tests {
             token: "t".into(),
             max_files_in_flight: None,
             bundles: false,
+            onto: false,
         };
         assert_eq!(serde_json::to_string(&a).unwrap(), r#"{"token":"t"}"#);
         let old: TransferAccept = serde_json::from_str(r#"{"token":"t"}"#).unwrap();
