@@ -13,8 +13,6 @@ use std::io::{BufRead, BufReader};
 use std::net::{SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
@@ -27,17 +25,20 @@ const CHROMEDRIVER: &str = "/usr/bin/chromedriver";
 struct Guard {
     children: Vec<(&'static str, Child)>,
     session: Option<String>,
-    fake: Option<(Arc<AtomicBool>, std::thread::JoinHandle<()>)>,
+    /// Printed when the test fails.
+    log: Option<PathBuf>,
 }
 
 impl Drop for Guard {
     fn drop(&mut self) {
+        if std::thread::panicking() {
+            if let Some(l) = &self.log {
+                let text = std::fs::read_to_string(l).unwrap_or_default();
+                eprintln!("{}:\n{text}", l.display());
+            }
+        }
         if let Some(s) = self.session.take() {
             let _ = ureq::delete(&s).timeout(Duration::from_secs(20)).call();
-        }
-        if let Some((stop, t)) = self.fake.take() {
-            stop.store(true, Ordering::SeqCst);
-            let _ = t.join();
         }
         for (_, c) in self.children.iter_mut().rev() {
             let _ = c.kill();
@@ -226,85 +227,34 @@ fn start_dashboard(g: &mut Guard, archive: &Path) -> SocketAddr {
     addr.parse().unwrap()
 }
 
-/// A perf run written into the archive as the reporter would, until told
-/// to stop: four streams up, the live counters every 250 ms, an interval
-/// a second.
-fn fake_perf(archive: PathBuf, stop: Arc<AtomicBool>) {
-    use longhaul_archive::model::{IntervalRow, NewRun};
-    use longhaul_archive::writer::{RunEnd, RunResult, Writer};
-    let a = longhaul_archive::Archive::open(&archive).unwrap();
-    let id = a
-        .begin_run(&NewRun {
-            kind: "perf".into(),
-            command: "longhaul perf 127.0.0.1 -P 4 -t 60".into(),
-            remote_host: Some("127.0.0.1".into()),
-            params: Some(json!({"streams": 4, "time": 60})),
-            ..Default::default()
-        })
-        .unwrap();
-    let (w, fin) = Writer::start(a, id);
-    let t0 = Instant::now();
-    let mut bytes = 0u64;
-    let mut idx = 0u32;
-    let limits = ["cwnd", "receiver_window", "cwnd", "network"];
-    while !stop.load(Ordering::SeqCst) && t0.elapsed() < Duration::from_secs(120) {
-        std::thread::sleep(Duration::from_millis(250));
-        let t = t0.elapsed().as_secs_f64();
-        let bps = 4e9 + 1e9 * (t * 0.7).sin();
-        bytes += (bps / 8.0 / 4.0) as u64;
-        w.live(bytes, 0, Some(bps));
-        if t >= f64::from(idx + 1) {
-            let mut total = 0.0;
-            for s in 0..4 {
-                let b = bps / 4.0 * (1.0 + 0.3 * ((t + f64::from(s)) * 1.3).sin());
-                total += b;
-                w.interval(IntervalRow {
-                    idx,
-                    direction: "up".into(),
-                    stream: s,
-                    start_s: f64::from(idx),
-                    end_s: f64::from(idx + 1),
-                    bytes: (b / 8.0) as u64,
-                    bits_per_second: b,
-                    retransmits: Some(0),
-                    rtt_us: Some(120),
-                    cwnd_bytes: Some(1 << 20),
-                    streams: None,
-                    limit: None,
-                    omitted: false,
-                });
-            }
-            w.interval(IntervalRow {
-                idx,
-                direction: "up".into(),
-                stream: -1,
-                start_s: f64::from(idx),
-                end_s: f64::from(idx + 1),
-                bytes: (total / 8.0) as u64,
-                bits_per_second: total,
-                retransmits: Some(0),
-                rtt_us: Some(120),
-                cwnd_bytes: None,
-                streams: Some(4),
-                limit: Some(limits[idx as usize % limits.len()].into()),
-                omitted: false,
-            });
-            idx += 1;
-        }
-    }
-    w.result(RunResult {
-        bytes: Some(bytes),
-        seconds: Some(t0.elapsed().as_secs_f64()),
-        bits_per_second: Some(bytes as f64 * 8.0 / t0.elapsed().as_secs_f64()),
-        summary: Some(json!({"sent_bps": 4e9})),
-        ..Default::default()
-    });
-    w.end(RunEnd {
-        status: "ok".into(),
-        ..Default::default()
-    });
-    drop(w);
-    fin.finish();
+/// An in-process server on loopback, exporting `root` as `data`.
+fn server(root: &Path, state: &Path) -> longhaul_engine::server::ServerHandle {
+    common::xfer::data_server(root, state)
+}
+
+/// A real run the dashboard can watch: `longhaul perf` with four streams,
+/// held to a modest rate so the browser keeps a core, archived to `archive`.
+/// Its output goes to `log`.
+fn start_perf(g: &mut Guard, addr: SocketAddr, archive: &Path, log: &Path) {
+    let child = common::bin()
+        .args([
+            "perf",
+            &addr.to_string(),
+            "-t",
+            "40",
+            "-P",
+            "4",
+            "--pacing",
+            "800M",
+        ])
+        .arg("--archive")
+        .arg(archive)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(log).unwrap())
+        .spawn()
+        .expect("start longhaul perf");
+    g.children.push(("perf", child));
 }
 
 #[test]
@@ -330,10 +280,11 @@ fn the_dashboard_shows_a_running_run_live_and_its_graph() {
         "return document.body.getAttribute('data-updated')",
     );
 
-    let stop = Arc::new(AtomicBool::new(false));
-    let s = stop.clone();
-    let a = archive.clone();
-    g.fake = Some((stop, std::thread::spawn(move || fake_perf(a, s))));
+    let export = tmp.dir("export");
+    let srv = server(&export, &tmp.dir("state"));
+    let perf_log = tmp.path().join("perf.log");
+    start_perf(&mut g, srv.addr(), &archive, &perf_log);
+    g.log = Some(perf_log);
 
     // The running run appears with its rate.
     let run = browser.wait_for(
@@ -418,8 +369,39 @@ fn the_dashboard_shows_a_running_run_live_and_its_graph() {
         Duration::from_secs(60),
         &format!("return document.querySelector('table.runs tr[data-run=\"{run}\"]') !== null"),
     );
+
+    // A copy: its run page shows the rates of its stages.
+    let src = tmp.path().join("payload.bin");
+    common::xfer::write_random(&src, 8 << 20, 7);
+    let o = common::bin()
+        .arg("cp")
+        .arg(&src)
+        .arg(common::xfer::remote(srv.addr(), ""))
+        .arg("--archive")
+        .arg(&archive)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    common::assert_exit(&o, 0);
+    browser.go(&format!("http://{addr}/#/history?kind=cp"));
+    let cp = browser.wait_for(
+        "the copy in the history",
+        Duration::from_secs(60),
+        "const r = document.querySelector('table.runs tr[data-kind=\"cp\"]'); return r && r.dataset.run",
+    );
+    browser.js(&format!(
+        "document.querySelector('table.runs tr[data-run=\"{}\"] a').click(); return true",
+        cp.as_str().unwrap()
+    ));
+    browser.wait_for(
+        "the copy's stage rates",
+        Duration::from_secs(60),
+        "return document.querySelectorAll('table.stages tr').length === 3 \
+           && document.body.innerText.includes('payload.bin')",
+    );
     eprintln!("screenshots in {}", shots.display());
     drop(g);
+    srv.shutdown();
 }
 
 #[test]

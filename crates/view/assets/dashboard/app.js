@@ -276,7 +276,7 @@ function runTable(runs) {
   return h("table", { class: "runs" },
     h("thead", {}, h("tr", {}, ["run", "kind", "status", "started", "remote / path", "export", "bytes", "files", "time", "rate", "verdict"]
       .map((x, i) => h("th", { class: i >= 6 && i <= 9 ? "num" : null }, x)))),
-    h("tbody", {}, runs.map((r) => h("tr", { "data-run": r.id },
+    h("tbody", {}, runs.map((r) => h("tr", { "data-run": r.id, "data-kind": r.kind },
       h("td", {}, runLink(r.id)),
       h("td", {}, kindSpan(r.kind)),
       h("td", {}, statusSpan(r.status)),
