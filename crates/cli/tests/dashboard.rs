@@ -436,3 +436,56 @@ fn off_loopback_without_a_token_is_refused() {
         common::stderr(&o)
     );
 }
+
+#[test]
+fn off_loopback_with_a_token_serves_https_with_the_identity() {
+    let tmp = common::TempDir::new("dashboard-tls");
+    let token = tmp.path().join("token");
+    std::fs::write(&token, "dash-token\n").unwrap();
+    // A v4-mapped address is not loopback to the check, yet stays on this host.
+    let mut g = Guard::default();
+    let child = common::bin()
+        .args([
+            "dashboard",
+            "--listen",
+            "[::ffff:127.0.0.1]:0",
+            "--token-file",
+        ])
+        .arg(&token)
+        .arg("--archive")
+        .arg(tmp.path().join("archive.db"))
+        .env("XDG_STATE_HOME", tmp.path().join("state"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn();
+    let Ok(mut child) = child else {
+        return;
+    };
+    let out = child.stdout.take().unwrap();
+    let err = child.stderr.take().unwrap();
+    g.children.push(("dashboard", child));
+    let mut line = String::new();
+    BufReader::new(out).read_line(&mut line).unwrap();
+    if line.is_empty() {
+        // No IPv6 on this host: nothing to test here.
+        let mut e = String::new();
+        let _ = std::io::Read::read_to_string(&mut BufReader::new(err), &mut e);
+        eprintln!("skipped: {e}");
+        return;
+    }
+    assert!(line.starts_with("dashboard: https://"), "{line}");
+    let mut cert = String::new();
+    BufReader::new(err).read_line(&mut cert).unwrap();
+    let fp = cert
+        .split_whitespace()
+        .find(|w| w.starts_with("SHA256:"))
+        .unwrap_or_else(|| panic!("no fingerprint in {cert:?}"));
+    let id = common::bin()
+        .arg("id")
+        .arg(tmp.path().join("state/longhaul"))
+        .output()
+        .unwrap();
+    assert!(common::stdout(&id).contains(fp), "{}", common::stdout(&id));
+    assert!(!cert.contains("dash-token"));
+}

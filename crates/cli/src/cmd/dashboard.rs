@@ -28,21 +28,34 @@ pub fn dashboard(a: DashboardArgs, archive: &ArchiveArgs) -> Outcome {
         }
         None => None,
     };
+    // Off loopback the page is HTTPS, with this host's longhaul identity
+    // (refused before a key is made when there is no token).
+    let mut tls = None;
+    let mut fingerprint = None;
+    if !a.listen.ip().is_loopback() && token.is_some() {
+        let dir = super::state_dir_or_default(None)?;
+        let (id, _) = longhaul_engine::net::tls::Identity::load_or_create(&dir)?;
+        fingerprint = Some(id.fingerprint());
+        tls = Some(longhaul_view::dashboard::tls::config(&id).map_err(|e| usage(e.to_string()))?);
+    }
     let opts = DashboardOptions {
         listen: a.listen,
         archive_path,
         token,
+        tls,
     };
     let path = opts.archive_path.clone();
-    let off_loopback = !opts.listen.ip().is_loopback();
     serve_dashboard(opts, |addr| {
-        crate::outln!("dashboard: http://{addr}/");
-        crate::errln!("dashboard: reading {}", path.display());
-        if off_loopback {
-            crate::errln!(
-                "dashboard: serving plain HTTP off loopback: the token and the runs cross the network unencrypted; put it behind a TLS proxy or reach it through an SSH tunnel"
-            );
+        match &fingerprint {
+            Some(fp) => {
+                crate::outln!("dashboard: https://{addr}/");
+                crate::errln!(
+                    "dashboard: HTTPS with the certificate {fp} (self-signed: check that the browser shows this fingerprint)"
+                );
+            }
+            None => crate::outln!("dashboard: http://{addr}/"),
         }
+        crate::errln!("dashboard: reading {}", path.display());
     })
     .map_err(|e| match e {
         DashboardError::OpenOffLoopback(_) | DashboardError::EmptyToken => usage(e.to_string()),

@@ -12,6 +12,7 @@
 pub mod api;
 pub mod live;
 pub mod server;
+pub mod tls;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -29,6 +30,8 @@ pub struct DashboardOptions {
     pub archive_path: PathBuf,
     /// The token every request must carry; needed off loopback.
     pub token: Option<String>,
+    /// Serve HTTPS with this configuration ([`tls::config`]).
+    pub tls: Option<std::sync::Arc<rustls::ServerConfig>>,
 }
 
 /// Why the dashboard could not start.
@@ -82,6 +85,7 @@ mod tests {
             listen: listen.parse().unwrap(),
             archive_path: PathBuf::from("/nonexistent/archive.db"),
             token: token.map(str::to_string),
+            tls: None,
         }
     }
 

@@ -27,6 +27,8 @@ pub const COOKIE: &str = "longhaul_dashboard";
 pub struct AppState {
     pub archive_path: PathBuf,
     token: Option<String>,
+    /// HTTPS: the cookie is `Secure`.
+    secure: bool,
     pub live: live::LiveFeed,
 }
 
@@ -69,15 +71,22 @@ impl Dashboard {
         let state = Arc::new(AppState {
             archive_path: self.opts.archive_path.clone(),
             token: self.opts.token.clone(),
+            secure: self.opts.tls.is_some(),
             live: feed,
         });
         let app = router(state);
+        let tls = self.opts.tls.clone();
         rt.block_on(async move {
             let listener = tokio::net::TcpListener::from_std(self.listener)
                 .map_err(|e| DashboardError::Runtime(e.to_string()))?;
-            axum::serve(listener, app)
-                .await
-                .map_err(|e| DashboardError::Runtime(e.to_string()))
+            match tls {
+                Some(cfg) => axum::serve(super::tls::TlsListener::new(listener, cfg), app)
+                    .await
+                    .map_err(|e| DashboardError::Runtime(e.to_string())),
+                None => axum::serve(listener, app)
+                    .await
+                    .map_err(|e| DashboardError::Runtime(e.to_string())),
+            }
         })
     }
 }
@@ -138,8 +147,9 @@ async fn guard(State(st): State<Arc<AppState>>, req: Request, next: Next) -> Res
         Access::SetCookie(to) => {
             let token = st.token.as_deref().unwrap_or_default();
             let cookie = format!(
-                "{COOKIE}={}; HttpOnly; SameSite=Strict; Path=/",
-                hex(token.as_bytes())
+                "{COOKIE}={}; HttpOnly; SameSite=Strict; Path=/{}",
+                hex(token.as_bytes()),
+                if st.secure { "; Secure" } else { "" }
             );
             let mut r = StatusCode::SEE_OTHER.into_response();
             if let Ok(v) = HeaderValue::from_str(&to) {
@@ -313,6 +323,7 @@ mod tests {
         AppState {
             archive_path: PathBuf::from("/nonexistent"),
             token: token.map(str::to_string),
+            secure: false,
             live: live::LiveFeed::idle(),
         }
     }
@@ -434,6 +445,7 @@ mod tests {
             listen: "127.0.0.1:0".parse().unwrap(),
             archive_path: archive.to_path_buf(),
             token: token.map(str::to_string),
+            tls: None,
         })
         .unwrap();
         let addr = d.local_addr().unwrap();
