@@ -350,6 +350,13 @@ fn the_dashboard_shows_a_running_run_live_and_its_graph() {
         browser.js("return location.hash") == json!(format!("#/run/{run}")),
         "the link leads to the run page"
     );
+    // For a picture with more of the run (docs/dashboard.png): wait longer.
+    if let Some(secs) = std::env::var("LONGHAUL_DASHBOARD_SHOT_WAIT")
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+    {
+        std::thread::sleep(Duration::from_secs(secs));
+    }
     let marks = browser.js("return document.querySelectorAll('#run-chart .limit-mark').length");
     assert!(
         marks.as_u64().unwrap() > 0,
@@ -398,6 +405,16 @@ fn the_dashboard_shows_a_running_run_live_and_its_graph() {
         Duration::from_secs(60),
         "return document.querySelectorAll('table.stages tr').length === 3 \
            && document.body.innerText.includes('payload.bin')",
+    );
+    let cp_png = browser.screenshot(&shots.join("dashboard-cp.png"));
+    assert!(colours(&cp_png) > 30, "the copy's page looks blank");
+
+    // The doctor's page answers (no doctor run here: it says so).
+    browser.go(&format!("http://{addr}/#/doctor"));
+    browser.wait_for(
+        "the doctor page",
+        Duration::from_secs(60),
+        "return document.body.innerText.includes('No doctor runs yet')",
     );
     eprintln!("screenshots in {}", shots.display());
     drop(g);

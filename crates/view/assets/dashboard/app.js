@@ -97,7 +97,7 @@ function lineChart(series, marks, opts) {
   if (opts.id) svg.setAttribute("id", opts.id);
   if (!all.length) {
     const t = s("text", { x: W / 2, y: H / 2, "text-anchor": "middle" });
-    t.textContent = "no intervals yet";
+    t.textContent = opts.empty || "no intervals yet";
     svg.append(t);
     return svg;
   }
@@ -356,7 +356,8 @@ async function renderRun(id) {
   const kids = [
     h("h2", {}, `Run #${d.id} `, kindSpan(d.kind), " ", statusSpan(d.status)),
     h("div", { class: "card" }, h("h3", {}, "Intervals"),
-      lineChart(series, marks, { id: "run-chart" }), legend(series, marks)),
+      lineChart(series, marks, { id: "run-chart",
+        empty: d.status === "running" ? "no intervals yet" : "no intervals recorded (a run shorter than an interval)" }), legend(series, marks)),
   ];
   if (d.stages) kids.push(h("div", { class: "card" }, h("h3", {}, "Stage rates"), stages(d.stages)));
   kids.push(h("div", { class: "grid2" },
