@@ -227,7 +227,7 @@ fn commit(archive: &mut Archive, run: i64, batch: &mut Vec<Record>, loss: &mut L
         if loss.error.is_none() {
             loss.error = Some(e.to_string());
         }
-        tracing::warn!("archive: {rows} rows not written: {e}");
+        tracing::debug!("archive: {rows} rows not written: {e}");
         // The end and result still count: try them alone, outside the batch.
         let tail: Vec<Record> = batch
             .drain(..)
