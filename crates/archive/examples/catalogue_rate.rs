@@ -13,9 +13,14 @@ use longhaul_archive::Archive;
 
 fn main() {
     let mut args = std::env::args().skip(1);
-    let files: u64 = args.next().and_then(|a| a.parse().ok()).unwrap_or(1_000_000);
+    let files: u64 = args
+        .next()
+        .and_then(|a| a.parse().ok())
+        .unwrap_or(1_000_000);
     let tmp = tempfile::tempdir().expect("a temporary directory");
-    let dir = args.next().map_or_else(|| tmp.path().to_path_buf(), Into::into);
+    let dir = args
+        .next()
+        .map_or_else(|| tmp.path().to_path_buf(), Into::into);
     let path = dir.join("catalogue-rate.db");
     let _ = std::fs::remove_file(&path);
     let a = Archive::open(&path).expect("open the archive");

@@ -189,9 +189,10 @@ impl Archive {
         self.conn
             .pragma_update(None, "foreign_keys", "ON")
             .map_err(|e| classify(&path, e))?;
-        // A catalogue's index pages stay in memory while a run writes them.
+        // A catalogue's index pages stay in memory while a run writes them;
+        // 16 MiB at most, so a run of days writes in bounded memory.
         self.conn
-            .pragma_update(None, "cache_size", -65536)
+            .pragma_update(None, "cache_size", -16384)
             .map_err(|e| classify(&path, e))?;
         for (from, sql) in MIGRATIONS.iter().enumerate().skip(version as usize) {
             let tx = self.conn.transaction().map_err(|e| classify(&path, e))?;
@@ -344,7 +345,9 @@ impl Archive {
     pub fn resolve(&self, run: &str) -> Result<i64, ArchiveError> {
         let id = if run == "last" {
             self.conn
-                .query_row("SELECT max(id) FROM runs", [], |r| r.get::<_, Option<i64>>(0))
+                .query_row("SELECT max(id) FROM runs", [], |r| {
+                    r.get::<_, Option<i64>>(0)
+                })
                 .map_err(|e| io_error(&self.path, e))?
         } else {
             run.parse::<i64>().ok()

@@ -93,7 +93,11 @@ fn a_run_written_reads_back_through_every_query() {
     assert_eq!(by_dest.len(), 1);
     assert_eq!(by_dest[0].run, id);
     assert_eq!(r.find("/src/tree/f7").unwrap().len(), 1);
-    assert_eq!(r.find(&format!("{:064X}", 7)).unwrap().len(), 1, "digests match in any case");
+    assert_eq!(
+        r.find(&format!("{:064X}", 7)).unwrap().len(),
+        1,
+        "digests match in any case"
+    );
     assert!(r.find("/nowhere").unwrap().is_empty());
     // Filters.
     let all = |f: HistoryFilter| r.history(&f).unwrap().len();

@@ -78,14 +78,20 @@ fn a_push_and_a_pull_are_archived_with_every_file() {
         .unwrap_or_else(|| panic!("{show}"));
     let src_one = src.join("sub/one");
     assert_eq!(one["source"], src_one.to_str().unwrap());
-    let dest_one = format!("{}:{}:data/odd name/sub/one", s.addr().ip(), s.addr().port());
+    let dest_one = format!(
+        "{}:{}:data/odd name/sub/one",
+        s.addr().ip(),
+        s.addr().port()
+    );
     assert_eq!(one["dest"], dest_one);
     assert_eq!(one["size"], 300_000);
     // The digest is the one --digests wrote.
     let listed = fs::read_to_string(&digests).unwrap();
     let digest = one["digest"].as_str().unwrap();
     assert!(
-        listed.lines().any(|l| l.starts_with(digest) && l.ends_with("sub/one")),
+        listed
+            .lines()
+            .any(|l| l.starts_with(digest) && l.ends_with("sub/one")),
         "{digest} not in {listed}"
     );
 
@@ -142,7 +148,12 @@ fn no_archive_records_nothing() {
     let s = data_server(&t.dir("export"), &t.dir("state"));
     let o = with_archive(
         &archive,
-        &["cp", "--no-archive", src.to_str().unwrap(), &remote(s.addr(), "")],
+        &[
+            "cp",
+            "--no-archive",
+            src.to_str().unwrap(),
+            &remote(s.addr(), ""),
+        ],
     );
     assert_exit(&o, 0);
     assert!(!archive.exists());
@@ -158,18 +169,29 @@ fn assert_transfer_goes_on(archive: &Path, says: &str) {
     write_random(&src, 100_000, 4);
     let exp = t.dir("export");
     let s = data_server(&exp, &t.dir("state"));
-    let o = with_archive(archive, &["cp", src.to_str().unwrap(), &remote(s.addr(), "")]);
+    let o = with_archive(
+        archive,
+        &["cp", src.to_str().unwrap(), &remote(s.addr(), "")],
+    );
     assert_exit(&o, 0);
     assert_same_file(&src, &exp.join("f"));
     let err = stderr(&o);
     assert!(err.contains("not archiving this run"), "{err}");
     assert!(err.contains(&archive.display().to_string()), "{err}");
     assert!(err.contains(says), "{err}");
-    assert_eq!(fs::read(archive).unwrap(), before, "the archive was changed");
+    assert_eq!(
+        fs::read(archive).unwrap(),
+        before,
+        "the archive was changed"
+    );
     let o = with_archive(archive, &["history"]);
     assert_exit(&o, 2);
     assert!(stderr(&o).contains(says), "{}", stderr(&o));
-    assert_eq!(fs::read(archive).unwrap(), before, "the archive was changed");
+    assert_eq!(
+        fs::read(archive).unwrap(),
+        before,
+        "the archive was changed"
+    );
 }
 
 #[test]
@@ -305,7 +327,10 @@ fn a_full_disk_under_the_archive_loses_rows_not_the_transfer() {
     let s = data_server(&t.dir("export"), &t.dir("state"));
     let seed = t.path().join("seed");
     write_random(&seed, 10, 5);
-    let o = with_archive(&archive, &["cp", seed.to_str().unwrap(), &remote(s.addr(), "")]);
+    let o = with_archive(
+        &archive,
+        &["cp", seed.to_str().unwrap(), &remote(s.addr(), "")],
+    );
     assert_exit(&o, 0);
     let mut n: u64 = 0;
     while fs::write(disk.0.join(format!("fill{n}")), vec![0u8; 4096]).is_ok() {
@@ -319,7 +344,11 @@ fn a_full_disk_under_the_archive_loses_rows_not_the_transfer() {
     let src = t.path().join("many");
     fs::create_dir_all(&src).unwrap();
     for i in 0..2000 {
-        fs::write(src.join(format!("file-with-a-long-name-{i:05}")), i.to_string()).unwrap();
+        fs::write(
+            src.join(format!("file-with-a-long-name-{i:05}")),
+            i.to_string(),
+        )
+        .unwrap();
     }
     let exp = t.dir("export2");
     let s2 = data_server(&exp, &t.dir("state2"));
@@ -330,7 +359,10 @@ fn a_full_disk_under_the_archive_loses_rows_not_the_transfer() {
     assert_exit(&o, 0);
     assert_same_tree(&src, &exp.join("many"), false);
     let err = stderr(&o);
-    assert!(err.contains("kept this run without"), "the loss is said: {err}");
+    assert!(
+        err.contains("kept this run without"),
+        "the loss is said: {err}"
+    );
     assert!(err.contains(&archive.display().to_string()), "{err}");
     drop(disk);
 }

@@ -66,7 +66,10 @@ fn parse_since(s: &str) -> Result<f64, Failure> {
             ))
         })?
     };
-    Ok(at.duration_since(UNIX_EPOCH).unwrap_or_default().as_secs_f64())
+    Ok(at
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_secs_f64())
 }
 
 /// Unix seconds as `2026-11-23 20:15:07` (UTC).
@@ -312,8 +315,7 @@ pub fn where_(a: WhereArgs, archive: &ArchiveArgs) -> Outcome {
     let what = if longhaul_proto::xfer::parse_remote(&a.what).is_none()
         && !(a.what.len() == 64 && a.what.bytes().all(|b| b.is_ascii_hexdigit()))
     {
-        std::path::absolute(&a.what)
-            .map_or_else(|_| a.what.clone(), |p| p.display().to_string())
+        std::path::absolute(&a.what).map_or_else(|_| a.what.clone(), |p| p.display().to_string())
     } else {
         a.what.clone()
     };

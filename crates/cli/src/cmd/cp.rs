@@ -2,10 +2,10 @@
 
 use std::sync::Arc;
 
+use longhaul_archive::model::NewRun;
 use longhaul_engine::net::dial::ClientOptions;
 use longhaul_engine::results::CommandReporter;
 use longhaul_engine::xfer::client::CpOptions;
-use longhaul_archive::model::NewRun;
 use longhaul_proto::xfer::SyncOptions;
 
 use super::{ended, interrupt_flag, Outcome};

@@ -7,9 +7,9 @@ use longhaul_engine::results::CommandReporter;
 
 use super::{ended, usage, Outcome};
 use crate::args::{ArchiveArgs, DiskArgs, DoctorArgs};
-use longhaul_archive::model::NewRun;
 use crate::exit;
 use crate::print::{self, json::Json};
+use longhaul_archive::model::NewRun;
 
 /// `doctor`: audits this host, or measures the path to a server and names what limits it.
 pub fn doctor(a: DoctorArgs, archive: &ArchiveArgs) -> Outcome {

@@ -13,9 +13,9 @@ mod wan;
 pub use archive::{history, show, where_};
 pub use cp::{cp, ls};
 pub use dashboard::dashboard;
-pub use plot::plot;
 pub use doctor::{bench_disk, doctor};
 pub use perf::{demo, perf};
+pub use plot::plot;
 pub use serve::{id, serve, token, trust};
 pub use wan::wan;
 
@@ -31,8 +31,8 @@ use longhaul_engine::EngineError;
 use longhaul_archive::reporter::ArchiveReporter;
 
 use crate::args::{ArchiveArgs, SecurityArgs};
-use crate::print::Printer;
 use crate::exit;
+use crate::print::Printer;
 
 /// What a command ends with: the exit code of a success (0, or 6 when
 /// some files failed, 130 when interrupted), or the failure to print.
@@ -191,7 +191,10 @@ pub fn archive_reporter(
     if args.no_archive {
         return None;
     }
-    let path = args.archive.clone().or_else(longhaul_archive::default_path)?;
+    let path = args
+        .archive
+        .clone()
+        .or_else(longhaul_archive::default_path)?;
     ArchiveReporter::start(&path, run)
         .map_err(|e| crate::errln!("longhaul: warning: not archiving this run: {e}"))
         .ok()

@@ -12,10 +12,10 @@ use longhaul_proto::msg::{Direction, Message};
 use longhaul_proto::xfer::*;
 
 use super::beneath::Anchor;
-use super::Landed;
 use super::sink::{run_sink, SinkConfig};
 use super::source::{run_source, SourceConfig};
 use super::storage::{Direct, Local, Storage};
+use super::Landed;
 use crate::net::dial::{open_control, open_control_early, present, ClientOptions, Control, Dialer};
 use crate::report::{Discard, Reporter, PROGRESS_TICK};
 use crate::EngineError;
@@ -994,7 +994,10 @@ impl Place {
             .iter()
             .find(|(name, _)| name.as_deref() == Some(first))
             .or_else(|| self.roots.iter().find(|(name, _)| name.is_none()))
-            .map_or_else(|| path.to_string(), |(_, prefix)| format!("{prefix}/{path}"));
+            .map_or_else(
+                || path.to_string(),
+                |(_, prefix)| format!("{prefix}/{path}"),
+            );
         let rest = if self.onto {
             path.split_once('/').map_or("", |(_, r)| r)
         } else {

@@ -88,8 +88,10 @@ impl Progress {
         if v.len() >= KEPT_INTERVALS {
             // In halves: amortised O(1) per interval.
             v.drain(..KEPT_INTERVALS / 2);
-            self.intervals_dropped
-                .fetch_add(KEPT_INTERVALS as u64 / 2, std::sync::atomic::Ordering::Relaxed);
+            self.intervals_dropped.fetch_add(
+                KEPT_INTERVALS as u64 / 2,
+                std::sync::atomic::Ordering::Relaxed,
+            );
         }
         v.push(i);
     }
@@ -439,7 +441,9 @@ mod kept_intervals {
         let v = p.intervals.lock().unwrap();
         assert!(v.len() <= KEPT_INTERVALS);
         assert_eq!(v.last().unwrap().index, n - 1);
-        let dropped = p.intervals_dropped.load(std::sync::atomic::Ordering::Relaxed);
+        let dropped = p
+            .intervals_dropped
+            .load(std::sync::atomic::Ordering::Relaxed);
         assert_eq!(dropped + v.len() as u64, u64::from(n), "every one counted");
         assert_eq!(u64::from(v[0].index), dropped);
     }
