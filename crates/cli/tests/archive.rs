@@ -366,3 +366,39 @@ fn a_full_disk_under_the_archive_loses_rows_not_the_transfer() {
     assert!(err.contains(&archive.display().to_string()), "{err}");
     drop(disk);
 }
+
+#[test]
+fn a_run_ended_by_ctrl_c_is_archived_as_interrupted() {
+    let t = TempDir::new("archive-int");
+    let archive = t.path().join("archive.db");
+    let s = data_server(&t.dir("export"), &t.dir("state"));
+    let mut child = bin()
+        .arg("--archive")
+        .arg(&archive)
+        .args(["perf", &s.addr().to_string(), "-t", "60", "-i", "0.2"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let start = std::time::Instant::now();
+    loop {
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        let o = with_archive(&archive, &["show", "last", "--json"]);
+        if o.status.success()
+            && json_of(&o)["run"]["intervals"]
+                .as_array()
+                .is_some_and(|i| !i.is_empty())
+        {
+            break;
+        }
+        assert!(start.elapsed().as_secs() < 40, "no intervals archived");
+    }
+    // SAFETY: kill(2) on our own child's pid.
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let st = child.wait().unwrap();
+    assert_eq!(st.code(), Some(130));
+    let show = json_ok(&archive, &["show", "last", "--json"]);
+    assert_eq!(show["run"]["status"], "interrupted", "{show}");
+    assert_eq!(show["run"]["exit_code"], 130, "{show}");
+    assert!(show["run"]["summary"].is_object(), "its summary is kept: {show}");
+}
