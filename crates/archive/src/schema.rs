@@ -73,11 +73,17 @@ CREATE TABLE files (
     size            INTEGER NOT NULL,
     mtime_ns        INTEGER,
     digest          TEXT,                 -- BLAKE3 over the chunk hashes, hex
-    verified        INTEGER NOT NULL
+    verified        INTEGER NOT NULL,
+    -- Lookup keys (`where`): 64 bits of each name's BLAKE3 and of the
+    -- digest. Integer indexes are written several times faster than
+    -- indexes of long text, which a million-file catalogue needs.
+    source_key      INTEGER NOT NULL,
+    dest_key        INTEGER NOT NULL,
+    digest_key      INTEGER
 );
 CREATE INDEX files_by_run ON files(run);
-CREATE INDEX files_by_digest ON files(digest);
-CREATE INDEX files_by_dest ON files(dest);
-CREATE INDEX files_by_source ON files(source);
+CREATE INDEX files_by_source ON files(source_key);
+CREATE INDEX files_by_dest ON files(dest_key);
+CREATE INDEX files_by_digest ON files(digest_key);
 "#,
 ];

@@ -37,6 +37,19 @@ fn io_error(path: &Path, e: impl std::fmt::Display) -> ArchiveError {
     }
 }
 
+/// The lookup key of a file's name: 64 bits of its BLAKE3.
+pub fn name_key(name: &str) -> i64 {
+    let h = blake3::hash(name.as_bytes());
+    i64::from_le_bytes(h.as_bytes()[..8].try_into().expect("8 bytes"))
+}
+
+/// The lookup key of a digest (hex, any case): its first 64 bits. None
+/// when it is not hex.
+pub fn digest_key(digest: &str) -> Option<i64> {
+    let head = digest.get(..16)?;
+    u64::from_str_radix(head, 16).ok().map(|v| v as i64)
+}
+
 /// Seconds since the Unix epoch, now.
 pub fn unix_now() -> f64 {
     std::time::SystemTime::now()
@@ -176,6 +189,11 @@ impl Archive {
         self.conn
             .pragma_update(None, "foreign_keys", "ON")
             .map_err(|e| classify(&path, e))?;
+        // A catalogue's index pages stay in memory while a run writes them;
+        // 16 MiB at most, so a run of days writes in bounded memory.
+        self.conn
+            .pragma_update(None, "cache_size", -16384)
+            .map_err(|e| classify(&path, e))?;
         for (from, sql) in MIGRATIONS.iter().enumerate().skip(version as usize) {
             let tx = self.conn.transaction().map_err(|e| classify(&path, e))?;
             tx.execute_batch(sql).map_err(|e| classify(&path, e))?;
@@ -212,6 +230,22 @@ impl Archive {
         Ok(self.conn.last_insert_rowid())
     }
 
+    /// Caps the file at `pages` pages, as a full disk would (tests).
+    #[doc(hidden)]
+    pub fn limit_pages(&self, pages: u64) {
+        let _ = self
+            .conn
+            .query_row(&format!("PRAGMA max_page_count = {pages}"), [], |_| Ok(()));
+    }
+
+    /// Pages the file holds now.
+    #[doc(hidden)]
+    pub fn page_count(&self) -> u64 {
+        self.conn
+            .query_row("PRAGMA page_count", [], |r| r.get::<_, i64>(0))
+            .map_or(0, |n| n as u64)
+    }
+
     /// The connection, for the writer's batched statements.
     pub(crate) fn conn(&mut self) -> &mut Connection {
         &mut self.conn
@@ -224,7 +258,6 @@ impl Archive {
             .conn
             .prepare("SELECT id, pid, local_host FROM runs WHERE status = 'running'")
             .map_err(|e| io_error(&self.path, e))?;
-        let here = host_name();
         let orphans: Vec<i64> = stmt
             .query_map([], |r| {
                 Ok((
@@ -235,9 +268,7 @@ impl Archive {
             })
             .map_err(|e| io_error(&self.path, e))?
             .filter_map(Result::ok)
-            .filter(|(_, pid, host)| {
-                *host == here && pid.is_none_or(|p| !Path::new(&format!("/proc/{p}")).exists())
-            })
+            .filter(|(_, pid, host)| gone(host, *pid))
             .map(|(id, ..)| id)
             .collect();
         for id in &orphans {
@@ -307,7 +338,7 @@ impl Archive {
             .map_err(|e| io_error(&self.path, e))?
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| io_error(&self.path, e))?;
-        Ok(rows)
+        Ok(rows.into_iter().filter(|r| r.status == "running").collect())
     }
 
     /// The id `RUN` names: a number, or `last` (the newest run).
@@ -427,18 +458,26 @@ impl Archive {
     /// these bytes (a digest), newest first.
     pub fn find(&self, what: &str) -> Result<Vec<FileHit>, ArchiveError> {
         let is_digest = what.len() == 64 && what.bytes().all(|b| b.is_ascii_hexdigit());
-        let sql = if is_digest {
-            format!(
-                "SELECT runs.id, runs.kind, runs.started_at, runs.status, {FILE_COLUMNS_QUALIFIED}
-                 FROM files JOIN runs ON runs.id = files.run
-                 WHERE files.digest = lower(?1) ORDER BY runs.id DESC, files.rowid"
+        let (sql, key) = if is_digest {
+            (
+                format!(
+                    "SELECT runs.id, runs.kind, runs.started_at, runs.status, {FILE_COLUMNS_QUALIFIED}
+                     FROM files JOIN runs ON runs.id = files.run
+                     WHERE files.digest_key = ?2 AND files.digest = lower(?1)
+                     ORDER BY runs.id DESC, files.rowid"
+                ),
+                digest_key(what).unwrap_or(0),
             )
         } else {
-            format!(
-                "SELECT runs.id, runs.kind, runs.started_at, runs.status, {FILE_COLUMNS_QUALIFIED}
-                 FROM files JOIN runs ON runs.id = files.run
-                 WHERE files.dest = ?1 OR files.source = ?1
-                 ORDER BY runs.id DESC, files.rowid"
+            (
+                format!(
+                    "SELECT runs.id, runs.kind, runs.started_at, runs.status, {FILE_COLUMNS_QUALIFIED}
+                     FROM files JOIN runs ON runs.id = files.run
+                     WHERE (files.dest_key = ?2 AND files.dest = ?1)
+                        OR (files.source_key = ?2 AND files.source = ?1)
+                     ORDER BY runs.id DESC, files.rowid"
+                ),
+                name_key(what),
             )
         };
         let mut stmt = self
@@ -446,7 +485,7 @@ impl Archive {
             .prepare(&sql)
             .map_err(|e| io_error(&self.path, e))?;
         let rows = stmt
-            .query_map([what], |r| {
+            .query_map(params![what, key], |r| {
                 Ok(FileHit {
                     run: r.get(0)?,
                     kind: r.get(1)?,
@@ -472,17 +511,28 @@ impl Archive {
 
 const RUN_COLUMNS: &str = "id, kind, status, started_at, ended_at, updated_at, command, local_host,
     remote_host, export, grant_name, source, dest, bytes, files, seconds, bits_per_second, verified,
-    verdict, live_bytes, live_files, live_bps, error, exit_code, lost";
-const RUN_COLUMN_COUNT: usize = 25;
+    verdict, live_bytes, live_files, live_bps, error, exit_code, lost, pid";
+const RUN_COLUMN_COUNT: usize = 26;
 const FILE_COLUMNS: &str = "path, source, dest, size, mtime_ns, digest, verified";
 const FILE_COLUMNS_QUALIFIED: &str =
     "files.path, files.source, files.dest, files.size, files.mtime_ns, files.digest, files.verified";
 
+/// True when `pid` ran a run of this host and is gone.
+fn gone(host: &str, pid: Option<i64>) -> bool {
+    host == host_name() && pid.is_none_or(|p| !Path::new(&format!("/proc/{p}")).exists())
+}
+
 fn run_row(r: &Row) -> rusqlite::Result<RunRow> {
+    let mut status: String = r.get(2)?;
+    // A run its process never finished (killed, power lost) reads as
+    // interrupted, whoever reads it; the next run written marks it so.
+    if status == "running" && gone(&r.get::<_, String>(7)?, r.get(25)?) {
+        status = "interrupted".into();
+    }
     Ok(RunRow {
         id: r.get(0)?,
         kind: r.get(1)?,
-        status: r.get(2)?,
+        status,
         started_at: r.get(3)?,
         ended_at: r.get(4)?,
         updated_at: r.get(5)?,

@@ -14,17 +14,17 @@ use std::time::{Duration, Instant};
 use rusqlite::{params, Transaction};
 
 use crate::model::{FileRow, IntervalRow, Loss};
-use crate::store::{unix_now, Archive};
+use crate::store::{digest_key, name_key, unix_now, Archive};
 
 /// How long rows wait before they are committed: the live view is this
 /// far behind at most.
 pub const COMMIT_EVERY: Duration = Duration::from_millis(250);
 
 /// Records the channel holds before samples are dropped.
-const CHANNEL: usize = 65_536;
+const CHANNEL: usize = 131_072;
 
 /// Rows committed in one transaction at most.
-const BATCH: usize = 20_000;
+const BATCH: usize = 200_000;
 
 /// What a run's end says.
 #[derive(Debug, Clone, Default)]
@@ -139,6 +139,12 @@ impl Writer {
     pub fn file(&self, f: FileRow) {
         self.offer(Record::File(f));
     }
+    /// [`Writer::file`], waiting for room instead of dropping (the
+    /// catalogue benchmark measures the writer, not the channel).
+    #[doc(hidden)]
+    pub fn file_waiting(&self, f: FileRow) {
+        self.must(Record::File(f));
+    }
     pub fn live(&self, bytes: u64, files: u64, bps: Option<f64>) {
         self.offer(Record::Live { bytes, files, bps });
     }
@@ -221,7 +227,7 @@ fn commit(archive: &mut Archive, run: i64, batch: &mut Vec<Record>, loss: &mut L
         if loss.error.is_none() {
             loss.error = Some(e.to_string());
         }
-        tracing::warn!("archive: {rows} rows not written: {e}");
+        tracing::debug!("archive: {rows} rows not written: {e}");
         // The end and result still count: try them alone, outside the batch.
         let tail: Vec<Record> = batch
             .drain(..)
@@ -244,8 +250,9 @@ fn write_batch(tx: &Transaction, run: i64, batch: &[Record]) -> rusqlite::Result
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
     )?;
     let mut file = tx.prepare_cached(
-        "INSERT INTO files (run, path, source, dest, size, mtime_ns, digest, verified)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+        "INSERT INTO files (run, path, source, dest, size, mtime_ns, digest, verified,
+           source_key, dest_key, digest_key)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
     )?;
     let mut live = None;
     for r in batch {
@@ -278,6 +285,9 @@ fn write_batch(tx: &Transaction, run: i64, batch: &[Record]) -> rusqlite::Result
                     f.mtime_ns,
                     f.digest,
                     f.verified,
+                    name_key(&f.source),
+                    name_key(&f.dest),
+                    f.digest.as_deref().and_then(digest_key),
                 ])?;
             }
             Record::Live { bytes, files, bps } => live = Some((*bytes, *files, *bps)),

@@ -67,8 +67,17 @@ pub fn bin() -> Command {
             "LONGHAUL_KNOWN_HOSTS",
             std::env::temp_dir().join("longhaul-test-known-hosts"),
         )
-        .env("LONGHAUL_PATHS", paths_file());
+        .env("LONGHAUL_PATHS", paths_file())
+        .env("LONGHAUL_ARCHIVE", archive_file());
     c
+}
+
+/// This test process's own archive (never the user's).
+pub fn archive_file() -> PathBuf {
+    std::env::temp_dir().join(format!(
+        "longhaul-test-archive-{}/archive.db",
+        std::process::id()
+    ))
 }
 
 /// This test process's own file of remembered path rates (never the

@@ -286,7 +286,8 @@ fn report_progress(
     reporter: &mut dyn Reporter,
 ) {
     use std::sync::mpsc::RecvTimeoutError;
-    let mut shown = 0;
+    // Intervals reported so far, counting those trimmed from the front.
+    let mut shown: u64 = 0;
     loop {
         let last = !matches!(
             stopped.recv_timeout(PROGRESS_TICK),
@@ -295,9 +296,13 @@ fn report_progress(
         let new: Vec<_> = p
             .intervals
             .lock()
-            .map(|i| i[shown.min(i.len())..].to_vec())
+            .map(|v| {
+                let dropped = p.intervals_dropped.load(Ordering::Relaxed);
+                let from = usize::try_from(shown.saturating_sub(dropped)).unwrap_or(usize::MAX);
+                v[from.min(v.len())..].to_vec()
+            })
             .unwrap_or_default();
-        shown += new.len();
+        shown = shown.max(p.intervals_dropped.load(Ordering::Relaxed)) + new.len() as u64;
         for i in &new {
             reporter.transfer_interval(i);
         }

@@ -67,12 +67,35 @@ pub struct Progress {
     pub walk_done: std::sync::atomic::AtomicBool,
     /// Set from outside (Ctrl-C) to end the transfer; journals stay for a resume.
     pub interrupt: Arc<std::sync::atomic::AtomicBool>,
-    /// The sender's intervals, each with its limit (from the local source,
-    /// or sent by a server that is the source).
+    /// The sender's latest intervals (at most [`KEPT_INTERVALS`]), each
+    /// with its limit (from the local source, or sent by a server that is
+    /// the source). The reporter sees every one as it comes; the archive
+    /// keeps them all.
     pub intervals: Mutex<Vec<longhaul_proto::tune::TransferInterval>>,
+    /// Intervals dropped from the front of `intervals` so far (changed
+    /// under its lock).
+    pub intervals_dropped: AtomicU64,
 }
 
+/// The intervals a transfer keeps in memory (and its summary carries): an
+/// hour at 1 s, so that a transfer of days runs in flat memory.
+pub const KEPT_INTERVALS: usize = 3600;
+
 impl Progress {
+    /// Adds an interval, dropping the oldest past [`KEPT_INTERVALS`].
+    pub fn push_interval(&self, i: longhaul_proto::tune::TransferInterval) {
+        let mut v = self.intervals.lock().expect("poisoned");
+        if v.len() >= KEPT_INTERVALS {
+            // In halves: amortised O(1) per interval.
+            v.drain(..KEPT_INTERVALS / 2);
+            self.intervals_dropped.fetch_add(
+                KEPT_INTERVALS as u64 / 2,
+                std::sync::atomic::Ordering::Relaxed,
+            );
+        }
+        v.push(i);
+    }
+
     /// The counters now.
     pub fn snapshot(&self) -> crate::report::TransferProgress {
         use std::sync::atomic::Ordering::Relaxed;
@@ -400,3 +423,28 @@ pub fn content_digest(
 }
 
 pub use longhaul_proto::units::hex;
+
+#[cfg(test)]
+mod kept_intervals {
+    use super::*;
+
+    #[test]
+    fn a_long_transfer_keeps_its_latest_intervals_only() {
+        let p = Progress::default();
+        let n = KEPT_INTERVALS as u32 * 5 + 7;
+        for index in 0..n {
+            p.push_interval(longhaul_proto::tune::TransferInterval {
+                index,
+                ..Default::default()
+            });
+        }
+        let v = p.intervals.lock().unwrap();
+        assert!(v.len() <= KEPT_INTERVALS);
+        assert_eq!(v.last().unwrap().index, n - 1);
+        let dropped = p
+            .intervals_dropped
+            .load(std::sync::atomic::Ordering::Relaxed);
+        assert_eq!(dropped + v.len() as u64, u64::from(n), "every one counted");
+        assert_eq!(u64::from(v[0].index), dropped);
+    }
+}

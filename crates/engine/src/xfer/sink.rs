@@ -611,7 +611,7 @@ impl Work<'_> {
                 }
                 SinkAction::WalkDone => cfg.progress.walk_done.store(true, Ordering::Relaxed),
                 SinkAction::Interval(i) => {
-                    cfg.progress.intervals.lock().expect("poisoned").push(i);
+                    cfg.progress.push_interval(i);
                 }
                 SinkAction::SetDirectories => {
                     for (path, e) in self.dirs.iter().rev() {

@@ -548,11 +548,7 @@ fn control(
             if cfg.send_intervals {
                 conn.send(&Message::SourceInterval(interval.clone()))?;
             }
-            cfg.progress
-                .intervals
-                .lock()
-                .expect("poisoned")
-                .push(interval);
+            cfg.progress.push_interval(interval);
         }
         m.handle_timeout(now).map_err(engine_error)?;
         let limit = usize::try_from(m.files_limit()).unwrap_or(usize::MAX);

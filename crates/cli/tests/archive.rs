@@ -1,0 +1,404 @@
+//! The archive end to end: runs of the real binary recorded with their
+//! files, read back by `history`, `show` and `where`; `--no-archive`; an
+//! archive that is damaged, from a newer longhaul or on a full disk never
+//! stops a transfer and is never overwritten.
+
+use std::fs;
+use std::path::Path;
+use std::process::Stdio;
+
+use serde_json::Value;
+
+mod common;
+use common::xfer::*;
+use common::{assert_exit, bin, stderr, stdout, TempDir};
+
+fn with_archive(archive: &Path, args: &[&str]) -> std::process::Output {
+    bin()
+        .arg("--archive")
+        .arg(archive)
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run longhaul")
+}
+
+fn json_ok(archive: &Path, args: &[&str]) -> Value {
+    let o = with_archive(archive, args);
+    assert_exit(&o, 0);
+    json_of(&o)
+}
+
+#[test]
+fn a_push_and_a_pull_are_archived_with_every_file() {
+    let t = TempDir::new("archive-cp");
+    let archive = t.path().join("a/archive.db");
+    let src = t.path().join("src/odd name");
+    fs::create_dir_all(src.join("sub")).unwrap();
+    write_random(&src.join("sub/one"), 300_000, 1);
+    write_random(&src.join("two words"), 1000, 2);
+    fs::write(src.join("empty"), b"").unwrap();
+    let exp = t.dir("export");
+    let s = data_server(&exp, &t.dir("state"));
+    let digests = t.path().join("digests.txt");
+    let o = with_archive(
+        &archive,
+        &[
+            "cp",
+            "-r",
+            "--json",
+            "--digests",
+            digests.to_str().unwrap(),
+            src.to_str().unwrap(),
+            &remote(s.addr(), ""),
+        ],
+    );
+    assert_exit(&o, 0);
+
+    let h = json_ok(&archive, &["history", "--json"]);
+    assert_eq!(h["format"], "longhaul-history");
+    assert_eq!(h["format_version"], 1);
+    let runs = h["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 1, "{h}");
+    let run = &runs[0];
+    assert_eq!(run["kind"], "cp");
+    assert_eq!(run["status"], "ok");
+    assert_eq!(run["export"], "data");
+    assert_eq!(run["bytes"], 301_000);
+    assert_eq!(run["files"], 3);
+    assert_eq!(run["verified"], true);
+
+    let show = json_ok(&archive, &["show", "last", "--json", "--all-files"]);
+    assert_eq!(show["format"], "longhaul-show");
+    let files = show["files"].as_array().unwrap();
+    assert_eq!(files.len(), 3, "{show}");
+    let one = files
+        .iter()
+        .find(|f| f["path"] == "odd name/sub/one")
+        .unwrap_or_else(|| panic!("{show}"));
+    let src_one = src.join("sub/one");
+    assert_eq!(one["source"], src_one.to_str().unwrap());
+    let dest_one = format!(
+        "{}:{}:data/odd name/sub/one",
+        s.addr().ip(),
+        s.addr().port()
+    );
+    assert_eq!(one["dest"], dest_one);
+    assert_eq!(one["size"], 300_000);
+    // The digest is the one --digests wrote.
+    let listed = fs::read_to_string(&digests).unwrap();
+    let digest = one["digest"].as_str().unwrap();
+    assert!(
+        listed
+            .lines()
+            .any(|l| l.starts_with(digest) && l.ends_with("sub/one")),
+        "{digest} not in {listed}"
+    );
+
+    // Pull it back: the destination is this host's absolute path.
+    let pulled = t.dir("pulled");
+    let o = with_archive(
+        &archive,
+        &[
+            "cp",
+            "-r",
+            &remote(s.addr(), "odd name"),
+            pulled.to_str().unwrap(),
+        ],
+    );
+    assert_exit(&o, 0);
+    let local = pulled.join("odd name/sub/one");
+    let w = json_ok(&archive, &["where", "--json", local.to_str().unwrap()]);
+    let hits = w["hits"].as_array().unwrap();
+    assert_eq!(hits.len(), 1, "{w}");
+    assert_eq!(hits[0]["source"], dest_one);
+    assert_eq!(hits[0]["verified"], true);
+    // By digest: both runs moved these bytes.
+    let w = json_ok(&archive, &["where", "--json", digest]);
+    assert_eq!(w["hits"].as_array().unwrap().len(), 2, "{w}");
+    // By the source path, as a person types it (relative works too).
+    let o = with_archive(&archive, &["where", src_one.to_str().unwrap()]);
+    assert_exit(&o, 0);
+    assert!(stdout(&o).contains("verified"), "{}", stdout(&o));
+
+    // Filters and the human forms.
+    let h = json_ok(&archive, &["history", "--json", "--kind", "perf"]);
+    assert!(h["runs"].as_array().unwrap().is_empty());
+    let o = with_archive(&archive, &["history", "--since", "1h"]);
+    assert_exit(&o, 0);
+    assert_eq!(stdout(&o).lines().count(), 3, "{}", stdout(&o));
+    let o = with_archive(&archive, &["show", "1"]);
+    assert_exit(&o, 0);
+    assert!(stdout(&o).contains("verified"), "{}", stdout(&o));
+    let o = with_archive(&archive, &["history", "--kind", "nonsense"]);
+    assert_exit(&o, 2);
+    let o = with_archive(&archive, &["show", "77"]);
+    assert_exit(&o, 2);
+    assert!(stderr(&o).contains("no run 77"), "{}", stderr(&o));
+    let o = with_archive(&archive, &["history", "--since", "yesterday-ish"]);
+    assert_exit(&o, 2);
+}
+
+#[test]
+fn no_archive_records_nothing() {
+    let t = TempDir::new("archive-none");
+    let archive = t.path().join("archive.db");
+    let src = t.path().join("f");
+    write_random(&src, 1000, 3);
+    let s = data_server(&t.dir("export"), &t.dir("state"));
+    let o = with_archive(
+        &archive,
+        &[
+            "cp",
+            "--no-archive",
+            src.to_str().unwrap(),
+            &remote(s.addr(), ""),
+        ],
+    );
+    assert_exit(&o, 0);
+    assert!(!archive.exists());
+    let o = with_archive(&archive, &["history"]);
+    assert_exit(&o, 2);
+    assert!(stderr(&o).contains("no archive at"), "{}", stderr(&o));
+}
+
+fn assert_transfer_goes_on(archive: &Path, says: &str) {
+    let before = fs::read(archive).unwrap();
+    let t = TempDir::new("archive-bad-cp");
+    let src = t.path().join("f");
+    write_random(&src, 100_000, 4);
+    let exp = t.dir("export");
+    let s = data_server(&exp, &t.dir("state"));
+    let o = with_archive(
+        archive,
+        &["cp", src.to_str().unwrap(), &remote(s.addr(), "")],
+    );
+    assert_exit(&o, 0);
+    assert_same_file(&src, &exp.join("f"));
+    let err = stderr(&o);
+    assert!(err.contains("not archiving this run"), "{err}");
+    assert!(err.contains(&archive.display().to_string()), "{err}");
+    assert!(err.contains(says), "{err}");
+    assert_eq!(
+        fs::read(archive).unwrap(),
+        before,
+        "the archive was changed"
+    );
+    let o = with_archive(archive, &["history"]);
+    assert_exit(&o, 2);
+    assert!(stderr(&o).contains(says), "{}", stderr(&o));
+    assert_eq!(
+        fs::read(archive).unwrap(),
+        before,
+        "the archive was changed"
+    );
+}
+
+#[test]
+fn a_damaged_archive_never_stops_a_transfer_and_is_left_alone() {
+    let t = TempDir::new("archive-damaged");
+    let archive = t.path().join("archive.db");
+    fs::write(&archive, vec![0x5a; 4096]).unwrap();
+    assert_transfer_goes_on(&archive, "damaged");
+}
+
+#[test]
+fn a_newer_archive_never_stops_a_transfer_and_is_left_alone() {
+    let t = TempDir::new("archive-newer");
+    let archive = t.path().join("archive.db");
+    let c = rusqlite::Connection::open(&archive).unwrap();
+    c.execute_batch("CREATE TABLE runs (id INTEGER PRIMARY KEY); PRAGMA user_version = 7;")
+        .unwrap();
+    drop(c);
+    assert_transfer_goes_on(&archive, "newer");
+}
+
+#[test]
+fn a_perf_run_keeps_every_stream_and_its_verdict() {
+    let t = TempDir::new("archive-perf");
+    let archive = t.path().join("archive.db");
+    let s = data_server(&t.dir("export"), &t.dir("state"));
+    let o = with_archive(
+        &archive,
+        &[
+            "perf",
+            &s.addr().to_string(),
+            "-t",
+            "2",
+            "-i",
+            "0.5",
+            "-P",
+            "2",
+            "--json-stream",
+        ],
+    );
+    assert_exit(&o, 0);
+    for line in stdout(&o).lines() {
+        let v: Value = serde_json::from_str(line).unwrap();
+        assert_eq!(v["format_version"], 2, "{line}");
+    }
+    let show = json_ok(&archive, &["show", "last", "--json"]);
+    let run = &show["run"];
+    assert_eq!(run["kind"], "perf");
+    assert_eq!(run["status"], "ok");
+    assert!(run["verdict"].is_string(), "{run}");
+    let intervals = run["intervals"].as_array().unwrap();
+    let streams: std::collections::BTreeSet<i64> = intervals
+        .iter()
+        .map(|i| i["stream"].as_i64().unwrap())
+        .collect();
+    assert_eq!(
+        streams.into_iter().collect::<Vec<_>>(),
+        vec![-1, 0, 1],
+        "{intervals:?}"
+    );
+    assert!(run["params"].is_object(), "the setup is kept: {run}");
+}
+
+#[test]
+fn a_killed_run_keeps_what_it_recorded() {
+    let t = TempDir::new("archive-killed");
+    let archive = t.path().join("archive.db");
+    let s = data_server(&t.dir("export"), &t.dir("state"));
+    let mut child = bin()
+        .arg("--archive")
+        .arg(&archive)
+        .args(["perf", &s.addr().to_string(), "-t", "60", "-i", "0.2"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    // Wait for some intervals to be committed, then kill -9.
+    let start = std::time::Instant::now();
+    loop {
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        let o = with_archive(&archive, &["show", "last", "--json"]);
+        if o.status.success()
+            && json_of(&o)["run"]["intervals"]
+                .as_array()
+                .is_some_and(|i| i.len() >= 3)
+        {
+            break;
+        }
+        assert!(
+            start.elapsed().as_secs() < 40,
+            "no intervals archived: {}",
+            stderr(&o)
+        );
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let show = json_ok(&archive, &["show", "last", "--json"]);
+    assert_eq!(show["run"]["status"], "interrupted", "{show}");
+    assert!(show["run"]["intervals"].as_array().unwrap().len() >= 3);
+}
+
+/// A tmpfs of `kib` KiB at `dir` (root only), unmounted on drop.
+struct SmallDisk(std::path::PathBuf);
+
+impl SmallDisk {
+    fn mount(dir: &Path, kib: u64) -> Option<SmallDisk> {
+        fs::create_dir_all(dir).ok()?;
+        let ok = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={kib}k"), "tmpfs"])
+            .arg(dir)
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        ok.then(|| SmallDisk(dir.to_path_buf()))
+    }
+}
+
+impl Drop for SmallDisk {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount").arg(&self.0).status();
+    }
+}
+
+#[test]
+fn a_full_disk_under_the_archive_loses_rows_not_the_transfer() {
+    let t = TempDir::new("archive-full");
+    let Some(disk) = SmallDisk::mount(&t.path().join("small"), 512) else {
+        eprintln!("skipped: cannot mount a tmpfs here (needs root)");
+        return;
+    };
+    let archive = disk.0.join("archive.db");
+    // An archive with a run in it, then the disk filled to the brim.
+    let s = data_server(&t.dir("export"), &t.dir("state"));
+    let seed = t.path().join("seed");
+    write_random(&seed, 10, 5);
+    let o = with_archive(
+        &archive,
+        &["cp", seed.to_str().unwrap(), &remote(s.addr(), "")],
+    );
+    assert_exit(&o, 0);
+    let mut n: u64 = 0;
+    while fs::write(disk.0.join(format!("fill{n}")), vec![0u8; 4096]).is_ok() {
+        n += 1;
+    }
+    // Room to start the run, not to keep its files.
+    for i in n.saturating_sub(16)..n {
+        let _ = fs::remove_file(disk.0.join(format!("fill{i}")));
+    }
+    // Many files: their catalogue rows need room the disk does not have.
+    let src = t.path().join("many");
+    fs::create_dir_all(&src).unwrap();
+    for i in 0..2000 {
+        fs::write(
+            src.join(format!("file-with-a-long-name-{i:05}")),
+            i.to_string(),
+        )
+        .unwrap();
+    }
+    let exp = t.dir("export2");
+    let s2 = data_server(&exp, &t.dir("state2"));
+    let o = with_archive(
+        &archive,
+        &["cp", "-r", src.to_str().unwrap(), &remote(s2.addr(), "")],
+    );
+    assert_exit(&o, 0);
+    assert_same_tree(&src, &exp.join("many"), false);
+    let err = stderr(&o);
+    assert!(
+        err.contains("kept this run without"),
+        "the loss is said: {err}"
+    );
+    assert!(err.contains(&archive.display().to_string()), "{err}");
+    drop(disk);
+}
+
+#[test]
+fn a_run_ended_by_ctrl_c_is_archived_as_interrupted() {
+    let t = TempDir::new("archive-int");
+    let archive = t.path().join("archive.db");
+    let s = data_server(&t.dir("export"), &t.dir("state"));
+    let mut child = bin()
+        .arg("--archive")
+        .arg(&archive)
+        .args(["perf", &s.addr().to_string(), "-t", "60", "-i", "0.2"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let start = std::time::Instant::now();
+    loop {
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        let o = with_archive(&archive, &["show", "last", "--json"]);
+        if o.status.success()
+            && json_of(&o)["run"]["intervals"]
+                .as_array()
+                .is_some_and(|i| !i.is_empty())
+        {
+            break;
+        }
+        assert!(start.elapsed().as_secs() < 40, "no intervals archived");
+    }
+    // SAFETY: kill(2) on our own child's pid.
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let st = child.wait().unwrap();
+    assert_eq!(st.code(), Some(130));
+    let show = json_ok(&archive, &["show", "last", "--json"]);
+    assert_eq!(show["run"]["status"], "interrupted", "{show}");
+    assert_eq!(show["run"]["exit_code"], 130, "{show}");
+    assert!(show["run"]["summary"].is_object(), "its summary is kept: {show}");
+}
