@@ -256,6 +256,8 @@ function liveCard(r) {
   }
   const { series, marks } = toSeries(rows, 16);
   const elapsed = (state.live.at || 0) - r.started_at;
+  // A run whose process died still says running until the next run settles it.
+  const stale = (state.live.at || 0) - r.updated_at;
   return h("div", { class: "card live-run", id: "live-" + r.id, "data-run": r.id },
     h("div", { class: "card-head" },
       runLink(r.id, `#${r.id}`), kindSpan(r.kind),
@@ -264,7 +266,8 @@ function liveCard(r) {
         "data-bps": r.rate_bps === null ? "" : String(r.rate_bps) }, rate(r.rate_bps)),
       h("span", { class: "stat live-bytes", "data-run": r.id }, bytes(r.live_bytes)),
       r.live_files ? h("span", { class: "stat" }, `${r.live_files} files`) : null,
-      h("span", { class: "muted" }, "for " + secs(Math.max(0, elapsed)))),
+      h("span", { class: "muted" }, "for " + secs(Math.max(0, elapsed))),
+      stale > 10 ? h("span", { class: "warn" }, `no update for ${secs(stale)}: its process may be gone`) : null),
     h("div", { class: "muted" }, r.command),
     lineChart(series, marks, { small: true, height: 190, id: "live-chart-" + r.id }),
     legend(series, marks));
