@@ -257,6 +257,33 @@ fn start_perf(g: &mut Guard, addr: SocketAddr, archive: &Path, log: &Path) {
     g.children.push(("perf", child));
 }
 
+/// A finished doctor run of `path` that found `verdict` the limit.
+fn fake_doctor(archive: &Path, path: &str, verdict: &str) {
+    use longhaul_archive::model::NewRun;
+    use longhaul_archive::writer::{RunEnd, RunResult, Writer};
+    let a = longhaul_archive::Archive::open(archive).unwrap();
+    let id = a
+        .begin_run(&NewRun {
+            kind: "doctor".into(),
+            command: format!("longhaul doctor {path}"),
+            remote_host: Some(path.into()),
+            ..Default::default()
+        })
+        .unwrap();
+    let (w, fin) = Writer::start(a, id);
+    w.result(RunResult {
+        verdict: Some(verdict.into()),
+        bits_per_second: Some(2e9),
+        ..Default::default()
+    });
+    w.end(RunEnd {
+        status: "ok".into(),
+        ..Default::default()
+    });
+    drop(w);
+    fin.finish();
+}
+
 #[test]
 fn the_dashboard_shows_a_running_run_live_and_its_graph() {
     let Some(chromium) = browser_available() else {
@@ -409,12 +436,26 @@ fn the_dashboard_shows_a_running_run_live_and_its_graph() {
     let cp_png = browser.screenshot(&shots.join("dashboard-cp.png"));
     assert!(colours(&cp_png) > 30, "the copy's page looks blank");
 
-    // The doctor's page answers (no doctor run here: it says so).
+    // The doctor's verdicts by path (doctor runs written as the reporter
+    // would: the path in remote_host, the limiting stage as the verdict).
+    for (path, verdict) in [
+        ("far:data", "network"),
+        ("near:data", "storage_write"),
+        ("far:data", "storage_read"),
+    ] {
+        fake_doctor(&archive, path, verdict);
+    }
     browser.go(&format!("http://{addr}/#/doctor"));
-    browser.wait_for(
-        "the doctor page",
+    let chips = browser.wait_for(
+        "the doctor's verdicts",
         Duration::from_secs(60),
-        "return document.body.innerText.includes('No doctor runs yet')",
+        "const p = document.querySelectorAll('.doctor-path'); \
+         return p.length === 2 ? Array.from(p[0].querySelectorAll('.chip')).map(c => c.textContent) : null",
+    );
+    assert_eq!(
+        chips,
+        json!(["network", "storage_read"]),
+        "far:data, oldest first"
     );
     eprintln!("screenshots in {}", shots.display());
     drop(g);
