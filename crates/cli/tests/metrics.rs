@@ -351,3 +351,54 @@ fn an_unusable_archive_warns_once_and_the_server_serves() {
     // The file is left as it was.
     assert_eq!(fs::read(&db).unwrap(), vec![b'x'; 8192]);
 }
+
+#[test]
+fn perf_tests_refusals_and_sessions_are_counted() {
+    let t = TempDir::new("metrics-perf");
+    let exp = t.dir("export");
+    let s = serve(&t, &exp, &["--metrics", "127.0.0.1:0", "--no-archive"]);
+    let url = format!("http://{}/metrics", s.metrics.unwrap());
+    let o = bin()
+        .args(["perf", &s.addr.to_string(), "-t", "1"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    common::assert_exit(&o, 0);
+    // A push to a name that is no export: refused, and the made-up name
+    // never becomes a label.
+    let o = longhaul(&[
+        "cp",
+        exp.to_str().unwrap(),
+        &format!("{}:{}:made-up-name/", s.addr.ip(), s.addr.port()),
+    ]);
+    assert_ne!(o.status.code(), Some(0), "{}", common::stderr(&o));
+
+    let want = [
+        (r#"longhaul_tests_total{grant="7e570000",result="ok"}"#, 1.0),
+        (r#"longhaul_active_tests{grant="7e570000"}"#, 0.0),
+        (r#"longhaul_active_sessions{grant="7e570000"}"#, 0.0),
+        (
+            r#"longhaul_refusals_total{what="push",export="",grant="7e570000",reason="bad_request"}"#,
+            1.0,
+        ),
+    ];
+    let start = Instant::now();
+    let text = loop {
+        let (_, text) = get(&url).unwrap();
+        if want.iter().all(|(l, v)| sample(&text, l) == Some(*v)) {
+            break text;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "never all of {want:?} in\n{text}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let perf_bytes = sample(
+        &text,
+        r#"longhaul_bytes_moved_total{kind="perf",export="",grant="7e570000"}"#,
+    );
+    assert!(perf_bytes.is_some_and(|b| b > 0.0), "{text}");
+    assert!(!text.contains("made-up-name"), "{text}");
+    assert!(!text.contains("127.0.0.1"), "{text}");
+}

@@ -127,13 +127,19 @@ pub(super) fn serve_transfer(
         transfer_params(t),
     );
     let max_files = crate::xfer::files_in_flight_cap();
-    conn.send(&Message::TransferAccept(TransferAccept {
+    // An early end tells the observers why, not just that it ended.
+    let failed = |watch: super::observe::Watch, e: EngineError| {
+        watch.finish(0, 0, Outcome::Failed, Some(e.to_string()));
+        Refusal::Failed(e)
+    };
+    if let Err(e) = conn.send(&Message::TransferAccept(TransferAccept {
         token: guard.token.clone(),
         max_files_in_flight: Some(max_files),
         // This server takes and sends bundles: agreed if asked.
         bundles: t.bundles,
-    }))
-    .map_err(Refusal::Failed)?;
+    })) {
+        return Err(failed(watch, e));
+    }
     let deadline = Instant::now() + shared.cfg.limits.handshake_timeout;
     let mut streams = Vec::new();
     while streams.len() < usize::from(t.streams) {
@@ -141,11 +147,12 @@ pub(super) fn serve_transfer(
         match rx.recv_timeout(left) {
             Ok(a) => streams.push(a.stream),
             Err(_) => {
-                return Err(Refusal::Failed(EngineError::Timeout(format!(
+                let e = EngineError::Timeout(format!(
                     "{} of {} data streams connected",
                     streams.len(),
                     t.streams
-                ))))
+                ));
+                return Err(failed(watch, e));
             }
         }
     }
