@@ -81,6 +81,11 @@ struct ErrorLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct InfoLabels {
+    version: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct RateLabels {
     kind: String,
     export: String,
@@ -136,6 +141,17 @@ impl Metrics {
             rate: Family::new_with_constructor(rate_histogram as fn() -> Histogram),
             duration: Family::new_with_constructor(duration_histogram as fn() -> Histogram),
         };
+        // Always there, so a server that has served nothing yet is seen.
+        let info: Family<InfoLabels, Gauge> = Family::default();
+        info.get_or_create(&InfoLabels {
+            version: env!("CARGO_PKG_VERSION").into(),
+        })
+        .set(1);
+        registry.register(
+            "longhaul_server_info",
+            "1, labelled with the server's version",
+            info,
+        );
         // Counters get `_total` from the encoder.
         registry.register(
             "longhaul_bytes_moved",
@@ -449,6 +465,11 @@ mod tests {
         );
         assert!(t.contains("# TYPE longhaul_bytes_moved counter"), "{t}");
         assert!(t.trim_end().ends_with("# EOF"), "{t}");
+        let version = format!(
+            r#"longhaul_server_info{{version="{}"}}"#,
+            env!("CARGO_PKG_VERSION")
+        );
+        assert_eq!(sample(&t, &version), Some(1.0), "{t}");
         // The client's address is never a label.
         assert!(!t.contains("192.0.2.1"), "{t}");
     }

@@ -67,8 +67,15 @@ pub fn bin() -> Command {
             "LONGHAUL_KNOWN_HOSTS",
             std::env::temp_dir().join("longhaul-test-known-hosts"),
         )
-        .env("LONGHAUL_PATHS", paths_file());
+        .env("LONGHAUL_PATHS", paths_file())
+        // Runs (and what a `serve` serves) go to a test archive, never the user's.
+        .env("LONGHAUL_ARCHIVE", archive_file());
     c
+}
+
+/// This test process's own archive (never the user's).
+pub fn archive_file() -> PathBuf {
+    std::env::temp_dir().join(format!("longhaul-test-archive-{}.db", std::process::id()))
 }
 
 /// This test process's own file of remembered path rates (never the
