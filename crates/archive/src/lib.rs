@@ -15,6 +15,7 @@
 pub mod model;
 pub mod reporter;
 pub mod schema;
+pub mod served;
 pub mod store;
 pub mod writer;
 

@@ -226,6 +226,13 @@ pub struct ServeArgs {
     /// Time an idle control connection is kept.
     #[arg(long, default_value = "60s", value_parser = duration)]
     pub idle_timeout: Duration,
+    /// Serve Prometheus metrics (GET /metrics) on this address: bytes and files moved,
+    /// transfers, tests, refusals and errors by export and grant (docs/METRICS.md). Port 0
+    /// picks a free port. An address off loopback is allowed: the metrics carry no
+    /// credentials, but they do show export and grant names and traffic to whoever can
+    /// reach the port, so firewall it.
+    #[arg(long, value_name = "ADDR:PORT")]
+    pub metrics: Option<SocketAddr>,
 }
 
 #[derive(Args)]

@@ -46,7 +46,7 @@ fn main() {
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let result = match cli.command {
-        Command::Serve(a) => cmd::serve(a),
+        Command::Serve(a) => cmd::serve(a, &cli.archive),
         Command::Perf(a) => cmd::perf(a, &cli.archive),
         Command::Cp(a) => cmd::cp(a, None, false, &cli.archive),
         Command::Sync(a) => cmd::cp(

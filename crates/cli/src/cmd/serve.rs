@@ -2,18 +2,21 @@
 //! `trust`, `token`.
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 
 use longhaul_engine::server::{ServeConfig, Server};
 use longhaul_engine::{EngineError, DEFAULT_PORT};
 use longhaul_proto::session::Limits;
 
 use super::{state_dir_or_default, usage, Outcome};
-use crate::args::{IdArgs, ServeArgs, TokenArgs, TokenCommand, TrustArgs};
+use crate::args::{ArchiveArgs, IdArgs, ServeArgs, TokenArgs, TokenCommand, TrustArgs};
 use crate::exit;
 use crate::print::json::Json;
 
-/// `serve`: runs the server until the process is ended.
-pub fn serve(a: ServeArgs) -> Outcome {
+/// `serve`: runs the server until the process is ended; with
+/// `--metrics`, serves its Prometheus metrics too, and unless
+/// `--no-archive` archives what it serves (runs of kind `served`).
+pub fn serve(a: ServeArgs, archive: &ArchiveArgs) -> Outcome {
     let listen = if a.listen.is_empty() {
         vec![SocketAddr::from(([0u16; 8], DEFAULT_PORT))]
     } else {
@@ -49,6 +52,7 @@ pub fn serve(a: ServeArgs) -> Outcome {
         perf_tls_only: a.perf_tls_only,
         keep_special_modes: a.keep_special_modes,
         open_access: false,
+        observers: Vec::new(),
     };
     let mut cfg = cfg;
     let mut printer = crate::print::outcome(None);
@@ -77,8 +81,29 @@ pub fn serve(a: ServeArgs) -> Outcome {
             cfg.state_dir.display()
         )));
     }
+    let mut metrics = None;
+    if let Some(addr) = a.metrics {
+        let m = Arc::new(longhaul_view::metrics::Metrics::new());
+        cfg.observers.push(m.clone());
+        metrics = Some((addr, m));
+    }
+    if let Some(served) = open_archive(archive) {
+        cfg.observers.push(Arc::new(served));
+    }
     let state_dir = cfg.state_dir.clone();
     let server = Server::bind(&listen, cfg)?;
+    // After the bind: a port in use for the server is said first.
+    if let Some((addr, m)) = metrics {
+        let (bound, _thread) =
+            longhaul_view::metrics::serve_metrics(addr, m).map_err(|e| usage(e.to_string()))?;
+        let note = match bound.ip().is_loopback() {
+            true => "",
+            false => " (reachable off this host: it shows export and grant names and traffic)",
+        };
+        printer.status(&format!(
+            "longhaul: metrics on http://{bound}/metrics{note}"
+        ));
+    }
     for a in server.local_addrs() {
         printer.status(&format!(
             "longhaul: serving on {a} (state in {})",
@@ -92,6 +117,32 @@ pub fn serve(a: ServeArgs) -> Outcome {
     }
     server.run();
     Ok(exit::OK)
+}
+
+/// The server-side archive, unless `--no-archive`; None (after one
+/// warning saying why) when it cannot be opened: the server serves anyway.
+fn open_archive(a: &ArchiveArgs) -> Option<longhaul_archive::served::ServedArchive> {
+    if a.no_archive {
+        return None;
+    }
+    let Some(path) = a.archive.clone().or_else(longhaul_archive::default_path) else {
+        tracing::warn!(
+            "not archiving what this server serves: no archive path (set HOME, or pass --archive FILE; --no-archive silences this)"
+        );
+        return None;
+    };
+    match longhaul_archive::served::ServedArchive::open(&path) {
+        Ok(s) => {
+            tracing::info!("archiving served runs in {}", path.display());
+            Some(s)
+        }
+        Err(e) => {
+            tracing::warn!(
+                "not archiving what this server serves: {e} (serving anyway; --no-archive silences this)"
+            );
+            None
+        }
+    }
 }
 
 /// `id`: prints the fingerprint of the identity in a state directory, made if missing.

@@ -68,6 +68,7 @@ pub fn bin() -> Command {
             std::env::temp_dir().join("longhaul-test-known-hosts"),
         )
         .env("LONGHAUL_PATHS", paths_file())
+        // Runs (and what a `serve` serves) go to a test archive, never the user's.
         .env("LONGHAUL_ARCHIVE", archive_file());
     c
 }

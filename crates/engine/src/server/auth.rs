@@ -78,6 +78,8 @@ pub struct Grant {
 pub struct Access {
     /// For logs: `token ID`, `client certificate ID` or `anonymous`.
     pub who: String,
+    /// The grant's id; None for anonymous (and open) access.
+    pub grant: Option<String>,
     pub perf: bool,
     exports: Vec<ExportGrant>,
     anonymous: bool,
@@ -88,6 +90,7 @@ impl Access {
     pub fn everything(who: &str) -> Access {
         Access {
             who: who.to_string(),
+            grant: None,
             perf: true,
             exports: vec![ExportGrant {
                 name: "*".into(),
@@ -100,6 +103,7 @@ impl Access {
     pub fn anonymous(public_perf: bool) -> Access {
         Access {
             who: "anonymous".into(),
+            grant: None,
             perf: public_perf,
             exports: Vec::new(),
             anonymous: true,
@@ -108,6 +112,12 @@ impl Access {
 
     pub fn is_anonymous(&self) -> bool {
         self.anonymous
+    }
+
+    /// What observers are told of this client's grant: its id, or
+    /// `anonymous`.
+    pub fn grant_label(&self) -> &str {
+        self.grant.as_deref().unwrap_or(super::observe::ANONYMOUS)
     }
 
     fn grant_for(&self, export: &str) -> Option<&ExportGrant> {
@@ -426,6 +436,7 @@ pub fn authenticate(
     })?;
     let access = |g: &Grant, how: &str| Access {
         who: format!("{how} {}", g.id),
+        grant: Some(g.id.clone()),
         perf: true,
         exports: g.exports.clone(),
         anonymous: false,

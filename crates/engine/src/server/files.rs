@@ -11,6 +11,7 @@ use longhaul_proto::xfer::{
     Kind, ListEntry, ListRequest, Listing, Op, TransferAccept, TransferRequest,
 };
 
+use super::observe::{Outcome, RunKind};
 use super::slots::register;
 use super::{auth, peer_ip, Shared};
 use crate::net::conn::FramedConn;
@@ -112,15 +113,34 @@ pub(super) fn serve_transfer(
         Op::Pull => longhaul_proto::xfer::Landing::Into,
     };
     let (guard, rx) = register(shared, conn, access).map_err(refuse)?;
+    // From here on the transfer runs: its end (or its abort, should this
+    // return early) reaches the observers.
+    let kind = match t.op {
+        Op::Push => RunKind::Push,
+        Op::Pull => RunKind::Pull,
+    };
+    let watch = shared.watch(
+        kind,
+        conn.peer(),
+        access,
+        Some(&ex.name),
+        transfer_params(t),
+    );
     let max_files = crate::xfer::files_in_flight_cap();
-    conn.send(&Message::TransferAccept(TransferAccept {
+    // An early end tells the observers why, not just that it ended.
+    let failed = |watch: super::observe::Watch, e: EngineError| {
+        watch.finish(0, 0, Outcome::Failed, Some(e.to_string()));
+        Refusal::Failed(e)
+    };
+    if let Err(e) = conn.send(&Message::TransferAccept(TransferAccept {
         token: guard.token.clone(),
         max_files_in_flight: Some(max_files),
         // This server takes and sends bundles: agreed if asked.
         bundles: t.bundles,
         onto: t.op == Op::Push && landing == longhaul_proto::xfer::Landing::Onto,
-    }))
-    .map_err(Refusal::Failed)?;
+    })) {
+        return Err(failed(watch, e));
+    }
     let deadline = Instant::now() + shared.cfg.limits.handshake_timeout;
     let mut streams = Vec::new();
     while streams.len() < usize::from(t.streams) {
@@ -128,11 +148,12 @@ pub(super) fn serve_transfer(
         match rx.recv_timeout(left) {
             Ok(a) => streams.push(a.stream),
             Err(_) => {
-                return Err(Refusal::Failed(EngineError::Timeout(format!(
+                let e = EngineError::Timeout(format!(
                     "{} of {} data streams connected",
                     streams.len(),
                     t.streams
-                ))))
+                ));
+                return Err(failed(watch, e));
             }
         }
     }
@@ -193,7 +214,8 @@ pub(super) fn serve_transfer(
                 r.files,
                 r.bytes,
                 r.failed.len()
-            )
+            );
+            (r.bytes, r.files, r.failed.len())
         }),
         Op::Pull => run_source(
             conn,
@@ -236,11 +258,43 @@ pub(super) fn serve_transfer(
                 r.tally.files,
                 r.tally.bytes,
                 r.tally.failed.len()
-            )
+            );
+            (r.tally.bytes, r.tally.files, r.tally.failed.len())
         }),
     };
     drop(guard);
-    result.map_err(Refusal::Failed)
+    match &result {
+        Ok((bytes, files, 0)) => watch.finish(*bytes, *files, Outcome::Ok, None),
+        Ok((bytes, files, failed)) => watch.finish(
+            *bytes,
+            *files,
+            Outcome::Partial,
+            Some(format!("{failed} file(s) failed")),
+        ),
+        Err(e) => watch.finish(0, 0, Outcome::Failed, Some(e.to_string())),
+    }
+    result.map(|_| ()).map_err(Refusal::Failed)
+}
+
+/// What the archive keeps of a transfer's request: the paths and the
+/// options that change what it does, not its tuning.
+fn transfer_params(t: &TransferRequest) -> serde_json::Value {
+    const SHOWN: usize = 100;
+    serde_json::json!({
+        "direction": match t.op { Op::Push => "push", Op::Pull => "pull" },
+        "dest": t.dest,
+        "sources": t.sources.iter().take(SHOWN).collect::<Vec<_>>(),
+        "source_count": t.source_count,
+        "recursive": t.recursive,
+        "preserve": t.preserve,
+        "streams": t.streams,
+        "sync": t.sync.is_some(),
+        "delete": t.sync.as_ref().is_some_and(|s| s.delete),
+        "checksum": t.sync.as_ref().is_some_and(|s| s.checksum),
+        "dry_run": t.dry_run,
+        "verify": t.verify,
+        "direct": t.direct,
+    })
 }
 
 /// Answers `doctor`'s probe: this host's settings and, on the export, the
@@ -325,6 +379,23 @@ pub(super) fn serve_list(
     access
         .check_read(ex)
         .map_err(|m| (RefuseCode::Unauthorized, m))?;
+    let watch = shared.watch(
+        RunKind::List,
+        conn.peer(),
+        access,
+        Some(&ex.name),
+        serde_json::json!({ "path": l.path }),
+    );
+    let listed = list(conn, ex, l);
+    match &listed {
+        Ok(n) => watch.finish(0, *n, Outcome::Ok, None),
+        Err((_, m)) => watch.finish(0, 0, Outcome::Failed, Some(m.clone())),
+    }
+    listed.map(|_| ())
+}
+
+/// The listing itself; how many entries it sent.
+fn list(conn: &mut FramedConn, ex: &Export, l: &ListRequest) -> Result<u64, (RefuseCode, String)> {
     let path = beneath(&ex.root, &l.path).map_err(|e| (RefuseCode::BadRequest, e.to_string()))?;
     confine(&ex.root, &path).map_err(|e| (RefuseCode::BadRequest, e.to_string()))?;
     // Looked at through descriptors opened beneath the export root.
@@ -353,7 +424,7 @@ pub(super) fn serve_list(
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default();
-        return send(conn, vec![entry(name, &meta)], true);
+        return send(conn, vec![entry(name, &meta)], true).map(|()| 1);
     }
     let dir = anchor.dir(&path, false).map_err(bad)?;
     let rd = std::fs::read_dir(dir.path()).map_err(|e| {
@@ -363,13 +434,16 @@ pub(super) fn serve_list(
         )
     })?;
     let mut batch = Vec::new();
+    let mut sent = 0u64;
     for de in rd.flatten() {
         if let Ok(m) = dir.join(de.file_name()).symlink_metadata() {
             batch.push(entry(de.file_name().to_string_lossy().into_owned(), &m));
         }
         if batch.len() == 1000 {
+            sent += 1000;
             send(conn, std::mem::take(&mut batch), false)?;
         }
     }
-    send(conn, batch, true)
+    sent += batch.len() as u64;
+    send(conn, batch, true).map(|()| sent)
 }

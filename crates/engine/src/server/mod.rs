@@ -12,6 +12,7 @@
 
 pub mod auth;
 mod files;
+pub mod observe;
 mod perf;
 mod slots;
 mod third_party;
@@ -38,6 +39,7 @@ use crate::xfer::storage::{Local, Storage};
 use crate::xfer::Export;
 use crate::EngineError;
 use files::{serve_list, serve_probe, serve_transfer, Refusal};
+use observe::{code_word, Failure, Observers, Outcome, Refused, RunKind, ServeObserver, Watch};
 use perf::{new_test, public_caps, Step, Test};
 use slots::{take_slot, Slots};
 use third_party::third_party;
@@ -89,6 +91,9 @@ pub struct ServeConfig {
     /// Every client may do everything, without credentials (the demo's
     /// in-process server). Never set by `longhaul serve`.
     pub open_access: bool,
+    /// Told of every session, test, transfer, refusal and failure
+    /// (metrics, the archive): see [`observe`]. Never called per chunk.
+    pub observers: Vec<Arc<dyn ServeObserver>>,
 }
 
 impl Default for ServeConfig {
@@ -111,6 +116,7 @@ impl Default for ServeConfig {
             perf_tls_only: false,
             keep_special_modes: false,
             open_access: false,
+            observers: Vec::new(),
         }
     }
 }
@@ -140,6 +146,82 @@ struct Shared {
     per_client: Mutex<HashMap<IpAddr, usize>>,
     next_test: AtomicU64,
     shutdown: AtomicBool,
+    /// `cfg.observers`, shared with each run's [`Watch`].
+    observers: Observers,
+}
+
+impl Shared {
+    /// A configured export's name; None for a name that is no export (a
+    /// client's made-up name never reaches an observer).
+    fn export_label(&self, name: &str) -> Option<String> {
+        self.cfg
+            .exports
+            .iter()
+            .any(|e| e.name == name)
+            .then(|| name.to_string())
+    }
+
+    /// Tells the observers of a refusal.
+    fn refused(
+        &self,
+        what: &'static str,
+        export: Option<&str>,
+        grant: &str,
+        code: RefuseCode,
+        message: &str,
+        client: &str,
+    ) {
+        if self.observers.is_empty() {
+            return;
+        }
+        let r = Refused {
+            what,
+            export: export.and_then(|e| self.export_label(e)),
+            grant: grant.to_string(),
+            reason: code_word(code),
+            message: message.to_string(),
+            client: client.to_string(),
+        };
+        for o in self.observers.iter() {
+            o.refused(&r);
+        }
+    }
+
+    /// Tells the observers of a failure outside a test or transfer.
+    fn failed(&self, stage: &'static str, grant: &str, message: &str, client: &str) {
+        if self.observers.is_empty() {
+            return;
+        }
+        let f = Failure {
+            stage,
+            export: None,
+            grant: grant.to_string(),
+            message: message.to_string(),
+            client: client.to_string(),
+        };
+        for o in self.observers.iter() {
+            o.error(&f);
+        }
+    }
+
+    /// Starts watching a run (see [`Watch`]).
+    fn watch(
+        &self,
+        kind: RunKind,
+        client: &str,
+        access: &auth::Access,
+        export: Option<&str>,
+        params: serde_json::Value,
+    ) -> Watch {
+        Watch::start(
+            &self.observers,
+            kind,
+            client,
+            access.grant_label(),
+            export.and_then(|e| self.export_label(e)).as_deref(),
+            params,
+        )
+    }
 }
 
 /// A bound server.
@@ -237,6 +319,7 @@ impl Server {
             }
         };
         let slots = Slots::new(cfg.max_tests, cfg.max_queued);
+        let observers: Observers = cfg.observers.clone().into();
         Ok(Server {
             listeners,
             shared: Arc::new(Shared {
@@ -250,6 +333,7 @@ impl Server {
                 per_client: Mutex::new(HashMap::new()),
                 next_test: AtomicU64::new(1),
                 shutdown: AtomicBool::new(false),
+                observers,
             }),
         })
     }
@@ -321,10 +405,16 @@ fn accept_loop(l: &TcpListener, shared: &Arc<Shared>) {
             );
             // Plaintext: a TLS client sees the connection fail instead.
             let mut stream = stream;
-            refuse_on(
-                &mut stream,
+            let why = "server has too many open connections; try again later";
+            refuse_on(&mut stream, RefuseCode::Busy, why);
+            let peer = peer.to_string();
+            shared.refused(
+                "connection",
+                None,
+                observe::ANONYMOUS,
                 RefuseCode::Busy,
-                "server has too many open connections; try again later",
+                why,
+                &peer,
             );
             continue;
         }
@@ -352,10 +442,16 @@ fn accept_loop(l: &TcpListener, shared: &Arc<Shared>) {
                 shared.cfg.max_per_client
             );
             let mut stream = stream;
-            refuse_on(
-                &mut stream,
+            let why = "too many connections from your address; try again later";
+            refuse_on(&mut stream, RefuseCode::Busy, why);
+            let peer = peer.to_string();
+            shared.refused(
+                "connection",
+                None,
+                observe::ANONYMOUS,
                 RefuseCode::Busy,
-                "too many connections from your address; try again later",
+                why,
+                &peer,
             );
             continue;
         }
@@ -456,7 +552,9 @@ fn secure(
             match tls::accept(&shared.tls, tcp, deadline) {
                 Ok(s) => Some(s),
                 Err(e) => {
-                    tracing::warn!("closing {peer}: {}", escaped(&e.to_string()));
+                    let e = escaped(&e.to_string()).to_string();
+                    tracing::warn!("closing {peer}: {e}");
+                    shared.failed("handshake", observe::ANONYMOUS, &e, &peer.to_string());
                     None
                 }
             }
@@ -543,7 +641,9 @@ fn handle_connection(shared: &Arc<Shared>, tcp: TcpStream, peer: SocketAddr) {
     let hello = match hello {
         Ok(m) => m,
         Err(e) => {
-            tracing::warn!("closing {peer}: bad handshake: {}", escaped(&e.to_string()));
+            let message = format!("bad handshake: {}", escaped(&e.to_string()));
+            tracing::warn!("closing {peer}: {message}");
+            shared.failed("handshake", observe::ANONYMOUS, &message, &peer.to_string());
             if matches!(e, EngineError::Proto(_)) {
                 refuse_on(&mut *stream, RefuseCode::Protocol, &e.to_string());
             }
@@ -552,10 +652,16 @@ fn handle_connection(shared: &Arc<Shared>, tcp: TcpStream, peer: SocketAddr) {
     };
     if !plaintext_allowed(shared, &*stream, &hello) {
         tracing::warn!("refusing {peer}: plaintext, and this server requires TLS");
-        refuse_on(
-            &mut *stream,
+        let why = "this server requires TLS: run the client without --insecure-plaintext (plaintext needs --allow-plaintext on the server too)";
+        refuse_on(&mut *stream, RefuseCode::TlsRequired, why);
+        let peer = peer.to_string();
+        shared.refused(
+            "connection",
+            None,
+            observe::ANONYMOUS,
             RefuseCode::TlsRequired,
-            "this server requires TLS: run the client without --insecure-plaintext (plaintext needs --allow-plaintext on the server too)",
+            why,
+            &peer,
         );
         linger(&mut *stream);
         return;
@@ -589,6 +695,16 @@ fn handle_connection(shared: &Arc<Shared>, tcp: TcpStream, peer: SocketAddr) {
                 Err(message) => {
                     tracing::warn!("refusing {peer}: {}", escaped(&message));
                     refuse_on(&mut *stream, RefuseCode::Unauthorized, &message);
+                    let peer = peer.to_string();
+                    let code = RefuseCode::Unauthorized;
+                    shared.refused(
+                        "connection",
+                        None,
+                        observe::ANONYMOUS,
+                        code,
+                        &message,
+                        &peer,
+                    );
                     linger(&mut *stream);
                     return;
                 }
@@ -644,15 +760,25 @@ fn handle_connection(shared: &Arc<Shared>, tcp: TcpStream, peer: SocketAddr) {
             let access = access.unwrap_or_else(|| auth::Access::anonymous(false));
             tracing::debug!("{peer} is {}", access.who);
             let mut conn = FramedConn::new(stream, peer.to_string());
+            let s = observe::Session {
+                client: peer.to_string(),
+                grant: access.grant_label().to_string(),
+            };
+            shared.observers.iter().for_each(|o| o.session_opened(&s));
             if let Err(e) = control_loop(shared, &mut conn, &mut session, &access) {
                 match e {
                     EngineError::Closed(_) => {
                         tracing::debug!("{peer} closed its control connection")
                     }
-                    e => tracing::warn!("closing session of {peer}: {}", escaped(&e.to_string())),
+                    e => {
+                        let e = escaped(&e.to_string()).to_string();
+                        tracing::warn!("closing session of {peer}: {e}");
+                        shared.failed("session", &s.grant, &e, &s.client);
+                    }
                 }
             }
             flush(&mut conn, &mut session);
+            shared.observers.iter().for_each(|o| o.session_closed(&s));
         }
         Err(e) => {
             tracing::warn!("closing {peer}: {}", escaped(&e.to_string()));
@@ -677,6 +803,14 @@ fn control_loop(
     access: &auth::Access,
 ) -> Result<(), EngineError> {
     let mut test: Option<Test> = None;
+    // The running test's watch: dropped unfinished (the session broke),
+    // it tells the observers the test was aborted.
+    let mut watch: Option<Watch> = None;
+    let grant = access.grant_label();
+    let peer = conn.peer().to_string();
+    let refused = |what, export: Option<&str>, code, message: &str| {
+        shared.refused(what, export, grant, code, message, &peer);
+    };
     loop {
         while let Some(m) = session.poll_transmit() {
             conn.send(&m)?;
@@ -690,8 +824,15 @@ fn control_loop(
             match t.poll(session, conn.peer(), now) {
                 Step::Running => {}
                 Step::Ready => continue,
-                Step::Finished => {
+                Step::Finished { bytes, error } => {
                     test = None;
+                    if let Some(w) = watch.take() {
+                        let result = match error {
+                            Some(_) => Outcome::Failed,
+                            None => Outcome::Ok,
+                        };
+                        w.finish(bytes, 0, result, error);
+                    }
                     continue;
                 }
             }
@@ -720,14 +861,15 @@ fn control_loop(
                 if !access.perf =>
             {
                 tracing::warn!("refusing a test from {}: not authenticated", conn.peer());
-                session.refuse(
-                    RefuseCode::Unauthorized,
-                    "this server runs perf tests for authenticated clients only: pass --token-file FILE or set LONGHAUL_TOKEN".to_string(),
-                );
+                let why = "this server runs perf tests for authenticated clients only: pass --token-file FILE or set LONGHAUL_TOKEN";
+                refused("perf", None, RefuseCode::Unauthorized, why);
+                session.refuse(RefuseCode::Unauthorized, why.to_string());
             }
             Ok(Some(ServerEvent::TestRequested(p))) => {
                 match new_test(shared, conn, p.clone(), access) {
                     Ok((t, accept)) => {
+                        let params = serde_json::to_value(&p).unwrap_or_default();
+                        watch = Some(shared.watch(RunKind::Perf, &peer, access, None, params));
                         tracing::info!(
                             "test {} from {}: {:?} {:?}, {} stream(s)",
                             accept.test_id,
@@ -741,6 +883,7 @@ fn control_loop(
                     }
                     Err((code, message)) => {
                         tracing::warn!("refusing test from {}: {}", conn.peer(), escaped(&message));
+                        refused("perf", None, code, &message);
                         session.refuse(code, message);
                     }
                 }
@@ -773,6 +916,7 @@ fn control_loop(
                     }
                     Err(message) => {
                         tracing::warn!("refusing a test from {}: {message}", conn.peer());
+                        refused("third-party", None, RefuseCode::Limit, &message);
                         session.refuse(RefuseCode::Limit, message);
                     }
                 }
@@ -786,6 +930,11 @@ fn control_loop(
                             conn.peer(),
                             escaped(&message)
                         );
+                        let what = match t.op {
+                            longhaul_proto::xfer::Op::Push => "push",
+                            longhaul_proto::xfer::Op::Pull => "pull",
+                        };
+                        refused(what, Some(&t.export), code, &message);
                         session.refuse(code, message);
                     }
                     Err(Refusal::Failed(e)) => {
@@ -796,15 +945,15 @@ fn control_loop(
             Ok(Some(ServerEvent::ListRequested(l))) => match serve_list(shared, conn, &l, access) {
                 Ok(()) => session.finish(Instant::now()),
                 Err((code, message)) => {
+                    refused("ls", Some(&l.export), code, &message);
                     session.refuse(code, message);
                 }
             },
             Ok(Some(ServerEvent::ProbeRequested(_))) if access.is_anonymous() => {
                 tracing::warn!("refusing a probe from {}: not authenticated", conn.peer());
-                session.refuse(
-                    RefuseCode::Unauthorized,
-                    "this server answers probes (longhaul doctor) for authenticated clients only: pass --token-file FILE or set LONGHAUL_TOKEN".to_string(),
-                );
+                let why = "this server answers probes (longhaul doctor) for authenticated clients only: pass --token-file FILE or set LONGHAUL_TOKEN";
+                refused("probe", None, RefuseCode::Unauthorized, why);
+                session.refuse(RefuseCode::Unauthorized, why.to_string());
             }
             Ok(Some(ServerEvent::ProbeRequested(p))) => {
                 // A probe benchmarks storage and CPU: it takes a slot.
@@ -818,6 +967,7 @@ fn control_loop(
                             conn.peer(),
                             escaped(&message)
                         );
+                        refused("probe", Some(&p.export), code, &message);
                         session.refuse(code, message);
                     }
                 }

@@ -55,8 +55,9 @@ pub(super) enum Step {
     Running,
     /// Every stream has joined; the client was told.
     Ready,
-    /// The run is over and its results went to the client: the test is done.
-    Finished,
+    /// The run is over and its results went to the client: the test is
+    /// done, having moved `bytes` (this side, both directions).
+    Finished { bytes: u64, error: Option<String> },
 }
 
 impl Test {
@@ -100,10 +101,11 @@ impl Test {
             false => t.baseline.take(),
         };
         let error = run.error();
+        let bytes = end.streams.iter().map(|s| s.bytes).sum::<u64>();
         tracing::info!(
             "test of {} finished: {} bytes{}",
             peer,
-            end.streams.iter().map(|s| s.bytes).sum::<u64>(),
+            bytes,
             error
                 .as_deref()
                 .map(|e| format!(", {}", escaped(e)))
@@ -114,10 +116,10 @@ impl Test {
             PeerResults {
                 baseline,
                 end,
-                error,
+                error: error.clone(),
             },
         );
-        Step::Finished
+        Step::Finished { bytes, error }
     }
 
     /// Starts this side's run when the client says `Start`; a run that
