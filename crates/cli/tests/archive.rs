@@ -400,5 +400,8 @@ fn a_run_ended_by_ctrl_c_is_archived_as_interrupted() {
     let show = json_ok(&archive, &["show", "last", "--json"]);
     assert_eq!(show["run"]["status"], "interrupted", "{show}");
     assert_eq!(show["run"]["exit_code"], 130, "{show}");
-    assert!(show["run"]["summary"].is_object(), "its summary is kept: {show}");
+    assert!(
+        show["run"]["summary"].is_object(),
+        "its summary is kept: {show}"
+    );
 }
