@@ -190,9 +190,9 @@ impl Archive {
             .pragma_update(None, "foreign_keys", "ON")
             .map_err(|e| classify(&path, e))?;
         // A catalogue's index pages stay in memory while a run writes them;
-        // 16 MiB at most, so a run of days writes in bounded memory.
+        // 4 MiB at most, so a run of days writes in bounded memory.
         self.conn
-            .pragma_update(None, "cache_size", -16384)
+            .pragma_update(None, "cache_size", -4096)
             .map_err(|e| classify(&path, e))?;
         for (from, sql) in MIGRATIONS.iter().enumerate().skip(version as usize) {
             let tx = self.conn.transaction().map_err(|e| classify(&path, e))?;
