@@ -26,21 +26,9 @@ WORK=$(mktemp -d /dev/shm/lh-arch.XXXXXX)
 PIDS=()
 trap 'for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$WORK"' EXIT
 
-python3 - "$WORK/src" "$FILES" "$BIG_MIB" <<'EOF'
-import os, random, sys
-root, n, big = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-rng = random.Random(7)
-for i in range(n):
-    d = f"{root}/small/d{i % max(1, n // 100):03d}"
-    os.makedirs(d, exist_ok=True)
-    with open(f"{d}/f{i:06d}", "wb") as f:
-        f.write(os.urandom(rng.randint(1024, 65536)))
-os.makedirs(f"{root}/big", exist_ok=True)
-block = os.urandom(1 << 20)
-with open(f"{root}/big/big.bin", "wb") as f:
-    for i in range(big):
-        f.write(i.to_bytes(8, "little") + block[8:])
-EOF
+python3 "$(dirname "$0")/lib/small-tree.py" "$WORK/src" "$FILES"
+mkdir -p "$WORK/src/big"
+head -c $((BIG_MIB << 20)) /dev/urandom >"$WORK/src/big/big.bin"
 
 st=$WORK/state ex=$WORK/export
 mkdir -p "$st" "$ex"

@@ -255,30 +255,18 @@ fn a_perf_run_keeps_every_stream_and_its_verdict() {
     assert!(run["params"].is_object(), "the setup is kept: {run}");
 }
 
-#[test]
-fn a_killed_run_keeps_what_it_recorded() {
-    let t = TempDir::new("archive-killed");
-    let archive = t.path().join("archive.db");
-    let s = data_server(&t.dir("export"), &t.dir("state"));
-    let mut child = bin()
-        .arg("--archive")
-        .arg(&archive)
-        .args(["perf", &s.addr().to_string(), "-t", "60", "-i", "0.2"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    // Wait for some intervals to be committed, then kill -9.
+/// Waits until the newest run in `archive` has `n` intervals committed.
+fn wait_for_intervals(archive: &Path, n: usize) {
     let start = std::time::Instant::now();
     loop {
         std::thread::sleep(std::time::Duration::from_millis(200));
-        let o = with_archive(&archive, &["show", "last", "--json"]);
+        let o = with_archive(archive, &["show", "last", "--json"]);
         if o.status.success()
             && json_of(&o)["run"]["intervals"]
                 .as_array()
-                .is_some_and(|i| i.len() >= 3)
+                .is_some_and(|i| i.len() >= n)
         {
-            break;
+            return;
         }
         assert!(
             start.elapsed().as_secs() < 40,
@@ -286,6 +274,28 @@ fn a_killed_run_keeps_what_it_recorded() {
             stderr(&o)
         );
     }
+}
+
+/// A perf of 60 s against `s`, archived into `archive`.
+fn long_perf(archive: &Path, addr: std::net::SocketAddr) -> std::process::Child {
+    bin()
+        .arg("--archive")
+        .arg(archive)
+        .args(["perf", &addr.to_string(), "-t", "60", "-i", "0.2"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap()
+}
+
+#[test]
+fn a_killed_run_keeps_what_it_recorded() {
+    let t = TempDir::new("archive-killed");
+    let archive = t.path().join("archive.db");
+    let s = data_server(&t.dir("export"), &t.dir("state"));
+    let mut child = long_perf(&archive, s.addr());
+    // Wait for some intervals to be committed, then kill -9.
+    wait_for_intervals(&archive, 3);
     child.kill().unwrap();
     child.wait().unwrap();
     let show = json_ok(&archive, &["show", "last", "--json"]);
@@ -372,27 +382,8 @@ fn a_run_ended_by_ctrl_c_is_archived_as_interrupted() {
     let t = TempDir::new("archive-int");
     let archive = t.path().join("archive.db");
     let s = data_server(&t.dir("export"), &t.dir("state"));
-    let mut child = bin()
-        .arg("--archive")
-        .arg(&archive)
-        .args(["perf", &s.addr().to_string(), "-t", "60", "-i", "0.2"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let start = std::time::Instant::now();
-    loop {
-        std::thread::sleep(std::time::Duration::from_millis(200));
-        let o = with_archive(&archive, &["show", "last", "--json"]);
-        if o.status.success()
-            && json_of(&o)["run"]["intervals"]
-                .as_array()
-                .is_some_and(|i| !i.is_empty())
-        {
-            break;
-        }
-        assert!(start.elapsed().as_secs() < 40, "no intervals archived");
-    }
+    let mut child = long_perf(&archive, s.addr());
+    wait_for_intervals(&archive, 1);
     // SAFETY: kill(2) on our own child's pid.
     unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
     let st = child.wait().unwrap();
