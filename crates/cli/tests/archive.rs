@@ -396,3 +396,35 @@ fn a_run_ended_by_ctrl_c_is_archived_as_interrupted() {
         "its summary is kept: {show}"
     );
 }
+
+#[test]
+fn doctor_and_bench_disk_runs_are_archived_with_their_reports() {
+    let t = TempDir::new("archive-doctor");
+    let archive = t.path().join("archive.db");
+    let dir = t.dir("d");
+    let o = with_archive(
+        &archive,
+        &[
+            "bench",
+            "disk",
+            dir.to_str().unwrap(),
+            "--size",
+            "8M",
+            "--files",
+            "50",
+        ],
+    );
+    assert_exit(&o, 0);
+    let o = with_archive(&archive, &["doctor"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let h = json_ok(&archive, &["history", "--json"]);
+    let runs = h["runs"].as_array().unwrap();
+    let kinds: Vec<&str> = runs.iter().map(|r| r["kind"].as_str().unwrap()).collect();
+    assert_eq!(kinds, ["doctor", "bench-disk"], "{h}");
+    let disk = json_ok(&archive, &["show", "1", "--json"]);
+    assert_eq!(disk["run"]["dest"], dir.to_str().unwrap());
+    assert_eq!(disk["run"]["summary"]["write"]["bytes"], 8 << 20, "{disk}");
+    assert!(disk["run"]["bits_per_second"].as_f64().unwrap() > 0.0);
+    let doctor = json_ok(&archive, &["show", "2", "--json"]);
+    assert!(doctor["run"]["summary"]["findings"].is_array(), "{doctor}");
+}
