@@ -16,7 +16,7 @@ use longhaul_proto::disk::DiskReport;
 use longhaul_proto::report::{IntervalReport, Setup, Summary, TcpReport};
 use longhaul_proto::tune::TransferInterval;
 
-use crate::model::{FileRow, IntervalRow, Loss, NewRun};
+use crate::model::{IntervalRow, Loss, NewRun};
 use crate::store::{Archive, ArchiveError};
 use crate::writer::{Finisher, RunEnd, RunResult, Writer};
 
@@ -93,17 +93,7 @@ impl ArchiveReporter {
     /// catalogue.
     pub fn catalogue(&self) -> Option<Catalogue> {
         let w = self.writer.clone()?;
-        Some(std::sync::Arc::new(move |l: Landed| {
-            w.file(FileRow {
-                path: l.path,
-                source: l.source,
-                dest: l.dest,
-                size: l.size,
-                mtime_ns: Some(l.mtime_ns),
-                digest: l.digest,
-                verified: true,
-            });
-        }))
+        Some(std::sync::Arc::new(move |l: Landed| w.landed(l)))
     }
 
     /// What the archive could not keep, once the run has ended.

@@ -13,6 +13,8 @@ use std::time::{Duration, Instant};
 
 use rusqlite::{params, Transaction};
 
+use longhaul_engine::xfer::Landed;
+
 use crate::model::{FileRow, IntervalRow, Loss};
 use crate::store::{digest_key, name_key, unix_now, Archive};
 
@@ -53,6 +55,8 @@ enum Record {
     Params(serde_json::Value),
     Interval(IntervalRow),
     File(FileRow),
+    /// A file of a cp or sync, named in full by the writer thread.
+    Landed(Landed),
     Live {
         bytes: u64,
         files: u64,
@@ -65,7 +69,7 @@ enum Record {
 impl Record {
     fn rows(&self) -> u64 {
         match self {
-            Record::Interval(_) | Record::File(_) => 1,
+            Record::Interval(_) | Record::File(_) | Record::Landed(_) => 1,
             _ => 0,
         }
     }
@@ -138,6 +142,11 @@ impl Writer {
     }
     pub fn file(&self, f: FileRow) {
         self.offer(Record::File(f));
+    }
+    /// A file a cp or sync moved (verified: it landed); its names are made
+    /// on this writer's thread, off the transfer's.
+    pub fn landed(&self, l: Landed) {
+        self.offer(Record::Landed(l));
     }
     /// [`Writer::file`], waiting for room instead of dropping (the
     /// catalogue benchmark measures the writer, not the channel).
@@ -288,6 +297,22 @@ fn write_batch(tx: &Transaction, run: i64, batch: &[Record]) -> rusqlite::Result
                     name_key(&f.source),
                     name_key(&f.dest),
                     f.digest.as_deref().and_then(digest_key),
+                ])?;
+            }
+            Record::Landed(l) => {
+                let (source, dest) = l.names();
+                file.execute(params![
+                    run,
+                    l.path,
+                    source,
+                    dest,
+                    l.size as i64,
+                    l.mtime_ns,
+                    l.digest,
+                    true,
+                    name_key(&source),
+                    name_key(&dest),
+                    l.digest.as_deref().and_then(digest_key),
                 ])?;
             }
             Record::Live { bytes, files, bps } => live = Some((*bytes, *files, *bps)),

@@ -799,12 +799,10 @@ fn cp_once(
                     dir_ends: o.sync.as_ref().is_some_and(|s| s.delete),
                     digests: o.sync.as_ref().is_some_and(|s| s.checksum),
                     digest_out: digest_out.clone(),
-                    on_landed: o.catalogue.clone().map(|c| {
-                        let place = Place::push(plan, accept.onto);
-                        Arc::new(move |path: &str, size, mtime_ns, digest: Option<&str>| {
-                            c(place.landed(path, size, mtime_ns, digest));
-                        }) as super::OnLanded
-                    }),
+                    on_landed: o
+                        .catalogue
+                        .clone()
+                        .map(|c| Place::push(plan, accept.onto).hook(c)),
                     progress: o.progress.clone(),
                     roots: roots.clone(),
                     recursive: o.recursive,
@@ -858,12 +856,10 @@ fn cp_once(
                 data,
                 SinkConfig {
                     digest_out: digest_out.clone(),
-                    on_landed: o.catalogue.clone().map(|c| {
-                        let place = Place::pull(plan, o, landing);
-                        Arc::new(move |path: &str, size, mtime_ns, digest: Option<&str>| {
-                            c(place.landed(path, size, mtime_ns, digest));
-                        }) as super::OnLanded
-                    }),
+                    on_landed: o
+                        .catalogue
+                        .clone()
+                        .map(|c| Place::pull(plan, o, landing).hook(c)),
                     progress: o.progress.clone(),
                     landing,
                     dest: dest.clone(),
@@ -987,7 +983,24 @@ impl Place {
         }
     }
 
-    fn landed(&self, path: &str, size: u64, mtime_ns: i64, digest: Option<&str>) -> Landed {
+    /// What the source and sink threads call as a file lands: the row for
+    /// `catalogue`, its naming left to whoever writes it.
+    fn hook(self, catalogue: super::Catalogue) -> super::OnLanded {
+        let place = Arc::new(self);
+        let namer: super::Namer = Arc::new(move |path: &str| place.names(path));
+        Arc::new(move |path: &str, size, mtime_ns, digest: Option<&str>| {
+            catalogue(Landed {
+                path: path.to_string(),
+                size,
+                mtime_ns,
+                digest: digest.map(str::to_string),
+                namer: namer.clone(),
+            });
+        })
+    }
+
+    /// (source, destination) of an entry path.
+    fn names(&self, path: &str) -> (String, String) {
         let first = path.split('/').next().unwrap_or("");
         let source = self
             .roots
@@ -1009,14 +1022,7 @@ impl Place {
         } else {
             format!("{base}/{rest}")
         };
-        Landed {
-            path: path.to_string(),
-            source,
-            dest,
-            size,
-            mtime_ns,
-            digest: digest.map(str::to_string),
-        }
+        (source, dest)
     }
 }
 

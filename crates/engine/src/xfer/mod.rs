@@ -130,19 +130,30 @@ pub fn write_digest(out: &Option<DigestOut>, path: &str, digest: &str) {
     }
 }
 
-/// A file that landed, named in full: the file catalogue's row.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// A file that landed: the file catalogue's row. Its full names are made
+/// by [`Landed::names`] where the row is written, not on the transfer's
+/// threads.
+#[derive(Clone)]
 pub struct Landed {
     /// The file as the transfer named it (its root's name first).
     pub path: String,
-    /// Where it came from and where it landed: a local absolute path, or
-    /// `HOST:EXPORT/path` on a server.
-    pub source: String,
-    pub dest: String,
     pub size: u64,
     pub mtime_ns: i64,
     /// BLAKE3 over the file's chunk hashes (hex), as `--digests` writes it.
     pub digest: Option<String>,
+    /// Names an entry path in full: (source, destination).
+    pub namer: Namer,
+}
+
+/// Names a transfer's entry path in full: where it came from and where it
+/// landed, each a local absolute path or `HOST:PORT:EXPORT/path`.
+pub type Namer = Arc<dyn Fn(&str) -> (String, String) + Send + Sync>;
+
+impl Landed {
+    /// (source, destination), named in full.
+    pub fn names(&self) -> (String, String) {
+        (self.namer)(&self.path)
+    }
 }
 
 /// Where a cp or sync tells each file that landed (the archive's
