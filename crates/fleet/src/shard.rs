@@ -1,0 +1,1 @@
+//! Cutting a manifest into units of work (pure, property-tested).
