@@ -479,6 +479,49 @@ pub struct CpArgs {
     pub connect_timeout: Duration,
     #[command(flatten)]
     pub security: SecurityArgs,
+    #[command(flatten)]
+    pub fleet: FleetArgs,
+}
+
+/// One transfer across many nodes: every node runs the same command under
+/// a launcher (Slurm, MPI, a Kubernetes indexed Job) and moves its share.
+#[derive(Args, Clone, Default)]
+#[command(next_help_heading = "One transfer across many nodes")]
+pub struct FleetArgs {
+    /// This process is one rank of a fleet: `auto` reads its rank and size
+    /// from the launcher (SLURM_PROCID/SLURM_NTASKS, OMPI_COMM_WORLD_RANK/SIZE,
+    /// PMI_RANK/SIZE, JOB_COMPLETION_INDEX with --size), in that order.
+    #[arg(long, value_name = "auto", value_parser = ["auto"])]
+    pub ranks: Option<String>,
+    /// This process's rank, with --size (instead of --ranks auto).
+    #[arg(long, value_name = "R", requires = "size")]
+    pub rank: Option<u32>,
+    /// How many ranks there are (a Kubernetes indexed Job's completions).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub size: Option<u32>,
+    /// Static shares: a directory every rank sees (the shared file system)
+    /// for the manifest and each rank's result. Its own per transfer.
+    #[arg(long, value_name = "DIR", conflicts_with = "queue")]
+    pub run_dir: Option<PathBuf>,
+    /// A dynamic work queue in PostgreSQL instead of static shares:
+    /// postgres://USER@HOST[:PORT]/DB (or host=/run/postgresql for a socket).
+    #[arg(long, value_name = "URL")]
+    pub queue: Option<String>,
+    /// Names the run in the queue; the same id resumes it (default: from
+    /// the sources and destination).
+    #[arg(long, value_name = "ID")]
+    pub run_id: Option<String>,
+    /// Bytes a queue unit carries about (a range of a large file, or a
+    /// group of small files).
+    #[arg(long, value_name = "SIZE", value_parser = size, default_value = "256M")]
+    pub unit: u64,
+    /// A queue lease not renewed for this long is taken over by another rank.
+    #[arg(long, value_name = "DURATION", value_parser = duration, default_value = "60s")]
+    pub lease: Duration,
+    /// How long a rank waits for the manifest, and the finishing rank for
+    /// the others' results.
+    #[arg(long = "fleet-wait", value_name = "DURATION", value_parser = duration, default_value = "24h")]
+    pub wait: Duration,
 }
 
 #[derive(Args)]

@@ -59,3 +59,7 @@ pub struct WanHosts {
     pub ns_a: String,
     pub ns_b: String,
 }
+
+/// Says nothing of what it is told (a fleet rank's sessions, whose one
+/// result the fleet prints).
+impl CommandReporter for crate::report::Discard {}

@@ -11,5 +11,8 @@
 //! servers write them into one shared partial file and the last range in
 //! renames it into place (`docs/PROTOCOL.md`, "parts").
 
+pub mod manifest;
+pub mod queue;
 pub mod ranks;
+pub mod run;
 pub mod shard;

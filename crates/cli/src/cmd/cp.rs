@@ -20,6 +20,14 @@ pub fn cp(
     dry_run: bool,
     archive: &crate::args::ArchiveArgs,
 ) -> Outcome {
+    if a.fleet.ranks.is_some() || a.fleet.rank.is_some() {
+        return super::fleet::cp(a, sync, dry_run, archive);
+    }
+    if a.fleet.queue.is_some() || a.fleet.run_dir.is_some() {
+        return Err(super::usage(
+            "--queue and --run-dir are for one rank of a fleet: add --ranks auto (or --rank R --size N)",
+        ));
+    }
     let run = new_run(&a, sync.as_ref(), dry_run);
     let archive = super::archive_reporter(archive, &run);
     let catalogue = archive.as_ref().and_then(|a| a.catalogue());
@@ -30,7 +38,7 @@ pub fn cp(
 }
 
 /// A cp or sync as the archive records it when it starts.
-fn new_run(a: &CpArgs, sync: Option<&SyncOptions>, dry_run: bool) -> NewRun {
+pub(super) fn new_run(a: &CpArgs, sync: Option<&SyncOptions>, dry_run: bool) -> NewRun {
     let (sources, dest) = a.paths.split_at(a.paths.len().saturating_sub(1));
     let remote = a
         .paths
@@ -73,11 +81,28 @@ fn transfer(
     catalogue: Option<longhaul_engine::xfer::Catalogue>,
     printer: &mut (dyn CommandReporter + Send),
 ) -> Outcome {
+    let opts = options(a, sync, dry_run, catalogue)?;
+    let s = longhaul_engine::xfer::client::cp_with(&opts, printer)?;
+    printer.transfer_summary(&s);
+    Ok(if s.failed.is_empty() {
+        exit::OK
+    } else {
+        exit::PARTIAL
+    })
+}
+
+/// The transfer the command line asks for.
+pub(super) fn options(
+    a: &CpArgs,
+    sync: Option<SyncOptions>,
+    dry_run: bool,
+    catalogue: Option<longhaul_engine::xfer::Catalogue>,
+) -> Result<CpOptions, super::Failure> {
     let security = a.security.security()?;
     let mut paths = a.paths.clone();
     let dest = paths.pop().expect("clap requires two paths");
     let interrupt = interrupt_flag();
-    let opts = CpOptions {
+    Ok(CpOptions {
         sources: paths,
         dest,
         recursive: a.recursive,
@@ -100,6 +125,7 @@ fn transfer(
         path_memory: Some(longhaul_engine::state::default_pathdb_file()),
         digests_to: a.digests.clone(),
         catalogue,
+        share: None,
         progress: Arc::new(longhaul_engine::xfer::Progress {
             interrupt: interrupt.clone(),
             ..Default::default()
@@ -110,13 +136,6 @@ fn transfer(
             security,
             ..ClientOptions::default()
         },
-    };
-    let s = longhaul_engine::xfer::client::cp_with(&opts, printer)?;
-    printer.transfer_summary(&s);
-    Ok(if s.failed.is_empty() {
-        exit::OK
-    } else {
-        exit::PARTIAL
     })
 }
 

@@ -5,6 +5,7 @@ mod archive;
 mod cp;
 mod dashboard;
 mod doctor;
+mod fleet;
 mod perf;
 mod plot;
 mod serve;

@@ -101,6 +101,7 @@ macro_rules! errln {
 
 // After the macros: the printers use them.
 pub mod archived;
+pub mod fleet;
 pub mod human;
 pub mod json;
 pub mod progress;

@@ -138,6 +138,8 @@ pub(super) fn serve_transfer(
         // This server takes and sends bundles: agreed if asked.
         bundles: t.bundles,
         onto: t.op == Op::Push && landing == longhaul_proto::xfer::Landing::Onto,
+        // This server's sink takes parts of files (a fleet's ranks).
+        parts: t.parts && t.op == Op::Push,
     })) {
         return Err(failed(watch, e));
     }
@@ -233,6 +235,7 @@ pub(super) fn serve_transfer(
                 storage,
                 anchor: Some(Arc::new(anchor)),
                 bundles: t.bundles,
+                share: None,
                 online: t.tuning.online,
                 send_intervals: t.tuning.intervals,
                 rtt: Duration::from_micros(u64::from(

@@ -72,6 +72,9 @@ pub struct CpOptions {
     /// The transfer's counters (and its interrupt flag); [`cp_with`]
     /// samples them for its reporter.
     pub progress: Arc<super::Progress>,
+    /// One fleet rank's share of `sources` (push only): these entries
+    /// instead of a walk, some of them parts of files.
+    pub share: Option<Arc<Vec<super::source::ShareItem>>>,
 }
 
 /// The outcome of a `cp`.
@@ -175,6 +178,10 @@ fn plan(o: &CpOptions) -> Result<Plan, EngineError> {
                 roots: o.sources.iter().map(PathBuf::from).collect(),
             })
         }
+        None if o.share.is_some() => Err(EngineError::Usage(
+            "a fleet pushes: name a local source and a remote destination (HOST:EXPORT/path)"
+                .into(),
+        )),
         None => {
             let rs: Vec<Remote> = remotes.into_iter().flatten().collect();
             if rs.len() != o.sources.len() {
@@ -227,6 +234,7 @@ impl CpOptions {
             digests_to: None,
             catalogue: None,
             progress: Default::default(),
+            share: None,
             client,
         }
     }
@@ -665,6 +673,7 @@ fn transfer_request(
         tuning: tuning.clone(),
         // Used only once the server agrees (`TransferAccept::bundles`).
         bundles: true,
+        parts: o.share.is_some(),
     };
     match plan {
         Plan::Push {
@@ -772,6 +781,11 @@ fn cp_once(
     match plan {
         Plan::Push { roots, .. } => {
             let accept = accepted(&mut ctl, &o.client)?;
+            if o.share.is_some() && !accept.parts {
+                return Err(EngineError::Failed(format!(
+                    "the server at {host} does not take parts of files (it is older than this client): upgrade it to move a fleet's share"
+                )));
+            }
             let token = accept.token.clone();
             let bundles = accept.bundles;
             let cap = accept
@@ -816,6 +830,7 @@ fn cp_once(
                     files_in_flight: files_start,
                     max_files_in_flight: files_most,
                     bundles,
+                    share: o.share.clone(),
                 },
             )?;
             s.tuning = r.tuning.clone();

@@ -6,6 +6,7 @@
 
 pub mod beneath;
 pub mod client;
+mod parts;
 pub mod prefetch;
 pub mod sink;
 pub mod source;

@@ -259,7 +259,7 @@ fn sync_together(batch: &[Arc<FileState>]) -> bool {
     devs.iter().all(|(_, fd)| unsafe { libc::syncfs(*fd) } == 0)
 }
 
-fn side_path(target: &Path, suffix: &str) -> PathBuf {
+pub(super) fn side_path(target: &Path, suffix: &str) -> PathBuf {
     let name = target
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
@@ -310,7 +310,7 @@ pub fn run_sink(
                     let synced = cfg.sync_files && sync_together(&batch);
                     for f in batch {
                         let done = finish(&f, &cfg, synced);
-                        let _ = tx.send(Event::Done(done, f.entry.size));
+                        let _ = tx.send(Event::Done(done, f.entry.carried_bytes()));
                     }
                 })
                 .map_err(|e| EngineError::io("failed to start a finisher".into(), e))?,
@@ -516,7 +516,7 @@ impl Work<'_> {
     fn finish(&self, m: &mut Sink, f: Arc<FileState>) {
         if finishes_at_once(&f, self.cfg) {
             let done = finish(&f, self.cfg, true);
-            m.file_done(Instant::now(), done, f.entry.size);
+            m.file_done(Instant::now(), done, f.entry.carried_bytes());
         } else {
             let _ = self.fin.send(f);
         }
@@ -587,7 +587,10 @@ impl Work<'_> {
                     if let Some(f) = self.files.lock().expect("poisoned").remove(&id) {
                         f.inner.lock().expect("poisoned").ledger.fail();
                         if changed {
-                            let _ = std::fs::remove_file(&f.at_part);
+                            // A part's partial file holds other parts too.
+                            if f.entry.part.is_none() {
+                                let _ = std::fs::remove_file(&f.at_part);
+                            }
                             let _ = std::fs::remove_file(&f.at_journal);
                         }
                     }
@@ -735,7 +738,8 @@ fn prune(
         let s = name.to_string_lossy();
         // Our own partial files and journals are not the user's.
         if keep.contains(&name)
-            || (s.starts_with('.') && (s.ends_with(".lhpart") || s.ends_with(".lhjournal")))
+            || (s.starts_with('.') && s.ends_with(".lhpart"))
+            || super::parts::is_part_file(&s)
         {
             continue;
         }
@@ -809,6 +813,9 @@ fn open_file(e: &Entry, cfg: &SinkConfig, files: &Files, report: &mut SinkReport
         Ok(x) => x,
         Err(err) => return fail(err.to_string()),
     };
+    if let Some(range) = e.part {
+        return open_part(e, range, cfg, files, target, dir);
+    }
     let part = side_path(&target, "lhpart");
     let journal_path = side_path(&target, "lhjournal");
     let side = |p: &Path| dir.join(p.file_name().expect("side paths have a name"));
@@ -945,6 +952,162 @@ fn open_file(e: &Entry, cfg: &SinkConfig, files: &Files, report: &mut SinkReport
     }
 }
 
+/// Answers a part of a file ([`Entry::part`], see [`super::parts`]): opens
+/// the shared partial file without truncating it, resumes from this part's
+/// journal (or finds the part done), and asks for the part's chunks only.
+fn open_part(
+    e: &Entry,
+    [first, end]: [u32; 2],
+    cfg: &SinkConfig,
+    files: &Files,
+    target: PathBuf,
+    dir: Arc<Dir>,
+) -> Want {
+    let fail = |error: String| Want::Fail { id: e.id, error };
+    let count = chunk_count(e.size, e.chunk_size);
+    let part = side_path(&target, "lhpart");
+    let journal_path = super::parts::journal_name(&target, [first, end], false);
+    let done_path = super::parts::journal_name(&target, [first, end], true);
+    let side = |p: &Path| dir.join(p.file_name().expect("side paths have a name"));
+    let (at_part, at_journal, at_done) = (side(&part), side(&journal_path), side(&done_path));
+    let header = JournalHeader {
+        size: e.size,
+        mtime_ns: e.mtime_ns,
+        chunk_size: e.chunk_size,
+    };
+    // Opened (made if missing) and never truncated: other parts write
+    // into the same file. Every part sizes it alike.
+    let out = match cfg.storage.open_write(&at_part, false) {
+        Ok(o) => o,
+        Err(err) => return fail(io_err("open", &part, err)),
+    };
+    let len = std::fs::metadata(&at_part).map(|m| m.len());
+    if len.as_ref().map_or(true, |l| *l != e.size) {
+        if let Err(err) = out.set_len(e.size) {
+            return fail(io_err("size", &part, err));
+        }
+    }
+    // A done mark first (this part finished before a restart), else its
+    // journal: the chunks listed are hashed again, not trusted.
+    let journal = read_journal(&at_done, count).or_else(|| read_journal(&at_journal, count));
+    let verified = journal.map_or_else(Vec::new, |bytes| {
+        super::parts::resumed(&*cfg.storage, &at_part, &bytes, &header, e, [first, end])
+    });
+    let resumed: u64 = verified
+        .iter()
+        .map(|(i, _)| u64::from(chunk_at(e.id, e.size, e.chunk_size, *i).len))
+        .sum();
+    let journal = (|| {
+        let _ = std::fs::remove_file(&at_done);
+        match std::fs::remove_file(&at_journal) {
+            Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
+            _ => {}
+        }
+        let mut j = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(&at_journal)?;
+        j.write_all(&header.encode())?;
+        for (i, h) in &verified {
+            j.write_all(&journal_record(*i, h))?;
+        }
+        Ok::<_, io::Error>(j)
+    })();
+    let journal = match journal {
+        Ok(j) => j,
+        Err(err) => return fail(io_err("write journal", &journal_path, err)),
+    };
+    // Chunks outside the part are other transfers': booked as present
+    // here (their hashes are never used), and skipped by the source.
+    let outside = (0..first).chain(end..count as u32);
+    let mut skip: Vec<u32> = outside
+        .clone()
+        .chain(verified.iter().map(|(i, _)| *i))
+        .collect();
+    skip.sort_unstable();
+    let skip = skip_ranges(skip, MAX_SKIP_RANGES);
+    let present = outside.map(|i| (i, [0u8; 32])).chain(verified);
+    let state = Arc::new(FileState {
+        entry: e.clone(),
+        target,
+        part,
+        journal_path,
+        dir,
+        sized: AtomicBool::new(true),
+        at_part,
+        at_journal,
+        out,
+        // Other parts (or an earlier run) may have written here.
+        fresh: false,
+        write_lock: Mutex::new(()),
+        inner: Mutex::new(Progress {
+            journal: Some(journal),
+            ledger: FileLedger::new(count as usize, present),
+        }),
+    });
+    files.lock().expect("poisoned").insert(e.id, state);
+    Want::Send {
+        id: e.id,
+        skip,
+        resumed_bytes: resumed,
+    }
+}
+
+/// Finishes a complete part: its data and journal made durable, its
+/// journal marked done, and the file landed if every part is now in
+/// ([`super::parts::finalize`]).
+fn finish_part(f: &FileState, cfg: &SinkConfig, synced: bool) -> Result<Option<String>, String> {
+    let range = f.entry.chunk_range();
+    if cfg.sync_files && !synced && !f.dir.in_memory() {
+        f.out.sync_data().map_err(|e| io_err("sync", &f.part, e))?;
+    }
+    if cfg.verify {
+        verify(f, cfg)?;
+    }
+    {
+        let mut p = f.inner.lock().expect("poisoned");
+        if let Some(j) = p.journal.take() {
+            if cfg.sync_files && !f.dir.in_memory() {
+                j.sync_data()
+                    .map_err(|e| io_err("sync", &f.journal_path, e))?;
+            }
+        }
+    }
+    let done = super::parts::journal_name(&f.target, range, true);
+    let name = |p: &Path| p.file_name().expect("named").to_owned();
+    match rustix::fs::renameat(f.dir.fd(), name(&f.journal_path), f.dir.fd(), name(&done)) {
+        // Another part finished the file and cleared the journals away
+        // (this range was carried twice, as a queue's expired lease is).
+        Err(rustix::io::Errno::NOENT) => {}
+        Err(e) => return Err(io_err("mark done", &f.journal_path, e.into())),
+        Ok(()) => {}
+    }
+    let mode = if cfg.preserve {
+        cfg.mode_of(&f.entry)
+    } else {
+        0o666 & !cfg.umask
+    };
+    let finished = super::parts::finalize(&super::parts::Finish {
+        dir: &f.dir,
+        target: &f.target,
+        part: &f.part,
+        entry: &f.entry,
+        mode,
+        verify: cfg.verify.then_some(&*cfg.storage),
+    })?;
+    Ok(match finished {
+        super::parts::Finalized::Landed(digest) => Some(digest),
+        super::parts::Finalized::Waiting => None,
+        super::parts::Finalized::Elsewhere => {
+            // Written into the landed file itself: its mtime again.
+            let _ = f.out.set_mtime(f.entry.mtime_ns);
+            None
+        }
+    })
+}
+
 /// Reads a resume journal, if there is a usable one: a regular file with
 /// one name (never through a link, never a FIFO or device, which would
 /// hang or feed the reader without end), no longer than a journal of
@@ -986,6 +1149,20 @@ fn finishes_at_once(f: &FileState, cfg: &SinkConfig) -> bool {
 /// it into place.
 fn finish(f: &FileState, cfg: &SinkConfig, synced: bool) -> FileDone {
     let id = f.entry.id;
+    if f.entry.part.is_some() {
+        return match finish_part(f, cfg, synced) {
+            Ok(digest) => FileDone {
+                id,
+                digest,
+                ..FileDone::default()
+            },
+            Err(error) => FileDone {
+                id,
+                error: Some(error),
+                ..FileDone::default()
+            },
+        };
+    }
     let result = (|| {
         if cfg.sync_files && !synced && !f.dir.in_memory() {
             f.out.sync_data().map_err(|e| io_err("sync", &f.part, e))?;
@@ -1051,8 +1228,14 @@ fn verify(f: &FileState, cfg: &SinkConfig) -> Result<(), String> {
         .open_read(&f.at_part)
         .map_err(|e| io_err("re-read", &f.part, e))?;
     let hashes = f.inner.lock().expect("poisoned").ledger.hashes().to_vec();
+    let [first, end] = f.entry.chunk_range();
     let mut buf = Vec::new();
-    for (i, h) in hashes.iter().enumerate() {
+    for (i, h) in hashes
+        .iter()
+        .enumerate()
+        .take(end as usize)
+        .skip(first as usize)
+    {
         let c = chunk_at(f.entry.id, f.entry.size, f.entry.chunk_size, i as u32);
         buf.resize(c.len as usize, 0);
         read_exact_at(&*r, &mut buf, c.offset).map_err(|e| io_err("re-read", &f.part, e))?;
@@ -1329,7 +1512,7 @@ fn book(
     if complete {
         if finishes_at_once(f, cfg) {
             let done = finish(f, cfg, true);
-            let _ = tx.send(Event::Done(done, f.entry.size));
+            let _ = tx.send(Event::Done(done, f.entry.carried_bytes()));
         } else {
             let _ = fin.send(f.clone());
         }

@@ -58,6 +58,20 @@ pub struct SourceConfig {
     /// Both ends agreed to bundles (`TransferAccept::bundles`): small
     /// whole files go many to a bundle frame, seals batched.
     pub bundles: bool,
+    /// A fleet rank's share: these entries instead of a walk of `roots`.
+    pub share: Option<Arc<Vec<ShareItem>>>,
+}
+
+/// One entry of a fleet rank's share (`longhaul-fleet`): a path a walk of
+/// the roots found, announced under the name that walk gave it, whole or
+/// as the chunks `[first, end)` of its file ([`Entry::part`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShareItem {
+    pub path: PathBuf,
+    pub rel: String,
+    /// The chunk size the share was cut with (files only).
+    pub chunk_size: u64,
+    pub part: Option<[u32; 2]>,
 }
 
 /// `path` as it is to be used: through the anchor, if there is one.
@@ -93,6 +107,11 @@ struct Walker {
     streams: u16,
     /// Told of each directory entered, to stat its entries ahead.
     ahead: Option<Arc<Prefetcher>>,
+    /// A fleet rank's share, announced in order instead of the walk.
+    share: VecDeque<ShareItem>,
+    /// Files announced as parts: a part that changed while it was read is
+    /// not sent again (the other ranks' parts are of the old version).
+    parts: std::collections::HashSet<PathBuf>,
 }
 
 /// An entry found by the walk: what is announced, where it is read from,
@@ -151,9 +170,39 @@ impl Walker {
         Ok(Some(found))
     }
 
+    /// The next entry of a share, as the walk that cut it found it.
+    fn shared(&mut self, item: ShareItem) -> Result<Found, Failure> {
+        let mut found = self.stat(item.path, item.rel, None)?;
+        let e = &mut found.entry;
+        if e.kind == Kind::File {
+            e.chunk_size = item.chunk_size;
+            if let Some([first, end]) = item.part {
+                let count = longhaul_proto::plan::chunk_count(e.size, e.chunk_size);
+                if first >= end || u64::from(end) > count {
+                    return Err(Failure {
+                        path: e.path.clone(),
+                        error: format!(
+                            "changed since the fleet's manifest was made (now {} bytes): run the transfer again with a fresh manifest",
+                            e.size
+                        ),
+                    });
+                }
+                e.part = Some([first, end]);
+                self.parts.insert(found.path.clone());
+            }
+        }
+        Ok(found)
+    }
+
     /// A file announced again under a new id, after it changed while it
     /// was read: it must still be a regular file.
     fn again(&mut self, path: PathBuf, rel: String) -> Result<Found, Failure> {
+        if self.parts.contains(&path) {
+            return Err(Failure {
+                path: rel,
+                error: "changed while it was read; other ranks hold other parts of it, so it is not sent again: run the transfer again once it stays still".into(),
+            });
+        }
         let found = self.stat(path, rel, None)?;
         if found.entry.kind != Kind::File {
             return Err(Failure {
@@ -215,6 +264,7 @@ impl Walker {
                 sparse: kind == Kind::File && m.blocks() * 512 < size,
                 incomplete: false,
                 digest: None,
+                part: None,
             },
             path,
         })
@@ -228,6 +278,9 @@ impl Walker {
 
     /// The next entry, a failure to report, or `None` at the end.
     fn next(&mut self) -> Option<Result<Found, Failure>> {
+        if let Some(item) = self.share.pop_front() {
+            return Some(self.shared(item));
+        }
         loop {
             if let Some((rd, prefix, dir)) = self.stack.last_mut() {
                 let prefix = prefix.clone();
@@ -254,6 +307,7 @@ impl Walker {
                                     sparse: false,
                                     incomplete,
                                     digest: None,
+                                    part: None,
                                 },
                                 path: PathBuf::new(),
                                 stamp: super::Stamp::default(),
@@ -300,6 +354,40 @@ impl Walker {
             }
         }
     }
+}
+
+/// Every entry a walk of `roots` finds, named and sized as a transfer of
+/// them would announce it (chunk sizes for `streams` streams unless
+/// `chunk_size` is set), in walk order; and what could not be read. The
+/// manifest a fleet's ranks share is made of it.
+pub fn walk(
+    roots: &[PathBuf],
+    recursive: bool,
+    chunk_size: Option<u64>,
+    streams: u16,
+) -> (Vec<(Entry, PathBuf)>, Vec<Failure>) {
+    let mut walker = Walker {
+        level_failed: Vec::new(),
+        dir_ends: false,
+        roots: roots.iter().cloned().collect(),
+        stack: Vec::new(),
+        next_id: 0,
+        recursive,
+        chunk_size,
+        streams,
+        anchor: None,
+        ahead: None,
+        share: VecDeque::new(),
+        parts: Default::default(),
+    };
+    let (mut found, mut failed) = (Vec::new(), Vec::new());
+    while let Some(next) = walker.next() {
+        match next {
+            Ok(f) => found.push((f.entry, f.path)),
+            Err(f) => failed.push(f),
+        }
+    }
+    (found, failed)
 }
 
 struct SrcFile {
@@ -471,7 +559,10 @@ fn control(
     let mut walker = Walker {
         level_failed: Vec::new(),
         dir_ends: cfg.dir_ends,
-        roots: cfg.roots.iter().cloned().collect(),
+        roots: match &cfg.share {
+            Some(_) => VecDeque::new(),
+            None => cfg.roots.iter().cloned().collect(),
+        },
         stack: Vec::new(),
         next_id: 0,
         recursive: cfg.recursive,
@@ -479,6 +570,8 @@ fn control(
         streams: cfg.streams,
         anchor: cfg.anchor.clone(),
         ahead: ahead.clone(),
+        share: cfg.share.iter().flat_map(|s| s.iter().cloned()).collect(),
+        parts: Default::default(),
     };
     let mut m: Source<Handle> = Source::new(
         Instant::now(),

@@ -474,14 +474,16 @@ impl Sink {
             )));
         }
         let count = chunk_count(e.size, e.chunk_size);
+        let [first, end] = e.chunk_range();
         self.files.insert(
             e.id,
             InFlight {
                 path: e.path.clone(),
                 mtime_ns: e.mtime_ns,
-                slots: count,
+                slots: u64::from(end.saturating_sub(first)),
             },
         );
+        let count_in_flight = u64::from(end.saturating_sub(first));
         let refuse = if !(64 << 10..=1 << 31).contains(&e.chunk_size) {
             Some(format!(
                 "chunk size {} is outside 64 KiB..=2 GiB",
@@ -492,9 +494,16 @@ impl Sink {
                 "{count} chunks of {} bytes is more than the {} a file may have: use a larger --chunk",
                 e.chunk_size, self.limits.max_chunks_per_file
             ))
-        } else if self.slots + count > self.limits.max_chunks_in_flight && self.slots > 0 {
+        } else if e.part.is_some()
+            && (e.kind != Kind::File || first >= end || u64::from(end) > count)
+        {
             Some(format!(
-                "too many chunks in flight at once ({} + {count}); copy this file on its own or with a larger --chunk",
+                "part [{first}, {end}) is not a range of the file's {count} chunks"
+            ))
+        } else if self.slots + count_in_flight > self.limits.max_chunks_in_flight && self.slots > 0
+        {
+            Some(format!(
+                "too many chunks in flight at once ({} + {count_in_flight}); copy this file on its own or with a larger --chunk",
                 self.slots
             ))
         } else {

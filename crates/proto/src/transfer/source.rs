@@ -92,6 +92,8 @@ struct Announced<H> {
     rel: String,
     handle: H,
     size: u64,
+    /// The bytes this transfer carries of it (its part's, or all).
+    carried: u64,
     mtime_ns: i64,
     chunk_size: u64,
     /// Times it was announced (1 the first time).
@@ -210,6 +212,7 @@ impl<H: Clone> Source<H> {
                     rel: entry.path.clone(),
                     handle,
                     size: entry.size,
+                    carried: entry.carried_bytes(),
                     mtime_ns: entry.mtime_ns,
                     chunk_size: entry.chunk_size,
                     attempt,
@@ -339,7 +342,7 @@ impl<H: Clone> Source<H> {
                 Some(error) => self.tally.failed.push(Failure { path: a.rel, error }),
                 None => {
                     self.tally.files += 1;
-                    self.tally.bytes = self.tally.bytes.saturating_add(a.size);
+                    self.tally.bytes = self.tally.bytes.saturating_add(a.carried);
                     self.actions.push_back(SourceAction::Landed {
                         path: a.rel,
                         size: a.size,

@@ -82,6 +82,12 @@ pub struct TransferRequest {
     /// [`TransferAccept::bundles`]. Absent from an older client.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub bundles: bool,
+    /// The source may announce parts of files ([`Entry::part`]): it is one
+    /// rank of a fleet. A sink that does not answer `parts` in its
+    /// [`TransferAccept`] would land a part as a whole file, so the source
+    /// then refuses to go on. Absent from an older client.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub parts: bool,
 }
 
 /// Socket settings of the data streams, chosen by the client for the path
@@ -139,6 +145,10 @@ pub struct TransferAccept {
     /// Absent from an older server (read as into).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub onto: bool,
+    /// The sink takes parts of files ([`Entry::part`]). Never set unless
+    /// the client asked; absent from an older server.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub parts: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -180,6 +190,31 @@ pub struct Entry {
     /// Content digest, when the sync compares checksums.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub digest: Option<String>,
+    /// This transfer carries only the chunks `[first, end)` of the file:
+    /// other transfers (other ranks of a fleet, `longhaul-fleet`) carry the
+    /// rest into the same partial file, and whichever completes the last
+    /// range renames it into place. Only sent when both ends agreed to
+    /// parts ([`TransferRequest::parts`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub part: Option<[u32; 2]>,
+}
+
+impl Entry {
+    /// The chunk indices this transfer carries: the file's part, or all of them.
+    pub fn chunk_range(&self) -> [u32; 2] {
+        let count = crate::plan::chunk_count(self.size, self.chunk_size);
+        self.part
+            .unwrap_or([0, u32::try_from(count).unwrap_or(u32::MAX)])
+    }
+
+    /// The bytes this transfer carries of the file: its part's, or all.
+    pub fn carried_bytes(&self) -> u64 {
+        let Some([first, end]) = self.part else {
+            return self.size;
+        };
+        let at = |i: u32| (u64::from(i) * self.chunk_size).min(self.size);
+        at(end) - at(first)
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -1,0 +1,123 @@
+//! `cp --ranks auto`: this process is one rank of a transfer across many
+//! nodes (`longhaul-fleet`). Each rank says its own result in a line on
+//! stderr; the rank that finishes the run prints the one result of all.
+
+use std::sync::Arc;
+
+use longhaul_fleet::ranks::{self, Rank};
+use longhaul_fleet::run::{self, Fleet, Mode};
+use longhaul_proto::xfer::SyncOptions;
+
+use super::{ended, usage, Outcome};
+use crate::args::{CpArgs, FleetArgs};
+use crate::exit;
+use crate::print::fleet as printed;
+
+/// One rank's `cp`.
+pub fn cp(
+    a: CpArgs,
+    sync: Option<SyncOptions>,
+    dry_run: bool,
+    archive: &crate::args::ArchiveArgs,
+) -> Outcome {
+    if sync.is_some() || dry_run {
+        return Err(usage(
+            "a fleet copies (`cp --ranks`); run the same command again to resume it, `sync` and `--dry-run` are for one node",
+        ));
+    }
+    let rank = rank_of(&a.fleet)?;
+    let mode = mode_of(&a)?;
+    let run = super::cp::new_run(&a, None, false);
+    // The sessions report into the archive only: under a launcher many
+    // ranks share one terminal, so each says one line, and one of them
+    // the result.
+    let mut reporter = super::with_archive(
+        Box::new(longhaul_engine::report::Discard),
+        super::archive_reporter(archive, &run),
+    );
+    let catalogue = None;
+    let cp = super::cp::options(&a, None, false, catalogue)?;
+    let json = a.json;
+    crate::errln!(
+        "longhaul: rank {} of {} ({})",
+        rank.rank,
+        rank.size,
+        rank.launcher
+    );
+    let fleet = Fleet {
+        rank,
+        mode,
+        cp,
+        wait: a.fleet.wait,
+        note: Arc::new(|s: &str| crate::errln!("longhaul: {s}")),
+    };
+    let outcome = run::run(&fleet, reporter.as_mut())
+        .map_err(super::Failure::from)
+        .map(|o| {
+            printed::rank_line(&o.rank);
+            reporter.transfer_summary(&printed::as_cp_summary(&o.rank));
+            match o.summary {
+                Some(s) => {
+                    if json {
+                        printed::json(&s);
+                    } else {
+                        printed::human(&s);
+                    }
+                    if s.verified {
+                        exit::OK
+                    } else {
+                        exit::PARTIAL
+                    }
+                }
+                None if o.rank.failed.is_empty() => exit::OK,
+                None => exit::PARTIAL,
+            }
+        });
+    ended(reporter.as_mut(), outcome)
+}
+
+fn rank_of(f: &FleetArgs) -> Result<Rank, super::Failure> {
+    match (f.ranks.as_deref(), f.rank) {
+        (Some(_), Some(_)) => Err(usage("give --ranks auto or --rank R --size N, not both")),
+        (Some(_), None) => ranks::from_env(|k| std::env::var(k).ok(), f.size).map_err(usage),
+        (None, Some(r)) => ranks::from_flags(r, f.size.unwrap_or(0)).map_err(usage),
+        (None, None) => unreachable!("called for a rank only"),
+    }
+}
+
+fn mode_of(a: &CpArgs) -> Result<Mode, super::Failure> {
+    let f = &a.fleet;
+    match (&f.queue, &f.run_dir) {
+        (Some(url), _) => Ok(Mode::Queue {
+            url: url.clone(),
+            run_id: f.run_id.clone().unwrap_or_else(|| default_run_id(&a.paths)),
+            unit_bytes: f.unit,
+            unit_files: UNIT_FILES,
+            lease: f.lease,
+        }),
+        (None, Some(dir)) => Ok(Mode::Static {
+            run_dir: dir.clone(),
+        }),
+        (None, None) => Err(usage(
+            "a rank needs --run-dir DIR (static shares, a directory every rank sees) or --queue postgres://... (a work queue)",
+        )),
+    }
+}
+
+/// Small files one queue unit carries at most.
+const UNIT_FILES: u32 = 2_000;
+
+/// The run id of a command: its sources (absolute) and destination.
+fn default_run_id(paths: &[String]) -> String {
+    let mut h = blake3::Hasher::new();
+    for p in paths {
+        let abs = if longhaul_proto::xfer::parse_remote(p).is_some() {
+            p.clone()
+        } else {
+            std::path::absolute(p).map_or_else(|_| p.clone(), |a| a.display().to_string())
+        };
+        h.update(abs.as_bytes());
+        h.update(&[0]);
+    }
+    format!("cp-{}", &h.finalize().to_hex()[..16])
+}

@@ -1,0 +1,114 @@
+//! A fleet's results: each rank's line, and the one result of all ranks
+//! for people or as the `longhaul-fleet` JSON document (docs/JSON.md).
+
+use longhaul_engine::xfer::client::CpSummary;
+use longhaul_fleet::run::{FleetSummary, RankResult};
+use longhaul_proto::units::{format_bytes, format_rate};
+
+/// The JSON document's name and version.
+pub const FORMAT: &str = "longhaul-fleet";
+pub const VERSION: u32 = 1;
+
+/// One rank's result, on stderr (every rank prints one).
+pub fn rank_line(r: &RankResult) {
+    errln!(
+        "longhaul: rank {} on {}: {} files, {} in {:.1} s ({}){}",
+        r.rank,
+        r.host,
+        r.files,
+        format_bytes(r.bytes),
+        r.seconds,
+        format_rate(r.bits_per_second),
+        if r.failed.is_empty() {
+            String::new()
+        } else {
+            format!(", {} failed", r.failed.len())
+        }
+    );
+}
+
+/// A rank's result as the archive records a transfer.
+pub fn as_cp_summary(r: &RankResult) -> CpSummary {
+    CpSummary {
+        files: r.files,
+        bytes: r.bytes,
+        seconds: r.seconds,
+        bits_per_second: r.bits_per_second,
+        resumed_bytes: r.resumed_bytes,
+        failed: r.failed.clone(),
+        verified: r.failed.is_empty(),
+        ..CpSummary::default()
+    }
+}
+
+/// The one result, for people.
+pub fn human(s: &FleetSummary) {
+    outln!(
+        "{} files, {} by {} ranks ({}) in {:.1} s: {}",
+        s.files,
+        format_bytes(s.bytes),
+        s.ranks,
+        s.mode,
+        s.seconds,
+        format_rate(s.bits_per_second)
+    );
+    for r in &s.per_rank {
+        outln!(
+            "  rank {:>3} {:<20} {:>10} {:>8.1} s {:>14}{}",
+            r.rank,
+            r.host,
+            format_bytes(r.bytes),
+            r.seconds,
+            format_rate(r.bits_per_second),
+            if s.stragglers.contains(&r.rank) {
+                "  straggler"
+            } else {
+                ""
+            }
+        );
+    }
+    if !s.lost.is_empty() {
+        outln!(
+            "  lost (no result; their work was finished by others): rank {}",
+            join(&s.lost)
+        );
+    }
+    if let Some(c) = &s.final_check {
+        outln!(
+            "  final check by rank {}: {} entries, {} files resent, {:.1} s",
+            c.rank,
+            c.entries,
+            c.resent_files,
+            c.seconds
+        );
+    }
+    for f in &s.failed {
+        outln!("  failed: {}: {}", f.path, f.error);
+    }
+    outln!(
+        "  {}",
+        if s.verified {
+            "verified: every entry is at the destination, every chunk checked"
+        } else {
+            "NOT verified: see the failures above and run the same command again"
+        }
+    );
+}
+
+fn join(ranks: &[u32]) -> String {
+    ranks
+        .iter()
+        .map(u32::to_string)
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The one result, as JSON on stdout.
+pub fn json(s: &FleetSummary) {
+    let mut v = serde_json::to_value(s).expect("a summary serializes");
+    if let Some(o) = v.as_object_mut() {
+        o.insert("format".into(), FORMAT.into());
+        o.insert("version".into(), VERSION.into());
+    }
+    outln!("{v}");
+}

@@ -1,0 +1,255 @@
+//! Parts of one file that several transfers share: the ranks of a fleet
+//! (`longhaul-fleet`) each carry a range of a large file's chunks
+//! ([`Entry::part`]), possibly through different servers onto one shared
+//! file system.
+//!
+//! Every part writes into the same partial file (`.NAME.lhpart`, never
+//! truncated by a part) and journals its own chunks in a journal of its
+//! own (`.NAME.FIRST-END.lhjournal`). A part whose chunks are all in makes
+//! its data durable, then renames its journal to `.NAME.FIRST-END.lhdone`:
+//! the mark that its range is complete and on disk. Then, under an
+//! exclusive lock on the partial file, it looks at every done mark: once
+//! they cover every chunk of the file (their headers agreeing with the
+//! file's size, mtime and chunk size), that part, whichever it is, gives
+//! the file its mode and mtime, renames it into place and removes the
+//! marks. A part that finds the file already in place (another finished
+//! it) has nothing more to do. So no coordinator is needed, and a part run
+//! again after a crash resumes from its journal or finds itself done.
+
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::path::{Path, PathBuf};
+
+use longhaul_proto::plan::{chunk_at, chunk_count};
+use longhaul_proto::xfer::*;
+
+use super::beneath::Dir;
+use super::storage::{open_regular, read_exact_at, Storage};
+
+/// The name of a part's journal beside `target`, while its range is
+/// arriving, or once it is complete and durable.
+pub(super) fn journal_name(target: &Path, [first, end]: [u32; 2], done: bool) -> PathBuf {
+    let suffix = if done { "lhdone" } else { "lhjournal" };
+    super::sink::side_path(target, &format!("{first}-{end}.{suffix}"))
+}
+
+/// Whether `name` is one of a part's journals or done marks (the sink's
+/// own files, which `sync --delete` leaves alone).
+pub(super) fn is_part_file(name: &str) -> bool {
+    name.starts_with('.') && (name.ends_with(".lhdone") || name.ends_with(".lhjournal"))
+}
+
+/// The chunks of `range` that an earlier run of this part verified: those
+/// its journal (or done mark) lists and that hash the same in the partial
+/// file now. Anything unreadable counts as not there.
+pub(super) fn resumed(
+    storage: &dyn Storage,
+    at_part: &Path,
+    journal: &[u8],
+    header: &JournalHeader,
+    entry: &Entry,
+    [first, end]: [u32; 2],
+) -> Vec<(u32, [u8; 32])> {
+    let Some((h, records)) = parse_journal(journal) else {
+        return Vec::new();
+    };
+    if h != *header {
+        return Vec::new();
+    }
+    let Ok(reader) = storage.open_read(at_part) else {
+        return Vec::new();
+    };
+    let mut seen = std::collections::HashSet::new();
+    let mut buf = Vec::new();
+    let mut out = Vec::new();
+    for (index, hash) in records {
+        if !(first..end).contains(&index) || !seen.insert(index) {
+            continue;
+        }
+        let c = chunk_at(entry.id, entry.size, entry.chunk_size, index);
+        buf.resize(c.len as usize, 0);
+        if read_exact_at(&*reader, &mut buf, c.offset).is_ok()
+            && *blake3::hash(&buf).as_bytes() == hash
+        {
+            out.push((index, hash));
+        }
+    }
+    out
+}
+
+/// What [`finalize`] found.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum Finalized {
+    /// Every part is in: the file is in place, with this digest (BLAKE3 of
+    /// its chunks' hashes, as a whole file's).
+    Landed(String),
+    /// Other parts are still missing; whichever completes last finishes it.
+    Waiting,
+    /// Another part finished the file already.
+    Elsewhere,
+}
+
+/// How the file is given its final form.
+pub(super) struct Finish<'a> {
+    pub dir: &'a Dir,
+    pub target: &'a Path,
+    pub part: &'a Path,
+    pub entry: &'a Entry,
+    pub mode: u32,
+    /// Read the whole file back against every chunk hash before it lands.
+    pub verify: Option<&'a dyn Storage>,
+}
+
+/// Under an exclusive lock on the partial file: if the done marks of the
+/// parts cover every chunk, lands the file (mode, mtime, rename) and
+/// removes the marks.
+pub(super) fn finalize(f: &Finish) -> Result<Finalized, String> {
+    let name = |p: &Path| p.file_name().expect("side paths have a name").to_owned();
+    let at_part = f.dir.join(name(f.part));
+    let lock = match open_regular(&at_part, OpenOptions::new().read(true)) {
+        Ok(l) => l,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Finalized::Elsewhere),
+        Err(e) => return Err(io_err("open", f.part, e)),
+    };
+    rustix::fs::flock(&lock, rustix::fs::FlockOperation::LockExclusive)
+        .map_err(|e| io_err("lock", f.part, e.into()))?;
+    // Renamed into place while this side waited for the lock: the inode
+    // it holds has the target's name now, not the partial's.
+    match std::fs::symlink_metadata(&at_part) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Finalized::Elsewhere),
+        Err(e) => return Err(io_err("stat", f.part, e)),
+        Ok(_) => {}
+    }
+    let e = f.entry;
+    let count = chunk_count(e.size, e.chunk_size);
+    let header = JournalHeader {
+        size: e.size,
+        mtime_ns: e.mtime_ns,
+        chunk_size: e.chunk_size,
+    };
+    let (hashes, marks) = done_marks(f.dir, f.target, &header, count)?;
+    if hashes.iter().any(Option::is_none) {
+        return Ok(Finalized::Waiting);
+    }
+    if let Some(storage) = f.verify {
+        verify_whole(storage, &at_part, f.part, e, &hashes)?;
+    }
+    use std::os::unix::fs::PermissionsExt;
+    lock.set_permissions(std::fs::Permissions::from_mode(f.mode))
+        .map_err(|err| io_err("set mode of", f.part, err))?;
+    super::set_mtime_through(&at_part, e.mtime_ns)
+        .map_err(|err| io_err("set mtime of", f.part, err))?;
+    rustix::fs::renameat(f.dir.fd(), name(f.part), f.dir.fd(), name(f.target))
+        .map_err(|err| io_err("rename into", f.target, err.into()))?;
+    for m in marks {
+        let _ = std::fs::remove_file(f.dir.join(m));
+    }
+    let mut all = Vec::with_capacity(hashes.len() * 32);
+    for h in hashes.iter().flatten() {
+        all.extend_from_slice(h);
+    }
+    Ok(Finalized::Landed(super::hex(blake3::hash(&all).as_bytes())))
+}
+
+/// The chunk hashes every done mark of `target` lists (their headers
+/// matching `header`), and the names of all its parts' marks, stale ones
+/// included (removed once the file lands).
+#[allow(clippy::type_complexity)]
+fn done_marks(
+    dir: &Dir,
+    target: &Path,
+    header: &JournalHeader,
+    count: u64,
+) -> Result<(Vec<Option<[u8; 32]>>, Vec<std::ffi::OsString>), String> {
+    let stem = format!(
+        ".{}.",
+        target.file_name().unwrap_or_default().to_string_lossy()
+    );
+    let mut hashes = vec![None; count as usize];
+    let mut marks = Vec::new();
+    let listing = std::fs::read_dir(dir.path()).map_err(|e| io_err("list", target, e))?;
+    for de in listing.flatten() {
+        let n = de.file_name();
+        let s = n.to_string_lossy();
+        let Some(range) = s.strip_prefix(&stem).and_then(|r| {
+            r.strip_suffix(".lhdone")
+                .or_else(|| r.strip_suffix(".lhjournal"))
+        }) else {
+            continue;
+        };
+        if !range
+            .split_once('-')
+            .is_some_and(|(a, b)| a.parse::<u32>().is_ok() && b.parse::<u32>().is_ok())
+        {
+            continue;
+        }
+        let done = s.ends_with(".lhdone");
+        let path = dir.join(&n);
+        marks.push(n.clone());
+        if !done {
+            continue;
+        }
+        let Some(bytes) = read_mark(&path, count) else {
+            continue;
+        };
+        let Some((h, records)) = parse_journal(&bytes) else {
+            continue;
+        };
+        if h != *header {
+            continue;
+        }
+        for (i, hash) in records {
+            if let Some(slot) = hashes.get_mut(i as usize) {
+                *slot = Some(hash);
+            }
+        }
+    }
+    Ok((hashes, marks))
+}
+
+/// A done mark's bytes: a regular file of one name, no longer than a
+/// journal of `count` chunks.
+fn read_mark(path: &Path, count: u64) -> Option<Vec<u8>> {
+    use std::io::Read;
+    use std::os::unix::fs::MetadataExt;
+    let most = JOURNAL_HEADER_LEN as u64 + count.saturating_mul(JOURNAL_RECORD_LEN as u64);
+    let f: File = open_regular(path, OpenOptions::new().read(true)).ok()?;
+    let m = f.metadata().ok()?;
+    if m.nlink() != 1 || m.len() > most {
+        return None;
+    }
+    let mut bytes = Vec::with_capacity(m.len() as usize);
+    f.take(most).read_to_end(&mut bytes).ok()?;
+    Some(bytes)
+}
+
+/// Reads the whole assembled file back against every chunk's hash.
+fn verify_whole(
+    storage: &dyn Storage,
+    at_part: &Path,
+    part: &Path,
+    e: &Entry,
+    hashes: &[Option<[u8; 32]>],
+) -> Result<(), String> {
+    let r = storage
+        .open_read(at_part)
+        .map_err(|err| io_err("re-read", part, err))?;
+    let mut buf = Vec::new();
+    for (i, h) in hashes.iter().enumerate() {
+        let c = chunk_at(e.id, e.size, e.chunk_size, i as u32);
+        buf.resize(c.len as usize, 0);
+        read_exact_at(&*r, &mut buf, c.offset).map_err(|err| io_err("re-read", part, err))?;
+        if Some(*blake3::hash(&buf).as_bytes()) != *h {
+            return Err(format!(
+                "verification failed: {} differs from the source at offset {} (chunk {i}) after its parts were written",
+                part.display(),
+                c.offset
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn io_err(what: &str, path: &Path, e: io::Error) -> String {
+    format!("failed to {what} {}: {e}", path.display())
+}

@@ -1,0 +1,696 @@
+//! One rank's run: its manifest, its share (fixed, or leased from the
+//! queue), the final check of the whole tree by one rank, and the one
+//! result of all ranks.
+//!
+//! Static shares: rank 0 walks the sources and writes the manifest into
+//! the run directory (a directory every rank sees: the parallel file
+//! system); every rank cuts the same shares from it and moves its own;
+//! each writes its result there. Rank 0 then waits for every rank's
+//! result, checks the whole tree (a `sync` of the sources: what every
+//! rank landed is skipped, anything missing is sent and counted), and
+//! reports the aggregate. A rank run again under the same index reads the
+//! same manifest, so it moves the same share, resuming where it stopped.
+//!
+//! The queue: the manifest and the units live in PostgreSQL; each rank
+//! leases units until none are left, renewing its leases while it works.
+//! A rank that dies leaves leases that expire; another rank takes them.
+//! The first rank to find the queue empty claims the final check.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use longhaul_engine::report::Reporter;
+use longhaul_engine::xfer::client::{cp_with, CpOptions, CpSummary};
+use longhaul_engine::EngineError;
+use longhaul_proto::xfer::{Failure, SyncOptions};
+use serde::{Deserialize, Serialize};
+
+use crate::manifest::Manifest;
+use crate::queue::{Leased, Published, Queue};
+use crate::ranks::Rank;
+use crate::shard;
+
+/// How the ranks share the work.
+#[derive(Debug, Clone)]
+pub enum Mode {
+    /// Fixed shares cut from one manifest in a directory all ranks see.
+    Static { run_dir: PathBuf },
+    /// Units leased from a PostgreSQL queue.
+    Queue {
+        url: String,
+        /// Names the run in the database; the same id resumes it.
+        run_id: String,
+        /// About this many bytes a unit (a range of a large file, or a
+        /// group of small files).
+        unit_bytes: u64,
+        unit_files: u32,
+        /// A lease not renewed for this long is taken by another rank.
+        lease: Duration,
+    },
+}
+
+/// One rank's part in a fleet transfer.
+pub struct Fleet {
+    pub rank: Rank,
+    pub mode: Mode,
+    /// The transfer as the command named it (sources, destination,
+    /// streams, security): every rank's sessions are made from it.
+    pub cp: CpOptions,
+    /// How long a rank waits for the manifest, and the finishing rank for
+    /// the others' results, before it gives up (saying on whom it waited).
+    pub wait: Duration,
+    /// Told of each wait, for the user.
+    pub note: Arc<dyn Fn(&str) + Send + Sync>,
+}
+
+/// What one rank did.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct RankResult {
+    pub rank: u32,
+    pub host: String,
+    /// The launcher its rank came from.
+    pub launcher: String,
+    /// The manifest its share was cut from.
+    pub manifest: String,
+    pub started_unix_ms: u64,
+    pub ended_unix_ms: u64,
+    /// Files landed whole or as parts, and bytes carried (resumed bytes not
+    /// counted).
+    pub files: u64,
+    pub bytes: u64,
+    pub resumed_bytes: u64,
+    pub seconds: f64,
+    pub bits_per_second: f64,
+    /// Units (queue) or 1 (static) this rank finished.
+    pub units: u64,
+    /// Transfer sessions it ran (one per lease batch).
+    pub sessions: u64,
+    pub failed: Vec<Failure>,
+}
+
+/// The final check of the whole tree, by one rank.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct FinalCheck {
+    pub rank: u32,
+    /// Entries the check compared.
+    pub entries: u64,
+    /// Files it found missing or different and sent itself.
+    pub resent_files: u64,
+    pub resent_bytes: u64,
+    pub seconds: f64,
+    pub failed: Vec<Failure>,
+}
+
+/// The one result of all ranks.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct FleetSummary {
+    /// `static` or `queue`.
+    pub mode: String,
+    pub ranks: u32,
+    pub manifest: String,
+    /// The manifest's files and bytes: what the destination now holds.
+    pub files: u64,
+    pub bytes: u64,
+    /// From the first rank's start to the last rank's end.
+    pub seconds: f64,
+    pub bits_per_second: f64,
+    pub per_rank: Vec<RankResult>,
+    /// Ranks that ended well after the others (over 1.25x the median
+    /// end), slowest first.
+    pub stragglers: Vec<u32>,
+    /// Ranks that left no result (killed, lost); their work was finished
+    /// by others (queue) or the final check.
+    pub lost: Vec<u32>,
+    pub failed: Vec<Failure>,
+    pub final_check: Option<FinalCheck>,
+    /// Every entry of the manifest is at the destination, each verified
+    /// chunk by chunk, and nothing failed.
+    pub verified: bool,
+}
+
+/// What [`run`] hands back: this rank's result, and the aggregate if this
+/// rank made it.
+pub struct Outcome {
+    pub rank: RankResult,
+    pub summary: Option<FleetSummary>,
+}
+
+fn unix_ms(t: SystemTime) -> u64 {
+    t.duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+fn failed(what: impl Into<String>) -> EngineError {
+    EngineError::Failed(what.into())
+}
+
+/// Runs this rank's part of the transfer.
+pub fn run(f: &Fleet, reporter: &mut (dyn Reporter + Send)) -> Result<Outcome, EngineError> {
+    match &f.mode {
+        Mode::Static { run_dir } => run_static(f, run_dir, reporter),
+        Mode::Queue { .. } => run_queue(f, reporter),
+    }
+}
+
+/// Walks the sources as the run's manifest.
+fn walk(f: &Fleet) -> Result<Manifest, EngineError> {
+    Manifest::walk(&f.cp.sources, f.cp.recursive, f.cp.chunk_size).map_err(|failures| {
+        let first: Vec<String> = failures
+            .iter()
+            .take(3)
+            .map(|x| format!("{}: {}", x.path, x.error))
+            .collect();
+        EngineError::Usage(format!(
+            "cannot make the fleet's manifest: {} entries could not be read ({}); fix them or leave them out",
+            failures.len(),
+            first.join("; ")
+        ))
+    })
+}
+
+/// Writes `bytes` to `path` whole or not at all (a temporary name, then a
+/// rename), durable.
+fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    let tmp = path.with_extension(format!("tmp.{}", std::process::id()));
+    let mut file = std::fs::File::create(&tmp)?;
+    file.write_all(bytes)?;
+    file.sync_all()?;
+    std::fs::rename(&tmp, path)
+}
+
+fn manifest_file(run_dir: &Path) -> PathBuf {
+    run_dir.join("manifest.jsonl")
+}
+
+fn result_file(run_dir: &Path, rank: u32) -> PathBuf {
+    run_dir.join(format!("rank-{rank:05}.json"))
+}
+
+/// The run directory's manifest: rank 0 writes it once (a rank 0 run
+/// again keeps it); the others wait for it.
+fn static_manifest(f: &Fleet, run_dir: &Path) -> Result<Manifest, EngineError> {
+    let path = manifest_file(run_dir);
+    if f.rank.rank == 0 && !path.exists() {
+        std::fs::create_dir_all(run_dir).map_err(|e| {
+            EngineError::Usage(format!(
+                "cannot make the run directory {}: {e}",
+                run_dir.display()
+            ))
+        })?;
+        let m = walk(f)?;
+        write_atomic(&path, &m.encode()).map_err(|e| {
+            EngineError::io(
+                format!("failed to write the manifest {}", path.display()),
+                e,
+            )
+        })?;
+        return Ok(m);
+    }
+    let started = Instant::now();
+    let mut said = false;
+    while !path.exists() {
+        if started.elapsed() > f.wait {
+            return Err(failed(format!(
+                "no manifest at {} after {} s: is rank 0 running, with the same --run-dir?",
+                path.display(),
+                f.wait.as_secs()
+            )));
+        }
+        if !said {
+            (f.note)(&format!(
+                "waiting for rank 0 to write the manifest {}",
+                path.display()
+            ));
+            said = true;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let m = Manifest::read(&path).map_err(failed)?;
+    if m.sources != f.cp.sources {
+        return Err(EngineError::Usage(format!(
+            "the manifest in {} is of other sources ({}): give each transfer its own --run-dir",
+            run_dir.display(),
+            m.sources.join(" ")
+        )));
+    }
+    Ok(m)
+}
+
+/// A session moving `share`, from the command's transfer.
+fn session(
+    f: &Fleet,
+    share: Vec<longhaul_engine::xfer::source::ShareItem>,
+    reporter: &mut (dyn Reporter + Send),
+) -> Result<CpSummary, EngineError> {
+    let mut o = f.cp.clone();
+    o.share = Some(Arc::new(share));
+    // Every rank lands into the same tree: the destination directory is
+    // made by whichever rank gets there first.
+    o.mkpath = true;
+    cp_with(&o, reporter)
+}
+
+fn add(r: &mut RankResult, s: &CpSummary) {
+    r.files += s.files;
+    r.bytes += s.bytes;
+    r.resumed_bytes += s.resumed_bytes;
+    r.sessions += 1;
+    r.failed.extend(s.failed.iter().cloned());
+}
+
+fn finish_rank(r: &mut RankResult, started: Instant) {
+    r.ended_unix_ms = unix_ms(SystemTime::now());
+    r.seconds = started.elapsed().as_secs_f64();
+    r.bits_per_second = if r.seconds > 0.0 {
+        r.bytes as f64 * 8.0 / r.seconds
+    } else {
+        0.0
+    };
+}
+
+fn new_rank(f: &Fleet, manifest: &Manifest) -> RankResult {
+    RankResult {
+        rank: f.rank.rank,
+        host: longhaul_engine::net::sock::hostname(),
+        launcher: f.rank.launcher.to_string(),
+        manifest: manifest.hash(),
+        started_unix_ms: unix_ms(SystemTime::now()),
+        ..RankResult::default()
+    }
+}
+
+fn run_static(
+    f: &Fleet,
+    run_dir: &Path,
+    reporter: &mut (dyn Reporter + Send),
+) -> Result<Outcome, EngineError> {
+    let manifest = static_manifest(f, run_dir)?;
+    let started = Instant::now();
+    let mut me = new_rank(f, &manifest);
+    let shares = shard::static_shares(&manifest.items(), f.rank.size);
+    let mine = &shares[f.rank.rank as usize];
+    let s = session(f, manifest.share(mine), reporter)?;
+    add(&mut me, &s);
+    me.units = 1;
+    finish_rank(&mut me, started);
+    let json = serde_json::to_vec_pretty(&me).expect("a rank result serializes");
+    let path = result_file(run_dir, f.rank.rank);
+    write_atomic(&path, &json)
+        .map_err(|e| EngineError::io(format!("failed to write {}", path.display()), e))?;
+    if f.rank.rank != 0 {
+        return Ok(Outcome {
+            rank: me,
+            summary: None,
+        });
+    }
+    let ranks = wait_for_results(f, &manifest, |missing| {
+        let mut found = Vec::new();
+        for r in 0..f.rank.size {
+            match std::fs::read(result_file(run_dir, r)) {
+                Ok(b) => match serde_json::from_slice::<RankResult>(&b) {
+                    Ok(x) if x.manifest == manifest.hash() => found.push(x),
+                    _ => missing.push(r),
+                },
+                Err(_) => missing.push(r),
+            }
+        }
+        Ok(found)
+    })?;
+    let check = final_check(f, &manifest, reporter)?;
+    let summary = aggregate("static", f.rank.size, &manifest, ranks, check);
+    Ok(Outcome {
+        rank: me,
+        summary: Some(summary),
+    })
+}
+
+/// Polls `found` until every rank's result is in or the wait is over
+/// (then the rest are lost).
+fn wait_for_results(
+    f: &Fleet,
+    manifest: &Manifest,
+    mut found: impl FnMut(&mut Vec<u32>) -> Result<Vec<RankResult>, EngineError>,
+) -> Result<Vec<RankResult>, EngineError> {
+    let _ = manifest;
+    let started = Instant::now();
+    let mut last_said = None::<Vec<u32>>;
+    loop {
+        let mut missing = Vec::new();
+        let got = found(&mut missing)?;
+        if missing.is_empty() || started.elapsed() > f.wait {
+            return Ok(got);
+        }
+        if last_said.as_ref() != Some(&missing) {
+            (f.note)(&format!(
+                "waiting for the results of rank{} {}",
+                if missing.len() == 1 { "" } else { "s" },
+                missing
+                    .iter()
+                    .map(u32::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
+            last_said = Some(missing);
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
+
+/// The whole tree checked by one rank: a `sync` of the sources, which
+/// skips what landed (same size and mtime) and sends what is missing.
+fn final_check(
+    f: &Fleet,
+    manifest: &Manifest,
+    reporter: &mut (dyn Reporter + Send),
+) -> Result<FinalCheck, EngineError> {
+    let started = Instant::now();
+    let mut o = f.cp.clone();
+    o.share = None;
+    o.mkpath = true;
+    o.sync = Some(SyncOptions {
+        checksum: false,
+        delete: false,
+    });
+    o.progress = Default::default();
+    let s = cp_with(&o, reporter)?;
+    Ok(FinalCheck {
+        rank: f.rank.rank,
+        entries: manifest.entries.len() as u64,
+        resent_files: s.files,
+        resent_bytes: s.bytes,
+        seconds: started.elapsed().as_secs_f64(),
+        failed: s.failed,
+    })
+}
+
+/// The aggregate of every rank's result.
+fn aggregate(
+    mode: &str,
+    size: u32,
+    manifest: &Manifest,
+    mut ranks: Vec<RankResult>,
+    check: FinalCheck,
+) -> FleetSummary {
+    ranks.sort_by_key(|r| r.rank);
+    let lost: Vec<u32> = (0..size)
+        .filter(|r| !ranks.iter().any(|x| x.rank == *r))
+        .collect();
+    let first = ranks.iter().map(|r| r.started_unix_ms).min().unwrap_or(0);
+    let last = ranks.iter().map(|r| r.ended_unix_ms).max().unwrap_or(first);
+    let seconds = last.saturating_sub(first) as f64 / 1000.0;
+    let carried: u64 = ranks.iter().map(|r| r.bytes).sum();
+    let mut ends: Vec<u64> = ranks.iter().map(|r| r.ended_unix_ms - first).collect();
+    ends.sort_unstable();
+    let median = ends.get(ends.len() / 2).copied().unwrap_or(0);
+    let mut stragglers: Vec<&RankResult> = ranks
+        .iter()
+        .filter(|r| median > 0 && (r.ended_unix_ms - first) as f64 > 1.25 * median as f64)
+        .collect();
+    stragglers.sort_by_key(|r| std::cmp::Reverse(r.ended_unix_ms));
+    let mut failures: Vec<Failure> = Vec::new();
+    // A rank's failure that the final check repaired is not one.
+    let repaired = check.failed.is_empty();
+    if !repaired {
+        failures.extend(check.failed.iter().cloned());
+    }
+    let verified = failures.is_empty();
+    FleetSummary {
+        mode: mode.into(),
+        ranks: size,
+        manifest: manifest.hash(),
+        files: manifest.files(),
+        bytes: manifest.bytes(),
+        seconds,
+        bits_per_second: if seconds > 0.0 {
+            carried as f64 * 8.0 / seconds
+        } else {
+            0.0
+        },
+        stragglers: stragglers.iter().map(|r| r.rank).collect(),
+        per_rank: ranks,
+        lost,
+        failed: failures,
+        final_check: Some(check),
+        verified,
+    }
+}
+
+/// Renews the leases this rank holds, on a connection of its own, until
+/// dropped.
+struct Heartbeat {
+    held: Arc<Mutex<Vec<i64>>>,
+    stop: Option<std::sync::mpsc::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Heartbeat {
+    fn start(
+        url: &str,
+        run_id: &str,
+        worker: &str,
+        lease: Duration,
+    ) -> Result<Heartbeat, EngineError> {
+        let mut q = Queue::connect(url, run_id).map_err(|e| failed(e.to_string()))?;
+        let held: Arc<Mutex<Vec<i64>>> = Arc::default();
+        let (stop, stopped) = std::sync::mpsc::channel::<()>();
+        let (h, worker) = (held.clone(), worker.to_string());
+        let thread = std::thread::Builder::new()
+            .name("lh-lease".into())
+            .spawn(move || {
+                while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) =
+                    stopped.recv_timeout(lease / 3)
+                {
+                    let ids = h.lock().expect("poisoned").clone();
+                    if !ids.is_empty() {
+                        if let Err(e) = q.renew(&worker, &ids, lease) {
+                            tracing::warn!("could not renew this rank's leases: {e}");
+                        }
+                    }
+                }
+            })
+            .map_err(|e| EngineError::io("failed to start the lease thread".into(), e))?;
+        Ok(Heartbeat {
+            held,
+            stop: Some(stop),
+            thread: Some(thread),
+        })
+    }
+}
+
+impl Drop for Heartbeat {
+    fn drop(&mut self) {
+        self.stop.take();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// The queue's manifest: read if published; else rank 0 walks and
+/// publishes it with its units, and the others wait for it.
+fn queue_manifest(
+    f: &Fleet,
+    q: &mut Queue,
+    unit_bytes: u64,
+    unit_files: u32,
+) -> Result<Manifest, EngineError> {
+    let q_err = |e: crate::queue::QueueError| failed(e.to_string());
+    if let Some((hash, bytes)) = q.manifest().map_err(q_err)? {
+        return checked(&hash, &bytes);
+    }
+    if f.rank.rank == 0 {
+        let m = walk(f)?;
+        let units = shard::queue_units(&m.items(), unit_bytes, unit_files);
+        match q.publish(&m.hash(), &m.encode(), &units).map_err(q_err)? {
+            Published::New => return Ok(m),
+            Published::Existing => {}
+        }
+    } else {
+        (f.note)("waiting for rank 0 to publish the manifest");
+    }
+    let (hash, bytes) = q.wait_published(f.wait).map_err(q_err)?;
+    checked(&hash, &bytes)
+}
+
+fn checked(hash: &str, bytes: &[u8]) -> Result<Manifest, EngineError> {
+    let m = Manifest::decode(bytes).map_err(failed)?;
+    if m.hash() != hash {
+        return Err(failed(format!(
+            "the queue's manifest does not match its hash ({hash}): the database was changed by hand?"
+        )));
+    }
+    Ok(m)
+}
+
+fn run_queue(f: &Fleet, reporter: &mut (dyn Reporter + Send)) -> Result<Outcome, EngineError> {
+    let Mode::Queue {
+        url,
+        run_id,
+        unit_bytes,
+        unit_files,
+        lease,
+    } = &f.mode
+    else {
+        unreachable!("run_queue runs the queue mode");
+    };
+    let q_err = |e: crate::queue::QueueError| failed(e.to_string());
+    let mut q = Queue::connect(url, run_id).map_err(q_err)?;
+    let manifest = queue_manifest(f, &mut q, *unit_bytes, *unit_files)?;
+    let worker = format!(
+        "{}:{}:rank{}",
+        longhaul_engine::net::sock::hostname(),
+        std::process::id(),
+        f.rank.rank
+    );
+    let heartbeat = Heartbeat::start(url, run_id, &worker, *lease)?;
+    let started = Instant::now();
+    let mut me = new_rank(f, &manifest);
+    // Units a lease takes: grown while sessions are short, so that their
+    // start-up (a round trip or two, slow start) stays small beside them.
+    let mut batch: u32 = 1;
+    let mut errors = 0u32;
+    loop {
+        let leased = q.lease(&worker, batch, *lease).map_err(q_err)?;
+        if leased.is_empty() {
+            let c = q.counts().map_err(q_err)?;
+            if c.todo == 0 && c.leased == 0 {
+                break;
+            }
+            // Others hold the rest: one of their leases may expire.
+            std::thread::sleep(
+                (*lease / 10).clamp(Duration::from_millis(100), Duration::from_secs(2)),
+            );
+            continue;
+        }
+        let ids: Vec<i64> = leased.iter().map(|l| l.id).collect();
+        *heartbeat.held.lock().expect("poisoned") = ids.clone();
+        let units: Vec<shard::Unit> = leased.iter().map(|l| l.unit.clone()).collect();
+        let t = Instant::now();
+        match session(f, manifest.share(&units), reporter) {
+            Ok(s) => {
+                errors = 0;
+                let (bad, good) = split_failed(&manifest, &leased, &s.failed);
+                q.done(&worker, &good).map_err(q_err)?;
+                for (id, why) in bad {
+                    q.failed(&worker, id, &why, MAX_ATTEMPTS).map_err(q_err)?;
+                }
+                me.units += good.len() as u64;
+                add(&mut me, &s);
+                let took = t.elapsed();
+                batch = if took < Duration::from_secs(2) {
+                    (batch * 2).min(MAX_BATCH)
+                } else if took > Duration::from_secs(8) {
+                    (batch / 2).max(1)
+                } else {
+                    batch
+                };
+            }
+            Err(e) => {
+                errors += 1;
+                for id in &ids {
+                    q.failed(&worker, *id, &e.to_string(), MAX_ATTEMPTS)
+                        .map_err(q_err)?;
+                }
+                if errors >= 3 {
+                    return Err(e);
+                }
+                (f.note)(&format!(
+                    "a session failed ({e}); its units go back to the queue"
+                ));
+                std::thread::sleep(Duration::from_secs(1));
+            }
+        }
+        heartbeat.held.lock().expect("poisoned").clear();
+    }
+    drop(heartbeat);
+    finish_rank(&mut me, started);
+    let json = serde_json::to_value(&me).expect("a rank result serializes");
+    q.report_rank(f.rank.rank, &worker, &json).map_err(q_err)?;
+    if !q.claim_finalize(&worker).map_err(q_err)? {
+        return Ok(Outcome {
+            rank: me,
+            summary: None,
+        });
+    }
+    // The others end as soon as they see the queue empty: a short wait
+    // for their results; a rank that never reports is lost.
+    let wait = Fleet {
+        wait: (*lease * 2).min(f.wait),
+        ..clone_fleet(f)
+    };
+    let ranks = wait_for_results(&wait, &manifest, |missing| {
+        let reports = q.rank_reports().map_err(q_err)?;
+        let mut found: Vec<RankResult> = Vec::new();
+        for (rank, _, v) in reports {
+            if let Ok(r) = serde_json::from_value::<RankResult>(v) {
+                if r.manifest == manifest.hash() {
+                    found.retain(|x| x.rank != rank);
+                    found.push(r);
+                }
+            }
+        }
+        missing.extend((0..f.rank.size).filter(|r| !found.iter().any(|x| x.rank == *r)));
+        Ok(found)
+    })?;
+    let counts = q.counts().map_err(q_err)?;
+    let check = final_check(f, &manifest, reporter)?;
+    let mut summary = aggregate("queue", f.rank.size, &manifest, ranks, check);
+    if counts.failed > 0 {
+        summary.verified = summary.verified
+            && summary
+                .final_check
+                .as_ref()
+                .is_some_and(|c| c.failed.is_empty());
+    }
+    let _ = q.set_aggregate(&serde_json::to_value(&summary).expect("a summary serializes"));
+    Ok(Outcome {
+        rank: me,
+        summary: Some(summary),
+    })
+}
+
+/// Attempts a unit gets before it is failed for good.
+const MAX_ATTEMPTS: u32 = 5;
+
+/// Units one lease takes at most.
+const MAX_BATCH: u32 = 16;
+
+fn clone_fleet(f: &Fleet) -> Fleet {
+    Fleet {
+        rank: f.rank.clone(),
+        mode: f.mode.clone(),
+        cp: f.cp.clone(),
+        wait: f.wait,
+        note: f.note.clone(),
+    }
+}
+
+/// The leased units with a failed entry (and why), and the ids of the rest.
+fn split_failed(
+    manifest: &Manifest,
+    leased: &[Leased],
+    failures: &[Failure],
+) -> (Vec<(i64, String)>, Vec<i64>) {
+    let (mut bad, mut good) = (Vec::new(), Vec::new());
+    for l in leased {
+        let u = &l.unit;
+        let why = manifest
+            .entries
+            .iter()
+            .take(u.end as usize)
+            .skip(u.first as usize)
+            .find_map(|e| {
+                failures
+                    .iter()
+                    .find(|x| x.path == e.rel)
+                    .map(|x| format!("{}: {}", x.path, x.error))
+            });
+        match why {
+            Some(w) => bad.push((l.id, w)),
+            None => good.push(l.id),
+        }
+    }
+    (bad, good)
+}
