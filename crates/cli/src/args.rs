@@ -518,6 +518,12 @@ pub struct FleetArgs {
     /// A queue lease not renewed for this long is taken over by another rank.
     #[arg(long, value_name = "DURATION", value_parser = duration, default_value = "60s")]
     pub lease: Duration,
+    /// Servers the ranks push to, rank R to the (R mod N)-th, instead of the
+    /// destination's host: DTNs of the far site that export one shared
+    /// file system under the destination's export (HOST[:PORT], repeatable
+    /// or comma-separated).
+    #[arg(long, value_name = "HOST[:PORT]", value_delimiter = ',')]
+    pub servers: Vec<String>,
     /// How long a rank waits for the manifest, and the finishing rank for
     /// the others' results.
     #[arg(long = "fleet-wait", value_name = "DURATION", value_parser = duration, default_value = "24h")]

@@ -105,6 +105,7 @@ fn four_ranks_move_one_tree_through_two_servers_each_byte_once() {
     }
     let v = json_of(&outs[0]);
     assert_eq!(v["format"], "longhaul-fleet", "{v}");
+    assert_eq!(v["format_version"], 1, "{v}");
     assert_eq!(v["ranks"], 4);
     assert_eq!(v["verified"], true, "{v}");
     assert_eq!(v["per_rank"].as_array().unwrap().len(), 4, "{v}");
@@ -130,4 +131,129 @@ fn four_ranks_move_one_tree_through_two_servers_each_byte_once() {
     assert!(busy >= 3, "the work was shared: {v}");
     assert_same_tree(&src, &dst.join("out"), false);
     no_leftovers(&dst);
+}
+
+/// The journal of a part of `name` in `dir` being written now, if any.
+fn part_journal(dir: &Path, name: &str) -> Option<std::path::PathBuf> {
+    fs::read_dir(dir)
+        .ok()?
+        .flatten()
+        .map(|d| d.path())
+        .find(|p| {
+            let n = p.file_name().unwrap().to_string_lossy().into_owned();
+            n.starts_with(&format!(".{name}.")) && n.ends_with(".lhjournal") && n.contains('-')
+        })
+}
+
+#[test]
+fn a_rank_killed_mid_part_resumes_its_share_when_run_again() {
+    let t = TempDir::new("fleet-kill");
+    let (src, dst) = (t.dir("src"), t.dir("dst"));
+    dataset(&src, 32 << 20, 200);
+    let server = data_server(&dst, &t.dir("state"));
+    let dest = remote(server.addr(), "out/");
+    let run_dir = t.path().join("run");
+    let run = run_dir.to_str().unwrap();
+    // Rank 0 first: it writes the manifest, moves its share and waits for
+    // the others; then only rank 1 writes parts.
+    let r0 = rank(0, 4, &["--run-dir", run, "--json"], &src, &dest);
+    let start = std::time::Instant::now();
+    while !run_dir.join("rank-00000.json").exists() {
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "rank 0 never finished its share"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // Rank 1, paced so that it can be caught mid-part, killed with SIGKILL.
+    let mut r1 = rank(1, 4, &["--run-dir", run, "--rate", "40M"], &src, &dest);
+    let journal = loop {
+        if let Some(j) = part_journal(&dst.join("out"), "big.bin") {
+            break j;
+        }
+        assert!(
+            r1.try_wait().unwrap().is_none(),
+            "rank 1 ended before its part began"
+        );
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "rank 1 never began its part"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    wait_for_records(&journal, 2, &mut r1, Duration::from_secs(60));
+    r1.kill().unwrap();
+    r1.wait().unwrap();
+    assert!(
+        !dst.join("out/big.bin").exists(),
+        "nothing lands before every part is in"
+    );
+    // The others, and rank 1 run again under the same index.
+    let rest: Vec<Child> = [1, 2, 3]
+        .iter()
+        .map(|r| rank(*r, 4, &["--run-dir", run], &src, &dest))
+        .collect();
+    for o in rest.into_iter().map(finished) {
+        assert_exit(&o, 0);
+    }
+    let o = finished(r0);
+    assert_exit(&o, 0);
+    let v = json_of(&o);
+    assert_eq!(v["verified"], true, "{v}");
+    assert_eq!(v["final_check"]["resent_files"], 0, "{v}");
+    let again: serde_json::Value =
+        serde_json::from_slice(&fs::read(run_dir.join("rank-00001.json")).unwrap()).unwrap();
+    assert!(
+        again["resumed_bytes"].as_u64().unwrap() > 0,
+        "rank 1 resumed its part from its journal: {again}"
+    );
+    assert_same_tree(&src, &dst.join("out"), false);
+    no_leftovers(&dst);
+}
+
+#[test]
+fn a_rank_without_a_launcher_or_a_run_dir_is_told_what_to_give() {
+    let t = TempDir::new("fleet-usage");
+    let src = t.dir("src");
+    fs::write(src.join("f"), b"x").unwrap();
+    let dest = "127.0.0.1:1:data/out/";
+    let src_s = src.to_str().unwrap();
+    let o = bin()
+        .args(["cp", "--ranks", "auto", src_s, dest])
+        .env_remove("SLURM_PROCID")
+        .env_remove("OMPI_COMM_WORLD_RANK")
+        .env_remove("PMI_RANK")
+        .env_remove("JOB_COMPLETION_INDEX")
+        .output()
+        .unwrap();
+    assert_exit(&o, 2);
+    assert!(stderr(&o).contains("SLURM_PROCID"), "{}", stderr(&o));
+    let o = bin()
+        .args(["cp", "--rank", "0", "--size", "2", src_s, dest])
+        .output()
+        .unwrap();
+    assert_exit(&o, 2);
+    assert!(stderr(&o).contains("--run-dir"), "{}", stderr(&o));
+    let o = bin()
+        .args(["cp", "--run-dir", "/tmp/x", src_s, dest])
+        .output()
+        .unwrap();
+    assert_exit(&o, 2);
+    assert!(stderr(&o).contains("--ranks auto"), "{}", stderr(&o));
+    let o = bin()
+        .args([
+            "cp",
+            "--rank",
+            "2",
+            "--size",
+            "2",
+            "--run-dir",
+            "/tmp/x",
+            src_s,
+            dest,
+        ])
+        .output()
+        .unwrap();
+    assert_exit(&o, 2);
+    assert!(stderr(&o).contains("rank"), "{}", stderr(&o));
 }

@@ -36,7 +36,10 @@ pub fn cp(
         super::archive_reporter(archive, &run),
     );
     let catalogue = None;
-    let cp = super::cp::options(&a, None, false, catalogue)?;
+    let mut cp = super::cp::options(&a, None, false, catalogue)?;
+    if !a.fleet.servers.is_empty() {
+        cp.dest = to_server(&cp.dest, &a.fleet.servers, rank.rank)?;
+    }
     let json = a.json;
     crate::errln!(
         "longhaul: rank {} of {} ({})",
@@ -59,7 +62,7 @@ pub fn cp(
             match o.summary {
                 Some(s) => {
                     if json {
-                        printed::json(&s);
+                        crate::print::json::fleet(&s);
                     } else {
                         printed::human(&s);
                     }
@@ -104,6 +107,20 @@ fn mode_of(a: &CpArgs) -> Result<Mode, super::Failure> {
     }
 }
 
+/// `dest` on this rank's server of `servers`.
+fn to_server(dest: &str, servers: &[String], rank: u32) -> Result<String, super::Failure> {
+    let r = longhaul_proto::xfer::parse_remote(dest).ok_or_else(|| {
+        usage("--servers needs a remote destination (HOST:EXPORT/path): a fleet pushes")
+    })?;
+    let server = &servers[rank as usize % servers.len()];
+    Ok(format!(
+        "longhaul://{server}/{}/{}{}",
+        r.export,
+        r.path,
+        if r.dir && !r.path.is_empty() { "/" } else { "" }
+    ))
+}
+
 /// Small files one queue unit carries at most.
 const UNIT_FILES: u32 = 2_000;
 
@@ -120,4 +137,35 @@ fn default_run_id(paths: &[String]) -> String {
         h.update(&[0]);
     }
     format!("cp-{}", &h.finalize().to_hex()[..16])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_rank_pushes_to_its_server_with_the_same_export_and_path() {
+        let s = vec!["dtn1".to_string(), "dtn2:5999".to_string()];
+        assert_eq!(
+            to_server("far:data/in/", &s, 0).ok().unwrap(),
+            "longhaul://dtn1/data/in/"
+        );
+        assert_eq!(
+            to_server("far:7:data/in/x", &s, 3).ok().unwrap(),
+            "longhaul://dtn2:5999/data/in/x"
+        );
+        assert_eq!(
+            to_server("far:data", &s, 1).ok().unwrap(),
+            "longhaul://dtn2:5999/data/"
+        );
+        assert!(to_server("/local/dir", &s, 0).is_err());
+    }
+
+    #[test]
+    fn a_run_id_names_the_sources_and_destination() {
+        let a = default_run_id(&["/a".into(), "h:data/x".into()]);
+        assert_eq!(a, default_run_id(&["/a".into(), "h:data/x".into()]));
+        assert_ne!(a, default_run_id(&["/b".into(), "h:data/x".into()]));
+        assert!(a.starts_with("cp-"));
+    }
 }

@@ -1,13 +1,9 @@
-//! A fleet's results: each rank's line, and the one result of all ranks
-//! for people or as the `longhaul-fleet` JSON document (docs/JSON.md).
+//! A fleet's results for people: each rank's line, and the one result of
+//! all ranks (its JSON document is [`super::json::fleet`]).
 
 use longhaul_engine::xfer::client::CpSummary;
 use longhaul_fleet::run::{FleetSummary, RankResult};
 use longhaul_proto::units::{format_bytes, format_rate};
-
-/// The JSON document's name and version.
-pub const FORMAT: &str = "longhaul-fleet";
-pub const VERSION: u32 = 1;
 
 /// One rank's result, on stderr (every rank prints one).
 pub fn rank_line(r: &RankResult) {
@@ -101,14 +97,4 @@ fn join(ranks: &[u32]) -> String {
         .map(u32::to_string)
         .collect::<Vec<_>>()
         .join(", ")
-}
-
-/// The one result, as JSON on stdout.
-pub fn json(s: &FleetSummary) {
-    let mut v = serde_json::to_value(s).expect("a summary serializes");
-    if let Some(o) = v.as_object_mut() {
-        o.insert("format".into(), FORMAT.into());
-        o.insert("version".into(), VERSION.into());
-    }
-    outln!("{v}");
 }

@@ -37,6 +37,19 @@ pub const WAN_JSON_FORMAT_VERSION: u32 = 1;
 /// Version of `id --json` (`longhaul-id`).
 pub const ID_JSON_FORMAT_VERSION: u32 = 1;
 
+/// Version of `cp --ranks ... --json` (`longhaul-fleet`): the one result of a fleet.
+pub const FLEET_JSON_FORMAT_VERSION: u32 = 1;
+
+/// A fleet's one result (docs/JSON.md section 14), one line on stdout.
+pub fn fleet(s: &longhaul_fleet::run::FleetSummary) {
+    let mut v = serde_json::to_value(s).expect("a summary serializes");
+    if let Some(o) = v.as_object_mut() {
+        o.insert("format".into(), "longhaul-fleet".into());
+        o.insert("format_version".into(), FLEET_JSON_FORMAT_VERSION.into());
+    }
+    crate::outln!("{v}");
+}
+
 fn out(line: &str) {
     crate::print::out(format_args!("{line}"));
 }
