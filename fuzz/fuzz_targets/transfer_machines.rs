@@ -34,6 +34,8 @@ struct FuzzEntry {
     chunk_size: u64,
     sparse: bool,
     incomplete: bool,
+    /// A part of the file (`Entry::part`), any range a peer could send.
+    part: Option<[u32; 2]>,
 }
 
 impl FuzzEntry {
@@ -55,6 +57,7 @@ impl FuzzEntry {
             sparse: self.sparse,
             incomplete: self.incomplete,
             digest: None,
+            part: self.part,
         }
     }
 }

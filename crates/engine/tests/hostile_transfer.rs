@@ -59,6 +59,7 @@ fn file_entry(id: u64, size: u64, chunk_size: u64) -> Entry {
         sparse: false,
         incomplete: false,
         digest: None,
+        part: None,
     }
 }
 
@@ -215,6 +216,7 @@ fn request(op: Op, dest: &str, sources: Vec<String>) -> Message {
         direct: false,
         tuning: Default::default(),
         bundles: false,
+        parts: false,
     })
 }
 
@@ -577,4 +579,69 @@ fn a_bundle_record_off_the_plan_or_unagreed_ends_the_transfer() {
     }
     s.shutdown();
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Parts of files (a fleet's ranks) with ranges no file has, or on
+/// entries that are not files: each refused on its own, nothing written,
+/// and a part named where a link was planted never writes through it.
+#[test]
+fn parts_out_of_range_or_through_links_are_refused_one_by_one() {
+    let base = std::env::temp_dir().join(format!("lh-parts-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&base);
+    let (export, outside) = (base.join("export"), base.join("outside"));
+    std::fs::create_dir_all(&export).unwrap();
+    std::fs::create_dir_all(&outside).unwrap();
+    std::fs::write(outside.join("victim"), b"keep").unwrap();
+    // A link where the shared partial file of `big` would be.
+    std::os::unix::fs::symlink(outside.join("victim"), export.join(".big.lhpart")).unwrap();
+    let s = hostile_server(&export);
+    let mut c = control(s.addr());
+    let Message::TransferRequest(mut t) = request(Op::Push, "", vec![]) else {
+        unreachable!()
+    };
+    t.parts = true;
+    c.send(&Message::TransferRequest(t)).unwrap();
+    let Message::TransferAccept(a) = next(&mut c) else {
+        panic!("no accept")
+    };
+    assert!(a.parts, "a server takes parts when asked, on a push");
+    let mut data = TcpStream::connect(s.addr()).unwrap();
+    data.write_all(&hello(Role::Data {
+        token: a.token,
+        stream: 0,
+        direction: Direction::Up,
+    }))
+    .unwrap();
+    // 4 MiB in 1 MiB chunks: 4 chunks.
+    let file = |id: u64, path: &str, part: [u32; 2]| Entry {
+        path: path.into(),
+        part: Some(part),
+        ..file_entry(id, 4 << 20, 1 << 20)
+    };
+    let entries = vec![
+        file(1, "a", [0, 5]),
+        file(2, "b", [3, 3]),
+        file(3, "c", [u32::MAX - 1, u32::MAX]),
+        Entry {
+            kind: Kind::Dir,
+            ..file(4, "d", [0, 1])
+        },
+        file(5, "big", [0, 2]),
+    ];
+    c.send(&Message::Entries(Entries { entries })).unwrap();
+    let Message::Wants(w) = next(&mut c) else {
+        panic!("no wants")
+    };
+    for want in &w.wants {
+        assert!(matches!(want, Want::Fail { .. }), "accepted: {want:?}");
+    }
+    // The directory is a directory (its part means nothing); four files.
+    assert_eq!(w.wants.len(), 4, "{w:?}");
+    drop((c, data));
+    assert_eq!(std::fs::read(outside.join("victim")).unwrap(), b"keep");
+    for n in ["a", "b", "c"] {
+        assert!(!export.join(n).exists(), "{n} was made");
+    }
+    s.shutdown();
+    let _ = std::fs::remove_dir_all(&base);
 }

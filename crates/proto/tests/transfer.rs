@@ -313,6 +313,7 @@ impl Pair {
             sparse: false,
             incomplete: false,
             digest: None,
+            part: None,
         }
     }
 
@@ -1235,6 +1236,7 @@ fn file_entry(id: u64) -> Entry {
         sparse: false,
         incomplete: false,
         digest: None,
+        part: None,
     }
 }
 
@@ -1541,6 +1543,7 @@ fn a_sinks_huge_figures_saturate_the_sources_tally() {
             sparse: false,
             incomplete: false,
             digest: None,
+            part: None,
         };
         source.add(entry, id, 1);
     }

@@ -977,7 +977,15 @@ fn open_part(
     };
     // Opened (made if missing) and never truncated: other parts write
     // into the same file. Every part sizes it alike.
-    let out = match cfg.storage.open_write(&at_part, false) {
+    // Two parts may make it at once: the one whose create loses opens it.
+    let opened = cfg.storage.open_write(&at_part, false).or_else(|e| {
+        if e.kind() == io::ErrorKind::AlreadyExists {
+            cfg.storage.open_write(&at_part, false)
+        } else {
+            Err(e)
+        }
+    });
+    let out = match opened {
         Ok(o) => o,
         Err(err) => return fail(io_err("open", &part, err)),
     };

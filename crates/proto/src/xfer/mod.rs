@@ -1099,10 +1099,12 @@ mod tests {
             max_files_in_flight: None,
             bundles: false,
             onto: false,
+            parts: false,
         };
         assert_eq!(serde_json::to_string(&a).unwrap(), r#"{"token":"t"}"#);
         let old: TransferAccept = serde_json::from_str(r#"{"token":"t"}"#).unwrap();
         assert!(!old.bundles);
+        assert!(!old.parts, "an older server takes no parts");
         let on: TransferAccept = serde_json::from_str(r#"{"token":"t","bundles":true}"#).unwrap();
         assert!(on.bundles);
     }
