@@ -202,7 +202,8 @@ pub struct Entry {
 impl Entry {
     /// The chunk indices this transfer carries: the file's part, or all of them.
     pub fn chunk_range(&self) -> [u32; 2] {
-        let count = crate::plan::chunk_count(self.size, self.chunk_size);
+        // `plan::chunk_count`, which stands above this module.
+        let count = self.size.div_ceil(self.chunk_size.max(1)).max(1);
         self.part
             .unwrap_or([0, u32::try_from(count).unwrap_or(u32::MAX)])
     }
@@ -1090,6 +1091,43 @@ mod tests {
             body_len: big.len() as u32,
         };
         assert!(bh.records(&big).is_err());
+    }
+
+    #[test]
+    fn a_part_carries_its_chunks_bytes_and_a_whole_file_all_of_them() {
+        let mut e = Entry {
+            id: 1,
+            path: "f".into(),
+            kind: Kind::File,
+            size: 10 << 20 | 5,
+            mode: 0o644,
+            mtime_ns: 0,
+            target: None,
+            chunk_size: 1 << 20,
+            sparse: false,
+            incomplete: false,
+            digest: None,
+            part: None,
+        };
+        assert_eq!(e.chunk_range(), [0, 11]);
+        assert_eq!(e.carried_bytes(), e.size);
+        e.part = Some([2, 4]);
+        assert_eq!(e.carried_bytes(), 2 << 20);
+        e.part = Some([10, 11]);
+        assert_eq!(e.carried_bytes(), 5, "the last chunk is short");
+        // Parts of one file add up to the file.
+        let sum: u64 = [[0, 3], [3, 10], [10, 11]]
+            .iter()
+            .map(|p| {
+                e.part = Some(*p);
+                e.carried_bytes()
+            })
+            .sum();
+        assert_eq!(sum, e.size);
+        let json = serde_json::to_string(&e).unwrap();
+        assert!(json.contains(r#""part":[10,11]"#), "{json}");
+        e.part = None;
+        assert!(!serde_json::to_string(&e).unwrap().contains("part"));
     }
 
     #[test]
