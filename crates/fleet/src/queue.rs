@@ -1,72 +1,510 @@
-// STUB until the helper's module lands.
+//! The work queue in PostgreSQL: one row a run (its manifest, its one
+//! result), one row a unit of work, one row a rank's report.
+//!
+//! A rank leases units with `SELECT ... FOR UPDATE SKIP LOCKED`, so ranks
+//! never wait on each other's rows; a lease is a deadline in the row, kept
+//! alive by the rank's heartbeat, and a unit whose lease ran out is leased
+//! again by whoever asks next (its writes are positional and every chunk is
+//! verified, so a unit done twice is harmless). Every statement is one
+//! round trip; [`Queue::round_trips`] counts them for docs/SCALE.md.
+
+use std::time::{Duration, Instant};
+
+use postgres::{Client, NoTls};
+
 use crate::shard::Unit;
-use std::time::Duration;
-#[derive(Debug)]
-pub struct QueueError(String);
-impl std::fmt::Display for QueueError {
-    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
+
+/// The schema this build writes; a database with a newer one is refused.
+pub const SCHEMA_VERSION: i32 = 1;
+
+/// Why the queue could not do what was asked.
+#[derive(Debug, thiserror::Error)]
+pub enum QueueError {
+    #[error("{0}")]
+    Usage(String),
+    #[error(
+        "cannot reach PostgreSQL at {at}: {why}; is the server running, and is --queue right?"
+    )]
+    Connect { at: String, why: String },
+    #[error("the queue's database ({at}) failed: {why}")]
+    Db { at: String, why: String },
+    #[error("the run {run} in the queue was made from another manifest ({theirs}; this rank's is {ours}): the sources changed, or two transfers share a --run-id")]
+    ManifestDiffers {
+        run: String,
+        theirs: String,
+        ours: String,
+    },
+    #[error("no manifest for the run {run} in the queue after {} s: is rank 0 running, with the same --queue and --run-id?", .waited.as_secs())]
+    NotPublished { run: String, waited: Duration },
 }
-pub struct Queue;
+
+/// What [`Queue::publish`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Published {
+    /// This call made the run.
     New,
+    /// The run was there, from the same manifest.
     Existing,
 }
+
+/// A unit this rank holds.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Leased {
     pub id: i64,
     pub unit: Unit,
+    /// Times it was leased, this one included.
     pub attempts: u32,
 }
+
+/// The run's units by state.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Counts {
     pub todo: u64,
+    /// Leased, their leases running (expired ones count as `todo`).
     pub leased: u64,
     pub done: u64,
     pub failed: u64,
+    pub bytes_total: u64,
+    pub bytes_done: u64,
 }
+
+/// One run's queue, on one connection.
+pub struct Queue {
+    db: Client,
+    run: String,
+    /// Where, for messages: host and database, never the password.
+    at: String,
+    round_trips: u64,
+}
+
+/// `url` without its password, for messages.
+fn shown(url: &str) -> String {
+    match url.parse::<postgres::Config>() {
+        Ok(c) => {
+            let hosts: Vec<String> = c
+                .get_hosts()
+                .iter()
+                .map(|h| match h {
+                    postgres::config::Host::Tcp(h) => h.clone(),
+                    postgres::config::Host::Unix(p) => p.display().to_string(),
+                })
+                .collect();
+            let port = c.get_ports().first().copied().unwrap_or(5432);
+            format!(
+                "{}:{port}/{}",
+                hosts.join(","),
+                c.get_dbname().unwrap_or("")
+            )
+        }
+        Err(_) => "the --queue URL".into(),
+    }
+}
+
+/// Whether every host of `c` is this machine (loopback or a socket).
+fn local_only(c: &postgres::Config) -> bool {
+    c.get_hosts().iter().all(|h| match h {
+        postgres::config::Host::Unix(_) => true,
+        postgres::config::Host::Tcp(h) => {
+            h == "localhost" || h.parse::<std::net::IpAddr>().is_ok_and(|a| a.is_loopback())
+        }
+    })
+}
+
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS longhaul_schema (version integer NOT NULL);
+CREATE TABLE IF NOT EXISTS longhaul_runs (
+    run           text PRIMARY KEY,
+    manifest_hash text NOT NULL,
+    manifest      bytea NOT NULL,
+    units         bigint NOT NULL,
+    bytes         bigint NOT NULL,
+    created       timestamptz NOT NULL DEFAULT now(),
+    finalized_by  text,
+    aggregate     jsonb
+);
+CREATE TABLE IF NOT EXISTS longhaul_work (
+    run         text NOT NULL REFERENCES longhaul_runs(run) ON DELETE CASCADE,
+    id          bigint NOT NULL,
+    first_entry integer NOT NULL,
+    end_entry   integer NOT NULL,
+    chunk_lo    integer,
+    chunk_hi    integer,
+    bytes       bigint NOT NULL,
+    state       text NOT NULL DEFAULT 'todo',
+    owner       text,
+    lease_until timestamptz,
+    attempts    integer NOT NULL DEFAULT 0,
+    error       text,
+    PRIMARY KEY (run, id)
+);
+CREATE INDEX IF NOT EXISTS longhaul_work_open ON longhaul_work (run, id) WHERE state <> 'done';
+CREATE TABLE IF NOT EXISTS longhaul_ranks (
+    run     text NOT NULL REFERENCES longhaul_runs(run) ON DELETE CASCADE,
+    rank    integer NOT NULL,
+    worker  text NOT NULL,
+    summary jsonb NOT NULL,
+    updated timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (run, rank)
+);
+";
+
 impl Queue {
-    pub fn connect(_url: &str, _run: &str) -> Result<Queue, QueueError> {
-        Err(QueueError("stub".into()))
+    /// Connects and makes the tables if they are not there (one rank at a
+    /// time: an advisory lock around the DDL).
+    pub fn connect(url: &str, run: &str) -> Result<Queue, QueueError> {
+        let at = shown(url);
+        let config: postgres::Config = url.parse().map_err(|e| {
+            QueueError::Usage(format!(
+                "--queue {at}: not a PostgreSQL URL ({e}); write postgres://USER@HOST[:PORT]/DB"
+            ))
+        })?;
+        if config.get_password().is_some() && !local_only(&config) {
+            return Err(QueueError::Usage(format!(
+                "--queue {at}: a password in the URL would cross the network in plaintext (this build speaks to PostgreSQL without TLS); use trust or peer authentication on a private network, or a database on this host"
+            )));
+        }
+        if url.contains("sslmode=require") || url.contains("sslmode=verify") {
+            return Err(QueueError::Usage(format!(
+                "--queue {at}: TLS to PostgreSQL is not built yet (sslmode=require); reach the database over a private network or a socket"
+            )));
+        }
+        let mut config = config;
+        config.connect_timeout(Duration::from_secs(10));
+        config.application_name("longhaul");
+        let db = config.connect(NoTls).map_err(|e| QueueError::Connect {
+            at: at.clone(),
+            why: e.to_string(),
+        })?;
+        let mut q = Queue {
+            db,
+            run: run.to_string(),
+            at,
+            round_trips: 1,
+        };
+        q.migrate()?;
+        Ok(q)
     }
-    pub fn publish(&mut self, _h: &str, _m: &[u8], _u: &[Unit]) -> Result<Published, QueueError> {
-        todo!()
+
+    fn db_err(&self, e: postgres::Error) -> QueueError {
+        QueueError::Db {
+            at: self.at.clone(),
+            why: e
+                .as_db_error()
+                .map_or_else(|| e.to_string(), |d| d.message().to_string()),
+        }
     }
+
+    fn migrate(&mut self) -> Result<(), QueueError> {
+        let r = (|| {
+            let mut tx = self.db.transaction()?;
+            tx.execute("SELECT pg_advisory_xact_lock(7171017)", &[])?;
+            tx.batch_execute(SCHEMA)?;
+            let v: Option<i32> = tx
+                .query_opt("SELECT max(version) FROM longhaul_schema", &[])?
+                .and_then(|r| r.get(0));
+            if v.is_none() {
+                tx.execute(
+                    "INSERT INTO longhaul_schema (version) VALUES ($1)",
+                    &[&SCHEMA_VERSION],
+                )?;
+            }
+            tx.commit()?;
+            Ok::<_, postgres::Error>(v)
+        })();
+        self.round_trips += 5;
+        match r {
+            Ok(Some(v)) if v > SCHEMA_VERSION => Err(QueueError::Usage(format!(
+                "the queue's database ({}) has schema {v}, newer than this build's {SCHEMA_VERSION}: upgrade longhaul on every node",
+                self.at
+            ))),
+            Ok(_) => Ok(()),
+            Err(e) => Err(self.db_err(e)),
+        }
+    }
+
+    /// Makes the run with its manifest and units, unless it is there;
+    /// then it must be of the same manifest.
+    pub fn publish(
+        &mut self,
+        manifest_hash: &str,
+        manifest: &[u8],
+        units: &[Unit],
+    ) -> Result<Published, QueueError> {
+        let run = self.run.clone();
+        let bytes: i64 = units.iter().map(|u| u.bytes as i64).sum();
+        let r = (|| {
+            let mut tx = self.db.transaction()?;
+            let made = tx.execute(
+                "INSERT INTO longhaul_runs (run, manifest_hash, manifest, units, bytes) VALUES ($1, $2, $3, $4, $5) ON CONFLICT (run) DO NOTHING",
+                &[&run, &manifest_hash, &manifest, &(units.len() as i64), &bytes],
+            )?;
+            if made == 0 {
+                let theirs: String = tx
+                    .query_one(
+                        "SELECT manifest_hash FROM longhaul_runs WHERE run = $1",
+                        &[&run],
+                    )?
+                    .get(0);
+                tx.commit()?;
+                return Ok(Err(theirs));
+            }
+            // Many rows a statement: a million units in a few hundred round trips.
+            for (n, batch) in units.chunks(1_000).enumerate() {
+                let mut sql = String::from(
+                    "INSERT INTO longhaul_work (run, id, first_entry, end_entry, chunk_lo, chunk_hi, bytes) VALUES ",
+                );
+                for (i, u) in batch.iter().enumerate() {
+                    let id = n * 1_000 + i;
+                    let (lo, hi) = match u.chunks {
+                        Some([lo, hi]) => (lo.to_string(), hi.to_string()),
+                        None => ("NULL".into(), "NULL".into()),
+                    };
+                    if i > 0 {
+                        sql.push(',');
+                    }
+                    sql.push_str(&format!(
+                        "($1, {id}, {}, {}, {lo}, {hi}, {})",
+                        u.first, u.end, u.bytes
+                    ));
+                }
+                tx.execute(sql.as_str(), &[&run])?;
+            }
+            tx.commit()?;
+            Ok(Ok(()))
+        })();
+        self.round_trips += 4 + units.len().div_ceil(1_000) as u64;
+        match r.map_err(|e| self.db_err(e))? {
+            Ok(()) => Ok(Published::New),
+            Err(theirs) if theirs == manifest_hash => Ok(Published::Existing),
+            Err(theirs) => Err(QueueError::ManifestDiffers {
+                run,
+                theirs,
+                ours: manifest_hash.to_string(),
+            }),
+        }
+    }
+
+    /// The run's manifest (hash, bytes), if it is published.
     pub fn manifest(&mut self) -> Result<Option<(String, Vec<u8>)>, QueueError> {
-        todo!()
+        self.round_trips += 1;
+        let r = self
+            .db
+            .query_opt(
+                "SELECT manifest_hash, manifest FROM longhaul_runs WHERE run = $1",
+                &[&self.run],
+            )
+            .map_err(|e| self.db_err(e))?;
+        Ok(r.map(|r| (r.get(0), r.get(1))))
     }
-    pub fn wait_published(&mut self, _t: Duration) -> Result<(String, Vec<u8>), QueueError> {
-        todo!()
+
+    /// Waits up to `timeout` for the manifest.
+    pub fn wait_published(&mut self, timeout: Duration) -> Result<(String, Vec<u8>), QueueError> {
+        let started = Instant::now();
+        loop {
+            if let Some(m) = self.manifest()? {
+                return Ok(m);
+            }
+            if started.elapsed() > timeout {
+                return Err(QueueError::NotPublished {
+                    run: self.run.clone(),
+                    waited: timeout,
+                });
+            }
+            std::thread::sleep(Duration::from_millis(250));
+        }
     }
-    pub fn lease(&mut self, _w: &str, _n: u32, _l: Duration) -> Result<Vec<Leased>, QueueError> {
-        todo!()
+
+    /// Leases up to `n` units for `lease`: units never leased, given back,
+    /// or whose lease ran out, lowest id first, skipping rows another rank
+    /// is leasing at this moment.
+    pub fn lease(
+        &mut self,
+        worker: &str,
+        n: u32,
+        lease: Duration,
+    ) -> Result<Vec<Leased>, QueueError> {
+        self.round_trips += 1;
+        let secs = lease.as_secs_f64();
+        let rows = self
+            .db
+            .query(
+                "UPDATE longhaul_work w SET state = 'leased', owner = $2, attempts = w.attempts + 1,
+                     lease_until = now() + make_interval(secs => $3)
+                 WHERE (w.run, w.id) IN (
+                     SELECT run, id FROM longhaul_work
+                     WHERE run = $1 AND (state = 'todo' OR (state = 'leased' AND lease_until < now()))
+                     ORDER BY id LIMIT $4 FOR UPDATE SKIP LOCKED)
+                 RETURNING w.id, w.first_entry, w.end_entry, w.chunk_lo, w.chunk_hi, w.bytes, w.attempts",
+                &[&self.run, &worker, &secs, &i64::from(n)],
+            )
+            .map_err(|e| self.db_err(e))?;
+        let mut out: Vec<Leased> = rows
+            .iter()
+            .map(|r| {
+                let lo: Option<i32> = r.get(3);
+                let hi: Option<i32> = r.get(4);
+                Leased {
+                    id: r.get(0),
+                    unit: Unit {
+                        first: r.get::<_, i32>(1) as u32,
+                        end: r.get::<_, i32>(2) as u32,
+                        chunks: lo.zip(hi).map(|(lo, hi)| [lo as u32, hi as u32]),
+                        bytes: r.get::<_, i64>(5) as u64,
+                    },
+                    attempts: r.get::<_, i32>(6) as u32,
+                }
+            })
+            .collect();
+        out.sort_by_key(|l| l.id);
+        Ok(out)
     }
-    pub fn renew(&mut self, _w: &str, _ids: &[i64], _l: Duration) -> Result<usize, QueueError> {
-        todo!()
+
+    /// Extends the leases of `ids` this worker still holds; how many.
+    pub fn renew(
+        &mut self,
+        worker: &str,
+        ids: &[i64],
+        lease: Duration,
+    ) -> Result<usize, QueueError> {
+        self.round_trips += 1;
+        let n = self
+            .db
+            .execute(
+                "UPDATE longhaul_work SET lease_until = now() + make_interval(secs => $4)
+                 WHERE run = $1 AND owner = $2 AND state = 'leased' AND id = ANY($3)",
+                &[&self.run, &worker, &ids, &lease.as_secs_f64()],
+            )
+            .map_err(|e| self.db_err(e))?;
+        Ok(n as usize)
     }
-    pub fn done(&mut self, _w: &str, _ids: &[i64]) -> Result<(), QueueError> {
-        todo!()
+
+    /// Marks `ids` done (whoever holds them now: the work is done either way).
+    pub fn done(&mut self, worker: &str, ids: &[i64]) -> Result<(), QueueError> {
+        if ids.is_empty() {
+            return Ok(());
+        }
+        self.round_trips += 1;
+        self.db
+            .execute(
+                "UPDATE longhaul_work SET state = 'done', owner = $2, lease_until = NULL, error = NULL
+                 WHERE run = $1 AND id = ANY($3)",
+                &[&self.run, &worker, &ids],
+            )
+            .map_err(|e| self.db_err(e))?;
+        Ok(())
     }
-    pub fn failed(&mut self, _w: &str, _id: i64, _e: &str, _m: u32) -> Result<(), QueueError> {
-        todo!()
+
+    /// Gives unit `id` back after it failed: leased again, unless it has
+    /// been tried `max_attempts` times (then failed for good).
+    pub fn failed(
+        &mut self,
+        worker: &str,
+        id: i64,
+        error: &str,
+        max_attempts: u32,
+    ) -> Result<(), QueueError> {
+        self.round_trips += 1;
+        self.db
+            .execute(
+                "UPDATE longhaul_work SET
+                     state = CASE WHEN attempts >= $4 THEN 'failed' ELSE 'todo' END,
+                     owner = NULL, lease_until = NULL, error = $5
+                 WHERE run = $1 AND id = $2 AND owner = $3 AND state = 'leased'",
+                &[&self.run, &id, &worker, &(max_attempts as i32), &error],
+            )
+            .map_err(|e| self.db_err(e))?;
+        Ok(())
     }
+
+    /// The run's units by state.
     pub fn counts(&mut self) -> Result<Counts, QueueError> {
-        todo!()
+        self.round_trips += 1;
+        let r = self
+            .db
+            .query_one(
+                "SELECT
+                   count(*) FILTER (WHERE state = 'todo' OR (state = 'leased' AND lease_until < now())),
+                   count(*) FILTER (WHERE state = 'leased' AND lease_until >= now()),
+                   count(*) FILTER (WHERE state = 'done'),
+                   count(*) FILTER (WHERE state = 'failed'),
+                   coalesce(sum(bytes), 0)::bigint,
+                   coalesce(sum(bytes) FILTER (WHERE state = 'done'), 0)::bigint
+                 FROM longhaul_work WHERE run = $1",
+                &[&self.run],
+            )
+            .map_err(|e| self.db_err(e))?;
+        let n = |i: usize| r.get::<_, i64>(i) as u64;
+        Ok(Counts {
+            todo: n(0),
+            leased: n(1),
+            done: n(2),
+            failed: n(3),
+            bytes_total: n(4),
+            bytes_done: n(5),
+        })
     }
+
+    /// Stores (or replaces) a rank's result.
     pub fn report_rank(
         &mut self,
-        _r: u32,
-        _w: &str,
-        _v: &serde_json::Value,
+        rank: u32,
+        worker: &str,
+        summary: &serde_json::Value,
     ) -> Result<(), QueueError> {
-        todo!()
+        self.round_trips += 1;
+        self.db
+            .execute(
+                "INSERT INTO longhaul_ranks (run, rank, worker, summary) VALUES ($1, $2, $3, $4)
+                 ON CONFLICT (run, rank) DO UPDATE SET worker = $3, summary = $4, updated = now()",
+                &[&self.run, &(rank as i32), &worker, summary],
+            )
+            .map_err(|e| self.db_err(e))?;
+        Ok(())
     }
+
+    /// Every rank's result: rank, worker, summary.
     pub fn rank_reports(&mut self) -> Result<Vec<(u32, String, serde_json::Value)>, QueueError> {
-        todo!()
+        self.round_trips += 1;
+        let rows = self
+            .db
+            .query(
+                "SELECT rank, worker, summary FROM longhaul_ranks WHERE run = $1 ORDER BY rank",
+                &[&self.run],
+            )
+            .map_err(|e| self.db_err(e))?;
+        Ok(rows
+            .iter()
+            .map(|r| (r.get::<_, i32>(0) as u32, r.get(1), r.get(2)))
+            .collect())
     }
-    pub fn claim_finalize(&mut self, _w: &str) -> Result<bool, QueueError> {
-        todo!()
+
+    /// Claims the run's final check: true for exactly one worker.
+    pub fn claim_finalize(&mut self, worker: &str) -> Result<bool, QueueError> {
+        self.round_trips += 1;
+        let n = self
+            .db
+            .execute(
+                "UPDATE longhaul_runs SET finalized_by = $2 WHERE run = $1 AND finalized_by IS NULL",
+                &[&self.run, &worker],
+            )
+            .map_err(|e| self.db_err(e))?;
+        Ok(n == 1)
     }
-    pub fn set_aggregate(&mut self, _v: &serde_json::Value) -> Result<(), QueueError> {
-        todo!()
+
+    /// Stores the run's one result.
+    pub fn set_aggregate(&mut self, v: &serde_json::Value) -> Result<(), QueueError> {
+        self.round_trips += 1;
+        self.db
+            .execute(
+                "UPDATE longhaul_runs SET aggregate = $2 WHERE run = $1",
+                &[&self.run, v],
+            )
+            .map_err(|e| self.db_err(e))?;
+        Ok(())
+    }
+
+    /// Round trips to the database this connection made.
+    pub fn round_trips(&self) -> u64 {
+        self.round_trips
     }
 }

@@ -1,0 +1,3 @@
+//! What the fleet's tests share.
+
+pub mod pg;

@@ -1,0 +1,181 @@
+//! A throwaway PostgreSQL server for tests: Debian's binaries, a data
+//! directory in a temporary directory, a free port on 127.0.0.1 and a
+//! socket beside the data; stopped by its PID when dropped. As root (CI),
+//! it runs as the `postgres` user, since PostgreSQL refuses to run as root.
+//!
+//! Absent PostgreSQL, [`TempPostgres::start`] says SKIP and gives `None`,
+//! unless `LONGHAUL_REQUIRE_POSTGRES=1` (CI), when it panics.
+
+#![allow(dead_code)]
+
+use std::net::TcpListener;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub struct TempPostgres {
+    dir: PathBuf,
+    child: Child,
+    pub port: u16,
+}
+
+/// The newest installed server's binaries.
+fn bin_dir() -> Option<PathBuf> {
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
+        .ok()?
+        .flatten()
+        .map(|d| d.path().join("bin"))
+        .filter(|p| p.join("postgres").exists() && p.join("initdb").exists())
+        .collect();
+    dirs.sort_by_key(|p| {
+        p.parent()
+            .and_then(|v| v.file_name())
+            .and_then(|v| v.to_str())
+            .and_then(|v| v.parse::<u32>().ok())
+            .unwrap_or(0)
+    });
+    dirs.pop()
+}
+
+fn is_root() -> bool {
+    // SAFETY: getuid cannot fail and touches no memory.
+    unsafe { libc::getuid() == 0 }
+}
+
+/// `cmd` as the postgres user when we are root.
+fn as_postgres(program: &Path) -> Command {
+    if is_root() {
+        let mut c = Command::new("setpriv");
+        c.args([
+            "--reuid=postgres",
+            "--regid=postgres",
+            "--clear-groups",
+            "--",
+        ])
+        .arg(program);
+        c
+    } else {
+        Command::new(program)
+    }
+}
+
+impl TempPostgres {
+    pub fn start() -> Option<TempPostgres> {
+        let required = std::env::var("LONGHAUL_REQUIRE_POSTGRES").is_ok_and(|v| v == "1");
+        let Some(bin) = bin_dir() else {
+            assert!(
+                !required,
+                "LONGHAUL_REQUIRE_POSTGRES=1 but PostgreSQL is not installed: apt-get install postgresql"
+            );
+            eprintln!("SKIP: PostgreSQL is not installed (apt-get install postgresql)");
+            return None;
+        };
+        let dir = std::env::temp_dir().join(format!(
+            "lh-pg-{}-{}",
+            std::process::id(),
+            fastrand_suffix()
+        ));
+        std::fs::create_dir_all(dir.join("sock")).unwrap();
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+        std::fs::set_permissions(dir.join("sock"), std::fs::Permissions::from_mode(0o777)).unwrap();
+        let data = dir.join("data");
+        let out = as_postgres(&bin.join("initdb"))
+            .arg("-D")
+            .arg(&data)
+            .args(["-A", "trust", "-U", "postgres", "-E", "UTF8", "--no-sync"])
+            .stdout(Stdio::null())
+            .output()
+            .expect("run initdb");
+        assert!(
+            out.status.success(),
+            "initdb failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let port = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let child = as_postgres(&bin.join("postgres"))
+            .arg("-D")
+            .arg(&data)
+            .args(["-p", &port.to_string(), "-k"])
+            .arg(dir.join("sock"))
+            .args([
+                "-c",
+                "listen_addresses=127.0.0.1",
+                "-c",
+                "fsync=off",
+                "-c",
+                "synchronous_commit=off",
+                "-c",
+                "full_page_writes=off",
+                "-c",
+                "max_connections=200",
+            ])
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(dir.join("log")).unwrap())
+            .spawn()
+            .expect("start postgres");
+        let pg = TempPostgres { dir, child, port };
+        let started = Instant::now();
+        loop {
+            if postgres::Client::connect(&pg.url(), postgres::NoTls).is_ok() {
+                return Some(pg);
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(60),
+                "PostgreSQL did not come up: {}",
+                std::fs::read_to_string(pg.dir.join("log")).unwrap_or_default()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// Over TCP on loopback.
+    pub fn url(&self) -> String {
+        format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
+    }
+
+    /// Through the socket (reachable from network namespaces too).
+    pub fn socket_url(&self) -> String {
+        format!(
+            "postgresql://postgres@{}:{}/postgres",
+            percent(&self.dir.join("sock").display().to_string()),
+            self.port
+        )
+    }
+}
+
+fn percent(s: &str) -> String {
+    s.replace('/', "%2F")
+}
+
+fn fastrand_suffix() -> u64 {
+    use std::time::SystemTime;
+    SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos() as u64)
+}
+
+impl Drop for TempPostgres {
+    fn drop(&mut self) {
+        // SIGQUIT: immediate shutdown; by PID, never by name.
+        let pid = self.child.id() as i32;
+        // SAFETY: kill(2) on our own child's PID.
+        unsafe {
+            libc::kill(pid, libc::SIGQUIT);
+        }
+        let started = Instant::now();
+        while started.elapsed() < Duration::from_secs(10) {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
