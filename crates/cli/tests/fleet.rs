@@ -4,6 +4,8 @@
 //! onto one parallel file system), ranks killed and run again.
 
 mod common;
+#[path = "../../fleet/tests/common/pg.rs"]
+mod pg;
 
 use std::fs;
 use std::os::unix::fs::symlink;
@@ -256,4 +258,95 @@ fn a_rank_without_a_launcher_or_a_run_dir_is_told_what_to_give() {
         .unwrap();
     assert_exit(&o, 2);
     assert!(stderr(&o).contains("rank"), "{}", stderr(&o));
+}
+
+#[test]
+fn four_ranks_drain_a_queue_and_a_killed_ranks_units_are_finished_by_the_others() {
+    let Some(pg) = pg::TempPostgres::start() else {
+        return;
+    };
+    let t = TempDir::new("fleet-queue");
+    let (src, dst) = (t.dir("src"), t.dir("dst"));
+    dataset(&src, 40 << 20, 300);
+    let a = data_server(&dst, &t.dir("state-a"));
+    let b = data_server(&dst, &t.dir("state-b"));
+    let url = pg.url();
+    // Small units and a short lease: many units, a quick take-over.
+    let queue = |r: u32, extra: &[&str]| {
+        let server = if r % 2 == 0 { a.addr() } else { b.addr() };
+        let mut args = vec!["--queue", &url, "--unit", "4M", "--lease", "3s", "--json"];
+        args.extend_from_slice(extra);
+        rank(r, 4, &args, &src, &remote(server, "out/"))
+    };
+    // Rank 3 goes first, paced, and is killed holding leases.
+    let mut doomed = queue(3, &["--rate", "40M"]);
+    let start = std::time::Instant::now();
+    loop {
+        if part_journal(&dst.join("out"), "big.bin").is_some() {
+            break;
+        }
+        assert!(
+            doomed.try_wait().unwrap().is_none(),
+            "rank 3 ended before it held a unit"
+        );
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "rank 3 never began"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    doomed.kill().unwrap();
+    doomed.wait().unwrap();
+    let outs: Vec<Output> = (0..3)
+        .map(|r| queue(r, &[]))
+        .collect::<Vec<_>>()
+        .into_iter()
+        .map(finished)
+        .collect();
+    let mut results = Vec::new();
+    for o in &outs {
+        assert_exit(o, 0);
+        if !o.stdout.is_empty() {
+            results.push(json_of(o));
+        }
+    }
+    assert_eq!(
+        results.len(),
+        1,
+        "exactly one rank prints the result: {results:?}"
+    );
+    let v = &results[0];
+    assert_eq!(v["mode"], "queue", "{v}");
+    assert_eq!(v["verified"], true, "{v}");
+    assert_eq!(
+        v["lost"],
+        serde_json::json!([3]),
+        "rank 3 never reported: {v}"
+    );
+    assert_eq!(
+        v["final_check"]["resent_files"], 0,
+        "the queue finished rank 3's units: {v}"
+    );
+    assert_same_tree(&src, &dst.join("out"), false);
+    no_leftovers(&dst);
+    // The same command again: the run is done, nothing moves.
+    let again: Vec<Output> = (0..2)
+        .map(|r| {
+            let server = a.addr();
+            rank(
+                r,
+                2,
+                &["--queue", &url, "--json"],
+                &src,
+                &remote(server, "out/"),
+            )
+        })
+        .collect::<Vec<_>>()
+        .into_iter()
+        .map(finished)
+        .collect();
+    for o in &again {
+        assert_exit(o, 0);
+    }
 }

@@ -297,6 +297,32 @@ impl Queue {
         Ok(r.map(|r| (r.get(0), r.get(1))))
     }
 
+    /// Takes the right to walk the sources for this run, if no other rank
+    /// holds it: a session lock, so a rank that dies walking gives it up.
+    pub fn try_lock_walk(&mut self) -> Result<bool, QueueError> {
+        self.round_trips += 1;
+        let r = self
+            .db
+            .query_one(
+                "SELECT pg_try_advisory_lock(7171017, hashtext($1))",
+                &[&self.run],
+            )
+            .map_err(|e| self.db_err(e))?;
+        Ok(r.get(0))
+    }
+
+    /// Gives the right to walk back.
+    pub fn unlock_walk(&mut self) -> Result<(), QueueError> {
+        self.round_trips += 1;
+        self.db
+            .execute(
+                "SELECT pg_advisory_unlock(7171017, hashtext($1))",
+                &[&self.run],
+            )
+            .map_err(|e| self.db_err(e))?;
+        Ok(())
+    }
+
     /// Waits up to `timeout` for the manifest.
     pub fn wait_published(&mut self, timeout: Duration) -> Result<(String, Vec<u8>), QueueError> {
         let started = Instant::now();

@@ -488,7 +488,8 @@ impl Drop for Heartbeat {
     }
 }
 
-/// The queue's manifest: read if published; else rank 0 walks and
+/// The queue's manifest: read if published; else the first rank to take
+/// the walk (any rank: rank 0 may be gone) walks the sources and
 /// publishes it with its units, and the others wait for it.
 fn queue_manifest(
     f: &Fleet,
@@ -497,21 +498,42 @@ fn queue_manifest(
     unit_files: u32,
 ) -> Result<Manifest, EngineError> {
     let q_err = |e: crate::queue::QueueError| failed(e.to_string());
-    if let Some((hash, bytes)) = q.manifest().map_err(q_err)? {
-        return checked(&hash, &bytes);
-    }
-    if f.rank.rank == 0 {
-        let m = walk(f)?;
-        let units = shard::queue_units(&m.items(), unit_bytes, unit_files);
-        match q.publish(&m.hash(), &m.encode(), &units).map_err(q_err)? {
-            Published::New => return Ok(m),
-            Published::Existing => {}
+    let started = Instant::now();
+    let mut said = false;
+    loop {
+        if let Some((hash, bytes)) = q.manifest().map_err(q_err)? {
+            return checked(&hash, &bytes);
         }
-    } else {
-        (f.note)("waiting for rank 0 to publish the manifest");
+        if q.try_lock_walk().map_err(q_err)? {
+            // Published meanwhile by the rank that held the walk before?
+            if let Some((hash, bytes)) = q.manifest().map_err(q_err)? {
+                q.unlock_walk().map_err(q_err)?;
+                return checked(&hash, &bytes);
+            }
+            let published = walk(f).and_then(|m| {
+                let units = shard::queue_units(&m.items(), unit_bytes, unit_files);
+                q.publish(&m.hash(), &m.encode(), &units)
+                    .map_err(q_err)
+                    .map(|p| (m, p))
+            });
+            q.unlock_walk().map_err(q_err)?;
+            let (m, p) = published?;
+            match p {
+                Published::New | Published::Existing => return Ok(m),
+            }
+        }
+        if started.elapsed() > f.wait {
+            return Err(failed(format!(
+                "no manifest in the queue after {} s: the rank walking the sources is slow or stuck",
+                f.wait.as_secs()
+            )));
+        }
+        if !said {
+            (f.note)("waiting for another rank to publish the manifest");
+            said = true;
+        }
+        std::thread::sleep(Duration::from_millis(250));
     }
-    let (hash, bytes) = q.wait_published(f.wait).map_err(q_err)?;
-    checked(&hash, &bytes)
 }
 
 fn checked(hash: &str, bytes: &[u8]) -> Result<Manifest, EngineError> {

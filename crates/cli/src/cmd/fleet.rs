@@ -124,12 +124,14 @@ fn to_server(dest: &str, servers: &[String], rank: u32) -> Result<String, super:
 /// Small files one queue unit carries at most.
 const UNIT_FILES: u32 = 2_000;
 
-/// The run id of a command: its sources (absolute) and destination.
+/// The run id of a command: its sources (absolute) and destination's
+/// export and path (not its host: ranks may push to different servers of
+/// one site, `--servers`).
 fn default_run_id(paths: &[String]) -> String {
     let mut h = blake3::Hasher::new();
     for p in paths {
-        let abs = if longhaul_proto::xfer::parse_remote(p).is_some() {
-            p.clone()
+        let abs = if let Some(r) = longhaul_proto::xfer::parse_remote(p) {
+            format!("{}/{}", r.export, r.path)
         } else {
             std::path::absolute(p).map_or_else(|_| p.clone(), |a| a.display().to_string())
         };
@@ -166,6 +168,11 @@ mod tests {
         let a = default_run_id(&["/a".into(), "h:data/x".into()]);
         assert_eq!(a, default_run_id(&["/a".into(), "h:data/x".into()]));
         assert_ne!(a, default_run_id(&["/b".into(), "h:data/x".into()]));
+        assert_eq!(
+            a,
+            default_run_id(&["/a".into(), "other:7:data/x".into()]),
+            "the same run through another server"
+        );
         assert!(a.starts_with("cp-"));
     }
 }
