@@ -13,6 +13,7 @@ use std::path::Path;
 use std::process::{Child, Output, Stdio};
 use std::time::Duration;
 
+use common::launchers;
 use common::xfer::*;
 use common::*;
 
@@ -349,4 +350,163 @@ fn four_ranks_drain_a_queue_and_a_killed_ranks_units_are_finished_by_the_others(
     for o in &again {
         assert_exit(o, 0);
     }
+}
+
+/// The one JSON document among the ranks' merged stdout.
+fn one_result(o: &Output) -> serde_json::Value {
+    let docs: Vec<&str> = std::str::from_utf8(&o.stdout)
+        .unwrap()
+        .lines()
+        .filter(|l| l.starts_with('{'))
+        .collect();
+    assert_eq!(
+        docs.len(),
+        1,
+        "one result of all ranks: {}\n{}",
+        stdout(o),
+        stderr(o)
+    );
+    serde_json::from_str(docs[0]).unwrap()
+}
+
+#[test]
+fn srun_starts_four_ranks_that_share_a_tree_over_two_servers() {
+    let Some(slurm) = launchers::Slurm::start() else {
+        return;
+    };
+    let t = TempDir::new("fleet-srun");
+    let (src, dst) = (t.dir("src"), t.dir("dst"));
+    dataset(&src, 24 << 20, 200);
+    let a = data_server(&dst, &t.dir("state-a"));
+    let b = data_server(&dst, &t.dir("state-b"));
+    let run_dir = t.path().join("run");
+    let servers = format!("{},{}", a.addr(), b.addr());
+    let src_arg = format!("{}/", src.display());
+    let dest = remote(a.addr(), "out/");
+    let o = slurm.srun(
+        4,
+        Path::new(env!("CARGO_BIN_EXE_longhaul")),
+        &[
+            "cp",
+            "-r",
+            "--chunk",
+            "1M",
+            "--ranks",
+            "auto",
+            "--json",
+            "--run-dir",
+            run_dir.to_str().unwrap(),
+            "--servers",
+            &servers,
+            &src_arg,
+            &dest,
+        ],
+        &client_env(),
+    );
+    assert!(o.status.success(), "srun: {}\n{}", stdout(&o), stderr(&o));
+    let v = one_result(&o);
+    assert_eq!(v["verified"], true, "{v}");
+    assert_eq!(v["ranks"], 4);
+    for r in v["per_rank"].as_array().unwrap() {
+        assert!(
+            r["launcher"].as_str().unwrap().contains("SLURM_PROCID"),
+            "{r}"
+        );
+    }
+    assert_eq!(v["final_check"]["resent_files"], 0, "{v}");
+    assert_same_tree(&src, &dst.join("out"), false);
+    no_leftovers(&dst);
+}
+
+#[test]
+fn mpirun_starts_four_ranks_that_drain_a_queue() {
+    let Some(pg) = pg::TempPostgres::start() else {
+        return;
+    };
+    let t = TempDir::new("fleet-mpirun");
+    let (src, dst) = (t.dir("src"), t.dir("dst"));
+    dataset(&src, 24 << 20, 200);
+    let a = data_server(&dst, &t.dir("state-a"));
+    let b = data_server(&dst, &t.dir("state-b"));
+    let servers = format!("{},{}", a.addr(), b.addr());
+    let src_arg = format!("{}/", src.display());
+    let dest = remote(a.addr(), "out/");
+    let url = pg.url();
+    let Some(o) = launchers::mpirun(
+        4,
+        Path::new(env!("CARGO_BIN_EXE_longhaul")),
+        &[
+            "cp",
+            "-r",
+            "--chunk",
+            "1M",
+            "--ranks",
+            "auto",
+            "--json",
+            "--queue",
+            &url,
+            "--unit",
+            "4M",
+            "--servers",
+            &servers,
+            &src_arg,
+            &dest,
+        ],
+        &client_env(),
+    ) else {
+        return;
+    };
+    assert!(o.status.success(), "mpirun: {}\n{}", stdout(&o), stderr(&o));
+    let v = one_result(&o);
+    assert_eq!(v["verified"], true, "{v}");
+    assert_eq!(v["mode"], "queue");
+    for r in v["per_rank"].as_array().unwrap() {
+        assert!(
+            r["launcher"]
+                .as_str()
+                .unwrap()
+                .contains("OMPI_COMM_WORLD_RANK"),
+            "{r}"
+        );
+    }
+    assert_same_tree(&src, &dst.join("out"), false);
+    no_leftovers(&dst);
+}
+
+#[test]
+fn an_indexed_jobs_pods_take_their_rank_from_the_completion_index() {
+    let t = TempDir::new("fleet-k8s");
+    let (src, dst) = (t.dir("src"), t.dir("dst"));
+    dataset(&src, 8 << 20, 50);
+    let a = data_server(&dst, &t.dir("state"));
+    let run_dir = t.path().join("run");
+    let src_arg = format!("{}/", src.display());
+    let dest = remote(a.addr(), "out/");
+    let outs = launchers::indexed_job(
+        3,
+        Path::new(env!("CARGO_BIN_EXE_longhaul")),
+        &[
+            "cp",
+            "-r",
+            "--chunk",
+            "1M",
+            "--ranks",
+            "auto",
+            "--size",
+            "3",
+            "--json",
+            "--run-dir",
+            run_dir.to_str().unwrap(),
+            &src_arg,
+            &dest,
+        ],
+        &client_env(),
+    );
+    for o in &outs {
+        assert_exit(o, 0);
+        assert!(stderr(o).contains("JOB_COMPLETION_INDEX"), "{}", stderr(o));
+    }
+    let v = json_of(&outs[0]);
+    assert_eq!(v["verified"], true, "{v}");
+    assert_same_tree(&src, &dst.join("out"), false);
 }

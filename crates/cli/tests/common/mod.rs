@@ -4,6 +4,7 @@
 
 #![allow(dead_code)]
 
+pub mod launchers;
 pub mod wan;
 pub mod xfer;
 
@@ -71,6 +72,23 @@ pub fn bin() -> Command {
         // Runs (and what a `serve` serves) go to a test archive, never the user's.
         .env("LONGHAUL_ARCHIVE", archive_file());
     c
+}
+
+/// What [`bin`] sets, for a launcher to hand to every rank it starts.
+pub fn client_env() -> Vec<(&'static str, String)> {
+    vec![
+        ("LONGHAUL_TRUST", fingerprint().to_string()),
+        ("LONGHAUL_TOKEN", TOKEN.to_string()),
+        (
+            "LONGHAUL_KNOWN_HOSTS",
+            std::env::temp_dir()
+                .join("longhaul-test-known-hosts")
+                .display()
+                .to_string(),
+        ),
+        ("LONGHAUL_PATHS", paths_file().display().to_string()),
+        ("LONGHAUL_ARCHIVE", archive_file().display().to_string()),
+    ]
 }
 
 /// This test process's own archive (never the user's).
