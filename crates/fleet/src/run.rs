@@ -512,7 +512,16 @@ fn queue_manifest(
             }
             let published = walk(f).and_then(|m| {
                 let units = shard::queue_units(&m.items(), unit_bytes, unit_files);
-                q.publish(&m.hash(), &m.encode(), &units)
+                let bytes = m.encode();
+                if bytes.len() > MAX_QUEUE_MANIFEST {
+                    return Err(EngineError::Usage(format!(
+                        "the manifest of {} entries is {} MB, more than the queue keeps in one row ({} MB): use --run-dir (static shares) or split the transfer (docs/SCALE.md)",
+                        m.entries.len(),
+                        bytes.len() >> 20,
+                        MAX_QUEUE_MANIFEST >> 20
+                    )));
+                }
+                q.publish(&m.hash(), &bytes, &units)
                     .map_err(q_err)
                     .map(|p| (m, p))
             });
@@ -672,6 +681,9 @@ fn run_queue(f: &Fleet, reporter: &mut (dyn Reporter + Send)) -> Result<Outcome,
         summary: Some(summary),
     })
 }
+
+/// The largest manifest the queue keeps (PostgreSQL caps a value at 1 GB).
+const MAX_QUEUE_MANIFEST: usize = 900 << 20;
 
 /// Attempts a unit gets before it is failed for good.
 const MAX_ATTEMPTS: u32 = 5;
