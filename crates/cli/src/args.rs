@@ -477,10 +477,34 @@ pub struct CpArgs {
     pub json: bool,
     #[arg(long, default_value = "5s", value_parser = duration)]
     pub connect_timeout: Duration,
+    /// A local address the data streams connect from (repeatable: the
+    /// streams take them in turn, one path per NIC).
+    #[arg(long, value_name = "ADDR")]
+    pub bind: Vec<std::net::IpAddr>,
+    /// Another address of the same server for the data streams (repeatable;
+    /// the control connection's address is the first path): stripes one
+    /// transfer over several links into one server.
+    #[arg(long, value_name = "ADDR[:PORT]", value_parser = via)]
+    pub via: Vec<std::net::SocketAddr>,
     #[command(flatten)]
     pub security: SecurityArgs,
     #[command(flatten)]
     pub fleet: FleetArgs,
+}
+
+/// `ADDR` or `ADDR:PORT` (`[V6]:PORT`); port 0 (absent) means the
+/// control connection's.
+pub fn via(s: &str) -> Result<std::net::SocketAddr, String> {
+    if let Ok(a) = s.parse::<std::net::SocketAddr>() {
+        return Ok(a);
+    }
+    s.trim_start_matches('[')
+        .trim_end_matches(']')
+        .parse::<std::net::IpAddr>()
+        .map(|ip| std::net::SocketAddr::new(ip, 0))
+        .map_err(|_| {
+            format!("{s:?} is not an address (ADDR or ADDR:PORT; names are not looked up here)")
+        })
 }
 
 /// One transfer across many nodes: every node runs the same command under

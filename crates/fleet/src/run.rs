@@ -693,7 +693,7 @@ const MAX_BATCH: u32 = 16;
 
 fn clone_fleet(f: &Fleet) -> Fleet {
     Fleet {
-        rank: f.rank.clone(),
+        rank: f.rank,
         mode: f.mode.clone(),
         cp: f.cp.clone(),
         wait: f.wait,

@@ -103,11 +103,9 @@ pub fn static_shares(items: &[Item], ranks: u32) -> Vec<Vec<Unit>> {
     let mut shares = vec![Vec::new(); n as usize];
     // The rank whose stretch of the line holds position `at`.
     let rank_at = |at: u128| -> usize {
-        if total == 0 {
-            0
-        } else {
-            ((at * n / total).min(n - 1)) as usize
-        }
+        (at * n)
+            .checked_div(total)
+            .map_or(0, |r| r.min(n - 1) as usize)
     };
     let mut start: u128 = 0;
     for (i, item) in items.iter().enumerate() {

@@ -134,6 +134,10 @@ pub(super) fn options(
             connect_timeout: a.connect_timeout,
             interrupt,
             security,
+            paths: longhaul_engine::net::dial::Paths {
+                bind: a.bind.clone(),
+                via: a.via.clone(),
+            },
             ..ClientOptions::default()
         },
     })

@@ -685,6 +685,15 @@ fn print_transfer(s: &CpSummary, dry_run: bool) {
     if let Some(l) = limit_shares(&s.intervals) {
         outln!("limited by: {l}");
     }
+    for p in &s.paths {
+        outln!(
+            "path {} -> {}: {} stream(s), {}",
+            p.local,
+            p.remote,
+            p.streams,
+            format_bytes(p.bytes)
+        );
+    }
     if let Some(p) = &s.path {
         let w = &p.window;
         outln!(

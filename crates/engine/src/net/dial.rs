@@ -32,6 +32,30 @@ pub struct ClientOptions {
     /// control connection, both hosts' buffer caps) instead of the one in
     /// the parameters.
     pub auto_streams: bool,
+    /// Several paths between the two hosts (several NICs): the data
+    /// streams are spread over them.
+    pub paths: Paths,
+}
+
+/// The addresses a client's data streams use, beyond the control
+/// connection's: stream `k` connects from `bind[k % B]` (any address if
+/// none) to the `k % S`-th of the server's addresses, the control
+/// connection's first, then `via` (nuttcp's multilink, SC12's several
+/// links into one server). Any address of the server works: a data stream
+/// proves it belongs to its transfer by its token.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Paths {
+    pub bind: Vec<std::net::IpAddr>,
+    /// More addresses of the same server (a port of 0 means the control
+    /// connection's port).
+    pub via: Vec<SocketAddr>,
+}
+
+impl Paths {
+    /// Whether the streams go over more than one path.
+    pub fn several(&self) -> bool {
+        self.bind.len() > 1 || !self.via.is_empty()
+    }
 }
 
 /// How a client protects and identifies itself.
@@ -94,6 +118,7 @@ impl Default for ClientOptions {
             interrupt: Arc::new(AtomicBool::new(false)),
             security: Security::default(),
             auto_streams: false,
+            paths: Paths::default(),
         }
     }
 }
@@ -262,7 +287,8 @@ impl Control {
                 .iter()
                 .map(|&(direction, stream)| {
                     scope.spawn(move || {
-                        let mut s = dialer.dial(opts, |s| tune(s, direction))?;
+                        let mut s =
+                            dialer.dial_nth(usize::from(stream), opts, |s| tune(s, direction))?;
                         introduce(&mut s, stream, direction)?;
                         Ok(s)
                     })
@@ -288,14 +314,46 @@ pub(crate) struct Dialer {
 }
 
 impl Dialer {
-    /// Connects a data stream to the server (TCP, then TLS unless
-    /// plaintext); it joins a transfer once [`present`]ed.
-    pub(crate) fn dial(
+    /// The path data stream `k` takes: from which local address (if one
+    /// is set) to which of the server's.
+    pub(crate) fn path(&self, k: usize, paths: &Paths) -> (Option<std::net::IpAddr>, SocketAddr) {
+        let servers = 1 + paths.via.len();
+        let peer = match k % servers {
+            0 => self.peer,
+            i => {
+                let mut a = paths.via[i - 1];
+                if a.port() == 0 {
+                    a.set_port(self.peer.port());
+                }
+                a
+            }
+        };
+        let bind = (!paths.bind.is_empty()).then(|| paths.bind[k % paths.bind.len()]);
+        (bind, peer)
+    }
+
+    /// Connects data stream `k` to the server over its path ([`Paths`]):
+    /// TCP, then TLS unless plaintext; it joins a transfer once
+    /// [`present`]ed.
+    pub(crate) fn dial_nth(
         &self,
+        k: usize,
         opts: &ClientOptions,
         tune: impl Fn(&socket2::Socket) -> std::io::Result<()>,
     ) -> Result<Box<dyn conn::Stream>, EngineError> {
-        let tcp = conn::connect(&[self.peer], opts.connect_timeout, tune)?;
+        let (bind, peer) = self.path(k, &opts.paths);
+        let tcp = match bind {
+            None => conn::connect(&[peer], opts.connect_timeout, tune)?,
+            Some(ip) => conn::connect(&[peer], opts.connect_timeout, |s| {
+                s.bind(&SocketAddr::new(ip, 0).into()).map_err(|e| {
+                    std::io::Error::new(
+                        e.kind(),
+                        format!("cannot bind a data stream to {ip}: {e}; is it an address of this host (--bind)?"),
+                    )
+                })?;
+                tune(s)
+            })?,
+        };
         Ok(match &self.tls {
             Some(t) => {
                 let _ = tcp.set_read_timeout(Some(opts.handshake_timeout));

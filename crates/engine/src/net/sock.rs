@@ -365,6 +365,24 @@ pub fn tcp_info(fd: BorrowedFd<'_>) -> Option<TcpSample> {
     })
 }
 
+/// Bytes a socket's peer acknowledged, and bytes it received
+/// (tcpi_bytes_acked, tcpi_bytes_received): what crossed its path.
+pub fn tcp_bytes(fd: BorrowedFd<'_>) -> Option<(u64, u64)> {
+    let mut info = RawTcpInfo::default();
+    let mut len = std::mem::size_of::<RawTcpInfo>() as libc::socklen_t;
+    // SAFETY: info is a plain repr(C) struct, writable for len bytes.
+    let r = unsafe {
+        libc::getsockopt(
+            fd.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_INFO,
+            (&mut info as *mut RawTcpInfo).cast(),
+            &mut len,
+        )
+    };
+    (r == 0).then_some((info.bytes_acked, info.bytes_received))
+}
+
 /// CPU time (user + system) of the calling thread, microseconds.
 pub fn thread_cpu_us() -> u64 {
     clock_us(libc::CLOCK_THREAD_CPUTIME_ID).unwrap_or(0)

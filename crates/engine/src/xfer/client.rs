@@ -119,6 +119,69 @@ pub struct CpSummary {
     /// `--dry-run`: the files that would be sent.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub would_send: Vec<String>,
+    /// With several paths (`--bind`, `--via`): each path's streams and the
+    /// bytes that crossed it (TCP payload, TLS records included).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub paths: Vec<PathUse>,
+}
+
+/// One path of a transfer's data streams.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct PathUse {
+    /// This host's address and the server's.
+    pub local: String,
+    pub remote: String,
+    pub streams: u16,
+    pub bytes: u64,
+}
+
+/// The data streams' sockets, kept (duplicated) to read at the end what
+/// crossed each path.
+struct PathTaps(Vec<(String, String, std::net::TcpStream)>);
+
+impl PathTaps {
+    fn of(streams: &[Box<dyn crate::net::conn::Stream>], o: &CpOptions) -> PathTaps {
+        if !o.client.paths.several() {
+            return PathTaps(Vec::new());
+        }
+        PathTaps(
+            streams
+                .iter()
+                .filter_map(|s| {
+                    let t = s.tcp();
+                    let local = t.local_addr().ok()?.ip().to_string();
+                    let remote = t.peer_addr().ok()?.to_string();
+                    Some((local, remote, t.try_clone().ok()?))
+                })
+                .collect(),
+        )
+    }
+
+    /// Bytes each path carried: sent (a push) or received (a pull).
+    fn count(&self, sent: bool) -> Vec<PathUse> {
+        let mut out: Vec<PathUse> = Vec::new();
+        for (local, remote, tcp) in &self.0 {
+            let (acked, received) =
+                crate::net::sock::tcp_bytes(crate::net::sock::fd_of(tcp)).unwrap_or_default();
+            let bytes = if sent { acked } else { received };
+            match out
+                .iter_mut()
+                .find(|p| &p.local == local && &p.remote == remote)
+            {
+                Some(p) => {
+                    p.streams += 1;
+                    p.bytes += bytes;
+                }
+                None => out.push(PathUse {
+                    local: local.clone(),
+                    remote: remote.clone(),
+                    streams: 1,
+                    bytes,
+                }),
+            }
+        }
+        out
+    }
 }
 
 /// The path as measured and the settings chosen for it.
@@ -406,10 +469,10 @@ fn dial_early(o: &CpOptions, push: bool, host: &str, dialer: &Dialer, rtt_us: u3
         ..StreamTuning::default()
     };
     (0..guess.streams)
-        .map(|_| {
+        .map(|k| {
             let (d, t, opts) = (dialer.clone(), tuning.clone(), o.client.clone());
             std::thread::spawn(move || {
-                d.dial(&opts, |s| {
+                d.dial_nth(usize::from(k), &opts, |s| {
                     s.set_nodelay(false)?;
                     crate::net::sock::tune_data_stream(s.as_fd(), &t, push).map(|_| ())
                 })
@@ -806,6 +869,7 @@ fn cp_once(
                 path.congestion =
                     crate::net::sock::congestion(crate::net::sock::fd_of(first.tcp()));
             }
+            let taps = PathTaps::of(&data, o);
             let r = run_source(
                 &mut ctl.conn,
                 data,
@@ -851,6 +915,7 @@ fn cp_once(
             s.deleted = r.sink.deleted.clone();
             s.would_send = r.sink.would_send.clone();
             s.dest_write_bps = stage_rate(r.sink.written_bytes, r.sink.write_us, streams);
+            s.paths = taps.count(true);
         }
         Plan::Pull { .. } => {
             let (dest, landing, anchor) = pull_dest.expect("made for a pull");
@@ -866,6 +931,7 @@ fn cp_once(
                 &tuning,
                 &o.client,
             )?;
+            let taps = PathTaps::of(&data, o);
             let r = run_sink(
                 &mut ctl.conn,
                 data,
@@ -907,6 +973,7 @@ fn cp_once(
                 s.tuning = d.tuning.clone();
                 s.resent_changed = d.resent_changed;
             }
+            s.paths = taps.count(false);
         }
     }
     s.path = Some(path);
