@@ -57,8 +57,8 @@ pub enum EngineError {
     /// The server said no.
     #[error("server refused: {message}")]
     Refused { code: RefuseCode, message: String },
-    /// The test started but did not complete.
-    #[error("test failed: {0}")]
+    /// A test or transfer started but did not complete (the message says what).
+    #[error("{0}")]
     Failed(String),
     #[error("timed out during {0}")]
     Timeout(String),

@@ -38,6 +38,17 @@ pub enum QueueError {
     NotPublished { run: String, waited: Duration },
 }
 
+impl From<QueueError> for longhaul_engine::EngineError {
+    fn from(e: QueueError) -> Self {
+        use longhaul_engine::EngineError as E;
+        match e {
+            QueueError::Usage(_) | QueueError::ManifestDiffers { .. } => E::Usage(e.to_string()),
+            QueueError::Connect { .. } => E::Connect(e.to_string()),
+            QueueError::Db { .. } | QueueError::NotPublished { .. } => E::Failed(e.to_string()),
+        }
+    }
+}
+
 /// What [`Queue::publish`] found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Published {

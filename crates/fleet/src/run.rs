@@ -452,7 +452,7 @@ impl Heartbeat {
         worker: &str,
         lease: Duration,
     ) -> Result<Heartbeat, EngineError> {
-        let mut q = Queue::connect(url, run_id).map_err(|e| failed(e.to_string()))?;
+        let mut q = Queue::connect(url, run_id)?;
         let held: Arc<Mutex<Vec<i64>>> = Arc::default();
         let (stop, stopped) = std::sync::mpsc::channel::<()>();
         let (h, worker) = (held.clone(), worker.to_string());
@@ -497,7 +497,7 @@ fn queue_manifest(
     unit_bytes: u64,
     unit_files: u32,
 ) -> Result<Manifest, EngineError> {
-    let q_err = |e: crate::queue::QueueError| failed(e.to_string());
+    let q_err = EngineError::from;
     let started = Instant::now();
     let mut said = false;
     loop {
@@ -566,7 +566,7 @@ fn run_queue(f: &Fleet, reporter: &mut (dyn Reporter + Send)) -> Result<Outcome,
     else {
         unreachable!("run_queue runs the queue mode");
     };
-    let q_err = |e: crate::queue::QueueError| failed(e.to_string());
+    let q_err = EngineError::from;
     let mut q = Queue::connect(url, run_id).map_err(q_err)?;
     let manifest = queue_manifest(f, &mut q, *unit_bytes, *unit_files)?;
     let worker = format!(
