@@ -583,9 +583,13 @@ fn run_queue(f: &Fleet, reporter: &mut (dyn Reporter + Send)) -> Result<Outcome,
     let mut batch: u32 = 1;
     let mut errors = 0u32;
     loop {
-        let leased = q.lease(&worker, batch, *lease).map_err(q_err)?;
+        // Never more than a fair part of what is left: a rank that takes
+        // many units at the end keeps the others idle (the tail).
+        let c = q.counts().map_err(q_err)?;
+        let fair = c.todo / (2 * u64::from(f.rank.size)).max(1);
+        let take = batch.min(u32::try_from(fair).unwrap_or(u32::MAX).max(1));
+        let leased = q.lease(&worker, take, *lease).map_err(q_err)?;
         if leased.is_empty() {
-            let c = q.counts().map_err(q_err)?;
             if c.todo == 0 && c.leased == 0 {
                 break;
             }
