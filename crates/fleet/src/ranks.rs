@@ -92,6 +92,20 @@ pub fn from_env(get: impl Fn(&str) -> Option<String>, size: Option<u32>) -> Resu
     Err("--ranks auto: no launcher said this process's rank (none of SLURM_PROCID/SLURM_NTASKS, OMPI_COMM_WORLD_RANK/OMPI_COMM_WORLD_SIZE, PMI_RANK/PMI_SIZE, JOB_COMPLETION_INDEX is set): run it under srun, mpirun or an indexed Job, or give --rank R --size N".into())
 }
 
+/// The launcher's name for this start of the fleet, when it gives one:
+/// a Slurm job step (`SLURM_JOB_ID.SLURM_STEP_ID`), an Open MPI job
+/// (`OMPI_MCA_ess_base_jobid`), a PMIx namespace. A rank's result from
+/// another start is stale: the whole fleet is running again.
+pub fn job_from_env(get: impl Fn(&str) -> Option<String>) -> Option<String> {
+    if let Some(job) = get("SLURM_JOB_ID") {
+        let step = get("SLURM_STEP_ID").unwrap_or_default();
+        return Some(format!("slurm:{job}.{step}"));
+    }
+    get("OMPI_MCA_ess_base_jobid")
+        .map(|j| format!("ompi:{j}"))
+        .or_else(|| get("PMIX_NAMESPACE").map(|n| format!("pmix:{n}")))
+}
+
 /// `--rank R --size N`.
 pub fn from_flags(rank: u32, size: u32) -> Result<Rank, String> {
     checked(rank, size, Launcher::Flags)
@@ -158,6 +172,19 @@ mod tests {
         )
         .unwrap();
         assert_eq!(r.launcher, Launcher::Slurm);
+    }
+
+    #[test]
+    fn a_start_of_the_fleet_is_named_by_its_launcher() {
+        assert_eq!(
+            job_from_env(env(&[("SLURM_JOB_ID", "77"), ("SLURM_STEP_ID", "2")])).as_deref(),
+            Some("slurm:77.2")
+        );
+        assert_eq!(
+            job_from_env(env(&[("OMPI_MCA_ess_base_jobid", "9")])).as_deref(),
+            Some("ompi:9")
+        );
+        assert_eq!(job_from_env(env(&[])), None);
     }
 
     #[test]

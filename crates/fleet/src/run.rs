@@ -62,6 +62,10 @@ pub struct Fleet {
     pub wait: Duration,
     /// Told of each wait, for the user.
     pub note: Arc<dyn Fn(&str) + Send + Sync>,
+    /// The launcher's name for this start of the fleet
+    /// ([`crate::ranks::job_from_env`]): static results of another start
+    /// are stale.
+    pub job: Option<String>,
 }
 
 /// What one rank did.
@@ -73,6 +77,9 @@ pub struct RankResult {
     pub launcher: String,
     /// The manifest its share was cut from.
     pub manifest: String,
+    /// The launcher's start of the fleet it ran in, if named.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job: Option<String>,
     pub started_unix_ms: u64,
     pub ended_unix_ms: u64,
     /// Files landed whole or as parts, and bytes carried (resumed bytes not
@@ -276,6 +283,7 @@ fn new_rank(f: &Fleet, manifest: &Manifest) -> RankResult {
         host: longhaul_engine::net::sock::hostname(),
         launcher: f.rank.launcher.to_string(),
         manifest: manifest.hash(),
+        job: f.job.clone(),
         started_unix_ms: unix_ms(SystemTime::now()),
         ..RankResult::default()
     }
@@ -310,7 +318,13 @@ fn run_static(
         for r in 0..f.rank.size {
             match std::fs::read(result_file(run_dir, r)) {
                 Ok(b) => match serde_json::from_slice::<RankResult>(&b) {
-                    Ok(x) if x.manifest == manifest.hash() => found.push(x),
+                    // Of this manifest, and of this start of the fleet when
+                    // the launcher names it (a job run again is all again).
+                    Ok(x)
+                        if x.manifest == manifest.hash() && (f.job.is_none() || x.job == f.job) =>
+                    {
+                        found.push(x)
+                    }
                     _ => missing.push(r),
                 },
                 Err(_) => missing.push(r),
@@ -702,6 +716,7 @@ fn clone_fleet(f: &Fleet) -> Fleet {
         cp: f.cp.clone(),
         wait: f.wait,
         note: f.note.clone(),
+        job: f.job.clone(),
     }
 }
 

@@ -53,6 +53,7 @@ pub fn cp(
         cp,
         wait: a.fleet.wait,
         note: Arc::new(|s: &str| crate::errln!("longhaul: {s}")),
+        job: ranks::job_from_env(|k| std::env::var(k).ok()),
     };
     let outcome = run::run(&fleet, reporter.as_mut())
         .map_err(super::Failure::from)
