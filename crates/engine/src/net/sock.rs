@@ -330,8 +330,8 @@ struct RawTcpInfo {
     snd_wnd: u32,
 }
 
-/// Reads TCP_INFO of a socket.
-pub fn tcp_info(fd: BorrowedFd<'_>) -> Option<TcpSample> {
+/// The kernel's TCP_INFO of a socket.
+fn raw_tcp_info(fd: BorrowedFd<'_>) -> Option<RawTcpInfo> {
     let mut info = RawTcpInfo::default();
     let mut len = std::mem::size_of::<RawTcpInfo>() as libc::socklen_t;
     // SAFETY: info is a plain repr(C) struct, writable for len bytes.
@@ -344,9 +344,12 @@ pub fn tcp_info(fd: BorrowedFd<'_>) -> Option<TcpSample> {
             &mut len,
         )
     };
-    if r != 0 {
-        return None;
-    }
+    (r == 0).then_some(info)
+}
+
+/// Reads TCP_INFO of a socket.
+pub fn tcp_info(fd: BorrowedFd<'_>) -> Option<TcpSample> {
+    let info = raw_tcp_info(fd)?;
     Some(TcpSample {
         retransmits: u64::from(info.total_retrans),
         rtt_us: info.rtt,
@@ -368,19 +371,7 @@ pub fn tcp_info(fd: BorrowedFd<'_>) -> Option<TcpSample> {
 /// Bytes a socket's peer acknowledged, and bytes it received
 /// (tcpi_bytes_acked, tcpi_bytes_received): what crossed its path.
 pub fn tcp_bytes(fd: BorrowedFd<'_>) -> Option<(u64, u64)> {
-    let mut info = RawTcpInfo::default();
-    let mut len = std::mem::size_of::<RawTcpInfo>() as libc::socklen_t;
-    // SAFETY: info is a plain repr(C) struct, writable for len bytes.
-    let r = unsafe {
-        libc::getsockopt(
-            fd.as_raw_fd(),
-            libc::IPPROTO_TCP,
-            libc::TCP_INFO,
-            (&mut info as *mut RawTcpInfo).cast(),
-            &mut len,
-        )
-    };
-    (r == 0).then_some((info.bytes_acked, info.bytes_received))
+    raw_tcp_info(fd).map(|i| (i.bytes_acked, i.bytes_received))
 }
 
 /// CPU time (user + system) of the calling thread, microseconds.

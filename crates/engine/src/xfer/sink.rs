@@ -894,29 +894,15 @@ fn open_file(e: &Entry, cfg: &SinkConfig, files: &Files, report: &mut SinkReport
     }
     // Rewrite the journal with the records that checked out. A one-chunk
     // file has none: it completes or starts over.
-    let journal = (|| {
-        if count == 1 {
-            return Ok(None);
-        }
-        // A new inode: never written through a link planted in its name.
-        match std::fs::remove_file(&at_journal) {
-            Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
-            _ => {}
-        }
-        let mut j = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-            .open(&at_journal)?;
-        j.write_all(&header.encode())?;
-        for (i, h) in hashes.iter().enumerate() {
-            if let Some(h) = h {
-                j.write_all(&journal_record(i as u32, h))?;
-            }
-        }
-        Ok::<_, io::Error>(Some(j))
-    })();
+    let journal = if count == 1 {
+        Ok(None)
+    } else {
+        let records = hashes
+            .iter()
+            .enumerate()
+            .filter_map(|(i, h)| Some((i as u32, (*h)?)));
+        new_journal(&at_journal, &header, records).map(Some)
+    };
     let journal = match journal {
         Ok(j) => j,
         Err(err) => return fail(io_err("write journal", &journal_path, err)),
@@ -1005,24 +991,8 @@ fn open_part(
         .iter()
         .map(|(i, _)| u64::from(chunk_at(e.id, e.size, e.chunk_size, *i).len))
         .sum();
-    let journal = (|| {
-        let _ = std::fs::remove_file(&at_done);
-        match std::fs::remove_file(&at_journal) {
-            Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
-            _ => {}
-        }
-        let mut j = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-            .open(&at_journal)?;
-        j.write_all(&header.encode())?;
-        for (i, h) in &verified {
-            j.write_all(&journal_record(*i, h))?;
-        }
-        Ok::<_, io::Error>(j)
-    })();
+    let _ = std::fs::remove_file(&at_done);
+    let journal = new_journal(&at_journal, &header, verified.iter().copied());
     let journal = match journal {
         Ok(j) => j,
         Err(err) => return fail(io_err("write journal", &journal_path, err)),
@@ -1114,6 +1084,31 @@ fn finish_part(f: &FileState, cfg: &SinkConfig, synced: bool) -> Result<Option<S
             None
         }
     })
+}
+
+/// Writes a journal afresh at `at`: the header and the `records` that
+/// checked out, in a new inode (never written through a link planted in
+/// its name); returns it open for appending.
+fn new_journal(
+    at: &Path,
+    header: &JournalHeader,
+    records: impl IntoIterator<Item = (u32, [u8; 32])>,
+) -> io::Result<File> {
+    match std::fs::remove_file(at) {
+        Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
+        _ => {}
+    }
+    let mut j = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(at)?;
+    j.write_all(&header.encode())?;
+    for (i, h) in records {
+        j.write_all(&journal_record(i, &h))?;
+    }
+    Ok(j)
 }
 
 /// Reads a resume journal, if there is a usable one: a regular file with
