@@ -20,9 +20,11 @@
 #
 # How to run (root; build first):   bash bench/fleet.sh
 # Environment: BIN (target/release/longhaul), PAIRS ("1 2 4"), RATE (1gbit), RTT (2ms), FILES (16),
-#   FILE_MIB (128), BIG_GIB (4), SMALL (20000), IPERF_SECONDS (8), SKEWED (1), PLAINTEXT (0: TLS),
+#   FILE_MIB (128), BIG_GIB (4), SMALL (20000), IPERF_SECONDS (8), SKEWED (1), BALANCED (1),
+#   MODES ("static queue": the skewed case's modes), PLAINTEXT (0: TLS),
 #   LH_ARGS (more `cp` arguments for every rank, e.g. "--chunk 4M").
-# Output: one line per run and a summary; TSV in bench/results/fleet-DATE.tsv. Cleans up on exit
+# Output: one line per run (on stderr: each rank's time, MiB, files, units, sessions); TSV in
+# bench/results/fleet-DATE.tsv. Cleans up on exit
 # (trap): every process it started, by PID; the namespaces (`wan down`); the data.
 
 set -euo pipefail
@@ -37,6 +39,8 @@ BIG_GIB=${BIG_GIB:-4}
 SMALL=${SMALL:-20000}
 IPERF_SECONDS=${IPERF_SECONDS:-8}
 SKEWED=${SKEWED:-1}
+BALANCED=${BALANCED:-1}
+read -r -a MODES <<<"${MODES:-static queue}"
 PLAINTEXT=${PLAINTEXT:-0}
 read -r -a LH_ARGS <<<"${LH_ARGS:-}" || true
 [ "$(id -u)" -eq 0 ] || { echo "run as root (network namespaces)" >&2; exit 1; }
@@ -199,7 +203,7 @@ if doc is None:
     print(f"{t1 - t0:.2f} NA NA")
 else:
     print(f"{t1 - t0:.2f} {str(doc['verified']).lower()} {doc['final_check']['resent_files']}")
-    ranks = " ".join(f"r{r['rank']}:{r['seconds']:.1f}s/{r['bytes'] / 2**20:.0f}MiB/{r['files']}f" for r in doc["per_rank"])
+    ranks = " ".join(f"r{r['rank']}:{r['seconds']:.1f}s/{r['bytes'] / 2**20:.0f}MiB/{r['files']}f/{r['units']}u/{r['sessions']}s" for r in doc["per_rank"])
     print(f"  ranks {ranks}; ranks' span {doc['seconds']:.2f} s; final check {doc['final_check']['seconds']:.2f} s", file=sys.stderr)
 EOF
 }
@@ -218,6 +222,7 @@ printf 'case\tpairs\tmode\tseconds\tbytes\tfleet_bps\tiperf_sum_bps\tratio_targe
 echo "# fleet, $(date -u '+%Y-%m-%d %H:%M') UTC, commit $(git rev-parse --short HEAD 2>/dev/null || echo '?'), rate $RATE per pair, RTT $RTT, $([ "$PLAINTEXT" = 1 ] && echo plaintext || echo TLS)"
 BAL_BYTES=$(bytes_of "$SHM/balanced")
 for n in $PAIRS; do
+    [ "$BALANCED" = 1 ] || break
     up_pairs "$n"
     limit=$(iperf_sum "$n")
     read -r secs ok resent < <(fleet "$n" "$SHM/balanced" static)
@@ -233,8 +238,10 @@ if [ "$SKEWED" = 1 ]; then
     SK_BYTES=$(bytes_of "$SHM/skewed")
     up_pairs "$n"
     limit=$(iperf_sum "$n")
-    modes=(static)
-    [ -n "$PG_URL" ] && modes+=(queue)
+    modes=()
+    for m in "${MODES[@]}"; do
+        if [ "$m" = static ] || [ -n "$PG_URL" ]; then modes+=("$m"); fi
+    done
     localbps=$(local_copy "$SHM/skewed")
     echo "skewed    local cp -r of the same data into the destination's file system: $(python3 -c "print(f'{$localbps/1e9:.2f}')") Gbit/s"
     for mode in "${modes[@]}"; do

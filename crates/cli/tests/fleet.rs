@@ -329,6 +329,21 @@ fn four_ranks_drain_a_queue_and_a_killed_ranks_units_are_finished_by_the_others(
         v["final_check"]["resent_files"], 0,
         "the queue finished rank 3's units: {v}"
     );
+    // A session is fed unit after unit: far fewer sessions than units.
+    let sum = |k: &str| {
+        v["per_rank"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r[k].as_u64().unwrap())
+            .sum::<u64>()
+    };
+    assert!(
+        sum("sessions") * 2 <= sum("units"),
+        "{} sessions carried {} units: {v}",
+        sum("sessions"),
+        sum("units")
+    );
     assert_same_tree(&src, &dst.join("out"), false);
     no_leftovers(&dst);
     // The same command again: the run is done, nothing moves.

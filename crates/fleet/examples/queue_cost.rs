@@ -1,5 +1,5 @@
 //! What the work queue costs: publishes a run of UNITS units into a
-//! throwaway PostgreSQL server (or `--url URL`), then drains it with
+//! throwaway PostgreSQL server, then drains it with
 //! WORKERS workers leasing BATCH units a round trip, and prints units/s
 //! and round trips per unit (the figures of docs/SCALE.md).
 //!

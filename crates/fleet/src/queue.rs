@@ -454,6 +454,24 @@ impl Queue {
     }
 
     /// The run's units by state.
+    /// Units free to lease now (never leased, or their lease ran out),
+    /// and units whose leases still run: a probe of the pending units'
+    /// index, however many are done.
+    pub fn pending(&mut self) -> Result<(u64, u64), QueueError> {
+        self.round_trips += 1;
+        let r = self
+            .db
+            .query_one(
+                "SELECT
+                   count(*) FILTER (WHERE state = 'todo' OR (state = 'leased' AND lease_until < now())),
+                   count(*) FILTER (WHERE state = 'leased' AND lease_until >= now())
+                 FROM longhaul_work WHERE run = $1 AND state <> 'done'",
+                &[&self.run],
+            )
+            .map_err(|e| self.db_err(e))?;
+        Ok((r.get::<_, i64>(0) as u64, r.get::<_, i64>(1) as u64))
+    }
+
     pub fn counts(&mut self) -> Result<Counts, QueueError> {
         self.round_trips += 1;
         let r = self

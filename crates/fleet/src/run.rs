@@ -12,7 +12,8 @@
 //! same manifest, so it moves the same share, resuming where it stopped.
 //!
 //! The queue: the manifest and the units live in PostgreSQL; each rank
-//! leases units until none are left, renewing its leases while it works.
+//! leases units until none are left, renewing its leases while it works;
+//! one session carries unit after unit ([`crate::feed`]).
 //! A rank that dies leaves leases that expire; another rank takes them.
 //! The first rank to find the queue empty claims the final check.
 
@@ -22,10 +23,12 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use longhaul_engine::report::Reporter;
 use longhaul_engine::xfer::client::{cp_with, CpOptions, CpSummary};
+use longhaul_engine::xfer::source::Share;
 use longhaul_engine::EngineError;
 use longhaul_proto::xfer::{Failure, SyncOptions};
 use serde::{Deserialize, Serialize};
 
+use crate::feed::{Feed, FeedConfig};
 use crate::manifest::Manifest;
 use crate::queue::{Leased, Published, Queue};
 use crate::ranks::Rank;
@@ -91,7 +94,8 @@ pub struct RankResult {
     pub bits_per_second: f64,
     /// Units (queue) or 1 (static) this rank finished.
     pub units: u64,
-    /// Transfer sessions it ran (one per lease batch).
+    /// Transfer sessions it ran (static: one; queue: one fed unit after
+    /// unit, and another after each `FeedConfig::span`).
     pub sessions: u64,
     pub failed: Vec<Failure>,
 }
@@ -248,11 +252,11 @@ fn static_manifest(f: &Fleet, run_dir: &Path) -> Result<Manifest, EngineError> {
 /// A session moving `share`, from the command's transfer.
 fn session(
     f: &Fleet,
-    share: Vec<longhaul_engine::xfer::source::ShareItem>,
+    share: Share,
     reporter: &mut (dyn Reporter + Send),
 ) -> Result<CpSummary, EngineError> {
     let mut o = f.cp.clone();
-    o.share = Some(Arc::new(share));
+    o.share = Some(share);
     // Every rank lands into the same tree: the destination directory is
     // made by whichever rank gets there first.
     o.mkpath = true;
@@ -299,7 +303,7 @@ fn run_static(
     let mut me = new_rank(f, &manifest);
     let shares = shard::static_shares(&manifest.items(), f.rank.size);
     let mine = &shares[f.rank.rank as usize];
-    let s = session(f, manifest.share(mine), reporter)?;
+    let s = session(f, Share::Fixed(Arc::new(manifest.share(mine))), reporter)?;
     add(&mut me, &s);
     me.units = 1;
     finish_rank(&mut me, started);
@@ -582,7 +586,7 @@ fn run_queue(f: &Fleet, reporter: &mut (dyn Reporter + Send)) -> Result<Outcome,
     };
     let q_err = EngineError::from;
     let mut q = Queue::connect(url, run_id).map_err(q_err)?;
-    let manifest = queue_manifest(f, &mut q, *unit_bytes, *unit_files)?;
+    let manifest = Arc::new(queue_manifest(f, &mut q, *unit_bytes, *unit_files)?);
     let worker = format!(
         "{}:{}:rank{}",
         longhaul_engine::net::sock::hostname(),
@@ -592,49 +596,53 @@ fn run_queue(f: &Fleet, reporter: &mut (dyn Reporter + Send)) -> Result<Outcome,
     let heartbeat = Heartbeat::start(url, run_id, &worker, *lease)?;
     let started = Instant::now();
     let mut me = new_rank(f, &manifest);
-    // Units a lease takes: grown while sessions are short, so that their
-    // start-up (a round trip or two, slow start) stays small beside them.
-    let mut batch: u32 = 1;
+    let q = Arc::new(Mutex::new(q));
     let mut errors = 0u32;
     loop {
-        // Never more than a fair part of what is left: a rank that takes
-        // many units at the end keeps the others idle (the tail).
-        let c = q.counts().map_err(q_err)?;
-        let fair = c.todo / (2 * u64::from(f.rank.size)).max(1);
-        let take = batch.min(u32::try_from(fair).unwrap_or(u32::MAX).max(1));
-        let leased = q.lease(&worker, take, *lease).map_err(q_err)?;
-        if leased.is_empty() {
-            if c.todo == 0 && c.leased == 0 {
+        // A session starts with a unit in hand, and is fed the next ones
+        // as it goes (`feed`): one connection and slow start for many.
+        let first = q.lock().expect("poisoned").lease(&worker, 1, *lease);
+        let first = first.map_err(q_err)?;
+        if first.is_empty() {
+            let (todo, leased) = q.lock().expect("poisoned").pending().map_err(q_err)?;
+            if todo == 0 && leased == 0 {
                 break;
             }
-            // Others hold the rest: one of their leases may expire.
+            // Others hold the rest: they finish it (the run ends), or one
+            // of their leases expires. A probe of the pending units is
+            // cheap; polling often ends the run soon after its last unit.
             std::thread::sleep(
-                (*lease / 10).clamp(Duration::from_millis(100), Duration::from_secs(2)),
+                (*lease / 100).clamp(Duration::from_millis(50), Duration::from_millis(250)),
             );
             continue;
         }
-        let ids: Vec<i64> = leased.iter().map(|l| l.id).collect();
-        *heartbeat.held.lock().expect("poisoned") = ids.clone();
-        let units: Vec<shard::Unit> = leased.iter().map(|l| l.unit.clone()).collect();
-        let t = Instant::now();
-        match session(f, manifest.share(&units), reporter) {
+        let feed = Feed::new(
+            q.clone(),
+            manifest.clone(),
+            heartbeat.held.clone(),
+            first,
+            FeedConfig::new(&worker, f.rank.size, *lease),
+        );
+        let result = session(f, feed.share(), reporter);
+        let taken = feed.taken();
+        let ids: Vec<i64> = taken.leased.iter().map(|l| l.id).collect();
+        let mut q = q.lock().expect("poisoned");
+        match result {
             Ok(s) => {
                 errors = 0;
-                let (bad, good) = split_failed(&manifest, &leased, &s.failed);
+                let (bad, good) = split_failed(&manifest, &taken.leased, &s.failed);
                 q.done(&worker, &good).map_err(q_err)?;
                 for (id, why) in bad {
                     q.failed(&worker, id, &why, MAX_ATTEMPTS).map_err(q_err)?;
                 }
                 me.units += good.len() as u64;
                 add(&mut me, &s);
-                let took = t.elapsed();
-                batch = if took < Duration::from_secs(2) {
-                    (batch * 2).min(MAX_BATCH)
-                } else if took > Duration::from_secs(8) {
-                    (batch / 2).max(1)
-                } else {
-                    batch
-                };
+                if let Some(e) = taken.error {
+                    // The queue failed mid-session: what the session
+                    // carried is marked; the next lease says whether the
+                    // database is back.
+                    (f.note)(&format!("leasing more units failed ({e}); trying again"));
+                }
             }
             Err(e) => {
                 errors += 1;
@@ -648,12 +656,18 @@ fn run_queue(f: &Fleet, reporter: &mut (dyn Reporter + Send)) -> Result<Outcome,
                 (f.note)(&format!(
                     "a session failed ({e}); its units go back to the queue"
                 ));
+                drop(q);
                 std::thread::sleep(Duration::from_secs(1));
             }
         }
         heartbeat.held.lock().expect("poisoned").clear();
     }
     drop(heartbeat);
+    let mut q = Arc::try_unwrap(q)
+        .ok()
+        .expect("every session's feed has ended")
+        .into_inner()
+        .expect("poisoned");
     finish_rank(&mut me, started);
     let json = serde_json::to_value(&me).expect("a rank result serializes");
     q.report_rank(f.rank.rank, &worker, &json).map_err(q_err)?;
@@ -705,9 +719,6 @@ const MAX_QUEUE_MANIFEST: usize = 900 << 20;
 
 /// Attempts a unit gets before it is failed for good.
 const MAX_ATTEMPTS: u32 = 5;
-
-/// Units one lease takes at most.
-const MAX_BATCH: u32 = 16;
 
 fn clone_fleet(f: &Fleet) -> Fleet {
     Fleet {

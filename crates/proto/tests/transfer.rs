@@ -1578,3 +1578,58 @@ fn a_sinks_huge_figures_saturate_the_sources_tally() {
     assert_eq!(source.tally().files, 2);
     assert_eq!(source.tally().bytes, u64::MAX);
 }
+
+/// The work ahead of the streams (what a fleet's feed leases by): what
+/// was announced (a part's bytes, not its file's), less what was read and
+/// what the sink already had; a file announced again is not counted twice.
+#[test]
+fn the_bytes_ahead_are_announced_less_read_and_resumed() {
+    let now = Instant::now();
+    let mut source: Source<u64> = Source::new(
+        now,
+        SourceLimits {
+            batch: 8,
+            files_in_flight: 8,
+            max_files_in_flight: 8,
+            idle: IDLE,
+        },
+    );
+    let file = |id, part| Entry {
+        id,
+        path: format!("src/f{id}"),
+        kind: Kind::File,
+        size: 400,
+        mode: 0o644,
+        mtime_ns: 1,
+        target: None,
+        chunk_size: 100,
+        sparse: false,
+        incomplete: false,
+        digest: None,
+        part,
+    };
+    source.add(file(1, None), 1, 1);
+    source.add(file(2, Some([1, 3])), 2, 1);
+    assert_eq!(source.unsent_bytes(), 600);
+    source.add(file(1, None), 1, 2);
+    assert_eq!(source.unsent_bytes(), 600, "announced again: counted once");
+    source.end_batch();
+    while source.poll_transmit().is_some() {}
+    source.sent(now, 150, 10);
+    assert_eq!(source.unsent_bytes(), 450);
+    source
+        .handle(
+            now,
+            Message::Wants(Wants {
+                wants: vec![Want::Send {
+                    id: 2,
+                    skip: vec![[1, 2]],
+                    resumed_bytes: 100,
+                }],
+            }),
+        )
+        .expect("wants are welcome");
+    assert_eq!(source.unsent_bytes(), 350);
+    source.sent(now, 10_000, 10);
+    assert_eq!(source.unsent_bytes(), 0, "resends read more: never below 0");
+}

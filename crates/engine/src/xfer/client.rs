@@ -74,7 +74,7 @@ pub struct CpOptions {
     pub progress: Arc<super::Progress>,
     /// One fleet rank's share of `sources` (push only): these entries
     /// instead of a walk, some of them parts of files.
-    pub share: Option<Arc<Vec<super::source::ShareItem>>>,
+    pub share: Option<super::source::Share>,
 }
 
 /// The outcome of a `cp`.

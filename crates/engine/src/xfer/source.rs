@@ -59,7 +59,47 @@ pub struct SourceConfig {
     /// whole files go many to a bundle frame, seals batched.
     pub bundles: bool,
     /// A fleet rank's share: these entries instead of a walk of `roots`.
-    pub share: Option<Arc<Vec<ShareItem>>>,
+    pub share: Option<Share>,
+}
+
+/// A fleet rank's share of a transfer (`longhaul-fleet`).
+#[derive(Clone)]
+pub enum Share {
+    /// Entries cut before the transfer starts (static shares).
+    Fixed(Arc<Vec<ShareItem>>),
+    /// Entries asked for as the transfer goes (a work queue's leases): one
+    /// session carries unit after unit, without a new connection and a new
+    /// slow start for each.
+    Fed(ShareFeed),
+}
+
+/// Asked for more of a share each time the entries it gave have all been
+/// announced, with what is still in flight.
+pub type ShareFeed = Arc<dyn Fn(InFlight) -> Fed + Send + Sync>;
+
+/// Where a transfer stands when its feed is asked for more.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct InFlight {
+    /// Files announced and not yet resolved by the sink.
+    pub files: usize,
+    /// About the bytes announced and not yet read for sending (the
+    /// streams' work ahead).
+    pub unsent: u64,
+    /// Bytes read for sending so far in this transfer.
+    pub sent: u64,
+}
+
+/// A [`ShareFeed`]'s answer.
+#[derive(Debug)]
+pub enum Fed {
+    /// These entries next.
+    More(Vec<ShareItem>),
+    /// Nothing yet: ask again when more of what is in flight has landed.
+    /// (Never answered while nothing is in flight, or the transfer idles.)
+    Later,
+    /// The share is complete: the transfer ends once what is in flight
+    /// lands.
+    End,
 }
 
 /// One entry of a fleet rank's share (`longhaul-fleet`): a path a walk of
@@ -107,8 +147,10 @@ struct Walker {
     streams: u16,
     /// Told of each directory entered, to stat its entries ahead.
     ahead: Option<Arc<Prefetcher>>,
-    /// A fleet rank's share, announced in order instead of the walk.
+    /// A fleet rank's share, announced in order instead of the walk...
     share: VecDeque<ShareItem>,
+    /// ...and where more of it comes from, until it says it has ended.
+    feed: Option<ShareFeed>,
     /// Files announced as parts: a part that changed while it was read is
     /// not sent again (the other ranks' parts are of the old version).
     parts: std::collections::HashSet<PathBuf>,
@@ -270,6 +312,34 @@ impl Walker {
         })
     }
 
+    /// Asks the share's feed for more once what it gave is announced:
+    /// false when it says later (the walk waits; it has not ended).
+    fn refill(&mut self, m: &Source<Handle>) -> bool {
+        if !self.share.is_empty() {
+            return true;
+        }
+        let Some(feed) = &self.feed else {
+            return true;
+        };
+        let in_flight = InFlight {
+            files: m.in_flight(),
+            unsent: m.unsent_bytes(),
+            sent: m.tally().read_bytes,
+        };
+        match feed(in_flight) {
+            Fed::More(items) => {
+                self.share.extend(items);
+                true
+            }
+            // Nothing in flight to wait for: asking later would idle.
+            Fed::Later if in_flight.files > 0 => false,
+            Fed::Later | Fed::End => {
+                self.feed = None;
+                true
+            }
+        }
+    }
+
     fn mark_failed(&mut self) {
         if let Some(l) = self.level_failed.last_mut() {
             *l = true;
@@ -378,6 +448,7 @@ pub fn walk(
         anchor: None,
         ahead: None,
         share: VecDeque::new(),
+        feed: None,
         parts: Default::default(),
     };
     let (mut found, mut failed) = (Vec::new(), Vec::new());
@@ -563,6 +634,10 @@ fn control(
             Some(_) => VecDeque::new(),
             None => cfg.roots.iter().cloned().collect(),
         },
+        feed: match &cfg.share {
+            Some(Share::Fed(feed)) => Some(feed.clone()),
+            _ => None,
+        },
         stack: Vec::new(),
         next_id: 0,
         recursive: cfg.recursive,
@@ -570,7 +645,10 @@ fn control(
         streams: cfg.streams,
         anchor: cfg.anchor.clone(),
         ahead: ahead.clone(),
-        share: cfg.share.iter().flat_map(|s| s.iter().cloned()).collect(),
+        share: match &cfg.share {
+            Some(Share::Fixed(items)) => items.iter().cloned().collect(),
+            _ => VecDeque::new(),
+        },
         parts: Default::default(),
     };
     let mut m: Source<Handle> = Source::new(
@@ -706,6 +784,7 @@ fn announce(m: &mut Source<Handle>, walker: &mut Walker, cfg: &SourceConfig) {
         let (next, attempt) = match m.take_again() {
             Some(((path, _), rel, attempt)) => (Some(walker.again(path, rel)), attempt),
             None if m.walk_done() => break,
+            None if !walker.refill(m) => break,
             None => (walker.next(), 1),
         };
         let mut found = match next {

@@ -127,6 +127,8 @@ pub struct Source<H> {
     walk_done: bool,
     end_sent: bool,
     files_announced: u64,
+    /// The bytes the files announced carry (first announcements).
+    announced_bytes: u64,
     largest_chunk: u64,
     batch: Vec<Entry>,
     batch_bytes: usize,
@@ -150,6 +152,7 @@ impl<H: Clone> Source<H> {
             walk_done: false,
             end_sent: false,
             files_announced: 0,
+            announced_bytes: 0,
             largest_chunk: 0,
             batch: Vec::new(),
             batch_bytes: 0,
@@ -204,6 +207,7 @@ impl<H: Clone> Source<H> {
             // A file announced again takes its first id's place.
             if attempt == 1 {
                 self.files_announced += 1;
+                self.announced_bytes = self.announced_bytes.saturating_add(entry.carried_bytes());
             }
             self.largest_chunk = self.largest_chunk.max(entry.chunk_size);
             self.open.insert(
@@ -451,6 +455,14 @@ impl<H: Clone> Source<H> {
     /// Files announced and not resolved.
     pub fn in_flight(&self) -> usize {
         self.open.len()
+    }
+
+    /// About the bytes announced and not yet read for sending: what was
+    /// announced, less what was read and what the sink already had.
+    pub fn unsent_bytes(&self) -> u64 {
+        self.announced_bytes
+            .saturating_sub(self.tally.read_bytes)
+            .saturating_sub(self.tally.resumed_bytes)
     }
 
     /// The largest chunk size announced.
