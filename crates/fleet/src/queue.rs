@@ -163,29 +163,32 @@ impl Queue {
     /// Connects and makes the tables if they are not there (one rank at a
     /// time: an advisory lock around the DDL).
     pub fn connect(url: &str, run: &str) -> Result<Queue, QueueError> {
-        let at = shown(url);
-        let config: postgres::Config = url.parse().map_err(|e| {
+        let (rest, tls) = crate::dbtls::split(url).map_err(QueueError::Usage)?;
+        let at = shown(&rest);
+        let mut config: postgres::Config = rest.parse().map_err(|e| {
             QueueError::Usage(format!(
-                "--queue {at}: not a PostgreSQL URL ({e}); write postgres://USER@HOST[:PORT]/DB"
+                "--queue {at}: not a PostgreSQL URL ({e}); write postgres://USER@HOST[:PORT]/DB[?sslmode=verify-full&sslrootcert=CA.pem]"
             ))
         })?;
-        if config.get_password().is_some() && !local_only(&config) {
+        if config.get_password().is_some() && !local_only(&config) && tls.is_none() {
             return Err(QueueError::Usage(format!(
-                "--queue {at}: a password in the URL would cross the network in plaintext (this build speaks to PostgreSQL without TLS); use trust or peer authentication on a private network, or a database on this host"
+                "--queue {at}: a password in the URL would cross the network in plaintext; add ?sslmode=verify-full (and &sslrootcert=CA.pem for a site's own CA), or use a database on this host"
             )));
         }
-        if url.contains("sslmode=require") || url.contains("sslmode=verify") {
-            return Err(QueueError::Usage(format!(
-                "--queue {at}: TLS to PostgreSQL is not built yet (sslmode=require); reach the database over a private network or a socket"
-            )));
-        }
-        let mut config = config;
         config.connect_timeout(Duration::from_secs(10));
         config.application_name("longhaul");
-        let db = config.connect(NoTls).map_err(|e| QueueError::Connect {
+        let connect_err = |e: postgres::Error| QueueError::Connect {
             at: at.clone(),
-            why: e.to_string(),
-        })?;
+            why: crate::dbtls::explained(&e),
+        };
+        let db = match tls {
+            None => config.connect(NoTls).map_err(connect_err)?,
+            Some(t) => {
+                config.ssl_mode(postgres::config::SslMode::Require);
+                let tls = t.connector().map_err(QueueError::Usage)?;
+                config.connect(tls).map_err(connect_err)?
+            }
+        };
         let mut q = Queue {
             db,
             run: run.to_string(),
@@ -194,6 +197,19 @@ impl Queue {
         };
         q.migrate()?;
         Ok(q)
+    }
+
+    /// Whether this connection is encrypted (TLS), as the server sees it.
+    pub fn encrypted(&mut self) -> Result<bool, QueueError> {
+        self.round_trips += 1;
+        let r = self
+            .db
+            .query_opt(
+                "SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()",
+                &[],
+            )
+            .map_err(|e| self.db_err(e))?;
+        Ok(r.is_some_and(|r| r.get::<_, bool>(0)))
     }
 
     fn db_err(&self, e: postgres::Error) -> QueueError {

@@ -190,3 +190,51 @@ fn bad_urls_and_plaintext_passwords_are_refused_with_what_to_do() {
         .to_string();
     assert!(e.contains("postgres://"), "{e}");
 }
+
+/// `sslmode=verify-full` with the site's CA: the queue's connection is
+/// encrypted; a CA that did not sign the server's certificate is refused
+/// with what to check; a mode that would fall back to plaintext is refused.
+#[test]
+fn the_queue_speaks_verified_tls_and_refuses_a_server_it_cannot_verify() {
+    let Some(pg) = TempPostgres::start_tls() else {
+        return;
+    };
+    let ca = pg.ca.clone().expect("a TLS server has its CA");
+    let url = |ca: &std::path::Path| {
+        format!(
+            "postgres://postgres@127.0.0.1:{}/postgres?sslmode=verify-full&sslrootcert={}",
+            pg.port,
+            ca.display()
+        )
+    };
+    let mut q = Queue::connect(&url(&ca), "tls").unwrap();
+    assert!(q.encrypted().unwrap(), "the connection is TLS");
+    let mut plain = Queue::connect(&pg.url(), "tls").unwrap();
+    assert!(!plain.encrypted().unwrap(), "sslmode absent: plaintext");
+
+    let other = tempfile::TempDir::new().unwrap();
+    let key = rcgen::KeyPair::generate().unwrap();
+    let mut p = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    p.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    let other_ca = other.path().join("other.pem");
+    std::fs::write(&other_ca, p.self_signed(&key).unwrap().pem()).unwrap();
+    let e = Queue::connect(&url(&other_ca), "tls")
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(
+        e.contains("cannot reach PostgreSQL") && e.contains("sslrootcert"),
+        "{e}"
+    );
+    let e = Queue::connect(
+        &format!(
+            "postgres://postgres@127.0.0.1:{}/postgres?sslmode=prefer",
+            pg.port
+        ),
+        "tls",
+    )
+    .err()
+    .unwrap()
+    .to_string();
+    assert!(e.contains("verify-full"), "{e}");
+}

@@ -18,6 +18,9 @@ pub struct TempPostgres {
     dir: PathBuf,
     child: Child,
     pub port: u16,
+    /// With TLS on ([`TempPostgres::start_tls`]): the PEM file of the CA
+    /// that signed the server's certificate (for 127.0.0.1 and localhost).
+    pub ca: Option<PathBuf>,
 }
 
 /// The newest installed server's binaries.
@@ -60,8 +63,64 @@ fn as_postgres(program: &Path) -> Command {
     }
 }
 
+/// A CA, and a server certificate it signed for 127.0.0.1 and localhost,
+/// written into `dir` (the key owned by the server's user, mode 0600 as
+/// PostgreSQL demands): the `-c` settings that turn TLS on.
+fn tls_files(dir: &Path) -> (PathBuf, Vec<String>) {
+    let ca_key = rcgen::KeyPair::generate().unwrap();
+    let mut p = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    p.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    p.distinguished_name
+        .push(rcgen::DnType::CommonName, "longhaul test CA");
+    let ca = p.self_signed(&ca_key).unwrap();
+    let key = rcgen::KeyPair::generate().unwrap();
+    let cert =
+        rcgen::CertificateParams::new(vec!["127.0.0.1".to_string(), "localhost".to_string()])
+            .unwrap()
+            .signed_by(&key, &ca, &ca_key)
+            .unwrap();
+    let (ca_pem, crt, pem) = (
+        dir.join("ca.pem"),
+        dir.join("server.crt"),
+        dir.join("server.key"),
+    );
+    std::fs::write(&ca_pem, ca.pem()).unwrap();
+    std::fs::write(&crt, cert.pem()).unwrap();
+    std::fs::write(&pem, key.serialize_pem()).unwrap();
+    std::fs::set_permissions(&pem, std::fs::Permissions::from_mode(0o600)).unwrap();
+    if is_root() {
+        for f in [&crt, &pem] {
+            let out = Command::new("chown")
+                .arg("postgres:postgres")
+                .arg(f)
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "chown {}", f.display());
+        }
+    }
+    let set = |k: &str, v: &Path| format!("{k}={}", v.display());
+    let args = vec![
+        "-c".into(),
+        "ssl=on".into(),
+        "-c".into(),
+        set("ssl_cert_file", &crt),
+        "-c".into(),
+        set("ssl_key_file", &pem),
+    ];
+    (ca_pem, args)
+}
+
 impl TempPostgres {
     pub fn start() -> Option<TempPostgres> {
+        Self::launch(false)
+    }
+
+    /// The same, with TLS on (its CA in [`TempPostgres::ca`]).
+    pub fn start_tls() -> Option<TempPostgres> {
+        Self::launch(true)
+    }
+
+    fn launch(tls: bool) -> Option<TempPostgres> {
         let required = std::env::var("LONGHAUL_REQUIRE_POSTGRES").is_ok_and(|v| v == "1");
         let Some(bin) = bin_dir() else {
             assert!(
@@ -97,6 +156,12 @@ impl TempPostgres {
             .local_addr()
             .unwrap()
             .port();
+        let (ca, tls_args) = if tls {
+            let (ca, args) = tls_files(&dir);
+            (Some(ca), args)
+        } else {
+            (None, Vec::new())
+        };
         let child = as_postgres(&bin.join("postgres"))
             .arg("-D")
             .arg(&data)
@@ -114,11 +179,17 @@ impl TempPostgres {
                 "-c",
                 "max_connections=200",
             ])
+            .args(&tls_args)
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(dir.join("log")).unwrap())
             .spawn()
             .expect("start postgres");
-        let pg = TempPostgres { dir, child, port };
+        let pg = TempPostgres {
+            dir,
+            child,
+            port,
+            ca,
+        };
         let started = Instant::now();
         loop {
             if postgres::Client::connect(&pg.url(), postgres::NoTls).is_ok() {

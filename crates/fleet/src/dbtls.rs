@@ -1,0 +1,243 @@
+//! TLS to the queue's PostgreSQL server.
+//!
+//! The `--queue` URL names TLS as libpq does (`sslmode`, `sslrootcert`);
+//! the postgres crate reads neither a root file nor a verifying mode, so
+//! both are taken out of the URL here and the connection is made with a
+//! rustls connector that always verifies the server's certificate chain
+//! and name:
+//!
+//! * `sslmode=require`, `verify-ca` and `verify-full` all verify in full,
+//!   so a password never goes to a server a man in the middle could stand
+//!   in for;
+//! * `sslmode=disable`, or none, speaks plaintext (a password is then
+//!   refused unless the database is on this host: [`crate::queue`]);
+//! * `allow` and `prefer`, which fall back to plaintext without a word,
+//!   are refused.
+//!
+//! The roots: `sslrootcert=FILE` (PEM), else `~/.postgresql/root.crt` as
+//! libpq reads it, else the system's certificate store.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use rustls::pki_types::{pem::PemObject, CertificateDer};
+
+/// A verified TLS connection to make, and what to verify it against.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DbTls {
+    /// `sslrootcert`, if the URL named one.
+    roots: Option<PathBuf>,
+}
+
+/// `url` without its `sslmode` and `sslrootcert`, and the TLS they ask
+/// for (`None`: plaintext).
+pub fn split(url: &str) -> Result<(String, Option<DbTls>), String> {
+    let (mut mode, mut roots) = (None::<String>, None::<PathBuf>);
+    let mut take = |key: &str, value: &str| -> bool {
+        match key {
+            "sslmode" => mode = Some(value.to_string()),
+            "sslrootcert" => roots = Some(PathBuf::from(value)),
+            _ => return false,
+        }
+        true
+    };
+    let rest = if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+        match url.split_once('?') {
+            None => url.to_string(),
+            Some((base, query)) => {
+                let kept: Vec<&str> = query
+                    .split('&')
+                    .filter(|kv| {
+                        let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
+                        !take(k, &percent_decoded(v))
+                    })
+                    .collect();
+                if kept.is_empty() {
+                    base.to_string()
+                } else {
+                    format!("{base}?{}", kept.join("&"))
+                }
+            }
+        }
+    } else {
+        // The key=value form: `host=db user=longhaul sslmode=require`.
+        let kept: Vec<&str> = url
+            .split_whitespace()
+            .filter(|kv| {
+                let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
+                !take(k.trim(), v.trim_matches('\''))
+            })
+            .collect();
+        kept.join(" ")
+    };
+    let tls = match mode.as_deref() {
+        None | Some("disable") => {
+            if roots.is_some() {
+                return Err(
+                    "--queue: sslrootcert is given but TLS is not: add sslmode=verify-full".into(),
+                );
+            }
+            None
+        }
+        Some("require" | "verify-ca" | "verify-full") => Some(DbTls { roots }),
+        Some(m @ ("allow" | "prefer")) => {
+            return Err(format!(
+                "--queue: sslmode={m} falls back to plaintext without a word; write sslmode=verify-full (TLS, the server's certificate verified) or sslmode=disable"
+            ))
+        }
+        Some(m) => {
+            return Err(format!(
+                "--queue: sslmode={m} is not one of disable, require, verify-ca, verify-full"
+            ))
+        }
+    };
+    Ok((rest, tls))
+}
+
+/// `%XX` escapes decoded (a path in a URL's query).
+fn percent_decoded(v: &str) -> String {
+    let b = v.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let hex = |c: u8| (c as char).to_digit(16);
+        match (b[i], b.get(i + 1).copied(), b.get(i + 2).copied()) {
+            (b'%', Some(h), Some(l)) if hex(h).is_some() && hex(l).is_some() => {
+                out.push((hex(h).unwrap_or(0) * 16 + hex(l).unwrap_or(0)) as u8);
+                i += 3;
+            }
+            (c, _, _) => {
+                out.push(c);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+impl DbTls {
+    /// The connector: TLS 1.3 (this build's rustls), the server's chain and name checked
+    /// against the roots.
+    pub fn connector(&self) -> Result<tokio_postgres_rustls::MakeRustlsConnect, String> {
+        let mut store = rustls::RootCertStore::empty();
+        let home_root = std::env::var_os("HOME")
+            .map(|h| PathBuf::from(h).join(".postgresql/root.crt"))
+            .filter(|p| p.exists());
+        match self.roots.as_ref().or(home_root.as_ref()) {
+            Some(file) => {
+                let certs = CertificateDer::pem_file_iter(file)
+                    .and_then(|i| i.collect::<Result<Vec<_>, _>>())
+                    .map_err(|e| {
+                        format!(
+                            "--queue: cannot read CA certificates from {} (sslrootcert): {e}",
+                            file.display()
+                        )
+                    })?;
+                store.add_parsable_certificates(certs);
+                if store.is_empty() {
+                    return Err(format!(
+                        "--queue: {} (sslrootcert) holds no usable CA certificate",
+                        file.display()
+                    ));
+                }
+            }
+            None => {
+                let found = rustls_native_certs::load_native_certs();
+                store.add_parsable_certificates(found.certs);
+                if store.is_empty() {
+                    return Err("--queue: no CA certificates in this system's store to verify the database against: give sslrootcert=FILE (the CA that signed its certificate)".into());
+                }
+            }
+        }
+        let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+        let config = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .map_err(|e| format!("--queue: TLS set-up failed: {e}"))?
+            .with_root_certificates(store)
+            .with_no_client_auth();
+        Ok(tokio_postgres_rustls::MakeRustlsConnect::new(config))
+    }
+}
+
+/// A connection error, with what to check when it is the TLS handshake.
+pub fn explained(e: &postgres::Error) -> String {
+    let mut why = e.to_string();
+    let mut source = std::error::Error::source(e);
+    while let Some(s) = source {
+        why = format!("{why}: {s}");
+        source = s.source();
+    }
+    if why.contains("certificate") || why.contains("CertificateUnknown") {
+        why.push_str(
+            " (TLS: is sslrootcert the CA that signed the server's certificate, and is the URL's host a name in it?)",
+        );
+    } else if why.contains("server does not support TLS") {
+        why.push_str(" (turn on ssl in its postgresql.conf, or reach it over a private network with sslmode=disable)");
+    }
+    why
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tls_is_taken_out_of_the_url_and_the_rest_kept() {
+        let (rest, tls) =
+            split("postgres://u:p@db.example/q?application_name=x&sslmode=verify-full&sslrootcert=%2Fetc%2Fca.pem").unwrap();
+        assert_eq!(rest, "postgres://u:p@db.example/q?application_name=x");
+        assert_eq!(
+            tls,
+            Some(DbTls {
+                roots: Some("/etc/ca.pem".into())
+            })
+        );
+        let (rest, tls) = split("postgres://db/q?sslmode=require").unwrap();
+        assert_eq!(
+            (rest.as_str(), tls),
+            ("postgres://db/q", Some(DbTls { roots: None }))
+        );
+        let (rest, tls) = split("postgres://db/q").unwrap();
+        assert_eq!((rest.as_str(), tls), ("postgres://db/q", None));
+        let (rest, tls) = split("host=db user=u sslmode=verify-ca sslrootcert=/ca.pem").unwrap();
+        assert_eq!(rest, "host=db user=u");
+        assert_eq!(
+            tls,
+            Some(DbTls {
+                roots: Some("/ca.pem".into())
+            })
+        );
+        assert_eq!(split("postgres://db/q?sslmode=disable").unwrap().1, None);
+    }
+
+    #[test]
+    fn modes_that_fall_back_to_plaintext_or_are_unknown_are_refused() {
+        for m in ["prefer", "allow"] {
+            let e = split(&format!("postgres://db/q?sslmode={m}")).unwrap_err();
+            assert!(e.contains("verify-full"), "{e}");
+        }
+        assert!(split("postgres://db/q?sslmode=maybe")
+            .unwrap_err()
+            .contains("not one of"));
+        assert!(split("postgres://db/q?sslrootcert=/ca.pem")
+            .unwrap_err()
+            .contains("add sslmode"));
+    }
+
+    #[test]
+    fn a_root_file_that_is_not_there_or_holds_nothing_is_named() {
+        let missing = DbTls {
+            roots: Some("/nonexistent/ca.pem".into()),
+        };
+        let e = missing.connector().err().unwrap();
+        assert!(e.contains("/nonexistent/ca.pem"), "{e}");
+        let empty = tempfile::NamedTempFile::new().unwrap();
+        let e = DbTls {
+            roots: Some(empty.path().to_path_buf()),
+        }
+        .connector()
+        .err()
+        .unwrap();
+        assert!(e.contains("no usable CA certificate"), "{e}");
+    }
+}
