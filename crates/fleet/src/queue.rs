@@ -10,7 +10,8 @@
 
 use std::time::{Duration, Instant};
 
-use postgres::{Client, NoTls};
+use postgres::types::ToSql;
+use postgres::{Client, NoTls, Row};
 
 use crate::shard::Unit;
 
@@ -81,8 +82,13 @@ pub struct Counts {
 
 /// One run's queue, on one connection.
 pub struct Queue {
-    db: Client,
+    db: Db,
     run: String,
+}
+
+/// The connection, and what it has cost.
+struct Db {
+    client: Client,
     /// Where, for messages: host and database, never the password.
     at: String,
     round_trips: u64,
@@ -159,6 +165,46 @@ CREATE TABLE IF NOT EXISTS longhaul_ranks (
 );
 ";
 
+impl Db {
+    /// One statement, one round trip, its error named with the database.
+    fn one(&mut self, sql: &str, params: &[&(dyn ToSql + Sync)]) -> Result<Row, QueueError> {
+        self.round_trips += 1;
+        self.client
+            .query_one(sql, params)
+            .map_err(|e| self.db_err(e))
+    }
+
+    fn opt(
+        &mut self,
+        sql: &str,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<Option<Row>, QueueError> {
+        self.round_trips += 1;
+        self.client
+            .query_opt(sql, params)
+            .map_err(|e| self.db_err(e))
+    }
+
+    fn all(&mut self, sql: &str, params: &[&(dyn ToSql + Sync)]) -> Result<Vec<Row>, QueueError> {
+        self.round_trips += 1;
+        self.client.query(sql, params).map_err(|e| self.db_err(e))
+    }
+
+    fn exec(&mut self, sql: &str, params: &[&(dyn ToSql + Sync)]) -> Result<u64, QueueError> {
+        self.round_trips += 1;
+        self.client.execute(sql, params).map_err(|e| self.db_err(e))
+    }
+
+    fn db_err(&self, e: postgres::Error) -> QueueError {
+        QueueError::Db {
+            at: self.at.clone(),
+            why: e
+                .as_db_error()
+                .map_or_else(|| e.to_string(), |d| d.message().to_string()),
+        }
+    }
+}
+
 impl Queue {
     /// Connects and makes the tables if they are not there (one rank at a
     /// time: an advisory lock around the DDL).
@@ -190,10 +236,12 @@ impl Queue {
             }
         };
         let mut q = Queue {
-            db,
+            db: Db {
+                client: db,
+                at,
+                round_trips: 1,
+            },
             run: run.to_string(),
-            at,
-            round_trips: 1,
         };
         q.migrate()?;
         Ok(q)
@@ -201,29 +249,16 @@ impl Queue {
 
     /// Whether this connection is encrypted (TLS), as the server sees it.
     pub fn encrypted(&mut self) -> Result<bool, QueueError> {
-        self.round_trips += 1;
-        let r = self
-            .db
-            .query_opt(
-                "SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()",
-                &[],
-            )
-            .map_err(|e| self.db_err(e))?;
+        let r = self.db.opt(
+            "SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()",
+            &[],
+        )?;
         Ok(r.is_some_and(|r| r.get::<_, bool>(0)))
-    }
-
-    fn db_err(&self, e: postgres::Error) -> QueueError {
-        QueueError::Db {
-            at: self.at.clone(),
-            why: e
-                .as_db_error()
-                .map_or_else(|| e.to_string(), |d| d.message().to_string()),
-        }
     }
 
     fn migrate(&mut self) -> Result<(), QueueError> {
         let r = (|| {
-            let mut tx = self.db.transaction()?;
+            let mut tx = self.db.client.transaction()?;
             tx.execute("SELECT pg_advisory_xact_lock(7171017)", &[])?;
             tx.batch_execute(SCHEMA)?;
             let v: Option<i32> = tx
@@ -238,14 +273,14 @@ impl Queue {
             tx.commit()?;
             Ok::<_, postgres::Error>(v)
         })();
-        self.round_trips += 5;
+        self.db.round_trips += 5;
         match r {
             Ok(Some(v)) if v > SCHEMA_VERSION => Err(QueueError::Usage(format!(
                 "the queue's database ({}) has schema {v}, newer than this build's {SCHEMA_VERSION}: upgrade longhaul on every node",
-                self.at
+                self.db.at
             ))),
             Ok(_) => Ok(()),
-            Err(e) => Err(self.db_err(e)),
+            Err(e) => Err(self.db.db_err(e)),
         }
     }
 
@@ -260,7 +295,7 @@ impl Queue {
         let run = self.run.clone();
         let bytes: i64 = units.iter().map(|u| u.bytes as i64).sum();
         let r = (|| {
-            let mut tx = self.db.transaction()?;
+            let mut tx = self.db.client.transaction()?;
             let made = tx.execute(
                 "INSERT INTO longhaul_runs (run, manifest_hash, manifest, units, bytes) VALUES ($1, $2, $3, $4, $5) ON CONFLICT (run) DO NOTHING",
                 &[&run, &manifest_hash, &manifest, &(units.len() as i64), &bytes],
@@ -299,8 +334,8 @@ impl Queue {
             tx.commit()?;
             Ok(Ok(()))
         })();
-        self.round_trips += 4 + units.len().div_ceil(1_000) as u64;
-        match r.map_err(|e| self.db_err(e))? {
+        self.db.round_trips += 4 + units.len().div_ceil(1_000) as u64;
+        match r.map_err(|e| self.db.db_err(e))? {
             Ok(()) => Ok(Published::New),
             Err(theirs) if theirs == manifest_hash => Ok(Published::Existing),
             Err(theirs) => Err(QueueError::ManifestDiffers {
@@ -313,40 +348,29 @@ impl Queue {
 
     /// The run's manifest (hash, bytes), if it is published.
     pub fn manifest(&mut self) -> Result<Option<(String, Vec<u8>)>, QueueError> {
-        self.round_trips += 1;
-        let r = self
-            .db
-            .query_opt(
-                "SELECT manifest_hash, manifest FROM longhaul_runs WHERE run = $1",
-                &[&self.run],
-            )
-            .map_err(|e| self.db_err(e))?;
+        let r = self.db.opt(
+            "SELECT manifest_hash, manifest FROM longhaul_runs WHERE run = $1",
+            &[&self.run],
+        )?;
         Ok(r.map(|r| (r.get(0), r.get(1))))
     }
 
     /// Takes the right to walk the sources for this run, if no other rank
     /// holds it: a session lock, so a rank that dies walking gives it up.
     pub fn try_lock_walk(&mut self) -> Result<bool, QueueError> {
-        self.round_trips += 1;
-        let r = self
-            .db
-            .query_one(
-                "SELECT pg_try_advisory_lock(7171017, hashtext($1))",
-                &[&self.run],
-            )
-            .map_err(|e| self.db_err(e))?;
+        let r = self.db.one(
+            "SELECT pg_try_advisory_lock(7171017, hashtext($1))",
+            &[&self.run],
+        )?;
         Ok(r.get(0))
     }
 
     /// Gives the right to walk back.
     pub fn unlock_walk(&mut self) -> Result<(), QueueError> {
-        self.round_trips += 1;
-        self.db
-            .execute(
-                "SELECT pg_advisory_unlock(7171017, hashtext($1))",
-                &[&self.run],
-            )
-            .map_err(|e| self.db_err(e))?;
+        self.db.exec(
+            "SELECT pg_advisory_unlock(7171017, hashtext($1))",
+            &[&self.run],
+        )?;
         Ok(())
     }
 
@@ -376,11 +400,8 @@ impl Queue {
         n: u32,
         lease: Duration,
     ) -> Result<Vec<Leased>, QueueError> {
-        self.round_trips += 1;
         let secs = lease.as_secs_f64();
-        let rows = self
-            .db
-            .query(
+        let rows = self.db.all(
                 "UPDATE longhaul_work w SET state = 'leased', owner = $2, attempts = w.attempts + 1,
                      lease_until = now() + make_interval(secs => $3)
                  WHERE (w.run, w.id) IN (
@@ -389,8 +410,7 @@ impl Queue {
                      ORDER BY id LIMIT $4 FOR UPDATE SKIP LOCKED)
                  RETURNING w.id, w.first_entry, w.end_entry, w.chunk_lo, w.chunk_hi, w.bytes, w.attempts",
                 &[&self.run, &worker, &secs, &i64::from(n)],
-            )
-            .map_err(|e| self.db_err(e))?;
+        )?;
         let mut out: Vec<Leased> = rows
             .iter()
             .map(|r| {
@@ -419,15 +439,11 @@ impl Queue {
         ids: &[i64],
         lease: Duration,
     ) -> Result<usize, QueueError> {
-        self.round_trips += 1;
-        let n = self
-            .db
-            .execute(
-                "UPDATE longhaul_work SET lease_until = now() + make_interval(secs => $4)
+        let n = self.db.exec(
+            "UPDATE longhaul_work SET lease_until = now() + make_interval(secs => $4)
                  WHERE run = $1 AND owner = $2 AND state = 'leased' AND id = ANY($3)",
-                &[&self.run, &worker, &ids, &lease.as_secs_f64()],
-            )
-            .map_err(|e| self.db_err(e))?;
+            &[&self.run, &worker, &ids, &lease.as_secs_f64()],
+        )?;
         Ok(n as usize)
     }
 
@@ -436,14 +452,11 @@ impl Queue {
         if ids.is_empty() {
             return Ok(());
         }
-        self.round_trips += 1;
-        self.db
-            .execute(
-                "UPDATE longhaul_work SET state = 'done', owner = $2, lease_until = NULL, error = NULL
+        self.db.exec(
+            "UPDATE longhaul_work SET state = 'done', owner = $2, lease_until = NULL, error = NULL
                  WHERE run = $1 AND id = ANY($3)",
-                &[&self.run, &worker, &ids],
-            )
-            .map_err(|e| self.db_err(e))?;
+            &[&self.run, &worker, &ids],
+        )?;
         Ok(())
     }
 
@@ -456,16 +469,13 @@ impl Queue {
         error: &str,
         max_attempts: u32,
     ) -> Result<(), QueueError> {
-        self.round_trips += 1;
-        self.db
-            .execute(
-                "UPDATE longhaul_work SET
+        self.db.exec(
+            "UPDATE longhaul_work SET
                      state = CASE WHEN attempts >= $4 THEN 'failed' ELSE 'todo' END,
                      owner = NULL, lease_until = NULL, error = $5
                  WHERE run = $1 AND id = $2 AND owner = $3 AND state = 'leased'",
-                &[&self.run, &id, &worker, &(max_attempts as i32), &error],
-            )
-            .map_err(|e| self.db_err(e))?;
+            &[&self.run, &id, &worker, &(max_attempts as i32), &error],
+        )?;
         Ok(())
     }
 
@@ -474,25 +484,18 @@ impl Queue {
     /// and units whose leases still run: a probe of the pending units'
     /// index, however many are done.
     pub fn pending(&mut self) -> Result<(u64, u64), QueueError> {
-        self.round_trips += 1;
-        let r = self
-            .db
-            .query_one(
+        let r = self.db.one(
                 "SELECT
                    count(*) FILTER (WHERE state = 'todo' OR (state = 'leased' AND lease_until < now())),
                    count(*) FILTER (WHERE state = 'leased' AND lease_until >= now())
                  FROM longhaul_work WHERE run = $1 AND state <> 'done'",
                 &[&self.run],
-            )
-            .map_err(|e| self.db_err(e))?;
+        )?;
         Ok((r.get::<_, i64>(0) as u64, r.get::<_, i64>(1) as u64))
     }
 
     pub fn counts(&mut self) -> Result<Counts, QueueError> {
-        self.round_trips += 1;
-        let r = self
-            .db
-            .query_one(
+        let r = self.db.one(
                 "SELECT
                    count(*) FILTER (WHERE state = 'todo' OR (state = 'leased' AND lease_until < now())),
                    count(*) FILTER (WHERE state = 'leased' AND lease_until >= now()),
@@ -502,8 +505,7 @@ impl Queue {
                    coalesce(sum(bytes) FILTER (WHERE state = 'done'), 0)::bigint
                  FROM longhaul_work WHERE run = $1",
                 &[&self.run],
-            )
-            .map_err(|e| self.db_err(e))?;
+        )?;
         let n = |i: usize| r.get::<_, i64>(i) as u64;
         Ok(Counts {
             todo: n(0),
@@ -522,27 +524,20 @@ impl Queue {
         worker: &str,
         summary: &serde_json::Value,
     ) -> Result<(), QueueError> {
-        self.round_trips += 1;
-        self.db
-            .execute(
-                "INSERT INTO longhaul_ranks (run, rank, worker, summary) VALUES ($1, $2, $3, $4)
+        self.db.exec(
+            "INSERT INTO longhaul_ranks (run, rank, worker, summary) VALUES ($1, $2, $3, $4)
                  ON CONFLICT (run, rank) DO UPDATE SET worker = $3, summary = $4, updated = now()",
-                &[&self.run, &(rank as i32), &worker, summary],
-            )
-            .map_err(|e| self.db_err(e))?;
+            &[&self.run, &(rank as i32), &worker, summary],
+        )?;
         Ok(())
     }
 
     /// Every rank's result: rank, worker, summary.
     pub fn rank_reports(&mut self) -> Result<Vec<(u32, String, serde_json::Value)>, QueueError> {
-        self.round_trips += 1;
-        let rows = self
-            .db
-            .query(
-                "SELECT rank, worker, summary FROM longhaul_ranks WHERE run = $1 ORDER BY rank",
-                &[&self.run],
-            )
-            .map_err(|e| self.db_err(e))?;
+        let rows = self.db.all(
+            "SELECT rank, worker, summary FROM longhaul_ranks WHERE run = $1 ORDER BY rank",
+            &[&self.run],
+        )?;
         Ok(rows
             .iter()
             .map(|r| (r.get::<_, i32>(0) as u32, r.get(1), r.get(2)))
@@ -551,31 +546,24 @@ impl Queue {
 
     /// Claims the run's final check: true for exactly one worker.
     pub fn claim_finalize(&mut self, worker: &str) -> Result<bool, QueueError> {
-        self.round_trips += 1;
-        let n = self
-            .db
-            .execute(
-                "UPDATE longhaul_runs SET finalized_by = $2 WHERE run = $1 AND finalized_by IS NULL",
-                &[&self.run, &worker],
-            )
-            .map_err(|e| self.db_err(e))?;
+        let n = self.db.exec(
+            "UPDATE longhaul_runs SET finalized_by = $2 WHERE run = $1 AND finalized_by IS NULL",
+            &[&self.run, &worker],
+        )?;
         Ok(n == 1)
     }
 
     /// Stores the run's one result.
     pub fn set_aggregate(&mut self, v: &serde_json::Value) -> Result<(), QueueError> {
-        self.round_trips += 1;
-        self.db
-            .execute(
-                "UPDATE longhaul_runs SET aggregate = $2 WHERE run = $1",
-                &[&self.run, v],
-            )
-            .map_err(|e| self.db_err(e))?;
+        self.db.exec(
+            "UPDATE longhaul_runs SET aggregate = $2 WHERE run = $1",
+            &[&self.run, v],
+        )?;
         Ok(())
     }
 
     /// Round trips to the database this connection made.
     pub fn round_trips(&self) -> u64 {
-        self.round_trips
+        self.db.round_trips
     }
 }
