@@ -13,7 +13,8 @@
 # Cases: balanced (FILES files of FILE_MIB MiB) for each N in PAIRS: fleet / (N x RATE) (target >=
 # 0.9) and fleet / iperf3-sum; skewed (one BIG_GIB GiB file + SMALL files of 1-16 KiB) on the
 # largest N, static shares and (if PostgreSQL is installed) the queue: time / ideal, where ideal =
-# bytes / iperf3-sum of the same run (target <= 1.1).
+# bytes / iperf3-sum of the same run (target <= 1.1); and, when the balanced case ran on the same
+# N just before, time / (bytes at the balanced set's rate): what the skew itself costs.
 # Data in /dev/shm (made once, incompressible); the destination in /dev/shm too, emptied per run.
 # A PostgreSQL server for the queue runs as the postgres user in a temp dir, reached by a unix socket
 # (namespaces share the file system, not the loopback).
@@ -230,6 +231,8 @@ for n in $PAIRS; do
     rt=$(python3 -c "print(f'{$bps/($n*$RATE_BPS):.3f}')")
     ri=$(python3 -c "print(f'{$bps/max($limit,1):.3f}')")
     printf 'balanced\t%s\tstatic\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$n" "$secs" "$BAL_BYTES" "$bps" "$limit" "$rt" "$ri" "$ok" >>"$TSV"
+    BAL_BPS=$bps
+    BAL_N=$n
     echo "balanced  N=$n  $(python3 -c "print(f'{$bps/1e9:.3f}')") Gbit/s in $secs s  (iperf3 x$n: $(python3 -c "print(f'{$limit/1e9:.3f}')") Gbit/s)  fleet/(N x $RATE) = $rt  fleet/iperf3 = $ri  verified=$ok resent=$resent"
     down_pairs
 done
@@ -251,6 +254,11 @@ if [ "$SKEWED" = 1 ]; then
         bps=$(python3 -c "print(int($SK_BYTES*8/$secs))")
         printf 'skewed\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$n" "$mode" "$secs" "$SK_BYTES" "$bps" "$limit" "NA" "$ratio" "$ok" >>"$TSV"
         echo "skewed    N=$n  $mode: $secs s vs ideal $ideal s (bytes / iperf3 x$n) = $ratio  verified=$ok resent=$resent"
+        if [ -n "${BAL_BPS:-}" ] && [ "${BAL_N:-}" = "$n" ]; then
+            # The same bytes at the balanced case's rate on the same pairs, this run.
+            even=$(python3 -c "print(f'{$SK_BYTES*8/$BAL_BPS:.2f}')")
+            echo "skewed    N=$n  $mode: $secs s vs $even s at the balanced set's rate ($(python3 -c "print(f'{$BAL_BPS/1e9:.3f}')") Gbit/s) = $(python3 -c "print(f'{$secs/$even:.3f}')");  vs the local copy: $(python3 -c "print(f'{$bps/$localbps:.3f}')")x its rate"
+        fi
     done
     down_pairs
 fi
