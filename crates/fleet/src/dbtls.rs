@@ -15,28 +15,35 @@
 //!   are refused.
 //!
 //! The roots: `sslrootcert=FILE` (PEM), else `~/.postgresql/root.crt` as
-//! libpq reads it, else the system's certificate store.
+//! libpq reads it, else the system's certificate store. A client
+//! certificate (a server's `cert` authentication, or `clientcert=`):
+//! `sslcert=FILE` and `sslkey=FILE` (PEM), both or neither.
 
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use rustls::pki_types::{pem::PemObject, CertificateDer};
+use rustls::pki_types::{pem::PemObject, CertificateDer, PrivateKeyDer};
 
 /// A verified TLS connection to make, and what to verify it against.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DbTls {
     /// `sslrootcert`, if the URL named one.
     roots: Option<PathBuf>,
+    /// `sslcert` and `sslkey`: this client's certificate chain and key.
+    client: Option<(PathBuf, PathBuf)>,
 }
 
 /// `url` without its `sslmode` and `sslrootcert`, and the TLS they ask
 /// for (`None`: plaintext).
 pub fn split(url: &str) -> Result<(String, Option<DbTls>), String> {
     let (mut mode, mut roots) = (None::<String>, None::<PathBuf>);
-    let mut take = |key: &str, value: &str| -> bool {
-        match key {
+    let (mut cert, mut key) = (None::<PathBuf>, None::<PathBuf>);
+    let mut take = |k: &str, value: &str| -> bool {
+        match k {
             "sslmode" => mode = Some(value.to_string()),
             "sslrootcert" => roots = Some(PathBuf::from(value)),
+            "sslcert" => cert = Some(PathBuf::from(value)),
+            "sslkey" => key = Some(PathBuf::from(value)),
             _ => return false,
         }
         true
@@ -70,16 +77,26 @@ pub fn split(url: &str) -> Result<(String, Option<DbTls>), String> {
             .collect();
         kept.join(" ")
     };
+    let client =
+        match (cert, key) {
+            (Some(c), Some(k)) => Some((c, k)),
+            (None, None) => None,
+            _ => return Err(
+                "--queue: give sslcert and sslkey together (this client's certificate and its key)"
+                    .into(),
+            ),
+        };
     let tls = match mode.as_deref() {
         None | Some("disable") => {
-            if roots.is_some() {
+            if roots.is_some() || client.is_some() {
                 return Err(
-                    "--queue: sslrootcert is given but TLS is not: add sslmode=verify-full".into(),
+                    "--queue: a certificate is given (sslrootcert, sslcert) but TLS is not: add sslmode=verify-full"
+                        .into(),
                 );
             }
             None
         }
-        Some("require" | "verify-ca" | "verify-full") => Some(DbTls { roots }),
+        Some("require" | "verify-ca" | "verify-full") => Some(DbTls { roots, client }),
         Some(m @ ("allow" | "prefer")) => {
             return Err(format!(
                 "--queue: sslmode={m} falls back to plaintext without a word; write sslmode=verify-full (TLS, the server's certificate verified) or sslmode=disable"
@@ -150,11 +167,42 @@ impl DbTls {
             }
         }
         let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
-        let config = rustls::ClientConfig::builder_with_provider(provider)
+        let builder = rustls::ClientConfig::builder_with_provider(provider)
             .with_safe_default_protocol_versions()
             .map_err(|e| format!("--queue: TLS set-up failed: {e}"))?
-            .with_root_certificates(store)
-            .with_no_client_auth();
+            .with_root_certificates(store);
+        let config = match &self.client {
+            None => builder.with_no_client_auth(),
+            Some((cert, key)) => {
+                let chain = CertificateDer::pem_file_iter(cert)
+                    .and_then(|i| i.collect::<Result<Vec<_>, _>>())
+                    .map_err(|e| {
+                        format!(
+                            "--queue: cannot read the client certificate {} (sslcert): {e}",
+                            cert.display()
+                        )
+                    })?;
+                if chain.is_empty() {
+                    return Err(format!(
+                        "--queue: {} (sslcert) holds no certificate",
+                        cert.display()
+                    ));
+                }
+                let key_der = PrivateKeyDer::from_pem_file(key).map_err(|e| {
+                    format!(
+                        "--queue: cannot read the client key {} (sslkey): {e}",
+                        key.display()
+                    )
+                })?;
+                builder.with_client_auth_cert(chain, key_der).map_err(|e| {
+                    format!(
+                        "--queue: the client certificate {} and key {} do not go together: {e}",
+                        cert.display(),
+                        key.display()
+                    )
+                })?
+            }
+        };
         Ok(tokio_postgres_rustls::MakeRustlsConnect::new(config))
     }
 }
@@ -167,7 +215,9 @@ pub fn explained(e: &postgres::Error) -> String {
         why = format!("{why}: {s}");
         source = s.source();
     }
-    if why.contains("certificate") || why.contains("CertificateUnknown") {
+    if why.contains("client certificate") {
+        why.push_str(" (the server asks for this client's certificate: give sslcert=FILE and sslkey=FILE, signed by a CA the server trusts, naming the user)");
+    } else if why.contains("certificate") || why.contains("CertificateUnknown") {
         why.push_str(
             " (TLS: is sslrootcert the CA that signed the server's certificate, and is the URL's host a name in it?)",
         );
@@ -189,13 +239,26 @@ mod tests {
         assert_eq!(
             tls,
             Some(DbTls {
-                roots: Some("/etc/ca.pem".into())
+                roots: Some("/etc/ca.pem".into()),
+                client: None
             })
         );
         let (rest, tls) = split("postgres://db/q?sslmode=require").unwrap();
         assert_eq!(
             (rest.as_str(), tls),
-            ("postgres://db/q", Some(DbTls { roots: None }))
+            (
+                "postgres://db/q",
+                Some(DbTls {
+                    roots: None,
+                    client: None
+                })
+            )
+        );
+        let (_, tls) =
+            split("postgres://db/q?sslmode=verify-full&sslcert=/c.pem&sslkey=/k.pem").unwrap();
+        assert_eq!(
+            tls.unwrap().client,
+            Some(("/c.pem".into(), "/k.pem".into()))
         );
         let (rest, tls) = split("postgres://db/q").unwrap();
         assert_eq!((rest.as_str(), tls), ("postgres://db/q", None));
@@ -204,7 +267,8 @@ mod tests {
         assert_eq!(
             tls,
             Some(DbTls {
-                roots: Some("/ca.pem".into())
+                roots: Some("/ca.pem".into()),
+                client: None
             })
         );
         assert_eq!(split("postgres://db/q?sslmode=disable").unwrap().1, None);
@@ -222,18 +286,23 @@ mod tests {
         assert!(split("postgres://db/q?sslrootcert=/ca.pem")
             .unwrap_err()
             .contains("add sslmode"));
+        assert!(split("postgres://db/q?sslmode=require&sslcert=/c.pem")
+            .unwrap_err()
+            .contains("together"));
     }
 
     #[test]
     fn a_root_file_that_is_not_there_or_holds_nothing_is_named() {
         let missing = DbTls {
             roots: Some("/nonexistent/ca.pem".into()),
+            client: None,
         };
         let e = missing.connector().err().unwrap();
         assert!(e.contains("/nonexistent/ca.pem"), "{e}");
         let empty = tempfile::NamedTempFile::new().unwrap();
         let e = DbTls {
             roots: Some(empty.path().to_path_buf()),
+            client: None,
         }
         .connector()
         .err()

@@ -8,7 +8,7 @@ use std::collections::HashSet;
 use std::sync::{Arc, Barrier, Mutex};
 use std::time::Duration;
 
-use common::pg::TempPostgres;
+use common::pg::{TempPostgres, Tls};
 use longhaul_fleet::queue::{Published, Queue, QueueError};
 use longhaul_fleet::shard::Unit;
 
@@ -237,4 +237,33 @@ fn the_queue_speaks_verified_tls_and_refuses_a_server_it_cannot_verify() {
     .unwrap()
     .to_string();
     assert!(e.contains("verify-full"), "{e}");
+}
+
+/// A server that asks for a client certificate: the queue without one is
+/// refused; with `sslcert` and `sslkey` it connects, over TLS.
+#[test]
+fn the_queue_shows_its_client_certificate_when_the_server_asks() {
+    let Some(pg) = TempPostgres::start_with(Tls::ClientCerts) else {
+        return;
+    };
+    let ca = pg.ca.clone().unwrap();
+    let (cert, key) = pg.client.clone().unwrap();
+    let base = format!(
+        "postgres://postgres@127.0.0.1:{}/postgres?sslmode=verify-full&sslrootcert={}",
+        pg.port,
+        ca.display()
+    );
+    let e = Queue::connect(&base, "certs").err().unwrap().to_string();
+    assert!(
+        e.contains("cannot reach PostgreSQL") && e.contains("sslcert=FILE and sslkey=FILE"),
+        "{e}"
+    );
+    let with = format!("{base}&sslcert={}&sslkey={}", cert.display(), key.display());
+    let mut q = Queue::connect(&with, "certs").unwrap();
+    assert!(q.encrypted().unwrap());
+    let e = Queue::connect(&format!("{base}&sslcert={}", cert.display()), "certs")
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(e.contains("together"), "{e}");
 }

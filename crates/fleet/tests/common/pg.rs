@@ -21,6 +21,19 @@ pub struct TempPostgres {
     /// With TLS on ([`TempPostgres::start_tls`]): the PEM file of the CA
     /// that signed the server's certificate (for 127.0.0.1 and localhost).
     pub ca: Option<PathBuf>,
+    /// With TLS on: a client certificate for the user `postgres` signed by
+    /// the same CA, and its key (PEM files).
+    pub client: Option<(PathBuf, PathBuf)>,
+}
+
+/// What TLS the server runs with.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Tls {
+    Off,
+    On,
+    /// On, and TCP connections over TLS must show a client certificate of
+    /// the CA naming their user (`clientcert=verify-full`).
+    ClientCerts,
 }
 
 /// The newest installed server's binaries.
@@ -63,10 +76,17 @@ fn as_postgres(program: &Path) -> Command {
     }
 }
 
-/// A CA, and a server certificate it signed for 127.0.0.1 and localhost,
-/// written into `dir` (the key owned by the server's user, mode 0600 as
-/// PostgreSQL demands): the `-c` settings that turn TLS on.
-fn tls_files(dir: &Path) -> (PathBuf, Vec<String>) {
+/// The files TLS needs, and the `-c` settings that turn it on.
+struct TlsFiles {
+    ca: PathBuf,
+    client: (PathBuf, PathBuf),
+    args: Vec<String>,
+}
+
+/// A CA, a server certificate it signed for 127.0.0.1 and localhost (the
+/// key owned by the server's user, mode 0600 as PostgreSQL demands) and a
+/// client certificate for the user `postgres`, written into `dir`.
+fn tls_files(dir: &Path) -> TlsFiles {
     let ca_key = rcgen::KeyPair::generate().unwrap();
     let mut p = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
     p.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
@@ -98,6 +118,14 @@ fn tls_files(dir: &Path) -> (PathBuf, Vec<String>) {
             assert!(out.status.success(), "chown {}", f.display());
         }
     }
+    let client_key = rcgen::KeyPair::generate().unwrap();
+    let mut p = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    p.distinguished_name
+        .push(rcgen::DnType::CommonName, "postgres");
+    let client_cert = p.signed_by(&client_key, &ca, &ca_key).unwrap();
+    let client = (dir.join("client.crt"), dir.join("client.key"));
+    std::fs::write(&client.0, client_cert.pem()).unwrap();
+    std::fs::write(&client.1, client_key.serialize_pem()).unwrap();
     let set = |k: &str, v: &Path| format!("{k}={}", v.display());
     let args = vec![
         "-c".into(),
@@ -106,21 +134,27 @@ fn tls_files(dir: &Path) -> (PathBuf, Vec<String>) {
         set("ssl_cert_file", &crt),
         "-c".into(),
         set("ssl_key_file", &pem),
+        "-c".into(),
+        set("ssl_ca_file", &ca_pem),
     ];
-    (ca_pem, args)
+    TlsFiles {
+        ca: ca_pem,
+        client,
+        args,
+    }
 }
 
 impl TempPostgres {
     pub fn start() -> Option<TempPostgres> {
-        Self::launch(false)
+        Self::start_with(Tls::Off)
     }
 
     /// The same, with TLS on (its CA in [`TempPostgres::ca`]).
     pub fn start_tls() -> Option<TempPostgres> {
-        Self::launch(true)
+        Self::start_with(Tls::On)
     }
 
-    fn launch(tls: bool) -> Option<TempPostgres> {
+    pub fn start_with(tls: Tls) -> Option<TempPostgres> {
         let required = std::env::var("LONGHAUL_REQUIRE_POSTGRES").is_ok_and(|v| v == "1");
         let Some(bin) = bin_dir() else {
             assert!(
@@ -156,12 +190,18 @@ impl TempPostgres {
             .local_addr()
             .unwrap()
             .port();
-        let (ca, tls_args) = if tls {
-            let (ca, args) = tls_files(&dir);
-            (Some(ca), args)
-        } else {
-            (None, Vec::new())
-        };
+        let files = (tls != Tls::Off).then(|| tls_files(&dir));
+        if tls == Tls::ClientCerts {
+            // First match wins: TCP over TLS needs the client certificate.
+            let hba = data.join("pg_hba.conf");
+            let rest = std::fs::read_to_string(&hba).unwrap();
+            std::fs::write(
+                &hba,
+                format!("hostssl all all 127.0.0.1/32 trust clientcert=verify-full\n{rest}"),
+            )
+            .unwrap();
+        }
+        let tls_args = files.as_ref().map(|f| f.args.clone()).unwrap_or_default();
         let child = as_postgres(&bin.join("postgres"))
             .arg("-D")
             .arg(&data)
@@ -188,7 +228,8 @@ impl TempPostgres {
             dir,
             child,
             port,
-            ca,
+            ca: files.as_ref().map(|f| f.ca.clone()),
+            client: files.map(|f| f.client),
         };
         let started = Instant::now();
         loop {
