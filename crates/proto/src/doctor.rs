@@ -157,12 +157,19 @@ pub fn verdict(stages: &[StageCeiling], fix_for: impl Fn(Stage) -> String) -> Op
     })
 }
 
+/// The largest IPv4 packet (its 16-bit total length): the most a route's
+/// MTU reads as (the kernel's `IP_MAX_MTU`), whatever the interface's MTU
+/// is (loopback's is 65536).
+pub const MAX_IP_PACKET: u32 = 65_535;
+
 /// The path's MTU against the interfaces at its ends: smaller means a hop
 /// in between takes less (packets are cut to it, or lost where ICMP is
-/// filtered, a black hole); None when it matches or is unknown.
+/// filtered, a black hole); None when it matches or is unknown. An end's
+/// MTU counts up to [`MAX_IP_PACKET`]: no packet is larger, so a path of
+/// 65535 between loopback's 65536 is no finding.
 pub fn audit_path_mtu(path_mtu: Option<u32>, ends: &[Option<u32>]) -> Option<Finding> {
     let path = path_mtu?;
-    let ends = ends.iter().flatten().copied().min()?;
+    let ends = ends.iter().flatten().copied().min()?.min(MAX_IP_PACKET);
     (path < ends).then(|| Finding {
         host: "path".into(),
         setting: "path MTU".into(),
@@ -872,6 +879,26 @@ mod tests {
         assert_eq!(audit_path_mtu(Some(1500), &[Some(9000), Some(1500)]), None);
         assert_eq!(audit_path_mtu(None, &[Some(9000)]), None);
         assert_eq!(audit_path_mtu(Some(1500), &[None, None]), None);
+    }
+
+    #[test]
+    fn loopback_mtu_65536_is_no_path_mtu_finding() {
+        // Loopback's interfaces say 65536; IPv4's route reads 65535, the
+        // largest packet there is.
+        assert_eq!(
+            audit_path_mtu(Some(65_535), &[Some(65_536), Some(65_536)]),
+            None
+        );
+        assert_eq!(
+            audit_path_mtu(Some(65_536), &[Some(65_536), Some(65_536)]),
+            None
+        );
+        // A hop that carries less is still found, on big MTUs too.
+        let f = audit_path_mtu(Some(1500), &[Some(65_536), Some(65_536)]).unwrap();
+        assert_eq!(f.value, "1500");
+        assert!(f.wanted.starts_with("65535"), "{}", f.wanted);
+        let f = audit_path_mtu(Some(65_000), &[Some(65_536), None]).unwrap();
+        assert_eq!(f.value, "65000");
     }
 
     fn stage(name: Stage, gbps: f64, limiting: bool) -> StageCeiling {
