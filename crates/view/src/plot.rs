@@ -2,12 +2,15 @@
 //!
 //! One figure, top to bottom:
 //!
-//! - the title: run id, kind, hosts, date (UTC), mean rate (and the status
-//!   when the run did not end `ok`);
-//! - the legend: the lines and bars, then each limit's colour;
+//! - the title: run id, kind, hosts in the order the data went (with the
+//!   way: client to server, server to client, both), date (UTC), mean rate
+//!   (and the status when the run did not end `ok`);
+//! - the legend: the lines (each stream by number, up to ten) and bars,
+//!   then each limit's colour;
 //! - a strip per direction, each interval coloured by what limited it, so
 //!   one sees where the limit changed;
-//! - throughput per interval: a thin line per stream, a thick line for
+//! - throughput per interval: a thin line per stream (numbered `#N` at
+//!   its end), a thick line for
 //!   each direction's total (summed from its streams when the run kept
 //!   no total row);
 //! - retransmits per interval (bars) and the RTT (a line, right axis),
@@ -423,8 +426,9 @@ impl Model {
                 .all(|d| d.totals.iter().all(|s| s.streams.is_some()) || !has_lines);
 
         let run = &detail.run;
+        let names: Vec<&str> = dirs.iter().map(|d| d.name.as_str()).collect();
         let hosts = match run.remote_host.as_deref().filter(|h| !h.is_empty()) {
-            Some(remote) => format!("{} \u{2192} {remote}", run.local_host),
+            Some(remote) => data_way(&run.local_host, remote, &names, detail),
             None => run.local_host.clone(),
         };
         let multi = dirs.len() > 1;
@@ -480,6 +484,30 @@ impl Model {
     }
 }
 
+/// The hosts in the order the data went, and which way that is: perf's
+/// `up` is the client (this host) sending, `down` (`-R`) the server; a cp
+/// or sync's `send` rows are its source's, which is the server on a pull.
+fn data_way(local: &str, remote: &str, dirs: &[&str], detail: &RunDetail) -> String {
+    // A third-party test: `FROM -> TO`, this host carried none of it.
+    if remote.contains(" -> ") {
+        return remote.to_string();
+    }
+    let pull = detail
+        .params
+        .as_ref()
+        .and_then(|p| p.get("direction"))
+        .and_then(serde_json::Value::as_str)
+        == Some("pull");
+    let up = dirs.iter().any(|d| *d == "up" || (*d == "send" && !pull));
+    let down = dirs.iter().any(|d| *d == "down" || (*d == "send" && pull));
+    match (up, down) {
+        (true, true) => format!("{local} \u{21c4} {remote} (both ways)"),
+        (false, true) => format!("{remote} \u{2192} {local} (server to client)"),
+        (true, false) => format!("{local} \u{2192} {remote} (client to server)"),
+        (false, false) => format!("{local} \u{2014} {remote}"),
+    }
+}
+
 /// `2026-11-23 21:27 UTC` from Unix seconds.
 fn utc(ts: f64) -> String {
     if !ts.is_finite() || !(0.0..=253_402_300_799.0).contains(&ts) {
@@ -529,7 +557,7 @@ const OMITTED: RGBColor = RGBColor(120, 120, 120);
 const NO_LIMIT: RGBColor = RGBColor(238, 238, 238);
 /// Limits longhaul names (perf's and cp's), in fixed colours so that
 /// figures compare.
-const KNOWN_LIMITS: [(&str, RGBColor); 17] = [
+const KNOWN_LIMITS: [(&str, RGBColor); 18] = [
     ("cwnd", RGBColor(230, 159, 0)),
     ("congestion", RGBColor(213, 94, 0)),
     ("path_loss", RGBColor(160, 40, 40)),
@@ -543,6 +571,7 @@ const KNOWN_LIMITS: [(&str, RGBColor); 17] = [
     ("application", RGBColor(245, 190, 215)),
     ("receiver_cpu", RGBColor(148, 103, 189)),
     ("files_in_flight", RGBColor(240, 228, 66)),
+    ("rate_cap", RGBColor(95, 158, 160)),
     ("idle", RGBColor(170, 170, 170)),
     ("none", RGBColor(200, 200, 200)),
     ("network", RGBColor(140, 86, 75)),
@@ -560,6 +589,16 @@ const OTHER_LIMITS: [RGBColor; 6] = [
 
 fn direction_colour(k: usize) -> RGBColor {
     DIRECTION_COLOURS[k % DIRECTION_COLOURS.len()]
+}
+
+/// Stream `j` of direction `k`: with several directions, their streams in
+/// the direction's colour, lighter; else each its own.
+fn stream_colour(multi: bool, k: usize, j: usize) -> RGBAColor {
+    if multi {
+        direction_colour(k).mix(0.45)
+    } else {
+        STREAM_COLOURS[j % STREAM_COLOURS.len()].mix(0.9)
+    }
 }
 
 fn rtt_colour(k: usize) -> RGBColor {
@@ -665,16 +704,23 @@ fn draw<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, m: &Model) -> Result<
             Swatch::Line(c.stroke_width(4)),
             format!("{}total", prefix(d)),
         ));
-        if !d.streams.is_empty() {
-            let sc = if multi {
-                c.mix(0.45)
-            } else {
-                STREAM_COLOURS[0].mix(0.9)
-            };
-            let n = d.streams.len();
+        let n = d.streams.len();
+        if !multi && (1..=STREAM_COLOURS.len()).contains(&n) {
+            // Each stream in its own colour, named by its number.
+            for (j, id) in d.streams.keys().enumerate() {
+                series.push((
+                    Swatch::Line(stream_colour(multi, k, j).stroke_width(2)),
+                    format!("stream {id}"),
+                ));
+            }
+        } else if n > 0 {
             series.push((
-                Swatch::Line(sc.stroke_width(1)),
-                format!("{}stream{} ({n})", prefix(d), if n == 1 { "" } else { "s" }),
+                Swatch::Line(stream_colour(multi, k, 0).stroke_width(1)),
+                format!(
+                    "{}stream{} ({n}, numbered #0.. at their ends)",
+                    prefix(d),
+                    if n == 1 { "" } else { "s" }
+                ),
             ));
         }
     }
@@ -938,18 +984,30 @@ fn draw_throughput<DB: DrawingBackend>(
     let multi = m.dirs.len() > 1;
     let per = m.unit.per;
     for (k, d) in m.dirs.iter().enumerate() {
-        for (j, samples) in d.streams.values().enumerate() {
-            let c = if multi {
-                direction_colour(k).mix(0.45)
-            } else {
-                STREAM_COLOURS[j % STREAM_COLOURS.len()].mix(0.9)
-            };
+        for (j, (id, samples)) in d.streams.iter().enumerate() {
+            let c = stream_colour(multi, k, j);
             chart
                 .draw_series(LineSeries::new(
                     samples.iter().map(|s| (s.mid(), s.bps / per)),
                     c.stroke_width(1),
                 ))
                 .map_err(draw_error)?;
+            // Each line numbered where it ends (the legend's names, when
+            // it can list them, say the same).
+            if let Some(last) = samples.last() {
+                let name = if multi {
+                    format!("{} #{id}", d.name)
+                } else {
+                    format!("#{id}")
+                };
+                let style = (FAMILY, 12).into_font().color(&c);
+                chart
+                    .draw_series(std::iter::once(
+                        EmptyElement::at((last.mid(), last.bps / per))
+                            + Text::new(name, (4, -6), style),
+                    ))
+                    .map_err(draw_error)?;
+            }
         }
     }
     for (k, d) in m.dirs.iter().enumerate() {
@@ -1301,6 +1359,72 @@ mod tests {
                 streams: 4
             }
         );
+    }
+
+    #[test]
+    fn the_title_names_the_way_the_data_went() {
+        // perf -R: the server sent.
+        let mut d = perf();
+        for r in &mut d.intervals {
+            r.direction = "down".into();
+        }
+        let svg = svg_string(&d).unwrap();
+        assert!(
+            svg.contains("beta.example \u{2192} alpha (server to client)"),
+            "{}",
+            title_of(&svg)
+        );
+        assert!(!svg.contains("alpha \u{2192} beta.example"));
+        // perf without -R: the client sent.
+        let svg = svg_string(&perf()).unwrap();
+        assert!(
+            svg.contains("alpha \u{2192} beta.example (client to server)"),
+            "{}",
+            title_of(&svg)
+        );
+        // A cp pull: its rows are the source's, the server's.
+        let mut d = cp();
+        d.run.remote_host = Some("beta.example".into());
+        d.params = Some(serde_json::json!({"direction": "pull"}));
+        let svg = svg_string(&d).unwrap();
+        assert!(
+            svg.contains("beta.example \u{2192} alpha (server to client)"),
+            "{}",
+            title_of(&svg)
+        );
+    }
+
+    fn title_of(svg: &str) -> &str {
+        svg.split("run ")
+            .nth(1)
+            .map_or(svg, |t| &t[..t.len().min(160)])
+    }
+
+    #[test]
+    fn several_streams_are_each_labelled() {
+        let svg = svg_string(&perf()).unwrap();
+        for s in 0..4 {
+            assert!(
+                svg.contains(&format!(">\nstream {s}\n<")),
+                "no legend for stream {s}"
+            );
+            assert!(
+                svg.contains(&format!(">\n#{s}\n<")),
+                "stream {s}'s line is not numbered"
+            );
+        }
+        // More streams than colours: numbered at their ends.
+        let rows: Vec<IntervalRow> = (0..5u32)
+            .flat_map(|idx| (0..16).map(move |s| row(idx, "up", s, 1e8 + f64::from(s) * 1e7)))
+            .collect();
+        let svg = svg_string(&detail(run_row(3, "perf"), rows)).unwrap();
+        assert!(svg.contains("streams (16, numbered #0.. at their ends)"));
+        for s in 0..16 {
+            assert!(
+                svg.contains(&format!(">\n#{s}\n<")),
+                "stream {s}'s line is not numbered"
+            );
+        }
     }
 
     #[test]
