@@ -273,7 +273,7 @@ impl CommandReporter for ArchiveReporter {
             seconds: Some(s.seconds),
             bits_per_second: Some(s.bits_per_second),
             verified: Some(s.verified),
-            verdict: None,
+            verdict: s.verdict.map(|v| v.name().to_string()),
         };
         let (bytes, files) = (s.bytes, s.files);
         self.with(|w| {

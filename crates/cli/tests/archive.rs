@@ -121,6 +121,30 @@ fn a_push_and_a_pull_are_archived_with_every_file() {
     assert_exit(&o, 0);
     assert!(stdout(&o).contains("verified"), "{}", stdout(&o));
 
+    // Which way each went: the newest first.
+    let h = json_ok(&archive, &["history", "--json"]);
+    let ways: Vec<&str> = h["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["direction"].as_str().unwrap_or("?"))
+        .collect();
+    assert_eq!(ways, ["pull", "push"], "{h}");
+    let o = with_archive(&archive, &["history"]);
+    assert_exit(&o, 0);
+    let out = stdout(&o);
+    let lines: Vec<&str> = out.lines().skip(1).collect();
+    assert!(lines[0].contains(" cp pull "), "{out}");
+    assert!(lines[1].contains(" cp push "), "{out}");
+    let o = with_archive(&archive, &["show", "1"]);
+    assert!(
+        stdout(&o).starts_with("run 1: cp push (ok)"),
+        "{}",
+        stdout(&o)
+    );
+    let show = json_ok(&archive, &["show", "2", "--json"]);
+    assert_eq!(show["run"]["direction"], "pull", "{show}");
+
     // Filters and the human forms.
     let h = json_ok(&archive, &["history", "--json", "--kind", "perf"]);
     assert!(h["runs"].as_array().unwrap().is_empty());
@@ -427,4 +451,107 @@ fn doctor_and_bench_disk_runs_are_archived_with_their_reports() {
     assert!(disk["run"]["bits_per_second"].as_f64().unwrap() > 0.0);
     let doctor = json_ok(&archive, &["show", "2", "--json"]);
     assert!(doctor["run"]["summary"]["findings"].is_array(), "{doctor}");
+}
+
+#[test]
+fn show_prints_a_doctors_stages_and_a_bench_disks_figures() {
+    let t = TempDir::new("archive-show-reports");
+    let archive = t.path().join("archive.db");
+    let dir = t.dir("d");
+    let o = with_archive(
+        &archive,
+        &[
+            "bench",
+            "disk",
+            dir.to_str().unwrap(),
+            "--size",
+            "8M",
+            "--files",
+            "50",
+        ],
+    );
+    assert_exit(&o, 0);
+    let exp = t.dir("export");
+    let s = data_server(&exp, &t.dir("state"));
+    let o = with_archive(
+        &archive,
+        &[
+            "doctor",
+            &remote(s.addr(), ""),
+            "--time",
+            "1s",
+            "--no-copy",
+            "--no-remember",
+        ],
+    );
+    assert_exit(&o, 0);
+    s.shutdown();
+
+    let o = with_archive(&archive, &["show", "1"]);
+    assert_exit(&o, 0);
+    let disk = stdout(&o);
+    for want in [
+        "bench-disk report:",
+        "sequential write",
+        "sequential read",
+        "small-file create",
+        "GB/s",
+        "files/s",
+    ] {
+        assert!(disk.contains(want), "no '{want}' in: {disk}");
+    }
+    let o = with_archive(&archive, &["show", "2"]);
+    assert_exit(&o, 0);
+    let doctor = stdout(&o);
+    for want in [
+        "doctor report:",
+        "stages (what each can carry):",
+        "path_rate",
+        "dest_storage",
+        "verdict: ",
+    ] {
+        assert!(doctor.contains(want), "no '{want}' in: {doctor}");
+    }
+}
+
+/// An archived report whose text carries terminal controls (a hostile
+/// server's host name, or a forged archive row): `show` prints them
+/// escaped, never raw.
+#[test]
+fn show_escapes_what_an_archived_report_says() {
+    let t = TempDir::new("archive-show-escapes");
+    let archive = t.path().join("archive.db");
+    let dir = t.dir("d");
+    let o = with_archive(
+        &archive,
+        &[
+            "bench",
+            "disk",
+            dir.to_str().unwrap(),
+            "--size",
+            "4M",
+            "--files",
+            "10",
+        ],
+    );
+    assert_exit(&o, 0);
+    let c = rusqlite::Connection::open(&archive).unwrap();
+    let summary: String = c
+        .query_row("SELECT summary FROM runs WHERE id = 1", [], |r| r.get(0))
+        .unwrap();
+    let mut v: Value = serde_json::from_str(&summary).unwrap();
+    v["filesystem"] = "ext4\u{1b}]0;owned\u{7}\n\u{1b}[2J".into();
+    v["warnings"] = serde_json::json!(["\u{1b}[31mred\u{9b}"]);
+    c.execute("UPDATE runs SET summary = ?1 WHERE id = 1", [v.to_string()])
+        .unwrap();
+    drop(c);
+    let o = with_archive(&archive, &["show", "1"]);
+    assert_exit(&o, 0);
+    let out = stdout(&o);
+    assert!(
+        !out.contains('\u{1b}') && !out.contains('\u{7}') && !out.contains('\u{9b}'),
+        "{out:?}"
+    );
+    assert!(out.contains("ext4\\u{1b}]0;owned\\u{7}\\n"), "{out}");
+    assert!(out.contains("\\u{1b}[31mred"), "{out}");
 }

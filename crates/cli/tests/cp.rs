@@ -326,6 +326,108 @@ fn client_killed_mid_transfer_then_rerun_resumes() {
 }
 
 #[test]
+fn a_resumed_copy_tells_the_bytes_it_sent_and_resumed_and_rates_the_sent() {
+    let t = TempDir::new("resumedrate");
+    let srcd = t.dir("src");
+    let exp = t.dir("export");
+    let file = srcd.join("big.bin");
+    write_random(&file, 64 * MIB as usize, 26);
+    let storage = faulty(Faults {
+        write_delay: Some(Duration::from_millis(60)),
+        ..Faults::default()
+    });
+    let target = killed_push(&t, &file, &exp, storage);
+    // Kept aside, so that the same resume runs twice: --json, then for people.
+    let (journal, part) = (side(&target, "lhjournal"), side(&target, "lhpart"));
+    let kept = t.dir("kept");
+    fs::copy(&journal, kept.join("journal")).unwrap();
+    fs::copy(&part, kept.join("part")).unwrap();
+
+    let s = data_server(&exp, &t.dir("state2"));
+    let args = [
+        "--chunk",
+        "1M",
+        file.to_str().unwrap(),
+        &remote(s.addr(), ""),
+    ];
+    let v = cp_ok(&args);
+    let (bytes, resumed) = (
+        v["bytes"].as_u64().unwrap(),
+        v["resumed_bytes"].as_u64().unwrap(),
+    );
+    assert_eq!(bytes, 64 * MIB, "{v}");
+    assert!(resumed >= MIB && resumed < bytes, "{v}");
+    assert_eq!(v["sent_bytes"].as_u64(), Some(bytes - resumed), "{v}");
+    let seconds = v["seconds"].as_f64().unwrap();
+    let rate = v["bits_per_second"].as_f64().unwrap();
+    let over_sent = (bytes - resumed) as f64 * 8.0 / seconds;
+    assert!(
+        (rate - over_sent).abs() <= over_sent * 1e-9,
+        "the rate is over the bytes sent ({over_sent}): {v}"
+    );
+    assert_same_file(&file, &target);
+
+    fs::remove_file(&target).unwrap();
+    fs::copy(kept.join("journal"), &journal).unwrap();
+    fs::copy(kept.join("part"), &part).unwrap();
+    let o = longhaul(&[&["cp"], &args[..]].concat());
+    assert_exit(&o, 0);
+    let out = stdout(&o);
+    let said = format!(
+        "{}: {} sent this run in ",
+        longhaul_proto::units::format_bytes(bytes),
+        longhaul_proto::units::format_bytes(bytes - resumed)
+    );
+    assert!(out.contains(&said), "no '{said}' in: {out}");
+    let said = format!(
+        "{} resumed from an earlier run",
+        longhaul_proto::units::format_bytes(resumed)
+    );
+    assert!(out.contains(&said), "no '{said}' in: {out}");
+    assert_same_file(&file, &target);
+    s.shutdown();
+}
+
+/// `--rate` far below what loopback carries: the user's cap is the limit,
+/// named as such, on a push (the client's tuner) and on a pull (the
+/// server's), never congestion.
+#[test]
+fn a_copy_held_by_its_own_rate_cap_says_so() {
+    let t = TempDir::new("ratecap");
+    let srcd = t.dir("src");
+    let exp = t.dir("export");
+    let pulled = t.dir("pulled");
+    let file = srcd.join("paced.bin");
+    // About 5 s at 16 Mbit/s.
+    write_random(&file, 10 * MIB as usize, 27);
+    let s = data_server(&exp, &t.dir("state"));
+    let v = cp_ok(&[
+        "--rate",
+        "16M",
+        file.to_str().unwrap(),
+        &remote(s.addr(), ""),
+    ]);
+    assert_eq!(v["verdict"], "rate_cap", "{v:#}");
+    assert_same_file(&file, &exp.join("paced.bin"));
+
+    let o = longhaul(&[
+        "cp",
+        "--rate",
+        "16M",
+        &remote(s.addr(), "paced.bin"),
+        pulled.to_str().unwrap(),
+    ]);
+    assert_exit(&o, 0);
+    let out = stdout(&o);
+    assert!(
+        out.contains("verdict: rate_cap: limited by --rate ") && out.contains(", as asked"),
+        "{out}"
+    );
+    assert_same_file(&file, &pulled.join("paced.bin"));
+    s.shutdown();
+}
+
+#[test]
 fn corrupted_partial_chunk_is_detected_and_resent() {
     let t = TempDir::new("corrupt");
     let srcd = t.dir("src");

@@ -251,6 +251,14 @@ fn doctor_on_loopback_measures_every_stage_and_cleans_up() {
     ] {
         assert!(names.contains(&want), "{want} missing: {names:?}");
     }
+    // Loopback's MTU is 65536 and its path's 65535 (the largest IP
+    // packet): no path MTU finding.
+    assert!(v["path_mtu"].as_u64().is_some(), "{v:#}");
+    let findings = v["findings"].as_array().unwrap();
+    assert!(
+        !findings.iter().any(|f| f["setting"] == "path MTU"),
+        "{findings:#?}"
+    );
     // The scratch directories (benchmark and copy) are gone.
     assert_eq!(
         std::fs::read_dir(&root).unwrap().count(),

@@ -36,6 +36,9 @@ pub enum TransferLimit {
     /// their answers: small files at a long RTT (the count grows online up
     /// to what the sink allows; see [`grow_files_in_flight`]).
     FilesInFlight,
+    /// The user's own cap (`cp --rate`, each stream paced to its share):
+    /// the interval carried what was asked for (see [`rate_capped`]).
+    RateCap,
 }
 
 impl TransferLimit {
@@ -49,6 +52,7 @@ impl TransferLimit {
             TransferLimit::StorageWrite => "storage_write",
             TransferLimit::Idle => "idle",
             TransferLimit::FilesInFlight => "files_in_flight",
+            TransferLimit::RateCap => "rate_cap",
         }
     }
 }
@@ -78,6 +82,12 @@ pub struct TransferInterval {
     /// near 0 means it is not reading what arrives.
     pub window_open: f64,
     pub limit: TransferLimit,
+    /// The user's cap (`cp --rate`) held the interval ([`rate_capped`]):
+    /// its limit is [`TransferLimit::RateCap`]. On the wire the limit is
+    /// then the one the other rules give (an older client knows no
+    /// `rate_cap`) and this flag says the rest; left out when false.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub rate_capped: bool,
 }
 
 /// Names the limit of one interval. The kernel's chrono counters split the
@@ -105,6 +115,50 @@ pub fn classify(i: &TransferInterval) -> TransferLimit {
         return TransferLimit::Idle;
     }
     TransferLimit::Application
+}
+
+/// The share of the pacing cap an interval must carry for the cap to be
+/// its limit. The kernel paces each stream to its share (a tenth over the
+/// user's rate, `cp --rate`), so an interval at 3/4 of that, about 5/6 of
+/// the rate asked for, was held by the cap; whatever else it saw (data in
+/// flight all the time, an RTT grown by the paced queue) is the cap's
+/// doing, not the path's congestion.
+pub const RATE_CAP_SHARE: f64 = 0.75;
+
+/// Whether the user's cap held an interval: `pacing` is each stream's
+/// pacing rate (bytes/s), of which the interval's active streams carried
+/// at least [`RATE_CAP_SHARE`] together. `starved`: every chunk was
+/// already taken, so streams that had none left were idle, not slow: the
+/// cap is then that of the streams that had data (the active streams
+/// times their busy share); each is paced to its own share, so the
+/// others' cannot be used.
+pub fn rate_capped(i: &TransferInterval, pacing: Option<u64>, starved: bool) -> bool {
+    let Some(per_stream) = pacing.filter(|&p| p > 0) else {
+        return false;
+    };
+    let streams = f64::from(i.active_streams.max(1));
+    let sending = if starved {
+        streams * i.busy.clamp(0.0, 1.0)
+    } else {
+        streams
+    };
+    let cap_bps = per_stream as f64 * 8.0 * sending;
+    i.bytes > 0 && cap_bps > 0.0 && i.bits_per_second >= cap_bps * RATE_CAP_SHARE
+}
+
+/// What limited a transfer as a whole: the limit of most of its intervals
+/// (idle ones not counted; of equal counts, the one seen first). None
+/// when every interval was idle or there were none.
+pub fn verdict(intervals: &[TransferInterval]) -> Option<TransferLimit> {
+    let mut by: Vec<(TransferLimit, usize)> = Vec::new();
+    for i in intervals.iter().filter(|i| i.limit != TransferLimit::Idle) {
+        match by.iter_mut().find(|(l, _)| *l == i.limit) {
+            Some((_, n)) => *n += 1,
+            None => by.push((i.limit, 1)),
+        }
+    }
+    let most = by.iter().map(|b| b.1).max()?;
+    by.into_iter().find(|b| b.1 == most).map(|b| b.0)
 }
 
 /// The climb's utility: goodput, less the share of bytes sent again (at
@@ -344,6 +398,76 @@ mod tests {
             window_open: 1.0,
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn an_interval_at_the_users_cap_is_the_caps() {
+        // 4 streams paced to 1.25 MB/s each: 40 Mbit/s of pacing.
+        let at = |bps: f64, active: u16| TransferInterval {
+            bits_per_second: bps,
+            active_streams: active,
+            busy: 1.0,
+            ..interval()
+        };
+        let pacing = Some(1_250_000);
+        assert!(rate_capped(&at(36e6, 4), pacing, false));
+        assert!(rate_capped(&at(30e6, 4), pacing, false));
+        assert!(
+            !rate_capped(&at(20e6, 4), pacing, false),
+            "the path held it"
+        );
+        // Two streams parked: the cap is the active streams'.
+        assert!(rate_capped(&at(18e6, 2), pacing, false));
+        // The tail: chunks all taken, one stream of four still sending
+        // (busy a quarter of the time, on average) at its pacing.
+        let mut tail = at(9.5e6, 4);
+        tail.busy = 0.25;
+        assert!(rate_capped(&tail, pacing, true));
+        // ...but with chunks waiting, streams that send a quarter of the
+        // time are slow, not capped.
+        assert!(!rate_capped(&tail, pacing, false));
+        // No cap, or nothing carried: never the cap.
+        assert!(!rate_capped(&at(36e6, 4), None, false));
+        assert!(!rate_capped(&at(36e6, 4), Some(0), false));
+        let mut idle = at(36e6, 4);
+        idle.bytes = 0;
+        assert!(!rate_capped(&idle, pacing, true));
+        idle.bytes = 10;
+        idle.busy = 0.0;
+        assert!(!rate_capped(&idle, pacing, true));
+        assert_eq!(TransferLimit::RateCap.name(), "rate_cap");
+        assert_eq!(
+            serde_json::to_string(&TransferLimit::RateCap).unwrap(),
+            "\"rate_cap\""
+        );
+        // The flag is left out when false, so the message is what it was.
+        let plain = serde_json::to_value(interval()).unwrap();
+        assert!(plain.get("rate_capped").is_none(), "{plain}");
+        let capped = TransferInterval {
+            rate_capped: true,
+            ..interval()
+        };
+        let v = serde_json::to_value(&capped).unwrap();
+        assert_eq!(v["rate_capped"], true);
+        let back: TransferInterval = serde_json::from_value(v).unwrap();
+        assert!(back.rate_capped);
+    }
+
+    #[test]
+    fn the_verdict_is_the_limit_of_most_intervals() {
+        let with = |l: TransferLimit| TransferInterval {
+            limit: l,
+            ..interval()
+        };
+        use TransferLimit::*;
+        let v = |ls: &[TransferLimit]| verdict(&ls.iter().map(|&l| with(l)).collect::<Vec<_>>());
+        assert_eq!(
+            v(&[Congestion, RateCap, RateCap, Idle, Idle, Idle]),
+            Some(RateCap)
+        );
+        assert_eq!(v(&[StorageRead, Congestion]), Some(StorageRead));
+        assert_eq!(v(&[Idle, Idle]), None);
+        assert_eq!(v(&[]), None);
     }
 
     #[test]

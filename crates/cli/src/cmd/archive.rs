@@ -103,6 +103,7 @@ pub fn history(a: HistoryArgs, archive: &ArchiveArgs) -> Outcome {
     let db = open(archive)?;
     let runs = db.history(&filter).map_err(archive_failure)?;
     if a.json {
+        let runs: Vec<serde_json::Value> = runs.iter().map(|r| run_json(r, r)).collect();
         let doc = json!({
             "format": "longhaul-history",
             "format_version": HISTORY_JSON_FORMAT_VERSION,
@@ -132,6 +133,43 @@ pub fn history(a: HistoryArgs, archive: &ArchiveArgs) -> Outcome {
     Ok(exit::OK)
 }
 
+/// cp and sync: `push` when the destination is a server's, `pull` when a
+/// source is (the run's `remote_host` is then the server it came from).
+fn direction(r: &RunRow) -> Option<&'static str> {
+    if !matches!(r.kind.as_str(), "cp" | "sync") {
+        return None;
+    }
+    if r.dest
+        .as_deref()
+        .and_then(longhaul_proto::xfer::parse_remote)
+        .is_some()
+    {
+        Some("push")
+    } else if r.remote_host.is_some() {
+        Some("pull")
+    } else {
+        None
+    }
+}
+
+/// A run for `--json` (`row`: the run, or more of it), with `direction`
+/// for a cp or sync.
+fn run_json<T: serde::Serialize>(r: &RunRow, row: &T) -> serde_json::Value {
+    let mut v = serde_json::to_value(row).unwrap_or_default();
+    if let (Some(d), serde_json::Value::Object(m)) = (direction(r), &mut v) {
+        m.insert("direction".into(), d.into());
+    }
+    v
+}
+
+/// `cp push`, `sync pull`, `perf`: the kind, and which way a transfer went.
+fn kind_of(r: &RunRow) -> String {
+    match direction(r) {
+        Some(d) => format!("{} {d}", r.kind),
+        None => r.kind.clone(),
+    }
+}
+
 fn history_line(r: &RunRow) -> String {
     let what = r
         .remote_host
@@ -148,7 +186,7 @@ fn history_line(r: &RunRow) -> String {
         "{:>5}  {:<19}  {:<10}  {:<11}  {:<28}  {:>10}  {:>14}  {}",
         r.id,
         when(r.started_at),
-        r.kind,
+        kind_of(r),
         r.status,
         shorten(&what, 28),
         if bytes > 0 {
@@ -191,7 +229,7 @@ pub fn show(a: ShowArgs, archive: &ArchiveArgs) -> Outcome {
         let doc = json!({
             "format": "longhaul-show",
             "format_version": SHOW_JSON_FORMAT_VERSION,
-            "run": detail,
+            "run": run_json(&detail.run, &detail),
             "files": files,
             "files_complete": a.all_files || detail.file_count as usize <= files.len(),
         });
@@ -222,7 +260,7 @@ pub fn show(a: ShowArgs, archive: &ArchiveArgs) -> Outcome {
 
 fn print_run(d: &RunDetail) {
     let r = &d.run;
-    outln!("run {}: {} ({})", r.id, r.kind, r.status);
+    outln!("run {}: {} ({})", r.id, kind_of(r), r.status);
     outln!("  command   {}", r.command);
     outln!(
         "  started   {} UTC on {}{}",
@@ -246,10 +284,21 @@ fn print_run(d: &RunDetail) {
         }
     }
     if let Some(b) = r.bytes {
+        let resumed = d
+            .summary
+            .as_ref()
+            .and_then(|s| s.get("resumed_bytes"))
+            .and_then(serde_json::Value::as_u64)
+            .filter(|&n| n > 0);
         outln!(
-            "  moved     {}{} in {:.1} s, {}{}",
+            "  moved     {}{}{} in {:.1} s, {}{}",
             format_bytes(b),
             r.files.map(|f| format!(" ({f} files)")).unwrap_or_default(),
+            resumed.map_or_else(String::new, |n| format!(
+                ": {} sent, {} resumed from an earlier run;",
+                format_bytes(b.saturating_sub(n)),
+                format_bytes(n)
+            )),
             r.seconds.unwrap_or(0.0),
             r.bits_per_second.map_or_else(|| "-".into(), format_rate),
             match r.verified {
@@ -273,6 +322,9 @@ fn print_run(d: &RunDetail) {
                 format_rate(wr)
             );
         }
+    }
+    if let Some(s) = &d.summary {
+        report(&r.kind, s);
     }
     if r.lost > 0 {
         outln!(
@@ -305,6 +357,41 @@ fn print_run(d: &RunDetail) {
                     .unwrap_or_default()
             );
         }
+    }
+}
+
+/// A doctor's or a bench disk's report, as the command printed it: its
+/// stages and verdict, its figures.
+fn report(kind: &str, summary: &serde_json::Value) {
+    if matches!(kind, "doctor" | "bench-disk") {
+        outln!("{kind} report:");
+    }
+    // Its text came from a peer (a server's host name, notes) or from the
+    // archive file: printed on one line each, no byte a terminal acts on.
+    let mut summary = summary.clone();
+    printable(&mut summary);
+    let printed = match kind {
+        "doctor" => serde_json::from_value(summary.clone())
+            .map(|r| crate::print::human::print_doctor(&r))
+            .is_ok(),
+        "bench-disk" => serde_json::from_value(summary)
+            .map(|r| crate::print::human::print_disk(&r))
+            .is_ok(),
+        _ => true,
+    };
+    if !printed {
+        outln!("  (this longhaul cannot read the {kind} report: see show --json)");
+    }
+}
+
+/// Every string in `v` escaped ([`longhaul_proto::units::escaped`]).
+fn printable(v: &mut serde_json::Value) {
+    use serde_json::Value;
+    match v {
+        Value::String(s) => *s = longhaul_proto::units::escaped(s).to_string(),
+        Value::Array(a) => a.iter_mut().for_each(printable),
+        Value::Object(m) => m.values_mut().for_each(printable),
+        _ => {}
     }
 }
 

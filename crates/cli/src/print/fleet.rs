@@ -30,6 +30,7 @@ pub fn as_cp_summary(r: &RankResult) -> CpSummary {
         bytes: r.bytes,
         seconds: r.seconds,
         bits_per_second: r.bits_per_second,
+        sent_bytes: r.bytes.saturating_sub(r.resumed_bytes),
         resumed_bytes: r.resumed_bytes,
         failed: r.failed.clone(),
         verified: r.failed.is_empty(),

@@ -399,7 +399,7 @@ fn limit_text(s: &Summary) -> String {
 }
 
 /// `bench disk`, for people.
-fn print_disk(r: &longhaul_proto::disk::DiskReport) {
+pub(crate) fn print_disk(r: &longhaul_proto::disk::DiskReport) {
     use longhaul_proto::units::format_bytes;
     outln!(
         "{} ({}): {}, {} requests, {} thread{}, {} file",
@@ -446,7 +446,7 @@ fn print_disk(r: &longhaul_proto::disk::DiskReport) {
 }
 
 /// `doctor`, for people.
-fn print_doctor(r: &longhaul_engine::doctor::DoctorReport) {
+pub(crate) fn print_doctor(r: &longhaul_engine::doctor::DoctorReport) {
     use longhaul_proto::units::{format_bytes, format_rate};
     let host = |who: &str, h: &longhaul_proto::doctor::HostSettings| {
         outln!(
@@ -626,21 +626,51 @@ pub fn limit_shares(intervals: &[longhaul_proto::tune::TransferInterval]) -> Opt
     )
 }
 
+/// A transfer's verdict for people: the user's own `--rate` is named as
+/// such, not as the path's congestion.
+fn verdict_text(s: &CpSummary, v: longhaul_proto::tune::TransferLimit) -> String {
+    match (v, &s.path) {
+        (longhaul_proto::tune::TransferLimit::RateCap, Some(p)) if p.pacing.is_some() => format!(
+            "{}: limited by --rate {}, as asked",
+            v.name(),
+            format_rate(p.window.target_bps as f64)
+        ),
+        _ => v.name().to_string(),
+    }
+}
+
+/// What this run sent, over how long, at what rate: a resumed copy's
+/// rate is over the bytes it sent, and says so.
+fn sent_line(s: &CpSummary) -> String {
+    if s.resumed_bytes == 0 {
+        return format!(
+            " in {:.2} s = {}",
+            s.seconds,
+            format_rate(s.bits_per_second)
+        );
+    }
+    format!(
+        ": {} sent this run in {:.2} s = {}, {} resumed from an earlier run",
+        format_bytes(s.sent_bytes),
+        s.seconds,
+        format_rate(s.bits_per_second),
+        format_bytes(s.resumed_bytes)
+    )
+}
+
 /// A transfer's outcome: figures, stages, tuning, path, then what was
 /// deleted or would be sent, failures (stderr) and the verification.
 fn print_transfer(s: &CpSummary, dry_run: bool) {
     outln!(
-        "{} files{}, {} in {:.2} s = {} ({} skipped as up to date, {} resumed, {} stream(s), {} attempt(s))",
+        "{} files{}, {}{} ({} skipped as up to date, {} stream(s), {} attempt(s))",
         s.files,
         match s.links {
             0 => String::new(),
             n => format!(" and {n} link(s)"),
         },
         format_bytes(s.bytes),
-        s.seconds,
-        format_rate(s.bits_per_second),
+        sent_line(s),
         s.skipped,
-        format_bytes(s.resumed_bytes),
         s.streams,
         s.attempts,
     );
@@ -684,6 +714,9 @@ fn print_transfer(s: &CpSummary, dry_run: bool) {
     }
     if let Some(l) = limit_shares(&s.intervals) {
         outln!("limited by: {l}");
+    }
+    if let Some(v) = s.verdict {
+        outln!("verdict: {}", verdict_text(s, v));
     }
     for p in &s.paths {
         outln!(

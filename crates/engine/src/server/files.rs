@@ -242,6 +242,7 @@ pub(super) fn serve_transfer(
                     crate::net::sock::tcp_info(crate::net::sock::fd_of(conn.tcp()))
                         .map_or(0, |i| i.min_rtt_us),
                 )),
+                pacing: t.tuning.pacing,
                 // As the client (the sink) sized them: an older client
                 // says nothing and gets what every sink allowed.
                 files_in_flight: t

@@ -88,6 +88,9 @@ pub struct CpSummary {
     /// is verified against what was read the last time).
     pub resent_changed: u64,
     pub seconds: f64,
+    /// The bytes this run sent: `bytes` less `resumed_bytes`.
+    pub sent_bytes: u64,
+    /// `sent_bytes` over `seconds`: what this run moved over the network.
     pub bits_per_second: f64,
     /// True only if every file was verified at the destination.
     pub verified: bool,
@@ -110,6 +113,10 @@ pub struct CpSummary {
     /// The sender's intervals, each with what limited it.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub intervals: Vec<longhaul_proto::tune::TransferInterval>,
+    /// What limited the transfer: the limit of most of its intervals
+    /// (`rate_cap` when `--rate` held it, as asked).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub verdict: Option<longhaul_proto::tune::TransferLimit>,
     /// Conditions that bound the transfer, with the fix (window caps).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub warnings: Vec<String>,
@@ -891,6 +898,7 @@ fn cp_once(
                     online: tuning.online,
                     send_intervals: false,
                     rtt: Duration::from_micros(u64::from(path.window.rtt_us)),
+                    pacing: tuning.pacing,
                     files_in_flight: files_start,
                     max_files_in_flight: files_most,
                     bundles,
@@ -979,9 +987,10 @@ fn cp_once(
     s.path = Some(path);
     // Cloned, not taken: the reporter reads the last ones after this.
     s.intervals = o.progress.intervals.lock().expect("poisoned").clone();
+    s.verdict = longhaul_proto::tune::verdict(&s.intervals);
     s.seconds = started.elapsed().as_secs_f64();
-    let moved = s.bytes.saturating_sub(s.resumed_bytes);
-    s.bits_per_second = moved as f64 * 8.0 / s.seconds.max(1e-9);
+    s.sent_bytes = s.bytes.saturating_sub(s.resumed_bytes);
+    s.bits_per_second = s.sent_bytes as f64 * 8.0 / s.seconds.max(1e-9);
     s.network_bps = s.bits_per_second;
     s.verified = s.failed.is_empty();
     Ok(s)

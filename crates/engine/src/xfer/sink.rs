@@ -613,7 +613,10 @@ impl Work<'_> {
                     }
                 }
                 SinkAction::WalkDone => cfg.progress.walk_done.store(true, Ordering::Relaxed),
-                SinkAction::Interval(i) => {
+                SinkAction::Interval(mut i) => {
+                    if i.rate_capped {
+                        i.limit = longhaul_proto::tune::TransferLimit::RateCap;
+                    }
                     cfg.progress.push_interval(i);
                 }
                 SinkAction::SetDirectories => {

@@ -50,6 +50,9 @@ pub struct SourceConfig {
     pub send_intervals: bool,
     /// The path's RTT, for the tuner's epoch.
     pub rtt: Duration,
+    /// Each stream's pacing cap, bytes/s, when the user capped the rate
+    /// (`cp --rate`): intervals that carry it are named `rate_cap`.
+    pub pacing: Option<u64>,
     /// Files announced and not yet finished, at most, at the start...
     pub files_in_flight: u64,
     /// ...and the sink's cap, toward which the count grows while it holds
@@ -586,6 +589,7 @@ pub fn run_source(
         sockets.iter().filter_map(|s| s.try_clone().ok()).collect(),
         cfg.online,
         cfg.rtt,
+        cfg.pacing,
     );
     let streams = sockets;
     drop(tx);
@@ -717,7 +721,13 @@ fn control(
                 cv.notify_all();
             }
             if cfg.send_intervals {
-                conn.send(&Message::SourceInterval(interval.clone()))?;
+                // rate_cap is not on the wire (a client older than it
+                // would refuse the message): its flag says it.
+                let mut sent = interval.clone();
+                if sent.limit == longhaul_proto::tune::TransferLimit::RateCap {
+                    sent.limit = longhaul_proto::tune::classify(&sent);
+                }
+                conn.send(&Message::SourceInterval(sent))?;
             }
             cfg.progress.push_interval(interval);
         }

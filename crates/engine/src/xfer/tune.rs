@@ -7,7 +7,9 @@ use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
 use longhaul_proto::report::TcpSample;
-use longhaul_proto::tune::{classify, utility, Climb, TransferInterval, TransferLimit};
+use longhaul_proto::tune::{
+    classify, rate_capped, utility, Climb, TransferInterval, TransferLimit,
+};
 
 use crate::net::sock;
 
@@ -44,14 +46,23 @@ pub struct Sampler {
     wmem_max: Option<u64>,
     /// Times the send buffers were raised online.
     pub send_buffer_raises: u32,
+    /// Each stream's pacing (bytes/s) when the user capped the rate
+    /// (`cp --rate`): an interval that carried it is the cap's.
+    pacing: Option<u64>,
     pub intervals: Vec<TransferInterval>,
 }
 
 impl Sampler {
     /// `online`: tune the active streams, starting from all of them. The
     /// climb's epoch is 2 s or 25 RTTs, whichever is longer; it starts after
-    /// the first epoch (slow start).
-    pub fn new(sockets: Vec<TcpStream>, online: bool, rtt: Duration) -> Sampler {
+    /// the first epoch (slow start). `pacing`: each stream's pacing cap,
+    /// bytes/s, when the rate was capped.
+    pub fn new(
+        sockets: Vec<TcpStream>,
+        online: bool,
+        rtt: Duration,
+        pacing: Option<u64>,
+    ) -> Sampler {
         let now = Instant::now();
         let n = sockets.len() as u16;
         let epoch = (rtt * 25).max(Duration::from_secs(2));
@@ -80,6 +91,7 @@ impl Sampler {
             settle: (rtt * 10).max(Duration::from_secs(1)),
             wmem_max: sock::buffer_caps().wmem_max,
             send_buffer_raises: 0,
+            pacing,
             intervals: Vec::new(),
         }
     }
@@ -184,7 +196,12 @@ impl Sampler {
         self.last_read_us = read_us;
         i.read_busy = (read as f64 / (span_us * u64::from(active.max(1))) as f64).min(1.0);
         i.bits_per_second = i.bytes as f64 * 8.0 / (span_us as f64 / 1e6);
-        i.limit = classify(&i);
+        i.rate_capped = rate_capped(&i, self.pacing, starved);
+        i.limit = if i.rate_capped {
+            TransferLimit::RateCap
+        } else {
+            classify(&i)
+        };
         // Round trips per file, not the streams, held the interval back
         // (the kernel sees streams waiting on their acknowledgements).
         if held_by_files
@@ -213,7 +230,9 @@ impl Sampler {
             return (i, None);
         }
         self.epoch_bytes += i.bytes;
-        self.epoch_valid &= !starved;
+        // The user's cap held it: the epoch says nothing of the streams
+        // (fewer would only carry less of the cap, each paced to its share).
+        self.epoch_valid &= !starved && i.limit != TransferLimit::RateCap;
         let mut next = None;
         if now.duration_since(self.epoch_start) >= self.epoch {
             let seconds = now.duration_since(self.epoch_start).as_secs_f64();
