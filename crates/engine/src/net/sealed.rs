@@ -309,6 +309,16 @@ impl Opener {
     }
 }
 
+/// Which end turns a data stream into sealed frames.
+#[derive(Debug, Clone, Copy)]
+pub enum Side {
+    Client,
+    /// `sends`: the server is the source (a pull).
+    Server {
+        sends: bool,
+    },
+}
+
 /// A data stream in sealed frames, over the socket its TLS session ran on.
 pub struct Sealed {
     tls: Box<Tls>,
@@ -331,14 +341,18 @@ impl Sealed {
         Sealed::new(tls, true)
     }
 
-    /// The server's side, once it has read the data stream's hello: it
-    /// sends the marker in TLS, and sealed frames from then on, both ways.
-    pub fn server(mut tls: Box<Tls>) -> io::Result<Sealed> {
+    /// The server's side, once it has read the data stream's hello: if
+    /// it `sends` on the stream (a pull), it sends the marker in TLS first;
+    /// sealed frames from then on, both ways. On a push nothing is sent:
+    /// bytes the client never reads would turn its close into a reset.
+    pub fn server(mut tls: Box<Tls>, sends: bool) -> io::Result<Sealed> {
         if tls.plaintext_pending() {
             return Err(broken("TLS data after the hello"));
         }
-        tls.write_all(MARKER)?;
-        tls.flush()?;
+        if sends {
+            tls.write_all(MARKER)?;
+            tls.flush()?;
+        }
         Sealed::new(tls, false)
     }
 

@@ -925,11 +925,11 @@ impl Stream for Tls {
         Err(self)
     }
 
-    fn sealed(self: Box<Self>, client: bool) -> io::Result<Box<dyn Stream>> {
-        Ok(Box::new(if client {
-            crate::net::sealed::Sealed::client(self)?
-        } else {
-            crate::net::sealed::Sealed::server(self)?
+    fn sealed(self: Box<Self>, side: crate::net::sealed::Side) -> io::Result<Box<dyn Stream>> {
+        use crate::net::sealed::{Sealed, Side};
+        Ok(Box::new(match side {
+            Side::Client => Sealed::client(self)?,
+            Side::Server { sends } => Sealed::server(self, sends)?,
         }))
     }
 

@@ -532,7 +532,7 @@ fn attach_streams(
     data.into_iter()
         .enumerate()
         .map(|(i, s)| {
-            s.sealed(true).map_err(|e| {
+            s.sealed(crate::net::sealed::Side::Client).map_err(|e| {
                 EngineError::io(
                     format!("failed to start sealed frames on data stream {i}"),
                     e,
