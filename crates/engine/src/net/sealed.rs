@@ -29,7 +29,7 @@ use aws_lc_rs::aead::{self, Aad, LessSafeKey, Nonce, UnboundKey};
 use aws_lc_rs::hkdf;
 
 use super::conn::Stream;
-use super::tls::{Sock, Tls};
+use super::tls::Tls;
 
 /// The exporter label both ends derive the secrets with.
 pub const EXPORTER_LABEL: &[u8] = b"EXPORTER-longhaul-sealed-frames-v1";
