@@ -46,6 +46,13 @@ pub trait Stream: Read + Write + Send {
 
     /// The plain socket, for zero-copy paths; TLS streams give themselves back.
     fn into_plain(self: Box<Self>) -> Result<TcpStream, Box<dyn Stream>>;
+
+    /// The stream in sealed frames from here on ([`crate::net::sealed`]):
+    /// the client once its hello is sent, the server once it has read it.
+    fn sealed(self: Box<Self>, side: crate::net::sealed::Side) -> io::Result<Box<dyn Stream>> {
+        let _ = side;
+        Err(io::Error::other("sealed frames need a TLS data stream"))
+    }
 }
 
 impl Stream for TcpStream {

@@ -3,5 +3,6 @@
 
 pub mod conn;
 pub mod dial;
+pub mod sealed;
 pub mod sock;
 pub mod tls;

@@ -660,12 +660,24 @@ impl ClientCertVerifier for AnyClientCert {
 /// The socket under a TLS connection, with a receive buffer: rustls reads
 /// 4 KiB at a time, which at tens of Gbit/s would be a syscall per 4 KiB;
 /// here one `read` takes up to 256 KiB and rustls is served from memory.
+///
+/// While `records` is on, rustls is never handed bytes past the end of the
+/// TLS record it is reading: whatever follows the last record stays here,
+/// so a data stream can leave TLS for sealed frames ([`crate::net::sealed`])
+/// at a record boundary without rustls having swallowed the first frame.
 pub struct Sock {
     tcp: TcpStream,
     buf: Box<[u8]>,
     start: usize,
     end: usize,
+    /// Hand rustls whole records at most (see above).
+    pub(crate) records: bool,
+    /// Bytes of the current record not yet handed out.
+    record_left: usize,
 }
+
+/// A TLS record's header: type, version, length.
+const RECORD_HEADER: usize = 5;
 
 impl Sock {
     fn new(tcp: TcpStream) -> Sock {
@@ -674,19 +686,72 @@ impl Sock {
             buf: vec![0u8; 256 << 10].into_boxed_slice(),
             start: 0,
             end: 0,
+            records: true,
+            record_left: 0,
         }
+    }
+
+    pub(crate) fn tcp(&self) -> &TcpStream {
+        &self.tcp
+    }
+
+    /// Whether bytes read from the socket wait here.
+    pub(crate) fn buffered(&self) -> bool {
+        self.start < self.end
+    }
+
+    /// Reads more from the socket behind what is buffered; 0 at its end.
+    fn fill(&mut self) -> io::Result<usize> {
+        if self.start == self.end {
+            (self.start, self.end) = (0, 0);
+        } else if self.end == self.buf.len() {
+            self.buf.copy_within(self.start..self.end, 0);
+            (self.start, self.end) = (0, self.end - self.start);
+        }
+        let n = self.tcp.read(&mut self.buf[self.end..])?;
+        self.end += n;
+        Ok(n)
+    }
+
+    /// How much of the buffer belongs to the record being read (reading
+    /// the next record's header if one starts here); None at the
+    /// socket's end.
+    fn record_span(&mut self) -> io::Result<Option<usize>> {
+        if self.record_left == 0 {
+            while self.end - self.start < RECORD_HEADER {
+                if self.fill()? == 0 {
+                    // Cut short: rustls sees what there is, then the end.
+                    return Ok((self.start < self.end).then_some(self.end - self.start));
+                }
+            }
+            let len = u16::from_be_bytes([self.buf[self.start + 3], self.buf[self.start + 4]]);
+            self.record_left = RECORD_HEADER + usize::from(len);
+        }
+        if self.start == self.end && self.fill()? == 0 {
+            return Ok(None);
+        }
+        Ok(Some(self.record_left.min(self.end - self.start)))
     }
 }
 
 impl Read for Sock {
     fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
+        if self.records {
+            let Some(span) = self.record_span()? else {
+                return Ok(0);
+            };
+            let n = out.len().min(span);
+            out[..n].copy_from_slice(&self.buf[self.start..self.start + n]);
+            self.start += n;
+            self.record_left = self.record_left.saturating_sub(n);
+            return Ok(n);
+        }
         if self.start == self.end {
             if out.len() >= self.buf.len() {
                 return self.tcp.read(out);
             }
-            let n = self.tcp.read(&mut self.buf)?;
-            self.start = 0;
-            self.end = n;
+            (self.start, self.end) = (0, 0);
+            self.fill()?;
         }
         let n = out.len().min(self.end - self.start);
         out[..n].copy_from_slice(&self.buf[self.start..self.start + n]);
@@ -739,6 +804,54 @@ impl Drop for Tls {
                     }
                 }
             }
+        }
+    }
+}
+
+impl Tls {
+    pub(crate) fn sock(&mut self) -> &mut Sock {
+        match self {
+            Tls::Client(s) => &mut s.sock,
+            Tls::Server(s) => &mut s.sock,
+        }
+    }
+
+    pub(crate) fn is_client(&self) -> bool {
+        matches!(self, Tls::Client(_))
+    }
+
+    /// Keying material exported from the session (RFC 8446 section 7.5).
+    pub(crate) fn export(&self, label: &[u8], out: &mut [u8]) -> Result<(), rustls::Error> {
+        match self {
+            Tls::Client(s) => s.conn.export_keying_material(out, label, None).map(|_| ()),
+            Tls::Server(s) => s.conn.export_keying_material(out, label, None).map(|_| ()),
+        }
+    }
+
+    /// The AEAD of the negotiated suite, for data sealed outside TLS.
+    pub(crate) fn aead(&self) -> &'static aws_lc_rs::aead::Algorithm {
+        use rustls::CipherSuite as C;
+        let suite = match self {
+            Tls::Client(s) => s.conn.negotiated_cipher_suite(),
+            Tls::Server(s) => s.conn.negotiated_cipher_suite(),
+        };
+        match suite.map(|s| s.suite()) {
+            Some(C::TLS13_AES_256_GCM_SHA384) => &aws_lc_rs::aead::AES_256_GCM,
+            Some(C::TLS13_CHACHA20_POLY1305_SHA256) => &aws_lc_rs::aead::CHACHA20_POLY1305,
+            _ => &aws_lc_rs::aead::AES_128_GCM,
+        }
+    }
+
+    /// Whether rustls holds plaintext not yet read (or an error).
+    pub(crate) fn plaintext_pending(&mut self) -> bool {
+        fn held<D>(conn: &mut rustls::ConnectionCommon<D>) -> bool {
+            !conn
+                .process_new_packets()
+                .is_ok_and(|st| st.plaintext_bytes_to_read() == 0)
+        }
+        match self {
+            Tls::Client(s) => held(&mut s.conn),
+            Tls::Server(s) => held(&mut s.conn),
         }
     }
 }
@@ -797,16 +910,7 @@ impl Stream for Tls {
     fn pending(&mut self) -> bool {
         // Records read into the socket's buffer, or plaintext rustls holds
         // (an error too: the next read reports it).
-        fn held<D>(sock: &Sock, conn: &mut rustls::ConnectionCommon<D>) -> bool {
-            sock.start < sock.end
-                || !conn
-                    .process_new_packets()
-                    .is_ok_and(|st| st.plaintext_bytes_to_read() == 0)
-        }
-        match self {
-            Tls::Client(s) => held(&s.sock, &mut s.conn),
-            Tls::Server(s) => held(&s.sock, &mut s.conn),
-        }
+        self.sock().buffered() || self.plaintext_pending()
     }
 
     fn peer_fingerprint(&self) -> Option<String> {
@@ -819,6 +923,14 @@ impl Stream for Tls {
 
     fn into_plain(self: Box<Self>) -> Result<TcpStream, Box<dyn Stream>> {
         Err(self)
+    }
+
+    fn sealed(self: Box<Self>, side: crate::net::sealed::Side) -> io::Result<Box<dyn Stream>> {
+        use crate::net::sealed::{Sealed, Side};
+        Ok(Box::new(match side {
+            Side::Client => Sealed::client(self)?,
+            Side::Server { sends } => Sealed::server(self, sends)?,
+        }))
     }
 
     fn encryption(&self) -> String {

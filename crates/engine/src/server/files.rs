@@ -140,6 +140,8 @@ pub(super) fn serve_transfer(
         onto: t.op == Op::Push && landing == longhaul_proto::xfer::Landing::Onto,
         // This server's sink takes parts of files (a fleet's ranks).
         parts: t.parts && t.op == Op::Push,
+        // Sealed frames under keys exported from each stream's TLS session.
+        sealed: t.sealed && conn.is_tls(),
     })) {
         return Err(failed(watch, e));
     }
@@ -148,6 +150,20 @@ pub(super) fn serve_transfer(
     while streams.len() < usize::from(t.streams) {
         let left = deadline.saturating_duration_since(Instant::now());
         match rx.recv_timeout(left) {
+            Ok(a) if t.sealed && conn.is_tls() => {
+                match a.stream.sealed(crate::net::sealed::Side::Server {
+                    sends: t.op == Op::Pull,
+                }) {
+                    Ok(s) => streams.push(s),
+                    Err(e) => {
+                        let e = EngineError::io(
+                            "failed to start sealed frames on a data stream".into(),
+                            e,
+                        );
+                        return Err(failed(watch, e));
+                    }
+                }
+            }
             Ok(a) => streams.push(a.stream),
             Err(_) => {
                 let e = EngineError::Timeout(format!(

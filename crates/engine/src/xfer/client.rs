@@ -498,6 +498,7 @@ fn attach_streams(
     n: u16,
     direction: Direction,
     tuning: &StreamTuning,
+    sealed: bool,
     o: &ClientOptions,
 ) -> Result<Vec<Box<dyn crate::net::conn::Stream>>, EngineError> {
     let mut data: Vec<Box<dyn crate::net::conn::Stream>> = early
@@ -532,7 +533,20 @@ fn attach_streams(
             }
         }
     }
-    Ok(data)
+    if !sealed {
+        return Ok(data);
+    }
+    data.into_iter()
+        .enumerate()
+        .map(|(i, s)| {
+            s.sealed(crate::net::sealed::Side::Client).map_err(|e| {
+                EngineError::io(
+                    format!("failed to start sealed frames on data stream {i}"),
+                    e,
+                )
+            })
+        })
+        .collect()
 }
 
 /// The rate to size the streams for: `--rate`; else, unless `-P` fixed
@@ -744,6 +758,7 @@ fn transfer_request(
         // Used only once the server agrees (`TransferAccept::bundles`).
         bundles: true,
         parts: o.share.is_some(),
+        sealed: super::sealed_frames(),
     };
     match plan {
         Plan::Push {
@@ -870,11 +885,13 @@ fn cp_once(
                 streams,
                 Direction::Up,
                 &tuning,
+                accept.sealed,
                 &o.client,
             )?;
             if let Some(first) = data.first() {
                 path.congestion =
                     crate::net::sock::congestion(crate::net::sock::fd_of(first.tcp()));
+                s.encryption = first.encryption();
             }
             let taps = PathTaps::of(&data, o);
             let r = run_source(
@@ -937,8 +954,12 @@ fn cp_once(
                 streams,
                 Direction::Down,
                 &tuning,
+                accept.sealed,
                 &o.client,
             )?;
+            if let Some(first) = data.first() {
+                s.encryption = first.encryption();
+            }
             let taps = PathTaps::of(&data, o);
             let r = run_sink(
                 &mut ctl.conn,

@@ -39,6 +39,14 @@ pub fn files_in_flight_cap() -> u64 {
     (nofile / 4).clamp(DEFAULT_FILES_IN_FLIGHT, MAX_FILES_IN_FLIGHT)
 }
 
+/// Whether this client asks for sealed frames on its TLS data streams
+/// (PROTOCOL.md 13.2b): yes, unless `LONGHAUL_DATA_FRAMES=tls` keeps TLS's
+/// own records (to compare the two, or to reach past a middlebox that
+/// inspects TLS).
+pub fn sealed_frames() -> bool {
+    std::env::var("LONGHAUL_DATA_FRAMES").map_or(true, |v| v != "tls")
+}
+
 /// A transfer in which nothing moves for this long (no chunk, no message,
 /// either way) is ended: a silent or stuck peer does not hold a slot,
 /// threads and memory forever. Generous, for slow disks and the re-hash of

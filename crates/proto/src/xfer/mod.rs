@@ -88,6 +88,11 @@ pub struct TransferRequest {
     /// then refuses to go on. Absent from an older client.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub parts: bool,
+    /// The client's TLS data streams may leave TLS's record layer for
+    /// sealed frames once joined (PROTOCOL.md 13.2b), if the server agrees
+    /// in [`TransferAccept::sealed`]. Absent from an older client.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub sealed: bool,
 }
 
 /// Socket settings of the data streams, chosen by the client for the path
@@ -149,6 +154,11 @@ pub struct TransferAccept {
     /// the client asked; absent from an older server.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub parts: bool,
+    /// Every data stream of this transfer goes over to sealed frames once
+    /// joined (PROTOCOL.md 13.2b). Never set unless the client asked and
+    /// the session is TLS; absent from an older server.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub sealed: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -1138,11 +1148,13 @@ mod tests {
             bundles: false,
             onto: false,
             parts: false,
+            sealed: false,
         };
         assert_eq!(serde_json::to_string(&a).unwrap(), r#"{"token":"t"}"#);
         let old: TransferAccept = serde_json::from_str(r#"{"token":"t"}"#).unwrap();
         assert!(!old.bundles);
         assert!(!old.parts, "an older server takes no parts");
+        assert!(!old.sealed, "an older server keeps TLS records");
         let on: TransferAccept = serde_json::from_str(r#"{"token":"t","bundles":true}"#).unwrap();
         assert!(on.bundles);
     }
