@@ -524,7 +524,8 @@ pub struct FleetArgs {
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub size: Option<u32>,
     /// Static shares: a directory every rank sees (the shared file system)
-    /// for the manifest and each rank's result. Its own per transfer.
+    /// for the manifest and each rank's result. Its own per transfer, and
+    /// the user's alone (made 0700; one others can write is refused).
     #[arg(long, value_name = "DIR", conflicts_with = "queue")]
     pub run_dir: Option<PathBuf>,
     /// A dynamic work queue in PostgreSQL instead of static shares:

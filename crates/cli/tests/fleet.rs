@@ -8,7 +8,7 @@ mod common;
 mod pg;
 
 use std::fs;
-use std::os::unix::fs::symlink;
+use std::os::unix::fs::{symlink, MetadataExt, PermissionsExt};
 use std::path::Path;
 use std::process::{Child, Output, Stdio};
 use std::time::Duration;
@@ -16,6 +16,9 @@ use std::time::Duration;
 use common::launchers;
 use common::xfer::*;
 use common::*;
+use longhaul_fleet::manifest::{Entry, Manifest};
+use longhaul_fleet::run::RankResult;
+use longhaul_proto::xfer::Kind;
 
 /// A tree with what a dataset has at its edges: one file large enough
 /// to be split across ranks, many small ones, an empty file, an empty
@@ -36,11 +39,16 @@ fn dataset(src: &Path, big: usize, small: usize) {
 
 /// `cp` as rank `rank` of `size`, started, not waited for.
 fn rank(rank: u32, size: u32, extra: &[&str], src: &Path, dest: &str) -> Child {
+    rank_waiting(rank, size, "120s", extra, src, dest)
+}
+
+/// [`rank`], waiting up to `wait` for the manifest and the others' results.
+fn rank_waiting(rank: u32, size: u32, wait: &str, extra: &[&str], src: &Path, dest: &str) -> Child {
     let src = format!("{}/", src.display());
     bin()
         .args(["cp", "-r", "--chunk", "1M", "--rank"])
         .arg(rank.to_string())
-        .args(["--size", &size.to_string(), "--fleet-wait", "120s"])
+        .args(["--size", &size.to_string(), "--fleet-wait", wait])
         .args(extra)
         .args([src.as_str(), dest])
         .stdin(Stdio::null())
@@ -523,5 +531,312 @@ fn an_indexed_jobs_pods_take_their_rank_from_the_completion_index() {
     }
     let v = json_of(&outs[0]);
     assert_eq!(v["verified"], true, "{v}");
+    assert_same_tree(&src, &dst.join("out"), false);
+}
+
+/// The source argument [`rank`] gives, as the manifest records it.
+fn source_arg(src: &Path) -> String {
+    format!("{}/", src.display())
+}
+
+/// The manifest rank 0 would write for [`rank`]'s command.
+fn true_manifest(src: &Path) -> Manifest {
+    Manifest::walk(&[source_arg(src)], true, Some(1 << 20)).expect("walk the sources")
+}
+
+/// A run directory of this user's alone, as a rank makes it.
+fn private_run_dir(t: &TempDir) -> std::path::PathBuf {
+    let run_dir = t.path().join("run");
+    fs::create_dir(&run_dir).unwrap();
+    fs::set_permissions(&run_dir, fs::Permissions::from_mode(0o700)).unwrap();
+    run_dir
+}
+
+/// No file anywhere under `root` holds `secret`.
+#[track_caller]
+fn never_landed(root: &Path, secret: &[u8]) {
+    for (name, _) in snapshot(root) {
+        let p = root.join(&name);
+        if p.is_file() && !p.is_symlink() {
+            assert_ne!(fs::read(&p).unwrap(), secret, "{name} holds the secret");
+        }
+    }
+}
+
+/// A small tree, and beside it (outside the sources) a file standing in
+/// for /etc/shadow, with a link in the tree to its directory.
+fn attacked_tree(t: &TempDir) -> (std::path::PathBuf, std::path::PathBuf, Vec<u8>) {
+    let src = t.dir("src");
+    dataset(&src, 3 << 20, 20);
+    let outside = t.dir("outside");
+    let secret = b"root:$6$not-for-the-destination:19000:0:99999:7:::\n".to_vec();
+    fs::write(outside.join("shadow"), &secret).unwrap();
+    symlink(&outside, src.join("esc")).unwrap();
+    (src, outside, secret)
+}
+
+/// An entry for a file, as the walk makes one, but named and placed by an
+/// attacker.
+fn planted(rel: &str, path: &Path) -> Entry {
+    let m = fs::metadata(path).unwrap();
+    Entry {
+        rel: rel.into(),
+        path: path.to_path_buf(),
+        kind: Kind::File,
+        size: m.len(),
+        mtime_ns: m.mtime() * 1_000_000_000 + m.mtime_nsec(),
+        chunk_size: 1 << 20,
+    }
+}
+
+fn with_entry(mut m: Manifest, e: Entry) -> Manifest {
+    m.entries.retain(|x| !x.rel.starts_with("src/esc"));
+    m.entries.push(e);
+    m.entries
+        .sort_by(|a, b| a.rel.as_bytes().cmp(b.rel.as_bytes()));
+    m
+}
+
+#[test]
+fn a_planted_manifest_entry_outside_the_sources_is_refused_and_never_lands() {
+    let t = TempDir::new("fleet-planted");
+    let (src, outside, secret) = attacked_tree(&t);
+    let dst = t.dir("dst");
+    let server = data_server(&dst, &t.dir("state"));
+    let dest = remote(server.addr(), "out/");
+    let run_dir = private_run_dir(&t);
+    let forgeries = [
+        // A name beneath the sources, read from a file outside them.
+        planted("src/shadow", &outside.join("shadow")),
+        // A name that climbs out.
+        planted("src/../outside/shadow", &outside.join("shadow")),
+        // A name beneath the sources that resolves through a link out of them.
+        planted("src/esc/shadow", &src.join("esc/shadow")),
+    ];
+    for e in forgeries {
+        let rel = e.rel.clone();
+        let m = with_entry(true_manifest(&src), e);
+        fs::write(run_dir.join("manifest.jsonl"), m.encode()).unwrap();
+        let o = finished(rank(
+            0,
+            1,
+            &["--run-dir", run_dir.to_str().unwrap()],
+            &src,
+            &dest,
+        ));
+        assert!(!o.status.success(), "{rel}: {}", stderr(&o));
+        let err = stderr(&o);
+        assert!(
+            err.contains(&format!("refusing the manifest's entry {rel:?}")),
+            "{rel}: {err}"
+        );
+        assert!(
+            !err.contains(outside.to_str().unwrap()),
+            "the error names the entry, not the file: {err}"
+        );
+        never_landed(&dst, &secret);
+    }
+    let shadow = outside.join("shadow");
+    assert_eq!(fs::read(shadow).unwrap(), secret);
+}
+
+#[test]
+fn a_planted_entry_in_the_queues_table_is_refused_and_never_lands() {
+    let Some(pg) = pg::TempPostgres::start() else {
+        return;
+    };
+    let t = TempDir::new("fleet-queue-planted");
+    let (src, outside, secret) = attacked_tree(&t);
+    let dst = t.dir("dst");
+    let server = data_server(&dst, &t.dir("state"));
+    let dest = remote(server.addr(), "out/");
+    let url = pg.url();
+    let forgeries = [
+        (
+            "planted-path",
+            planted("src/shadow", &outside.join("shadow")),
+        ),
+        (
+            "planted-link",
+            planted("src/esc/shadow", &src.join("esc/shadow")),
+        ),
+    ];
+    for (run, e) in forgeries {
+        let rel = e.rel.clone();
+        // A queue user publishes the run first, its hash made to match.
+        let m = with_entry(true_manifest(&src), e);
+        let units = longhaul_fleet::shard::queue_units(&m.items(), 4 << 20, 2_000);
+        let mut q = longhaul_fleet::queue::Queue::connect(&url, run).unwrap();
+        q.publish(&m.hash(), &m.encode(), &units).unwrap();
+        let o = finished(rank(0, 1, &["--queue", &url, "--run-id", run], &src, &dest));
+        assert!(!o.status.success(), "{run}: {}", stderr(&o));
+        let err = stderr(&o);
+        assert!(
+            err.contains(&format!("refusing the manifest's entry {rel:?}")),
+            "{run}: {err}"
+        );
+        never_landed(&dst, &secret);
+    }
+}
+
+#[test]
+fn a_link_planted_at_a_temporary_name_in_the_run_directory_is_not_written_through() {
+    let t = TempDir::new("fleet-tmp-link");
+    let src = t.dir("src");
+    dataset(&src, 2 << 20, 10);
+    let dst = t.dir("dst");
+    let server = data_server(&dst, &t.dir("state"));
+    let dest = remote(server.addr(), "out/");
+    let run_dir = private_run_dir(&t);
+    let run = run_dir.to_str().unwrap();
+    let victim = t.path().join("victim");
+    fs::write(&victim, b"a file of the rank's user").unwrap();
+    // Rank 1 waits for the manifest: nothing of it is written yet when
+    // the link is planted at the temporary name it would write through.
+    let r1 = rank(1, 2, &["--run-dir", run], &src, &dest);
+    symlink(&victim, run_dir.join(format!("rank-00001.tmp.{}", r1.id()))).unwrap();
+    let r0 = rank(0, 2, &["--run-dir", run, "--json"], &src, &dest);
+    let (o1, o0) = (finished(r1), finished(r0));
+    assert_exit(&o1, 0);
+    assert_exit(&o0, 0);
+    assert_eq!(fs::read(&victim).unwrap(), b"a file of the rank's user");
+    let result = run_dir.join("rank-00001.json");
+    assert!(!result.is_symlink(), "the result is a file of its own");
+    let r: serde_json::Value = serde_json::from_slice(&fs::read(&result).unwrap()).unwrap();
+    assert_eq!(r["rank"], 1, "{r}");
+    assert_eq!(
+        fs::metadata(&result).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
+    assert_eq!(json_of(&o0)["per_rank"].as_array().unwrap().len(), 2);
+}
+
+#[test]
+fn a_run_directory_writable_by_others_is_refused_with_the_reason() {
+    let t = TempDir::new("fleet-open-run-dir");
+    let src = t.dir("src");
+    dataset(&src, 1 << 20, 5);
+    let dst = t.dir("dst");
+    let server = data_server(&dst, &t.dir("state"));
+    let dest = remote(server.addr(), "out/");
+    let run_dir = t.path().join("run");
+    fs::create_dir(&run_dir).unwrap();
+    fs::set_permissions(&run_dir, fs::Permissions::from_mode(0o777)).unwrap();
+    for r in [0, 1] {
+        let o = finished(rank(
+            r,
+            2,
+            &["--run-dir", run_dir.to_str().unwrap()],
+            &src,
+            &dest,
+        ));
+        assert_exit(&o, 2);
+        let err = stderr(&o);
+        assert!(
+            err.contains("writable by others (mode 0777)") && err.contains("chmod go-w"),
+            "rank {r}: {err}"
+        );
+    }
+    assert!(!dst.join("out").exists(), "nothing moved");
+}
+
+#[test]
+fn a_forged_rank_result_is_not_taken_into_the_fleets_result() {
+    let t = TempDir::new("fleet-forged-result");
+    let src = t.dir("src");
+    // No file split across the two ranks: rank 1's share is whole files,
+    // which the final check sends.
+    dataset(&src, 512 << 10, 10);
+    let dst = t.dir("dst");
+    let server = data_server(&dst, &t.dir("state"));
+    let dest = remote(server.addr(), "out/");
+    let run_dir = private_run_dir(&t);
+    let m = true_manifest(&src);
+    fs::write(run_dir.join("manifest.jsonl"), m.encode()).unwrap();
+    // Rank 1 never runs; a result in its name claims its share and more.
+    let forged = RankResult {
+        rank: 1,
+        host: "forged-host".into(),
+        launcher: "flags".into(),
+        manifest: m.hash(),
+        started_unix_ms: 1,
+        ended_unix_ms: 2,
+        files: 1,
+        bytes: 1 << 40,
+        seconds: 0.001,
+        bits_per_second: 8e15,
+        units: 1,
+        sessions: 1,
+        ..RankResult::default()
+    };
+    fs::write(
+        run_dir.join("rank-00001.json"),
+        serde_json::to_vec(&forged).unwrap(),
+    )
+    .unwrap();
+    let o = finished(rank_waiting(
+        0,
+        2,
+        "3s",
+        &["--run-dir", run_dir.to_str().unwrap(), "--json"],
+        &src,
+        &dest,
+    ));
+    assert_exit(&o, 0);
+    let v = json_of(&o);
+    assert_eq!(v["per_rank"].as_array().unwrap().len(), 1, "{v}");
+    assert_eq!(v["lost"], serde_json::json!([1]), "{v}");
+    assert!(!stdout(&o).contains("forged-host"), "{v}");
+    assert!(
+        stderr(&o).contains("rank-00001.json: not a result of this run's plan"),
+        "{}",
+        stderr(&o)
+    );
+    assert_eq!(
+        v["verified"], true,
+        "the final check sent rank 1's share: {v}"
+    );
+    assert_same_tree(&src, &dst.join("out"), false);
+}
+
+#[test]
+fn a_fleet_run_again_over_a_finished_tree_says_it_is_up_to_date() {
+    let t = TempDir::new("fleet-again");
+    let src = t.dir("src");
+    dataset(&src, 3 << 20, 30);
+    let dst = t.dir("dst");
+    let server = data_server(&dst, &t.dir("state"));
+    let dest = remote(server.addr(), "out/");
+    let run_dir = t.path().join("run");
+    let run = run_dir.to_str().unwrap();
+    // Rank 1 first, then rank 0: rank 0 reads this run's result of rank 1.
+    let both = |json: bool| {
+        let extra: &[&str] = if json {
+            &["--run-dir", run, "--json"]
+        } else {
+            &["--run-dir", run]
+        };
+        let o1 = finished(rank(1, 2, &["--run-dir", run], &src, &dest));
+        assert_exit(&o1, 0);
+        let o0 = finished(rank(0, 2, extra, &src, &dest));
+        assert_exit(&o0, 0);
+        (o0, o1)
+    };
+    // Rank 1 waits for the manifest rank 0 writes: start rank 0 first.
+    let r0 = rank(0, 2, &["--run-dir", run, "--json"], &src, &dest);
+    let o1 = finished(rank(1, 2, &["--run-dir", run], &src, &dest));
+    assert_exit(&o1, 0);
+    let first = json_of(&finished(r0));
+    assert_eq!(first["verified"], true, "{first}");
+    assert_eq!(first["up_to_date"], false, "{first}");
+    let (o0, o1) = both(true);
+    let again = json_of(&o0);
+    assert_eq!(again["verified"], true, "{again}");
+    assert_eq!(again["up_to_date"], true, "{again}");
+    assert!(stderr(&o1).contains("nothing to move"), "{}", stderr(&o1));
+    let (o0, _) = both(false);
+    let out = stdout(&o0);
+    assert!(out.starts_with("up to date: "), "{out}");
+    assert!(!out.contains("bit/s"), "no rate of nothing moved: {out}");
     assert_same_tree(&src, &dst.join("out"), false);
 }

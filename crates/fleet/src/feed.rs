@@ -24,6 +24,7 @@ use std::time::{Duration, Instant};
 
 use longhaul_engine::xfer::source::{Fed, InFlight, Share, ShareFeed};
 
+use crate::confine::{Refused, Sources};
 use crate::manifest::Manifest;
 use crate::queue::{Leased, Queue, QueueError};
 use crate::shard::Unit;
@@ -87,12 +88,18 @@ pub struct Taken {
     pub leased: Vec<Leased>,
     /// The queue failed while the session asked for more.
     pub error: Option<QueueError>,
+    /// A lease whose entries do not all resolve beneath the sources: not
+    /// given to the session (nothing of it was read), and why.
+    pub refused: Option<(Vec<Leased>, Refused)>,
 }
 
 /// The state one session's feed shares with the rank that runs it.
 pub struct Feed<L: Lessor> {
     lessor: Arc<Mutex<L>>,
     manifest: Arc<Manifest>,
+    /// Every lease's entries are confined beneath these before they are
+    /// given to the session (None: taken as they are, in tests).
+    sources: Option<Arc<Sources>>,
     cfg: FeedConfig,
     /// The units leased before the session started (so that a session
     /// never starts with nothing to carry).
@@ -121,6 +128,7 @@ impl<L: Lessor + 'static> Feed<L> {
     pub fn new(
         lessor: Arc<Mutex<L>>,
         manifest: Arc<Manifest>,
+        sources: Option<Arc<Sources>>,
         held: Arc<Mutex<Vec<i64>>>,
         first: Vec<Leased>,
         cfg: FeedConfig,
@@ -128,6 +136,7 @@ impl<L: Lessor + 'static> Feed<L> {
         Arc::new(Feed {
             lessor,
             manifest,
+            sources,
             cfg,
             first: Mutex::new(Some(first)),
             held,
@@ -189,6 +198,12 @@ impl<L: Lessor + 'static> Feed<L> {
     }
 
     fn give(&self, units: Vec<Leased>) -> Fed {
+        let cut: Vec<Unit> = units.iter().map(|l| l.unit.clone()).collect();
+        let items = self.manifest.share(&cut);
+        if let Some(Err(e)) = self.sources.as_ref().map(|s| s.confine(&items)) {
+            self.taken.lock().expect("poisoned").refused = Some((units, e));
+            return Fed::End;
+        }
         {
             let mut u = self.unit.lock().expect("poisoned");
             u.0 += units.iter().map(|l| l.unit.bytes).sum::<u64>();
@@ -198,9 +213,8 @@ impl<L: Lessor + 'static> Feed<L> {
             .lock()
             .expect("poisoned")
             .extend(units.iter().map(|l| l.id));
-        let cut: Vec<Unit> = units.iter().map(|l| l.unit.clone()).collect();
         self.taken.lock().expect("poisoned").leased.extend(units);
-        Fed::More(self.manifest.share(&cut))
+        Fed::More(items)
     }
 }
 
@@ -273,6 +287,7 @@ mod tests {
         let f = Feed::new(
             Arc::new(Mutex::new(u)),
             manifest(40),
+            None,
             Arc::clone(&held),
             first,
             cfg,

@@ -10,7 +10,12 @@
 //! Ranges of one large file are moved by several ranks at once; the
 //! servers write them into one shared partial file and the last range in
 //! renames it into place (`docs/PROTOCOL.md`, "parts").
+//!
+//! A manifest is read from a place others may write (the run directory,
+//! the queue's tables): a rank reads only what resolves beneath its own
+//! sources ([`confine`]), and the run directory must be its user's alone.
 
+pub mod confine;
 mod dbtls;
 pub mod feed;
 pub mod manifest;

@@ -17,6 +17,7 @@
 //! A rank that dies leaves leases that expire; another rank takes them.
 //! The first rank to find the queue empty claims the final check.
 
+use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -28,6 +29,7 @@ use longhaul_engine::EngineError;
 use longhaul_proto::xfer::{Failure, SyncOptions};
 use serde::{Deserialize, Serialize};
 
+use crate::confine::Sources;
 use crate::feed::{Feed, FeedConfig};
 use crate::manifest::Manifest;
 use crate::queue::{Leased, Published, Queue};
@@ -138,6 +140,10 @@ pub struct FleetSummary {
     /// Every entry of the manifest is at the destination, each verified
     /// chunk by chunk, and nothing failed.
     pub verified: bool,
+    /// Verified, and nothing had to move: no rank carried a byte and the
+    /// final check sent nothing (a run again over a finished tree).
+    #[serde(default)]
+    pub up_to_date: bool,
 }
 
 /// What [`run`] hands back: this rank's result, and the aggregate if this
@@ -181,14 +187,102 @@ fn walk(f: &Fleet) -> Result<Manifest, EngineError> {
 }
 
 /// Writes `bytes` to `path` whole or not at all (a temporary name, then a
-/// rename), durable.
+/// rename), durable. The temporary file is made anew, never through a
+/// link someone left at its name, and is this user's alone (0600).
 fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     use std::io::Write;
-    let tmp = path.with_extension(format!("tmp.{}", std::process::id()));
-    let mut file = std::fs::File::create(&tmp)?;
-    file.write_all(bytes)?;
-    file.sync_all()?;
-    std::fs::rename(&tmp, path)
+    use std::os::unix::fs::OpenOptionsExt;
+    let base = path.with_extension(format!("tmp.{}", std::process::id()));
+    let mut attempt = 0u32;
+    let (tmp, mut file) = loop {
+        let mut tmp = base.clone().into_os_string();
+        if attempt > 0 {
+            let nanos = SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0, |d| d.subsec_nanos());
+            tmp.push(format!(".{attempt}.{nanos}"));
+        }
+        let tmp = PathBuf::from(tmp);
+        match std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(&tmp)
+        {
+            Ok(f) => break (tmp, f),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && attempt < 100 => {
+                attempt += 1;
+            }
+            Err(e) => return Err(e),
+        }
+    };
+    let written = file
+        .write_all(bytes)
+        .and_then(|()| file.sync_all())
+        .and_then(|()| std::fs::rename(&tmp, path));
+    if written.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    written
+}
+
+/// Reads a file of the run directory: a regular file of this user's,
+/// never through a link.
+fn read_private(path: &Path) -> std::io::Result<Vec<u8>> {
+    use std::io::Read;
+    use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+    let mut f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK)
+        .open(path)?;
+    let m = f.metadata()?;
+    if !m.is_file() || m.uid() != euid() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::PermissionDenied,
+            "not a regular file of this user's",
+        ));
+    }
+    let mut out = Vec::new();
+    f.read_to_end(&mut out)?;
+    Ok(out)
+}
+
+fn euid() -> u32 {
+    // SAFETY: geteuid cannot fail and touches no memory.
+    unsafe { libc::geteuid() }
+}
+
+/// Refuses a run directory that anyone but this user can write: whoever
+/// can could plant the manifest, links at the names the ranks write, or
+/// the ranks' results.
+fn private_dir(run_dir: &Path) -> Result<(), EngineError> {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::metadata(run_dir).map_err(|e| {
+        EngineError::Usage(format!(
+            "cannot use the run directory {}: {e}",
+            run_dir.display()
+        ))
+    })?;
+    let why = if !m.is_dir() {
+        Some("is not a directory".to_string())
+    } else if m.uid() != euid() {
+        Some(format!("belongs to uid {}, not to this user", m.uid()))
+    } else if m.mode() & 0o022 != 0 {
+        Some(format!(
+            "is writable by others (mode {:04o}), who could plant the manifest, a rank's result or a link where a rank writes (chmod go-w it)",
+            m.mode() & 0o7777
+        ))
+    } else {
+        None
+    };
+    match why {
+        Some(why) => Err(EngineError::Usage(format!(
+            "refusing the run directory {}: it {why}; give a --run-dir that is this user's alone",
+            run_dir.display()
+        ))),
+        None => Ok(()),
+    }
 }
 
 fn manifest_file(run_dir: &Path) -> PathBuf {
@@ -200,16 +294,22 @@ fn result_file(run_dir: &Path, rank: u32) -> PathBuf {
 }
 
 /// The run directory's manifest: rank 0 writes it once (a rank 0 run
-/// again keeps it); the others wait for it.
+/// again keeps it); the others wait for it. Whoever wrote it, a rank
+/// reads only what resolves beneath its own sources.
 fn static_manifest(f: &Fleet, run_dir: &Path) -> Result<Manifest, EngineError> {
     let path = manifest_file(run_dir);
     if f.rank.rank == 0 && !path.exists() {
-        std::fs::create_dir_all(run_dir).map_err(|e| {
-            EngineError::Usage(format!(
-                "cannot make the run directory {}: {e}",
-                run_dir.display()
-            ))
-        })?;
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(run_dir)
+            .map_err(|e| {
+                EngineError::Usage(format!(
+                    "cannot make the run directory {}: {e}",
+                    run_dir.display()
+                ))
+            })?;
+        private_dir(run_dir)?;
         let m = walk(f)?;
         write_atomic(&path, &m.encode()).map_err(|e| {
             EngineError::io(
@@ -222,6 +322,9 @@ fn static_manifest(f: &Fleet, run_dir: &Path) -> Result<Manifest, EngineError> {
     let started = Instant::now();
     let mut said = false;
     while !path.exists() {
+        if run_dir.exists() {
+            private_dir(run_dir)?;
+        }
         if started.elapsed() > f.wait {
             return Err(failed(format!(
                 "no manifest at {} after {} s: is rank 0 running, with the same --run-dir?",
@@ -238,7 +341,11 @@ fn static_manifest(f: &Fleet, run_dir: &Path) -> Result<Manifest, EngineError> {
         }
         std::thread::sleep(Duration::from_millis(200));
     }
-    let m = Manifest::read(&path).map_err(failed)?;
+    private_dir(run_dir)?;
+    let m = read_private(&path)
+        .map_err(|e| format!("cannot read {}: {e}", path.display()))
+        .and_then(|b| Manifest::decode(&b).map_err(|e| format!("{}: {e}", path.display())))
+        .map_err(failed)?;
     if m.sources != f.cp.sources {
         return Err(EngineError::Usage(format!(
             "the manifest in {} is of other sources ({}): give each transfer its own --run-dir",
@@ -246,6 +353,9 @@ fn static_manifest(f: &Fleet, run_dir: &Path) -> Result<Manifest, EngineError> {
             m.sources.join(" ")
         )));
     }
+    Sources::new(&f.cp.sources)
+        .check(&m)
+        .map_err(|e| failed(e.to_string()))?;
     Ok(m)
 }
 
@@ -302,8 +412,11 @@ fn run_static(
     let started = Instant::now();
     let mut me = new_rank(f, &manifest);
     let shares = shard::static_shares(&manifest.items(), f.rank.size);
-    let mine = &shares[f.rank.rank as usize];
-    let s = session(f, Share::Fixed(Arc::new(manifest.share(mine))), reporter)?;
+    let mine = manifest.share(&shares[f.rank.rank as usize]);
+    Sources::new(&f.cp.sources)
+        .confine(&mine)
+        .map_err(|e| failed(e.to_string()))?;
+    let s = session(f, Share::Fixed(Arc::new(mine)), reporter)?;
     add(&mut me, &s);
     me.units = 1;
     finish_rank(&mut me, started);
@@ -317,21 +430,37 @@ fn run_static(
             summary: None,
         });
     }
+    let hash = manifest.hash();
+    let mut told = std::collections::HashSet::new();
     let ranks = wait_for_results(f, &manifest, |missing| {
         let mut found = Vec::new();
         for r in 0..f.rank.size {
-            match std::fs::read(result_file(run_dir, r)) {
-                Ok(b) => match serde_json::from_slice::<RankResult>(&b) {
-                    // Of this manifest, and of this start of the fleet when
-                    // the launcher names it (a job run again is all again).
-                    Ok(x)
-                        if x.manifest == manifest.hash() && (f.job.is_none() || x.job == f.job) =>
-                    {
-                        found.push(x)
+            let file = result_file(run_dir, r);
+            let x = match read_private(&file).map(|b| serde_json::from_slice::<RankResult>(&b)) {
+                Ok(Ok(x)) => x,
+                Ok(Err(_)) | Err(_) => {
+                    missing.push(r);
+                    continue;
+                }
+            };
+            // Of this manifest, and of this start of the fleet when the
+            // launcher names it (a job run again is all again).
+            if x.manifest != hash || (f.job.is_some() && x.job != f.job) {
+                missing.push(r);
+                continue;
+            }
+            let plan = Plan::of(&shares[r as usize]);
+            match unplanned(&x, r, &plan) {
+                None => found.push(x),
+                Some(why) => {
+                    if told.insert(r) {
+                        (f.note)(&format!(
+                            "ignoring {}: not a result of this run's plan ({why})",
+                            file.display()
+                        ));
                     }
-                    _ => missing.push(r),
-                },
-                Err(_) => missing.push(r),
+                    missing.push(r);
+                }
             }
         }
         Ok(found)
@@ -342,6 +471,53 @@ fn run_static(
         rank: me,
         summary: Some(summary),
     })
+}
+
+/// What the plan gave one rank (static) or all of them (the queue): the
+/// most a true result of it can claim.
+struct Plan {
+    entries: u64,
+    bytes: u64,
+    units: u64,
+}
+
+impl Plan {
+    fn of(units: &[shard::Unit]) -> Plan {
+        Plan {
+            entries: units.iter().map(|u| u64::from(u.end - u.first)).sum(),
+            bytes: units.iter().map(|u| u.bytes).sum(),
+            units: 1,
+        }
+    }
+}
+
+/// Why a rank's result is not one a rank `rank` of the plan could have
+/// made, if it is not. (A file that changed while it was read is sent
+/// again, so a true rank may carry up to twice its bytes.)
+fn unplanned(r: &RankResult, rank: u32, plan: &Plan) -> Option<String> {
+    let odd = |x: f64| !x.is_finite() || x < 0.0;
+    if r.rank != rank {
+        Some(format!("it says it is rank {}", r.rank))
+    } else if r.host.is_empty() || r.host.len() > 255 || r.host.chars().any(char::is_control) {
+        Some("its host name is not one".into())
+    } else if r.files > plan.entries {
+        Some(format!(
+            "{} files, of a share of {} entries",
+            r.files, plan.entries
+        ))
+    } else if r.bytes.saturating_add(r.resumed_bytes) > plan.bytes.saturating_mul(2) {
+        Some(format!(
+            "{} bytes, of a share of {}",
+            r.bytes.saturating_add(r.resumed_bytes),
+            plan.bytes
+        ))
+    } else if r.units > plan.units {
+        Some(format!("{} units, of {}", r.units, plan.units))
+    } else if r.ended_unix_ms < r.started_unix_ms || odd(r.seconds) || odd(r.bits_per_second) {
+        Some("its times do not add up".into())
+    } else {
+        None
+    }
 }
 
 /// Polls `found` until every rank's result is in or the wait is over
@@ -434,6 +610,7 @@ fn aggregate(
         failures.extend(check.failed.iter().cloned());
     }
     let verified = failures.is_empty();
+    let up_to_date = verified && carried == 0 && check.resent_files == 0 && check.resent_bytes == 0;
     FleetSummary {
         mode: mode.into(),
         ranks: size,
@@ -452,6 +629,7 @@ fn aggregate(
         failed: failures,
         final_check: Some(check),
         verified,
+        up_to_date,
     }
 }
 
@@ -520,13 +698,13 @@ fn queue_manifest(
     let mut said = false;
     loop {
         if let Some((hash, bytes)) = q.manifest().map_err(q_err)? {
-            return checked(&hash, &bytes);
+            return checked(f, &hash, &bytes);
         }
         if q.try_lock_walk().map_err(q_err)? {
             // Published meanwhile by the rank that held the walk before?
             if let Some((hash, bytes)) = q.manifest().map_err(q_err)? {
                 q.unlock_walk().map_err(q_err)?;
-                return checked(&hash, &bytes);
+                return checked(f, &hash, &bytes);
             }
             let published = walk(f).and_then(|m| {
                 let units = shard::queue_units(&m.items(), unit_bytes, unit_files);
@@ -563,13 +741,24 @@ fn queue_manifest(
     }
 }
 
-fn checked(hash: &str, bytes: &[u8]) -> Result<Manifest, EngineError> {
+/// The queue's manifest, as every rank takes it: whole (its hash), of
+/// this command's sources, and every entry beneath them by name.
+fn checked(f: &Fleet, hash: &str, bytes: &[u8]) -> Result<Manifest, EngineError> {
     let m = Manifest::decode(bytes).map_err(failed)?;
     if m.hash() != hash {
         return Err(failed(format!(
             "the queue's manifest does not match its hash ({hash}): the database was changed by hand?"
         )));
     }
+    if m.sources != f.cp.sources {
+        return Err(EngineError::Usage(format!(
+            "the queue's run is of other sources ({}): give each transfer its own --run-id",
+            m.sources.join(" ")
+        )));
+    }
+    Sources::new(&f.cp.sources)
+        .check(&m)
+        .map_err(|e| failed(e.to_string()))?;
     Ok(m)
 }
 
@@ -594,6 +783,7 @@ fn run_queue(f: &Fleet, reporter: &mut (dyn Reporter + Send)) -> Result<Outcome,
         f.rank.rank
     );
     let heartbeat = Heartbeat::start(url, run_id, &worker, *lease)?;
+    let sources = Arc::new(Sources::new(&f.cp.sources));
     let started = Instant::now();
     let mut me = new_rank(f, &manifest);
     let q = Arc::new(Mutex::new(q));
@@ -619,6 +809,7 @@ fn run_queue(f: &Fleet, reporter: &mut (dyn Reporter + Send)) -> Result<Outcome,
         let feed = Feed::new(
             q.clone(),
             manifest.clone(),
+            Some(sources.clone()),
             heartbeat.held.clone(),
             first,
             FeedConfig::new(&worker, f.rank.size, *lease),
@@ -627,6 +818,22 @@ fn run_queue(f: &Fleet, reporter: &mut (dyn Reporter + Send)) -> Result<Outcome,
         let taken = feed.taken();
         let ids: Vec<i64> = taken.leased.iter().map(|l| l.id).collect();
         let mut q = q.lock().expect("poisoned");
+        if let Some((units, refused)) = taken.refused {
+            // Failed for good (every rank would refuse them), and this
+            // rank stops: the queue's tables were written by someone else.
+            for l in &units {
+                q.failed(&worker, l.id, &refused.to_string(), 1)
+                    .map_err(q_err)?;
+            }
+            if let Ok(s) = &result {
+                let (bad, good) = split_failed(&manifest, &taken.leased, &s.failed);
+                q.done(&worker, &good).map_err(q_err)?;
+                for (id, why) in bad {
+                    q.failed(&worker, id, &why, MAX_ATTEMPTS).map_err(q_err)?;
+                }
+            }
+            return Err(failed(refused.to_string()));
+        }
         match result {
             Ok(s) => {
                 errors = 0;
@@ -683,21 +890,43 @@ fn run_queue(f: &Fleet, reporter: &mut (dyn Reporter + Send)) -> Result<Outcome,
         wait: (*lease * 2).min(f.wait),
         ..clone_fleet(f)
     };
+    let counts = q.counts().map_err(q_err)?;
+    let plan = Plan {
+        entries: manifest.entries.len() as u64,
+        bytes: manifest.bytes(),
+        units: counts.todo + counts.leased + counts.done + counts.failed,
+    };
+    let hash = manifest.hash();
+    let mut told = std::collections::HashSet::new();
     let ranks = wait_for_results(&wait, &manifest, |missing| {
         let reports = q.rank_reports().map_err(q_err)?;
         let mut found: Vec<RankResult> = Vec::new();
         for (rank, _, v) in reports {
-            if let Ok(r) = serde_json::from_value::<RankResult>(v) {
-                if r.manifest == manifest.hash() {
+            let Ok(r) = serde_json::from_value::<RankResult>(v) else {
+                continue;
+            };
+            if r.manifest != hash {
+                continue;
+            }
+            let why = if rank >= f.rank.size {
+                Some(format!("rank {rank} of a fleet of {}", f.rank.size))
+            } else {
+                unplanned(&r, rank, &plan)
+            };
+            match why {
+                None => {
                     found.retain(|x| x.rank != rank);
                     found.push(r);
                 }
+                Some(why) if told.insert(rank) => (f.note)(&format!(
+                    "ignoring the queue's report of rank {rank}: not a result of this run's plan ({why})"
+                )),
+                Some(_) => {}
             }
         }
         missing.extend((0..f.rank.size).filter(|r| !found.iter().any(|x| x.rank == *r)));
         Ok(found)
     })?;
-    let counts = q.counts().map_err(q_err)?;
     let check = final_check(f, &manifest, reporter)?;
     let mut summary = aggregate("queue", f.rank.size, &manifest, ranks, check);
     if counts.failed > 0 {
@@ -706,6 +935,7 @@ fn run_queue(f: &Fleet, reporter: &mut (dyn Reporter + Send)) -> Result<Outcome,
                 .final_check
                 .as_ref()
                 .is_some_and(|c| c.failed.is_empty());
+        summary.up_to_date &= summary.verified;
     }
     let _ = q.set_aggregate(&serde_json::to_value(&summary).expect("a summary serializes"));
     Ok(Outcome {

@@ -7,6 +7,15 @@ use longhaul_proto::units::{format_bytes, format_rate};
 
 /// One rank's result, on stderr (every rank prints one).
 pub fn rank_line(r: &RankResult) {
+    if r.files == 0 && r.bytes == 0 && r.failed.is_empty() {
+        errln!(
+            "longhaul: rank {} on {}: nothing to move, its share is at the destination ({:.1} s)",
+            r.rank,
+            r.host,
+            r.seconds
+        );
+        return;
+    }
     errln!(
         "longhaul: rank {} on {}: {} files, {} in {:.1} s ({}){}",
         r.rank,
@@ -40,15 +49,26 @@ pub fn as_cp_summary(r: &RankResult) -> CpSummary {
 
 /// The one result, for people.
 pub fn human(s: &FleetSummary) {
-    outln!(
-        "{} files, {} by {} ranks ({}) in {:.1} s: {}",
-        s.files,
-        format_bytes(s.bytes),
-        s.ranks,
-        s.mode,
-        s.seconds,
-        format_rate(s.bits_per_second)
-    );
+    if s.up_to_date {
+        outln!(
+            "up to date: {} files, {} already at the destination, checked by {} ranks ({}) in {:.1} s",
+            s.files,
+            format_bytes(s.bytes),
+            s.ranks,
+            s.mode,
+            s.seconds
+        );
+    } else {
+        outln!(
+            "{} files, {} by {} ranks ({}) in {:.1} s: {}",
+            s.files,
+            format_bytes(s.bytes),
+            s.ranks,
+            s.mode,
+            s.seconds,
+            format_rate(s.bits_per_second)
+        );
+    }
     for r in &s.per_rank {
         outln!(
             "  rank {:>3} {:<20} {:>10} {:>8.1} s {:>14}{}",
@@ -56,7 +76,11 @@ pub fn human(s: &FleetSummary) {
             r.host,
             format_bytes(r.bytes),
             r.seconds,
-            format_rate(r.bits_per_second),
+            if r.bytes == 0 {
+                "nothing to move".to_string()
+            } else {
+                format_rate(r.bits_per_second)
+            },
             if s.stragglers.contains(&r.rank) {
                 "  straggler"
             } else {

@@ -170,8 +170,9 @@ struct Found {
 /// The name a root is announced under: the last component the user
 /// named, never what a symbolic link leads to (a lone link is copied as
 /// itself, under its own name). `.`, `..` and `/` have no name of their
-/// own; they are named by the directory they resolve to.
-fn root_name(root: &Path) -> String {
+/// own; they are named by the directory they resolve to. (A fleet rank
+/// maps a manifest entry's name back to its source by it.)
+pub fn root_name(root: &Path) -> String {
     root.file_name()
         .map(|n| n.to_owned())
         .or_else(|| root.canonicalize().ok()?.file_name().map(|n| n.to_owned()))
