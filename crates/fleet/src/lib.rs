@@ -11,6 +11,7 @@
 //! servers write them into one shared partial file and the last range in
 //! renames it into place (`docs/PROTOCOL.md`, "parts").
 
+pub mod dbauth;
 mod dbtls;
 pub mod feed;
 pub mod manifest;
