@@ -21,16 +21,27 @@ pub const HIDDEN: &str = "***";
 
 /// Whether an option or key (without its dashes) names a credential.
 fn secret_key(key: &str) -> bool {
-    let k = key.trim_start_matches('-').to_ascii_lowercase().replace('-', "_");
+    let k = key
+        .trim_start_matches('-')
+        .to_ascii_lowercase()
+        .replace('-', "_");
     if k.is_empty() {
         return false;
     }
     let names_a_place = ["file", "path", "dir", "_env", "_var"]
         .iter()
         .any(|s| k.ends_with(s));
-    let secret = ["password", "passwd", "secret", "token", "apikey", "api_key", "credential"]
-        .iter()
-        .any(|s| k.contains(s))
+    let secret = [
+        "password",
+        "passwd",
+        "secret",
+        "token",
+        "apikey",
+        "api_key",
+        "credential",
+    ]
+    .iter()
+    .any(|s| k.contains(s))
         || matches!(k.as_str(), "pass" | "pwd" | "auth" | "authorization");
     secret && !names_a_place
 }
@@ -302,7 +313,10 @@ mod tests {
                 "host=db user=u password=*** dbname=x",
             ),
             ("password='it''s a secret' host=db", "password=*** host=db"),
-            ("postgres://u@h/x?password=SECRET&sslmode=require", "postgres://u@h/x?password=***&sslmode=require"),
+            (
+                "postgres://u@h/x?password=SECRET&sslmode=require",
+                "postgres://u@h/x?password=***&sslmode=require",
+            ),
             ("--token=lh1_ab12_zzzz", "--token=***"),
             ("--api-key=K", "--api-key=***"),
             ("PGPASSWORD=S", "PGPASSWORD=***"),
@@ -325,7 +339,17 @@ mod tests {
         );
         assert_eq!(scrub_text("xlh1_a_b"), "xlh1_a_b");
         // Never a panic, whatever the text.
-        for odd in ["password='\\é", "password='", "lh1_", "lh1__", "://@", "=", "password=", "a://é:é@é", "épassword=x"] {
+        for odd in [
+            "password='\\é",
+            "password='",
+            "lh1_",
+            "lh1__",
+            "://@",
+            "=",
+            "password=",
+            "a://é:é@é",
+            "épassword=x",
+        ] {
             let _ = scrub_text(odd);
             let _ = scrub_command(odd);
         }
@@ -333,10 +357,32 @@ mod tests {
 
     #[test]
     fn an_option_apart_from_its_value_hides_the_value() {
-        let args = ["longhaul", "x", "--password", "S", "--token", "T", "--token-file", "/f", "--secret", "--no"];
+        let args = [
+            "longhaul",
+            "x",
+            "--password",
+            "S",
+            "--token",
+            "T",
+            "--token-file",
+            "/f",
+            "--secret",
+            "--no",
+        ];
         assert_eq!(
             scrub_args(&args),
-            ["longhaul", "x", "--password", "***", "--token", "***", "--token-file", "/f", "--secret", "--no"]
+            [
+                "longhaul",
+                "x",
+                "--password",
+                "***",
+                "--token",
+                "***",
+                "--token-file",
+                "/f",
+                "--secret",
+                "--no"
+            ]
         );
     }
 

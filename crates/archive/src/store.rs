@@ -147,7 +147,11 @@ fn digest_key_range(prefix: &str) -> Option<(i64, i64)> {
     let head = prefix.get(..prefix.len().min(16))?;
     let v = u64::from_str_radix(head, 16).ok()?;
     let free = 64 - 4 * head.len() as u32;
-    let mask = if free == 0 { 0 } else { u64::MAX >> (64 - free) };
+    let mask = if free == 0 {
+        0
+    } else {
+        u64::MAX >> (64 - free)
+    };
     let lo = v << free;
     let hi = lo | mask;
     // At least 8 digits: the top bit is fixed, so the range does not wrap as i64.
@@ -356,7 +360,11 @@ impl Archive {
                 .map_err(err)?;
             let rows = stmt
                 .query_map([upto], |r| {
-                    Ok((r.get(0)?, r.get(1)?, [r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?]))
+                    Ok((
+                        r.get(0)?,
+                        r.get(1)?,
+                        [r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?],
+                    ))
                 })
                 .map_err(err)?
                 .collect::<Result<Vec<_>, _>>()

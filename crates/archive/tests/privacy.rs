@@ -98,7 +98,10 @@ fn rows_are_scrubbed_as_written_and_the_file_is_private() {
     let a = Archive::open_read_only(&path).unwrap();
     let d = serde_json::to_string(&a.run(id).unwrap()).unwrap();
     assert!(!d.contains("SECRET"), "{d}");
-    assert!(d.contains("postgres://u:***@h/x") && d.contains("lh1_0badc0de_***"), "{d}");
+    assert!(
+        d.contains("postgres://u:***@h/x") && d.contains("lh1_0badc0de_***"),
+        "{d}"
+    );
     drop(a);
     for suffix in ["", "-wal", "-shm"] {
         let f = format!("{}{suffix}", path.display());

@@ -164,13 +164,22 @@ fn a_queue_password_is_in_no_row_no_output_and_no_byte_of_the_archive() {
     let runs = h["runs"].as_array().unwrap();
     assert_eq!(runs.len(), 2, "{h}");
     assert!(
-        runs[0]["command"].as_str().unwrap().contains("--queue postgres://lh:***@127.0.0.1"),
+        runs[0]["command"]
+            .as_str()
+            .unwrap()
+            .contains("--queue postgres://lh:***@127.0.0.1"),
         "{h}"
     );
     for (what, text) in [
         ("history --json", h.to_string()),
-        ("show --json", json_ok(&archive, &["show", "last", "--json"]).to_string()),
-        ("show --json 1", json_ok(&archive, &["show", "1", "--json"]).to_string()),
+        (
+            "show --json",
+            json_ok(&archive, &["show", "last", "--json"]).to_string(),
+        ),
+        (
+            "show --json 1",
+            json_ok(&archive, &["show", "1", "--json"]).to_string(),
+        ),
         ("show", stdout(&with_archive(&archive, &["show", "last"]))),
         ("show 1", stdout(&with_archive(&archive, &["show", "1"]))),
         ("history", stdout(&with_archive(&archive, &["history"]))),
@@ -187,7 +196,10 @@ fn a_queue_password_is_in_no_row_no_output_and_no_byte_of_the_archive() {
             Ok((r.get(0)?, r.get(1)?))
         })
         .unwrap();
-    assert!(command.contains("postgres://lh:***@db.example"), "{command}");
+    assert!(
+        command.contains("postgres://lh:***@db.example"),
+        "{command}"
+    );
     assert!(!error.contains(OLD_SECRET), "{error}");
     drop(c);
     assert_no_bytes(&archive, SECRET);
@@ -289,12 +301,17 @@ fn assert_refused(archive: &Path, says: &str) {
     write_random(&src, 10_000, 4);
     let exp = t.dir("export");
     let s = data_server(&exp, &t.dir("state"));
-    let o = with_archive(archive, &["cp", src.to_str().unwrap(), &remote(s.addr(), "")]);
+    let o = with_archive(
+        archive,
+        &["cp", src.to_str().unwrap(), &remote(s.addr(), "")],
+    );
     assert_exit(&o, 0);
     assert_same_file(&src, &exp.join("f"));
     let err = stderr(&o);
     assert!(
-        err.contains("not archiving this run") && err.contains("refusing the archive") && err.contains(says),
+        err.contains("not archiving this run")
+            && err.contains("refusing the archive")
+            && err.contains(says),
         "{err}"
     );
     let o = with_archive(archive, &["history"]);
@@ -343,10 +360,16 @@ fn a_dir_slash_source_is_catalogued_under_its_own_names_and_where_finds_it() {
     write_random(&run7.join("new.txt"), 5000, 7);
     write_random(&run7.join("sub/deep.bin"), 7000, 8);
     let exp = t.dir("export");
+    fs::create_dir_all(exp.join("out")).unwrap();
     let s = data_server(&exp, &t.dir("state"));
     let o = with_archive(
         &archive,
-        &["cp", "-r", &format!("{}/", run7.display()), &remote(s.addr(), "out/")],
+        &[
+            "cp",
+            "-r",
+            &format!("{}/", run7.display()),
+            &remote(s.addr(), "out/"),
+        ],
     );
     assert_exit(&o, 0);
     let show = json_ok(&archive, &["show", "last", "--json", "--all-files"]);
@@ -365,22 +388,43 @@ fn a_dir_slash_source_is_catalogued_under_its_own_names_and_where_finds_it() {
     assert_eq!(
         pairs,
         [
-            (format!("{}/new.txt", run7.display()), format!("{at}/new.txt")),
-            (format!("{}/sub/deep.bin", run7.display()), format!("{at}/sub/deep.bin")),
+            (
+                format!("{}/new.txt", run7.display()),
+                format!("{at}/new.txt")
+            ),
+            (
+                format!("{}/sub/deep.bin", run7.display()),
+                format!("{at}/sub/deep.bin")
+            ),
         ],
         "{show}"
     );
-    let w = json_ok(&archive, &["where", "--json", run7.join("new.txt").to_str().unwrap()]);
+    let w = json_ok(
+        &archive,
+        &["where", "--json", run7.join("new.txt").to_str().unwrap()],
+    );
     assert_eq!(w["hits"].as_array().unwrap().len(), 1, "{w}");
 
     // Pulled back, `dir/` again: the source is the server's file.
     let back = t.dir("back");
     let o = with_archive(
         &archive,
-        &["cp", "-r", &remote(s.addr(), "out/"), back.to_str().unwrap()],
+        &[
+            "cp",
+            "-r",
+            &remote(s.addr(), "out/"),
+            back.to_str().unwrap(),
+        ],
     );
     assert_exit(&o, 0);
-    let w = json_ok(&archive, &["where", "--json", back.join("sub/deep.bin").to_str().unwrap()]);
+    let w = json_ok(
+        &archive,
+        &[
+            "where",
+            "--json",
+            back.join("sub/deep.bin").to_str().unwrap(),
+        ],
+    );
     let hits = w["hits"].as_array().unwrap();
     assert_eq!(hits.len(), 1, "{w}");
     assert_eq!(hits[0]["source"], format!("{at}/sub/deep.bin"), "{w}");
@@ -390,7 +434,11 @@ fn a_dir_slash_source_is_catalogued_under_its_own_names_and_where_finds_it() {
     for n in [8, 12, 16, 40, 64] {
         let w = json_ok(&archive, &["where", "--json", &digest[..n]]);
         assert_eq!(w["hits"].as_array().unwrap().len(), 2, "{n} digits: {w}");
-        assert!(w["hits"].as_array().unwrap().iter().all(|h| h["digest"] == digest.as_str()));
+        assert!(w["hits"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|h| h["digest"] == digest.as_str()));
     }
     let upper = digest[..12].to_uppercase();
     let w = json_ok(&archive, &["where", "--json", &upper]);
@@ -413,7 +461,10 @@ fn sync_dry_run_says_what_it_would_do_and_is_archived_as_a_dry_run() {
     let s = data_server(&exp, &t.dir("state"));
     let srcs = format!("{}/", src.display());
     let dest = remote(s.addr(), "out/");
-    let v = json_ok(&archive, &["sync", "-n", "--delete", "--json", &srcs, &dest]);
+    let v = json_ok(
+        &archive,
+        &["sync", "-n", "--delete", "--json", &srcs, &dest],
+    );
     assert_eq!(v["dry_run"], true, "{v}");
     assert_eq!(v["would_send_bytes"], 3345, "{v}");
     assert_eq!(v["would_send"].as_array().unwrap().len(), 2, "{v}");
@@ -427,7 +478,10 @@ fn sync_dry_run_says_what_it_would_do_and_is_archived_as_a_dry_run() {
         out.contains("dry run") && out.contains("would send 2 file") && out.contains("delete 1"),
         "{out}"
     );
-    assert!(!out.contains("verified"), "a dry run verifies nothing: {out}");
+    assert!(
+        !out.contains("verified"),
+        "a dry run verifies nothing: {out}"
+    );
     assert!(out.contains("would delete: extra"), "{out}");
 
     let h = json_ok(&archive, &["history", "--json"]);

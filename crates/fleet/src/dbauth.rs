@@ -130,10 +130,9 @@ pub fn service(name: &str) -> Result<Vec<(String, String)>, String> {
     let user_file = env("PGSERVICEFILE")
         .map(PathBuf::from)
         .or_else(|| home().map(|h| h.join(".pg_service.conf")));
-    let sys_file = PathBuf::from(
-        env("PGSYSCONFDIR").unwrap_or_else(|| "/etc/postgresql-common".into()),
-    )
-    .join("pg_service.conf");
+    let sys_file =
+        PathBuf::from(env("PGSYSCONFDIR").unwrap_or_else(|| "/etc/postgresql-common".into()))
+            .join("pg_service.conf");
     let mut looked = Vec::new();
     for f in user_file.into_iter().chain([sys_file]) {
         let text = match std::fs::read_to_string(&f) {
@@ -266,7 +265,12 @@ pub fn fill(
             Some(Host::Unix(p)) => vec![p.display().to_string(), "localhost".into()],
             None => vec!["localhost".into()],
         };
-        let port = config.get_ports().first().copied().unwrap_or(5432).to_string();
+        let port = config
+            .get_ports()
+            .first()
+            .copied()
+            .unwrap_or(5432)
+            .to_string();
         let user = config.get_user().unwrap_or_default().to_string();
         let db = config.get_dbname().unwrap_or(&user).to_string();
         match pgpass(&file, &host, &port, &db, &user) {
@@ -334,8 +338,8 @@ fn pgpass_fields(line: &str) -> Vec<String> {
     while let Some(c) = chars.next() {
         match c {
             '\\' => {
-                if let Some(n) = chars.next() {
-                    fields.last_mut().map(|f| f.push(n));
+                if let (Some(n), Some(f)) = (chars.next(), fields.last_mut()) {
+                    f.push(n);
                 }
             }
             ':' if fields.len() < 5 => fields.push(String::new()),

@@ -214,9 +214,10 @@ impl Queue {
     /// The password is found as libpq finds it ([`crate::dbauth`]).
     pub fn connect(url: &str, run: &str) -> Result<Queue, QueueError> {
         let (url, auth) = crate::dbauth::split(url);
-        let service_name = auth.service.clone().or_else(|| {
-            std::env::var("PGSERVICE").ok().filter(|s| !s.is_empty())
-        });
+        let service_name = auth
+            .service
+            .clone()
+            .or_else(|| std::env::var("PGSERVICE").ok().filter(|s| !s.is_empty()));
         let service = match &service_name {
             Some(name) => crate::dbauth::service(name).map_err(QueueError::Usage)?,
             None => Vec::new(),
@@ -252,14 +253,20 @@ impl Queue {
                 match &found.from {
                     Some(from) => why.push_str(&format!(" (the password came from {from})")),
                     None => {
-                        why.push_str(&format!(" (no password was found: {})", crate::dbauth::WHERE_PASSWORDS_GO));
+                        why.push_str(&format!(
+                            " (no password was found: {})",
+                            crate::dbauth::WHERE_PASSWORDS_GO
+                        ));
                     }
                 }
                 for note in &found.notes {
                     why.push_str(&format!("; {note}"));
                 }
             }
-            QueueError::Connect { at: at.clone(), why }
+            QueueError::Connect {
+                at: at.clone(),
+                why,
+            }
         };
         let db = match tls {
             None => config.connect(NoTls).map_err(connect_err)?,

@@ -260,7 +260,11 @@ fn print_run(d: &RunDetail) {
         }
     }
     if let (true, Some(s)) = (r.dry_run, &d.summary) {
-        let count = |k: &str| s.get(k).and_then(serde_json::Value::as_array).map_or(0, Vec::len);
+        let count = |k: &str| {
+            s.get(k)
+                .and_then(serde_json::Value::as_array)
+                .map_or(0, Vec::len)
+        };
         outln!(
             "  would     send {} file(s) and link(s), {}; delete {}",
             count("would_send"),
@@ -347,7 +351,14 @@ pub fn where_(a: WhereArgs, archive: &ArchiveArgs) -> Outcome {
         if hits.is_empty() {
             let what = absolute();
             let hits = db.find(&what).map_err(archive_failure)?;
-            (if hits.is_empty() { a.what.clone() } else { what }, hits)
+            (
+                if hits.is_empty() {
+                    a.what.clone()
+                } else {
+                    what
+                },
+                hits,
+            )
         } else {
             (a.what.clone(), hits)
         }
