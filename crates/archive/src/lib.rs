@@ -11,10 +11,13 @@
 //!   data path.
 //! - [`reporter`]: [`reporter::ArchiveReporter`], the reporter that turns a
 //!   command's events into rows.
+//! - [`scrub`]: credentials out of every command line and message the
+//!   archive keeps or shows.
 
 pub mod model;
 pub mod reporter;
 pub mod schema;
+pub mod scrub;
 pub mod served;
 pub mod store;
 pub mod writer;

@@ -51,6 +51,8 @@ pub struct RunRow {
     pub exit_code: Option<i32>,
     /// Rows (intervals, files) the archive could not keep for this run.
     pub lost: u64,
+    /// `sync -n`: what would have been done, nothing was.
+    pub dry_run: bool,
 }
 
 /// One interval of a run: a stream's, or (`stream == -1`) a direction's total.

@@ -266,13 +266,15 @@ impl CommandReporter for ArchiveReporter {
         for w in &s.warnings {
             self.warning(w);
         }
+        // A dry run moved and verified nothing: what it would do is in
+        // its summary (`would_send`, `deleted`), the run says `dry_run`.
         let result = RunResult {
             summary,
             bytes: Some(s.bytes),
             files: Some(s.files),
             seconds: Some(s.seconds),
             bits_per_second: Some(s.bits_per_second),
-            verified: Some(s.verified),
+            verified: (!s.dry_run).then_some(s.verified),
             verdict: s.verdict.map(|v| v.name().to_string()),
         };
         let (bytes, files) = (s.bytes, s.files);

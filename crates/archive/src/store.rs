@@ -2,6 +2,14 @@
 //! queries. Opening checks what the file is before anything is written:
 //! not SQLite, damaged, or from a newer longhaul is an [`ArchiveError`]
 //! naming the file, and the file is left as it was.
+//!
+//! The archive is its owner's alone: made 0600 (with its `-wal`, `-shm`
+//! and `-journal`, whatever the umask), and a path that is a symbolic
+//! link, not a regular file or not owned by this user is refused
+//! ([`ArchiveError::Unsafe`]), for reading too. Its rows carry no
+//! credential: what is written is scrubbed ([`crate::scrub`]), rows an
+//! older build wrote are scrubbed when the archive is next opened to write
+//! (their old bytes overwritten), and everything read is scrubbed again.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -28,6 +36,81 @@ pub enum ArchiveError {
     Io { path: PathBuf, why: String },
     #[error("no run {0} in the archive; `longhaul history` lists them")]
     NoRun(String),
+    #[error("the digest prefix {prefix} matches {} different digests ({}); give more of its hex digits", .digests.len(), .digests.join(", "))]
+    AmbiguousDigest {
+        prefix: String,
+        digests: Vec<String>,
+    },
+    #[error("refusing the archive {path}: {why}; point --archive (or LONGHAUL_ARCHIVE) at a file of your own")]
+    Unsafe { path: PathBuf, why: String },
+}
+
+/// The files SQLite keeps beside the archive.
+const SIDE_FILES: &[&str] = &["-wal", "-shm", "-journal"];
+
+/// The archive's file and the files beside it.
+fn archive_files(path: &Path) -> impl Iterator<Item = PathBuf> + '_ {
+    std::iter::once(path.to_path_buf()).chain(SIDE_FILES.iter().map(move |s| {
+        let mut p = path.as_os_str().to_os_string();
+        p.push(s);
+        PathBuf::from(p)
+    }))
+}
+
+/// Refuses the archive when it, or a file beside it, is a link, not a
+/// regular file, or not this user's; makes each that exists 0600. Whether
+/// the archive itself exists.
+fn own_files(path: &Path) -> Result<bool, ArchiveError> {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let me = rustix::process::geteuid().as_raw();
+    let mut exists = false;
+    for (i, f) in archive_files(path).enumerate() {
+        let m = match std::fs::symlink_metadata(&f) {
+            Ok(m) => m,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(io_error(path, format!("{}: {e}", f.display()))),
+        };
+        let unsafe_file = |why: String| ArchiveError::Unsafe {
+            path: path.to_path_buf(),
+            why: format!("{} {why}", f.display()),
+        };
+        if m.file_type().is_symlink() {
+            return Err(unsafe_file(
+                "is a symbolic link (the archive is never written through a link)".into(),
+            ));
+        }
+        if !m.file_type().is_file() {
+            return Err(unsafe_file("is not a regular file".into()));
+        }
+        if m.uid() != me {
+            return Err(unsafe_file(format!(
+                "belongs to uid {}, not to this user (uid {me})",
+                m.uid()
+            )));
+        }
+        if m.mode() & 0o077 != 0 {
+            std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o600))
+                .map_err(|e| io_error(path, format!("making {} 0600: {e}", f.display())))?;
+        }
+        exists |= i == 0;
+    }
+    Ok(exists)
+}
+
+/// Makes the archive's file, 0600 whatever the umask, unless it is there.
+fn create_private(path: &Path) -> Result<(), ArchiveError> {
+    use std::os::unix::fs::OpenOptionsExt;
+    match std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+    {
+        Ok(_) => Ok(()),
+        // Made meanwhile by another run: checked again by the caller.
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+        Err(e) => Err(io_error(path, e)),
+    }
 }
 
 fn io_error(path: &Path, e: impl std::fmt::Display) -> ArchiveError {
@@ -48,6 +131,31 @@ pub fn name_key(name: &str) -> i64 {
 pub fn digest_key(digest: &str) -> Option<i64> {
     let head = digest.get(..16)?;
     u64::from_str_radix(head, 16).ok().map(|v| v as i64)
+}
+
+/// The fewest hex digits `where` takes as a digest prefix.
+pub const MIN_DIGEST_PREFIX: usize = 8;
+
+/// Whether `what` reads as a digest or a prefix of one (hex, at least
+/// [`MIN_DIGEST_PREFIX`] digits, at most 64).
+pub fn is_digest_prefix(what: &str) -> bool {
+    (MIN_DIGEST_PREFIX..=64).contains(&what.len()) && what.bytes().all(|b| b.is_ascii_hexdigit())
+}
+
+/// The digest keys a hex prefix of a digest spans (inclusive).
+fn digest_key_range(prefix: &str) -> Option<(i64, i64)> {
+    let head = prefix.get(..prefix.len().min(16))?;
+    let v = u64::from_str_radix(head, 16).ok()?;
+    let free = 64 - 4 * head.len() as u32;
+    let mask = if free == 0 {
+        0
+    } else {
+        u64::MAX >> (64 - free)
+    };
+    let lo = v << free;
+    let hi = lo | mask;
+    // At least 8 digits: the top bit is fixed, so the range does not wrap as i64.
+    Some((lo as i64, hi as i64))
 }
 
 /// Seconds since the Unix epoch, now.
@@ -86,26 +194,40 @@ impl Archive {
                 let _ = std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700));
             }
         }
-        let conn = Connection::open(path).map_err(|e| classify(path, e))?;
+        if !own_files(path)? {
+            create_private(path)?;
+            own_files(path)?;
+        }
+        let conn = Connection::open_with_flags(
+            path,
+            OpenFlags::SQLITE_OPEN_READ_WRITE
+                | OpenFlags::SQLITE_OPEN_CREATE
+                | OpenFlags::SQLITE_OPEN_NO_MUTEX
+                | OpenFlags::SQLITE_OPEN_NOFOLLOW,
+        )
+        .map_err(|e| classify(path, e))?;
         let mut a = Archive {
             conn,
             path: path.to_path_buf(),
         };
         a.prepare(true)?;
+        a.scrub_old_rows()?;
         Ok(a)
     }
 
     /// Opens an existing archive to read it (history, show, where, the
     /// dashboard, plots). Never creates, migrates or changes the file.
     pub fn open_read_only(path: &Path) -> Result<Archive, ArchiveError> {
-        if !path.exists() {
+        if !own_files(path)? {
             return Err(ArchiveError::Missing {
                 path: path.to_path_buf(),
             });
         }
         let conn = Connection::open_with_flags(
             path,
-            OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+            OpenFlags::SQLITE_OPEN_READ_ONLY
+                | OpenFlags::SQLITE_OPEN_NO_MUTEX
+                | OpenFlags::SQLITE_OPEN_NOFOLLOW,
         )
         .map_err(|e| classify(path, e))?;
         let mut a = Archive {
@@ -204,6 +326,91 @@ impl Archive {
         Ok(())
     }
 
+    /// Scrubs the credentials out of the rows written since the last time
+    /// (by an older build, or by hand), and overwrites their old bytes in
+    /// the file and its log. One pass over every row the first time, then
+    /// only over the rows written since (`scrubbed_upto`).
+    fn scrub_old_rows(&mut self) -> Result<(), ArchiveError> {
+        use crate::scrub::{scrub_command, scrub_text};
+        let path = self.path.clone();
+        let err = |e: rusqlite::Error| io_error(&path, e);
+        self.conn
+            .execute_batch("CREATE TABLE IF NOT EXISTS scrubbed_upto (id INTEGER NOT NULL)")
+            .map_err(err)?;
+        let upto: i64 = self
+            .conn
+            .query_row("SELECT coalesce(max(id), 0) FROM scrubbed_upto", [], |r| {
+                r.get(0)
+            })
+            .map_err(err)?;
+        let last: i64 = self
+            .conn
+            .query_row("SELECT coalesce(max(id), 0) FROM runs", [], |r| r.get(0))
+            .map_err(err)?;
+        if last <= upto {
+            return Ok(());
+        }
+        type Texts = (i64, String, [Option<String>; 4]);
+        let rows: Vec<Texts> = {
+            let mut stmt = self
+                .conn
+                .prepare(
+                    "SELECT id, command, error, warnings, params, summary FROM runs WHERE id > ?1",
+                )
+                .map_err(err)?;
+            let rows = stmt
+                .query_map([upto], |r| {
+                    Ok((
+                        r.get(0)?,
+                        r.get(1)?,
+                        [r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?],
+                    ))
+                })
+                .map_err(err)?
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(err)?;
+            rows
+        };
+        let mut changed = 0;
+        // Freed bytes are zeroed: the old text leaves the file's pages.
+        self.conn
+            .pragma_update(None, "secure_delete", "ON")
+            .map_err(err)?;
+        let tx = self.conn.transaction().map_err(err)?;
+        for (id, command, texts) in rows {
+            let command2 = scrub_command(&command);
+            let texts2 = texts.clone().map(|t| t.map(|t| scrub_text(&t)));
+            if command2 != command || texts2 != texts {
+                let [error, warnings, params, summary] = texts2;
+                tx.execute(
+                    "UPDATE runs SET command = ?2, error = ?3, warnings = ?4, params = ?5,
+                       summary = ?6 WHERE id = ?1",
+                    params![id, command2, error, warnings, params, summary],
+                )
+                .map_err(err)?;
+                changed += 1;
+            }
+        }
+        tx.execute("DELETE FROM scrubbed_upto", []).map_err(err)?;
+        tx.execute("INSERT INTO scrubbed_upto (id) VALUES (?1)", [last])
+            .map_err(err)?;
+        tx.commit().map_err(err)?;
+        self.conn
+            .pragma_update(None, "secure_delete", "OFF")
+            .map_err(err)?;
+        if changed > 0 {
+            // The log held the old pages: copied back, then emptied.
+            let _ = self
+                .conn
+                .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()));
+            tracing::info!(
+                "archive {}: credentials scrubbed from {changed} older runs",
+                path.display()
+            );
+        }
+        Ok(())
+    }
+
     /// Records a run as started; its id.
     pub fn begin_run(&self, run: &NewRun) -> Result<i64, ArchiveError> {
         let now = unix_now();
@@ -216,14 +423,16 @@ impl Archive {
                     run.kind,
                     now,
                     std::process::id(),
-                    run.command,
+                    crate::scrub::scrub_command(&run.command),
                     host_name(),
                     run.remote_host,
                     run.export,
                     run.grant,
                     run.source,
                     run.dest,
-                    run.params.as_ref().map(|p| p.to_string()),
+                    run.params
+                        .as_ref()
+                        .map(|p| crate::scrub::scrub_text(&p.to_string())),
                 ],
             )
             .map_err(|e| io_error(&self.path, e))?;
@@ -388,11 +597,12 @@ impl Archive {
                 r.get(0)
             })
             .map_err(|e| io_error(&self.path, e))?;
+        let scrubbed = |t: Option<String>| t.map(|t| crate::scrub::scrub_text(&t));
         Ok(RunDetail {
             run,
-            params: params.and_then(|p| serde_json::from_str(&p).ok()),
-            summary: summary.and_then(|p| serde_json::from_str(&p).ok()),
-            warnings: warnings
+            params: scrubbed(params).and_then(|p| serde_json::from_str(&p).ok()),
+            summary: scrubbed(summary).and_then(|p| serde_json::from_str(&p).ok()),
+            warnings: scrubbed(warnings)
                 .and_then(|w| serde_json::from_str(&w).ok())
                 .unwrap_or_default(),
             intervals: self.intervals(id, None)?,
@@ -455,37 +665,64 @@ impl Archive {
 
     /// `where`: every run that moved this file (as its source or its
     /// destination, by full path or by the path it had in the transfer) or
-    /// these bytes (a digest), newest first.
+    /// these bytes (a digest, or a prefix of one that names one digest),
+    /// newest first.
     pub fn find(&self, what: &str) -> Result<Vec<FileHit>, ArchiveError> {
-        let is_digest = what.len() == 64 && what.bytes().all(|b| b.is_ascii_hexdigit());
-        let (sql, key) = if is_digest {
-            (
-                format!(
-                    "SELECT runs.id, runs.kind, runs.started_at, runs.status, {FILE_COLUMNS_QUALIFIED}
-                     FROM files JOIN runs ON runs.id = files.run
-                     WHERE files.digest_key = ?2 AND files.digest = lower(?1)
-                     ORDER BY runs.id DESC, files.rowid"
-                ),
-                digest_key(what).unwrap_or(0),
-            )
-        } else {
-            (
-                format!(
-                    "SELECT runs.id, runs.kind, runs.started_at, runs.status, {FILE_COLUMNS_QUALIFIED}
-                     FROM files JOIN runs ON runs.id = files.run
-                     WHERE (files.dest_key = ?2 AND files.dest = ?1)
-                        OR (files.source_key = ?2 AND files.source = ?1)
-                     ORDER BY runs.id DESC, files.rowid"
-                ),
-                name_key(what),
-            )
-        };
+        if is_digest_prefix(what) {
+            let hits = self.find_digest(what)?;
+            let mut digests: Vec<String> =
+                hits.iter().filter_map(|h| h.file.digest.clone()).collect();
+            digests.sort();
+            digests.dedup();
+            if digests.len() > 1 {
+                return Err(ArchiveError::AmbiguousDigest {
+                    prefix: what.to_string(),
+                    digests,
+                });
+            }
+            // A name made of hex digits is a name too.
+            if !hits.is_empty() {
+                return Ok(hits);
+            }
+        }
+        self.find_rows(
+            &format!(
+                "SELECT runs.id, runs.kind, runs.started_at, runs.status, {FILE_COLUMNS_QUALIFIED}
+                 FROM files JOIN runs ON runs.id = files.run
+                 WHERE (files.dest_key = ?2 AND files.dest = ?1)
+                    OR (files.source_key = ?2 AND files.source = ?1)
+                 ORDER BY runs.id DESC, files.rowid"
+            ),
+            params![what, name_key(what)],
+        )
+    }
+
+    /// The files whose digest starts with `prefix` (hex, any case).
+    fn find_digest(&self, prefix: &str) -> Result<Vec<FileHit>, ArchiveError> {
+        let (lo, hi) = digest_key_range(prefix).unwrap_or((0, -1));
+        self.find_rows(
+            &format!(
+                "SELECT runs.id, runs.kind, runs.started_at, runs.status, {FILE_COLUMNS_QUALIFIED}
+                 FROM files JOIN runs ON runs.id = files.run
+                 WHERE files.digest_key BETWEEN ?2 AND ?3
+                   AND substr(files.digest, 1, length(?1)) = lower(?1)
+                 ORDER BY runs.id DESC, files.rowid"
+            ),
+            params![prefix, lo, hi],
+        )
+    }
+
+    fn find_rows(
+        &self,
+        sql: &str,
+        args: impl rusqlite::Params,
+    ) -> Result<Vec<FileHit>, ArchiveError> {
         let mut stmt = self
             .conn
-            .prepare(&sql)
+            .prepare(sql)
             .map_err(|e| io_error(&self.path, e))?;
         let rows = stmt
-            .query_map(params![what, key], |r| {
+            .query_map(args, |r| {
                 Ok(FileHit {
                     run: r.get(0)?,
                     kind: r.get(1)?,
@@ -511,8 +748,9 @@ impl Archive {
 
 const RUN_COLUMNS: &str = "id, kind, status, started_at, ended_at, updated_at, command, local_host,
     remote_host, export, grant_name, source, dest, bytes, files, seconds, bits_per_second, verified,
-    verdict, live_bytes, live_files, live_bps, error, exit_code, lost, pid";
-const RUN_COLUMN_COUNT: usize = 26;
+    verdict, live_bytes, live_files, live_bps, error, exit_code, lost, pid,
+    coalesce(json_extract(params, '$.dry_run'), 0)";
+const RUN_COLUMN_COUNT: usize = 27;
 const FILE_COLUMNS: &str = "path, source, dest, size, mtime_ns, digest, verified";
 const FILE_COLUMNS_QUALIFIED: &str =
     "files.path, files.source, files.dest, files.size, files.mtime_ns, files.digest, files.verified";
@@ -536,7 +774,7 @@ fn run_row(r: &Row) -> rusqlite::Result<RunRow> {
         started_at: r.get(3)?,
         ended_at: r.get(4)?,
         updated_at: r.get(5)?,
-        command: r.get(6)?,
+        command: crate::scrub::scrub_command(&r.get::<_, String>(6)?),
         local_host: r.get(7)?,
         remote_host: r.get(8)?,
         export: r.get(9)?,
@@ -552,9 +790,12 @@ fn run_row(r: &Row) -> rusqlite::Result<RunRow> {
         live_bytes: r.get::<_, i64>(19)? as u64,
         live_files: r.get::<_, i64>(20)? as u64,
         live_bps: r.get(21)?,
-        error: r.get(22)?,
+        error: r
+            .get::<_, Option<String>>(22)?
+            .map(|e| crate::scrub::scrub_text(&e)),
         exit_code: r.get(23)?,
         lost: r.get::<_, i64>(24)? as u64,
+        dry_run: r.get::<_, i64>(26)? != 0,
     })
 }
 

@@ -16,6 +16,7 @@ use rusqlite::{params, Transaction};
 use longhaul_engine::xfer::Landed;
 
 use crate::model::{FileRow, IntervalRow, Loss};
+use crate::scrub::scrub_text;
 use crate::store::{digest_key, name_key, unix_now, Archive};
 
 /// How long rows wait before they are committed: the live view is this
@@ -319,7 +320,7 @@ fn write_batch(tx: &Transaction, run: i64, batch: &[Record]) -> rusqlite::Result
             Record::Params(p) => {
                 tx.execute(
                     "UPDATE runs SET params = ?2 WHERE id = ?1",
-                    params![run, p.to_string()],
+                    params![run, scrub_text(&p.to_string())],
                 )?;
             }
             Record::Result(r) => {
@@ -328,7 +329,7 @@ fn write_batch(tx: &Transaction, run: i64, batch: &[Record]) -> rusqlite::Result
                        bits_per_second = ?6, verified = ?7, verdict = ?8 WHERE id = ?1",
                     params![
                         run,
-                        r.summary.as_ref().map(|s| s.to_string()),
+                        r.summary.as_ref().map(|s| scrub_text(&s.to_string())),
                         r.bytes.map(|v| v as i64),
                         r.files.map(|v| v as i64),
                         r.seconds,
@@ -346,10 +347,11 @@ fn write_batch(tx: &Transaction, run: i64, batch: &[Record]) -> rusqlite::Result
                         run,
                         e.status,
                         unix_now(),
-                        e.error,
+                        e.error.as_deref().map(scrub_text),
                         e.exit_code,
-                        (!e.warnings.is_empty())
-                            .then(|| serde_json::to_string(&e.warnings).unwrap_or_default()),
+                        (!e.warnings.is_empty()).then(|| scrub_text(
+                            &serde_json::to_string(&e.warnings).unwrap_or_default()
+                        )),
                     ],
                 )?;
             }

@@ -121,7 +121,8 @@ pub struct ShowArgs {
 
 #[derive(Args)]
 pub struct WhereArgs {
-    /// A file's path (as a source or a destination), or a BLAKE3 digest.
+    /// A file's path (as a source or a destination), or a BLAKE3 digest or
+    /// a prefix of one (8 or more hex digits naming one digest).
     pub what: String,
     /// One JSON document (docs/JSON.md, `longhaul-where`).
     #[arg(long)]

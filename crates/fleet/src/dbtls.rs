@@ -112,7 +112,7 @@ pub fn split(url: &str) -> Result<(String, Option<DbTls>), String> {
 }
 
 /// `%XX` escapes decoded (a path in a URL's query).
-fn percent_decoded(v: &str) -> String {
+pub(crate) fn percent_decoded(v: &str) -> String {
     let b = v.as_bytes();
     let mut out = Vec::with_capacity(b.len());
     let mut i = 0;

@@ -16,6 +16,7 @@
 //! sources ([`confine`]), and the run directory must be its user's alone.
 
 pub mod confine;
+pub mod dbauth;
 mod dbtls;
 pub mod feed;
 pub mod manifest;

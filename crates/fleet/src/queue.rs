@@ -97,24 +97,27 @@ struct Db {
 /// `url` without its password, for messages.
 fn shown(url: &str) -> String {
     match url.parse::<postgres::Config>() {
-        Ok(c) => {
-            let hosts: Vec<String> = c
-                .get_hosts()
-                .iter()
-                .map(|h| match h {
-                    postgres::config::Host::Tcp(h) => h.clone(),
-                    postgres::config::Host::Unix(p) => p.display().to_string(),
-                })
-                .collect();
-            let port = c.get_ports().first().copied().unwrap_or(5432);
-            format!(
-                "{}:{port}/{}",
-                hosts.join(","),
-                c.get_dbname().unwrap_or("")
-            )
-        }
+        Ok(c) => shown_config(&c),
         Err(_) => "the --queue URL".into(),
     }
+}
+
+/// Where `c` connects, without its password, for messages.
+fn shown_config(c: &postgres::Config) -> String {
+    let hosts: Vec<String> = c
+        .get_hosts()
+        .iter()
+        .map(|h| match h {
+            postgres::config::Host::Tcp(h) => h.clone(),
+            postgres::config::Host::Unix(p) => p.display().to_string(),
+        })
+        .collect();
+    let port = c.get_ports().first().copied().unwrap_or(5432);
+    format!(
+        "{}:{port}/{}",
+        hosts.join(","),
+        c.get_dbname().unwrap_or("")
+    )
 }
 
 /// Whether every host of `c` is this machine (loopback or a socket).
@@ -208,24 +211,62 @@ impl Db {
 impl Queue {
     /// Connects and makes the tables if they are not there (one rank at a
     /// time: an advisory lock around the DDL).
+    /// The password is found as libpq finds it ([`crate::dbauth`]).
     pub fn connect(url: &str, run: &str) -> Result<Queue, QueueError> {
-        let (rest, tls) = crate::dbtls::split(url).map_err(QueueError::Usage)?;
-        let at = shown(&rest);
+        let (url, auth) = crate::dbauth::split(url);
+        let service_name = auth
+            .service
+            .clone()
+            .or_else(|| std::env::var("PGSERVICE").ok().filter(|s| !s.is_empty()));
+        let service = match &service_name {
+            Some(name) => crate::dbauth::service(name).map_err(QueueError::Usage)?,
+            None => Vec::new(),
+        };
+        let (rest, mut tls) = crate::dbtls::split(&url).map_err(QueueError::Usage)?;
+        if !url.contains("sslmode=") {
+            let (_, from_service) = crate::dbtls::split(&crate::dbauth::service_tls(&service))
+                .map_err(|e| QueueError::Usage(format!("{e} (in the service's settings)")))?;
+            tls = tls.or(from_service);
+        }
         let mut config: postgres::Config = rest.parse().map_err(|e| {
             QueueError::Usage(format!(
-                "--queue {at}: not a PostgreSQL URL ({e}); write postgres://USER@HOST[:PORT]/DB[?sslmode=verify-full&sslrootcert=CA.pem]"
+                "--queue {}: not a PostgreSQL URL ({e}); write postgres://USER@HOST[:PORT]/DB[?sslmode=verify-full&sslrootcert=CA.pem]",
+                shown(&rest)
             ))
         })?;
-        if config.get_password().is_some() && !local_only(&config) && tls.is_none() {
+        let found = crate::dbauth::fill(&mut config, &auth, service_name.as_deref(), &service)
+            .map_err(QueueError::Usage)?;
+        let at = shown_config(&config);
+        for note in &found.notes {
+            tracing::warn!("--queue {at}: {note}");
+        }
+        if let (Some(from), None, false) = (&found.from, &tls, local_only(&config)) {
             return Err(QueueError::Usage(format!(
-                "--queue {at}: a password in the URL would cross the network in plaintext; add ?sslmode=verify-full (and &sslrootcert=CA.pem for a site's own CA), or use a database on this host"
+                "--queue {at}: the password (from {from}) would cross the network in plaintext; add ?sslmode=verify-full (and &sslrootcert=CA.pem for a site's own CA), or use a database on this host"
             )));
         }
         config.connect_timeout(Duration::from_secs(10));
         config.application_name("longhaul");
-        let connect_err = |e: postgres::Error| QueueError::Connect {
-            at: at.clone(),
-            why: crate::dbtls::explained(&e),
+        let connect_err = |e: postgres::Error| {
+            let mut why = crate::dbtls::explained(&e);
+            if why.contains("password") {
+                match &found.from {
+                    Some(from) => why.push_str(&format!(" (the password came from {from})")),
+                    None => {
+                        why.push_str(&format!(
+                            " (no password was found: {})",
+                            crate::dbauth::WHERE_PASSWORDS_GO
+                        ));
+                    }
+                }
+                for note in &found.notes {
+                    why.push_str(&format!("; {note}"));
+                }
+            }
+            QueueError::Connect {
+                at: at.clone(),
+                why,
+            }
         };
         let db = match tls {
             None => config.connect(NoTls).map_err(connect_err)?,

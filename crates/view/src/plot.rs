@@ -1222,6 +1222,7 @@ mod tests {
             error: None,
             exit_code: Some(0),
             lost: 0,
+            dry_run: false,
         }
     }
 

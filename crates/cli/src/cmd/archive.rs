@@ -187,7 +187,11 @@ fn history_line(r: &RunRow) -> String {
         r.id,
         when(r.started_at),
         kind_of(r),
-        r.status,
+        if r.dry_run {
+            format!("{} (dry)", r.status)
+        } else {
+            r.status.clone()
+        },
         shorten(&what, 28),
         if bytes > 0 {
             format_bytes(bytes)
@@ -260,7 +264,17 @@ pub fn show(a: ShowArgs, archive: &ArchiveArgs) -> Outcome {
 
 fn print_run(d: &RunDetail) {
     let r = &d.run;
-    outln!("run {}: {} ({})", r.id, kind_of(r), r.status);
+    outln!(
+        "run {}: {} ({}){}",
+        r.id,
+        kind_of(r),
+        r.status,
+        if r.dry_run {
+            ", a dry run: nothing was sent, written or deleted"
+        } else {
+            ""
+        }
+    );
     outln!("  command   {}", r.command);
     outln!(
         "  started   {} UTC on {}{}",
@@ -283,7 +297,23 @@ fn print_run(d: &RunDetail) {
             outln!("  {k:<9} {v}");
         }
     }
-    if let Some(b) = r.bytes {
+    if let (true, Some(s)) = (r.dry_run, &d.summary) {
+        let count = |k: &str| {
+            s.get(k)
+                .and_then(serde_json::Value::as_array)
+                .map_or(0, Vec::len)
+        };
+        outln!(
+            "  would     send {} file(s) and link(s), {}; delete {}",
+            count("would_send"),
+            format_bytes(
+                s.get("would_send_bytes")
+                    .and_then(serde_json::Value::as_u64)
+                    .unwrap_or(0)
+            ),
+            count("deleted")
+        );
+    } else if let Some(b) = r.bytes {
         let resumed = d
             .summary
             .as_ref()
@@ -399,14 +429,34 @@ fn printable(v: &mut serde_json::Value) {
 pub fn where_(a: WhereArgs, archive: &ArchiveArgs) -> Outcome {
     let db = open(archive)?;
     // A local path is recorded absolute: look it up that way too.
-    let what = if longhaul_proto::xfer::parse_remote(&a.what).is_none()
-        && !(a.what.len() == 64 && a.what.bytes().all(|b| b.is_ascii_hexdigit()))
-    {
+    let absolute = || {
         std::path::absolute(&a.what).map_or_else(|_| a.what.clone(), |p| p.display().to_string())
-    } else {
-        a.what.clone()
     };
-    let hits = db.find(&what).map_err(archive_failure)?;
+    let (what, hits) = if longhaul_archive::store::is_digest_prefix(&a.what) {
+        // A digest or a prefix of one; else a file named in hex digits.
+        let hits = db.find(&a.what).map_err(archive_failure)?;
+        if hits.is_empty() {
+            let what = absolute();
+            let hits = db.find(&what).map_err(archive_failure)?;
+            (
+                if hits.is_empty() {
+                    a.what.clone()
+                } else {
+                    what
+                },
+                hits,
+            )
+        } else {
+            (a.what.clone(), hits)
+        }
+    } else if longhaul_proto::xfer::parse_remote(&a.what).is_none() {
+        let what = absolute();
+        let hits = db.find(&what).map_err(archive_failure)?;
+        (what, hits)
+    } else {
+        let hits = db.find(&a.what).map_err(archive_failure)?;
+        (a.what.clone(), hits)
+    };
     if a.json {
         let doc = json!({
             "format": "longhaul-where",

@@ -91,6 +91,15 @@ fn rank_of(f: &FleetArgs) -> Result<Rank, super::Failure> {
 
 fn mode_of(a: &CpArgs) -> Result<Mode, super::Failure> {
     let f = &a.fleet;
+    if f.queue
+        .as_deref()
+        .is_some_and(longhaul_fleet::dbauth::url_has_password)
+    {
+        crate::errln!(
+            "longhaul: warning: the --queue URL holds a password, which every user of this node sees in `ps` (the archive keeps the command without it); {}",
+            longhaul_fleet::dbauth::WHERE_PASSWORDS_GO
+        );
+    }
     match (&f.queue, &f.run_dir) {
         (Some(url), _) => Ok(Mode::Queue {
             url: url.clone(),

@@ -209,16 +209,8 @@ pub fn with_archive(printer: Printer, archive: Option<ArchiveReporter>) -> Print
     }
 }
 
-/// The command line as a run records it.
+/// The command line as a run records it: credentials removed
+/// ([`longhaul_archive::scrub`]).
 pub fn command_line() -> String {
-    std::env::args()
-        .map(|a| {
-            if a.is_empty() || a.contains(|c: char| c.is_whitespace() || c == '\'' || c == '"') {
-                format!("'{}'", a.replace('\'', "'\\''"))
-            } else {
-                a
-            }
-        })
-        .collect::<Vec<_>>()
-        .join(" ")
+    longhaul_archive::scrub::command_line(&std::env::args().collect::<Vec<_>>())
 }

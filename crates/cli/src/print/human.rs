@@ -658,9 +658,37 @@ fn sent_line(s: &CpSummary) -> String {
     )
 }
 
+/// A dry run's outcome: what would be sent and deleted, nothing else.
+fn print_dry_run(s: &CpSummary) {
+    let sending = s.would_send.len() as u64;
+    outln!(
+        "dry run: nothing was sent, written or deleted; would send {} file(s) and link(s), {}, and delete {}; {} up to date",
+        sending,
+        format_bytes(s.would_send_bytes),
+        s.deleted.len(),
+        s.skipped.saturating_sub(sending)
+    );
+    for w in &s.warnings {
+        errln!("longhaul: warning: {w}");
+    }
+    for p in &s.would_send {
+        outln!("would send: {p}");
+    }
+    for p in &s.deleted {
+        outln!("would delete: {p}");
+    }
+    for f in &s.failed {
+        errln!("longhaul: failed: {}: {}", f.path, f.error);
+    }
+}
+
 /// A transfer's outcome: figures, stages, tuning, path, then what was
 /// deleted or would be sent, failures (stderr) and the verification.
 fn print_transfer(s: &CpSummary, dry_run: bool) {
+    if dry_run || s.dry_run {
+        print_dry_run(s);
+        return;
+    }
     outln!(
         "{} files{}, {}{} ({} skipped as up to date, {} stream(s), {} attempt(s))",
         s.files,

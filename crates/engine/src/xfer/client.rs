@@ -126,10 +126,21 @@ pub struct CpSummary {
     /// `--dry-run`: the files that would be sent.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub would_send: Vec<String>,
+    /// `--dry-run`: the bytes of the files that would be sent.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub would_send_bytes: u64,
+    /// `--dry-run`: nothing was sent, written or deleted; `files`, `bytes`
+    /// and `verified` say nothing was moved.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub dry_run: bool,
     /// With several paths (`--bind`, `--via`): each path's streams and the
     /// bytes that crossed it (TCP payload, TLS records included).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub paths: Vec<PathUse>,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// One path of a transfer's data streams.
@@ -860,6 +871,7 @@ fn cp_once(
     let mut s = CpSummary {
         streams,
         warnings,
+        dry_run: o.dry_run,
         encryption: ctl.conn.encryption(),
         ..CpSummary::default()
     };
@@ -939,6 +951,7 @@ fn cp_once(
             s.source_read_bps = stage_rate(t.read_bytes, t.read_us, streams);
             s.deleted = r.sink.deleted.clone();
             s.would_send = r.sink.would_send.clone();
+            s.would_send_bytes = r.sink.would_send_bytes;
             s.dest_write_bps = stage_rate(r.sink.written_bytes, r.sink.write_us, streams);
             s.paths = taps.count(true);
         }
@@ -996,6 +1009,7 @@ fn cp_once(
             s.failed = r.failed.clone();
             s.deleted = r.deleted.clone();
             s.would_send = r.would_send.clone();
+            s.would_send_bytes = r.would_send_bytes;
             s.dest_write_bps = stage_rate(r.written_bytes, r.write_us, streams);
             if let Some(d) = &r.source {
                 s.source_read_bps = stage_rate(d.read_bytes, d.read_us, streams);
@@ -1021,9 +1035,10 @@ fn cp_once(
 /// transfer came from and where it went, as a local absolute path or
 /// `HOST:EXPORT/path`.
 struct Place {
-    /// Each root: the name its entries start with (None when its contents
-    /// were copied, `dir/`), and the prefix that makes an entry its full
-    /// source name.
+    /// Each root: the name its entries start with (whether it was named
+    /// `dir` or `dir/`) and the directory that holds it; or None and the
+    /// root itself when its entries are named by the server (an export's
+    /// root) or it has no name (`/`).
     roots: Vec<(Option<String>, String)>,
     /// The destination as named, and whether the first component of an
     /// entry is replaced by it ([`Landing::Onto`]) or kept.
@@ -1043,17 +1058,22 @@ impl Place {
         else {
             unreachable!("a push plan")
         };
+        // A root's entries start with its name, `dir/` (its contents) or
+        // not: the walk names them so, and the landing drops the name.
         let roots = roots
             .iter()
             .map(|r| {
-                let shown = r.to_string_lossy();
                 let abs = std::path::absolute(r).unwrap_or_else(|_| r.clone());
-                let abs = abs.to_string_lossy().trim_end_matches('/').to_string();
-                if shown.ends_with('/') {
-                    (None, abs)
-                } else {
-                    let (parent, name) = abs.rsplit_once('/').unwrap_or(("", &abs));
-                    (Some(name.to_string()), parent.to_string())
+                let named = match abs.file_name() {
+                    Some(_) if !abs.ends_with("..") => abs,
+                    _ => abs.canonicalize().unwrap_or(abs),
+                };
+                let named = named.to_string_lossy().trim_end_matches('/').to_string();
+                match named.rsplit_once('/') {
+                    Some((parent, name)) if !name.is_empty() => {
+                        (Some(name.to_string()), parent.to_string())
+                    }
+                    _ => (None, named),
                 }
             })
             .collect();
@@ -1078,8 +1098,8 @@ impl Place {
             .iter()
             .map(|s| {
                 let full = format!("{host}:{export}/{}", s.trim_end_matches('/'));
-                if s.ends_with('/') || s.is_empty() {
-                    (None, full)
+                if s.trim_end_matches('/').is_empty() {
+                    (None, full.trim_end_matches('/').to_string())
                 } else {
                     let (parent, name) = full.rsplit_once('/').unwrap_or(("", &full));
                     (Some(name.to_string()), parent.to_string())
@@ -1114,15 +1134,22 @@ impl Place {
     /// (source, destination) of an entry path.
     fn names(&self, path: &str) -> (String, String) {
         let first = path.split('/').next().unwrap_or("");
-        let source = self
+        let source = match self
             .roots
             .iter()
             .find(|(name, _)| name.as_deref() == Some(first))
-            .or_else(|| self.roots.iter().find(|(name, _)| name.is_none()))
-            .map_or_else(
-                || path.to_string(),
-                |(_, prefix)| format!("{prefix}/{path}"),
-            );
+        {
+            Some((_, parent)) => format!("{parent}/{path}"),
+            // A root named by the server (an export's root): its entries
+            // start with a name of the server's, in place of the root.
+            None => match self.roots.iter().find(|(name, _)| name.is_none()) {
+                Some((_, root)) => match path.split_once('/') {
+                    Some((_, rest)) => format!("{root}/{rest}"),
+                    None => root.clone(),
+                },
+                None => path.to_string(),
+            },
+        };
         let rest = if self.onto {
             path.split_once('/').map_or("", |(_, r)| r)
         } else {

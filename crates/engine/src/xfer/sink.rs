@@ -810,6 +810,7 @@ fn open_file(e: &Entry, cfg: &SinkConfig, files: &Files, report: &mut SinkReport
         report
             .would_send
             .push(format!("{} -> {}", e.path, cfg.shown(&e.path)));
+        report.would_send_bytes += e.size;
         return Want::Skip { id: e.id };
     }
     let (dir, _) = match cfg.anchor.parent_of(&target, true) {

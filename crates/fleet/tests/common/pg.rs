@@ -291,3 +291,35 @@ impl Drop for TempPostgres {
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
+
+impl TempPostgres {
+    /// Makes a role that must give `password` (SCRAM) over TCP and the
+    /// socket, while every other role stays `trust`; returns its URL
+    /// without the password.
+    pub fn password_user(&self, user: &str, password: &str) -> String {
+        let mut c = postgres::Client::connect(&self.url(), postgres::NoTls).unwrap();
+        c.batch_execute(&format!(
+            "SET password_encryption = 'scram-sha-256'; CREATE ROLE {user} LOGIN SUPERUSER PASSWORD '{password}'"
+        ))
+        .unwrap();
+        let hba = self.dir.join("data/pg_hba.conf");
+        let rest = std::fs::read_to_string(&hba).unwrap();
+        std::fs::write(
+            &hba,
+            format!("local all {user} scram-sha-256\nhost all {user} 127.0.0.1/32 scram-sha-256\n{rest}"),
+        )
+        .unwrap();
+        c.batch_execute("SELECT pg_reload_conf()").unwrap();
+        let url = format!("postgres://{user}@127.0.0.1:{}/postgres", self.port);
+        // The reload is asynchronous: wait until the role is asked for its password.
+        let started = Instant::now();
+        while postgres::Client::connect(&url, postgres::NoTls).is_ok() {
+            assert!(
+                started.elapsed() < Duration::from_secs(30),
+                "pg_hba.conf was not reloaded"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        url
+    }
+}

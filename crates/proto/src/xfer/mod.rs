@@ -350,6 +350,9 @@ pub struct SinkReport {
     /// DESTINATION` (where it would land, as the user named the destination).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub would_send: Vec<String>,
+    /// With `dry_run`: the bytes of the files in `would_send`.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub would_send_bytes: u64,
     pub files: u64,
     pub bytes: u64,
     /// Symbolic links created (or already there, pointing the same way).
