@@ -674,7 +674,13 @@ fn an_open_dashboard_answers_only_to_loopback_names() {
         .unwrap();
     common::assert_exit(&o, 2);
     let o = common::bin()
-        .args(["dashboard", "--open", "--listen", "127.0.0.1:0", "--token-file"])
+        .args([
+            "dashboard",
+            "--open",
+            "--listen",
+            "127.0.0.1:0",
+            "--token-file",
+        ])
         .arg(&token)
         .arg("--archive")
         .arg(&archive)

@@ -442,7 +442,10 @@ fn metrics_refuse_a_rebound_host_name() {
         ],
     );
     let m = s.metrics.unwrap();
-    for host in ["evil.example".to_string(), format!("evil.example:{}", m.port())] {
+    for host in [
+        "evil.example".to_string(),
+        format!("evil.example:{}", m.port()),
+    ] {
         let (status, text) = scrape_as(m, &host);
         assert_eq!(status, 403, "{text}");
         assert!(!text.contains("longhaul_"), "{text}");
@@ -517,7 +520,10 @@ fn a_client_refusing_the_server_is_one_handshake_error() {
     loop {
         let (_, text) = get(&url).unwrap();
         let n = sample(&text, line);
-        assert!(n.is_none_or(|n| n <= 1.0), "one client, {n:?} errors:\n{text}");
+        assert!(
+            n.is_none_or(|n| n <= 1.0),
+            "one client, {n:?} errors:\n{text}"
+        );
         match first {
             None if n == Some(1.0) => first = Some(Instant::now()),
             // Every connection the client made is over by now: a second

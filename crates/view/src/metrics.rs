@@ -657,7 +657,10 @@ mod tests {
             ("127.0.0.1", "http://evil.example/metrics"),
         ] {
             let answer = get(host, path);
-            assert!(answer.starts_with("HTTP/1.1 403"), "{host} {path}: {answer}");
+            assert!(
+                answer.starts_with("HTTP/1.1 403"),
+                "{host} {path}: {answer}"
+            );
             assert!(!answer.contains("secret-export"), "{answer}");
             assert!(answer.contains("--metrics-host"), "{answer}");
         }

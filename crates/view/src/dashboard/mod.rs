@@ -64,7 +64,9 @@ impl DashboardOptions {
 pub enum DashboardError {
     #[error("dashboard: --listen {0} is not a loopback address, and without a token anyone who reaches it reads every run; give --token-file FILE (and put the dashboard behind TLS), or listen on 127.0.0.1 (--open is for loopback only)")]
     OpenOffLoopback(SocketAddr),
-    #[error("dashboard: --open serves without a token, yet --token-file gives one; choose one of them")]
+    #[error(
+        "dashboard: --open serves without a token, yet --token-file gives one; choose one of them"
+    )]
     OpenWithToken,
     #[error("dashboard: the token file holds no token (an empty token lets anyone in)")]
     EmptyToken,

@@ -58,8 +58,7 @@ impl Dashboard {
         if made_token {
             opts.token = Some(super::random_token()?);
         }
-        let listener =
-            crate::http::bind(opts.listen, "--listen").map_err(DashboardError::Bind)?;
+        let listener = crate::http::bind(opts.listen, "--listen").map_err(DashboardError::Bind)?;
         Ok(Dashboard {
             listener,
             opts,
@@ -78,7 +77,11 @@ impl Dashboard {
     /// one who started the dashboard, and no one else, gets in; the visit
     /// moves it into a cookie).
     pub fn url(&self) -> Result<String, DashboardError> {
-        let scheme = if self.opts.tls.is_some() { "https" } else { "http" };
+        let scheme = if self.opts.tls.is_some() {
+            "https"
+        } else {
+            "http"
+        };
         let addr = self.local_addr()?;
         Ok(match (&self.opts.token, self.made_token) {
             (Some(t), true) => format!("{scheme}://{addr}/?token={t}"),
