@@ -135,8 +135,14 @@ pub struct DashboardArgs {
     #[arg(long, value_name = "ADDR:PORT", default_value = "127.0.0.1:5380")]
     pub listen: SocketAddr,
     /// A file holding the token the page asks for (needed off loopback).
+    /// Without it a random token is made and printed once, in the address
+    /// to open.
     #[arg(long, value_name = "FILE")]
     pub token_file: Option<PathBuf>,
+    /// Serve without a token (loopback only): every account on this host
+    /// can then read every run, path and host in the archive.
+    #[arg(long, conflicts_with = "token_file")]
+    pub open: bool,
 }
 
 #[derive(Args)]
@@ -234,6 +240,12 @@ pub struct ServeArgs {
     /// reach the port, so firewall it.
     #[arg(long, value_name = "ADDR:PORT")]
     pub metrics: Option<SocketAddr>,
+    /// A name by which Prometheus reaches the metrics (repeatable): the
+    /// endpoint answers only to requests naming an IP address, localhost,
+    /// or one of these, so that no web page can read it by rebinding its
+    /// own name to this host (docs/METRICS.md).
+    #[arg(long, value_name = "NAME", requires = "metrics")]
+    pub metrics_host: Vec<String>,
 }
 
 #[derive(Args)]

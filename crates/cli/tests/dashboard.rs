@@ -206,10 +206,14 @@ fn start_chromedriver(g: &mut Guard, chromium: &str, profile: &Path) -> Browser 
     Browser { session }
 }
 
-fn start_dashboard(g: &mut Guard, archive: &Path) -> SocketAddr {
+/// Starts `longhaul dashboard` on a free loopback port with `extra`
+/// arguments; its address and the URL it printed (which carries the token
+/// it made, unless `--open`).
+fn start_dashboard(g: &mut Guard, archive: &Path, extra: &[&str]) -> (SocketAddr, String) {
     let mut child = common::bin()
         .args(["dashboard", "--listen", "127.0.0.1:0", "--archive"])
         .arg(archive)
+        .args(extra)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
@@ -219,12 +223,16 @@ fn start_dashboard(g: &mut Guard, archive: &Path) -> SocketAddr {
     g.children.push(("dashboard", child));
     let mut line = String::new();
     BufReader::new(out).read_line(&mut line).unwrap();
-    let addr = line
+    let url = line
         .trim()
-        .strip_prefix("dashboard: http://")
-        .and_then(|s| s.strip_suffix('/'))
+        .strip_prefix("dashboard: ")
+        .unwrap_or_else(|| panic!("dashboard said {line:?}"))
+        .to_string();
+    let addr = url
+        .strip_prefix("http://")
+        .and_then(|s| s.split('/').next())
         .unwrap_or_else(|| panic!("dashboard said {line:?}"));
-    addr.parse().unwrap()
+    (addr.parse().unwrap(), url)
 }
 
 /// An in-process server on loopback, exporting `root` as `data`.
@@ -298,13 +306,21 @@ fn the_dashboard_shows_a_running_run_live_and_its_graph() {
 
     // The dashboard first: the archive does not exist yet, and the page
     // must say so and pick the archive up when it appears.
-    let addr = start_dashboard(&mut g, &archive);
+    let (addr, url) = start_dashboard(&mut g, &archive, &[]);
     let browser = start_chromedriver(&mut g, &chromium, &tmp.dir("profile"));
-    browser.go(&format!("http://{addr}/"));
+    // Through the address with the token it made: the visit keeps the
+    // token in a cookie, and the page's own requests carry it from then on.
+    assert!(url.contains("/?token="), "{url}");
+    browser.go(&url);
     browser.wait_for(
         "the live feed",
         Duration::from_secs(60),
         "return document.body.getAttribute('data-updated')",
+    );
+    assert_eq!(
+        browser.js("return location.search"),
+        json!(""),
+        "the token is out of the address bar"
     );
 
     let export = tmp.dir("export");
@@ -546,4 +562,148 @@ fn off_loopback_with_a_token_serves_https_with_the_identity() {
         .unwrap();
     assert!(common::stdout(&id).contains(fp), "{}", common::stdout(&id));
     assert!(!cert.contains("dash-token"));
+}
+
+/// One request over a fresh connection, `Host` as given; the status and
+/// the whole answer.
+fn http(addr: SocketAddr, path: &str, host: &str, headers: &str) -> (u16, String) {
+    use std::io::{Read, Write};
+    let mut c = std::net::TcpStream::connect(addr).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    write!(
+        c,
+        "GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n{headers}\r\n"
+    )
+    .unwrap();
+    let mut out = Vec::new();
+    let _ = c.read_to_end(&mut out);
+    let text = String::from_utf8_lossy(&out).into_owned();
+    let status = text
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    (status, text)
+}
+
+/// Another account on this host (or a page that rebinds its name to
+/// 127.0.0.1) tries the dashboard without the token it printed.
+#[test]
+fn on_loopback_the_dashboard_needs_the_token_it_printed() {
+    let tmp = common::TempDir::new("dashboard-token");
+    let archive = tmp.path().join("archive.db");
+    fake_doctor(&archive, "far:data", "network");
+    let mut g = Guard::default();
+    let (addr, url) = start_dashboard(&mut g, &archive, &[]);
+    let token = url
+        .split_once("?token=")
+        .map(|(_, t)| t.to_string())
+        .unwrap_or_else(|| panic!("no token in {url}"));
+    assert!(token.len() >= 32, "{url}");
+    let host = addr.to_string();
+    for path in [
+        "/",
+        "/app.js",
+        "/api/history",
+        "/api/live",
+        "/api/running",
+        "/api/doctor",
+        "/api/run/1",
+        "/api/run/1/files",
+        "/?token=not-the-token",
+    ] {
+        for h in [host.as_str(), "localhost", "evil.example"] {
+            let (status, text) = http(addr, path, h, "");
+            assert_eq!(status, 401, "{path} with Host {h}: {text}");
+            assert!(!text.contains("far:data"), "{text}");
+            assert!(!text.contains(&token), "{text}");
+        }
+    }
+    // With the token: the visit sets a cookie and leads to the page.
+    let (status, text) = http(addr, &format!("/?token={token}"), &host, "");
+    assert_eq!(status, 303, "{text}");
+    let cookie = text
+        .lines()
+        .find_map(|l| {
+            l.to_ascii_lowercase()
+                .starts_with("set-cookie:")
+                .then(|| l[11..].trim().to_string())
+        })
+        .unwrap_or_else(|| panic!("no cookie: {text}"));
+    let lower = cookie.to_ascii_lowercase();
+    assert!(
+        lower.contains("httponly") && lower.contains("samesite=strict"),
+        "{cookie}"
+    );
+    let pair = cookie.split(';').next().unwrap();
+    let (status, text) = http(addr, "/", &host, &format!("Cookie: {pair}\r\n"));
+    assert_eq!(status, 200, "{text}");
+    let (status, text) = http(addr, "/api/doctor", &host, &format!("Cookie: {pair}\r\n"));
+    assert_eq!(status, 200, "{text}");
+    assert!(text.contains("far:data"), "{text}");
+    let bearer = format!("Authorization: Bearer {token}\r\n");
+    let (status, text) = http(addr, "/api/history", &host, &bearer);
+    assert_eq!(status, 200, "{text}");
+}
+
+/// `--open` serves without a token, to loopback names only.
+#[test]
+fn an_open_dashboard_answers_only_to_loopback_names() {
+    let tmp = common::TempDir::new("dashboard-open");
+    let archive = tmp.path().join("archive.db");
+    fake_doctor(&archive, "far:data", "network");
+    let mut g = Guard::default();
+    let (addr, url) = start_dashboard(&mut g, &archive, &["--open"]);
+    assert_eq!(url, format!("http://{addr}/"));
+    let (status, text) = http(addr, "/api/doctor", &addr.to_string(), "");
+    assert_eq!(status, 200, "{text}");
+    assert!(text.contains("far:data"), "{text}");
+    for h in ["evil.example", &format!("evil.example:{}", addr.port())] {
+        let (status, text) = http(addr, "/api/doctor", h, "");
+        assert_eq!(status, 401, "{text}");
+        assert!(!text.contains("far:data"), "{text}");
+    }
+    // --open with a token, or off loopback, is refused.
+    let token = tmp.path().join("token");
+    std::fs::write(&token, "t0k\n").unwrap();
+    let o = common::bin()
+        .args(["dashboard", "--open", "--listen", "0.0.0.0:0", "--archive"])
+        .arg(&archive)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    common::assert_exit(&o, 2);
+    let o = common::bin()
+        .args([
+            "dashboard",
+            "--open",
+            "--listen",
+            "127.0.0.1:0",
+            "--token-file",
+        ])
+        .arg(&token)
+        .arg("--archive")
+        .arg(&archive)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    common::assert_exit(&o, 2);
+}
+
+#[test]
+fn a_port_in_use_is_named_and_a_usage_error() {
+    let tmp = common::TempDir::new("dashboard-busy");
+    let busy = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = busy.local_addr().unwrap();
+    let o = common::bin()
+        .args(["dashboard", "--listen", &addr.to_string(), "--archive"])
+        .arg(tmp.path().join("archive.db"))
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    common::assert_exit(&o, 2);
+    let err = common::stderr(&o);
+    assert!(err.contains(&addr.to_string()), "{err}");
+    assert!(err.contains("in use") && err.contains("--listen"), "{err}");
+    drop(busy);
 }

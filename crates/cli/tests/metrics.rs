@@ -402,3 +402,139 @@ fn perf_tests_refusals_and_sessions_are_counted() {
     assert!(!text.contains("made-up-name"), "{text}");
     assert!(!text.contains("127.0.0.1"), "{text}");
 }
+
+/// One request to `/metrics` naming `host`; the status and the answer.
+fn scrape_as(m: SocketAddr, host: &str) -> (u16, String) {
+    use std::io::{Read, Write};
+    let mut c = std::net::TcpStream::connect(m).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(120))).unwrap();
+    write!(
+        c,
+        "GET /metrics HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut out = Vec::new();
+    let _ = c.read_to_end(&mut out);
+    let text = String::from_utf8_lossy(&out).into_owned();
+    let status = text
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    (status, text)
+}
+
+/// A web page of evil.example whose name now points at this host asks
+/// its browser for /metrics: the export and grant names stay here.
+#[test]
+fn metrics_refuse_a_rebound_host_name() {
+    let t = TempDir::new("metrics-rebinding");
+    let exp = t.dir("export");
+    let s = serve(
+        &t,
+        &exp,
+        &[
+            "--metrics",
+            "127.0.0.1:0",
+            "--metrics-host",
+            "dtn1.example.org",
+            "--no-archive",
+        ],
+    );
+    let m = s.metrics.unwrap();
+    for host in [
+        "evil.example".to_string(),
+        format!("evil.example:{}", m.port()),
+    ] {
+        let (status, text) = scrape_as(m, &host);
+        assert_eq!(status, 403, "{text}");
+        assert!(!text.contains("longhaul_"), "{text}");
+        assert!(text.contains("--metrics-host"), "{text}");
+    }
+    for host in [m.to_string(), format!("dtn1.example.org:{}", m.port())] {
+        let (status, text) = scrape_as(m, &host);
+        assert_eq!(status, 200, "{text}");
+        assert!(text.contains("longhaul_server_info"), "{text}");
+    }
+}
+
+/// Clients that open connections, start a request and never finish its
+/// header (twice the cap of 16) are cut off after the 10 s header limit,
+/// and a real scrape is served.
+#[test]
+fn metrics_cut_off_slow_headers_and_still_answer() {
+    use std::io::{Read, Write};
+    let t = TempDir::new("metrics-slowloris");
+    let exp = t.dir("export");
+    let s = serve(&t, &exp, &["--metrics", "127.0.0.1:0", "--no-archive"]);
+    let m = s.metrics.unwrap();
+    let mut slow: Vec<std::net::TcpStream> = (0..32)
+        .map(|_| {
+            let mut c = std::net::TcpStream::connect(m).unwrap();
+            c.write_all(b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ")
+                .unwrap();
+            c
+        })
+        .collect();
+    let (status, text) = scrape_as(m, &m.to_string());
+    assert_eq!(status, 200, "{text}");
+    for c in slow.iter_mut() {
+        c.set_read_timeout(Some(Duration::from_secs(120))).unwrap();
+        let mut b = [0u8; 256];
+        let cut = loop {
+            match c.read(&mut b) {
+                Ok(0) => break true,
+                Ok(_) => continue,
+                Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => break true,
+                Err(_) => break false,
+            }
+        };
+        assert!(cut, "a slow client was never cut off");
+    }
+}
+
+/// A client that does not trust the server ends its connection in the TLS
+/// handshake; a cp dials its data streams meanwhile, yet the server counts
+/// one failed handshake for it, not one per stream.
+#[test]
+fn a_client_refusing_the_server_is_one_handshake_error() {
+    let t = TempDir::new("metrics-untrusted");
+    let exp = t.dir("export");
+    let s = serve(&t, &exp, &["--metrics", "127.0.0.1:0", "--no-archive"]);
+    let url = format!("http://{}/metrics", s.metrics.unwrap());
+    let src = t.path().join("a.bin");
+    write_random(&src, 1 << 20, 3);
+    let wrong = "SHA256:AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA";
+    let o = bin()
+        .arg("cp")
+        .arg(&src)
+        .arg(remote(s.addr, ""))
+        .env("LONGHAUL_TRUST", wrong)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    common::assert_exit(&o, 7);
+    let line = r#"longhaul_errors_total{stage="handshake",export="",grant="anonymous"}"#;
+    let start = Instant::now();
+    let mut first = None;
+    loop {
+        let (_, text) = get(&url).unwrap();
+        let n = sample(&text, line);
+        assert!(
+            n.is_none_or(|n| n <= 1.0),
+            "one client, {n:?} errors:\n{text}"
+        );
+        match first {
+            None if n == Some(1.0) => first = Some(Instant::now()),
+            // Every connection the client made is over by now: a second
+            // count would have come.
+            Some(at) if at.elapsed() > Duration::from_secs(3) => break,
+            _ => {}
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "no handshake error counted:\n{text}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}

@@ -5,8 +5,11 @@
 //!   graphs, read from the archive.
 //! - [`metrics`]: `serve --metrics ADDR`, the server's counters and
 //!   histograms in Prometheus' text exposition format.
+//! - [`http`]: what both share of HTTP: connection cap, header time
+//!   limit, Host check.
 //! - [`plot`]: `longhaul plot`, a run's intervals drawn to SVG or PNG.
 
 pub mod dashboard;
+pub mod http;
 pub mod metrics;
 pub mod plot;

@@ -321,35 +321,58 @@ impl ServeObserver for Metrics {
     }
 }
 
+/// Scrapers served at once; more wait until one closes.
+pub const MAX_CONNECTIONS: usize = 16;
+
 /// Why the metrics endpoint could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum MetricsError {
-    #[error("cannot listen for metrics on {addr}: {why} (pick another --metrics address or port)")]
-    Listen { addr: SocketAddr, why: String },
+    #[error("metrics: {0}")]
+    Listen(String),
     #[error("cannot start the metrics thread: {0}")]
     Thread(String),
 }
 
 /// Serves `GET /metrics` on `addr` from a thread of its own (an axum
-/// server on a current-thread tokio runtime); the address it bound (the
-/// port chosen when `addr` asks for port 0) and the thread, which runs
-/// until the process ends. Anything but `/metrics` is 404.
+/// router on a current-thread tokio runtime, within
+/// [`crate::http::Limits`]); the address it bound (the port chosen when
+/// `addr` asks for port 0) and the thread, which runs until the process
+/// ends. Anything but `/metrics` is 404. A request must name this host as
+/// an IP address, `localhost`, or one of `names` (`--metrics-host`): a
+/// page elsewhere that rebinds its own name to this host cannot read it.
 pub fn serve_metrics(
     addr: SocketAddr,
     metrics: Arc<Metrics>,
+    names: &[String],
 ) -> Result<(SocketAddr, JoinHandle<()>), MetricsError> {
-    let listen_error = |e: std::io::Error| MetricsError::Listen {
+    serve_metrics_within(
         addr,
-        why: e.to_string(),
-    };
+        metrics,
+        names,
+        crate::http::Limits::new(MAX_CONNECTIONS),
+    )
+}
+
+/// [`serve_metrics`] within other limits.
+pub fn serve_metrics_within(
+    addr: SocketAddr,
+    metrics: Arc<Metrics>,
+    names: &[String],
+    limits: crate::http::Limits,
+) -> Result<(SocketAddr, JoinHandle<()>), MetricsError> {
     // Bound here, so that a port in use is the caller's error, at once.
-    let listener = std::net::TcpListener::bind(addr).map_err(listen_error)?;
-    listener.set_nonblocking(true).map_err(listen_error)?;
-    let bound = listener.local_addr().map_err(listen_error)?;
+    let listener = crate::http::bind(addr, "--metrics").map_err(MetricsError::Listen)?;
+    let bound = listener
+        .local_addr()
+        .map_err(|e| MetricsError::Listen(format!("cannot listen on {addr}: {e}")))?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .map_err(|e| MetricsError::Thread(e.to_string()))?;
+    let hosts = Arc::new((
+        crate::http::Hosts::addresses_and(names),
+        "scrape it by an IP address of this host or localhost, or start `serve` with --metrics-host NAME for the name Prometheus uses",
+    ));
     let thread = std::thread::Builder::new()
         .name("lh-metrics".into())
         .spawn(move || {
@@ -363,10 +386,12 @@ pub fn serve_metrics(
                 };
                 let app = axum::Router::new()
                     .route("/metrics", axum::routing::get(scrape))
-                    .with_state(metrics);
-                if let Err(e) = axum::serve(listener, app).await {
-                    tracing::warn!("metrics on {bound} stopped: {e}");
-                }
+                    .with_state(metrics)
+                    .layer(axum::middleware::from_fn_with_state(
+                        hosts,
+                        crate::http::host_guard,
+                    ));
+                crate::http::serve(listener, None, app, limits).await;
             })
         })
         .map_err(|e| MetricsError::Thread(e.to_string()))?;
@@ -568,7 +593,7 @@ mod tests {
         let r = run(RunKind::Push, Some("data"), "g", 123, 1.0);
         m.transfer_started(&r);
         m.transfer_finished(&r);
-        let (addr, _thread) = serve_metrics("127.0.0.1:0".parse().unwrap(), m).unwrap();
+        let (addr, _thread) = serve_metrics("127.0.0.1:0".parse().unwrap(), m, &[]).unwrap();
         let get = |path: &str| {
             let mut s = std::net::TcpStream::connect(addr).unwrap();
             s.set_read_timeout(Some(std::time::Duration::from_secs(30)))
@@ -597,7 +622,58 @@ mod tests {
         );
         assert!(get("/other").starts_with("HTTP/1.1 404"));
         // A second server on the same port is an error that says what to do.
-        let e = serve_metrics(addr, Arc::new(Metrics::new())).unwrap_err();
+        let e = serve_metrics(addr, Arc::new(Metrics::new()), &[]).unwrap_err();
         assert!(e.to_string().contains("--metrics"), "{e}");
+        assert!(e.to_string().contains(&addr.to_string()), "{e}");
+    }
+
+    #[test]
+    fn a_rebound_host_name_reads_nothing() {
+        use std::io::{Read, Write};
+        let m = Arc::new(Metrics::new());
+        let r = run(RunKind::Push, Some("secret-export"), "g", 123, 1.0);
+        m.transfer_started(&r);
+        m.transfer_finished(&r);
+        let names = ["dtn1.example.org".to_string()];
+        let (addr, _thread) = serve_metrics("127.0.0.1:0".parse().unwrap(), m, &names).unwrap();
+        let get = |host: &str, path: &str| {
+            let mut s = std::net::TcpStream::connect(addr).unwrap();
+            s.set_read_timeout(Some(std::time::Duration::from_secs(30)))
+                .unwrap();
+            write!(
+                s,
+                "GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"
+            )
+            .unwrap();
+            let mut out = String::new();
+            s.read_to_string(&mut out).unwrap();
+            out
+        };
+        // A page of evil.example whose name now points here.
+        for (host, path) in [
+            ("evil.example", "/metrics"),
+            (&format!("evil.example:{}", addr.port()), "/metrics"),
+            ("evil.example", "/other"),
+            ("127.0.0.1", "http://evil.example/metrics"),
+        ] {
+            let answer = get(host, path);
+            assert!(
+                answer.starts_with("HTTP/1.1 403"),
+                "{host} {path}: {answer}"
+            );
+            assert!(!answer.contains("secret-export"), "{answer}");
+            assert!(answer.contains("--metrics-host"), "{answer}");
+        }
+        // What Prometheus sends for a target given as an address, or as a
+        // name the server was told.
+        for host in [
+            addr.to_string(),
+            format!("localhost:{}", addr.port()),
+            format!("dtn1.example.org:{}", addr.port()),
+        ] {
+            let answer = get(&host, "/metrics");
+            assert!(answer.starts_with("HTTP/1.1 200"), "{host}: {answer}");
+            assert!(answer.contains("secret-export"), "{answer}");
+        }
     }
 }

@@ -39,27 +39,35 @@ pub fn dashboard(a: DashboardArgs, archive: &ArchiveArgs) -> Outcome {
         tls = Some(longhaul_view::dashboard::tls::config(&id).map_err(|e| usage(e.to_string()))?);
     }
     let opts = DashboardOptions {
-        listen: a.listen,
-        archive_path,
         token,
+        open: a.open,
         tls,
+        ..DashboardOptions::new(a.listen, archive_path)
     };
     let path = opts.archive_path.clone();
-    serve_dashboard(opts, |addr| {
-        match &fingerprint {
-            Some(fp) => {
-                crate::outln!("dashboard: https://{addr}/");
-                crate::errln!(
-                    "dashboard: HTTPS with the certificate {fp} (self-signed: check that the browser shows this fingerprint)"
-                );
-            }
-            None => crate::outln!("dashboard: http://{addr}/"),
+    let open = opts.open;
+    // The address goes to stdout only: with a token made here it is the
+    // key to the page, for the one who started it.
+    serve_dashboard(opts, |_, url| {
+        crate::outln!("dashboard: {url}");
+        if let Some(fp) = &fingerprint {
+            crate::errln!(
+                "dashboard: HTTPS with the certificate {fp} (self-signed: check that the browser shows this fingerprint)"
+            );
+        }
+        if open {
+            crate::errln!(
+                "dashboard: --open: every account on this host can read the archive through this page"
+            );
         }
         crate::errln!("dashboard: reading {}", path.display());
     })
     .map_err(|e| match e {
-        DashboardError::OpenOffLoopback(_) | DashboardError::EmptyToken => usage(e.to_string()),
-        DashboardError::Bind { .. } | DashboardError::Runtime(_) => Failure {
+        DashboardError::OpenOffLoopback(_)
+        | DashboardError::OpenWithToken
+        | DashboardError::EmptyToken
+        | DashboardError::Bind(_) => usage(e.to_string()),
+        DashboardError::Runtime(_) => Failure {
             code: exit::FAILED,
             message: e.to_string(),
         },

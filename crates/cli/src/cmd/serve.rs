@@ -85,7 +85,7 @@ pub fn serve(a: ServeArgs, archive: &ArchiveArgs) -> Outcome {
     if let Some(addr) = a.metrics {
         let m = Arc::new(longhaul_view::metrics::Metrics::new());
         cfg.observers.push(m.clone());
-        metrics = Some((addr, m));
+        metrics = Some((addr, m, a.metrics_host.clone()));
     }
     if let Some(served) = open_archive(archive) {
         cfg.observers.push(Arc::new(served));
@@ -93,9 +93,9 @@ pub fn serve(a: ServeArgs, archive: &ArchiveArgs) -> Outcome {
     let state_dir = cfg.state_dir.clone();
     let server = Server::bind(&listen, cfg)?;
     // After the bind: a port in use for the server is said first.
-    if let Some((addr, m)) = metrics {
-        let (bound, _thread) =
-            longhaul_view::metrics::serve_metrics(addr, m).map_err(|e| usage(e.to_string()))?;
+    if let Some((addr, m, names)) = metrics {
+        let (bound, _thread) = longhaul_view::metrics::serve_metrics(addr, m, &names)
+            .map_err(|e| usage(e.to_string()))?;
         let note = match bound.ip().is_loopback() {
             true => "",
             false => " (reachable off this host: it shows export and grant names and traffic)",

@@ -6,7 +6,7 @@
 use std::io::Write;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use longhaul_proto::frame::MAGIC;
@@ -311,6 +311,50 @@ impl Control {
 pub(crate) struct Dialer {
     peer: SocketAddr,
     tls: Option<Arc<tls::ClientTls>>,
+    /// Early streams: wait for this before their TLS handshake.
+    trusted: Option<Arc<Trusted>>,
+}
+
+/// Whether the control connection's TLS handshake found the server to be
+/// the one trusted. Streams dialed early connect their TCP meanwhile and
+/// wait for this before their own handshake, so a server this client does
+/// not trust sees one failed handshake (and counts one), not one per
+/// stream; the wait costs nothing, as the control connection's handshake
+/// has its answer when the streams' TCP handshakes end.
+#[derive(Default)]
+pub(crate) struct Trusted {
+    known: Mutex<Option<bool>>,
+    told: Condvar,
+}
+
+impl Trusted {
+    /// Says it once; later calls change nothing.
+    fn tell(&self, trusted: bool) {
+        let mut k = self.known.lock().unwrap_or_else(|e| e.into_inner());
+        if k.is_none() {
+            *k = Some(trusted);
+        }
+        self.told.notify_all();
+    }
+
+    /// Waits up to `limit` to be told; true only for a trusted server.
+    fn wait(&self, limit: Duration) -> bool {
+        let k = self.known.lock().unwrap_or_else(|e| e.into_inner());
+        let (k, _) = self
+            .told
+            .wait_timeout_while(k, limit, |k| k.is_none())
+            .unwrap_or_else(|e| e.into_inner());
+        *k == Some(true)
+    }
+}
+
+/// Tells waiting streams "not trusted" unless they were told otherwise.
+struct Untrusted(Arc<Trusted>);
+
+impl Drop for Untrusted {
+    fn drop(&mut self) {
+        self.0.tell(false);
+    }
 }
 
 impl Dialer {
@@ -356,6 +400,13 @@ impl Dialer {
         };
         Ok(match &self.tls {
             Some(t) => {
+                if let Some(trusted) = &self.trusted {
+                    if !trusted.wait(opts.handshake_timeout) {
+                        return Err(EngineError::Closed(
+                            "the control connection did not find the server trusted".into(),
+                        ));
+                    }
+                }
                 let _ = tcp.set_read_timeout(Some(opts.handshake_timeout));
                 let s = t.connect(tcp)?;
                 let _ = s.tcp().set_read_timeout(None);
@@ -430,6 +481,7 @@ impl Control {
         Dialer {
             peer: self.peer,
             tls: self.tls.clone(),
+            trusted: None,
         }
     }
 
@@ -502,10 +554,12 @@ pub(crate) fn open_control_early<T>(
         )?))
     };
     let rtt_us = sock::tcp_info(sock::fd_of(&tcp)).map_or(0, |i| i.min_rtt_us);
+    let trusted = Untrusted(Arc::default());
     let early = early(
         &Dialer {
             peer,
             tls: tls.clone(),
+            trusted: Some(trusted.0.clone()),
         },
         rtt_us,
     );
@@ -513,7 +567,9 @@ pub(crate) fn open_control_early<T>(
         None => Box::new(tcp),
         Some(t) => {
             let _ = tcp.set_read_timeout(Some(opts.handshake_timeout));
-            t.connect(tcp)?
+            let s = t.connect(tcp)?;
+            trusted.0.tell(true);
+            s
         }
     };
     stream

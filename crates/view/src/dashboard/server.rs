@@ -14,19 +14,28 @@ use axum::routing::get;
 use axum::Router;
 
 use super::{api, check_options, live, token_matches, DashboardError, DashboardOptions};
+use crate::http::Hosts;
 
 const INDEX_HTML: &str = include_str!("../../assets/dashboard/index.html");
 const APP_JS: &str = include_str!("../../assets/dashboard/app.js");
 const STYLE_CSS: &str = include_str!("../../assets/dashboard/style.css");
 
 /// The cookie a `?token=` visit sets, so the page's own requests (and its
-/// event stream, which cannot send headers) carry the token.
-pub const COOKIE: &str = "longhaul_dashboard";
+/// event stream, which cannot send headers) carry the token. Cookies do
+/// not tell ports apart, so the name carries the port: two dashboards on
+/// one host do not overwrite each other's.
+pub fn cookie_name(port: u16) -> String {
+    format!("longhaul_dashboard_{port}")
+}
 
 /// What every handler shares.
 pub struct AppState {
     pub archive_path: PathBuf,
+    /// None only with `--open`.
     token: Option<String>,
+    cookie: String,
+    /// The names an open dashboard answers to.
+    hosts: Hosts,
     /// HTTPS: the cookie is `Secure`.
     secure: bool,
     pub live: live::LiveFeed,
@@ -36,21 +45,25 @@ pub struct AppState {
 pub struct Dashboard {
     listener: std::net::TcpListener,
     opts: DashboardOptions,
+    /// The token was made here: the URL gives it.
+    made_token: bool,
 }
 
 impl Dashboard {
-    /// Checks the options and binds the address (port 0: any free one).
-    pub fn bind(opts: DashboardOptions) -> Result<Dashboard, DashboardError> {
+    /// Checks the options, makes a token unless there is one or the
+    /// dashboard is open, and binds the address (port 0: any free one).
+    pub fn bind(mut opts: DashboardOptions) -> Result<Dashboard, DashboardError> {
         check_options(&opts)?;
-        let listener =
-            std::net::TcpListener::bind(opts.listen).map_err(|e| DashboardError::Bind {
-                addr: opts.listen,
-                why: e.to_string(),
-            })?;
-        listener
-            .set_nonblocking(true)
-            .map_err(|e| DashboardError::Runtime(e.to_string()))?;
-        Ok(Dashboard { listener, opts })
+        let made_token = opts.token.is_none() && !opts.open;
+        if made_token {
+            opts.token = Some(super::random_token()?);
+        }
+        let listener = crate::http::bind(opts.listen, "--listen").map_err(DashboardError::Bind)?;
+        Ok(Dashboard {
+            listener,
+            opts,
+            made_token,
+        })
     }
 
     /// The address bound (the real port when asked for port 0).
@@ -60,6 +73,22 @@ impl Dashboard {
             .map_err(|e| DashboardError::Runtime(e.to_string()))
     }
 
+    /// The address to open: with the token when it was made here (so the
+    /// one who started the dashboard, and no one else, gets in; the visit
+    /// moves it into a cookie).
+    pub fn url(&self) -> Result<String, DashboardError> {
+        let scheme = if self.opts.tls.is_some() {
+            "https"
+        } else {
+            "http"
+        };
+        let addr = self.local_addr()?;
+        Ok(match (&self.opts.token, self.made_token) {
+            (Some(t), true) => format!("{scheme}://{addr}/?token={t}"),
+            _ => format!("{scheme}://{addr}/"),
+        })
+    }
+
     /// Serves until the process ends (or the listener fails).
     pub fn run(self) -> Result<(), DashboardError> {
         let rt = tokio::runtime::Builder::new_current_thread()
@@ -67,38 +96,37 @@ impl Dashboard {
             .enable_time()
             .build()
             .map_err(|e| DashboardError::Runtime(e.to_string()))?;
+        let port = self.local_addr()?.port();
         let feed = live::LiveFeed::start(self.opts.archive_path.clone());
         let state = Arc::new(AppState {
             archive_path: self.opts.archive_path.clone(),
             token: self.opts.token.clone(),
+            cookie: cookie_name(port),
+            hosts: Hosts::loopback(),
             secure: self.opts.tls.is_some(),
             live: feed,
         });
         let app = router(state);
-        let tls = self.opts.tls.clone();
+        let (tls, limits) = (self.opts.tls.clone(), self.opts.limits.clone());
         rt.block_on(async move {
             let listener = tokio::net::TcpListener::from_std(self.listener)
                 .map_err(|e| DashboardError::Runtime(e.to_string()))?;
-            match tls {
-                Some(cfg) => axum::serve(super::tls::TlsListener::new(listener, cfg), app)
-                    .await
-                    .map_err(|e| DashboardError::Runtime(e.to_string())),
-                None => axum::serve(listener, app)
-                    .await
-                    .map_err(|e| DashboardError::Runtime(e.to_string())),
-            }
+            crate::http::serve(listener, tls, app, limits).await;
+            Ok(())
         })
     }
 }
 
 /// `longhaul dashboard`: binds, says where, and serves (blocking). `said`
-/// is told the address bound before serving starts.
+/// is told the address bound and the URL to open (which may carry the
+/// token: show it only to the one who started the dashboard) before
+/// serving starts.
 pub fn serve_dashboard(
     opts: DashboardOptions,
-    said: impl FnOnce(SocketAddr),
+    said: impl FnOnce(SocketAddr, &str),
 ) -> Result<(), DashboardError> {
     let d = Dashboard::bind(opts)?;
-    said(d.local_addr()?);
+    said(d.local_addr()?, &d.url()?);
     d.run()
 }
 
@@ -147,7 +175,8 @@ async fn guard(State(st): State<Arc<AppState>>, req: Request, next: Next) -> Res
         Access::SetCookie(to) => {
             let token = st.token.as_deref().unwrap_or_default();
             let cookie = format!(
-                "{COOKIE}={}; HttpOnly; SameSite=Strict; Path=/{}",
+                "{}={}; HttpOnly; SameSite=Strict; Path=/{}",
+                st.cookie,
                 hex(token.as_bytes()),
                 if st.secure { "; Secure" } else { "" }
             );
@@ -197,13 +226,15 @@ pub enum Access {
     Denied(&'static str),
 }
 
-/// Decides a request: with a token, it must come as `Authorization:
-/// Bearer`, the cookie, or `?token=`; without one (loopback only), the
-/// Host must name the loopback, so that a web page elsewhere cannot reach
-/// the dashboard by rebinding its own name to 127.0.0.1.
+/// Decides a request: with a token (always, unless `--open`), it must
+/// come as `Authorization: Bearer`, the cookie, or `?token=`, whatever
+/// the Host (a page elsewhere has neither the token nor, under another
+/// name, the cookie); an open dashboard (loopback only) answers only to
+/// requests naming a loopback host ([`Hosts::loopback`]), so that a web
+/// page elsewhere cannot reach it by rebinding its own name to 127.0.0.1.
 pub fn check(st: &AppState, req: &Request) -> Access {
     let Some(token) = st.token.as_deref() else {
-        return if loopback_host(req) {
+        return if st.hosts.allows_request(req) {
             Access::Allowed
         } else {
             Access::Denied(
@@ -224,7 +255,7 @@ pub fn check(st: &AppState, req: &Request) -> Access {
         let Ok(s) = v.to_str() else { continue };
         for pair in s.split(';') {
             if let Some((k, val)) = pair.trim().split_once('=') {
-                if k == COOKIE && token_matches(val.as_bytes(), want.as_bytes()) {
+                if k == st.cookie && token_matches(val.as_bytes(), want.as_bytes()) {
                     return Access::Allowed;
                 }
             }
@@ -243,7 +274,7 @@ pub fn check(st: &AppState, req: &Request) -> Access {
             return Access::SetCookie(without_query(req.uri(), &rest.join("&")));
         }
     }
-    Access::Denied("this dashboard needs its token: open it once as http://HOST:PORT/?token=TOKEN, or send Authorization: Bearer TOKEN\n")
+    Access::Denied("this dashboard needs its token: open the address `longhaul dashboard` printed (http://HOST:PORT/?token=TOKEN) once, or send Authorization: Bearer TOKEN\n")
 }
 
 fn without_query(uri: &Uri, rest: &str) -> String {
@@ -252,28 +283,6 @@ fn without_query(uri: &Uri, rest: &str) -> String {
     } else {
         format!("{}?{rest}", uri.path())
     }
-}
-
-fn loopback_host(req: &Request) -> bool {
-    let Some(host) = req
-        .headers()
-        .get(header::HOST)
-        .and_then(|h| h.to_str().ok())
-    else {
-        // HTTP/1.0 without Host: no browser, no rebinding.
-        return true;
-    };
-    let name = if let Some(rest) = host.strip_prefix('[') {
-        rest.split(']').next().unwrap_or("")
-    } else {
-        host.rsplit_once(':').map_or(host, |(h, _)| h)
-    };
-    let name = name.to_ascii_lowercase();
-    name == "localhost"
-        || name.ends_with(".localhost")
-        || name
-            .parse::<std::net::IpAddr>()
-            .is_ok_and(|ip| ip.is_loopback())
 }
 
 fn hex(b: &[u8]) -> String {
@@ -323,6 +332,8 @@ mod tests {
         AppState {
             archive_path: PathBuf::from("/nonexistent"),
             token: token.map(str::to_string),
+            cookie: cookie_name(5380),
+            hosts: Hosts::loopback(),
             secure: false,
             live: live::LiveFeed::idle(),
         }
@@ -337,7 +348,7 @@ mod tests {
     }
 
     #[test]
-    fn without_a_token_only_loopback_names_get_in() {
+    fn open_only_loopback_names_get_in() {
         let st = state(None);
         for host in [
             "127.0.0.1:5380",
@@ -379,12 +390,18 @@ mod tests {
             check(&st, &req("/", &[("authorization", "Basic s3cret/x")])),
             Access::Denied(_)
         ));
-        let cookie = format!("a=b; {COOKIE}={}", hex(b"s3cret/x"));
+        let cookie = format!("a=b; longhaul_dashboard_5380={}", hex(b"s3cret/x"));
         assert_eq!(
             check(&st, &req("/", &[("cookie", &cookie)])),
             Access::Allowed
         );
-        let bad = format!("{COOKIE}={}", hex(b"s3cret/"));
+        let bad = format!("longhaul_dashboard_5380={}", hex(b"s3cret/"));
+        assert!(matches!(
+            check(&st, &req("/", &[("cookie", &bad)])),
+            Access::Denied(_)
+        ));
+        // Another port's dashboard's cookie is not this one's.
+        let bad = format!("longhaul_dashboard_5381={}", hex(b"s3cret/x"));
         assert!(matches!(
             check(&st, &req("/", &[("cookie", &bad)])),
             Access::Denied(_)
@@ -440,17 +457,50 @@ mod tests {
         (status, head.to_string(), body.to_string())
     }
 
+    /// A dashboard with this token, or open without one.
     fn serve(token: Option<&str>, archive: &std::path::Path) -> SocketAddr {
         let d = Dashboard::bind(DashboardOptions {
-            listen: "127.0.0.1:0".parse().unwrap(),
-            archive_path: archive.to_path_buf(),
             token: token.map(str::to_string),
-            tls: None,
+            open: token.is_none(),
+            ..DashboardOptions::new("127.0.0.1:0".parse().unwrap(), archive.to_path_buf())
         })
         .unwrap();
         let addr = d.local_addr().unwrap();
         std::thread::spawn(move || d.run());
         addr
+    }
+
+    #[test]
+    fn on_loopback_a_token_is_made_and_only_its_url_gets_in() {
+        let t = tempfile::tempdir().unwrap();
+        let d = Dashboard::bind(DashboardOptions::new(
+            "127.0.0.1:0".parse().unwrap(),
+            t.path().join("archive.db"),
+        ))
+        .unwrap();
+        let addr = d.local_addr().unwrap();
+        let url = d.url().unwrap();
+        let token = url
+            .strip_prefix(&format!("http://{addr}/?token="))
+            .unwrap_or_else(|| panic!("{url}"))
+            .to_string();
+        assert_eq!(token.len(), 64, "{url}");
+        std::thread::spawn(move || d.run());
+        // Another account on this host, without the token: nothing.
+        for path in ["/", "/app.js", "/api/history", "/api/live", "/api/running"] {
+            let (status, head, body) = http(addr, path, "");
+            assert_eq!(status, 401, "{path}: {head}");
+            assert!(!body.contains(&token) && !head.contains(&token));
+        }
+        let (status, _, _) = http(addr, "/?token=0000", "");
+        assert_eq!(status, 401);
+        let (status, head, _) = http(addr, &format!("/?token={token}"), "");
+        assert_eq!(status, 303, "{head}");
+        let want = format!("set-cookie: longhaul_dashboard_{}=", addr.port());
+        assert!(head.to_ascii_lowercase().contains(&want), "{head}");
+        let auth = format!("Authorization: Bearer {token}\r\n");
+        let (status, _, body) = http(addr, "/api/history", &auth);
+        assert_eq!(status, 200, "{body}");
     }
 
     #[test]
@@ -473,7 +523,7 @@ mod tests {
         assert_eq!(status, 303, "{head}");
         let lower = head.to_ascii_lowercase();
         assert!(lower.contains("location: /\r\n"), "{head}");
-        assert!(lower.contains("set-cookie: longhaul_dashboard="), "{head}");
+        assert!(lower.contains("set-cookie: longhaul_dashboard_"), "{head}");
         assert!(
             lower.contains("httponly") && lower.contains("samesite=strict"),
             "{head}"

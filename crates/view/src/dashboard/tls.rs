@@ -1,23 +1,15 @@
 //! HTTPS for a dashboard off loopback: the longhaul identity of the state
 //! directory (the key and self-signed certificate `serve` presents, whose
 //! fingerprint the browser shows), TLS 1.2 and 1.3, no client certificate.
-//! Each handshake runs in a task of its own, under a time limit, so a slow
-//! or silent client holds up nobody else.
+//! Each handshake runs in a task of its own, under a time limit
+//! ([`crate::http::serve`]), so a slow or silent client holds up nobody
+//! else.
 
-use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
 
 use longhaul_engine::net::tls::{provider, Identity};
-use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::mpsc;
-use tokio_rustls::server::TlsStream;
-use tokio_rustls::TlsAcceptor;
 
 use super::DashboardError;
-
-/// How long a client may take over its handshake.
-pub const HANDSHAKE: Duration = Duration::from_secs(10);
 
 /// The server configuration of the dashboard's HTTPS.
 pub fn config(id: &Identity) -> Result<Arc<rustls::ServerConfig>, DashboardError> {
@@ -31,68 +23,13 @@ pub fn config(id: &Identity) -> Result<Arc<rustls::ServerConfig>, DashboardError
     Ok(Arc::new(cfg))
 }
 
-/// Accepted connections, their handshakes done.
-pub struct TlsListener {
-    rx: mpsc::Receiver<(TlsStream<TcpStream>, SocketAddr)>,
-    addr: std::io::Result<SocketAddr>,
-}
-
-impl TlsListener {
-    /// Starts accepting on `tcp` (inside a tokio runtime).
-    pub fn new(tcp: TcpListener, cfg: Arc<rustls::ServerConfig>) -> TlsListener {
-        let addr = tcp.local_addr();
-        let (tx, rx) = mpsc::channel(64);
-        let acceptor = TlsAcceptor::from(cfg);
-        tokio::spawn(async move {
-            while !tx.is_closed() {
-                let (sock, peer) = match tcp.accept().await {
-                    Ok(x) => x,
-                    Err(_) => {
-                        // Out of descriptors and the like: breathe, then go on.
-                        tokio::time::sleep(Duration::from_millis(50)).await;
-                        continue;
-                    }
-                };
-                let (acceptor, tx) = (acceptor.clone(), tx.clone());
-                tokio::spawn(async move {
-                    if let Ok(Ok(tls)) =
-                        tokio::time::timeout(HANDSHAKE, acceptor.accept(sock)).await
-                    {
-                        let _ = tx.send((tls, peer)).await;
-                    }
-                });
-            }
-        });
-        TlsListener { rx, addr }
-    }
-}
-
-impl axum::serve::Listener for TlsListener {
-    type Io = TlsStream<TcpStream>;
-    type Addr = SocketAddr;
-
-    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
-        match self.rx.recv().await {
-            Some(x) => x,
-            // The accepting task is gone: nothing more will come.
-            None => std::future::pending().await,
-        }
-    }
-
-    fn local_addr(&self) -> std::io::Result<Self::Addr> {
-        match &self.addr {
-            Ok(a) => Ok(*a),
-            Err(e) => Err(std::io::Error::new(e.kind(), e.to_string())),
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::dashboard::{Dashboard, DashboardOptions};
     use longhaul_engine::net::tls::{ClientTls, TrustOptions};
     use std::io::{Read, Write};
+    use std::time::Duration;
 
     #[test]
     fn https_with_the_longhaul_identity() {
@@ -100,10 +37,9 @@ mod tests {
         let state = t.path().join("state");
         let (id, _) = Identity::load_or_create(&state).unwrap();
         let d = Dashboard::bind(DashboardOptions {
-            listen: "127.0.0.1:0".parse().unwrap(),
-            archive_path: t.path().join("archive.db"),
             token: Some("tls-token".into()),
             tls: Some(config(&id).unwrap()),
+            ..DashboardOptions::new("127.0.0.1:0".parse().unwrap(), t.path().join("archive.db"))
         })
         .unwrap();
         let addr = d.local_addr().unwrap();

@@ -1,0 +1,394 @@
+//! What the dashboard and the metrics endpoint share of HTTP: the accept
+//! loop, with a cap on the connections open at once and a time limit on
+//! each request's header (and on a TLS handshake), and the Host check that
+//! stops a web page elsewhere from reading them by rebinding its own name
+//! to this host's address (DNS rebinding).
+//!
+//! A connection holds one of [`Limits::max_connections`] slots from its
+//! accept to its close; when all are held, new connections wait in the
+//! kernel's queue until one is freed. A client that does not finish a
+//! request's header within [`Limits::header_timeout`] (counted once from
+//! the first wait for it, not renewed by trickled bytes; an idle kept-alive
+//! connection waits for its next header too) is cut off, so slow clients
+//! hold a slot for a bounded time and cannot lock the endpoint out.
+
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::{Request, State};
+use axum::http::header::{self, HeaderValue};
+use axum::http::StatusCode;
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use axum::Router;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::service::TowerToHyperService;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
+use tokio_rustls::TlsAcceptor;
+
+/// How long a client may take to send a request's header.
+pub const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long a client may take over its TLS handshake.
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// What one endpoint allows its clients.
+#[derive(Debug, Clone)]
+pub struct Limits {
+    /// Connections open at once (TLS handshakes included); more wait.
+    pub max_connections: usize,
+    /// Time to send a request's header, from the moment the server waits
+    /// for it.
+    pub header_timeout: Duration,
+    /// Time to complete a TLS handshake.
+    pub handshake_timeout: Duration,
+}
+
+impl Limits {
+    /// The limits of an endpoint that allows `max_connections` at once.
+    pub fn new(max_connections: usize) -> Limits {
+        Limits {
+            max_connections,
+            header_timeout: HEADER_TIMEOUT,
+            handshake_timeout: HANDSHAKE_TIMEOUT,
+        }
+    }
+}
+
+/// Serves `app` on `listener` (HTTP/1.1; over TLS when `tls` is given)
+/// within `limits`, until the runtime ends. Each connection runs in a task
+/// of its own.
+pub async fn serve(
+    listener: TcpListener,
+    tls: Option<Arc<rustls::ServerConfig>>,
+    app: Router,
+    limits: Limits,
+) {
+    let slots = Arc::new(Semaphore::new(limits.max_connections.max(1)));
+    let acceptor = tls.map(TlsAcceptor::from);
+    loop {
+        let Ok(slot) = slots.clone().acquire_owned().await else {
+            return;
+        };
+        let sock = match listener.accept().await {
+            Ok((s, _)) => s,
+            Err(_) => {
+                // Out of descriptors and the like: breathe, then go on.
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let _ = sock.set_nodelay(true);
+        let (app, acceptor, limits) = (app.clone(), acceptor.clone(), limits.clone());
+        tokio::spawn(async move {
+            match acceptor {
+                Some(a) => {
+                    if let Ok(Ok(s)) =
+                        tokio::time::timeout(limits.handshake_timeout, a.accept(sock)).await
+                    {
+                        serve_connection(s, app, &limits).await;
+                    }
+                }
+                None => serve_connection(sock, app, &limits).await,
+            }
+            drop(slot);
+        });
+    }
+}
+
+async fn serve_connection<I>(io: I, app: Router, limits: &Limits)
+where
+    I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    // HTTP/1 only: hyper-util's automatic version detection reads the
+    // preface without a time limit.
+    let _ = hyper::server::conn::http1::Builder::new()
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.header_timeout)
+        .serve_connection(TokioIo::new(io), TowerToHyperService::new(app))
+        .await;
+}
+
+/// Binds `addr` for an endpoint (non-blocking, for tokio). A port in use
+/// says so and what to do.
+pub fn bind(addr: SocketAddr, option: &str) -> Result<std::net::TcpListener, String> {
+    let l = std::net::TcpListener::bind(addr).map_err(|e| {
+        let hint = match e.kind() {
+            std::io::ErrorKind::AddrInUse => {
+                format!(" (another process listens there: pick another {option} port)")
+            }
+            std::io::ErrorKind::PermissionDenied => " (ports below 1024 need root)".to_string(),
+            _ => String::new(),
+        };
+        format!("cannot listen on {addr}: {e}{hint}")
+    })?;
+    l.set_nonblocking(true)
+        .map_err(|e| format!("cannot listen on {addr}: {e}"))?;
+    Ok(l)
+}
+
+/// The host names an endpoint answers to. A browser names in `Host` the
+/// name it was sent to; a page of `evil.example` whose name an attacker
+/// rebinds to this host's address still says `Host: evil.example`, so
+/// answering only to names that cannot be rebound (IP addresses, which a
+/// browser sends as they are, and `localhost`) or that the operator gave
+/// keeps such a page out.
+#[derive(Debug, Clone)]
+pub struct Hosts {
+    /// Any IP address, not only loopback ones.
+    any_ip: bool,
+    /// More names, lowercase, without a trailing dot.
+    names: Vec<String>,
+}
+
+impl Hosts {
+    /// Loopback only: `localhost` (and `*.localhost`), `127.0.0.0/8`, `[::1]`.
+    pub fn loopback() -> Hosts {
+        Hosts {
+            any_ip: false,
+            names: Vec::new(),
+        }
+    }
+
+    /// Any IP address, `localhost`, and `names` (the names by which this
+    /// host is reached: `serve --metrics-host NAME`).
+    pub fn addresses_and(names: &[String]) -> Hosts {
+        Hosts {
+            any_ip: true,
+            names: names.iter().map(|n| normal(n)).collect(),
+        }
+    }
+
+    /// Whether a `Host` value (a name or address, with or without a port)
+    /// is one of these.
+    pub fn allows(&self, host: &str) -> bool {
+        let name = if let Some(rest) = host.strip_prefix('[') {
+            match rest.split_once(']') {
+                Some((ip, port)) if port.is_empty() || port.starts_with(':') => ip,
+                _ => return false,
+            }
+        } else {
+            host.rsplit_once(':').map_or(host, |(h, _)| h)
+        };
+        if let Ok(ip) = name.parse::<IpAddr>() {
+            return self.any_ip || ip.is_loopback();
+        }
+        let name = normal(name);
+        name == "localhost" || name.ends_with(".localhost") || self.names.contains(&name)
+    }
+
+    /// Whether a request names one of these: its `Host`, and the host of
+    /// an absolute URI when it has one. A request without either (HTTP/1.0)
+    /// comes from no browser, so no rebinding: it passes.
+    pub fn allows_request(&self, req: &Request) -> bool {
+        let host = req.headers().get(header::HOST);
+        if host.is_some_and(|h| !h.to_str().is_ok_and(|h| self.allows(h))) {
+            return false;
+        }
+        req.uri()
+            .authority()
+            .is_none_or(|a| self.allows(a.as_str().rsplit('@').next().unwrap_or("")))
+    }
+}
+
+fn normal(name: &str) -> String {
+    name.trim_end_matches('.').to_ascii_lowercase()
+}
+
+/// What a request whose Host is not allowed gets.
+pub fn wrong_host(hint: &str) -> Response {
+    (
+        StatusCode::FORBIDDEN,
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("text/plain; charset=utf-8"),
+        )],
+        format!("this endpoint does not answer to the host name this request names (a page elsewhere may have rebound its name to this address); {hint}\n"),
+    )
+        .into_response()
+}
+
+/// A middleware that refuses requests whose Host is not allowed
+/// ([`Hosts::allows_request`]), with `hint` saying which names are.
+pub async fn host_guard(
+    State(check): State<Arc<(Hosts, &'static str)>>,
+    req: Request,
+    next: Next,
+) -> Response {
+    if check.0.allows_request(&req) {
+        next.run(req).await
+    } else {
+        wrong_host(check.1)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{Read, Write};
+    use std::net::TcpStream;
+    use std::time::Instant;
+
+    #[test]
+    fn hosts_that_cannot_be_rebound() {
+        let lo = Hosts::loopback();
+        for h in [
+            "127.0.0.1:5380",
+            "localhost:5380",
+            "localhost.",
+            "[::1]:80",
+            "[::1]",
+            "127.0.0.2",
+            "LOCALHOST",
+            "dash.localhost:1",
+        ] {
+            assert!(lo.allows(h), "{h}");
+        }
+        for h in [
+            "evil.example:5380",
+            "evil.example",
+            "192.0.2.1",
+            "[2001:db8::1]:80",
+            "[::1]x",
+            "localhost.evil.example",
+            "",
+        ] {
+            assert!(!lo.allows(h), "{h}");
+        }
+        let m = Hosts::addresses_and(&["DTN1.example.org.".into()]);
+        for h in [
+            "192.0.2.1:9310",
+            "[2001:db8::1]:9310",
+            "127.0.0.1",
+            "localhost:9310",
+            "dtn1.example.org:9310",
+            "dtn1.EXAMPLE.org.",
+        ] {
+            assert!(m.allows(h), "{h}");
+        }
+        for h in ["evil.example:9310", "dtn2.example.org", "example.org"] {
+            assert!(!m.allows(h), "{h}");
+        }
+    }
+
+    /// An endpoint of `limits` answering "ok" to `GET /`, on its own thread.
+    fn endpoint(limits: Limits) -> SocketAddr {
+        let l = bind("127.0.0.1:0".parse().unwrap(), "--listen").unwrap();
+        let addr = l.local_addr().unwrap();
+        std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async move {
+                let app = Router::new().route("/", axum::routing::get(|| async { "ok" }));
+                serve(TcpListener::from_std(l).unwrap(), None, app, limits).await;
+            });
+        });
+        addr
+    }
+
+    /// A client that starts a request and never finishes its header.
+    fn slow(addr: SocketAddr) -> TcpStream {
+        let mut c = TcpStream::connect(addr).unwrap();
+        c.write_all(b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ")
+            .unwrap();
+        c
+    }
+
+    /// One whole request; the answer's status (0: none before `limit`).
+    fn get(addr: SocketAddr, limit: Duration) -> u16 {
+        let mut c = TcpStream::connect(addr).unwrap();
+        c.set_read_timeout(Some(limit)).unwrap();
+        c.write_all(b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+            .unwrap();
+        let mut out = Vec::new();
+        let _ = c.read_to_end(&mut out);
+        String::from_utf8_lossy(&out)
+            .split(' ')
+            .nth(1)
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(0)
+    }
+
+    /// Whether the server closed `c` (EOF or reset) within `limit`.
+    fn cut_within(c: &mut TcpStream, limit: Duration) -> bool {
+        c.set_read_timeout(Some(limit)).unwrap();
+        let mut b = [0u8; 256];
+        loop {
+            match c.read(&mut b) {
+                Ok(0) => return true,
+                Ok(_) => continue,
+                Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => return true,
+                Err(_) => return false,
+            }
+        }
+    }
+
+    #[test]
+    fn slow_headers_are_cut_off_and_a_real_client_is_served() {
+        let addr = endpoint(Limits {
+            max_connections: 8,
+            header_timeout: Duration::from_secs(1),
+            handshake_timeout: HANDSHAKE_TIMEOUT,
+        });
+        // Five times the cap: partial headers, silent clients, a trickler.
+        let mut held: Vec<TcpStream> = (0..30).map(|_| slow(addr)).collect();
+        held.extend((0..10).map(|_| TcpStream::connect(addr).unwrap()));
+        let mut trickler = slow(addr);
+        let t = Instant::now();
+        assert_eq!(get(addr, Duration::from_secs(60)), 200);
+        assert!(t.elapsed() < Duration::from_secs(60));
+        for c in held.iter_mut() {
+            assert!(cut_within(c, Duration::from_secs(60)), "not cut off");
+        }
+        // Bytes that keep coming do not extend the limit.
+        trickler
+            .set_read_timeout(Some(Duration::from_millis(200)))
+            .unwrap();
+        let started = Instant::now();
+        let mut cut = false;
+        while started.elapsed() < Duration::from_secs(60) {
+            if trickler.write_all(b"x").is_err() {
+                cut = true;
+                break;
+            }
+            let mut b = [0u8; 64];
+            match trickler.read(&mut b) {
+                Ok(0) => {
+                    cut = true;
+                    break;
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {
+                    cut = true;
+                    break;
+                }
+                _ => {}
+            }
+        }
+        assert!(cut, "a client trickling its header was never cut off");
+        assert_eq!(get(addr, Duration::from_secs(60)), 200);
+    }
+
+    #[test]
+    fn the_connection_cap_holds() {
+        let addr = endpoint(Limits {
+            max_connections: 4,
+            header_timeout: Duration::from_secs(3600),
+            handshake_timeout: HANDSHAKE_TIMEOUT,
+        });
+        let mut held: Vec<TcpStream> = (0..4).map(|_| slow(addr)).collect();
+        // A fifth is not served while four hold every slot (they hold them
+        // for an hour)...
+        let waiting = std::thread::spawn(move || get(addr, Duration::from_secs(120)));
+        std::thread::sleep(Duration::from_secs(2));
+        assert!(!waiting.is_finished(), "served beyond the cap");
+        // ...and is as soon as one lets go.
+        held.pop();
+        assert_eq!(waiting.join().unwrap(), 200);
+        drop(held);
+    }
+}
