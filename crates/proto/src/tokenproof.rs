@@ -129,7 +129,14 @@ mod tests {
     #[test]
     fn only_tokens_have_ids_and_challenges_parse_back() {
         assert_eq!(token_id(TOKEN), Some("ab12cd34"));
-        for bad in ["", "lh1_", "lh1__x", "lh1_a-b_x", "lh1p_ab_1", "not a token"] {
+        for bad in [
+            "",
+            "lh1_",
+            "lh1__x",
+            "lh1_a-b_x",
+            "lh1p_ab_1",
+            "not a token",
+        ] {
             assert_eq!(token_id(bad), None, "{bad}");
             assert_eq!(prove(bad, &[0; 32]), None, "{bad}");
         }
@@ -137,5 +144,23 @@ mod tests {
         let c = [0x5a; 32];
         assert_eq!(parse_challenge(&challenge_hex(&c)), Some(c));
         assert_eq!(parse_challenge("5a"), None);
+    }
+}
+
+#[cfg(test)]
+mod vector {
+    /// The worked example of `docs/PROTOCOL.md` section 1.2.
+    #[test]
+    fn the_documented_example() {
+        let token = "lh1_7e570000_testsecret-testsecret-testsecret-0123";
+        let challenge: [u8; 32] = std::array::from_fn(|i| i as u8);
+        assert_eq!(
+            super::challenge_hex(&challenge),
+            "000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f"
+        );
+        assert_eq!(
+            super::prove(token, &challenge).unwrap(),
+            "f53c17921758d323923cc61d9cbd7be7d71257e2b047c3e4ad46c55317ba9cfd"
+        );
     }
 }

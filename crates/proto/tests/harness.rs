@@ -140,10 +140,15 @@ impl Pair {
     /// session that draws `challenge` for this connection.
     fn proving(challenge: [u8; tokenproof::CHALLENGE_LEN]) -> Self {
         let mut p = Self::new(Limits::default());
-        p.client = ClientSession::proving(p.base, "longhaul-client harness", CLIENT_HANDSHAKE, GRANT_TOKEN)
-            .expect("a token of the form lh1_ID_SECRET");
-        p.server = ServerSession::new(p.base, server_config(Limits::default()))
-            .with_challenge(challenge);
+        p.client = ClientSession::proving(
+            p.base,
+            "longhaul-client harness",
+            CLIENT_HANDSHAKE,
+            GRANT_TOKEN,
+        )
+        .expect("a token of the form lh1_ID_SECRET");
+        p.server =
+            ServerSession::new(p.base, server_config(Limits::default())).with_challenge(challenge);
         p
     }
 
@@ -270,7 +275,9 @@ impl Pair {
             if token_id == "ab12cd34" && tokenproof::verify(&key, token_id, challenge, proof) {
                 self.server.authenticated(now);
             } else {
-                let e = self.server.refuse(RefuseCode::Unauthorized, "proof refused");
+                let e = self
+                    .server
+                    .refuse(RefuseCode::Unauthorized, "proof refused");
                 self.server_error = Some(e);
             }
         }
@@ -1373,7 +1380,10 @@ fn a_plaintext_client_proves_its_token_for_the_servers_challenge() {
     let now = pair.now();
     pair.client.request_test(now, params(), CLIENT_MAX);
     pair.drive();
-    assert!(pair.server_events.iter().any(|e| matches!(e, ServerEvent::TestRequested(_))));
+    assert!(pair
+        .server_events
+        .iter()
+        .any(|e| matches!(e, ServerEvent::TestRequested(_))));
 }
 
 /// What an eavesdropper recorded of one connection (the hello and the
@@ -1385,7 +1395,10 @@ fn a_plaintext_client_proves_its_token_for_the_servers_challenge() {
 fn a_recorded_proof_is_refused_on_every_other_connection() {
     let mut first = Pair::proving([1; 32]);
     first.drive();
-    assert!(matches!(first.client_events.as_slice(), [ClientEvent::Welcomed(_)]));
+    assert!(matches!(
+        first.client_events.as_slice(),
+        [ClientEvent::Welcomed(_)]
+    ));
     let recorded = first.client_wrote.clone();
     for challenge in [[2u8; 32], [0xfe; 32]] {
         let mut replay = Pair::proving(challenge);

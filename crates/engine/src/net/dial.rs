@@ -73,7 +73,11 @@ pub struct Security {
 /// inside TLS; on plaintext never the token (a token seen on the wire is
 /// a token stolen) but a proof of it for the server's challenge, good for
 /// this one connection ([`longhaul_proto::tokenproof`]).
-fn control_session(tls: bool, token: &Option<String>, handshake_timeout: Duration) -> ClientSession {
+fn control_session(
+    tls: bool,
+    token: &Option<String>,
+    handshake_timeout: Duration,
+) -> ClientSession {
     let (now, software) = (Instant::now(), crate::software());
     match token.as_deref() {
         Some(t) if tls => ClientSession::new(now, &software, handshake_timeout, Some(t.into())),
@@ -524,11 +528,7 @@ pub(crate) fn open_control_early<T>(
     stream
         .write_all(&MAGIC)
         .map_err(|e| EngineError::io(format!("failed to greet {peer}"), e))?;
-    let session = control_session(
-        tls.is_some(),
-        &opts.security.token,
-        opts.handshake_timeout,
-    );
+    let session = control_session(tls.is_some(), &opts.security.token, opts.handshake_timeout);
     let mut c = Control {
         conn: FramedConn::new(stream, target.to_string()),
         session,
