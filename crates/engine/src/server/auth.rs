@@ -568,6 +568,35 @@ mod tests {
     }
 
     #[test]
+    fn a_proof_lets_in_for_its_challenge_only_and_old_proofs_never() {
+        let s = state("proofs");
+        let (g, token) = create_token(&s, vec![parse_export_grant("d").unwrap()], "").unwrap();
+        let (c1, c2) = ([1u8; 32], [2u8; 32]);
+        let p = tokenproof::prove(&token, &c1).unwrap();
+        let a = authenticate_proof(&s, &g.id, &c1, &p).unwrap();
+        assert_eq!(a.grant.as_deref(), Some(g.id.as_str()));
+        assert!(a.who.starts_with("token proof"));
+        // Another connection's challenge; another grant's id; garbage.
+        let e = authenticate_proof(&s, &g.id, &c2, &p).unwrap_err();
+        assert!(e.contains("challenge"), "{e}");
+        assert_eq!(
+            authenticate_proof(&s, "00000000", &c1, &p).unwrap_err(),
+            e.replace(&g.id, "00000000"),
+            "an unknown id must read as a wrong proof"
+        );
+        assert!(authenticate_proof(&s, &g.id, &c1, "zz").is_err());
+        // Revoked: its proofs go with it.
+        let old = format!("lh1p_{}_1_{}_{}", g.id, "0".repeat(32), "0".repeat(64));
+        assert_eq!(
+            authenticate(&s, Some(&old), None, true),
+            Err(OLD_PROOF.into())
+        );
+        revoke(&s, &g.id).unwrap();
+        assert!(authenticate_proof(&s, &g.id, &c1, &p).is_err());
+        std::fs::remove_dir_all(&s).unwrap();
+    }
+
+    #[test]
     fn anonymous_reads_public_exports_only() {
         let s = state("anon");
         let a = authenticate(&s, None, None, false).unwrap();
