@@ -182,6 +182,7 @@ fn wrong(b: u8) -> Message {
             software: "s".into(),
             role: Role::Control,
             token: None,
+            token_id: None,
         }),
         1 => Message::TestRequest(TestParams::default()),
         2 => Message::Start(Start {}),
@@ -555,6 +556,7 @@ fuzz_target!(|input: Input| {
             software: input.software,
             role: Role::Control,
             token: input.token,
+            token_id: None,
         })],
         "the hello is queued at once, alone"
     );

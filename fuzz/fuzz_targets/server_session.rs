@@ -79,6 +79,15 @@ enum Op {
         max: u16,
         data: Option<(String, u16, bool)>,
     },
+    /// A plaintext control hello naming the grant whose token it proves.
+    ProvingHello {
+        token_id: String,
+        with_token: bool,
+    },
+    /// A client's answer to the challenge.
+    Proof(String),
+    /// The engine found the proof good.
+    Authenticated,
     Request(Params),
     ThirdParty(String, Params),
     Start,
@@ -160,6 +169,8 @@ fn wrong(b: u8) -> Message {
 #[derive(Arbitrary, Debug)]
 struct Input {
     limits: FuzzLimits,
+    /// This connection's challenge for a token proof.
+    challenge: [u8; 32],
     ops: Vec<Op>,
 }
 
@@ -195,7 +206,7 @@ fuzz_target!(|input: Input| {
         software: "fuzz".into(),
         host: "fuzz".into(),
     };
-    let mut s = ServerSession::new(now, cfg);
+    let mut s = ServerSession::new(now, cfg).with_challenge(input.challenge);
 
     for op in input.ops {
         let was_closed = s.is_closed();
@@ -221,7 +232,20 @@ fuzz_target!(|input: Input| {
                     },
                 },
                 token: None,
+                token_id: None,
             })),
+            Op::ProvingHello {
+                token_id,
+                with_token,
+            } => Some(Message::Hello(Hello {
+                min_version: PROTOCOL_VERSION,
+                max_version: PROTOCOL_VERSION,
+                software: "fuzz".into(),
+                role: Role::Control,
+                token: with_token.then(|| "lh1_ab_x".into()),
+                token_id: Some(token_id),
+            })),
+            Op::Proof(proof) => Some(Message::Proof(Proof { proof })),
             Op::Request(p) => Some(Message::TestRequest(p.build())),
             Op::ThirdParty(target, p) => Some(Message::ThirdParty(ThirdParty {
                 target,
@@ -267,6 +291,10 @@ fuzz_target!(|input: Input| {
             }
             // The engine drops a closed session; it makes no more calls on it.
             _ if was_closed => None,
+            Op::Authenticated => {
+                s.authenticated(now);
+                None
+            }
             Op::Accept {
                 test_id,
                 token,

@@ -125,15 +125,154 @@ fn a_plaintext_client_proves_its_token_and_never_sends_it() {
     );
     proxy.assert_no_secret();
     // What an eavesdropper saw does not let it in: the control connection
-    // replayed byte for byte is refused (its proof was used).
-    let hello = proxy.connections()[0].clone();
-    let mut c = TcpStream::connect(s.addr()).unwrap();
-    c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-    c.write_all(&hello).unwrap();
+    // replayed byte for byte is refused (its proof answered another
+    // connection's challenge).
+    assert_replay_refused(s.addr(), &proxy.connections()[0]);
+    s.shutdown();
+}
+
+/// Sends what a client sent on a recorded connection, byte for byte, and
+/// returns the server's answer as messages.
+fn replay(to: SocketAddr, recorded: &[u8]) -> Vec<longhaul_proto::msg::Message> {
+    use longhaul_proto::frame::Decoder;
+    let mut c = TcpStream::connect(to).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    // The answer is read as it comes: the server refuses before it has
+    // read all of a long recording.
+    let _ = c.write_all(recorded);
     let mut answer = Vec::new();
     let _ = c.read_to_end(&mut answer);
-    let answer = String::from_utf8_lossy(&answer);
-    assert!(answer.contains("used before"), "{answer}");
+    let mut d = Decoder::new(1 << 20);
+    d.push(&answer);
+    let mut out = Vec::new();
+    while let Ok(Some(f)) = d.next_frame() {
+        out.push(longhaul_proto::msg::Message::decode(&f).unwrap());
+    }
+    out
+}
+
+/// A replay of `recorded` at `to` meets a fresh challenge and is refused
+/// as unauthorized, never welcomed.
+fn assert_replay_refused(to: SocketAddr, recorded: &[u8]) {
+    use longhaul_proto::msg::{Message, RefuseCode};
+    let answer = replay(to, recorded);
+    assert!(
+        matches!(
+            answer.as_slice(),
+            [Message::Challenge(_), Message::Refuse(r)]
+                if r.code == RefuseCode::Unauthorized && r.message.contains("challenge")
+        ),
+        "a replayed proof was not refused at {to}: {answer:?}"
+    );
+}
+
+/// Issue 26, A6: a proof an eavesdropper recorded on one plaintext
+/// connection is worth nothing anywhere else: not on another connection
+/// to the same server, not at a second server that shares the grant, and
+/// not at the same server after a restart (nothing it remembered is
+/// needed: every connection has its own challenge).
+#[test]
+fn a_recorded_proof_is_refused_everywhere_else_and_after_a_restart() {
+    let t = TempDir::new("cred-replay");
+    let (exp, src, state) = (t.dir("export"), t.dir("src"), t.dir("state"));
+    std::fs::write(src.join("a.bin"), vec![5u8; 64 << 10]).unwrap();
+    let s1 = server(&exp, &state, true);
+    // The same grant on another server (`token add` of one token on many).
+    let exp2 = t.dir("export2");
+    let s2 = server(&exp2, &t.dir("state2"), true);
+    let proxy = Recorder::start(s1.addr());
+    let o = bin()
+        .args([
+            "cp",
+            "--insecure-plaintext",
+            src.join("a.bin").to_str().unwrap(),
+            &format!("127.0.0.1:{}:data/", proxy.addr.port()),
+        ])
+        .output()
+        .unwrap();
+    assert_exit(&o, 0);
+    proxy.assert_no_secret();
+    let recorded = proxy.connections()[0].clone();
+    std::fs::remove_file(exp.join("a.bin")).unwrap();
+
+    assert_replay_refused(s1.addr(), &recorded);
+    assert_replay_refused(s2.addr(), &recorded);
+    s1.shutdown();
+    let restarted = server(&exp, &state, true);
+    assert_replay_refused(restarted.addr(), &recorded);
+    // Nothing landed anywhere.
+    assert!(!exp.join("a.bin").exists());
+    assert!(!exp2.join("a.bin").exists());
+    restarted.shutdown();
+    s2.shutdown();
+}
+
+fn tls_to(addr: SocketAddr) -> Box<dyn longhaul_engine::net::conn::Stream> {
+    use longhaul_engine::net::tls::{ClientTls, TrustOptions};
+    let t = ClientTls::new(
+        &TrustOptions {
+            pins: vec![common::fingerprint().to_string()],
+            ..Default::default()
+        },
+        &addr.to_string(),
+    )
+    .unwrap();
+    let tcp = TcpStream::connect(addr).unwrap();
+    tcp.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    t.connect(tcp).expect("TLS handshake with the test server")
+}
+
+/// The replayable proofs of clients before challenges (`lh1p_...` in the
+/// hello, good for 300 s and kept in memory only) are refused, also when
+/// freshly made and valid by the old rule.
+#[test]
+fn an_old_kind_of_proof_is_refused_even_when_valid() {
+    use longhaul_proto::frame::MAGIC;
+    use longhaul_proto::msg::{Hello, Message, RefuseCode, Role, PROTOCOL_VERSION};
+    let t = TempDir::new("cred-oldproof");
+    let s = server(&t.dir("export"), &t.dir("state"), true);
+    let id = TOKEN.split('_').nth(1).unwrap();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let nonce = "07".repeat(16);
+    let msg = format!("longhaul token proof v1\0{id}\0{now}\0{nonce}");
+    let mac = blake3::keyed_hash(blake3::hash(TOKEN.as_bytes()).as_bytes(), msg.as_bytes());
+    let old = format!("lh1p_{id}_{now}_{nonce}_{}", mac.to_hex());
+    for tls in [false, true] {
+        let mut b = MAGIC.to_vec();
+        Message::Hello(Hello {
+            min_version: PROTOCOL_VERSION,
+            max_version: PROTOCOL_VERSION,
+            software: "longhaul before challenges".into(),
+            role: Role::Control,
+            token: Some(old.clone()),
+            token_id: None,
+        })
+        .encode(&mut b)
+        .unwrap();
+        let answer = if tls {
+            let mut st = tls_to(s.addr());
+            st.write_all(&b).unwrap();
+            st.flush().unwrap();
+            let mut conn = longhaul_engine::net::conn::FramedConn::new(st, s.addr().to_string());
+            conn.recv(Duration::from_secs(10))
+                .ok()
+                .flatten()
+                .into_iter()
+                .collect()
+        } else {
+            replay(s.addr(), &b)
+        };
+        assert!(
+            matches!(
+                answer.as_slice(),
+                [Message::Refuse(r)] if r.code == RefuseCode::Unauthorized && r.message.contains("old kind")
+            ),
+            "tls {tls}: {answer:?}"
+        );
+    }
     s.shutdown();
 }
 
@@ -150,6 +289,7 @@ fn a_raw_token_sent_in_the_clear_is_refused() {
         software: "an old client".into(),
         role: Role::Control,
         token: Some(TOKEN.into()),
+        token_id: None,
     })
     .encode(&mut b)
     .unwrap();

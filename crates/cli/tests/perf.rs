@@ -295,6 +295,37 @@ fn third_party_test_between_two_servers() {
     b.shutdown();
 }
 
+/// Over plaintext the requester proves its token to A and lends it to no
+/// one: A still runs the test to B (which takes anonymous perf here).
+#[test]
+fn third_party_test_over_plaintext_lends_no_token() {
+    let plain = || {
+        server_with(ServeConfig {
+            allow_plaintext: true,
+            public_perf: true,
+            state_dir: common::prepare_state(&std::env::temp_dir().join("longhaul-test-state")),
+            ..ServeConfig::default()
+        })
+    };
+    let (a, b) = (plain(), plain());
+    let o = bin()
+        .args([
+            "perf",
+            "--insecure-plaintext",
+            &a.addr().to_string(),
+            &b.addr().to_string(),
+            "-t",
+            "1",
+            "--json",
+        ])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(json_of(&o)["summary"]["bytes"].as_u64().unwrap() > 0);
+    a.shutdown();
+    b.shutdown();
+}
+
 #[test]
 fn third_party_refused_when_disabled() {
     let a = server_with(ServeConfig {

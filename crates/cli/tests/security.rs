@@ -1122,6 +1122,7 @@ fn hello(token: Option<&str>) -> Vec<u8> {
         software: "security test".into(),
         role: Role::Control,
         token: token.map(str::to_string),
+        token_id: None,
     })
     .encode(&mut b)
     .unwrap();
@@ -1966,6 +1967,7 @@ fn client_strings_cannot_forge_server_log_lines() {
             software: EVIL.into(),
             role: Role::Control,
             token: token.map(str::to_string),
+            token_id: None,
         })
         .encode(&mut b)
         .unwrap();
@@ -2252,6 +2254,7 @@ fn join_on(
         software: "security test".into(),
         role,
         token: None,
+        token_id: None,
     })
     .encode(&mut b)
     .unwrap();
@@ -2431,5 +2434,150 @@ fn a_udp_registration_needs_the_proof_of_its_slot() {
         other => panic!("the right registration was not taken: {other:?}"),
     }
     drop(conn);
+    srv.shutdown();
+}
+
+// ---- third-party tests are no port scanner (issue 26, A9)
+
+/// A TCP listener that is not longhaul and counts the connections it
+/// takes: `banner` writes a line (as SSH or SMTP would) and holds the
+/// connection, else it holds it and says nothing (as a filtered port
+/// would, for the dialer's time-outs).
+struct CountingListener {
+    addr: SocketAddr,
+    accepted: Arc<Mutex<usize>>,
+}
+
+impl CountingListener {
+    fn start(banner: bool) -> CountingListener {
+        let l = TcpListener::bind(loopback()).unwrap();
+        let addr = l.local_addr().unwrap();
+        let accepted = Arc::new(Mutex::new(0));
+        let count = accepted.clone();
+        std::thread::spawn(move || {
+            for c in l.incoming() {
+                let Ok(mut c) = c else { return };
+                *count.lock().unwrap() += 1;
+                std::thread::spawn(move || {
+                    if banner {
+                        let _ = c.write_all(b"SSH-2.0-OpenSSH_9.6\r\n");
+                    }
+                    let mut buf = [0u8; 4096];
+                    while matches!(c.read(&mut buf), Ok(n) if n > 0) {}
+                });
+            }
+        });
+        CountingListener { addr, accepted }
+    }
+
+    fn accepted(&self) -> usize {
+        *self.accepted.lock().unwrap()
+    }
+}
+
+/// A loopback port with nothing listening on it.
+fn closed_port() -> SocketAddr {
+    let l = TcpListener::bind(loopback()).unwrap();
+    l.local_addr().unwrap()
+}
+
+/// An anonymous client of a `--public-perf` server asks for third-party
+/// tests toward a closed port and toward an open listener that is not
+/// longhaul: both get the same refusal, and the server dials neither.
+#[test]
+fn an_anonymous_client_cannot_make_the_server_dial_anything() {
+    let site = Site::new("3rd-anon");
+    let srv = site.server(|c| c.public_perf = true);
+    let a = srv.addr().to_string();
+    let open = CountingListener::start(true);
+    let closed = closed_port().to_string();
+    let refusals: Vec<String> = [closed.clone(), open.addr.to_string()]
+        .iter()
+        .map(|target| {
+            let o = anon(&["perf", &a, target, "-t", "1"]);
+            assert_refused(&o, 4, "authenticated clients only");
+            stderr(&o).replace(target.as_str(), "TARGET")
+        })
+        .collect();
+    assert_eq!(
+        refusals[0], refusals[1],
+        "the answer tells the targets apart"
+    );
+    // Time for a dial that should not happen to show.
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(
+        open.accepted(),
+        0,
+        "the server connected for an anonymous client"
+    );
+    // The same anonymous client still runs its own test there.
+    let o = anon(&["perf", &a, "-n", "1M", "-i", "0"]);
+    assert_exit(&o, 0);
+    srv.shutdown();
+}
+
+/// An authenticated client asking for third-party tests toward a closed
+/// port, an open port with a non-longhaul banner and one that accepts and
+/// stays silent gets one uniform error, at one fixed time after the
+/// request (connect and handshake time-outs of the server), whichever it
+/// was.
+#[test]
+fn an_authenticated_client_gets_one_uniform_error_for_anything_not_longhaul() {
+    let site = Site::new("3rd-auth");
+    let handshake = Duration::from_secs(2);
+    let srv = site.server(|c| c.limits.handshake_timeout = handshake);
+    let a = srv.addr().to_string();
+    let banner = CountingListener::start(true);
+    let silent = CountingListener::start(false);
+    let targets = [
+        closed_port().to_string(),
+        banner.addr.to_string(),
+        silent.addr.to_string(),
+    ];
+    let answers: Vec<(Option<i32>, String, Duration)> = std::thread::scope(|sc| {
+        let runs: Vec<_> = targets
+            .iter()
+            .map(|target| {
+                let a = &a;
+                sc.spawn(move || {
+                    let started = Instant::now();
+                    let o = lh(&["perf", a, target, "-t", "1"]);
+                    let took = started.elapsed();
+                    // The error line: runs side by side may add warnings of
+                    // their own (the shared results archive).
+                    let error = stderr(&o)
+                        .lines()
+                        .filter(|l| l.contains("error:"))
+                        .collect::<Vec<_>>()
+                        .join("\n")
+                        .replace(target.as_str(), "TARGET");
+                    (o.status.code(), error, took)
+                })
+            })
+            .collect();
+        runs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    for (i, (code, message, took)) in answers.iter().enumerate() {
+        assert_ne!(*code, Some(0), "{}: {message}", targets[i]);
+        assert!(
+            message.contains("no longhaul server completed the handshake"),
+            "{}: {message}",
+            targets[i]
+        );
+        assert_eq!(
+            (code, message),
+            (&answers[0].0, &answers[0].1),
+            "{}",
+            targets[i]
+        );
+        // Reported no sooner than the connect and handshake time-outs
+        // (both the server's 2 s here): a closed port is not faster.
+        assert!(
+            *took >= 2 * handshake,
+            "{}: answered after {took:?}",
+            targets[i]
+        );
+    }
+    assert!(banner.accepted() >= 1 && silent.accepted() >= 1);
     srv.shutdown();
 }

@@ -5,7 +5,7 @@
 //!
 //! 0. [`report`] (the [`report::Reporter`] trait through which the engine
 //!    reports), [`state`] (the state directory and the environment that
-//!    names it), [`proof`], and this file: errors and constants.
+//!    names it), and this file: errors and constants.
 //! 1. [`net`]: connections, TLS, socket tuning, every client's dialing;
 //!    [`wan`]: the emulated WAN; [`pathdb`]: path rates `doctor` remembered.
 //! 2. [`perf`]: memory-to-memory tests; [`xfer`]: file transfers.
@@ -20,7 +20,6 @@ pub mod doctor;
 pub mod net;
 pub mod pathdb;
 pub mod perf;
-pub mod proof;
 pub mod report;
 pub mod results;
 pub mod server;

@@ -22,6 +22,7 @@ fn hello(role: Role) -> Vec<u8> {
         software: "hostile test".into(),
         role,
         token: None,
+        token_id: None,
     })
     .encode(&mut b)
     .unwrap();

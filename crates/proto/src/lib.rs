@@ -7,9 +7,10 @@
 //! datagram and its receiver accounting ([`udp`]), and how the measurements
 //! of both ends merge into reports ([`report`]), and how a transfer is sized
 //! for its path ([`window`]), and how a perf test's plaintext data streams
-//! prove they belong to it ([`databind`]). It opens no sockets, touches
-//! no files and reads no clock: time is passed in. `docs/PROTOCOL.md`
-//! describes the bytes.
+//! prove they belong to it ([`databind`]), and how a plaintext control
+//! connection proves its token for the server's challenge ([`tokenproof`]).
+//! It opens no sockets, touches no files and reads no clock: time (and a
+//! server's challenge) is passed in. `docs/PROTOCOL.md` describes the bytes.
 
 pub mod databind;
 pub mod disk;
@@ -20,6 +21,7 @@ pub mod params;
 pub mod plan;
 pub mod report;
 pub mod session;
+pub mod tokenproof;
 pub mod transfer;
 pub mod tune;
 pub mod udp;

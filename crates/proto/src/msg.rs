@@ -52,6 +52,26 @@ pub struct Hello {
     /// A control connection's credential (`--token-file`), sent inside TLS.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub token: Option<String>,
+    /// A control connection in plaintext: the grant id of the token the
+    /// client will prove instead of sending it; the server answers with a
+    /// [`Challenge`] ([`crate::tokenproof`]). Never with `token`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token_id: Option<String>,
+}
+
+/// Server to client, in answer to a `Hello` with a `token_id`: 32 bytes
+/// from the server's CSPRNG, fresh for this connection (64 lowercase hex
+/// digits), which the client's [`Proof`] must answer.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Challenge {
+    pub challenge: String,
+}
+
+/// Client to server, in answer to a [`Challenge`]: the proof of the token
+/// for it, 64 lowercase hex digits ([`crate::tokenproof::prove`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Proof {
+    pub proof: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -198,6 +218,8 @@ pub enum Message {
     Welcome(Welcome),
     Refuse(Refuse),
     Queued(Queued),
+    Challenge(Challenge),
+    Proof(Proof),
     TestRequest(TestParams),
     TestAccept(TestAccept),
     Ready(Ready),
@@ -233,6 +255,8 @@ pub mod kind {
     pub const WELCOME: u8 = 0x02;
     pub const REFUSE: u8 = 0x03;
     pub const QUEUED: u8 = 0x04;
+    pub const CHALLENGE: u8 = 0x05;
+    pub const PROOF: u8 = 0x06;
     pub const TEST_REQUEST: u8 = 0x10;
     pub const TEST_ACCEPT: u8 = 0x11;
     pub const READY: u8 = 0x12;
@@ -271,6 +295,8 @@ impl Message {
             Message::Welcome(_) => kind::WELCOME,
             Message::Refuse(_) => kind::REFUSE,
             Message::Queued(_) => kind::QUEUED,
+            Message::Challenge(_) => kind::CHALLENGE,
+            Message::Proof(_) => kind::PROOF,
             Message::TestRequest(_) => kind::TEST_REQUEST,
             Message::TestAccept(_) => kind::TEST_ACCEPT,
             Message::Ready(_) => kind::READY,
@@ -308,6 +334,8 @@ impl Message {
             Message::Welcome(_) => "welcome",
             Message::Refuse(_) => "refuse",
             Message::Queued(_) => "queued",
+            Message::Challenge(_) => "challenge",
+            Message::Proof(_) => "proof",
             Message::TestRequest(_) => "test_request",
             Message::TestAccept(_) => "test_accept",
             Message::Ready(_) => "ready",
@@ -345,6 +373,8 @@ impl Message {
             Message::Welcome(m) => serde_json::to_vec(m),
             Message::Refuse(m) => serde_json::to_vec(m),
             Message::Queued(m) => serde_json::to_vec(m),
+            Message::Challenge(m) => serde_json::to_vec(m),
+            Message::Proof(m) => serde_json::to_vec(m),
             Message::TestRequest(m) => serde_json::to_vec(m),
             Message::TestAccept(m) => serde_json::to_vec(m),
             Message::Ready(m) => serde_json::to_vec(m),
@@ -392,6 +422,8 @@ impl Message {
             kind::WELCOME => Message::Welcome(body(k, b)?),
             kind::REFUSE => Message::Refuse(body(k, b)?),
             kind::QUEUED => Message::Queued(body(k, b)?),
+            kind::CHALLENGE => Message::Challenge(body(k, b)?),
+            kind::PROOF => Message::Proof(body(k, b)?),
             kind::TEST_REQUEST => Message::TestRequest(body(k, b)?),
             kind::TEST_ACCEPT => Message::TestAccept(body(k, b)?),
             kind::READY => Message::Ready(body(k, b)?),
@@ -442,6 +474,21 @@ mod tests {
                     direction: Direction::Down,
                 },
                 token: None,
+                token_id: None,
+            }),
+            Message::Hello(Hello {
+                min_version: 2,
+                max_version: 2,
+                software: "longhaul test".into(),
+                role: Role::Control,
+                token: None,
+                token_id: Some("ab12cd34".into()),
+            }),
+            Message::Challenge(Challenge {
+                challenge: "5a".repeat(32),
+            }),
+            Message::Proof(Proof {
+                proof: "ff".repeat(32),
             }),
             Message::Hello(Hello {
                 min_version: 2,
@@ -454,6 +501,7 @@ mod tests {
                     proof: "ff".into(),
                 },
                 token: None,
+                token_id: None,
             }),
             Message::TestAccept(TestAccept {
                 test_id: 1,

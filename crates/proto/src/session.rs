@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 
 use crate::msg::*;
 use crate::report::{PeerResults, SideInterval};
+use crate::tokenproof::{self, CHALLENGE_LEN};
 
 /// Why a session ended badly. `code` is what the peer is told.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -177,6 +178,19 @@ pub struct ServerConfig {
 /// What the server engine must act on.
 #[derive(Debug, Clone, PartialEq)]
 pub enum ServerEvent {
+    /// A control connection in plaintext names the grant whose token it
+    /// will prove (`Hello.token_id`); the server's [`Challenge`] is queued:
+    /// send it, then read the client's [`Proof`].
+    Challenged { token_id: String },
+    /// The client's answer to the challenge: check `proof` with
+    /// [`tokenproof::verify`] against the grant `token_id`'s stored hash,
+    /// then call [`ServerSession::authenticated`] or
+    /// [`ServerSession::refuse`].
+    TokenProof {
+        token_id: String,
+        challenge: [u8; CHALLENGE_LEN],
+        proof: String,
+    },
     /// A data stream wants to join a test: look the token up.
     DataStream {
         token: String,
@@ -210,6 +224,8 @@ pub enum ServerEvent {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum ServerState {
     AwaitHello,
+    AwaitProof,
+    Authenticating,
     AwaitRequest,
     Deciding,
     AwaitStreams,
@@ -227,6 +243,11 @@ pub struct ServerSession {
     deadline: Option<Instant>,
     run_limit: Duration,
     out: VecDeque<Message>,
+    /// This connection's challenge for a token proof (from the engine's
+    /// CSPRNG; there is none without [`ServerSession::with_challenge`]).
+    challenge: Option<[u8; CHALLENGE_LEN]>,
+    /// The grant a plaintext client proves its token of.
+    token_id: Option<String>,
 }
 
 impl ServerSession {
@@ -258,6 +279,35 @@ impl ServerSession {
             deadline,
             run_limit: Duration::ZERO,
             out: VecDeque::new(),
+            challenge: None,
+            token_id: None,
+        }
+    }
+
+    /// Gives this connection its challenge for a token proof: 32 bytes
+    /// from a CSPRNG, never used for another connection. A session
+    /// without one refuses a `Hello` with a `token_id`.
+    pub fn with_challenge(mut self, challenge: [u8; CHALLENGE_LEN]) -> Self {
+        self.challenge = Some(challenge);
+        self
+    }
+
+    fn welcome(&mut self, now: Instant) {
+        self.out.push_back(Message::Welcome(Welcome {
+            version: self.version,
+            software: self.cfg.software.clone(),
+            host: self.cfg.host.clone(),
+            buffers: self.cfg.buffers,
+            max_streams: Some(self.cfg.limits.max_streams),
+        }));
+        self.state = ServerState::AwaitRequest;
+        self.deadline = Some(deadline(now, self.cfg.limits.idle_timeout));
+    }
+
+    /// The client's token proof checked out: welcome it.
+    pub fn authenticated(&mut self, now: Instant) {
+        if self.state == ServerState::Authenticating {
+            self.welcome(now);
         }
     }
 
@@ -310,18 +360,13 @@ impl ServerSession {
                 }
                 self.version = hi;
                 match h.role {
-                    Role::Control => {
-                        self.out.push_back(Message::Welcome(Welcome {
-                            version: hi,
-                            software: self.cfg.software.clone(),
-                            host: self.cfg.host.clone(),
-                            buffers: self.cfg.buffers,
-                            max_streams: Some(self.cfg.limits.max_streams),
-                        }));
-                        self.state = S::AwaitRequest;
-                        self.deadline = Some(deadline(now, self.cfg.limits.idle_timeout));
-                        Ok(None)
-                    }
+                    Role::Control => match h.token_id {
+                        None => {
+                            self.welcome(now);
+                            Ok(None)
+                        }
+                        Some(id) => self.challenge_for(id, h.token.is_some()),
+                    },
                     Role::Data {
                         token,
                         stream,
@@ -334,6 +379,18 @@ impl ServerSession {
                         proof,
                     } => Ok(Some(self.data_stream(test, stream, direction, Some(proof)))),
                 }
+            }
+            (S::AwaitProof, Message::Proof(p)) => {
+                let (Some(token_id), Some(challenge)) = (self.token_id.take(), self.challenge)
+                else {
+                    return Err(self.unexpected(&Message::Proof(p)));
+                };
+                self.state = S::Authenticating;
+                Ok(Some(ServerEvent::TokenProof {
+                    token_id,
+                    challenge,
+                    proof: p.proof,
+                }))
             }
             (S::AwaitRequest, Message::TestRequest(p)) => {
                 if let Err(e) = self.cfg.limits.check(&p) {
@@ -398,6 +455,39 @@ impl ServerSession {
             }
             (_, m) => Err(self.unexpected(&m)),
         }
+    }
+
+    /// A control `Hello` with `token_id`: queue this connection's
+    /// challenge, and wait for the proof (under the handshake deadline).
+    fn challenge_for(
+        &mut self,
+        id: String,
+        with_token: bool,
+    ) -> Result<Option<ServerEvent>, SessionError> {
+        if with_token {
+            return Err(self.fail(SessionError::new(
+                RefuseCode::Protocol,
+                "a hello carries a token or a token_id to prove, not both",
+            )));
+        }
+        if !tokenproof::valid_id(&id) {
+            return Err(self.fail(SessionError::new(
+                RefuseCode::Unauthorized,
+                "the token_id of the hello is not a grant id: check the token (lh1_ID_SECRET)",
+            )));
+        }
+        let Some(challenge) = self.challenge else {
+            return Err(self.fail(SessionError::new(
+                RefuseCode::Unauthorized,
+                "this server cannot check a token proof; use TLS",
+            )));
+        };
+        self.out.push_back(Message::Challenge(Challenge {
+            challenge: tokenproof::challenge_hex(&challenge),
+        }));
+        self.token_id = Some(id.clone());
+        self.state = ServerState::AwaitProof;
+        Ok(Some(ServerEvent::Challenged { token_id: id }))
     }
 
     /// The engine took the test: tell the client where to connect.
@@ -468,6 +558,9 @@ impl ServerSession {
             Some(d) if now >= d => {
                 let what = match self.state {
                     ServerState::AwaitHello => "no hello within the handshake time-out",
+                    ServerState::AwaitProof | ServerState::Authenticating => {
+                        "no proof of the token within the handshake time-out"
+                    }
                     ServerState::AwaitRequest => "no request within the idle time-out",
                     ServerState::AwaitStreams => "data streams did not all connect in time",
                     ServerState::AwaitStart => "no start after the streams were ready",
@@ -495,6 +588,7 @@ pub enum ClientEvent {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum ClientState {
+    AwaitChallenge,
     AwaitWelcome,
     Idle,
     AwaitAccept,
@@ -513,6 +607,8 @@ pub struct ClientSession {
     run_limit: Duration,
     deadline: Option<Instant>,
     out: VecDeque<Message>,
+    /// The token to prove once the server's challenge comes; dropped then.
+    proving: Option<String>,
 }
 
 impl ClientSession {
@@ -531,6 +627,7 @@ impl ClientSession {
             software: software.to_string(),
             role: Role::Control,
             token,
+            token_id: None,
         }));
         Self {
             state: ClientState::AwaitWelcome,
@@ -538,12 +635,41 @@ impl ClientSession {
             run_limit: Duration::ZERO,
             deadline: Some(deadline(now, handshake_timeout)),
             out,
+            proving: None,
         }
+    }
+
+    /// A session that proves `token` (`lh1_ID_SECRET`) for the server's
+    /// challenge instead of sending it, for a plaintext connection
+    /// ([`tokenproof`]); None if `token` is not of that form. Nothing may
+    /// be sent after the hello until [`ClientSession::awaits_challenge`]
+    /// is false: the server reads the proof next.
+    pub fn proving(
+        now: Instant,
+        software: &str,
+        handshake_timeout: Duration,
+        token: &str,
+    ) -> Option<Self> {
+        let id = tokenproof::token_id(token)?.to_string();
+        let mut s = Self::new(now, software, handshake_timeout, None);
+        if let Some(Message::Hello(h)) = s.out.front_mut() {
+            h.token_id = Some(id);
+        }
+        s.state = ClientState::AwaitChallenge;
+        s.proving = Some(token.to_string());
+        Some(s)
+    }
+
+    /// The hello named a token to prove and the server's challenge has not
+    /// come yet.
+    pub fn awaits_challenge(&self) -> bool {
+        self.state == ClientState::AwaitChallenge
     }
 
     fn fail(&mut self, e: SessionError) -> SessionError {
         self.state = ClientState::Closed;
         self.deadline = None;
+        self.proving = None;
         e
     }
 
@@ -594,6 +720,24 @@ impl ClientSession {
         use ClientState as S;
         match (self.state, msg) {
             (_, Message::Refuse(r)) => Err(self.fail(r.into())),
+            (S::AwaitChallenge, Message::Challenge(c)) => {
+                let token = self.proving.take().unwrap_or_default();
+                let proof = tokenproof::parse_challenge(&c.challenge)
+                    .and_then(|c| tokenproof::prove(&token, &c));
+                let Some(proof) = proof else {
+                    return Err(self.fail(SessionError::new(
+                        RefuseCode::Protocol,
+                        "server sent a challenge that is not 64 hex digits",
+                    )));
+                };
+                self.out.push_back(Message::Proof(Proof { proof }));
+                self.state = S::AwaitWelcome;
+                Ok(None)
+            }
+            (S::AwaitChallenge, Message::Welcome(_)) => Err(self.fail(SessionError::new(
+                RefuseCode::Version,
+                "server welcomed this plaintext connection without asking for a proof of the token: it predates challenge proofs and would take the connection as anonymous; use TLS, or upgrade the server",
+            ))),
             (S::AwaitWelcome, Message::Welcome(w)) => {
                 if !(MIN_PROTOCOL_VERSION..=PROTOCOL_VERSION).contains(&w.version) {
                     return Err(self.fail(SessionError::new(
@@ -659,7 +803,7 @@ impl ClientSession {
         match self.deadline {
             Some(d) if now >= d => {
                 let what = match self.state {
-                    ClientState::AwaitWelcome => {
+                    ClientState::AwaitWelcome | ClientState::AwaitChallenge => {
                         "server did not answer the hello within the handshake time-out"
                     }
                     ClientState::AwaitAccept => "server did not answer the test request in time",

@@ -13,12 +13,15 @@ use longhaul_proto::frame::{self, Decoder, HEADER_LEN, MAGIC};
 use longhaul_proto::msg::*;
 use longhaul_proto::report::{PeerResults, SideInterval, SideSnapshot, StreamSample, StreamSetup};
 use longhaul_proto::session::*;
+use longhaul_proto::tokenproof;
 use longhaul_proto::udp;
 use longhaul_proto::ProtoError;
 
 /// The control-frame limit the harness's server decoder enforces.
 const CONTROL_MAX_BODY: u32 = 64 << 10;
 const TOKEN: &str = "00112233445566778899aabbccddeeff";
+/// The one grant the harness's server engine knows, by its token.
+const GRANT_TOKEN: &str = "lh1_ab12cd34_0123456789abcdefghijklmnopqrstuvwxyzABCD";
 
 /// One direction of the control connection: bytes written and not yet read.
 #[derive(Debug)]
@@ -84,6 +87,9 @@ struct Pair {
     server_wire_error: Option<ProtoError>,
     client_wire_error: Option<ProtoError>,
     next_test_id: u64,
+    /// Every byte the client session wrote, after the preamble: what an
+    /// eavesdropper on a plaintext path records.
+    client_wrote: Vec<u8>,
 }
 
 fn server_config(limits: Limits) -> ServerConfig {
@@ -126,7 +132,24 @@ impl Pair {
             server_wire_error: None,
             client_wire_error: None,
             next_test_id: 1,
+            client_wrote: Vec::new(),
         }
+    }
+
+    /// A pair whose client proves [`GRANT_TOKEN`] in plaintext, to a server
+    /// session that draws `challenge` for this connection.
+    fn proving(challenge: [u8; tokenproof::CHALLENGE_LEN]) -> Self {
+        let mut p = Self::new(Limits::default());
+        p.client = ClientSession::proving(
+            p.base,
+            "longhaul-client harness",
+            CLIENT_HANDSHAKE,
+            GRANT_TOKEN,
+        )
+        .expect("a token of the form lh1_ID_SECRET");
+        p.server =
+            ServerSession::new(p.base, server_config(Limits::default())).with_challenge(challenge);
+        p
     }
 
     /// A pair that has finished the handshake.
@@ -150,8 +173,10 @@ impl Pair {
     fn flush(&mut self) -> bool {
         let mut any = false;
         while let Some(m) = self.client.poll_transmit() {
-            m.encode(&mut self.c2s.wire)
-                .expect("client message encodes");
+            let mut frame = Vec::new();
+            m.encode(&mut frame).expect("client message encodes");
+            self.c2s.wire.extend_from_slice(&frame);
+            self.client_wrote.extend_from_slice(&frame);
             any = true;
         }
         while let Some(m) = self.server.poll_transmit() {
@@ -240,6 +265,22 @@ impl Pair {
 
     fn on_server_event(&mut self, ev: ServerEvent) {
         let now = self.now();
+        if let ServerEvent::TokenProof {
+            token_id,
+            challenge,
+            proof,
+        } = &ev
+        {
+            let key = tokenproof::key_of(GRANT_TOKEN);
+            if token_id == "ab12cd34" && tokenproof::verify(&key, token_id, challenge, proof) {
+                self.server.authenticated(now);
+            } else {
+                let e = self
+                    .server
+                    .refuse(RefuseCode::Unauthorized, "proof refused");
+                self.server_error = Some(e);
+            }
+        }
         if let ServerEvent::TestRequested(p) = &ev {
             if self.engine.accept {
                 let streams = ready_streams(p);
@@ -565,6 +606,7 @@ fn hand_made_hello(min_version: u16, max_version: u16) -> Message {
         software: "longhaul from elsewhere".into(),
         role: Role::Control,
         token: None,
+        token_id: None,
     })
 }
 
@@ -1273,6 +1315,7 @@ fn a_data_hello_hands_over_its_token_or_its_proof() {
             software: "data".into(),
             role,
             token: None,
+            token_id: None,
         })
     };
     let cases = [
@@ -1309,4 +1352,156 @@ fn a_data_hello_hands_over_its_token_or_its_proof() {
         assert!(s.is_closed());
         assert_eq!(s.poll_transmit(), None);
     }
+}
+
+// ---- a plaintext client's proof of its token (issue 26, A6)
+
+/// A plaintext client names its grant, the server challenges, the client
+/// answers with a proof for that challenge, and only then is it welcomed;
+/// the secret never crosses.
+#[test]
+fn a_plaintext_client_proves_its_token_for_the_servers_challenge() {
+    let mut pair = Pair::proving([1; 32]);
+    pair.drive();
+    assert_eq!(pair.server_error, None);
+    assert!(
+        matches!(pair.client_events.as_slice(), [ClientEvent::Welcomed(_)]),
+        "{:?}",
+        pair.client_events
+    );
+    assert!(matches!(
+        pair.server_events.as_slice(),
+        [ServerEvent::Challenged { token_id }, ServerEvent::TokenProof { .. }] if token_id == "ab12cd34"
+    ));
+    let secret = GRANT_TOKEN.rsplit_once('_').unwrap().1.as_bytes();
+    assert!(!pair.client_wrote.windows(secret.len()).any(|w| w == secret));
+    assert!(!pair.client_wrote.windows(4).any(|w| w == b"lh1_"));
+    // The session goes on as any other.
+    let now = pair.now();
+    pair.client.request_test(now, params(), CLIENT_MAX);
+    pair.drive();
+    assert!(pair
+        .server_events
+        .iter()
+        .any(|e| matches!(e, ServerEvent::TestRequested(_))));
+}
+
+/// What an eavesdropper recorded of one connection (the hello and the
+/// proof, byte for byte) is refused on any other: another connection to
+/// the same server, a second server that shares the grant, the same
+/// server after a restart. Each draws its own challenge; nothing needs
+/// remembering.
+#[test]
+fn a_recorded_proof_is_refused_on_every_other_connection() {
+    let mut first = Pair::proving([1; 32]);
+    first.drive();
+    assert!(matches!(
+        first.client_events.as_slice(),
+        [ClientEvent::Welcomed(_)]
+    ));
+    let recorded = first.client_wrote.clone();
+    for challenge in [[2u8; 32], [0xfe; 32]] {
+        let mut replay = Pair::proving(challenge);
+        // The attacker's bytes in place of a client that knows the token.
+        replay.client = ClientSession::new(replay.base, "replayer", CLIENT_HANDSHAKE, None);
+        replay.client.poll_transmit();
+        replay.client_sends_raw(&recorded);
+        replay.drive();
+        assert_eq!(replay.server_error_code(), Some(RefuseCode::Unauthorized));
+        assert!(replay.server.is_closed());
+        assert!(!replay
+            .client_events
+            .iter()
+            .any(|e| matches!(e, ClientEvent::Welcomed(_))));
+    }
+    // The same challenge again (which a server never draws twice) is what
+    // the proof answers: the binding, not luck, refused the replays.
+    let mut same = Pair::proving([1; 32]);
+    same.client = ClientSession::new(same.base, "replayer", CLIENT_HANDSHAKE, None);
+    same.client.poll_transmit();
+    same.client_sends_raw(&recorded);
+    same.drive();
+    assert_eq!(same.server_error, None);
+}
+
+/// A proving client never falls back to anonymous: a server that welcomes
+/// it without a challenge (one that predates challenges) is an error, and
+/// a hello that carries both a token and a token id, or a server session
+/// with no challenge to give, is refused.
+#[test]
+fn a_proof_is_never_skipped_or_mixed() {
+    let mut old_server = Pair::proving([1; 32]);
+    old_server.client.poll_transmit();
+    old_server.server_sends(&Message::Welcome(Welcome {
+        version: PROTOCOL_VERSION,
+        software: "longhaul before challenges".into(),
+        host: "server.test".into(),
+        buffers: Default::default(),
+        max_streams: None,
+    }));
+    old_server.drive();
+    assert_eq!(old_server.client_error_code(), Some(RefuseCode::Version));
+    assert!(old_server.client_error.unwrap().message.contains("use TLS"));
+
+    let mut both = Pair::proving([1; 32]);
+    both.client.poll_transmit();
+    both.client_sends(&Message::Hello(Hello {
+        min_version: PROTOCOL_VERSION,
+        max_version: PROTOCOL_VERSION,
+        software: "mixed".into(),
+        role: Role::Control,
+        token: Some(GRANT_TOKEN.into()),
+        token_id: Some("ab12cd34".into()),
+    }));
+    both.drive();
+    assert_eq!(both.server_error_code(), Some(RefuseCode::Protocol));
+
+    let mut unarmed = Pair::proving([1; 32]);
+    unarmed.server = ServerSession::new(unarmed.base, server_config(Limits::default()));
+    unarmed.drive();
+    assert_eq!(unarmed.server_error_code(), Some(RefuseCode::Unauthorized));
+    assert_eq!(unarmed.client_error_code(), Some(RefuseCode::Unauthorized));
+
+    // A proof must come next: a request in its place breaks the protocol.
+    let mut early = Pair::proving([1; 32]);
+    early.client.poll_transmit();
+    let mut hello = Vec::new();
+    Message::Hello(Hello {
+        min_version: PROTOCOL_VERSION,
+        max_version: PROTOCOL_VERSION,
+        software: "early".into(),
+        role: Role::Control,
+        token: None,
+        token_id: Some("ab12cd34".into()),
+    })
+    .encode(&mut hello)
+    .unwrap();
+    early.client_sends_raw(&hello);
+    early.client_sends(&Message::TestRequest(params()));
+    early.drive();
+    assert_eq!(early.server_error_code(), Some(RefuseCode::Protocol));
+}
+
+/// A server that waits for the proof gives up at the handshake time-out.
+#[test]
+fn a_missing_proof_times_out() {
+    let mut pair = Pair::proving([1; 32]);
+    pair.client = ClientSession::new(pair.base, "silent", CLIENT_HANDSHAKE, None);
+    pair.client.poll_transmit();
+    let mut hello = Vec::new();
+    Message::Hello(Hello {
+        min_version: PROTOCOL_VERSION,
+        max_version: PROTOCOL_VERSION,
+        software: "silent".into(),
+        role: Role::Control,
+        token: None,
+        token_id: Some("ab12cd34".into()),
+    })
+    .encode(&mut hello)
+    .unwrap();
+    pair.client_sends_raw(&hello);
+    pair.drive();
+    assert!(pair.server_error.is_none());
+    pair.advance_by(Limits::default().handshake_timeout);
+    assert_eq!(pair.server_error_code(), Some(RefuseCode::Timeout));
 }

@@ -26,7 +26,7 @@ const ROOT: &str = "(root)";
 /// own floor and below, never above. A new top-level module goes on the
 /// lowest floor whose modules it needs.
 const ENGINE_FLOORS: &[&[&str]] = &[
-    &[ROOT, "report", "state", "proof"],
+    &[ROOT, "report", "state"],
     &["net", "wan", "pathdb"],
     &["perf", "xfer"],
     &["bench"],

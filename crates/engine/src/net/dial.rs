@@ -69,26 +69,34 @@ pub struct Security {
     pub token: Option<String>,
 }
 
-/// The credential a connection carries: the token inside TLS; on
-/// plaintext never the token (a token seen on the wire is a token
-/// stolen) but a one-time proof of it ([`crate::proof`]).
-pub fn credential_for(tls: bool, token: &Option<String>) -> Option<String> {
-    let token = token.as_deref()?;
-    if tls {
-        return Some(token.to_string());
+/// The session of a control connection, with its credential: the token
+/// inside TLS; on plaintext never the token (a token seen on the wire is
+/// a token stolen) but a proof of it for the server's challenge, good for
+/// this one connection ([`longhaul_proto::tokenproof`]).
+fn control_session(
+    tls: bool,
+    token: &Option<String>,
+    handshake_timeout: Duration,
+) -> ClientSession {
+    let (now, software) = (Instant::now(), crate::software());
+    match token.as_deref() {
+        Some(t) if tls => ClientSession::new(now, &software, handshake_timeout, Some(t.into())),
+        None => ClientSession::new(now, &software, handshake_timeout, None),
+        Some(t) => ClientSession::proving(now, &software, handshake_timeout, t).unwrap_or_else(|| {
+            tracing::warn!(
+                "not sending the token over plaintext, and it is not of the form lh1_ID_SECRET that can be proven: this connection is anonymous"
+            );
+            ClientSession::new(now, &software, handshake_timeout, None)
+        }),
     }
-    let mut nonce = [0u8; 16];
-    getrandom::getrandom(&mut nonce).ok()?;
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
-    let proof = crate::proof::prove(token, now, &nonce);
-    if proof.is_none() {
-        tracing::warn!(
-            "not sending the token over plaintext, and it is not of the form lh1_ID_SECRET that can be proven: this connection is anonymous"
-        );
-    }
-    proof
+}
+
+/// The token a third-party request lends the server it goes to, for the
+/// server it tests against: only inside TLS. On plaintext nothing is lent
+/// (a proof is good for one connection, and the lent token would cross in
+/// clear): that server connects as anonymous.
+pub fn lent_token(tls: bool, token: &Option<String>) -> Option<String> {
+    token.clone().filter(|_| tls)
 }
 
 /// `HOST:PORT` of a target as the user named it, the key of the
@@ -443,6 +451,7 @@ pub(crate) fn data_hello(version: u16, role: Role) -> Result<Vec<u8>, EngineErro
         software: crate::software(),
         role,
         token: None,
+        token_id: None,
     })
     .encode(&mut hello)?;
     Ok(hello)
@@ -575,12 +584,7 @@ pub(crate) fn open_control_early<T>(
     stream
         .write_all(&MAGIC)
         .map_err(|e| EngineError::io(format!("failed to greet {peer}"), e))?;
-    let session = ClientSession::new(
-        Instant::now(),
-        &crate::software(),
-        opts.handshake_timeout,
-        credential_for(tls.is_some(), &opts.security.token),
-    );
+    let session = control_session(tls.is_some(), &opts.security.token, opts.handshake_timeout);
     let mut c = Control {
         conn: FramedConn::new(stream, target.to_string()),
         session,
@@ -599,6 +603,19 @@ pub(crate) fn open_control_early<T>(
     // The TLS handshake added samples to the SYN's: one alone can be off
     // by what a busy host or path added to it.
     let rtt_us = sock::tcp_info(sock::fd_of(c.conn.tcp())).map_or(rtt_us, |i| i.min_rtt_us);
+    let in_handshake = |e| match e {
+        EngineError::Closed(_) | EngineError::Proto(_) => EngineError::Connect(format!(
+            "{target} closed the connection during the handshake: is it a longhaul server?"
+        )),
+        EngineError::Timeout(m) => EngineError::Connect(format!("{target}: {m}")),
+        other => other,
+    };
+    // A proof answers the server's challenge, and the server reads it
+    // before anything else: nothing goes ahead of it.
+    while c.session.awaits_challenge() {
+        c.next_event(Duration::from_millis(50))
+            .map_err(in_handshake)?;
+    }
     if let Some(m) = first(rtt_us) {
         c.flush()?;
         c.conn.send(&m)?;
@@ -611,13 +628,7 @@ pub(crate) fn open_control_early<T>(
         }
         _ => false,
     })
-    .map_err(|e| match e {
-        EngineError::Closed(_) | EngineError::Proto(_) => EngineError::Connect(format!(
-            "{target} closed the connection during the handshake: is it a longhaul server?"
-        )),
-        EngineError::Timeout(m) => EngineError::Connect(format!("{target}: {m}")),
-        other => other,
-    })?;
+    .map_err(in_handshake)?;
     c.welcome = welcome.expect("set by expect");
     Ok((c, early))
 }

@@ -18,7 +18,7 @@ use longhaul_proto::session::{ClientEvent, SessionError};
 use longhaul_proto::udp;
 
 use crate::net::dial::{
-    credential_for, host_key, open_control, ClientOptions, Control, INTERRUPT_POLL,
+    host_key, lent_token, open_control, ClientOptions, Control, INTERRUPT_POLL,
 };
 use crate::net::sock::{self, Tuning};
 use crate::perf::side::{End, ReadyStream, SideRun, Ticker};
@@ -92,7 +92,20 @@ pub fn run_perf(
     sink: &mut dyn Reporter,
 ) -> Result<Summary, EngineError> {
     check_params(params)?;
-    let mut ctl = open_control(target, opts)?;
+    let ctl = open_control(target, opts)?;
+    run_perf_over(ctl, target, params, opts, sink)
+}
+
+/// [`run_perf`] on a control connection to `target` that has completed
+/// its handshake (a third-party run tells a longhaul server from anything
+/// else by it).
+pub(crate) fn run_perf_over(
+    mut ctl: Control,
+    target: &str,
+    params: &TestParams,
+    opts: &ClientOptions,
+    sink: &mut dyn Reporter,
+) -> Result<Summary, EngineError> {
     let mut plan_warning = None;
     let sized;
     let params = if opts.auto_streams {
@@ -788,7 +801,7 @@ pub fn run_third_party(
                 );
                 fps
             },
-            token: credential_for(!opts.security.plaintext, &opts.security.token),
+            token: lent_token(!opts.security.plaintext, &opts.security.token),
             plaintext: opts.security.plaintext,
         },
         Duration::from_secs(86_400),

@@ -18,6 +18,7 @@
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
+use longhaul_proto::tokenproof;
 use serde::{Deserialize, Serialize};
 
 use crate::state::{make_state_dir, named_state_dir};
@@ -421,6 +422,57 @@ pub fn revoke(state: &Path, id: &str) -> Result<bool, EngineError> {
     })
 }
 
+const UNKNOWN_TOKEN: &str =
+    "unknown or revoked token: get a new one from the server's admin (`longhaul token create`)";
+
+/// Why a proof of the kind clients sent before challenges (`lh1p_...` in
+/// the hello) is refused.
+pub const OLD_PROOF: &str = "this client sent a token proof of the old kind (lh1p), which can be replayed: it is refused; upgrade the client (it then answers this server's challenge), or use TLS";
+
+fn token_access(g: &Grant, how: &str) -> Access {
+    Access {
+        who: format!("{how} {}", g.id),
+        grant: Some(g.id.clone()),
+        perf: true,
+        exports: g.exports.clone(),
+        anonymous: false,
+    }
+}
+
+fn read_grants(state: &Path) -> Result<Vec<Grant>, String> {
+    list(state).map_err(|e| {
+        tracing::error!("cannot read grants: {e}");
+        "the server cannot read its grants; ask its admin".to_string()
+    })
+}
+
+/// Decides who a plaintext client is from its proof of the token of grant
+/// `token_id` for this connection's `challenge`
+/// ([`longhaul_proto::tokenproof`]). A proof that does not check out, or
+/// names no token grant, is an error, not a fall-back to anonymous access;
+/// the message is the same whether the grant exists or not.
+pub fn authenticate_proof(
+    state: &Path,
+    token_id: &str,
+    challenge: &[u8; tokenproof::CHALLENGE_LEN],
+    proof: &str,
+) -> Result<Access, String> {
+    let grants = read_grants(state)?;
+    let found = grants.iter().find(|g| {
+        g.id == token_id
+            && g.token_hash
+                .as_deref()
+                .and_then(|h| blake3::Hash::from_hex(h).ok())
+                .is_some_and(|h| tokenproof::verify(h.as_bytes(), token_id, challenge, proof))
+    });
+    match found {
+        Some(g) => Ok(token_access(g, "token proof")),
+        None => Err(format!(
+            "the proof of token {token_id} does not answer this connection's challenge: a replayed proof, or an {UNKNOWN_TOKEN}"
+        )),
+    }
+}
+
 /// Decides who a client is, from the token it sent and the certificate
 /// it presented. A token that is wrong or revoked is an error, not a
 /// fall-back to anonymous access.
@@ -430,44 +482,10 @@ pub fn authenticate(
     client_cert: Option<&str>,
     public_perf: bool,
 ) -> Result<Access, String> {
-    let grants = list(state).map_err(|e| {
-        tracing::error!("cannot read grants: {e}");
-        "the server cannot read its grants; ask its admin".to_string()
-    })?;
-    let access = |g: &Grant, how: &str| Access {
-        who: format!("{how} {}", g.id),
-        grant: Some(g.id.clone()),
-        perf: true,
-        exports: g.exports.clone(),
-        anonymous: false,
-    };
-    if let Some(p) = token.and_then(crate::proof::parse) {
-        // A proof of the token, from a plaintext client.
-        static REPLAYS: std::sync::OnceLock<crate::proof::Replays> = std::sync::OnceLock::new();
-        let hash = grants
-            .iter()
-            .find(|g| g.id == p.id)
-            .and_then(|g| g.token_hash.as_deref())
-            .and_then(|h| blake3::Hash::from_hex(h).ok());
-        let checked = hash.map(|h| {
-            REPLAYS
-                .get_or_init(Default::default)
-                .check(&p, &h, now_secs())
-        });
-        return match checked {
-            Some(Ok(())) => Ok(access(
-                grants.iter().find(|g| g.id == p.id).expect("found above"),
-                "token proof",
-            )),
-            Some(Err(crate::proof::Rejected::Stale)) => Err(format!(
-                "the token proof is more than {} s from this server's clock: set both clocks right (NTP), or use TLS",
-                crate::proof::PROOF_WINDOW_S
-            )),
-            Some(Err(crate::proof::Rejected::Replayed)) => {
-                Err("this token proof was used before: a replay, refused".into())
-            }
-            Some(Err(crate::proof::Rejected::Wrong)) | None => Err("unknown or revoked token: get a new one from the server's admin (`longhaul token create`)".into()),
-        };
+    let grants = read_grants(state)?;
+    let access = token_access;
+    if token.is_some_and(|t| t.starts_with(tokenproof::OLD_PROOF_PREFIX)) {
+        return Err(OLD_PROOF.into());
     }
     if let Some(t) = token {
         let id = t
@@ -485,7 +503,7 @@ pub fn authenticate(
         });
         return match found {
             Some(g) => Ok(access(g, "token")),
-            None => Err("unknown or revoked token: get a new one from the server's admin (`longhaul token create`)".into()),
+            None => Err(UNKNOWN_TOKEN.into()),
         };
     }
     if let Some(fp) = client_cert {
@@ -546,6 +564,35 @@ mod tests {
         assert!(revoke(&s, &g.id).unwrap());
         assert!(!revoke(&s, &g.id).unwrap());
         assert!(authenticate(&s, Some(&token), None, false).is_err());
+        std::fs::remove_dir_all(&s).unwrap();
+    }
+
+    #[test]
+    fn a_proof_lets_in_for_its_challenge_only_and_old_proofs_never() {
+        let s = state("proofs");
+        let (g, token) = create_token(&s, vec![parse_export_grant("d").unwrap()], "").unwrap();
+        let (c1, c2) = ([1u8; 32], [2u8; 32]);
+        let p = tokenproof::prove(&token, &c1).unwrap();
+        let a = authenticate_proof(&s, &g.id, &c1, &p).unwrap();
+        assert_eq!(a.grant.as_deref(), Some(g.id.as_str()));
+        assert!(a.who.starts_with("token proof"));
+        // Another connection's challenge; another grant's id; garbage.
+        let e = authenticate_proof(&s, &g.id, &c2, &p).unwrap_err();
+        assert!(e.contains("challenge"), "{e}");
+        assert_eq!(
+            authenticate_proof(&s, "00000000", &c1, &p).unwrap_err(),
+            e.replace(&g.id, "00000000"),
+            "an unknown id must read as a wrong proof"
+        );
+        assert!(authenticate_proof(&s, &g.id, &c1, "zz").is_err());
+        // Revoked: its proofs go with it.
+        let old = format!("lh1p_{}_1_{}_{}", g.id, "0".repeat(32), "0".repeat(64));
+        assert_eq!(
+            authenticate(&s, Some(&old), None, true),
+            Err(OLD_PROOF.into())
+        );
+        revoke(&s, &g.id).unwrap();
+        assert!(authenticate_proof(&s, &g.id, &c1, &p).is_err());
         std::fs::remove_dir_all(&s).unwrap();
     }
 

@@ -29,6 +29,7 @@ use std::time::{Duration, Instant};
 use longhaul_proto::frame::MAGIC;
 use longhaul_proto::msg::*;
 use longhaul_proto::session::{Limits, ServerConfig, ServerEvent, ServerSession};
+use longhaul_proto::tokenproof;
 use longhaul_proto::units::escaped;
 
 use crate::net::conn::{read_one_frame, FramedConn, Stream, HANDSHAKE_MAX_FRAME};
@@ -40,7 +41,7 @@ use crate::xfer::Export;
 use crate::EngineError;
 use files::{serve_list, serve_probe, serve_transfer, Refusal};
 use observe::{code_word, Failure, Observers, Outcome, Refused, RunKind, ServeObserver, Watch};
-use perf::{new_test, public_caps, Step, Test};
+use perf::{new_test, Step, Test};
 use slots::{take_slot, Slots};
 use third_party::third_party;
 
@@ -627,7 +628,7 @@ fn handle_connection(shared: &Arc<Shared>, tcp: TcpStream, peer: SocketAddr) {
     let Some(mut stream) = secure(shared, tcp, peer, deadline) else {
         return;
     };
-    let mut session = ServerSession::new(now, session_config(shared));
+    let mut session = ServerSession::new(now, session_config(shared)).with_challenge(challenge());
     let client = client_key(peer.ip());
     let hold = || shared.slots.waiting_from(client);
     let mut reader = DeadlineReader {
@@ -666,17 +667,27 @@ fn handle_connection(shared: &Arc<Shared>, tcp: TcpStream, peer: SocketAddr) {
         linger(&mut *stream);
         return;
     }
-    // Who this is, before anything else is looked at.
-    let access = match &hello {
+    let unauthorized = |stream: &mut dyn Stream, message: &str| {
+        tracing::warn!("refusing {peer}: {}", escaped(message));
+        refuse_on(stream, RefuseCode::Unauthorized, message);
+        let code = RefuseCode::Unauthorized;
+        let peer = peer.to_string();
+        shared.refused("connection", None, observe::ANONYMOUS, code, message, &peer);
+        linger(stream);
+    };
+    // Who this is, before anything else is looked at (a client that proves
+    // its token is known after the challenge, below).
+    let mut access = match &hello {
         Message::Hello(Hello {
             role: Role::Control,
             token,
+            token_id: None,
             ..
         }) => {
             let raw_token_in_clear = !stream.is_tls()
                 && token
                     .as_deref()
-                    .is_some_and(|t| crate::proof::parse(t).is_none());
+                    .is_some_and(|t| !t.starts_with(tokenproof::OLD_PROOF_PREFIX));
             let who = if raw_token_in_clear {
                 // Already seen by anyone on the path: never accepted.
                 Err("this client sent its token in the clear over plaintext: it is refused, and should be revoked (`longhaul token revoke ID`) and replaced; use TLS, or a client that sends a proof of it".to_string())
@@ -693,26 +704,28 @@ fn handle_connection(shared: &Arc<Shared>, tcp: TcpStream, peer: SocketAddr) {
             match who {
                 Ok(a) => Some(a),
                 Err(message) => {
-                    tracing::warn!("refusing {peer}: {}", escaped(&message));
-                    refuse_on(&mut *stream, RefuseCode::Unauthorized, &message);
-                    let peer = peer.to_string();
-                    let code = RefuseCode::Unauthorized;
-                    shared.refused(
-                        "connection",
-                        None,
-                        observe::ANONYMOUS,
-                        code,
-                        &message,
-                        &peer,
-                    );
-                    linger(&mut *stream);
+                    unauthorized(&mut *stream, &message);
                     return;
                 }
             }
         }
         _ => None,
     };
-    match session.handle(Instant::now(), hello) {
+    let mut event = session.handle(Instant::now(), hello);
+    if let Ok(Some(ServerEvent::Challenged { .. })) = &event {
+        match challenge_round(shared, &mut *stream, &mut session, deadline, peer) {
+            Ok(a) => {
+                access = Some(a);
+                event = Ok(None);
+            }
+            Err(Some(message)) => {
+                unauthorized(&mut *stream, &message);
+                return;
+            }
+            Err(None) => return,
+        }
+    }
+    match event {
         Ok(Some(ServerEvent::DataStream {
             token,
             stream: index,
@@ -784,6 +797,85 @@ fn handle_connection(shared: &Arc<Shared>, tcp: TcpStream, peer: SocketAddr) {
             tracing::warn!("closing {peer}: {}", escaped(&e.to_string()));
             let mut conn = FramedConn::new(stream, peer.to_string());
             flush(&mut conn, &mut session);
+        }
+    }
+}
+
+/// A fresh challenge for a token proof, from the OS's CSPRNG.
+fn challenge() -> [u8; tokenproof::CHALLENGE_LEN] {
+    let mut c = [0u8; tokenproof::CHALLENGE_LEN];
+    getrandom::getrandom(&mut c).expect("the OS random source");
+    c
+}
+
+/// The challenge round of a client that proves its token instead of
+/// sending it (PROTOCOL.md 1.2): sends the session's challenge, reads the
+/// proof under the handshake's deadline and checks it against the grants.
+/// `Err(Some(why))` is for the caller to refuse as `unauthorized`;
+/// `Err(None)`: the connection failed or broke the protocol (logged, and
+/// told where it should hear why).
+fn challenge_round(
+    shared: &Shared,
+    stream: &mut dyn Stream,
+    session: &mut ServerSession,
+    deadline: Instant,
+    peer: SocketAddr,
+) -> Result<auth::Access, Option<String>> {
+    let mut out = Vec::new();
+    while let Some(m) = session.poll_transmit() {
+        m.encode(&mut out).map_err(|e| Some(e.to_string()))?;
+    }
+    if let Err(e) = stream.write_all(&out).and_then(|()| stream.flush()) {
+        tracing::warn!("closing {peer}: failed to send the challenge: {e}");
+        return Err(None);
+    }
+    let never = || false;
+    let mut reader = DeadlineReader {
+        stream: &mut *stream,
+        deadline,
+        hold: &never,
+        grace: Duration::ZERO,
+    };
+    let proof = read_one_frame(&mut reader, false, HANDSHAKE_MAX_FRAME)
+        .and_then(|f| Message::decode(&f).map_err(EngineError::from));
+    let proof = match proof {
+        Ok(m) => m,
+        Err(e) => {
+            let message = format!("bad handshake: {}", escaped(&e.to_string()));
+            tracing::warn!("closing {peer}: {message}");
+            shared.failed("handshake", observe::ANONYMOUS, &message, &peer.to_string());
+            if matches!(e, EngineError::Proto(_)) {
+                refuse_on(stream, RefuseCode::Protocol, &e.to_string());
+            }
+            return Err(None);
+        }
+    };
+    match session.handle(Instant::now(), proof) {
+        Ok(Some(ServerEvent::TokenProof {
+            token_id,
+            challenge,
+            proof,
+        })) => {
+            let who = if shared.cfg.open_access {
+                Ok(auth::Access::everything("anyone (open server)"))
+            } else {
+                auth::authenticate_proof(&shared.cfg.state_dir, &token_id, &challenge, &proof)
+            };
+            let a = who.map_err(Some)?;
+            session.authenticated(Instant::now());
+            Ok(a)
+        }
+        other => {
+            if let Err(e) = other {
+                tracing::warn!("closing {peer}: {}", escaped(&e.to_string()));
+            }
+            // The session's refusal (the proof was not what came next).
+            let mut out = Vec::new();
+            while let Some(m) = session.poll_transmit() {
+                let _ = m.encode(&mut out);
+            }
+            let _ = stream.write_all(&out).and_then(|()| stream.flush());
+            Err(None)
         }
     }
 }
@@ -904,22 +996,20 @@ fn control_loop(
                     t.stop();
                 }
             }
-            Ok(Some(ServerEvent::ThirdPartyRequested(mut req))) => {
-                let capped = match access.is_anonymous() {
-                    true => public_caps(&shared.cfg, &mut req.params),
-                    false => Ok(()),
-                };
-                match capped {
-                    Ok(()) => {
-                        third_party(shared, conn, &req, access);
-                        session.finish(Instant::now());
-                    }
-                    Err(message) => {
-                        tracing::warn!("refusing a test from {}: {message}", conn.peer());
-                        refused("third-party", None, RefuseCode::Limit, &message);
-                        session.refuse(RefuseCode::Limit, message);
-                    }
-                }
+            // Whatever the target: an anonymous client hears the same and
+            // this server dials nothing (it would be a port scanner).
+            Ok(Some(ServerEvent::ThirdPartyRequested(_))) if access.is_anonymous() => {
+                tracing::warn!(
+                    "refusing a third-party test from {}: not authenticated",
+                    conn.peer()
+                );
+                let why = "this server runs third-party tests for authenticated clients only: pass --token-file FILE or set LONGHAUL_TOKEN";
+                refused("third-party", None, RefuseCode::Unauthorized, why);
+                session.refuse(RefuseCode::Unauthorized, why.to_string());
+            }
+            Ok(Some(ServerEvent::ThirdPartyRequested(req))) => {
+                third_party(shared, conn, &req, access);
+                session.finish(Instant::now());
             }
             Ok(Some(ServerEvent::TransferRequested(t))) => {
                 match serve_transfer(shared, conn, &t, access) {
@@ -972,7 +1062,13 @@ fn control_loop(
                     }
                 }
             }
-            Ok(Some(ServerEvent::DataStream { .. })) | Ok(None) => {}
+            // Only at the hello, handled before this loop.
+            Ok(Some(
+                ServerEvent::DataStream { .. }
+                | ServerEvent::Challenged { .. }
+                | ServerEvent::TokenProof { .. },
+            ))
+            | Ok(None) => {}
             Err(e) => {
                 if let Some(t) = &test {
                     t.stop();
