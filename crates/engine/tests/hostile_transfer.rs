@@ -217,6 +217,7 @@ fn request(op: Op, dest: &str, sources: Vec<String>) -> Message {
         tuning: Default::default(),
         bundles: false,
         parts: false,
+        source_dir: false,
     })
 }
 
