@@ -219,6 +219,7 @@ fn request(op: Op, dest: &str, sources: Vec<String>) -> Message {
         bundles: false,
         parts: false,
         sealed: false,
+        source_dir: false,
     })
 }
 

@@ -2,6 +2,7 @@
 //! pulled from an export, `ls` of an export, and the storage probe of
 //! `longhaul doctor`.
 
+use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -99,7 +100,7 @@ pub(super) fn serve_transfer(
     let dest = beneath(&ex.root, &t.dest).map_err(bad)?;
     confine(&ex.root, &dest).map_err(bad)?;
     // Everything this transfer touches resolves beneath the export root.
-    let anchor = Anchor::open(&ex.root).map_err(bad)?;
+    let anchor = Anchor::open_as(&ex.root, Path::new(&ex.name)).map_err(bad)?;
     let landing = match t.op {
         Op::Push => {
             let slash = if t.dest_dir && !t.dest.is_empty() {
@@ -350,7 +351,7 @@ pub(super) fn serve_probe(
         let bad = |e: EngineError| (RefuseCode::BadRequest, e.to_string());
         // Through a descriptor opened beneath the export root, so a symlink
         // swapped in cannot take the benchmark outside it.
-        let anchor = Anchor::open(&ex.root).map_err(bad)?;
+        let anchor = Anchor::open_as(&ex.root, Path::new(&ex.name)).map_err(bad)?;
         // A path that does not exist yet (where a transfer will create
         // it) is measured in the nearest directory above it that does.
         let mut used = p.path.trim_matches('/').to_string();
@@ -420,7 +421,7 @@ fn list(conn: &mut FramedConn, ex: &Export, l: &ListRequest) -> Result<u64, (Ref
     confine(&ex.root, &path).map_err(|e| (RefuseCode::BadRequest, e.to_string()))?;
     // Looked at through descriptors opened beneath the export root.
     let bad = |e: EngineError| (RefuseCode::BadRequest, e.to_string());
-    let anchor = Anchor::open(&ex.root).map_err(bad)?;
+    let anchor = Anchor::open_as(&ex.root, Path::new(&ex.name)).map_err(bad)?;
     let at = anchor.anchored(&path).map_err(bad)?;
     let meta = std::fs::symlink_metadata(&at).map_err(|e| {
         (
@@ -456,6 +457,10 @@ fn list(conn: &mut FramedConn, ex: &Export, l: &ListRequest) -> Result<u64, (Ref
     let mut batch = Vec::new();
     let mut sent = 0u64;
     for de in rd.flatten() {
+        // A sink's partial files, journals and marks are not the export's.
+        if longhaul_proto::xfer::is_reserved_name(&de.file_name().to_string_lossy()) {
+            continue;
+        }
         if let Ok(m) = dir.join(de.file_name()).symlink_metadata() {
             batch.push(entry(de.file_name().to_string_lossy().into_owned(), &m));
         }

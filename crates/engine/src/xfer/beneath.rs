@@ -80,6 +80,10 @@ impl Dir {
 #[derive(Debug)]
 pub struct Anchor {
     root: PathBuf,
+    /// The root as messages name it: the export's name on a server (a
+    /// peer never learns the server's absolute paths), the root itself
+    /// on a client.
+    shown: PathBuf,
     dir: Arc<Dir>,
     cache: Mutex<HashMap<PathBuf, Arc<Dir>>>,
 }
@@ -91,8 +95,14 @@ const CACHE_MAX: usize = 1024;
 impl Anchor {
     /// Opens `root` (trusted: configuration or the user's own choice).
     pub fn open(root: &Path) -> Result<Anchor, EngineError> {
+        Self::open_as(root, root)
+    }
+
+    /// Opens `root`, naming it `shown` in every message (an export's
+    /// name: see [`Anchor::show`]).
+    pub fn open_as(root: &Path, shown: &Path) -> Result<Anchor, EngineError> {
         let c = CString::new(root.as_os_str().as_bytes())
-            .map_err(|_| EngineError::Usage(format!("{} contains a NUL byte", root.display())))?;
+            .map_err(|_| EngineError::Usage(format!("{} contains a NUL byte", shown.display())))?;
         let fd = rustix::fs::open(
             c.as_c_str(),
             OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
@@ -101,12 +111,13 @@ impl Anchor {
         .map_err(|e| {
             EngineError::Usage(format!(
                 "cannot open {}: {}",
-                root.display(),
+                shown.display(),
                 io::Error::from(e)
             ))
         })?;
         Ok(Anchor {
             root: root.to_path_buf(),
+            shown: shown.to_path_buf(),
             dir: Arc::new(Dir::new(fd)),
             cache: Mutex::new(HashMap::new()),
         })
@@ -116,14 +127,26 @@ impl Anchor {
         &self.root
     }
 
+    /// `path` (beneath the root) as messages name it: under the shown
+    /// root. The one place a sink's error names a path, so that a server's
+    /// absolute paths never reach a peer; a path elsewhere is shown by its
+    /// last component only.
+    pub fn show(&self, path: &Path) -> PathBuf {
+        match path.strip_prefix(&self.root) {
+            Ok(rel) if rel.as_os_str().is_empty() => self.shown.clone(),
+            Ok(rel) => self.shown.join(rel),
+            Err(_) => PathBuf::from(path.file_name().unwrap_or_default()),
+        }
+    }
+
     /// Opens the directory `dir` (a path beneath the root), creating
     /// missing components if `create`, never through a symbolic link.
     pub fn dir(&self, dir: &Path, create: bool) -> Result<Arc<Dir>, EngineError> {
         let rel = dir.strip_prefix(&self.root).map_err(|_| {
             EngineError::Usage(format!(
                 "{} is outside {}",
-                dir.display(),
-                self.root.display()
+                self.show(dir).display(),
+                self.shown.display()
             ))
         })?;
         if rel.as_os_str().is_empty() {
@@ -133,6 +156,7 @@ impl Anchor {
             return Ok(d.clone());
         }
         let explain = |e: io::Error, at: &Path| -> EngineError {
+            let at = self.show(at);
             EngineError::Usage(match e.raw_os_error() {
                 Some(libc::ELOOP) | Some(libc::EXDEV) => format!(
                     "refusing to go through the symbolic link in {}",
@@ -152,13 +176,16 @@ impl Anchor {
                     let Component::Normal(name) = c else {
                         return Err(EngineError::Usage(format!(
                             "refusing the path {}",
-                            dir.display()
+                            self.show(dir).display()
                         )));
                     };
                     at.push(name);
                     let parent = cur.as_ref().unwrap_or(&self.dir.fd);
                     let cname = CString::new(name.as_bytes()).map_err(|_| {
-                        EngineError::Usage(format!("{} contains a NUL byte", at.display()))
+                        EngineError::Usage(format!(
+                            "{} contains a NUL byte",
+                            self.show(&at).display()
+                        ))
                     })?;
                     let r = rustix::fs::mkdirat(parent, cname.as_c_str(), Mode::from(0o777));
                     if let Err(e) = r {
@@ -166,7 +193,7 @@ impl Anchor {
                         if e.raw_os_error() != Some(libc::EEXIST) {
                             return Err(EngineError::Usage(format!(
                                 "cannot create directory {}: {e}",
-                                at.display()
+                                self.show(&at).display()
                             )));
                         }
                     }
@@ -197,7 +224,7 @@ impl Anchor {
         let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
             return Err(EngineError::Usage(format!(
                 "{} names no file",
-                path.display()
+                self.show(path).display()
             )));
         };
         Ok((self.dir(parent, create)?, name.to_owned()))

@@ -770,17 +770,23 @@ fn transfer_request(
         bundles: true,
         parts: o.share.is_some(),
         sealed: super::sealed_frames(),
+        source_dir: false,
     };
     match plan {
         Plan::Push {
             export,
             dest,
             dest_dir,
+            roots,
             ..
         } => {
             req.export = export.clone();
             req.dest = dest.clone();
             req.dest_dir = *dest_dir;
+            // A tree cannot replace a file: the server refuses it at once.
+            req.source_dir = o.recursive
+                && o.share.is_none()
+                && matches!(roots.as_slice(), [one] if std::fs::symlink_metadata(one).is_ok_and(|m| m.is_dir()));
         }
         Plan::Pull {
             export, sources, ..

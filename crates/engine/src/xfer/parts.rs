@@ -33,12 +33,6 @@ pub(super) fn journal_name(target: &Path, [first, end]: [u32; 2], done: bool) ->
     super::sink::side_path(target, &format!("{first}-{end}.{suffix}"))
 }
 
-/// Whether `name` is one of a part's journals or done marks (the sink's
-/// own files, which `sync --delete` leaves alone).
-pub(super) fn is_part_file(name: &str) -> bool {
-    name.starts_with('.') && (name.ends_with(".lhdone") || name.ends_with(".lhjournal"))
-}
-
 /// The chunks of `range` that an earlier run of this part verified: those
 /// its journal (or done mark) lists and that hash the same in the partial
 /// file now. Anything unreadable counts as not there.
@@ -96,13 +90,16 @@ pub(super) struct Finish<'a> {
     pub part: &'a Path,
     pub entry: &'a Entry,
     pub mode: u32,
-    /// Read the whole file back against every chunk hash before it lands.
-    pub verify: Option<&'a dyn Storage>,
+    /// The hashes this part verified as its chunks arrived (its range;
+    /// the rest is not read).
+    pub own: &'a [Option<[u8; 32]>],
+    pub storage: &'a dyn Storage,
 }
 
 /// Under an exclusive lock on the partial file: if the done marks of the
-/// parts cover every chunk, lands the file (mode, mtime, rename) and
-/// removes the marks.
+/// parts cover every chunk, proves every chunk a mark lists on disk (a
+/// mark is a file anyone who can write the directory could have made),
+/// then lands the file (mode, mtime, rename) and removes the marks.
 pub(super) fn finalize(f: &Finish) -> Result<Finalized, String> {
     let name = |p: &Path| p.file_name().expect("side paths have a name").to_owned();
     let at_part = f.dir.join(name(f.part));
@@ -127,12 +124,30 @@ pub(super) fn finalize(f: &Finish) -> Result<Finalized, String> {
         mtime_ns: e.mtime_ns,
         chunk_size: e.chunk_size,
     };
-    let (hashes, marks) = done_marks(f.dir, f.target, &header, count)?;
+    let (mut hashes, marks) = done_marks(f.dir, f.target, &header, count)?;
+    let [first, end] = e.chunk_range();
+    for i in first..end.min(count as u32) {
+        if let Some(Some(h)) = f.own.get(i as usize) {
+            hashes[i as usize] = Some((*h, None));
+        }
+    }
     if hashes.iter().any(Option::is_none) {
         return Ok(Finalized::Waiting);
     }
-    if let Some(storage) = f.verify {
-        verify_whole(storage, &at_part, f.part, e, &hashes)?;
+    let bad = prove(f, &at_part, &hashes, &marks)?;
+    if !bad.is_empty() {
+        // What a mark claims is not on disk: a planted or stale mark. It is
+        // dropped, and the file waits for a part (or a whole copy: the
+        // fleet's final check) that really writes those chunks.
+        for m in &bad {
+            tracing::warn!(
+                "ignoring the done mark {} beside {}: its chunks are not on disk as it says",
+                m.to_string_lossy(),
+                f.part.display()
+            );
+            let _ = std::fs::remove_file(f.dir.join(m));
+        }
+        return Ok(Finalized::Waiting);
     }
     use std::os::unix::fs::PermissionsExt;
     lock.set_permissions(std::fs::Permissions::from_mode(f.mode))
@@ -145,22 +160,26 @@ pub(super) fn finalize(f: &Finish) -> Result<Finalized, String> {
         let _ = std::fs::remove_file(f.dir.join(m));
     }
     let mut all = Vec::with_capacity(hashes.len() * 32);
-    for h in hashes.iter().flatten() {
+    for (h, _) in hashes.iter().flatten() {
         all.extend_from_slice(h);
     }
     Ok(Finalized::Landed(super::hex(blake3::hash(&all).as_bytes())))
 }
 
+/// A chunk's hash, and the done mark that listed it (`None`: this part
+/// verified it as it arrived).
+type Listed = Option<([u8; 32], Option<usize>)>;
+
 /// The chunk hashes every done mark of `target` lists (their headers
-/// matching `header`), and the names of all its parts' marks, stale ones
-/// included (removed once the file lands).
-#[allow(clippy::type_complexity)]
+/// matching `header`), each with the index of its mark in the names of
+/// all its parts' marks, stale ones included (removed once the file
+/// lands).
 fn done_marks(
     dir: &Dir,
     target: &Path,
     header: &JournalHeader,
     count: u64,
-) -> Result<(Vec<Option<[u8; 32]>>, Vec<std::ffi::OsString>), String> {
+) -> Result<(Vec<Listed>, Vec<std::ffi::OsString>), String> {
     let stem = format!(
         ".{}.",
         target.file_name().unwrap_or_default().to_string_lossy()
@@ -200,7 +219,7 @@ fn done_marks(
         }
         for (i, hash) in records {
             if let Some(slot) = hashes.get_mut(i as usize) {
-                *slot = Some(hash);
+                *slot = Some((hash, Some(marks.len() - 1)));
             }
         }
     }
@@ -223,31 +242,42 @@ fn read_mark(path: &Path, count: u64) -> Option<Vec<u8>> {
     Some(bytes)
 }
 
-/// Reads the whole assembled file back against every chunk's hash.
-fn verify_whole(
-    storage: &dyn Storage,
+/// Reads back every chunk a done mark lists (not this part's own, which
+/// it verified as they arrived, and with `--verify` read back already)
+/// and hashes it again; returns the names of the marks whose chunks are
+/// not on disk as they say.
+fn prove(
+    f: &Finish,
     at_part: &Path,
-    part: &Path,
-    e: &Entry,
-    hashes: &[Option<[u8; 32]>],
-) -> Result<(), String> {
-    let r = storage
+    hashes: &[Listed],
+    marks: &[std::ffi::OsString],
+) -> Result<Vec<std::ffi::OsString>, String> {
+    let e = f.entry;
+    let r = f
+        .storage
         .open_read(at_part)
-        .map_err(|err| io_err("re-read", part, err))?;
+        .map_err(|err| io_err("re-read", f.part, err))?;
+    let mut bad: Vec<usize> = Vec::new();
     let mut buf = Vec::new();
-    for (i, h) in hashes.iter().enumerate() {
+    for (i, listed) in hashes.iter().enumerate() {
+        let Some((h, Some(mark))) = listed else {
+            continue;
+        };
+        if bad.contains(mark) {
+            continue;
+        }
         let c = chunk_at(e.id, e.size, e.chunk_size, i as u32);
         buf.resize(c.len as usize, 0);
-        read_exact_at(&*r, &mut buf, c.offset).map_err(|err| io_err("re-read", part, err))?;
-        if Some(*blake3::hash(&buf).as_bytes()) != *h {
-            return Err(format!(
-                "verification failed: {} differs from the source at offset {} (chunk {i}) after its parts were written",
-                part.display(),
-                c.offset
-            ));
+        let same =
+            read_exact_at(&*r, &mut buf, c.offset).is_ok() && blake3::hash(&buf).as_bytes() == h;
+        if !same {
+            bad.push(*mark);
         }
     }
-    Ok(())
+    Ok(bad
+        .into_iter()
+        .filter_map(|m| marks.get(m).cloned())
+        .collect())
 }
 
 fn io_err(what: &str, path: &Path, e: io::Error) -> String {

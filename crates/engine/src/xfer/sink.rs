@@ -139,6 +139,12 @@ pub fn prepare_dest(
         t.mkpath,
     )
     .map_err(|e| EngineError::Usage(format!("destination {e}")))?;
+    if t.source_dir && !t.contents && landing == Landing::Onto && state == DestState::Other {
+        return Err(EngineError::Usage(format!(
+            "destination {}",
+            DestError::TreeOntoFile(shown.to_string())
+        )));
+    }
     if !t.dry_run {
         match create {
             Create::Nothing => {}
@@ -265,6 +271,20 @@ pub(super) fn side_path(target: &Path, suffix: &str) -> PathBuf {
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
     target.with_file_name(format!(".{name}.{suffix}"))
+}
+
+/// How a message about a full destination starts (the transfer ends).
+const DESTINATION_FULL: &str = "destination full";
+
+/// Removes what a failed file left beside its target: its partial file
+/// (not a part's, which other parts share) and its journal, so that no
+/// half-written file stays behind and its space is freed. The next run
+/// sends the file whole.
+fn drop_partial(f: &FileState) {
+    if f.entry.part.is_none() {
+        let _ = std::fs::remove_file(&f.at_part);
+    }
+    let _ = std::fs::remove_file(&f.at_journal);
 }
 
 fn io_err(what: &str, path: &Path, e: io::Error) -> String {
@@ -415,6 +435,13 @@ fn control(
                     m.written(now, bytes, busy_us);
                 }
                 Event::Fatal(e) => {
+                    if e.starts_with(DESTINATION_FULL) {
+                        // Every file in flight fails with the transfer:
+                        // their partial files give their space back.
+                        for f in files.lock().expect("poisoned").values() {
+                            drop_partial(f);
+                        }
+                    }
                     let err = m.fatal(e);
                     while let Some(msg) = m.poll_transmit() {
                         let _ = conn.send(&msg);
@@ -583,16 +610,12 @@ impl Work<'_> {
                         }
                     }
                 }
-                SinkAction::Discard { id, changed } => {
+                SinkAction::Discard { id, .. } => {
                     if let Some(f) = self.files.lock().expect("poisoned").remove(&id) {
                         f.inner.lock().expect("poisoned").ledger.fail();
-                        if changed {
-                            // A part's partial file holds other parts too.
-                            if f.entry.part.is_none() {
-                                let _ = std::fs::remove_file(&f.at_part);
-                            }
-                            let _ = std::fs::remove_file(&f.at_journal);
-                        }
+                        // Changed (what arrived may mix two versions) or
+                        // unreadable at the source: nothing of it stays.
+                        drop_partial(&f);
                     }
                 }
                 SinkAction::Release(id) => {
@@ -716,7 +739,7 @@ fn make_link(t: &Path, e: &Entry, cfg: &SinkConfig) -> Result<(), EngineError> {
     let _ = std::fs::remove_file(&tmp);
     std::os::unix::fs::symlink(&target, &tmp)
         .and_then(|()| std::fs::rename(&tmp, &at))
-        .map_err(|err| EngineError::Usage(io_err("create link", t, err)))?;
+        .map_err(|err| EngineError::Usage(io_err("create link", &cfg.anchor.show(t), err)))?;
     let _ = set_mtime(&at, e.mtime_ns);
     Ok(())
 }
@@ -738,12 +761,21 @@ fn prune(
     };
     for de in rd.flatten() {
         let name = de.file_name();
+        if keep.contains(&name) {
+            continue;
+        }
         let s = name.to_string_lossy();
-        // Our own partial files and journals are not the user's.
-        if keep.contains(&name)
-            || (s.starts_with('.') && s.ends_with(".lhpart"))
-            || super::parts::is_part_file(&s)
-        {
+        if is_reserved_name(&s) {
+            // A partial file, journal or mark of a file the source has
+            // too may be in use (this transfer's, or a fleet's other
+            // parts'); one of a file the source no longer has is stale.
+            if !side_of(&s)
+                .iter()
+                .any(|n| keep.contains(std::ffi::OsStr::new(n)))
+                && !cfg.dry_run
+            {
+                let _ = std::fs::remove_file(d.join(&name));
+            }
             continue;
         }
         let at = d.join(&name);
@@ -772,6 +804,29 @@ fn prune(
             });
         }
     }
+}
+
+/// The names of the files a reserved name ([`is_reserved_name`]) may
+/// belong to: `NAME` for `.NAME.lhpart`, and also `NAME` for a part's
+/// `.NAME.F-E.lhdone` (whose `NAME` may itself hold dots and dashes).
+fn side_of(reserved: &str) -> Vec<&str> {
+    let Some(rest) = reserved.strip_prefix('.').and_then(|r| {
+        RESERVED_SUFFIXES
+            .iter()
+            .find_map(|suffix| r.strip_suffix(suffix))
+    }) else {
+        return Vec::new();
+    };
+    let mut names = vec![rest];
+    if let Some((name, range)) = rest.rsplit_once('.') {
+        if range
+            .split_once('-')
+            .is_some_and(|(a, b)| a.parse::<u32>().is_ok() && b.parse::<u32>().is_ok())
+        {
+            names.push(name);
+        }
+    }
+    names
 }
 
 /// Answers one announced file: skip it, or open its partial file and say
@@ -817,6 +872,9 @@ fn open_file(e: &Entry, cfg: &SinkConfig, files: &Files, report: &mut SinkReport
         Ok(x) => x,
         Err(err) => return fail(err.to_string()),
     };
+    // From here on the target is named as the peer knows it: messages
+    // never carry a server's absolute path.
+    let target = cfg.anchor.show(&target);
     if let Some(range) = e.part {
         return open_part(e, range, cfg, files, target, dir);
     }
@@ -879,6 +937,11 @@ fn open_file(e: &Entry, cfg: &SinkConfig, files: &Files, report: &mut SinkReport
     // for a hole, when it arrives): no ftruncate.
     let sized = !(fresh && count == 1);
     if fresh && sized {
+        let fail = |error: String| {
+            // Made for this run and failed at once: nothing stays.
+            let _ = std::fs::remove_file(&at_part);
+            fail(error)
+        };
         if let Err(err) = out.set_len(e.size) {
             return fail(io_err("size", &part, err));
         }
@@ -888,7 +951,7 @@ fn open_file(e: &Entry, cfg: &SinkConfig, files: &Files, report: &mut SinkReport
             if let Err(err) = out.allocate(e.size) {
                 if err.raw_os_error() == Some(libc::ENOSPC) {
                     return fail(format!(
-                        "destination full: cannot allocate {} bytes for {}",
+                        "{DESTINATION_FULL}: cannot allocate {} bytes for {}",
                         e.size,
                         target.display()
                     ));
@@ -1071,13 +1134,15 @@ fn finish_part(f: &FileState, cfg: &SinkConfig, synced: bool) -> Result<Option<S
     } else {
         0o666 & !cfg.umask
     };
+    let own = f.inner.lock().expect("poisoned").ledger.hashes().to_vec();
     let finished = super::parts::finalize(&super::parts::Finish {
         dir: &f.dir,
         target: &f.target,
         part: &f.part,
         entry: &f.entry,
         mode,
-        verify: cfg.verify.then_some(&*cfg.storage),
+        own: &own,
+        storage: &*cfg.storage,
     })?;
     Ok(match finished {
         super::parts::Finalized::Landed(digest) => Some(digest),
@@ -1220,11 +1285,14 @@ fn finish(f: &FileState, cfg: &SinkConfig, synced: bool) -> FileDone {
             digest: Some(digest),
             ..FileDone::default()
         },
-        Err(error) => FileDone {
-            id,
-            error: Some(error),
-            ..FileDone::default()
-        },
+        Err(error) => {
+            drop_partial(f);
+            FileDone {
+                id,
+                error: Some(error),
+                ..FileDone::default()
+            }
+        }
     }
 }
 
@@ -1486,10 +1554,11 @@ fn book(
                 p.ledger.remaining() * f.entry.chunk_size.min(f.entry.size.max(1))
             };
             return Err(format!(
-                "destination full: {msg}; about {missing} more bytes were needed for this file. Free space and run the same command again: it resumes"
+                "{DESTINATION_FULL}: {msg}; about {missing} more bytes were needed for this file. Free space and run the same command again: files in place are skipped"
             ));
         }
         f.inner.lock().expect("poisoned").ledger.fail();
+        drop_partial(f);
         let _ = tx.send(Event::Done(
             FileDone {
                 id: f.entry.id,

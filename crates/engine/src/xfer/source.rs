@@ -403,6 +403,11 @@ impl Walker {
                                 error: "name is not UTF-8; skipped".into(),
                             }));
                         };
+                        // A sink's partial files, journals and marks are
+                        // never data: a later pull or push must not carry one.
+                        if is_reserved_name(&name) {
+                            continue;
+                        }
                         // fstatat relative to the listed directory, never
                         // following a final link: no walk of the path.
                         let meta = de.metadata().ok();

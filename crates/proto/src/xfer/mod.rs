@@ -93,6 +93,11 @@ pub struct TransferRequest {
     /// in [`TransferAccept::sealed`]. Absent from an older client.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub sealed: bool,
+    /// Push: the one source is a directory, copied recursively. It cannot
+    /// go onto an existing file: the server refuses before anything moves
+    /// ([`DestError::TreeOntoFile`]). Absent from an older client.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub source_dir: bool,
 }
 
 /// Socket settings of the data streams, chosen by the client for the path
@@ -684,6 +689,10 @@ pub enum DestError {
     MissingParent(String),
     #[error("{0} is not a directory, but {1}")]
     NotADir(String, &'static str),
+    #[error(
+        "{0} is a file: a directory cannot replace it; name a directory (DEST/) or a new name"
+    )]
+    TreeOntoFile(String),
 }
 
 /// Applies the rule of [`Landing`]: `shown` names the destination in
@@ -781,9 +790,25 @@ pub struct PathError {
     pub why: &'static str,
 }
 
+/// Suffixes of the names a sink keeps beside a file `NAME` while it
+/// arrives: `.NAME.lhpart` (the partial file), `.NAME.lhjournal` and a
+/// part's `.NAME.F-E.lhjournal` (resume journals), a part's
+/// `.NAME.F-E.lhdone` (its range is complete) and `.NAME.lhlink` (a link
+/// being made).
+pub const RESERVED_SUFFIXES: [&str; 4] = [".lhpart", ".lhjournal", ".lhdone", ".lhlink"];
+
+/// Whether `name` (one path component) is one of the names a sink keeps
+/// for itself ([`RESERVED_SUFFIXES`]). No peer may name one (see
+/// [`components`]); walks, listings and pulls skip them, so a partial
+/// file is never data.
+pub fn is_reserved_name(name: &str) -> bool {
+    name.starts_with('.') && RESERVED_SUFFIXES.iter().any(|s| name.ends_with(s))
+}
+
 /// Checks a relative path from a peer and splits it into components. It
 /// must stay beneath its root: no absolute paths, no `..`, no NUL, no empty
-/// or over-long components.
+/// or over-long components, and no name the sink keeps for its partial
+/// files, journals and marks ([`is_reserved_name`]).
 pub fn components(path: &str) -> Result<Vec<&str>, PathError> {
     let err = |why| PathError {
         path: path.chars().take(200).collect(),
@@ -804,6 +829,11 @@ pub fn components(path: &str) -> Result<Vec<&str>, PathError> {
             "" | "." => continue,
             ".." => return Err(err("'..' leaves the export")),
             c if c.len() > MAX_NAME => return Err(err("a component is longer than 255 bytes")),
+            c if is_reserved_name(c) => {
+                return Err(err(
+                    "names of the form .NAME.lhpart, .lhjournal, .lhdone and .lhlink are longhaul's partial files and marks; rename the file",
+                ))
+            }
             c => out.push(c),
         }
     }
@@ -1023,6 +1053,18 @@ mod tests {
         }
         assert!(components(&"x".repeat(256)).is_err());
         assert!(components(&"a/".repeat(3000)).is_err());
+        for reserved in [
+            ".x.lhpart",
+            "d/.x.lhjournal",
+            ".x.0-4.lhjournal/y",
+            "a/.x.0-4.lhdone",
+            ".x.lhlink",
+        ] {
+            assert!(components(reserved).is_err(), "{reserved}");
+        }
+        for fine in ["x.lhpart", ".x.lhpart.bak", ".hidden", "lhdone"] {
+            assert!(components(fine).is_ok(), "{fine}");
+        }
     }
 
     #[test]
