@@ -499,19 +499,20 @@ fn dial_early(o: &CpOptions, push: bool, host: &str, dialer: &Dialer, rtt_us: u3
         .collect()
 }
 
-/// The data streams of a transfer: the early ones that connected, presented
-/// as streams 0, 1, ...; more dialed if the final plan wants more, the rest
-/// closed; each paced if the plan says so.
+/// The data streams of the transfer `accept` took: the early ones that
+/// connected, presented as streams 0, 1, ...; more dialed if the final plan
+/// wants more, the rest closed; each paced if the plan says so, and in
+/// sealed frames if the server agreed.
 fn attach_streams(
     ctl: &Control,
     early: EarlyStreams,
-    token: &str,
+    accept: &TransferAccept,
     n: u16,
     direction: Direction,
     tuning: &StreamTuning,
-    sealed: bool,
     o: &ClientOptions,
 ) -> Result<Vec<Box<dyn crate::net::conn::Stream>>, EngineError> {
+    let (token, sealed) = (accept.token.as_str(), accept.sealed);
     let mut data: Vec<Box<dyn crate::net::conn::Stream>> = early
         .into_iter()
         .filter_map(|h| h.join().ok()?.ok())
@@ -889,7 +890,6 @@ fn cp_once(
                     "the server at {host} does not take parts of files (it is older than this client): upgrade it to move a fleet's share"
                 )));
             }
-            let token = accept.token.clone();
             let bundles = accept.bundles;
             let cap = accept
                 .max_files_in_flight
@@ -899,11 +899,10 @@ fn cp_once(
             let data = attach_streams(
                 &ctl,
                 early,
-                &token,
+                &accept,
                 streams,
                 Direction::Up,
                 &tuning,
-                accept.sealed,
                 &o.client,
             )?;
             if let Some(first) = data.first() {
@@ -965,17 +964,16 @@ fn cp_once(
             let (dest, landing, anchor) = pull_dest.expect("made for a pull");
             let dest = &dest;
             let accept = accepted(&mut ctl, &o.client)?;
-            let (token, bundles) = (accept.token, accept.bundles);
             let data = attach_streams(
                 &ctl,
                 early,
-                &token,
+                &accept,
                 streams,
                 Direction::Down,
                 &tuning,
-                accept.sealed,
                 &o.client,
             )?;
+            let bundles = accept.bundles;
             if let Some(first) = data.first() {
                 s.encryption = first.encryption();
             }
