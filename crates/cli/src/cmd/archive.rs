@@ -399,7 +399,7 @@ fn report(kind: &str, summary: &serde_json::Value) {
     // Its text came from a peer (a server's host name, notes) or from the
     // archive file: printed on one line each, no byte a terminal acts on.
     let mut summary = summary.clone();
-    printable(&mut summary);
+    crate::print::human::printable(&mut summary);
     let printed = match kind {
         "doctor" => serde_json::from_value(summary.clone())
             .map(|r| crate::print::human::print_doctor(&r))
@@ -411,17 +411,6 @@ fn report(kind: &str, summary: &serde_json::Value) {
     };
     if !printed {
         outln!("  (this longhaul cannot read the {kind} report: see show --json)");
-    }
-}
-
-/// Every string in `v` escaped ([`longhaul_proto::units::escaped`]).
-fn printable(v: &mut serde_json::Value) {
-    use serde_json::Value;
-    match v {
-        Value::String(s) => *s = longhaul_proto::units::escaped(s).to_string(),
-        Value::Array(a) => a.iter_mut().for_each(printable),
-        Value::Object(m) => m.values_mut().for_each(printable),
-        _ => {}
     }
 }
 

@@ -328,11 +328,23 @@ impl CommandReporter for Human {
                 Kind::Symlink => 'l',
                 Kind::File | Kind::DirEnd => '-',
             };
-            outln!("{kind} {:04o} {:>14} {}", e.mode, e.size, e.name);
+            outln!(
+                "{kind} {:04o} {:>14} {}",
+                e.mode,
+                e.size,
+                longhaul_proto::units::escaped(&e.name)
+            );
         }
     }
     fn doctor(&mut self, r: &longhaul_engine::doctor::DoctorReport) {
-        print_doctor(r);
+        // The far end's settings (host name, kernel, notes) are its words:
+        // printed with no byte a terminal acts on, as `show` prints them.
+        let mut v = serde_json::to_value(r).unwrap_or_default();
+        printable(&mut v);
+        match serde_json::from_value(v) {
+            Ok(safe) => print_doctor(&safe),
+            Err(e) => errln!("longhaul: cannot print the doctor's report: {e}; see --json"),
+        }
     }
     fn disk(&mut self, r: &longhaul_proto::disk::DiskReport) {
         print_disk(r);
@@ -442,6 +454,18 @@ pub(crate) fn print_disk(r: &longhaul_proto::disk::DiskReport) {
     }
     for w in &r.warnings {
         outln!("warning: {w}");
+    }
+}
+
+/// Every string in `v` escaped ([`longhaul_proto::units::escaped`]): a
+/// report whose text came from a peer or a file, made safe to print.
+pub(crate) fn printable(v: &mut serde_json::Value) {
+    use serde_json::Value;
+    match v {
+        Value::String(s) => *s = longhaul_proto::units::escaped(s).to_string(),
+        Value::Array(a) => a.iter_mut().for_each(printable),
+        Value::Object(m) => m.values_mut().for_each(printable),
+        _ => {}
     }
 }
 
