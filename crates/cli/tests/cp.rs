@@ -1170,3 +1170,18 @@ fn streams_sized_for_the_path_stay_within_the_servers_limit() {
         "{o:?}"
     );
 }
+
+/// A file name is the server's words: `ls` prints it with no byte a
+/// terminal would act on.
+#[test]
+fn a_listing_prints_no_terminal_control_from_a_file_name() {
+    let t = TempDir::new("ls-escape");
+    let exp = t.dir("export");
+    std::fs::write(exp.join("red\u{1b}[31mname\u{7}"), b"x").unwrap();
+    let s = data_server(&exp, &t.dir("state"));
+    let o = bin().args(["ls", &remote(s.addr(), "")]).output().unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("red\\u{1b}[31mname\\u{7}"), "{out}");
+    assert!(!o.stdout.iter().any(|&b| b == 0x1b || b == 0x07), "{out}");
+}

@@ -168,18 +168,3 @@ fn a_byte_flipped_in_a_sealed_stream_never_lands() {
 fn a_sealed_stream_cut_short_never_lands() {
     harmed_push("sealed-cut", Harm::Cut);
 }
-
-/// A file name is the server's words: `ls` prints it with no byte a
-/// terminal would act on.
-#[test]
-fn a_listing_prints_no_terminal_control_from_a_file_name() {
-    let t = TempDir::new("ls-escape");
-    let exp = t.dir("export");
-    std::fs::write(exp.join("red\u{1b}[31mname\u{7}"), b"x").unwrap();
-    let s = data_server(&exp, &t.dir("state"));
-    let o = bin().args(["ls", &remote(s.addr(), "")]).output().unwrap();
-    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
-    let out = String::from_utf8_lossy(&o.stdout);
-    assert!(out.contains("red\\u{1b}[31mname\\u{7}"), "{out}");
-    assert!(!o.stdout.iter().any(|&b| b == 0x1b || b == 0x07), "{out}");
-}
