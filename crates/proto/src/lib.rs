@@ -11,6 +11,7 @@
 //! no files and reads no clock: time is passed in. `docs/PROTOCOL.md`
 //! describes the bytes.
 
+pub mod cpulimit;
 pub mod databind;
 pub mod disk;
 pub mod doctor;
