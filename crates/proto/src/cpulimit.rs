@@ -135,8 +135,14 @@ pub fn read_cgroup(
     out.cgroup_version = version;
     let quota_at = |d: &str| -> Option<(u64, u64)> {
         if version == 1 {
-            let q: i64 = read(&format!("{d}/cpu.cfs_quota_us"))?.trim().parse().ok()?;
-            let p: u64 = read(&format!("{d}/cpu.cfs_period_us"))?.trim().parse().ok()?;
+            let q: i64 = read(&format!("{d}/cpu.cfs_quota_us"))?
+                .trim()
+                .parse()
+                .ok()?;
+            let p: u64 = read(&format!("{d}/cpu.cfs_period_us"))?
+                .trim()
+                .parse()
+                .ok()?;
             (q > 0 && p > 0).then_some((q as u64, p))
         } else {
             parse_cpu_max(&read(&format!("{d}/cpu.max"))?)
@@ -251,7 +257,10 @@ fn unescape(s: &str) -> String {
     let mut out = Vec::with_capacity(b.len());
     let mut i = 0;
     while i < b.len() {
-        if b[i] == b'\\' && i + 4 <= b.len() && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c)) {
+        if b[i] == b'\\'
+            && i + 4 <= b.len()
+            && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c))
+        {
             let v = (b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0');
             out.push(v);
             i += 4;
@@ -356,7 +365,10 @@ mod tests {
                 "nr_periods 120\nnr_throttled 100\nthrottled_time 3000000000\nnr_bursts 0\n",
             ),
             ("/sys/fs/cgroup/cpu/slurm/uid_0/cpu.cfs_quota_us", "-1\n"),
-            ("/sys/fs/cgroup/cpu/slurm/uid_0/cpu.cfs_period_us", "100000\n"),
+            (
+                "/sys/fs/cgroup/cpu/slurm/uid_0/cpu.cfs_period_us",
+                "100000\n",
+            ),
             ("/sys/fs/cgroup/cpu/cpu.cfs_quota_us", "-1\n"),
             ("/sys/fs/cgroup/cpu/cpu.cfs_period_us", "100000\n"),
         ]);
@@ -419,7 +431,8 @@ mod tests {
     fn a_mount_of_a_subtree_and_a_cgroup_namespace_are_followed() {
         // A container sees the hierarchy from its own cgroup down, under
         // a mount whose root is that cgroup.
-        let mi = "40 31 0:29 /docker/abc /sys/fs/cgroup/cpu,cpuacct ro - cgroup cgroup rw,cpu,cpuacct\n";
+        let mi =
+            "40 31 0:29 /docker/abc /sys/fs/cgroup/cpu,cpuacct ro - cgroup cgroup rw,cpu,cpuacct\n";
         let cg = "4:cpu,cpuacct:/docker/abc\n";
         let f = files(&[
             ("/sys/fs/cgroup/cpu,cpuacct/cpu.cfs_quota_us", "50000"),
@@ -441,7 +454,10 @@ mod tests {
         // Garbage in the files: no quota, no panic.
         let f = files(&[
             ("/sys/fs/cgroup/cpu/cpu.cfs_quota_us", "lots"),
-            ("/sys/fs/cgroup/cpu/cpu.stat", "nr_periods x\nnr_throttled\n"),
+            (
+                "/sys/fs/cgroup/cpu/cpu.stat",
+                "nr_periods x\nnr_throttled\n",
+            ),
         ]);
         let l = read_cgroup("1:cpu:/", HYBRID_MOUNTINFO, &f);
         assert_eq!((l.cgroup_version, l.quota_cores()), (1, None));
@@ -501,7 +517,10 @@ mod tests {
         assert!(!r.throttled());
         // Counters that went back count as nothing.
         let r = during(&after, &before);
-        assert_eq!((r.periods, r.throttled_periods, r.steal_fraction), (0, 0, 0.0));
+        assert_eq!(
+            (r.periods, r.throttled_periods, r.steal_fraction),
+            (0, 0, 0.0)
+        );
         assert!(!r.throttled());
     }
 }

@@ -1088,7 +1088,12 @@ fn starved_end_bounds_its_storage(
         Stage::DestStorage | Stage::Metadata => (Stage::ReceiverCpu, recv),
         _ => return,
     };
-    let starved = e.host.cpu_limits.as_ref().and_then(CpuLimits::quota_cores).is_some()
+    let starved = e
+        .host
+        .cpu_limits
+        .as_ref()
+        .and_then(CpuLimits::quota_cores)
+        .is_some()
         && j.stages.iter().any(|s| s.name == cpu && s.limiting);
     if !starved {
         return;
@@ -1503,14 +1508,17 @@ mod tests {
         assert!(recv.limiting);
         // 19% of the 0.2 CPU allowed carried 1 Gbit/s.
         assert!((recv.ceiling_bps - 1e9 * 20.0 / 19.0).abs() < 1.0);
-        assert!(recv.detail.contains("cgroup quota 0.2 CPU (cpu.max 20000 100000)"));
+        assert!(recv
+            .detail
+            .contains("cgroup quota 0.2 CPU (cpu.max 20000 100000)"));
         assert!(!stage_of(&j, Stage::PathRate).limiting);
         // The storage was measured under the same quota: it is the next.
         assert_eq!(v.next, Some(Stage::DestStorage));
         assert_eq!(v.ceiling_bps, 0.4e9);
         assert!(
-            j.notes.iter().any(|n| n.contains("dest_storage was measured")
-                && n.contains("the server")),
+            j.notes
+                .iter()
+                .any(|n| n.contains("dest_storage was measured") && n.contains("the server")),
             "{:?}",
             j.notes
         );
@@ -1595,7 +1603,11 @@ mod tests {
         let (v, j) = verdict_of(&m);
         assert_eq!(v.stage, Stage::SenderCpu, "{:?}", j.stages);
         assert_eq!(v.next, Some(Stage::SourceStorage));
-        assert!(v.fix.contains("the server's cgroup limits it to 0.5 CPU"), "{}", v.fix);
+        assert!(
+            v.fix.contains("the server's cgroup limits it to 0.5 CPU"),
+            "{}",
+            v.fix
+        );
     }
 
     #[test]
@@ -1620,7 +1632,11 @@ mod tests {
         assert_eq!(effective_cores(m.remote.as_ref().unwrap()), 8.0);
         let j = judge(&m);
         assert!(j.findings.is_empty(), "{:?}", j.findings);
-        assert!(j.verdict.unwrap().fix.starts_with("TLS costs more CPU than the path allows"));
+        assert!(j
+            .verdict
+            .unwrap()
+            .fix
+            .starts_with("TLS costs more CPU than the path allows"));
     }
 
     #[test]
@@ -1636,24 +1652,34 @@ mod tests {
         let (v, j) = verdict_of(&m);
         assert_eq!(v.stage, Stage::SenderCpu);
         assert!(
-            v.fix.contains("the hypervisor took 25% of this host's CPU time (steal)"),
+            v.fix
+                .contains("the hypervisor took 25% of this host's CPU time (steal)"),
             "{}",
             v.fix
         );
         assert!(stage_of(&j, Stage::SenderCpu).detail.contains("steal 25%"));
         let settings: Vec<&str> = j.findings.iter().map(|f| f.setting.as_str()).collect();
-        assert_eq!(settings, ["cpu steal", "competing load"], "{:?}", j.findings);
+        assert_eq!(
+            settings,
+            ["cpu steal", "competing load"],
+            "{:?}",
+            j.findings
+        );
         // Competing work alone is the reason when nothing else is.
         m.local_cpu.as_mut().unwrap().steal_fraction = 0.0;
         let (v, _) = verdict_of(&m);
         assert!(
-            v.fix.contains("12 other tasks were runnable on this host's 8 usable core(s)"),
+            v.fix
+                .contains("12 other tasks were runnable on this host's 8 usable core(s)"),
             "{}",
             v.fix
         );
         // Nothing of the kind: the general fix.
         m.local_cpu = Some(CpuRun::default());
-        assert!(verdict_of(&m).0.fix.starts_with("the sender's CPU is the limit: more usable cores"));
+        assert!(verdict_of(&m)
+            .0
+            .fix
+            .starts_with("the sender's CPU is the limit: more usable cores"));
     }
 
     #[test]
