@@ -6,6 +6,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::cpulimit::{CpuLimits, CpuRun, STEAL_ALARM};
 use crate::units::{format_bytes, format_rate};
 use crate::window::{plan, BufferCaps, PathInput, WindowPlan, RECV_BUFFER_USE, SEND_BUFFER_USE};
 
@@ -76,6 +77,10 @@ pub struct HostSettings {
     /// Bytes/s one core encrypts with AES-256-GCM (TLS's cipher here).
     #[serde(default)]
     pub cipher_bytes_per_core: f64,
+    /// The cgroup CPU quota and its throttling counters, steal and load,
+    /// read before the other settings; omitted by older peers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_limits: Option<CpuLimits>,
 }
 
 /// A setting too small (or wrong) for the measured path, and its fix.
@@ -367,6 +372,10 @@ pub struct Measured {
     /// an assumed size leaves metadata out of the verdict.
     pub mean_file_size_measured: bool,
     pub copy: Option<CopyMeasured>,
+    /// What each end's CPU went through (throttling, steal) during the
+    /// run judged; None where it was not read.
+    pub local_cpu: Option<CpuRun>,
+    pub remote_cpu: Option<CpuRun>,
 }
 
 /// What the rules concluded from a [`Measured`].
@@ -407,7 +416,7 @@ struct RunShape {
 }
 
 impl RunShape {
-    fn read(m: &Measured, sender: &HostSettings, receiver: &HostSettings) -> Self {
+    fn read(m: &Measured, send: &End, recv: &End) -> Self {
         let run = m.run.as_ref();
         let idle_us = f64::from(m.rtt_idle_us.unwrap_or(0).max(1));
         let loaded_us = run.map_or(0.0, |p| f64::from(p.rtt_loaded_us));
@@ -422,15 +431,14 @@ impl RunShape {
         });
         let lossy = path_loss.is_some_and(|(_, random)| random);
         let window_limited = run.is_some_and(|p| p.limit == RunLimit::Window);
-        // An end whose test threads kept all its usable cores busy is
-        // CPU-bound, whichever of its threads was the busiest.
+        // An end whose test threads kept all its usable cores busy (or
+        // used up its cgroup's quota) is CPU-bound, whichever of its
+        // threads was the busiest.
         let send_full = run.is_some_and(|p| {
-            p.limit == RunLimit::SenderCpu
-                || p.cpu_sender_percent >= 90.0 * f64::from(sender.cpus_usable.max(1))
+            p.limit == RunLimit::SenderCpu || cpu_full(p.cpu_sender_percent, send)
         });
         let recv_full = run.is_some_and(|p| {
-            p.limit == RunLimit::ReceiverCpu
-                || p.cpu_receiver_percent >= 90.0 * f64::from(receiver.cpus_usable.max(1))
+            p.limit == RunLimit::ReceiverCpu || cpu_full(p.cpu_receiver_percent, recv)
         });
         // Both ends on one host share its cores: all of them busy between
         // the two is the CPU limiting, whichever end spent more.
@@ -464,13 +472,10 @@ impl RunShape {
 /// Draws the findings, the stages and the verdict from the measurements.
 pub fn judge(m: &Measured) -> Judgement {
     let rtt = m.rtt_idle_us.unwrap_or(0);
-    let (sender, receiver) = match (&m.remote, m.pull) {
-        (Some(h), false) => (&m.local, h),
-        (Some(h), true) => (h, &m.local),
-        (None, _) => (&m.local, &m.local),
-    };
+    let (send, recv) = ends(m);
+    let (sender, receiver) = (send.host, recv.host);
     let measured = m.run.as_ref().map_or(0.0, |p| p.bits_per_second);
-    let shape = RunShape::read(m, sender, receiver);
+    let shape = RunShape::read(m, &send, &recv);
     // The rate to judge settings against: given; else what the path
     // carried if the path was the limit; else the link's speed, else
     // the default target.
@@ -498,6 +503,10 @@ pub fn judge(m: &Measured) -> Judgement {
         m.path_mtu,
         &[m.local.mtu, m.remote.as_ref().and_then(|h| h.mtu)],
     ));
+    findings.extend(cpu_findings("local", &m.local, m.local_cpu.as_ref()));
+    if let Some(h) = &m.remote {
+        findings.extend(cpu_findings("remote", h, m.remote_cpu.as_ref()));
+    }
     let mut j = Judgement {
         rtt_loaded_us: m.run.as_ref().map(|p| p.rtt_loaded_us),
         target_bps: target,
@@ -506,7 +515,7 @@ pub fn judge(m: &Measured) -> Judgement {
         ..Default::default()
     };
     if let Some(p) = &m.run {
-        run_stages(&mut j, p, &shape, &w, sender, receiver, rtt);
+        run_stages(&mut j, p, &shape, &w, &send, &recv, rtt);
     }
     storage_stages(&mut j, m, sender, receiver);
     // For the window, the sender's send buffers and the receiver's
@@ -526,11 +535,14 @@ pub fn judge(m: &Measured) -> Judgement {
         .cloned()
         .collect();
     let rtt_ms = f64::from(rtt) / 1000.0;
-    let fix = |s: Stage| fix_for(s, &buffers, w.streams, rtt_ms);
+    let fix = |s: Stage| {
+        cpu_fix(s, &send, &recv).unwrap_or_else(|| fix_for(s, &buffers, w.streams, rtt_ms))
+    };
     j.verdict = verdict(&j.stages, fix);
     if let Some(c) = &m.copy {
         check_with_copy(&mut j, c, fix);
     }
+    starved_end_bounds_its_storage(&mut j, &send, &recv, fix);
     j
 }
 
@@ -541,10 +553,11 @@ fn run_stages(
     p: &RunMeasured,
     shape: &RunShape,
     w: &WindowPlan,
-    sender: &HostSettings,
-    receiver: &HostSettings,
+    send: &End,
+    recv: &End,
     rtt: u32,
 ) {
+    let (sender, receiver) = (send.host, recv.host);
     let measured = p.bits_per_second;
     let mut add = |name: Stage, ceiling_bps: f64, limiting: bool, detail: String| {
         j.stages.push(StageCeiling {
@@ -624,11 +637,11 @@ fn run_stages(
     }
     // CPU: the rate each end could carry with all its usable cores as
     // busy as the test made them per bit.
-    let cpu_ceiling = |percent: f64, cores: u32| {
+    let cpu_ceiling = |percent: f64, cores: f64| {
         if percent <= 0.0 {
             f64::INFINITY
         } else {
-            measured * f64::from(cores.max(1)) * 100.0 / percent
+            measured * cores * 100.0 / percent
         }
     };
     // Both ends on one host (loopback, or namespaces of one machine)
@@ -637,7 +650,7 @@ fn run_stages(
     let shared = shape.shared_cores.map(|cores| {
         let both = p.cpu_sender_percent + p.cpu_receiver_percent;
         (
-            cpu_ceiling(both, cores),
+            cpu_ceiling(both, f64::from(cores.max(1))),
             format!(
                 "; both ends share this host's {cores} cores: {:.0}% + {:.0}% of {}%",
                 p.cpu_sender_percent,
@@ -649,22 +662,25 @@ fn run_stages(
     let (shared_ceiling, shared_detail) = shared.unwrap_or((f64::INFINITY, String::new()));
     add(
         Stage::SenderCpu,
-        cpu_ceiling(p.cpu_sender_percent, sender.cpus_usable).min(shared_ceiling),
+        cpu_ceiling(p.cpu_sender_percent, effective_cores(sender)).min(shared_ceiling),
         shape.send_full || shape.shared_full,
         format!(
-            "sender {:.0}% CPU of {} usable core(s) at {}{shared_detail}",
+            "sender {:.0}% CPU of {} usable core(s) at {}{}{shared_detail}",
             p.cpu_sender_percent,
             sender.cpus_usable,
-            format_rate(measured)
+            format_rate(measured),
+            cpu_detail(send)
         ),
     );
     add(
         Stage::ReceiverCpu,
-        cpu_ceiling(p.cpu_receiver_percent, receiver.cpus_usable).min(shared_ceiling),
+        cpu_ceiling(p.cpu_receiver_percent, effective_cores(receiver)).min(shared_ceiling),
         shape.recv_full || shape.shared_full,
         format!(
-            "receiver {:.0}% CPU of {} usable core(s){shared_detail}",
-            p.cpu_receiver_percent, receiver.cpus_usable
+            "receiver {:.0}% CPU of {} usable core(s){}{shared_detail}",
+            p.cpu_receiver_percent,
+            receiver.cpus_usable,
+            cpu_detail(recv)
         ),
     );
     if measured > 0.0 {
@@ -689,8 +705,9 @@ fn storage_stages(j: &mut Judgement, m: &Measured, sender: &HostSettings, receiv
             detail,
         });
     };
-    // Encryption: the cipher alone on every usable core of the slower end.
-    let cipher = |h: &HostSettings| h.cipher_bytes_per_core * 8.0 * f64::from(h.cpus_usable.max(1));
+    // Encryption: the cipher alone on every usable core of the slower end
+    // (as many as its cgroup's quota allows).
+    let cipher = |h: &HostSettings| h.cipher_bytes_per_core * 8.0 * effective_cores(h);
     let enc = cipher(sender).min(cipher(receiver));
     if enc > 0.0 {
         add(
@@ -833,6 +850,280 @@ fn mss_of(a: &HostSettings, b: &HostSettings) -> u32 {
         .min()
         .unwrap_or(1500)
         .saturating_sub(52)
+}
+
+/// One end of the transfer as the CPU rules see it.
+#[derive(Debug, Clone, Copy)]
+struct End<'a> {
+    host: &'a HostSettings,
+    /// What its CPU went through during the run judged.
+    run: Option<&'a CpuRun>,
+    /// How a fix names it.
+    who: &'static str,
+}
+
+/// The sender and the receiver of the transfer judged (both this host
+/// when the server's settings are unknown).
+fn ends(m: &Measured) -> (End<'_>, End<'_>) {
+    let local = End {
+        host: &m.local,
+        run: m.local_cpu.as_ref(),
+        who: "this host",
+    };
+    let Some(h) = &m.remote else {
+        return (local, local);
+    };
+    let remote = End {
+        host: h,
+        run: m.remote_cpu.as_ref(),
+        who: "the server",
+    };
+    if m.pull {
+        (remote, local)
+    } else {
+        (local, remote)
+    }
+}
+
+/// The cores an end can keep busy: those it may run on (affinity,
+/// cpusets), or fewer where its cgroup's CPU quota allows less.
+pub fn effective_cores(h: &HostSettings) -> f64 {
+    let usable = f64::from(h.cpus_usable.max(1));
+    h.cpu_limits
+        .as_ref()
+        .and_then(CpuLimits::quota_cores)
+        .map_or(usable, |q| q.min(usable))
+}
+
+/// The quota, in CPUs, and the setting that sets it, when it allows fewer
+/// cores than the end may run on.
+fn binding_quota(h: &HostSettings) -> Option<(f64, String)> {
+    let c = h.cpu_limits.as_ref()?;
+    let q = c.quota_cores()?;
+    if q >= f64::from(h.cpus_usable.max(1)) {
+        return None;
+    }
+    Some((q, c.quota_setting()?))
+}
+
+/// A CPU count as people write it: 0.2, 1.5, 2.
+fn cores_text(q: f64) -> String {
+    format!("{}", (q * 100.0).round() / 100.0)
+}
+
+/// An end used all the CPU it may: its test threads kept 90% of its
+/// effective cores busy, or its cgroup's quota throttled it during the run.
+fn cpu_full(percent: f64, e: &End) -> bool {
+    percent >= 90.0 * effective_cores(e.host) || e.run.is_some_and(CpuRun::throttled)
+}
+
+/// What the CPU stage's detail adds for an end: its quota, throttling and
+/// steal during the run.
+fn cpu_detail(e: &End) -> String {
+    let mut out = String::new();
+    if let Some((q, setting)) = binding_quota(e.host) {
+        out += &format!("; cgroup quota {} CPU ({setting})", cores_text(q));
+    }
+    if let Some(r) = e.run {
+        if r.throttled_periods > 0 {
+            out += &format!(
+                "; throttled in {} of {} periods ({:.1} s)",
+                r.throttled_periods, r.periods, r.throttled_seconds
+            );
+        }
+        if r.steal_fraction >= STEAL_ALARM {
+            out += &format!("; steal {:.0}%", r.steal_fraction * 100.0);
+        }
+    }
+    out
+}
+
+const RAISE_QUOTA: &str = "raise the CPU limit of its container, Slurm job or pod (docker --cpus, --cpus-per-task, the pod's resources.limits.cpu) or run longhaul outside that cgroup";
+
+/// An end's CPU limits as findings: a quota below its usable cores,
+/// throttling and steal during the run, and other work runnable on its
+/// cores before it. `host` is `local` or `remote`.
+pub fn cpu_findings(host: &str, h: &HostSettings, run: Option<&CpuRun>) -> Vec<Finding> {
+    let mut out = Vec::new();
+    let mut add = |setting: &str, value: String, wanted: String, fix: &str| {
+        out.push(Finding {
+            host: host.into(),
+            setting: setting.into(),
+            value,
+            wanted,
+            fix: fix.into(),
+        });
+    };
+    if let Some((q, setting)) = binding_quota(h) {
+        add(
+            "cgroup cpu quota",
+            format!("{} CPU ({setting})", cores_text(q)),
+            format!("the {} usable cores, or no quota", h.cpus_usable),
+            RAISE_QUOTA,
+        );
+    }
+    let Some(r) = run else {
+        return out;
+    };
+    if r.throttled_periods > 0 {
+        add(
+            "cgroup cpu throttling",
+            format!(
+                "{} of {} periods, {:.1} s held back during the test",
+                r.throttled_periods, r.periods, r.throttled_seconds
+            ),
+            "none".into(),
+            RAISE_QUOTA,
+        );
+    }
+    if r.steal_fraction >= STEAL_ALARM {
+        add(
+            "cpu steal",
+            format!(
+                "{:.0}% of CPU time during the test",
+                r.steal_fraction * 100.0
+            ),
+            format!("under {:.0}%", STEAL_ALARM * 100.0),
+            "the hypervisor runs other guests on these cores: a VM with dedicated cores, or on a less loaded host",
+        );
+    }
+    let cores = effective_cores(h);
+    if f64::from(r.runnable_before) > cores {
+        add(
+            "competing load",
+            format!(
+                "{} other tasks runnable on {} usable core(s) before the test (load {:.1})",
+                r.runnable_before,
+                cores_text(cores),
+                r.loadavg_before
+            ),
+            format!("at most {}", cores_text(cores)),
+            "other work shares these cores: measure and transfer when it is done, or give longhaul more cores",
+        );
+    }
+    out
+}
+
+/// The fix for a CPU stage (or the cipher's) when something other than
+/// the core count bounds that end's CPU: its cgroup's quota, throttling,
+/// steal or competing work; None to keep the general fix.
+fn cpu_fix(s: Stage, send: &End, recv: &End) -> Option<String> {
+    let (e, role) = match s {
+        Stage::SenderCpu => (send, "sender"),
+        Stage::ReceiverCpu => (recv, "receiver"),
+        Stage::Encryption => {
+            let cipher = |e: &End| e.host.cipher_bytes_per_core * effective_cores(e.host);
+            if cipher(recv) < cipher(send) {
+                (recv, "receiver")
+            } else {
+                (send, "sender")
+            }
+        }
+        _ => return None,
+    };
+    let who = e.who;
+    let mut why = Vec::new();
+    let mut remedy = Vec::new();
+    let throttling = e.run.filter(|r| r.throttled_periods > 0).map(|r| {
+        format!(
+            "throttled it in {} of {} periods ({:.1} s held back)",
+            r.throttled_periods, r.periods, r.throttled_seconds
+        )
+    });
+    match (binding_quota(e.host), &throttling) {
+        (Some((q, setting)), t) => {
+            why.push(format!(
+                "{who}'s cgroup limits it to {} CPU ({setting}){}",
+                cores_text(q),
+                t.as_ref().map_or(String::new(), |t| format!(", which {t}"))
+            ));
+            remedy.push(RAISE_QUOTA.to_string());
+        }
+        (None, Some(t)) => {
+            why.push(format!("{who}'s cgroup CPU quota {t}"));
+            remedy.push(RAISE_QUOTA.to_string());
+        }
+        (None, None) => {}
+    }
+    if let Some(r) = e.run {
+        if r.steal_fraction >= STEAL_ALARM {
+            why.push(format!(
+                "the hypervisor took {:.0}% of {who}'s CPU time (steal)",
+                r.steal_fraction * 100.0
+            ));
+            remedy.push("a VM with dedicated cores or on a less loaded host".into());
+        }
+        let cores = effective_cores(e.host);
+        if why.is_empty() && f64::from(r.runnable_before) > cores {
+            why.push(format!(
+                "{} other tasks were runnable on {who}'s {} usable core(s) (load {:.1})",
+                r.runnable_before,
+                cores_text(cores),
+                r.loadavg_before
+            ));
+            remedy.push("transfer when that work is done, or give longhaul more cores".into());
+        }
+    }
+    if why.is_empty() {
+        return None;
+    }
+    let (why, remedy) = (why.join("; "), remedy.join("; "));
+    Some(if s == Stage::Encryption {
+        format!(
+            "TLS costs more CPU than the {role} has: {why}: {remedy}; or a CPU with AES instructions, or --insecure-plaintext on a network you trust"
+        )
+    } else {
+        format!("the {role}'s CPU is the limit: {why}: {remedy}")
+    })
+}
+
+/// An end whose CPU quota starved it in the run had its storage measured
+/// under the same quota: a storage (or file-creation) verdict at that end
+/// is that CPU's figure, so the verdict names the CPU, with the storage
+/// stage as the next.
+fn starved_end_bounds_its_storage(
+    j: &mut Judgement,
+    send: &End,
+    recv: &End,
+    fix: impl Fn(Stage) -> String,
+) {
+    let Some(v) = j.verdict.clone() else {
+        return;
+    };
+    let (cpu, e) = match v.stage {
+        Stage::SourceStorage => (Stage::SenderCpu, send),
+        Stage::DestStorage | Stage::Metadata => (Stage::ReceiverCpu, recv),
+        _ => return,
+    };
+    let starved = e
+        .host
+        .cpu_limits
+        .as_ref()
+        .and_then(CpuLimits::quota_cores)
+        .is_some()
+        && j.stages.iter().any(|s| s.name == cpu && s.limiting);
+    if !starved {
+        return;
+    }
+    let cpu_ceiling = j
+        .stages
+        .iter()
+        .find(|s| s.name == cpu)
+        .map_or(v.ceiling_bps, |s| s.ceiling_bps);
+    j.notes.push(format!(
+        "{} was measured at {} on {} while its CPU quota held it back: that figure is its CPU's, so {} is named",
+        v.stage.name(),
+        format_rate(v.ceiling_bps),
+        e.who,
+        cpu.name()
+    ));
+    j.verdict = Some(Verdict {
+        stage: cpu,
+        ceiling_bps: cpu_ceiling.min(v.ceiling_bps),
+        next: Some(v.stage),
+        next_ceiling_bps: Some(v.ceiling_bps),
+        fix: fix(cpu),
+    });
 }
 
 /// What to change when `s` limits. `buffers` are the socket buffer caps
@@ -1200,6 +1491,222 @@ mod tests {
             stage_of(&j, Stage::SenderCpu).ceiling_bps,
             1e10 * 100.0 / 95.0
         );
+    }
+
+    /// A host whose cgroup allows `quota_us` of CPU per 100 ms (cgroup v2).
+    fn quota(h: &mut HostSettings, quota_us: u64) {
+        h.cpu_limits = Some(CpuLimits {
+            cgroup_version: 2,
+            quota_us: Some(quota_us),
+            period_us: Some(100_000),
+            ..Default::default()
+        });
+    }
+
+    fn throttled() -> CpuRun {
+        CpuRun {
+            periods: 30,
+            throttled_periods: 28,
+            throttled_seconds: 2.4,
+            ..Default::default()
+        }
+    }
+
+    /// A push at 1 Gbit/s whose destination wrote at 0.4 Gbit/s in its
+    /// probe, with the server (the receiver) under a 0.2-CPU quota.
+    fn push_to_a_starved_server() -> Measured {
+        let mut m = push();
+        quota(m.remote.as_mut().unwrap(), 20_000);
+        m.remote_cpu = Some(throttled());
+        let run = m.run.as_mut().unwrap();
+        run.bits_per_second = 1e9;
+        run.cpu_receiver_percent = 19.0;
+        run.cpu_sender_percent = 40.0;
+        m.dest_write = Some((0.05e9, false));
+        m
+    }
+
+    #[test]
+    fn a_server_under_a_cpu_quota_is_the_receivers_cpu_and_the_fix_names_the_quota() {
+        let m = push_to_a_starved_server();
+        let (v, j) = verdict_of(&m);
+        assert_eq!(v.stage, Stage::ReceiverCpu, "{:?}", j.stages);
+        let recv = stage_of(&j, Stage::ReceiverCpu);
+        assert!(recv.limiting);
+        // 19% of the 0.2 CPU allowed carried 1 Gbit/s.
+        assert!((recv.ceiling_bps - 1e9 * 20.0 / 19.0).abs() < 1.0);
+        assert!(recv
+            .detail
+            .contains("cgroup quota 0.2 CPU (cpu.max 20000 100000)"));
+        assert!(!stage_of(&j, Stage::PathRate).limiting);
+        // The storage was measured under the same quota: it is the next.
+        assert_eq!(v.next, Some(Stage::DestStorage));
+        assert_eq!(v.ceiling_bps, 0.4e9);
+        assert!(
+            j.notes
+                .iter()
+                .any(|n| n.contains("dest_storage was measured") && n.contains("the server")),
+            "{:?}",
+            j.notes
+        );
+        assert!(
+            v.fix.starts_with(
+                "the receiver's CPU is the limit: the server's cgroup limits it to 0.2 CPU (cpu.max 20000 100000), which throttled it in 28 of 30 periods"
+            ),
+            "{}",
+            v.fix
+        );
+        assert!(v.fix.contains("--cpus-per-task"), "{}", v.fix);
+        assert!(!v.fix.contains("nothing on the hosts"), "{}", v.fix);
+        let f: Vec<(&str, &str)> = j
+            .findings
+            .iter()
+            .map(|f| (f.host.as_str(), f.setting.as_str()))
+            .collect();
+        assert!(f.contains(&("remote", "cgroup cpu quota")), "{f:?}");
+        assert!(f.contains(&("remote", "cgroup cpu throttling")), "{f:?}");
+        assert!(!f.iter().any(|(h, _)| *h == "local"), "{f:?}");
+        // Today's rules without the quota (an older server): the storage
+        // measured under the quota was named, not the CPU.
+        let mut old = push_to_a_starved_server();
+        old.remote.as_mut().unwrap().cpu_limits = None;
+        old.remote_cpu = None;
+        assert_eq!(verdict_of(&old).0.stage, Stage::DestStorage);
+    }
+
+    #[test]
+    fn throttling_alone_shows_a_starved_end_and_the_path_is_not_blamed() {
+        // The receiver's threads used only 10% (the rest of its quota went
+        // elsewhere in the process), but the quota throttled it.
+        let mut m = push_to_a_starved_server();
+        m.dest_write = None;
+        m.run.as_mut().unwrap().cpu_receiver_percent = 10.0;
+        let (v, j) = verdict_of(&m);
+        assert_eq!(v.stage, Stage::ReceiverCpu, "{:?}", j.stages);
+        assert!(!v.fix.contains("nothing on the hosts"), "{}", v.fix);
+        // No throttling and the threads well below the quota: not starved,
+        // the path is the limit.
+        m.remote_cpu = Some(CpuRun {
+            periods: 30,
+            ..Default::default()
+        });
+        let (v, j) = verdict_of(&m);
+        assert!(!stage_of(&j, Stage::ReceiverCpu).limiting);
+        assert_eq!(v.stage, Stage::PathRate, "{:?}", j.stages);
+    }
+
+    #[test]
+    fn a_client_under_a_quota_is_the_senders_cpu_on_a_push_and_the_receivers_on_a_pull() {
+        let mut m = push();
+        quota(&mut m.local, 50_000);
+        m.local_cpu = Some(throttled());
+        m.run.as_mut().unwrap().cpu_sender_percent = 49.0;
+        let (v, j) = verdict_of(&m);
+        assert_eq!(v.stage, Stage::SenderCpu, "{:?}", j.stages);
+        assert!(
+            v.fix.starts_with("the sender's CPU is the limit: this host's cgroup limits it to 0.5 CPU (cpu.max 50000 100000)"),
+            "{}",
+            v.fix
+        );
+        assert!(j
+            .findings
+            .iter()
+            .any(|f| f.host == "local" && f.value == "0.5 CPU (cpu.max 50000 100000)"));
+        // On a pull this host receives.
+        m.pull = true;
+        let run = m.run.as_mut().unwrap();
+        run.cpu_sender_percent = 100.0;
+        run.cpu_receiver_percent = 49.0;
+        let (v, j) = verdict_of(&m);
+        assert_eq!(v.stage, Stage::ReceiverCpu, "{:?}", j.stages);
+        assert!(v.fix.contains("this host's cgroup"), "{}", v.fix);
+        // The server under the quota on a pull is the sender.
+        let mut m = push();
+        m.pull = true;
+        quota(m.remote.as_mut().unwrap(), 50_000);
+        m.remote_cpu = Some(throttled());
+        m.run.as_mut().unwrap().cpu_sender_percent = 49.0;
+        m.source_read = Some((0.01e9, "/x".into()));
+        let (v, j) = verdict_of(&m);
+        assert_eq!(v.stage, Stage::SenderCpu, "{:?}", j.stages);
+        assert_eq!(v.next, Some(Stage::SourceStorage));
+        assert!(
+            v.fix.contains("the server's cgroup limits it to 0.5 CPU"),
+            "{}",
+            v.fix
+        );
+    }
+
+    #[test]
+    fn a_quota_shrinks_the_ciphers_cores_and_the_encryption_fix_names_it() {
+        let mut m = push();
+        // 1 GB/s a core on 0.5 CPU: 4 Gbit/s, below the 10 carried.
+        m.remote.as_mut().unwrap().cipher_bytes_per_core = 1e9;
+        m.local.cipher_bytes_per_core = 2e9;
+        quota(m.remote.as_mut().unwrap(), 50_000);
+        let (v, j) = verdict_of(&m);
+        assert_eq!(v.stage, Stage::Encryption, "{:?}", j.stages);
+        assert_eq!(v.ceiling_bps, 4e9);
+        assert!(
+            v.fix.starts_with("TLS costs more CPU than the receiver has: the server's cgroup limits it to 0.5 CPU"),
+            "{}",
+            v.fix
+        );
+        assert!(v.fix.contains("--insecure-plaintext"), "{}", v.fix);
+        // A quota above the usable cores binds nothing.
+        quota(m.remote.as_mut().unwrap(), 1_600_000);
+        m.remote.as_mut().unwrap().cipher_bytes_per_core = 0.1e9;
+        assert_eq!(effective_cores(m.remote.as_ref().unwrap()), 8.0);
+        let j = judge(&m);
+        assert!(j.findings.is_empty(), "{:?}", j.findings);
+        assert!(j
+            .verdict
+            .unwrap()
+            .fix
+            .starts_with("TLS costs more CPU than the path allows"));
+    }
+
+    #[test]
+    fn steal_and_competing_load_are_findings_and_reasons() {
+        let mut m = push();
+        m.local_cpu = Some(CpuRun {
+            steal_fraction: 0.25,
+            runnable_before: 12,
+            loadavg_before: 11.5,
+            ..Default::default()
+        });
+        m.run.as_mut().unwrap().cpu_sender_percent = 780.0;
+        let (v, j) = verdict_of(&m);
+        assert_eq!(v.stage, Stage::SenderCpu);
+        assert!(
+            v.fix
+                .contains("the hypervisor took 25% of this host's CPU time (steal)"),
+            "{}",
+            v.fix
+        );
+        assert!(stage_of(&j, Stage::SenderCpu).detail.contains("steal 25%"));
+        let settings: Vec<&str> = j.findings.iter().map(|f| f.setting.as_str()).collect();
+        assert_eq!(
+            settings,
+            ["cpu steal", "competing load"],
+            "{:?}",
+            j.findings
+        );
+        // Competing work alone is the reason when nothing else is.
+        m.local_cpu.as_mut().unwrap().steal_fraction = 0.0;
+        let (v, _) = verdict_of(&m);
+        assert!(
+            v.fix
+                .contains("12 other tasks were runnable on this host's 8 usable core(s)"),
+            "{}",
+            v.fix
+        );
+        // Nothing of the kind: the general fix.
+        m.local_cpu = Some(CpuRun::default());
+        assert!(verdict_of(&m)
+            .0
+            .fix
+            .starts_with("the sender's CPU is the limit: more usable cores"));
     }
 
     #[test]

@@ -12,6 +12,7 @@
 //! It opens no sockets, touches no files and reads no clock: time (and a
 //! server's challenge) is passed in. `docs/PROTOCOL.md` describes the bytes.
 
+pub mod cpulimit;
 pub mod databind;
 pub mod disk;
 pub mod doctor;

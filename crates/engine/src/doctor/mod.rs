@@ -14,10 +14,13 @@
 //! * a short real file-to-file copy into a scratch directory on the export,
 //!   removed afterwards.
 
+mod cpu;
+
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use longhaul_proto::cpulimit::{self, CpuRun};
 use longhaul_proto::disk::{
     DiskReport, ProbeRequest, ProbeResult, ProbeTests, DOCTOR_SCRATCH_PREFIX,
 };
@@ -167,6 +170,13 @@ pub struct DoctorReport {
     /// streams for it): only when the path itself was what limited.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub remembered: Option<crate::pathdb::PathRecord>,
+    /// What each end's CPU went through during the memory-to-memory run
+    /// in the transfer's direction: cgroup throttling, steal, the load
+    /// before it. Omitted when not read (a server that predates it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub local_cpu: Option<CpuRun>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub remote_cpu: Option<CpuRun>,
     pub seconds: f64,
 }
 
@@ -177,6 +187,8 @@ pub const DEFAULT_MEAN_FILE_SIZE: u64 = 1 << 20;
 
 /// Reads this host's settings; `peer` picks the interface.
 pub fn host_settings(peer: Option<IpAddr>) -> HostSettings {
+    // First, before the cipher's measurement spends any of the quota.
+    let cpu_limits = cpu::cpu_limits();
     let read = |p: &str| {
         std::fs::read_to_string(p)
             .map(|s| s.trim().to_string())
@@ -230,6 +242,7 @@ pub fn host_settings(peer: Option<IpAddr>) -> HostSettings {
         governor: (!governor.is_empty()).then_some(governor),
         numa_nodes,
         cipher_bytes_per_core: cipher_speed(),
+        cpu_limits: Some(cpu_limits),
     }
 }
 
@@ -286,7 +299,9 @@ fn interface_qdisc(interface: &str) -> Option<String> {
 }
 
 /// Bytes/s one core seals with AES-128-GCM (TLS 1.3's first choice here),
-/// in 16 KiB records, measured for about 50 ms.
+/// in 16 KiB records, for about 50 ms of this thread's CPU time (at most a
+/// second): per core of CPU time, so a CPU quota or steal that holds the
+/// thread back does not lower it (the rules count the cores apart).
 pub fn cipher_speed() -> f64 {
     use aws_lc_rs::aead::{Aad, LessSafeKey, Nonce, UnboundKey, AES_128_GCM};
     let Ok(key) = UnboundKey::new(&AES_128_GCM, &[7u8; 16]) else {
@@ -295,9 +310,11 @@ pub fn cipher_speed() -> f64 {
     let key = LessSafeKey::new(key);
     let mut record = vec![0x5au8; 16 << 10];
     let start = Instant::now();
+    let cpu_start = sock::thread_cpu_us();
+    let cpu_us = || sock::thread_cpu_us().saturating_sub(cpu_start);
     let mut bytes = 0u64;
     let mut n = 0u64;
-    while start.elapsed() < Duration::from_millis(50) {
+    while cpu_us() < 50_000 && start.elapsed() < Duration::from_secs(1) {
         let mut nonce = [0u8; 12];
         nonce[4..].copy_from_slice(&n.to_be_bytes());
         n += 1;
@@ -313,7 +330,12 @@ pub fn cipher_speed() -> f64 {
         }
         bytes += record.len() as u64;
     }
-    bytes as f64 / start.elapsed().as_secs_f64()
+    let cpu = cpu_us();
+    if cpu == 0 {
+        // No thread clock: the wall clock's figure.
+        return bytes as f64 / start.elapsed().as_secs_f64();
+    }
+    bytes as f64 * 1e6 / cpu as f64
 }
 
 /// Keeps a perf run's intervals, and whether its data was encrypted.
@@ -525,8 +547,10 @@ pub fn local(o: &DoctorOptions) -> DoctorReport {
         .unwrap_or(longhaul_proto::window::DEFAULT_TARGET_BPS) as f64;
     // With no path measured, judge the buffers for 100 ms at the target.
     let bdp = (target / 8.0 * 0.1) as u64;
+    let mut findings = audit("local", &local, bdp, 1);
+    findings.extend(doctor::cpu_findings("local", &local, None));
     let mut r = DoctorReport {
-        findings: audit("local", &local, bdp, 1),
+        findings,
         local,
         target_bps: Some(target),
         bdp_bytes: Some(bdp),
@@ -642,8 +666,39 @@ pub fn remote(
             }
         }
     };
+    // Each end's CPU counters around the run in the transfer's direction
+    // (on a pull the upload's too): throttling, steal.
+    let settings_only = ProbeRequest {
+        export: export.into(),
+        path: path.into(),
+        tests: ProbeTests::default(),
+        max_bytes: 0,
+        max_files: 0,
+        max_millis: 0,
+        host: true,
+        remove: None,
+    };
+    let cpu_after = || {
+        let local = cpu::cpu_limits();
+        let remote = remote_host
+            .as_ref()
+            .and_then(|_| probe(host, opts, settings_only.clone()).ok())
+            .and_then(|(p, _)| p.host?.cpu_limits);
+        (local, remote)
+    };
     let up = run_dir(Mode::Up);
+    let after_up = (!o.pull).then(cpu_after);
     let down = run_dir(Mode::Down);
+    let (local_after, remote_after) = after_up.unwrap_or_else(cpu_after);
+    let local_cpu = local
+        .cpu_limits
+        .as_ref()
+        .map(|before| cpulimit::during(before, &local_after));
+    let remote_cpu = remote_host
+        .as_ref()
+        .and_then(|h| h.cpu_limits.as_ref())
+        .zip(remote_after.as_ref())
+        .map(|(before, after)| cpulimit::during(before, after));
     let mut upload = up.as_ref().and_then(|(s, i)| path_run(s, i, mss));
     let mut download = down.as_ref().and_then(|(s, i)| path_run(s, i, mss));
     // Loss on the path, seen by a light probe in the transfer's direction.
@@ -723,6 +778,8 @@ pub fn remote(
         mean_file_size,
         mean_file_size_measured,
         notes,
+        local_cpu,
+        remote_cpu,
         ..Default::default()
     };
     if o.pull {
@@ -1070,6 +1127,8 @@ fn measured(r: &DoctorReport, o: &DoctorOptions) -> doctor::Measured {
             source_read_bps: c.source_read_bps,
             dest_write_bps: c.dest_write_bps,
         }),
+        local_cpu: r.local_cpu,
+        remote_cpu: r.remote_cpu,
     }
 }
 
