@@ -47,6 +47,7 @@ cleanup() {
     rmdir "$CG"/* "$CG" 2>/dev/null || true
 }
 trap cleanup EXIT
+trap 'exit 130' INT TERM
 TSV=bench/results/elephant-$(date -u +%Y%m%d-%H%M).tsv
 printf 'scenario\tround\ttool\tseconds\tgbps\tcpu_s_per_gib\n' >"$TSV"
 
@@ -77,7 +78,10 @@ cpu_ns() { cat "$CG/$1/cpuacct.usage"; }
 start_lh() { # port dest [flags]
     local port=$1 dest=$2
     shift 2
-    in_group lh 1 "$LH" serve --allow-plaintext --listen "127.0.0.1:$port" --state-dir "$STATE" --export "data=$dest" "$@" \
+    # A bash of its own (not a subshell of this one), so that $! is the server once it execs.
+    # shellcheck disable=SC2046
+    bash -c 'echo $$ >"$0/cgroup.procs"; exec "$@"' "$CG/lh" $(pin 1) \
+        "$LH" serve --allow-plaintext --listen "127.0.0.1:$port" --state-dir "$STATE" --export "data=$dest" "$@" \
         >"$WORK/serve-$port.log" 2>&1 &
     PIDS+=($!)
     for _ in $(seq 100); do ss -ltn "sport = :$port" | grep -q LISTEN && return; sleep 0.1; done
