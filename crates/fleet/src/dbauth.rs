@@ -85,34 +85,7 @@ pub fn split(url: &str) -> (String, AuthParams) {
         }
         true
     };
-    let rest = if url.starts_with("postgres://") || url.starts_with("postgresql://") {
-        match url.split_once('?') {
-            None => url.to_string(),
-            Some((base, query)) => {
-                let kept: Vec<&str> = query
-                    .split('&')
-                    .filter(|kv| {
-                        let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
-                        !take(k, crate::dbtls::percent_decoded(v))
-                    })
-                    .collect();
-                if kept.is_empty() {
-                    base.to_string()
-                } else {
-                    format!("{base}?{}", kept.join("&"))
-                }
-            }
-        }
-    } else {
-        let kept: Vec<&str> = url
-            .split_whitespace()
-            .filter(|kv| {
-                let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
-                !take(k.trim(), v.trim_matches('\'').to_string())
-            })
-            .collect();
-        kept.join(" ")
-    };
+    let rest = crate::dbtls::strip_params(url, |k, v| take(k, v.to_string()));
     (rest, p)
 }
 

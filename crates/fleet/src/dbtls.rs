@@ -33,22 +33,11 @@ pub struct DbTls {
     client: Option<(PathBuf, PathBuf)>,
 }
 
-/// `url` without its `sslmode` and `sslrootcert`, and the TLS they ask
-/// for (`None`: plaintext).
-pub fn split(url: &str) -> Result<(String, Option<DbTls>), String> {
-    let (mut mode, mut roots) = (None::<String>, None::<PathBuf>);
-    let (mut cert, mut key) = (None::<PathBuf>, None::<PathBuf>);
-    let mut take = |k: &str, value: &str| -> bool {
-        match k {
-            "sslmode" => mode = Some(value.to_string()),
-            "sslrootcert" => roots = Some(PathBuf::from(value)),
-            "sslcert" => cert = Some(PathBuf::from(value)),
-            "sslkey" => key = Some(PathBuf::from(value)),
-            _ => return false,
-        }
-        true
-    };
-    let rest = if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+/// `url` (a URL, or libpq's `key=value` form) without the parameters that
+/// `take(key, value)` takes (it says whether it took one; a URL's value is
+/// percent-decoded first).
+pub(crate) fn strip_params(url: &str, mut take: impl FnMut(&str, &str) -> bool) -> String {
+    if url.starts_with("postgres://") || url.starts_with("postgresql://") {
         match url.split_once('?') {
             None => url.to_string(),
             Some((base, query)) => {
@@ -76,7 +65,25 @@ pub fn split(url: &str) -> Result<(String, Option<DbTls>), String> {
             })
             .collect();
         kept.join(" ")
+    }
+}
+
+/// `url` without its `sslmode` and `sslrootcert`, and the TLS they ask
+/// for (`None`: plaintext).
+pub fn split(url: &str) -> Result<(String, Option<DbTls>), String> {
+    let (mut mode, mut roots) = (None::<String>, None::<PathBuf>);
+    let (mut cert, mut key) = (None::<PathBuf>, None::<PathBuf>);
+    let mut take = |k: &str, value: &str| -> bool {
+        match k {
+            "sslmode" => mode = Some(value.to_string()),
+            "sslrootcert" => roots = Some(PathBuf::from(value)),
+            "sslcert" => cert = Some(PathBuf::from(value)),
+            "sslkey" => key = Some(PathBuf::from(value)),
+            _ => return false,
+        }
+        true
     };
+    let rest = strip_params(url, &mut take);
     let client =
         match (cert, key) {
             (Some(c), Some(k)) => Some((c, k)),
