@@ -631,25 +631,14 @@ fn handle_connection(shared: &Arc<Shared>, tcp: TcpStream, peer: SocketAddr) {
     let mut session = ServerSession::new(now, session_config(shared)).with_challenge(challenge());
     let client = client_key(peer.ip());
     let hold = || shared.slots.waiting_from(client);
-    let mut reader = DeadlineReader {
+    let reader = DeadlineReader {
         stream: &mut *stream,
         deadline,
         hold: &hold,
         grace: shared.cfg.limits.handshake_timeout,
     };
-    let hello = read_one_frame(&mut reader, true, HANDSHAKE_MAX_FRAME)
-        .and_then(|f| Message::decode(&f).map_err(EngineError::from));
-    let hello = match hello {
-        Ok(m) => m,
-        Err(e) => {
-            let message = format!("bad handshake: {}", escaped(&e.to_string()));
-            tracing::warn!("closing {peer}: {message}");
-            shared.failed("handshake", observe::ANONYMOUS, &message, &peer.to_string());
-            if matches!(e, EngineError::Proto(_)) {
-                refuse_on(&mut *stream, RefuseCode::Protocol, &e.to_string());
-            }
-            return;
-        }
+    let Some(hello) = handshake_message(shared, reader, true, peer) else {
+        return;
     };
     if !plaintext_allowed(shared, &*stream, &hello) {
         tracing::warn!("refusing {peer}: plaintext, and this server requires TLS");
@@ -808,6 +797,32 @@ fn challenge() -> [u8; tokenproof::CHALLENGE_LEN] {
     c
 }
 
+/// One message of the handshake (the first after the preamble if `first`),
+/// read within the reader's deadline. None: it did not come or did not
+/// decode, which is logged and counted, and a protocol error is told to
+/// the peer.
+fn handshake_message(
+    shared: &Shared,
+    mut reader: DeadlineReader<'_>,
+    first: bool,
+    peer: SocketAddr,
+) -> Option<Message> {
+    let message = read_one_frame(&mut reader, first, HANDSHAKE_MAX_FRAME)
+        .and_then(|f| Message::decode(&f).map_err(EngineError::from));
+    match message {
+        Ok(m) => Some(m),
+        Err(e) => {
+            let message = format!("bad handshake: {}", escaped(&e.to_string()));
+            tracing::warn!("closing {peer}: {message}");
+            shared.failed("handshake", observe::ANONYMOUS, &message, &peer.to_string());
+            if matches!(e, EngineError::Proto(_)) {
+                refuse_on(reader.stream, RefuseCode::Protocol, &e.to_string());
+            }
+            None
+        }
+    }
+}
+
 /// The challenge round of a client that proves its token instead of
 /// sending it (PROTOCOL.md 1.2): sends the session's challenge, reads the
 /// proof under the handshake's deadline and checks it against the grants.
@@ -830,25 +845,14 @@ fn challenge_round(
         return Err(None);
     }
     let never = || false;
-    let mut reader = DeadlineReader {
+    let reader = DeadlineReader {
         stream: &mut *stream,
         deadline,
         hold: &never,
         grace: Duration::ZERO,
     };
-    let proof = read_one_frame(&mut reader, false, HANDSHAKE_MAX_FRAME)
-        .and_then(|f| Message::decode(&f).map_err(EngineError::from));
-    let proof = match proof {
-        Ok(m) => m,
-        Err(e) => {
-            let message = format!("bad handshake: {}", escaped(&e.to_string()));
-            tracing::warn!("closing {peer}: {message}");
-            shared.failed("handshake", observe::ANONYMOUS, &message, &peer.to_string());
-            if matches!(e, EngineError::Proto(_)) {
-                refuse_on(stream, RefuseCode::Protocol, &e.to_string());
-            }
-            return Err(None);
-        }
+    let Some(proof) = handshake_message(shared, reader, false, peer) else {
+        return Err(None);
     };
     match session.handle(Instant::now(), proof) {
         Ok(Some(ServerEvent::TokenProof {
