@@ -103,17 +103,17 @@ fn api_history(archive: &Path) -> String {
     BufReader::new(child.stdout.take().unwrap())
         .read_line(&mut line)
         .unwrap();
-    let addr = line
+    // `dashboard: http://ADDR/?token=TOKEN`: the token it made, printed once.
+    let (addr, token) = line
         .trim()
         .strip_prefix("dashboard: http://")
-        .and_then(|s| s.strip_suffix('/'))
-        .unwrap_or_else(|| panic!("dashboard said {line:?}"))
-        .to_string();
-    let mut s = std::net::TcpStream::connect(&addr).unwrap();
+        .and_then(|s| s.split_once("/?token="))
+        .unwrap_or_else(|| panic!("dashboard said {line:?}"));
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
     write!(
         s,
-        "GET /api/history HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+        "GET /api/history HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {token}\r\nConnection: close\r\n\r\n"
     )
     .unwrap();
     let mut body = String::new();
