@@ -1077,10 +1077,12 @@ fn cpu_fix(s: Stage, send: &End, recv: &End) -> Option<String> {
     })
 }
 
-/// An end whose CPU quota starved it in the run had its storage measured
-/// under the same quota: a storage (or file-creation) verdict at that end
-/// is that CPU's figure, so the verdict names the CPU, with the storage
-/// stage as the next.
+/// An end whose CPU quota starved it in the run had everything it did
+/// measured under that quota: a storage (or file-creation) verdict at that
+/// end is that CPU's figure, and so is a window or path verdict when the
+/// starved end is the receiver (it drained its sockets too slowly, which
+/// the sender saw as a full window) or either end (path). The verdict then
+/// names the CPU, with the stage first named as the next.
 fn starved_end_bounds_its_storage(
     j: &mut Judgement,
     send: &End,
@@ -1090,21 +1092,23 @@ fn starved_end_bounds_its_storage(
     let Some(v) = j.verdict.clone() else {
         return;
     };
-    let (cpu, e) = match v.stage {
-        Stage::SourceStorage => (Stage::SenderCpu, send),
-        Stage::DestStorage | Stage::Metadata => (Stage::ReceiverCpu, recv),
+    let candidates: &[(Stage, &End)] = match v.stage {
+        Stage::SourceStorage => &[(Stage::SenderCpu, send)],
+        Stage::DestStorage | Stage::Metadata | Stage::Window => &[(Stage::ReceiverCpu, recv)],
+        Stage::PathRate => &[(Stage::ReceiverCpu, recv), (Stage::SenderCpu, send)],
         _ => return,
     };
-    let starved = e
-        .host
-        .cpu_limits
-        .as_ref()
-        .and_then(CpuLimits::quota_cores)
-        .is_some()
-        && j.stages.iter().any(|s| s.name == cpu && s.limiting);
-    if !starved {
+    let starved = |(cpu, e): &&(Stage, &End)| {
+        e.host
+            .cpu_limits
+            .as_ref()
+            .and_then(CpuLimits::quota_cores)
+            .is_some()
+            && j.stages.iter().any(|s| s.name == *cpu && s.limiting)
+    };
+    let Some(&(cpu, e)) = candidates.iter().find(starved) else {
         return;
-    }
+    };
     let cpu_ceiling = j
         .stages
         .iter()
@@ -1572,6 +1576,24 @@ mod tests {
         old.remote.as_mut().unwrap().cpu_limits = None;
         old.remote_cpu = None;
         assert_eq!(verdict_of(&old).0.stage, Stage::DestStorage);
+    }
+
+    #[test]
+    fn a_window_filled_by_a_starved_receiver_is_that_receivers_cpu() {
+        // The receiver drained its sockets too slowly under its quota: the
+        // sender saw a full window. Its CPU is named, the window next.
+        let mut m = push_to_a_starved_server();
+        m.dest_write = None;
+        m.run.as_mut().unwrap().limit = RunLimit::Window;
+        let (v, j) = verdict_of(&m);
+        assert_eq!(v.stage, Stage::ReceiverCpu, "{:?}", j.stages);
+        assert!(!v.fix.contains("nothing on the hosts"), "{}", v.fix);
+        // Without a quota the window stays the verdict.
+        let mut free = m.clone();
+        free.remote.as_mut().unwrap().cpu_limits = None;
+        free.remote_cpu = None;
+        free.run.as_mut().unwrap().cpu_receiver_percent = 5.0;
+        assert_ne!(verdict_of(&free).0.stage, Stage::ReceiverCpu);
     }
 
     #[test]
