@@ -39,7 +39,7 @@ fuzz_target!(|data: &[u8]| {
             let mut again = Vec::new();
             for r in &records {
                 assert!(r.data.len() <= MAX_BUNDLE_FILE as usize);
-                push_bundle_record(&mut again, r.file, r.data, &r.hash);
+                push_bundle_record(&mut again, r.file, r.data, &r.trailer);
             }
             assert_eq!(again, body);
         }

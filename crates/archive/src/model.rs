@@ -87,7 +87,7 @@ pub struct FileRow {
     pub dest: String,
     pub size: u64,
     pub mtime_ns: Option<i64>,
-    /// BLAKE3 over the file's chunk hashes (hex), as `--digests` writes it.
+    /// The file's BLAKE3 (hex, what `b3sum` prints), as `--digests` writes it.
     pub digest: Option<String>,
     pub verified: bool,
 }

@@ -72,7 +72,7 @@ CREATE TABLE files (
     dest            TEXT NOT NULL,
     size            INTEGER NOT NULL,
     mtime_ns        INTEGER,
-    digest          TEXT,                 -- BLAKE3 over the chunk hashes, hex
+    digest          TEXT,                 -- the file's BLAKE3 (b3sum), hex
     verified        INTEGER NOT NULL,
     -- Lookup keys (`where`): 64 bits of each name's BLAKE3 and of the
     -- digest. Integer indexes are written several times faster than

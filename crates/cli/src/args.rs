@@ -473,7 +473,7 @@ pub struct CpArgs {
     /// Connection attempts after the first before giving up (each resumes).
     #[arg(long, default_value_t = 3)]
     pub retries: u32,
-    /// Write `DIGEST  PATH` for every file verified (BLAKE3 over its chunk hashes).
+    /// Write `DIGEST  PATH` for every file verified (its BLAKE3, as `b3sum` prints it).
     #[arg(long, value_name = "FILE")]
     pub digests: Option<PathBuf>,
     /// Skip the fdatasync of each received file before it is renamed into place.

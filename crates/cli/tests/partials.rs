@@ -34,7 +34,8 @@ fn forged_mark(src: &Path, chunk: usize, chunks: std::ops::Range<u32>) -> Vec<u8
     for i in chunks {
         let at = i as usize * chunk;
         let piece = &data[at..(at + chunk).min(data.len())];
-        out.extend_from_slice(&journal_record(i, blake3::hash(piece).as_bytes()));
+        let value = longhaul_proto::digest::chunk_value(piece, at as u64, data.len() <= chunk);
+        out.extend_from_slice(&journal_record(i, &value));
     }
     out
 }

@@ -23,6 +23,7 @@ pub mod perf;
 pub mod report;
 pub mod results;
 pub mod server;
+pub mod stages;
 pub mod state;
 pub mod wan;
 pub mod xfer;

@@ -136,7 +136,7 @@ fn chunk_index_past_the_end_ends_the_transfer_promptly() {
             len: 0,
         };
         data.write_all(&header.encode()).unwrap();
-        data.write_all(blake3::hash(b"").as_bytes()).unwrap();
+        data.write_all(&trailer(b"").encode()).unwrap();
         let started = Instant::now();
         // The sink reports the broken transfer (or closes); it does not hang.
         let end = c.recv_until(Instant::now() + Duration::from_secs(5));
@@ -368,7 +368,7 @@ fn a_symlink_swapped_in_mid_transfer_leads_nowhere() {
     };
     data.write_all(&header.encode()).unwrap();
     data.write_all(payload).unwrap();
-    data.write_all(blake3::hash(payload).as_bytes()).unwrap();
+    data.write_all(&trailer(payload).encode()).unwrap();
     // The source read it whole and it did not change: the sink may finish it.
     c.send(&Message::FileSealed(FileSealed { id: 2, resends: 0 }))
         .unwrap();
@@ -391,10 +391,18 @@ fn a_symlink_swapped_in_mid_transfer_leads_nowhere() {
 }
 
 /// A bundle frame of `records` (file id, bytes, hash).
-fn bundle(records: &[(u64, &[u8], [u8; 32])]) -> Vec<u8> {
+/// The trailer of a file's only chunk (its check, and its BLAKE3).
+fn trailer(data: &[u8]) -> Trailer {
+    Trailer {
+        check: longhaul_proto::digest::check(data),
+        value: *blake3::hash(data).as_bytes(),
+    }
+}
+
+fn bundle(records: &[(u64, &[u8], Trailer)]) -> Vec<u8> {
     let mut body = Vec::new();
-    for (id, data, hash) in records {
-        push_bundle_record(&mut body, *id, data, hash);
+    for (id, data, t) in records {
+        push_bundle_record(&mut body, *id, data, t);
     }
     let mut wire = BundleHeader {
         count: records.len() as u32,
@@ -466,13 +474,9 @@ fn a_bundle_lands_its_files_and_a_damaged_record_is_asked_again_alone() {
     let (mut c, mut data) = push_with(s.addr(), "out", true);
     announce_small(&mut c, &[10, 5, 0]);
     let (a, b): (&[u8], &[u8]) = (b"0123456789", b"abcde");
-    let mut bad = *blake3::hash(b).as_bytes();
-    bad[0] ^= 1;
-    let frame = bundle(&[
-        (2, a, *blake3::hash(a).as_bytes()),
-        (3, b, bad),
-        (4, b"", *blake3::hash(b"").as_bytes()),
-    ]);
+    let mut bad = trailer(b);
+    bad.check[0] ^= 1;
+    let frame = bundle(&[(2, a, trailer(a)), (3, b, bad), (4, b"", trailer(b""))]);
     data.write_all(&frame).unwrap();
     // The same bundle again: every record is dropped or asked again.
     data.write_all(&frame).unwrap();
@@ -496,13 +500,9 @@ fn a_bundle_lands_its_files_and_a_damaged_record_is_asked_again_alone() {
         )),
         "{seen:?}"
     );
-    // Each file's digest is as with chunk frames: BLAKE3 over its one
-    // chunk hash (what `cp --digests` writes).
-    let digest_of = |data: &[u8]| {
-        blake3::hash(blake3::hash(data).as_bytes())
-            .to_hex()
-            .to_string()
-    };
+    // Each file's digest is as with chunk frames: its BLAKE3 (what
+    // `cp --digests` writes and `b3sum` prints).
+    let digest_of = |data: &[u8]| blake3::hash(data).to_hex().to_string();
     let digests: Vec<(u64, Option<String>)> = seen
         .iter()
         .flat_map(|m| match m {
@@ -528,7 +528,7 @@ fn a_bundle_lands_its_files_and_a_damaged_record_is_asked_again_alone() {
     };
     data.write_all(&header.encode()).unwrap();
     data.write_all(b).unwrap();
-    data.write_all(blake3::hash(b).as_bytes()).unwrap();
+    data.write_all(&trailer(b).encode()).unwrap();
     c.send(&Message::FileSealed(FileSealed { id: 3, resends: 2 }))
         .unwrap();
     let msgs = until(&mut c, |m| done_ids(std::slice::from_ref(m)) == [3]);
@@ -555,7 +555,7 @@ fn a_bundle_record_off_the_plan_or_unagreed_ends_the_transfer() {
     std::fs::create_dir_all(&dir).unwrap();
     let s = hostile_server(&dir);
     let eleven: &[u8] = b"01234567890";
-    let frame = bundle(&[(2, eleven, *blake3::hash(eleven).as_bytes())]);
+    let frame = bundle(&[(2, eleven, trailer(eleven))]);
     // A record longer than its file was announced; then a bundle an
     // older client's transfer never agreed to; then a header over the caps.
     let mut huge = frame.clone();

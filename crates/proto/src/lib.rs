@@ -14,6 +14,7 @@
 
 pub mod cpulimit;
 pub mod databind;
+pub mod digest;
 pub mod disk;
 pub mod doctor;
 pub mod frame;

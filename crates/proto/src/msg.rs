@@ -16,9 +16,9 @@ use crate::xfer;
 use crate::ProtoError;
 
 /// The protocol version this build speaks best.
-pub const PROTOCOL_VERSION: u16 = 2;
+pub const PROTOCOL_VERSION: u16 = 3;
 /// The oldest protocol version this build still speaks.
-pub const MIN_PROTOCOL_VERSION: u16 = 2;
+pub const MIN_PROTOCOL_VERSION: u16 = 3;
 
 /// What a connection is for, declared in its [`Hello`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -598,6 +598,10 @@ mod tests {
                         streams: 8,
                         utility_bps: 1e9,
                     }],
+                    ..Default::default()
+                }),
+                cpu: Some(crate::xfer::StageCpu {
+                    encrypt: 1.5,
                     ..Default::default()
                 }),
             }),

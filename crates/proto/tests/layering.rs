@@ -26,7 +26,7 @@ const ROOT: &str = "(root)";
 /// own floor and below, never above. A new top-level module goes on the
 /// lowest floor whose modules it needs.
 const ENGINE_FLOORS: &[&[&str]] = &[
-    &[ROOT, "report", "state"],
+    &[ROOT, "report", "state", "stages"],
     &["net", "wan", "pathdb"],
     &["perf", "xfer"],
     &["bench"],

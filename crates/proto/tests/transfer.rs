@@ -541,7 +541,11 @@ impl Pair {
                 {
                     self.flush_bundle();
                 }
-                push_bundle_record(&mut self.bundle.0, c.file, &bytes, &h);
+                let t = Trailer {
+                    check: [0; 16],
+                    value: h,
+                };
+                push_bundle_record(&mut self.bundle.0, c.file, &bytes, &t);
                 self.bundle.1 += 1;
             } else {
                 self.flush_bundle();
@@ -630,6 +634,7 @@ impl Pair {
                     read_us: tally.read_us,
                     resent_changed: tally.resent_changed,
                     tuning: None,
+                    cpu: None,
                 }));
             }
         }
@@ -693,7 +698,7 @@ impl Pair {
                 index: 0,
                 offset: 0,
                 bytes: r.data.to_vec(),
-                hash: r.hash,
+                hash: r.trailer.value,
             })?;
         }
         Ok(())

@@ -108,6 +108,12 @@ pub struct CopyRun {
     /// The copy's own stages, each over the time it was busy.
     pub source_read_bps: f64,
     pub dest_write_bps: f64,
+    /// Where each end's CPU went in the copy, by stage.
+    #[serde(
+        default,
+        skip_serializing_if = "longhaul_proto::xfer::CpuStages::is_empty"
+    )]
+    pub cpu_stages: longhaul_proto::xfer::CpuStages,
     /// True when it copied generated data (no `--source` given), false
     /// when it copied the source the user named.
     #[serde(default)]
@@ -1013,6 +1019,7 @@ impl ShortCopy<'_> {
             streams: s.streams,
             source_read_bps: s.source_read_bps,
             dest_write_bps: s.dest_write_bps,
+            cpu_stages: s.cpu_stages,
             generated,
         })
     }
@@ -1126,6 +1133,7 @@ fn measured(r: &DoctorReport, o: &DoctorOptions) -> doctor::Measured {
             bits_per_second: c.bits_per_second,
             source_read_bps: c.source_read_bps,
             dest_write_bps: c.dest_write_bps,
+            cpu_stages: c.cpu_stages,
         }),
         local_cpu: r.local_cpu,
         remote_cpu: r.remote_cpu,
@@ -1265,6 +1273,7 @@ mod tests {
             source_read_bps: 40e9,
             dest_write_bps: 2.5e9,
             generated: true,
+            ..Default::default()
         });
         judge(&mut r, &DoctorOptions::default());
         let v = r.verdict.as_ref().unwrap();

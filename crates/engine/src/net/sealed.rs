@@ -22,6 +22,7 @@
 //! with an error; its clean end is a sealed close frame, so a cut stream is
 //! an error, never a short success.
 
+use crate::stages::{timed, Stage};
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, TcpStream};
 
@@ -288,17 +289,23 @@ impl Opener {
             let (len, close) = parse_header(h)?;
             (self.hdr_have, self.body_have) = (0, 0);
             if close || len == 0 {
-                open(&mut self.keys, h, &self.body, &mut [])?;
+                timed(Stage::Decrypt, || {
+                    open(&mut self.keys, h, &self.body, &mut [])
+                })?;
                 self.closed = close;
                 continue;
             }
             if out.len() >= len {
-                open(&mut self.keys, h, &self.body, &mut out[..len])?;
+                timed(Stage::Decrypt, || {
+                    open(&mut self.keys, h, &self.body, &mut out[..len])
+                })?;
                 return Ok(len);
             }
             let (key, nonce) = self.keys.next()?;
-            key.open_in_place(nonce, Aad::from(h), &mut self.body)
-                .map_err(|_| broken(FAILED))?;
+            timed(Stage::Decrypt, || {
+                key.open_in_place(nonce, Aad::from(h), &mut self.body)
+                    .map_err(|_| broken(FAILED))
+            })?;
             self.plain = (0, len);
         }
     }
@@ -404,7 +411,9 @@ impl Sealed {
     /// Seals and sends what small writes gathered.
     fn send_gathered(&mut self) -> io::Result<()> {
         if self.gather.len() > HEADER {
-            seal_in_place(&mut self.tx, &mut self.gather)?;
+            timed(Stage::Encrypt, || {
+                seal_in_place(&mut self.tx, &mut self.gather)
+            })?;
             self.send_frame(true)?;
         }
         self.gather.clear();
@@ -413,7 +422,9 @@ impl Sealed {
 
     /// Seals `plain` into `out` and sends it.
     fn send_sealed(&mut self, plain: &[u8], close: bool) -> io::Result<()> {
-        seal(&mut self.tx, plain, close, &mut self.out)?;
+        timed(Stage::Encrypt, || {
+            seal(&mut self.tx, plain, close, &mut self.out)
+        })?;
         self.send_frame(false)
     }
 }

@@ -376,17 +376,11 @@ pub fn tcp_bytes(fd: BorrowedFd<'_>) -> Option<(u64, u64)> {
 
 /// CPU time (user + system) of the calling thread, microseconds.
 pub fn thread_cpu_us() -> u64 {
-    clock_us(libc::CLOCK_THREAD_CPUTIME_ID).unwrap_or(0)
+    crate::stages::thread_cpu_ns() / 1000
 }
 
 fn clock_us(clock: libc::clockid_t) -> Option<u64> {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: ts is writable.
-    let r = unsafe { libc::clock_gettime(clock, &mut ts) };
-    (r == 0).then(|| ts.tv_sec as u64 * 1_000_000 + ts.tv_nsec as u64 / 1000)
+    crate::stages::clock_ns(clock).map(|ns| ns / 1000)
 }
 
 /// A handle on another thread's CPU clock.

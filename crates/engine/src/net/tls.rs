@@ -14,6 +14,7 @@
 //! 0x16, longhaul's preamble with `L`), so there is no negotiation that an
 //! attacker could downgrade.
 
+use crate::stages::{timed, Stage};
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, TcpStream};
 use std::path::{Path, PathBuf};
@@ -736,6 +737,13 @@ impl Sock {
 
 impl Read for Sock {
     fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
+        timed(Stage::Receive, || self.read_socket(out))
+    }
+}
+
+impl Sock {
+    /// [`Read::read`], untimed.
+    fn read_socket(&mut self, out: &mut [u8]) -> io::Result<usize> {
         if self.records {
             let Some(span) = self.record_span()? else {
                 return Ok(0);
@@ -762,11 +770,11 @@ impl Read for Sock {
 
 impl Write for Sock {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        self.tcp.write(buf)
+        timed(Stage::Send, || self.tcp.write(buf))
     }
 
     fn write_vectored(&mut self, bufs: &[io::IoSlice<'_>]) -> io::Result<usize> {
-        self.tcp.write_vectored(bufs)
+        timed(Stage::Send, || self.tcp.write_vectored(bufs))
     }
 
     fn flush(&mut self) -> io::Result<()> {
@@ -856,28 +864,31 @@ impl Tls {
     }
 }
 
+/// rustls's work (records, the cipher, their copies) counts as the
+/// cipher's stage; the socket's reads and writes inside it count as
+/// receiving and sending ([`Sock`]).
 impl Read for Tls {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        match self {
+        timed(Stage::Decrypt, || match self {
             Tls::Client(s) => s.read(buf),
             Tls::Server(s) => s.read(buf),
-        }
+        })
     }
 }
 
 impl Write for Tls {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        match self {
+        timed(Stage::Encrypt, || match self {
             Tls::Client(s) => s.write(buf),
             Tls::Server(s) => s.write(buf),
-        }
+        })
     }
 
     fn flush(&mut self) -> io::Result<()> {
-        match self {
+        timed(Stage::Encrypt, || match self {
             Tls::Client(s) => s.flush(),
             Tls::Server(s) => s.flush(),
-        }
+        })
     }
 }
 

@@ -104,6 +104,10 @@ pub struct CpSummary {
     pub source_read_bps: f64,
     pub network_bps: f64,
     pub dest_write_bps: f64,
+    /// Where each end's CPU went, by stage (an end that did not say, an
+    /// older server, is absent).
+    #[serde(skip_serializing_if = "CpuStages::is_empty")]
+    pub cpu_stages: CpuStages,
     pub attempts: u32,
     /// How the streams were sized for the path.
     pub path: Option<PathTuning>,
@@ -954,6 +958,10 @@ fn cp_once(
                 }
             }
             s.source_read_bps = stage_rate(t.read_bytes, t.read_us, streams);
+            s.cpu_stages = CpuStages {
+                source: Some(r.cpu),
+                sink: r.sink.cpu,
+            };
             s.deleted = r.sink.deleted.clone();
             s.would_send = r.sink.would_send.clone();
             s.would_send_bytes = r.sink.would_send_bytes;
@@ -1015,6 +1023,10 @@ fn cp_once(
             s.would_send = r.would_send.clone();
             s.would_send_bytes = r.would_send_bytes;
             s.dest_write_bps = stage_rate(r.written_bytes, r.write_us, streams);
+            s.cpu_stages = CpuStages {
+                source: r.source.as_ref().and_then(|d| d.cpu),
+                sink: r.cpu,
+            };
             if let Some(d) = &r.source {
                 s.source_read_bps = stage_rate(d.read_bytes, d.read_us, streams);
                 s.tuning = d.tuning.clone();

@@ -1,7 +1,7 @@
 //! File transfer: `cp`, `ls` (and later `sync`) over the same port and
 //! protocol as `perf`. One engine for every file size: files are announced
 //! in batches, cut into chunks by the planner, sent on parallel streams,
-//! verified chunk by chunk (BLAKE3) at the sink, journaled for resume, and
+//! verified chunk by chunk at the sink (XXH3-128 checks, BLAKE3 values: proto::digest), journaled for resume, and
 //! renamed into place only once complete.
 
 pub mod beneath;
@@ -148,7 +148,7 @@ pub struct Landed {
     pub path: String,
     pub size: u64,
     pub mtime_ns: i64,
-    /// BLAKE3 over the file's chunk hashes (hex), as `--digests` writes it.
+    /// The file's BLAKE3 (hex, what `b3sum` prints), as `--digests` writes it.
     pub digest: Option<String>,
     /// Names an entry path in full: (source, destination).
     pub namer: Namer,
@@ -395,9 +395,11 @@ pub fn read_frame(s: &mut impl Read, buf: &mut [u8]) -> io::Result<bool> {
 /// Bytes both ends move through the cache at a time within a chunk.
 pub const PIECE: usize = 512 << 10;
 
-/// The BLAKE3 hash of `len` zero bytes (a zero chunk's), computed once per length.
-pub fn zero_hash(len: u32) -> [u8; 32] {
-    static CACHE: std::sync::Mutex<Vec<(u32, [u8; 32])>> = std::sync::Mutex::new(Vec::new());
+/// The XXH3-128 check of `len` zero bytes (a zero chunk's), computed
+/// once per length.
+pub fn zero_check(len: u32) -> longhaul_proto::digest::Check {
+    static CACHE: std::sync::Mutex<Vec<(u32, longhaul_proto::digest::Check)>> =
+        std::sync::Mutex::new(Vec::new());
     if let Some(h) = CACHE
         .lock()
         .expect("poisoned")
@@ -406,21 +408,37 @@ pub fn zero_hash(len: u32) -> [u8; 32] {
     {
         return h.1;
     }
-    let zeros = vec![0u8; PIECE];
-    let mut hasher = blake3::Hasher::new();
-    let mut left = len as usize;
-    while left > 0 {
-        let n = left.min(PIECE);
-        hasher.update(&zeros[..n]);
-        left -= n;
-    }
-    let h = *hasher.finalize().as_bytes();
+    let mut checker = longhaul_proto::digest::Checker::new();
+    for_zeros(len, |z| checker.update(z));
+    let h = checker.finalize();
     let mut c = CACHE.lock().expect("poisoned");
     if c.len() >= 16 {
         c.remove(0);
     }
     c.push((len, h));
     h
+}
+
+/// The trailer of a chunk of `len` zero bytes at `offset` (a hole): its
+/// check, and its value, which depends on where it is.
+pub fn zero_trailer(offset: u64, len: u32, whole: bool) -> xfer::Trailer {
+    let mut h = longhaul_proto::digest::ValueHasher::new(offset, whole);
+    for_zeros(len, |z| h.update(z));
+    xfer::Trailer {
+        check: zero_check(len),
+        value: h.finalize(),
+    }
+}
+
+/// Hands `f` the `len` zero bytes, a piece at a time.
+fn for_zeros(len: u32, mut f: impl FnMut(&[u8])) {
+    static ZEROS: [u8; 64 << 10] = [0; 64 << 10];
+    let mut left = len as usize;
+    while left > 0 {
+        let n = left.min(ZEROS.len());
+        f(&ZEROS[..n]);
+        left -= n;
+    }
 }
 
 /// BLAKE3 of a file's content (hex), read through `storage`.

@@ -20,6 +20,7 @@ use std::fs::{File, OpenOptions};
 use std::io;
 use std::path::{Path, PathBuf};
 
+use longhaul_proto::digest::{chunk_value, file_digest};
 use longhaul_proto::plan::{chunk_at, chunk_count};
 use longhaul_proto::xfer::*;
 
@@ -63,7 +64,11 @@ pub(super) fn resumed(
         let c = chunk_at(entry.id, entry.size, entry.chunk_size, index);
         buf.resize(c.len as usize, 0);
         if read_exact_at(&*reader, &mut buf, c.offset).is_ok()
-            && *blake3::hash(&buf).as_bytes() == hash
+            && chunk_value(
+                &buf,
+                c.offset,
+                chunk_count(entry.size, entry.chunk_size) == 1,
+            ) == hash
         {
             out.push((index, hash));
         }
@@ -74,8 +79,8 @@ pub(super) fn resumed(
 /// What [`finalize`] found.
 #[derive(Debug, PartialEq, Eq)]
 pub(super) enum Finalized {
-    /// Every part is in: the file is in place, with this digest (BLAKE3 of
-    /// its chunks' hashes, as a whole file's).
+    /// Every part is in: the file is in place, with this digest (its
+    /// BLAKE3, from its chunks' values).
     Landed(String),
     /// Other parts are still missing; whichever completes last finishes it.
     Waiting,
@@ -159,11 +164,10 @@ pub(super) fn finalize(f: &Finish) -> Result<Finalized, String> {
     for m in marks {
         let _ = std::fs::remove_file(f.dir.join(m));
     }
-    let mut all = Vec::with_capacity(hashes.len() * 32);
-    for (h, _) in hashes.iter().flatten() {
-        all.extend_from_slice(h);
-    }
-    Ok(Finalized::Landed(super::hex(blake3::hash(&all).as_bytes())))
+    let values: Vec<[u8; 32]> = hashes.iter().flatten().map(|(h, _)| *h).collect();
+    let digest =
+        file_digest(&values).ok_or_else(|| format!("{}: no chunks", f.target.display()))?;
+    Ok(Finalized::Landed(super::hex(&digest)))
 }
 
 /// A chunk's hash, and the done mark that listed it (`None`: this part
@@ -268,8 +272,8 @@ fn prove(
         }
         let c = chunk_at(e.id, e.size, e.chunk_size, i as u32);
         buf.resize(c.len as usize, 0);
-        let same =
-            read_exact_at(&*r, &mut buf, c.offset).is_ok() && blake3::hash(&buf).as_bytes() == h;
+        let same = read_exact_at(&*r, &mut buf, c.offset).is_ok()
+            && chunk_value(&buf, c.offset, chunk_count(e.size, e.chunk_size) == 1) == *h;
         if !same {
             bad.push(*mark);
         }

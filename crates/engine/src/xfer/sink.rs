@@ -14,6 +14,7 @@ use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use longhaul_proto::digest::{self, ChunkValue};
 use longhaul_proto::msg::Message;
 use longhaul_proto::plan::{chunk_at, chunk_count};
 use longhaul_proto::transfer::sink::{FileLedger, Sink, SinkAction, SinkError, SinkLimits};
@@ -23,6 +24,7 @@ use super::beneath::{Anchor, Dir};
 use super::storage::{read_exact_at, write_all_at, Storage, WriteAt};
 use super::{hex, read_frame, set_mtime};
 use crate::net::conn::{FramedConn, Stream};
+use crate::stages::{self, timed, Stage, StageTotals};
 use crate::EngineError;
 
 /// How the sink lays files down.
@@ -301,6 +303,7 @@ pub fn run_sink(
     let files: Files = Arc::new(Mutex::new(HashMap::new()));
     let (tx, rx) = mpsc::channel();
     let cfg = Arc::new(cfg);
+    let totals = StageTotals::new();
     // Finishing a file (fdatasync, mode, mtime, rename) runs on a pool, so
     // that neither the receivers nor the control thread wait on the disk,
     // and the file system can merge the flushes of many files.
@@ -309,29 +312,13 @@ pub fn run_sink(
     let mut finishers = Vec::new();
     for _ in 0..FINISHERS {
         let (fin_rx, tx, cfg) = (fin_rx.clone(), tx.clone(), cfg.clone());
+        let totals = totals.clone();
         finishers.push(
             std::thread::Builder::new()
                 .name("lh-finish".into())
-                .spawn(move || loop {
-                    // One file, and whatever else is ready: small files are
-                    // made durable together (group commit).
-                    let batch: Vec<Arc<FileState>> = {
-                        let rx = fin_rx.lock().expect("poisoned");
-                        let Ok(first) = rx.recv() else { return };
-                        let mut b = vec![first];
-                        while b.len() < FINISH_BATCH {
-                            match rx.try_recv() {
-                                Ok(f) => b.push(f),
-                                Err(_) => break,
-                            }
-                        }
-                        b
-                    };
-                    let synced = cfg.sync_files && sync_together(&batch);
-                    for f in batch {
-                        let done = finish(&f, &cfg, synced);
-                        let _ = tx.send(Event::Done(done, f.entry.carried_bytes()));
-                    }
+                .spawn(move || {
+                    let _counted = stages::count_into(&totals);
+                    timed(Stage::Write, || finish_batches(&fin_rx, &tx, &cfg))
                 })
                 .map_err(|e| EngineError::io("failed to start a finisher".into(), e))?,
         );
@@ -339,24 +326,27 @@ pub fn run_sink(
     let openers = if cfg.dry_run {
         None
     } else {
-        Some(Openers::start(&cfg, &files, &tx)?)
+        Some(Openers::start(&cfg, &files, &tx, &totals)?)
     };
     let mut workers = Vec::new();
     let mut sockets: Vec<TcpStream> = Vec::new();
     for s in streams {
         sockets.push(crate::net::conn::socket_of(&*s)?);
         let (files, tx, fin) = (files.clone(), tx.clone(), fin_tx.clone());
-        let cfg = cfg.clone();
+        let (cfg, totals) = (cfg.clone(), totals.clone());
         workers.push(
             std::thread::Builder::new()
                 .name("lh-sink".into())
-                .spawn(move || receive(s, &files, &tx, &fin, &cfg))
+                .spawn(move || {
+                    let _counted = stages::count_into(&totals);
+                    receive(s, &files, &tx, &fin, &cfg)
+                })
                 .map_err(|e| EngineError::io("failed to start a receiver".into(), e))?,
         );
     }
     let streams = sockets;
     drop(tx);
-    let result = control(conn, &files, &rx, &fin_tx, openers.as_ref(), &cfg);
+    let result = control(conn, &files, &rx, &fin_tx, openers.as_ref(), &cfg, &totals);
     for s in &streams {
         let _ = s.shutdown(Shutdown::Both);
     }
@@ -373,6 +363,37 @@ pub fn run_sink(
     result
 }
 
+/// The sink's report at its end, with where this end's CPU went.
+fn finished(m: Sink, totals: &StageTotals) -> SinkReport {
+    let mut r = m.into_report();
+    r.cpu = Some(totals.report());
+    r
+}
+
+/// A finisher's loop: one file, and whatever else is ready (small files
+/// are made durable together: group commit), until the channel closes.
+fn finish_batches(fin_rx: &Mutex<Receiver<Arc<FileState>>>, tx: &Sender<Event>, cfg: &SinkConfig) {
+    loop {
+        let batch: Vec<Arc<FileState>> = {
+            let rx = fin_rx.lock().expect("poisoned");
+            let Ok(first) = rx.recv() else { return };
+            let mut b = vec![first];
+            while b.len() < FINISH_BATCH {
+                match rx.try_recv() {
+                    Ok(f) => b.push(f),
+                    Err(_) => break,
+                }
+            }
+            b
+        };
+        let synced = cfg.sync_files && sync_together(&batch);
+        for f in batch {
+            let done = finish(&f, &cfg, synced);
+            let _ = tx.send(Event::Done(done, f.entry.carried_bytes()));
+        }
+    }
+}
+
 /// Drives the sink's state machine ([`Sink`]): feeds it the source's
 /// messages and what the receivers and finishers report, does the file
 /// work it asks for, and sends what it has to say.
@@ -383,7 +404,15 @@ fn control(
     fin: &Sender<Arc<FileState>>,
     openers: Option<&Openers>,
     cfg: &SinkConfig,
+    totals: &StageTotals,
 ) -> Result<SinkReport, EngineError> {
+    // The report carries where this end's CPU went, as of when it leaves.
+    let stamped = |mut msg: Message| {
+        if let Message::TransferDone(r) = &mut msg {
+            r.cpu = Some(totals.report());
+        }
+        msg
+    };
     let mut m = Sink::new(
         Instant::now(),
         SinkLimits {
@@ -444,7 +473,7 @@ fn control(
                     }
                     let err = m.fatal(e);
                     while let Some(msg) = m.poll_transmit() {
-                        let _ = conn.send(&msg);
+                        let _ = conn.send(&stamped(msg));
                     }
                     return Err(engine_error(err));
                 }
@@ -453,11 +482,11 @@ fn control(
         work.act(&mut m)?;
         // Small files finish by the thousand: one write for many.
         while let Some(msg) = m.poll_transmit() {
-            conn.queue(&msg)?;
+            conn.queue(&stamped(msg))?;
         }
         conn.flush_queued()?;
         if m.is_done() {
-            return Ok(m.into_report());
+            return Ok(finished(m, totals));
         }
         // The source answers the report with its read figures; an older or
         // vanished source is no reason to fail a finished transfer.
@@ -471,7 +500,7 @@ fn control(
         };
         let msg = match received {
             Ok(msg) => msg,
-            Err(_) if m.is_closing() => return Ok(m.into_report()),
+            Err(_) if m.is_closing() => return Ok(finished(m, totals)),
             Err(e) => return Err(e),
         };
         let Some(msg) = msg else { continue };
@@ -689,20 +718,27 @@ impl Openers {
         cfg: &Arc<SinkConfig>,
         files: &Files,
         events: &Sender<Event>,
+        totals: &Arc<StageTotals>,
     ) -> Result<Self, EngineError> {
         let (tx, rx) = mpsc::channel::<Entry>();
         let rx = Arc::new(Mutex::new(rx));
         let mut threads = Vec::new();
         for _ in 0..OPENERS {
             let (rx, cfg, files, events) = (rx.clone(), cfg.clone(), files.clone(), events.clone());
-            let open = move || loop {
-                let Ok(e) = rx.lock().expect("poisoned").recv() else {
-                    return;
-                };
-                // Dry runs open nothing here: nothing to report.
-                let want = open_file(&e, &cfg, &files, &mut SinkReport::default());
-                if events.send(Event::Opened(e.id, want)).is_err() {
-                    return;
+            let totals = totals.clone();
+            let open = move || {
+                let _counted = stages::count_into(&totals);
+                loop {
+                    let Ok(e) = rx.lock().expect("poisoned").recv() else {
+                        return;
+                    };
+                    // Dry runs open nothing here: nothing to report.
+                    let want = timed(Stage::Write, || {
+                        open_file(&e, &cfg, &files, &mut SinkReport::default())
+                    });
+                    if events.send(Event::Opened(e.id, want)).is_err() {
+                        return;
+                    }
                 }
             };
             threads.push(
@@ -911,7 +947,7 @@ fn open_file(e: &Entry, cfg: &SinkConfig, files: &Files, report: &mut SinkReport
                 let c = chunk_at(e.id, e.size, e.chunk_size, index);
                 buf.resize(c.len as usize, 0);
                 if read_exact_at(&*reader, &mut buf, c.offset).is_ok()
-                    && *blake3::hash(&buf).as_bytes() == hash
+                    && digest::chunk_value(&buf, c.offset, false) == hash
                 {
                     hashes[index as usize] = Some(hash);
                     skip.push(index);
@@ -1272,12 +1308,15 @@ fn finish(f: &FileState, cfg: &SinkConfig, synced: bool) -> FileDone {
             let _ = std::fs::remove_file(&f.at_journal);
         }
         let p = f.inner.lock().expect("poisoned");
-        let hashes = p.ledger.hashes();
-        let mut all = Vec::with_capacity(hashes.len() * 32);
-        for h in hashes.iter().flatten() {
-            all.extend_from_slice(h);
-        }
-        Ok(hex(blake3::hash(&all).as_bytes()))
+        let values: Vec<ChunkValue> = p.ledger.hashes().iter().flatten().copied().collect();
+        digest::file_digest(&values)
+            .map(|d| hex(&d))
+            .ok_or_else(|| {
+                format!(
+                    "{}: no chunk values to make its digest of",
+                    f.target.display()
+                )
+            })
     })();
     match result {
         Ok(digest) => FileDone {
@@ -1304,6 +1343,7 @@ fn verify(f: &FileState, cfg: &SinkConfig) -> Result<(), String> {
         .map_err(|e| io_err("re-read", &f.part, e))?;
     let hashes = f.inner.lock().expect("poisoned").ledger.hashes().to_vec();
     let [first, end] = f.entry.chunk_range();
+    let whole = chunk_count(f.entry.size, f.entry.chunk_size) == 1;
     let mut buf = Vec::new();
     for (i, h) in hashes
         .iter()
@@ -1314,7 +1354,7 @@ fn verify(f: &FileState, cfg: &SinkConfig) -> Result<(), String> {
         let c = chunk_at(f.entry.id, f.entry.size, f.entry.chunk_size, i as u32);
         buf.resize(c.len as usize, 0);
         read_exact_at(&*r, &mut buf, c.offset).map_err(|e| io_err("re-read", &f.part, e))?;
-        if Some(*blake3::hash(&buf).as_bytes()) != *h {
+        if Some(digest::chunk_value(&buf, c.offset, whole)) != *h {
             return Err(format!(
                 "verification failed: {} differs from the source at offset {} (chunk {i}) after writing",
                 f.target.display(),
@@ -1348,7 +1388,7 @@ fn receive(
         let _ = tx.send(Event::Fatal(e));
     };
     loop {
-        match read_frame(&mut r, &mut header[..1]) {
+        match timed(Stage::Receive, || read_frame(&mut r, &mut header[..1])) {
             Ok(true) => {}
             Ok(false) => return,
             Err(e) => return fatal(format!("data stream failed: {e}")),
@@ -1362,7 +1402,7 @@ fn receive(
             }
             continue;
         }
-        if let Err(e) = read_all(&mut r, &mut header[1..]) {
+        if let Err(e) = timed(Stage::Receive, || read_all(&mut r, &mut header[1..])) {
             return fatal(format!("data stream failed: {e}"));
         }
         let h = match ChunkHeader::decode(&header) {
@@ -1395,40 +1435,43 @@ fn receive(
             }
         }
         let mut write_us = 0u64;
-        let mut hasher = blake3::Hasher::new();
+        let mut checker = digest::Checker::new();
         let mut off = 0u64;
         while off < u64::from(h.len) {
             let n = (u64::from(h.len) - off).min(buf.len() as u64) as usize;
             let piece: &[u8] = if h.zero {
                 &zeros[..n]
             } else {
-                if let Err(e) = read_frame(&mut r, &mut buf[..n]) {
+                if let Err(e) = timed(Stage::Receive, || read_frame(&mut r, &mut buf[..n])) {
                     return fatal(format!("data stream failed mid-chunk: {e}"));
                 }
-                hasher.update(&buf[..n]);
+                timed(Stage::Verify, || checker.update(&buf[..n]));
                 &buf[..n]
             };
             if write && write_error.is_none() {
                 let f = target.expect("write implies a target");
                 let t = Instant::now();
                 let _one_writer = f.write_lock.lock().expect("poisoned");
-                if let Err(e) = write_all_at(&*f.out, piece, h.offset + off) {
+                if let Err(e) = timed(Stage::Write, || {
+                    write_all_at(&*f.out, piece, h.offset + off)
+                }) {
                     write_error = Some(e);
                 }
                 write_us += t.elapsed().as_micros() as u64;
             }
             off += n as u64;
         }
-        if let Err(e) = read_frame(&mut r, &mut trailer) {
+        if let Err(e) = timed(Stage::Receive, || read_frame(&mut r, &mut trailer)) {
             return fatal(format!("data stream failed mid-chunk: {e}"));
         }
         let Some(f) = target else { continue };
-        let hash = if h.zero {
-            super::zero_hash(h.len)
+        let trailer = Trailer::decode(&trailer);
+        let check = if h.zero {
+            super::zero_check(h.len)
         } else {
-            *hasher.finalize().as_bytes()
+            timed(Stage::Verify, || checker.finalize())
         };
-        if hash != trailer {
+        if check != trailer.check {
             let _ = tx.send(Event::Resend(Resend {
                 id: h.file,
                 index: h.index,
@@ -1437,7 +1480,7 @@ fn receive(
         }
         let written = Written {
             index: h.index,
-            hash,
+            hash: trailer.value,
             len: h.len,
             error: write_error,
             busy_us: write_us,
@@ -1471,10 +1514,12 @@ fn receive_bundle(
     cfg: &SinkConfig,
 ) -> Result<(), String> {
     let mut head = [BUNDLE_FRAME; BUNDLE_HEADER_LEN];
-    read_all(r, &mut head[1..]).map_err(|e| format!("data stream failed: {e}"))?;
+    timed(Stage::Receive, || read_all(r, &mut head[1..]))
+        .map_err(|e| format!("data stream failed: {e}"))?;
     let h = BundleHeader::decode(&head).map_err(|e| e.to_string())?;
     body.resize(h.body_len as usize, 0);
-    read_all(r, body).map_err(|e| format!("data stream failed mid-bundle: {e}"))?;
+    timed(Stage::Receive, || read_all(r, body))
+        .map_err(|e| format!("data stream failed mid-bundle: {e}"))?;
     let records = h.records(body).map_err(|e| e.to_string())?;
     let found: Vec<Option<Arc<FileState>>> = {
         let files = files.lock().expect("poisoned");
@@ -1499,8 +1544,7 @@ fn receive_bundle(
         if !f.inner.lock().expect("poisoned").ledger.wants(0) {
             continue;
         }
-        let hash = *blake3::hash(rec.data).as_bytes();
-        if hash != rec.hash {
+        if timed(Stage::Verify, || digest::check(rec.data)) != rec.trailer.check {
             let _ = tx.send(Event::Resend(Resend {
                 id: rec.file,
                 index: 0,
@@ -1512,11 +1556,11 @@ fn receive_bundle(
             None
         } else {
             let _one_writer = f.write_lock.lock().expect("poisoned");
-            write_all_at(&*f.out, rec.data, 0).err()
+            timed(Stage::Write, || write_all_at(&*f.out, rec.data, 0)).err()
         };
         let written = Written {
             index: 0,
-            hash,
+            hash: rec.trailer.value,
             len: rec.data.len() as u32,
             error,
             busy_us: t.elapsed().as_micros() as u64,

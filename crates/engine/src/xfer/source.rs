@@ -13,6 +13,7 @@ use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
+use longhaul_proto::digest::{self, ChunkHasher};
 use longhaul_proto::msg::Message;
 use longhaul_proto::plan::{auto_chunk_size, Chunk, Planner};
 use longhaul_proto::transfer::source::{
@@ -25,6 +26,7 @@ use super::prefetch::Prefetcher;
 use super::storage::{read_exact_at, ReadAt, Storage};
 use super::{kind_of, mtime_ns, ENTRIES_BATCH};
 use crate::net::conn::{FramedConn, Stream};
+use crate::stages::{self, timed, Stage, StageTotals};
 use crate::EngineError;
 
 pub struct SourceConfig {
@@ -132,6 +134,8 @@ pub struct SourceReport {
     pub tally: SourceTally,
     pub tuning: Option<longhaul_proto::tune::TuningReport>,
     pub sink: SinkReport,
+    /// Where this end's CPU went.
+    pub cpu: StageCpu,
 }
 
 /// Walks the roots depth first, one directory handle per level.
@@ -304,9 +308,12 @@ impl Walker {
                 mode: m.mode() & 0o7777,
                 mtime_ns: mtime_ns(&m),
                 target,
-                chunk_size: self
-                    .chunk_size
-                    .unwrap_or_else(|| auto_chunk_size(size, self.streams)),
+                // A power of two, so that chunk values combine into the
+                // file's BLAKE3 (--chunk is rounded down to one).
+                chunk_size: self.chunk_size.map_or_else(
+                    || auto_chunk_size(size, self.streams),
+                    longhaul_proto::digest::usable_chunk_size,
+                ),
                 sparse: kind == Kind::File && m.blocks() * 512 < size,
                 incomplete: false,
                 digest: None,
@@ -479,6 +486,8 @@ struct SrcFile {
     reads_left: AtomicU64,
     /// Resends of this file read so far.
     resends_read: AtomicU32,
+    /// The file is one chunk: that chunk's value is the file's BLAKE3.
+    whole: bool,
 }
 
 impl SrcFile {
@@ -569,6 +578,7 @@ pub fn run_source(
         Condvar::new(),
     ));
     let (tx, rx) = mpsc::channel();
+    let totals = StageTotals::new();
     let mut workers = Vec::new();
     // The sockets under the streams, to end them from here on a failure.
     let mut sockets: Vec<TcpStream> = Vec::new();
@@ -577,10 +587,12 @@ pub fn run_source(
         let (shared, tx, storage) = (shared.clone(), tx.clone(), cfg.storage.clone());
         let anchor = cfg.anchor.clone();
         let bundles = cfg.bundles;
+        let totals = totals.clone();
         workers.push(
             std::thread::Builder::new()
                 .name("lh-src".into())
                 .spawn(move || {
+                    let _counted = stages::count_into(&totals);
                     let out = Out {
                         storage: &*storage,
                         anchor: &anchor,
@@ -601,7 +613,7 @@ pub fn run_source(
     drop(tx);
     // Stopped (its threads joined) when `control` returns.
     let prefetch = Prefetcher::start(&*cfg.storage, &cfg.roots, cfg.anchor.clone()).map(Arc::new);
-    let result = control(conn, &shared, &rx, &cfg, sampler, prefetch);
+    let result = control(conn, &shared, &rx, &cfg, sampler, prefetch, &totals);
     {
         let (q, cv) = &*shared;
         q.lock().expect("poisoned").closed = true;
@@ -635,6 +647,7 @@ fn control(
     cfg: &SourceConfig,
     mut sampler: super::tune::Sampler,
     ahead: Option<Arc<Prefetcher>>,
+    totals: &StageTotals,
 ) -> Result<SourceReport, EngineError> {
     let prefetch = ahead.as_deref();
     let mut walker = Walker {
@@ -771,16 +784,19 @@ fn control(
             send_buffer_raises: sampler.send_buffer_raises,
             steps: sampler.climb().map(|c| c.steps.clone()).unwrap_or_default(),
         };
+        let cpu = totals.report();
         let _ = conn.send(&Message::SourceDone(SourceDone {
             read_bytes: tally.read_bytes,
             read_us: tally.read_us,
             resent_changed: tally.resent_changed,
             tuning: Some(tuning.clone()),
+            cpu: Some(cpu),
         }));
         return Ok(SourceReport {
             tally,
             tuning: Some(tuning),
             sink,
+            cpu,
         });
     }
 }
@@ -884,6 +900,7 @@ fn act(
                             stamp,
                             reads_left: AtomicU64::new(reads),
                             resends_read: AtomicU32::new(0),
+                            whole: size <= chunk_size,
                         }),
                     );
                     added |= reads > 0;
@@ -1009,7 +1026,7 @@ fn send(index: u16, s: Box<dyn Stream>, shared: &Shared, out: &Out, bundles: boo
                 }
             }
             drop(queue);
-            if let Err(e) = w.flush() {
+            if let Err(e) = timed(Stage::Send, || w.flush()) {
                 let _ = tx.send(Event::Fatal(format!("data stream failed: {e}")));
                 return;
             }
@@ -1064,11 +1081,14 @@ fn send(index: u16, s: Box<dyn Stream>, shared: &Shared, out: &Out, bundles: boo
         };
         let mut read_us = 0;
         let sent = (|| {
-            w.write_all(&header.encode())?;
+            timed(Stage::Send, || w.write_all(&header.encode()))?;
             if zero {
-                return w.write_all(&super::zero_hash(c.len)).map(|()| true);
+                let t = timed(Stage::Hash, || {
+                    super::zero_trailer(c.offset, c.len, f.whole)
+                });
+                return timed(Stage::Send, || w.write_all(&t.encode())).map(|()| true);
             }
-            let mut hasher = blake3::Hasher::new();
+            let mut hasher = ChunkHasher::new(c.offset, f.whole);
             let mut off = 0u64;
             let mut read_error = None;
             while off < u64::from(c.len) {
@@ -1076,26 +1096,31 @@ fn send(index: u16, s: Box<dyn Stream>, shared: &Shared, out: &Out, bundles: boo
                 let piece = &mut buf[..n];
                 if read_error.is_none() {
                     let r = Instant::now();
-                    if let Err(e) = read_exact_at(&**reader, piece, c.offset + off) {
+                    if let Err(e) = timed(Stage::Read, || {
+                        read_exact_at(&**reader, piece, c.offset + off)
+                    }) {
                         read_error = Some(e);
                     }
                     read_us += r.elapsed().as_micros() as u64;
                 }
                 if read_error.is_some() {
-                    // The header is out: fill the chunk, and let a hash
+                    // The header is out: fill the chunk, and let a check
                     // that cannot match make the sink drop it.
                     piece.fill(0);
                 }
-                hasher.update(piece);
-                w.write_all(piece)?;
+                timed(Stage::Hash, || hasher.update(piece));
+                timed(Stage::Send, || w.write_all(piece))?;
                 off += n as u64;
             }
             match read_error {
-                None => w.write_all(hasher.finalize().as_bytes()).map(|()| true),
+                None => {
+                    let t = timed(Stage::Hash, || trailer_of(&hasher));
+                    timed(Stage::Send, || w.write_all(&t.encode())).map(|()| true)
+                }
                 Some(e) => {
-                    let mut bogus = *hasher.finalize().as_bytes();
-                    bogus[0] ^= 0xff;
-                    w.write_all(&bogus)?;
+                    let mut bogus = trailer_of(&hasher);
+                    bogus.check[0] ^= 0xff;
+                    w.write_all(&bogus.encode())?;
                     f.failed.store(true, Ordering::Relaxed);
                     // A file cut short while it was read changed; else
                     // the storage failed.
@@ -1177,6 +1202,12 @@ fn gather(
     None
 }
 
+/// The trailer of a chunk hashed to its end.
+fn trailer_of(h: &ChunkHasher) -> Trailer {
+    let (value, check) = h.finalize();
+    Trailer { check, value }
+}
+
 /// Reads each file of `bundle` with one pread into its record of one
 /// bundle frame, hashes it, writes the frame in one go, and then reports
 /// the reads and the seals (each file checked unchanged as for a chunk
@@ -1218,7 +1249,9 @@ fn send_bundle(
         let data = frame.len();
         frame.resize(data + c.len as usize, 0);
         let t = Instant::now();
-        let read = read_exact_at(&*reader, &mut frame[data..], 0);
+        let read = timed(Stage::Read, || {
+            read_exact_at(&*reader, &mut frame[data..], 0)
+        });
         read_us += t.elapsed().as_micros() as u64;
         if let Err(e) = read {
             frame.truncate(start);
@@ -1232,8 +1265,11 @@ fn send_bundle(
             });
             continue;
         }
-        let hash = blake3::hash(&frame[data..]);
-        frame.extend_from_slice(hash.as_bytes());
+        let t = timed(Stage::Hash, || Trailer {
+            check: digest::check(&frame[data..]),
+            value: digest::chunk_value(&frame[data..], 0, true),
+        });
+        frame.extend_from_slice(&t.encode());
         count += 1;
         read_bytes += u64::from(c.len);
         if let Some(resends) = f.after_read(false) {
@@ -1246,7 +1282,7 @@ fn send_bundle(
             body_len: (frame.len() - BUNDLE_HEADER_LEN) as u32,
         };
         frame[..BUNDLE_HEADER_LEN].copy_from_slice(&header.encode());
-        w.write_all(frame)?;
+        timed(Stage::Send, || w.write_all(frame))?;
         tracing::trace!("sent a bundle of {count} files, {read_bytes} bytes");
         events.push(Event::Sent {
             read_bytes,

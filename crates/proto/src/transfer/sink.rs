@@ -489,6 +489,11 @@ impl Sink {
                 "chunk size {} is outside 64 KiB..=2 GiB",
                 e.chunk_size
             ))
+        } else if !crate::digest::chunk_size_ok(e.size, e.chunk_size) {
+            Some(format!(
+                "chunk size {} of a file of several chunks is not a power of two (its chunks' values would not combine into the file's BLAKE3)",
+                e.chunk_size
+            ))
         } else if count > self.limits.max_chunks_per_file {
             Some(format!(
                 "{count} chunks of {} bytes is more than the {} a file may have: use a larger --chunk",

@@ -293,7 +293,7 @@ pub struct FileDone {
     pub id: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
-    /// BLAKE3 over the file's chunk hashes in order (hex), when it succeeded.
+    /// The file's BLAKE3 (hex, what `b3sum` prints), when it succeeded.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub digest: Option<String>,
     /// Source to sink: the file changed while it was read, so what arrived
@@ -370,9 +370,96 @@ pub struct SinkReport {
     /// Busy time of the sink's writes, microseconds (for dest_write_bps).
     pub write_us: u64,
     pub written_bytes: u64,
+    /// Where the sink's CPU went (absent from an older sink).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu: Option<StageCpu>,
     /// The source's reads, from its `SourceDone` (not on the wire here).
     #[serde(skip)]
     pub source: Option<SourceDone>,
+}
+
+/// CPU seconds one end of a copy spent in each stage, on the threads
+/// that move its data (data streams, and at a sink the threads that open
+/// and finish files). Each instant of those threads counts once, in the
+/// innermost stage running then (a stream's read that decrypts counts as
+/// `decrypt` for the cipher's part and `receive` for the rest); what runs
+/// outside every stage (frames, queues, allocation) is `other`. The
+/// control thread is not counted.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct StageCpu {
+    /// Source: reading storage.
+    pub read: f64,
+    /// Source: hashing what was read.
+    pub hash: f64,
+    /// Source: sealing data frames (the cipher).
+    pub encrypt: f64,
+    /// Source: writing to the data sockets (the kernel's copy and TCP).
+    pub send: f64,
+    /// Sink: reading from the data sockets.
+    pub receive: f64,
+    /// Sink: opening data frames (the cipher).
+    pub decrypt: f64,
+    /// Sink: checking what arrived against the source's hashes.
+    pub verify: f64,
+    /// Sink: writing storage, creating and finishing files.
+    pub write: f64,
+    /// Outside the stages above.
+    pub other: f64,
+}
+
+impl StageCpu {
+    /// All of it, seconds.
+    pub fn total(&self) -> f64 {
+        self.read
+            + self.hash
+            + self.encrypt
+            + self.send
+            + self.receive
+            + self.decrypt
+            + self.verify
+            + self.write
+            + self.other
+    }
+
+    /// The stages with their names, in pipeline order.
+    pub fn named(&self) -> [(&'static str, f64); 9] {
+        [
+            ("read", self.read),
+            ("hash", self.hash),
+            ("encrypt", self.encrypt),
+            ("send", self.send),
+            ("receive", self.receive),
+            ("decrypt", self.decrypt),
+            ("verify", self.verify),
+            ("write", self.write),
+            ("other", self.other),
+        ]
+    }
+
+    /// The stage that took most, with its seconds.
+    pub fn heaviest(&self) -> (&'static str, f64) {
+        self.named()
+            .into_iter()
+            .fold(("other", f64::MIN), |a, b| if b.1 > a.1 { b } else { a })
+    }
+}
+
+/// CPU seconds by stage at each end of a copy (`cpu_stages` in
+/// `cp --json` and the doctor's copy); an end that did not say (an older
+/// server) is absent.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct CpuStages {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<StageCpu>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sink: Option<StageCpu>,
+}
+
+impl CpuStages {
+    pub fn is_empty(&self) -> bool {
+        self.source.is_none() && self.sink.is_none()
+    }
 }
 
 /// The source's last word, after the sink's `TransferDone`: how its
@@ -388,6 +475,9 @@ pub struct SourceDone {
     /// What the source's tuner chose.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tuning: Option<crate::tune::TuningReport>,
+    /// Where the source's CPU went (absent from an older source).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu: Option<StageCpu>,
 }
 
 fn is_zero(n: &u64) -> bool {
@@ -424,24 +514,54 @@ pub struct Listing {
 
 /// Bytes of a chunk frame header on a data stream.
 pub const CHUNK_HEADER_LEN: usize = 25;
-/// Bytes of the trailer after a chunk's payload: its BLAKE3 hash.
-pub const CHUNK_TRAILER_LEN: usize = 32;
+/// Bytes of the trailer after a chunk's payload: its [`Trailer`].
+pub const CHUNK_TRAILER_LEN: usize = 48;
+
+/// What follows a chunk's bytes (a chunk frame's, a bundle record's):
+/// the XXH3-128 check the sink compares what it received with, then the
+/// chunk's BLAKE3 value (see [`crate::digest`]).
+///
+/// ```text
+/// 0              16                 48
+/// | xxh3-128 [16] | blake3 value [32] |
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Trailer {
+    pub check: crate::digest::Check,
+    pub value: crate::digest::ChunkValue,
+}
+
+impl Trailer {
+    pub fn encode(&self) -> [u8; CHUNK_TRAILER_LEN] {
+        let mut b = [0u8; CHUNK_TRAILER_LEN];
+        b[..16].copy_from_slice(&self.check);
+        b[16..].copy_from_slice(&self.value);
+        b
+    }
+
+    pub fn decode(b: &[u8; CHUNK_TRAILER_LEN]) -> Trailer {
+        Trailer {
+            check: b[..16].try_into().expect("16 bytes"),
+            value: b[16..].try_into().expect("32 bytes"),
+        }
+    }
+}
 /// First byte of a chunk frame.
 pub const CHUNK_FRAME: u8 = 0xC1;
 /// First byte of a chunk frame whose bytes are all zero: no payload
-/// follows, only the trailer (holes of sparse files cost 57 bytes a chunk).
+/// follows, only the trailer (holes of sparse files cost 73 bytes a chunk).
 pub const ZERO_CHUNK_FRAME: u8 = 0xC2;
 /// Largest chunk a frame may carry.
 pub const MAX_CHUNK: u64 = 1 << 31;
 
 /// The fixed header before each chunk's bytes on a data stream. The
-/// payload follows (none for a zero chunk), then the chunk's BLAKE3 hash,
+/// payload follows (none for a zero chunk), then the chunk's [`Trailer`],
 /// so that both ends stream a chunk through the cache in pieces, hashing
 /// as they go, instead of holding all of it:
 ///
 /// ```text
-/// 0          1          9           13           21        25              25+len    +32
-/// | C1 or C2 | file u64 | index u32 | offset u64 | len u32 | payload (C1) | blake3 [32] |
+/// 0          1          9           13           21        25              25+len      +48
+/// | C1 or C2 | file u64 | index u32 | offset u64 | len u32 | payload (C1) | trailer [48] |
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ChunkHeader {
@@ -501,8 +621,8 @@ impl ChunkHeader {
 pub const BUNDLE_FRAME: u8 = 0xC3;
 /// Bytes of a bundle frame's header.
 pub const BUNDLE_HEADER_LEN: usize = 9;
-/// Bytes of a bundle record around its payload: file id, length, hash.
-pub const BUNDLE_RECORD_OVERHEAD: usize = 8 + 4 + 32;
+/// Bytes of a bundle record around its payload: file id, length, trailer.
+pub const BUNDLE_RECORD_OVERHEAD: usize = 8 + 4 + CHUNK_TRAILER_LEN;
 /// Most records in one bundle.
 pub const MAX_BUNDLE_FILES: u32 = 256;
 /// Largest file a bundle record carries (larger ones go as chunk frames).
@@ -515,12 +635,12 @@ pub const MAX_BUNDLE_BODY: u32 =
 
 /// The header of a bundle frame; `count` records of `body_len` bytes in
 /// all follow, each a whole file (its chunk 0, which is all of it) with
-/// its own BLAKE3 hash:
+/// its own [`Trailer`] (whose value is then the file's BLAKE3):
 ///
 /// ```text
 /// 0    1           5              9
 /// | C3 | count u32 | body_len u32 | record * count
-/// record: | file u64 | len u32 | payload [len] | blake3 [32] |
+/// record: | file u64 | len u32 | payload [len] | trailer [48] |
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BundleHeader {
@@ -528,12 +648,12 @@ pub struct BundleHeader {
     pub body_len: u32,
 }
 
-/// One record of a bundle: a whole file's bytes and their hash.
+/// One record of a bundle: a whole file's bytes and their trailer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BundleRecord<'a> {
     pub file: u64,
     pub data: &'a [u8],
-    pub hash: [u8; 32],
+    pub trailer: Trailer,
 }
 
 impl BundleHeader {
@@ -588,13 +708,13 @@ impl BundleHeader {
             let (data, tail) = tail
                 .split_at_checked(len as usize)
                 .ok_or(FrameError("bundle record cut short"))?;
-            let (hash, tail) = tail
-                .split_at_checked(32)
+            let (trailer, tail) = tail
+                .split_at_checked(CHUNK_TRAILER_LEN)
                 .ok_or(FrameError("bundle record cut short"))?;
             out.push(BundleRecord {
                 file,
                 data,
-                hash: hash.try_into().expect("32 bytes"),
+                trailer: Trailer::decode(trailer.try_into().expect("48 bytes")),
             });
             rest = tail;
         }
@@ -608,10 +728,10 @@ impl BundleHeader {
 /// Appends one bundle record to `out` (the bytes after a header): the
 /// driver reads the file straight into its place instead (see
 /// [`bundle_record_head`]); this is for tests and small callers.
-pub fn push_bundle_record(out: &mut Vec<u8>, file: u64, data: &[u8], hash: &[u8; 32]) {
+pub fn push_bundle_record(out: &mut Vec<u8>, file: u64, data: &[u8], trailer: &Trailer) {
     out.extend_from_slice(&bundle_record_head(file, data.len() as u32));
     out.extend_from_slice(data);
-    out.extend_from_slice(hash);
+    out.extend_from_slice(&trailer.encode());
 }
 
 /// The 12 bytes before a record's payload.
@@ -867,10 +987,10 @@ impl JournalHeader {
     }
 }
 
-/// A verified chunk: its index and BLAKE3 hash.
+/// A verified chunk: its index and BLAKE3 value.
 pub type JournalRecord = (u32, [u8; 32]);
 
-/// Encodes one journal record: a verified chunk and its hash.
+/// Encodes one journal record: a verified chunk and its value.
 pub fn journal_record(index: u32, hash: &[u8; 32]) -> [u8; JOURNAL_RECORD_LEN] {
     let mut b = [0u8; JOURNAL_RECORD_LEN];
     b[..4].copy_from_slice(&index.to_be_bytes());
@@ -1092,15 +1212,19 @@ mod tests {
     #[test]
     fn bundle_round_trip_and_checks() {
         let mut body = Vec::new();
-        push_bundle_record(&mut body, 7, b"hello", &[1; 32]);
-        push_bundle_record(&mut body, 8, b"", &[2; 32]);
+        let t = |b: u8| Trailer {
+            check: [b; 16],
+            value: [b + 1; 32],
+        };
+        push_bundle_record(&mut body, 7, b"hello", &t(1));
+        push_bundle_record(&mut body, 8, b"", &t(2));
         let h = BundleHeader {
             count: 2,
             body_len: body.len() as u32,
         };
         assert_eq!(body.len(), 2 * BUNDLE_RECORD_OVERHEAD + 5);
         let enc = h.encode();
-        assert_eq!(enc, [0xC3, 0, 0, 0, 2, 0, 0, 0, 93]);
+        assert_eq!(enc, [0xC3, 0, 0, 0, 2, 0, 0, 0, 125]);
         assert_eq!(BundleHeader::decode(&enc), Ok(h));
         let recs = h.records(&body).unwrap();
         assert_eq!(
@@ -1109,17 +1233,17 @@ mod tests {
                 BundleRecord {
                     file: 7,
                     data: b"hello",
-                    hash: [1; 32]
+                    trailer: t(1)
                 },
                 BundleRecord {
                     file: 8,
                     data: b"",
-                    hash: [2; 32]
+                    trailer: t(2)
                 }
             ]
         );
         // Counts and lengths that cannot be right.
-        for (count, body_len) in [(0, 44), (257, 257 * 44), (1, MAX_BUNDLE_BODY + 1), (2, 87)] {
+        for (count, body_len) in [(0, 60), (257, 257 * 60), (1, MAX_BUNDLE_BODY + 1), (2, 119)] {
             let bad = BundleHeader { count, body_len }.encode();
             assert!(BundleHeader::decode(&bad).is_err(), "{count} {body_len}");
         }
@@ -1129,18 +1253,13 @@ mod tests {
         // A record longer than the body, a body with bytes left over, a
         // body cut short, a record over the size cap.
         let mut long = body.clone();
-        long[8 + 4 + 5 + 32 + 11] = 50;
+        long[8 + 4 + 5 + 48 + 11] = 50;
         assert!(h.records(&long).is_err());
         let one = BundleHeader { count: 1, ..h };
         assert!(one.records(&body).is_err());
         assert!(h.records(&body[..body.len() - 1]).is_err());
         let mut big = Vec::new();
-        push_bundle_record(
-            &mut big,
-            1,
-            &vec![0; MAX_BUNDLE_FILE as usize + 1],
-            &[0; 32],
-        );
+        push_bundle_record(&mut big, 1, &vec![0; MAX_BUNDLE_FILE as usize + 1], &t(0));
         let bh = BundleHeader {
             count: 1,
             body_len: big.len() as u32,
