@@ -13,19 +13,23 @@
 #   lh-tls      lh-nosync with LONGHAUL_DATA_FRAMES=tls: TLS's own records instead of sealed frames
 #   gridftp     globus-url-copy -p 4 -tcp-bs 4M (no encryption, no hashing; ../shared/peers/servers.sh)
 #   dd          dd if=SRC of=DEST bs=1M: the local-copy ceiling (buffered, no fsync)
+#   dd4         four dd at once, each a quarter of SRC into its place in one DEST (GridFTP's -p 4 writes
+#               one file from four streams this way): the host's ceiling for parallel writers, unpinned
 #   dd-sync     dd ... conv=fdatasync: the ceiling for a copy that is made durable
 # Every copy is checked with cmp. For each run: wall seconds, Gbit/s (1e9 bits) and the CPU-seconds per
 # GiB moved of the tool's own processes, both ends (client and server, each tool's in a cpuacct cgroup
 # of its own, so other load on the host is not counted; the kernel's softirq work done on behalf of the
 # sockets is counted where it runs, mostly in the processes). PIN=1 puts every client on CPU 0 and
 # every server on CPU 1 (`taskset`), as two DTNs would each have their own cores.
+# longhaul's runs also say where each end's CPU went (`cp --json`'s cpu_stages): medians per GiB by
+# stage are printed for each lh tool, and the lines go to bench/results/elephant-stages-<date>.tsv.
 # Prints medians and the ratios the issue sets: lh / dd >= 0.85, lh / gridftp >= 1.0, CPU per GiB
 # lh / gridftp <= 1.2.
 # Lines go to bench/results/elephant-<date>.tsv.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROUNDS=${ROUNDS:-3} SIZE_GIB=${SIZE_GIB:-2} SCENARIOS=${SCENARIOS:-"shm disk"}
-TOOLS=${TOOLS:-"lh lh-nosync lh-plain lh-tls gridftp dd dd-sync"} DISK_DIR=${DISK_DIR:-/var/tmp/lh-elephant}
+TOOLS=${TOOLS:-"lh lh-nosync lh-plain lh-tls gridftp dd dd4 dd-sync"} DISK_DIR=${DISK_DIR:-/var/tmp/lh-elephant}
 PIN=${PIN:-0}
 BIN=${1:-target/release/longhaul}
 [ -x "$BIN" ] || cargo build --release --quiet
@@ -50,6 +54,8 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 TSV=bench/results/elephant-$(date -u +%Y%m%d-%H%M).tsv
 printf 'scenario\tround\ttool\tseconds\tgbps\tcpu_s_per_gib\n' >"$TSV"
+STAGES=bench/results/elephant-stages-$(date -u +%Y%m%d-%H%M).tsv
+printf 'scenario\tround\ttool\tend\tstage\tcpu_s_per_gib\n' >"$STAGES"
 
 make_file() { # path: SIZE_GIB GiB of incompressible bytes
     python3 - "$1" "$SIZE_GIB" <<'EOF'
@@ -92,12 +98,18 @@ start_lh() { # port dest [flags]
 run_tool() { # tool src destdir -> runs it, leaving destdir/big.bin
     local tool=$1 src=$2 dst=$3
     case $tool in
-    lh) LONGHAUL_TRUST=$TRUST LONGHAUL_TOKEN=$TOKEN in_group lh 0 "$LH" cp --force "$src" "longhaul://127.0.0.1:$P1/data/" ;;
-    lh-nosync) LONGHAUL_TRUST=$TRUST LONGHAUL_TOKEN=$TOKEN in_group lh 0 "$LH" cp --force "$src" "longhaul://127.0.0.1:$P2/data/" ;;
-    lh-plain) LONGHAUL_TOKEN=$TOKEN in_group lh 0 "$LH" cp --insecure-plaintext --force "$src" "longhaul://127.0.0.1:$P2/data/" ;;
-    lh-tls) LONGHAUL_DATA_FRAMES=tls LONGHAUL_TRUST=$TRUST LONGHAUL_TOKEN=$TOKEN in_group lh 0 "$LH" cp --force "$src" "longhaul://127.0.0.1:$P2/data/" ;;
+    lh) LONGHAUL_TRUST=$TRUST LONGHAUL_TOKEN=$TOKEN in_group lh 0 "$LH" cp --json --force "$src" "longhaul://127.0.0.1:$P1/data/" ;;
+    lh-nosync) LONGHAUL_TRUST=$TRUST LONGHAUL_TOKEN=$TOKEN in_group lh 0 "$LH" cp --json --force "$src" "longhaul://127.0.0.1:$P2/data/" ;;
+    lh-plain) LONGHAUL_TOKEN=$TOKEN in_group lh 0 "$LH" cp --json --insecure-plaintext --force "$src" "longhaul://127.0.0.1:$P2/data/" ;;
+    lh-tls) LONGHAUL_DATA_FRAMES=tls LONGHAUL_TRUST=$TRUST LONGHAUL_TOKEN=$TOKEN in_group lh 0 "$LH" cp --json --force "$src" "longhaul://127.0.0.1:$P2/data/" ;;
     gridftp) in_group gridftp 0 globus-url-copy -p 4 -tcp-bs 4M "file://$src" "ftp://127.0.0.1:2811$dst/big.bin" ;;
     dd) in_group dd 0 dd if="$src" of="$dst/big.bin" bs=1M status=none ;;
+    dd4)
+        local q=$((SIZE_GIB * 256))
+        # shellcheck disable=SC2016
+        in_group dd 0,1 bash -c 'for i in 0 1 2 3; do
+            dd if="$0" of="$1" bs=1M skip=$((i * $2)) seek=$((i * $2)) count="$2" conv=notrunc status=none &
+        done; wait' "$src" "$dst/big.bin" "$q" ;;
     dd-sync) in_group dd 0 dd if="$src" of="$dst/big.bin" bs=1M conv=fdatasync status=none ;;
     esac
 }
@@ -144,6 +156,17 @@ for sc in $SCENARIOS; do
                     printf "%s\t%s\t%s\t%.2f\t%.2f\t%.2f\n", sc, r, tool, s, g * 8 * 1.073741824 / s, c / 1e9 / g }' \
                 >>"$TSV"
             tail -1 "$TSV"
+            case $tool in lh*)
+                python3 - "$WORK/out" "$sc" "$r" "$tool" "$SIZE_GIB" >>"$STAGES" <<'EOF'
+import json, sys
+out, sc, r, tool, gib = sys.argv[1:]
+d = json.loads(open(out).read())
+for end, st in sorted(d.get("cpu_stages", {}).items()):
+    for stage, s in st.items():
+        print(f"{sc}\t{r}\t{tool}\t{end}\t{stage}\t{s / float(gib):.4f}")
+EOF
+                ;;
+            esac
         done
     done
     bash ../shared/peers/servers.sh stop "$WORK/peers" >/dev/null
@@ -169,6 +192,8 @@ for sc in dict.fromkeys(r["scenario"] for r in rows):
         if a in med and b in med:
             print(f"  {a} / {b} {what}: {med[a][i] / med[b][i]:.2f}")
     ratio("lh", "dd", 0, "rate (target >= 0.85)")
+    ratio("lh", "dd4", 0, "rate: against four parallel local writers")
+    ratio("gridftp", "dd4", 0, "rate: GridFTP against four parallel local writers")
     ratio("lh", "dd-sync", 0, "rate")
     ratio("lh-nosync", "dd", 0, "rate")
     ratio("lh", "gridftp", 0, "rate (target >= 1.0)")
@@ -179,4 +204,17 @@ for sc in dict.fromkeys(r["scenario"] for r in rows):
     ratio("lh-nosync", "lh-tls", 1, "CPU per GiB: sealed frames / TLS records")
     ratio("lh-tls", "gridftp", 1, "CPU per GiB")
 EOF
-echo "(lines: $TSV)"
+python3 - "$STAGES" <<'EOF'
+import csv, statistics, sys
+rows = list(csv.DictReader(open(sys.argv[1]), delimiter="\t"))
+keys = dict.fromkeys((r["scenario"], r["tool"], r["end"]) for r in rows)
+if keys:
+    print("\nwhere longhaul's CPU went, median CPU-s per GiB by stage (cp --json cpu_stages):")
+for sc, tool, end in keys:
+    mine = [r for r in rows if (r["scenario"], r["tool"], r["end"]) == (sc, tool, end)]
+    stages = dict.fromkeys(r["stage"] for r in mine)
+    med = {s: statistics.median(float(r["cpu_s_per_gib"]) for r in mine if r["stage"] == s) for s in stages}
+    parts = ", ".join(f"{s} {v:.3f}" for s, v in med.items() if v >= 0.001)
+    print(f"  {sc} {tool:10} {end:6} total {sum(med.values()):.3f}: {parts}")
+EOF
+echo "(lines: $TSV, $STAGES)"

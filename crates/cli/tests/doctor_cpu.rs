@@ -236,7 +236,22 @@ fn doctor_names_the_servers_cpu_when_its_cgroup_quota_starves_it() {
         "remote",
         SERVER_QUOTA_US,
     );
+    // The copy said where each end's CPU went, and the verdict on the
+    // starved end's CPU says it too.
+    let copy = &v["copy"];
+    for end in ["source", "sink"] {
+        let stages = &copy["cpu_stages"][end];
+        let total: f64 = stages
+            .as_object()
+            .unwrap_or_else(|| panic!("no cpu_stages.{end} in the copy: {copy}"))
+            .values()
+            .filter_map(Value::as_f64)
+            .sum();
+        assert!(total > 0.0, "{end}: {stages}");
+    }
     if v["verdict"]["stage"] == "receiver_cpu" {
+        let fix = v["verdict"]["fix"].as_str().unwrap_or("");
+        assert!(fix.contains("in the copy"), "{fix}");
         let r = &v["remote_cpu"];
         assert!(
             r["throttled_periods"].as_u64().unwrap_or(0) > 0
