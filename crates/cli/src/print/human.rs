@@ -538,6 +538,14 @@ pub(crate) fn print_doctor(r: &longhaul_engine::doctor::DoctorReport) {
                 "from --source"
             }
         );
+        for (end, st) in [
+            ("source (here)", &c.cpu_stages.source),
+            ("sink (server)", &c.cpu_stages.sink),
+        ] {
+            if let Some(st) = st.filter(|st| st.total() > 0.0) {
+                outln!("  cpu at the {end}: {}", cpu_line(&st, c.bytes));
+            }
+        }
     }
     if let (Some(t), Some(p)) = (r.sender_cpu_per_gbps_tls, r.sender_cpu_per_gbps_plain) {
         outln!(

@@ -388,7 +388,7 @@ fn finish_batches(fin_rx: &Mutex<Receiver<Arc<FileState>>>, tx: &Sender<Event>, 
         };
         let synced = cfg.sync_files && sync_together(&batch);
         for f in batch {
-            let done = finish(&f, &cfg, synced);
+            let done = finish(&f, cfg, synced);
             let _ = tx.send(Event::Done(done, f.entry.carried_bytes()));
         }
     }
