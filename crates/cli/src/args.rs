@@ -156,6 +156,9 @@ pub struct PlotArgs {
 
 #[derive(Args)]
 pub struct ServeArgs {
+    /// Run the one-shot server that `longhaul cp HOST:path` starts over ssh (internal).
+    #[arg(long, hide = true)]
+    pub one_shot: bool,
     /// Address to listen on, IPv4 or IPv6 (repeatable). `[::]:PORT` serves both families.
     #[arg(long, value_name = "ADDR:PORT")]
     pub listen: Vec<SocketAddr>,
@@ -421,7 +424,8 @@ impl StreamCount {
 
 #[derive(Args)]
 pub struct CpArgs {
-    /// Sources, then the destination. Remote: HOST:EXPORT/path or longhaul://HOST[:PORT]/EXPORT/path.
+    /// Sources, then the destination. Over ssh (no server there): [USER@]HOST:path. On a
+    /// longhaul server: longhaul://HOST[:PORT]/EXPORT/path or HOST:PORT:EXPORT/path.
     #[arg(required = true, num_args = 2.., value_name = "SRC... DST")]
     pub paths: Vec<String>,
     /// Copy directories and their contents.
@@ -501,6 +505,8 @@ pub struct CpArgs {
     pub via: Vec<std::net::SocketAddr>,
     #[command(flatten)]
     pub security: SecurityArgs,
+    #[command(flatten)]
+    pub ssh: SshArgs,
     #[command(flatten)]
     pub fleet: FleetArgs,
 }
@@ -585,12 +591,30 @@ pub struct SyncArgs {
 
 #[derive(Args)]
 pub struct LsArgs {
-    /// HOST:EXPORT/path or longhaul://HOST[:PORT]/EXPORT/path
+    /// [USER@]HOST:path (over ssh), or longhaul://HOST[:PORT]/EXPORT/path or HOST:PORT:EXPORT/path
     pub target: String,
     #[arg(long)]
     pub json: bool,
     #[command(flatten)]
     pub security: SecurityArgs,
+    #[command(flatten)]
+    pub ssh: SshArgs,
+}
+
+/// How a host named `[USER@]HOST:path` is reached over ssh (as rsync's -e
+/// and --rsync-path).
+#[derive(Args, Clone, Default)]
+pub struct SshArgs {
+    /// The command that runs ssh for HOST:path, with its options (default: ssh).
+    #[arg(short = 'e', long = "rsh", value_name = "CMD", env = "LONGHAUL_RSH")]
+    pub rsh: Option<String>,
+    /// The longhaul program on the far host, for HOST:path (default: longhaul on its PATH).
+    #[arg(long, value_name = "PATH")]
+    pub remote_path: Option<String>,
+    /// Where longhaul is missing on the far host, copy this binary there
+    /// (~/.cache/longhaul/; same machine type only).
+    #[arg(long)]
+    pub copy_binary: bool,
 }
 
 /// How a client secures its connections and proves who it is.

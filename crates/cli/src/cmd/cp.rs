@@ -40,12 +40,14 @@ pub fn cp(
 /// A cp or sync as the archive records it when it starts.
 pub(super) fn new_run(a: &CpArgs, sync: Option<&SyncOptions>, dry_run: bool) -> NewRun {
     let (sources, dest) = a.paths.split_at(a.paths.len().saturating_sub(1));
+    let ssh = a.paths.iter().find_map(|p| super::remote::ssh_target(p));
     let remote = a
         .paths
         .iter()
         .find_map(|p| longhaul_proto::xfer::parse_remote(p));
+    let is_remote = |p: &String| longhaul_proto::xfer::parse_remote(p).is_some();
     let local = |p: &String| {
-        if longhaul_proto::xfer::parse_remote(p).is_some() {
+        if is_remote(p) {
             p.clone()
         } else {
             std::path::absolute(p).map_or_else(|_| p.clone(), |a| a.display().to_string())
@@ -54,12 +56,17 @@ pub(super) fn new_run(a: &CpArgs, sync: Option<&SyncOptions>, dry_run: bool) -> 
     NewRun {
         kind: if sync.is_some() { "sync" } else { "cp" }.into(),
         command: super::command_line(),
-        remote_host: remote.as_ref().map(|r| r.host.clone()),
-        export: remote.map(|r| r.export),
+        remote_host: match &ssh {
+            Some(t) => Some(t.dest.clone()),
+            None => remote.as_ref().map(|r| r.host.clone()),
+        },
+        // Over ssh there is no export, only the far account's paths.
+        export: remote.filter(|_| ssh.is_none()).map(|r| r.export),
         source: Some(sources.iter().map(local).collect::<Vec<_>>().join(" ")),
         dest: dest.first().map(local),
         params: Some(serde_json::json!({
-            "direction": if a.paths.last().is_some_and(|d| longhaul_proto::xfer::parse_remote(d).is_some()) { "push" } else { "pull" },
+            "direction": if a.paths.last().is_some_and(is_remote) { "push" } else { "pull" },
+            "over_ssh": ssh.is_some(),
             "recursive": a.recursive,
             "streams": a.streams,
             "rate_bps": a.rate,
@@ -81,14 +88,41 @@ fn transfer(
     catalogue: Option<longhaul_engine::xfer::Catalogue>,
     printer: &mut (dyn CommandReporter + Send),
 ) -> Outcome {
-    let opts = options(a, sync, dry_run, catalogue)?;
-    let s = longhaul_engine::xfer::client::cp_with(&opts, printer)?;
+    let mut opts = options(a, sync, dry_run, catalogue)?;
+    let s = match ssh_paths(&mut opts, &a.ssh)? {
+        // HOST:path: over ssh, through a one-shot far end.
+        Some(far) => {
+            let s = longhaul_engine::xfer::client::cp_with(&opts, printer);
+            far.finish();
+            s?
+        }
+        None => longhaul_engine::xfer::client::cp_with(&opts, printer)?,
+    };
     printer.transfer_summary(&s);
     Ok(if s.failed.is_empty() {
         exit::OK
     } else {
         exit::PARTIAL
     })
+}
+
+/// Starts the far end of the `HOST:path` arguments over ssh, if any, and
+/// points the transfer at it (see [`super::remote`]).
+fn ssh_paths(
+    opts: &mut CpOptions,
+    ssh: &crate::args::SshArgs,
+) -> Result<Option<super::remote::FarEnd>, super::Failure> {
+    let mut all: Vec<String> = opts.sources.clone();
+    all.push(opts.dest.clone());
+    let far = super::remote::reach(&mut all, &mut opts.client, ssh)?;
+    if far.is_some() {
+        // A retry would need a new far end: the one-time secret is spent.
+        opts.retries = 0;
+        opts.path_memory = None;
+        opts.dest = all.pop().unwrap_or_default();
+        opts.sources = all;
+    }
+    Ok(far)
 }
 
 /// The transfer the command line asks for.
@@ -145,12 +179,18 @@ pub(super) fn options(
 
 /// `ls`: lists a remote directory.
 pub fn ls(a: LsArgs) -> Outcome {
-    let opts = ClientOptions {
+    let mut opts = ClientOptions {
         security: a.security.security()?,
         ..ClientOptions::default()
     };
+    let mut target = [a.target.clone()];
+    let far = super::remote::reach(&mut target, &mut opts, &a.ssh)?;
     let mut printer = print::outcome(a.json.then(Json::ls));
-    let outcome = longhaul_engine::xfer::client::ls(&a.target, &opts)
+    let listed = longhaul_engine::xfer::client::ls(&target[0], &opts);
+    if let Some(far) = far {
+        far.finish();
+    }
+    let outcome = listed
         .map(|entries| {
             printer.listing(&entries);
             exit::OK
