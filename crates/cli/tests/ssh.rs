@@ -25,7 +25,14 @@ fn require() -> bool {
 }
 
 fn which(name: &str) -> Option<PathBuf> {
-    for dir in ["/usr/sbin", "/usr/bin", "/sbin", "/bin", "/usr/local/sbin", "/usr/local/bin"] {
+    for dir in [
+        "/usr/sbin",
+        "/usr/bin",
+        "/sbin",
+        "/bin",
+        "/usr/local/sbin",
+        "/usr/local/bin",
+    ] {
         let p = Path::new(dir).join(name);
         if p.is_file() {
             return Some(p);
@@ -99,7 +106,8 @@ fn keygen(path: &Path) {
 /// `LONGHAUL_REQUIRE_SSH=1`).
 fn sshd() -> Option<Sshd> {
     let (Some(sshd), Some(_), Some(_)) = (which("sshd"), which("ssh"), which("ssh-keygen")) else {
-        let why = "sshd, ssh or ssh-keygen is missing (apt-get install openssh-server openssh-client)";
+        let why =
+            "sshd, ssh or ssh-keygen is missing (apt-get install openssh-server openssh-client)";
         assert!(!require(), "{why}, and LONGHAUL_REQUIRE_SSH=1");
         eprintln!("skipped: {why}");
         return None;
@@ -205,8 +213,17 @@ fn write_tree(root: &Path) {
 
 fn same_tree(a: &Path, b: &Path) {
     for rel in ["a.bin", "sub/b.txt", "sub/empty"] {
-        let (x, y) = (std::fs::read(a.join(rel)).unwrap(), std::fs::read(b.join(rel)));
-        assert_eq!(Some(&x), y.as_ref().ok(), "{rel} differs between {} and {}", a.display(), b.display());
+        let (x, y) = (
+            std::fs::read(a.join(rel)).unwrap(),
+            std::fs::read(b.join(rel)),
+        );
+        assert_eq!(
+            Some(&x),
+            y.as_ref().ok(),
+            "{rel} differs between {} and {}",
+            a.display(),
+            b.display()
+        );
     }
 }
 
@@ -223,7 +240,10 @@ fn gone(pid: u32) -> bool {
 fn wait_gone(pid: u32, what: &str) {
     let until = Instant::now() + Duration::from_secs(15);
     while !gone(pid) {
-        assert!(Instant::now() < until, "{what}: process {pid} is still there");
+        assert!(
+            Instant::now() < until,
+            "{what}: process {pid} is still there"
+        );
         std::thread::sleep(Duration::from_millis(50));
     }
 }
@@ -231,11 +251,7 @@ fn wait_gone(pid: u32, what: &str) {
 /// The far end's PID, from the client's `-v` log line.
 fn far_pid(log: &str) -> Option<u32> {
     let at = log.find("is pid ")?;
-    log[at + 7..]
-        .split_whitespace()
-        .next()?
-        .parse()
-        .ok()
+    log[at + 7..].split_whitespace().next()?.parse().ok()
 }
 
 /// Lines of a child's stderr, as they come.
@@ -308,7 +324,11 @@ fn push_pull_sync_and_ls_over_ssh_with_no_server_running() {
     same_tree(&src, &back.join("tree"));
     let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(j["verified"], true, "{}", text(&o));
-    assert!(j["encryption"].as_str().unwrap().starts_with("TLS"), "{}", text(&o));
+    assert!(
+        j["encryption"].as_str().unwrap().starts_with("TLS"),
+        "{}",
+        text(&o)
+    );
 
     // sync: one changed file goes again.
     std::fs::write(src.join("sub/b.txt"), b"changed, longer than before\n").unwrap();
@@ -333,7 +353,11 @@ fn push_pull_sync_and_ls_over_ssh_with_no_server_running() {
         .unwrap();
     assert!(o.status.success(), "ls: {}", text(&o));
     let out = String::from_utf8_lossy(&o.stdout);
-    assert!(out.contains("b.txt") && out.contains("empty"), "{}", text(&o));
+    assert!(
+        out.contains("b.txt") && out.contains("empty"),
+        "{}",
+        text(&o)
+    );
 
     // A relative path is in the far account's home, as with scp.
     let home = PathBuf::from(std::env::var("HOME").unwrap());
@@ -349,7 +373,10 @@ fn push_pull_sync_and_ls_over_ssh_with_no_server_running() {
     let landed = std::fs::read(home.join(&rel).join("b.txt"));
     let _ = std::fs::remove_dir_all(home.join(&rel));
     assert!(o.status.success(), "relative push: {}", text(&o));
-    assert_eq!(landed.unwrap(), std::fs::read(src.join("sub/b.txt")).unwrap());
+    assert_eq!(
+        landed.unwrap(),
+        std::fs::read(src.join("sub/b.txt")).unwrap()
+    );
 }
 
 #[test]
@@ -400,7 +427,8 @@ fn a_far_end_killed_mid_copy_then_a_resume_completes() {
     let lines = lines_of(c.stderr.take().unwrap());
     let (pid, _) = wait_far_pid(&lines);
     std::thread::sleep(Duration::from_millis(2500));
-    // Our own sshd's child: ended by its PID.
+    // SAFETY: kill(2) takes any pid and signal; this pid is the far end
+    // our own sshd started for this test.
     unsafe { libc::kill(pid as i32, libc::SIGKILL) };
     let status = c.wait().unwrap();
     assert!(!status.success(), "the copy cannot have completed");
@@ -412,7 +440,10 @@ fn a_far_end_killed_mid_copy_then_a_resume_completes() {
         .output()
         .unwrap();
     assert!(o.status.success(), "resume: {}", text(&o));
-    assert!(std::fs::read(far.join("big.bin")).unwrap() == data, "the copy differs");
+    assert!(
+        std::fs::read(far.join("big.bin")).unwrap() == data,
+        "the copy differs"
+    );
     let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(j["verified"], true);
     assert!(
@@ -487,8 +518,7 @@ fn contains(hay: &[u8], needle: &[u8]) -> bool {
 }
 
 #[test]
-fn attacker_the_one_shot_port_admits_only_the_secret_once_and_the_secret_is_in_no_process_or_log()
-{
+fn attacker_the_one_shot_port_admits_only_the_secret_once_and_the_secret_is_in_no_process_or_log() {
     let Some(s) = sshd() else { return };
     let work = tempfile::tempdir().unwrap();
     let dir = work.path().join("d");
@@ -500,7 +530,10 @@ fn attacker_the_one_shot_port_admits_only_the_secret_once_and_the_secret_is_in_n
 
     // The secret is on no command line and in no environment, here or there.
     for (what, b) in all_cmdlines_and_environs() {
-        assert!(!contains(&b, h.secret.as_bytes()), "the secret is in {what}");
+        assert!(
+            !contains(&b, h.secret.as_bytes()),
+            "the secret is in {what}"
+        );
     }
 
     // Another local user knows the port (and even the fingerprint): without
@@ -513,11 +546,23 @@ fn attacker_the_one_shot_port_admits_only_the_secret_once_and_the_secret_is_in_n
         }
         c.output().unwrap()
     };
-    for token in [None, Some(format!("{SECRET_PREFIX}{}", "A".repeat(43))), Some("lh1_x_y".into())] {
+    for token in [
+        None,
+        Some(format!("{SECRET_PREFIX}{}", "A".repeat(43))),
+        Some("lh1_x_y".into()),
+    ] {
         let o = ls(token.as_deref());
         assert!(!o.status.success(), "{}", text(&o));
-        assert!(!String::from_utf8_lossy(&o.stdout).contains("secret-data"), "{}", text(&o));
-        assert!(String::from_utf8_lossy(&o.stderr).contains("one-shot server"), "{}", text(&o));
+        assert!(
+            !String::from_utf8_lossy(&o.stdout).contains("secret-data"),
+            "{}",
+            text(&o)
+        );
+        assert!(
+            String::from_utf8_lossy(&o.stderr).contains("one-shot server"),
+            "{}",
+            text(&o)
+        );
     }
     // Nor does someone who does not speak TLS get anything but a refusal.
     let mut raw = TcpStream::connect(("127.0.0.1", h.port)).unwrap();
@@ -549,8 +594,16 @@ fn attacker_the_one_shot_port_admits_only_the_secret_once_and_the_secret_is_in_n
     // ... once: a second use of the same secret is refused while it runs.
     let o = ls(Some(&h.secret));
     assert!(!o.status.success(), "{}", text(&o));
-    assert!(String::from_utf8_lossy(&o.stderr).contains("used already"), "{}", text(&o));
-    assert!(!String::from_utf8_lossy(&o.stdout).contains("secret-data"), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("used already"),
+        "{}",
+        text(&o)
+    );
+    assert!(
+        !String::from_utf8_lossy(&o.stdout).contains("secret-data"),
+        "{}",
+        text(&o)
+    );
 
     let status = first.wait().unwrap();
     let first_said: Vec<String> = first_err.try_iter().collect();
@@ -568,7 +621,10 @@ fn attacker_the_one_shot_port_admits_only_the_secret_once_and_the_secret_is_in_n
     }
     // The far end's log and the clients' say nothing of the secret.
     let far_said: String = far_err.try_iter().collect::<Vec<_>>().join("\n");
-    assert!(!far_said.contains(&h.secret) && !far_said.contains(SECRET_PREFIX), "{far_said}");
+    assert!(
+        !far_said.contains(&h.secret) && !far_said.contains(SECRET_PREFIX),
+        "{far_said}"
+    );
     assert!(!first_said.join("\n").contains(&h.secret));
     assert!(!s.log().contains(&h.secret));
 }
@@ -583,7 +639,16 @@ fn attacker_a_copy_over_ssh_shows_its_secret_nowhere() {
     std::fs::create_dir(&far).unwrap();
     let mut c = s
         .longhaul()
-        .args(["-vv", "cp", "--rate", "40M", "-P", "1", "--remote-path", BIN])
+        .args([
+            "-vv",
+            "cp",
+            "--rate",
+            "40M",
+            "-P",
+            "1",
+            "--remote-path",
+            BIN,
+        ])
         .arg(&big)
         .arg(format!("{HOST}:{}/", far.display()))
         .stdout(Stdio::piped())
@@ -596,7 +661,10 @@ fn attacker_a_copy_over_ssh_shows_its_secret_nowhere() {
     // client, ssh, sshd's session, the far end) holds a one-time secret.
     for _ in 0..5 {
         for (what, b) in all_cmdlines_and_environs() {
-            assert!(!contains(&b, SECRET_PREFIX.as_bytes()), "a one-time secret is in {what}");
+            assert!(
+                !contains(&b, SECRET_PREFIX.as_bytes()),
+                "a one-time secret is in {what}"
+            );
         }
         std::thread::sleep(Duration::from_millis(200));
     }
@@ -605,7 +673,52 @@ fn attacker_a_copy_over_ssh_shows_its_secret_nowhere() {
     let status = c.wait().unwrap();
     said.extend(lines.iter().map(|l| l + "\n"));
     assert!(status.success(), "{said}");
-    assert!(!said.contains(SECRET_PREFIX), "the debug log shows the secret:\n{said}");
+    assert!(
+        !said.contains(SECRET_PREFIX),
+        "the debug log shows the secret:\n{said}"
+    );
     assert!(!out.contains(SECRET_PREFIX));
     assert!(!s.log().contains(SECRET_PREFIX));
+}
+
+#[test]
+fn copy_binary_puts_this_binary_on_a_host_without_longhaul_and_uses_it() {
+    let Some(s) = sshd() else { return };
+    let home = std::fs::canonicalize(std::env::var("HOME").unwrap()).unwrap();
+    let copied = home.join(format!(
+        ".cache/longhaul/longhaul-{}",
+        env!("CARGO_PKG_VERSION")
+    ));
+    // The test's far host is this host: only a copy this test made is removed.
+    let was_there = copied.exists();
+    let work = tempfile::tempdir().unwrap();
+    let f = work.path().join("f.bin");
+    std::fs::write(&f, pattern(11, 1 << 20)).unwrap();
+    let far = work.path().join("far");
+    std::fs::create_dir(&far).unwrap();
+    let o = s
+        .longhaul()
+        .args([
+            "cp",
+            "--copy-binary",
+            "--remote-path",
+            "/nonexistent/longhaul",
+        ])
+        .arg(&f)
+        .arg(format!("{HOST}:{}/", far.display()))
+        .output()
+        .unwrap();
+    let landed = std::fs::read(far.join("f.bin"));
+    let mode = std::fs::metadata(&copied)
+        .map(|m| std::os::unix::fs::PermissionsExt::mode(&m.permissions()));
+    if !was_there {
+        let _ = std::fs::remove_file(&copied);
+    }
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(landed.unwrap(), std::fs::read(&f).unwrap());
+    assert_eq!(
+        mode.unwrap() & 0o777,
+        0o700,
+        "the copy is its owner's alone"
+    );
 }

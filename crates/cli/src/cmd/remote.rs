@@ -63,9 +63,7 @@ pub fn ssh_target(arg: &str) -> Option<SshTarget> {
         return None;
     }
     let (user, rest) = match arg.split_once('@') {
-        Some((u, r)) if !u.is_empty() && !u.contains('/') && !u.contains(':') => {
-            (Some(u), r)
-        }
+        Some((u, r)) if !u.is_empty() && !u.contains('/') && !u.contains(':') => (Some(u), r),
         _ => (None, arg),
     };
     let (host, path) = if let Some(s) = rest.strip_prefix('[') {
@@ -117,9 +115,11 @@ fn export_path(path: &str) -> Result<(&'static str, String), String> {
 /// The ssh command line that runs `remote` on `dest`.
 fn ssh_command(ssh: &SshArgs, dest: &str, remote: &str) -> Result<Command, Failure> {
     let rsh = ssh.rsh.as_deref().unwrap_or("ssh");
-    let argv = shlex::split(rsh)
-        .filter(|v| !v.is_empty())
-        .ok_or_else(|| usage(format!("--rsh '{rsh}': not a command line (check its quotes)")))?;
+    let argv = shlex::split(rsh).filter(|v| !v.is_empty()).ok_or_else(|| {
+        usage(format!(
+            "--rsh '{rsh}': not a command line (check its quotes)"
+        ))
+    })?;
     // A host that starts with '-' would be read by ssh as an option
     // (-oProxyCommand=...).
     if dest.starts_with('-') {
@@ -180,10 +180,7 @@ fn keep_stderr(r: impl Read + Send + 'static) -> Arc<Mutex<String>> {
         .spawn(move || {
             for line in BufReader::new(r).lines() {
                 let Ok(line) = line else { break };
-                tracing::debug!(
-                    "ssh: {}",
-                    longhaul_proto::units::escaped(&line)
-                );
+                tracing::debug!("ssh: {}", longhaul_proto::units::escaped(&line));
                 if let Ok(mut k) = k.lock() {
                     k.push_str(&line);
                     k.push('\n');
@@ -226,10 +223,7 @@ fn watch_stdout(r: impl Read + Send + 'static) -> Receiver<Result<String, ()>> {
                     let _ = tx.send(Err(()));
                     return;
                 }
-                tracing::debug!(
-                    "far end said: {}",
-                    longhaul_proto::units::escaped(line)
-                );
+                tracing::debug!("far end said: {}", longhaul_proto::units::escaped(line));
             }
             // Nothing more is expected; keep the pipe drained.
             let _ = std::io::copy(&mut r, &mut std::io::sink());
@@ -352,11 +346,20 @@ fn copied_path() -> String {
 }
 
 /// Runs a short command over ssh, feeding it `input`; returns its output.
-fn ssh_run(ssh: &SshArgs, dest: &str, remote: &str, input: Option<&[u8]>) -> Result<String, Failure> {
+fn ssh_run(
+    ssh: &SshArgs,
+    dest: &str,
+    remote: &str,
+    input: Option<&[u8]>,
+) -> Result<String, Failure> {
     let mut c = ssh_command(ssh, dest, remote)?;
-    c.stdin(if input.is_some() { Stdio::piped() } else { Stdio::null() })
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
+    c.stdin(if input.is_some() {
+        Stdio::piped()
+    } else {
+        Stdio::null()
+    })
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped());
     let mut child = c.spawn().map_err(|e| Failure {
         code: exit::CONNECT,
         message: format!("cannot run ssh to reach {dest}: {e}"),
@@ -471,11 +474,7 @@ pub fn reach(
     let Some(first) = targets.iter().flatten().next().cloned() else {
         return Ok(None);
     };
-    if targets
-        .iter()
-        .flatten()
-        .any(|t| t.dest != first.dest)
-    {
+    if targets.iter().flatten().any(|t| t.dest != first.dest) {
         return Err(usage(
             "all ssh paths must be on one host (copies between two remote hosts are not supported yet)",
         ));
@@ -555,7 +554,10 @@ mod tests {
         let t = ssh_target("dtn1:data/run7").unwrap();
         assert_eq!((t.dest.as_str(), t.path.as_str()), ("dtn1", "data/run7"));
         let t = ssh_target("me@dtn1:/scratch/x").unwrap();
-        assert_eq!((t.dest.as_str(), t.path.as_str()), ("me@dtn1", "/scratch/x"));
+        assert_eq!(
+            (t.dest.as_str(), t.path.as_str()),
+            ("me@dtn1", "/scratch/x")
+        );
         let t = ssh_target("me@[::1]:x").unwrap();
         assert_eq!(t.dest, "me@::1");
         assert_eq!(ssh_target("dtn1:").unwrap().path, "");
@@ -573,7 +575,10 @@ mod tests {
         assert_eq!(export_path("a/b").unwrap(), (HOME_EXPORT, "a/b".into()));
         assert_eq!(export_path("").unwrap(), (HOME_EXPORT, String::new()));
         assert_eq!(export_path("~/a").unwrap(), (HOME_EXPORT, "a".into()));
-        assert_eq!(export_path("/tmp/x/").unwrap(), (ROOT_EXPORT, "tmp/x/".into()));
+        assert_eq!(
+            export_path("/tmp/x/").unwrap(),
+            (ROOT_EXPORT, "tmp/x/".into())
+        );
         assert!(export_path("~bob/x").is_err());
     }
 }

@@ -711,7 +711,16 @@ fn handle_connection(shared: &Arc<Shared>, tcp: TcpStream, peer: SocketAddr) {
     // A one-shot server admits its one client and nobody else: no proof
     // of a token, no anonymous session.
     let one_shot_client = match &shared.cfg.one_time {
-        Some(_) if access.is_none() && matches!(&hello, Message::Hello(Hello { role: Role::Control, .. })) => {
+        Some(_)
+            if access.is_none()
+                && matches!(
+                    &hello,
+                    Message::Hello(Hello {
+                        role: Role::Control,
+                        ..
+                    })
+                ) =>
+        {
             unauthorized(
                 &mut *stream,
                 "this is a one-shot server: it admits only the one-time secret its client received over ssh",

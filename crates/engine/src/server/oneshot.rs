@@ -91,7 +91,10 @@ impl OneTime {
                     .into(),
             );
         }
-        let mut p = self.phase.lock().map_err(|_| "internal error".to_string())?;
+        let mut p = self
+            .phase
+            .lock()
+            .map_err(|_| "internal error".to_string())?;
         if *p != Phase::Fresh {
             return Err("the one-time secret of this one-shot server was used already".into());
         }
