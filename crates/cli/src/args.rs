@@ -32,13 +32,13 @@ pub enum Command {
     Serve(ServeArgs),
     /// Memory-to-memory throughput test against a server (TCP or UDP).
     Perf(PerfArgs),
-    /// Copy files and trees to or from a server: `cp SRC... HOST:EXPORT/path` (push)
-    /// or `cp HOST:EXPORT/path... DIR` (pull).
+    /// Copy files and trees to or from a host over ssh (`cp SRC... [USER@]HOST:path`, `cp
+    /// HOST:path... DIR`) or a server (`longhaul://HOST[:PORT]/EXPORT/path`).
     Cp(CpArgs),
     /// Make a destination tree match a source tree: send what differs (size and
     /// mtime, or content with --checksum), optionally delete what the source lacks.
     Sync(SyncArgs),
-    /// List a remote directory: `ls HOST:EXPORT/path`.
+    /// List a remote directory: `ls HOST:path` (ssh) or `ls longhaul://HOST/EXPORT/path`.
     Ls(LsArgs),
     /// Start a server on loopback in this process and run a short test against it.
     Demo,
