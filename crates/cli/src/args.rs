@@ -320,6 +320,7 @@ pub enum TokenCommand {
 #[derive(Args, Clone)]
 pub struct PerfArgs {
     /// Server `HOST[:PORT]`; with two, the first server tests to the second (third-party mode).
+    /// `[USER@]HOST:` (an empty ssh path): a host with no server, reached over ssh.
     #[arg(required = true, num_args = 1..=2, value_name = "HOST[:PORT]")]
     pub hosts: Vec<String>,
     /// Server port, when HOST does not carry one.
@@ -401,6 +402,8 @@ pub struct PerfArgs {
     /// Time to wait for the server to answer.
     #[arg(long, default_value = "5s", value_parser = duration)]
     pub connect_timeout: Duration,
+    #[command(flatten)]
+    pub ssh: SshArgs,
     #[command(flatten)]
     pub security: SecurityArgs,
 }

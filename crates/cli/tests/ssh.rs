@@ -722,3 +722,20 @@ fn copy_binary_puts_this_binary_on_a_host_without_longhaul_and_uses_it() {
         "the copy is its owner's alone"
     );
 }
+
+#[test]
+fn perf_over_ssh_with_no_server_running() {
+    let Some(s) = sshd() else { return };
+    let o = s
+        .longhaul()
+        .args(["-v", "perf", "-t", "1", "--json", "--remote-path", BIN])
+        .arg(format!("{HOST}:"))
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "perf: {}", text(&o));
+    let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(j["error"].is_null(), "{}", text(&o));
+    assert!(j["summary"]["bytes"].as_u64().unwrap() > 0, "{}", text(&o));
+    let pid = far_pid(&String::from_utf8_lossy(&o.stderr)).expect("the far end's pid in the log");
+    wait_gone(pid, "the far end after a perf test");
+}

@@ -499,15 +499,46 @@ pub fn reach(
             *a = format!("longhaul://{server}/{export}/{path}");
         }
     }
-    client.security = longhaul_engine::net::dial::Security {
+    client.security = handshake_security(&far.handshake);
+    Ok(Some(far))
+}
+
+/// `perf [USER@]HOST:`: a host named with an empty ssh path (nothing else
+/// a perf target can be) is reached over ssh; its argument becomes the
+/// one-shot server's `ADDR:PORT`, and `client` trusts and proves itself as
+/// in [`reach`]. One host only: a third-party test over ssh is not built.
+pub fn reach_host(
+    hosts: &mut [String],
+    client: &mut ClientOptions,
+    ssh: &SshArgs,
+) -> Result<Option<FarEnd>, Failure> {
+    let is_ssh = |h: &String| ssh_target(h).is_some_and(|t| t.path.is_empty());
+    let Some(at) = hosts.iter().position(is_ssh) else {
+        return Ok(None);
+    };
+    if hosts.len() > 1 {
+        return Err(usage(
+            "a third-party test with a host over ssh (HOST:) is not supported yet: test one host at a time",
+        ));
+    }
+    let dest = ssh_target(&hosts[at]).map(|t| t.dest).unwrap_or_default();
+    let far = start(ssh, &dest)?;
+    hosts[at] = server_of(&far.handshake);
+    client.security = handshake_security(&far.handshake);
+    Ok(Some(far))
+}
+
+/// The trust and credential of a client of the far end: its fingerprint
+/// pinned (nothing else), its one-time secret.
+fn handshake_security(h: &Handshake) -> longhaul_engine::net::dial::Security {
+    longhaul_engine::net::dial::Security {
         plaintext: false,
         trust: TrustOptions {
-            pins: vec![far.handshake.fingerprint.clone()],
+            pins: vec![h.fingerprint.clone()],
             ..TrustOptions::default()
         },
-        token: Some(far.handshake.secret.clone()),
-    };
-    Ok(Some(far))
+        token: Some(h.secret.clone()),
+    }
 }
 
 /// `longhaul serve --one-shot`: the far end `reach` starts over ssh. It
