@@ -92,7 +92,8 @@ fn transfer(
     let s = match ssh_paths(&mut opts, &a.ssh)? {
         // HOST:path: over ssh, through a one-shot far end.
         Some(far) => {
-            let s = longhaul_engine::xfer::client::cp_with(&opts, printer);
+            let s = longhaul_engine::xfer::client::cp_with(&opts, printer)
+                .map_err(|e| super::remote::explain(&far, e));
             far.finish();
             s?
         }
@@ -187,14 +188,17 @@ pub fn ls(a: LsArgs) -> Outcome {
     let far = super::remote::reach(&mut target, &mut opts, &a.ssh)?;
     let mut printer = print::outcome(a.json.then(Json::ls));
     let listed = longhaul_engine::xfer::client::ls(&target[0], &opts);
-    if let Some(far) = far {
-        far.finish();
-    }
-    let outcome = listed
-        .map(|entries| {
-            printer.listing(&entries);
-            exit::OK
-        })
-        .map_err(Into::into);
+    let listed = match far {
+        Some(far) => {
+            let l = listed.map_err(|e| super::remote::explain(&far, e));
+            far.finish();
+            l
+        }
+        None => listed.map_err(Into::into),
+    };
+    let outcome = listed.map(|entries| {
+        printer.listing(&entries);
+        exit::OK
+    });
     ended(printer.as_mut(), outcome)
 }

@@ -50,10 +50,14 @@ fn run(a: &PerfArgs, printer: &mut dyn CommandReporter) -> Outcome {
         [from, to] => run_third_party(from, to, &params, &opts, printer),
         _ => unreachable!("clap allows one or two hosts"),
     };
-    if let Some(far) = far {
-        far.finish();
-    }
-    ran?;
+    match far {
+        Some(far) => {
+            let ran = ran.map_err(|e| super::remote::explain(&far, e));
+            far.finish();
+            ran?
+        }
+        None => ran?,
+    };
     Ok(if opts.interrupt.load(Ordering::SeqCst) {
         exit::INTERRUPTED
     } else {

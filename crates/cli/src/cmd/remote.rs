@@ -42,6 +42,8 @@ pub const ROOT_EXPORT: &str = "root";
 const HANDSHAKE_WAIT: Duration = Duration::from_secs(120);
 /// How much of ssh's standard error is kept for an error message.
 const STDERR_KEPT: usize = 8 << 10;
+/// The longest line read from the far end (longer ones are cut there).
+const LINE_MAX: u64 = 4096;
 /// Lines before the handshake a login script may print, at most.
 const NOISE_LINES: usize = 256;
 
@@ -205,14 +207,16 @@ fn watch_stdout(r: impl Read + Send + 'static) -> Receiver<Result<String, ()>> {
             let mut r = BufReader::new(r);
             let mut noise = 0usize;
             loop {
-                let mut line = String::new();
-                match r.read_line(&mut line) {
+                // Bounded, and any bytes: a login script may print anything.
+                let mut raw = Vec::new();
+                match (&mut r).take(LINE_MAX).read_until(b'\n', &mut raw) {
                     Ok(0) | Err(_) => {
                         let _ = tx.send(Err(()));
                         return;
                     }
                     Ok(_) => {}
                 }
+                let line = String::from_utf8_lossy(&raw);
                 let line = line.trim_end();
                 if Handshake::is_handshake(line) {
                     let _ = tx.send(Ok(line.to_string()));
@@ -451,6 +455,23 @@ pub fn start(ssh: &SshArgs, dest: &str) -> Result<FarEnd, Failure> {
             env!("CARGO_PKG_VERSION")
         ),
     })
+}
+
+/// A failure of the client against the far end, with a hint when it
+/// could not connect: the far end listens on the address ssh reached,
+/// which a jump host or a NAT may hide from here.
+pub fn explain(far: &FarEnd, e: longhaul_engine::EngineError) -> Failure {
+    let connect = matches!(e, longhaul_engine::EngineError::Connect(_));
+    let mut f = Failure::from(e);
+    if connect {
+        f.message = format!(
+            "{} (the far end on {} listens on {}, the address ssh reached there; through a jump host or a NAT that address may not be reachable from here)",
+            f.message,
+            far.dest,
+            server_of(&far.handshake)
+        );
+    }
+    f
 }
 
 /// The server address a handshake names, as the engine parses it.
