@@ -417,7 +417,18 @@ fn a_far_end_killed_mid_copy_then_a_resume_completes() {
     std::fs::create_dir(&far).unwrap();
     let mut c = s
         .longhaul()
-        .args(["-v", "cp", "--rate", "40M", "-P", "1", "--remote-path", BIN])
+        .args([
+            "-v",
+            "cp",
+            "--retries",
+            "0",
+            "--rate",
+            "40M",
+            "-P",
+            "1",
+            "--remote-path",
+            BIN,
+        ])
         .arg(&big)
         .arg(format!("{HOST}:{}/", far.display()))
         .stdout(Stdio::null())
@@ -451,6 +462,58 @@ fn a_far_end_killed_mid_copy_then_a_resume_completes() {
         "the second run resumed the first's partial file: {}",
         text(&o)
     );
+}
+
+#[test]
+fn with_retries_a_far_end_killed_mid_copy_is_replaced_and_the_copy_completes() {
+    let Some(s) = sshd() else { return };
+    let work = tempfile::tempdir().unwrap();
+    let big = work.path().join("big.bin");
+    let data = pattern(13, 48 << 20);
+    std::fs::write(&big, &data).unwrap();
+    let far = work.path().join("far");
+    std::fs::create_dir(&far).unwrap();
+    let mut c = s
+        .longhaul()
+        .args([
+            "-v",
+            "cp",
+            "--json",
+            "--retries",
+            "2",
+            "-P",
+            "1",
+            "--rate",
+            "40M",
+        ])
+        .args(["--remote-path", BIN])
+        .arg(&big)
+        .arg(format!("{HOST}:{}/", far.display()))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let lines = lines_of(c.stderr.take().unwrap());
+    let (pid, _) = wait_far_pid(&lines);
+    std::thread::sleep(Duration::from_millis(2000));
+    // SAFETY: kill(2) takes any pid and signal; this pid is the far end
+    // our own sshd started for this test.
+    unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+    let (next, _) = wait_far_pid(&lines);
+    assert_ne!(next, pid, "a new far end");
+    let mut out = String::new();
+    c.stdout.take().unwrap().read_to_string(&mut out).unwrap();
+    let status = c.wait().unwrap();
+    let said: Vec<String> = lines.try_iter().collect();
+    assert!(status.success(), "{out}\n{said:?}");
+    assert!(
+        std::fs::read(far.join("big.bin")).unwrap() == data,
+        "the copy differs"
+    );
+    let j: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(j["attempts"], 2, "{out}");
+    assert_eq!(j["verified"], true, "{out}");
+    wait_gone(next, "the second far end");
 }
 
 #[test]

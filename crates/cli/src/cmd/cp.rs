@@ -88,16 +88,16 @@ fn transfer(
     catalogue: Option<longhaul_engine::xfer::Catalogue>,
     printer: &mut (dyn CommandReporter + Send),
 ) -> Outcome {
-    let mut opts = options(a, sync, dry_run, catalogue)?;
-    let s = match ssh_paths(&mut opts, &a.ssh)? {
-        // HOST:path: over ssh, through a one-shot far end.
-        Some(far) => {
-            let s = longhaul_engine::xfer::client::cp_with(&opts, printer)
-                .map_err(|e| super::remote::explain(&far, e));
-            far.finish();
-            s?
-        }
-        None => longhaul_engine::xfer::client::cp_with(&opts, printer)?,
+    let opts = options(a, sync, dry_run, catalogue)?;
+    let over_ssh = opts
+        .sources
+        .iter()
+        .chain([&opts.dest])
+        .any(|p| super::remote::ssh_target(p).is_some());
+    let s = if over_ssh {
+        cp_over_ssh(&opts, &a.ssh, printer)?
+    } else {
+        longhaul_engine::xfer::client::cp_with(&opts, printer)?
     };
     printer.transfer_summary(&s);
     Ok(if s.failed.is_empty() {
@@ -107,23 +107,55 @@ fn transfer(
     })
 }
 
-/// Starts the far end of the `HOST:path` arguments over ssh, if any, and
-/// points the transfer at it (see [`super::remote`]).
-fn ssh_paths(
-    opts: &mut CpOptions,
+/// A copy with `HOST:path` arguments: each attempt starts a far end over
+/// ssh and points the transfer at it (see [`super::remote`]). A retry
+/// (`--retries`) needs a new far end, since the one-time secret of the
+/// last is spent; like any retry it resumes from the sink's journal.
+fn cp_over_ssh(
+    base: &CpOptions,
     ssh: &crate::args::SshArgs,
-) -> Result<Option<super::remote::FarEnd>, super::Failure> {
-    let mut all: Vec<String> = opts.sources.clone();
-    all.push(opts.dest.clone());
-    let far = super::remote::reach(&mut all, &mut opts.client, ssh)?;
-    if far.is_some() {
-        // A retry would need a new far end: the one-time secret is spent.
+    printer: &mut (dyn CommandReporter + Send),
+) -> Result<longhaul_engine::xfer::client::CpSummary, super::Failure> {
+    let mut attempt: u32 = 0;
+    loop {
+        attempt += 1;
+        let mut opts = base.clone();
         opts.retries = 0;
+        // Its port is new each time: nothing to remember a rate by.
         opts.path_memory = None;
+        let mut all: Vec<String> = opts.sources.clone();
+        all.push(opts.dest.clone());
+        let Some(far) = super::remote::reach(&mut all, &mut opts.client, ssh)? else {
+            return Err(super::Failure::internal("no ssh path after all"));
+        };
         opts.dest = all.pop().unwrap_or_default();
         opts.sources = all;
+        let e = match longhaul_engine::xfer::client::cp_with(&opts, printer) {
+            Ok(mut s) => {
+                far.finish();
+                s.attempts = attempt;
+                return Ok(s);
+            }
+            Err(e) => e,
+        };
+        let f = super::remote::explain(&far, e);
+        far.finish();
+        let network = f.code == exit::CONNECT || f.code == exit::FAILED;
+        let interrupted = base
+            .client
+            .interrupt
+            .load(std::sync::atomic::Ordering::Relaxed);
+        if !network || attempt > base.retries || interrupted {
+            return Err(f);
+        }
+        let wait = std::time::Duration::from_secs(1 << (attempt - 1).min(5));
+        tracing::warn!(
+            "attempt {attempt} failed: {}; retrying in {} s with a new far end",
+            f.message,
+            wait.as_secs()
+        );
+        std::thread::sleep(wait);
     }
-    Ok(far)
 }
 
 /// The transfer the command line asks for.
