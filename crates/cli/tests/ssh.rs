@@ -254,6 +254,21 @@ fn far_pid(log: &str) -> Option<u32> {
     log[at + 7..].split_whitespace().next()?.parse().ok()
 }
 
+/// Waits until a sink's journal has recorded some chunks (and a moment
+/// more), so that a resume has something to resume.
+fn journaled(journal: &Path) {
+    let until = Instant::now() + Duration::from_secs(60);
+    while std::fs::metadata(journal).map_or(true, |m| m.len() < 256) {
+        assert!(
+            Instant::now() < until,
+            "no journal at {}",
+            journal.display()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::thread::sleep(Duration::from_millis(500));
+}
+
 /// Lines of a child's stderr, as they come.
 fn lines_of(r: impl Read + Send + 'static) -> Receiver<String> {
     let (tx, rx) = channel();
@@ -426,6 +441,8 @@ fn a_far_end_killed_mid_copy_then_a_resume_completes() {
             "40M",
             "-P",
             "1",
+            "--chunk",
+            "1M",
             "--remote-path",
             BIN,
         ])
@@ -437,7 +454,7 @@ fn a_far_end_killed_mid_copy_then_a_resume_completes() {
         .unwrap();
     let lines = lines_of(c.stderr.take().unwrap());
     let (pid, _) = wait_far_pid(&lines);
-    std::thread::sleep(Duration::from_millis(2500));
+    journaled(&far.join(".big.bin.lhjournal"));
     // SAFETY: kill(2) takes any pid and signal; this pid is the far end
     // our own sshd started for this test.
     unsafe { libc::kill(pid as i32, libc::SIGKILL) };
@@ -445,7 +462,7 @@ fn a_far_end_killed_mid_copy_then_a_resume_completes() {
     assert!(!status.success(), "the copy cannot have completed");
     let o = s
         .longhaul()
-        .args(["cp", "--json", "--remote-path", BIN])
+        .args(["cp", "--json", "--chunk", "1M", "--remote-path", BIN])
         .arg(&big)
         .arg(format!("{HOST}:{}/", far.display()))
         .output()
