@@ -32,13 +32,13 @@ pub enum Command {
     Serve(ServeArgs),
     /// Memory-to-memory throughput test against a server (TCP or UDP).
     Perf(PerfArgs),
-    /// Copy files and trees to or from a server: `cp SRC... HOST:EXPORT/path` (push)
-    /// or `cp HOST:EXPORT/path... DIR` (pull).
+    /// Copy files and trees to or from a host over ssh (`cp SRC... [USER@]HOST:path`, `cp
+    /// HOST:path... DIR`) or a server (`longhaul://HOST[:PORT]/EXPORT/path`).
     Cp(CpArgs),
     /// Make a destination tree match a source tree: send what differs (size and
     /// mtime, or content with --checksum), optionally delete what the source lacks.
     Sync(SyncArgs),
-    /// List a remote directory: `ls HOST:EXPORT/path`.
+    /// List a remote directory: `ls HOST:path` (ssh) or `ls longhaul://HOST/EXPORT/path`.
     Ls(LsArgs),
     /// Start a server on loopback in this process and run a short test against it.
     Demo,
@@ -156,6 +156,9 @@ pub struct PlotArgs {
 
 #[derive(Args)]
 pub struct ServeArgs {
+    /// Run the one-shot server that `longhaul cp HOST:path` starts over ssh (internal).
+    #[arg(long, hide = true)]
+    pub one_shot: bool,
     /// Address to listen on, IPv4 or IPv6 (repeatable). `[::]:PORT` serves both families.
     #[arg(long, value_name = "ADDR:PORT")]
     pub listen: Vec<SocketAddr>,
@@ -317,6 +320,7 @@ pub enum TokenCommand {
 #[derive(Args, Clone)]
 pub struct PerfArgs {
     /// Server `HOST[:PORT]`; with two, the first server tests to the second (third-party mode).
+    /// `[USER@]HOST:` (an empty ssh path): a host with no server, reached over ssh.
     #[arg(required = true, num_args = 1..=2, value_name = "HOST[:PORT]")]
     pub hosts: Vec<String>,
     /// Server port, when HOST does not carry one.
@@ -399,6 +403,8 @@ pub struct PerfArgs {
     #[arg(long, default_value = "5s", value_parser = duration)]
     pub connect_timeout: Duration,
     #[command(flatten)]
+    pub ssh: SshArgs,
+    #[command(flatten)]
     pub security: SecurityArgs,
 }
 
@@ -421,7 +427,8 @@ impl StreamCount {
 
 #[derive(Args)]
 pub struct CpArgs {
-    /// Sources, then the destination. Remote: HOST:EXPORT/path or longhaul://HOST[:PORT]/EXPORT/path.
+    /// Sources, then the destination. Over ssh (no server there): [USER@]HOST:path. On a
+    /// longhaul server: longhaul://HOST[:PORT]/EXPORT/path or HOST:PORT:EXPORT/path.
     #[arg(required = true, num_args = 2.., value_name = "SRC... DST")]
     pub paths: Vec<String>,
     /// Copy directories and their contents.
@@ -501,6 +508,8 @@ pub struct CpArgs {
     pub via: Vec<std::net::SocketAddr>,
     #[command(flatten)]
     pub security: SecurityArgs,
+    #[command(flatten)]
+    pub ssh: SshArgs,
     #[command(flatten)]
     pub fleet: FleetArgs,
 }
@@ -585,12 +594,30 @@ pub struct SyncArgs {
 
 #[derive(Args)]
 pub struct LsArgs {
-    /// HOST:EXPORT/path or longhaul://HOST[:PORT]/EXPORT/path
+    /// [USER@]HOST:path (over ssh), or longhaul://HOST[:PORT]/EXPORT/path or HOST:PORT:EXPORT/path
     pub target: String,
     #[arg(long)]
     pub json: bool,
     #[command(flatten)]
     pub security: SecurityArgs,
+    #[command(flatten)]
+    pub ssh: SshArgs,
+}
+
+/// How a host named `[USER@]HOST:path` is reached over ssh (as rsync's -e
+/// and --rsync-path).
+#[derive(Args, Clone, Default)]
+pub struct SshArgs {
+    /// The command that runs ssh for HOST:path, with its options (default: ssh).
+    #[arg(short = 'e', long = "rsh", value_name = "CMD", env = "LONGHAUL_RSH")]
+    pub rsh: Option<String>,
+    /// The longhaul program on the far host, for HOST:path (default: longhaul on its PATH).
+    #[arg(long, value_name = "PATH")]
+    pub remote_path: Option<String>,
+    /// Where longhaul is missing on the far host, copy this binary there
+    /// (~/.cache/longhaul/; same machine type only).
+    #[arg(long)]
+    pub copy_binary: bool,
 }
 
 /// How a client secures its connections and proves who it is.

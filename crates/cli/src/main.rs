@@ -46,6 +46,7 @@ fn main() {
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let result = match cli.command {
+        Command::Serve(a) if a.one_shot => cmd::remote::serve_one_shot(a),
         Command::Serve(a) => cmd::serve(a, &cli.archive),
         Command::Perf(a) => cmd::perf(a, &cli.archive),
         Command::Cp(a) => cmd::cp(a, None, false, &cli.archive),

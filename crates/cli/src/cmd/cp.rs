@@ -40,12 +40,14 @@ pub fn cp(
 /// A cp or sync as the archive records it when it starts.
 pub(super) fn new_run(a: &CpArgs, sync: Option<&SyncOptions>, dry_run: bool) -> NewRun {
     let (sources, dest) = a.paths.split_at(a.paths.len().saturating_sub(1));
+    let ssh = a.paths.iter().find_map(|p| super::remote::ssh_target(p));
     let remote = a
         .paths
         .iter()
         .find_map(|p| longhaul_proto::xfer::parse_remote(p));
+    let is_remote = |p: &String| longhaul_proto::xfer::parse_remote(p).is_some();
     let local = |p: &String| {
-        if longhaul_proto::xfer::parse_remote(p).is_some() {
+        if is_remote(p) {
             p.clone()
         } else {
             std::path::absolute(p).map_or_else(|_| p.clone(), |a| a.display().to_string())
@@ -54,12 +56,17 @@ pub(super) fn new_run(a: &CpArgs, sync: Option<&SyncOptions>, dry_run: bool) -> 
     NewRun {
         kind: if sync.is_some() { "sync" } else { "cp" }.into(),
         command: super::command_line(),
-        remote_host: remote.as_ref().map(|r| r.host.clone()),
-        export: remote.map(|r| r.export),
+        remote_host: match &ssh {
+            Some(t) => Some(t.dest.clone()),
+            None => remote.as_ref().map(|r| r.host.clone()),
+        },
+        // Over ssh there is no export, only the far account's paths.
+        export: remote.filter(|_| ssh.is_none()).map(|r| r.export),
         source: Some(sources.iter().map(local).collect::<Vec<_>>().join(" ")),
         dest: dest.first().map(local),
         params: Some(serde_json::json!({
-            "direction": if a.paths.last().is_some_and(|d| longhaul_proto::xfer::parse_remote(d).is_some()) { "push" } else { "pull" },
+            "direction": if a.paths.last().is_some_and(is_remote) { "push" } else { "pull" },
+            "over_ssh": ssh.is_some(),
             "recursive": a.recursive,
             "streams": a.streams,
             "rate_bps": a.rate,
@@ -82,13 +89,73 @@ fn transfer(
     printer: &mut (dyn CommandReporter + Send),
 ) -> Outcome {
     let opts = options(a, sync, dry_run, catalogue)?;
-    let s = longhaul_engine::xfer::client::cp_with(&opts, printer)?;
+    let over_ssh = opts
+        .sources
+        .iter()
+        .chain([&opts.dest])
+        .any(|p| super::remote::ssh_target(p).is_some());
+    let s = if over_ssh {
+        cp_over_ssh(&opts, &a.ssh, printer)?
+    } else {
+        longhaul_engine::xfer::client::cp_with(&opts, printer)?
+    };
     printer.transfer_summary(&s);
     Ok(if s.failed.is_empty() {
         exit::OK
     } else {
         exit::PARTIAL
     })
+}
+
+/// A copy with `HOST:path` arguments: each attempt starts a far end over
+/// ssh and points the transfer at it (see [`super::remote`]). A retry
+/// (`--retries`) needs a new far end, since the one-time secret of the
+/// last is spent; like any retry it resumes from the sink's journal.
+fn cp_over_ssh(
+    base: &CpOptions,
+    ssh: &crate::args::SshArgs,
+    printer: &mut (dyn CommandReporter + Send),
+) -> Result<longhaul_engine::xfer::client::CpSummary, super::Failure> {
+    let mut attempt: u32 = 0;
+    loop {
+        attempt += 1;
+        let mut opts = base.clone();
+        opts.retries = 0;
+        // Its port is new each time: nothing to remember a rate by.
+        opts.path_memory = None;
+        let mut all: Vec<String> = opts.sources.clone();
+        all.push(opts.dest.clone());
+        let Some(far) = super::remote::reach(&mut all, &mut opts.client, ssh)? else {
+            return Err(super::Failure::internal("no ssh path after all"));
+        };
+        opts.dest = all.pop().unwrap_or_default();
+        opts.sources = all;
+        let e = match longhaul_engine::xfer::client::cp_with(&opts, printer) {
+            Ok(mut s) => {
+                far.finish();
+                s.attempts = attempt;
+                return Ok(s);
+            }
+            Err(e) => e,
+        };
+        let f = super::remote::explain(&far, e);
+        far.finish();
+        let network = f.code == exit::CONNECT || f.code == exit::FAILED;
+        let interrupted = base
+            .client
+            .interrupt
+            .load(std::sync::atomic::Ordering::Relaxed);
+        if !network || attempt > base.retries || interrupted {
+            return Err(f);
+        }
+        let wait = std::time::Duration::from_secs(1 << (attempt - 1).min(5));
+        tracing::warn!(
+            "attempt {attempt} failed: {}; retrying in {} s with a new far end",
+            f.message,
+            wait.as_secs()
+        );
+        std::thread::sleep(wait);
+    }
 }
 
 /// The transfer the command line asks for.
@@ -145,16 +212,25 @@ pub(super) fn options(
 
 /// `ls`: lists a remote directory.
 pub fn ls(a: LsArgs) -> Outcome {
-    let opts = ClientOptions {
+    let mut opts = ClientOptions {
         security: a.security.security()?,
         ..ClientOptions::default()
     };
+    let mut target = [a.target.clone()];
+    let far = super::remote::reach(&mut target, &mut opts, &a.ssh)?;
     let mut printer = print::outcome(a.json.then(Json::ls));
-    let outcome = longhaul_engine::xfer::client::ls(&a.target, &opts)
-        .map(|entries| {
-            printer.listing(&entries);
-            exit::OK
-        })
-        .map_err(Into::into);
+    let listed = longhaul_engine::xfer::client::ls(&target[0], &opts);
+    let listed = match far {
+        Some(far) => {
+            let l = listed.map_err(|e| super::remote::explain(&far, e));
+            far.finish();
+            l
+        }
+        None => listed.map_err(Into::into),
+    };
+    let outcome = listed.map(|entries| {
+        printer.listing(&entries);
+        exit::OK
+    });
     ended(printer.as_mut(), outcome)
 }

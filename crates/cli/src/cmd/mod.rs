@@ -8,6 +8,7 @@ mod doctor;
 mod fleet;
 mod perf;
 mod plot;
+pub mod remote;
 mod serve;
 mod wan;
 

@@ -33,7 +33,7 @@ pub fn perf(a: PerfArgs, archive: &crate::args::ArchiveArgs) -> Outcome {
 
 fn run(a: &PerfArgs, printer: &mut dyn CommandReporter) -> Outcome {
     let (params, local_cpu) = params_of(a)?;
-    let opts = ClientOptions {
+    let mut opts = ClientOptions {
         connect_timeout: a.connect_timeout,
         local_cpu,
         interrupt: interrupt_flag(),
@@ -41,11 +41,22 @@ fn run(a: &PerfArgs, printer: &mut dyn CommandReporter) -> Outcome {
         auto_streams: matches!(a.streams, StreamCount::Auto),
         ..ClientOptions::default()
     };
-    let hosts: Vec<String> = a.hosts.iter().map(|h| with_port(h, a.port)).collect();
-    match hosts.as_slice() {
-        [one] => run_perf(one, &params, &opts, printer)?,
-        [from, to] => run_third_party(from, to, &params, &opts, printer)?,
+    // `HOST:`: over ssh, through a one-shot far end (see `remote`).
+    let mut named = a.hosts.clone();
+    let far = super::remote::reach_host(&mut named, &mut opts, &a.ssh)?;
+    let hosts: Vec<String> = named.iter().map(|h| with_port(h, a.port)).collect();
+    let ran = match hosts.as_slice() {
+        [one] => run_perf(one, &params, &opts, printer),
+        [from, to] => run_third_party(from, to, &params, &opts, printer),
         _ => unreachable!("clap allows one or two hosts"),
+    };
+    match far {
+        Some(far) => {
+            let ran = ran.map_err(|e| super::remote::explain(&far, e));
+            far.finish();
+            ran?
+        }
+        None => ran?,
     };
     Ok(if opts.interrupt.load(Ordering::SeqCst) {
         exit::INTERRUPTED

@@ -53,6 +53,7 @@ pub fn serve(a: ServeArgs, archive: &ArchiveArgs) -> Outcome {
         keep_special_modes: a.keep_special_modes,
         open_access: false,
         observers: Vec::new(),
+        one_time: None,
     };
     let mut cfg = cfg;
     let mut printer = crate::print::outcome(None);

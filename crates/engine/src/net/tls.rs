@@ -162,17 +162,7 @@ impl Identity {
             return Ok((Identity::load(&file, &file)?, false));
         }
         crate::state::make_state_dir(dir)?;
-        let pair = rcgen::KeyPair::generate()
-            .map_err(|e| EngineError::Usage(format!("cannot generate a key: {e}")))?;
-        let host = crate::net::sock::hostname();
-        let mut params = rcgen::CertificateParams::new(vec![host.clone()])
-            .map_err(|e| EngineError::Usage(format!("cannot make a certificate: {e}")))?;
-        params
-            .distinguished_name
-            .push(rcgen::DnType::CommonName, format!("longhaul {host}"));
-        let c = params
-            .self_signed(&pair)
-            .map_err(|e| EngineError::Usage(format!("cannot make a certificate: {e}")))?;
+        let (pair, c) = self_signed()?;
         let tmp = dir.join(format!(".{IDENTITY_FILE}.{}", std::process::id()));
         let _ = std::fs::remove_file(&tmp);
         write_private(
@@ -193,6 +183,17 @@ impl Identity {
                 file.display()
             ))),
         }
+    }
+
+    /// A fresh identity kept only in memory (the one-shot server's: it
+    /// lives as long as its process, and its fingerprint reaches the
+    /// client over ssh).
+    pub fn ephemeral() -> Result<Identity, EngineError> {
+        let (pair, c) = self_signed()?;
+        Ok(Identity {
+            chain: vec![c.der().clone()],
+            key: Arc::new(PrivateKeyDer::Pkcs8(pair.serialize_der().into())),
+        })
     }
 
     /// Loads a PEM certificate chain and its PEM private key.
@@ -222,6 +223,22 @@ impl Identity {
             key: Arc::new(key),
         })
     }
+}
+
+/// A P-256 key and a self-signed certificate naming this host.
+fn self_signed() -> Result<(rcgen::KeyPair, rcgen::Certificate), EngineError> {
+    let pair = rcgen::KeyPair::generate()
+        .map_err(|e| EngineError::Usage(format!("cannot generate a key: {e}")))?;
+    let host = crate::net::sock::hostname();
+    let mut params = rcgen::CertificateParams::new(vec![host.clone()])
+        .map_err(|e| EngineError::Usage(format!("cannot make a certificate: {e}")))?;
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, format!("longhaul {host}"));
+    let c = params
+        .self_signed(&pair)
+        .map_err(|e| EngineError::Usage(format!("cannot make a certificate: {e}")))?;
+    Ok((pair, c))
 }
 
 /// Writes a file only its owner can read, replacing none.

@@ -13,6 +13,7 @@
 pub mod auth;
 mod files;
 pub mod observe;
+pub mod oneshot;
 mod perf;
 mod slots;
 mod third_party;
@@ -95,6 +96,10 @@ pub struct ServeConfig {
     /// Told of every session, test, transfer, refusal and failure
     /// (metrics, the archive): see [`observe`]. Never called per chunk.
     pub observers: Vec<Arc<dyn ServeObserver>>,
+    /// A one-shot server's secret ([`oneshot`]): when set, it is the only
+    /// credential a control connection may present (no grants, no token
+    /// proofs, no anonymous session), and it admits one, once.
+    pub one_time: Option<Arc<oneshot::OneTime>>,
 }
 
 impl Default for ServeConfig {
@@ -118,6 +123,7 @@ impl Default for ServeConfig {
             keep_special_modes: false,
             open_access: false,
             observers: Vec::new(),
+            one_time: None,
         }
     }
 }
@@ -680,6 +686,8 @@ fn handle_connection(shared: &Arc<Shared>, tcp: TcpStream, peer: SocketAddr) {
             let who = if raw_token_in_clear {
                 // Already seen by anyone on the path: never accepted.
                 Err("this client sent its token in the clear over plaintext: it is refused, and should be revoked (`longhaul token revoke ID`) and replaced; use TLS, or a client that sends a proof of it".to_string())
+            } else if let Some(one_time) = &shared.cfg.one_time {
+                one_time.claim(token.as_deref())
             } else if shared.cfg.open_access {
                 Ok(auth::Access::everything("anyone (open server)"))
             } else {
@@ -699,6 +707,28 @@ fn handle_connection(shared: &Arc<Shared>, tcp: TcpStream, peer: SocketAddr) {
             }
         }
         _ => None,
+    };
+    // A one-shot server admits its one client and nobody else: no proof
+    // of a token, no anonymous session.
+    let one_shot_client = match &shared.cfg.one_time {
+        Some(_)
+            if access.is_none()
+                && matches!(
+                    &hello,
+                    Message::Hello(Hello {
+                        role: Role::Control,
+                        ..
+                    })
+                ) =>
+        {
+            unauthorized(
+                &mut *stream,
+                "this is a one-shot server: it admits only the one-time secret its client received over ssh",
+            );
+            return;
+        }
+        Some(one_time) => access.is_some().then(|| one_time.clone()),
+        None => None,
     };
     let mut event = session.handle(Instant::now(), hello);
     if let Ok(Some(ServerEvent::Challenged { .. })) = &event {
@@ -781,6 +811,9 @@ fn handle_connection(shared: &Arc<Shared>, tcp: TcpStream, peer: SocketAddr) {
             }
             flush(&mut conn, &mut session);
             shared.observers.iter().for_each(|o| o.session_closed(&s));
+            if let Some(one_time) = one_shot_client {
+                one_time.finished();
+            }
         }
         Err(e) => {
             tracing::warn!("closing {peer}: {}", escaped(&e.to_string()));

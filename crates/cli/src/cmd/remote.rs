@@ -1,0 +1,636 @@
+//! Reaching a host over ssh, with no longhaul server there (as scp, rsync
+//! and bbcp do): `HOST:path` names a path on a host the user can ssh to.
+//!
+//! The client runs the user's own ssh (`-e/--rsh`, else `ssh`: their
+//! config, keys, agent and jump hosts) to start a one-shot server under
+//! their account on the far host (`longhaul serve --one-shot`,
+//! [`longhaul_engine::server::oneshot`]). That server listens on an
+//! ephemeral port of the address ssh reached, and sends back over the ssh
+//! channel one line: its port, its fresh certificate's fingerprint and a
+//! one-time secret. The client then connects with its ordinary TLS client,
+//! pinning that fingerprint and presenting that secret, and the ordinary
+//! transfer runs; the data never passes through ssh. The ssh channel
+//! stays open while the transfer runs: when it closes (the client is done
+//! or gone), the far end exits.
+//!
+//! Addressing (README "Addressing"): `[USER@]HOST:path` without a port is
+//! ssh; a server is `longhaul://HOST[:PORT]/EXPORT/path` or
+//! `HOST:PORT:EXPORT/path`. A path on the far host is as scp's: relative to
+//! the home directory unless it starts with `/`.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::mpsc::{channel, Receiver};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use longhaul_engine::net::dial::ClientOptions;
+use longhaul_engine::net::tls::TrustOptions;
+use longhaul_engine::server::oneshot::{self, Handshake, OneShotConfig};
+use longhaul_engine::xfer::Export;
+
+use super::{usage, Failure, Outcome};
+use crate::args::{ServeArgs, SshArgs};
+use crate::exit;
+
+/// The far end's export of the remote home directory (relative paths).
+pub const HOME_EXPORT: &str = "home";
+/// The far end's export of `/` (absolute paths).
+pub const ROOT_EXPORT: &str = "root";
+/// How long the far end may take to answer (ssh's own connection, a
+/// password or a second factor typed at the terminal, the far start).
+const HANDSHAKE_WAIT: Duration = Duration::from_secs(120);
+/// How much of ssh's standard error is kept for an error message.
+const STDERR_KEPT: usize = 8 << 10;
+/// The longest line read from the far end (longer ones are cut there).
+const LINE_MAX: u64 = 4096;
+/// Lines before the handshake a login script may print, at most.
+const NOISE_LINES: usize = 256;
+
+/// A path on a host reached over ssh.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SshTarget {
+    /// `[USER@]HOST` as ssh takes it (an IPv6 address without brackets).
+    pub dest: String,
+    /// The path as written after the `:` (relative to the far home unless
+    /// it starts with `/`).
+    pub path: String,
+}
+
+/// Reads `arg` as `[USER@]HOST:path` (ssh), or None: a local path (no
+/// `:` before the first `/`, as scp), a server (`longhaul://...`, or a
+/// port after the host: `HOST:PORT:EXPORT/path`).
+pub fn ssh_target(arg: &str) -> Option<SshTarget> {
+    if arg.contains("://") {
+        return None;
+    }
+    let (user, rest) = match arg.split_once('@') {
+        Some((u, r)) if !u.is_empty() && !u.contains('/') && !u.contains(':') => (Some(u), r),
+        _ => (None, arg),
+    };
+    let (host, path) = if let Some(s) = rest.strip_prefix('[') {
+        let (h, p) = s.split_once("]:")?;
+        (h, p)
+    } else {
+        let (h, p) = rest.split_once(':')?;
+        (h, p)
+    };
+    if host.is_empty() || host.contains('/') {
+        return None;
+    }
+    // HOST:PORT:EXPORT/path is a server's.
+    if let Some((port, _)) = path.split_once(':') {
+        if !port.is_empty() && port.bytes().all(|b| b.is_ascii_digit()) {
+            return None;
+        }
+    }
+    let dest = match user {
+        Some(u) => format!("{u}@{host}"),
+        None => host.to_string(),
+    };
+    Some(SshTarget {
+        dest,
+        path: path.to_string(),
+    })
+}
+
+/// The export and the path in it that a far path names: relative (and
+/// `~/...`) in the home directory, absolute from `/`.
+fn export_path(path: &str) -> Result<(&'static str, String), String> {
+    if let Some(abs) = path.strip_prefix('/') {
+        return Ok((ROOT_EXPORT, abs.to_string()));
+    }
+    if path == "~" {
+        return Ok((HOME_EXPORT, String::new()));
+    }
+    if let Some(rel) = path.strip_prefix("~/") {
+        return Ok((HOME_EXPORT, rel.to_string()));
+    }
+    if path.starts_with('~') {
+        return Err(format!(
+            "'{path}': another user's home (~USER) is not supported over ssh; give the absolute path"
+        ));
+    }
+    Ok((HOME_EXPORT, path.to_string()))
+}
+
+/// The ssh command line that runs `remote` on `dest`.
+fn ssh_command(ssh: &SshArgs, dest: &str, remote: &str) -> Result<Command, Failure> {
+    let rsh = ssh.rsh.as_deref().unwrap_or("ssh");
+    let argv = shlex::split(rsh).filter(|v| !v.is_empty()).ok_or_else(|| {
+        usage(format!(
+            "--rsh '{rsh}': not a command line (check its quotes)"
+        ))
+    })?;
+    // A host that starts with '-' would be read by ssh as an option
+    // (-oProxyCommand=...).
+    if dest.starts_with('-') {
+        return Err(usage(format!(
+            "'{dest}': a host name cannot start with '-'"
+        )));
+    }
+    let mut c = Command::new(&argv[0]);
+    c.args(&argv[1..]).arg(dest).arg(remote);
+    Ok(c)
+}
+
+/// The far end, started: its handshake and the ssh process that carries
+/// its lifeline (its standard input).
+pub struct FarEnd {
+    pub handshake: Handshake,
+    dest: String,
+    child: Child,
+    stdin: Option<ChildStdin>,
+}
+
+impl FarEnd {
+    /// Closes the lifeline (the far end exits) and waits for ssh a moment;
+    /// ends it if it lingers.
+    pub fn finish(mut self) {
+        drop(self.stdin.take());
+        let until = Instant::now() + Duration::from_secs(5);
+        loop {
+            match self.child.try_wait() {
+                Ok(Some(_)) | Err(_) => return,
+                Ok(None) if Instant::now() >= until => break,
+                Ok(None) => std::thread::sleep(Duration::from_millis(20)),
+            }
+        }
+        tracing::warn!(
+            "ssh to {} did not end after the transfer; stopping it",
+            self.dest
+        );
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// What became of a start.
+enum Started {
+    Up(FarEnd),
+    /// The far command was not found (the shell's 127).
+    Missing(String),
+}
+
+/// Keeps the last [`STDERR_KEPT`] bytes of what ssh writes to standard
+/// error, and shows each line at debug level.
+fn keep_stderr(r: impl Read + Send + 'static) -> Arc<Mutex<String>> {
+    let kept = Arc::new(Mutex::new(String::new()));
+    let k = kept.clone();
+    let _ = std::thread::Builder::new()
+        .name("lh-ssh-err".into())
+        .spawn(move || {
+            for line in BufReader::new(r).lines() {
+                let Ok(line) = line else { break };
+                tracing::debug!("ssh: {}", longhaul_proto::units::escaped(&line));
+                if let Ok(mut k) = k.lock() {
+                    k.push_str(&line);
+                    k.push('\n');
+                    if k.len() > STDERR_KEPT {
+                        let cut = k.len() - STDERR_KEPT;
+                        let cut = (cut..k.len()).find(|&i| k.is_char_boundary(i)).unwrap_or(0);
+                        k.drain(..cut);
+                    }
+                }
+            }
+        });
+    kept
+}
+
+/// Sends each line of `r` (the far end's standard output) to a channel
+/// until the handshake, then drains the rest.
+fn watch_stdout(r: impl Read + Send + 'static) -> Receiver<Result<String, ()>> {
+    let (tx, rx) = channel();
+    let _ = std::thread::Builder::new()
+        .name("lh-ssh-out".into())
+        .spawn(move || {
+            let mut r = BufReader::new(r);
+            let mut noise = 0usize;
+            loop {
+                // Bounded, and any bytes: a login script may print anything.
+                let mut raw = Vec::new();
+                match (&mut r).take(LINE_MAX).read_until(b'\n', &mut raw) {
+                    Ok(0) | Err(_) => {
+                        let _ = tx.send(Err(()));
+                        return;
+                    }
+                    Ok(_) => {}
+                }
+                let line = String::from_utf8_lossy(&raw);
+                let line = line.trim_end();
+                if Handshake::is_handshake(line) {
+                    let _ = tx.send(Ok(line.to_string()));
+                    break;
+                }
+                noise += 1;
+                if noise > NOISE_LINES {
+                    let _ = tx.send(Err(()));
+                    return;
+                }
+                tracing::debug!("far end said: {}", longhaul_proto::units::escaped(line));
+            }
+            // Nothing more is expected; keep the pipe drained.
+            let _ = std::io::copy(&mut r, &mut std::io::sink());
+        });
+    rx
+}
+
+/// Runs `remote` over ssh and waits for the handshake.
+fn start_once(ssh: &SshArgs, dest: &str, remote: &str) -> Result<Started, Failure> {
+    let mut c = ssh_command(ssh, dest, remote)?;
+    c.stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let rsh = ssh.rsh.as_deref().unwrap_or("ssh");
+    let mut child = c.spawn().map_err(|e| Failure {
+        code: exit::CONNECT,
+        message: format!(
+            "cannot run '{rsh}' to reach {dest}: {e} (is ssh installed? choose the command with -e/--rsh)"
+        ),
+    })?;
+    let (Some(stdin), Some(stdout), Some(stderr)) =
+        (child.stdin.take(), child.stdout.take(), child.stderr.take())
+    else {
+        let _ = child.kill();
+        let _ = child.wait();
+        return Err(Failure::internal("ssh's pipes were not made"));
+    };
+    let kept = keep_stderr(stderr);
+    let lines = watch_stdout(stdout);
+    let got = lines.recv_timeout(HANDSHAKE_WAIT);
+    let fail = |child: &mut Child, code: i32, what: String| {
+        let _ = child.kill();
+        let _ = child.wait();
+        Failure {
+            code,
+            message: what,
+        }
+    };
+    match got {
+        Ok(Ok(line)) => {
+            let handshake = Handshake::parse(&line).map_err(|e| {
+                fail(
+                    &mut child,
+                    exit::CONNECT,
+                    format!("the far end on {dest} answered, but: {e}"),
+                )
+            })?;
+            tracing::info!(
+                "far end on {dest} is pid {} listening on {}:{}, identity {}",
+                handshake.pid,
+                handshake.addr,
+                handshake.port,
+                handshake.fingerprint
+            );
+            Ok(Started::Up(FarEnd {
+                handshake,
+                dest: dest.to_string(),
+                child,
+                stdin: Some(stdin),
+            }))
+        }
+        Err(_) => Err(fail(
+            &mut child,
+            exit::CONNECT,
+            format!(
+                "no answer from the far end on {dest} within {} s (ssh still running: check that `{rsh} {dest}` works without prompting)",
+                HANDSHAKE_WAIT.as_secs()
+            ),
+        )),
+        Ok(Err(())) => {
+            drop(stdin);
+            // ssh ended (or said too much): its status and its words.
+            let status = wait_a_moment(&mut child);
+            let said = kept.lock().map(|k| k.trim().to_string()).unwrap_or_default();
+            let code = status.and_then(|s| s.code());
+            let missing = code == Some(127)
+                || said.contains("command not found")
+                || said.contains("No such file or directory");
+            if missing {
+                return Ok(Started::Missing(said));
+            }
+            let said = if said.is_empty() {
+                String::new()
+            } else {
+                format!(": {}", longhaul_proto::units::escaped(&said))
+            };
+            let how = match code {
+                Some(255) => "ssh could not connect or log in".to_string(),
+                Some(2) => "the far longhaul refused the command (too old for --one-shot? install this version there)".to_string(),
+                Some(c) => format!("the far command ended with status {c}"),
+                None => "ssh was ended by a signal".to_string(),
+            };
+            Err(Failure {
+                code: exit::CONNECT,
+                message: format!("cannot start the far end on {dest}: {how}{said}"),
+            })
+        }
+    }
+}
+
+/// Waits up to a few seconds for a process that is ending.
+fn wait_a_moment(child: &mut Child) -> Option<std::process::ExitStatus> {
+    let until = Instant::now() + Duration::from_secs(5);
+    loop {
+        match child.try_wait() {
+            Ok(Some(s)) => return Some(s),
+            Ok(None) if Instant::now() < until => std::thread::sleep(Duration::from_millis(20)),
+            _ => {
+                let _ = child.kill();
+                return child.wait().ok();
+            }
+        }
+    }
+}
+
+/// Where `--copy-binary` puts this binary on the far host (relative to
+/// the far home, where ssh starts).
+fn copied_path() -> String {
+    format!(".cache/longhaul/longhaul-{}", env!("CARGO_PKG_VERSION"))
+}
+
+/// Runs a short command over ssh, feeding it `input`; returns its output.
+fn ssh_run(
+    ssh: &SshArgs,
+    dest: &str,
+    remote: &str,
+    input: Option<&[u8]>,
+) -> Result<String, Failure> {
+    let mut c = ssh_command(ssh, dest, remote)?;
+    c.stdin(if input.is_some() {
+        Stdio::piped()
+    } else {
+        Stdio::null()
+    })
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped());
+    let mut child = c.spawn().map_err(|e| Failure {
+        code: exit::CONNECT,
+        message: format!("cannot run ssh to reach {dest}: {e}"),
+    })?;
+    if let (Some(data), Some(mut w)) = (input, child.stdin.take()) {
+        w.write_all(data).map_err(|e| Failure {
+            code: exit::CONNECT,
+            message: format!("cannot send the binary to {dest}: {e}"),
+        })?;
+    }
+    let out = child.wait_with_output().map_err(|e| Failure {
+        code: exit::CONNECT,
+        message: format!("ssh to {dest}: {e}"),
+    })?;
+    if !out.status.success() {
+        return Err(Failure {
+            code: exit::CONNECT,
+            message: format!(
+                "`{remote}` on {dest} failed ({}): {}",
+                out.status,
+                longhaul_proto::units::escaped(String::from_utf8_lossy(&out.stderr).trim())
+            ),
+        });
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
+/// Copies this binary to the far host (`--copy-binary`), when its machine
+/// is this one's.
+fn copy_binary(ssh: &SshArgs, dest: &str) -> Result<String, Failure> {
+    let far = ssh_run(ssh, dest, "uname -m", None)?;
+    let here = std::env::consts::ARCH;
+    if far != here {
+        return Err(Failure {
+            code: exit::CONNECT,
+            message: format!(
+                "longhaul is not installed on {dest}, and --copy-binary cannot help: that host is {far}, this binary is for {here}; install longhaul there"
+            ),
+        });
+    }
+    let exe = std::fs::read("/proc/self/exe").map_err(|e| {
+        Failure::internal(format!("cannot read this program's binary to copy it: {e}"))
+    })?;
+    let path = copied_path();
+    let part = format!("{path}.part");
+    let script = format!(
+        "umask 077 && mkdir -p .cache/longhaul && cat > {part} && chmod 700 {part} && mv -f {part} {path}"
+    );
+    ssh_run(ssh, dest, &script, Some(&exe))?;
+    tracing::info!("copied this binary to {dest}:{path}");
+    Ok(path)
+}
+
+/// Starts the far end on `dest`: `--remote-path` (else `longhaul`), and
+/// with `--copy-binary` a copy of this binary when that is missing.
+pub fn start(ssh: &SshArgs, dest: &str) -> Result<FarEnd, Failure> {
+    let remote = ssh.remote_path.as_deref().unwrap_or("longhaul");
+    let command = |bin: &str| format!("{bin} serve --one-shot");
+    let said = match start_once(ssh, dest, &command(remote))? {
+        Started::Up(f) => return Ok(f),
+        Started::Missing(said) => said,
+    };
+    if ssh.copy_binary {
+        let copied = copied_path();
+        if let Started::Up(f) = start_once(ssh, dest, &command(&copied))? {
+            return Ok(f);
+        }
+        let copied = copy_binary(ssh, dest)?;
+        return match start_once(ssh, dest, &command(&copied))? {
+            Started::Up(f) => Ok(f),
+            Started::Missing(said) => Err(Failure {
+                code: exit::CONNECT,
+                message: format!(
+                    "copied longhaul to {dest}:{copied}, but it does not run there: {}",
+                    longhaul_proto::units::escaped(&said)
+                ),
+            }),
+        };
+    }
+    let said = if said.is_empty() {
+        String::new()
+    } else {
+        format!(" (it said: {})", longhaul_proto::units::escaped(&said))
+    };
+    Err(Failure {
+        code: exit::CONNECT,
+        message: format!(
+            "longhaul is not installed on {dest}, or not as '{remote}'{said}: install it there (the same version as here, {}), name it with --remote-path PATH, or pass --copy-binary to copy this binary there (same machine type only)",
+            env!("CARGO_PKG_VERSION")
+        ),
+    })
+}
+
+/// A failure of the client against the far end, with a hint when it
+/// could not connect: the far end listens on the address ssh reached,
+/// which a jump host or a NAT may hide from here.
+pub fn explain(far: &FarEnd, e: longhaul_engine::EngineError) -> Failure {
+    let connect = matches!(e, longhaul_engine::EngineError::Connect(_));
+    let mut f = Failure::from(e);
+    if connect {
+        f.message = format!(
+            "{} (the far end on {} listens on {}, the address ssh reached there; through a jump host or a NAT that address may not be reachable from here)",
+            f.message,
+            far.dest,
+            server_of(&far.handshake)
+        );
+    }
+    f
+}
+
+/// The server address a handshake names, as the engine parses it.
+fn server_of(h: &Handshake) -> String {
+    match h.addr {
+        std::net::IpAddr::V6(a) => format!("[{a}]:{}", h.port),
+        std::net::IpAddr::V4(a) => format!("{a}:{}", h.port),
+    }
+}
+
+/// If any of `args` is an ssh path: checks they all name one host,
+/// starts the far end there and rewrites them into the one-shot server's
+/// addresses, and sets the trust and credential of `client` to the
+/// handshake's. Returns the far end to finish when the command is done.
+pub fn reach(
+    args: &mut [String],
+    client: &mut ClientOptions,
+    ssh: &SshArgs,
+) -> Result<Option<FarEnd>, Failure> {
+    let targets: Vec<Option<SshTarget>> = args.iter().map(|a| ssh_target(a)).collect();
+    let Some(first) = targets.iter().flatten().next().cloned() else {
+        return Ok(None);
+    };
+    if targets.iter().flatten().any(|t| t.dest != first.dest) {
+        return Err(usage(
+            "all ssh paths must be on one host (copies between two remote hosts are not supported yet)",
+        ));
+    }
+    let mut rewritten = Vec::with_capacity(args.len());
+    for (a, t) in args.iter().zip(&targets) {
+        match t {
+            Some(t) => rewritten.push(Some(export_path(&t.path).map_err(usage)?)),
+            None if longhaul_proto::xfer::parse_remote(a).is_some() => {
+                return Err(usage(format!(
+                    "'{a}' names a longhaul server, and '{}:{}' a host over ssh: copies between two remote hosts are not supported yet",
+                    first.dest, first.path
+                )))
+            }
+            None => rewritten.push(None),
+        }
+    }
+    let far = start(ssh, &first.dest)?;
+    let server = server_of(&far.handshake);
+    for (a, r) in args.iter_mut().zip(rewritten) {
+        if let Some((export, path)) = r {
+            *a = format!("longhaul://{server}/{export}/{path}");
+        }
+    }
+    client.security = handshake_security(&far.handshake);
+    Ok(Some(far))
+}
+
+/// `perf [USER@]HOST:`: a host named with an empty ssh path (nothing else
+/// a perf target can be) is reached over ssh; its argument becomes the
+/// one-shot server's `ADDR:PORT`, and `client` trusts and proves itself as
+/// in [`reach`]. One host only: a third-party test over ssh is not built.
+pub fn reach_host(
+    hosts: &mut [String],
+    client: &mut ClientOptions,
+    ssh: &SshArgs,
+) -> Result<Option<FarEnd>, Failure> {
+    let is_ssh = |h: &String| ssh_target(h).is_some_and(|t| t.path.is_empty());
+    let Some(at) = hosts.iter().position(is_ssh) else {
+        return Ok(None);
+    };
+    if hosts.len() > 1 {
+        return Err(usage(
+            "a third-party test with a host over ssh (HOST:) is not supported yet: test one host at a time",
+        ));
+    }
+    let dest = ssh_target(&hosts[at]).map(|t| t.dest).unwrap_or_default();
+    let far = start(ssh, &dest)?;
+    hosts[at] = server_of(&far.handshake);
+    client.security = handshake_security(&far.handshake);
+    Ok(Some(far))
+}
+
+/// The trust and credential of a client of the far end: its fingerprint
+/// pinned (nothing else), its one-time secret.
+fn handshake_security(h: &Handshake) -> longhaul_engine::net::dial::Security {
+    longhaul_engine::net::dial::Security {
+        plaintext: false,
+        trust: TrustOptions {
+            pins: vec![h.fingerprint.clone()],
+            ..TrustOptions::default()
+        },
+        token: Some(h.secret.clone()),
+    }
+}
+
+/// `longhaul serve --one-shot`: the far end `reach` starts over ssh. It
+/// listens on the address the client's ssh reached (`SSH_CONNECTION`),
+/// serves the account's home and `/`, and ends when its standard input
+/// closes, its one session ends, or no client came.
+pub fn serve_one_shot(_a: ServeArgs) -> Outcome {
+    let listen = std::env::var("SSH_CONNECTION")
+        .ok()
+        .and_then(|c| c.split_whitespace().nth(2).map(str::to_string))
+        .and_then(|ip| ip.parse::<std::net::IpAddr>().ok())
+        .ok_or_else(|| {
+            usage("serve --one-shot is started by `longhaul cp HOST:path` over ssh (SSH_CONNECTION is not set)")
+        })?;
+    let home = std::env::var_os("HOME")
+        .map(std::path::PathBuf::from)
+        .and_then(|h| std::fs::canonicalize(h).ok())
+        .ok_or_else(|| usage("serve --one-shot: HOME is not set or does not exist"))?;
+    let export = |name: &str, root: std::path::PathBuf| Export {
+        name: name.to_string(),
+        root,
+        read_only: false,
+        public: false,
+    };
+    let cfg = OneShotConfig {
+        listen,
+        exports: vec![export(HOME_EXPORT, home), export(ROOT_EXPORT, "/".into())],
+        claim_wait: oneshot::CLAIM_WAIT,
+    };
+    let mut out = std::io::stdout().lock();
+    let end = oneshot::run(cfg, std::io::stdin(), &mut out)?;
+    Ok(match end {
+        oneshot::End::NoClient => exit::CONNECT,
+        _ => exit::OK,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn host_colon_path_is_ssh_and_a_port_or_scheme_is_a_server() {
+        let t = ssh_target("dtn1:data/run7").unwrap();
+        assert_eq!((t.dest.as_str(), t.path.as_str()), ("dtn1", "data/run7"));
+        let t = ssh_target("me@dtn1:/scratch/x").unwrap();
+        assert_eq!(
+            (t.dest.as_str(), t.path.as_str()),
+            ("me@dtn1", "/scratch/x")
+        );
+        let t = ssh_target("me@[::1]:x").unwrap();
+        assert_eq!(t.dest, "me@::1");
+        assert_eq!(ssh_target("dtn1:").unwrap().path, "");
+        assert_eq!(ssh_target("dtn1:5310:data/x"), None);
+        assert_eq!(ssh_target("[::1]:5310:data"), None);
+        assert_eq!(ssh_target("longhaul://dtn1/data/x"), None);
+        assert_eq!(ssh_target("./a:b"), None);
+        assert_eq!(ssh_target("/tmp/x"), None);
+        assert_eq!(ssh_target("plain"), None);
+        assert_eq!(ssh_target(":x"), None);
+    }
+
+    #[test]
+    fn relative_paths_are_in_the_home_and_absolute_ones_from_the_root() {
+        assert_eq!(export_path("a/b").unwrap(), (HOME_EXPORT, "a/b".into()));
+        assert_eq!(export_path("").unwrap(), (HOME_EXPORT, String::new()));
+        assert_eq!(export_path("~/a").unwrap(), (HOME_EXPORT, "a".into()));
+        assert_eq!(
+            export_path("/tmp/x/").unwrap(),
+            (ROOT_EXPORT, "tmp/x/".into())
+        );
+        assert!(export_path("~bob/x").is_err());
+    }
+}

@@ -1,0 +1,821 @@
+//! `HOST:path` over ssh with no longhaul server on the far host (issue 29):
+//! each test starts its own OpenSSH server on a free loopback port, with
+//! its own host key, client key, `authorized_keys` and client config, and
+//! the binary reaches it with `--rsh "ssh -F CONFIG"`. Nothing of the
+//! system's sshd is used or touched; each sshd is ended by its PID.
+//!
+//! Without sshd, ssh or ssh-keygen the tests skip, saying so; with
+//! `LONGHAUL_REQUIRE_SSH=1` (CI) they fail instead.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::mpsc::{channel, Receiver};
+use std::time::{Duration, Instant};
+
+use longhaul_engine::server::oneshot::{Handshake, SECRET_PREFIX};
+
+const BIN: &str = env!("CARGO_BIN_EXE_longhaul");
+/// The `Host` of the client config.
+const HOST: &str = "lhtest";
+
+fn require() -> bool {
+    std::env::var("LONGHAUL_REQUIRE_SSH").is_ok_and(|v| v == "1")
+}
+
+fn which(name: &str) -> Option<PathBuf> {
+    for dir in [
+        "/usr/sbin",
+        "/usr/bin",
+        "/sbin",
+        "/bin",
+        "/usr/local/sbin",
+        "/usr/local/bin",
+    ] {
+        let p = Path::new(dir).join(name);
+        if p.is_file() {
+            return Some(p);
+        }
+    }
+    None
+}
+
+/// A private sshd on loopback and a client config that reaches it as
+/// [`HOST`].
+struct Sshd {
+    child: Child,
+    dir: tempfile::TempDir,
+    config: PathBuf,
+}
+
+impl Drop for Sshd {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Sshd {
+    /// The `--rsh` value.
+    fn rsh(&self) -> String {
+        format!("ssh -F {}", self.config.display())
+    }
+
+    /// `longhaul ARGS` with this sshd as the way to [`HOST`] and this
+    /// build's binary as the far longhaul.
+    fn longhaul(&self) -> Command {
+        let mut c = Command::new(BIN);
+        c.env("LONGHAUL_RSH", self.rsh())
+            .env("XDG_STATE_HOME", self.dir.path().join("state"))
+            .env_remove("LONGHAUL_TOKEN")
+            .env_remove("LONGHAUL_TRUST");
+        c
+    }
+
+    fn ssh(&self) -> Command {
+        let mut c = Command::new("ssh");
+        c.arg("-F").arg(&self.config).arg(HOST);
+        c
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("sshd.log")).unwrap_or_default()
+    }
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn keygen(path: &Path) {
+    let ok = Command::new("ssh-keygen")
+        .args(["-q", "-t", "ed25519", "-N", "", "-f"])
+        .arg(path)
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "ssh-keygen -f {}", path.display());
+}
+
+/// Starts the sshd, or says why not (a skip, or a failure with
+/// `LONGHAUL_REQUIRE_SSH=1`).
+fn sshd() -> Option<Sshd> {
+    let (Some(sshd), Some(_), Some(_)) = (which("sshd"), which("ssh"), which("ssh-keygen")) else {
+        let why =
+            "sshd, ssh or ssh-keygen is missing (apt-get install openssh-server openssh-client)";
+        assert!(!require(), "{why}, and LONGHAUL_REQUIRE_SSH=1");
+        eprintln!("skipped: {why}");
+        return None;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    keygen(&d.join("host_key"));
+    keygen(&d.join("client_key"));
+    std::fs::copy(d.join("client_key.pub"), d.join("authorized_keys")).unwrap();
+    // sshd's privilege separation directory (compiled in); made only if
+    // missing, as the package's own service would make it.
+    if !Path::new("/run/sshd").exists() {
+        let _ = std::fs::create_dir_all("/run/sshd");
+    }
+    let user = String::from_utf8(Command::new("id").arg("-un").output().unwrap().stdout)
+        .unwrap()
+        .trim()
+        .to_string();
+    let port = free_port();
+    let root = user == "root";
+    std::fs::write(
+        d.join("sshd_config"),
+        format!(
+            "Port {port}\nListenAddress 127.0.0.1\nHostKey {d}/host_key\nPidFile {d}/sshd.pid\n\
+             AuthorizedKeysFile {d}/authorized_keys\nPasswordAuthentication no\n\
+             KbdInteractiveAuthentication no\nPubkeyAuthentication yes\nStrictModes no\n\
+             PermitRootLogin {}\nUsePAM no\nLogLevel VERBOSE\n",
+            if root { "yes" } else { "no" },
+            d = d.display()
+        ),
+    )
+    .unwrap();
+    let host_pub = std::fs::read_to_string(d.join("host_key.pub")).unwrap();
+    std::fs::write(
+        d.join("known_hosts"),
+        format!("[127.0.0.1]:{port} {host_pub}"),
+    )
+    .unwrap();
+    std::fs::write(
+        d.join("ssh_config"),
+        format!(
+            "Host {HOST}\n  HostName 127.0.0.1\n  Port {port}\n  User {user}\n  IdentityFile {d}/client_key\n  \
+             IdentitiesOnly yes\n  UserKnownHostsFile {d}/known_hosts\n  StrictHostKeyChecking yes\n  \
+             BatchMode yes\n  LogLevel ERROR\n",
+            d = d.display()
+        ),
+    )
+    .unwrap();
+    let log = std::fs::File::create(d.join("sshd.log")).unwrap();
+    let child = Command::new(sshd)
+        .arg("-D")
+        .arg("-e")
+        .arg("-f")
+        .arg(d.join("sshd_config"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .unwrap();
+    let s = Sshd {
+        child,
+        config: d.join("ssh_config"),
+        dir,
+    };
+    let until = Instant::now() + Duration::from_secs(10);
+    while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(Instant::now() < until, "sshd did not listen: {}", s.log());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let ok = s.ssh().arg("true").status().unwrap().success();
+    assert!(ok, "cannot ssh to the test sshd: {}", s.log());
+    Some(s)
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "status {}\nstdout:\n{}\nstderr:\n{}",
+        o.status,
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// Bytes that differ from file to file and position to position.
+fn pattern(seed: u64, len: usize) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+fn write_tree(root: &Path) {
+    std::fs::create_dir_all(root.join("sub")).unwrap();
+    std::fs::write(root.join("a.bin"), pattern(1, 3 << 20)).unwrap();
+    std::fs::write(root.join("sub/b.txt"), b"hello over ssh\n").unwrap();
+    std::fs::write(root.join("sub/empty"), b"").unwrap();
+}
+
+fn same_tree(a: &Path, b: &Path) {
+    for rel in ["a.bin", "sub/b.txt", "sub/empty"] {
+        let (x, y) = (
+            std::fs::read(a.join(rel)).unwrap(),
+            std::fs::read(b.join(rel)),
+        );
+        assert_eq!(
+            Some(&x),
+            y.as_ref().ok(),
+            "{rel} differs between {} and {}",
+            a.display(),
+            b.display()
+        );
+    }
+}
+
+/// Whether a process is gone (or a zombie nobody has reaped yet).
+fn gone(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        Ok(s) => s
+            .rsplit_once(')')
+            .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')),
+    }
+}
+
+fn wait_gone(pid: u32, what: &str) {
+    let until = Instant::now() + Duration::from_secs(15);
+    while !gone(pid) {
+        assert!(
+            Instant::now() < until,
+            "{what}: process {pid} is still there"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// The far end's PID, from the client's `-v` log line.
+fn far_pid(log: &str) -> Option<u32> {
+    let at = log.find("is pid ")?;
+    log[at + 7..].split_whitespace().next()?.parse().ok()
+}
+
+/// Waits until a sink's journal has recorded some chunks (and a moment
+/// more), so that a resume has something to resume.
+fn journaled(journal: &Path) {
+    let until = Instant::now() + Duration::from_secs(60);
+    while std::fs::metadata(journal).map_or(true, |m| m.len() < 256) {
+        assert!(
+            Instant::now() < until,
+            "no journal at {}",
+            journal.display()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::thread::sleep(Duration::from_millis(500));
+}
+
+/// Lines of a child's stderr, as they come.
+fn lines_of(r: impl Read + Send + 'static) -> Receiver<String> {
+    let (tx, rx) = channel();
+    std::thread::spawn(move || {
+        for l in BufReader::new(r).lines() {
+            let Ok(l) = l else { break };
+            if tx.send(l).is_err() {
+                break;
+            }
+        }
+    });
+    rx
+}
+
+/// Waits for the far end's PID in a running client's stderr; returns it
+/// and what was read.
+fn wait_far_pid(lines: &Receiver<String>) -> (u32, String) {
+    let mut seen = String::new();
+    let until = Instant::now() + Duration::from_secs(60);
+    loop {
+        let left = until.saturating_duration_since(Instant::now());
+        match lines.recv_timeout(left) {
+            Ok(l) => {
+                seen.push_str(&l);
+                seen.push('\n');
+                if let Some(p) = far_pid(&l) {
+                    return (p, seen);
+                }
+            }
+            Err(_) => panic!("no far end started; the client said:\n{seen}"),
+        }
+    }
+}
+
+#[test]
+fn push_pull_sync_and_ls_over_ssh_with_no_server_running() {
+    let Some(s) = sshd() else { return };
+    let work = tempfile::tempdir().unwrap();
+    let src = work.path().join("tree");
+    write_tree(&src);
+    let far = work.path().join("far");
+    std::fs::create_dir(&far).unwrap();
+
+    // Push, to an absolute path.
+    let o = s
+        .longhaul()
+        .args(["-v", "cp", "-r", "--remote-path", BIN])
+        .arg(&src)
+        .arg(format!("{HOST}:{}/", far.display()))
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "push: {}", text(&o));
+    same_tree(&src, &far.join("tree"));
+    let pid = far_pid(&String::from_utf8_lossy(&o.stderr)).expect("the far end's pid in the log");
+    wait_gone(pid, "the far end after a push");
+
+    // Pull it back.
+    let back = work.path().join("back");
+    std::fs::create_dir(&back).unwrap();
+    let o = s
+        .longhaul()
+        .args(["cp", "-r", "--json", "--remote-path", BIN])
+        .arg(format!("{HOST}:{}/tree", far.display()))
+        .arg(&back)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "pull: {}", text(&o));
+    same_tree(&src, &back.join("tree"));
+    let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(j["verified"], true, "{}", text(&o));
+    assert!(
+        j["encryption"].as_str().unwrap().starts_with("TLS"),
+        "{}",
+        text(&o)
+    );
+
+    // sync: one changed file goes again.
+    std::fs::write(src.join("sub/b.txt"), b"changed, longer than before\n").unwrap();
+    let o = s
+        .longhaul()
+        .args(["sync", "--json", "--remote-path", BIN])
+        .arg(&src)
+        .arg(format!("{HOST}:{}/", far.display()))
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "sync: {}", text(&o));
+    same_tree(&src, &far.join("tree"));
+    let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(j["files"], 1, "only the changed file: {}", text(&o));
+
+    // ls of an absolute path.
+    let o = s
+        .longhaul()
+        .args(["ls", "--remote-path", BIN])
+        .arg(format!("{HOST}:{}/tree/sub", far.display()))
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "ls: {}", text(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        out.contains("b.txt") && out.contains("empty"),
+        "{}",
+        text(&o)
+    );
+
+    // A relative path is in the far account's home, as with scp.
+    let home = PathBuf::from(std::env::var("HOME").unwrap());
+    let home = std::fs::canonicalize(home).unwrap();
+    let rel = format!(".cache/longhaul-ssh-test-{}", std::process::id());
+    let o = s
+        .longhaul()
+        .args(["cp", "--mkpath", "--remote-path", BIN])
+        .arg(src.join("sub/b.txt"))
+        .arg(format!("{HOST}:{rel}/b.txt"))
+        .output()
+        .unwrap();
+    let landed = std::fs::read(home.join(&rel).join("b.txt"));
+    let _ = std::fs::remove_dir_all(home.join(&rel));
+    assert!(o.status.success(), "relative push: {}", text(&o));
+    assert_eq!(
+        landed.unwrap(),
+        std::fs::read(src.join("sub/b.txt")).unwrap()
+    );
+}
+
+#[test]
+fn a_vanished_client_leaves_no_far_process() {
+    let Some(s) = sshd() else { return };
+    let work = tempfile::tempdir().unwrap();
+    let big = work.path().join("big.bin");
+    std::fs::write(&big, pattern(7, 64 << 20)).unwrap();
+    let far = work.path().join("far");
+    std::fs::create_dir(&far).unwrap();
+    let mut c = s
+        .longhaul()
+        .args(["-v", "cp", "--rate", "40M", "-P", "1", "--remote-path", BIN])
+        .arg(&big)
+        .arg(format!("{HOST}:{}/", far.display()))
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let lines = lines_of(c.stderr.take().unwrap());
+    let (pid, _) = wait_far_pid(&lines);
+    assert!(!gone(pid), "the far end {pid} is running");
+    // Let data flow, then the client vanishes without a word.
+    std::thread::sleep(Duration::from_millis(1500));
+    c.kill().unwrap();
+    c.wait().unwrap();
+    wait_gone(pid, "the far end after its client was killed");
+}
+
+#[test]
+fn a_far_end_killed_mid_copy_then_a_resume_completes() {
+    let Some(s) = sshd() else { return };
+    let work = tempfile::tempdir().unwrap();
+    let big = work.path().join("big.bin");
+    let data = pattern(9, 64 << 20);
+    std::fs::write(&big, &data).unwrap();
+    let far = work.path().join("far");
+    std::fs::create_dir(&far).unwrap();
+    let mut c = s
+        .longhaul()
+        .args([
+            "-v",
+            "cp",
+            "--retries",
+            "0",
+            "--rate",
+            "40M",
+            "-P",
+            "1",
+            "--chunk",
+            "1M",
+            "--remote-path",
+            BIN,
+        ])
+        .arg(&big)
+        .arg(format!("{HOST}:{}/", far.display()))
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let lines = lines_of(c.stderr.take().unwrap());
+    let (pid, _) = wait_far_pid(&lines);
+    journaled(&far.join(".big.bin.lhjournal"));
+    // SAFETY: kill(2) takes any pid and signal; this pid is the far end
+    // our own sshd started for this test.
+    unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+    let status = c.wait().unwrap();
+    assert!(!status.success(), "the copy cannot have completed");
+    let o = s
+        .longhaul()
+        .args(["cp", "--json", "--chunk", "1M", "--remote-path", BIN])
+        .arg(&big)
+        .arg(format!("{HOST}:{}/", far.display()))
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "resume: {}", text(&o));
+    assert!(
+        std::fs::read(far.join("big.bin")).unwrap() == data,
+        "the copy differs"
+    );
+    let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(j["verified"], true);
+    assert!(
+        j["resumed_bytes"].as_u64().unwrap() > 0,
+        "the second run resumed the first's partial file: {}",
+        text(&o)
+    );
+}
+
+#[test]
+fn with_retries_a_far_end_killed_mid_copy_is_replaced_and_the_copy_completes() {
+    let Some(s) = sshd() else { return };
+    let work = tempfile::tempdir().unwrap();
+    let big = work.path().join("big.bin");
+    let data = pattern(13, 48 << 20);
+    std::fs::write(&big, &data).unwrap();
+    let far = work.path().join("far");
+    std::fs::create_dir(&far).unwrap();
+    let mut c = s
+        .longhaul()
+        .args([
+            "-v",
+            "cp",
+            "--json",
+            "--retries",
+            "2",
+            "-P",
+            "1",
+            "--rate",
+            "40M",
+        ])
+        .args(["--remote-path", BIN])
+        .arg(&big)
+        .arg(format!("{HOST}:{}/", far.display()))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let lines = lines_of(c.stderr.take().unwrap());
+    let (pid, _) = wait_far_pid(&lines);
+    std::thread::sleep(Duration::from_millis(2000));
+    // SAFETY: kill(2) takes any pid and signal; this pid is the far end
+    // our own sshd started for this test.
+    unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+    let (next, _) = wait_far_pid(&lines);
+    assert_ne!(next, pid, "a new far end");
+    let mut out = String::new();
+    c.stdout.take().unwrap().read_to_string(&mut out).unwrap();
+    let status = c.wait().unwrap();
+    let said: Vec<String> = lines.try_iter().collect();
+    assert!(status.success(), "{out}\n{said:?}");
+    assert!(
+        std::fs::read(far.join("big.bin")).unwrap() == data,
+        "the copy differs"
+    );
+    let j: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(j["attempts"], 2, "{out}");
+    assert_eq!(j["verified"], true, "{out}");
+    wait_gone(next, "the second far end");
+}
+
+#[test]
+fn a_missing_far_binary_is_a_clear_error() {
+    let Some(s) = sshd() else { return };
+    let work = tempfile::tempdir().unwrap();
+    let f = work.path().join("f");
+    std::fs::write(&f, b"x").unwrap();
+    let o = s
+        .longhaul()
+        .args(["cp", "--remote-path", "/nonexistent/longhaul"])
+        .arg(&f)
+        .arg(format!("{HOST}:{}/", work.path().display()))
+        .output()
+        .unwrap();
+    assert!(!o.status.success(), "{}", text(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains(&format!("longhaul is not installed on {HOST}"))
+            && err.contains("--remote-path")
+            && err.contains("--copy-binary"),
+        "{}",
+        text(&o)
+    );
+}
+
+/// Starts a far end by hand, as `cp` does: ssh running `longhaul serve
+/// --one-shot`, its handshake read from ssh's stdout.
+fn far_end(s: &Sshd) -> (Child, Handshake, Receiver<String>) {
+    let mut c = s
+        .ssh()
+        .arg(format!("{BIN} serve --one-shot"))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let err = lines_of(c.stderr.take().unwrap());
+    let mut out = BufReader::new(c.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    let h = Handshake::parse(line.trim_end()).unwrap_or_else(|e| panic!("{e}: {line:?}"));
+    (c, h, err)
+}
+
+/// Every process's command line and environment, for a search.
+fn all_cmdlines_and_environs() -> Vec<(String, Vec<u8>)> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let name = e.file_name().to_string_lossy().to_string();
+        if !name.bytes().all(|b| b.is_ascii_digit()) {
+            continue;
+        }
+        for what in ["cmdline", "environ"] {
+            if let Ok(b) = std::fs::read(e.path().join(what)) {
+                out.push((format!("/proc/{name}/{what}"), b));
+            }
+        }
+    }
+    out
+}
+
+fn contains(hay: &[u8], needle: &[u8]) -> bool {
+    hay.windows(needle.len()).any(|w| w == needle)
+}
+
+#[test]
+fn attacker_the_one_shot_port_admits_only_the_secret_once_and_the_secret_is_in_no_process_or_log() {
+    let Some(s) = sshd() else { return };
+    let work = tempfile::tempdir().unwrap();
+    let dir = work.path().join("d");
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::write(dir.join("secret-data.bin"), pattern(3, 32 << 20)).unwrap();
+    let (mut ssh, h, far_err) = far_end(&s);
+    let server = format!("longhaul://127.0.0.1:{}/root{}", h.port, dir.display());
+    let fp = h.fingerprint.clone();
+
+    // The secret is on no command line and in no environment, here or there.
+    for (what, b) in all_cmdlines_and_environs() {
+        assert!(
+            !contains(&b, h.secret.as_bytes()),
+            "the secret is in {what}"
+        );
+    }
+
+    // Another local user knows the port (and even the fingerprint): without
+    // the secret, or with a wrong one, nothing is listed.
+    let ls = |token: Option<&str>| {
+        let mut c = s.longhaul();
+        c.args(["ls", "--trust", &fp]).arg(&server);
+        if let Some(t) = token {
+            c.env("LONGHAUL_TOKEN", t);
+        }
+        c.output().unwrap()
+    };
+    for token in [
+        None,
+        Some(format!("{SECRET_PREFIX}{}", "A".repeat(43))),
+        Some("lh1_x_y".into()),
+    ] {
+        let o = ls(token.as_deref());
+        assert!(!o.status.success(), "{}", text(&o));
+        assert!(
+            !String::from_utf8_lossy(&o.stdout).contains("secret-data"),
+            "{}",
+            text(&o)
+        );
+        assert!(
+            String::from_utf8_lossy(&o.stderr).contains("one-shot server"),
+            "{}",
+            text(&o)
+        );
+    }
+    // Nor does someone who does not speak TLS get anything but a refusal.
+    let mut raw = TcpStream::connect(("127.0.0.1", h.port)).unwrap();
+    raw.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let _ = raw.write_all(b"LONGHAUL\0\0\0\0hello");
+    let mut got = Vec::new();
+    let _ = raw.read_to_end(&mut got);
+    assert!(!contains(&got, b"secret-data"), "{got:?}");
+
+    // The secret's holder gets in (a slow pull keeps its session open) ...
+    let back = work.path().join("back");
+    std::fs::create_dir(&back).unwrap();
+    let mut first = s
+        .longhaul()
+        .env("LONGHAUL_TOKEN", &h.secret)
+        .args(["cp", "--rate", "40M", "-P", "1", "--trust", &fp])
+        .arg(format!("{server}/secret-data.bin"))
+        .arg(&back)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let first_err = lines_of(first.stderr.take().unwrap());
+    let until = Instant::now() + Duration::from_secs(30);
+    while std::fs::read_dir(&back).unwrap().next().is_none() {
+        assert!(Instant::now() < until, "the first use did not start");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // ... once: a second use of the same secret is refused while it runs.
+    let o = ls(Some(&h.secret));
+    assert!(!o.status.success(), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("used already"),
+        "{}",
+        text(&o)
+    );
+    assert!(
+        !String::from_utf8_lossy(&o.stdout).contains("secret-data"),
+        "{}",
+        text(&o)
+    );
+
+    let status = first.wait().unwrap();
+    let first_said: Vec<String> = first_err.try_iter().collect();
+    assert!(status.success(), "the first use: {first_said:?}");
+    assert_eq!(
+        std::fs::read(back.join("secret-data.bin")).unwrap(),
+        std::fs::read(dir.join("secret-data.bin")).unwrap()
+    );
+    // Its session over, the far end is gone, and so is ssh.
+    wait_gone(h.pid, "the far end after its session");
+    let until = Instant::now() + Duration::from_secs(10);
+    while ssh.try_wait().unwrap().is_none() {
+        assert!(Instant::now() < until, "ssh still runs");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // The far end's log and the clients' say nothing of the secret.
+    let far_said: String = far_err.try_iter().collect::<Vec<_>>().join("\n");
+    assert!(
+        !far_said.contains(&h.secret) && !far_said.contains(SECRET_PREFIX),
+        "{far_said}"
+    );
+    assert!(!first_said.join("\n").contains(&h.secret));
+    assert!(!s.log().contains(&h.secret));
+}
+
+#[test]
+fn attacker_a_copy_over_ssh_shows_its_secret_nowhere() {
+    let Some(s) = sshd() else { return };
+    let work = tempfile::tempdir().unwrap();
+    let big = work.path().join("big.bin");
+    std::fs::write(&big, pattern(5, 24 << 20)).unwrap();
+    let far = work.path().join("far");
+    std::fs::create_dir(&far).unwrap();
+    let mut c = s
+        .longhaul()
+        .args([
+            "-vv",
+            "cp",
+            "--rate",
+            "40M",
+            "-P",
+            "1",
+            "--remote-path",
+            BIN,
+        ])
+        .arg(&big)
+        .arg(format!("{HOST}:{}/", far.display()))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let lines = lines_of(c.stderr.take().unwrap());
+    let (_pid, mut said) = wait_far_pid(&lines);
+    // While it runs: no command line or environment of any process (the
+    // client, ssh, sshd's session, the far end) holds a one-time secret.
+    for _ in 0..5 {
+        for (what, b) in all_cmdlines_and_environs() {
+            assert!(
+                !contains(&b, SECRET_PREFIX.as_bytes()),
+                "a one-time secret is in {what}"
+            );
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let mut out = String::new();
+    c.stdout.take().unwrap().read_to_string(&mut out).unwrap();
+    let status = c.wait().unwrap();
+    said.extend(lines.iter().map(|l| l + "\n"));
+    assert!(status.success(), "{said}");
+    assert!(
+        !said.contains(SECRET_PREFIX),
+        "the debug log shows the secret:\n{said}"
+    );
+    assert!(!out.contains(SECRET_PREFIX));
+    assert!(!s.log().contains(SECRET_PREFIX));
+}
+
+#[test]
+fn copy_binary_puts_this_binary_on_a_host_without_longhaul_and_uses_it() {
+    let Some(s) = sshd() else { return };
+    let home = std::fs::canonicalize(std::env::var("HOME").unwrap()).unwrap();
+    let copied = home.join(format!(
+        ".cache/longhaul/longhaul-{}",
+        env!("CARGO_PKG_VERSION")
+    ));
+    // The test's far host is this host: only a copy this test made is removed.
+    let was_there = copied.exists();
+    let work = tempfile::tempdir().unwrap();
+    let f = work.path().join("f.bin");
+    std::fs::write(&f, pattern(11, 1 << 20)).unwrap();
+    let far = work.path().join("far");
+    std::fs::create_dir(&far).unwrap();
+    let o = s
+        .longhaul()
+        .args([
+            "cp",
+            "--copy-binary",
+            "--remote-path",
+            "/nonexistent/longhaul",
+        ])
+        .arg(&f)
+        .arg(format!("{HOST}:{}/", far.display()))
+        .output()
+        .unwrap();
+    let landed = std::fs::read(far.join("f.bin"));
+    let mode = std::fs::metadata(&copied)
+        .map(|m| std::os::unix::fs::PermissionsExt::mode(&m.permissions()));
+    if !was_there {
+        let _ = std::fs::remove_file(&copied);
+    }
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(landed.unwrap(), std::fs::read(&f).unwrap());
+    assert_eq!(
+        mode.unwrap() & 0o777,
+        0o700,
+        "the copy is its owner's alone"
+    );
+}
+
+#[test]
+fn perf_over_ssh_with_no_server_running() {
+    let Some(s) = sshd() else { return };
+    let o = s
+        .longhaul()
+        .args(["-v", "perf", "-t", "1", "--json", "--remote-path", BIN])
+        .arg(format!("{HOST}:"))
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "perf: {}", text(&o));
+    let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(j["error"].is_null(), "{}", text(&o));
+    assert!(j["summary"]["bytes"].as_u64().unwrap() > 0, "{}", text(&o));
+    let pid = far_pid(&String::from_utf8_lossy(&o.stderr)).expect("the far end's pid in the log");
+    wait_gone(pid, "the far end after a perf test");
+}
