@@ -11,6 +11,7 @@
 #   lh-nosync   the same against `longhaul serve --no-sync` (no fsync, like the peers)
 #   lh-plain    lh-nosync with --insecure-plaintext: no TLS, BLAKE3 still on (what TLS costs)
 #   lh-tls      lh-nosync with LONGHAUL_DATA_FRAMES=tls: TLS's own records instead of sealed frames
+#   lh-old      lh-nosync with OLD_BIN, another build (client and its own server): an A/B of two builds
 #   gridftp     globus-url-copy -p 4 -tcp-bs 4M (no encryption, no hashing; ../shared/peers/servers.sh)
 #   dd          dd if=SRC of=DEST bs=1M: the local-copy ceiling (buffered, no fsync)
 #   dd4         four dd at once, each a quarter of SRC into its place in one DEST (GridFTP's -p 4 writes
@@ -40,6 +41,8 @@ WORK=$(mktemp -d /dev/shm/lh-elephant.XXXXXX)
 mkdir -p "$DISK_DIR" bench/results
 LH=$WORK/longhaul
 cp "$BIN" "$LH"
+OLD=$WORK/longhaul-old
+[ -n "${OLD_BIN:-}" ] && cp "$OLD_BIN" "$OLD"
 PIDS=()
 CG=/sys/fs/cgroup/cpuacct/lh-elephant-$$
 mkdir -p "$CG/lh" "$CG/gridftp" "$CG/dd"
@@ -82,12 +85,12 @@ in_group() { # group cpu cmd... : runs cmd in the tool group's cgroup (pinned to
 }
 cpu_ns() { cat "$CG/$1/cpuacct.usage"; }
 start_lh() { # port dest [flags]
-    local port=$1 dest=$2
+    local port=$1 dest=$2 bin=${SERVE_BIN:-$LH}
     shift 2
     # A bash of its own (not a subshell of this one), so that $! is the server once it execs.
     # shellcheck disable=SC2046
     bash -c 'echo $$ >"$0/cgroup.procs"; exec "$@"' "$CG/lh" $(pin 1) \
-        "$LH" serve --allow-plaintext --listen "127.0.0.1:$port" --state-dir "$STATE" --export "data=$dest" "$@" \
+        "$bin" serve --allow-plaintext --listen "127.0.0.1:$port" --state-dir "$STATE" --export "data=$dest" "$@" \
         >"$WORK/serve-$port.log" 2>&1 &
     PIDS+=($!)
     for _ in $(seq 100); do ss -ltn "sport = :$port" | grep -q LISTEN && return; sleep 0.1; done
@@ -101,6 +104,7 @@ run_tool() { # tool src destdir -> runs it, leaving destdir/big.bin
     lh) LONGHAUL_TRUST=$TRUST LONGHAUL_TOKEN=$TOKEN in_group lh 0 "$LH" cp --json --force "$src" "longhaul://127.0.0.1:$P1/data/" ;;
     lh-nosync) LONGHAUL_TRUST=$TRUST LONGHAUL_TOKEN=$TOKEN in_group lh 0 "$LH" cp --json --force "$src" "longhaul://127.0.0.1:$P2/data/" ;;
     lh-plain) LONGHAUL_TOKEN=$TOKEN in_group lh 0 "$LH" cp --json --insecure-plaintext --force "$src" "longhaul://127.0.0.1:$P2/data/" ;;
+    lh-old) LONGHAUL_TRUST=$TRUST LONGHAUL_TOKEN=$TOKEN in_group lh 0 "$OLD" cp --json --force "$src" "longhaul://127.0.0.1:$P3/data/" ;;
     lh-tls) LONGHAUL_DATA_FRAMES=tls LONGHAUL_TRUST=$TRUST LONGHAUL_TOKEN=$TOKEN in_group lh 0 "$LH" cp --json --force "$src" "longhaul://127.0.0.1:$P2/data/" ;;
     gridftp) in_group gridftp 0 globus-url-copy -p 4 -tcp-bs 4M "file://$src" "ftp://127.0.0.1:2811$dst/big.bin" ;;
     dd) in_group dd 0 dd if="$src" of="$dst/big.bin" bs=1M status=none ;;
@@ -125,6 +129,10 @@ for sc in $SCENARIOS; do
     P1=$((30000 + RANDOM % 20000)) P2=$((P1 + 1))
     start_lh $P1 "$base/dst"
     start_lh $P2 "$base/dst" --no-sync
+    if [ -n "${OLD_BIN:-}" ]; then
+        P3=$((P1 + 2))
+        SERVE_BIN=$OLD start_lh $P3 "$base/dst" --no-sync
+    fi
     bash ../shared/peers/servers.sh start "$base/dst" "$WORK/peers" >/dev/null
     # GridFTP's daemon forks a process per session: they stay in its group.
     echo "$(cat "$WORK/peers/gridftp.pid")" >"$CG/gridftp/cgroup.procs"
@@ -203,6 +211,8 @@ for sc in dict.fromkeys(r["scenario"] for r in rows):
     ratio("lh-nosync", "lh-plain", 0, "rate: TLS / plaintext")
     ratio("lh-nosync", "lh-tls", 1, "CPU per GiB: sealed frames / TLS records")
     ratio("lh-tls", "gridftp", 1, "CPU per GiB")
+    ratio("lh-nosync", "lh-old", 1, "CPU per GiB: this build / OLD_BIN")
+    ratio("lh-nosync", "lh-old", 0, "rate: this build / OLD_BIN")
 EOF
 python3 - "$STAGES" <<'EOF'
 import csv, statistics, sys
