@@ -1288,10 +1288,7 @@ impl Drop for ReadOnly {
 #[test]
 fn a_directory_mode_preserve_cannot_set_fails_the_copy_naming_it() {
     use std::os::unix::fs::PermissionsExt;
-    if !common::require::have(
-        "ROOT",
-        common::require::root("a read-only bind mount"),
-    ) {
+    if !common::require::have("ROOT", common::require::root("a read-only bind mount")) {
         return;
     }
     let t = TempDir::new("preserve-ro");
@@ -1326,6 +1323,11 @@ fn a_directory_mode_preserve_cannot_set_fails_the_copy_naming_it() {
     assert_same_file(&src.join("a.bin"), &exp.join("src/a.bin"));
     // Without --preserve a directory's mode is not asked for: no failure.
     let s = data_server(&exp, &t.dir("state"));
-    cp_ok(&["-r", "--force", src.to_str().unwrap(), &remote(s.addr(), "")]);
+    cp_ok(&[
+        "-r",
+        "--force",
+        src.to_str().unwrap(),
+        &remote(s.addr(), ""),
+    ]);
     s.shutdown();
 }

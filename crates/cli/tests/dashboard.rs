@@ -49,9 +49,9 @@ impl Drop for Guard {
 
 #[track_caller]
 fn browser_available() -> Option<String> {
-    let installed = [CHROMIUM, CHROMEDRIVER].into_iter().try_for_each(|p| {
-        common::require::file(p, "apt-get install chromium chromium-driver")
-    });
+    let installed = [CHROMIUM, CHROMEDRIVER]
+        .into_iter()
+        .try_for_each(|p| common::require::file(p, "apt-get install chromium chromium-driver"));
     common::require::have("BROWSER", installed).then(|| CHROMIUM.to_string())
 }
 

@@ -500,7 +500,10 @@ fn window_above_the_kernel_cap_warns_with_the_fix() {
     let Some(cap) = cap.filter(|&c| c < (512 << 20)) else {
         common::require::missing(
             "RMEM_CAP",
-            &format!("net.core.rmem_max is {cap:?}, not below the 512M a window can ask"),
+            &format!(
+                "net.core.rmem_max ({}) is not below the 512M a window can ask for",
+                cap.map_or("unreadable".into(), |c| c.to_string())
+            ),
         );
         return;
     };
@@ -700,8 +703,14 @@ fn affinity_pins_each_ends_streams_to_the_cpu_asked() {
     let o = client.wait_with_output().unwrap();
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(json_of(&o)["summary"]["bytes"].as_u64().unwrap() > 0);
-    assert!(!local.is_empty(), "no client thread was pinned to CPU {cpu}");
-    assert!(!remote.is_empty(), "no server thread was pinned to CPU {cpu}");
+    assert!(
+        !local.is_empty(),
+        "no client thread was pinned to CPU {cpu}"
+    );
+    assert!(
+        !remote.is_empty(),
+        "no server thread was pinned to CPU {cpu}"
+    );
     for (tid, ran) in local.iter().chain(&remote) {
         assert_eq!(*ran, cpu, "thread {tid}, pinned to CPU {cpu}, ran on {ran}");
     }

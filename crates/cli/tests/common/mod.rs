@@ -155,7 +155,12 @@ impl SmallDisk {
             .arg(dir)
             .output()
             .unwrap();
-        assert!(o.status.success(), "mount tmpfs on {}: {}", dir.display(), stderr(&o));
+        assert!(
+            o.status.success(),
+            "mount tmpfs on {}: {}",
+            dir.display(),
+            stderr(&o)
+        );
         Some(SmallDisk(dir.to_path_buf()))
     }
 

@@ -103,10 +103,10 @@ pub fn ipv6() -> Result<(), String> {
 }
 
 /// `n` CPUs online.
-pub fn cpus(n: i64) -> Result<(), String> {
+pub fn cpus(n: i32) -> Result<(), String> {
     // SAFETY: sysconf has no preconditions.
-    let online = i64::from(unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) });
-    if online >= n {
+    let online = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
+    if online >= libc::c_long::from(n) {
         Ok(())
     } else {
         Err(format!("{online} CPU(s) online, {n} needed"))
