@@ -11,7 +11,7 @@ use serde_json::Value;
 
 mod common;
 use common::xfer::*;
-use common::{assert_exit, bin, stderr, stdout, TempDir};
+use common::{assert_exit, bin, stderr, stdout, SmallDisk, TempDir};
 
 fn with_archive(archive: &Path, args: &[&str]) -> std::process::Output {
     bin()
@@ -327,36 +327,13 @@ fn a_killed_run_keeps_what_it_recorded() {
     assert!(show["run"]["intervals"].as_array().unwrap().len() >= 3);
 }
 
-/// A tmpfs of `kib` KiB at `dir` (root only), unmounted on drop.
-struct SmallDisk(std::path::PathBuf);
-
-impl SmallDisk {
-    fn mount(dir: &Path, kib: u64) -> Option<SmallDisk> {
-        fs::create_dir_all(dir).ok()?;
-        let ok = std::process::Command::new("mount")
-            .args(["-t", "tmpfs", "-o", &format!("size={kib}k"), "tmpfs"])
-            .arg(dir)
-            .stderr(Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success());
-        ok.then(|| SmallDisk(dir.to_path_buf()))
-    }
-}
-
-impl Drop for SmallDisk {
-    fn drop(&mut self) {
-        let _ = std::process::Command::new("umount").arg(&self.0).status();
-    }
-}
-
 #[test]
 fn a_full_disk_under_the_archive_loses_rows_not_the_transfer() {
     let t = TempDir::new("archive-full");
     let Some(disk) = SmallDisk::mount(&t.path().join("small"), 512) else {
-        eprintln!("skipped: cannot mount a tmpfs here (needs root)");
         return;
     };
-    let archive = disk.0.join("archive.db");
+    let archive = disk.path().join("archive.db");
     // An archive with a run in it, then the disk filled to the brim.
     let s = data_server(&t.dir("export"), &t.dir("state"));
     let seed = t.path().join("seed");
@@ -367,12 +344,12 @@ fn a_full_disk_under_the_archive_loses_rows_not_the_transfer() {
     );
     assert_exit(&o, 0);
     let mut n: u64 = 0;
-    while fs::write(disk.0.join(format!("fill{n}")), vec![0u8; 4096]).is_ok() {
+    while fs::write(disk.path().join(format!("fill{n}")), vec![0u8; 4096]).is_ok() {
         n += 1;
     }
     // Room to start the run, not to keep its files.
     for i in n.saturating_sub(16)..n {
-        let _ = fs::remove_file(disk.0.join(format!("fill{i}")));
+        let _ = fs::remove_file(disk.path().join(format!("fill{i}")));
     }
     // Many files: their catalogue rows need room the disk does not have.
     let src = t.path().join("many");

@@ -264,8 +264,12 @@ fn the_archive_and_its_log_are_0600_whatever_the_umask() {
         );
         std::thread::sleep(Duration::from_millis(50));
     }
-    std::thread::sleep(Duration::from_millis(500));
+    // Each made private as the archive opens it: waited for, not slept on.
     for f in [db, wal, shm] {
+        let mode = || fs::symlink_metadata(f).map_or(0, |m| m.mode() & 0o777);
+        while mode() != 0o600 && start.elapsed() < Duration::from_secs(60) {
+            std::thread::sleep(Duration::from_millis(20));
+        }
         assert_private(f);
     }
     perf.kill().unwrap();

@@ -131,8 +131,8 @@ fn slow_push(src: &Path, to: &str) -> Child {
 }
 
 /// A server with one slot and a queue of one on a slow disk, and a push
-/// of an 8 MiB file (`seed`) that has held the slot for 300 ms: returns
-/// the server, the file, the export and that push.
+/// of an 8 MiB file (`seed`) that holds the slot (its partial file is in
+/// the export): returns the server, the file, the export and that push.
 fn one_slot_taken(t: &TempDir, seed: u64) -> (ServerHandle, PathBuf, PathBuf, Child) {
     let (src, dst) = (t.dir("src"), t.dir("dst"));
     let slow = Arc::new(Faulty {
@@ -146,8 +146,16 @@ fn one_slot_taken(t: &TempDir, seed: u64) -> (ServerHandle, PathBuf, PathBuf, Ch
     write_random(&file, 8 << 20, seed);
     let mut first = slow_push(&file, &remote(srv.addr(), "a.bin"));
     // Its stderr drained in the background, so that it never blocks.
-    let _ = collect_stderr(&mut first);
-    std::thread::sleep(Duration::from_millis(300));
+    let first_err = collect_stderr(&mut first);
+    let until = Instant::now() + Duration::from_secs(60);
+    while fs::read_dir(&dst).unwrap().next().is_none() {
+        assert!(
+            first.try_wait().unwrap().is_none() && Instant::now() < until,
+            "the first push never opened its file: {}",
+            first_err.lock().unwrap()
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
     (srv, file, dst, first)
 }
 
@@ -203,12 +211,31 @@ fn ctrl_c_while_queued_exits_130_and_leaves_the_queue() {
         std::thread::sleep(Duration::from_millis(50));
     };
     assert_eq!(status.code(), Some(130), "{}", queued_err.lock().unwrap());
-    // The server notices the closed connection within a poll or two.
-    std::thread::sleep(Duration::from_millis(500));
-    // Its place is free again: another client queues instead of being
-    // refused (the queue holds one).
-    let mut next = slow_push(&file, &remote(srv.addr(), "n.bin"));
-    let next_err = collect_stderr(&mut next);
+    // Its place is free again once the server notices the closed
+    // connection (within a poll or two): another client queues instead of
+    // being refused (the queue holds one).
+    let until = Instant::now() + Duration::from_secs(30);
+    let (mut next, next_err) = loop {
+        let mut next = slow_push(&file, &remote(srv.addr(), "n.bin"));
+        let next_err = collect_stderr(&mut next);
+        let refused = loop {
+            if next_err.lock().unwrap().contains("waiting in queue") {
+                break None;
+            }
+            if let Some(s) = next.try_wait().unwrap() {
+                break Some(s);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        match refused {
+            None => break (next, next_err),
+            Some(s) => assert!(
+                s.code() == Some(4) && Instant::now() < until,
+                "the queue's place was never given back: {s} {}",
+                next_err.lock().unwrap()
+            ),
+        }
+    };
     assert!(
         next.wait().unwrap().success(),
         "{}",

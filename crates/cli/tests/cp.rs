@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 
 use longhaul_engine::server::{ServeConfig, Server};
 use longhaul_engine::xfer::storage::{Faults, Local, Storage};
+use serde_json::Value;
 
 mod common;
 use common::xfer::*;
@@ -1184,4 +1185,149 @@ fn a_listing_prints_no_terminal_control_from_a_file_name() {
     let out = String::from_utf8_lossy(&o.stdout);
     assert!(out.contains("red\\u{1b}[31mname\\u{7}"), "{out}");
     assert!(!o.stdout.iter().any(|&b| b == 0x1b || b == 0x07), "{out}");
+}
+
+// ------------------------------------------------- errors that must not vanish
+
+/// Pushes `src` (recursively) to a fresh server's export with `extra`
+/// arguments; returns the exit, the JSON document and the export.
+fn push_tree(t: &TempDir, src: &Path, extra: &[&str]) -> (std::process::Output, Value, PathBuf) {
+    let exp = t.dir("export");
+    let s = data_server(&exp, &t.dir("state"));
+    let o = longhaul(
+        &[
+            &["cp", "--json", "-r"][..],
+            extra,
+            &[src.to_str().unwrap(), &remote(s.addr(), "")],
+        ]
+        .concat(),
+    );
+    let v = json_of(&o);
+    s.shutdown();
+    (o, v, exp)
+}
+
+/// The one failed entry of `v`, which must name `path`.
+#[track_caller]
+fn the_failure<'a>(v: &'a Value, path: &str) -> &'a str {
+    let failed = v["failed"].as_array().expect("failed listed");
+    assert_eq!(failed.len(), 1, "{v}");
+    assert_eq!(failed[0]["path"], path, "{v}");
+    failed[0]["error"].as_str().unwrap()
+}
+
+#[test]
+fn a_digests_list_on_a_full_device_fails_the_copy_and_says_so() {
+    let t = TempDir::new("digests-full");
+    let src = t.dir("src");
+    for i in 0..3 {
+        write_random(&src.join(format!("f{i}")), 10_000, i);
+    }
+    let (o, v, exp) = push_tree(&t, &src, &["--digests", "/dev/full"]);
+    // The files landed, verified; the list did not: exit 6, the list named.
+    assert_exit(&o, 6);
+    assert_eq!(v["verified"], true, "{v}");
+    let e = the_failure(&v, "/dev/full");
+    assert!(e.contains("failed to write the digests list"), "{e}");
+    assert!(e.contains("No space left on device"), "{e}");
+    assert!(e.contains("--digests another file"), "{e}");
+    assert_same_tree(&src, &exp.join("src"), false);
+}
+
+#[test]
+fn a_digests_list_on_a_full_file_system_fails_the_copy_and_says_so() {
+    let t = TempDir::new("digests-tmpfs");
+    let Some(disk) = common::SmallDisk::mount(&t.path().join("small"), 4) else {
+        return;
+    };
+    // Every page of the small disk taken.
+    let mut n = 0;
+    while fs::write(disk.path().join(format!("fill{n}")), [0u8; 1024]).is_ok() {
+        n += 1;
+    }
+    let src = t.dir("src");
+    for i in 0..200 {
+        fs::write(src.join(format!("file-with-a-long-name-{i:04}")), [i as u8]).unwrap();
+    }
+    let list = disk.path().join("digests.txt");
+    let (o, v, exp) = push_tree(&t, &src, &["--digests", list.to_str().unwrap()]);
+    assert_exit(&o, 6);
+    let e = the_failure(&v, list.to_str().unwrap());
+    assert!(e.contains("No space left on device"), "{e}");
+    assert!(e.contains("some of the 200 files"), "{e}");
+    assert_same_tree(&src, &exp.join("src"), false);
+}
+
+/// A directory bind-mounted read-only onto itself, unmounted on drop.
+struct ReadOnly(PathBuf);
+
+impl ReadOnly {
+    fn bind(dir: &Path) -> ReadOnly {
+        let ok = |args: &[&str]| {
+            let o = std::process::Command::new("mount")
+                .args(args)
+                .arg(dir)
+                .arg(dir)
+                .output()
+                .unwrap();
+            assert!(o.status.success(), "mount {args:?}: {}", stderr(&o));
+        };
+        ok(&["--bind"]);
+        let me = ReadOnly(dir.to_path_buf());
+        ok(&["-o", "remount,bind,ro"]);
+        me
+    }
+}
+
+impl Drop for ReadOnly {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount").arg(&self.0).status();
+    }
+}
+
+#[test]
+fn a_directory_mode_preserve_cannot_set_fails_the_copy_naming_it() {
+    use std::os::unix::fs::PermissionsExt;
+    if !common::require::have("ROOT", common::require::root("a read-only bind mount")) {
+        return;
+    }
+    let t = TempDir::new("preserve-ro");
+    let src = t.dir("src");
+    write_random(&src.join("a.bin"), 5000, 1);
+    let empty = src.join("empty");
+    fs::create_dir(&empty).unwrap();
+    fs::set_permissions(&empty, fs::Permissions::from_mode(0o750)).unwrap();
+    // The destination's copy of `empty` already there, on a read-only mount.
+    let exp = t.dir("export");
+    let held = exp.join("src/empty");
+    fs::create_dir_all(&held).unwrap();
+    let _ro = ReadOnly::bind(&held);
+    let s = data_server(&exp, &t.dir("state"));
+    let o = longhaul(&[
+        "cp",
+        "--json",
+        "-r",
+        "-p",
+        src.to_str().unwrap(),
+        &remote(s.addr(), ""),
+    ]);
+    s.shutdown();
+    assert_exit(&o, 6);
+    let v = json_of(&o);
+    let e = the_failure(&v, "src/empty");
+    assert!(e.contains("failed to set the mode of directory"), "{e}");
+    assert!(e.contains(&held.display().to_string()), "{e}");
+    assert!(e.contains("Read-only file system"), "{e}");
+    assert!(e.contains("read-only"), "{e}");
+    // The rest landed.
+    assert_same_file(&src.join("a.bin"), &exp.join("src/a.bin"));
+    // Without --preserve a directory's mode is not asked for: no failure.
+    let s = data_server(&exp, &t.dir("state"));
+    cp_ok(&[
+        "-r",
+        "--force",
+        src.to_str().unwrap(),
+        &remote(s.addr(), ""),
+    ]);
+    s.shutdown();
 }

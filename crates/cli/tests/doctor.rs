@@ -516,12 +516,12 @@ fn doctor_on_loopback(port: u16, extra: &[&str]) -> Value {
     json_of(&o)
 }
 
+#[track_caller]
 fn root() -> bool {
-    let root = rustix::process::geteuid().is_root();
-    if !root {
-        eprintln!("skipped: needs root (loop device, mount, cgroup)");
-    }
-    root
+    common::require::have(
+        "ROOT",
+        common::require::root("a throttled disk (loop device, mount, cgroup)"),
+    )
 }
 
 /// A file system on a loop device whose writes, from the processes in a
@@ -533,22 +533,19 @@ struct Throttled {
 }
 
 impl Throttled {
-    /// None (with the reason printed) where this host cannot do it.
+    /// None (SKIP, or a failure under `LONGHAUL_REQUIRE_BLKIO=1`) where
+    /// this host cannot do it.
+    #[track_caller]
     fn new(t: &TempDir, mount_opts: &str, throttle: &[(&str, &str)]) -> Option<Throttled> {
+        use common::require;
         let blkio = Path::new("/sys/fs/cgroup/blkio");
-        let have = |c: &str| {
-            Command::new(c)
-                .arg("-V")
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .status()
-                .is_ok()
-        };
-        if !blkio.join("blkio.throttle.write_bps_device").exists()
-            || !have("losetup")
-            || !have("mkfs.ext4")
-        {
-            eprintln!("skipped: needs cgroup v1 blkio, losetup and mkfs.ext4");
+        let blkio_here = require::file(
+            "/sys/fs/cgroup/blkio/blkio.throttle.write_bps_device",
+            "write throttling needs cgroup v1's blkio controller",
+        );
+        let tools = require::program("losetup", "mount")
+            .and_then(|()| require::program("mkfs.ext4", "e2fsprogs"));
+        if !require::have("BLKIO", blkio_here) || !require::have("LOOP", tools) {
             return None;
         }
         let img = t.path().join("disk.img");
@@ -561,10 +558,7 @@ impl Throttled {
             .arg(&img)
             .output()
             .unwrap();
-        if !out.status.success() {
-            eprintln!("skipped: losetup: {}", stderr(&out));
-            return None;
-        }
+        assert!(out.status.success(), "losetup: {}", stderr(&out));
         let dev = String::from_utf8_lossy(&out.stdout).trim().to_string();
         let mnt = t.dir("mnt");
         let cgroup = blkio.join(format!("longhaul-test-{}", std::process::id()));
@@ -677,9 +671,7 @@ fn doctor_names_metadata_for_small_files_on_a_slow_create_destination() {
 
 #[test]
 fn doctor_names_the_senders_cpu_when_it_has_one_core_and_tls() {
-    // SAFETY: sysconf has no preconditions.
-    if unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) } < 2 {
-        eprintln!("skipped: needs two CPUs");
+    if !common::require::have("CPUS", common::require::cpus(2)) {
         return;
     }
     let t = TempDir::new("doctor-cpu");

@@ -24,15 +24,11 @@ const SERVER_QUOTA_US: u64 = 20_000;
 const CLIENT_QUOTA_US: u64 = 10_000;
 const PERIOD_US: u64 = 100_000;
 
-fn required() -> bool {
-    std::env::var("LONGHAUL_REQUIRE_CGROUP").is_ok_and(|v| v == "1")
-}
-
 /// Skips (returns None) where this host cannot cap a process's CPU, or
-/// fails the test where that is required.
+/// fails the test where that is required (`LONGHAUL_REQUIRE_CGROUP=1`).
+#[track_caller]
 fn unavailable(why: &str) -> Option<CpuCgroup> {
-    assert!(!required(), "LONGHAUL_REQUIRE_CGROUP=1 but {why}");
-    eprintln!("skipped: {why}");
+    common::require::missing("CGROUP", why);
     None
 }
 
@@ -46,8 +42,8 @@ struct CpuCgroup {
 
 impl CpuCgroup {
     fn new(tag: &str, quota_us: u64) -> Option<CpuCgroup> {
-        if !rustix::process::geteuid().is_root() {
-            return unavailable("a CPU quota needs root (cgroups)");
+        if let Err(why) = common::require::root("a CPU quota (cgroups)") {
+            return unavailable(&why);
         }
         let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
         let mounts: Vec<(String, String, String)> = mountinfo

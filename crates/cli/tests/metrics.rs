@@ -174,12 +174,8 @@ fn metrics_count_a_push_and_prometheus_scrapes_them() {
     );
 
     // A real Prometheus scraping it.
-    if !Path::new(PROMETHEUS).exists() {
-        let why = format!("{PROMETHEUS} is missing (apt-get install prometheus)");
-        if std::env::var("LONGHAUL_REQUIRE_PROMETHEUS").as_deref() == Ok("1") {
-            panic!("{why}, and LONGHAUL_REQUIRE_PROMETHEUS=1 requires it");
-        }
-        eprintln!("skipping the Prometheus half of this test: {why}");
+    let installed = common::require::file(PROMETHEUS, "apt-get install prometheus");
+    if !common::require::have("PROMETHEUS", installed) {
         return;
     }
     let prom = Prometheus::start(&t, m);

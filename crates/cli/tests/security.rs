@@ -2029,8 +2029,22 @@ fn client_strings_cannot_forge_server_log_lines() {
     bad.extend_from_slice(&(body.len() as u32).to_be_bytes());
     bad.push(longhaul_proto::msg::kind::HELLO);
     bad.extend_from_slice(body.as_bytes());
+    let logged = || {
+        String::from_utf8_lossy(&log.lock().unwrap())
+            .matches("FAKE LOG LINE")
+            .count()
+    };
+    let before = logged();
     poke(addr, &bad);
-    std::thread::sleep(Duration::from_millis(500));
+    // Until the server has logged the refusal of that last one.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while logged() == before {
+        assert!(
+            Instant::now() < deadline,
+            "the undecodable Hello was never logged"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
     child.kill().unwrap();
     child.wait().unwrap();
     let log = log.lock().unwrap().clone();

@@ -108,6 +108,8 @@ struct SourceSide {
     reading: HashMap<u64, (String, i64, u64, u32)>,
     /// Chunk reads per (path, index), resends included.
     reads: HashMap<(String, u32), u32>,
+    /// Resends the machine asked this side to serve.
+    resends_asked: usize,
     next_stream: usize,
     done: bool,
 }
@@ -119,6 +121,8 @@ struct SinkSide {
     open: HashMap<u64, (Entry, FileLedger)>,
     /// Writes per (path, index).
     writes: HashMap<(String, u32), u32>,
+    /// Chunks whose hash did not match, as (path, index), in order.
+    damaged: Vec<(String, u32)>,
     chunk_writes: usize,
     /// Opens answered a step later, last asked first (a driver's open
     /// pool); off: each open is answered at once.
@@ -135,6 +139,12 @@ struct Outcome {
     partials: HashMap<String, Partial>,
     reads: HashMap<(String, u32), u32>,
     writes: HashMap<(String, u32), u32>,
+    /// Deliveries the harness damaged (see [`Faults::corrupt`]).
+    corrupted: usize,
+    /// Chunks the sink found damaged, as (path, index).
+    damaged: Vec<(String, u32)>,
+    /// Resends the source was asked to serve.
+    resends_asked: usize,
     failed: Vec<Failure>,
     elapsed: Duration,
     /// Bundle frames, items of `FilesSealed` and of `FilesDone`, and
@@ -164,6 +174,8 @@ struct Pair {
     /// Which stream delivers next, cycled.
     schedule: Vec<u8>,
     deliveries: usize,
+    /// Deliveries damaged so far.
+    corrupted: usize,
     faults: Faults,
 }
 
@@ -205,6 +217,7 @@ impl Pair {
                 resends: VecDeque::new(),
                 reading: HashMap::new(),
                 reads: HashMap::new(),
+                resends_asked: 0,
                 next_stream: 0,
                 done: false,
             },
@@ -222,6 +235,7 @@ impl Pair {
                 partials: HashMap::new(),
                 open: HashMap::new(),
                 writes: HashMap::new(),
+                damaged: Vec::new(),
                 chunk_writes: 0,
                 pool: false,
                 opening: Vec::new(),
@@ -241,6 +255,7 @@ impl Pair {
                 schedule
             },
             deliveries: 0,
+            corrupted: 0,
             faults,
         }
     }
@@ -380,6 +395,9 @@ impl Pair {
             partials: self.snk.partials,
             reads: self.src.reads,
             writes: self.snk.writes,
+            corrupted: self.corrupted,
+            damaged: self.snk.damaged,
+            resends_asked: self.src.resends_asked,
             failed: source_failed,
             elapsed: self.now - self.start,
             wire: (
@@ -491,7 +509,10 @@ impl Pair {
                         }
                     }
                 }
-                SourceAction::Resend(c) => self.src.resends.push_back(c),
+                SourceAction::Resend(c) => {
+                    self.src.resends_asked += 1;
+                    self.src.resends.push_back(c);
+                }
                 SourceAction::Forget(id) => {
                     self.src.reading.remove(&id);
                 }
@@ -662,11 +683,13 @@ impl Pair {
             self.streams[other].push_back(frame.clone());
         }
         if self.faults.corrupt.contains(&number) {
+            self.corrupted += 1;
             match &mut frame {
                 Delivery::Chunk(f) if !f.bytes.is_empty() => f.bytes[0] ^= 0x55,
+                // An empty chunk's damage can only be to its hash.
+                Delivery::Chunk(f) => f.hash[0] ^= 0x55,
                 // The first record's first byte, or its hash if it is empty.
                 Delivery::Bundle(b) => b[BUNDLE_HEADER_LEN + 12] ^= 0x55,
-                Delivery::Chunk(_) => {}
             }
         }
         match frame {
@@ -714,6 +737,7 @@ impl Pair {
             return Ok(());
         }
         if hash(&frame.bytes) != frame.hash {
+            self.snk.damaged.push((entry.path.clone(), frame.index));
             ledger.damaged();
             let r = Resend {
                 id: frame.file,
@@ -830,8 +854,8 @@ impl Pair {
                 | SinkAction::DirEnd(_)
                 | SinkAction::Landed { .. }
                 | SinkAction::WalkDone
-                | SinkAction::Interval(_)
-                | SinkAction::SetDirectories => {}
+                | SinkAction::Interval(_) => {}
+                SinkAction::SetDirectories => self.snk.machine.directories_set(),
             }
         }
         Ok(())
@@ -995,17 +1019,29 @@ proptest! {
 
     /// A chunk damaged on the way is detected and sent again.
     #[test]
+    /// The first delivery is always damaged, so every case damages at
+    /// least one; each damage is found by the sink, asked for again and
+    /// read again by the source.
     fn corrupted_chunks_are_resent(
         sizes in sizes(),
         streams in 1usize..4,
-        corrupt in prop::collection::vec(0usize..30, 1..5),
+        more in prop::collection::vec(1usize..30, 0..4),
         bundles in any::<bool>(),
     ) {
         let files = tree(&sizes);
-        let faults = Faults { corrupt: corrupt.clone(), ..Faults::default() };
+        let corrupt: Vec<usize> = std::iter::once(0).chain(more).collect();
+        let faults = Faults { corrupt, ..Faults::default() };
         let pair = Pair::new(&files, streams, vec![0, 1, 2], faults);
         let o = if bundles { pair.with_bundles() } else { pair }.run();
         expect_identical(&o, &files);
+        prop_assert!(o.corrupted >= 1, "no delivery was damaged");
+        prop_assert_eq!(o.damaged.len(), o.corrupted, "damaged {:?}", o.damaged);
+        prop_assert_eq!(o.resends_asked, o.corrupted);
+        for (path, index) in &o.damaged {
+            let times = o.damaged.iter().filter(|d| *d == &(path.clone(), *index)).count();
+            let reads = o.reads.get(&(path.clone(), *index)).copied().unwrap_or(0);
+            prop_assert_eq!(reads as usize, times + 1, "{} chunk {} read {} times", path, index, reads);
+        }
     }
 
     /// A file that changes while it is read is sent again, or fails as

@@ -5,24 +5,14 @@
 //!
 //! Absent a launcher, its helper says SKIP and gives `None`, unless
 //! `LONGHAUL_REQUIRE_SLURM=1` / `LONGHAUL_REQUIRE_MPI=1` (CI): then it
-//! panics naming what to install.
+//! panics naming what to install (see [`super::require`]).
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-fn have(program: &str) -> bool {
-    std::env::var_os("PATH").is_some_and(|paths| {
-        std::env::split_paths(&paths)
-            .chain([PathBuf::from("/usr/sbin"), PathBuf::from("/sbin")])
-            .any(|d| d.join(program).is_file())
-    })
-}
-
-fn required(var: &str) -> bool {
-    std::env::var(var).is_ok_and(|v| v == "1")
-}
+use super::require;
 
 fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
@@ -49,17 +39,15 @@ pub struct Slurm {
 
 impl Slurm {
     pub fn start() -> Option<Slurm> {
-        if !(have("slurmctld") && have("slurmd") && have("srun")) {
-            assert!(
-                !required("LONGHAUL_REQUIRE_SLURM"),
-                "LONGHAUL_REQUIRE_SLURM=1 but Slurm is not installed: apt-get install slurm-wlm"
-            );
-            eprintln!("SKIP: Slurm is not installed (apt-get install slurm-wlm)");
-            return None;
-        }
-        // SAFETY: getuid cannot fail.
-        if unsafe { libc::getuid() } != 0 {
-            eprintln!("SKIP: a Slurm of its own needs root (slurmd runs jobs as their user)");
+        let installed = ["slurmctld", "slurmd", "srun"]
+            .into_iter()
+            .try_for_each(|p| require::program(p, "slurm-wlm"));
+        if !require::have("SLURM", installed)
+            || !require::have(
+                "ROOT",
+                require::root("a Slurm of its own (slurmd runs jobs as their user)"),
+            )
+        {
             return None;
         }
         let dir =
@@ -188,12 +176,7 @@ impl Drop for Slurm {
 /// `mpirun -np N PROGRAM ARGS...` (Open MPI, oversubscribed, as root),
 /// with `env` passed to every rank; None (SKIP) without Open MPI.
 pub fn mpirun(n: u32, program: &Path, args: &[&str], env: &[(&str, String)]) -> Option<Output> {
-    if !have("mpirun") {
-        assert!(
-            !required("LONGHAUL_REQUIRE_MPI"),
-            "LONGHAUL_REQUIRE_MPI=1 but Open MPI is not installed: apt-get install openmpi-bin"
-        );
-        eprintln!("SKIP: Open MPI is not installed (apt-get install openmpi-bin)");
+    if !require::have("MPI", require::program("mpirun", "openmpi-bin")) {
         return None;
     }
     let mut c = Command::new("mpirun");

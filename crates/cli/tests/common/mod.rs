@@ -5,6 +5,7 @@
 #![allow(dead_code)]
 
 pub mod launchers;
+pub mod require;
 pub mod wan;
 pub mod xfer;
 
@@ -134,6 +135,43 @@ impl TempDir {
 impl Drop for TempDir {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A tmpfs of `kib` KiB mounted at `dir`, unmounted on drop: a disk a
+/// test can fill. Needs root (else SKIP, or a failure under
+/// `LONGHAUL_REQUIRE_ROOT=1`); a mount that fails as root fails the test.
+pub struct SmallDisk(PathBuf);
+
+impl SmallDisk {
+    #[track_caller]
+    pub fn mount(dir: &Path, kib: u64) -> Option<SmallDisk> {
+        if !require::have("ROOT", require::root("mounting a small tmpfs")) {
+            return None;
+        }
+        std::fs::create_dir_all(dir).unwrap();
+        let o = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={kib}k"), "tmpfs"])
+            .arg(dir)
+            .output()
+            .unwrap();
+        assert!(
+            o.status.success(),
+            "mount tmpfs on {}: {}",
+            dir.display(),
+            stderr(&o)
+        );
+        Some(SmallDisk(dir.to_path_buf()))
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for SmallDisk {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(&self.0).status();
     }
 }
 

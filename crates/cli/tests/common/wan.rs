@@ -8,15 +8,11 @@ use std::time::{Duration, Instant};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_longhaul");
 
-/// True where the emulator can run; says why not otherwise.
+/// True where the emulator can run; else SKIP, or a failure under
+/// `LONGHAUL_REQUIRE_TUN=1` (see [`super::require`]).
+#[track_caller]
 pub fn can_emulate() -> bool {
-    let root = rustix::process::geteuid().is_root();
-    let ok =
-        root && Path::new("/dev/net/tun").exists() && Command::new("ip").arg("-V").output().is_ok();
-    if !ok {
-        eprintln!("skipped: `longhaul wan` needs root, /dev/net/tun and iproute2");
-    }
-    ok
+    super::require::have("TUN", super::require::tun())
 }
 
 pub fn namespaces() -> String {

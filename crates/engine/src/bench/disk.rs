@@ -159,8 +159,9 @@ pub fn run(b: &DiskBench) -> Result<DiskReport, EngineError> {
         if b.read {
             // Whatever was written, read back (all of it if the write did
             // not stop at its time limit).
-            let _ = file.sync_data();
-            drop_cache(&file);
+            cold(&file).map_err(|e| {
+                EngineError::io(format!("readying {} for a cold read", path.display()), e)
+            })?;
             // A larger readahead for a sequential reader, as the transfer
             // source asks for too.
             let _ = rustix::fs::fadvise(&file, 0, None, rustix::fs::Advice::Sequential);
@@ -303,8 +304,24 @@ fn fill(buf: &mut [u8], seed: u64) {
     }
 }
 
-fn drop_cache(file: &File) {
-    let _ = rustix::fs::fadvise(file, 0, None, rustix::fs::Advice::DontNeed);
+/// Drops `file`'s cached pages, so that a read of it reads the device.
+fn drop_cache(file: &File) -> io::Result<()> {
+    rustix::fs::fadvise(file, 0, None, rustix::fs::Advice::DontNeed)
+        .map_err(|e| io::Error::new(e.kind(), format!("dropping its cached pages: {e}")))
+}
+
+/// Writes `file`'s dirty pages out, then drops its cached pages: dirty
+/// pages are never dropped, so a sync that failed would leave a "cold"
+/// read reading memory. Its failure (a device that failed the writes) is
+/// an error, never a warm figure.
+fn cold(file: &File) -> io::Result<()> {
+    file.sync_data().map_err(|e| {
+        io::Error::new(
+            e.kind(),
+            format!("syncing it before its cached pages are dropped: {e}; the storage failed a write: check the device (dmesg)"),
+        )
+    })?;
+    drop_cache(file)
 }
 
 /// Reads the files already under `dir` (a read-only probe: nothing is
@@ -373,7 +390,7 @@ pub fn read_existing(
         if !f.metadata().is_ok_and(|m| m.is_file()) {
             continue;
         }
-        drop_cache(&f);
+        drop_cache(&f)?;
         let _ = rustix::fs::fadvise(&f, 0, None, rustix::fs::Advice::Sequential);
         let mut off = 0;
         loop {
@@ -471,8 +488,7 @@ fn read_files(dir: &Path, made: u64, b: &DiskBench) -> io::Result<FilesResult> {
     let sub = |i: u64| &subs[(i / 1000) as usize];
     for i in 0..made {
         let f = open_small(sub(i), i, false)?;
-        let _ = f.sync_data();
-        drop_cache(&f);
+        cold(&f).map_err(|e| io::Error::new(e.kind(), format!("file {i}: {e}")))?;
     }
     let mut buf = vec![0u8; b.small_file_size.max(1) as usize];
     let start = Instant::now();

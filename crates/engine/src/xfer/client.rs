@@ -410,14 +410,7 @@ fn cp_retrying(o: &CpOptions) -> Result<CpSummary, EngineError> {
     let plan = plan(o)?;
     // Opened once: digests of files finished before a retry stay in it.
     let digest_out: Option<super::DigestOut> = match &o.digests_to {
-        Some(p) => {
-            let f = std::fs::File::create(p).map_err(|e| {
-                EngineError::Usage(format!("cannot write digests to {}: {e}", p.display()))
-            })?;
-            Some(Arc::new(std::sync::Mutex::new(Box::new(
-                std::io::BufWriter::new(f),
-            ))))
-        }
+        Some(p) => Some(super::DigestFile::create(p)?),
         None => None,
     };
     let mut attempt = 0;
@@ -426,6 +419,10 @@ fn cp_retrying(o: &CpOptions) -> Result<CpSummary, EngineError> {
         match cp_once(o, &plan, &digest_out, true) {
             Ok(mut s) => {
                 s.attempts = attempt;
+                // An incomplete list is output lost: a failed entry, exit 6.
+                if let Some(Err(f)) = digest_out.as_ref().map(|d| d.finish()) {
+                    s.failed.push(f);
+                }
                 return Ok(s);
             }
             Err(e)

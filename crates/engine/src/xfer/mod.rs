@@ -6,6 +6,7 @@
 
 pub mod beneath;
 pub mod client;
+mod digests;
 mod parts;
 pub mod prefetch;
 pub mod sink;
@@ -13,7 +14,6 @@ pub mod source;
 pub mod storage;
 pub mod tune;
 
-use std::io::Write as _;
 use std::io::{self, Read};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicU64;
@@ -128,14 +128,14 @@ impl Progress {
     }
 }
 
-/// Where `DIGEST  PATH` lines go as files are verified (`--digests FILE`),
-/// written as they come so that memory stays bounded.
-pub type DigestOut = Arc<Mutex<Box<dyn std::io::Write + Send>>>;
+/// Where `DIGEST  PATH` lines go as files are verified (`--digests FILE`).
+pub type DigestOut = Arc<DigestFile>;
 
-/// Writes one digest line; a failing writer is reported once by the caller's summary.
+/// Writes one digest line; a failed write is kept and reported by
+/// [`DigestFile::finish`] when the transfer ends.
 pub fn write_digest(out: &Option<DigestOut>, path: &str, digest: &str) {
     if let Some(o) = out {
-        let _ = writeln!(o.lock().expect("poisoned"), "{digest}  {path}");
+        o.line(path, digest);
     }
 }
 
@@ -460,6 +460,7 @@ pub fn content_digest(
     Ok(hex(hasher.finalize().as_bytes()))
 }
 
+pub use digests::DigestFile;
 pub use longhaul_proto::units::hex;
 
 #[cfg(test)]

@@ -679,19 +679,35 @@ impl Work<'_> {
                         let Ok(d) = cfg.anchor.dir(path, false) else {
                             continue;
                         };
+                        let mode = std::fs::Permissions::from_mode(cfg.mode_of(e));
+                        let set = |what, r: io::Result<()>| {
+                            r.map_err(|err| dir_attr_failure(what, path, &err))
+                        };
+                        // Without --preserve a directory's time is a courtesy.
+                        let mtime = super::set_mtime_through(&d.path(), e.mtime_ns);
                         if cfg.preserve {
-                            let _ = std::fs::set_permissions(
-                                d.path(),
-                                std::fs::Permissions::from_mode(cfg.mode_of(e)),
-                            );
+                            if let Err(err) = set("mode", std::fs::set_permissions(d.path(), mode))
+                                .and(set("mtime", mtime))
+                            {
+                                m.failed(&e.path, err);
+                            }
                         }
-                        let _ = super::set_mtime_through(&d.path(), e.mtime_ns);
                     }
+                    m.directories_set();
                 }
             }
         }
         Ok(())
     }
+}
+
+/// A directory's mode or mtime that `--preserve` could not give it.
+fn dir_attr_failure(what: &str, dir: &Path, e: &io::Error) -> String {
+    format!(
+        "failed to set the {what} of directory {}: {e}; check that it is not immutable \
+         (lsattr -d) and that its file system is not mounted read-only, or copy without --preserve",
+        dir.display()
+    )
 }
 
 /// Whether the destination (or, for a file landing onto its own name, the

@@ -8,6 +8,10 @@
 
 #![allow(dead_code)]
 
+/// The workspace's one "require or skip" (the CLI tests' own).
+#[path = "../../../cli/tests/common/require.rs"]
+mod require;
+
 use std::net::TcpListener;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -155,13 +159,11 @@ impl TempPostgres {
     }
 
     pub fn start_with(tls: Tls) -> Option<TempPostgres> {
-        let required = std::env::var("LONGHAUL_REQUIRE_POSTGRES").is_ok_and(|v| v == "1");
         let Some(bin) = bin_dir() else {
-            assert!(
-                !required,
-                "LONGHAUL_REQUIRE_POSTGRES=1 but PostgreSQL is not installed: apt-get install postgresql"
+            require::missing(
+                "POSTGRES",
+                "PostgreSQL is not installed (apt-get install postgresql)",
             );
-            eprintln!("SKIP: PostgreSQL is not installed (apt-get install postgresql)");
             return None;
         };
         let dir = std::env::temp_dir().join(format!(

@@ -94,7 +94,8 @@ pub enum SinkAction {
     /// An interval report of the source, for the progress display.
     Interval(crate::tune::TransferInterval),
     /// Every file is resolved: give the directories their modes and
-    /// times; the report goes to the source next.
+    /// times, record what failed with [`Sink::failed`], then call
+    /// [`Sink::directories_set`]: the report goes to the source next.
     SetDirectories,
 }
 
@@ -359,6 +360,13 @@ impl Sink {
         });
     }
 
+    /// The directories are set ([`SinkAction::SetDirectories`]): the
+    /// report, with what failed there, goes to the source.
+    pub fn directories_set(&mut self) {
+        self.transmits
+            .push_back(Message::TransferDone(self.report.clone()));
+    }
+
     /// The report, for counts only the driver sees (links, deletions,
     /// what a dry run would send).
     pub fn report_mut(&mut self) -> &mut SinkReport {
@@ -589,8 +597,6 @@ impl Sink {
             && self.files.is_empty()
         {
             self.actions.push_back(SinkAction::SetDirectories);
-            self.transmits
-                .push_back(Message::TransferDone(self.report.clone()));
             self.phase = Phase::Closing {
                 deadline: now + SOURCE_DONE_WAIT,
             };
