@@ -115,3 +115,5 @@ done
     ma=$(median <"$WORK/a.$mode"); mb=$(median <"$WORK/b.$mode")
     echo "perf $mode: median A ${ma}, B ${mb} Gbit/s, B/A rate $(python3 -c "print(round($mb / $ma, 3))")"
 done
+# The last test above is false without --perf: that is no failure.
+exit 0
