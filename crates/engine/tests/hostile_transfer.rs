@@ -176,11 +176,21 @@ fn push_to(addr: SocketAddr, dest: &str) -> (FramedConn, TcpStream) {
 
 /// A push to `dest`, asking for bundles or not (an older client).
 fn push_with(addr: SocketAddr, dest: &str, bundles: bool) -> (FramedConn, TcpStream) {
+    push_asking(addr, dest, |t| t.bundles = bundles)
+}
+
+/// A push whose request `ask` adjusts; the server must agree to its bundles.
+fn push_asking(
+    addr: SocketAddr,
+    dest: &str,
+    ask: impl FnOnce(&mut TransferRequest),
+) -> (FramedConn, TcpStream) {
     let mut c = control(addr);
     let Message::TransferRequest(mut t) = request(Op::Push, dest, vec![]) else {
         unreachable!()
     };
-    t.bundles = bundles;
+    ask(&mut t);
+    let bundles = t.bundles;
     c.send(&Message::TransferRequest(t)).unwrap();
     let Message::TransferAccept(a) = next(&mut c) else {
         panic!("no accept")
@@ -647,4 +657,69 @@ fn parts_out_of_range_or_through_links_are_refused_one_by_one() {
     }
     s.shutdown();
     let _ = std::fs::remove_dir_all(&base);
+}
+
+#[test]
+fn a_source_whose_values_lie_is_caught_by_verify_which_recomputes_them() {
+    // The sink checks XXH3-128 and records the source's BLAKE3 values
+    // (PROTOCOL.md 13.5b): a dishonest source can send bytes whose check
+    // matches and claim another file's value. Without --verify that claim
+    // is what is recorded (the documented limit); with it the sink
+    // recomputes every value from what it wrote and the file fails.
+    let (real, claimed): (&[u8], &[u8]) = (b"hello", b"HELLO");
+    for verify in [false, true] {
+        let dir =
+            std::env::temp_dir().join(format!("lh-hostile-lie-{verify}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let s = hostile_server(&dir);
+        let (mut c, mut data) = push_asking(s.addr(), "out", |t| t.verify = verify);
+        announce_small(&mut c, &[5]);
+        let header = ChunkHeader {
+            zero: false,
+            file: 2,
+            index: 0,
+            offset: 0,
+            len: 5,
+        };
+        let lie = Trailer {
+            check: longhaul_proto::digest::check(real),
+            value: *blake3::hash(claimed).as_bytes(),
+        };
+        data.write_all(&header.encode()).unwrap();
+        data.write_all(real).unwrap();
+        data.write_all(&lie.encode()).unwrap();
+        c.send(&Message::FileSealed(FileSealed { id: 2, resends: 0 }))
+            .unwrap();
+        c.send(&Message::EntriesEnd(EntriesEnd { files: 1 }))
+            .unwrap();
+        let msgs = until(&mut c, |m| matches!(m, Message::TransferDone(_)));
+        let done: Vec<FileDone> = msgs
+            .iter()
+            .flat_map(|m| match m {
+                Message::FileDone(d) => vec![d.clone()],
+                Message::FilesDone(ds) => ds.items.clone(),
+                _ => vec![],
+            })
+            .filter(|d| d.id == 2)
+            .collect();
+        let landed = dir.join("out/d/f2");
+        if verify {
+            let error = done
+                .iter()
+                .find_map(|d| d.error.clone())
+                .unwrap_or_default();
+            assert!(error.contains("verification failed"), "{done:?}");
+            assert!(!landed.exists(), "a file whose values lie must not land");
+        } else {
+            let claim = blake3::hash(claimed).to_hex().to_string();
+            assert!(
+                done.iter()
+                    .any(|d| d.digest.as_deref() == Some(claim.as_str())),
+                "{done:?}"
+            );
+            assert_eq!(std::fs::read(&landed).unwrap(), real);
+        }
+        s.shutdown();
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }
