@@ -213,7 +213,7 @@ impl Queue {
     /// time: an advisory lock around the DDL).
     /// The password is found as libpq finds it ([`crate::dbauth`]).
     pub fn connect(url: &str, run: &str) -> Result<Queue, QueueError> {
-        let (url, auth) = crate::dbauth::split(url);
+        let (url, auth) = crate::dbauth::split(url).map_err(QueueError::Usage)?;
         let service_name = auth
             .service
             .clone()
