@@ -33,6 +33,9 @@ pub struct DbTls {
     client: Option<(PathBuf, PathBuf)>,
 }
 
+/// What a `--queue` URL looks like, for errors.
+pub(crate) const URL_FORMS: &str = "write postgres://USER@HOST[:PORT]/DB[?sslmode=verify-full&sslrootcert=CA.pem], or libpq's host=HOST dbname=DB user=USER (quote a value with spaces: 'a b')";
+
 /// `url` (a URL, or libpq's `key=value` form) without the parameters that
 /// `take(key, value)` takes (it says whether it took one). A URL's query
 /// values are percent-decoded (`+` stays a `+`, as libpq reads it); the
@@ -103,7 +106,10 @@ pub(crate) fn conninfo_pairs(s: &str) -> Result<Vec<(String, String)>, String> {
         }
         skip_spaces(&mut it);
         if it.next() != Some('=') {
-            return Err(format!("--queue: {key:?} has no value (write {key}=VALUE)"));
+            // The word is not echoed: it may be a password written without its key.
+            return Err(format!(
+                "--queue: neither a postgres:// URL nor key=value settings (a word has no =VALUE); {URL_FORMS}"
+            ));
         }
         skip_spaces(&mut it);
         let mut value = String::new();
@@ -114,7 +120,9 @@ pub(crate) fn conninfo_pairs(s: &str) -> Result<Vec<(String, String)>, String> {
                     Some('\'') => break,
                     Some(c) => value.push(c),
                     None => {
-                        return Err(format!("--queue: the value of {key} has no closing quote"))
+                        return Err(format!(
+                            "--queue: the quoted value of {key} has no closing quote; {URL_FORMS}"
+                        ))
                     }
                 }
             }
@@ -337,8 +345,10 @@ mod tests {
             conninfo_pairs("a='' b=\\\\").unwrap(),
             [("a".into(), String::new()), ("b".into(), "\\".into())]
         );
-        for bad in ["host", "host=db user", "password='open"] {
-            assert!(split(bad).is_err(), "{bad}");
+        for bad in ["nonsense://", "host=db hunter2", "password='open"] {
+            let e = split(bad).unwrap_err();
+            assert!(e.contains("postgres://USER@HOST"), "{bad}: {e}");
+            assert!(!e.contains("hunter2") && !e.contains("open"), "{e}");
         }
         let (rest, _) = split("postgres://db/q?sslmode=require&sslrootcert=%2Fa+b.pem").unwrap();
         assert_eq!(rest, "postgres://db/q");
