@@ -47,7 +47,7 @@ impl DataKey {
 
     /// 64 lowercase hex digits.
     pub fn to_hex(&self) -> String {
-        hex(self.0)
+        hex(&self.0)
     }
 
     /// The input of the proof, byte for byte.

@@ -204,8 +204,11 @@ impl fmt::Display for Escaped<'_> {
     }
 }
 
-/// Lowercase hex of bytes (a digest, a key): the one encoder of the project.
-pub use hex::encode as hex;
+/// Lowercase hex of bytes (a digest, a key): the one encoder of the
+/// project (the `hex` crate's).
+pub fn hex(b: &[u8]) -> String {
+    hex::encode(b)
+}
 
 /// `N` bytes from `2 * N` hex digits (either case); None for anything else.
 pub fn from_hex<const N: usize>(s: &str) -> Option<[u8; N]> {
@@ -221,7 +224,7 @@ mod tests {
 
     #[test]
     fn hex_both_ways() {
-        assert_eq!(hex([0x00, 0x9f, 0xff]), "009fff");
+        assert_eq!(hex(&[0x00, 0x9f, 0xff]), "009fff");
         assert_eq!(hex(b""), "");
         assert_eq!(from_hex::<3>("009fff"), Some([0x00, 0x9f, 0xff]));
         assert_eq!(from_hex::<3>("009FFF"), Some([0x00, 0x9f, 0xff]));

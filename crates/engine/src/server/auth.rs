@@ -284,7 +284,7 @@ fn store(state: &Path, grants: &[Grant]) -> Result<(), EngineError> {
 /// A grant id no grant in `all` has (8 hex digits).
 fn unused_id(all: &[Grant]) -> String {
     loop {
-        let id = longhaul_proto::units::hex(random_bytes::<4>());
+        let id = longhaul_proto::units::hex(&random_bytes::<4>());
         if !all.iter().any(|g| g.id == id) {
             return id;
         }
@@ -293,7 +293,7 @@ fn unused_id(all: &[Grant]) -> String {
 
 fn random_bytes<const N: usize>() -> [u8; N] {
     let mut b = [0u8; N];
-    getrandom::fill(&mut b).expect("the OS random source");
+    getrandom::getrandom(&mut b).expect("the OS random source");
     b
 }
 

@@ -32,8 +32,8 @@ impl Drop for TestGuard {
 
 fn new_token() -> String {
     let mut b = [0u8; 16];
-    getrandom::fill(&mut b).expect("the OS random source");
-    longhaul_proto::units::hex(b)
+    getrandom::getrandom(&mut b).expect("the OS random source");
+    longhaul_proto::units::hex(&b)
 }
 
 /// Takes a slot for a test or transfer (waiting its turn in the queue) and

@@ -96,9 +96,9 @@ pub fn check_options(o: &DashboardOptions) -> Result<(), DashboardError> {
 /// A new random token: 32 bytes from the OS, in hex.
 pub fn random_token() -> Result<String, DashboardError> {
     let mut b = [0u8; 32];
-    getrandom::fill(&mut b)
+    getrandom::getrandom(&mut b)
         .map_err(|e| DashboardError::Runtime(format!("no random token: {e}")))?;
-    Ok(longhaul_proto::units::hex(b))
+    Ok(longhaul_proto::units::hex(&b))
 }
 
 /// Compares a presented token with the right one in time that does not

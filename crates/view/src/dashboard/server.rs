@@ -172,7 +172,7 @@ async fn guard(State(st): State<Arc<AppState>>, req: Request, next: Next) -> Res
             let cookie = format!(
                 "{}={}; HttpOnly; SameSite=Strict; Path=/{}",
                 st.cookie,
-                longhaul_proto::units::hex(token),
+                longhaul_proto::units::hex(token.as_bytes()),
                 if st.secure { "; Secure" } else { "" }
             );
             let mut r = StatusCode::SEE_OTHER.into_response();
