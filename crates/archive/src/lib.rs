@@ -13,6 +13,8 @@
 //!   command's events into rows.
 //! - [`scrub`]: credentials out of every command line and message the
 //!   archive keeps or shows.
+//! - [`when`]: the one `since` grammar of its readers and the one UTC
+//!   format of a run's time.
 
 pub mod model;
 pub mod reporter;
@@ -20,6 +22,7 @@ pub mod schema;
 pub mod scrub;
 pub mod served;
 pub mod store;
+pub mod when;
 pub mod writer;
 
 use std::path::PathBuf;

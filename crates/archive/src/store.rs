@@ -129,8 +129,8 @@ pub fn name_key(name: &str) -> i64 {
 /// The lookup key of a digest (hex, any case): its first 64 bits. None
 /// when it is not hex.
 pub fn digest_key(digest: &str) -> Option<i64> {
-    let head = digest.get(..16)?;
-    u64::from_str_radix(head, 16).ok().map(|v| v as i64)
+    let head = longhaul_proto::units::from_hex::<8>(digest.get(..16)?)?;
+    Some(u64::from_be_bytes(head) as i64)
 }
 
 /// The fewest hex digits `where` takes as a digest prefix.
@@ -820,5 +820,26 @@ fn classify(path: &Path, e: rusqlite::Error) -> ArchiveError {
             why: e.to_string(),
         },
         _ => io_error(path, e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_digests_key_is_its_first_64_bits_and_falls_in_its_prefixes_range() {
+        let d = "520e3d94c1b0a7f2".to_string() + &"0".repeat(48);
+        assert_eq!(digest_key(&d), Some(0x520e_3d94_c1b0_a7f2));
+        assert_eq!(digest_key(&d.to_uppercase()), digest_key(&d));
+        assert_eq!(digest_key(&"f".repeat(64)), Some(-1));
+        for n in [8, 9, 15, 16, 64] {
+            let (lo, hi) = digest_key_range(&d[..n]).unwrap();
+            let k = digest_key(&d).unwrap();
+            assert!(lo <= k && k <= hi, "{n}");
+        }
+        for bad in ["+20e3d94c1b0a7f2", "520e3d94c1b0a7", "520e3d94c1b0a7fz", ""] {
+            assert_eq!(digest_key(bad), None, "{bad}");
+        }
     }
 }

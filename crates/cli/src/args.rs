@@ -93,7 +93,8 @@ pub struct HistoryArgs {
     /// Only runs with this remote host (a part of its name is enough).
     #[arg(long)]
     pub host: Option<String>,
-    /// Only runs started since: a duration ago (`2h`, `7d`) or a date (`2026-11-23`).
+    /// Only runs started since: a duration ago with its unit (`90s`, `30m`, `2h`, `7d`, `2w`)
+    /// or a UTC date (`2026-11-23`) or date and time (`2026-11-23T08:00:00Z`); a bare number is refused.
     #[arg(long, value_name = "WHEN")]
     pub since: Option<String>,
     /// Only runs to or from this export.

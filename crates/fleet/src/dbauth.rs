@@ -68,14 +68,16 @@ pub const WHERE_PASSWORDS_GO: &str = "give the password in PGPASSWORD, in a line
 /// Whether `url` holds a password of its own (`user:PASSWORD@`, or a
 /// `password=` key).
 pub fn url_has_password(url: &str) -> bool {
-    let (rest, _) = split(url);
+    let Ok((rest, _)) = split(url) else {
+        return false;
+    };
     let rest = crate::dbtls::split(&rest).map_or(rest, |(r, _)| r);
     rest.parse::<postgres::Config>()
         .is_ok_and(|c| c.get_password().is_some())
 }
 
 /// `url` without its `passfile` and `service`, and what they said.
-pub fn split(url: &str) -> (String, AuthParams) {
+pub fn split(url: &str) -> Result<(String, AuthParams), String> {
     let mut p = AuthParams::default();
     let mut take = |k: &str, v: String| -> bool {
         match k {
@@ -85,8 +87,8 @@ pub fn split(url: &str) -> (String, AuthParams) {
         }
         true
     };
-    let rest = crate::dbtls::strip_params(url, |k, v| take(k, v.to_string()));
-    (rest, p)
+    let rest = crate::dbtls::strip_params(url, |k, v| take(k, v.to_string()))?;
+    Ok((rest, p))
 }
 
 fn env(k: &str) -> Option<String> {
@@ -161,7 +163,7 @@ pub fn service_tls(service: &[(String, String)]) -> String {
     service
         .iter()
         .filter(|(k, _)| matches!(k.as_str(), "sslmode" | "sslrootcert" | "sslcert" | "sslkey"))
-        .map(|(k, v)| format!("{k}={v}"))
+        .map(|(k, v)| crate::dbtls::conninfo_pair(k, v))
         .collect::<Vec<_>>()
         .join(" ")
 }
@@ -332,13 +334,15 @@ mod tests {
 
     #[test]
     fn passfile_and_service_are_taken_out_of_either_form() {
-        let (rest, p) = split("postgres://u@h/db?passfile=%2Fa%2Fpw&sslmode=require&service=s1");
+        let (rest, p) =
+            split("postgres://u@h/db?passfile=%2Fa%2Fpw&sslmode=require&service=s1").unwrap();
         assert_eq!(rest, "postgres://u@h/db?sslmode=require");
         assert_eq!(p.passfile, Some(PathBuf::from("/a/pw")));
         assert_eq!(p.service.as_deref(), Some("s1"));
-        let (rest, p) = split("host=h service=s2 user=u");
-        assert_eq!(rest, "host=h user=u");
-        assert_eq!(p.service.as_deref(), Some("s2"));
+        let (rest, p) = split("host=h service='s 2' user=u").unwrap();
+        assert_eq!(rest, "host='h' user='u'");
+        assert_eq!(p.service.as_deref(), Some("s 2"));
+        assert!(url_has_password("host=h user=u password='p w'"));
         assert!(url_has_password("postgres://u:pw@h/db?passfile=/x"));
         assert!(url_has_password("host=h user=u password=pw"));
         assert!(!url_has_password("postgres://u@h/db?sslmode=require"));
@@ -376,7 +380,7 @@ mod tests {
         let text = "[a]\nhost=x\n[b]\n# c\nhost = db.example\nport=5433\nsslmode=verify-full\npassword=pw\n[c]\nhost=y\n";
         let s = service_in(text, "b").unwrap();
         assert_eq!(s[0], ("host".to_string(), "db.example".to_string()));
-        assert_eq!(service_tls(&s), "sslmode=verify-full");
+        assert_eq!(service_tls(&s), "sslmode='verify-full'");
         assert!(service_in(text, "z").is_none());
         let mut c: postgres::Config = "postgres://".parse().unwrap();
         let found = fill(&mut c, &AuthParams::default(), Some("b"), &s).unwrap();

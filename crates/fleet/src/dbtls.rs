@@ -33,19 +33,32 @@ pub struct DbTls {
     client: Option<(PathBuf, PathBuf)>,
 }
 
+/// What a `--queue` URL looks like, for errors.
+pub(crate) const URL_FORMS: &str = "write postgres://USER@HOST[:PORT]/DB[?sslmode=verify-full&sslrootcert=CA.pem], or libpq's host=HOST dbname=DB user=USER (quote a value with spaces: 'a b')";
+
 /// `url` (a URL, or libpq's `key=value` form) without the parameters that
-/// `take(key, value)` takes (it says whether it took one; a URL's value is
-/// percent-decoded first).
-pub(crate) fn strip_params(url: &str, mut take: impl FnMut(&str, &str) -> bool) -> String {
+/// `take(key, value)` takes (it says whether it took one). A URL's query
+/// values are percent-decoded (`+` stays a `+`, as libpq reads it); the
+/// `key=value` form is read as libpq reads it ([`conninfo_pairs`]: quoted
+/// values may hold spaces) and what is kept is written back quoted, for
+/// the driver's own parser (`postgres::Config`'s `FromStr`), which keeps
+/// its tokenizer to itself and refuses the keys taken here.
+pub(crate) fn strip_params(
+    url: &str,
+    mut take: impl FnMut(&str, &str) -> bool,
+) -> Result<String, String> {
     if url.starts_with("postgres://") || url.starts_with("postgresql://") {
-        match url.split_once('?') {
+        return Ok(match url.split_once('?') {
             None => url.to_string(),
             Some((base, query)) => {
                 let kept: Vec<&str> = query
                     .split('&')
                     .filter(|kv| {
                         let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
-                        !take(k, &percent_decoded(v))
+                        !take(
+                            k,
+                            &percent_encoding::percent_decode_str(v).decode_utf8_lossy(),
+                        )
                     })
                     .collect();
                 if kept.is_empty() {
@@ -54,17 +67,74 @@ pub(crate) fn strip_params(url: &str, mut take: impl FnMut(&str, &str) -> bool) 
                     format!("{base}?{}", kept.join("&"))
                 }
             }
+        });
+    }
+    let kept: Vec<String> = conninfo_pairs(url)?
+        .into_iter()
+        .filter(|(k, v)| !take(k, v))
+        .map(|(k, v)| conninfo_pair(&k, &v))
+        .collect();
+    Ok(kept.join(" "))
+}
+
+/// `key='value'`, quoted as [`conninfo_pairs`] (and libpq) read it back.
+pub(crate) fn conninfo_pair(key: &str, value: &str) -> String {
+    format!(
+        "{key}='{}'",
+        value.replace('\\', "\\\\").replace('\'', "\\'")
+    )
+}
+
+/// The `key=value` pairs of a libpq connection string, as libpq's
+/// `conninfo_parse` reads them: spaces around `=` allowed; a value is a
+/// run of non-spaces or a single-quoted string, in both of which `\`
+/// takes the next character as it is.
+pub(crate) fn conninfo_pairs(s: &str) -> Result<Vec<(String, String)>, String> {
+    let mut pairs = Vec::new();
+    let mut it = s.chars().peekable();
+    let skip_spaces = |it: &mut std::iter::Peekable<std::str::Chars<'_>>| {
+        while it.next_if(|c| c.is_whitespace()).is_some() {}
+    };
+    loop {
+        skip_spaces(&mut it);
+        if it.peek().is_none() {
+            return Ok(pairs);
         }
-    } else {
-        // The key=value form: `host=db user=longhaul sslmode=require`.
-        let kept: Vec<&str> = url
-            .split_whitespace()
-            .filter(|kv| {
-                let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
-                !take(k.trim(), v.trim_matches('\''))
-            })
-            .collect();
-        kept.join(" ")
+        let mut key = String::new();
+        while let Some(c) = it.next_if(|c| *c != '=' && !c.is_whitespace()) {
+            key.push(c);
+        }
+        skip_spaces(&mut it);
+        if it.next() != Some('=') {
+            // The word is not echoed: it may be a password written without its key.
+            return Err(format!(
+                "--queue: neither a postgres:// URL nor key=value settings (a word has no =VALUE); {URL_FORMS}"
+            ));
+        }
+        skip_spaces(&mut it);
+        let mut value = String::new();
+        if it.next_if_eq(&'\'').is_some() {
+            loop {
+                match it.next() {
+                    Some('\\') => value.extend(it.next()),
+                    Some('\'') => break,
+                    Some(c) => value.push(c),
+                    None => {
+                        return Err(format!(
+                            "--queue: the quoted value of {key} has no closing quote; {URL_FORMS}"
+                        ))
+                    }
+                }
+            }
+        } else {
+            while let Some(c) = it.next_if(|c| !c.is_whitespace()) {
+                match c {
+                    '\\' => value.extend(it.next()),
+                    c => value.push(c),
+                }
+            }
+        }
+        pairs.push((key, value));
     }
 }
 
@@ -83,7 +153,7 @@ pub fn split(url: &str) -> Result<(String, Option<DbTls>), String> {
         }
         true
     };
-    let rest = strip_params(url, &mut take);
+    let rest = strip_params(url, &mut take)?;
     let client =
         match (cert, key) {
             (Some(c), Some(k)) => Some((c, k)),
@@ -116,27 +186,6 @@ pub fn split(url: &str) -> Result<(String, Option<DbTls>), String> {
         }
     };
     Ok((rest, tls))
-}
-
-/// `%XX` escapes decoded (a path in a URL's query).
-pub(crate) fn percent_decoded(v: &str) -> String {
-    let b = v.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        let hex = |c: u8| (c as char).to_digit(16);
-        match (b[i], b.get(i + 1).copied(), b.get(i + 2).copied()) {
-            (b'%', Some(h), Some(l)) if hex(h).is_some() && hex(l).is_some() => {
-                out.push((hex(h).unwrap_or(0) * 16 + hex(l).unwrap_or(0)) as u8);
-                i += 3;
-            }
-            (c, _, _) => {
-                out.push(c);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 impl DbTls {
@@ -270,7 +319,7 @@ mod tests {
         let (rest, tls) = split("postgres://db/q").unwrap();
         assert_eq!((rest.as_str(), tls), ("postgres://db/q", None));
         let (rest, tls) = split("host=db user=u sslmode=verify-ca sslrootcert=/ca.pem").unwrap();
-        assert_eq!(rest, "host=db user=u");
+        assert_eq!(rest, "host='db' user='u'");
         assert_eq!(
             tls,
             Some(DbTls {
@@ -279,6 +328,32 @@ mod tests {
             })
         );
         assert_eq!(split("postgres://db/q?sslmode=disable").unwrap().1, None);
+    }
+
+    #[test]
+    fn quoted_values_keep_their_spaces_and_reach_the_driver_whole() {
+        let (rest, tls) = split(
+            r"host = db user=u password='a b\'c' sslmode = verify-full sslrootcert='/my certs/ca.pem' dbname=x\ y",
+        )
+        .unwrap();
+        assert_eq!(tls.unwrap().roots, Some("/my certs/ca.pem".into()));
+        let c: postgres::Config = rest.parse().unwrap();
+        assert_eq!(c.get_password(), Some(&b"a b'c"[..]));
+        assert_eq!(c.get_user(), Some("u"));
+        assert_eq!(c.get_dbname(), Some("x y"));
+        assert_eq!(
+            conninfo_pairs("a='' b=\\\\").unwrap(),
+            [("a".into(), String::new()), ("b".into(), "\\".into())]
+        );
+        for bad in ["nonsense://", "host=db hunter2", "password='open"] {
+            let e = split(bad).unwrap_err();
+            assert!(e.contains("postgres://USER@HOST"), "{bad}: {e}");
+            assert!(!e.contains("hunter2") && !e.contains("open"), "{e}");
+        }
+        let (rest, _) = split("postgres://db/q?sslmode=require&sslrootcert=%2Fa+b.pem").unwrap();
+        assert_eq!(rest, "postgres://db/q");
+        let (_, tls) = split("postgres://db/q?sslmode=require&sslrootcert=%2Fa+b.pem").unwrap();
+        assert_eq!(tls.unwrap().roots, Some("/a+b.pem".into()));
     }
 
     #[test]

@@ -4,7 +4,7 @@
 //! starts the same `longhaul cp` on every node; each process learns its
 //! rank ([`ranks`]), reads the run's one manifest ([`manifest`]) and moves
 //! its share: a fixed one cut by byte prefix sums ([`shard`]), or units it
-//! leases from a PostgreSQL work queue ([`queue`]) so that skew and lost
+//! leases from a PostgreSQL work queue (`queue`) so that skew and lost
 //! nodes even out. Every rank's result joins one aggregate ([`run`]).
 //!
 //! Ranges of one large file are moved by several ranks at once; the
@@ -14,12 +14,20 @@
 //! A manifest is read from a place others may write (the run directory,
 //! the queue's tables): a rank reads only what resolves beneath its own
 //! sources ([`confine`]), and the run directory must be its user's alone.
+//!
+//! The queue and its PostgreSQL client (`queue`, `feed`, `dbauth`,
+//! `dbtls`) are the Cargo feature `queue` (default); without it a rank
+//! takes static shares only, and `--queue` says which feature it needs.
 
 pub mod confine;
+#[cfg(feature = "queue")]
 pub mod dbauth;
+#[cfg(feature = "queue")]
 mod dbtls;
+#[cfg(feature = "queue")]
 pub mod feed;
 pub mod manifest;
+#[cfg(feature = "queue")]
 pub mod queue;
 pub mod ranks;
 pub mod run;

@@ -213,7 +213,7 @@ impl Queue {
     /// time: an advisory lock around the DDL).
     /// The password is found as libpq finds it ([`crate::dbauth`]).
     pub fn connect(url: &str, run: &str) -> Result<Queue, QueueError> {
-        let (url, auth) = crate::dbauth::split(url);
+        let (url, auth) = crate::dbauth::split(url).map_err(QueueError::Usage)?;
         let service_name = auth
             .service
             .clone()
@@ -230,8 +230,9 @@ impl Queue {
         }
         let mut config: postgres::Config = rest.parse().map_err(|e| {
             QueueError::Usage(format!(
-                "--queue {}: not a PostgreSQL URL ({e}); write postgres://USER@HOST[:PORT]/DB[?sslmode=verify-full&sslrootcert=CA.pem]",
-                shown(&rest)
+                "--queue {}: not a PostgreSQL URL ({e}); {}",
+                shown(&rest),
+                crate::dbtls::URL_FORMS
             ))
         })?;
         let found = crate::dbauth::fill(&mut config, &auth, service_name.as_deref(), &service)

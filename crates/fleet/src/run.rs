@@ -19,7 +19,7 @@
 
 use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use longhaul_engine::report::Reporter;
@@ -30,11 +30,12 @@ use longhaul_proto::xfer::{Failure, SyncOptions};
 use serde::{Deserialize, Serialize};
 
 use crate::confine::Sources;
-use crate::feed::{Feed, FeedConfig};
 use crate::manifest::Manifest;
-use crate::queue::{Leased, Published, Queue};
 use crate::ranks::Rank;
 use crate::shard;
+
+#[cfg(feature = "queue")]
+mod queued;
 
 /// How the ranks share the work.
 #[derive(Debug, Clone)]
@@ -162,11 +163,17 @@ fn failed(what: impl Into<String>) -> EngineError {
     EngineError::Failed(what.into())
 }
 
+/// What `--queue` says in a build without the `queue` feature.
+pub const NO_QUEUE: &str = "--queue: this longhaul was built without the PostgreSQL work queue (it needs the Cargo feature `queue`, in the default build); use --run-dir (static shares), or a build with the feature";
+
 /// Runs this rank's part of the transfer.
 pub fn run(f: &Fleet, reporter: &mut (dyn Reporter + Send)) -> Result<Outcome, EngineError> {
     match &f.mode {
         Mode::Static { run_dir } => run_static(f, run_dir, reporter),
-        Mode::Queue { .. } => run_queue(f, reporter),
+        #[cfg(feature = "queue")]
+        Mode::Queue { .. } => queued::run_queue(f, reporter),
+        #[cfg(not(feature = "queue"))]
+        Mode::Queue { .. } => Err(EngineError::Usage(NO_QUEUE.into())),
     }
 }
 
@@ -631,360 +638,4 @@ fn aggregate(
         verified,
         up_to_date,
     }
-}
-
-/// Renews the leases this rank holds, on a connection of its own, until
-/// dropped.
-struct Heartbeat {
-    held: Arc<Mutex<Vec<i64>>>,
-    stop: Option<std::sync::mpsc::Sender<()>>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-impl Heartbeat {
-    fn start(
-        url: &str,
-        run_id: &str,
-        worker: &str,
-        lease: Duration,
-    ) -> Result<Heartbeat, EngineError> {
-        let mut q = Queue::connect(url, run_id)?;
-        let held: Arc<Mutex<Vec<i64>>> = Arc::default();
-        let (stop, stopped) = std::sync::mpsc::channel::<()>();
-        let (h, worker) = (held.clone(), worker.to_string());
-        let thread = std::thread::Builder::new()
-            .name("lh-lease".into())
-            .spawn(move || {
-                while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) =
-                    stopped.recv_timeout(lease / 3)
-                {
-                    let ids = h.lock().expect("poisoned").clone();
-                    if !ids.is_empty() {
-                        if let Err(e) = q.renew(&worker, &ids, lease) {
-                            tracing::warn!("could not renew this rank's leases: {e}");
-                        }
-                    }
-                }
-            })
-            .map_err(|e| EngineError::io("failed to start the lease thread".into(), e))?;
-        Ok(Heartbeat {
-            held,
-            stop: Some(stop),
-            thread: Some(thread),
-        })
-    }
-}
-
-impl Drop for Heartbeat {
-    fn drop(&mut self) {
-        self.stop.take();
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
-}
-
-/// The queue's manifest: read if published; else the first rank to take
-/// the walk (any rank: rank 0 may be gone) walks the sources and
-/// publishes it with its units, and the others wait for it.
-fn queue_manifest(
-    f: &Fleet,
-    q: &mut Queue,
-    unit_bytes: u64,
-    unit_files: u32,
-) -> Result<Manifest, EngineError> {
-    let q_err = EngineError::from;
-    let started = Instant::now();
-    let mut said = false;
-    loop {
-        if let Some((hash, bytes)) = q.manifest().map_err(q_err)? {
-            return checked(f, &hash, &bytes);
-        }
-        if q.try_lock_walk().map_err(q_err)? {
-            // Published meanwhile by the rank that held the walk before?
-            if let Some((hash, bytes)) = q.manifest().map_err(q_err)? {
-                q.unlock_walk().map_err(q_err)?;
-                return checked(f, &hash, &bytes);
-            }
-            let published = walk(f).and_then(|m| {
-                let units = shard::queue_units(&m.items(), unit_bytes, unit_files);
-                let bytes = m.encode();
-                if bytes.len() > MAX_QUEUE_MANIFEST {
-                    return Err(EngineError::Usage(format!(
-                        "the manifest of {} entries is {} MB, more than the queue keeps in one row ({} MB): use --run-dir (static shares) or split the transfer (docs/SCALE.md)",
-                        m.entries.len(),
-                        bytes.len() >> 20,
-                        MAX_QUEUE_MANIFEST >> 20
-                    )));
-                }
-                q.publish(&m.hash(), &bytes, &units)
-                    .map_err(q_err)
-                    .map(|p| (m, p))
-            });
-            q.unlock_walk().map_err(q_err)?;
-            let (m, p) = published?;
-            match p {
-                Published::New | Published::Existing => return Ok(m),
-            }
-        }
-        if started.elapsed() > f.wait {
-            return Err(failed(format!(
-                "no manifest in the queue after {} s: the rank walking the sources is slow or stuck",
-                f.wait.as_secs()
-            )));
-        }
-        if !said {
-            (f.note)("waiting for another rank to publish the manifest");
-            said = true;
-        }
-        std::thread::sleep(Duration::from_millis(250));
-    }
-}
-
-/// The queue's manifest, as every rank takes it: whole (its hash), of
-/// this command's sources, and every entry beneath them by name.
-fn checked(f: &Fleet, hash: &str, bytes: &[u8]) -> Result<Manifest, EngineError> {
-    let m = Manifest::decode(bytes).map_err(failed)?;
-    if m.hash() != hash {
-        return Err(failed(format!(
-            "the queue's manifest does not match its hash ({hash}): the database was changed by hand?"
-        )));
-    }
-    if m.sources != f.cp.sources {
-        return Err(EngineError::Usage(format!(
-            "the queue's run is of other sources ({}): give each transfer its own --run-id",
-            m.sources.join(" ")
-        )));
-    }
-    Sources::new(&f.cp.sources)
-        .check(&m)
-        .map_err(|e| failed(e.to_string()))?;
-    Ok(m)
-}
-
-fn run_queue(f: &Fleet, reporter: &mut (dyn Reporter + Send)) -> Result<Outcome, EngineError> {
-    let Mode::Queue {
-        url,
-        run_id,
-        unit_bytes,
-        unit_files,
-        lease,
-    } = &f.mode
-    else {
-        unreachable!("run_queue runs the queue mode");
-    };
-    let q_err = EngineError::from;
-    let mut q = Queue::connect(url, run_id).map_err(q_err)?;
-    let manifest = Arc::new(queue_manifest(f, &mut q, *unit_bytes, *unit_files)?);
-    let worker = format!(
-        "{}:{}:rank{}",
-        longhaul_engine::net::sock::hostname(),
-        std::process::id(),
-        f.rank.rank
-    );
-    let heartbeat = Heartbeat::start(url, run_id, &worker, *lease)?;
-    let sources = Arc::new(Sources::new(&f.cp.sources));
-    let started = Instant::now();
-    let mut me = new_rank(f, &manifest);
-    let q = Arc::new(Mutex::new(q));
-    let mut errors = 0u32;
-    loop {
-        // A session starts with a unit in hand, and is fed the next ones
-        // as it goes (`feed`): one connection and slow start for many.
-        let first = q.lock().expect("poisoned").lease(&worker, 1, *lease);
-        let first = first.map_err(q_err)?;
-        if first.is_empty() {
-            let (todo, leased) = q.lock().expect("poisoned").pending().map_err(q_err)?;
-            if todo == 0 && leased == 0 {
-                break;
-            }
-            // Others hold the rest: they finish it (the run ends), or one
-            // of their leases expires. A probe of the pending units is
-            // cheap; polling often ends the run soon after its last unit.
-            std::thread::sleep(
-                (*lease / 100).clamp(Duration::from_millis(50), Duration::from_millis(250)),
-            );
-            continue;
-        }
-        let feed = Feed::new(
-            q.clone(),
-            manifest.clone(),
-            Some(sources.clone()),
-            heartbeat.held.clone(),
-            first,
-            FeedConfig::new(&worker, f.rank.size, *lease),
-        );
-        let result = session(f, feed.share(), reporter);
-        let taken = feed.taken();
-        let ids: Vec<i64> = taken.leased.iter().map(|l| l.id).collect();
-        let mut q = q.lock().expect("poisoned");
-        if let Some((units, refused)) = taken.refused {
-            // Failed for good (every rank would refuse them), and this
-            // rank stops: the queue's tables were written by someone else.
-            for l in &units {
-                q.failed(&worker, l.id, &refused.to_string(), 1)
-                    .map_err(q_err)?;
-            }
-            if let Ok(s) = &result {
-                let (bad, good) = split_failed(&manifest, &taken.leased, &s.failed);
-                q.done(&worker, &good).map_err(q_err)?;
-                for (id, why) in bad {
-                    q.failed(&worker, id, &why, MAX_ATTEMPTS).map_err(q_err)?;
-                }
-            }
-            return Err(failed(refused.to_string()));
-        }
-        match result {
-            Ok(s) => {
-                errors = 0;
-                let (bad, good) = split_failed(&manifest, &taken.leased, &s.failed);
-                q.done(&worker, &good).map_err(q_err)?;
-                for (id, why) in bad {
-                    q.failed(&worker, id, &why, MAX_ATTEMPTS).map_err(q_err)?;
-                }
-                me.units += good.len() as u64;
-                add(&mut me, &s);
-                if let Some(e) = taken.error {
-                    // The queue failed mid-session: what the session
-                    // carried is marked; the next lease says whether the
-                    // database is back.
-                    (f.note)(&format!("leasing more units failed ({e}); trying again"));
-                }
-            }
-            Err(e) => {
-                errors += 1;
-                for id in &ids {
-                    q.failed(&worker, *id, &e.to_string(), MAX_ATTEMPTS)
-                        .map_err(q_err)?;
-                }
-                if errors >= 3 {
-                    return Err(e);
-                }
-                (f.note)(&format!(
-                    "a session failed ({e}); its units go back to the queue"
-                ));
-                drop(q);
-                std::thread::sleep(Duration::from_secs(1));
-            }
-        }
-        heartbeat.held.lock().expect("poisoned").clear();
-    }
-    drop(heartbeat);
-    let mut q = Arc::try_unwrap(q)
-        .ok()
-        .expect("every session's feed has ended")
-        .into_inner()
-        .expect("poisoned");
-    finish_rank(&mut me, started);
-    let json = serde_json::to_value(&me).expect("a rank result serializes");
-    q.report_rank(f.rank.rank, &worker, &json).map_err(q_err)?;
-    if !q.claim_finalize(&worker).map_err(q_err)? {
-        return Ok(Outcome {
-            rank: me,
-            summary: None,
-        });
-    }
-    // The others end as soon as they see the queue empty: a short wait
-    // for their results; a rank that never reports is lost.
-    let wait = Fleet {
-        wait: (*lease * 2).min(f.wait),
-        ..clone_fleet(f)
-    };
-    let counts = q.counts().map_err(q_err)?;
-    let plan = Plan {
-        entries: manifest.entries.len() as u64,
-        bytes: manifest.bytes(),
-        units: counts.todo + counts.leased + counts.done + counts.failed,
-    };
-    let hash = manifest.hash();
-    let mut told = std::collections::HashSet::new();
-    let ranks = wait_for_results(&wait, &manifest, |missing| {
-        let reports = q.rank_reports().map_err(q_err)?;
-        let mut found: Vec<RankResult> = Vec::new();
-        for (rank, _, v) in reports {
-            let Ok(r) = serde_json::from_value::<RankResult>(v) else {
-                continue;
-            };
-            if r.manifest != hash {
-                continue;
-            }
-            let why = if rank >= f.rank.size {
-                Some(format!("rank {rank} of a fleet of {}", f.rank.size))
-            } else {
-                unplanned(&r, rank, &plan)
-            };
-            match why {
-                None => {
-                    found.retain(|x| x.rank != rank);
-                    found.push(r);
-                }
-                Some(why) if told.insert(rank) => (f.note)(&format!(
-                    "ignoring the queue's report of rank {rank}: not a result of this run's plan ({why})"
-                )),
-                Some(_) => {}
-            }
-        }
-        missing.extend((0..f.rank.size).filter(|r| !found.iter().any(|x| x.rank == *r)));
-        Ok(found)
-    })?;
-    let check = final_check(f, &manifest, reporter)?;
-    let mut summary = aggregate("queue", f.rank.size, &manifest, ranks, check);
-    if counts.failed > 0 {
-        summary.verified = summary.verified
-            && summary
-                .final_check
-                .as_ref()
-                .is_some_and(|c| c.failed.is_empty());
-        summary.up_to_date &= summary.verified;
-    }
-    let _ = q.set_aggregate(&serde_json::to_value(&summary).expect("a summary serializes"));
-    Ok(Outcome {
-        rank: me,
-        summary: Some(summary),
-    })
-}
-
-/// The largest manifest the queue keeps (PostgreSQL caps a value at 1 GB).
-const MAX_QUEUE_MANIFEST: usize = 900 << 20;
-
-/// Attempts a unit gets before it is failed for good.
-const MAX_ATTEMPTS: u32 = 5;
-
-fn clone_fleet(f: &Fleet) -> Fleet {
-    Fleet {
-        rank: f.rank,
-        mode: f.mode.clone(),
-        cp: f.cp.clone(),
-        wait: f.wait,
-        note: f.note.clone(),
-        job: f.job.clone(),
-    }
-}
-
-/// The leased units with a failed entry (and why), and the ids of the rest.
-fn split_failed(
-    manifest: &Manifest,
-    leased: &[Leased],
-    failures: &[Failure],
-) -> (Vec<(i64, String)>, Vec<i64>) {
-    let (mut bad, mut good) = (Vec::new(), Vec::new());
-    for l in leased {
-        let u = &l.unit;
-        let why = manifest
-            .entries
-            .iter()
-            .take(u.end as usize)
-            .skip(u.first as usize)
-            .find_map(|e| {
-                failures
-                    .iter()
-                    .find(|x| x.path == e.rel)
-                    .map(|x| format!("{}: {}", x.path, x.error))
-            });
-        match why {
-            Some(w) => bad.push((l.id, w)),
-            None => good.push(l.id),
-        }
-    }
-    (bad, good)
 }

@@ -12,7 +12,7 @@
 //! read off the wire cannot be replayed into a slot that is already taken.
 
 use crate::params::{Direction, Transport};
-use crate::units::hex;
+use crate::units::{from_hex, hex};
 
 /// Domain separation of the proof's input.
 pub const CONTEXT: &[u8] = b"longhaul perf data v1";
@@ -39,14 +39,10 @@ impl DataKey {
     /// The key from its 64 lowercase hex digits (`TestAccept.data_key`);
     /// None for anything else.
     pub fn parse(hex: &str) -> Option<DataKey> {
-        let mut out = [0u8; KEY_LEN];
-        if hex.len() != 2 * KEY_LEN {
+        if hex.bytes().any(|c| c.is_ascii_uppercase()) {
             return None;
         }
-        for (i, pair) in hex.as_bytes().chunks(2).enumerate() {
-            out[i] = (nibble(pair[0])? << 4) | nibble(pair[1])?;
-        }
-        Some(DataKey(out))
+        from_hex(hex).map(DataKey)
     }
 
     /// 64 lowercase hex digits.
@@ -97,14 +93,6 @@ impl DataKey {
         };
         // blake3::Hash compares in constant time.
         self.mac(test, transport, stream, d) == blake3::Hash::from(given.0)
-    }
-}
-
-fn nibble(c: u8) -> Option<u8> {
-    match c {
-        b'0'..=b'9' => Some(c - b'0'),
-        b'a'..=b'f' => Some(c - b'a' + 10),
-        _ => None,
     }
 }
 

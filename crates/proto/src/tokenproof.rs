@@ -21,7 +21,7 @@
 //! `Hello.token`, bound to nothing but a time window) are refused: see
 //! [`OLD_PROOF_PREFIX`].
 
-use crate::units::hex;
+use crate::units::{from_hex, hex};
 
 /// Domain separation of the proof's input.
 pub const CONTEXT: &[u8] = b"longhaul token proof v2";
@@ -56,7 +56,7 @@ pub fn challenge_hex(challenge: &[u8; CHALLENGE_LEN]) -> String {
 
 /// A challenge from its 64 hex digits; None for anything else.
 pub fn parse_challenge(s: &str) -> Option<[u8; CHALLENGE_LEN]> {
-    blake3::Hash::from_hex(s).ok().map(|h| *h.as_bytes())
+    from_hex(s)
 }
 
 /// The input of the MAC, byte for byte.

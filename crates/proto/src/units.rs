@@ -204,21 +204,34 @@ impl fmt::Display for Escaped<'_> {
     }
 }
 
-/// Lowercase hex of bytes (a digest, a key).
+/// Lowercase hex of bytes (a digest, a key): the one encoder of the
+/// project (the `hex` crate's).
 pub fn hex(b: &[u8]) -> String {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    let mut s = String::with_capacity(b.len() * 2);
-    for x in b {
-        s.push(char::from(DIGITS[usize::from(x >> 4)]));
-        s.push(char::from(DIGITS[usize::from(x & 0xf)]));
-    }
-    s
+    hex::encode(b)
+}
+
+/// `N` bytes from `2 * N` hex digits (either case); None for anything else.
+pub fn from_hex<const N: usize>(s: &str) -> Option<[u8; N]> {
+    let mut out = [0u8; N];
+    hex::decode_to_slice(s, &mut out).ok()?;
+    Some(out)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::time::Duration;
+
+    #[test]
+    fn hex_both_ways() {
+        assert_eq!(hex(&[0x00, 0x9f, 0xff]), "009fff");
+        assert_eq!(hex(b""), "");
+        assert_eq!(from_hex::<3>("009fff"), Some([0x00, 0x9f, 0xff]));
+        assert_eq!(from_hex::<3>("009FFF"), Some([0x00, 0x9f, 0xff]));
+        for bad in ["009ff", "009fff00", "00 fff", "zz9fff", "+09fff"] {
+            assert_eq!(from_hex::<3>(bad), None, "{bad}");
+        }
+    }
 
     #[test]
     fn sizes() {

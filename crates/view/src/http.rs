@@ -58,10 +58,62 @@ impl Limits {
     }
 }
 
-/// Serves `app` on `listener` (HTTP/1.1; over TLS when `tls` is given)
-/// within `limits`, until the runtime ends. Each connection runs in a task
-/// of its own.
-pub async fn serve(
+/// An endpoint bound and ready to serve: its listener and the
+/// current-thread runtime it is served on, both made before anything is
+/// served, so that a port in use (or no runtime) is the caller's error, at
+/// once. The dashboard serves on the caller's thread, the metrics on a
+/// thread of their own.
+pub struct Endpoint {
+    listener: std::net::TcpListener,
+    runtime: tokio::runtime::Runtime,
+}
+
+/// Why an [`Endpoint`] could not be made.
+#[derive(Debug, thiserror::Error)]
+pub enum EndpointError {
+    /// The address could not be bound (the message says why and what to do).
+    #[error("{0}")]
+    Bind(String),
+    #[error("cannot start the runtime serving HTTP: {0}")]
+    Runtime(std::io::Error),
+}
+
+impl Endpoint {
+    /// Binds `addr` (port 0: any free one; a port in use says so and
+    /// names `option`, the option that chose it) and makes the runtime.
+    pub fn bind(addr: SocketAddr, option: &str) -> Result<Endpoint, EndpointError> {
+        let listener = bind(addr, option).map_err(EndpointError::Bind)?;
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_io()
+            .enable_time()
+            .build()
+            .map_err(EndpointError::Runtime)?;
+        Ok(Endpoint { listener, runtime })
+    }
+
+    /// The address bound (the real port when asked for port 0).
+    pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
+        self.listener.local_addr()
+    }
+
+    /// Serves `app` (HTTP/1.1; over TLS when `tls` is given) within
+    /// `limits`, on this thread, until the process ends; each connection
+    /// runs in a task of its own.
+    pub fn serve(
+        self,
+        tls: Option<Arc<rustls::ServerConfig>>,
+        app: Router,
+        limits: Limits,
+    ) -> std::io::Result<()> {
+        let Endpoint { listener, runtime } = self;
+        runtime.block_on(async move {
+            serve(TcpListener::from_std(listener)?, tls, app, limits).await;
+            Ok(())
+        })
+    }
+}
+
+async fn serve(
     listener: TcpListener,
     tls: Option<Arc<rustls::ServerConfig>>,
     app: Router,
@@ -114,7 +166,7 @@ where
 
 /// Binds `addr` for an endpoint (non-blocking, for tokio). A port in use
 /// says so and what to do.
-pub fn bind(addr: SocketAddr, option: &str) -> Result<std::net::TcpListener, String> {
+fn bind(addr: SocketAddr, option: &str) -> Result<std::net::TcpListener, String> {
     let l = std::net::TcpListener::bind(addr).map_err(|e| {
         let hint = match e.kind() {
             std::io::ErrorKind::AddrInUse => {
@@ -276,17 +328,11 @@ mod tests {
 
     /// An endpoint of `limits` answering "ok" to `GET /`, on its own thread.
     fn endpoint(limits: Limits) -> SocketAddr {
-        let l = bind("127.0.0.1:0".parse().unwrap(), "--listen").unwrap();
-        let addr = l.local_addr().unwrap();
+        let e = Endpoint::bind("127.0.0.1:0".parse().unwrap(), "--listen").unwrap();
+        let addr = e.local_addr().unwrap();
         std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap();
-            rt.block_on(async move {
-                let app = Router::new().route("/", axum::routing::get(|| async { "ok" }));
-                serve(TcpListener::from_std(l).unwrap(), None, app, limits).await;
-            });
+            let app = Router::new().route("/", axum::routing::get(|| async { "ok" }));
+            e.serve(None, app, limits).unwrap();
         });
         addr
     }

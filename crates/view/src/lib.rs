@@ -8,8 +8,16 @@
 //! - [`http`]: what both share of HTTP: connection cap, header time
 //!   limit, Host check.
 //! - [`plot`]: `longhaul plot`, a run's intervals drawn to SVG or PNG.
+//!
+//! Each is a Cargo feature (`dashboard`, `metrics`, `plot`; all in the
+//! default build, `http` with either of the first two), so that a data
+//! node's build leaves out the web server and the plotting library.
 
+#[cfg(feature = "dashboard")]
 pub mod dashboard;
+#[cfg(feature = "http")]
 pub mod http;
+#[cfg(feature = "metrics")]
 pub mod metrics;
+#[cfg(feature = "plot")]
 pub mod plot;

@@ -360,39 +360,30 @@ pub fn serve_metrics_within(
     names: &[String],
     limits: crate::http::Limits,
 ) -> Result<(SocketAddr, JoinHandle<()>), MetricsError> {
-    // Bound here, so that a port in use is the caller's error, at once.
-    let listener = crate::http::bind(addr, "--metrics").map_err(MetricsError::Listen)?;
-    let bound = listener
+    let endpoint = crate::http::Endpoint::bind(addr, "--metrics").map_err(|e| match e {
+        crate::http::EndpointError::Bind(why) => MetricsError::Listen(why),
+        e => MetricsError::Thread(e.to_string()),
+    })?;
+    let bound = endpoint
         .local_addr()
         .map_err(|e| MetricsError::Listen(format!("cannot listen on {addr}: {e}")))?;
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| MetricsError::Thread(e.to_string()))?;
     let hosts = Arc::new((
         crate::http::Hosts::addresses_and(names),
         "scrape it by an IP address of this host or localhost, or start `serve` with --metrics-host NAME for the name Prometheus uses",
     ));
+    let app = axum::Router::new()
+        .route("/metrics", axum::routing::get(scrape))
+        .with_state(metrics)
+        .layer(axum::middleware::from_fn_with_state(
+            hosts,
+            crate::http::host_guard,
+        ));
     let thread = std::thread::Builder::new()
         .name("lh-metrics".into())
         .spawn(move || {
-            runtime.block_on(async move {
-                let listener = match tokio::net::TcpListener::from_std(listener) {
-                    Ok(l) => l,
-                    Err(e) => {
-                        tracing::warn!("metrics on {bound} not served: {e}");
-                        return;
-                    }
-                };
-                let app = axum::Router::new()
-                    .route("/metrics", axum::routing::get(scrape))
-                    .with_state(metrics)
-                    .layer(axum::middleware::from_fn_with_state(
-                        hosts,
-                        crate::http::host_guard,
-                    ));
-                crate::http::serve(listener, None, app, limits).await;
-            })
+            if let Err(e) = endpoint.serve(None, app, limits) {
+                tracing::warn!("metrics on {bound} not served: {e}");
+            }
         })
         .map_err(|e| MetricsError::Thread(e.to_string()))?;
     Ok((bound, thread))

@@ -27,6 +27,7 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 use longhaul_archive::model::{IntervalRow, RunDetail};
+use longhaul_proto::units::format_rate;
 use plotters::coord::Shift;
 use plotters::prelude::*;
 
@@ -292,20 +293,6 @@ impl Unit {
     }
 }
 
-/// A rate for people: `9.41 Gbit/s`.
-fn rate(bps: f64) -> String {
-    let u = Unit::for_max(bps);
-    let v = bps / u.per;
-    let digits = if v >= 100.0 {
-        0
-    } else if v >= 10.0 {
-        1
-    } else {
-        2
-    };
-    format!("{v:.digits$} {}", u.name)
-}
-
 /// Everything the figure shows, gathered from the rows.
 struct Model {
     title: String,
@@ -433,7 +420,7 @@ impl Model {
         };
         let multi = dirs.len() > 1;
         let mean = match run.bits_per_second.filter(|b| b.is_finite() && *b >= 0.0) {
-            Some(b) => format!("mean {}", rate(b)),
+            Some(b) => format!("mean {}", format_rate(b)),
             None => {
                 let means: Vec<String> = dirs
                     .iter()
@@ -442,7 +429,7 @@ impl Model {
                         let secs: f64 = counted.clone().map(|s| s.end - s.start).sum();
                         let bytes: f64 = counted.map(|s| s.bytes as f64).sum();
                         (secs > 0.0).then(|| {
-                            let r = rate(bytes * 8.0 / secs);
+                            let r = format_rate(bytes * 8.0 / secs);
                             if multi {
                                 format!("{} {r}", d.name)
                             } else {
@@ -510,26 +497,9 @@ fn data_way(local: &str, remote: &str, dirs: &[&str], detail: &RunDetail) -> Str
 
 /// `2026-11-23 21:27 UTC` from Unix seconds.
 fn utc(ts: f64) -> String {
-    if !ts.is_finite() || !(0.0..=253_402_300_799.0).contains(&ts) {
-        return "date unknown".into();
-    }
-    let secs = ts.floor() as i64;
-    let (days, sod) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
-    // Howard Hinnant's civil_from_days.
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!(
-        "{y:04}-{m:02}-{d:02} {:02}:{:02} UTC",
-        sod / 3600,
-        sod % 3600 / 60
-    )
+    longhaul_archive::when::utc(ts)
+        .and_then(|s| s.get(..16).map(|m| format!("{m} UTC")))
+        .unwrap_or_else(|| "date unknown".into())
 }
 
 // Colours. Directions' totals are dark and saturated; streams are lighter.

@@ -3,7 +3,6 @@
 //! file, and the file is left as it is.
 
 use std::path::PathBuf;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use longhaul_archive::model::{FileHit, HistoryFilter, RunDetail, RunRow, KINDS};
 use longhaul_archive::Archive;
@@ -49,37 +48,15 @@ pub fn archive_failure(e: longhaul_archive::ArchiveError) -> Failure {
     }
 }
 
-/// `2h`, `7d` (ago) or `2026-11-23`, `2026-11-23T08:00:00Z`: Unix seconds.
+/// `--since`: [`longhaul_archive::when::parse_since`], the dashboard's grammar too.
 fn parse_since(s: &str) -> Result<f64, Failure> {
-    let now = SystemTime::now();
-    let at = if let Ok(d) = humantime::parse_duration(s) {
-        now.checked_sub(d).unwrap_or(UNIX_EPOCH)
-    } else {
-        let full = if s.len() == 10 {
-            format!("{s}T00:00:00Z")
-        } else {
-            s.to_string()
-        };
-        humantime::parse_rfc3339_weak(&full).map_err(|_| {
-            usage(format!(
-                "--since {s}: expected a duration ago (30m, 2h, 7d) or a UTC date (2026-11-23, 2026-11-23T08:00:00)"
-            ))
-        })?
-    };
-    Ok(at
-        .duration_since(UNIX_EPOCH)
-        .unwrap_or_default()
-        .as_secs_f64())
+    longhaul_archive::when::parse_since(s, longhaul_archive::store::unix_now())
+        .map_err(|e| usage(format!("--since {e}")))
 }
 
 /// Unix seconds as `2026-11-23 20:15:07` (UTC).
 fn when(t: f64) -> String {
-    let at = UNIX_EPOCH + Duration::from_secs_f64(t.max(0.0));
-    humantime::format_rfc3339_seconds(at)
-        .to_string()
-        .replace('T', " ")
-        .trim_end_matches('Z')
-        .to_string()
+    longhaul_archive::when::utc(t).unwrap_or_else(|| "date unknown".into())
 }
 
 /// `longhaul history`.

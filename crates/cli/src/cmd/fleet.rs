@@ -91,6 +91,11 @@ fn rank_of(f: &FleetArgs) -> Result<Rank, super::Failure> {
 
 fn mode_of(a: &CpArgs) -> Result<Mode, super::Failure> {
     let f = &a.fleet;
+    #[cfg(not(feature = "queue"))]
+    if f.queue.is_some() {
+        return Err(usage(run::NO_QUEUE));
+    }
+    #[cfg(feature = "queue")]
     if f.queue
         .as_deref()
         .is_some_and(longhaul_fleet::dbauth::url_has_password)

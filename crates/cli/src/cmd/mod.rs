@@ -3,10 +3,12 @@
 
 mod archive;
 mod cp;
+#[cfg(feature = "dashboard")]
 mod dashboard;
 mod doctor;
 mod fleet;
 mod perf;
+#[cfg(feature = "plot")]
 mod plot;
 pub mod remote;
 mod serve;
@@ -14,12 +16,39 @@ mod wan;
 
 pub use archive::{history, show, where_};
 pub use cp::{cp, ls};
+#[cfg(feature = "dashboard")]
 pub use dashboard::dashboard;
 pub use doctor::{bench_disk, doctor};
 pub use perf::{demo, perf};
+#[cfg(feature = "plot")]
 pub use plot::plot;
 pub use serve::{id, serve, token, trust};
 pub use wan::wan;
+
+/// `longhaul dashboard` in a build without it.
+#[cfg(not(feature = "dashboard"))]
+pub fn dashboard(_: crate::args::DashboardArgs, _: &ArchiveArgs) -> Outcome {
+    Err(left_out("dashboard", "dashboard"))
+}
+
+/// `longhaul plot` in a build without it.
+#[cfg(not(feature = "plot"))]
+pub fn plot(_: crate::args::PlotArgs, _: &ArchiveArgs) -> Outcome {
+    Err(left_out("plot", "plot"))
+}
+
+/// What a command (or option) left out of this build says: which Cargo
+/// feature it needs. A usage error: the command line asks for what this
+/// binary cannot do.
+#[cfg_attr(
+    all(feature = "dashboard", feature = "plot", feature = "metrics"),
+    allow(dead_code)
+)]
+fn left_out(what: &str, feature: &str) -> Failure {
+    usage(format!(
+        "{what}: this longhaul was built without it (a data node's build); it needs the Cargo feature `{feature}`, in the default build (cargo build --release, or --features {feature})"
+    ))
+}
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};

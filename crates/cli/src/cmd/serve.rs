@@ -82,7 +82,13 @@ pub fn serve(a: ServeArgs, archive: &ArchiveArgs) -> Outcome {
             cfg.state_dir.display()
         )));
     }
+    #[cfg(not(feature = "metrics"))]
+    if a.metrics.is_some() {
+        return Err(super::left_out("serve --metrics", "metrics"));
+    }
+    #[cfg(feature = "metrics")]
     let mut metrics = None;
+    #[cfg(feature = "metrics")]
     if let Some(addr) = a.metrics {
         let m = Arc::new(longhaul_view::metrics::Metrics::new());
         cfg.observers.push(m.clone());
@@ -94,6 +100,7 @@ pub fn serve(a: ServeArgs, archive: &ArchiveArgs) -> Outcome {
     let state_dir = cfg.state_dir.clone();
     let server = Server::bind(&listen, cfg)?;
     // After the bind: a port in use for the server is said first.
+    #[cfg(feature = "metrics")]
     if let Some((addr, m, names)) = metrics {
         let (bound, _thread) = longhaul_view::metrics::serve_metrics(addr, m, &names)
             .map_err(|e| usage(e.to_string()))?;

@@ -550,7 +550,7 @@ pub(crate) fn open_control_early<T>(
     first: impl FnOnce(u32) -> Option<Message>,
 ) -> Result<(Control, T), EngineError> {
     let addrs = conn::resolve(target, DEFAULT_PORT)?;
-    let tcp = conn::connect(&addrs, opts.connect_timeout, |s| s.set_nodelay(true))?;
+    let tcp = conn::connect(&addrs, opts.connect_timeout, |s| s.set_tcp_nodelay(true))?;
     let peer = tcp
         .peer_addr()
         .map_err(|e| EngineError::io("failed to read the peer address".into(), e))?;

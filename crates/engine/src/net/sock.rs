@@ -95,7 +95,7 @@ pub fn apply_tcp_ref(sock: &SockRef<'_>, t: &Tuning) -> io::Result<()> {
     }
     // Nagle stays on for data: full-size writes follow each other at once,
     // and it merges each write's tail into the next write's first segment.
-    sock.set_nodelay(false)?;
+    sock.set_tcp_nodelay(false)?;
     Ok(())
 }
 

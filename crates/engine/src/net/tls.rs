@@ -27,7 +27,6 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
 use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
 use rustls::{DigitallySignedStruct, DistinguishedName, SignatureScheme};
-use sha2::Digest as _;
 
 use crate::net::conn::Stream;
 use crate::EngineError;
@@ -52,7 +51,7 @@ pub fn provider() -> Arc<CryptoProvider> {
 
 /// `SHA256:` and the unpadded base64 of the SHA-256 of a certificate.
 pub fn fingerprint(cert: &[u8]) -> String {
-    let d = sha2::Sha256::digest(cert);
+    let d = aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, cert);
     format!(
         "SHA256:{}",
         base64::engine::general_purpose::STANDARD_NO_PAD.encode(d)
@@ -98,10 +97,7 @@ pub fn parse_fingerprint(s: &str) -> Result<String, String> {
         );
     }
     let hex: String = s.chars().filter(|&c| c != ':').collect();
-    if hex.len() == 64 && hex.chars().all(|c| c.is_ascii_hexdigit()) {
-        let raw: Vec<u8> = (0..32)
-            .map(|i| u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).expect("hex digits"))
-            .collect();
+    if let Some(raw) = longhaul_proto::units::from_hex::<32>(&hex) {
         return Ok(encode(&raw));
     }
     let Some(b64) = s
@@ -986,7 +982,8 @@ mod tests {
             parse_fingerprint(&fp.replace("SHA256:", "sha256:")).unwrap(),
             fp
         );
-        let raw = sha2::Sha256::digest(b"a certificate");
+        let raw = aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, b"a certificate");
+        let raw = raw.as_ref();
         let hex: Vec<String> = raw.iter().map(|b| format!("{b:02X}")).collect();
         assert_eq!(parse_fingerprint(&hex.concat()).unwrap(), fp);
         assert_eq!(parse_fingerprint(&hex.join(":")).unwrap(), fp);

@@ -284,10 +284,7 @@ fn store(state: &Path, grants: &[Grant]) -> Result<(), EngineError> {
 /// A grant id no grant in `all` has (8 hex digits).
 fn unused_id(all: &[Grant]) -> String {
     loop {
-        let id: String = random_bytes::<4>()
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect();
+        let id = longhaul_proto::units::hex(&random_bytes::<4>());
         if !all.iter().any(|g| g.id == id) {
             return id;
         }

@@ -33,7 +33,7 @@ impl Drop for TestGuard {
 fn new_token() -> String {
     let mut b = [0u8; 16];
     getrandom::getrandom(&mut b).expect("the OS random source");
-    b.iter().map(|x| format!("{x:02x}")).collect()
+    longhaul_proto::units::hex(&b)
 }
 
 /// Takes a slot for a test or transfer (waiting its turn in the queue) and

@@ -452,7 +452,7 @@ fn open_streams(
     // Set before connecting, so the window scale covers the buffer.
     let sending = which.first().is_some_and(|w| w.0 == Direction::Up);
     ctl.open_data_streams(token, which, o, |s, _| {
-        s.set_nodelay(false)?;
+        s.set_tcp_nodelay(false)?;
         crate::net::sock::tune_data_stream(s.as_fd(), tuning, sending).map(|_| ())
     })
 }
@@ -492,7 +492,7 @@ fn dial_early(o: &CpOptions, push: bool, host: &str, dialer: &Dialer, rtt_us: u3
             let (d, t, opts) = (dialer.clone(), tuning.clone(), o.client.clone());
             std::thread::spawn(move || {
                 d.dial_nth(usize::from(k), &opts, |s| {
-                    s.set_nodelay(false)?;
+                    s.set_tcp_nodelay(false)?;
                     crate::net::sock::tune_data_stream(s.as_fd(), &t, push).map(|_| ())
                 })
             })

@@ -100,58 +100,10 @@ impl HistoryQuery {
     }
 }
 
-/// `since`: a duration ago (`90s`, `30m`, `2h`, `7d`, `2w`), a date
-/// (`2026-11-23`, midnight UTC) or Unix seconds; Unix seconds back.
-pub fn parse_since(s: &str, now: f64) -> Result<f64, String> {
-    let s = s.trim();
-    let bad = || {
-        format!("since {s:?}: give a duration ago (30m, 2h, 7d, 2w), a date (2026-11-23) or Unix seconds")
-    };
-    if let Some(days) = date_days(s) {
-        return Ok(days as f64 * 86_400.0);
-    }
-    if let Ok(v) = s.parse::<f64>() {
-        // A bare number is Unix seconds when it looks like a time, else seconds ago.
-        if !v.is_finite() || v < 0.0 {
-            return Err(bad());
-        }
-        return Ok(if v > 1e9 { v } else { now - v });
-    }
-    let (n, unit) = s.split_at(s.find(|c: char| c.is_ascii_alphabetic()).ok_or_else(bad)?);
-    let n: f64 = n.trim().parse().map_err(|_| bad())?;
-    if !n.is_finite() || n < 0.0 {
-        return Err(bad());
-    }
-    let secs = match unit.trim() {
-        "d" | "day" | "days" => n * 86_400.0,
-        "w" | "week" | "weeks" => n * 7.0 * 86_400.0,
-        "y" => n * 365.0 * 86_400.0,
-        other => longhaul_proto::units::parse_duration(&format!("{n}{other}"))
-            .map_err(|_| bad())?
-            .as_secs_f64(),
-    };
-    Ok(now - secs)
-}
-
-/// Days since 1970-01-01 of a `YYYY-MM-DD` date.
-fn date_days(s: &str) -> Option<i64> {
-    let mut it = s.splitn(3, '-');
-    let (y, m, d) = (it.next()?, it.next()?, it.next()?);
-    if y.len() != 4 || m.len() != 2 || d.len() != 2 {
-        return None;
-    }
-    let (y, m, d): (i64, i64, i64) = (y.parse().ok()?, m.parse().ok()?, d.parse().ok()?);
-    if !(1..=12).contains(&m) || !(1..=31).contains(&d) {
-        return None;
-    }
-    // Howard Hinnant's days_from_civil.
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let mp = (m + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + d - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    Some(era * 146_097 + doe - 719_468)
+/// `since=`: [`longhaul_archive::when::parse_since`], the grammar of
+/// `longhaul history --since` too.
+fn parse_since(s: &str, now: f64) -> Result<f64, String> {
+    longhaul_archive::when::parse_since(s, now).map_err(|e| format!("since {e}"))
 }
 
 /// Opens the archive to read it; `None` when there is none yet.
@@ -533,6 +485,8 @@ mod tests {
             "5 parsecs",
             "NaN",
             "1e999",
+            "3600",
+            "2026-02-31",
         ] {
             let q = HistoryQuery {
                 since: Some(since.into()),
@@ -554,16 +508,14 @@ mod tests {
     }
 
     #[test]
-    fn since_forms() {
+    fn since_is_the_archives_one_grammar() {
         let now = 2_000_000_000.0;
         assert_eq!(parse_since("2h", now).unwrap(), now - 7200.0);
-        assert_eq!(parse_since("7d", now).unwrap(), now - 7.0 * 86400.0);
-        assert_eq!(parse_since("30m", now).unwrap(), now - 1800.0);
-        assert_eq!(parse_since("1w", now).unwrap(), now - 7.0 * 86400.0);
-        assert_eq!(parse_since("1970-01-02", now).unwrap(), 86400.0);
         assert_eq!(parse_since("2026-11-23", now).unwrap(), 1_795_392_000.0);
-        assert_eq!(parse_since("1700000000", now).unwrap(), 1_700_000_000.0);
-        assert_eq!(parse_since("90", now).unwrap(), now - 90.0);
+        for bad in ["3600", "2026-02-31"] {
+            let e = parse_since(bad, now).unwrap_err();
+            assert!(e.starts_with("since ") && e.contains("UTC date"), "{e}");
+        }
     }
 
     #[test]

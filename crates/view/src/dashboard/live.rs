@@ -214,14 +214,24 @@ fn initial() -> String {
     )
 }
 
+/// One event as it is sent.
+#[derive(Serialize)]
+struct Sent<'a> {
+    seq: u64,
+    at: f64,
+    #[serde(flatten)]
+    snapshot: &'a Snapshot,
+}
+
 /// An event's JSON: `{"seq":N,"at":UNIX,"archive":...,"running":[...],...}`.
 fn wrap(seq: u64, s: &Snapshot) -> String {
-    let body = serde_json::to_string(s).unwrap_or_else(|_| "{}".into());
     let at = longhaul_archive::store::unix_now();
-    match body.strip_prefix('{') {
-        Some(rest) if rest != "}" => format!("{{\"seq\":{seq},\"at\":{at},{rest}"),
-        _ => format!("{{\"seq\":{seq},\"at\":{at}}}"),
-    }
+    serde_json::to_string(&Sent {
+        seq,
+        at,
+        snapshot: s,
+    })
+    .unwrap_or_else(|_| "{}".into())
 }
 
 fn poll_loop(path: &std::path::Path, tx: &watch::Sender<Arc<String>>) {

@@ -43,7 +43,7 @@ pub struct AppState {
 
 /// A bound dashboard, not yet serving.
 pub struct Dashboard {
-    listener: std::net::TcpListener,
+    endpoint: crate::http::Endpoint,
     opts: DashboardOptions,
     /// The token was made here: the URL gives it.
     made_token: bool,
@@ -58,9 +58,13 @@ impl Dashboard {
         if made_token {
             opts.token = Some(super::random_token()?);
         }
-        let listener = crate::http::bind(opts.listen, "--listen").map_err(DashboardError::Bind)?;
+        let endpoint =
+            crate::http::Endpoint::bind(opts.listen, "--listen").map_err(|e| match e {
+                crate::http::EndpointError::Bind(why) => DashboardError::Bind(why),
+                e => DashboardError::Runtime(e.to_string()),
+            })?;
         Ok(Dashboard {
-            listener,
+            endpoint,
             opts,
             made_token,
         })
@@ -68,7 +72,7 @@ impl Dashboard {
 
     /// The address bound (the real port when asked for port 0).
     pub fn local_addr(&self) -> Result<SocketAddr, DashboardError> {
-        self.listener
+        self.endpoint
             .local_addr()
             .map_err(|e| DashboardError::Runtime(e.to_string()))
     }
@@ -91,11 +95,6 @@ impl Dashboard {
 
     /// Serves until the process ends (or the listener fails).
     pub fn run(self) -> Result<(), DashboardError> {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_io()
-            .enable_time()
-            .build()
-            .map_err(|e| DashboardError::Runtime(e.to_string()))?;
         let port = self.local_addr()?.port();
         let feed = live::LiveFeed::start(self.opts.archive_path.clone());
         let state = Arc::new(AppState {
@@ -106,14 +105,10 @@ impl Dashboard {
             secure: self.opts.tls.is_some(),
             live: feed,
         });
-        let app = router(state);
         let (tls, limits) = (self.opts.tls.clone(), self.opts.limits.clone());
-        rt.block_on(async move {
-            let listener = tokio::net::TcpListener::from_std(self.listener)
-                .map_err(|e| DashboardError::Runtime(e.to_string()))?;
-            crate::http::serve(listener, tls, app, limits).await;
-            Ok(())
-        })
+        self.endpoint
+            .serve(tls, router(state), limits)
+            .map_err(|e| DashboardError::Runtime(e.to_string()))
     }
 }
 
@@ -177,7 +172,7 @@ async fn guard(State(st): State<Arc<AppState>>, req: Request, next: Next) -> Res
             let cookie = format!(
                 "{}={}; HttpOnly; SameSite=Strict; Path=/{}",
                 st.cookie,
-                hex(token.as_bytes()),
+                longhaul_proto::units::hex(token.as_bytes()),
                 if st.secure { "; Secure" } else { "" }
             );
             let mut r = StatusCode::SEE_OTHER.into_response();
@@ -250,7 +245,7 @@ pub fn check(st: &AppState, req: &Request) -> Access {
             }
         }
     }
-    let want = hex(right);
+    let want = longhaul_proto::units::hex(right);
     for v in req.headers().get_all(header::COOKIE) {
         let Ok(s) = v.to_str() else { continue };
         for pair in s.split(';') {
@@ -264,10 +259,11 @@ pub fn check(st: &AppState, req: &Request) -> Access {
     if let Some(q) = req.uri().query() {
         let mut rest = Vec::new();
         let mut hit = false;
+        // A query is form-encoded (`+` is a space), as a browser sends it.
         for pair in q.split('&') {
-            match pair.strip_prefix("token=") {
-                Some(v) => hit |= token_matches(&percent_decode(v), right),
-                None => rest.push(pair),
+            match form_urlencoded::parse(pair.as_bytes()).next() {
+                Some((k, v)) if k == "token" => hit |= token_matches(v.as_bytes(), right),
+                _ => rest.push(pair),
             }
         }
         if hit {
@@ -283,44 +279,6 @@ fn without_query(uri: &Uri, rest: &str) -> String {
     } else {
         format!("{}?{rest}", uri.path())
     }
-}
-
-fn hex(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
-}
-
-fn percent_decode(s: &str) -> Vec<u8> {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        match b[i] {
-            b'%' if i + 2 < b.len() => {
-                let h = std::str::from_utf8(&b[i + 1..i + 3])
-                    .ok()
-                    .and_then(|h| u8::from_str_radix(h, 16).ok());
-                match h {
-                    Some(v) => {
-                        out.push(v);
-                        i += 3;
-                    }
-                    None => {
-                        out.push(b'%');
-                        i += 1;
-                    }
-                }
-            }
-            b'+' => {
-                out.push(b' ');
-                i += 1;
-            }
-            c => {
-                out.push(c);
-                i += 1;
-            }
-        }
-    }
-    out
 }
 
 #[cfg(test)]
@@ -390,18 +348,27 @@ mod tests {
             check(&st, &req("/", &[("authorization", "Basic s3cret/x")])),
             Access::Denied(_)
         ));
-        let cookie = format!("a=b; longhaul_dashboard_5380={}", hex(b"s3cret/x"));
+        let cookie = format!(
+            "a=b; longhaul_dashboard_5380={}",
+            longhaul_proto::units::hex(b"s3cret/x")
+        );
         assert_eq!(
             check(&st, &req("/", &[("cookie", &cookie)])),
             Access::Allowed
         );
-        let bad = format!("longhaul_dashboard_5380={}", hex(b"s3cret/"));
+        let bad = format!(
+            "longhaul_dashboard_5380={}",
+            longhaul_proto::units::hex(b"s3cret/")
+        );
         assert!(matches!(
             check(&st, &req("/", &[("cookie", &bad)])),
             Access::Denied(_)
         ));
         // Another port's dashboard's cookie is not this one's.
-        let bad = format!("longhaul_dashboard_5381={}", hex(b"s3cret/x"));
+        let bad = format!(
+            "longhaul_dashboard_5381={}",
+            longhaul_proto::units::hex(b"s3cret/x")
+        );
         assert!(matches!(
             check(&st, &req("/", &[("cookie", &bad)])),
             Access::Denied(_)
@@ -633,11 +600,23 @@ mod tests {
     }
 
     #[test]
-    fn percent_decoding_survives_anything() {
-        assert_eq!(percent_decode("a%2Fb+c"), b"a/b c");
-        assert_eq!(percent_decode("%"), b"%");
-        assert_eq!(percent_decode("%4"), b"%4");
-        assert_eq!(percent_decode("%zz"), b"%zz");
-        assert_eq!(percent_decode("%41"), b"A");
+    fn a_query_token_is_form_decoded_and_odd_escapes_are_refused() {
+        let st = state(Some("s3cret/A b"));
+        for q in ["s3cret%2F%41+b", "s3cret/A%20b", "s3cret%2fA+b"] {
+            assert_eq!(
+                check(&st, &req(&format!("/?token={q}"), &[])),
+                Access::SetCookie("/".into()),
+                "{q}"
+            );
+        }
+        for q in ["%", "%4", "%zz", "s3cret%2F%4", "s3cret/A+b%"] {
+            assert!(
+                matches!(
+                    check(&st, &req(&format!("/?token={q}"), &[])),
+                    Access::Denied(_)
+                ),
+                "{q}"
+            );
+        }
     }
 }
