@@ -11,6 +11,7 @@
 #   lh-nosync   the same against `longhaul serve --no-sync` (no fsync, like the peers)
 #   lh-plain    lh-nosync with --insecure-plaintext: no TLS, BLAKE3 still on (what TLS costs)
 #   lh-tls      lh-nosync with LONGHAUL_DATA_FRAMES=tls: TLS's own records instead of sealed frames
+#   lh-nostages lh-nosync with LONGHAUL_STAGE_CPU=off at both ends: what counting CPU by stage costs
 #   lh-old      lh-nosync with OLD_BIN, another build (client and its own server): an A/B of two builds
 #   gridftp     globus-url-copy -p 4 -tcp-bs 4M (no encryption, no hashing; ../shared/peers/servers.sh)
 #   dd          dd if=SRC of=DEST bs=1M: the local-copy ceiling (buffered, no fsync)
@@ -104,6 +105,7 @@ run_tool() { # tool src destdir -> runs it, leaving destdir/big.bin
     lh) LONGHAUL_TRUST=$TRUST LONGHAUL_TOKEN=$TOKEN in_group lh 0 "$LH" cp --json --force "$src" "longhaul://127.0.0.1:$P1/data/" ;;
     lh-nosync) LONGHAUL_TRUST=$TRUST LONGHAUL_TOKEN=$TOKEN in_group lh 0 "$LH" cp --json --force "$src" "longhaul://127.0.0.1:$P2/data/" ;;
     lh-plain) LONGHAUL_TOKEN=$TOKEN in_group lh 0 "$LH" cp --json --insecure-plaintext --force "$src" "longhaul://127.0.0.1:$P2/data/" ;;
+    lh-nostages) LONGHAUL_STAGE_CPU=off LONGHAUL_TRUST=$TRUST LONGHAUL_TOKEN=$TOKEN in_group lh 0 "$LH" cp --json --force "$src" "longhaul://127.0.0.1:$P4/data/" ;;
     lh-old) LONGHAUL_TRUST=$TRUST LONGHAUL_TOKEN=$TOKEN in_group lh 0 "$OLD" cp --json --force "$src" "longhaul://127.0.0.1:$P3/data/" ;;
     lh-tls) LONGHAUL_DATA_FRAMES=tls LONGHAUL_TRUST=$TRUST LONGHAUL_TOKEN=$TOKEN in_group lh 0 "$LH" cp --json --force "$src" "longhaul://127.0.0.1:$P2/data/" ;;
     gridftp) in_group gridftp 0 globus-url-copy -p 4 -tcp-bs 4M "file://$src" "ftp://127.0.0.1:2811$dst/big.bin" ;;
@@ -129,6 +131,8 @@ for sc in $SCENARIOS; do
     P1=$((30000 + RANDOM % 20000)) P2=$((P1 + 1))
     start_lh $P1 "$base/dst"
     start_lh $P2 "$base/dst" --no-sync
+    P4=$((P1 + 3))
+    LONGHAUL_STAGE_CPU=off start_lh $P4 "$base/dst" --no-sync
     if [ -n "${OLD_BIN:-}" ]; then
         P3=$((P1 + 2))
         SERVE_BIN=$OLD start_lh $P3 "$base/dst" --no-sync
@@ -211,6 +215,8 @@ for sc in dict.fromkeys(r["scenario"] for r in rows):
     ratio("lh-nosync", "lh-plain", 0, "rate: TLS / plaintext")
     ratio("lh-nosync", "lh-tls", 1, "CPU per GiB: sealed frames / TLS records")
     ratio("lh-tls", "gridftp", 1, "CPU per GiB")
+    ratio("lh-nosync", "lh-nostages", 1, "CPU per GiB: counting stages / not")
+    ratio("lh-nostages", "lh-old", 1, "CPU per GiB: this build, stages not counted / OLD_BIN")
     ratio("lh-nosync", "lh-old", 1, "CPU per GiB: this build / OLD_BIN")
     ratio("lh-nosync", "lh-old", 0, "rate: this build / OLD_BIN")
 EOF

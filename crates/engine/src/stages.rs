@@ -89,9 +89,19 @@ thread_local! {
     static COUNTING: RefCell<Option<Counting>> = const { RefCell::new(None) };
 }
 
+/// Whether stages are counted: `LONGHAUL_STAGE_CPU=off` turns it off, to
+/// measure what the counting itself costs (bench/elephant.sh `lh-nostages`).
+fn counting_on() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var_os("LONGHAUL_STAGE_CPU").is_none_or(|v| v != "off"))
+}
+
 /// Counts this thread's CPU into `totals` until the returned guard drops.
 #[must_use = "counting stops when the guard drops"]
 pub fn count_into(totals: &Arc<StageTotals>) -> Counted {
+    if !counting_on() {
+        return Counted(());
+    }
     COUNTING.with_borrow_mut(|c| {
         *c = Some(Counting {
             totals: totals.clone(),

@@ -403,7 +403,7 @@ impl Sealed {
             return Err(broken("an earlier send failed"));
         }
         let frame = if gathered { &self.gather } else { &self.out };
-        let sent = self.tls.sock().write_all(frame);
+        let sent = self.tls.sock().send_all(frame);
         self.tx_broken = sent.is_err();
         sent
     }
