@@ -702,7 +702,8 @@ fn a_source_whose_values_lie_is_caught_by_verify_which_recomputes_them() {
             })
             .filter(|d| d.id == 2)
             .collect();
-        let landed = dir.join("out/d/f2");
+        // The entries go onto the destination: d/f2 lands as out/f2.
+        let landed = dir.join("out/f2");
         if verify {
             let error = done
                 .iter()
