@@ -9,6 +9,7 @@
 
 mod common;
 
+use common::free_port;
 use std::io::{BufRead, BufReader};
 use std::net::{SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
@@ -53,14 +54,6 @@ fn browser_available() -> Option<String> {
         .into_iter()
         .try_for_each(|p| common::require::file(p, "apt-get install chromium chromium-driver"));
     common::require::have("BROWSER", installed).then(|| CHROMIUM.to_string())
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 fn agent() -> ureq::Agent {

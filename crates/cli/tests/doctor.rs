@@ -460,7 +460,7 @@ fn doctor_names_the_path_rate_of_a_rate_limited_link() {
                 &[
                     &["cp", "--insecure-plaintext", "--json", "--force"],
                     extra,
-                    &[src.to_str().unwrap(), "198.18.0.2:data/"],
+                    &[src.to_str().unwrap(), "198.18.0.2:5310:data/"],
                 ]
                 .concat(),
             )

@@ -6,8 +6,9 @@
 //! `prometheus` package, 2.42); without it the test says why and passes,
 //! unless `LONGHAUL_REQUIRE_PROMETHEUS=1` (CI) makes that a failure.
 
+use common::free_port;
 use std::fs;
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -119,14 +120,6 @@ fn get(url: &str) -> Result<(String, String), String> {
     let ct = r.header("content-type").unwrap_or_default().to_string();
     let body = r.into_string().map_err(|e| e.to_string())?;
     Ok((ct, body))
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 /// The value of the sample line that starts with `prefix` (name and labels).

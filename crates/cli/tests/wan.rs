@@ -95,7 +95,7 @@ fn a_copy_across_an_outage_completes_by_itself() {
                 "5",
                 "--json",
                 src.join("f.bin").to_str().unwrap(),
-                "198.18.0.2:data/",
+                "198.18.0.2:5310:data/",
             ],
         )
         .output()
@@ -203,7 +203,7 @@ fn cp_sizes_its_streams_for_the_path() {
         let mut args = vec!["cp", "--insecure-plaintext", "--force", "--json"];
         args.extend_from_slice(extra);
         let f = src.join("f.bin");
-        args.extend_from_slice(&[f.to_str().unwrap(), "198.18.0.2:data/"]);
+        args.extend_from_slice(&[f.to_str().unwrap(), "198.18.0.2:5310:data/"]);
         let o = w.exec("a", &args).output().unwrap();
         assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
         serde_json::from_slice::<serde_json::Value>(&o.stdout).unwrap()
@@ -242,7 +242,7 @@ fn cp_sizes_its_streams_for_the_path() {
                 "--json",
                 "--rate",
                 "500mbit",
-                "198.18.0.2:data/f.bin",
+                "198.18.0.2:5310:data/f.bin",
                 back.to_str().unwrap(),
             ],
         )
@@ -312,7 +312,7 @@ fn cp_tunes_its_streams_online_and_reports_each_interval() {
         "--force",
         "--json",
         f.to_str().unwrap(),
-        "198.18.0.2:data/",
+        "198.18.0.2:5310:data/",
     ]);
     assert_eq!(v["verified"], true);
     let tuning = &v["tuning"];
@@ -380,7 +380,7 @@ fn cp_tunes_its_streams_online_and_reports_each_interval() {
         "--insecure-plaintext",
         "--json",
         "--no-tune",
-        "198.18.0.2:data/f.bin",
+        "198.18.0.2:5310:data/f.bin",
         back.to_str().unwrap(),
     ]);
     assert_eq!(v["tuning"]["online"], false, "{v}");
@@ -478,7 +478,7 @@ fn small_files_at_a_long_rtt_grow_the_files_in_flight() {
                 "--rate",
                 "100mbit",
                 tree.to_str().unwrap(),
-                "198.18.0.2:data/",
+                "198.18.0.2:5310:data/",
             ],
         )
         .output()

@@ -7,20 +7,12 @@
 //! `LONGHAUL_REQUIRE_SLURM=1` / `LONGHAUL_REQUIRE_MPI=1` (CI): then it
 //! panics naming what to install (see [`super::require`]).
 
-use std::net::TcpListener;
+use super::free_port;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use super::require;
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 fn sbin(program: &str) -> PathBuf {
     ["/usr/sbin", "/usr/bin", "/sbin"]

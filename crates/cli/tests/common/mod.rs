@@ -193,3 +193,12 @@ pub fn assert_exit(o: &Output, code: i32) {
         stderr(o)
     );
 }
+
+/// A TCP port free on loopback right now (the kernel's pick).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
