@@ -16,13 +16,11 @@ use std::time::{Duration, Instant};
 
 use longhaul_engine::server::oneshot::{Handshake, SECRET_PREFIX};
 
+mod common;
+
 const BIN: &str = env!("CARGO_BIN_EXE_longhaul");
 /// The `Host` of the client config.
 const HOST: &str = "lhtest";
-
-fn require() -> bool {
-    std::env::var("LONGHAUL_REQUIRE_SSH").is_ok_and(|v| v == "1")
-}
 
 fn which(name: &str) -> Option<PathBuf> {
     for dir in [
@@ -108,8 +106,7 @@ fn sshd() -> Option<Sshd> {
     let (Some(sshd), Some(_), Some(_)) = (which("sshd"), which("ssh"), which("ssh-keygen")) else {
         let why =
             "sshd, ssh or ssh-keygen is missing (apt-get install openssh-server openssh-client)";
-        assert!(!require(), "{why}, and LONGHAUL_REQUIRE_SSH=1");
-        eprintln!("skipped: {why}");
+        common::require::missing("SSH", why);
         return None;
     };
     let dir = tempfile::tempdir().unwrap();
@@ -256,6 +253,23 @@ fn far_pid(log: &str) -> Option<u32> {
 
 /// Waits until a sink's journal has recorded some chunks (and a moment
 /// more), so that a resume has something to resume.
+/// `big.bin` of `len` pattern bytes (seed `seed`) and an empty `far/` in `dir`.
+fn big_and_far(dir: &Path, seed: u64, len: usize) -> (PathBuf, Vec<u8>, PathBuf) {
+    let big = dir.join("big.bin");
+    let data = pattern(seed, len);
+    std::fs::write(&big, &data).unwrap();
+    let far = dir.join("far");
+    std::fs::create_dir(&far).unwrap();
+    (big, data, far)
+}
+
+/// Kills the far end this test's own sshd started.
+fn kill_far(pid: u32) {
+    // SAFETY: kill(2) takes any pid and signal; this pid is the far end
+    // our own sshd started for this test.
+    unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+}
+
 fn journaled(journal: &Path) {
     let until = Instant::now() + Duration::from_secs(60);
     while std::fs::metadata(journal).map_or(true, |m| m.len() < 256) {
@@ -425,11 +439,7 @@ fn a_vanished_client_leaves_no_far_process() {
 fn a_far_end_killed_mid_copy_then_a_resume_completes() {
     let Some(s) = sshd() else { return };
     let work = tempfile::tempdir().unwrap();
-    let big = work.path().join("big.bin");
-    let data = pattern(9, 64 << 20);
-    std::fs::write(&big, &data).unwrap();
-    let far = work.path().join("far");
-    std::fs::create_dir(&far).unwrap();
+    let (big, data, far) = big_and_far(work.path(), 9, 64 << 20);
     let mut c = s
         .longhaul()
         .args([
@@ -455,9 +465,7 @@ fn a_far_end_killed_mid_copy_then_a_resume_completes() {
     let lines = lines_of(c.stderr.take().unwrap());
     let (pid, _) = wait_far_pid(&lines);
     journaled(&far.join(".big.bin.lhjournal"));
-    // SAFETY: kill(2) takes any pid and signal; this pid is the far end
-    // our own sshd started for this test.
-    unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+    kill_far(pid);
     let status = c.wait().unwrap();
     assert!(!status.success(), "the copy cannot have completed");
     let o = s
@@ -485,11 +493,7 @@ fn a_far_end_killed_mid_copy_then_a_resume_completes() {
 fn with_retries_a_far_end_killed_mid_copy_is_replaced_and_the_copy_completes() {
     let Some(s) = sshd() else { return };
     let work = tempfile::tempdir().unwrap();
-    let big = work.path().join("big.bin");
-    let data = pattern(13, 48 << 20);
-    std::fs::write(&big, &data).unwrap();
-    let far = work.path().join("far");
-    std::fs::create_dir(&far).unwrap();
+    let (big, data, far) = big_and_far(work.path(), 13, 48 << 20);
     let mut c = s
         .longhaul()
         .args([
@@ -512,10 +516,9 @@ fn with_retries_a_far_end_killed_mid_copy_is_replaced_and_the_copy_completes() {
         .unwrap();
     let lines = lines_of(c.stderr.take().unwrap());
     let (pid, _) = wait_far_pid(&lines);
-    std::thread::sleep(Duration::from_millis(2000));
-    // SAFETY: kill(2) takes any pid and signal; this pid is the far end
-    // our own sshd started for this test.
-    unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+    // Killed once it holds verified chunks, so the next far end resumes.
+    journaled(&far.join(".big.bin.lhjournal"));
+    kill_far(pid);
     let (next, _) = wait_far_pid(&lines);
     assert_ne!(next, pid, "a new far end");
     let mut out = String::new();

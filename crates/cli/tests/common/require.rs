@@ -19,6 +19,7 @@
 //! | `POSTGRES`   | a PostgreSQL server installation                             |
 //! | `SLURM`      | slurmctld, slurmd and srun                                   |
 //! | `MPI`        | Open MPI's mpirun                                            |
+//! | `SSH`        | sshd, ssh and ssh-keygen (OpenSSH), for `HOST:path` tests    |
 //!
 //! The engine's and the fleet's tests include this file by path, so there
 //! is one implementation for the workspace.
