@@ -13,7 +13,16 @@ use longhaul_proto::units;
 #[derive(Parser)]
 #[command(
     name = "longhaul",
-    version,
+    version = concat!(env!("CARGO_PKG_VERSION"), " (", env!("LONGHAUL_BUILD_COMMIT"), ")"),
+    long_version = concat!(
+        env!("CARGO_PKG_VERSION"),
+        "\ncommit: ",
+        env!("LONGHAUL_BUILD_COMMIT"),
+        "\nfeatures: ",
+        env!("LONGHAUL_BUILD_FEATURES"),
+        "\ntarget: ",
+        env!("LONGHAUL_BUILD_TARGET")
+    ),
     about = "Move data between sites as fast as the hardware allows, and say what limits it"
 )]
 pub struct Cli {
@@ -34,9 +43,11 @@ pub enum Command {
     Perf(PerfArgs),
     /// Copy files and trees to or from a host over ssh (`cp SRC... [USER@]HOST:path`, `cp
     /// HOST:path... DIR`) or a server (`longhaul://HOST[:PORT]/EXPORT/path`).
+    #[command(override_usage = "longhaul cp [OPTIONS] SRC... DST")]
     Cp(CpArgs),
     /// Make a destination tree match a source tree: send what differs (size and
     /// mtime, or content with --checksum), optionally delete what the source lacks.
+    #[command(override_usage = "longhaul sync [OPTIONS] SRC... DST")]
     Sync(SyncArgs),
     /// List a remote directory: `ls HOST:path` (ssh) or `ls longhaul://HOST/EXPORT/path`.
     Ls(LsArgs),
@@ -72,6 +83,27 @@ pub enum Command {
     /// Draw a run's intervals (per stream and total, retransmits, RTT, each
     /// interval's limit) to an SVG or PNG file.
     Plot(PlotArgs),
+    /// Print a shell completion script: `longhaul completions bash >
+    /// /etc/bash_completion.d/longhaul` (or zsh, fish, elvish, powershell).
+    Completions(CompletionsArgs),
+    /// Print the manual page (roff), or write one page per command into a
+    /// directory: `longhaul man | man -l -`, `longhaul man --out /usr/local/share/man/man1`.
+    Man(ManArgs),
+}
+
+#[derive(Args)]
+pub struct CompletionsArgs {
+    /// The shell to complete for.
+    #[arg(value_enum)]
+    pub shell: clap_complete::Shell,
+}
+
+#[derive(Args)]
+pub struct ManArgs {
+    /// Write `longhaul.1` and a page per command (`longhaul-cp.1`, ...)
+    /// into this directory instead of printing the main page.
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
 }
 
 /// Where runs are archived (every command).
@@ -199,8 +231,9 @@ pub struct ServeArgs {
     /// Memory for stream buffers one test may take (streams x buffer length).
     #[arg(long, default_value = "512M", value_parser = size)]
     pub max_buffer: u64,
-    /// Offer a directory for transfers as NAME (repeatable); `:ro` refuses writes.
-    #[arg(long, value_name = "NAME=PATH[:ro]", value_parser = longhaul_engine::xfer::parse_export)]
+    /// Offer a directory for transfers as NAME (repeatable); `:ro` refuses writes;
+    /// `:ro:public` also lets clients without credentials read and list it.
+    #[arg(long, value_name = "NAME=PATH[:ro][:public]", value_parser = longhaul_engine::xfer::parse_export)]
     pub export: Vec<longhaul_engine::xfer::Export>,
     /// Skip the fdatasync of each received file before it is renamed into place.
     #[arg(long)]
@@ -275,7 +308,8 @@ pub struct TrustArgs {
     /// Known-hosts file (default ~/.config/longhaul/known_hosts).
     #[arg(long, value_name = "FILE", env = "LONGHAUL_KNOWN_HOSTS")]
     pub known_hosts: Option<PathBuf>,
-    #[arg(long, default_value = "5s", value_parser = duration)]
+    /// How long to wait for the server to answer.
+    #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = duration)]
     pub connect_timeout: Duration,
 }
 
@@ -307,12 +341,15 @@ pub enum TokenCommand {
     },
     /// List grants (never the tokens, which are not stored).
     List {
+        /// The server's state directory (default: $XDG_STATE_HOME/longhaul).
         #[arg(long, value_name = "DIR")]
         state_dir: Option<PathBuf>,
     },
     /// Revoke a grant by id; takes effect for the next connection.
     Revoke {
+        /// The grant's id, as `token create` and `token list` print it.
         id: String,
+        /// The server's state directory (default: $XDG_STATE_HOME/longhaul).
         #[arg(long, value_name = "DIR")]
         state_dir: Option<PathBuf>,
     },
@@ -430,7 +467,7 @@ impl StreamCount {
 pub struct CpArgs {
     /// Sources, then the destination. Over ssh (no server there): [USER@]HOST:path. On a
     /// longhaul server: longhaul://HOST[:PORT]/EXPORT/path or HOST:PORT:EXPORT/path.
-    #[arg(required = true, num_args = 2.., value_name = "SRC... DST")]
+    #[arg(required = true, num_args = 2.., value_name = "PATH")]
     pub paths: Vec<String>,
     /// Copy directories and their contents.
     #[arg(short, long)]
@@ -493,10 +530,11 @@ pub struct CpArgs {
     /// Read and write file data with O_DIRECT on both ends (bypass the page cache).
     #[arg(long)]
     pub direct: bool,
-    /// Print one JSON document at the end.
+    /// Print one JSON document at the end (docs/JSON.md, `longhaul-cp`).
     #[arg(long)]
     pub json: bool,
-    #[arg(long, default_value = "5s", value_parser = duration)]
+    /// How long to wait for each connection (control and data streams) to open.
+    #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = duration)]
     pub connect_timeout: Duration,
     /// A local address the data streams connect from (repeatable: the
     /// streams take them in turn, one path per NIC).
@@ -583,20 +621,35 @@ pub struct SyncArgs {
     #[command(flatten)]
     pub cp: CpArgs,
     /// Compare file contents (BLAKE3) instead of size and modification time.
-    #[arg(long)]
+    #[arg(long, help_heading = "What sync compares and deletes")]
     pub checksum: bool,
     /// Delete destination files and directories the source does not have.
-    #[arg(long)]
+    #[arg(long, help_heading = "What sync compares and deletes")]
     pub delete: bool,
     /// Show what would be sent and deleted; change nothing.
-    #[arg(short = 'n', long)]
+    #[arg(short = 'n', long, help_heading = "What sync compares and deletes")]
     pub dry_run: bool,
 }
 
 #[derive(Args)]
+#[command(disable_help_flag = true)]
 pub struct LsArgs {
     /// [USER@]HOST:path (over ssh), or longhaul://HOST[:PORT]/EXPORT/path or HOST:PORT:EXPORT/path
     pub target: String,
+    /// Long listing, as `ls -l`: type and mode, size, modification time (UTC), name, and
+    /// where a symbolic link points.
+    #[arg(short = 'l', long)]
+    pub long: bool,
+    /// With -l: sizes in IEC units (4.0 KiB, 1.5 GiB) instead of bytes.
+    #[arg(short = 'h', long)]
+    pub human_readable: bool,
+    /// List every directory beneath too, named by their path from the one listed.
+    #[arg(short = 'R', long)]
+    pub recursive: bool,
+    /// Print help (-h is --human-readable here, as in ls).
+    #[arg(long, action = clap::ArgAction::Help)]
+    pub help: Option<bool>,
+    /// Print one JSON document (docs/JSON.md, `longhaul-ls`).
     #[arg(long)]
     pub json: bool,
     #[command(flatten)]
@@ -608,6 +661,7 @@ pub struct LsArgs {
 /// How a host named `[USER@]HOST:path` is reached over ssh (as rsync's -e
 /// and --rsync-path).
 #[derive(Args, Clone, Default)]
+#[command(next_help_heading = "Over ssh (HOST:path)")]
 pub struct SshArgs {
     /// The command that runs ssh for HOST:path, with its options (default: ssh).
     #[arg(short = 'e', long = "rsh", value_name = "CMD", env = "LONGHAUL_RSH")]
@@ -623,6 +677,7 @@ pub struct SshArgs {
 
 /// How a client secures its connections and proves who it is.
 #[derive(Args, Clone)]
+#[command(next_help_heading = "Trust and credentials")]
 pub struct SecurityArgs {
     /// Trust the server presenting this certificate fingerprint (SHA256:..., as
     /// `longhaul id` prints it on the server); repeatable or comma-separated.
@@ -678,9 +733,11 @@ pub struct DoctorArgs {
     /// and `cp` to this server sizes its streams for it for a week while the RTT matches).
     #[arg(long)]
     pub no_remember: bool,
+    /// Print the report as one JSON document (docs/JSON.md, `longhaul-doctor`).
     #[arg(long)]
     pub json: bool,
-    #[arg(long, default_value = "5s", value_parser = duration)]
+    /// How long to wait for each connection to the server to open.
+    #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = duration)]
     pub connect_timeout: Duration,
     #[command(flatten)]
     pub security: SecurityArgs,
@@ -729,6 +786,7 @@ pub struct DiskArgs {
     /// Only these sequential tests: `write`, `read` (read needs the write to make its file).
     #[arg(long, value_delimiter = ',', value_parser = ["write", "read"])]
     pub only: Vec<String>,
+    /// Print the report as one JSON document (docs/JSON.md, `longhaul-disk`).
     #[arg(long)]
     pub json: bool,
 }
@@ -746,9 +804,12 @@ pub enum WanCommand {
     Up(WanUpArgs),
     /// Run a command in host `a` or `b`: `longhaul wan exec a -- CMD ARGS...`.
     Exec {
+        /// The host to run in: `a` or `b`.
         host: String,
+        /// The emulator's name, as given to `up --name`.
         #[arg(long, default_value = "lhwan")]
         name: String,
+        /// The command and its arguments, after `--`.
         #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
         command: Vec<String>,
     },
@@ -757,6 +818,7 @@ pub enum WanCommand {
     Set(WanSetArgs),
     /// Remove the hosts of an emulator whose forwarder is gone.
     Down {
+        /// The emulator's name, as given to `up --name`.
         #[arg(long, default_value = "lhwan")]
         name: String,
     },
@@ -774,22 +836,29 @@ pub enum WanCommand {
 
 #[derive(Args, serde::Serialize, serde::Deserialize, Default)]
 pub struct WanSetArgs {
+    /// The emulator's name, as given to `up --name`.
     #[arg(long, default_value = "lhwan")]
     #[serde(skip)]
     pub name: String,
+    /// Round-trip time: half of it is added in each direction.
     #[arg(long, value_parser = duration)]
     pub rtt: Option<Duration>,
+    /// Up to this much extra one-way delay per packet.
     #[arg(long, value_parser = duration)]
     pub jitter: Option<Duration>,
+    /// Packet loss probability per direction, e.g. 1e-5.
     #[arg(long)]
     pub loss: Option<f64>,
+    /// Probability that a packet has one bit flipped.
     #[arg(long)]
     pub corrupt: Option<f64>,
+    /// Bottleneck rate per direction, e.g. 2gbit.
     #[arg(long, value_parser = rate)]
     pub rate: Option<u64>,
     /// No rate limit any more.
     #[arg(long, conflicts_with = "rate")]
     pub no_rate: bool,
+    /// Bottleneck queue (drop-tail) as time at the rate.
     #[arg(long, value_parser = duration)]
     pub queue: Option<Duration>,
 }
@@ -883,4 +952,46 @@ pub fn duration(s: &str) -> Result<Duration, String> {
 
 pub fn fingerprint_arg(s: &str) -> Result<String, String> {
     longhaul_engine::net::tls::parse_fingerprint(s)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    /// Every command and subcommand, with its path (`longhaul cp`).
+    fn all_commands() -> Vec<(String, clap::Command)> {
+        let mut out = Vec::new();
+        let mut todo = vec![("longhaul".to_owned(), Cli::command())];
+        while let Some((path, cmd)) = todo.pop() {
+            for sub in cmd.get_subcommands().filter(|c| !c.is_hide_set()) {
+                todo.push((format!("{path} {}", sub.get_name()), sub.clone()));
+            }
+            out.push((path, cmd));
+        }
+        out
+    }
+
+    #[test]
+    fn the_definitions_are_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    /// `--help` describes every option and argument it shows, in every
+    /// command: none is a bare name a user has to guess the meaning of.
+    #[test]
+    fn every_option_shown_has_a_description() {
+        let mut bare = Vec::new();
+        for (path, cmd) in all_commands() {
+            for arg in cmd.get_arguments().filter(|a| !a.is_hide_set()) {
+                if arg.get_help().is_none() && arg.get_long_help().is_none() {
+                    bare.push(format!("{path}: {}", arg.get_id()));
+                }
+            }
+            if path != "longhaul" && cmd.get_about().is_none() {
+                bare.push(format!("{path}: (the command itself)"));
+            }
+        }
+        assert!(bare.is_empty(), "without a description: {bare:#?}");
+    }
 }

@@ -77,6 +77,8 @@ fn main() {
         Command::Where(a) => cmd::where_(a, &cli.archive),
         Command::Dashboard(a) => cmd::dashboard(a, &cli.archive),
         Command::Plot(a) => cmd::plot(a, &cli.archive),
+        Command::Completions(a) => cmd::completions(a),
+        Command::Man(a) => cmd::man(a),
     };
     let code = match result {
         Ok(code) => code,

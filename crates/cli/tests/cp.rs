@@ -789,25 +789,77 @@ fn refusals_and_listing() {
         "{e}"
     );
 
-    // ls: names, one per line.
+    // ls: names, one per line, sorted (as ls prints them).
+    fs::create_dir_all(exp.join("dir/sub/deeper")).unwrap();
+    write_random(&exp.join("dir/sub/deeper/inner.bin"), 4096, 10);
     let o = longhaul(&["ls", &format!("{}:{}:data/dir", a.ip(), a.port())]);
     assert_exit(&o, 0);
+    assert_eq!(stdout(&o), "ln\none.bin\nsub\ntwo ü.txt\n");
+    // -l: type and mode, size, UTC time, name, and where a link points.
+    let o = longhaul(&["ls", "-l", &format!("{}:{}:data/dir", a.ip(), a.port())]);
+    assert_exit(&o, 0);
     let text = stdout(&o);
-    for name in ["one.bin", "two ü.txt", "sub", "ln"] {
-        assert!(
-            text.lines().any(|l| l.ends_with(&format!(" {name}"))),
-            "{name} missing from: {text}"
-        );
-    }
-    assert_eq!(text.lines().count(), 4, "{text}");
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 4, "{text}");
+    assert!(
+        lines[0].starts_with("lrwxrwxrwx") && lines[0].ends_with(" ln -> one.bin"),
+        "{text}"
+    );
+    assert!(
+        lines[1].starts_with("-rw")
+            && lines[1].contains(" 1234 ")
+            && lines[1].ends_with(" one.bin"),
+        "{text}"
+    );
+    assert!(
+        lines[2].starts_with("drwx") && lines[2].ends_with(" sub"),
+        "{text}"
+    );
+    // The time is the file's, to the minute, in UTC.
+    let mtime = fs::metadata(exp.join("dir/one.bin"))
+        .unwrap()
+        .modified()
+        .unwrap();
+    let secs = mtime
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let day = secs / 86400;
+    let (hh, mm) = ((secs % 86400) / 3600, (secs % 3600) / 60);
+    assert!(
+        lines[1].contains(&format!(" {hh:02}:{mm:02} ")),
+        "day {day}: {text}"
+    );
+    // -lh: IEC sizes.
+    let o = longhaul(&["ls", "-lh", &format!("{}:{}:data/dir", a.ip(), a.port())]);
+    assert_exit(&o, 0);
+    assert!(stdout(&o).contains(" 1.21 KiB "), "{}", stdout(&o));
+    // -R: every directory beneath, named from the one listed; never through a link.
+    std::os::unix::fs::symlink("sub", exp.join("dir/sublink")).unwrap();
+    let o = longhaul(&["ls", "-R", &format!("{}:{}:data/dir", a.ip(), a.port())]);
+    assert_exit(&o, 0);
+    assert_eq!(
+        stdout(&o),
+        "ln\none.bin\nsub\nsub/deeper\nsub/deeper/inner.bin\nsublink\ntwo ü.txt\n"
+    );
+    fs::remove_file(exp.join("dir/sublink")).unwrap();
+    fs::remove_dir_all(exp.join("dir/sub/deeper")).unwrap();
+    // `ls HOST:PORT` is a path over ssh: said, with the server's form.
+    let o = longhaul(&["ls", &format!("{}:{}", a.ip(), a.port())]);
+    assert_exit(&o, 2);
+    assert!(
+        stderr(&o).contains(&format!("longhaul://{}:{}/EXPORT", a.ip(), a.port())),
+        "{}",
+        stderr(&o)
+    );
     // The export's root lists its contents (it is a directory, not a link).
     for root in ["data", "data/"] {
-        let o = longhaul(&["ls", &format!("{}:{}:{root}", a.ip(), a.port())]);
+        let o = longhaul(&["ls", "-l", &format!("{}:{}:{root}", a.ip(), a.port())]);
         assert_exit(&o, 0);
         let text = stdout(&o);
         assert!(
             text.lines()
-                .any(|l| l.starts_with("d ") && l.ends_with(" dir")),
+                .any(|l| l.starts_with("d") && l.ends_with(" dir")),
             "{root}: {text}"
         );
     }

@@ -1983,10 +1983,12 @@ fn client_strings_cannot_forge_server_log_lines() {
         Message::ListRequest(longhaul_proto::xfer::ListRequest {
             export: EVIL.into(),
             path: EVIL.into(),
+            recursive: true,
         }),
         Message::ListRequest(longhaul_proto::xfer::ListRequest {
             export: "data".into(),
             path: format!("{EVIL}/missing\x1b]0;title\x07"),
+            recursive: false,
         }),
         Message::Probe(longhaul_proto::disk::ProbeRequest {
             export: "data".into(),

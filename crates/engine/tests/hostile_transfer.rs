@@ -287,6 +287,7 @@ fn traversal_payloads_are_refused_and_nothing_lands_outside() {
         c.send(&Message::ListRequest(ListRequest {
             export: "data".into(),
             path: p.into(),
+            recursive: false,
         }))
         .unwrap();
         refused(next(&mut c), "listing", p);

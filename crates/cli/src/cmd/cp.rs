@@ -216,10 +216,28 @@ pub fn ls(a: LsArgs) -> Outcome {
         security: a.security.security()?,
         ..ClientOptions::default()
     };
+    if let Some(t) = super::remote::ssh_target(&a.target) {
+        if !t.path.is_empty() && t.path.bytes().all(|b| b.is_ascii_digit()) {
+            // `ls HOST:5310` is far more often a server's port than a
+            // directory named 5310 in a home directory: say what it means.
+            return Err(super::usage(format!(
+                "'{target}' means the path '{port}' on {host} over ssh (HOST:path, as scp reads it); a longhaul server on port {port} is longhaul://{host}:{port}/EXPORT/path (or {host}:{port}:EXPORT/path); a directory named {port} is {host}:./{port}",
+                target = a.target,
+                port = t.path,
+                host = t.dest,
+            )));
+        }
+    }
     let mut target = [a.target.clone()];
     let far = super::remote::reach(&mut target, &mut opts, &a.ssh)?;
-    let mut printer = print::outcome(a.json.then(Json::ls));
-    let listed = longhaul_engine::xfer::client::ls(&target[0], &opts);
+    let mut printer: print::Printer = match a.json {
+        true => Box::new(Json::ls()),
+        false => Box::new(print::human::Human::listing(print::human::ListStyle {
+            long: a.long,
+            human_sizes: a.human_readable,
+        })),
+    };
+    let listed = longhaul_engine::xfer::client::ls(&target[0], a.recursive, &opts);
     let listed = match far {
         Some(far) => {
             let l = listed.map_err(|e| super::remote::explain(&far, e));
@@ -228,7 +246,9 @@ pub fn ls(a: LsArgs) -> Outcome {
         }
         None => listed.map_err(Into::into),
     };
-    let outcome = listed.map(|entries| {
+    let outcome = listed.map(|mut entries| {
+        // In the order ls prints them: by name, byte for byte.
+        entries.sort_by(|a, b| a.name.cmp(&b.name));
         printer.listing(&entries);
         exit::OK
     });

@@ -7,6 +7,7 @@ mod cp;
 mod dashboard;
 mod doctor;
 mod fleet;
+mod manual;
 mod perf;
 #[cfg(feature = "plot")]
 mod plot;
@@ -19,6 +20,7 @@ pub use cp::{cp, ls};
 #[cfg(feature = "dashboard")]
 pub use dashboard::dashboard;
 pub use doctor::{bench_disk, doctor};
+pub use manual::{completions, man};
 pub use perf::{demo, perf};
 #[cfg(feature = "plot")]
 pub use plot::plot;

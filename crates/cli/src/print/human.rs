@@ -31,6 +31,17 @@ pub struct Human {
     /// perf: whether the data streams were encrypted (from the setup), for
     /// the summary line.
     data_encrypted: Option<bool>,
+    /// ls: names only, or long lines.
+    list_style: ListStyle,
+}
+
+/// How `ls` prints entries.
+#[derive(Clone, Copy, Default)]
+pub struct ListStyle {
+    /// `-l`: mode, size, time, name, link target.
+    pub long: bool,
+    /// `-h`: sizes in IEC units.
+    pub human_sizes: bool,
 }
 
 impl Human {
@@ -48,6 +59,15 @@ impl Human {
             dry_run: false,
             intervals: false,
             data_encrypted: None,
+            list_style: ListStyle::default(),
+        }
+    }
+
+    /// For `ls`.
+    pub fn listing(list_style: ListStyle) -> Self {
+        Self {
+            list_style,
+            ..Self::new()
         }
     }
 
@@ -322,17 +342,29 @@ impl CommandReporter for Human {
         print_transfer(s, self.dry_run);
     }
     fn listing(&mut self, entries: &[ListEntry]) {
+        let style = self.list_style;
+        let size = |e: &ListEntry| match style.human_sizes {
+            true => format_bytes(e.size),
+            false => e.size.to_string(),
+        };
+        let width = entries.iter().map(|e| size(e).len()).max().unwrap_or(0);
         for e in entries {
-            let kind = match e.kind {
-                Kind::Dir => 'd',
-                Kind::Symlink => 'l',
-                Kind::File | Kind::DirEnd => '-',
+            let name = longhaul_proto::units::escaped(&e.name);
+            if !style.long {
+                outln!("{name}");
+                continue;
+            }
+            let when = longhaul_archive::when::utc(e.mtime_ns as f64 / 1e9)
+                .map(|t| t[..16].to_string())
+                .unwrap_or_else(|| "????-??-?? ??:??".into());
+            let link = match &e.target {
+                Some(t) => format!(" -> {}", longhaul_proto::units::escaped(t)),
+                None => String::new(),
             };
             outln!(
-                "{kind} {:04o} {:>14} {}",
-                e.mode,
-                e.size,
-                longhaul_proto::units::escaped(&e.name)
+                "{} {:>width$} {when} {name}{link}",
+                mode_string(e.kind, e.mode),
+                size(e)
             );
         }
     }
@@ -865,4 +897,49 @@ fn print_transfer(s: &CpSummary, dry_run: bool) {
             "NO: some files failed"
         }
     );
+}
+
+/// `drwxr-xr-x`, as `ls -l` shows a type and mode (setuid and setgid as
+/// `s`/`S`, sticky as `t`/`T`).
+fn mode_string(kind: Kind, mode: u32) -> String {
+    let mut out = String::with_capacity(10);
+    out.push(match kind {
+        Kind::Dir => 'd',
+        Kind::Symlink => 'l',
+        Kind::File | Kind::DirEnd => '-',
+    });
+    // (read, write, execute bits, the special bit over this triple, its letter)
+    let triples = [
+        (0o400, 0o200, 0o100, 0o4000, 's'),
+        (0o040, 0o020, 0o010, 0o2000, 's'),
+        (0o004, 0o002, 0o001, 0o1000, 't'),
+    ];
+    for (r, w, x, special, letter) in triples {
+        out.push(if mode & r != 0 { 'r' } else { '-' });
+        out.push(if mode & w != 0 { 'w' } else { '-' });
+        out.push(match (mode & x != 0, mode & special != 0) {
+            (true, true) => letter,
+            (false, true) => letter.to_ascii_uppercase(),
+            (true, false) => 'x',
+            (false, false) => '-',
+        });
+    }
+    out
+}
+
+#[cfg(test)]
+mod list_tests {
+    use super::*;
+
+    #[test]
+    fn modes_read_as_ls_shows_them() {
+        assert_eq!(mode_string(Kind::Dir, 0o755), "drwxr-xr-x");
+        assert_eq!(mode_string(Kind::File, 0o644), "-rw-r--r--");
+        assert_eq!(mode_string(Kind::Symlink, 0o777), "lrwxrwxrwx");
+        assert_eq!(mode_string(Kind::File, 0o4755), "-rwsr-xr-x");
+        assert_eq!(mode_string(Kind::File, 0o2644), "-rw-r-Sr--");
+        assert_eq!(mode_string(Kind::Dir, 0o1777), "drwxrwxrwt");
+        assert_eq!(mode_string(Kind::Dir, 0o1770), "drwxrwx--T");
+        assert_eq!(mode_string(Kind::File, 0), "----------");
+    }
 }

@@ -429,13 +429,6 @@ fn list(conn: &mut FramedConn, ex: &Export, l: &ListRequest) -> Result<u64, (Ref
             format!("cannot list {}:{}: {e}", ex.name, l.path),
         )
     })?;
-    let entry = |name: String, m: &std::fs::Metadata| ListEntry {
-        name,
-        kind: kind_of(m).unwrap_or(Kind::File),
-        size: m.len(),
-        mode: std::os::unix::fs::MetadataExt::mode(m) & 0o7777,
-        mtime_ns: mtime_ns(m),
-    };
     let send = |conn: &mut FramedConn, entries: Vec<ListEntry>, done: bool| {
         conn.send(&Message::Listing(Listing { entries, done }))
             .map_err(|e| (RefuseCode::ServerError, e.to_string()))
@@ -445,30 +438,79 @@ fn list(conn: &mut FramedConn, ex: &Export, l: &ListRequest) -> Result<u64, (Ref
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default();
-        return send(conn, vec![entry(name, &meta)], true).map(|()| 1);
+        let target = meta
+            .is_symlink()
+            .then(|| std::fs::read_link(&at).ok())
+            .flatten();
+        return send(conn, vec![list_entry(name, &meta, target)], true).map(|()| 1);
     }
-    let dir = anchor.dir(&path, false).map_err(bad)?;
-    let rd = std::fs::read_dir(dir.path()).map_err(|e| {
+    let cannot = |e: std::io::Error| {
         (
             RefuseCode::BadRequest,
             format!("cannot list {}:{}: {e}", ex.name, l.path),
         )
-    })?;
+    };
+    // Depth first, each directory opened from its parent without following
+    // a link; entries named from the listed directory (`sub/file`).
+    let mut todo = vec![(anchor.dir(&path, false).map_err(bad)?, String::new())];
     let mut batch = Vec::new();
     let mut sent = 0u64;
-    for de in rd.flatten() {
-        // A sink's partial files, journals and marks are not the export's.
-        if longhaul_proto::xfer::is_reserved_name(&de.file_name().to_string_lossy()) {
-            continue;
+    while let Some((dir, prefix)) = todo.pop() {
+        let rd = match std::fs::read_dir(dir.path()) {
+            Ok(rd) => rd,
+            // The top must be listable; a subdirectory that is not (its
+            // mode, or gone since) is left out, as `ls -R` goes on.
+            Err(e) if prefix.is_empty() => return Err(cannot(e)),
+            Err(_) => continue,
+        };
+        let mut subdirs = Vec::new();
+        for de in rd.flatten() {
+            let file_name = de.file_name();
+            let name = file_name.to_string_lossy();
+            // A sink's partial files, journals and marks are not the export's.
+            if longhaul_proto::xfer::is_reserved_name(&name) {
+                continue;
+            }
+            let Ok(m) = dir.join(&file_name).symlink_metadata() else {
+                continue;
+            };
+            let target = m
+                .is_symlink()
+                .then(|| std::fs::read_link(dir.join(&file_name)).ok())
+                .flatten();
+            let shown = format!("{prefix}{name}");
+            if l.recursive && m.is_dir() {
+                subdirs.push((file_name.clone(), format!("{shown}/")));
+            }
+            batch.push(list_entry(shown, &m, target));
+            if batch.len() == 1000 {
+                sent += 1000;
+                send(conn, std::mem::take(&mut batch), false)?;
+            }
         }
-        if let Ok(m) = dir.join(de.file_name()).symlink_metadata() {
-            batch.push(entry(de.file_name().to_string_lossy().into_owned(), &m));
-        }
-        if batch.len() == 1000 {
-            sent += 1000;
-            send(conn, std::mem::take(&mut batch), false)?;
+        // Reversed onto the stack: visited in the order read.
+        for (name, prefix) in subdirs.into_iter().rev() {
+            if let Ok(d) = dir.child(&name) {
+                todo.push((Arc::new(d), prefix));
+            }
         }
     }
     sent += batch.len() as u64;
     send(conn, batch, true).map(|()| sent)
+}
+
+/// What a listing says of one entry.
+fn list_entry(
+    name: String,
+    m: &std::fs::Metadata,
+    target: Option<std::path::PathBuf>,
+) -> ListEntry {
+    ListEntry {
+        name,
+        kind: kind_of(m).unwrap_or(Kind::File),
+        size: m.len(),
+        mode: std::os::unix::fs::MetadataExt::mode(m) & 0o7777,
+        mtime_ns: mtime_ns(m),
+        target: target.map(|t| t.to_string_lossy().into_owned()),
+    }
 }

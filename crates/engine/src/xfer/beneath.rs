@@ -74,6 +74,23 @@ impl Dir {
     pub fn join(&self, name: impl AsRef<Path>) -> PathBuf {
         self.path().join(name)
     }
+
+    /// The subdirectory `name` (one component), never through a symbolic
+    /// link; not kept in any cache (for walks that visit each once).
+    pub fn child(&self, name: &std::ffi::OsStr) -> io::Result<Dir> {
+        let c = CString::new(name.as_bytes())
+            .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+        if name.as_bytes().contains(&b'/') || name == ".." || name == "." {
+            return Err(io::Error::from(io::ErrorKind::InvalidInput));
+        }
+        let fd = rustix::fs::openat(
+            &self.fd,
+            c.as_c_str(),
+            OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+        )?;
+        Ok(Dir::new(fd))
+    }
 }
 
 /// A directory under which every path of a transfer must stay.

@@ -1239,7 +1239,7 @@ fn stage_rate(bytes: u64, busy_us: u64, parallel: u16) -> f64 {
 }
 
 /// Lists a remote path.
-pub fn ls(target: &str, o: &ClientOptions) -> Result<Vec<ListEntry>, EngineError> {
+pub fn ls(target: &str, recursive: bool, o: &ClientOptions) -> Result<Vec<ListEntry>, EngineError> {
     let r = parse_remote(target).ok_or_else(|| {
         EngineError::Usage(format!(
             "'{target}' is not remote: name it HOST:EXPORT/path or longhaul://HOST/EXPORT/path"
@@ -1249,6 +1249,7 @@ pub fn ls(target: &str, o: &ClientOptions) -> Result<Vec<ListEntry>, EngineError
     ctl.conn.send(&Message::ListRequest(ListRequest {
         export: r.export,
         path: r.path,
+        recursive,
     }))?;
     let mut out = Vec::new();
     let deadline = Instant::now() + o.handshake_timeout * 6;

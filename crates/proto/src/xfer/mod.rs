@@ -494,6 +494,10 @@ pub struct Failure {
 pub struct ListRequest {
     pub export: String,
     pub path: String,
+    /// Also every directory beneath, depth first (`ls -R`); entries are
+    /// then named by their path from the listed directory (`sub/file`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub recursive: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -503,6 +507,9 @@ pub struct ListEntry {
     pub size: u64,
     pub mode: u32,
     pub mtime_ns: i64,
+    /// A symbolic link's target, as the link holds it (never followed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
