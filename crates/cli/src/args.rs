@@ -403,6 +403,11 @@ pub struct PerfArgs {
     /// Time to wait for the server to answer.
     #[arg(long, default_value = "5s", value_parser = duration)]
     pub connect_timeout: Duration,
+    /// The server is a stock iperf3 server (`iperf3 -s`; port 5201 unless HOST:PORT or -p
+    /// says): a TCP test with -P, -t, -R, --bidir, -l, -w, -C, --omit, reported and archived
+    /// like any perf run, with what each end counted (docs/PROTOCOL.md, section 14).
+    #[arg(long)]
+    pub iperf3: bool,
     #[command(flatten)]
     pub ssh: SshArgs,
     #[command(flatten)]

@@ -265,6 +265,11 @@ fn u64_of<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
 
 fn i64_of<'de, D: Deserializer<'de>>(d: D) -> Result<i64, D::Error> {
     let v = number(d)?;
+    // iperf3 3.12 writes a -1 it holds unsigned as 2^64 (the stream
+    // results' `errors` of a sender, as a double).
+    if (9.2e18..=1.85e19).contains(&v) {
+        return Ok(-1);
+    }
     if !(-9.2e18..=9.2e18).contains(&v) {
         return Err(serde::de::Error::custom(format!("{v} is out of range")));
     }
@@ -1320,6 +1325,11 @@ mod tests {
         );
         assert!(serde_json::from_str::<Params>(r#"{"time":1.5}"#).is_err());
         assert!(serde_json::from_str::<Params>(r#"{"time":-1}"#).is_err());
+        let r: StreamResult = serde_json::from_str(
+            r#"{"id":1,"bytes":5,"retransmits":-1,"jitter":0,"errors":18446744073709552000,"packets":0}"#,
+        )
+        .expect("3.12's unsigned -1");
+        assert_eq!((r.errors, r.retransmits), (-1, -1));
         let j = serde_json::to_string(&Params {
             tcp: true,
             time: Some(1),
