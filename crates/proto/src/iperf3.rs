@@ -1086,6 +1086,15 @@ impl Server {
         }
     }
 
+    /// Ends a running test from this side (a cap reached, a time-out):
+    /// `SERVER_TERMINATE`, which iperf3 prints as "the server has terminated".
+    pub fn terminate(&mut self) {
+        if self.phase != ServerPhase::Done {
+            self.out.push(State::ServerTerminate.byte());
+            self.phase = ServerPhase::Done;
+        }
+    }
+
     /// Every stream is in: `TEST_START`, `TEST_RUNNING`.
     pub fn start(&mut self) {
         if self.phase == ServerPhase::Streams {

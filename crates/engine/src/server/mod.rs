@@ -11,6 +11,7 @@
 //! first, waiting in a queue when all are in use (`slots.rs`).
 
 pub mod auth;
+pub mod iperf3;
 mod files;
 pub mod observe;
 pub mod oneshot;
