@@ -914,6 +914,8 @@ fn iperf3_listen(s: &str) -> Result<SocketAddr, String> {
         return Ok(SocketAddr::from(([0u16; 8], port)));
     }
     s.parse().map_err(|_| {
-        format!("invalid iperf3 address '{s}': expected PORT or ADDR:PORT, like 5201 or 127.0.0.1:5201")
+        format!(
+            "invalid iperf3 address '{s}': expected PORT or ADDR:PORT, like 5201 or 127.0.0.1:5201"
+        )
     })
 }

@@ -82,7 +82,9 @@ fn iperf3(
     printer: &mut dyn CommandReporter,
 ) -> Outcome {
     let [host] = a.hosts.as_slice() else {
-        return Err(usage("--iperf3 tests against one iperf3 server: give one HOST[:PORT]"));
+        return Err(usage(
+            "--iperf3 tests against one iperf3 server: give one HOST[:PORT]",
+        ));
     };
     let port = match a.port {
         longhaul_engine::DEFAULT_PORT => longhaul_proto::iperf3::DEFAULT_PORT,

@@ -109,7 +109,9 @@ pub fn serve(a: ServeArgs, archive: &ArchiveArgs) -> Outcome {
                 observers: cfg.observers.clone(),
                 ..Default::default()
             };
-            Some(longhaul_engine::server::iperf3::Iperf3Server::bind(addr, c)?)
+            Some(longhaul_engine::server::iperf3::Iperf3Server::bind(
+                addr, c,
+            )?)
         }
         None => None,
     };

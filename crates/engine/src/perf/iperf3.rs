@@ -90,7 +90,9 @@ fn refused(target: &str, e: Iperf3Error) -> EngineError {
     match e {
         Iperf3Error::Busy => EngineError::Refused {
             code: RefuseCode::Busy,
-            message: format!("iperf3 server {target} is busy running a test (ACCESS_DENIED); try again later"),
+            message: format!(
+                "iperf3 server {target} is busy running a test (ACCESS_DENIED); try again later"
+            ),
         },
         Iperf3Error::ServerError { .. } => EngineError::Refused {
             code: RefuseCode::Limit,
@@ -112,7 +114,10 @@ impl Control<'_> {
         let out = self.machine.take_transmit();
         if !out.is_empty() {
             self.sock.write_all(&out).map_err(|e| {
-                EngineError::io(format!("failed to write to iperf3 server {}", self.target), e)
+                EngineError::io(
+                    format!("failed to write to iperf3 server {}", self.target),
+                    e,
+                )
             })?;
         }
         Ok(())
@@ -282,7 +287,8 @@ pub fn run_iperf3(
     }
 
     let mut run = SideRun::start(End::Client, params, streams, opts.local_cpu, "", None)?;
-    let end_at = run.start + Duration::from_millis(params.omit_ms + params.duration_ms.unwrap_or(0));
+    let end_at =
+        run.start + Duration::from_millis(params.omit_ms + params.duration_ms.unwrap_or(0));
     let mut ticker = Ticker::new(run.start, params);
     let mut baseline: Option<SideSnapshot> = None;
     let mut prev: Option<SideSnapshot> = None;
@@ -370,9 +376,17 @@ pub fn run_iperf3(
     run.stop();
     run.join();
     let remote = remote_snapshot(params, &theirs).map_err(|m| {
-        EngineError::Failed(format!("iperf3 server {target} sent results that do not fit the test: {m}"))
+        EngineError::Failed(format!(
+            "iperf3 server {target} sent results that do not fit the test: {m}"
+        ))
     })?;
-    warnings.extend(figures_notes(params, baseline.as_ref(), &local_end, &remote, &theirs));
+    warnings.extend(figures_notes(
+        params,
+        baseline.as_ref(),
+        &local_end,
+        &remote,
+        &theirs,
+    ));
     let span = Span {
         client_from: baseline.as_ref(),
         client_to: &local_end,
@@ -397,7 +411,12 @@ fn local_only(s: &SideSnapshot) -> SideSnapshot {
     r
 }
 
-fn since(from: Option<&SideSnapshot>, to: &SideSnapshot, d: Direction, i: u16) -> (u64, Option<u64>) {
+fn since(
+    from: Option<&SideSnapshot>,
+    to: &SideSnapshot,
+    d: Direction,
+    i: u16,
+) -> (u64, Option<u64>) {
     let find = |s: &SideSnapshot| {
         s.streams
             .iter()
@@ -406,7 +425,10 @@ fn since(from: Option<&SideSnapshot>, to: &SideSnapshot, d: Direction, i: u16) -
     };
     let (b1, r1) = find(to).unwrap_or((0, None));
     let (b0, r0) = from.and_then(find).unwrap_or((0, None));
-    (b1.saturating_sub(b0), r1.map(|r| r.saturating_sub(r0.unwrap_or(0))))
+    (
+        b1.saturating_sub(b0),
+        r1.map(|r| r.saturating_sub(r0.unwrap_or(0))),
+    )
 }
 
 /// This end's results as iperf3 sends them: per stream, bytes sent (its
@@ -415,7 +437,7 @@ pub fn results_of(
     params: &TestParams,
     baseline: Option<&SideSnapshot>,
     end: &SideSnapshot,
-    ) -> Results {
+) -> Results {
     results_for(params, End::Client, baseline, end)
 }
 
@@ -537,7 +559,9 @@ pub(crate) fn figures_notes(
     };
     let mut out = Vec::new();
     for &d in params.mode.directions() {
-        let ours: u64 = (0..params.streams).map(|i| since(baseline, local, d, i).0).sum();
+        let ours: u64 = (0..params.streams)
+            .map(|i| since(baseline, local, d, i).0)
+            .sum();
         let theirs_b: u64 = remote
             .streams
             .iter()

@@ -177,7 +177,12 @@ fn accept_loop(l: &TcpListener, shared: &Arc<Shared>) {
         }
         if shared.handshakes.fetch_add(1, Ordering::SeqCst) >= shared.cfg.max_connections {
             shared.handshakes.fetch_sub(1, Ordering::SeqCst);
-            refuse_note(shared, &peer, "busy", "too many iperf3 connections at once".into());
+            refuse_note(
+                shared,
+                &peer,
+                "busy",
+                "too many iperf3 connections at once".into(),
+            );
             continue;
         }
         let seq = order.fetch_add(1, Ordering::Relaxed);
@@ -235,7 +240,9 @@ fn connection(mut s: TcpStream, peer: SocketAddr, seq: u64, shared: &Arc<Shared>
     let deadline = Instant::now() + shared.cfg.handshake_timeout;
     if let Err(e) = read_by(&mut s, &mut raw, deadline) {
         let (reason, what) = match e.kind() {
-            io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock => ("timeout", "sent no cookie in time"),
+            io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock => {
+                ("timeout", "sent no cookie in time")
+            }
             _ => ("protocol", "closed before its cookie"),
         };
         refuse_note(shared, &peer, reason, format!("{what} ({e})"));
@@ -363,7 +370,9 @@ impl Test<'_> {
             .set_read_timeout(Some(wait.max(Duration::from_millis(1))));
         let mut buf = [0u8; 4096];
         match self.s.read(&mut buf) {
-            Ok(0) => Err(Halt::Failed("the client closed the control connection".into())),
+            Ok(0) => Err(Halt::Failed(
+                "the client closed the control connection".into(),
+            )),
             Ok(n) => {
                 let r = self.machine.receive(&buf[..n]);
                 let f = self.flush();
@@ -547,7 +556,20 @@ impl Test<'_> {
             if let Err(e) = sock::apply_tcp_ref(&socket2::SockRef::from(&t), &tune) {
                 self.machine.refuse(iperf3::errno::SET_CONGESTION);
                 let _ = self.flush();
-                return Err(Halt::Failed(format!("cannot set a data stream's options: {e}")));
+                return Err(Halt::Failed(format!(
+                    "cannot set a data stream's options: {e}"
+                )));
+            }
+            if a.rate_bps > 0 && End::Server.sends(direction) {
+                // Paced by the kernel: keep what waits unsent small, so that
+                // the bytes this end counts as sent are the bytes on the
+                // wire, as iperf3's own (application-paced) sender counts.
+                let _ = sock::setsockopt_u32(
+                    std::os::fd::AsFd::as_fd(&t),
+                    libc::IPPROTO_TCP,
+                    libc::TCP_NOTSENT_LOWAT,
+                    128 << 10,
+                );
             }
             streams.push(ReadyStream {
                 direction,
@@ -613,7 +635,11 @@ impl Test<'_> {
         run.stop();
         let theirs = match self.next(cfg.handshake_timeout, "waiting for the client's results")? {
             ServerEvent::ClientResults(r) => r,
-            ev => return Err(Halt::Failed(format!("unexpected {ev:?} instead of results"))),
+            ev => {
+                return Err(Halt::Failed(format!(
+                    "unexpected {ev:?} instead of results"
+                )))
+            }
         };
         let mine = results_for(params, End::Server, baseline.as_ref(), &end);
         self.machine.send_results(&mine);
@@ -623,11 +649,7 @@ impl Test<'_> {
         run.join();
         let ours: u64 = mine.streams.iter().map(|s| s.bytes).sum();
         let theirs_b: u64 = theirs.streams.iter().map(|s| s.bytes).sum();
-        let secs = mine
-            .streams
-            .first()
-            .and_then(|s| s.end_time)
-            .unwrap_or(0.0);
+        let secs = mine.streams.first().and_then(|s| s.end_time).unwrap_or(0.0);
         let note = format!(
             "iperf3 test done: {} streams, this end counted {ours} bytes in {secs:.2} s, the client {theirs_b}{}",
             mine.streams.len(),

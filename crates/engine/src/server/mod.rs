@@ -11,8 +11,8 @@
 //! first, waiting in a queue when all are in use (`slots.rs`).
 
 pub mod auth;
-pub mod iperf3;
 mod files;
+pub mod iperf3;
 pub mod observe;
 pub mod oneshot;
 mod perf;
