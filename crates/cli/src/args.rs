@@ -423,7 +423,7 @@ pub struct PerfArgs {
     pub connect_timeout: Duration,
     /// The server is a stock iperf3 server (`iperf3 -s`; port 5201 unless HOST:PORT or -p
     /// says): a TCP test with -P, -t, -R, --bidir, -l, -w, -C, --omit, reported and archived
-    /// like any perf run, with what each end counted (docs/PROTOCOL.md, section 14).
+    /// like any perf run, with what each end counted (docs/PROTOCOL.md, section 17).
     #[arg(long)]
     pub iperf3: bool,
     #[command(flatten)]
