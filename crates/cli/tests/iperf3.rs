@@ -105,13 +105,9 @@ fn iperf3_server() -> (Proc, u16) {
 fn longhaul_server(dir: &TempDir, extra: &[&str]) -> (Proc, u16) {
     let port = free_port();
     let child = bin()
-        .args([
-            "--no-archive",
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--state-dir",
-        ])
+        .arg("--archive")
+        .arg(dir.path().join("served.db"))
+        .args(["serve", "--listen", "127.0.0.1:0", "--state-dir"])
         .arg(dir.path())
         .args(["--iperf3", &format!("127.0.0.1:{port}")])
         .args(extra)
@@ -228,6 +224,20 @@ fn longhaul_perf_against_iperf3_server() {
         }
         let notes = s["warnings"].to_string();
         assert!(notes.contains("by its own count"), "{notes}");
+        // Archived like any perf run.
+        let h = bin().args(["history", "--json"]).output().expect("history");
+        let h = json(&h, "history --json");
+        let target = format!("127.0.0.1:{port}");
+        let run = h["runs"]
+            .as_array()
+            .and_then(|r| r.iter().find(|x| x["remote_host"] == target.as_str()))
+            .unwrap_or_else(|| panic!("no archived run against {target}: {h}"));
+        assert_eq!(run["kind"], "perf");
+        assert_eq!(run["status"], "ok");
+        assert!(
+            run["bits_per_second"].as_f64().unwrap_or(0.0) > 0.0,
+            "{run}"
+        );
     }
 }
 
@@ -265,6 +275,30 @@ fn iperf3_clients_against_longhaul_serve() {
                 "iperf3 -c --bidir, reverse half",
             );
         }
+    }
+    // Each test is recorded like any served test.
+    let end = Instant::now() + Duration::from_secs(10);
+    loop {
+        let h = bin()
+            .arg("--archive")
+            .arg(dir.path().join("served.db"))
+            .args(["history", "--json"])
+            .output()
+            .expect("history");
+        let h = json(&h, "history --json");
+        let ok = h["runs"].as_array().map_or(0, |r| {
+            r.iter()
+                .filter(|x| x["kind"] == "served" && x["status"] == "ok")
+                .count()
+        });
+        if ok >= 3 {
+            break;
+        }
+        assert!(
+            Instant::now() < end,
+            "3 served iperf3 tests not archived: {h}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
     }
     drop(server);
 }
