@@ -283,6 +283,24 @@ pub struct ServeArgs {
     /// own name to this host (docs/METRICS.md).
     #[arg(long, value_name = "NAME", requires = "metrics")]
     pub metrics_host: Vec<String>,
+    /// Also answer stock iperf3 3.x clients (`iperf3 -c`) on [ADDR:]PORT (a port alone: all
+    /// addresses), several tests at once. iperf3 tests are unauthenticated and unencrypted, so
+    /// this is off unless given, and held to the --iperf3-max-* caps (docs/SECURITY.md).
+    #[arg(long, value_name = "[ADDR:]PORT", value_parser = iperf3_listen)]
+    pub iperf3: Option<SocketAddr>,
+    /// iperf3 tests at once; the next client is told the server is busy (iperf3's own error).
+    #[arg(long, default_value_t = 4, requires = "iperf3")]
+    pub iperf3_max_tests: usize,
+    /// Longest iperf3 test (omitted plus measured time); longer ones are refused.
+    #[arg(long, default_value = "60s", value_parser = duration, requires = "iperf3")]
+    pub iperf3_max_time: Duration,
+    /// Most bit/s one iperf3 test may move in all (default: no cap). With a cap, clients must
+    /// ask for a rate (iperf3 -b, per stream) within it; a test that moves 1.25 times it is ended.
+    #[arg(long, value_parser = rate, requires = "iperf3")]
+    pub iperf3_max_rate: Option<u64>,
+    /// Streams per direction of one iperf3 test.
+    #[arg(long, default_value_t = 16, requires = "iperf3")]
+    pub iperf3_max_streams: u16,
 }
 
 #[derive(Args)]
@@ -440,6 +458,11 @@ pub struct PerfArgs {
     /// Time to wait for the server to answer.
     #[arg(long, default_value = "5s", value_parser = duration)]
     pub connect_timeout: Duration,
+    /// The server is a stock iperf3 server (`iperf3 -s`; port 5201 unless HOST:PORT or -p
+    /// says): a TCP test with -P, -t, -R, --bidir, -l, -w, -C, --omit, reported and archived
+    /// like any perf run, with what each end counted (docs/PROTOCOL.md, section 17).
+    #[arg(long)]
+    pub iperf3: bool,
     #[command(flatten)]
     pub ssh: SshArgs,
     #[command(flatten)]
@@ -952,6 +975,18 @@ pub fn duration(s: &str) -> Result<Duration, String> {
 
 pub fn fingerprint_arg(s: &str) -> Result<String, String> {
     longhaul_engine::net::tls::parse_fingerprint(s)
+}
+
+/// `serve --iperf3`: `PORT` (every address) or `ADDR:PORT`.
+fn iperf3_listen(s: &str) -> Result<SocketAddr, String> {
+    if let Ok(port) = s.parse::<u16>() {
+        return Ok(SocketAddr::from(([0u16; 8], port)));
+    }
+    s.parse().map_err(|_| {
+        format!(
+            "invalid iperf3 address '{s}': expected PORT or ADDR:PORT, like 5201 or 127.0.0.1:5201"
+        )
+    })
 }
 
 #[cfg(test)]

@@ -18,6 +18,7 @@ pub mod digest;
 pub mod disk;
 pub mod doctor;
 pub mod frame;
+pub mod iperf3;
 pub mod msg;
 pub mod params;
 pub mod plan;

@@ -33,6 +33,15 @@ pub fn perf(a: PerfArgs, archive: &crate::args::ArchiveArgs) -> Outcome {
 
 fn run(a: &PerfArgs, printer: &mut dyn CommandReporter) -> Outcome {
     let (params, local_cpu) = params_of(a)?;
+    if a.iperf3 {
+        let opts = ClientOptions {
+            connect_timeout: a.connect_timeout,
+            local_cpu,
+            interrupt: interrupt_flag(),
+            ..ClientOptions::default()
+        };
+        return iperf3(a, &params, &opts, printer);
+    }
     let mut opts = ClientOptions {
         connect_timeout: a.connect_timeout,
         local_cpu,
@@ -63,6 +72,26 @@ fn run(a: &PerfArgs, printer: &mut dyn CommandReporter) -> Outcome {
     } else {
         exit::OK
     })
+}
+
+/// `perf --iperf3`: one test against a stock iperf3 server.
+fn iperf3(
+    a: &PerfArgs,
+    params: &TestParams,
+    opts: &ClientOptions,
+    printer: &mut dyn CommandReporter,
+) -> Outcome {
+    let [host] = a.hosts.as_slice() else {
+        return Err(usage(
+            "--iperf3 tests against one iperf3 server: give one HOST[:PORT]",
+        ));
+    };
+    let port = match a.port {
+        longhaul_engine::DEFAULT_PORT => longhaul_proto::iperf3::DEFAULT_PORT,
+        p => p,
+    };
+    longhaul_engine::perf::iperf3::run_iperf3(&with_port(host, port), params, opts, printer)?;
+    Ok(exit::OK)
 }
 
 /// Which way the data goes: `-R`, `--bidir` or up.

@@ -98,6 +98,23 @@ pub fn serve(a: ServeArgs, archive: &ArchiveArgs) -> Outcome {
         cfg.observers.push(Arc::new(served));
     }
     let state_dir = cfg.state_dir.clone();
+    let iperf3 = match a.iperf3 {
+        Some(addr) => {
+            let c = longhaul_engine::server::iperf3::Iperf3Config {
+                max_tests: a.iperf3_max_tests,
+                max_streams: a.iperf3_max_streams,
+                max_seconds: a.iperf3_max_time.as_secs().max(1),
+                max_rate_bps: a.iperf3_max_rate,
+                handshake_timeout: a.handshake_timeout,
+                observers: cfg.observers.clone(),
+                ..Default::default()
+            };
+            Some(longhaul_engine::server::iperf3::Iperf3Server::bind(
+                addr, c,
+            )?)
+        }
+        None => None,
+    };
     let server = Server::bind(&listen, cfg)?;
     // After the bind: a port in use for the server is said first.
     #[cfg(feature = "metrics")]
@@ -123,6 +140,17 @@ pub fn serve(a: ServeArgs, archive: &ArchiveArgs) -> Outcome {
             "longhaul: identity {fp} (clients: longhaul trust HOST, or --trust {fp})"
         ));
     }
+    let _iperf3 = match iperf3 {
+        Some(l) => {
+            let h = l.spawn()?;
+            printer.status(&format!(
+                "longhaul: answering iperf3 clients on {} (unauthenticated; at most {} tests at once)",
+                h.addr, a.iperf3_max_tests
+            ));
+            Some(h)
+        }
+        None => None,
+    };
     server.run();
     Ok(exit::OK)
 }

@@ -20,6 +20,7 @@
 //! | `SLURM`      | slurmctld, slurmd and srun                                   |
 //! | `MPI`        | Open MPI's mpirun                                            |
 //! | `SSH`        | sshd, ssh and ssh-keygen (OpenSSH), for `HOST:path` tests    |
+//! | `IPERF3`     | Debian's iperf3, for `perf --iperf3` and `serve --iperf3`    |
 //!
 //! The engine's and the fleet's tests include this file by path, so there
 //! is one implementation for the workspace.

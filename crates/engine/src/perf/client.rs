@@ -52,7 +52,7 @@ pub fn check_params(p: &TestParams) -> Result<(), EngineError> {
 }
 
 /// Warnings when the kernel granted less buffer than was asked for.
-fn window_warnings(
+pub(crate) fn window_warnings(
     p: &TestParams,
     side: &str,
     setups: &[StreamSetup],
@@ -369,7 +369,7 @@ impl Reporter for TuningSink<'_> {
     }
 }
 
-fn setup_of(s: &ReadyStream) -> StreamSetup {
+pub(crate) fn setup_of(s: &ReadyStream) -> StreamSetup {
     let (sndbuf, rcvbuf, mss, congestion) = match &s.socket {
         DataSocket::Tcp(t) => {
             let (a, b, m) = sock::granted(t.as_fd());

@@ -3,5 +3,6 @@
 //! and server, and the stream workers that move the bytes ([`workers`]).
 
 pub mod client;
+pub mod iperf3;
 pub mod side;
 pub mod workers;

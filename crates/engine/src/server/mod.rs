@@ -12,6 +12,7 @@
 
 pub mod auth;
 mod files;
+pub mod iperf3;
 pub mod observe;
 pub mod oneshot;
 mod perf;
