@@ -247,6 +247,10 @@ pub enum Message {
     SourceInterval(crate::tune::TransferInterval),
     Probe(crate::disk::ProbeRequest),
     ProbeResult(Box<crate::disk::ProbeResult>),
+    GrantRequest(xfer::copy::GrantRequest),
+    Grant(xfer::copy::Grant),
+    CopyOrder(Box<xfer::copy::CopyOrder>),
+    CopyRelay(xfer::copy::CopyRelay),
 }
 
 /// Frame type bytes.
@@ -286,6 +290,11 @@ pub mod kind {
     pub const FILES_DONE: u8 = 0x3e;
     pub const PROBE: u8 = 0x40;
     pub const PROBE_RESULT: u8 = 0x41;
+    /// Third-party copies (PROTOCOL.md 13.9).
+    pub const GRANT_REQUEST: u8 = 0x50;
+    pub const GRANT: u8 = 0x51;
+    pub const COPY_ORDER: u8 = 0x52;
+    pub const COPY_RELAY: u8 = 0x53;
 }
 
 impl Message {
@@ -324,6 +333,10 @@ impl Message {
             Message::SourceInterval(_) => kind::SOURCE_INTERVAL,
             Message::Probe(_) => kind::PROBE,
             Message::ProbeResult(_) => kind::PROBE_RESULT,
+            Message::GrantRequest(_) => kind::GRANT_REQUEST,
+            Message::Grant(_) => kind::GRANT,
+            Message::CopyOrder(_) => kind::COPY_ORDER,
+            Message::CopyRelay(_) => kind::COPY_RELAY,
         }
     }
 
@@ -363,6 +376,10 @@ impl Message {
             Message::SourceInterval(_) => "source_interval",
             Message::Probe(_) => "probe",
             Message::ProbeResult(_) => "probe_result",
+            Message::GrantRequest(_) => "grant_request",
+            Message::Grant(_) => "grant",
+            Message::CopyOrder(_) => "copy_order",
+            Message::CopyRelay(_) => "copy_relay",
         }
     }
 
@@ -402,6 +419,10 @@ impl Message {
             Message::SourceInterval(m) => serde_json::to_vec(m),
             Message::Probe(m) => serde_json::to_vec(m),
             Message::ProbeResult(m) => serde_json::to_vec(m),
+            Message::GrantRequest(m) => serde_json::to_vec(m),
+            Message::Grant(m) => serde_json::to_vec(m),
+            Message::CopyOrder(m) => serde_json::to_vec(m),
+            Message::CopyRelay(m) => serde_json::to_vec(m),
         }
         .map_err(|e| ProtoError::Encode(e.to_string()))?;
         encode_frame(self.kind(), &body, out)
@@ -451,6 +472,10 @@ impl Message {
             kind::SOURCE_INTERVAL => Message::SourceInterval(body(k, b)?),
             kind::PROBE => Message::Probe(body(k, b)?),
             kind::PROBE_RESULT => Message::ProbeResult(body(k, b)?),
+            kind::GRANT_REQUEST => Message::GrantRequest(body(k, b)?),
+            kind::GRANT => Message::Grant(body(k, b)?),
+            kind::COPY_ORDER => Message::CopyOrder(body(k, b)?),
+            kind::COPY_RELAY => Message::CopyRelay(body(k, b)?),
             other => return Err(ProtoError::UnknownFrame(other)),
         })
     }
@@ -577,6 +602,58 @@ mod tests {
                     ..Default::default()
                 }),
                 dir: Some("run7".into()),
+            })),
+            Message::GrantRequest(crate::xfer::copy::GrantRequest {
+                export: "data".into(),
+                dest: "in".into(),
+                dest_dir: true,
+                lifetime_s: 600,
+            }),
+            Message::Grant(crate::xfer::copy::Grant {
+                capability: "lh1c_AAAA".into(),
+                lifetime_s: 600,
+            }),
+            Message::CopyOrder(Box::new(crate::xfer::copy::CopyOrder {
+                export: "data".into(),
+                sources: vec!["run7/".into()],
+                target: "[::1]:5310".into(),
+                fingerprint: "SHA256:x".into(),
+                capability: "lh1c_AAAA".into(),
+                dest_export: "data".into(),
+                dest: "in".into(),
+                dest_dir: false,
+                options: crate::xfer::copy::CopyOptions {
+                    recursive: true,
+                    sync: Some(crate::xfer::SyncOptions {
+                        checksum: true,
+                        delete: false,
+                    }),
+                    streams: Some(4),
+                    ..Default::default()
+                },
+            })),
+            Message::CopyRelay(crate::xfer::copy::CopyRelay::Progress(
+                crate::xfer::copy::CopyProgress {
+                    bytes: 5,
+                    files: 1,
+                    walk_done: true,
+                    ..Default::default()
+                },
+            )),
+            Message::CopyRelay(crate::xfer::copy::CopyRelay::Done(Box::new(
+                crate::xfer::copy::CopyReport {
+                    files: 2,
+                    verified: true,
+                    failed: vec![crate::xfer::Failure {
+                        path: "x".into(),
+                        error: "y".into(),
+                    }],
+                    ..Default::default()
+                },
+            ))),
+            Message::CopyRelay(crate::xfer::copy::CopyRelay::Failed(Refuse {
+                code: RefuseCode::Unauthorized,
+                message: "no".into(),
             })),
             Message::SourceInterval(crate::tune::TransferInterval {
                 index: 3,
