@@ -308,8 +308,8 @@ pub(super) fn serve_copy(
             "a third-party copy carries the destination's capability (lh1c_...), never another credential".into(),
         ));
     }
-    let fingerprint = tls::parse_fingerprint(&order.fingerprint)
-        .map_err(|m| (RefuseCode::BadRequest, m))?;
+    let fingerprint =
+        tls::parse_fingerprint(&order.fingerprint).map_err(|m| (RefuseCode::BadRequest, m))?;
     let bad = |e: EngineError| (RefuseCode::BadRequest, e.to_string());
     let slashed = order.sources.iter().filter(|s| s.ends_with('/')).count();
     let mut sources = Vec::new();

@@ -698,7 +698,9 @@ fn handle_connection(shared: &Arc<Shared>, tcp: TcpStream, peer: SocketAddr) {
                 Err("this client sent its token in the clear over plaintext: it is refused, and should be revoked (`longhaul token revoke ID`) and replaced; use TLS, or a client that sends a proof of it".to_string())
             } else if copy::is_capability(token.as_deref()) {
                 by_capability = true;
-                shared.capabilities.admit(token.as_deref().unwrap_or_default())
+                shared
+                    .capabilities
+                    .admit(token.as_deref().unwrap_or_default())
             } else if let Some(one_time) = &shared.cfg.one_time {
                 one_time.claim(token.as_deref())
             } else if shared.cfg.open_access {

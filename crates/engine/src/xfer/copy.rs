@@ -95,8 +95,7 @@ pub fn third_party_cp(
             lifetime_s: LIFETIME.as_secs() as u32,
         },
     )?;
-    let mut a = open_control(&host, from)?;
-    a.conn.send(&Message::CopyOrder(Box::new(CopyOrder {
+    let order = CopyOrder {
         export,
         sources: srcs
             .iter()
@@ -133,66 +132,17 @@ pub fn third_party_cp(
             direct: o.direct,
             no_tune: !o.tune,
         },
-    })))?;
-    let mut intervals = Vec::new();
-    let mut stopped = false;
-    let mut heard = Instant::now();
-    let report: CopyReport = loop {
-        if !stopped && from.interrupt.load(std::sync::atomic::Ordering::Relaxed) {
-            stopped = true;
-            let _ = a.conn.send(&Message::Stop(Stop {
-                reason: "interrupted by the user".into(),
-            }));
-        }
-        if heard.elapsed() > SILENCE {
-            return Err(EngineError::Timeout(format!(
-                "the third-party copy: {host} said nothing for {} s",
-                SILENCE.as_secs()
-            )));
-        }
-        let m = match a.conn.recv(Duration::from_millis(100)) {
-            Ok(Some(m)) => m,
-            Ok(None) => continue,
-            Err(e) => return Err(at("the source", &host, e)),
-        };
-        heard = Instant::now();
-        match m {
-            Message::CopyRelay(CopyRelay::Progress(p)) => {
-                reporter.transfer_progress(&TransferProgress {
-                    bytes: p.bytes,
-                    files: p.files,
-                    announced_bytes: p.announced_bytes,
-                    announced_files: p.announced_files,
-                    walk_done: p.walk_done,
-                });
-            }
-            Message::CopyRelay(CopyRelay::Interval(i)) => {
-                reporter.transfer_interval(&i);
-                intervals.push(i);
-            }
-            Message::CopyRelay(CopyRelay::Done(r)) => break *r,
-            Message::CopyRelay(CopyRelay::Failed(r)) | Message::Refuse(r) => {
-                let e = match r.code {
-                    RefuseCode::ServerError => EngineError::Failed(r.message),
-                    code => EngineError::Refused {
-                        code,
-                        message: r.message,
-                    },
-                };
-                return Err(at("the source", &host, e));
-            }
-            Message::Queued(_) => {}
-            other => {
-                return Err(EngineError::Failed(format!(
-                    "{host} sent an unexpected {} message during a third-party copy",
-                    other.name()
-                )))
-            }
-        }
     };
-    let control_bytes = bytes_of(&a) + bytes_of(&held.ctl);
+    let mut intervals = Vec::new();
+    let (report, a_bytes) = run_order(&host, from, order, &mut |r| match r {
+        Relayed::Progress(p) => reporter.transfer_progress(&p),
+        Relayed::Interval(i) => {
+            reporter.transfer_interval(&i);
+            intervals.push(i);
+        }
+    })?;
+    let control_bytes = a_bytes + bytes_of(&held.ctl);
     held.release();
-    drop(a);
     let verdict = longhaul_proto::tune::verdict(&intervals);
     Ok(CpSummary {
         files: report.files,
@@ -226,6 +176,89 @@ pub fn third_party_cp(
         }),
         ..CpSummary::default()
     })
+}
+
+/// What a source relays while it copies.
+enum Relayed {
+    Progress(TransferProgress),
+    Interval(longhaul_proto::tune::TransferInterval),
+}
+
+/// Sends `order` to the source `host` and follows the copy to its end:
+/// the source's report and the bytes this control connection carried.
+fn run_order(
+    host: &str,
+    o: &ClientOptions,
+    order: CopyOrder,
+    tell: &mut dyn FnMut(Relayed),
+) -> Result<(CopyReport, u64), EngineError> {
+    let mut a = open_control(host, o)?;
+    a.conn.send(&Message::CopyOrder(Box::new(order)))?;
+    let mut stopped = false;
+    let mut heard = Instant::now();
+    let report: CopyReport = loop {
+        if !stopped && o.interrupt.load(std::sync::atomic::Ordering::Relaxed) {
+            stopped = true;
+            let _ = a.conn.send(&Message::Stop(Stop {
+                reason: "interrupted by the user".into(),
+            }));
+        }
+        if heard.elapsed() > SILENCE {
+            return Err(EngineError::Timeout(format!(
+                "the third-party copy: {host} said nothing for {} s",
+                SILENCE.as_secs()
+            )));
+        }
+        let m = match a.conn.recv(Duration::from_millis(100)) {
+            Ok(Some(m)) => m,
+            Ok(None) => continue,
+            Err(e) => return Err(at("the source", &host, e)),
+        };
+        heard = Instant::now();
+        match m {
+            Message::CopyRelay(CopyRelay::Progress(p)) => {
+                tell(Relayed::Progress(TransferProgress {
+                    bytes: p.bytes,
+                    files: p.files,
+                    announced_bytes: p.announced_bytes,
+                    announced_files: p.announced_files,
+                    walk_done: p.walk_done,
+                }));
+            }
+            Message::CopyRelay(CopyRelay::Interval(i)) => {
+                tell(Relayed::Interval(i));
+            }
+            Message::CopyRelay(CopyRelay::Done(r)) => break *r,
+            Message::CopyRelay(CopyRelay::Failed(r)) | Message::Refuse(r) => {
+                let e = match r.code {
+                    RefuseCode::ServerError => EngineError::Failed(r.message),
+                    code => EngineError::Refused {
+                        code,
+                        message: r.message,
+                    },
+                };
+                return Err(at("the source", &host, e));
+            }
+            Message::Queued(_) => {}
+            other => {
+                return Err(EngineError::Failed(format!(
+                    "{host} sent an unexpected {} message during a third-party copy",
+                    other.name()
+                )))
+            }
+        }
+    };
+    Ok((report, bytes_of(&a)))
+}
+
+/// Orders the source `host` to run `order` and waits for its report (for
+/// tests and tools; `cp` uses [`third_party_cp`]).
+pub fn order_copy(
+    host: &str,
+    o: &ClientOptions,
+    order: CopyOrder,
+) -> Result<CopyReport, EngineError> {
+    run_order(host, o, order, &mut |_| {}).map(|(r, _)| r)
 }
 
 /// A capability into a destination server, held: the server revokes it
