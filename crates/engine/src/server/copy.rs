@@ -166,6 +166,12 @@ pub(super) fn serve_grant(
     if access.is_anonymous() {
         return Err(anonymous("grants third-party copies"));
     }
+    if !conn.is_tls() {
+        return Err((
+            RefuseCode::TlsRequired,
+            "a third-party copy capability is given inside TLS only".into(),
+        ));
+    }
     let ex = super::files::export(shared, &req.export, access)?;
     access
         .check_write(ex)
@@ -297,6 +303,12 @@ pub(super) fn serve_copy(
     }
     if access.is_anonymous() {
         return Err(anonymous("runs third-party copies"));
+    }
+    if !conn.is_tls() {
+        return Err((
+            RefuseCode::TlsRequired,
+            "a third-party copy is ordered inside TLS only: its capability crossed in the clear, and is not used".into(),
+        ));
     }
     let ex = super::files::export(shared, &order.export, access)?;
     access
