@@ -212,7 +212,7 @@ fn run_order(
         let m = match a.conn.recv(Duration::from_millis(100)) {
             Ok(Some(m)) => m,
             Ok(None) => continue,
-            Err(e) => return Err(at("the source", &host, e)),
+            Err(e) => return Err(at("the source", host, e)),
         };
         heard = Instant::now();
         match m {
@@ -237,7 +237,7 @@ fn run_order(
                         message: r.message,
                     },
                 };
-                return Err(at("the source", &host, e));
+                return Err(at("the source", host, e));
             }
             Message::Queued(_) => {}
             other => {
