@@ -192,6 +192,17 @@ pub enum Relay {
     Failed(Refuse),
 }
 
+/// Source server -> client (0x53), while a copy runs: its progress and
+/// intervals, then exactly one `done` or `failed`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum CopyRelay {
+    Progress(xfer::copy::CopyProgress),
+    Interval(crate::tune::TransferInterval),
+    Done(Box<xfer::copy::CopyReport>),
+    Failed(Refuse),
+}
+
 /// Server to client, in place of an answer to a test, transfer or probe
 /// request while every slot it may take is in use: the request waits its
 /// turn instead of being refused. Sent when the request joins the queue and
@@ -250,7 +261,7 @@ pub enum Message {
     GrantRequest(xfer::copy::GrantRequest),
     Grant(xfer::copy::Grant),
     CopyOrder(Box<xfer::copy::CopyOrder>),
-    CopyRelay(xfer::copy::CopyRelay),
+    CopyRelay(CopyRelay),
 }
 
 /// Frame type bytes.
@@ -632,26 +643,22 @@ mod tests {
                     ..Default::default()
                 },
             })),
-            Message::CopyRelay(crate::xfer::copy::CopyRelay::Progress(
-                crate::xfer::copy::CopyProgress {
-                    bytes: 5,
-                    files: 1,
-                    walk_done: true,
-                    ..Default::default()
-                },
-            )),
-            Message::CopyRelay(crate::xfer::copy::CopyRelay::Done(Box::new(
-                crate::xfer::copy::CopyReport {
-                    files: 2,
-                    verified: true,
-                    failed: vec![crate::xfer::Failure {
-                        path: "x".into(),
-                        error: "y".into(),
-                    }],
-                    ..Default::default()
-                },
-            ))),
-            Message::CopyRelay(crate::xfer::copy::CopyRelay::Failed(Refuse {
+            Message::CopyRelay(CopyRelay::Progress(crate::xfer::copy::CopyProgress {
+                bytes: 5,
+                files: 1,
+                walk_done: true,
+                ..Default::default()
+            })),
+            Message::CopyRelay(CopyRelay::Done(Box::new(crate::xfer::copy::CopyReport {
+                files: 2,
+                verified: true,
+                failed: vec![crate::xfer::Failure {
+                    path: "x".into(),
+                    error: "y".into(),
+                }],
+                ..Default::default()
+            }))),
+            Message::CopyRelay(CopyRelay::Failed(Refuse {
                 code: RefuseCode::Unauthorized,
                 message: "no".into(),
             })),

@@ -22,8 +22,8 @@ use base64::Engine as _;
 use longhaul_proto::msg::*;
 use longhaul_proto::units::escaped;
 use longhaul_proto::xfer::copy::{
-    within_scope, CopyOrder, CopyProgress, CopyRelay, CopyReport, Grant, GrantRequest,
-    CAPABILITY_PREFIX, MAX_LIFETIME_S,
+    within_scope, CopyOrder, CopyProgress, CopyReport, Grant, GrantRequest, CAPABILITY_PREFIX,
+    MAX_LIFETIME_S,
 };
 use longhaul_proto::xfer::TransferRequest;
 

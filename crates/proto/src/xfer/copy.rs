@@ -3,14 +3,14 @@
 //! capability from the destination and orders the source to push with it,
 //! and those by which the source relays the copy back.
 //!
+//! `CopyRelay` (0x53), which carries a `Refuse`, is in [`crate::msg`].
+//!
 //! The ordering client carries only these; the data goes from the source
 //! to the destination over their own data streams, as in any push.
 
 use serde::{Deserialize, Serialize};
 
 use super::{Failure, SyncOptions};
-use crate::msg::Refuse;
-use crate::tune::TransferInterval;
 
 /// What every third-party copy capability starts with, so that a scrubber
 /// or a person can tell one in a log or a paste, and a server can tell one
@@ -168,17 +168,6 @@ pub struct CopyReport {
     pub would_send_bytes: u64,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub warnings: Vec<String>,
-}
-
-/// Source server -> client (0x53), while a copy runs: its progress and
-/// intervals, then exactly one `done` or `failed`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "event", rename_all = "snake_case")]
-pub enum CopyRelay {
-    Progress(CopyProgress),
-    Interval(TransferInterval),
-    Done(Box<CopyReport>),
-    Failed(Refuse),
 }
 
 /// Whether a push request stays within a capability's scope: to the
