@@ -312,6 +312,33 @@ fn attacker_a_source_ordered_to_a_port_that_is_not_longhaul_says_one_thing() {
     }
     assert_eq!(messages[0], messages[1]);
     assert!(messages[0].contains("no longhaul server completed the handshake"));
+    // An order never lends A another credential (a token, a one-shot
+    // secret) for B: refused before anything is dialled.
+    for credential in [
+        common::TOKEN,
+        "lh1o_AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA",
+    ] {
+        let started = Instant::now();
+        let e = longhaul_engine::xfer::copy::order_copy(
+            &a.addr().to_string(),
+            &client(),
+            longhaul_proto::xfer::copy::CopyOrder {
+                export: "data".into(),
+                sources: vec!["f.bin".into()],
+                target: b.addr().to_string(),
+                fingerprint: held.fingerprint.clone(),
+                capability: credential.into(),
+                dest_export: "data".into(),
+                dest: String::new(),
+                dest_dir: true,
+                options: Default::default(),
+            },
+        )
+        .expect_err("no copy");
+        assert!(e.to_string().contains("never another credential"), "{e}");
+        assert!(started.elapsed() < Duration::from_secs(2), "{e}");
+    }
+    assert!(!t.dir("b").join("f.bin").exists());
     held.release();
     a.shutdown();
     b.shutdown();
