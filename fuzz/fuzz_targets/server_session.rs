@@ -90,6 +90,20 @@ enum Op {
     Authenticated,
     Request(Params),
     ThirdParty(String, Params),
+    /// A third-party copy: a capability asked of the destination.
+    GrantRequest {
+        export: String,
+        dest: String,
+        dest_dir: bool,
+        lifetime_s: u32,
+    },
+    /// A third-party copy ordered of the source.
+    CopyOrder {
+        sources: Vec<String>,
+        target: String,
+        capability: String,
+        dest: String,
+    },
     Start,
     Stop(String),
     Active(u16),
@@ -254,6 +268,37 @@ fuzz_target!(|input: Input| {
                 token: None,
                 plaintext: false,
             })),
+            Op::GrantRequest {
+                export,
+                dest,
+                dest_dir,
+                lifetime_s,
+            } => Some(Message::GrantRequest(
+                longhaul_proto::xfer::copy::GrantRequest {
+                    export,
+                    dest,
+                    dest_dir,
+                    lifetime_s,
+                },
+            )),
+            Op::CopyOrder {
+                sources,
+                target,
+                capability,
+                dest,
+            } => Some(Message::CopyOrder(Box::new(
+                longhaul_proto::xfer::copy::CopyOrder {
+                    export: "data".into(),
+                    sources,
+                    target,
+                    fingerprint: String::new(),
+                    capability,
+                    dest_export: "data".into(),
+                    dest,
+                    dest_dir: false,
+                    options: Default::default(),
+                },
+            ))),
             Op::Start => Some(Message::Start(Start {})),
             Op::Stop(reason) => Some(Message::Stop(Stop { reason })),
             Op::Active(streams) => Some(Message::Active(Active { streams })),

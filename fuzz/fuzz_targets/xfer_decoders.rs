@@ -1,10 +1,15 @@
 //! The transfer decoders that read peer or disk bytes: chunk headers,
-//! bundle frames, resume journals, remote paths and path confinement. None may panic;
-//! what they accept must round-trip or stay beneath its root.
+//! bundle frames, resume journals, remote paths, path confinement and the
+//! third-party copy messages with their scope check. None may panic; what
+//! they accept must round-trip or stay beneath its root.
 
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
+use longhaul_proto::frame::Frame;
+use longhaul_proto::msg::{kind, Message};
+use longhaul_proto::xfer::copy::within_scope;
+use longhaul_proto::xfer::TransferRequest;
 use longhaul_proto::xfer::{
     components, landing, parse_journal, parse_remote, push_bundle_record, BundleHeader,
     ChunkHeader, Create, DestState, Landing, BUNDLE_HEADER_LEN, CHUNK_HEADER_LEN, MAX_BUNDLE_BODY,
@@ -61,6 +66,30 @@ fuzz_target!(|data: &[u8]| {
         if let Ok((l, create)) = landing("d", sources, contents, slash, state, mkpath) {
             assert!(mkpath || create == Create::Nothing);
             assert!(contents || sources <= 1 || l == Landing::Into);
+        }
+    }
+    // A third-party copy's messages, from any body: what decodes
+    // re-encodes to itself, and a request checked against a decoded scope
+    // is only within it when it names exactly its export and destination.
+    for kind in [
+        kind::GRANT_REQUEST,
+        kind::GRANT,
+        kind::COPY_ORDER,
+        kind::COPY_RELAY,
+    ] {
+        if let Ok(m) = Message::decode(&Frame {
+            kind,
+            body: data.to_vec(),
+        }) {
+            let mut wire = Vec::new();
+            m.encode(&mut wire).expect("a decoded message encodes");
+            if let Message::GrantRequest(scope) = &m {
+                if let Ok(t) = serde_json::from_slice::<TransferRequest>(data) {
+                    if within_scope(scope, &t).is_ok() {
+                        assert!(t.export == scope.export && t.dest == scope.dest);
+                    }
+                }
+            }
         }
     }
     if let Ok(s) = std::str::from_utf8(data) {

@@ -264,6 +264,12 @@ pub struct ServeArgs {
     /// Refuse third-party requests (`longhaul perf THIS OTHER`).
     #[arg(long)]
     pub no_third_party: bool,
+    /// Take part in third-party copies (`longhaul cp A:src B:dst` with
+    /// both ends servers): grant an authenticated writer a capability for
+    /// one push into its destination, and push to another server on an
+    /// authenticated reader's order. Off by default (docs/SECURITY.md).
+    #[arg(long)]
+    pub third_party_copies: bool,
     /// Time a new connection has to complete its handshake.
     #[arg(long, default_value = "10s", value_parser = duration)]
     pub handshake_timeout: Duration,

@@ -8,9 +8,9 @@
 //! `LONGHAUL_REQUIRE_SSH=1` (CI) they fail instead.
 
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Output, Stdio};
 use std::sync::mpsc::{channel, Receiver};
 use std::time::{Duration, Instant};
 
@@ -18,166 +18,7 @@ use longhaul_engine::server::oneshot::{Handshake, SECRET_PREFIX};
 
 mod common;
 
-const BIN: &str = env!("CARGO_BIN_EXE_longhaul");
-/// The `Host` of the client config.
-const HOST: &str = "lhtest";
-
-fn which(name: &str) -> Option<PathBuf> {
-    for dir in [
-        "/usr/sbin",
-        "/usr/bin",
-        "/sbin",
-        "/bin",
-        "/usr/local/sbin",
-        "/usr/local/bin",
-    ] {
-        let p = Path::new(dir).join(name);
-        if p.is_file() {
-            return Some(p);
-        }
-    }
-    None
-}
-
-/// A private sshd on loopback and a client config that reaches it as
-/// [`HOST`].
-struct Sshd {
-    child: Child,
-    dir: tempfile::TempDir,
-    config: PathBuf,
-}
-
-impl Drop for Sshd {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Sshd {
-    /// The `--rsh` value.
-    fn rsh(&self) -> String {
-        format!("ssh -F {}", self.config.display())
-    }
-
-    /// `longhaul ARGS` with this sshd as the way to [`HOST`] and this
-    /// build's binary as the far longhaul.
-    fn longhaul(&self) -> Command {
-        let mut c = Command::new(BIN);
-        c.env("LONGHAUL_RSH", self.rsh())
-            .env("XDG_STATE_HOME", self.dir.path().join("state"))
-            .env_remove("LONGHAUL_TOKEN")
-            .env_remove("LONGHAUL_TRUST");
-        c
-    }
-
-    fn ssh(&self) -> Command {
-        let mut c = Command::new("ssh");
-        c.arg("-F").arg(&self.config).arg(HOST);
-        c
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(self.dir.path().join("sshd.log")).unwrap_or_default()
-    }
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-fn keygen(path: &Path) {
-    let ok = Command::new("ssh-keygen")
-        .args(["-q", "-t", "ed25519", "-N", "", "-f"])
-        .arg(path)
-        .status()
-        .unwrap()
-        .success();
-    assert!(ok, "ssh-keygen -f {}", path.display());
-}
-
-/// Starts the sshd, or says why not (a skip, or a failure with
-/// `LONGHAUL_REQUIRE_SSH=1`).
-fn sshd() -> Option<Sshd> {
-    let (Some(sshd), Some(_), Some(_)) = (which("sshd"), which("ssh"), which("ssh-keygen")) else {
-        let why =
-            "sshd, ssh or ssh-keygen is missing (apt-get install openssh-server openssh-client)";
-        common::require::missing("SSH", why);
-        return None;
-    };
-    let dir = tempfile::tempdir().unwrap();
-    let d = dir.path();
-    keygen(&d.join("host_key"));
-    keygen(&d.join("client_key"));
-    std::fs::copy(d.join("client_key.pub"), d.join("authorized_keys")).unwrap();
-    // sshd's privilege separation directory (compiled in); made only if
-    // missing, as the package's own service would make it.
-    if !Path::new("/run/sshd").exists() {
-        let _ = std::fs::create_dir_all("/run/sshd");
-    }
-    let user = String::from_utf8(Command::new("id").arg("-un").output().unwrap().stdout)
-        .unwrap()
-        .trim()
-        .to_string();
-    let port = free_port();
-    let root = user == "root";
-    std::fs::write(
-        d.join("sshd_config"),
-        format!(
-            "Port {port}\nListenAddress 127.0.0.1\nHostKey {d}/host_key\nPidFile {d}/sshd.pid\n\
-             AuthorizedKeysFile {d}/authorized_keys\nPasswordAuthentication no\n\
-             KbdInteractiveAuthentication no\nPubkeyAuthentication yes\nStrictModes no\n\
-             PermitRootLogin {}\nUsePAM no\nLogLevel VERBOSE\n",
-            if root { "yes" } else { "no" },
-            d = d.display()
-        ),
-    )
-    .unwrap();
-    let host_pub = std::fs::read_to_string(d.join("host_key.pub")).unwrap();
-    std::fs::write(
-        d.join("known_hosts"),
-        format!("[127.0.0.1]:{port} {host_pub}"),
-    )
-    .unwrap();
-    std::fs::write(
-        d.join("ssh_config"),
-        format!(
-            "Host {HOST}\n  HostName 127.0.0.1\n  Port {port}\n  User {user}\n  IdentityFile {d}/client_key\n  \
-             IdentitiesOnly yes\n  UserKnownHostsFile {d}/known_hosts\n  StrictHostKeyChecking yes\n  \
-             BatchMode yes\n  LogLevel ERROR\n",
-            d = d.display()
-        ),
-    )
-    .unwrap();
-    let log = std::fs::File::create(d.join("sshd.log")).unwrap();
-    let child = Command::new(sshd)
-        .arg("-D")
-        .arg("-e")
-        .arg("-f")
-        .arg(d.join("sshd_config"))
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(log)
-        .spawn()
-        .unwrap();
-    let s = Sshd {
-        child,
-        config: d.join("ssh_config"),
-        dir,
-    };
-    let until = Instant::now() + Duration::from_secs(10);
-    while TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(Instant::now() < until, "sshd did not listen: {}", s.log());
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let ok = s.ssh().arg("true").status().unwrap().success();
-    assert!(ok, "cannot ssh to the test sshd: {}", s.log());
-    Some(s)
-}
+use common::sshd::{sshd, Sshd, BIN, HOST};
 
 fn text(o: &Output) -> String {
     format!(

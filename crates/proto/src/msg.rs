@@ -192,6 +192,17 @@ pub enum Relay {
     Failed(Refuse),
 }
 
+/// Source server -> client (0x53), while a copy runs: its progress and
+/// intervals, then exactly one `done` or `failed`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum CopyRelay {
+    Progress(xfer::copy::CopyProgress),
+    Interval(crate::tune::TransferInterval),
+    Done(Box<xfer::copy::CopyReport>),
+    Failed(Refuse),
+}
+
 /// Server to client, in place of an answer to a test, transfer or probe
 /// request while every slot it may take is in use: the request waits its
 /// turn instead of being refused. Sent when the request joins the queue and
@@ -247,6 +258,10 @@ pub enum Message {
     SourceInterval(crate::tune::TransferInterval),
     Probe(crate::disk::ProbeRequest),
     ProbeResult(Box<crate::disk::ProbeResult>),
+    GrantRequest(xfer::copy::GrantRequest),
+    Grant(xfer::copy::Grant),
+    CopyOrder(Box<xfer::copy::CopyOrder>),
+    CopyRelay(CopyRelay),
 }
 
 /// Frame type bytes.
@@ -286,6 +301,11 @@ pub mod kind {
     pub const FILES_DONE: u8 = 0x3e;
     pub const PROBE: u8 = 0x40;
     pub const PROBE_RESULT: u8 = 0x41;
+    /// Third-party copies (PROTOCOL.md 13.9).
+    pub const GRANT_REQUEST: u8 = 0x50;
+    pub const GRANT: u8 = 0x51;
+    pub const COPY_ORDER: u8 = 0x52;
+    pub const COPY_RELAY: u8 = 0x53;
 }
 
 impl Message {
@@ -324,6 +344,10 @@ impl Message {
             Message::SourceInterval(_) => kind::SOURCE_INTERVAL,
             Message::Probe(_) => kind::PROBE,
             Message::ProbeResult(_) => kind::PROBE_RESULT,
+            Message::GrantRequest(_) => kind::GRANT_REQUEST,
+            Message::Grant(_) => kind::GRANT,
+            Message::CopyOrder(_) => kind::COPY_ORDER,
+            Message::CopyRelay(_) => kind::COPY_RELAY,
         }
     }
 
@@ -363,6 +387,10 @@ impl Message {
             Message::SourceInterval(_) => "source_interval",
             Message::Probe(_) => "probe",
             Message::ProbeResult(_) => "probe_result",
+            Message::GrantRequest(_) => "grant_request",
+            Message::Grant(_) => "grant",
+            Message::CopyOrder(_) => "copy_order",
+            Message::CopyRelay(_) => "copy_relay",
         }
     }
 
@@ -402,6 +430,10 @@ impl Message {
             Message::SourceInterval(m) => serde_json::to_vec(m),
             Message::Probe(m) => serde_json::to_vec(m),
             Message::ProbeResult(m) => serde_json::to_vec(m),
+            Message::GrantRequest(m) => serde_json::to_vec(m),
+            Message::Grant(m) => serde_json::to_vec(m),
+            Message::CopyOrder(m) => serde_json::to_vec(m),
+            Message::CopyRelay(m) => serde_json::to_vec(m),
         }
         .map_err(|e| ProtoError::Encode(e.to_string()))?;
         encode_frame(self.kind(), &body, out)
@@ -451,6 +483,10 @@ impl Message {
             kind::SOURCE_INTERVAL => Message::SourceInterval(body(k, b)?),
             kind::PROBE => Message::Probe(body(k, b)?),
             kind::PROBE_RESULT => Message::ProbeResult(body(k, b)?),
+            kind::GRANT_REQUEST => Message::GrantRequest(body(k, b)?),
+            kind::GRANT => Message::Grant(body(k, b)?),
+            kind::COPY_ORDER => Message::CopyOrder(body(k, b)?),
+            kind::COPY_RELAY => Message::CopyRelay(body(k, b)?),
             other => return Err(ProtoError::UnknownFrame(other)),
         })
     }
@@ -577,6 +613,54 @@ mod tests {
                     ..Default::default()
                 }),
                 dir: Some("run7".into()),
+            })),
+            Message::GrantRequest(crate::xfer::copy::GrantRequest {
+                export: "data".into(),
+                dest: "in".into(),
+                dest_dir: true,
+                lifetime_s: 600,
+            }),
+            Message::Grant(crate::xfer::copy::Grant {
+                capability: "lh1c_AAAA".into(),
+                lifetime_s: 600,
+            }),
+            Message::CopyOrder(Box::new(crate::xfer::copy::CopyOrder {
+                export: "data".into(),
+                sources: vec!["run7/".into()],
+                target: "[::1]:5310".into(),
+                fingerprint: "SHA256:x".into(),
+                capability: "lh1c_AAAA".into(),
+                dest_export: "data".into(),
+                dest: "in".into(),
+                dest_dir: false,
+                options: crate::xfer::copy::CopyOptions {
+                    recursive: true,
+                    sync: Some(crate::xfer::SyncOptions {
+                        checksum: true,
+                        delete: false,
+                    }),
+                    streams: Some(4),
+                    ..Default::default()
+                },
+            })),
+            Message::CopyRelay(CopyRelay::Progress(crate::xfer::copy::CopyProgress {
+                bytes: 5,
+                files: 1,
+                walk_done: true,
+                ..Default::default()
+            })),
+            Message::CopyRelay(CopyRelay::Done(Box::new(crate::xfer::copy::CopyReport {
+                files: 2,
+                verified: true,
+                failed: vec![crate::xfer::Failure {
+                    path: "x".into(),
+                    error: "y".into(),
+                }],
+                ..Default::default()
+            }))),
+            Message::CopyRelay(CopyRelay::Failed(Refuse {
+                code: RefuseCode::Unauthorized,
+                message: "no".into(),
             })),
             Message::SourceInterval(crate::tune::TransferInterval {
                 index: 3,

@@ -219,6 +219,15 @@ pub enum ServerEvent {
     ListRequested(crate::xfer::ListRequest),
     /// The client asks the server to measure itself (`longhaul doctor`).
     ProbeRequested(crate::disk::ProbeRequest),
+    /// The client asks for a third-party copy capability into this server
+    /// (PROTOCOL.md 13.9): the engine answers [`Message::Grant`] or refuses,
+    /// holds the capability while the session lasts, and calls
+    /// [`ServerSession::finish`] once it is revoked.
+    GrantRequested(crate::xfer::copy::GrantRequest),
+    /// The client orders this server to push to another with a capability;
+    /// the engine runs it and relays it, then calls
+    /// [`ServerSession::finish`].
+    CopyOrdered(Box<crate::xfer::copy::CopyOrder>),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -438,6 +447,16 @@ impl ServerSession {
                 self.state = S::Running;
                 self.deadline = None;
                 Ok(Some(ServerEvent::ProbeRequested(p)))
+            }
+            (S::AwaitRequest, Message::GrantRequest(g)) => {
+                self.state = S::Running;
+                self.deadline = None;
+                Ok(Some(ServerEvent::GrantRequested(g)))
+            }
+            (S::AwaitRequest, Message::CopyOrder(o)) => {
+                self.state = S::Running;
+                self.deadline = None;
+                Ok(Some(ServerEvent::CopyOrdered(o)))
             }
             (S::AwaitStart, Message::Start(_)) => {
                 self.state = S::Running;

@@ -67,6 +67,7 @@ pub(super) fn new_run(a: &CpArgs, sync: Option<&SyncOptions>, dry_run: bool) -> 
         params: Some(serde_json::json!({
             "direction": if a.paths.last().is_some_and(is_remote) { "push" } else { "pull" },
             "over_ssh": ssh.is_some(),
+            "third_party": longhaul_engine::xfer::copy::is_third_party(sources, dest.first().map_or("", String::as_str)),
             "recursive": a.recursive,
             "streams": a.streams,
             "rate_bps": a.rate,
@@ -94,7 +95,9 @@ fn transfer(
         .iter()
         .chain([&opts.dest])
         .any(|p| super::remote::ssh_target(p).is_some());
-    let s = if over_ssh {
+    let s = if longhaul_engine::xfer::copy::is_third_party(&opts.sources, &opts.dest) {
+        cp_third_party(&opts, &a.ssh, printer)?
+    } else if over_ssh {
         cp_over_ssh(&opts, &a.ssh, printer)?
     } else {
         longhaul_engine::xfer::client::cp_with(&opts, printer)?
@@ -158,6 +161,41 @@ fn cp_over_ssh(
     }
 }
 
+/// A copy between two remote ends (servers, hosts over ssh, or one of
+/// each): each end is reached as it would be alone (a host over ssh gets
+/// its own far end, whose secret only this client holds), and the data
+/// goes from one to the other directly ([`longhaul_engine::xfer::copy`]).
+fn cp_third_party(
+    base: &CpOptions,
+    ssh: &crate::args::SshArgs,
+    printer: &mut (dyn CommandReporter + Send),
+) -> Result<longhaul_engine::xfer::client::CpSummary, super::Failure> {
+    let mut opts = base.clone();
+    let (mut from, mut to) = (opts.client.clone(), opts.client.clone());
+    let far_a = super::remote::reach(&mut opts.sources, &mut from, ssh)?;
+    let mut dest = [opts.dest.clone()];
+    let far_b = match super::remote::reach(&mut dest, &mut to, ssh) {
+        Ok(f) => f,
+        Err(e) => {
+            if let Some(f) = far_a {
+                f.finish();
+            }
+            return Err(e);
+        }
+    };
+    opts.dest = dest[0].clone();
+    let copied = longhaul_engine::xfer::copy::third_party_cp(&opts, &from, &to, printer);
+    let copied = match (copied, &far_a, &far_b) {
+        (Ok(s), _, _) => Ok(s),
+        (Err(e), Some(far), _) | (Err(e), None, Some(far)) => Err(super::remote::explain(far, e)),
+        (Err(e), None, None) => Err(e.into()),
+    };
+    for far in [far_a, far_b].into_iter().flatten() {
+        far.finish();
+    }
+    copied
+}
+
 /// The transfer the command line asks for.
 pub(super) fn options(
     a: &CpArgs,
@@ -193,6 +231,7 @@ pub(super) fn options(
         digests_to: a.digests.clone(),
         catalogue,
         share: None,
+        source_anchor: None,
         progress: Arc::new(longhaul_engine::xfer::Progress {
             interrupt: interrupt.clone(),
             ..Default::default()

@@ -497,7 +497,7 @@ pub fn reach(
     };
     if targets.iter().flatten().any(|t| t.dest != first.dest) {
         return Err(usage(
-            "all ssh paths must be on one host (copies between two remote hosts are not supported yet)",
+            "all sources over ssh must be on one host (a copy goes from one end to another)",
         ));
     }
     let mut rewritten = Vec::with_capacity(args.len());
@@ -506,7 +506,7 @@ pub fn reach(
             Some(t) => rewritten.push(Some(export_path(&t.path).map_err(usage)?)),
             None if longhaul_proto::xfer::parse_remote(a).is_some() => {
                 return Err(usage(format!(
-                    "'{a}' names a longhaul server, and '{}:{}' a host over ssh: copies between two remote hosts are not supported yet",
+                    "'{a}' names a longhaul server, and '{}:{}' a host over ssh: name the sources on one end (a copy goes from one end to another)",
                     first.dest, first.path
                 )))
             }

@@ -54,6 +54,7 @@ pub fn serve(a: ServeArgs, archive: &ArchiveArgs) -> Outcome {
         open_access: false,
         observers: Vec::new(),
         one_time: None,
+        third_party_copies: a.third_party_copies,
     };
     let mut cfg = cfg;
     let mut printer = crate::print::outcome(None);

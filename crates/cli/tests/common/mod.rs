@@ -6,6 +6,7 @@
 
 pub mod launchers;
 pub mod require;
+pub mod sshd;
 pub mod wan;
 pub mod xfer;
 

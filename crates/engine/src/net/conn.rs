@@ -121,6 +121,11 @@ impl FramedConn {
         self.stream.is_tls()
     }
 
+    /// The fingerprint of the certificate the peer presented in TLS.
+    pub fn peer_fingerprint(&self) -> Option<String> {
+        self.stream.peer_fingerprint()
+    }
+
     /// See [`Stream::encryption`].
     pub fn encryption(&self) -> String {
         self.stream.encryption()

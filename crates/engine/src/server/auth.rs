@@ -84,6 +84,9 @@ pub struct Access {
     pub perf: bool,
     exports: Vec<ExportGrant>,
     anonymous: bool,
+    /// A third-party copy's capability ([`super::copy`]): one push into
+    /// one destination, nothing else, while the capability lives.
+    pub scope: Option<super::copy::Scope>,
 }
 
 impl Access {
@@ -98,6 +101,24 @@ impl Access {
                 write: true,
             }],
             anonymous: false,
+            scope: None,
+        }
+    }
+
+    /// The holder of a third-party copy capability: write access to the
+    /// one export of its scope, and (checked at each request) only a push
+    /// into its destination while it lives.
+    pub fn capability(scope: super::copy::Scope) -> Access {
+        Access {
+            who: format!("a third-party copy capability for {}", scope.grant),
+            grant: Some(scope.grant.clone()),
+            perf: false,
+            exports: vec![ExportGrant {
+                name: scope.request.export.clone(),
+                write: true,
+            }],
+            anonymous: false,
+            scope: Some(scope),
         }
     }
 
@@ -108,6 +129,7 @@ impl Access {
             perf: public_perf,
             exports: Vec::new(),
             anonymous: true,
+            scope: None,
         }
     }
 
@@ -433,6 +455,7 @@ fn token_access(g: &Grant, how: &str) -> Access {
         perf: true,
         exports: g.exports.clone(),
         anonymous: false,
+        scope: None,
     }
 }
 

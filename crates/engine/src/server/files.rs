@@ -32,7 +32,7 @@ pub(super) enum Refusal {
     Failed(EngineError),
 }
 
-fn export<'a>(
+pub(super) fn export<'a>(
     shared: &'a Shared,
     name: &str,
     access: &auth::Access,
@@ -66,6 +66,14 @@ pub(super) fn serve_transfer(
     access: &auth::Access,
 ) -> Result<(), Refusal> {
     let refuse = |(c, m): (RefuseCode, String)| Refusal::Refuse(c, m);
+    // A third-party copy's capability: one push into its destination,
+    // while it lives; checked at every request.
+    if let Some(scope) = &access.scope {
+        shared
+            .capabilities
+            .check(scope, t)
+            .map_err(|m| Refusal::Refuse(RefuseCode::Unauthorized, m))?;
+    }
     let ex = export(shared, &t.export, access).map_err(refuse)?;
     let allowed = match t.op {
         Op::Push => access.check_write(ex),

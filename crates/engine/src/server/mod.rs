@@ -11,6 +11,7 @@
 //! first, waiting in a queue when all are in use (`slots.rs`).
 
 pub mod auth;
+pub mod copy;
 mod files;
 pub mod iperf3;
 pub mod observe;
@@ -101,6 +102,10 @@ pub struct ServeConfig {
     /// credential a control connection may present (no grants, no token
     /// proofs, no anonymous session), and it admits one, once.
     pub one_time: Option<Arc<oneshot::OneTime>>,
+    /// Take part in third-party copies (`--third-party-copies`): grant
+    /// capabilities into this server's exports, and push to another server
+    /// on an authenticated client's order (PROTOCOL.md 13.9).
+    pub third_party_copies: bool,
 }
 
 impl Default for ServeConfig {
@@ -125,6 +130,7 @@ impl Default for ServeConfig {
             open_access: false,
             observers: Vec::new(),
             one_time: None,
+            third_party_copies: false,
         }
     }
 }
@@ -156,6 +162,8 @@ struct Shared {
     shutdown: AtomicBool,
     /// `cfg.observers`, shared with each run's [`Watch`].
     observers: Observers,
+    /// Third-party copy capabilities issued and not yet revoked.
+    capabilities: copy::Capabilities,
 }
 
 impl Shared {
@@ -342,6 +350,7 @@ impl Server {
                 next_test: AtomicU64::new(1),
                 shutdown: AtomicBool::new(false),
                 observers,
+                capabilities: copy::Capabilities::default(),
             }),
         })
     }
@@ -673,6 +682,7 @@ fn handle_connection(shared: &Arc<Shared>, tcp: TcpStream, peer: SocketAddr) {
     };
     // Who this is, before anything else is looked at (a client that proves
     // its token is known after the challenge, below).
+    let mut by_capability = false;
     let mut access = match &hello {
         Message::Hello(Hello {
             role: Role::Control,
@@ -687,6 +697,11 @@ fn handle_connection(shared: &Arc<Shared>, tcp: TcpStream, peer: SocketAddr) {
             let who = if raw_token_in_clear {
                 // Already seen by anyone on the path: never accepted.
                 Err("this client sent its token in the clear over plaintext: it is refused, and should be revoked (`longhaul token revoke ID`) and replaced; use TLS, or a client that sends a proof of it".to_string())
+            } else if copy::is_capability(token.as_deref()) {
+                by_capability = true;
+                shared
+                    .capabilities
+                    .admit(token.as_deref().unwrap_or_default())
             } else if let Some(one_time) = &shared.cfg.one_time {
                 one_time.claim(token.as_deref())
             } else if shared.cfg.open_access {
@@ -728,7 +743,7 @@ fn handle_connection(shared: &Arc<Shared>, tcp: TcpStream, peer: SocketAddr) {
             );
             return;
         }
-        Some(one_time) => access.is_some().then(|| one_time.clone()),
+        Some(one_time) => (access.is_some() && !by_capability).then(|| one_time.clone()),
         None => None,
     };
     let mut event = session.handle(Instant::now(), hello);
@@ -987,6 +1002,44 @@ fn control_loop(
             Err(e) => return Err(e),
         };
         match session.handle(Instant::now(), msg) {
+            // A capability pushes into its destination, and does nothing else.
+            Ok(Some(ev))
+                if access.scope.is_some()
+                    && !matches!(ev, ServerEvent::TransferRequested(_) | ServerEvent::Stop(_)) =>
+            {
+                let why = "a third-party copy capability only pushes into its destination";
+                tracing::warn!("refusing a request from {}: {why}", conn.peer());
+                refused("capability", None, RefuseCode::Unauthorized, why);
+                session.refuse(RefuseCode::Unauthorized, why.to_string());
+            }
+            Ok(Some(ServerEvent::GrantRequested(g))) => {
+                match copy::serve_grant(shared, conn, &g, access) {
+                    Ok(()) => session.finish(Instant::now()),
+                    Err((code, message)) => {
+                        tracing::warn!(
+                            "refusing a capability to {}: {}",
+                            conn.peer(),
+                            escaped(&message)
+                        );
+                        refused("grant", Some(&g.export), code, &message);
+                        session.refuse(code, message);
+                    }
+                }
+            }
+            Ok(Some(ServerEvent::CopyOrdered(o))) => {
+                match copy::serve_copy(shared, conn, &o, access) {
+                    Ok(()) => session.finish(Instant::now()),
+                    Err((code, message)) => {
+                        tracing::warn!(
+                            "refusing a third-party copy from {}: {}",
+                            conn.peer(),
+                            escaped(&message)
+                        );
+                        refused("copy", Some(&o.export), code, &message);
+                        session.refuse(code, message);
+                    }
+                }
+            }
             Ok(Some(ServerEvent::TestRequested(_) | ServerEvent::ThirdPartyRequested(_)))
                 if !access.perf =>
             {

@@ -239,6 +239,9 @@ pub fn run(
             exports: cfg.exports,
             tls: Some(tls::server_config(&id)?),
             one_time: Some(one_time.clone()),
+            // The user's own server: copies between two of their hosts
+            // (PROTOCOL.md 13.9) go directly from one to the other.
+            third_party_copies: true,
             max_connections: 256,
             ..ServeConfig::default()
         },

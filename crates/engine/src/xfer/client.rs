@@ -75,6 +75,9 @@ pub struct CpOptions {
     /// One fleet rank's share of `sources` (push only): these entries
     /// instead of a walk, some of them parts of files.
     pub share: Option<super::source::Share>,
+    /// A push whose sources are beneath this directory (a server's
+    /// export, in a third-party copy): everything read resolves beneath it.
+    pub source_anchor: Option<Arc<Anchor>>,
 }
 
 /// The outcome of a `cp`.
@@ -124,6 +127,10 @@ pub struct CpSummary {
     /// Conditions that bound the transfer, with the fix (window caps).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub warnings: Vec<String>,
+    /// A third-party copy: what the ordering client's own connections
+    /// carried ([`super::copy`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub third_party: Option<super::copy::ThirdPartyUse>,
     /// `sync --delete`: destination paths removed (or, with --dry-run, that would be).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub deleted: Vec<String>,
@@ -320,6 +327,7 @@ impl CpOptions {
             catalogue: None,
             progress: Default::default(),
             share: None,
+            source_anchor: None,
             client,
         }
     }
@@ -929,7 +937,7 @@ fn cp_once(
                     chunk_size: o.chunk_size,
                     streams,
                     storage,
-                    anchor: None,
+                    anchor: o.source_anchor.clone(),
                     online: tuning.online,
                     send_intervals: false,
                     rtt: Duration::from_micros(u64::from(path.window.rtt_us)),

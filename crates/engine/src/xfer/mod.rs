@@ -6,6 +6,7 @@
 
 pub mod beneath;
 pub mod client;
+pub mod copy;
 mod digests;
 mod parts;
 pub mod prefetch;

@@ -12,6 +12,8 @@
 //! The two ends' state machines that speak these messages are in
 //! [`crate::transfer`].
 
+pub mod copy;
+
 use serde::{Deserialize, Serialize};
 
 /// Which way a transfer goes, seen from the client.

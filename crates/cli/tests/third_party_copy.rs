@@ -1,0 +1,437 @@
+//! Third-party copies (issue 29, part 2): `longhaul cp A:src B:dst` with
+//! both ends remote. The data goes from A to B directly; the ordering
+//! client carries only control, and its own traffic is measured twice: by
+//! the kernel's counters of its sockets (its `--json`), and from outside,
+//! by the bytes the process moved through read and write calls
+//! (`/proc/PID/io`). The capability B grants is played against as an
+//! attacker holding it would: outside its scope, after its lifetime, after
+//! its revocation, for anything but a push.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use longhaul_engine::net::dial::{ClientOptions, Security};
+use longhaul_engine::net::tls::TrustOptions;
+use longhaul_engine::server::{ServeConfig, Server, ServerHandle};
+use longhaul_engine::xfer::copy::request_capability;
+use longhaul_engine::xfer::storage::Local;
+use longhaul_proto::session::Limits;
+use longhaul_proto::xfer::copy::GrantRequest;
+
+mod common;
+use common::xfer::*;
+use common::{assert_exit, bin, stderr, TempDir};
+
+/// A server exporting `root` as `data`, taking part in third-party copies
+/// or not, with a short handshake time-out (its uniform failure for a
+/// target that is not longhaul comes at twice that).
+fn server(root: &Path, state: &Path, copies: bool) -> ServerHandle {
+    Server::bind(
+        &[SocketAddr::from(([127, 0, 0, 1], 0))],
+        ServeConfig {
+            exports: vec![export("data", root, false)],
+            storage: Arc::new(Local),
+            sync_files: false,
+            state_dir: common::prepare_state(state),
+            third_party_copies: copies,
+            limits: Limits {
+                handshake_timeout: Duration::from_secs(2),
+                ..Limits::default()
+            },
+            ..ServeConfig::default()
+        },
+    )
+    .expect("bind loopback")
+    .spawn()
+}
+
+/// Bytes the process moved through read and write calls so far (files,
+/// pipes and sockets alike).
+fn io_chars(pid: u32) -> Option<u64> {
+    let io = std::fs::read_to_string(format!("/proc/{pid}/io")).ok()?;
+    let field = |name: &str| {
+        io.lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.trim().parse::<u64>().ok())
+    };
+    Some(field("rchar:")? + field("wchar:")?)
+}
+
+fn client() -> ClientOptions {
+    ClientOptions {
+        security: Security {
+            plaintext: false,
+            trust: TrustOptions {
+                pins: vec![common::fingerprint().to_string()],
+                ..TrustOptions::default()
+            },
+            token: Some(common::TOKEN.to_string()),
+        },
+        ..ClientOptions::default()
+    }
+}
+
+#[test]
+fn a_tree_goes_from_one_server_to_another_and_not_through_the_client() {
+    let t = TempDir::new("3rd-copy");
+    let (ra, rb) = (t.dir("a"), t.dir("b"));
+    build_tree(&ra.join("tree"));
+    let a = server(&ra, &t.dir("state-a"), true);
+    let b = server(&rb, &t.dir("state-b"), true);
+    let total: u64 = walkdir_bytes(&ra.join("tree"));
+    assert!(total > 10 << 20, "{total}");
+
+    let mut child = bin()
+        .args(["cp", "--json", "-r", "--verify"])
+        .arg(remote(a.addr(), "tree"))
+        .arg(remote(b.addr(), ""))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The most the client moved through its calls, sampled as it runs.
+    let pid = child.id();
+    let mut most = 0u64;
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while child.try_wait().unwrap().is_none() && Instant::now() < deadline {
+        if let Some(n) = io_chars(pid) {
+            most = most.max(n);
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let o = child.wait_with_output().unwrap();
+    assert_exit(&o, 0);
+    let v = json_of(&o);
+    assert_eq!(v["verified"], true, "{v}");
+    assert_eq!(v["failed"].as_array().map(Vec::len), Some(0), "{v}");
+    assert!(v["bytes"].as_u64().unwrap() >= total, "{v}");
+    assert_same_tree(&ra.join("tree"), &rb.join("tree"), false);
+    // What the client's own sockets carried, by the kernel's count:
+    // TLS handshakes, the order, the grant and the relays.
+    let control = v["third_party"]["control_bytes"].as_u64().unwrap();
+    assert!(control > 0, "{v}");
+    assert!(control < total / 50, "control {control} of {total}: {v}");
+    // And from outside: the process never moved the data through a call.
+    assert!(
+        most < total / 10,
+        "the client moved {most} of {total} bytes"
+    );
+    a.shutdown();
+    b.shutdown();
+}
+
+fn walkdir_bytes(root: &Path) -> u64 {
+    let mut n = 0;
+    for e in std::fs::read_dir(root).unwrap().flatten() {
+        let m = std::fs::symlink_metadata(e.path()).unwrap();
+        if m.is_dir() {
+            n += walkdir_bytes(&e.path());
+        } else if m.is_file() {
+            n += m.len();
+        }
+    }
+    n
+}
+
+/// `cp` with a capability as the client's token, to B.
+fn push_with(capability: &str, src: &Path, dest: &str) -> std::process::Output {
+    bin()
+        .env("LONGHAUL_TOKEN", capability)
+        .args(["cp", "--retries", "0"])
+        .arg(src)
+        .arg(dest)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn attacker_a_capability_outside_its_scope_or_lifetime_or_after_its_copy_is_refused() {
+    let t = TempDir::new("3rd-cap");
+    let rb = t.dir("b");
+    std::fs::create_dir_all(rb.join("in")).unwrap();
+    let b = server(&rb, &t.dir("state-b"), true);
+    let file = t.path().join("x.bin");
+    write_random(&file, 1000, 1);
+    let target = b.addr().to_string();
+    let ask = |lifetime_s| {
+        request_capability(
+            &target,
+            &client(),
+            GrantRequest {
+                export: "data".into(),
+                dest: "in".into(),
+                dest_dir: true,
+                lifetime_s,
+            },
+        )
+        .expect("a capability")
+    };
+
+    let held = ask(3);
+    assert!(held.capability.starts_with("lh1c_"));
+    assert_eq!(held.fingerprint, common::fingerprint());
+    assert!(!format!("{held:?}").contains(&held.capability));
+    // Within its scope it pushes.
+    let o = push_with(&held.capability, &file, &format!("{}:data/in/", target));
+    assert_exit(&o, 0);
+    assert_same_file(&file, &rb.join("in/x.bin"));
+    // Anywhere else it does not: another directory, the export's root,
+    // beneath its destination, another export.
+    for dest in ["data/", "data/other/", "data/in/deeper/", "nope/in/"] {
+        let o = push_with(&held.capability, &file, &format!("{target}:{dest}"));
+        assert_exit(&o, 4);
+        assert!(stderr(&o).contains("capability"), "{dest}: {}", stderr(&o));
+    }
+    assert!(!rb.join("x.bin").exists() && !rb.join("other").exists());
+    // It cannot read: no pull, no listing.
+    let o = bin()
+        .env("LONGHAUL_TOKEN", &held.capability)
+        .args(["cp", "--retries", "0"])
+        .arg(format!("{target}:data/in/x.bin"))
+        .arg(t.path().join("pulled"))
+        .output()
+        .unwrap();
+    assert_exit(&o, 4);
+    assert!(!t.path().join("pulled").exists());
+    let o = bin()
+        .env("LONGHAUL_TOKEN", &held.capability)
+        .args(["ls", &format!("{target}:data/")])
+        .output()
+        .unwrap();
+    assert_exit(&o, 4);
+    // After its lifetime, refused (its holder's session still open).
+    std::thread::sleep(Duration::from_millis(3200));
+    let o = push_with(&held.capability, &file, &format!("{target}:data/in/"));
+    assert_exit(&o, 4);
+    assert!(stderr(&o).contains("expired or revoked"), "{}", stderr(&o));
+    drop(held);
+
+    // Revoked as soon as the session that asked for it ends.
+    let held = ask(600);
+    let capability = held.capability.clone();
+    held.release();
+    let until = Instant::now() + Duration::from_secs(5);
+    let mut o = push_with(&capability, &file, &format!("{target}:data/in/"));
+    while o.status.code() == Some(0) && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(100));
+        o = push_with(&capability, &file, &format!("{target}:data/in/"));
+    }
+    assert_exit(&o, 4);
+    // A made-up one, of the right form, is refused the same way.
+    let o = push_with(
+        "lh1c_AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA",
+        &file,
+        &format!("{target}:data/in/"),
+    );
+    assert_exit(&o, 4);
+    assert!(stderr(&o).contains("expired or revoked"), "{}", stderr(&o));
+    b.shutdown();
+}
+
+#[test]
+fn a_server_without_third_party_copies_refuses_either_role() {
+    let t = TempDir::new("3rd-off");
+    let (ra, rb) = (t.dir("a"), t.dir("b"));
+    write_random(&ra.join("f.bin"), 1000, 1);
+    let on = server(&ra, &t.dir("state-on"), true);
+    let off = server(&rb, &t.dir("state-off"), false);
+    for (src, dst) in [(&on, &off), (&off, &on)] {
+        let o = bin()
+            .args(["cp", "--retries", "0"])
+            .arg(remote(src.addr(), "f.bin"))
+            .arg(remote(dst.addr(), ""))
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        assert_exit(&o, 4);
+        assert!(
+            stderr(&o).contains("--third-party-copies"),
+            "{}",
+            stderr(&o)
+        );
+    }
+    assert!(!rb.join("f.bin").exists());
+    on.shutdown();
+    off.shutdown();
+}
+
+#[test]
+fn attacker_a_source_ordered_to_a_port_that_is_not_longhaul_says_one_thing() {
+    let t = TempDir::new("3rd-scan");
+    let ra = t.dir("a");
+    write_random(&ra.join("f.bin"), 1000, 1);
+    let a = server(&ra, &t.dir("state-a"), true);
+    let b = server(&t.dir("b"), &t.dir("state-b"), true);
+    // The ordering client is honest with B but lies to A about where B
+    // is: a closed port, and a listener that is not longhaul.
+    let held = request_capability(
+        &b.addr().to_string(),
+        &client(),
+        GrantRequest {
+            export: "data".into(),
+            dest: String::new(),
+            dest_dir: true,
+            lifetime_s: 60,
+        },
+    )
+    .unwrap();
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let closed = common::free_port();
+    let mut messages = Vec::new();
+    for target in [
+        format!("127.0.0.1:{closed}"),
+        silent.local_addr().unwrap().to_string(),
+    ] {
+        let named = target.clone();
+        let started = Instant::now();
+        let m = longhaul_engine::xfer::copy::order_copy(
+            &a.addr().to_string(),
+            &client(),
+            longhaul_proto::xfer::copy::CopyOrder {
+                export: "data".into(),
+                sources: vec!["f.bin".into()],
+                target,
+                fingerprint: held.fingerprint.clone(),
+                capability: held.capability.clone(),
+                dest_export: "data".into(),
+                dest: String::new(),
+                dest_dir: true,
+                options: Default::default(),
+            },
+        )
+        .expect_err("no copy");
+        // One fixed time: connect and handshake time-outs (2 s each here).
+        assert!(started.elapsed() >= Duration::from_millis(3500), "{m}");
+        // The same words whatever the port, but for its own name.
+        messages.push(m.to_string().replace(&named, "TARGET"));
+    }
+    assert_eq!(messages[0], messages[1]);
+    assert!(messages[0].contains("no longhaul server completed the handshake"));
+    // An order never lends A another credential (a token, a one-shot
+    // secret) for B: refused before anything is dialled.
+    for credential in [
+        common::TOKEN,
+        "lh1o_AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA",
+    ] {
+        let started = Instant::now();
+        let e = longhaul_engine::xfer::copy::order_copy(
+            &a.addr().to_string(),
+            &client(),
+            longhaul_proto::xfer::copy::CopyOrder {
+                export: "data".into(),
+                sources: vec!["f.bin".into()],
+                target: b.addr().to_string(),
+                fingerprint: held.fingerprint.clone(),
+                capability: credential.into(),
+                dest_export: "data".into(),
+                dest: String::new(),
+                dest_dir: true,
+                options: Default::default(),
+            },
+        )
+        .expect_err("no copy");
+        assert!(e.to_string().contains("never another credential"), "{e}");
+        assert!(started.elapsed() < Duration::from_secs(2), "{e}");
+    }
+    assert!(!t.dir("b").join("f.bin").exists());
+    held.release();
+    a.shutdown();
+    b.shutdown();
+}
+
+/// `cp` between a host over ssh (its own one-shot far end) and a server,
+/// the ordering client holding the server's token and trusting it.
+fn over_ssh(s: &common::sshd::Sshd, args: &[String]) -> std::process::Output {
+    s.longhaul()
+        .env("LONGHAUL_TOKEN", common::TOKEN)
+        .env("LONGHAUL_TRUST", common::fingerprint())
+        .env("LONGHAUL_PATHS", common::paths_file())
+        .env("LONGHAUL_ARCHIVE", common::archive_file())
+        .args([
+            "cp",
+            "--json",
+            "-r",
+            "--verify",
+            "--remote-path",
+            common::sshd::BIN,
+        ])
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn a_tree_goes_from_a_host_over_ssh_to_a_server_and_back() {
+    let Some(s) = common::sshd::sshd() else {
+        return;
+    };
+    let t = TempDir::new("3rd-ssh");
+    let (ra, rb) = (t.dir("a"), t.dir("b"));
+    build_tree(&ra.join("tree"));
+    let total = walkdir_bytes(&ra.join("tree"));
+    let b = server(&rb, &t.dir("state-b"), true);
+    let host = common::sshd::HOST;
+
+    // ssh host -> server: the far end is the source.
+    let o = over_ssh(
+        &s,
+        &[
+            format!("{host}:{}", ra.join("tree").display()),
+            remote(b.addr(), ""),
+        ],
+    );
+    assert_exit(&o, 0);
+    let v = json_of(&o);
+    assert_eq!(v["verified"], true, "{v}");
+    assert_same_tree(&ra.join("tree"), &rb.join("tree"), false);
+    let control = v["third_party"]["control_bytes"].as_u64().unwrap();
+    assert!(control < total / 50, "control {control} of {total}: {v}");
+
+    // server -> ssh host: the far end is the destination, and grants.
+    let back = t.dir("back");
+    let o = over_ssh(
+        &s,
+        &[
+            remote(b.addr(), "tree"),
+            format!("{host}:{}/", back.display()),
+        ],
+    );
+    assert_exit(&o, 0);
+    let v = json_of(&o);
+    assert_eq!(v["verified"], true, "{v}");
+    assert_same_tree(&ra.join("tree"), &back.join("tree"), false);
+
+    // ssh host -> ssh host (here the same one, reached twice: two far
+    // ends, each with its own secret), as a sync that deletes.
+    let mirror = t.dir("mirror");
+    std::fs::write(mirror.join("stale"), b"x").unwrap();
+    let o = s
+        .longhaul()
+        .args([
+            "sync",
+            "--json",
+            "--delete",
+            "--remote-path",
+            common::sshd::BIN,
+        ])
+        .arg(format!("{host}:{}/", ra.join("tree").display()))
+        .arg(format!("{host}:{}/", mirror.display()))
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_exit(&o, 0);
+    let v = json_of(&o);
+    assert_eq!(v["verified"], true, "{v}");
+    assert!(
+        v["third_party"]["control_bytes"].as_u64().unwrap() < total / 50,
+        "{v}"
+    );
+    assert_same_tree(&ra.join("tree"), &mirror, false);
+    b.shutdown();
+}

@@ -1,0 +1,498 @@
+//! Third-party copies, on the servers (PROTOCOL.md 13.9): the destination
+//! makes a capability for one push into one destination and holds it while
+//! the ordering client's session lasts (at most its lifetime); the source
+//! dials the destination with it and pushes, as a client would, relaying
+//! progress and the final report to the ordering client.
+//!
+//! The rules are those of the third-party perf test (`third_party.rs`):
+//! only authenticated requesters, nothing dialled for anyone else, and one
+//! uniform failure at one fixed time for a target that has not completed
+//! longhaul's handshake, so that a source cannot be used as a port scanner.
+//! A capability is a fresh 256-bit secret held in memory only (its BLAKE3
+//! hash, never the secret, is kept); it is never logged, stored or shown.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use base64::Engine as _;
+use longhaul_proto::msg::*;
+use longhaul_proto::units::escaped;
+use longhaul_proto::xfer::copy::{
+    within_scope, CopyOrder, CopyProgress, CopyReport, Grant, GrantRequest, CAPABILITY_PREFIX,
+    MAX_LIFETIME_S,
+};
+use longhaul_proto::xfer::TransferRequest;
+
+use super::slots::Claimant;
+use super::{auth, Shared};
+use crate::net::conn::FramedConn;
+use crate::net::dial::{open_control, ClientOptions, Security};
+use crate::net::tls;
+use crate::report::{Reporter, TransferProgress};
+use crate::xfer::beneath::Anchor;
+use crate::xfer::client::{cp_with, CpOptions, CpSummary};
+use crate::xfer::{beneath, confine};
+use crate::EngineError;
+
+/// What a capability allows, and until when.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Scope {
+    /// The export, destination and trailing `/` of the one push allowed.
+    pub request: GrantRequest,
+    /// The grant of the client that asked for it (for logs and observers).
+    pub grant: String,
+    key: blake3::Hash,
+    expires: Instant,
+}
+
+impl std::fmt::Debug for Scope {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Scope")
+            .field("request", &self.request)
+            .field("grant", &self.grant)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The one refusal of a capability that is not (or no longer) good: which
+/// of unknown, expired or revoked is not told.
+const NOT_GOOD: &str = "unknown, expired or revoked third-party copy capability: the copy's ordering client must ask the destination for a new one";
+
+/// The capabilities a server has issued and not yet revoked, by the BLAKE3
+/// hash of each.
+#[derive(Default)]
+pub(super) struct Capabilities(Mutex<HashMap<blake3::Hash, Scope>>);
+
+impl Capabilities {
+    /// Makes a capability for `request`, good for `lifetime`.
+    fn issue(
+        &self,
+        request: GrantRequest,
+        grant: &str,
+        lifetime: Duration,
+    ) -> Result<(String, blake3::Hash), String> {
+        let mut b = [0u8; 32];
+        getrandom::getrandom(&mut b).map_err(|e| format!("the OS random source failed: {e}"))?;
+        let secret = format!(
+            "{CAPABILITY_PREFIX}{}",
+            base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(b)
+        );
+        let key = blake3::hash(secret.as_bytes());
+        let scope = Scope {
+            request,
+            grant: grant.to_string(),
+            key,
+            expires: Instant::now() + lifetime,
+        };
+        self.0
+            .lock()
+            .map_err(|_| "internal error".to_string())?
+            .insert(key, scope);
+        Ok((secret, key))
+    }
+
+    fn revoke(&self, key: &blake3::Hash) {
+        if let Ok(mut m) = self.0.lock() {
+            m.remove(key);
+        }
+    }
+
+    /// Who presents `token`, a capability: its scope while it lives.
+    pub(super) fn admit(&self, token: &str) -> Result<auth::Access, String> {
+        let key = blake3::hash(token.as_bytes());
+        let mut m = self.0.lock().map_err(|_| "internal error".to_string())?;
+        // Looked up by hash: no comparison of secrets to time.
+        match m.get(&key) {
+            Some(s) if Instant::now() < s.expires => Ok(auth::Access::capability(s.clone())),
+            Some(_) => {
+                m.remove(&key);
+                Err(NOT_GOOD.into())
+            }
+            None => Err(NOT_GOOD.into()),
+        }
+    }
+
+    /// Whether a request in `scope` may run now: the capability still
+    /// issued and alive, and the request within it.
+    pub(super) fn check(&self, scope: &Scope, t: &TransferRequest) -> Result<(), String> {
+        let live = self
+            .0
+            .lock()
+            .map_err(|_| "internal error".to_string())?
+            .get(&scope.key)
+            .is_some_and(|s| Instant::now() < s.expires);
+        if !live {
+            return Err(NOT_GOOD.into());
+        }
+        within_scope(&scope.request, t)
+    }
+}
+
+/// Whether `token` is a capability rather than a grant's token.
+pub(super) fn is_capability(token: Option<&str>) -> bool {
+    token.is_some_and(|t| t.starts_with(CAPABILITY_PREFIX))
+}
+
+fn disabled() -> (RefuseCode, String) {
+    (
+        RefuseCode::ThirdPartyDisabled,
+        "this server does not take part in third-party copies: its admin may allow them with `longhaul serve --third-party-copies`".into(),
+    )
+}
+
+fn anonymous(what: &str) -> (RefuseCode, String) {
+    (
+        RefuseCode::Unauthorized,
+        format!("this server {what} for authenticated clients only: pass --token-file FILE or set LONGHAUL_TOKEN"),
+    )
+}
+
+/// Answers a request for a capability into this server, then holds it
+/// until the requester's session ends (or stops, or the lifetime ends),
+/// and revokes it.
+pub(super) fn serve_grant(
+    shared: &Arc<Shared>,
+    conn: &mut FramedConn,
+    req: &GrantRequest,
+    access: &auth::Access,
+) -> Result<(), (RefuseCode, String)> {
+    if !shared.cfg.third_party_copies {
+        return Err(disabled());
+    }
+    if access.is_anonymous() {
+        return Err(anonymous("grants third-party copies"));
+    }
+    if !conn.is_tls() {
+        return Err((
+            RefuseCode::TlsRequired,
+            "a third-party copy capability is given inside TLS only".into(),
+        ));
+    }
+    let ex = super::files::export(shared, &req.export, access)?;
+    access
+        .check_write(ex)
+        .map_err(|m| (RefuseCode::Unauthorized, m))?;
+    if ex.read_only {
+        return Err((
+            RefuseCode::BadRequest,
+            format!("export '{}' is read-only", ex.name),
+        ));
+    }
+    let bad = |e: EngineError| (RefuseCode::BadRequest, e.to_string());
+    let dest = beneath(&ex.root, &req.dest).map_err(bad)?;
+    confine(&ex.root, &dest).map_err(bad)?;
+    let lifetime = Duration::from_secs(u64::from(req.lifetime_s.clamp(1, MAX_LIFETIME_S)));
+    let (capability, key) = shared
+        .capabilities
+        .issue(req.clone(), access.grant_label(), lifetime)
+        .map_err(|m| (RefuseCode::ServerError, m))?;
+    tracing::info!(
+        "{} ({}) holds a third-party copy capability into {}/{} for {} s",
+        conn.peer(),
+        access.who,
+        ex.name,
+        escaped(&req.dest),
+        lifetime.as_secs()
+    );
+    let until = Instant::now() + lifetime;
+    let sent = conn.send(&Message::Grant(Grant {
+        capability,
+        lifetime_s: lifetime.as_secs() as u32,
+    }));
+    if sent.is_ok() {
+        while Instant::now() < until {
+            match conn.recv(Duration::from_millis(200)) {
+                Ok(Some(Message::Stop(_))) | Err(_) => break,
+                Ok(_) => {}
+            }
+        }
+    }
+    shared.capabilities.revoke(&key);
+    tracing::info!(
+        "the third-party copy capability of {} into {}/{} is revoked",
+        conn.peer(),
+        ex.name,
+        escaped(&req.dest)
+    );
+    Ok(())
+}
+
+/// Relays a copy's progress and intervals to the ordering client.
+struct Relayer {
+    tx: mpsc::Sender<CopyRelay>,
+    last: Option<Instant>,
+}
+
+impl Reporter for Relayer {
+    fn transfer_progress(&mut self, p: &TransferProgress) {
+        // About once a second: the ordering client's traffic stays small.
+        let now = Instant::now();
+        if self
+            .last
+            .is_some_and(|l| now.duration_since(l) < Duration::from_secs(1))
+            && !p.walk_done
+        {
+            return;
+        }
+        self.last = Some(now);
+        let _ = self.tx.send(CopyRelay::Progress(CopyProgress {
+            bytes: p.bytes,
+            files: p.files,
+            announced_bytes: p.announced_bytes,
+            announced_files: p.announced_files,
+            walk_done: p.walk_done,
+        }));
+    }
+
+    fn transfer_interval(&mut self, i: &longhaul_proto::tune::TransferInterval) {
+        let _ = self.tx.send(CopyRelay::Interval(i.clone()));
+    }
+}
+
+/// The report relayed for a finished copy.
+fn report_of(s: &CpSummary) -> CopyReport {
+    CopyReport {
+        files: s.files,
+        bytes: s.bytes,
+        links: s.links,
+        resent_changed: s.resent_changed,
+        seconds: s.seconds,
+        sent_bytes: s.sent_bytes,
+        bits_per_second: s.bits_per_second,
+        verified: s.verified,
+        failed: s.failed.clone(),
+        skipped: s.skipped,
+        resumed_bytes: s.resumed_bytes,
+        streams: s.streams,
+        encryption: s.encryption.clone(),
+        source_read_bps: s.source_read_bps,
+        dest_write_bps: s.dest_write_bps,
+        attempts: s.attempts,
+        deleted: s.deleted.clone(),
+        would_send: s.would_send.clone(),
+        would_send_bytes: s.would_send_bytes,
+        warnings: s.warnings.clone(),
+    }
+}
+
+fn failed(conn: &mut FramedConn, code: RefuseCode, message: String) {
+    let _ = conn.send(&Message::CopyRelay(CopyRelay::Failed(Refuse {
+        code,
+        message,
+    })));
+}
+
+/// Runs a third-party copy from this server: checks the order, dials the
+/// destination (one uniform failure at one fixed time if it is not a
+/// longhaul server that takes the capability), pushes to it, and relays
+/// the copy while still listening to the requester (a stop or a closed
+/// connection interrupts the copy; its journal lets the next one resume).
+/// `Err`: refused before anything was dialled.
+pub(super) fn serve_copy(
+    shared: &Arc<Shared>,
+    conn: &mut FramedConn,
+    order: &CopyOrder,
+    access: &auth::Access,
+) -> Result<(), (RefuseCode, String)> {
+    if !shared.cfg.third_party_copies {
+        return Err(disabled());
+    }
+    if access.is_anonymous() {
+        return Err(anonymous("runs third-party copies"));
+    }
+    if !conn.is_tls() {
+        return Err((
+            RefuseCode::TlsRequired,
+            "a third-party copy is ordered inside TLS only: its capability crossed in the clear, and is not used".into(),
+        ));
+    }
+    let ex = super::files::export(shared, &order.export, access)?;
+    access
+        .check_read(ex)
+        .map_err(|m| (RefuseCode::Unauthorized, m))?;
+    if !order.capability.starts_with(CAPABILITY_PREFIX) {
+        return Err((
+            RefuseCode::BadRequest,
+            "a third-party copy carries the destination's capability (lh1c_...), never another credential".into(),
+        ));
+    }
+    let fingerprint =
+        tls::parse_fingerprint(&order.fingerprint).map_err(|m| (RefuseCode::BadRequest, m))?;
+    let bad = |e: EngineError| (RefuseCode::BadRequest, e.to_string());
+    let slashed = order.sources.iter().filter(|s| s.ends_with('/')).count();
+    let mut sources = Vec::new();
+    for p in &order.sources {
+        let r = beneath(&ex.root, p).map_err(bad)?;
+        confine(&ex.root, &r).map_err(bad)?;
+        if std::fs::symlink_metadata(&r).is_err() {
+            return Err((
+                RefuseCode::BadRequest,
+                format!("{}:{} does not exist", ex.name, p),
+            ));
+        }
+        let mut s = r.to_string_lossy().into_owned();
+        if p.ends_with('/') && !s.ends_with('/') {
+            s.push('/');
+        }
+        sources.push(s);
+    }
+    if sources.is_empty() || (slashed > 0 && slashed < sources.len()) {
+        return Err((
+            RefuseCode::BadRequest,
+            "name one or more sources, every one with a trailing '/' or none".into(),
+        ));
+    }
+    // Everything read resolves beneath the export root.
+    let anchor = Anchor::open_as(&ex.root, Path::new(&ex.name)).map_err(bad)?;
+    let Some(_slot) = shared.slots.try_take(shared, &Claimant::of(access)) else {
+        let (running, limit) = shared.slots.load();
+        return Err((
+            RefuseCode::Busy,
+            format!("server is running {running} tests and transfers, its limit (--max-tests {limit}); try again later"),
+        ));
+    };
+    tracing::info!(
+        "third-party copy from {} ({}): {} source(s) of {} to {}",
+        conn.peer(),
+        access.who,
+        sources.len(),
+        ex.name,
+        escaped(&order.target)
+    );
+    let handshake = shared.cfg.limits.handshake_timeout;
+    let interrupt = Arc::new(AtomicBool::new(false));
+    let client = ClientOptions {
+        connect_timeout: ClientOptions::default().connect_timeout.min(handshake),
+        handshake_timeout: handshake,
+        interrupt: interrupt.clone(),
+        security: Security {
+            plaintext: false,
+            trust: tls::TrustOptions {
+                pins: vec![fingerprint],
+                ..Default::default()
+            },
+            token: Some(order.capability.clone()),
+        },
+        ..ClientOptions::default()
+    };
+    let slash = if order.dest_dir && !order.dest.is_empty() {
+        "/"
+    } else {
+        ""
+    };
+    let dest = format!(
+        "longhaul://{}/{}/{}{slash}",
+        order.target, order.dest_export, order.dest
+    );
+    let mut o = CpOptions::new(sources, dest, client.clone());
+    let x = &order.options;
+    o.recursive = x.recursive;
+    o.preserve = x.preserve;
+    o.force = x.force;
+    o.mkpath = x.mkpath;
+    o.verify = x.verify;
+    o.dry_run = x.dry_run;
+    o.sync = x.sync.clone();
+    o.streams = x.streams;
+    o.chunk_size = x.chunk_size;
+    o.rate = x.rate;
+    o.files_in_flight = x.files_in_flight;
+    o.retries = x.retries.min(10);
+    o.direct = x.direct;
+    o.tune = !x.no_tune;
+    o.sync_files = true;
+    o.source_anchor = Some(Arc::new(anchor));
+    o.progress = Arc::new(crate::xfer::Progress {
+        interrupt: interrupt.clone(),
+        ..Default::default()
+    });
+    let until = Instant::now() + super::third_party::reach(&client);
+    let (tx, rx) = mpsc::channel::<CopyRelay>();
+    let (shook, handshake_rx) = mpsc::channel::<bool>();
+    let target = order.target.clone();
+    let worker = std::thread::Builder::new()
+        .name("lh-3rd-cp".into())
+        .spawn(move || {
+            // Only to learn that a longhaul server that takes the
+            // capability is there; the copy dials again.
+            match open_control(&target, &client) {
+                Ok(ctl) => drop(ctl),
+                Err(e) => {
+                    tracing::info!(
+                        "third-party copy target {} did not complete the handshake: {}",
+                        escaped(&target),
+                        escaped(&e.to_string())
+                    );
+                    let _ = shook.send(false);
+                    return;
+                }
+            }
+            if shook.send(true).is_err() || client.interrupt.load(Ordering::SeqCst) {
+                return;
+            }
+            let mut relayer = Relayer {
+                tx: tx.clone(),
+                last: None,
+            };
+            let relay = match cp_with(&o, &mut relayer) {
+                Ok(s) => CopyRelay::Done(Box::new(report_of(&s))),
+                Err(e) => CopyRelay::Failed(Refuse {
+                    code: match &e {
+                        EngineError::Refused { code, .. } => *code,
+                        _ => RefuseCode::ServerError,
+                    },
+                    message: e.to_string(),
+                }),
+            };
+            let _ = tx.send(relay);
+        });
+    let Ok(worker) = worker else {
+        failed(
+            conn,
+            RefuseCode::ServerError,
+            "cannot start a thread for the copy".into(),
+        );
+        return Ok(());
+    };
+    let wait = until.saturating_duration_since(Instant::now());
+    if !handshake_rx.recv_timeout(wait).unwrap_or(false) {
+        interrupt.store(true, Ordering::SeqCst);
+        std::thread::sleep(until.saturating_duration_since(Instant::now()));
+        failed(
+            conn,
+            RefuseCode::ServerError,
+            super::third_party::uniform_failure(&order.target),
+        );
+        return Ok(());
+    }
+    loop {
+        match rx.recv_timeout(Duration::from_millis(10)) {
+            Ok(r) => {
+                if conn.send(&Message::CopyRelay(r)).is_err() {
+                    interrupt.store(true, Ordering::SeqCst);
+                }
+                continue;
+            }
+            Err(mpsc::RecvTimeoutError::Disconnected) => break,
+            Err(mpsc::RecvTimeoutError::Timeout) => {}
+        }
+        match conn.recv(Duration::from_millis(1)) {
+            Ok(Some(Message::Stop(s))) => {
+                tracing::info!(
+                    "{} stops its third-party copy: {}",
+                    conn.peer(),
+                    escaped(&s.reason)
+                );
+                interrupt.store(true, Ordering::SeqCst);
+            }
+            Ok(_) => {}
+            Err(_) => interrupt.store(true, Ordering::SeqCst),
+        }
+    }
+    let _ = worker.join();
+    Ok(())
+}

@@ -1,0 +1,340 @@
+//! Third-party copies, on the ordering client (`longhaul cp A:src B:dst`
+//! with both ends remote, PROTOCOL.md 13.9): ask the destination B for a
+//! capability scoped to this copy's destination, order the source A to push
+//! there with it, and report what A relays. The data goes from A to B over
+//! their own TLS data streams; this client carries only the two control
+//! connections, and says how many bytes they carried.
+
+use std::time::{Duration, Instant};
+
+use longhaul_proto::msg::CopyRelay;
+use longhaul_proto::msg::{Message, RefuseCode, Stop};
+use longhaul_proto::xfer::copy::{CopyOptions, CopyOrder, CopyReport, GrantRequest};
+use longhaul_proto::xfer::parse_remote;
+
+use super::client::{CpOptions, CpSummary};
+use crate::net::dial::{open_control, ClientOptions, Control};
+use crate::net::sock;
+use crate::report::{Reporter, TransferProgress};
+use crate::EngineError;
+
+/// How long the capability may be used: a copy's retries all start within
+/// it. The destination also revokes it when this client's session with it
+/// ends, so it never outlives the copy.
+pub const LIFETIME: Duration = Duration::from_secs(3600);
+
+/// How long this client waits for a word from the source before it gives
+/// up on it (the source relays progress about once a second; its dial of
+/// the destination may take its connect and handshake time-outs first).
+const SILENCE: Duration = Duration::from_secs(90);
+
+/// What the ordering client's own connections carried in a third-party
+/// copy: the measure that the data did not pass through it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct ThirdPartyUse {
+    /// The source and destination servers as named.
+    pub source: String,
+    pub dest: String,
+    /// Bytes this client's sockets carried, both control connections, both
+    /// ways (the kernel's `tcpi_bytes_acked` plus `tcpi_bytes_received`,
+    /// TLS included).
+    pub control_bytes: u64,
+}
+
+/// Whether a copy's paths name a remote source and a remote destination.
+pub fn is_third_party(sources: &[String], dest: &str) -> bool {
+    parse_remote(dest).is_some()
+        && !sources.is_empty()
+        && sources.iter().all(|s| parse_remote(s).is_some())
+}
+
+fn bytes_of(c: &Control) -> u64 {
+    sock::tcp_bytes(sock::fd_of(c.conn.tcp())).map_or(0, |(acked, received)| acked + received)
+}
+
+/// Copies `o.sources` (on one server) to `o.dest` (on another) directly
+/// between them, reaching the source with `from` and the destination with
+/// `to` (each end's own trust and credential). Reports progress and
+/// intervals as they are relayed; the outcome is the caller's to report.
+pub fn third_party_cp(
+    o: &CpOptions,
+    from: &ClientOptions,
+    to: &ClientOptions,
+    reporter: &mut (dyn Reporter + Send),
+) -> Result<CpSummary, EngineError> {
+    let started = Instant::now();
+    let usage = |m: &str| EngineError::Usage(m.to_string());
+    let d = parse_remote(&o.dest).ok_or_else(|| usage("the destination is not remote"))?;
+    let srcs: Vec<_> = o.sources.iter().filter_map(|s| parse_remote(s)).collect();
+    if srcs.is_empty() || srcs.len() != o.sources.len() {
+        return Err(usage(
+            "a third-party copy names remote sources only (HOST:PORT:EXPORT/path, longhaul://HOST/EXPORT/path or HOST:path)",
+        ));
+    }
+    let (host, export) = (srcs[0].host.clone(), srcs[0].export.clone());
+    if srcs.iter().any(|r| r.host != host || r.export != export) {
+        return Err(usage("all remote sources must be on one server and export"));
+    }
+    let slashed = o.sources.iter().filter(|s| s.ends_with('/')).count();
+    if slashed > 0 && slashed < o.sources.len() {
+        return Err(usage(
+            "name every source with a trailing '/' (copy their contents) or none (copy them by name), not a mix",
+        ));
+    }
+    if from.security.plaintext || to.security.plaintext {
+        return Err(usage(
+            "a third-party copy needs TLS to both servers: its capability is never sent in the clear (drop --insecure-plaintext)",
+        ));
+    }
+    let held = request_capability(
+        &d.host,
+        to,
+        GrantRequest {
+            export: d.export.clone(),
+            dest: d.path.clone(),
+            dest_dir: d.dir,
+            lifetime_s: LIFETIME.as_secs() as u32,
+        },
+    )?;
+    let order = CopyOrder {
+        export,
+        sources: srcs
+            .iter()
+            .zip(&o.sources)
+            .map(|(r, s)| {
+                if s.ends_with('/') && !r.path.is_empty() {
+                    format!("{}/", r.path)
+                } else if s.ends_with('/') {
+                    "/".to_string()
+                } else {
+                    r.path.clone()
+                }
+            })
+            .collect(),
+        target: d.host.clone(),
+        fingerprint: held.fingerprint.clone(),
+        capability: held.capability.clone(),
+        dest_export: d.export.clone(),
+        dest: d.path.clone(),
+        dest_dir: d.dir,
+        options: CopyOptions {
+            recursive: o.recursive,
+            preserve: o.preserve,
+            force: o.force,
+            mkpath: o.mkpath,
+            verify: o.verify,
+            dry_run: o.dry_run,
+            sync: o.sync.clone(),
+            streams: o.streams,
+            chunk_size: o.chunk_size,
+            rate: o.rate,
+            files_in_flight: o.files_in_flight,
+            retries: o.retries,
+            direct: o.direct,
+            no_tune: !o.tune,
+        },
+    };
+    let mut intervals = Vec::new();
+    let (report, a_bytes) = run_order(&host, from, order, &mut |r| match r {
+        Relayed::Progress(p) => reporter.transfer_progress(&p),
+        Relayed::Interval(i) => {
+            reporter.transfer_interval(&i);
+            intervals.push(i);
+        }
+    })?;
+    let control_bytes = a_bytes + bytes_of(&held.ctl);
+    held.release();
+    let verdict = longhaul_proto::tune::verdict(&intervals);
+    Ok(CpSummary {
+        files: report.files,
+        bytes: report.bytes,
+        links: report.links,
+        resent_changed: report.resent_changed,
+        seconds: started.elapsed().as_secs_f64(),
+        sent_bytes: report.sent_bytes,
+        bits_per_second: report.bits_per_second,
+        verified: report.verified,
+        failed: report.failed,
+        skipped: report.skipped,
+        resumed_bytes: report.resumed_bytes,
+        streams: report.streams,
+        encryption: report.encryption,
+        source_read_bps: report.source_read_bps,
+        network_bps: report.bits_per_second,
+        dest_write_bps: report.dest_write_bps,
+        attempts: report.attempts,
+        intervals,
+        verdict,
+        warnings: report.warnings,
+        deleted: report.deleted,
+        would_send: report.would_send,
+        would_send_bytes: report.would_send_bytes,
+        dry_run: o.dry_run,
+        third_party: Some(ThirdPartyUse {
+            source: host,
+            dest: d.host,
+            control_bytes,
+        }),
+        ..CpSummary::default()
+    })
+}
+
+/// What a source relays while it copies.
+enum Relayed {
+    Progress(TransferProgress),
+    Interval(longhaul_proto::tune::TransferInterval),
+}
+
+/// Sends `order` to the source `host` and follows the copy to its end:
+/// the source's report and the bytes this control connection carried.
+fn run_order(
+    host: &str,
+    o: &ClientOptions,
+    order: CopyOrder,
+    tell: &mut dyn FnMut(Relayed),
+) -> Result<(CopyReport, u64), EngineError> {
+    let mut a = open_control(host, o)?;
+    a.conn.send(&Message::CopyOrder(Box::new(order)))?;
+    let mut stopped = false;
+    let mut heard = Instant::now();
+    let report: CopyReport = loop {
+        if !stopped && o.interrupt.load(std::sync::atomic::Ordering::Relaxed) {
+            stopped = true;
+            let _ = a.conn.send(&Message::Stop(Stop {
+                reason: "interrupted by the user".into(),
+            }));
+        }
+        if heard.elapsed() > SILENCE {
+            return Err(EngineError::Timeout(format!(
+                "the third-party copy: {host} said nothing for {} s",
+                SILENCE.as_secs()
+            )));
+        }
+        let m = match a.conn.recv(Duration::from_millis(100)) {
+            Ok(Some(m)) => m,
+            Ok(None) => continue,
+            Err(e) => return Err(at("the source", host, e)),
+        };
+        heard = Instant::now();
+        match m {
+            Message::CopyRelay(CopyRelay::Progress(p)) => {
+                tell(Relayed::Progress(TransferProgress {
+                    bytes: p.bytes,
+                    files: p.files,
+                    announced_bytes: p.announced_bytes,
+                    announced_files: p.announced_files,
+                    walk_done: p.walk_done,
+                }));
+            }
+            Message::CopyRelay(CopyRelay::Interval(i)) => {
+                tell(Relayed::Interval(i));
+            }
+            Message::CopyRelay(CopyRelay::Done(r)) => break *r,
+            Message::CopyRelay(CopyRelay::Failed(r)) | Message::Refuse(r) => {
+                let e = match r.code {
+                    RefuseCode::ServerError => EngineError::Failed(r.message),
+                    code => EngineError::Refused {
+                        code,
+                        message: r.message,
+                    },
+                };
+                return Err(at("the source", host, e));
+            }
+            Message::Queued(_) => {}
+            other => {
+                return Err(EngineError::Failed(format!(
+                    "{host} sent an unexpected {} message during a third-party copy",
+                    other.name()
+                )))
+            }
+        }
+    };
+    Ok((report, bytes_of(&a)))
+}
+
+/// Orders the source `host` to run `order` and waits for its report (for
+/// tests and tools; `cp` uses [`third_party_cp`]).
+pub fn order_copy(
+    host: &str,
+    o: &ClientOptions,
+    order: CopyOrder,
+) -> Result<CopyReport, EngineError> {
+    run_order(host, o, order, &mut |_| {}).map(|(r, _)| r)
+}
+
+/// A capability into a destination server, held: the server revokes it
+/// when this is released or dropped (the session ends), or at the end of
+/// its lifetime, whichever comes first.
+pub struct HeldCapability {
+    ctl: Control,
+    /// The capability (`lh1c_...`): a secret, for the source only.
+    pub capability: String,
+    /// The fingerprint of the certificate the destination presented.
+    pub fingerprint: String,
+    /// The lifetime the destination gave.
+    pub lifetime: Duration,
+}
+
+impl std::fmt::Debug for HeldCapability {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HeldCapability")
+            .field("fingerprint", &self.fingerprint)
+            .field("lifetime", &self.lifetime)
+            .finish_non_exhaustive()
+    }
+}
+
+impl HeldCapability {
+    /// Ends the session that holds the capability: the server revokes it.
+    pub fn release(mut self) {
+        let _ = self.ctl.conn.send(&Message::Stop(Stop {
+            reason: "the copy is over".into(),
+        }));
+    }
+}
+
+/// Asks the destination `target` for a capability for one push into
+/// `req`'s destination, over TLS (it is never asked for or sent in the
+/// clear), and holds it.
+pub fn request_capability(
+    target: &str,
+    o: &ClientOptions,
+    req: GrantRequest,
+) -> Result<HeldCapability, EngineError> {
+    if o.security.plaintext {
+        return Err(EngineError::Usage(
+            "a third-party copy capability is asked for and sent inside TLS only (drop --insecure-plaintext)".into(),
+        ));
+    }
+    let mut ctl = open_control(target, o)?;
+    let fingerprint = ctl
+        .conn
+        .peer_fingerprint()
+        .ok_or_else(|| EngineError::Failed(format!("{target} presented no certificate")))?;
+    ctl.conn.send(&Message::GrantRequest(req))?;
+    let deadline = Instant::now() + o.handshake_timeout;
+    let grant = ctl
+        .answer(deadline, "the destination's capability", |m| match m {
+            Message::Grant(g) => Some(g),
+            _ => None,
+        })
+        .map_err(|e| at("the destination", target, e))?;
+    Ok(HeldCapability {
+        ctl,
+        capability: grant.capability,
+        fingerprint,
+        lifetime: Duration::from_secs(u64::from(grant.lifetime_s)),
+    })
+}
+
+/// Names which end an error came from.
+fn at(end: &str, host: &str, e: EngineError) -> EngineError {
+    match e {
+        EngineError::Refused { code, message } => EngineError::Refused {
+            code,
+            message: format!("{end} ({host}): {message}"),
+        },
+        EngineError::Failed(m) => EngineError::Failed(format!("{end} ({host}): {m}")),
+        other => other,
+    }
+}

@@ -1,0 +1,264 @@
+//! Third-party copies (`longhaul cp A:src B:dst` with both ends remote,
+//! PROTOCOL.md 13.9): the messages by which the ordering client gets a
+//! capability from the destination and orders the source to push with it,
+//! and those by which the source relays the copy back.
+//!
+//! `CopyRelay` (0x53), which carries a `Refuse`, is in [`crate::msg`].
+//!
+//! The ordering client carries only these; the data goes from the source
+//! to the destination over their own data streams, as in any push.
+
+use serde::{Deserialize, Serialize};
+
+use super::{Failure, SyncOptions};
+
+/// What every third-party copy capability starts with, so that a scrubber
+/// or a person can tell one in a log or a paste, and a server can tell one
+/// from a grant's token before it looks anything up.
+pub const CAPABILITY_PREFIX: &str = "lh1c_";
+
+/// The longest lifetime a destination gives a capability, seconds.
+pub const MAX_LIFETIME_S: u32 = 24 * 3600;
+
+/// Client -> destination server (0x50): make a capability for a source
+/// server to push into `dest` of `export`, and nowhere else.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GrantRequest {
+    pub export: String,
+    /// The destination within the export, as a push's
+    /// `TransferRequest.dest` will name it (`""` = the export's root).
+    pub dest: String,
+    /// The push will name `dest` with a trailing `/`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub dest_dir: bool,
+    /// How long the capability may be used, seconds (the server gives at
+    /// most [`MAX_LIFETIME_S`], and never longer than this session lasts).
+    pub lifetime_s: u32,
+}
+
+/// Destination server -> client (0x51): the capability, once.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Grant {
+    /// `lh1c_` and the unpadded base64url of 32 bytes of the OS CSPRNG.
+    pub capability: String,
+    /// The lifetime the server gave, seconds from now.
+    pub lifetime_s: u32,
+}
+
+impl std::fmt::Debug for Grant {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Grant")
+            .field("lifetime_s", &self.lifetime_s)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The options of the copy that change what the source does, as `cp`
+/// took them.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CopyOptions {
+    pub recursive: bool,
+    #[serde(default)]
+    pub preserve: bool,
+    #[serde(default)]
+    pub force: bool,
+    #[serde(default)]
+    pub mkpath: bool,
+    #[serde(default)]
+    pub verify: bool,
+    #[serde(default)]
+    pub dry_run: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sync: Option<SyncOptions>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub streams: Option<u16>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chunk_size: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub files_in_flight: Option<u64>,
+    #[serde(default)]
+    pub retries: u32,
+    #[serde(default)]
+    pub direct: bool,
+    #[serde(default)]
+    pub no_tune: bool,
+}
+
+/// Client -> source server (0x52): push `sources` of `export` to the
+/// destination `target`, pinning `fingerprint`, presenting `capability`.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CopyOrder {
+    /// The source server's export the sources are in.
+    pub export: String,
+    /// Paths within `export`; all with a trailing `/` (their contents) or
+    /// none.
+    pub sources: Vec<String>,
+    /// The destination server, `HOST:PORT` (or `[v6]:PORT`) as the client
+    /// reached it.
+    pub target: String,
+    /// The fingerprint of the certificate the client saw at `target`
+    /// (`SHA256:...`): the source pins it.
+    pub fingerprint: String,
+    /// The destination's capability ([`Grant::capability`]).
+    pub capability: String,
+    pub dest_export: String,
+    pub dest: String,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub dest_dir: bool,
+    pub options: CopyOptions,
+}
+
+impl std::fmt::Debug for CopyOrder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CopyOrder")
+            .field("export", &self.export)
+            .field("sources", &self.sources)
+            .field("target", &self.target)
+            .field("fingerprint", &self.fingerprint)
+            .field("dest_export", &self.dest_export)
+            .field("dest", &self.dest)
+            .field("dest_dir", &self.dest_dir)
+            .field("options", &self.options)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The source's counters, relayed about once a second.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CopyProgress {
+    pub bytes: u64,
+    pub files: u64,
+    pub announced_bytes: u64,
+    pub announced_files: u64,
+    pub walk_done: bool,
+}
+
+/// The outcome of a third-party copy, as the source (the pushing client)
+/// saw it, the destination's verification included.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct CopyReport {
+    pub files: u64,
+    pub bytes: u64,
+    #[serde(default)]
+    pub links: u64,
+    #[serde(default)]
+    pub resent_changed: u64,
+    pub seconds: f64,
+    pub sent_bytes: u64,
+    pub bits_per_second: f64,
+    /// Every file was verified at the destination.
+    pub verified: bool,
+    pub failed: Vec<Failure>,
+    pub skipped: u64,
+    pub resumed_bytes: u64,
+    pub streams: u16,
+    pub encryption: String,
+    #[serde(default)]
+    pub source_read_bps: f64,
+    #[serde(default)]
+    pub dest_write_bps: f64,
+    pub attempts: u32,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub deleted: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub would_send: Vec<String>,
+    #[serde(default)]
+    pub would_send_bytes: u64,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
+}
+
+/// Whether a push request stays within a capability's scope: to the
+/// export, the destination and its trailing `/` the capability was made
+/// for, and nothing else.
+pub fn within_scope(scope: &GrantRequest, t: &super::TransferRequest) -> Result<(), String> {
+    if t.op != super::Op::Push {
+        return Err("a third-party copy capability only pushes: it cannot read".into());
+    }
+    if t.export != scope.export || t.dest != scope.dest || t.dest_dir != scope.dest_dir {
+        return Err(format!(
+            "this third-party copy capability is for {}/{} only, not {}/{}",
+            scope.export, scope.dest, t.export, t.dest
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_debug_forms_hide_the_capability() {
+        let g = Grant {
+            capability: "lh1c_secretsecret".into(),
+            lifetime_s: 60,
+        };
+        assert!(!format!("{g:?}").contains("secret"));
+        let o = CopyOrder {
+            export: "data".into(),
+            sources: vec!["a".into()],
+            target: "127.0.0.1:5310".into(),
+            fingerprint: "SHA256:x".into(),
+            capability: "lh1c_secretsecret".into(),
+            dest_export: "data".into(),
+            dest: "b".into(),
+            dest_dir: false,
+            options: CopyOptions::default(),
+        };
+        assert!(!format!("{o:?}").contains("secret"));
+    }
+
+    #[test]
+    fn a_push_outside_the_scope_is_refused() {
+        let scope = GrantRequest {
+            export: "data".into(),
+            dest: "in/here".into(),
+            dest_dir: true,
+            lifetime_s: 60,
+        };
+        let mut t = super::super::TransferRequest {
+            op: super::super::Op::Push,
+            export: "data".into(),
+            dest: "in/here".into(),
+            sources: vec![],
+            source_count: 1,
+            recursive: true,
+            preserve: false,
+            streams: 1,
+            chunk_size: None,
+            force: false,
+            sync: None,
+            dry_run: false,
+            verify: false,
+            contents: false,
+            dest_dir: true,
+            mkpath: false,
+            direct: false,
+            tuning: Default::default(),
+            bundles: false,
+            parts: false,
+            sealed: false,
+            source_dir: false,
+        };
+        assert!(within_scope(&scope, &t).is_ok());
+        type Change = fn(&mut super::super::TransferRequest);
+        let changes: [Change; 6] = [
+            |t| t.dest = "in".into(),
+            |t| t.dest = "in/here/../../x".into(),
+            |t| t.dest = "in/here/deeper".into(),
+            |t| t.export = "other".into(),
+            |t| t.dest_dir = false,
+            |t| t.op = super::super::Op::Pull,
+        ];
+        for f in changes {
+            let mut u = t.clone();
+            f(&mut u);
+            assert!(within_scope(&scope, &u).is_err(), "{u:?}");
+        }
+        t.sources = vec!["x".into()];
+        assert!(within_scope(&scope, &t).is_ok());
+    }
+}
