@@ -203,3 +203,141 @@ fn gather(queue: &mut Queue, bundle: &mut Vec<(Chunk, Arc<SrcFile>)>) -> Option<
     }
     None
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const CHUNK: u64 = 64 << 10;
+
+    fn stamp(size: u64) -> Stamp {
+        Stamp {
+            size,
+            ..Stamp::default()
+        }
+    }
+
+    /// A queue of files of these sizes (ids 1, 2, ...) in chunks of
+    /// `chunk`, with streams `0..active` active.
+    fn queue_of(sizes: &[u64], chunk: u64, active: u16) -> Queue {
+        let mut q = Queue {
+            active,
+            ..Queue::default()
+        };
+        for (i, &size) in sizes.iter().enumerate() {
+            let id = i as u64 + 1;
+            let reads = q.planner.add(id, size, chunk, Vec::new()).unwrap();
+            let path = PathBuf::from(format!("f{id}"));
+            let f = SrcFile::new(path, stamp(size), reads, size, chunk);
+            q.files.insert(id, Arc::new(f));
+        }
+        q
+    }
+
+    fn queue(sizes: &[u64], active: u16) -> Queue {
+        queue_of(sizes, CHUNK, active)
+    }
+
+    fn one(t: Option<Taken>) -> (u64, u32, bool) {
+        match t {
+            Some(Taken::One((c, resend, _))) => (c.file, c.index, resend),
+            Some(Taken::Bundle(_)) => panic!("a bundle, not one chunk"),
+            None => panic!("nothing taken"),
+        }
+    }
+
+    #[test]
+    fn after_read_seals_once_every_read_is_done_counting_resends() {
+        let f = SrcFile::new("f".into(), stamp(3 * CHUNK), 3, 3 * CHUNK, CHUNK);
+        assert!(!f.whole);
+        assert_eq!(f.after_read(false), None);
+        // A resend read while first reads are left: not yet.
+        assert_eq!(f.after_read(true), None);
+        assert_eq!(f.after_read(false), None);
+        // The last first read: sealed, with the one resend read so far.
+        assert_eq!(f.after_read(false), Some(1));
+        // A resend after the seal: sealed again, with both resends.
+        assert_eq!(f.after_read(true), Some(2));
+
+        let small = SrcFile::new("s".into(), stamp(10), 1, 10, CHUNK);
+        assert!(small.whole);
+        assert_eq!(small.after_read(false), Some(0));
+    }
+
+    #[test]
+    fn resends_go_first_and_failed_files_are_passed_over() {
+        let mut q = queue(&[2 * CHUNK, CHUNK], 2);
+        let mut bundle = Vec::new();
+        assert_eq!(one(q.take(0, false, &mut bundle)), (1, 0, false));
+        q.resends
+            .push_back(longhaul_proto::plan::chunk_at(2, CHUNK, CHUNK, 0));
+        assert_eq!(one(q.take(1, false, &mut bundle)), (2, 0, true));
+        // File 1 failed: its second chunk is dropped, file 2's comes next.
+        q.files[&1].fail();
+        assert_eq!(one(q.take(0, false, &mut bundle)), (2, 0, false));
+        assert!(q.take(0, false, &mut bundle).is_none());
+        assert!(bundle.is_empty());
+    }
+
+    #[test]
+    fn a_parked_stream_takes_nothing() {
+        let mut q = queue(&[4 * CHUNK], 1);
+        q.resends
+            .push_back(longhaul_proto::plan::chunk_at(1, 4 * CHUNK, CHUNK, 3));
+        let mut bundle = Vec::new();
+        assert!(q.take(1, false, &mut bundle).is_none());
+        assert!(q.take(5, true, &mut bundle).is_none());
+        // Nothing was taken from it: the active stream gets the resend.
+        assert_eq!(q.resends.len(), 1);
+        assert_eq!(one(q.take(0, false, &mut bundle)), (1, 3, true));
+        q.active = 2;
+        assert_eq!(one(q.take(1, false, &mut bundle)), (1, 0, false));
+    }
+
+    #[test]
+    fn small_whole_files_are_bundled_until_one_is_not() {
+        let mut q = queue(&[100, 1, 2000, 3 * CHUNK, 50], 1);
+        let mut bundle = Vec::new();
+        let ended = match q.take(0, true, &mut bundle) {
+            Some(Taken::Bundle(ended)) => ended,
+            _ => panic!("a bundle"),
+        };
+        let files: Vec<u64> = bundle.iter().map(|(c, _)| c.file).collect();
+        assert_eq!(files, [1, 2, 3]);
+        // The large file's first chunk ended it, and goes next on its own.
+        let (c, resend, _) = ended.expect("the chunk that ended the bundle");
+        assert_eq!((c.file, c.index, resend), (4, 0, false));
+        // Without bundles, a small file goes as one chunk frame.
+        let mut q = queue(&[100], 1);
+        assert_eq!(one(q.take(0, false, &mut bundle)), (1, 0, false));
+    }
+
+    #[test]
+    fn a_resend_is_never_bundled() {
+        let mut q = queue(&[100, 200, 300], 1);
+        q.resends
+            .push_back(longhaul_proto::plan::chunk_at(3, 300, CHUNK, 0));
+        let mut bundle = Vec::new();
+        assert_eq!(one(q.take(0, true, &mut bundle)), (3, 0, true));
+        assert!(bundle.is_empty());
+        assert!(matches!(
+            q.take(0, true, &mut bundle),
+            Some(Taken::Bundle(None))
+        ));
+        let files: Vec<u64> = bundle.iter().map(|(c, _)| c.file).collect();
+        assert_eq!(files, [1, 2, 3]);
+    }
+
+    #[test]
+    fn a_bundle_stops_at_its_payload_cap() {
+        let size = u64::from(MAX_BUNDLE_FILE);
+        let n = (MAX_BUNDLE_PAYLOAD / MAX_BUNDLE_FILE) as usize;
+        let mut q = queue_of(&vec![size; n + 1], size, 1);
+        let mut bundle = Vec::new();
+        let Some(Taken::Bundle(Some((c, false, _)))) = q.take(0, true, &mut bundle) else {
+            panic!("a full bundle and the file that did not fit");
+        };
+        assert_eq!(bundle.len(), n);
+        assert_eq!(c.file, n as u64 + 1);
+    }
+}

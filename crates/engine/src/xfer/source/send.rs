@@ -288,3 +288,107 @@ pub(super) fn trailer_of(h: &ChunkHasher) -> Trailer {
     let (value, check) = h.finalize();
     Trailer { check, value }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::mpsc;
+
+    use longhaul_proto::digest;
+    use longhaul_proto::plan::chunk_at;
+
+    use super::super::super::storage::Local;
+    use super::super::super::Stamp;
+    use super::*;
+
+    /// Reads as the file does up to `at`, and fails from there.
+    struct FailsAt {
+        inner: Box<dyn ReadAt>,
+        at: u64,
+    }
+
+    impl ReadAt for FailsAt {
+        fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+            if offset >= self.at {
+                return Err(io::Error::other("bad sector"));
+            }
+            self.inner.read_at(buf, offset)
+        }
+        fn metadata(&self) -> io::Result<std::fs::Metadata> {
+            self.inner.metadata()
+        }
+    }
+
+    const SIZE: usize = 3000;
+
+    fn data() -> Vec<u8> {
+        (0..SIZE).map(|i| (i * 7 % 251) as u8).collect()
+    }
+
+    /// A file of [`data`], its reader, and its announcement.
+    fn file() -> (tempfile::TempDir, Box<dyn ReadAt>, SrcFile) {
+        let t = tempfile::tempdir().unwrap();
+        let p = t.path().join("f");
+        std::fs::write(&p, data()).unwrap();
+        let stamp = Stamp::of(&std::fs::symlink_metadata(&p).unwrap());
+        let f = SrcFile::new(p.clone(), stamp, 1, SIZE as u64, 64 << 10);
+        (t, Local.open_read(&p).unwrap(), f)
+    }
+
+    fn split(frame: &[u8]) -> (ChunkHeader, &[u8], Trailer) {
+        let (head, rest) = frame.split_at(CHUNK_HEADER_LEN);
+        let (body, trailer) = rest.split_at(rest.len() - CHUNK_TRAILER_LEN);
+        (
+            ChunkHeader::decode(head.try_into().unwrap()).unwrap(),
+            body,
+            Trailer::decode(trailer.try_into().unwrap()),
+        )
+    }
+
+    #[test]
+    fn a_chunk_goes_as_header_bytes_and_trailer_read_in_pieces() {
+        let (_t, reader, f) = file();
+        let c = chunk_at(7, SIZE as u64, 64 << 10, 0);
+        let (tx, rx) = mpsc::channel();
+        let (mut w, mut buf, mut read_us) = (Vec::new(), vec![0u8; 1024], 0);
+        let read = write_chunk(&mut w, &mut buf, &*reader, &c, &f, &tx, &mut read_us).unwrap();
+        assert!(read);
+        let (h, body, trailer) = split(&w);
+        assert_eq!(
+            (h.file, h.index, h.offset, h.len, h.zero),
+            (7, 0, 0, SIZE as u32, false)
+        );
+        assert_eq!(body, data());
+        assert_eq!(trailer.check, digest::check(&data()));
+        assert_eq!(trailer.value, digest::chunk_value(&data(), 0, true));
+        assert!(rx.try_recv().is_err(), "nothing to report");
+        assert!(!f.failed());
+    }
+
+    #[test]
+    fn a_failed_read_fills_the_chunk_with_a_check_that_cannot_match() {
+        let (_t, inner, f) = file();
+        let reader = FailsAt { inner, at: 1024 };
+        let c = chunk_at(7, SIZE as u64, 64 << 10, 0);
+        let (tx, rx) = mpsc::channel();
+        let (mut w, mut buf, mut read_us) = (Vec::new(), vec![0u8; 1024], 0);
+        let read = write_chunk(&mut w, &mut buf, &reader, &c, &f, &tx, &mut read_us).unwrap();
+        assert!(!read);
+        let (h, body, trailer) = split(&w);
+        // The header was out: the frame is whole, its bytes zero past the
+        // failure, and the sink drops it.
+        assert_eq!(h.len as usize, SIZE);
+        assert_eq!(&body[..1024], &data()[..1024]);
+        assert!(body[1024..].iter().all(|&b| b == 0));
+        assert_ne!(trailer.check, digest::check(body));
+        assert!(f.failed());
+        match rx.try_recv() {
+            Ok(Event::FileFailed(7, why)) => {
+                assert!(
+                    why.contains("cannot read") && why.contains("bad sector"),
+                    "{why}"
+                )
+            }
+            _ => panic!("the failed read is reported"),
+        }
+    }
+}

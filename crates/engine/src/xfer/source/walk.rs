@@ -405,3 +405,153 @@ pub fn walk(
     }
     (found, failed)
 }
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::ffi::OsStrExt;
+
+    use super::*;
+
+    /// `root/` with a file, an empty directory, a nested file, a link, a
+    /// sink's partial file, an odd but valid name and a name that is not
+    /// UTF-8.
+    fn tree() -> tempfile::TempDir {
+        let t = tempfile::tempdir().expect("temp dir");
+        let root = t.path().join("root");
+        std::fs::create_dir_all(root.join("empty")).unwrap();
+        std::fs::create_dir_all(root.join("sub")).unwrap();
+        std::fs::write(root.join("a.txt"), b"hello").unwrap();
+        std::fs::write(root.join("sub/b.bin"), vec![7u8; 1000]).unwrap();
+        std::fs::write(root.join(".a.txt.lhpart"), b"partial").unwrap();
+        std::fs::write(root.join("sp ace é\n.txt"), b"x").unwrap();
+        std::os::unix::fs::symlink("sub/missing", root.join("link")).unwrap();
+        let bad = std::ffi::OsStr::from_bytes(b"bad\xff");
+        std::fs::write(root.join(bad), b"y").unwrap();
+        t
+    }
+
+    fn all(w: &mut Walker) -> (Vec<Found>, Vec<Failure>) {
+        let (mut found, mut failed) = (Vec::new(), Vec::new());
+        while let Some(next) = w.next() {
+            match next {
+                Ok(f) => found.push(f),
+                Err(f) => failed.push(f),
+            }
+        }
+        (found, failed)
+    }
+
+    fn kind_of<'a>(found: &'a [Found], path: &str) -> Option<&'a Entry> {
+        found
+            .iter()
+            .map(|f| &f.entry)
+            .find(|e| e.path == path && e.kind != Kind::DirEnd)
+    }
+
+    #[test]
+    fn walks_a_tree_with_odd_names_links_and_empty_directories() {
+        let t = tree();
+        let mut w = Walker::new([t.path().join("root")].into(), true, None, 4);
+        w.dir_ends = true;
+        let (found, failed) = all(&mut w);
+
+        assert_eq!(kind_of(&found, "root").map(|e| e.kind), Some(Kind::Dir));
+        assert_eq!(
+            kind_of(&found, "root/empty").map(|e| e.kind),
+            Some(Kind::Dir)
+        );
+        let a = kind_of(&found, "root/a.txt").expect("a.txt announced");
+        assert_eq!((a.kind, a.size), (Kind::File, 5));
+        assert!(a.chunk_size.is_power_of_two());
+        let b = kind_of(&found, "root/sub/b.bin").expect("nested file announced");
+        assert_eq!(b.size, 1000);
+        assert!(kind_of(&found, "root/sp ace é\n.txt").is_some());
+        // A link is sent as itself (dangling or not), never followed.
+        let link = kind_of(&found, "root/link").expect("link announced");
+        assert_eq!(link.kind, Kind::Symlink);
+        assert_eq!(link.target.as_deref(), Some("sub/missing"));
+        // A sink's partial file is never data.
+        assert!(found.iter().all(|f| !f.entry.path.contains("lhpart")));
+        // The name that is not UTF-8 is a failure of its own...
+        assert_eq!(failed.len(), 1);
+        assert_eq!(failed[0].path, "root/bad\u{fffd}");
+        assert!(failed[0].error.contains("not UTF-8"), "{}", failed[0].error);
+        // ...and marks its directory's end incomplete (nothing deleted
+        // there), but not its siblings'.
+        let end = |p: &str| {
+            found
+                .iter()
+                .find(|f| f.entry.kind == Kind::DirEnd && f.entry.path == p)
+                .map(|f| f.entry.incomplete)
+        };
+        assert_eq!(end("root"), Some(true));
+        assert_eq!(end("root/empty"), Some(false));
+        assert_eq!(end("root/sub"), Some(false));
+        // A directory ends after everything in it.
+        let at = |p: &str, k: Kind| {
+            found
+                .iter()
+                .position(|f| f.entry.path == p && f.entry.kind == k)
+                .unwrap()
+        };
+        assert!(at("root/sub/b.bin", Kind::File) < at("root/sub", Kind::DirEnd));
+        // Ids are fresh and rising.
+        assert!(found.windows(2).all(|p| p[0].entry.id < p[1].entry.id));
+    }
+
+    #[test]
+    fn plain_walk_sends_no_dir_ends_and_names_roots_by_their_last_component() {
+        let t = tree();
+        let (found, _) = walk(&[t.path().join("root/sub/")], true, Some(100 << 10), 1);
+        let paths: Vec<_> = found.iter().map(|(e, _)| e.path.as_str()).collect();
+        assert_eq!(paths, ["sub", "sub/b.bin"]);
+        // --chunk is rounded down to a power of two.
+        assert_eq!(found[1].0.chunk_size, 64 << 10);
+        assert_eq!(root_name(Path::new("/")), "root");
+        assert_eq!(root_name(&t.path().join("root/sub/..")), "root");
+    }
+
+    #[test]
+    fn a_directory_without_recursion_is_refused() {
+        let t = tree();
+        let (found, failed) = walk(&[t.path().join("root")], false, None, 1);
+        assert!(found.is_empty());
+        assert_eq!(failed.len(), 1);
+        assert!(failed[0].error.contains("use -r"), "{}", failed[0].error);
+    }
+
+    #[test]
+    fn a_file_announced_again_must_still_be_a_file_and_not_a_part() {
+        let t = tree();
+        let root = t.path().join("root");
+        let mut w = Walker::new(VecDeque::new(), true, None, 1);
+        let again = w.again(root.join("a.txt"), "root/a.txt".into()).unwrap();
+        assert_eq!(again.entry.kind, Kind::File);
+        let dir = w.again(root.join("sub"), "root/sub".into()).err().unwrap();
+        assert!(
+            dir.error.contains("no longer a regular file"),
+            "{}",
+            dir.error
+        );
+
+        let item = ShareItem {
+            path: root.join("sub/b.bin"),
+            rel: "root/sub/b.bin".into(),
+            chunk_size: 64 << 10,
+            part: Some([0, 1]),
+        };
+        let part = w.shared(item.clone()).unwrap();
+        assert_eq!(part.entry.part, Some([0, 1]));
+        let again = w.again(item.path.clone(), item.rel.clone()).err().unwrap();
+        assert!(again.error.contains("other ranks"), "{}", again.error);
+        // A part the file no longer has: the manifest is stale.
+        let stale = w
+            .shared(ShareItem {
+                part: Some([1, 2]),
+                ..item
+            })
+            .err()
+            .unwrap();
+        assert!(stale.error.contains("fresh manifest"), "{}", stale.error);
+    }
+}
