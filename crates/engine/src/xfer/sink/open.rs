@@ -1,0 +1,361 @@
+//! Opening announced files: skipped when the destination has them,
+//! else a partial file made or resumed (its journal's chunks hashed
+//! again) and the chunks still needed asked for; on the openers' threads
+//! beside the control thread.
+
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicBool;
+use std::sync::mpsc::{self, Sender};
+use std::sync::{Arc, Mutex};
+
+use longhaul_proto::digest;
+use longhaul_proto::plan::{chunk_at, chunk_count};
+use longhaul_proto::transfer::sink::FileLedger;
+use longhaul_proto::xfer::*;
+
+use super::super::beneath::Dir;
+use super::super::storage::read_exact_at;
+use super::journal::{new_journal, read_journal};
+use super::{io_err, side_path, Event, FileState, Files, Progress, SinkConfig, DESTINATION_FULL};
+use crate::stages::{self, timed, Stage, StageTotals};
+use crate::EngineError;
+
+/// Threads that open announced files beside the control thread: a create
+/// waiting on the file system's journal, or a resume hashing a partial
+/// file again, holds up neither the network nor the other files.
+/// Answers come back as [`Event::Opened`].
+pub(super) struct Openers {
+    tx: Sender<Entry>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl Openers {
+    pub(super) fn start(
+        cfg: &Arc<SinkConfig>,
+        files: &Files,
+        events: &Sender<Event>,
+        totals: &Arc<StageTotals>,
+    ) -> Result<Self, EngineError> {
+        let (tx, rx) = mpsc::channel::<Entry>();
+        let rx = Arc::new(Mutex::new(rx));
+        let mut threads = Vec::new();
+        for _ in 0..OPENERS {
+            let (rx, cfg, files, events) = (rx.clone(), cfg.clone(), files.clone(), events.clone());
+            let totals = totals.clone();
+            let open = move || {
+                let _counted = stages::count_into(&totals);
+                loop {
+                    let Ok(e) = rx.lock().expect("poisoned").recv() else {
+                        return;
+                    };
+                    // Dry runs open nothing here: nothing to report.
+                    let want = timed(Stage::Write, || {
+                        open_file(&e, &cfg, &files, &mut SinkReport::default())
+                    });
+                    if events.send(Event::Opened(e.id, want)).is_err() {
+                        return;
+                    }
+                }
+            };
+            threads.push(
+                std::thread::Builder::new()
+                    .name("lh-open".into())
+                    .spawn(open)
+                    .map_err(|e| EngineError::io("failed to start an opener".into(), e))?,
+            );
+        }
+        Ok(Self { tx, threads })
+    }
+
+    pub(super) fn open(&self, e: Entry) {
+        let _ = self.tx.send(e);
+    }
+
+    /// Lets the openers finish what they took, and waits for them.
+    pub(super) fn join(self) {
+        drop(self.tx);
+        for t in self.threads {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Answers one announced file: skip it, or open its partial file and say
+/// which chunks are still needed.
+pub(super) fn open_file(
+    e: &Entry,
+    cfg: &SinkConfig,
+    files: &Files,
+    report: &mut SinkReport,
+) -> Want {
+    let fail = |error: String| Want::Fail { id: e.id, error };
+    // The machine checked the peer's numbers (chunk size and count, chunks
+    // in flight) before it asked for the file.
+    let count = chunk_count(e.size, e.chunk_size);
+    let target = match cfg.target(&e.path) {
+        Ok(t) => t,
+        Err(err) => return fail(err.to_string()),
+    };
+    if !cfg.force {
+        // A missing (or refused) parent: no such file here yet.
+        let at = cfg.anchor.anchored(&target).ok();
+        if let Some(m) = at
+            .as_ref()
+            .and_then(|at| std::fs::symlink_metadata(at).ok())
+        {
+            let at = at.as_ref().expect("stat succeeded on it");
+            let same = m.is_file()
+                && m.len() == e.size
+                && match &e.digest {
+                    // sync --checksum: the content decides, not the mtime.
+                    Some(d) => super::super::content_digest(&*cfg.storage, at, e.size)
+                        .is_ok_and(|mine| &mine == d),
+                    None => super::super::mtime_ns(&m) == e.mtime_ns,
+                };
+            if same {
+                return Want::Skip { id: e.id };
+            }
+        }
+    }
+    if cfg.dry_run {
+        report
+            .would_send
+            .push(format!("{} -> {}", e.path, cfg.shown(&e.path)));
+        report.would_send_bytes += e.size;
+        return Want::Skip { id: e.id };
+    }
+    let (dir, _) = match cfg.anchor.parent_of(&target, true) {
+        Ok(x) => x,
+        Err(err) => return fail(err.to_string()),
+    };
+    // From here on the target is named as the peer knows it: messages
+    // never carry a server's absolute path.
+    let target = cfg.anchor.show(&target);
+    if let Some(range) = e.part {
+        return open_part(e, range, cfg, files, target, dir);
+    }
+    let part = side_path(&target, "lhpart");
+    let journal_path = side_path(&target, "lhjournal");
+    let side = |p: &Path| dir.join(p.file_name().expect("side paths have a name"));
+    let (at_part, at_journal) = (side(&part), side(&journal_path));
+    let header = JournalHeader {
+        size: e.size,
+        mtime_ns: e.mtime_ns,
+        chunk_size: e.chunk_size,
+    };
+    let mut hashes = vec![None; count as usize];
+    let mut skip = Vec::new();
+    let mut resumed = 0u64;
+    // Resume: chunks the journal lists are hashed again, not trusted.
+    // Resume: only files of several chunks have a journal; the partial
+    // file is opened only when there is one.
+    let journal_bytes = if count > 1 {
+        read_journal(&at_journal, count)
+    } else {
+        None
+    };
+    if let Some((bytes, reader)) =
+        journal_bytes.and_then(|b| cfg.storage.open_read(&at_part).ok().map(|r| (b, r)))
+    {
+        if let Some((h, records)) = parse_journal(&bytes).filter(|(h, _)| *h == header) {
+            let _ = h;
+            let mut buf = Vec::new();
+            for (index, hash) in records {
+                if u64::from(index) >= count || hashes[index as usize].is_some() {
+                    continue;
+                }
+                let c = chunk_at(e.id, e.size, e.chunk_size, index);
+                buf.resize(c.len as usize, 0);
+                if read_exact_at(&*reader, &mut buf, c.offset).is_ok()
+                    && digest::chunk_value(&buf, c.offset, false) == hash
+                {
+                    hashes[index as usize] = Some(hash);
+                    skip.push(index);
+                    resumed += u64::from(c.len);
+                }
+            }
+        }
+    }
+    let fresh = skip.is_empty();
+    skip.sort_unstable();
+    let skip = skip_ranges(skip, MAX_SKIP_RANGES);
+    let part_name = part.file_name().expect("side paths have a name");
+    let opened = if fresh {
+        cfg.storage.create_in(&dir, part_name)
+    } else {
+        cfg.storage.open_write(&at_part, false)
+    };
+    let out = match opened {
+        Ok(o) => o,
+        Err(err) => return fail(io_err("create", &part, err)),
+    };
+    // A fresh file of one chunk gets its size from that chunk's write (or,
+    // for a hole, when it arrives): no ftruncate.
+    let sized = !(fresh && count == 1);
+    if fresh && sized {
+        let fail = |error: String| {
+            // Made for this run and failed at once: nothing stays.
+            let _ = std::fs::remove_file(&at_part);
+            fail(error)
+        };
+        if let Err(err) = out.set_len(e.size) {
+            return fail(io_err("size", &part, err));
+        }
+        // Reserve the space now, so that a full disk shows at once; a
+        // sparse source keeps its holes instead.
+        if !e.sparse && count > 1 {
+            if let Err(err) = out.allocate(e.size) {
+                if err.raw_os_error() == Some(libc::ENOSPC) {
+                    return fail(format!(
+                        "{DESTINATION_FULL}: cannot allocate {} bytes for {}",
+                        e.size,
+                        target.display()
+                    ));
+                }
+            }
+        }
+    }
+    // Rewrite the journal with the records that checked out. A one-chunk
+    // file has none: it completes or starts over.
+    let journal = if count == 1 {
+        Ok(None)
+    } else {
+        let records = hashes
+            .iter()
+            .enumerate()
+            .filter_map(|(i, h)| Some((i as u32, (*h)?)));
+        new_journal(&at_journal, &header, records).map(Some)
+    };
+    let journal = match journal {
+        Ok(j) => j,
+        Err(err) => return fail(io_err("write journal", &journal_path, err)),
+    };
+    let state = Arc::new(FileState {
+        entry: e.clone(),
+        target,
+        part,
+        journal_path,
+        dir,
+        sized: AtomicBool::new(sized),
+        at_part,
+        at_journal,
+        out,
+        fresh,
+        write_lock: Mutex::new(()),
+        inner: Mutex::new(Progress {
+            journal,
+            ledger: FileLedger::new(
+                hashes.len(),
+                hashes
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(i, h)| Some((i as u32, (*h)?))),
+            ),
+        }),
+    });
+    files.lock().expect("poisoned").insert(e.id, state);
+    Want::Send {
+        id: e.id,
+        skip,
+        resumed_bytes: resumed,
+    }
+}
+
+/// Answers a part of a file ([`Entry::part`], see [`super::super::parts`]): opens
+/// the shared partial file without truncating it, resumes from this part's
+/// journal (or finds the part done), and asks for the part's chunks only.
+fn open_part(
+    e: &Entry,
+    [first, end]: [u32; 2],
+    cfg: &SinkConfig,
+    files: &Files,
+    target: PathBuf,
+    dir: Arc<Dir>,
+) -> Want {
+    let fail = |error: String| Want::Fail { id: e.id, error };
+    let count = chunk_count(e.size, e.chunk_size);
+    let part = side_path(&target, "lhpart");
+    let journal_path = super::super::parts::journal_name(&target, [first, end], false);
+    let done_path = super::super::parts::journal_name(&target, [first, end], true);
+    let side = |p: &Path| dir.join(p.file_name().expect("side paths have a name"));
+    let (at_part, at_journal, at_done) = (side(&part), side(&journal_path), side(&done_path));
+    let header = JournalHeader {
+        size: e.size,
+        mtime_ns: e.mtime_ns,
+        chunk_size: e.chunk_size,
+    };
+    // Opened (made if missing) and never truncated: other parts write
+    // into the same file. Every part sizes it alike.
+    // Two parts may make it at once: the one whose create loses opens it.
+    let opened = cfg.storage.open_write(&at_part, false).or_else(|e| {
+        if e.kind() == io::ErrorKind::AlreadyExists {
+            cfg.storage.open_write(&at_part, false)
+        } else {
+            Err(e)
+        }
+    });
+    let out = match opened {
+        Ok(o) => o,
+        Err(err) => return fail(io_err("open", &part, err)),
+    };
+    let len = std::fs::metadata(&at_part).map(|m| m.len());
+    if len.as_ref().map_or(true, |l| *l != e.size) {
+        if let Err(err) = out.set_len(e.size) {
+            return fail(io_err("size", &part, err));
+        }
+    }
+    // A done mark first (this part finished before a restart), else its
+    // journal: the chunks listed are hashed again, not trusted.
+    let journal = read_journal(&at_done, count).or_else(|| read_journal(&at_journal, count));
+    let verified = journal.map_or_else(Vec::new, |bytes| {
+        super::super::parts::resumed(&*cfg.storage, &at_part, &bytes, &header, e, [first, end])
+    });
+    let resumed: u64 = verified
+        .iter()
+        .map(|(i, _)| u64::from(chunk_at(e.id, e.size, e.chunk_size, *i).len))
+        .sum();
+    let _ = std::fs::remove_file(&at_done);
+    let journal = new_journal(&at_journal, &header, verified.iter().copied());
+    let journal = match journal {
+        Ok(j) => j,
+        Err(err) => return fail(io_err("write journal", &journal_path, err)),
+    };
+    // Chunks outside the part are other transfers': booked as present
+    // here (their hashes are never used), and skipped by the source.
+    let outside = (0..first).chain(end..count as u32);
+    let mut skip: Vec<u32> = outside
+        .clone()
+        .chain(verified.iter().map(|(i, _)| *i))
+        .collect();
+    skip.sort_unstable();
+    let skip = skip_ranges(skip, MAX_SKIP_RANGES);
+    let present = outside.map(|i| (i, [0u8; 32])).chain(verified);
+    let state = Arc::new(FileState {
+        entry: e.clone(),
+        target,
+        part,
+        journal_path,
+        dir,
+        sized: AtomicBool::new(true),
+        at_part,
+        at_journal,
+        out,
+        // Other parts (or an earlier run) may have written here.
+        fresh: false,
+        write_lock: Mutex::new(()),
+        inner: Mutex::new(Progress {
+            journal: Some(journal),
+            ledger: FileLedger::new(count as usize, present),
+        }),
+    });
+    files.lock().expect("poisoned").insert(e.id, state);
+    Want::Send {
+        id: e.id,
+        skip,
+        resumed_bytes: resumed,
+    }
+}
+
+/// Threads that open announced files ([`Openers`]).
+const OPENERS: usize = 4;

@@ -1,0 +1,110 @@
+//! What the sink does to the destination tree besides files: links made
+//! in place, directories given their modes and times at the end, and
+//! what `sync --delete` removes.
+
+use std::collections::HashSet;
+use std::ffi::{OsStr, OsString};
+use std::path::Path;
+
+use longhaul_proto::xfer::*;
+
+use super::super::set_mtime;
+use super::{io_err, side_path, SinkConfig};
+use crate::EngineError;
+
+pub(super) fn make_link(t: &Path, e: &Entry, cfg: &SinkConfig) -> Result<(), EngineError> {
+    let target = e.target.clone().unwrap_or_default();
+    let (dir, name) = cfg.anchor.parent_of(t, true)?;
+    let at = dir.join(&name);
+    if std::fs::read_link(&at).is_ok_and(|old| old == Path::new(&target)) {
+        return Ok(());
+    }
+    let tmp = dir.join(side_path(t, "lhlink").file_name().expect("named"));
+    let _ = std::fs::remove_file(&tmp);
+    std::os::unix::fs::symlink(&target, &tmp)
+        .and_then(|()| std::fs::rename(&tmp, &at))
+        .map_err(|err| EngineError::Usage(io_err("create link", &cfg.anchor.show(t), err)))?;
+    let _ = set_mtime(&at, e.mtime_ns);
+    Ok(())
+}
+
+/// Removes what a destination directory holds beyond `keep` (sync --delete).
+pub(super) fn prune(
+    dir: &Path,
+    keep: &HashSet<OsString>,
+    cfg: &SinkConfig,
+    report: &mut SinkReport,
+) {
+    // Listed and deleted through the directory's descriptor: a link
+    // swapped in for it cannot turn the deletion elsewhere.
+    let Ok(d) = cfg.anchor.dir(dir, false) else {
+        return;
+    };
+    let Ok(rd) = std::fs::read_dir(d.path()) else {
+        return;
+    };
+    for de in rd.flatten() {
+        let name = de.file_name();
+        if keep.contains(&name) {
+            continue;
+        }
+        let s = name.to_string_lossy();
+        if is_reserved_name(&s) {
+            // A partial file, journal or mark of a file the source has
+            // too may be in use (this transfer's, or a fleet's other
+            // parts'); one of a file the source no longer has is stale.
+            if !side_of(&s).iter().any(|n| keep.contains(OsStr::new(n))) && !cfg.dry_run {
+                let _ = std::fs::remove_file(d.join(&name));
+            }
+            continue;
+        }
+        let at = d.join(&name);
+        let path = dir.join(&name);
+        // Reported relative to the destination: the peer need not learn the
+        // server's directory layout.
+        let shown = path
+            .strip_prefix(&cfg.dest)
+            .unwrap_or(&path)
+            .display()
+            .to_string();
+        report.deleted.push(shown.clone());
+        if cfg.dry_run {
+            continue;
+        }
+        let is_dir = std::fs::symlink_metadata(&at).is_ok_and(|m| m.is_dir());
+        let r = if is_dir {
+            std::fs::remove_dir_all(&at)
+        } else {
+            std::fs::remove_file(&at)
+        };
+        if let Err(e) = r {
+            report.failed.push(Failure {
+                path: shown,
+                error: format!("cannot delete: {e}"),
+            });
+        }
+    }
+}
+
+/// The names of the files a reserved name ([`is_reserved_name`]) may
+/// belong to: `NAME` for `.NAME.lhpart`, and also `NAME` for a part's
+/// `.NAME.F-E.lhdone` (whose `NAME` may itself hold dots and dashes).
+fn side_of(reserved: &str) -> Vec<&str> {
+    let Some(rest) = reserved.strip_prefix('.').and_then(|r| {
+        RESERVED_SUFFIXES
+            .iter()
+            .find_map(|suffix| r.strip_suffix(suffix))
+    }) else {
+        return Vec::new();
+    };
+    let mut names = vec![rest];
+    if let Some((name, range)) = rest.rsplit_once('.') {
+        if range
+            .split_once('-')
+            .is_some_and(|(a, b)| a.parse::<u32>().is_ok() && b.parse::<u32>().is_ok())
+        {
+            names.push(name);
+        }
+    }
+    names
+}
