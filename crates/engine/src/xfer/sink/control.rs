@@ -5,9 +5,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::ffi::OsString;
-use std::io;
-use std::os::unix::fs::PermissionsExt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::sync::mpsc::{Receiver, Sender};
 use std::sync::Arc;
@@ -20,7 +18,7 @@ use longhaul_proto::xfer::*;
 
 use super::finish::{finish, finishes_at_once};
 use super::open::{open_file, Openers};
-use super::tree::{make_link, prune};
+use super::tree::{make_link, prune, set_directories};
 use super::{drop_partial, Event, FileState, Files, SinkConfig, DESTINATION_FULL, OPENS_AT_ONCE};
 use crate::net::conn::FramedConn;
 use crate::stages::StageTotals;
@@ -52,21 +50,7 @@ pub(super) fn control(
         }
         msg
     };
-    let mut m = Sink::new(
-        Instant::now(),
-        SinkLimits {
-            max_files: cfg.max_files,
-            max_chunks_per_file: super::super::MAX_CHUNKS_PER_FILE,
-            max_chunks_in_flight: super::super::MAX_CHUNKS_IN_FLIGHT,
-            idle: super::super::TRANSFER_IDLE,
-        },
-    );
-    if cfg.bundles {
-        m.batch_messages();
-    }
-    if openers.is_some() {
-        m.open_at_once(OPENS_AT_ONCE);
-    }
+    let mut m = machine(cfg, openers.is_some());
     let mut work = Work {
         files,
         fin,
@@ -88,35 +72,10 @@ pub(super) fn control(
             .into_iter()
             .chain(std::iter::from_fn(|| rx.try_recv().ok()));
         for ev in events {
-            let now = Instant::now();
-            match ev {
-                Event::Opened(id, want) => m.opened(now, id, want),
-                Event::Done(d, bytes) => m.file_done(now, d, bytes),
-                Event::Resend(r) => {
-                    if let Some(f) = files.lock().expect("poisoned").get(&r.id) {
-                        f.inner.lock().expect("poisoned").ledger.damaged();
-                    }
-                    m.damaged(now, r).map_err(engine_error)?;
-                }
-                Event::Written { bytes, busy_us } => {
-                    cfg.progress.bytes.fetch_add(bytes, Ordering::Relaxed);
-                    m.written(now, bytes, busy_us);
-                }
-                Event::Fatal(e) => {
-                    if e.starts_with(DESTINATION_FULL) {
-                        // Every file in flight fails with the transfer:
-                        // their partial files give their space back.
-                        for f in files.lock().expect("poisoned").values() {
-                            drop_partial(f);
-                        }
-                    }
-                    let err = m.fatal(e);
-                    while let Some(msg) = m.poll_transmit() {
-                        let _ = conn.send(&stamped(msg));
-                    }
-                    return Err(engine_error(err));
-                }
+            if let Event::Fatal(e) = ev {
+                return Err(fatal(conn, &mut m, files, e, &stamped));
             }
+            work.event(&mut m, ev)?;
         }
         work.act(&mut m)?;
         // Small files finish by the thousand: one write for many.
@@ -148,6 +107,50 @@ pub(super) fn control(
         }
         m.handle(Instant::now(), msg).map_err(engine_error)?;
     }
+}
+
+/// The sink's state machine, with this end's limits.
+fn machine(cfg: &SinkConfig, openers: bool) -> Sink {
+    let mut m = Sink::new(
+        Instant::now(),
+        SinkLimits {
+            max_files: cfg.max_files,
+            max_chunks_per_file: super::super::MAX_CHUNKS_PER_FILE,
+            max_chunks_in_flight: super::super::MAX_CHUNKS_IN_FLIGHT,
+            idle: super::super::TRANSFER_IDLE,
+        },
+    );
+    if cfg.bundles {
+        m.batch_messages();
+    }
+    if openers {
+        m.open_at_once(OPENS_AT_ONCE);
+    }
+    m
+}
+
+/// Ends the transfer on a fatal error of a receiver or finisher: the
+/// source is told, and on a full destination every partial file in
+/// flight gives its space back.
+fn fatal(
+    conn: &mut FramedConn,
+    m: &mut Sink,
+    files: &Files,
+    e: String,
+    stamped: &dyn Fn(Message) -> Message,
+) -> EngineError {
+    if e.starts_with(DESTINATION_FULL) {
+        // Every file in flight fails with the transfer: their partial
+        // files give their space back.
+        for f in files.lock().expect("poisoned").values() {
+            drop_partial(f);
+        }
+    }
+    let err = m.fatal(e);
+    while let Some(msg) = m.poll_transmit() {
+        let _ = conn.send(&stamped(msg));
+    }
+    engine_error(err)
 }
 
 fn engine_error(e: SinkError) -> EngineError {
@@ -199,6 +202,28 @@ impl Work<'_> {
         }
     }
 
+    /// Feeds the machine what a receiver, opener or finisher reported
+    /// (anything but a fatal error).
+    fn event(&self, m: &mut Sink, ev: Event) -> Result<(), EngineError> {
+        let now = Instant::now();
+        match ev {
+            Event::Opened(id, want) => m.opened(now, id, want),
+            Event::Done(d, bytes) => m.file_done(now, d, bytes),
+            Event::Resend(r) => {
+                if let Some(f) = self.files.lock().expect("poisoned").get(&r.id) {
+                    f.inner.lock().expect("poisoned").ledger.damaged();
+                }
+                m.damaged(now, r).map_err(engine_error)?;
+            }
+            Event::Written { bytes, busy_us } => {
+                self.cfg.progress.bytes.fetch_add(bytes, Ordering::Relaxed);
+                m.written(now, bytes, busy_us);
+            }
+            Event::Fatal(e) => return Err(EngineError::Failed(e)),
+        }
+        Ok(())
+    }
+
     /// Whether to open `e` here rather than on the openers: a file of one
     /// chunk in memory, with nothing to read first (no `--checksum`
     /// digest to compare, no journal to check).
@@ -222,34 +247,12 @@ impl Work<'_> {
         let cfg = self.cfg;
         while let Some(action) = m.poll_action().map_err(engine_error)? {
             match action {
-                SinkAction::Dir(_) if cfg.dry_run => {}
-                SinkAction::Dir(e) => {
-                    match cfg
-                        .target(&e.path)
-                        .and_then(|t| cfg.ensure_dir(&t).map(|()| t))
-                    {
-                        Ok(t) => self.dirs.push((t, e)),
-                        Err(err) => m.failed(&e.path, err.to_string()),
-                    }
-                }
-                SinkAction::Link(e) if cfg.dry_run => {
-                    m.report_mut()
-                        .would_send
-                        .push(format!("{} -> {}", e.path, cfg.shown(&e.path)));
-                }
-                SinkAction::Link(e) => {
-                    match cfg.target(&e.path).and_then(|t| make_link(&t, &e, cfg)) {
-                        Ok(()) => m.report_mut().links += 1,
-                        Err(err) => m.failed(&e.path, err.to_string()),
-                    }
-                }
-                SinkAction::DirEnd(e) => {
-                    if let Ok(t) = cfg.target(&e.path) {
-                        let names = self.seen.remove(&t).unwrap_or_default();
-                        if !e.incomplete {
-                            prune(&t, &names, cfg, m.report_mut());
-                        }
-                    }
+                SinkAction::Dir(e) => self.dir(m, e),
+                SinkAction::Link(e) => link(m, &e, cfg),
+                SinkAction::DirEnd(e) => self.dir_end(m, &e),
+                SinkAction::SetDirectories => {
+                    set_directories(&self.dirs, cfg, m);
+                    m.directories_set();
                 }
                 SinkAction::Open(e) => match self.openers {
                     Some(o) if !self.opens_here(&e) => o.open(e),
@@ -265,19 +268,7 @@ impl Work<'_> {
                         self.finish(m, f);
                     }
                 }
-                SinkAction::Seal { id, resends } => {
-                    let f = self.files.lock().expect("poisoned").get(&id).cloned();
-                    if let Some(f) = f {
-                        let ready = {
-                            let mut p = f.inner.lock().expect("poisoned");
-                            p.ledger.seal(resends);
-                            p.ledger.claim()
-                        };
-                        if ready {
-                            self.finish(m, f);
-                        }
-                    }
-                }
+                SinkAction::Seal { id, resends } => self.seal(m, id, resends),
                 SinkAction::Discard { id, .. } => {
                     if let Some(f) = self.files.lock().expect("poisoned").remove(&id) {
                         f.inner.lock().expect("poisoned").ledger.fail();
@@ -294,15 +285,7 @@ impl Work<'_> {
                     size,
                     mtime_ns,
                     digest,
-                } => {
-                    cfg.progress.files.fetch_add(1, Ordering::Relaxed);
-                    if let Some(f) = &cfg.on_landed {
-                        f(&path, size, mtime_ns, digest.as_deref());
-                    }
-                    if let Some(dg) = &digest {
-                        super::super::write_digest(&cfg.digest_out, &path, dg);
-                    }
-                }
+                } => landed(cfg, &path, size, mtime_ns, digest.as_deref()),
                 SinkAction::WalkDone => cfg.progress.walk_done.store(true, Ordering::Relaxed),
                 SinkAction::Interval(mut i) => {
                     if i.rate_capped {
@@ -310,43 +293,78 @@ impl Work<'_> {
                     }
                     cfg.progress.push_interval(i);
                 }
-                SinkAction::SetDirectories => {
-                    for (path, e) in self.dirs.iter().rev() {
-                        // Opened again beneath the anchor; changed through
-                        // its descriptor, so never through a link swapped
-                        // in since.
-                        let Ok(d) = cfg.anchor.dir(path, false) else {
-                            continue;
-                        };
-                        let mode = std::fs::Permissions::from_mode(cfg.mode_of(e));
-                        let set = |what, r: io::Result<()>| {
-                            r.map_err(|err| dir_attr_failure(what, path, &err))
-                        };
-                        // Without --preserve a directory's time is a courtesy.
-                        let mtime = super::super::set_mtime_through(&d.path(), e.mtime_ns);
-                        if cfg.preserve {
-                            if let Err(err) = set("mode", std::fs::set_permissions(d.path(), mode))
-                                .and(set("mtime", mtime))
-                            {
-                                m.failed(&e.path, err);
-                            }
-                        }
-                    }
-                    m.directories_set();
-                }
             }
         }
         Ok(())
     }
+
+    /// Makes a directory (not in a dry run), to get its mode and time at
+    /// the end.
+    fn dir(&mut self, m: &mut Sink, e: Entry) {
+        let cfg = self.cfg;
+        if cfg.dry_run {
+            return;
+        }
+        match cfg
+            .target(&e.path)
+            .and_then(|t| cfg.ensure_dir(&t).map(|()| t))
+        {
+            Ok(t) => self.dirs.push((t, e)),
+            Err(err) => m.failed(&e.path, err.to_string()),
+        }
+    }
+
+    /// A directory's listing ended: with --delete, what the source did not
+    /// list there goes, unless the listing was incomplete.
+    fn dir_end(&mut self, m: &mut Sink, e: &Entry) {
+        if let Ok(t) = self.cfg.target(&e.path) {
+            let names = self.seen.remove(&t).unwrap_or_default();
+            if !e.incomplete {
+                prune(&t, &names, self.cfg, m.report_mut());
+            }
+        }
+    }
+
+    /// Every read of a file is done at the source: finished if all its
+    /// chunks are in.
+    fn seal(&self, m: &mut Sink, id: u64, resends: u32) {
+        let f = self.files.lock().expect("poisoned").get(&id).cloned();
+        if let Some(f) = f {
+            let ready = {
+                let mut p = f.inner.lock().expect("poisoned");
+                p.ledger.seal(resends);
+                p.ledger.claim()
+            };
+            if ready {
+                self.finish(m, f);
+            }
+        }
+    }
 }
 
-/// A directory's mode or mtime that `--preserve` could not give it.
-fn dir_attr_failure(what: &str, dir: &Path, e: &io::Error) -> String {
-    format!(
-        "failed to set the {what} of directory {}: {e}; check that it is not immutable \
-         (lsattr -d) and that its file system is not mounted read-only, or copy without --preserve",
-        dir.display()
-    )
+/// Makes a link in place (a dry run only says it would).
+fn link(m: &mut Sink, e: &Entry, cfg: &SinkConfig) {
+    if cfg.dry_run {
+        m.report_mut()
+            .would_send
+            .push(format!("{} -> {}", e.path, cfg.shown(&e.path)));
+        return;
+    }
+    match cfg.target(&e.path).and_then(|t| make_link(&t, e, cfg)) {
+        Ok(()) => m.report_mut().links += 1,
+        Err(err) => m.failed(&e.path, err.to_string()),
+    }
+}
+
+/// Tells the catalogue and the digest list of a file that landed.
+fn landed(cfg: &SinkConfig, path: &str, size: u64, mtime_ns: i64, digest: Option<&str>) {
+    cfg.progress.files.fetch_add(1, Ordering::Relaxed);
+    if let Some(f) = &cfg.on_landed {
+        f(path, size, mtime_ns, digest);
+    }
+    if let Some(dg) = digest {
+        super::super::write_digest(&cfg.digest_out, path, dg);
+    }
 }
 
 /// Whether the destination (or, for a file landing onto its own name, the

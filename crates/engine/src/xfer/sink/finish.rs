@@ -99,11 +99,7 @@ fn finish_part(f: &FileState, cfg: &SinkConfig, synced: bool) -> Result<Option<S
         Err(e) => return Err(io_err("mark done", &f.journal_path, e.into())),
         Ok(()) => {}
     }
-    let mode = if cfg.preserve {
-        cfg.mode_of(&f.entry)
-    } else {
-        0o666 & !cfg.umask
-    };
+    let mode = mode_of(f, cfg);
     let own = f.inner.lock().expect("poisoned").ledger.hashes().to_vec();
     let finished = super::super::parts::finalize(&super::super::parts::Finish {
         dir: &f.dir,
@@ -139,81 +135,79 @@ pub(super) fn finishes_at_once(f: &FileState, cfg: &SinkConfig) -> bool {
 /// it into place.
 pub(super) fn finish(f: &FileState, cfg: &SinkConfig, synced: bool) -> FileDone {
     let id = f.entry.id;
-    if f.entry.part.is_some() {
-        return match finish_part(f, cfg, synced) {
-            Ok(digest) => FileDone {
-                id,
-                digest,
-                ..FileDone::default()
-            },
-            Err(error) => FileDone {
-                id,
-                error: Some(error),
-                ..FileDone::default()
-            },
-        };
-    }
-    let result = (|| {
-        if cfg.sync_files && !synced && !f.dir.in_memory() {
-            f.out.sync_data().map_err(|e| io_err("sync", &f.part, e))?;
-        }
-        if cfg.verify {
-            verify(f, cfg)?;
-        }
-        let mode = if cfg.preserve {
-            cfg.mode_of(&f.entry)
-        } else {
-            0o666 & !cfg.umask
-        };
-        // Through the open file: no path, nothing to follow.
-        f.out
-            .set_mode(mode)
-            .map_err(|e| io_err("set mode of", &f.part, e))?;
-        f.out
-            .set_mtime(f.entry.mtime_ns)
-            .map_err(|e| io_err("set mtime of", &f.part, e))?;
-        // Relative to the directory's descriptor: the very directory the
-        // partial file was made in, without a walk of its /proc path.
-        let name = |p: &Path| p.file_name().expect("named").to_owned();
-        rustix::fs::renameat(f.dir.fd(), name(&f.part), f.dir.fd(), name(&f.target))
-            .map_err(io::Error::from)
-            .map_err(|e| match e.raw_os_error() {
-                Some(libc::EISDIR | libc::ENOTEMPTY | libc::EEXIST) => {
-                    format!(
-                        "{} is a directory; not replaced by a file",
-                        f.target.display()
-                    )
-                }
-                _ => io_err("rename into", &f.target, e),
-            })?;
-        if f.inner.lock().expect("poisoned").journal.is_some() {
-            let _ = std::fs::remove_file(&f.at_journal);
-        }
-        let p = f.inner.lock().expect("poisoned");
-        let values: Vec<ChunkValue> = p.ledger.hashes().iter().flatten().copied().collect();
-        digest::file_digest(&values)
-            .map(|d| hex(&d))
-            .ok_or_else(|| {
-                format!(
-                    "{}: no chunk values to make its digest of",
-                    f.target.display()
-                )
-            })
-    })();
+    let result = match f.entry.part {
+        Some(_) => finish_part(f, cfg, synced),
+        None => land(f, cfg, synced)
+            .map(Some)
+            .inspect_err(|_| drop_partial(f)),
+    };
     match result {
         Ok(digest) => FileDone {
             id,
-            digest: Some(digest),
+            digest,
             ..FileDone::default()
         },
-        Err(error) => {
-            drop_partial(f);
-            FileDone {
-                id,
-                error: Some(error),
-                ..FileDone::default()
+        Err(error) => FileDone {
+            id,
+            error: Some(error),
+            ..FileDone::default()
+        },
+    }
+}
+
+/// Lands a whole file: durable (unless `synced` with others), checked
+/// with `--verify`, its mode and mtime set through the open file, renamed
+/// into place beside it, its journal removed. Returns its digest.
+fn land(f: &FileState, cfg: &SinkConfig, synced: bool) -> Result<String, String> {
+    if cfg.sync_files && !synced && !f.dir.in_memory() {
+        f.out.sync_data().map_err(|e| io_err("sync", &f.part, e))?;
+    }
+    if cfg.verify {
+        verify(f, cfg)?;
+    }
+    // Through the open file: no path, nothing to follow.
+    f.out
+        .set_mode(mode_of(f, cfg))
+        .map_err(|e| io_err("set mode of", &f.part, e))?;
+    f.out
+        .set_mtime(f.entry.mtime_ns)
+        .map_err(|e| io_err("set mtime of", &f.part, e))?;
+    // Relative to the directory's descriptor: the very directory the
+    // partial file was made in, without a walk of its /proc path.
+    let name = |p: &Path| p.file_name().expect("named").to_owned();
+    rustix::fs::renameat(f.dir.fd(), name(&f.part), f.dir.fd(), name(&f.target))
+        .map_err(io::Error::from)
+        .map_err(|e| match e.raw_os_error() {
+            Some(libc::EISDIR | libc::ENOTEMPTY | libc::EEXIST) => {
+                format!(
+                    "{} is a directory; not replaced by a file",
+                    f.target.display()
+                )
             }
-        }
+            _ => io_err("rename into", &f.target, e),
+        })?;
+    if f.inner.lock().expect("poisoned").journal.is_some() {
+        let _ = std::fs::remove_file(&f.at_journal);
+    }
+    let p = f.inner.lock().expect("poisoned");
+    let values: Vec<ChunkValue> = p.ledger.hashes().iter().flatten().copied().collect();
+    digest::file_digest(&values)
+        .map(|d| hex(&d))
+        .ok_or_else(|| {
+            format!(
+                "{}: no chunk values to make its digest of",
+                f.target.display()
+            )
+        })
+}
+
+/// The mode a landed file gets: the source's with `--preserve` (special
+/// bits as [`SinkConfig::mode_of`] allows), else a new file's.
+fn mode_of(f: &FileState, cfg: &SinkConfig) -> u32 {
+    if cfg.preserve {
+        cfg.mode_of(&f.entry)
+    } else {
+        0o666 & !cfg.umask
     }
 }
 

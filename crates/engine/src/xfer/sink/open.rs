@@ -16,6 +16,7 @@ use longhaul_proto::xfer::*;
 
 use super::super::beneath::Dir;
 use super::super::storage::read_exact_at;
+use super::super::storage::WriteAt;
 use super::journal::{new_journal, read_journal};
 use super::{io_err, side_path, Event, FileState, Files, Progress, SinkConfig, DESTINATION_FULL};
 use crate::stages::{self, timed, Stage, StageTotals};
@@ -90,33 +91,12 @@ pub(super) fn open_file(
     report: &mut SinkReport,
 ) -> Want {
     let fail = |error: String| Want::Fail { id: e.id, error };
-    // The machine checked the peer's numbers (chunk size and count, chunks
-    // in flight) before it asked for the file.
-    let count = chunk_count(e.size, e.chunk_size);
     let target = match cfg.target(&e.path) {
         Ok(t) => t,
         Err(err) => return fail(err.to_string()),
     };
-    if !cfg.force {
-        // A missing (or refused) parent: no such file here yet.
-        let at = cfg.anchor.anchored(&target).ok();
-        if let Some(m) = at
-            .as_ref()
-            .and_then(|at| std::fs::symlink_metadata(at).ok())
-        {
-            let at = at.as_ref().expect("stat succeeded on it");
-            let same = m.is_file()
-                && m.len() == e.size
-                && match &e.digest {
-                    // sync --checksum: the content decides, not the mtime.
-                    Some(d) => super::super::content_digest(&*cfg.storage, at, e.size)
-                        .is_ok_and(|mine| &mine == d),
-                    None => super::super::mtime_ns(&m) == e.mtime_ns,
-                };
-            if same {
-                return Want::Skip { id: e.id };
-            }
-        }
+    if !cfg.force && in_place(e, cfg, &target) {
+        return Want::Skip { id: e.id };
     }
     if cfg.dry_run {
         report
@@ -132,9 +112,41 @@ pub(super) fn open_file(
     // From here on the target is named as the peer knows it: messages
     // never carry a server's absolute path.
     let target = cfg.anchor.show(&target);
-    if let Some(range) = e.part {
-        return open_part(e, range, cfg, files, target, dir);
+    match e.part {
+        Some(range) => open_part(e, range, cfg, files, target, dir),
+        None => open_whole(e, cfg, files, target, dir),
     }
+}
+
+/// Whether the destination has the file already: a regular file of its
+/// size, and its mtime (or, with `sync --checksum`, its content). A
+/// missing (or refused) parent: no such file here yet.
+fn in_place(e: &Entry, cfg: &SinkConfig, target: &Path) -> bool {
+    let Some(at) = cfg.anchor.anchored(target).ok() else {
+        return false;
+    };
+    let Ok(m) = std::fs::symlink_metadata(&at) else {
+        return false;
+    };
+    m.is_file()
+        && m.len() == e.size
+        && match &e.digest {
+            // sync --checksum: the content decides, not the mtime.
+            Some(d) => super::super::content_digest(&*cfg.storage, &at, e.size)
+                .is_ok_and(|mine| &mine == d),
+            None => super::super::mtime_ns(&m) == e.mtime_ns,
+        }
+}
+
+/// Opens a whole file's partial file beside `target` in `dir`: resumed
+/// from its journal if that checks out, else made afresh (sized, its
+/// space reserved); its journal rewritten; the chunks still needed asked
+/// for.
+fn open_whole(e: &Entry, cfg: &SinkConfig, files: &Files, target: PathBuf, dir: Arc<Dir>) -> Want {
+    let fail = |error: String| Want::Fail { id: e.id, error };
+    // The machine checked the peer's numbers (chunk size and count, chunks
+    // in flight) before it asked for the file.
+    let count = chunk_count(e.size, e.chunk_size);
     let part = side_path(&target, "lhpart");
     let journal_path = side_path(&target, "lhjournal");
     let side = |p: &Path| dir.join(p.file_name().expect("side paths have a name"));
@@ -144,88 +156,28 @@ pub(super) fn open_file(
         mtime_ns: e.mtime_ns,
         chunk_size: e.chunk_size,
     };
-    let mut hashes = vec![None; count as usize];
-    let mut skip = Vec::new();
-    let mut resumed = 0u64;
-    // Resume: chunks the journal lists are hashed again, not trusted.
-    // Resume: only files of several chunks have a journal; the partial
-    // file is opened only when there is one.
-    let journal_bytes = if count > 1 {
-        read_journal(&at_journal, count)
-    } else {
-        None
-    };
-    if let Some((bytes, reader)) =
-        journal_bytes.and_then(|b| cfg.storage.open_read(&at_part).ok().map(|r| (b, r)))
-    {
-        if let Some((h, records)) = parse_journal(&bytes).filter(|(h, _)| *h == header) {
-            let _ = h;
-            let mut buf = Vec::new();
-            for (index, hash) in records {
-                if u64::from(index) >= count || hashes[index as usize].is_some() {
-                    continue;
-                }
-                let c = chunk_at(e.id, e.size, e.chunk_size, index);
-                buf.resize(c.len as usize, 0);
-                if read_exact_at(&*reader, &mut buf, c.offset).is_ok()
-                    && digest::chunk_value(&buf, c.offset, false) == hash
-                {
-                    hashes[index as usize] = Some(hash);
-                    skip.push(index);
-                    resumed += u64::from(c.len);
-                }
-            }
-        }
-    }
+    let (hashes, skip, resumed) = resume(e, cfg, &header, &at_part, &at_journal);
     let fresh = skip.is_empty();
-    skip.sort_unstable();
     let skip = skip_ranges(skip, MAX_SKIP_RANGES);
-    let part_name = part.file_name().expect("side paths have a name");
-    let opened = if fresh {
-        cfg.storage.create_in(&dir, part_name)
-    } else {
-        cfg.storage.open_write(&at_part, false)
-    };
-    let out = match opened {
-        Ok(o) => o,
-        Err(err) => return fail(io_err("create", &part, err)),
-    };
     // A fresh file of one chunk gets its size from that chunk's write (or,
     // for a hole, when it arrives): no ftruncate.
     let sized = !(fresh && count == 1);
-    if fresh && sized {
-        let fail = |error: String| {
-            // Made for this run and failed at once: nothing stays.
-            let _ = std::fs::remove_file(&at_part);
-            fail(error)
-        };
-        if let Err(err) = out.set_len(e.size) {
-            return fail(io_err("size", &part, err));
-        }
-        // Reserve the space now, so that a full disk shows at once; a
-        // sparse source keeps its holes instead.
-        if !e.sparse && count > 1 {
-            if let Err(err) = out.allocate(e.size) {
-                if err.raw_os_error() == Some(libc::ENOSPC) {
-                    return fail(format!(
-                        "{DESTINATION_FULL}: cannot allocate {} bytes for {}",
-                        e.size,
-                        target.display()
-                    ));
-                }
-            }
-        }
-    }
+    let out = match open_partial(e, cfg, &dir, &part, &at_part, &target, fresh, sized) {
+        Ok(o) => o,
+        Err(error) => return fail(error),
+    };
     // Rewrite the journal with the records that checked out. A one-chunk
     // file has none: it completes or starts over.
+    let verified = || {
+        hashes
+            .iter()
+            .enumerate()
+            .filter_map(|(i, h)| Some((i as u32, (*h)?)))
+    };
     let journal = if count == 1 {
         Ok(None)
     } else {
-        let records = hashes
-            .iter()
-            .enumerate()
-            .filter_map(|(i, h)| Some((i as u32, (*h)?)));
-        new_journal(&at_journal, &header, records).map(Some)
+        new_journal(&at_journal, &header, verified()).map(Some)
     };
     let journal = match journal {
         Ok(j) => j,
@@ -245,13 +197,7 @@ pub(super) fn open_file(
         write_lock: Mutex::new(()),
         inner: Mutex::new(Progress {
             journal,
-            ledger: FileLedger::new(
-                hashes.len(),
-                hashes
-                    .iter()
-                    .enumerate()
-                    .filter_map(|(i, h)| Some((i as u32, (*h)?))),
-            ),
+            ledger: FileLedger::new(hashes.len(), verified()),
         }),
     });
     files.lock().expect("poisoned").insert(e.id, state);
@@ -260,6 +206,102 @@ pub(super) fn open_file(
         skip,
         resumed_bytes: resumed,
     }
+}
+
+/// What a resume keeps of a partial file: the chunks its journal lists
+/// that hash again to what it says (a journal is not trusted). Only
+/// files of several chunks have a journal; the partial file is opened
+/// only when there is one. Returns each chunk's value if kept, the kept
+/// indices in order, and their bytes.
+fn resume(
+    e: &Entry,
+    cfg: &SinkConfig,
+    header: &JournalHeader,
+    at_part: &Path,
+    at_journal: &Path,
+) -> (Vec<Option<[u8; 32]>>, Vec<u32>, u64) {
+    let count = chunk_count(e.size, e.chunk_size);
+    let mut hashes = vec![None; count as usize];
+    let mut skip = Vec::new();
+    let mut resumed = 0u64;
+    let journal_bytes = if count > 1 {
+        read_journal(at_journal, count)
+    } else {
+        None
+    };
+    if let Some((bytes, reader)) =
+        journal_bytes.and_then(|b| cfg.storage.open_read(at_part).ok().map(|r| (b, r)))
+    {
+        if let Some((_, records)) = parse_journal(&bytes).filter(|(h, _)| h == header) {
+            let mut buf = Vec::new();
+            for (index, hash) in records {
+                if u64::from(index) >= count || hashes[index as usize].is_some() {
+                    continue;
+                }
+                let c = chunk_at(e.id, e.size, e.chunk_size, index);
+                buf.resize(c.len as usize, 0);
+                if read_exact_at(&*reader, &mut buf, c.offset).is_ok()
+                    && digest::chunk_value(&buf, c.offset, false) == hash
+                {
+                    hashes[index as usize] = Some(hash);
+                    skip.push(index);
+                    resumed += u64::from(c.len);
+                }
+            }
+        }
+    }
+    skip.sort_unstable();
+    (hashes, skip, resumed)
+}
+
+/// Opens the partial file for writing: made afresh (and, if `sized`,
+/// given its full size, with its space reserved unless the source is
+/// sparse) or opened as it is for a resume. A fresh one that fails is
+/// removed.
+#[allow(clippy::too_many_arguments)]
+fn open_partial(
+    e: &Entry,
+    cfg: &SinkConfig,
+    dir: &Dir,
+    part: &Path,
+    at_part: &Path,
+    target: &Path,
+    fresh: bool,
+    sized: bool,
+) -> Result<Box<dyn WriteAt>, String> {
+    let count = chunk_count(e.size, e.chunk_size);
+    let part_name = part.file_name().expect("side paths have a name");
+    let opened = if fresh {
+        cfg.storage.create_in(dir, part_name)
+    } else {
+        cfg.storage.open_write(at_part, false)
+    };
+    let out = opened.map_err(|err| io_err("create", part, err))?;
+    if !(fresh && sized) {
+        return Ok(out);
+    }
+    let fail = |error: String| {
+        // Made for this run and failed at once: nothing stays.
+        let _ = std::fs::remove_file(at_part);
+        Err(error)
+    };
+    if let Err(err) = out.set_len(e.size) {
+        return fail(io_err("size", part, err));
+    }
+    // Reserve the space now, so that a full disk shows at once; a sparse
+    // source keeps its holes instead.
+    if !e.sparse && count > 1 {
+        if let Err(err) = out.allocate(e.size) {
+            if err.raw_os_error() == Some(libc::ENOSPC) {
+                return fail(format!(
+                    "{DESTINATION_FULL}: cannot allocate {} bytes for {}",
+                    e.size,
+                    target.display()
+                ));
+            }
+        }
+    }
+    Ok(out)
 }
 
 /// Answers a part of a file ([`Entry::part`], see [`super::super::parts`]): opens

@@ -14,7 +14,7 @@ use longhaul_proto::plan::{chunk_at, chunk_count};
 use longhaul_proto::xfer::*;
 
 use super::super::read_frame;
-use super::super::storage::write_all_at;
+use super::super::storage::{write_all_at, AlignedBuf};
 use super::finish::{finish, finishes_at_once};
 use super::{drop_partial, io_err, Event, FileState, Files, SinkConfig, DESTINATION_FULL};
 use crate::net::conn::Stream;
@@ -23,7 +23,9 @@ use crate::stages::{timed, Stage};
 /// One data stream: chunk frames in, streamed through the cache in pieces
 /// (hashed and written as they arrive), counted only once the trailer's
 /// hash matches; bundle frames (if negotiated) in whole, each record
-/// checked against its hash and then written with one write.
+/// checked against its hash and then written with one write. A failure
+/// of the stream, or a frame that breaks the protocol, is fatal to the
+/// transfer.
 pub(super) fn receive(
     s: Box<dyn Stream>,
     files: &Files,
@@ -31,119 +33,175 @@ pub(super) fn receive(
     fin: &Sender<Arc<FileState>>,
     cfg: &SinkConfig,
 ) {
-    // Buffered: a small file's header, bytes and trailer come in one read;
-    // big pieces bypass the buffer.
-    let mut r = io::BufReader::with_capacity(256 << 10, s);
-    let mut header = [0u8; CHUNK_HEADER_LEN];
-    let mut trailer = [0u8; CHUNK_TRAILER_LEN];
-    let mut buf = super::super::storage::AlignedBuf::new(super::super::PIECE);
-    let mut body = Vec::new();
-    let zeros = vec![0u8; super::super::PIECE];
-    let fatal = |e: String| {
-        let _ = tx.send(Event::Fatal(e));
+    let mut receiver = StreamReceiver {
+        // Buffered: a small file's header, bytes and trailer come in one
+        // read; big pieces bypass the buffer.
+        r: io::BufReader::with_capacity(256 << 10, s),
+        header: [0u8; CHUNK_HEADER_LEN],
+        buf: AlignedBuf::new(super::super::PIECE),
+        body: Vec::new(),
+        zeros: vec![0u8; super::super::PIECE],
+        files,
+        tx,
+        fin,
+        cfg,
     };
-    loop {
-        match timed(Stage::Receive, || read_frame(&mut r, &mut header[..1])) {
-            Ok(true) => {}
-            Ok(false) => return,
-            Err(e) => return fatal(format!("data stream failed: {e}")),
-        }
-        if header[0] == BUNDLE_FRAME {
-            if !cfg.bundles {
-                return fatal("bad chunk frame: a bundle frame, which was not agreed".into());
+    if let Err(e) = receiver.run() {
+        let _ = tx.send(Event::Fatal(e));
+    }
+}
+
+/// One data stream's state between frames.
+struct StreamReceiver<'a> {
+    r: io::BufReader<Box<dyn Stream>>,
+    header: [u8; CHUNK_HEADER_LEN],
+    buf: AlignedBuf,
+    /// A bundle frame's records.
+    body: Vec<u8>,
+    zeros: Vec<u8>,
+    files: &'a Files,
+    tx: &'a Sender<Event>,
+    fin: &'a Sender<Arc<FileState>>,
+    cfg: &'a SinkConfig,
+}
+
+/// A chunk's bytes as they went by: their check, and how writing them
+/// went.
+struct Body {
+    checker: digest::Checker,
+    write_error: Option<io::Error>,
+    write_us: u64,
+}
+
+impl StreamReceiver<'_> {
+    /// Takes frames until the stream ends cleanly.
+    fn run(&mut self) -> Result<(), String> {
+        loop {
+            match timed(Stage::Receive, || {
+                read_frame(&mut self.r, &mut self.header[..1])
+            }) {
+                Ok(true) => {}
+                Ok(false) => return Ok(()),
+                Err(e) => return Err(format!("data stream failed: {e}")),
             }
-            if let Err(e) = receive_bundle(&mut r, &mut body, files, tx, fin, cfg) {
-                return fatal(e);
+            if self.header[0] != BUNDLE_FRAME {
+                self.chunk()?;
+            } else if self.cfg.bundles {
+                let (files, tx, fin, cfg) = (self.files, self.tx, self.fin, self.cfg);
+                receive_bundle(&mut self.r, &mut self.body, files, tx, fin, cfg)?;
+            } else {
+                return Err("bad chunk frame: a bundle frame, which was not agreed".into());
             }
-            continue;
         }
-        if let Err(e) = timed(Stage::Receive, || read_all(&mut r, &mut header[1..])) {
-            return fatal(format!("data stream failed: {e}"));
-        }
-        let h = match ChunkHeader::decode(&header) {
-            Ok(h) => h,
-            Err(e) => return fatal(e.to_string()),
-        };
-        let f = files.lock().expect("poisoned").get(&h.file).cloned();
+    }
+
+    /// The rest of a chunk frame (its type byte is read): checked against
+    /// its file's plan, its bytes written unless they are not wanted, and
+    /// booked once its trailer's hash matches (else asked for again).
+    fn chunk(&mut self) -> Result<(), String> {
+        timed(Stage::Receive, || {
+            read_all(&mut self.r, &mut self.header[1..])
+        })
+        .map_err(|e| format!("data stream failed: {e}"))?;
+        let h = ChunkHeader::decode(&self.header).map_err(|e| e.to_string())?;
+        let f = self.files.lock().expect("poisoned").get(&h.file).cloned();
         if let Some(f) = &f {
-            let want = chunk_at(h.file, f.entry.size, f.entry.chunk_size, h.index);
-            let count = chunk_count(f.entry.size, f.entry.chunk_size);
-            if u64::from(h.index) >= count || (want.offset, want.len) != (h.offset, h.len) {
-                return fatal(format!(
-                    "chunk {} of {} does not match the file's plan",
-                    h.index, f.entry.path
-                ));
-            }
+            check_plan(&h, &f.entry)?;
         }
         // Bytes go to storage unless the file is gone (failed or done), the
         // chunk is verified already, or it is a hole in a fresh file.
         let target = f
             .as_ref()
             .filter(|f| f.inner.lock().expect("poisoned").ledger.wants(h.index));
+        let body = self.body_of(&h, target)?;
+        let mut trailer = [0u8; CHUNK_TRAILER_LEN];
+        timed(Stage::Receive, || read_frame(&mut self.r, &mut trailer))
+            .map_err(|e| format!("data stream failed mid-chunk: {e}"))?;
+        let Some(f) = target else { return Ok(()) };
+        let trailer = Trailer::decode(&trailer);
+        let check = if h.zero {
+            super::super::zero_check(h.len)
+        } else {
+            timed(Stage::Verify, || body.checker.finalize())
+        };
+        if check != trailer.check {
+            let _ = self.tx.send(Event::Resend(Resend {
+                id: h.file,
+                index: h.index,
+            }));
+            return Ok(());
+        }
+        let written = Written {
+            index: h.index,
+            hash: trailer.value,
+            len: h.len,
+            error: body.write_error,
+            busy_us: body.write_us,
+        };
+        book(f, written, self.tx, self.fin, self.cfg)
+    }
+
+    /// A chunk's bytes, read in pieces (or zeros for a hole), hashed, and
+    /// written to `target` unless they are not to be.
+    fn body_of(
+        &mut self,
+        h: &ChunkHeader,
+        target: Option<&Arc<FileState>>,
+    ) -> Result<Body, String> {
         let write = target.is_some_and(|f| !(h.zero && f.fresh));
-        let mut write_error = None;
+        let mut body = Body {
+            checker: digest::Checker::new(),
+            write_error: None,
+            write_us: 0,
+        };
         if let Some(f) = target.filter(|f| h.zero && !f.sized.load(Ordering::Relaxed)) {
             // A hole not written: the file still needs its size.
             match f.out.set_len(f.entry.size) {
                 Ok(()) => f.sized.store(true, Ordering::Relaxed),
-                Err(e) => write_error = Some(e),
+                Err(e) => body.write_error = Some(e),
             }
         }
-        let mut write_us = 0u64;
-        let mut checker = digest::Checker::new();
         let mut off = 0u64;
         while off < u64::from(h.len) {
-            let n = (u64::from(h.len) - off).min(buf.len() as u64) as usize;
+            let n = (u64::from(h.len) - off).min(self.buf.len() as u64) as usize;
             let piece: &[u8] = if h.zero {
-                &zeros[..n]
+                &self.zeros[..n]
             } else {
-                if let Err(e) = timed(Stage::Receive, || read_frame(&mut r, &mut buf[..n])) {
-                    return fatal(format!("data stream failed mid-chunk: {e}"));
-                }
-                timed(Stage::Verify, || checker.update(&buf[..n]));
-                &buf[..n]
+                let buf = &mut self.buf[..n];
+                timed(Stage::Receive, || read_frame(&mut self.r, buf))
+                    .map_err(|e| format!("data stream failed mid-chunk: {e}"))?;
+                timed(Stage::Verify, || body.checker.update(buf));
+                buf
             };
-            if write && write_error.is_none() {
+            if write && body.write_error.is_none() {
                 let f = target.expect("write implies a target");
                 let t = Instant::now();
                 let _one_writer = f.write_lock.lock().expect("poisoned");
                 if let Err(e) = timed(Stage::Write, || {
                     write_all_at(&*f.out, piece, h.offset + off)
                 }) {
-                    write_error = Some(e);
+                    body.write_error = Some(e);
                 }
-                write_us += t.elapsed().as_micros() as u64;
+                body.write_us += t.elapsed().as_micros() as u64;
             }
             off += n as u64;
         }
-        if let Err(e) = timed(Stage::Receive, || read_frame(&mut r, &mut trailer)) {
-            return fatal(format!("data stream failed mid-chunk: {e}"));
-        }
-        let Some(f) = target else { continue };
-        let trailer = Trailer::decode(&trailer);
-        let check = if h.zero {
-            super::super::zero_check(h.len)
-        } else {
-            timed(Stage::Verify, || checker.finalize())
-        };
-        if check != trailer.check {
-            let _ = tx.send(Event::Resend(Resend {
-                id: h.file,
-                index: h.index,
-            }));
-            continue;
-        }
-        let written = Written {
-            index: h.index,
-            hash: trailer.value,
-            len: h.len,
-            error: write_error,
-            busy_us: write_us,
-        };
-        if let Err(e) = book(f, written, tx, fin, cfg) {
-            return fatal(e);
-        }
+        Ok(body)
     }
+}
+
+/// Whether a chunk frame's header is the chunk of `e`'s plan it names:
+/// an index the file has, at that chunk's offset and of its length.
+fn check_plan(h: &ChunkHeader, e: &Entry) -> Result<(), String> {
+    let want = chunk_at(h.file, e.size, e.chunk_size, h.index);
+    let count = chunk_count(e.size, e.chunk_size);
+    if u64::from(h.index) >= count || (want.offset, want.len) != (h.offset, h.len) {
+        return Err(format!(
+            "chunk {} of {} does not match the file's plan",
+            h.index, e.path
+        ));
+    }
+    Ok(())
 }
 
 /// Fills `buf` from the stream: an end of stream here cuts a frame short.
@@ -185,17 +243,7 @@ fn receive_bundle(
     };
     for (rec, f) in records.iter().zip(found) {
         let Some(f) = f else { continue };
-        if chunk_count(f.entry.size, f.entry.chunk_size) != 1
-            || rec.data.len() as u64 != f.entry.size
-        {
-            return Err(format!(
-                "bad chunk frame: a bundle record of {} bytes for {}, announced with {} bytes in one chunk of {}",
-                rec.data.len(),
-                f.entry.path,
-                f.entry.size,
-                f.entry.chunk_size
-            ));
-        }
+        check_record(rec.data.len(), &f.entry)?;
         if !f.inner.lock().expect("poisoned").ledger.wants(0) {
             continue;
         }
@@ -221,6 +269,18 @@ fn receive_bundle(
             busy_us: t.elapsed().as_micros() as u64,
         };
         book(&f, written, tx, fin, cfg)?;
+    }
+    Ok(())
+}
+
+/// Whether a bundle record of `len` bytes can be all of `e`: a file of
+/// one chunk, of that size.
+fn check_record(len: usize, e: &Entry) -> Result<(), String> {
+    if chunk_count(e.size, e.chunk_size) != 1 || len as u64 != e.size {
+        return Err(format!(
+            "bad chunk frame: a bundle record of {len} bytes for {}, announced with {} bytes in one chunk of {}",
+            e.path, e.size, e.chunk_size
+        ));
     }
     Ok(())
 }

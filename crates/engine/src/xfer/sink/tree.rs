@@ -4,7 +4,11 @@
 
 use std::collections::HashSet;
 use std::ffi::{OsStr, OsString};
-use std::path::Path;
+use std::io;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+
+use longhaul_proto::transfer::sink::Sink;
 
 use longhaul_proto::xfer::*;
 
@@ -107,4 +111,36 @@ fn side_of(reserved: &str) -> Vec<&str> {
         }
     }
     names
+}
+
+/// Gives the directories made their modes and times (with `--preserve`;
+/// without, a directory's time is a courtesy), deepest first, so that
+/// filling one does not change its time again.
+pub(super) fn set_directories(dirs: &[(PathBuf, Entry)], cfg: &SinkConfig, m: &mut Sink) {
+    for (path, e) in dirs.iter().rev() {
+        // Opened again beneath the anchor; changed through its
+        // descriptor, so never through a link swapped in since.
+        let Ok(d) = cfg.anchor.dir(path, false) else {
+            continue;
+        };
+        let mode = std::fs::Permissions::from_mode(cfg.mode_of(e));
+        let set = |what, r: io::Result<()>| r.map_err(|err| dir_attr_failure(what, path, &err));
+        let mtime = super::super::set_mtime_through(&d.path(), e.mtime_ns);
+        if cfg.preserve {
+            if let Err(err) =
+                set("mode", std::fs::set_permissions(d.path(), mode)).and(set("mtime", mtime))
+            {
+                m.failed(&e.path, err);
+            }
+        }
+    }
+}
+
+/// A directory's mode or mtime that `--preserve` could not give it.
+fn dir_attr_failure(what: &str, dir: &Path, e: &io::Error) -> String {
+    format!(
+        "failed to set the {what} of directory {}: {e}; check that it is not immutable \
+         (lsattr -d) and that its file system is not mounted read-only, or copy without --preserve",
+        dir.display()
+    )
 }
