@@ -336,3 +336,52 @@ pub fn run_sink(
     }
     result
 }
+
+/// What the parts' tests share: a sink laying files into a temp dir.
+#[cfg(test)]
+mod testing {
+    use super::super::storage::Local;
+    use super::*;
+
+    /// A sink into `dest` with every option off.
+    pub(super) fn config(dest: &Path) -> SinkConfig {
+        SinkConfig {
+            digest_out: None,
+            on_landed: None,
+            progress: Default::default(),
+            dest: dest.to_path_buf(),
+            dest_shown: "dest".into(),
+            landing: Landing::Into,
+            preserve: false,
+            keep_special_modes: false,
+            force: false,
+            sync_files: false,
+            verify: false,
+            storage: Arc::new(Local),
+            umask: 0o022,
+            delete: false,
+            dry_run: false,
+            anchor: Anchor::open(dest).expect("anchor"),
+            max_files: 64,
+            bundles: true,
+        }
+    }
+
+    /// A file entry as a source announces it.
+    pub(super) fn file(id: u64, path: &str, size: u64, chunk_size: u64) -> Entry {
+        Entry {
+            id,
+            path: path.into(),
+            kind: Kind::File,
+            size,
+            mode: 0o644,
+            mtime_ns: 1_600_000_000_000_000_000,
+            target: None,
+            chunk_size,
+            sparse: false,
+            incomplete: false,
+            digest: None,
+            part: None,
+        }
+    }
+}

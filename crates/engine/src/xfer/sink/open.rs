@@ -401,3 +401,137 @@ fn open_part(
 
 /// Threads that open announced files ([`Openers`]).
 const OPENERS: usize = 4;
+
+#[cfg(test)]
+mod tests {
+    use super::super::testing::{config, file};
+    use super::*;
+
+    const CHUNK: u64 = 64 << 10;
+
+    fn no_files() -> Files {
+        Arc::new(Mutex::new(std::collections::HashMap::new()))
+    }
+
+    fn open(e: &Entry, cfg: &SinkConfig, files: &Files) -> (Want, SinkReport) {
+        let mut report = SinkReport::default();
+        let want = open_file(e, cfg, files, &mut report);
+        (want, report)
+    }
+
+    #[test]
+    fn a_new_file_gets_a_sized_partial_file_and_a_journal() {
+        let t = tempfile::tempdir().unwrap();
+        let (cfg, files) = (config(t.path()), no_files());
+        let e = file(1, "run/big.bin", 3 * CHUNK, CHUNK);
+        std::fs::create_dir(t.path().join("run")).unwrap();
+        let (want, _) = open(&e, &cfg, &files);
+        assert!(
+            matches!(&want, Want::Send { id: 1, skip, resumed_bytes: 0 } if skip.is_empty()),
+            "{want:?}"
+        );
+        let part = t.path().join("run/.big.bin.lhpart");
+        assert_eq!(std::fs::metadata(&part).unwrap().len(), 3 * CHUNK);
+        assert!(t.path().join("run/.big.bin.lhjournal").exists());
+        let f = files.lock().unwrap()[&1].clone();
+        assert!(f.fresh && f.sized.load(std::sync::atomic::Ordering::Relaxed));
+        // One chunk: no journal, and sized by its write.
+        let small = file(2, "run/small", 10, CHUNK);
+        assert!(matches!(open(&small, &cfg, &files).0, Want::Send { .. }));
+        assert!(!t.path().join("run/.small.lhjournal").exists());
+        assert!(!files.lock().unwrap()[&2]
+            .sized
+            .load(std::sync::atomic::Ordering::Relaxed));
+    }
+
+    #[test]
+    fn a_file_in_place_is_skipped_and_a_dry_run_opens_nothing() {
+        let t = tempfile::tempdir().unwrap();
+        let (mut cfg, files) = (config(t.path()), no_files());
+        let e = file(1, "same", 5, CHUNK);
+        let p = t.path().join("same");
+        std::fs::write(&p, b"12345").unwrap();
+        let mtime = std::time::UNIX_EPOCH + std::time::Duration::from_nanos(e.mtime_ns as u64);
+        std::fs::File::options()
+            .write(true)
+            .open(&p)
+            .unwrap()
+            .set_modified(mtime)
+            .unwrap();
+        assert!(matches!(open(&e, &cfg, &files).0, Want::Skip { id: 1 }));
+        // Another mtime: sent again.
+        let newer = Entry {
+            mtime_ns: e.mtime_ns + 1,
+            ..e.clone()
+        };
+        assert!(matches!(open(&newer, &cfg, &files).0, Want::Send { .. }));
+        // --force sends it whatever.
+        cfg.force = true;
+        assert!(matches!(open(&e, &cfg, &files).0, Want::Send { .. }));
+        // A dry run says what it would send, and opens nothing.
+        let (cfg, files) = (
+            SinkConfig {
+                dry_run: true,
+                ..config(t.path())
+            },
+            no_files(),
+        );
+        let (want, report) = open(&file(3, "new", 7, CHUNK), &cfg, &files);
+        assert!(matches!(want, Want::Skip { id: 3 }));
+        assert_eq!(report.would_send, ["new -> dest/new"]);
+        assert_eq!(report.would_send_bytes, 7);
+        assert!(!t.path().join(".new.lhpart").exists());
+        assert!(files.lock().unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_resume_keeps_only_the_journaled_chunks_that_hash_again() {
+        let t = tempfile::tempdir().unwrap();
+        let (cfg, files) = (config(t.path()), no_files());
+        let e = file(1, "big", 3 * CHUNK, CHUNK);
+        let data: Vec<u8> = (0..3 * CHUNK).map(|i| (i % 253) as u8).collect();
+        std::fs::write(t.path().join(".big.lhpart"), &data).unwrap();
+        let value = |i: u64| {
+            let c = &data[(i * CHUNK) as usize..((i + 1) * CHUNK) as usize];
+            digest::chunk_value(c, i * CHUNK, false)
+        };
+        let header = JournalHeader {
+            size: e.size,
+            mtime_ns: e.mtime_ns,
+            chunk_size: e.chunk_size,
+        };
+        // Chunk 0 checks out; chunk 2's record lies.
+        let records = [(0, value(0)), (2, value(1))];
+        new_journal(&t.path().join(".big.lhjournal"), &header, records).unwrap();
+        let (want, _) = open(&e, &cfg, &files);
+        let Want::Send {
+            skip,
+            resumed_bytes,
+            ..
+        } = want
+        else {
+            panic!("{want:?}");
+        };
+        assert_eq!(skip, [[0, 1]]);
+        assert_eq!(resumed_bytes, CHUNK);
+        let f = files.lock().unwrap()[&1].clone();
+        assert!(!f.fresh);
+        // The journal was rewritten with the record that checked out.
+        let bytes = std::fs::read(t.path().join(".big.lhjournal")).unwrap();
+        let (h, kept) = parse_journal(&bytes).unwrap();
+        assert_eq!(h, header);
+        assert_eq!(kept, [(0, value(0))]);
+
+        // A journal of another version of the file: started over.
+        let other = Entry {
+            id: 2,
+            mtime_ns: e.mtime_ns + 1,
+            ..e
+        };
+        let (want, _) = open(&other, &cfg, &no_files());
+        assert!(
+            matches!(&want, Want::Send { skip, resumed_bytes: 0, .. } if skip.is_empty()),
+            "{want:?}"
+        );
+    }
+}

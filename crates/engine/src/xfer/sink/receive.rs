@@ -354,3 +354,170 @@ fn book(
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+    use std::sync::{mpsc, Mutex};
+
+    use super::super::open::open_file;
+    use super::super::testing::{config, file};
+    use super::*;
+
+    const CHUNK: u64 = 64 << 10;
+
+    fn header(file: u64, index: u32, offset: u64, len: u32) -> ChunkHeader {
+        ChunkHeader {
+            zero: false,
+            file,
+            index,
+            offset,
+            len,
+        }
+    }
+
+    #[test]
+    fn a_chunk_that_does_not_match_the_files_plan_is_refused() {
+        // 2.5 chunks: chunks 0 and 1 full, chunk 2 half.
+        let e = file(9, "f", 5 * CHUNK / 2, CHUNK);
+        let half = (CHUNK / 2) as u32;
+        assert!(check_plan(&header(9, 0, 0, CHUNK as u32), &e).is_ok());
+        assert!(check_plan(&header(9, 2, 2 * CHUNK, half), &e).is_ok());
+        for bad in [
+            header(9, 1, 0, CHUNK as u32),            // at another chunk's offset
+            header(9, 2, 2 * CHUNK, CHUNK as u32),    // past the file's end
+            header(9, 0, 0, 1),                       // short
+            header(9, 3, 3 * CHUNK, 0),               // a chunk the file lacks
+            header(9, u32::MAX, u64::MAX - 10, half), // far out
+        ] {
+            let err = check_plan(&bad, &e).unwrap_err();
+            assert!(err.contains("does not match the file's plan"), "{err}");
+        }
+    }
+
+    #[test]
+    fn a_bundle_record_must_be_all_of_a_one_chunk_file() {
+        assert!(check_record(10, &file(1, "f", 10, CHUNK)).is_ok());
+        assert!(check_record(0, &file(1, "f", 0, CHUNK)).is_ok());
+        let err = check_record(9, &file(1, "f", 10, CHUNK)).unwrap_err();
+        assert!(
+            err.starts_with("bad chunk frame: a bundle record of 9 bytes"),
+            "{err}"
+        );
+        // A file of two chunks never travels in a bundle.
+        assert!(check_record(2 * CHUNK as usize, &file(1, "f", 2 * CHUNK, CHUNK)).is_err());
+    }
+
+    /// A bundle frame (less its type byte) of these records.
+    fn bundle(records: &[(u64, &[u8], bool)]) -> Vec<u8> {
+        let mut body = Vec::new();
+        for &(file, data, good) in records {
+            body.extend_from_slice(&bundle_record_head(file, data.len() as u32));
+            body.extend_from_slice(data);
+            let mut check = digest::check(data);
+            if !good {
+                check[0] ^= 1;
+            }
+            let t = Trailer {
+                check,
+                value: digest::chunk_value(data, 0, true),
+            };
+            body.extend_from_slice(&t.encode());
+        }
+        let h = BundleHeader {
+            count: records.len() as u32,
+            body_len: body.len() as u32,
+        };
+        let mut frame = h.encode()[1..].to_vec();
+        frame.extend_from_slice(&body);
+        frame
+    }
+
+    #[test]
+    fn bundle_records_are_written_asked_again_or_dropped() {
+        let t = tempfile::tempdir().unwrap();
+        let cfg = config(t.path());
+        let files: Files = Arc::new(Mutex::new(HashMap::new()));
+        for (id, size) in [(1, 5), (2, 4)] {
+            let want = open_file(
+                &file(id, &format!("f{id}"), size, CHUNK),
+                &cfg,
+                &files,
+                &mut Default::default(),
+            );
+            assert!(matches!(want, Want::Send { .. }), "{want:?}");
+        }
+        let (tx, rx) = mpsc::channel();
+        let (fin, fin_rx) = mpsc::channel();
+        // File 1 checks out, file 2's check does not, file 7 is not here.
+        let frame = bundle(&[(1, b"hello", true), (2, b"oops", false), (7, b"gone", true)]);
+        let mut body = Vec::new();
+        receive_bundle(&mut &frame[..], &mut body, &files, &tx, &fin, &cfg).unwrap();
+        drop((tx, fin));
+        let events: Vec<Event> = rx.iter().collect();
+        assert!(matches!(events[0], Event::Written { bytes: 5, .. }));
+        assert!(events
+            .iter()
+            .any(|e| matches!(e, Event::Resend(Resend { id: 2, index: 0 }))));
+        assert!(!events
+            .iter()
+            .any(|e| matches!(e, Event::Written { bytes: 4, .. })));
+        // File 1's chunk is verified and written (the file waits for its
+        // seal); file 2's is still wanted.
+        let wants = |id| {
+            files.lock().unwrap()[&id]
+                .inner
+                .lock()
+                .unwrap()
+                .ledger
+                .wants(0)
+        };
+        assert!(!wants(1));
+        assert!(wants(2));
+        assert!(fin_rx.try_recv().is_err(), "finished before its seal");
+        assert_eq!(
+            std::fs::read(t.path().join(".f1.lhpart")).unwrap(),
+            b"hello"
+        );
+    }
+
+    #[test]
+    fn a_bundle_that_breaks_the_protocol_ends_the_stream() {
+        let t = tempfile::tempdir().unwrap();
+        let cfg = config(t.path());
+        let files: Files = Arc::new(Mutex::new(HashMap::new()));
+        open_file(
+            &file(1, "f1", 5, CHUNK),
+            &cfg,
+            &files,
+            &mut Default::default(),
+        );
+        let (tx, _rx) = mpsc::channel();
+        let (fin, _fin_rx) = mpsc::channel();
+        let run = |frame: &[u8]| {
+            receive_bundle(&mut &frame[..], &mut Vec::new(), &files, &tx, &fin, &cfg)
+        };
+        // A record whose length is not the file's announced size.
+        let err = run(&bundle(&[(1, b"hello!", true)])).unwrap_err();
+        assert!(err.contains("bad chunk frame"), "{err}");
+        // More records than the caps allow, or a body past its cap.
+        let mut over = BundleHeader {
+            count: MAX_BUNDLE_FILES + 1,
+            body_len: 0,
+        }
+        .encode()[1..]
+            .to_vec();
+        assert!(run(&over).is_err());
+        over = BundleHeader {
+            count: 1,
+            body_len: MAX_BUNDLE_BODY + 1,
+        }
+        .encode()[1..]
+            .to_vec();
+        assert!(run(&over).is_err());
+        // A stream cut short mid-bundle.
+        let frame = bundle(&[(1, b"hello", true)]);
+        let err = run(&frame[..frame.len() - 1]).unwrap_err();
+        assert!(err.contains("mid-bundle"), "{err}");
+    }
+}

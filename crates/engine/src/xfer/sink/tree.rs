@@ -144,3 +144,75 @@ fn dir_attr_failure(what: &str, dir: &Path, e: &io::Error) -> String {
         dir.display()
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::testing::config;
+    use super::*;
+
+    #[test]
+    fn side_of_names_the_files_a_reserved_name_may_belong_to() {
+        assert_eq!(side_of(".a.txt.lhpart"), ["a.txt"]);
+        assert_eq!(side_of(".a-b.c.lhjournal"), ["a-b.c"]);
+        // A part's done mark: its file's name, dots and dashes and all.
+        assert_eq!(side_of(".x.tar.3-9.lhdone"), ["x.tar.3-9", "x.tar"]);
+        assert_eq!(side_of(".x.a-b.lhdone"), ["x.a-b"]);
+        assert!(side_of("plain.lhpart").is_empty());
+        assert!(side_of(".a.txt").is_empty());
+    }
+
+    fn dest() -> tempfile::TempDir {
+        let t = tempfile::tempdir().unwrap();
+        let d = t.path();
+        std::fs::create_dir_all(d.join("old/deep")).unwrap();
+        for f in [
+            "keep",
+            "extra",
+            ".keep.lhpart",
+            ".gone.lhjournal",
+            "old/deep/f",
+        ] {
+            std::fs::write(d.join(f), b"x").unwrap();
+        }
+        t
+    }
+
+    #[test]
+    fn prune_removes_what_the_source_lacks_and_stale_side_files() {
+        let t = dest();
+        let cfg = config(t.path());
+        let keep: HashSet<OsString> = ["keep".into()].into();
+        let mut report = SinkReport::default();
+        prune(t.path(), &keep, &cfg, &mut report);
+        report.deleted.sort();
+        // Named relative to the destination.
+        assert_eq!(report.deleted, ["extra", "old"]);
+        assert!(report.failed.is_empty());
+        let left: HashSet<String> = std::fs::read_dir(t.path())
+            .unwrap()
+            .map(|d| d.unwrap().file_name().into_string().unwrap())
+            .collect();
+        // A side file of a kept name may be in use; one of a name the
+        // source no longer has is stale.
+        assert_eq!(
+            left,
+            ["keep".to_string(), ".keep.lhpart".to_string()].into()
+        );
+    }
+
+    #[test]
+    fn a_dry_run_prune_reports_and_removes_nothing() {
+        let t = dest();
+        let cfg = SinkConfig {
+            dry_run: true,
+            ..config(t.path())
+        };
+        let mut report = SinkReport::default();
+        prune(t.path(), &["keep".into()].into(), &cfg, &mut report);
+        report.deleted.sort();
+        assert_eq!(report.deleted, ["extra", "old"]);
+        for f in ["extra", "old/deep/f", ".gone.lhjournal"] {
+            assert!(t.path().join(f).exists(), "{f} removed in a dry run");
+        }
+    }
+}
