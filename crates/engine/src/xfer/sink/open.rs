@@ -327,26 +327,10 @@ fn open_part(
         mtime_ns: e.mtime_ns,
         chunk_size: e.chunk_size,
     };
-    // Opened (made if missing) and never truncated: other parts write
-    // into the same file. Every part sizes it alike.
-    // Two parts may make it at once: the one whose create loses opens it.
-    let opened = cfg.storage.open_write(&at_part, false).or_else(|e| {
-        if e.kind() == io::ErrorKind::AlreadyExists {
-            cfg.storage.open_write(&at_part, false)
-        } else {
-            Err(e)
-        }
-    });
-    let out = match opened {
+    let out = match open_shared(e, cfg, &part, &at_part) {
         Ok(o) => o,
-        Err(err) => return fail(io_err("open", &part, err)),
+        Err(error) => return fail(error),
     };
-    let len = std::fs::metadata(&at_part).map(|m| m.len());
-    if len.as_ref().map_or(true, |l| *l != e.size) {
-        if let Err(err) = out.set_len(e.size) {
-            return fail(io_err("size", &part, err));
-        }
-    }
     // A done mark first (this part finished before a restart), else its
     // journal: the chunks listed are hashed again, not trusted.
     let journal = read_journal(&at_done, count).or_else(|| read_journal(&at_journal, count));
@@ -401,6 +385,32 @@ fn open_part(
 
 /// Threads that open announced files ([`Openers`]).
 const OPENERS: usize = 4;
+
+/// Opens the partial file the parts of a file share: made if missing and
+/// never truncated (other parts write into it), and sized alike by every
+/// part.
+fn open_shared(
+    e: &Entry,
+    cfg: &SinkConfig,
+    part: &Path,
+    at_part: &Path,
+) -> Result<Box<dyn WriteAt>, String> {
+    // Two parts may make it at once: the one whose create loses opens it.
+    let opened = cfg.storage.open_write(at_part, false).or_else(|e| {
+        if e.kind() == io::ErrorKind::AlreadyExists {
+            cfg.storage.open_write(at_part, false)
+        } else {
+            Err(e)
+        }
+    });
+    let out = opened.map_err(|err| io_err("open", part, err))?;
+    let len = std::fs::metadata(at_part).map(|m| m.len());
+    if len.as_ref().map_or(true, |l| *l != e.size) {
+        out.set_len(e.size)
+            .map_err(|err| io_err("size", part, err))?;
+    }
+    Ok(out)
+}
 
 #[cfg(test)]
 mod tests {
