@@ -29,6 +29,18 @@ pub(super) enum Plan {
     },
 }
 
+impl Plan {
+    /// The server's host.
+    pub(super) fn host(&self) -> &str {
+        match self {
+            Plan::Push { host, .. } | Plan::Pull { host, .. } => host,
+        }
+    }
+}
+
+/// Which way the data goes, from the names given: a remote destination
+/// is a push of local sources; remote sources (all on one server and
+/// export) are a pull to a local destination.
 pub(super) fn plan(o: &CpOptions) -> Result<Plan, EngineError> {
     let slashed = o.sources.iter().filter(|s| s.ends_with('/')).count();
     if slashed > 0 && slashed < o.sources.len() {

@@ -79,7 +79,7 @@ fn open_streams(
 
 /// Data streams dialed while the control handshake goes on: connected (TCP,
 /// TLS) but not yet presented.
-type EarlyStreams =
+pub(super) type EarlyStreams =
     Vec<std::thread::JoinHandle<Result<Box<dyn crate::net::conn::Stream>, EngineError>>>;
 
 /// Dials the streams a first plan wants (the RTT of the control
