@@ -363,3 +363,29 @@ pub fn ls(target: &str, o: &ClientOptions) -> Result<Vec<ListEntry>, EngineError
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lost_connections_are_retried_and_refusals_are_not() {
+        assert!(retryable(&EngineError::Timeout("t".into())));
+        assert!(retryable(&EngineError::Failed(
+            "data stream failed: reset".into()
+        )));
+        assert!(!retryable(&EngineError::Usage("no such export".into())));
+        assert!(!retryable(&EngineError::Failed(
+            "verification failed".into()
+        )));
+    }
+
+    #[test]
+    fn a_stage_rate_is_over_its_busy_time_per_worker() {
+        assert_eq!(stage_rate(1000, 0, 4), 0.0);
+        assert_eq!(stage_rate(1_000_000, 1_000_000, 1), 8e6);
+        // Four workers busy 1 s in all: each was busy a quarter second.
+        assert_eq!(stage_rate(1_000_000, 1_000_000, 4), 32e6);
+        assert_eq!(stage_rate(1_000_000, 1_000_000, 0), 8e6);
+    }
+}

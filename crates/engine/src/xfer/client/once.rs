@@ -350,3 +350,71 @@ fn sum_up(s: &mut CpSummary) {
     s.network_bps = s.bits_per_second;
     s.verified = s.failed.is_empty();
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn failure(path: &str) -> Failure {
+        Failure {
+            path: path.into(),
+            error: "e".into(),
+        }
+    }
+
+    #[test]
+    fn a_push_counts_each_failure_once_whichever_end_saw_it() {
+        let mut r = SourceReport::default();
+        r.tally.files = 3;
+        r.tally.bytes = 300;
+        r.tally.failed = vec![failure("a"), failure("b")];
+        r.sink.failed = vec![failure("b"), failure("c")];
+        r.sink.links = 2;
+        let mut s = CpSummary::default();
+        pushed(&mut s, r, 4);
+        let failed: Vec<&str> = s.failed.iter().map(|f| f.path.as_str()).collect();
+        assert_eq!(failed, ["a", "b", "c"]);
+        assert_eq!((s.files, s.bytes, s.links), (3, 300, 2));
+    }
+
+    #[test]
+    fn a_pull_takes_the_sources_figures_when_it_sent_them() {
+        let mut r = SinkReport {
+            files: 2,
+            bytes: 2000,
+            resumed_bytes: 500,
+            ..SinkReport::default()
+        };
+        let mut s = CpSummary::default();
+        pulled(&mut s, r.clone(), 1);
+        assert_eq!((s.files, s.source_read_bps, s.resent_changed), (2, 0.0, 0));
+        r.source = Some(SourceDone {
+            read_bytes: 1000,
+            read_us: 1_000_000,
+            resent_changed: 1,
+            tuning: None,
+            cpu: None,
+        });
+        pulled(&mut s, r, 1);
+        assert_eq!(s.source_read_bps, 8000.0);
+        assert_eq!(s.resent_changed, 1);
+    }
+
+    #[test]
+    fn the_summary_counts_only_what_this_run_sent() {
+        let mut s = CpSummary {
+            bytes: 3000,
+            resumed_bytes: 1000,
+            seconds: 2.0,
+            ..CpSummary::default()
+        };
+        sum_up(&mut s);
+        assert_eq!(s.sent_bytes, 2000);
+        assert_eq!(s.bits_per_second, 8000.0);
+        assert_eq!(s.network_bps, s.bits_per_second);
+        assert!(s.verified);
+        s.failed.push(failure("x"));
+        sum_up(&mut s);
+        assert!(!s.verified);
+    }
+}

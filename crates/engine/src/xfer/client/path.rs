@@ -194,3 +194,58 @@ pub(super) fn files_in_flight(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use longhaul_proto::tune::{initial_files_in_flight, DEFAULT_FILES_IN_FLIGHT};
+    use longhaul_proto::window::{plan, BufferCaps, PathInput};
+
+    use super::*;
+    use crate::net::dial::ClientOptions;
+
+    fn window(target_bps: u64, rtt_us: u32) -> longhaul_proto::window::WindowPlan {
+        plan(&PathInput {
+            rtt_us,
+            target_bps: Some(target_bps),
+            sender: BufferCaps::default(),
+            receiver: BufferCaps::default(),
+            streams: Some(4),
+        })
+    }
+
+    #[test]
+    fn files_in_flight_are_fixed_by_the_user_or_grow_from_the_paths_need() {
+        let mut o = CpOptions::new(vec!["a".into()], "srv:d/x".into(), ClientOptions::default());
+        let w = window(10_000_000_000, 100_000);
+        let cap = DEFAULT_FILES_IN_FLIGHT * 4;
+        let start = initial_files_in_flight(w.target_bps, w.rtt_us, cap);
+        assert!((DEFAULT_FILES_IN_FLIGHT..=cap).contains(&start));
+        assert_eq!(files_in_flight(&o, &w, cap), (start, cap));
+        // Not tuned: the start is the most.
+        o.tune = false;
+        assert_eq!(files_in_flight(&o, &w, cap), (start, start));
+        // Fixed, within the sink's cap and at least one.
+        o.files_in_flight = Some(cap + 1);
+        assert_eq!(files_in_flight(&o, &w, cap), (cap, cap));
+        o.files_in_flight = Some(0);
+        assert_eq!(files_in_flight(&o, &w, cap), (1, 1));
+    }
+
+    #[test]
+    fn a_rate_or_fixed_streams_need_no_memory_of_the_path() {
+        let mut o = CpOptions::new(vec!["a".into()], "srv:d/x".into(), ClientOptions::default());
+        o.path_memory = Some("/nonexistent/paths.json".into());
+        o.rate = Some(1_000_000);
+        assert_eq!(target_rate(&o, "srv", true, 1000).0, Some(1_000_000));
+        o.rate = None;
+        o.streams = Some(3);
+        assert_eq!(target_rate(&o, "srv", true, 1000).0, None);
+        // --cc names the pull's sender's: the server checks it.
+        o.congestion = Some("no-such-cc".into());
+        assert_eq!(
+            congestion_for(&o, false).unwrap().as_deref(),
+            Some("no-such-cc")
+        );
+        assert!(congestion_for(&o, true).is_err());
+    }
+}

@@ -339,3 +339,129 @@ pub(super) fn local_dest(
     }
     Ok((abs, landing, Anchor::open(&root)?))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::net::dial::ClientOptions;
+
+    fn opts(sources: &[&str], dest: &str) -> CpOptions {
+        let sources = sources.iter().map(|s| s.to_string()).collect();
+        CpOptions::new(sources, dest.into(), ClientOptions::default())
+    }
+
+    fn refused(o: &CpOptions) -> String {
+        match plan(o) {
+            Err(e) => e.to_string(),
+            Ok(_) => panic!("planned what should be refused"),
+        }
+    }
+
+    #[test]
+    fn a_remote_destination_is_a_push_and_remote_sources_a_pull() {
+        let Plan::Push {
+            host,
+            export,
+            dest,
+            dest_dir,
+            roots,
+        } = plan(&opts(&["a", "b/c"], "srv:data/in/")).unwrap()
+        else {
+            panic!("a push");
+        };
+        assert_eq!(
+            (host.as_str(), export.as_str(), dest.as_str()),
+            ("srv", "data", "in")
+        );
+        assert!(dest_dir);
+        assert_eq!(roots, [PathBuf::from("a"), PathBuf::from("b/c")]);
+
+        let p = plan(&opts(&["srv:data/x", "srv:data/y/z"], "local")).unwrap();
+        assert_eq!(p.host(), "srv");
+        let Plan::Pull {
+            export,
+            sources,
+            dest,
+            ..
+        } = p
+        else {
+            panic!("a pull");
+        };
+        assert_eq!(export, "data");
+        assert_eq!(sources, ["x", "y/z"]);
+        assert_eq!(dest, PathBuf::from("local"));
+    }
+
+    #[test]
+    fn plans_that_cannot_be_are_refused_with_the_fix() {
+        assert!(refused(&opts(&["a/", "b"], "srv:d/x")).contains("not a mix"));
+        assert!(refused(&opts(&["srv:d/a"], "other:d/x")).contains("remote-to-remote"));
+        assert!(refused(&opts(&["a"], "b")).contains("neither side is remote"));
+        assert!(refused(&opts(&["srv:d/a", "b"], "c")).contains("neither side is remote"));
+        assert!(refused(&opts(&["s1:d/a", "s2:d/b"], "c")).contains("one server and export"));
+        assert!(refused(&opts(&["s1:d/a", "s1:e/b"], "c")).contains("one server and export"));
+        let mut fleet = opts(&["srv:d/a"], "c");
+        fleet.share = Some(super::super::super::source::Share::Fixed(Arc::default()));
+        assert!(refused(&fleet).contains("a fleet pushes"));
+    }
+
+    #[test]
+    fn the_request_says_what_the_plan_is() {
+        let t = tempfile::tempdir().unwrap();
+        let root = t.path().join("tree");
+        std::fs::create_dir(&root).unwrap();
+        let o = opts(&[root.to_str().unwrap()], "srv:data/in/");
+        let req = transfer_request(&o, &plan(&o).unwrap(), 4, &StreamTuning::default());
+        assert_eq!(req.op, Op::Push);
+        assert_eq!((req.export.as_str(), req.dest.as_str()), ("data", "in"));
+        assert!(req.dest_dir && req.recursive && !req.contents);
+        assert_eq!((req.streams, req.source_count), (4, 1));
+        // One directory, recursively: a tree, which cannot replace a file.
+        assert!(req.source_dir);
+        let contents = opts(&[&format!("{}/", root.display())], "srv:data/in");
+        let req = transfer_request(&contents, &plan(&contents).unwrap(), 1, &Default::default());
+        assert!(req.contents && !req.dest_dir);
+
+        let o = opts(&["srv:data/a/", "srv:data/b/"], "here");
+        let req = transfer_request(&o, &plan(&o).unwrap(), 2, &StreamTuning::default());
+        assert_eq!(req.op, Op::Pull);
+        assert_eq!(req.sources, ["a", "b"]);
+        assert!(req.contents && !req.source_dir);
+        assert_eq!(req.source_count, 2);
+    }
+
+    #[test]
+    fn the_catalogue_names_each_entry_where_it_came_from_and_went() {
+        let o = opts(&["/data/run7"], "srv:exp/in");
+        let p = plan(&o).unwrap();
+        let into = Place::push(&p, false);
+        assert_eq!(
+            into.names("run7/a/b"),
+            ("/data/run7/a/b".into(), "srv:exp/in/run7/a/b".into())
+        );
+        // Onto: the root's own name is replaced by the destination.
+        let onto = Place::push(&p, true);
+        assert_eq!(
+            onto.names("run7/a"),
+            ("/data/run7/a".into(), "srv:exp/in/a".into())
+        );
+        assert_eq!(
+            onto.names("run7"),
+            ("/data/run7".into(), "srv:exp/in".into())
+        );
+
+        let o = opts(&["srv:exp/sub/x"], "/tmp/dst");
+        let pull = Place::pull(&plan(&o).unwrap(), &o, Landing::Into);
+        assert_eq!(
+            pull.names("x/f"),
+            ("srv:exp/sub/x/f".into(), "/tmp/dst/x/f".into())
+        );
+        // An export's root: its entries are named by the server.
+        let o = opts(&["srv:exp/"], "/tmp/dst");
+        let pull = Place::pull(&plan(&o).unwrap(), &o, Landing::Into);
+        assert_eq!(
+            pull.names("exp/f"),
+            ("srv:exp/f".into(), "/tmp/dst/exp/f".into())
+        );
+    }
+}
