@@ -8,7 +8,7 @@
 //! `LONGHAUL_REQUIRE_SSH=1` (CI) they fail instead.
 
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::mpsc::{channel, Receiver};
@@ -82,14 +82,6 @@ impl Sshd {
     }
 }
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 fn keygen(path: &Path) {
     let ok = Command::new("ssh-keygen")
         .args(["-q", "-t", "ed25519", "-N", "", "-f"])
@@ -123,7 +115,7 @@ fn sshd() -> Option<Sshd> {
         .unwrap()
         .trim()
         .to_string();
-    let port = free_port();
+    let port = common::free_port();
     let root = user == "root";
     std::fs::write(
         d.join("sshd_config"),
