@@ -13,22 +13,6 @@ mod common;
 use common::xfer::*;
 use common::{assert_exit, bin, stderr, stdout, SmallDisk, TempDir};
 
-fn with_archive(archive: &Path, args: &[&str]) -> std::process::Output {
-    bin()
-        .arg("--archive")
-        .arg(archive)
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .expect("run longhaul")
-}
-
-fn json_ok(archive: &Path, args: &[&str]) -> Value {
-    let o = with_archive(archive, args);
-    assert_exit(&o, 0);
-    json_of(&o)
-}
-
 #[test]
 fn a_push_and_a_pull_are_archived_with_every_file() {
     let t = TempDir::new("archive-cp");
@@ -188,18 +172,7 @@ fn no_archive_records_nothing() {
 
 fn assert_transfer_goes_on(archive: &Path, says: &str) {
     let before = fs::read(archive).unwrap();
-    let t = TempDir::new("archive-bad-cp");
-    let src = t.path().join("f");
-    write_random(&src, 100_000, 4);
-    let exp = t.dir("export");
-    let s = data_server(&exp, &t.dir("state"));
-    let o = with_archive(
-        archive,
-        &["cp", src.to_str().unwrap(), &remote(s.addr(), "")],
-    );
-    assert_exit(&o, 0);
-    assert_same_file(&src, &exp.join("f"));
-    let err = stderr(&o);
+    let err = push_archived(archive, 100_000);
     assert!(err.contains("not archiving this run"), "{err}");
     assert!(err.contains(&archive.display().to_string()), "{err}");
     assert!(err.contains(says), "{err}");

@@ -9,7 +9,7 @@
 use std::fs;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::process::{Output, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -20,31 +20,6 @@ use common::{assert_exit, bin, stderr, stdout, TempDir};
 
 const SECRET: &str = "SECRET-pw-5e1f";
 const OLD_SECRET: &str = "OLDSECRET-pw-77c2";
-
-fn with_archive(archive: &Path, args: &[&str]) -> Output {
-    bin()
-        .arg("--archive")
-        .arg(archive)
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .expect("run longhaul")
-}
-
-fn json_ok(archive: &Path, args: &[&str]) -> Value {
-    let o = with_archive(archive, args);
-    assert_exit(&o, 0);
-    json_of(&o)
-}
-
-/// A port on loopback nothing listens on.
-fn closed_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 /// The archive and the files SQLite keeps beside it.
 fn archive_files(archive: &Path) -> Vec<PathBuf> {
@@ -90,7 +65,7 @@ fn old_archive(archive: &Path) {
 
 /// `/api/history` of a dashboard on `archive`, read once.
 fn api_history(archive: &Path) -> String {
-    use std::io::{BufRead, BufReader, Read, Write};
+    use std::io::{BufRead, BufReader};
     let mut child = bin()
         .args(["dashboard", "--listen", "127.0.0.1:0", "--archive"])
         .arg(archive)
@@ -109,15 +84,8 @@ fn api_history(archive: &Path) -> String {
         .strip_prefix("dashboard: http://")
         .and_then(|s| s.split_once("/?token="))
         .unwrap_or_else(|| panic!("dashboard said {line:?}"));
-    let mut s = std::net::TcpStream::connect(addr).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
-    write!(
-        s,
-        "GET /api/history HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {token}\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut body = String::new();
-    let _ = s.read_to_string(&mut body);
+    let auth = format!("Authorization: Bearer {token}\r\n");
+    let (_, body) = common::http::get(addr, "/api/history", addr, &auth);
     let _ = child.kill();
     let _ = child.wait();
     assert!(body.starts_with("HTTP/1.1 200"), "{body}");
@@ -133,7 +101,7 @@ fn a_queue_password_is_in_no_row_no_output_and_no_byte_of_the_archive() {
     write_random(&src.join("f"), 1000, 1);
     let url = format!(
         "postgres://lh:{SECRET}@127.0.0.1:{}/queue?sslmode=disable",
-        closed_port()
+        common::free_port()
     );
     let o = with_archive(
         &archive,
@@ -300,18 +268,7 @@ fn the_archive_and_its_log_are_0600_whatever_the_umask() {
 /// why; `history` on it is refused the same way.
 #[track_caller]
 fn assert_refused(archive: &Path, says: &str) {
-    let t = TempDir::new("privacy-refused-cp");
-    let src = t.path().join("f");
-    write_random(&src, 10_000, 4);
-    let exp = t.dir("export");
-    let s = data_server(&exp, &t.dir("state"));
-    let o = with_archive(
-        archive,
-        &["cp", src.to_str().unwrap(), &remote(s.addr(), "")],
-    );
-    assert_exit(&o, 0);
-    assert_same_file(&src, &exp.join("f"));
-    let err = stderr(&o);
+    let err = push_archived(archive, 10_000);
     assert!(
         err.contains("not archiving this run")
             && err.contains("refusing the archive")

@@ -5,13 +5,12 @@
 
 use std::fs;
 use std::io::{BufRead, BufReader};
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Output, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use longhaul_engine::server::{ServeConfig, Server, ServerHandle};
+use longhaul_engine::server::{ServeConfig, ServerHandle};
 use longhaul_engine::xfer::storage::{Faults, Faulty, Local, Storage};
 
 mod common;
@@ -25,23 +24,18 @@ fn server(
     max_tests: usize,
     max_queued: usize,
 ) -> ServerHandle {
-    Server::bind(
-        &[SocketAddr::from(([127, 0, 0, 1], 0))],
-        ServeConfig {
-            exports: vec![export("data", root, false)],
-            storage,
-            sync_files: false,
-            state_dir: common::prepare_state(state),
-            max_tests,
-            max_queued,
-            // Every client of these tests is 127.0.0.1.
-            max_connections: 4096,
-            max_per_client: 4096,
-            ..ServeConfig::default()
-        },
-    )
-    .expect("bind loopback")
-    .spawn()
+    common::xfer::spawn_server(ServeConfig {
+        exports: vec![export("data", root, false)],
+        storage,
+        sync_files: false,
+        state_dir: common::prepare_state(state),
+        max_tests,
+        max_queued,
+        // Every client of these tests is 127.0.0.1.
+        max_connections: 4096,
+        max_per_client: 4096,
+        ..ServeConfig::default()
+    })
 }
 
 #[test]

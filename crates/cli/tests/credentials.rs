@@ -8,8 +8,7 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use longhaul_engine::server::{ServeConfig, Server, ServerHandle};
-use longhaul_engine::xfer::Export;
+use longhaul_engine::server::{ServeConfig, ServerHandle};
 
 mod common;
 use common::{assert_exit, bin, stderr, TempDir, TOKEN};
@@ -20,22 +19,10 @@ fn secret() -> &'static str {
 }
 
 fn server(root: &Path, state: &Path, allow_plaintext: bool) -> ServerHandle {
-    Server::bind(
-        &[SocketAddr::from(([127, 0, 0, 1], 0))],
-        ServeConfig {
-            exports: vec![Export {
-                name: "data".into(),
-                root: root.canonicalize().unwrap(),
-                read_only: false,
-                public: false,
-            }],
-            state_dir: common::prepare_state(state),
-            allow_plaintext,
-            ..ServeConfig::default()
-        },
-    )
-    .expect("bind loopback")
-    .spawn()
+    common::xfer::spawn_server(ServeConfig {
+        allow_plaintext,
+        ..common::xfer::data_config(root, state, false)
+    })
 }
 
 /// A TCP proxy to `to` that records every byte clients send, per
@@ -207,21 +194,6 @@ fn a_recorded_proof_is_refused_everywhere_else_and_after_a_restart() {
     s2.shutdown();
 }
 
-fn tls_to(addr: SocketAddr) -> Box<dyn longhaul_engine::net::conn::Stream> {
-    use longhaul_engine::net::tls::{ClientTls, TrustOptions};
-    let t = ClientTls::new(
-        &TrustOptions {
-            pins: vec![common::fingerprint().to_string()],
-            ..Default::default()
-        },
-        &addr.to_string(),
-    )
-    .unwrap();
-    let tcp = TcpStream::connect(addr).unwrap();
-    tcp.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-    t.connect(tcp).expect("TLS handshake with the test server")
-}
-
 /// The replayable proofs of clients before challenges (`lh1p_...` in the
 /// hello, good for 300 s and kept in memory only) are refused, also when
 /// freshly made and valid by the old rule.
@@ -253,7 +225,7 @@ fn an_old_kind_of_proof_is_refused_even_when_valid() {
         .encode(&mut b)
         .unwrap();
         let answer = if tls {
-            let mut st = tls_to(s.addr());
+            let mut st = common::tls_to(s.addr());
             st.write_all(&b).unwrap();
             st.flush().unwrap();
             let mut conn = longhaul_engine::net::conn::FramedConn::new(st, s.addr().to_string());

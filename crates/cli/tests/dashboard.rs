@@ -546,28 +546,6 @@ fn off_loopback_with_a_token_serves_https_with_the_identity() {
     assert!(!cert.contains("dash-token"));
 }
 
-/// One request over a fresh connection, `Host` as given; the status and
-/// the whole answer.
-fn http(addr: SocketAddr, path: &str, host: &str, headers: &str) -> (u16, String) {
-    use std::io::{Read, Write};
-    let mut c = std::net::TcpStream::connect(addr).unwrap();
-    c.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
-    write!(
-        c,
-        "GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n{headers}\r\n"
-    )
-    .unwrap();
-    let mut out = Vec::new();
-    let _ = c.read_to_end(&mut out);
-    let text = String::from_utf8_lossy(&out).into_owned();
-    let status = text
-        .split(' ')
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
-    (status, text)
-}
-
 /// Another account on this host (or a page that rebinds its name to
 /// 127.0.0.1) tries the dashboard without the token it printed.
 #[test]
@@ -595,14 +573,14 @@ fn on_loopback_the_dashboard_needs_the_token_it_printed() {
         "/?token=not-the-token",
     ] {
         for h in [host.as_str(), "localhost", "evil.example"] {
-            let (status, text) = http(addr, path, h, "");
+            let (status, text) = common::http::get(addr, path, h, "");
             assert_eq!(status, 401, "{path} with Host {h}: {text}");
             assert!(!text.contains("far:data"), "{text}");
             assert!(!text.contains(&token), "{text}");
         }
     }
     // With the token: the visit sets a cookie and leads to the page.
-    let (status, text) = http(addr, &format!("/?token={token}"), &host, "");
+    let (status, text) = common::http::get(addr, &format!("/?token={token}"), &host, "");
     assert_eq!(status, 303, "{text}");
     let cookie = text
         .lines()
@@ -618,13 +596,14 @@ fn on_loopback_the_dashboard_needs_the_token_it_printed() {
         "{cookie}"
     );
     let pair = cookie.split(';').next().unwrap();
-    let (status, text) = http(addr, "/", &host, &format!("Cookie: {pair}\r\n"));
+    let (status, text) = common::http::get(addr, "/", &host, &format!("Cookie: {pair}\r\n"));
     assert_eq!(status, 200, "{text}");
-    let (status, text) = http(addr, "/api/doctor", &host, &format!("Cookie: {pair}\r\n"));
+    let (status, text) =
+        common::http::get(addr, "/api/doctor", &host, &format!("Cookie: {pair}\r\n"));
     assert_eq!(status, 200, "{text}");
     assert!(text.contains("far:data"), "{text}");
     let bearer = format!("Authorization: Bearer {token}\r\n");
-    let (status, text) = http(addr, "/api/history", &host, &bearer);
+    let (status, text) = common::http::get(addr, "/api/history", &host, &bearer);
     assert_eq!(status, 200, "{text}");
 }
 
@@ -637,11 +616,11 @@ fn an_open_dashboard_answers_only_to_loopback_names() {
     let mut g = Guard::default();
     let (addr, url) = start_dashboard(&mut g, &archive, &["--open"]);
     assert_eq!(url, format!("http://{addr}/"));
-    let (status, text) = http(addr, "/api/doctor", &addr.to_string(), "");
+    let (status, text) = common::http::get(addr, "/api/doctor", &addr.to_string(), "");
     assert_eq!(status, 200, "{text}");
     assert!(text.contains("far:data"), "{text}");
     for h in ["evil.example", &format!("evil.example:{}", addr.port())] {
-        let (status, text) = http(addr, "/api/doctor", h, "");
+        let (status, text) = common::http::get(addr, "/api/doctor", h, "");
         assert_eq!(status, 401, "{text}");
         assert!(!text.contains("far:data"), "{text}");
     }

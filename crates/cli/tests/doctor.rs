@@ -3,13 +3,12 @@
 //! behind a cgroup v1 blkio throttle, CPU affinity) each check that
 //! `doctor --json` names the stage that was planted.
 
-use std::net::{SocketAddr, TcpStream};
+use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use longhaul_engine::server::{ServeConfig, Server, ServerHandle};
-use longhaul_engine::xfer::Export;
+use longhaul_engine::server::ServerHandle;
 use serde_json::Value;
 
 mod common;
@@ -40,21 +39,7 @@ fn json_of(o: &Output) -> Value {
 }
 
 fn in_process_server(root: &Path, state: &Path, read_only: bool) -> ServerHandle {
-    Server::bind(
-        &[SocketAddr::from(([127, 0, 0, 1], 0))],
-        ServeConfig {
-            exports: vec![Export {
-                name: "data".into(),
-                root: root.canonicalize().unwrap(),
-                read_only,
-                public: false,
-            }],
-            state_dir: common::prepare_state(state),
-            ..ServeConfig::default()
-        },
-    )
-    .expect("bind loopback")
-    .spawn()
+    common::xfer::spawn_server(common::xfer::data_config(root, state, read_only))
 }
 
 /// Checks the JSON shape every doctor report has, and returns the verdict's stage.

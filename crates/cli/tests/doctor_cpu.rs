@@ -4,13 +4,11 @@
 //! and a cgroup CPU controller (v1 or v2) are needed; without them the
 //! tests skip, or fail with `LONGHAUL_REQUIRE_CGROUP=1` (CI).
 
-use std::net::{SocketAddr, TcpStream};
+use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use longhaul_engine::server::{ServeConfig, Server};
-use longhaul_engine::xfer::Export;
 use serde_json::Value;
 
 mod common;
@@ -282,21 +280,7 @@ fn doctor_names_this_hosts_cpu_when_its_cgroup_quota_starves_it() {
         }
     }
     let _cleanup = shm.is_dir().then(|| Remove(export.clone()));
-    let s = Server::bind(
-        &[SocketAddr::from(([127, 0, 0, 1], 0))],
-        ServeConfig {
-            exports: vec![Export {
-                name: "data".into(),
-                root: export.canonicalize().unwrap(),
-                read_only: false,
-                public: false,
-            }],
-            state_dir: common::prepare_state(&t.dir("state")),
-            ..ServeConfig::default()
-        },
-    )
-    .expect("bind loopback")
-    .spawn();
+    let s = common::xfer::spawn_server(common::xfer::data_config(&export, &t.dir("state"), false));
     let v = doctor(cg.wrap(&doctor_cmd(s.addr().port())));
     // A push: this host sends.
     assert_names_the_quota(

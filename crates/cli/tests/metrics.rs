@@ -394,23 +394,7 @@ fn perf_tests_refusals_and_sessions_are_counted() {
 
 /// One request to `/metrics` naming `host`; the status and the answer.
 fn scrape_as(m: SocketAddr, host: &str) -> (u16, String) {
-    use std::io::{Read, Write};
-    let mut c = std::net::TcpStream::connect(m).unwrap();
-    c.set_read_timeout(Some(Duration::from_secs(120))).unwrap();
-    write!(
-        c,
-        "GET /metrics HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut out = Vec::new();
-    let _ = c.read_to_end(&mut out);
-    let text = String::from_utf8_lossy(&out).into_owned();
-    let status = text
-        .split(' ')
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
-    (status, text)
+    common::http::get(m, "/metrics", host, "")
 }
 
 /// A web page of evil.example whose name now points at this host asks

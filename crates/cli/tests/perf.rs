@@ -13,14 +13,8 @@ use serde_json::Value;
 mod common;
 use common::{bin, stderr};
 
-fn server_with(cfg: ServeConfig) -> ServerHandle {
-    Server::bind(&[SocketAddr::from(([127, 0, 0, 1], 0))], cfg)
-        .expect("bind loopback")
-        .spawn()
-}
-
 fn server() -> ServerHandle {
-    server_with(ServeConfig {
+    common::xfer::spawn_server(ServeConfig {
         state_dir: common::prepare_state(&std::env::temp_dir().join("longhaul-test-state")),
         ..ServeConfig::default()
     })
@@ -205,7 +199,7 @@ fn two_clients_at_once() {
 fn garbage_client_does_not_disturb_a_real_test() {
     // Plaintext allowed, so that the oversized frame below reaches the
     // framing layer (a TLS-only server refuses the preamble itself).
-    let s = server_with(ServeConfig {
+    let s = common::xfer::spawn_server(ServeConfig {
         allow_plaintext: true,
         state_dir: common::prepare_state(&std::env::temp_dir().join("longhaul-test-state")),
         ..ServeConfig::default()
@@ -256,7 +250,7 @@ fn garbage_client_does_not_disturb_a_real_test() {
 
 #[test]
 fn slowloris_is_cut_off_at_the_handshake_deadline() {
-    let s = server_with(ServeConfig {
+    let s = common::xfer::spawn_server(ServeConfig {
         limits: Limits {
             handshake_timeout: Duration::from_millis(800),
             ..Limits::default()
@@ -319,7 +313,7 @@ fn third_party_test_between_two_servers() {
 #[test]
 fn third_party_test_over_plaintext_lends_no_token() {
     let plain = || {
-        server_with(ServeConfig {
+        common::xfer::spawn_server(ServeConfig {
             allow_plaintext: true,
             public_perf: true,
             state_dir: common::prepare_state(&std::env::temp_dir().join("longhaul-test-state")),
@@ -347,7 +341,7 @@ fn third_party_test_over_plaintext_lends_no_token() {
 
 #[test]
 fn third_party_refused_when_disabled() {
-    let a = server_with(ServeConfig {
+    let a = common::xfer::spawn_server(ServeConfig {
         limits: Limits {
             allow_third_party: false,
             ..Limits::default()
@@ -412,7 +406,7 @@ fn unreachable_and_refused_servers() {
     assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
     assert!(stderr(&o).contains("cannot connect"), "{}", stderr(&o));
 
-    let busy = server_with(ServeConfig {
+    let busy = common::xfer::spawn_server(ServeConfig {
         max_tests: 0,
         state_dir: common::prepare_state(&std::env::temp_dir().join("longhaul-test-state")),
         ..ServeConfig::default()
@@ -422,7 +416,7 @@ fn unreachable_and_refused_servers() {
     assert!(stderr(&o).contains("limit"), "{}", stderr(&o));
     busy.shutdown();
 
-    let small = server_with(ServeConfig {
+    let small = common::xfer::spawn_server(ServeConfig {
         limits: Limits {
             max_streams: 2,
             ..Limits::default()

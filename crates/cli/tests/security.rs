@@ -18,9 +18,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use longhaul_engine::net::conn::{FramedConn, Stream};
-use longhaul_engine::net::tls::{ClientTls, TrustOptions};
 use longhaul_engine::server::auth::{self, ExportGrant};
-use longhaul_engine::server::{ServeConfig, Server, ServerHandle};
+use longhaul_engine::server::{ServeConfig, ServerHandle};
 use longhaul_engine::xfer::storage::Local;
 use longhaul_engine::xfer::Export;
 use longhaul_proto::frame::MAGIC;
@@ -104,9 +103,7 @@ fn serve(exports: Vec<Export>, state: &Path, tweak: impl FnOnce(&mut ServeConfig
         ..ServeConfig::default()
     };
     tweak(&mut cfg);
-    Server::bind(&[loopback()], cfg)
-        .expect("bind loopback")
-        .spawn()
+    common::xfer::spawn_server(cfg)
 }
 
 /// `HOST:PORT:EXPORT/path`
@@ -1105,21 +1102,6 @@ fn client_certificate_grant_lets_in_that_client_only() {
 
 // ------------------------------------------------- 10. hostile clients
 
-/// A TLS connection to `addr`, trusting the shared identity.
-fn tls_to(addr: SocketAddr) -> Box<dyn Stream> {
-    let t = ClientTls::new(
-        &TrustOptions {
-            pins: vec![common::fingerprint().to_string()],
-            ..Default::default()
-        },
-        &addr.to_string(),
-    )
-    .unwrap();
-    let tcp = TcpStream::connect(addr).unwrap();
-    tcp.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-    t.connect(tcp).expect("TLS handshake with the test server")
-}
-
 fn hello(token: Option<&str>) -> Vec<u8> {
     let mut b = MAGIC.to_vec();
     Message::Hello(Hello {
@@ -1138,7 +1120,7 @@ fn hello(token: Option<&str>) -> Vec<u8> {
 /// Sends `bytes` over TLS and reads what the server answers until it
 /// closes; panics if it keeps the connection open for 5 s.
 fn hostile(addr: SocketAddr, bytes: &[u8]) -> Vec<Message> {
-    let mut st = tls_to(addr);
+    let mut st = common::tls_to(addr);
     // The server may close before all of it is written.
     let _ = st.write_all(bytes).and_then(|()| st.flush());
     let mut conn = FramedConn::new(st, addr.to_string());
@@ -1390,7 +1372,7 @@ fn a_ca_issued_certificate_is_trusted_through_the_ca() {
 
 /// A control session over TLS, welcomed: `token` None is anonymous.
 fn control(addr: SocketAddr, token: Option<&str>) -> FramedConn {
-    let mut st = tls_to(addr);
+    let mut st = common::tls_to(addr);
     st.write_all(&hello(token)).unwrap();
     st.flush().unwrap();
     let mut conn = FramedConn::new(st, addr.to_string());
@@ -1951,7 +1933,7 @@ fn spawn_serve(
 
 /// Sends `bytes` over TLS, reads answers for up to 2 s, then hangs up.
 fn poke(addr: SocketAddr, bytes: &[u8]) {
-    let mut st = tls_to(addr);
+    let mut st = common::tls_to(addr);
     let _ = st.write_all(bytes).and_then(|()| st.flush());
     let mut conn = FramedConn::new(st, addr.to_string());
     let deadline = Instant::now() + Duration::from_secs(2);
@@ -2370,7 +2352,7 @@ fn a_data_stream_joins_only_with_its_own_fresh_proof() {
         refused(token_alone.clone(), "requires TLS"),
         RefuseCode::TlsRequired
     );
-    let (_, r) = join_on(tls_to(a), token_alone, wait);
+    let (_, r) = join_on(common::tls_to(a), token_alone, wait);
     let r = r.expect("the token alone was taken");
     assert!(r.message.contains("not with the token"), "{r:?}");
     assert_eq!(r.code, RefuseCode::Unauthorized);

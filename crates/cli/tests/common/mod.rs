@@ -4,6 +4,7 @@
 
 #![allow(dead_code)]
 
+pub mod http;
 pub mod launchers;
 pub mod require;
 pub mod sshd;
@@ -202,4 +203,22 @@ pub fn free_port() -> u16 {
         .local_addr()
         .unwrap()
         .port()
+}
+
+/// A TLS connection to a test server at `addr`, trusting the shared
+/// identity; reads time out after 5 s.
+pub fn tls_to(addr: std::net::SocketAddr) -> Box<dyn longhaul_engine::net::conn::Stream> {
+    use longhaul_engine::net::tls::{ClientTls, TrustOptions};
+    let t = ClientTls::new(
+        &TrustOptions {
+            pins: vec![fingerprint().to_string()],
+            ..Default::default()
+        },
+        &addr.to_string(),
+    )
+    .unwrap();
+    let tcp = std::net::TcpStream::connect(addr).unwrap();
+    tcp.set_read_timeout(Some(std::time::Duration::from_secs(5)))
+        .unwrap();
+    t.connect(tcp).expect("TLS handshake with the test server")
 }

@@ -101,19 +101,67 @@ pub fn export(name: &str, root: &Path, read_only: bool) -> Export {
     }
 }
 
+/// An in-process server with `cfg`, on loopback.
+pub fn spawn_server(cfg: ServeConfig) -> ServerHandle {
+    Server::bind(&[SocketAddr::from(([127, 0, 0, 1], 0))], cfg)
+        .expect("bind loopback")
+        .spawn()
+}
+
+/// The settings of a server exporting `root` as `data`, its state in
+/// `state`, every other setting at its default.
+pub fn data_config(root: &Path, state: &Path, read_only: bool) -> ServeConfig {
+    ServeConfig {
+        exports: vec![export("data", root, read_only)],
+        state_dir: super::prepare_state(state),
+        ..ServeConfig::default()
+    }
+}
+
 pub fn server_with(exports: Vec<Export>, storage: Arc<dyn Storage>, state: &Path) -> ServerHandle {
-    Server::bind(
-        &[SocketAddr::from(([127, 0, 0, 1], 0))],
-        ServeConfig {
-            exports,
-            storage,
-            sync_files: false,
-            state_dir: super::prepare_state(state),
-            ..ServeConfig::default()
-        },
-    )
-    .expect("bind loopback")
-    .spawn()
+    spawn_server(ServeConfig {
+        exports,
+        storage,
+        sync_files: false,
+        state_dir: super::prepare_state(state),
+        ..ServeConfig::default()
+    })
+}
+
+/// `longhaul --archive ARCHIVE ARGS...`, stdin closed.
+pub fn with_archive(archive: &Path, args: &[&str]) -> Output {
+    bin()
+        .arg("--archive")
+        .arg(archive)
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run longhaul")
+}
+
+/// A push of one file of `len` bytes to a fresh server through
+/// `longhaul --archive ARCHIVE cp`: whatever the archive does, the file
+/// must land. What the client said on stderr.
+pub fn push_archived(archive: &Path, len: usize) -> String {
+    let t = super::TempDir::new("archived-push");
+    let src = t.path().join("f");
+    write_random(&src, len, 4);
+    let exp = t.dir("export");
+    let s = data_server(&exp, &t.dir("state"));
+    let o = with_archive(
+        archive,
+        &["cp", src.to_str().unwrap(), &remote(s.addr(), "")],
+    );
+    assert_exit(&o, 0);
+    assert_same_file(&src, &exp.join("f"));
+    stderr(&o)
+}
+
+/// [`with_archive`], which must succeed: its `--json` output.
+pub fn json_ok(archive: &Path, args: &[&str]) -> Value {
+    let o = with_archive(archive, args);
+    assert_exit(&o, 0);
+    json_of(&o)
 }
 
 /// A server exporting `root` as `data`, on the local file system.

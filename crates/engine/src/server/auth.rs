@@ -315,7 +315,7 @@ fn unused_id(all: &[Grant]) -> String {
 
 fn random_bytes<const N: usize>() -> [u8; N] {
     let mut b = [0u8; N];
-    getrandom::getrandom(&mut b).expect("the OS random source");
+    getrandom::fill(&mut b).expect("the OS random source");
     b
 }
 

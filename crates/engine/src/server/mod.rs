@@ -842,7 +842,7 @@ fn handle_connection(shared: &Arc<Shared>, tcp: TcpStream, peer: SocketAddr) {
 /// A fresh challenge for a token proof, from the OS's CSPRNG.
 fn challenge() -> [u8; tokenproof::CHALLENGE_LEN] {
     let mut c = [0u8; tokenproof::CHALLENGE_LEN];
-    getrandom::getrandom(&mut c).expect("the OS random source");
+    getrandom::fill(&mut c).expect("the OS random source");
     c
 }
 

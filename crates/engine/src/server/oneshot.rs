@@ -202,7 +202,7 @@ impl Handshake {
 /// A fresh one-time secret: 32 bytes of the OS's CSPRNG.
 fn fresh_secret() -> Result<String, EngineError> {
     let mut b = [0u8; 32];
-    getrandom::getrandom(&mut b)
+    getrandom::fill(&mut b)
         .map_err(|e| EngineError::Usage(format!("cannot read the OS random source: {e}")))?;
     Ok(format!(
         "{SECRET_PREFIX}{}",

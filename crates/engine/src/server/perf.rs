@@ -259,7 +259,7 @@ pub(super) fn new_test(
 /// A fresh data key from the OS's CSPRNG.
 fn new_data_key() -> Result<DataKey, String> {
     let mut k = [0u8; longhaul_proto::databind::KEY_LEN];
-    getrandom::getrandom(&mut k)
+    getrandom::fill(&mut k)
         .map_err(|e| format!("failed to draw a data key from the OS random source: {e}"))?;
     Ok(DataKey::from_bytes(k))
 }

@@ -32,7 +32,7 @@ impl Drop for TestGuard {
 
 fn new_token() -> String {
     let mut b = [0u8; 16];
-    getrandom::getrandom(&mut b).expect("the OS random source");
+    getrandom::fill(&mut b).expect("the OS random source");
     longhaul_proto::units::hex(&b)
 }
 

@@ -96,7 +96,7 @@ pub fn check_options(o: &DashboardOptions) -> Result<(), DashboardError> {
 /// A new random token: 32 bytes from the OS, in hex.
 pub fn random_token() -> Result<String, DashboardError> {
     let mut b = [0u8; 32];
-    getrandom::getrandom(&mut b)
+    getrandom::fill(&mut b)
         .map_err(|e| DashboardError::Runtime(format!("no random token: {e}")))?;
     Ok(longhaul_proto::units::hex(&b))
 }

@@ -1,0 +1,400 @@
+//! `longhaul cp` and `longhaul ls` on the client: work out which way the
+//! data goes, ask the server, open the data streams, run the local side,
+//! and retry a lost connection (the sink's journal makes a retry resume).
+//!
+//! [`cp_with`] retries `once::cp_once`, which takes a `plan::Plan` of the
+//! copy, sizes the streams for the path (`path`), opens them (`streams`)
+//! and runs the local side of a push or a pull.
+
+mod once;
+mod path;
+mod plan;
+mod streams;
+
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use longhaul_proto::msg::Message;
+use longhaul_proto::xfer::*;
+
+use crate::net::dial::{open_control, ClientOptions};
+use crate::report::{Discard, Reporter, PROGRESS_TICK};
+use crate::EngineError;
+use once::cp_once;
+use plan::plan;
+
+/// What `cp` was asked to do.
+#[derive(Clone)]
+pub struct CpOptions {
+    pub sources: Vec<String>,
+    pub dest: String,
+    pub recursive: bool,
+    pub preserve: bool,
+    /// Data streams; None sizes them for the path (see [`longhaul_proto::window`]).
+    pub streams: Option<u16>,
+    /// The path's rate, bits/s, if known: streams are sized for it and
+    /// each is paced to its share.
+    pub rate: Option<u64>,
+    /// Congestion control of the sending side; None: BBR where the sender
+    /// has it, else its default.
+    pub congestion: Option<String>,
+    pub chunk_size: Option<u64>,
+    pub force: bool,
+    /// With `preserve`: keep setuid, setgid and sticky bits and
+    /// world-writable directories (stripped otherwise).
+    pub keep_special_modes: bool,
+    /// Create missing directories of the destination (rsync's `--mkpath`);
+    /// without it a destination whose directory does not exist is refused.
+    pub mkpath: bool,
+    /// Connection attempts after the first, with backoff, before giving up.
+    pub retries: u32,
+    pub sync_files: bool,
+    /// O_DIRECT for file data on both ends, bypassing the page cache.
+    pub direct: bool,
+    /// Re-read every file at the destination after writing and compare.
+    pub verify: bool,
+    /// `sync`: what to compare and whether to delete extraneous files.
+    pub sync: Option<SyncOptions>,
+    pub dry_run: bool,
+    /// Tune the streams carrying chunks online (unless `streams` is set),
+    /// and the files in flight (unless `files_in_flight` is set).
+    pub tune: bool,
+    /// Files announced and not yet finished, at most; None sizes the count
+    /// for the path and grows it online.
+    pub files_in_flight: Option<u64>,
+    /// Where `doctor` remembers path rates ([`crate::pathdb`]): without
+    /// `rate` or `streams`, a fresh record for this server sizes the
+    /// streams. None: not consulted.
+    pub path_memory: Option<PathBuf>,
+    pub client: ClientOptions,
+    /// Write `DIGEST  PATH` per verified file here.
+    pub digests_to: Option<PathBuf>,
+    /// Tell each file that landed here, named in full (the archive's
+    /// file catalogue).
+    pub catalogue: Option<super::Catalogue>,
+    /// The transfer's counters (and its interrupt flag); [`cp_with`]
+    /// samples them for its reporter.
+    pub progress: Arc<super::Progress>,
+    /// One fleet rank's share of `sources` (push only): these entries
+    /// instead of a walk, some of them parts of files.
+    pub share: Option<super::source::Share>,
+    /// A push whose sources are beneath this directory (a server's
+    /// export, in a third-party copy): everything read resolves beneath it.
+    pub source_anchor: Option<Arc<super::beneath::Anchor>>,
+}
+
+/// The outcome of a `cp`.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct CpSummary {
+    pub files: u64,
+    pub bytes: u64,
+    /// Symbolic links created as links (never followed).
+    pub links: u64,
+    /// Files that changed while they were read and were sent again (each
+    /// is verified against what was read the last time).
+    pub resent_changed: u64,
+    pub seconds: f64,
+    /// The bytes this run sent: `bytes` less `resumed_bytes`.
+    pub sent_bytes: u64,
+    /// `sent_bytes` over `seconds`: what this run moved over the network.
+    pub bits_per_second: f64,
+    /// True only if every file was verified at the destination.
+    pub verified: bool,
+    pub failed: Vec<Failure>,
+    pub skipped: u64,
+    pub resumed_bytes: u64,
+    pub streams: u16,
+    /// `TLS1.3 <cipher suite>`, or `none` (plaintext).
+    pub encryption: String,
+    /// Rates of each stage on its own: what it did over the time it was busy.
+    pub source_read_bps: f64,
+    pub network_bps: f64,
+    pub dest_write_bps: f64,
+    /// Where each end's CPU went, by stage (an end that did not say, an
+    /// older server, is absent).
+    #[serde(skip_serializing_if = "CpuStages::is_empty")]
+    pub cpu_stages: CpuStages,
+    pub attempts: u32,
+    /// How the streams were sized for the path.
+    pub path: Option<PathTuning>,
+    /// What the source's tuner chose (streams, chunk size, files in flight).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tuning: Option<longhaul_proto::tune::TuningReport>,
+    /// The sender's intervals, each with what limited it.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub intervals: Vec<longhaul_proto::tune::TransferInterval>,
+    /// What limited the transfer: the limit of most of its intervals
+    /// (`rate_cap` when `--rate` held it, as asked).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub verdict: Option<longhaul_proto::tune::TransferLimit>,
+    /// Conditions that bound the transfer, with the fix (window caps).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
+    /// A third-party copy: what the ordering client's own connections
+    /// carried ([`super::copy`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub third_party: Option<super::copy::ThirdPartyUse>,
+    /// `sync --delete`: destination paths removed (or, with --dry-run, that would be).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub deleted: Vec<String>,
+    /// `--dry-run`: the files that would be sent.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub would_send: Vec<String>,
+    /// `--dry-run`: the bytes of the files that would be sent.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub would_send_bytes: u64,
+    /// `--dry-run`: nothing was sent, written or deleted; `files`, `bytes`
+    /// and `verified` say nothing was moved.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub dry_run: bool,
+    /// With several paths (`--bind`, `--via`): each path's streams and the
+    /// bytes that crossed it (TCP payload, TLS records included).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub paths: Vec<PathUse>,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+/// One path of a transfer's data streams.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct PathUse {
+    /// This host's address and the server's.
+    pub local: String,
+    pub remote: String,
+    pub streams: u16,
+    pub bytes: u64,
+}
+
+/// The path as measured and the settings chosen for it.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct PathTuning {
+    #[serde(flatten)]
+    pub window: longhaul_proto::window::WindowPlan,
+    /// The sending side's congestion control (on a pull, as requested).
+    pub congestion: String,
+    /// Each stream's pacing cap, bytes/s.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pacing: Option<u64>,
+    /// The doctor's measurement of this path the streams were sized for
+    /// (with [`crate::pathdb::HEADROOM`]), when there was one and no `--rate`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub remembered: Option<crate::pathdb::PathRecord>,
+}
+
+impl CpOptions {
+    /// A recursive copy of `sources` to `dest` with every other setting at
+    /// `cp`'s defaults (streams sized for the path, tuned online, files
+    /// synced, no retries).
+    pub fn new(sources: Vec<String>, dest: String, client: ClientOptions) -> CpOptions {
+        CpOptions {
+            sources,
+            dest,
+            recursive: true,
+            preserve: false,
+            streams: None,
+            rate: None,
+            congestion: None,
+            chunk_size: None,
+            force: false,
+            mkpath: false,
+            keep_special_modes: false,
+            retries: 0,
+            sync_files: true,
+            direct: false,
+            verify: false,
+            sync: None,
+            dry_run: false,
+            tune: true,
+            files_in_flight: None,
+            path_memory: None,
+            digests_to: None,
+            catalogue: None,
+            progress: Default::default(),
+            share: None,
+            source_anchor: None,
+            client,
+        }
+    }
+
+    /// `SRC/`: sources named with a trailing slash stand for their
+    /// contents, as in rsync (see [`landing`]).
+    fn contents(&self) -> bool {
+        self.sources.iter().all(|s| s.ends_with('/'))
+    }
+}
+
+/// Worth another attempt: the network or the peer went away.
+fn retryable(e: &EngineError) -> bool {
+    matches!(
+        e,
+        EngineError::Connect(_)
+            | EngineError::Closed(_)
+            | EngineError::Io { .. }
+            | EngineError::Timeout(_)
+    ) || matches!(e, EngineError::Failed(m) if m.contains("data stream failed") || m.contains("closed"))
+}
+
+/// Copies, retrying lost connections; each retry resumes. Reports nothing
+/// on the way (see [`cp_with`]).
+pub fn cp(o: &CpOptions) -> Result<CpSummary, EngineError> {
+    cp_with(o, &mut Discard)
+}
+
+/// [`cp`], telling `reporter` how it goes: the counters of
+/// [`CpOptions::progress`] every [`PROGRESS_TICK`] and once at the end,
+/// and each of the sender's intervals as it arrives. The outcome is the
+/// caller's to report (it may add to it).
+pub fn cp_with(
+    o: &CpOptions,
+    reporter: &mut (dyn Reporter + Send),
+) -> Result<CpSummary, EngineError> {
+    let (stop, stopped) = std::sync::mpsc::channel::<()>();
+    std::thread::scope(|scope| {
+        let ticker = scope.spawn(move || report_progress(&o.progress, &stopped, reporter));
+        let r = {
+            // Dropped when the transfer ends, however it ends (a panic
+            // too): that ends the ticker, which the scope waits for.
+            let _stop = stop;
+            cp_retrying(o)
+        };
+        // A reporter that panicked loses its display, not the transfer.
+        let _ = ticker.join();
+        r
+    })
+}
+
+/// Samples `p` for `reporter` every [`PROGRESS_TICK`] until `stopped`
+/// closes, then once more.
+fn report_progress(
+    p: &super::Progress,
+    stopped: &std::sync::mpsc::Receiver<()>,
+    reporter: &mut dyn Reporter,
+) {
+    use std::sync::mpsc::RecvTimeoutError;
+    // Intervals reported so far, counting those trimmed from the front.
+    let mut shown: u64 = 0;
+    loop {
+        let last = !matches!(
+            stopped.recv_timeout(PROGRESS_TICK),
+            Err(RecvTimeoutError::Timeout)
+        );
+        let new: Vec<_> = p
+            .intervals
+            .lock()
+            .map(|v| {
+                let dropped = p.intervals_dropped.load(Ordering::Relaxed);
+                let from = usize::try_from(shown.saturating_sub(dropped)).unwrap_or(usize::MAX);
+                v[from.min(v.len())..].to_vec()
+            })
+            .unwrap_or_default();
+        shown = shown.max(p.intervals_dropped.load(Ordering::Relaxed)) + new.len() as u64;
+        for i in &new {
+            reporter.transfer_interval(i);
+        }
+        reporter.transfer_progress(&p.snapshot());
+        if last {
+            return;
+        }
+    }
+}
+
+fn cp_retrying(o: &CpOptions) -> Result<CpSummary, EngineError> {
+    let plan = plan(o)?;
+    // Opened once: digests of files finished before a retry stay in it.
+    let digest_out: Option<super::DigestOut> = match &o.digests_to {
+        Some(p) => Some(super::DigestFile::create(p)?),
+        None => None,
+    };
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        match cp_once(o, &plan, &digest_out, true) {
+            Ok(mut s) => {
+                s.attempts = attempt;
+                // An incomplete list is output lost: a failed entry, exit 6.
+                if let Some(Err(f)) = digest_out.as_ref().map(|d| d.finish()) {
+                    s.failed.push(f);
+                }
+                return Ok(s);
+            }
+            Err(e)
+                if retryable(&e)
+                    && attempt <= o.retries
+                    && !o.client.interrupt.load(Ordering::Relaxed) =>
+            {
+                let wait = Duration::from_secs(1 << (attempt - 1).min(5));
+                tracing::warn!(
+                    "attempt {attempt} failed: {e}; retrying in {} s",
+                    wait.as_secs()
+                );
+                std::thread::sleep(wait);
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// A stage's rate on its own: bytes over busy time, with `parallel` workers.
+fn stage_rate(bytes: u64, busy_us: u64, parallel: u16) -> f64 {
+    if busy_us == 0 {
+        return 0.0;
+    }
+    bytes as f64 * 8.0 * 1e6 / (busy_us as f64 / f64::from(parallel.max(1)))
+}
+
+/// Lists a remote path.
+pub fn ls(target: &str, recursive: bool, o: &ClientOptions) -> Result<Vec<ListEntry>, EngineError> {
+    let r = parse_remote(target).ok_or_else(|| {
+        EngineError::Usage(format!(
+            "'{target}' is not remote: name it HOST:EXPORT/path or longhaul://HOST/EXPORT/path"
+        ))
+    })?;
+    let mut ctl = open_control(&r.host, o)?;
+    ctl.conn.send(&Message::ListRequest(ListRequest {
+        export: r.export,
+        path: r.path,
+        recursive,
+    }))?;
+    let mut out = Vec::new();
+    let deadline = Instant::now() + o.handshake_timeout * 6;
+    loop {
+        let l = ctl.answer(deadline, "the listing", |m| match m {
+            Message::Listing(l) => Some(l),
+            _ => None,
+        })?;
+        out.extend(l.entries);
+        if l.done {
+            return Ok(out);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lost_connections_are_retried_and_refusals_are_not() {
+        assert!(retryable(&EngineError::Timeout("t".into())));
+        assert!(retryable(&EngineError::Failed(
+            "data stream failed: reset".into()
+        )));
+        assert!(!retryable(&EngineError::Usage("no such export".into())));
+        assert!(!retryable(&EngineError::Failed(
+            "verification failed".into()
+        )));
+    }
+
+    #[test]
+    fn a_stage_rate_is_over_its_busy_time_per_worker() {
+        assert_eq!(stage_rate(1000, 0, 4), 0.0);
+        assert_eq!(stage_rate(1_000_000, 1_000_000, 1), 8e6);
+        // Four workers busy 1 s in all: each was busy a quarter second.
+        assert_eq!(stage_rate(1_000_000, 1_000_000, 4), 32e6);
+        assert_eq!(stage_rate(1_000_000, 1_000_000, 0), 8e6);
+    }
+}

@@ -1,0 +1,387 @@
+//! The sink of a transfer: creates directories and links, opens partial
+//! files (resuming from their journal), receives chunks on the data
+//! streams, verifies each against its BLAKE3 hash before it counts,
+//! journals it, and renames a file into place once all its chunks are in.
+//!
+//! [`run_sink`] starts the receivers (`receive`: one a data stream), the
+//! openers (`open`, resuming from `journal`) and the finishers (`finish`)
+//! around the files in flight they share, and runs the control thread
+//! (`control`), which also makes directories and links and deletes what
+//! `sync --delete` removes (`tree`).
+
+mod control;
+mod finish;
+mod journal;
+mod open;
+mod receive;
+mod tree;
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::io;
+use std::net::{Shutdown, TcpStream};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicBool;
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+
+use longhaul_proto::transfer::sink::FileLedger;
+use longhaul_proto::xfer::*;
+
+use super::beneath::{Anchor, Dir};
+use super::storage::{Storage, WriteAt};
+use crate::net::conn::{FramedConn, Stream};
+use crate::stages::{self, timed, Stage, StageTotals};
+use crate::EngineError;
+use finish::finish_batches;
+use open::Openers;
+use receive::receive;
+
+/// How the sink lays files down.
+pub struct SinkConfig {
+    pub digest_out: Option<super::DigestOut>,
+    /// Each file that landed, for the catalogue.
+    pub on_landed: Option<super::OnLanded>,
+    pub progress: Arc<super::Progress>,
+    /// The destination as named by the request.
+    pub dest: PathBuf,
+    /// The destination as its user knows it (`data/run7/` on a server,
+    /// the local path on a client): where `--dry-run` says files land.
+    pub dest_shown: String,
+    /// Whether entries go inside `dest` under their own name, or the
+    /// source becomes `dest` (see [`Landing`]).
+    pub landing: Landing,
+    pub preserve: bool,
+    /// With `preserve`: keep setuid, setgid and sticky bits and
+    /// world-writable directories as the source has them. Off, they are
+    /// stripped: a peer cannot plant a setuid file or an open directory.
+    pub keep_special_modes: bool,
+    pub force: bool,
+    /// fdatasync each file before it is renamed into place.
+    pub sync_files: bool,
+    /// Re-read each file before it is renamed into place and compare it
+    /// with the verified chunk hashes.
+    pub verify: bool,
+    pub storage: Arc<dyn Storage>,
+    pub umask: u32,
+    /// Remove destination entries the source does not have (at each `DirEnd`).
+    pub delete: bool,
+    /// Report what would change; change nothing.
+    pub dry_run: bool,
+    /// Everything written stays beneath this directory (the export root on
+    /// a server, the destination or its parent on a client), resolved
+    /// race-free (see [`super::beneath`]).
+    pub anchor: Anchor,
+    /// Files in flight this side allows ([`super::files_in_flight_cap`],
+    /// as advertised to the source).
+    pub max_files: u64,
+    /// Both ends agreed to bundles (`TransferAccept::bundles`): bundle
+    /// frames are taken on the data streams, dones batched.
+    pub bundles: bool,
+}
+
+impl SinkConfig {
+    /// Where an entry lands.
+    pub fn target(&self, entry_path: &str) -> Result<PathBuf, EngineError> {
+        let comps = components(entry_path).map_err(|e| EngineError::Usage(e.to_string()))?;
+        let mut p = self.dest.clone();
+        p.extend(comps.into_iter().skip(self.skipped_components()));
+        Ok(p)
+    }
+
+    fn skipped_components(&self) -> usize {
+        usize::from(self.landing == Landing::Onto)
+    }
+
+    /// Where an entry lands, as the user named the destination.
+    pub fn shown(&self, entry_path: &str) -> String {
+        let rest: Vec<&str> = entry_path
+            .split('/')
+            .skip(self.skipped_components())
+            .collect();
+        let base = self.dest_shown.trim_end_matches('/');
+        match (rest.is_empty(), base.is_empty()) {
+            (true, _) => self.dest_shown.clone(),
+            (false, true) => rest.join("/"),
+            (false, false) => format!("{base}/{}", rest.join("/")),
+        }
+    }
+
+    /// The permission bits to give an entry with `preserve`.
+    fn mode_of(&self, e: &Entry) -> u32 {
+        let mode = e.mode & 0o7777;
+        if self.keep_special_modes {
+            return mode;
+        }
+        let mut strip = 0o7000;
+        if e.kind == Kind::Dir {
+            strip |= 0o002;
+        }
+        mode & !strip
+    }
+}
+
+impl SinkConfig {
+    /// Makes sure `dir` exists as a real directory beneath the anchor,
+    /// creating what is missing one level at a time and refusing to pass
+    /// through a symlink (one the source sent, or one planted at the
+    /// destination, before or during the transfer).
+    pub fn ensure_dir(&self, dir: &Path) -> Result<(), EngineError> {
+        self.anchor.dir(dir, true).map(|_| ())
+    }
+}
+
+/// Applies the destination rule ([`landing`]) of a push at the server,
+/// before any entry arrives: looks at what `dest` is now (through
+/// `anchor`, never following a link), refuses what the rule refuses, and
+/// creates the directories `--mkpath` asks for (not in a dry run).
+pub fn prepare_dest(
+    anchor: &Anchor,
+    dest: &Path,
+    shown: &str,
+    t: &TransferRequest,
+) -> Result<Landing, EngineError> {
+    let state = dest_state(anchor, dest);
+    let (landing, create) = landing(
+        shown,
+        t.source_count,
+        t.contents,
+        t.dest_dir,
+        state,
+        t.mkpath,
+    )
+    .map_err(|e| EngineError::Usage(format!("destination {e}")))?;
+    if t.source_dir && !t.contents && landing == Landing::Onto && state == DestState::Other {
+        return Err(EngineError::Usage(format!(
+            "destination {}",
+            DestError::TreeOntoFile(shown.to_string())
+        )));
+    }
+    if !t.dry_run {
+        match create {
+            Create::Nothing => {}
+            Create::Dest => {
+                anchor.dir(dest, true)?;
+            }
+            Create::Parents => {
+                if let Some(parent) = dest.parent() {
+                    anchor.dir(parent, true)?;
+                }
+            }
+        }
+    }
+    Ok(landing)
+}
+
+/// What is at `dest` now, seen beneath `anchor` without following links.
+fn dest_state(anchor: &Anchor, dest: &Path) -> DestState {
+    match anchor
+        .anchored(dest)
+        .ok()
+        .and_then(|p| std::fs::symlink_metadata(p).ok())
+    {
+        Some(m) if m.is_dir() => DestState::Dir,
+        Some(_) => DestState::Other,
+        None if dest == anchor.root() => DestState::Dir,
+        None => DestState::Missing {
+            parent: dest.parent().is_some_and(|p| anchor.dir(p, false).is_ok()),
+        },
+    }
+}
+
+struct FileState {
+    entry: Entry,
+    /// The paths as the user knows them (for messages)...
+    target: PathBuf,
+    part: PathBuf,
+    journal_path: PathBuf,
+    /// ...and as they are used: through the descriptor of their directory,
+    /// opened beneath the anchor (kept open as long as the file is).
+    dir: Arc<Dir>,
+    /// Whether the partial file has its full size yet (a fresh file of
+    /// one chunk gets it from that chunk).
+    sized: AtomicBool,
+    at_part: PathBuf,
+    at_journal: PathBuf,
+    out: Box<dyn WriteAt>,
+    /// Created empty for this run (not resumed): unwritten ranges are zero.
+    fresh: bool,
+    /// One writer at a time per file: the kernel serializes writes to one
+    /// inode anyway, and contended, its lock spins on the CPU the other
+    /// streams need; a sleeping lock here costs nothing.
+    write_lock: Mutex<()>,
+    inner: Mutex<Progress>,
+}
+
+struct Progress {
+    /// None for a one-chunk file: it completes or starts over.
+    journal: Option<File>,
+    /// Which chunks are verified, and whether the file may be finished.
+    ledger: FileLedger,
+}
+
+enum Event {
+    /// An opener's answer for a file ([`Openers`]).
+    Opened(u64, Want),
+    Done(FileDone, u64),
+    Resend(Resend),
+    Fatal(String),
+    Written {
+        bytes: u64,
+        busy_us: u64,
+    },
+}
+
+type Files = Arc<Mutex<HashMap<u64, Arc<FileState>>>>;
+
+/// Threads that make finished files durable and rename them into place.
+const FINISHERS: usize = 8;
+
+/// Opens out at once: enough to keep the openers busy through the control
+/// thread's turn on the network (about a millisecond).
+const OPENS_AT_ONCE: usize = 64;
+
+pub(super) fn side_path(target: &Path, suffix: &str) -> PathBuf {
+    let name = target
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    target.with_file_name(format!(".{name}.{suffix}"))
+}
+
+/// How a message about a full destination starts (the transfer ends).
+const DESTINATION_FULL: &str = "destination full";
+
+/// Removes what a failed file left beside its target: its partial file
+/// (not a part's, which other parts share) and its journal, so that no
+/// half-written file stays behind and its space is freed. The next run
+/// sends the file whole.
+fn drop_partial(f: &FileState) {
+    if f.entry.part.is_none() {
+        let _ = std::fs::remove_file(&f.at_part);
+    }
+    let _ = std::fs::remove_file(&f.at_journal);
+}
+
+fn io_err(what: &str, path: &Path, e: io::Error) -> String {
+    format!("failed to {what} {}: {e}", path.display())
+}
+
+/// Runs the sink side until the source has announced everything and every
+/// file is resolved; returns the sink's report (also sent to the source).
+pub fn run_sink(
+    conn: &mut FramedConn,
+    streams: Vec<Box<dyn Stream>>,
+    cfg: SinkConfig,
+) -> Result<SinkReport, EngineError> {
+    let files: Files = Arc::new(Mutex::new(HashMap::new()));
+    let (tx, rx) = mpsc::channel();
+    let cfg = Arc::new(cfg);
+    let totals = StageTotals::new();
+    // Finishing a file (fdatasync, mode, mtime, rename) runs on a pool, so
+    // that neither the receivers nor the control thread wait on the disk,
+    // and the file system can merge the flushes of many files.
+    let (fin_tx, fin_rx) = mpsc::channel::<Arc<FileState>>();
+    let fin_rx = Arc::new(Mutex::new(fin_rx));
+    let mut finishers = Vec::new();
+    for _ in 0..FINISHERS {
+        let (fin_rx, tx, cfg) = (fin_rx.clone(), tx.clone(), cfg.clone());
+        let totals = totals.clone();
+        finishers.push(
+            std::thread::Builder::new()
+                .name("lh-finish".into())
+                .spawn(move || {
+                    let _counted = stages::count_into(&totals);
+                    timed(Stage::Write, || finish_batches(&fin_rx, &tx, &cfg))
+                })
+                .map_err(|e| EngineError::io("failed to start a finisher".into(), e))?,
+        );
+    }
+    let openers = if cfg.dry_run {
+        None
+    } else {
+        Some(Openers::start(&cfg, &files, &tx, &totals)?)
+    };
+    let mut workers = Vec::new();
+    let mut sockets: Vec<TcpStream> = Vec::new();
+    for s in streams {
+        sockets.push(crate::net::conn::socket_of(&*s)?);
+        let (files, tx, fin) = (files.clone(), tx.clone(), fin_tx.clone());
+        let (cfg, totals) = (cfg.clone(), totals.clone());
+        workers.push(
+            std::thread::Builder::new()
+                .name("lh-sink".into())
+                .spawn(move || {
+                    let _counted = stages::count_into(&totals);
+                    receive(s, &files, &tx, &fin, &cfg)
+                })
+                .map_err(|e| EngineError::io("failed to start a receiver".into(), e))?,
+        );
+    }
+    let streams = sockets;
+    drop(tx);
+    let result = control::control(conn, &files, &rx, &fin_tx, openers.as_ref(), &cfg, &totals);
+    for s in &streams {
+        let _ = s.shutdown(Shutdown::Both);
+    }
+    for w in workers {
+        let _ = w.join();
+    }
+    if let Some(o) = openers {
+        o.join();
+    }
+    drop(fin_tx);
+    for f in finishers {
+        let _ = f.join();
+    }
+    result
+}
+
+/// What the parts' tests share: a sink laying files into a temp dir.
+#[cfg(test)]
+mod testing {
+    use super::super::storage::Local;
+    use super::*;
+
+    /// A sink into `dest` with every option off.
+    pub(super) fn config(dest: &Path) -> SinkConfig {
+        SinkConfig {
+            digest_out: None,
+            on_landed: None,
+            progress: Default::default(),
+            dest: dest.to_path_buf(),
+            dest_shown: "dest".into(),
+            landing: Landing::Into,
+            preserve: false,
+            keep_special_modes: false,
+            force: false,
+            sync_files: false,
+            verify: false,
+            storage: Arc::new(Local),
+            umask: 0o022,
+            delete: false,
+            dry_run: false,
+            anchor: Anchor::open(dest).expect("anchor"),
+            max_files: 64,
+            bundles: true,
+        }
+    }
+
+    /// A file entry as a source announces it.
+    pub(super) fn file(id: u64, path: &str, size: u64, chunk_size: u64) -> Entry {
+        Entry {
+            id,
+            path: path.into(),
+            kind: Kind::File,
+            size,
+            mode: 0o644,
+            mtime_ns: 1_600_000_000_000_000_000,
+            target: None,
+            chunk_size,
+            sparse: false,
+            incomplete: false,
+            digest: None,
+            part: None,
+        }
+    }
+}

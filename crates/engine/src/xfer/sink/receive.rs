@@ -1,0 +1,523 @@
+//! A data stream's receiver: chunk frames streamed through the cache in
+//! pieces (hashed and written as they arrive, counted only once the
+//! trailer's hash matches), bundle frames taken whole; each verified
+//! chunk journaled and booked in its file's ledger.
+
+use std::io::{self, Write};
+use std::sync::atomic::Ordering;
+use std::sync::mpsc::Sender;
+use std::sync::Arc;
+use std::time::Instant;
+
+use longhaul_proto::digest;
+use longhaul_proto::plan::{chunk_at, chunk_count};
+use longhaul_proto::xfer::*;
+
+use super::super::read_frame;
+use super::super::storage::{write_all_at, AlignedBuf};
+use super::finish::{finish, finishes_at_once};
+use super::{drop_partial, io_err, Event, FileState, Files, SinkConfig, DESTINATION_FULL};
+use crate::net::conn::Stream;
+use crate::stages::{timed, Stage};
+
+/// One data stream: chunk frames in, streamed through the cache in pieces
+/// (hashed and written as they arrive), counted only once the trailer's
+/// hash matches; bundle frames (if negotiated) in whole, each record
+/// checked against its hash and then written with one write. A failure
+/// of the stream, or a frame that breaks the protocol, is fatal to the
+/// transfer.
+pub(super) fn receive(
+    s: Box<dyn Stream>,
+    files: &Files,
+    tx: &Sender<Event>,
+    fin: &Sender<Arc<FileState>>,
+    cfg: &SinkConfig,
+) {
+    let mut receiver = StreamReceiver {
+        // Buffered: a small file's header, bytes and trailer come in one
+        // read; big pieces bypass the buffer.
+        r: io::BufReader::with_capacity(256 << 10, s),
+        header: [0u8; CHUNK_HEADER_LEN],
+        buf: AlignedBuf::new(super::super::PIECE),
+        body: Vec::new(),
+        zeros: vec![0u8; super::super::PIECE],
+        files,
+        tx,
+        fin,
+        cfg,
+    };
+    if let Err(e) = receiver.run() {
+        let _ = tx.send(Event::Fatal(e));
+    }
+}
+
+/// One data stream's state between frames.
+struct StreamReceiver<'a> {
+    r: io::BufReader<Box<dyn Stream>>,
+    header: [u8; CHUNK_HEADER_LEN],
+    buf: AlignedBuf,
+    /// A bundle frame's records.
+    body: Vec<u8>,
+    zeros: Vec<u8>,
+    files: &'a Files,
+    tx: &'a Sender<Event>,
+    fin: &'a Sender<Arc<FileState>>,
+    cfg: &'a SinkConfig,
+}
+
+/// A chunk's bytes as they went by: their check, and how writing them
+/// went.
+struct Body {
+    checker: digest::Checker,
+    write_error: Option<io::Error>,
+    write_us: u64,
+}
+
+impl StreamReceiver<'_> {
+    /// Takes frames until the stream ends cleanly.
+    fn run(&mut self) -> Result<(), String> {
+        loop {
+            match timed(Stage::Receive, || {
+                read_frame(&mut self.r, &mut self.header[..1])
+            }) {
+                Ok(true) => {}
+                Ok(false) => return Ok(()),
+                Err(e) => return Err(format!("data stream failed: {e}")),
+            }
+            if self.header[0] != BUNDLE_FRAME {
+                self.chunk()?;
+            } else if self.cfg.bundles {
+                let (files, tx, fin, cfg) = (self.files, self.tx, self.fin, self.cfg);
+                receive_bundle(&mut self.r, &mut self.body, files, tx, fin, cfg)?;
+            } else {
+                return Err("bad chunk frame: a bundle frame, which was not agreed".into());
+            }
+        }
+    }
+
+    /// The rest of a chunk frame (its type byte is read): checked against
+    /// its file's plan, its bytes written unless they are not wanted, and
+    /// booked once its trailer's hash matches (else asked for again).
+    fn chunk(&mut self) -> Result<(), String> {
+        timed(Stage::Receive, || {
+            read_all(&mut self.r, &mut self.header[1..])
+        })
+        .map_err(|e| format!("data stream failed: {e}"))?;
+        let h = ChunkHeader::decode(&self.header).map_err(|e| e.to_string())?;
+        let f = self.files.lock().expect("poisoned").get(&h.file).cloned();
+        if let Some(f) = &f {
+            check_plan(&h, &f.entry)?;
+        }
+        // Bytes go to storage unless the file is gone (failed or done), the
+        // chunk is verified already, or it is a hole in a fresh file.
+        let target = f
+            .as_ref()
+            .filter(|f| f.inner.lock().expect("poisoned").ledger.wants(h.index));
+        let body = self.body_of(&h, target)?;
+        let mut trailer = [0u8; CHUNK_TRAILER_LEN];
+        timed(Stage::Receive, || read_frame(&mut self.r, &mut trailer))
+            .map_err(|e| format!("data stream failed mid-chunk: {e}"))?;
+        let Some(f) = target else { return Ok(()) };
+        let trailer = Trailer::decode(&trailer);
+        let check = if h.zero {
+            super::super::zero_check(h.len)
+        } else {
+            timed(Stage::Verify, || body.checker.finalize())
+        };
+        if check != trailer.check {
+            let _ = self.tx.send(Event::Resend(Resend {
+                id: h.file,
+                index: h.index,
+            }));
+            return Ok(());
+        }
+        let written = Written {
+            index: h.index,
+            hash: trailer.value,
+            len: h.len,
+            error: body.write_error,
+            busy_us: body.write_us,
+        };
+        book(f, written, self.tx, self.fin, self.cfg)
+    }
+
+    /// A chunk's bytes, read in pieces (or zeros for a hole), hashed, and
+    /// written to `target` unless they are not to be.
+    fn body_of(
+        &mut self,
+        h: &ChunkHeader,
+        target: Option<&Arc<FileState>>,
+    ) -> Result<Body, String> {
+        let write = target.is_some_and(|f| !(h.zero && f.fresh));
+        let mut body = Body {
+            checker: digest::Checker::new(),
+            write_error: None,
+            write_us: 0,
+        };
+        if let Some(f) = target.filter(|f| h.zero && !f.sized.load(Ordering::Relaxed)) {
+            // A hole not written: the file still needs its size.
+            match f.out.set_len(f.entry.size) {
+                Ok(()) => f.sized.store(true, Ordering::Relaxed),
+                Err(e) => body.write_error = Some(e),
+            }
+        }
+        let mut off = 0u64;
+        while off < u64::from(h.len) {
+            let n = (u64::from(h.len) - off).min(self.buf.len() as u64) as usize;
+            let piece: &[u8] = if h.zero {
+                &self.zeros[..n]
+            } else {
+                let buf = &mut self.buf[..n];
+                timed(Stage::Receive, || read_frame(&mut self.r, buf))
+                    .map_err(|e| format!("data stream failed mid-chunk: {e}"))?;
+                timed(Stage::Verify, || body.checker.update(buf));
+                buf
+            };
+            if write && body.write_error.is_none() {
+                let f = target.expect("write implies a target");
+                let t = Instant::now();
+                let _one_writer = f.write_lock.lock().expect("poisoned");
+                if let Err(e) = timed(Stage::Write, || {
+                    write_all_at(&*f.out, piece, h.offset + off)
+                }) {
+                    body.write_error = Some(e);
+                }
+                body.write_us += t.elapsed().as_micros() as u64;
+            }
+            off += n as u64;
+        }
+        Ok(body)
+    }
+}
+
+/// Whether a chunk frame's header is the chunk of `e`'s plan it names:
+/// an index the file has, at that chunk's offset and of its length.
+fn check_plan(h: &ChunkHeader, e: &Entry) -> Result<(), String> {
+    let want = chunk_at(h.file, e.size, e.chunk_size, h.index);
+    let count = chunk_count(e.size, e.chunk_size);
+    if u64::from(h.index) >= count || (want.offset, want.len) != (h.offset, h.len) {
+        return Err(format!(
+            "chunk {} of {} does not match the file's plan",
+            h.index, e.path
+        ));
+    }
+    Ok(())
+}
+
+/// Fills `buf` from the stream: an end of stream here cuts a frame short.
+fn read_all(r: &mut impl io::Read, buf: &mut [u8]) -> io::Result<()> {
+    match read_frame(r, buf)? {
+        true => Ok(()),
+        false => Err(io::ErrorKind::UnexpectedEof.into()),
+    }
+}
+
+/// The rest of a bundle frame (its type byte is read): the header,
+/// checked against the caps, then the records, read whole. A record for
+/// a file no longer here (landed, failed, skipped) or already verified is
+/// dropped; one whose hash does not match asks for that file's chunk 0
+/// again; one whose length is not the file's announced size (or for a
+/// file of several chunks) breaks the protocol. Errors end the stream.
+fn receive_bundle(
+    r: &mut impl io::Read,
+    body: &mut Vec<u8>,
+    files: &Files,
+    tx: &Sender<Event>,
+    fin: &Sender<Arc<FileState>>,
+    cfg: &SinkConfig,
+) -> Result<(), String> {
+    let mut head = [BUNDLE_FRAME; BUNDLE_HEADER_LEN];
+    timed(Stage::Receive, || read_all(r, &mut head[1..]))
+        .map_err(|e| format!("data stream failed: {e}"))?;
+    let h = BundleHeader::decode(&head).map_err(|e| e.to_string())?;
+    body.resize(h.body_len as usize, 0);
+    timed(Stage::Receive, || read_all(r, body))
+        .map_err(|e| format!("data stream failed mid-bundle: {e}"))?;
+    let records = h.records(body).map_err(|e| e.to_string())?;
+    let found: Vec<Option<Arc<FileState>>> = {
+        let files = files.lock().expect("poisoned");
+        records
+            .iter()
+            .map(|rec| files.get(&rec.file).cloned())
+            .collect()
+    };
+    for (rec, f) in records.iter().zip(found) {
+        let Some(f) = f else { continue };
+        check_record(rec.data.len(), &f.entry)?;
+        if !f.inner.lock().expect("poisoned").ledger.wants(0) {
+            continue;
+        }
+        if timed(Stage::Verify, || digest::check(rec.data)) != rec.trailer.check {
+            let _ = tx.send(Event::Resend(Resend {
+                id: rec.file,
+                index: 0,
+            }));
+            continue;
+        }
+        let t = Instant::now();
+        let error = if rec.data.is_empty() {
+            None
+        } else {
+            let _one_writer = f.write_lock.lock().expect("poisoned");
+            timed(Stage::Write, || write_all_at(&*f.out, rec.data, 0)).err()
+        };
+        let written = Written {
+            index: 0,
+            hash: rec.trailer.value,
+            len: rec.data.len() as u32,
+            error,
+            busy_us: t.elapsed().as_micros() as u64,
+        };
+        book(&f, written, tx, fin, cfg)?;
+    }
+    Ok(())
+}
+
+/// Whether a bundle record of `len` bytes can be all of `e`: a file of
+/// one chunk, of that size.
+fn check_record(len: usize, e: &Entry) -> Result<(), String> {
+    if chunk_count(e.size, e.chunk_size) != 1 || len as u64 != e.size {
+        return Err(format!(
+            "bad chunk frame: a bundle record of {len} bytes for {}, announced with {} bytes in one chunk of {}",
+            e.path, e.size, e.chunk_size
+        ));
+    }
+    Ok(())
+}
+
+/// A verified chunk as it went to storage.
+struct Written {
+    index: u32,
+    hash: [u8; 32],
+    len: u32,
+    error: Option<io::Error>,
+    busy_us: u64,
+}
+
+/// Books a chunk that matched its hash: a write error fails the file (a
+/// full disk ends the transfer: the error returned); else the chunk is
+/// journaled and verified in the ledger, and the file finished if that
+/// completes it.
+fn book(
+    f: &Arc<FileState>,
+    w: Written,
+    tx: &Sender<Event>,
+    fin: &Sender<Arc<FileState>>,
+    cfg: &SinkConfig,
+) -> Result<(), String> {
+    if let Some(e) = w.error {
+        let msg = io_err("write", &f.target, e);
+        if msg.contains("No space left") {
+            let missing = {
+                let p = f.inner.lock().expect("poisoned");
+                p.ledger.remaining() * f.entry.chunk_size.min(f.entry.size.max(1))
+            };
+            return Err(format!(
+                "{DESTINATION_FULL}: {msg}; about {missing} more bytes were needed for this file. Free space and run the same command again: files in place are skipped"
+            ));
+        }
+        f.inner.lock().expect("poisoned").ledger.fail();
+        drop_partial(f);
+        let _ = tx.send(Event::Done(
+            FileDone {
+                id: f.entry.id,
+                error: Some(msg),
+                ..FileDone::default()
+            },
+            0,
+        ));
+        return Ok(());
+    }
+    let _ = tx.send(Event::Written {
+        bytes: u64::from(w.len),
+        busy_us: w.busy_us,
+    });
+    let complete = {
+        let mut p = f.inner.lock().expect("poisoned");
+        if !p.ledger.wants(w.index) {
+            return Ok(());
+        }
+        let record = journal_record(w.index, &w.hash);
+        if let Err(e) = p.journal.as_mut().map_or(Ok(()), |j| j.write_all(&record)) {
+            return Err(io_err("append to journal", &f.journal_path, e));
+        }
+        p.ledger.verified(w.index, w.hash);
+        p.ledger.claim()
+    };
+    if complete {
+        if finishes_at_once(f, cfg) {
+            let done = finish(f, cfg, true);
+            let _ = tx.send(Event::Done(done, f.entry.carried_bytes()));
+        } else {
+            let _ = fin.send(f.clone());
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+    use std::sync::{mpsc, Mutex};
+
+    use super::super::open::open_file;
+    use super::super::testing::{config, file};
+    use super::*;
+
+    const CHUNK: u64 = 64 << 10;
+
+    fn header(file: u64, index: u32, offset: u64, len: u32) -> ChunkHeader {
+        ChunkHeader {
+            zero: false,
+            file,
+            index,
+            offset,
+            len,
+        }
+    }
+
+    #[test]
+    fn a_chunk_that_does_not_match_the_files_plan_is_refused() {
+        // 2.5 chunks: chunks 0 and 1 full, chunk 2 half.
+        let e = file(9, "f", 5 * CHUNK / 2, CHUNK);
+        let half = (CHUNK / 2) as u32;
+        assert!(check_plan(&header(9, 0, 0, CHUNK as u32), &e).is_ok());
+        assert!(check_plan(&header(9, 2, 2 * CHUNK, half), &e).is_ok());
+        for bad in [
+            header(9, 1, 0, CHUNK as u32),            // at another chunk's offset
+            header(9, 2, 2 * CHUNK, CHUNK as u32),    // past the file's end
+            header(9, 0, 0, 1),                       // short
+            header(9, 3, 3 * CHUNK, 0),               // a chunk the file lacks
+            header(9, u32::MAX, u64::MAX - 10, half), // far out
+        ] {
+            let err = check_plan(&bad, &e).unwrap_err();
+            assert!(err.contains("does not match the file's plan"), "{err}");
+        }
+    }
+
+    #[test]
+    fn a_bundle_record_must_be_all_of_a_one_chunk_file() {
+        assert!(check_record(10, &file(1, "f", 10, CHUNK)).is_ok());
+        assert!(check_record(0, &file(1, "f", 0, CHUNK)).is_ok());
+        let err = check_record(9, &file(1, "f", 10, CHUNK)).unwrap_err();
+        assert!(
+            err.starts_with("bad chunk frame: a bundle record of 9 bytes"),
+            "{err}"
+        );
+        // A file of two chunks never travels in a bundle.
+        assert!(check_record(2 * CHUNK as usize, &file(1, "f", 2 * CHUNK, CHUNK)).is_err());
+    }
+
+    /// A bundle frame (less its type byte) of these records.
+    fn bundle(records: &[(u64, &[u8], bool)]) -> Vec<u8> {
+        let mut body = Vec::new();
+        for &(file, data, good) in records {
+            body.extend_from_slice(&bundle_record_head(file, data.len() as u32));
+            body.extend_from_slice(data);
+            let mut check = digest::check(data);
+            if !good {
+                check[0] ^= 1;
+            }
+            let t = Trailer {
+                check,
+                value: digest::chunk_value(data, 0, true),
+            };
+            body.extend_from_slice(&t.encode());
+        }
+        let h = BundleHeader {
+            count: records.len() as u32,
+            body_len: body.len() as u32,
+        };
+        let mut frame = h.encode()[1..].to_vec();
+        frame.extend_from_slice(&body);
+        frame
+    }
+
+    #[test]
+    fn bundle_records_are_written_asked_again_or_dropped() {
+        let t = tempfile::tempdir().unwrap();
+        let cfg = config(t.path());
+        let files: Files = Arc::new(Mutex::new(HashMap::new()));
+        for (id, size) in [(1, 5), (2, 4)] {
+            let want = open_file(
+                &file(id, &format!("f{id}"), size, CHUNK),
+                &cfg,
+                &files,
+                &mut Default::default(),
+            );
+            assert!(matches!(want, Want::Send { .. }), "{want:?}");
+        }
+        let (tx, rx) = mpsc::channel();
+        let (fin, fin_rx) = mpsc::channel();
+        // File 1 checks out, file 2's check does not, file 7 is not here.
+        let frame = bundle(&[(1, b"hello", true), (2, b"oops", false), (7, b"gone", true)]);
+        let mut body = Vec::new();
+        receive_bundle(&mut &frame[..], &mut body, &files, &tx, &fin, &cfg).unwrap();
+        drop((tx, fin));
+        let events: Vec<Event> = rx.iter().collect();
+        assert!(matches!(events[0], Event::Written { bytes: 5, .. }));
+        assert!(events
+            .iter()
+            .any(|e| matches!(e, Event::Resend(Resend { id: 2, index: 0 }))));
+        assert!(!events
+            .iter()
+            .any(|e| matches!(e, Event::Written { bytes: 4, .. })));
+        // File 1's chunk is verified and written (the file waits for its
+        // seal); file 2's is still wanted.
+        let wants = |id| {
+            files.lock().unwrap()[&id]
+                .inner
+                .lock()
+                .unwrap()
+                .ledger
+                .wants(0)
+        };
+        assert!(!wants(1));
+        assert!(wants(2));
+        assert!(fin_rx.try_recv().is_err(), "finished before its seal");
+        assert_eq!(
+            std::fs::read(t.path().join(".f1.lhpart")).unwrap(),
+            b"hello"
+        );
+    }
+
+    #[test]
+    fn a_bundle_that_breaks_the_protocol_ends_the_stream() {
+        let t = tempfile::tempdir().unwrap();
+        let cfg = config(t.path());
+        let files: Files = Arc::new(Mutex::new(HashMap::new()));
+        open_file(
+            &file(1, "f1", 5, CHUNK),
+            &cfg,
+            &files,
+            &mut Default::default(),
+        );
+        let (tx, _rx) = mpsc::channel();
+        let (fin, _fin_rx) = mpsc::channel();
+        let run = |frame: &[u8]| {
+            receive_bundle(&mut &frame[..], &mut Vec::new(), &files, &tx, &fin, &cfg)
+        };
+        // A record whose length is not the file's announced size.
+        let err = run(&bundle(&[(1, b"hello!", true)])).unwrap_err();
+        assert!(err.contains("bad chunk frame"), "{err}");
+        // More records than the caps allow, or a body past its cap.
+        let mut over = BundleHeader {
+            count: MAX_BUNDLE_FILES + 1,
+            body_len: 0,
+        }
+        .encode()[1..]
+            .to_vec();
+        assert!(run(&over).is_err());
+        over = BundleHeader {
+            count: 1,
+            body_len: MAX_BUNDLE_BODY + 1,
+        }
+        .encode()[1..]
+            .to_vec();
+        assert!(run(&over).is_err());
+        // A stream cut short mid-bundle.
+        let frame = bundle(&[(1, b"hello", true)]);
+        let err = run(&frame[..frame.len() - 1]).unwrap_err();
+        assert!(err.contains("mid-bundle"), "{err}");
+    }
+}

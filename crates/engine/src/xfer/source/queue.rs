@@ -1,0 +1,343 @@
+//! What the control thread and the senders share: the queue of reads
+//! (resends first, then the planner's chunks), the files being read with
+//! their read accounting, the stream picker, and the events the senders
+//! report.
+
+use std::collections::{HashMap, VecDeque};
+use std::io;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+
+use longhaul_proto::plan::{Chunk, Planner};
+use longhaul_proto::xfer::*;
+
+use super::super::storage::ReadAt;
+use super::super::Stamp;
+
+/// A file announced and planned: where it is read from, the version
+/// announced, and how many of its reads are done.
+pub(super) struct SrcFile {
+    pub(super) path: PathBuf,
+    failed: AtomicBool,
+    /// The version announced: every descriptor read must still show it.
+    pub(super) stamp: Stamp,
+    /// Chunks still to be read once (resends not counted).
+    reads_left: AtomicU64,
+    /// Resends of this file read so far.
+    resends_read: AtomicU32,
+    /// The file is one chunk: that chunk's value is the file's BLAKE3.
+    pub(super) whole: bool,
+}
+
+impl SrcFile {
+    /// A file of `size` bytes planned in chunks of `chunk_size`, with
+    /// `reads` chunks to read.
+    pub(super) fn new(
+        path: PathBuf,
+        stamp: Stamp,
+        reads: u64,
+        size: u64,
+        chunk_size: u64,
+    ) -> SrcFile {
+        SrcFile {
+            path,
+            failed: AtomicBool::new(false),
+            stamp,
+            reads_left: AtomicU64::new(reads),
+            resends_read: AtomicU32::new(0),
+            whole: size <= chunk_size,
+        }
+    }
+
+    /// Whether the file failed (or changed): its chunks are dropped.
+    pub(super) fn failed(&self) -> bool {
+        self.failed.load(Ordering::Relaxed)
+    }
+
+    /// Marks the file failed: no sender reads it again.
+    pub(super) fn fail(&self) {
+        self.failed.store(true, Ordering::Relaxed);
+    }
+
+    /// After a read: the seal to send if every read of the file so far is
+    /// done (`resend`: this read served a resend), or None while reads
+    /// are left. The descriptor is then checked against the stamp.
+    pub(super) fn after_read(&self, resend: bool) -> Option<u32> {
+        if resend {
+            let n = self.resends_read.fetch_add(1, Ordering::SeqCst) + 1;
+            (self.reads_left.load(Ordering::SeqCst) == 0).then_some(n)
+        } else if self.reads_left.fetch_sub(1, Ordering::SeqCst) == 1 {
+            Some(self.resends_read.load(Ordering::SeqCst))
+        } else {
+            None
+        }
+    }
+
+    /// Once every read is done: sealed for the sink if the open file is
+    /// still the one announced, or changed (and marked failed) otherwise.
+    pub(super) fn seal_or_changed(&self, id: u64, resends: u32, reader: &dyn ReadAt) -> Event {
+        match self.changed(reader) {
+            None => Event::Sealed { id, resends },
+            Some(why) => {
+                self.fail();
+                Event::Changed(id, why)
+            }
+        }
+    }
+
+    /// What changed between the announcement and the open file now.
+    pub(super) fn changed(&self, reader: &dyn ReadAt) -> Option<String> {
+        self.differs(reader.metadata())
+    }
+
+    /// What changed between the announcement and `now`.
+    pub(super) fn differs(&self, now: io::Result<std::fs::Metadata>) -> Option<String> {
+        match now {
+            Ok(m) => self.stamp.changed(&Stamp::of(&m)),
+            Err(e) => Some(format!("cannot check it after reading: {e}")),
+        }
+    }
+}
+
+/// The reads waiting for a sender.
+#[derive(Default)]
+pub(super) struct Queue {
+    pub(super) planner: Planner,
+    /// Resends, served first: (chunk, true).
+    pub(super) resends: VecDeque<Chunk>,
+    pub(super) files: HashMap<u64, Arc<SrcFile>>,
+    pub(super) closed: bool,
+    /// Streams 0..active carry chunks; the rest are parked by the tuner.
+    pub(super) active: u16,
+}
+
+/// A chunk a sender takes: whether it serves a resend, and its file.
+pub(super) type Pick = (Chunk, bool, Arc<SrcFile>);
+
+/// What a sender takes from the queue.
+pub(super) enum Taken {
+    /// One chunk, sent in a chunk frame.
+    One(Pick),
+    /// Whole small files gathered into the sender's bundle, and the chunk
+    /// that ended it, if it was not one of them (sent next).
+    Bundle(Option<Pick>),
+}
+
+impl Queue {
+    /// What stream `index` sends next: resends first, then the planner's
+    /// chunks (files that failed are passed over); small whole files go
+    /// into `bundle` when bundles were agreed. None when there is nothing
+    /// now, or the stream is parked.
+    pub(super) fn take(
+        &mut self,
+        index: u16,
+        bundles: bool,
+        bundle: &mut Vec<(Chunk, Arc<SrcFile>)>,
+    ) -> Option<Taken> {
+        loop {
+            // A parked stream takes nothing until the tuner wakes it.
+            if index >= self.active {
+                return None;
+            }
+            let (c, resend) = match self.resends.pop_front() {
+                Some(c) => (c, true),
+                None => (self.planner.next_chunk()?, false),
+            };
+            let Some(f) = self.files.get(&c.file).filter(|f| !f.failed()).cloned() else {
+                continue;
+            };
+            if !(bundles && bundled(&c, resend, &f)) {
+                return Some(Taken::One((c, resend, f)));
+            }
+            bundle.push((c, f));
+            return Some(Taken::Bundle(gather(self, bundle)));
+        }
+    }
+}
+
+pub(super) type Shared = Arc<(Mutex<Queue>, Condvar)>;
+
+/// What the senders report to the control thread.
+pub(super) enum Event {
+    Sent {
+        read_bytes: u64,
+        read_us: u64,
+    },
+    FileFailed(u64, String),
+    /// Every read of a file so far is done and it did not change.
+    Sealed {
+        id: u64,
+        resends: u32,
+    },
+    /// The file changed while it was read (what, in words).
+    Changed(u64, String),
+    Fatal(String),
+}
+
+/// Whether a chunk goes in a bundle: a first read (a resend goes alone)
+/// of the whole of a small file without holes.
+fn bundled(c: &Chunk, resend: bool, f: &SrcFile) -> bool {
+    !resend
+        && c.index == 0
+        && u64::from(c.len) == f.stamp.size
+        && c.len <= MAX_BUNDLE_FILE
+        && !f.stamp.sparse
+}
+
+/// Fills `bundle` (which holds its first file) from the queue with more
+/// whole small files that are ready, up to the caps; returns the chunk
+/// that ended it, if it was not one of them.
+fn gather(queue: &mut Queue, bundle: &mut Vec<(Chunk, Arc<SrcFile>)>) -> Option<Pick> {
+    let mut payload: u64 = bundle.iter().map(|(c, _)| u64::from(c.len)).sum();
+    while bundle.len() < MAX_BUNDLE_FILES as usize && queue.resends.is_empty() {
+        let c = queue.planner.next_chunk()?;
+        let Some(f) = queue.files.get(&c.file).filter(|f| !f.failed()) else {
+            continue;
+        };
+        if !bundled(&c, false, f) || payload + u64::from(c.len) > u64::from(MAX_BUNDLE_PAYLOAD) {
+            return Some((c, false, f.clone()));
+        }
+        payload += u64::from(c.len);
+        bundle.push((c, f.clone()));
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const CHUNK: u64 = 64 << 10;
+
+    fn stamp(size: u64) -> Stamp {
+        Stamp {
+            size,
+            ..Stamp::default()
+        }
+    }
+
+    /// A queue of files of these sizes (ids 1, 2, ...) in chunks of
+    /// `chunk`, with streams `0..active` active.
+    fn queue_of(sizes: &[u64], chunk: u64, active: u16) -> Queue {
+        let mut q = Queue {
+            active,
+            ..Queue::default()
+        };
+        for (i, &size) in sizes.iter().enumerate() {
+            let id = i as u64 + 1;
+            let reads = q.planner.add(id, size, chunk, Vec::new()).unwrap();
+            let path = PathBuf::from(format!("f{id}"));
+            let f = SrcFile::new(path, stamp(size), reads, size, chunk);
+            q.files.insert(id, Arc::new(f));
+        }
+        q
+    }
+
+    fn queue(sizes: &[u64], active: u16) -> Queue {
+        queue_of(sizes, CHUNK, active)
+    }
+
+    fn one(t: Option<Taken>) -> (u64, u32, bool) {
+        match t {
+            Some(Taken::One((c, resend, _))) => (c.file, c.index, resend),
+            Some(Taken::Bundle(_)) => panic!("a bundle, not one chunk"),
+            None => panic!("nothing taken"),
+        }
+    }
+
+    #[test]
+    fn after_read_seals_once_every_read_is_done_counting_resends() {
+        let f = SrcFile::new("f".into(), stamp(3 * CHUNK), 3, 3 * CHUNK, CHUNK);
+        assert!(!f.whole);
+        assert_eq!(f.after_read(false), None);
+        // A resend read while first reads are left: not yet.
+        assert_eq!(f.after_read(true), None);
+        assert_eq!(f.after_read(false), None);
+        // The last first read: sealed, with the one resend read so far.
+        assert_eq!(f.after_read(false), Some(1));
+        // A resend after the seal: sealed again, with both resends.
+        assert_eq!(f.after_read(true), Some(2));
+
+        let small = SrcFile::new("s".into(), stamp(10), 1, 10, CHUNK);
+        assert!(small.whole);
+        assert_eq!(small.after_read(false), Some(0));
+    }
+
+    #[test]
+    fn resends_go_first_and_failed_files_are_passed_over() {
+        let mut q = queue(&[2 * CHUNK, CHUNK], 2);
+        let mut bundle = Vec::new();
+        assert_eq!(one(q.take(0, false, &mut bundle)), (1, 0, false));
+        q.resends
+            .push_back(longhaul_proto::plan::chunk_at(2, CHUNK, CHUNK, 0));
+        assert_eq!(one(q.take(1, false, &mut bundle)), (2, 0, true));
+        // File 1 failed: its second chunk is dropped, file 2's comes next.
+        q.files[&1].fail();
+        assert_eq!(one(q.take(0, false, &mut bundle)), (2, 0, false));
+        assert!(q.take(0, false, &mut bundle).is_none());
+        assert!(bundle.is_empty());
+    }
+
+    #[test]
+    fn a_parked_stream_takes_nothing() {
+        let mut q = queue(&[4 * CHUNK], 1);
+        q.resends
+            .push_back(longhaul_proto::plan::chunk_at(1, 4 * CHUNK, CHUNK, 3));
+        let mut bundle = Vec::new();
+        assert!(q.take(1, false, &mut bundle).is_none());
+        assert!(q.take(5, true, &mut bundle).is_none());
+        // Nothing was taken from it: the active stream gets the resend.
+        assert_eq!(q.resends.len(), 1);
+        assert_eq!(one(q.take(0, false, &mut bundle)), (1, 3, true));
+        q.active = 2;
+        assert_eq!(one(q.take(1, false, &mut bundle)), (1, 0, false));
+    }
+
+    #[test]
+    fn small_whole_files_are_bundled_until_one_is_not() {
+        let mut q = queue(&[100, 1, 2000, 3 * CHUNK, 50], 1);
+        let mut bundle = Vec::new();
+        let ended = match q.take(0, true, &mut bundle) {
+            Some(Taken::Bundle(ended)) => ended,
+            _ => panic!("a bundle"),
+        };
+        let files: Vec<u64> = bundle.iter().map(|(c, _)| c.file).collect();
+        assert_eq!(files, [1, 2, 3]);
+        // The large file's first chunk ended it, and goes next on its own.
+        let (c, resend, _) = ended.expect("the chunk that ended the bundle");
+        assert_eq!((c.file, c.index, resend), (4, 0, false));
+        // Without bundles, a small file goes as one chunk frame.
+        let mut q = queue(&[100], 1);
+        assert_eq!(one(q.take(0, false, &mut bundle)), (1, 0, false));
+    }
+
+    #[test]
+    fn a_resend_is_never_bundled() {
+        let mut q = queue(&[100, 200, 300], 1);
+        q.resends
+            .push_back(longhaul_proto::plan::chunk_at(3, 300, CHUNK, 0));
+        let mut bundle = Vec::new();
+        assert_eq!(one(q.take(0, true, &mut bundle)), (3, 0, true));
+        assert!(bundle.is_empty());
+        assert!(matches!(
+            q.take(0, true, &mut bundle),
+            Some(Taken::Bundle(None))
+        ));
+        let files: Vec<u64> = bundle.iter().map(|(c, _)| c.file).collect();
+        assert_eq!(files, [1, 2, 3]);
+    }
+
+    #[test]
+    fn a_bundle_stops_at_its_payload_cap() {
+        let size = u64::from(MAX_BUNDLE_FILE);
+        let n = (MAX_BUNDLE_PAYLOAD / MAX_BUNDLE_FILE) as usize;
+        let mut q = queue_of(&vec![size; n + 1], size, 1);
+        let mut bundle = Vec::new();
+        let Some(Taken::Bundle(Some((c, false, _)))) = q.take(0, true, &mut bundle) else {
+            panic!("a full bundle and the file that did not fit");
+        };
+        assert_eq!(bundle.len(), n);
+        assert_eq!(c.file, n as u64 + 1);
+    }
+}

@@ -1,0 +1,394 @@
+//! A data stream's sender: takes reads from the queue and streams each
+//! chunk from its file in cache-sized pieces, hashing as it goes (holes go
+//! as zero chunks), or whole small files many to a bundle frame.
+
+use std::io::{self, Write};
+use std::sync::mpsc::Sender;
+use std::sync::Arc;
+use std::time::Instant;
+
+use longhaul_proto::digest::ChunkHasher;
+use longhaul_proto::plan::Chunk;
+use longhaul_proto::xfer::*;
+
+use super::super::beneath::Anchor;
+use super::super::storage::{read_exact_at, AlignedBuf, ReadAt, Storage};
+use super::at;
+use super::bundle::send_bundle;
+use super::queue::{Event, Pick, Shared, SrcFile, Taken};
+use crate::net::conn::Stream;
+use crate::stages::{timed, Stage};
+
+/// What a sender reads from and reports to.
+#[derive(Clone, Copy)]
+pub(super) struct Out<'a> {
+    pub(super) storage: &'a dyn Storage,
+    pub(super) anchor: &'a Option<Arc<Anchor>>,
+    pub(super) tx: &'a Sender<Event>,
+}
+
+/// One data stream: sends what the queue holds until it is closed, then
+/// ends the stream cleanly; a failure of the stream is fatal to the
+/// transfer.
+pub(super) fn send(index: u16, s: Box<dyn Stream>, shared: &Shared, out: &Out, bundles: bool) {
+    let mut sender = StreamSender {
+        index,
+        bundles,
+        shared,
+        out: *out,
+        // Buffered: small files' chunks (header, bytes, trailer) leave
+        // many to a write; big pieces bypass the buffer. Flushed whenever
+        // the queue runs dry, so nothing waits in it.
+        w: io::BufWriter::with_capacity(256 << 10, s),
+        cache: None,
+        buf: AlignedBuf::new(super::super::PIECE),
+        bundle: Vec::new(),
+        frame: Vec::new(),
+        pending: None,
+    };
+    match sender.run() {
+        Ok(()) => sender.close(),
+        Err(e) => {
+            let _ = out
+                .tx
+                .send(Event::Fatal(format!("data stream failed: {e}")));
+        }
+    }
+}
+
+/// One data stream's state between chunks.
+struct StreamSender<'a> {
+    index: u16,
+    bundles: bool,
+    shared: &'a Shared,
+    out: Out<'a>,
+    w: io::BufWriter<Box<dyn Stream>>,
+    /// The file last read from, kept open for its next chunk.
+    cache: Option<(u64, Box<dyn ReadAt>)>,
+    buf: AlignedBuf,
+    /// Bundles: the files of the frame being built...
+    bundle: Vec<(Chunk, Arc<SrcFile>)>,
+    frame: Vec<u8>,
+    /// ...and the chunk that ended it (not a whole small file), sent next.
+    pending: Option<Pick>,
+}
+
+impl StreamSender<'_> {
+    /// Sends until the queue is closed and empty. Errors are the stream's.
+    fn run(&mut self) -> io::Result<()> {
+        while let Some(taken) = self.next()? {
+            match taken {
+                Taken::Bundle(pending) => {
+                    self.pending = pending;
+                    send_bundle(&mut self.w, &mut self.bundle, &mut self.frame, &self.out)?;
+                }
+                Taken::One((c, resend, f)) => self.send_chunk(&c, resend, &f)?,
+            }
+        }
+        Ok(())
+    }
+
+    /// All sent: ends the stream cleanly (TLS close_notify, FIN).
+    fn close(self) {
+        if let Ok(mut s) = self.w.into_inner() {
+            let _ = s.close_write();
+        }
+    }
+
+    /// What to send next: the chunk that ended a bundle, else what the
+    /// queue has, waiting for it (and flushing what is buffered while
+    /// the queue is dry); None once the queue is closed.
+    fn next(&mut self) -> io::Result<Option<Taken>> {
+        let (q, cv) = &**self.shared;
+        loop {
+            if let Some(p) = self.pending.take() {
+                if p.2.failed() {
+                    continue;
+                }
+                return Ok(Some(Taken::One(p)));
+            }
+            let mut queue = q.lock().expect("poisoned");
+            loop {
+                if let Some(taken) = queue.take(self.index, self.bundles, &mut self.bundle) {
+                    return Ok(Some(taken));
+                }
+                if !self.w.buffer().is_empty() {
+                    break;
+                }
+                if queue.closed {
+                    return Ok(None);
+                }
+                queue = cv.wait(queue).expect("poisoned");
+            }
+            drop(queue);
+            timed(Stage::Send, || self.w.flush())?;
+        }
+    }
+
+    /// Sends one chunk, and then its file's seal if that was its last
+    /// read. A file that cannot be opened or read, or that changed, is
+    /// reported; errors are the stream's.
+    fn send_chunk(&mut self, c: &Chunk, resend: bool, f: &SrcFile) -> io::Result<()> {
+        if !self.open(c, f) {
+            return Ok(());
+        }
+        let reader = &*self.cache.as_ref().expect("opened above").1;
+        let mut read_us = 0;
+        let read = write_chunk(
+            &mut self.w,
+            &mut self.buf,
+            reader,
+            c,
+            f,
+            self.out.tx,
+            &mut read_us,
+        )?;
+        let tx = self.out.tx;
+        let _ = tx.send(Event::Sent {
+            read_bytes: u64::from(c.len),
+            read_us,
+        });
+        // Once a file's last read is done, its descriptor shows whether it
+        // changed while it was read: sealed for the sink, or read again.
+        if let Some(resends) = read.then(|| f.after_read(resend)).flatten() {
+            let _ = tx.send(f.seal_or_changed(c.file, resends, reader));
+        }
+        Ok(())
+    }
+
+    /// Makes `c`'s file the cached one, opening it unless it is already:
+    /// false (and reported) if it cannot be opened or is no longer the
+    /// file announced.
+    fn open(&mut self, c: &Chunk, f: &SrcFile) -> bool {
+        if self.cache.as_ref().is_some_and(|(id, _)| *id == c.file) {
+            return true;
+        }
+        let Out {
+            storage,
+            anchor,
+            tx,
+        } = self.out;
+        let opened = at(anchor, &f.path)
+            .map_err(|e| io::Error::other(e.to_string()))
+            .and_then(|p| storage.open_read(&p));
+        match opened {
+            Ok(r) => {
+                // The file announced, not one swapped in since.
+                if let Some(why) = f.differs(r.metadata_at_open()) {
+                    f.fail();
+                    let _ = tx.send(Event::Changed(c.file, why));
+                    return false;
+                }
+                self.cache = Some((c.file, r));
+                true
+            }
+            Err(e) => {
+                f.fail();
+                let _ = tx.send(Event::FileFailed(
+                    c.file,
+                    format!("cannot open {}: {e}", f.path.display()),
+                ));
+                false
+            }
+        }
+    }
+}
+
+/// Writes one chunk frame of `c` read from `reader`: header, bytes and
+/// trailer, or a zero chunk for a hole. True if the chunk was read whole;
+/// false if a read failed (the frame then carries a check that cannot
+/// match, and the failure is reported). Errors are the stream's.
+fn write_chunk(
+    w: &mut impl Write,
+    buf: &mut [u8],
+    reader: &dyn ReadAt,
+    c: &Chunk,
+    f: &SrcFile,
+    tx: &Sender<Event>,
+    read_us: &mut u64,
+) -> io::Result<bool> {
+    // A file with all its blocks has no hole to look for.
+    let zero = c.len > 0 && f.stamp.sparse && reader.is_hole(c.offset, u64::from(c.len));
+    let header = ChunkHeader {
+        zero,
+        file: c.file,
+        index: c.index,
+        offset: c.offset,
+        len: c.len,
+    };
+    timed(Stage::Send, || w.write_all(&header.encode()))?;
+    if zero {
+        let t = timed(Stage::Hash, || {
+            super::super::zero_trailer(c.offset, c.len, f.whole)
+        });
+        return timed(Stage::Send, || w.write_all(&t.encode())).map(|()| true);
+    }
+    let (hasher, read_error) = write_pieces(w, buf, reader, c, f.whole, read_us)?;
+    let Some(e) = read_error else {
+        let t = timed(Stage::Hash, || trailer_of(&hasher));
+        return timed(Stage::Send, || w.write_all(&t.encode())).map(|()| true);
+    };
+    let mut bogus = trailer_of(&hasher);
+    bogus.check[0] ^= 0xff;
+    w.write_all(&bogus.encode())?;
+    f.fail();
+    // A file cut short while it was read changed; else the storage failed.
+    let _ = tx.send(match f.changed(reader) {
+        Some(why) => Event::Changed(c.file, why),
+        None => Event::FileFailed(
+            c.file,
+            format!(
+                "cannot read {} at offset {}: {e}",
+                f.path.display(),
+                c.offset
+            ),
+        ),
+    });
+    Ok(false)
+}
+
+/// Reads `c` in pieces of `buf`'s size, hashing and writing each; after a
+/// read fails, the rest of the chunk goes as zeros (its header is out).
+/// Returns the hasher and the read error, if any; errors are the
+/// stream's.
+fn write_pieces(
+    w: &mut impl Write,
+    buf: &mut [u8],
+    reader: &dyn ReadAt,
+    c: &Chunk,
+    whole: bool,
+    read_us: &mut u64,
+) -> io::Result<(ChunkHasher, Option<io::Error>)> {
+    let mut hasher = ChunkHasher::new(c.offset, whole);
+    let mut off = 0u64;
+    let mut read_error = None;
+    while off < u64::from(c.len) {
+        let n = (u64::from(c.len) - off).min(buf.len() as u64) as usize;
+        let piece = &mut buf[..n];
+        if read_error.is_none() {
+            let r = Instant::now();
+            if let Err(e) = timed(Stage::Read, || read_exact_at(reader, piece, c.offset + off)) {
+                read_error = Some(e);
+            }
+            *read_us += r.elapsed().as_micros() as u64;
+        }
+        if read_error.is_some() {
+            // Let a check that cannot match make the sink drop the chunk.
+            piece.fill(0);
+        }
+        timed(Stage::Hash, || hasher.update(piece));
+        timed(Stage::Send, || w.write_all(piece))?;
+        off += n as u64;
+    }
+    Ok((hasher, read_error))
+}
+
+/// The trailer of a chunk hashed to its end.
+pub(super) fn trailer_of(h: &ChunkHasher) -> Trailer {
+    let (value, check) = h.finalize();
+    Trailer { check, value }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::mpsc;
+
+    use longhaul_proto::digest;
+    use longhaul_proto::plan::chunk_at;
+
+    use super::super::super::storage::Local;
+    use super::super::super::Stamp;
+    use super::*;
+
+    /// Reads as the file does up to `at`, and fails from there.
+    struct FailsAt {
+        inner: Box<dyn ReadAt>,
+        at: u64,
+    }
+
+    impl ReadAt for FailsAt {
+        fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+            if offset >= self.at {
+                return Err(io::Error::other("bad sector"));
+            }
+            self.inner.read_at(buf, offset)
+        }
+        fn metadata(&self) -> io::Result<std::fs::Metadata> {
+            self.inner.metadata()
+        }
+    }
+
+    const SIZE: usize = 3000;
+
+    fn data() -> Vec<u8> {
+        (0..SIZE).map(|i| (i * 7 % 251) as u8).collect()
+    }
+
+    /// A file of [`data`], its reader, and its announcement.
+    fn file() -> (tempfile::TempDir, Box<dyn ReadAt>, SrcFile) {
+        let t = tempfile::tempdir().unwrap();
+        let p = t.path().join("f");
+        std::fs::write(&p, data()).unwrap();
+        let stamp = Stamp::of(&std::fs::symlink_metadata(&p).unwrap());
+        let f = SrcFile::new(p.clone(), stamp, 1, SIZE as u64, 64 << 10);
+        (t, Local.open_read(&p).unwrap(), f)
+    }
+
+    fn split(frame: &[u8]) -> (ChunkHeader, &[u8], Trailer) {
+        let (head, rest) = frame.split_at(CHUNK_HEADER_LEN);
+        let (body, trailer) = rest.split_at(rest.len() - CHUNK_TRAILER_LEN);
+        (
+            ChunkHeader::decode(head.try_into().unwrap()).unwrap(),
+            body,
+            Trailer::decode(trailer.try_into().unwrap()),
+        )
+    }
+
+    #[test]
+    fn a_chunk_goes_as_header_bytes_and_trailer_read_in_pieces() {
+        let (_t, reader, f) = file();
+        let c = chunk_at(7, SIZE as u64, 64 << 10, 0);
+        let (tx, rx) = mpsc::channel();
+        let (mut w, mut buf, mut read_us) = (Vec::new(), vec![0u8; 1024], 0);
+        let read = write_chunk(&mut w, &mut buf, &*reader, &c, &f, &tx, &mut read_us).unwrap();
+        assert!(read);
+        let (h, body, trailer) = split(&w);
+        assert_eq!(
+            (h.file, h.index, h.offset, h.len, h.zero),
+            (7, 0, 0, SIZE as u32, false)
+        );
+        assert_eq!(body, data());
+        assert_eq!(trailer.check, digest::check(&data()));
+        assert_eq!(trailer.value, digest::chunk_value(&data(), 0, true));
+        assert!(rx.try_recv().is_err(), "nothing to report");
+        assert!(!f.failed());
+    }
+
+    #[test]
+    fn a_failed_read_fills_the_chunk_with_a_check_that_cannot_match() {
+        let (_t, inner, f) = file();
+        let reader = FailsAt { inner, at: 1024 };
+        let c = chunk_at(7, SIZE as u64, 64 << 10, 0);
+        let (tx, rx) = mpsc::channel();
+        let (mut w, mut buf, mut read_us) = (Vec::new(), vec![0u8; 1024], 0);
+        let read = write_chunk(&mut w, &mut buf, &reader, &c, &f, &tx, &mut read_us).unwrap();
+        assert!(!read);
+        let (h, body, trailer) = split(&w);
+        // The header was out: the frame is whole, its bytes zero past the
+        // failure, and the sink drops it.
+        assert_eq!(h.len as usize, SIZE);
+        assert_eq!(&body[..1024], &data()[..1024]);
+        assert!(body[1024..].iter().all(|&b| b == 0));
+        assert_ne!(trailer.check, digest::check(body));
+        assert!(f.failed());
+        match rx.try_recv() {
+            Ok(Event::FileFailed(7, why)) => {
+                assert!(
+                    why.contains("cannot read") && why.contains("bad sector"),
+                    "{why}"
+                )
+            }
+            _ => panic!("the failed read is reported"),
+        }
+    }
+}
