@@ -207,7 +207,7 @@ pub fn run_iperf3(
     let (sock, peer) = connect(target, opts.connect_timeout)?;
     let _ = sock.set_nodelay(true);
     let mut raw = [0u8; iperf3::COOKIE_LEN - 1];
-    getrandom::getrandom(&mut raw)
+    getrandom::fill(&mut raw)
         .map_err(|e| EngineError::Failed(format!("no randomness for the iperf3 cookie: {e}")))?;
     let cookie = Cookie::from_random(raw);
     let mut ctl = Control {

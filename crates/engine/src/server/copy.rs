@@ -76,7 +76,7 @@ impl Capabilities {
         lifetime: Duration,
     ) -> Result<(String, blake3::Hash), String> {
         let mut b = [0u8; 32];
-        getrandom::getrandom(&mut b).map_err(|e| format!("the OS random source failed: {e}"))?;
+        getrandom::fill(&mut b).map_err(|e| format!("the OS random source failed: {e}"))?;
         let secret = format!(
             "{CAPABILITY_PREFIX}{}",
             base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(b)
