@@ -469,30 +469,7 @@ pub(super) fn serve_copy(
         );
         return Ok(());
     }
-    loop {
-        match rx.recv_timeout(Duration::from_millis(10)) {
-            Ok(r) => {
-                if conn.send(&Message::CopyRelay(r)).is_err() {
-                    interrupt.store(true, Ordering::SeqCst);
-                }
-                continue;
-            }
-            Err(mpsc::RecvTimeoutError::Disconnected) => break,
-            Err(mpsc::RecvTimeoutError::Timeout) => {}
-        }
-        match conn.recv(Duration::from_millis(1)) {
-            Ok(Some(Message::Stop(s))) => {
-                tracing::info!(
-                    "{} stops its third-party copy: {}",
-                    conn.peer(),
-                    escaped(&s.reason)
-                );
-                interrupt.store(true, Ordering::SeqCst);
-            }
-            Ok(_) => {}
-            Err(_) => interrupt.store(true, Ordering::SeqCst),
-        }
-    }
+    super::third_party::relay_until_done(conn, &rx, Message::CopyRelay, &interrupt, "copy");
     let _ = worker.join();
     Ok(())
 }

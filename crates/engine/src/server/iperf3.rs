@@ -160,21 +160,7 @@ impl Drop for Counted<'_> {
 
 fn accept_loop(l: &TcpListener, shared: &Arc<Shared>) {
     let order = AtomicU64::new(0);
-    loop {
-        let (stream, peer) = match l.accept() {
-            Ok(x) => x,
-            Err(e) => {
-                if shared.shutdown.load(Ordering::SeqCst) {
-                    return;
-                }
-                tracing::warn!("iperf3 listener: accept failed: {e}");
-                std::thread::sleep(Duration::from_millis(50));
-                continue;
-            }
-        };
-        if shared.shutdown.load(Ordering::SeqCst) {
-            return;
-        }
+    while let Some((stream, peer)) = super::accept_next(l, &shared.shutdown, "iperf3 listener") {
         if shared.handshakes.fetch_add(1, Ordering::SeqCst) >= shared.cfg.max_connections {
             shared.handshakes.fetch_sub(1, Ordering::SeqCst);
             refuse_note(

@@ -397,22 +397,28 @@ impl Server {
     }
 }
 
-fn accept_loop(l: &TcpListener, shared: &Arc<Shared>) {
+/// The next connection `l` takes, or None once `shutdown` is set; a
+/// failed accept (out of descriptors, say) is logged with `what` and
+/// tried again after a pause.
+pub(super) fn accept_next(
+    l: &TcpListener,
+    shutdown: &std::sync::atomic::AtomicBool,
+    what: &str,
+) -> Option<(TcpStream, SocketAddr)> {
     loop {
-        let (stream, peer) = match l.accept() {
-            Ok(x) => x,
+        match l.accept() {
+            _ if shutdown.load(Ordering::SeqCst) => return None,
+            Ok(x) => return Some(x),
             Err(e) => {
-                if shared.shutdown.load(Ordering::SeqCst) {
-                    return;
-                }
-                tracing::warn!("accept failed: {e}");
+                tracing::warn!("{what}: accept failed: {e}");
                 std::thread::sleep(Duration::from_millis(50));
-                continue;
             }
-        };
-        if shared.shutdown.load(Ordering::SeqCst) {
-            return;
         }
+    }
+}
+
+fn accept_loop(l: &TcpListener, shared: &Arc<Shared>) {
+    while let Some((stream, peer)) = accept_next(l, &shared.shutdown, "listener") {
         let open = shared.connections.fetch_add(1, Ordering::SeqCst) + 1;
         if open > shared.cfg.max_connections {
             shared.connections.fetch_sub(1, Ordering::SeqCst);

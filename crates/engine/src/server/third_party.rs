@@ -136,21 +136,36 @@ pub(super) fn third_party(
         })));
         return;
     }
+    relay_until_done(conn, &rx, Message::Relay, &interrupt, "test");
+    let _ = worker.join();
+}
+
+/// Sends the requester each report of a run this server makes for it
+/// (`wrap` makes it a message) until the run's sender is gone, while still
+/// listening to the requester: a `Stop` or a closed connection sets
+/// `interrupt`, which ends the run. `what` names the run in the log.
+pub(super) fn relay_until_done<T>(
+    conn: &mut FramedConn,
+    rx: &mpsc::Receiver<T>,
+    wrap: impl Fn(T) -> Message,
+    interrupt: &std::sync::atomic::AtomicBool,
+    what: &str,
+) {
     loop {
         match rx.recv_timeout(Duration::from_millis(10)) {
             Ok(r) => {
-                if conn.send(&Message::Relay(r)).is_err() {
+                if conn.send(&wrap(r)).is_err() {
                     interrupt.store(true, Ordering::SeqCst);
                 }
                 continue;
             }
-            Err(mpsc::RecvTimeoutError::Disconnected) => break,
+            Err(mpsc::RecvTimeoutError::Disconnected) => return,
             Err(mpsc::RecvTimeoutError::Timeout) => {}
         }
         match conn.recv(Duration::from_millis(1)) {
             Ok(Some(Message::Stop(s))) => {
                 tracing::info!(
-                    "{} stops its third-party test: {}",
+                    "{} stops its third-party {what}: {}",
                     conn.peer(),
                     escaped(&s.reason)
                 );
@@ -160,7 +175,6 @@ pub(super) fn third_party(
             Err(_) => interrupt.store(true, Ordering::SeqCst),
         }
     }
-    let _ = worker.join();
 }
 
 /// How long after the request a target that has not completed longhaul's
