@@ -243,7 +243,11 @@ impl Site {
     fn assert_serves(&self, addr: SocketAddr) {
         let o = lh(&["ls", &at(addr, "data", "dir")]);
         assert_exit(&o, 0);
-        assert!(stdout(&o).lines().any(|l| l == "inner.txt"), "{}", stdout(&o));
+        assert!(
+            stdout(&o).lines().any(|l| l == "inner.txt"),
+            "{}",
+            stdout(&o)
+        );
         let o = lh(&["cp", s(&self.payload), &at(addr, "data", "alive.bin")]);
         assert_exit(&o, 0);
         let landed = self.export.join("alive.bin");
@@ -1045,7 +1049,11 @@ fn client_certificate_grant_lets_in_that_client_only() {
     );
     let o = anon(&["ls", "--identity", s(&id_dir), &at(a, "data", "mtls.bin")]);
     assert_exit(&o, 0);
-    assert!(stdout(&o).lines().any(|l| l == "mtls.bin"), "{}", stdout(&o));
+    assert!(
+        stdout(&o).lines().any(|l| l == "mtls.bin"),
+        "{}",
+        stdout(&o)
+    );
 
     let before = site.snap();
     // Another identity, without a grant: anonymous, so refused.
