@@ -701,6 +701,18 @@ pub fn json_frame<T: Serialize>(value: &T) -> Vec<u8> {
 /// Takes one length-prefixed JSON message off the front of `buf` if it is
 /// all there; refuses a length over `max` as soon as the 4 length bytes
 /// are in, before buffering any of it.
+/// The next state byte of `buf`, taken off it, or None until one is in;
+/// a byte that names no state is an error.
+fn take_state(buf: &mut Vec<u8>) -> Result<Option<State>, Iperf3Error> {
+    let Some(&b) = buf.first() else {
+        return Ok(None);
+    };
+    buf.remove(0);
+    State::from_byte(b)
+        .map(Some)
+        .ok_or(Iperf3Error::UnknownState(b as i8))
+}
+
 fn take_json(buf: &mut Vec<u8>, max: u32) -> Result<Option<Vec<u8>>, Iperf3Error> {
     let Some(len) = buf.get(..4) else {
         return Ok(None);
@@ -846,11 +858,9 @@ impl Client {
                 }
                 _ => {}
             }
-            let Some(&b) = self.inbuf.first() else {
+            let Some(s) = take_state(&mut self.inbuf)? else {
                 return Ok(());
             };
-            self.inbuf.remove(0);
-            let s = State::from_byte(b).ok_or(Iperf3Error::UnknownState(b as i8))?;
             let next = match (s, self.phase) {
                 (State::AccessDenied, _) => {
                     self.phase = ClientPhase::Done;
@@ -1040,11 +1050,9 @@ impl Server {
                 }
                 _ => {}
             }
-            let Some(&b) = self.inbuf.first() else {
+            let Some(s) = take_state(&mut self.inbuf)? else {
                 return Ok(());
             };
-            self.inbuf.remove(0);
-            let s = State::from_byte(b).ok_or(Iperf3Error::UnknownState(b as i8))?;
             match (s, self.phase) {
                 (State::ClientTerminate, _) => {
                     self.phase = ServerPhase::Done;
