@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use longhaul_engine::bench::disk::{self, DiskBench};
 
-#[path = "../../cli/tests/common/require.rs"]
+#[path = "../../cli/tests/it/common/require.rs"]
 mod require;
 
 fn run(c: &mut Command) -> String {

@@ -9,7 +9,7 @@
 #![allow(dead_code)]
 
 /// The workspace's one "require or skip" (the CLI tests' own).
-#[path = "../../../cli/tests/common/require.rs"]
+#[path = "../../../cli/tests/it/common/require.rs"]
 mod require;
 
 use std::net::TcpListener;

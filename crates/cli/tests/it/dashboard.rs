@@ -7,7 +7,7 @@
 //! Without chromium and chromedriver the test says why and passes, unless
 //! `LONGHAUL_REQUIRE_BROWSER=1` (CI), where it fails.
 
-mod common;
+use crate::common;
 
 use common::free_port;
 use std::io::{BufRead, BufReader};

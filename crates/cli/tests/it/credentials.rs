@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use longhaul_engine::server::{ServeConfig, ServerHandle};
 
-mod common;
+use crate::common;
 use common::{assert_exit, bin, stderr, TempDir, TOKEN};
 
 /// The secret part of the test token: what must never be on the wire.

@@ -25,7 +25,7 @@ use longhaul_engine::xfer::Export;
 use longhaul_proto::frame::MAGIC;
 use longhaul_proto::msg::{Hello, Message, Refuse, RefuseCode, Role};
 
-mod common;
+use crate::common;
 use common::{assert_exit, bin, stderr, stdout, TempDir};
 
 // ---------------------------------------------------------------- helpers

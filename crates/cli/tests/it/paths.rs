@@ -2,7 +2,7 @@
 //! `--via`): nuttcp's multilink, SC12's several links into one host. On
 //! loopback the paths are 127.0.0.1, .2 and .3.
 
-mod common;
+use crate::common;
 
 use std::net::SocketAddr;
 use std::sync::Arc;

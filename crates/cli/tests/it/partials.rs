@@ -14,7 +14,7 @@ use std::sync::atomic::AtomicU64;
 use longhaul_engine::xfer::storage::Faults;
 use longhaul_proto::xfer::{journal_record, JournalHeader};
 
-mod common;
+use crate::common;
 use common::xfer::*;
 use common::{assert_exit, bin, stderr, stdout, TempDir};
 

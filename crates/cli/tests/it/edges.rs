@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use longhaul_engine::server::{ServeConfig, Server};
 use longhaul_engine::xfer::storage::Local;
 
-mod common;
+use crate::common;
 use common::xfer::*;
 use common::{assert_exit, bin, stderr, stdout, TempDir};
 

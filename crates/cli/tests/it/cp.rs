@@ -16,7 +16,7 @@ use longhaul_engine::server::{ServeConfig, Server};
 use longhaul_engine::xfer::storage::{Faults, Local, Storage};
 use serde_json::Value;
 
-mod common;
+use crate::common;
 use common::xfer::*;
 use common::{assert_exit, bin, stderr, stdout, TempDir};
 

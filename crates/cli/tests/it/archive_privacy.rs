@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-mod common;
+use crate::common;
 use common::xfer::*;
 use common::{assert_exit, bin, stderr, stdout, TempDir};
 

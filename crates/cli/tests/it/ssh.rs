@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use longhaul_engine::server::oneshot::{Handshake, SECRET_PREFIX};
 
-mod common;
+use crate::common;
 
 use common::sshd::{sshd, Sshd, BIN, HOST};
 

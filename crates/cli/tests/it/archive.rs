@@ -9,7 +9,7 @@ use std::process::Stdio;
 
 use serde_json::Value;
 
-mod common;
+use crate::common;
 use common::xfer::*;
 use common::{assert_exit, bin, stderr, stdout, SmallDisk, TempDir};
 

@@ -3,7 +3,7 @@
 //! pages made from the same definitions as `--help`, and help that groups
 //! each command's own options apart from the shared ones.
 
-mod common;
+use crate::common;
 
 use common::*;
 

@@ -5,7 +5,7 @@
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-mod common;
+use crate::common;
 use common::wan::{can_emulate, namespaces, serve_in_b, Wan, BIN};
 use common::TempDir;
 

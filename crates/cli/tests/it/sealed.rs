@@ -8,7 +8,7 @@ use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-mod common;
+use crate::common;
 use common::xfer::{assert_same_file, cp_ok, data_server, json_of, remote, write_random};
 use common::{bin, stderr, TempDir};
 

@@ -10,7 +10,7 @@ use longhaul_engine::server::{ServeConfig, Server, ServerHandle};
 use longhaul_proto::session::Limits;
 use serde_json::Value;
 
-mod common;
+use crate::common;
 use common::{bin, stderr};
 
 fn server() -> ServerHandle {

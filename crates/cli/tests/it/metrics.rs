@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use longhaul_archive::model::HistoryFilter;
 use longhaul_archive::Archive;
 
-mod common;
+use crate::common;
 use common::xfer::*;
 use common::{bin, TempDir};
 

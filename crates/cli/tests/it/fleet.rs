@@ -7,8 +7,8 @@
 // same one file (one implementation), compiled twice in this test only.
 #![allow(clippy::duplicate_mod)]
 
-mod common;
-#[path = "../../fleet/tests/common/pg.rs"]
+use crate::common;
+#[path = "../../../fleet/tests/common/pg.rs"]
 mod pg;
 
 use std::fs;

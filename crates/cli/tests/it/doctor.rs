@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use longhaul_engine::server::ServerHandle;
 use serde_json::Value;
 
-mod common;
+use crate::common;
 use common::wan::{can_emulate, serve_in_b, Served, Wan, BIN};
 use common::{bin, stderr, TempDir};
 

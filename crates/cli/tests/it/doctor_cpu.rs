@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-mod common;
+use crate::common;
 use common::wan::{Served, BIN};
 use common::{bin, stderr, TempDir};
 

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-mod common;
+use crate::common;
 use common::require::{have, program};
 use common::{bin, free_port, stderr, stdout, TempDir};
 

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use longhaul_engine::server::{ServeConfig, ServerHandle};
 use longhaul_engine::xfer::storage::{Faults, Faulty, Local, Storage};
 
-mod common;
+use crate::common;
 use common::xfer::{export, remote, write_random};
 use common::{assert_exit, bin, stderr, TempDir};
 

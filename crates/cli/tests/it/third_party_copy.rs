@@ -21,7 +21,7 @@ use longhaul_engine::xfer::storage::Local;
 use longhaul_proto::session::Limits;
 use longhaul_proto::xfer::copy::GrantRequest;
 
-mod common;
+use crate::common;
 use common::xfer::*;
 use common::{assert_exit, bin, stderr, TempDir};
 

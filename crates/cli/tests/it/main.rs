@@ -1,0 +1,34 @@
+//! The end-to-end tests of the `longhaul` binary: one test binary with a
+//! module per surface (one link of the engine instead of one per file,
+//! which is most of CI's build time). nextest still runs every test in its
+//! own process; `cargo nextest run -p longhaul --test it -E 'test(/^cp::/)'`
+//! runs one module.
+
+mod common;
+
+mod archive;
+mod archive_privacy;
+mod busy;
+mod cp;
+mod credentials;
+#[cfg(feature = "dashboard")]
+mod dashboard;
+mod doctor;
+mod doctor_cpu;
+mod edges;
+#[cfg(feature = "queue")]
+mod fleet;
+mod habits;
+mod iperf3;
+#[cfg(feature = "metrics")]
+mod metrics;
+mod partials;
+mod paths;
+mod perf;
+#[cfg(feature = "plot")]
+mod plot;
+mod sealed;
+mod security;
+mod ssh;
+mod third_party_copy;
+mod wan;
