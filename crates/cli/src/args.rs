@@ -762,6 +762,10 @@ pub struct DoctorArgs {
     /// and `cp` to this server sizes its streams for it for a week while the RTT matches).
     #[arg(long)]
     pub no_remember: bool,
+    /// Forget what an earlier doctor remembered of this server's path (both directions), so
+    /// that later copies size their streams by their own probe again; measures nothing.
+    #[arg(long, value_name = "HOST[:PORT]", conflicts_with_all = ["targets", "no_remember", "source", "pull", "dest", "rate", "no_copy"])]
+    pub forget: Option<String>,
     /// Print the report as one JSON document (docs/JSON.md, `longhaul-doctor`).
     #[arg(long)]
     pub json: bool,

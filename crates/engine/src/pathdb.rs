@@ -80,12 +80,30 @@ pub fn remember(file: &Path, rec: &PathRecord) -> io::Result<()> {
     if let Some(dir) = file.parent() {
         std::fs::create_dir_all(dir)?;
     }
+    write(file, &all)
+}
+
+/// Writes the records to a temporary file and renames it over `file`.
+fn write(file: &Path, all: &[PathRecord]) -> io::Result<()> {
     let tmp = file.with_extension(format!("tmp.{}", std::process::id()));
     std::fs::write(
         &tmp,
-        serde_json::to_vec_pretty(&all).map_err(io::Error::other)?,
+        serde_json::to_vec_pretty(all).map_err(io::Error::other)?,
     )?;
     std::fs::rename(&tmp, file)
+}
+
+/// Removes every record of `host` (`HOST:PORT`, [`crate::net::dial::host_key`]);
+/// returns how many there were. Later copies to it are sized by their own
+/// probe again.
+pub fn forget(file: &Path, host: &str) -> io::Result<usize> {
+    let all = read(file);
+    let kept: Vec<PathRecord> = all.iter().filter(|r| r.host != host).cloned().collect();
+    let gone = all.len() - kept.len();
+    if gone > 0 {
+        write(file, &kept)?;
+    }
+    Ok(gone)
 }
 
 /// The record for this server and direction that still applies, if any.
@@ -164,6 +182,13 @@ mod tests {
         assert_eq!(recall(&file, "a:5310", Direction::Up, 10, 80_000), None);
         remember(&file, &rec("a:5310", Direction::Up, 1e9, 8)).unwrap();
         assert_eq!(read(&file).len(), 1);
+        // forget takes both directions of one server, and no other.
+        remember(&file, &rec("a:5310", Direction::Down, 1e9, 9)).unwrap();
+        remember(&file, &rec("b:5310", Direction::Up, 1e9, 9)).unwrap();
+        assert_eq!(forget(&file, "a:5310").unwrap(), 2);
+        assert_eq!(forget(&file, "a:5310").unwrap(), 0);
+        assert_eq!(recall(&file, "a:5310", Direction::Up, 10, 80_000), None);
+        assert!(recall(&file, "b:5310", Direction::Up, 10, 80_000).is_some());
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -44,6 +44,22 @@ impl Stage {
             Stage::Metadata => "metadata",
         }
     }
+
+    /// The stage's name for people (the doctor's human report); [`Stage::name`]
+    /// is the JSON name.
+    pub fn label(self) -> &'static str {
+        match self {
+            Stage::PathRate => "path rate",
+            Stage::Window => "socket buffers",
+            Stage::Loss => "packet loss",
+            Stage::SenderCpu => "sender CPU",
+            Stage::ReceiverCpu => "receiver CPU",
+            Stage::Encryption => "encryption CPU",
+            Stage::SourceStorage => "source storage",
+            Stage::DestStorage => "destination storage",
+            Stage::Metadata => "file creation",
+        }
+    }
 }
 
 /// One host's settings that bound throughput, as read from /proc and /sys.
@@ -91,7 +107,21 @@ pub struct Finding {
     pub setting: String,
     pub value: String,
     pub wanted: String,
+    /// The command that fixes it now (it does not survive a reboot).
     pub fix: String,
+    /// The line that keeps the fix after a reboot, for
+    /// [`SYSCTL_D_FILE`] (a sysctl setting only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub persist: Option<String>,
+}
+
+/// Where the doctor tells to keep its sysctl fixes (read at boot by
+/// systemd-sysctl; `sysctl --system` applies it now).
+pub const SYSCTL_D_FILE: &str = "/etc/sysctl.d/90-longhaul.conf";
+
+/// `key = value`, as a sysctl.d file line.
+fn sysctl_line(key: &str, value: &str) -> Option<String> {
+    Some(format!("{key} = {value}"))
 }
 
 /// What a stage can carry, bits/s, and how that was found.
@@ -183,6 +213,7 @@ pub fn audit_path_mtu(path_mtu: Option<u32>, ends: &[Option<u32>]) -> Option<Fin
         fix: format!(
             "a link between the hosts carries {path}-byte packets: find it with `tracepath` to the peer, and raise its MTU to {ends} or lower both ends' to {path}"
         ),
+        persist: None,
     })
 }
 
@@ -196,7 +227,9 @@ pub fn audit(host: &str, h: &HostSettings, bdp: u64, streams: u16) -> Vec<Findin
     let need_snd = (per_stream as f64 / SEND_BUFFER_USE) as u64;
     let need_rcv = (per_stream as f64 / RECV_BUFFER_USE) as u64;
     let round = |b: u64| b.next_power_of_two().max(4 << 20);
-    let mut check = |setting: &str, have: Option<u64>, need: u64, fix: String| {
+    // A sysctl setting below `need`: the fix sets it to `value` now, and the
+    // persist line keeps it.
+    let mut check = |setting: &str, have: Option<u64>, need: u64, value: String| {
         if let Some(v) = have {
             if v < need {
                 out.push(Finding {
@@ -204,7 +237,12 @@ pub fn audit(host: &str, h: &HostSettings, bdp: u64, streams: u16) -> Vec<Findin
                     setting: setting.into(),
                     value: v.to_string(),
                     wanted: format!(">= {need}"),
-                    fix,
+                    fix: if value.contains(' ') {
+                        format!("sysctl -w {setting}='{value}'")
+                    } else {
+                        format!("sysctl -w {setting}={value}")
+                    },
+                    persist: sysctl_line(setting, &value),
                 });
             }
         }
@@ -215,25 +253,25 @@ pub fn audit(host: &str, h: &HostSettings, bdp: u64, streams: u16) -> Vec<Findin
         "net.core.rmem_max",
         h.buffers.rmem_max,
         need_rcv / 2,
-        format!("sysctl -w net.core.rmem_max={r}"),
+        r.to_string(),
     );
     check(
         "net.core.wmem_max",
         h.buffers.wmem_max,
         need_snd / 2,
-        format!("sysctl -w net.core.wmem_max={w}"),
+        w.to_string(),
     );
     check(
         "net.ipv4.tcp_rmem",
         h.buffers.tcp_rmem_max,
         need_rcv,
-        format!("sysctl -w net.ipv4.tcp_rmem='4096 131072 {r}'"),
+        format!("4096 131072 {r}"),
     );
     check(
         "net.ipv4.tcp_wmem",
         h.buffers.tcp_wmem_max,
         need_snd,
-        format!("sysctl -w net.ipv4.tcp_wmem='4096 65536 {w}'"),
+        format!("4096 65536 {w}"),
     );
     let cc = h.congestion_control.as_str();
     if matches!(cc, "reno" | "cubic" | "htcp") && bdp > 4 << 20 {
@@ -248,6 +286,7 @@ pub fn audit(host: &str, h: &HostSettings, bdp: u64, streams: u16) -> Vec<Findin
             value: cc.into(),
             wanted: "bbr (loss-based control recovers slowly on a long path)".into(),
             fix,
+            persist: sysctl_line("net.ipv4.tcp_congestion_control", "bbr"),
         });
     }
     let fq = |q: &str| q == "fq" || q.starts_with("fq ");
@@ -259,10 +298,13 @@ pub fn audit(host: &str, h: &HostSettings, bdp: u64, streams: u16) -> Vec<Findin
                 setting: "qdisc".into(),
                 value: q.into(),
                 wanted: "fq (pacing for many streams at once)".into(),
+                // default_qdisc only reaches interfaces made after it is set:
+                // the interface in use needs its own `tc` line now.
                 fix: match &h.interface {
                     Some(i) => format!("tc qdisc replace dev {i} root fq"),
-                    None => "sysctl -w net.core.default_qdisc=fq".into(),
+                    None => "sysctl -w net.core.default_qdisc=fq, then for each interface in use: tc qdisc replace dev IF root fq".into(),
                 },
+                persist: sysctl_line("net.core.default_qdisc", "fq"),
             });
         }
     }
@@ -275,6 +317,7 @@ pub fn audit(host: &str, h: &HostSettings, bdp: u64, streams: u16) -> Vec<Findin
                 wanted: "9000 where the whole path takes it (jumbo frames: a sixth of the packets)"
                     .into(),
                 fix: format!("ip link set dev {i} mtu 9000"),
+                persist: None,
             });
         }
     }
@@ -286,6 +329,7 @@ pub fn audit(host: &str, h: &HostSettings, bdp: u64, streams: u16) -> Vec<Findin
                 value: g.clone(),
                 wanted: "performance".into(),
                 fix: "cpupower frequency-set -g performance".into(),
+                persist: None,
             });
         }
     }
@@ -296,6 +340,7 @@ pub fn audit(host: &str, h: &HostSettings, bdp: u64, streams: u16) -> Vec<Findin
             value: format!("{} nodes", h.numa_nodes),
             wanted: "the transfer on the NIC's node".into(),
             fix: "numactl --cpunodebind=N --membind=N longhaul ... (N: /sys/class/net/IF/device/numa_node)".into(),
+            persist: None,
         });
     }
     out
@@ -998,6 +1043,7 @@ pub fn cpu_findings(host: &str, h: &HostSettings, run: Option<&CpuRun>) -> Vec<F
             value,
             wanted,
             fix: fix.into(),
+            persist: None,
         });
     };
     if let Some((q, setting)) = binding_quota(h) {
@@ -1336,6 +1382,29 @@ mod tests {
         let rmem = f.iter().find(|f| f.setting == "net.core.rmem_max").unwrap();
         assert_eq!(rmem.fix, "sysctl -w net.core.rmem_max=33554432");
         assert_eq!(rmem.host, "remote");
+        // Each sysctl fix has its line for the sysctl.d file, so that it
+        // survives a reboot; the qdisc's fix touches the interface in use.
+        assert_eq!(
+            rmem.persist.as_deref(),
+            Some("net.core.rmem_max = 33554432")
+        );
+        let tcp_rmem = f.iter().find(|f| f.setting == "net.ipv4.tcp_rmem").unwrap();
+        assert_eq!(
+            tcp_rmem.fix,
+            "sysctl -w net.ipv4.tcp_rmem='4096 131072 33554432'"
+        );
+        assert_eq!(
+            tcp_rmem.persist.as_deref(),
+            Some("net.ipv4.tcp_rmem = 4096 131072 33554432")
+        );
+        let qdisc = f.iter().find(|f| f.setting == "qdisc").unwrap();
+        assert_eq!(qdisc.fix, "tc qdisc replace dev eth0 root fq");
+        assert_eq!(
+            qdisc.persist.as_deref(),
+            Some("net.core.default_qdisc = fq")
+        );
+        let mtu = f.iter().find(|f| f.setting == "mtu of eth0").unwrap();
+        assert_eq!(mtu.persist, None);
         // Spread over 32 streams the same path needs nothing more of the
         // buffers (312 KB a stream).
         let f = audit("remote", &h, 10_000_000, 32);

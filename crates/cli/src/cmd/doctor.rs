@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use longhaul_engine::net::dial::ClientOptions;
 use longhaul_engine::results::CommandReporter;
 
-use super::{ended, usage, Outcome};
+use super::{ended, usage, Failure, Outcome};
 use crate::args::{ArchiveArgs, DiskArgs, DoctorArgs};
 use crate::exit;
 use crate::print::{self, json::Json};
@@ -27,6 +27,9 @@ pub fn doctor(a: DoctorArgs, archive: &ArchiveArgs) -> Outcome {
 
 fn diagnose(a: &DoctorArgs, printer: &mut dyn CommandReporter) -> Outcome {
     use longhaul_engine::doctor;
+    if let Some(server) = &a.forget {
+        return forget(server, printer);
+    }
     let is_remote = |t: &String| longhaul_proto::xfer::parse_remote(t).is_some();
     let (source, remote) = match a.targets.as_slice() {
         [] => (a.source.clone(), None),
@@ -87,6 +90,25 @@ fn diagnose(a: &DoctorArgs, printer: &mut dyn CommandReporter) -> Outcome {
         }
     };
     printer.doctor(&report?);
+    Ok(exit::OK)
+}
+
+/// `doctor --forget HOST[:PORT]`: drops what an earlier doctor remembered of the path.
+fn forget(server: &str, printer: &mut dyn CommandReporter) -> Outcome {
+    let file = longhaul_engine::state::default_pathdb_file();
+    let host = longhaul_engine::net::dial::host_key(server);
+    let gone = longhaul_engine::pathdb::forget(&file, &host).map_err(|e| Failure {
+        code: exit::FAILED,
+        message: format!(
+            "cannot forget {host}'s path in {}: {e}; check that the file is writable",
+            file.display()
+        ),
+    })?;
+    printer.status(&if gone == 0 {
+        format!("nothing was remembered of {host}'s path")
+    } else {
+        format!("forgot {host}'s path: later copies size their streams by their own probe")
+    });
     Ok(exit::OK)
 }
 

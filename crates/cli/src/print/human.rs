@@ -546,14 +546,14 @@ pub(crate) fn print_doctor(r: &longhaul_engine::doctor::DoctorReport) {
     for (name, p) in [("upload  ", &r.upload), ("download", &r.download)] {
         if let Some(p) = p {
             outln!(
-                "{name} {:>12} over {} streams, {} retransmits ({:.1e} of segments), sender CPU {:.0}%, receiver {:.0}%, limited by {:?}",
+                "{name} {:>12} over {} streams, {} retransmits ({:.1e} of segments), sender CPU {:.0}%, receiver {:.0}%, limited by {}",
                 format_rate(p.bits_per_second),
                 p.streams,
                 p.retransmits,
                 p.loss_fraction,
                 p.cpu_sender_percent,
                 p.cpu_receiver_percent,
-                p.limit
+                limit_name(p.limit).replace('_', " ")
             );
         }
     }
@@ -597,6 +597,21 @@ pub(crate) fn print_doctor(r: &longhaul_engine::doctor::DoctorReport) {
                 f.fix
             );
         }
+        // The fixes above last until a reboot; these lines keep them.
+        let keep: Vec<String> = r
+            .findings
+            .iter()
+            .filter_map(|f| f.persist.as_ref().map(|p| format!("{p}  # {}", f.host)))
+            .collect();
+        if !keep.is_empty() {
+            outln!(
+                "to keep them after a reboot, write these lines to {} on the host named, then run `sysctl --system`:",
+                longhaul_proto::doctor::SYSCTL_D_FILE
+            );
+            for line in keep {
+                outln!("    {line}");
+            }
+        }
     }
     if !r.stages.is_empty() {
         outln!("stages (what each can carry):");
@@ -604,8 +619,8 @@ pub(crate) fn print_doctor(r: &longhaul_engine::doctor::DoctorReport) {
         stages.sort_by(|a, b| a.ceiling_bps.total_cmp(&b.ceiling_bps));
         for s in &stages {
             outln!(
-                "  {:<15} {:>12}{}  {}",
-                s.name.name(),
+                "  {:<19} {:>12}{}  {}",
+                s.name.label(),
                 if s.ceiling_bps.is_finite() {
                     format_rate(s.ceiling_bps)
                 } else {
@@ -622,20 +637,24 @@ pub(crate) fn print_doctor(r: &longhaul_engine::doctor::DoctorReport) {
     }
     if let Some(p) = &r.remembered {
         outln!(
-            "remembered: {} carries {} ({}); cp to it sizes its streams for that for a week",
+            "remembered: {} carries {} ({}): from now on, cp to it sizes its streams and buffers for that rate, for a week while the RTT matches; `longhaul doctor --forget {}` forgets it",
             p.host,
             format_rate(p.bits_per_second),
-            format!("{:?}", p.direction).to_lowercase()
+            match p.direction {
+                longhaul_proto::msg::Direction::Up => "upload",
+                longhaul_proto::msg::Direction::Down => "download",
+            },
+            p.host
         );
     }
     match &r.verdict {
         Some(v) => {
             outln!(
                 "verdict: {} limits the transfer to {}{}",
-                v.stage.name(),
+                v.stage.label(),
                 format_rate(v.ceiling_bps),
                 match (v.next, v.next_ceiling_bps) {
-                    (Some(n), Some(c)) => format!(" (next: {} at {})", n.name(), format_rate(c)),
+                    (Some(n), Some(c)) => format!(" (next: {} at {})", n.label(), format_rate(c)),
                     _ => String::new(),
                 }
             );

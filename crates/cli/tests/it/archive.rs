@@ -456,8 +456,8 @@ fn show_prints_a_doctors_stages_and_a_bench_disks_figures() {
     for want in [
         "doctor report:",
         "stages (what each can carry):",
-        "path_rate",
-        "dest_storage",
+        "path rate",
+        "destination storage",
         "verdict: ",
     ] {
         assert!(doctor.contains(want), "no '{want}' in: {doctor}");

@@ -821,3 +821,59 @@ fn a_read_only_export_is_measured_by_reading_and_nothing_is_written() {
     assert_eq!(tree_state(&root), before);
     s.shutdown();
 }
+
+/// The doctor's sysctl fixes last until a reboot: the human report gives
+/// the sysctl.d lines that keep them. A remembered path is forgotten on
+/// request, that server's records alone.
+#[test]
+fn doctor_gives_lasting_fixes_and_forgets_a_path_on_request() {
+    let t = TempDir::new("doctor-habits");
+    let paths = t.path().join("paths.json");
+    // 100 Gbit/s at 100 ms wants far more buffer than any stock host allows.
+    let o = bin()
+        .args(["doctor", "--rate", "100G"])
+        .env("LONGHAUL_PATHS", &paths)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    for want in [
+        "sysctl -w net.core.rmem_max=",
+        "write these lines to /etc/sysctl.d/90-longhaul.conf",
+        "    net.core.rmem_max = ",
+    ] {
+        assert!(out.contains(want), "no '{want}' in: {out}");
+    }
+    let record = |host: &str, dir: &str| {
+        serde_json::json!({"host": host, "direction": dir, "bits_per_second": 1e9,
+            "rtt_us": 80000, "measured_at": 1})
+    };
+    let all = serde_json::json!([
+        record("a.example:5310", "up"),
+        record("a.example:5310", "down"),
+        record("b.example:5310", "up")
+    ]);
+    std::fs::write(&paths, all.to_string()).unwrap();
+    let forget = |server: &str| {
+        let o = bin()
+            .args(["doctor", "--forget", server])
+            .env("LONGHAUL_PATHS", &paths)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", stderr(&o));
+        stderr(&o)
+    };
+    // The default port is understood, as everywhere a server is named.
+    assert!(forget("a.example").contains("forgot a.example:5310"));
+    let left: Value = serde_json::from_slice(&std::fs::read(&paths).unwrap()).unwrap();
+    assert_eq!(left.as_array().unwrap().len(), 1, "{left}");
+    assert_eq!(left[0]["host"], "b.example:5310");
+    assert!(forget("a.example:5310").contains("nothing was remembered"));
+    // --forget measures nothing: a target beside it is a usage error.
+    let o = bin()
+        .args(["doctor", "x:exp/p", "--forget", "a.example"])
+        .env("LONGHAUL_PATHS", &paths)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+}
