@@ -13,6 +13,7 @@ mod cp;
 mod credentials;
 #[cfg(feature = "dashboard")]
 mod dashboard;
+mod dist;
 mod doctor;
 mod doctor_cpu;
 mod edges;
