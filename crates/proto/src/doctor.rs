@@ -805,9 +805,9 @@ fn storage_stages(j: &mut Judgement, m: &Measured, sender: &HostSettings, receiv
             Stage::Encryption,
             enc,
             format!(
-                "AES-GCM at {:.2} GB/s a core (sender), {:.2} GB/s (receiver)",
-                sender.cipher_bytes_per_core / 1e9,
-                receiver.cipher_bytes_per_core / 1e9
+                "AES-GCM at {} a core (sender), {} (receiver)",
+                format_rate(sender.cipher_bytes_per_core * 8.0),
+                format_rate(receiver.cipher_bytes_per_core * 8.0)
             ),
         );
     }
@@ -816,8 +816,8 @@ fn storage_stages(j: &mut Judgement, m: &Measured, sender: &HostSettings, receiv
             Stage::SourceStorage,
             bytes_per_second * 8.0,
             format!(
-                "sequential read {:.2} GB/s ({path})",
-                bytes_per_second / 1e9,
+                "sequential read {} ({path})",
+                format_rate(bytes_per_second * 8.0),
             ),
         );
     }
@@ -826,8 +826,8 @@ fn storage_stages(j: &mut Judgement, m: &Measured, sender: &HostSettings, receiv
             Stage::DestStorage,
             bytes_per_second * 8.0,
             format!(
-                "sequential write of a new file {:.3} GB/s ({}, synced, as a transfer writes)",
-                bytes_per_second / 1e9,
+                "sequential write of a new file {} ({}, synced, as a transfer writes)",
+                format_rate(bytes_per_second * 8.0),
                 if direct { "O_DIRECT" } else { "buffered" }
             ),
         );

@@ -444,7 +444,7 @@ fn limit_text(s: &Summary) -> String {
 
 /// `bench disk`, for people.
 pub(crate) fn print_disk(r: &longhaul_proto::disk::DiskReport) {
-    use longhaul_proto::units::format_bytes;
+    use longhaul_proto::units::{format_bytes, format_rate};
     outln!(
         "{} ({}): {}, {} requests, {} thread{}, {} file",
         r.path,
@@ -457,8 +457,8 @@ pub(crate) fn print_disk(r: &longhaul_proto::disk::DiskReport) {
     );
     let seq = |name: &str, s: &longhaul_proto::disk::SeqResult| {
         outln!(
-            "  {name:<18} {:>8.3} GB/s  ({} in {:.2} s)",
-            s.bytes_per_second / 1e9,
+            "  {name:<18} {:>13}  ({} in {:.2} s)",
+            format_rate(s.bytes_per_second * 8.0),
             format_bytes(s.bytes),
             s.seconds
         );
@@ -521,12 +521,12 @@ pub(crate) fn print_doctor(r: &longhaul_engine::doctor::DoctorReport) {
             }
         );
         outln!(
-            "    buffers: rmem_max {} wmem_max {} tcp_rmem max {} tcp_wmem max {}; AES-GCM {:.2} GB/s a core",
+            "    buffers: rmem_max {} wmem_max {} tcp_rmem max {} tcp_wmem max {}; AES-GCM {} a core",
             h.buffers.rmem_max.map_or("?".into(), format_bytes),
             h.buffers.wmem_max.map_or("?".into(), format_bytes),
             h.buffers.tcp_rmem_max.map_or("?".into(), format_bytes),
             h.buffers.tcp_wmem_max.map_or("?".into(), format_bytes),
-            h.cipher_bytes_per_core / 1e9
+            format_rate(h.cipher_bytes_per_core * 8.0)
         );
     };
     host("local ", &r.local);

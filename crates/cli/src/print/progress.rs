@@ -25,9 +25,18 @@ impl Bar {
     pub fn new(inner: Printer) -> Self {
         let bar = indicatif::ProgressBar::new(0);
         bar.set_style(
+            // Sizes in IEC units, the rate in bit/s: as every summary prints them.
             indicatif::ProgressStyle::with_template(
-                "{bar:30} {bytes}/{total_bytes} {binary_bytes_per_sec} ETA {eta} {msg}",
+                "{bar:30} {binary_bytes}/{binary_total_bytes} {bit_rate} ETA {eta} {msg}",
             )
+            .map(|style| {
+                style.with_key(
+                    "bit_rate",
+                    |s: &indicatif::ProgressState, w: &mut dyn std::fmt::Write| {
+                        let _ = w.write_str(&longhaul_proto::units::format_rate(s.per_sec() * 8.0));
+                    },
+                )
+            })
             .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
         );
         Self {

@@ -445,7 +445,7 @@ fn show_prints_a_doctors_stages_and_a_bench_disks_figures() {
         "sequential write",
         "sequential read",
         "small-file create",
-        "GB/s",
+        "bit/s",
         "files/s",
     ] {
         assert!(disk.contains(want), "no '{want}' in: {disk}");
