@@ -55,6 +55,22 @@ impl TransferLimit {
             TransferLimit::RateCap => "rate_cap",
         }
     }
+
+    /// The limit's name for people (summaries, intervals, the progress
+    /// bar); [`TransferLimit::name`] is the JSON name.
+    pub fn label(self) -> &'static str {
+        match self {
+            TransferLimit::Window => "receive window",
+            TransferLimit::SendBuffer => "send buffer",
+            TransferLimit::Congestion => "the path (congestion control)",
+            TransferLimit::Application => "the sender's pipeline (CPU)",
+            TransferLimit::StorageRead => "source storage",
+            TransferLimit::StorageWrite => "destination (storage or CPU)",
+            TransferLimit::Idle => "idle",
+            TransferLimit::FilesInFlight => "files in flight",
+            TransferLimit::RateCap => "--rate",
+        }
+    }
 }
 
 /// The sender's view of one interval of a transfer.

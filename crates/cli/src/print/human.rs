@@ -674,11 +674,11 @@ pub fn transfer_interval_line(i: &longhaul_proto::tune::TransferInterval) -> Str
         i.active_streams,
         i.retransmits,
         f64::from(i.rtt_us) / 1000.0,
-        i.limit.name()
+        i.limit.label()
     )
 }
 
-/// "congestion 70%, storage_write 30%": what limited a transfer, by share of its intervals.
+/// "the path (congestion control) 70%, destination (storage or CPU) 30%": what limited a transfer, by share of its intervals.
 pub fn limit_shares(intervals: &[longhaul_proto::tune::TransferInterval]) -> Option<String> {
     let counted: Vec<_> = intervals
         .iter()
@@ -700,7 +700,7 @@ pub fn limit_shares(intervals: &[longhaul_proto::tune::TransferInterval]) -> Opt
             .map(|(l, n)| {
                 format!(
                     "{} {:.0}%",
-                    l.name(),
+                    l.label(),
                     *n as f64 * 100.0 / counted.len() as f64
                 )
             })
@@ -714,11 +714,10 @@ pub fn limit_shares(intervals: &[longhaul_proto::tune::TransferInterval]) -> Opt
 fn verdict_text(s: &CpSummary, v: longhaul_proto::tune::TransferLimit) -> String {
     match (v, &s.path) {
         (longhaul_proto::tune::TransferLimit::RateCap, Some(p)) if p.pacing.is_some() => format!(
-            "{}: limited by --rate {}, as asked",
-            v.name(),
+            "limited by --rate {}, as asked",
             format_rate(p.window.target_bps as f64)
         ),
-        _ => v.name().to_string(),
+        _ => v.label().to_string(),
     }
 }
 

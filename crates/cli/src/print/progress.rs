@@ -62,7 +62,7 @@ impl Reporter for Bar {
         self.limit = format!(
             ", {} stream(s), limited by {}",
             i.active_streams,
-            i.limit.name()
+            i.limit.label()
         );
         self.inner.transfer_interval(i);
     }

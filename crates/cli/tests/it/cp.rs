@@ -421,7 +421,7 @@ fn a_copy_held_by_its_own_rate_cap_says_so() {
     assert_exit(&o, 0);
     let out = stdout(&o);
     assert!(
-        out.contains("verdict: rate_cap: limited by --rate ") && out.contains(", as asked"),
+        out.contains("verdict: limited by --rate ") && out.contains(", as asked"),
         "{out}"
     );
     assert_same_file(&file, &pulled.join("paced.bin"));
