@@ -702,9 +702,7 @@ impl Params {
             true => (udp_header_len(wide) as u64, l.max_len.min(MAX_UDP_LEN)),
             false => (1, l.max_len),
         };
-        let len = self
-            .len
-            .unwrap_or(if self.udp { 1460 } else { 128 << 10 });
+        let len = self.len.unwrap_or(if self.udp { 1460 } else { 128 << 10 });
         if len < min_len || len > max_len {
             return Err(refuse(
                 errno::BLOCK_SIZE,
@@ -1613,7 +1611,9 @@ mod tests {
             assert_eq!(udp_connect_order(bad), None, "{bad:?}");
         }
         assert!(is_udp_connect_reply(b"6789") && is_udp_connect_reply(b"9876"));
-        assert!(is_udp_connect_reply(&LEGACY_UDP_CONNECT_REPLY.to_le_bytes()));
+        assert!(is_udp_connect_reply(
+            &LEGACY_UDP_CONNECT_REPLY.to_le_bytes()
+        ));
         assert!(!is_udp_connect_reply(b"67890") && !is_udp_connect_reply(b"abcd"));
     }
 
@@ -1626,7 +1626,10 @@ mod tests {
         };
         let mut b = [0u8; 16];
         assert!(h.write(&mut b, false));
-        assert_eq!(&b[..12], &[0x65, 0x53, 0xf1, 0x00, 0, 0x0f, 0x42, 0x3f, 0, 0, 0, 7]);
+        assert_eq!(
+            &b[..12],
+            &[0x65, 0x53, 0xf1, 0x00, 0, 0x0f, 0x42, 0x3f, 0, 0, 0, 7]
+        );
         assert_eq!(UdpHeader::read(&b, false), Some(h));
         let wide = UdpHeader {
             count: (1 << 40) + 3,
@@ -1639,7 +1642,14 @@ mod tests {
         assert!(!h.write(&mut [0u8; 11], false));
         assert_eq!(h.sent_ns(), 1_700_000_000_999_999_000);
         let t = std::time::Duration::new(5, 1_500);
-        assert_eq!(UdpHeader::at(t, 1), UdpHeader { sec: 5, usec: 1, count: 1 });
+        assert_eq!(
+            UdpHeader::at(t, 1),
+            UdpHeader {
+                sec: 5,
+                usec: 1,
+                count: 1
+            }
+        );
     }
 
     #[test]
