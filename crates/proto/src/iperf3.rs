@@ -52,8 +52,6 @@ pub const UDP_HEADER_LEN_32: usize = 12;
 pub const UDP_HEADER_LEN_64: usize = 16;
 /// The largest UDP datagram iperf3 sends (`MAX_UDP_BLOCKSIZE`).
 pub const MAX_UDP_LEN: u64 = 65_507;
-/// iperf3's default UDP rate per stream when the client gives none, bit/s.
-pub const DEFAULT_UDP_RATE: u64 = 1_000_000;
 
 /// The byte order of a 4-byte UDP setup datagram. iperf3 writes the
 /// number from memory, so its order is the sending host's (little-endian
@@ -714,10 +712,9 @@ impl Params {
             ));
         }
         let directions: u64 = if self.bidirectional { 2 } else { 1 };
-        let rate = self.bandwidth.unwrap_or(match self.udp {
-            true => DEFAULT_UDP_RATE,
-            false => 0,
-        });
+        // iperf3 leaves `bandwidth` out when it is 0 (unlimited); its
+        // UDP default (1 Mbit/s a stream) is sent like any other rate.
+        let rate = self.bandwidth.unwrap_or(0);
         if let Some(cap) = l.max_rate_bps {
             let total = rate
                 .saturating_mul(u64::from(streams))
@@ -1685,12 +1682,14 @@ mod tests {
             }),
             errno::TOTAL_RATE
         );
-        // No -b: iperf3's 1 Mbit/s a stream.
-        let d = Params {
-            bandwidth: None,
-            ..udp.clone()
-        };
-        assert_eq!(d.check(&l).expect("default").rate_bps, DEFAULT_UDP_RATE);
+        // iperf3 leaves out a 0 (unlimited): refused under a cap too.
+        assert_eq!(
+            code(Params {
+                bandwidth: None,
+                ..udp.clone()
+            }),
+            errno::TOTAL_RATE
+        );
         for bad in [11, 65_508] {
             assert_eq!(
                 code(Params {

@@ -802,7 +802,7 @@ fn udp_note(
     }
     let lost = expected.saturating_sub(got);
     format!(
-        "iperf3 {} UDP: {sender} sent {sent} datagrams (its count); {receiver} received {got}, lost {lost} of {expected} ({:.3}%), jitter {:.3} ms (its count, RFC 1889 as iperf3 computes it)",
+        "iperf3 {} UDP: {sender} sent {sent} datagrams, by its own count; {receiver} received {got} and lost {lost} of {expected} ({:.3}%), jitter {:.3} ms, by its own count (jitter as RFC 1889 and iperf3 compute it)",
         match d {
             Direction::Up => "up",
             Direction::Down => "down",
