@@ -675,3 +675,53 @@ fn udp_strangers_and_malformed_setup_datagrams_are_ignored() {
     );
     drop(server);
 }
+
+#[test]
+fn a_udp_client_over_its_asked_rate_is_ended() {
+    if !iperf3_here() {
+        return;
+    }
+    let dir = TempDir::new("iperf3-udp-liar");
+    let (server, port) = longhaul_server(&dir, &["--iperf3-max-rate", "10M"]);
+    // Asks for 1 Mbit/s, within the cap, then sends far more.
+    let mut c = TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    c.write_all(&cookie()).unwrap();
+    let params = br#"{"udp":true,"time":5,"parallel":1,"len":1400,"bandwidth":1000000}"#;
+    c.write_all(&(params.len() as u32).to_be_bytes()).unwrap();
+    c.write_all(params).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut b = [0u8; 2];
+    c.read_exact(&mut b).unwrap();
+    assert_eq!(b, [9, 10], "PARAM_EXCHANGE, CREATE_STREAMS");
+    let u = UdpSocket::bind("127.0.0.1:0").expect("bind");
+    u.connect(("127.0.0.1", port)).unwrap();
+    assert_eq!(answered(&u, port, b"9876").as_deref(), Some(&b"6789"[..]));
+    c.read_exact(&mut b).unwrap();
+    assert_eq!(b, [1, 2], "TEST_START, TEST_RUNNING");
+    c.set_nonblocking(true).unwrap();
+    let t = Instant::now();
+    let mut dgram = [0u8; 1400];
+    let mut count: u32 = 0;
+    let mut got = Vec::new();
+    while t.elapsed() < Duration::from_secs(4) {
+        for _ in 0..50 {
+            count += 1;
+            dgram[8..12].copy_from_slice(&count.to_be_bytes());
+            let _ = u.send(&dgram);
+        }
+        std::thread::sleep(Duration::from_millis(1));
+        let mut buf = [0u8; 16];
+        match c.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => {
+                got.extend_from_slice(&buf[..n]);
+                break;
+            }
+            Err(_) => {}
+        }
+    }
+    // SERVER_TERMINATE ("the server has terminated") after the first second.
+    assert_eq!(got.first(), Some(&11), "{got:?} after {:?}", t.elapsed());
+    assert!(t.elapsed() < Duration::from_secs(3), "{:?}", t.elapsed());
+    drop(server);
+}
