@@ -1,13 +1,17 @@
 //! Arbitrary bytes into both ends of iperf3's control protocol
 //! (`proto::iperf3`), in arbitrary pieces, with the engine's calls
 //! interleaved: no panic, no buffering past the length bound, and the
-//! parameters check never panics on whatever parses.
+//! parameters check never panics on whatever parses. The same run feeds
+//! arbitrary datagrams to the UDP side: the setup-datagram check and the
+//! datagram header in both widths (a header read back writes the same
+//! bytes).
 #![no_main]
 
 use arbitrary::Arbitrary;
 use libfuzzer_sys::fuzz_target;
 use longhaul_proto::iperf3::{
-    Client, ClientEvent, Cookie, Params, Results, Server, ServerEvent, ServerLimits,
+    is_udp_connect_reply, udp_connect_order, udp_connect_reply, udp_header_len, Client,
+    ClientEvent, Cookie, Params, Results, Server, ServerEvent, ServerLimits, UdpHeader,
 };
 
 #[derive(Arbitrary, Debug)]
@@ -26,10 +30,29 @@ struct Input {
     cookie: Vec<u8>,
     server: Vec<Step>,
     client: Vec<Step>,
+    datagrams: Vec<Vec<u8>>,
 }
 
 fuzz_target!(|input: Input| {
     let _ = Cookie::parse(&input.cookie);
+    for d in &input.datagrams {
+        if let Some(order) = udp_connect_order(d) {
+            assert_eq!(d.len(), 4);
+            assert!(is_udp_connect_reply(&udp_connect_reply(order)));
+        }
+        let _ = is_udp_connect_reply(d);
+        for wide in [false, true] {
+            match UdpHeader::read(d, wide) {
+                Some(h) => {
+                    let _ = h.sent_ns();
+                    let mut back = vec![0u8; udp_header_len(wide)];
+                    assert!(h.write(&mut back, wide));
+                    assert_eq!(&back[..], &d[..udp_header_len(wide)]);
+                }
+                None => assert!(d.len() < udp_header_len(wide)),
+            }
+        }
+    }
     let limits = ServerLimits {
         max_streams: 16,
         max_seconds: 60,

@@ -300,8 +300,9 @@ pub struct ServeArgs {
     /// Longest iperf3 test (omitted plus measured time); longer ones are refused.
     #[arg(long, default_value = "60s", value_parser = duration, requires = "iperf3")]
     pub iperf3_max_time: Duration,
-    /// Most bit/s one iperf3 test may move in all (default: no cap). With a cap, clients must
-    /// ask for a rate (iperf3 -b, per stream) within it; a test that moves 1.25 times it is ended.
+    /// Most bit/s one iperf3 test may move in all (default: no cap). With a cap, clients (TCP or
+    /// UDP) must ask for a rate (iperf3 -b, per stream) within it or are refused, never capped;
+    /// a test that moves 1.25 times it is ended.
     #[arg(long, value_parser = rate, requires = "iperf3")]
     pub iperf3_max_rate: Option<u64>,
     /// Streams per direction of one iperf3 test.
@@ -465,7 +466,7 @@ pub struct PerfArgs {
     #[arg(long, default_value = "5s", value_parser = duration)]
     pub connect_timeout: Duration,
     /// The server is a stock iperf3 server (`iperf3 -s`; port 5201 unless HOST:PORT or -p
-    /// says): a TCP test with -P, -t, -R, --bidir, -l, -w, -C, --omit, reported and archived
+    /// says): a TCP or UDP (-u -b) test with -P, -t, -R, --bidir, -l, -w, -C, --omit, reported and archived
     /// like any perf run, with what each end counted (docs/PROTOCOL.md, section 17).
     #[arg(long)]
     pub iperf3: bool,

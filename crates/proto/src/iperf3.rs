@@ -43,6 +43,134 @@ pub const UDP_CONNECT_MSG: u32 = 0x3637_3839;
 pub const UDP_CONNECT_REPLY: u32 = 0x3938_3736;
 /// The answer of servers before 3.1 (`LEGACY_UDP_CONNECT_REPLY`).
 pub const LEGACY_UDP_CONNECT_REPLY: u32 = 987_654_321;
+/// What clients before 3.1 sent first on a UDP stream.
+pub const LEGACY_UDP_CONNECT_MSG: u32 = 123_456_789;
+/// iperf3's UDP datagram header with 32-bit packet counters: seconds,
+/// microseconds, counter, each big-endian.
+pub const UDP_HEADER_LEN_32: usize = 12;
+/// The header with 64-bit counters (`udp_counters_64bit`, iperf3 `--udp-counters-64bit`).
+pub const UDP_HEADER_LEN_64: usize = 16;
+/// The largest UDP datagram iperf3 sends (`MAX_UDP_BLOCKSIZE`).
+pub const MAX_UDP_LEN: u64 = 65_507;
+
+/// The byte order of a 4-byte UDP setup datagram. iperf3 writes the
+/// number from memory, so its order is the sending host's (little-endian
+/// on x86 and most ARM); a server answers in the order it was asked in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WordOrder {
+    Little,
+    Big,
+}
+
+fn word(b: &[u8]) -> Option<(u32, u32)> {
+    let b: [u8; 4] = b.try_into().ok()?;
+    Some((u32::from_le_bytes(b), u32::from_be_bytes(b)))
+}
+
+/// The byte order of a UDP stream's setup datagram, if `datagram` is one
+/// (`UDP_CONNECT_MSG` or the legacy value, 4 bytes exactly); None for
+/// anything else, which a server ignores.
+pub fn udp_connect_order(datagram: &[u8]) -> Option<WordOrder> {
+    let (le, be) = word(datagram)?;
+    if le == UDP_CONNECT_MSG || le == LEGACY_UDP_CONNECT_MSG {
+        Some(WordOrder::Little)
+    } else if be == UDP_CONNECT_MSG || be == LEGACY_UDP_CONNECT_MSG {
+        Some(WordOrder::Big)
+    } else {
+        None
+    }
+}
+
+/// The setup datagram a client sends (in x86's order, as iperf3 on it does).
+pub fn udp_connect_msg() -> [u8; 4] {
+    UDP_CONNECT_MSG.to_le_bytes()
+}
+
+/// The server's answer to a setup datagram that came in `order`.
+pub fn udp_connect_reply(order: WordOrder) -> [u8; 4] {
+    match order {
+        WordOrder::Little => UDP_CONNECT_REPLY.to_le_bytes(),
+        WordOrder::Big => UDP_CONNECT_REPLY.to_be_bytes(),
+    }
+}
+
+/// Whether `datagram` is a server's answer to the setup datagram (either
+/// order, current or legacy value).
+pub fn is_udp_connect_reply(datagram: &[u8]) -> bool {
+    word(datagram).is_some_and(|(le, be)| {
+        [le, be]
+            .iter()
+            .any(|&w| w == UDP_CONNECT_REPLY || w == LEGACY_UDP_CONNECT_REPLY)
+    })
+}
+
+/// The header iperf3 puts at the front of each UDP datagram: the sender's
+/// wall clock when it sent it and the datagram's number (from 1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UdpHeader {
+    pub sec: u32,
+    pub usec: u32,
+    pub count: u64,
+}
+
+/// The header's length with 64-bit (`wide`) or 32-bit counters.
+pub fn udp_header_len(wide: bool) -> usize {
+    if wide {
+        UDP_HEADER_LEN_64
+    } else {
+        UDP_HEADER_LEN_32
+    }
+}
+
+impl UdpHeader {
+    /// A header for datagram `count` sent at `since_epoch` (wall clock).
+    pub fn at(since_epoch: std::time::Duration, count: u64) -> UdpHeader {
+        UdpHeader {
+            sec: since_epoch.as_secs() as u32,
+            usec: since_epoch.subsec_micros(),
+            count,
+        }
+    }
+
+    /// Writes the header at the front of `buf`; false (nothing written)
+    /// if `buf` is shorter than the header. With 32-bit counters the count
+    /// is taken modulo 2^32, as iperf3's is.
+    pub fn write(&self, buf: &mut [u8], wide: bool) -> bool {
+        let Some(b) = buf.get_mut(..udp_header_len(wide)) else {
+            return false;
+        };
+        b[0..4].copy_from_slice(&self.sec.to_be_bytes());
+        b[4..8].copy_from_slice(&self.usec.to_be_bytes());
+        if wide {
+            b[8..16].copy_from_slice(&self.count.to_be_bytes());
+        } else {
+            b[8..12].copy_from_slice(&(self.count as u32).to_be_bytes());
+        }
+        true
+    }
+
+    /// The header at the front of a datagram; None if it is too short.
+    pub fn read(buf: &[u8], wide: bool) -> Option<UdpHeader> {
+        let b = buf.get(..udp_header_len(wide))?;
+        let u32_at = |i: usize| u32::from_be_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
+        let count = if wide {
+            u64::from(u32_at(8)) << 32 | u64::from(u32_at(12))
+        } else {
+            u64::from(u32_at(8))
+        };
+        Some(UdpHeader {
+            sec: u32_at(0),
+            usec: u32_at(4),
+            count,
+        })
+    }
+
+    /// The send time in nanoseconds since the epoch (a microsecond field
+    /// over a second, which no iperf3 writes, is taken as it is).
+    pub fn sent_ns(&self) -> u64 {
+        u64::from(self.sec) * 1_000_000_000 + u64::from(self.usec) * 1_000
+    }
+}
 
 /// iperf3's error numbers (`i_errno`) that this side sends or names.
 pub mod errno {
@@ -487,6 +615,11 @@ pub struct Accepted {
     pub rate_bps: u64,
     /// The stream count the client connects (both directions).
     pub total_streams: usize,
+    /// A UDP test (`-u`): `len` is the datagram size, `rate_bps` the
+    /// rate each stream sends at.
+    pub udp: bool,
+    /// UDP datagrams carry 64-bit counters (`udp_counters_64bit`).
+    pub wide_counters: bool,
 }
 
 /// A refusal: iperf3's error number (what the client prints) and the
@@ -514,12 +647,9 @@ impl Params {
             refuse(
                 errno::UNIMPLEMENTED,
                 "unsupported",
-                format!("{what} is not supported by this server (longhaul's iperf3 mode serves TCP tests)"),
+                format!("{what} is not supported by this server"),
             )
         };
-        if self.udp {
-            return Err(unsupported("UDP (-u)"));
-        }
         if self.sctp {
             return Err(unsupported("SCTP"));
         }
@@ -531,10 +661,15 @@ impl Params {
             ));
         }
         if self.num.is_some_and(|n| n > 0) || self.blockcount.is_some_and(|n| n > 0) {
-            return Err(unsupported("a byte or block count (-n, -k)"));
+            return Err(unsupported(
+                "a byte or block count (-n, -k); give a time with -t",
+            ));
         }
-        if self.get_server_output.is_some_and(|v| v != 0) {
-            return Err(unsupported("--get-server-output"));
+        // iperf3 reads this flag by its presence.
+        if self.get_server_output.is_some() {
+            return Err(unsupported(
+                "--get-server-output; the server's figures are in the client's own output (-J: end.sum_received)",
+            ));
         }
         let streams = self.parallel.unwrap_or(1);
         if streams == 0 || streams > u64::from(l.max_streams) {
@@ -560,18 +695,25 @@ impl Params {
                 ),
             ));
         }
-        let len = self.len.unwrap_or(128 << 10);
-        if len == 0 || len > l.max_len {
+        let wide = self.udp_counters_64bit.is_some();
+        let (min_len, max_len) = match self.udp {
+            true => (udp_header_len(wide) as u64, l.max_len.min(MAX_UDP_LEN)),
+            false => (1, l.max_len),
+        };
+        let len = self.len.unwrap_or(if self.udp { 1460 } else { 128 << 10 });
+        if len < min_len || len > max_len {
             return Err(refuse(
                 errno::BLOCK_SIZE,
                 "limit",
                 format!(
-                    "a length of {len} bytes asked for; this server allows 1 to {}",
-                    l.max_len
+                    "a length of {len} bytes asked for; this server allows {min_len} to {max_len}{}",
+                    if self.udp { " for UDP datagrams" } else { "" }
                 ),
             ));
         }
         let directions: u64 = if self.bidirectional { 2 } else { 1 };
+        // iperf3 leaves `bandwidth` out when it is 0 (unlimited); its
+        // UDP default (1 Mbit/s a stream) is sent like any other rate.
         let rate = self.bandwidth.unwrap_or(0);
         if let Some(cap) = l.max_rate_bps {
             let total = rate
@@ -627,6 +769,8 @@ impl Params {
             congestion: self.congestion.clone(),
             rate_bps: rate,
             total_streams: usize::from(streams) * directions as usize,
+            udp: self.udp,
+            wide_counters: self.udp && wide,
         })
     }
 }
@@ -1397,10 +1541,18 @@ mod tests {
         );
         assert_eq!(
             code(Params {
-                udp: true,
+                sctp: true,
                 ..ok.clone()
             }),
             errno::UNIMPLEMENTED
+        );
+        assert_eq!(
+            code(Params {
+                get_server_output: Some(0),
+                ..ok.clone()
+            }),
+            errno::UNIMPLEMENTED,
+            "a flag by its presence"
         );
         assert_eq!(
             code(Params {
@@ -1438,6 +1590,128 @@ mod tests {
         assert_eq!(r(0, 1).unwrap_err().code, errno::TOTAL_RATE);
         assert_eq!(r(600_000_000, 2).unwrap_err().code, errno::TOTAL_RATE);
         assert!(r(500_000_000, 2).is_ok());
+    }
+
+    #[test]
+    fn udp_setup_datagrams_in_either_order() {
+        // iperf3 on x86 writes 0x36373839 from memory: "9876" on the wire.
+        assert_eq!(&udp_connect_msg(), b"9876");
+        assert_eq!(udp_connect_order(b"9876"), Some(WordOrder::Little));
+        assert_eq!(udp_connect_order(b"6789"), Some(WordOrder::Big));
+        assert_eq!(
+            udp_connect_order(&LEGACY_UDP_CONNECT_MSG.to_le_bytes()),
+            Some(WordOrder::Little)
+        );
+        assert_eq!(udp_connect_reply(WordOrder::Little), *b"6789");
+        assert_eq!(udp_connect_reply(WordOrder::Big), *b"9876");
+        for bad in [&b"987"[..], b"98765", b"abcd", b""] {
+            assert_eq!(udp_connect_order(bad), None, "{bad:?}");
+        }
+        assert!(is_udp_connect_reply(b"6789") && is_udp_connect_reply(b"9876"));
+        assert!(is_udp_connect_reply(
+            &LEGACY_UDP_CONNECT_REPLY.to_le_bytes()
+        ));
+        assert!(!is_udp_connect_reply(b"67890") && !is_udp_connect_reply(b"abcd"));
+    }
+
+    #[test]
+    fn udp_headers_both_widths() {
+        let h = UdpHeader {
+            sec: 1_700_000_000,
+            usec: 999_999,
+            count: 7,
+        };
+        let mut b = [0u8; 16];
+        assert!(h.write(&mut b, false));
+        assert_eq!(
+            &b[..12],
+            &[0x65, 0x53, 0xf1, 0x00, 0, 0x0f, 0x42, 0x3f, 0, 0, 0, 7]
+        );
+        assert_eq!(UdpHeader::read(&b, false), Some(h));
+        let wide = UdpHeader {
+            count: (1 << 40) + 3,
+            ..h
+        };
+        assert!(wide.write(&mut b, true));
+        assert_eq!(UdpHeader::read(&b, true), Some(wide));
+        assert_eq!(UdpHeader::read(&b[..15], true), None);
+        assert_eq!(UdpHeader::read(&b[..11], false), None);
+        assert!(!h.write(&mut [0u8; 11], false));
+        assert_eq!(h.sent_ns(), 1_700_000_000_999_999_000);
+        let t = std::time::Duration::new(5, 1_500);
+        assert_eq!(
+            UdpHeader::at(t, 1),
+            UdpHeader {
+                sec: 5,
+                usec: 1,
+                count: 1
+            }
+        );
+    }
+
+    #[test]
+    fn udp_tests_are_checked() {
+        let l = ServerLimits {
+            max_rate_bps: Some(100_000_000),
+            ..limits()
+        };
+        let udp = Params {
+            udp: true,
+            time: Some(2),
+            parallel: Some(2),
+            bandwidth: Some(40_000_000),
+            len: Some(1460),
+            ..Params::default()
+        };
+        let a = udp.check(&l).expect("within the cap");
+        assert!(a.udp && !a.wide_counters);
+        assert_eq!((a.rate_bps, a.len, a.total_streams), (40_000_000, 1460, 2));
+        let code = |p: Params| p.check(&l).unwrap_err().code;
+        // 2 x 60M is over 100M; 0 is unlimited: both refused, not capped.
+        assert_eq!(
+            code(Params {
+                bandwidth: Some(60_000_000),
+                ..udp.clone()
+            }),
+            errno::TOTAL_RATE
+        );
+        assert_eq!(
+            code(Params {
+                bandwidth: Some(0),
+                ..udp.clone()
+            }),
+            errno::TOTAL_RATE
+        );
+        // iperf3 leaves out a 0 (unlimited): refused under a cap too.
+        assert_eq!(
+            code(Params {
+                bandwidth: None,
+                ..udp.clone()
+            }),
+            errno::TOTAL_RATE
+        );
+        for bad in [11, 65_508] {
+            assert_eq!(
+                code(Params {
+                    len: Some(bad),
+                    ..udp.clone()
+                }),
+                errno::BLOCK_SIZE
+            );
+        }
+        let wide = Params {
+            udp_counters_64bit: Some(1),
+            len: Some(16),
+            ..udp.clone()
+        };
+        assert!(wide.check(&l).expect("16 fits").wide_counters);
+        assert_eq!(
+            code(Params {
+                len: Some(12),
+                ..wide
+            }),
+            errno::BLOCK_SIZE
+        );
     }
 
     #[test]

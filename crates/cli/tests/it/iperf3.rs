@@ -9,7 +9,7 @@
 //! same test, never between two runs. Needs iperf3 (`LONGHAUL_REQUIRE_IPERF3`).
 
 use std::io::{Read, Write};
-use std::net::TcpStream;
+use std::net::{TcpStream, UdpSocket};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
@@ -447,13 +447,281 @@ fn hostile_iperf3_clients_are_refused_without_a_hang() {
     let o = iperf3_client(port, &["-t", "100"]).finish(Duration::from_secs(10));
     let text = format!("{}{}", stdout(&o), stderr(&o));
     assert!(text.contains("test duration too long"), "{text}");
-    // UDP is refused the same way, clearly.
-    let o = iperf3_client(port, &["-u", "-t", "1"]).finish(Duration::from_secs(10));
+    // A byte count is refused the same way, clearly.
+    let o = iperf3_client(port, &["-n", "1M"]).finish(Duration::from_secs(10));
     let text = format!("{}{}", stdout(&o), stderr(&o));
     assert!(text.contains("not implemented"), "{text}");
 
     // After all that, a real test still runs.
     let o = iperf3_client(port, &["-t", "1"]).finish(Duration::from_secs(20));
     assert!(o.status.success(), "{}\n{}", stdout(&o), stderr(&o));
+    drop(server);
+}
+
+/// iperf3 -s's own UDP figures of direction `d` of a test with `dirs`.
+fn iperf3_side<'a>(end: &'a Value, d: &str, dirs: usize) -> &'a Value {
+    // From iperf3 -s's point of view: the client's up is what it
+    // received, down what it sent.
+    &end[match (d, dirs) {
+        ("up", _) => "sum_received",
+        (_, 1) => "sum_sent",
+        _ => "sum_sent_bidir_reverse",
+    }]
+}
+
+#[test]
+fn longhaul_perf_udp_against_iperf3_server() {
+    if !iperf3_here() {
+        return;
+    }
+    for (args, dirs) in [
+        (&["-P", "2"][..], &["up"][..]),
+        (&["-R", "-P", "2"][..], &["down"][..]),
+        (&["--bidir"][..], &["up", "down"][..]),
+    ] {
+        let (server, port) = iperf3_server();
+        let o = bin()
+            .args(["--no-archive", "perf", "--iperf3"])
+            .arg(format!("127.0.0.1:{port}"))
+            .args(["-u", "-b", "100M", "-t", "1", "--json"])
+            .args(args)
+            .output()
+            .expect("run longhaul");
+        let theirs = json(&server.finish(Duration::from_secs(10)), "iperf3 -s");
+        assert!(
+            o.status.success(),
+            "-u {args:?}: {}\n{}",
+            stdout(&o),
+            stderr(&o)
+        );
+        let doc = json(&o, "longhaul perf --json");
+        let s = &doc["summary"];
+        for &d in dirs {
+            let theirs_d = iperf3_side(&theirs["end"], d, dirs.len());
+            let ours = local_rate(&doc, d);
+            close(
+                ours,
+                theirs_d["bits_per_second"].as_f64().unwrap_or(0.0),
+                &format!("perf --iperf3 -u {args:?} {d}: this end vs iperf3 -s"),
+            );
+            let mine = direction(s, d);
+            // The receiver's datagram counts, whichever end it was.
+            let received = mine["packets_received"].as_u64().unwrap_or(0);
+            assert!(received > 1000, "{d}: {mine}");
+            assert!(mine["jitter_us"].as_u64().is_some(), "{mine}");
+            if d == "up" {
+                // iperf3 -s received: its packets and losses are ours.
+                let p = theirs_d["packets"].as_u64().unwrap_or(0);
+                let lost = theirs_d["lost_packets"].as_u64().unwrap_or(0);
+                assert_eq!(received, p.saturating_sub(lost), "{mine}\n{theirs_d}");
+            }
+        }
+        let notes = s["warnings"].to_string();
+        assert!(
+            notes.contains("UDP") && notes.contains("by its own count"),
+            "{notes}"
+        );
+    }
+}
+
+#[test]
+fn iperf3_udp_clients_against_longhaul_serve() {
+    if !iperf3_here() {
+        return;
+    }
+    let dir = TempDir::new("iperf3-serve-udp");
+    let (server, port) = longhaul_server(&dir, &[]);
+    for args in [
+        &["-P", "2"][..],
+        &["-R", "-P", "2"][..],
+        &["--bidir", "--udp-counters-64bit"][..],
+    ] {
+        let mut a = vec!["-u", "-b", "50M", "-t", "1"];
+        a.extend_from_slice(args);
+        let o = iperf3_client(port, &a).finish(Duration::from_secs(20));
+        assert!(
+            o.status.success(),
+            "iperf3 -c {a:?}: {}\n{}",
+            stdout(&o),
+            stderr(&o)
+        );
+        let j = json(&o, "iperf3 -c -u");
+        assert!(j["error"].is_null(), "{a:?}: {}", j["error"]);
+        let end = &j["end"];
+        let r = |k: &str| end[k]["bits_per_second"].as_f64().unwrap_or(0.0);
+        let halves: &[(&str, &str)] = if args[0] == "--bidir" {
+            &[
+                ("sum_sent", "sum_received"),
+                ("sum_sent_bidir_reverse", "sum_received_bidir_reverse"),
+            ]
+        } else {
+            &[("sum_sent", "sum_received")]
+        };
+        for (tx, rx) in halves {
+            // One count is iperf3's, the other longhaul's (results exchange).
+            close(r(tx), r(rx), &format!("iperf3 -c {a:?} {tx}/{rx}"));
+            let packets = end[rx]["packets"].as_u64().unwrap_or(0);
+            let jitter = end[rx]["jitter_ms"].as_f64().unwrap_or(-1.0);
+            assert!(packets > 100, "{a:?}: {}", end[rx]);
+            assert!((0.0..1000.0).contains(&jitter), "{a:?}: {}", end[rx]);
+        }
+    }
+    drop(server);
+}
+
+#[test]
+fn iperf3_rate_cap_refuses_udp_and_tcp_over_it() {
+    if !iperf3_here() {
+        return;
+    }
+    let dir = TempDir::new("iperf3-cap");
+    let (server, port) = longhaul_server(&dir, &["--iperf3-max-rate", "60M"]);
+    for args in [
+        &["-u", "-b", "50M", "-P", "2"][..],
+        &["-u", "-b", "0"][..],
+        &["-b", "100M"][..],
+        &[][..],
+    ] {
+        let o = iperf3_client(port, args).finish(Duration::from_secs(10));
+        let text = format!("{}{}", stdout(&o), stderr(&o));
+        assert!(
+            text.contains("total required bandwidth is larger than server limit"),
+            "{args:?}: {text}"
+        );
+    }
+    // Within the cap, UDP runs.
+    let o = iperf3_client(port, &["-u", "-b", "20M", "-P", "2", "-t", "1"])
+        .finish(Duration::from_secs(20));
+    let j = json(&o, "iperf3 -c -u within the cap");
+    assert!(j["error"].is_null(), "{}", j["error"]);
+    drop(server);
+}
+
+/// Sends `what` from `from` to the server's port; whether any answer came.
+fn answered(from: &UdpSocket, port: u16, what: &[u8]) -> Option<Vec<u8>> {
+    let _ = from.send_to(what, ("127.0.0.1", port));
+    from.set_read_timeout(Some(Duration::from_millis(300)))
+        .unwrap();
+    let mut buf = [0u8; 64];
+    match from.recv(&mut buf) {
+        Ok(n) => Some(buf[..n].to_vec()),
+        Err(_) => None,
+    }
+}
+
+#[test]
+fn udp_strangers_and_malformed_setup_datagrams_are_ignored() {
+    if !iperf3_here() {
+        return;
+    }
+    let dir = TempDir::new("iperf3-udp-attack");
+    let (server, port) = longhaul_server(&dir, &["--handshake-timeout", "2s"]);
+    let near = UdpSocket::bind("127.0.0.1:0").expect("bind");
+    // Another host, as far as the server can tell: 127.0.0.2.
+    let stranger = UdpSocket::bind("127.0.0.2:0").expect("bind 127.0.0.2");
+    // No test sets up UDP streams: nothing listens, nothing answers.
+    assert_eq!(answered(&near, port, b"9876"), None);
+
+    // A control connection that asks for UDP, then lets others try.
+    let mut c = TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    c.write_all(&cookie()).unwrap();
+    let params = br#"{"udp":true,"time":1,"parallel":1,"len":1460,"bandwidth":1000000}"#;
+    c.write_all(&(params.len() as u32).to_be_bytes()).unwrap();
+    c.write_all(params).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut b = [0u8; 2];
+    c.read_exact(&mut b).unwrap();
+    assert_eq!(b, [9, 10], "PARAM_EXCHANGE, CREATE_STREAMS");
+    // A stranger's setup datagram, and malformed ones from the client's
+    // own address: dropped unanswered.
+    assert_eq!(
+        answered(&stranger, port, b"9876"),
+        None,
+        "stranger answered"
+    );
+    for junk in [&b""[..], b"987", b"98765", b"abcd", &[0u8; 1500][..]] {
+        assert_eq!(answered(&near, port, junk), None, "{junk:?} answered");
+    }
+    // The client's own setup datagram is still answered: 4 bytes back.
+    assert_eq!(
+        answered(&near, port, b"9876").as_deref(),
+        Some(&b"6789"[..])
+    );
+    // An early close frees the UDP setup for the next test at once.
+    drop(c);
+
+    // A real test runs while strangers keep sending junk at the port.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let st = stop.clone();
+    let junk = std::thread::spawn(move || {
+        while !st.load(std::sync::atomic::Ordering::Relaxed) {
+            let _ = stranger.send_to(b"9876", ("127.0.0.1", port));
+            let _ = stranger.send_to(&[0xff; 100], ("127.0.0.1", port));
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    });
+    let t = Instant::now();
+    let o = iperf3_client(port, &["-u", "-b", "20M", "-t", "1"]).finish(Duration::from_secs(20));
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    junk.join().unwrap();
+    let j = json(&o, "iperf3 -c -u after the attack");
+    assert!(j["error"].is_null(), "{}", j["error"]);
+    assert!(t.elapsed() < Duration::from_secs(8), "{:?}", t.elapsed());
+    let r = |k: &str| j["end"][k]["bits_per_second"].as_f64().unwrap_or(0.0);
+    close(
+        r("sum_sent"),
+        r("sum_received"),
+        "iperf3 -u among strangers",
+    );
+    drop(server);
+}
+
+#[test]
+fn a_udp_client_over_its_asked_rate_is_ended() {
+    if !iperf3_here() {
+        return;
+    }
+    let dir = TempDir::new("iperf3-udp-liar");
+    let (server, port) = longhaul_server(&dir, &["--iperf3-max-rate", "10M"]);
+    // Asks for 1 Mbit/s, within the cap, then sends far more.
+    let mut c = TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    c.write_all(&cookie()).unwrap();
+    let params = br#"{"udp":true,"time":5,"parallel":1,"len":1400,"bandwidth":1000000}"#;
+    c.write_all(&(params.len() as u32).to_be_bytes()).unwrap();
+    c.write_all(params).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut b = [0u8; 2];
+    c.read_exact(&mut b).unwrap();
+    assert_eq!(b, [9, 10], "PARAM_EXCHANGE, CREATE_STREAMS");
+    let u = UdpSocket::bind("127.0.0.1:0").expect("bind");
+    u.connect(("127.0.0.1", port)).unwrap();
+    assert_eq!(answered(&u, port, b"9876").as_deref(), Some(&b"6789"[..]));
+    c.read_exact(&mut b).unwrap();
+    assert_eq!(b, [1, 2], "TEST_START, TEST_RUNNING");
+    c.set_nonblocking(true).unwrap();
+    let t = Instant::now();
+    let mut dgram = [0u8; 1400];
+    let mut count: u32 = 0;
+    let mut got = Vec::new();
+    while t.elapsed() < Duration::from_secs(4) {
+        for _ in 0..50 {
+            count += 1;
+            dgram[8..12].copy_from_slice(&count.to_be_bytes());
+            let _ = u.send(&dgram);
+        }
+        std::thread::sleep(Duration::from_millis(1));
+        let mut buf = [0u8; 16];
+        match c.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => {
+                got.extend_from_slice(&buf[..n]);
+                break;
+            }
+            Err(_) => {}
+        }
+    }
+    // SERVER_TERMINATE ("the server has terminated") after the first second.
+    assert_eq!(got.first(), Some(&11), "{got:?} after {:?}", t.elapsed());
+    assert!(t.elapsed() < Duration::from_secs(3), "{:?}", t.elapsed());
     drop(server);
 }

@@ -375,7 +375,7 @@ pub(crate) fn setup_of(s: &ReadyStream) -> StreamSetup {
             let (a, b, m) = sock::granted(t.as_fd());
             (a, b, m, sock::congestion(t.as_fd()))
         }
-        DataSocket::Udp(u) => {
+        DataSocket::Udp(u) | DataSocket::Iperf3Udp(u, _) => {
             let r = socket2::SockRef::from(&**u);
             (
                 r.send_buffer_size().unwrap_or(0) as u64,

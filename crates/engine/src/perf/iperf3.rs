@@ -23,7 +23,7 @@ use longhaul_proto::iperf3::{
     StreamResult,
 };
 use longhaul_proto::msg::{Direction, Mode, RefuseCode, TestParams, Transport};
-use longhaul_proto::report::{stream_keys, SideSnapshot, Span, StreamSample, Summary};
+use longhaul_proto::report::{stream_keys, SideSnapshot, Span, StreamSample, Summary, UdpRecv};
 use longhaul_proto::units::{format_bytes, format_rate};
 
 use crate::net::dial::ClientOptions;
@@ -46,9 +46,6 @@ pub fn params_for(p: &TestParams) -> Result<Params, EngineError> {
             "--iperf3: {what} is not supported against an iperf3 server"
         )))
     };
-    if p.transport == Transport::Udp {
-        return no("UDP (-u) (not yet: TCP only)");
-    }
     if p.bytes.is_some() {
         return no("a byte count (-n); give a time with -t");
     }
@@ -68,8 +65,28 @@ pub fn params_for(p: &TestParams) -> Result<Params, EngineError> {
     };
     let time = secs(p.duration_ms.unwrap_or(10_000), "the test's time")?;
     let omit = secs(p.omit_ms, "the omitted time")?;
+    let udp = p.transport == Transport::Udp;
+    if udp {
+        let len = u64::from(p.length);
+        if len < iperf3::UDP_HEADER_LEN_32 as u64 || len > iperf3::MAX_UDP_LEN {
+            return Err(EngineError::Usage(format!(
+                "--iperf3 -u: a datagram of {len} bytes (-l); iperf3 takes {} to {}",
+                iperf3::UDP_HEADER_LEN_32,
+                iperf3::MAX_UDP_LEN
+            )));
+        }
+        if p.congestion.is_some() {
+            return no("a congestion control (-C) with UDP (-u)");
+        }
+    }
+    // iperf3's -b is per stream; ours is the total of a direction.
+    let per_stream = p
+        .udp_rate_bps
+        .map(|r| r / u64::from(p.streams.max(1)))
+        .unwrap_or(0);
     Ok(Params {
-        tcp: true,
+        tcp: !udp,
+        udp,
         omit: Some(omit),
         time: Some(time),
         parallel: Some(u64::from(p.streams)),
@@ -77,7 +94,7 @@ pub fn params_for(p: &TestParams) -> Result<Params, EngineError> {
         bidirectional: p.mode == Mode::Bidir,
         window: p.window.map(u64::from),
         len: Some(u64::from(p.length)),
-        bandwidth: Some(0),
+        bandwidth: Some(per_stream),
         pacing_timer: Some(1000),
         mss: p.mss.map(u64::from),
         congestion: p.congestion.clone(),
@@ -225,6 +242,16 @@ pub fn run_iperf3(
     let keys = stream_keys(params);
     let mut streams = Vec::with_capacity(keys.len());
     for &(direction, stream) in &keys {
+        if wire.udp {
+            let u = udp_stream(target, peer, params, opts.connect_timeout.max(HANDSHAKE))?;
+            streams.push(ReadyStream {
+                direction,
+                stream,
+                socket: DataSocket::Iperf3Udp(Arc::new(u), false),
+                io: None,
+            });
+            continue;
+        }
         let s = socket2::Socket::new(
             socket2::Domain::for_address(peer),
             socket2::Type::STREAM,
@@ -399,6 +426,73 @@ pub fn run_iperf3(
     Ok(summary)
 }
 
+/// One UDP stream to an iperf3 server: a socket connected to its port,
+/// the 4-byte setup datagram, and the server's 4-byte answer, which comes
+/// from the socket it then keeps for this stream. Sent once: iperf3 takes
+/// any datagram on its listening socket as the next stream's.
+fn udp_stream(
+    target: &str,
+    peer: SocketAddr,
+    params: &TestParams,
+    within: Duration,
+) -> Result<std::net::UdpSocket, EngineError> {
+    let bind: SocketAddr = if peer.is_ipv4() {
+        "0.0.0.0:0".parse().expect("literal")
+    } else {
+        "[::]:0".parse().expect("literal")
+    };
+    let u = std::net::UdpSocket::bind(bind)
+        .map_err(|e| EngineError::io("failed to bind a UDP socket".into(), e))?;
+    if let Some(w) = params.window {
+        let r = socket2::SockRef::from(&u);
+        let _ = r.set_send_buffer_size(w as usize);
+        let _ = r.set_recv_buffer_size(w as usize);
+    }
+    u.connect(peer).map_err(|e| {
+        EngineError::io(
+            format!("failed to address UDP port {} of {target}", peer.port()),
+            e,
+        )
+    })?;
+    u.send(&iperf3::udp_connect_msg()).map_err(|e| {
+        EngineError::io(
+            format!("failed to send a UDP stream's setup to {target}"),
+            e,
+        )
+    })?;
+    let deadline = Instant::now() + within;
+    let mut buf = vec![0u8; 65_536];
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(EngineError::Timeout(format!(
+                "iperf3 server {target} did not answer a UDP stream's setup datagram within {} s (a firewall dropping UDP to port {}?)",
+                within.as_secs(),
+                peer.port()
+            )));
+        }
+        let _ = u.set_read_timeout(Some(left.min(Duration::from_millis(200))));
+        match u.recv(&mut buf) {
+            Ok(n) if iperf3::is_udp_connect_reply(&buf[..n]) => return Ok(u),
+            // A data datagram ahead of the answer (iperf3 allows a few).
+            Ok(_) => {}
+            Err(e) if crate::net::conn::transient(&e) => {}
+            Err(e) if e.raw_os_error() == Some(libc::ECONNREFUSED) => {
+                return Err(EngineError::Connect(format!(
+                    "iperf3 server {target} refused UDP on port {} (ICMP port unreachable)",
+                    peer.port()
+                )))
+            }
+            Err(e) => {
+                return Err(EngineError::io(
+                    format!("failed to read a UDP stream's setup answer from {target}"),
+                    e,
+                ))
+            }
+        }
+    }
+}
+
 /// A snapshot with this end's counts standing for the far end's, its CPU
 /// unknown (the intervals of a test against iperf3, which reports only at
 /// the end).
@@ -409,6 +503,10 @@ fn local_only(s: &SideSnapshot) -> SideSnapshot {
         st.cpu_us = 0;
     }
     r
+}
+
+fn sample(s: &SideSnapshot, d: Direction, i: u16) -> Option<&StreamSample> {
+    s.streams.iter().find(|x| x.direction == d && x.stream == i)
 }
 
 fn since(
@@ -458,25 +556,52 @@ pub(crate) fn results_for(
         cpu_us as f64 * 100.0 / wall_us as f64
     };
     let sends_any = params.mode.directions().iter().any(|&d| me.sends(d));
+    let udp = params.transport == Transport::Udp;
     let mut congestion = None;
     let streams = stream_keys(params)
         .into_iter()
         .enumerate()
         .map(|(k, (d, i))| {
             let (bytes, retrans) = since(baseline, end, d, i);
-            if me.sends(d) && congestion.is_none() {
+            if me.sends(d) && congestion.is_none() && !udp {
                 congestion = Some(params.congestion.clone().unwrap_or_default());
             }
+            // UDP: a sender's datagrams sent; a receiver's highest
+            // datagram number, its losses, its jitter (iperf3's fields).
+            let (jitter, errors, packets) = match (udp, me.sends(d)) {
+                (false, _) => (0.0, 0, 0),
+                (true, true) => {
+                    let sent = |s: &SideSnapshot| sample(s, d, i).and_then(|x| x.packets_sent);
+                    let n = sent(end)
+                        .unwrap_or(0)
+                        .saturating_sub(baseline.and_then(sent).unwrap_or(0));
+                    (0.0, 0, n as i64)
+                }
+                (true, false) => {
+                    let u = sample(end, d, i).and_then(|x| x.udp).unwrap_or_default();
+                    let f = baseline
+                        .and_then(|b| sample(b, d, i))
+                        .and_then(|x| x.udp)
+                        .unwrap_or_default();
+                    let expected = u.expected.saturating_sub(f.expected);
+                    let got = u.packets.saturating_sub(f.packets);
+                    (
+                        u.jitter_us as f64 / 1e6,
+                        expected.saturating_sub(got) as i64,
+                        expected as i64,
+                    )
+                }
+            };
             StreamResult {
                 id: stream_id(k),
                 bytes,
                 retransmits: match (me.sends(d), retrans) {
-                    (true, Some(r)) => r as i64,
+                    (true, Some(r)) if !udp => r as i64,
                     _ => -1,
                 },
-                jitter: 0.0,
-                errors: 0,
-                packets: 0,
+                jitter,
+                errors,
+                packets,
                 start_time: Some(0.0),
                 end_time: Some(wall_us as f64 / 1e6),
             }
@@ -486,7 +611,11 @@ pub(crate) fn results_for(
         cpu_util_total: cpu,
         cpu_util_user: cpu,
         cpu_util_system: 0.0,
-        sender_has_retransmits: if sends_any { 1 } else { -1 },
+        sender_has_retransmits: match (sends_any, udp) {
+            (false, _) => -1,
+            (true, true) => 0,
+            (true, false) => 1,
+        },
         congestion_used: congestion.filter(|c| !c.is_empty()),
         streams,
     }
@@ -519,6 +648,25 @@ pub(crate) fn remote_snapshot(params: &TestParams, r: &Results) -> Result<SideSn
             return Err(format!("stream id {} is listed twice", s.id));
         }
         streams[k].bytes = s.bytes;
+        if params.transport == Transport::Udp {
+            let st = &mut streams[k];
+            let packets = s.packets.max(0) as u64;
+            if End::Server.sends(st.direction) {
+                st.packets_sent = Some(packets);
+            } else {
+                let lost = (s.errors.max(0) as u64).min(packets);
+                st.udp = Some(UdpRecv {
+                    packets: packets - lost,
+                    expected: packets,
+                    jitter_us: if s.jitter.is_finite() {
+                        (s.jitter.clamp(0.0, 1e6) * 1e6) as u64
+                    } else {
+                        0
+                    },
+                    ..UdpRecv::default()
+                });
+            }
+        }
         if let (Some(a), Some(b)) = (s.start_time, s.end_time) {
             if b.is_finite() && a.is_finite() && b > a && b - a < 1e7 {
                 secs = secs.max(b - a);
@@ -573,7 +721,7 @@ pub(crate) fn figures_notes(
             Direction::Down => ("received", "sent"),
         };
         out.push(format!(
-            "iperf3 {}: this end {we} {} in {:.2} s ({}); the iperf3 server {they} {} in {:.2} s ({}), by its own count. The rate above is the receiver's ({}); TCP counters are this end's sockets' (iperf3 sends none of its own)",
+            "iperf3 {}: this end {we} {} in {:.2} s ({}); the iperf3 server {they} {} in {:.2} s ({}), by its own count. The rate above is the receiver's ({}){}",
             match d {
                 Direction::Up => "up",
                 Direction::Down => "down",
@@ -588,11 +736,82 @@ pub(crate) fn figures_notes(
                 Direction::Up => "iperf3's count",
                 Direction::Down => "this end's count",
             },
+            match params.transport {
+                Transport::Tcp => "; TCP counters are this end's sockets' (iperf3 sends none of its own)",
+                Transport::Udp => "",
+            },
         ));
+        if params.transport == Transport::Udp {
+            out.push(udp_note(params, d, baseline, local, remote));
+        }
     }
     out.push(format!(
         "iperf3 CPU: the server's whole iperf3 process at {:.1}% of one core (its own figure); this end's test threads as measured here",
         theirs.cpu_util_total
     ));
     out
+}
+
+/// Which end counted a UDP direction's datagrams: the sender's count of
+/// sent ones, the receiver's losses and jitter.
+fn udp_note(
+    params: &TestParams,
+    d: Direction,
+    baseline: Option<&SideSnapshot>,
+    local: &SideSnapshot,
+    remote: &SideSnapshot,
+) -> String {
+    let (tx, tx_from, rx, rx_from, sender, receiver) = match d {
+        Direction::Up => (
+            local,
+            baseline,
+            remote,
+            None,
+            "this end",
+            "the iperf3 server",
+        ),
+        Direction::Down => (
+            remote,
+            None,
+            local,
+            baseline,
+            "the iperf3 server",
+            "this end",
+        ),
+    };
+    let mut sent = 0u64;
+    let mut expected = 0u64;
+    let mut got = 0u64;
+    let mut jitter_us = 0u64;
+    for i in 0..params.streams {
+        let pk = |s: Option<&SideSnapshot>| {
+            s.and_then(|s| sample(s, d, i))
+                .and_then(|x| x.packets_sent)
+                .unwrap_or(0)
+        };
+        sent += pk(Some(tx)).saturating_sub(pk(tx_from));
+        let u = |s: Option<&SideSnapshot>| {
+            s.and_then(|s| sample(s, d, i))
+                .and_then(|x| x.udp)
+                .unwrap_or_default()
+        };
+        let (a, b) = (u(Some(rx)), u(rx_from));
+        expected += a.expected.saturating_sub(b.expected);
+        got += a.packets.saturating_sub(b.packets);
+        jitter_us = jitter_us.max(a.jitter_us);
+    }
+    let lost = expected.saturating_sub(got);
+    format!(
+        "iperf3 {} UDP: {sender} sent {sent} datagrams, by its own count; {receiver} received {got} and lost {lost} of {expected} ({:.3}%), jitter {:.3} ms, by its own count (jitter as RFC 1889 and iperf3 compute it)",
+        match d {
+            Direction::Up => "up",
+            Direction::Down => "down",
+        },
+        if expected == 0 {
+            0.0
+        } else {
+            lost as f64 * 100.0 / expected as f64
+        },
+        jitter_us as f64 / 1000.0,
+    )
 }

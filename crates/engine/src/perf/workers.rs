@@ -11,6 +11,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
+use longhaul_proto::iperf3;
 use longhaul_proto::msg::{Direction, RecvMode, SendMode};
 use longhaul_proto::report::UdpRecv;
 use longhaul_proto::udp::{self, Header};
@@ -23,6 +24,32 @@ use crate::net::sock::{self, ThreadClock};
 pub enum DataSocket {
     Tcp(Arc<TcpStream>),
     Udp(Arc<UdpSocket>),
+    /// A UDP stream of a test with iperf3: its datagram header
+    /// (`proto::iperf3::UdpHeader`), 64-bit counters if true.
+    Iperf3Udp(Arc<UdpSocket>, bool),
+}
+
+/// Which header a UDP stream's datagrams carry.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum UdpFormat {
+    Longhaul,
+    Iperf3 { wide: bool },
+}
+
+impl UdpFormat {
+    fn header_len(self) -> usize {
+        match self {
+            UdpFormat::Longhaul => udp::HEADER_LEN,
+            UdpFormat::Iperf3 { wide } => iperf3::udp_header_len(wide),
+        }
+    }
+}
+
+/// The wall clock (iperf3's datagrams carry it), nanoseconds since the epoch.
+fn wall_since_epoch() -> Duration {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default()
 }
 
 /// Counters a worker publishes while it runs.
@@ -107,8 +134,18 @@ pub fn spawn(
                     }
                     (DataSocket::Tcp(s), true) => tcp_send(s, &plan, &counters),
                     (DataSocket::Tcp(s), false) => tcp_recv(s, &plan, &counters),
-                    (DataSocket::Udp(s), true) => udp_send(s, &plan, &counters),
-                    (DataSocket::Udp(s), false) => udp_recv(s, &plan, &counters),
+                    (DataSocket::Udp(s), true) => {
+                        udp_send(s, &plan, &counters, UdpFormat::Longhaul)
+                    }
+                    (DataSocket::Udp(s), false) => {
+                        udp_recv(s, &plan, &counters, UdpFormat::Longhaul)
+                    }
+                    (DataSocket::Iperf3Udp(s, wide), true) => {
+                        udp_send(s, &plan, &counters, UdpFormat::Iperf3 { wide: *wide })
+                    }
+                    (DataSocket::Iperf3Udp(s, wide), false) => {
+                        udp_recv(s, &plan, &counters, UdpFormat::Iperf3 { wide: *wide })
+                    }
                 },
             };
             if let Err(e) = r {
@@ -480,8 +517,8 @@ fn now_ns(epoch: Instant) -> u64 {
 /// Largest number of segments we hand the kernel in one GSO send.
 const GSO_MAX_SEGMENTS: usize = 64;
 
-fn udp_send(s: &UdpSocket, plan: &Plan, c: &Counters) -> io::Result<()> {
-    let seg = plan.length.max(udp::HEADER_LEN);
+fn udp_send(s: &UdpSocket, plan: &Plan, c: &Counters, format: UdpFormat) -> io::Result<()> {
+    let seg = plan.length.max(format.header_len());
     let mut batch =
         if sock::setsockopt_u32(s.as_fd(), libc::SOL_UDP, libc::UDP_SEGMENT, seg as u32).is_ok() {
             (65_000 / seg).clamp(1, GSO_MAX_SEGMENTS)
@@ -513,16 +550,27 @@ fn udp_send(s: &UdpSocket, plan: &Plan, c: &Counters) -> io::Result<()> {
             due = due.min(l - seq);
         }
         let n = due as usize;
-        let t = now_ns(plan.epoch);
-        for i in 0..n {
-            Header {
-                tag: plan.udp_tag,
-                stream: plan.stream,
-                flags: 0,
-                seq: seq + i as u64,
-                send_ns: t,
+        match format {
+            UdpFormat::Longhaul => {
+                let t = now_ns(plan.epoch);
+                for i in 0..n {
+                    Header {
+                        tag: plan.udp_tag,
+                        stream: plan.stream,
+                        flags: 0,
+                        seq: seq + i as u64,
+                        send_ns: t,
+                    }
+                    .write(&mut buf[i * seg..]);
+                }
             }
-            .write(&mut buf[i * seg..]);
+            UdpFormat::Iperf3 { wide } => {
+                // iperf3 numbers datagrams from 1.
+                let t = wall_since_epoch();
+                for i in 0..n {
+                    iperf3::UdpHeader::at(t, seq + i as u64 + 1).write(&mut buf[i * seg..], wide);
+                }
+            }
         }
         match s.send(&buf[..n * seg]) {
             Ok(_) => {
@@ -554,7 +602,12 @@ fn udp_send(s: &UdpSocket, plan: &Plan, c: &Counters) -> io::Result<()> {
     }
     c.end_us.store(micros_since(plan.epoch), Ordering::Relaxed);
     let _ = sock::setsockopt_u32(s.as_fd(), libc::SOL_UDP, libc::UDP_SEGMENT, 0);
-    for _ in 0..3 {
+    // iperf3's streams have no end marker: its receiver stops at TEST_END.
+    let fins = match format {
+        UdpFormat::Longhaul => 3,
+        UdpFormat::Iperf3 { .. } => 0,
+    };
+    for _ in 0..fins {
         Header {
             tag: plan.udp_tag,
             stream: plan.stream,
@@ -569,7 +622,7 @@ fn udp_send(s: &UdpSocket, plan: &Plan, c: &Counters) -> io::Result<()> {
     Ok(())
 }
 
-fn udp_recv(s: &UdpSocket, plan: &Plan, c: &Counters) -> io::Result<()> {
+fn udp_recv(s: &UdpSocket, plan: &Plan, c: &Counters, format: UdpFormat) -> io::Result<()> {
     let fd = s.as_fd();
     sock::setsockopt_u32(fd, libc::SOL_SOCKET, libc::SO_RXQ_OVFL, 1)?;
     let gro = sock::setsockopt_u32(fd, libc::SOL_UDP, libc::UDP_GRO, 1).is_ok();
@@ -590,7 +643,10 @@ fn udp_recv(s: &UdpSocket, plan: &Plan, c: &Counters) -> io::Result<()> {
         let (n, segsize, drops) = match recv_with_cmsg(s, &mut buf) {
             Ok(v) => v,
             Err(e) if transient(&e) => {
-                if plan.until.is_none() && last_data.elapsed() > silence {
+                if plan.until.is_none()
+                    && format == UdpFormat::Longhaul
+                    && last_data.elapsed() > silence
+                {
                     break;
                 }
                 continue;
@@ -603,6 +659,19 @@ fn udp_recv(s: &UdpSocket, plan: &Plan, c: &Counters) -> io::Result<()> {
         let mut fin = false;
         let mut bytes = 0u64;
         for d in buf[..n].chunks(seg) {
+            if let UdpFormat::Iperf3 { wide } = format {
+                // The sender's wall clock against ours, as iperf3 does
+                // (jitter needs no agreement between the clocks).
+                match iperf3::UdpHeader::read(d, wide) {
+                    Some(h) if h.count > 0 => {
+                        let now = wall_since_epoch().as_nanos() as u64;
+                        rx.on_datagram(h.count - 1, h.sent_ns(), now);
+                        bytes += d.len() as u64;
+                    }
+                    _ => {}
+                }
+                continue;
+            }
             let Some(h) = Header::read(d) else { continue };
             if h.tag != plan.udp_tag || h.flags & udp::FLAG_REGISTER != 0 {
                 continue;

@@ -78,6 +78,10 @@ struct Shared {
     handshakes: AtomicUsize,
     /// Tests waiting for their streams: cookie -> (accept order, socket).
     pending: Mutex<HashMap<Cookie, mpsc::Sender<(u64, TcpStream)>>>,
+    /// Held by the one UDP test whose streams are being set up: iperf3's
+    /// UDP setup datagram names no test, so only one test at a time may
+    /// take them (and only from its control connection's address).
+    udp_setup: Mutex<()>,
     shutdown: AtomicBool,
 }
 
@@ -121,6 +125,7 @@ impl Iperf3Server {
                 tests: Mutex::new(0),
                 handshakes: AtomicUsize::new(0),
                 pending: Mutex::new(HashMap::new()),
+                udp_setup: Mutex::new(()),
                 shutdown: AtomicBool::new(false),
             }),
         })
@@ -421,7 +426,7 @@ impl Test<'_> {
             None,
             serde_json::json!({
                 "iperf3": true,
-                "transport": "tcp",
+                "transport": if accepted.udp { "udp" } else { "tcp" },
                 "mode": params.mode,
                 "streams": params.streams,
                 "seconds": accepted.seconds,
@@ -482,7 +487,11 @@ impl Test<'_> {
             }
         };
         let params = TestParams {
-            transport: Transport::Tcp,
+            transport: if a.udp {
+                Transport::Udp
+            } else {
+                Transport::Tcp
+            },
             mode: match (a.bidirectional, a.reverse) {
                 (true, _) => Mode::Bidir,
                 (false, true) => Mode::Down,
@@ -496,13 +505,22 @@ impl Test<'_> {
             congestion: a.congestion.clone(),
             // iperf3's -b for TCP: its client paces itself; this end
             // paces its sends with SO_MAX_PACING_RATE.
-            pacing_bps: (a.rate_bps > 0).then(|| a.rate_bps.saturating_mul(u64::from(a.streams))),
+            pacing_bps: (a.rate_bps > 0 && !a.udp)
+                .then(|| a.rate_bps.saturating_mul(u64::from(a.streams))),
+            // iperf3's -b for UDP: each stream's rate; ours is the total.
+            udp_rate_bps: a
+                .udp
+                .then(|| a.rate_bps.saturating_mul(u64::from(a.streams))),
             mss: None,
             interval_ms: 0,
             omit_ms: 0,
             data_tls: Some(false),
             ..TestParams::default()
         };
+        if a.udp {
+            let streams = self.udp_streams(&a, &params, hs)?;
+            return Ok((a, params, streams));
+        }
         let (tx, rx) = mpsc::channel();
         self.shared
             .pending
@@ -565,6 +583,107 @@ impl Test<'_> {
             });
         }
         Ok((a, params, streams))
+    }
+
+    /// A UDP test's streams, iperf3's way: a socket bound to the address
+    /// the client reached us at; each stream's first datagram (the 4-byte
+    /// `UDP_CONNECT_MSG`, from the control connection's address) connects
+    /// it to the datagram's sender, a fresh socket takes the next stream,
+    /// and the 4-byte answer goes out. Datagrams from other addresses and
+    /// anything else are dropped unanswered; nothing is bound outside this.
+    fn udp_streams(
+        &mut self,
+        a: &Accepted,
+        params: &TestParams,
+        hs: Duration,
+    ) -> Result<Vec<ReadyStream>, Halt> {
+        let deadline = Instant::now() + hs;
+        let shared = self.shared;
+        let _setup = loop {
+            match shared.udp_setup.try_lock() {
+                Ok(g) => break g,
+                Err(std::sync::TryLockError::Poisoned(p)) => break p.into_inner(),
+                Err(std::sync::TryLockError::WouldBlock) => {}
+            }
+            if Instant::now() >= deadline {
+                self.machine.refuse(iperf3::errno::ACCESS_DENIED);
+                let _ = self.flush();
+                return Err(Halt::Refused(
+                    "busy",
+                    "another iperf3 UDP test was setting up its streams".into(),
+                ));
+            }
+            // Notices an early close meanwhile.
+            self.pump(Duration::from_millis(20))?;
+        };
+        let local = self
+            .s
+            .local_addr()
+            .map_err(|e| Halt::Failed(format!("control connection: {e}")))?;
+        let bind = |what: &str| {
+            udp_listener(local)
+                .map_err(|e| Halt::Failed(format!("cannot bind UDP {local} for {what}: {e}")))
+        };
+        let mut listener = bind("the streams")?;
+        self.machine.accept();
+        self.flush()?;
+        let keys = stream_keys(params);
+        let mut streams = Vec::with_capacity(a.total_streams);
+        let mut buf = [0u8; 64];
+        let mut ignored = 0u64;
+        while streams.len() < a.total_streams {
+            if Instant::now() >= deadline {
+                self.machine.terminate();
+                let _ = self.flush();
+                return Err(Halt::Failed(format!(
+                    "{} of {} UDP streams set up in {} s ({ignored} stray datagrams ignored)",
+                    streams.len(),
+                    a.total_streams,
+                    hs.as_secs()
+                )));
+            }
+            let _ = listener.set_read_timeout(Some(Duration::from_millis(20)));
+            let (n, from) = match listener.recv_from(&mut buf) {
+                Ok(x) => x,
+                Err(e) if crate::net::conn::transient(&e) => {
+                    self.pump(Duration::from_millis(1))?;
+                    continue;
+                }
+                Err(e) if e.raw_os_error() == Some(libc::ECONNREFUSED) => continue,
+                Err(e) => return Err(Halt::Failed(format!("UDP {local}: {e}"))),
+            };
+            let order = match iperf3::udp_connect_order(&buf[..n.min(buf.len())]) {
+                Some(o) if n == 4 && same_host(from, self.peer) => o,
+                _ => {
+                    ignored += 1;
+                    tracing::debug!(
+                        "iperf3 UDP {local}: ignored a {n}-byte datagram from {from} (not a stream setup from {})",
+                        self.peer.ip()
+                    );
+                    continue;
+                }
+            };
+            let (direction, stream) = keys[streams.len()];
+            listener
+                .connect(from)
+                .map_err(|e| Halt::Failed(format!("UDP {local}: connect to {from}: {e}")))?;
+            let u = std::mem::replace(&mut listener, bind("the next stream")?);
+            if let Some(w) = params.window {
+                let r = socket2::SockRef::from(&u);
+                let _ = r.set_send_buffer_size(w as usize);
+                let _ = r.set_recv_buffer_size(w as usize);
+            }
+            let _ = u.set_read_timeout(None);
+            u.send(&iperf3::udp_connect_reply(order))
+                .map_err(|e| Halt::Failed(format!("UDP {local}: answer to {from}: {e}")))?;
+            streams.push(ReadyStream {
+                direction,
+                stream,
+                socket: DataSocket::Iperf3Udp(Arc::new(u), a.wide_counters),
+                io: None,
+            });
+        }
+        Ok(streams)
     }
 
     /// Runs to the client's `TEST_END` (or a cap), then exchanges results.
@@ -654,4 +773,30 @@ impl Test<'_> {
 /// Bytes sent and received by every stream of a snapshot.
 fn total(s: &SideSnapshot) -> u64 {
     s.streams.iter().map(|x| x.bytes).sum()
+}
+
+/// An unconnected UDP socket on `addr` that shares it with the test's
+/// connected ones (iperf3's own way: SO_REUSEADDR; the kernel gives a
+/// connected socket its peer's datagrams first).
+fn udp_listener(addr: SocketAddr) -> io::Result<std::net::UdpSocket> {
+    let s = socket2::Socket::new(
+        socket2::Domain::for_address(addr),
+        socket2::Type::DGRAM,
+        Some(socket2::Protocol::UDP),
+    )?;
+    s.set_reuse_address(true)?;
+    s.bind(&addr.into())?;
+    Ok(s.into())
+}
+
+/// Whether two addresses are the same host (an IPv4 address and its
+/// IPv6-mapped form alike).
+fn same_host(a: SocketAddr, b: SocketAddr) -> bool {
+    let canon = |ip: std::net::IpAddr| match ip {
+        std::net::IpAddr::V6(v6) => v6
+            .to_ipv4_mapped()
+            .map_or(std::net::IpAddr::V6(v6), std::net::IpAddr::V4),
+        v4 => v4,
+    };
+    canon(a.ip()) == canon(b.ip())
 }

@@ -420,7 +420,7 @@ fn setups(t: &Test) -> Vec<StreamSetup> {
                     congestion: sock::congestion(tcp.as_fd()),
                 })
             }
-            DataSocket::Udp(_) => None,
+            DataSocket::Udp(_) | DataSocket::Iperf3Udp(..) => None,
         })
         .collect();
     for (d, i, u, _) in &t.udp {
