@@ -872,3 +872,64 @@ fn connect_back_can_be_forced_and_a_direct_copy_says_the_client_connected() {
     assert_eq!(j["connections"]["opened_by"], "client", "{}", text(&o));
     assert!(j["connections"].get("reason").is_none(), "{}", text(&o));
 }
+
+#[test]
+fn attacker_a_stranger_at_the_connect_back_listener_is_closed_and_the_copy_goes_on() {
+    let Some(s) = sshd() else { return };
+    let work = tempfile::tempdir().unwrap();
+    let (big, data, far) = big_and_far(work.path(), 12, 16 << 20);
+    let mut c = s
+        .longhaul()
+        .args(["-v", "cp", "--json", "--connect-back", "--rate", "40mbit"])
+        .args(["--remote-path", BIN])
+        .arg(&big)
+        .arg(format!("{HOST}:{}/", far.display()))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let lines = lines_of(c.stderr.take().unwrap());
+    let mut seen = String::new();
+    let listener = loop {
+        let l = lines
+            .recv_timeout(Duration::from_secs(60))
+            .unwrap_or_else(|_| panic!("no connect-back listener; the client said:\n{seen}"));
+        seen.push_str(&l);
+        seen.push('\n');
+        if let Some(at) = l
+            .find("listening on ")
+            .filter(|_| l.contains("for the far end to connect back"))
+        {
+            let a = l[at + 13..].split_whitespace().next().unwrap();
+            break a.parse::<std::net::SocketAddr>().unwrap();
+        }
+    };
+    // A stranger with a ticket of the right form, and one speaking TLS
+    // straight away: each is closed without a byte.
+    for first in [
+        format!("lh1b_{}", "A".repeat(43)).into_bytes(),
+        b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03".repeat(5),
+    ] {
+        let mut t = TcpStream::connect(listener).unwrap();
+        t.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let _ = t.write_all(&first);
+        let mut b = [0u8; 64];
+        assert!(
+            !matches!(t.read(&mut b), Ok(n) if n > 0),
+            "the connect-back listener answered a stranger"
+        );
+    }
+    let mut out = Vec::new();
+    c.stdout.take().unwrap().read_to_end(&mut out).unwrap();
+    let status = c.wait().unwrap();
+    for l in lines.iter() {
+        seen.push_str(&l);
+        seen.push('\n');
+    }
+    assert!(status.success(), "cp: {seen}");
+    assert_eq!(std::fs::read(far.join("big.bin")).unwrap(), data);
+    let j: serde_json::Value = serde_json::from_slice(&out).unwrap();
+    assert_eq!(j["verified"], true, "{seen}");
+    assert_eq!(j["connections"]["opened_by"], "far_end");
+    assert!(seen.contains("closed a connection from"), "{seen}");
+}
