@@ -96,6 +96,7 @@ pub fn third_party_cp(
             lifetime_s: LIFETIME.as_secs() as u32,
         },
     )?;
+    let src_export = export.clone();
     let order = CopyOrder {
         export,
         sources: srcs
@@ -132,6 +133,7 @@ pub fn third_party_cp(
             retries: o.retries,
             direct: o.direct,
             no_tune: !o.tune,
+            catalogue: o.catalogue.is_some(),
         },
     };
     let mut intervals = Vec::new();
@@ -140,6 +142,20 @@ pub fn third_party_cp(
         Relayed::Interval(i) => {
             reporter.transfer_interval(&i);
             intervals.push(i);
+        }
+        // The catalogue names the file where it was read, as this client
+        // named the source, and where it landed, as the source named it.
+        Relayed::Landed(l) => {
+            if let Some(catalogue) = &o.catalogue {
+                let names = (format!("{host}:{src_export}/{}", l.source), l.dest);
+                catalogue(crate::xfer::Landed {
+                    path: l.path,
+                    size: l.size,
+                    mtime_ns: l.mtime_ns,
+                    digest: l.digest,
+                    namer: std::sync::Arc::new(move |_: &str| names.clone()),
+                });
+            }
         }
     })?;
     let control_bytes = a_bytes + bytes_of(&held.ctl);
@@ -183,6 +199,7 @@ pub fn third_party_cp(
 enum Relayed {
     Progress(TransferProgress),
     Interval(longhaul_proto::tune::TransferInterval),
+    Landed(longhaul_proto::xfer::copy::CopyLanded),
 }
 
 /// Sends `order` to the source `host` and follows the copy to its end:
@@ -228,6 +245,9 @@ fn run_order(
             }
             Message::CopyRelay(CopyRelay::Interval(i)) => {
                 tell(Relayed::Interval(i));
+            }
+            Message::CopyRelay(CopyRelay::Landed(l)) => {
+                tell(Relayed::Landed(l));
             }
             Message::CopyRelay(CopyRelay::Done(r)) => break *r,
             Message::CopyRelay(CopyRelay::Failed(r)) | Message::Refuse(r) => {
