@@ -529,3 +529,38 @@ fn an_interrupted_third_party_copy_resumes_and_moves_only_what_is_missing() {
     assert!(!journal.exists(), "the journal outlived the copy");
     b.shutdown();
 }
+
+#[test]
+fn the_archive_catalogues_a_third_party_copys_files_as_any_copys() {
+    let t = TempDir::new("3rd-catalogue");
+    let (ra, rb) = (t.dir("a"), t.dir("b"));
+    std::fs::create_dir_all(ra.join("tree/sub")).unwrap();
+    std::fs::write(ra.join("tree/one"), b"first file").unwrap();
+    std::fs::write(ra.join("tree/sub/two"), vec![7u8; 100_000]).unwrap();
+    let a = server(&ra, &t.dir("state-a"), true);
+    let b = server(&rb, &t.dir("state-b"), true);
+    let archive = t.path().join("archive.db");
+    let o = with_archive(
+        &archive,
+        &[
+            "cp",
+            "-r",
+            "--json",
+            &remote(a.addr(), "tree"),
+            &remote(b.addr(), ""),
+        ],
+    );
+    assert_exit(&o, 0);
+    let show = json_ok(&archive, &["show", "last", "--json", "--all-files"]);
+    let files = show["files"].as_array().unwrap();
+    assert_eq!(files.len(), 2, "{show}");
+    let two = files
+        .iter()
+        .find(|f| f["path"] == "tree/sub/two")
+        .unwrap_or_else(|| panic!("{show}"));
+    assert_eq!(two["source"], remote(a.addr(), "tree/sub/two"), "{show}");
+    assert_eq!(two["dest"], remote(b.addr(), "tree/sub/two"), "{show}");
+    assert_eq!(two["size"], 100_000, "{show}");
+    a.shutdown();
+    b.shutdown();
+}
