@@ -203,12 +203,15 @@ impl FarEnd {
             let mut w = stdin
                 .lock()
                 .map_err(|_| EngineError::Failed("internal error".into()))?;
-            let w = w.as_mut().ok_or_else(|| {
-                EngineError::Closed(format!("the ssh channel to {dest}"))
-            })?;
-            writeln!(w, "{line}")
-                .and_then(|()| w.flush())
-                .map_err(|e| EngineError::io(format!("cannot ask the far end on {dest} to connect back over ssh"), e))
+            let w = w
+                .as_mut()
+                .ok_or_else(|| EngineError::Closed(format!("the ssh channel to {dest}")))?;
+            writeln!(w, "{line}").and_then(|()| w.flush()).map_err(|e| {
+                EngineError::io(
+                    format!("cannot ask the far end on {dest} to connect back over ssh"),
+                    e,
+                )
+            })
         };
         let heard = move || {
             let k = said.lock().ok()?;

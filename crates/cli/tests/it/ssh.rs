@@ -707,11 +707,16 @@ impl Walled {
         };
         let far_if = format!("lhcb{pid}b");
         let run = |args: &[&str]| {
-            let o = std::process::Command::new("ip").args(args).output().unwrap();
+            let o = std::process::Command::new("ip")
+                .args(args)
+                .output()
+                .unwrap();
             assert!(o.status.success(), "ip {args:?}: {}", text(&o));
         };
         run(&["netns", "add", &w.ns]);
-        run(&["link", "add", &w.near, "type", "veth", "peer", "name", &far_if]);
+        run(&[
+            "link", "add", &w.near, "type", "veth", "peer", "name", &far_if,
+        ]);
         run(&["link", "set", &far_if, "netns", &w.ns]);
         run(&["addr", "add", &format!("{}/30", w.near_ip), "dev", &w.near]);
         run(&["link", "set", &w.near, "up"]);
@@ -741,7 +746,11 @@ impl Walled {
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
-        nft.stdin.take().unwrap().write_all(rules.as_bytes()).unwrap();
+        nft.stdin
+            .take()
+            .unwrap()
+            .write_all(rules.as_bytes())
+            .unwrap();
         let o = nft.wait_with_output().unwrap();
         assert!(o.status.success(), "nft: {}", text(&o));
     }
@@ -784,7 +793,10 @@ fn a_far_end_that_can_only_connect_out_connects_back_and_the_report_says_why() {
         &std::net::SocketAddr::new(h.addr, h.port),
         Duration::from_secs(1),
     );
-    assert!(direct.is_err(), "the far end's port answered through the wall");
+    assert!(
+        direct.is_err(),
+        "the far end's port answered through the wall"
+    );
     drop(ssh.stdin.take());
     let _ = ssh.kill();
     let _ = ssh.wait();

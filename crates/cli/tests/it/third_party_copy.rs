@@ -499,7 +499,11 @@ fn an_interrupted_third_party_copy_resumes_and_moves_only_what_is_missing() {
     let journal = rb.join(".big.bin.lhjournal");
     let until = Instant::now() + Duration::from_secs(60);
     while std::fs::metadata(&journal).map_or(true, |m| m.len() < 256) {
-        assert!(Instant::now() < until, "no journal at {}", journal.display());
+        assert!(
+            Instant::now() < until,
+            "no journal at {}",
+            journal.display()
+        );
         std::thread::sleep(Duration::from_millis(50));
     }
     std::thread::sleep(Duration::from_millis(500));
@@ -508,7 +512,10 @@ fn an_interrupted_third_party_copy_resumes_and_moves_only_what_is_missing() {
     unsafe { libc::kill(pid as i32, libc::SIGKILL) };
     let status = c.wait().unwrap();
     let rest = drain.join().unwrap();
-    assert!(!status.success(), "the copy cannot have completed: {seen}{rest}");
+    assert!(
+        !status.success(),
+        "the copy cannot have completed: {seen}{rest}"
+    );
     assert!(!rb.join("big.bin").exists(), "a partial file landed");
 
     // Run again: only the missing chunks move, and the result is verified.

@@ -22,8 +22,8 @@ use base64::Engine as _;
 use longhaul_proto::msg::*;
 use longhaul_proto::units::escaped;
 use longhaul_proto::xfer::copy::{
-    within_scope, CopyLanded, CopyOrder, CopyProgress, CopyReport, Grant, GrantRequest, CAPABILITY_PREFIX,
-    MAX_LIFETIME_S,
+    within_scope, CopyLanded, CopyOrder, CopyProgress, CopyReport, Grant, GrantRequest,
+    CAPABILITY_PREFIX, MAX_LIFETIME_S,
 };
 use longhaul_proto::xfer::TransferRequest;
 
@@ -559,9 +559,11 @@ mod tests {
             let mut c = open_control(&srv.addr().to_string(), &opts).unwrap();
             c.conn.send(&m).unwrap();
             let e = c
-                .answer(Instant::now() + Duration::from_secs(10), "the answer", |m| {
-                    Some(m.name())
-                })
+                .answer(
+                    Instant::now() + Duration::from_secs(10),
+                    "the answer",
+                    |m| Some(m.name()),
+                )
                 .unwrap_err();
             match e {
                 EngineError::Refused {

@@ -129,11 +129,7 @@ pub fn sshd_in(netns: Option<&str>, addr: &str) -> Option<Sshd> {
     )
     .unwrap();
     let host_pub = std::fs::read_to_string(d.join("host_key.pub")).unwrap();
-    std::fs::write(
-        d.join("known_hosts"),
-        format!("[{addr}]:{port} {host_pub}"),
-    )
-    .unwrap();
+    std::fs::write(d.join("known_hosts"), format!("[{addr}]:{port} {host_pub}")).unwrap();
     std::fs::write(
         d.join("ssh_config"),
         format!(
