@@ -236,33 +236,41 @@ fn accept_loop(
         let _ = std::thread::Builder::new()
             .name("lh-back-ticket".into())
             .spawn(move || {
-                let taken = take_ticket(s, &waiting);
-                unproven.fetch_sub(1, Ordering::SeqCst);
-                if let Err(why) = taken {
+                // Counted before the connection closes.
+                if let Err((why, s)) = take_ticket(s, &waiting) {
                     refused.fetch_add(1, Ordering::Relaxed);
                     tracing::warn!("connect-back listener: closed a connection from {peer}: {why}");
+                    drop(s);
                 }
+                unproven.fetch_sub(1, Ordering::SeqCst);
             });
     }
 }
 
-/// Reads a connection's ticket and hands it to its waiter.
-fn take_ticket(mut s: TcpStream, waiting: &Waiting) -> Result<(), &'static str> {
+/// Reads a connection's ticket and hands it to its waiter; else gives it
+/// back, with why, to be closed.
+fn take_ticket(mut s: TcpStream, waiting: &Waiting) -> Result<(), (&'static str, TcpStream)> {
     let _ = s.set_nonblocking(false);
     let _ = s.set_read_timeout(Some(TICKET_WAIT));
     let mut t = [0u8; TICKET_LEN];
-    s.read_exact(&mut t)
-        .map_err(|_| "no ticket in time (only the far end, told over ssh, has one)")?;
+    if s.read_exact(&mut t).is_err() {
+        return Err((
+            "no ticket in time (only the far end, told over ssh, has one)",
+            s,
+        ));
+    }
     let _ = s.set_read_timeout(None);
     // The map is keyed by the ticket's hash: nothing is compared with the
     // ticket itself, so nothing leaks by timing.
     let key = *blake3::hash(&t).as_bytes();
-    let tx = waiting
-        .lock()
-        .map_err(|_| "internal error")?
-        .remove(&key)
-        .ok_or("not a ticket this client is waiting for (wrong, spent or late)")?;
-    tx.send(s).map_err(|_| "its waiter gave up")
+    let tx = waiting.lock().ok().and_then(|mut w| w.remove(&key));
+    match tx {
+        Some(tx) => tx.send(s).map_err(|e| ("its waiter gave up", e.0)),
+        None => Err((
+            "not a ticket this client is waiting for (wrong, spent or late)",
+            s,
+        )),
+    }
 }
 
 /// How a [`Route`] reaches its far end.

@@ -554,7 +554,10 @@ mod tests {
             dest_dir: false,
             options: CopyOptions::default(),
         };
-        for m in [Message::GrantRequest(grant), Message::CopyOrder(order)] {
+        for m in [
+            Message::GrantRequest(grant),
+            Message::CopyOrder(Box::new(order)),
+        ] {
             let name = m.name();
             let mut c = open_control(&srv.addr().to_string(), &opts).unwrap();
             c.conn.send(&m).unwrap();
