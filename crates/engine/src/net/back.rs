@@ -283,6 +283,11 @@ enum Way {
     Back(String),
 }
 
+/// Sends a request line to the far end (over the ssh channel).
+pub type Ask = Box<dyn Fn(&str) -> Result<(), EngineError> + Send + Sync>;
+/// What the far end last said about connecting back, for errors.
+pub type Heard = Box<dyn Fn() -> Option<String> + Send + Sync>;
+
 /// One far end's address and how this process reaches it (see the
 /// module's documentation).
 pub struct Route {
@@ -291,9 +296,9 @@ pub struct Route {
     listen: SocketAddr,
     listener: Mutex<Option<Arc<Listener>>>,
     /// Writes a request line to the far end (over the ssh channel).
-    ask: Box<dyn Fn(&str) -> Result<(), EngineError> + Send + Sync>,
+    ask: Ask,
     /// What the far end last said about connecting back, for errors.
-    heard: Box<dyn Fn() -> Option<String> + Send + Sync>,
+    heard: Heard,
 }
 
 impl std::fmt::Debug for Route {
@@ -333,8 +338,8 @@ impl Route {
         target: SocketAddr,
         forced: Option<String>,
         listen: SocketAddr,
-        ask: Box<dyn Fn(&str) -> Result<(), EngineError> + Send + Sync>,
-        heard: Box<dyn Fn() -> Option<String> + Send + Sync>,
+        ask: Ask,
+        heard: Heard,
     ) -> Arc<Route> {
         let r = Arc::new(Route {
             target,
