@@ -22,8 +22,8 @@ use base64::Engine as _;
 use longhaul_proto::msg::*;
 use longhaul_proto::units::escaped;
 use longhaul_proto::xfer::copy::{
-    within_scope, CopyLanded, CopyOrder, CopyProgress, CopyReport, Grant, GrantRequest,
-    CAPABILITY_PREFIX, MAX_LIFETIME_S,
+    within_scope, CopyLanded, CopyOrder, CopyProgress, Grant, GrantRequest, CAPABILITY_PREFIX,
+    MAX_LIFETIME_S,
 };
 use longhaul_proto::xfer::TransferRequest;
 
@@ -34,7 +34,7 @@ use crate::net::dial::{open_control, ClientOptions, Security};
 use crate::net::tls;
 use crate::report::{Reporter, TransferProgress};
 use crate::xfer::beneath::Anchor;
-use crate::xfer::client::{cp_with, CpOptions, CpSummary};
+use crate::xfer::client::{cp_with, CpOptions};
 use crate::xfer::{beneath, confine};
 use crate::EngineError;
 
@@ -253,32 +253,6 @@ impl Reporter for Relayer {
     }
 }
 
-/// The report relayed for a finished copy.
-fn report_of(s: &CpSummary) -> CopyReport {
-    CopyReport {
-        files: s.files,
-        bytes: s.bytes,
-        links: s.links,
-        resent_changed: s.resent_changed,
-        seconds: s.seconds,
-        sent_bytes: s.sent_bytes,
-        bits_per_second: s.bits_per_second,
-        verified: s.verified,
-        failed: s.failed.clone(),
-        skipped: s.skipped,
-        resumed_bytes: s.resumed_bytes,
-        streams: s.streams,
-        encryption: s.encryption.clone(),
-        source_read_bps: s.source_read_bps,
-        dest_write_bps: s.dest_write_bps,
-        attempts: s.attempts,
-        deleted: s.deleted.clone(),
-        would_send: s.would_send.clone(),
-        would_send_bytes: s.would_send_bytes,
-        warnings: s.warnings.clone(),
-    }
-}
-
 fn failed(conn: &mut FramedConn, code: RefuseCode, message: String) {
     let _ = conn.send(&Message::CopyRelay(CopyRelay::Failed(Refuse {
         code,
@@ -460,7 +434,7 @@ pub(super) fn serve_copy(
                 last: None,
             };
             let relay = match cp_with(&o, &mut relayer) {
-                Ok(s) => CopyRelay::Done(Box::new(report_of(&s))),
+                Ok(s) => CopyRelay::Done(Box::new(crate::xfer::copy::report_of(&s))),
                 Err(e) => CopyRelay::Failed(Refuse {
                     code: match &e {
                         EngineError::Refused { code, .. } => *code,
