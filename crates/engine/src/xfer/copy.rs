@@ -234,53 +234,6 @@ fn summary_of(r: CopyReport) -> CpSummary {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use longhaul_proto::xfer::Failure;
-
-    /// Every field of the report is the summary's field of the same name,
-    /// and comes back as it went.
-    #[test]
-    fn a_summary_crosses_as_a_report_and_comes_back_whole() {
-        let s = CpSummary {
-            files: 3,
-            bytes: 10,
-            links: 1,
-            resent_changed: 2,
-            seconds: 1.5,
-            sent_bytes: 9,
-            bits_per_second: 48.0,
-            verified: true,
-            failed: vec![Failure {
-                path: "p".into(),
-                error: "e".into(),
-            }],
-            skipped: 4,
-            resumed_bytes: 1,
-            streams: 5,
-            encryption: "TLS1.3 x".into(),
-            source_read_bps: 11.0,
-            dest_write_bps: 12.0,
-            attempts: 2,
-            deleted: vec!["d".into()],
-            would_send: vec!["w".into()],
-            would_send_bytes: 7,
-            warnings: vec!["x".into()],
-            ..CpSummary::default()
-        };
-        let report = serde_json::to_value(report_of(&s)).unwrap();
-        let (sent, back) = (
-            serde_json::to_value(&s).unwrap(),
-            serde_json::to_value(summary_of(report_of(&s))).unwrap(),
-        );
-        for (k, v) in report.as_object().unwrap() {
-            assert_eq!(&sent[k], v, "{k}: the report's name is not the summary's");
-            assert_eq!(back[k], sent[k], "{k} did not come back");
-        }
-    }
-}
-
 /// What a source relays while it copies.
 enum Relayed {
     Progress(TransferProgress),
@@ -442,5 +395,52 @@ fn at(end: &str, host: &str, e: EngineError) -> EngineError {
         },
         EngineError::Failed(m) => EngineError::Failed(format!("{end} ({host}): {m}")),
         other => other,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use longhaul_proto::xfer::Failure;
+
+    /// Every field of the report is the summary's field of the same name,
+    /// and comes back as it went.
+    #[test]
+    fn a_summary_crosses_as_a_report_and_comes_back_whole() {
+        let s = CpSummary {
+            files: 3,
+            bytes: 10,
+            links: 1,
+            resent_changed: 2,
+            seconds: 1.5,
+            sent_bytes: 9,
+            bits_per_second: 48.0,
+            verified: true,
+            failed: vec![Failure {
+                path: "p".into(),
+                error: "e".into(),
+            }],
+            skipped: 4,
+            resumed_bytes: 1,
+            streams: 5,
+            encryption: "TLS1.3 x".into(),
+            source_read_bps: 11.0,
+            dest_write_bps: 12.0,
+            attempts: 2,
+            deleted: vec!["d".into()],
+            would_send: vec!["w".into()],
+            would_send_bytes: 7,
+            warnings: vec!["x".into()],
+            ..CpSummary::default()
+        };
+        let report = serde_json::to_value(report_of(&s)).unwrap();
+        let (sent, back) = (
+            serde_json::to_value(&s).unwrap(),
+            serde_json::to_value(summary_of(report_of(&s))).unwrap(),
+        );
+        for (k, v) in report.as_object().unwrap() {
+            assert_eq!(&sent[k], v, "{k}: the report's name is not the summary's");
+            assert_eq!(back[k], sent[k], "{k} did not come back");
+        }
     }
 }
