@@ -703,6 +703,12 @@ pub struct SshArgs {
     /// (~/.cache/longhaul/; same machine type only).
     #[arg(long)]
     pub copy_binary: bool,
+    /// Have the far end open the connections (its firewall lets it only connect out). Without
+    /// this, that happens when a direct connection fails; with =ADDR[:PORT], listen there and
+    /// have it connect to that (default: the address its ssh saw this client come from).
+    #[arg(long, value_name = "ADDR[:PORT]", num_args = 0..=1, require_equals = true,
+          default_missing_value = "")]
+    pub connect_back: Option<String>,
 }
 
 /// How a client secures its connections and proves who it is.

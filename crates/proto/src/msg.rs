@@ -201,6 +201,7 @@ pub enum CopyRelay {
     Interval(crate::tune::TransferInterval),
     Done(Box<xfer::copy::CopyReport>),
     Failed(Refuse),
+    Landed(xfer::copy::CopyLanded),
 }
 
 /// Server to client, in place of an answer to a test, transfer or probe

@@ -135,6 +135,7 @@ fn cp_over_ssh(
         opts.sources = all;
         let e = match longhaul_engine::xfer::client::cp_with(&opts, printer) {
             Ok(mut s) => {
+                s.connections = far.opened();
                 far.finish();
                 s.attempts = attempt;
                 return Ok(s);
@@ -185,8 +186,16 @@ fn cp_third_party(
     };
     opts.dest = dest[0].clone();
     let copied = longhaul_engine::xfer::copy::third_party_cp(&opts, &from, &to, printer);
+    let opened = [&far_a, &far_b]
+        .into_iter()
+        .flatten()
+        .filter_map(|f| f.opened())
+        .max_by_key(|o| o.opened_by == "far_end");
     let copied = match (copied, &far_a, &far_b) {
-        (Ok(s), _, _) => Ok(s),
+        (Ok(mut s), _, _) => {
+            s.connections = opened;
+            Ok(s)
+        }
         (Err(e), Some(far), _) | (Err(e), None, Some(far)) => Err(super::remote::explain(far, e)),
         (Err(e), None, None) => Err(e.into()),
     };

@@ -13,6 +13,13 @@
 //! stays open while the transfer runs: when it closes (the client is done
 //! or gone), the far end exits.
 //!
+//! A far end that can only connect out (its firewall drops new
+//! connections to it, a common DTN policy) is reached the other way: when
+//! the direct connection to its port is refused or unanswered within a few
+//! seconds, or with `--connect-back`, this side listens and the far end,
+//! asked over the ssh channel, opens every connection
+//! ([`longhaul_engine::net::back`]); the report says so.
+//!
 //! Addressing (README "Addressing"): `[USER@]HOST:path` without a port is
 //! ssh; a server is `longhaul://HOST[:PORT]/EXPORT/path` or
 //! `HOST:PORT:EXPORT/path`. A path on the far host is as scp's: relative to
@@ -24,10 +31,12 @@ use std::sync::mpsc::{channel, Receiver};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use longhaul_engine::net::back;
 use longhaul_engine::net::dial::ClientOptions;
 use longhaul_engine::net::tls::TrustOptions;
 use longhaul_engine::server::oneshot::{self, Handshake, OneShotConfig};
 use longhaul_engine::xfer::Export;
+use longhaul_engine::EngineError;
 
 use super::{usage, Failure, Outcome};
 use crate::args::{ServeArgs, SshArgs};
@@ -135,19 +144,100 @@ fn ssh_command(ssh: &SshArgs, dest: &str, remote: &str) -> Result<Command, Failu
 }
 
 /// The far end, started: its handshake and the ssh process that carries
-/// its lifeline (its standard input).
+/// its lifeline (its standard input), and the requests to connect back.
 pub struct FarEnd {
     pub handshake: Handshake,
     dest: String,
     child: Child,
-    stdin: Option<ChildStdin>,
+    stdin: Arc<Mutex<Option<ChildStdin>>>,
+    /// What ssh (so the far end) wrote on standard error, the last of it.
+    said: Arc<Mutex<String>>,
+    /// How connections to it are opened, once [`FarEnd::route`] set it up.
+    route: Option<Arc<back::Route>>,
 }
 
 impl FarEnd {
+    /// Which side opened the connections to the far end, and why (None if
+    /// none was opened).
+    pub fn opened(&self) -> Option<back::Opened> {
+        self.route.as_ref().and_then(|r| r.opened())
+    }
+
+    /// Puts connections to the far end on a route that connects back when
+    /// the direct connection fails (or always, with `--connect-back`).
+    fn route(&mut self, ssh: &SshArgs) -> Result<(), Failure> {
+        let h = &self.handshake;
+        let forced = ssh.connect_back.as_deref();
+        let given = match forced {
+            Some("") | None => None,
+            Some(a) => Some(connect_back_addr(a).map_err(usage)?),
+        };
+        let listen = match (given, h.client) {
+            (Some(a), _) => a,
+            (None, Some(ip)) => std::net::SocketAddr::new(ip, 0),
+            (None, None) if forced.is_some() => {
+                return Err(usage(format!(
+                    "--connect-back: the far end on {} did not say where this client's ssh came from; give the address it can reach, --connect-back=ADDR[:PORT]",
+                    self.dest
+                )))
+            }
+            (None, None) => return Ok(()),
+        };
+        if !h.back {
+            if forced.is_some() {
+                return Err(Failure {
+                    code: exit::CONNECT,
+                    message: format!(
+                        "--connect-back: the longhaul on {} does not connect back (an older version): install this version there ({})",
+                        self.dest,
+                        env!("CARGO_PKG_VERSION")
+                    ),
+                });
+            }
+            return Ok(());
+        }
+        let stdin = self.stdin.clone();
+        let said = self.said.clone();
+        let dest = self.dest.clone();
+        let ask = move |line: &str| {
+            let mut w = stdin
+                .lock()
+                .map_err(|_| EngineError::Failed("internal error".into()))?;
+            let w = w
+                .as_mut()
+                .ok_or_else(|| EngineError::Closed(format!("the ssh channel to {dest}")))?;
+            writeln!(w, "{line}").and_then(|()| w.flush()).map_err(|e| {
+                EngineError::io(
+                    format!("cannot ask the far end on {dest} to connect back over ssh"),
+                    e,
+                )
+            })
+        };
+        let heard = move || {
+            let k = said.lock().ok()?;
+            k.lines()
+                .rev()
+                .find_map(|l| l.strip_prefix(oneshot::BACK_FAILED))
+                .map(|l| longhaul_proto::units::escaped(l.trim()).to_string())
+        };
+        let target = std::net::SocketAddr::new(h.addr, h.port);
+        self.route = Some(back::Route::install(
+            target,
+            forced.map(|_| "--connect-back was given".to_string()),
+            listen,
+            Box::new(ask),
+            Box::new(heard),
+        ));
+        Ok(())
+    }
+
     /// Closes the lifeline (the far end exits) and waits for ssh a moment;
     /// ends it if it lingers.
     pub fn finish(mut self) {
-        drop(self.stdin.take());
+        self.route = None;
+        if let Ok(mut s) = self.stdin.lock() {
+            drop(s.take());
+        }
         let until = Instant::now() + Duration::from_secs(5);
         loop {
             match self.child.try_wait() {
@@ -286,7 +376,9 @@ fn start_once(ssh: &SshArgs, dest: &str, remote: &str) -> Result<Started, Failur
                 handshake,
                 dest: dest.to_string(),
                 child,
-                stdin: Some(stdin),
+                stdin: Arc::new(Mutex::new(Some(stdin))),
+                said: kept,
+                route: None,
             }))
         }
         Err(_) => Err(fail(
@@ -457,13 +549,36 @@ pub fn start(ssh: &SshArgs, dest: &str) -> Result<FarEnd, Failure> {
     })
 }
 
+/// `--connect-back=ADDR[:PORT]`: where to listen and what to tell the far
+/// end (port 0 or none: any).
+fn connect_back_addr(a: &str) -> Result<std::net::SocketAddr, String> {
+    if let Ok(s) = a.parse::<std::net::SocketAddr>() {
+        return Ok(s);
+    }
+    a.trim_start_matches('[')
+        .trim_end_matches(']')
+        .parse::<std::net::IpAddr>()
+        .map(|ip| std::net::SocketAddr::new(ip, 0))
+        .map_err(|_| {
+            format!("--connect-back={a}: not an address (ADDR or ADDR:PORT, [V6]:PORT; names are not looked up)")
+        })
+}
+
 /// A failure of the client against the far end, with a hint when it
 /// could not connect: the far end listens on the address ssh reached,
 /// which a jump host or a NAT may hide from here.
 pub fn explain(far: &FarEnd, e: longhaul_engine::EngineError) -> Failure {
     let connect = matches!(e, longhaul_engine::EngineError::Connect(_));
+    let back = far.opened().is_some_and(|o| o.opened_by == "far_end");
     let mut f = Failure::from(e);
-    if connect {
+    if back {
+        f.message = format!(
+            "{} (the far end on {} was to connect back: {})",
+            f.message,
+            far.dest,
+            far.opened().and_then(|o| o.reason).unwrap_or_default()
+        );
+    } else if connect {
         f.message = format!(
             "{} (the far end on {} listens on {}, the address ssh reached there; through a jump host or a NAT that address may not be reachable from here)",
             f.message,
@@ -513,7 +628,11 @@ pub fn reach(
             None => rewritten.push(None),
         }
     }
-    let far = start(ssh, &first.dest)?;
+    let mut far = start(ssh, &first.dest)?;
+    if let Err(f) = far.route(ssh) {
+        far.finish();
+        return Err(f);
+    }
     let server = server_of(&far.handshake);
     for (a, r) in args.iter_mut().zip(rewritten) {
         if let Some((export, path)) = r {
@@ -543,7 +662,11 @@ pub fn reach_host(
         ));
     }
     let dest = ssh_target(&hosts[at]).map(|t| t.dest).unwrap_or_default();
-    let far = start(ssh, &dest)?;
+    let mut far = start(ssh, &dest)?;
+    if let Err(f) = far.route(ssh) {
+        far.finish();
+        return Err(f);
+    }
     hosts[at] = server_of(&far.handshake);
     client.security = handshake_security(&far.handshake);
     Ok(Some(far))
@@ -584,7 +707,12 @@ pub fn serve_one_shot(_a: ServeArgs) -> Outcome {
         read_only: false,
         public: false,
     };
+    let client = std::env::var("SSH_CONNECTION")
+        .ok()
+        .and_then(|c| c.split_whitespace().next().map(str::to_string))
+        .and_then(|ip| ip.parse::<std::net::IpAddr>().ok());
     let cfg = OneShotConfig {
+        client,
         listen,
         exports: vec![export(HOME_EXPORT, home), export(ROOT_EXPORT, "/".into())],
         claim_wait: oneshot::CLAIM_WAIT,

@@ -856,6 +856,12 @@ fn print_transfer(s: &CpSummary, dry_run: bool) {
     if let Some(v) = s.verdict {
         outln!("verdict: {}", verdict_text(s, v));
     }
+    if let Some(o) = s.connections.as_ref().filter(|o| o.opened_by == "far_end") {
+        outln!(
+            "connections: opened by the far end ({})",
+            o.reason.as_deref().unwrap_or("connect-back")
+        );
+    }
     for p in &s.paths {
         outln!(
             "path {} -> {}: {} stream(s), {}",

@@ -673,3 +673,275 @@ fn perf_over_ssh_with_no_server_running() {
     let pid = far_pid(&String::from_utf8_lossy(&o.stderr)).expect("the far end's pid in the log");
     wait_gone(pid, "the far end after a perf test");
 }
+
+/// The far host of a DTN whose firewall lets it only connect out: a
+/// network namespace joined to this one by a veth pair (198.19.N.0/30,
+/// this side .1, the far side .2), whose nftables rules drop every new
+/// inbound connection but those to its sshd. Deleted on drop (the veth
+/// with it); its sshd is the caller's, ended by PID.
+struct Walled {
+    ns: String,
+    near: String,
+    pub far_ip: String,
+    pub near_ip: String,
+}
+
+impl Walled {
+    /// The namespace and its link, no firewall yet; None (SKIP) without
+    /// root, iproute2 or nftables, a failure with `LONGHAUL_REQUIRE_ROOT=1`.
+    fn up() -> Option<Walled> {
+        use common::require;
+        let can = require::root("a firewalled namespace")
+            .and_then(|()| require::program("ip", "iproute2"))
+            .and_then(|()| require::program("nft", "nftables"));
+        if !require::have("ROOT", can) {
+            return None;
+        }
+        let pid = std::process::id();
+        let n = pid % 250 + 1;
+        let w = Walled {
+            ns: format!("lhcb{pid}"),
+            near: format!("lhcb{pid}a"),
+            far_ip: format!("198.19.{n}.2"),
+            near_ip: format!("198.19.{n}.1"),
+        };
+        let far_if = format!("lhcb{pid}b");
+        let run = |args: &[&str]| {
+            let o = std::process::Command::new("ip")
+                .args(args)
+                .output()
+                .unwrap();
+            assert!(o.status.success(), "ip {args:?}: {}", text(&o));
+        };
+        run(&["netns", "add", &w.ns]);
+        run(&[
+            "link", "add", &w.near, "type", "veth", "peer", "name", &far_if,
+        ]);
+        run(&["link", "set", &far_if, "netns", &w.ns]);
+        run(&["addr", "add", &format!("{}/30", w.near_ip), "dev", &w.near]);
+        run(&["link", "set", &w.near, "up"]);
+        let inside = |args: &[&str]| {
+            let mut a = vec!["netns", "exec", &w.ns, "ip"];
+            a.extend_from_slice(args);
+            run(&a);
+        };
+        inside(&["addr", "add", &format!("{}/30", w.far_ip), "dev", &far_if]);
+        inside(&["link", "set", &far_if, "up"]);
+        inside(&["link", "set", "lo", "up"]);
+        Some(w)
+    }
+
+    /// The firewall: new inbound connections dropped (no answer at all),
+    /// but those to `ssh_port`; whatever the far host opened, and its
+    /// loopback, pass.
+    fn wall(&self, ssh_port: u16) {
+        let rules = format!(
+            "table inet lhcb {{\n chain input {{\n  type filter hook input priority 0; policy drop;\n  \
+             iif lo accept\n  ct state established,related accept\n  tcp dport {ssh_port} accept\n }}\n}}\n"
+        );
+        let mut nft = std::process::Command::new("ip")
+            .args(["netns", "exec", &self.ns, "nft", "-f", "-"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        nft.stdin
+            .take()
+            .unwrap()
+            .write_all(rules.as_bytes())
+            .unwrap();
+        let o = nft.wait_with_output().unwrap();
+        assert!(o.status.success(), "nft: {}", text(&o));
+    }
+}
+
+impl Drop for Walled {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("ip")
+            .args(["netns", "del", &self.ns])
+            .output();
+        let _ = std::process::Command::new("ip")
+            .args(["link", "del", &self.near])
+            .output();
+    }
+}
+
+/// The port in the `Port` line of a test sshd's config.
+fn sshd_port(s: &Sshd) -> u16 {
+    let c = std::fs::read_to_string(s.dir.path().join("sshd_config")).unwrap();
+    c.lines()
+        .find_map(|l| l.strip_prefix("Port "))
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+#[test]
+fn a_far_end_that_can_only_connect_out_connects_back_and_the_report_says_why() {
+    let Some(w) = Walled::up() else { return };
+    let Some(s) = common::sshd::sshd_in(Some(&w.ns), &w.far_ip) else {
+        return;
+    };
+    w.wall(sshd_port(&s));
+    // The far end's own port is truly out of reach from here.
+    let (mut ssh, h, _) = far_end(&s);
+    assert_eq!(h.addr.to_string(), w.far_ip);
+    assert_eq!(h.client.map(|c| c.to_string()), Some(w.near_ip.clone()));
+    assert!(h.back);
+    let direct = TcpStream::connect_timeout(
+        &std::net::SocketAddr::new(h.addr, h.port),
+        Duration::from_secs(1),
+    );
+    assert!(
+        direct.is_err(),
+        "the far end's port answered through the wall"
+    );
+    drop(ssh.stdin.take());
+    let _ = ssh.kill();
+    let _ = ssh.wait();
+
+    let work = tempfile::tempdir().unwrap();
+    let src = work.path().join("tree");
+    write_tree(&src);
+    let far = work.path().join("far");
+    std::fs::create_dir(&far).unwrap();
+    let o = s
+        .longhaul()
+        .args(["-v", "cp", "-r", "--json", "--remote-path", BIN])
+        .arg(&src)
+        .arg(format!("{HOST}:{}/", far.display()))
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "push: {}", text(&o));
+    same_tree(&src, &far.join("tree"));
+    let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(j["verified"], true, "{}", text(&o));
+    assert_eq!(j["connections"]["opened_by"], "far_end", "{}", text(&o));
+    let why = j["connections"]["reason"].as_str().unwrap();
+    assert!(
+        why.contains(&format!("direct connection to {}:", w.far_ip))
+            && why.contains("no answer")
+            && why.contains(&format!("connected back to {}:", w.near_ip)),
+        "{why}"
+    );
+    let pid = far_pid(&String::from_utf8_lossy(&o.stderr)).expect("the far end's pid in the log");
+    wait_gone(pid, "the far end after a push");
+
+    // The pull, in words: the summary says it too.
+    let back = work.path().join("back");
+    std::fs::create_dir(&back).unwrap();
+    let o = s
+        .longhaul()
+        .args(["cp", "-r", "--remote-path", BIN])
+        .arg(format!("{HOST}:{}/tree", far.display()))
+        .arg(&back)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "pull: {}", text(&o));
+    same_tree(&src, &back.join("tree"));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        out.contains("connections: opened by the far end (direct connection to"),
+        "{}",
+        text(&o)
+    );
+}
+
+#[test]
+fn connect_back_can_be_forced_and_a_direct_copy_says_the_client_connected() {
+    let Some(s) = sshd() else { return };
+    let work = tempfile::tempdir().unwrap();
+    let (big, data, far) = big_and_far(work.path(), 11, 4 << 20);
+    let o = s
+        .longhaul()
+        .args(["cp", "--json", "--connect-back", "--remote-path", BIN])
+        .arg(&big)
+        .arg(format!("{HOST}:{}/", far.display()))
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "forced: {}", text(&o));
+    assert_eq!(std::fs::read(far.join("big.bin")).unwrap(), data);
+    let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(j["connections"]["opened_by"], "far_end", "{}", text(&o));
+    let why = j["connections"]["reason"].as_str().unwrap();
+    assert!(
+        why.starts_with("--connect-back was given; the far end connected back to 127.0.0.1:"),
+        "{why}"
+    );
+
+    // Without it, on a path that lets the client in, the client connects.
+    std::fs::remove_file(far.join("big.bin")).unwrap();
+    let o = s
+        .longhaul()
+        .args(["cp", "--json", "--remote-path", BIN])
+        .arg(&big)
+        .arg(format!("{HOST}:{}/", far.display()))
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "direct: {}", text(&o));
+    let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(j["connections"]["opened_by"], "client", "{}", text(&o));
+    assert!(j["connections"].get("reason").is_none(), "{}", text(&o));
+}
+
+#[test]
+fn attacker_a_stranger_at_the_connect_back_listener_is_closed_and_the_copy_goes_on() {
+    let Some(s) = sshd() else { return };
+    let work = tempfile::tempdir().unwrap();
+    let (big, data, far) = big_and_far(work.path(), 12, 16 << 20);
+    let mut c = s
+        .longhaul()
+        .args(["-v", "cp", "--json", "--connect-back", "--rate", "40mbit"])
+        .args(["--remote-path", BIN])
+        .arg(&big)
+        .arg(format!("{HOST}:{}/", far.display()))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let lines = lines_of(c.stderr.take().unwrap());
+    let mut seen = String::new();
+    let listener = loop {
+        let l = lines
+            .recv_timeout(Duration::from_secs(60))
+            .unwrap_or_else(|_| panic!("no connect-back listener; the client said:\n{seen}"));
+        seen.push_str(&l);
+        seen.push('\n');
+        if let Some(at) = l
+            .find("listening on ")
+            .filter(|_| l.contains("for the far end to connect back"))
+        {
+            let a = l[at + 13..].split_whitespace().next().unwrap();
+            break a.parse::<std::net::SocketAddr>().unwrap();
+        }
+    };
+    // A stranger with a ticket of the right form, and one speaking TLS
+    // straight away: each is closed without a byte.
+    for first in [
+        format!("lh1b_{}", "A".repeat(43)).into_bytes(),
+        b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03".repeat(5),
+    ] {
+        let mut t = TcpStream::connect(listener).unwrap();
+        t.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let _ = t.write_all(&first);
+        let mut b = [0u8; 64];
+        assert!(
+            !matches!(t.read(&mut b), Ok(n) if n > 0),
+            "the connect-back listener answered a stranger"
+        );
+    }
+    let mut out = Vec::new();
+    c.stdout.take().unwrap().read_to_end(&mut out).unwrap();
+    let status = c.wait().unwrap();
+    for l in lines.iter() {
+        seen.push_str(&l);
+        seen.push('\n');
+    }
+    assert!(status.success(), "cp: {seen}");
+    assert_eq!(std::fs::read(far.join("big.bin")).unwrap(), data);
+    let j: serde_json::Value = serde_json::from_slice(&out).unwrap();
+    assert_eq!(j["verified"], true, "{seen}");
+    assert_eq!(j["connections"]["opened_by"], "far_end");
+    assert!(seen.contains("closed a connection from"), "{seen}");
+}

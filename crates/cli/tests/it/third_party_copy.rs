@@ -435,3 +435,139 @@ fn a_tree_goes_from_a_host_over_ssh_to_a_server_and_back() {
     assert_same_tree(&ra.join("tree"), &mirror, false);
     b.shutdown();
 }
+
+/// The far end's PID in a client's `-v` log line (`... is pid N ...`).
+fn far_pid(line: &str) -> Option<u32> {
+    let at = line.find("is pid ")?;
+    line[at + 7..].split_whitespace().next()?.parse().ok()
+}
+
+#[test]
+fn an_interrupted_third_party_copy_resumes_and_moves_only_what_is_missing() {
+    use std::io::{BufRead, BufReader};
+    let Some(s) = common::sshd::sshd() else {
+        return;
+    };
+    let t = TempDir::new("3rd-resume");
+    let (ra, rb) = (t.dir("a"), t.dir("b"));
+    let mut rng = 0x2545_f491_4f6c_dd1du64;
+    let data: Vec<u8> = (0..48 << 20)
+        .map(|_| {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            rng as u8
+        })
+        .collect();
+    std::fs::write(ra.join("big.bin"), &data).unwrap();
+    let b = server(&rb, &t.dir("state-b"), true);
+    let src = format!("{}:{}", common::sshd::HOST, ra.join("big.bin").display());
+    let run = |extra: &[&str]| {
+        let mut c = s.longhaul();
+        c.env("LONGHAUL_TOKEN", common::TOKEN)
+            .env("LONGHAUL_TRUST", common::fingerprint())
+            .env("LONGHAUL_PATHS", common::paths_file())
+            .env("LONGHAUL_ARCHIVE", common::archive_file())
+            .args(extra)
+            .args(["--chunk", "1M", "--remote-path", common::sshd::BIN])
+            .arg(&src)
+            .arg(remote(b.addr(), ""))
+            .stdin(Stdio::null());
+        c
+    };
+    // A slow first run, its source (the far end over ssh) killed mid-way.
+    let mut c = run(&["-v", "cp", "--retries", "0", "--rate", "40M", "-P", "1"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut err = BufReader::new(c.stderr.take().unwrap());
+    let mut seen = String::new();
+    let pid = loop {
+        let mut l = String::new();
+        assert!(err.read_line(&mut l).unwrap() > 0, "no far end: {seen}");
+        seen.push_str(&l);
+        if let Some(p) = far_pid(&l) {
+            break p;
+        }
+    };
+    let drain = std::thread::spawn(move || {
+        let mut rest = String::new();
+        let _ = std::io::Read::read_to_string(&mut err, &mut rest);
+        rest
+    });
+    let journal = rb.join(".big.bin.lhjournal");
+    let until = Instant::now() + Duration::from_secs(60);
+    while std::fs::metadata(&journal).map_or(true, |m| m.len() < 256) {
+        assert!(
+            Instant::now() < until,
+            "no journal at {}",
+            journal.display()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    // SAFETY: kill(2) takes any pid; this one is the far end our own
+    // sshd started for this test.
+    unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+    let status = c.wait().unwrap();
+    let rest = drain.join().unwrap();
+    assert!(
+        !status.success(),
+        "the copy cannot have completed: {seen}{rest}"
+    );
+    assert!(!rb.join("big.bin").exists(), "a partial file landed");
+
+    // Run again: only the missing chunks move, and the result is verified.
+    let o = run(&["cp", "--json", "--verify"]).output().unwrap();
+    assert_exit(&o, 0);
+    let v = json_of(&o);
+    assert_eq!(v["verified"], true, "{v}");
+    let (resumed, sent) = (
+        v["resumed_bytes"].as_u64().unwrap(),
+        v["sent_bytes"].as_u64().unwrap(),
+    );
+    assert!(resumed > 0, "nothing resumed: {v}");
+    assert_eq!(resumed + sent, data.len() as u64, "{v}");
+    assert!(
+        std::fs::read(rb.join("big.bin")).unwrap() == data,
+        "the copy differs from its source"
+    );
+    assert!(!journal.exists(), "the journal outlived the copy");
+    b.shutdown();
+}
+
+#[test]
+fn the_archive_catalogues_a_third_party_copys_files_as_any_copys() {
+    let t = TempDir::new("3rd-catalogue");
+    let (ra, rb) = (t.dir("a"), t.dir("b"));
+    std::fs::create_dir_all(ra.join("tree/sub")).unwrap();
+    std::fs::write(ra.join("tree/one"), b"first file").unwrap();
+    std::fs::write(ra.join("tree/sub/two"), vec![7u8; 100_000]).unwrap();
+    let a = server(&ra, &t.dir("state-a"), true);
+    let b = server(&rb, &t.dir("state-b"), true);
+    let archive = t.path().join("archive.db");
+    let o = with_archive(
+        &archive,
+        &[
+            "cp",
+            "-r",
+            "--json",
+            &remote(a.addr(), "tree"),
+            &remote(b.addr(), ""),
+        ],
+    );
+    assert_exit(&o, 0);
+    let show = json_ok(&archive, &["show", "last", "--json", "--all-files"]);
+    let files = show["files"].as_array().unwrap();
+    assert_eq!(files.len(), 2, "{show}");
+    let two = files
+        .iter()
+        .find(|f| f["path"] == "tree/sub/two")
+        .unwrap_or_else(|| panic!("{show}"));
+    assert_eq!(two["source"], remote(a.addr(), "tree/sub/two"), "{show}");
+    assert_eq!(two["dest"], remote(b.addr(), "tree/sub/two"), "{show}");
+    assert_eq!(two["size"], 100_000, "{show}");
+    a.shutdown();
+    b.shutdown();
+}

@@ -292,8 +292,22 @@ pub fn resolve(target: &str, default_port: u16) -> Result<Vec<SocketAddr>, Engin
     Ok(addrs)
 }
 
-/// Connects with a time-out, trying each address in turn.
+/// Connects with a time-out, trying each address in turn; to a far end
+/// with a connect-back route in force, through that route
+/// ([`super::back`]).
 pub fn connect(
+    addrs: &[SocketAddr],
+    timeout: Duration,
+    tune: impl Fn(&socket2::Socket) -> io::Result<()>,
+) -> Result<TcpStream, EngineError> {
+    if let Some(route) = addrs.iter().find_map(|a| super::back::route_for(*a)) {
+        return route.connect(timeout, &tune);
+    }
+    connect_direct(addrs, timeout, tune)
+}
+
+/// [`connect`], always directly.
+pub(crate) fn connect_direct(
     addrs: &[SocketAddr],
     timeout: Duration,
     tune: impl Fn(&socket2::Socket) -> io::Result<()>,

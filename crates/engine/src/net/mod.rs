@@ -1,6 +1,8 @@
 //! Connections: TCP and TLS streams with framed message I/O ([`conn`],
-//! [`tls`]), socket tuning and kernel counters ([`sock`]).
+//! [`tls`]), socket tuning and kernel counters ([`sock`]), connections opened by
+//! a far end that can only connect out ([`back`]).
 
+pub mod back;
 pub mod conn;
 pub mod dial;
 pub mod sealed;

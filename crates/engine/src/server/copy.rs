@@ -22,7 +22,7 @@ use base64::Engine as _;
 use longhaul_proto::msg::*;
 use longhaul_proto::units::escaped;
 use longhaul_proto::xfer::copy::{
-    within_scope, CopyOrder, CopyProgress, CopyReport, Grant, GrantRequest, CAPABILITY_PREFIX,
+    within_scope, CopyLanded, CopyOrder, CopyProgress, Grant, GrantRequest, CAPABILITY_PREFIX,
     MAX_LIFETIME_S,
 };
 use longhaul_proto::xfer::TransferRequest;
@@ -34,7 +34,7 @@ use crate::net::dial::{open_control, ClientOptions, Security};
 use crate::net::tls;
 use crate::report::{Reporter, TransferProgress};
 use crate::xfer::beneath::Anchor;
-use crate::xfer::client::{cp_with, CpOptions, CpSummary};
+use crate::xfer::client::{cp_with, CpOptions};
 use crate::xfer::{beneath, confine};
 use crate::EngineError;
 
@@ -253,32 +253,6 @@ impl Reporter for Relayer {
     }
 }
 
-/// The report relayed for a finished copy.
-fn report_of(s: &CpSummary) -> CopyReport {
-    CopyReport {
-        files: s.files,
-        bytes: s.bytes,
-        links: s.links,
-        resent_changed: s.resent_changed,
-        seconds: s.seconds,
-        sent_bytes: s.sent_bytes,
-        bits_per_second: s.bits_per_second,
-        verified: s.verified,
-        failed: s.failed.clone(),
-        skipped: s.skipped,
-        resumed_bytes: s.resumed_bytes,
-        streams: s.streams,
-        encryption: s.encryption.clone(),
-        source_read_bps: s.source_read_bps,
-        dest_write_bps: s.dest_write_bps,
-        attempts: s.attempts,
-        deleted: s.deleted.clone(),
-        would_send: s.would_send.clone(),
-        would_send_bytes: s.would_send_bytes,
-        warnings: s.warnings.clone(),
-    }
-}
-
 fn failed(conn: &mut FramedConn, code: RefuseCode, message: String) {
     let _ = conn.send(&Message::CopyRelay(CopyRelay::Failed(Refuse {
         code,
@@ -412,6 +386,27 @@ pub(super) fn serve_copy(
     });
     let until = Instant::now() + super::third_party::reach(&client);
     let (tx, rx) = mpsc::channel::<CopyRelay>();
+    if x.catalogue {
+        let (tx, root) = (Mutex::new(tx.clone()), ex.root.clone());
+        o.catalogue = Some(Arc::new(move |l: crate::xfer::Landed| {
+            let (source, dest) = (l.namer)(&l.path);
+            let source = Path::new(&source)
+                .strip_prefix(&root)
+                .map(|p| p.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            let landed = CopyLanded {
+                path: l.path,
+                source,
+                dest,
+                size: l.size,
+                mtime_ns: l.mtime_ns,
+                digest: l.digest,
+            };
+            if let Ok(tx) = tx.lock() {
+                let _ = tx.send(CopyRelay::Landed(landed));
+            }
+        }));
+    }
     let (shook, handshake_rx) = mpsc::channel::<bool>();
     let target = order.target.clone();
     let worker = std::thread::Builder::new()
@@ -439,7 +434,7 @@ pub(super) fn serve_copy(
                 last: None,
             };
             let relay = match cp_with(&o, &mut relayer) {
-                Ok(s) => CopyRelay::Done(Box::new(report_of(&s))),
+                Ok(s) => CopyRelay::Done(Box::new(crate::xfer::copy::report_of(&s))),
                 Err(e) => CopyRelay::Failed(Refuse {
                     code: match &e {
                         EngineError::Refused { code, .. } => *code,
@@ -472,4 +467,90 @@ pub(super) fn serve_copy(
     super::third_party::relay_until_done(conn, &rx, Message::CopyRelay, &interrupt, "copy");
     let _ = worker.join();
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::server::{ServeConfig, Server};
+    use crate::xfer::Export;
+    use longhaul_proto::xfer::copy::CopyOptions;
+
+    /// The server's own refusal, whatever the client does: a session in
+    /// plaintext (a client that skips its own check, as an attacker's
+    /// would) is given no capability and cannot order a copy, even where
+    /// plaintext is allowed and the session may do everything else.
+    #[test]
+    fn attacker_a_plaintext_session_gets_no_capability_and_orders_no_copy() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("data");
+        std::fs::create_dir(&root).unwrap();
+        std::fs::write(root.join("f"), b"x").unwrap();
+        let srv = Server::bind(
+            &["127.0.0.1:0".parse().unwrap()],
+            ServeConfig {
+                exports: vec![Export {
+                    name: "data".into(),
+                    root: root.clone(),
+                    read_only: false,
+                    public: false,
+                }],
+                state_dir: dir.path().join("state"),
+                allow_plaintext: true,
+                open_access: true,
+                third_party_copies: true,
+                ..ServeConfig::default()
+            },
+        )
+        .unwrap()
+        .spawn();
+        let opts = ClientOptions {
+            security: Security {
+                plaintext: true,
+                ..Security::default()
+            },
+            ..ClientOptions::default()
+        };
+        let grant = GrantRequest {
+            export: "data".into(),
+            dest: String::new(),
+            dest_dir: true,
+            lifetime_s: 60,
+        };
+        let order = CopyOrder {
+            export: "data".into(),
+            sources: vec!["f".into()],
+            target: "127.0.0.1:9".into(),
+            fingerprint: format!("SHA256:{}", "A".repeat(43)),
+            capability: format!("lh1c_{}", "A".repeat(43)),
+            dest_export: "data".into(),
+            dest: "g".into(),
+            dest_dir: false,
+            options: CopyOptions::default(),
+        };
+        for m in [
+            Message::GrantRequest(grant),
+            Message::CopyOrder(Box::new(order)),
+        ] {
+            let name = m.name();
+            let mut c = open_control(&srv.addr().to_string(), &opts).unwrap();
+            c.conn.send(&m).unwrap();
+            let e = c
+                .answer(
+                    Instant::now() + Duration::from_secs(10),
+                    "the answer",
+                    |m| Some(m.name()),
+                )
+                .unwrap_err();
+            match e {
+                EngineError::Refused {
+                    code: RefuseCode::TlsRequired,
+                    message,
+                } => assert!(message.contains("inside TLS only"), "{name}: {message}"),
+                other => panic!("{name} in plaintext: {other}"),
+            }
+        }
+        assert!(!root.join("g").exists());
+        srv.shutdown();
+    }
 }

@@ -419,76 +419,100 @@ pub(super) fn accept_next(
 
 fn accept_loop(l: &TcpListener, shared: &Arc<Shared>) {
     while let Some((stream, peer)) = accept_next(l, &shared.shutdown, "listener") {
-        let open = shared.connections.fetch_add(1, Ordering::SeqCst) + 1;
-        if open > shared.cfg.max_connections {
-            shared.connections.fetch_sub(1, Ordering::SeqCst);
-            tracing::warn!(
-                "refusing {peer}: {open} connections open, limit {}",
-                shared.cfg.max_connections
-            );
-            // Plaintext: a TLS client sees the connection fail instead.
-            let mut stream = stream;
-            let why = "server has too many open connections; try again later";
-            refuse_on(&mut stream, RefuseCode::Busy, why);
-            let peer = peer.to_string();
-            shared.refused(
-                "connection",
-                None,
-                observe::ANONYMOUS,
-                RefuseCode::Busy,
-                why,
-                &peer,
-            );
-            continue;
-        }
-        let ip = client_key(peer.ip());
-        let mine = {
-            let mut m = shared.per_client.lock().expect("poisoned");
-            let n = m.entry(ip).or_insert(0);
-            *n += 1;
-            *n
-        };
-        let release = move |sh: &Shared| {
-            sh.connections.fetch_sub(1, Ordering::SeqCst);
-            let mut m = sh.per_client.lock().expect("poisoned");
-            if let Some(n) = m.get_mut(&ip) {
-                *n -= 1;
-                if *n == 0 {
-                    m.remove(&ip);
-                }
+        admit(shared, stream, peer);
+    }
+}
+
+/// Serves a connection the server did not accept itself: one a one-shot
+/// server opened back to its client ([`crate::net::back`]), served exactly
+/// as if accepted.
+#[derive(Clone)]
+pub struct Injector(Arc<Shared>);
+
+impl Injector {
+    pub fn serve(&self, stream: TcpStream, peer: SocketAddr) {
+        admit(&self.0, stream, peer);
+    }
+}
+
+impl ServerHandle {
+    /// See [`Injector`].
+    pub fn injector(&self) -> Injector {
+        Injector(self.shared.clone())
+    }
+}
+
+/// Takes a connection in: the limits, then a thread that serves it.
+fn admit(shared: &Arc<Shared>, stream: TcpStream, peer: SocketAddr) {
+    let open = shared.connections.fetch_add(1, Ordering::SeqCst) + 1;
+    if open > shared.cfg.max_connections {
+        shared.connections.fetch_sub(1, Ordering::SeqCst);
+        tracing::warn!(
+            "refusing {peer}: {open} connections open, limit {}",
+            shared.cfg.max_connections
+        );
+        // Plaintext: a TLS client sees the connection fail instead.
+        let mut stream = stream;
+        let why = "server has too many open connections; try again later";
+        refuse_on(&mut stream, RefuseCode::Busy, why);
+        let peer = peer.to_string();
+        shared.refused(
+            "connection",
+            None,
+            observe::ANONYMOUS,
+            RefuseCode::Busy,
+            why,
+            &peer,
+        );
+        return;
+    }
+    let ip = client_key(peer.ip());
+    let mine = {
+        let mut m = shared.per_client.lock().expect("poisoned");
+        let n = m.entry(ip).or_insert(0);
+        *n += 1;
+        *n
+    };
+    let release = move |sh: &Shared| {
+        sh.connections.fetch_sub(1, Ordering::SeqCst);
+        let mut m = sh.per_client.lock().expect("poisoned");
+        if let Some(n) = m.get_mut(&ip) {
+            *n -= 1;
+            if *n == 0 {
+                m.remove(&ip);
             }
-        };
-        if mine > shared.cfg.max_per_client {
-            release(shared);
-            tracing::warn!(
-                "refusing {peer}: {mine} connections from {ip} (IPv6: its /64), limit {}",
-                shared.cfg.max_per_client
-            );
-            let mut stream = stream;
-            let why = "too many connections from your address; try again later";
-            refuse_on(&mut stream, RefuseCode::Busy, why);
-            let peer = peer.to_string();
-            shared.refused(
-                "connection",
-                None,
-                observe::ANONYMOUS,
-                RefuseCode::Busy,
-                why,
-                &peer,
-            );
-            continue;
         }
-        let sh = shared.clone();
-        let spawned = std::thread::Builder::new()
-            .name("lh-conn".into())
-            .spawn(move || {
-                handle_connection(&sh, stream, peer);
-                release(&sh);
-            });
-        if let Err(e) = spawned {
-            release(shared);
-            tracing::error!("cannot start a thread for {peer}: {e}");
-        }
+    };
+    if mine > shared.cfg.max_per_client {
+        release(shared);
+        tracing::warn!(
+            "refusing {peer}: {mine} connections from {ip} (IPv6: its /64), limit {}",
+            shared.cfg.max_per_client
+        );
+        let mut stream = stream;
+        let why = "too many connections from your address; try again later";
+        refuse_on(&mut stream, RefuseCode::Busy, why);
+        let peer = peer.to_string();
+        shared.refused(
+            "connection",
+            None,
+            observe::ANONYMOUS,
+            RefuseCode::Busy,
+            why,
+            &peer,
+        );
+        return;
+    }
+    let sh = shared.clone();
+    let spawned = std::thread::Builder::new()
+        .name("lh-conn".into())
+        .spawn(move || {
+            handle_connection(&sh, stream, peer);
+            release(&sh);
+        });
+    if let Err(e) = spawned {
+        release(shared);
+        tracing::error!("cannot start a thread for {peer}: {e}");
     }
 }
 

@@ -12,8 +12,14 @@
 //! The port, the fingerprint and the secret reach the client in one line
 //! on standard output ([`Handshake`], PROTOCOL.md 16), which ssh carries
 //! encrypted; the data never passes through ssh.
+//!
+//! A far end that can only connect out (a firewall drops new connections
+//! to it) opens the connections itself: the client asks over the ssh
+//! channel, one line per connection (`connect-back ADDR:PORT TICKET`,
+//! [`crate::net::back`]), and the far end connects there, sends the
+//! ticket, and serves the connection as if it had accepted it.
 
-use std::io::{Read, Write};
+use std::io::{BufRead, Read, Write};
 use std::net::{IpAddr, SocketAddr};
 use std::sync::mpsc::{channel, Sender};
 use std::sync::{Arc, Mutex};
@@ -23,7 +29,7 @@ use base64::Engine as _;
 
 use super::auth::Access;
 use super::{ServeConfig, Server};
-use crate::net::tls;
+use crate::net::{back, tls};
 use crate::xfer::Export;
 use crate::EngineError;
 
@@ -124,6 +130,11 @@ pub struct Handshake {
     pub port: u16,
     pub fingerprint: String,
     pub secret: String,
+    /// It connects back when asked (`back=1`; older far ends do not).
+    pub back: bool,
+    /// The address the client's ssh came from, as this end saw it
+    /// (`SSH_CONNECTION`'s first field): where it can connect back to.
+    pub client: Option<IpAddr>,
 }
 
 impl std::fmt::Debug for Handshake {
@@ -133,6 +144,8 @@ impl std::fmt::Debug for Handshake {
             .field("addr", &self.addr)
             .field("port", &self.port)
             .field("fingerprint", &self.fingerprint)
+            .field("back", &self.back)
+            .field("client", &self.client)
             .finish_non_exhaustive()
     }
 }
@@ -140,10 +153,17 @@ impl std::fmt::Debug for Handshake {
 impl Handshake {
     /// The line, without its newline.
     pub fn line(&self) -> String {
-        format!(
+        let mut l = format!(
             "{HANDSHAKE_WORD} {HANDSHAKE_VERSION} pid={} addr={} port={} fingerprint={} secret={}",
             self.pid, self.addr, self.port, self.fingerprint, self.secret
-        )
+        );
+        if self.back {
+            l.push_str(" back=1");
+        }
+        if let Some(c) = self.client {
+            l.push_str(&format!(" client={c}"));
+        }
+        l
     }
 
     /// Whether `line` is meant to be a handshake (its first word), so
@@ -170,6 +190,7 @@ impl Handshake {
         }
         let (mut pid, mut addr, mut port, mut fingerprint, mut secret) =
             (None, None, None, None, None);
+        let (mut back, mut client) = (false, None);
         for w in words {
             let (k, v) = w
                 .split_once('=')
@@ -184,6 +205,8 @@ impl Handshake {
                         s.starts_with(SECRET_PREFIX) && s.len() > SECRET_PREFIX.len() + 20
                     })
                 }
+                "back" => back = v == "1",
+                "client" => client = v.parse::<IpAddr>().ok(),
                 // Fields of later versions of the same major version.
                 _ => {}
             }
@@ -195,6 +218,8 @@ impl Handshake {
             port: port.ok_or_else(|| missing("port"))?,
             fingerprint: fingerprint.ok_or_else(|| missing("fingerprint"))?,
             secret: secret.ok_or_else(|| missing("secret"))?,
+            back,
+            client,
         })
     }
 }
@@ -218,6 +243,45 @@ pub struct OneShotConfig {
     pub exports: Vec<Export>,
     /// How long to wait for the client (see [`CLAIM_WAIT`]).
     pub claim_wait: Duration,
+    /// The client's address as ssh saw it (told to the client, which may
+    /// ask to be connected back to it).
+    pub client: Option<IpAddr>,
+}
+
+/// What a far end writes on its standard error when it cannot connect
+/// back, before the reason (the client shows it in its error).
+pub const BACK_FAILED: &str = "longhaul-connect-back-failed:";
+
+/// How long the far end tries to connect back.
+const BACK_WAIT: Duration = Duration::from_secs(10);
+
+/// Serves the ssh channel's lines: each `connect-back` request is a
+/// connection to open to the client and serve; anything else is ignored.
+/// Returns at the channel's end.
+fn read_requests(input: impl Read, injector: &super::Injector) {
+    let mut r = std::io::BufReader::new(input);
+    loop {
+        let mut raw = Vec::new();
+        match (&mut r).take(512).read_until(b'\n', &mut raw) {
+            Ok(0) => return,
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(_) => return,
+        }
+        let line = String::from_utf8_lossy(&raw);
+        let Some((to, ticket)) = back::parse_request(line.trim_end()) else {
+            continue;
+        };
+        let injector = injector.clone();
+        let _ = std::thread::Builder::new()
+            .name("lh-one-shot-back".into())
+            .spawn(move || match back::dial_back(to, &ticket, BACK_WAIT) {
+                Ok(s) => injector.serve(s, to),
+                Err(e) => {
+                    let _ = writeln!(std::io::stderr().lock(), "{BACK_FAILED} {e}");
+                }
+            });
+    }
 }
 
 /// Runs a one-shot server: listens, writes the handshake line to `out`,
@@ -248,12 +312,15 @@ pub fn run(
     )?;
     let port = server.local_addrs().first().map(|a| a.port()).unwrap_or(0);
     let handle = server.spawn();
+    let injector = handle.injector();
     let line = Handshake {
         pid: std::process::id(),
         addr: cfg.listen,
         port,
         fingerprint: id.fingerprint(),
         secret,
+        back: true,
+        client: cfg.client,
     }
     .line();
     writeln!(out, "{line}")
@@ -264,15 +331,7 @@ pub fn run(
     std::thread::Builder::new()
         .name("lh-one-shot-in".into())
         .spawn(move || {
-            let mut buf = [0u8; 256];
-            loop {
-                match input.read(&mut buf) {
-                    Ok(0) => break,
-                    Ok(_) => {}
-                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                    Err(_) => break,
-                }
-            }
+            read_requests(&mut input, &injector);
             let _ = stdin_tx.send(End::InputClosed);
         })
         .map_err(|e| EngineError::Usage(format!("cannot start a thread: {e}")))?;
@@ -308,6 +367,8 @@ mod tests {
             port: 40000,
             fingerprint: tls::parse_fingerprint(&"ab".repeat(32)).unwrap(),
             secret: fresh_secret().unwrap(),
+            back: true,
+            client: Some("198.18.0.1".parse().unwrap()),
         };
         assert_eq!(Handshake::parse(&h.line()).unwrap(), h);
         assert!(!format!("{h:?}").contains(&h.secret));

@@ -96,6 +96,7 @@ pub fn third_party_cp(
             lifetime_s: LIFETIME.as_secs() as u32,
         },
     )?;
+    let src_export = export.clone();
     let order = CopyOrder {
         export,
         sources: srcs
@@ -132,6 +133,7 @@ pub fn third_party_cp(
             retries: o.retries,
             direct: o.direct,
             no_tune: !o.tune,
+            catalogue: o.catalogue.is_some(),
         },
     };
     let mut intervals = Vec::new();
@@ -141,48 +143,102 @@ pub fn third_party_cp(
             reporter.transfer_interval(&i);
             intervals.push(i);
         }
+        // The catalogue names the file where it was read, as this client
+        // named the source, and where it landed, as the source named it.
+        Relayed::Landed(l) => {
+            if let Some(catalogue) = &o.catalogue {
+                let names = (format!("{host}:{src_export}/{}", l.source), l.dest);
+                catalogue(crate::xfer::Landed {
+                    path: l.path,
+                    size: l.size,
+                    mtime_ns: l.mtime_ns,
+                    digest: l.digest,
+                    namer: std::sync::Arc::new(move |_: &str| names.clone()),
+                });
+            }
+        }
     })?;
     let control_bytes = a_bytes + bytes_of(&held.ctl);
     held.release();
     let verdict = longhaul_proto::tune::verdict(&intervals);
     Ok(CpSummary {
-        files: report.files,
-        bytes: report.bytes,
-        links: report.links,
-        resent_changed: report.resent_changed,
         seconds: started.elapsed().as_secs_f64(),
-        sent_bytes: report.sent_bytes,
-        bits_per_second: report.bits_per_second,
-        verified: report.verified,
-        failed: report.failed,
-        skipped: report.skipped,
-        resumed_bytes: report.resumed_bytes,
-        streams: report.streams,
-        encryption: report.encryption,
-        source_read_bps: report.source_read_bps,
-        network_bps: report.bits_per_second,
-        dest_write_bps: report.dest_write_bps,
-        attempts: report.attempts,
         intervals,
         verdict,
-        warnings: report.warnings,
-        deleted: report.deleted,
-        would_send: report.would_send,
-        would_send_bytes: report.would_send_bytes,
         dry_run: o.dry_run,
         third_party: Some(ThirdPartyUse {
             source: host,
             dest: d.host,
             control_bytes,
         }),
-        ..CpSummary::default()
+        ..summary_of(report)
     })
+}
+
+/// What a source relays of its summary as a pushing client (PROTOCOL.md
+/// 13.9 `done`): [`CopyReport`] is the part of [`CpSummary`] that crosses,
+/// each field under the summary's own name; [`summary_of`] takes it back.
+/// The two are the one mapping between the types (a test holds them to
+/// each other).
+pub fn report_of(s: &CpSummary) -> CopyReport {
+    CopyReport {
+        files: s.files,
+        bytes: s.bytes,
+        links: s.links,
+        resent_changed: s.resent_changed,
+        seconds: s.seconds,
+        sent_bytes: s.sent_bytes,
+        bits_per_second: s.bits_per_second,
+        verified: s.verified,
+        failed: s.failed.clone(),
+        skipped: s.skipped,
+        resumed_bytes: s.resumed_bytes,
+        streams: s.streams,
+        encryption: s.encryption.clone(),
+        source_read_bps: s.source_read_bps,
+        dest_write_bps: s.dest_write_bps,
+        attempts: s.attempts,
+        deleted: s.deleted.clone(),
+        would_send: s.would_send.clone(),
+        would_send_bytes: s.would_send_bytes,
+        warnings: s.warnings.clone(),
+    }
+}
+
+/// A summary from a source's report: its fields, the rest default (the
+/// network rate is the report's rate: the source's streams carried it).
+fn summary_of(r: CopyReport) -> CpSummary {
+    CpSummary {
+        files: r.files,
+        bytes: r.bytes,
+        links: r.links,
+        resent_changed: r.resent_changed,
+        seconds: r.seconds,
+        sent_bytes: r.sent_bytes,
+        bits_per_second: r.bits_per_second,
+        network_bps: r.bits_per_second,
+        verified: r.verified,
+        failed: r.failed,
+        skipped: r.skipped,
+        resumed_bytes: r.resumed_bytes,
+        streams: r.streams,
+        encryption: r.encryption,
+        source_read_bps: r.source_read_bps,
+        dest_write_bps: r.dest_write_bps,
+        attempts: r.attempts,
+        deleted: r.deleted,
+        would_send: r.would_send,
+        would_send_bytes: r.would_send_bytes,
+        warnings: r.warnings,
+        ..CpSummary::default()
+    }
 }
 
 /// What a source relays while it copies.
 enum Relayed {
     Progress(TransferProgress),
     Interval(longhaul_proto::tune::TransferInterval),
+    Landed(longhaul_proto::xfer::copy::CopyLanded),
 }
 
 /// Sends `order` to the source `host` and follows the copy to its end:
@@ -228,6 +284,9 @@ fn run_order(
             }
             Message::CopyRelay(CopyRelay::Interval(i)) => {
                 tell(Relayed::Interval(i));
+            }
+            Message::CopyRelay(CopyRelay::Landed(l)) => {
+                tell(Relayed::Landed(l));
             }
             Message::CopyRelay(CopyRelay::Done(r)) => break *r,
             Message::CopyRelay(CopyRelay::Failed(r)) | Message::Refuse(r) => {
@@ -336,5 +395,52 @@ fn at(end: &str, host: &str, e: EngineError) -> EngineError {
         },
         EngineError::Failed(m) => EngineError::Failed(format!("{end} ({host}): {m}")),
         other => other,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use longhaul_proto::xfer::Failure;
+
+    /// Every field of the report is the summary's field of the same name,
+    /// and comes back as it went.
+    #[test]
+    fn a_summary_crosses_as_a_report_and_comes_back_whole() {
+        let s = CpSummary {
+            files: 3,
+            bytes: 10,
+            links: 1,
+            resent_changed: 2,
+            seconds: 1.5,
+            sent_bytes: 9,
+            bits_per_second: 48.0,
+            verified: true,
+            failed: vec![Failure {
+                path: "p".into(),
+                error: "e".into(),
+            }],
+            skipped: 4,
+            resumed_bytes: 1,
+            streams: 5,
+            encryption: "TLS1.3 x".into(),
+            source_read_bps: 11.0,
+            dest_write_bps: 12.0,
+            attempts: 2,
+            deleted: vec!["d".into()],
+            would_send: vec!["w".into()],
+            would_send_bytes: 7,
+            warnings: vec!["x".into()],
+            ..CpSummary::default()
+        };
+        let report = serde_json::to_value(report_of(&s)).unwrap();
+        let (sent, back) = (
+            serde_json::to_value(&s).unwrap(),
+            serde_json::to_value(summary_of(report_of(&s))).unwrap(),
+        );
+        for (k, v) in report.as_object().unwrap() {
+            assert_eq!(&sent[k], v, "{k}: the report's name is not the summary's");
+            assert_eq!(back[k], sent[k], "{k} did not come back");
+        }
     }
 }

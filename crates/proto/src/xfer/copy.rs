@@ -84,6 +84,10 @@ pub struct CopyOptions {
     pub direct: bool,
     #[serde(default)]
     pub no_tune: bool,
+    /// Relay each file as it lands (`CopyRelay` `landed`), for the
+    /// ordering client's file catalogue.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub catalogue: bool,
 }
 
 /// Client -> source server (0x52): push `sources` of `export` to the
@@ -133,6 +137,24 @@ pub struct CopyProgress {
     pub announced_bytes: u64,
     pub announced_files: u64,
     pub walk_done: bool,
+}
+
+/// A file landed at the destination, relayed by the source when the order
+/// asked for it ([`CopyOptions::catalogue`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CopyLanded {
+    /// The file as the transfer named it (its root's name first).
+    pub path: String,
+    /// Where it was read: its path within the source's export.
+    pub source: String,
+    /// Where it landed: `TARGET:EXPORT/path`, the destination as the
+    /// order named it.
+    pub dest: String,
+    pub size: u64,
+    pub mtime_ns: i64,
+    /// Its BLAKE3 (hex), when the copy computed one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub digest: Option<String>,
 }
 
 /// The outcome of a third-party copy, as the source (the pushing client)

@@ -88,6 +88,12 @@ fn keygen(path: &Path) {
 /// Starts the sshd, or says why not (a skip, or a failure with
 /// `LONGHAUL_REQUIRE_SSH=1`).
 pub fn sshd() -> Option<Sshd> {
+    sshd_in(None, "127.0.0.1")
+}
+
+/// [`sshd`] in network namespace `netns` (None: this one), listening on
+/// `addr`; [`HOST`] is that address.
+pub fn sshd_in(netns: Option<&str>, addr: &str) -> Option<Sshd> {
     let (Some(sshd), Some(_), Some(_)) = (which("sshd"), which("ssh"), which("ssh-keygen")) else {
         let why =
             "sshd, ssh or ssh-keygen is missing (apt-get install openssh-server openssh-client)";
@@ -113,7 +119,7 @@ pub fn sshd() -> Option<Sshd> {
     std::fs::write(
         d.join("sshd_config"),
         format!(
-            "Port {port}\nListenAddress 127.0.0.1\nHostKey {d}/host_key\nPidFile {d}/sshd.pid\n\
+            "Port {port}\nListenAddress {addr}\nHostKey {d}/host_key\nPidFile {d}/sshd.pid\n\
              AuthorizedKeysFile {d}/authorized_keys\nPasswordAuthentication no\n\
              KbdInteractiveAuthentication no\nPubkeyAuthentication yes\nStrictModes no\n\
              PermitRootLogin {}\nUsePAM no\nLogLevel VERBOSE\n",
@@ -123,15 +129,11 @@ pub fn sshd() -> Option<Sshd> {
     )
     .unwrap();
     let host_pub = std::fs::read_to_string(d.join("host_key.pub")).unwrap();
-    std::fs::write(
-        d.join("known_hosts"),
-        format!("[127.0.0.1]:{port} {host_pub}"),
-    )
-    .unwrap();
+    std::fs::write(d.join("known_hosts"), format!("[{addr}]:{port} {host_pub}")).unwrap();
     std::fs::write(
         d.join("ssh_config"),
         format!(
-            "Host {HOST}\n  HostName 127.0.0.1\n  Port {port}\n  User {user}\n  IdentityFile {d}/client_key\n  \
+            "Host {HOST}\n  HostName {addr}\n  Port {port}\n  User {user}\n  IdentityFile {d}/client_key\n  \
              IdentitiesOnly yes\n  UserKnownHostsFile {d}/known_hosts\n  StrictHostKeyChecking yes\n  \
              BatchMode yes\n  LogLevel ERROR\n",
             d = d.display()
@@ -139,7 +141,15 @@ pub fn sshd() -> Option<Sshd> {
     )
     .unwrap();
     let log = std::fs::File::create(d.join("sshd.log")).unwrap();
-    let child = Command::new(sshd)
+    let mut cmd = match netns {
+        Some(ns) => {
+            let mut c = Command::new("ip");
+            c.args(["netns", "exec", ns]).arg(sshd);
+            c
+        }
+        None => Command::new(sshd),
+    };
+    let child = cmd
         .arg("-D")
         .arg("-e")
         .arg("-f")
@@ -155,7 +165,7 @@ pub fn sshd() -> Option<Sshd> {
         dir,
     };
     let until = Instant::now() + Duration::from_secs(10);
-    while TcpStream::connect(("127.0.0.1", port)).is_err() {
+    while TcpStream::connect((addr, port)).is_err() {
         assert!(Instant::now() < until, "sshd did not listen: {}", s.log());
         std::thread::sleep(Duration::from_millis(50));
     }

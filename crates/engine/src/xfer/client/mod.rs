@@ -136,6 +136,10 @@ pub struct CpSummary {
     /// carried ([`super::copy`]).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub third_party: Option<super::copy::ThirdPartyUse>,
+    /// Over ssh: which side opened the connections to the far end, and
+    /// why ([`crate::net::back`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub connections: Option<crate::net::back::Opened>,
     /// `sync --delete`: destination paths removed (or, with --dry-run, that would be).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub deleted: Vec<String>,
