@@ -1047,7 +1047,9 @@ mod tests {
 
 /// `longhaul matrix` (crates/cli/src/cmd/matrix.rs).
 #[derive(Args)]
-#[command(after_help = "Tools: longhaul, iperf3, iperf2, nuttcp, gridftp, xrootd, rsyncd, cp (a local copy); each at `defaults` and `best`. Paths: loopback, lan, 80ms, 100ms, satellite, or RTT/LOSS/RATE (e.g. 50ms/1e-5/1gbit); emulated paths need root and /dev/net/tun. Workloads: mem, elephant, smallfiles, tree. Not built yet: --far HOST (a second real host over ssh), rsync over ssh, scp, tar through a socket.")]
+#[command(
+    after_help = "Tools: longhaul, iperf3, iperf2, nuttcp, gridftp, xrootd, rsyncd, cp (a local copy); each at `defaults` and `best`. Paths: loopback, lan, 80ms, 100ms, satellite, or RTT/LOSS/RATE (e.g. 50ms/1e-5/1gbit); emulated paths need root and /dev/net/tun. Workloads: mem, elephant, smallfiles, tree. Not built yet: --far HOST (a second real host over ssh), rsync over ssh, scp, tar through a socket."
+)]
 pub struct MatrixArgs {
     /// Tools, comma-separated (default: every known tool; missing ones become rows that say
     /// how to install them). `NAME:SETTINGS` picks one settings (e.g. iperf3:best).

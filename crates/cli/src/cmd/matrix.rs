@@ -152,7 +152,7 @@ struct ToolRow {
 #[derive(Clone, Debug, Serialize, Deserialize)]
 struct Doc {
     format: String,
-    version: u32,
+    format_version: u32,
     params: Params,
     tools: Vec<ToolRow>,
     paths: Vec<PathSpec>,
@@ -230,7 +230,12 @@ pub fn matrix(a: MatrixArgs) -> Outcome {
     if a.tools.is_empty() {
         chosen = tools
             .iter()
-            .map(|t| (t.clone(), t.settings.iter().map(|s| s.name.clone()).collect()))
+            .map(|t| {
+                (
+                    t.clone(),
+                    t.settings.iter().map(|s| s.name.clone()).collect(),
+                )
+            })
             .collect();
     } else {
         for want in &a.tools {
@@ -365,7 +370,7 @@ pub fn matrix(a: MatrixArgs) -> Outcome {
     let stop = interrupt_flag();
     let mut doc = Doc {
         format: "longhaul-matrix".into(),
-        version: VERSION,
+        format_version: VERSION,
         params: params.clone(),
         tools: rows,
         paths: paths.clone(),
@@ -373,7 +378,9 @@ pub fn matrix(a: MatrixArgs) -> Outcome {
         limits: Limits::default(),
         interrupted: false,
     };
-    let r = drive(&a, &bin, &work, &chosen, &paths, &params, &mut doc, &done, &stop);
+    let r = drive(
+        &a, &bin, &work, &chosen, &paths, &params, &mut doc, &done, &stop,
+    );
     doc.interrupted = stop.load(Ordering::SeqCst);
     finish_limits(&mut doc);
     if let Some(f) = &a.resume {
@@ -393,7 +400,7 @@ pub fn matrix(a: MatrixArgs) -> Outcome {
         .cells
         .iter()
         .any(|c| c.verified == Some(false) || c.error.is_some());
-    Ok(if bad { exit::FAILED } else { exit::OK })
+    Ok(if bad { exit::PARTIAL } else { exit::OK })
 }
 
 fn expected_seconds(c: &Cell, paths: &[PathSpec], p: &Params) -> f64 {
@@ -439,11 +446,10 @@ fn drive(
         mk(d)?;
     }
     let hosts = work.join("hosts");
-    std::fs::write(
-        &hosts,
-        "127.0.0.1 localhost\n198.18.0.1 a\n198.18.0.2 b\n",
-    )
-    .map_err(|e| format!("{}: {e}", hosts.display()))?;
+    // The host's own names (gridftp resolves this machine's name) and the two hosts.
+    let etc = std::fs::read_to_string("/etc/hosts").unwrap_or_default();
+    std::fs::write(&hosts, format!("{etc}\n198.18.0.1\ta\n198.18.0.2\tb\n"))
+        .map_err(|e| format!("{}: {e}", hosts.display()))?;
     for c in doc.cells.iter_mut() {
         if let Some(d) = done.get(&c.key()) {
             *c = d.clone();
@@ -476,7 +482,6 @@ fn drive(
             ("root", work.display().to_string()),
             ("state", state.join(&t.name).display().to_string()),
             ("seconds", format!("{}", params.mem_seconds.ceil() as u64)),
-            ("rate", a.rate.to_string()),
         ])
     };
     let total = doc.cells.iter().filter(|c| c.runs.is_empty()).count() * params.runs as usize;
@@ -493,12 +498,7 @@ fn drive(
         }
         let wan = match p.rate_bps.filter(|_| p.name != "loopback") {
             None => None,
-            Some(r) => match run::wan_up(
-                bin,
-                Duration::from_secs_f64(p.rtt_ms / 1e3),
-                p.loss,
-                r,
-            ) {
+            Some(r) => match run::wan_up(bin, Duration::from_secs_f64(p.rtt_ms / 1e3), p.loss, r) {
                 Ok(w) => Some(w),
                 Err(e) => {
                     for &i in &pending {
@@ -509,10 +509,25 @@ fn drive(
                 }
             },
         };
-        let (ns_a, ns_b, host) = match &wan {
-            Some(w) => (Some(w.ns_a.clone()), Some(w.ns_b.clone()), w.host_b.clone()),
-            None => (None, None, "127.0.0.1".to_string()),
+        // Loopback in a network namespace of its own where we may make one
+        // (root): the peers' servers (anonymous GridFTP, an rsync daemon as
+        // root) are then out of reach of every other process on the host.
+        let private = if wan.is_none() {
+            run::PrivateNs::new()
+        } else {
+            None
         };
+        let (ns_a, ns_b, host) = match (&wan, &private) {
+            (Some(w), _) => (Some(w.ns_a.clone()), Some(w.ns_b.clone()), w.host_b.clone()),
+            (None, Some(n)) => (
+                Some(n.name.clone()),
+                Some(n.name.clone()),
+                "127.0.0.1".into(),
+            ),
+            (None, None) => (None, None, "127.0.0.1".to_string()),
+        };
+        // What `{rate}` says: the path's bottleneck, or more than loopback carries.
+        let path_rate = p.rate_bps.unwrap_or(100_000_000_000);
         // The servers this path needs.
         let mut servers: BTreeMap<String, run::Owned> = BTreeMap::new();
         let mut server_error: BTreeMap<String, String> = BTreeMap::new();
@@ -540,10 +555,8 @@ fn drive(
                             );
                         }
                         _ => {
-                            server_error.insert(
-                                t.name.clone(),
-                                format!("`{}` failed", argv.join(" ")),
-                            );
+                            server_error
+                                .insert(t.name.clone(), format!("`{}` failed", argv.join(" ")));
                         }
                     }
                 }
@@ -555,6 +568,7 @@ fn drive(
             };
             ports.insert(t.name.clone(), pp);
             vars.insert("host", host.clone());
+            vars.insert("rate", path_rate.to_string());
             vars.insert("port", pp.0.to_string());
             vars.insert("port1", pp.1.to_string());
             for (name, text) in &s.files {
@@ -564,7 +578,11 @@ fn drive(
             }
             let argv: Vec<String> = s.argv.iter().map(|x| peers::fill(x, &vars)).collect();
             let hf = (s.hosts_file && wan.is_some()).then_some(hosts.as_path());
-            let log = logs.join(format!("{}-{}-server.log", p.name.replace('/', "_"), t.name));
+            let log = logs.join(format!(
+                "{}-{}-server.log",
+                p.name.replace('/', "_"),
+                t.name
+            ));
             match run::start_server(&argv, ns_b.as_deref(), hf, &host, pp.0, &log) {
                 Ok(o) => {
                     servers.insert(t.name.clone(), o);
@@ -607,6 +625,7 @@ fn drive(
                     let mut vars = vars0(t);
                     let pp = ports.get(&t.name).copied().unwrap_or((0, 0));
                     vars.insert("host", host.clone());
+                    vars.insert("rate", path_rate.to_string());
                     vars.insert("port", pp.0.to_string());
                     vars.insert("port1", pp.1.to_string());
                     let tag = format!(
@@ -642,8 +661,7 @@ fn drive(
                     let cpu0 = server.map_or(0.0, |o| run::group_cpu(o.pid()));
                     let netns = if t.local { None } else { ns_a.as_deref() };
                     let env = envs.get(&t.name).cloned().unwrap_or_default();
-                    let ran =
-                        run::run_client(&argv, netns, &env, a.run_timeout, stop, &logs, &tag);
+                    let ran = run::run_client(&argv, netns, &env, a.run_timeout, stop, &logs, &tag);
                     let cpu1 = server.map_or(0.0, |o| run::group_cpu(o.pid()));
                     let mut res = RunResult {
                         bytes_per_second: None,
@@ -704,6 +722,7 @@ fn drive(
         }
         drop(servers);
         drop(wan);
+        drop(private);
     }
     Ok(())
 }
@@ -757,38 +776,22 @@ fn finish_limits(doc: &mut Doc) {
     }
 }
 
-/// The table's columns: (path, workload, direction).
-fn columns(doc: &Doc) -> Vec<(String, String, String)> {
-    let mut cols = Vec::new();
-    for w in &doc.params.workloads {
-        for p in &doc.paths {
-            for d in ["put", "get"] {
-                cols.push((p.name.clone(), w.clone(), d.to_string()));
-            }
-        }
-    }
-    cols
-}
-
-fn cell_text(c: Option<&Cell>, gbit: bool) -> String {
+fn cell_text(c: Option<&Cell>) -> String {
     let Some(c) = c else {
         return "-".into();
     };
-    if c.error.is_some() && c.rate.is_none() {
-        return "failed".into();
-    }
     let Some(r) = &c.rate else {
-        return "-".into();
+        return if c.error.is_some() { "failed" } else { "-" }.into();
     };
-    let mut s = if gbit {
-        format!("{:.2}", r.median_bits_per_second / 1e9)
-    } else {
-        format!("{:.0}", r.median_bytes_per_second / 1e6)
-    };
+    let mut s = format!(
+        "{:.0} ({:.2})",
+        r.median_bytes_per_second / 1e6,
+        r.median_bits_per_second / 1e9
+    );
     if c.verified == Some(false) {
         s.push_str(" NOT VERIFIED");
     } else if c.error.is_some() {
-        s.push_str(" (failed runs)");
+        s.push_str(" some runs failed");
     }
     s
 }
@@ -801,139 +804,142 @@ fn print(a: &MatrixArgs, doc: &Doc) {
         );
         return;
     }
-    let cols = columns(doc);
-    let mut rows: Vec<(String, Vec<String>, Vec<String>)> = Vec::new();
-    for t in &doc.tools {
-        if !t.installed || t.settings.is_empty() {
-            rows.push((
-                t.name.clone(),
-                vec![t.note.clone().unwrap_or_default()],
-                vec![],
-            ));
-            continue;
+    if a.format == "csv" {
+        println!(
+            "tool,settings,path,workload,direction,mb_per_s,gbit_per_s,min_mb_per_s,max_mb_per_s,\
+             cpu_client_s,cpu_server_s,verified,error"
+        );
+        for c in &doc.cells {
+            let r = c.rate.clone().unwrap_or_default();
+            let cpu = c.cpu_seconds.clone().unwrap_or_default();
+            println!(
+                "{},{},{},{},{},{:.1},{:.3},{:.1},{:.1},{:.2},{:.2},{},{}",
+                c.tool,
+                c.settings,
+                c.path,
+                c.workload,
+                c.direction,
+                r.median_bytes_per_second / 1e6,
+                r.median_bits_per_second / 1e9,
+                r.min_bytes_per_second / 1e6,
+                r.max_bytes_per_second / 1e6,
+                cpu.client_seconds,
+                cpu.server_seconds,
+                c.verified.map_or(String::new(), |v| v.to_string()),
+                c.error.as_deref().unwrap_or("").replace([',', '\n'], ";")
+            );
         }
-        for s in &t.settings {
-            let find = |(p, w, d): &(String, String, String)| {
-                doc.cells.iter().find(|c| {
-                    c.tool == t.name
-                        && &c.settings == s
-                        && &c.path == p
-                        && &c.workload == w
-                        && &c.direction == d
-                })
-            };
-            rows.push((
-                format!("{} ({s})", t.name),
-                cols.iter().map(|k| cell_text(find(k), false)).collect(),
-                cols.iter().map(|k| cell_text(find(k), true)).collect(),
-            ));
-        }
+        return;
     }
-    let head: Vec<String> = cols
-        .iter()
-        .map(|(p, w, d)| format!("{w} {p} {d}"))
-        .collect();
-    match a.format.as_str() {
-        "csv" => {
-            println!("tool,settings,path,workload,direction,mb_per_s,gbit_per_s,min_mb_per_s,max_mb_per_s,cpu_client_s,cpu_server_s,verified,error");
-            for c in &doc.cells {
-                let r = c.rate.clone().unwrap_or_default();
-                let cpu = c.cpu_seconds.clone().unwrap_or_default();
-                println!(
-                    "{},{},{},{},{},{:.1},{:.3},{:.1},{:.1},{:.2},{:.2},{},{}",
-                    c.tool,
-                    c.settings,
-                    c.path,
-                    c.workload,
-                    c.direction,
-                    r.median_bytes_per_second / 1e6,
-                    r.median_bits_per_second / 1e9,
-                    r.min_bytes_per_second / 1e6,
-                    r.max_bytes_per_second / 1e6,
-                    cpu.client_seconds,
-                    cpu.server_seconds,
-                    c.verified.map_or("".into(), |v| v.to_string()),
-                    c.error.as_deref().unwrap_or("").replace([',', '\n'], ";")
-                );
-            }
-        }
-        "md" => {
-            for (unit, gb) in [("MB/s", false), ("Gbit/s", true)] {
-                println!("| tool ({unit}) | {} |", head.join(" | "));
-                println!("|---|{}", "---|".repeat(head.len()));
-                for (name, mb, g) in &rows {
-                    let v = if gb { g } else { mb };
-                    if v.is_empty() {
-                        continue;
-                    }
-                    println!("| {name} | {} |", v.join(" | "));
-                }
-                println!();
-            }
-        }
-        _ => {
-            for (unit, gb) in [("MB/s (1 MB = 1e6 bytes)", false), ("Gbit/s", true)] {
-                println!("Data transfer test matrix, {unit}:");
-                let wname = rows.iter().map(|r| r.0.len()).max().unwrap_or(4).max(4);
-                let widths: Vec<usize> = head
+    let md = a.format == "md";
+    // The seed's layout: one table per workload, a row per tool and
+    // settings, a column per path and direction; MB/s with Gbit/s beside.
+    for w in &doc.params.workloads {
+        let cols: Vec<(String, &str)> = doc
+            .paths
+            .iter()
+            .flat_map(|p| ["put", "get"].map(|d| (p.name.clone(), d)))
+            .collect();
+        let mut rows: Vec<Vec<String>> = Vec::new();
+        for t in &doc.tools {
+            for s in &t.settings {
+                let cells: Vec<Option<&Cell>> = cols
                     .iter()
-                    .enumerate()
-                    .map(|(j, h)| {
-                        rows.iter()
-                            .filter_map(|r| (if gb { &r.2 } else { &r.1 }).get(j))
-                            .filter(|_| true)
-                            .map(String::len)
-                            .max()
-                            .unwrap_or(0)
-                            .max(h.len())
+                    .map(|(p, d)| {
+                        doc.cells.iter().find(|c| {
+                            c.tool == t.name
+                                && &c.settings == s
+                                && &c.path == p
+                                && &c.workload == w
+                                && c.direction == *d
+                        })
                     })
                     .collect();
-                let mut line = format!("{:wname$}", "tool");
-                for (h, w) in head.iter().zip(&widths) {
-                    line.push_str(&format!("  {h:>w$}"));
+                if cells.iter().all(Option::is_none) {
+                    continue;
                 }
-                println!("{line}");
-                for (name, mb, g) in &rows {
-                    let v = if gb { g } else { mb };
-                    let mut line = format!("{name:wname$}");
-                    if v.len() == 1 && head.len() != 1 {
-                        line.push_str(&format!("  {}", v[0]));
-                    } else {
-                        for (x, w) in v.iter().zip(&widths) {
-                            line.push_str(&format!("  {x:>w$}"));
-                        }
-                    }
-                    if !v.is_empty() {
-                        println!("{line}");
-                    }
-                }
-                println!();
-            }
-            let l = &doc.limits;
-            let mut lim = Vec::new();
-            for (p, v) in &l.mem_to_mem_bytes_per_second {
-                lim.push(format!("memory to memory on {p} {:.0} MB/s", v / 1e6));
-            }
-            for (w, v) in &l.local_copy_bytes_per_second {
-                lim.push(format!("local copy of {w} {:.0} MB/s", v / 1e6));
-            }
-            if let Some(v) = l.destination_write_bytes_per_second {
-                lim.push(format!("destination write {:.0} MB/s", v / 1e6));
-            }
-            if !lim.is_empty() {
-                println!("Limits in the same run: {}", lim.join("; "));
-            }
-            for c in doc.cells.iter().filter(|c| c.note.is_some() || c.error.is_some()) {
-                println!(
-                    "  {} ({}) {} {} {}: {}",
-                    c.tool,
-                    c.settings,
-                    c.path,
-                    c.workload,
-                    c.direction,
-                    c.note.as_deref().or(c.error.as_deref()).unwrap_or("")
-                );
+                let mut row = vec![format!("{} ({s})", t.name)];
+                row.extend(cells.into_iter().map(cell_text));
+                rows.push(row);
             }
         }
+        if rows.is_empty() {
+            continue;
+        }
+        let what = match w.as_str() {
+            "mem" => format!("memory to memory, {} s", doc.params.mem_seconds),
+            "elephant" => format!(
+                "one file of {}",
+                longhaul_proto::units::format_bytes(doc.params.elephant_bytes)
+            ),
+            "smallfiles" => format!("{} files of 1-64 KiB", doc.params.small_files),
+            _ => "a mixed tree".to_string(),
+        };
+        let mut head = vec!["tool".to_string()];
+        head.extend(cols.iter().map(|(p, d)| format!("{p} {d}")));
+        println!("{w} ({what}): MB/s (Gbit/s)");
+        if md {
+            println!();
+            println!("| {} |", head.join(" | "));
+            println!("|---|{}", "---:|".repeat(head.len() - 1));
+            for r in &rows {
+                println!("| {} |", r.join(" | "));
+            }
+        } else {
+            let widths: Vec<usize> = (0..head.len())
+                .map(|j| {
+                    rows.iter()
+                        .map(|r| r[j].len())
+                        .chain([head[j].len()])
+                        .max()
+                        .unwrap_or(0)
+                })
+                .collect();
+            for r in std::iter::once(&head).chain(&rows) {
+                let mut line = format!("{:w$}", r[0], w = widths[0]);
+                for (x, w) in r.iter().zip(&widths).skip(1) {
+                    line.push_str(&format!("  {x:>w$}"));
+                }
+                println!("{}", line.trim_end());
+            }
+        }
+        println!();
+    }
+    let bullet = if md { "- " } else { "" };
+    for t in doc.tools.iter().filter(|t| !t.installed) {
+        println!(
+            "{bullet}{}: {}",
+            t.name,
+            t.note.as_deref().unwrap_or("not installed")
+        );
+    }
+    let l = &doc.limits;
+    let mut lim = Vec::new();
+    for (p, v) in &l.mem_to_mem_bytes_per_second {
+        lim.push(format!("memory to memory on {p} {:.0} MB/s", v / 1e6));
+    }
+    for (w, v) in &l.local_copy_bytes_per_second {
+        lim.push(format!("local copy of {w} {:.0} MB/s", v / 1e6));
+    }
+    if let Some(v) = l.destination_write_bytes_per_second {
+        lim.push(format!("destination write {:.0} MB/s", v / 1e6));
+    }
+    if !lim.is_empty() {
+        println!("{bullet}limits in the same run: {}", lim.join("; "));
+    }
+    for c in doc
+        .cells
+        .iter()
+        .filter(|c| c.note.is_some() || c.error.is_some())
+    {
+        println!(
+            "{bullet}note: {} ({}) {} {} {}: {}",
+            c.tool,
+            c.settings,
+            c.path,
+            c.workload,
+            c.direction,
+            c.note.as_deref().or(c.error.as_deref()).unwrap_or("")
+        );
     }
 }

@@ -8,7 +8,8 @@
 //! `{bin}` this longhaul binary; `{host}` the server's address; `{port}`,
 //! `{port1}` its ports; `{root}` the directory the servers serve (the
 //! matrix's work directory); `{state}` the tool's own scratch directory;
-//! `{seconds}` a memory-to-memory run's length; `{src}` the source
+//! `{seconds}` a memory-to-memory run's length; `{rate}` the path's
+//! bottleneck in bit/s (100 Gbit/s on loopback); `{src}` the source
 //! directory (absolute), `{dst}` the directory that must end up equal to it
 //! (absent before the run), `{dstdir}` its parent (present), `{name}` the
 //! source's last component, and `{src_rel}`, `{dst_rel}`, `{dstdir_rel}`
@@ -261,10 +262,27 @@ pub fn builtin() -> Vec<Tool> {
             }),
             env: vec![],
             put: v(&[
-                "iperf3", "-c", "{host}", "-p", "{port}", "-t", "{seconds}", "-J", "{args}",
+                "iperf3",
+                "-c",
+                "{host}",
+                "-p",
+                "{port}",
+                "-t",
+                "{seconds}",
+                "-J",
+                "{args}",
             ]),
             get: v(&[
-                "iperf3", "-c", "{host}", "-p", "{port}", "-t", "{seconds}", "-J", "-R", "{args}",
+                "iperf3",
+                "-c",
+                "{host}",
+                "-p",
+                "{port}",
+                "-t",
+                "{seconds}",
+                "-J",
+                "-R",
+                "{args}",
             ]),
             figure: Figure::Iperf3,
             settings: vec![
@@ -292,10 +310,28 @@ pub fn builtin() -> Vec<Tool> {
             }),
             env: vec![],
             put: v(&[
-                "iperf", "-c", "{host}", "-p", "{port}", "-t", "{seconds}", "-y", "C", "{args}",
+                "iperf",
+                "-c",
+                "{host}",
+                "-p",
+                "{port}",
+                "-t",
+                "{seconds}",
+                "-y",
+                "C",
+                "{args}",
             ]),
             get: v(&[
-                "iperf", "-c", "{host}", "-p", "{port}", "-t", "{seconds}", "-y", "C", "-R",
+                "iperf",
+                "-c",
+                "{host}",
+                "-p",
+                "{port}",
+                "-t",
+                "{seconds}",
+                "-y",
+                "C",
+                "-R",
                 "{args}",
             ]),
             figure: Figure::Iperf2,
@@ -482,10 +518,16 @@ pub fn builtin() -> Vec<Tool> {
 
 /// Tools not built yet, shown as rows that say so.
 pub const NOT_BUILT: &[(&str, &str)] = &[
-    ("xrootd", "xrdcp against xrootd: not built into the matrix yet"),
+    (
+        "xrootd",
+        "xrdcp against xrootd: not built into the matrix yet",
+    ),
     ("rsync-ssh", "rsync over ssh: not built into the matrix yet"),
     ("scp", "scp: not built into the matrix yet"),
-    ("tar-socket", "tar through a socket: not built into the matrix yet"),
+    (
+        "tar-socket",
+        "tar through a socket: not built into the matrix yet",
+    ),
 ];
 
 /// Whether every program `t` needs is on PATH; else the install line.
@@ -540,6 +582,15 @@ pub fn argv(template: &[String], s: &Settings, vars: &BTreeMap<&str, String>) ->
 
 /// Reads a tool's own figure (bytes per second) from its standard output.
 pub fn read_figure(f: Figure, out: &str) -> Result<f64, String> {
+    let rate = figure(f, out)?;
+    if rate > 0.0 && rate.is_finite() {
+        Ok(rate)
+    } else {
+        Err(format!("it reported {rate} bytes/s: no measurement"))
+    }
+}
+
+fn figure(f: Figure, out: &str) -> Result<f64, String> {
     let num = |v: Option<f64>, what: &str| v.ok_or_else(|| format!("no {what} in its output"));
     match f {
         Figure::Wall => Err("wall-clock tools have no figure".into()),
@@ -563,15 +614,23 @@ pub fn read_figure(f: Figure, out: &str) -> Result<f64, String> {
             )
             .map(|b| b / 8.0)
         }
-        Figure::Iperf2 => num(
-            out.lines()
-                .rev()
-                .find(|l| l.contains(','))
-                .and_then(|l| l.split(',').nth(8))
-                .and_then(|b| b.trim().parse().ok()),
-            "bits per second (field 9 of the last CSV line)",
-        )
-        .map(|b: f64| b / 8.0),
+        Figure::Iperf2 => {
+            // One line per stream, and with several a SUM line (id -1) in
+            // some versions: the SUM if there is one, else the streams added.
+            let rows: Vec<(String, f64)> = out
+                .lines()
+                .filter_map(|l| {
+                    let f: Vec<&str> = l.split(',').collect();
+                    Some((f.get(5)?.to_string(), f.get(8)?.trim().parse().ok()?))
+                })
+                .collect();
+            let sum = rows.iter().rev().find(|(id, _)| id == "-1").map(|r| r.1);
+            num(
+                sum.or_else(|| (!rows.is_empty()).then(|| rows.iter().map(|r| r.1).sum())),
+                "bits per second (CSV field 9)",
+            )
+            .map(|b: f64| b / 8.0)
+        }
         Figure::Nuttcp => num(
             out.split_whitespace()
                 .rev()

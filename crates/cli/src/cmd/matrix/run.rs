@@ -97,9 +97,7 @@ pub fn wan_up(bin: &Path, rtt: Duration, loss: f64, rate: u64) -> Result<Wan, St
     let child = c
         .spawn()
         .map_err(|e| format!("cannot start `longhaul wan up`: {e}"))?;
-    let mut proc = Owned {
-        child,
-    };
+    let mut proc = Owned { child };
     let out = proc.child.stdout.take().ok_or("no stdout")?;
     let mut line = String::new();
     let _ = std::io::BufReader::new(out).read_line(&mut line);
@@ -120,6 +118,33 @@ pub fn wan_up(bin: &Path, rtt: Duration, loss: f64, rate: u64) -> Result<Wan, St
         ns_b: names.ns_b,
         host_b: longhaul_engine::wan::net::ADDR_B.to_string(),
     })
+}
+
+/// A network namespace with only its loopback, for the `loopback` path;
+/// removed when dropped.
+pub struct PrivateNs {
+    pub name: String,
+}
+
+impl PrivateNs {
+    /// None where this process may not make one (not root, no iproute2):
+    /// the path then uses the host's own loopback.
+    pub fn new() -> Option<PrivateNs> {
+        if !rustix::process::geteuid().is_root() {
+            return None;
+        }
+        let name = format!("lhm{}-l", std::process::id());
+        longhaul_engine::wan::net::ip(&["netns", "add", &name]).ok()?;
+        let ns = PrivateNs { name };
+        longhaul_engine::wan::net::ip(&["-n", &ns.name, "link", "set", "lo", "up"]).ok()?;
+        Some(ns)
+    }
+}
+
+impl Drop for PrivateNs {
+    fn drop(&mut self) {
+        let _ = longhaul_engine::wan::net::ip(&["netns", "del", &self.name]);
+    }
 }
 
 /// Connects to `host:port` from inside `netns` (or here): the ready check.
@@ -169,6 +194,8 @@ pub fn start_server(
             let mut w: Vec<String> = vec![
                 "unshare".into(),
                 "-m".into(),
+                "--propagation".into(),
+                "private".into(),
                 "sh".into(),
                 "-c".into(),
                 "mount --bind \"$0\" /etc/hosts && exec \"$@\"".into(),
@@ -186,9 +213,7 @@ pub fn start_server(
     let child = c
         .spawn()
         .map_err(|e| format!("cannot start `{}`: {e}", argv.join(" ")))?;
-    let mut s = Owned {
-        child,
-    };
+    let mut s = Owned { child };
     let until = Instant::now() + Duration::from_secs(10);
     while Instant::now() < until {
         if let Ok(Some(st)) = s.child.try_wait() {
@@ -203,7 +228,9 @@ pub fn start_server(
         }
         std::thread::sleep(Duration::from_millis(100));
     }
-    Err(format!("its server did not accept on {host}:{port} within 10 s"))
+    Err(format!(
+        "its server did not accept on {host}:{port} within 10 s"
+    ))
 }
 
 /// CPU seconds of every process in process group `pg` (children that
@@ -439,7 +466,12 @@ pub fn manifest(dir: &Path) -> std::io::Result<BTreeMap<PathBuf, (u64, [u8; 32])
 pub fn verify(src: &BTreeMap<PathBuf, (u64, [u8; 32])>, dst: &Path) -> Option<String> {
     let got = match manifest(dst) {
         Ok(m) => m,
-        Err(e) => return Some(format!("cannot read the destination {}: {e}", dst.display())),
+        Err(e) => {
+            return Some(format!(
+                "cannot read the destination {}: {e}",
+                dst.display()
+            ))
+        }
     };
     for (p, (len, digest)) in src {
         match got.get(p) {
