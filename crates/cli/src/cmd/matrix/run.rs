@@ -34,11 +34,13 @@ impl Drop for Owned {
         while Instant::now() < until {
             if matches!(self.child.try_wait(), Ok(Some(_))) {
                 // Its session children may outlive it.
+                // SAFETY: kill(2) on our own child's process group.
                 unsafe { libc::kill(-pg, libc::SIGKILL) };
                 return;
             }
             std::thread::sleep(Duration::from_millis(20));
         }
+        // SAFETY: kill(2) on our own child's process group.
         unsafe { libc::kill(-pg, libc::SIGKILL) };
         let _ = self.child.wait();
     }
@@ -327,6 +329,7 @@ pub fn run_client(
     }
     let seconds = t0.elapsed().as_secs_f64();
     // Anything it left in its group.
+    // SAFETY: kill(2) on the process group of the child we just reaped.
     unsafe { libc::kill(-pid, libc::SIGKILL) };
     std::mem::forget(child);
     let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
