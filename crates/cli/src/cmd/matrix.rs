@@ -344,7 +344,7 @@ pub fn matrix(a: MatrixArgs) -> Outcome {
         plan.len(),
         plan.len() - todo.len(),
         runs,
-        (expected / 60.0).ceil()
+        (expected / 60.0).ceil().max(0.0)
     );
     for r in rows.iter().filter(|r| !r.installed) {
         eprintln!(
@@ -714,7 +714,13 @@ fn drive(
                 }
             }
             for &i in &live {
-                summarise(&mut doc.cells[i]);
+                // A cell cut short by an interrupt is run again whole by --resume.
+                if doc.cells[i].runs.len() < params.runs as usize {
+                    doc.cells[i].runs.clear();
+                    doc.cells[i].error = None;
+                } else {
+                    summarise(&mut doc.cells[i]);
+                }
             }
             if let Some(f) = &a.resume {
                 save(f, doc);
