@@ -89,6 +89,10 @@ pub enum Command {
     /// Print the manual page (roff), or write one page per command into a
     /// directory: `longhaul man | man -l -`, `longhaul man --out /usr/local/share/man/man1`.
     Man(ManArgs),
+    /// The data transfer test matrix: every installed tool (longhaul and its peers, at their
+    /// defaults and best settings) by path (loopback, emulated WANs) by workload, put and get,
+    /// each cell the median of N runs with its spread, CPU seconds and a check of the data.
+    Matrix(MatrixArgs),
 }
 
 #[derive(Args)]
@@ -1046,4 +1050,64 @@ mod tests {
         }
         assert!(bare.is_empty(), "without a description: {bare:#?}");
     }
+}
+
+/// `longhaul matrix` (crates/cli/src/cmd/matrix.rs).
+#[derive(Args)]
+#[command(
+    after_help = "Tools: longhaul, iperf3, iperf2, nuttcp, gridftp, xrootd, rsyncd, cp (a local copy); each at `defaults` and `best`. Paths: loopback, lan, 80ms, 100ms, satellite, or RTT/LOSS/RATE (e.g. 50ms/1e-5/1gbit); emulated paths need root and /dev/net/tun. Workloads: mem, elephant, smallfiles, tree. Not built yet: --far HOST (a second real host over ssh), rsync over ssh, scp, tar through a socket."
+)]
+pub struct MatrixArgs {
+    /// Tools, comma-separated (default: every known tool; missing ones become rows that say
+    /// how to install them). `NAME:SETTINGS` picks one settings (e.g. iperf3:best).
+    #[arg(long, value_delimiter = ',')]
+    pub tools: Vec<String>,
+    /// More tools from a JSON file (a list of templates; docs/JSON.md, "matrix tools").
+    #[arg(long, value_name = "FILE")]
+    pub tools_file: Option<PathBuf>,
+    /// Paths, comma-separated (default: loopback,80ms; --quick: loopback,lan).
+    #[arg(long, value_delimiter = ',')]
+    pub paths: Vec<String>,
+    /// Workloads, comma-separated: mem, elephant, smallfiles, tree (default: all).
+    #[arg(long, value_delimiter = ',')]
+    pub workloads: Vec<String>,
+    /// Runs per cell; a cell is their median.
+    #[arg(long, default_value_t = 3)]
+    pub runs: u32,
+    /// Small data, one run, loopback and one emulated path: under 5 minutes on 2 cores.
+    #[arg(long)]
+    pub quick: bool,
+    /// Bottleneck rate of the named emulated paths.
+    #[arg(long, value_parser = rate, default_value = "1gbit")]
+    pub rate: u64,
+    /// Size of the elephant file.
+    #[arg(long, value_parser = size)]
+    pub size: Option<u64>,
+    /// Number of small files (smallfiles; the tree has a tenth as many, of mixed sizes).
+    #[arg(long)]
+    pub files: Option<u32>,
+    /// Seconds of each memory-to-memory run.
+    #[arg(long, value_parser = duration)]
+    pub seconds: Option<Duration>,
+    /// Longest a single run may take before it is ended and counted as failed.
+    #[arg(long, value_parser = duration, default_value = "120s")]
+    pub run_timeout: Duration,
+    /// Keep finished cells in FILE (the --json document) and skip them when run again.
+    #[arg(long, value_name = "FILE")]
+    pub resume: Option<PathBuf>,
+    /// Where the data and the servers' files go (default: a temporary directory, removed after).
+    #[arg(long, value_name = "DIR")]
+    pub work_dir: Option<PathBuf>,
+    /// A second real host over ssh: not built yet (the matrix says so and stops).
+    #[arg(long, value_name = "HOST")]
+    pub far: Option<String>,
+    /// Print the table as Markdown or CSV instead of for the terminal.
+    #[arg(long, value_parser = ["table", "md", "csv"], default_value = "table")]
+    pub format: String,
+    /// Print the versioned JSON document (format longhaul-matrix) instead of a table.
+    #[arg(long)]
+    pub json: bool,
+    /// Only print the plan and its expected time.
+    #[arg(long)]
+    pub dry_run: bool,
 }

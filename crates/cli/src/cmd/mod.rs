@@ -8,6 +8,7 @@ mod dashboard;
 mod doctor;
 mod fleet;
 mod manual;
+mod matrix;
 mod perf;
 #[cfg(feature = "plot")]
 mod plot;
@@ -21,6 +22,7 @@ pub use cp::{cp, ls};
 pub use dashboard::dashboard;
 pub use doctor::{bench_disk, doctor};
 pub use manual::{completions, man};
+pub use matrix::matrix;
 pub use perf::{demo, perf};
 #[cfg(feature = "plot")]
 pub use plot::plot;

@@ -21,6 +21,7 @@ mod edges;
 mod fleet;
 mod habits;
 mod iperf3;
+mod matrix;
 #[cfg(feature = "metrics")]
 mod metrics;
 mod partials;

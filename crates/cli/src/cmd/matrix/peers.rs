@@ -1,0 +1,645 @@
+//! The peers as templates, written once: how each tool's server starts
+//! (argv, ports, files it needs), how a put and a get run (argv), how its
+//! own figure is read, and its settings (`defaults` and `best`, each with
+//! why). The matrix drives only these; `--tools-file` adds more of the
+//! same shape (docs/JSON.md, "matrix tools").
+//!
+//! Placeholders, replaced in every argv element and server file:
+//! `{bin}` this longhaul binary; `{host}` the server's address; `{port}`,
+//! `{port1}` its ports; `{root}` the directory the servers serve (the
+//! matrix's work directory); `{state}` the tool's own scratch directory;
+//! `{seconds}` a memory-to-memory run's length; `{rate}` the path's
+//! bottleneck in bit/s (100 Gbit/s on loopback); `{src}` the source
+//! directory (absolute), `{dst}` the directory that must end up equal to it
+//! (absent before the run), `{dstdir}` its parent (present), `{name}` the
+//! source's last component, and `{src_rel}`, `{dst_rel}`, `{dstdir_rel}`
+//! the same relative to `{root}`. An element that is exactly `{args}`
+//! becomes the settings' arguments. Other braces are left alone.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+/// What a tool moves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Kind {
+    /// Memory to memory: the `mem` workload only.
+    Mem,
+    /// Files: the `elephant`, `smallfiles` and `tree` workloads.
+    Files,
+}
+
+/// How a run's rate is read.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Figure {
+    /// Bytes of the workload over the client's wall time (every file tool,
+    /// so that all are timed alike).
+    #[default]
+    Wall,
+    /// iperf3 -J: `end.sum_received.bits_per_second`.
+    Iperf3,
+    /// iperf2 -y C: the last line's bits per second.
+    Iperf2,
+    /// nuttcp -fparse: `rate_Mbps=`.
+    Nuttcp,
+    /// longhaul perf --json: `summary.bits_per_second`.
+    Longhaul,
+}
+
+/// One way of running a tool.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Settings {
+    pub name: String,
+    /// Why these values.
+    #[serde(default)]
+    pub why: String,
+    #[serde(default)]
+    pub args: Vec<String>,
+}
+
+/// A tool's server, started once per path and ended by its process id.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Server {
+    pub argv: Vec<String>,
+    /// Files written into `{state}` before the start: name -> contents.
+    #[serde(default)]
+    pub files: BTreeMap<String, String>,
+    /// It must resolve its own address: inside an emulated path it runs in
+    /// a mount namespace of its own with an /etc/hosts that names both hosts.
+    #[serde(default)]
+    pub hosts_file: bool,
+}
+
+/// A client's environment variable, set from a command's output (run once
+/// per matrix, before the server starts).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct EnvFrom {
+    pub var: String,
+    pub argv: Vec<String>,
+}
+
+/// One tool.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Tool {
+    pub name: String,
+    #[serde(default)]
+    pub about: String,
+    /// Programs it needs on PATH (`{bin}` is always there).
+    #[serde(default)]
+    pub needs: Vec<String>,
+    /// The Debian package(s) that bring them.
+    #[serde(default)]
+    pub package: String,
+    pub kind: Kind,
+    #[serde(default)]
+    pub server: Option<Server>,
+    #[serde(default)]
+    pub env: Vec<EnvFrom>,
+    pub put: Vec<String>,
+    /// Empty: the tool has no get.
+    #[serde(default)]
+    pub get: Vec<String>,
+    #[serde(default)]
+    pub figure: Figure,
+    pub settings: Vec<Settings>,
+    /// Runs on this host only, whatever the path (a local copy).
+    #[serde(default)]
+    pub local: bool,
+}
+
+fn v(a: &[&str]) -> Vec<String> {
+    a.iter().map(|s| s.to_string()).collect()
+}
+
+fn set(name: &str, why: &str, args: &[&str]) -> Settings {
+    Settings {
+        name: name.into(),
+        why: why.into(),
+        args: v(args),
+    }
+}
+
+fn defaults() -> Settings {
+    set("defaults", "the tool as installed, no options", &[])
+}
+
+/// The built-in tools, in the order of the table.
+pub fn builtin() -> Vec<Tool> {
+    let serve = Server {
+        argv: v(&[
+            "{bin}",
+            "--no-archive",
+            "serve",
+            "--listen",
+            "{host}:{port}",
+            "--state-dir",
+            "{state}",
+            "--export",
+            "m={root}",
+        ]),
+        files: BTreeMap::new(),
+        hosts_file: false,
+    };
+    let lh_env = vec![
+        EnvFrom {
+            var: "LONGHAUL_TRUST".into(),
+            argv: v(&["{bin}", "id", "{state}"]),
+        },
+        EnvFrom {
+            var: "LONGHAUL_TOKEN".into(),
+            argv: v(&[
+                "{bin}",
+                "token",
+                "create",
+                "--state-dir",
+                "{state}",
+                "--export",
+                "*:rw",
+                "--note",
+                "longhaul matrix",
+            ]),
+        },
+    ];
+    vec![
+        Tool {
+            name: "longhaul".into(),
+            about: "longhaul cp against longhaul serve (TLS 1.3, every file verified)".into(),
+            needs: vec![],
+            package: String::new(),
+            kind: Kind::Files,
+            server: Some(serve.clone()),
+            env: lh_env.clone(),
+            put: v(&[
+                "{bin}",
+                "--no-archive",
+                "cp",
+                "-r",
+                "--force",
+                "{args}",
+                "{src}",
+                "longhaul://{host}:{port}/m/{dstdir_rel}/",
+            ]),
+            get: v(&[
+                "{bin}",
+                "--no-archive",
+                "cp",
+                "-r",
+                "--force",
+                "{args}",
+                "longhaul://{host}:{port}/m/{src_rel}",
+                "{dstdir}/",
+            ]),
+            figure: Figure::Wall,
+            settings: vec![
+                defaults(),
+                // Told the path's rate, cp sizes its streams for it instead of
+                // for 10 Gbit/s (bench/wan.sh's lh-cp-rate); no fdatasync per
+                // file, as the peers do not sync either.
+                set(
+                    "best",
+                    "streams sized for the path's rate; no fdatasync per file (no peer syncs)",
+                    &["--rate", "{rate}", "--no-sync"],
+                ),
+            ],
+            local: false,
+        },
+        Tool {
+            name: "longhaul-perf".into(),
+            about: "longhaul perf against longhaul serve, memory to memory".into(),
+            needs: vec![],
+            package: String::new(),
+            kind: Kind::Mem,
+            server: Some(serve),
+            env: lh_env,
+            put: v(&[
+                "{bin}",
+                "--no-archive",
+                "perf",
+                "{host}",
+                "-p",
+                "{port}",
+                "-t",
+                "{seconds}",
+                "--json",
+                "{args}",
+            ]),
+            get: v(&[
+                "{bin}",
+                "--no-archive",
+                "perf",
+                "{host}",
+                "-p",
+                "{port}",
+                "-t",
+                "{seconds}",
+                "--json",
+                "-R",
+                "{args}",
+            ]),
+            figure: Figure::Longhaul,
+            settings: vec![
+                defaults(),
+                set(
+                    "best",
+                    "stream count chosen for the path (-P auto), as bench/wan.sh runs it",
+                    &["-P", "auto"],
+                ),
+            ],
+            local: false,
+        },
+        Tool {
+            name: "iperf3".into(),
+            about: "iperf3, memory to memory".into(),
+            needs: v(&["iperf3"]),
+            package: "iperf3".into(),
+            kind: Kind::Mem,
+            server: Some(Server {
+                argv: v(&["iperf3", "-s", "-B", "{host}", "-p", "{port}"]),
+                files: BTreeMap::new(),
+                hosts_file: false,
+            }),
+            env: vec![],
+            put: v(&[
+                "iperf3",
+                "-c",
+                "{host}",
+                "-p",
+                "{port}",
+                "-t",
+                "{seconds}",
+                "-J",
+                "{args}",
+            ]),
+            get: v(&[
+                "iperf3",
+                "-c",
+                "{host}",
+                "-p",
+                "{port}",
+                "-t",
+                "{seconds}",
+                "-J",
+                "-R",
+                "{args}",
+            ]),
+            figure: Figure::Iperf3,
+            settings: vec![
+                defaults(),
+                // 4 streams fill a long path where one stream's window (capped by
+                // tcp_wmem) cannot; 1 MiB writes cut the per-call cost.
+                set(
+                    "best",
+                    "4 streams (one window is capped by tcp_wmem on long paths), 1 MiB writes",
+                    &["-P", "4", "-l", "1M"],
+                ),
+            ],
+            local: false,
+        },
+        Tool {
+            name: "iperf2".into(),
+            about: "iperf 2, memory to memory".into(),
+            needs: v(&["iperf"]),
+            package: "iperf".into(),
+            kind: Kind::Mem,
+            server: Some(Server {
+                argv: v(&["iperf", "-s", "-B", "{host}", "-p", "{port}"]),
+                files: BTreeMap::new(),
+                hosts_file: false,
+            }),
+            env: vec![],
+            put: v(&[
+                "iperf",
+                "-c",
+                "{host}",
+                "-p",
+                "{port}",
+                "-t",
+                "{seconds}",
+                "-y",
+                "C",
+                "{args}",
+            ]),
+            get: v(&[
+                "iperf",
+                "-c",
+                "{host}",
+                "-p",
+                "{port}",
+                "-t",
+                "{seconds}",
+                "-y",
+                "C",
+                "-R",
+                "{args}",
+            ]),
+            figure: Figure::Iperf2,
+            settings: vec![
+                defaults(),
+                // Not -l 1M: iperf 2.1.8's reverse test (-R) with it resets
+                // every stream and reports 0.
+                set(
+                    "best",
+                    "4 streams, as iperf3's best (without its 1 MiB writes: iperf 2.1.8's -R fails with them)",
+                    &["-P", "4"],
+                ),
+            ],
+            local: false,
+        },
+        Tool {
+            name: "nuttcp".into(),
+            about: "nuttcp, memory to memory".into(),
+            needs: v(&["nuttcp"]),
+            package: "nuttcp".into(),
+            kind: Kind::Mem,
+            server: Some(Server {
+                argv: v(&["nuttcp", "-S", "--nofork", "-P", "{port}", "-p", "{port1}"]),
+                files: BTreeMap::new(),
+                hosts_file: false,
+            }),
+            env: vec![],
+            put: v(&[
+                "nuttcp",
+                "-fparse",
+                "-t",
+                "-T",
+                "{seconds}",
+                "-P",
+                "{port}",
+                "-p",
+                "{port1}",
+                "{args}",
+                "{host}",
+            ]),
+            get: v(&[
+                "nuttcp",
+                "-fparse",
+                "-r",
+                "-T",
+                "{seconds}",
+                "-P",
+                "{port}",
+                "-p",
+                "{port1}",
+                "{args}",
+                "{host}",
+            ]),
+            figure: Figure::Nuttcp,
+            settings: vec![
+                defaults(),
+                set(
+                    "best",
+                    "4 streams, 1 MiB buffers (nuttcp's own tuning advice for long paths)",
+                    &["-N", "4", "-l", "1048576"],
+                ),
+            ],
+            local: false,
+        },
+        Tool {
+            name: "gridftp".into(),
+            about: "globus-url-copy against a globus-gridftp-server the matrix starts".into(),
+            needs: v(&["globus-url-copy", "globus-gridftp-server"]),
+            package: "globus-gass-copy-progs globus-gridftp-server-progs".into(),
+            kind: Kind::Files,
+            server: Some(Server {
+                argv: v(&[
+                    "globus-gridftp-server",
+                    "-aa",
+                    "-anonymous-user",
+                    "root",
+                    "-allow-root",
+                    "-p",
+                    "{port}",
+                    "-control-interface",
+                    "{host}",
+                    "-data-interface",
+                    "{host}",
+                    "-d",
+                    "error,warn",
+                ]),
+                files: BTreeMap::new(),
+                hosts_file: true,
+            }),
+            env: vec![],
+            put: v(&[
+                "globus-url-copy",
+                "-r",
+                "-cd",
+                "{args}",
+                "file://{src}/",
+                "ftp://{host}:{port}{dst}/",
+            ]),
+            get: v(&[
+                "globus-url-copy",
+                "-r",
+                "-cd",
+                "{args}",
+                "ftp://{host}:{port}{src}/",
+                "file://{dst}/",
+            ]),
+            figure: Figure::Wall,
+            settings: vec![
+                defaults(),
+                // ../shared/peers/servers.sh's client settings: 4 parallel streams,
+                // a 4 MiB TCP buffer, pipelining and 4 files at once for trees.
+                set(
+                    "best",
+                    "4 streams, 4 MiB TCP buffer, pipelining, 4 files at once (servers.sh)",
+                    &["-p", "4", "-tcp-bs", "4M", "-pp", "-cc", "4"],
+                ),
+            ],
+            local: false,
+        },
+        Tool {
+            name: "rsyncd".into(),
+            about: "rsync against an rsync daemon the matrix starts".into(),
+            needs: v(&["rsync"]),
+            package: "rsync".into(),
+            kind: Kind::Files,
+            server: Some(Server {
+                argv: v(&[
+                    "rsync",
+                    "--daemon",
+                    "--no-detach",
+                    "--address={host}",
+                    "--port={port}",
+                    "--config={state}/rsyncd.conf",
+                ]),
+                files: BTreeMap::from([(
+                    "rsyncd.conf".to_string(),
+                    "use chroot = no\nuid = root\ngid = root\nread only = no\n\
+                     hosts allow = 127.0.0.1 198.18.0.0/24\n[data]\n  path = {root}\n"
+                        .to_string(),
+                )]),
+                hosts_file: false,
+            }),
+            env: vec![],
+            put: v(&[
+                "rsync",
+                "-a",
+                "{args}",
+                "{src}",
+                "rsync://{host}:{port}/data/{dstdir_rel}/",
+            ]),
+            get: v(&[
+                "rsync",
+                "-a",
+                "{args}",
+                "rsync://{host}:{port}/data/{src_rel}",
+                "{dstdir}/",
+            ]),
+            figure: Figure::Wall,
+            settings: vec![
+                defaults(),
+                // The delta algorithm costs CPU and finds nothing on a first copy.
+                set(
+                    "best",
+                    "whole files (the delta algorithm finds nothing on a first copy)",
+                    &["--whole-file"],
+                ),
+            ],
+            local: false,
+        },
+        Tool {
+            name: "cp".into(),
+            about: "a local copy of the same data on this host (a limit, on every path)".into(),
+            needs: v(&["cp"]),
+            package: "coreutils".into(),
+            kind: Kind::Files,
+            server: None,
+            env: vec![],
+            put: v(&["cp", "-a", "{src}", "{dstdir}/"]),
+            get: v(&["cp", "-a", "{src}", "{dstdir}/"]),
+            figure: Figure::Wall,
+            settings: vec![defaults()],
+            local: true,
+        },
+    ]
+}
+
+/// Tools not built yet, shown as rows that say so.
+pub const NOT_BUILT: &[(&str, &str)] = &[
+    (
+        "xrootd",
+        "xrdcp against xrootd: not built into the matrix yet",
+    ),
+    ("rsync-ssh", "rsync over ssh: not built into the matrix yet"),
+    ("scp", "scp: not built into the matrix yet"),
+    (
+        "tar-socket",
+        "tar through a socket: not built into the matrix yet",
+    ),
+];
+
+/// Whether every program `t` needs is on PATH; else the install line.
+pub fn missing(t: &Tool) -> Option<String> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    let absent: Vec<&str> = t
+        .needs
+        .iter()
+        .filter(|p| !std::env::split_paths(&path).any(|d| is_executable(&d.join(p.as_str()))))
+        .map(String::as_str)
+        .collect();
+    if absent.is_empty() {
+        return None;
+    }
+    Some(if t.package.is_empty() {
+        format!("not installed ({} not on PATH)", absent.join(", "))
+    } else {
+        format!(
+            "not installed ({} not on PATH): apt-get install {}",
+            absent.join(", "),
+            t.package
+        )
+    })
+}
+
+fn is_executable(p: &std::path::Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+}
+
+/// `s` with every known `{key}` replaced.
+pub fn fill(s: &str, vars: &BTreeMap<&str, String>) -> String {
+    let mut out = s.to_string();
+    for (k, val) in vars {
+        out = out.replace(&format!("{{{k}}}"), val);
+    }
+    out
+}
+
+/// A template's argv filled in, `{args}` expanded to the settings' arguments.
+pub fn argv(template: &[String], s: &Settings, vars: &BTreeMap<&str, String>) -> Vec<String> {
+    let mut out = Vec::new();
+    for a in template {
+        if a == "{args}" {
+            out.extend(s.args.iter().map(|x| fill(x, vars)));
+        } else {
+            out.push(fill(a, vars));
+        }
+    }
+    out
+}
+
+/// Reads a tool's own figure (bytes per second) from its standard output.
+pub fn read_figure(f: Figure, out: &str) -> Result<f64, String> {
+    let rate = figure(f, out)?;
+    if rate > 0.0 && rate.is_finite() {
+        Ok(rate)
+    } else {
+        Err(format!("it reported {rate} bytes/s: no measurement"))
+    }
+}
+
+fn figure(f: Figure, out: &str) -> Result<f64, String> {
+    let num = |v: Option<f64>, what: &str| v.ok_or_else(|| format!("no {what} in its output"));
+    match f {
+        Figure::Wall => Err("wall-clock tools have no figure".into()),
+        Figure::Iperf3 => {
+            let j: serde_json::Value =
+                serde_json::from_str(out).map_err(|e| format!("its JSON did not parse: {e}"))?;
+            num(
+                j.pointer("/end/sum_received/bits_per_second")
+                    .and_then(|v| v.as_f64()),
+                "end.sum_received.bits_per_second",
+            )
+            .map(|b| b / 8.0)
+        }
+        Figure::Longhaul => {
+            let j: serde_json::Value =
+                serde_json::from_str(out).map_err(|e| format!("its JSON did not parse: {e}"))?;
+            num(
+                j.pointer("/summary/bits_per_second")
+                    .and_then(|v| v.as_f64()),
+                "summary.bits_per_second",
+            )
+            .map(|b| b / 8.0)
+        }
+        Figure::Iperf2 => {
+            // One line per stream, and with several a SUM line (id -1) in
+            // some versions: the SUM if there is one, else the streams added.
+            let rows: Vec<(String, f64)> = out
+                .lines()
+                .filter_map(|l| {
+                    let f: Vec<&str> = l.split(',').collect();
+                    Some((f.get(5)?.to_string(), f.get(8)?.trim().parse().ok()?))
+                })
+                .collect();
+            let sum = rows.iter().rev().find(|(id, _)| id == "-1").map(|r| r.1);
+            num(
+                sum.or_else(|| (!rows.is_empty()).then(|| rows.iter().map(|r| r.1).sum())),
+                "bits per second (CSV field 9)",
+            )
+            .map(|b: f64| b / 8.0)
+        }
+        Figure::Nuttcp => num(
+            out.split_whitespace()
+                .rev()
+                .find_map(|w| w.strip_prefix("rate_Mbps="))
+                .and_then(|r| r.parse().ok()),
+            "rate_Mbps=",
+        )
+        .map(|m: f64| m * 1e6 / 8.0),
+    }
+}
