@@ -501,6 +501,29 @@ pub struct CpArgs {
     /// Copy directories and their contents.
     #[arg(short, long)]
     pub recursive: bool,
+    /// rsync's archive mode: -r and -p. Symbolic links are always copied as links and
+    /// modification times always kept; owners, groups, devices and special files are not
+    /// copied (rsync's -a has -o -g -D; longhaul leaves them out). Its long name is
+    /// --archive-mode: --archive names the file of archived runs.
+    #[arg(short = 'a', long = "archive-mode")]
+    pub archive_mode: bool,
+    /// Leave out what matches PATTERN (rsync's rules: `*` stays within a name, `**` crosses
+    /// `/`, a trailing `/` matches directories only, a leading `/` anchors at the transfer
+    /// root, a name without `/` matches at any depth). Repeatable; with --include, the first
+    /// rule that matches decides, in command-line order. An excluded directory is not
+    /// walked, and what sync deletes never includes excluded destination files.
+    #[arg(long, value_name = "PATTERN", value_parser = exclude_rule, help_heading = "What is sent")]
+    pub exclude: Vec<Ranked>,
+    /// Send what matches PATTERN even if a later --exclude matches it (put it first).
+    #[arg(long, value_name = "PATTERN", value_parser = include_rule, help_heading = "What is sent")]
+    pub include: Vec<Ranked>,
+    /// Read exclude patterns from FILE (- for stdin), one a line, as rsync does: blank lines
+    /// and lines starting with # or ; are skipped, `+ PATTERN` includes, `- PATTERN` excludes.
+    #[arg(long, value_name = "FILE", value_parser = exclude_from, help_heading = "What is sent")]
+    pub exclude_from: Vec<Ranked>,
+    /// Read include patterns from FILE (- for stdin), as --exclude-from.
+    #[arg(long, value_name = "FILE", value_parser = include_from, help_heading = "What is sent")]
+    pub include_from: Vec<Ranked>,
     /// Keep permission bits (modification times are always kept). Setuid, setgid and sticky
     /// bits and world-writable directories are stripped unless --keep-special-modes.
     #[arg(short, long)]
@@ -580,6 +603,73 @@ pub struct CpArgs {
     pub ssh: SshArgs,
     #[command(flatten)]
     pub fleet: FleetArgs,
+}
+
+/// Include/exclude rules from one option, numbered in the order clap
+/// parsed them (the command line's), so that --include and --exclude can
+/// be put back in that order: rsync's first match wins.
+#[derive(Clone, Debug)]
+pub struct Ranked {
+    pub order: u64,
+    pub rules: Vec<String>,
+}
+
+static RULE_ORDER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+fn ranked(rules: Vec<String>) -> Ranked {
+    Ranked {
+        order: RULE_ORDER.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+        rules,
+    }
+}
+
+fn pattern_rule(kind: char, s: &str) -> Result<Ranked, String> {
+    if s.is_empty() {
+        return Err("an empty pattern matches nothing".into());
+    }
+    Ok(ranked(vec![format!("{kind} {s}")]))
+}
+
+fn exclude_rule(s: &str) -> Result<Ranked, String> {
+    pattern_rule('-', s)
+}
+
+fn include_rule(s: &str) -> Result<Ranked, String> {
+    pattern_rule('+', s)
+}
+
+fn rules_file(path: &str, include: bool) -> Result<Ranked, String> {
+    let text = if path == "-" {
+        std::io::read_to_string(std::io::stdin()).map_err(|e| format!("cannot read stdin: {e}"))?
+    } else {
+        std::fs::read_to_string(path).map_err(|e| format!("cannot read {path}: {e}"))?
+    };
+    longhaul_engine::xfer::filter::rules_from_lines(&text, include)
+        .map(ranked)
+        .map_err(|e| format!("{path}: {e}"))
+}
+
+fn exclude_from(s: &str) -> Result<Ranked, String> {
+    rules_file(s, false)
+}
+
+fn include_from(s: &str) -> Result<Ranked, String> {
+    rules_file(s, true)
+}
+
+impl CpArgs {
+    /// The include/exclude rules in command-line order.
+    pub fn filter_rules(&self) -> Vec<String> {
+        let mut all: Vec<&Ranked> = self
+            .exclude
+            .iter()
+            .chain(&self.include)
+            .chain(&self.exclude_from)
+            .chain(&self.include_from)
+            .collect();
+        all.sort_by_key(|r| r.order);
+        all.into_iter().flat_map(|r| r.rules.clone()).collect()
+    }
 }
 
 /// `ADDR` or `ADDR:PORT` (`[V6]:PORT`); port 0 (absent) means the
