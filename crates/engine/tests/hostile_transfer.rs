@@ -737,7 +737,10 @@ fn hostile_filter_rules_are_refused() {
     let export = base.join("export");
     std::fs::create_dir_all(export.join("a")).unwrap();
     let s = hostile_server(&export);
-    let long = format!("- {}", "*".repeat(longhaul_engine::xfer::filter::MAX_PATTERN + 1));
+    let long = format!(
+        "- {}",
+        "*".repeat(longhaul_engine::xfer::filter::MAX_PATTERN + 1)
+    );
     let payloads: Vec<Vec<String>> = vec![
         vec!["- x".into(); longhaul_engine::xfer::filter::MAX_RULES + 1],
         vec![long],

@@ -118,7 +118,14 @@ fn filter_tree(t: &TempDir) -> std::path::PathBuf {
     for d in ["build", "sub"] {
         std::fs::create_dir_all(src.join(d)).unwrap();
     }
-    for f in ["a.txt", "b.o", "keep.o", "build/x.txt", "sub/c.txt", "sub/d.o"] {
+    for f in [
+        "a.txt",
+        "b.o",
+        "keep.o",
+        "build/x.txt",
+        "sub/c.txt",
+        "sub/d.o",
+    ] {
         std::fs::write(src.join(f), f.as_bytes()).unwrap();
     }
     src
@@ -154,7 +161,14 @@ fn cp_excludes_and_includes_as_rsync_on_push_and_pull() {
     let src = filter_tree(&t);
     let exp = t.dir("exp");
     let s = data_server(&exp, &t.dir("state"));
-    let rules = ["--include", "keep.o", "--exclude", "*.o", "--exclude", "/src/build/"];
+    let rules = [
+        "--include",
+        "keep.o",
+        "--exclude",
+        "*.o",
+        "--exclude",
+        "/src/build/",
+    ];
     let mut args = vec!["cp", "-a", "--mkpath", "--json"];
     args.extend(rules);
     let src_s = src.display().to_string();
@@ -172,7 +186,14 @@ fn cp_excludes_and_includes_as_rsync_on_push_and_pull() {
     let mut args = vec!["cp", "-r", "--json"];
     // The order decides: an --include after the --exclude it would undo
     // does nothing.
-    args.extend(["--exclude", "*.o", "--include", "keep.o", "--exclude", "sub/"]);
+    args.extend([
+        "--exclude",
+        "*.o",
+        "--include",
+        "keep.o",
+        "--exclude",
+        "sub/",
+    ]);
     let pulled_s = format!("{}/", pulled.display());
     args.extend([from.as_str(), pulled_s.as_str()]);
     let o = longhaul(&args);

@@ -149,7 +149,10 @@ pub fn rules_from_lines(text: &str, default_include: bool) -> Result<Vec<String>
         if line.starts_with("- ") || line.starts_with("+ ") {
             out.push(line.to_string());
         } else {
-            out.push(format!("{} {line}", if default_include { '+' } else { '-' }));
+            out.push(format!(
+                "{} {line}",
+                if default_include { '+' } else { '-' }
+            ));
         }
     }
     Ok(out)
@@ -462,7 +465,14 @@ mod tests {
         // "-f'- zzz.txt' x" omits the zzz.txt file.
         assert_eq!(
             kept(&["- zzz.txt"], &tree),
-            ["x/", "x/file.txt", "x/y/", "x/y/file.txt", "x/z/", "x/z/file.txt"]
+            [
+                "x/",
+                "x/file.txt",
+                "x/y/",
+                "x/y/file.txt",
+                "x/z/",
+                "x/z/file.txt"
+            ]
         );
         // "-f'+ file.txt' -f'- *' x/" copies just x/file.txt: y and z are
         // excluded (the transfer root is x's contents).

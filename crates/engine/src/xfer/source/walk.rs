@@ -538,6 +538,46 @@ mod tests {
         assert_eq!(root_name(&t.path().join("root/sub/..")), "root");
     }
 
+    /// An excluded directory is not walked: a FIFO inside it (which the
+    /// walk would report as a failure) is never seen; an excluded root is
+    /// left out whole.
+    #[test]
+    fn excluded_directories_are_not_walked() {
+        let t = tree();
+        let skipped = t.path().join("root/skipped");
+        std::fs::create_dir(&skipped).unwrap();
+        rustix::fs::mknodat(
+            rustix::fs::CWD,
+            skipped.join("fifo"),
+            rustix::fs::FileType::Fifo,
+            rustix::fs::Mode::from_raw_mode(0o600),
+            0,
+        )
+        .unwrap();
+        let rules = ["- skipped/".to_string(), "- *.bin".to_string()];
+        let mut w = Walker::new([t.path().join("root")].into(), true, None, 1);
+        w.filter = Some(Arc::new(Filter::new(&rules, false).unwrap()));
+        let (found, failed) = all(&mut w);
+        assert!(
+            failed.iter().all(|f| !f.path.contains("skipped")),
+            "walked into it"
+        );
+        let paths: Vec<&str> = found.iter().map(|f| f.entry.path.as_str()).collect();
+        assert!(paths.contains(&"root/sub"), "{paths:?}");
+        assert!(
+            !paths
+                .iter()
+                .any(|p| p.contains("skipped") || p.ends_with(".bin")),
+            "{paths:?}"
+        );
+
+        let rules = ["- /root".to_string()];
+        let mut w = Walker::new([t.path().join("root")].into(), true, None, 1);
+        w.filter = Some(Arc::new(Filter::new(&rules, false).unwrap()));
+        let (found, failed) = all(&mut w);
+        assert!(found.is_empty() && failed.is_empty());
+    }
+
     #[test]
     fn a_directory_without_recursion_is_refused() {
         let t = tree();
