@@ -554,6 +554,10 @@ pub struct CpArgs {
     /// and each is paced to its share (SO_MAX_PACING_RATE).
     #[arg(long, value_parser = path_rate)]
     pub rate: Option<u64>,
+    /// rsync's rate cap, in rsync's units: bytes per second, a bare number in KiB/s, or with
+    /// a suffix K, M, G (1024-based; KB, MB, GB 1000-based). The same cap as --rate.
+    #[arg(long, value_name = "RATE", value_parser = bwlimit, conflicts_with = "rate")]
+    pub bwlimit: Option<u64>,
     /// Congestion control of the sending side (default: bbr where the sender has it).
     #[arg(long = "cc", value_name = "NAME")]
     pub congestion: Option<String>,
@@ -603,6 +607,39 @@ pub struct CpArgs {
     pub ssh: SshArgs,
     #[command(flatten)]
     pub fleet: FleetArgs,
+}
+
+/// `--bwlimit` as rsync reads it, in bits/s: bytes per second, a bare
+/// number KiB/s; `K`/`M`/`G` (or `KiB`...) 1024-based, `KB`/`MB`/`GB`
+/// 1000-based; fractions allowed (`1.5M`).
+pub fn bwlimit(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let n: f64 = num
+        .parse()
+        .map_err(|_| format!("{s:?} is not a rate: a number of KiB/s, or with K, M or G"))?;
+    let mult: f64 = match unit.to_ascii_lowercase().as_str() {
+        "" | "k" | "kib" => 1024.0,
+        "m" | "mib" => 1024.0 * 1024.0,
+        "g" | "gib" => 1024.0 * 1024.0 * 1024.0,
+        "kb" => 1e3,
+        "mb" => 1e6,
+        "gb" => 1e9,
+        "b" => 1.0,
+        _ => {
+            return Err(format!(
+                "{s:?}: unknown unit {unit:?} (K, M, G as rsync; KB, MB, GB for 1000)"
+            ))
+        }
+    };
+    let bits = n * mult * 8.0;
+    if !(bits >= 1.0 && bits < 1e18) {
+        return Err(format!("{s:?} is no rate to cap at"));
+    }
+    Ok(bits as u64)
 }
 
 /// Include/exclude rules from one option, numbered in the order clap
@@ -1093,6 +1130,43 @@ fn iperf3_listen(s: &str) -> Result<SocketAddr, String> {
 mod tests {
     use super::*;
     use clap::CommandFactory;
+
+    /// rsync's --bwlimit units: a bare number is KiB/s.
+    #[test]
+    fn bwlimit_reads_rsyncs_units() {
+        assert_eq!(bwlimit("100").unwrap(), 100 * 1024 * 8);
+        assert_eq!(bwlimit("1.5M").unwrap(), 1536 * 1024 * 8);
+        assert_eq!(bwlimit("2g").unwrap(), 2 * (1 << 30) * 8);
+        assert_eq!(bwlimit("10MB").unwrap(), 10_000_000 * 8);
+        for bad in ["", "x", "0", "5q", "-1"] {
+            assert!(bwlimit(bad).is_err(), "{bad}");
+        }
+    }
+
+    /// --include and --exclude keep their command-line order (first
+    /// match wins), whichever option each is.
+    #[test]
+    fn filter_rules_keep_command_line_order() {
+        let cli = Cli::try_parse_from([
+            "longhaul",
+            "cp",
+            "-a",
+            "--exclude",
+            "*.o",
+            "--include",
+            "keep.o",
+            "--exclude",
+            "b",
+            "src",
+            "dst",
+        ])
+        .unwrap();
+        let Command::Cp(a) = cli.command else {
+            panic!("not cp")
+        };
+        assert_eq!(a.filter_rules(), ["- *.o", "+ keep.o", "- b"]);
+        assert!(a.archive_mode);
+    }
 
     /// Every command and subcommand, with its path (`longhaul cp`).
     fn all_commands() -> Vec<(String, clap::Command)> {
