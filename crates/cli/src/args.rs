@@ -636,7 +636,7 @@ pub fn bwlimit(s: &str) -> Result<u64, String> {
         }
     };
     let bits = n * mult * 8.0;
-    if !(bits >= 1.0 && bits < 1e18) {
+    if !(1.0..1e18).contains(&bits) {
         return Err(format!("{s:?} is no rate to cap at"));
     }
     Ok(bits as u64)
