@@ -506,6 +506,29 @@ pub struct CpArgs {
     /// Copy directories and their contents.
     #[arg(short, long)]
     pub recursive: bool,
+    /// rsync's archive mode: -r and -p. Symbolic links are always copied as links and
+    /// modification times always kept; owners, groups, devices and special files are not
+    /// copied (rsync's -a has -o -g -D; longhaul leaves them out). Its long name is
+    /// --archive-mode: --archive names the file of archived runs.
+    #[arg(short = 'a', long = "archive-mode")]
+    pub archive_mode: bool,
+    /// Leave out what matches PATTERN (rsync's rules: `*` stays within a name, `**` crosses
+    /// `/`, a trailing `/` matches directories only, a leading `/` anchors at the transfer
+    /// root, a name without `/` matches at any depth). Repeatable; with --include, the first
+    /// rule that matches decides, in command-line order. An excluded directory is not
+    /// walked, and what sync deletes never includes excluded destination files.
+    #[arg(long, value_name = "PATTERN", value_parser = exclude_rule, help_heading = "What is sent")]
+    pub exclude: Vec<Ranked>,
+    /// Send what matches PATTERN even if a later --exclude matches it (put it first).
+    #[arg(long, value_name = "PATTERN", value_parser = include_rule, help_heading = "What is sent")]
+    pub include: Vec<Ranked>,
+    /// Read exclude patterns from FILE (- for stdin), one a line, as rsync does: blank lines
+    /// and lines starting with # or ; are skipped, `+ PATTERN` includes, `- PATTERN` excludes.
+    #[arg(long, value_name = "FILE", value_parser = exclude_from, help_heading = "What is sent")]
+    pub exclude_from: Vec<Ranked>,
+    /// Read include patterns from FILE (- for stdin), as --exclude-from.
+    #[arg(long, value_name = "FILE", value_parser = include_from, help_heading = "What is sent")]
+    pub include_from: Vec<Ranked>,
     /// Keep permission bits (modification times are always kept). Setuid, setgid and sticky
     /// bits and world-writable directories are stripped unless --keep-special-modes.
     #[arg(short, long)]
@@ -536,6 +559,10 @@ pub struct CpArgs {
     /// and each is paced to its share (SO_MAX_PACING_RATE).
     #[arg(long, value_parser = path_rate)]
     pub rate: Option<u64>,
+    /// rsync's rate cap, in rsync's units: bytes per second, a bare number in KiB/s, or with
+    /// a suffix K, M, G (1024-based; KB, MB, GB 1000-based). The same cap as --rate.
+    #[arg(long, value_name = "RATE", value_parser = bwlimit, conflicts_with = "rate")]
+    pub bwlimit: Option<u64>,
     /// Congestion control of the sending side (default: bbr where the sender has it).
     #[arg(long = "cc", value_name = "NAME")]
     pub congestion: Option<String>,
@@ -585,6 +612,106 @@ pub struct CpArgs {
     pub ssh: SshArgs,
     #[command(flatten)]
     pub fleet: FleetArgs,
+}
+
+/// `--bwlimit` as rsync reads it, in bits/s: bytes per second, a bare
+/// number KiB/s; `K`/`M`/`G` (or `KiB`...) 1024-based, `KB`/`MB`/`GB`
+/// 1000-based; fractions allowed (`1.5M`).
+pub fn bwlimit(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let n: f64 = num
+        .parse()
+        .map_err(|_| format!("{s:?} is not a rate: a number of KiB/s, or with K, M or G"))?;
+    let mult: f64 = match unit.to_ascii_lowercase().as_str() {
+        "" | "k" | "kib" => 1024.0,
+        "m" | "mib" => 1024.0 * 1024.0,
+        "g" | "gib" => 1024.0 * 1024.0 * 1024.0,
+        "kb" => 1e3,
+        "mb" => 1e6,
+        "gb" => 1e9,
+        "b" => 1.0,
+        _ => {
+            return Err(format!(
+                "{s:?}: unknown unit {unit:?} (K, M, G as rsync; KB, MB, GB for 1000)"
+            ))
+        }
+    };
+    let bits = n * mult * 8.0;
+    if !(1.0..1e18).contains(&bits) {
+        return Err(format!("{s:?} is no rate to cap at"));
+    }
+    Ok(bits as u64)
+}
+
+/// Include/exclude rules from one option, numbered in the order clap
+/// parsed them (the command line's), so that --include and --exclude can
+/// be put back in that order: rsync's first match wins.
+#[derive(Clone, Debug)]
+pub struct Ranked {
+    pub order: u64,
+    pub rules: Vec<String>,
+}
+
+static RULE_ORDER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+fn ranked(rules: Vec<String>) -> Ranked {
+    Ranked {
+        order: RULE_ORDER.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+        rules,
+    }
+}
+
+fn pattern_rule(kind: char, s: &str) -> Result<Ranked, String> {
+    if s.is_empty() {
+        return Err("an empty pattern matches nothing".into());
+    }
+    Ok(ranked(vec![format!("{kind} {s}")]))
+}
+
+fn exclude_rule(s: &str) -> Result<Ranked, String> {
+    pattern_rule('-', s)
+}
+
+fn include_rule(s: &str) -> Result<Ranked, String> {
+    pattern_rule('+', s)
+}
+
+fn rules_file(path: &str, include: bool) -> Result<Ranked, String> {
+    let text = if path == "-" {
+        std::io::read_to_string(std::io::stdin()).map_err(|e| format!("cannot read stdin: {e}"))?
+    } else {
+        std::fs::read_to_string(path).map_err(|e| format!("cannot read {path}: {e}"))?
+    };
+    longhaul_engine::xfer::filter::rules_from_lines(&text, include)
+        .map(ranked)
+        .map_err(|e| format!("{path}: {e}"))
+}
+
+fn exclude_from(s: &str) -> Result<Ranked, String> {
+    rules_file(s, false)
+}
+
+fn include_from(s: &str) -> Result<Ranked, String> {
+    rules_file(s, true)
+}
+
+impl CpArgs {
+    /// The include/exclude rules in command-line order.
+    pub fn filter_rules(&self) -> Vec<String> {
+        let mut all: Vec<&Ranked> = self
+            .exclude
+            .iter()
+            .chain(&self.include)
+            .chain(&self.exclude_from)
+            .chain(&self.include_from)
+            .collect();
+        all.sort_by_key(|r| r.order);
+        all.into_iter().flat_map(|r| r.rules.clone()).collect()
+    }
 }
 
 /// `ADDR` or `ADDR:PORT` (`[V6]:PORT`); port 0 (absent) means the
@@ -1014,6 +1141,43 @@ fn iperf3_listen(s: &str) -> Result<SocketAddr, String> {
 mod tests {
     use super::*;
     use clap::CommandFactory;
+
+    /// rsync's --bwlimit units: a bare number is KiB/s.
+    #[test]
+    fn bwlimit_reads_rsyncs_units() {
+        assert_eq!(bwlimit("100").unwrap(), 100 * 1024 * 8);
+        assert_eq!(bwlimit("1.5M").unwrap(), 1536 * 1024 * 8);
+        assert_eq!(bwlimit("2g").unwrap(), 2 * (1 << 30) * 8);
+        assert_eq!(bwlimit("10MB").unwrap(), 10_000_000 * 8);
+        for bad in ["", "x", "0", "5q", "-1"] {
+            assert!(bwlimit(bad).is_err(), "{bad}");
+        }
+    }
+
+    /// --include and --exclude keep their command-line order (first
+    /// match wins), whichever option each is.
+    #[test]
+    fn filter_rules_keep_command_line_order() {
+        let cli = Cli::try_parse_from([
+            "longhaul",
+            "cp",
+            "-a",
+            "--exclude",
+            "*.o",
+            "--include",
+            "keep.o",
+            "--exclude",
+            "b",
+            "src",
+            "dst",
+        ])
+        .unwrap();
+        let Command::Cp(a) = cli.command else {
+            panic!("not cp")
+        };
+        assert_eq!(a.filter_rules(), ["- *.o", "+ keep.o", "- b"]);
+        assert!(a.archive_mode);
+    }
 
     /// Every command and subcommand, with its path (`longhaul cp`).
     fn all_commands() -> Vec<(String, clap::Command)> {

@@ -230,6 +230,7 @@ fn request(op: Op, dest: &str, sources: Vec<String>) -> Message {
         parts: false,
         sealed: false,
         source_dir: false,
+        filter: Vec::new(),
     })
 }
 
@@ -724,4 +725,52 @@ fn a_source_whose_values_lie_is_caught_by_verify_which_recomputes_them() {
         s.shutdown();
         let _ = std::fs::remove_dir_all(&dir);
     }
+}
+
+/// Include/exclude rules a peer sends (issue 32): too many, too long, or
+/// not a rule, each is refused before anything moves, and the server
+/// serves on; rules that only exclude can never reach outside the export.
+#[test]
+fn hostile_filter_rules_are_refused() {
+    let base = std::env::temp_dir().join(format!("lh-filter-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&base);
+    let export = base.join("export");
+    std::fs::create_dir_all(export.join("a")).unwrap();
+    let s = hostile_server(&export);
+    let long = format!(
+        "- {}",
+        "*".repeat(longhaul_engine::xfer::filter::MAX_PATTERN + 1)
+    );
+    let payloads: Vec<Vec<String>> = vec![
+        vec!["- x".into(); longhaul_engine::xfer::filter::MAX_RULES + 1],
+        vec![long],
+        vec!["x".into()],
+        vec!["- [unclosed".into()],
+        vec!["- ".into()],
+    ];
+    for rules in payloads {
+        for op in [Op::Pull, Op::Push] {
+            let mut c = control(s.addr());
+            let Message::TransferRequest(mut t) = request(op, "in", vec!["a".into()]) else {
+                unreachable!()
+            };
+            t.filter = rules.clone();
+            c.send(&Message::TransferRequest(t)).unwrap();
+            match next(&mut c) {
+                Message::Refuse(r) => assert!(r.message.contains("filter"), "{}", r.message),
+                other => panic!("{op:?} with bad rules not refused: {other:?}"),
+            }
+        }
+    }
+    // Served on.
+    let mut c = control(s.addr());
+    c.send(&Message::ListRequest(ListRequest {
+        export: "data".into(),
+        path: "".into(),
+        recursive: false,
+    }))
+    .unwrap();
+    assert!(!matches!(next(&mut c), Message::Refuse(_)));
+    assert!(!export.join("in").exists());
+    let _ = std::fs::remove_dir_all(&base);
 }

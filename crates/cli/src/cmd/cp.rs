@@ -21,6 +21,11 @@ pub fn cp(
     archive: &crate::args::ArchiveArgs,
 ) -> Outcome {
     if a.fleet.ranks.is_some() || a.fleet.rank.is_some() {
+        if !a.filter_rules().is_empty() {
+            return Err(super::usage(
+                "--exclude/--include are not supported for a fleet's ranks yet: copy without them, or from one node",
+            ));
+        }
         return super::fleet::cp(a, sync, dry_run, archive);
     }
     if a.fleet.queue.is_some() || a.fleet.run_dir.is_some() {
@@ -70,7 +75,7 @@ pub(super) fn new_run(a: &CpArgs, sync: Option<&SyncOptions>, dry_run: bool) -> 
             "third_party": longhaul_engine::xfer::copy::is_third_party(sources, dest.first().map_or("", String::as_str)),
             "recursive": a.recursive,
             "streams": a.streams,
-            "rate_bps": a.rate,
+            "rate_bps": a.rate.or(a.bwlimit),
             "chunk": a.chunk,
             "checksum": sync.is_some_and(|s| s.checksum),
             "delete": sync.is_some_and(|s| s.delete),
@@ -96,6 +101,11 @@ fn transfer(
         .chain([&opts.dest])
         .any(|p| super::remote::ssh_target(p).is_some());
     let s = if longhaul_engine::xfer::copy::is_third_party(&opts.sources, &opts.dest) {
+        if !opts.filter.is_empty() {
+            return Err(super::usage(
+                "--exclude/--include are not supported between two remote ends yet: run the copy from the source's host",
+            ));
+        }
         cp_third_party(&opts, &a.ssh, printer)?
     } else if over_ssh {
         cp_over_ssh(&opts, &a.ssh, printer)?
@@ -215,14 +225,18 @@ pub(super) fn options(
     let security = a.security.security()?;
     let mut paths = a.paths.clone();
     let dest = paths.pop().expect("clap requires two paths");
+    // A bad rule is the user's to fix before anything connects.
+    let filter = a.filter_rules();
+    longhaul_engine::xfer::client::compile_filter(&filter, paths.iter().all(|s| s.ends_with('/')))
+        .map_err(|e| super::usage(&e))?;
     let interrupt = interrupt_flag();
     Ok(CpOptions {
         sources: paths,
         dest,
-        recursive: a.recursive,
-        preserve: a.preserve,
+        recursive: a.recursive || a.archive_mode,
+        preserve: a.preserve || a.archive_mode,
         streams: a.streams,
-        rate: a.rate,
+        rate: a.rate.or(a.bwlimit),
         congestion: a.congestion.clone(),
         chunk_size: a.chunk,
         force: a.force,
@@ -234,6 +248,7 @@ pub(super) fn options(
         verify: a.verify,
         sync,
         dry_run,
+        filter,
         tune: !a.no_tune,
         files_in_flight: a.files_in_flight,
         path_memory: Some(longhaul_engine::state::default_pathdb_file()),

@@ -107,6 +107,9 @@ pub(super) fn serve_transfer(
     };
     let dest = beneath(&ex.root, &t.dest).map_err(bad)?;
     confine(&ex.root, &dest).map_err(bad)?;
+    // The client's include/exclude rules, bounded in number and length.
+    let filter = crate::xfer::client::compile_filter(&t.filter, t.contents)
+        .map_err(|e| bad(EngineError::Usage(e)))?;
     // Everything this transfer touches resolves beneath the export root.
     let anchor = Anchor::open_as(&ex.root, Path::new(&ex.name)).map_err(bad)?;
     let landing = match t.op {
@@ -229,6 +232,7 @@ pub(super) fn serve_transfer(
                 storage,
                 umask: crate::xfer::umask(),
                 delete: t.sync.as_ref().is_some_and(|s| s.delete),
+                filter: filter.clone(),
                 dry_run: t.dry_run,
                 anchor,
                 max_files,
@@ -261,6 +265,7 @@ pub(super) fn serve_transfer(
                 anchor: Some(Arc::new(anchor)),
                 bundles: t.bundles,
                 share: None,
+                filter,
                 online: t.tuning.online,
                 send_intervals: t.tuning.intervals,
                 rtt: Duration::from_micros(u64::from(

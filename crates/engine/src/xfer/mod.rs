@@ -8,6 +8,7 @@ pub mod beneath;
 pub mod client;
 pub mod copy;
 mod digests;
+pub mod filter;
 mod parts;
 pub mod prefetch;
 pub mod sink;

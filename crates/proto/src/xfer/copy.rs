@@ -264,6 +264,7 @@ mod tests {
             parts: false,
             sealed: false,
             source_dir: false,
+            filter: Vec::new(),
         };
         assert!(within_scope(&scope, &t).is_ok());
         type Change = fn(&mut super::super::TransferRequest);

@@ -100,6 +100,12 @@ pub struct TransferRequest {
     /// ([`DestError::TreeOntoFile`]). Absent from an older client.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub source_dir: bool,
+    /// rsync's include/exclude rules (`+ PATTERN` / `- PATTERN`, first
+    /// match wins; see `longhaul_engine::xfer::filter`): the source's walk
+    /// leaves out what they exclude, and `sync --delete` leaves excluded
+    /// destination entries alone. Absent from an older client.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub filter: Vec<String>,
 }
 
 /// Socket settings of the data streams, chosen by the client for the path

@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 use longhaul_proto::msg::Message;
 use longhaul_proto::xfer::*;
 
+use super::filter::Filter;
 use crate::net::dial::{open_control, ClientOptions};
 use crate::report::{Discard, Reporter, PROGRESS_TICK};
 use crate::EngineError;
@@ -58,6 +59,10 @@ pub struct CpOptions {
     /// `sync`: what to compare and whether to delete extraneous files.
     pub sync: Option<SyncOptions>,
     pub dry_run: bool,
+    /// rsync's include/exclude rules (`+ PATTERN` / `- PATTERN`, see
+    /// [`crate::xfer::filter`]), applied by whichever end is the source
+    /// and, with `sync --delete`, by the sink to what it keeps.
+    pub filter: Vec<String>,
     /// Tune the streams carrying chunks online (unless `streams` is set),
     /// and the files in flight (unless `files_in_flight` is set).
     pub tune: bool,
@@ -212,6 +217,7 @@ impl CpOptions {
             verify: false,
             sync: None,
             dry_run: false,
+            filter: Vec::new(),
             tune: true,
             files_in_flight: None,
             path_memory: None,
@@ -229,6 +235,21 @@ impl CpOptions {
     fn contents(&self) -> bool {
         self.sources.iter().all(|s| s.ends_with('/'))
     }
+
+    /// The filter, compiled; None without rules. A bad rule is a usage
+    /// error that names it.
+    fn filter(&self) -> Result<Option<Arc<Filter>>, EngineError> {
+        compile_filter(&self.filter, self.contents()).map_err(EngineError::Usage)
+    }
+}
+
+/// `rules` compiled (None when there are none), for a transfer whose
+/// sources are named as `contents` says.
+pub fn compile_filter(rules: &[String], contents: bool) -> Result<Option<Arc<Filter>>, String> {
+    if rules.is_empty() {
+        return Ok(None);
+    }
+    Filter::new(rules, contents).map(|f| Some(Arc::new(f)))
 }
 
 /// Worth another attempt: the network or the peer went away.

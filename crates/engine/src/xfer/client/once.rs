@@ -211,6 +211,7 @@ impl Side<'_> {
                 max_files_in_flight: files_most,
                 bundles: accept.bundles,
                 share: o.share.clone(),
+                filter: o.filter()?,
             },
         )?;
         pushed(s, r, streams);
@@ -253,6 +254,7 @@ impl Side<'_> {
                 storage: storage(o),
                 umask: super::super::umask(),
                 delete: o.sync.as_ref().is_some_and(|s| s.delete),
+                filter: o.filter()?,
                 dry_run: o.dry_run,
                 anchor,
                 max_files: super::super::files_in_flight_cap(),

@@ -123,6 +123,7 @@ pub(super) fn transfer_request(
         parts: o.share.is_some(),
         sealed: super::super::sealed_frames(),
         source_dir: false,
+        filter: o.filter.clone(),
     };
     match plan {
         Plan::Push {

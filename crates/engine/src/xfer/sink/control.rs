@@ -320,7 +320,7 @@ impl Work<'_> {
         if let Ok(t) = self.cfg.target(&e.path) {
             let names = self.seen.remove(&t).unwrap_or_default();
             if !e.incomplete {
-                prune(&t, &names, self.cfg, m.report_mut());
+                prune(&t, &e.path, &names, self.cfg, m.report_mut());
             }
         }
     }

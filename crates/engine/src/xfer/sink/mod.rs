@@ -66,6 +66,9 @@ pub struct SinkConfig {
     pub umask: u32,
     /// Remove destination entries the source does not have (at each `DirEnd`).
     pub delete: bool,
+    /// With `delete`: what these rules exclude is left alone (rsync
+    /// without `--delete-excluded`).
+    pub filter: Option<Arc<super::filter::Filter>>,
     /// Report what would change; change nothing.
     pub dry_run: bool,
     /// Everything written stays beneath this directory (the export root on
@@ -360,6 +363,7 @@ mod testing {
             storage: Arc::new(Local),
             umask: 0o022,
             delete: false,
+            filter: None,
             dry_run: false,
             anchor: Anchor::open(dest).expect("anchor"),
             max_files: 64,

@@ -32,9 +32,11 @@ pub(super) fn make_link(t: &Path, e: &Entry, cfg: &SinkConfig) -> Result<(), Eng
     Ok(())
 }
 
-/// Removes what a destination directory holds beyond `keep` (sync --delete).
+/// Removes what a destination directory holds beyond `keep` (sync --delete),
+/// except what the rules exclude (`listed`: the directory's entry path).
 pub(super) fn prune(
     dir: &Path,
+    listed: &str,
     keep: &HashSet<OsString>,
     cfg: &SinkConfig,
     report: &mut SinkReport,
@@ -61,6 +63,12 @@ pub(super) fn prune(
                 let _ = std::fs::remove_file(d.join(&name));
             }
             continue;
+        }
+        if let Some(f) = &cfg.filter {
+            let is_dir = de.file_type().is_ok_and(|t| t.is_dir());
+            if f.excludes_entry(&format!("{listed}/{s}"), is_dir) {
+                continue;
+            }
         }
         let at = d.join(&name);
         let path = dir.join(&name);
@@ -183,7 +191,7 @@ mod tests {
         let cfg = config(t.path());
         let keep: HashSet<OsString> = ["keep".into()].into();
         let mut report = SinkReport::default();
-        prune(t.path(), &keep, &cfg, &mut report);
+        prune(t.path(), "dest", &keep, &cfg, &mut report);
         report.deleted.sort();
         // Named relative to the destination.
         assert_eq!(report.deleted, ["extra", "old"]);
@@ -208,7 +216,7 @@ mod tests {
             ..config(t.path())
         };
         let mut report = SinkReport::default();
-        prune(t.path(), &["keep".into()].into(), &cfg, &mut report);
+        prune(t.path(), "dest", &["keep".into()].into(), &cfg, &mut report);
         report.deleted.sort();
         assert_eq!(report.deleted, ["extra", "old"]);
         for f in ["extra", "old/deep/f", ".gone.lhjournal"] {

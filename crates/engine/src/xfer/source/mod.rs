@@ -68,6 +68,9 @@ pub struct SourceConfig {
     pub bundles: bool,
     /// A fleet rank's share: these entries instead of a walk of `roots`.
     pub share: Option<Share>,
+    /// Include/exclude rules: what they exclude is not announced, and an
+    /// excluded directory is not walked.
+    pub filter: Option<Arc<super::filter::Filter>>,
 }
 
 /// A fleet rank's share of a transfer (`longhaul-fleet`).

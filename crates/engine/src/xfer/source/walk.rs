@@ -13,6 +13,7 @@ use longhaul_proto::transfer::source::Source;
 use longhaul_proto::xfer::*;
 
 use super::super::beneath::Anchor;
+use super::super::filter::Filter;
 use super::super::prefetch::Prefetcher;
 use super::super::{kind_of, mtime_ns, Stamp};
 use super::{at, Fed, Handle, InFlight, Share, ShareFeed, ShareItem, SourceConfig};
@@ -40,6 +41,9 @@ pub(super) struct Walker {
     /// Files announced as parts: a part that changed while it was read is
     /// not sent again (the other ranks' parts are of the old version).
     parts: HashSet<PathBuf>,
+    /// Include/exclude rules: an excluded entry is not announced, an
+    /// excluded directory not listed.
+    filter: Option<Arc<Filter>>,
 }
 
 /// An entry found by the walk: what is announced, where it is read from,
@@ -74,6 +78,7 @@ impl Walker {
         w.dir_ends = cfg.dir_ends;
         w.anchor = cfg.anchor.clone();
         w.ahead = ahead;
+        w.filter = cfg.filter.clone();
         match &cfg.share {
             Some(Share::Fixed(items)) => w.share = items.iter().cloned().collect(),
             Some(Share::Fed(feed)) => w.feed = Some(feed.clone()),
@@ -104,6 +109,7 @@ impl Walker {
             share: VecDeque::new(),
             feed: None,
             parts: HashSet::new(),
+            filter: None,
         }
     }
 
@@ -114,6 +120,12 @@ impl Walker {
         meta: Option<std::fs::Metadata>,
     ) -> Result<Option<Found>, Failure> {
         let found = self.stat(path, rel, meta)?;
+        // A root (nothing listed yet) the rules exclude; children are
+        // weighed before they are described, in `child`.
+        if self.stack.is_empty() && self.excluded(&found.entry.path, found.entry.kind == Kind::Dir)
+        {
+            return Ok(None);
+        }
         if found.entry.kind == Kind::Dir {
             let (path, rel) = (&found.path, &found.entry.path);
             let fail = |error: String| Failure {
@@ -273,6 +285,12 @@ impl Walker {
         }
     }
 
+    fn excluded(&self, rel: &str, is_dir: bool) -> bool {
+        self.filter
+            .as_ref()
+            .is_some_and(|f| f.excludes_entry(rel, is_dir))
+    }
+
     fn mark_failed(&mut self) {
         if let Some(l) = self.level_failed.last_mut() {
             *l = true;
@@ -367,10 +385,19 @@ impl Walker {
         if is_reserved_name(&name) {
             return None;
         }
+        let rel = format!("{prefix}/{name}");
+        // Left out by the rules: not described, and (a directory) not
+        // walked. The type comes with the listing; no stat is needed.
+        if self.filter.is_some() {
+            let is_dir = de.file_type().is_ok_and(|t| t.is_dir());
+            if self.excluded(&rel, is_dir) {
+                return None;
+            }
+        }
         // fstatat relative to the listed directory, never following a
         // final link: no walk of the path.
         let meta = de.metadata().ok();
-        match self.entry(dir.join(de.file_name()), format!("{prefix}/{name}"), meta) {
+        match self.entry(dir.join(de.file_name()), rel, meta) {
             Ok(found) => found.map(Ok),
             Err(f) => {
                 self.mark_failed();
@@ -509,6 +536,46 @@ mod tests {
         assert_eq!(found[1].0.chunk_size, 64 << 10);
         assert_eq!(root_name(Path::new("/")), "root");
         assert_eq!(root_name(&t.path().join("root/sub/..")), "root");
+    }
+
+    /// An excluded directory is not walked: a FIFO inside it (which the
+    /// walk would report as a failure) is never seen; an excluded root is
+    /// left out whole.
+    #[test]
+    fn excluded_directories_are_not_walked() {
+        let t = tree();
+        let skipped = t.path().join("root/skipped");
+        std::fs::create_dir(&skipped).unwrap();
+        rustix::fs::mknodat(
+            rustix::fs::CWD,
+            skipped.join("fifo"),
+            rustix::fs::FileType::Fifo,
+            rustix::fs::Mode::from_raw_mode(0o600),
+            0,
+        )
+        .unwrap();
+        let rules = ["- skipped/".to_string(), "- *.bin".to_string()];
+        let mut w = Walker::new([t.path().join("root")].into(), true, None, 1);
+        w.filter = Some(Arc::new(Filter::new(&rules, false).unwrap()));
+        let (found, failed) = all(&mut w);
+        assert!(
+            failed.iter().all(|f| !f.path.contains("skipped")),
+            "walked into it"
+        );
+        let paths: Vec<&str> = found.iter().map(|f| f.entry.path.as_str()).collect();
+        assert!(paths.contains(&"root/sub"), "{paths:?}");
+        assert!(
+            !paths
+                .iter()
+                .any(|p| p.contains("skipped") || p.ends_with(".bin")),
+            "{paths:?}"
+        );
+
+        let rules = ["- /root".to_string()];
+        let mut w = Walker::new([t.path().join("root")].into(), true, None, 1);
+        w.filter = Some(Arc::new(Filter::new(&rules, false).unwrap()));
+        let (found, failed) = all(&mut w);
+        assert!(found.is_empty() && failed.is_empty());
     }
 
     #[test]
