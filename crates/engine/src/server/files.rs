@@ -154,6 +154,8 @@ pub(super) fn serve_transfer(
         parts: t.parts && t.op == Op::Push,
         // Sealed frames under keys exported from each stream's TLS session.
         sealed: t.sealed && conn.is_tls(),
+        // The include/exclude rules compiled above are applied.
+        filter: !t.filter.is_empty(),
     })) {
         return Err(failed(watch, e));
     }

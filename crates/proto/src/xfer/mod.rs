@@ -172,6 +172,11 @@ pub struct TransferAccept {
     /// the session is TLS; absent from an older server.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub sealed: bool,
+    /// The server applies the request's [`TransferRequest::filter`] (to its
+    /// walk on a pull, to what `--delete` keeps on a push). Absent from an
+    /// older server, which would ignore the rules: the client then refuses.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub filter: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -1328,6 +1333,7 @@ mod tests {
             onto: false,
             parts: false,
             sealed: false,
+            filter: false,
         };
         assert_eq!(serde_json::to_string(&a).unwrap(), r#"{"token":"t"}"#);
         let old: TransferAccept = serde_json::from_str(r#"{"token":"t"}"#).unwrap();

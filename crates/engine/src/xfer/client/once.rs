@@ -162,11 +162,25 @@ struct Side<'a> {
 }
 
 impl Side<'_> {
+    /// Include/exclude rules were sent: the server must say it applies them
+    /// (an older one would ignore them: a pull would bring everything, and
+    /// `sync --delete` would delete what the rules keep).
+    fn filter_applied(&self, accept: &TransferAccept) -> Result<(), EngineError> {
+        if self.o.filter.is_empty() || accept.filter {
+            return Ok(());
+        }
+        Err(EngineError::Failed(format!(
+            "the server at {} does not apply --exclude/--include rules (it is older than this client): upgrade it, or copy without the rules",
+            self.plan.host()
+        )))
+    }
+
     /// A push: this end is the source.
     fn push(&mut self, roots: &[PathBuf], s: &mut CpSummary) -> Result<(), EngineError> {
         let o = self.o;
         let streams = self.path.window.streams;
         let accept = accepted(&mut self.ctl, &o.client)?;
+        self.filter_applied(&accept)?;
         if o.share.is_some() && !accept.parts {
             return Err(EngineError::Failed(format!(
                 "the server at {} does not take parts of files (it is older than this client): upgrade it to move a fleet's share",
@@ -228,6 +242,7 @@ impl Side<'_> {
         let o = self.o;
         let streams = self.path.window.streams;
         let accept = accepted(&mut self.ctl, &o.client)?;
+        self.filter_applied(&accept)?;
         let data = self.attach(&accept, Direction::Down)?;
         if let Some(first) = data.first() {
             s.encryption = first.encryption();
