@@ -388,8 +388,17 @@ pub enum TokenCommand {
 pub struct PerfArgs {
     /// Server `HOST[:PORT]`; with two, the first server tests to the second (third-party mode).
     /// `[USER@]HOST:` (an empty ssh path): a host with no server, reached over ssh.
-    #[arg(required = true, num_args = 1..=2, value_name = "HOST[:PORT]")]
+    #[arg(required_unless_present_any = ["client", "server"], num_args = 1..=2, value_name = "HOST[:PORT]")]
     pub hosts: Vec<String>,
+    /// iperf3's form of the server to test (`-c HOST`): the same as naming HOST.
+    #[arg(short = 'c', long = "client", value_name = "HOST", conflicts_with = "hosts")]
+    pub client: Option<String>,
+    /// iperf3's server switch: longhaul's server is `longhaul serve` (this says so and exits).
+    #[arg(short = 's', long = "server")]
+    pub server: bool,
+    /// Write everything this command prints to FILE (appended), as iperf3's --logfile.
+    #[arg(long, value_name = "FILE")]
+    pub logfile: Option<PathBuf>,
     /// Server port, when HOST does not carry one.
     #[arg(short, long, default_value_t = DEFAULT_PORT)]
     pub port: u16,
@@ -446,7 +455,7 @@ pub struct PerfArgs {
     #[arg(short = 'i', long, default_value = "1", value_parser = duration)]
     pub interval: Duration,
     /// Leave out the first SECS (slow start) from the results.
-    #[arg(long, value_parser = duration, default_value = "0")]
+    #[arg(short = 'O', long, value_parser = duration, default_value = "0")]
     pub omit: Duration,
     /// Run the data streams over TLS, to measure encrypted throughput. By default they are
     /// plaintext (the control connection stays TLS, and each stream proves it belongs to the
@@ -460,8 +469,8 @@ pub struct PerfArgs {
     /// UDP rate in total per direction, e.g. 1G; 0 for unlimited. Default 1M.
     #[arg(short = 'b', long, value_parser = rate)]
     pub rate: Option<u64>,
-    /// Print one JSON document at the end.
-    #[arg(long, conflicts_with = "json_stream")]
+    /// Print one JSON document at the end (`-J`, as iperf3).
+    #[arg(short = 'J', long, conflicts_with = "json_stream")]
     pub json: bool,
     /// Print one JSON object per line as events happen.
     #[arg(long)]

@@ -18,7 +18,18 @@ use crate::exit;
 use crate::print::{self, human};
 
 /// `perf`: a memory-to-memory test against one server, or from one server to another.
-pub fn perf(a: PerfArgs, archive: &crate::args::ArchiveArgs) -> Outcome {
+pub fn perf(mut a: PerfArgs, archive: &crate::args::ArchiveArgs) -> Outcome {
+    if a.server {
+        return Err(usage(
+            "longhaul's server is a command of its own: `longhaul serve` (with `--iperf3 5201` it also answers iperf3 clients)",
+        ));
+    }
+    if let Some(host) = a.client.take() {
+        a.hosts = vec![host];
+    }
+    if let Some(file) = &a.logfile {
+        log_to(file)?;
+    }
     let new = longhaul_archive::model::NewRun {
         kind: "perf".into(),
         command: super::command_line(),
@@ -29,6 +40,29 @@ pub fn perf(a: PerfArgs, archive: &crate::args::ArchiveArgs) -> Outcome {
     let mut printer = super::archived(archive, new, printer);
     let outcome = run(&a, printer.as_mut());
     ended(printer.as_mut(), outcome)
+}
+
+/// `--logfile FILE`: from here on, standard output and standard error go
+/// to FILE (appended), as iperf3's option does.
+fn log_to(file: &std::path::Path) -> Result<(), Failure> {
+    use std::os::fd::AsRawFd;
+    let f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(file)
+        .map_err(|e| usage(format!("cannot open the log file {}: {e}", file.display())))?;
+    for target in [libc::STDOUT_FILENO, libc::STDERR_FILENO] {
+        // SAFETY: dup2 on two open descriptors: `f` lives to the end of this
+        // loop, and 1 and 2 are this process's standard streams.
+        if unsafe { libc::dup2(f.as_raw_fd(), target) } < 0 {
+            return Err(usage(format!(
+                "cannot write to the log file {}: {}",
+                file.display(),
+                std::io::Error::last_os_error()
+            )));
+        }
+    }
+    Ok(())
 }
 
 fn run(a: &PerfArgs, printer: &mut dyn CommandReporter) -> Outcome {
