@@ -391,7 +391,12 @@ pub struct PerfArgs {
     #[arg(required_unless_present_any = ["client", "server"], num_args = 1..=2, value_name = "HOST[:PORT]")]
     pub hosts: Vec<String>,
     /// iperf3's form of the server to test (`-c HOST`): the same as naming HOST.
-    #[arg(short = 'c', long = "client", value_name = "HOST", conflicts_with = "hosts")]
+    #[arg(
+        short = 'c',
+        long = "client",
+        value_name = "HOST",
+        conflicts_with = "hosts"
+    )]
     pub client: Option<String>,
     /// iperf3's server switch: longhaul's server is `longhaul serve` (this says so and exits).
     #[arg(short = 's', long = "server")]

@@ -719,7 +719,16 @@ fn iperf3_habits_c_j_o_logfile_and_s() {
     let t = common::TempDir::new("perf-habits");
     let log = t.path().join("perf.log");
     let o = bin()
-        .args(["perf", "-c", &s.addr().to_string(), "-t", "1", "-O", "0.2", "-J"])
+        .args([
+            "perf",
+            "-c",
+            &s.addr().to_string(),
+            "-t",
+            "1",
+            "-O",
+            "0.2",
+            "-J",
+        ])
         .arg("--logfile")
         .arg(&log)
         .stdin(Stdio::null())
@@ -728,7 +737,10 @@ fn iperf3_habits_c_j_o_logfile_and_s() {
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(o.stdout.is_empty(), "printed despite --logfile");
     let v: Value = serde_json::from_slice(&std::fs::read(&log).unwrap()).unwrap();
-    assert!(v["summary"]["bits_per_second"].as_f64().unwrap() > 0.0, "{v}");
+    assert!(
+        v["summary"]["bits_per_second"].as_f64().unwrap() > 0.0,
+        "{v}"
+    );
     let o = bin().args(["perf", "-s"]).output().unwrap();
     assert_eq!(o.status.code(), Some(2));
     assert!(stderr(&o).contains("longhaul serve"), "{}", stderr(&o));
