@@ -239,3 +239,60 @@ fn ctrl_c_while_queued_exits_130_and_leaves_the_queue() {
     assert!(!dst.join("q.bin").exists());
     srv.shutdown();
 }
+
+/// The connection limits: past `max_per_client` from one address, and past
+/// `max_connections` in all, a new connection is told why and closed, and
+/// the ones already open stay; once they close, the server takes more.
+#[test]
+fn attacker_connections_past_the_limits_are_told_busy_and_closed() {
+    use std::io::Read;
+    use std::net::TcpStream;
+    let read_refusal = |addr| {
+        let mut c = TcpStream::connect(addr).unwrap();
+        c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let mut got = Vec::new();
+        // The refusal, then the close: read_to_end ends.
+        c.read_to_end(&mut got).unwrap();
+        String::from_utf8_lossy(&got).into_owned()
+    };
+    for (per_client, total, why) in [
+        (2, 64, "too many connections from your address"),
+        (64, 2, "server has too many open connections"),
+    ] {
+        let t = TempDir::new("busy-conns");
+        let srv = common::xfer::spawn_server(ServeConfig {
+            state_dir: common::prepare_state(&t.dir("state")),
+            max_per_client: per_client,
+            max_connections: total,
+            ..ServeConfig::default()
+        });
+        let held: Vec<TcpStream> = (0..2)
+            .map(|_| TcpStream::connect(srv.addr()).unwrap())
+            .collect();
+        // The accept loop counts a connection when it takes it: wait for both.
+        std::thread::sleep(Duration::from_millis(300));
+        let said = read_refusal(srv.addr());
+        assert!(said.contains(why), "{why}: got {said:?}");
+        drop(held);
+        // Freed: a client gets in (the refusal no longer comes).
+        let start = Instant::now();
+        loop {
+            let mut c = TcpStream::connect(srv.addr()).unwrap();
+            c.set_read_timeout(Some(Duration::from_millis(500)))
+                .unwrap();
+            let mut buf = [0u8; 256];
+            match c.read(&mut buf) {
+                Err(e)
+                    if e.kind() == std::io::ErrorKind::WouldBlock
+                        || e.kind() == std::io::ErrorKind::TimedOut =>
+                {
+                    break
+                }
+                _ if start.elapsed() < Duration::from_secs(10) => {
+                    std::thread::sleep(Duration::from_millis(100))
+                }
+                other => panic!("still refused after the others closed: {other:?}"),
+            }
+        }
+    }
+}

@@ -442,6 +442,20 @@ impl ServerHandle {
     }
 }
 
+/// A connection over one of the connection limits: told "busy" (in
+/// plaintext: a TLS client sees the connection fail instead) and recorded.
+fn refuse_busy(shared: &Shared, mut stream: TcpStream, peer: SocketAddr, why: &str) {
+    refuse_on(&mut stream, RefuseCode::Busy, why);
+    shared.refused(
+        "connection",
+        None,
+        observe::ANONYMOUS,
+        RefuseCode::Busy,
+        why,
+        &peer.to_string(),
+    );
+}
+
 /// Takes a connection in: the limits, then a thread that serves it.
 fn admit(shared: &Arc<Shared>, stream: TcpStream, peer: SocketAddr) {
     let open = shared.connections.fetch_add(1, Ordering::SeqCst) + 1;
@@ -451,19 +465,8 @@ fn admit(shared: &Arc<Shared>, stream: TcpStream, peer: SocketAddr) {
             "refusing {peer}: {open} connections open, limit {}",
             shared.cfg.max_connections
         );
-        // Plaintext: a TLS client sees the connection fail instead.
-        let mut stream = stream;
         let why = "server has too many open connections; try again later";
-        refuse_on(&mut stream, RefuseCode::Busy, why);
-        let peer = peer.to_string();
-        shared.refused(
-            "connection",
-            None,
-            observe::ANONYMOUS,
-            RefuseCode::Busy,
-            why,
-            &peer,
-        );
+        refuse_busy(shared, stream, peer, why);
         return;
     }
     let ip = client_key(peer.ip());
@@ -489,18 +492,8 @@ fn admit(shared: &Arc<Shared>, stream: TcpStream, peer: SocketAddr) {
             "refusing {peer}: {mine} connections from {ip} (IPv6: its /64), limit {}",
             shared.cfg.max_per_client
         );
-        let mut stream = stream;
         let why = "too many connections from your address; try again later";
-        refuse_on(&mut stream, RefuseCode::Busy, why);
-        let peer = peer.to_string();
-        shared.refused(
-            "connection",
-            None,
-            observe::ANONYMOUS,
-            RefuseCode::Busy,
-            why,
-            &peer,
-        );
+        refuse_busy(shared, stream, peer, why);
         return;
     }
     let sh = shared.clone();

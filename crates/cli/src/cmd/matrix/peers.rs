@@ -596,25 +596,19 @@ fn figure(f: Figure, out: &str) -> Result<f64, String> {
     let num = |v: Option<f64>, what: &str| v.ok_or_else(|| format!("no {what} in its output"));
     match f {
         Figure::Wall => Err("wall-clock tools have no figure".into()),
-        Figure::Iperf3 => {
+        // Both print one JSON document; the rate is bits/s at a known place.
+        Figure::Iperf3 | Figure::Longhaul => {
+            let (pointer, name) = if matches!(f, Figure::Iperf3) {
+                (
+                    "/end/sum_received/bits_per_second",
+                    "end.sum_received.bits_per_second",
+                )
+            } else {
+                ("/summary/bits_per_second", "summary.bits_per_second")
+            };
             let j: serde_json::Value =
                 serde_json::from_str(out).map_err(|e| format!("its JSON did not parse: {e}"))?;
-            num(
-                j.pointer("/end/sum_received/bits_per_second")
-                    .and_then(|v| v.as_f64()),
-                "end.sum_received.bits_per_second",
-            )
-            .map(|b| b / 8.0)
-        }
-        Figure::Longhaul => {
-            let j: serde_json::Value =
-                serde_json::from_str(out).map_err(|e| format!("its JSON did not parse: {e}"))?;
-            num(
-                j.pointer("/summary/bits_per_second")
-                    .and_then(|v| v.as_f64()),
-                "summary.bits_per_second",
-            )
-            .map(|b| b / 8.0)
+            num(j.pointer(pointer).and_then(|v| v.as_f64()), name).map(|b| b / 8.0)
         }
         Figure::Iperf2 => {
             // One line per stream, and with several a SUM line (id -1) in
