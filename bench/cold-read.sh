@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Cold trees (issue 15): how fast the source reads a tree that is not in
 # the page cache, by the source's prefetch mode, against the device's own
-# references at queue depth 16 and 1. Same tree as bench/smallfiles.sh: N
+# references at queue depth 16 and 1. Same tree as the old bench/smallfiles.sh: N
 # files of 1-64 KiB (uniform) in 100 directories.
 #
 #   source: DISK_DIR (page cache dropped before each run: `sync; echo 3 >
