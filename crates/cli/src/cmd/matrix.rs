@@ -5,6 +5,7 @@
 //! order rotates every run) so that a noisy host hurts all alike.
 
 mod peers;
+mod ratios;
 mod run;
 
 use std::collections::BTreeMap;
@@ -910,6 +911,14 @@ fn print(a: &MatrixArgs, doc: &Doc) {
             }
         }
         println!();
+        let ratios = ratios::lines(doc, w);
+        if !ratios.is_empty() {
+            println!("longhaul against the best peer and the limit:");
+            for l in ratios {
+                println!("{}{l}", if md { "- " } else { "  " });
+            }
+            println!();
+        }
     }
     let bullet = if md { "- " } else { "" };
     for t in doc.tools.iter().filter(|t| !t.installed) {
