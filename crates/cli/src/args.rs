@@ -69,7 +69,7 @@ pub enum Command {
     /// and loaded, memory to memory both ways, both hosts' settings and storage, a short
     /// copy) and name the stage that limits it, with the fix.
     Doctor(DoctorArgs),
-    /// The archived runs, newest first (every perf, cp, sync, doctor and bench disk
+    /// The archived runs, newest first (every perf, cp, sync, doctor, bench disk and matrix
     /// run is archived unless --no-archive).
     History(HistoryArgs),
     /// One archived run whole: parameters, summary, intervals, files.
@@ -123,7 +123,7 @@ pub struct ArchiveArgs {
 
 #[derive(Args)]
 pub struct HistoryArgs {
-    /// Only runs of this kind: perf, cp, sync, doctor, bench-disk, served.
+    /// Only runs of this kind: perf, cp, sync, doctor, bench-disk, served, matrix.
     #[arg(long)]
     pub kind: Option<String>,
     /// Only runs with this remote host (a part of its name is enough).
