@@ -363,7 +363,10 @@ mod tests {
         assert_eq!(m.cells[0].bits_per_second(), Some(8e9));
         assert_eq!(m.cells[1].bits_per_second(), None);
         assert_eq!(m.verified(), Some(false));
-        assert_eq!(m.rows(), [("a".into(), "s".into()), ("b".into(), "s".into())]);
+        assert_eq!(
+            m.rows(),
+            [("a".into(), "s".into()), ("b".into(), "s".into())]
+        );
         assert!(Matrix::from_doc(&json!({"format": "longhaul-perf"})).is_none());
         assert!(Matrix::from_doc(&json!([1, 2])).is_none());
         assert!(Matrix::from_doc(&json!({"format": FORMAT, "cells": "x"})).is_none());

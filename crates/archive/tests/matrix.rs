@@ -11,7 +11,14 @@ use longhaul_archive::writer::{RunEnd, RunResult, Writer};
 use longhaul_archive::Archive;
 use serde_json::{json, Value};
 
-fn cell(tool: &str, path: &str, workload: &str, dir: &str, bps: f64, verified: Option<bool>) -> Value {
+fn cell(
+    tool: &str,
+    path: &str,
+    workload: &str,
+    dir: &str,
+    bps: f64,
+    verified: Option<bool>,
+) -> Value {
     json!({
         "tool": tool, "settings": "defaults", "path": path, "workload": workload,
         "direction": dir,
@@ -95,8 +102,14 @@ fn a_matrix_is_one_run_with_its_cells_and_each_cell_has_a_history() {
     assert_eq!(m.cells.len(), 3);
     assert_eq!(m.workloads, ["mem", "elephant"]);
     assert_eq!(m.paths, ["loopback"]);
-    assert_eq!(m.cells[1].rate.as_ref().unwrap().median_bits_per_second, 8e9);
-    assert_eq!(m.cells[1].cpu_seconds.as_ref().unwrap().server_seconds, 0.25);
+    assert_eq!(
+        m.cells[1].rate.as_ref().unwrap().median_bits_per_second,
+        8e9
+    );
+    assert_eq!(
+        m.cells[1].cpu_seconds.as_ref().unwrap().server_seconds,
+        0.25
+    );
     assert_eq!(m.limits.destination_write_bytes_per_second, Some(5e8));
     assert_eq!(m.limits.mem_to_mem_bytes_per_second["loopback"], 1.2e9);
     // The document itself, as `show --json` gives it.
@@ -154,7 +167,10 @@ fn an_archive_without_a_matrix_opens_and_has_none() {
         .query_row("PRAGMA user_version", [], |r| r.get(0))
         .unwrap();
     assert_eq!(v, SCHEMA_VERSION);
-    assert_eq!(SCHEMA_VERSION, 1, "a new schema: test that older archives still open");
+    assert_eq!(
+        SCHEMA_VERSION, 1,
+        "a new schema: test that older archives still open"
+    );
     let a = Archive::open_read_only(&path).unwrap();
     assert_eq!(matrix_runs(&a, 10).unwrap().len(), 1);
     assert_eq!(a.history(&HistoryFilter::default()).unwrap().len(), 2);

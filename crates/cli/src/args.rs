@@ -81,7 +81,8 @@ pub enum Command {
     /// from this binary (loopback by default).
     Dashboard(DashboardArgs),
     /// Draw a run's intervals (per stream and total, retransmits, RTT, each
-    /// interval's limit) to an SVG or PNG file.
+    /// interval's limit), or a matrix run's cells (tools by paths, a panel per workload),
+    /// to an SVG or PNG file.
     Plot(PlotArgs),
     /// Print a shell completion script: `longhaul completions bash >
     /// /etc/bash_completion.d/longhaul` (or zsh, fish, elvish, powershell).

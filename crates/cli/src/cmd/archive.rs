@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use longhaul_archive::model::{FileHit, HistoryFilter, RunDetail, RunRow, KINDS};
 use longhaul_archive::Archive;
-use longhaul_proto::units::{format_bytes, format_rate};
+use longhaul_proto::units::{escaped, format_bytes, format_rate};
 use serde_json::json;
 
 use super::{usage, Failure, Outcome};
@@ -157,6 +157,7 @@ fn history_line(r: &RunRow) -> String {
         Some(e) => format!("{what} ({e})"),
         None => what,
     };
+    let what = escaped(&what).to_string();
     let bytes = r.bytes.unwrap_or(r.live_bytes);
     let rate = r.bits_per_second.or(r.live_bps);
     format!(
@@ -252,7 +253,9 @@ fn print_run(d: &RunDetail) {
             ""
         }
     );
-    outln!("  command   {}", r.command);
+    // The command line may hold anything its caller typed (a matrix's tool
+    // names from a --tools-file): no byte a terminal acts on.
+    outln!("  command   {}", escaped(&r.command));
     outln!(
         "  started   {} UTC on {}{}",
         when(r.started_at),
@@ -271,7 +274,7 @@ fn print_run(d: &RunDetail) {
         ("error", &r.error),
     ] {
         if let Some(v) = v {
-            outln!("  {k:<9} {v}");
+            outln!("  {k:<9} {}", escaped(v));
         }
     }
     if let (true, Some(s)) = (r.dry_run, &d.summary) {
@@ -471,7 +474,11 @@ fn print_matrix(m: &longhaul_archive::matrix::Matrix) {
     if !lim.is_empty() {
         outln!("  limits in the same run: {}", lim.join("; "));
     }
-    for c in m.cells.iter().filter(|c| c.note.is_some() || c.error.is_some()) {
+    for c in m
+        .cells
+        .iter()
+        .filter(|c| c.note.is_some() || c.error.is_some())
+    {
         outln!(
             "  note: {} ({}) {} {} {}: {}",
             c.tool,

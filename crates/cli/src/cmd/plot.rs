@@ -54,9 +54,8 @@ fn plot_failure(e: PlotError) -> Failure {
     match e {
         PlotError::NoIntervals(_)
         | PlotError::NoCells(_)
-        | PlotError::Format { .. } | PlotError::Write { .. } => {
-            usage(e.to_string())
-        }
+        | PlotError::Format { .. }
+        | PlotError::Write { .. } => usage(e.to_string()),
         PlotError::Font | PlotError::Draw(_) => Failure::internal(e.to_string()),
     }
 }

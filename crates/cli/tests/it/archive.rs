@@ -587,7 +587,11 @@ fn a_matrix_is_archived_as_one_run_and_shown_with_its_cells() {
     assert_exit(&o, 0);
     let doc: Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(doc["cells"].as_array().unwrap().len(), 4, "{doc}");
-    assert!(!stderr(&o).contains("[1/"), "a kept cell ran: {}", stderr(&o));
+    assert!(
+        !stderr(&o).contains("[1/"),
+        "a kept cell ran: {}",
+        stderr(&o)
+    );
     let o = archived_matrix(&archive, &t.path().join("m2"), &tools, 5.0, &[]);
     assert_exit(&o, 0);
 
@@ -614,15 +618,31 @@ fn a_matrix_is_archived_as_one_run_and_shown_with_its_cells() {
     let o = with_archive(&archive, &["show", "last"]);
     assert_exit(&o, 0);
     let out = stdout(&o);
-    assert!(out.contains("matrix: 4 cells, 2 tool(s) on loopback"), "{out}");
+    assert!(
+        out.contains("matrix: 4 cells, 2 tool(s) on loopback"),
+        "{out}"
+    );
     assert!(out.contains("quick (best)"), "{out}");
     assert!(out.contains("5.00"), "the median in Gbit/s: {out}");
     assert!(out.contains("4.50-5.50"), "the spread: {out}");
     assert!(out.contains("0.40/0.30"), "CPU seconds: {out}");
-    assert!(!out.contains('\u{1b}'), "a terminal escape from a tool name: {out:?}");
+    assert!(
+        !out.contains('\u{1b}'),
+        "a terminal escape from a tool name: {out:?}"
+    );
 
-    let o = archived_matrix(&archive, &t.path().join("m3"), &tools, 6.0, &["--no-archive"]);
+    let o = archived_matrix(
+        &archive,
+        &t.path().join("m3"),
+        &tools,
+        6.0,
+        &["--no-archive"],
+    );
     assert_exit(&o, 0);
     let h = json_ok(&archive, &["history", "--json", "--kind", "matrix"]);
-    assert_eq!(h["runs"].as_array().unwrap().len(), 2, "--no-archive kept a run");
+    assert_eq!(
+        h["runs"].as_array().unwrap().len(),
+        2,
+        "--no-archive kept a run"
+    );
 }

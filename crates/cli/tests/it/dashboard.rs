@@ -680,7 +680,7 @@ fn two_matrices(tmp: &common::TempDir, archive: &Path) {
         let o = crate::archive::archived_matrix(
             archive,
             &tmp.path().join(format!("m{k}")),
-            &[("longhaul", "defaults"), (SCRIPT_TOOL, IMG_SETTINGS)],
+            &[("mem-tool", "defaults"), (SCRIPT_TOOL, IMG_SETTINGS)],
             gbit,
             &[],
         );
@@ -699,9 +699,16 @@ fn the_matrix_api_needs_the_token_and_takes_only_its_own_query() {
     fake_doctor(&archive, "far:data", "network");
     let mut g = Guard::default();
     let (addr, url) = start_dashboard(&mut g, &archive, &[]);
-    let token = url.split_once("?token=").map(|(_, t)| t.to_string()).unwrap();
+    let token = url
+        .split_once("?token=")
+        .map(|(_, t)| t.to_string())
+        .unwrap();
     let host = addr.to_string();
-    for path in ["/api/matrix", "/api/matrix?run=1", "/api/matrix?run=last&limit=5"] {
+    for path in [
+        "/api/matrix",
+        "/api/matrix?run=1",
+        "/api/matrix?run=last&limit=5",
+    ] {
         for h in [host.as_str(), "localhost", "evil.example"] {
             let (status, text) = common::http::get(addr, path, h, "");
             assert_eq!(status, 401, "{path} with Host {h}: {text}");
@@ -738,8 +745,7 @@ fn the_matrix_api_needs_the_token_and_takes_only_its_own_query() {
         "run=1&callback=x",
         "run=1&run=2",
     ] {
-        let (status, text) =
-            common::http::get(addr, &format!("/api/matrix?{bad}"), &host, &bearer);
+        let (status, text) = common::http::get(addr, &format!("/api/matrix?{bad}"), &host, &bearer);
         assert_eq!(status, 400, "{bad}: {text}");
         assert!(!text.contains("<script"), "{bad}: {text}");
     }
@@ -781,11 +787,14 @@ fn the_matrix_page_shows_a_tool_named_like_markup_as_text() {
     assert_eq!(
         names,
         json!([
-            "longhaul (defaults)",
+            "mem-tool (defaults)",
             format!("{SCRIPT_TOOL} ({IMG_SETTINGS})")
         ])
     );
-    assert_eq!(browser.js("return window.__pwned === undefined"), json!(true));
+    assert_eq!(
+        browser.js("return window.__pwned === undefined"),
+        json!(true)
+    );
     assert_eq!(
         browser.js("return document.querySelectorAll('main img, main script').length"),
         json!(0)
@@ -798,7 +807,9 @@ fn the_matrix_page_shows_a_tool_named_like_markup_as_text() {
     );
     assert_eq!(points, json!([2, 2, 2, 2]));
     // An earlier matrix by its link.
-    browser.js("document.querySelector('.matrix-runs a[href=\"#/matrix?run=1\"]').click(); return true");
+    browser.js(
+        "document.querySelector('.matrix-runs a[href=\"#/matrix?run=1\"]').click(); return true",
+    );
     browser.wait_for(
         "the first matrix",
         Duration::from_secs(60),
@@ -807,5 +818,8 @@ fn the_matrix_page_shows_a_tool_named_like_markup_as_text() {
     );
     let png = browser.screenshot(&tmp.path().join("dashboard-matrix.png"));
     assert!(colours(&png) > 30, "the matrix page looks blank");
-    assert_eq!(browser.js("return window.__pwned === undefined"), json!(true));
+    assert_eq!(
+        browser.js("return window.__pwned === undefined"),
+        json!(true)
+    );
 }

@@ -302,7 +302,11 @@ fn plot_draws_a_matrix_run_to_png_and_svg() {
                         "max_bytes_per_second": b * 1.2, "median_bits_per_second": gbit * 1e9}})
     };
     let mut cells = Vec::new();
-    for (tool, k) in [("longhaul", 1.0), ("<script>alert(1)</script>", 0.5), ("rsync", 0.3)] {
+    for (tool, k) in [
+        ("longhaul", 1.0),
+        ("<script>alert(1)</script>", 0.5),
+        ("rsync", 0.3),
+    ] {
         for path in ["loopback", "80ms"] {
             cells.push(cell(tool, path, "mem", "put", 9.0 * k, None));
             cells.push(cell(tool, path, "mem", "get", 8.0 * k, None));
@@ -356,17 +360,31 @@ fn plot_draws_a_matrix_run_to_png_and_svg() {
     assert!(s.contains("Gbit/s") && s.contains("elephant: one large file"));
     assert!(!s.contains("<script"), "a tool's name became markup");
     // Every bar: 24 cells, each a rectangle (a get's two), and more.
-    assert!(s.matches("<rect").count() >= 24, "{}", s.matches("<rect").count());
+    assert!(
+        s.matches("<rect").count() >= 24,
+        "{}",
+        s.matches("<rect").count()
+    );
 
     // A matrix that ended before its first cell has nothing to draw.
     let r = Recorder::start(&archive, &NewRun::default()).unwrap();
     let empty = r.run();
-    r.finish(None, RunEnd { status: "failed".into(), ..RunEnd::default() });
+    r.finish(
+        None,
+        RunEnd {
+            status: "failed".into(),
+            ..RunEnd::default()
+        },
+    );
     let o = run(longhaul(&home)
         .arg("--archive")
         .arg(&archive)
         .args(["plot", &empty.to_string(), "-o"])
         .arg(dir.path().join("none.svg")));
     assert_exit(&o, 2);
-    assert!(text(&o.stderr).contains("kept no cells"), "{}", text(&o.stderr));
+    assert!(
+        text(&o.stderr).contains("kept no cells"),
+        "{}",
+        text(&o.stderr)
+    );
 }

@@ -387,7 +387,9 @@ impl MatrixQuery {
 pub fn matrix_of(a: Option<&Archive>, run: Option<i64>, limit: usize) -> Result<Value, ApiError> {
     use longhaul_archive::matrix::{cell_history, matrix_runs, Matrix, MatrixRun, KIND};
     let Some(a) = a else {
-        return Ok(json!({ "missing": true, "run": null, "matrix": null, "runs": [], "history": [] }));
+        return Ok(
+            json!({ "missing": true, "run": null, "matrix": null, "runs": [], "history": [] }),
+        );
     };
     let runs = matrix_runs(a, limit)?;
     let chosen = match run {
@@ -645,11 +647,23 @@ mod tests {
             run: run.map(str::to_string),
             limit: limit.map(str::to_string),
         };
-        assert_eq!(q(None, None).check().unwrap(), (None, MATRIX_HISTORY_DEFAULT));
+        assert_eq!(
+            q(None, None).check().unwrap(),
+            (None, MATRIX_HISTORY_DEFAULT)
+        );
         assert_eq!(q(Some("last"), Some("3")).check().unwrap(), (None, 3));
         assert_eq!(q(Some("12"), Some("0")).check().unwrap(), (Some(12), 1));
         assert_eq!(q(Some(" 7 "), Some("99999")).check().unwrap().1, 200);
-        for bad in ["0", "-1", "+3", "1e3", "x", "<script>", "1;DROP TABLE runs", "99999999999999999999"] {
+        for bad in [
+            "0",
+            "-1",
+            "+3",
+            "1e3",
+            "x",
+            "<script>",
+            "1;DROP TABLE runs",
+            "99999999999999999999",
+        ] {
             let e = q(Some(bad), None).check().unwrap_err();
             assert_eq!(e.status, StatusCode::BAD_REQUEST, "{bad}");
             assert!(!e.message.contains(bad), "the answer echoes {bad}");
@@ -693,8 +707,14 @@ mod tests {
         assert_eq!(v["run"]["id"], 6);
         assert_eq!(v["history"][0]["points"].as_array().unwrap().len(), 1);
         // A run that is not a matrix, or none at all: not found.
-        assert_eq!(matrix_of(Some(&a), Some(1), 5).unwrap_err().status, StatusCode::NOT_FOUND);
-        assert_eq!(matrix_of(Some(&a), Some(99), 5).unwrap_err().status, StatusCode::NOT_FOUND);
+        assert_eq!(
+            matrix_of(Some(&a), Some(1), 5).unwrap_err().status,
+            StatusCode::NOT_FOUND
+        );
+        assert_eq!(
+            matrix_of(Some(&a), Some(99), 5).unwrap_err().status,
+            StatusCode::NOT_FOUND
+        );
     }
 
     #[test]

@@ -333,12 +333,10 @@ fn draw_panel<DB: DrawingBackend>(
                     + Text::new(
                         name,
                         (0, 8),
-                        label
-                            .clone()
-                            .pos(plotters::style::text_anchor::Pos::new(
-                                plotters::style::text_anchor::HPos::Center,
-                                plotters::style::text_anchor::VPos::Top,
-                            )),
+                        label.clone().pos(plotters::style::text_anchor::Pos::new(
+                            plotters::style::text_anchor::HPos::Center,
+                            plotters::style::text_anchor::VPos::Top,
+                        )),
                     ),
             ))
             .map_err(draw_error)?;
@@ -419,13 +417,12 @@ fn draw_panel<DB: DrawingBackend>(
                     + Text::new(
                         format!("{name} {v:.2}"),
                         (-6, -16),
-                        (FAMILY, 12)
-                            .into_font()
-                            .color(&LIMIT)
-                            .pos(plotters::style::text_anchor::Pos::new(
+                        (FAMILY, 12).into_font().color(&LIMIT).pos(
+                            plotters::style::text_anchor::Pos::new(
                                 plotters::style::text_anchor::HPos::Right,
                                 plotters::style::text_anchor::VPos::Top,
-                            )),
+                            ),
+                        ),
                     ),
             ))
             .map_err(draw_error)?;
@@ -500,7 +497,13 @@ mod tests {
         assert!(svg.contains("&lt;script&gt;"), "the name is not drawn");
         assert!(svg.contains("elephant: one large file"));
         assert!(svg.contains("Gbit/s"));
-        assert_eq!(counts(&m), Counts { cells: 5, panels: 2 });
+        assert_eq!(
+            counts(&m),
+            Counts {
+                cells: 5,
+                panels: 2
+            }
+        );
     }
 
     #[test]
