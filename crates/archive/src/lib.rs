@@ -1,5 +1,5 @@
 //! longhaul's results archive and file catalogue: every run of perf, cp,
-//! sync, doctor and bench disk (and every transfer or test a server
+//! sync, doctor, bench disk and matrix (and every transfer or test a server
 //! served), with its parameters, summary, per-interval samples and
 //! verdict, and for cp and sync each file moved with its digest. One
 //! SQLite file per host (`$XDG_DATA_HOME/longhaul/archive.db`).
@@ -11,11 +11,14 @@
 //!   data path.
 //! - [`reporter`]: [`reporter::ArchiveReporter`], the reporter that turns a
 //!   command's events into rows.
+//! - [`matrix`]: a test matrix as one run, its cells read back from the
+//!   document it keeps, and each cell's history.
 //! - [`scrub`]: credentials out of every command line and message the
 //!   archive keeps or shows.
 //! - [`when`]: the one `since` grammar of its readers and the one UTC
 //!   format of a run's time.
 
+pub mod matrix;
 pub mod model;
 pub mod reporter;
 pub mod schema;

@@ -4,7 +4,15 @@
 use serde::Serialize;
 
 /// The kinds of run the archive keeps.
-pub const KINDS: &[&str] = &["perf", "cp", "sync", "doctor", "bench-disk", "served"];
+pub const KINDS: &[&str] = &[
+    "perf",
+    "cp",
+    "sync",
+    "doctor",
+    "bench-disk",
+    "served",
+    "matrix",
+];
 
 /// A run as it starts.
 #[derive(Debug, Clone, Default)]

@@ -69,7 +69,7 @@ pub enum Command {
     /// and loaded, memory to memory both ways, both hosts' settings and storage, a short
     /// copy) and name the stage that limits it, with the fix.
     Doctor(DoctorArgs),
-    /// The archived runs, newest first (every perf, cp, sync, doctor and bench disk
+    /// The archived runs, newest first (every perf, cp, sync, doctor, bench disk and matrix
     /// run is archived unless --no-archive).
     History(HistoryArgs),
     /// One archived run whole: parameters, summary, intervals, files.
@@ -81,7 +81,8 @@ pub enum Command {
     /// from this binary (loopback by default).
     Dashboard(DashboardArgs),
     /// Draw a run's intervals (per stream and total, retransmits, RTT, each
-    /// interval's limit) to an SVG or PNG file.
+    /// interval's limit), or a matrix run's cells (tools by paths, a panel per workload),
+    /// to an SVG or PNG file.
     Plot(PlotArgs),
     /// Print a shell completion script: `longhaul completions bash >
     /// /etc/bash_completion.d/longhaul` (or zsh, fish, elvish, powershell).
@@ -123,7 +124,7 @@ pub struct ArchiveArgs {
 
 #[derive(Args)]
 pub struct HistoryArgs {
-    /// Only runs of this kind: perf, cp, sync, doctor, bench-disk, served.
+    /// Only runs of this kind: perf, cp, sync, doctor, bench-disk, served, matrix.
     #[arg(long)]
     pub kind: Option<String>,
     /// Only runs with this remote host (a part of its name is enough).

@@ -1,4 +1,5 @@
-//! `longhaul plot`: a run's intervals drawn to SVG or PNG.
+//! `longhaul plot`: a run's intervals drawn to SVG or PNG (a matrix run's
+//! cells: [`matrix`]).
 //!
 //! One figure, top to bottom:
 //!
@@ -21,6 +22,8 @@
 //! out (and, in a PNG, drawn) with DejaVu Sans embedded in the binary, so a
 //! host without fonts draws the same figure; an SVG names the family
 //! (`sans-serif`) and lets its viewer pick the face.
+
+pub mod matrix;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -52,6 +55,8 @@ const MAX_BARS: usize = 300;
 pub enum PlotError {
     #[error("run {0} has no intervals to plot (a doctor or bench disk run keeps none)")]
     NoIntervals(i64),
+    #[error("run {0} is a matrix that kept no cells to plot (it ended before its first cell)")]
+    NoCells(i64),
     #[error("cannot plot to {path}: {why}; name the file .svg or .png")]
     Format { path: PathBuf, why: String },
     #[error("cannot write {path}: {why}")]

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use longhaul_archive::model::{FileHit, HistoryFilter, RunDetail, RunRow, KINDS};
 use longhaul_archive::Archive;
-use longhaul_proto::units::{format_bytes, format_rate};
+use longhaul_proto::units::{escaped, format_bytes, format_rate};
 use serde_json::json;
 
 use super::{usage, Failure, Outcome};
@@ -157,6 +157,7 @@ fn history_line(r: &RunRow) -> String {
         Some(e) => format!("{what} ({e})"),
         None => what,
     };
+    let what = escaped(&what).to_string();
     let bytes = r.bytes.unwrap_or(r.live_bytes);
     let rate = r.bits_per_second.or(r.live_bps);
     format!(
@@ -252,7 +253,9 @@ fn print_run(d: &RunDetail) {
             ""
         }
     );
-    outln!("  command   {}", r.command);
+    // The command line may hold anything its caller typed (a matrix's tool
+    // names from a --tools-file): no byte a terminal acts on.
+    outln!("  command   {}", escaped(&r.command));
     outln!(
         "  started   {} UTC on {}{}",
         when(r.started_at),
@@ -271,7 +274,7 @@ fn print_run(d: &RunDetail) {
         ("error", &r.error),
     ] {
         if let Some(v) = v {
-            outln!("  {k:<9} {v}");
+            outln!("  {k:<9} {}", escaped(v));
         }
     }
     if let (true, Some(s)) = (r.dry_run, &d.summary) {
@@ -384,10 +387,114 @@ fn report(kind: &str, summary: &serde_json::Value) {
         "bench-disk" => serde_json::from_value(summary)
             .map(|r| crate::print::human::print_disk(&r))
             .is_ok(),
+        longhaul_archive::matrix::KIND => longhaul_archive::matrix::Matrix::from_doc(&summary)
+            .map(|m| print_matrix(&m))
+            .is_some(),
         _ => true,
     };
     if !printed {
         outln!("  (this longhaul cannot read the {kind} report: see show --json)");
+    }
+}
+
+/// A matrix's cells, a table per workload: each tool and settings on each
+/// path and direction, the median in Gbit/s with the spread, CPU seconds of
+/// both ends and whether the data verified; then the same-run limits.
+fn print_matrix(m: &longhaul_archive::matrix::Matrix) {
+    let gbit = |bytes_per_second: f64| format!("{:.2}", bytes_per_second * 8.0 / 1e9);
+    outln!(
+        "matrix: {} cells, {} tool(s) on {}{}",
+        m.cells.len(),
+        m.rows().len(),
+        m.paths.join(", "),
+        if m.interrupted { ", interrupted" } else { "" }
+    );
+    for w in &m.workloads {
+        let cells: Vec<_> = m.cells.iter().filter(|c| &c.workload == w).collect();
+        if cells.is_empty() {
+            continue;
+        }
+        outln!("  {w}:");
+        outln!(
+            "    {:<28} {:<14} {:<4} {:>8} {:>15} {:>13}  verified",
+            "tool (settings)",
+            "path",
+            "dir",
+            "Gbit/s",
+            "min-max",
+            "CPU cl/srv s"
+        );
+        for c in cells {
+            let (median, spread, cpu) = match (&c.rate, &c.cpu_seconds) {
+                (Some(r), cpu) => (
+                    gbit(r.median_bytes_per_second),
+                    format!(
+                        "{}-{}",
+                        gbit(r.min_bytes_per_second),
+                        gbit(r.max_bytes_per_second)
+                    ),
+                    cpu.as_ref().map_or_else(
+                        || "-".into(),
+                        |c| format!("{:.2}/{:.2}", c.client_seconds, c.server_seconds),
+                    ),
+                ),
+                (None, _) => (
+                    if c.error.is_some() { "failed" } else { "-" }.to_string(),
+                    "-".into(),
+                    "-".into(),
+                ),
+            };
+            outln!(
+                "    {:<28} {:<14} {:<4} {:>8} {:>15} {:>13}  {}",
+                shorten(&format!("{} ({})", c.tool, c.settings), 28),
+                shorten(&c.path, 14),
+                c.direction,
+                median,
+                spread,
+                cpu,
+                match c.verified {
+                    Some(true) => "yes",
+                    Some(false) => "NO",
+                    None => "-",
+                }
+            );
+        }
+    }
+    let l = &m.limits;
+    let mut lim = Vec::new();
+    for (p, v) in &l.mem_to_mem_bytes_per_second {
+        lim.push(format!("memory to memory on {p} {} Gbit/s", gbit(*v)));
+    }
+    for (w, v) in &l.local_copy_bytes_per_second {
+        lim.push(format!("local copy of {w} {} Gbit/s", gbit(*v)));
+    }
+    if let Some(v) = l.destination_write_bytes_per_second {
+        lim.push(format!("destination write {} Gbit/s", gbit(v)));
+    }
+    if !lim.is_empty() {
+        outln!("  limits in the same run: {}", lim.join("; "));
+    }
+    for c in m
+        .cells
+        .iter()
+        .filter(|c| c.note.is_some() || c.error.is_some())
+    {
+        outln!(
+            "  note: {} ({}) {} {} {}: {}",
+            c.tool,
+            c.settings,
+            c.path,
+            c.workload,
+            c.direction,
+            c.note.as_deref().or(c.error.as_deref()).unwrap_or("")
+        );
+    }
+    for t in m.tools.iter().filter(|t| !t.installed) {
+        outln!(
+            "  {}: {}",
+            t.name,
+            t.note.as_deref().unwrap_or("not installed")
+        );
     }
 }
 

@@ -4,6 +4,7 @@
 //! both ends and a check of the data. Runs alternate between tools (the
 //! order rotates every run) so that a noisy host hurts all alike.
 
+mod archive;
 mod peers;
 mod ratios;
 mod run;
@@ -16,7 +17,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::{interrupt_flag, usage, Failure, Outcome};
-use crate::args::MatrixArgs;
+use crate::args::{ArchiveArgs, MatrixArgs};
 use crate::exit;
 use peers::{Kind, Tool};
 
@@ -174,7 +175,7 @@ struct Params {
 const WORKLOADS: &[&str] = &["mem", "elephant", "smallfiles", "tree"];
 
 /// `longhaul matrix`.
-pub fn matrix(a: MatrixArgs) -> Outcome {
+pub fn matrix(a: MatrixArgs, archive_args: &ArchiveArgs) -> Outcome {
     if let Some(h) = &a.far {
         return Err(usage(format!(
             "--far {h}: a second real host is not built into the matrix yet; run the matrix on \
@@ -379,6 +380,7 @@ pub fn matrix(a: MatrixArgs) -> Outcome {
         limits: Limits::default(),
         interrupted: false,
     };
+    let kept = archive::start(archive_args, &paths, &params);
     let r = drive(
         &a, &bin, &work, &chosen, &paths, &params, &mut doc, &done, &stop,
     );
@@ -387,6 +389,7 @@ pub fn matrix(a: MatrixArgs) -> Outcome {
     if let Some(f) = &a.resume {
         save(f, &doc);
     }
+    archive::finish(kept, &doc, r.as_ref().err());
     if let Err(e) = r {
         return Err(Failure {
             code: exit::FAILED,

@@ -1,5 +1,5 @@
-//! `plot`: a run's intervals drawn to SVG or PNG (the drawing:
-//! [`longhaul_view::plot`]). Reads the archive read-only.
+//! `plot`: a run's intervals drawn to SVG or PNG, or a matrix run's cells
+//! (the drawing: [`longhaul_view::plot`]). Reads the archive read-only.
 
 use longhaul_view::plot::{self, PlotError};
 
@@ -15,6 +15,20 @@ pub fn plot(a: PlotArgs, archive: &ArchiveArgs) -> Outcome {
     let archive = super::archive::open(archive)?;
     let id = archive.resolve(&a.run).map_err(archive_failure)?;
     let detail = archive.run(id).map_err(archive_failure)?;
+    if detail.run.kind == longhaul_archive::matrix::KIND {
+        let m = longhaul_archive::matrix::Matrix::of(&detail).unwrap_or_default();
+        plot::matrix::render(&detail.run, &m, &a.output).map_err(plot_failure)?;
+        let counts = plot::matrix::counts(&m);
+        outln!(
+            "wrote {} ({} cell{}, {} workload panel{})",
+            a.output.display(),
+            counts.cells,
+            plural(counts.cells),
+            counts.panels,
+            plural(counts.panels)
+        );
+        return Ok(exit::OK);
+    }
     plot::render(&detail, &a.output).map_err(plot_failure)?;
     let counts = plot::counts(&detail);
     outln!(
@@ -38,9 +52,10 @@ fn plural(n: usize) -> &'static str {
 
 fn plot_failure(e: PlotError) -> Failure {
     match e {
-        PlotError::NoIntervals(_) | PlotError::Format { .. } | PlotError::Write { .. } => {
-            usage(e.to_string())
-        }
+        PlotError::NoIntervals(_)
+        | PlotError::NoCells(_)
+        | PlotError::Format { .. }
+        | PlotError::Write { .. } => usage(e.to_string()),
         PlotError::Font | PlotError::Draw(_) => Failure::internal(e.to_string()),
     }
 }

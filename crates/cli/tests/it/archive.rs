@@ -505,3 +505,144 @@ fn show_escapes_what_an_archived_report_says() {
     assert!(out.contains("ext4\\u{1b}]0;owned\\u{7}\\n"), "{out}");
     assert!(out.contains("\\u{1b}[31mred"), "{out}");
 }
+
+/// A matrix run of the binary that runs nothing: every cell of `tools`
+/// (memory to memory on loopback, put and get) is already done in its
+/// `--resume` document, at `gbit` Gbit/s, so `longhaul matrix` only plans,
+/// keeps them, prints and archives, in well under a second. The tools come
+/// from a `--tools-file`, as a user's would (names and settings as given).
+pub(crate) fn archived_matrix(
+    archive: &Path,
+    dir: &Path,
+    tools: &[(&str, &str)],
+    gbit: f64,
+    extra: &[&str],
+) -> std::process::Output {
+    use serde_json::json;
+    fs::create_dir_all(dir).unwrap();
+    let file: Vec<Value> = tools
+        .iter()
+        .map(|(name, settings)| {
+            json!({"name": name, "kind": "mem", "put": ["true"], "get": ["true"],
+                   "settings": [{"name": settings, "args": []}]})
+        })
+        .collect();
+    let tools_file = dir.join("tools.json");
+    fs::write(&tools_file, serde_json::to_string(&file).unwrap()).unwrap();
+    let bytes = gbit * 1e9 / 8.0;
+    let cells: Vec<Value> = tools
+        .iter()
+        .flat_map(|(name, settings)| {
+            ["put", "get"].map(|d| {
+                json!({"tool": name, "settings": settings, "path": "loopback", "workload": "mem",
+                    "direction": d,
+                    "rate": {"median_bytes_per_second": bytes, "min_bytes_per_second": bytes * 0.9,
+                             "max_bytes_per_second": bytes * 1.1, "median_bits_per_second": bytes * 8.0},
+                    "cpu_seconds": {"client_seconds": 0.4, "server_seconds": 0.3},
+                    "verified": null, "error": null, "note": null,
+                    "runs": [{"bytes_per_second": bytes, "seconds": 1.0, "cpu_client_seconds": 0.4,
+                              "cpu_server_seconds": 0.3, "verified": null, "error": null}]})
+            })
+        })
+        .collect();
+    let resume = dir.join("resume.json");
+    let doc = json!({
+        "format": "longhaul-matrix", "format_version": 1,
+        "params": {"runs": 1, "elephant_bytes": 1048576, "small_files": 20, "mem_seconds": 1.0,
+                   "workloads": ["mem"]},
+        "tools": [], "paths": [{"name": "loopback", "rtt_ms": 0.0, "loss": 0.0, "rate_bps": null}],
+        "cells": cells,
+        "limits": {"mem_to_mem_bytes_per_second": {}, "local_copy_bytes_per_second": {}},
+        "interrupted": false
+    });
+    fs::write(&resume, serde_json::to_string(&doc).unwrap()).unwrap();
+    let names: Vec<&str> = tools.iter().map(|(n, _)| *n).collect();
+    bin()
+        .arg("--archive")
+        .arg(archive)
+        .args(["matrix", "--tools", &names.join(","), "--tools-file"])
+        .arg(&tools_file)
+        .args(["--paths", "loopback", "--workloads", "mem", "--runs", "1"])
+        .arg("--work-dir")
+        .arg(dir.join("work"))
+        .arg("--resume")
+        .arg(&resume)
+        .args(extra)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run longhaul matrix")
+}
+
+/// A matrix is one run with its cells: `history` lists it, `show` prints
+/// its cells (and never a byte a terminal acts on, whatever a tool in the
+/// user's `--tools-file` is named), `show --json` gives its document;
+/// `--no-archive` keeps nothing.
+#[test]
+fn a_matrix_is_archived_as_one_run_and_shown_with_its_cells() {
+    let t = TempDir::new("archive-matrix");
+    let archive = t.path().join("archive.db");
+    let odd = "red\u{1b}[31m<script>alert(1)</script>";
+    let tools = [("quick", "best"), (odd, "defaults")];
+    let o = archived_matrix(&archive, &t.path().join("m1"), &tools, 4.0, &["--json"]);
+    assert_exit(&o, 0);
+    let doc: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(doc["cells"].as_array().unwrap().len(), 4, "{doc}");
+    assert!(
+        !stderr(&o).contains("[1/"),
+        "a kept cell ran: {}",
+        stderr(&o)
+    );
+    let o = archived_matrix(&archive, &t.path().join("m2"), &tools, 5.0, &[]);
+    assert_exit(&o, 0);
+
+    let h = json_ok(&archive, &["history", "--json", "--kind", "matrix"]);
+    let runs = h["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 2, "{h}");
+    assert_eq!(runs[0]["kind"], "matrix");
+    assert_eq!(runs[0]["status"], "ok");
+    assert_eq!(runs[0]["remote_host"], "loopback");
+    let o = with_archive(&archive, &["history"]);
+    assert_exit(&o, 0);
+    assert!(stdout(&o).contains("matrix"), "{}", stdout(&o));
+
+    let show = json_ok(&archive, &["show", "last", "--json"]);
+    let summary = &show["run"]["summary"];
+    assert_eq!(summary["format"], "longhaul-matrix");
+    let cells = summary["cells"].as_array().unwrap();
+    assert_eq!(cells.len(), 4);
+    assert_eq!(cells[0]["rate"]["median_bits_per_second"], 5e9);
+    assert_eq!(cells[0]["cpu_seconds"]["server_seconds"], 0.3);
+    assert!(cells.iter().any(|c| c["tool"] == odd));
+    assert_eq!(show["run"]["params"]["workloads"][0], "mem");
+
+    let o = with_archive(&archive, &["show", "last"]);
+    assert_exit(&o, 0);
+    let out = stdout(&o);
+    assert!(
+        out.contains("matrix: 4 cells, 2 tool(s) on loopback"),
+        "{out}"
+    );
+    assert!(out.contains("quick (best)"), "{out}");
+    assert!(out.contains("5.00"), "the median in Gbit/s: {out}");
+    assert!(out.contains("4.50-5.50"), "the spread: {out}");
+    assert!(out.contains("0.40/0.30"), "CPU seconds: {out}");
+    assert!(
+        !out.contains('\u{1b}'),
+        "a terminal escape from a tool name: {out:?}"
+    );
+
+    let o = archived_matrix(
+        &archive,
+        &t.path().join("m3"),
+        &tools,
+        6.0,
+        &["--no-archive"],
+    );
+    assert_exit(&o, 0);
+    let h = json_ok(&archive, &["history", "--json", "--kind", "matrix"]);
+    assert_eq!(
+        h["runs"].as_array().unwrap().len(),
+        2,
+        "--no-archive kept a run"
+    );
+}

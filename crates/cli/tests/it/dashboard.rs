@@ -668,3 +668,158 @@ fn a_port_in_use_is_named_and_a_usage_error() {
     assert!(err.contains("in use") && err.contains("--listen"), "{err}");
     drop(busy);
 }
+
+/// Two matrix runs of the binary (nothing measured: their cells come from
+/// `--resume`), one tool named like a script and its settings like an
+/// image that runs one: what a user's `--tools-file` may say.
+const SCRIPT_TOOL: &str = "<script>window.__pwned=1</script>";
+const IMG_SETTINGS: &str = "<img src=x onerror=window.__pwned=2>";
+
+fn two_matrices(tmp: &common::TempDir, archive: &Path) {
+    for (k, gbit) in [(1, 3.0), (2, 4.0)] {
+        let o = crate::archive::archived_matrix(
+            archive,
+            &tmp.path().join(format!("m{k}")),
+            &[("mem-tool", "defaults"), (SCRIPT_TOOL, IMG_SETTINGS)],
+            gbit,
+            &[],
+        );
+        common::assert_exit(&o, 0);
+    }
+}
+
+/// The matrix page's data obeys the dashboard's token like every other
+/// answer, takes only `run` (a number or `last`) and `limit` (a number),
+/// and gives a tool's name as a JSON string, never as markup.
+#[test]
+fn the_matrix_api_needs_the_token_and_takes_only_its_own_query() {
+    let tmp = common::TempDir::new("dashboard-matrix-api");
+    let archive = tmp.path().join("archive.db");
+    two_matrices(&tmp, &archive);
+    fake_doctor(&archive, "far:data", "network");
+    let mut g = Guard::default();
+    let (addr, url) = start_dashboard(&mut g, &archive, &[]);
+    let token = url
+        .split_once("?token=")
+        .map(|(_, t)| t.to_string())
+        .unwrap();
+    let host = addr.to_string();
+    for path in [
+        "/api/matrix",
+        "/api/matrix?run=1",
+        "/api/matrix?run=last&limit=5",
+    ] {
+        for h in [host.as_str(), "localhost", "evil.example"] {
+            let (status, text) = common::http::get(addr, path, h, "");
+            assert_eq!(status, 401, "{path} with Host {h}: {text}");
+            assert!(!text.contains("__pwned"), "{text}");
+        }
+    }
+    let bearer = format!("Authorization: Bearer {token}\r\n");
+    let (status, text) = common::http::get(addr, "/api/matrix", &host, &bearer);
+    assert_eq!(status, 200, "{text}");
+    let lower = text.to_ascii_lowercase();
+    assert!(lower.contains("content-type: application/json"), "{text}");
+    assert!(lower.contains("x-content-type-options: nosniff"), "{text}");
+    let body: Value = serde_json::from_str(text.split_once("\r\n\r\n").unwrap().1).unwrap();
+    assert_eq!(body["run"]["id"], 2);
+    assert_eq!(body["runs"].as_array().unwrap().len(), 2);
+    assert!(body["matrix"]["cells"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|c| c["tool"] == SCRIPT_TOOL && c["settings"] == IMG_SETTINGS));
+    let cells = body["history"].as_array().unwrap();
+    assert_eq!(cells.len(), 4, "{body}");
+    assert_eq!(cells[0]["points"].as_array().unwrap().len(), 2, "{body}");
+    let (status, text) = common::http::get(addr, "/api/matrix?run=1&limit=1", &host, &bearer);
+    assert_eq!(status, 200, "{text}");
+    assert!(text.contains("\"id\":1"), "{text}");
+    for bad in [
+        "run=%3Cscript%3E",
+        "run=1%3BDROP%20TABLE%20runs",
+        "run=-1",
+        "run=0",
+        "limit=lots",
+        "limit=-3",
+        "run=1&callback=x",
+        "run=1&run=2",
+    ] {
+        let (status, text) = common::http::get(addr, &format!("/api/matrix?{bad}"), &host, &bearer);
+        assert_eq!(status, 400, "{bad}: {text}");
+        assert!(!text.contains("<script"), "{bad}: {text}");
+    }
+    // A run that is not a matrix, or is not there.
+    for (run, status) in [("3", 404), ("99", 404)] {
+        let (got, text) =
+            common::http::get(addr, &format!("/api/matrix?run={run}"), &host, &bearer);
+        assert_eq!(got, status, "run {run}: {text}");
+    }
+}
+
+/// In a real browser: the matrix page shows the latest matrix and the
+/// history of each cell, and a tool named like a script (its settings
+/// like an image that runs one) is shown as text, run never.
+#[test]
+fn the_matrix_page_shows_a_tool_named_like_markup_as_text() {
+    let Some(chromium) = browser_available() else {
+        return;
+    };
+    let tmp = common::TempDir::new("dashboard-matrix");
+    let archive = tmp.path().join("archive.db");
+    two_matrices(&tmp, &archive);
+    let mut g = Guard::default();
+    let (addr, url) = start_dashboard(&mut g, &archive, &[]);
+    let browser = start_chromedriver(&mut g, &chromium, &tmp.dir("profile"));
+    browser.go(&url);
+    browser.wait_for(
+        "the live feed",
+        Duration::from_secs(60),
+        "return document.body.getAttribute('data-updated')",
+    );
+    browser.go(&format!("http://{addr}/#/matrix"));
+    let names = browser.wait_for(
+        "the matrix table",
+        Duration::from_secs(60),
+        "const t = document.querySelectorAll('.matrix-tool'); \
+         return t.length ? Array.from(t).map(e => e.textContent) : null",
+    );
+    assert_eq!(
+        names,
+        json!([
+            "mem-tool (defaults)",
+            format!("{SCRIPT_TOOL} ({IMG_SETTINGS})")
+        ])
+    );
+    assert_eq!(
+        browser.js("return window.__pwned === undefined"),
+        json!(true)
+    );
+    assert_eq!(
+        browser.js("return document.querySelectorAll('main img, main script').length"),
+        json!(0)
+    );
+    // The latest run's median, and each cell's history over both runs.
+    let text = browser.js("return document.querySelector('table.matrix').innerText");
+    assert!(text.as_str().unwrap().contains("4.00"), "{text}");
+    let points = browser.js(
+        "return Array.from(document.querySelectorAll('svg.spark')).map(s => Number(s.dataset.points))",
+    );
+    assert_eq!(points, json!([2, 2, 2, 2]));
+    // An earlier matrix by its link.
+    browser.js(
+        "document.querySelector('.matrix-runs a[href=\"#/matrix?run=1\"]').click(); return true",
+    );
+    browser.wait_for(
+        "the first matrix",
+        Duration::from_secs(60),
+        "const h = document.querySelector('main h2'); \
+         return h && h.textContent.startsWith('Matrix run #1')",
+    );
+    let png = browser.screenshot(&tmp.path().join("dashboard-matrix.png"));
+    assert!(colours(&png) > 30, "the matrix page looks blank");
+    assert_eq!(
+        browser.js("return window.__pwned === undefined"),
+        json!(true)
+    );
+}

@@ -283,3 +283,108 @@ fn plot_says_plainly_what_is_wrong() {
     assert!(text(&o.stderr).contains("junk.db"), "{}", text(&o.stderr));
     assert!(!out.exists());
 }
+
+/// A matrix run (recorded as `longhaul matrix` records one): tools by
+/// paths, a panel per workload, to PNG and SVG of sensible size; a tool
+/// named like markup is text in the SVG.
+#[test]
+fn plot_draws_a_matrix_run_to_png_and_svg() {
+    use longhaul_archive::matrix::Recorder;
+    use serde_json::json;
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    let archive = dir.path().join("archive.db");
+    let cell = |tool: &str, path: &str, w: &str, d: &str, gbit: f64, verified: Option<bool>| {
+        let b = gbit * 1e9 / 8.0;
+        json!({"tool": tool, "settings": "defaults", "path": path, "workload": w, "direction": d,
+               "verified": verified, "cpu_seconds": {"client_seconds": 1.0, "server_seconds": 0.5},
+               "rate": {"median_bytes_per_second": b, "min_bytes_per_second": b * 0.8,
+                        "max_bytes_per_second": b * 1.2, "median_bits_per_second": gbit * 1e9}})
+    };
+    let mut cells = Vec::new();
+    for (tool, k) in [
+        ("longhaul", 1.0),
+        ("<script>alert(1)</script>", 0.5),
+        ("rsync", 0.3),
+    ] {
+        for path in ["loopback", "80ms"] {
+            cells.push(cell(tool, path, "mem", "put", 9.0 * k, None));
+            cells.push(cell(tool, path, "mem", "get", 8.0 * k, None));
+            cells.push(cell(tool, path, "elephant", "put", 3.0 * k, Some(k > 0.4)));
+            cells.push(cell(tool, path, "elephant", "get", 2.0 * k, Some(true)));
+        }
+    }
+    let doc = json!({"format": "longhaul-matrix", "format_version": 1,
+        "params": {"workloads": ["mem", "elephant"]},
+        "paths": [{"name": "loopback"}, {"name": "80ms"}], "cells": cells,
+        "limits": {"local_copy_bytes_per_second": {"elephant": 5e8},
+                   "destination_write_bytes_per_second": 4e8}});
+    let r = Recorder::start(&archive, &NewRun::default()).unwrap();
+    let id = r.run();
+    r.finish(
+        Some(doc),
+        RunEnd {
+            status: "partial".into(),
+            ..RunEnd::default()
+        },
+    );
+    let png_out = dir.path().join("matrix.png");
+    let o = run(longhaul(&home)
+        .arg("--archive")
+        .arg(&archive)
+        .args(["plot", &id.to_string(), "-o"])
+        .arg(&png_out));
+    assert_exit(&o, 0);
+    assert_eq!(
+        text(&o.stdout).trim(),
+        format!("wrote {} (24 cells, 2 workload panels)", png_out.display())
+    );
+    let png_bytes = std::fs::read(&png_out).unwrap();
+    // Two panels under the title and legend.
+    assert_eq!(png_size(&png_bytes), (1400, 110 + 2 * 340));
+    assert!(
+        (10_000..2_000_000).contains(&png_bytes.len()),
+        "{} bytes",
+        png_bytes.len()
+    );
+    let svg_out = dir.path().join("matrix.svg");
+    let o = run(longhaul(&home)
+        .arg("--archive")
+        .arg(&archive)
+        .args(["plot", "last", "-o"])
+        .arg(&svg_out));
+    assert_exit(&o, 0);
+    let s = std::fs::read_to_string(&svg_out).unwrap();
+    assert!(s.starts_with("<svg") && s.trim_end().ends_with("</svg>"));
+    assert!((5_000..2_000_000).contains(&s.len()), "{} bytes", s.len());
+    assert!(s.contains("Gbit/s") && s.contains("elephant: one large file"));
+    assert!(!s.contains("<script"), "a tool's name became markup");
+    // Every bar: 24 cells, each a rectangle (a get's two), and more.
+    assert!(
+        s.matches("<rect").count() >= 24,
+        "{}",
+        s.matches("<rect").count()
+    );
+
+    // A matrix that ended before its first cell has nothing to draw.
+    let r = Recorder::start(&archive, &NewRun::default()).unwrap();
+    let empty = r.run();
+    r.finish(
+        None,
+        RunEnd {
+            status: "failed".into(),
+            ..RunEnd::default()
+        },
+    );
+    let o = run(longhaul(&home)
+        .arg("--archive")
+        .arg(&archive)
+        .args(["plot", &empty.to_string(), "-o"])
+        .arg(dir.path().join("none.svg")));
+    assert_exit(&o, 2);
+    assert!(
+        text(&o.stderr).contains("kept no cells"),
+        "{}",
+        text(&o.stderr)
+    );
+}

@@ -1,5 +1,5 @@
 // longhaul dashboard: a hand-written single-page app. Pages by the URL's
-// hash (#/live, #/history, #/run/ID, #/doctor); live data from the
+// hash (#/live, #/history, #/run/ID, #/doctor, #/matrix); live data from the
 // Server-Sent Events at /api/live; everything else from /api/*. Charts are
 // SVG drawn here. Data never goes into innerHTML: text nodes only.
 "use strict";
@@ -297,7 +297,7 @@ async function renderHistory(params) {
   const main = document.getElementById("main");
   const f = (name, label, input) => h("label", {}, label, input);
   const val = (k) => params.get(k) || "";
-  const kind = h("select", { name: "kind" }, ["", "perf", "cp", "sync", "doctor", "bench-disk", "served"]
+  const kind = h("select", { name: "kind" }, ["", "perf", "cp", "sync", "doctor", "bench-disk", "served", "matrix"]
     .map((k) => h("option", { value: k, selected: val("kind") === k ? "selected" : null }, k || "any")));
   const status = h("select", { name: "status" }, ["", "running", "ok", "partial", "failed", "interrupted"]
     .map((k) => h("option", { value: k, selected: val("status") === k ? "selected" : null }, k || "any")));
@@ -424,6 +424,122 @@ async function renderDoctor() {
   main.replaceChildren(...kids);
 }
 
+// ---- matrix --------------------------------------------------------------
+
+// Tool names and settings come from a user's --tools-file: text nodes only,
+// like everything else here.
+const PATH_COLORS = ["#1f4ea0", "#d55e00", "#23783c", "#6e3c96", "#008ca0", "#966e14"];
+
+function gbit(bytesPerSecond) {
+  if (bytesPerSecond === null || bytesPerSecond === undefined || !isFinite(bytesPerSecond)) return "–";
+  return (bytesPerSecond * 8 / 1e9).toFixed(2);
+}
+
+function cellText(c) {
+  if (!c) return ["–", null];
+  if (!c.rate) return [c.error ? "failed" : "–", c.error ? "error" : null];
+  const r = c.rate;
+  let t = gbit(r.median_bytes_per_second);
+  let cls = null;
+  if (c.verified === false) { t += " NOT VERIFIED"; cls = "error"; }
+  else if (c.error) { t += " (some runs failed)"; cls = "warn"; }
+  return [t, cls];
+}
+
+// A cell's rate over the matrix runs, oldest first: a small line.
+function sparkline(points) {
+  const W = 160, H = 28, P = 3;
+  const svg = s("svg", { viewBox: `0 0 ${W} ${H}`, class: "spark", role: "img" });
+  const pts = points.filter((p) => p.bits_per_second !== null && p.bits_per_second !== undefined);
+  svg.setAttribute("data-points", String(pts.length));
+  if (!pts.length) return svg;
+  const max = Math.max(...pts.map((p) => p.bits_per_second), 1);
+  const n = points.length;
+  const px = (i) => (n > 1 ? P + (i * (W - 2 * P)) / (n - 1) : W / 2);
+  const py = (v) => H - P - (v / max) * (H - 2 * P);
+  const xy = points.map((p, i) => [i, p]).filter(([, p]) => p.bits_per_second !== null && p.bits_per_second !== undefined);
+  const d = xy.map(([i, p], k) => (k ? "L" : "M") + px(i).toFixed(1) + " " + py(p.bits_per_second).toFixed(1)).join(" ");
+  svg.append(s("path", { d, class: "spark-line" }));
+  for (const [i, p] of xy) {
+    const dot = s("circle", { cx: px(i), cy: py(p.bits_per_second), r: 2,
+      class: p.verified === false ? "spark-bad" : "spark-dot" });
+    const title = s("title");
+    title.textContent = `run #${p.run}, ${when(p.started_at)}: ${rate(p.bits_per_second)}`;
+    dot.append(title);
+    svg.append(dot);
+  }
+  return svg;
+}
+
+async function renderMatrix(params) {
+  const main = document.getElementById("main");
+  main.replaceChildren(h("h2", {}, "Matrix"), h("p", { class: "muted" }, "Loading…"));
+  const q = new URLSearchParams();
+  if (params.get("run")) q.set("run", params.get("run"));
+  let d;
+  try { d = await getJSON("/api/matrix" + (q.toString() ? "?" + q : "")); } catch (e) {
+    main.replaceChildren(h("h2", {}, "Matrix"), h("p", { class: "error", id: "matrix-error" }, e.message));
+    return;
+  }
+  if (state.page !== "matrix") return;
+  if (!d.matrix) {
+    main.replaceChildren(h("h2", {}, "Matrix"), h("p", { class: "muted", id: "matrix-none" },
+      d.missing ? "No archive yet." : "No matrix archived yet: `longhaul matrix --quick` runs one."));
+    return;
+  }
+  const m = d.matrix, run = d.run;
+  const kids = [h("h2", {}, `Matrix run #${run.id} `, statusSpan(run.status), " ",
+    h("span", { class: "muted" }, when(run.started_at)))];
+  kids.push(h("p", { class: "muted" }, run.command));
+  if (d.runs.length > 1) {
+    kids.push(h("p", { class: "matrix-runs" }, "Archived matrices: ",
+      d.runs.map((r) => h("a", { class: "chip" + (r.id === run.id ? " current" : ""), href: `#/matrix?run=${r.id}`,
+        title: `${when(r.started_at)}, ${r.cells} cells, ${r.status}` }, `#${r.id}`))));
+  }
+  const cols = m.paths.flatMap((p) => ["put", "get"].map((dir) => [p, dir]));
+  const hist = new Map();
+  for (const c of d.history) hist.set([c.tool, c.settings, c.path, c.workload, c.direction].join("\u0000"), c);
+  for (const w of m.workloads) {
+    const cells = m.cells.filter((c) => c.workload === w);
+    if (!cells.length) continue;
+    const rows = [];
+    for (const c of cells) if (!rows.some(([t, st]) => t === c.tool && st === c.settings)) rows.push([c.tool, c.settings]);
+    const used = cols.filter(([p, dir]) => cells.some((c) => c.path === p && c.direction === dir));
+    const table = h("table", { class: "matrix", "data-workload": w },
+      h("thead", {}, h("tr", {}, h("th", {}, "tool (settings)"),
+        used.map(([p, dir]) => h("th", { class: "num" }, `${p} ${dir}`)))),
+      h("tbody", {}, rows.map(([t, st]) => h("tr", {},
+        h("td", { class: "matrix-tool" }, `${t} (${st})`),
+        used.map(([p, dir]) => {
+          const c = cells.find((x) => x.tool === t && x.settings === st && x.path === p && x.direction === dir);
+          const [text, cls] = cellText(c);
+          const title = c && c.rate ? `median ${gbit(c.rate.median_bytes_per_second)} Gbit/s, runs ${gbit(c.rate.min_bytes_per_second)}–${gbit(c.rate.max_bytes_per_second)}` +
+            (c.cpu_seconds ? `; CPU ${c.cpu_seconds.client_seconds.toFixed(2)} s client, ${c.cpu_seconds.server_seconds.toFixed(2)} s server` : "") +
+            (c.note ? `; ${c.note}` : "") : (c && c.error ? c.error : null);
+          return h("td", { class: "num" + (cls ? " " + cls : ""), title }, text);
+        })))));
+    const histRows = cells.map((c) => {
+      const hc = hist.get([c.tool, c.settings, c.path, c.workload, c.direction].join("\u0000"));
+      return h("tr", {}, h("td", {}, `${c.tool} (${c.settings})`), h("td", {}, c.path), h("td", {}, c.direction),
+        h("td", { class: "num" }, cellText(c)[0]),
+        h("td", {}, sparkline(hc ? hc.points : [])));
+    });
+    kids.push(h("div", { class: "card" }, h("h3", {}, `${w}: median Gbit/s`), table,
+      h("details", {}, h("summary", {}, "History of each cell (rate over the archived matrices, oldest first)"),
+        h("table", { class: "matrix-history" }, h("thead", {}, h("tr", {}, ["tool (settings)", "path", "dir", "now", "history"]
+          .map((x) => h("th", {}, x)))), h("tbody", {}, histRows)))));
+  }
+  const l = m.limits || {};
+  const lim = [];
+  for (const [p, v] of Object.entries(l.mem_to_mem_bytes_per_second || {})) lim.push(`memory to memory on ${p} ${gbit(v)} Gbit/s`);
+  for (const [w, v] of Object.entries(l.local_copy_bytes_per_second || {})) lim.push(`local copy of ${w} ${gbit(v)} Gbit/s`);
+  if (l.destination_write_bytes_per_second) lim.push(`destination write ${gbit(l.destination_write_bytes_per_second)} Gbit/s`);
+  if (lim.length) kids.push(h("p", { class: "muted" }, "Limits in the same run: " + lim.join("; ")));
+  const missing = (m.tools || []).filter((t) => !t.installed);
+  if (missing.length) kids.push(h("ul", { class: "muted" }, missing.map((t) => h("li", {}, `${t.name}: ${t.note || "not installed"}`))));
+  main.replaceChildren(...kids);
+}
+
 // ---- routing -------------------------------------------------------------
 
 function route() {
@@ -437,6 +553,7 @@ function route() {
   if (page === "history") renderHistory(new URLSearchParams(query || ""));
   else if (page === "run" && parts[1]) { state.runId = parts[1]; renderRun(parts[1]); }
   else if (page === "doctor") renderDoctor();
+  else if (page === "matrix") renderMatrix(new URLSearchParams(query || ""));
   else { state.page = "live"; renderLive(); }
 }
 

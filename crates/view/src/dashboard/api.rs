@@ -339,6 +339,107 @@ pub async fn doctor(
     Ok(Json(json!({ "paths": paths })))
 }
 
+/// Matrix runs the matrix page looks back over unless asked for fewer.
+pub const MATRIX_HISTORY_DEFAULT: usize = 50;
+
+/// The query of `/api/matrix`: which matrix (`run`, a number or `last`;
+/// none: the latest) and how many matrix runs each cell's history spans
+/// (`limit`). Anything else is refused.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MatrixQuery {
+    pub run: Option<String>,
+    pub limit: Option<String>,
+}
+
+impl MatrixQuery {
+    /// The run asked for (None: the latest) and the history's length.
+    pub fn check(&self) -> Result<(Option<i64>, usize), ApiError> {
+        use longhaul_archive::matrix::HISTORY_MAX;
+        let run = match given(&self.run).as_deref() {
+            None | Some("last") => None,
+            Some(r) => Some(
+                r.parse::<i64>()
+                    .ok()
+                    .filter(|&id| id > 0 && r.bytes().all(|b| b.is_ascii_digit()))
+                    .ok_or_else(|| ApiError::bad("run must be a run number or `last`"))?,
+            ),
+        };
+        let limit = match given(&self.limit) {
+            Some(l) => l
+                .parse::<usize>()
+                .ok()
+                .filter(|_| l.bytes().all(|b| b.is_ascii_digit()))
+                .ok_or_else(|| {
+                    ApiError::bad(format!(
+                        "limit must be a number of matrix runs (1 to {HISTORY_MAX})"
+                    ))
+                })?
+                .clamp(1, HISTORY_MAX),
+            None => MATRIX_HISTORY_DEFAULT,
+        };
+        Ok((run, limit))
+    }
+}
+
+/// The matrix page: one matrix run (`run`, else the latest) whole, the
+/// matrix runs there are, and each cell's rate over them.
+pub fn matrix_of(a: Option<&Archive>, run: Option<i64>, limit: usize) -> Result<Value, ApiError> {
+    use longhaul_archive::matrix::{cell_history, matrix_runs, Matrix, MatrixRun, KIND};
+    let Some(a) = a else {
+        return Ok(
+            json!({ "missing": true, "run": null, "matrix": null, "runs": [], "history": [] }),
+        );
+    };
+    let runs = matrix_runs(a, limit)?;
+    let chosen = match run {
+        None => runs.first().cloned(),
+        Some(id) => {
+            let detail = a.run(id)?;
+            if detail.run.kind != KIND {
+                return Err(ApiError {
+                    status: StatusCode::NOT_FOUND,
+                    message: format!("run {id} is a {} run, not a matrix", detail.run.kind),
+                });
+            }
+            let matrix = Matrix::of(&detail).ok_or_else(|| ApiError {
+                status: StatusCode::NOT_FOUND,
+                message: format!("the matrix run {id} kept no cells (it ended before its first)"),
+            })?;
+            Some(MatrixRun {
+                run: detail.run,
+                matrix,
+            })
+        }
+    };
+    let list: Vec<Value> = runs
+        .iter()
+        .map(|m| {
+            json!({ "id": m.run.id, "started_at": m.run.started_at, "status": m.run.status,
+                    "cells": m.matrix.cells.len() })
+        })
+        .collect();
+    Ok(json!({
+        "missing": false,
+        "run": chosen.as_ref().map(|m| &m.run),
+        "matrix": chosen.as_ref().map(|m| &m.matrix),
+        "runs": list,
+        "history": cell_history(&runs),
+    }))
+}
+
+/// `/api/matrix?run=&limit=`.
+pub async fn matrix(
+    State(st): State<Arc<AppState>>,
+    q: Result<Query<MatrixQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<Json<Value>, ApiError> {
+    let Query(q) = q.map_err(|e| ApiError::bad(e.body_text()))?;
+    let (run, limit) = q.check()?;
+    Ok(Json(
+        with_archive(&st, move |a| matrix_of(a, run, limit)).await?,
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -538,6 +639,82 @@ mod tests {
         assert!(stage_rates(Some(&json!({"x": 1}))).is_none());
         let nested = json!({"stages": {"network_bps": 5.0}});
         assert_eq!(stage_rates(Some(&nested)).unwrap()["network_bps"], 5.0);
+    }
+
+    #[test]
+    fn the_matrix_query_takes_a_run_number_or_last_and_a_limit_only() {
+        let q = |run: Option<&str>, limit: Option<&str>| MatrixQuery {
+            run: run.map(str::to_string),
+            limit: limit.map(str::to_string),
+        };
+        assert_eq!(
+            q(None, None).check().unwrap(),
+            (None, MATRIX_HISTORY_DEFAULT)
+        );
+        assert_eq!(q(Some("last"), Some("3")).check().unwrap(), (None, 3));
+        assert_eq!(q(Some("12"), Some("0")).check().unwrap(), (Some(12), 1));
+        assert_eq!(q(Some(" 7 "), Some("99999")).check().unwrap().1, 200);
+        for bad in [
+            "0",
+            "-1",
+            "+3",
+            "1e3",
+            "x",
+            "<script>",
+            "1;DROP TABLE runs",
+            "99999999999999999999",
+        ] {
+            let e = q(Some(bad), None).check().unwrap_err();
+            assert_eq!(e.status, StatusCode::BAD_REQUEST, "{bad}");
+            assert!(!e.message.contains(bad), "the answer echoes {bad}");
+        }
+        for bad in ["many", "-2", "+2", "<i>"] {
+            assert!(q(None, Some(bad)).check().is_err(), "{bad}");
+        }
+        let a = matrix_of(None, None, 5).unwrap();
+        assert_eq!(a["missing"], true);
+        assert!(a["matrix"].is_null());
+    }
+
+    #[test]
+    fn a_matrix_page_is_the_matrix_and_its_cells_histories() {
+        use longhaul_archive::matrix::Recorder;
+        let t = tempfile::tempdir().unwrap();
+        let p = sample(t.path());
+        for scale in [1.0, 2.0] {
+            let r = Recorder::start(&p, &NewRun::default()).unwrap();
+            r.finish(
+                Some(json!({"format": "longhaul-matrix", "format_version": 1,
+                    "params": {"workloads": ["mem"]}, "paths": [{"name": "loopback"}],
+                    "cells": [{"tool": "<script>x</script>", "settings": "s", "path": "loopback",
+                        "workload": "mem", "direction": "put",
+                        "rate": {"median_bits_per_second": 8e9 * scale}}]})),
+                RunEnd {
+                    status: "ok".into(),
+                    ..Default::default()
+                },
+            );
+        }
+        let a = Archive::open_read_only(&p).unwrap();
+        let v = matrix_of(Some(&a), None, 50).unwrap();
+        assert_eq!(v["run"]["id"], 7);
+        assert_eq!(v["matrix"]["cells"][0]["tool"], "<script>x</script>");
+        assert_eq!(v["runs"].as_array().unwrap().len(), 2);
+        let points = &v["history"][0]["points"];
+        assert_eq!(points[0]["bits_per_second"], 8e9);
+        assert_eq!(points[1]["bits_per_second"], 16e9);
+        let v = matrix_of(Some(&a), Some(6), 1).unwrap();
+        assert_eq!(v["run"]["id"], 6);
+        assert_eq!(v["history"][0]["points"].as_array().unwrap().len(), 1);
+        // A run that is not a matrix, or none at all: not found.
+        assert_eq!(
+            matrix_of(Some(&a), Some(1), 5).unwrap_err().status,
+            StatusCode::NOT_FOUND
+        );
+        assert_eq!(
+            matrix_of(Some(&a), Some(99), 5).unwrap_err().status,
+            StatusCode::NOT_FOUND
+        );
     }
 
     #[test]

@@ -2,7 +2,8 @@
 //! run's graphs and the doctor's verdicts over time, read from the archive.
 //!
 //! - [`server`]: the axum routes, the token check, binding and the runtime.
-//! - [`api`]: the JSON the page reads (history, a run, doctor verdicts).
+//! - [`api`]: the JSON the page reads (history, a run, doctor verdicts,
+//!   the matrix and each cell's history).
 //! - [`live`]: the poller that reads the running runs from the archive and
 //!   the Server-Sent Events that push them to the page.
 //!
