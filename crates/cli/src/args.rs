@@ -695,7 +695,7 @@ pub struct CpArgs {
     /// log); without it the bar shows only at a terminal.
     #[arg(long)]
     pub progress: bool,
-    /// Say what would be sent (and, for sync --delete, deleted); send, write and delete
+    /// Say what would be sent (and what sync would delete); send, write and delete
     /// nothing.
     #[arg(short = 'n', long)]
     pub dry_run: bool,
@@ -758,7 +758,8 @@ pub struct CpArgs {
     #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = duration)]
     pub connect_timeout: Duration,
     /// A local address the data streams connect from (repeatable: the
-    /// streams take them in turn, one path per NIC).
+    /// streams take them in turn, one path per NIC); the control connection
+    /// leaves from the first, as perf's -B.
     #[arg(long, value_name = "ADDR")]
     pub bind: Vec<std::net::IpAddr>,
     /// Another address of the same server for the data streams (repeatable;

@@ -299,8 +299,10 @@ pub fn ls(a: LsArgs) -> Outcome {
             human_sizes: a.human_readable,
         })),
     };
+    // A far end over ssh serves one client: no second attempt at it.
+    let retries = if far.is_some() { 0 } else { a.retry.retries };
     let listed = longhaul_engine::report::retrying(
-        a.retry.retries,
+        retries,
         &opts.interrupt,
         super::unreachable,
         |_| longhaul_engine::xfer::client::ls(&target[0], a.recursive, &opts),

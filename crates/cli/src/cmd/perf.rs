@@ -107,8 +107,10 @@ fn run(a: &PerfArgs, printer: &mut dyn CommandReporter) -> Outcome {
     let mut named = a.hosts.clone();
     let far = super::remote::reach_host(&mut named, &mut opts, &a.ssh)?;
     let hosts: Vec<String> = named.iter().map(|h| with_port(h, a.port)).collect();
+    // A far end over ssh serves one client: no second attempt at it.
+    let retries = if far.is_some() { 0 } else { a.retry.retries };
     let ran = longhaul_engine::report::retrying(
-        a.retry.retries,
+        retries,
         &opts.interrupt,
         super::unreachable,
         |_| match hosts.as_slice() {

@@ -83,7 +83,8 @@ impl ClientOptions {
                 (Some(_), _) | (None, None) => format!("{flag} asks for one"),
                 (None, Some(ip)) => format!("the bind address {ip} is one"),
             };
-            return Err(EngineError::Connect(format!(
+            // Not worth a retry: the names say so, not the network.
+            return Err(EngineError::Usage(format!(
                 "{target} has no {name} address, and {why}"
             )));
         }
