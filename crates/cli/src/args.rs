@@ -65,25 +65,78 @@ pub fn parse() -> Cli {
 
 /// iperf3's options that `perf` lacks, with what to use instead.
 pub const IPERF3_ONLY: &[(&[&str], &str)] = &[
-    (&["-k", "--blockcount"], "give the test's length as bytes (-n 10G) or time (-t 10)"),
-    (&["--cport"], "the client's ports are the kernel's; -B ADDR picks the local address"),
+    (
+        &["-k", "--blockcount"],
+        "give the test's length as bytes (-n 10G) or time (-t 10)",
+    ),
+    (
+        &["--cport"],
+        "the client's ports are the kernel's; -B ADDR picks the local address",
+    ),
     (&["--bind-dev"], "-B ADDR with an address of that interface"),
     (&["-V"], "-v (more log output; -vv for debug)"),
     (&["-d", "--debug"], "-vv (debug log output)"),
-    (&["-T", "--title"], "every run is archived with its command line: `longhaul history`, `longhaul show N`"),
-    (&["--timestamps"], "--json-stream (each line carries its time) or the archive: `longhaul show N`"),
-    (&["--forceflush"], "every line is written out as it is printed already"),
-    (&["--get-server-output"], "the report has both ends already (-J for all of it)"),
-    (&["-D", "--daemon", "-1", "--one-off", "-I", "--pidfile"], "the server is `longhaul serve` (a systemd unit is in dist/)"),
-    (&["-F", "--file"], "files go with `longhaul cp` (memory to memory is perf)"),
-    (&["--fq-rate"], "--pacing RATE (SO_MAX_PACING_RATE on each sender)"),
-    (&["--skip-rx-copy"], "receiving without a copy is the default (--recv-mode discard)"),
-    (&["-N", "--no-delay"], "not offered: the streams carry bulk data"),
-    (&["-S", "--tos", "--dscp"], "not offered: longhaul does not mark its packets"),
+    (
+        &["-T", "--title"],
+        "every run is archived with its command line: `longhaul history`, `longhaul show N`",
+    ),
+    (
+        &["--timestamps"],
+        "--json-stream (each line carries its time) or the archive: `longhaul show N`",
+    ),
+    (
+        &["--forceflush"],
+        "every line is written out as it is printed already",
+    ),
+    (
+        &["--get-server-output"],
+        "the report has both ends already (-J for all of it)",
+    ),
+    (
+        &["-D", "--daemon", "-1", "--one-off", "-I", "--pidfile"],
+        "the server is `longhaul serve` (a systemd unit is in dist/)",
+    ),
+    (
+        &["-F", "--file"],
+        "files go with `longhaul cp` (memory to memory is perf)",
+    ),
+    (
+        &["--fq-rate"],
+        "--pacing RATE (SO_MAX_PACING_RATE on each sender)",
+    ),
+    (
+        &["--skip-rx-copy"],
+        "receiving without a copy is the default (--recv-mode discard)",
+    ),
+    (
+        &["-N", "--no-delay"],
+        "not offered: the streams carry bulk data",
+    ),
+    (
+        &["-S", "--tos", "--dscp"],
+        "not offered: longhaul does not mark its packets",
+    ),
     (&["-L", "--flowlabel"], "not offered"),
-    (&["--sctp", "--nstreams", "-X", "--xbind", "-m", "--mptcp"], "TCP and UDP only (-u)"),
-    (&["--username", "--rsa-public-key-path"], "--token-file FILE or --identity DIR (docs/SECURITY.md)"),
-    (&["--extra-data", "--repeating-payload", "--udp-counters-64bit", "--dont-fragment", "--cntl-ka", "--rcv-timeout", "--snd-timeout"], "not offered"),
+    (
+        &["--sctp", "--nstreams", "-X", "--xbind", "-m", "--mptcp"],
+        "TCP and UDP only (-u)",
+    ),
+    (
+        &["--username", "--rsa-public-key-path"],
+        "--token-file FILE or --identity DIR (docs/SECURITY.md)",
+    ),
+    (
+        &[
+            "--extra-data",
+            "--repeating-payload",
+            "--udp-counters-64bit",
+            "--dont-fragment",
+            "--cntl-ka",
+            "--rcv-timeout",
+            "--snd-timeout",
+        ],
+        "not offered",
+    ),
 ];
 
 /// For a `perf` command line clap refused over an argument iperf3 knows:
@@ -567,7 +620,12 @@ pub struct PerfArgs {
     #[arg(short = 'B', long, value_name = "ADDR")]
     pub bind: Option<std::net::IpAddr>,
     /// Only IPv4 (connect to the host's IPv4 addresses).
-    #[arg(short = '4', long = "ipv4", alias = "version4", conflicts_with = "ipv6")]
+    #[arg(
+        short = '4',
+        long = "ipv4",
+        alias = "version4",
+        conflicts_with = "ipv6"
+    )]
     pub ipv4: bool,
     /// Only IPv6 (connect to the host's IPv6 addresses).
     #[arg(short = '6', long = "ipv6", alias = "version6")]
@@ -615,11 +673,9 @@ pub fn format_unit(s: &str) -> Result<FormatUnit, String> {
         "m" => 2,
         "g" => 3,
         "t" => 4,
-        _ => {
-            return Err(format!(
-                "'{s}' is not a unit: k, m, g, t (kbit/s ... Tbit/s) or K, M, G, T (KiB/s ... TiB/s)"
-            ))
-        }
+        _ => return Err(format!(
+            "'{s}' is not a unit: k, m, g, t (kbit/s ... Tbit/s) or K, M, G, T (KiB/s ... TiB/s)"
+        )),
     };
     Ok(FormatUnit {
         bytes: s.chars().all(|c| c.is_ascii_uppercase()),
@@ -1427,7 +1483,11 @@ mod tests {
     /// `perf --rate`; the new ones are iperf3's where it has one.
     #[test]
     fn one_name_per_idea_with_the_old_names_kept() {
-        for cc in [&["-C", "cubic"][..], &["--congestion", "cubic"], &["--cc", "cubic"]] {
+        for cc in [
+            &["-C", "cubic"][..],
+            &["--congestion", "cubic"],
+            &["--cc", "cubic"],
+        ] {
             let mut args = vec!["cp"];
             args.extend(cc);
             args.extend(["a", "h:b"]);
@@ -1489,7 +1549,13 @@ mod tests {
         assert!(!rate.iter().any(|p| p.ends_with("perf")), "{rate:?}");
         assert!(seen["bitrate"].iter().all(|p| p.ends_with("perf")));
         // The fleet's count is --ranks, not --size (bench disk's --size is a file's).
-        assert!(seen["size"].iter().all(|p| !p.ends_with(" cp") && !p.ends_with(" sync")), "{:?}", seen["size"]);
+        assert!(
+            seen["size"]
+                .iter()
+                .all(|p| !p.ends_with(" cp") && !p.ends_with(" sync")),
+            "{:?}",
+            seen["size"]
+        );
         assert!(seen["congestion"].len() >= 3, "{:?}", seen["congestion"]);
         assert!(seen["retries"].len() >= 5, "{:?}", seen["retries"]);
     }
@@ -1509,22 +1575,43 @@ mod tests {
                     Ok(_) => panic!("perf takes {name}: drop it from IPERF3_ONLY"),
                     Err(e) => e,
                 };
-                let said = iperf3_hint(&argv, &e).unwrap_or_else(|| panic!("no hint for {name}: {e}"));
+                let said =
+                    iperf3_hint(&argv, &e).unwrap_or_else(|| panic!("no hint for {name}: {e}"));
                 assert!(said.contains(hint), "{said}");
             }
         }
         // Another command's unknown option keeps clap's own error.
-        let argv: Vec<std::ffi::OsString> =
-            ["longhaul", "cp", "-k", "a", "b"].iter().map(Into::into).collect();
+        let argv: Vec<std::ffi::OsString> = ["longhaul", "cp", "-k", "a", "b"]
+            .iter()
+            .map(Into::into)
+            .collect();
         let e = Cli::try_parse_from(&argv).err().unwrap();
         assert!(iperf3_hint(&argv, &e).is_none());
     }
 
     #[test]
     fn format_reads_iperf3s_letters() {
-        assert_eq!(format_unit("m").unwrap(), FormatUnit { bytes: false, power: 2 });
-        assert_eq!(format_unit("G").unwrap(), FormatUnit { bytes: true, power: 3 });
-        assert_eq!(format_unit("k").unwrap(), FormatUnit { bytes: false, power: 1 });
+        assert_eq!(
+            format_unit("m").unwrap(),
+            FormatUnit {
+                bytes: false,
+                power: 2
+            }
+        );
+        assert_eq!(
+            format_unit("G").unwrap(),
+            FormatUnit {
+                bytes: true,
+                power: 3
+            }
+        );
+        assert_eq!(
+            format_unit("k").unwrap(),
+            FormatUnit {
+                bytes: false,
+                power: 1
+            }
+        );
         assert!(format_unit("x").is_err());
         assert!(format_unit("").is_err());
     }

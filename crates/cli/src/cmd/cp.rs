@@ -137,9 +137,8 @@ fn cp_over_ssh(
 ) -> Result<longhaul_engine::xfer::client::CpSummary, super::Failure> {
     // A far end that could not be started is not retried (ssh said why).
     let fatal = std::cell::Cell::new(false);
-    let network = |f: &super::Failure| {
-        !fatal.get() && (f.code == exit::CONNECT || f.code == exit::FAILED)
-    };
+    let network =
+        |f: &super::Failure| !fatal.get() && (f.code == exit::CONNECT || f.code == exit::FAILED);
     let interrupt = base.client.interrupt.clone();
     longhaul_engine::report::retrying(base.retries, &interrupt, network, |attempt| {
         let mut opts = base.clone();
@@ -148,7 +147,8 @@ fn cp_over_ssh(
         opts.path_memory = None;
         let mut all: Vec<String> = opts.sources.clone();
         all.push(opts.dest.clone());
-        let far = super::remote::reach(&mut all, &mut opts.client, ssh).inspect_err(|_| fatal.set(true))?;
+        let far = super::remote::reach(&mut all, &mut opts.client, ssh)
+            .inspect_err(|_| fatal.set(true))?;
         let Some(far) = far else {
             return Err(super::Failure::internal("no ssh path after all"));
         };
@@ -301,12 +301,10 @@ pub fn ls(a: LsArgs) -> Outcome {
     };
     // A far end over ssh serves one client: no second attempt at it.
     let retries = if far.is_some() { 0 } else { a.retry.retries };
-    let listed = longhaul_engine::report::retrying(
-        retries,
-        &opts.interrupt,
-        super::unreachable,
-        |_| longhaul_engine::xfer::client::ls(&target[0], a.recursive, &opts),
-    );
+    let listed =
+        longhaul_engine::report::retrying(retries, &opts.interrupt, super::unreachable, |_| {
+            longhaul_engine::xfer::client::ls(&target[0], a.recursive, &opts)
+        });
     let listed = match far {
         Some(far) => {
             let l = listed.map_err(|e| super::remote::explain(&far, e));

@@ -95,9 +95,7 @@ fn rank_of(f: &FleetArgs) -> Result<Rank, super::Failure> {
             "give --ranks auto (the launcher says the rank) or --rank R --ranks N, not both",
         )),
         (_, Some(r), Some(n)) => ranks::from_flags(r, n).map_err(usage),
-        (_, Some(_), None) => Err(usage(
-            "--rank R needs the number of ranks: add --ranks N",
-        )),
+        (_, Some(_), None) => Err(usage("--rank R needs the number of ranks: add --ranks N")),
         (Some(_), None, n) => ranks::from_env(env, n).map_err(usage),
         (None, None, _) => unreachable!("called for a rank only"),
     }

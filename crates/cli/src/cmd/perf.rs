@@ -109,16 +109,14 @@ fn run(a: &PerfArgs, printer: &mut dyn CommandReporter) -> Outcome {
     let hosts: Vec<String> = named.iter().map(|h| with_port(h, a.port)).collect();
     // A far end over ssh serves one client: no second attempt at it.
     let retries = if far.is_some() { 0 } else { a.retry.retries };
-    let ran = longhaul_engine::report::retrying(
-        retries,
-        &opts.interrupt,
-        super::unreachable,
-        |_| match hosts.as_slice() {
-            [one] => run_perf(one, &params, &opts, printer),
-            [from, to] => run_third_party(from, to, &params, &opts, printer),
-            _ => unreachable!("clap allows one or two hosts"),
-        },
-    );
+    let ran =
+        longhaul_engine::report::retrying(retries, &opts.interrupt, super::unreachable, |_| {
+            match hosts.as_slice() {
+                [one] => run_perf(one, &params, &opts, printer),
+                [from, to] => run_third_party(from, to, &params, &opts, printer),
+                _ => unreachable!("clap allows one or two hosts"),
+            }
+        });
     match far {
         Some(far) => {
             let ran = ran.map_err(|e| super::remote::explain(&far, e));

@@ -299,7 +299,8 @@ fn cp_dry_run_quiet_and_forced_progress() {
     assert_exit(&o, 0);
     let err = stderr(&o);
     assert!(
-        err.lines().any(|l| l.contains("MiB") && l.contains("files")),
+        err.lines()
+            .any(|l| l.contains("MiB") && l.contains("files")),
         "no progress line: {err}"
     );
     assert!(!err.contains('\r') && !err.contains("\x1b["), "{err:?}");
@@ -419,7 +420,10 @@ fn perf_takes_iperf3s_options_or_names_ours() {
         let o = perf(flag);
         assert_exit(&o, 2);
         let err = stderr(&o);
-        assert!(err.contains("iperf3") && err.contains(ours), "{flag:?}: {err}");
+        assert!(
+            err.contains("iperf3") && err.contains(ours),
+            "{flag:?}: {err}"
+        );
     }
     s.shutdown();
 }

@@ -252,7 +252,13 @@ pub fn run_iperf3(
     let mut streams = Vec::with_capacity(keys.len());
     for &(direction, stream) in &keys {
         if wire.udp {
-            let u = udp_stream(target, peer, params, opts, opts.connect_timeout.max(HANDSHAKE))?;
+            let u = udp_stream(
+                target,
+                peer,
+                params,
+                opts,
+                opts.connect_timeout.max(HANDSHAKE),
+            )?;
             streams.push(ReadyStream {
                 direction,
                 stream,
