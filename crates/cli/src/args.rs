@@ -673,9 +673,11 @@ pub fn format_unit(s: &str) -> Result<FormatUnit, String> {
         "m" => 2,
         "g" => 3,
         "t" => 4,
-        _ => return Err(format!(
+        _ => {
+            return Err(format!(
             "'{s}' is not a unit: k, m, g, t (kbit/s ... Tbit/s) or K, M, G, T (KiB/s ... TiB/s)"
-        )),
+        ))
+        }
     };
     Ok(FormatUnit {
         bytes: s.chars().all(|c| c.is_ascii_uppercase()),

@@ -117,11 +117,15 @@ impl Failure {
 }
 
 /// Worth another attempt for a command that has done nothing yet (perf,
-/// ls, doctor): the server could not be reached. A peer that answered
-/// and is no longhaul server (or iperf3 server) is not retried.
+/// ls, doctor): the server could not be reached (its name did not
+/// resolve, or no connection opened). A peer that answered, and is no
+/// longhaul server (or iperf3 server) or failed the TLS handshake, is not
+/// retried.
 pub fn unreachable(e: &EngineError) -> bool {
     match e {
-        EngineError::Connect(m) => !m.contains("handshake"),
+        EngineError::Connect(m) => {
+            m.starts_with("cannot connect") || m.starts_with("cannot resolve")
+        }
         _ => false,
     }
 }
