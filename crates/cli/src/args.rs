@@ -146,11 +146,11 @@ fn iperf3_hint(argv: &[std::ffi::OsString], e: &clap::Error) -> Option<String> {
     if e.kind() != ErrorKind::UnknownArgument {
         return None;
     }
-    if !argv
+    if argv
         .iter()
         .skip(1)
         .find(|a| !a.to_string_lossy().starts_with('-'))
-        .is_some_and(|a| a == "perf")
+        .is_none_or(|a| a != "perf")
     {
         return None;
     }
