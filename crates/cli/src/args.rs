@@ -35,6 +35,135 @@ pub struct Cli {
     pub command: Command,
 }
 
+impl Cli {
+    /// `-q` on cp or sync: errors only.
+    pub fn quiet(&self) -> bool {
+        match &self.command {
+            Command::Cp(a) => a.quiet,
+            Command::Sync(a) => a.cp.quiet,
+            _ => false,
+        }
+    }
+}
+
+/// The command line, or the end of the process: clap's error, or, for an
+/// iperf3 option `perf` does not take, one that names what does the same
+/// here ([`IPERF3_ONLY`]).
+pub fn parse() -> Cli {
+    let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    match Cli::try_parse_from(&argv) {
+        Ok(cli) => cli,
+        Err(e) => {
+            if let Some(hint) = iperf3_hint(&argv, &e) {
+                crate::print::error(&hint);
+                crate::leave(crate::exit::USAGE);
+            }
+            e.exit()
+        }
+    }
+}
+
+/// iperf3's options that `perf` lacks, with what to use instead.
+pub const IPERF3_ONLY: &[(&[&str], &str)] = &[
+    (
+        &["-k", "--blockcount"],
+        "give the test's length as bytes (-n 10G) or time (-t 10)",
+    ),
+    (
+        &["--cport"],
+        "the client's ports are the kernel's; -B ADDR picks the local address",
+    ),
+    (&["--bind-dev"], "-B ADDR with an address of that interface"),
+    (&["-V"], "-v (more log output; -vv for debug)"),
+    (&["-d", "--debug"], "-vv (debug log output)"),
+    (
+        &["-T", "--title"],
+        "every run is archived with its command line: `longhaul history`, `longhaul show N`",
+    ),
+    (
+        &["--timestamps"],
+        "--json-stream (each line carries its time) or the archive: `longhaul show N`",
+    ),
+    (
+        &["--forceflush"],
+        "every line is written out as it is printed already",
+    ),
+    (
+        &["--get-server-output"],
+        "the report has both ends already (-J for all of it)",
+    ),
+    (
+        &["-D", "--daemon", "-1", "--one-off", "-I", "--pidfile"],
+        "the server is `longhaul serve` (a systemd unit is in dist/)",
+    ),
+    (
+        &["-F", "--file"],
+        "files go with `longhaul cp` (memory to memory is perf)",
+    ),
+    (
+        &["--fq-rate"],
+        "--pacing RATE (SO_MAX_PACING_RATE on each sender)",
+    ),
+    (
+        &["--skip-rx-copy"],
+        "receiving without a copy is the default (--recv-mode discard)",
+    ),
+    (
+        &["-N", "--no-delay"],
+        "not offered: the streams carry bulk data",
+    ),
+    (
+        &["-S", "--tos", "--dscp"],
+        "not offered: longhaul does not mark its packets",
+    ),
+    (&["-L", "--flowlabel"], "not offered"),
+    (
+        &["--sctp", "--nstreams", "-X", "--xbind", "-m", "--mptcp"],
+        "TCP and UDP only (-u)",
+    ),
+    (
+        &["--username", "--rsa-public-key-path"],
+        "--token-file FILE or --identity DIR (docs/SECURITY.md)",
+    ),
+    (
+        &[
+            "--extra-data",
+            "--repeating-payload",
+            "--udp-counters-64bit",
+            "--dont-fragment",
+            "--cntl-ka",
+            "--rcv-timeout",
+            "--snd-timeout",
+        ],
+        "not offered",
+    ),
+];
+
+/// For a `perf` command line clap refused over an argument iperf3 knows:
+/// what to say instead of clap's error.
+fn iperf3_hint(argv: &[std::ffi::OsString], e: &clap::Error) -> Option<String> {
+    use clap::error::{ContextKind, ContextValue, ErrorKind};
+    if e.kind() != ErrorKind::UnknownArgument {
+        return None;
+    }
+    if argv
+        .iter()
+        .skip(1)
+        .find(|a| !a.to_string_lossy().starts_with('-'))
+        .is_none_or(|a| a != "perf")
+    {
+        return None;
+    }
+    let Some(ContextValue::String(arg)) = e.get(ContextKind::InvalidArg) else {
+        return None;
+    };
+    let name = arg.split('=').next().unwrap_or(arg);
+    IPERF3_ONLY
+        .iter()
+        .find(|(names, _)| names.contains(&name))
+        .map(|(_, hint)| format!("perf takes no {name} (iperf3's option): {hint}"))
+}
+
 #[derive(Subcommand)]
 pub enum Command {
     /// Run the longhaul server (control and data on one port).
@@ -411,7 +540,7 @@ pub struct PerfArgs {
     /// Parallel streams (per direction), or `auto`: enough for the window each stream can
     /// have at the measured RTT under both hosts' buffer caps, for --pacing's rate if given
     /// (else 10 Gbit/s), 4 to 32.
-    #[arg(short = 'P', long, default_value = "1", value_parser = stream_count)]
+    #[arg(short = 'P', long, alias = "parallel", default_value = "1", value_parser = stream_count)]
     pub streams: StreamCount,
     /// Test length (after --omit), e.g. 10, 30s, 2m.
     #[arg(short = 't', long = "time", value_parser = duration, conflicts_with = "bytes")]
@@ -433,7 +562,7 @@ pub struct PerfArgs {
     #[arg(long, value_parser = rate)]
     pub pacing: Option<u64>,
     /// TCP maximum segment size.
-    #[arg(short = 'M', long)]
+    #[arg(short = 'M', long, alias = "set-mss")]
     pub mss: Option<u32>,
     /// Server sends, client receives.
     #[arg(short = 'R', long, conflicts_with = "bidir")]
@@ -445,8 +574,8 @@ pub struct PerfArgs {
     #[arg(short = 'A', long, value_name = "N[,M]")]
     pub affinity: Option<String>,
     /// How senders hand data to the kernel: splice (default: vmsplice+splice,
-    /// no copy), sendfile (from a memory file, like iperf3 -Z) or copy (write(2)).
-    #[arg(long, value_name = "MODE", num_args = 0..=1, default_missing_value = "sendfile", value_parser = send_mode)]
+    /// no copy), sendfile (from a memory file; -Z alone, as iperf3's) or copy (write(2)).
+    #[arg(short = 'Z', long, value_name = "MODE", num_args = 0..=1, default_missing_value = "sendfile", value_parser = send_mode)]
     pub zerocopy: Option<SendMode>,
     /// Copy data in and out of the kernel with write(2) and read(2), as an
     /// application that touches its data would, instead of the default
@@ -472,8 +601,9 @@ pub struct PerfArgs {
     /// UDP instead of TCP.
     #[arg(short = 'u', long)]
     pub udp: bool,
-    /// UDP rate in total per direction, e.g. 1G; 0 for unlimited. Default 1M.
-    #[arg(short = 'b', long, value_parser = rate)]
+    /// UDP send rate in total per direction, e.g. 1G; 0 for unlimited. Default 1M. (iperf3's
+    /// name; `--rate` is the path's rate in every command, and a TCP test's pace is --pacing.)
+    #[arg(short = 'b', long = "bitrate", alias = "rate", value_name = "RATE", value_parser = rate)]
     pub rate: Option<u64>,
     /// Print one JSON document at the end (`-J`, as iperf3).
     #[arg(short = 'J', long, conflicts_with = "json_stream")]
@@ -484,6 +614,28 @@ pub struct PerfArgs {
     /// Time to wait for the server to answer.
     #[arg(long, default_value = "5s", value_parser = duration)]
     pub connect_timeout: Duration,
+    #[command(flatten)]
+    pub retry: RetryArgs,
+    /// Connect from this local address (control and data; iperf3's -B), for a host with
+    /// several networks: the test takes the path from that address's interface.
+    #[arg(short = 'B', long, value_name = "ADDR")]
+    pub bind: Option<std::net::IpAddr>,
+    /// Only IPv4 (connect to the host's IPv4 addresses).
+    #[arg(
+        short = '4',
+        long = "ipv4",
+        alias = "version4",
+        conflicts_with = "ipv6"
+    )]
+    pub ipv4: bool,
+    /// Only IPv6 (connect to the host's IPv6 addresses).
+    #[arg(short = '6', long = "ipv6", alias = "version6")]
+    pub ipv6: bool,
+    /// The unit of the rates printed, as iperf3's -f: k, m, g for kbit/s, Mbit/s, Gbit/s;
+    /// K, M, G for KiB/s, MiB/s, GiB/s (default: each rate in the bit/s unit that suits it;
+    /// sizes stay in IEC units, JSON in bit/s).
+    #[arg(short = 'f', long, value_name = "k|m|g|K|M|G", value_parser = format_unit)]
+    pub format: Option<FormatUnit>,
     /// The server is a stock iperf3 server (`iperf3 -s`; port 5201 unless HOST:PORT or -p
     /// says): a TCP or UDP (-u -b) test with -P, -t, -R, --bidir, -l, -w, -C, --omit, reported and archived
     /// like any perf run, with what each end counted (docs/PROTOCOL.md, section 17).
@@ -493,6 +645,45 @@ pub struct PerfArgs {
     pub ssh: SshArgs,
     #[command(flatten)]
     pub security: SecurityArgs,
+}
+
+/// How often a client command tries to connect (cp, sync, ls, perf,
+/// doctor): the one option and wording of every retry.
+#[derive(Args, Clone, Copy)]
+pub struct RetryArgs {
+    /// Attempts after the first when the server cannot be reached (a copy: or the connection
+    /// is lost; each resumes) before giving up; they wait 1 s, 2 s, 4 s, ... and each says
+    /// `retrying (N/RETRIES)`.
+    #[arg(long, default_value_t = 3, value_name = "N")]
+    pub retries: u32,
+}
+
+/// perf `-f`: one unit for every rate (and size) printed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FormatUnit {
+    /// Bits (k, m, g) or bytes (K, M, G).
+    pub bytes: bool,
+    /// 1 (kilo), 2 (mega) or 3 (giga).
+    pub power: u8,
+}
+
+/// iperf3's `-f` letters; its `-f t`/`T` (tera) and `a` (adaptive) too.
+pub fn format_unit(s: &str) -> Result<FormatUnit, String> {
+    let power = match s.to_ascii_lowercase().as_str() {
+        "k" => 1,
+        "m" => 2,
+        "g" => 3,
+        "t" => 4,
+        _ => {
+            return Err(format!(
+            "'{s}' is not a unit: k, m, g, t (kbit/s ... Tbit/s) or K, M, G, T (KiB/s ... TiB/s)"
+        ))
+        }
+    };
+    Ok(FormatUnit {
+        bytes: s.chars().all(|c| c.is_ascii_uppercase()),
+        power,
+    })
 }
 
 /// `-P N` or `-P auto`.
@@ -556,6 +747,17 @@ pub struct CpArgs {
     /// socket-buffer caps, 4 to 32).
     #[arg(short = 'P', long, value_parser = clap::value_parser!(u16).range(1..))]
     pub streams: Option<u16>,
+    /// Errors only: no summary, warnings, retry notices or progress (rsync's -q).
+    #[arg(short = 'q', long, conflicts_with_all = ["progress", "intervals"])]
+    pub quiet: bool,
+    /// Show the progress bar even when stderr is not a terminal (as a line a second, for a
+    /// log); without it the bar shows only at a terminal.
+    #[arg(long)]
+    pub progress: bool,
+    /// Say what would be sent (and what sync would delete); send, write and delete
+    /// nothing.
+    #[arg(short = 'n', long)]
+    pub dry_run: bool,
     /// Print a line per second (to stderr): rate, streams carrying chunks, retransmits,
     /// RTT and what limited it (window, send_buffer, congestion, application,
     /// storage_read, storage_write, files_in_flight).
@@ -571,18 +773,21 @@ pub struct CpArgs {
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     pub files_in_flight: Option<u64>,
     /// The path's rate if known, e.g. 10gbit: streams are sized for it (default 10 Gbit/s)
-    /// and each is paced to its share (SO_MAX_PACING_RATE).
+    /// and each is paced to its share (SO_MAX_PACING_RATE). `--rate` is the path's rate in
+    /// every command (doctor, wan); perf's UDP send rate is -b/--bitrate.
     #[arg(long, value_parser = path_rate)]
     pub rate: Option<u64>,
     /// rsync's rate cap, in rsync's units: bytes per second, a bare number in KiB/s, or with
     /// a suffix K, M, G (1024-based; KB, MB, GB 1000-based). The same cap as --rate.
     #[arg(long, value_name = "RATE", value_parser = bwlimit, conflicts_with = "rate")]
     pub bwlimit: Option<u64>,
-    /// Congestion control of the sending side (default: bbr where the sender has it).
-    #[arg(long = "cc", value_name = "NAME")]
+    /// Congestion control of the sending side, as perf's -C (default: bbr where the sender
+    /// has it).
+    #[arg(short = 'C', long = "congestion", alias = "cc", value_name = "NAME")]
     pub congestion: Option<String>,
-    /// Chunk size, e.g. 8M (default: chosen per file, 1-64 MiB).
-    #[arg(long, value_parser = size)]
+    /// Chunk size, 64K to 2G, rounded down to a power of two, e.g. 8M (default: chosen per
+    /// file, 1-4 MiB, more for files over 1 TiB).
+    #[arg(long, value_name = "SIZE", value_parser = chunk)]
     pub chunk: Option<u64>,
     /// Send files even where the destination has the same size and mtime.
     #[arg(long)]
@@ -591,9 +796,8 @@ pub struct CpArgs {
     /// directory does not exist is refused, as with cp and rsync).
     #[arg(long)]
     pub mkpath: bool,
-    /// Connection attempts after the first before giving up (each resumes).
-    #[arg(long, default_value_t = 3)]
-    pub retries: u32,
+    #[command(flatten)]
+    pub retry: RetryArgs,
     /// Write `DIGEST  PATH` for every file verified (its BLAKE3, as `b3sum` prints it).
     #[arg(long, value_name = "FILE")]
     pub digests: Option<PathBuf>,
@@ -613,7 +817,8 @@ pub struct CpArgs {
     #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = duration)]
     pub connect_timeout: Duration,
     /// A local address the data streams connect from (repeatable: the
-    /// streams take them in turn, one path per NIC).
+    /// streams take them in turn, one path per NIC); the control connection
+    /// leaves from the first, as perf's -B.
     #[arg(long, value_name = "ADDR")]
     pub bind: Vec<std::net::IpAddr>,
     /// Another address of the same server for the data streams (repeatable;
@@ -744,21 +949,52 @@ pub fn via(s: &str) -> Result<std::net::SocketAddr, String> {
         })
 }
 
+/// `--ranks N` or `--ranks auto`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Ranks {
+    Auto,
+    Count(u32),
+}
+
+fn ranks_arg(s: &str) -> Result<Ranks, String> {
+    match s {
+        "auto" => Ok(Ranks::Auto),
+        _ => match s.parse::<u32>() {
+            Ok(n) if n >= 1 => Ok(Ranks::Count(n)),
+            _ => Err(format!(
+                "'{s}' is not a rank count: give a number of ranks (1 or more) or `auto`"
+            )),
+        },
+    }
+}
+
+impl FleetArgs {
+    /// How many ranks were named (`--ranks N`, or the old `--size N`).
+    pub fn count(&self) -> Option<u32> {
+        match self.ranks {
+            Some(Ranks::Count(n)) => Some(n),
+            _ => self.size,
+        }
+    }
+}
+
 /// One transfer across many nodes: every node runs the same command under
 /// a launcher (Slurm, MPI, a Kubernetes indexed Job) and moves its share.
 #[derive(Args, Clone, Default)]
 #[command(next_help_heading = "One transfer across many nodes")]
 pub struct FleetArgs {
-    /// This process is one rank of a fleet: `auto` reads its rank and size
-    /// from the launcher (SLURM_PROCID/SLURM_NTASKS, OMPI_COMM_WORLD_RANK/SIZE,
-    /// PMI_RANK/SIZE, JOB_COMPLETION_INDEX with --size), in that order.
-    #[arg(long, value_name = "auto", value_parser = ["auto"])]
-    pub ranks: Option<String>,
-    /// This process's rank, with --size (instead of --ranks auto).
-    #[arg(long, value_name = "R", requires = "size")]
+    /// This process is one rank of a fleet of N ranks (with --rank R, or the rank a
+    /// Kubernetes indexed Job's JOB_COMPLETION_INDEX gives, N its completions); `auto` reads
+    /// the rank and the count from the launcher (SLURM_PROCID/SLURM_NTASKS,
+    /// OMPI_COMM_WORLD_RANK/SIZE, PMI_RANK/SIZE), in that order.
+    #[arg(long, value_name = "N|auto", value_parser = ranks_arg)]
+    pub ranks: Option<Ranks>,
+    /// This process's rank, 0 to N-1, with --ranks N.
+    #[arg(long, value_name = "R")]
     pub rank: Option<u32>,
-    /// How many ranks there are (a Kubernetes indexed Job's completions).
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    /// The old name of --ranks N (kept for scripts).
+    #[arg(long, value_name = "N", hide = true,
+          value_parser = clap::value_parser!(u32).range(1..))]
     pub size: Option<u32>,
     /// Static shares: a directory every rank sees (the shared file system)
     /// for the manifest and each rank's result. Its own per transfer, and
@@ -802,9 +1038,6 @@ pub struct SyncArgs {
     /// Delete destination files and directories the source does not have.
     #[arg(long, help_heading = "What sync compares and deletes")]
     pub delete: bool,
-    /// Show what would be sent and deleted; change nothing.
-    #[arg(short = 'n', long, help_heading = "What sync compares and deletes")]
-    pub dry_run: bool,
 }
 
 #[derive(Args)]
@@ -828,6 +1061,8 @@ pub struct LsArgs {
     /// Print one JSON document (docs/JSON.md, `longhaul-ls`).
     #[arg(long)]
     pub json: bool,
+    #[command(flatten)]
+    pub retry: RetryArgs,
     #[command(flatten)]
     pub security: SecurityArgs,
     #[command(flatten)]
@@ -901,7 +1136,8 @@ pub struct DoctorArgs {
     /// With --pull: a directory on this host's destination storage to measure.
     #[arg(long, requires = "pull")]
     pub dest: Option<PathBuf>,
-    /// The path's rate, if known (judges the buffer settings against it), e.g. 10G.
+    /// The path's rate, if known (judges the buffer settings against it), e.g. 10G: the
+    /// same as cp's --rate.
     #[arg(long, value_parser = path_rate)]
     pub rate: Option<u64>,
     /// Seconds of each memory-to-memory test (one each way).
@@ -925,6 +1161,8 @@ pub struct DoctorArgs {
     /// How long to wait for each connection to the server to open.
     #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = duration)]
     pub connect_timeout: Duration,
+    #[command(flatten)]
+    pub retry: RetryArgs,
     #[command(flatten)]
     pub security: SecurityArgs,
 }
@@ -1109,6 +1347,20 @@ pub fn path_rate(s: &str) -> Result<u64, String> {
     }
 }
 
+/// The chunk sizes a destination takes: 64 KiB to 2 GiB (the engine rounds
+/// down to a power of two).
+pub const CHUNK_RANGE: std::ops::RangeInclusive<u64> = (64 << 10)..=(2 << 30);
+
+/// `--chunk`: a size in [`CHUNK_RANGE`].
+pub fn chunk(s: &str) -> Result<u64, String> {
+    match size(s)? {
+        c if CHUNK_RANGE.contains(&c) => Ok(c),
+        c => Err(format!(
+            "{s} ({c} bytes) is not a chunk size: give 64K to 2G"
+        )),
+    }
+}
+
 pub fn rate(s: &str) -> Result<u64, String> {
     units::parse_rate(s).map_err(|e| e.to_string())
 }
@@ -1205,6 +1457,166 @@ mod tests {
             out.push((path, cmd));
         }
         out
+    }
+
+    fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
+        Cli::try_parse_from(std::iter::once("longhaul").chain(args.iter().copied()))
+    }
+
+    /// `--chunk`'s range, both ends in and just past each out, as its help says.
+    #[test]
+    fn chunk_accepts_its_documented_range() {
+        assert_eq!(chunk("64K").unwrap(), 64 << 10);
+        assert_eq!(chunk("2G").unwrap(), 2 << 30);
+        assert!(chunk("65535").is_err());
+        assert!(chunk(&((2u64 << 30) + 1).to_string()).is_err());
+        let Command::Cp(a) = parse(&["cp", "--chunk", "64K", "a", "b"]).unwrap().command else {
+            panic!("not cp")
+        };
+        assert_eq!(a.chunk, Some(64 << 10));
+        let help = Cli::command()
+            .find_subcommand("cp")
+            .and_then(|c| c.get_arguments().find(|a| a.get_id() == "chunk").cloned())
+            .and_then(|a| a.get_help().map(|h| h.to_string()))
+            .unwrap_or_default();
+        assert!(help.contains("64K to 2G"), "{help}");
+    }
+
+    /// The old spellings keep working, hidden: `cp --cc`, `cp --size`,
+    /// `perf --rate`; the new ones are iperf3's where it has one.
+    #[test]
+    fn one_name_per_idea_with_the_old_names_kept() {
+        for cc in [
+            &["-C", "cubic"][..],
+            &["--congestion", "cubic"],
+            &["--cc", "cubic"],
+        ] {
+            let mut args = vec!["cp"];
+            args.extend(cc);
+            args.extend(["a", "h:b"]);
+            let Command::Cp(a) = parse(&args).unwrap().command else {
+                panic!("not cp")
+            };
+            assert_eq!(a.congestion.as_deref(), Some("cubic"));
+        }
+        let fleet = |args: &[&str]| {
+            let mut all = vec!["cp"];
+            all.extend(args);
+            all.extend(["a", "h:b"]);
+            match parse(&all).unwrap().command {
+                Command::Cp(a) => a.fleet,
+                _ => panic!("not cp"),
+            }
+        };
+        assert_eq!(fleet(&["--rank", "1", "--ranks", "4"]).count(), Some(4));
+        assert_eq!(fleet(&["--rank", "1", "--size", "4"]).count(), Some(4));
+        assert_eq!(fleet(&["--ranks", "auto"]).ranks, Some(Ranks::Auto));
+        assert!(parse(&["cp", "--ranks", "0", "a", "h:b"]).is_err());
+        for b in [&["-b", "5M"][..], &["--bitrate", "5M"], &["--rate", "5M"]] {
+            let mut args = vec!["perf", "h", "-u"];
+            args.extend(b);
+            let Command::Perf(p) = parse(&args).unwrap().command else {
+                panic!("not perf")
+            };
+            assert_eq!(p.rate, Some(5_000_000));
+        }
+        // Hidden: --help shows one name.
+        let cp = Cli::command().find_subcommand("cp").cloned().unwrap();
+        let shown: Vec<String> = cp
+            .get_arguments()
+            .filter(|a| !a.is_hide_set())
+            .filter_map(|a| a.get_long().map(str::to_owned))
+            .collect();
+        assert!(shown.contains(&"congestion".to_owned()));
+        assert!(!shown.contains(&"size".to_owned()), "{shown:?}");
+    }
+
+    /// The names issue 32 found with two meanings have one now, across
+    /// every command's shown options.
+    #[test]
+    fn a_long_name_means_one_idea_in_every_command() {
+        use std::collections::BTreeMap;
+        let mut seen: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        for (path, cmd) in all_commands() {
+            for arg in cmd.get_arguments().filter(|a| !a.is_hide_set()) {
+                if let Some(long) = arg.get_long() {
+                    seen.entry(long.to_owned()).or_default().push(path.clone());
+                }
+            }
+        }
+        // cp's --cc and perf's -C are one name now.
+        assert!(!seen.contains_key("cc"), "{:?}", seen.get("cc"));
+        // perf's UDP rate is --bitrate; --rate is a path's rate (cp, sync,
+        // doctor, wan, matrix) and never perf's.
+        let rate = &seen["rate"];
+        assert!(!rate.iter().any(|p| p.ends_with("perf")), "{rate:?}");
+        assert!(seen["bitrate"].iter().all(|p| p.ends_with("perf")));
+        // The fleet's count is --ranks, not --size (bench disk's --size is a file's).
+        assert!(
+            seen["size"]
+                .iter()
+                .all(|p| !p.ends_with(" cp") && !p.ends_with(" sync")),
+            "{:?}",
+            seen["size"]
+        );
+        assert!(seen["congestion"].len() >= 3, "{:?}", seen["congestion"]);
+        assert!(seen["retries"].len() >= 5, "{:?}", seen["retries"]);
+    }
+
+    /// Every iperf3 option that gets a hint is one perf really refuses (a
+    /// hint never hides an option), and the hint names ours.
+    #[test]
+    fn iperf3_options_we_lack_name_ours() {
+        for (names, hint) in IPERF3_ONLY {
+            assert!(!hint.is_empty());
+            for name in *names {
+                let argv: Vec<std::ffi::OsString> = ["longhaul", "perf", "h", name, "1"]
+                    .iter()
+                    .map(Into::into)
+                    .collect();
+                let e = match Cli::try_parse_from(&argv) {
+                    Ok(_) => panic!("perf takes {name}: drop it from IPERF3_ONLY"),
+                    Err(e) => e,
+                };
+                let said =
+                    iperf3_hint(&argv, &e).unwrap_or_else(|| panic!("no hint for {name}: {e}"));
+                assert!(said.contains(hint), "{said}");
+            }
+        }
+        // Another command's unknown option keeps clap's own error.
+        let argv: Vec<std::ffi::OsString> = ["longhaul", "cp", "-k", "a", "b"]
+            .iter()
+            .map(Into::into)
+            .collect();
+        let e = Cli::try_parse_from(&argv).err().unwrap();
+        assert!(iperf3_hint(&argv, &e).is_none());
+    }
+
+    #[test]
+    fn format_reads_iperf3s_letters() {
+        assert_eq!(
+            format_unit("m").unwrap(),
+            FormatUnit {
+                bytes: false,
+                power: 2
+            }
+        );
+        assert_eq!(
+            format_unit("G").unwrap(),
+            FormatUnit {
+                bytes: true,
+                power: 3
+            }
+        );
+        assert_eq!(
+            format_unit("k").unwrap(),
+            FormatUnit {
+                bytes: false,
+                power: 1
+            }
+        );
+        assert!(format_unit("x").is_err());
+        assert!(format_unit("").is_err());
     }
 
     #[test]

@@ -8,9 +8,7 @@ mod args;
 mod cmd;
 mod exit;
 
-use clap::Parser;
-
-use args::{BenchCommand, Cli, Command, CpArgs};
+use args::{BenchCommand, Command, CpArgs};
 
 /// Raises the open-file limit to its hard maximum: a sink keeps up to
 /// 2048 partial files open, and a server serves many clients.
@@ -30,9 +28,14 @@ fn raise_nofile_limit() {
 }
 
 fn main() {
-    let cli = Cli::parse();
+    let cli = args::parse();
     raise_nofile_limit();
+    if cli.quiet() {
+        print::set_quiet();
+    }
+    longhaul_engine::report::on_retry(print::retry_notice);
     let filter = match cli.verbose {
+        _ if print::quiet() => "error",
         0 => "warn",
         1 => "info",
         _ => "debug",
@@ -49,19 +52,25 @@ fn main() {
         Command::Serve(a) if a.one_shot => cmd::remote::serve_one_shot(a),
         Command::Serve(a) => cmd::serve(a, &cli.archive),
         Command::Perf(a) => cmd::perf(a, &cli.archive),
-        Command::Cp(a) => cmd::cp(a, None, false, &cli.archive),
-        Command::Sync(a) => cmd::cp(
-            CpArgs {
-                recursive: true,
-                ..a.cp
-            },
-            Some(longhaul_proto::xfer::SyncOptions {
-                checksum: a.checksum,
-                delete: a.delete,
-            }),
-            a.dry_run,
-            &cli.archive,
-        ),
+        Command::Cp(a) => {
+            let dry_run = a.dry_run;
+            cmd::cp(a, None, dry_run, &cli.archive)
+        }
+        Command::Sync(a) => {
+            let dry_run = a.cp.dry_run;
+            cmd::cp(
+                CpArgs {
+                    recursive: true,
+                    ..a.cp
+                },
+                Some(longhaul_proto::xfer::SyncOptions {
+                    checksum: a.checksum,
+                    delete: a.delete,
+                }),
+                dry_run,
+                &cli.archive,
+            )
+        }
         Command::Ls(a) => cmd::ls(a),
         Command::Demo => cmd::demo(),
         Command::Id(a) => cmd::id(a),

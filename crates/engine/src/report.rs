@@ -87,3 +87,78 @@ impl<F: FnMut(Relay)> Reporter for RelaySink<F> {
         });
     }
 }
+
+/// One failed attempt that will be made again: the `attempt`-th of
+/// `1 + retries` failed with `error`, and the next starts after `wait`.
+#[derive(Debug, Clone)]
+pub struct RetryNotice {
+    pub attempt: u32,
+    pub retries: u32,
+    pub wait: std::time::Duration,
+    pub error: String,
+}
+
+/// Where [`retrying`] tells its notices: the CLI sets it once (its one
+/// wording, "retrying (1/3)", for every command); without it they go to
+/// the log as warnings.
+static RETRY_NOTICE: std::sync::OnceLock<fn(&RetryNotice)> = std::sync::OnceLock::new();
+
+/// Sets where every retry is told (the first call wins).
+pub fn on_retry(tell: fn(&RetryNotice)) {
+    let _ = RETRY_NOTICE.set(tell);
+}
+
+/// The wait before retry `n` (1-based): 1 s, 2 s, 4 s, ... up to 32 s.
+pub fn retry_wait(n: u32) -> std::time::Duration {
+    std::time::Duration::from_secs(1 << n.saturating_sub(1).min(5))
+}
+
+/// Runs `attempt` (given its number, from 1) until it succeeds, fails with
+/// an error `worth` retrying no more than `retries` times, or `interrupt`
+/// is set; each retry is told ([`on_retry`]) and waits [`retry_wait`]
+/// first (Ctrl-C ends the wait). The one retry loop of every client
+/// command: cp, sync, ls, perf, doctor.
+pub fn retrying<T, E: std::fmt::Display>(
+    retries: u32,
+    interrupt: &std::sync::atomic::AtomicBool,
+    worth: impl Fn(&E) -> bool,
+    mut attempt: impl FnMut(u32) -> Result<T, E>,
+) -> Result<T, E> {
+    use std::sync::atomic::Ordering;
+    let mut n = 0;
+    loop {
+        n += 1;
+        let e = match attempt(n) {
+            Ok(t) => return Ok(t),
+            Err(e) => e,
+        };
+        if n > retries || !worth(&e) || interrupt.load(Ordering::Relaxed) {
+            return Err(e);
+        }
+        let notice = RetryNotice {
+            attempt: n,
+            retries,
+            wait: retry_wait(n),
+            error: e.to_string(),
+        };
+        match RETRY_NOTICE.get() {
+            Some(tell) => tell(&notice),
+            None => tracing::warn!(
+                "{}; retrying ({n}/{retries}) in {} s",
+                notice.error,
+                notice.wait.as_secs()
+            ),
+        }
+        let until = std::time::Instant::now() + notice.wait;
+        while std::time::Instant::now() < until {
+            if interrupt.load(Ordering::Relaxed) {
+                return Err(e);
+            }
+            std::thread::sleep(
+                until
+                    .saturating_duration_since(std::time::Instant::now())
+                    .min(std::time::Duration::from_millis(100)),
+            );
+        }
+    }
+}

@@ -17,7 +17,7 @@ pub enum Launcher {
     Pmi,
     /// A Kubernetes indexed Job: JOB_COMPLETION_INDEX, the size given.
     Kubernetes,
-    /// `--rank R --size N`.
+    /// `--rank R --ranks N`.
     Flags,
 }
 
@@ -27,8 +27,8 @@ impl fmt::Display for Launcher {
             Launcher::Slurm => "Slurm (SLURM_PROCID/SLURM_NTASKS)",
             Launcher::OpenMpi => "Open MPI (OMPI_COMM_WORLD_RANK/OMPI_COMM_WORLD_SIZE)",
             Launcher::Pmi => "PMI (PMI_RANK/PMI_SIZE)",
-            Launcher::Kubernetes => "a Kubernetes indexed Job (JOB_COMPLETION_INDEX, --size)",
-            Launcher::Flags => "--rank/--size",
+            Launcher::Kubernetes => "a Kubernetes indexed Job (JOB_COMPLETION_INDEX, --ranks N)",
+            Launcher::Flags => "--rank/--ranks",
         })
     }
 }
@@ -71,12 +71,12 @@ pub fn from_env(get: impl Fn(&str) -> Option<String>, size: Option<u32>) -> Resu
         };
         let Some(n) = number(&get, size_var)? else {
             return Err(format!(
-                "{rank_var} is set but {size_var} is not: run under the launcher that sets both, or give --rank R --size N"
+                "{rank_var} is set but {size_var} is not: run under the launcher that sets both, or give --rank R --ranks N"
             ));
         };
         if let Some(s) = size.filter(|s| *s != n) {
             return Err(format!(
-                "--size {s} disagrees with {size_var}={n}: leave --size out under {launcher}"
+                "--ranks {s} disagrees with {size_var}={n}: say --ranks auto under {launcher}"
             ));
         }
         return checked(rank, n, launcher);
@@ -84,12 +84,12 @@ pub fn from_env(get: impl Fn(&str) -> Option<String>, size: Option<u32>) -> Resu
     if let Some(index) = number(&get, "JOB_COMPLETION_INDEX")? {
         let Some(n) = size else {
             return Err(
-                "JOB_COMPLETION_INDEX is set (a Kubernetes indexed Job) but the Job's size is not: pass --size N, the Job's .spec.completions".into(),
+                "JOB_COMPLETION_INDEX is set (a Kubernetes indexed Job) but the Job's size is not: pass --ranks N, the Job's .spec.completions".into(),
             );
         };
         return checked(index, n, Launcher::Kubernetes);
     }
-    Err("--ranks auto: no launcher said this process's rank (none of SLURM_PROCID/SLURM_NTASKS, OMPI_COMM_WORLD_RANK/OMPI_COMM_WORLD_SIZE, PMI_RANK/PMI_SIZE, JOB_COMPLETION_INDEX is set): run it under srun, mpirun or an indexed Job, or give --rank R --size N".into())
+    Err("--ranks auto: no launcher said this process's rank (none of SLURM_PROCID/SLURM_NTASKS, OMPI_COMM_WORLD_RANK/OMPI_COMM_WORLD_SIZE, PMI_RANK/PMI_SIZE, JOB_COMPLETION_INDEX is set): run it under srun, mpirun or an indexed Job, or give --rank R --ranks N".into())
 }
 
 /// The launcher's name for this start of the fleet, when it gives one:
@@ -106,7 +106,7 @@ pub fn job_from_env(get: impl Fn(&str) -> Option<String>) -> Option<String> {
         .or_else(|| get("PMIX_NAMESPACE").map(|n| format!("pmix:{n}")))
 }
 
-/// `--rank R --size N`.
+/// `--rank R --ranks N`.
 pub fn from_flags(rank: u32, size: u32) -> Result<Rank, String> {
     checked(rank, size, Launcher::Flags)
 }
@@ -200,7 +200,7 @@ mod tests {
             assert!(e.contains(v), "{e}");
         }
         let e = from_env(env(&[("JOB_COMPLETION_INDEX", "1")]), None).unwrap_err();
-        assert!(e.contains("--size"), "{e}");
+        assert!(e.contains("--ranks N"), "{e}");
         let e = from_env(env(&[("SLURM_PROCID", "x"), ("SLURM_NTASKS", "2")]), None).unwrap_err();
         assert!(e.contains("SLURM_PROCID=\"x\""), "{e}");
         let e = from_env(env(&[("SLURM_PROCID", "1")]), None).unwrap_err();

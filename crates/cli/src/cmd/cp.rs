@@ -36,7 +36,13 @@ pub fn cp(
     let run = new_run(&a, sync.as_ref(), dry_run);
     let archive = super::archive_reporter(archive, &run);
     let catalogue = archive.as_ref().and_then(|a| a.catalogue());
-    let printer = print::transfer(a.json, a.intervals, dry_run);
+    let printer = print::transfer(print::TransferLook {
+        json: a.json,
+        intervals: a.intervals,
+        dry_run,
+        quiet: a.quiet,
+        progress: a.progress,
+    });
     let mut printer = super::with_archive(printer, archive);
     let outcome = transfer(&a, sync, dry_run, catalogue, printer.as_mut());
     ended(printer.as_mut(), outcome)
@@ -129,47 +135,39 @@ fn cp_over_ssh(
     ssh: &crate::args::SshArgs,
     printer: &mut (dyn CommandReporter + Send),
 ) -> Result<longhaul_engine::xfer::client::CpSummary, super::Failure> {
-    let mut attempt: u32 = 0;
-    loop {
-        attempt += 1;
+    // A far end that could not be started is not retried (ssh said why).
+    let fatal = std::cell::Cell::new(false);
+    let network =
+        |f: &super::Failure| !fatal.get() && (f.code == exit::CONNECT || f.code == exit::FAILED);
+    let interrupt = base.client.interrupt.clone();
+    longhaul_engine::report::retrying(base.retries, &interrupt, network, |attempt| {
         let mut opts = base.clone();
         opts.retries = 0;
         // Its port is new each time: nothing to remember a rate by.
         opts.path_memory = None;
         let mut all: Vec<String> = opts.sources.clone();
         all.push(opts.dest.clone());
-        let Some(far) = super::remote::reach(&mut all, &mut opts.client, ssh)? else {
+        let far = super::remote::reach(&mut all, &mut opts.client, ssh)
+            .inspect_err(|_| fatal.set(true))?;
+        let Some(far) = far else {
             return Err(super::Failure::internal("no ssh path after all"));
         };
         opts.dest = all.pop().unwrap_or_default();
         opts.sources = all;
-        let e = match longhaul_engine::xfer::client::cp_with(&opts, printer) {
+        match longhaul_engine::xfer::client::cp_with(&opts, printer) {
             Ok(mut s) => {
                 s.connections = far.opened();
                 far.finish();
                 s.attempts = attempt;
-                return Ok(s);
+                Ok(s)
             }
-            Err(e) => e,
-        };
-        let f = super::remote::explain(&far, e);
-        far.finish();
-        let network = f.code == exit::CONNECT || f.code == exit::FAILED;
-        let interrupted = base
-            .client
-            .interrupt
-            .load(std::sync::atomic::Ordering::Relaxed);
-        if !network || attempt > base.retries || interrupted {
-            return Err(f);
+            Err(e) => {
+                let f = super::remote::explain(&far, e);
+                far.finish();
+                Err(f)
+            }
         }
-        let wait = std::time::Duration::from_secs(1 << (attempt - 1).min(5));
-        tracing::warn!(
-            "attempt {attempt} failed: {}; retrying in {} s with a new far end",
-            f.message,
-            wait.as_secs()
-        );
-        std::thread::sleep(wait);
-    }
+    })
 }
 
 /// A copy between two remote ends (servers, hosts over ssh, or one of
@@ -242,7 +240,7 @@ pub(super) fn options(
         force: a.force,
         mkpath: a.mkpath,
         keep_special_modes: a.keep_special_modes,
-        retries: a.retries,
+        retries: a.retry.retries,
         sync_files: !a.no_sync,
         direct: a.direct,
         verify: a.verify,
@@ -277,6 +275,7 @@ pub(super) fn options(
 pub fn ls(a: LsArgs) -> Outcome {
     let mut opts = ClientOptions {
         security: a.security.security()?,
+        interrupt: interrupt_flag(),
         ..ClientOptions::default()
     };
     if let Some(t) = super::remote::ssh_target(&a.target) {
@@ -300,7 +299,12 @@ pub fn ls(a: LsArgs) -> Outcome {
             human_sizes: a.human_readable,
         })),
     };
-    let listed = longhaul_engine::xfer::client::ls(&target[0], a.recursive, &opts);
+    // A far end over ssh serves one client: no second attempt at it.
+    let retries = if far.is_some() { 0 } else { a.retry.retries };
+    let listed =
+        longhaul_engine::report::retrying(retries, &opts.interrupt, super::unreachable, |_| {
+            longhaul_engine::xfer::client::ls(&target[0], a.recursive, &opts)
+        });
     let listed = match far {
         Some(far) => {
             let l = listed.map_err(|e| super::remote::explain(&far, e));

@@ -79,6 +79,7 @@ fn diagnose(a: &DoctorArgs, printer: &mut dyn CommandReporter) -> Outcome {
             let opts = ClientOptions {
                 connect_timeout: a.connect_timeout,
                 security,
+                interrupt: super::interrupt_flag(),
                 ..ClientOptions::default()
             };
             printer.status(&format!(
@@ -86,7 +87,12 @@ fn diagnose(a: &DoctorArgs, printer: &mut dyn CommandReporter) -> Outcome {
                 remote.host,
                 (a.time.as_secs_f64() * 2.0 + 8.0).round()
             ));
-            doctor::remote(&remote.host, &remote.export, &remote.path, &opts, &o)
+            longhaul_engine::report::retrying(
+                a.retry.retries,
+                &opts.interrupt,
+                super::unreachable,
+                |_| doctor::remote(&remote.host, &remote.export, &remote.path, &opts, &o),
+            )
         }
     };
     printer.doctor(&report?);

@@ -81,11 +81,23 @@ pub fn cp(
 }
 
 fn rank_of(f: &FleetArgs) -> Result<Rank, super::Failure> {
-    match (f.ranks.as_deref(), f.rank) {
-        (Some(_), Some(_)) => Err(usage("give --ranks auto or --rank R --size N, not both")),
-        (Some(_), None) => ranks::from_env(|k| std::env::var(k).ok(), f.size).map_err(usage),
-        (None, Some(r)) => ranks::from_flags(r, f.size.unwrap_or(0)).map_err(usage),
-        (None, None) => unreachable!("called for a rank only"),
+    use crate::args::Ranks;
+    if let (Some(Ranks::Count(n)), Some(s)) = (f.ranks, f.size) {
+        if n != s {
+            return Err(usage(format!(
+                "--ranks {n} and --size {s} (its old name) disagree: give --ranks N alone"
+            )));
+        }
+    }
+    let env = |k: &str| std::env::var(k).ok();
+    match (f.ranks, f.rank, f.count()) {
+        (Some(Ranks::Auto), Some(_), _) => Err(usage(
+            "give --ranks auto (the launcher says the rank) or --rank R --ranks N, not both",
+        )),
+        (_, Some(r), Some(n)) => ranks::from_flags(r, n).map_err(usage),
+        (_, Some(_), None) => Err(usage("--rank R needs the number of ranks: add --ranks N")),
+        (Some(_), None, n) => ranks::from_env(env, n).map_err(usage),
+        (None, None, _) => unreachable!("called for a rank only"),
     }
 }
 

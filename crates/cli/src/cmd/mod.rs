@@ -100,6 +100,12 @@ impl From<EngineError> for Failure {
     }
 }
 
+impl std::fmt::Display for Failure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
 impl Failure {
     /// A failure of this program itself (exit code 1).
     pub fn internal(message: impl Into<String>) -> Failure {
@@ -107,6 +113,20 @@ impl Failure {
             code: exit::INTERNAL,
             message: message.into(),
         }
+    }
+}
+
+/// Worth another attempt for a command that has done nothing yet (perf,
+/// ls, doctor): the server could not be reached (its name did not
+/// resolve, or no connection opened). A peer that answered, and is no
+/// longhaul server (or iperf3 server) or failed the TLS handshake, is not
+/// retried.
+pub fn unreachable(e: &EngineError) -> bool {
+    match e {
+        EngineError::Connect(m) => {
+            m.starts_with("cannot connect") || m.starts_with("cannot resolve")
+        }
+        _ => false,
     }
 }
 

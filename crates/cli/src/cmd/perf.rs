@@ -4,7 +4,7 @@ use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use longhaul_engine::net::dial::{ClientOptions, Security};
+use longhaul_engine::net::dial::{ClientOptions, Family, Paths, Security};
 use longhaul_engine::net::tls::TrustOptions;
 use longhaul_engine::perf::client::{run_perf, run_third_party};
 use longhaul_engine::results::CommandReporter;
@@ -36,7 +36,13 @@ pub fn perf(mut a: PerfArgs, archive: &crate::args::ArchiveArgs) -> Outcome {
         remote_host: Some(a.hosts.join(" -> ")),
         ..Default::default()
     };
-    let printer = print::perf(a.json, a.json_stream, a.streams.initial(), mode_of(&a));
+    let printer = print::perf(
+        a.json,
+        a.json_stream,
+        a.streams.initial(),
+        mode_of(&a),
+        a.format,
+    );
     let mut printer = super::archived(archive, new, printer);
     let outcome = run(&a, printer.as_mut());
     ended(printer.as_mut(), outcome)
@@ -67,11 +73,22 @@ fn log_to(file: &std::path::Path) -> Result<(), Failure> {
 
 fn run(a: &PerfArgs, printer: &mut dyn CommandReporter) -> Outcome {
     let (params, local_cpu) = params_of(a)?;
+    let family = match (a.ipv4, a.ipv6) {
+        (true, _) => Some(Family::V4),
+        (_, true) => Some(Family::V6),
+        _ => None,
+    };
+    let paths = Paths {
+        bind: a.bind.into_iter().collect(),
+        ..Paths::default()
+    };
     if a.iperf3 {
         let opts = ClientOptions {
             connect_timeout: a.connect_timeout,
             local_cpu,
             interrupt: interrupt_flag(),
+            paths,
+            family,
             ..ClientOptions::default()
         };
         return iperf3(a, &params, &opts, printer);
@@ -82,17 +99,24 @@ fn run(a: &PerfArgs, printer: &mut dyn CommandReporter) -> Outcome {
         interrupt: interrupt_flag(),
         security: a.security.security()?,
         auto_streams: matches!(a.streams, StreamCount::Auto),
+        paths,
+        family,
         ..ClientOptions::default()
     };
     // `HOST:`: over ssh, through a one-shot far end (see `remote`).
     let mut named = a.hosts.clone();
     let far = super::remote::reach_host(&mut named, &mut opts, &a.ssh)?;
     let hosts: Vec<String> = named.iter().map(|h| with_port(h, a.port)).collect();
-    let ran = match hosts.as_slice() {
-        [one] => run_perf(one, &params, &opts, printer),
-        [from, to] => run_third_party(from, to, &params, &opts, printer),
-        _ => unreachable!("clap allows one or two hosts"),
-    };
+    // A far end over ssh serves one client: no second attempt at it.
+    let retries = if far.is_some() { 0 } else { a.retry.retries };
+    let ran =
+        longhaul_engine::report::retrying(retries, &opts.interrupt, super::unreachable, |_| {
+            match hosts.as_slice() {
+                [one] => run_perf(one, &params, &opts, printer),
+                [from, to] => run_third_party(from, to, &params, &opts, printer),
+                _ => unreachable!("clap allows one or two hosts"),
+            }
+        });
     match far {
         Some(far) => {
             let ran = ran.map_err(|e| super::remote::explain(&far, e));
@@ -124,7 +148,13 @@ fn iperf3(
         longhaul_engine::DEFAULT_PORT => longhaul_proto::iperf3::DEFAULT_PORT,
         p => p,
     };
-    longhaul_engine::perf::iperf3::run_iperf3(&with_port(host, port), params, opts, printer)?;
+    let target = with_port(host, port);
+    longhaul_engine::report::retrying(
+        a.retry.retries,
+        &opts.interrupt,
+        super::unreachable,
+        |_| longhaul_engine::perf::iperf3::run_iperf3(&target, params, opts, printer),
+    )?;
     Ok(exit::OK)
 }
 
@@ -191,7 +221,7 @@ fn params_of(a: &PerfArgs) -> Result<(TestParams, Option<u32>), Failure> {
         .transpose()?;
     if !a.udp && a.rate.is_some() {
         return Err(usage(
-            "-b/--rate applies to UDP tests (-u); for TCP use --pacing",
+            "-b/--bitrate applies to UDP tests (-u); for TCP use --pacing",
         ));
     }
     let (local_cpu, server_cpu) = match &a.affinity {

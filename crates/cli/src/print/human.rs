@@ -10,6 +10,8 @@ use longhaul_proto::msg::{Direction, Mode, Transport};
 use longhaul_proto::report::{DirectionReport, IntervalReport, Setup, StreamReport, Summary};
 use longhaul_proto::tune::TransferInterval;
 use longhaul_proto::units::{format_bytes, format_rate};
+
+use crate::args::FormatUnit;
 use longhaul_proto::xfer::{Kind, ListEntry};
 
 fn out(line: &str) {
@@ -26,6 +28,10 @@ pub struct Human {
     header_done: bool,
     /// sync -n: deletions are what would be deleted.
     dry_run: bool,
+    /// cp -q: a transfer's failures only.
+    quiet: bool,
+    /// perf -f: the unit of every rate.
+    unit: Option<FormatUnit>,
     /// cp --intervals: a line per interval of the transfer, to stderr.
     intervals: bool,
     /// perf: whether the data streams were encrypted (from the setup), for
@@ -57,9 +63,19 @@ impl Human {
             mode,
             header_done: false,
             dry_run: false,
+            quiet: false,
+            unit: None,
             intervals: false,
             data_encrypted: None,
             list_style: ListStyle::default(),
+        }
+    }
+
+    /// For a perf test printed with `-f`'s unit.
+    pub fn perf_in(streams: u16, mode: Mode, unit: Option<FormatUnit>) -> Self {
+        Self {
+            unit,
+            ..Self::perf(streams, mode)
         }
     }
 
@@ -71,12 +87,13 @@ impl Human {
         }
     }
 
-    /// For a transfer: `dry_run` for `sync -n`; `intervals` prints a line
-    /// per interval as it comes.
-    pub fn transfer(dry_run: bool, intervals: bool) -> Self {
+    /// For a transfer: `dry_run` for `cp -n`/`sync -n`; `intervals` prints a
+    /// line per interval as it comes; `quiet` (`-q`) prints failures only.
+    pub fn transfer(dry_run: bool, intervals: bool, quiet: bool) -> Self {
         Self {
             dry_run,
             intervals,
+            quiet,
             ..Self::new()
         }
     }
@@ -90,6 +107,22 @@ fn dir_tag(d: Direction, mode: Mode) -> &'static str {
     }
 }
 
+/// A perf rate: in the unit that suits it (bit/s), or in `-f`'s.
+pub fn rate_in(bits_per_second: f64, unit: Option<FormatUnit>) -> String {
+    let Some(u) = unit else {
+        return format_rate(bits_per_second);
+    };
+    let i = usize::from(u.power.clamp(1, 4)) - 1;
+    if u.bytes {
+        let v = bits_per_second / 8.0 / 1024f64.powi(i32::from(u.power));
+        format!("{v:.2} {}", ["KiB/s", "MiB/s", "GiB/s", "TiB/s"][i])
+    } else {
+        let v = bits_per_second / 1000f64.powi(i32::from(u.power));
+        format!("{v:.2} {}", ["kbit/s", "Mbit/s", "Gbit/s", "Tbit/s"][i])
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
 fn stream_line(
     id: &str,
     from: f64,
@@ -98,11 +131,12 @@ fn stream_line(
     bps: f64,
     tcp: Option<&longhaul_proto::report::TcpReport>,
     udp: Option<&longhaul_proto::report::UdpReport>,
+    unit: Option<FormatUnit>,
 ) -> String {
     let mut s = format!(
         "[{id:>6}] {from:6.2}-{to:<6.2} s {:>10} {:>13}",
         format_bytes(bytes),
-        format_rate(bps)
+        rate_in(bps, unit)
     );
     if let Some(t) = tcp {
         s += &format!(
@@ -128,7 +162,13 @@ fn id_of(s: &StreamReport, mode: Mode) -> String {
     format!("{}{}", dir_tag(s.direction, mode), s.stream)
 }
 
-fn report_line(s: &StreamReport, mode: Mode, from: f64, to: f64) -> String {
+fn report_line(
+    s: &StreamReport,
+    mode: Mode,
+    from: f64,
+    to: f64,
+    unit: Option<FormatUnit>,
+) -> String {
     stream_line(
         &id_of(s, mode),
         from,
@@ -137,10 +177,17 @@ fn report_line(s: &StreamReport, mode: Mode, from: f64, to: f64) -> String {
         s.bits_per_second,
         s.tcp.as_ref(),
         s.udp.as_ref(),
+        unit,
     )
 }
 
-fn sum_line(d: &DirectionReport, mode: Mode, from: f64, to: f64) -> String {
+fn sum_line(
+    d: &DirectionReport,
+    mode: Mode,
+    from: f64,
+    to: f64,
+    unit: Option<FormatUnit>,
+) -> String {
     let id = format!("{}SUM", dir_tag(d.direction, mode));
     stream_line(
         &id,
@@ -150,6 +197,7 @@ fn sum_line(d: &DirectionReport, mode: Mode, from: f64, to: f64) -> String {
         d.bits_per_second,
         d.tcp.as_ref(),
         d.udp.as_ref(),
+        unit,
     )
 }
 
@@ -238,12 +286,12 @@ impl Reporter for Human {
         let per_stream = self.streams > 1 || self.mode == Mode::Bidir;
         if per_stream {
             for s in &r.streams {
-                out(&report_line(s, self.mode, r.start_s, r.end_s));
+                out(&report_line(s, self.mode, r.start_s, r.end_s, self.unit));
             }
         }
         for d in &r.directions {
             let line = if per_stream {
-                sum_line(d, self.mode, r.start_s, r.end_s)
+                sum_line(d, self.mode, r.start_s, r.end_s, self.unit)
             } else {
                 // One stream: its line is the direction's total, under the stream's id.
                 let id = id_of(&r.streams[0], self.mode);
@@ -255,6 +303,7 @@ impl Reporter for Human {
                     d.bits_per_second,
                     d.tcp.as_ref(),
                     d.udp.as_ref(),
+                    self.unit,
                 )
             };
             // What held this direction back over the interval.
@@ -269,16 +318,16 @@ impl Reporter for Human {
     fn summary(&mut self, s: &Summary) {
         out("- - - - - - - - - - - - - - - - - - - - - - - - - - - - - - - - - - - - -");
         for st in s.streams.iter().filter(|_| self.streams > 1) {
-            out(&report_line(st, self.mode, 0.0, s.seconds));
+            out(&report_line(st, self.mode, 0.0, s.seconds, self.unit));
         }
         for d in &s.directions {
-            out(&sum_line(d, self.mode, 0.0, s.seconds));
+            out(&sum_line(d, self.mode, 0.0, s.seconds, self.unit));
         }
         let mut line = format!(
             "Summary: {} in {:.2} s = {}",
             format_bytes(s.bytes),
             s.seconds,
-            format_rate(s.bits_per_second)
+            rate_in(s.bits_per_second, self.unit)
         );
         if s.transport == Transport::Tcp {
             line += &format!(
@@ -325,10 +374,14 @@ impl Reporter for Human {
         }
     }
     fn warning(&mut self, message: &str) {
-        errln!("longhaul: warning: {message}");
+        if !self.quiet {
+            errln!("longhaul: warning: {message}");
+        }
     }
     fn status(&mut self, message: &str) {
-        errln!("{message}");
+        if !self.quiet {
+            errln!("{message}");
+        }
     }
     fn transfer_interval(&mut self, i: &TransferInterval) {
         if self.intervals {
@@ -339,6 +392,12 @@ impl Reporter for Human {
 
 impl CommandReporter for Human {
     fn transfer_summary(&mut self, s: &CpSummary) {
+        if self.quiet {
+            for f in &s.failed {
+                errln!("longhaul: failed: {}: {}", f.path, f.error);
+            }
+            return;
+        }
         print_transfer(s, self.dry_run);
     }
     fn listing(&mut self, entries: &[ListEntry]) {

@@ -17,28 +17,93 @@ use longhaul_proto::msg::Mode;
 /// A command's printer.
 pub type Printer = Box<dyn CommandReporter + Send>;
 
-/// perf: `--json`, `--json-stream` or lines for people.
-pub fn perf(json: bool, json_stream: bool, streams: u16, mode: Mode) -> Printer {
+/// perf: `--json`, `--json-stream` or lines for people (rates in `-f`'s
+/// unit if given).
+pub fn perf(
+    json: bool,
+    json_stream: bool,
+    streams: u16,
+    mode: Mode,
+    unit: Option<crate::args::FormatUnit>,
+) -> Printer {
     if json {
         Box::new(json::JsonDoc::default())
     } else if json_stream {
         Box::new(json::JsonStream)
     } else {
-        Box::new(human::Human::perf(streams, mode))
+        Box::new(human::Human::perf_in(streams, mode, unit))
     }
 }
 
-/// cp, sync: `--json`; else lines for people, with a progress bar when
-/// stderr is a terminal and no `--intervals` lines go there.
-pub fn transfer(json: bool, intervals: bool, dry_run: bool) -> Printer {
-    if json {
-        return Box::new(json::Json::transfer(intervals));
-    }
-    let human = Box::new(human::Human::transfer(dry_run, intervals));
-    if !intervals && io::IsTerminal::is_terminal(&io::stderr()) {
-        Box::new(progress::Bar::new(human))
+/// How cp and sync print: their options that choose it.
+#[derive(Clone, Copy, Default)]
+pub struct TransferLook {
+    /// `--json`: one document at the end.
+    pub json: bool,
+    /// `--intervals`: a line per interval (to stderr).
+    pub intervals: bool,
+    /// `-n`: what would be sent and deleted.
+    pub dry_run: bool,
+    /// `-q`: errors only.
+    pub quiet: bool,
+    /// `--progress`: the bar even when stderr is not a terminal.
+    pub progress: bool,
+}
+
+/// cp, sync: `--json`, or lines for people (errors only with `-q`); with a
+/// progress bar when stderr is a terminal and no `--intervals` lines go
+/// there, or always with `--progress` (a line a second where stderr is
+/// not a terminal, as for a log).
+pub fn transfer(look: TransferLook) -> Printer {
+    let inner: Printer = if look.json {
+        Box::new(json::Json::transfer(look.intervals))
     } else {
-        human
+        Box::new(human::Human::transfer(
+            look.dry_run,
+            look.intervals,
+            look.quiet,
+        ))
+    };
+    let terminal = io::IsTerminal::is_terminal(&io::stderr());
+    if look.progress {
+        Box::new(progress::Bar::new(inner, terminal))
+    } else if !look.json && !look.quiet && !look.intervals && terminal {
+        Box::new(progress::Bar::new(inner, true))
+    } else {
+        inner
+    }
+}
+
+static QUIET: AtomicBool = AtomicBool::new(false);
+
+/// `-q`: from now on, only errors are said (no warnings, notices or
+/// retries; the log only at ERROR).
+pub fn set_quiet() {
+    QUIET.store(true, Ordering::Relaxed);
+}
+
+/// Whether `-q` asked for errors only.
+pub fn quiet() -> bool {
+    QUIET.load(Ordering::Relaxed)
+}
+
+/// The one wording of a retry, in every command (cp, sync, ls, perf,
+/// doctor): `longhaul: ERROR; retrying (1/3) in 1 s`.
+pub fn retry_line(n: &longhaul_engine::report::RetryNotice) -> String {
+    format!(
+        "longhaul: {}; retrying ({}/{}) in {} s",
+        n.error,
+        n.attempt,
+        n.retries,
+        n.wait.as_secs()
+    )
+}
+
+/// Tells a retry on stderr (not with `-q`); set as the engine's
+/// [`longhaul_engine::report::on_retry`] by `main`.
+pub fn retry_notice(n: &longhaul_engine::report::RetryNotice) {
+    if !quiet() {
+        err(format_args!("{}", retry_line(n)));
     }
 }
 
@@ -119,6 +184,20 @@ mod tests {
         fn flush(&mut self) -> io::Result<()> {
             Ok(())
         }
+    }
+
+    #[test]
+    fn a_retry_is_said_plainly() {
+        let line = retry_line(&longhaul_engine::report::RetryNotice {
+            attempt: 1,
+            retries: 3,
+            wait: std::time::Duration::from_secs(2),
+            error: "cannot connect to 127.0.0.1:9: Connection refused".into(),
+        });
+        assert_eq!(
+            line,
+            "longhaul: cannot connect to 127.0.0.1:9: Connection refused; retrying (1/3) in 2 s"
+        );
     }
 
     #[test]

@@ -21,9 +21,56 @@ pub struct Bar {
     inner: Printer,
 }
 
+/// `--progress` where stderr is no terminal (a log, a pipe): each draw
+/// of the bar a line of its own, once a second, with no cursor movement.
+#[derive(Debug)]
+struct Lines;
+
+impl indicatif::TermLike for Lines {
+    fn width(&self) -> u16 {
+        100
+    }
+    fn move_cursor_up(&self, _: usize) -> std::io::Result<()> {
+        Ok(())
+    }
+    fn move_cursor_down(&self, _: usize) -> std::io::Result<()> {
+        Ok(())
+    }
+    fn move_cursor_right(&self, _: usize) -> std::io::Result<()> {
+        Ok(())
+    }
+    fn move_cursor_left(&self, _: usize) -> std::io::Result<()> {
+        Ok(())
+    }
+    fn write_line(&self, s: &str) -> std::io::Result<()> {
+        self.write_str(s)
+    }
+    fn write_str(&self, s: &str) -> std::io::Result<()> {
+        if !s.trim().is_empty() {
+            crate::errln!("{}", s.trim_end());
+        }
+        Ok(())
+    }
+    fn clear_line(&self) -> std::io::Result<()> {
+        Ok(())
+    }
+    fn flush(&self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
 impl Bar {
-    pub fn new(inner: Printer) -> Self {
-        let bar = indicatif::ProgressBar::new(0);
+    /// The bar over `inner`: drawn in place on a `terminal`, else (with
+    /// `--progress`) as a line a second.
+    pub fn new(inner: Printer, terminal: bool) -> Self {
+        let bar = if terminal {
+            indicatif::ProgressBar::new(0)
+        } else {
+            indicatif::ProgressBar::with_draw_target(
+                Some(0),
+                indicatif::ProgressDrawTarget::term_like_with_hz(Box::new(Lines), 1),
+            )
+        };
         bar.set_style(
             // Sizes in IEC units, the rate in bit/s: as every summary prints them.
             indicatif::ProgressStyle::with_template(

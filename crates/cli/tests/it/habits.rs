@@ -257,3 +257,197 @@ fn bad_filter_rules_are_refused_by_client_and_server() {
     assert!(!exp.join("x").exists());
     s.shutdown();
 }
+
+/// `cp -n` says what it would send and sends nothing; `-q` prints
+/// nothing on success; `--progress` draws the bar (a line a second) even
+/// into a pipe, where without it there is none.
+#[test]
+fn cp_dry_run_quiet_and_forced_progress() {
+    let t = TempDir::new("habits-cp-look");
+    let exp = t.dir("exp");
+    let s = data_server(&exp, &t.dir("state"));
+    let file = t.path().join("f.bin");
+    write_random(&file, 2 << 20, 5);
+    let file_s = file.display().to_string();
+
+    let o = longhaul(&["cp", "-n", &file_s, &remote(s.addr(), "f.bin")]);
+    assert_exit(&o, 0);
+    assert!(stdout(&o).contains("would send"), "{}", stdout(&o));
+    assert!(stdout(&o).contains("f.bin"), "{}", stdout(&o));
+    assert!(!exp.join("f.bin").exists(), "a dry run wrote the file");
+
+    let o = longhaul(&["cp", "-q", &file_s, &remote(s.addr(), "f.bin")]);
+    assert_exit(&o, 0);
+    assert_eq!(stdout(&o), "", "-q printed a summary");
+    assert_eq!(stderr(&o), "", "-q printed to stderr");
+    assert_same_file(&file, &exp.join("f.bin"));
+
+    // Now in place: the dry run has nothing to send.
+    let o = longhaul(&["cp", "--dry-run", &file_s, &remote(s.addr(), "f.bin")]);
+    assert_exit(&o, 0);
+    assert!(!stdout(&o).contains("would send:"), "{}", stdout(&o));
+
+    // About 2.5 s at 800 KiB/s: at least one line of the bar.
+    let o = longhaul(&[
+        "cp",
+        "--progress",
+        "--bwlimit",
+        "800",
+        &file_s,
+        &remote(s.addr(), "g.bin"),
+    ]);
+    assert_exit(&o, 0);
+    let err = stderr(&o);
+    assert!(
+        err.lines()
+            .any(|l| l.contains("MiB") && l.contains("files")),
+        "no progress line: {err}"
+    );
+    assert!(!err.contains('\r') && !err.contains("\x1b["), "{err:?}");
+    let o = longhaul(&["cp", "--force", &file_s, &remote(s.addr(), "g.bin")]);
+    assert_exit(&o, 0);
+    assert!(!stderr(&o).contains("files"), "{}", stderr(&o));
+
+    let o = longhaul(&["cp", "-q", "--progress", &file_s, &remote(s.addr(), "h")]);
+    assert_exit(&o, 2);
+    s.shutdown();
+}
+
+/// A server nobody answers on: every client command says `retrying
+/// (N/M)` in the same words, then fails with the reason (exit 3); `-q`
+/// keeps the retries to itself.
+#[test]
+fn every_command_retries_a_closed_port_in_the_same_words() {
+    let t = TempDir::new("habits-retry");
+    let file = t.path().join("f");
+    std::fs::write(&file, b"x").unwrap();
+    let file_s = file.display().to_string();
+    let port = free_port();
+    let at = |p: &str| format!("127.0.0.1:{port}:data/{p}");
+    let host = format!("127.0.0.1:{port}");
+    let commands: Vec<Vec<String>> = vec![
+        vec!["cp".into(), file_s.clone(), at("f")],
+        vec!["sync".into(), file_s.clone(), at("d")],
+        vec!["ls".into(), at("")],
+        vec!["perf".into(), host.clone(), "-t".into(), "1".into()],
+        vec!["perf".into(), "--iperf3".into(), host.clone()],
+        vec!["doctor".into(), "--no-copy".into(), at("x")],
+    ];
+    let started = std::time::Instant::now();
+    let runs: Vec<_> = commands
+        .into_iter()
+        .map(|mut args| {
+            args.extend(["--retries".into(), "2".into()]);
+            std::thread::spawn(move || {
+                let o = bin().args(&args).output().expect("longhaul runs");
+                (args, o)
+            })
+        })
+        .collect();
+    for r in runs {
+        let (args, o) = r.join().unwrap();
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(3), "{args:?}: {err}");
+        let lines: Vec<&str> = err.lines().collect();
+        assert!(
+            lines.iter().any(|l| l.starts_with("longhaul: ")
+                && l.contains("cannot connect")
+                && l.ends_with("retrying (1/2) in 1 s")),
+            "{args:?}: {err}"
+        );
+        assert!(
+            lines.iter().any(|l| l.ends_with("retrying (2/2) in 2 s")),
+            "{args:?}: {err}"
+        );
+        assert!(!err.contains("retrying (3/"), "{args:?}: {err}");
+        let last = lines.last().copied().unwrap_or_default();
+        assert!(
+            last.starts_with("longhaul: error: ") && last.contains("cannot connect"),
+            "{args:?}: {err}"
+        );
+    }
+    // 1 s + 2 s of waiting, all at once.
+    assert!(started.elapsed() < std::time::Duration::from_secs(20));
+
+    let o = bin()
+        .args(["cp", "-q", "--retries", "1", &file_s, &at("f")])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(3));
+    assert!(!stderr(&o).contains("retrying"), "{}", stderr(&o));
+    assert!(stderr(&o).contains("longhaul: error: "), "{}", stderr(&o));
+}
+
+/// perf as iperf3 users type it: `-f` units, `-B`, `-4`/`-6`, its long
+/// names, and an error that names ours for an option we lack.
+#[test]
+fn perf_takes_iperf3s_options_or_names_ours() {
+    let t = TempDir::new("habits-perf");
+    let s = data_server(&t.dir("exp"), &t.dir("state"));
+    let addr = s.addr().to_string();
+    let perf = |extra: &[&str]| {
+        let mut args = vec!["perf", addr.as_str(), "-t", "0.5", "-i", "0"];
+        args.extend(extra);
+        run(&args)
+    };
+    let o = perf(&["-f", "m", "-B", "127.0.0.1", "-4", "--parallel", "2"]);
+    assert_exit(&o, 0);
+    let summary = stdout(&o);
+    let line = summary
+        .lines()
+        .find(|l| l.starts_with("Summary:"))
+        .unwrap_or_else(|| panic!("{summary}"));
+    assert!(line.contains(" Mbit/s"), "{line}");
+    let o = perf(&["-f", "M", "--version4", "-Z"]);
+    assert_exit(&o, 0);
+    assert!(stdout(&o).contains(" MiB/s"), "{}", stdout(&o));
+
+    // A family the address has not, and an address this host has not.
+    let o = perf(&["-6"]);
+    assert_exit(&o, 2);
+    assert!(stderr(&o).contains("no IPv6 address"), "{}", stderr(&o));
+    let o = perf(&["-B", "192.0.2.1", "--retries", "0"]);
+    assert_ne!(o.status.code(), Some(0));
+    assert!(stderr(&o).contains("cannot bind"), "{}", stderr(&o));
+
+    for (flag, ours) in [
+        (&["-k", "100"][..], "-n 10G"),
+        (&["--cport", "5000"], "-B ADDR"),
+        (&["-V"], "-v"),
+        (&["-T", "x"], "longhaul history"),
+        (&["--fq-rate=1G"], "--pacing"),
+    ] {
+        let o = perf(flag);
+        assert_exit(&o, 2);
+        let err = stderr(&o);
+        assert!(
+            err.contains("iperf3") && err.contains(ours),
+            "{flag:?}: {err}"
+        );
+    }
+    s.shutdown();
+}
+
+/// `--chunk` takes exactly the sizes its help names, both ends included.
+#[test]
+fn chunk_takes_its_documented_range() {
+    let t = TempDir::new("habits-chunk");
+    let exp = t.dir("exp");
+    let s = data_server(&exp, &t.dir("state"));
+    let file = t.path().join("f.bin");
+    write_random(&file, 200 << 10, 9);
+    let file_s = file.display().to_string();
+    for (chunk, name) in [("64K", "low"), ("2G", "high"), ("2048M", "high2")] {
+        let o = longhaul(&["cp", "--chunk", chunk, &file_s, &remote(s.addr(), name)]);
+        assert_exit(&o, 0);
+        assert_same_file(&file, &exp.join(name));
+    }
+    for chunk in ["63K", "2049M", "0"] {
+        let o = longhaul(&["cp", "--chunk", chunk, &file_s, &remote(s.addr(), "no")]);
+        assert_exit(&o, 2);
+        assert!(stderr(&o).contains("64K to 2G"), "{}", stderr(&o));
+    }
+    let help = stdout(&run(&["cp", "--help"]));
+    assert!(help.contains("64K to 2G"), "{help}");
+    s.shutdown();
+}

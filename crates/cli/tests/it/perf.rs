@@ -400,7 +400,14 @@ fn unreachable_and_refused_servers() {
         .unwrap()
         .port();
     let o = bin()
-        .args(["perf", &format!("127.0.0.1:{port}"), "-t", "1"])
+        .args([
+            "perf",
+            &format!("127.0.0.1:{port}"),
+            "-t",
+            "1",
+            "--retries",
+            "0",
+        ])
         .output()
         .unwrap();
     assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));

@@ -33,8 +33,86 @@ pub struct ClientOptions {
     /// the parameters.
     pub auto_streams: bool,
     /// Several paths between the two hosts (several NICs): the data
-    /// streams are spread over them.
+    /// streams are spread over them; the control connection leaves from
+    /// the first `bind` address.
     pub paths: Paths,
+    /// Only this address family (`-4`/`-6`); None: any, or the family of
+    /// the first `bind` address.
+    pub family: Option<Family>,
+}
+
+/// An IP address family.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Family {
+    V4,
+    V6,
+}
+
+impl ClientOptions {
+    /// The family connections keep to: the one asked for, else the first
+    /// bound address's.
+    fn family(&self) -> Option<Family> {
+        self.family.or_else(|| {
+            self.paths.bind.first().map(|ip| match ip {
+                std::net::IpAddr::V4(_) => Family::V4,
+                std::net::IpAddr::V6(_) => Family::V6,
+            })
+        })
+    }
+
+    /// `target`'s addresses in the family connections keep to; an error
+    /// naming the family if it has none.
+    pub fn addresses(
+        &self,
+        target: &str,
+        addrs: Vec<SocketAddr>,
+    ) -> Result<Vec<SocketAddr>, EngineError> {
+        let Some(f) = self.family() else {
+            return Ok(addrs);
+        };
+        let kept: Vec<SocketAddr> = addrs
+            .into_iter()
+            .filter(|a| a.is_ipv4() == (f == Family::V4))
+            .collect();
+        if kept.is_empty() {
+            let (name, flag) = match f {
+                Family::V4 => ("IPv4", "-4"),
+                Family::V6 => ("IPv6", "-6"),
+            };
+            let why = match (self.family, self.paths.bind.first()) {
+                (Some(_), _) | (None, None) => format!("{flag} asks for one"),
+                (None, Some(ip)) => format!("the bind address {ip} is one"),
+            };
+            // Not worth a retry: the names say so, not the network.
+            return Err(EngineError::Usage(format!(
+                "{target} has no {name} address, and {why}"
+            )));
+        }
+        Ok(kept)
+    }
+
+    /// The local address a socket to `peer` leaves from: the first bind
+    /// address (port 0), else any address of `peer`'s family.
+    pub fn local_for(&self, peer: SocketAddr) -> SocketAddr {
+        match self.paths.bind.first() {
+            Some(ip) => SocketAddr::new(*ip, 0),
+            None if peer.is_ipv4() => SocketAddr::from(([0, 0, 0, 0], 0)),
+            None => SocketAddr::from(([0u16; 8], 0)),
+        }
+    }
+
+    /// Binds a socket about to connect to the first bind address, if any.
+    pub fn bind_first(&self, s: &socket2::Socket) -> std::io::Result<()> {
+        match self.paths.bind.first() {
+            Some(ip) => s.bind(&SocketAddr::new(*ip, 0).into()).map_err(|e| {
+                std::io::Error::new(
+                    e.kind(),
+                    format!("cannot bind to {ip}: {e}; is it an address of this host (--bind)?"),
+                )
+            }),
+            None => Ok(()),
+        }
+    }
 }
 
 /// The addresses a client's data streams use, beyond the control
@@ -127,6 +205,7 @@ impl Default for ClientOptions {
             security: Security::default(),
             auto_streams: false,
             paths: Paths::default(),
+            family: None,
         }
     }
 }
@@ -549,8 +628,11 @@ pub(crate) fn open_control_early<T>(
     early: impl FnOnce(&Dialer, u32) -> T,
     first: impl FnOnce(u32) -> Option<Message>,
 ) -> Result<(Control, T), EngineError> {
-    let addrs = conn::resolve(target, DEFAULT_PORT)?;
-    let tcp = conn::connect(&addrs, opts.connect_timeout, |s| s.set_tcp_nodelay(true))?;
+    let addrs = opts.addresses(target, conn::resolve(target, DEFAULT_PORT)?)?;
+    let tcp = conn::connect(&addrs, opts.connect_timeout, |s| {
+        opts.bind_first(s)?;
+        s.set_tcp_nodelay(true)
+    })?;
     let peer = tcp
         .peer_addr()
         .map_err(|e| EngineError::io("failed to read the peer address".into(), e))?;

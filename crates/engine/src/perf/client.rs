@@ -537,12 +537,7 @@ fn open_streams(
                         accept.udp_ports.len()
                     ))
                 })?;
-                let bind: SocketAddr = if ctl.peer.is_ipv4() {
-                    "0.0.0.0:0".parse().expect("literal")
-                } else {
-                    "[::]:0".parse().expect("literal")
-                };
-                let u = UdpSocket::bind(bind)
+                let u = UdpSocket::bind(opts.local_for(ctl.peer))
                     .map_err(|e| EngineError::io("failed to bind a UDP socket".into(), e))?;
                 if let Some(w) = params.window {
                     let r = socket2::SockRef::from(&u);

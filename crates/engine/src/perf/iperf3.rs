@@ -193,15 +193,24 @@ impl Control<'_> {
     }
 }
 
-fn connect(target: &str, timeout: Duration) -> Result<(TcpStream, SocketAddr), EngineError> {
+fn connect(target: &str, opts: &ClientOptions) -> Result<(TcpStream, SocketAddr), EngineError> {
     let addrs: Vec<SocketAddr> = target
         .to_socket_addrs()
         .map_err(|e| EngineError::Connect(format!("cannot resolve {target}: {e}")))?
         .collect();
+    let addrs = opts.addresses(target, addrs)?;
     let mut last = None;
     for a in addrs {
-        match TcpStream::connect_timeout(&a, timeout) {
-            Ok(s) => return Ok((s, a)),
+        let s = socket2::Socket::new(
+            socket2::Domain::for_address(a),
+            socket2::Type::STREAM,
+            Some(socket2::Protocol::TCP),
+        )
+        .map_err(|e| EngineError::io("failed to make a socket".into(), e))?;
+        opts.bind_first(&s)
+            .map_err(|e| EngineError::Usage(e.to_string()))?;
+        match s.connect_timeout(&a.into(), opts.connect_timeout) {
+            Ok(()) => return Ok((s.into(), a)),
             Err(e) => last = Some(e),
         }
     }
@@ -221,7 +230,7 @@ pub fn run_iperf3(
 ) -> Result<Summary, EngineError> {
     crate::perf::client::check_params(params)?;
     let wire = params_for(params)?;
-    let (sock, peer) = connect(target, opts.connect_timeout)?;
+    let (sock, peer) = connect(target, opts)?;
     let _ = sock.set_nodelay(true);
     let mut raw = [0u8; iperf3::COOKIE_LEN - 1];
     getrandom::fill(&mut raw)
@@ -243,7 +252,13 @@ pub fn run_iperf3(
     let mut streams = Vec::with_capacity(keys.len());
     for &(direction, stream) in &keys {
         if wire.udp {
-            let u = udp_stream(target, peer, params, opts.connect_timeout.max(HANDSHAKE))?;
+            let u = udp_stream(
+                target,
+                peer,
+                params,
+                opts,
+                opts.connect_timeout.max(HANDSHAKE),
+            )?;
             streams.push(ReadyStream {
                 direction,
                 stream,
@@ -260,6 +275,8 @@ pub fn run_iperf3(
         .map_err(|e| EngineError::io("failed to make a data socket".into(), e))?;
         sock::apply_tcp(&s, &tuning_for(params, End::Client.sends(direction)))
             .map_err(|e| EngineError::io("failed to set a data socket's options".into(), e))?;
+        opts.bind_first(&s)
+            .map_err(|e| EngineError::Usage(e.to_string()))?;
         s.connect_timeout(&peer.into(), opts.connect_timeout)
             .map_err(|e| {
                 EngineError::Connect(format!(
@@ -434,14 +451,10 @@ fn udp_stream(
     target: &str,
     peer: SocketAddr,
     params: &TestParams,
+    opts: &ClientOptions,
     within: Duration,
 ) -> Result<std::net::UdpSocket, EngineError> {
-    let bind: SocketAddr = if peer.is_ipv4() {
-        "0.0.0.0:0".parse().expect("literal")
-    } else {
-        "[::]:0".parse().expect("literal")
-    };
-    let u = std::net::UdpSocket::bind(bind)
+    let u = std::net::UdpSocket::bind(opts.local_for(peer))
         .map_err(|e| EngineError::io("failed to bind a UDP socket".into(), e))?;
     if let Some(w) = params.window {
         let r = socket2::SockRef::from(&u);

@@ -14,7 +14,7 @@ mod streams;
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use longhaul_proto::msg::Message;
 use longhaul_proto::xfer::*;
@@ -334,33 +334,15 @@ fn cp_retrying(o: &CpOptions) -> Result<CpSummary, EngineError> {
         Some(p) => Some(super::DigestFile::create(p)?),
         None => None,
     };
-    let mut attempt = 0;
-    loop {
-        attempt += 1;
-        match cp_once(o, &plan, &digest_out, true) {
-            Ok(mut s) => {
-                s.attempts = attempt;
-                // An incomplete list is output lost: a failed entry, exit 6.
-                if let Some(Err(f)) = digest_out.as_ref().map(|d| d.finish()) {
-                    s.failed.push(f);
-                }
-                return Ok(s);
-            }
-            Err(e)
-                if retryable(&e)
-                    && attempt <= o.retries
-                    && !o.client.interrupt.load(Ordering::Relaxed) =>
-            {
-                let wait = Duration::from_secs(1 << (attempt - 1).min(5));
-                tracing::warn!(
-                    "attempt {attempt} failed: {e}; retrying in {} s",
-                    wait.as_secs()
-                );
-                std::thread::sleep(wait);
-            }
-            Err(e) => return Err(e),
+    crate::report::retrying(o.retries, &o.client.interrupt, retryable, |attempt| {
+        let mut s = cp_once(o, &plan, &digest_out, true)?;
+        s.attempts = attempt;
+        // An incomplete list is output lost: a failed entry, exit 6.
+        if let Some(Err(f)) = digest_out.as_ref().map(|d| d.finish()) {
+            s.failed.push(f);
         }
-    }
+        Ok(s)
+    })
 }
 
 /// A stage's rate on its own: bytes over busy time, with `parallel` workers.
