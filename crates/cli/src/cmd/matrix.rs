@@ -989,6 +989,10 @@ fn open_far(
     params: &Params,
 ) -> Result<far::Far, String> {
     let f = far::Far::open(ssh)?;
+    eprintln!(
+        "longhaul matrix: work directory on {}: {} (its servers on {})",
+        ssh.dest, f.root, f.addr
+    );
     let fdata = format!("{}/data", f.root);
     f.mkdir(&fdata)?;
     for w in params.workloads.iter().filter(|w| *w != "mem") {

@@ -946,3 +946,55 @@ fn figure(f: Figure, out: &str) -> Result<f64, String> {
         .map(|m: f64| m * 1e6 / 8.0),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write as _;
+    use std::process::{Command, Stdio};
+
+    /// The tar-socket handler as a client on its socket would reach it.
+    fn serve(root: &std::path::Path, request: &[u8]) -> std::process::Output {
+        let vars = BTreeMap::from([("root", root.display().to_string())]);
+        let mut c = Command::new("sh")
+            .arg("-c")
+            .arg(fill(TAR_SERVE, &vars))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        c.stdin.take().unwrap().write_all(request).unwrap();
+        c.wait_with_output().unwrap()
+    }
+
+    /// The attacker: a stranger on the tar-socket port asks to unpack
+    /// outside the work directory, or to read a file outside it.
+    #[test]
+    fn tar_serve_refuses_paths_outside_its_root() {
+        let t = tempfile::tempdir().unwrap();
+        let root = t.path().join("root");
+        std::fs::create_dir(&root).unwrap();
+        std::fs::write(t.path().join("secret"), "s").unwrap();
+        for req in [
+            "put ../escaped\n",
+            "put /tmp/escaped\n",
+            "get ../secret\n",
+            "get /etc/passwd\n",
+            "get a/../../secret\n",
+            "rm x\n",
+        ] {
+            let o = serve(&root, req.as_bytes());
+            assert!(!o.status.success(), "{req}: {o:?}");
+            assert!(o.stdout.is_empty(), "{req}: it answered {:?}", o.stdout);
+        }
+        assert!(!t.path().join("escaped").exists());
+        assert_eq!(std::fs::read_dir(&root).unwrap().count(), 0);
+        // And a fair request works: a get of a directory inside.
+        std::fs::create_dir(root.join("d")).unwrap();
+        std::fs::write(root.join("d/f"), "data").unwrap();
+        let o = serve(&root, b"get d\n");
+        assert!(o.status.success(), "{o:?}");
+        assert!(o.stdout.len() >= 512, "no tar stream");
+    }
+}
