@@ -284,7 +284,9 @@ pub fn matrix(a: MatrixArgs) -> Outcome {
         })
         .collect();
     // On the far host: which tools may run there, and which it lacks.
-    let far_path = paths.iter().find_map(|p| p.far.as_ref().map(|h| (p.name.clone(), h)));
+    let far_path = paths
+        .iter()
+        .find_map(|p| p.far.as_ref().map(|h| (p.name.clone(), h)));
     let mut far_skip: BTreeMap<String, String> = BTreeMap::new();
     let ssh = match (&far_path, &a.far) {
         (Some(_), Some(h)) => Some(far::Ssh::new(h, a.rsh.as_deref()).map_err(usage)?),
@@ -604,7 +606,11 @@ fn drive(
         };
         let remote_path = far_ssh.map(|(_, rp)| rp.as_str()).unwrap_or("longhaul");
         let (ns_a, ns_b, host) = match (&wan, &private) {
-            _ if far.is_some() => (None, None, far.as_ref().map(|f| f.addr.clone()).unwrap_or_default()),
+            _ if far.is_some() => (
+                None,
+                None,
+                far.as_ref().map(|f| f.addr.clone()).unwrap_or_default(),
+            ),
             (Some(w), _) => (Some(w.ns_a.clone()), Some(w.ns_b.clone()), w.host_b.clone()),
             (None, Some(n)) => (
                 Some(n.name.clone()),
@@ -644,10 +650,12 @@ fn drive(
                 for e in &t.env {
                     let argv: Vec<String> = e.argv.iter().map(|x| peers::fill(x, &vars)).collect();
                     let out = match &far {
-                        Some(f) => f.mkdir(&vars["state"]).and_then(|()| {
+                        Some(f) => (|| {
                             let words: Vec<&str> = argv.iter().map(String::as_str).collect();
-                            f.ssh.run(&far::join(&words)?, None)
-                        }),
+                            let state = far::join(&[&vars["state"]])?;
+                            f.ssh
+                                .run(&format!("mkdir -p {state} && {}", far::join(&words)?), None)
+                        })(),
                         None => std::process::Command::new(&argv[0])
                             .args(&argv[1..])
                             .stderr(std::process::Stdio::null())
@@ -687,7 +695,7 @@ fn drive(
             vars.insert("port1", pp.1.to_string());
             let argv: Vec<String> = s.argv.iter().map(|x| peers::fill(x, &vars)).collect();
             if let Some(f) = &far {
-                let started = f.mkdir(&vars["state"]).and_then(|()| {
+                let started = (|| {
                     for (name, text) in &s.files {
                         f.write(
                             &format!("{}/{name}", vars["state"]),
@@ -695,7 +703,7 @@ fn drive(
                         )?;
                     }
                     f.start_server(&argv, &format!("{}/server.log", vars["state"]), pp.0)
-                });
+                })();
                 match started {
                     Ok(o) => {
                         servers.insert(t.name.clone(), Served::Far(o));
@@ -777,10 +785,12 @@ fn drive(
                     let put = c.direction == "put";
                     let far_root = far_here.map(|f| PathBuf::from(&f.root));
                     let root = far_root.as_deref().unwrap_or(work);
-                    let src = if put { data.join(w) } else { root.join("data").join(w) };
-                    let dstdir = if put { root } else { work }
-                        .join(&c.direction)
-                        .join(&tag);
+                    let src = if put {
+                        data.join(w)
+                    } else {
+                        root.join("data").join(w)
+                    };
+                    let dstdir = if put { root } else { work }.join(&c.direction).join(&tag);
                     let far_dst = far_here.filter(|_| put && w != "mem");
                     if w != "mem" {
                         match far_dst {
@@ -804,25 +814,21 @@ fn drive(
                     vars.insert("src_rel", rel(&src));
                     vars.insert("dst_rel", rel(&dst));
                     vars.insert("dstdir_rel", rel(&dstdir));
-                    vars.insert(
-                        "ssh",
-                        state.join(&t.name).join("ssh").display().to_string(),
-                    );
+                    vars.insert("ssh", state.join(&t.name).join("ssh").display().to_string());
                     vars.insert(
                         "sshhost",
                         far_here.map_or(host.clone(), |f| f.ssh.dest.clone()),
                     );
                     let template = if put { &t.put } else { &t.get };
                     let argv = peers::argv(template, s, &vars);
-                    let server = servers.get(&t.name);
-                    let cpu0 = server.map_or(0.0, |o| o.cpu(far.as_ref()));
+                    let cpu0 = servers.get_mut(&t.name).map_or(0.0, Served::cpu);
                     let netns = if t.local { None } else { ns_a.as_deref() };
                     let env = envs
                         .get(&env_key(t, far_here.is_some()))
                         .cloned()
                         .unwrap_or_default();
                     let ran = run::run_client(&argv, netns, &env, a.run_timeout, stop, &logs, &tag);
-                    let cpu1 = server.map_or(0.0, |o| o.cpu(far.as_ref()));
+                    let cpu1 = servers.get_mut(&t.name).map_or(0.0, Served::cpu);
                     let mut res = RunResult {
                         bytes_per_second: None,
                         seconds: ran.seconds,
@@ -923,11 +929,10 @@ enum Served {
 
 impl Served {
     /// CPU seconds of its process group so far.
-    fn cpu(&self, far: Option<&far::Far>) -> f64 {
-        match (self, far) {
-            (Served::Here(o), _) => run::group_cpu(o.pid()),
-            (Served::Far(s), Some(f)) => f.group_cpu(s.pid),
-            (Served::Far(_), None) => 0.0,
+    fn cpu(&mut self) -> f64 {
+        match self {
+            Served::Here(o) => run::group_cpu(o.pid()),
+            Served::Far(s) => s.cpu(),
         }
     }
 }
@@ -988,7 +993,7 @@ fn open_far(
     data: &Path,
     params: &Params,
 ) -> Result<far::Far, String> {
-    let f = far::Far::open(ssh)?;
+    let f = far::Far::open(ssh, &data.with_file_name("far-ssh.sock"))?;
     eprintln!(
         "longhaul matrix: work directory on {}: {} (its servers on {})",
         ssh.dest, f.root, f.addr

@@ -249,7 +249,11 @@ fn far_host_over_ssh_runs_servers_there_verifies_and_leaves_nothing() {
         .env("PATH", &path_env)
         .args(["matrix", "--json", "--far", common::sshd::HOST])
         .args(["--remote-path", common::sshd::BIN])
-        .args(["--tools", "longhaul:defaults,scp:defaults,absent", "--tools-file"])
+        .args([
+            "--tools",
+            "longhaul:defaults,scp:defaults,absent",
+            "--tools-file",
+        ])
         .arg(&tools)
         .args(["--workloads", "elephant", "--runs", "1", "--size", "1M"])
         .arg("--work-dir")

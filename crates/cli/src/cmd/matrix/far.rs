@@ -15,7 +15,7 @@
 use std::io::{BufRead, Write as _};
 use std::os::unix::process::CommandExt;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// How to reach the far host.
@@ -23,6 +23,9 @@ use std::time::{Duration, Instant};
 pub struct Ssh {
     /// The ssh command line, split.
     rsh: Vec<String>,
+    /// With OpenSSH, the matrix's own commands (not the tools' runs) share
+    /// one connection: `-o ControlPath=...` of the master [`Far`] holds.
+    mux: Vec<String>,
     /// As given (for a wrapper script).
     pub rsh_line: String,
     pub dest: String,
@@ -40,6 +43,7 @@ impl Ssh {
         }
         Ok(Ssh {
             rsh: argv,
+            mux: vec![],
             rsh_line: line,
             dest: dest.to_string(),
         })
@@ -50,6 +54,7 @@ impl Ssh {
     fn command(&self, remote: &str) -> Command {
         let mut c = Command::new(&self.rsh[0]);
         c.args(&self.rsh[1..])
+            .args(&self.mux)
             .arg(&self.dest)
             .arg(remote)
             .process_group(0);
@@ -132,6 +137,8 @@ pub fn join(words: &[&str]) -> Result<String, String> {
 /// The far host's work directory, removed when dropped.
 pub struct Far {
     pub ssh: Ssh,
+    /// The OpenSSH master connection the matrix's own commands share.
+    master: Option<super::run::Owned>,
     /// Its work directory (absolute).
     pub root: String,
     /// Its address as its sshd saw this connection (`$SSH_CONNECTION`):
@@ -140,7 +147,10 @@ pub struct Far {
 }
 
 impl Far {
-    pub fn open(ssh: &Ssh) -> Result<Far, String> {
+    /// `sock`: where a master connection's socket may go (a private directory).
+    pub fn open(ssh: &Ssh, sock: &Path) -> Result<Far, String> {
+        let (ssh, master) = multiplex(ssh, sock);
+        let ssh = &ssh;
         let out = ssh.run(
             "d=$(mktemp -d \"${TMPDIR:-/tmp}/longhaul-matrix.XXXXXXXX\") && echo \"$d\" && echo $SSH_CONNECTION",
             None,
@@ -160,6 +170,7 @@ impl Far {
         }
         let far = Far {
             ssh: ssh.clone(),
+            master,
             root,
             addr,
         };
@@ -190,23 +201,30 @@ impl Far {
             .map(drop)
     }
 
-    /// Starts `argv` in `dir` on the far host in a session of its own, its
-    /// output to `log` there; waits until this host connects to `port`.
-    pub fn start_server(
-        &self,
-        argv: &[String],
-        log: &str,
-        port: u16,
-    ) -> Result<FarServer, String> {
+    /// Starts `argv` in the far work directory in a session of its own,
+    /// its output to `log` there; waits until this host connects to `port`.
+    /// The far shell that started it stays, on the ssh session's standard
+    /// input: `cpu` prints the clock tick and /proc's stat lines then `END`,
+    /// `alive` prints `up` or `down`; end of input kills the server's group.
+    pub fn start_server(&self, argv: &[String], log: &str, port: u16) -> Result<FarServer, String> {
         // A port someone already serves would pass the ready check.
         if super::run::connects(None, &self.addr, port) {
             return Err(format!("port {port} on {} is in use", self.addr));
         }
         let words: Vec<&str> = argv.iter().map(String::as_str).collect();
+        let dir = Path::new(log)
+            .parent()
+            .map(|d| d.display().to_string())
+            .unwrap_or_else(|| self.root.clone());
         let remote = format!(
-            "cd {root} && {{ setsid {cmd} >{log} 2>&1 </dev/null & p=$!; echo $p; read _; \
-             kill -TERM -- -$p 2>/dev/null; sleep 1; kill -KILL -- -$p 2>/dev/null; }}",
+            "cd {root} && mkdir -p {dir} && {{ setsid {cmd} >{log} 2>&1 </dev/null & p=$!; echo $p; \
+             while read -r r; do case $r in \
+             cpu) getconf CLK_TCK; cat /proc/[0-9]*/stat 2>/dev/null; echo END;; \
+             alive) if kill -0 $p 2>/dev/null; then echo up; else echo down; fi;; esac; done; \
+             kill -TERM -- -$p 2>/dev/null; for i in 1 2 3 4 5 6 7 8 9 10; do \
+             kill -0 -- -$p 2>/dev/null || break; sleep 0.1; done; kill -KILL -- -$p 2>/dev/null; }}",
             root = join(&[&self.root])?,
+            dir = join(&[&dir])?,
             cmd = join(&words)?,
             log = join(&[log])?,
         );
@@ -218,33 +236,33 @@ impl Far {
             .spawn()
             .map_err(|e| format!("cannot run ssh to {}: {e}", self.ssh.dest))?;
         let out = child.stdout.take().ok_or("no stdout")?;
-        let mut line = String::new();
-        let _ = std::io::BufReader::new(out).read_line(&mut line);
-        let pid: i32 = line.trim().parse().unwrap_or(0);
+        let stdin = child.stdin.take();
         let mut s = FarServer {
             child,
-            pid,
+            stdin,
+            out: std::io::BufReader::new(out),
+            pid: 0,
             ssh: self.ssh.clone(),
         };
+        let mut line = String::new();
+        let _ = s.out.read_line(&mut line);
+        let pid: i32 = line.trim().parse().unwrap_or(0);
         if pid <= 0 {
-            return Err(format!(
-                "its server did not start on {}",
-                self.ssh.dest
-            ));
+            return Err(format!("its server did not start on {}", self.ssh.dest));
         }
+        s.pid = pid;
         let until = Instant::now() + Duration::from_secs(15);
         while Instant::now() < until {
             if super::run::connects(None, &self.addr, port) {
                 return Ok(s);
             }
-            let alive = self
-                .ssh
-                .run(&format!("kill -0 {pid} 2>/dev/null && echo up"), None)
-                .unwrap_or_default();
-            if alive != "up" {
+            if s.ask("alive").first().map(String::as_str) != Some("up") {
                 let text = self
                     .ssh
-                    .run(&format!("cd {} && tail -n 3 {}", join(&[&self.root])?, join(&[log])?), None)
+                    .run(
+                        &format!("cd {} && tail -n 3 {}", join(&[&self.root])?, join(&[log])?),
+                        None,
+                    )
                     .unwrap_or_default();
                 s.pid = 0;
                 return Err(format!(
@@ -253,7 +271,7 @@ impl Far {
                     text.lines().collect::<Vec<_>>().join(" | ")
                 ));
             }
-            std::thread::sleep(Duration::from_millis(200));
+            std::thread::sleep(Duration::from_millis(100));
         }
         Err(format!(
             "its server did not accept on {}:{port} within 15 s",
@@ -273,7 +291,13 @@ impl Far {
     }
 
     /// Copies the far `path` into the local directory `dir`.
-    pub fn pull(&self, bin: &Path, remote_path: &str, path: &str, dir: &Path) -> Result<(), String> {
+    pub fn pull(
+        &self,
+        bin: &Path,
+        remote_path: &str,
+        path: &str,
+        dir: &Path,
+    ) -> Result<(), String> {
         self.longhaul_cp(
             bin,
             remote_path,
@@ -282,11 +306,31 @@ impl Far {
         )
     }
 
-    fn longhaul_cp(&self, bin: &Path, remote_path: &str, from: &str, to: &str) -> Result<(), String> {
+    fn longhaul_cp(
+        &self,
+        bin: &Path,
+        remote_path: &str,
+        from: &str,
+        to: &str,
+    ) -> Result<(), String> {
+        let words: Vec<&str> = self
+            .ssh
+            .rsh
+            .iter()
+            .chain(&self.ssh.mux)
+            .map(String::as_str)
+            .collect();
         let out = Command::new(bin)
-            .args(["--no-archive", "cp", "-r", "--force", "--remote-path", remote_path])
+            .args([
+                "--no-archive",
+                "cp",
+                "-r",
+                "--force",
+                "--remote-path",
+                remote_path,
+            ])
             .args([from, to])
-            .env("LONGHAUL_RSH", &self.ssh.rsh_line)
+            .env("LONGHAUL_RSH", join(&words)?)
             .stdin(Stdio::null())
             .output()
             .map_err(|e| format!("cannot run {}: {e}", bin.display()))?;
@@ -298,41 +342,126 @@ impl Far {
         }
         Ok(())
     }
-
-    /// CPU seconds of the far process group `pg`.
-    pub fn group_cpu(&self, pg: i32) -> f64 {
-        let Ok(out) = self.ssh.run(
-            "getconf CLK_TCK; cat /proc/[0-9]*/stat 2>/dev/null; true",
-            None,
-        ) else {
-            return 0.0;
-        };
-        let mut lines = out.lines();
-        let tick: f64 = lines
-            .next()
-            .and_then(|t| t.trim().parse().ok())
-            .unwrap_or(100.0);
-        super::run::stat_cpu(lines, pg) as f64 / tick.max(1.0)
-    }
 }
 
 impl Drop for Far {
     fn drop(&mut self) {
         self.remove(&self.root.clone());
+        // The master connection last (ended by its process group).
+        drop(self.master.take());
     }
+}
+
+/// With OpenSSH (`ssh` as the command), a master connection of ours in the
+/// foreground (`ControlMaster=yes -N`, not `-M`: with the option that
+/// makes it `ask`; ended by its PID), and `ssh` using it: one key
+/// exchange for the matrix's dozens of short far commands. Otherwise, or
+/// if it does not come up, `ssh` as it is.
+fn multiplex(ssh: &Ssh, sock: &Path) -> (Ssh, Option<super::run::Owned>) {
+    let is_openssh = Path::new(&ssh.rsh[0]).file_name() == Some(std::ffi::OsStr::new("ssh"));
+    if !is_openssh {
+        return (ssh.clone(), None);
+    }
+    let path = format!("ControlPath={}", sock.display());
+    let mut c = Command::new(&ssh.rsh[0]);
+    c.args(&ssh.rsh[1..])
+        .args([
+            "-o",
+            &path,
+            "-o",
+            "ControlMaster=yes",
+            "-o",
+            "ControlPersist=no",
+        ])
+        .arg("-N")
+        .arg(&ssh.dest)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .process_group(0);
+    // SAFETY: prctl is async-signal-safe; nothing else runs between fork and exec.
+    unsafe {
+        c.pre_exec(|| {
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
+            Ok(())
+        });
+    }
+    let Ok(child) = c.spawn() else {
+        return (ssh.clone(), None);
+    };
+    let mut owned = super::run::Owned { child };
+    let until = Instant::now() + Duration::from_secs(15);
+    while Instant::now() < until {
+        if sock.exists() {
+            let mut s = ssh.clone();
+            s.mux = vec!["-o".into(), path, "-o".into(), "ControlMaster=no".into()];
+            return (s, Some(owned));
+        }
+        if matches!(owned.child.try_wait(), Ok(Some(_))) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    drop(owned);
+    (ssh.clone(), None)
 }
 
 /// A server on the far host; ended (its process group) when dropped.
 pub struct FarServer {
     child: Child,
+    /// The far shell's input: requests, and the server's lifeline.
+    stdin: Option<ChildStdin>,
+    out: std::io::BufReader<ChildStdout>,
     pub pid: i32,
     ssh: Ssh,
+}
+
+impl FarServer {
+    /// The far shell's answer to `req`: its lines (`alive`: one; `cpu`:
+    /// until `END`).
+    fn ask(&mut self, req: &str) -> Vec<String> {
+        let Some(w) = self.stdin.as_mut() else {
+            return vec![];
+        };
+        if writeln!(w, "{req}").and_then(|()| w.flush()).is_err() {
+            return vec![];
+        }
+        let mut lines = Vec::new();
+        loop {
+            let mut l = String::new();
+            match self.out.read_line(&mut l) {
+                Ok(0) | Err(_) => break,
+                Ok(_) => {}
+            }
+            let l = l.trim_end().to_string();
+            if req != "cpu" {
+                lines.push(l);
+                break;
+            }
+            if l == "END" {
+                break;
+            }
+            lines.push(l);
+        }
+        lines
+    }
+
+    /// CPU seconds of the server's process group, from the far /proc.
+    pub fn cpu(&mut self) -> f64 {
+        let lines = self.ask("cpu");
+        let mut it = lines.iter().map(String::as_str);
+        let tick: f64 = it
+            .next()
+            .and_then(|t| t.trim().parse().ok())
+            .unwrap_or(100.0);
+        super::run::stat_cpu(it, self.pid) as f64 / tick.max(1.0)
+    }
 }
 
 impl Drop for FarServer {
     fn drop(&mut self) {
         // Its lifeline: on EOF the far shell kills the server's group and exits.
-        drop(self.child.stdin.take());
+        drop(self.stdin.take());
         let until = Instant::now() + Duration::from_secs(5);
         while Instant::now() < until {
             if matches!(self.child.try_wait(), Ok(Some(_))) {
