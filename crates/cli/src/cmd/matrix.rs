@@ -645,7 +645,7 @@ fn drive(
                 None => vars0(t),
             };
             let key = env_key(t, far.is_some());
-            if !envs.contains_key(&key) {
+            if let std::collections::btree_map::Entry::Vacant(slot) = envs.entry(key) {
                 let mut env = BTreeMap::new();
                 for e in &t.env {
                     let argv: Vec<String> = e.argv.iter().map(|x| peers::fill(x, &vars)).collect();
@@ -681,7 +681,7 @@ fn drive(
                         }
                     }
                 }
-                envs.insert(key, env);
+                slot.insert(env);
             }
             let pp = match ports.get(&t.name) {
                 Some(p) if wan.is_some() => *p,
