@@ -1646,7 +1646,7 @@ mod tests {
 /// `longhaul matrix` (crates/cli/src/cmd/matrix.rs).
 #[derive(Args)]
 #[command(
-    after_help = "Tools: longhaul, iperf3, iperf2, nuttcp, gridftp, xrootd, rsyncd, cp (a local copy); each at `defaults` and `best`. Paths: loopback, lan, 80ms, 100ms, satellite, or RTT/LOSS/RATE (e.g. 50ms/1e-5/1gbit); emulated paths need root and /dev/net/tun. Workloads: mem, elephant, smallfiles, tree. Not built yet: --far HOST (a second real host over ssh), rsync over ssh, scp, tar through a socket."
+    after_help = "Tools: longhaul, longhaul-perf, iperf3, iperf2, nuttcp, gridftp, xrootd, rsyncd, rsync-ssh, scp, tar-socket, cp (a local copy); each at `defaults` and `best`. Paths: loopback, lan, 80ms, 100ms, satellite, or RTT/LOSS/RATE (e.g. 50ms/1e-5/1gbit); emulated paths need root and /dev/net/tun; far (with --far HOST: a real second host over ssh; GridFTP, XRootD, the rsync daemon and tar-socket, anonymous servers, are not started there)."
 )]
 pub struct MatrixArgs {
     /// Tools, comma-separated (default: every known tool; missing ones become rows that say
@@ -1689,9 +1689,16 @@ pub struct MatrixArgs {
     /// Where the data and the servers' files go (default: a temporary directory, removed after).
     #[arg(long, value_name = "DIR")]
     pub work_dir: Option<PathBuf>,
-    /// A second real host over ssh: not built yet (the matrix says so and stops).
+    /// A second real host, reached by ssh: the path `far` (the default path with it), where
+    /// the matrix starts the peers' servers. It needs only ssh and longhaul there.
     #[arg(long, value_name = "HOST")]
     pub far: Option<String>,
+    /// The command that runs ssh for --far, with its options (default: ssh).
+    #[arg(long, value_name = "CMD", env = "LONGHAUL_RSH")]
+    pub rsh: Option<String>,
+    /// The longhaul program on the --far host (default: longhaul on its PATH).
+    #[arg(long, value_name = "PATH")]
+    pub remote_path: Option<String>,
     /// Print the table as Markdown or CSV instead of for the terminal.
     #[arg(long, value_parser = ["table", "md", "csv"], default_value = "table")]
     pub format: String,

@@ -5,12 +5,13 @@
 //! order rotates every run) so that a noisy host hurts all alike.
 
 mod archive;
+mod far;
 mod peers;
 mod ratios;
 mod run;
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
@@ -30,16 +31,20 @@ struct PathSpec {
     name: String,
     rtt_ms: f64,
     loss: f64,
-    /// Bits per second; none on loopback.
+    /// Bits per second; none on loopback and `far`.
     rate_bps: Option<u64>,
+    /// `far`: the host (`--far`) the path reaches by ssh.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    far: Option<String>,
 }
 
-fn path_spec(s: &str, rate: u64) -> Result<PathSpec, String> {
+fn path_spec(s: &str, rate: u64, far: Option<&str>) -> Result<PathSpec, String> {
     let named = |rtt_ms: f64, loss: f64| PathSpec {
         name: s.to_string(),
         rtt_ms,
         loss,
         rate_bps: Some(rate),
+        far: None,
     };
     Ok(match s {
         "loopback" => PathSpec {
@@ -47,6 +52,18 @@ fn path_spec(s: &str, rate: u64) -> Result<PathSpec, String> {
             rtt_ms: 0.0,
             loss: 0.0,
             rate_bps: None,
+            far: None,
+        },
+        "far" => match far {
+            // Its RTT is the real network's, not set by the matrix.
+            Some(h) => PathSpec {
+                name: format!("far:{h}"),
+                rtt_ms: 0.0,
+                loss: 0.0,
+                rate_bps: None,
+                far: Some(h.to_string()),
+            },
+            None => return Err("the path 'far' needs --far HOST".into()),
         },
         "lan" => named(0.2, 0.0),
         "80ms" => named(80.0, 1e-5),
@@ -56,8 +73,8 @@ fn path_spec(s: &str, rate: u64) -> Result<PathSpec, String> {
             let parts: Vec<&str> = s.split('/').collect();
             let [rtt, loss, r] = parts[..] else {
                 return Err(format!(
-                    "unknown path '{s}': loopback, lan, 80ms, 100ms, satellite or RTT/LOSS/RATE \
-                     (e.g. 50ms/1e-5/1gbit)"
+                    "unknown path '{s}': loopback, lan, 80ms, 100ms, satellite, RTT/LOSS/RATE \
+                     (e.g. 50ms/1e-5/1gbit) or far (with --far HOST)"
                 ));
             };
             let rtt = longhaul_proto::units::parse_duration(rtt)
@@ -73,6 +90,7 @@ fn path_spec(s: &str, rate: u64) -> Result<PathSpec, String> {
                 rtt_ms: rtt.as_secs_f64() * 1e3,
                 loss,
                 rate_bps: Some(r),
+                far: None,
             }
         }
     })
@@ -176,12 +194,6 @@ const WORKLOADS: &[&str] = &["mem", "elephant", "smallfiles", "tree"];
 
 /// `longhaul matrix`.
 pub fn matrix(a: MatrixArgs, archive_args: &ArchiveArgs) -> Outcome {
-    if let Some(h) = &a.far {
-        return Err(usage(format!(
-            "--far {h}: a second real host is not built into the matrix yet; run the matrix on \
-             loopback and emulated paths"
-        )));
-    }
     let bin = std::env::current_exe()
         .map_err(|e| Failure::internal(format!("cannot find this program's path: {e}")))?;
     let quick = a.quick;
@@ -192,7 +204,9 @@ pub fn matrix(a: MatrixArgs, archive_args: &ArchiveArgs) -> Outcome {
         .seconds
         .unwrap_or(Duration::from_secs(if quick { 3 } else { 10 }));
     let paths: Vec<String> = if a.paths.is_empty() {
-        if quick {
+        if a.far.is_some() {
+            vec!["far".into()]
+        } else if quick {
             vec!["loopback".into(), "lan".into()]
         } else {
             vec!["loopback".into(), "80ms".into()]
@@ -202,7 +216,7 @@ pub fn matrix(a: MatrixArgs, archive_args: &ArchiveArgs) -> Outcome {
     };
     let paths: Vec<PathSpec> = paths
         .iter()
-        .map(|p| path_spec(p, a.rate))
+        .map(|p| path_spec(p, a.rate, a.far.as_deref()))
         .collect::<Result<_, _>>()
         .map_err(usage)?;
     let workloads: Vec<String> = if a.workloads.is_empty() {
@@ -271,13 +285,58 @@ pub fn matrix(a: MatrixArgs, archive_args: &ArchiveArgs) -> Outcome {
             note: peers::missing(t),
         })
         .collect();
-    if a.tools.is_empty() {
-        rows.extend(peers::NOT_BUILT.iter().map(|(n, why)| ToolRow {
-            name: n.to_string(),
-            settings: vec![],
-            installed: false,
-            note: Some(why.to_string()),
-        }));
+    // On the far host: which tools may run there, and which it lacks.
+    let far_path = paths
+        .iter()
+        .find_map(|p| p.far.as_ref().map(|h| (p.name.clone(), h)));
+    let mut far_skip: BTreeMap<String, String> = BTreeMap::new();
+    let ssh = match (&far_path, &a.far) {
+        (Some(_), Some(h)) => Some(far::Ssh::new(h, a.rsh.as_deref()).map_err(usage)?),
+        _ => None,
+    };
+    let remote_path = a.remote_path.clone().unwrap_or_else(|| "longhaul".into());
+    if let (Some(ssh), Some((_, host))) = (&ssh, &far_path) {
+        // What each tool needs there: its programs, and longhaul (the data
+        // goes there and comes back for its check with `longhaul cp`).
+        let needs: Vec<Vec<String>> = chosen
+            .iter()
+            .map(|(t, _)| {
+                let mut n = t.needs.clone();
+                n.push(remote_path.clone());
+                n
+            })
+            .collect();
+        let absent = ssh.missing(&needs).map_err(|e| Failure {
+            code: exit::CONNECT,
+            message: format!("--far {host}: {e}"),
+        })?;
+        for ((t, _), gone) in chosen.iter().zip(absent) {
+            let why = if t.local {
+                continue;
+            } else if !t.far {
+                "not run on --far: an anonymous server, kept to loopback and emulated paths"
+                    .to_string()
+            } else if !gone.is_empty() {
+                format!(
+                    "not installed on {host} ({} not on PATH there){}",
+                    gone.join(", "),
+                    if t.package.is_empty() {
+                        String::new()
+                    } else {
+                        format!(": apt-get install {}", t.package)
+                    }
+                )
+            } else {
+                continue;
+            };
+            far_skip.insert(t.name.clone(), why.clone());
+            if let Some(r) = rows.iter_mut().find(|r| r.name == t.name) {
+                r.note = Some(match r.note.take() {
+                    Some(n) => format!("{n}; {why}"),
+                    None => why,
+                });
+            }
+        }
     }
     let params = Params {
         runs,
@@ -292,7 +351,10 @@ pub fn matrix(a: MatrixArgs, archive_args: &ArchiveArgs) -> Outcome {
         for w in &workloads {
             for (t, sets) in &chosen {
                 let fits = (t.kind == Kind::Mem) == (w == "mem");
-                if !fits || peers::missing(t).is_some() {
+                if !fits
+                    || peers::missing(t).is_some()
+                    || (p.far.is_some() && far_skip.contains_key(&t.name))
+                {
                     continue;
                 }
                 for s in sets {
@@ -348,7 +410,7 @@ pub fn matrix(a: MatrixArgs, archive_args: &ArchiveArgs) -> Outcome {
         runs,
         (expected / 60.0).ceil().max(0.0)
     );
-    for r in rows.iter().filter(|r| !r.installed) {
+    for r in rows.iter().filter(|r| r.note.is_some()) {
         eprintln!(
             "  {}: {}",
             r.name,
@@ -381,8 +443,18 @@ pub fn matrix(a: MatrixArgs, archive_args: &ArchiveArgs) -> Outcome {
         interrupted: false,
     };
     let kept = archive::start(archive_args, &paths, &params);
+    let far = ssh.map(|s| (s, remote_path));
     let r = drive(
-        &a, &bin, &work, &chosen, &paths, &params, &mut doc, &done, &stop,
+        &a,
+        &bin,
+        &work,
+        &chosen,
+        &paths,
+        &params,
+        &mut doc,
+        &done,
+        &stop,
+        far.as_ref(),
     );
     doc.interrupted = stop.load(Ordering::SeqCst);
     finish_limits(&mut doc);
@@ -443,6 +515,7 @@ fn drive(
     doc: &mut Doc,
     done: &BTreeMap<(String, String, String, String, String), Cell>,
     stop: &std::sync::atomic::AtomicBool,
+    far_ssh: Option<&(far::Ssh, String)>,
 ) -> Result<(), String> {
     let mk = |p: &Path| std::fs::create_dir_all(p).map_err(|e| format!("{}: {e}", p.display()));
     let (data, logs, state) = (work.join("data"), work.join("logs"), work.join("state"));
@@ -516,12 +589,32 @@ fn drive(
         // Loopback in a network namespace of its own where we may make one
         // (root): the peers' servers (anonymous GridFTP, an rsync daemon as
         // root) are then out of reach of every other process on the host.
-        let private = if wan.is_none() {
+        let private = if wan.is_none() && p.far.is_none() {
             run::PrivateNs::new()
         } else {
             None
         };
+        // A real far host: its work directory, and the data there.
+        let far = match (&p.far, far_ssh) {
+            (Some(_), Some((ssh, rp))) => match open_far(bin, ssh, rp, &data, params) {
+                Ok(f) => Some(f),
+                Err(e) => {
+                    for &i in &pending {
+                        doc.cells[i].error = Some(e.clone());
+                    }
+                    eprintln!("longhaul matrix: path {}: {e}", p.name);
+                    continue;
+                }
+            },
+            _ => None,
+        };
+        let remote_path = far_ssh.map(|(_, rp)| rp.as_str()).unwrap_or("longhaul");
         let (ns_a, ns_b, host) = match (&wan, &private) {
+            _ if far.is_some() => (
+                None,
+                None,
+                far.as_ref().map(|f| f.addr.clone()).unwrap_or_default(),
+            ),
             (Some(w), _) => (Some(w.ns_a.clone()), Some(w.ns_b.clone()), w.host_b.clone()),
             (None, Some(n)) => (
                 Some(n.name.clone()),
@@ -533,7 +626,7 @@ fn drive(
         // What `{rate}` says: the path's bottleneck, or more than loopback carries.
         let path_rate = p.rate_bps.unwrap_or(100_000_000_000);
         // The servers this path needs.
-        let mut servers: BTreeMap<String, run::Owned> = BTreeMap::new();
+        let mut servers: BTreeMap<String, Served> = BTreeMap::new();
         let mut server_error: BTreeMap<String, String> = BTreeMap::new();
         for (t, _) in chosen {
             let needed = pending.iter().any(|&i| doc.cells[i].tool == t.name);
@@ -542,32 +635,61 @@ fn drive(
             };
             let tstate = state.join(&t.name);
             mk(&tstate)?;
-            let mut vars = vars0(t);
-            if !envs.contains_key(&t.name) {
+            if let Some(f) = &far {
+                if t.over_ssh {
+                    // The far host's own sshd, reached with the user's ssh.
+                    let w = tstate.join("ssh");
+                    write_script(&w, &format!("#!/bin/sh\nexec {} \"$@\"\n", f.ssh.rsh_line))?;
+                    continue;
+                }
+            }
+            // The server's side: here, or on the far host.
+            let mut vars = match &far {
+                Some(f) => far_vars(f, t, remote_path, params),
+                None => vars0(t),
+            };
+            let key = env_key(t, far.is_some());
+            if let std::collections::btree_map::Entry::Vacant(slot) = envs.entry(key) {
                 let mut env = BTreeMap::new();
                 for e in &t.env {
                     let argv: Vec<String> = e.argv.iter().map(|x| peers::fill(x, &vars)).collect();
-                    match std::process::Command::new(&argv[0])
-                        .args(&argv[1..])
-                        .stderr(std::process::Stdio::null())
-                        .output()
-                    {
-                        Ok(o) if o.status.success() => {
-                            env.insert(
-                                e.var.clone(),
-                                String::from_utf8_lossy(&o.stdout).trim().to_string(),
-                            );
+                    let out = match &far {
+                        Some(f) => (|| {
+                            let words: Vec<&str> = argv.iter().map(String::as_str).collect();
+                            let state = far::join(&[&vars["state"]])?;
+                            f.ssh
+                                .run(&format!("mkdir -p {state} && {}", far::join(&words)?), None)
+                        })(),
+                        None => std::process::Command::new(&argv[0])
+                            .args(&argv[1..])
+                            .stderr(std::process::Stdio::null())
+                            .output()
+                            .map_err(|e| e.to_string())
+                            .and_then(|o| {
+                                if o.status.success() {
+                                    Ok(String::from_utf8_lossy(&o.stdout).trim().to_string())
+                                } else {
+                                    Err(o.status.to_string())
+                                }
+                            }),
+                    };
+                    match out {
+                        Ok(o) => {
+                            env.insert(e.var.clone(), o);
                         }
-                        _ => {
-                            server_error
-                                .insert(t.name.clone(), format!("`{}` failed", argv.join(" ")));
+                        Err(why) => {
+                            server_error.insert(
+                                t.name.clone(),
+                                format!("`{}` failed: {why}", argv.join(" ")),
+                            );
                         }
                     }
                 }
-                envs.insert(t.name.clone(), env);
+                slot.insert(env);
             }
             let pp = match ports.get(&t.name) {
                 Some(p) if wan.is_some() => *p,
+                _ if far.is_some() => far_ports(),
                 _ => run::free_ports()?,
             };
             ports.insert(t.name.clone(), pp);
@@ -575,12 +697,32 @@ fn drive(
             vars.insert("rate", path_rate.to_string());
             vars.insert("port", pp.0.to_string());
             vars.insert("port1", pp.1.to_string());
+            let argv: Vec<String> = s.argv.iter().map(|x| peers::fill(x, &vars)).collect();
+            if let Some(f) = &far {
+                let started = (|| {
+                    for (name, text) in &s.files {
+                        f.write(
+                            &format!("{}/{name}", vars["state"]),
+                            &peers::fill(text, &vars),
+                        )?;
+                    }
+                    f.start_server(&argv, &format!("{}/server.log", vars["state"]), pp.0)
+                })();
+                match started {
+                    Ok(o) => {
+                        servers.insert(t.name.clone(), Served::Far(o));
+                    }
+                    Err(e) => {
+                        server_error.insert(t.name.clone(), e);
+                    }
+                }
+                continue;
+            }
             for (name, text) in &s.files {
                 let f = tstate.join(name);
                 std::fs::write(&f, peers::fill(text, &vars))
                     .map_err(|e| format!("{}: {e}", f.display()))?;
             }
-            let argv: Vec<String> = s.argv.iter().map(|x| peers::fill(x, &vars)).collect();
             let hf = (s.hosts_file && wan.is_some()).then_some(hosts.as_path());
             let log = logs.join(format!(
                 "{}-{}-server.log",
@@ -589,7 +731,7 @@ fn drive(
             ));
             match run::start_server(&argv, ns_b.as_deref(), hf, &host, pp.0, &log) {
                 Ok(o) => {
-                    servers.insert(t.name.clone(), o);
+                    servers.insert(t.name.clone(), Served::Here(o));
                 }
                 Err(e) => {
                     server_error.insert(t.name.clone(), e);
@@ -640,15 +782,32 @@ fn drive(
                         s.name,
                         c.direction
                     );
-                    let src = data.join(w);
-                    let dstdir = work.join(&c.direction).join(&tag);
+                    // The far side of a run: the far host's work directory
+                    // on --far (the put's destination, the get's source),
+                    // else this one's (its servers serve it).
+                    let far_here = far.as_ref().filter(|_| !t.local);
+                    let put = c.direction == "put";
+                    let far_root = far_here.map(|f| PathBuf::from(&f.root));
+                    let root = far_root.as_deref().unwrap_or(work);
+                    let src = if put {
+                        data.join(w)
+                    } else {
+                        root.join("data").join(w)
+                    };
+                    let dstdir = if put { root } else { work }.join(&c.direction).join(&tag);
+                    let far_dst = far_here.filter(|_| put && w != "mem");
                     if w != "mem" {
-                        let _ = std::fs::remove_dir_all(&dstdir);
-                        mk(&dstdir)?;
+                        match far_dst {
+                            Some(f) => f.mkdir(&dstdir.display().to_string())?,
+                            None => {
+                                let _ = std::fs::remove_dir_all(&dstdir);
+                                mk(&dstdir)?;
+                            }
+                        }
                     }
                     let dst = dstdir.join(w);
                     let rel = |x: &Path| {
-                        x.strip_prefix(work)
+                        x.strip_prefix(root)
                             .map(|r| r.display().to_string())
                             .unwrap_or_default()
                     };
@@ -659,14 +818,21 @@ fn drive(
                     vars.insert("src_rel", rel(&src));
                     vars.insert("dst_rel", rel(&dst));
                     vars.insert("dstdir_rel", rel(&dstdir));
-                    let template = if c.direction == "put" { &t.put } else { &t.get };
+                    vars.insert("ssh", state.join(&t.name).join("ssh").display().to_string());
+                    vars.insert(
+                        "sshhost",
+                        far_here.map_or(host.clone(), |f| f.ssh.dest.clone()),
+                    );
+                    let template = if put { &t.put } else { &t.get };
                     let argv = peers::argv(template, s, &vars);
-                    let server = servers.get(&t.name);
-                    let cpu0 = server.map_or(0.0, |o| run::group_cpu(o.pid()));
+                    let cpu0 = servers.get_mut(&t.name).map_or(0.0, Served::cpu);
                     let netns = if t.local { None } else { ns_a.as_deref() };
-                    let env = envs.get(&t.name).cloned().unwrap_or_default();
+                    let env = envs
+                        .get(&env_key(t, far_here.is_some()))
+                        .cloned()
+                        .unwrap_or_default();
                     let ran = run::run_client(&argv, netns, &env, a.run_timeout, stop, &logs, &tag);
-                    let cpu1 = server.map_or(0.0, |o| run::group_cpu(o.pid()));
+                    let cpu1 = servers.get_mut(&t.name).map_or(0.0, Served::cpu);
                     let mut res = RunResult {
                         bytes_per_second: None,
                         seconds: ran.seconds,
@@ -684,7 +850,23 @@ fn drive(
                         } else {
                             let bytes = sizes.get(w).copied().unwrap_or(0);
                             res.bytes_per_second = Some(bytes as f64 / ran.seconds.max(1e-9));
-                            let bad = manifests.get(w).and_then(|m| run::verify(m, &dst));
+                            // A far copy comes back (the far longhaul reads
+                            // it) to be compared here.
+                            let check = work.join("check").join(&tag);
+                            let got = match far_dst {
+                                Some(f) => {
+                                    let _ = std::fs::remove_dir_all(&check);
+                                    mk(&check)?;
+                                    f.pull(bin, remote_path, &dst.display().to_string(), &check)
+                                        .map(|()| check.join(w))
+                                }
+                                None => Ok(dst.clone()),
+                            };
+                            let bad = match got {
+                                Ok(d) => manifests.get(w).and_then(|m| run::verify(m, &d)),
+                                Err(e) => Some(format!("cannot read the far copy: {e}")),
+                            };
+                            let _ = std::fs::remove_dir_all(&check);
                             res.verified = Some(bad.is_none());
                             if let Some(b) = bad {
                                 doc.cells[i].note = Some(format!("not verified: {b}"));
@@ -692,7 +874,12 @@ fn drive(
                         }
                     }
                     if w != "mem" {
-                        let _ = std::fs::remove_dir_all(&dstdir);
+                        match far_dst {
+                            Some(f) => f.remove(&dstdir.display().to_string()),
+                            None => {
+                                let _ = std::fs::remove_dir_all(&dstdir);
+                            }
+                        }
                     }
                     eprintln!(
                         "[{step}/{total}] {} {w} {} {}:{}: {}",
@@ -731,10 +918,97 @@ fn drive(
             }
         }
         drop(servers);
+        drop(far);
         drop(wan);
         drop(private);
     }
     Ok(())
+}
+
+/// A peer's server: here (or in an emulator's namespace), or on the far host.
+enum Served {
+    Here(run::Owned),
+    Far(far::FarServer),
+}
+
+impl Served {
+    /// CPU seconds of its process group so far.
+    fn cpu(&mut self) -> f64 {
+        match self {
+            Served::Here(o) => run::group_cpu(o.pid()),
+            Served::Far(s) => s.cpu(),
+        }
+    }
+}
+
+/// Which client environment (token, fingerprint): a far server's differs.
+fn env_key(t: &Tool, far: bool) -> String {
+    if far {
+        format!("{}@far", t.name)
+    } else {
+        t.name.clone()
+    }
+}
+
+/// A server's placeholders on the far host.
+fn far_vars(
+    f: &far::Far,
+    t: &Tool,
+    remote_path: &str,
+    params: &Params,
+) -> BTreeMap<&'static str, String> {
+    BTreeMap::from([
+        ("bin", remote_path.to_string()),
+        ("root", f.root.clone()),
+        ("state", format!("{}/state/{}", f.root, t.name)),
+        ("seconds", format!("{}", params.mem_seconds.ceil() as u64)),
+    ])
+}
+
+/// Two ports for a far server: random, high, outside Linux's ephemeral
+/// range (32768-60999), so a far client's socket is unlikely to hold one;
+/// one in use is seen before the start (it already accepts) or by the
+/// server's failure to bind.
+fn far_ports() -> (u16, u16) {
+    let mut b = [0u8; 4];
+    let _ = getrandom_bytes(&mut b);
+    let a = 20000 + u16::from_le_bytes([b[0], b[1]]) % 12000;
+    (a, a + 1 + u16::from(b[2] % 100))
+}
+
+fn getrandom_bytes(b: &mut [u8]) -> std::io::Result<()> {
+    use std::io::Read as _;
+    std::fs::File::open("/dev/urandom")?.read_exact(b)
+}
+
+/// A small executable script (owner only).
+fn write_script(p: &Path, text: &str) -> Result<(), String> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::write(p, text)
+        .and_then(|()| std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o700)))
+        .map_err(|e| format!("{}: {e}", p.display()))
+}
+
+/// Opens the far host's work directory and copies the file workloads' data there.
+fn open_far(
+    bin: &Path,
+    ssh: &far::Ssh,
+    remote_path: &str,
+    data: &Path,
+    params: &Params,
+) -> Result<far::Far, String> {
+    let f = far::Far::open(ssh, &data.with_file_name("far-ssh.sock"))?;
+    eprintln!(
+        "longhaul matrix: work directory on {}: {} (its servers on {})",
+        ssh.dest, f.root, f.addr
+    );
+    let fdata = format!("{}/data", f.root);
+    f.mkdir(&fdata)?;
+    for w in params.workloads.iter().filter(|w| *w != "mem") {
+        eprintln!("longhaul matrix: copying the {w} data to {}", ssh.dest);
+        f.push(bin, remote_path, &data.join(w), &fdata)?;
+    }
+    Ok(f)
 }
 
 /// A cell's median, spread, CPU and verdict from its runs.
@@ -924,7 +1198,7 @@ fn print(a: &MatrixArgs, doc: &Doc) {
         }
     }
     let bullet = if md { "- " } else { "" };
-    for t in doc.tools.iter().filter(|t| !t.installed) {
+    for t in doc.tools.iter().filter(|t| t.note.is_some()) {
         println!(
             "{bullet}{}: {}",
             t.name,

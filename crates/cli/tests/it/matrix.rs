@@ -157,3 +157,143 @@ fn tiny_matrix_verifies_every_file_cell_and_flags_a_corrupt_peer() {
         assert!(!l.contains("NOT VERIFIED") && !l.contains("failed"), "{l}");
     }
 }
+
+/// The file peers built into the matrix beyond the first ones: scp over
+/// the matrix's private sshd (always: it needs only OpenSSH), and rsync
+/// over ssh, tar through a socket and XRootD where installed; each at its
+/// `best` settings (their arguments used), put and get, every cell verified.
+#[test]
+fn scp_rsync_ssh_tar_socket_and_xrootd_cells_verify_on_loopback() {
+    let ssh = ["sshd", "ssh", "ssh-keygen", "scp"];
+    if !require::have(
+        "SSH",
+        ssh.iter()
+            .try_for_each(|p| require::program(p, "openssh-server openssh-client")),
+    ) {
+        return;
+    }
+    let mut tools = vec!["scp:best"];
+    for (tool, needs) in [
+        ("rsync-ssh:best", &["rsync"][..]),
+        ("tar-socket:best", &["socat", "tar"][..]),
+        ("xrootd:best", &["xrootd", "xrdcp"][..]),
+    ] {
+        match needs.iter().find(|p| require::find(p).is_none()) {
+            None => tools.push(tool),
+            Some(p) => eprintln!("SKIP {tool}: {p} is not installed"),
+        }
+    }
+    let t = TempDir::new("matrix-peers");
+    let work = t.dir("work");
+    let o = common::bin()
+        .args(["matrix", "--json", "--tools", &tools.join(",")])
+        .args(["--paths", "loopback", "--workloads", "tree", "--runs", "1"])
+        .args(["--size", "1M", "--files", "20", "--work-dir"])
+        .arg(&work)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{stderr}");
+    let doc: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let cells = doc["cells"].as_array().unwrap();
+    assert_eq!(cells.len(), tools.len() * 2, "{stderr}");
+    for c in cells {
+        assert_eq!(c["verified"], true, "{c}\n{stderr}");
+        assert!(c["rate"]["median_bytes_per_second"].as_f64().unwrap() > 0.0);
+    }
+    // The best settings' arguments reached the tools.
+    let cmds: String = std::fs::read_dir(work.join("logs"))
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".cmd"))
+        .map(|e| std::fs::read_to_string(e.path()).unwrap() + "\n")
+        .collect();
+    assert!(cmds.contains("scp -r -q -S"), "{cmds}");
+    assert!(cmds.contains("-c aes128-gcm@openssh.com"), "{cmds}");
+}
+
+/// `--far HOST`: a second host reached by the user's ssh (here localhost
+/// through the tests' private sshd, `LONGHAUL_RSH`): longhaul's server
+/// started there, scp over that ssh; every put's far copy and every get
+/// verified; a tool the far host lacks is a row that says so; at the end
+/// the far work directory and every far process of the matrix are gone.
+#[test]
+fn far_host_over_ssh_runs_servers_there_verifies_and_leaves_nothing() {
+    let Some(s) = common::sshd::sshd() else {
+        return;
+    };
+    let t = TempDir::new("matrix-far");
+    // `absent` is installed here (on the matrix's PATH) and not on the far
+    // host (its ssh session's PATH): a row that says so, and no cells.
+    let here = t.dir("here");
+    let prog = here.join("lh-only-here");
+    std::fs::write(&prog, "#!/bin/sh\nexit 0\n").unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&prog, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let tools = t.path().join("tools.json");
+    std::fs::write(
+        &tools,
+        r#"[{"name": "absent", "kind": "files", "far": true, "needs": ["lh-only-here"],
+             "package": "absent-pkg", "server": {"argv": ["lh-only-here"]},
+             "put": ["lh-only-here"], "settings": [{"name": "defaults"}]}]"#,
+    )
+    .unwrap();
+    let path_env = format!(
+        "{}:{}",
+        here.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let work = t.dir("work");
+    let o = s
+        .longhaul()
+        .env("PATH", &path_env)
+        .args(["matrix", "--json", "--far", common::sshd::HOST])
+        .args(["--remote-path", common::sshd::BIN])
+        .args([
+            "--tools",
+            "longhaul:defaults,scp:defaults,absent",
+            "--tools-file",
+        ])
+        .arg(&tools)
+        .args(["--workloads", "elephant", "--runs", "1", "--size", "1M"])
+        .arg("--work-dir")
+        .arg(&work)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{stderr}");
+    let doc: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let path = format!("far:{}", common::sshd::HOST);
+    assert_eq!(doc["paths"][0]["name"], path.as_str(), "{doc}");
+    assert_eq!(doc["paths"][0]["far"], common::sshd::HOST);
+    let cells = doc["cells"].as_array().unwrap();
+    assert_eq!(cells.len(), 4, "{stderr}");
+    for c in cells {
+        assert_eq!(c["path"], path.as_str());
+        assert_eq!(c["verified"], true, "{c}\n{stderr}");
+    }
+    let absent = doc["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["name"] == "absent")
+        .unwrap();
+    let note = absent["note"].as_str().unwrap();
+    assert!(
+        note.contains("not installed on lhtest (lh-only-here") && note.contains("absent-pkg"),
+        "{absent}"
+    );
+    // Nothing left on the far host: its work directory, its servers.
+    let far_root = stderr
+        .lines()
+        .find_map(|l| l.split_once("work directory on ").map(|x| x.1.to_string()))
+        .and_then(|l| l.split(' ').nth(1).map(str::to_string))
+        .unwrap_or_else(|| panic!("no far work directory in:\n{stderr}"));
+    assert!(!std::path::Path::new(&far_root).exists(), "{far_root} left");
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let cmd = std::fs::read(e.path().join("cmdline")).unwrap_or_default();
+        let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
+        assert!(!cmd.contains(&far_root), "a far process is left: {cmd}");
+    }
+}

@@ -107,6 +107,18 @@ pub struct Tool {
     /// Runs on this host only, whatever the path (a local copy).
     #[serde(default)]
     pub local: bool,
+    /// Its server is an sshd: on loopback and emulated paths the private
+    /// one its `server` starts; on `--far` the far host's own, reached with
+    /// the user's ssh (`{ssh}` runs it, `{sshhost}` names the host), and no
+    /// server is started.
+    #[serde(default)]
+    pub over_ssh: bool,
+    /// May run on `--far`: its server is safe on a host of a real network
+    /// (authenticated, or memory to memory), or it needs none there.
+    /// Anonymous writable servers (GridFTP, the rsync daemon, XRootD, tar
+    /// through a socket) are kept to loopback and the emulator's namespaces.
+    #[serde(default)]
+    pub far: bool,
 }
 
 fn v(a: &[&str]) -> Vec<String> {
@@ -204,6 +216,8 @@ pub fn builtin() -> Vec<Tool> {
                 ),
             ],
             local: false,
+            over_ssh: false,
+            far: true,
         },
         Tool {
             name: "longhaul-perf".into(),
@@ -248,6 +262,8 @@ pub fn builtin() -> Vec<Tool> {
                 ),
             ],
             local: false,
+            over_ssh: false,
+            far: true,
         },
         Tool {
             name: "iperf3".into(),
@@ -296,6 +312,8 @@ pub fn builtin() -> Vec<Tool> {
                 ),
             ],
             local: false,
+            over_ssh: false,
+            far: true,
         },
         Tool {
             name: "iperf2".into(),
@@ -346,6 +364,8 @@ pub fn builtin() -> Vec<Tool> {
                 ),
             ],
             local: false,
+            over_ssh: false,
+            far: true,
         },
         Tool {
             name: "nuttcp".into(),
@@ -395,6 +415,8 @@ pub fn builtin() -> Vec<Tool> {
                 ),
             ],
             local: false,
+            over_ssh: false,
+            far: true,
         },
         Tool {
             name: "gridftp".into(),
@@ -450,6 +472,74 @@ pub fn builtin() -> Vec<Tool> {
                 ),
             ],
             local: false,
+            over_ssh: false,
+            far: false,
+        },
+        Tool {
+            name: "xrootd".into(),
+            about: "xrdcp against an xrootd the matrix starts".into(),
+            needs: v(&["xrdcp", "xrootd"]),
+            package: "xrootd-client xrootd-server".into(),
+            kind: Kind::Files,
+            server: Some(Server {
+                // xrootd refuses to run as root: as root it runs in a user
+                // namespace as uid 65534 mapped to root outside (so it reads
+                // and writes the work directory as its owner), otherwise as
+                // the user. It has no bind address; on loopback the matrix
+                // (as root) keeps it in a network namespace of its own.
+                argv: v(&[
+                    "sh",
+                    "-c",
+                    "if [ \"$(id -u)\" = 0 ]; then exec unshare --user --map-user=65534 \
+                     --map-group=65534 \"$@\"; fi; exec \"$@\"",
+                    "xrootd",
+                    "xrootd",
+                    "-c",
+                    "{state}/xrootd.cfg",
+                    "-n",
+                    "matrix",
+                ]),
+                files: BTreeMap::from([(
+                    "xrootd.cfg".to_string(),
+                    "all.export {root}\nxrd.port {port}\nall.role server\n\
+                     all.adminpath {state}/admin\nall.pidpath {state}/admin\n"
+                        .to_string(),
+                )]),
+                hosts_file: false,
+            }),
+            env: vec![],
+            // root://HOST:PORT//abs/path: the second slash starts the path.
+            put: v(&[
+                "xrdcp",
+                "-r",
+                "--nopbar",
+                "{args}",
+                "{src}",
+                "root://{host}:{port}/{dstdir}/",
+            ]),
+            get: v(&[
+                "xrdcp",
+                "-r",
+                "--nopbar",
+                "{args}",
+                "root://{host}:{port}/{src}",
+                "{dstdir}/",
+            ]),
+            figure: Figure::Wall,
+            settings: vec![
+                defaults(),
+                // ../shared/peers/servers.sh's client settings, XRootD's own
+                // advice for long paths: several TCP streams per file, and
+                // several files at once for trees.
+                set(
+                    "best",
+                    "4 streams per file, 4 files at once (servers.sh)",
+                    &["--streams", "4", "--parallel", "4"],
+                ),
+            ],
+            local: false,
+            over_ssh: false,
+            far: false,
         },
         Tool {
             name: "rsyncd".into(),
@@ -500,6 +590,169 @@ pub fn builtin() -> Vec<Tool> {
                 ),
             ],
             local: false,
+            over_ssh: false,
+            far: false,
+        },
+        Tool {
+            name: "rsync-ssh".into(),
+            about: "rsync over ssh (to the matrix's private sshd; on --far the user's ssh)".into(),
+            needs: v(&["rsync", "ssh", "sshd", "ssh-keygen"]),
+            package: "rsync openssh-client openssh-server".into(),
+            kind: Kind::Files,
+            server: Some(private_sshd()),
+            env: vec![],
+            put: v(&[
+                "rsync",
+                "-a",
+                "-e",
+                "{ssh}",
+                "{args}",
+                "{src}",
+                "{sshhost}:{dstdir}/",
+            ]),
+            get: v(&[
+                "rsync",
+                "-a",
+                "-e",
+                "{ssh}",
+                "{args}",
+                "{sshhost}:{src}",
+                "{dstdir}/",
+            ]),
+            figure: Figure::Wall,
+            settings: vec![
+                set(
+                    "defaults",
+                    "the tool as installed (-e only names the ssh that reaches the sshd)",
+                    &[],
+                ),
+                // The delta algorithm finds nothing on a first copy; AES-GCM
+                // runs on the CPU's AES instructions, faster than ssh's
+                // default ChaCha20-Poly1305 where they exist (every x86-64
+                // and ARMv8 server). The later -e wins.
+                set(
+                    "best",
+                    "whole files (no delta on a first copy); ssh with AES-GCM (AES instructions)",
+                    &["--whole-file", "-e", "{ssh} -c aes128-gcm@openssh.com"],
+                ),
+            ],
+            local: false,
+            over_ssh: true,
+            far: true,
+        },
+        Tool {
+            name: "scp".into(),
+            about: "scp (to the matrix's private sshd; on --far the user's ssh)".into(),
+            needs: v(&["scp", "ssh", "sshd", "ssh-keygen"]),
+            package: "openssh-client openssh-server".into(),
+            kind: Kind::Files,
+            server: Some(private_sshd()),
+            env: vec![],
+            put: v(&[
+                "scp",
+                "-r",
+                "-q",
+                "-S",
+                "{ssh}",
+                "{args}",
+                "{src}",
+                "{sshhost}:{dstdir}/",
+            ]),
+            get: v(&[
+                "scp",
+                "-r",
+                "-q",
+                "-S",
+                "{ssh}",
+                "{args}",
+                "{sshhost}:{src}",
+                "{dstdir}/",
+            ]),
+            figure: Figure::Wall,
+            settings: vec![
+                set(
+                    "defaults",
+                    "the tool as installed (-S only names the ssh that reaches the sshd)",
+                    &[],
+                ),
+                // scp has no streams or buffers to set: its one lever is the
+                // cipher (as rsync-ssh's best).
+                set(
+                    "best",
+                    "ssh with AES-GCM (AES instructions; scp has no streams or buffers to set)",
+                    &["-c", "aes128-gcm@openssh.com"],
+                ),
+            ],
+            local: false,
+            over_ssh: true,
+            far: true,
+        },
+        // tar through a socket, the seeds' oldest baseline (`tar c | nc`).
+        // socat, not netcat: Debian's two netcats (openbsd, traditional)
+        // differ in how they end a stream (-N, -q), while socat half-closes
+        // the same way everywhere, so the far tar sees the end of the
+        // archive and the client hears when it is unpacked. longhaul has no
+        // raw pipe of its own to offer instead (every longhaul copy is a
+        // verified, encrypted one, already its own row).
+        Tool {
+            name: "tar-socket".into(),
+            about: "tar piped through a TCP socket (socat) to a tar the matrix starts".into(),
+            needs: v(&["tar", "socat"]),
+            package: "tar socat".into(),
+            kind: Kind::Files,
+            server: Some(Server {
+                // -t: wait for the unpacking tar to finish, however long,
+                // after the client's end of stream.
+                argv: v(&[
+                    "socat",
+                    "-t",
+                    "86400",
+                    "TCP-LISTEN:{port},bind={host},reuseaddr,fork",
+                    "EXEC:sh {state}/tar-serve.sh",
+                ]),
+                files: BTreeMap::from([(
+                    "tar-serve.sh".to_string(),
+                    TAR_SERVE.to_string(),
+                )]),
+                hosts_file: false,
+            }),
+            env: vec![],
+            put: v(&[
+                "sh",
+                "-c",
+                "src=$1 addr=$2 rel=$3; shift 3; \
+                 { echo put \"$rel\"; tar -c -C \"$(dirname \"$src\")\" \"$(basename \"$src\")\"; } \
+                 | socat \"$@\" -t 86400 - \"TCP:$addr\" | grep -qx ok",
+                "tar-socket",
+                "{src}",
+                "{host}:{port}",
+                "{dstdir_rel}",
+                "{args}",
+            ]),
+            get: v(&[
+                "sh",
+                "-c",
+                "rel=$1 addr=$2 dstdir=$3; shift 3; \
+                 echo get \"$rel\" | socat \"$@\" -t 86400 - \"TCP:$addr\" | tar -x -C \"$dstdir\"",
+                "tar-socket",
+                "{src_rel}",
+                "{host}:{port}",
+                "{dstdir}",
+                "{args}",
+            ]),
+            figure: Figure::Wall,
+            settings: vec![
+                defaults(),
+                // socat moves 8 KiB per system call unless told otherwise.
+                set(
+                    "best",
+                    "1 MiB socat buffers (8 KiB by default: a system call per 8 KiB)",
+                    &["-b", "1048576"],
+                ),
+            ],
+            local: false,
+            over_ssh: false,
+            far: false,
         },
         Tool {
             name: "cp".into(),
@@ -514,31 +767,87 @@ pub fn builtin() -> Vec<Tool> {
             figure: Figure::Wall,
             settings: vec![defaults()],
             local: true,
+            over_ssh: false,
+            far: true,
         },
     ]
 }
 
-/// Tools not built yet, shown as rows that say so.
-pub const NOT_BUILT: &[(&str, &str)] = &[
-    (
-        "xrootd",
-        "xrdcp against xrootd: not built into the matrix yet",
-    ),
-    ("rsync-ssh", "rsync over ssh: not built into the matrix yet"),
-    ("scp", "scp: not built into the matrix yet"),
-    (
-        "tar-socket",
-        "tar through a socket: not built into the matrix yet",
-    ),
-];
+/// The tar-socket server's handler, one per connection: `put DIR` then a
+/// tar stream to unpack in DIR (it answers `ok` when unpacked), or
+/// `get PATH`: PATH as a tar stream. Paths are relative to `{root}`; an
+/// absolute one or one with `..` is refused.
+const TAR_SERVE: &str = "read -r op rel || exit 1\n\
+case \"$rel\" in /*|*..*|'') echo \"refused path: $rel\" >&2; exit 1;; esac\n\
+cd \"{root}\" || exit 1\n\
+case \"$op\" in\n\
+put) mkdir -p \"$rel\" && tar -x -C \"$rel\" && echo ok ;;\n\
+get) exec tar -c -C \"$(dirname \"$rel\")\" \"$(basename \"$rel\")\" ;;\n\
+*) echo \"unknown request: $op\" >&2; exit 1 ;;\n\
+esac\n";
+
+/// A private sshd on `{host}:{port}` for the tools that run over ssh, with
+/// a throwaway host key and client key made in `{state}`, and `{state}/ssh`:
+/// the ssh that reaches it (and only it: its known_hosts holds that host
+/// key alone). Public keys only, no PAM; the user running the matrix only;
+/// SFTP in the server (scp speaks it since OpenSSH 9).
+fn private_sshd() -> Server {
+    Server {
+        argv: v(&["sh", "{state}/sshd.sh"]),
+        files: BTreeMap::from([("sshd.sh".to_string(), SSHD.to_string())]),
+        hosts_file: false,
+    }
+}
+
+const SSHD: &str = "set -e\n\
+cd \"{state}\"\n\
+[ -f host_key ] || ssh-keygen -q -t ed25519 -N '' -C matrix-host -f host_key\n\
+[ -f client_key ] || ssh-keygen -q -t ed25519 -N '' -C matrix-client -f client_key\n\
+cp client_key.pub authorized_keys\n\
+printf '* %s\\n' \"$(cut -d' ' -f1,2 host_key.pub)\" > known_hosts\n\
+cat > sshd_config <<EOF\n\
+Port {port}\n\
+ListenAddress {host}\n\
+HostKey {state}/host_key\n\
+PidFile none\n\
+AuthorizedKeysFile {state}/authorized_keys\n\
+AllowUsers $(id -un)\n\
+PubkeyAuthentication yes\n\
+PasswordAuthentication no\n\
+KbdInteractiveAuthentication no\n\
+PermitRootLogin prohibit-password\n\
+UsePAM no\n\
+StrictModes no\n\
+Subsystem sftp internal-sftp\n\
+EOF\n\
+cat > ssh_config <<EOF\n\
+Host *\n\
+  Port {port}\n\
+  IdentityFile {state}/client_key\n\
+  IdentitiesOnly yes\n\
+  UserKnownHostsFile {state}/known_hosts\n\
+  StrictHostKeyChecking yes\n\
+  BatchMode yes\n\
+  LogLevel ERROR\n\
+EOF\n\
+printf '#!/bin/sh\\nexec ssh -F \"%s/ssh_config\" \"$@\"\\n' \"{state}\" > ssh\n\
+chmod 700 ssh\n\
+# sshd's privilege separation directory, as its package's service makes it.\n\
+[ -d /run/sshd ] || mkdir -p /run/sshd 2>/dev/null || true\n\
+sshd=$(command -v sshd || echo /usr/sbin/sshd)\n\
+exec \"$sshd\" -D -e -f \"{state}/sshd_config\"\n";
 
 /// Whether every program `t` needs is on PATH; else the install line.
 pub fn missing(t: &Tool) -> Option<String> {
     let path = std::env::var_os("PATH").unwrap_or_default();
+    // sshd lives in /usr/sbin, off a user's PATH.
+    let dirs: Vec<std::path::PathBuf> = std::env::split_paths(&path)
+        .chain(["/usr/sbin", "/sbin"].map(Into::into))
+        .collect();
     let absent: Vec<&str> = t
         .needs
         .iter()
-        .filter(|p| !std::env::split_paths(&path).any(|d| is_executable(&d.join(p.as_str()))))
+        .filter(|p| !dirs.iter().any(|d| is_executable(&d.join(p.as_str()))))
         .map(String::as_str)
         .collect();
     if absent.is_empty() {
@@ -635,5 +944,57 @@ fn figure(f: Figure, out: &str) -> Result<f64, String> {
             "rate_Mbps=",
         )
         .map(|m: f64| m * 1e6 / 8.0),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write as _;
+    use std::process::{Command, Stdio};
+
+    /// The tar-socket handler as a client on its socket would reach it.
+    fn serve(root: &std::path::Path, request: &[u8]) -> std::process::Output {
+        let vars = BTreeMap::from([("root", root.display().to_string())]);
+        let mut c = Command::new("sh")
+            .arg("-c")
+            .arg(fill(TAR_SERVE, &vars))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        c.stdin.take().unwrap().write_all(request).unwrap();
+        c.wait_with_output().unwrap()
+    }
+
+    /// The attacker: a stranger on the tar-socket port asks to unpack
+    /// outside the work directory, or to read a file outside it.
+    #[test]
+    fn tar_serve_refuses_paths_outside_its_root() {
+        let t = tempfile::tempdir().unwrap();
+        let root = t.path().join("root");
+        std::fs::create_dir(&root).unwrap();
+        std::fs::write(t.path().join("secret"), "s").unwrap();
+        for req in [
+            "put ../escaped\n",
+            "put /tmp/escaped\n",
+            "get ../secret\n",
+            "get /etc/passwd\n",
+            "get a/../../secret\n",
+            "rm x\n",
+        ] {
+            let o = serve(&root, req.as_bytes());
+            assert!(!o.status.success(), "{req}: {o:?}");
+            assert!(o.stdout.is_empty(), "{req}: it answered {:?}", o.stdout);
+        }
+        assert!(!t.path().join("escaped").exists());
+        assert_eq!(std::fs::read_dir(&root).unwrap().count(), 0);
+        // And a fair request works: a get of a directory inside.
+        std::fs::create_dir(root.join("d")).unwrap();
+        std::fs::write(root.join("d/f"), "data").unwrap();
+        let o = serve(&root, b"get d\n");
+        assert!(o.status.success(), "{o:?}");
+        assert!(o.stdout.len() >= 512, "no tar stream");
     }
 }

@@ -240,14 +240,20 @@ pub fn start_server(
 pub fn group_cpu(pg: i32) -> f64 {
     // SAFETY: sysconf has no preconditions.
     let tick = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
-    let mut total = 0u64;
     let Ok(dir) = std::fs::read_dir("/proc") else {
         return 0.0;
     };
-    for e in dir.flatten() {
-        let Ok(stat) = std::fs::read_to_string(e.path().join("stat")) else {
-            continue;
-        };
+    let stats: Vec<String> = dir
+        .flatten()
+        .filter_map(|e| std::fs::read_to_string(e.path().join("stat")).ok())
+        .collect();
+    stat_cpu(stats.iter().map(String::as_str), pg) as f64 / tick
+}
+
+/// Clock ticks of the processes of group `pg`, from /proc/PID/stat lines.
+pub fn stat_cpu<'a>(stats: impl Iterator<Item = &'a str>, pg: i32) -> u64 {
+    let mut total = 0u64;
+    for stat in stats {
         // After the command's closing parenthesis: state is field 3.
         let Some(rest) = stat.rsplit_once(')').map(|(_, r)| r) else {
             continue;
@@ -261,7 +267,7 @@ pub fn group_cpu(pg: i32) -> f64 {
                 .sum::<u64>();
         }
     }
-    total as f64 / tick
+    total
 }
 
 /// How one client run ended.

@@ -122,7 +122,7 @@ pub fn sshd_in(netns: Option<&str>, addr: &str) -> Option<Sshd> {
             "Port {port}\nListenAddress {addr}\nHostKey {d}/host_key\nPidFile {d}/sshd.pid\n\
              AuthorizedKeysFile {d}/authorized_keys\nPasswordAuthentication no\n\
              KbdInteractiveAuthentication no\nPubkeyAuthentication yes\nStrictModes no\n\
-             PermitRootLogin {}\nUsePAM no\nLogLevel VERBOSE\n",
+             PermitRootLogin {}\nUsePAM no\nLogLevel VERBOSE\nSubsystem sftp internal-sftp\n",
             if root { "yes" } else { "no" },
             d = d.display()
         ),

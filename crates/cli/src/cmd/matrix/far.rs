@@ -1,0 +1,485 @@
+//! `--far HOST`: a real second host reached by the user's ssh (the same
+//! `--rsh`/`LONGHAUL_RSH` as `longhaul cp HOST:path`). It needs only ssh, a
+//! POSIX shell and longhaul there. The matrix makes a work directory there
+//! (removed at the end), copies the data there with `longhaul cp` (which
+//! verifies every file), starts the peers' servers there on free ports and
+//! ends them by their process id, and verifies a put's far copy by pulling
+//! it back with `longhaul cp` (the far longhaul reads and hashes the far
+//! files; this end compares them with the source's manifest).
+//!
+//! Each far server runs under a small far shell that holds the ssh
+//! session's standard input: when the matrix ends the server, is
+//! interrupted or dies, that input closes and the far shell kills the
+//! server's process group; the matrix also kills it by its PID over ssh.
+
+use std::io::{BufRead, Write as _};
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// How to reach the far host.
+#[derive(Clone)]
+pub struct Ssh {
+    /// The ssh command line, split.
+    rsh: Vec<String>,
+    /// With OpenSSH, the matrix's own commands (not the tools' runs) share
+    /// one connection: `-o ControlPath=...` of the master [`Far`] holds.
+    mux: Vec<String>,
+    /// As given (for a wrapper script).
+    pub rsh_line: String,
+    pub dest: String,
+}
+
+impl Ssh {
+    pub fn new(dest: &str, rsh: Option<&str>) -> Result<Ssh, String> {
+        let line = rsh.unwrap_or("ssh").to_string();
+        let argv = shlex::split(&line)
+            .filter(|v| !v.is_empty())
+            .ok_or_else(|| format!("--rsh '{line}': not a command line (check its quotes)"))?;
+        // A host that starts with '-' would be read by ssh as an option.
+        if dest.starts_with('-') || dest.is_empty() {
+            return Err(format!("--far '{dest}': not a host name"));
+        }
+        Ok(Ssh {
+            rsh: argv,
+            mux: vec![],
+            rsh_line: line,
+            dest: dest.to_string(),
+        })
+    }
+
+    /// ssh running `remote` (a shell command line) on the far host, in a
+    /// process group of its own, ended by the kernel if the matrix dies.
+    fn command(&self, remote: &str) -> Command {
+        let mut c = Command::new(&self.rsh[0]);
+        c.args(&self.rsh[1..])
+            .args(&self.mux)
+            .arg(&self.dest)
+            .arg(remote)
+            .process_group(0);
+        // SAFETY: prctl is async-signal-safe; nothing else runs between fork and exec.
+        unsafe {
+            c.pre_exec(|| {
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
+                Ok(())
+            });
+        }
+        c
+    }
+
+    /// Runs a short far command, feeding it `input`: its standard output.
+    pub fn run(&self, remote: &str, input: Option<&[u8]>) -> Result<String, String> {
+        let mut c = self.command(remote);
+        c.stdin(if input.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+        let mut child = c
+            .spawn()
+            .map_err(|e| format!("cannot run `{}` to reach {}: {e}", self.rsh[0], self.dest))?;
+        if let (Some(data), Some(mut w)) = (input, child.stdin.take()) {
+            w.write_all(data)
+                .map_err(|e| format!("cannot write to {} over ssh: {e}", self.dest))?;
+        }
+        let out = child
+            .wait_with_output()
+            .map_err(|e| format!("ssh to {}: {e}", self.dest))?;
+        if !out.status.success() {
+            return Err(format!(
+                "`{remote}` on {} failed ({}): {}",
+                self.dest,
+                out.status,
+                longhaul_proto::units::escaped(String::from_utf8_lossy(&out.stderr).trim())
+            ));
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+    }
+
+    /// For each list of programs, those not found on the far host.
+    pub fn missing(&self, needs: &[Vec<String>]) -> Result<Vec<Vec<String>>, String> {
+        let mut all: Vec<&str> = needs.iter().flatten().map(String::as_str).collect();
+        all.sort_unstable();
+        all.dedup();
+        if all.is_empty() {
+            return Ok(vec![vec![]; needs.len()]);
+        }
+        let words = join(&all)?;
+        // sbin too: sshd and the like are off a user's PATH.
+        let out = self.run(
+            &format!(
+                "PATH=$PATH:/usr/sbin:/sbin; for p in {words}; do command -v \"$p\" >/dev/null 2>&1 || echo \"$p\"; done"
+            ),
+            None,
+        )?;
+        let absent: Vec<&str> = out.lines().map(str::trim).collect();
+        Ok(needs
+            .iter()
+            .map(|n| {
+                n.iter()
+                    .filter(|p| absent.contains(&p.as_str()))
+                    .cloned()
+                    .collect()
+            })
+            .collect())
+    }
+}
+
+/// `words` quoted for the far shell.
+pub fn join(words: &[&str]) -> Result<String, String> {
+    shlex::try_join(words.iter().copied())
+        .map_err(|e| format!("cannot quote {words:?} for the far shell: {e}"))
+}
+
+/// The far host's work directory, removed when dropped.
+pub struct Far {
+    pub ssh: Ssh,
+    /// The OpenSSH master connection the matrix's own commands share.
+    master: Option<super::run::Owned>,
+    /// Its work directory (absolute).
+    pub root: String,
+    /// Its address as its sshd saw this connection (`$SSH_CONNECTION`):
+    /// where its servers listen and this host's clients connect.
+    pub addr: String,
+}
+
+impl Far {
+    /// `sock`: where a master connection's socket may go (a private directory).
+    pub fn open(ssh: &Ssh, sock: &Path) -> Result<Far, String> {
+        let (ssh, master) = multiplex(ssh, sock);
+        let ssh = &ssh;
+        let out = ssh.run(
+            "d=$(mktemp -d \"${TMPDIR:-/tmp}/longhaul-matrix.XXXXXXXX\") && echo \"$d\" && echo $SSH_CONNECTION",
+            None,
+        )?;
+        let mut lines = out.lines();
+        let root = lines.next().unwrap_or_default().trim().to_string();
+        let addr = lines
+            .next()
+            .and_then(|l| l.split_whitespace().nth(2))
+            .unwrap_or_default()
+            .to_string();
+        if !root.starts_with('/') {
+            return Err(format!(
+                "no work directory made on {}: mktemp said '{root}'",
+                ssh.dest
+            ));
+        }
+        let far = Far {
+            ssh: ssh.clone(),
+            master,
+            root,
+            addr,
+        };
+        if far.addr.is_empty() {
+            return Err(format!(
+                "{} did not say its address ($SSH_CONNECTION is empty there)",
+                ssh.dest
+            ));
+        }
+        Ok(far)
+    }
+
+    pub fn mkdir(&self, dir: &str) -> Result<(), String> {
+        self.ssh
+            .run(&format!("mkdir -p {}", join(&[dir])?), None)
+            .map(drop)
+    }
+
+    pub fn remove(&self, path: &str) {
+        if let Ok(p) = join(&[path]) {
+            let _ = self.ssh.run(&format!("rm -rf {p}"), None);
+        }
+    }
+
+    pub fn write(&self, path: &str, text: &str) -> Result<(), String> {
+        self.ssh
+            .run(&format!("cat > {}", join(&[path])?), Some(text.as_bytes()))
+            .map(drop)
+    }
+
+    /// Starts `argv` in the far work directory in a session of its own,
+    /// its output to `log` there; waits until this host connects to `port`.
+    /// The far shell that started it stays, on the ssh session's standard
+    /// input: `cpu` prints the clock tick and /proc's stat lines then `END`,
+    /// `alive` prints `up` or `down`; end of input kills the server's group.
+    pub fn start_server(&self, argv: &[String], log: &str, port: u16) -> Result<FarServer, String> {
+        // A port someone already serves would pass the ready check.
+        if super::run::connects(None, &self.addr, port) {
+            return Err(format!("port {port} on {} is in use", self.addr));
+        }
+        let words: Vec<&str> = argv.iter().map(String::as_str).collect();
+        let dir = Path::new(log)
+            .parent()
+            .map(|d| d.display().to_string())
+            .unwrap_or_else(|| self.root.clone());
+        let remote = format!(
+            "cd {root} && mkdir -p {dir} && {{ setsid {cmd} >{log} 2>&1 </dev/null & p=$!; echo $p; \
+             while read -r r; do case $r in \
+             cpu) getconf CLK_TCK; cat /proc/[0-9]*/stat 2>/dev/null; echo END;; \
+             alive) if kill -0 $p 2>/dev/null; then echo up; else echo down; fi;; esac; done; \
+             kill -TERM -- -$p 2>/dev/null; for i in 1 2 3 4 5 6 7 8 9 10; do \
+             kill -0 -- -$p 2>/dev/null || break; sleep 0.1; done; kill -KILL -- -$p 2>/dev/null; }}",
+            root = join(&[&self.root])?,
+            dir = join(&[&dir])?,
+            cmd = join(&words)?,
+            log = join(&[log])?,
+        );
+        let mut c = self.ssh.command(&remote);
+        c.stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null());
+        let mut child = c
+            .spawn()
+            .map_err(|e| format!("cannot run ssh to {}: {e}", self.ssh.dest))?;
+        let out = child.stdout.take().ok_or("no stdout")?;
+        let stdin = child.stdin.take();
+        let mut s = FarServer {
+            child,
+            stdin,
+            out: std::io::BufReader::new(out),
+            pid: 0,
+            ssh: self.ssh.clone(),
+        };
+        let mut line = String::new();
+        let _ = s.out.read_line(&mut line);
+        let pid: i32 = line.trim().parse().unwrap_or(0);
+        if pid <= 0 {
+            return Err(format!("its server did not start on {}", self.ssh.dest));
+        }
+        s.pid = pid;
+        let until = Instant::now() + Duration::from_secs(15);
+        while Instant::now() < until {
+            if super::run::connects(None, &self.addr, port) {
+                return Ok(s);
+            }
+            if s.ask("alive").first().map(String::as_str) != Some("up") {
+                let text = self
+                    .ssh
+                    .run(
+                        &format!("cd {} && tail -n 3 {}", join(&[&self.root])?, join(&[log])?),
+                        None,
+                    )
+                    .unwrap_or_default();
+                s.pid = 0;
+                return Err(format!(
+                    "its server exited on {}: {}",
+                    self.ssh.dest,
+                    text.lines().collect::<Vec<_>>().join(" | ")
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        Err(format!(
+            "its server did not accept on {}:{port} within 15 s",
+            self.addr
+        ))
+    }
+
+    /// Copies the local directory `src` into the far directory `dir` with
+    /// `longhaul cp` (every file verified).
+    pub fn push(&self, bin: &Path, remote_path: &str, src: &Path, dir: &str) -> Result<(), String> {
+        self.longhaul_cp(
+            bin,
+            remote_path,
+            &src.display().to_string(),
+            &format!("{}:{dir}/", self.ssh.dest),
+        )
+    }
+
+    /// Copies the far `path` into the local directory `dir`.
+    pub fn pull(
+        &self,
+        bin: &Path,
+        remote_path: &str,
+        path: &str,
+        dir: &Path,
+    ) -> Result<(), String> {
+        self.longhaul_cp(
+            bin,
+            remote_path,
+            &format!("{}:{path}", self.ssh.dest),
+            &format!("{}/", dir.display()),
+        )
+    }
+
+    fn longhaul_cp(
+        &self,
+        bin: &Path,
+        remote_path: &str,
+        from: &str,
+        to: &str,
+    ) -> Result<(), String> {
+        let words: Vec<&str> = self
+            .ssh
+            .rsh
+            .iter()
+            .chain(&self.ssh.mux)
+            .map(String::as_str)
+            .collect();
+        let out = Command::new(bin)
+            .args([
+                "--no-archive",
+                "cp",
+                "-r",
+                "--force",
+                "--remote-path",
+                remote_path,
+            ])
+            .args([from, to])
+            .env("LONGHAUL_RSH", join(&words)?)
+            .stdin(Stdio::null())
+            .output()
+            .map_err(|e| format!("cannot run {}: {e}", bin.display()))?;
+        if !out.status.success() {
+            return Err(format!(
+                "`longhaul cp -r {from} {to}` failed: {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Far {
+    fn drop(&mut self) {
+        self.remove(&self.root.clone());
+        // The master connection last (ended by its process group).
+        drop(self.master.take());
+    }
+}
+
+/// With OpenSSH (`ssh` as the command), a master connection of ours in the
+/// foreground (`ControlMaster=yes -N`, not `-M`: with the option that
+/// makes it `ask`; ended by its PID), and `ssh` using it: one key
+/// exchange for the matrix's dozens of short far commands. Otherwise, or
+/// if it does not come up, `ssh` as it is.
+fn multiplex(ssh: &Ssh, sock: &Path) -> (Ssh, Option<super::run::Owned>) {
+    let is_openssh = Path::new(&ssh.rsh[0]).file_name() == Some(std::ffi::OsStr::new("ssh"));
+    if !is_openssh {
+        return (ssh.clone(), None);
+    }
+    let path = format!("ControlPath={}", sock.display());
+    let mut c = Command::new(&ssh.rsh[0]);
+    c.args(&ssh.rsh[1..])
+        .args([
+            "-o",
+            &path,
+            "-o",
+            "ControlMaster=yes",
+            "-o",
+            "ControlPersist=no",
+        ])
+        .arg("-N")
+        .arg(&ssh.dest)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .process_group(0);
+    // SAFETY: prctl is async-signal-safe; nothing else runs between fork and exec.
+    unsafe {
+        c.pre_exec(|| {
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
+            Ok(())
+        });
+    }
+    let Ok(child) = c.spawn() else {
+        return (ssh.clone(), None);
+    };
+    let mut owned = super::run::Owned { child };
+    let until = Instant::now() + Duration::from_secs(15);
+    while Instant::now() < until {
+        if sock.exists() {
+            let mut s = ssh.clone();
+            s.mux = vec!["-o".into(), path, "-o".into(), "ControlMaster=no".into()];
+            return (s, Some(owned));
+        }
+        if matches!(owned.child.try_wait(), Ok(Some(_))) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    drop(owned);
+    (ssh.clone(), None)
+}
+
+/// A server on the far host; ended (its process group) when dropped.
+pub struct FarServer {
+    child: Child,
+    /// The far shell's input: requests, and the server's lifeline.
+    stdin: Option<ChildStdin>,
+    out: std::io::BufReader<ChildStdout>,
+    pub pid: i32,
+    ssh: Ssh,
+}
+
+impl FarServer {
+    /// The far shell's answer to `req`: its lines (`alive`: one; `cpu`:
+    /// until `END`).
+    fn ask(&mut self, req: &str) -> Vec<String> {
+        let Some(w) = self.stdin.as_mut() else {
+            return vec![];
+        };
+        if writeln!(w, "{req}").and_then(|()| w.flush()).is_err() {
+            return vec![];
+        }
+        let mut lines = Vec::new();
+        loop {
+            let mut l = String::new();
+            match self.out.read_line(&mut l) {
+                Ok(0) | Err(_) => break,
+                Ok(_) => {}
+            }
+            let l = l.trim_end().to_string();
+            if req != "cpu" {
+                lines.push(l);
+                break;
+            }
+            if l == "END" {
+                break;
+            }
+            lines.push(l);
+        }
+        lines
+    }
+
+    /// CPU seconds of the server's process group, from the far /proc.
+    pub fn cpu(&mut self) -> f64 {
+        let lines = self.ask("cpu");
+        let mut it = lines.iter().map(String::as_str);
+        let tick: f64 = it
+            .next()
+            .and_then(|t| t.trim().parse().ok())
+            .unwrap_or(100.0);
+        super::run::stat_cpu(it, self.pid) as f64 / tick.max(1.0)
+    }
+}
+
+impl Drop for FarServer {
+    fn drop(&mut self) {
+        // Its lifeline: on EOF the far shell kills the server's group and exits.
+        drop(self.stdin.take());
+        let until = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < until {
+            if matches!(self.child.try_wait(), Ok(Some(_))) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        // The session hangs: end the server by its PID over a new one.
+        if self.pid > 0 {
+            let _ = self.ssh.run(
+                &format!(
+                    "kill -TERM -- -{p} 2>/dev/null; sleep 0.5; kill -KILL -- -{p} 2>/dev/null; true",
+                    p = self.pid
+                ),
+                None,
+            );
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
