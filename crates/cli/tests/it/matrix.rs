@@ -160,7 +160,8 @@ fn tiny_matrix_verifies_every_file_cell_and_flags_a_corrupt_peer() {
 
 /// The file peers built into the matrix beyond the first ones: scp over
 /// the matrix's private sshd (always: it needs only OpenSSH), and rsync
-/// over ssh, tar through a socket and XRootD where installed; each at its
+/// over ssh, tar through a socket and XRootD where installed (required with
+/// `LONGHAUL_REQUIRE_PEERS=1`, as CI sets); each at its
 /// `best` settings (their arguments used), put and get, every cell verified.
 #[test]
 fn scp_rsync_ssh_tar_socket_and_xrootd_cells_verify_on_loopback() {
@@ -180,7 +181,10 @@ fn scp_rsync_ssh_tar_socket_and_xrootd_cells_verify_on_loopback() {
     ] {
         match needs.iter().find(|p| require::find(p).is_none()) {
             None => tools.push(tool),
-            Some(p) => eprintln!("SKIP {tool}: {p} is not installed"),
+            Some(p) => require::missing(
+                "PEERS",
+                &format!("{p} is not installed for {tool} (apt-get install rsync socat xrootd-server xrootd-client)"),
+            ),
         }
     }
     let t = TempDir::new("matrix-peers");
