@@ -157,6 +157,11 @@ pub struct FarEnd {
 }
 
 impl FarEnd {
+    /// `[USER@]HOST`, as ssh was given it.
+    pub fn dest(&self) -> &str {
+        &self.dest
+    }
+
     /// Which side opened the connections to the far end, and why (None if
     /// none was opened).
     pub fn opened(&self) -> Option<back::Opened> {
@@ -408,7 +413,7 @@ fn start_once(ssh: &SshArgs, dest: &str, remote: &str) -> Result<Started, Failur
             };
             let how = match code {
                 Some(255) => "ssh could not connect or log in".to_string(),
-                Some(2) => "the far longhaul refused the command (too old for --one-shot? install this version there)".to_string(),
+                Some(2) => "the far longhaul refused the command (too old for this client's `serve --one-shot`? install this version there)".to_string(),
                 Some(c) => format!("the far command ended with status {c}"),
                 None => "ssh was ended by a signal".to_string(),
             };
@@ -510,10 +515,15 @@ fn copy_binary(ssh: &SshArgs, dest: &str) -> Result<String, Failure> {
 }
 
 /// Starts the far end on `dest`: `--remote-path` (else `longhaul`), and
-/// with `--copy-binary` a copy of this binary when that is missing.
-pub fn start(ssh: &SshArgs, dest: &str) -> Result<FarEnd, Failure> {
+/// with `--copy-binary` a copy of this binary when that is missing. Its
+/// secret admits `sessions` control sessions (`--sessions N` on its
+/// command line when more than one: a count, nothing secret).
+pub fn start(ssh: &SshArgs, dest: &str, sessions: u32) -> Result<FarEnd, Failure> {
     let remote = ssh.remote_path.as_deref().unwrap_or("longhaul");
-    let command = |bin: &str| format!("{bin} serve --one-shot");
+    let command = |bin: &str| match sessions {
+        0 | 1 => format!("{bin} serve --one-shot"),
+        n => format!("{bin} serve --one-shot --sessions {n}"),
+    };
     let said = match start_once(ssh, dest, &command(remote))? {
         Started::Up(f) => return Ok(f),
         Started::Missing(said) => said,
@@ -601,10 +611,23 @@ fn server_of(h: &Handshake) -> String {
 /// starts the far end there and rewrites them into the one-shot server's
 /// addresses, and sets the trust and credential of `client` to the
 /// handshake's. Returns the far end to finish when the command is done.
+/// Its secret admits one control session (see [`reach_for`]).
 pub fn reach(
     args: &mut [String],
     client: &mut ClientOptions,
     ssh: &SshArgs,
+) -> Result<Option<FarEnd>, Failure> {
+    reach_for(args, client, ssh, 1)
+}
+
+/// [`reach`] for a command that opens up to `sessions` control sessions
+/// one after another (the doctor's stages): the far end admits that many
+/// on its one secret, then ends (or when ssh's stdin closes, as always).
+pub fn reach_for(
+    args: &mut [String],
+    client: &mut ClientOptions,
+    ssh: &SshArgs,
+    sessions: u32,
 ) -> Result<Option<FarEnd>, Failure> {
     let targets: Vec<Option<SshTarget>> = args.iter().map(|a| ssh_target(a)).collect();
     let Some(first) = targets.iter().flatten().next().cloned() else {
@@ -628,7 +651,7 @@ pub fn reach(
             None => rewritten.push(None),
         }
     }
-    let mut far = start(ssh, &first.dest)?;
+    let mut far = start(ssh, &first.dest, sessions)?;
     if let Err(f) = far.route(ssh) {
         far.finish();
         return Err(f);
@@ -662,7 +685,7 @@ pub fn reach_host(
         ));
     }
     let dest = ssh_target(&hosts[at]).map(|t| t.dest).unwrap_or_default();
-    let mut far = start(ssh, &dest)?;
+    let mut far = start(ssh, &dest, 1)?;
     if let Err(f) = far.route(ssh) {
         far.finish();
         return Err(f);
@@ -688,8 +711,16 @@ fn handshake_security(h: &Handshake) -> longhaul_engine::net::dial::Security {
 /// `longhaul serve --one-shot`: the far end `reach` starts over ssh. It
 /// listens on the address the client's ssh reached (`SSH_CONNECTION`),
 /// serves the account's home and `/`, and ends when its standard input
-/// closes, its one session ends, or no client came.
-pub fn serve_one_shot(_a: ServeArgs) -> Outcome {
+/// closes, its last session ends (one, or `--sessions N`), or no client
+/// came.
+pub fn serve_one_shot(a: ServeArgs) -> Outcome {
+    let sessions = a.sessions.unwrap_or(1);
+    if !(1..=oneshot::SESSIONS_MAX).contains(&sessions) {
+        return Err(usage(format!(
+            "serve --one-shot --sessions {sessions}: from 1 to {}",
+            oneshot::SESSIONS_MAX
+        )));
+    }
     let listen = std::env::var("SSH_CONNECTION")
         .ok()
         .and_then(|c| c.split_whitespace().nth(2).map(str::to_string))
@@ -716,6 +747,7 @@ pub fn serve_one_shot(_a: ServeArgs) -> Outcome {
         listen,
         exports: vec![export(HOME_EXPORT, home), export(ROOT_EXPORT, "/".into())],
         claim_wait: oneshot::CLAIM_WAIT,
+        sessions,
     };
     let mut out = std::io::stdout().lock();
     let end = oneshot::run(cfg, std::io::stdin(), &mut out)?;
