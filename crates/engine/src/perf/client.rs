@@ -765,7 +765,9 @@ fn drive(
         server_to: &results.end,
         complete: true,
     };
-    let summary = span.summary(params, warnings, error);
+    let mut summary = span.summary(params, warnings, error);
+    // Over ssh (`perf HOST:`): which side opened the connections.
+    summary.connections = crate::net::back::Route::opened_at(ctl.peer);
     sink.summary(&summary);
     if let Some(e) = &summary.error {
         if !interrupted {
