@@ -599,6 +599,30 @@ pub fn explain(far: &FarEnd, e: longhaul_engine::EngineError) -> Failure {
     f
 }
 
+/// A failed third-party copy (`from`: the source's far end, `to`: the
+/// destination's, each when over ssh): when the destination's far end
+/// could only be reached by connecting back, the source, which dials the
+/// destination, most likely could not reach it either; say so and what
+/// to run instead.
+pub fn explain_third_party(
+    from: Option<&FarEnd>,
+    to: Option<&FarEnd>,
+    e: longhaul_engine::EngineError,
+) -> Failure {
+    let walled = to.filter(|t| t.opened().is_some_and(|o| o.opened_by == "far_end"));
+    let mut f = match (from, to) {
+        (Some(far), _) | (None, Some(far)) => explain(far, e),
+        (None, None) => return Failure::from(e),
+    };
+    if let Some(to) = walled {
+        f.message = format!(
+            "{}; the destination's far end on {} takes no new connection (it connected back to this client), and in a third-party copy the source connects to the destination: copy in two steps through this host (`longhaul cp -r SRC... LOCAL`, then `longhaul cp -r LOCAL {}:PATH`), or run the copy on the destination's host, pulling from the source",
+            f.message, to.dest, to.dest
+        );
+    }
+    f
+}
+
 /// The server address a handshake names, as the engine parses it.
 fn server_of(h: &Handshake) -> String {
     match h.addr {

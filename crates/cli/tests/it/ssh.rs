@@ -675,8 +675,83 @@ fn perf_over_ssh_with_no_server_running() {
     let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert!(j["error"].is_null(), "{}", text(&o));
     assert!(j["summary"]["bytes"].as_u64().unwrap() > 0, "{}", text(&o));
+    // As cp's, the report says which side opened the connections.
+    assert_eq!(
+        j["summary"]["connections"]["opened_by"],
+        "client",
+        "{}",
+        text(&o)
+    );
     let pid = far_pid(&String::from_utf8_lossy(&o.stderr)).expect("the far end's pid in the log");
     wait_gone(pid, "the far end after a perf test");
+
+    // Connected back: the JSON and the words say so, and why.
+    let o = s
+        .longhaul()
+        .args([
+            "perf",
+            "-t",
+            "1",
+            "--json",
+            "--connect-back",
+            "--remote-path",
+            BIN,
+        ])
+        .arg(format!("{HOST}:"))
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "perf --connect-back: {}", text(&o));
+    let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(j["summary"]["bytes"].as_u64().unwrap() > 0, "{}", text(&o));
+    assert_eq!(
+        j["summary"]["connections"]["opened_by"],
+        "far_end",
+        "{}",
+        text(&o)
+    );
+    let why = j["summary"]["connections"]["reason"].as_str().unwrap();
+    assert!(
+        why.starts_with("--connect-back was given; the far end connected back to 127.0.0.1:"),
+        "{why}"
+    );
+    let o = s
+        .longhaul()
+        .args(["perf", "-t", "1", "--connect-back", "--remote-path", BIN])
+        .arg(format!("{HOST}:"))
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "perf --connect-back: {}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stdout)
+            .contains("connections: opened by the far end (--connect-back was given; "),
+        "{}",
+        text(&o)
+    );
+
+    // A UDP test cannot go where only the far end can open the way: said
+    // before any datagram is sent.
+    let o = s
+        .longhaul()
+        .args([
+            "perf",
+            "-u",
+            "-t",
+            "1",
+            "--connect-back",
+            "--remote-path",
+            BIN,
+        ])
+        .arg(format!("{HOST}:"))
+        .output()
+        .unwrap();
+    assert!(!o.status.success(), "{}", text(&o));
+    let said = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        said.contains("a UDP test needs this client to reach the far end's UDP ports")
+            && said.contains("Test with TCP"),
+        "{}",
+        text(&o)
+    );
 }
 
 /// The far host of a DTN whose firewall lets it only connect out: a
@@ -1117,4 +1192,134 @@ fn attacker_a_far_end_for_n_sessions_admits_n_on_its_secret_and_nothing_else() {
         "{}",
         text(&o)
     );
+}
+
+#[test]
+fn a_fleets_ranks_push_to_a_host_over_ssh_each_through_its_own_far_end() {
+    let Some(s) = sshd() else { return };
+    let work = tempfile::tempdir().unwrap();
+    let src = work.path().join("tree");
+    write_tree(&src);
+    let far = work.path().join("far");
+    std::fs::create_dir(&far).unwrap();
+    let run_dir = work.path().join("run");
+    let dest = format!("{HOST}:{}/out/", far.display());
+    let rank = |r: u32| {
+        s.longhaul()
+            .args([
+                "-v",
+                "cp",
+                "-r",
+                "--chunk",
+                "1M",
+                "--json",
+                "--remote-path",
+                BIN,
+            ])
+            .args([
+                "--rank",
+                &r.to_string(),
+                "--size",
+                "2",
+                "--fleet-wait",
+                "60s",
+            ])
+            .arg("--run-dir")
+            .arg(&run_dir)
+            .arg(format!("{}/", src.display()))
+            .arg(&dest)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let ranks = [rank(0), rank(1)];
+    let outs: Vec<Output> = ranks
+        .into_iter()
+        .map(|c| c.wait_with_output().unwrap())
+        .collect();
+    let mut pids = Vec::new();
+    for (r, o) in outs.iter().enumerate() {
+        assert!(o.status.success(), "rank {r}: {}", text(o));
+        let log = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(log.matches("is pid ").count(), 1, "rank {r}: {log}");
+        pids.push(far_pid(&log).unwrap());
+    }
+    assert_ne!(pids[0], pids[1], "each rank has its own far end");
+    let j: serde_json::Value = serde_json::from_slice(&outs[0].stdout).unwrap();
+    assert_eq!(j["format"], "longhaul-fleet", "{}", text(&outs[0]));
+    assert_eq!(j["verified"], true, "{}", text(&outs[0]));
+    same_tree(&src, &far.join("out"));
+    for p in pids {
+        wait_gone(p, "a rank's far end");
+    }
+
+    // What a rank does not take is refused before anything starts, saying
+    // what to run instead.
+    let o = s
+        .longhaul()
+        .args(["cp", "-r", "--rank", "0", "--size", "1", "--run-dir"])
+        .arg(work.path().join("run2"))
+        .arg(format!("{HOST}:{}/", far.display()))
+        .arg(work.path().join("back"))
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("third-party copy"),
+        "{}",
+        text(&o)
+    );
+}
+
+#[test]
+fn a_third_party_copy_to_a_far_end_that_can_only_connect_out_says_what_to_do_instead() {
+    let Some(w) = Walled::up() else { return };
+    let Some(s) = common::sshd::sshd_in(Some(&w.ns), &w.far_ip) else {
+        return;
+    };
+    w.wall(sshd_port(&s));
+    let work = tempfile::tempdir().unwrap();
+    let (ra, far) = (work.path().join("a"), work.path().join("far"));
+    std::fs::create_dir(&ra).unwrap();
+    std::fs::create_dir(&far).unwrap();
+    std::fs::write(ra.join("f.bin"), pattern(21, 1 << 20)).unwrap();
+    // The source: a server here, which takes part in third-party copies
+    // and gives up on a silent destination after 2 s.
+    let a = common::xfer::spawn_server(longhaul_engine::server::ServeConfig {
+        third_party_copies: true,
+        limits: longhaul_proto::session::Limits {
+            handshake_timeout: Duration::from_secs(2),
+            ..Default::default()
+        },
+        ..common::xfer::data_config(&ra, &work.path().join("state"), false)
+    });
+    let o = s
+        .longhaul()
+        .env("LONGHAUL_TOKEN", common::TOKEN)
+        .env("LONGHAUL_TRUST", common::fingerprint())
+        .args([
+            "cp",
+            "--retries",
+            "0",
+            "--connect-back",
+            "--remote-path",
+            BIN,
+        ])
+        .arg(common::xfer::remote(a.addr(), "f.bin"))
+        .arg(format!("{HOST}:{}/", far.display()))
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    a.shutdown();
+    assert!(!o.status.success(), "{}", text(&o));
+    let said = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        said.contains("takes no new connection (it connected back to this client)")
+            && said.contains("copy in two steps through this host"),
+        "{}",
+        text(&o)
+    );
+    assert!(!far.join("f.bin").exists());
 }
