@@ -326,6 +326,9 @@ pub struct ServeArgs {
     /// Run the one-shot server that `longhaul cp HOST:path` starts over ssh (internal).
     #[arg(long, hide = true)]
     pub one_shot: bool,
+    /// With --one-shot: control sessions its one secret admits (internal; doctor's stages).
+    #[arg(long, hide = true, requires = "one_shot", value_name = "N")]
+    pub sessions: Option<u32>,
     /// Address to listen on, IPv4 or IPv6 (repeatable). `[::]:PORT` serves both families.
     #[arg(long, value_name = "ADDR:PORT")]
     pub listen: Vec<SocketAddr>,
@@ -1121,8 +1124,8 @@ pub struct SecurityArgs {
 
 #[derive(Args)]
 pub struct DoctorArgs {
-    /// `[SOURCE] REMOTE`, as for cp: the server and a writable place on it (HOST:EXPORT/path or
-    /// longhaul://HOST[:PORT]/EXPORT/path), after what you will send if you name it here
+    /// `[SOURCE] REMOTE`, as for cp: a writable place on a host over ssh ([USER@]HOST:path) or
+    /// on a server (longhaul://HOST[:PORT]/EXPORT/path), after what you will send if you name it here
     /// (the same as --source). A local path alone: audit this host with it as the source.
     #[arg(num_args = 0..=2, value_name = "[SOURCE] REMOTE")]
     pub targets: Vec<String>,
@@ -1165,6 +1168,8 @@ pub struct DoctorArgs {
     pub retry: RetryArgs,
     #[command(flatten)]
     pub security: SecurityArgs,
+    #[command(flatten)]
+    pub ssh: SshArgs,
 }
 
 #[derive(Args)]

@@ -273,6 +273,10 @@ pub struct Summary {
     /// ... and with `--bidir`, the server's (`tuning` is the client's).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tuning_reverse: Option<crate::tune::TuningReport>,
+    /// A test against a far end over ssh (`perf HOST:`): which side opened
+    /// the connections, and why.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub connections: Option<Opened>,
 }
 
 /// What held a direction back, from the sender's kernel counters and CPU.
@@ -662,8 +666,21 @@ impl Span<'_> {
             error,
             tuning: None,
             tuning_reverse: None,
+            connections: None,
         }
     }
+}
+
+/// Which side opened the connections to a far end reached over ssh, and
+/// why (PROTOCOL.md 16.1): what `cp` and `perf` report as `connections`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Opened {
+    /// `client` (this side connected, as usual) or `far_end` (it
+    /// connected back).
+    pub opened_by: String,
+    /// Why the far end connected back (absent when this side connected).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
 }
 
 /// A thread at or above this share of one core is taken as CPU-bound.

@@ -204,8 +204,11 @@ fn cp_third_party(
             s.connections = opened;
             Ok(s)
         }
-        (Err(e), Some(far), _) | (Err(e), None, Some(far)) => Err(super::remote::explain(far, e)),
-        (Err(e), None, None) => Err(e.into()),
+        (Err(e), a, b) => Err(super::remote::explain_third_party(
+            a.as_ref(),
+            b.as_ref(),
+            e,
+        )),
     };
     for far in [far_a, far_b].into_iter().flatten() {
         far.finish();

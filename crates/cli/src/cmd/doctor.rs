@@ -30,7 +30,11 @@ fn diagnose(a: &DoctorArgs, printer: &mut dyn CommandReporter) -> Outcome {
     if let Some(server) = &a.forget {
         return forget(server, printer);
     }
-    let is_remote = |t: &String| longhaul_proto::xfer::parse_remote(t).is_some();
+    // `[USER@]HOST:path` is a host over ssh (as for cp); a server is
+    // `longhaul://HOST[:PORT]/EXPORT/path` or `HOST:PORT:EXPORT/path`.
+    let is_remote = |t: &String| {
+        super::remote::ssh_target(t).is_some() || longhaul_proto::xfer::parse_remote(t).is_some()
+    };
     let (source, remote) = match a.targets.as_slice() {
         [] => (a.source.clone(), None),
         [one] if is_remote(one) => (a.source.clone(), Some(one.clone())),
@@ -58,7 +62,7 @@ fn diagnose(a: &DoctorArgs, printer: &mut dyn CommandReporter) -> Outcome {
             )));
         }
     }
-    let o = doctor::DoctorOptions {
+    let mut o = doctor::DoctorOptions {
         perf_time: a.time,
         source,
         pull: a.pull,
@@ -67,35 +71,66 @@ fn diagnose(a: &DoctorArgs, printer: &mut dyn CommandReporter) -> Outcome {
         dest: a.dest.clone(),
         remember: (!a.no_remember).then(longhaul_engine::state::default_pathdb_file),
     };
-    let report = match &remote {
-        None => Ok(doctor::local(&o)),
-        Some(r) => {
-            let Some(remote) = longhaul_proto::xfer::parse_remote(r) else {
-                return Err(usage(format!(
-                    "'{r}' is not remote: name it HOST:EXPORT/path or longhaul://HOST/EXPORT/path"
-                )));
-            };
-            let security = a.security.security()?;
-            let opts = ClientOptions {
-                connect_timeout: a.connect_timeout,
-                security,
-                interrupt: super::interrupt_flag(),
-                ..ClientOptions::default()
-            };
-            printer.status(&format!(
-                "measuring the path to {} (about {} s)...",
-                remote.host,
-                (a.time.as_secs_f64() * 2.0 + 8.0).round()
-            ));
-            longhaul_engine::report::retrying(
-                a.retry.retries,
-                &opts.interrupt,
-                super::unreachable,
-                |_| doctor::remote(&remote.host, &remote.export, &remote.path, &opts, &o),
-            )
-        }
+    let Some(r) = remote else {
+        printer.doctor(&doctor::local(&o));
+        return Ok(exit::OK);
     };
-    printer.doctor(&report?);
+    let mut opts = ClientOptions {
+        connect_timeout: a.connect_timeout,
+        security: a.security.security()?,
+        interrupt: super::interrupt_flag(),
+        ..ClientOptions::default()
+    };
+    // `HOST:path`: a one-shot far end over ssh, whose one secret admits
+    // each of the doctor's control sessions (see `remote::reach_for`).
+    let mut target = [r.clone()];
+    let far = super::remote::reach_for(&mut target, &mut opts, &a.ssh, doctor::CONTROL_SESSIONS)?;
+    let [r] = target;
+    if far.is_some() && o.remember.take().is_some() {
+        tracing::debug!("over ssh the far end's port is new each run: the path is not remembered");
+    }
+    let Some(remote) = longhaul_proto::xfer::parse_remote(&r) else {
+        return Err(usage(format!(
+            "'{r}' is not remote: name it [USER@]HOST:path (ssh), or longhaul://HOST/EXPORT/path or HOST:PORT:EXPORT/path (a server)"
+        )));
+    };
+    printer.status(&format!(
+        "measuring the path to {} (about {} s)...",
+        far.as_ref().map_or(remote.host.as_str(), |f| f.dest()),
+        (a.time.as_secs_f64() * 2.0 + 8.0).round()
+    ));
+    let measure = || doctor::remote(&remote.host, &remote.export, &remote.path, &opts, &o);
+    // A one-shot far end serves one doctor: no retries against it.
+    let report = match &far {
+        Some(_) => measure(),
+        None => longhaul_engine::report::retrying(
+            a.retry.retries,
+            &opts.interrupt,
+            super::unreachable,
+            |_| measure(),
+        ),
+    };
+    let report = match far {
+        Some(far) => {
+            let report = report.map_err(|e| super::remote::explain(&far, e));
+            let (opened, dest) = (far.opened(), far.dest().to_string());
+            far.finish();
+            let mut report = report?;
+            report.notes.push(format!(
+                "measured over ssh against a one-shot far end on {}; its path is not remembered for later copies (its port is new each run)",
+                dest
+            ));
+            if let Some(o) = opened.filter(|o| o.opened_by == "far_end") {
+                report.notes.push(format!(
+                    "connections: opened by the far end ({}); the UDP loss probe needs a path the client can send to",
+                    o.reason.unwrap_or_default()
+                ));
+            }
+            report
+        }
+        None => report?,
+    };
+    printer.doctor(&report);
     Ok(exit::OK)
 }
 

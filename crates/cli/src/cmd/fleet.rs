@@ -37,6 +37,14 @@ pub fn cp(
     );
     let catalogue = None;
     let mut cp = super::cp::options(&a, None, false, catalogue)?;
+    refuse_remote_sources(&cp.sources)?;
+    // `HOST:path`: this rank's own far end over ssh (each rank its own,
+    // with its own secret), admitting the rank's sessions. With
+    // `--servers` the destination names an export on those servers.
+    let far = match super::remote::ssh_target(&cp.dest) {
+        Some(_) if a.fleet.servers.is_empty() => Some(reach_over_ssh(&a, &mut cp)?),
+        _ => None,
+    };
     if !a.fleet.servers.is_empty() {
         cp.dest = to_server(&cp.dest, &a.fleet.servers, rank.rank)?;
     }
@@ -55,29 +63,98 @@ pub fn cp(
         note: Arc::new(|s: &str| crate::errln!("longhaul: {s}")),
         job: ranks::job_from_env(|k| std::env::var(k).ok()),
     };
-    let outcome = run::run(&fleet, reporter.as_mut())
-        .map_err(super::Failure::from)
-        .map(|o| {
-            printed::rank_line(&o.rank);
-            reporter.transfer_summary(&printed::as_cp_summary(&o.rank));
-            match o.summary {
-                Some(s) => {
-                    if json {
-                        crate::print::json::fleet(&s);
-                    } else {
-                        printed::human(&s);
-                    }
-                    if s.verified {
-                        exit::OK
-                    } else {
-                        exit::PARTIAL
-                    }
+    let ran = run::run(&fleet, reporter.as_mut());
+    let ran = match far {
+        Some(far) => {
+            let ran = ran.map_err(|e| super::remote::explain(&far, e));
+            far.finish();
+            ran
+        }
+        None => ran.map_err(super::Failure::from),
+    };
+    let outcome = ran.map(|o| {
+        printed::rank_line(&o.rank);
+        reporter.transfer_summary(&printed::as_cp_summary(&o.rank));
+        match o.summary {
+            Some(s) => {
+                if json {
+                    crate::print::json::fleet(&s);
+                } else {
+                    printed::human(&s);
                 }
-                None if o.rank.failed.is_empty() => exit::OK,
-                None => exit::PARTIAL,
+                if s.verified {
+                    exit::OK
+                } else {
+                    exit::PARTIAL
+                }
             }
-        });
+            None if o.rank.failed.is_empty() => exit::OK,
+            None => exit::PARTIAL,
+        }
+    });
     ended(reporter.as_mut(), outcome)
+}
+
+/// A fleet's ranks push this node's files: a remote source (a pull, or a
+/// third-party copy) is refused, saying what to run instead.
+fn refuse_remote_sources(sources: &[String]) -> Result<(), super::Failure> {
+    let remote = sources.iter().find(|s| {
+        super::remote::ssh_target(s).is_some() || longhaul_proto::xfer::parse_remote(s).is_some()
+    });
+    match remote {
+        Some(s) => Err(usage(format!(
+            "'{s}' is remote: a fleet's ranks push the files of the nodes they run on, so their sources must be local paths. For a copy between two remote ends run `longhaul cp A:src B:dst` without --ranks (a third-party copy: the data goes from A to B directly); to spread it over many nodes, run the fleet on the source's nodes"
+        ))),
+        None => Ok(()),
+    }
+}
+
+/// Sessions a rank's far end over ssh admits: the first listing (see
+/// [`reach_over_ssh`]), then its share and the final check, each with its
+/// retries.
+fn fleet_sessions(retries: u32) -> u32 {
+    2u32.saturating_mul(retries.saturating_add(1))
+        .saturating_add(1)
+        .clamp(3, longhaul_engine::server::oneshot::SESSIONS_MAX)
+}
+
+/// Starts this rank's far end on the destination's host and points the
+/// transfer at it (static shares only: a queue rank's sessions, one a
+/// minute, outlast what a far end admits).
+fn reach_over_ssh(
+    a: &CpArgs,
+    cp: &mut longhaul_engine::xfer::client::CpOptions,
+) -> Result<super::remote::FarEnd, super::Failure> {
+    if a.fleet.queue.is_some() {
+        return Err(usage(
+            "a fleet over ssh (HOST:path) takes static shares (--run-dir DIR): a queue rank opens a session a minute, more than one far end admits. For --queue, run `longhaul serve` on the destination and name it longhaul://HOST/EXPORT/path",
+        ));
+    }
+    let mut dest = [cp.dest.clone()];
+    let far = super::remote::reach_for(
+        &mut dest,
+        &mut cp.client,
+        &a.ssh,
+        fleet_sessions(cp.retries),
+    )?
+    .ok_or_else(|| super::Failure::internal("no ssh path after all"))?;
+    let [dest] = dest;
+    // Claimed at once, by a listing of `/`: the rank may wait for the
+    // manifest longer than a far end waits for its first session; this
+    // also says now, not after that wait, whether the far end is reachable.
+    let host = longhaul_proto::xfer::parse_remote(&dest)
+        .map(|r| r.host)
+        .unwrap_or_default();
+    let root = format!("longhaul://{host}/{}/", super::remote::ROOT_EXPORT);
+    if let Err(e) = longhaul_engine::xfer::client::ls(&root, false, &cp.client) {
+        let f = super::remote::explain(&far, e);
+        far.finish();
+        return Err(f);
+    }
+    cp.dest = dest;
+    // Its port is new each run: nothing to remember a rate by.
+    cp.path_memory = None;
+    Ok(far)
 }
 
 fn rank_of(f: &FleetArgs) -> Result<Rank, super::Failure> {

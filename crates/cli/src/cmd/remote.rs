@@ -157,6 +157,11 @@ pub struct FarEnd {
 }
 
 impl FarEnd {
+    /// `[USER@]HOST`, as ssh was given it.
+    pub fn dest(&self) -> &str {
+        &self.dest
+    }
+
     /// Which side opened the connections to the far end, and why (None if
     /// none was opened).
     pub fn opened(&self) -> Option<back::Opened> {
@@ -408,7 +413,7 @@ fn start_once(ssh: &SshArgs, dest: &str, remote: &str) -> Result<Started, Failur
             };
             let how = match code {
                 Some(255) => "ssh could not connect or log in".to_string(),
-                Some(2) => "the far longhaul refused the command (too old for --one-shot? install this version there)".to_string(),
+                Some(2) => "the far longhaul refused the command (too old for this client's `serve --one-shot`? install this version there)".to_string(),
                 Some(c) => format!("the far command ended with status {c}"),
                 None => "ssh was ended by a signal".to_string(),
             };
@@ -510,10 +515,15 @@ fn copy_binary(ssh: &SshArgs, dest: &str) -> Result<String, Failure> {
 }
 
 /// Starts the far end on `dest`: `--remote-path` (else `longhaul`), and
-/// with `--copy-binary` a copy of this binary when that is missing.
-pub fn start(ssh: &SshArgs, dest: &str) -> Result<FarEnd, Failure> {
+/// with `--copy-binary` a copy of this binary when that is missing. Its
+/// secret admits `sessions` control sessions (`--sessions N` on its
+/// command line when more than one: a count, nothing secret).
+pub fn start(ssh: &SshArgs, dest: &str, sessions: u32) -> Result<FarEnd, Failure> {
     let remote = ssh.remote_path.as_deref().unwrap_or("longhaul");
-    let command = |bin: &str| format!("{bin} serve --one-shot");
+    let command = |bin: &str| match sessions {
+        0 | 1 => format!("{bin} serve --one-shot"),
+        n => format!("{bin} serve --one-shot --sessions {n}"),
+    };
     let said = match start_once(ssh, dest, &command(remote))? {
         Started::Up(f) => return Ok(f),
         Started::Missing(said) => said,
@@ -589,6 +599,30 @@ pub fn explain(far: &FarEnd, e: longhaul_engine::EngineError) -> Failure {
     f
 }
 
+/// A failed third-party copy (`from`: the source's far end, `to`: the
+/// destination's, each when over ssh): when the destination's far end
+/// could only be reached by connecting back, the source, which dials the
+/// destination, most likely could not reach it either; say so and what
+/// to run instead.
+pub fn explain_third_party(
+    from: Option<&FarEnd>,
+    to: Option<&FarEnd>,
+    e: longhaul_engine::EngineError,
+) -> Failure {
+    let walled = to.filter(|t| t.opened().is_some_and(|o| o.opened_by == "far_end"));
+    let mut f = match (from, to) {
+        (Some(far), _) | (None, Some(far)) => explain(far, e),
+        (None, None) => return Failure::from(e),
+    };
+    if let Some(to) = walled {
+        f.message = format!(
+            "{}; the destination's far end on {} takes no new connection (it connected back to this client), and in a third-party copy the source connects to the destination: copy in two steps through this host (`longhaul cp -r SRC... LOCAL`, then `longhaul cp -r LOCAL {}:PATH`), or run the copy on the destination's host, pulling from the source",
+            f.message, to.dest, to.dest
+        );
+    }
+    f
+}
+
 /// The server address a handshake names, as the engine parses it.
 fn server_of(h: &Handshake) -> String {
     match h.addr {
@@ -601,10 +635,23 @@ fn server_of(h: &Handshake) -> String {
 /// starts the far end there and rewrites them into the one-shot server's
 /// addresses, and sets the trust and credential of `client` to the
 /// handshake's. Returns the far end to finish when the command is done.
+/// Its secret admits one control session (see [`reach_for`]).
 pub fn reach(
     args: &mut [String],
     client: &mut ClientOptions,
     ssh: &SshArgs,
+) -> Result<Option<FarEnd>, Failure> {
+    reach_for(args, client, ssh, 1)
+}
+
+/// [`reach`] for a command that opens up to `sessions` control sessions
+/// one after another (the doctor's stages): the far end admits that many
+/// on its one secret, then ends (or when ssh's stdin closes, as always).
+pub fn reach_for(
+    args: &mut [String],
+    client: &mut ClientOptions,
+    ssh: &SshArgs,
+    sessions: u32,
 ) -> Result<Option<FarEnd>, Failure> {
     let targets: Vec<Option<SshTarget>> = args.iter().map(|a| ssh_target(a)).collect();
     let Some(first) = targets.iter().flatten().next().cloned() else {
@@ -628,7 +675,7 @@ pub fn reach(
             None => rewritten.push(None),
         }
     }
-    let mut far = start(ssh, &first.dest)?;
+    let mut far = start(ssh, &first.dest, sessions)?;
     if let Err(f) = far.route(ssh) {
         far.finish();
         return Err(f);
@@ -662,7 +709,7 @@ pub fn reach_host(
         ));
     }
     let dest = ssh_target(&hosts[at]).map(|t| t.dest).unwrap_or_default();
-    let mut far = start(ssh, &dest)?;
+    let mut far = start(ssh, &dest, 1)?;
     if let Err(f) = far.route(ssh) {
         far.finish();
         return Err(f);
@@ -688,8 +735,16 @@ fn handshake_security(h: &Handshake) -> longhaul_engine::net::dial::Security {
 /// `longhaul serve --one-shot`: the far end `reach` starts over ssh. It
 /// listens on the address the client's ssh reached (`SSH_CONNECTION`),
 /// serves the account's home and `/`, and ends when its standard input
-/// closes, its one session ends, or no client came.
-pub fn serve_one_shot(_a: ServeArgs) -> Outcome {
+/// closes, its last session ends (one, or `--sessions N`), or no client
+/// came.
+pub fn serve_one_shot(a: ServeArgs) -> Outcome {
+    let sessions = a.sessions.unwrap_or(1);
+    if !(1..=oneshot::SESSIONS_MAX).contains(&sessions) {
+        return Err(usage(format!(
+            "serve --one-shot --sessions {sessions}: from 1 to {}",
+            oneshot::SESSIONS_MAX
+        )));
+    }
     let listen = std::env::var("SSH_CONNECTION")
         .ok()
         .and_then(|c| c.split_whitespace().nth(2).map(str::to_string))
@@ -716,6 +771,7 @@ pub fn serve_one_shot(_a: ServeArgs) -> Outcome {
         listen,
         exports: vec![export(HOME_EXPORT, home), export(ROOT_EXPORT, "/".into())],
         claim_wait: oneshot::CLAIM_WAIT,
+        sessions,
     };
     let mut out = std::io::stdout().lock();
     let end = oneshot::run(cfg, std::io::stdin(), &mut out)?;

@@ -350,6 +350,12 @@ impl Reporter for Human {
             "CPU: local {:.1}%, remote {:.1}% (percent of one core)",
             s.cpu_local_percent, s.cpu_remote_percent
         ));
+        if let Some(o) = s.connections.as_ref().filter(|o| o.opened_by == "far_end") {
+            out(&format!(
+                "connections: opened by the far end ({})",
+                o.reason.as_deref().unwrap_or("connect-back")
+            ));
+        }
         for d in s.directions.iter().filter(|_| s.directions.len() > 1) {
             out(&format!(
                 "{:?}: limited by {:?}: {}",

@@ -404,9 +404,14 @@ fn a_missing_far_binary_is_a_clear_error() {
 /// Starts a far end by hand, as `cp` does: ssh running `longhaul serve
 /// --one-shot`, its handshake read from ssh's stdout.
 fn far_end(s: &Sshd) -> (Child, Handshake, Receiver<String>) {
+    far_end_with(s, "")
+}
+
+/// [`far_end`] with more words on the far command line.
+fn far_end_with(s: &Sshd, more: &str) -> (Child, Handshake, Receiver<String>) {
     let mut c = s
         .ssh()
-        .arg(format!("{BIN} serve --one-shot"))
+        .arg(format!("{BIN} serve --one-shot {more}"))
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -670,8 +675,83 @@ fn perf_over_ssh_with_no_server_running() {
     let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert!(j["error"].is_null(), "{}", text(&o));
     assert!(j["summary"]["bytes"].as_u64().unwrap() > 0, "{}", text(&o));
+    // As cp's, the report says which side opened the connections.
+    assert_eq!(
+        j["summary"]["connections"]["opened_by"],
+        "client",
+        "{}",
+        text(&o)
+    );
     let pid = far_pid(&String::from_utf8_lossy(&o.stderr)).expect("the far end's pid in the log");
     wait_gone(pid, "the far end after a perf test");
+
+    // Connected back: the JSON and the words say so, and why.
+    let o = s
+        .longhaul()
+        .args([
+            "perf",
+            "-t",
+            "1",
+            "--json",
+            "--connect-back",
+            "--remote-path",
+            BIN,
+        ])
+        .arg(format!("{HOST}:"))
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "perf --connect-back: {}", text(&o));
+    let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(j["summary"]["bytes"].as_u64().unwrap() > 0, "{}", text(&o));
+    assert_eq!(
+        j["summary"]["connections"]["opened_by"],
+        "far_end",
+        "{}",
+        text(&o)
+    );
+    let why = j["summary"]["connections"]["reason"].as_str().unwrap();
+    assert!(
+        why.starts_with("--connect-back was given; the far end connected back to 127.0.0.1:"),
+        "{why}"
+    );
+    let o = s
+        .longhaul()
+        .args(["perf", "-t", "1", "--connect-back", "--remote-path", BIN])
+        .arg(format!("{HOST}:"))
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "perf --connect-back: {}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stdout)
+            .contains("connections: opened by the far end (--connect-back was given; "),
+        "{}",
+        text(&o)
+    );
+
+    // A UDP test cannot go where only the far end can open the way: said
+    // before any datagram is sent.
+    let o = s
+        .longhaul()
+        .args([
+            "perf",
+            "-u",
+            "-t",
+            "1",
+            "--connect-back",
+            "--remote-path",
+            BIN,
+        ])
+        .arg(format!("{HOST}:"))
+        .output()
+        .unwrap();
+    assert!(!o.status.success(), "{}", text(&o));
+    let said = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        said.contains("a UDP test needs this client to reach the far end's UDP ports")
+            && said.contains("Test with TCP"),
+        "{}",
+        text(&o)
+    );
 }
 
 /// The far host of a DTN whose firewall lets it only connect out: a
@@ -944,4 +1024,302 @@ fn attacker_a_stranger_at_the_connect_back_listener_is_closed_and_the_copy_goes_
     assert_eq!(j["verified"], true, "{seen}");
     assert_eq!(j["connections"]["opened_by"], "far_end");
     assert!(seen.contains("closed a connection from"), "{seen}");
+}
+
+#[test]
+fn doctor_over_ssh_runs_its_stages_through_one_far_end_that_is_gone_afterwards() {
+    let Some(s) = sshd() else { return };
+    let work = tempfile::tempdir().unwrap();
+    let far = work.path().join("far");
+    std::fs::create_dir(&far).unwrap();
+    let o = s
+        .longhaul()
+        .args([
+            "-v",
+            "doctor",
+            "--json",
+            "--time",
+            "1s",
+            "--remote-path",
+            BIN,
+        ])
+        .arg(format!("{HOST}:{}/", far.display()))
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "doctor: {}", text(&o));
+    let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    // Each stage ran against the far end: its settings and storage, memory
+    // to memory both ways, the short copy; and a verdict.
+    assert!(j["remote"]["cpus"].as_u64().is_some(), "{}", text(&o));
+    assert!(j["dest_storage"].is_object(), "{}", text(&o));
+    for way in ["upload", "download"] {
+        assert!(
+            j[way]["bits_per_second"].as_f64().unwrap() > 0.0,
+            "{way}: {}",
+            text(&o)
+        );
+    }
+    assert!(j["copy"]["bytes"].as_u64().unwrap() > 0, "{}", text(&o));
+    assert!(j["verdict"]["stage"].is_string(), "{}", text(&o));
+    let notes = j["notes"].to_string();
+    assert!(notes.contains("one-shot far end on lhtest"), "{notes}");
+    assert!(!notes.contains("used already"), "{notes}");
+    // One far end for all of it, gone afterwards, its scratch copy too.
+    let log = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(log.matches("is pid ").count(), 1, "{log}");
+    let pid = far_pid(&log).expect("the far end's pid in the log");
+    wait_gone(pid, "the far end after the doctor");
+    assert!(
+        std::fs::read_dir(&far).unwrap().next().is_none(),
+        "the doctor left something in {}",
+        far.display()
+    );
+    assert!(!log.contains(SECRET_PREFIX), "{log}");
+    // Nothing remembered under the far end's passing port.
+    assert!(!s.dir.path().join("state/longhaul/paths.json").exists());
+}
+
+#[test]
+fn attacker_a_far_end_for_n_sessions_admits_n_on_its_secret_and_nothing_else() {
+    let Some(s) = sshd() else { return };
+    let work = tempfile::tempdir().unwrap();
+    let dir = work.path().join("d");
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::write(dir.join("listed.bin"), b"x").unwrap();
+    let (mut ssh, h, far_err) = far_end_with(&s, "--sessions 2");
+    let server = format!("longhaul://127.0.0.1:{}/root{}", h.port, dir.display());
+    let ls = |token: &str| {
+        s.longhaul()
+            .env("LONGHAUL_TOKEN", token)
+            .args(["ls", "--trust", &h.fingerprint])
+            .arg(&server)
+            .output()
+            .unwrap()
+    };
+    // A wrong secret is refused, and takes none of the sessions.
+    let o = ls(&planted());
+    assert!(!o.status.success(), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("one-shot server"),
+        "{}",
+        text(&o)
+    );
+    // The secret, twice: both admitted, one after the other.
+    for n in 1..=2 {
+        let o = ls(&h.secret);
+        assert!(o.status.success(), "session {n}: {}", text(&o));
+        assert!(
+            String::from_utf8_lossy(&o.stdout).contains("listed.bin"),
+            "{}",
+            text(&o)
+        );
+    }
+    // The third is beyond the bound: refused, or the far end is already
+    // gone (its last session ended it); never listed.
+    let o = ls(&h.secret);
+    assert!(!o.status.success(), "{}", text(&o));
+    assert!(
+        !String::from_utf8_lossy(&o.stdout).contains("listed.bin"),
+        "{}",
+        text(&o)
+    );
+    wait_gone(h.pid, "the far end after its last session");
+    let until = Instant::now() + Duration::from_secs(10);
+    while ssh.try_wait().unwrap().is_none() {
+        assert!(Instant::now() < until, "ssh still runs");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let far_said: String = far_err.try_iter().collect::<Vec<_>>().join("\n");
+    assert!(!far_said.contains(SECRET_PREFIX), "{far_said}");
+
+    // While sessions are open, the one beyond the bound is refused as such.
+    let (mut ssh, h, _) = far_end_with(&s, "--sessions 2");
+    let server = format!("longhaul://127.0.0.1:{}/root{}", h.port, dir.display());
+    let big = dir.join("big.bin");
+    std::fs::write(&big, pattern(8, 16 << 20)).unwrap();
+    let back = work.path().join("back");
+    std::fs::create_dir(&back).unwrap();
+    let slow = |to: &Path| {
+        s.longhaul()
+            .env("LONGHAUL_TOKEN", &h.secret)
+            .args(["cp", "--rate", "40M", "-P", "1", "--trust", &h.fingerprint])
+            .arg(format!("{server}/big.bin"))
+            .arg(to)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap()
+    };
+    let (b1, b2) = (back.join("1"), back.join("2"));
+    std::fs::create_dir(&b1).unwrap();
+    std::fs::create_dir(&b2).unwrap();
+    let mut first = slow(&b1);
+    let mut second = slow(&b2);
+    let until = Instant::now() + Duration::from_secs(30);
+    while [&b1, &b2]
+        .iter()
+        .any(|b| std::fs::read_dir(b).unwrap().next().is_none())
+    {
+        assert!(Instant::now() < until, "the two sessions did not start");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let o = s
+        .longhaul()
+        .env("LONGHAUL_TOKEN", &h.secret)
+        .args(["ls", "--trust", &h.fingerprint])
+        .arg(&server)
+        .output()
+        .unwrap();
+    assert!(!o.status.success(), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("used already (2 sessions"),
+        "{}",
+        text(&o)
+    );
+    assert!(first.wait().unwrap().success());
+    assert!(second.wait().unwrap().success());
+    wait_gone(h.pid, "the far end after its two sessions");
+    let _ = ssh.wait();
+
+    // A bound the far end does not take is refused before anything listens.
+    let o = std::process::Command::new(BIN)
+        .args(["serve", "--one-shot", "--sessions", "1000"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("from 1 to"),
+        "{}",
+        text(&o)
+    );
+}
+
+#[test]
+fn a_fleets_ranks_push_to_a_host_over_ssh_each_through_its_own_far_end() {
+    let Some(s) = sshd() else { return };
+    let work = tempfile::tempdir().unwrap();
+    let src = work.path().join("tree");
+    write_tree(&src);
+    let far = work.path().join("far");
+    std::fs::create_dir(&far).unwrap();
+    let run_dir = work.path().join("run");
+    let dest = format!("{HOST}:{}/out/", far.display());
+    let rank = |r: u32| {
+        s.longhaul()
+            .args([
+                "-v",
+                "cp",
+                "-r",
+                "--chunk",
+                "1M",
+                "--json",
+                "--remote-path",
+                BIN,
+            ])
+            .args([
+                "--rank",
+                &r.to_string(),
+                "--size",
+                "2",
+                "--fleet-wait",
+                "60s",
+            ])
+            .arg("--run-dir")
+            .arg(&run_dir)
+            .arg(format!("{}/", src.display()))
+            .arg(&dest)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let ranks = [rank(0), rank(1)];
+    let outs: Vec<Output> = ranks
+        .into_iter()
+        .map(|c| c.wait_with_output().unwrap())
+        .collect();
+    let mut pids = Vec::new();
+    for (r, o) in outs.iter().enumerate() {
+        assert!(o.status.success(), "rank {r}: {}", text(o));
+        let log = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(log.matches("is pid ").count(), 1, "rank {r}: {log}");
+        pids.push(far_pid(&log).unwrap());
+    }
+    assert_ne!(pids[0], pids[1], "each rank has its own far end");
+    let j: serde_json::Value = serde_json::from_slice(&outs[0].stdout).unwrap();
+    assert_eq!(j["format"], "longhaul-fleet", "{}", text(&outs[0]));
+    assert_eq!(j["verified"], true, "{}", text(&outs[0]));
+    same_tree(&src, &far.join("out"));
+    for p in pids {
+        wait_gone(p, "a rank's far end");
+    }
+
+    // What a rank does not take is refused before anything starts, saying
+    // what to run instead.
+    let o = s
+        .longhaul()
+        .args(["cp", "-r", "--rank", "0", "--size", "1", "--run-dir"])
+        .arg(work.path().join("run2"))
+        .arg(format!("{HOST}:{}/", far.display()))
+        .arg(work.path().join("back"))
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("third-party copy"),
+        "{}",
+        text(&o)
+    );
+}
+
+#[test]
+fn a_third_party_copy_to_a_far_end_that_can_only_connect_out_says_what_to_do_instead() {
+    let Some(w) = Walled::up() else { return };
+    let Some(s) = common::sshd::sshd_in(Some(&w.ns), &w.far_ip) else {
+        return;
+    };
+    w.wall(sshd_port(&s));
+    let work = tempfile::tempdir().unwrap();
+    let (ra, far) = (work.path().join("a"), work.path().join("far"));
+    std::fs::create_dir(&ra).unwrap();
+    std::fs::create_dir(&far).unwrap();
+    std::fs::write(ra.join("f.bin"), pattern(21, 1 << 20)).unwrap();
+    // The source: a server here, which takes part in third-party copies
+    // and gives up on a silent destination after 2 s.
+    let a = common::xfer::spawn_server(longhaul_engine::server::ServeConfig {
+        third_party_copies: true,
+        limits: longhaul_proto::session::Limits {
+            handshake_timeout: Duration::from_secs(2),
+            ..Default::default()
+        },
+        ..common::xfer::data_config(&ra, &work.path().join("state"), false)
+    });
+    let o = s
+        .longhaul()
+        .env("LONGHAUL_TOKEN", common::TOKEN)
+        .env("LONGHAUL_TRUST", common::fingerprint())
+        .args([
+            "cp",
+            "--retries",
+            "0",
+            "--connect-back",
+            "--remote-path",
+            BIN,
+        ])
+        .arg(common::xfer::remote(a.addr(), "f.bin"))
+        .arg(format!("{HOST}:{}/", far.display()))
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    a.shutdown();
+    assert!(!o.status.success(), "{}", text(&o));
+    let said = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        said.contains("takes no new connection (it connected back to this client)")
+            && said.contains("copy in two steps through this host"),
+        "{}",
+        text(&o)
+    );
+    assert!(!far.join("f.bin").exists());
 }

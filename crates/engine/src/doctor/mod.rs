@@ -191,6 +191,14 @@ pub struct DoctorReport {
 /// only where they are slow for files of a megabyte.
 pub const DEFAULT_MEAN_FILE_SIZE: u64 = 1 << 20;
 
+/// The most control connections [`remote`] opens, one after another: the
+/// probe (and its settings-only retry), memory to memory each way, the CPU
+/// probe after a run, the UDP loss probe (twice at most), the plaintext
+/// run, the short copy and the probe that removes its scratch directory
+/// (ten), with room to spare. A one-shot far end over ssh admits as many
+/// on its one secret (`serve --one-shot --sessions`).
+pub const CONTROL_SESSIONS: u32 = 16;
+
 /// Reads this host's settings; `peer` picks the interface.
 pub fn host_settings(peer: Option<IpAddr>) -> HostSettings {
     // First, before the cipher's measurement spends any of the quota.

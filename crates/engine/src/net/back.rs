@@ -49,15 +49,7 @@ const UNPROVEN_MAX: usize = 64;
 pub const REQUEST_WORD: &str = "connect-back";
 
 /// Which side opened a far end's connections, and why: what a report says.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-pub struct Opened {
-    /// `client` (this side connected, as usual) or `far_end` (it
-    /// connected back).
-    pub opened_by: &'static str,
-    /// Why the far end connected back (absent when this side connected).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub reason: Option<String>,
-}
+pub use longhaul_proto::report::Opened;
 
 /// A fresh ticket: the prefix and 32 bytes of the OS CSPRNG.
 pub fn fresh_ticket() -> Result<String, EngineError> {
@@ -353,16 +345,23 @@ impl Route {
         r
     }
 
+    /// Which side opened the connections to `addr` so far, and why: None
+    /// when no route is in force for it (not a far end over ssh) or
+    /// nothing was opened yet.
+    pub fn opened_at(addr: SocketAddr) -> Option<Opened> {
+        route_for(addr)?.opened()
+    }
+
     /// Which side opened the connections so far, and why (None before any).
     pub fn opened(&self) -> Option<Opened> {
         match &*self.way.lock().ok()? {
             Way::Untried => None,
             Way::Direct => Some(Opened {
-                opened_by: "client",
+                opened_by: "client".into(),
                 reason: None,
             }),
             Way::Back(why) => Some(Opened {
-                opened_by: "far_end",
+                opened_by: "far_end".into(),
                 reason: Some(why.clone()),
             }),
         }

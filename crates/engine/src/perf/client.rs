@@ -106,6 +106,20 @@ pub(crate) fn run_perf_over(
     opts: &ClientOptions,
     sink: &mut dyn Reporter,
 ) -> Result<Summary, EngineError> {
+    // A far end over ssh that connected back is behind a firewall that
+    // takes no new connection from here: no datagram of ours would reach
+    // its UDP ports either.
+    if params.transport == Transport::Udp {
+        if let Some(o) =
+            crate::net::back::Route::opened_at(ctl.peer).filter(|o| o.opened_by == "far_end")
+        {
+            return Err(EngineError::Usage(format!(
+                "a UDP test needs this client to reach the far end's UDP ports, but the far end on {} opened the connections itself ({}): its firewall takes nothing new from here. Test with TCP (without -u), or open its UDP ports to this host",
+                ctl.peer,
+                o.reason.unwrap_or_default()
+            )));
+        }
+    }
     let mut plan_warning = None;
     let sized;
     let params = if opts.auto_streams {
@@ -760,7 +774,9 @@ fn drive(
         server_to: &results.end,
         complete: true,
     };
-    let summary = span.summary(params, warnings, error);
+    let mut summary = span.summary(params, warnings, error);
+    // Over ssh (`perf HOST:`): which side opened the connections.
+    summary.connections = crate::net::back::Route::opened_at(ctl.peer);
     sink.summary(&summary);
     if let Some(e) = &summary.error {
         if !interrupted {

@@ -5,10 +5,12 @@
 //! It is the ordinary server (the same accept loop, TLS, control session,
 //! transfers and confinement) with three differences: its identity is
 //! fresh and kept only in memory; it has no grants, only one secret made
-//! for this run that lets exactly one control connection in (then it is
-//! spent); and it lives only as long as that: it ends when its standard
-//! input closes (the ssh channel, so the client, is gone), when the
-//! session of that one connection ends, or when no client came in time.
+//! for this run that lets one control connection in (then it is spent),
+//! or as many as its client asked for on the command line, at most
+//! [`SESSIONS_MAX`] (`--sessions N`: the doctor's stages each open one);
+//! and it lives only as long as that: it ends when its standard input
+//! closes (the ssh channel, so the client, is gone), when the last
+//! session it may admit ends, or when no client came in time.
 //! The port, the fingerprint and the secret reach the client in one line
 //! on standard output ([`Handshake`], PROTOCOL.md 16), which ssh carries
 //! encrypted; the data never passes through ssh.
@@ -42,30 +44,35 @@ pub const HANDSHAKE_VERSION: u32 = 1;
 pub const SECRET_PREFIX: &str = "lh1o_";
 /// How long the one-shot server waits for its client's control connection.
 pub const CLAIM_WAIT: Duration = Duration::from_secs(60);
+/// The most control sessions a client may ask one far end to admit on its
+/// one secret (`serve --one-shot --sessions N`).
+pub const SESSIONS_MAX: u32 = 32;
 
 /// Why a one-shot server ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum End {
     /// Its standard input closed: the ssh channel, so the client, is gone.
     InputClosed,
-    /// The one session it admitted ended.
+    /// The last session it could admit ended.
     Done,
     /// No client proved the secret within the wait.
     NoClient,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Phase {
-    Fresh,
-    Claimed,
-    Spent,
+/// The sessions a secret admitted so far, and those still open.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Count {
+    claimed: u32,
+    open: u32,
 }
 
 /// The one-time secret of a one-shot server: admits one control
-/// connection, once.
+/// connection (or `sessions`), each once.
 pub struct OneTime {
     hash: blake3::Hash,
-    phase: Mutex<Phase>,
+    /// How many control sessions it admits in all.
+    sessions: u32,
+    count: Mutex<Count>,
     ended: Mutex<Option<Sender<End>>>,
 }
 
@@ -76,18 +83,25 @@ impl std::fmt::Debug for OneTime {
 }
 
 impl OneTime {
-    /// A secret's gate; `ended` hears when its session is over.
-    fn new(secret: &str, ended: Sender<End>) -> OneTime {
+    /// A secret's gate for `sessions` control sessions (1 to
+    /// [`SESSIONS_MAX`]); `ended` hears when the last is over.
+    fn new(secret: &str, sessions: u32, ended: Sender<End>) -> OneTime {
         OneTime {
             hash: blake3::hash(secret.as_bytes()),
-            phase: Mutex::new(Phase::Fresh),
+            sessions: sessions.clamp(1, SESSIONS_MAX),
+            count: Mutex::new(Count::default()),
             ended: Mutex::new(Some(ended)),
         }
     }
 
-    /// Admits the control connection that presents the secret, the first
-    /// time only. The refusal says which rule refused, nothing of the
-    /// secret.
+    /// Whether a session was admitted yet.
+    fn claimed(&self) -> bool {
+        self.count.lock().map(|c| c.claimed > 0).unwrap_or(true)
+    }
+
+    /// Admits a control connection that presents the secret, while it
+    /// has sessions left (one, unless the client asked for more). The
+    /// refusal says which rule refused, nothing of the secret.
     pub(super) fn claim(&self, token: Option<&str>) -> Result<Access, String> {
         // blake3::Hash compares in constant time.
         let right = token.is_some_and(|t| blake3::hash(t.as_bytes()) == self.hash);
@@ -97,21 +111,35 @@ impl OneTime {
                     .into(),
             );
         }
-        let mut p = self
-            .phase
+        let mut c = self
+            .count
             .lock()
             .map_err(|_| "internal error".to_string())?;
-        if *p != Phase::Fresh {
-            return Err("the one-time secret of this one-shot server was used already".into());
+        if c.claimed >= self.sessions {
+            return Err(match self.sessions {
+                1 => "the one-time secret of this one-shot server was used already".into(),
+                n => format!(
+                    "the one-time secret of this one-shot server was used already ({n} sessions, as many as its client asked for)"
+                ),
+            });
         }
-        *p = Phase::Claimed;
+        c.claimed += 1;
+        c.open += 1;
         Ok(Access::everything("the one-shot client"))
     }
 
-    /// The admitted session ended: the server's work is done.
+    /// An admitted session ended; after the last one it could admit, the
+    /// server's work is done.
     pub(super) fn finished(&self) {
-        if let Ok(mut p) = self.phase.lock() {
-            *p = Phase::Spent;
+        let last = match self.count.lock() {
+            Ok(mut c) => {
+                c.open = c.open.saturating_sub(1);
+                c.claimed >= self.sessions && c.open == 0
+            }
+            Err(_) => true,
+        };
+        if !last {
+            return;
         }
         if let Some(tx) = self.ended.lock().ok().and_then(|mut t| t.take()) {
             let _ = tx.send(End::Done);
@@ -246,6 +274,8 @@ pub struct OneShotConfig {
     /// The client's address as ssh saw it (told to the client, which may
     /// ask to be connected back to it).
     pub client: Option<IpAddr>,
+    /// Control sessions the secret admits (1 to [`SESSIONS_MAX`]).
+    pub sessions: u32,
 }
 
 /// What a far end writes on its standard error when it cannot connect
@@ -285,8 +315,8 @@ fn read_requests(input: impl Read, injector: &super::Injector) {
 }
 
 /// Runs a one-shot server: listens, writes the handshake line to `out`,
-/// then serves until `input` reaches its end, its one session ends, or no
-/// client came within `claim_wait`. Returns why it ended; its threads may
+/// then serves until `input` reaches its end, the last session it admits
+/// ends, or no client came within `claim_wait`. Returns why it ended; its threads may
 /// still run, and the caller ends the process.
 pub fn run(
     cfg: OneShotConfig,
@@ -296,7 +326,7 @@ pub fn run(
     let id = tls::Identity::ephemeral()?;
     let secret = fresh_secret()?;
     let (tx, rx) = channel();
-    let one_time = Arc::new(OneTime::new(&secret, tx.clone()));
+    let one_time = Arc::new(OneTime::new(&secret, cfg.sessions, tx.clone()));
     let server = Server::bind(
         &[SocketAddr::new(cfg.listen, 0)],
         ServeConfig {
@@ -338,12 +368,7 @@ pub fn run(
     let end = match rx.recv_timeout(cfg.claim_wait) {
         Ok(end) => end,
         Err(_) => {
-            let claimed = one_time
-                .phase
-                .lock()
-                .map(|p| *p != Phase::Fresh)
-                .unwrap_or(true);
-            if claimed {
+            if one_time.claimed() {
                 rx.recv().unwrap_or(End::InputClosed)
             } else {
                 End::NoClient
@@ -383,13 +408,43 @@ mod tests {
     fn the_secret_admits_one_connection_once_and_nothing_else() {
         let (tx, rx) = channel();
         let s = fresh_secret().unwrap();
-        let ot = OneTime::new(&s, tx);
+        let ot = OneTime::new(&s, 1, tx);
         assert!(ot.claim(None).is_err());
         assert!(ot.claim(Some("lh1o_wrong")).is_err());
         assert!(ot.claim(Some(&s)).is_ok());
         assert!(ot.claim(Some(&s)).unwrap_err().contains("used already"));
         ot.finished();
         assert_eq!(rx.recv().unwrap(), End::Done);
+        assert!(ot.claim(Some(&s)).is_err());
+    }
+
+    #[test]
+    fn attacker_a_secret_for_n_sessions_admits_n_and_ends_after_the_last() {
+        let (tx, rx) = channel();
+        let s = fresh_secret().unwrap();
+        let ot = OneTime::new(&s, 3, tx);
+        // Two at once, then the first ends: the server lives on.
+        ot.claim(Some(&s)).unwrap();
+        ot.claim(Some(&s)).unwrap();
+        ot.finished();
+        assert!(rx.try_recv().is_err());
+        // A wrong secret never counts, nor takes a session.
+        assert!(ot.claim(Some("lh1o_wrong")).is_err());
+        ot.claim(Some(&s)).unwrap();
+        // The fourth is one too many, while two are open and after.
+        let e = ot.claim(Some(&s)).unwrap_err();
+        assert!(e.contains("used already (3 sessions"), "{e}");
+        ot.finished();
+        assert!(rx.try_recv().is_err(), "one session is still open");
+        ot.finished();
+        assert_eq!(rx.recv().unwrap(), End::Done);
+        assert!(ot.claim(Some(&s)).is_err());
+        // Asking for more than the bound admits the bound.
+        let (tx, _rx) = channel();
+        let ot = OneTime::new(&s, 10_000, tx);
+        for _ in 0..SESSIONS_MAX {
+            ot.claim(Some(&s)).unwrap();
+        }
         assert!(ot.claim(Some(&s)).is_err());
     }
 }
