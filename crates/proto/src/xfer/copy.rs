@@ -88,6 +88,9 @@ pub struct CopyOptions {
     /// ordering client's file catalogue.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub catalogue: bool,
+    /// `-z`: the source's push compresses at this level.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compress: Option<i32>,
 }
 
 /// Client -> source server (0x52): push `sources` of `export` to the
@@ -265,6 +268,7 @@ mod tests {
             sealed: false,
             source_dir: false,
             filter: Vec::new(),
+            compress: None,
         };
         assert!(within_scope(&scope, &t).is_ok());
         type Change = fn(&mut super::super::TransferRequest);
