@@ -270,7 +270,14 @@ impl Governor {
     /// A block of `raw` bytes that was tried: `wire` bytes on the stream
     /// (word included), compressed or not, `compress_us` spent
     /// compressing and `write_us` writing it.
-    pub fn tried(&mut self, raw: u64, wire: u64, compressed: bool, compress_us: u64, write_us: u64) {
+    pub fn tried(
+        &mut self,
+        raw: u64,
+        wire: u64,
+        compressed: bool,
+        compress_us: u64,
+        write_us: u64,
+    ) {
         self.report.raw_bytes += raw;
         self.report.wire_bytes += wire;
         if compressed {
@@ -289,8 +296,8 @@ impl Governor {
         self.win_write_us += write_us;
         if self.win_raw >= SPEED_WINDOW {
             // Writing the raw bytes at the rate the window's writes went.
-            let raw_write_us =
-                u128::from(self.win_write_us) * u128::from(self.win_raw) / u128::from(self.win_wire.max(1));
+            let raw_write_us = u128::from(self.win_write_us) * u128::from(self.win_raw)
+                / u128::from(self.win_wire.max(1));
             let spent = u128::from(self.win_compress_us) + u128::from(self.win_write_us);
             let (saved_some, slower) = (self.win_wire < self.win_raw, spent > raw_write_us);
             self.clear_window();
@@ -334,7 +341,10 @@ mod tests {
 
     #[test]
     fn words_round_trip_and_lies_are_refused() {
-        assert_eq!(Block::decode(Block::Stored(7).encode(), 7), Ok(Block::Stored(7)));
+        assert_eq!(
+            Block::decode(Block::Stored(7).encode(), 7),
+            Ok(Block::Stored(7))
+        );
         assert_eq!(
             Block::decode(Block::Compressed(3).encode(), 7),
             Ok(Block::Compressed(3))
