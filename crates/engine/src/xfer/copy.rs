@@ -134,6 +134,7 @@ pub fn third_party_cp(
             direct: o.direct,
             no_tune: !o.tune,
             catalogue: o.catalogue.is_some(),
+            compress: o.compress,
         },
     };
     let mut intervals = Vec::new();
