@@ -193,6 +193,9 @@ pub struct CopyReport {
     pub would_send_bytes: u64,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub warnings: Vec<String>,
+    /// `-z`: what compression did on the source's push.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compression: Option<super::compress::CompressReport>,
 }
 
 /// Whether a push request stays within a capability's scope: to the
