@@ -241,7 +241,7 @@ fn write_chunk(
     f: &SrcFile,
     tx: &Sender<Event>,
     read_us: &mut u64,
-    mut zip: Option<&mut Zip>,
+    zip: Option<&mut Zip>,
 ) -> io::Result<bool> {
     // A file with all its blocks has no hole to look for.
     let zero = c.len > 0 && f.stamp.sparse && reader.is_hole(c.offset, u64::from(c.len));
@@ -266,7 +266,7 @@ fn write_chunk(
         });
         return timed(Stage::Send, || w.write_all(&t.encode())).map(|()| true);
     }
-    let zip = zip.as_deref_mut().filter(|_| compressed);
+    let zip = zip.filter(|_| compressed);
     let (hasher, read_error) = write_pieces(w, buf, reader, c, f.whole, read_us, zip)?;
     let Some(e) = read_error else {
         let t = timed(Stage::Hash, || trailer_of(&hasher));
