@@ -1,13 +1,17 @@
 //! The transfer decoders that read peer or disk bytes: chunk headers,
-//! bundle frames, resume journals, remote paths, path confinement and the
-//! third-party copy messages with their scope check. None may panic; what
-//! they accept must round-trip or stay beneath its root.
+//! the blocks of compressed chunk frames (their words and the bounded
+//! zstd decoder, on raw bytes and on damaged real frames), bundle frames,
+//! resume journals, remote paths, path confinement and the third-party
+//! copy messages with their scope check. None may panic; what they accept
+//! must round-trip or stay beneath its root, and a block decodes to
+//! exactly its declared length or not at all.
 
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 use longhaul_proto::frame::Frame;
 use longhaul_proto::msg::{kind, Message};
+use longhaul_proto::xfer::compress::{Block, Decoder, Encoder, BLOCK};
 use longhaul_proto::xfer::copy::within_scope;
 use longhaul_proto::xfer::TransferRequest;
 use longhaul_proto::xfer::{
@@ -24,6 +28,7 @@ fuzz_target!(|data: &[u8]| {
             assert!(h.offset.checked_add(u64::from(h.len)).is_some());
         }
     }
+    compressed_blocks(data);
     if data.len() >= BUNDLE_HEADER_LEN {
         let b: [u8; BUNDLE_HEADER_LEN] = data[..BUNDLE_HEADER_LEN].try_into().unwrap();
         let body = &data[BUNDLE_HEADER_LEN..];
@@ -105,3 +110,47 @@ fuzz_target!(|data: &[u8]| {
         }
     }
 });
+
+/// A compressed chunk's block as a sink reads it: a word checked against
+/// a raw length the input picks, then the decoder with exactly that room,
+/// fed the input's bytes, and a real frame of the input damaged at a few
+/// places the input picks.
+fn compressed_blocks(data: &[u8]) {
+    let Some((head, rest)) = data.split_first_chunk::<6>() else {
+        return;
+    };
+    let raw = (usize::from(u16::from_be_bytes([head[0], head[1]])) * 8).clamp(1, BLOCK);
+    let word: [u8; 4] = head[2..6].try_into().unwrap();
+    let mut d = Decoder::new().unwrap();
+    let mut out = vec![0u8; raw];
+    match Block::decode(word, raw) {
+        Ok(Block::Stored(n)) => assert_eq!(n as usize, raw),
+        Ok(Block::Compressed(n)) => {
+            assert!(n > 0 && (n as usize) < raw);
+            let wire = &rest[..rest.len().min(n as usize)];
+            let _ = d.decode(wire, &mut out);
+        }
+        Err(_) => {}
+    }
+    // A real frame of the input's bytes (repeated, so that it compresses),
+    // damaged, decoded into its own length and into one byte less.
+    if rest.len() < 8 {
+        return;
+    }
+    let (edits, body) = rest.split_at(4);
+    let raw: Vec<u8> = body.iter().copied().cycle().take(body.len() * 8).collect();
+    let Some(z) = Encoder::new(1).unwrap().compress(&raw).map(<[u8]>::to_vec) else {
+        return;
+    };
+    let mut bad = z.clone();
+    for e in edits.chunks(2) {
+        let at = usize::from(e[0]) % bad.len();
+        bad[at] ^= e.get(1).copied().unwrap_or(1);
+    }
+    let mut out = vec![0u8; raw.len()];
+    if d.decode(&z, &mut out).is_ok() {
+        assert_eq!(out, raw, "an undamaged frame decodes to its bytes");
+    }
+    let _ = d.decode(&bad, &mut out);
+    let _ = d.decode(&bad, &mut out[..raw.len() - 1]);
+}

@@ -813,6 +813,15 @@ pub struct CpArgs {
     /// Read and write file data with O_DIRECT on both ends (bypass the page cache).
     #[arg(long)]
     pub direct: bool,
+    /// Compress chunks with zstd where it pays: off by itself while the data does not
+    /// compress or the path is faster than the compressor (unlike rsync's -z).
+    #[arg(short = 'z', long)]
+    pub compress: bool,
+    /// zstd level for -z (implies it): -50..=-1 (fastest) or 1..=9; default 1.
+    #[arg(long, value_name = "LEVEL", allow_hyphen_values = true,
+          value_parser = |s: &str| s.parse::<i32>().map_err(|e| e.to_string())
+              .and_then(|l| longhaul_proto::xfer::compress::check_level(l).map(|()| l)))]
+    pub compress_level: Option<i32>,
     /// Print one JSON document at the end (docs/JSON.md, `longhaul-cp`).
     #[arg(long)]
     pub json: bool,

@@ -130,6 +130,7 @@ fn chunk_index_past_the_end_ends_the_transfer_promptly() {
         let (mut c, mut data) = start_push(s.addr());
         let header = ChunkHeader {
             zero: false,
+            compressed: false,
             file: 1,
             index,
             offset,
@@ -231,6 +232,7 @@ fn request(op: Op, dest: &str, sources: Vec<String>) -> Message {
         sealed: false,
         source_dir: false,
         filter: Vec::new(),
+        compress: None,
     })
 }
 
@@ -373,6 +375,7 @@ fn a_symlink_swapped_in_mid_transfer_leads_nowhere() {
     let payload = b"0123456789";
     let header = ChunkHeader {
         zero: false,
+        compressed: false,
         file: 2,
         index: 0,
         offset: 0,
@@ -533,6 +536,7 @@ fn a_bundle_lands_its_files_and_a_damaged_record_is_asked_again_alone() {
     // The damaged file, sent again alone as a chunk frame.
     let header = ChunkHeader {
         zero: false,
+        compressed: false,
         file: 3,
         index: 0,
         offset: 0,
@@ -678,6 +682,7 @@ fn a_source_whose_values_lie_is_caught_by_verify_which_recomputes_them() {
         announce_small(&mut c, &[5]);
         let header = ChunkHeader {
             zero: false,
+            compressed: false,
             file: 2,
             index: 0,
             offset: 0,
@@ -773,4 +778,121 @@ fn hostile_filter_rules_are_refused() {
     assert!(!matches!(next(&mut c), Message::Refuse(_)));
     assert!(!export.join("in").exists());
     let _ = std::fs::remove_dir_all(&base);
+}
+
+/// The rest of a transfer the sink broke: a `TransferDone` whose failure
+/// holds `needle` (or the connection closed), within 5 s.
+fn broken_with(c: &mut FramedConn, needle: &str) -> String {
+    match c.recv_until(Instant::now() + Duration::from_secs(5)) {
+        Ok(Some(Message::TransferDone(r))) => {
+            let e = r
+                .failed
+                .first()
+                .map(|f| f.error.clone())
+                .unwrap_or_default();
+            assert!(e.contains(needle), "{needle}: {r:?}");
+            e
+        }
+        Ok(Some(m)) => panic!("unexpected {}", m.name()),
+        Ok(None) => panic!("no answer in 5 s: the sink hung"),
+        Err(e) => panic!("closed without saying why: {e}"),
+    }
+}
+
+/// A hostile source's compressed chunk frames (`cp -z`, PROTOCOL.md
+/// 13.5c): a zstd bomb (128 frames of 512 KiB of zeros, 64 MiB in a few
+/// KiB) behind a block of 512 KiB, a frame that decodes to 512 KiB behind
+/// a block of 1000 bytes, one that decodes to fewer bytes than its block,
+/// a stored block of the wrong length, and a compressed frame on a
+/// transfer that did not agree to them. Each ends its transfer with an
+/// error naming the chunk and the file; the decoder writes only into the
+/// block's room (no memory grows), nothing lands, and the server serves on.
+#[test]
+fn hostile_compressed_chunks_end_the_transfer_naming_the_file() {
+    use longhaul_proto::xfer::compress::{Block, Encoder, BLOCK};
+    let dir = std::env::temp_dir().join(format!("lh-hostile-z-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let s = hostile_server(&dir);
+    let mut enc = Encoder::new(1).unwrap();
+    let zeros = enc.compress(&vec![0u8; BLOCK]).unwrap().to_vec();
+    let bomb: Vec<u8> = zeros
+        .iter()
+        .copied()
+        .cycle()
+        .take(zeros.len() * 128)
+        .collect();
+    let text: Vec<u8> = b"hostile text ".iter().copied().cycle().take(500).collect();
+    let short = enc.compress(&text).unwrap().to_vec();
+    // (file size, the payload after the header, what the error says)
+    let block = |b: Block, bytes: &[u8]| [&b.encode()[..], bytes].concat();
+    let cases: Vec<(u64, Vec<u8>, &str)> = vec![
+        (
+            BLOCK as u64,
+            block(Block::Compressed(bomb.len() as u32), &bomb),
+            "does not decode within its declared length",
+        ),
+        (
+            1000,
+            block(Block::Compressed(zeros.len() as u32), &zeros),
+            "does not decode within its declared length",
+        ),
+        (
+            1000,
+            block(Block::Compressed(short.len() as u32), &short),
+            "decodes to fewer bytes",
+        ),
+        (
+            1000,
+            block(Block::Stored(999), &[7u8; 999]),
+            "stored block of a length other than its own",
+        ),
+    ];
+    for (size, payload, needle) in cases {
+        let (mut c, mut data) = push_asking(s.addr(), "", |t| t.compress = Some(1));
+        c.send(&Message::Entries(Entries {
+            entries: vec![file_entry(1, size, 1 << 20)],
+        }))
+        .unwrap();
+        assert!(matches!(next(&mut c), Message::Wants(_)));
+        let header = ChunkHeader {
+            zero: false,
+            compressed: true,
+            file: 1,
+            index: 0,
+            offset: 0,
+            len: size.min(BLOCK as u64) as u32,
+        };
+        data.write_all(&header.encode()).unwrap();
+        // The sink may stop reading once it sees the lie.
+        let _ = data.write_all(&payload);
+        let _ = data.write_all(&trailer(&[]).encode());
+        let e = broken_with(&mut c, needle);
+        assert!(e.contains("chunk 0") && e.contains("f1.bin"), "{e}");
+        assert!(!dir.join("f1.bin").exists());
+    }
+    // Not agreed: refused as a frame that was not negotiated.
+    let (mut c, mut data) = push_to(s.addr(), "");
+    c.send(&Message::Entries(Entries {
+        entries: vec![file_entry(1, 1000, 1 << 20)],
+    }))
+    .unwrap();
+    assert!(matches!(next(&mut c), Message::Wants(_)));
+    let header = ChunkHeader {
+        zero: false,
+        compressed: true,
+        file: 1,
+        index: 0,
+        offset: 0,
+        len: 1000,
+    };
+    data.write_all(&header.encode()).unwrap();
+    let _ = data.write_all(&[0u8; 1004]);
+    broken_with(&mut c, "a compressed chunk frame, which was not agreed");
+    // The server still serves.
+    let (mut c, _data) = start_push(s.addr());
+    c.send(&Message::EntriesEnd(EntriesEnd { files: 1 }))
+        .unwrap();
+    s.shutdown();
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -689,6 +689,7 @@ mod tests {
                     encrypt: 1.5,
                     ..Default::default()
                 }),
+                compress: None,
             }),
         ];
         let mut wire = Vec::new();

@@ -656,6 +656,7 @@ impl Pair {
                     resent_changed: tally.resent_changed,
                     tuning: None,
                     cpu: None,
+                    compress: None,
                 }));
             }
         }

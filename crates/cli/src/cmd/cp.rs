@@ -250,6 +250,10 @@ pub(super) fn options(
         sync,
         dry_run,
         filter,
+        compress: (a.compress || a.compress_level.is_some()).then(|| {
+            a.compress_level
+                .unwrap_or(longhaul_proto::xfer::compress::DEFAULT_LEVEL)
+        }),
         tune: !a.no_tune,
         files_in_flight: a.files_in_flight,
         path_memory: Some(longhaul_engine::state::default_pathdb_file()),

@@ -849,7 +849,28 @@ fn cpu_line(c: &longhaul_proto::xfer::StageCpu, bytes: u64) -> String {
     format!("{:.2} s{per_gib}: {}", c.total(), parts.join(", "))
 }
 
-/// A transfer's outcome: figures, stages, tuning, path, then what was/// A transfer's outcome: figures, stages, tuning, path, then what was
+/// A transfer's outcome: figures, stages, tuning, path, then what was/// What `-z` did: chunk bytes raw against on the wire, and whether (and
+/// why) it was turned off.
+fn compression_line(c: &longhaul_proto::xfer::compress::CompressReport) -> String {
+    let state = match c.off_reason {
+        None => "on throughout".to_string(),
+        Some(why) if c.off_at_end => format!("off at the end: {}", why.describe()),
+        Some(why) => format!(
+            "on at the end; turned off {} time(s), the last because {}",
+            c.times_off,
+            why.describe()
+        ),
+    };
+    format!(
+        "compression: zstd level {}, {} of chunks took {} on the wire ({:.1}x); {state}",
+        c.level,
+        format_bytes(c.raw_bytes),
+        format_bytes(c.wire_bytes),
+        c.raw_bytes as f64 / c.wire_bytes.max(1) as f64,
+    )
+}
+
+/// A transfer's outcome: figures, stages, tuning, path, then what was
 /// deleted or would be sent, failures (stderr) and the verification.
 fn print_transfer(s: &CpSummary, dry_run: bool) {
     if dry_run || s.dry_run {
@@ -875,6 +896,9 @@ fn print_transfer(s: &CpSummary, dry_run: bool) {
         format_rate(s.network_bps),
         format_rate(s.dest_write_bps)
     );
+    if let Some(c) = &s.compression {
+        outln!("{}", compression_line(c));
+    }
     for (end, c) in [
         ("source", &s.cpu_stages.source),
         ("destination", &s.cpu_stages.sink),

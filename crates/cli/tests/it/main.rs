@@ -9,6 +9,7 @@ mod common;
 mod archive;
 mod archive_privacy;
 mod busy;
+mod compress;
 mod cp;
 mod credentials;
 #[cfg(feature = "dashboard")]

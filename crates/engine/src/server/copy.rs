@@ -377,6 +377,7 @@ pub(super) fn serve_copy(
     o.files_in_flight = x.files_in_flight;
     o.retries = x.retries.min(10);
     o.direct = x.direct;
+    o.compress = x.compress;
     o.tune = !x.no_tune;
     o.sync_files = true;
     o.source_anchor = Some(Arc::new(anchor));

@@ -110,6 +110,12 @@ pub(super) fn serve_transfer(
     // The client's include/exclude rules, bounded in number and length.
     let filter = crate::xfer::client::compile_filter(&t.filter, t.contents)
         .map_err(|e| bad(EngineError::Usage(e)))?;
+    // `-z`: a level this server's CPU will run (on a pull) or that the
+    // client's will.
+    if let Some(level) = t.compress {
+        longhaul_proto::xfer::compress::check_level(level)
+            .map_err(|e| bad(EngineError::Usage(e)))?;
+    }
     // Everything this transfer touches resolves beneath the export root.
     let anchor = Anchor::open_as(&ex.root, Path::new(&ex.name)).map_err(bad)?;
     let landing = match t.op {
@@ -156,6 +162,8 @@ pub(super) fn serve_transfer(
         sealed: t.sealed && conn.is_tls(),
         // The include/exclude rules compiled above are applied.
         filter: !t.filter.is_empty(),
+        // This server's source compresses and its sink decodes.
+        compress: t.compress.is_some(),
     })) {
         return Err(failed(watch, e));
     }
@@ -239,6 +247,7 @@ pub(super) fn serve_transfer(
                 anchor,
                 max_files,
                 bundles: t.bundles,
+                compress: t.compress.is_some(),
             },
         )
         .map(|r| {
@@ -268,6 +277,7 @@ pub(super) fn serve_transfer(
                 bundles: t.bundles,
                 share: None,
                 filter,
+                compress: t.compress,
                 online: t.tuning.online,
                 send_intervals: t.tuning.intervals,
                 rtt: Duration::from_micros(u64::from(

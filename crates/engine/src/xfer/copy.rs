@@ -134,6 +134,7 @@ pub fn third_party_cp(
             direct: o.direct,
             no_tune: !o.tune,
             catalogue: o.catalogue.is_some(),
+            compress: o.compress,
         },
     };
     let mut intervals = Vec::new();
@@ -202,6 +203,7 @@ pub fn report_of(s: &CpSummary) -> CopyReport {
         would_send: s.would_send.clone(),
         would_send_bytes: s.would_send_bytes,
         warnings: s.warnings.clone(),
+        compression: s.compression.clone(),
     }
 }
 
@@ -230,6 +232,7 @@ fn summary_of(r: CopyReport) -> CpSummary {
         would_send: r.would_send,
         would_send_bytes: r.would_send_bytes,
         warnings: r.warnings,
+        compression: r.compression,
         ..CpSummary::default()
     }
 }
@@ -431,6 +434,12 @@ mod tests {
             would_send: vec!["w".into()],
             would_send_bytes: 7,
             warnings: vec!["x".into()],
+            compression: Some(longhaul_proto::xfer::compress::CompressReport {
+                level: 3,
+                raw_bytes: 10,
+                wire_bytes: 5,
+                ..Default::default()
+            }),
             ..CpSummary::default()
         };
         let report = serde_json::to_value(report_of(&s)).unwrap();

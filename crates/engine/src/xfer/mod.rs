@@ -396,6 +396,8 @@ pub fn read_frame(s: &mut impl Read, buf: &mut [u8]) -> io::Result<bool> {
 
 /// Bytes both ends move through the cache at a time within a chunk.
 pub const PIECE: usize = 512 << 10;
+// A compressed chunk frame's blocks are pieces: neither end holds more.
+const _: () = assert!(PIECE == longhaul_proto::xfer::compress::BLOCK);
 
 /// The XXH3-128 check of `len` zero bytes (a zero chunk's), computed
 /// once per length.

@@ -88,6 +88,9 @@ pub struct CopyOptions {
     /// ordering client's file catalogue.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub catalogue: bool,
+    /// `-z`: the source's push compresses at this level.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compress: Option<i32>,
 }
 
 /// Client -> source server (0x52): push `sources` of `export` to the
@@ -190,6 +193,9 @@ pub struct CopyReport {
     pub would_send_bytes: u64,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub warnings: Vec<String>,
+    /// `-z`: what compression did on the source's push.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compression: Option<super::compress::CompressReport>,
 }
 
 /// Whether a push request stays within a capability's scope: to the
@@ -265,6 +271,7 @@ mod tests {
             sealed: false,
             source_dir: false,
             filter: Vec::new(),
+            compress: None,
         };
         assert!(within_scope(&scope, &t).is_ok());
         type Change = fn(&mut super::super::TransferRequest);

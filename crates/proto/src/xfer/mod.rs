@@ -12,6 +12,7 @@
 //! The two ends' state machines that speak these messages are in
 //! [`crate::transfer`].
 
+pub mod compress;
 pub mod copy;
 
 use serde::{Deserialize, Serialize};
@@ -106,6 +107,12 @@ pub struct TransferRequest {
     /// destination entries alone. Absent from an older client.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub filter: Vec<String>,
+    /// `-z`: the source compresses chunks with zstd at this level
+    /// ([`compress::MIN_LEVEL`]..=[`compress::MAX_LEVEL`]) in compressed
+    /// chunk frames (`0xC4`, PROTOCOL.md 13.5c), if the server agrees in
+    /// [`TransferAccept::compress`]. Absent from an older client.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compress: Option<i32>,
 }
 
 /// Socket settings of the data streams, chosen by the client for the path
@@ -177,6 +184,12 @@ pub struct TransferAccept {
     /// older server, which would ignore the rules: the client then refuses.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub filter: bool,
+    /// The server agrees to the request's [`TransferRequest::compress`]:
+    /// the source, whichever end it is, may send compressed chunk frames.
+    /// Never set unless the client asked; absent from an older server,
+    /// which would not decode them: the client then refuses.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub compress: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -491,6 +504,9 @@ pub struct SourceDone {
     /// Where the source's CPU went (absent from an older source).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cpu: Option<StageCpu>,
+    /// What compression did, when it was agreed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compress: Option<compress::CompressReport>,
 }
 
 fn is_zero(n: &u64) -> bool {
@@ -571,6 +587,10 @@ pub const CHUNK_FRAME: u8 = 0xC1;
 /// First byte of a chunk frame whose bytes are all zero: no payload
 /// follows, only the trailer (holes of sparse files cost 73 bytes a chunk).
 pub const ZERO_CHUNK_FRAME: u8 = 0xC2;
+/// First byte of a compressed chunk frame: the chunk's raw bytes go as
+/// blocks, each compressed or stored (only once compression was
+/// negotiated; see [`compress`]).
+pub const COMPRESSED_CHUNK_FRAME: u8 = 0xC4;
 /// Largest chunk a frame may carry.
 pub const MAX_CHUNK: u64 = 1 << 31;
 
@@ -580,13 +600,18 @@ pub const MAX_CHUNK: u64 = 1 << 31;
 /// as they go, instead of holding all of it:
 ///
 /// ```text
-/// 0          1          9           13           21        25              25+len      +48
-/// | C1 or C2 | file u64 | index u32 | offset u64 | len u32 | payload (C1) | trailer [48] |
+/// 0             1          9           13           21        25              25+len      +48
+/// | C1, C2 or C4 | file u64 | index u32 | offset u64 | len u32 | payload (C1) | trailer [48] |
 /// ```
+///
+/// A `C4` frame's payload is the chunk's `len` raw bytes as blocks (see
+/// [`compress`]); its trailer is still that of the raw bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ChunkHeader {
     /// All `len` bytes are zero and are not sent.
     pub zero: bool,
+    /// The payload is blocks, compressed or stored (`C4`); `len` is raw.
+    pub compressed: bool,
     pub file: u64,
     pub index: u32,
     pub offset: u64,
@@ -603,6 +628,8 @@ impl ChunkHeader {
         let mut b = [0u8; CHUNK_HEADER_LEN];
         b[0] = if self.zero {
             ZERO_CHUNK_FRAME
+        } else if self.compressed {
+            COMPRESSED_CHUNK_FRAME
         } else {
             CHUNK_FRAME
         };
@@ -614,13 +641,15 @@ impl ChunkHeader {
     }
 
     pub fn decode(b: &[u8; CHUNK_HEADER_LEN]) -> Result<ChunkHeader, FrameError> {
-        let zero = match b[0] {
-            CHUNK_FRAME => false,
-            ZERO_CHUNK_FRAME => true,
+        let (zero, compressed) = match b[0] {
+            CHUNK_FRAME => (false, false),
+            ZERO_CHUNK_FRAME => (true, false),
+            COMPRESSED_CHUNK_FRAME => (false, true),
             _ => return Err(FrameError("unknown frame type")),
         };
         let h = ChunkHeader {
             zero,
+            compressed,
             file: u64::from_be_bytes(b[1..9].try_into().expect("8 bytes")),
             index: u32::from_be_bytes(b[9..13].try_into().expect("4 bytes")),
             offset: u64::from_be_bytes(b[13..21].try_into().expect("8 bytes")),
@@ -1211,6 +1240,7 @@ mod tests {
     fn chunk_header_round_trip_and_checks() {
         let h = ChunkHeader {
             zero: false,
+            compressed: false,
             file: 9,
             index: 3,
             offset: 3 << 20,
@@ -1219,6 +1249,12 @@ mod tests {
         assert_eq!(ChunkHeader::decode(&h.encode()), Ok(h));
         let z = ChunkHeader { zero: true, ..h };
         assert_eq!(ChunkHeader::decode(&z.encode()), Ok(z));
+        let c = ChunkHeader {
+            compressed: true,
+            ..h
+        };
+        assert_eq!(c.encode()[0], COMPRESSED_CHUNK_FRAME);
+        assert_eq!(ChunkHeader::decode(&c.encode()), Ok(c));
         let mut b = h.encode();
         b[0] = 0;
         assert!(ChunkHeader::decode(&b).is_err());
@@ -1334,6 +1370,7 @@ mod tests {
             parts: false,
             sealed: false,
             filter: false,
+            compress: false,
         };
         assert_eq!(serde_json::to_string(&a).unwrap(), r#"{"token":"t"}"#);
         let old: TransferAccept = serde_json::from_str(r#"{"token":"t"}"#).unwrap();

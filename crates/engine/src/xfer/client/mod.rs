@@ -63,6 +63,9 @@ pub struct CpOptions {
     /// [`crate::xfer::filter`]), applied by whichever end is the source
     /// and, with `sync --delete`, by the sink to what it keeps.
     pub filter: Vec<String>,
+    /// `-z`: compress chunks with zstd at this level where it pays
+    /// ([`longhaul_proto::xfer::compress`]); the server must agree.
+    pub compress: Option<i32>,
     /// Tune the streams carrying chunks online (unless `streams` is set),
     /// and the files in flight (unless `files_in_flight` is set).
     pub tune: bool,
@@ -162,6 +165,10 @@ pub struct CpSummary {
     /// bytes that crossed it (TCP payload, TLS records included).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub paths: Vec<PathUse>,
+    /// `-z`: the source's account of compression (raw and wire bytes,
+    /// whether and why it was turned off).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub compression: Option<longhaul_proto::xfer::compress::CompressReport>,
 }
 
 fn is_zero(n: &u64) -> bool {
@@ -218,6 +225,7 @@ impl CpOptions {
             sync: None,
             dry_run: false,
             filter: Vec::new(),
+            compress: None,
             tune: true,
             files_in_flight: None,
             path_memory: None,

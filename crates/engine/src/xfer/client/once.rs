@@ -175,12 +175,28 @@ impl Side<'_> {
         )))
     }
 
+    /// `-z` was asked: the server must say it takes (and sends) compressed
+    /// chunk frames; an older one would refuse them mid-transfer, or send
+    /// raw ones while the user thinks otherwise. Refused before any data
+    /// moves, rather than going on uncompressed: the user asked for it,
+    /// perhaps because the path is metered.
+    fn compress_agreed(&self, accept: &TransferAccept) -> Result<(), EngineError> {
+        if self.o.compress.is_none() || accept.compress {
+            return Ok(());
+        }
+        Err(EngineError::Failed(format!(
+            "the server at {} does not take compressed chunks (-z; it is older than this client): upgrade it, or copy without -z",
+            self.plan.host()
+        )))
+    }
+
     /// A push: this end is the source.
     fn push(&mut self, roots: &[PathBuf], s: &mut CpSummary) -> Result<(), EngineError> {
         let o = self.o;
         let streams = self.path.window.streams;
         let accept = accepted(&mut self.ctl, &o.client)?;
         self.filter_applied(&accept)?;
+        self.compress_agreed(&accept)?;
         if o.share.is_some() && !accept.parts {
             return Err(EngineError::Failed(format!(
                 "the server at {} does not take parts of files (it is older than this client): upgrade it to move a fleet's share",
@@ -226,6 +242,7 @@ impl Side<'_> {
                 bundles: accept.bundles,
                 share: o.share.clone(),
                 filter: o.filter()?,
+                compress: o.compress.filter(|_| accept.compress),
             },
         )?;
         pushed(s, r, streams);
@@ -243,6 +260,7 @@ impl Side<'_> {
         let streams = self.path.window.streams;
         let accept = accepted(&mut self.ctl, &o.client)?;
         self.filter_applied(&accept)?;
+        self.compress_agreed(&accept)?;
         let data = self.attach(&accept, Direction::Down)?;
         if let Some(first) = data.first() {
             s.encryption = first.encryption();
@@ -274,6 +292,7 @@ impl Side<'_> {
                 anchor,
                 max_files: super::super::files_in_flight_cap(),
                 bundles: accept.bundles,
+                compress: accept.compress,
             },
         )?;
         pulled(s, r, streams);
@@ -333,6 +352,7 @@ fn pushed(s: &mut CpSummary, r: SourceReport, streams: u16) {
     s.would_send = r.sink.would_send.clone();
     s.would_send_bytes = r.sink.would_send_bytes;
     s.dest_write_bps = stage_rate(r.sink.written_bytes, r.sink.write_us, streams);
+    s.compression = r.compress;
 }
 
 /// A pull's outcome, from the sink's report (with the source's in it).
@@ -355,6 +375,7 @@ fn pulled(s: &mut CpSummary, r: SinkReport, streams: u16) {
         s.source_read_bps = stage_rate(d.read_bytes, d.read_us, streams);
         s.tuning = d.tuning.clone();
         s.resent_changed = d.resent_changed;
+        s.compression = d.compress.clone();
     }
 }
 
@@ -411,6 +432,7 @@ mod tests {
             resent_changed: 1,
             tuning: None,
             cpu: None,
+            compress: None,
         });
         pulled(&mut s, r, 1);
         assert_eq!(s.source_read_bps, 8000.0);

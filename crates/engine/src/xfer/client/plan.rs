@@ -124,6 +124,7 @@ pub(super) fn transfer_request(
         sealed: super::super::sealed_frames(),
         source_dir: false,
         filter: o.filter.clone(),
+        compress: o.compress,
     };
     match plan {
         Plan::Push {

@@ -81,6 +81,9 @@ pub struct SinkConfig {
     /// Both ends agreed to bundles (`TransferAccept::bundles`): bundle
     /// frames are taken on the data streams, dones batched.
     pub bundles: bool,
+    /// Both ends agreed to `-z` (`TransferAccept::compress`): compressed
+    /// chunk frames are taken on the data streams.
+    pub compress: bool,
 }
 
 impl SinkConfig {
@@ -368,6 +371,7 @@ mod testing {
             anchor: Anchor::open(dest).expect("anchor"),
             max_files: 64,
             bundles: true,
+            compress: true,
         }
     }
 

@@ -11,6 +11,7 @@ use std::time::Instant;
 
 use longhaul_proto::digest;
 use longhaul_proto::plan::{chunk_at, chunk_count};
+use longhaul_proto::xfer::compress::{block_len, Block, Decoder, BLOCK, BLOCK_WORD_LEN};
 use longhaul_proto::xfer::*;
 
 use super::super::read_frame;
@@ -41,6 +42,7 @@ pub(super) fn receive(
         buf: AlignedBuf::new(super::super::PIECE),
         body: Vec::new(),
         zeros: vec![0u8; super::super::PIECE],
+        unzip: None,
         files,
         tx,
         fin,
@@ -59,6 +61,9 @@ struct StreamReceiver<'a> {
     /// A bundle frame's records.
     body: Vec<u8>,
     zeros: Vec<u8>,
+    /// `-z`: the decompressor and a block's compressed bytes, made at the
+    /// first compressed chunk frame.
+    unzip: Option<(Decoder, Vec<u8>)>,
     files: &'a Files,
     tx: &'a Sender<Event>,
     fin: &'a Sender<Arc<FileState>>,
@@ -83,6 +88,11 @@ impl StreamReceiver<'_> {
                 Ok(true) => {}
                 Ok(false) => return Ok(()),
                 Err(e) => return Err(format!("data stream failed: {e}")),
+            }
+            if self.header[0] == COMPRESSED_CHUNK_FRAME && !self.cfg.compress {
+                return Err(
+                    "bad chunk frame: a compressed chunk frame, which was not agreed".into(),
+                );
             }
             if self.header[0] != BUNDLE_FRAME {
                 self.chunk()?;
@@ -113,7 +123,7 @@ impl StreamReceiver<'_> {
         let target = f
             .as_ref()
             .filter(|f| f.inner.lock().expect("poisoned").ledger.wants(h.index));
-        let body = self.body_of(&h, target)?;
+        let body = self.body_of(&h, target, f.as_ref())?;
         let mut trailer = [0u8; CHUNK_TRAILER_LEN];
         timed(Stage::Receive, || read_frame(&mut self.r, &mut trailer))
             .map_err(|e| format!("data stream failed mid-chunk: {e}"))?;
@@ -141,12 +151,14 @@ impl StreamReceiver<'_> {
         book(f, written, self.tx, self.fin, self.cfg)
     }
 
-    /// A chunk's bytes, read in pieces (or zeros for a hole), hashed, and
-    /// written to `target` unless they are not to be.
+    /// A chunk's bytes, read in pieces (or zeros for a hole, or decoded
+    /// from the blocks of a compressed chunk frame), hashed, and written to
+    /// `target` unless they are not to be. `f` names the file in errors.
     fn body_of(
         &mut self,
         h: &ChunkHeader,
         target: Option<&Arc<FileState>>,
+        f: Option<&Arc<FileState>>,
     ) -> Result<Body, String> {
         let write = target.is_some_and(|f| !(h.zero && f.fresh));
         let mut body = Body {
@@ -166,6 +178,12 @@ impl StreamReceiver<'_> {
             let n = (u64::from(h.len) - off).min(self.buf.len() as u64) as usize;
             let piece: &[u8] = if h.zero {
                 &self.zeros[..n]
+            } else if h.compressed {
+                let n = block_len(h.len, off);
+                self.block(h, off, n, f)?;
+                let buf = &self.buf[..n];
+                timed(Stage::Verify, || body.checker.update(buf));
+                buf
             } else {
                 let buf = &mut self.buf[..n];
                 timed(Stage::Receive, || read_frame(&mut self.r, buf))
@@ -187,6 +205,50 @@ impl StreamReceiver<'_> {
             off += n as u64;
         }
         Ok(body)
+    }
+}
+
+impl StreamReceiver<'_> {
+    /// One block of a compressed chunk frame, `n` raw bytes at `off` in
+    /// the chunk, into `buf[..n]`: its word, then its bytes, stored or
+    /// decoded with zstd into exactly `n` bytes (never more: a block that
+    /// would decode to more or less, or lies about its length, ends the
+    /// transfer with an error naming the chunk and its file).
+    fn block(
+        &mut self,
+        h: &ChunkHeader,
+        off: u64,
+        n: usize,
+        f: Option<&Arc<FileState>>,
+    ) -> Result<(), String> {
+        let bad = |why: FrameError| {
+            let file = f.map_or_else(|| format!("file id {}", h.file), |f| f.entry.path.clone());
+            format!("{why}: chunk {} (block at byte {off}) of {file}", h.index)
+        };
+        let mut word = [0u8; BLOCK_WORD_LEN];
+        timed(Stage::Receive, || read_all(&mut self.r, &mut word))
+            .map_err(|e| format!("data stream failed mid-chunk: {e}"))?;
+        match Block::decode(word, n).map_err(bad)? {
+            Block::Stored(_) => {
+                let buf = &mut self.buf[..n];
+                timed(Stage::Receive, || read_all(&mut self.r, buf))
+                    .map_err(|e| format!("data stream failed mid-chunk: {e}"))?;
+            }
+            Block::Compressed(m) => {
+                if self.unzip.is_none() {
+                    let d = Decoder::new()
+                        .map_err(|e| format!("cannot start a zstd decompressor: {e}"))?;
+                    self.unzip = Some((d, vec![0u8; BLOCK]));
+                }
+                let (d, zbuf) = self.unzip.as_mut().expect("made above");
+                // Shorter than the block (checked), so within zbuf.
+                let wire = &mut zbuf[..m as usize];
+                timed(Stage::Receive, || read_all(&mut self.r, wire))
+                    .map_err(|e| format!("data stream failed mid-chunk: {e}"))?;
+                d.decode(wire, &mut self.buf[..n]).map_err(bad)?;
+            }
+        }
+        Ok(())
     }
 }
 
@@ -369,6 +431,7 @@ mod tests {
     fn header(file: u64, index: u32, offset: u64, len: u32) -> ChunkHeader {
         ChunkHeader {
             zero: false,
+            compressed: false,
             file,
             index,
             offset,

@@ -158,6 +158,7 @@ mod tests {
             storage: &Local,
             anchor: &None,
             tx: &tx,
+            compress: None,
         };
         let (mut w, mut frame) = (Vec::new(), Vec::new());
         send_bundle(&mut w, &mut bundle, &mut frame, &out).unwrap();
@@ -191,6 +192,7 @@ mod tests {
             storage: &Local,
             anchor: &None,
             tx: &tx,
+            compress: None,
         };
         let (mut w, mut frame) = (Vec::new(), Vec::new());
         send_bundle(&mut w, &mut bundle, &mut frame, &out).unwrap();

@@ -13,6 +13,7 @@ use longhaul_proto::msg::Message;
 use longhaul_proto::transfer::source::{
     Source, SourceAction, SourceError, SourceLimits, SourceTally,
 };
+use longhaul_proto::xfer::compress::Governor;
 use longhaul_proto::xfer::*;
 
 use super::super::prefetch::Prefetcher;
@@ -36,7 +37,7 @@ pub(super) fn control(
     cfg: &SourceConfig,
     sampler: Sampler,
     ahead: Option<Arc<Prefetcher>>,
-    totals: &StageTotals,
+    meters: Meters,
 ) -> Result<SourceReport, EngineError> {
     let mut m: Source<Handle> = Source::new(
         Instant::now(),
@@ -79,9 +80,17 @@ pub(super) fn control(
         c.m.handle(Instant::now(), msg).map_err(engine_error)?;
         c.act()?;
         if let Some((tally, sink)) = c.m.finished() {
-            return Ok(c.done(conn, tally, sink, totals));
+            return Ok(c.done(conn, tally, sink, meters));
         }
     }
+}
+
+/// What the senders measure for the report: their CPU by stage, and the
+/// compression governor they share (with `-z`).
+#[derive(Clone, Copy)]
+pub(super) struct Meters<'a> {
+    pub(super) totals: &'a StageTotals,
+    pub(super) governor: Option<&'a std::sync::Mutex<Governor>>,
 }
 
 /// The control thread's state between turns.
@@ -196,7 +205,7 @@ impl Control<'_> {
         conn: &mut FramedConn,
         tally: SourceTally,
         sink: SinkReport,
-        totals: &StageTotals,
+        meters: Meters,
     ) -> SourceReport {
         let (m, cfg, sampler) = (&self.m, self.cfg, &self.sampler);
         let max_files = cfg.max_files_in_flight.max(1);
@@ -212,19 +221,24 @@ impl Control<'_> {
             send_buffer_raises: sampler.send_buffer_raises,
             steps: sampler.climb().map(|c| c.steps.clone()).unwrap_or_default(),
         };
-        let cpu = totals.report();
+        let cpu = meters.totals.report();
+        let compress = meters
+            .governor
+            .map(|g| g.lock().expect("poisoned").report());
         let _ = conn.send(&Message::SourceDone(SourceDone {
             read_bytes: tally.read_bytes,
             read_us: tally.read_us,
             resent_changed: tally.resent_changed,
             tuning: Some(tuning.clone()),
             cpu: Some(cpu),
+            compress: compress.clone(),
         }));
         SourceReport {
             tally,
             tuning: Some(tuning),
             sink,
             cpu,
+            compress,
         }
     }
 }

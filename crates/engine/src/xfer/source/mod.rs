@@ -20,6 +20,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
 use longhaul_proto::transfer::source::SourceTally;
+use longhaul_proto::xfer::compress::{CompressReport, Governor};
 use longhaul_proto::xfer::*;
 
 use super::beneath::Anchor;
@@ -71,6 +72,9 @@ pub struct SourceConfig {
     /// Include/exclude rules: what they exclude is not announced, and an
     /// excluded directory is not walked.
     pub filter: Option<Arc<super::filter::Filter>>,
+    /// `-z` agreed (`TransferAccept::compress`): chunks go compressed at
+    /// this zstd level while the governor finds it pays.
+    pub compress: Option<i32>,
 }
 
 /// A fleet rank's share of a transfer (`longhaul-fleet`).
@@ -142,6 +146,8 @@ pub struct SourceReport {
     pub sink: SinkReport,
     /// Where this end's CPU went.
     pub cpu: StageCpu,
+    /// What compression did, when it was agreed.
+    pub compress: Option<CompressReport>,
 }
 
 /// Times a file is read in all when it changes while it is read: then it
@@ -163,6 +169,9 @@ pub fn run_source(
     ));
     let (tx, rx) = mpsc::channel();
     let totals = StageTotals::new();
+    let governor = cfg
+        .compress
+        .map(|level| Arc::new(Mutex::new(Governor::new(level))));
     let mut workers = Vec::new();
     // The sockets under the streams, to end them from here on a failure.
     let mut sockets: Vec<TcpStream> = Vec::new();
@@ -172,6 +181,7 @@ pub fn run_source(
         let anchor = cfg.anchor.clone();
         let bundles = cfg.bundles;
         let totals = totals.clone();
+        let (governor, level) = (governor.clone(), cfg.compress.unwrap_or_default());
         workers.push(
             std::thread::Builder::new()
                 .name("lh-src".into())
@@ -181,6 +191,7 @@ pub fn run_source(
                         storage: &*storage,
                         anchor: &anchor,
                         tx: &tx,
+                        compress: governor.as_deref().map(|g| (g, level)),
                     };
                     send(index as u16, s, &shared, &out, bundles)
                 })
@@ -197,7 +208,18 @@ pub fn run_source(
     drop(tx);
     // Stopped (its threads joined) when `control` returns.
     let prefetch = Prefetcher::start(&*cfg.storage, &cfg.roots, cfg.anchor.clone()).map(Arc::new);
-    let result = control::control(conn, &shared, &rx, &cfg, sampler, prefetch, &totals);
+    let result = control::control(
+        conn,
+        &shared,
+        &rx,
+        &cfg,
+        sampler,
+        prefetch,
+        control::Meters {
+            totals: &totals,
+            governor: governor.as_deref(),
+        },
+    );
     {
         let (q, cv) = &*shared;
         q.lock().expect("poisoned").closed = true;

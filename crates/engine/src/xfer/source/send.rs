@@ -4,11 +4,12 @@
 
 use std::io::{self, Write};
 use std::sync::mpsc::Sender;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use longhaul_proto::digest::ChunkHasher;
 use longhaul_proto::plan::Chunk;
+use longhaul_proto::xfer::compress::{Block, Encoder, Governor};
 use longhaul_proto::xfer::*;
 
 use super::super::beneath::Anchor;
@@ -25,6 +26,20 @@ pub(super) struct Out<'a> {
     pub(super) storage: &'a dyn Storage,
     pub(super) anchor: &'a Option<Arc<Anchor>>,
     pub(super) tx: &'a Sender<Event>,
+    /// `-z` agreed: the governor all streams share, and its level.
+    pub(super) compress: Option<(&'a Mutex<Governor>, i32)>,
+}
+
+/// A stream's compressor and the governor that says when to use it.
+pub(super) struct Zip<'a> {
+    enc: Encoder,
+    gov: &'a Mutex<Governor>,
+}
+
+impl Zip<'_> {
+    fn trying(&self) -> bool {
+        self.gov.lock().expect("poisoned").trying()
+    }
 }
 
 /// One data stream: sends what the queue holds until it is closed, then
@@ -45,7 +60,19 @@ pub(super) fn send(index: u16, s: Box<dyn Stream>, shared: &Shared, out: &Out, b
         bundle: Vec::new(),
         frame: Vec::new(),
         pending: None,
+        zip: None,
     };
+    if let Some((gov, level)) = out.compress {
+        match Encoder::new(level) {
+            Ok(enc) => sender.zip = Some(Zip { enc, gov }),
+            Err(e) => {
+                let _ = out.tx.send(Event::Fatal(format!(
+                    "cannot start a zstd compressor at level {level}: {e}"
+                )));
+                return;
+            }
+        }
+    }
     match sender.run() {
         Ok(()) => sender.close(),
         Err(e) => {
@@ -71,6 +98,8 @@ struct StreamSender<'a> {
     frame: Vec<u8>,
     /// ...and the chunk that ended it (not a whole small file), sent next.
     pending: Option<Pick>,
+    /// `-z`: this stream's compressor.
+    zip: Option<Zip<'a>>,
 }
 
 impl StreamSender<'_> {
@@ -142,6 +171,7 @@ impl StreamSender<'_> {
             f,
             self.out.tx,
             &mut read_us,
+            self.zip.as_mut(),
         )?;
         let tx = self.out.tx;
         let _ = tx.send(Event::Sent {
@@ -167,6 +197,7 @@ impl StreamSender<'_> {
             storage,
             anchor,
             tx,
+            ..
         } = self.out;
         let opened = at(anchor, &f.path)
             .map_err(|e| io::Error::other(e.to_string()))
@@ -195,9 +226,13 @@ impl StreamSender<'_> {
 }
 
 /// Writes one chunk frame of `c` read from `reader`: header, bytes and
-/// trailer, or a zero chunk for a hole. True if the chunk was read whole;
+/// trailer, or a zero chunk for a hole; with `zip`, while its governor
+/// says so, a compressed chunk frame. True if the chunk was read whole;
 /// false if a read failed (the frame then carries a check that cannot
 /// match, and the failure is reported). Errors are the stream's.
+// What a chunk needs from its stream, passed apart so that tests can call
+// it without a stream sender.
+#[allow(clippy::too_many_arguments)]
 fn write_chunk(
     w: &mut impl Write,
     buf: &mut [u8],
@@ -206,11 +241,19 @@ fn write_chunk(
     f: &SrcFile,
     tx: &Sender<Event>,
     read_us: &mut u64,
+    zip: Option<&mut Zip>,
 ) -> io::Result<bool> {
     // A file with all its blocks has no hole to look for.
     let zero = c.len > 0 && f.stamp.sparse && reader.is_hole(c.offset, u64::from(c.len));
+    let compressed = !zero && c.len > 0 && zip.as_ref().is_some_and(|z| z.trying());
+    if let Some(z) = zip.as_ref().filter(|_| !zero && !compressed) {
+        // Sent plain while compression rests: counted toward the probe.
+        let n = u64::from(c.len);
+        z.gov.lock().expect("poisoned").plain(n, n);
+    }
     let header = ChunkHeader {
         zero,
+        compressed,
         file: c.file,
         index: c.index,
         offset: c.offset,
@@ -223,7 +266,8 @@ fn write_chunk(
         });
         return timed(Stage::Send, || w.write_all(&t.encode())).map(|()| true);
     }
-    let (hasher, read_error) = write_pieces(w, buf, reader, c, f.whole, read_us)?;
+    let zip = zip.filter(|_| compressed);
+    let (hasher, read_error) = write_pieces(w, buf, reader, c, f.whole, read_us, zip)?;
     let Some(e) = read_error else {
         let t = timed(Stage::Hash, || trailer_of(&hasher));
         return timed(Stage::Send, || w.write_all(&t.encode())).map(|()| true);
@@ -247,10 +291,12 @@ fn write_chunk(
     Ok(false)
 }
 
-/// Reads `c` in pieces of `buf`'s size, hashing and writing each; after a
-/// read fails, the rest of the chunk goes as zeros (its header is out).
-/// Returns the hasher and the read error, if any; errors are the
-/// stream's.
+/// Reads `c` in pieces of `buf`'s size, hashing and writing each (with
+/// `zip`, as the blocks of a compressed chunk frame: `buf` is then
+/// [`BLOCK`](longhaul_proto::xfer::compress::BLOCK) long, the blocks'
+/// size); after a read fails, the rest of the chunk goes as zeros (its
+/// header is out). Returns the hasher and the read error, if any; errors
+/// are the stream's.
 fn write_pieces(
     w: &mut impl Write,
     buf: &mut [u8],
@@ -258,6 +304,7 @@ fn write_pieces(
     c: &Chunk,
     whole: bool,
     read_us: &mut u64,
+    mut zip: Option<&mut Zip>,
 ) -> io::Result<(ChunkHasher, Option<io::Error>)> {
     let mut hasher = ChunkHasher::new(c.offset, whole);
     let mut off = 0u64;
@@ -277,10 +324,42 @@ fn write_pieces(
             piece.fill(0);
         }
         timed(Stage::Hash, || hasher.update(piece));
-        timed(Stage::Send, || w.write_all(piece))?;
+        match zip.as_deref_mut() {
+            Some(z) => write_block(w, piece, z)?,
+            None => timed(Stage::Send, || w.write_all(piece))?,
+        }
         off += n as u64;
     }
     Ok((hasher, read_error))
+}
+
+/// Writes one block of a compressed chunk frame: compressed if the
+/// governor says to try and that saves enough, else stored; the time
+/// compressing and writing it goes to the governor.
+fn write_block(w: &mut impl Write, raw: &[u8], z: &mut Zip) -> io::Result<()> {
+    let trying = z.trying();
+    let t = Instant::now();
+    let zipped = if trying { z.enc.compress(raw) } else { None };
+    let compress_us = t.elapsed().as_micros() as u64;
+    let (word, data) = match zipped {
+        Some(d) => (Block::Compressed(d.len() as u32), d),
+        None => (Block::Stored(raw.len() as u32), raw),
+    };
+    let t = Instant::now();
+    timed(Stage::Send, || {
+        w.write_all(&word.encode())?;
+        w.write_all(data)
+    })?;
+    let write_us = t.elapsed().as_micros() as u64;
+    let (n, wire) = (raw.len() as u64, (4 + data.len()) as u64);
+    let mut gov = z.gov.lock().expect("poisoned");
+    if trying {
+        let compressed = matches!(word, Block::Compressed(_));
+        gov.tried(n, wire, compressed, compress_us, write_us);
+    } else {
+        gov.plain(n, wire);
+    }
+    Ok(())
 }
 
 /// The trailer of a chunk hashed to its end.
@@ -350,7 +429,8 @@ mod tests {
         let c = chunk_at(7, SIZE as u64, 64 << 10, 0);
         let (tx, rx) = mpsc::channel();
         let (mut w, mut buf, mut read_us) = (Vec::new(), vec![0u8; 1024], 0);
-        let read = write_chunk(&mut w, &mut buf, &*reader, &c, &f, &tx, &mut read_us).unwrap();
+        let read =
+            write_chunk(&mut w, &mut buf, &*reader, &c, &f, &tx, &mut read_us, None).unwrap();
         assert!(read);
         let (h, body, trailer) = split(&w);
         assert_eq!(
@@ -371,7 +451,7 @@ mod tests {
         let c = chunk_at(7, SIZE as u64, 64 << 10, 0);
         let (tx, rx) = mpsc::channel();
         let (mut w, mut buf, mut read_us) = (Vec::new(), vec![0u8; 1024], 0);
-        let read = write_chunk(&mut w, &mut buf, &reader, &c, &f, &tx, &mut read_us).unwrap();
+        let read = write_chunk(&mut w, &mut buf, &reader, &c, &f, &tx, &mut read_us, None).unwrap();
         assert!(!read);
         let (h, body, trailer) = split(&w);
         // The header was out: the frame is whole, its bytes zero past the
