@@ -160,6 +160,7 @@ fn summary(message: String) -> Summary {
         error: None,
         tuning: None,
         tuning_reverse: None,
+        connections: None,
     }
 }
 
