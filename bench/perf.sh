@@ -5,7 +5,7 @@
 # `longhaul matrix` (bench/lib/matrix.sh says what it measures and prints).
 #
 #   bash bench/perf.sh                              # ROUNDS=3 DURATION=10
-#   ROUNDS=1 DURATION=3 bash bench/perf.sh --format md
+#   ROUNDS=1 DURATION=3 bash bench/perf.sh --md
 #   PATHS=loopback,80ms bash bench/perf.sh          # also over an emulated path (root)
 #
 # Environment: ROUNDS (3), DURATION (10 s per run), TOOLS (longhaul-perf,iperf3,iperf2,nuttcp;

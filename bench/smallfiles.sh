@@ -5,7 +5,7 @@
 # it measures and prints); files/s = MB/s / the mean file size (32.5 KiB).
 #
 #   bash bench/smallfiles.sh                     # ROUNDS=3 NFILES=20000
-#   ROUNDS=5 NFILES=20000 bash bench/smallfiles.sh --format md
+#   ROUNDS=5 NFILES=20000 bash bench/smallfiles.sh --md
 #
 # Environment: ROUNDS (3), NFILES (20000), TOOLS (longhaul,rsyncd,gridftp,tar-socket,cp),
 # LONGHAUL_BIN, RESULTS. Cold sources (page cache dropped): bench/cold-read.sh. The script this

@@ -6,7 +6,7 @@
 # /dev/net/tun.
 #
 #   bash bench/wan.sh                                    # RATE=2gbit, the conditions below
-#   CONDITIONS="0ms 80ms-1e-5" ROUNDS=1 bash bench/wan.sh --format md
+#   CONDITIONS="0ms 80ms-1e-5" ROUNDS=1 bash bench/wan.sh --md
 #
 # Environment: RATE (2gbit), CONDITIONS ("0ms 0ms-1e-5 80ms 80ms-1e-5 120ms 120ms-1e-5 sat";
 # RTTms or RTTms-LOSS, loss per direction; sat = the satellite preset, 540 ms and 1e-4),

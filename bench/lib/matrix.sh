@@ -8,7 +8,7 @@
 #   ROUNDS        runs per cell, alternating (default 3); a cell is their median with min and max
 #   RESULTS       where the JSON document goes (default bench/results/NAME-DATE.json; --resume
 #                 with it continues an interrupted run)
-# Extra arguments are the matrix's own (e.g. --json, --format md, --dry-run, --paths, --tools).
+# Extra arguments are the matrix's own (e.g. --json, --md, --dry-run, --paths, --tools).
 
 lh_matrix() {
     local root bin name results

@@ -10,6 +10,8 @@ use longhaul_engine::DEFAULT_PORT;
 use longhaul_proto::msg::{RecvMode, SendMode};
 use longhaul_proto::units;
 
+use crate::print::FormatUnit;
+
 #[derive(Parser)]
 #[command(
     name = "longhaul",
@@ -659,15 +661,6 @@ pub struct RetryArgs {
     /// `retrying (N/RETRIES)`.
     #[arg(long, default_value_t = 3, value_name = "N")]
     pub retries: u32,
-}
-
-/// perf `-f`: one unit for every rate (and size) printed.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct FormatUnit {
-    /// Bits (k, m, g) or bytes (K, M, G).
-    pub bytes: bool,
-    /// 1 (kilo), 2 (mega) or 3 (giga).
-    pub power: u8,
 }
 
 /// iperf3's `-f` letters; its `-f t`/`T` (tera) and `a` (adaptive) too.
@@ -1713,9 +1706,13 @@ pub struct MatrixArgs {
     /// The longhaul program on the --far host (default: longhaul on its PATH).
     #[arg(long, value_name = "PATH")]
     pub remote_path: Option<String>,
-    /// Print the table as Markdown or CSV instead of for the terminal.
-    #[arg(long, value_parser = ["table", "md", "csv"], default_value = "table")]
-    pub format: String,
+    /// Print the tables as Markdown instead of for the terminal. (Not `--format`: that is
+    /// perf's unit of rates, as iperf3's `-f`.)
+    #[arg(long, conflicts_with_all = ["csv", "json"])]
+    pub md: bool,
+    /// Print every cell as a CSV row instead of the tables.
+    #[arg(long, conflicts_with = "json")]
+    pub csv: bool,
     /// Print the versioned JSON document (format longhaul-matrix) instead of a table.
     #[arg(long)]
     pub json: bool,

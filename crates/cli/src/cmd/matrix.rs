@@ -1088,7 +1088,7 @@ fn print(a: &MatrixArgs, doc: &Doc) {
         );
         return;
     }
-    if a.format == "csv" {
+    if a.csv {
         println!(
             "tool,settings,path,workload,direction,mb_per_s,gbit_per_s,min_mb_per_s,max_mb_per_s,\
              cpu_client_s,cpu_server_s,verified,error"
@@ -1115,7 +1115,7 @@ fn print(a: &MatrixArgs, doc: &Doc) {
         }
         return;
     }
-    let md = a.format == "md";
+    let md = a.md;
     // The seed's layout: one table per workload, a row per tool and
     // settings, a column per path and direction; MB/s with Gbit/s beside.
     for w in &doc.params.workloads {

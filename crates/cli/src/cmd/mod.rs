@@ -237,19 +237,21 @@ pub fn archived(
     with_archive(printer, archive_reporter(args, &run))
 }
 
+/// The archive file a run goes into: none with `--no-archive`.
+pub fn archive_file(args: &ArchiveArgs) -> Option<std::path::PathBuf> {
+    if args.no_archive {
+        return None;
+    }
+    args.archive.clone().or_else(longhaul_archive::default_path)
+}
+
 /// The reporter that archives `run`, unless `--no-archive` or the archive
 /// cannot be opened (said on stderr).
 pub fn archive_reporter(
     args: &ArchiveArgs,
     run: &longhaul_archive::model::NewRun,
 ) -> Option<ArchiveReporter> {
-    if args.no_archive {
-        return None;
-    }
-    let path = args
-        .archive
-        .clone()
-        .or_else(longhaul_archive::default_path)?;
+    let path = archive_file(args)?;
     ArchiveReporter::start(&path, run)
         .map_err(|e| crate::errln!("longhaul: warning: not archiving this run: {e}"))
         .ok()

@@ -11,7 +11,7 @@ use longhaul_proto::report::{DirectionReport, IntervalReport, Setup, StreamRepor
 use longhaul_proto::tune::TransferInterval;
 use longhaul_proto::units::{format_bytes, format_rate};
 
-use crate::args::FormatUnit;
+use super::FormatUnit;
 use longhaul_proto::xfer::{Kind, ListEntry};
 
 fn out(line: &str) {

@@ -17,6 +17,15 @@ use longhaul_proto::msg::Mode;
 /// A command's printer.
 pub type Printer = Box<dyn CommandReporter + Send>;
 
+/// perf `-f` (parsed by `args::format_unit`): one unit for every rate (and size) printed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FormatUnit {
+    /// Bits (k, m, g) or bytes (K, M, G).
+    pub bytes: bool,
+    /// 1 (kilo), 2 (mega) or 3 (giga).
+    pub power: u8,
+}
+
 /// perf: `--json`, `--json-stream` or lines for people (rates in `-f`'s
 /// unit if given).
 pub fn perf(
@@ -24,7 +33,7 @@ pub fn perf(
     json_stream: bool,
     streams: u16,
     mode: Mode,
-    unit: Option<crate::args::FormatUnit>,
+    unit: Option<FormatUnit>,
 ) -> Printer {
     if json {
         Box::new(json::JsonDoc::default())

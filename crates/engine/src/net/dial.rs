@@ -289,6 +289,10 @@ impl Control {
             q.reason.clone()
         };
         // To stderr, never into --json on stdout; a closed stderr is no error.
+        // A warning's worth: not said where warnings are off (`-q`).
+        if !tracing::enabled!(tracing::Level::WARN) {
+            return;
+        }
         let _ = writeln!(
             std::io::stderr().lock(),
             "server busy ({why}): waiting in queue, position {}",

@@ -14,13 +14,7 @@ use crate::exit;
 
 /// Records the matrix as running, unless `--no-archive`.
 pub(super) fn start(args: &ArchiveArgs, paths: &[PathSpec], params: &Params) -> Option<Recorder> {
-    if args.no_archive {
-        return None;
-    }
-    let path = args
-        .archive
-        .clone()
-        .or_else(longhaul_archive::default_path)?;
+    let path = crate::cmd::archive_file(args)?;
     let names: Vec<&str> = paths.iter().map(|p| p.name.as_str()).collect();
     let run = NewRun {
         kind: longhaul_archive::matrix::KIND.into(),
