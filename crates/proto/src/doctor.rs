@@ -73,6 +73,11 @@ pub struct HostSettings {
     pub available_congestion_control: Vec<String>,
     /// net.core.default_qdisc.
     pub default_qdisc: String,
+    /// net.ipv4.tcp_no_metrics_save: whether a new connection starts afresh
+    /// rather than from the ssthresh the last one to that address left;
+    /// omitted by older peers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tcp_no_metrics_save: Option<bool>,
     /// The interface the peer is reached through, its MTU and qdisc.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub interface: Option<String>,
@@ -287,6 +292,20 @@ pub fn audit(host: &str, h: &HostSettings, bdp: u64, streams: u16) -> Vec<Findin
             wanted: "bbr (loss-based control recovers slowly on a long path)".into(),
             fix,
             persist: sysctl_line("net.ipv4.tcp_congestion_control", "bbr"),
+        });
+    }
+    // Linux remembers each destination's last ssthresh and starts the next
+    // connection from it: after a short connection (a control connection, a
+    // probe) a long path's next stream leaves slow start far too early
+    // (BENCHMARKS.md: one stream over 100 ms alternating 33 and 198 Mbit/s).
+    if h.tcp_no_metrics_save == Some(false) && bdp > 4 << 20 {
+        out.push(Finding {
+            host: host.into(),
+            setting: "net.ipv4.tcp_no_metrics_save".into(),
+            value: "0".into(),
+            wanted: "1 (each connection starts afresh, not from the last one's ssthresh)".into(),
+            fix: "sysctl -w net.ipv4.tcp_no_metrics_save=1".into(),
+            persist: sysctl_line("net.ipv4.tcp_no_metrics_save", "1"),
         });
     }
     let fq = |q: &str| q == "fq" || q.starts_with("fq ");
@@ -1347,6 +1366,32 @@ mod tests {
         let r = mathis_bps(1460, 100_000, 1e-4);
         assert!((r - 14.25e6).abs() < 0.1e6, "{r}");
         assert!(mathis_bps(1460, 100_000, 0.0).is_infinite());
+    }
+
+    #[test]
+    fn a_long_path_asks_each_connection_to_start_afresh() {
+        let mut h = HostSettings {
+            tcp_no_metrics_save: Some(false),
+            ..Default::default()
+        };
+        let named = |h: &HostSettings, bdp| {
+            audit("local", h, bdp, 1)
+                .into_iter()
+                .find(|f| f.setting == "net.ipv4.tcp_no_metrics_save")
+        };
+        // 1 Gbit/s at 100 ms: 12.5 MB in flight.
+        let f = named(&h, 12_500_000).expect("the metrics cache named on a long path");
+        assert_eq!(f.fix, "sysctl -w net.ipv4.tcp_no_metrics_save=1");
+        assert_eq!(
+            f.persist.as_deref(),
+            Some("net.ipv4.tcp_no_metrics_save = 1")
+        );
+        // A short path, a host already set, or a peer that did not say: nothing.
+        assert!(named(&h, 1 << 20).is_none());
+        h.tcp_no_metrics_save = Some(true);
+        assert!(named(&h, 12_500_000).is_none());
+        h.tcp_no_metrics_save = None;
+        assert!(named(&h, 12_500_000).is_none());
     }
 
     #[test]

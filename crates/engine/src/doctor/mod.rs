@@ -243,6 +243,11 @@ pub fn host_settings(peer: Option<IpAddr>) -> HostSettings {
             .map(String::from)
             .collect(),
         default_qdisc: read("/proc/sys/net/core/default_qdisc"),
+        tcp_no_metrics_save: match read("/proc/sys/net/ipv4/tcp_no_metrics_save").as_str() {
+            "0" => Some(false),
+            "" => None,
+            _ => Some(true),
+        },
         qdisc: interface.as_deref().and_then(interface_qdisc),
         mtu: sys_if("mtu").and_then(|m| u32::try_from(m).ok()),
         link_mbps: sys_if("speed")
