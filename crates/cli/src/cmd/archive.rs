@@ -460,34 +460,12 @@ fn print_matrix(m: &longhaul_archive::matrix::Matrix) {
             );
         }
     }
-    let l = &m.limits;
-    let mut lim = Vec::new();
-    for (p, v) in &l.mem_to_mem_bytes_per_second {
-        lim.push(format!("memory to memory on {p} {} Gbit/s", gbit(*v)));
+    let gbits = |v: f64| format!("{} Gbit/s", gbit(v));
+    if let Some(l) = crate::print::matrix::limits_line(&m.limits, gbits) {
+        outln!("  {l}");
     }
-    for (w, v) in &l.local_copy_bytes_per_second {
-        lim.push(format!("local copy of {w} {} Gbit/s", gbit(*v)));
-    }
-    if let Some(v) = l.destination_write_bytes_per_second {
-        lim.push(format!("destination write {} Gbit/s", gbit(v)));
-    }
-    if !lim.is_empty() {
-        outln!("  limits in the same run: {}", lim.join("; "));
-    }
-    for c in m
-        .cells
-        .iter()
-        .filter(|c| c.note.is_some() || c.error.is_some())
-    {
-        outln!(
-            "  note: {} ({}) {} {} {}: {}",
-            c.tool,
-            c.settings,
-            c.path,
-            c.workload,
-            c.direction,
-            c.note.as_deref().or(c.error.as_deref()).unwrap_or("")
-        );
+    for l in m.cells.iter().filter_map(crate::print::matrix::note_line) {
+        outln!("  {l}");
     }
     for t in m.tools.iter().filter(|t| !t.installed) {
         outln!(

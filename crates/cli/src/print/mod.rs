@@ -178,6 +178,7 @@ pub mod archived;
 pub mod fleet;
 pub mod human;
 pub mod json;
+pub mod matrix;
 pub mod progress;
 
 #[cfg(test)]

@@ -301,3 +301,61 @@ fn far_host_over_ssh_runs_servers_there_verifies_and_leaves_nothing() {
         assert!(!cmd.contains(&far_root), "a far process is left: {cmd}");
     }
 }
+
+/// A peer's server that a run leaves unusable (here: one that accepts two
+/// connections, the matrix's readiness probe and one run, then exits, as
+/// iperf2's wedged after `-R -P 4`) fails the run after it, and is then
+/// started again, so the runs after that one count.
+const WEDGE: &str = r#"[{
+  "name": "wedge", "kind": "files",
+  "server": {"argv": ["python3", "-c", "import socket, sys\ns = socket.socket()\ns.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\ns.bind((sys.argv[2], int(sys.argv[1])))\ns.listen(8)\nfor _ in range(2):\n    s.accept()[0].close()\n", "{port}", "{host}"]},
+  "put": ["bash", "-c", "(exec 3<>/dev/tcp/$2/$3) || exit 1; cp -a \"$0\" \"$1\"/", "{src}", "{dstdir}", "{host}", "{port}"],
+  "get": [],
+  "settings": [{"name": "defaults", "args": []}]
+}]"#;
+
+#[test]
+fn a_server_a_failed_run_left_unusable_is_started_again_for_the_next_run() {
+    if !require::have("PEERS", require::program("python3", "python3")) {
+        return;
+    }
+    let t = TempDir::new("matrix-wedge");
+    let tools = t.path().join("tools.json");
+    std::fs::write(&tools, WEDGE).unwrap();
+    let work = t.dir("work");
+    let o = common::bin()
+        .args(["matrix", "--json", "--tools", "wedge", "--tools-file"])
+        .arg(&tools)
+        .args([
+            "--paths",
+            "loopback",
+            "--workloads",
+            "elephant",
+            "--runs",
+            "3",
+        ])
+        .args(["--size", "64K", "--work-dir"])
+        .arg(&work)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    let doc: serde_json::Value = serde_json::from_slice(&o.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}\n{stderr}", String::from_utf8_lossy(&o.stdout)));
+    let cells = doc["cells"].as_array().unwrap();
+    assert_eq!(cells.len(), 1, "{stderr}");
+    let runs = cells[0]["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 3, "{stderr}");
+    assert!(runs[0]["error"].is_null(), "the first run: {stderr}");
+    assert!(
+        runs[1]["error"].is_string(),
+        "the server had gone: {stderr}"
+    );
+    assert!(
+        runs[2]["error"].is_null() && runs[2]["verified"] == true,
+        "the run after the server's new start: {stderr}"
+    );
+    assert!(
+        stderr.contains("started wedge's server again after a failed run"),
+        "{stderr}"
+    );
+}

@@ -208,7 +208,13 @@ pub fn start_server(
         }
         None => argv.to_vec(),
     };
-    let logf = std::fs::File::create(log).map_err(|e| format!("{}: {e}", log.display()))?;
+    // Appended to: a server started again after a failed run keeps the
+    // first start's lines.
+    let logf = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)
+        .map_err(|e| format!("{}: {e}", log.display()))?;
     let mut c = command(&argv, netns)?;
     c.stdout(logf.try_clone().map_err(|e| e.to_string())?)
         .stderr(logf);
