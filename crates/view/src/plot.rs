@@ -31,6 +31,7 @@ use std::sync::OnceLock;
 
 use longhaul_archive::model::{IntervalRow, RunDetail};
 use longhaul_proto::units::format_rate;
+use plotters::coord::types::RangedCoordf64;
 use plotters::coord::Shift;
 use plotters::prelude::*;
 
@@ -779,6 +780,29 @@ fn draw<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, m: &Model) -> Result<
     Ok(())
 }
 
+/// A time panel's grid and axes: its y axis described and labelled, the
+/// time axis labelled, and described on the bottom panel only.
+fn draw_time_mesh<DB: DrawingBackend>(
+    chart: &mut ChartContext<'_, DB, Cartesian2d<RangedCoordf64, RangedCoordf64>>,
+    m: &Model,
+    y_desc: &str,
+    y_fmt: &dyn Fn(&f64) -> String,
+    bottom: bool,
+) -> Result<(), PlotError> {
+    let x_fmt = time_label(m);
+    let mut mesh = chart.configure_mesh();
+    mesh.y_desc(y_desc)
+        .x_label_formatter(&x_fmt)
+        .y_label_formatter(y_fmt)
+        .label_style(label_style())
+        .axis_desc_style(desc_style())
+        .light_line_style(RGBColor(240, 240, 240));
+    if bottom {
+        mesh.x_desc("time (s)");
+    }
+    mesh.draw().map_err(draw_error)
+}
+
 fn label_style() -> TextStyle<'static> {
     (FAMILY, 13).into_font().into()
 }
@@ -940,19 +964,7 @@ fn draw_throughput<DB: DrawingBackend>(
         .map_err(draw_error)?
         .set_secondary_coord(m.x.0..m.x.1, 0.0..1.0);
     let y_desc = format!("throughput ({})", m.unit.name);
-    let x_fmt = time_label(m);
-    let y_fmt = value_label(y_max);
-    let mut mesh = chart.configure_mesh();
-    mesh.y_desc(y_desc.as_str())
-        .x_label_formatter(&x_fmt)
-        .y_label_formatter(&y_fmt)
-        .label_style(label_style())
-        .axis_desc_style(desc_style())
-        .light_line_style(RGBColor(240, 240, 240));
-    if bottom {
-        mesh.x_desc("time (s)");
-    }
-    mesh.draw().map_err(draw_error)?;
+    draw_time_mesh(&mut chart, m, &y_desc, &value_label(y_max), bottom)?;
     chart
         .draw_series(omitted_bands(m, (0.0, y_max)))
         .map_err(draw_error)?;
@@ -1026,24 +1038,13 @@ fn draw_retransmits_rtt<DB: DrawingBackend>(
         .build_cartesian_2d(m.x.0..m.x.1, 0.0..left_top)
         .map_err(draw_error)?
         .set_secondary_coord(m.x.0..m.x.1, 0.0..rtt_top);
-    let x_fmt = time_label(m);
     let y_fmt: &dyn Fn(&f64) -> String = if m.retransmits {
         &whole
     } else {
         &value_label(left_top)
     };
     let y2_fmt = value_label(rtt_top);
-    let mut mesh = chart.configure_mesh();
-    mesh.y_desc(left_desc)
-        .x_label_formatter(&x_fmt)
-        .y_label_formatter(y_fmt)
-        .label_style(label_style())
-        .axis_desc_style(desc_style())
-        .light_line_style(RGBColor(240, 240, 240));
-    if bottom {
-        mesh.x_desc("time (s)");
-    }
-    mesh.draw().map_err(draw_error)?;
+    draw_time_mesh(&mut chart, m, left_desc, y_fmt, bottom)?;
     if m.retransmits && m.rtt {
         chart
             .configure_secondary_axes()
@@ -1132,18 +1133,7 @@ fn draw_active<DB: DrawingBackend>(
         .build_cartesian_2d(m.x.0..m.x.1, 0.0..top)
         .map_err(draw_error)?
         .set_secondary_coord(m.x.0..m.x.1, 0.0..1.0);
-    let x_fmt = time_label(m);
-    let mut mesh = chart.configure_mesh();
-    mesh.y_desc("active streams")
-        .x_label_formatter(&x_fmt)
-        .y_label_formatter(&whole)
-        .label_style(label_style())
-        .axis_desc_style(desc_style())
-        .light_line_style(RGBColor(240, 240, 240));
-    if bottom {
-        mesh.x_desc("time (s)");
-    }
-    mesh.draw().map_err(draw_error)?;
+    draw_time_mesh(&mut chart, m, "active streams", &whole, bottom)?;
     chart
         .draw_series(omitted_bands(m, (0.0, top)))
         .map_err(draw_error)?;
