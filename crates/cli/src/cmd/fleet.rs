@@ -4,8 +4,8 @@
 
 use std::sync::Arc;
 
-use longhaul_fleet::ranks::{self, Rank};
 use longhaul_engine::server::oneshot::Admits;
+use longhaul_fleet::ranks::{self, Rank};
 use longhaul_fleet::run::{self, Fleet, Mode};
 use longhaul_proto::xfer::SyncOptions;
 

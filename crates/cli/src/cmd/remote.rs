@@ -247,9 +247,9 @@ impl FarEnd {
         let spawned = std::thread::Builder::new()
             .name("lh-ssh-alive".into())
             .spawn(move || {
-                while rx.recv_timeout(oneshot::ALIVE_EVERY).is_err_and(|e| {
-                    e == std::sync::mpsc::RecvTimeoutError::Timeout
-                }) {
+                use std::sync::mpsc::RecvTimeoutError::Timeout;
+                // Until `finish` (or a drop) lets go of the sender.
+                while rx.recv_timeout(oneshot::ALIVE_EVERY) == Err(Timeout) {
                     let Ok(mut w) = stdin.lock() else { return };
                     let Some(w) = w.as_mut() else { return };
                     if writeln!(w, "{}", oneshot::ALIVE_LINE)

@@ -1361,12 +1361,16 @@ fn attacker_an_open_far_end_admits_only_its_secret_a_few_at_a_time_and_nothing_a
     // (a fleet rank's far end before) admitted, and the far end stays.
     for n in 1..=5 {
         let o = ls(&h.secret);
-        assert!(o.status.success() && listed(&o), "session {n}: {}", text(&o));
+        assert!(
+            o.status.success() && listed(&o),
+            "session {n}: {}",
+            text(&o)
+        );
     }
     assert!(!gone(h.pid), "an open far end lives while its channel does");
     // At most four at once: four slow pulls, and a fifth is refused as such.
     let big = dir.join("big.bin");
-    std::fs::write(&big, pattern(9, 8 << 20)).unwrap();
+    std::fs::write(&big, pattern(9, 6 << 20)).unwrap();
     let backs: Vec<PathBuf> = (0..4)
         .map(|i| {
             let b = work.path().join(format!("back{i}"));
@@ -1408,7 +1412,10 @@ fn attacker_an_open_far_end_admits_only_its_secret_a_few_at_a_time_and_nothing_a
         assert!(o.status.success(), "a slow pull: {}", text(&o));
     }
     for b in &backs {
-        assert_eq!(std::fs::read(b.join("big.bin")).unwrap(), std::fs::read(&big).unwrap());
+        assert_eq!(
+            std::fs::read(b.join("big.bin")).unwrap(),
+            std::fs::read(&big).unwrap()
+        );
     }
     // They ended: the secret gets in again.
     let until = Instant::now() + Duration::from_secs(15);
@@ -1443,16 +1450,38 @@ fn a_queue_fleets_ranks_drain_it_to_a_host_over_ssh_each_through_its_own_open_fa
     for i in 0..30 {
         let d = src.join(format!("many/{}", i % 4));
         std::fs::create_dir_all(&d).unwrap();
-        std::fs::write(d.join(format!("f{i}")), pattern(100 + i, 1000 + i as usize * 997)).unwrap();
+        std::fs::write(
+            d.join(format!("f{i}")),
+            pattern(100 + i, 1000 + i as usize * 997),
+        )
+        .unwrap();
     }
     let far = work.path().join("far");
     std::fs::create_dir(&far).unwrap();
     let url = pg.url();
     let rank = |r: u32, run: &str, out: &str| {
         s.longhaul()
-            .args(["-v", "cp", "-r", "--chunk", "1M", "--json", "--remote-path", BIN])
-            .args(["--rank", &r.to_string(), "--size", "2", "--fleet-wait", "60s"])
-            .args(["--queue", &url, "--run-id", run, "--unit", "1M", "--lease", "5s"])
+            .args([
+                "-v",
+                "cp",
+                "-r",
+                "--chunk",
+                "1M",
+                "--json",
+                "--remote-path",
+                BIN,
+            ])
+            .args([
+                "--rank",
+                &r.to_string(),
+                "--size",
+                "2",
+                "--fleet-wait",
+                "60s",
+            ])
+            .args([
+                "--queue", &url, "--run-id", run, "--unit", "1M", "--lease", "5s",
+            ])
             .arg(format!("{}/", src.display()))
             .arg(format!("{HOST}:{}/{out}/", far.display()))
             .stdin(Stdio::null())

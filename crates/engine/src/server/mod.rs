@@ -767,8 +767,9 @@ fn handle_connection(shared: &Arc<Shared>, tcp: TcpStream, peer: SocketAddr) {
             return;
         }
         // Ended (`finished`) when this function returns, however it does.
-        Some(one_time) => (access.is_some() && !by_capability)
-            .then(|| oneshot::Admitted::new(one_time.clone())),
+        Some(one_time) => {
+            (access.is_some() && !by_capability).then(|| oneshot::Admitted::new(one_time.clone()))
+        }
         None => None,
     };
     let mut event = session.handle(Instant::now(), hello);

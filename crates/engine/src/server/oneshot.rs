@@ -218,9 +218,7 @@ impl OneTime {
             .lock()
             .map_err(|_| "internal error".to_string())?;
         if c.closed {
-            return Err(
-                "this one-shot server's ssh channel closed: it admits nothing more".into(),
-            );
+            return Err("this one-shot server's ssh channel closed: it admits nothing more".into());
         }
         match self.admits {
             Admits::Sessions(1) if c.claimed >= 1 => {
@@ -646,7 +644,10 @@ mod tests {
             ot.claim(Some(&s)).unwrap();
         }
         let e = ot.claim(Some(&s)).unwrap_err();
-        assert!(e.contains("sessions open, as many as it serves at once"), "{e}");
+        assert!(
+            e.contains("sessions open, as many as it serves at once"),
+            "{e}"
+        );
         assert!(!e.contains(&s));
         // One ends: one more.
         ot.finished();
@@ -699,7 +700,10 @@ mod tests {
         let t = Instant::now();
         assert_eq!(wait_end(&rx, &ot, Duration::from_secs(60), idle), End::Idle);
         assert!(t.elapsed() >= idle);
-        assert!(ot.claim(Some(&s)).unwrap_err().contains("admits nothing more"));
+        assert!(ot
+            .claim(Some(&s))
+            .unwrap_err()
+            .contains("admits nothing more"));
         // A client that says it is there (lines on the channel) keeps it,
         // and so does a session that stays open; then the channel closes.
         let (tx, rx) = channel();
@@ -724,7 +728,11 @@ mod tests {
             wait_end(&rx, &ot, Duration::from_secs(60), idle),
             End::InputClosed
         );
-        assert!(t.elapsed() >= Duration::from_millis(1900), "{:?}", t.elapsed());
+        assert!(
+            t.elapsed() >= Duration::from_millis(1900),
+            "{:?}",
+            t.elapsed()
+        );
         speaker.join().unwrap();
     }
 
