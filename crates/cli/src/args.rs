@@ -328,9 +328,10 @@ pub struct ServeArgs {
     /// Run the one-shot server that `longhaul cp HOST:path` starts over ssh (internal).
     #[arg(long, hide = true)]
     pub one_shot: bool,
-    /// With --one-shot: control sessions its one secret admits (internal; doctor's stages).
-    #[arg(long, hide = true, requires = "one_shot", value_name = "N")]
-    pub sessions: Option<u32>,
+    /// With --one-shot: control sessions its one secret admits, N or `open` (internal;
+    /// doctor's stages, a fleet's ranks).
+    #[arg(long, hide = true, requires = "one_shot", value_name = "N|open")]
+    pub sessions: Option<longhaul_engine::server::oneshot::Admits>,
     /// Address to listen on, IPv4 or IPv6 (repeatable). `[::]:PORT` serves both families.
     #[arg(long, value_name = "ADDR:PORT")]
     pub listen: Vec<SocketAddr>,

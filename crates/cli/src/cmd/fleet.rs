@@ -4,6 +4,7 @@
 
 use std::sync::Arc;
 
+use longhaul_engine::server::oneshot::Admits;
 use longhaul_fleet::ranks::{self, Rank};
 use longhaul_fleet::run::{self, Fleet, Mode};
 use longhaul_proto::xfer::SyncOptions;
@@ -109,33 +110,36 @@ fn refuse_remote_sources(sources: &[String]) -> Result<(), super::Failure> {
     }
 }
 
-/// Sessions a rank's far end over ssh admits: the first listing (see
-/// [`reach_over_ssh`]), then its share and the final check, each with its
-/// retries.
-fn fleet_sessions(retries: u32) -> u32 {
-    2u32.saturating_mul(retries.saturating_add(1))
-        .saturating_add(1)
-        .clamp(3, longhaul_engine::server::oneshot::SESSIONS_MAX)
+/// Sessions a rank's far end over ssh admits. Static shares: the first
+/// listing (see [`reach_over_ssh`]), then its share and the final check,
+/// each with its retries. A queue rank opens a session for each
+/// `FeedConfig::span` of work (about a minute) for as long as the queue
+/// lasts, which no count foresees: its far end admits sessions while the
+/// rank's ssh channel lives, a few at once (`--sessions open`, PROTOCOL.md
+/// 16).
+fn fleet_sessions(queue: bool, retries: u32) -> Admits {
+    if queue {
+        return Admits::Open;
+    }
+    Admits::Sessions(
+        2u32.saturating_mul(retries.saturating_add(1))
+            .saturating_add(1)
+            .clamp(3, longhaul_engine::server::oneshot::SESSIONS_MAX),
+    )
 }
 
 /// Starts this rank's far end on the destination's host and points the
-/// transfer at it (static shares only: a queue rank's sessions, one a
-/// minute, outlast what a far end admits).
+/// transfer at it.
 fn reach_over_ssh(
     a: &CpArgs,
     cp: &mut longhaul_engine::xfer::client::CpOptions,
 ) -> Result<super::remote::FarEnd, super::Failure> {
-    if a.fleet.queue.is_some() {
-        return Err(usage(
-            "a fleet over ssh (HOST:path) takes static shares (--run-dir DIR): a queue rank opens a session a minute, more than one far end admits. For --queue, run `longhaul serve` on the destination and name it longhaul://HOST/EXPORT/path",
-        ));
-    }
     let mut dest = [cp.dest.clone()];
     let far = super::remote::reach_for(
         &mut dest,
         &mut cp.client,
         &a.ssh,
-        fleet_sessions(cp.retries),
+        fleet_sessions(a.fleet.queue.is_some(), cp.retries),
     )?
     .ok_or_else(|| super::Failure::internal("no ssh path after all"))?;
     let [dest] = dest;

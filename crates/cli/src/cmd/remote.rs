@@ -34,7 +34,7 @@ use std::time::{Duration, Instant};
 use longhaul_engine::net::back;
 use longhaul_engine::net::dial::ClientOptions;
 use longhaul_engine::net::tls::TrustOptions;
-use longhaul_engine::server::oneshot::{self, Handshake, OneShotConfig};
+use longhaul_engine::server::oneshot::{self, Admits, Handshake, OneShotConfig};
 use longhaul_engine::xfer::Export;
 use longhaul_engine::EngineError;
 
@@ -154,6 +154,8 @@ pub struct FarEnd {
     said: Arc<Mutex<String>>,
     /// How connections to it are opened, once [`FarEnd::route`] set it up.
     route: Option<Arc<back::Route>>,
+    /// An open far end's: says `alive` on the channel until dropped.
+    alive: Option<std::sync::mpsc::Sender<()>>,
 }
 
 impl FarEnd {
@@ -236,10 +238,36 @@ impl FarEnd {
         Ok(())
     }
 
+    /// Tells an open far end (`--sessions open`) that this client is
+    /// there: [`oneshot::ALIVE_LINE`] on the channel every
+    /// [`oneshot::ALIVE_EVERY`], until the far end is finished.
+    fn keep_alive(&mut self) {
+        let (tx, rx) = channel::<()>();
+        let stdin = self.stdin.clone();
+        let spawned = std::thread::Builder::new()
+            .name("lh-ssh-alive".into())
+            .spawn(move || {
+                use std::sync::mpsc::RecvTimeoutError::Timeout;
+                // Until `finish` (or a drop) lets go of the sender.
+                while rx.recv_timeout(oneshot::ALIVE_EVERY) == Err(Timeout) {
+                    let Ok(mut w) = stdin.lock() else { return };
+                    let Some(w) = w.as_mut() else { return };
+                    if writeln!(w, "{}", oneshot::ALIVE_LINE)
+                        .and_then(|()| w.flush())
+                        .is_err()
+                    {
+                        return;
+                    }
+                }
+            });
+        self.alive = spawned.is_ok().then_some(tx);
+    }
+
     /// Closes the lifeline (the far end exits) and waits for ssh a moment;
     /// ends it if it lingers.
     pub fn finish(mut self) {
         self.route = None;
+        self.alive = None;
         if let Ok(mut s) = self.stdin.lock() {
             drop(s.take());
         }
@@ -384,6 +412,7 @@ fn start_once(ssh: &SshArgs, dest: &str, remote: &str) -> Result<Started, Failur
                 stdin: Arc::new(Mutex::new(Some(stdin))),
                 said: kept,
                 route: None,
+                alive: None,
             }))
         }
         Err(_) => Err(fail(
@@ -516,13 +545,22 @@ fn copy_binary(ssh: &SshArgs, dest: &str) -> Result<String, Failure> {
 
 /// Starts the far end on `dest`: `--remote-path` (else `longhaul`), and
 /// with `--copy-binary` a copy of this binary when that is missing. Its
-/// secret admits `sessions` control sessions (`--sessions N` on its
-/// command line when more than one: a count, nothing secret).
-pub fn start(ssh: &SshArgs, dest: &str, sessions: u32) -> Result<FarEnd, Failure> {
+/// secret admits `admits` control sessions (`--sessions N` or `--sessions
+/// open` on its command line unless one: a count or a word, nothing
+/// secret); an open one is told now and then that this client is there.
+pub fn start(ssh: &SshArgs, dest: &str, admits: Admits) -> Result<FarEnd, Failure> {
+    let mut far = start_far(ssh, dest, admits)?;
+    if admits == Admits::Open {
+        far.keep_alive();
+    }
+    Ok(far)
+}
+
+fn start_far(ssh: &SshArgs, dest: &str, admits: Admits) -> Result<FarEnd, Failure> {
     let remote = ssh.remote_path.as_deref().unwrap_or("longhaul");
-    let command = |bin: &str| match sessions {
-        0 | 1 => format!("{bin} serve --one-shot"),
-        n => format!("{bin} serve --one-shot --sessions {n}"),
+    let command = |bin: &str| match admits {
+        Admits::Sessions(0 | 1) => format!("{bin} serve --one-shot"),
+        a => format!("{bin} serve --one-shot --sessions {a}"),
     };
     let said = match start_once(ssh, dest, &command(remote))? {
         Started::Up(f) => return Ok(f),
@@ -646,13 +684,16 @@ pub fn reach(
 
 /// [`reach`] for a command that opens up to `sessions` control sessions
 /// one after another (the doctor's stages): the far end admits that many
-/// on its one secret, then ends (or when ssh's stdin closes, as always).
+/// on its one secret, then ends (or when ssh's stdin closes, as always);
+/// or, [`Admits::Open`], as many as it opens while the channel lives (a
+/// fleet's queue rank).
 pub fn reach_for(
     args: &mut [String],
     client: &mut ClientOptions,
     ssh: &SshArgs,
-    sessions: u32,
+    sessions: impl Into<Admits>,
 ) -> Result<Option<FarEnd>, Failure> {
+    let sessions = sessions.into();
     let targets: Vec<Option<SshTarget>> = args.iter().map(|a| ssh_target(a)).collect();
     let Some(first) = targets.iter().flatten().next().cloned() else {
         return Ok(None);
@@ -709,7 +750,7 @@ pub fn reach_host(
         ));
     }
     let dest = ssh_target(&hosts[at]).map(|t| t.dest).unwrap_or_default();
-    let mut far = start(ssh, &dest, 1)?;
+    let mut far = start(ssh, &dest, Admits::Sessions(1))?;
     if let Err(f) = far.route(ssh) {
         far.finish();
         return Err(f);
@@ -735,15 +776,17 @@ fn handshake_security(h: &Handshake) -> longhaul_engine::net::dial::Security {
 /// `longhaul serve --one-shot`: the far end `reach` starts over ssh. It
 /// listens on the address the client's ssh reached (`SSH_CONNECTION`),
 /// serves the account's home and `/`, and ends when its standard input
-/// closes, its last session ends (one, or `--sessions N`), or no client
-/// came.
+/// closes, its last session ends (one, or `--sessions N`), no client
+/// came, or (`--sessions open`) its client was silent too long.
 pub fn serve_one_shot(a: ServeArgs) -> Outcome {
-    let sessions = a.sessions.unwrap_or(1);
-    if !(1..=oneshot::SESSIONS_MAX).contains(&sessions) {
-        return Err(usage(format!(
-            "serve --one-shot --sessions {sessions}: from 1 to {}",
-            oneshot::SESSIONS_MAX
-        )));
+    let admits = a.sessions.unwrap_or(Admits::Sessions(1));
+    if let Admits::Sessions(n) = admits {
+        if !(1..=oneshot::SESSIONS_MAX).contains(&n) {
+            return Err(usage(format!(
+                "serve --one-shot --sessions {n}: from 1 to {}, or `open`",
+                oneshot::SESSIONS_MAX
+            )));
+        }
     }
     let listen = std::env::var("SSH_CONNECTION")
         .ok()
@@ -771,12 +814,13 @@ pub fn serve_one_shot(a: ServeArgs) -> Outcome {
         listen,
         exports: vec![export(HOME_EXPORT, home), export(ROOT_EXPORT, "/".into())],
         claim_wait: oneshot::CLAIM_WAIT,
-        sessions,
+        admits,
+        idle: oneshot::OPEN_IDLE,
     };
     let mut out = std::io::stdout().lock();
     let end = oneshot::run(cfg, std::io::stdin(), &mut out)?;
     Ok(match end {
-        oneshot::End::NoClient => exit::CONNECT,
+        oneshot::End::NoClient | oneshot::End::Idle => exit::CONNECT,
         _ => exit::OK,
     })
 }

@@ -17,6 +17,11 @@ use std::time::{Duration, Instant};
 use longhaul_engine::server::oneshot::{Handshake, SECRET_PREFIX};
 
 use crate::common;
+// The fleet's PostgreSQL fixture (as `fleet.rs` takes it); it loads
+// `common/require.rs` a second time: the one file, compiled twice.
+#[allow(clippy::duplicate_mod)]
+#[path = "../../../fleet/tests/common/pg.rs"]
+mod pg;
 
 use common::sshd::{sshd, Sshd, BIN, HOST};
 
@@ -1322,4 +1327,211 @@ fn a_third_party_copy_to_a_far_end_that_can_only_connect_out_says_what_to_do_ins
         text(&o)
     );
     assert!(!far.join("f.bin").exists());
+}
+
+#[test]
+fn attacker_an_open_far_end_admits_only_its_secret_a_few_at_a_time_and_nothing_after_its_channel() {
+    let Some(s) = sshd() else { return };
+    let work = tempfile::tempdir().unwrap();
+    let dir = work.path().join("d");
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::write(dir.join("listed.bin"), b"x").unwrap();
+    let (mut ssh, h, far_err) = far_end_with(&s, "--sessions open");
+    let server = format!("longhaul://127.0.0.1:{}/root{}", h.port, dir.display());
+    let ls = |token: &str| {
+        s.longhaul()
+            .env("LONGHAUL_TOKEN", token)
+            .args(["ls", "--trust", &h.fingerprint])
+            .arg(&server)
+            .output()
+            .unwrap()
+    };
+    let listed = |o: &Output| String::from_utf8_lossy(&o.stdout).contains("listed.bin");
+    // Wrong secrets are refused, however often, and take nothing.
+    for wrong in [planted(), format!("{}x", h.secret)] {
+        let o = ls(&wrong);
+        assert!(!o.status.success() && !listed(&o), "{}", text(&o));
+        assert!(
+            String::from_utf8_lossy(&o.stderr).contains("one-shot server"),
+            "{}",
+            text(&o)
+        );
+    }
+    // The secret, one session after another: more than a count of three
+    // (a fleet rank's far end before) admitted, and the far end stays.
+    for n in 1..=5 {
+        let o = ls(&h.secret);
+        assert!(
+            o.status.success() && listed(&o),
+            "session {n}: {}",
+            text(&o)
+        );
+    }
+    assert!(!gone(h.pid), "an open far end lives while its channel does");
+    // At most four at once: four slow pulls, and a fifth is refused as such.
+    let big = dir.join("big.bin");
+    std::fs::write(&big, pattern(9, 6 << 20)).unwrap();
+    let backs: Vec<PathBuf> = (0..4)
+        .map(|i| {
+            let b = work.path().join(format!("back{i}"));
+            std::fs::create_dir(&b).unwrap();
+            b
+        })
+        .collect();
+    let slow: Vec<Child> = backs
+        .iter()
+        .map(|to| {
+            s.longhaul()
+                .env("LONGHAUL_TOKEN", &h.secret)
+                .args(["cp", "--rate", "10M", "-P", "1", "--trust", &h.fingerprint])
+                .arg(format!("{server}/big.bin"))
+                .arg(to)
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let until = Instant::now() + Duration::from_secs(30);
+    while backs
+        .iter()
+        .any(|b| std::fs::read_dir(b).unwrap().next().is_none())
+    {
+        assert!(Instant::now() < until, "the four sessions did not start");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let o = ls(&h.secret);
+    assert!(!o.status.success() && !listed(&o), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("as many as it serves at once"),
+        "{}",
+        text(&o)
+    );
+    for c in slow {
+        let o = c.wait_with_output().unwrap();
+        assert!(o.status.success(), "a slow pull: {}", text(&o));
+    }
+    for b in &backs {
+        assert_eq!(
+            std::fs::read(b.join("big.bin")).unwrap(),
+            std::fs::read(&big).unwrap()
+        );
+    }
+    // They ended: the secret gets in again.
+    let until = Instant::now() + Duration::from_secs(15);
+    loop {
+        let o = ls(&h.secret);
+        if o.status.success() && listed(&o) {
+            break;
+        }
+        assert!(Instant::now() < until, "not admitted again: {}", text(&o));
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // The ssh channel closes: the far end is gone, and the secret is
+    // worth nothing.
+    drop(ssh.stdin.take());
+    wait_gone(h.pid, "an open far end after its channel closed");
+    let o = ls(&h.secret);
+    assert!(!o.status.success() && !listed(&o), "{}", text(&o));
+    let _ = ssh.wait();
+    let far_said: String = far_err.try_iter().collect::<Vec<_>>().join("\n");
+    assert!(!far_said.contains(SECRET_PREFIX), "{far_said}");
+}
+
+#[test]
+fn a_queue_fleets_ranks_drain_it_to_a_host_over_ssh_each_through_its_own_open_far_end() {
+    let Some(s) = sshd() else { return };
+    let Some(pg) = pg::TempPostgres::start() else {
+        return;
+    };
+    let work = tempfile::tempdir().unwrap();
+    let src = work.path().join("tree");
+    write_tree(&src);
+    for i in 0..30 {
+        let d = src.join(format!("many/{}", i % 4));
+        std::fs::create_dir_all(&d).unwrap();
+        std::fs::write(
+            d.join(format!("f{i}")),
+            pattern(100 + i, 1000 + i as usize * 997),
+        )
+        .unwrap();
+    }
+    let far = work.path().join("far");
+    std::fs::create_dir(&far).unwrap();
+    let url = pg.url();
+    let rank = |r: u32, run: &str, out: &str| {
+        s.longhaul()
+            .args([
+                "-v",
+                "cp",
+                "-r",
+                "--chunk",
+                "1M",
+                "--json",
+                "--remote-path",
+                BIN,
+            ])
+            .args([
+                "--rank",
+                &r.to_string(),
+                "--size",
+                "2",
+                "--fleet-wait",
+                "60s",
+            ])
+            .args([
+                "--queue", &url, "--run-id", run, "--unit", "1M", "--lease", "5s",
+            ])
+            .arg(format!("{}/", src.display()))
+            .arg(format!("{HOST}:{}/{out}/", far.display()))
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    // A rank killed (SIGKILL) while its far end serves it: ssh's channel
+    // closes with it, and the far end is gone.
+    let mut doomed = rank(1, "doomed", "doomed");
+    let lines = lines_of(doomed.stderr.take().unwrap());
+    let (pid, _) = wait_far_pid(&lines);
+    assert!(!gone(pid), "the far end {pid} is running");
+    doomed.kill().unwrap();
+    doomed.wait().unwrap();
+    wait_gone(pid, "a queue rank's far end after the rank was killed");
+
+    // Two ranks drain the queue, each through its own far end, which
+    // admits the rank's sessions however many (`--sessions open`).
+    let outs: Vec<Output> = [rank(0, "q", "out"), rank(1, "q", "out")]
+        .into_iter()
+        .map(|c| c.wait_with_output().unwrap())
+        .collect();
+    let (mut pids, mut results) = (Vec::new(), Vec::new());
+    for (r, o) in outs.iter().enumerate() {
+        assert!(o.status.success(), "rank {r}: {}", text(o));
+        let log = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(log.matches("is pid ").count(), 1, "rank {r}: {log}");
+        assert!(!log.contains(SECRET_PREFIX), "rank {r}: {log}");
+        pids.push(far_pid(&log).unwrap());
+        if !o.stdout.is_empty() {
+            results.push(serde_json::from_slice::<serde_json::Value>(&o.stdout).unwrap());
+        }
+    }
+    assert_ne!(pids[0], pids[1], "each rank has its own far end");
+    assert_eq!(results.len(), 1, "one rank prints the result: {results:?}");
+    let j = &results[0];
+    assert_eq!(j["mode"], "queue", "{j}");
+    assert_eq!(j["verified"], true, "{j}");
+    same_tree(&src, &far.join("out"));
+    for i in 0..30 {
+        let rel = format!("many/{}/f{i}", i % 4);
+        assert_eq!(
+            std::fs::read(src.join(&rel)).unwrap(),
+            std::fs::read(far.join("out").join(&rel)).unwrap(),
+            "{rel}"
+        );
+    }
+    for p in pids {
+        wait_gone(p, "a queue rank's far end");
+    }
 }

@@ -766,7 +766,10 @@ fn handle_connection(shared: &Arc<Shared>, tcp: TcpStream, peer: SocketAddr) {
             );
             return;
         }
-        Some(one_time) => (access.is_some() && !by_capability).then(|| one_time.clone()),
+        // Ended (`finished`) when this function returns, however it does.
+        Some(one_time) => {
+            (access.is_some() && !by_capability).then(|| oneshot::Admitted::new(one_time.clone()))
+        }
         None => None,
     };
     let mut event = session.handle(Instant::now(), hello);
@@ -850,9 +853,7 @@ fn handle_connection(shared: &Arc<Shared>, tcp: TcpStream, peer: SocketAddr) {
             }
             flush(&mut conn, &mut session);
             shared.observers.iter().for_each(|o| o.session_closed(&s));
-            if let Some(one_time) = one_shot_client {
-                one_time.finished();
-            }
+            drop(one_shot_client);
         }
         Err(e) => {
             tracing::warn!("closing {peer}: {}", escaped(&e.to_string()));

@@ -7,10 +7,17 @@
 //! fresh and kept only in memory; it has no grants, only one secret made
 //! for this run that lets one control connection in (then it is spent),
 //! or as many as its client asked for on the command line, at most
-//! [`SESSIONS_MAX`] (`--sessions N`: the doctor's stages each open one);
-//! and it lives only as long as that: it ends when its standard input
-//! closes (the ssh channel, so the client, is gone), when the last
-//! session it may admit ends, or when no client came in time.
+//! [`SESSIONS_MAX`] (`--sessions N`: the doctor's stages each open one),
+//! or, for a client that cannot count its sessions ahead (a fleet's queue
+//! rank, a session a minute for as long as the queue lasts), any number
+//! while the ssh channel lives, at most [`OPEN_AT_ONCE`] at a time
+//! (`--sessions open`, [`Admits::Open`]); and it lives only as long as
+//! that: it ends when its standard input closes (the ssh channel, so the
+//! client, is gone; nothing is admitted after that), when the last
+//! session it may admit ends, when no client came in time, or (open)
+//! when its client was silent for [`OPEN_IDLE`]: no session open and no
+//! line on the ssh channel, where such a client says `alive` now and then
+//! ([`ALIVE_LINE`]).
 //! The port, the fingerprint and the secret reach the client in one line
 //! on standard output ([`Handshake`], PROTOCOL.md 16), which ssh carries
 //! encrypted; the data never passes through ssh.
@@ -23,9 +30,9 @@
 
 use std::io::{BufRead, Read, Write};
 use std::net::{IpAddr, SocketAddr};
-use std::sync::mpsc::{channel, Sender};
+use std::sync::mpsc::{channel, Receiver, RecvTimeoutError, Sender};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use base64::Engine as _;
 
@@ -47,6 +54,59 @@ pub const CLAIM_WAIT: Duration = Duration::from_secs(60);
 /// The most control sessions a client may ask one far end to admit on its
 /// one secret (`serve --one-shot --sessions N`).
 pub const SESSIONS_MAX: u32 = 32;
+/// The most control sessions an open far end (`--sessions open`) serves
+/// at once (a queue rank has one, and one more while a dead one's
+/// connection is noticed).
+pub const OPEN_AT_ONCE: u32 = 4;
+/// An open far end ends when, for this long, no session was open and no
+/// line came on its standard input.
+pub const OPEN_IDLE: Duration = Duration::from_secs(600);
+/// The line an open far end's client writes on the ssh channel while it
+/// waits between sessions (every [`ALIVE_EVERY`]); any line counts.
+pub const ALIVE_LINE: &str = "alive";
+/// How often that client says [`ALIVE_LINE`].
+pub const ALIVE_EVERY: Duration = Duration::from_secs(60);
+
+/// How many control sessions a far end's secret admits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Admits {
+    /// That many in all (1 to [`SESSIONS_MAX`]; `--sessions N`), at once
+    /// or one after another; it ends after the last.
+    Sessions(u32),
+    /// Any number while the ssh channel lives, [`OPEN_AT_ONCE`] at a time
+    /// (`--sessions open`).
+    Open,
+}
+
+impl From<u32> for Admits {
+    fn from(n: u32) -> Admits {
+        Admits::Sessions(n)
+    }
+}
+
+impl std::str::FromStr for Admits {
+    type Err = String;
+
+    /// `open`, or a count (its range is checked where it is used).
+    fn from_str(s: &str) -> Result<Admits, String> {
+        match s {
+            "open" => Ok(Admits::Open),
+            n => n
+                .parse::<u32>()
+                .map(Admits::Sessions)
+                .map_err(|_| format!("'{s}': a count of sessions, or `open`")),
+        }
+    }
+}
+
+impl std::fmt::Display for Admits {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Admits::Sessions(n) => write!(f, "{n}"),
+            Admits::Open => f.write_str("open"),
+        }
+    }
+}
 
 /// Why a one-shot server ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -57,21 +117,30 @@ pub enum End {
     Done,
     /// No client proved the secret within the wait.
     NoClient,
+    /// An open far end's client was silent for its idle bound: no session
+    /// open, no line on the ssh channel.
+    Idle,
 }
 
 /// The sessions a secret admitted so far, and those still open.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy)]
 struct Count {
     claimed: u32,
     open: u32,
+    /// The ssh channel closed: nothing more is admitted.
+    closed: bool,
+    /// When the client was last heard of (a session began or ended, a line
+    /// came on the ssh channel).
+    heard: Instant,
 }
 
 /// The one-time secret of a one-shot server: admits one control
-/// connection (or `sessions`), each once.
+/// connection (or `sessions`, or any number while the channel lives),
+/// each once.
 pub struct OneTime {
     hash: blake3::Hash,
-    /// How many control sessions it admits in all.
-    sessions: u32,
+    /// How many control sessions it admits.
+    admits: Admits,
     count: Mutex<Count>,
     ended: Mutex<Option<Sender<End>>>,
 }
@@ -83,13 +152,21 @@ impl std::fmt::Debug for OneTime {
 }
 
 impl OneTime {
-    /// A secret's gate for `sessions` control sessions (1 to
-    /// [`SESSIONS_MAX`]); `ended` hears when the last is over.
-    fn new(secret: &str, sessions: u32, ended: Sender<End>) -> OneTime {
+    /// A secret's gate for `admits` control sessions (a count is taken
+    /// from 1 to [`SESSIONS_MAX`]); `ended` hears when the last is over.
+    fn new(secret: &str, admits: Admits, ended: Sender<End>) -> OneTime {
         OneTime {
             hash: blake3::hash(secret.as_bytes()),
-            sessions: sessions.clamp(1, SESSIONS_MAX),
-            count: Mutex::new(Count::default()),
+            admits: match admits {
+                Admits::Sessions(n) => Admits::Sessions(n.clamp(1, SESSIONS_MAX)),
+                Admits::Open => Admits::Open,
+            },
+            count: Mutex::new(Count {
+                claimed: 0,
+                open: 0,
+                closed: false,
+                heard: Instant::now(),
+            }),
             ended: Mutex::new(Some(ended)),
         }
     }
@@ -99,9 +176,34 @@ impl OneTime {
         self.count.lock().map(|c| c.claimed > 0).unwrap_or(true)
     }
 
+    /// A line came on the ssh channel: the client is there.
+    fn heard(&self) {
+        if let Ok(mut c) = self.count.lock() {
+            c.heard = Instant::now();
+        }
+    }
+
+    /// The ssh channel closed: from now on every claim is refused (the
+    /// server ends, and nothing may slip in meanwhile).
+    fn close(&self) {
+        if let Ok(mut c) = self.count.lock() {
+            c.closed = true;
+        }
+    }
+
+    /// How long the client has been silent at `now`: no session open, no
+    /// line on the ssh channel (zero while a session is open).
+    fn silent(&self, now: Instant) -> Duration {
+        match self.count.lock() {
+            Ok(c) if c.open == 0 => now.saturating_duration_since(c.heard),
+            _ => Duration::ZERO,
+        }
+    }
+
     /// Admits a control connection that presents the secret, while it
-    /// has sessions left (one, unless the client asked for more). The
-    /// refusal says which rule refused, nothing of the secret.
+    /// has sessions left (one, unless the client asked for more; open:
+    /// while fewer than [`OPEN_AT_ONCE`] are open) and its ssh channel
+    /// lives. The refusal says which rule refused, nothing of the secret.
     pub(super) fn claim(&self, token: Option<&str>) -> Result<Access, String> {
         // blake3::Hash compares in constant time.
         let right = token.is_some_and(|t| blake3::hash(t.as_bytes()) == self.hash);
@@ -115,16 +217,28 @@ impl OneTime {
             .count
             .lock()
             .map_err(|_| "internal error".to_string())?;
-        if c.claimed >= self.sessions {
-            return Err(match self.sessions {
-                1 => "the one-time secret of this one-shot server was used already".into(),
-                n => format!(
-                    "the one-time secret of this one-shot server was used already ({n} sessions, as many as its client asked for)"
-                ),
-            });
+        if c.closed {
+            return Err("this one-shot server's ssh channel closed: it admits nothing more".into());
         }
-        c.claimed += 1;
+        match self.admits {
+            Admits::Sessions(1) if c.claimed >= 1 => {
+                return Err("the one-time secret of this one-shot server was used already".into())
+            }
+            Admits::Sessions(n) if c.claimed >= n => {
+                return Err(format!(
+                    "the one-time secret of this one-shot server was used already ({n} sessions, as many as its client asked for)"
+                ))
+            }
+            Admits::Open if c.open >= OPEN_AT_ONCE => {
+                return Err(format!(
+                    "this one-shot server has {OPEN_AT_ONCE} sessions open, as many as it serves at once: try again when one has ended"
+                ))
+            }
+            _ => {}
+        }
+        c.claimed = c.claimed.saturating_add(1);
         c.open += 1;
+        c.heard = Instant::now();
         Ok(Access::everything("the one-shot client"))
     }
 
@@ -134,7 +248,11 @@ impl OneTime {
         let last = match self.count.lock() {
             Ok(mut c) => {
                 c.open = c.open.saturating_sub(1);
-                c.claimed >= self.sessions && c.open == 0
+                c.heard = Instant::now();
+                match self.admits {
+                    Admits::Sessions(n) => c.claimed >= n && c.open == 0,
+                    Admits::Open => false,
+                }
             }
             Err(_) => true,
         };
@@ -144,6 +262,23 @@ impl OneTime {
         if let Some(tx) = self.ended.lock().ok().and_then(|mut t| t.take()) {
             let _ = tx.send(End::Done);
         }
+    }
+}
+
+/// A session the secret admitted: [`OneTime::finished`] when dropped, on
+/// every path out of the session (so that a failed one never keeps a
+/// place of [`OPEN_AT_ONCE`]).
+pub(super) struct Admitted(Arc<OneTime>);
+
+impl Admitted {
+    pub(super) fn new(one_time: Arc<OneTime>) -> Admitted {
+        Admitted(one_time)
+    }
+}
+
+impl Drop for Admitted {
+    fn drop(&mut self) {
+        self.0.finished();
     }
 }
 
@@ -274,8 +409,11 @@ pub struct OneShotConfig {
     /// The client's address as ssh saw it (told to the client, which may
     /// ask to be connected back to it).
     pub client: Option<IpAddr>,
-    /// Control sessions the secret admits (1 to [`SESSIONS_MAX`]).
-    pub sessions: u32,
+    /// Control sessions the secret admits.
+    pub admits: Admits,
+    /// With [`Admits::Open`]: how long its client may be silent (see
+    /// [`OPEN_IDLE`]).
+    pub idle: Duration,
 }
 
 /// What a far end writes on its standard error when it cannot connect
@@ -286,9 +424,10 @@ pub const BACK_FAILED: &str = "longhaul-connect-back-failed:";
 const BACK_WAIT: Duration = Duration::from_secs(10);
 
 /// Serves the ssh channel's lines: each `connect-back` request is a
-/// connection to open to the client and serve; anything else is ignored.
-/// Returns at the channel's end.
-fn read_requests(input: impl Read, injector: &super::Injector) {
+/// connection to open to the client and serve; any line (a request,
+/// [`ALIVE_LINE`], anything) says the client is there. Returns at the
+/// channel's end.
+fn read_requests(input: impl Read, injector: &super::Injector, one_time: &OneTime) {
     let mut r = std::io::BufReader::new(input);
     loop {
         let mut raw = Vec::new();
@@ -298,6 +437,7 @@ fn read_requests(input: impl Read, injector: &super::Injector) {
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
             Err(_) => return,
         }
+        one_time.heard();
         let line = String::from_utf8_lossy(&raw);
         let Some((to, ticket)) = back::parse_request(line.trim_end()) else {
             continue;
@@ -314,10 +454,44 @@ fn read_requests(input: impl Read, injector: &super::Injector) {
     }
 }
 
+/// Waits for the end of a one-shot server whose gate is `one_time`: what
+/// `rx` hears (the channel's end, the last session's), no claim within
+/// `claim_wait`, or (open) a client silent for `idle`.
+fn wait_end(rx: &Receiver<End>, one_time: &OneTime, claim_wait: Duration, idle: Duration) -> End {
+    let open = one_time.admits == Admits::Open;
+    let claim_by = Instant::now() + claim_wait;
+    let tick = (idle / 8).clamp(Duration::from_millis(10), Duration::from_secs(1));
+    loop {
+        let wait = if open {
+            tick
+        } else if one_time.claimed() {
+            Duration::from_secs(3600)
+        } else {
+            claim_by.saturating_duration_since(Instant::now())
+        };
+        match rx.recv_timeout(wait) {
+            Ok(end) => return end,
+            Err(RecvTimeoutError::Disconnected) => return End::InputClosed,
+            Err(RecvTimeoutError::Timeout) => {}
+        }
+        let now = Instant::now();
+        if !one_time.claimed() {
+            if now >= claim_by {
+                return End::NoClient;
+            }
+        } else if open && one_time.silent(now) >= idle {
+            // Whatever comes now is refused, as after the channel's end.
+            one_time.close();
+            return End::Idle;
+        }
+    }
+}
+
 /// Runs a one-shot server: listens, writes the handshake line to `out`,
 /// then serves until `input` reaches its end, the last session it admits
-/// ends, or no client came within `claim_wait`. Returns why it ended; its threads may
-/// still run, and the caller ends the process.
+/// ends, no client came within `claim_wait`, or (open) the client was
+/// silent for `idle`. Returns why it ended; its threads may still run,
+/// and the caller ends the process.
 pub fn run(
     cfg: OneShotConfig,
     mut input: impl Read + Send + 'static,
@@ -326,7 +500,7 @@ pub fn run(
     let id = tls::Identity::ephemeral()?;
     let secret = fresh_secret()?;
     let (tx, rx) = channel();
-    let one_time = Arc::new(OneTime::new(&secret, cfg.sessions, tx.clone()));
+    let one_time = Arc::new(OneTime::new(&secret, cfg.admits, tx.clone()));
     let server = Server::bind(
         &[SocketAddr::new(cfg.listen, 0)],
         ServeConfig {
@@ -357,24 +531,16 @@ pub fn run(
         .and_then(|()| out.flush())
         .map_err(|e| EngineError::Closed(format!("cannot write the handshake line: {e}")))?;
     drop(line);
-    let stdin_tx = tx;
+    let (stdin_tx, gate) = (tx, one_time.clone());
     std::thread::Builder::new()
         .name("lh-one-shot-in".into())
         .spawn(move || {
-            read_requests(&mut input, &injector);
+            read_requests(&mut input, &injector, &gate);
+            gate.close();
             let _ = stdin_tx.send(End::InputClosed);
         })
         .map_err(|e| EngineError::Usage(format!("cannot start a thread: {e}")))?;
-    let end = match rx.recv_timeout(cfg.claim_wait) {
-        Ok(end) => end,
-        Err(_) => {
-            if one_time.claimed() {
-                rx.recv().unwrap_or(End::InputClosed)
-            } else {
-                End::NoClient
-            }
-        }
-    };
+    let end = wait_end(&rx, &one_time, cfg.claim_wait, cfg.idle);
     tracing::info!("one-shot server ends: {end:?}");
     drop(handle);
     Ok(end)
@@ -408,7 +574,7 @@ mod tests {
     fn the_secret_admits_one_connection_once_and_nothing_else() {
         let (tx, rx) = channel();
         let s = fresh_secret().unwrap();
-        let ot = OneTime::new(&s, 1, tx);
+        let ot = OneTime::new(&s, 1.into(), tx);
         assert!(ot.claim(None).is_err());
         assert!(ot.claim(Some("lh1o_wrong")).is_err());
         assert!(ot.claim(Some(&s)).is_ok());
@@ -422,7 +588,7 @@ mod tests {
     fn attacker_a_secret_for_n_sessions_admits_n_and_ends_after_the_last() {
         let (tx, rx) = channel();
         let s = fresh_secret().unwrap();
-        let ot = OneTime::new(&s, 3, tx);
+        let ot = OneTime::new(&s, 3.into(), tx);
         // Two at once, then the first ends: the server lives on.
         ot.claim(Some(&s)).unwrap();
         ot.claim(Some(&s)).unwrap();
@@ -441,10 +607,140 @@ mod tests {
         assert!(ot.claim(Some(&s)).is_err());
         // Asking for more than the bound admits the bound.
         let (tx, _rx) = channel();
-        let ot = OneTime::new(&s, 10_000, tx);
+        let ot = OneTime::new(&s, 10_000.into(), tx);
         for _ in 0..SESSIONS_MAX {
             ot.claim(Some(&s)).unwrap();
         }
         assert!(ot.claim(Some(&s)).is_err());
+    }
+
+    #[test]
+    fn attacker_an_open_far_end_admits_its_secret_again_and_again_and_nothing_else() {
+        let (tx, rx) = channel();
+        let s = fresh_secret().unwrap();
+        let ot = OneTime::new(&s, Admits::Open, tx);
+        // Far more sessions, one after another, than any count admits
+        // (a queue rank opens one a minute for as long as the queue lasts).
+        for _ in 0..SESSIONS_MAX * 4 {
+            ot.claim(Some(&s)).unwrap();
+            ot.finished();
+        }
+        // Each end of a session is not the end of the server.
+        assert!(rx.try_recv().is_err());
+        // Wrong secrets, none and near misses are refused, however many.
+        for wrong in [None, Some("lh1o_wrong"), Some(&s[..s.len() - 1]), Some("")] {
+            let e = ot.claim(wrong).unwrap_err();
+            assert!(e.contains("admits only the one-time secret"), "{e}");
+        }
+        assert!(ot.claim(Some(&format!("{s}x"))).is_err());
+    }
+
+    #[test]
+    fn attacker_an_open_far_end_serves_a_few_sessions_at_once_and_no_more() {
+        let (tx, _rx) = channel();
+        let s = fresh_secret().unwrap();
+        let ot = OneTime::new(&s, Admits::Open, tx);
+        for _ in 0..OPEN_AT_ONCE {
+            ot.claim(Some(&s)).unwrap();
+        }
+        let e = ot.claim(Some(&s)).unwrap_err();
+        assert!(
+            e.contains("sessions open, as many as it serves at once"),
+            "{e}"
+        );
+        assert!(!e.contains(&s));
+        // One ends: one more.
+        ot.finished();
+        ot.claim(Some(&s)).unwrap();
+        assert!(ot.claim(Some(&s)).is_err());
+    }
+
+    #[test]
+    fn attacker_nothing_is_admitted_after_the_ssh_channel_closed() {
+        for admits in [Admits::Open, Admits::Sessions(5), Admits::Sessions(1)] {
+            let (tx, _rx) = channel();
+            let s = fresh_secret().unwrap();
+            let ot = OneTime::new(&s, admits, tx);
+            ot.close();
+            let e = ot.claim(Some(&s)).unwrap_err();
+            assert!(e.contains("ssh channel closed"), "{admits}: {e}");
+        }
+    }
+
+    #[test]
+    fn an_admitted_session_is_finished_however_it_ends() {
+        let (tx, rx) = channel();
+        let s = fresh_secret().unwrap();
+        let ot = Arc::new(OneTime::new(&s, 2.into(), tx));
+        for _ in 0..2 {
+            ot.claim(Some(&s)).unwrap();
+            drop(Admitted::new(ot.clone()));
+        }
+        assert_eq!(rx.recv().unwrap(), End::Done);
+    }
+
+    #[test]
+    fn an_open_far_end_ends_when_its_client_is_silent_and_lives_while_it_speaks() {
+        let s = fresh_secret().unwrap();
+        let idle = Duration::from_millis(300);
+        // No claim at all: the claim wait ends it, as for a count.
+        let (tx, rx) = channel();
+        let ot = OneTime::new(&s, Admits::Open, tx);
+        let t = Instant::now();
+        assert_eq!(
+            wait_end(&rx, &ot, Duration::from_millis(100), idle),
+            End::NoClient
+        );
+        assert!(t.elapsed() < Duration::from_secs(5));
+        // Claimed and done: silent for `idle`, it ends, and admits nothing more.
+        let (tx, rx) = channel();
+        let ot = Arc::new(OneTime::new(&s, Admits::Open, tx));
+        ot.claim(Some(&s)).unwrap();
+        ot.finished();
+        let t = Instant::now();
+        assert_eq!(wait_end(&rx, &ot, Duration::from_secs(60), idle), End::Idle);
+        assert!(t.elapsed() >= idle);
+        assert!(ot
+            .claim(Some(&s))
+            .unwrap_err()
+            .contains("admits nothing more"));
+        // A client that says it is there (lines on the channel) keeps it,
+        // and so does a session that stays open; then the channel closes.
+        let (tx, rx) = channel();
+        let ot = Arc::new(OneTime::new(&s, Admits::Open, tx.clone()));
+        ot.claim(Some(&s)).unwrap();
+        ot.finished();
+        let speaker = {
+            let ot = ot.clone();
+            std::thread::spawn(move || {
+                for _ in 0..10 {
+                    std::thread::sleep(Duration::from_millis(100));
+                    ot.heard();
+                }
+                ot.claim(Some(&s)).unwrap();
+                std::thread::sleep(Duration::from_millis(900));
+                ot.close();
+                let _ = tx.send(End::InputClosed);
+            })
+        };
+        let t = Instant::now();
+        assert_eq!(
+            wait_end(&rx, &ot, Duration::from_secs(60), idle),
+            End::InputClosed
+        );
+        assert!(
+            t.elapsed() >= Duration::from_millis(1900),
+            "{:?}",
+            t.elapsed()
+        );
+        speaker.join().unwrap();
+    }
+
+    #[test]
+    fn a_count_or_open_reads_from_the_command_line() {
+        assert_eq!("open".parse::<Admits>().unwrap(), Admits::Open);
+        assert_eq!("16".parse::<Admits>().unwrap(), Admits::Sessions(16));
+        assert!("many".parse::<Admits>().is_err());
+        assert_eq!(Admits::Open.to_string(), "open");
     }
 }
