@@ -782,7 +782,9 @@ mod tests {
         };
         assert!(udp(Mode::Up, 1, vec![]).check_udp_back().is_ok());
         assert!(udp(Mode::Up, 2, vec![1, 2]).check_udp_back().is_ok());
-        assert!(udp(Mode::Bidir, 2, vec![1, 2, 3, 4]).check_udp_back().is_ok());
+        assert!(udp(Mode::Bidir, 2, vec![1, 2, 3, 4])
+            .check_udp_back()
+            .is_ok());
         for bad in [
             udp(Mode::Bidir, 2, vec![1, 2]),
             udp(Mode::Up, 1, vec![1, 2]),

@@ -143,7 +143,10 @@ impl TestParams {
             ));
         }
         if ports.contains(&0) {
-            return Err("udp_back_ports holds port 0: give the ports the client's sockets are bound to".into());
+            return Err(
+                "udp_back_ports holds port 0: give the ports the client's sockets are bound to"
+                    .into(),
+            );
         }
         Ok(())
     }

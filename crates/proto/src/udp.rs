@@ -238,25 +238,58 @@ mod tests {
         let d = registration(TOKEN, Some(&key), 1, Direction::Down);
         assert_eq!(d.len(), HEADER_LEN + 64);
         let h = Header::read(&d).unwrap();
-        assert_eq!((h.tag, h.stream, h.flags), (tag_of(TOKEN), 1, FLAG_REGISTER));
+        assert_eq!(
+            (h.tag, h.stream, h.flags),
+            (tag_of(TOKEN), 1, FLAG_REGISTER)
+        );
         assert!(is_registration(&d, TOKEN, Some(&key), 1, Direction::Down));
         assert!(!is_registration(&d, TOKEN, Some(&key), 0, Direction::Down));
         assert!(!is_registration(&d, TOKEN, Some(&key), 1, Direction::Up));
         let other = DataKey::from_bytes([8; crate::databind::KEY_LEN]);
-        assert!(!is_registration(&d, TOKEN, Some(&other), 1, Direction::Down));
+        assert!(!is_registration(
+            &d,
+            TOKEN,
+            Some(&other),
+            1,
+            Direction::Down
+        ));
         assert!(!is_registration(&d, TOKEN, None, 1, Direction::Down));
-        assert!(!is_registration(&d[..d.len() - 1], TOKEN, Some(&key), 1, Direction::Down));
+        assert!(!is_registration(
+            &d[..d.len() - 1],
+            TOKEN,
+            Some(&key),
+            1,
+            Direction::Down
+        ));
         let mut fin = d.clone();
         fin[6..8].copy_from_slice(&FLAG_FIN.to_be_bytes());
-        assert!(!is_registration(&fin, TOKEN, Some(&key), 1, Direction::Down));
+        assert!(!is_registration(
+            &fin,
+            TOKEN,
+            Some(&key),
+            1,
+            Direction::Down
+        ));
         let mut data = d.clone();
         data[24..].fill(b'0');
-        assert!(!is_registration(&data, TOKEN, Some(&key), 1, Direction::Down));
+        assert!(!is_registration(
+            &data,
+            TOKEN,
+            Some(&key),
+            1,
+            Direction::Down
+        ));
         // Without a key, the token; and nothing else.
         let t = registration(TOKEN, None, 0, Direction::Up);
         assert!(is_registration(&t, TOKEN, None, 0, Direction::Up));
         assert!(!is_registration(&t, TOKEN, Some(&key), 0, Direction::Up));
-        assert!(!is_registration(&t[..HEADER_LEN], TOKEN, None, 0, Direction::Up));
+        assert!(!is_registration(
+            &t[..HEADER_LEN],
+            TOKEN,
+            None,
+            0,
+            Direction::Up
+        ));
     }
 
     #[test]

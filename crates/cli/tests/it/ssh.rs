@@ -732,7 +732,15 @@ fn perf_over_ssh_with_no_server_running() {
     // datagram, both ways at once here.
     let o = s
         .longhaul()
-        .args(["perf", "-u", "-t", "1", "--bidir", "--json", "--connect-back"])
+        .args([
+            "perf",
+            "-u",
+            "-t",
+            "1",
+            "--bidir",
+            "--json",
+            "--connect-back",
+        ])
         .args(["--remote-path", BIN])
         .arg(format!("{HOST}:"))
         .output()
@@ -745,8 +753,8 @@ fn perf_over_ssh_with_no_server_running() {
 /// `directions` ways of `streams` streams, every one with datagrams
 /// received and counted, little lost.
 fn udp_through(o: &Output, directions: usize, streams: usize) {
-    let j: serde_json::Value = serde_json::from_slice(&o.stdout)
-        .unwrap_or_else(|e| panic!("{e}: {}", text(o)));
+    let j: serde_json::Value =
+        serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{e}: {}", text(o)));
     let sum = &j["summary"];
     assert!(sum["error"].is_null(), "{}", text(o));
     assert_eq!(sum["transport"], "udp", "{}", text(o));
@@ -763,7 +771,11 @@ fn udp_through(o: &Output, directions: usize, streams: usize) {
     assert!(sum["lost_percent"].as_f64().unwrap() < 10.0, "{sum}");
     let each = sum["streams"].as_array().unwrap();
     assert_eq!(each.len(), directions * streams, "{sum}");
-    assert!(each.iter().all(|s| s["packets_received"].as_u64() > Some(0)), "{sum}");
+    assert!(
+        each.iter()
+            .all(|s| s["packets_received"].as_u64() > Some(0)),
+        "{sum}"
+    );
 }
 
 /// The far host of a DTN whose firewall lets it only connect out: a
@@ -953,7 +965,16 @@ fn udp_perf_to_a_far_end_that_can_only_connect_out_starts_its_streams_from_there
     for (more, directions, streams) in [(&["-P", "2"][..], 1, 2), (&["-R"][..], 1, 1)] {
         let o = s
             .longhaul()
-            .args(["-v", "perf", "-u", "-t", "1", "--json", "--remote-path", BIN])
+            .args([
+                "-v",
+                "perf",
+                "-u",
+                "-t",
+                "1",
+                "--json",
+                "--remote-path",
+                BIN,
+            ])
             .args(more)
             .arg(format!("{HOST}:"))
             .output()

@@ -592,8 +592,7 @@ fn udp_back(ctl: &Control, params: &TestParams) -> Result<bool, EngineError> {
     if params.transport != Transport::Udp {
         return Ok(false);
     }
-    let Some(o) =
-        crate::net::back::Route::opened_at(ctl.peer).filter(|o| o.opened_by == "far_end")
+    let Some(o) = crate::net::back::Route::opened_at(ctl.peer).filter(|o| o.opened_by == "far_end")
     else {
         return Ok(false);
     };

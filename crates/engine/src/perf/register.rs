@@ -137,18 +137,29 @@ mod tests {
 
         stranger.send_to(&right, to).unwrap();
         queued(&mine);
-        assert_eq!(take(&mine, far.local_addr().unwrap().ip(), &slot, &mut strangers), None);
+        assert_eq!(
+            take(&mine, far.local_addr().unwrap().ip(), &slot, &mut strangers),
+            None
+        );
         assert_eq!(strangers.elsewhere, 1);
         for d in [&other_slot, &forged] {
             far.send_to(d, to).unwrap();
             queued(&mine);
-            assert_eq!(take(&mine, "127.0.0.1".parse().unwrap(), &slot, &mut strangers), None);
+            assert_eq!(
+                take(&mine, "127.0.0.1".parse().unwrap(), &slot, &mut strangers),
+                None
+            );
         }
         assert_eq!(strangers.unproven, 2);
 
         far.send_to(&right, to).unwrap();
         queued(&mine);
-        let got = take(&mine, "::ffff:127.0.0.1".parse().unwrap(), &slot, &mut strangers);
+        let got = take(
+            &mine,
+            "::ffff:127.0.0.1".parse().unwrap(),
+            &slot,
+            &mut strangers,
+        );
         assert_eq!(got, Some(far.local_addr().unwrap()));
         assert_eq!(mine.peer_addr().unwrap(), far.local_addr().unwrap());
 
@@ -169,8 +180,16 @@ mod tests {
         mine.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
         let mut b = [0u8; 200];
         let n = mine.recv(&mut b).unwrap();
-        assert_eq!(udp::Header::read(&b[..n]).unwrap().seq, 7, "the stranger's came through");
-        mine.set_read_timeout(Some(Duration::from_millis(200))).unwrap();
-        assert!(mine.recv(&mut b).is_err(), "a stranger's datagram reached the reader");
+        assert_eq!(
+            udp::Header::read(&b[..n]).unwrap().seq,
+            7,
+            "the stranger's came through"
+        );
+        mine.set_read_timeout(Some(Duration::from_millis(200)))
+            .unwrap();
+        assert!(
+            mine.recv(&mut b).is_err(),
+            "a stranger's datagram reached the reader"
+        );
     }
 }

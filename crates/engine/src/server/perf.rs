@@ -17,11 +17,11 @@ use longhaul_proto::session::ServerSession;
 use longhaul_proto::units::escaped;
 
 use super::slots::{join_by_proof, register, TestGuard};
-use crate::perf::register::{self, Slot, Strangers};
 use super::{auth, peer_ip, refuse_on, Attach, ServeConfig, Shared};
 use crate::net::conn::FramedConn;
 use crate::net::sock;
 use crate::perf::client::tuning_for;
+use crate::perf::register::{self, Slot, Strangers};
 use crate::perf::side::{End, ReadyStream, SideRun, Tick, Ticker};
 use crate::perf::workers::DataSocket;
 
