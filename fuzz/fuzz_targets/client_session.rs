@@ -344,6 +344,7 @@ impl Harness {
                 host: text,
                 buffers: Default::default(),
                 max_streams: None,
+                features: Vec::new(),
             })),
             Phase::Idle if b % 2 == 0 => Some(Act::RequestTest(
                 p.build(),
@@ -579,6 +580,7 @@ fuzz_target!(|input: Input| {
                 host,
                 buffers: Default::default(),
                 max_streams: None,
+                features: Vec::new(),
             })),
             Op::Accept {
                 test_id,

@@ -157,6 +157,7 @@ fn wrong(b: u8) -> Message {
             host: "h".into(),
             buffers: Default::default(),
             max_streams: None,
+            features: Vec::new(),
         }),
         1 => Message::TestAccept(TestAccept {
             test_id: 1,

@@ -87,6 +87,23 @@ pub struct Welcome {
     /// (`--max-streams`), so a client sizing for the path stays within it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_streams: Option<u16>,
+    /// What this server can do beyond its protocol version, one word each
+    /// ([`FEATURE_UDP_BACK`]); a client asks for a feature only where it is
+    /// listed. Absent from servers older than the field.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub features: Vec<String>,
+}
+
+/// The feature of a server that takes `TestParams::udp_back_ports`: it
+/// sends the first datagram of each UDP stream, to the client's port
+/// (`docs/PROTOCOL.md` 8.2.1), for a client it cannot be reached from.
+pub const FEATURE_UDP_BACK: &str = "udp_back";
+
+impl Welcome {
+    /// True if the server listed `feature`.
+    pub fn can(&self, feature: &str) -> bool {
+        self.features.iter().any(|f| f == feature)
+    }
 }
 
 /// Why a peer refused a request or closed a session.
@@ -550,6 +567,22 @@ mod tests {
                 data_tls: Some(false),
                 ..TestParams::default()
             }),
+            Message::TestRequest(TestParams {
+                transport: Transport::Udp,
+                mode: Mode::Bidir,
+                streams: 2,
+                data_tls: Some(false),
+                udp_back_ports: vec![40001, 40002, 40003, 40004],
+                ..TestParams::default()
+            }),
+            Message::Welcome(Welcome {
+                version: PROTOCOL_VERSION,
+                software: "longhaul test".into(),
+                host: "far".into(),
+                buffers: Default::default(),
+                max_streams: Some(8),
+                features: vec![FEATURE_UDP_BACK.into()],
+            }),
             Message::Refuse(Refuse {
                 code: RefuseCode::Busy,
                 message: "busy".into(),
@@ -701,6 +734,67 @@ mod tests {
         for m in &msgs {
             let f = d.next_frame().unwrap().unwrap();
             assert_eq!(&Message::decode(&f).unwrap(), m);
+        }
+    }
+
+    /// The fields a server that sends the first UDP datagram adds are
+    /// absent where unused, so an older peer sees what it always saw, and
+    /// what an older peer sends reads as "not asked, not offered".
+    #[test]
+    fn udp_back_fields_are_absent_when_unused_and_old_peers_read_as_without() {
+        let p = serde_json::to_value(TestParams::default()).unwrap();
+        assert!(p.get("udp_back_ports").is_none(), "{p}");
+        let w = Welcome {
+            version: 3,
+            software: "x".into(),
+            host: "h".into(),
+            buffers: Default::default(),
+            max_streams: None,
+            features: vec![],
+        };
+        let j = serde_json::to_value(&w).unwrap();
+        assert!(j.get("features").is_none(), "{j}");
+        assert!(!w.can(FEATURE_UDP_BACK));
+        // An older server's welcome, and an older client's request.
+        let old: Welcome =
+            serde_json::from_str(r#"{"version":3,"software":"longhaul 0.1","host":"h"}"#).unwrap();
+        assert!(old.features.is_empty() && !old.can(FEATURE_UDP_BACK));
+        let mut req = serde_json::to_value(TestParams::default()).unwrap();
+        req.as_object_mut().unwrap().remove("data_tls");
+        let old: TestParams = serde_json::from_value(req).unwrap();
+        assert!(old.udp_back_ports.is_empty());
+        // A later server's words this build does not know are no feature.
+        let later: Welcome = serde_json::from_str(
+            r#"{"version":3,"software":"s","host":"h","features":["udp_back","warp"],"more":1}"#,
+        )
+        .unwrap();
+        assert!(later.can(FEATURE_UDP_BACK) && !later.can("udp"));
+    }
+
+    #[test]
+    fn udp_back_ports_are_one_nonzero_port_per_udp_stream() {
+        let udp = |mode, streams, ports: Vec<u16>| TestParams {
+            transport: Transport::Udp,
+            mode,
+            streams,
+            udp_back_ports: ports,
+            ..TestParams::default()
+        };
+        assert!(udp(Mode::Up, 1, vec![]).check_udp_back().is_ok());
+        assert!(udp(Mode::Up, 2, vec![1, 2]).check_udp_back().is_ok());
+        assert!(udp(Mode::Bidir, 2, vec![1, 2, 3, 4])
+            .check_udp_back()
+            .is_ok());
+        for bad in [
+            udp(Mode::Bidir, 2, vec![1, 2]),
+            udp(Mode::Up, 1, vec![1, 2]),
+            udp(Mode::Down, 1, vec![0]),
+            TestParams {
+                udp_back_ports: vec![5],
+                ..TestParams::default()
+            },
+        ] {
+            assert!(bad.check_udp_back().is_err(), "{bad:?}");
         }
     }
 

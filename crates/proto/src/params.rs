@@ -111,6 +111,45 @@ pub struct TestParams {
     /// control connection, joining with the test token.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub data_tls: Option<bool>,
+    /// A UDP test whose far end sends first (`docs/PROTOCOL.md` 8.2.1):
+    /// the client's UDP port for each (direction, stream), in the order of
+    /// [`Mode::directions`] then stream index. The server connects its
+    /// socket of each to (the control connection's peer, that port) and
+    /// sends registration datagrams there until the test starts. Empty (a
+    /// client older than this field, or one that can reach the server's
+    /// ports): the client registers ([`crate::msg::TestAccept::udp_ports`]).
+    /// Sent only to a server whose `Welcome` lists
+    /// [`crate::msg::FEATURE_UDP_BACK`].
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub udp_back_ports: Vec<u16>,
+}
+
+impl TestParams {
+    /// Checks `udp_back_ports`: none, or one non-zero port per (direction,
+    /// stream) of a UDP test; the error says what is wrong.
+    pub fn check_udp_back(&self) -> Result<(), String> {
+        let ports = &self.udp_back_ports;
+        if ports.is_empty() {
+            return Ok(());
+        }
+        if self.transport != Transport::Udp {
+            return Err("udp_back_ports given for a TCP test: they apply to UDP tests only".into());
+        }
+        let want = usize::from(self.streams) * self.mode.directions().len();
+        if ports.len() != want {
+            return Err(format!(
+                "{} udp_back_ports for {want} UDP streams: give one port per direction and stream",
+                ports.len()
+            ));
+        }
+        if ports.contains(&0) {
+            return Err(
+                "udp_back_ports holds port 0: give the ports the client's sockets are bound to"
+                    .into(),
+            );
+        }
+        Ok(())
+    }
 }
 
 impl Default for TestParams {
@@ -133,6 +172,7 @@ impl Default for TestParams {
             omit_ms: 0,
             udp_rate_bps: None,
             data_tls: None,
+            udp_back_ports: Vec::new(),
         }
     }
 }

@@ -137,6 +137,7 @@ impl Limits {
                 return bad(format!("congestion control name '{cc}' is not valid"));
             }
         }
+        p.check_udp_back().or_else(bad)?;
         let buffers = u64::from(p.length)
             .saturating_mul(u64::from(p.streams))
             .saturating_mul(p.mode.directions().len() as u64);
@@ -308,6 +309,7 @@ impl ServerSession {
             host: self.cfg.host.clone(),
             buffers: self.cfg.buffers,
             max_streams: Some(self.cfg.limits.max_streams),
+            features: vec![FEATURE_UDP_BACK.into()],
         }));
         self.state = ServerState::AwaitRequest;
         self.deadline = Some(deadline(now, self.cfg.limits.idle_timeout));

@@ -9,9 +9,14 @@
 //!
 //! `tag` is the first 4 bytes of the test token, so stray datagrams are
 //! ignored. `flags` bit 0 marks the sender's last datagrams (FIN), bit 1 a
-//! registration datagram, whose payload is the test token, with which a
-//! client tells the server its address before the test.
+//! registration datagram ([`registration`]), whose payload is the slot's
+//! proof of the test's data key (or, a test without one, the token): with
+//! it one end tells the other its address before the test. The client
+//! registers with the server (`docs/PROTOCOL.md` 8.2), or, where the server
+//! can only connect out, the server with the client (8.2.1).
 
+use crate::databind::DataKey;
+use crate::params::{Direction, Transport};
 use crate::report::UdpRecv;
 
 pub const HEADER_LEN: usize = 24;
@@ -62,6 +67,59 @@ pub fn tag_of(token: &str) -> u32 {
         b[i] = c;
     }
     u32::from_be_bytes(b)
+}
+
+/// The registration datagram of one stream of a test: the header (tag
+/// of `token`, `stream`, [`FLAG_REGISTER`], sequence and time 0), then the
+/// slot's proof of `key` (64 hex digits), or the token where the test has
+/// no key.
+pub fn registration(
+    token: &str,
+    key: Option<&DataKey>,
+    stream: u16,
+    direction: Direction,
+) -> Vec<u8> {
+    let payload = match key {
+        Some(k) => k.proof(token, Transport::Udp, stream, direction),
+        None => token.to_string(),
+    };
+    let mut d = vec![0u8; HEADER_LEN + payload.len()];
+    Header {
+        tag: tag_of(token),
+        stream,
+        flags: FLAG_REGISTER,
+        seq: 0,
+        send_ns: 0,
+    }
+    .write(&mut d);
+    d[HEADER_LEN..].copy_from_slice(payload.as_bytes());
+    d
+}
+
+/// True if `d` is the registration of (`stream`, `direction`) of the test
+/// `token` ([`registration`]): its tag and flag, and its proof of `key`
+/// for that slot (or the token, a test without a key), compared in
+/// constant time. Where it came from is the caller's to check.
+pub fn is_registration(
+    d: &[u8],
+    token: &str,
+    key: Option<&DataKey>,
+    stream: u16,
+    direction: Direction,
+) -> bool {
+    let Some(h) = Header::read(d) else {
+        return false;
+    };
+    if h.tag != tag_of(token) || h.flags & FLAG_REGISTER == 0 {
+        return false;
+    }
+    let payload = &d[HEADER_LEN..];
+    match key {
+        Some(k) => std::str::from_utf8(payload)
+            .is_ok_and(|p| k.verify(token, Transport::Udp, stream, direction, p)),
+        // blake3::Hash compares in constant time.
+        None => blake3::hash(payload) == blake3::hash(token.as_bytes()),
+    }
 }
 
 const WINDOW: u64 = 1 << 16;
@@ -169,6 +227,69 @@ mod tests {
         h.write(&mut buf);
         assert_eq!(Header::read(&buf), Some(h));
         assert_eq!(Header::read(&buf[..23]), None);
+    }
+
+    /// The attacker: a registration for another slot, test or key, with
+    /// the wrong flag, or cut short, is no registration of this slot.
+    #[test]
+    fn attacker_a_registration_is_its_slots_alone() {
+        const TOKEN: &str = "00112233445566778899aabbccddeeff";
+        let key = DataKey::from_bytes([9; crate::databind::KEY_LEN]);
+        let d = registration(TOKEN, Some(&key), 1, Direction::Down);
+        assert_eq!(d.len(), HEADER_LEN + 64);
+        let h = Header::read(&d).unwrap();
+        assert_eq!(
+            (h.tag, h.stream, h.flags),
+            (tag_of(TOKEN), 1, FLAG_REGISTER)
+        );
+        assert!(is_registration(&d, TOKEN, Some(&key), 1, Direction::Down));
+        assert!(!is_registration(&d, TOKEN, Some(&key), 0, Direction::Down));
+        assert!(!is_registration(&d, TOKEN, Some(&key), 1, Direction::Up));
+        let other = DataKey::from_bytes([8; crate::databind::KEY_LEN]);
+        assert!(!is_registration(
+            &d,
+            TOKEN,
+            Some(&other),
+            1,
+            Direction::Down
+        ));
+        assert!(!is_registration(&d, TOKEN, None, 1, Direction::Down));
+        assert!(!is_registration(
+            &d[..d.len() - 1],
+            TOKEN,
+            Some(&key),
+            1,
+            Direction::Down
+        ));
+        let mut fin = d.clone();
+        fin[6..8].copy_from_slice(&FLAG_FIN.to_be_bytes());
+        assert!(!is_registration(
+            &fin,
+            TOKEN,
+            Some(&key),
+            1,
+            Direction::Down
+        ));
+        let mut data = d.clone();
+        data[24..].fill(b'0');
+        assert!(!is_registration(
+            &data,
+            TOKEN,
+            Some(&key),
+            1,
+            Direction::Down
+        ));
+        // Without a key, the token; and nothing else.
+        let t = registration(TOKEN, None, 0, Direction::Up);
+        assert!(is_registration(&t, TOKEN, None, 0, Direction::Up));
+        assert!(!is_registration(&t, TOKEN, Some(&key), 0, Direction::Up));
+        assert!(!is_registration(
+            &t[..HEADER_LEN],
+            TOKEN,
+            None,
+            0,
+            Direction::Up
+        ));
     }
 
     #[test]

@@ -263,6 +263,8 @@ fn params_of(a: &PerfArgs) -> Result<(TestParams, Option<u32>), Failure> {
             None
         },
         data_tls: Some(a.tls),
+        // The engine's, for a far end that sends the first datagram.
+        udp_back_ports: Vec::new(),
     };
     Ok((params, local_cpu))
 }

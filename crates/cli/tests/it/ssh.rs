@@ -733,8 +733,8 @@ fn perf_over_ssh_with_no_server_running() {
         text(&o)
     );
 
-    // A UDP test cannot go where only the far end can open the way: said
-    // before any datagram is sent.
+    // UDP where the far end opened the way: it sends each stream's first
+    // datagram, both ways at once here.
     let o = s
         .longhaul()
         .args([
@@ -742,20 +742,44 @@ fn perf_over_ssh_with_no_server_running() {
             "-u",
             "-t",
             "1",
+            "--bidir",
+            "--json",
             "--connect-back",
-            "--remote-path",
-            BIN,
         ])
+        .args(["--remote-path", BIN])
         .arg(format!("{HOST}:"))
         .output()
         .unwrap();
-    assert!(!o.status.success(), "{}", text(&o));
-    let said = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "perf -u --connect-back: {}", text(&o));
+    udp_through(&o, 2, 1);
+}
+
+/// A UDP perf report (`--json`) of a test whose far end connected back:
+/// `directions` ways of `streams` streams, every one with datagrams
+/// received and counted, little lost.
+fn udp_through(o: &Output, directions: usize, streams: usize) {
+    let j: serde_json::Value =
+        serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{e}: {}", text(o)));
+    let sum = &j["summary"];
+    assert!(sum["error"].is_null(), "{}", text(o));
+    assert_eq!(sum["transport"], "udp", "{}", text(o));
+    assert_eq!(sum["connections"]["opened_by"], "far_end", "{}", text(o));
+    let dirs = sum["directions"].as_array().unwrap();
+    assert_eq!(dirs.len(), directions, "{}", text(o));
+    for d in dirs {
+        let sent = d["packets_sent"].as_u64().unwrap();
+        let received = d["packets_received"].as_u64().unwrap();
+        assert!(received > 0, "no datagram got through: {d}");
+        assert_eq!(sent, received + d["lost_packets"].as_u64().unwrap(), "{d}");
+    }
+    // 1 Mbit/s (the default rate) loses next to nothing, even on a busy host.
+    assert!(sum["lost_percent"].as_f64().unwrap() < 10.0, "{sum}");
+    let each = sum["streams"].as_array().unwrap();
+    assert_eq!(each.len(), directions * streams, "{sum}");
     assert!(
-        said.contains("a UDP test needs this client to reach the far end's UDP ports")
-            && said.contains("Test with TCP"),
-        "{}",
-        text(&o)
+        each.iter()
+            .all(|s| s["packets_received"].as_u64() > Some(0)),
+        "{sum}"
     );
 }
 
@@ -931,6 +955,44 @@ fn a_far_end_that_can_only_connect_out_connects_back_and_the_report_says_why() {
         "{}",
         text(&o)
     );
+}
+
+/// UDP perf to a far end whose firewall drops every new inbound datagram:
+/// it sends each stream's first datagram to this side, which answers
+/// through the hole that opened; one way and the other, several streams.
+#[test]
+fn udp_perf_to_a_far_end_that_can_only_connect_out_starts_its_streams_from_there() {
+    let Some(w) = Walled::up() else { return };
+    let Some(s) = common::sshd::sshd_in(Some(&w.ns), &w.far_ip) else {
+        return;
+    };
+    w.wall(sshd_port(&s));
+    for (more, directions, streams) in [(&["-P", "2"][..], 1, 2), (&["-R"][..], 1, 1)] {
+        let o = s
+            .longhaul()
+            .args([
+                "-v",
+                "perf",
+                "-u",
+                "-t",
+                "1",
+                "--json",
+                "--remote-path",
+                BIN,
+            ])
+            .args(more)
+            .arg(format!("{HOST}:"))
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "perf -u {more:?}: {}", text(&o));
+        udp_through(&o, directions, streams);
+        let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        let why = j["summary"]["connections"]["reason"].as_str().unwrap();
+        assert!(
+            why.contains(&format!("direct connection to {}:", w.far_ip)),
+            "{why}"
+        );
+    }
 }
 
 #[test]

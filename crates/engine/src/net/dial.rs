@@ -684,6 +684,7 @@ pub(crate) fn open_control_early<T>(
             host: String::new(),
             buffers: Default::default(),
             max_streams: None,
+            features: Vec::new(),
         },
     };
     // The TLS handshake added samples to the SYN's: one alone can be off

@@ -15,12 +15,12 @@ use longhaul_proto::databind::DataKey;
 use longhaul_proto::msg::*;
 use longhaul_proto::report::{PeerResults, Setup, SideSnapshot, Span, StreamSetup, Summary};
 use longhaul_proto::session::{ClientEvent, SessionError};
-use longhaul_proto::udp;
 
 use crate::net::dial::{
     host_key, lent_token, open_control, ClientOptions, Control, INTERRUPT_POLL,
 };
 use crate::net::sock::{self, Tuning};
+use crate::perf::register;
 use crate::perf::side::{End, ReadyStream, SideRun, Ticker};
 use crate::perf::workers::DataSocket;
 use crate::report::Reporter;
@@ -106,20 +106,7 @@ pub(crate) fn run_perf_over(
     opts: &ClientOptions,
     sink: &mut dyn Reporter,
 ) -> Result<Summary, EngineError> {
-    // A far end over ssh that connected back is behind a firewall that
-    // takes no new connection from here: no datagram of ours would reach
-    // its UDP ports either.
-    if params.transport == Transport::Udp {
-        if let Some(o) =
-            crate::net::back::Route::opened_at(ctl.peer).filter(|o| o.opened_by == "far_end")
-        {
-            return Err(EngineError::Usage(format!(
-                "a UDP test needs this client to reach the far end's UDP ports, but the far end on {} opened the connections itself ({}): its firewall takes nothing new from here. Test with TCP (without -u), or open its UDP ports to this host",
-                ctl.peer,
-                o.reason.unwrap_or_default()
-            )));
-        }
-    }
+    let back = udp_back(&ctl, params)?;
     let mut plan_warning = None;
     let sized;
     let params = if opts.auto_streams {
@@ -133,8 +120,20 @@ pub(crate) fn run_perf_over(
     } else {
         params
     };
+    // Sending first, the far end needs this side's ports before it starts.
+    let back_sockets = match back {
+        true => Some(bind_back(&ctl, params, opts)?),
+        false => None,
+    };
+    let request = TestParams {
+        udp_back_ports: match &back_sockets {
+            Some(b) => b.iter().map(|(_, port)| *port).collect(),
+            None => Vec::new(),
+        },
+        ..params.clone()
+    };
     ctl.session
-        .request_test(Instant::now(), params.clone(), Duration::from_secs(86_400));
+        .request_test(Instant::now(), request, Duration::from_secs(86_400));
     let accept = loop {
         if opts.interrupt.load(Ordering::Relaxed) {
             return Err(EngineError::Interrupted(
@@ -149,22 +148,17 @@ pub(crate) fn run_perf_over(
     };
 
     let binding = DataBinding::of(&ctl, params, &accept, target)?;
-    let mut streams = open_streams(&ctl, params, &accept, &binding, opts)?;
-    let mut ready = None;
-    let mut last_register = Instant::now() - Duration::from_secs(1);
-    while ready.is_none() {
-        if last_register.elapsed() >= Duration::from_millis(50) {
-            register_udp(&streams, &accept.token, binding.key.as_ref());
-            last_register = Instant::now();
-        }
-        match ctl.next_event(Duration::from_millis(50)) {
-            Ok(Some(ClientEvent::Ready(r))) => ready = Some(r),
-            Ok(_) => {}
-            // A server that refused a data stream said why on that stream.
-            Err(e) => return Err(data_refusal(&mut streams).unwrap_or(e)),
-        }
+    if back && binding.key.is_none() {
+        return Err(EngineError::Failed(format!(
+            "the far end {target} ({}) took a UDP test it sends first to but gave no data key to prove its datagrams with",
+            ctl.welcome.software
+        )));
     }
-    let ready = ready.expect("loop ends when set");
+    let mut streams = open_streams(&ctl, params, &accept, &binding, opts, back_sockets)?;
+    let ready = match back {
+        false => client_registers(&mut ctl, &mut streams, &accept, &binding)?,
+        true => far_end_registers(&mut ctl, &streams, &accept, &binding, opts)?,
+    };
 
     let local_setups: Vec<StreamSetup> = streams.iter().map(setup_of).collect();
     let caps = sock::buffer_caps();
@@ -507,14 +501,19 @@ impl DataBinding {
     }
 }
 
+/// The test's data streams: TCP ones joined, UDP ones addressed to the
+/// server's ports, or, where the far end sends first, the sockets
+/// `back` bound for it (connected once its datagrams arrive).
 fn open_streams(
     ctl: &Control,
     params: &TestParams,
     accept: &TestAccept,
     binding: &DataBinding,
     opts: &ClientOptions,
+    back: Option<Vec<(UdpSocket, u16)>>,
 ) -> Result<Vec<ReadyStream>, EngineError> {
     let mut out = Vec::new();
+    let mut back = back.map(Vec::into_iter);
     let keys = longhaul_proto::report::stream_keys(params);
     let tune = |s: &socket2::Socket, direction| {
         sock::apply_tcp(s, &tuning_for(params, End::Client.sends(direction)))
@@ -543,6 +542,13 @@ fn open_streams(
                         DataSocket::Tcp(Arc::new(tcp))
                     }
                 }
+            }
+            Transport::Udp if back.is_some() => {
+                let (u, _) = back
+                    .as_mut()
+                    .and_then(Iterator::next)
+                    .expect("one socket per key");
+                DataSocket::Udp(Arc::new(u))
             }
             Transport::Udp => {
                 let port = *accept.udp_ports.get(k).ok_or_else(|| {
@@ -578,6 +584,170 @@ fn open_streams(
     Ok(out)
 }
 
+/// Whether the far end sends the first UDP datagram of each stream: a UDP
+/// test to a far end over ssh that connected back, being behind a
+/// firewall that takes no new connection from here (nor any datagram of
+/// ours to its ports); an error if that far end cannot.
+fn udp_back(ctl: &Control, params: &TestParams) -> Result<bool, EngineError> {
+    if params.transport != Transport::Udp {
+        return Ok(false);
+    }
+    let Some(o) = crate::net::back::Route::opened_at(ctl.peer).filter(|o| o.opened_by == "far_end")
+    else {
+        return Ok(false);
+    };
+    if !ctl.welcome.can(FEATURE_UDP_BACK) {
+        return Err(EngineError::Usage(format!(
+            "the far end on {} opened the connections itself ({}), so its UDP streams must start from its side too, and its longhaul ({}) is too old to do that: install this version there (or pass --remote-path to one), test with TCP (without -u), or open its UDP ports to this host",
+            ctl.peer,
+            o.reason.unwrap_or_default(),
+            ctl.welcome.software
+        )));
+    }
+    Ok(true)
+}
+
+/// A UDP socket per (direction, stream) for the far end to send its first
+/// datagram to, on the control connection's local address (the far end
+/// reached it), not yet connected; and its port.
+fn bind_back(
+    ctl: &Control,
+    params: &TestParams,
+    opts: &ClientOptions,
+) -> Result<Vec<(UdpSocket, u16)>, EngineError> {
+    let local = ctl
+        .conn
+        .tcp()
+        .local_addr()
+        .map(|a| SocketAddr::new(a.ip(), 0))
+        .unwrap_or_else(|_| opts.local_for(ctl.peer));
+    longhaul_proto::report::stream_keys(params)
+        .into_iter()
+        .map(|_| {
+            let u = UdpSocket::bind(local).map_err(|e| {
+                EngineError::io(format!("failed to bind a UDP socket on {local}"), e)
+            })?;
+            if let Some(w) = params.window {
+                let r = socket2::SockRef::from(&u);
+                let _ = r.set_send_buffer_size(w as usize);
+                let _ = r.set_recv_buffer_size(w as usize);
+            }
+            u.set_nonblocking(true)
+                .map_err(|e| EngineError::io("failed to set up a UDP socket".into(), e))?;
+            let port = u
+                .local_addr()
+                .map_err(|e| EngineError::io("failed to read a UDP socket's port".into(), e))?
+                .port();
+            Ok((u, port))
+        })
+        .collect()
+}
+
+/// The client registers its UDP streams (`PROTOCOL.md` 8.2) until the
+/// server is ready; its TCP streams joined already.
+fn client_registers(
+    ctl: &mut Control,
+    streams: &mut [ReadyStream],
+    accept: &TestAccept,
+    binding: &DataBinding,
+) -> Result<Ready, EngineError> {
+    let mut last_register = Instant::now() - Duration::from_secs(1);
+    loop {
+        if last_register.elapsed() >= register::EVERY {
+            register_udp(streams, &accept.token, binding.key.as_ref());
+            last_register = Instant::now();
+        }
+        match ctl.next_event(register::EVERY) {
+            Ok(Some(ClientEvent::Ready(r))) => return Ok(r),
+            Ok(_) => {}
+            // A server that refused a data stream said why on that stream.
+            Err(e) => return Err(data_refusal(streams).unwrap_or(e)),
+        }
+    }
+}
+
+/// How long the far end's first datagrams may take to arrive, from its
+/// acceptance of the test.
+const BACK_WAIT: Duration = Duration::from_secs(10);
+
+/// The far end registers its UDP streams with this side (`PROTOCOL.md`
+/// 8.2.1): waits for its `Ready` and, on each socket, the first datagram
+/// from the far end's host that proves the socket's slot, and connects the
+/// socket to where it came from. What else arrives is dropped.
+fn far_end_registers(
+    ctl: &mut Control,
+    streams: &[ReadyStream],
+    accept: &TestAccept,
+    binding: &DataBinding,
+    opts: &ClientOptions,
+) -> Result<Ready, EngineError> {
+    let far = ctl.peer.ip();
+    let mut pending: Vec<&ReadyStream> = streams.iter().collect();
+    let mut strangers = register::Strangers::default();
+    let mut ready = None;
+    let until = Instant::now() + BACK_WAIT;
+    let missing = |pending: &[&ReadyStream], strangers: &register::Strangers, why: String| {
+        let ports: Vec<String> = pending
+            .iter()
+            .filter_map(|s| match &s.socket {
+                DataSocket::Udp(u) => u.local_addr().ok().map(|a| a.to_string()),
+                _ => None,
+            })
+            .collect();
+        EngineError::Failed(format!(
+            "no UDP datagram from the far end {far} reached {} ({why}; {} turned away from elsewhere, {} unproven): a firewall on this host or between drops UDP from there. Test with TCP (without -u), or let UDP from {far} in",
+            ports.join(", "),
+            strangers.elsewhere,
+            strangers.unproven
+        ))
+    };
+    while ready.is_none() || !pending.is_empty() {
+        if opts.interrupt.load(Ordering::Relaxed) {
+            return Err(EngineError::Interrupted(
+                "while the far end's UDP streams registered".into(),
+            ));
+        }
+        pending.retain(|s| {
+            let DataSocket::Udp(u) = &s.socket else {
+                return false;
+            };
+            let slot = register::Slot {
+                token: &accept.token,
+                key: binding.key.as_ref(),
+                stream: s.stream,
+                direction: s.direction,
+            };
+            register::take(u, far, &slot, &mut strangers).is_none()
+        });
+        if pending.is_empty() && ready.is_some() {
+            break;
+        }
+        if Instant::now() >= until {
+            return Err(missing(
+                &pending,
+                &strangers,
+                format!("within {} s", BACK_WAIT.as_secs()),
+            ));
+        }
+        match ctl.next_event(crate::CONTROL_TICK) {
+            Ok(Some(ClientEvent::Ready(r))) => ready = Some(r),
+            Ok(_) => {}
+            Err(e) if !pending.is_empty() => {
+                return Err(missing(&pending, &strangers, e.to_string()))
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    if strangers.elsewhere + strangers.unproven > 0 {
+        tracing::info!(
+            "the far end's UDP streams registered; {} datagrams from elsewhere and {} unproven were turned away",
+            strangers.elsewhere,
+            strangers.unproven
+        );
+    }
+    Ok(ready.expect("loop ends when set"))
+}
+
 /// A refusal the server wrote on a data stream instead of taking it.
 fn data_refusal(streams: &mut [ReadyStream]) -> Option<EngineError> {
     streams.iter_mut().find_map(|s| {
@@ -606,21 +776,13 @@ fn register_udp(streams: &[ReadyStream], token: &str, key: Option<&DataKey>) {
         let DataSocket::Udp(u) = &s.socket else {
             continue;
         };
-        let payload = match key {
-            Some(k) => k.proof(token, Transport::Udp, s.stream, s.direction),
-            None => token.to_string(),
-        };
-        let mut d = vec![0u8; udp::HEADER_LEN + payload.len()];
-        udp::Header {
-            tag: udp::tag_of(token),
+        register::Slot {
+            token,
+            key,
             stream: s.stream,
-            flags: udp::FLAG_REGISTER,
-            seq: 0,
-            send_ns: 0,
+            direction: s.direction,
         }
-        .write(&mut d);
-        d[udp::HEADER_LEN..].copy_from_slice(payload.as_bytes());
-        let _ = u.send(&d);
+        .send(u);
     }
 }
 

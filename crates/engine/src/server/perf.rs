@@ -1,6 +1,7 @@
 //! The server's side of a perf test: the test a control connection owns,
 //! its data streams joining (TCP by token or by a proof of the test's data
-//! key, UDP by registration), and the caps an anonymous test is held to.
+//! key, UDP by registration, the client's or, `udp_back_ports`, this
+//! side's), and the caps an anonymous test is held to.
 
 use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::os::fd::AsFd;
@@ -13,7 +14,6 @@ use longhaul_proto::databind::DataKey;
 use longhaul_proto::msg::*;
 use longhaul_proto::report::{stream_keys, PeerResults, SideInterval, StreamSetup};
 use longhaul_proto::session::ServerSession;
-use longhaul_proto::udp;
 use longhaul_proto::units::escaped;
 
 use super::slots::{join_by_proof, register, TestGuard};
@@ -21,6 +21,7 @@ use super::{auth, peer_ip, refuse_on, Attach, ServeConfig, Shared};
 use crate::net::conn::FramedConn;
 use crate::net::sock;
 use crate::perf::client::tuning_for;
+use crate::perf::register::{self, Slot, Strangers};
 use crate::perf::side::{End, ReadyStream, SideRun, Tick, Ticker};
 use crate::perf::workers::DataSocket;
 
@@ -44,8 +45,13 @@ pub(super) struct Test {
     /// The control connection's address: UDP streams register from there
     /// or not at all.
     peer: Option<IpAddr>,
-    /// Registrations ignored because they came from elsewhere.
-    strangers: u64,
+    /// Datagrams turned away while the UDP streams registered.
+    strangers: Strangers,
+    /// This side sends the UDP registrations, to the client's ports
+    /// (`udp_back_ports`), until the test starts.
+    back: bool,
+    /// When it last sent them.
+    registered_at: Option<Instant>,
     _guard: TestGuard,
 }
 
@@ -66,6 +72,18 @@ impl Test {
     pub(super) fn poll(&mut self, session: &mut ServerSession, peer: &str, now: Instant) -> Step {
         let t = self;
         attach_streams(t);
+        if t.back && t.registered_at.is_none_or(|at| now >= at + register::EVERY) {
+            t.registered_at = Some(now);
+            for (direction, stream, u, _) in &t.udp {
+                Slot {
+                    token: &t.token,
+                    key: t.data_key.as_ref(),
+                    stream: *stream,
+                    direction: *direction,
+                }
+                .send(u);
+            }
+        }
         let all_in =
             t.tcp.len() + t.udp.len() == stream_keys(&t.params).len() && t.udp.iter().all(|u| u.3);
         if !t.ready && all_in {
@@ -189,9 +207,21 @@ pub(super) fn new_test(
     if shared.cfg.perf_tls_only {
         tls_only(&p, conn.is_tls()).map_err(|m| (RefuseCode::TlsRequired, m))?;
     }
-    let data_key = match p.data_tls {
-        Some(_) => Some(new_data_key().map_err(|m| (RefuseCode::ServerError, m))?),
-        None => None,
+    // The client takes this side's UDP registrations by the data key's proofs.
+    let back = p.transport == Transport::Udp && !p.udp_back_ports.is_empty();
+    let data_key = match p.data_tls.is_some() || back {
+        true => Some(new_data_key().map_err(|m| (RefuseCode::ServerError, m))?),
+        false => None,
+    };
+    let peer = peer_ip(conn);
+    let back_to = match (back, peer) {
+        (true, None) => {
+            return Err((
+                RefuseCode::ServerError,
+                "cannot tell the control connection's peer address to send UDP to".into(),
+            ))
+        }
+        (_, peer) => peer.filter(|_| back),
     };
     let p = &p;
     let (guard, rx) = register(shared, conn, access)?;
@@ -207,7 +237,7 @@ pub(super) fn new_test(
             .local_addr()
             .map_err(|e| (RefuseCode::ServerError, e.to_string()))?
             .ip();
-        for (d, i) in stream_keys(p) {
+        for (k, (d, i)) in stream_keys(p).into_iter().enumerate() {
             let u = UdpSocket::bind(SocketAddr::new(local_ip, 0)).map_err(|e| {
                 (
                     RefuseCode::ServerError,
@@ -226,7 +256,18 @@ pub(super) fn new_test(
                     .map_err(|e| (RefuseCode::ServerError, e.to_string()))?
                     .port(),
             );
-            udp_sockets.push((d, i, u, false));
+            // Sending first, to the client's port: registered as it is.
+            if let (Some(ip), Some(&port)) = (back_to, p.udp_back_ports.get(k)) {
+                u.connect(SocketAddr::new(ip, port)).map_err(|e| {
+                    (
+                        RefuseCode::ServerError,
+                        format!("failed to address UDP port {port} of {ip}: {e}"),
+                    )
+                })?;
+                u.set_nonblocking(false)
+                    .map_err(|e| (RefuseCode::ServerError, e.to_string()))?;
+            }
+            udp_sockets.push((d, i, u, back_to.is_some()));
         }
     }
     let test_id = shared.next_test.fetch_add(1, Ordering::SeqCst);
@@ -243,8 +284,10 @@ pub(super) fn new_test(
             active: None,
             ticker: None,
             baseline: None,
-            peer: peer_ip(conn),
-            strangers: 0,
+            peer,
+            strangers: Strangers::default(),
+            back,
+            registered_at: None,
             _guard: guard,
         },
         TestAccept {
@@ -369,38 +412,20 @@ fn attach_streams(t: &mut Test) {
             io,
         });
     }
-    let tag = udp::tag_of(&t.token);
-    let mut buf = [0u8; 128];
-    let peer = t.peer.map(|ip| ip.to_canonical());
+    let Some(peer) = t.peer else { return };
+    if t.back {
+        return;
+    }
     for (direction, stream, u, registered) in t.udp.iter_mut().filter(|u| !u.3) {
-        // The test's token, or where it has a data key the slot's proof.
-        let payload_ok = |p: &[u8]| match &t.data_key {
-            Some(k) => std::str::from_utf8(p)
-                .is_ok_and(|p| k.verify(&t.token, Transport::Udp, *stream, *direction, p)),
-            None => p == t.token.as_bytes(),
+        let slot = Slot {
+            token: &t.token,
+            key: t.data_key.as_ref(),
+            stream: *stream,
+            direction: *direction,
         };
-        while let Ok((n, from)) = u.recv_from(&mut buf) {
-            // Only the control connection's host may register: data sent
-            // anywhere else would make this server a reflector.
-            if Some(from.ip().to_canonical()) != peer {
-                t.strangers += 1;
-                if t.strangers == 1 {
-                    tracing::warn!(
-                        "ignoring a UDP registration from {from}: the test's control connection is from {}",
-                        t.peer.map_or_else(|| "an unknown address".into(), |p| p.to_string())
-                    );
-                }
-                continue;
-            }
-            let ok = udp::Header::read(&buf[..n])
-                .is_some_and(|h| h.tag == tag && h.flags & udp::FLAG_REGISTER != 0)
-                && payload_ok(&buf[udp::HEADER_LEN.min(n)..n]);
-            if ok && u.connect(from).is_ok() {
-                let _ = u.set_nonblocking(false);
-                *registered = true;
-                break;
-            }
-        }
+        // Only the control connection's host may register: data sent
+        // anywhere else would make this server a reflector.
+        *registered = register::take(u, peer, &slot, &mut t.strangers).is_some();
     }
 }
 
