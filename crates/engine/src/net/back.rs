@@ -291,6 +291,11 @@ pub struct Route {
     ask: Ask,
     /// What the far end last said about connecting back, for errors.
     heard: Heard,
+    /// Only for the connections of the [`ClientOptions`] that carry it
+    /// (not in the process's table): see [`Route::scoped`].
+    ///
+    /// [`ClientOptions`]: super::dial::ClientOptions
+    scoped: bool,
 }
 
 impl std::fmt::Debug for Route {
@@ -340,9 +345,46 @@ impl Route {
             listener: Mutex::new(None),
             ask,
             heard,
+            scoped: false,
         });
         alias(target, &r);
         r
+    }
+
+    /// A route that connects back from the start (`why`), for the
+    /// connections of one set of client options only
+    /// (`ClientOptions::back`): a source server's copy into a destination
+    /// that can only connect out (PROTOCOL.md 13.9), where `ask` relays
+    /// each request to the ordering client. Nothing else this process
+    /// dials (another client's copy to the same address) goes this way.
+    pub fn scoped(target: SocketAddr, why: String, listen: SocketAddr, ask: Ask) -> Arc<Route> {
+        Arc::new(Route {
+            target,
+            way: Mutex::new(Way::Back(why)),
+            listen,
+            listener: Mutex::new(None),
+            ask,
+            heard: Box::new(|| None),
+            scoped: true,
+        })
+    }
+
+    /// Whether the far end opens the connections (it connects back).
+    pub fn is_back(&self) -> bool {
+        self.opened().is_some_and(|o| o.opened_by == "far_end")
+    }
+
+    /// Asks the far end (over its ssh channel) to connect to `to` with
+    /// `ticket`: a request another process made (a third-party copy's
+    /// source), relayed. Only a well-formed request is written.
+    pub fn relay(&self, to: SocketAddr, ticket: &str) -> Result<(), EngineError> {
+        let line = request_line(to, ticket);
+        if parse_request(&line).is_none() {
+            return Err(EngineError::Failed(format!(
+                "a request to connect back to {to} that is not one (no port, or no ticket)"
+            )));
+        }
+        (self.ask)(&line)
     }
 
     /// Which side opened the connections to `addr` so far, and why: None
@@ -448,7 +490,7 @@ impl Route {
                 )),
             })?;
         if let Ok(peer) = s.peer_addr() {
-            if peer != self.target && route_for(peer).is_none() {
+            if !self.scoped && peer != self.target && route_for(peer).is_none() {
                 alias(peer, self);
             }
         }
