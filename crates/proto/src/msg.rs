@@ -648,12 +648,10 @@ mod tests {
                     addr: "192.0.2.1".into(),
                 }),
             })),
-            Message::CopyRelay(CopyRelay::ConnectBack(
-                crate::xfer::copy::CopyConnectBack {
-                    addr: "192.0.2.1:41234".into(),
-                    ticket: "lh1b_AAAA".into(),
-                },
-            )),
+            Message::CopyRelay(CopyRelay::ConnectBack(crate::xfer::copy::CopyConnectBack {
+                addr: "192.0.2.1:41234".into(),
+                ticket: "lh1b_AAAA".into(),
+            })),
             Message::CopyRelay(CopyRelay::Progress(crate::xfer::copy::CopyProgress {
                 bytes: 5,
                 files: 1,

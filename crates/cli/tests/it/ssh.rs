@@ -1379,8 +1379,14 @@ fn a_third_party_copy_into_a_far_end_that_can_only_connect_out_has_it_connect_ba
     // And the data did not pass through the client.
     let total = (8u64 << 20) + (3 << 20);
     let control = j["third_party"]["control_bytes"].as_u64().unwrap();
-    assert!(control > 0 && control < total / 50, "control {control} of {total}");
-    assert!(most < total / 10, "the client moved {most} of {total} bytes");
+    assert!(
+        control > 0 && control < total / 50,
+        "control {control} of {total}"
+    );
+    assert!(
+        most < total / 10,
+        "the client moved {most} of {total} bytes"
+    );
 }
 
 #[test]
@@ -1453,7 +1459,10 @@ fn attacker_a_stranger_at_the_sources_connect_back_listener_is_closed_and_no_tic
     // The listener lived only while the order ran.
     let until = Instant::now() + Duration::from_secs(10);
     while TcpStream::connect_timeout(&listener, Duration::from_secs(1)).is_ok() {
-        assert!(Instant::now() < until, "the source still listens at {listener}");
+        assert!(
+            Instant::now() < until,
+            "the source still listens at {listener}"
+        );
         std::thread::sleep(Duration::from_millis(100));
     }
 }

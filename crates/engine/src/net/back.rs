@@ -535,6 +535,42 @@ mod tests {
         );
     }
 
+    /// A source server's route for one copy (`Route::scoped`) is in no
+    /// process-wide table: another copy's dial to the same address, or to
+    /// where a connection back came from, never takes it. Its requests go
+    /// to its `ask` (here the far end's part runs them), and its listener
+    /// closes with it.
+    #[test]
+    fn attacker_a_scoped_route_is_its_copys_only_and_closes_with_it() {
+        let target: SocketAddr = "198.18.0.9:4000".parse().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel::<String>();
+        let r = Route::scoped(
+            target,
+            "asked".into(),
+            "127.0.0.1:0".parse().unwrap(),
+            Box::new(move |l: &str| {
+                tx.send(l.to_string())
+                    .map_err(|_| EngineError::Failed("gone".into()))
+            }),
+        );
+        assert!(route_for(target).is_none());
+        let far = std::thread::spawn(move || {
+            let (to, t) = parse_request(&rx.recv().unwrap()).unwrap();
+            (to, dial_back(to, &t, Duration::from_secs(5)).unwrap())
+        });
+        let s = r.connect(Duration::from_secs(5), &|_| Ok(())).unwrap();
+        let (to, _far) = far.join().unwrap();
+        assert!(r.is_back());
+        assert!(route_for(s.peer_addr().unwrap()).is_none());
+        assert!(route_for(target).is_none());
+        drop(r);
+        let until = std::time::Instant::now() + Duration::from_secs(5);
+        while TcpStream::connect(to).is_ok() {
+            assert!(std::time::Instant::now() < until, "still listening at {to}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
     /// The attacker: a stranger who connects to the listener first,
     /// without a ticket, with a wrong one, or with one already spent,
     /// gets a closed connection; the far end's own connection (the right

@@ -193,7 +193,7 @@ pub fn third_party_cp(
                 Some(at) => Opened {
                     opened_by: "dest".into(),
                     reason: Some(format!(
-                        "the destination can only connect out (this client reached it so too); it connected back to the source at {at}"
+                        "the destination connected back to the source at {at}, as it did to this client"
                     )),
                 },
                 None => Opened {
@@ -335,7 +335,7 @@ fn run_order(
                 // Only to the address the order named, only as many as a
                 // copy may open: a source cannot have the destination
                 // dial anywhere else.
-                let to = c.addr.parse::<SocketAddr>().ok().filter(|to| to.ip() == listen);
+                let to = relayed_to(&c.addr, listen);
                 let (Some(route), Some(to)) = (&walled, to) else {
                     return Err(EngineError::Failed(format!(
                         "{host} asked for a connection back that this client did not order (to {})",
@@ -374,6 +374,15 @@ fn run_order(
         }
     };
     Ok((report, bytes_of(&a), back_to))
+}
+
+/// Where a source's relayed request to connect back sends the
+/// destination, if this client may write it there: the IP the order named
+/// (where this client reached the source), and a port.
+fn relayed_to(addr: &str, named: std::net::IpAddr) -> Option<SocketAddr> {
+    addr.parse::<SocketAddr>()
+        .ok()
+        .filter(|to| to.ip() == named && to.port() != 0)
 }
 
 /// Orders the source `host` to run `order` and waits for its report (for
@@ -467,6 +476,28 @@ fn at(end: &str, host: &str, e: EngineError) -> EngineError {
 mod tests {
     use super::*;
     use longhaul_proto::xfer::Failure;
+
+    /// The attacker is the source: a request to connect back is written
+    /// to the destination only for the address the order named.
+    #[test]
+    fn attacker_a_source_cannot_send_the_destination_elsewhere() {
+        let named: std::net::IpAddr = "198.51.100.4".parse().unwrap();
+        assert_eq!(
+            relayed_to("198.51.100.4:41234", named),
+            Some("198.51.100.4:41234".parse().unwrap())
+        );
+        for other in [
+            "198.51.100.5:41234",
+            "10.0.0.1:22",
+            "198.51.100.4:0",
+            "198.51.100.4",
+            "[::1]:41234",
+            "internal.example:80",
+            "198.51.100.4:41234 lh1b_x",
+        ] {
+            assert_eq!(relayed_to(other, named), None, "{other}");
+        }
+    }
 
     /// Every field of the report is the summary's field of the same name,
     /// and comes back as it went.
