@@ -1466,3 +1466,56 @@ fn attacker_a_stranger_at_the_sources_connect_back_listener_is_closed_and_no_tic
         std::thread::sleep(Duration::from_millis(100));
     }
 }
+
+#[test]
+fn a_third_party_copy_into_a_walled_far_end_that_cannot_reach_the_source_says_what_to_do_instead() {
+    let Some(w) = Walled::up() else { return };
+    let Some(s) = common::sshd::sshd_in(Some(&w.ns), &w.far_ip) else {
+        return;
+    };
+    w.wall(sshd_port(&s));
+    let work = tempfile::tempdir().unwrap();
+    let (ra, far) = (work.path().join("a"), work.path().join("far"));
+    std::fs::create_dir(&ra).unwrap();
+    std::fs::create_dir(&far).unwrap();
+    std::fs::write(ra.join("f.bin"), pattern(21, 1 << 20)).unwrap();
+    // The source: a server on this side's loopback, out of the far end's
+    // reach, which gives up on a destination that did not connect back
+    // after 2 s.
+    let a = common::xfer::spawn_server(longhaul_engine::server::ServeConfig {
+        third_party_copies: true,
+        limits: longhaul_proto::session::Limits {
+            handshake_timeout: Duration::from_secs(2),
+            ..Default::default()
+        },
+        ..common::xfer::data_config(&ra, &work.path().join("state"), false)
+    });
+    let o = s
+        .longhaul()
+        .env("LONGHAUL_TOKEN", common::TOKEN)
+        .env("LONGHAUL_TRUST", common::fingerprint())
+        .args([
+            "cp",
+            "--retries",
+            "0",
+            "--connect-back",
+            "--remote-path",
+            BIN,
+        ])
+        .arg(common::xfer::remote(a.addr(), "f.bin"))
+        .arg(format!("{HOST}:{}/", far.display()))
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    a.shutdown();
+    assert!(!o.status.success(), "{}", text(&o));
+    let said = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        said.contains("it was to connect back to this source at 127.0.0.1")
+            && said.contains("takes no new connection (it connected back to this client)")
+            && said.contains("copy in two steps through this host"),
+        "{}",
+        text(&o)
+    );
+    assert!(!far.join("f.bin").exists());
+}
