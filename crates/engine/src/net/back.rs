@@ -479,7 +479,12 @@ impl Route {
     ) -> Result<TcpStream, EngineError> {
         let listener = self.listener()?;
         let ticket = fresh_ticket()?;
-        let wait = (timeout * 2).max(Duration::from_secs(10));
+        // A source's copy (scoped) waits no longer than its check may
+        // take, so that its listener does not outlive the order.
+        let wait = match self.scoped {
+            true => timeout * 2,
+            false => (timeout * 2).max(Duration::from_secs(10)),
+        };
         let s = listener
             .expect(&ticket, wait, || (self.ask)(&request_line(listener.addr(), &ticket)))
             .map_err(|e| match (self.heard)() {
