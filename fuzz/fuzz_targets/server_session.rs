@@ -298,6 +298,7 @@ fuzz_target!(|input: Input| {
                     dest,
                     dest_dir: false,
                     options: Default::default(),
+                    connect_back: None,
                 },
             ))),
             Op::Start => Some(Message::Start(Start {})),

@@ -219,6 +219,7 @@ pub enum CopyRelay {
     Done(Box<xfer::copy::CopyReport>),
     Failed(Refuse),
     Landed(xfer::copy::CopyLanded),
+    ConnectBack(xfer::copy::CopyConnectBack),
 }
 
 /// Server to client, in place of an answer to a test, transfer or probe
@@ -676,6 +677,13 @@ mod tests {
                     streams: Some(4),
                     ..Default::default()
                 },
+                connect_back: Some(crate::xfer::copy::ConnectBackOrder {
+                    addr: "192.0.2.1".into(),
+                }),
+            })),
+            Message::CopyRelay(CopyRelay::ConnectBack(crate::xfer::copy::CopyConnectBack {
+                addr: "192.0.2.1:41234".into(),
+                ticket: "lh1b_AAAA".into(),
             })),
             Message::CopyRelay(CopyRelay::Progress(crate::xfer::copy::CopyProgress {
                 bytes: 5,

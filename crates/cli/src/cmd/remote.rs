@@ -639,9 +639,8 @@ pub fn explain(far: &FarEnd, e: longhaul_engine::EngineError) -> Failure {
 
 /// A failed third-party copy (`from`: the source's far end, `to`: the
 /// destination's, each when over ssh): when the destination's far end
-/// could only be reached by connecting back, the source, which dials the
-/// destination, most likely could not reach it either; say so and what
-/// to run instead.
+/// could only be reached by connecting back, it was to connect back to
+/// the source too; say what that needs, and what to run instead.
 pub fn explain_third_party(
     from: Option<&FarEnd>,
     to: Option<&FarEnd>,
@@ -654,8 +653,8 @@ pub fn explain_third_party(
     };
     if let Some(to) = walled {
         f.message = format!(
-            "{}; the destination's far end on {} takes no new connection (it connected back to this client), and in a third-party copy the source connects to the destination: copy in two steps through this host (`longhaul cp -r SRC... LOCAL`, then `longhaul cp -r LOCAL {}:PATH`), or run the copy on the destination's host, pulling from the source",
-            f.message, to.dest, to.dest
+            "{}; the destination's far end on {} takes no new connection (it connected back to this client), so it was to connect back to the source, at the address this client reached the source at: that needs a source of longhaul {} or later, reachable from {}; else copy in two steps through this host (`longhaul cp -r SRC... LOCAL`, then `longhaul cp -r LOCAL {}:PATH`), or run the copy on the destination's host, pulling from the source",
+            f.message, to.dest, env!("CARGO_PKG_VERSION"), to.dest, to.dest
         );
     }
     f

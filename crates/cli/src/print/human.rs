@@ -951,6 +951,17 @@ fn print_transfer(s: &CpSummary, dry_run: bool) {
             o.reason.as_deref().unwrap_or("connect-back")
         );
     }
+    if let Some(o) = s
+        .third_party
+        .as_ref()
+        .and_then(|t| t.data_connections.as_ref())
+        .filter(|o| o.opened_by == "dest")
+    {
+        outln!(
+            "data connections: opened by the destination ({})",
+            o.reason.as_deref().unwrap_or("connect-back")
+        );
+    }
     for p in &s.paths {
         outln!(
             "path {} -> {}: {} stream(s), {}",

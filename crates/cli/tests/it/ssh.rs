@@ -1340,8 +1340,202 @@ fn a_fleets_ranks_push_to_a_host_over_ssh_each_through_its_own_far_end() {
     );
 }
 
+/// The source of a third-party copy into a walled far end: a server on
+/// this side's end of the veth (which the far end reaches by connecting
+/// out), exporting `root` as `data`, taking part in third-party copies.
+fn source_near(w: &Walled, root: &Path, state: &Path) -> longhaul_engine::server::ServerHandle {
+    longhaul_engine::server::Server::bind(
+        &[std::net::SocketAddr::new(w.near_ip.parse().unwrap(), 0)],
+        longhaul_engine::server::ServeConfig {
+            third_party_copies: true,
+            ..common::xfer::data_config(root, state, false)
+        },
+    )
+    .unwrap()
+    .spawn()
+}
+
+/// A walled far end over ssh, a source server near it, and `a/tree` (the
+/// ssh tree and `big.bin`, `big` bytes) to copy; None: SKIP.
+fn walled_copy(
+    big: usize,
+) -> Option<(
+    Walled,
+    Sshd,
+    tempfile::TempDir,
+    longhaul_engine::server::ServerHandle,
+)> {
+    let w = Walled::up()?;
+    let s = common::sshd::sshd_in(Some(&w.ns), &w.far_ip)?;
+    w.wall(sshd_port(&s));
+    let work = tempfile::tempdir().unwrap();
+    let ra = work.path().join("a");
+    write_tree(&ra.join("tree"));
+    std::fs::write(ra.join("tree/big.bin"), pattern(21, big)).unwrap();
+    std::fs::create_dir(work.path().join("far")).unwrap();
+    let a = source_near(&w, &ra, &work.path().join("state"));
+    Some((w, s, work, a))
+}
+
+/// `cp -r SERVER:tree WALLED:far/` from the ordering client, which trusts
+/// the source and holds its token.
+fn order_into_walled(
+    s: &Sshd,
+    a: &longhaul_engine::server::ServerHandle,
+    work: &Path,
+    more: &[&str],
+) -> std::process::Command {
+    let mut c = s.longhaul();
+    c.env("LONGHAUL_TOKEN", common::TOKEN)
+        .env("LONGHAUL_TRUST", common::fingerprint())
+        .args(["-v", "cp", "-r", "--json", "--verify", "--retries", "0"])
+        .args(["--remote-path", BIN])
+        .args(more)
+        .arg(common::xfer::remote(a.addr(), "tree"))
+        .arg(format!("{HOST}:{}/", work.join("far").display()))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    c
+}
+
 #[test]
-fn a_third_party_copy_to_a_far_end_that_can_only_connect_out_says_what_to_do_instead() {
+fn a_third_party_copy_into_a_far_end_that_can_only_connect_out_has_it_connect_back_to_the_source() {
+    let Some((w, s, work, a)) = walled_copy(8 << 20) else {
+        return;
+    };
+    let mut child = order_into_walled(&s, &a, work.path(), &[]).spawn().unwrap();
+    // The most the client moved through its calls, sampled as it runs.
+    let pid = child.id();
+    let io = || {
+        let io = std::fs::read_to_string(format!("/proc/{pid}/io")).ok()?;
+        let field = |name: &str| {
+            io.lines()
+                .find_map(|l| l.strip_prefix(name))
+                .and_then(|v| v.trim().parse::<u64>().ok())
+        };
+        Some(field("rchar:")? + field("wchar:")?)
+    };
+    let mut most = 0u64;
+    let until = Instant::now() + Duration::from_secs(120);
+    while child.try_wait().unwrap().is_none() && Instant::now() < until {
+        most = most.max(io().unwrap_or(0));
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let o = child.wait_with_output().unwrap();
+    a.shutdown();
+    assert!(o.status.success(), "{}", text(&o));
+    let (src, dst) = (work.path().join("a/tree"), work.path().join("far/tree"));
+    same_tree(&src, &dst);
+    assert_eq!(
+        std::fs::read(src.join("big.bin")).unwrap(),
+        std::fs::read(dst.join("big.bin")).unwrap()
+    );
+    let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(j["verified"], true, "{}", text(&o));
+    // The client reached the far end by its connecting back, and so did
+    // the source: the report says both.
+    assert_eq!(j["connections"]["opened_by"], "far_end", "{}", text(&o));
+    let data = &j["third_party"]["data_connections"];
+    assert_eq!(data["opened_by"], "dest", "{}", text(&o));
+    let why = data["reason"].as_str().unwrap();
+    assert!(
+        why.contains(&format!("connected back to the source at {}:", w.near_ip)),
+        "{why}"
+    );
+    // And the data did not pass through the client.
+    let total = (8u64 << 20) + (3 << 20);
+    let control = j["third_party"]["control_bytes"].as_u64().unwrap();
+    assert!(
+        control > 0 && control < total / 50,
+        "control {control} of {total}"
+    );
+    assert!(
+        most < total / 10,
+        "the client moved {most} of {total} bytes"
+    );
+}
+
+#[test]
+fn attacker_a_stranger_at_the_sources_connect_back_listener_is_closed_and_no_ticket_shows() {
+    let Some((w, s, work, a)) = walled_copy(8 << 20) else {
+        return;
+    };
+    let mut c = order_into_walled(&s, &a, work.path(), &["--rate", "20mbit"])
+        .spawn()
+        .unwrap();
+    let lines = lines_of(c.stderr.take().unwrap());
+    let mut seen = String::new();
+    let listener = loop {
+        let l = lines
+            .recv_timeout(Duration::from_secs(60))
+            .unwrap_or_else(|_| panic!("no connect-back to the source; the client said:\n{seen}"));
+        seen.push_str(&l);
+        seen.push('\n');
+        if let Some(at) = l.find("has the destination connect back to it at ") {
+            let addr = l[at + 42..].split_whitespace().next().unwrap();
+            break addr.parse::<std::net::SocketAddr>().unwrap();
+        }
+    };
+    assert_eq!(listener.ip().to_string(), w.near_ip);
+    // Strangers at the source's listener: one with a ticket of the right
+    // form, one speaking TLS at once; each is closed without a byte.
+    for first in [
+        format!("lh1b_{}", "A".repeat(43)).into_bytes(),
+        b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03".repeat(5),
+    ] {
+        let mut t = TcpStream::connect_timeout(&listener, Duration::from_secs(5)).unwrap();
+        t.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let _ = t.write_all(&first);
+        let mut b = [0u8; 64];
+        assert!(
+            !matches!(t.read(&mut b), Ok(n) if n > 0),
+            "the source's connect-back listener answered a stranger"
+        );
+    }
+    // No ticket in any process's command line or environment meanwhile.
+    let ticket = longhaul_engine::net::back::TICKET_PREFIX.as_bytes();
+    while c.try_wait().unwrap().is_none() {
+        for (what, b) in all_cmdlines_and_environs() {
+            assert!(!contains(&b, ticket), "a ticket in {what}");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let mut out = Vec::new();
+    c.stdout.take().unwrap().read_to_end(&mut out).unwrap();
+    let status = c.wait().unwrap();
+    for l in lines.iter() {
+        seen.push_str(&l);
+        seen.push('\n');
+    }
+    a.shutdown();
+    assert!(status.success(), "cp: {seen}");
+    let j: serde_json::Value = serde_json::from_slice(&out).unwrap();
+    assert_eq!(j["verified"], true, "{seen}");
+    assert_eq!(j["third_party"]["data_connections"]["opened_by"], "dest");
+    assert_eq!(
+        std::fs::read(work.path().join("a/tree/big.bin")).unwrap(),
+        std::fs::read(work.path().join("far/tree/big.bin")).unwrap()
+    );
+    // The relayed tickets went only through TLS and the ssh channel: not
+    // in the client's output or its log.
+    assert!(
+        !contains(&out, ticket) && !seen.contains("lh1b_"),
+        "a ticket shown:\n{seen}"
+    );
+    // The listener lived only while the order ran.
+    let until = Instant::now() + Duration::from_secs(10);
+    while TcpStream::connect_timeout(&listener, Duration::from_secs(1)).is_ok() {
+        assert!(
+            Instant::now() < until,
+            "the source still listens at {listener}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn a_third_party_copy_into_a_walled_far_end_that_cannot_reach_the_source_says_what_to_do_instead() {
     let Some(w) = Walled::up() else { return };
     let Some(s) = common::sshd::sshd_in(Some(&w.ns), &w.far_ip) else {
         return;
@@ -1352,8 +1546,9 @@ fn a_third_party_copy_to_a_far_end_that_can_only_connect_out_says_what_to_do_ins
     std::fs::create_dir(&ra).unwrap();
     std::fs::create_dir(&far).unwrap();
     std::fs::write(ra.join("f.bin"), pattern(21, 1 << 20)).unwrap();
-    // The source: a server here, which takes part in third-party copies
-    // and gives up on a silent destination after 2 s.
+    // The source: a server on this side's loopback, out of the far end's
+    // reach, which gives up on a destination that did not connect back
+    // after 2 s.
     let a = common::xfer::spawn_server(longhaul_engine::server::ServeConfig {
         third_party_copies: true,
         limits: longhaul_proto::session::Limits {
@@ -1383,7 +1578,8 @@ fn a_third_party_copy_to_a_far_end_that_can_only_connect_out_says_what_to_do_ins
     assert!(!o.status.success(), "{}", text(&o));
     let said = String::from_utf8_lossy(&o.stderr);
     assert!(
-        said.contains("takes no new connection (it connected back to this client)")
+        said.contains("it was to connect back to this source at 127.0.0.1")
+            && said.contains("takes no new connection (it connected back to this client)")
             && said.contains("copy in two steps through this host"),
         "{}",
         text(&o)

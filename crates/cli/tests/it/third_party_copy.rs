@@ -302,6 +302,7 @@ fn attacker_a_source_ordered_to_a_port_that_is_not_longhaul_says_one_thing() {
                 dest: String::new(),
                 dest_dir: true,
                 options: Default::default(),
+                connect_back: None,
             },
         )
         .expect_err("no copy");
@@ -332,6 +333,7 @@ fn attacker_a_source_ordered_to_a_port_that_is_not_longhaul_says_one_thing() {
                 dest: String::new(),
                 dest_dir: true,
                 options: Default::default(),
+                connect_back: None,
             },
         )
         .expect_err("no copy");

@@ -291,6 +291,11 @@ pub struct Route {
     ask: Ask,
     /// What the far end last said about connecting back, for errors.
     heard: Heard,
+    /// Only for the connections of the [`ClientOptions`] that carry it
+    /// (not in the process's table): see [`Route::scoped`].
+    ///
+    /// [`ClientOptions`]: super::dial::ClientOptions
+    scoped: bool,
 }
 
 impl std::fmt::Debug for Route {
@@ -340,9 +345,46 @@ impl Route {
             listener: Mutex::new(None),
             ask,
             heard,
+            scoped: false,
         });
         alias(target, &r);
         r
+    }
+
+    /// A route that connects back from the start (`why`), for the
+    /// connections of one set of client options only
+    /// (`ClientOptions::back`): a source server's copy into a destination
+    /// that can only connect out (PROTOCOL.md 13.9), where `ask` relays
+    /// each request to the ordering client. Nothing else this process
+    /// dials (another client's copy to the same address) goes this way.
+    pub fn scoped(target: SocketAddr, why: String, listen: SocketAddr, ask: Ask) -> Arc<Route> {
+        Arc::new(Route {
+            target,
+            way: Mutex::new(Way::Back(why)),
+            listen,
+            listener: Mutex::new(None),
+            ask,
+            heard: Box::new(|| None),
+            scoped: true,
+        })
+    }
+
+    /// Whether the far end opens the connections (it connects back).
+    pub fn is_back(&self) -> bool {
+        self.opened().is_some_and(|o| o.opened_by == "far_end")
+    }
+
+    /// Asks the far end (over its ssh channel) to connect to `to` with
+    /// `ticket`: a request another process made (a third-party copy's
+    /// source), relayed. Only a well-formed request is written.
+    pub fn relay(&self, to: SocketAddr, ticket: &str) -> Result<(), EngineError> {
+        let line = request_line(to, ticket);
+        if parse_request(&line).is_none() {
+            return Err(EngineError::Failed(format!(
+                "a request to connect back to {to} that is not one (no port, or no ticket)"
+            )));
+        }
+        (self.ask)(&line)
     }
 
     /// Which side opened the connections to `addr` so far, and why: None
@@ -437,7 +479,12 @@ impl Route {
     ) -> Result<TcpStream, EngineError> {
         let listener = self.listener()?;
         let ticket = fresh_ticket()?;
-        let wait = (timeout * 2).max(Duration::from_secs(10));
+        // A source's copy (scoped) waits no longer than its check may
+        // take, so that its listener does not outlive the order.
+        let wait = match self.scoped {
+            true => timeout * 2,
+            false => (timeout * 2).max(Duration::from_secs(10)),
+        };
         let s = listener
             .expect(&ticket, wait, || (self.ask)(&request_line(listener.addr(), &ticket)))
             .map_err(|e| match (self.heard)() {
@@ -448,7 +495,7 @@ impl Route {
                 )),
             })?;
         if let Ok(peer) = s.peer_addr() {
-            if peer != self.target && route_for(peer).is_none() {
+            if !self.scoped && peer != self.target && route_for(peer).is_none() {
                 alias(peer, self);
             }
         }
@@ -491,6 +538,42 @@ mod tests {
             parse_request(&format!("connect-forth 198.18.0.1:4000 {t}")),
             None
         );
+    }
+
+    /// A source server's route for one copy (`Route::scoped`) is in no
+    /// process-wide table: another copy's dial to the same address, or to
+    /// where a connection back came from, never takes it. Its requests go
+    /// to its `ask` (here the far end's part runs them), and its listener
+    /// closes with it.
+    #[test]
+    fn attacker_a_scoped_route_is_its_copys_only_and_closes_with_it() {
+        let target: SocketAddr = "198.18.0.9:4000".parse().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel::<String>();
+        let r = Route::scoped(
+            target,
+            "asked".into(),
+            "127.0.0.1:0".parse().unwrap(),
+            Box::new(move |l: &str| {
+                tx.send(l.to_string())
+                    .map_err(|_| EngineError::Failed("gone".into()))
+            }),
+        );
+        assert!(route_for(target).is_none());
+        let far = std::thread::spawn(move || {
+            let (to, t) = parse_request(&rx.recv().unwrap()).unwrap();
+            (to, dial_back(to, &t, Duration::from_secs(5)).unwrap())
+        });
+        let s = r.connect(Duration::from_secs(5), &|_| Ok(())).unwrap();
+        let (to, _far) = far.join().unwrap();
+        assert!(r.is_back());
+        assert!(route_for(s.peer_addr().unwrap()).is_none());
+        assert!(route_for(target).is_none());
+        drop(r);
+        let until = std::time::Instant::now() + Duration::from_secs(5);
+        while TcpStream::connect(to).is_ok() {
+            assert!(std::time::Instant::now() < until, "still listening at {to}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
     }
 
     /// The attacker: a stranger who connects to the listener first,

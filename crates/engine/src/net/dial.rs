@@ -39,6 +39,9 @@ pub struct ClientOptions {
     /// Only this address family (`-4`/`-6`); None: any, or the family of
     /// the first `bind` address.
     pub family: Option<Family>,
+    /// Every connection these options open goes this way: the far end
+    /// connects back ([`super::back::Route::scoped`]). None: as usual.
+    pub back: Option<Arc<super::back::Route>>,
 }
 
 /// An IP address family.
@@ -206,7 +209,22 @@ impl Default for ClientOptions {
             auto_streams: false,
             paths: Paths::default(),
             family: None,
+            back: None,
         }
+    }
+}
+
+/// A TCP connection to `addrs` for `opts`: by its own route when it has
+/// one ([`ClientOptions::back`]), else [`conn::connect`].
+fn dial_tcp(
+    opts: &ClientOptions,
+    addrs: &[SocketAddr],
+    timeout: Duration,
+    tune: impl Fn(&socket2::Socket) -> std::io::Result<()>,
+) -> Result<std::net::TcpStream, EngineError> {
+    match &opts.back {
+        Some(r) => r.connect(timeout, &tune),
+        None => conn::connect(addrs, timeout, tune),
     }
 }
 
@@ -478,8 +496,8 @@ impl Dialer {
     ) -> Result<Box<dyn conn::Stream>, EngineError> {
         let (bind, peer) = self.path(k, &opts.paths);
         let tcp = match bind {
-            None => conn::connect(&[peer], opts.connect_timeout, tune)?,
-            Some(ip) => conn::connect(&[peer], opts.connect_timeout, |s| {
+            None => dial_tcp(opts, &[peer], opts.connect_timeout, tune)?,
+            Some(ip) => dial_tcp(opts, &[peer], opts.connect_timeout, |s| {
                 s.bind(&SocketAddr::new(ip, 0).into()).map_err(|e| {
                     std::io::Error::new(
                         e.kind(),
@@ -633,7 +651,7 @@ pub(crate) fn open_control_early<T>(
     first: impl FnOnce(u32) -> Option<Message>,
 ) -> Result<(Control, T), EngineError> {
     let addrs = opts.addresses(target, conn::resolve(target, DEFAULT_PORT)?)?;
-    let tcp = conn::connect(&addrs, opts.connect_timeout, |s| {
+    let tcp = dial_tcp(opts, &addrs, opts.connect_timeout, |s| {
         opts.bind_first(s)?;
         s.set_tcp_nodelay(true)
     })?;

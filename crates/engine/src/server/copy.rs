@@ -22,13 +22,14 @@ use base64::Engine as _;
 use longhaul_proto::msg::*;
 use longhaul_proto::units::escaped;
 use longhaul_proto::xfer::copy::{
-    within_scope, CopyLanded, CopyOrder, CopyProgress, Grant, GrantRequest, CAPABILITY_PREFIX,
-    MAX_LIFETIME_S,
+    within_scope, CopyConnectBack, CopyLanded, CopyOrder, CopyProgress, Grant, GrantRequest,
+    CAPABILITY_PREFIX, MAX_LIFETIME_S,
 };
 use longhaul_proto::xfer::TransferRequest;
 
 use super::slots::Claimant;
 use super::{auth, Shared};
+use crate::net::back;
 use crate::net::conn::FramedConn;
 use crate::net::dial::{open_control, ClientOptions, Security};
 use crate::net::tls;
@@ -296,6 +297,18 @@ pub(super) fn serve_copy(
     }
     let fingerprint =
         tls::parse_fingerprint(&order.fingerprint).map_err(|m| (RefuseCode::BadRequest, m))?;
+    let back_ip = match &order.connect_back {
+        Some(c) => Some(c.addr.parse::<std::net::IpAddr>().map_err(|_| {
+            (
+                RefuseCode::BadRequest,
+                format!(
+                    "connect_back.addr '{}' is not an IP address",
+                    escaped(&c.addr)
+                ),
+            )
+        })?),
+        None => None,
+    };
     let bad = |e: EngineError| (RefuseCode::BadRequest, e.to_string());
     let slashed = order.sources.iter().filter(|s| s.ends_with('/')).count();
     let mut sources = Vec::new();
@@ -330,13 +343,21 @@ pub(super) fn serve_copy(
         ));
     };
     tracing::info!(
-        "third-party copy from {} ({}): {} source(s) of {} to {}",
+        "third-party copy from {} ({}): {} source(s) of {} to {}{}",
         conn.peer(),
         access.who,
         sources.len(),
         ex.name,
-        escaped(&order.target)
+        escaped(&order.target),
+        match back_ip {
+            Some(ip) => format!(", which connects back to {ip}"),
+            None => String::new(),
+        }
     );
+    let (tx, rx) = mpsc::channel::<CopyRelay>();
+    // Requests to connect back go to the client while the copy runs.
+    let asks = Arc::new(Mutex::new(Some(tx.clone())));
+    let back = back_ip.map(|ip| connect_back_route(&order.target, ip, asks.clone()));
     let handshake = shared.cfg.limits.handshake_timeout;
     let interrupt = Arc::new(AtomicBool::new(false));
     let client = ClientOptions {
@@ -351,6 +372,7 @@ pub(super) fn serve_copy(
             },
             token: Some(order.capability.clone()),
         },
+        back,
         ..ClientOptions::default()
     };
     let slash = if order.dest_dir && !order.dest.is_empty() {
@@ -386,7 +408,6 @@ pub(super) fn serve_copy(
         ..Default::default()
     });
     let until = Instant::now() + super::third_party::reach(&client);
-    let (tx, rx) = mpsc::channel::<CopyRelay>();
     if x.catalogue {
         let (tx, root) = (Mutex::new(tx.clone()), ex.root.clone());
         o.catalogue = Some(Arc::new(move |l: crate::xfer::Landed| {
@@ -413,6 +434,7 @@ pub(super) fn serve_copy(
     let worker = std::thread::Builder::new()
         .name("lh-3rd-cp".into())
         .spawn(move || {
+            let _hush = Hush(asks);
             // Only to learn that a longhaul server that takes the
             // capability is there; the copy dials again.
             match open_control(&target, &client) {
@@ -454,20 +476,75 @@ pub(super) fn serve_copy(
         );
         return Ok(());
     };
-    let wait = until.saturating_duration_since(Instant::now());
-    if !handshake_rx.recv_timeout(wait).unwrap_or(false) {
+    let shook = loop {
+        match handshake_rx.recv_timeout(Duration::from_millis(10)) {
+            Ok(ok) => break ok,
+            Err(mpsc::RecvTimeoutError::Timeout) if Instant::now() < until => {}
+            Err(_) => break false,
+        }
+        // A destination that connects back is asked through the client.
+        while let Ok(r) = rx.try_recv() {
+            let _ = conn.send(&Message::CopyRelay(r));
+        }
+    };
+    if !shook {
         interrupt.store(true, Ordering::SeqCst);
         std::thread::sleep(until.saturating_duration_since(Instant::now()));
-        failed(
-            conn,
-            RefuseCode::ServerError,
-            super::third_party::uniform_failure(&order.target),
-        );
+        let mut why = super::third_party::uniform_failure(&order.target);
+        if let Some(ip) = back_ip {
+            why.push_str(&format!(
+                " (it was to connect back to this source at {ip}: can it reach that address?)"
+            ));
+        }
+        failed(conn, RefuseCode::ServerError, why);
         return Ok(());
     }
     super::third_party::relay_until_done(conn, &rx, Message::CopyRelay, &interrupt, "copy");
     let _ = worker.join();
     Ok(())
+}
+
+/// Ends a copy's requests to connect back when dropped (the copy is
+/// over), so that its relay ends with it.
+struct Hush(Arc<Mutex<Option<mpsc::Sender<CopyRelay>>>>);
+
+impl Drop for Hush {
+    fn drop(&mut self) {
+        if let Ok(mut a) = self.0.lock() {
+            a.take();
+        }
+    }
+}
+
+/// The route of a copy into a destination that connects back: this
+/// server listens on `ip` (as the client reached it; on every address of
+/// its family if not its own), on a port its kernel chooses, and each
+/// connection's request goes to the client as a `connect_back` relay
+/// (`asks`, while the copy runs). It serves this copy's connections only,
+/// and its listener closes with it.
+fn connect_back_route(
+    target: &str,
+    ip: std::net::IpAddr,
+    asks: Arc<Mutex<Option<mpsc::Sender<CopyRelay>>>>,
+) -> Arc<back::Route> {
+    let listen = std::net::SocketAddr::new(ip, 0);
+    let ask = move |line: &str| {
+        let gone = || EngineError::Closed("the ordering client's connection".into());
+        let (to, ticket) = back::parse_request(line)
+            .ok_or_else(|| EngineError::Failed("internal error: a bad request".into()))?;
+        let tx = asks.lock().ok().and_then(|a| a.clone()).ok_or_else(gone)?;
+        tx.send(CopyRelay::ConnectBack(CopyConnectBack {
+            addr: to.to_string(),
+            ticket,
+        }))
+        .map_err(|_| gone())
+    };
+    back::Route::scoped(
+        target.parse().unwrap_or(listen),
+        "the ordering client said the destination can only connect out".into(),
+        listen,
+        Box::new(ask),
+    )
 }
 
 #[cfg(test)]
@@ -528,6 +605,7 @@ mod tests {
             dest: "g".into(),
             dest_dir: false,
             options: CopyOptions::default(),
+            connect_back: None,
         };
         for m in [
             Message::GrantRequest(grant),

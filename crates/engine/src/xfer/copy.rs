@@ -5,14 +5,19 @@
 //! their own TLS data streams; this client carries only the two control
 //! connections, and says how many bytes they carried.
 
+use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use longhaul_proto::msg::CopyRelay;
 use longhaul_proto::msg::{Message, RefuseCode, Stop};
-use longhaul_proto::xfer::copy::{CopyOptions, CopyOrder, CopyReport, GrantRequest};
+use longhaul_proto::xfer::copy::{
+    ConnectBackOrder, CopyOptions, CopyOrder, CopyReport, GrantRequest,
+};
 use longhaul_proto::xfer::parse_remote;
 
 use super::client::{CpOptions, CpSummary};
+use crate::net::back::{self, Opened, Route};
 use crate::net::dial::{open_control, ClientOptions, Control};
 use crate::net::sock;
 use crate::report::{Reporter, TransferProgress};
@@ -28,6 +33,10 @@ pub const LIFETIME: Duration = Duration::from_secs(3600);
 /// the destination may take its connect and handshake time-outs first).
 const SILENCE: Duration = Duration::from_secs(90);
 
+/// The most requests to connect back a source may relay in one copy (a
+/// connection each: its control and data streams, over its retries).
+const RELAYED_MAX: u32 = 4096;
+
 /// What the ordering client's own connections carried in a third-party
 /// copy: the measure that the data did not pass through it.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
@@ -39,6 +48,11 @@ pub struct ThirdPartyUse {
     /// ways (the kernel's `tcpi_bytes_acked` plus `tcpi_bytes_received`,
     /// TLS included).
     pub control_bytes: u64,
+    /// Which end opened the data's connections: `source` (it dialled the
+    /// destination, as usual) or `dest` (it connected back to the source,
+    /// with `reason`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub data_connections: Option<Opened>,
 }
 
 /// Whether a copy's paths name a remote source and a remote destination.
@@ -97,6 +111,9 @@ pub fn third_party_cp(
         },
     )?;
     let src_export = export.clone();
+    // A destination this client reached only by its connecting back (a
+    // far end over ssh behind a firewall) connects back to the source too.
+    let walled = back::route_for(held.ctl.peer).filter(|r| r.is_back());
     let order = CopyOrder {
         export,
         sources: srcs
@@ -136,9 +153,10 @@ pub fn third_party_cp(
             catalogue: o.catalogue.is_some(),
             compress: o.compress,
         },
+        connect_back: walled.as_ref().map(|_| ConnectBackOrder::default()),
     };
     let mut intervals = Vec::new();
-    let (report, a_bytes) = run_order(&host, from, order, &mut |r| match r {
+    let (report, a_bytes, back_to) = run_order(&host, from, order, walled, &mut |r| match r {
         Relayed::Progress(p) => reporter.transfer_progress(&p),
         Relayed::Interval(i) => {
             reporter.transfer_interval(&i);
@@ -171,6 +189,18 @@ pub fn third_party_cp(
             source: host,
             dest: d.host,
             control_bytes,
+            data_connections: Some(match back_to {
+                Some(at) => Opened {
+                    opened_by: "dest".into(),
+                    reason: Some(format!(
+                        "the destination connected back to the source at {at}, as it did to this client"
+                    )),
+                },
+                None => Opened {
+                    opened_by: "source".into(),
+                    reason: None,
+                },
+            }),
         }),
         ..summary_of(report)
     })
@@ -245,14 +275,24 @@ enum Relayed {
 }
 
 /// Sends `order` to the source `host` and follows the copy to its end:
-/// the source's report and the bytes this control connection carried.
+/// the source's report, the bytes this control connection carried, and
+/// where the destination connected back to, if it did. With
+/// `order.connect_back`, the source listens where this client reached it,
+/// and each of its requests to connect back is written to the
+/// destination's ssh channel by `walled`, its route.
 fn run_order(
     host: &str,
     o: &ClientOptions,
-    order: CopyOrder,
+    mut order: CopyOrder,
+    walled: Option<Arc<Route>>,
     tell: &mut dyn FnMut(Relayed),
-) -> Result<(CopyReport, u64), EngineError> {
+) -> Result<(CopyReport, u64, Option<SocketAddr>), EngineError> {
     let mut a = open_control(host, o)?;
+    if let Some(c) = &mut order.connect_back {
+        c.addr = a.peer.ip().to_string();
+    }
+    let listen = a.peer.ip();
+    let (mut relayed, mut back_to) = (0u32, None);
     a.conn.send(&Message::CopyOrder(Box::new(order)))?;
     let mut stopped = false;
     let mut heard = Instant::now();
@@ -291,6 +331,28 @@ fn run_order(
             Message::CopyRelay(CopyRelay::Landed(l)) => {
                 tell(Relayed::Landed(l));
             }
+            Message::CopyRelay(CopyRelay::ConnectBack(c)) => {
+                // Only to the address the order named, only as many as a
+                // copy may open: a source cannot have the destination
+                // dial anywhere else.
+                let to = relayed_to(&c.addr, listen);
+                let (Some(route), Some(to)) = (&walled, to) else {
+                    return Err(EngineError::Failed(format!(
+                        "{host} asked for a connection back that this client did not order (to {})",
+                        longhaul_proto::units::escaped(&c.addr)
+                    )));
+                };
+                relayed += 1;
+                if relayed > RELAYED_MAX {
+                    return Err(EngineError::Failed(format!(
+                        "{host} asked for more than {RELAYED_MAX} connections back"
+                    )));
+                }
+                route.relay(to, &c.ticket)?;
+                if back_to.replace(to) != Some(to) {
+                    tracing::info!("{host} has the destination connect back to it at {to}");
+                }
+            }
             Message::CopyRelay(CopyRelay::Done(r)) => break *r,
             Message::CopyRelay(CopyRelay::Failed(r)) | Message::Refuse(r) => {
                 let e = match r.code {
@@ -311,7 +373,16 @@ fn run_order(
             }
         }
     };
-    Ok((report, bytes_of(&a)))
+    Ok((report, bytes_of(&a), back_to))
+}
+
+/// Where a source's relayed request to connect back sends the
+/// destination, if this client may write it there: the IP the order named
+/// (where this client reached the source), and a port.
+fn relayed_to(addr: &str, named: std::net::IpAddr) -> Option<SocketAddr> {
+    addr.parse::<SocketAddr>()
+        .ok()
+        .filter(|to| to.ip() == named && to.port() != 0)
 }
 
 /// Orders the source `host` to run `order` and waits for its report (for
@@ -321,7 +392,7 @@ pub fn order_copy(
     o: &ClientOptions,
     order: CopyOrder,
 ) -> Result<CopyReport, EngineError> {
-    run_order(host, o, order, &mut |_| {}).map(|(r, _)| r)
+    run_order(host, o, order, None, &mut |_| {}).map(|(r, ..)| r)
 }
 
 /// A capability into a destination server, held: the server revokes it
@@ -405,6 +476,28 @@ fn at(end: &str, host: &str, e: EngineError) -> EngineError {
 mod tests {
     use super::*;
     use longhaul_proto::xfer::Failure;
+
+    /// The attacker is the source: a request to connect back is written
+    /// to the destination only for the address the order named.
+    #[test]
+    fn attacker_a_source_cannot_send_the_destination_elsewhere() {
+        let named: std::net::IpAddr = "198.51.100.4".parse().unwrap();
+        assert_eq!(
+            relayed_to("198.51.100.4:41234", named),
+            Some("198.51.100.4:41234".parse().unwrap())
+        );
+        for other in [
+            "198.51.100.5:41234",
+            "10.0.0.1:22",
+            "198.51.100.4:0",
+            "198.51.100.4",
+            "[::1]:41234",
+            "internal.example:80",
+            "198.51.100.4:41234 lh1b_x",
+        ] {
+            assert_eq!(relayed_to(other, named), None, "{other}");
+        }
+    }
 
     /// Every field of the report is the summary's field of the same name,
     /// and comes back as it went.

@@ -115,6 +115,39 @@ pub struct CopyOrder {
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub dest_dir: bool,
     pub options: CopyOptions,
+    /// The destination can only connect out: the source listens and has
+    /// it connect back (PROTOCOL.md 13.9), relaying each request to the
+    /// client ([`CopyConnectBack`]). Left out otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub connect_back: Option<ConnectBackOrder>,
+}
+
+/// Where the source listens for the destination's connections back.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ConnectBackOrder {
+    /// The source's address as the client reached it (an IP, no port):
+    /// the source listens there (or, not being its own, on every address
+    /// of its family) on a port its kernel chooses.
+    pub addr: String,
+}
+
+/// Source -> client (`CopyRelay` `connect_back`): have the destination
+/// connect to `addr` and send `ticket` (written as the `connect-back` line
+/// on the destination's ssh channel). The ticket is a secret.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CopyConnectBack {
+    /// `ADDR:PORT`: the source's listener.
+    pub addr: String,
+    /// `lh1b_...`: admits one connection to that listener, once.
+    pub ticket: String,
+}
+
+impl std::fmt::Debug for CopyConnectBack {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CopyConnectBack")
+            .field("addr", &self.addr)
+            .finish_non_exhaustive()
+    }
 }
 
 impl std::fmt::Debug for CopyOrder {
@@ -128,6 +161,7 @@ impl std::fmt::Debug for CopyOrder {
             .field("dest", &self.dest)
             .field("dest_dir", &self.dest_dir)
             .field("options", &self.options)
+            .field("connect_back", &self.connect_back)
             .finish_non_exhaustive()
     }
 }
@@ -235,8 +269,14 @@ mod tests {
             dest: "b".into(),
             dest_dir: false,
             options: CopyOptions::default(),
+            connect_back: None,
         };
         assert!(!format!("{o:?}").contains("secret"));
+        let c = CopyConnectBack {
+            addr: "127.0.0.1:1".into(),
+            ticket: "lh1b_secretsecret".into(),
+        };
+        assert!(!format!("{c:?}").contains("secret"));
     }
 
     #[test]
