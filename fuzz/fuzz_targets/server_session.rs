@@ -297,6 +297,7 @@ fuzz_target!(|input: Input| {
                     dest,
                     dest_dir: false,
                     options: Default::default(),
+                    share: None,
                 },
             ))),
             Op::Start => Some(Message::Start(Start {})),

@@ -643,6 +643,7 @@ mod tests {
                     streams: Some(4),
                     ..Default::default()
                 },
+                share: None,
             })),
             Message::CopyRelay(CopyRelay::Progress(crate::xfer::copy::CopyProgress {
                 bytes: 5,

@@ -9,7 +9,9 @@ use std::time::{Duration, Instant};
 
 use longhaul_proto::msg::CopyRelay;
 use longhaul_proto::msg::{Message, RefuseCode, Stop};
-use longhaul_proto::xfer::copy::{CopyOptions, CopyOrder, CopyReport, GrantRequest};
+use longhaul_proto::xfer::copy::{
+    CopyOptions, CopyOrder, CopyReport, CopyShareItem, GrantRequest,
+};
 use longhaul_proto::xfer::parse_remote;
 
 use super::client::{CpOptions, CpSummary};
@@ -60,6 +62,18 @@ pub fn third_party_cp(
     o: &CpOptions,
     from: &ClientOptions,
     to: &ClientOptions,
+    reporter: &mut (dyn Reporter + Send),
+) -> Result<CpSummary, EngineError> {
+    third_party_share(o, from, to, None, reporter)
+}
+
+/// [`third_party_cp`] of a fleet rank's share only (`share`: entries
+/// beneath `o.sources`, by index, which the source confines).
+pub fn third_party_share(
+    o: &CpOptions,
+    from: &ClientOptions,
+    to: &ClientOptions,
+    share: Option<Vec<CopyShareItem>>,
     reporter: &mut (dyn Reporter + Send),
 ) -> Result<CpSummary, EngineError> {
     let started = Instant::now();
@@ -136,6 +150,7 @@ pub fn third_party_cp(
             catalogue: o.catalogue.is_some(),
             compress: o.compress,
         },
+        share,
     };
     let mut intervals = Vec::new();
     let (report, a_bytes) = run_order(&host, from, order, &mut |r| match r {

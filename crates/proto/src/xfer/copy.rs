@@ -115,6 +115,28 @@ pub struct CopyOrder {
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub dest_dir: bool,
     pub options: CopyOptions,
+    /// A fleet rank's share (PROTOCOL.md 13.9, "shares"): push these
+    /// entries of the sources only, as a local rank pushes its share.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub share: Option<Vec<CopyShareItem>>,
+}
+
+/// One entry of a share: an entry beneath one of the order's sources,
+/// named by the source and the path beneath it, never by a path of its
+/// own. The source derives where it reads it and the name it announces.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CopyShareItem {
+    /// The index of its source in [`CopyOrder::sources`].
+    pub source: u32,
+    /// Its path beneath that source, `/`-separated (`""`: the source
+    /// itself); no `..`, no absolute path, no link on the way.
+    pub rel: String,
+    /// The chunk size the share was cut by (files; 0 otherwise).
+    #[serde(default)]
+    pub chunk_size: u64,
+    /// Chunks `[first, end)` of a file cut in parts (PROTOCOL.md 13.6a).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub part: Option<[u32; 2]>,
 }
 
 impl std::fmt::Debug for CopyOrder {
@@ -128,6 +150,7 @@ impl std::fmt::Debug for CopyOrder {
             .field("dest", &self.dest)
             .field("dest_dir", &self.dest_dir)
             .field("options", &self.options)
+            .field("share", &self.share.as_ref().map(Vec::len))
             .finish_non_exhaustive()
     }
 }
@@ -235,6 +258,7 @@ mod tests {
             dest: "b".into(),
             dest_dir: false,
             options: CopyOptions::default(),
+            share: None,
         };
         assert!(!format!("{o:?}").contains("secret"));
     }
