@@ -23,8 +23,7 @@ use longhaul_proto::msg::*;
 use longhaul_proto::units::escaped;
 use longhaul_proto::xfer::copy::{
     within_scope, CopyLanded, CopyOrder, CopyProgress, CopyShareItem, Grant, GrantRequest,
-    CAPABILITY_PREFIX,
-    MAX_LIFETIME_S,
+    CAPABILITY_PREFIX, MAX_LIFETIME_S,
 };
 use longhaul_proto::xfer::TransferRequest;
 

@@ -9,9 +9,7 @@ use std::time::{Duration, Instant};
 
 use longhaul_proto::msg::CopyRelay;
 use longhaul_proto::msg::{Message, RefuseCode, Stop};
-use longhaul_proto::xfer::copy::{
-    CopyOptions, CopyOrder, CopyReport, CopyShareItem, GrantRequest,
-};
+use longhaul_proto::xfer::copy::{CopyOptions, CopyOrder, CopyReport, CopyShareItem, GrantRequest};
 use longhaul_proto::xfer::parse_remote;
 
 use super::client::{CpOptions, CpSummary};
