@@ -519,7 +519,7 @@ fn confine_share(
             return Err(refuse("the order has no such source".into()));
         };
         let comps = longhaul_proto::xfer::components(&item.rel)
-            .map_err(|e| refuse(format!("its path {}", e.why)))?;
+            .map_err(|e| refuse(format!("its path is refused ({})", e.why)))?;
         if comps.join("/") != item.rel {
             return Err(refuse("its path is not in the form a walk gives".into()));
         }
