@@ -177,9 +177,6 @@ pub const NO_QUEUE: &str = "--queue: this longhaul was built without the Postgre
 
 /// Runs this rank's part of the transfer.
 pub fn run(f: &Fleet, reporter: &mut (dyn Reporter + Send)) -> Result<Outcome, EngineError> {
-    if third_party(f) && !matches!(f.mode, Mode::Static { .. }) {
-        return Err(EngineError::Usage(THIRD_PARTY_QUEUE.into()));
-    }
     match &f.mode {
         Mode::Static { run_dir } => run_static(f, run_dir, reporter),
         #[cfg(feature = "queue")]
@@ -188,9 +185,6 @@ pub fn run(f: &Fleet, reporter: &mut (dyn Reporter + Send)) -> Result<Outcome, E
         Mode::Queue { .. } => Err(EngineError::Usage(NO_QUEUE.into())),
     }
 }
-
-/// What `--queue` says of a third-party copy.
-pub const THIRD_PARTY_QUEUE: &str = "a fleet of third-party copies (remote sources and a remote destination) takes static shares: give --run-dir DIR (a directory every rank sees) instead of --queue";
 
 /// Whether the ranks order third-party copies: remote sources (on one
 /// server) pushed to a remote destination, the data never through them.

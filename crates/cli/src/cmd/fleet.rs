@@ -123,9 +123,6 @@ fn refuse_remote_sources(a: &CpArgs, sources: &[String], dest: &str) -> Result<(
             "'{dest}': a fleet of third-party copies pushes to a server (longhaul://HOST/EXPORT/path, HOST:PORT:EXPORT/path, or --servers), not to a host over ssh"
         )));
     }
-    if a.fleet.queue.is_some() {
-        return Err(usage(longhaul_fleet::run::THIRD_PARTY_QUEUE));
-    }
     Ok(())
 }
 

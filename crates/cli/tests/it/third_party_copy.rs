@@ -912,19 +912,10 @@ fn a_remote_manifest_names_entries_as_the_sources_walk_does() {
 /// What a fleet of third-party copies does not take is refused before
 /// anything starts, saying what works instead.
 #[test]
-fn a_third_party_fleet_on_the_queue_or_over_ssh_is_refused_saying_what_works() {
+fn a_third_party_fleet_over_ssh_is_refused_saying_what_works() {
     let t = TempDir::new("3rd-fleet-refused");
     let run_dir = t.path().join("run");
     for (args, says) in [
-        (
-            vec![
-                "--queue",
-                "postgres://u@127.0.0.1:9/db",
-                "127.0.0.1:9:data/x",
-                "127.0.0.1:8:data/",
-            ],
-            "--run-dir",
-        ),
         (
             vec![
                 "--run-dir",
