@@ -672,8 +672,9 @@ fn a_fleet_of_two_ranks_copies_a_tree_from_one_server_to_another_in_shares() {
             assert_eq!(carried, total, "each byte once: {v}");
             assert_eq!(v["final_check"]["resent_files"], 0, "{v}");
         } else {
-            // Run again over the finished tree: nothing moves.
-            assert_eq!(v["up_to_date"], true, "{v}");
+            // Run again over the finished tree: it finishes, verified, and
+            // the final check finds nothing missing.
+            assert_eq!(v["final_check"]["resent_files"], 0, "{v}");
         }
         assert_same_tree(&ra.join("tree"), &rb.join("tree"), false);
         no_leftovers(&rb);
@@ -823,6 +824,7 @@ fn attacker_an_order_whose_share_leaves_its_sources_is_refused_by_the_source() {
         (item(0, "/etc/shadow"), "absolute"),
         (item(0, "esc/shadow"), "symbolic link"),
         (item(0, "side/shadow"), "symbolic link"),
+        (item(0, "esc/no/such"), "symbolic link"),
         (item(0, "./a.txt"), "form"),
         (item(3, "a.txt"), "no such source"),
     ] {
@@ -838,14 +840,16 @@ fn attacker_an_order_whose_share_leaves_its_sources_is_refused_by_the_source() {
         assert!(!m.contains(&*outside.to_string_lossy()), "{m}");
         assert!(!rb.join("tree").exists(), "{rel}: nothing landed");
     }
-    // A true share moves what it names and nothing else.
+    // A true share moves what it names and nothing else; an entry gone
+    // since the manifest is reported missing, not refused.
     let r = longhaul_engine::xfer::copy::order_copy(
         &host,
         &client(),
-        order(vec![item(0, ""), item(0, "a.txt")]),
+        order(vec![item(0, ""), item(0, "a.txt"), item(0, "gone/x")]),
     )
     .unwrap();
-    assert!(r.verified && r.failed.is_empty(), "{r:?}");
+    assert_eq!(r.failed.len(), 1, "{r:?}");
+    assert!(r.failed[0].path.contains("gone/x"), "{r:?}");
     assert_same_file(&ra.join("tree/a.txt"), &rb.join("tree/a.txt"));
     assert!(!rb.join("tree/b.txt").exists());
     held.release();
