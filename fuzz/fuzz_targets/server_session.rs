@@ -299,6 +299,7 @@ fuzz_target!(|input: Input| {
                     dest_dir: false,
                     options: Default::default(),
                     connect_back: None,
+                    share: None,
                 },
             ))),
             Op::Start => Some(Message::Start(Start {})),

@@ -24,6 +24,7 @@ use std::sync::{Arc, OnceLock};
 use longhaul_engine::xfer::beneath::Anchor;
 use longhaul_engine::xfer::source::{root_name, ShareItem};
 use longhaul_proto::xfer::components;
+use longhaul_proto::xfer::copy::CopyShareItem;
 
 use crate::manifest::{Entry, Manifest};
 
@@ -64,6 +65,53 @@ impl Sources {
                 })
                 .collect(),
         }
+    }
+
+    /// Remote sources (a fleet of third-party copies): each named as
+    /// [`crate::manifest::RemoteRoot`] names it, its entries' paths within
+    /// its export. Nothing of them is on this node: they are checked by
+    /// name here ([`Self::check`], [`Self::remote_share`]), and by their
+    /// server, which confines each item of an order's share itself.
+    pub fn remote(sources: &[String]) -> Result<Sources, String> {
+        let roots = sources
+            .iter()
+            .map(|s| {
+                let r = crate::manifest::RemoteRoot::of(s)?;
+                Ok(Root {
+                    name: r.name,
+                    path: r.path,
+                    anchor: OnceLock::from(None),
+                })
+            })
+            .collect::<Result<_, String>>()?;
+        Ok(Sources { roots })
+    }
+
+    /// A share of remote sources as an order names it: each item by the
+    /// index of its source and its path beneath it, checked by name as
+    /// [`Self::check`] checks an entry.
+    pub fn remote_share(&self, items: &[ShareItem]) -> Result<Vec<CopyShareItem>, Refused> {
+        items
+            .iter()
+            .map(|item| {
+                let root = self.resolve(&item.rel, &item.path)?;
+                let source = self
+                    .roots
+                    .iter()
+                    .position(|r| std::ptr::eq(r, root))
+                    .unwrap_or_default();
+                let rel = item
+                    .rel
+                    .split_once('/')
+                    .map_or(String::new(), |(_, rest)| rest.to_string());
+                Ok(CopyShareItem {
+                    source: source as u32,
+                    rel,
+                    chunk_size: item.chunk_size,
+                    part: item.part,
+                })
+            })
+            .collect()
     }
 
     /// The source an entry belongs to: one its name's first component

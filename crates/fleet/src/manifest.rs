@@ -88,6 +88,94 @@ impl Manifest {
         })
     }
 
+    /// The manifest of remote sources (a fleet of third-party copies):
+    /// each source listed by its server (`ls -R`, PROTOCOL.md 13.3) and
+    /// named as that server's walk names what it pushes: a source `dir`
+    /// gives `dir` and `dir/...`, a file or link itself (a source `dir/`
+    /// too gives `dir/...`: the destination leaves that name out). Each
+    /// entry's `path` is its path within the source's export. A name the
+    /// listing could not give as it is (not UTF-8) fails, as a walk does.
+    pub fn remote(
+        sources: &[String],
+        recursive: bool,
+        chunk_size: Option<u64>,
+        client: &longhaul_engine::net::dial::ClientOptions,
+    ) -> Result<Manifest, String> {
+        use longhaul_engine::xfer::client::ls;
+        let mut entries = Vec::new();
+        for s in sources {
+            let root = RemoteRoot::of(s)?;
+            let listed = ls(s, recursive, client).map_err(|e| format!("cannot list {s}: {e}"))?;
+            // A directory lists its contents, anything else itself: one
+            // entry of the source's own name that is not a directory may
+            // be either, which its parent's listing tells.
+            let itself = match listed.as_slice() {
+                [one]
+                    if one.kind != Kind::Dir
+                        && one.name == root.name
+                        && !root.path.as_os_str().is_empty() =>
+                {
+                    let parent = root.parent_url();
+                    ls(&parent, false, client)
+                        .map_err(|e| format!("cannot list {parent}: {e}"))?
+                        .into_iter()
+                        .find(|e| e.name == root.name)
+                        .filter(|e| e.kind != Kind::Dir)
+                }
+                _ => None,
+            };
+            let entry = |rel: String, path: PathBuf, e: &longhaul_proto::xfer::ListEntry| {
+                let size = if e.kind == Kind::File { e.size } else { 0 };
+                Entry {
+                    rel,
+                    path,
+                    kind: e.kind,
+                    size,
+                    mtime_ns: e.mtime_ns,
+                    chunk_size: if e.kind == Kind::File {
+                        chunk_of(size, chunk_size)
+                    } else {
+                        0
+                    },
+                }
+            };
+            if let Some(e) = itself {
+                entries.push(entry(root.name.clone(), root.path.clone(), &e));
+                continue;
+            }
+            if !recursive {
+                return Err(format!("{s} is a directory: use -r to copy trees"));
+            }
+            entries.push(Entry {
+                rel: root.name.clone(),
+                path: root.path.clone(),
+                kind: Kind::Dir,
+                size: 0,
+                mtime_ns: 0,
+                chunk_size: 0,
+            });
+            for e in &listed {
+                if e.name.contains('\u{fffd}') {
+                    return Err(format!(
+                        "{s}: an entry's name is not UTF-8 ({}); rename it or leave it out",
+                        e.name
+                    ));
+                }
+                entries.push(entry(
+                    format!("{}/{}", root.name, e.name),
+                    root.path.join(&e.name),
+                    e,
+                ));
+            }
+        }
+        entries.sort_by(|a, b| a.rel.as_bytes().cmp(b.rel.as_bytes()));
+        entries.dedup_by(|a, b| a.rel == b.rel);
+        Ok(Manifest {
+            sources: sources.to_vec(),
+            entries,
+        })
+    }
+
     pub fn encode(&self) -> Vec<u8> {
         let mut out = serde_json::to_vec(&Header {
             format: FORMAT.into(),
@@ -188,6 +276,54 @@ impl Manifest {
         let bytes =
             std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
         Manifest::decode(&bytes).map_err(|e| format!("{}: {e}", path.display()))
+    }
+}
+
+/// The chunk size a walk gives a file of `size` bytes (one stream, as
+/// [`Manifest::walk`] asks: see `longhaul_engine::xfer::source::walk`).
+fn chunk_of(size: u64, chunk_size: Option<u64>) -> u64 {
+    chunk_size.map_or_else(
+        || longhaul_proto::plan::auto_chunk_size(size, 1),
+        longhaul_proto::digest::usable_chunk_size,
+    )
+}
+
+/// A remote source as the fleet names it: its path within its export, in
+/// the form a walk gives (no `.`, no `//`), and the name its entries are
+/// announced under (its last component; the export's name for the
+/// export's root, whose own name only its server knows: the destination
+/// of a source `EXPORT/` leaves it out).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RemoteRoot {
+    pub host: String,
+    pub export: String,
+    pub path: PathBuf,
+    pub name: String,
+}
+
+impl RemoteRoot {
+    pub fn of(source: &str) -> Result<RemoteRoot, String> {
+        let r = longhaul_proto::xfer::parse_remote(source)
+            .ok_or_else(|| format!("{source} is not a remote source"))?;
+        let comps = longhaul_proto::xfer::components(&r.path).map_err(|e| e.to_string())?;
+        Ok(RemoteRoot {
+            name: comps
+                .last()
+                .map_or_else(|| r.export.clone(), |c| c.to_string()),
+            path: comps.iter().collect(),
+            host: r.host,
+            export: r.export,
+        })
+    }
+
+    fn parent_url(&self) -> String {
+        let parent = self.path.parent().unwrap_or(Path::new(""));
+        format!(
+            "longhaul://{}/{}/{}",
+            self.host,
+            self.export,
+            parent.display()
+        )
     }
 }
 

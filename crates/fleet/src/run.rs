@@ -26,6 +26,7 @@ use longhaul_engine::report::Reporter;
 use longhaul_engine::xfer::client::{cp_with, CpOptions, CpSummary};
 use longhaul_engine::xfer::source::Share;
 use longhaul_engine::EngineError;
+use longhaul_proto::xfer::copy::CopyShareItem;
 use longhaul_proto::xfer::{Failure, SyncOptions};
 use serde::{Deserialize, Serialize};
 
@@ -101,6 +102,14 @@ pub struct RankResult {
     /// unit, and another after each `FeedConfig::span`).
     pub sessions: u64,
     pub failed: Vec<Failure>,
+    /// A third-party copy's rank: the bytes its own connections carried
+    /// (control only; the data went from server to server).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub control_bytes: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// The final check of the whole tree, by one rank.
@@ -177,8 +186,28 @@ pub fn run(f: &Fleet, reporter: &mut (dyn Reporter + Send)) -> Result<Outcome, E
     }
 }
 
-/// Walks the sources as the run's manifest.
+/// Whether the ranks order third-party copies: remote sources (on one
+/// server) pushed to a remote destination, the data never through them.
+pub fn third_party(f: &Fleet) -> bool {
+    longhaul_engine::xfer::copy::is_third_party(&f.cp.sources, &f.cp.dest)
+}
+
+/// The sources, confined by name (remote ones: by their server too).
+fn sources(f: &Fleet) -> Result<Sources, EngineError> {
+    if third_party(f) {
+        Sources::remote(&f.cp.sources).map_err(EngineError::Usage)
+    } else {
+        Ok(Sources::new(&f.cp.sources))
+    }
+}
+
+/// Walks the sources as the run's manifest (remote ones: listed by their
+/// server).
 fn walk(f: &Fleet) -> Result<Manifest, EngineError> {
+    if third_party(f) {
+        return Manifest::remote(&f.cp.sources, f.cp.recursive, f.cp.chunk_size, &f.cp.client)
+            .map_err(|e| EngineError::Usage(format!("cannot make the fleet's manifest: {e}")));
+    }
     Manifest::walk(&f.cp.sources, f.cp.recursive, f.cp.chunk_size).map_err(|failures| {
         let first: Vec<String> = failures
             .iter()
@@ -360,9 +389,7 @@ fn static_manifest(f: &Fleet, run_dir: &Path) -> Result<Manifest, EngineError> {
             m.sources.join(" ")
         )));
     }
-    Sources::new(&f.cp.sources)
-        .check(&m)
-        .map_err(|e| failed(e.to_string()))?;
+    sources(f)?.check(&m).map_err(|e| failed(e.to_string()))?;
     Ok(m)
 }
 
@@ -380,7 +407,50 @@ fn session(
     cp_with(&o, reporter)
 }
 
+/// A third-party copy of `share` (all of the sources: `None`), ordered of
+/// the source server, both ends reached with the command's client.
+fn third_party_session(
+    f: &Fleet,
+    share: Option<Vec<CopyShareItem>>,
+    reporter: &mut (dyn Reporter + Send),
+) -> Result<CpSummary, EngineError> {
+    let mut o = f.cp.clone();
+    o.share = None;
+    o.mkpath = true;
+    if share.is_none() {
+        o.sync = Some(SyncOptions {
+            checksum: false,
+            delete: false,
+        });
+        o.progress = Default::default();
+    }
+    let client = o.client.clone();
+    longhaul_engine::xfer::copy::third_party_share(&o, &client, &client, share, reporter)
+}
+
+/// Bytes of a share's items an order carries at most: well within a
+/// control frame (`MAX_FRAME_BODY`), with the rest of the order.
+const ORDER_SHARE_BYTES: usize = 512 << 10;
+
+/// A share cut into orders of at most [`ORDER_SHARE_BYTES`] of items.
+fn batches(items: Vec<CopyShareItem>) -> Vec<Vec<CopyShareItem>> {
+    let mut out: Vec<Vec<CopyShareItem>> = Vec::new();
+    let mut size = 0;
+    for item in items {
+        // Its JSON: the path escaped (at most 6 bytes a byte), the rest.
+        let n = item.rel.len() * 6 + 96;
+        if out.is_empty() || size + n > ORDER_SHARE_BYTES {
+            out.push(Vec::new());
+            size = 0;
+        }
+        size += n;
+        out.last_mut().expect("pushed").push(item);
+    }
+    out
+}
+
 fn add(r: &mut RankResult, s: &CpSummary) {
+    r.control_bytes += s.third_party.as_ref().map_or(0, |t| t.control_bytes);
     r.files += s.files;
     r.bytes += s.bytes;
     r.resumed_bytes += s.resumed_bytes;
@@ -420,11 +490,23 @@ fn run_static(
     let mut me = new_rank(f, &manifest);
     let shares = shard::static_shares(&manifest.items(), f.rank.size);
     let mine = manifest.share(&shares[f.rank.rank as usize]);
-    Sources::new(&f.cp.sources)
-        .confine(&mine)
-        .map_err(|e| failed(e.to_string()))?;
-    let s = session(f, Share::Fixed(Arc::new(mine)), reporter)?;
-    add(&mut me, &s);
+    if third_party(f) {
+        let items = sources(f)?
+            .remote_share(&mine)
+            .map_err(|e| failed(e.to_string()))?;
+        // An order is one frame: a large share goes as several, one
+        // after another, each with its own capability.
+        for batch in batches(items) {
+            let s = third_party_session(f, Some(batch), reporter)?;
+            add(&mut me, &s);
+        }
+    } else {
+        Sources::new(&f.cp.sources)
+            .confine(&mine)
+            .map_err(|e| failed(e.to_string()))?;
+        let s = session(f, Share::Fixed(Arc::new(mine)), reporter)?;
+        add(&mut me, &s);
+    }
     me.units = 1;
     finish_rank(&mut me, started);
     let json = serde_json::to_vec_pretty(&me).expect("a rank result serializes");
@@ -567,15 +649,19 @@ fn final_check(
     reporter: &mut (dyn Reporter + Send),
 ) -> Result<FinalCheck, EngineError> {
     let started = Instant::now();
-    let mut o = f.cp.clone();
-    o.share = None;
-    o.mkpath = true;
-    o.sync = Some(SyncOptions {
-        checksum: false,
-        delete: false,
-    });
-    o.progress = Default::default();
-    let s = cp_with(&o, reporter)?;
+    let s = if third_party(f) {
+        third_party_session(f, None, reporter)?
+    } else {
+        let mut o = f.cp.clone();
+        o.share = None;
+        o.mkpath = true;
+        o.sync = Some(SyncOptions {
+            checksum: false,
+            delete: false,
+        });
+        o.progress = Default::default();
+        cp_with(&o, reporter)?
+    };
     Ok(FinalCheck {
         rank: f.rank.rank,
         entries: manifest.entries.len() as u64,

@@ -680,6 +680,7 @@ mod tests {
                 connect_back: Some(crate::xfer::copy::ConnectBackOrder {
                     addr: "192.0.2.1".into(),
                 }),
+                share: None,
             })),
             Message::CopyRelay(CopyRelay::ConnectBack(crate::xfer::copy::CopyConnectBack {
                 addr: "192.0.2.1:41234".into(),

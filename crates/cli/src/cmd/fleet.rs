@@ -38,7 +38,7 @@ pub fn cp(
     );
     let catalogue = None;
     let mut cp = super::cp::options(&a, None, false, catalogue)?;
-    refuse_remote_sources(&cp.sources)?;
+    refuse_remote_sources(&a, &cp.sources, &cp.dest)?;
     // `HOST:path`: this rank's own far end over ssh (each rank its own,
     // with its own secret), admitting the rank's sessions. With
     // `--servers` the destination names an export on those servers.
@@ -96,18 +96,35 @@ pub fn cp(
     ended(reporter.as_mut(), outcome)
 }
 
-/// A fleet's ranks push this node's files: a remote source (a pull, or a
-/// third-party copy) is refused, saying what to run instead.
-fn refuse_remote_sources(sources: &[String]) -> Result<(), super::Failure> {
-    let remote = sources.iter().find(|s| {
-        super::remote::ssh_target(s).is_some() || longhaul_proto::xfer::parse_remote(s).is_some()
-    });
-    match remote {
-        Some(s) => Err(usage(format!(
-            "'{s}' is remote: a fleet's ranks push the files of the nodes they run on, so their sources must be local paths. For a copy between two remote ends run `longhaul cp A:src B:dst` without --ranks (a third-party copy: the data goes from A to B directly); to spread it over many nodes, run the fleet on the source's nodes"
-        ))),
-        None => Ok(()),
+/// A fleet's ranks push this node's files, or order a server's files
+/// pushed to another (a third-party copy: remote sources and a remote
+/// destination, both servers, static shares). A pull, or a remote end over
+/// ssh, is refused, saying what to run instead.
+fn refuse_remote_sources(a: &CpArgs, sources: &[String], dest: &str) -> Result<(), super::Failure> {
+    let ssh = |s: &str| super::remote::ssh_target(s).is_some();
+    let remote = |s: &str| ssh(s) || longhaul_proto::xfer::parse_remote(s).is_some();
+    let Some(s) = sources.iter().find(|s| remote(s)) else {
+        return Ok(());
+    };
+    let server = |s: &str| longhaul_proto::xfer::parse_remote(s).is_some() && !ssh(s);
+    let dest_server = server(dest)
+        || (!a.fleet.servers.is_empty() && longhaul_proto::xfer::parse_remote(dest).is_some());
+    if !dest_server && !remote(dest) {
+        return Err(usage(format!(
+            "'{s}' is remote and the destination is not: a fleet's ranks push, they do not pull. Run the fleet on the source's nodes, or name a server as the destination for a third-party copy"
+        )));
     }
+    if let Some(s) = sources.iter().find(|s| !server(s)) {
+        return Err(usage(format!(
+            "'{s}': a fleet of third-party copies names servers (longhaul://HOST/EXPORT/path or HOST:PORT:EXPORT/path), not hosts over ssh or local paths; for an ssh host run `longhaul cp A:src B:dst` without --ranks"
+        )));
+    }
+    if !dest_server {
+        return Err(usage(format!(
+            "'{dest}': a fleet of third-party copies pushes to a server (longhaul://HOST/EXPORT/path, HOST:PORT:EXPORT/path, or --servers), not to a host over ssh"
+        )));
+    }
+    Ok(())
 }
 
 /// Sessions a rank's far end over ssh admits. Static shares: the first

@@ -846,3 +846,77 @@ fn a_fleet_run_again_over_a_finished_tree_says_it_is_up_to_date() {
     assert!(!out.contains("bit/s"), "no rate of nothing moved: {out}");
     assert_same_tree(&src, &dst.join("out"), false);
 }
+
+/// A fleet of third-party copies on the queue: each rank leases units and
+/// orders the source server to push each straight to the destination; the
+/// ranks carry control only.
+#[test]
+fn two_ranks_drain_a_queue_of_third_party_copies_from_one_server_to_another() {
+    let Some(pg) = pg::TempPostgres::start() else {
+        return;
+    };
+    let t = TempDir::new("fleet-3rd-queue");
+    let (ra, rb) = (t.dir("a"), t.dir("b"));
+    dataset(&ra.join("tree"), 6 << 20, 40);
+    let server = |root: &Path, state: &str| {
+        spawn_server(longhaul_engine::server::ServeConfig {
+            third_party_copies: true,
+            ..data_config(root, &t.dir(state), false)
+        })
+    };
+    let (a, b) = (server(&ra, "state-a"), server(&rb, "state-b"));
+    let url = pg.url();
+    let ranks: Vec<Child> = (0..2)
+        .map(|r| {
+            bin()
+                .args([
+                    "cp",
+                    "-r",
+                    "--chunk",
+                    "1M",
+                    "--rank",
+                    &r.to_string(),
+                    "--ranks",
+                    "2",
+                ])
+                .args(["--queue", &url, "--unit", "2M", "--lease", "10s", "--json"])
+                .args(["--fleet-wait", "60s"])
+                .args([remote(a.addr(), "tree"), remote(b.addr(), "")])
+                .stdin(Stdio::null())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let outs: Vec<Output> = ranks.into_iter().map(finished).collect();
+    let mut results = Vec::new();
+    for o in &outs {
+        assert_exit(o, 0);
+        if !o.stdout.is_empty() {
+            results.push(json_of(o));
+        }
+    }
+    assert_eq!(results.len(), 1, "one rank prints the result: {results:?}");
+    let v = &results[0];
+    assert_eq!(v["mode"], "queue", "{v}");
+    assert_eq!(v["verified"], true, "{v}");
+    let carried: u64 = v["per_rank"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            let (bytes, control) = (
+                r["bytes"].as_u64().unwrap(),
+                r["control_bytes"].as_u64().unwrap_or(0),
+            );
+            assert!(control < 1 << 20, "the ranks carry control only: {r}");
+            bytes
+        })
+        .sum();
+    assert!(carried >= 6 << 20, "{v}");
+    assert_same_tree(&ra.join("tree"), &rb.join("tree"), false);
+    no_leftovers(&rb);
+    a.shutdown();
+    b.shutdown();
+}

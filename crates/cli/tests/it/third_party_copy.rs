@@ -303,6 +303,7 @@ fn attacker_a_source_ordered_to_a_port_that_is_not_longhaul_says_one_thing() {
                 dest_dir: true,
                 options: Default::default(),
                 connect_back: None,
+                share: None,
             },
         )
         .expect_err("no copy");
@@ -334,6 +335,7 @@ fn attacker_a_source_ordered_to_a_port_that_is_not_longhaul_says_one_thing() {
                 dest_dir: true,
                 options: Default::default(),
                 connect_back: None,
+                share: None,
             },
         )
         .expect_err("no copy");
@@ -572,4 +574,382 @@ fn the_archive_catalogues_a_third_party_copys_files_as_any_copys() {
     assert_eq!(two["size"], 100_000, "{show}");
     a.shutdown();
     b.shutdown();
+}
+
+/// `cp` as rank `rank` of `ranks` of a fleet of third-party copies
+/// (static shares in `run_dir`), run to its end.
+fn tp_rank(rank: u32, ranks: u32, run_dir: &Path, src: &str, dest: &str) -> std::process::Output {
+    tp_rank_started(rank, ranks, run_dir, src, dest)
+        .wait_with_output()
+        .unwrap()
+}
+
+fn tp_rank_started(
+    rank: u32,
+    ranks: u32,
+    run_dir: &Path,
+    src: &str,
+    dest: &str,
+) -> std::process::Child {
+    bin()
+        .args(["cp", "-r", "--json", "--chunk", "1M", "--retries", "0"])
+        .args(["--rank", &rank.to_string(), "--ranks", &ranks.to_string()])
+        .args(["--fleet-wait", "60s", "--run-dir"])
+        .arg(run_dir)
+        .args([src, dest])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// A small tree with a file large enough to be cut in parts between two
+/// ranks, small files, an empty file, an empty directory and a link.
+fn fleet_tree(root: &Path) -> u64 {
+    write_random(&root.join("big.bin"), (6 << 20) + 4321, 3);
+    for i in 0..24u64 {
+        let d = root.join(format!("small/{:02}", i % 5));
+        write_random(&d.join(format!("f{i}")), 1 + (i as usize * 7919) % 9000, i);
+    }
+    std::fs::write(root.join("empty"), b"").unwrap();
+    std::fs::create_dir_all(root.join("empty dir")).unwrap();
+    std::os::unix::fs::symlink("big.bin", root.join("link")).unwrap();
+    walkdir_bytes(root)
+}
+
+#[track_caller]
+fn no_leftovers(root: &Path) {
+    for name in snapshot(root).keys() {
+        let last = name.rsplit('/').next().unwrap_or("");
+        assert!(
+            !(last.ends_with(".lhpart")
+                || last.ends_with(".lhjournal")
+                || last.ends_with(".lhdone")),
+            "left over: {name}"
+        );
+    }
+}
+
+#[test]
+fn a_fleet_of_two_ranks_copies_a_tree_from_one_server_to_another_in_shares() {
+    let t = TempDir::new("3rd-fleet");
+    let (ra, rb) = (t.dir("a"), t.dir("b"));
+    let total = fleet_tree(&ra.join("tree"));
+    let a = server(&ra, &t.dir("state-a"), true);
+    let b = server(&rb, &t.dir("state-b"), true);
+    let run_dir = t.path().join("run");
+    let (src, dest) = (remote(a.addr(), "tree"), remote(b.addr(), ""));
+    for round in 0..2 {
+        let ranks: Vec<_> = (0..2)
+            .map(|r| tp_rank_started(r, 2, &run_dir, &src, &dest))
+            .collect();
+        let outs: Vec<_> = ranks
+            .into_iter()
+            .map(|c| c.wait_with_output().unwrap())
+            .collect();
+        for o in &outs {
+            assert_exit(o, 0);
+        }
+        let v = json_of(&outs[0]);
+        assert_eq!(v["verified"], true, "{v}");
+        assert_eq!(v["mode"], "static", "{v}");
+        assert_eq!(v["failed"].as_array().map(Vec::len), Some(0), "{v}");
+        let per_rank = v["per_rank"].as_array().unwrap();
+        assert_eq!(per_rank.len(), 2, "{v}");
+        if round == 0 {
+            // Each rank carried its share (the big file's parts split
+            // between them), through its own orders: only control crossed
+            // its sockets.
+            for r in per_rank {
+                let bytes = r["bytes"].as_u64().unwrap();
+                assert!(bytes > 1 << 20, "{r}");
+                let control = r["control_bytes"].as_u64().unwrap();
+                assert!(
+                    control > 0 && control < total / 20,
+                    "control {control} of {total}: {r}"
+                );
+            }
+            let carried: u64 = per_rank.iter().map(|r| r["bytes"].as_u64().unwrap()).sum();
+            assert_eq!(carried, total, "each byte once: {v}");
+            assert_eq!(v["final_check"]["resent_files"], 0, "{v}");
+        } else {
+            // Run again over the finished tree: it finishes, verified, and
+            // the final check finds nothing missing.
+            assert_eq!(v["final_check"]["resent_files"], 0, "{v}");
+        }
+        assert_same_tree(&ra.join("tree"), &rb.join("tree"), false);
+        no_leftovers(&rb);
+    }
+    a.shutdown();
+    b.shutdown();
+}
+
+/// A run directory of this user's alone, holding `m` as its manifest.
+fn planted_run_dir(
+    t: &TempDir,
+    name: &str,
+    m: &longhaul_fleet::manifest::Manifest,
+) -> std::path::PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let run_dir = t.path().join(name);
+    std::fs::create_dir(&run_dir).unwrap();
+    std::fs::set_permissions(&run_dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+    std::fs::write(run_dir.join("manifest.jsonl"), m.encode()).unwrap();
+    run_dir
+}
+
+#[test]
+fn attacker_a_planted_entry_outside_a_third_party_fleets_sources_is_refused_and_never_lands() {
+    use longhaul_fleet::manifest::{Entry, Manifest};
+    use longhaul_proto::xfer::Kind;
+    let t = TempDir::new("3rd-fleet-planted");
+    let (ra, rb) = (t.dir("a"), t.dir("b"));
+    write_random(&ra.join("tree/mine"), 100, 1);
+    let secret = b"not for B".to_vec();
+    std::fs::create_dir_all(ra.join("other")).unwrap();
+    std::fs::write(ra.join("other/shadow"), &secret).unwrap();
+    let outside = t.dir("outside");
+    std::fs::write(outside.join("shadow"), &secret).unwrap();
+    // Links in the source's tree: out of the export, and out of the
+    // sources into the export.
+    std::os::unix::fs::symlink(&outside, ra.join("tree/esc")).unwrap();
+    std::os::unix::fs::symlink("../other", ra.join("tree/side")).unwrap();
+    let a = server(&ra, &t.dir("state-a"), true);
+    let b = server(&rb, &t.dir("state-b"), true);
+    let (src, dest) = (remote(a.addr(), "tree"), remote(b.addr(), ""));
+    let entry = |rel: &str, path: &str| Entry {
+        rel: rel.into(),
+        path: path.into(),
+        kind: Kind::File,
+        size: secret.len() as u64,
+        mtime_ns: 0,
+        chunk_size: 1 << 20,
+    };
+    let forgeries = [
+        // Named beneath the sources, read elsewhere in the export: the
+        // rank refuses it by name.
+        (
+            entry("tree/shadow", "other/shadow"),
+            "refusing the manifest's entry",
+        ),
+        (
+            entry("tree/../other/shadow", "other/shadow"),
+            "refusing the manifest's entry",
+        ),
+        // Beneath the sources by name, through a link out of them: the
+        // source server refuses the order.
+        (entry("tree/esc/shadow", "tree/esc/shadow"), "share item"),
+        (entry("tree/side/shadow", "tree/side/shadow"), "share item"),
+    ];
+    for (i, (e, says)) in forgeries.into_iter().enumerate() {
+        let rel = e.rel.clone();
+        let mut m = Manifest {
+            sources: vec![src.clone()],
+            entries: vec![
+                Entry {
+                    rel: "tree".into(),
+                    path: "tree".into(),
+                    kind: Kind::Dir,
+                    size: 0,
+                    mtime_ns: 0,
+                    chunk_size: 0,
+                },
+                e,
+            ],
+        };
+        m.entries
+            .sort_by(|a, b| a.rel.as_bytes().cmp(b.rel.as_bytes()));
+        let run_dir = planted_run_dir(&t, &format!("run{i}"), &m);
+        let o = tp_rank(0, 1, &run_dir, &src, &dest);
+        assert!(!o.status.success(), "{rel}: {}", stderr(&o));
+        assert!(stderr(&o).contains(says), "{rel}: {}", stderr(&o));
+        for name in snapshot(&rb).keys() {
+            assert!(!name.contains("shadow"), "{rel}: {name} landed");
+        }
+    }
+    a.shutdown();
+    b.shutdown();
+}
+
+#[test]
+fn attacker_an_order_whose_share_leaves_its_sources_is_refused_by_the_source() {
+    use longhaul_proto::xfer::copy::{CopyOptions, CopyOrder, CopyShareItem};
+    let t = TempDir::new("3rd-share");
+    let (ra, rb) = (t.dir("a"), t.dir("b"));
+    write_random(&ra.join("tree/a.txt"), 100, 1);
+    write_random(&ra.join("tree/b.txt"), 100, 2);
+    std::fs::create_dir_all(ra.join("other")).unwrap();
+    std::fs::write(ra.join("other/shadow"), b"secret").unwrap();
+    let outside = t.dir("outside");
+    std::fs::write(outside.join("shadow"), b"secret").unwrap();
+    std::os::unix::fs::symlink(&outside, ra.join("tree/esc")).unwrap();
+    std::os::unix::fs::symlink("../other", ra.join("tree/side")).unwrap();
+    let a = server(&ra, &t.dir("state-a"), true);
+    let b = server(&rb, &t.dir("state-b"), true);
+    let held = request_capability(
+        &b.addr().to_string(),
+        &client(),
+        GrantRequest {
+            export: "data".into(),
+            dest: String::new(),
+            dest_dir: true,
+            lifetime_s: 60,
+        },
+    )
+    .unwrap();
+    let item = |source: u32, rel: &str| CopyShareItem {
+        source,
+        rel: rel.into(),
+        chunk_size: 1 << 20,
+        part: None,
+    };
+    let order = |share: Vec<CopyShareItem>| CopyOrder {
+        export: "data".into(),
+        sources: vec!["tree".into()],
+        target: b.addr().to_string(),
+        fingerprint: held.fingerprint.clone(),
+        capability: held.capability.clone(),
+        dest_export: "data".into(),
+        dest: String::new(),
+        dest_dir: true,
+        options: CopyOptions {
+            recursive: true,
+            mkpath: true,
+            ..Default::default()
+        },
+        connect_back: None,
+        share: Some(share),
+    };
+    let host = a.addr().to_string();
+    for (bad, says) in [
+        (item(0, "../other/shadow"), "'..'"),
+        (item(0, "/etc/shadow"), "absolute"),
+        (item(0, "esc/shadow"), "symbolic link"),
+        (item(0, "side/shadow"), "symbolic link"),
+        (item(0, "esc/no/such"), "symbolic link"),
+        (item(0, "./a.txt"), "form"),
+        (item(3, "a.txt"), "no such source"),
+    ] {
+        let rel = bad.rel.clone();
+        let e = longhaul_engine::xfer::copy::order_copy(
+            &host,
+            &client(),
+            order(vec![item(0, ""), item(0, "a.txt"), bad]),
+        )
+        .expect_err("refused");
+        let m = e.to_string();
+        assert!(m.contains("share item 2") && m.contains(says), "{rel}: {m}");
+        assert!(!m.contains(&*outside.to_string_lossy()), "{m}");
+        assert!(!rb.join("tree").exists(), "{rel}: nothing landed");
+    }
+    // A true share moves what it names and nothing else; an entry gone
+    // since the manifest is reported missing, not refused.
+    let r = longhaul_engine::xfer::copy::order_copy(
+        &host,
+        &client(),
+        order(vec![item(0, ""), item(0, "a.txt"), item(0, "gone/x")]),
+    )
+    .unwrap();
+    assert_eq!(r.failed.len(), 1, "{r:?}");
+    assert!(r.failed[0].path.contains("gone/x"), "{r:?}");
+    assert_same_file(&ra.join("tree/a.txt"), &rb.join("tree/a.txt"));
+    assert!(!rb.join("tree/b.txt").exists());
+    held.release();
+    a.shutdown();
+    b.shutdown();
+}
+
+/// The manifest of remote sources names every entry as the source's own
+/// walk names it (what a push from it announces), with the same kind,
+/// size, time and chunk size: the listing and the walk agree.
+#[test]
+fn a_remote_manifest_names_entries_as_the_sources_walk_does() {
+    use longhaul_fleet::manifest::Manifest;
+    let t = TempDir::new("3rd-fleet-names");
+    let ra = t.dir("a");
+    fleet_tree(&ra.join("tree"));
+    std::fs::write(ra.join("tree/sp ace é;'x"), b"odd").unwrap();
+    write_random(&ra.join("tree/deep/er/f"), 3 << 20, 9);
+    // A directory holding one file of its own name, and a lone file.
+    write_random(&ra.join("same/same"), 10, 2);
+    write_random(&ra.join("lone.bin"), 5 << 20, 4);
+    let a = server(&ra, &t.dir("state-a"), true);
+    let key = |m: &Manifest| -> Vec<(String, Kind, u64, i64, u64)> {
+        m.entries
+            .iter()
+            .map(|e| {
+                // A directory source's own time is not in its listing.
+                let root = !e.rel.contains('/') && e.kind == Kind::Dir;
+                (
+                    e.rel.clone(),
+                    e.kind,
+                    e.size,
+                    if root { 0 } else { e.mtime_ns },
+                    e.chunk_size,
+                )
+            })
+            .collect()
+    };
+    use longhaul_proto::xfer::Kind;
+    for (paths, chunk) in [
+        (vec!["tree"], None),
+        (vec!["tree/", "same/"], Some(1 << 20)),
+        (vec!["same", "lone.bin", "tree/link"], None),
+    ] {
+        let local: Vec<String> = paths
+            .iter()
+            .map(|p| format!("{}/{p}", ra.display()))
+            .collect();
+        let far: Vec<String> = paths.iter().map(|p| remote(a.addr(), p)).collect();
+        let walked = Manifest::walk(&local, true, chunk).unwrap();
+        let listed = Manifest::remote(&far, true, chunk, &client()).unwrap();
+        assert_eq!(key(&listed), key(&walked), "{paths:?}");
+        for e in &listed.entries {
+            assert!(
+                ra.join(&e.path).symlink_metadata().is_ok(),
+                "{}",
+                e.path.display()
+            );
+        }
+    }
+    a.shutdown();
+}
+
+/// What a fleet of third-party copies does not take is refused before
+/// anything starts, saying what works instead.
+#[test]
+fn a_third_party_fleet_over_ssh_is_refused_saying_what_works() {
+    let t = TempDir::new("3rd-fleet-refused");
+    let run_dir = t.path().join("run");
+    for (args, says) in [
+        (
+            vec![
+                "--run-dir",
+                run_dir.to_str().unwrap(),
+                "far:data/x",
+                "127.0.0.1:8:data/",
+            ],
+            "names servers",
+        ),
+        (
+            vec![
+                "--run-dir",
+                run_dir.to_str().unwrap(),
+                "127.0.0.1:9:data/x",
+                "far:data/",
+            ],
+            "pushes to a server",
+        ),
+    ] {
+        let o = bin()
+            .args(["cp", "-r", "--rank", "0", "--ranks", "1"])
+            .args(&args)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        assert_exit(&o, 2);
+        assert!(stderr(&o).contains(says), "{args:?}: {}", stderr(&o));
+    }
+    assert!(!run_dir.exists());
 }

@@ -22,8 +22,8 @@ use base64::Engine as _;
 use longhaul_proto::msg::*;
 use longhaul_proto::units::escaped;
 use longhaul_proto::xfer::copy::{
-    within_scope, CopyConnectBack, CopyLanded, CopyOrder, CopyProgress, Grant, GrantRequest,
-    CAPABILITY_PREFIX, MAX_LIFETIME_S,
+    within_scope, CopyConnectBack, CopyLanded, CopyOrder, CopyProgress, CopyShareItem, Grant,
+    GrantRequest, CAPABILITY_PREFIX, MAX_LIFETIME_S,
 };
 use longhaul_proto::xfer::TransferRequest;
 
@@ -36,6 +36,7 @@ use crate::net::tls;
 use crate::report::{Reporter, TransferProgress};
 use crate::xfer::beneath::Anchor;
 use crate::xfer::client::{cp_with, CpOptions};
+use crate::xfer::source::{root_name, Share, ShareItem};
 use crate::xfer::{beneath, confine};
 use crate::EngineError;
 
@@ -312,6 +313,7 @@ pub(super) fn serve_copy(
     let bad = |e: EngineError| (RefuseCode::BadRequest, e.to_string());
     let slashed = order.sources.iter().filter(|s| s.ends_with('/')).count();
     let mut sources = Vec::new();
+    let mut resolved = Vec::new();
     for p in &order.sources {
         let r = beneath(&ex.root, p).map_err(bad)?;
         confine(&ex.root, &r).map_err(bad)?;
@@ -326,6 +328,7 @@ pub(super) fn serve_copy(
             s.push('/');
         }
         sources.push(s);
+        resolved.push(r);
     }
     if sources.is_empty() || (slashed > 0 && slashed < sources.len()) {
         return Err((
@@ -335,6 +338,10 @@ pub(super) fn serve_copy(
     }
     // Everything read resolves beneath the export root.
     let anchor = Anchor::open_as(&ex.root, Path::new(&ex.name)).map_err(bad)?;
+    let share = match &order.share {
+        Some(items) => Some(confine_share(&ex.root, &anchor, &resolved, items, order)?),
+        None => None,
+    };
     let Some(_slot) = shared.slots.try_take(shared, &Claimant::of(access)) else {
         let (running, limit) = shared.slots.load();
         return Err((
@@ -403,6 +410,7 @@ pub(super) fn serve_copy(
     o.tune = !x.no_tune;
     o.sync_files = true;
     o.source_anchor = Some(Arc::new(anchor));
+    o.share = share.map(|items| Share::Fixed(Arc::new(items)));
     o.progress = Arc::new(crate::xfer::Progress {
         interrupt: interrupt.clone(),
         ..Default::default()
@@ -547,6 +555,98 @@ fn connect_back_route(
     )
 }
 
+/// A fleet rank's share, confined (PROTOCOL.md 13.9, "shares"): each
+/// item beneath the order's source it names, by a relative path in the
+/// form a walk gives (no `..`, no absolute path), its directory opened
+/// beneath the export without following a symbolic link; read from that
+/// source joined with its path and announced under the name the source's
+/// walk would give it. Anything else refuses the whole order, naming the
+/// item. (A directory gone since the rank's manifest passes: the push
+/// reads through the export's anchor and reports it missing.)
+fn confine_share(
+    root: &Path,
+    anchor: &Anchor,
+    sources: &[std::path::PathBuf],
+    items: &[CopyShareItem],
+    order: &CopyOrder,
+) -> Result<Vec<ShareItem>, (RefuseCode, String)> {
+    if order.options.sync.is_some() || order.options.dry_run {
+        return Err((
+            RefuseCode::BadRequest,
+            "a share is copied: it takes no --sync and no --dry-run (the final check is an order without one)".into(),
+        ));
+    }
+    let mut out = Vec::with_capacity(items.len());
+    for (n, item) in items.iter().enumerate() {
+        let refuse = |why: String| {
+            let named = order.sources.get(item.source as usize).map_or_else(
+                || format!("source #{}", item.source),
+                |s| s.trim_end_matches('/').to_string(),
+            );
+            (
+                RefuseCode::BadRequest,
+                format!(
+                    "share item {n} ({}/{}): {why}; a rank's share names entries beneath the order's sources only",
+                    escaped(&named),
+                    escaped(&item.rel.chars().take(200).collect::<String>())
+                ),
+            )
+        };
+        let Some(source) = sources.get(item.source as usize) else {
+            return Err(refuse("the order has no such source".into()));
+        };
+        let comps = longhaul_proto::xfer::components(&item.rel)
+            .map_err(|e| refuse(format!("its path is refused ({})", e.why)))?;
+        if comps.join("/") != item.rel {
+            return Err(refuse("its path is not in the form a walk gives".into()));
+        }
+        let mut path = source.clone();
+        path.extend(&comps);
+        let name = root_name(source);
+        if let Some(parent) = path.parent().filter(|_| !comps.is_empty()) {
+            if let Err(e) = anchor.dir(parent, false) {
+                if !gone(anchor, source, parent) || confine(root, &path).is_err() {
+                    return Err(refuse(format!(
+                        "it does not resolve beneath its source without following a symbolic link ({e})"
+                    )));
+                }
+            }
+        }
+        out.push(ShareItem {
+            rel: if comps.is_empty() {
+                name
+            } else {
+                format!("{name}/{}", item.rel)
+            },
+            path,
+            chunk_size: item.chunk_size,
+            part: item.part,
+        });
+    }
+    Ok(out)
+}
+
+/// Whether the directory `dir` is gone since the rank's manifest: an
+/// ancestor of it opens beneath `source` without following a link, and
+/// the next component is not in it at all (not a link, not anything).
+/// (The fleet's own check of a local share, `fleet::confine`, is the same.)
+fn gone(anchor: &Anchor, source: &Path, dir: &Path) -> bool {
+    let mut child = dir;
+    while let Some(parent) = child.parent() {
+        if !parent.starts_with(source) {
+            return false;
+        }
+        if let Ok(d) = anchor.dir(parent, false) {
+            return child.file_name().is_some_and(|name| {
+                std::fs::symlink_metadata(d.join(name))
+                    .is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound)
+            });
+        }
+        child = parent;
+    }
+    false
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -606,6 +706,7 @@ mod tests {
             dest_dir: false,
             options: CopyOptions::default(),
             connect_back: None,
+            share: None,
         };
         for m in [
             Message::GrantRequest(grant),

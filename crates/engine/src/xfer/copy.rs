@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use longhaul_proto::msg::CopyRelay;
 use longhaul_proto::msg::{Message, RefuseCode, Stop};
 use longhaul_proto::xfer::copy::{
-    ConnectBackOrder, CopyOptions, CopyOrder, CopyReport, GrantRequest,
+    ConnectBackOrder, CopyOptions, CopyOrder, CopyReport, CopyShareItem, GrantRequest,
 };
 use longhaul_proto::xfer::parse_remote;
 
@@ -74,6 +74,18 @@ pub fn third_party_cp(
     o: &CpOptions,
     from: &ClientOptions,
     to: &ClientOptions,
+    reporter: &mut (dyn Reporter + Send),
+) -> Result<CpSummary, EngineError> {
+    third_party_share(o, from, to, None, reporter)
+}
+
+/// [`third_party_cp`] of a fleet rank's share only (`share`: entries
+/// beneath `o.sources`, by index, which the source confines).
+pub fn third_party_share(
+    o: &CpOptions,
+    from: &ClientOptions,
+    to: &ClientOptions,
+    share: Option<Vec<CopyShareItem>>,
     reporter: &mut (dyn Reporter + Send),
 ) -> Result<CpSummary, EngineError> {
     let started = Instant::now();
@@ -154,6 +166,7 @@ pub fn third_party_cp(
             compress: o.compress,
         },
         connect_back: walled.as_ref().map(|_| ConnectBackOrder::default()),
+        share,
     };
     let mut intervals = Vec::new();
     let (report, a_bytes, back_to) = run_order(&host, from, order, walled, &mut |r| match r {

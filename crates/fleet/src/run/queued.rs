@@ -132,9 +132,7 @@ fn checked(f: &Fleet, hash: &str, bytes: &[u8]) -> Result<Manifest, EngineError>
             m.sources.join(" ")
         )));
     }
-    Sources::new(&f.cp.sources)
-        .check(&m)
-        .map_err(|e| failed(e.to_string()))?;
+    sources(f)?.check(&m).map_err(|e| failed(e.to_string()))?;
     Ok(m)
 }
 
@@ -167,86 +165,99 @@ pub(super) fn run_queue(
     let mut me = new_rank(f, &manifest);
     let q = Arc::new(Mutex::new(q));
     let mut errors = 0u32;
-    loop {
-        // A session starts with a unit in hand, and is fed the next ones
-        // as it goes (`feed`): one connection and slow start for many.
-        let first = q.lock().expect("poisoned").lease(&worker, 1, *lease);
-        let first = first.map_err(q_err)?;
-        if first.is_empty() {
-            let (todo, leased) = q.lock().expect("poisoned").pending().map_err(q_err)?;
-            if todo == 0 && leased == 0 {
-                break;
+    if third_party(f) {
+        third_party_units(
+            f,
+            &q,
+            &manifest,
+            &heartbeat.held,
+            &worker,
+            *lease,
+            &mut me,
+            reporter,
+        )?;
+    } else {
+        loop {
+            // A session starts with a unit in hand, and is fed the next ones
+            // as it goes (`feed`): one connection and slow start for many.
+            let first = q.lock().expect("poisoned").lease(&worker, 1, *lease);
+            let first = first.map_err(q_err)?;
+            if first.is_empty() {
+                let (todo, leased) = q.lock().expect("poisoned").pending().map_err(q_err)?;
+                if todo == 0 && leased == 0 {
+                    break;
+                }
+                // Others hold the rest: they finish it (the run ends), or one
+                // of their leases expires. A probe of the pending units is
+                // cheap; polling often ends the run soon after its last unit.
+                std::thread::sleep(
+                    (*lease / 100).clamp(Duration::from_millis(50), Duration::from_millis(250)),
+                );
+                continue;
             }
-            // Others hold the rest: they finish it (the run ends), or one
-            // of their leases expires. A probe of the pending units is
-            // cheap; polling often ends the run soon after its last unit.
-            std::thread::sleep(
-                (*lease / 100).clamp(Duration::from_millis(50), Duration::from_millis(250)),
+            let feed = Feed::new(
+                q.clone(),
+                manifest.clone(),
+                Some(sources.clone()),
+                heartbeat.held.clone(),
+                first,
+                FeedConfig::new(&worker, f.rank.size, *lease),
             );
-            continue;
-        }
-        let feed = Feed::new(
-            q.clone(),
-            manifest.clone(),
-            Some(sources.clone()),
-            heartbeat.held.clone(),
-            first,
-            FeedConfig::new(&worker, f.rank.size, *lease),
-        );
-        let result = session(f, feed.share(), reporter);
-        let taken = feed.taken();
-        let ids: Vec<i64> = taken.leased.iter().map(|l| l.id).collect();
-        let mut q = q.lock().expect("poisoned");
-        if let Some((units, refused)) = taken.refused {
-            // Failed for good (every rank would refuse them), and this
-            // rank stops: the queue's tables were written by someone else.
-            for l in &units {
-                q.failed(&worker, l.id, &refused.to_string(), 1)
-                    .map_err(q_err)?;
-            }
-            if let Ok(s) = &result {
-                let (bad, good) = split_failed(&manifest, &taken.leased, &s.failed);
-                q.done(&worker, &good).map_err(q_err)?;
-                for (id, why) in bad {
-                    q.failed(&worker, id, &why, MAX_ATTEMPTS).map_err(q_err)?;
-                }
-            }
-            return Err(failed(refused.to_string()));
-        }
-        match result {
-            Ok(s) => {
-                errors = 0;
-                let (bad, good) = split_failed(&manifest, &taken.leased, &s.failed);
-                q.done(&worker, &good).map_err(q_err)?;
-                for (id, why) in bad {
-                    q.failed(&worker, id, &why, MAX_ATTEMPTS).map_err(q_err)?;
-                }
-                me.units += good.len() as u64;
-                add(&mut me, &s);
-                if let Some(e) = taken.error {
-                    // The queue failed mid-session: what the session
-                    // carried is marked; the next lease says whether the
-                    // database is back.
-                    (f.note)(&format!("leasing more units failed ({e}); trying again"));
-                }
-            }
-            Err(e) => {
-                errors += 1;
-                for id in &ids {
-                    q.failed(&worker, *id, &e.to_string(), MAX_ATTEMPTS)
+            let result = session(f, feed.share(), reporter);
+            let taken = feed.taken();
+            let ids: Vec<i64> = taken.leased.iter().map(|l| l.id).collect();
+            let mut q = q.lock().expect("poisoned");
+            if let Some((units, refused)) = taken.refused {
+                // Failed for good (every rank would refuse them), and this
+                // rank stops: the queue's tables were written by someone else.
+                for l in &units {
+                    q.failed(&worker, l.id, &refused.to_string(), 1)
                         .map_err(q_err)?;
                 }
-                if errors >= 3 {
-                    return Err(e);
+                if let Ok(s) = &result {
+                    let (bad, good) = split_failed(&manifest, &taken.leased, &s.failed);
+                    q.done(&worker, &good).map_err(q_err)?;
+                    for (id, why) in bad {
+                        q.failed(&worker, id, &why, MAX_ATTEMPTS).map_err(q_err)?;
+                    }
                 }
-                (f.note)(&format!(
-                    "a session failed ({e}); its units go back to the queue"
-                ));
-                drop(q);
-                std::thread::sleep(Duration::from_secs(1));
+                return Err(failed(refused.to_string()));
             }
+            match result {
+                Ok(s) => {
+                    errors = 0;
+                    let (bad, good) = split_failed(&manifest, &taken.leased, &s.failed);
+                    q.done(&worker, &good).map_err(q_err)?;
+                    for (id, why) in bad {
+                        q.failed(&worker, id, &why, MAX_ATTEMPTS).map_err(q_err)?;
+                    }
+                    me.units += good.len() as u64;
+                    add(&mut me, &s);
+                    if let Some(e) = taken.error {
+                        // The queue failed mid-session: what the session
+                        // carried is marked; the next lease says whether the
+                        // database is back.
+                        (f.note)(&format!("leasing more units failed ({e}); trying again"));
+                    }
+                }
+                Err(e) => {
+                    errors += 1;
+                    for id in &ids {
+                        q.failed(&worker, *id, &e.to_string(), MAX_ATTEMPTS)
+                            .map_err(q_err)?;
+                    }
+                    if errors >= 3 {
+                        return Err(e);
+                    }
+                    (f.note)(&format!(
+                        "a session failed ({e}); its units go back to the queue"
+                    ));
+                    drop(q);
+                    std::thread::sleep(Duration::from_secs(1));
+                }
+            }
+            heartbeat.held.lock().expect("poisoned").clear();
         }
-        heartbeat.held.lock().expect("poisoned").clear();
     }
     drop(heartbeat);
     let mut q = Arc::try_unwrap(q)
@@ -321,6 +332,84 @@ pub(super) fn run_queue(
         rank: me,
         summary: Some(summary),
     })
+}
+
+/// A fleet of third-party copies on the queue: each leased unit is its
+/// own order of the source server (a share of that unit alone: an order
+/// cannot be fed more as it goes), marked done or failed once that copy
+/// has ended. Its lease is renewed by the heartbeat meanwhile.
+#[allow(clippy::too_many_arguments)]
+fn third_party_units(
+    f: &Fleet,
+    q: &Mutex<Queue>,
+    manifest: &Manifest,
+    held: &Mutex<Vec<i64>>,
+    worker: &str,
+    lease: Duration,
+    me: &mut RankResult,
+    reporter: &mut (dyn Reporter + Send),
+) -> Result<(), EngineError> {
+    let q_err = EngineError::from;
+    let sources = sources(f)?;
+    let mut errors = 0u32;
+    loop {
+        let leased = q
+            .lock()
+            .expect("poisoned")
+            .lease(worker, 1, lease)
+            .map_err(q_err)?;
+        let Some(l) = leased.into_iter().next() else {
+            let (todo, out) = q.lock().expect("poisoned").pending().map_err(q_err)?;
+            if todo == 0 && out == 0 {
+                return Ok(());
+            }
+            std::thread::sleep(
+                (lease / 100).clamp(Duration::from_millis(50), Duration::from_millis(250)),
+            );
+            continue;
+        };
+        held.lock().expect("poisoned").push(l.id);
+        let items = manifest.share(std::slice::from_ref(&l.unit));
+        let result = match sources.remote_share(&items) {
+            Ok(items) => third_party_session(f, Some(items), reporter),
+            Err(refused) => {
+                // Failed for good (every rank would refuse it), and this
+                // rank stops: the queue's tables were written by someone else.
+                q.lock()
+                    .expect("poisoned")
+                    .failed(worker, l.id, &refused.to_string(), 1)
+                    .map_err(q_err)?;
+                return Err(failed(refused.to_string()));
+            }
+        };
+        held.lock().expect("poisoned").clear();
+        let mut q = q.lock().expect("poisoned");
+        match result {
+            Ok(s) => {
+                errors = 0;
+                let (bad, good) = split_failed(manifest, std::slice::from_ref(&l), &s.failed);
+                q.done(worker, &good).map_err(q_err)?;
+                for (id, why) in bad {
+                    q.failed(worker, id, &why, MAX_ATTEMPTS).map_err(q_err)?;
+                }
+                me.units += good.len() as u64;
+                add(me, &s);
+            }
+            Err(e) => {
+                errors += 1;
+                q.failed(worker, l.id, &e.to_string(), MAX_ATTEMPTS)
+                    .map_err(q_err)?;
+                if errors >= 3 {
+                    return Err(e);
+                }
+                (f.note)(&format!(
+                    "a third-party copy failed ({e}); its unit goes back to the queue"
+                ));
+                drop(q);
+                std::thread::sleep(Duration::from_secs(1));
+            }
+        }
+    }
 }
 
 /// The largest manifest the queue keeps (PostgreSQL caps a value at 1 GB).

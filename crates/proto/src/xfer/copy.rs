@@ -120,6 +120,10 @@ pub struct CopyOrder {
     /// client ([`CopyConnectBack`]). Left out otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub connect_back: Option<ConnectBackOrder>,
+    /// A fleet rank's share (PROTOCOL.md 13.9, "shares"): push these
+    /// entries of the sources only, as a local rank pushes its share.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub share: Option<Vec<CopyShareItem>>,
 }
 
 /// Where the source listens for the destination's connections back.
@@ -150,6 +154,24 @@ impl std::fmt::Debug for CopyConnectBack {
     }
 }
 
+/// One entry of a share: an entry beneath one of the order's sources,
+/// named by the source and the path beneath it, never by a path of its
+/// own. The source derives where it reads it and the name it announces.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CopyShareItem {
+    /// The index of its source in [`CopyOrder::sources`].
+    pub source: u32,
+    /// Its path beneath that source, `/`-separated (`""`: the source
+    /// itself); no `..`, no absolute path, no link on the way.
+    pub rel: String,
+    /// The chunk size the share was cut by (files; 0 otherwise).
+    #[serde(default)]
+    pub chunk_size: u64,
+    /// Chunks `[first, end)` of a file cut in parts (PROTOCOL.md 13.6a).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub part: Option<[u32; 2]>,
+}
+
 impl std::fmt::Debug for CopyOrder {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("CopyOrder")
@@ -162,6 +184,7 @@ impl std::fmt::Debug for CopyOrder {
             .field("dest_dir", &self.dest_dir)
             .field("options", &self.options)
             .field("connect_back", &self.connect_back)
+            .field("share", &self.share.as_ref().map(Vec::len))
             .finish_non_exhaustive()
     }
 }
@@ -270,6 +293,7 @@ mod tests {
             dest_dir: false,
             options: CopyOptions::default(),
             connect_back: None,
+            share: None,
         };
         assert!(!format!("{o:?}").contains("secret"));
         let c = CopyConnectBack {
