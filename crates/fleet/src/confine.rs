@@ -173,7 +173,7 @@ impl Sources {
             };
             let parent = item.path.parent().unwrap_or(&root.path);
             if let Err(e) = anchor.dir(parent, false) {
-                if gone(&anchor, &root.path, parent) {
+                if anchor.gone(&root.path, parent) {
                     continue;
                 }
                 tracing::debug!("{}: {e}", item.rel);
@@ -199,26 +199,6 @@ impl Root {
             })
             .clone()
     }
-}
-
-/// Whether the directory `dir` is gone since the walk: an ancestor of it
-/// opens beneath the root, and the next component is not in it at all
-/// (not a link, not anything).
-fn gone(anchor: &Anchor, root: &Path, dir: &Path) -> bool {
-    let mut child = dir;
-    while let Some(parent) = child.parent() {
-        if !parent.starts_with(root) {
-            return false;
-        }
-        if let Ok(d) = anchor.dir(parent, false) {
-            return child.file_name().is_some_and(|name| {
-                std::fs::symlink_metadata(d.join(name))
-                    .is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound)
-            });
-        }
-        child = parent;
-    }
-    false
 }
 
 #[cfg(test)]

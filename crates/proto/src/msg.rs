@@ -99,6 +99,11 @@ pub struct Welcome {
 /// (`docs/PROTOCOL.md` 8.2.1), for a client it cannot be reached from.
 pub const FEATURE_UDP_BACK: &str = "udp_back";
 
+/// The feature of a server that takes `CopyOrder::connect_back`: as a
+/// third-party copy's source it listens, and has a destination that can
+/// only connect out connect back to it (`docs/PROTOCOL.md` 13.9).
+pub const FEATURE_COPY_BACK: &str = "copy_back";
+
 impl Welcome {
     /// True if the server listed `feature`.
     pub fn can(&self, feature: &str) -> bool {

@@ -309,7 +309,7 @@ impl ServerSession {
             host: self.cfg.host.clone(),
             buffers: self.cfg.buffers,
             max_streams: Some(self.cfg.limits.max_streams),
-            features: vec![FEATURE_UDP_BACK.into()],
+            features: vec![FEATURE_UDP_BACK.into(), FEATURE_COPY_BACK.into()],
         }));
         self.state = ServerState::AwaitRequest;
         self.deadline = Some(deadline(now, self.cfg.limits.idle_timeout));

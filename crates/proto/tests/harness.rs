@@ -158,7 +158,7 @@ impl Pair {
         p.drive();
         assert!(
             // This build's server sends the first UDP datagram where asked.
-            matches!(p.client_events.as_slice(), [ClientEvent::Welcomed(w)] if w.version == PROTOCOL_VERSION && w.can(FEATURE_UDP_BACK)),
+            matches!(p.client_events.as_slice(), [ClientEvent::Welcomed(w)] if w.version == PROTOCOL_VERSION && w.can(FEATURE_UDP_BACK) && w.can(FEATURE_COPY_BACK)),
             "handshake: {:?}",
             p.client_events
         );

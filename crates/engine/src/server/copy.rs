@@ -605,7 +605,7 @@ fn confine_share(
         let name = root_name(source);
         if let Some(parent) = path.parent().filter(|_| !comps.is_empty()) {
             if let Err(e) = anchor.dir(parent, false) {
-                if !gone(anchor, source, parent) || confine(root, &path).is_err() {
+                if !anchor.gone(source, parent) || confine(root, &path).is_err() {
                     return Err(refuse(format!(
                         "it does not resolve beneath its source without following a symbolic link ({e})"
                     )));
@@ -624,27 +624,6 @@ fn confine_share(
         });
     }
     Ok(out)
-}
-
-/// Whether the directory `dir` is gone since the rank's manifest: an
-/// ancestor of it opens beneath `source` without following a link, and
-/// the next component is not in it at all (not a link, not anything).
-/// (The fleet's own check of a local share, `fleet::confine`, is the same.)
-fn gone(anchor: &Anchor, source: &Path, dir: &Path) -> bool {
-    let mut child = dir;
-    while let Some(parent) = child.parent() {
-        if !parent.starts_with(source) {
-            return false;
-        }
-        if let Ok(d) = anchor.dir(parent, false) {
-            return child.file_name().is_some_and(|name| {
-                std::fs::symlink_metadata(d.join(name))
-                    .is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound)
-            });
-        }
-        child = parent;
-    }
-    false
 }
 
 #[cfg(test)]

@@ -156,6 +156,30 @@ impl Anchor {
         }
     }
 
+    /// Whether the directory `dir` (beneath `within`, itself beneath the
+    /// root) is gone, rather than reached through a link: an ancestor of
+    /// it within `within` opens without following a link, and the next
+    /// component is not in it at all (not a link, not anything). A fleet's
+    /// share (local, `fleet::confine`, or a third-party order's) passes a
+    /// directory removed since its manifest, which the push then reports
+    /// missing.
+    pub fn gone(&self, within: &Path, dir: &Path) -> bool {
+        let mut child = dir;
+        while let Some(parent) = child.parent() {
+            if !parent.starts_with(within) {
+                return false;
+            }
+            if let Ok(d) = self.dir(parent, false) {
+                return child.file_name().is_some_and(|name| {
+                    std::fs::symlink_metadata(d.join(name))
+                        .is_err_and(|e| e.kind() == io::ErrorKind::NotFound)
+                });
+            }
+            child = parent;
+        }
+        false
+    }
+
     /// Opens the directory `dir` (a path beneath the root), creating
     /// missing components if `create`, never through a symbolic link.
     pub fn dir(&self, dir: &Path, create: bool) -> Result<Arc<Dir>, EngineError> {

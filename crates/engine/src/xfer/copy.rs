@@ -302,6 +302,12 @@ fn run_order(
 ) -> Result<(CopyReport, u64, Option<SocketAddr>), EngineError> {
     let mut a = open_control(host, o)?;
     if let Some(c) = &mut order.connect_back {
+        if !a.welcome.can(longhaul_proto::msg::FEATURE_COPY_BACK) {
+            return Err(EngineError::Usage(format!(
+                "the destination can only connect out, so the source ({host}) must listen for it, and its longhaul ({}) is too old to: install this version on the source, or copy in two steps through this host (cp A:src ./tmp, then cp ./tmp B:dst)",
+                a.welcome.software
+            )));
+        }
         c.addr = a.peer.ip().to_string();
     }
     let listen = a.peer.ip();
