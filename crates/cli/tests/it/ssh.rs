@@ -10,7 +10,7 @@
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Output, Stdio};
+use std::process::{Child, Command, Output, Stdio};
 use std::sync::mpsc::{channel, Receiver};
 use std::time::{Duration, Instant};
 
@@ -1261,6 +1261,35 @@ fn attacker_a_far_end_for_n_sessions_admits_n_on_its_secret_and_nothing_else() {
     );
 }
 
+/// Rank `r` of a two-rank fleet's `cp` over ssh (1 MiB chunks, `--json`,
+/// a minute's wait for the others), its output piped; the caller names
+/// the mode, the sources and the destination.
+fn fleet_rank(s: &Sshd, r: u32) -> Command {
+    let mut c = s.longhaul();
+    c.args([
+        "-v",
+        "cp",
+        "-r",
+        "--chunk",
+        "1M",
+        "--json",
+        "--remote-path",
+        BIN,
+    ])
+    .args([
+        "--rank",
+        &r.to_string(),
+        "--size",
+        "2",
+        "--fleet-wait",
+        "60s",
+    ])
+    .stdin(Stdio::null())
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped());
+    c
+}
+
 #[test]
 fn a_fleets_ranks_push_to_a_host_over_ssh_each_through_its_own_far_end() {
     let Some(s) = sshd() else { return };
@@ -1272,32 +1301,11 @@ fn a_fleets_ranks_push_to_a_host_over_ssh_each_through_its_own_far_end() {
     let run_dir = work.path().join("run");
     let dest = format!("{HOST}:{}/out/", far.display());
     let rank = |r: u32| {
-        s.longhaul()
-            .args([
-                "-v",
-                "cp",
-                "-r",
-                "--chunk",
-                "1M",
-                "--json",
-                "--remote-path",
-                BIN,
-            ])
-            .args([
-                "--rank",
-                &r.to_string(),
-                "--size",
-                "2",
-                "--fleet-wait",
-                "60s",
-            ])
+        fleet_rank(&s, r)
             .arg("--run-dir")
             .arg(&run_dir)
             .arg(format!("{}/", src.display()))
             .arg(&dest)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
             .spawn()
             .unwrap()
     };
@@ -1718,33 +1726,12 @@ fn a_queue_fleets_ranks_drain_it_to_a_host_over_ssh_each_through_its_own_open_fa
     std::fs::create_dir(&far).unwrap();
     let url = pg.url();
     let rank = |r: u32, run: &str, out: &str| {
-        s.longhaul()
-            .args([
-                "-v",
-                "cp",
-                "-r",
-                "--chunk",
-                "1M",
-                "--json",
-                "--remote-path",
-                BIN,
-            ])
-            .args([
-                "--rank",
-                &r.to_string(),
-                "--size",
-                "2",
-                "--fleet-wait",
-                "60s",
-            ])
+        fleet_rank(&s, r)
             .args([
                 "--queue", &url, "--run-id", run, "--unit", "1M", "--lease", "5s",
             ])
             .arg(format!("{}/", src.display()))
             .arg(format!("{HOST}:{}/{out}/", far.display()))
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
             .spawn()
             .unwrap()
     };
