@@ -3,13 +3,8 @@
 //! queue, several servers writing into one shared destination (as DTNs
 //! onto one parallel file system), ranks killed and run again.
 
-// `common` and the fleet crate's `pg` each load `common/require.rs`: the
-// same one file (one implementation), compiled twice in this test only.
-#![allow(clippy::duplicate_mod)]
-
 use crate::common;
-#[path = "../../../fleet/tests/common/pg.rs"]
-mod pg;
+use common::pg;
 
 use std::fs;
 use std::os::unix::fs::{symlink, MetadataExt, PermissionsExt};

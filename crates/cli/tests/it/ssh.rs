@@ -17,11 +17,7 @@ use std::time::{Duration, Instant};
 use longhaul_engine::server::oneshot::{Handshake, SECRET_PREFIX};
 
 use crate::common;
-// The fleet's PostgreSQL fixture (as `fleet.rs` takes it); it loads
-// `common/require.rs` a second time: the one file, compiled twice.
-#[allow(clippy::duplicate_mod)]
-#[path = "../../../fleet/tests/common/pg.rs"]
-mod pg;
+use common::pg;
 
 use common::sshd::{sshd, Sshd, BIN, HOST};
 

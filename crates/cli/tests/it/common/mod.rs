@@ -6,6 +6,11 @@
 
 pub mod http;
 pub mod launchers;
+/// The fleet crate's PostgreSQL fixture, for the fleet and ssh modules.
+/// It loads `require.rs` a second time: the one file, compiled twice.
+#[allow(clippy::duplicate_mod)]
+#[path = "../../../../fleet/tests/common/pg.rs"]
+pub mod pg;
 pub mod require;
 pub mod sshd;
 pub mod wan;
