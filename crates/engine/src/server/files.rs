@@ -107,9 +107,6 @@ pub(super) fn serve_transfer(
     };
     let dest = beneath(&ex.root, &t.dest).map_err(bad)?;
     confine(&ex.root, &dest).map_err(bad)?;
-    // The client's include/exclude rules, bounded in number and length.
-    let filter = crate::xfer::client::compile_filter(&t.filter, t.contents)
-        .map_err(|e| bad(EngineError::Usage(e)))?;
     // `-z`: a level this server's CPU will run (on a pull) or that the
     // client's will.
     if let Some(level) = t.compress {
@@ -131,6 +128,11 @@ pub(super) fn serve_transfer(
         Op::Pull => longhaul_proto::xfer::Landing::Into,
     };
     let (guard, rx) = register(shared, conn, access).map_err(refuse)?;
+    // The client's include/exclude rules, compiled under their budget
+    // (`xfer::filter::BUDGET`) only now that the request holds its slot:
+    // `--max-tests` and the queue bound the compiles as every request.
+    let filter = crate::xfer::client::compile_filter(&t.filter, t.contents)
+        .map_err(|e| bad(EngineError::Usage(e)))?;
     // From here on the transfer runs: its end (or its abort, should this
     // return early) reaches the observers.
     let kind = match t.op {

@@ -28,7 +28,7 @@
 //! [`crate::net::back`]), and the far end connects there, sends the
 //! ticket, and serves the connection as if it had accepted it.
 
-use std::io::{BufRead, Read, Write};
+use std::io::{Read, Write};
 use std::net::{IpAddr, SocketAddr};
 use std::sync::mpsc::{channel, Receiver, RecvTimeoutError, Sender};
 use std::sync::{Arc, Mutex};
@@ -423,35 +423,78 @@ pub const BACK_FAILED: &str = "longhaul-connect-back-failed:";
 /// How long the far end tries to connect back.
 const BACK_WAIT: Duration = Duration::from_secs(10);
 
-/// Serves the ssh channel's lines: each `connect-back` request is a
-/// connection to open to the client and serve; any line (a request,
-/// [`ALIVE_LINE`], anything) says the client is there. Returns at the
-/// channel's end.
-fn read_requests(input: impl Read, injector: &super::Injector, one_time: &OneTime) {
-    let mut r = std::io::BufReader::new(input);
+/// Connections back a far end opens at once, at most: a request past it
+/// is refused as one to an address nobody named is.
+const BACK_AT_ONCE: usize = 64;
+
+/// Serves the ssh channel's lines (`xfer::back::Reader`): each
+/// `connect-back` request for an address the client named is a connection
+/// to open and serve; any line (a request, [`ALIVE_LINE`], anything) says
+/// the client is there. Returns at the channel's end.
+fn read_requests(
+    mut input: impl Read,
+    client: Option<IpAddr>,
+    injector: &super::Injector,
+    one_time: &OneTime,
+) {
+    use longhaul_proto::xfer::back::{Event, Reader};
+    let mut reader = Reader::new(client);
+    let dialing = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let mut buf = [0u8; 4096];
     loop {
-        let mut raw = Vec::new();
-        match (&mut r).take(512).read_until(b'\n', &mut raw) {
+        let n = match input.read(&mut buf) {
             Ok(0) => return,
-            Ok(_) => {}
+            Ok(n) => n,
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
             Err(_) => return,
-        }
-        one_time.heard();
-        let line = String::from_utf8_lossy(&raw);
-        let Some((to, ticket)) = back::parse_request(line.trim_end()) else {
-            continue;
         };
-        let injector = injector.clone();
-        let _ = std::thread::Builder::new()
-            .name("lh-one-shot-back".into())
-            .spawn(move || match back::dial_back(to, &ticket, BACK_WAIT) {
-                Ok(s) => injector.serve(s, to),
-                Err(e) => {
-                    let _ = writeln!(std::io::stderr().lock(), "{BACK_FAILED} {e}");
-                }
-            });
+        for event in reader.feed(&buf[..n]) {
+            match event {
+                Event::Heard => one_time.heard(),
+                Event::Refused { to, why } => back_failed(&format!("{to}: {why}")),
+                Event::Dial { to, ticket } => dial(to, ticket, injector, &dialing),
+            }
+        }
     }
+}
+
+/// Opens one connection back to `to` on a thread of its own, and serves
+/// it; at most [`BACK_AT_ONCE`] at a time.
+fn dial(
+    to: SocketAddr,
+    ticket: String,
+    injector: &super::Injector,
+    dialing: &Arc<std::sync::atomic::AtomicUsize>,
+) {
+    use std::sync::atomic::Ordering;
+    if dialing.fetch_add(1, Ordering::SeqCst) >= BACK_AT_ONCE {
+        dialing.fetch_sub(1, Ordering::SeqCst);
+        back_failed(&format!(
+            "{to}: {BACK_AT_ONCE} connections back are being opened already"
+        ));
+        return;
+    }
+    let (injector, count) = (injector.clone(), dialing.clone());
+    let spawned = std::thread::Builder::new()
+        .name("lh-one-shot-back".into())
+        .spawn(move || {
+            let dialed = back::dial_back(to, &ticket, BACK_WAIT);
+            count.fetch_sub(1, Ordering::SeqCst);
+            match dialed {
+                Ok(s) => injector.serve(s, to),
+                Err(e) => back_failed(&e.to_string()),
+            }
+        });
+    if spawned.is_err() {
+        dialing.fetch_sub(1, Ordering::SeqCst);
+        back_failed(&format!("{to}: cannot start a thread"));
+    }
+}
+
+/// Says on standard error (which ssh carries to the client, whose error
+/// quotes it) why a connection back was not opened.
+fn back_failed(why: &str) {
+    let _ = writeln!(std::io::stderr().lock(), "{BACK_FAILED} {why}");
 }
 
 /// Waits for the end of a one-shot server whose gate is `one_time`: what
@@ -531,11 +574,11 @@ pub fn run(
         .and_then(|()| out.flush())
         .map_err(|e| EngineError::Closed(format!("cannot write the handshake line: {e}")))?;
     drop(line);
-    let (stdin_tx, gate) = (tx, one_time.clone());
+    let (stdin_tx, gate, client) = (tx, one_time.clone(), cfg.client);
     std::thread::Builder::new()
         .name("lh-one-shot-in".into())
         .spawn(move || {
-            read_requests(&mut input, &injector, &gate);
+            read_requests(&mut input, client, &injector, &gate);
             gate.close();
             let _ = stdin_tx.send(End::InputClosed);
         })

@@ -34,8 +34,9 @@ pub const LIFETIME: Duration = Duration::from_secs(3600);
 const SILENCE: Duration = Duration::from_secs(90);
 
 /// The most requests to connect back a source may relay in one copy (a
-/// connection each: its control and data streams, over its retries).
-const RELAYED_MAX: u32 = 4096;
+/// connection each: its control and data streams, over its retries): as
+/// many as the destination is allowed to open to it for the copy.
+const RELAYED_MAX: u32 = longhaul_proto::xfer::back::ALLOW_MAX;
 
 /// What the ordering client's own connections carried in a third-party
 /// copy: the measure that the data did not pass through it.
@@ -300,7 +301,7 @@ fn run_order(
     walled: Option<Arc<Route>>,
     tell: &mut dyn FnMut(Relayed),
 ) -> Result<(CopyReport, u64, Option<SocketAddr>), EngineError> {
-    let mut a = open_control(host, o)?;
+    let mut a = open_control(host, o).map_err(|e| at("the source", host, e))?;
     if let Some(c) = &mut order.connect_back {
         if !a.welcome.can(longhaul_proto::msg::FEATURE_COPY_BACK) {
             return Err(EngineError::Usage(format!(
@@ -311,6 +312,11 @@ fn run_order(
         c.addr = a.peer.ip().to_string();
     }
     let listen = a.peer.ip();
+    // The destination connects only where this client named: the source,
+    // as many times as a copy may ask.
+    if let (Some(route), Some(_)) = (&walled, &order.connect_back) {
+        route.allow(listen, RELAYED_MAX)?;
+    }
     let (mut relayed, mut back_to) = (0u32, None);
     a.conn.send(&Message::CopyOrder(Box::new(order)))?;
     let mut stopped = false;
@@ -367,7 +373,9 @@ fn run_order(
                         "{host} asked for more than {RELAYED_MAX} connections back"
                     )));
                 }
-                route.relay(to, &c.ticket)?;
+                route
+                    .relay(to, &c.ticket)
+                    .map_err(|e| at("the source", host, e))?;
                 if back_to.replace(to) != Some(to) {
                     tracing::info!("{host} has the destination connect back to it at {to}");
                 }
@@ -458,7 +466,7 @@ pub fn request_capability(
             "a third-party copy capability is asked for and sent inside TLS only (drop --insecure-plaintext)".into(),
         ));
     }
-    let mut ctl = open_control(target, o)?;
+    let mut ctl = open_control(target, o).map_err(|e| at("the destination", target, e))?;
     let fingerprint = ctl
         .conn
         .peer_fingerprint()
