@@ -775,6 +775,7 @@ fn handshake_security(h: &Handshake) -> longhaul_engine::net::dial::Security {
             ..TrustOptions::default()
         },
         token: Some(h.secret.clone()),
+        tokens: Vec::new(),
     }
 }
 

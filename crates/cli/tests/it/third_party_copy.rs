@@ -69,6 +69,7 @@ fn client() -> ClientOptions {
                 ..TrustOptions::default()
             },
             token: Some(common::TOKEN.to_string()),
+            tokens: Vec::new(),
         },
         ..ClientOptions::default()
     }

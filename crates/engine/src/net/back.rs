@@ -23,7 +23,7 @@
 use std::collections::HashMap;
 use std::io::{self, Read};
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{sync_channel, SyncSender};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
@@ -40,8 +40,10 @@ pub const DIRECT_WAIT: Duration = Duration::from_secs(3);
 /// How long a connection to the listener may take to send its ticket.
 const TICKET_WAIT: Duration = Duration::from_secs(5);
 /// Connections to the listener that have not sent their ticket yet, at
-/// most (more are closed at once).
-const UNPROVEN_MAX: usize = 64;
+/// most, in all and from one address; past either the idlest is closed
+/// ([`super::lobby`]).
+const UNPROVEN_MAX: usize = 128;
+const UNPROVEN_PER_ADDRESS: usize = 64;
 
 /// Which side opened a far end's connections, and why: what a report says.
 pub use longhaul_proto::report::Opened;
@@ -199,7 +201,7 @@ fn accept_loop(
     stop: &AtomicBool,
     refused: &Arc<AtomicU64>,
 ) {
-    let unproven = Arc::new(AtomicUsize::new(0));
+    let lobby = super::lobby::Lobby::new(UNPROVEN_PER_ADDRESS, UNPROVEN_MAX);
     while !stop.load(Ordering::SeqCst) {
         let (s, peer) = match l.accept() {
             Ok(x) => x,
@@ -213,15 +215,23 @@ fn accept_loop(
                 continue;
             }
         };
-        if unproven.fetch_add(1, Ordering::SeqCst) >= UNPROVEN_MAX {
-            unproven.fetch_sub(1, Ordering::SeqCst);
-            refused.fetch_add(1, Ordering::Relaxed);
-            tracing::warn!(
-                "connect-back listener: closed {peer}: too many connections without a ticket"
-            );
-            continue;
-        }
-        let (waiting, unproven, refused) = (waiting.clone(), unproven.clone(), refused.clone());
+        let seat = match lobby.enter(&s, peer.ip()) {
+            Ok((seat, entered)) => {
+                if let super::lobby::Entered::Dropped(ip) = entered {
+                    refused.fetch_add(1, Ordering::Relaxed);
+                    tracing::warn!(
+                        "connect-back listener: closed the idlest connection without a ticket from {ip} to take {peer}"
+                    );
+                }
+                seat
+            }
+            Err(e) => {
+                refused.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!("connect-back listener: closed {peer}: {e}");
+                continue;
+            }
+        };
+        let (waiting, refused) = (waiting.clone(), refused.clone());
         let _ = std::thread::Builder::new()
             .name("lh-back-ticket".into())
             .spawn(move || {
@@ -231,7 +241,7 @@ fn accept_loop(
                     tracing::warn!("connect-back listener: closed a connection from {peer}: {why}");
                     drop(s);
                 }
-                unproven.fetch_sub(1, Ordering::SeqCst);
+                drop(seat);
             });
     }
 }

@@ -553,7 +553,10 @@ pub fn run(
             // The user's own server: copies between two of their hosts
             // (PROTOCOL.md 13.9) go directly from one to the other.
             third_party_copies: true,
-            max_connections: 256,
+            // Its port takes connections from other hosts too (the
+            // address ssh reached): one address cannot fill it.
+            max_connections: 512,
+            max_per_client: 256,
             ..ServeConfig::default()
         },
     )?;

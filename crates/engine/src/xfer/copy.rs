@@ -108,6 +108,7 @@ pub fn third_party_share(
             "name every source with a trailing '/' (copy their contents) or none (copy them by name), not a mix",
         ));
     }
+    one_credential_each(&host, from, &d.host, to)?;
     if from.security.plaintext || to.security.plaintext {
         return Err(usage(
             "a third-party copy needs TLS to both servers: its capability is never sent in the clear (drop --insecure-plaintext)",
@@ -383,7 +384,9 @@ fn run_order(
             Message::CopyRelay(CopyRelay::Done(r)) => break *r,
             Message::CopyRelay(CopyRelay::Failed(r)) | Message::Refuse(r) => {
                 let e = match r.code {
-                    RefuseCode::ServerError => EngineError::Failed(r.message),
+                    RefuseCode::ServerError => {
+                        EngineError::Failed(longhaul_proto::units::escaped(&r.message).to_string())
+                    }
                     code => EngineError::Refused {
                         code,
                         message: r.message,
@@ -485,6 +488,27 @@ pub fn request_capability(
         fingerprint,
         lifetime: Duration::from_secs(u64::from(grant.lifetime_s)),
     })
+}
+
+/// Refuses a copy that would present one credential to both servers when
+/// the user did not name it for each: the destination would receive a
+/// credential that also works on the source (and the other way round).
+/// Each server gets its own (`Security::tokens`, `--token-file
+/// HOST=FILE`); a far end over ssh has its own secret anyway.
+fn one_credential_each(
+    source: &str,
+    from: &ClientOptions,
+    dest: &str,
+    to: &ClientOptions,
+) -> Result<(), EngineError> {
+    let (a, b) = (from.security.token_for(source), to.security.token_for(dest));
+    let named = from.security.named_for(source) && to.security.named_for(dest);
+    match (a, b) {
+        (Some(a), Some(b)) if a == b && !named => Err(EngineError::Usage(format!(
+            "a third-party copy presents each server its own credential, and this one would go to both the source ({source}) and the destination ({dest}), each of which could then use it on the other: name one for each, --token-file {source}=FILE --token-file {dest}=FILE (the same file for both only if you mean both to have it)"
+        ))),
+        _ => Ok(()),
+    }
 }
 
 /// Names which end an error came from.
