@@ -636,4 +636,32 @@ mod tests {
             .unwrap_err();
         assert!(e.to_string().contains("did not connect back"), "{e}");
     }
+
+    /// The attacker fills the listener with idle connections from one
+    /// address (more than its share, and more than the listener took in
+    /// all before issue 40): it keeps its share only, and the far end's
+    /// connection, with its ticket, still gets through.
+    #[test]
+    fn attacker_idle_strangers_do_not_keep_the_far_end_out() {
+        let l = Listener::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let at = l.addr();
+        let idle: Vec<TcpStream> = (0..UNPROVEN_MAX + 8)
+            .map(|_| {
+                let c = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)
+                    .unwrap();
+                c.bind(&SocketAddr::from(([127, 0, 0, 2], 0)).into())
+                    .unwrap();
+                c.connect(&at.into()).unwrap();
+                TcpStream::from(c)
+            })
+            .collect();
+        let ticket = fresh_ticket().unwrap();
+        let got = l.expect(&ticket, Duration::from_secs(20), || {
+            let mut far = TcpStream::connect(at).unwrap();
+            far.write_all(ticket.as_bytes()).unwrap();
+            Ok(())
+        });
+        assert!(got.is_ok(), "{:?}", got.err());
+        drop(idle);
+    }
 }
