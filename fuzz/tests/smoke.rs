@@ -74,6 +74,24 @@ macro_rules! targets {
     };
 }
 
+/// The runner itself: a target that panics, or holds more than its
+/// budget at once, fails on that input, and says so.
+#[test]
+fn the_runner_fails_a_panic_and_a_budget_overrun() {
+    fn panics(data: &[u8]) {
+        assert!(data.is_empty(), "planted failure");
+    }
+    fn hogs(data: &[u8]) {
+        let v = vec![data.len() as u8; smoke::MEMORY_BUDGET + (1 << 20)];
+        std::hint::black_box(&v);
+    }
+    let e = smoke::one(panics, b"x").unwrap_err();
+    assert!(e.contains("planted failure"), "{e}");
+    assert!(smoke::one(panics, b"").is_ok());
+    let e = smoke::one(hogs, b"").unwrap_err();
+    assert!(e.contains("over its budget"), "{e}");
+}
+
 targets!(
     auth_parsers,
     client_session,
