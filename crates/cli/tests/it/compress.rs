@@ -12,22 +12,6 @@ use crate::common;
 use common::xfer::*;
 use common::{assert_exit, bin, stderr, stdout, TempDir};
 
-/// Text that compresses well but is not one repeated block: numbered
-/// lines.
-fn write_text(path: &std::path::Path, len: usize) {
-    let mut s = String::with_capacity(len + 100);
-    let mut i = 0u64;
-    while s.len() < len {
-        s.push_str(&format!(
-            "{i:>10} the quick brown fox jumps over the lazy dog; {} sheep\n",
-            i * 7 % 1000
-        ));
-        i += 1;
-    }
-    s.truncate(len);
-    std::fs::write(path, s).unwrap();
-}
-
 fn compression(v: &Value) -> &Value {
     let c = &v["compression"];
     assert!(c.is_object(), "no compression account: {v}");

@@ -15,6 +15,7 @@ use std::sync::mpsc::{channel, Receiver};
 use std::time::{Duration, Instant};
 
 use longhaul_engine::server::oneshot::{Handshake, SECRET_PREFIX};
+use longhaul_testkit::process::gone;
 
 use crate::common;
 use common::pg;
@@ -67,15 +68,6 @@ fn same_tree(a: &Path, b: &Path) {
 }
 
 /// Whether a process is gone (or a zombie nobody has reaped yet).
-fn gone(pid: u32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Err(_) => true,
-        Ok(s) => s
-            .rsplit_once(')')
-            .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')),
-    }
-}
-
 fn wait_gone(pid: u32, what: &str) {
     let until = Instant::now() + Duration::from_secs(15);
     while !gone(pid) {

@@ -5,12 +5,14 @@
 //!
 //! Absent PostgreSQL, [`TempPostgres::start`] says SKIP and gives `None`,
 //! unless `LONGHAUL_REQUIRE_POSTGRES=1` (CI), when it panics.
+//!
+//! One per test, not one per test binary: tests change its `pg_hba.conf`,
+//! its roles and its TLS settings, and nextest runs each test in a process
+//! of its own, so a shared server would need a lock and a keeper outliving
+//! every test for a saving of about a second per test (initdb with
+//! `--no-sync` and a start; docs/TESTING.md has the figures).
 
-#![allow(dead_code)]
-
-/// The workspace's one "require or skip" (the CLI tests' own).
-#[path = "../../../cli/tests/it/common/require.rs"]
-mod require;
+use crate::require;
 
 use std::net::TcpListener;
 use std::os::unix::fs::PermissionsExt;
