@@ -3,6 +3,7 @@
 //! a run whose process died.
 
 use std::path::Path;
+use std::time::Duration;
 
 use longhaul_archive::model::{FileRow, HistoryFilter, IntervalRow, NewRun};
 use longhaul_archive::writer::{RunEnd, RunResult, Writer};
@@ -239,9 +240,12 @@ fn a_run_whose_process_died_reads_as_interrupted_with_what_it_recorded() {
     let (w, fin) = Writer::start(a, id);
     w.interval(interval(0, -1));
     w.interval(interval(1, -1));
-    // Committed within COMMIT_EVERY; then the process "dies": its pid is
-    // made one that is gone.
-    std::thread::sleep(std::time::Duration::from_millis(800));
+    // Committed within COMMIT_EVERY: wait for the two rows, then the
+    // process "dies": its pid is made one that is gone.
+    let reader = Archive::open_read_only(&path).unwrap();
+    longhaul_testkit::wait_until("the writer's commit", Duration::from_secs(30), || {
+        reader.run(id).is_ok_and(|d| d.intervals.len() == 2)
+    });
     let mut child = std::process::Command::new("true").spawn().unwrap();
     let dead = child.id();
     child.wait().unwrap();

@@ -71,10 +71,15 @@ fn log_skip(need: &str, why: &str) {
     let Some(log) = std::env::var_os(SKIP_LOG) else {
         return;
     };
-    let test = std::thread::current()
-        .name()
-        .unwrap_or("(unnamed)")
-        .to_string();
+    // Which test: under nextest each runs in a process of its own; under
+    // cargo test each in a thread named after it.
+    let test = match std::env::var("NEXTEST_RUN_ID") {
+        Ok(_) => format!("pid {}", std::process::id()),
+        Err(_) => std::thread::current()
+            .name()
+            .unwrap_or("(unnamed)")
+            .to_string(),
+    };
     let line = format!("{need}\t{}\t{test}\n", why.replace(['\t', '\n'], " "));
     if let Ok(mut f) = std::fs::OpenOptions::new()
         .create(true)

@@ -172,7 +172,8 @@ fn attacker_a_capability_outside_its_scope_or_lifetime_or_after_its_copy_is_refu
         .expect("a capability")
     };
 
-    let held = ask(3);
+    // Long enough that no load can end it within the checks of its scope.
+    let held = ask(600);
     assert!(held.capability.starts_with("lh1c_"));
     assert_eq!(held.fingerprint, common::fingerprint());
     assert!(!format!("{held:?}").contains(&held.capability));
@@ -204,12 +205,17 @@ fn attacker_a_capability_outside_its_scope_or_lifetime_or_after_its_copy_is_refu
         .output()
         .unwrap();
     assert_exit(&o, 4);
-    // After its lifetime, refused (its holder's session still open).
-    std::thread::sleep(Duration::from_millis(3200));
-    let o = push_with(&held.capability, &file, &format!("{target}:data/in/"));
+    drop(held);
+    // After its lifetime, refused (its holder's session still open). The
+    // server (in this process) dated it before its answer came: one second
+    // after the answer, it has ended.
+    let short = ask(1);
+    let ended = Instant::now() + Duration::from_secs(1);
+    std::thread::sleep(ended.saturating_duration_since(Instant::now()));
+    let o = push_with(&short.capability, &file, &format!("{target}:data/in/"));
     assert_exit(&o, 4);
     assert!(stderr(&o).contains("expired or revoked"), "{}", stderr(&o));
-    drop(held);
+    drop(short);
 
     // Revoked as soon as the session that asked for it ends.
     let held = ask(600);
@@ -261,7 +267,7 @@ fn a_server_without_third_party_copies_refuses_either_role() {
 }
 
 #[test]
-fn attacker_a_source_ordered_to_a_port_that_is_not_longhaul_says_one_thing() {
+fn attacker_a_source_ordered_to_a_port_that_is_not_longhaul_says_one_thing_timed() {
     let t = TempDir::new("3rd-scan");
     let ra = t.dir("a");
     write_random(&ra.join("f.bin"), 1000, 1);
@@ -501,16 +507,9 @@ fn an_interrupted_third_party_copy_resumes_and_moves_only_what_is_missing() {
         rest
     });
     let journal = rb.join(".big.bin.lhjournal");
-    let until = Instant::now() + Duration::from_secs(60);
-    while std::fs::metadata(&journal).map_or(true, |m| m.len() < 256) {
-        assert!(
-            Instant::now() < until,
-            "no journal at {}",
-            journal.display()
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    std::thread::sleep(Duration::from_millis(500));
+    common::wait_until("six chunks journaled", Duration::from_secs(60), || {
+        journal_records(&journal) >= 6
+    });
     // SAFETY: kill(2) takes any pid; this one is the far end our own
     // sshd started for this test.
     unsafe { libc::kill(pid as i32, libc::SIGKILL) };
@@ -674,9 +673,16 @@ fn a_fleet_of_two_ranks_copies_a_tree_from_one_server_to_another_in_shares() {
             assert_eq!(carried, total, "each byte once: {v}");
             assert_eq!(v["final_check"]["resent_files"], 0, "{v}");
         } else {
-            // Run again over the finished tree: it finishes, verified, and
-            // the final check finds nothing missing.
+            // Run again over the finished tree: no rank carries a byte, the
+            // final check finds nothing missing, and it says so. (Rank 0
+            // once took rank 1's result of the first run for this one's,
+            // when rank 1 had not written its own yet: a whole share
+            // "resent".)
+            for r in per_rank {
+                assert_eq!(r["bytes"], 0, "rank {} carried bytes again: {v}", r["rank"]);
+            }
             assert_eq!(v["final_check"]["resent_files"], 0, "{v}");
+            assert_eq!(v["up_to_date"], true, "{v}");
         }
         assert_same_tree(&ra.join("tree"), &rb.join("tree"), false);
         no_leftovers(&rb);

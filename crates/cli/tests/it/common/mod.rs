@@ -16,6 +16,8 @@ pub mod sshd;
 pub mod wan;
 pub mod xfer;
 
+// Every name of the kit, used or not by today's tests (tests being written use them).
+#[allow(unused_imports)]
 pub use longhaul_testkit::{counters, free_port, pg, require, wait_until, KillOnDrop, TempDir};
 
 use std::path::{Path, PathBuf};

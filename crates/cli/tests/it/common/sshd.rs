@@ -3,6 +3,7 @@
 
 use std::path::Path;
 
+#[allow(unused_imports)]
 pub use longhaul_testkit::sshd::{which, Sshd, HOST};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_longhaul");
