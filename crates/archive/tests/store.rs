@@ -305,3 +305,27 @@ fn a_long_run_streams_its_intervals_in_bounded_memory() {
     let n = r.intervals(id, None).unwrap().len() as u64;
     assert_eq!(n + loss.rows, 57_600 * 9, "every row kept or counted lost");
 }
+
+/// Two ranks of a fleet (or any two runs) opening the same new archive at
+/// once both get it, made once: neither is told a table already exists.
+#[test]
+fn processes_opening_a_new_archive_at_once_all_get_it() {
+    for round in 0..10 {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("archive.db");
+        let start = std::sync::Arc::new(std::sync::Barrier::new(6));
+        let openers: Vec<_> = (0..6)
+            .map(|_| {
+                let (path, start) = (path.clone(), start.clone());
+                std::thread::spawn(move || {
+                    start.wait();
+                    Archive::open(&path).map(drop)
+                })
+            })
+            .collect();
+        for o in openers {
+            let opened = o.join().unwrap();
+            assert!(opened.is_ok(), "round {round}: {:?}", opened.err());
+        }
+    }
+}
