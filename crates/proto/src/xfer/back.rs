@@ -284,10 +284,18 @@ mod tests {
             format!("connect-back-allow 198.51.100.4 {}", ALLOW_MAX + 1),
             "connect-back-allow 198.51.100.4 +5".into(),
             "connect-back-allow 198.51.100.4 05".into(),
+            format!(
+                "connect-back 198.51.100.4:41234 {}",
+                T.replace("lh1b_", "lh1o_")
+            ),
+            format!("connect-back localhost:41234 {T}"),
+            format!("connect-forward 198.51.100.4:41234 {T}"),
+            "\r".into(),
             "alive".into(),
         ] {
             assert_eq!(parse_line(bad.as_bytes()), Line::Other, "{bad:?}");
         }
+        assert_eq!(parse_line(b"\xff\xfe connect-back"), Line::Other);
     }
 
     /// The attack of issue 40: a relayed "ticket" carrying a second line.
