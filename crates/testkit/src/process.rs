@@ -42,3 +42,34 @@ pub fn gone(pid: u32) -> bool {
             .is_some_and(|(_, rest)| rest.starts_with('Z') || rest.starts_with('X')),
     }
 }
+
+/// The parent of process `pid`, if it still runs.
+pub fn parent_of(pid: u32) -> Option<u32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let (_, rest) = stat.rsplit_once(") ")?;
+    rest.split(' ').nth(1)?.parse().ok()
+}
+
+/// Every running process descended from one of `roots` (the roots too):
+/// what a test started, and not what other tests or users on the same host
+/// run beside it.
+pub fn descendants(roots: &[u32]) -> std::collections::BTreeSet<u32> {
+    let pids: Vec<u32> = std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse().ok())
+        .collect();
+    let mut found: std::collections::BTreeSet<u32> = roots.iter().copied().collect();
+    loop {
+        let before = found.len();
+        for &pid in &pids {
+            if !found.contains(&pid) && parent_of(pid).is_some_and(|p| found.contains(&p)) {
+                found.insert(pid);
+            }
+        }
+        if found.len() == before {
+            return found;
+        }
+    }
+}

@@ -15,7 +15,7 @@ use std::sync::mpsc::{channel, Receiver};
 use std::time::{Duration, Instant};
 
 use longhaul_engine::server::oneshot::{Handshake, SECRET_PREFIX};
-use longhaul_testkit::process::gone;
+use longhaul_testkit::process::{descendants, gone};
 
 use crate::common;
 use common::pg;
@@ -415,17 +415,18 @@ fn far_end_with(s: &Sshd, more: &str) -> (Child, Handshake, Receiver<String>) {
     (c, h, err)
 }
 
-/// Every process's command line and environment, for a search.
-fn all_cmdlines_and_environs() -> Vec<(String, Vec<u8>)> {
+/// The command line and environment of every process this test started
+/// (the client, ssh, the far end) and of every process of its sshd (the
+/// sessions), for a search; what other tests or users run on the host beside
+/// it is theirs, and may hold stand-in secrets of its own.
+fn cmdlines_and_environs_of_this_test(s: &Sshd) -> Vec<(String, Vec<u8>)> {
     let mut out = Vec::new();
-    for e in std::fs::read_dir("/proc").unwrap().flatten() {
-        let name = e.file_name().to_string_lossy().to_string();
-        if !name.bytes().all(|b| b.is_ascii_digit()) {
-            continue;
-        }
+    for pid in descendants(&[std::process::id(), s.child.id()]) {
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        let shown = String::from_utf8_lossy(&cmdline).replace('\0', " ");
         for what in ["cmdline", "environ"] {
-            if let Ok(b) = std::fs::read(e.path().join(what)) {
-                out.push((format!("/proc/{name}/{what}"), b));
+            if let Ok(b) = std::fs::read(format!("/proc/{pid}/{what}")) {
+                out.push((format!("/proc/{pid}/{what} ({shown})"), b));
             }
         }
     }
@@ -465,7 +466,7 @@ fn attacker_the_one_shot_port_admits_only_the_secret_once_and_the_secret_is_in_n
     let fp = h.fingerprint.clone();
 
     // The secret is on no command line and in no environment, here or there.
-    for (what, b) in all_cmdlines_and_environs() {
+    for (what, b) in cmdlines_and_environs_of_this_test(&s) {
         assert!(
             !contains(&b, h.secret.as_bytes()),
             "the secret is in {what}"
@@ -592,7 +593,7 @@ fn attacker_a_copy_over_ssh_shows_its_secret_nowhere() {
     // While it runs: no command line or environment of any process (the
     // client, ssh, sshd's session, the far end) holds a one-time secret.
     for _ in 0..5 {
-        for (what, b) in all_cmdlines_and_environs() {
+        for (what, b) in cmdlines_and_environs_of_this_test(&s) {
             assert!(!holds_a_secret(&b), "a one-time secret is in {what}");
         }
         std::thread::sleep(Duration::from_millis(200));
@@ -1489,7 +1490,7 @@ fn attacker_a_stranger_at_the_sources_connect_back_listener_is_closed_and_no_tic
     // No ticket in any process's command line or environment meanwhile.
     let ticket = longhaul_engine::net::back::TICKET_PREFIX.as_bytes();
     while c.try_wait().unwrap().is_none() {
-        for (what, b) in all_cmdlines_and_environs() {
+        for (what, b) in cmdlines_and_environs_of_this_test(&s) {
             assert!(!contains(&b, ticket), "a ticket in {what}");
         }
         std::thread::sleep(Duration::from_millis(100));
