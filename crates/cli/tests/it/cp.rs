@@ -396,7 +396,7 @@ fn a_resumed_copy_tells_the_bytes_it_sent_and_resumed_and_rates_the_sent() {
 /// 1.1 x their share ran 10% over). Being under the cap is no failure: a
 /// busy machine may not reach it.
 #[test]
-fn a_copy_held_by_its_own_rate_cap_says_so() {
+fn a_copy_held_by_its_own_rate_cap_says_so_timed() {
     let t = TempDir::new("ratecap");
     let srcd = t.dir("src");
     let exp = t.dir("export");
