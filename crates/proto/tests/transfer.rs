@@ -342,15 +342,6 @@ impl Pair {
                 self.src.planner.pending_files() == 0 && self.src.resends.is_empty();
         }
         self.steps += 1;
-        eprintln!(
-            "step {} in_flight {} limit {} walk_done {} pending {} held {}",
-            self.steps,
-            self.src.machine.in_flight(),
-            self.src.machine.files_limit(),
-            self.src.machine.walk_done(),
-            self.src.planner.pending_files(),
-            self.held_by_files
-        );
         if self.steps % every == 0 {
             let limit = self.src.machine.interval(self.held_by_files);
             self.files_limit_seen = self.files_limit_seen.max(limit);

@@ -402,39 +402,39 @@ fn a_copy_held_by_its_own_rate_cap_says_so_timed() {
     let exp = t.dir("export");
     let pulled = t.dir("pulled");
     let file = srcd.join("paced.bin");
-    // About 5 s at 16 Mbit/s.
-    write_random(&file, 10 * MIB as usize, 27);
+    // About 3 s at 100 Mbit/s.
+    write_random(&file, 36 * MIB as usize, 27);
     let s = data_server(&exp, &t.dir("state"));
-    // Over the cap by more than measuring a second can err: what 10% over was.
+    // Over the cap by more than a second's measure can err (and than each
+    // stream's first unpaced packet, 64 KiB, adds in the first second):
+    // what 10% over was.
     let held = |v: &Value, cap: f64| {
         let over = |bps: f64| bps > cap * 1.04;
         assert!(!over(v["bits_per_second"].as_f64().unwrap()), "{v:#}");
         let intervals = v["intervals"].as_array().expect("intervals");
-        assert!(intervals.len() >= 3, "{v:#}");
+        assert!(intervals.len() >= 2, "{v:#}");
         for i in intervals {
-            assert!(
-                !over(i["bits_per_second"].as_f64().unwrap()),
-                "{i:#} of {cap}"
-            );
+            let bps = i["bits_per_second"].as_f64().unwrap();
+            assert!(!over(bps), "{i:#} of {cap}");
         }
     };
     let v = cp_ok(&[
         "--rate",
-        "16M",
+        "100M",
         "-P",
         "4",
         file.to_str().unwrap(),
         &remote(s.addr(), ""),
     ]);
     assert_eq!(v["verdict"], "rate_cap", "{v:#}");
-    held(&v, 16e6);
+    held(&v, 100e6);
     assert_same_file(&file, &exp.join("paced.bin"));
 
-    // rsync's units: 2 MiB/s.
-    let bwlimit = 2.0 * 1024.0 * 1024.0 * 8.0;
+    // rsync's units: 12 MiB/s.
+    let bwlimit = 12.0 * 1024.0 * 1024.0 * 8.0;
     let v = cp_ok(&[
         "--bwlimit",
-        "2M",
+        "12M",
         "-P",
         "4",
         &remote(s.addr(), "paced.bin"),
@@ -445,14 +445,14 @@ fn a_copy_held_by_its_own_rate_cap_says_so_timed() {
     let o = longhaul(&[
         "cp",
         "--rate",
-        "16M",
+        "100M",
         &remote(s.addr(), "paced.bin"),
         pulled.to_str().unwrap(),
     ]);
     assert_exit(&o, 0);
     let out = stdout(&o);
     assert!(
-        out.contains("verdict: limited by your cap of 16.0 Mbit/s (--rate, --bwlimit): ")
+        out.contains("verdict: limited by your cap of 100 Mbit/s (--rate, --bwlimit): ")
             && out.contains(" achieved, at most "),
         "{out}"
     );
