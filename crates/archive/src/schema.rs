@@ -1,8 +1,12 @@
 //! The archive's tables and how an older archive is brought up to date.
 //!
 //! The version lives in SQLite's `user_version`. Each migration takes the
-//! schema from version `n` to `n + 1` inside one transaction, so an
-//! interrupted upgrade leaves the file at its old version, never half way.
+//! schema from version `n` to `n + 1`; an upgrade runs them all inside one
+//! transaction that holds the write lock from its start (`BEGIN
+//! IMMEDIATE`) and reads the version again under it, so that an
+//! interrupted upgrade leaves the file at its old version, never half way,
+//! and several processes first opening one archive at once make its
+//! schema once.
 //! An archive written by a newer longhaul (a version above
 //! [`SCHEMA_VERSION`]) is refused, never touched.
 

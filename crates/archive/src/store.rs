@@ -14,7 +14,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use rusqlite::{params, Connection, OpenFlags, OptionalExtension, Row};
+use rusqlite::{params, Connection, OpenFlags, OptionalExtension, Row, TransactionBehavior};
 
 use crate::model::{FileHit, FileRow, HistoryFilter, IntervalRow, NewRun, RunDetail, RunRow};
 use crate::schema::{MIGRATIONS, SCHEMA_VERSION};
@@ -95,6 +95,44 @@ fn own_files(path: &Path) -> Result<bool, ArchiveError> {
         exists |= i == 0;
     }
     Ok(exists)
+}
+
+/// The schema version of the archive at `path`, read with its tables in
+/// one snapshot (another process may be making the schema meanwhile):
+/// a newer archive, another program's database or a schema without its
+/// runs table is refused.
+fn read_header(conn: &Connection, path: &Path) -> Result<u32, ArchiveError> {
+    let err = |e| classify(path, e);
+    // Reading the header is what tells a damaged file or a stranger from an archive.
+    let (version, tables, has_runs): (u32, i64, i64) = conn
+        .query_row(
+            "SELECT (SELECT user_version FROM pragma_user_version), \
+                    (SELECT count(*) FROM sqlite_master WHERE type = 'table'), \
+                    (SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'runs')",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+        )
+        .map_err(err)?;
+    if version > SCHEMA_VERSION {
+        return Err(ArchiveError::Newer {
+            path: path.to_path_buf(),
+            found: version,
+            ours: SCHEMA_VERSION,
+        });
+    }
+    if version == 0 && tables > 0 {
+        return Err(ArchiveError::Corrupt {
+            path: path.to_path_buf(),
+            why: "an SQLite database with other tables".into(),
+        });
+    }
+    if version > 0 && has_runs == 0 {
+        return Err(ArchiveError::Corrupt {
+            path: path.to_path_buf(),
+            why: format!("schema version {version} but no runs table"),
+        });
+    }
+    Ok(version)
 }
 
 /// Makes the archive's file, 0600 whatever the umask, unless it is there.
@@ -248,48 +286,7 @@ impl Archive {
         self.conn
             .busy_timeout(Duration::from_secs(5))
             .map_err(|e| classify(&path, e))?;
-        // Reading the header is what tells a damaged file or a stranger from an archive.
-        let version: u32 = self
-            .conn
-            .query_row("PRAGMA user_version", [], |r| r.get(0))
-            .map_err(|e| classify(&path, e))?;
-        if version > SCHEMA_VERSION {
-            return Err(ArchiveError::Newer {
-                path,
-                found: version,
-                ours: SCHEMA_VERSION,
-            });
-        }
-        let tables: i64 = self
-            .conn
-            .query_row(
-                "SELECT count(*) FROM sqlite_master WHERE type = 'table'",
-                [],
-                |r| r.get(0),
-            )
-            .map_err(|e| classify(&path, e))?;
-        if version == 0 && tables > 0 {
-            return Err(ArchiveError::Corrupt {
-                path,
-                why: "an SQLite database with other tables".into(),
-            });
-        }
-        if version > 0 {
-            let has_runs: i64 = self
-                .conn
-                .query_row(
-                    "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'runs'",
-                    [],
-                    |r| r.get(0),
-                )
-                .map_err(|e| classify(&path, e))?;
-            if has_runs == 0 {
-                return Err(ArchiveError::Corrupt {
-                    path,
-                    why: format!("schema version {version} but no runs table"),
-                });
-            }
-        }
+        let version = read_header(&self.conn, &path)?;
         if !write {
             if version < SCHEMA_VERSION {
                 return Err(ArchiveError::Io {
@@ -316,26 +313,33 @@ impl Archive {
         self.conn
             .pragma_update(None, "cache_size", -4096)
             .map_err(|e| classify(&path, e))?;
-        for (from, sql) in MIGRATIONS.iter().enumerate().skip(version as usize) {
-            // Taken for writing before the version is read again: another
-            // process opening the same new archive at once (two ranks of a
-            // fleet) may have applied this step meanwhile.
-            let tx = self
-                .conn
-                .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
-                .map_err(|e| classify(&path, e))?;
-            let now: u32 = tx
-                .query_row("PRAGMA user_version", [], |r| r.get(0))
-                .map_err(|e| classify(&path, e))?;
-            if now as usize > from {
-                continue;
-            }
-            tx.execute_batch(sql).map_err(|e| classify(&path, e))?;
-            tx.pragma_update(None, "user_version", from as u32 + 1)
-                .map_err(|e| classify(&path, e))?;
-            tx.commit().map_err(|e| classify(&path, e))?;
+        if version < SCHEMA_VERSION {
+            self.migrate()?;
         }
         Ok(())
+    }
+
+    /// Brings the schema up to date. Several commands (or `serve`s) may
+    /// first use one archive at once: the write lock is taken before the
+    /// version is read again, so one of them makes or upgrades the schema
+    /// and the others, waiting their turn (the busy timeout), find it
+    /// done. All steps in one transaction: an interrupted upgrade leaves
+    /// the file at its old version, never half way.
+    fn migrate(&mut self) -> Result<(), ArchiveError> {
+        let path = self.path.clone();
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(|e| classify(&path, e))?;
+        let version = read_header(&tx, &path)?;
+        for sql in MIGRATIONS.iter().skip(version as usize) {
+            tx.execute_batch(sql).map_err(|e| classify(&path, e))?;
+        }
+        if version < SCHEMA_VERSION {
+            tx.pragma_update(None, "user_version", SCHEMA_VERSION)
+                .map_err(|e| classify(&path, e))?;
+        }
+        tx.commit().map_err(|e| classify(&path, e))
     }
 
     /// Scrubs the credentials out of the rows written since the last time

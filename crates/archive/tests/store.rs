@@ -306,6 +306,38 @@ fn a_long_run_streams_its_intervals_in_bounded_memory() {
     assert_eq!(n + loss.rows, 57_600 * 9, "every row kept or counted lost");
 }
 
+/// Several commands (or two `serve`s) first using one archive at once:
+/// each opens it, makes the schema or finds it made, and records its run;
+/// none fails on a table another made, or takes a half-made schema for
+/// another program's database. Many rounds, each a fresh file, all
+/// openers released together.
+#[test]
+fn an_archive_first_opened_by_many_at_once_records_every_run() {
+    const OPENERS: usize = 6;
+    for round in 0..8 {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(format!("state/archive-{round}.db"));
+        let start = std::sync::Arc::new(std::sync::Barrier::new(OPENERS));
+        let openers: Vec<_> = (0..OPENERS)
+            .map(|_| {
+                let (path, start) = (path.clone(), start.clone());
+                std::thread::spawn(move || {
+                    start.wait();
+                    let a = Archive::open(&path)?;
+                    a.begin_run(&run("cp"))
+                })
+            })
+            .collect();
+        for o in openers {
+            let id = o.join().expect("no panic");
+            assert!(id.is_ok(), "round {round}: {:?}", id.err());
+        }
+        let a = Archive::open_read_only(&path).unwrap();
+        let runs = a.history(&HistoryFilter::default()).unwrap();
+        assert_eq!(runs.len(), OPENERS, "round {round}");
+    }
+}
+
 /// Two ranks of a fleet (or any two runs) opening the same new archive at
 /// once both get it, made once: neither is told a table already exists.
 #[test]

@@ -233,6 +233,7 @@ fn request(op: Op, dest: &str, sources: Vec<String>) -> Message {
         source_dir: false,
         filter: Vec::new(),
         compress: None,
+        defer_full: false,
     })
 }
 

@@ -76,6 +76,9 @@ struct Faults {
     read_error: Vec<String>,
     /// The sink's disk fills after this many chunk writes.
     full_after: Option<usize>,
+    /// The sink's disk holds this many bytes (landed and partial files):
+    /// a write past it finds no room for its file.
+    capacity: Option<usize>,
     /// Paths that change after their first chunk is read, this many times.
     changes: Vec<(String, u32)>,
 }
@@ -150,6 +153,8 @@ struct Outcome {
     /// Bundle frames, items of `FilesSealed` and of `FilesDone`, and
     /// `FileSealed` / `FileDone` messages sent alone.
     wire: (usize, usize, usize, usize),
+    /// The most files in flight the source's tuner allowed.
+    files_limit: u64,
 }
 
 struct Pair {
@@ -171,6 +176,15 @@ struct Pair {
     files_done: usize,
     /// Per-file control messages (`FileSealed`, `FileDone`) sent alone.
     single_messages: usize,
+    /// The source's tuner: an interval ends every this many steps, and
+    /// grows the files in flight if they held the transfer back.
+    tune_every: Option<u64>,
+    steps: u64,
+    /// Whether, this interval, the files in flight were all announced
+    /// while the streams had nothing to send (as the engine notes it).
+    held_by_files: bool,
+    /// The most files in flight the source allowed.
+    files_limit_seen: u64,
     /// Which stream delivers next, cycled.
     schedule: Vec<u8>,
     deliveries: usize,
@@ -249,6 +263,10 @@ impl Pair {
             files_sealed: 0,
             files_done: 0,
             single_messages: 0,
+            tune_every: None,
+            steps: 0,
+            held_by_files: false,
+            files_limit_seen: 0,
             schedule: if schedule.is_empty() {
                 vec![0]
             } else {
@@ -280,6 +298,62 @@ impl Pair {
                 idle: IDLE,
             },
         );
+        self
+    }
+
+    /// Files in flight start at `start` and grow online toward the sink's
+    /// `cap`, as the engine's tuner grows them: an interval ends every
+    /// `every` steps, and one in which every file the source may have in
+    /// flight was waiting while the streams had nothing to send doubles
+    /// the count.
+    fn growing(mut self, start: u64, cap: u64, every: u64) -> Self {
+        self.src.machine = Source::new(
+            self.now,
+            SourceLimits {
+                batch: 16,
+                files_in_flight: start,
+                max_files_in_flight: cap,
+                idle: IDLE,
+            },
+        );
+        self.snk.machine = Sink::new(
+            self.now,
+            SinkLimits {
+                max_files: cap,
+                max_chunks_per_file: 1 << 22,
+                max_chunks_in_flight: 1 << 22,
+                idle: IDLE,
+            },
+        );
+        self.tune_every = Some(every);
+        self
+    }
+
+    /// The engine's tuner, once a step: notes whether the files in flight
+    /// hold the transfer back, and ends an interval when one is due.
+    fn tune(&mut self) {
+        let Some(every) = self.tune_every else {
+            return;
+        };
+        let m = &self.src.machine;
+        let limit = usize::try_from(m.files_limit()).unwrap_or(usize::MAX);
+        if !m.walk_done() && m.in_flight() >= limit {
+            self.held_by_files |=
+                self.src.planner.pending_files() == 0 && self.src.resends.is_empty();
+        }
+        self.steps += 1;
+        if self.steps % every == 0 {
+            let limit = self.src.machine.interval(self.held_by_files);
+            self.files_limit_seen = self.files_limit_seen.max(limit);
+            self.held_by_files = false;
+        }
+    }
+
+    /// The sink's disk holds `capacity` bytes, and both ends agreed to
+    /// defer a file with no room while others are in flight.
+    fn with_room(mut self, capacity: usize) -> Self {
+        self.faults.capacity = Some(capacity);
+        self.snk.machine.defer_full();
         self
     }
 
@@ -406,6 +480,7 @@ impl Pair {
                 self.files_done,
                 self.single_messages,
             ),
+            files_limit: self.files_limit_seen.max(self.src.machine.files_limit()),
         }
     }
 
@@ -414,8 +489,16 @@ impl Pair {
         let mut progressed = self.answer_opens()?;
         progressed |= self.source_walks();
         progressed |= self.source_acts();
-        progressed |= self.source_reads(if self.bundles { 8 } else { 2 });
+        // A tuned transfer's streams are fast: the round trips per file
+        // are what hold it back, and what the window grows for.
+        let reads = match (self.tune_every, self.bundles) {
+            (Some(_), _) => usize::MAX,
+            (None, true) => 8,
+            (None, false) => 2,
+        };
+        progressed |= self.source_reads(reads);
         progressed |= self.source_acts();
+        self.tune();
         while let Some(m) = self.src.machine.poll_transmit() {
             self.count(&m);
             self.to_sink.push_back(m);
@@ -427,6 +510,7 @@ impl Pair {
             progressed = true;
         }
         progressed |= self.deliver()?;
+        while self.tune_every.is_some() && self.deliver()? {}
         self.sink_acts()?;
         while let Some(m) = self.snk.machine.poll_transmit() {
             self.count(&m);
@@ -518,7 +602,8 @@ impl Pair {
                 }
                 SourceAction::Landed { .. }
                 | SourceAction::WalkDone
-                | SourceAction::Retrying { .. } => {}
+                | SourceAction::Retrying { .. }
+                | SourceAction::Deferred { .. } => {}
             }
         }
         any
@@ -762,6 +847,21 @@ impl Pair {
                 "destination full: failed to write {path}: No space left on device"
             ));
             return Err(Ended::Sink(e));
+        }
+        // A write past the disk's capacity: what was written of the file
+        // goes, and the machine hears there is no room for it.
+        if let Some(capacity) = self.faults.capacity {
+            let landed: usize = self.snk.landed.values().map(Vec::len).sum();
+            let partial: usize = self.snk.partials.values().map(|p| p.data.len()).sum();
+            let mine = self.snk.partials.get(&path).map_or(0, |p| p.data.len());
+            let end = frame.offset as usize + frame.bytes.len();
+            if landed + partial + end.saturating_sub(mine) > capacity {
+                self.snk.partials.remove(&path);
+                self.snk.open.remove(&frame.file);
+                let why = format!("destination full: no room for {path}");
+                self.snk.machine.no_room(self.now, frame.file, why);
+                return Ok(());
+            }
         }
         if self.faults.write_error.contains(&path) {
             ledger.fail();
@@ -1136,6 +1236,121 @@ proptest! {
             Err(e) => prop_assert!(matches!(e, SinkError::Idle(_)), "{:?}", e),
         }
     }
+
+    /// On a small disk, whatever the sizes, streams and interleaving, with
+    /// or without deferral agreed (an older peer: the file fails at once):
+    /// what lands is whole, nothing partial stays, the transfer ends, and
+    /// with deferral a file fails only if it cannot fit alone.
+    #[test]
+    fn a_small_disk_lands_what_fits(
+        sizes in prop::collection::vec(0usize..(4 * CHUNK as usize), 1..7),
+        capacity in 0usize..(8 * CHUNK as usize),
+        streams in 1usize..4,
+        schedule in prop::collection::vec(any::<u8>(), 1..8),
+        deferred in any::<bool>(),
+        pool in any::<bool>(),
+    ) {
+        let files = tree(&sizes);
+        let faults = Faults { capacity: Some(capacity), ..Faults::default() };
+        let pair = Pair::new(&files, streams, schedule, faults).wide();
+        let pair = if deferred { pair.with_room(capacity) } else { pair };
+        let o = if pool { pair.with_open_pool() } else { pair }.run();
+        expect_room_outcome(&o, &files, capacity, deferred);
+    }
+}
+
+/// The files in flight grow online from their start to the sink's cap
+/// while they hold a small-file transfer back, and the transfer still ends
+/// with every file landed once: no credit is lost as the window widens,
+/// whether the window is full, growing or draining when the walk ends.
+#[test]
+fn files_in_flight_grow_to_the_cap_and_the_transfer_ends() {
+    for (n, every, pool, bundles) in [
+        (700, 3, true, true),
+        (700, 5, false, true),
+        (513, 2, true, false),
+        (64, 1, true, true),
+        (300, 2, false, false),
+    ] {
+        let sizes: Vec<usize> = (0..n).map(|i| i * 37 % 700).collect();
+        let files = tree(&sizes);
+        let pair = Pair::new(&files, 3, vec![0, 2, 1], Faults::default()).growing(4, 64, every);
+        let pair = if pool { pair.with_open_pool() } else { pair };
+        let o = if bundles { pair.with_bundles() } else { pair }.run();
+        expect_identical(&o, &files);
+        assert_eq!(
+            o.files_limit, 64,
+            "{n} files, an interval every {every} steps: grew to {}",
+            o.files_limit
+        );
+    }
+}
+
+/// What a run on a disk of `capacity` bytes must end with: no error at
+/// either end; each file landed whole or failed for want of room, and
+/// failed only if it could not fit alone beside what landed; nothing
+/// partial left; the disk never overfilled.
+fn expect_room_outcome(o: &Outcome, files: &[(String, Vec<u8>)], capacity: usize, deferred: bool) {
+    assert!(o.source.is_ok(), "source: {:?}", o.source);
+    let report = o.sink.as_ref().expect("the sink finished");
+    let landed: usize = o.landed.values().map(Vec::len).sum();
+    assert!(landed <= capacity, "{landed} bytes on a disk of {capacity}");
+    for (p, d) in files {
+        match o.landed.get(p) {
+            Some(got) => assert!(got == d, "{p} landed torn"),
+            None => {
+                let f = report
+                    .failed
+                    .iter()
+                    .find(|f| &f.path == p)
+                    .unwrap_or_else(|| panic!("{p} neither landed nor failed: {report:?}"));
+                assert!(f.error.starts_with("destination full"), "{f:?}");
+                if deferred {
+                    assert!(
+                        f.error.contains("even with no other file in flight"),
+                        "{f:?}"
+                    );
+                    assert!(
+                        d.len() > capacity - landed,
+                        "{p} ({} bytes) fits beside {landed}",
+                        d.len()
+                    );
+                }
+            }
+        }
+    }
+    assert_eq!(report.files as usize, o.landed.len());
+    assert!(
+        o.partials.values().all(|p| p.data.is_empty()),
+        "partial files left"
+    );
+}
+
+/// Files of 6 and 5 units and one of 1, pushed together to a disk of 8
+/// (issue 41 A3): the file that finds no room while others are in flight
+/// goes back to the source and comes again alone at the end; what fits
+/// lands, and only a file that cannot fit alone fails, with the rest of
+/// the transfer going on.
+#[test]
+fn a_file_without_room_comes_again_alone_and_fails_only_if_it_cannot_fit() {
+    let files = tree(&[6 * CHUNK as usize, 5 * CHUNK as usize, CHUNK as usize]);
+    let capacity = 8 * CHUNK as usize;
+    for (schedule, pool, bundles) in [(vec![0, 1, 2], false, false), (vec![1, 0], true, true)] {
+        let pair = Pair::new(&files, 3, schedule, Faults::default())
+            .wide()
+            .with_room(capacity);
+        let pair = if pool { pair.with_open_pool() } else { pair };
+        let o = if bundles { pair.with_bundles() } else { pair }.run();
+        expect_room_outcome(&o, &files, capacity, true);
+        assert_eq!(o.landed.len(), 2, "{:?}", o.landed.keys());
+    }
+    // Each fits alone: all land, however they met on the way.
+    let files = tree(&[4 * CHUNK as usize, 4 * CHUNK as usize, 3 * CHUNK as usize]);
+    let o = Pair::new(&files, 3, vec![0, 1, 2], Faults::default())
+        .wide()
+        .with_room(12 * CHUNK as usize)
+        .run();
+    expect_identical(&o, &files);
 }
 
 #[test]

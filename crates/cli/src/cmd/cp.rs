@@ -137,8 +137,7 @@ fn cp_over_ssh(
 ) -> Result<longhaul_engine::xfer::client::CpSummary, super::Failure> {
     // A far end that could not be started is not retried (ssh said why).
     let fatal = std::cell::Cell::new(false);
-    let network =
-        |f: &super::Failure| !fatal.get() && (f.code == exit::CONNECT || f.code == exit::FAILED);
+    let network = |f: &super::Failure| !fatal.get() && worth_another_far_end(f);
     let interrupt = base.client.interrupt.clone();
     longhaul_engine::report::retrying(base.retries, &interrupt, network, |attempt| {
         let mut opts = base.clone();
@@ -168,6 +167,14 @@ fn cp_over_ssh(
             }
         }
     })
+}
+
+/// Whether a copy over ssh that failed so is worth a new far end: the
+/// network or the far end went away; never a full destination, which
+/// space must be freed for first.
+fn worth_another_far_end(f: &super::Failure) -> bool {
+    (f.code == exit::CONNECT || f.code == exit::FAILED)
+        && !f.message.contains(longhaul_engine::xfer::DESTINATION_FULL)
 }
 
 /// A copy between two remote ends (servers, hosts over ssh, or one of
@@ -327,4 +334,33 @@ pub fn ls(a: LsArgs) -> Outcome {
         exit::OK
     });
     ended(printer.as_mut(), outcome)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn over_ssh_a_lost_far_end_is_tried_again_and_a_full_destination_is_not() {
+        let failure = |code, message: &str| super::super::Failure {
+            code,
+            message: message.into(),
+        };
+        assert!(worth_another_far_end(&failure(
+            exit::CONNECT,
+            "connection refused"
+        )));
+        assert!(worth_another_far_end(&failure(
+            exit::FAILED,
+            "data stream failed: reset"
+        )));
+        assert!(!worth_another_far_end(&failure(
+            exit::FAILED,
+            "the sink ended the transfer early: destination full: no room for home/f (5.00 MiB); free space and run the same command again"
+        )));
+        assert!(!worth_another_far_end(&failure(
+            exit::PARTIAL,
+            "some files failed"
+        )));
+    }
 }

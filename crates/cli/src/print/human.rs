@@ -779,10 +779,21 @@ pub fn limit_shares(intervals: &[longhaul_proto::tune::TransferInterval]) -> Opt
 /// such, not as the path's congestion.
 fn verdict_text(s: &CpSummary, v: longhaul_proto::tune::TransferLimit) -> String {
     match (v, &s.path) {
-        (longhaul_proto::tune::TransferLimit::RateCap, Some(p)) if p.pacing.is_some() => format!(
-            "limited by --rate {}, as asked",
-            format_rate(p.window.target_bps as f64)
-        ),
+        (longhaul_proto::tune::TransferLimit::RateCap, Some(p)) if p.pacing.is_some() => {
+            // The cap is a ceiling over any second: say what was achieved
+            // under it, and the fastest second.
+            let fastest = s
+                .intervals
+                .iter()
+                .map(|i| i.bits_per_second)
+                .fold(0.0, f64::max);
+            format!(
+                "limited by your cap of {} (--rate, --bwlimit): {} achieved, at most {} in any second",
+                format_rate(p.window.target_bps as f64),
+                format_rate(s.bits_per_second),
+                format_rate(fastest)
+            )
+        }
         _ => v.label().to_string(),
     }
 }
@@ -809,12 +820,16 @@ fn sent_line(s: &CpSummary) -> String {
 /// A dry run's outcome: what would be sent and deleted, nothing else.
 fn print_dry_run(s: &CpSummary) {
     let sending = s.would_send.len() as u64;
+    // Files the destination has, as the real run counts them (`skipped`
+    // holds the files a dry run would send too; links are not files).
+    let links = s.links.saturating_sub(s.links_up_to_date);
+    let up_to_date = s.skipped.saturating_sub(sending.saturating_sub(links));
     outln!(
         "dry run: nothing was sent, written or deleted; would send {} file(s) and link(s), {}, and delete {}; {} up to date",
         sending,
         format_bytes(s.would_send_bytes),
         s.deleted.len(),
-        s.skipped.saturating_sub(sending)
+        up_to_date
     );
     for w in &s.warnings {
         errln!("longhaul: warning: {}", esc(w));
@@ -881,7 +896,8 @@ fn print_transfer(s: &CpSummary, dry_run: bool) {
     outln!(
         "{} files{}, {}{} ({} skipped as up to date, {} stream(s), {} attempt(s))",
         s.files,
-        match s.links {
+        // Links already in place were not made: up to date, as files are.
+        match s.links.saturating_sub(s.links_up_to_date) {
             0 => String::new(),
             n => format!(" and {n} link(s)"),
         },

@@ -391,7 +391,10 @@ fn a_resumed_copy_tells_the_bytes_it_sent_and_resumed_and_rates_the_sent() {
 
 /// `--rate` far below what loopback carries: the user's cap is the limit,
 /// named as such, on a push (the client's tuner) and on a pull (the
-/// server's), never congestion.
+/// server's), never congestion; and it is a ceiling on the whole transfer
+/// over any second, `--bwlimit` alike (issue 41 A4: 4 streams each paced to
+/// 1.1 x their share ran 10% over). Being under the cap is no failure: a
+/// busy machine may not reach it.
 #[test]
 fn a_copy_held_by_its_own_rate_cap_says_so_timed() {
     let t = TempDir::new("ratecap");
@@ -399,29 +402,58 @@ fn a_copy_held_by_its_own_rate_cap_says_so_timed() {
     let exp = t.dir("export");
     let pulled = t.dir("pulled");
     let file = srcd.join("paced.bin");
-    // About 5 s at 16 Mbit/s.
-    write_random(&file, 10 * MIB as usize, 27);
+    // About 3 s at 100 Mbit/s.
+    write_random(&file, 36 * MIB as usize, 27);
     let s = data_server(&exp, &t.dir("state"));
+    // Over the cap by more than a second's measure can err (and than each
+    // stream's first unpaced packet, 64 KiB, adds in the first second):
+    // what 10% over was.
+    let held = |v: &Value, cap: f64| {
+        let over = |bps: f64| bps > cap * 1.04;
+        assert!(!over(v["bits_per_second"].as_f64().unwrap()), "{v:#}");
+        let intervals = v["intervals"].as_array().expect("intervals");
+        assert!(intervals.len() >= 2, "{v:#}");
+        for i in intervals {
+            let bps = i["bits_per_second"].as_f64().unwrap();
+            assert!(!over(bps), "{i:#} of {cap}");
+        }
+    };
     let v = cp_ok(&[
         "--rate",
-        "16M",
+        "100M",
+        "-P",
+        "4",
         file.to_str().unwrap(),
         &remote(s.addr(), ""),
     ]);
     assert_eq!(v["verdict"], "rate_cap", "{v:#}");
+    held(&v, 100e6);
     assert_same_file(&file, &exp.join("paced.bin"));
 
+    // rsync's units: 12 MiB/s.
+    let bwlimit = 12.0 * 1024.0 * 1024.0 * 8.0;
+    let v = cp_ok(&[
+        "--bwlimit",
+        "12M",
+        "-P",
+        "4",
+        &remote(s.addr(), "paced.bin"),
+        pulled.to_str().unwrap(),
+    ]);
+    held(&v, bwlimit);
+    fs::remove_file(pulled.join("paced.bin")).unwrap();
     let o = longhaul(&[
         "cp",
         "--rate",
-        "16M",
+        "100M",
         &remote(s.addr(), "paced.bin"),
         pulled.to_str().unwrap(),
     ]);
     assert_exit(&o, 0);
     let out = stdout(&o);
     assert!(
-        out.contains("verdict: limited by --rate ") && out.contains(", as asked"),
+        out.contains("verdict: limited by your cap of 100 Mbit/s (--rate, --bwlimit): ")
+            && out.contains(" achieved, at most "),
         "{out}"
     );
     assert_same_file(&file, &pulled.join("paced.bin"));
@@ -673,7 +705,8 @@ fn destination_full_fails_cleanly_and_completes_with_space() {
         &remote(full.addr(), ""),
     ]);
     full.shutdown();
-    assert_exit(&o, 5);
+    // The file does not fit even alone: it fails, the transfer ends (exit 6).
+    assert_exit(&o, 6);
     let msg = stderr(&o);
     assert!(msg.contains("destination full"), "{msg}");
     assert!(
@@ -1021,6 +1054,126 @@ fn symlinks_in_an_export_do_not_lead_outside_it() {
     assert!(escapes.is_empty(), "{escapes:#?}");
 }
 
+/// The one rule for the links in a path a user names (README "Links in
+/// the paths you name"), on a push, a pull and a listing: a link beneath
+/// the export is followed, and one to a directory is that directory for a
+/// destination (the copy goes inside it, as rsync and scp put it); a link
+/// that leads out of the export, or to no directory, is refused naming it;
+/// a link is never replaced or written through.
+#[test]
+fn a_destination_link_to_a_directory_is_that_directory_and_no_link_is_replaced() {
+    use std::os::unix::fs::symlink;
+    let t = TempDir::new("dest-links");
+    let (exp, outside, src) = (t.dir("export"), t.dir("outside"), t.dir("src"));
+    fs::create_dir(exp.join("incoming")).unwrap();
+    symlink("incoming", exp.join("ldir")).unwrap();
+    symlink(&outside, exp.join("lout")).unwrap();
+    fs::write(exp.join("real.dat"), b"keep").unwrap();
+    symlink("real.dat", exp.join("lfile")).unwrap();
+    symlink("nothing", exp.join("ldangle")).unwrap();
+    let f = src.join("f.dat");
+    write_random(&f, 3000, 51);
+    let tree = src.join("tree");
+    write_random(&tree.join("a.bin"), 2000, 52);
+    let (f_s, tree_s) = (f.to_str().unwrap(), tree.to_str().unwrap());
+    let s = data_server(&exp, &t.dir("state"));
+    let a = s.addr();
+    let is_link_to = |p: &Path, to: &str| fs::read_link(p).is_ok_and(|l| l == Path::new(to));
+
+    // Into the directory the link leads to: a file, a tree, `ldir/`, and
+    // a new name through it.
+    cp_ok(&[f_s, &remote(a, "ldir")]);
+    assert_same_file(&f, &exp.join("incoming/f.dat"));
+    cp_ok(&["-r", tree_s, &remote(a, "ldir")]);
+    assert_same_file(&tree.join("a.bin"), &exp.join("incoming/tree/a.bin"));
+    fs::remove_file(exp.join("incoming/f.dat")).unwrap();
+    cp_ok(&[f_s, &remote(a, "ldir/")]);
+    assert_same_file(&f, &exp.join("incoming/f.dat"));
+    cp_ok(&[f_s, &remote(a, "ldir/g.dat")]);
+    assert_same_file(&f, &exp.join("incoming/g.dat"));
+    assert!(is_link_to(&exp.join("ldir"), "incoming"), "the link stays");
+
+    // Refused, naming the link; nothing changes anywhere.
+    for (dest, says) in [
+        (
+            "lout",
+            "data/lout is a symbolic link that leads outside data",
+        ),
+        (
+            "lout/x.dat",
+            "data/lout is a symbolic link that leads outside data",
+        ),
+        (
+            "lfile",
+            "data/lfile is a symbolic link to real.dat, not a directory",
+        ),
+        (
+            "ldangle",
+            "data/ldangle is a symbolic link to nothing, which does not exist",
+        ),
+    ] {
+        for args in [vec![f_s], vec!["-r", tree_s]] {
+            let o = longhaul(&[&["cp"], &args[..], &[&remote(a, dest)]].concat());
+            assert_exit(&o, 4);
+            assert!(stderr(&o).contains(says), "{dest}: {}", stderr(&o));
+        }
+    }
+    assert!(is_link_to(&exp.join("lfile"), "real.dat"));
+    assert!(is_link_to(&exp.join("ldangle"), "nothing"));
+    assert_eq!(fs::read(exp.join("real.dat")).unwrap(), b"keep");
+    assert!(!exp.join("nothing").exists());
+    assert_eq!(fs::read_dir(&outside).unwrap().count(), 0);
+
+    // ls: `ldir/` lists what the link leads to, `ldir` is the link itself.
+    let o = longhaul(&["ls", &remote(a, "ldir/")]);
+    assert_exit(&o, 0);
+    let out = stdout(&o);
+    let listed: Vec<&str> = out.lines().map(str::trim).collect();
+    assert_eq!(listed, ["f.dat", "g.dat", "tree"], "{out}");
+    let o = longhaul(&["ls", "-l", &remote(a, "ldir")]);
+    assert!(
+        stdout(&o).trim_end().ends_with("ldir -> incoming"),
+        "{}",
+        stdout(&o)
+    );
+    let o = longhaul(&["ls", &remote(a, "lout/")]);
+    assert_exit(&o, 4);
+    assert!(stderr(&o).contains("data/lout is a symbolic link that leads outside data"));
+
+    // Pulls: through the link; `ldir/` for what it leads to; `ldir` as a link.
+    let local = t.dir("local");
+    cp_ok(&[&remote(a, "ldir/g.dat"), local.to_str().unwrap()]);
+    assert_same_file(&f, &local.join("g.dat"));
+    let contents = t.dir("contents");
+    cp_ok(&["-r", &remote(a, "ldir/"), contents.to_str().unwrap()]);
+    assert_same_file(&tree.join("a.bin"), &contents.join("tree/a.bin"));
+    cp_ok(&["-r", &remote(a, "ldir"), local.to_str().unwrap()]);
+    assert!(is_link_to(&local.join("ldir"), "incoming"));
+    let o = longhaul(&["cp", &remote(a, "lout/secret"), local.to_str().unwrap()]);
+    assert_exit(&o, 4);
+
+    // A pull's local destination by the same rule: a link to a directory
+    // takes the file inside; a link to a file is refused and kept.
+    symlink(&contents, t.path().join("to-contents")).unwrap();
+    cp_ok(&[
+        &remote(a, "real.dat"),
+        t.path().join("to-contents").to_str().unwrap(),
+    ]);
+    assert_eq!(fs::read(contents.join("real.dat")).unwrap(), b"keep");
+    let lf = t.path().join("to-file");
+    symlink(local.join("g.dat"), &lf).unwrap();
+    let o = longhaul(&["cp", &remote(a, "real.dat"), lf.to_str().unwrap()]);
+    assert_exit(&o, 2);
+    assert!(
+        stderr(&o).contains("is a symbolic link to"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(lf.is_symlink());
+    assert_same_file(&f, &local.join("g.dat"));
+    s.shutdown();
+}
+
 #[test]
 fn changed_source_is_not_resumed_from_a_stale_journal() {
     let t = TempDir::new("changed");
@@ -1284,6 +1437,78 @@ fn a_digests_list_on_a_full_device_fails_the_copy_and_says_so() {
     assert!(e.contains("No space left on device"), "{e}");
     assert!(e.contains("--digests another file"), "{e}");
     assert_same_tree(&src, &exp.join("src"), false);
+}
+
+/// Files of 6 and 5 MiB copied together to an 8 MiB file system (issue
+/// 41 A3), pushed and pulled: they cannot both fit, but each fits alone,
+/// so one lands, every time, and the other alone fails, saying so, while
+/// the transfer goes on to its end (exit 6, never 5); nothing partial
+/// stays. A rerun skips the one that landed and fails the other the same
+/// way. (Which one lands depends on which finds no room first.)
+#[test]
+fn a_copy_that_fits_finishes_and_only_a_file_that_cannot_fit_alone_fails() {
+    let t = TempDir::new("fits");
+    let src = t.dir("src");
+    write_random(&src.join("six.bin"), 6 * MIB as usize, 81);
+    write_random(&src.join("five.bin"), 5 * MIB as usize, 82);
+    let sources = [src.join("six.bin"), src.join("five.bin")];
+    let sources: Vec<&str> = sources.iter().map(|p| p.to_str().unwrap()).collect();
+    // The one that landed.
+    let check = |o: &std::process::Output, disk: &Path| -> String {
+        assert_exit(o, 6);
+        let names: Vec<String> = fs::read_dir(disk)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(
+            names.len(),
+            1,
+            "one landed, nothing partial stays: {names:?}"
+        );
+        let landed = names[0].clone();
+        assert_same_file(&src.join(&landed), &disk.join(&landed));
+        let other = if landed == "six.bin" {
+            "five.bin"
+        } else {
+            "six.bin"
+        };
+        let err = stderr(o);
+        assert!(
+            err.contains(&format!("{other}: destination full: no room for"))
+                && err.contains("even with no other file in flight: free space"),
+            "{err}"
+        );
+        landed
+    };
+    // A push into a server's full export, twice.
+    let Some(disk) = common::SmallDisk::mount(&t.path().join("small"), 8 << 10) else {
+        return;
+    };
+    let s = data_server(disk.path(), &t.dir("state"));
+    let o = longhaul(&[&["cp"][..], &sources, &[&remote(s.addr(), "")]].concat());
+    let landed = check(&o, disk.path());
+    let o = longhaul(&[&["cp"][..], &sources, &[&remote(s.addr(), "")]].concat());
+    assert_eq!(check(&o, disk.path()), landed);
+    assert!(stdout(&o).contains("(1 skipped"), "{}", stdout(&o));
+    s.shutdown();
+    drop(disk);
+    // A pull into a full local destination.
+    let exp = t.dir("export");
+    for name in ["six.bin", "five.bin"] {
+        fs::copy(src.join(name), exp.join(name)).unwrap();
+    }
+    let Some(local) = common::SmallDisk::mount(&t.path().join("small2"), 8 << 10) else {
+        return;
+    };
+    let s = data_server(&exp, &t.dir("state2"));
+    let o = longhaul(&[
+        "cp",
+        &remote(s.addr(), "six.bin"),
+        &remote(s.addr(), "five.bin"),
+        local.path().to_str().unwrap(),
+    ]);
+    check(&o, local.path());
+    s.shutdown();
 }
 
 #[test]

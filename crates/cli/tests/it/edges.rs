@@ -31,6 +31,77 @@ fn read_link(p: &Path) -> String {
         .to_string()
 }
 
+// --------------------------------------------------------- dry runs
+
+/// `sync -n` counts what the real sync does: the files up to date are the
+/// ones the real run skips, and a link already pointing the same way is up
+/// to date, never "would send" and never made again (issue 41 A5); both
+/// ways, push and pull.
+#[test]
+fn a_dry_run_counts_as_the_real_run_and_an_unchanged_link_is_up_to_date() {
+    let t = TempDir::new("dryrun");
+    let exp = t.dir("export");
+    let tree = t.dir("src").join("tree");
+    for (i, name) in ["a.bin", "b.bin", "sub/c.bin"].iter().enumerate() {
+        write_random(&tree.join(name), 1000 + i, 60 + i as u64);
+    }
+    link("a.bin", &tree.join("ln"));
+    let s = data_server(&exp, &t.dir("state"));
+    let dest = remote(s.addr(), "");
+    let src = tree.to_str().unwrap();
+    let v = cp_ok(&["-r", src, &dest]);
+    assert_eq!(
+        (v["files"].as_u64(), v["links"].as_u64()),
+        (Some(3), Some(1)),
+        "{v}"
+    );
+    let pulled = t.dir("pulled");
+    let back = remote(s.addr(), "tree");
+    cp_ok(&["-r", &back, pulled.to_str().unwrap()]);
+    for (from, to) in [
+        (src.to_string(), dest.clone()),
+        (back, pulled.display().to_string()),
+    ] {
+        let o = longhaul(&["sync", "-n", &from, &to]);
+        assert_exit(&o, 0);
+        let out = stdout(&o);
+        assert!(
+            out.contains("would send 0 file(s) and link(s)"),
+            "{from}: {out}"
+        );
+        assert!(out.contains("; 3 up to date"), "{from}: {out}");
+        assert!(!out.contains("would send:"), "{from}: {out}");
+        let o = longhaul(&["sync", "-n", "--json", &from, &to]);
+        let v = json_of(&o);
+        assert_eq!(v["skipped"], 3, "{from}: {v}");
+        assert_eq!(v["links_up_to_date"], 1, "{from}: {v}");
+        assert!(v.get("would_send").is_none(), "{from}: {v}");
+        // The real run: nothing sent, the link left alone and not counted as made.
+        let o = longhaul(&["sync", "--json", &from, &to]);
+        assert_exit(&o, 0);
+        let v = json_of(&o);
+        assert_eq!(
+            (v["files"].as_u64(), v["skipped"].as_u64()),
+            (Some(0), Some(3)),
+            "{v}"
+        );
+        assert_eq!(v["links_up_to_date"], 1, "{from}: {v}");
+        let o = longhaul(&["sync", &from, &to]);
+        assert!(!stdout(&o).contains("link(s)"), "{from}: {}", stdout(&o));
+    }
+    // One changed file: sent, the two others and the link up to date.
+    write_random(&tree.join("b.bin"), 1500, 70);
+    let o = longhaul(&["sync", "-n", src, &dest]);
+    let out = stdout(&o);
+    assert!(out.contains("would send 1 file(s) and link(s)"), "{out}");
+    assert!(out.contains("; 2 up to date"), "{out}");
+    assert!(
+        out.contains("would send: tree/b.bin -> data/tree/b.bin"),
+        "{out}"
+    );
+    s.shutdown();
+}
+
 // ----------------------------------------------------------- lone links
 
 #[test]
@@ -61,7 +132,15 @@ fn a_lone_link_is_copied_as_itself_and_never_over_another_file() {
     assert_eq!(v["links"], 1, "{v}");
     cp_ok(&[&remote(s.addr(), "run7/outside"), lt3.to_str().unwrap()]);
     assert_eq!(read_link(&lt3.join("outside")), "/etc/passwd");
-    // The human summary counts the link.
+    // The human summary counts the link it made; one already there,
+    // pointing the same way, is up to date: left alone, not made again.
+    let o = bin()
+        .args(["cp", &remote(s.addr(), "run7/link"), lt3.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_exit(&o, 0);
+    assert!(!stdout(&o).contains("link(s)"), "{}", stdout(&o));
+    fs::remove_file(lt3.join("link")).unwrap();
     let o = bin()
         .args(["cp", &remote(s.addr(), "run7/link"), lt3.to_str().unwrap()])
         .output()

@@ -254,7 +254,8 @@ fn a_full_disk_leaves_no_partial_and_frees_its_space() {
         .output()
         .unwrap();
     full.shutdown();
-    assert_exit(&o, 5);
+    // It does not fit even alone: it fails, the transfer ends (exit 6).
+    assert_exit(&o, 6);
     assert!(stderr(&o).contains("destination full"), "{}", stderr(&o));
     assert!(!exp.join("fill.bin").exists());
     assert_eq!(reserved_names(&exp), Vec::<String>::new());

@@ -5,8 +5,10 @@
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::Path;
+use std::process::Stdio;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use crate::common;
 use common::xfer::{assert_same_file, cp_ok, data_server, json_of, remote, write_random};
@@ -168,3 +170,48 @@ fn a_byte_flipped_in_a_sealed_stream_never_lands() {
 fn a_sealed_stream_cut_short_never_lands() {
     harmed_push("sealed-cut", Harm::Cut);
 }
+
+/// A bundle frame may be longer than a sealed frame (1 MiB of files, and
+/// 60 bytes a record around them): its tail waits in the stream's gather
+/// buffer until the stream is flushed. A sender that went idle without
+/// flushing it held the last files of a copy back while both ends waited
+/// on each other (issue 41 A1: a copy of 100,000 small files stalled at
+/// its end). 255 files of 4 KiB on one stream make the copy's only bundle
+/// such a frame: the copy ends, both ways, long before the idle time-out.
+#[test]
+fn a_bundle_longer_than_a_sealed_frame_is_sent_whole_both_ways() {
+    let t = TempDir::new("sealed-long-bundle");
+    let (exp, src, back) = (t.dir("export"), t.dir("files"), t.dir("back"));
+    for i in 0..255 {
+        write_random(&src.join(format!("f{i:03}")), 4096, i);
+    }
+    let s = data_server(&exp, &t.dir("state"));
+    let ends = |from: &str, to: &str| {
+        let out = t.path().join("cp.json");
+        let mut cp = common::KillOnDrop(
+            bin()
+                .args(["cp", "--json", "--retries", "0", "-P", "1", "-r", from, to])
+                .stdout(std::fs::File::create(&out).unwrap())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap(),
+        );
+        common::wait_until("the copy of one long bundle to end", WAIT, || {
+            cp.try_wait().unwrap().is_some()
+        });
+        let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
+        assert_eq!(v["files"], 255, "{v}");
+        assert_eq!(v["verified"], true, "{v}");
+    };
+    ends(src.to_str().unwrap(), &remote(s.addr(), ""));
+    ends(&remote(s.addr(), "files"), back.to_str().unwrap());
+    for i in 0..255 {
+        let name = format!("files/f{i:03}");
+        assert_same_file(&t.path().join(&name), &exp.join(&name));
+        assert_same_file(&t.path().join(&name), &back.join(&name));
+    }
+}
+
+/// Far beyond what 255 files of 4 KiB take on a busy machine (about a
+/// second), far below the idle time-out (300 s) a stalled copy ends in.
+const WAIT: Duration = Duration::from_secs(120);

@@ -185,8 +185,11 @@ pub(super) fn serve_grant(
         ));
     }
     let bad = |e: EngineError| (RefuseCode::BadRequest, e.to_string());
-    let dest = beneath(&ex.root, &req.dest).map_err(bad)?;
-    confine(&ex.root, &dest).map_err(bad)?;
+    // The push it allows resolves the destination again, under the same rule.
+    let anchor = Anchor::open_as(&ex.root, Path::new(&ex.name)).map_err(bad)?;
+    anchor
+        .resolve_dest(&beneath(&ex.root, &req.dest).map_err(bad)?)
+        .map_err(bad)?;
     let lifetime = Duration::from_secs(u64::from(req.lifetime_s.clamp(1, MAX_LIFETIME_S)));
     let (capability, key) = shared
         .capabilities
@@ -312,12 +315,18 @@ pub(super) fn serve_copy(
     };
     let bad = |e: EngineError| (RefuseCode::BadRequest, e.to_string());
     let slashed = order.sources.iter().filter(|s| s.ends_with('/')).count();
+    // Everything read resolves beneath the export root; links on the way
+    // are followed beneath it, as for a pull.
+    let anchor = Anchor::open_as(&ex.root, Path::new(&ex.name)).map_err(bad)?;
     let mut sources = Vec::new();
     let mut resolved = Vec::new();
     for p in &order.sources {
-        let r = beneath(&ex.root, p).map_err(bad)?;
-        confine(&ex.root, &r).map_err(bad)?;
-        if std::fs::symlink_metadata(&r).is_err() {
+        let named = beneath(&ex.root, p).map_err(bad)?;
+        let r = anchor.resolve(&named, p.ends_with('/')).map_err(bad)?;
+        let there = anchor
+            .anchored(&r)
+            .is_ok_and(|at| std::fs::symlink_metadata(at).is_ok());
+        if !there {
             return Err((
                 RefuseCode::BadRequest,
                 format!("{}:{} does not exist", ex.name, p),
@@ -336,8 +345,6 @@ pub(super) fn serve_copy(
             "name one or more sources, every one with a trailing '/' or none".into(),
         ));
     }
-    // Everything read resolves beneath the export root.
-    let anchor = Anchor::open_as(&ex.root, Path::new(&ex.name)).map_err(bad)?;
     let share = match &order.share {
         Some(items) => Some(confine_share(&ex.root, &anchor, &resolved, items, order)?),
         None => None,

@@ -21,7 +21,7 @@ use crate::xfer::beneath::Anchor;
 use crate::xfer::sink::{prepare_dest, run_sink, SinkConfig};
 use crate::xfer::source::{run_source, SourceConfig};
 use crate::xfer::storage::Storage;
-use crate::xfer::{beneath, confine, kind_of, mtime_ns, Export};
+use crate::xfer::{beneath, kind_of, mtime_ns, Export};
 use crate::EngineError;
 
 /// Why a transfer did not happen.
@@ -87,14 +87,21 @@ pub(super) fn serve_transfer(
             format!("export '{}' is read-only", ex.name),
         ));
     }
+    // Everything this transfer touches resolves beneath the export root.
+    let anchor = Anchor::open_as(&ex.root, Path::new(&ex.name)).map_err(bad)?;
     let roots = match t.op {
         Op::Push => Vec::new(),
         Op::Pull => {
             let mut roots = Vec::new();
             for p in &t.sources {
-                let r = beneath(&ex.root, p).map_err(bad)?;
-                confine(&ex.root, &r).map_err(bad)?;
-                if std::fs::symlink_metadata(&r).is_err() {
+                // Links on the way are followed beneath the export; a
+                // source named `SRC/` stands for what its link leads to.
+                let named = beneath(&ex.root, p).map_err(bad)?;
+                let r = anchor.resolve(&named, t.contents).map_err(bad)?;
+                let there = anchor
+                    .anchored(&r)
+                    .is_ok_and(|at| std::fs::symlink_metadata(at).is_ok());
+                if !there {
                     return Err(Refusal::Refuse(
                         RefuseCode::BadRequest,
                         format!("{}:{} does not exist", ex.name, p),
@@ -105,16 +112,17 @@ pub(super) fn serve_transfer(
             roots
         }
     };
-    let dest = beneath(&ex.root, &t.dest).map_err(bad)?;
-    confine(&ex.root, &dest).map_err(bad)?;
+    let dest = match t.op {
+        Op::Push => anchor.resolve_dest(&beneath(&ex.root, &t.dest).map_err(bad)?),
+        Op::Pull => beneath(&ex.root, &t.dest),
+    }
+    .map_err(bad)?;
     // `-z`: a level this server's CPU will run (on a pull) or that the
     // client's will.
     if let Some(level) = t.compress {
         longhaul_proto::xfer::compress::check_level(level)
             .map_err(|e| bad(EngineError::Usage(e)))?;
     }
-    // Everything this transfer touches resolves beneath the export root.
-    let anchor = Anchor::open_as(&ex.root, Path::new(&ex.name)).map_err(bad)?;
     let landing = match t.op {
         Op::Push => {
             let slash = if t.dest_dir && !t.dest.is_empty() {
@@ -166,6 +174,9 @@ pub(super) fn serve_transfer(
         filter: !t.filter.is_empty(),
         // This server's source compresses and its sink decodes.
         compress: t.compress.is_some(),
+        // This server's sink defers, and its source re-announces, files the
+        // destination had no room for while others were in flight.
+        defer_full: t.defer_full,
     })) {
         return Err(failed(watch, e));
     }
@@ -250,6 +261,7 @@ pub(super) fn serve_transfer(
                 max_files,
                 bundles: t.bundles,
                 compress: t.compress.is_some(),
+                defer_full: t.defer_full,
             },
         )
         .map(|r| {
@@ -384,7 +396,7 @@ pub(super) fn serve_probe(
         let mut used = p.path.trim_matches('/').to_string();
         let dir = loop {
             let path = beneath(&ex.root, &used).map_err(bad)?;
-            confine(&ex.root, &path).map_err(bad)?;
+            let path = anchor.resolve(&path, true).map_err(bad)?;
             match anchor.dir(&path, false) {
                 Ok(d) => break d,
                 Err(e) if used.is_empty() => return Err(bad(e)),
@@ -451,11 +463,13 @@ pub(super) fn serve_list(
 
 /// The listing itself; how many entries it sent.
 fn list(conn: &mut FramedConn, ex: &Export, l: &ListRequest) -> Result<u64, (RefuseCode, String)> {
-    let path = beneath(&ex.root, &l.path).map_err(|e| (RefuseCode::BadRequest, e.to_string()))?;
-    confine(&ex.root, &path).map_err(|e| (RefuseCode::BadRequest, e.to_string()))?;
     // Looked at through descriptors opened beneath the export root.
     let bad = |e: EngineError| (RefuseCode::BadRequest, e.to_string());
     let anchor = Anchor::open_as(&ex.root, Path::new(&ex.name)).map_err(bad)?;
+    // Links on the way are followed beneath the export; `DIR/` lists what
+    // a link of that name leads to, `DIR` the link itself (as `ls -l`).
+    let named = beneath(&ex.root, &l.path).map_err(bad)?;
+    let path = anchor.resolve(&named, l.path.ends_with('/')).map_err(bad)?;
     let at = anchor.anchored(&path).map_err(bad)?;
     let meta = std::fs::symlink_metadata(&at).map_err(|e| {
         (

@@ -109,6 +109,9 @@ pub struct Anchor {
 /// in flight keep theirs open anyway).
 const CACHE_MAX: usize = 1024;
 
+/// Symbolic links one named path may pass through (Linux's own limit).
+const MAX_LINKS: u32 = 40;
+
 impl Anchor {
     /// Opens `root` (trusted: configuration or the user's own choice).
     pub fn open(root: &Path) -> Result<Anchor, EngineError> {
@@ -269,6 +272,136 @@ impl Anchor {
             )));
         };
         Ok((self.dir(parent, create)?, name.to_owned()))
+    }
+
+    /// The path a user named (`path`, beneath the root), with the symbolic
+    /// links on the way followed where they lead beneath the root: the
+    /// path it names, free of links (docs: "Links in the paths you name").
+    /// `follow_last`: its last component too, if it is a link. A link that
+    /// leads outside the root, or through too many links, is refused,
+    /// naming it. What is missing is kept as named (a destination yet to
+    /// be made). Everything done afterwards goes through [`Anchor::dir`],
+    /// which follows no link: a link swapped in since is refused there.
+    pub fn resolve(&self, path: &Path, follow_last: bool) -> Result<PathBuf, EngineError> {
+        let rel = path.strip_prefix(&self.root).map_err(|_| {
+            EngineError::Usage(format!(
+                "{} is outside {}",
+                self.show(path).display(),
+                self.shown.display()
+            ))
+        })?;
+        let mut todo: std::collections::VecDeque<std::ffi::OsString> =
+            rel.components().map(|c| c.as_os_str().to_owned()).collect();
+        let mut done = self.root.clone();
+        let mut hops = 0;
+        // The link being followed, as messages name it.
+        let mut via: Option<PathBuf> = None;
+        while let Some(name) = todo.pop_front() {
+            if name == "." {
+                continue;
+            }
+            if name == ".." {
+                if done == self.root {
+                    return Err(self.leads_outside(via.as_deref().unwrap_or(path)));
+                }
+                done.pop();
+                continue;
+            }
+            let last = todo.is_empty();
+            let here = done.join(&name);
+            let target = match self.dir(&done, false) {
+                Ok(d) if !last || follow_last => std::fs::read_link(d.join(&name)).ok(),
+                _ => None,
+            };
+            let Some(target) = target else {
+                done = here;
+                continue;
+            };
+            hops += 1;
+            if hops > MAX_LINKS {
+                return Err(EngineError::Usage(format!(
+                    "{}: too many levels of symbolic links",
+                    self.show(&here).display()
+                )));
+            }
+            let shown = self.show(&here);
+            let rest = match self.within_root(&target) {
+                Some(Ok(rest)) => {
+                    done = self.root.clone();
+                    rest
+                }
+                Some(Err(())) => return Err(self.leads_outside(&shown)),
+                None => target,
+            };
+            for c in rest.components().rev() {
+                match c {
+                    Component::Normal(n) => todo.push_front(n.to_owned()),
+                    Component::ParentDir => todo.push_front("..".into()),
+                    _ => {}
+                }
+            }
+            via = Some(shown);
+        }
+        Ok(done)
+    }
+
+    /// An absolute link target as a path from the root: `Some(Ok)` beneath
+    /// it (as configured or resolved), `Some(Err)` elsewhere; None for a
+    /// relative target.
+    fn within_root(&self, target: &Path) -> Option<Result<PathBuf, ()>> {
+        if !target.is_absolute() {
+            return None;
+        }
+        let real = self.root.canonicalize().ok();
+        let rest = target
+            .strip_prefix(&self.root)
+            .ok()
+            .or_else(|| target.strip_prefix(real.as_ref()?).ok());
+        Some(rest.map(Path::to_path_buf).ok_or(()))
+    }
+
+    fn leads_outside(&self, link: &Path) -> EngineError {
+        EngineError::Usage(format!(
+            "{} is a symbolic link that leads outside {}: refused (links in a path are followed only where they stay beneath it; name the place it leads to instead)",
+            link.display(),
+            self.shown.display()
+        ))
+    }
+
+    /// A destination a user named: [`Anchor::resolve`]d, its last
+    /// component too when that is a link to a directory beneath the root
+    /// (the copy goes into that directory, as rsync and scp put it). A
+    /// link to anything else (a file, nothing, a place outside) is refused,
+    /// naming it: a link is never replaced, nor written through, silently.
+    pub fn resolve_dest(&self, path: &Path) -> Result<PathBuf, EngineError> {
+        let named = self.resolve(path, false)?;
+        let Some(target) = self
+            .anchored(&named)
+            .ok()
+            .and_then(|at| std::fs::read_link(at).ok())
+        else {
+            return Ok(named);
+        };
+        let shown = self.show(&named);
+        let resolved = self.resolve(&named, true)?;
+        let meta = self
+            .anchored(&resolved)
+            .ok()
+            .and_then(|at| std::fs::symlink_metadata(at).ok());
+        let (what, fix) = match meta {
+            Some(m) if m.is_dir() => return Ok(resolved),
+            _ if resolved == self.root => return Ok(resolved),
+            Some(_) => (
+                "not a directory",
+                format!("name {} itself", self.show(&resolved).display()),
+            ),
+            None => ("which does not exist", "create it first".to_string()),
+        };
+        Err(EngineError::Usage(format!(
+            "{} is a symbolic link to {}, {what}: a link is never replaced or written through; {fix}, or remove the link",
+            shown.display(),
+            target.display()
+        )))
     }
 
     /// `path` as a path that resolves beneath the root whatever happens to

@@ -49,6 +49,11 @@ pub fn sealed_frames() -> bool {
     std::env::var("LONGHAUL_DATA_FRAMES").map_or(true, |v| v != "tls")
 }
 
+/// How every message about a full destination starts: what says to free
+/// space first, which no retry can fix (`cp` over ssh and the client's
+/// own retries leave it alone).
+pub const DESTINATION_FULL: &str = "destination full";
+
 /// A transfer in which nothing moves for this long (no chunk, no message,
 /// either way) is ended: a silent or stuck peer does not hold a slot,
 /// threads and memory forever. Generous, for slow disks and the re-hash of

@@ -147,6 +147,9 @@ pub struct Sink {
     transmits: VecDeque<Message>,
     /// Bundles were negotiated: dones go out batched.
     batched: bool,
+    /// [`TransferAccept::defer_full`] was agreed: a file with no room while
+    /// others are in flight goes back to the source, to come again alone.
+    defer_full: bool,
     last_activity: Instant,
 }
 
@@ -172,8 +175,14 @@ impl Sink {
             actions: VecDeque::new(),
             transmits: VecDeque::new(),
             batched: false,
+            defer_full: false,
             last_activity: now,
         }
+    }
+
+    /// Both ends agreed to [`TransferAccept::defer_full`].
+    pub fn defer_full(&mut self) {
+        self.defer_full = true;
     }
 
     /// Both ends agreed to bundles ([`TransferAccept::bundles`]): runs of
@@ -329,6 +338,47 @@ impl Sink {
         }
         self.actions.push_back(SinkAction::Release(done.id));
         self.transmits.push_back(Message::FileDone(done));
+        self.check_end(now);
+    }
+
+    /// The destination has no room for file `id` (creating, sizing or
+    /// writing it failed with ENOSPC; the driver has removed what it wrote
+    /// of it), as `error` says. With other files in flight, and
+    /// [`Sink::defer_full`], it goes back to the source
+    /// ([`FileDone::full`]) to come again once it can be alone: they may
+    /// fit without it, and it may fit alone. Alone, it fails. Its open may
+    /// still be out (an opener found no room) or done.
+    pub fn no_room(&mut self, now: Instant, id: u64, error: String) {
+        self.last_activity = now;
+        let opening = self.awaiting.remove(&id);
+        if opening && self.given_up_opening.remove(&id).is_some() {
+            self.check_end(now);
+            return;
+        }
+        let Some(f) = self.files.remove(&id) else {
+            return;
+        };
+        if !opening {
+            self.slots = self.slots.saturating_sub(f.slots);
+        }
+        let full = self.defer_full && !self.files.is_empty();
+        let error = if full {
+            error
+        } else {
+            self.resolved += 1;
+            let error = format!(
+                "{error}, even with no other file in flight: free space and run the same command again (files in place are skipped)"
+            );
+            self.failed(&f.path, error.clone());
+            error
+        };
+        self.actions.push_back(SinkAction::Release(id));
+        self.transmits.push_back(Message::FileDone(FileDone {
+            id,
+            error: Some(error),
+            full,
+            ..FileDone::default()
+        }));
         self.check_end(now);
     }
 

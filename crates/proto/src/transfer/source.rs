@@ -85,6 +85,9 @@ pub enum SourceAction<H> {
     WalkDone,
     /// The file changed while it was read (`why`) and is announced again.
     Retrying { path: String, why: String },
+    /// The destination had no room for the file while others were in
+    /// flight (`why`): it is announced again once nothing else is.
+    Deferred { path: String, why: String },
 }
 
 /// An announced file the sink has not resolved yet.
@@ -124,6 +127,11 @@ pub struct Source<H> {
     /// Files that changed while they were read, to announce again: (what
     /// finds them, name, times announced so far).
     again: VecDeque<(H, String, u32)>,
+    /// Files the sink had no room for while others were in flight
+    /// ([`FileDone::full`]): announced again one at a time, once the walk
+    /// is done and nothing else is in flight, so that each has the room
+    /// to itself.
+    later: VecDeque<(H, String, u32)>,
     walk_done: bool,
     end_sent: bool,
     files_announced: u64,
@@ -149,6 +157,7 @@ impl<H: Clone> Source<H> {
             limits,
             open: HashMap::new(),
             again: VecDeque::new(),
+            later: VecDeque::new(),
             walk_done: false,
             end_sent: false,
             files_announced: 0,
@@ -174,7 +183,18 @@ impl<H: Clone> Source<H> {
     /// Whether entries may be announced now: the walk (or a file to
     /// announce again) has more, and the files in flight leave room.
     pub fn wants_entries(&self) -> bool {
-        (!self.walk_done || !self.again.is_empty()) && self.open.len() < self.limit()
+        (!self.walk_done || !self.again.is_empty() || self.later_due())
+            && self.open.len() < self.limit()
+    }
+
+    /// Whether a file deferred for room is to be announced now: the walk
+    /// is done, nothing else waits to be announced, nothing is in flight.
+    fn later_due(&self) -> bool {
+        self.walk_done
+            && self.again.is_empty()
+            && self.open.is_empty()
+            && self.batch.is_empty()
+            && !self.later.is_empty()
     }
 
     /// Whether the batch being built takes another entry.
@@ -187,7 +207,12 @@ impl<H: Clone> Source<H> {
     /// A file to announce again (it changed while it was read), before
     /// the walk goes on: what finds it, its name and its next attempt.
     pub fn take_again(&mut self) -> Option<(H, String, u32)> {
-        self.again.pop_front().map(|(h, rel, n)| (h, rel, n + 1))
+        let next = match self.again.pop_front() {
+            Some(a) => Some(a),
+            None if self.later_due() => self.later.pop_front(),
+            None => None,
+        };
+        next.map(|(h, rel, n)| (h, rel, n + 1))
     }
 
     /// Whether the walk has ended (no more entries but those announced again).
@@ -309,7 +334,11 @@ impl<H: Clone> Source<H> {
                 }
             }
             Message::TransferDone(sink) => {
-                if !self.walk_done || !self.open.is_empty() || !self.again.is_empty() {
+                if !self.walk_done
+                    || !self.open.is_empty()
+                    || !self.again.is_empty()
+                    || !self.later.is_empty()
+                {
                     let why = sink
                         .failed
                         .iter()
@@ -338,10 +367,19 @@ impl<H: Clone> Source<H> {
         Ok(())
     }
 
-    /// The sink's word on one file: landed or failed.
+    /// The sink's word on one file: landed, failed, or no room for it
+    /// while others were in flight (announced again later, alone).
     fn done(&mut self, d: FileDone) {
         self.actions.push_back(SourceAction::Forget(d.id));
         if let Some(a) = self.open.remove(&d.id) {
+            if let (true, Some(why)) = (d.full, &d.error) {
+                self.actions.push_back(SourceAction::Deferred {
+                    path: a.rel.clone(),
+                    why: why.clone(),
+                });
+                self.later.push_back((a.handle, a.rel, a.attempt));
+                return;
+            }
             match d.error {
                 Some(error) => self.tally.failed.push(Failure { path: a.rel, error }),
                 None => {

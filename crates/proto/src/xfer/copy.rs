@@ -10,7 +10,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{Failure, SyncOptions};
+use super::{is_zero, Failure, SyncOptions};
 
 /// What every third-party copy capability starts with, so that a scrubber
 /// or a person can tell one in a log or a paste, and a server can tell one
@@ -225,6 +225,8 @@ pub struct CopyReport {
     pub bytes: u64,
     #[serde(default)]
     pub links: u64,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub links_up_to_date: u64,
     #[serde(default)]
     pub resent_changed: u64,
     pub seconds: f64,
@@ -336,6 +338,7 @@ mod tests {
             source_dir: false,
             filter: Vec::new(),
             compress: None,
+            defer_full: false,
         };
         assert!(within_scope(&scope, &t).is_ok());
         type Change = fn(&mut super::super::TransferRequest);

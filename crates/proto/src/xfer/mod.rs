@@ -114,6 +114,11 @@ pub struct TransferRequest {
     /// [`TransferAccept::compress`]. Absent from an older client.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub compress: Option<i32>,
+    /// This client's end (source or sink) takes [`FileDone::full`]: a file
+    /// the destination had no room for while others were in flight is
+    /// announced again once it can be alone. Absent from an older client.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub defer_full: bool,
 }
 
 /// Socket settings of the data streams, chosen by the client for the path
@@ -191,6 +196,11 @@ pub struct TransferAccept {
     /// which would not decode them: the client then refuses.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub compress: bool,
+    /// The server agrees to the request's [`TransferRequest::defer_full`]:
+    /// the sink, whichever end it is, may answer [`FileDone::full`], and
+    /// the source announces such a file again once it can be alone.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub defer_full: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -333,6 +343,14 @@ pub struct FileDone {
     /// id is neither done nor failed.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub retried: bool,
+    /// Sink to source, with `error`, only when [`TransferAccept::defer_full`]
+    /// was agreed: the destination had no room for this file while other
+    /// files were in flight. Its partial file is gone; the source announces
+    /// it again (a new id, in this one's place in [`EntriesEnd::files`])
+    /// once nothing else is in flight, and it fails only if it does not fit
+    /// then. This id is neither done nor failed.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub full: bool,
 }
 
 /// Source to sink: every read of file `id` so far is done, and the file
@@ -387,9 +405,14 @@ pub struct SinkReport {
     pub would_send_bytes: u64,
     pub files: u64,
     pub bytes: u64,
-    /// Symbolic links created (or already there, pointing the same way).
+    /// Symbolic links created (or already there, pointing the same way;
+    /// with `dry_run`: that would be, or are).
     #[serde(default)]
     pub links: u64,
+    /// Of `links`, those already there pointing the same way: left alone
+    /// (never in `would_send`).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub links_up_to_date: u64,
     pub skipped: u64,
     pub resumed_bytes: u64,
     pub deleted: Vec<String>,
@@ -510,7 +533,7 @@ pub struct SourceDone {
     pub compress: Option<compress::CompressReport>,
 }
 
-fn is_zero(n: &u64) -> bool {
+pub(crate) fn is_zero(n: &u64) -> bool {
     *n == 0
 }
 
@@ -1372,6 +1395,7 @@ mod tests {
             sealed: false,
             filter: false,
             compress: false,
+            defer_full: false,
         };
         assert_eq!(serde_json::to_string(&a).unwrap(), r#"{"token":"t"}"#);
         let old: TransferAccept = serde_json::from_str(r#"{"token":"t"}"#).unwrap();

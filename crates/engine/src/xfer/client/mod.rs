@@ -98,8 +98,11 @@ pub struct CpOptions {
 pub struct CpSummary {
     pub files: u64,
     pub bytes: u64,
-    /// Symbolic links created as links (never followed).
+    /// Symbolic links created as links (never followed), or already there
+    /// pointing the same way; with `--dry-run`, that would be, or are.
     pub links: u64,
+    /// Of `links`, those already there pointing the same way: left alone.
+    pub links_up_to_date: u64,
     /// Files that changed while they were read and were sent again (each
     /// is verified against what was read the last time).
     pub resent_changed: u64,
@@ -260,8 +263,12 @@ pub fn compile_filter(rules: &[String], contents: bool) -> Result<Option<Arc<Fil
     Filter::new(rules, contents).map(|f| Some(Arc::new(f)))
 }
 
-/// Worth another attempt: the network or the peer went away.
+/// Worth another attempt: the network or the peer went away (never a
+/// full destination, which space must be freed for first).
 fn retryable(e: &EngineError) -> bool {
+    if e.to_string().contains(super::DESTINATION_FULL) {
+        return false;
+    }
     matches!(
         e,
         EngineError::Connect(_)
@@ -369,9 +376,15 @@ pub fn ls(target: &str, recursive: bool, o: &ClientOptions) -> Result<Vec<ListEn
         ))
     })?;
     let mut ctl = open_control(&r.host, o)?;
+    // `DIR/` keeps its slash: the server lists what a link of that name
+    // leads to, where `DIR` is the link itself (as `ls -l`).
+    let path = match r.dir && !r.path.is_empty() {
+        true => format!("{}/", r.path),
+        false => r.path,
+    };
     ctl.conn.send(&Message::ListRequest(ListRequest {
         export: r.export,
-        path: r.path,
+        path,
         recursive,
     }))?;
     let mut out = Vec::new();
@@ -403,6 +416,9 @@ mod tests {
         assert!(!retryable(&EngineError::Usage("no such export".into())));
         assert!(!retryable(&EngineError::Failed(
             "verification failed".into()
+        )));
+        assert!(!retryable(&EngineError::Failed(
+            "the sink ended the transfer early: destination full: no room for data/f (5 MiB): data stream failed".into()
         )));
     }
 

@@ -293,6 +293,7 @@ impl Side<'_> {
                 max_files: super::super::files_in_flight_cap(),
                 bundles: accept.bundles,
                 compress: accept.compress,
+                defer_full: accept.defer_full,
             },
         )?;
         pulled(s, r, streams);
@@ -333,6 +334,7 @@ fn pushed(s: &mut CpSummary, r: SourceReport, streams: u16) {
     let t = r.tally;
     s.files = t.files;
     s.links = r.sink.links;
+    s.links_up_to_date = r.sink.links_up_to_date;
     s.resent_changed = t.resent_changed;
     s.bytes = t.bytes;
     s.skipped = t.skipped;
@@ -359,6 +361,7 @@ fn pushed(s: &mut CpSummary, r: SourceReport, streams: u16) {
 fn pulled(s: &mut CpSummary, r: SinkReport, streams: u16) {
     s.files = r.files;
     s.links = r.links;
+    s.links_up_to_date = r.links_up_to_date;
     s.bytes = r.bytes;
     s.skipped = r.skipped;
     s.resumed_bytes = r.resumed_bytes;

@@ -124,11 +124,11 @@ pub(super) fn size_for_path(
         window.ceiling_bps = window.stream_ceiling_bps * f64::from(window.streams);
     }
     let congestion = congestion_for(o, push)?;
-    // Each stream paced to a little over its share: bursts above the
-    // bottleneck's rate are what overflow its queue.
-    let pacing = o
-        .rate
-        .map(|r| (r as f64 * 1.1 / 8.0 / f64::from(window.streams)) as u64);
+    // The user's rate is a ceiling on the whole transfer: each stream is
+    // paced to its share of it, no more, so that together they never pass
+    // it over any second (the kernel paces each smoothly; parked streams
+    // only leave the total lower).
+    let pacing = o.rate.map(|r| per_stream_pacing(r, window.streams));
     let mut tuning = StreamTuning {
         congestion: congestion.clone(),
         send_buffer: window.send_buffer.to_set(),
@@ -154,6 +154,12 @@ pub(super) fn size_for_path(
         remembered,
     };
     Ok((path, tuning, warnings))
+}
+
+/// Each of `streams` streams' pacing, bytes/s, for a ceiling of `rate`
+/// bit/s on all of them together (rounded down: never over).
+pub(super) fn per_stream_pacing(rate: u64, streams: u16) -> u64 {
+    (rate / 8 / u64::from(streams.max(1))).max(1)
 }
 
 /// The warnings of a plan sized before the server's `Welcome`, with the
@@ -202,6 +208,20 @@ mod tests {
 
     use super::*;
     use crate::net::dial::ClientOptions;
+
+    #[test]
+    fn the_streams_paced_together_never_pass_the_users_rate() {
+        for (rate, streams) in [
+            (167_772_160, 4),
+            (100_000_000, 1),
+            (1_000_000_007, 7),
+            (8, 32),
+        ] {
+            let each = per_stream_pacing(rate, streams);
+            assert!(each * 8 * u64::from(streams) <= rate.max(8 * u64::from(streams)));
+            assert!(each * 8 * u64::from(streams) + 8 * u64::from(streams) > rate);
+        }
+    }
 
     fn window(target_bps: u64, rtt_us: u32) -> longhaul_proto::window::WindowPlan {
         plan(&PathInput {

@@ -125,6 +125,8 @@ pub(super) fn transfer_request(
         source_dir: false,
         filter: o.filter.clone(),
         compress: o.compress,
+        // This client's source and sink both take `FileDone::full`.
+        defer_full: true,
     };
     match plan {
         Plan::Push {
@@ -302,10 +304,14 @@ pub(super) fn local_dest(
         .parent()
         .map(Path::to_path_buf)
         .unwrap_or_else(|| abs.clone());
+    let link = std::fs::read_link(&abs).ok();
     let state = match std::fs::metadata(&abs) {
         Ok(m) if m.is_dir() => DestState::Dir,
+        // A link is never replaced or written through (a link to a
+        // directory is that directory, as above).
+        Ok(_) if link.is_some() => return Err(dest_link(o, link, "not a directory")),
+        Err(_) if link.is_some() => return Err(dest_link(o, link, "which does not exist")),
         Ok(_) => DestState::Other,
-        Err(_) if std::fs::symlink_metadata(&abs).is_ok() => DestState::Other,
         Err(_) => DestState::Missing {
             parent: parent.is_dir(),
         },
@@ -340,6 +346,16 @@ pub(super) fn local_dest(
         }
     }
     Ok((abs, landing, Anchor::open(&root)?))
+}
+
+/// A pull's destination that is a link leading to no directory: refused,
+/// worded as a server words it.
+fn dest_link(o: &CpOptions, link: Option<PathBuf>, what: &str) -> EngineError {
+    EngineError::Usage(format!(
+        "destination {} is a symbolic link to {}, {what}: a link is never replaced or written through; name what it leads to, or remove the link",
+        o.dest,
+        link.unwrap_or_default().display()
+    ))
 }
 
 #[cfg(test)]

@@ -17,9 +17,9 @@ use longhaul_proto::transfer::sink::{Sink, SinkAction, SinkError, SinkLimits};
 use longhaul_proto::xfer::*;
 
 use super::finish::{finish, finishes_at_once};
-use super::open::{open_file, Openers};
-use super::tree::{make_link, prune, set_directories};
-use super::{drop_partial, Event, FileState, Files, SinkConfig, DESTINATION_FULL, OPENS_AT_ONCE};
+use super::open::{answer, open_file, Openers};
+use super::tree::{link_in_place, make_link, prune, set_directories};
+use super::{drop_partial, Event, FileState, Files, SinkConfig, OPENS_AT_ONCE};
 use crate::net::conn::FramedConn;
 use crate::stages::StageTotals;
 use crate::EngineError;
@@ -73,7 +73,7 @@ pub(super) fn control(
             .chain(std::iter::from_fn(|| rx.try_recv().ok()));
         for ev in events {
             if let Event::Fatal(e) = ev {
-                return Err(fatal(conn, &mut m, files, e, &stamped));
+                return Err(fatal(conn, &mut m, e, &stamped));
             }
             work.event(&mut m, ev)?;
         }
@@ -126,26 +126,21 @@ fn machine(cfg: &SinkConfig, openers: bool) -> Sink {
     if openers {
         m.open_at_once(OPENS_AT_ONCE);
     }
+    if cfg.defer_full {
+        m.defer_full();
+    }
     m
 }
 
 /// Ends the transfer on a fatal error of a receiver or finisher: the
-/// source is told, and on a full destination every partial file in
-/// flight gives its space back.
+/// source is told. (A full destination is no such error: each file that
+/// finds no room is answered on its own, [`Sink::no_room`].)
 fn fatal(
     conn: &mut FramedConn,
     m: &mut Sink,
-    files: &Files,
     e: String,
     stamped: &dyn Fn(Message) -> Message,
 ) -> EngineError {
-    if e.starts_with(DESTINATION_FULL) {
-        // Every file in flight fails with the transfer: their partial
-        // files give their space back.
-        for f in files.lock().expect("poisoned").values() {
-            drop_partial(f);
-        }
-    }
     let err = m.fatal(e);
     while let Some(msg) = m.poll_transmit() {
         let _ = conn.send(&stamped(msg));
@@ -208,6 +203,7 @@ impl Work<'_> {
         let now = Instant::now();
         match ev {
             Event::Opened(id, want) => m.opened(now, id, want),
+            Event::Full(id, error) => m.no_room(now, id, error),
             Event::Done(d, bytes) => m.file_done(now, d, bytes),
             Event::Resend(r) => {
                 if let Some(f) = self.files.lock().expect("poisoned").get(&r.id) {
@@ -257,8 +253,8 @@ impl Work<'_> {
                 SinkAction::Open(e) => match self.openers {
                     Some(o) if !self.opens_here(&e) => o.open(e),
                     _ => {
-                        let want = open_file(&e, cfg, self.files, m.report_mut());
-                        m.opened(Instant::now(), e.id, want);
+                        let opened = open_file(&e, cfg, self.files, m.report_mut());
+                        self.event(m, answer(e.id, opened))?;
                     }
                 },
                 SinkAction::Check(id) => {
@@ -342,16 +338,27 @@ impl Work<'_> {
     }
 }
 
-/// Makes a link in place (a dry run only says it would).
+/// Makes a link in place (a dry run only says it would); one already
+/// pointing the same way is up to date, left alone and not listed.
 fn link(m: &mut Sink, e: &Entry, cfg: &SinkConfig) {
-    if cfg.dry_run {
-        m.report_mut()
-            .would_send
-            .push(format!("{} -> {}", e.path, cfg.shown(&e.path)));
-        return;
-    }
-    match cfg.target(&e.path).and_then(|t| make_link(&t, e, cfg)) {
-        Ok(()) => m.report_mut().links += 1,
+    let target = cfg.target(&e.path);
+    let made = if cfg.dry_run {
+        let in_place = target.is_ok_and(|t| link_in_place(&t, e, cfg));
+        if !in_place {
+            m.report_mut()
+                .would_send
+                .push(format!("{} -> {}", e.path, cfg.shown(&e.path)));
+        }
+        Ok(!in_place)
+    } else {
+        target.and_then(|t| make_link(&t, e, cfg))
+    };
+    let r = m.report_mut();
+    match made {
+        Ok(made) => {
+            r.links += 1;
+            r.links_up_to_date += u64::from(!made);
+        }
         Err(err) => m.failed(&e.path, err.to_string()),
     }
 }

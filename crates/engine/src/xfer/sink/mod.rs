@@ -84,6 +84,10 @@ pub struct SinkConfig {
     /// Both ends agreed to `-z` (`TransferAccept::compress`): compressed
     /// chunk frames are taken on the data streams.
     pub compress: bool,
+    /// Both ends agreed to `TransferAccept::defer_full`: a file with no
+    /// room while others are in flight goes back to the source, to come
+    /// again alone.
+    pub defer_full: bool,
 }
 
 impl SinkConfig {
@@ -229,6 +233,8 @@ struct Progress {
 enum Event {
     /// An opener's answer for a file ([`Openers`]).
     Opened(u64, Want),
+    /// No room at the destination for a file (its partial file removed).
+    Full(u64, String),
     Done(FileDone, u64),
     Resend(Resend),
     Fatal(String),
@@ -255,8 +261,31 @@ pub(super) fn side_path(target: &Path, suffix: &str) -> PathBuf {
     target.with_file_name(format!(".{name}.{suffix}"))
 }
 
-/// How a message about a full destination starts (the transfer ends).
-const DESTINATION_FULL: &str = "destination full";
+use super::DESTINATION_FULL;
+
+/// Whether a write or create failed for want of room (space, inodes, or
+/// the quota's).
+fn no_room(e: &io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::ENOSPC | libc::EDQUOT))
+}
+
+/// What says a file found no room: its size, and what is free in its
+/// directory's file system now.
+fn no_room_for(target: &Path, size: u64, dir: &Dir, e: &io::Error) -> String {
+    use longhaul_proto::units::format_bytes;
+    let free = rustix::fs::fstatvfs(dir.fd())
+        .map(|st| format!("; {} free there", format_bytes(st.f_bavail * st.f_frsize)))
+        .unwrap_or_default();
+    let quota = match e.raw_os_error() {
+        Some(libc::EDQUOT) => ", over the quota",
+        _ => "",
+    };
+    format!(
+        "{DESTINATION_FULL}: no room for {} ({}{free}{quota})",
+        target.display(),
+        format_bytes(size)
+    )
+}
 
 /// Removes what a failed file left beside its target: its partial file
 /// (not a part's, which other parts share) and its journal, so that no
@@ -372,6 +401,7 @@ mod testing {
             max_files: 64,
             bundles: true,
             compress: true,
+            defer_full: true,
         }
     }
 

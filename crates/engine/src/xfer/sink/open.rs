@@ -18,7 +18,9 @@ use super::super::beneath::Dir;
 use super::super::storage::read_exact_at;
 use super::super::storage::WriteAt;
 use super::journal::{new_journal, read_journal};
-use super::{io_err, side_path, Event, FileState, Files, Progress, SinkConfig, DESTINATION_FULL};
+use super::{
+    io_err, no_room, no_room_for, side_path, Event, FileState, Files, Progress, SinkConfig,
+};
 use crate::stages::{self, timed, Stage, StageTotals};
 use crate::EngineError;
 
@@ -51,10 +53,10 @@ impl Openers {
                         return;
                     };
                     // Dry runs open nothing here: nothing to report.
-                    let want = timed(Stage::Write, || {
+                    let opened = timed(Stage::Write, || {
                         open_file(&e, &cfg, &files, &mut SinkReport::default())
                     });
-                    if events.send(Event::Opened(e.id, want)).is_err() {
+                    if events.send(answer(e.id, opened)).is_err() {
                         return;
                     }
                 }
@@ -82,28 +84,40 @@ impl Openers {
     }
 }
 
+/// The destination has no room for a file (what says so): its partial
+/// file is not left behind.
+pub(super) struct NoRoom(pub(super) String);
+
+/// An opener's answer as the control thread takes it.
+pub(super) fn answer(id: u64, opened: Result<Want, NoRoom>) -> Event {
+    match opened {
+        Ok(want) => Event::Opened(id, want),
+        Err(NoRoom(why)) => Event::Full(id, why),
+    }
+}
+
 /// Answers one announced file: skip it, or open its partial file and say
-/// which chunks are still needed.
+/// which chunks are still needed; or find no room for it.
 pub(super) fn open_file(
     e: &Entry,
     cfg: &SinkConfig,
     files: &Files,
     report: &mut SinkReport,
-) -> Want {
-    let fail = |error: String| Want::Fail { id: e.id, error };
+) -> Result<Want, NoRoom> {
+    let fail = |error: String| Ok(Want::Fail { id: e.id, error });
     let target = match cfg.target(&e.path) {
         Ok(t) => t,
         Err(err) => return fail(err.to_string()),
     };
     if !cfg.force && in_place(e, cfg, &target) {
-        return Want::Skip { id: e.id };
+        return Ok(Want::Skip { id: e.id });
     }
     if cfg.dry_run {
         report
             .would_send
             .push(format!("{} -> {}", e.path, cfg.shown(&e.path)));
         report.would_send_bytes += e.size;
-        return Want::Skip { id: e.id };
+        return Ok(Want::Skip { id: e.id });
     }
     let (dir, _) = match cfg.anchor.parent_of(&target, true) {
         Ok(x) => x,
@@ -141,9 +155,15 @@ fn in_place(e: &Entry, cfg: &SinkConfig, target: &Path) -> bool {
 /// Opens a whole file's partial file beside `target` in `dir`: resumed
 /// from its journal if that checks out, else made afresh (sized, its
 /// space reserved); its journal rewritten; the chunks still needed asked
-/// for.
-fn open_whole(e: &Entry, cfg: &SinkConfig, files: &Files, target: PathBuf, dir: Arc<Dir>) -> Want {
-    let fail = |error: String| Want::Fail { id: e.id, error };
+/// for. No room for it: what was made of it is removed.
+fn open_whole(
+    e: &Entry,
+    cfg: &SinkConfig,
+    files: &Files,
+    target: PathBuf,
+    dir: Arc<Dir>,
+) -> Result<Want, NoRoom> {
+    let fail = |error: String| Ok(Want::Fail { id: e.id, error });
     // The machine checked the peer's numbers (chunk size and count, chunks
     // in flight) before it asked for the file.
     let count = chunk_count(e.size, e.chunk_size);
@@ -162,7 +182,7 @@ fn open_whole(e: &Entry, cfg: &SinkConfig, files: &Files, target: PathBuf, dir: 
     // A fresh file of one chunk gets its size from that chunk's write (or,
     // for a hole, when it arrives): no ftruncate.
     let sized = !(fresh && count == 1);
-    let out = match open_partial(e, cfg, &dir, &part, &at_part, &target, fresh, sized) {
+    let out = match open_partial(e, cfg, &dir, &part, &at_part, &target, fresh, sized)? {
         Ok(o) => o,
         Err(error) => return fail(error),
     };
@@ -181,7 +201,14 @@ fn open_whole(e: &Entry, cfg: &SinkConfig, files: &Files, target: PathBuf, dir: 
     };
     let journal = match journal {
         Ok(j) => j,
-        Err(err) => return fail(io_err("write journal", &journal_path, err)),
+        Err(err) => {
+            let _ = std::fs::remove_file(&at_part);
+            let _ = std::fs::remove_file(&at_journal);
+            if no_room(&err) {
+                return Err(NoRoom(no_room_for(&target, e.size, &dir, &err)));
+            }
+            return fail(io_err("write journal", &journal_path, err));
+        }
     };
     let state = Arc::new(FileState {
         entry: e.clone(),
@@ -201,11 +228,11 @@ fn open_whole(e: &Entry, cfg: &SinkConfig, files: &Files, target: PathBuf, dir: 
         }),
     });
     files.lock().expect("poisoned").insert(e.id, state);
-    Want::Send {
+    Ok(Want::Send {
         id: e.id,
         skip,
         resumed_bytes: resumed,
-    }
+    })
 }
 
 /// What a resume keeps of a partial file: the chunks its journal lists
@@ -257,7 +284,7 @@ fn resume(
 /// Opens the partial file for writing: made afresh (and, if `sized`,
 /// given its full size, with its space reserved unless the source is
 /// sparse) or opened as it is for a resume. A fresh one that fails is
-/// removed.
+/// removed; no room for it is the outer error.
 #[allow(clippy::too_many_arguments)]
 fn open_partial(
     e: &Entry,
@@ -268,7 +295,7 @@ fn open_partial(
     target: &Path,
     fresh: bool,
     sized: bool,
-) -> Result<Box<dyn WriteAt>, String> {
+) -> Result<Result<Box<dyn WriteAt>, String>, NoRoom> {
     let count = chunk_count(e.size, e.chunk_size);
     let part_name = part.file_name().expect("side paths have a name");
     let opened = if fresh {
@@ -276,32 +303,35 @@ fn open_partial(
     } else {
         cfg.storage.open_write(at_part, false)
     };
-    let out = opened.map_err(|err| io_err("create", part, err))?;
+    let out = match opened {
+        Ok(o) => o,
+        Err(err) if no_room(&err) => return Err(NoRoom(no_room_for(target, e.size, dir, &err))),
+        Err(err) => return Ok(Err(io_err("create", part, err))),
+    };
     if !(fresh && sized) {
-        return Ok(out);
+        return Ok(Ok(out));
     }
-    let fail = |error: String| {
-        // Made for this run and failed at once: nothing stays.
+    // Made for this run and failed at once: nothing stays.
+    let fail = |what: &str, err: io::Error| {
         let _ = std::fs::remove_file(at_part);
-        Err(error)
+        if no_room(&err) {
+            return Err(NoRoom(no_room_for(target, e.size, dir, &err)));
+        }
+        Ok(Err(io_err(what, part, err)))
     };
     if let Err(err) = out.set_len(e.size) {
-        return fail(io_err("size", part, err));
+        return fail("size", err);
     }
     // Reserve the space now, so that a full disk shows at once; a sparse
     // source keeps its holes instead.
     if !e.sparse && count > 1 {
-        if let Err(err) = out.allocate(e.size) {
-            if err.raw_os_error() == Some(libc::ENOSPC) {
-                return fail(format!(
-                    "{DESTINATION_FULL}: cannot allocate {} bytes for {}",
-                    e.size,
-                    target.display()
-                ));
-            }
+        match out.allocate(e.size) {
+            Err(err) if no_room(&err) => return fail("reserve space for", err),
+            // Reserving is an optimisation: other errors leave it undone.
+            _ => {}
         }
     }
-    Ok(out)
+    Ok(Ok(out))
 }
 
 /// Answers a part of a file ([`Entry::part`], see [`super::super::parts`]): opens
@@ -314,8 +344,8 @@ fn open_part(
     files: &Files,
     target: PathBuf,
     dir: Arc<Dir>,
-) -> Want {
-    let fail = |error: String| Want::Fail { id: e.id, error };
+) -> Result<Want, NoRoom> {
+    let fail = |error: String| Ok(Want::Fail { id: e.id, error });
     let count = chunk_count(e.size, e.chunk_size);
     let part = side_path(&target, "lhpart");
     let journal_path = super::super::parts::journal_name(&target, [first, end], false);
@@ -376,11 +406,11 @@ fn open_part(
         }),
     });
     files.lock().expect("poisoned").insert(e.id, state);
-    Want::Send {
+    Ok(Want::Send {
         id: e.id,
         skip,
         resumed_bytes: resumed,
-    }
+    })
 }
 
 /// Threads that open announced files ([`Openers`]).
@@ -425,7 +455,9 @@ mod tests {
 
     fn open(e: &Entry, cfg: &SinkConfig, files: &Files) -> (Want, SinkReport) {
         let mut report = SinkReport::default();
-        let want = open_file(e, cfg, files, &mut report);
+        let Ok(want) = open_file(e, cfg, files, &mut report) else {
+            panic!("no room in a temp dir");
+        };
         (want, report)
     }
 

@@ -17,7 +17,7 @@ use longhaul_proto::xfer::*;
 use super::super::read_frame;
 use super::super::storage::{write_all_at, AlignedBuf};
 use super::finish::{finish, finishes_at_once};
-use super::{drop_partial, io_err, Event, FileState, Files, SinkConfig, DESTINATION_FULL};
+use super::{drop_partial, io_err, no_room, no_room_for, Event, FileState, Files, SinkConfig};
 use crate::net::conn::Stream;
 use crate::stages::{timed, Stage};
 
@@ -356,10 +356,10 @@ struct Written {
     busy_us: u64,
 }
 
-/// Books a chunk that matched its hash: a write error fails the file (a
-/// full disk ends the transfer: the error returned); else the chunk is
-/// journaled and verified in the ledger, and the file finished if that
-/// completes it.
+/// Books a chunk that matched its hash: a write error fails the file (no
+/// room for it is the control thread's to answer: it may come again
+/// alone); else the chunk is journaled and verified in the ledger, and the
+/// file finished if that completes it.
 fn book(
     f: &Arc<FileState>,
     w: Written,
@@ -368,26 +368,7 @@ fn book(
     cfg: &SinkConfig,
 ) -> Result<(), String> {
     if let Some(e) = w.error {
-        let msg = io_err("write", &f.target, e);
-        if msg.contains("No space left") {
-            let missing = {
-                let p = f.inner.lock().expect("poisoned");
-                p.ledger.remaining() * f.entry.chunk_size.min(f.entry.size.max(1))
-            };
-            return Err(format!(
-                "{DESTINATION_FULL}: {msg}; about {missing} more bytes were needed for this file. Free space and run the same command again: files in place are skipped"
-            ));
-        }
-        f.inner.lock().expect("poisoned").ledger.fail();
-        drop_partial(f);
-        let _ = tx.send(Event::Done(
-            FileDone {
-                id: f.entry.id,
-                error: Some(msg),
-                ..FileDone::default()
-            },
-            0,
-        ));
+        give_up(f, e, "write", tx);
         return Ok(());
     }
     let _ = tx.send(Event::Written {
@@ -401,7 +382,12 @@ fn book(
         }
         let record = journal_record(w.index, &w.hash);
         if let Err(e) = p.journal.as_mut().map_or(Ok(()), |j| j.write_all(&record)) {
-            return Err(io_err("append to journal", &f.journal_path, e));
+            if !no_room(&e) {
+                return Err(io_err("append to journal", &f.journal_path, e));
+            }
+            drop(p);
+            give_up(f, e, "append to the journal of", tx);
+            return Ok(());
         }
         p.ledger.verified(w.index, w.hash);
         p.ledger.claim()
@@ -415,6 +401,33 @@ fn book(
         }
     }
     Ok(())
+}
+
+/// A file whose write failed (`what`: the operation): nothing of it
+/// stays, and the control thread hears why: no room for it, or the
+/// error, which fails it.
+fn give_up(f: &FileState, e: io::Error, what: &str, tx: &Sender<Event>) {
+    f.inner.lock().expect("poisoned").ledger.fail();
+    if no_room(&e) && f.entry.part.is_none() {
+        // Its blocks go now, not when the last descriptor closes: the
+        // other files in flight may need them.
+        let _ = f.out.set_len(0);
+    }
+    drop_partial(f);
+    let id = f.entry.id;
+    let _ = tx.send(if no_room(&e) {
+        Event::Full(id, no_room_for(&f.target, f.entry.size, &f.dir, &e))
+    } else {
+        let error = Some(io_err(what, &f.target, e));
+        Event::Done(
+            FileDone {
+                id,
+                error,
+                ..FileDone::default()
+            },
+            0,
+        )
+    });
 }
 
 #[cfg(test)]
@@ -508,7 +521,7 @@ mod tests {
                 &files,
                 &mut Default::default(),
             );
-            assert!(matches!(want, Want::Send { .. }), "{want:?}");
+            assert!(matches!(want, Ok(Want::Send { .. })), "opened");
         }
         let (tx, rx) = mpsc::channel();
         let (fin, fin_rx) = mpsc::channel();
@@ -549,7 +562,7 @@ mod tests {
         let t = tempfile::tempdir().unwrap();
         let cfg = config(t.path());
         let files: Files = Arc::new(Mutex::new(HashMap::new()));
-        open_file(
+        let _ = open_file(
             &file(1, "f1", 5, CHUNK),
             &cfg,
             &files,

@@ -16,12 +16,14 @@ use super::super::set_mtime;
 use super::{io_err, side_path, SinkConfig};
 use crate::EngineError;
 
-pub(super) fn make_link(t: &Path, e: &Entry, cfg: &SinkConfig) -> Result<(), EngineError> {
+/// Makes the link `e` at `t`: true if it was made, false if a link there
+/// already pointed the same way (left as it is: up to date).
+pub(super) fn make_link(t: &Path, e: &Entry, cfg: &SinkConfig) -> Result<bool, EngineError> {
     let target = e.target.clone().unwrap_or_default();
     let (dir, name) = cfg.anchor.parent_of(t, true)?;
     let at = dir.join(&name);
     if std::fs::read_link(&at).is_ok_and(|old| old == Path::new(&target)) {
-        return Ok(());
+        return Ok(false);
     }
     let tmp = dir.join(side_path(t, "lhlink").file_name().expect("named"));
     let _ = std::fs::remove_file(&tmp);
@@ -29,7 +31,18 @@ pub(super) fn make_link(t: &Path, e: &Entry, cfg: &SinkConfig) -> Result<(), Eng
         .and_then(|()| std::fs::rename(&tmp, &at))
         .map_err(|err| EngineError::Usage(io_err("create link", &cfg.anchor.show(t), err)))?;
     let _ = set_mtime(&at, e.mtime_ns);
-    Ok(())
+    Ok(true)
+}
+
+/// Whether a link at `t` already points where `e` does (a dry run's
+/// question: nothing is made, not even the directory it would go in).
+pub(super) fn link_in_place(t: &Path, e: &Entry, cfg: &SinkConfig) -> bool {
+    let target = e.target.as_deref().unwrap_or_default();
+    cfg.anchor
+        .anchored(t)
+        .ok()
+        .and_then(|at| std::fs::read_link(at).ok())
+        .is_some_and(|old| old == Path::new(target))
 }
 
 /// Removes what a destination directory holds beyond `keep` (sync --delete),

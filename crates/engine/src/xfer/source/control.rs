@@ -381,6 +381,9 @@ fn act(
                 SourceAction::Retrying { path, why } => {
                     tracing::warn!("{path} changed while it was read ({why}); sending it again");
                 }
+                SourceAction::Deferred { path, why } => {
+                    tracing::info!("{path}: {why}; sending it again alone at the end");
+                }
             }
         }
         if queue.take().is_some() && added {

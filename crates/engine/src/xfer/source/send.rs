@@ -55,6 +55,7 @@ pub(super) fn send(index: u16, s: Box<dyn Stream>, shared: &Shared, out: &Out, b
         // many to a write; big pieces bypass the buffer. Flushed whenever
         // the queue runs dry, so nothing waits in it.
         w: io::BufWriter::with_capacity(256 << 10, s),
+        unflushed: false,
         cache: None,
         buf: AlignedBuf::new(super::super::PIECE),
         bundle: Vec::new(),
@@ -90,6 +91,12 @@ struct StreamSender<'a> {
     shared: &'a Shared,
     out: Out<'a>,
     w: io::BufWriter<Box<dyn Stream>>,
+    /// Written since the last flush. Not the same as bytes in `w`'s
+    /// buffer: a write past its capacity goes straight to the stream,
+    /// which may hold some of it too (sealed frames gather small writes,
+    /// and a bundle frame longer than a sealed frame leaves its tail
+    /// there), so only a flush of the stream sends everything.
+    unflushed: bool,
     /// The file last read from, kept open for its next chunk.
     cache: Option<(u64, Box<dyn ReadAt>)>,
     buf: AlignedBuf,
@@ -106,6 +113,7 @@ impl StreamSender<'_> {
     /// Sends until the queue is closed and empty. Errors are the stream's.
     fn run(&mut self) -> io::Result<()> {
         while let Some(taken) = self.next()? {
+            self.unflushed = true;
             match taken {
                 Taken::Bundle(pending) => {
                     self.pending = pending;
@@ -125,8 +133,9 @@ impl StreamSender<'_> {
     }
 
     /// What to send next: the chunk that ended a bundle, else what the
-    /// queue has, waiting for it (and flushing what is buffered while
-    /// the queue is dry); None once the queue is closed.
+    /// queue has, waiting for it (and flushing what was written, through
+    /// the stream, before the queue is waited on: the sink may be waiting
+    /// for it to answer); None once the queue is closed.
     fn next(&mut self) -> io::Result<Option<Taken>> {
         let (q, cv) = &**self.shared;
         loop {
@@ -141,7 +150,7 @@ impl StreamSender<'_> {
                 if let Some(taken) = queue.take(self.index, self.bundles, &mut self.bundle) {
                     return Ok(Some(taken));
                 }
-                if !self.w.buffer().is_empty() {
+                if self.unflushed {
                     break;
                 }
                 if queue.closed {
@@ -151,6 +160,7 @@ impl StreamSender<'_> {
             }
             drop(queue);
             timed(Stage::Send, || self.w.flush())?;
+            self.unflushed = false;
         }
     }
 
@@ -470,5 +480,113 @@ mod tests {
             }
             _ => panic!("the failed read is reported"),
         }
+    }
+
+    /// A stream that holds what is written to it until it is flushed, as
+    /// sealed frames hold small writes and the tail of a long one.
+    struct Held {
+        tcp: std::net::TcpStream,
+        held: Vec<u8>,
+    }
+
+    impl io::Read for Held {
+        fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+            self.tcp.read(buf)
+        }
+    }
+
+    impl Write for Held {
+        fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+            self.held.extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> io::Result<()> {
+            self.tcp.write_all(&self.held)?;
+            self.held.clear();
+            self.tcp.flush()
+        }
+    }
+
+    impl Stream for Held {
+        fn tcp(&self) -> &std::net::TcpStream {
+            &self.tcp
+        }
+        fn into_plain(self: Box<Self>) -> Result<std::net::TcpStream, Box<dyn Stream>> {
+            Err(self)
+        }
+    }
+
+    /// A sender that runs out of work flushes everything it wrote before
+    /// it waits for more, whatever its stream still holds: a bundle frame
+    /// longer than the sender's buffer goes straight to the stream, and a
+    /// sealed stream kept the tail of one while the sink waited for it
+    /// (issue 41 A1: a copy of many small files stalled at its end).
+    #[test]
+    fn an_idle_sender_leaves_nothing_held_in_its_stream() {
+        use std::io::Read;
+        use std::sync::{Condvar, Mutex};
+
+        use super::super::queue::Queue;
+
+        const FILES: u64 = 100;
+        const SIZE: u64 = 4096;
+        let t = tempfile::tempdir().unwrap();
+        let mut q = Queue {
+            active: 1,
+            ..Queue::default()
+        };
+        for id in 1..=FILES {
+            let p = t.path().join(format!("f{id}"));
+            std::fs::write(&p, vec![id as u8; SIZE as usize]).unwrap();
+            let meta = std::fs::symlink_metadata(&p).unwrap();
+            let stamp = Stamp {
+                sparse: false,
+                ..Stamp::of(&meta)
+            };
+            let reads = q.planner.add(id, SIZE, 64 << 10, Vec::new()).unwrap();
+            let f = SrcFile::new(p, stamp, reads, SIZE, 64 << 10);
+            q.files.insert(id, Arc::new(f));
+        }
+        let shared: Shared = Arc::new((Mutex::new(q), Condvar::new()));
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let tcp = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (mut peer, _) = l.accept().unwrap();
+        peer.set_read_timeout(Some(std::time::Duration::from_secs(30)))
+            .unwrap();
+        let (tx, rx) = mpsc::channel();
+        let stream = Box::new(Held {
+            tcp,
+            held: Vec::new(),
+        });
+        let anchor = None;
+        let out = Out {
+            storage: &Local,
+            anchor: &anchor,
+            tx: &tx,
+            compress: None,
+        };
+        let got = std::thread::scope(|scope| {
+            let shared = &shared;
+            let sender = scope.spawn(move || send(0, stream, shared, &out, true));
+            // The queue stays open: the sender, out of work, waits on it.
+            let mut head = [0u8; BUNDLE_HEADER_LEN];
+            let got = peer.read_exact(&mut head).and_then(|()| {
+                let h = BundleHeader::decode(&head).map_err(io::Error::other)?;
+                let mut body = vec![0u8; h.body_len as usize];
+                peer.read_exact(&mut body).map(|()| h.count)
+            });
+            let (q, cv) = &**shared;
+            q.lock().unwrap().closed = true;
+            cv.notify_all();
+            sender.join().unwrap();
+            got
+        });
+        let count = got.expect("the whole bundle reached the peer while the sender waited");
+        assert_eq!(u64::from(count), FILES);
+        let sealed = rx
+            .try_iter()
+            .filter(|e| matches!(e, Event::Sealed { .. }))
+            .count();
+        assert_eq!(sealed as u64, FILES);
     }
 }
