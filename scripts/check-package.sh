@@ -11,7 +11,8 @@
 #      ends with it, even after a kill -9). There: dpkg -i, `longhaul --version`, the command
 #      the unit runs, read from the installed unit and configuration and run as the unit's user,
 #      serving a real `ls`, then dpkg --purge, after which nothing of the package is left but
-#      its system user (Debian leaves those, see dist/debian/postrm).
+#      its system user (Debian leaves those, see dist/debian/postrm). Before that, the packaged
+#      unit's hardening is scored by `systemd-analyze security --offline` (2.5 at most).
 #
 # Tools and the clean root are cached under LONGHAUL_CI_CACHE (default /var/cache/longhaul-ci),
 # outside the checkout, so that a second run on the same machine spends its time on the build.
@@ -76,7 +77,7 @@ in_root() {
         exit 1
     fi
     getent passwd "$user" >/dev/null || { echo "check-package: the system user went with the package" >&2; exit 1; }
-    echo "check-package: purged; nothing left but the system user $user"
+    echo "check-package: purged; of $(wc -l </tmp/after) paths, nothing of the package is left but the system user $user"
 }
 
 # The namespaces' side: the clean root unpacked into a tmpfs only they see, then in_root.
@@ -110,6 +111,15 @@ LONGHAUL_REQUIRE_DIST=1 LONGHAUL_REQUIRE_SSH=1 \
     cargo nextest run --cargo-profile ci --locked -p longhaul --test it -E 'test(/^portable::/)'
 mark "tests of the release"
 
+# The packaged unit's hardening as systemd scores it, offline from the package's own files:
+# an exposure of 2.5 at most on its 0-10 scale (`--threshold` counts tenths).
+deb=$(ls "$DIST"/longhaul_*.deb)
+unpacked=$(mktemp -d)
+dpkg-deb -x "$deb" "$unpacked"
+systemd-analyze security --offline=true --threshold=25 --root="$unpacked" \
+    /usr/lib/systemd/system/longhaul-serve.service | tail -n 1
+rm -rf "$unpacked"
+
 # The clean root, made once: the oldest Debian the mirror serves.
 root_tar=""
 for suite in bullseye bookworm; do
@@ -127,7 +137,6 @@ done
 [ -n "$root_tar" ] || { echo "check-package: mmdebstrap could make no clean root" >&2; exit 1; }
 mark "clean root"
 
-deb=$(ls "$DIST"/longhaul_*.deb)
 # The mount point is all the namespaces leave behind.
 mnt=$(mktemp -d "${TMPDIR:-/tmp}/longhaul-clean-root.XXXXXX")
 trap 'rmdir "$mnt"' EXIT
