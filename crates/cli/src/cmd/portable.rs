@@ -359,6 +359,32 @@ mod tests {
     }
 
     #[test]
+    fn the_portable_build_is_found_in_the_target_dist_of_this_builds_checkout() {
+        let t = tempfile::tempdir().unwrap();
+        let portable = t
+            .path()
+            .join("target/dist")
+            .join(dist_name())
+            .join("longhaul");
+        std::fs::create_dir_all(portable.parent().unwrap()).unwrap();
+        std::fs::write(&portable, b"").unwrap();
+        for exe in [
+            "target/release/longhaul",
+            "target/x86_64-unknown-linux-gnu/ci/longhaul",
+        ] {
+            let exe = t.path().join(exe);
+            assert_eq!(candidates(None, &exe), vec![exe.clone(), portable.clone()]);
+        }
+        // Elsewhere (installed), only this binary; named, only that one.
+        let exe = t.path().join("usr/bin/longhaul");
+        assert_eq!(candidates(None, &exe), vec![exe.clone()]);
+        let named = Path::new("/opt/longhaul");
+        assert_eq!(candidates(Some(named), &exe), vec![named.to_path_buf()]);
+        // The portable build itself is not offered twice.
+        assert_eq!(candidates(None, &portable), vec![portable.clone()]);
+    }
+
+    #[test]
     fn the_advice_for_an_old_glibc_is_the_portable_build() {
         let far = host("x86_64", FarLibc::Glibc(Glibc(2, 28)));
         let tried = [(
