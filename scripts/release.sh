@@ -102,7 +102,7 @@ chmod 755 "$STAGE/longhaul"
 "$STAGE/longhaul" completions fish >"$STAGE/completions/longhaul.fish"
 cp dist/systemd/longhaul-serve.service dist/systemd/serve.conf "$STAGE/systemd/"
 cp README.md CHANGELOG.md LICENSE-MIT LICENSE-APACHE "$STAGE/"
-(cd "$STAGE" && find . -type f | sed 's|^\./||' | LC_ALL=C sort | xargs sha256sum >SHA256SUMS)
+(cd "$STAGE" && find . -type f ! -name SHA256SUMS | sed 's|^\./||' | LC_ALL=C sort | xargs sha256sum >SHA256SUMS)
 tar --sort=name --owner=0 --group=0 --numeric-owner --mtime="@$SOURCE_DATE_EPOCH" \
     -C "$DIST" -cf - "$NAME" | gzip -9n >"$DIST/$NAME.tar.gz"
 

@@ -53,6 +53,12 @@ fn first_line(o: &Output) -> String {
         .to_string()
 }
 
+/// `tree`'s sibling `tree.EXT` (the release's name holds dots of its own).
+fn beside(tree: &Path, ext: &str) -> PathBuf {
+    let name = tree.file_name().unwrap().to_str().unwrap();
+    tree.with_file_name(format!("{name}.{ext}"))
+}
+
 /// The release's tree (`target/dist/longhaul-V-x86_64-linux-gnu/`), if it
 /// is there and of this build; else says what is missing.
 fn dist() -> Option<PathBuf> {
@@ -101,7 +107,7 @@ fn the_portable_binary_needs_glibc_2_17_at_most_and_runs_here() {
     assert!(!sections.contains(".debug_info"), "not stripped");
     assert!(!sections.contains(".symtab"), "not stripped");
     assert!(sections.contains(".gnu_debuglink"), "no debug link");
-    let debug = tree.with_extension("debug");
+    let debug = beside(&tree, "debug");
     let debug_sections = Command::new("readelf")
         .args(["--sections", "--wide"])
         .arg(&debug)
@@ -124,7 +130,7 @@ fn the_portable_binary_needs_glibc_2_17_at_most_and_runs_here() {
 #[test]
 fn the_release_archive_holds_the_binary_pages_completions_service_and_licences() {
     let Some(tree) = dist() else { return };
-    let archive = tree.with_extension("tar.gz");
+    let archive = beside(&tree, "tar.gz");
     let o = Command::new("tar")
         .arg("-tzf")
         .arg(&archive)
