@@ -38,6 +38,8 @@ in_root() {
     done
     [ "$(stat -c '%U %a' /var/lib/longhaul)" = "longhaul 700" ] ||
         { echo "check-package: /var/lib/longhaul is not longhaul's alone" >&2; exit 1; }
+    [ "$(stat -c '%U %a' /etc/longhaul/serve.conf)" = "root 644" ] ||
+        { echo "check-package: /etc/longhaul/serve.conf is not root's to change" >&2; exit 1; }
 
     # The unit's command, from what the package installed, as systemd would run it: its user
     # (and that user's home), its environment file, the variable split into words.
