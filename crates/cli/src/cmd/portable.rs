@@ -224,22 +224,35 @@ pub fn dist_name() -> String {
 
 /// The builds `--copy-binary` may copy, in its order: the one it names;
 /// else this binary (`exe`), then the portable build of this version in
-/// the `target/dist/` of the checkout this binary was built in (it being
-/// `target/PROFILE/longhaul` or `target/TRIPLE/PROFILE/longhaul`).
+/// the `target/dist/` beside it (it being `target/PROFILE/longhaul` or
+/// `target/TRIPLE/PROFILE/longhaul`) or in the checkout it was built from
+/// (where `scripts/release.sh` puts it, whatever `CARGO_TARGET_DIR` was).
 pub fn candidates(named: Option<&Path>, exe: &Path) -> Vec<PathBuf> {
+    let checkout = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    candidates_in(named, exe, &checkout)
+}
+
+fn candidates_in(named: Option<&Path>, exe: &Path, checkout: &Path) -> Vec<PathBuf> {
     if let Some(p) = named {
         return vec![p.to_path_buf()];
     }
     let mut found = vec![exe.to_path_buf()];
     let portable = Path::new("dist").join(dist_name()).join("longhaul");
-    found.extend(
-        exe.ancestors()
-            .skip(2)
-            .take(2)
-            .map(|target| target.join(&portable))
-            .filter(|p| p.is_file() && p != exe),
-    );
+    let built_in = checkout.join("target");
+    for target in exe.ancestors().skip(2).take(2).chain([built_in.as_path()]) {
+        let p = target.join(&portable);
+        if p.is_file() && !found.iter().any(|f| same_file(f, &p)) {
+            found.push(p);
+        }
+    }
     found
+}
+
+fn same_file(a: &Path, b: &Path) -> bool {
+    match (std::fs::canonicalize(a), std::fs::canonicalize(b)) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => a == b,
+    }
 }
 
 /// What to do when no build fits `far` (`dest`), each tried one with why
@@ -368,20 +381,32 @@ mod tests {
             .join("longhaul");
         std::fs::create_dir_all(portable.parent().unwrap()).unwrap();
         std::fs::write(&portable, b"").unwrap();
+        let elsewhere = t.path().join("another-checkout");
         for exe in [
             "target/release/longhaul",
             "target/x86_64-unknown-linux-gnu/ci/longhaul",
         ] {
             let exe = t.path().join(exe);
-            assert_eq!(candidates(None, &exe), vec![exe.clone(), portable.clone()]);
+            let found = candidates_in(None, &exe, &elsewhere);
+            assert_eq!(found, vec![exe.clone(), portable.clone()]);
         }
+        // Built with CARGO_TARGET_DIR elsewhere: the checkout's target/dist, once.
+        let exe = t.path().join("cache/target-1/ci/longhaul");
+        let found = candidates_in(None, &exe, t.path());
+        assert_eq!(found, vec![exe.clone(), portable.clone()]);
+        let exe = t.path().join("target/release/longhaul");
+        assert_eq!(candidates_in(None, &exe, t.path()).len(), 2);
         // Elsewhere (installed), only this binary; named, only that one.
         let exe = t.path().join("usr/bin/longhaul");
-        assert_eq!(candidates(None, &exe), vec![exe.clone()]);
+        assert_eq!(candidates_in(None, &exe, &elsewhere), vec![exe.clone()]);
         let named = Path::new("/opt/longhaul");
-        assert_eq!(candidates(Some(named), &exe), vec![named.to_path_buf()]);
+        let found = candidates_in(Some(named), &exe, t.path());
+        assert_eq!(found, vec![named.to_path_buf()]);
         // The portable build itself is not offered twice.
-        assert_eq!(candidates(None, &portable), vec![portable.clone()]);
+        assert_eq!(
+            candidates_in(None, &portable, t.path()),
+            vec![portable.clone()]
+        );
     }
 
     #[test]

@@ -302,11 +302,20 @@ fn copy_binary_sends_the_portable_build_to_a_host_with_an_older_glibc() {
     );
 }
 
+/// A far host no build fits: what it is, its fakes, the build named, and
+/// what the error must say.
+type Misfit<'a> = (
+    &'a str,
+    Vec<(&'a str, String)>,
+    Option<&'a Path>,
+    Vec<String>,
+);
+
 #[test]
 fn copy_binary_says_what_to_do_when_no_build_fits_the_far_host() {
     let Some(s) = sshd() else { return };
     let ours = glibc_needed(Path::new(BIN));
-    let cases: Vec<(&str, Vec<(&str, String)>, Option<&Path>, Vec<String>)> = vec![
+    let cases: Vec<Misfit> = vec![
         (
             "another machine",
             vec![(
