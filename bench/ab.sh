@@ -10,6 +10,11 @@
 # page cache is dropped before each copy (a cold source; needs root); the
 # servers sync each file as they do by default.
 #
+# Each data set and mode starts with a warm-up run of each build, not counted.
+# As root (cgroup v1 cpuacct), each build's client and server run in a cgroup
+# of their own, and each run also prints the CPU both ends of that build used
+# (seconds of CPU time, all threads): its medians and their ratio too.
+#
 # Usage: bench/ab.sh OLD_BIN NEW_BIN [--rounds N] [--files N] [--big-mib N] [--perf SECONDS]
 #                    [--disk DIR]
 # Prints each run and, per data set, the medians and NEW/OLD.
@@ -32,7 +37,20 @@ WORK=$(mktemp -d /dev/shm/lh-ab.XXXXXX)
 DATA=$WORK
 [ -n "$DISK" ] && DATA=$(mktemp -d "$DISK/lh-ab.XXXXXX")
 PIDS=()
-trap 'for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$WORK" "$DATA"' EXIT
+CG=/sys/fs/cgroup/cpuacct/lh-ab-$$
+mkdir -p "$CG/a" "$CG/b" 2>/dev/null || CG=""
+trap 'for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$WORK" "$DATA"; [ -z "$CG" ] || { sleep 0.5; rmdir "$CG"/* "$CG" 2>/dev/null || true; }' EXIT
+# in_cg NAME CMD...: CMD in build NAME's cgroup (when there are cgroups).
+in_cg() {
+    local name=$1
+    shift
+    if [ -n "$CG" ]; then
+        bash -c 'echo $$ >"$0/cgroup.procs"; exec "$@"' "$CG/$name" "$@"
+    else
+        "$@"
+    fi
+}
+cpu_ns() { if [ -n "$CG" ]; then cat "$CG/$1/cpuacct.usage"; else echo 0; fi; }
 
 python3 - "$DATA/src" "$FILES" "$BIG_MIB" <<'EOF'
 import os, random, sys
@@ -58,7 +76,7 @@ serve() { # name bin -> sets SRV_PORT, TRUST_, TOKEN_
     TOKEN_=$("$2" token create --state-dir "$st" --export '*:rw' 2>/dev/null)
     TRUST_=$("$2" id "$st" 2>/dev/null | grep -o 'SHA256:[^ ]*' | head -1)
     port=$((port + 1))
-    "$2" serve --allow-plaintext --listen "127.0.0.1:$port" --state-dir "$st" --export "data=$ex" >"$WORK/serve-$1.log" 2>&1 &
+    in_cg "$1" "$2" serve --allow-plaintext --listen "127.0.0.1:$port" --state-dir "$st" --export "data=$ex" >"$WORK/serve-$1.log" 2>&1 &
     PIDS+=($!)
     for _ in $(seq 50); do ss -ltn "sport = :$port" | grep -q LISTEN && break; sleep 0.1; done
     SRV_PORT=$port
@@ -66,23 +84,38 @@ serve() { # name bin -> sets SRV_PORT, TRUST_, TOKEN_
 serve a "$A"; PA=$SRV_PORT TA=$TOKEN_ FA=$TRUST_
 serve b "$B"; PB=$SRV_PORT TB=$TOKEN_ FB=$TRUST_
 
-run() { # name bin port token trust set -> seconds
+run() { # name bin port token trust set -> "seconds cpu-seconds"
     rm -rf "$DATA/export-$1/$6"
     sync
     [ -n "$DISK" ] && echo 3 >/proc/sys/vm/drop_caches
-    local t0 t1
+    local t0 t1 c0 c1
+    c0=$(cpu_ns "$1")
     t0=$(date +%s.%N)
     LONGHAUL_TOKEN=$4 LONGHAUL_TRUST=$5 LONGHAUL_KNOWN_HOSTS=$WORK/kh LONGHAUL_PATHS=$WORK/paths \
-        "$2" cp -r --force "$DATA/src/$6" "127.0.0.1:$3:data/" >/dev/null 2>"$WORK/cp.err" ||
+        in_cg "$1" "$2" cp -r --force "$DATA/src/$6" "127.0.0.1:$3:data/" >/dev/null 2>"$WORK/cp.err" ||
         { echo "ab: $1 failed: $(tail -n 2 "$WORK/cp.err")" >&2; exit 1; }
     t1=$(date +%s.%N)
-    python3 -c "print(round($t1 - $t0, 3))"
+    c1=$(cpu_ns "$1")
+    python3 -c "print(round($t1 - $t0, 3), round(($c1 - $c0) / 1e9, 3))"
 }
-perf() { # bin port token trust extra -> Gbit/s
-    LONGHAUL_TOKEN=$3 LONGHAUL_TRUST=$4 LONGHAUL_KNOWN_HOSTS=$WORK/kh \
-        "$1" perf "127.0.0.1:$2" -P 4 -t "$PERF" --json $5 2>"$WORK/perf.err" |
-        python3 -c 'import json,sys; print(round(json.load(sys.stdin)["summary"]["bits_per_second"] / 1e9, 3))' ||
+perf() { # name bin port token trust extra -> "Gbit/s cpu-seconds"
+    local c0 c1 rate
+    c0=$(cpu_ns "$1")
+    rate=$(LONGHAUL_TOKEN=$4 LONGHAUL_TRUST=$5 LONGHAUL_KNOWN_HOSTS=$WORK/kh \
+        in_cg "$1" "$2" perf "127.0.0.1:$3" -P 4 -t "$PERF" --json $6 2>"$WORK/perf.err" |
+        python3 -c 'import json,sys; print(round(json.load(sys.stdin)["summary"]["bits_per_second"] / 1e9, 3))') ||
         { echo "ab: perf failed: $(tail -n 2 "$WORK/perf.err")" >&2; exit 1; }
+    c1=$(cpu_ns "$1")
+    python3 -c "print($rate, round(($c1 - $c0) / 1e9, 3))"
+}
+# report WHAT UNIT RATIO-NAME: the medians of a.* and b.* (first column, then CPU) and B/A.
+report() {
+    local ma mb ca cb
+    ma=$(cut -d' ' -f1 <"$WORK/a.$1" | median); mb=$(cut -d' ' -f1 <"$WORK/b.$1" | median)
+    ca=$(cut -d' ' -f2 <"$WORK/a.$1" | median); cb=$(cut -d' ' -f2 <"$WORK/b.$1" | median)
+    local cpu=""
+    [ -n "$CG" ] && cpu=", CPU median A ${ca}s, B ${cb}s, B/A CPU $(python3 -c "print(round($cb / max($ca, 1e-9), 3))")"
+    echo "$2: median A ${ma}$3, B ${mb}$3, B/A $4 $(python3 -c "print(round($mb / $ma, 3))")$cpu"
 }
 median() { sort -n | awk '{ a[NR] = $1 } END { print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2 }'; }
 sets="small"
@@ -90,6 +123,7 @@ sets="small"
 echo "A=$A B=$B rounds=$ROUNDS files=$FILES big=${BIG_MIB}MiB data=$DATA ($(date -u '+%F %H:%M') UTC)"
 for set in $sets; do
     : >"$WORK/a.$set"; : >"$WORK/b.$set"
+    run a "$A" "$PA" "$TA" "$FA" "$set" >/dev/null; run b "$B" "$PB" "$TB" "$FB" "$set" >/dev/null
     for r in $(seq "$ROUNDS"); do
         # Which goes first alternates: a copy can leave work (writeback)
         # behind for the next.
@@ -99,21 +133,24 @@ for set in $sets; do
             b=$(run b "$B" "$PB" "$TB" "$FB" "$set"); a=$(run a "$A" "$PA" "$TA" "$FA" "$set")
         fi
         echo "$a" >>"$WORK/a.$set"; echo "$b" >>"$WORK/b.$set"
-        echo "$set round $r: A ${a}s B ${b}s"
+        echo "$set round $r: A ${a% *}s B ${b% *}s (CPU A ${a#* }s B ${b#* }s)"
     done
-    ma=$(median <"$WORK/a.$set"); mb=$(median <"$WORK/b.$set")
-    echo "$set: median A ${ma}s, B ${mb}s, B/A time $(python3 -c "print(round($mb / $ma, 3))")"
+    report "$set" "$set" s time
 done
 [ "$PERF" -gt 0 ] && for mode in tls plain; do
     extra=""; [ $mode = plain ] && extra=--insecure-plaintext
     : >"$WORK/a.$mode"; : >"$WORK/b.$mode"
+    perf a "$A" "$PA" "$TA" "$FA" "$extra" >/dev/null; perf b "$B" "$PB" "$TB" "$FB" "$extra" >/dev/null
     for r in $(seq "$ROUNDS"); do
-        a=$(perf "$A" "$PA" "$TA" "$FA" "$extra"); echo "$a" >>"$WORK/a.$mode"
-        b=$(perf "$B" "$PB" "$TB" "$FB" "$extra"); echo "$b" >>"$WORK/b.$mode"
-        echo "perf $mode round $r: A ${a} B ${b} Gbit/s"
+        if [ $((r % 2)) = 1 ]; then
+            a=$(perf a "$A" "$PA" "$TA" "$FA" "$extra"); b=$(perf b "$B" "$PB" "$TB" "$FB" "$extra")
+        else
+            b=$(perf b "$B" "$PB" "$TB" "$FB" "$extra"); a=$(perf a "$A" "$PA" "$TA" "$FA" "$extra")
+        fi
+        echo "$a" >>"$WORK/a.$mode"; echo "$b" >>"$WORK/b.$mode"
+        echo "perf $mode round $r: A ${a% *} B ${b% *} Gbit/s (CPU A ${a#* }s B ${b#* }s)"
     done
-    ma=$(median <"$WORK/a.$mode"); mb=$(median <"$WORK/b.$mode")
-    echo "perf $mode: median A ${ma}, B ${mb} Gbit/s, B/A rate $(python3 -c "print(round($mb / $ma, 3))")"
+    report "$mode" "perf $mode" " Gbit/s" rate
 done
 # The last test above is false without --perf: that is no failure.
 exit 0

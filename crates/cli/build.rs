@@ -1,6 +1,6 @@
 //! Build facts for `longhaul --version`: the commit this binary was built
 //! from (`git rev-parse`, or `LONGHAUL_COMMIT` where there is no git, as in
-//! a source tarball) and the Cargo features it has.
+//! a source tarball) and the Cargo features it has; and a build ID.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -50,4 +50,9 @@ fn main() {
         "cargo:rustc-env=LONGHAUL_BUILD_TARGET={}",
         std::env::var("TARGET").unwrap_or_default()
     );
+    // A build ID in every build, whichever linker (zig's, for scripts/release.sh, adds none of
+    // its own): perf, gdb and debuginfod match a stripped binary to its debug info by it.
+    if std::env::var("CARGO_CFG_TARGET_OS").as_deref() == Ok("linux") {
+        println!("cargo:rustc-link-arg-bins=-Wl,--build-id=sha1");
+    }
 }

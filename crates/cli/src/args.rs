@@ -1086,10 +1086,11 @@ pub struct SshArgs {
     /// The longhaul program on the far host, for HOST:path (default: longhaul on its PATH).
     #[arg(long, value_name = "PATH")]
     pub remote_path: Option<String>,
-    /// Where longhaul is missing on the far host, copy this binary there
-    /// (~/.cache/longhaul/; same machine type only).
-    #[arg(long)]
-    pub copy_binary: bool,
+    /// Where longhaul is missing on the far host, copy a build that runs there (~/.cache/longhaul/),
+    /// checked against its machine type and glibc first: this binary, else the portable build
+    /// (scripts/release.sh) beside it; with =PATH, that one.
+    #[arg(long, value_name = "PATH", num_args = 0..=1, require_equals = true)]
+    pub copy_binary: Option<Option<PathBuf>>,
     /// Have the far end open the connections (its firewall lets it only connect out). Without
     /// this, that happens when a direct connection fails; with =ADDR[:PORT], listen there and
     /// have it connect to that (default: the address its ssh saw this client come from).

@@ -22,6 +22,7 @@
 //! | `SSH`        | sshd, ssh and ssh-keygen (OpenSSH), for `HOST:path` tests    |
 //! | `IPERF3`     | Debian's iperf3, for `perf --iperf3` and `serve --iperf3`    |
 //! | `PEERS`      | rsync, socat and XRootD, for the matrix's peer templates     |
+//! | `DIST`       | this build's release in target/dist (`scripts/release.sh`)   |
 //!
 //! Every skip is also written, one line each, to the file named by
 //! `LONGHAUL_SKIP_LOG` when it is set: `scripts/test.sh` sets it and ends

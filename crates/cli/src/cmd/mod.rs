@@ -12,6 +12,7 @@ mod matrix;
 mod perf;
 #[cfg(feature = "plot")]
 mod plot;
+mod portable;
 pub mod remote;
 mod serve;
 mod wan;

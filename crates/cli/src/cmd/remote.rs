@@ -26,6 +26,7 @@
 //! the home directory unless it starts with `/`.
 
 use std::io::{BufRead, BufReader, Read, Write};
+use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc::{channel, Receiver};
 use std::sync::{Arc, Mutex};
@@ -38,7 +39,7 @@ use longhaul_engine::server::oneshot::{self, Admits, Handshake, OneShotConfig};
 use longhaul_engine::xfer::Export;
 use longhaul_engine::EngineError;
 
-use super::{usage, Failure, Outcome};
+use super::{portable, usage, Failure, Outcome};
 use crate::args::{ServeArgs, SshArgs};
 use crate::exit;
 
@@ -475,10 +476,16 @@ fn wait_a_moment(child: &mut Child) -> Option<std::process::ExitStatus> {
     }
 }
 
-/// Where `--copy-binary` puts this binary on the far host (relative to
-/// the far home, where ssh starts).
-fn copied_path() -> String {
-    format!(".cache/longhaul/longhaul-{}", env!("CARGO_PKG_VERSION"))
+/// Where `--copy-binary` puts a build on the far host (relative to the far
+/// home, where ssh starts): named by this version and the build's content,
+/// so that a copy of another build is never taken for it.
+fn copied_path(bytes: &[u8]) -> String {
+    let id = blake3::hash(bytes).to_hex();
+    format!(
+        ".cache/longhaul/longhaul-{}-{}",
+        env!("CARGO_PKG_VERSION"),
+        &id[..12]
+    )
 }
 
 /// Runs a short command over ssh, feeding it `input`; returns its output.
@@ -523,30 +530,69 @@ fn ssh_run(
     Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
 }
 
-/// Copies this binary to the far host (`--copy-binary`), when its machine
-/// is this one's.
-fn copy_binary(ssh: &SshArgs, dest: &str) -> Result<String, Failure> {
-    let far = ssh_run(ssh, dest, "uname -m", None)?;
-    let here = std::env::consts::ARCH;
-    if far != here {
-        return Err(Failure {
-            code: exit::CONNECT,
-            message: format!(
-                "longhaul is not installed on {dest}, and --copy-binary cannot help: that host is {far}, this binary is for {here}; install longhaul there"
-            ),
-        });
-    }
-    let exe = std::fs::read("/proc/self/exe").map_err(|e| {
-        Failure::internal(format!("cannot read this program's binary to copy it: {e}"))
+/// A build that runs on `dest`, for `--copy-binary`: `named`, else this
+/// binary or the portable build beside it, by that host's own account of
+/// its machine type and C library. Where it came from, and its bytes.
+fn build_for(
+    ssh: &SshArgs,
+    dest: &str,
+    named: Option<&Path>,
+) -> Result<(PathBuf, Vec<u8>), Failure> {
+    let said = ssh_run(ssh, dest, portable::PROBE, None)?;
+    let far = portable::parse_probe(&said).map_err(|e| Failure {
+        code: exit::CONNECT,
+        message: format!("--copy-binary cannot tell what {dest} runs: {e}"),
     })?;
-    let path = copied_path();
+    let exe = std::env::current_exe()
+        .map_err(|e| Failure::internal(format!("cannot find this program's binary: {e}")))?;
+    let mut fits = Vec::new();
+    let mut tried = Vec::new();
+    for path in portable::candidates(named, &exe) {
+        // This binary as it runs: the file at its path may have been replaced since.
+        let from = if path == exe {
+            Path::new("/proc/self/exe")
+        } else {
+            &path
+        };
+        let bytes = std::fs::read(from).map_err(|e| {
+            usage(format!(
+                "--copy-binary: cannot read {}: {e}",
+                path.display()
+            ))
+        })?;
+        let needs = portable::needs(&bytes)
+            .map_err(|e| usage(format!("--copy-binary: {}: {e}", path.display())))?;
+        match needs.misfit(&far) {
+            Some(why) => tried.push((path, why)),
+            None => fits.push((needs.glibc, path, bytes)),
+        }
+    }
+    // A host that did not name its C library gets the build that asks least of it.
+    let pick = match far.libc {
+        portable::FarLibc::Unknown(_) => fits.into_iter().min_by_key(|f| f.0),
+        _ => fits.into_iter().next(),
+    };
+    let (_, path, bytes) = pick.ok_or_else(|| Failure {
+        code: exit::CONNECT,
+        message: portable::advice(dest, &far, &tried),
+    })?;
+    tracing::info!(
+        "{dest} is {} with {}: copying {}",
+        far.machine,
+        far.libc,
+        path.display()
+    );
+    Ok((path, bytes))
+}
+
+/// Puts `bytes` at `path` on the far host, its owner's alone.
+fn copy_binary(ssh: &SshArgs, dest: &str, bytes: &[u8], path: &str) -> Result<(), Failure> {
     let part = format!("{path}.part");
     let script = format!(
         "umask 077 && mkdir -p .cache/longhaul && cat > {part} && chmod 700 {part} && mv -f {part} {path}"
     );
-    ssh_run(ssh, dest, &script, Some(&exe))?;
-    tracing::info!("copied this binary to {dest}:{path}");
-    Ok(path)
+    ssh_run(ssh, dest, &script, Some(bytes))?;
+    Ok(())
 }
 
 /// Starts the far end on `dest`: `--remote-path` (else `longhaul`), and
@@ -572,18 +618,21 @@ fn start_far(ssh: &SshArgs, dest: &str, admits: Admits) -> Result<FarEnd, Failur
         Started::Up(f) => return Ok(f),
         Started::Missing(said) => said,
     };
-    if ssh.copy_binary {
-        let copied = copied_path();
+    if let Some(named) = &ssh.copy_binary {
+        let (from, bytes) = build_for(ssh, dest, named.as_deref())?;
+        let copied = copied_path(&bytes);
         if let Started::Up(f) = start_once(ssh, dest, &command(&copied))? {
             return Ok(f);
         }
-        let copied = copy_binary(ssh, dest)?;
+        copy_binary(ssh, dest, &bytes, &copied)?;
+        tracing::info!("copied {} to {dest}:{copied}", from.display());
         return match start_once(ssh, dest, &command(&copied))? {
             Started::Up(f) => Ok(f),
             Started::Missing(said) => Err(Failure {
                 code: exit::CONNECT,
                 message: format!(
-                    "copied longhaul to {dest}:{copied}, but it does not run there: {}",
+                    "copied {} to {dest}:{copied}, but it does not run there: {}",
+                    from.display(),
                     longhaul_proto::units::escaped(&said)
                 ),
             }),
@@ -597,7 +646,7 @@ fn start_far(ssh: &SshArgs, dest: &str, admits: Admits) -> Result<FarEnd, Failur
     Err(Failure {
         code: exit::CONNECT,
         message: format!(
-            "longhaul is not installed on {dest}, or not as '{remote}'{said}: install it there (the same version as here, {}), name it with --remote-path PATH, or pass --copy-binary to copy this binary there (same machine type only)",
+            "longhaul is not installed on {dest}, or not as '{remote}'{said}: install it there (the same version as here, {}), name it with --remote-path PATH, or pass --copy-binary to copy a build that runs there (checked against its machine type and glibc first)",
             env!("CARGO_PKG_VERSION")
         ),
     })

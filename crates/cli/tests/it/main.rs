@@ -30,6 +30,7 @@ mod paths;
 mod perf;
 #[cfg(feature = "plot")]
 mod plot;
+mod portable;
 mod sealed;
 mod security;
 mod ssh;

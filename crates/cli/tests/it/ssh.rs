@@ -615,9 +615,11 @@ fn attacker_a_copy_over_ssh_shows_its_secret_nowhere() {
 fn copy_binary_puts_this_binary_on_a_host_without_longhaul_and_uses_it() {
     let Some(s) = sshd() else { return };
     let home = std::fs::canonicalize(std::env::var("HOME").unwrap()).unwrap();
+    let id = blake3::hash(&std::fs::read(BIN).unwrap()).to_hex();
     let copied = home.join(format!(
-        ".cache/longhaul/longhaul-{}",
-        env!("CARGO_PKG_VERSION")
+        ".cache/longhaul/longhaul-{}-{}",
+        env!("CARGO_PKG_VERSION"),
+        &id[..12]
     ));
     // The test's far host is this host: only a copy this test made is removed.
     let was_there = copied.exists();
