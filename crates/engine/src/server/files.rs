@@ -164,6 +164,8 @@ pub(super) fn serve_transfer(
         filter: !t.filter.is_empty(),
         // This server's source compresses and its sink decodes.
         compress: t.compress.is_some(),
+        // Every data stream of a TLS session is TLS: its AEAD proves each chunk.
+        tag_checks: t.tag_checks && conn.is_tls(),
     })) {
         return Err(failed(watch, e));
     }
@@ -248,6 +250,7 @@ pub(super) fn serve_transfer(
                 max_files,
                 bundles: t.bundles,
                 compress: t.compress.is_some(),
+                tag_checks: t.tag_checks && conn.is_tls(),
             },
         )
         .map(|r| {
@@ -278,6 +281,7 @@ pub(super) fn serve_transfer(
                 share: None,
                 filter,
                 compress: t.compress,
+                tag_checks: t.tag_checks && conn.is_tls(),
                 online: t.tuning.online,
                 send_intervals: t.tuning.intervals,
                 rtt: Duration::from_micros(u64::from(

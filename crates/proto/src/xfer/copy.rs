@@ -336,6 +336,7 @@ mod tests {
             source_dir: false,
             filter: Vec::new(),
             compress: None,
+            tag_checks: false,
         };
         assert!(within_scope(&scope, &t).is_ok());
         type Change = fn(&mut super::super::TransferRequest);

@@ -125,6 +125,8 @@ pub(super) fn transfer_request(
         source_dir: false,
         filter: o.filter.clone(),
         compress: o.compress,
+        // Used only once the server agrees, on TLS data streams.
+        tag_checks: super::super::tag_checks(),
     };
     match plan {
         Plan::Push {

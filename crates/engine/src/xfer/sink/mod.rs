@@ -84,6 +84,11 @@ pub struct SinkConfig {
     /// Both ends agreed to `-z` (`TransferAccept::compress`): compressed
     /// chunk frames are taken on the data streams.
     pub compress: bool,
+    /// Both ends agreed to tag checks (`TransferAccept::tag_checks`): the
+    /// data streams' AEAD proves each chunk; no XXH3 check is computed, and
+    /// a trailer whose check is not `NO_CHECK` marks a chunk the source
+    /// could not read.
+    pub tag_checks: bool,
 }
 
 impl SinkConfig {
@@ -372,6 +377,7 @@ mod testing {
             max_files: 64,
             bundles: true,
             compress: true,
+            tag_checks: false,
         }
     }
 
