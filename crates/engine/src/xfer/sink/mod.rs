@@ -217,9 +217,12 @@ struct FileState {
     out: Box<dyn WriteAt>,
     /// Created empty for this run (not resumed): unwritten ranges are zero.
     fresh: bool,
-    /// One writer at a time per file: the kernel serializes writes to one
-    /// inode anyway, and contended, its lock spins on the CPU the other
-    /// streams need; a sleeping lock here costs nothing.
+    /// One writer at a time per file: the kernel serializes buffered writes
+    /// to one inode anyway, and contended, its lock spins on the CPU the
+    /// other streams need; a sleeping lock here costs nothing. Direct
+    /// writes (a big file, `storage::DIRECT_MIN`) are kept one at a time
+    /// too: in order, the device streams them (measured: 11 s for 4 GiB
+    /// against 18-22 s with four at once, issue 45).
     write_lock: Mutex<()>,
     inner: Mutex<Progress>,
 }
