@@ -795,6 +795,83 @@ mod tests {
         assert!(back == want, "read back differs");
     }
 
+    /// A big file with a hole and pieces of odd sizes (most unaligned),
+    /// read back cold while it grows: every byte as written, the hole
+    /// zeros (and still a hole where the file system keeps them), the
+    /// bytes added after the open readable; O_DIRECT taken exactly where
+    /// it pays.
+    #[test]
+    fn odd_pieces_holes_and_a_growing_file_through_local() {
+        let t = tempfile::tempdir().unwrap();
+        let p = t.path().join("odd");
+        const MIB: usize = 1 << 20;
+        const ODD: usize = MIB + 123;
+        let (hole, tail) = (
+            4 * MIB..6 * MIB,
+            6 * MIB..DIRECT_MIN as usize + 3 * MIB + 777,
+        );
+        let len = tail.end;
+        let mut want: Vec<u8> = (0..len).map(|i| (i * 13 + i / 4099) as u8).collect();
+        want[hole.clone()].fill(0);
+        let w = Written::new(open_part(&p, true).unwrap());
+        WriteAt::set_len(&w, len as u64).unwrap();
+        let mut buf = AlignedBuf::new(ODD);
+        for off in (0..hole.start).step_by(MIB) {
+            buf[..MIB].copy_from_slice(&want[off..off + MIB]);
+            write_all_at(&w, &buf[..MIB], off as u64).unwrap();
+        }
+        for off in tail.clone().step_by(ODD) {
+            let n = ODD.min(len - off);
+            buf[..n].copy_from_slice(&want[off..off + n]);
+            write_all_at(&w, &buf[..n], off as u64).unwrap();
+        }
+        let pays = auto_direct() && direct_pays(&w.plain);
+        let took_direct = w.direct.get().is_some_and(|d| d.is_some());
+        assert_eq!(
+            took_direct, pays,
+            "O_DIRECT where it does not pay, or not where it does"
+        );
+        WriteAt::sync_data(&w).unwrap();
+        drop(w);
+        assert!(std::fs::read(&p).unwrap() == want, "written bytes differ");
+        if pays {
+            let f = File::open(&p).unwrap();
+            assert!(
+                ReadAt::is_hole(&f, hole.start as u64, hole.len() as u64),
+                "hole filled"
+            );
+        }
+        evict(&p);
+        let r = Local.open_read(&p).unwrap();
+        let grown = b"appended after the open";
+        {
+            use std::io::Write;
+            let mut a = OpenOptions::new().append(true).open(&p).unwrap();
+            a.write_all(grown).unwrap();
+        }
+        want.extend_from_slice(grown);
+        assert_eq!(r.metadata_at_open().unwrap().len(), len as u64);
+        let mut back = vec![0u8; want.len()];
+        let mut read = AlignedBuf::new(MIB);
+        for off in (0..want.len()).step_by(MIB) {
+            let n = MIB.min(want.len() - off);
+            // The last request is aligned too, past the end (as a chunk
+            // reader's may be): short, and direct where the rest was.
+            let asked = n.next_multiple_of(DIRECT_ALIGN);
+            let mut got = 0;
+            while got < n {
+                let k = r
+                    .read_at(&mut read[got..asked], (off + got) as u64)
+                    .unwrap();
+                assert!(k > 0, "end of file at {} of {}", off + got, want.len());
+                got += k;
+            }
+            assert_eq!(got, n);
+            back[off..off + n].copy_from_slice(&read[..n]);
+        }
+        assert!(back == want, "read back differs");
+    }
+
     #[test]
     fn the_cache_check_sees_a_file_in_cache_and_out_of_it() {
         let t = tempfile::tempdir().unwrap();
