@@ -371,6 +371,8 @@ fn auto_direct() -> bool {
 fn direct_pays(f: &File) -> bool {
     const EXT4: i64 = 0xEF53;
     const XFS: i64 = 0x5846_5342;
+    // `f_type`'s width and sign differ between architectures (i64 here).
+    #[allow(clippy::unnecessary_cast)]
     rustix::fs::fstatfs(f).is_ok_and(|st| matches!(st.f_type as i64, EXT4 | XFS))
 }
 
