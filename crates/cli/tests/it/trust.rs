@@ -176,6 +176,7 @@ fn pull(export: &str, source: &str, filter: Vec<String>) -> Message {
         source_dir: false,
         filter,
         compress: None,
+        tag_checks: false,
     })
 }
 
