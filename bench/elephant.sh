@@ -3,7 +3,7 @@
 # GridFTP and a local dd of the same file, in the same run, alternating (issue 15, part 3).
 #
 #   bash bench/elephant.sh [LONGHAUL_BINARY]        # default: target/release/longhaul (built if absent)
-#   ROUNDS=3 SIZE_GIB=2 SCENARIOS="shm disk" TOOLS="lh lh-nosync lh-plain gridftp dd dd-sync" bash bench/elephant.sh
+#   WARMUP=1 ROUNDS=3 SIZE_GIB=2 SCENARIOS="shm disk" TOOLS="lh lh-nosync lh-plain gridftp dd dd-sync" bash bench/elephant.sh
 #
 # Scenarios: shm = /dev/shm -> /dev/shm; disk = DISK_DIR -> DISK_DIR (same filesystem), caches dropped
 # (`sync; echo 3 > /proc/sys/vm/drop_caches`) before every run. Tools, in an order rotated every round:
@@ -13,11 +13,12 @@
 #   lh-tls      lh-nosync with LONGHAUL_DATA_FRAMES=tls: TLS's own records instead of sealed frames
 #   lh-nostages lh-nosync with LONGHAUL_STAGE_CPU=off at both ends: what counting CPU by stage costs
 #   lh-old      lh-nosync with OLD_BIN, another build (client and its own server): an A/B of two builds
-#   gridftp     globus-url-copy -p 4 -tcp-bs 4M (no encryption, no hashing; ../shared/peers/servers.sh)
+#   gridftp     globus-url-copy -p 4 -tcp-bs 4M (no encryption, no hashing; $PEERS/servers.sh)
 #   dd          dd if=SRC of=DEST bs=1M: the local-copy ceiling (buffered, no fsync)
 #   dd4         four dd at once, each a quarter of SRC into its place in one DEST (GridFTP's -p 4 writes
 #               one file from four streams this way): the host's ceiling for parallel writers, unpinned
 #   dd-sync     dd ... conv=fdatasync: the ceiling for a copy that is made durable
+# WARMUP=1 (the default) runs a round 0 of every tool first, not counted (lines in <tsv>.warm).
 # Every copy is checked with cmp. For each run: wall seconds, Gbit/s (1e9 bits) and the CPU-seconds per
 # GiB moved of the tool's own processes, both ends (client and server, each tool's in a cpuacct cgroup
 # of its own, so other load on the host is not counted; the kernel's softirq work done on behalf of the
@@ -26,17 +27,21 @@
 # longhaul's runs also say where each end's CPU went (`cp --json`'s cpu_stages): medians per GiB by
 # stage are printed for each lh tool, and the lines go to bench/results/elephant-stages-<date>.tsv.
 # Prints medians and the ratios the issue sets: lh / dd >= 0.85, lh / gridftp >= 1.0, CPU per GiB
-# lh / gridftp <= 1.2.
+# lh / gridftp <= 1.2. The same per GiB as whole-host busy time (/proc/stat: user, nice, system,
+# irq, softirq, steal of every CPU) is printed beside it: it also counts what the kernel does for
+# nobody's cgroup (writeback, reclaim) and other load on the host, so read it with the load average.
 # Lines go to bench/results/elephant-<date>.tsv.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROUNDS=${ROUNDS:-3} SIZE_GIB=${SIZE_GIB:-2} SCENARIOS=${SCENARIOS:-"shm disk"}
 TOOLS=${TOOLS:-"lh lh-nosync lh-plain lh-tls gridftp dd dd4 dd-sync"} DISK_DIR=${DISK_DIR:-/var/tmp/lh-elephant}
-PIN=${PIN:-0}
+PIN=${PIN:-0} WARMUP=${WARMUP:-1}
+# Where the peers' set-up and start scripts are (setup.sh, servers.sh).
+PEERS=${PEERS:-../shared/peers}
 BIN=${1:-target/release/longhaul}
 [ -x "$BIN" ] || cargo build --release --quiet
 for c in globus-url-copy globus-gridftp-server; do
-    command -v $c >/dev/null || bash ../shared/peers/setup.sh >/dev/null
+    command -v $c >/dev/null || bash $PEERS/setup.sh >/dev/null
 done
 WORK=$(mktemp -d /dev/shm/lh-elephant.XXXXXX)
 mkdir -p "$DISK_DIR" bench/results
@@ -49,7 +54,7 @@ CG=/sys/fs/cgroup/cpuacct/lh-elephant-$$
 mkdir -p "$CG/lh" "$CG/gridftp" "$CG/dd"
 cleanup() {
     for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-    bash ../shared/peers/servers.sh stop "$WORK/peers" >/dev/null 2>&1 || true
+    bash $PEERS/servers.sh stop "$WORK/peers" >/dev/null 2>&1 || true
     rm -rf "$WORK" "$DISK_DIR"
     sleep 0.5
     rmdir "$CG"/* "$CG" 2>/dev/null || true
@@ -57,7 +62,7 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 TSV=bench/results/elephant-$(date -u +%Y%m%d-%H%M).tsv
-printf 'scenario\tround\ttool\tseconds\tgbps\tcpu_s_per_gib\n' >"$TSV"
+printf 'scenario\tround\ttool\tseconds\tgbps\tcpu_s_per_gib\thost_cpu_s_per_gib\n' >"$TSV"
 STAGES=bench/results/elephant-stages-$(date -u +%Y%m%d-%H%M).tsv
 printf 'scenario\tround\ttool\tend\tstage\tcpu_s_per_gib\n' >"$STAGES"
 
@@ -85,6 +90,7 @@ in_group() { # group cpu cmd... : runs cmd in the tool group's cgroup (pinned to
     bash -c 'echo $$ >"$0/cgroup.procs"; exec "$@"' "$CG/$g" $(pin "$cpu") "$@"
 }
 cpu_ns() { cat "$CG/$1/cpuacct.usage"; }
+host_busy() { awk '/^cpu /{print $2 + $3 + $4 + $7 + $8 + $9}' /proc/stat; } # in USER_HZ (1/100 s)
 start_lh() { # port dest [flags]
     local port=$1 dest=$2 bin=${SERVE_BIN:-$LH}
     shift 2
@@ -137,38 +143,40 @@ for sc in $SCENARIOS; do
         P3=$((P1 + 2))
         SERVE_BIN=$OLD start_lh $P3 "$base/dst" --no-sync
     fi
-    bash ../shared/peers/servers.sh start "$base/dst" "$WORK/peers" >/dev/null
+    bash $PEERS/servers.sh start "$base/dst" "$WORK/peers" >/dev/null
     # GridFTP's daemon forks a process per session: they stay in its group.
     echo "$(cat "$WORK/peers/gridftp.pid")" >"$CG/gridftp/cgroup.procs"
     [ "$PIN" = 1 ] && taskset -pc 1 "$(cat "$WORK/peers/gridftp.pid")" >/dev/null
     read -ra tools <<<"$TOOLS"
-    for r in $(seq "$ROUNDS"); do
+    for r in $(seq $((1 - WARMUP)) "$ROUNDS"); do
         n=${#tools[@]}
+        out=$TSV
+        [ "$r" = 0 ] && out=$TSV.warm
         for i in $(seq 0 $((n - 1))); do
             tool=${tools[$(((i + r) % n))]}
             rm -f "$base/dst/big.bin"
             sync
             [ "$sc" = disk ] && echo 3 >/proc/sys/vm/drop_caches
             g=$(group_of "$tool")
-            c0=$(cpu_ns "$g") t0=$(date +%s.%N)
+            c0=$(cpu_ns "$g") h0=$(host_busy) t0=$(date +%s.%N)
             if ! run_tool "$tool" "$base/src/big.bin" "$base/dst" >"$WORK/out" 2>&1; then
                 echo "elephant: $tool failed: $(tail -3 "$WORK/out")" >&2
-                printf '%s\t%s\t%s\tNA\tNA\tNA\n' "$sc" "$r" "$tool" >>"$TSV"
+                printf '%s\t%s\t%s\tNA\tNA\tNA\tNA\n' "$sc" "$r" "$tool" >>"$out"
                 continue
             fi
-            t1=$(date +%s.%N) c1=$(cpu_ns "$g")
+            t1=$(date +%s.%N) c1=$(cpu_ns "$g") h1=$(host_busy)
             if ! cmp -s "$base/src/big.bin" "$base/dst/big.bin"; then
                 echo "elephant: $tool's copy differs" >&2
-                printf '%s\t%s\t%s\tNA\tNA\tNA\n' "$sc" "$r" "$tool" >>"$TSV"
+                printf '%s\t%s\t%s\tNA\tNA\tNA\tNA\n' "$sc" "$r" "$tool" >>"$out"
                 continue
             fi
-            awk -v sc="$sc" -v r="$r" -v tool="$tool" -v t0="$t0" -v t1="$t1" -v c="$((c1 - c0))" \
+            awk -v sc="$sc" -v r="$r" -v tool="$tool" -v t0="$t0" -v t1="$t1" -v c="$((c1 - c0))" -v h="$((h1 - h0))" \
                 -v g="$SIZE_GIB" 'BEGIN {
                     s = t1 - t0
-                    printf "%s\t%s\t%s\t%.2f\t%.2f\t%.2f\n", sc, r, tool, s, g * 8 * 1.073741824 / s, c / 1e9 / g }' \
-                >>"$TSV"
-            tail -1 "$TSV"
-            case $tool in lh*)
+                    printf "%s\t%s\t%s\t%.2f\t%.2f\t%.2f\t%.2f\n", sc, r, tool, s, g * 8 * 1.073741824 / s, c / 1e9 / g, h / 100 / g }' \
+                >>"$out"
+            tail -1 "$out"
+            case $r$tool in [1-9]*lh*)
                 python3 - "$WORK/out" "$sc" "$r" "$tool" "$SIZE_GIB" >>"$STAGES" <<'EOF'
 import json, sys
 out, sc, r, tool, gib = sys.argv[1:]
@@ -181,7 +189,7 @@ EOF
             esac
         done
     done
-    bash ../shared/peers/servers.sh stop "$WORK/peers" >/dev/null
+    bash $PEERS/servers.sh stop "$WORK/peers" >/dev/null
     for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
     PIDS=()
     rm -rf "$base/src" "$base/dst"
@@ -194,12 +202,13 @@ import csv, statistics, sys
 rows = [r for r in csv.DictReader(open(sys.argv[1]), delimiter="\t") if r["gbps"] != "NA"]
 for sc in dict.fromkeys(r["scenario"] for r in rows):
     med = {}
-    print(f"\n{sc}: tool | median Gbit/s (min-max) | median CPU-s per GiB")
+    print(f"\n{sc}: tool | median Gbit/s (min-max) | median CPU-s per GiB (own cgroup) | host-busy CPU-s per GiB")
     for tool in dict.fromkeys(r["tool"] for r in rows if r["scenario"] == sc):
         g = [float(r["gbps"]) for r in rows if r["scenario"] == sc and r["tool"] == tool]
         c = [float(r["cpu_s_per_gib"]) for r in rows if r["scenario"] == sc and r["tool"] == tool]
-        med[tool] = (statistics.median(g), statistics.median(c))
-        print(f"  {tool:10} {med[tool][0]:6.2f} ({min(g):.2f}-{max(g):.2f})  {med[tool][1]:5.2f}")
+        h = [float(r["host_cpu_s_per_gib"]) for r in rows if r["scenario"] == sc and r["tool"] == tool]
+        med[tool] = (statistics.median(g), statistics.median(c), statistics.median(h))
+        print(f"  {tool:10} {med[tool][0]:6.2f} ({min(g):.2f}-{max(g):.2f})  {med[tool][1]:5.2f}  {med[tool][2]:5.2f}")
     def ratio(a, b, i, what):
         if a in med and b in med:
             print(f"  {a} / {b} {what}: {med[a][i] / med[b][i]:.2f}")
@@ -210,7 +219,9 @@ for sc in dict.fromkeys(r["scenario"] for r in rows):
     ratio("lh-nosync", "dd", 0, "rate")
     ratio("lh", "gridftp", 0, "rate (target >= 1.0)")
     ratio("lh", "gridftp", 1, "CPU per GiB (target <= 1.2)")
+    ratio("lh", "gridftp", 2, "host-busy CPU per GiB")
     ratio("lh-nosync", "gridftp", 1, "CPU per GiB")
+    ratio("lh-nosync", "gridftp", 2, "host-busy CPU per GiB")
     ratio("lh-plain", "gridftp", 1, "CPU per GiB")
     ratio("lh-nosync", "lh-plain", 0, "rate: TLS / plaintext")
     ratio("lh-nosync", "lh-tls", 1, "CPU per GiB: sealed frames / TLS records")

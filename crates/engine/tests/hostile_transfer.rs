@@ -234,6 +234,7 @@ fn request(op: Op, dest: &str, sources: Vec<String>) -> Message {
         filter: Vec::new(),
         compress: None,
         defer_full: false,
+        tag_checks: false,
     })
 }
 
@@ -894,6 +895,63 @@ fn hostile_compressed_chunks_end_the_transfer_naming_the_file() {
     let (mut c, _data) = start_push(s.addr());
     c.send(&Message::EntriesEnd(EntriesEnd { files: 1 }))
         .unwrap();
+    s.shutdown();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_plaintext_session_cannot_leave_the_chunk_checks_to_a_tag_it_lacks() {
+    let dir = std::env::temp_dir().join(format!("lh-hostile-tagcheck-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let s = hostile_server(&dir);
+    let mut c = control(s.addr());
+    let Message::TransferRequest(mut t) = request(Op::Push, "out", vec![]) else {
+        unreachable!()
+    };
+    t.tag_checks = true;
+    c.send(&Message::TransferRequest(t)).unwrap();
+    let Message::TransferAccept(a) = next(&mut c) else {
+        panic!("no accept")
+    };
+    assert!(!a.tag_checks, "agreed to tag checks without TLS: {a:?}");
+    let mut data = TcpStream::connect(s.addr()).unwrap();
+    data.write_all(&hello(Role::Data {
+        token: a.token,
+        stream: 0,
+        direction: Direction::Up,
+    }))
+    .unwrap();
+    c.send(&Message::Entries(Entries {
+        entries: vec![file_entry(1, 5, 1 << 20)],
+    }))
+    .unwrap();
+    assert!(matches!(next(&mut c), Message::Wants(_)));
+    // Bytes that are not the file's, with the check a tag-checked stream
+    // would carry: the sink still checks them, and asks again.
+    let header = ChunkHeader {
+        zero: false,
+        compressed: false,
+        file: 1,
+        index: 0,
+        offset: 0,
+        len: 5,
+    };
+    data.write_all(&header.encode()).unwrap();
+    data.write_all(b"forge").unwrap();
+    let forged = Trailer {
+        check: longhaul_proto::digest::NO_CHECK,
+        value: *blake3::hash(b"forge").as_bytes(),
+    };
+    data.write_all(&forged.encode()).unwrap();
+    let msgs = until(&mut c, |m| matches!(m, Message::Resend(_)));
+    assert!(
+        matches!(
+            msgs.last(),
+            Some(Message::Resend(Resend { id: 1, index: 0 }))
+        ),
+        "{msgs:?}"
+    );
+    assert!(!dir.join("out").exists(), "a forged chunk landed");
     s.shutdown();
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -17,6 +17,11 @@ pub type ChunkValue = [u8; 32];
 /// A chunk's XXH3-128, big-endian.
 pub type Check = [u8; 16];
 
+/// The check a trailer carries where the data streams' AEAD tags are the
+/// chunks' checks (`TransferAccept::tag_checks`): any other value there
+/// marks a chunk the source could not read, which the sink drops.
+pub const NO_CHECK: Check = [0; 16];
+
 /// Smallest chunk of a file of several chunks: BLAKE3's own chunk.
 pub const MIN_CHUNK: u64 = blake3::CHUNK_LEN as u64;
 
@@ -95,30 +100,35 @@ impl ValueHasher {
     }
 }
 
-/// Hashes one chunk as it streams by: its BLAKE3 value and its XXH3-128
-/// check, in one pass over each piece.
+/// Hashes one chunk as it streams by: its BLAKE3 value and (unless the
+/// data streams' AEAD tags are the checks) its XXH3-128 check, in one pass
+/// over each piece.
 pub struct ChunkHasher {
     value: ValueHasher,
-    check: Checker,
+    check: Option<Checker>,
 }
 
 impl ChunkHasher {
-    /// See [`ValueHasher::new`].
-    pub fn new(offset: u64, whole: bool) -> ChunkHasher {
+    /// See [`ValueHasher::new`]; `checked`: the XXH3-128 check too, else
+    /// the check is [`NO_CHECK`].
+    pub fn new(offset: u64, whole: bool, checked: bool) -> ChunkHasher {
         ChunkHasher {
             value: ValueHasher::new(offset, whole),
-            check: Checker::new(),
+            check: checked.then(Checker::new),
         }
     }
 
     pub fn update(&mut self, piece: &[u8]) {
         self.value.update(piece);
-        self.check.update(piece);
+        if let Some(c) = &mut self.check {
+            c.update(piece);
+        }
     }
 
     /// The chunk's value and check.
     pub fn finalize(&self) -> (ChunkValue, Check) {
-        (self.value.finalize(), self.check.finalize())
+        let check = self.check.as_ref().map_or(NO_CHECK, Checker::finalize);
+        (self.value.finalize(), check)
     }
 }
 
@@ -244,13 +254,17 @@ mod tests {
     #[test]
     fn streaming_in_pieces_gives_the_same_value_and_check() {
         let d = data(300_000);
-        let mut h = ChunkHasher::new(1 << 18, false);
+        let mut h = ChunkHasher::new(1 << 18, false, true);
+        let mut tagged = ChunkHasher::new(1 << 18, false, false);
         for p in d.chunks(7777) {
             h.update(p);
+            tagged.update(p);
         }
         let (v, c) = h.finalize();
         assert_eq!(v, chunk_value(&d, 1 << 18, false));
         assert_eq!(c, check(&d));
+        // Without the check (the AEAD's tag is it): the same value.
+        assert_eq!(tagged.finalize(), (v, NO_CHECK));
         let mut k = Checker::new();
         for p in d.chunks(1000) {
             k.update(p);

@@ -128,8 +128,10 @@ fn mangler(to: SocketAddr, at: usize, harm: Harm) -> (SocketAddr, Arc<AtomicUsiz
 }
 
 /// Pushes a file through a proxy that harms the data streams: the copy
-/// fails, and what lands is never other than the source.
-fn harmed_push(name: &str, harm: Harm) {
+/// fails, and what lands is never other than the source. `check` is
+/// `LONGHAUL_CHUNK_CHECK`: `tag` (the default: the AEAD's tag is each
+/// chunk's check) or `xxh3` (each chunk's XXH3 as well).
+fn harmed_push(name: &str, harm: Harm, check: &str) {
     let t = TempDir::new(name);
     let (exp, src) = (t.dir("export"), t.dir("src"));
     let file = src.join("big.bin");
@@ -137,6 +139,7 @@ fn harmed_push(name: &str, harm: Harm) {
     let s = data_server(&exp, &t.dir("state"));
     let (proxy, harmed) = mangler(s.addr(), 2 << 20, harm);
     let o = bin()
+        .env("LONGHAUL_CHUNK_CHECK", check)
         .args(["cp", "--json", "--retries", "0", "--streams", "2"])
         .arg(&file)
         .arg(remote(proxy, ""))
@@ -163,12 +166,50 @@ fn landed_only_the_source(src: &Path, dst: &Path) {
 
 #[test]
 fn a_byte_flipped_in_a_sealed_stream_never_lands() {
-    harmed_push("sealed-flip", Harm::Flip);
+    harmed_push("sealed-flip", Harm::Flip, "tag");
+}
+
+#[test]
+fn a_byte_flipped_in_a_sealed_stream_with_xxh3_checks_never_lands() {
+    harmed_push("sealed-flip-xxh3", Harm::Flip, "xxh3");
+}
+
+/// On TLS the AEAD's tag is each chunk's check: the sink spends nothing
+/// on a check of its own, unless the client asks for XXH3 as well.
+#[test]
+fn tls_sessions_leave_the_chunk_checks_to_the_tags() {
+    let t = TempDir::new("sealed-tags");
+    let (exp, src) = (t.dir("export"), t.dir("src"));
+    write_random(&src.join("a.bin"), 32 << 20, 5);
+    let s = data_server(&exp, &t.dir("state"));
+    let verify_cpu = |check: &str| {
+        let o = bin()
+            .env("LONGHAUL_CHUNK_CHECK", check)
+            .args([
+                "cp",
+                "--json",
+                "--force",
+                src.join("a.bin").to_str().unwrap(),
+            ])
+            .arg(remote(s.addr(), ""))
+            .output()
+            .unwrap();
+        let v = json_of(&o);
+        assert_eq!(v["verified"], true, "{v}");
+        assert_same_file(&src.join("a.bin"), &exp.join("a.bin"));
+        v["cpu_stages"]["sink"]["verify"].as_f64().unwrap()
+    };
+    assert_eq!(
+        verify_cpu("tag"),
+        0.0,
+        "the sink checked chunks the tags proved"
+    );
+    assert!(verify_cpu("xxh3") > 0.0, "XXH3 asked for, not computed");
 }
 
 #[test]
 fn a_sealed_stream_cut_short_never_lands() {
-    harmed_push("sealed-cut", Harm::Cut);
+    harmed_push("sealed-cut", Harm::Cut, "tag");
 }
 
 /// A bundle frame may be longer than a sealed frame (1 MiB of files, and

@@ -177,6 +177,7 @@ fn pull(export: &str, source: &str, filter: Vec<String>) -> Message {
         filter,
         compress: None,
         defer_full: false,
+        tag_checks: false,
     })
 }
 

@@ -177,6 +177,8 @@ pub(super) fn serve_transfer(
         // This server's sink defers, and its source re-announces, files the
         // destination had no room for while others were in flight.
         defer_full: t.defer_full,
+        // Every data stream of a TLS session is TLS: its AEAD proves each chunk.
+        tag_checks: t.tag_checks && conn.is_tls(),
     })) {
         return Err(failed(watch, e));
     }
@@ -262,6 +264,7 @@ pub(super) fn serve_transfer(
                 bundles: t.bundles,
                 compress: t.compress.is_some(),
                 defer_full: t.defer_full,
+                tag_checks: t.tag_checks && conn.is_tls(),
             },
         )
         .map(|r| {
@@ -292,6 +295,7 @@ pub(super) fn serve_transfer(
                 share: None,
                 filter,
                 compress: t.compress,
+                tag_checks: t.tag_checks && conn.is_tls(),
                 online: t.tuning.online,
                 send_intervals: t.tuning.intervals,
                 rtt: Duration::from_micros(u64::from(

@@ -54,6 +54,13 @@ pub fn sealed_frames() -> bool {
 /// own retries leave it alone).
 pub const DESTINATION_FULL: &str = "destination full";
 
+/// Whether this client asks that its TLS data streams' AEAD tags be each
+/// chunk's check (PROTOCOL.md 13.5b): yes, unless `LONGHAUL_CHUNK_CHECK=xxh3`
+/// keeps the XXH3-128 check of every chunk as well (to compare the two).
+pub fn tag_checks() -> bool {
+    std::env::var("LONGHAUL_CHUNK_CHECK").map_or(true, |v| v != "xxh3")
+}
+
 /// A transfer in which nothing moves for this long (no chunk, no message,
 /// either way) is ended: a silent or stuck peer does not hold a slot,
 /// threads and memory forever. Generous, for slow disks and the re-hash of
@@ -429,12 +436,17 @@ pub fn zero_check(len: u32) -> longhaul_proto::digest::Check {
 }
 
 /// The trailer of a chunk of `len` zero bytes at `offset` (a hole): its
-/// check, and its value, which depends on where it is.
-pub fn zero_trailer(offset: u64, len: u32, whole: bool) -> xfer::Trailer {
+/// check (if `checked`, else the AEAD's tag is it), and its value, which
+/// depends on where it is.
+pub fn zero_trailer(offset: u64, len: u32, whole: bool, checked: bool) -> xfer::Trailer {
     let mut h = longhaul_proto::digest::ValueHasher::new(offset, whole);
     for_zeros(len, |z| h.update(z));
     xfer::Trailer {
-        check: zero_check(len),
+        check: if checked {
+            zero_check(len)
+        } else {
+            longhaul_proto::digest::NO_CHECK
+        },
         value: h.finalize(),
     }
 }

@@ -166,6 +166,17 @@ pub struct Local;
 impl Storage for Local {
     fn open_read(&self, path: &Path) -> io::Result<Box<dyn ReadAt>> {
         let (file, at_open) = open_regular_with(path, OpenOptions::new().read(true))?;
+        if at_open.len() >= DIRECT_MIN
+            && auto_direct()
+            && direct_pays(&file)
+            && !mostly_cached(&file, at_open.len())
+        {
+            return Ok(Box::new(DirectFile {
+                direct: reopen_direct(&file, false).ok(),
+                plain: file,
+                at_open: Some(at_open),
+            }));
+        }
         // Files are read front to back (chunks in order, a few streams
         // apart): ask for the larger readahead of a sequential reader.
         if at_open.len() > ADVISE_ABOVE {
@@ -175,11 +186,17 @@ impl Storage for Local {
     }
 
     fn open_write(&self, path: &Path, truncate: bool) -> io::Result<Box<dyn WriteAt>> {
-        Ok(Box::new(open_part(path, truncate)?))
+        let file = open_part(path, truncate)?;
+        let out = Written::new(file);
+        if !truncate {
+            // A resumed partial file has its size already.
+            out.sized(out.plain.metadata()?.len());
+        }
+        Ok(Box::new(out))
     }
 
     fn create_in(&self, dir: &Dir, name: &OsStr) -> io::Result<Box<dyn WriteAt>> {
-        Ok(Box::new(create_part_in(dir, name)?))
+        Ok(Box::new(Written::new(create_part_in(dir, name)?)))
     }
 
     fn page_cached(&self) -> bool {
@@ -225,20 +242,13 @@ pub const DIRECT_ALIGN: usize = 4096;
 struct DirectFile {
     plain: File,
     direct: Option<File>,
+    /// The metadata the open took, where it was kept.
+    at_open: Option<std::fs::Metadata>,
 }
 
 impl DirectFile {
     fn new(plain: File, write: bool) -> DirectFile {
-        use std::os::fd::AsRawFd;
-        // Re-open the same inode (not the same path, which could have been
-        // swapped) through its /proc magic link, this time with O_DIRECT.
-        let link = format!("/proc/self/fd/{}", plain.as_raw_fd());
-        let direct = OpenOptions::new()
-            .read(true)
-            .write(write)
-            .custom_flags(libc::O_DIRECT)
-            .open(&link);
-        let direct = match direct {
+        let direct = match reopen_direct(&plain, write) {
             Ok(f) => Some(f),
             Err(e) => {
                 static WARNED: std::sync::Once = std::sync::Once::new();
@@ -250,7 +260,11 @@ impl DirectFile {
                 None
             }
         };
-        DirectFile { plain, direct }
+        DirectFile {
+            plain,
+            direct,
+            at_open: None,
+        }
     }
 
     /// The descriptor for a request: direct if it is aligned.
@@ -268,12 +282,30 @@ impl DirectFile {
     }
 }
 
+/// The inode open as `plain` opened again with O_DIRECT: through its /proc
+/// magic link, not its path, which could have been swapped meanwhile.
+fn reopen_direct(plain: &File, write: bool) -> io::Result<File> {
+    use std::os::fd::AsRawFd;
+    let link = format!("/proc/self/fd/{}", plain.as_raw_fd());
+    OpenOptions::new()
+        .read(true)
+        .write(write)
+        .custom_flags(libc::O_DIRECT)
+        .open(&link)
+}
+
 impl ReadAt for DirectFile {
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
         FileExt::read_at(self.pick(buf.as_ptr(), buf.len(), offset), buf, offset)
     }
     fn metadata(&self) -> io::Result<std::fs::Metadata> {
         self.plain.metadata()
+    }
+    fn metadata_at_open(&self) -> io::Result<std::fs::Metadata> {
+        match &self.at_open {
+            Some(m) => Ok(m.clone()),
+            None => self.plain.metadata(),
+        }
     }
     fn is_hole(&self, offset: u64, len: u64) -> bool {
         ReadAt::is_hole(&self.plain, offset, len)
@@ -313,6 +345,153 @@ impl Storage for Direct {
 
     fn open_write(&self, path: &Path, truncate: bool) -> io::Result<Box<dyn WriteAt>> {
         Ok(Box::new(DirectFile::new(open_part(path, truncate)?, true)))
+    }
+}
+
+/// Files from this size up move with O_DIRECT where it pays (the local
+/// file system's default, [`Local`]): their big aligned pieces go between
+/// the device and our buffers without the page cache, which saves the
+/// kernel's copy and the cache's allocation and reclaim (on this project's
+/// virtio disk a cold 4 GiB copy took half the CPU and a quarter of the
+/// time; BENCHMARKS.md, issue 45). Smaller files stay buffered: they are
+/// few bytes, and the cache serves their neighbours.
+pub const DIRECT_MIN: u64 = 8 << 20;
+
+/// Whether [`Local`] may choose O_DIRECT: `LONGHAUL_DIRECT=off` keeps
+/// every file buffered (to compare the two; `--direct` forces it).
+fn auto_direct() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("LONGHAUL_DIRECT").map_or(true, |v| v != "off"))
+}
+
+/// Whether O_DIRECT pays on `f`'s file system: local block file systems
+/// whose direct path is the device's (ext4, XFS). Not tmpfs (memory
+/// either way), network or FUSE file systems (their direct I/O is a round
+/// trip per request, or means something else), nor ones not known here.
+fn direct_pays(f: &File) -> bool {
+    const EXT4: i64 = 0xEF53;
+    const XFS: i64 = 0x5846_5342;
+    // `f_type`'s width and sign differ between architectures (i64 here).
+    #[allow(clippy::unnecessary_cast)]
+    rustix::fs::fstatfs(f).is_ok_and(|st| matches!(st.f_type as i64, EXT4 | XFS))
+}
+
+/// Whether most of the head of `f` (its first 64 MiB) is in the page
+/// cache, so that reading it buffered costs one copy and no device read
+/// (cachestat(2), Linux 6.5; unknown counts as cached: buffered, as
+/// before). Dirty pages count as cached: a direct read would flush them.
+fn mostly_cached(f: &File, len: u64) -> bool {
+    use std::os::fd::AsRawFd;
+    #[repr(C)]
+    struct Range {
+        off: u64,
+        len: u64,
+    }
+    #[repr(C)]
+    #[derive(Default)]
+    struct Stat {
+        nr_cache: u64,
+        nr_dirty: u64,
+        nr_writeback: u64,
+        nr_evicted: u64,
+        nr_recently_evicted: u64,
+    }
+    // The syscall's number in the table every 64-bit architecture shares
+    // since Linux 6.5; neither libc nor rustix names it yet.
+    const SYS_CACHESTAT: libc::c_long = 451;
+    let head = len.min(64 << 20);
+    let range = Range { off: 0, len: head };
+    let mut st = Stat::default();
+    // SAFETY: cachestat reads `range` and writes `st`, both live and of
+    // the kernel's layout; the descriptor is open.
+    let r = unsafe {
+        libc::syscall(
+            SYS_CACHESTAT,
+            f.as_raw_fd(),
+            &range as *const Range,
+            &mut st as *mut Stat,
+            0,
+        )
+    };
+    r != 0 || st.nr_cache * 4096 >= head / 2
+}
+
+/// A partial file of [`Local`]: buffered, and once it is known to be
+/// big (sized at [`DIRECT_MIN`] or more, on a file system where it
+/// pays), its aligned pieces go through a second, O_DIRECT description of
+/// the same inode, opened at the first such piece.
+struct Written {
+    plain: File,
+    big: std::sync::atomic::AtomicBool,
+    direct: std::sync::OnceLock<Option<File>>,
+}
+
+impl Written {
+    fn new(plain: File) -> Written {
+        Written {
+            plain,
+            big: std::sync::atomic::AtomicBool::new(false),
+            direct: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// The file will be `len` bytes: big enough for O_DIRECT?
+    fn sized(&self, len: u64) {
+        if len >= DIRECT_MIN
+            && !self.big.load(Ordering::Relaxed)
+            && auto_direct()
+            && direct_pays(&self.plain)
+        {
+            self.big.store(true, Ordering::Relaxed);
+        }
+    }
+
+    /// The descriptor for a write: the direct one for a big file's aligned
+    /// piece (at least 64 KiB), else the buffered one.
+    fn pick(&self, buf: &[u8], offset: u64) -> &File {
+        if !self.direct_piece(buf, offset) {
+            return &self.plain;
+        }
+        let direct = self
+            .direct
+            .get_or_init(|| reopen_direct(&self.plain, true).ok());
+        direct.as_ref().unwrap_or(&self.plain)
+    }
+}
+
+impl Written {
+    /// A big file's aligned piece of at least 64 KiB.
+    fn direct_piece(&self, buf: &[u8], offset: u64) -> bool {
+        (buf.as_ptr() as usize) % DIRECT_ALIGN == 0
+            && buf.len() % DIRECT_ALIGN == 0
+            && buf.len() >= 64 << 10
+            && offset % DIRECT_ALIGN as u64 == 0
+            && self.big.load(Ordering::Relaxed)
+    }
+}
+
+impl WriteAt for Written {
+    fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<usize> {
+        FileExt::write_at(self.pick(buf, offset), buf, offset)
+    }
+    fn set_len(&self, len: u64) -> io::Result<()> {
+        self.sized(len);
+        self.plain.set_len(len)
+    }
+    fn sync_data(&self) -> io::Result<()> {
+        self.plain.sync_data()
+    }
+    fn allocate(&self, len: u64) -> io::Result<()> {
+        WriteAt::allocate(&self.plain, len)
+    }
+    fn set_mode(&self, mode: u32) -> io::Result<()> {
+        fchmod(&self.plain, mode)
+    }
+    fn raw_fd(&self) -> Option<i32> {
+        WriteAt::raw_fd(&self.plain)
+    }
+    fn set_mtime(&self, mtime_ns: i64) -> io::Result<()> {
+        futimens(&self.plain, mtime_ns)
     }
 }
 
@@ -573,6 +752,151 @@ mod tests {
         read_exact_at(&*r, &mut tail, 2 * DIRECT_ALIGN as u64).unwrap();
         assert_eq!(&tail[..], &want[2 * DIRECT_ALIGN..]);
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// Evicts `p`'s clean pages from the page cache (no root needed).
+    fn evict(p: &Path) {
+        let f = File::open(p).unwrap();
+        f.sync_all().unwrap();
+        let _ = rustix::fs::fadvise(&f, 0, None, rustix::fs::Advice::DontNeed);
+    }
+
+    /// A big file through the local file system's default: direct where
+    /// it pays (sized big, aligned pieces; read back out of cache), the
+    /// unaligned tail and a rewrite buffered; every byte as written.
+    #[test]
+    fn big_files_round_trip_through_local_whatever_the_io() {
+        let t = tempfile::tempdir().unwrap();
+        let p = t.path().join("big");
+        const PIECE: usize = 512 << 10;
+        let len = DIRECT_MIN as usize + PIECE + 1000;
+        let want: Vec<u8> = (0..len).map(|i| (i * 31 + i / 4096) as u8).collect();
+        let w = Local.open_write(&p, true).unwrap();
+        w.set_len(len as u64).unwrap();
+        let mut buf = AlignedBuf::new(PIECE);
+        for off in (0..len).step_by(PIECE) {
+            let n = PIECE.min(len - off);
+            buf[..n].copy_from_slice(&want[off..off + n]);
+            write_all_at(&*w, &buf[..n], off as u64).unwrap();
+        }
+        // A piece written again (a resend), with the same bytes.
+        buf.copy_from_slice(&want[PIECE..2 * PIECE]);
+        write_all_at(&*w, &buf, PIECE as u64).unwrap();
+        w.sync_data().unwrap();
+        drop(w);
+        assert_eq!(std::fs::read(&p).unwrap(), want);
+        evict(&p);
+        let r = Local.open_read(&p).unwrap();
+        assert_eq!(r.metadata_at_open().unwrap().len(), len as u64);
+        let mut back = vec![0u8; len];
+        for off in (0..len).step_by(PIECE) {
+            let n = PIECE.min(len - off);
+            read_exact_at(&*r, &mut buf[..n], off as u64).unwrap();
+            back[off..off + n].copy_from_slice(&buf[..n]);
+        }
+        assert!(back == want, "read back differs");
+    }
+
+    /// A big file with a hole and pieces of odd sizes (most unaligned),
+    /// read back cold while it grows: every byte as written, the hole
+    /// zeros (and still a hole where the file system keeps them), the
+    /// bytes added after the open readable; O_DIRECT taken exactly where
+    /// it pays.
+    #[test]
+    fn odd_pieces_holes_and_a_growing_file_through_local() {
+        let t = tempfile::tempdir().unwrap();
+        let p = t.path().join("odd");
+        const MIB: usize = 1 << 20;
+        const ODD: usize = MIB + 123;
+        let (hole, tail) = (
+            4 * MIB..6 * MIB,
+            6 * MIB..DIRECT_MIN as usize + 3 * MIB + 777,
+        );
+        let len = tail.end;
+        let mut want: Vec<u8> = (0..len).map(|i| (i * 13 + i / 4099) as u8).collect();
+        want[hole.clone()].fill(0);
+        let w = Written::new(open_part(&p, true).unwrap());
+        WriteAt::set_len(&w, len as u64).unwrap();
+        let mut buf = AlignedBuf::new(ODD);
+        for off in (0..hole.start).step_by(MIB) {
+            buf[..MIB].copy_from_slice(&want[off..off + MIB]);
+            write_all_at(&w, &buf[..MIB], off as u64).unwrap();
+        }
+        for off in tail.clone().step_by(ODD) {
+            let n = ODD.min(len - off);
+            buf[..n].copy_from_slice(&want[off..off + n]);
+            write_all_at(&w, &buf[..n], off as u64).unwrap();
+        }
+        let pays = auto_direct() && direct_pays(&w.plain);
+        let took_direct = w.direct.get().is_some_and(|d| d.is_some());
+        assert_eq!(
+            took_direct, pays,
+            "O_DIRECT where it does not pay, or not where it does"
+        );
+        WriteAt::sync_data(&w).unwrap();
+        drop(w);
+        assert!(std::fs::read(&p).unwrap() == want, "written bytes differ");
+        if pays {
+            let f = File::open(&p).unwrap();
+            assert!(
+                ReadAt::is_hole(&f, hole.start as u64, hole.len() as u64),
+                "hole filled"
+            );
+        }
+        evict(&p);
+        let r = Local.open_read(&p).unwrap();
+        let grown = b"appended after the open";
+        {
+            use std::io::Write;
+            let mut a = OpenOptions::new().append(true).open(&p).unwrap();
+            a.write_all(grown).unwrap();
+        }
+        want.extend_from_slice(grown);
+        assert_eq!(r.metadata_at_open().unwrap().len(), len as u64);
+        let mut back = vec![0u8; want.len()];
+        let mut read = AlignedBuf::new(MIB);
+        for off in (0..want.len()).step_by(MIB) {
+            let n = MIB.min(want.len() - off);
+            // The last request is aligned too, past the end (as a chunk
+            // reader's may be): short, and direct where the rest was.
+            let asked = n.next_multiple_of(DIRECT_ALIGN);
+            let mut got = 0;
+            while got < n {
+                let k = r
+                    .read_at(&mut read[got..asked], (off + got) as u64)
+                    .unwrap();
+                assert!(k > 0, "end of file at {} of {}", off + got, want.len());
+                got += k;
+            }
+            assert_eq!(got, n);
+            back[off..off + n].copy_from_slice(&read[..n]);
+        }
+        assert!(back == want, "read back differs");
+    }
+
+    #[test]
+    fn the_cache_check_sees_a_file_in_cache_and_out_of_it() {
+        let t = tempfile::tempdir().unwrap();
+        let p = t.path().join("f");
+        std::fs::write(&p, vec![7u8; 4 << 20]).unwrap();
+        let f = File::open(&p).unwrap();
+        // Just written: in the cache (or cachestat unknown: taken as cached).
+        assert!(mostly_cached(&f, 4 << 20));
+        evict(&p);
+        if rustix::fs::fstatfs(&f).is_ok_and(|st| st.f_type != libc::TMPFS_MAGIC)
+            && probe_cachestat(&f)
+        {
+            assert!(!mostly_cached(&f, 4 << 20), "evicted, still seen cached");
+        }
+    }
+
+    /// Whether this kernel has cachestat(2) (Linux 6.5).
+    fn probe_cachestat(f: &File) -> bool {
+        use std::os::fd::AsRawFd;
+        let range = [0u64, 4096];
+        let mut st = [0u64; 5];
+        // SAFETY: as in `mostly_cached`.
+        unsafe { libc::syscall(451, f.as_raw_fd(), range.as_ptr(), st.as_mut_ptr(), 0) == 0 }
     }
 
     #[test]

@@ -339,6 +339,7 @@ mod tests {
             filter: Vec::new(),
             compress: None,
             defer_full: false,
+            tag_checks: false,
         };
         assert!(within_scope(&scope, &t).is_ok());
         type Change = fn(&mut super::super::TransferRequest);

@@ -119,6 +119,13 @@ pub struct TransferRequest {
     /// announced again once it can be alone. Absent from an older client.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub defer_full: bool,
+    /// The client takes its TLS data streams' AEAD tags as each chunk's
+    /// check (PROTOCOL.md 13.5b): neither end computes the XXH3-128 check,
+    /// and a trailer's check is [`crate::digest::NO_CHECK`] (any other value marks a chunk
+    /// the source could not read). Used only if the server agrees in
+    /// [`TransferAccept::tag_checks`]. Absent from an older client.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub tag_checks: bool,
 }
 
 /// Socket settings of the data streams, chosen by the client for the path
@@ -201,6 +208,12 @@ pub struct TransferAccept {
     /// the source announces such a file again once it can be alone.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub defer_full: bool,
+    /// The server agrees to the request's [`TransferRequest::tag_checks`]:
+    /// every data stream is TLS, and both ends leave each chunk's check to
+    /// its AEAD tag. Never set unless the client asked and the session is
+    /// TLS; absent from an older server, which checks XXH3 as before.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub tag_checks: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -1396,12 +1409,14 @@ mod tests {
             filter: false,
             compress: false,
             defer_full: false,
+            tag_checks: false,
         };
         assert_eq!(serde_json::to_string(&a).unwrap(), r#"{"token":"t"}"#);
         let old: TransferAccept = serde_json::from_str(r#"{"token":"t"}"#).unwrap();
         assert!(!old.bundles);
         assert!(!old.parts, "an older server takes no parts");
         assert!(!old.sealed, "an older server keeps TLS records");
+        assert!(!old.tag_checks, "an older server checks XXH3");
         let on: TransferAccept = serde_json::from_str(r#"{"token":"t","bundles":true}"#).unwrap();
         assert!(on.bundles);
     }

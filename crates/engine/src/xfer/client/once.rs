@@ -215,6 +215,7 @@ impl Side<'_> {
             s.encryption = first.encryption();
         }
         let taps = PathTaps::of(&data, o);
+        let tag_checks = tag_checked(&accept, &data);
         let r = run_source(
             &mut self.ctl.conn,
             data,
@@ -243,6 +244,7 @@ impl Side<'_> {
                 share: o.share.clone(),
                 filter: o.filter()?,
                 compress: o.compress.filter(|_| accept.compress),
+                tag_checks,
             },
         )?;
         pushed(s, r, streams);
@@ -266,6 +268,7 @@ impl Side<'_> {
             s.encryption = first.encryption();
         }
         let taps = PathTaps::of(&data, o);
+        let tag_checks = tag_checked(&accept, &data);
         let r = run_sink(
             &mut self.ctl.conn,
             data,
@@ -294,6 +297,7 @@ impl Side<'_> {
                 bundles: accept.bundles,
                 compress: accept.compress,
                 defer_full: accept.defer_full,
+                tag_checks,
             },
         )?;
         pulled(s, r, streams);
@@ -317,6 +321,13 @@ impl Side<'_> {
             &self.o.client,
         )
     }
+}
+
+/// Whether the chunks' checks are left to the data streams' AEAD tags: the
+/// server agreed, and every stream is TLS (never on a word alone over
+/// plaintext, where nothing would prove the bytes).
+fn tag_checked(accept: &TransferAccept, data: &[Box<dyn crate::net::conn::Stream>]) -> bool {
+    accept.tag_checks && data.iter().all(|s| s.is_tls())
 }
 
 /// The storage of this end's files: O_DIRECT with `--direct`.

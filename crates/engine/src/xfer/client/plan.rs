@@ -127,6 +127,8 @@ pub(super) fn transfer_request(
         compress: o.compress,
         // This client's source and sink both take `FileDone::full`.
         defer_full: true,
+        // Used only once the server agrees, on TLS data streams.
+        tag_checks: super::super::tag_checks(),
     };
     match plan {
         Plan::Push {

@@ -88,6 +88,11 @@ pub struct SinkConfig {
     /// room while others are in flight goes back to the source, to come
     /// again alone.
     pub defer_full: bool,
+    /// Both ends agreed to tag checks (`TransferAccept::tag_checks`): the
+    /// data streams' AEAD proves each chunk; no XXH3 check is computed, and
+    /// a trailer whose check is not `NO_CHECK` marks a chunk the source
+    /// could not read.
+    pub tag_checks: bool,
 }
 
 impl SinkConfig {
@@ -216,9 +221,12 @@ struct FileState {
     out: Box<dyn WriteAt>,
     /// Created empty for this run (not resumed): unwritten ranges are zero.
     fresh: bool,
-    /// One writer at a time per file: the kernel serializes writes to one
-    /// inode anyway, and contended, its lock spins on the CPU the other
-    /// streams need; a sleeping lock here costs nothing.
+    /// One writer at a time per file: the kernel serializes buffered writes
+    /// to one inode anyway, and contended, its lock spins on the CPU the
+    /// other streams need; a sleeping lock here costs nothing. Direct
+    /// writes (a big file, `storage::DIRECT_MIN`) are kept one at a time
+    /// too: in order, the device streams them (measured: 11 s for 4 GiB
+    /// against 18-22 s with four at once, issue 45).
     write_lock: Mutex<()>,
     inner: Mutex<Progress>,
 }
@@ -402,6 +410,7 @@ mod testing {
             bundles: true,
             compress: true,
             defer_full: true,
+            tag_checks: false,
         }
     }
 

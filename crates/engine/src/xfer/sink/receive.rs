@@ -70,10 +70,10 @@ struct StreamReceiver<'a> {
     cfg: &'a SinkConfig,
 }
 
-/// A chunk's bytes as they went by: their check, and how writing them
-/// went.
+/// A chunk's bytes as they went by: their check (None where the AEAD's
+/// tag is it), and how writing them went.
 struct Body {
-    checker: digest::Checker,
+    checker: Option<digest::Checker>,
     write_error: Option<io::Error>,
     write_us: u64,
 }
@@ -129,10 +129,10 @@ impl StreamReceiver<'_> {
             .map_err(|e| format!("data stream failed mid-chunk: {e}"))?;
         let Some(f) = target else { return Ok(()) };
         let trailer = Trailer::decode(&trailer);
-        let check = if h.zero {
-            super::super::zero_check(h.len)
-        } else {
-            timed(Stage::Verify, || body.checker.finalize())
+        let check = match &body.checker {
+            None => digest::NO_CHECK,
+            Some(_) if h.zero => super::super::zero_check(h.len),
+            Some(c) => timed(Stage::Verify, || c.finalize()),
         };
         if check != trailer.check {
             let _ = self.tx.send(Event::Resend(Resend {
@@ -162,7 +162,7 @@ impl StreamReceiver<'_> {
     ) -> Result<Body, String> {
         let write = target.is_some_and(|f| !(h.zero && f.fresh));
         let mut body = Body {
-            checker: digest::Checker::new(),
+            checker: (!self.cfg.tag_checks).then(digest::Checker::new),
             write_error: None,
             write_us: 0,
         };
@@ -182,13 +182,13 @@ impl StreamReceiver<'_> {
                 let n = block_len(h.len, off);
                 self.block(h, off, n, f)?;
                 let buf = &self.buf[..n];
-                timed(Stage::Verify, || body.checker.update(buf));
+                verify_piece(&mut body.checker, buf);
                 buf
             } else {
                 let buf = &mut self.buf[..n];
                 timed(Stage::Receive, || read_frame(&mut self.r, buf))
                     .map_err(|e| format!("data stream failed mid-chunk: {e}"))?;
-                timed(Stage::Verify, || body.checker.update(buf));
+                verify_piece(&mut body.checker, buf);
                 buf
             };
             if write && body.write_error.is_none() {
@@ -252,6 +252,13 @@ impl StreamReceiver<'_> {
     }
 }
 
+/// Adds a piece to a chunk's check, if it has one.
+fn verify_piece(checker: &mut Option<digest::Checker>, piece: &[u8]) {
+    if let Some(c) = checker {
+        timed(Stage::Verify, || c.update(piece));
+    }
+}
+
 /// Whether a chunk frame's header is the chunk of `e`'s plan it names:
 /// an index the file has, at that chunk's offset and of its length.
 fn check_plan(h: &ChunkHeader, e: &Entry) -> Result<(), String> {
@@ -309,7 +316,12 @@ fn receive_bundle(
         if !f.inner.lock().expect("poisoned").ledger.wants(0) {
             continue;
         }
-        if timed(Stage::Verify, || digest::check(rec.data)) != rec.trailer.check {
+        let check = if cfg.tag_checks {
+            digest::NO_CHECK
+        } else {
+            timed(Stage::Verify, || digest::check(rec.data))
+        };
+        if check != rec.trailer.check {
             let _ = tx.send(Event::Resend(Resend {
                 id: rec.file,
                 index: 0,
@@ -484,13 +496,18 @@ mod tests {
         assert!(check_record(2 * CHUNK as usize, &file(1, "f", 2 * CHUNK, CHUNK)).is_err());
     }
 
-    /// A bundle frame (less its type byte) of these records.
-    fn bundle(records: &[(u64, &[u8], bool)]) -> Vec<u8> {
+    /// A bundle frame (less its type byte) of these records, checked by
+    /// XXH3 or (`tagged`) left to the streams' AEAD tags.
+    fn bundle(records: &[(u64, &[u8], bool)], tagged: bool) -> Vec<u8> {
         let mut body = Vec::new();
         for &(file, data, good) in records {
             body.extend_from_slice(&bundle_record_head(file, data.len() as u32));
             body.extend_from_slice(data);
-            let mut check = digest::check(data);
+            let mut check = if tagged {
+                digest::NO_CHECK
+            } else {
+                digest::check(data)
+            };
             if !good {
                 check[0] ^= 1;
             }
@@ -511,8 +528,22 @@ mod tests {
 
     #[test]
     fn bundle_records_are_written_asked_again_or_dropped() {
+        bundle_records_checked_by(false);
+    }
+
+    /// With tag checks, a record's check is `NO_CHECK` unless the source
+    /// marked it unread: the mark is asked again like a damaged record.
+    #[test]
+    fn tag_checked_bundle_records_are_written_or_asked_again() {
+        bundle_records_checked_by(true);
+    }
+
+    fn bundle_records_checked_by(tagged: bool) {
         let t = tempfile::tempdir().unwrap();
-        let cfg = config(t.path());
+        let cfg = SinkConfig {
+            tag_checks: tagged,
+            ..config(t.path())
+        };
         let files: Files = Arc::new(Mutex::new(HashMap::new()));
         for (id, size) in [(1, 5), (2, 4)] {
             let want = open_file(
@@ -526,7 +557,10 @@ mod tests {
         let (tx, rx) = mpsc::channel();
         let (fin, fin_rx) = mpsc::channel();
         // File 1 checks out, file 2's check does not, file 7 is not here.
-        let frame = bundle(&[(1, b"hello", true), (2, b"oops", false), (7, b"gone", true)]);
+        let frame = bundle(
+            &[(1, b"hello", true), (2, b"oops", false), (7, b"gone", true)],
+            tagged,
+        );
         let mut body = Vec::new();
         receive_bundle(&mut &frame[..], &mut body, &files, &tx, &fin, &cfg).unwrap();
         drop((tx, fin));
@@ -574,7 +608,7 @@ mod tests {
             receive_bundle(&mut &frame[..], &mut Vec::new(), &files, &tx, &fin, &cfg)
         };
         // A record whose length is not the file's announced size.
-        let err = run(&bundle(&[(1, b"hello!", true)])).unwrap_err();
+        let err = run(&bundle(&[(1, b"hello!", true)], false)).unwrap_err();
         assert!(err.contains("bad chunk frame"), "{err}");
         // More records than the caps allow, or a body past its cap.
         let mut over = BundleHeader {
@@ -592,7 +626,7 @@ mod tests {
             .to_vec();
         assert!(run(&over).is_err());
         // A stream cut short mid-bundle.
-        let frame = bundle(&[(1, b"hello", true)]);
+        let frame = bundle(&[(1, b"hello", true)], false);
         let err = run(&frame[..frame.len() - 1]).unwrap_err();
         assert!(err.contains("mid-bundle"), "{err}");
     }

@@ -109,7 +109,11 @@ fn add_record(
         return false;
     }
     let t = timed(Stage::Hash, || Trailer {
-        check: digest::check(&frame[data..]),
+        check: if out.checked {
+            digest::check(&frame[data..])
+        } else {
+            digest::NO_CHECK
+        },
         value: digest::chunk_value(&frame[data..], 0, true),
     });
     frame.extend_from_slice(&t.encode());
@@ -159,6 +163,7 @@ mod tests {
             anchor: &None,
             tx: &tx,
             compress: None,
+            checked: true,
         };
         let (mut w, mut frame) = (Vec::new(), Vec::new());
         send_bundle(&mut w, &mut bundle, &mut frame, &out).unwrap();
@@ -193,6 +198,7 @@ mod tests {
             anchor: &None,
             tx: &tx,
             compress: None,
+            checked: true,
         };
         let (mut w, mut frame) = (Vec::new(), Vec::new());
         send_bundle(&mut w, &mut bundle, &mut frame, &out).unwrap();

@@ -75,6 +75,9 @@ pub struct SourceConfig {
     /// `-z` agreed (`TransferAccept::compress`): chunks go compressed at
     /// this zstd level while the governor finds it pays.
     pub compress: Option<i32>,
+    /// Both ends agreed to tag checks (`TransferAccept::tag_checks`): the
+    /// data streams' AEAD proves each chunk, no XXH3 is computed.
+    pub tag_checks: bool,
 }
 
 /// A fleet rank's share of a transfer (`longhaul-fleet`).
@@ -179,7 +182,7 @@ pub fn run_source(
         sockets.push(crate::net::conn::socket_of(&*s)?);
         let (shared, tx, storage) = (shared.clone(), tx.clone(), cfg.storage.clone());
         let anchor = cfg.anchor.clone();
-        let bundles = cfg.bundles;
+        let (bundles, tag_checks) = (cfg.bundles, cfg.tag_checks);
         let totals = totals.clone();
         let (governor, level) = (governor.clone(), cfg.compress.unwrap_or_default());
         workers.push(
@@ -192,6 +195,7 @@ pub fn run_source(
                         anchor: &anchor,
                         tx: &tx,
                         compress: governor.as_deref().map(|g| (g, level)),
+                        checked: !tag_checks,
                     };
                     send(index as u16, s, &shared, &out, bundles)
                 })

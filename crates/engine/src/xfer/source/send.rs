@@ -28,6 +28,9 @@ pub(super) struct Out<'a> {
     pub(super) tx: &'a Sender<Event>,
     /// `-z` agreed: the governor all streams share, and its level.
     pub(super) compress: Option<(&'a Mutex<Governor>, i32)>,
+    /// Each chunk's XXH3-128 check is computed (else the data streams'
+    /// AEAD tags are the checks: `TransferAccept::tag_checks`).
+    pub(super) checked: bool,
 }
 
 /// A stream's compressor and the governor that says when to use it.
@@ -182,6 +185,7 @@ impl StreamSender<'_> {
             self.out.tx,
             &mut read_us,
             self.zip.as_mut(),
+            self.out.checked,
         )?;
         let tx = self.out.tx;
         let _ = tx.send(Event::Sent {
@@ -252,6 +256,7 @@ fn write_chunk(
     tx: &Sender<Event>,
     read_us: &mut u64,
     zip: Option<&mut Zip>,
+    checked: bool,
 ) -> io::Result<bool> {
     // A file with all its blocks has no hole to look for.
     let zero = c.len > 0 && f.stamp.sparse && reader.is_hole(c.offset, u64::from(c.len));
@@ -272,12 +277,13 @@ fn write_chunk(
     timed(Stage::Send, || w.write_all(&header.encode()))?;
     if zero {
         let t = timed(Stage::Hash, || {
-            super::super::zero_trailer(c.offset, c.len, f.whole)
+            super::super::zero_trailer(c.offset, c.len, f.whole, checked)
         });
         return timed(Stage::Send, || w.write_all(&t.encode())).map(|()| true);
     }
     let zip = zip.filter(|_| compressed);
-    let (hasher, read_error) = write_pieces(w, buf, reader, c, f.whole, read_us, zip)?;
+    let hasher = ChunkHasher::new(c.offset, f.whole, checked);
+    let (hasher, read_error) = write_pieces(w, buf, reader, c, hasher, read_us, zip)?;
     let Some(e) = read_error else {
         let t = timed(Stage::Hash, || trailer_of(&hasher));
         return timed(Stage::Send, || w.write_all(&t.encode())).map(|()| true);
@@ -312,11 +318,10 @@ fn write_pieces(
     buf: &mut [u8],
     reader: &dyn ReadAt,
     c: &Chunk,
-    whole: bool,
+    mut hasher: ChunkHasher,
     read_us: &mut u64,
     mut zip: Option<&mut Zip>,
 ) -> io::Result<(ChunkHasher, Option<io::Error>)> {
-    let mut hasher = ChunkHasher::new(c.offset, whole);
     let mut off = 0u64;
     let mut read_error = None;
     while off < u64::from(c.len) {
@@ -439,8 +444,18 @@ mod tests {
         let c = chunk_at(7, SIZE as u64, 64 << 10, 0);
         let (tx, rx) = mpsc::channel();
         let (mut w, mut buf, mut read_us) = (Vec::new(), vec![0u8; 1024], 0);
-        let read =
-            write_chunk(&mut w, &mut buf, &*reader, &c, &f, &tx, &mut read_us, None).unwrap();
+        let read = write_chunk(
+            &mut w,
+            &mut buf,
+            &*reader,
+            &c,
+            &f,
+            &tx,
+            &mut read_us,
+            None,
+            true,
+        )
+        .unwrap();
         assert!(read);
         let (h, body, trailer) = split(&w);
         assert_eq!(
@@ -455,13 +470,70 @@ mod tests {
     }
 
     #[test]
+    fn with_tag_checks_a_chunk_carries_no_check_unless_its_read_failed() {
+        let (_t, reader, f) = file();
+        let c = chunk_at(7, SIZE as u64, 64 << 10, 0);
+        let (tx, _rx) = mpsc::channel();
+        let (mut w, mut buf, mut read_us) = (Vec::new(), vec![0u8; 1024], 0);
+        write_chunk(
+            &mut w,
+            &mut buf,
+            &*reader,
+            &c,
+            &f,
+            &tx,
+            &mut read_us,
+            None,
+            false,
+        )
+        .unwrap();
+        let (_, body, trailer) = split(&w);
+        assert_eq!(body, data());
+        assert_eq!(trailer.check, digest::NO_CHECK);
+        assert_eq!(trailer.value, digest::chunk_value(&data(), 0, true));
+
+        let (_t, inner, f) = file();
+        let reader = FailsAt { inner, at: 1024 };
+        let mut w = Vec::new();
+        let read = write_chunk(
+            &mut w,
+            &mut buf,
+            &reader,
+            &c,
+            &f,
+            &tx,
+            &mut read_us,
+            None,
+            false,
+        )
+        .unwrap();
+        assert!(!read);
+        assert_ne!(
+            split(&w).2.check,
+            digest::NO_CHECK,
+            "a failed read is marked"
+        );
+    }
+
+    #[test]
     fn a_failed_read_fills_the_chunk_with_a_check_that_cannot_match() {
         let (_t, inner, f) = file();
         let reader = FailsAt { inner, at: 1024 };
         let c = chunk_at(7, SIZE as u64, 64 << 10, 0);
         let (tx, rx) = mpsc::channel();
         let (mut w, mut buf, mut read_us) = (Vec::new(), vec![0u8; 1024], 0);
-        let read = write_chunk(&mut w, &mut buf, &reader, &c, &f, &tx, &mut read_us, None).unwrap();
+        let read = write_chunk(
+            &mut w,
+            &mut buf,
+            &reader,
+            &c,
+            &f,
+            &tx,
+            &mut read_us,
+            None,
+            true,
+        )
+        .unwrap();
         assert!(!read);
         let (h, body, trailer) = split(&w);
         // The header was out: the frame is whole, its bytes zero past the
@@ -564,6 +636,7 @@ mod tests {
             anchor: &anchor,
             tx: &tx,
             compress: None,
+            checked: true,
         };
         let got = std::thread::scope(|scope| {
             let shared = &shared;
