@@ -398,8 +398,10 @@ fn report(kind: &str, summary: &serde_json::Value) {
 }
 
 /// A matrix's cells, a table per workload: each tool and settings on each
-/// path and direction, the median in Gbit/s with the spread, CPU seconds of
-/// both ends and whether the data verified; then the same-run limits.
+/// path and direction, the median in Gbit/s with the spread and how many
+/// runs succeeded, CPU seconds of both ends (`?`: not measured), whether
+/// the data verified (and what the tool did not keep), and the settings'
+/// arguments as run; then the same-run limits.
 fn print_matrix(m: &longhaul_archive::matrix::Matrix) {
     let gbit = |bytes_per_second: f64| format!("{:.2}", bytes_per_second * 8.0 / 1e9);
     outln!(
@@ -416,12 +418,13 @@ fn print_matrix(m: &longhaul_archive::matrix::Matrix) {
         }
         outln!("  {w}:");
         outln!(
-            "    {:<28} {:<14} {:<4} {:>8} {:>15} {:>13}  verified",
+            "    {:<28} {:<14} {:<4} {:>8} {:>15} {:>6} {:>13}  verified  args",
             "tool (settings)",
             "path",
             "dir",
             "Gbit/s",
             "min-max",
+            "runs",
             "CPU cl/srv s"
         );
         for c in cells {
@@ -434,8 +437,11 @@ fn print_matrix(m: &longhaul_archive::matrix::Matrix) {
                         gbit(r.max_bytes_per_second)
                     ),
                     cpu.as_ref().map_or_else(
-                        || "-".into(),
-                        |c| format!("{:.2}/{:.2}", c.client_seconds, c.server_seconds),
+                        || "?".into(),
+                        |c| {
+                            let s = |v: Option<f64>| v.map_or("?".into(), |v| format!("{v:.2}"));
+                            format!("{}/{}", s(c.client_seconds), s(c.server_seconds))
+                        },
                     ),
                 ),
                 (None, _) => (
@@ -444,19 +450,38 @@ fn print_matrix(m: &longhaul_archive::matrix::Matrix) {
                     "-".into(),
                 ),
             };
+            let runs = match (c.runs_succeeded, c.runs_planned) {
+                (Some(ok), Some(n)) => format!("{ok}/{n}"),
+                _ => "-".into(),
+            };
+            let verified = match c.verified {
+                Some(true) if !c.not_kept.is_empty() => "yes*",
+                Some(true) => "yes",
+                Some(false) => "NO",
+                None => "-",
+            };
+            let args = c.args.as_ref().map_or_else(
+                || "-".to_string(),
+                |a| {
+                    if a.is_empty() {
+                        "(no options)".into()
+                    } else {
+                        shlex::try_join(a.iter().map(String::as_str))
+                            .unwrap_or_else(|_| a.join(" "))
+                    }
+                },
+            );
             outln!(
-                "    {:<28} {:<14} {:<4} {:>8} {:>15} {:>13}  {}",
+                "    {:<28} {:<14} {:<4} {:>8} {:>15} {:>6} {:>13}  {:<8}  {}",
                 shorten(&format!("{} ({})", c.tool, c.settings), 28),
                 shorten(&c.path, 14),
                 c.direction,
                 median,
                 spread,
+                runs,
                 cpu,
-                match c.verified {
-                    Some(true) => "yes",
-                    Some(false) => "NO",
-                    None => "-",
-                }
+                verified,
+                args
             );
         }
     }
@@ -466,6 +491,17 @@ fn print_matrix(m: &longhaul_archive::matrix::Matrix) {
     }
     for l in m.cells.iter().filter_map(crate::print::matrix::note_line) {
         outln!("  {l}");
+    }
+    for c in m.cells.iter().filter(|c| !c.not_kept.is_empty()) {
+        outln!(
+            "  * {} ({}) {} {} {}: does not keep {} (nor claims to)",
+            c.tool,
+            c.settings,
+            c.path,
+            c.workload,
+            c.direction,
+            c.not_kept.join(", ")
+        );
     }
     for t in m.tools.iter().filter(|t| !t.installed) {
         outln!(

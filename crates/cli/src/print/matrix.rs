@@ -8,6 +8,9 @@ use longhaul_archive::matrix::Limits;
 /// when none was measured.
 pub fn limits_line(l: &Limits, rate: impl Fn(f64) -> String) -> Option<String> {
     let mut lim = Vec::new();
+    for (p, v) in &l.path_bytes_per_second {
+        lim.push(format!("the path {p}'s rate {}", rate(*v)));
+    }
     for (p, v) in &l.mem_to_mem_bytes_per_second {
         lim.push(format!("memory to memory on {p} {}", rate(*v)));
     }
