@@ -405,7 +405,7 @@ fn choose(tools: &[Tool], want: &[String]) -> Result<Vec<(Tool, Vec<String>)>, F
             )));
         };
         match chosen.iter_mut().find(|(c, _)| c.name == t.name) {
-            Some((_, s)) => s.extend(sets),
+            Some((_, s)) => s.extend(sets.into_iter().filter(|x| !s.contains(x)).collect::<Vec<_>>()),
             None => chosen.push((t.clone(), sets)),
         }
     }
@@ -627,16 +627,22 @@ fn mean_all(v: impl Iterator<Item = Option<f64>>) -> Option<f64> {
 }
 
 /// A cell's median, spread, CPU and verdict from its runs: the rate of the
-/// runs that succeeded, how many did of those planned, what the tool did
-/// not keep.
+/// runs that ran, how many succeeded (and verified) of those planned, what
+/// the tool did not keep.
 fn summarise(c: &mut Cell, planned: u32) {
-    let ok: Vec<&RunResult> = c.runs.iter().filter(|r| r.ok()).collect();
-    let mut rates: Vec<f64> = ok.iter().filter_map(|r| r.bytes_per_second).collect();
+    let succeeded = c.runs.iter().filter(|r| r.ok()).count();
+    // A copy that did not verify still moved: its rate is shown, marked.
+    let ran: Vec<&RunResult> = c
+        .runs
+        .iter()
+        .filter(|r| r.error.is_none() && r.bytes_per_second.is_some())
+        .collect();
+    let mut rates: Vec<f64> = ran.iter().filter_map(|r| r.bytes_per_second).collect();
     rates.sort_by(f64::total_cmp);
     if let Some(e) = c.runs.iter().find_map(|r| r.error.clone()) {
         c.cell.error = Some(e);
     }
-    c.cell.runs_succeeded = Some(ok.len() as u32);
+    c.cell.runs_succeeded = Some(succeeded as u32);
     c.cell.runs_planned = Some(planned);
     if !rates.is_empty() {
         let n = rates.len();
@@ -652,8 +658,8 @@ fn summarise(c: &mut Cell, planned: u32) {
             median_bits_per_second: med * 8.0,
         });
         c.cell.cpu_seconds = Some(Cpu {
-            client_seconds: mean_all(ok.iter().map(|r| r.cpu_client_seconds)),
-            server_seconds: mean_all(ok.iter().map(|r| r.cpu_server_seconds)),
+            client_seconds: mean_all(ran.iter().map(|r| r.cpu_client_seconds)),
+            server_seconds: mean_all(ran.iter().map(|r| r.cpu_server_seconds)),
         });
     }
     let v: Vec<bool> = c.runs.iter().filter_map(|r| r.verified).collect();

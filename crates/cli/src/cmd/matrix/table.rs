@@ -31,7 +31,7 @@ fn rate_text(c: Option<&Cell>) -> String {
             mb(r.max_bytes_per_second)
         ));
     }
-    if let (Some(ok), Some(n)) = (c.runs_succeeded, c.runs_planned) {
+    if let (Some(ok), Some(n), false) = (c.runs_succeeded, c.runs_planned, c.verified == Some(false)) {
         if ok != n {
             s.push_str(&format!(" [{ok} of {n}]"));
         }
@@ -54,7 +54,11 @@ fn cpu_text(c: Option<&Cell>) -> String {
     let Some(cpu) = &c.cpu_seconds else {
         return "?".into();
     };
-    let ok: Vec<_> = c.runs.iter().filter(|r| r.ok()).collect();
+    let ok: Vec<_> = c
+        .runs
+        .iter()
+        .filter(|r| r.error.is_none() && r.bytes_per_second.is_some())
+        .collect();
     let seconds = ok.iter().map(|r| r.seconds).sum::<f64>() / ok.len().max(1) as f64;
     let gb = r.median_bytes_per_second * seconds / 1e9;
     let per = |v: Option<f64>| match v {
