@@ -405,7 +405,11 @@ fn choose(tools: &[Tool], want: &[String]) -> Result<Vec<(Tool, Vec<String>)>, F
             )));
         };
         match chosen.iter_mut().find(|(c, _)| c.name == t.name) {
-            Some((_, s)) => s.extend(sets.into_iter().filter(|x| !s.contains(x)).collect::<Vec<_>>()),
+            Some((_, s)) => s.extend(
+                sets.into_iter()
+                    .filter(|x| !s.contains(x))
+                    .collect::<Vec<_>>(),
+            ),
             None => chosen.push((t.clone(), sets)),
         }
     }

@@ -102,7 +102,14 @@ fn tiny_matrix_verifies_every_file_cell_and_flags_a_corrupt_peer() {
         );
         // As root each end has a cgroup; otherwise its CPU is unknown, never 0.
         let cpu = &c["cpu_seconds"]["client_seconds"];
-        assert!(if root { cpu.as_f64().is_some() } else { cpu.is_null() }, "{what}");
+        assert!(
+            if root {
+                cpu.as_f64().is_some()
+            } else {
+                cpu.is_null()
+            },
+            "{what}"
+        );
         if c["tool"] == "corrupt" {
             assert_eq!(c["verified"], false, "{what}");
             assert!(
@@ -182,7 +189,9 @@ fn every_builtin_template_runs_and_verifies_at_defaults_and_its_swept_best() {
     ];
     if !require::have(
         "PEERS",
-        peers.iter().try_for_each(|(p, pkg)| require::program(p, pkg)),
+        peers
+            .iter()
+            .try_for_each(|(p, pkg)| require::program(p, pkg)),
     ) {
         return;
     }
@@ -205,7 +214,10 @@ fn every_builtin_template_runs_and_verifies_at_defaults_and_its_swept_best() {
     assert_eq!(tools.len(), 12, "{tools:?}\n{stderr}");
     for c in cells {
         let what = format!("{c}");
-        assert!(c["rate"]["median_bytes_per_second"].as_f64().unwrap() > 0.0, "{what}");
+        assert!(
+            c["rate"]["median_bytes_per_second"].as_f64().unwrap() > 0.0,
+            "{what}"
+        );
         if c["workload"] == "tree" {
             assert_eq!(c["verified"], true, "{what}\n{stderr}");
         }
@@ -267,9 +279,12 @@ fn a_peers_best_is_its_sweeps_winner_and_quick_remembers_it() {
     let sweeps = doc["sweeps"].as_array().unwrap();
     assert_eq!(sweeps.len(), 1, "{stderr}");
     assert_eq!(sweeps[0]["winner"], serde_json::json!(["0"]), "{stderr}");
-    let tried: Vec<&serde_json::Value> = sweeps[0]["candidates"].as_array().unwrap().iter().collect();
+    let tried: Vec<&serde_json::Value> =
+        sweeps[0]["candidates"].as_array().unwrap().iter().collect();
     assert_eq!(tried.len(), 3);
-    assert!(tried.iter().all(|c| c["bytes_per_second"].as_f64().unwrap() > 0.0));
+    assert!(tried
+        .iter()
+        .all(|c| c["bytes_per_second"].as_f64().unwrap() > 0.0));
     for c in doc["cells"].as_array().unwrap() {
         let want = if c["settings"] == "best" { "0" } else { "1" };
         assert_eq!(c["args"], serde_json::json!([want]), "{c}");
@@ -313,9 +328,23 @@ fn a_server_forking_its_work_into_a_new_session_has_that_cpu_counted() {
     let tools = t.path().join("tools.json");
     std::fs::write(&tools, FORKS).unwrap();
     let o = common::bin()
-        .args(["--no-archive", "matrix", "--json", "--tools", "forks", "--tools-file"])
+        .args([
+            "--no-archive",
+            "matrix",
+            "--json",
+            "--tools",
+            "forks",
+            "--tools-file",
+        ])
         .arg(&tools)
-        .args(["--paths", "loopback", "--workloads", "elephant", "--runs", "2"])
+        .args([
+            "--paths",
+            "loopback",
+            "--workloads",
+            "elephant",
+            "--runs",
+            "2",
+        ])
         .args(["--size", "64K", "--work-dir"])
         .arg(t.dir("work"))
         .output()

@@ -246,7 +246,10 @@ impl<'a> Matrix<'a> {
         BTreeMap::from([
             ("bin", self.s.bin.display().to_string()),
             ("root", self.s.work.display().to_string()),
-            ("state", self.state.join(&t.name).display().to_string()),
+            (
+                "state",
+                self.state.join(file_name(&t.name)).display().to_string(),
+            ),
             (
                 "seconds",
                 format!("{}", self.s.params.mem_seconds.ceil() as u64),
@@ -327,7 +330,7 @@ impl<'a> Matrix<'a> {
             let Some(s) = t.server.as_ref().filter(|_| needed) else {
                 continue;
             };
-            let tstate = self.state.join(&t.name);
+            let tstate = self.state.join(file_name(&t.name));
             mk(&tstate)?;
             if let Some(f) = &net.far {
                 if t.over_ssh {
@@ -385,16 +388,14 @@ impl<'a> Matrix<'a> {
                 argv,
                 hosts_file: s.hosts_file && net.wan.is_some(),
                 port: pp.0,
-                log: self.logs.join(format!(
-                    "{}-{}-server.log",
-                    p.name.replace('/', "_"),
-                    t.name
-                )),
+                log: self
+                    .logs
+                    .join(file_name(&format!("{}-{}-server.log", p.name, t.name))),
             };
             if let Some(g) = self
                 .acct
                 .as_ref()
-                .and_then(|a| a.group(&format!("server-{index}-{}", t.name)))
+                .and_then(|a| a.group(&format!("server-{index}-{}", file_name(&t.name))))
             {
                 servers.groups.insert(t.name.clone(), g);
             }
@@ -765,7 +766,11 @@ impl<'a> Matrix<'a> {
         vars.insert("dstdir_rel", rel(&dstdir));
         vars.insert(
             "ssh",
-            self.state.join(&t.name).join("ssh").display().to_string(),
+            self.state
+                .join(file_name(&t.name))
+                .join("ssh")
+                .display()
+                .to_string(),
         );
         vars.insert(
             "sshhost",
@@ -905,13 +910,17 @@ fn failed_run(e: String) -> RunResult {
     }
 }
 
-/// A run's name in the logs.
+/// A run's name in the logs (and its directories' names).
 fn tag(p: &PathSpec, w: &str, t: &Tool, settings: &str, dir: &str, run: &str) -> String {
-    format!(
-        "{}-{w}-{}-{settings}-{dir}-{run}",
-        p.name.replace('/', "_"),
-        t.name
-    )
+    file_name(&format!("{}-{w}-{}-{settings}-{dir}-{run}", p.name, t.name))
+}
+
+/// A name (a tool's, from a tools file) as one file name: no `/`, not `..`.
+fn file_name(name: &str) -> String {
+    match name.replace('/', "_") {
+        n if n == "." || n == ".." || n.is_empty() => "_".into(),
+        n => n,
+    }
 }
 
 /// Arguments as a reader would type them (quoted where needed).
@@ -966,7 +975,7 @@ fn far_vars(
     BTreeMap::from([
         ("bin", remote_path.to_string()),
         ("root", f.root.clone()),
-        ("state", format!("{}/state/{}", f.root, t.name)),
+        ("state", format!("{}/state/{}", f.root, file_name(&t.name))),
         ("seconds", format!("{}", params.mem_seconds.ceil() as u64)),
     ])
 }

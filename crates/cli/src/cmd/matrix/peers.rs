@@ -60,6 +60,9 @@ pub struct Settings {
     pub why: String,
     #[serde(default)]
     pub args: Vec<String>,
+    /// Run only when `--tools NAME:SETTINGS` names it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub on_request: bool,
 }
 
 /// The grid `best` is swept from (section 16 of docs/ARCHITECTURE.md):
@@ -176,12 +179,18 @@ impl Tool {
         n
     }
 
-    /// The settings run when none is named: `defaults` and `best`.
+    /// The settings run when none is named: all but those run on request.
     pub fn default_settings(&self) -> Vec<String> {
-        self.setting_names()
-            .into_iter()
-            .filter(|s| s == "defaults" || s == BEST)
-            .collect()
+        let mut n: Vec<String> = self
+            .settings
+            .iter()
+            .filter(|s| !s.on_request)
+            .map(|s| s.name.clone())
+            .collect();
+        if self.sweep.is_some() {
+            n.push(BEST.into());
+        }
+        n
     }
 
     /// A fixed settings by name.
@@ -235,8 +244,9 @@ pub fn parse_tools(text: &str, toml: bool) -> Result<Vec<Tool>, String> {
 
 fn check(t: &Tool) -> Result<(), String> {
     let bad = |why: &str| Err(format!("tool '{}': {why}", t.name));
-    if t.name.is_empty() || t.name.contains([':', ',', '/']) || t.name.trim() != t.name {
-        return bad("a name must be non-empty, without ':', ',', '/' or edge spaces");
+    // `--tools NAME:SETTINGS,...` must be able to name it.
+    if t.name.is_empty() || t.name.contains([':', ',']) || t.name.trim() != t.name {
+        return bad("a name must be non-empty, without ':', ',' or edge spaces");
     }
     if t.put.is_empty() {
         return bad("'put' is empty");

@@ -31,7 +31,9 @@ fn rate_text(c: Option<&Cell>) -> String {
             mb(r.max_bytes_per_second)
         ));
     }
-    if let (Some(ok), Some(n), false) = (c.runs_succeeded, c.runs_planned, c.verified == Some(false)) {
+    if let (Some(ok), Some(n), false) =
+        (c.runs_succeeded, c.runs_planned, c.verified == Some(false))
+    {
         if ok != n {
             s.push_str(&format!(" [{ok} of {n}]"));
         }
