@@ -200,40 +200,8 @@ pub fn matrix(a: MatrixArgs, archive_args: &ArchiveArgs, verbose: u8) -> Outcome
     let bin = std::env::current_exe()
         .map_err(|e| Failure::internal(format!("cannot find this program's path: {e}")))?;
     let quick = a.quick;
-    // --quick keeps 3 runs a cell: a figure is a median with its spread,
-    // never one run.
-    let runs = a.runs.max(1);
-    let size = a.size.unwrap_or(if quick { 32 << 20 } else { 1 << 30 });
-    let nfiles = a.files.unwrap_or(if quick { 100 } else { 2000 });
-    let seconds = a
-        .seconds
-        .unwrap_or(Duration::from_secs(if quick { 2 } else { 10 }));
-    let paths: Vec<String> = if a.paths.is_empty() {
-        if a.far.is_some() {
-            vec!["far".into()]
-        } else if quick {
-            vec!["loopback".into(), "lan".into()]
-        } else {
-            vec!["loopback".into(), "80ms".into()]
-        }
-    } else {
-        a.paths.clone()
-    };
-    let paths: Vec<PathSpec> = paths
-        .iter()
-        .map(|p| path_spec(p, a.rate, a.far.as_deref()))
-        .collect::<Result<_, _>>()
-        .map_err(usage)?;
-    let workloads: Vec<String> = if a.workloads.is_empty() {
-        WORKLOADS.iter().map(|s| s.to_string()).collect()
-    } else {
-        a.workloads.clone()
-    };
-    if let Some(w) = workloads.iter().find(|w| !WORKLOADS.contains(&w.as_str())) {
-        return Err(usage(format!(
-            "unknown workload '{w}': mem, elephant, smallfiles, tree"
-        )));
-    }
+    let (paths, params) = paths_and_params(&a)?;
+    let workloads = params.workloads.clone();
     let mut tools = peers::builtin();
     if let Some(f) = &a.tools_file {
         tools.extend(peers::read_tools_file(f).map_err(usage)?);
@@ -248,58 +216,15 @@ pub fn matrix(a: MatrixArgs, archive_args: &ArchiveArgs, verbose: u8) -> Outcome
             note: peers::missing(t),
         })
         .collect();
-    let far_path = paths
-        .iter()
-        .find_map(|p| p.far.as_ref().map(|h| (p.name.clone(), h)));
-    let ssh = match (&far_path, &a.far) {
-        (Some(_), Some(h)) => Some(far::Ssh::new(h, a.rsh.as_deref()).map_err(usage)?),
-        _ => None,
-    };
+    let (ssh, far_skip) = reach_far(&a, &paths, &chosen, &mut rows)?;
     let remote_path = a.remote_path.clone().unwrap_or_else(|| "longhaul".into());
-    let far_skip = match (&ssh, &far_path) {
-        (Some(ssh), Some((_, host))) => far_lacks(ssh, host, &remote_path, &chosen, &mut rows)?,
-        _ => BTreeMap::new(),
-    };
-    let params = Params {
-        runs,
-        elephant_bytes: size,
-        small_files: nfiles,
-        mem_seconds: seconds.as_secs_f64(),
-        workloads: workloads.clone(),
-    };
     let plan = plan(&paths, &workloads, &chosen, &far_skip);
     let (done, kept_sweeps) = resumed(a.resume.as_deref())?;
     let todo: Vec<&Cell> = plan
         .iter()
         .filter(|c| !done.contains_key(&c.key()))
         .collect();
-    let expected: f64 = todo
-        .iter()
-        .map(|c| {
-            let once = expected_seconds(c, &paths, &params);
-            let swept = if c.settings == peers::BEST && c.direction == "put" {
-                sweep_size(&chosen, c, &paths)
-            } else {
-                0
-            };
-            once * (f64::from(runs) + swept as f64)
-        })
-        .sum::<f64>();
-    eprintln!(
-        "longhaul matrix: {} cells ({} kept from --resume), {} run(s) each, and the sweeps of \
-         `best`: expected about {:.0} min (a sweep's losers are cut short)",
-        plan.len(),
-        plan.len() - todo.len(),
-        runs,
-        (expected / 60.0).ceil().max(0.0)
-    );
-    for r in rows.iter().filter(|r| r.note.is_some()) {
-        eprintln!(
-            "  {}: {}",
-            r.name,
-            r.note.as_deref().unwrap_or("not installed")
-        );
-    }
+    announce(&plan, &todo, &chosen, &paths, &params, &rows);
     if a.dry_run {
         return Ok(exit::OK);
     }
@@ -321,7 +246,7 @@ pub fn matrix(a: MatrixArgs, archive_args: &ArchiveArgs, verbose: u8) -> Outcome
         params: params.clone(),
         tools: rows,
         paths: paths.clone(),
-        cells: plan.clone(),
+        cells: plan,
         sweeps: kept_sweeps,
         limits: Limits::default(),
         load: Load {
@@ -374,9 +299,97 @@ pub fn matrix(a: MatrixArgs, archive_args: &ArchiveArgs, verbose: u8) -> Outcome
     Ok(if bad { exit::PARTIAL } else { exit::OK })
 }
 
-/// Which tools, at which settings: every tool at `defaults` and `best`
-/// unless `--tools` names them (`NAME` for those two, `NAME:SETTINGS` for
-/// one, such as a settings run only when named).
+/// The paths and the parameters asked for (`--quick`'s smaller ones).
+fn paths_and_params(a: &MatrixArgs) -> Result<(Vec<PathSpec>, Params), Failure> {
+    let quick = a.quick;
+    // --quick keeps 3 runs a cell: a figure is a median with its spread,
+    // never one run.
+    let runs = a.runs.max(1);
+    let size = a.size.unwrap_or(if quick { 32 << 20 } else { 1 << 30 });
+    let nfiles = a.files.unwrap_or(if quick { 100 } else { 2000 });
+    let seconds = a
+        .seconds
+        .unwrap_or(Duration::from_secs(if quick { 2 } else { 10 }));
+    let paths: Vec<String> = if a.paths.is_empty() {
+        if a.far.is_some() {
+            vec!["far".into()]
+        } else if quick {
+            vec!["loopback".into(), "lan".into()]
+        } else {
+            vec!["loopback".into(), "80ms".into()]
+        }
+    } else {
+        a.paths.clone()
+    };
+    let paths: Vec<PathSpec> = paths
+        .iter()
+        .map(|p| path_spec(p, a.rate, a.far.as_deref()))
+        .collect::<Result<_, _>>()
+        .map_err(usage)?;
+    let workloads: Vec<String> = if a.workloads.is_empty() {
+        WORKLOADS.iter().map(|s| s.to_string()).collect()
+    } else {
+        a.workloads.clone()
+    };
+    if let Some(w) = workloads.iter().find(|w| !WORKLOADS.contains(&w.as_str())) {
+        return Err(usage(format!(
+            "unknown workload '{w}': mem, elephant, smallfiles, tree"
+        )));
+    }
+    Ok((
+        paths,
+        Params {
+            runs,
+            elephant_bytes: size,
+            small_files: nfiles,
+            mem_seconds: seconds.as_secs_f64(),
+            workloads,
+        },
+    ))
+}
+
+/// The plan, how long it should take, and the tools that will not run.
+fn announce(
+    plan: &[Cell],
+    todo: &[&Cell],
+    chosen: &[(Tool, Vec<String>)],
+    paths: &[PathSpec],
+    params: &Params,
+    rows: &[ToolRow],
+) {
+    let runs = params.runs;
+    let expected: f64 = todo
+        .iter()
+        .map(|c| {
+            let once = expected_seconds(c, paths, params);
+            let swept = if c.settings == peers::BEST && c.direction == "put" {
+                sweep_size(chosen, c, paths)
+            } else {
+                0
+            };
+            once * (f64::from(runs) + swept as f64)
+        })
+        .sum::<f64>();
+    eprintln!(
+        "longhaul matrix: {} cells ({} kept from --resume), {} run(s) each, and the sweeps of \
+         `best`: expected about {:.0} min (a sweep's losers are cut short)",
+        plan.len(),
+        plan.len() - todo.len(),
+        runs,
+        (expected / 60.0).ceil().max(0.0)
+    );
+    for r in rows.iter().filter(|r| r.note.is_some()) {
+        eprintln!(
+            "  {}: {}",
+            r.name,
+            r.note.as_deref().unwrap_or("not installed")
+        );
+    }
+}
+
+/// Which tools, at which settings: every tool at its settings (all but
+/// those run on request, and `best`) unless `--tools` names them (`NAME`
+/// for those, `NAME:SETTINGS` for one, such as one run on request).
 fn choose(tools: &[Tool], want: &[String]) -> Result<Vec<(Tool, Vec<String>)>, Failure> {
     if want.is_empty() {
         return Ok(tools
@@ -414,6 +427,24 @@ fn choose(tools: &[Tool], want: &[String]) -> Result<Vec<(Tool, Vec<String>)>, F
         }
     }
     Ok(chosen)
+}
+
+/// With a `far` path: the ssh that reaches it, and the tools that may not
+/// run there (and why), each noted in its row.
+#[allow(clippy::type_complexity)]
+fn reach_far(
+    a: &MatrixArgs,
+    paths: &[PathSpec],
+    chosen: &[(Tool, Vec<String>)],
+    rows: &mut [ToolRow],
+) -> Result<(Option<far::Ssh>, BTreeMap<String, String>), Failure> {
+    let Some(host) = paths.iter().find_map(|p| p.far.as_ref()) else {
+        return Ok((None, BTreeMap::new()));
+    };
+    let ssh = far::Ssh::new(host, a.rsh.as_deref()).map_err(usage)?;
+    let remote_path = a.remote_path.as_deref().unwrap_or("longhaul");
+    let skip = far_lacks(&ssh, host, remote_path, chosen, rows)?;
+    Ok((Some(ssh), skip))
 }
 
 /// On the far host: which tools may not run there (and why), each noted

@@ -710,15 +710,25 @@ impl<'a> Matrix<'a> {
         Ok(())
     }
 
-    /// One run of a tool: its client, timed, in a cgroup of its own, with
-    /// its server's CPU over it, and a copy's check. Also the arguments as
-    /// run, and a note for the cell if the copy did not verify.
-    fn run_once(
+    /// Where a run reads and writes, as its placeholders: the far side of
+    /// a run is the far host's work directory on --far (the put's
+    /// destination, the get's source), else this one's (its servers serve
+    /// it). A copy's destination directory is made afresh. Also the
+    /// destination, its directory, and the far host when it is there.
+    #[allow(clippy::type_complexity)]
+    fn place<'n>(
         &self,
-        net: &PathNet,
-        servers: &mut Servers,
+        net: &'n PathNet,
         j: &Job,
-    ) -> Result<(RunResult, Vec<String>, Option<String>), String> {
+    ) -> Result<
+        (
+            BTreeMap<&'static str, String>,
+            PathBuf,
+            PathBuf,
+            Option<&'n far::Far>,
+        ),
+        String,
+    > {
         let (w, t) = (j.workload, j.tool);
         let mut vars = self.vars(t);
         let pp = self.ports.get(&t.name).copied().unwrap_or((0, 0));
@@ -726,9 +736,6 @@ impl<'a> Matrix<'a> {
         vars.insert("host", net.host.clone());
         vars.insert("port", pp.0.to_string());
         vars.insert("port1", pp.1.to_string());
-        // The far side of a run: the far host's work directory on --far
-        // (the put's destination, the get's source), else this one's (its
-        // servers serve it).
         let far_here = net.far.as_ref().filter(|_| !t.local);
         let put = j.direction == "put";
         let far_root = far_here.map(|f| PathBuf::from(&f.root));
@@ -776,6 +783,22 @@ impl<'a> Matrix<'a> {
             "sshhost",
             far_here.map_or(net.host.clone(), |f| f.ssh.dest.clone()),
         );
+        Ok((vars, dst, dstdir, far_dst))
+    }
+
+    /// One run of a tool: its client, timed, in a cgroup of its own, with
+    /// its server's CPU over it, and a copy's check. Also the arguments as
+    /// run, and a note for the cell if the copy did not verify.
+    fn run_once(
+        &self,
+        net: &PathNet,
+        servers: &mut Servers,
+        j: &Job,
+    ) -> Result<(RunResult, Vec<String>, Option<String>), String> {
+        let (w, t) = (j.workload, j.tool);
+        let (vars, dst, dstdir, far_dst) = self.place(net, j)?;
+        let put = j.direction == "put";
+        let far_here = net.far.as_ref().filter(|_| !t.local);
         let template = if put { &t.put } else { &t.get };
         let argv = peers::argv(template, j.args, &vars);
         let filled = peers::fill_all(j.args, &vars);
