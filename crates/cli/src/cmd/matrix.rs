@@ -201,7 +201,6 @@ pub fn matrix(a: MatrixArgs, archive_args: &ArchiveArgs, verbose: u8) -> Outcome
         .map_err(|e| Failure::internal(format!("cannot find this program's path: {e}")))?;
     let quick = a.quick;
     let (paths, params) = paths_and_params(&a)?;
-    let workloads = params.workloads.clone();
     let mut tools = peers::builtin();
     if let Some(f) = &a.tools_file {
         tools.extend(peers::read_tools_file(f).map_err(usage)?);
@@ -218,7 +217,7 @@ pub fn matrix(a: MatrixArgs, archive_args: &ArchiveArgs, verbose: u8) -> Outcome
         .collect();
     let (ssh, far_skip) = reach_far(&a, &paths, &chosen, &mut rows)?;
     let remote_path = a.remote_path.clone().unwrap_or_else(|| "longhaul".into());
-    let plan = plan(&paths, &workloads, &chosen, &far_skip);
+    let plan = plan(&paths, &params.workloads, &chosen, &far_skip);
     let (done, kept_sweeps) = resumed(a.resume.as_deref())?;
     let todo: Vec<&Cell> = plan
         .iter()

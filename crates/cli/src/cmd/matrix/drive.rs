@@ -17,6 +17,7 @@ use super::sweep::{self, PathFacts, Swept, Tried};
 use super::verify::{self, Manifest};
 use super::{far, run, summarise, Cell, Doc, Params, PathSpec, RunResult};
 use crate::args::MatrixArgs;
+use crate::print::matrix::args_text as shown_args;
 
 /// What every part of a matrix's run shares.
 pub(super) struct Setup<'a> {
@@ -944,14 +945,6 @@ fn file_name(name: &str) -> String {
         n if n == "." || n == ".." || n.is_empty() => "_".into(),
         n => n,
     }
-}
-
-/// Arguments as a reader would type them (quoted where needed).
-pub(super) fn shown_args(args: &[String]) -> String {
-    if args.is_empty() {
-        return "(no options)".into();
-    }
-    shlex::try_join(args.iter().map(String::as_str)).unwrap_or_else(|_| args.join(" "))
 }
 
 /// A run's outcome in the progress line.

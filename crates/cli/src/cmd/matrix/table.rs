@@ -5,9 +5,9 @@
 //! settings' arguments, `best`'s from its sweep on each path), what a tool
 //! did not keep of the tree, the ratio lines; then the limits and notes.
 
-use super::drive::shown_args;
 use super::{ratios, Cell, Doc};
 use crate::args::MatrixArgs;
+use crate::print::matrix::args_text as shown_args;
 
 /// A cell's rate: `median (min-max)`, `n of N` when runs failed.
 fn rate_text(c: Option<&Cell>) -> String {
