@@ -165,7 +165,6 @@ impl Servers {
             Some(Served::Here(_)) => self.groups.get(&tool.name)?.usage(),
             Some(Served::Far(s)) => s.cpu(),
             None if tool.server.is_none() => Some(0.0),
-            // The far host's own sshd: its sessions are not ours to count.
             None => None,
         }
     }
@@ -333,14 +332,6 @@ impl<'a> Matrix<'a> {
             };
             let tstate = self.state.join(file_name(&t.name));
             mk(&tstate)?;
-            if let Some(f) = &net.far {
-                if t.over_ssh {
-                    // The far host's own sshd, reached with the user's ssh.
-                    let w = tstate.join("ssh");
-                    write_script(&w, &format!("#!/bin/sh\nexec {} \"$@\"\n", f.ssh.rsh_line))?;
-                    continue;
-                }
-            }
             // The server's side: here, or on the far host.
             let mut vars = match &net.far {
                 Some(f) => far_vars(f, t, self.remote_path(), self.s.params),
@@ -362,13 +353,19 @@ impl<'a> Matrix<'a> {
             let argv: Vec<String> = s.argv.iter().map(|x| peers::fill(x, &vars)).collect();
             if let Some(f) = &net.far {
                 let started = (|| {
+                    f.mkdir(&vars["state"])?;
                     for (name, text) in &s.files {
                         f.write(
                             &format!("{}/{name}", vars["state"]),
                             &peers::fill(text, &vars),
                         )?;
                     }
-                    f.start_server(&argv, &format!("{}/server.log", vars["state"]), pp.0)
+                    let o =
+                        f.start_server(&argv, &format!("{}/server.log", vars["state"]), pp.0)?;
+                    if t.over_ssh {
+                        far_ssh_client(f, &vars["state"], &tstate, pp.0)?;
+                    }
+                    Ok(o)
                 })();
                 match started {
                     Ok(o) => {
@@ -780,10 +777,7 @@ impl<'a> Matrix<'a> {
                 .display()
                 .to_string(),
         );
-        vars.insert(
-            "sshhost",
-            far_here.map_or(net.host.clone(), |f| f.ssh.dest.clone()),
-        );
+        vars.insert("sshhost", net.host.clone());
         Ok((vars, dst, dstdir, far_dst))
     }
 
@@ -1010,6 +1004,50 @@ fn far_ports() -> (u16, u16) {
 fn getrandom_bytes(b: &mut [u8]) -> std::io::Result<()> {
     use std::io::Read as _;
     std::fs::File::open("/dev/urandom")?.read_exact(b)
+}
+
+/// The client's side of a private sshd the over-ssh tools' template
+/// started on the far host (as it starts one here): its throwaway client
+/// key and host key come back over the matrix's ssh into `here` (the
+/// tool's state directory, owner only), with an ssh config that reaches
+/// that sshd alone, as the far user, and `here/ssh`, the script `{ssh}` names.
+fn far_ssh_client(f: &far::Far, far_state: &str, here: &Path, port: u16) -> Result<(), String> {
+    let st = far::join(&[far_state])?;
+    let out = f.ssh.run(
+        &format!(
+            "cd {st} && cat client_key && echo LH-CUT && cut -d' ' -f1,2 host_key.pub && id -un"
+        ),
+        None,
+    )?;
+    let (key, rest) = out
+        .split_once("LH-CUT\n")
+        .ok_or("the far sshd's keys could not be read")?;
+    let mut rest = rest.lines();
+    let (Some(host_key), Some(user)) = (rest.next(), rest.next()) else {
+        return Err("the far sshd's keys could not be read".into());
+    };
+    let write = |name: &str, text: String, mode: u32| {
+        use std::os::unix::fs::PermissionsExt;
+        let p = here.join(name);
+        std::fs::write(&p, text)
+            .and_then(|()| std::fs::set_permissions(&p, std::fs::Permissions::from_mode(mode)))
+            .map_err(|e| format!("{}: {e}", p.display()))
+    };
+    write("client_key", format!("{}\n", key.trim_end()), 0o600)?;
+    write("known_hosts", format!("* {host_key}\n"), 0o600)?;
+    let h = here.display();
+    write(
+        "ssh_config",
+        format!(
+            "Host *\n  Port {port}\n  User {user}\n  IdentityFile {h}/client_key\n  IdentitiesOnly yes\n  \
+             UserKnownHostsFile {h}/known_hosts\n  StrictHostKeyChecking yes\n  BatchMode yes\n  LogLevel ERROR\n"
+        ),
+        0o600,
+    )?;
+    write_script(
+        &here.join("ssh"),
+        &format!("#!/bin/sh\nexec ssh -F \"{h}/ssh_config\" \"$@\"\n"),
+    )
 }
 
 /// A small executable script (owner only).

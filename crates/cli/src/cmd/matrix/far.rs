@@ -26,8 +26,6 @@ pub struct Ssh {
     /// With OpenSSH, the matrix's own commands (not the tools' runs) share
     /// one connection: `-o ControlPath=...` of the master [`Far`] holds.
     mux: Vec<String>,
-    /// As given (for a wrapper script).
-    pub rsh_line: String,
     pub dest: String,
 }
 
@@ -44,7 +42,6 @@ impl Ssh {
         Ok(Ssh {
             rsh: argv,
             mux: vec![],
-            rsh_line: line,
             dest: dest.to_string(),
         })
     }

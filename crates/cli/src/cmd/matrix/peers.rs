@@ -152,10 +152,9 @@ pub struct Tool {
     /// Runs on this host only, whatever the path (a local copy).
     #[serde(default)]
     pub local: bool,
-    /// Its server is an sshd: on loopback and emulated paths the private
-    /// one its `server` starts; on `--far` the far host's own, reached with
-    /// the user's ssh (`{ssh}` runs it, `{sshhost}` names the host), and no
-    /// server is started.
+    /// Its server is a private sshd its `server` starts (here, in the
+    /// emulator's namespace or on the far host), reached by `{ssh}` at
+    /// `{sshhost}`; on the far host its keys come back here to reach it.
     #[serde(default)]
     pub over_ssh: bool,
     /// May run on `--far`: its server is safe on a host of a real network
