@@ -13,6 +13,8 @@ mod ratios;
 mod run;
 mod sweep;
 mod table;
+#[cfg(test)]
+mod tests;
 mod verify;
 
 use std::collections::BTreeMap;
