@@ -218,6 +218,7 @@ fn grid(md: bool, head: &[String], rows: &[Vec<String>]) {
 /// `best`'s winner on each path (with `-v`, every candidate's figure).
 fn settings_lines(doc: &Doc, w: &str, verbose: u8) -> Vec<String> {
     let mut out = Vec::new();
+    let mut bare: Vec<&str> = Vec::new();
     for t in &doc.tools {
         for s in &t.settings {
             let mut by_path: Vec<(String, String)> = Vec::new();
@@ -242,8 +243,11 @@ fn settings_lines(doc: &Doc, w: &str, verbose: u8) -> Vec<String> {
                 by_path.push((p.name.clone(), said));
             }
             let all_same = by_path.windows(2).all(|x| x[0].1 == x[1].1);
-            if by_path.is_empty() || (s == "defaults" && all_same && by_path[0].1 == "(no options)")
-            {
+            if by_path.is_empty() {
+                continue;
+            }
+            if s == "defaults" && all_same && by_path[0].1 == shown_args(&[]) {
+                bare.push(&t.name);
                 continue;
             }
             let text = if all_same && s != "best" {
@@ -259,6 +263,50 @@ fn settings_lines(doc: &Doc, w: &str, verbose: u8) -> Vec<String> {
             if verbose > 0 && s == "best" {
                 out.extend(sweep_lines(doc, &t.name, w));
             }
+        }
+    }
+    if !bare.is_empty() {
+        out.insert(
+            0,
+            format!(
+                "(defaults) ran with no options beyond the template's (the tool as installed): {}",
+                bare.join(", ")
+            ),
+        );
+    }
+    out.extend(best_below_defaults(doc, w));
+    out
+}
+
+/// Where a tool's `best` came out slower than its `defaults` in the cells'
+/// runs: said, with the spreads, since its sweep ran each candidate once.
+fn best_below_defaults(doc: &Doc, w: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for b in doc
+        .cells
+        .iter()
+        .filter(|c| c.workload == w && c.settings == "best")
+    {
+        let d = doc.cells.iter().find(|c| {
+            c.settings == "defaults"
+                && c.tool == b.tool
+                && c.path == b.path
+                && c.workload == w
+                && c.direction == b.direction
+        });
+        let (Some(d), Some(br), Some(dr)) = (d, &b.rate, d.and_then(|d| d.rate.as_ref())) else {
+            continue;
+        };
+        if br.median_bytes_per_second < dr.median_bytes_per_second {
+            out.push(format!(
+                "{} (best) came out below its defaults on {} {}: {} against {} MB/s (its sweep ran \
+                 each candidate once, a put; -v lists them)",
+                b.tool,
+                b.path,
+                b.direction,
+                rate_text(Some(b)),
+                rate_text(Some(d))
+            ));
         }
     }
     out
@@ -375,5 +423,97 @@ fn print_csv(doc: &Doc) {
             field(&c.args.as_ref().map(|a| shown_args(a)).unwrap_or_default()),
             field(c.error.as_deref().unwrap_or(""))
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{path_spec, sweep};
+    use super::super::{summarise, Cell, Doc, Load, Params, RunResult};
+    use super::*;
+    use longhaul_archive::matrix::{self as archived, Limits, ToolRow};
+
+    fn cell(tool: &str, settings: &str, args: &[&str], rates: &[f64]) -> Cell {
+        let mut c = Cell {
+            cell: archived::Cell {
+                tool: tool.into(),
+                settings: settings.into(),
+                path: "loopback".into(),
+                workload: "mem".into(),
+                direction: "put".into(),
+                args: Some(args.iter().map(|a| a.to_string()).collect()),
+                ..archived::Cell::default()
+            },
+            runs: rates
+                .iter()
+                .map(|r| RunResult {
+                    bytes_per_second: Some(*r),
+                    seconds: 1.0,
+                    ..RunResult::default()
+                })
+                .collect(),
+        };
+        summarise(&mut c, rates.len() as u32);
+        c
+    }
+
+    fn doc(cells: Vec<Cell>, sweeps: Vec<sweep::Swept>) -> Doc {
+        let row = |name: &str| ToolRow {
+            name: name.into(),
+            settings: vec!["defaults".into(), "best".into()],
+            installed: true,
+            note: None,
+        };
+        Doc {
+            format: "longhaul-matrix".into(),
+            format_version: 2,
+            params: Params {
+                runs: 3,
+                elephant_bytes: 0,
+                small_files: 0,
+                mem_seconds: 1.0,
+                workloads: vec!["mem".into()],
+            },
+            tools: vec![row("iperf3"), row("nuttcp")],
+            paths: vec![path_spec("loopback", 1, None).unwrap()],
+            cells,
+            sweeps,
+            limits: Limits::default(),
+            load: Load::default(),
+            interrupted: false,
+        }
+    }
+
+    /// 41.B9: what `defaults` and `best` ran with is said under the table,
+    /// `best`'s with its sweep; a `best` slower than `defaults` is said.
+    #[test]
+    fn the_table_says_what_defaults_and_best_ran_with_and_a_best_below_defaults() {
+        let swept = |tool: &str, winner: &[&str]| sweep::Swept {
+            tool: tool.into(),
+            path: "loopback".into(),
+            workload: "mem".into(),
+            winner: Some(winner.iter().map(|a| a.to_string()).collect()),
+            candidates: vec![sweep::Tried::default(); 6],
+            remembered: None,
+        };
+        let d = doc(
+            vec![
+                cell("iperf3", "defaults", &[], &[9e8, 1e9, 11e8]),
+                cell("iperf3", "best", &["-P", "4"], &[2e9, 2e9, 2e9]),
+                cell("nuttcp", "defaults", &["-l", "1M"], &[3e9, 3e9, 3e9]),
+                cell("nuttcp", "best", &["-N", "1"], &[1e9, 2e9, 15e8]),
+            ],
+            vec![swept("iperf3", &["-P", "4"]), swept("nuttcp", &["-N", "1"])],
+        );
+        let l = settings_lines(&d, "mem", 0);
+        let want = [
+            "(defaults) ran with no options beyond the template's (the tool as installed): iperf3",
+            "iperf3 (best) ran with loopback: -P 4, of 6 swept",
+            "nuttcp (defaults) ran with -l 1M",
+            "nuttcp (best) ran with loopback: -N 1, of 6 swept",
+            "nuttcp (best) came out below its defaults on loopback put: 1500 (1000-2000) against \
+             3000 MB/s (its sweep ran each candidate once, a put; -v lists them)",
+        ];
+        assert_eq!(l, want, "{l:#?}");
     }
 }

@@ -65,7 +65,7 @@ fn output_without_a_figure_says_what_is_missing() {
         (
             Figure::Iperf3,
             r#"{"start":{}, "error":"busy"}"#,
-            "end.sum_received.bits_per_second",
+            "it said: busy",
         ),
         (
             Figure::Longhaul,
@@ -181,7 +181,10 @@ fn a_cell_summarises_its_runs_median_spread_cpu_and_verdict() {
     );
     assert_eq!(r.median_bits_per_second, 1600.0);
     let cpu = c.cpu_seconds.clone().unwrap();
-    assert_eq!((cpu.client_seconds, cpu.server_seconds), (Some(1.0), Some(0.5)));
+    assert_eq!(
+        (cpu.client_seconds, cpu.server_seconds),
+        (Some(1.0), Some(0.5))
+    );
     assert_eq!((c.verified, c.error.clone()), (Some(true), None));
     assert!(c.whole());
 
@@ -283,10 +286,14 @@ fn ratios_compare_our_best_with_the_best_verified_peer_and_the_local_copy() {
     let lines = ratios::lines(&d, "elephant");
     assert_eq!(lines.len(), 1, "{lines:?}");
     assert!(
-        lines[0].starts_with("loopback put: longhaul (defaults), 3.00x the rate of rsync (defaults)"),
+        lines[0]
+            .starts_with("loopback put: longhaul (defaults), 3.00x the rate of rsync (defaults)"),
         "{lines:?}"
     );
-    assert!(lines[0].contains("1.50x the limit (the local copy 600 MB/s)"), "{lines:?}");
+    assert!(
+        lines[0].contains("1.50x the limit (the local copy 600 MB/s)"),
+        "{lines:?}"
+    );
     assert!(lines[0].contains("not compared: badpeer"), "{lines:?}");
     // No longhaul cell in a column: no line for it.
     assert!(ratios::lines(&d, "mem").is_empty());
