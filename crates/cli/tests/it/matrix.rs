@@ -235,6 +235,7 @@ fn every_builtin_template_runs_and_verifies_at_defaults_and_its_swept_best() {
                 .unwrap_or_else(|| panic!("no sweep for {what}"));
             assert!(!sweep["candidates"].as_array().unwrap().is_empty());
             assert!(sweep["winner"].is_array(), "{sweep}");
+            assert_eq!(c["args"], sweep["winner"], "{what}");
         }
     }
 }
