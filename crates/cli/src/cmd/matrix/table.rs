@@ -87,10 +87,7 @@ fn what(doc: &Doc, w: &str) -> String {
 /// Prints the matrix in the form asked for.
 pub(super) fn print(a: &MatrixArgs, doc: &Doc, verbose: u8) {
     if a.json {
-        outln!(
-            "{}",
-            serde_json::to_string_pretty(doc).unwrap_or_else(|_| "{}".into())
-        );
+        crate::print::out_json(&serde_json::to_string_pretty(doc).unwrap_or_else(|_| "{}".into()));
         return;
     }
     if a.csv {
