@@ -4,16 +4,18 @@
 # shared destination directory (the namespaces share the file system: the "parallel file system").
 #
 # What it does, per case, in the same run, alternating with its physical limit:
-#   * limit: N `iperf3 -c 198.18.0.2 -t IPERF_SECONDS` at once, one in each pair (`iperf3 -s -1` in
-#     host b), summed (end.sum_received): what the N links carry memory to memory;
+#   * limit: N `longhaul perf 198.18.0.2 -t PERF_SECONDS` at once, one in each pair, against the
+#     pair's own server, summed (summary.bits_per_second): what the N links carry memory to memory
+#     (how the peers fare on one pair's path is the matrix's to say: `longhaul matrix --paths
+#     RTT/0/RATE --workloads mem`);
 #   * fleet: N ranks at once, rank i in pair i's host a:
 #       longhaul cp -r --rank i --size N --run-dir RUN [--queue URL] --json SRC/ longhaul://198.18.0.2:5310/data/outK/
 #     against `longhaul serve` in each host b exporting the one destination; wall time from the start
 #     of the ranks to the end of the last one (the final check included); rate = dataset bytes / wall.
 # Cases: balanced (FILES files of FILE_MIB MiB) for each N in PAIRS: fleet / (N x RATE) (target >=
-# 0.9) and fleet / iperf3-sum; skewed (one BIG_GIB GiB file + SMALL files of 1-16 KiB) on the
+# 0.9) and fleet / perf-sum; skewed (one BIG_GIB GiB file + SMALL files of 1-16 KiB) on the
 # largest N, static shares and (if PostgreSQL is installed) the queue: time / ideal, where ideal =
-# bytes / iperf3-sum of the same run (target <= 1.1); and, when the balanced case ran on the same
+# bytes / perf-sum of the same run (target <= 1.1); and, when the balanced case ran on the same
 # N just before, time / (bytes at the balanced set's rate): what the skew itself costs.
 # Data in /dev/shm (made once, incompressible); the destination in /dev/shm too, emptied per run.
 # A PostgreSQL server for the queue runs as the postgres user in a temp dir, reached by a unix socket
@@ -21,7 +23,7 @@
 #
 # How to run (root; build first):   bash bench/fleet.sh
 # Environment: BIN (target/release/longhaul), PAIRS ("1 2 4"), RATE (1gbit), RTT (2ms), FILES (16),
-#   FILE_MIB (128), BIG_GIB (4), SMALL (20000), IPERF_SECONDS (8), SKEWED (1), BALANCED (1),
+#   FILE_MIB (128), BIG_GIB (4), SMALL (20000), PERF_SECONDS (8), SKEWED (1), BALANCED (1),
 #   MODES ("static queue": the skewed case's modes), PLAINTEXT (0: TLS),
 #   LH_ARGS (more `cp` arguments for every rank, e.g. "--chunk 4M").
 # Output: one line per run (on stderr: each rank's time, MiB, files, units, sessions); TSV in
@@ -38,14 +40,13 @@ FILES=${FILES:-16}
 FILE_MIB=${FILE_MIB:-128}
 BIG_GIB=${BIG_GIB:-4}
 SMALL=${SMALL:-20000}
-IPERF_SECONDS=${IPERF_SECONDS:-8}
+PERF_SECONDS=${PERF_SECONDS:-8}
 SKEWED=${SKEWED:-1}
 BALANCED=${BALANCED:-1}
 read -r -a MODES <<<"${MODES:-static queue}"
 PLAINTEXT=${PLAINTEXT:-0}
 read -r -a LH_ARGS <<<"${LH_ARGS:-}" || true
 [ "$(id -u)" -eq 0 ] || { echo "run as root (network namespaces)" >&2; exit 1; }
-command -v iperf3 >/dev/null || { echo "iperf3 is needed (apt-get install iperf3)" >&2; exit 1; }
 [ -x "$BIN" ] || { echo "build first: cargo build --release" >&2; exit 1; }
 RATE_BPS=$(python3 -c "import re,sys; m=re.fullmatch(r'([0-9.]+)([kmg]?)bit', sys.argv[1].lower()); print(int(float(m[1])*{'':1,'k':1e3,'m':1e6,'g':1e9}[m[2]]))" "$RATE")
 
@@ -141,15 +142,11 @@ down_pairs() {
     NAMES=()
 }
 
-iperf_sum() { # N -> bits/s summed over the pairs
+perf_sum() { # N -> bits/s summed over the pairs, each pair's longhaul perf at once
     local n=$1 i pids=()
     for i in $(seq "$n"); do
-        ip netns exec "lhf$i-b" iperf3 -s -1 -p 5299 >/dev/null 2>&1 &
-        pids+=($!)
-    done
-    sleep 0.5
-    for i in $(seq "$n"); do
-        ip netns exec "lhf$i-a" iperf3 -c 198.18.0.2 -p 5299 -t "$IPERF_SECONDS" -J >"$RUN/i3-$i.json" 2>/dev/null &
+        ip netns exec "lhf$i-a" "$LH" --no-archive perf 198.18.0.2 -p 5310 -t "$PERF_SECONDS" -i 0 --json \
+            >"$RUN/perf-$i.json" 2>/dev/null &
         pids+=($!)
     done
     for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
@@ -159,7 +156,7 @@ run, n = sys.argv[1], int(sys.argv[2])
 total = 0
 for i in range(1, n + 1):
     try:
-        total += json.load(open(f"{run}/i3-{i}.json"))["end"]["sum_received"]["bits_per_second"]
+        total += json.load(open(f"{run}/perf-{i}.json"))["summary"]["bits_per_second"]
     except Exception:
         pass
 print(int(total))
@@ -219,13 +216,13 @@ local_copy() { # SRC -> bits/s of `cp -r` into a fresh directory of the destinat
     python3 -c "print(int($(bytes_of "$1")*8/($t1-$t0)))"
 }
 
-printf 'case\tpairs\tmode\tseconds\tbytes\tfleet_bps\tiperf_sum_bps\tratio_target\tratio_iperf\tverified\n' >"$TSV"
+printf 'case\tpairs\tmode\tseconds\tbytes\tfleet_bps\tperf_sum_bps\tratio_target\tratio_perf\tverified\n' >"$TSV"
 echo "# fleet, $(date -u '+%Y-%m-%d %H:%M') UTC, commit $(git rev-parse --short HEAD 2>/dev/null || echo '?'), rate $RATE per pair, RTT $RTT, $([ "$PLAINTEXT" = 1 ] && echo plaintext || echo TLS)"
 BAL_BYTES=$(bytes_of "$SHM/balanced")
 for n in $PAIRS; do
     [ "$BALANCED" = 1 ] || break
     up_pairs "$n"
-    limit=$(iperf_sum "$n")
+    limit=$(perf_sum "$n")
     read -r secs ok resent < <(fleet "$n" "$SHM/balanced" static)
     bps=$(python3 -c "print(int($BAL_BYTES*8/$secs))")
     rt=$(python3 -c "print(f'{$bps/($n*$RATE_BPS):.3f}')")
@@ -233,14 +230,14 @@ for n in $PAIRS; do
     printf 'balanced\t%s\tstatic\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$n" "$secs" "$BAL_BYTES" "$bps" "$limit" "$rt" "$ri" "$ok" >>"$TSV"
     BAL_BPS=$bps
     BAL_N=$n
-    echo "balanced  N=$n  $(python3 -c "print(f'{$bps/1e9:.3f}')") Gbit/s in $secs s  (iperf3 x$n: $(python3 -c "print(f'{$limit/1e9:.3f}')") Gbit/s)  fleet/(N x $RATE) = $rt  fleet/iperf3 = $ri  verified=$ok resent=$resent"
+    echo "balanced  N=$n  $(python3 -c "print(f'{$bps/1e9:.3f}')") Gbit/s in $secs s  (perf x$n: $(python3 -c "print(f'{$limit/1e9:.3f}')") Gbit/s)  fleet/(N x $RATE) = $rt  fleet/perf = $ri  verified=$ok resent=$resent"
     down_pairs
 done
 if [ "$SKEWED" = 1 ]; then
     n=$(echo "$PAIRS" | tr ' ' '\n' | sort -n | tail -n 1)
     SK_BYTES=$(bytes_of "$SHM/skewed")
     up_pairs "$n"
-    limit=$(iperf_sum "$n")
+    limit=$(perf_sum "$n")
     modes=()
     for m in "${MODES[@]}"; do
         if [ "$m" = static ] || [ -n "$PG_URL" ]; then modes+=("$m"); fi
@@ -253,7 +250,7 @@ if [ "$SKEWED" = 1 ]; then
         ratio=$(python3 -c "print(f'{$secs/$ideal:.3f}')")
         bps=$(python3 -c "print(int($SK_BYTES*8/$secs))")
         printf 'skewed\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$n" "$mode" "$secs" "$SK_BYTES" "$bps" "$limit" "NA" "$ratio" "$ok" >>"$TSV"
-        echo "skewed    N=$n  $mode: $secs s vs ideal $ideal s (bytes / iperf3 x$n) = $ratio  verified=$ok resent=$resent"
+        echo "skewed    N=$n  $mode: $secs s vs ideal $ideal s (bytes / perf x$n) = $ratio  verified=$ok resent=$resent"
         if [ -n "${BAL_BPS:-}" ] && [ "${BAL_N:-}" = "$n" ]; then
             # The same bytes at the balanced case's rate on the same pairs, this run.
             even=$(python3 -c "print(f'{$SK_BYTES*8/$BAL_BPS:.2f}')")

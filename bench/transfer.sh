@@ -12,9 +12,11 @@
 # Environment: ROUNDS (3), SIZE (4G: the big file), NFILES (20000 small files of 1-64 KiB; the tree
 # has a tenth as many, of mixed sizes), TOOLS (longhaul,gridftp,xrootd,rsyncd,rsync-ssh,scp,
 # tar-socket,cp,iperf3), WORKLOADS (elephant,smallfiles,tree), WORK_DIR, LONGHAUL_BIN, RESULTS.
-# Cold-cache reads: bench/cold-read.sh; one big file's CPU per byte and stages against GridFTP:
-# bench/elephant.sh. The script this replaces (cold-cache disk scenarios, fio ceilings, peak RSS) is
-# in git history at 3a98b22.
+# Cold-cache reads: bench/cold-read.sh. One big file against GridFTP and a local copy in memory (what
+# elephant.sh measured; its dd-sync ceiling is the matrix's destination-write limit):
+#   WORKLOADS=elephant TOOLS=longhaul,gridftp,cp WORK_DIR=/dev/shm/lh-bench SIZE=2G bash bench/transfer.sh
+# The script this replaces (cold-cache disk scenarios, fio ceilings, peak RSS) is in git history at
+# 3a98b22.
 set -euo pipefail
 . "$(dirname "$0")/lib/matrix.sh"
 extra=()

@@ -42,12 +42,14 @@ pub struct Rate {
     pub median_bits_per_second: f64,
 }
 
-/// A cell's CPU seconds, on the client and the server (mean of its runs).
+/// A cell's CPU seconds, on the client and the server (mean of its runs,
+/// each end read from a cgroup of its own); None where it could not be
+/// measured (shown `?`, never 0).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct Cpu {
-    pub client_seconds: f64,
-    pub server_seconds: f64,
+    pub client_seconds: Option<f64>,
+    pub server_seconds: Option<f64>,
 }
 
 /// One cell: a tool at one settings, on one path, one workload, one
@@ -67,6 +69,15 @@ pub struct Cell {
     pub verified: Option<bool>,
     pub error: Option<String>,
     pub note: Option<String>,
+    /// The settings' arguments as run (for `best`, the sweep's winner on
+    /// this path and workload); None in documents from before they were kept.
+    pub args: Option<Vec<String>>,
+    /// What of the tree the tool did not keep and does not claim to
+    /// (`empty directories`, `symbolic links`, `permission bits`).
+    pub not_kept: Vec<String>,
+    /// Runs that succeeded (and verified), of those planned; None in older documents.
+    pub runs_succeeded: Option<u32>,
+    pub runs_planned: Option<u32>,
 }
 
 /// Which cell, whatever the run: what its history is kept by.
@@ -91,6 +102,16 @@ impl Cell {
     }
 
     /// The median in bits per second, when the cell has a rate.
+    /// Whether every planned run succeeded: the only cells a ratio may use.
+    pub fn whole(&self) -> bool {
+        self.rate.is_some()
+            && self.verified != Some(false)
+            && match (self.runs_succeeded, self.runs_planned) {
+                (Some(ok), Some(n)) => ok == n,
+                _ => self.error.is_none(),
+            }
+    }
+
     pub fn bits_per_second(&self) -> Option<f64> {
         self.rate
             .as_ref()
@@ -109,6 +130,8 @@ pub struct Limits {
     pub local_copy_bytes_per_second: BTreeMap<String, f64>,
     /// Writing the elephant's size to the destination, synced.
     pub destination_write_bytes_per_second: Option<f64>,
+    /// Each emulated path's rate (its bottleneck).
+    pub path_bytes_per_second: BTreeMap<String, f64>,
 }
 
 /// A tool of the matrix, and whether it was there to run.

@@ -108,7 +108,7 @@ fn a_matrix_is_one_run_with_its_cells_and_each_cell_has_a_history() {
     );
     assert_eq!(
         m.cells[1].cpu_seconds.as_ref().unwrap().server_seconds,
-        0.25
+        Some(0.25)
     );
     assert_eq!(m.limits.destination_write_bytes_per_second, Some(5e8));
     assert_eq!(m.limits.mem_to_mem_bytes_per_second["loopback"], 1.2e9);

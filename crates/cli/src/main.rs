@@ -88,7 +88,7 @@ fn main() {
         Command::Plot(a) => cmd::plot(a, &cli.archive),
         Command::Completions(a) => cmd::completions(a),
         Command::Man(a) => cmd::man(a),
-        Command::Matrix(a) => cmd::matrix(a, &cli.archive),
+        Command::Matrix(a) => cmd::matrix(a, &cli.archive, cli.verbose),
     };
     let code = match result {
         Ok(code) => code,

@@ -90,7 +90,7 @@ thread_local! {
 }
 
 /// Whether stages are counted: `LONGHAUL_STAGE_CPU=off` turns it off, to
-/// measure what the counting itself costs (bench/elephant.sh `lh-nostages`).
+/// measure what the counting itself costs (the same copy with and without it).
 fn counting_on() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *ON.get_or_init(|| std::env::var_os("LONGHAUL_STAGE_CPU").is_none_or(|v| v != "off"))

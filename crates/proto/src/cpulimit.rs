@@ -182,6 +182,48 @@ pub fn read_cgroup(
     out
 }
 
+/// Where CPU time is counted for the process's cgroup and its children:
+/// the cgroup's directory and its version, for a caller that makes child
+/// cgroups there and reads their use ([`parse_cpu_usage`]). A host whose
+/// only hierarchy is cgroup v2 gives that; otherwise cgroup v1's `cpuacct`
+/// controller (hybrid hosts), else the unified v2 hierarchy mounted beside.
+pub fn accounting_dir(proc_self_cgroup: &str, mountinfo: &str) -> Option<(u8, String)> {
+    let mounts: Vec<Mount> = mountinfo.lines().filter_map(Mount::parse).collect();
+    let mut v2 = None;
+    for line in proc_self_cgroup.lines() {
+        let mut f = line.splitn(3, ':');
+        let (Some(id), Some(controllers), Some(path)) = (f.next(), f.next(), f.next()) else {
+            continue;
+        };
+        if id == "0" && controllers.is_empty() {
+            v2 = mounts
+                .iter()
+                .find(|m| m.fstype == "cgroup2")
+                .map(|m| (2, m.dir_of(path)));
+        } else if controllers.split(',').any(|c| c == "cpuacct") {
+            let m = mounts
+                .iter()
+                .find(|m| m.fstype == "cgroup" && m.super_opts.split(',').any(|o| o == "cpuacct"));
+            if let Some(m) = m {
+                return Some((1, m.dir_of(path)));
+            }
+        }
+    }
+    v2
+}
+
+/// CPU seconds a cgroup's tasks used: v1 `cpuacct.usage` (nanoseconds),
+/// v2 `cpu.stat`'s `usage_usec`.
+pub fn parse_cpu_usage(s: &str, version: u8) -> Option<f64> {
+    if version == 1 {
+        return s.trim().parse::<u64>().ok().map(|ns| ns as f64 / 1e9);
+    }
+    s.lines()
+        .find_map(|l| l.strip_prefix("usage_usec "))
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .map(|us| us as f64 / 1e6)
+}
+
 /// The directory of the process's cgroup that holds the CPU controller,
 /// its version, and the mount point it is under (the top of the walk).
 fn cpu_cgroup_dir(proc_self_cgroup: &str, mountinfo: &str) -> Option<(u8, String, String)> {
@@ -351,6 +393,35 @@ mod tests {
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect();
         move |p: &str| m.get(p).cloned()
+    }
+
+    #[test]
+    fn cpu_is_counted_under_cpuacct_on_hybrid_hosts_and_under_v2_on_unified_ones() {
+        let cg = "9:name=systemd:/\n3:cpuset:/\n2:cpuacct:/user/7\n1:cpu:/x\n0::/u\n";
+        assert_eq!(
+            accounting_dir(cg, HYBRID_MOUNTINFO),
+            Some((1, "/sys/fs/cgroup/cpuacct/user/7".into()))
+        );
+        let mi = "29 23 0:26 / /sys/fs/cgroup rw,nosuid - cgroup2 cgroup2 rw,nsdelegate\n";
+        assert_eq!(
+            accounting_dir("0::/user.slice/s.scope\n", mi),
+            Some((2, "/sys/fs/cgroup/user.slice/s.scope".into()))
+        );
+        // A cgroup namespace shows its own root: the mount's root is kept.
+        let mi = "29 23 0:26 /ns /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n";
+        assert_eq!(
+            accounting_dir("0::/ns/job\n", mi),
+            Some((2, "/sys/fs/cgroup/job".into()))
+        );
+        assert_eq!(accounting_dir("", ""), None);
+        assert_eq!(accounting_dir("2:cpuacct:/a\n", ""), None);
+        assert_eq!(parse_cpu_usage("1500000000\n", 1), Some(1.5));
+        assert_eq!(
+            parse_cpu_usage("usage_usec 2500000\nuser_usec 1\n", 2),
+            Some(2.5)
+        );
+        assert_eq!(parse_cpu_usage("nr_periods 1\n", 2), None);
+        assert_eq!(parse_cpu_usage("x", 1), None);
     }
 
     #[test]

@@ -21,7 +21,7 @@
 //! | `MPI`        | Open MPI's mpirun                                            |
 //! | `SSH`        | sshd, ssh and ssh-keygen (OpenSSH), for `HOST:path` tests    |
 //! | `IPERF3`     | Debian's iperf3, for `perf --iperf3` and `serve --iperf3`    |
-//! | `PEERS`      | rsync, socat and XRootD, for the matrix's peer templates     |
+//! | `PEERS`      | every matrix template's peer: iperf3, iperf2, nuttcp, GridFTP, XRootD, rsync, socat, OpenSSH, python3 |
 //! | `DIST`       | this build's release in target/dist (`scripts/release.sh`)   |
 //!
 //! Every skip is also written, one line each, to the file named by

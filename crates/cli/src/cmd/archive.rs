@@ -398,8 +398,10 @@ fn report(kind: &str, summary: &serde_json::Value) {
 }
 
 /// A matrix's cells, a table per workload: each tool and settings on each
-/// path and direction, the median in Gbit/s with the spread, CPU seconds of
-/// both ends and whether the data verified; then the same-run limits.
+/// path and direction, the median in Gbit/s with the spread and how many
+/// runs succeeded, CPU seconds of both ends (`?`: not measured), whether
+/// the data verified (and what the tool did not keep), and the settings'
+/// arguments as run; then the same-run limits.
 fn print_matrix(m: &longhaul_archive::matrix::Matrix) {
     let gbit = |bytes_per_second: f64| format!("{:.2}", bytes_per_second * 8.0 / 1e9);
     outln!(
@@ -416,48 +418,17 @@ fn print_matrix(m: &longhaul_archive::matrix::Matrix) {
         }
         outln!("  {w}:");
         outln!(
-            "    {:<28} {:<14} {:<4} {:>8} {:>15} {:>13}  verified",
+            "    {:<28} {:<14} {:<4} {:>8} {:>15} {:>6} {:>13}  verified  args",
             "tool (settings)",
             "path",
             "dir",
             "Gbit/s",
             "min-max",
+            "runs",
             "CPU cl/srv s"
         );
         for c in cells {
-            let (median, spread, cpu) = match (&c.rate, &c.cpu_seconds) {
-                (Some(r), cpu) => (
-                    gbit(r.median_bytes_per_second),
-                    format!(
-                        "{}-{}",
-                        gbit(r.min_bytes_per_second),
-                        gbit(r.max_bytes_per_second)
-                    ),
-                    cpu.as_ref().map_or_else(
-                        || "-".into(),
-                        |c| format!("{:.2}/{:.2}", c.client_seconds, c.server_seconds),
-                    ),
-                ),
-                (None, _) => (
-                    if c.error.is_some() { "failed" } else { "-" }.to_string(),
-                    "-".into(),
-                    "-".into(),
-                ),
-            };
-            outln!(
-                "    {:<28} {:<14} {:<4} {:>8} {:>15} {:>13}  {}",
-                shorten(&format!("{} ({})", c.tool, c.settings), 28),
-                shorten(&c.path, 14),
-                c.direction,
-                median,
-                spread,
-                cpu,
-                match c.verified {
-                    Some(true) => "yes",
-                    Some(false) => "NO",
-                    None => "-",
-                }
-            );
+            outln!("    {}", matrix_line(c));
         }
     }
     let gbits = |v: f64| format!("{} Gbit/s", gbit(v));
@@ -467,6 +438,13 @@ fn print_matrix(m: &longhaul_archive::matrix::Matrix) {
     for l in m.cells.iter().filter_map(crate::print::matrix::note_line) {
         outln!("  {l}");
     }
+    for l in m
+        .cells
+        .iter()
+        .filter_map(crate::print::matrix::not_kept_line)
+    {
+        outln!("  {l}");
+    }
     for t in m.tools.iter().filter(|t| !t.installed) {
         outln!(
             "  {}: {}",
@@ -474,6 +452,57 @@ fn print_matrix(m: &longhaul_archive::matrix::Matrix) {
             t.note.as_deref().unwrap_or("not installed")
         );
     }
+}
+
+/// A matrix cell's line in `show`: median Gbit/s and the spread, runs that
+/// succeeded of those planned, CPU seconds of both ends (`?`: not
+/// measured), whether it verified (`*`: something not kept), its arguments.
+fn matrix_line(c: &longhaul_archive::matrix::Cell) -> String {
+    let gbit = |bytes_per_second: f64| format!("{:.2}", bytes_per_second * 8.0 / 1e9);
+    let secs = |v: Option<f64>| v.map_or("?".into(), |v| format!("{v:.2}"));
+    let (median, spread, cpu) = match &c.rate {
+        Some(r) => (
+            gbit(r.median_bytes_per_second),
+            format!(
+                "{}-{}",
+                gbit(r.min_bytes_per_second),
+                gbit(r.max_bytes_per_second)
+            ),
+            c.cpu_seconds.as_ref().map_or_else(
+                || "?".into(),
+                |c| format!("{}/{}", secs(c.client_seconds), secs(c.server_seconds)),
+            ),
+        ),
+        None => (
+            if c.error.is_some() { "failed" } else { "-" }.to_string(),
+            "-".into(),
+            "-".into(),
+        ),
+    };
+    let runs = match (c.runs_succeeded, c.runs_planned) {
+        (Some(ok), Some(n)) => format!("{ok}/{n}"),
+        _ => "-".into(),
+    };
+    let verified = match c.verified {
+        Some(true) if !c.not_kept.is_empty() => "yes*",
+        Some(true) => "yes",
+        Some(false) => "NO",
+        None => "-",
+    };
+    format!(
+        "{:<28} {:<14} {:<4} {:>8} {:>15} {:>6} {:>13}  {:<8}  {}",
+        shorten(&format!("{} ({})", c.tool, c.settings), 28),
+        shorten(&c.path, 14),
+        c.direction,
+        median,
+        spread,
+        runs,
+        cpu,
+        verified,
+        c.args
+            .as_deref()
+            .map_or_else(|| "-".into(), crate::print::matrix::args_text)
+    )
 }
 
 /// `longhaul where`.

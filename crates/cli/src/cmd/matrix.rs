@@ -5,13 +5,17 @@
 //! order rotates every run) so that a noisy host hurts all alike.
 
 mod archive;
+mod cgroup;
 mod drive;
 mod far;
 mod peers;
 mod ratios;
 mod run;
+mod sweep;
+mod table;
 #[cfg(test)]
 mod tests;
+mod verify;
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -27,7 +31,7 @@ use longhaul_archive::matrix::{self as archived, CellKey, Cpu, Limits, Rate, Too
 use peers::{Kind, Tool};
 
 /// The JSON document's format version (docs/JSON.md, `longhaul-matrix`).
-const VERSION: u32 = 1;
+const VERSION: u32 = 2;
 
 /// One path: loopback or an emulated WAN.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -105,10 +109,27 @@ fn path_spec(s: &str, rate: u64, far: Option<&str>) -> Result<PathSpec, String> 
 struct RunResult {
     bytes_per_second: Option<f64>,
     seconds: f64,
-    cpu_client_seconds: f64,
-    cpu_server_seconds: f64,
+    /// CPU seconds of each end, from its cgroup; None: not measurable.
+    cpu_client_seconds: Option<f64>,
+    cpu_server_seconds: Option<f64>,
     verified: Option<bool>,
+    /// What of the tree the tool did not keep (and does not claim to).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    not_kept: Vec<String>,
+    /// The tool's own report of its rate, for reference (rsync --stats,
+    /// globus-url-copy -vb); the cell's rate is the wall clock's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    reported_bytes_per_second: Option<f64>,
+    /// The host's one-minute load average as the run started.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    loadavg_1m: Option<f64>,
     error: Option<String>,
+}
+
+impl RunResult {
+    fn ok(&self) -> bool {
+        self.error.is_none() && self.verified != Some(false) && self.bytes_per_second.is_some()
+    }
 }
 
 /// One cell: a tool at one settings, on one path, one workload, one
@@ -141,8 +162,28 @@ struct Doc {
     tools: Vec<ToolRow>,
     paths: Vec<PathSpec>,
     cells: Vec<Cell>,
+    /// Each tool's sweep on each path and workload: every candidate's
+    /// figure and the winner its `best` cells ran with.
+    #[serde(default)]
+    sweeps: Vec<sweep::Swept>,
     limits: Limits,
+    /// /proc/loadavg when the matrix started and when it ended.
+    #[serde(default)]
+    load: Load,
     interrupted: bool,
+}
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(default)]
+struct Load {
+    start: String,
+    end: String,
+}
+
+fn loadavg() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_default()
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -157,16 +198,119 @@ struct Params {
 const WORKLOADS: &[&str] = &["mem", "elephant", "smallfiles", "tree"];
 
 /// `longhaul matrix`.
-pub fn matrix(a: MatrixArgs, archive_args: &ArchiveArgs) -> Outcome {
+pub fn matrix(a: MatrixArgs, archive_args: &ArchiveArgs, verbose: u8) -> Outcome {
     let bin = std::env::current_exe()
         .map_err(|e| Failure::internal(format!("cannot find this program's path: {e}")))?;
     let quick = a.quick;
-    let runs = if quick { 1 } else { a.runs.max(1) };
-    let size = a.size.unwrap_or(if quick { 64 << 20 } else { 1 << 30 });
-    let nfiles = a.files.unwrap_or(if quick { 200 } else { 2000 });
+    let (paths, params) = paths_and_params(&a)?;
+    let mut tools = peers::builtin();
+    if let Some(f) = &a.tools_file {
+        tools.extend(peers::read_tools_file(f).map_err(usage)?);
+    }
+    let chosen = choose(&tools, &a.tools)?;
+    let mut rows: Vec<ToolRow> = chosen
+        .iter()
+        .map(|(t, s)| ToolRow {
+            name: t.name.clone(),
+            settings: s.clone(),
+            installed: peers::missing(t).is_none(),
+            note: peers::missing(t),
+        })
+        .collect();
+    let (ssh, far_skip) = reach_far(&a, &paths, &chosen, &mut rows)?;
+    let remote_path = a.remote_path.clone().unwrap_or_else(|| "longhaul".into());
+    let plan = plan(&paths, &params.workloads, &chosen, &far_skip);
+    let (done, kept_sweeps) = resumed(a.resume.as_deref())?;
+    let todo: Vec<&Cell> = plan
+        .iter()
+        .filter(|c| !done.contains_key(&c.key()))
+        .collect();
+    announce(&plan, &todo, &chosen, &paths, &params, &rows);
+    if a.dry_run {
+        return Ok(exit::OK);
+    }
+
+    let (work, _tmp) = match &a.work_dir {
+        Some(d) => (d.clone(), None),
+        None => {
+            let t = tempfile::Builder::new()
+                .prefix("longhaul-matrix.")
+                .tempdir()
+                .map_err(|e| Failure::internal(format!("cannot make a work directory: {e}")))?;
+            (t.path().to_path_buf(), Some(t))
+        }
+    };
+    let stop = interrupt_flag();
+    let mut doc = Doc {
+        format: "longhaul-matrix".into(),
+        format_version: VERSION,
+        params: params.clone(),
+        tools: rows,
+        paths: paths.clone(),
+        cells: plan,
+        sweeps: kept_sweeps,
+        limits: Limits::default(),
+        load: Load {
+            start: loadavg(),
+            end: String::new(),
+        },
+        interrupted: false,
+    };
+    if quick {
+        remember_winners(archive_args, &mut doc);
+    }
+    let kept = archive::start(archive_args, &paths, &params);
+    let far = ssh.map(|s| (s, remote_path));
+    let r = drive::drive(
+        &drive::Setup {
+            a: &a,
+            bin: &bin,
+            work: &work,
+            chosen: &chosen,
+            params: &params,
+            stop: &stop,
+            far_ssh: far.as_ref(),
+            verbose,
+        },
+        &paths,
+        &mut doc,
+        &done,
+    );
+    doc.interrupted = stop.load(Ordering::SeqCst);
+    doc.load.end = loadavg();
+    finish_limits(&mut doc);
+    if let Some(f) = &a.resume {
+        save(f, &doc);
+    }
+    archive::finish(kept, &doc, r.as_ref().err());
+    if let Err(e) = r {
+        return Err(Failure {
+            code: exit::FAILED,
+            message: e,
+        });
+    }
+    table::print(&a, &doc, verbose);
+    if doc.interrupted {
+        return Ok(exit::INTERRUPTED);
+    }
+    let bad = doc
+        .cells
+        .iter()
+        .any(|c| c.verified == Some(false) || c.error.is_some());
+    Ok(if bad { exit::PARTIAL } else { exit::OK })
+}
+
+/// The paths and the parameters asked for (`--quick`'s smaller ones).
+fn paths_and_params(a: &MatrixArgs) -> Result<(Vec<PathSpec>, Params), Failure> {
+    let quick = a.quick;
+    // --quick keeps 3 runs a cell: a figure is a median with its spread,
+    // never one run.
+    let runs = a.runs.max(1);
+    let size = a.size.unwrap_or(if quick { 32 << 20 } else { 1 << 30 });
+    let nfiles = a.files.unwrap_or(if quick { 100 } else { 2000 });
     let seconds = a
         .seconds
-        .unwrap_or(Duration::from_secs(if quick { 3 } else { 10 }));
+        .unwrap_or(Duration::from_secs(if quick { 2 } else { 10 }));
     let paths: Vec<String> = if a.paths.is_empty() {
         if a.far.is_some() {
             vec!["far".into()]
@@ -193,127 +337,181 @@ pub fn matrix(a: MatrixArgs, archive_args: &ArchiveArgs) -> Outcome {
             "unknown workload '{w}': mem, elephant, smallfiles, tree"
         )));
     }
-    let mut tools = peers::builtin();
-    if let Some(f) = &a.tools_file {
-        let text = std::fs::read_to_string(f)
-            .map_err(|e| usage(format!("cannot read --tools-file {}: {e}", f.display())))?;
-        let more: Vec<Tool> = serde_json::from_str(&text).map_err(|e| {
-            usage(format!(
-                "--tools-file {}: not a list of tool templates (docs/JSON.md, \"matrix tools\"): {e}",
-                f.display()
-            ))
-        })?;
-        tools.extend(more);
-    }
-    // Which tools, at which settings.
-    let mut chosen: Vec<(Tool, Vec<String>)> = Vec::new();
-    if a.tools.is_empty() {
-        chosen = tools
-            .iter()
-            .map(|t| {
-                (
-                    t.clone(),
-                    t.settings.iter().map(|s| s.name.clone()).collect(),
-                )
-            })
-            .collect();
-    } else {
-        for want in &a.tools {
-            let (name, set) = want.split_once(':').unwrap_or((want, ""));
-            let Some(t) = tools.iter().find(|t| t.name == name) else {
-                let known: Vec<&str> = tools.iter().map(|t| t.name.as_str()).collect();
-                return Err(usage(format!(
-                    "unknown tool '{name}' (known: {})",
-                    known.join(", ")
-                )));
-            };
-            let sets: Vec<String> = if set.is_empty() {
-                t.settings.iter().map(|s| s.name.clone()).collect()
-            } else if t.settings.iter().any(|s| s.name == set) {
-                vec![set.to_string()]
+    Ok((
+        paths,
+        Params {
+            runs,
+            elephant_bytes: size,
+            small_files: nfiles,
+            mem_seconds: seconds.as_secs_f64(),
+            workloads,
+        },
+    ))
+}
+
+/// The plan, how long it should take, and the tools that will not run.
+fn announce(
+    plan: &[Cell],
+    todo: &[&Cell],
+    chosen: &[(Tool, Vec<String>)],
+    paths: &[PathSpec],
+    params: &Params,
+    rows: &[ToolRow],
+) {
+    let runs = params.runs;
+    let expected: f64 = todo
+        .iter()
+        .map(|c| {
+            let once = expected_seconds(c, paths, params);
+            let swept = if c.settings == peers::BEST && c.direction == "put" {
+                sweep_size(chosen, c, paths)
             } else {
-                return Err(usage(format!("tool '{name}' has no settings '{set}'")));
+                0
             };
-            match chosen.iter_mut().find(|(c, _)| c.name == t.name) {
-                Some((_, s)) => s.extend(sets),
-                None => chosen.push((t.clone(), sets)),
-            }
+            once * (f64::from(runs) + swept as f64)
+        })
+        .sum::<f64>();
+    eprintln!(
+        "longhaul matrix: {} cells ({} kept from --resume), {} run(s) each, and the sweeps of \
+         `best`: expected about {:.0} min (a sweep's losers are cut short)",
+        plan.len(),
+        plan.len() - todo.len(),
+        runs,
+        (expected / 60.0).ceil().max(0.0)
+    );
+    for r in rows.iter().filter(|r| r.note.is_some()) {
+        eprintln!(
+            "  {}: {}",
+            r.name,
+            r.note.as_deref().unwrap_or("not installed")
+        );
+    }
+}
+
+/// Which tools, at which settings: every tool at its settings (all but
+/// those run on request, and `best`) unless `--tools` names them (`NAME`
+/// for those, `NAME:SETTINGS` for one, such as one run on request).
+fn choose(tools: &[Tool], want: &[String]) -> Result<Vec<(Tool, Vec<String>)>, Failure> {
+    if want.is_empty() {
+        return Ok(tools
+            .iter()
+            .map(|t| (t.clone(), t.default_settings()))
+            .collect());
+    }
+    let mut chosen: Vec<(Tool, Vec<String>)> = Vec::new();
+    for w in want {
+        let (name, set) = w.split_once(':').unwrap_or((w, ""));
+        let Some(t) = tools.iter().find(|t| t.name == name) else {
+            let known: Vec<&str> = tools.iter().map(|t| t.name.as_str()).collect();
+            return Err(usage(format!(
+                "unknown tool '{name}' (known: {})",
+                known.join(", ")
+            )));
+        };
+        let sets: Vec<String> = if set.is_empty() {
+            t.default_settings()
+        } else if t.setting_names().iter().any(|s| s == set) {
+            vec![set.to_string()]
+        } else {
+            return Err(usage(format!(
+                "tool '{name}' has no settings '{set}' (it has: {})",
+                t.setting_names().join(", ")
+            )));
+        };
+        match chosen.iter_mut().find(|(c, _)| c.name == t.name) {
+            Some((_, s)) => s.extend(
+                sets.into_iter()
+                    .filter(|x| !s.contains(x))
+                    .collect::<Vec<_>>(),
+            ),
+            None => chosen.push((t.clone(), sets)),
         }
     }
-    let mut rows: Vec<ToolRow> = chosen
+    Ok(chosen)
+}
+
+/// With a `far` path: the ssh that reaches it, and the tools that may not
+/// run there (and why), each noted in its row.
+#[allow(clippy::type_complexity)]
+fn reach_far(
+    a: &MatrixArgs,
+    paths: &[PathSpec],
+    chosen: &[(Tool, Vec<String>)],
+    rows: &mut [ToolRow],
+) -> Result<(Option<far::Ssh>, BTreeMap<String, String>), Failure> {
+    let Some(host) = paths.iter().find_map(|p| p.far.as_ref()) else {
+        return Ok((None, BTreeMap::new()));
+    };
+    let ssh = far::Ssh::new(host, a.rsh.as_deref()).map_err(usage)?;
+    let remote_path = a.remote_path.as_deref().unwrap_or("longhaul");
+    let skip = far_lacks(&ssh, host, remote_path, chosen, rows)?;
+    Ok((Some(ssh), skip))
+}
+
+/// On the far host: which tools may not run there (and why), each noted
+/// in its row.
+fn far_lacks(
+    ssh: &far::Ssh,
+    host: &str,
+    remote_path: &str,
+    chosen: &[(Tool, Vec<String>)],
+    rows: &mut [ToolRow],
+) -> Result<BTreeMap<String, String>, Failure> {
+    // What each tool needs there: its programs, and longhaul (the data
+    // goes there and comes back for its check with `longhaul cp`).
+    let needs: Vec<Vec<String>> = chosen
         .iter()
-        .map(|(t, s)| ToolRow {
-            name: t.name.clone(),
-            settings: s.clone(),
-            installed: peers::missing(t).is_none(),
-            note: peers::missing(t),
+        .map(|(t, _)| {
+            let mut n = t.needs.clone();
+            n.push(remote_path.to_string());
+            n
         })
         .collect();
-    // On the far host: which tools may run there, and which it lacks.
-    let far_path = paths
-        .iter()
-        .find_map(|p| p.far.as_ref().map(|h| (p.name.clone(), h)));
-    let mut far_skip: BTreeMap<String, String> = BTreeMap::new();
-    let ssh = match (&far_path, &a.far) {
-        (Some(_), Some(h)) => Some(far::Ssh::new(h, a.rsh.as_deref()).map_err(usage)?),
-        _ => None,
-    };
-    let remote_path = a.remote_path.clone().unwrap_or_else(|| "longhaul".into());
-    if let (Some(ssh), Some((_, host))) = (&ssh, &far_path) {
-        // What each tool needs there: its programs, and longhaul (the data
-        // goes there and comes back for its check with `longhaul cp`).
-        let needs: Vec<Vec<String>> = chosen
-            .iter()
-            .map(|(t, _)| {
-                let mut n = t.needs.clone();
-                n.push(remote_path.clone());
-                n
-            })
-            .collect();
-        let absent = ssh.missing(&needs).map_err(|e| Failure {
-            code: exit::CONNECT,
-            message: format!("--far {host}: {e}"),
-        })?;
-        for ((t, _), gone) in chosen.iter().zip(absent) {
-            let why = if t.local {
-                continue;
-            } else if !t.far {
-                "not run on --far: an anonymous server, kept to loopback and emulated paths"
-                    .to_string()
-            } else if !gone.is_empty() {
-                format!(
-                    "not installed on {host} ({} not on PATH there){}",
-                    gone.join(", "),
-                    if t.package.is_empty() {
-                        String::new()
-                    } else {
-                        format!(": apt-get install {}", t.package)
-                    }
-                )
-            } else {
-                continue;
-            };
-            far_skip.insert(t.name.clone(), why.clone());
-            if let Some(r) = rows.iter_mut().find(|r| r.name == t.name) {
-                r.note = Some(match r.note.take() {
-                    Some(n) => format!("{n}; {why}"),
-                    None => why,
-                });
-            }
+    let absent = ssh.missing(&needs).map_err(|e| Failure {
+        code: exit::CONNECT,
+        message: format!("--far {host}: {e}"),
+    })?;
+    let mut skip = BTreeMap::new();
+    for ((t, _), gone) in chosen.iter().zip(absent) {
+        let why = if t.local {
+            continue;
+        } else if !t.far {
+            "not run on --far: an anonymous server, kept to loopback and emulated paths".to_string()
+        } else if !gone.is_empty() {
+            format!(
+                "not installed on {host} ({} not on PATH there){}",
+                gone.join(", "),
+                if t.package.is_empty() {
+                    String::new()
+                } else {
+                    format!(": apt-get install {}", t.package)
+                }
+            )
+        } else {
+            continue;
+        };
+        skip.insert(t.name.clone(), why.clone());
+        if let Some(r) = rows.iter_mut().find(|r| r.name == t.name) {
+            r.note = Some(match r.note.take() {
+                Some(n) => format!("{n}; {why}"),
+                None => why,
+            });
         }
     }
-    let params = Params {
-        runs,
-        elephant_bytes: size,
-        small_files: nfiles,
-        mem_seconds: seconds.as_secs_f64(),
-        workloads: workloads.clone(),
-    };
-    // The plan: every cell, in order.
+    Ok(skip)
+}
+
+/// Every cell, in order: path, workload, tool, settings, direction.
+fn plan(
+    paths: &[PathSpec],
+    workloads: &[String],
+    chosen: &[(Tool, Vec<String>)],
+    far_skip: &BTreeMap<String, String>,
+) -> Vec<Cell> {
     let mut plan: Vec<Cell> = Vec::new();
-    for p in &paths {
-        for w in &workloads {
-            for (t, sets) in &chosen {
+    for p in paths {
+        for w in workloads {
+            for (t, sets) in chosen {
                 let fits = (t.kind == Kind::Mem) == (w == "mem");
                 if !fits
                     || peers::missing(t).is_some()
@@ -342,103 +540,94 @@ pub fn matrix(a: MatrixArgs, archive_args: &ArchiveArgs) -> Outcome {
             }
         }
     }
-    let mut done: BTreeMap<CellKey, Cell> = BTreeMap::new();
-    if let Some(f) = a.resume.as_ref().filter(|f| f.exists()) {
-        let text = std::fs::read_to_string(f)
-            .map_err(|e| usage(format!("cannot read --resume {}: {e}", f.display())))?;
-        let doc: Doc = serde_json::from_str(&text).map_err(|e| {
-            usage(format!(
-                "--resume {}: not a longhaul-matrix document: {e}",
-                f.display()
-            ))
-        })?;
-        for c in doc.cells.into_iter().filter(|c| c.error.is_none()) {
-            done.insert(c.key(), c);
-        }
-    }
-    let todo: Vec<&Cell> = plan
-        .iter()
-        .filter(|c| !done.contains_key(&c.key()))
-        .collect();
-    let expected: f64 = todo
-        .iter()
-        .map(|c| expected_seconds(c, &paths, &params))
-        .sum::<f64>()
-        * f64::from(runs);
-    eprintln!(
-        "longhaul matrix: {} cells ({} kept from --resume), {} run(s) each: expected about {:.0} min",
-        plan.len(),
-        plan.len() - todo.len(),
-        runs,
-        (expected / 60.0).ceil().max(0.0)
-    );
-    for r in rows.iter().filter(|r| r.note.is_some()) {
-        eprintln!(
-            "  {}: {}",
-            r.name,
-            r.note.as_deref().unwrap_or("not installed")
-        );
-    }
-    if a.dry_run {
-        return Ok(exit::OK);
-    }
+    plan
+}
 
-    let (work, _tmp) = match &a.work_dir {
-        Some(d) => (d.clone(), None),
-        None => {
-            let t = tempfile::Builder::new()
-                .prefix("longhaul-matrix.")
-                .tempdir()
-                .map_err(|e| Failure::internal(format!("cannot make a work directory: {e}")))?;
-            (t.path().to_path_buf(), Some(t))
-        }
+/// The cells (and sweeps) a `--resume` file kept: cells that ended
+/// without an error.
+fn resumed(f: Option<&Path>) -> Result<(BTreeMap<CellKey, Cell>, Vec<sweep::Swept>), Failure> {
+    let mut done = BTreeMap::new();
+    let Some(f) = f.filter(|f| f.exists()) else {
+        return Ok((done, vec![]));
     };
-    let stop = interrupt_flag();
-    let mut doc = Doc {
-        format: "longhaul-matrix".into(),
-        format_version: VERSION,
-        params: params.clone(),
-        tools: rows,
-        paths: paths.clone(),
-        cells: plan.clone(),
-        limits: Limits::default(),
-        interrupted: false,
-    };
-    let kept = archive::start(archive_args, &paths, &params);
-    let far = ssh.map(|s| (s, remote_path));
-    let r = drive::drive(
-        &a,
-        &bin,
-        &work,
-        &chosen,
-        &paths,
-        &params,
-        &mut doc,
-        &done,
-        &stop,
-        far.as_ref(),
-    );
-    doc.interrupted = stop.load(Ordering::SeqCst);
-    finish_limits(&mut doc);
-    if let Some(f) = &a.resume {
-        save(f, &doc);
-    }
-    archive::finish(kept, &doc, r.as_ref().err());
-    if let Err(e) = r {
-        return Err(Failure {
-            code: exit::FAILED,
-            message: e,
-        });
-    }
-    print(&a, &doc);
-    if doc.interrupted {
-        return Ok(exit::INTERRUPTED);
-    }
-    let bad = doc
+    let text = std::fs::read_to_string(f)
+        .map_err(|e| usage(format!("cannot read --resume {}: {e}", f.display())))?;
+    let doc: Doc = serde_json::from_str(&text).map_err(|e| {
+        usage(format!(
+            "--resume {}: not a longhaul-matrix document: {e}",
+            f.display()
+        ))
+    })?;
+    for c in doc
         .cells
+        .into_iter()
+        .filter(|c| c.error.is_none() && c.rate.is_some())
+    {
+        done.insert(c.key(), c);
+    }
+    let sweeps = doc
+        .sweeps
+        .into_iter()
+        .filter(|s| s.winner.is_some())
+        .collect();
+    Ok((done, sweeps))
+}
+
+/// `--quick`: the winners of the last archived matrix that swept each
+/// tool on a path and workload, instead of sweeping again.
+fn remember_winners(args: &ArchiveArgs, doc: &mut Doc) {
+    let Some(path) = crate::cmd::archive_file(args).filter(|p| p.exists()) else {
+        return;
+    };
+    let Ok(a) = longhaul_archive::store::Archive::open(&path) else {
+        return;
+    };
+    let Ok(runs) = archived::matrix_runs(&a, 20) else {
+        return;
+    };
+    for r in runs {
+        let Ok(detail) = a.run(r.run.id) else {
+            continue;
+        };
+        let Some(old) = detail
+            .summary
+            .and_then(|s| serde_json::from_value::<Doc>(s).ok())
+        else {
+            continue;
+        };
+        let when = longhaul_archive::when::utc(r.run.started_at).unwrap_or_default();
+        for mut s in old.sweeps.into_iter().filter(|s| s.winner.is_some()) {
+            let known = doc
+                .sweeps
+                .iter()
+                .any(|k| (&k.tool, &k.path, &k.workload) == (&s.tool, &s.path, &s.workload));
+            if !known {
+                s.remembered
+                    .get_or_insert_with(|| format!("run {} of {when}", r.run.id));
+                doc.sweeps.push(s);
+            }
+        }
+    }
+}
+
+/// How many candidates a cell's sweep runs, at most.
+fn sweep_size(chosen: &[(Tool, Vec<String>)], c: &Cell, paths: &[PathSpec]) -> usize {
+    let Some(s) = chosen
         .iter()
-        .any(|c| c.verified == Some(false) || c.error.is_some());
-    Ok(if bad { exit::PARTIAL } else { exit::OK })
+        .find(|(t, _)| t.name == c.tool)
+        .and_then(|(t, _)| t.sweep.as_ref())
+    else {
+        return 0;
+    };
+    let facts = paths.iter().find(|p| p.name == c.path).map_or(
+        sweep::PathFacts {
+            rate_bps: 100_000_000_000,
+            rtt_s: 0.0,
+            socket_cap: 4 << 20,
+        },
+        |p| drive::facts(p, p.rate_bps.unwrap_or(100_000_000_000)),
+    );
+    sweep::candidates(s, &facts).len()
 }
 
 fn expected_seconds(c: &Cell, paths: &[PathSpec], p: &Params) -> f64 {
@@ -465,13 +654,32 @@ fn save(f: &Path, doc: &Doc) {
     }
 }
 
-/// A cell's median, spread, CPU and verdict from its runs.
-fn summarise(c: &mut Cell) {
-    let mut rates: Vec<f64> = c.runs.iter().filter_map(|r| r.bytes_per_second).collect();
+/// The mean of the runs' values where every run has one; None otherwise
+/// (one end whose CPU could not be read makes the cell's unknown).
+fn mean_all(v: impl Iterator<Item = Option<f64>>) -> Option<f64> {
+    let v: Option<Vec<f64>> = v.collect();
+    let v = v.filter(|v| !v.is_empty())?;
+    Some(v.iter().sum::<f64>() / v.len() as f64)
+}
+
+/// A cell's median, spread, CPU and verdict from its runs: the rate of the
+/// runs that ran, how many succeeded (and verified) of those planned, what
+/// the tool did not keep.
+fn summarise(c: &mut Cell, planned: u32) {
+    let succeeded = c.runs.iter().filter(|r| r.ok()).count();
+    // A copy that did not verify still moved: its rate is shown, marked.
+    let ran: Vec<&RunResult> = c
+        .runs
+        .iter()
+        .filter(|r| r.error.is_none() && r.bytes_per_second.is_some())
+        .collect();
+    let mut rates: Vec<f64> = ran.iter().filter_map(|r| r.bytes_per_second).collect();
     rates.sort_by(f64::total_cmp);
     if let Some(e) = c.runs.iter().find_map(|r| r.error.clone()) {
-        c.error = Some(e);
+        c.cell.error = Some(e);
     }
+    c.cell.runs_succeeded = Some(succeeded as u32);
+    c.cell.runs_planned = Some(planned);
     if !rates.is_empty() {
         let n = rates.len();
         let med = if n % 2 == 1 {
@@ -479,24 +687,37 @@ fn summarise(c: &mut Cell) {
         } else {
             (rates[n / 2 - 1] + rates[n / 2]) / 2.0
         };
-        c.rate = Some(Rate {
+        c.cell.rate = Some(Rate {
             median_bytes_per_second: med,
             min_bytes_per_second: rates[0],
             max_bytes_per_second: rates[n - 1],
             median_bits_per_second: med * 8.0,
         });
-        let k = c.runs.len() as f64;
-        c.cpu_seconds = Some(Cpu {
-            client_seconds: c.runs.iter().map(|r| r.cpu_client_seconds).sum::<f64>() / k,
-            server_seconds: c.runs.iter().map(|r| r.cpu_server_seconds).sum::<f64>() / k,
+        c.cell.cpu_seconds = Some(Cpu {
+            client_seconds: mean_all(ran.iter().map(|r| r.cpu_client_seconds)),
+            server_seconds: mean_all(ran.iter().map(|r| r.cpu_server_seconds)),
         });
     }
     let v: Vec<bool> = c.runs.iter().filter_map(|r| r.verified).collect();
-    c.verified = (!v.is_empty()).then(|| v.iter().all(|&x| x));
+    c.cell.verified = (!v.is_empty()).then(|| v.iter().all(|&x| x));
+    let mut not_kept: Vec<String> = c.runs.iter().flat_map(|r| r.not_kept.clone()).collect();
+    not_kept.sort();
+    not_kept.dedup();
+    c.cell.not_kept = not_kept;
 }
 
+/// The same-run limits, from whole cells only: the best memory-to-memory
+/// cell of each path, each emulated path's rate, the local copy of each
+/// file workload.
 fn finish_limits(doc: &mut Doc) {
-    for c in &doc.cells {
+    for p in &doc.paths {
+        if let (Some(r), true) = (p.rate_bps, p.name != "loopback") {
+            doc.limits
+                .path_bytes_per_second
+                .insert(p.name.clone(), r as f64 / 8.0);
+        }
+    }
+    for c in doc.cells.iter().filter(|c| c.whole()) {
         let Some(r) = &c.rate else { continue };
         if c.workload == "mem" {
             let e = doc
@@ -505,166 +726,11 @@ fn finish_limits(doc: &mut Doc) {
                 .entry(c.path.clone())
                 .or_insert(0.0);
             *e = e.max(r.median_bytes_per_second);
-        } else if c.tool == "cp" && c.direction == "put" && c.verified == Some(true) {
+        } else if c.tool == "cp" && c.direction == "put" {
             doc.limits
                 .local_copy_bytes_per_second
                 .entry(c.workload.clone())
                 .or_insert(r.median_bytes_per_second);
         }
-    }
-}
-
-fn cell_text(c: Option<&Cell>) -> String {
-    let Some(c) = c else {
-        return "-".into();
-    };
-    let Some(r) = &c.rate else {
-        return if c.error.is_some() { "failed" } else { "-" }.into();
-    };
-    let mut s = format!(
-        "{:.0} ({:.2})",
-        r.median_bytes_per_second / 1e6,
-        r.median_bits_per_second / 1e9
-    );
-    if c.verified == Some(false) {
-        s.push_str(" NOT VERIFIED");
-    } else if c.error.is_some() {
-        s.push_str(" some runs failed");
-    }
-    s
-}
-
-fn print(a: &MatrixArgs, doc: &Doc) {
-    if a.json {
-        crate::print::out_json(&serde_json::to_string_pretty(doc).unwrap_or_else(|_| "{}".into()));
-        return;
-    }
-    if a.csv {
-        outln!(
-            "tool,settings,path,workload,direction,mb_per_s,gbit_per_s,min_mb_per_s,max_mb_per_s,\
-             cpu_client_s,cpu_server_s,verified,error"
-        );
-        for c in &doc.cells {
-            let r = c.rate.clone().unwrap_or_default();
-            let cpu = c.cpu_seconds.clone().unwrap_or_default();
-            outln!(
-                "{},{},{},{},{},{:.1},{:.3},{:.1},{:.1},{:.2},{:.2},{},{}",
-                c.tool,
-                c.settings,
-                c.path,
-                c.workload,
-                c.direction,
-                r.median_bytes_per_second / 1e6,
-                r.median_bits_per_second / 1e9,
-                r.min_bytes_per_second / 1e6,
-                r.max_bytes_per_second / 1e6,
-                cpu.client_seconds,
-                cpu.server_seconds,
-                c.verified.map_or(String::new(), |v| v.to_string()),
-                c.error.as_deref().unwrap_or("").replace([',', '\n'], ";")
-            );
-        }
-        return;
-    }
-    let md = a.md;
-    // The seed's layout: one table per workload, a row per tool and
-    // settings, a column per path and direction; MB/s with Gbit/s beside.
-    for w in &doc.params.workloads {
-        let cols: Vec<(String, &str)> = doc
-            .paths
-            .iter()
-            .flat_map(|p| ["put", "get"].map(|d| (p.name.clone(), d)))
-            .collect();
-        let mut rows: Vec<Vec<String>> = Vec::new();
-        for t in &doc.tools {
-            for s in &t.settings {
-                let cells: Vec<Option<&Cell>> = cols
-                    .iter()
-                    .map(|(p, d)| {
-                        doc.cells.iter().find(|c| {
-                            c.tool == t.name
-                                && &c.settings == s
-                                && &c.path == p
-                                && &c.workload == w
-                                && c.direction == *d
-                        })
-                    })
-                    .collect();
-                if cells.iter().all(Option::is_none) {
-                    continue;
-                }
-                let mut row = vec![format!("{} ({s})", t.name)];
-                row.extend(cells.into_iter().map(cell_text));
-                rows.push(row);
-            }
-        }
-        if rows.is_empty() {
-            continue;
-        }
-        let what = match w.as_str() {
-            "mem" => format!("memory to memory, {} s", doc.params.mem_seconds),
-            "elephant" => format!(
-                "one file of {}",
-                longhaul_proto::units::format_bytes(doc.params.elephant_bytes)
-            ),
-            "smallfiles" => format!("{} files of 1-64 KiB", doc.params.small_files),
-            _ => "a mixed tree".to_string(),
-        };
-        let mut head = vec!["tool".to_string()];
-        head.extend(cols.iter().map(|(p, d)| format!("{p} {d}")));
-        outln!("{w} ({what}): MB/s (Gbit/s)");
-        if md {
-            outln!("");
-            outln!("| {} |", head.join(" | "));
-            outln!("|---|{}", "---:|".repeat(head.len() - 1));
-            for r in &rows {
-                outln!("| {} |", r.join(" | "));
-            }
-        } else {
-            let widths: Vec<usize> = (0..head.len())
-                .map(|j| {
-                    rows.iter()
-                        .map(|r| r[j].len())
-                        .chain([head[j].len()])
-                        .max()
-                        .unwrap_or(0)
-                })
-                .collect();
-            for r in std::iter::once(&head).chain(&rows) {
-                let mut line = format!("{:w$}", r[0], w = widths[0]);
-                for (x, w) in r.iter().zip(&widths).skip(1) {
-                    line.push_str(&format!("  {x:>w$}"));
-                }
-                outln!("{}", line.trim_end());
-            }
-        }
-        outln!("");
-        let ratios = ratios::lines(doc, w);
-        if !ratios.is_empty() {
-            outln!("longhaul against the best peer and the limit:");
-            for l in ratios {
-                outln!("{}{l}", if md { "- " } else { "  " });
-            }
-            outln!("");
-        }
-    }
-    let bullet = if md { "- " } else { "" };
-    for t in doc.tools.iter().filter(|t| t.note.is_some()) {
-        outln!(
-            "{bullet}{}: {}",
-            t.name,
-            t.note.as_deref().unwrap_or("not installed")
-        );
-    }
-    let mb = |v: f64| format!("{:.0} MB/s", v / 1e6);
-    if let Some(l) = crate::print::matrix::limits_line(&doc.limits, mb) {
-        outln!("{bullet}{l}");
-    }
-    for l in doc
-        .cells
-        .iter()
-        .filter_map(|c| crate::print::matrix::note_line(c))
-    {
-        outln!("{bullet}{l}");
     }
 }

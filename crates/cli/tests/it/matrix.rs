@@ -1,7 +1,10 @@
 //! `longhaul matrix` end to end: a tiny matrix (longhaul and a local copy,
 //! loopback and one emulated path, small data) has the table's shape,
 //! every file cell verified, and a planted corrupting tool (from
-//! `--tools-file`) flagged as not verified; `--resume` keeps done cells.
+//! `--tools-file`) flagged as not verified; `--resume` keeps done cells;
+//! every built-in template runs; a peer's `best` is its sweep's winner,
+//! remembered by `--quick`; a server's CPU is counted from its cgroup,
+//! processes it forks into new sessions included.
 
 use crate::common;
 use common::require;
@@ -86,7 +89,7 @@ fn tiny_matrix_verifies_every_file_cell_and_flags_a_corrupt_peer() {
     let doc: serde_json::Value = serde_json::from_slice(&o.stdout)
         .unwrap_or_else(|e| panic!("{e}: {}\n{stderr}", String::from_utf8_lossy(&o.stdout)));
     assert_eq!(doc["format"], "longhaul-matrix");
-    assert_eq!(doc["format_version"], 1);
+    assert_eq!(doc["format_version"], 2);
     let cells = doc["cells"].as_array().unwrap();
     let npaths = if emulated { 2 } else { 1 };
     // tools x paths x 2 workloads x put/get.
@@ -97,8 +100,14 @@ fn tiny_matrix_verifies_every_file_cell_and_flags_a_corrupt_peer() {
             c["rate"]["median_bytes_per_second"].as_f64().unwrap() > 0.0,
             "{what}"
         );
+        // As root each end has a cgroup; otherwise its CPU is unknown, never 0.
+        let cpu = &c["cpu_seconds"]["client_seconds"];
         assert!(
-            c["cpu_seconds"]["client_seconds"].as_f64().is_some(),
+            if root {
+                cpu.as_f64().is_some()
+            } else {
+                cpu.is_null()
+            },
             "{what}"
         );
         if c["tool"] == "corrupt" {
@@ -138,8 +147,8 @@ fn tiny_matrix_verifies_every_file_cell_and_flags_a_corrupt_peer() {
     for row in ["longhaul (defaults)", "cp (defaults)", "corrupt (defaults)"] {
         assert_eq!(
             out.lines().filter(|l| l.starts_with(row)).count(),
-            2,
-            "{row} once per workload table:\n{out}"
+            4,
+            "{row} once per table, rates and CPU, of each workload:\n{out}"
         );
     }
     assert_eq!(
@@ -158,40 +167,40 @@ fn tiny_matrix_verifies_every_file_cell_and_flags_a_corrupt_peer() {
     }
 }
 
-/// The file peers built into the matrix beyond the first ones: scp over
-/// the matrix's private sshd (always: it needs only OpenSSH), and rsync
-/// over ssh, tar through a socket and XRootD where installed (required with
-/// `LONGHAUL_REQUIRE_PEERS=1`, as CI sets); each at its
-/// `best` settings (their arguments used), put and get, every cell verified.
+/// Every built-in template runs, as CI runs it (`LONGHAUL_REQUIRE_PEERS=1`:
+/// every peer installed): each tool at `defaults` and at its swept `best`,
+/// put and get, memory to memory and the tree, on loopback; every file cell
+/// verified, every `best` cell run with its sweep's winner, both ends' CPU
+/// read from their cgroups (as root).
 #[test]
-fn scp_rsync_ssh_tar_socket_and_xrootd_cells_verify_on_loopback() {
-    let ssh = ["sshd", "ssh", "ssh-keygen", "scp"];
+fn every_builtin_template_runs_and_verifies_at_defaults_and_its_swept_best() {
+    let peers = [
+        ("iperf3", "iperf3"),
+        ("iperf", "iperf"),
+        ("nuttcp", "nuttcp"),
+        ("globus-url-copy", "globus-gass-copy-progs"),
+        ("globus-gridftp-server", "globus-gridftp-server-progs"),
+        ("xrootd", "xrootd-server"),
+        ("xrdcp", "xrootd-client"),
+        ("rsync", "rsync"),
+        ("socat", "socat"),
+        ("sshd", "openssh-server"),
+        ("scp", "openssh-client"),
+    ];
     if !require::have(
-        "SSH",
-        ssh.iter()
-            .try_for_each(|p| require::program(p, "openssh-server openssh-client")),
+        "PEERS",
+        peers
+            .iter()
+            .try_for_each(|(p, pkg)| require::program(p, pkg)),
     ) {
         return;
     }
-    let mut tools = vec!["scp:best"];
-    for (tool, needs) in [
-        ("rsync-ssh:best", &["rsync"][..]),
-        ("tar-socket:best", &["socat", "tar"][..]),
-        ("xrootd:best", &["xrootd", "xrdcp"][..]),
-    ] {
-        match needs.iter().find(|p| require::find(p).is_none()) {
-            None => tools.push(tool),
-            Some(p) => require::missing(
-                "PEERS",
-                &format!("{p} is not installed for {tool} (apt-get install rsync socat xrootd-server xrootd-client)"),
-            ),
-        }
-    }
+    let root = require::have("ROOT", require::root("a cgroup for each end's CPU"));
     let t = TempDir::new("matrix-peers");
     let work = t.dir("work");
     let o = common::bin()
-        .args(["matrix", "--json", "--tools", &tools.join(",")])
-        .args(["--paths", "loopback", "--workloads", "tree", "--runs", "1"])
+        .args(["--no-archive", "matrix", "--json", "--paths", "loopback"])
+        .args(["--workloads", "mem,tree", "--runs", "1", "--seconds", "1"])
         .args(["--size", "1M", "--files", "20", "--work-dir"])
         .arg(&work)
         .output()
@@ -200,20 +209,165 @@ fn scp_rsync_ssh_tar_socket_and_xrootd_cells_verify_on_loopback() {
     assert_eq!(o.status.code(), Some(0), "{stderr}");
     let doc: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     let cells = doc["cells"].as_array().unwrap();
-    assert_eq!(cells.len(), tools.len() * 2, "{stderr}");
+    let tools: std::collections::BTreeSet<&str> =
+        cells.iter().map(|c| c["tool"].as_str().unwrap()).collect();
+    assert_eq!(tools.len(), 12, "{tools:?}\n{stderr}");
     for c in cells {
-        assert_eq!(c["verified"], true, "{c}\n{stderr}");
-        assert!(c["rate"]["median_bytes_per_second"].as_f64().unwrap() > 0.0);
+        let what = format!("{c}");
+        assert!(
+            c["rate"]["median_bytes_per_second"].as_f64().unwrap() > 0.0,
+            "{what}"
+        );
+        if c["workload"] == "tree" {
+            assert_eq!(c["verified"], true, "{what}\n{stderr}");
+        }
+        if root {
+            for end in ["client_seconds", "server_seconds"] {
+                assert!(c["cpu_seconds"][end].as_f64().is_some(), "{end}: {what}");
+            }
+        }
+        if c["settings"] == "best" {
+            let sweep = doc["sweeps"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|s| s["tool"] == c["tool"] && s["workload"] == c["workload"])
+                .unwrap_or_else(|| panic!("no sweep for {what}"));
+            assert!(!sweep["candidates"].as_array().unwrap().is_empty());
+            assert!(sweep["winner"].is_array(), "{sweep}");
+            // The winner as in the grid; the cell's as run ({ssh} filled).
+            let (ran, won) = (c["args"].as_array(), sweep["winner"].as_array());
+            let (ran, won) = (ran.unwrap(), won.unwrap());
+            assert_eq!(ran.len(), won.len(), "{what}");
+            for (r, w) in ran.iter().zip(won) {
+                assert!(
+                    r == w || w.as_str().is_some_and(|w| w.contains('{')),
+                    "{what}"
+                );
+            }
+        }
     }
-    // The best settings' arguments reached the tools.
-    let cmds: String = std::fs::read_dir(work.join("logs"))
-        .unwrap()
-        .flatten()
-        .filter(|e| e.file_name().to_string_lossy().ends_with(".cmd"))
-        .map(|e| std::fs::read_to_string(e.path()).unwrap() + "\n")
-        .collect();
-    assert!(cmds.contains("scp -r -q -S"), "{cmds}");
-    assert!(cmds.contains("-c aes128-gcm@openssh.com"), "{cmds}");
+}
+
+/// A planted peer whose grid has one fast candidate among slow ones (it
+/// sleeps for its argument before copying): its `best` cells run with the
+/// fast one, recorded in the document beside every candidate's figure;
+/// `--quick` then takes that winner from the archive instead of sweeping.
+const SWEPT: &str = r#"[{
+  "name": "swept", "kind": "files", "local": true,
+  "keeps": {"empty_dirs": true, "symlinks": true, "modes": true},
+  "put": ["sh", "-c", "sleep \"$2\" && cp -a \"$0\" \"$1\"/", "{src}", "{dstdir}", "{args}"],
+  "get": ["sh", "-c", "sleep \"$2\" && cp -a \"$0\" \"$1\"/", "{src}", "{dstdir}", "{args}"],
+  "settings": [{"name": "defaults", "args": ["1"]}],
+  "sweep": {"why": "planted by the test", "axes": [[["4"], ["0"], ["2"]]]}
+}]"#;
+
+#[test]
+fn a_peers_best_is_its_sweeps_winner_and_quick_remembers_it() {
+    let t = TempDir::new("matrix-sweep");
+    let tools = t.path().join("tools.json");
+    std::fs::write(&tools, SWEPT).unwrap();
+    let archive = t.path().join("archive.db");
+    let run = |extra: &[&str]| {
+        let o = common::bin()
+            .arg("--archive")
+            .arg(&archive)
+            .args(["matrix", "--json", "--tools", "swept", "--tools-file"])
+            .arg(&tools)
+            .args(["--paths", "loopback", "--workloads", "elephant"])
+            .args(["--size", "64K", "--work-dir"])
+            .arg(t.path().join("work"))
+            .args(extra)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&o.stderr).to_string();
+        assert_eq!(o.status.code(), Some(0), "{stderr}");
+        let doc: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        (doc, stderr)
+    };
+    let (doc, stderr) = run(&["--runs", "1"]);
+    let sweeps = doc["sweeps"].as_array().unwrap();
+    assert_eq!(sweeps.len(), 1, "{stderr}");
+    assert_eq!(sweeps[0]["winner"], serde_json::json!(["0"]), "{stderr}");
+    let tried: Vec<&serde_json::Value> =
+        sweeps[0]["candidates"].as_array().unwrap().iter().collect();
+    assert_eq!(tried.len(), 3);
+    assert!(tried
+        .iter()
+        .all(|c| c["bytes_per_second"].as_f64().unwrap() > 0.0));
+    for c in doc["cells"].as_array().unwrap() {
+        let want = if c["settings"] == "best" { "0" } else { "1" };
+        assert_eq!(c["args"], serde_json::json!([want]), "{c}");
+    }
+    assert_eq!(stderr.matches("[sweep ").count(), 3, "{stderr}");
+    // --quick: the winner from the archived matrix, no sweep.
+    let (doc, stderr) = run(&["--quick"]);
+    assert!(!stderr.contains("[sweep "), "{stderr}");
+    let s = &doc["sweeps"][0];
+    assert_eq!(s["winner"], serde_json::json!(["0"]), "{doc}");
+    assert!(s["remembered"].as_str().unwrap().starts_with("run "), "{s}");
+    let cells = doc["cells"].as_array().unwrap();
+    assert_eq!(cells.len(), 4);
+    for c in cells {
+        let want = if c["settings"] == "best" { "0" } else { "1" };
+        assert_eq!(c["args"], serde_json::json!([want]), "{c}");
+        // --quick keeps three runs a cell: a median with its spread.
+        assert_eq!(c["runs"].as_array().unwrap().len(), 3, "{c}");
+    }
+}
+
+/// A server that forks its work into a new session for each connection
+/// (as OpenSSH's sshd does, where scp's and rsync's cipher runs): the
+/// child burns a second of CPU, then closes. Counting the server's process
+/// group missed it; its cgroup counts it.
+const FORKS: &str = r#"[{
+  "name": "forks", "kind": "files",
+  "server": {"argv": ["python3", "-c", "import os, signal, socket, sys, time\nsignal.signal(signal.SIGCHLD, signal.SIG_IGN)\ns = socket.socket()\ns.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\ns.bind((sys.argv[2], int(sys.argv[1])))\ns.listen(8)\nwhile True:\n    c = s.accept()[0]\n    if os.fork() == 0:\n        os.setsid()\n        if c.recv(2) == b'go':\n            t = time.process_time()\n            while time.process_time() - t < 1.0:\n                pass\n        c.close()\n        os._exit(0)\n    c.close()\n", "{port}", "{host}"]},
+  "put": ["bash", "-c", "exec 3<>/dev/tcp/$2/$3 && printf go >&3 && cat <&3 >/dev/null && cp -a \"$0\" \"$1\"/", "{src}", "{dstdir}", "{host}", "{port}"],
+  "settings": [{"name": "defaults", "args": []}]
+}]"#;
+
+#[test]
+fn a_server_forking_its_work_into_a_new_session_has_that_cpu_counted() {
+    if !require::have("PEERS", require::program("python3", "python3"))
+        || !require::have("ROOT", require::root("a cgroup for each end's CPU"))
+    {
+        return;
+    }
+    let t = TempDir::new("matrix-forks");
+    let tools = t.path().join("tools.json");
+    std::fs::write(&tools, FORKS).unwrap();
+    let o = common::bin()
+        .args([
+            "--no-archive",
+            "matrix",
+            "--json",
+            "--tools",
+            "forks",
+            "--tools-file",
+        ])
+        .arg(&tools)
+        .args([
+            "--paths",
+            "loopback",
+            "--workloads",
+            "elephant",
+            "--runs",
+            "2",
+        ])
+        .args(["--size", "64K", "--work-dir"])
+        .arg(t.dir("work"))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{stderr}");
+    let doc: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let runs = doc["cells"][0]["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 2, "{stderr}");
+    for r in runs {
+        let cpu = r["cpu_server_seconds"].as_f64().unwrap();
+        assert!(cpu >= 0.9, "the forked session's second of CPU: {r}");
+    }
 }
 
 /// `--far HOST`: a second host reached by the user's ssh (here localhost
@@ -265,16 +419,28 @@ fn far_host_over_ssh_runs_servers_there_verifies_and_leaves_nothing() {
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&o.stderr);
-    assert_eq!(o.status.code(), Some(0), "{stderr}");
+    let notes: Vec<String> = String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .filter(|l| l.contains("\"error\": \""))
+        .map(str::to_string)
+        .collect();
+    assert_eq!(o.status.code(), Some(0), "{stderr}\n{notes:?}");
     let doc: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     let path = format!("far:{}", common::sshd::HOST);
     assert_eq!(doc["paths"][0]["name"], path.as_str(), "{doc}");
     assert_eq!(doc["paths"][0]["far"], common::sshd::HOST);
     let cells = doc["cells"].as_array().unwrap();
     assert_eq!(cells.len(), 4, "{stderr}");
+    let root = require::have("ROOT", require::root("a cgroup for each end's CPU"));
     for c in cells {
         assert_eq!(c["path"], path.as_str());
         assert_eq!(c["verified"], true, "{c}\n{stderr}");
+        // Each server ran in a cgroup on the far host: longhaul's, and the
+        // private sshd scp talks to there, its sessions included.
+        let server = &c["cpu_seconds"]["server_seconds"];
+        if root {
+            assert!(server.as_f64().is_some_and(|s| s > 0.0), "{c}");
+        }
     }
     let absent = doc["tools"]
         .as_array()
@@ -370,5 +536,112 @@ fn a_server_a_failed_run_left_unusable_is_started_again_for_the_next_run() {
     assert!(
         stderr.contains("started wedge's server again after a failed run"),
         "{stderr}"
+    );
+}
+
+/// The attacker: a stranger on the port of the private sshd the over-ssh
+/// tools' template starts (here, and on a real far host): a key it does
+/// not hold, a password, or another user are refused; the matrix's own
+/// throwaway key gets in.
+#[test]
+fn the_private_sshd_of_the_over_ssh_tools_lets_in_only_its_own_key() {
+    let ssh = ["sshd", "ssh", "ssh-keygen"];
+    if !require::have(
+        "SSH",
+        ssh.iter()
+            .try_for_each(|p| require::program(p, "openssh-server openssh-client")),
+    ) {
+        return;
+    }
+    let tools = include_str!("../../src/cmd/matrix/tools.toml");
+    let script = tools
+        .split_once("sshd = '''\n")
+        .and_then(|(_, s)| s.split_once("'''"))
+        .map(|(s, _)| s)
+        .expect("the sshd script in tools.toml");
+    let t = TempDir::new("matrix-sshd");
+    let state = t.dir("state");
+    let port = common::free_port();
+    let script = script
+        .replace("{state}", state.to_str().unwrap())
+        .replace("{port}", &port.to_string())
+        .replace("{host}", "127.0.0.1");
+    std::fs::write(state.join("sshd.sh"), script).unwrap();
+    let log = std::fs::File::create(t.path().join("sshd.log")).unwrap();
+    let mut sshd = std::process::Command::new("sh")
+        .arg(state.join("sshd.sh"))
+        .stdout(log.try_clone().unwrap())
+        .stderr(log)
+        .spawn()
+        .unwrap();
+    struct Kill(std::process::Child);
+    impl Drop for Kill {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(sshd.try_wait().unwrap().is_none(), "the sshd exited");
+        assert!(std::time::Instant::now() < until, "the sshd never listened");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let _sshd = Kill(sshd);
+    let stranger = t.path().join("stranger");
+    let made = std::process::Command::new("ssh-keygen")
+        .args(["-q", "-t", "ed25519", "-N", "", "-f"])
+        .arg(&stranger)
+        .status()
+        .unwrap();
+    assert!(made.success());
+    let me = String::from_utf8(
+        std::process::Command::new("id")
+            .arg("-un")
+            .output()
+            .unwrap()
+            .stdout,
+    )
+    .unwrap();
+    let login = |key: &std::path::Path, user: &str, extra: &[&str]| {
+        std::process::Command::new("ssh")
+            .args(["-F", "/dev/null", "-p", &port.to_string()])
+            .args([
+                "-o",
+                "StrictHostKeyChecking=no",
+                "-o",
+                "UserKnownHostsFile=/dev/null",
+            ])
+            .args(["-o", "IdentitiesOnly=yes", "-o", "ConnectTimeout=10", "-i"])
+            .arg(key)
+            .args(extra)
+            .arg(format!("{user}@127.0.0.1"))
+            .arg("echo in")
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap()
+    };
+    let me = me.trim();
+    let batch = ["-o", "BatchMode=yes"];
+    let o = login(&stranger, me, &batch);
+    assert!(!o.status.success(), "a stranger's key got in: {o:?}");
+    let o = login(
+        &stranger,
+        me,
+        &[
+            "-o",
+            "BatchMode=yes",
+            "-o",
+            "PreferredAuthentications=password,keyboard-interactive",
+        ],
+    );
+    assert!(!o.status.success(), "a password got in: {o:?}");
+    let own = state.join("client_key");
+    let o = login(&own, "nobody", &batch);
+    assert!(!o.status.success(), "another user got in: {o:?}");
+    let o = login(&own, me, &batch);
+    assert!(
+        o.status.success() && String::from_utf8_lossy(&o.stdout).trim() == "in",
+        "its own key: {o:?}"
     );
 }

@@ -1,49 +1,66 @@
 //! Running the matrix: path by path, the path's network (loopback in a
 //! namespace of its own, an emulated WAN, or the far host), the peers'
-//! servers it needs, then each workload's cells, their runs interleaved
-//! (run `r` starts at cell `r`), each copy checked against the data's
-//! manifest. A server that a failed run may have wedged is started again
-//! before the next run.
+//! servers it needs (each in a cgroup of its own), then each workload:
+//! the sweeps that find each tool's `best` on it, then its cells' runs
+//! interleaved (run `r` starts at cell `r`), each copy checked against the
+//! data's manifest. A server that a failed run may have wedged is started
+//! again before the next run; a cell whose run timed out runs no more.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use super::peers::{self, Settings, Tool};
+use super::cgroup::{Accounting, Group};
+use super::peers::{self, Tool, BEST};
+use super::sweep::{self, PathFacts, Swept, Tried};
+use super::verify::{self, Manifest};
 use super::{far, run, summarise, Cell, Doc, Params, PathSpec, RunResult};
 use crate::args::MatrixArgs;
+use crate::print::matrix::args_text as shown_args;
 
-/// A file workload's manifest: each file's length and BLAKE3.
-type Manifest = BTreeMap<PathBuf, (u64, [u8; 32])>;
+/// What every part of a matrix's run shares.
+pub(super) struct Setup<'a> {
+    pub a: &'a MatrixArgs,
+    pub bin: &'a Path,
+    pub work: &'a Path,
+    pub chosen: &'a [(Tool, Vec<String>)],
+    pub params: &'a Params,
+    pub stop: &'a AtomicBool,
+    pub far_ssh: Option<&'a (far::Ssh, String)>,
+    /// `-v`: each run's command line, and every candidate of a sweep.
+    pub verbose: u8,
+}
+
+/// What every tool is told about a path.
+pub(super) fn facts(p: &PathSpec, rate: u64) -> PathFacts {
+    PathFacts {
+        rate_bps: rate,
+        rtt_s: p.rtt_ms / 1e3,
+        socket_cap: sweep::socket_cap(),
+    }
+}
 
 /// Runs every cell not yet done, path by path.
-#[allow(clippy::too_many_arguments)]
 pub(super) fn drive(
-    a: &MatrixArgs,
-    bin: &Path,
-    work: &Path,
-    chosen: &[(Tool, Vec<String>)],
+    s: &Setup,
     paths: &[PathSpec],
-    params: &Params,
     doc: &mut Doc,
     done: &BTreeMap<longhaul_archive::matrix::CellKey, Cell>,
-    stop: &AtomicBool,
-    far_ssh: Option<&(far::Ssh, String)>,
 ) -> Result<(), String> {
     for c in doc.cells.iter_mut() {
         if let Some(d) = done.get(&c.key()) {
             *c = d.clone();
         }
     }
-    let mut m = Matrix::prepare(a, bin, work, chosen, params, stop, far_ssh)?;
-    if params.workloads.iter().any(|w| w != "mem") {
+    let mut m = Matrix::prepare(s)?;
+    if s.params.workloads.iter().any(|w| w != "mem") {
         doc.limits.destination_write_bytes_per_second =
-            run::write_rate(&work.join("limits"), params.elephant_bytes.min(1 << 30)).ok();
+            run::write_rate(&s.work.join("limits"), s.params.elephant_bytes.min(1 << 30)).ok();
     }
-    m.total = doc.cells.iter().filter(|c| c.runs.is_empty()).count() * params.runs as usize;
-    for p in paths {
-        if stop.load(Ordering::SeqCst) {
+    m.total = doc.cells.iter().filter(|c| c.runs.is_empty()).count() * s.params.runs as usize;
+    for (i, p) in paths.iter().enumerate() {
+        if s.stop.load(Ordering::SeqCst) {
             break;
         }
         let pending: Vec<usize> = (0..doc.cells.len())
@@ -52,7 +69,7 @@ pub(super) fn drive(
         if pending.is_empty() {
             continue;
         }
-        let net = match m.open_path(p) {
+        let mut net = match m.open_path(p) {
             Ok(n) => n,
             Err(e) => {
                 for &i in &pending {
@@ -62,8 +79,11 @@ pub(super) fn drive(
                 continue;
             }
         };
-        let mut servers = m.start_servers(p, &net, &pending, doc)?;
-        for w in &params.workloads {
+        let mut servers = m.start_servers(i, p, &net, &pending, doc)?;
+        if net.far.is_some() {
+            net.facts.rtt_s = servers.round_trip(&net.host).unwrap_or(0.0);
+        }
+        for w in &s.params.workloads {
             m.run_workload(p, &net, &mut servers, w, &pending, doc)?;
         }
         // The servers end before the network they run in.
@@ -79,13 +99,7 @@ fn mk(p: &Path) -> Result<(), String> {
 
 /// What every run of the matrix shares.
 struct Matrix<'a> {
-    a: &'a MatrixArgs,
-    bin: &'a Path,
-    work: &'a Path,
-    chosen: &'a [(Tool, Vec<String>)],
-    params: &'a Params,
-    stop: &'a AtomicBool,
-    far_ssh: Option<&'a (far::Ssh, String)>,
+    s: &'a Setup<'a>,
     data: PathBuf,
     logs: PathBuf,
     state: PathBuf,
@@ -99,6 +113,8 @@ struct Matrix<'a> {
     envs: BTreeMap<String, BTreeMap<String, String>>,
     /// Each tool's two server ports.
     ports: BTreeMap<String, (u16, u16)>,
+    /// Where each end's CPU is counted; None: CPU unknown.
+    acct: Option<Accounting>,
     step: usize,
     total: usize,
 }
@@ -115,8 +131,8 @@ struct PathNet {
     ns_b: Option<String>,
     /// The servers' host, as clients reach it.
     host: String,
-    /// What `{rate}` says: the path's bottleneck, or more than loopback carries.
-    rate: u64,
+    /// What the tools are told about the path.
+    facts: PathFacts,
 }
 
 /// A path's servers, and the tools whose server could not start.
@@ -125,6 +141,33 @@ struct Servers {
     failed: BTreeMap<String, String>,
     /// How each server here was started, to start it again.
     starts: BTreeMap<String, Start>,
+    /// Each server's cgroup here.
+    groups: BTreeMap<String, Group>,
+}
+
+impl Servers {
+    /// The path's round trip, seconds: the quickest of 5 connections to
+    /// one of its servers (the far host's, whose RTT the matrix does not set).
+    fn round_trip(&self, host: &str) -> Option<f64> {
+        let port = self.running.values().find_map(|s| match s {
+            Served::Far(f) => Some(f.port),
+            Served::Here(..) => None,
+        })?;
+        (0..5)
+            .filter_map(|_| run::connect_seconds(host, port))
+            .min_by(f64::total_cmp)
+    }
+
+    /// CPU seconds of a tool's server so far: Some(0) for a tool with no
+    /// server, None where it could not be measured.
+    fn cpu(&mut self, tool: &Tool) -> Option<f64> {
+        match self.running.get_mut(&tool.name) {
+            Some(Served::Here(_)) => self.groups.get(&tool.name)?.usage(),
+            Some(Served::Far(s)) => s.cpu(),
+            None if tool.server.is_none() => Some(0.0),
+            None => None,
+        }
+    }
 }
 
 /// A server's start here (or in the emulator's namespace).
@@ -137,31 +180,25 @@ struct Start {
 
 /// A peer's server: here (or in an emulator's namespace), or on the far host.
 enum Served {
-    Here(run::Owned),
+    Here(#[allow(dead_code)] run::Owned),
     Far(far::FarServer),
 }
 
-impl Served {
-    /// CPU seconds of its process group so far.
-    fn cpu(&mut self) -> f64 {
-        match self {
-            Served::Here(o) => run::group_cpu(o.pid()),
-            Served::Far(s) => s.cpu(),
-        }
-    }
+/// One run of a tool: what, how, for how long.
+struct Job<'a> {
+    tool: &'a Tool,
+    workload: &'a str,
+    direction: &'a str,
+    args: &'a [String],
+    tag: String,
+    timeout: Duration,
 }
 
 impl<'a> Matrix<'a> {
-    /// The work directory's parts and the file workloads' data.
-    fn prepare(
-        a: &'a MatrixArgs,
-        bin: &'a Path,
-        work: &'a Path,
-        chosen: &'a [(Tool, Vec<String>)],
-        params: &'a Params,
-        stop: &'a AtomicBool,
-        far_ssh: Option<&'a (far::Ssh, String)>,
-    ) -> Result<Matrix<'a>, String> {
+    /// The work directory's parts and the file workloads' data, made
+    /// before any clock starts.
+    fn prepare(s: &'a Setup<'a>) -> Result<Matrix<'a>, String> {
+        let work = s.work;
         let (data, logs, state) = (work.join("data"), work.join("logs"), work.join("state"));
         for d in [&data, &logs, &state] {
             mk(d)?;
@@ -172,25 +209,20 @@ impl<'a> Matrix<'a> {
             .map_err(|e| format!("{}: {e}", hosts.display()))?;
         let mut manifests = BTreeMap::new();
         let mut sizes = BTreeMap::new();
-        for w in params.workloads.iter().filter(|w| *w != "mem") {
+        for w in s.params.workloads.iter().filter(|w| *w != "mem") {
             let d = data.join(w);
             if !d.exists() {
                 eprintln!("longhaul matrix: making the {w} data in {}", d.display());
-                run::make_data(w, &d, params.elephant_bytes, params.small_files)
+                run::make_data(w, &d, s.params.elephant_bytes, s.params.small_files)
                     .map_err(|e| format!("cannot make the {w} data in {}: {e}", d.display()))?;
             }
-            let m = run::manifest(&d).map_err(|e| format!("cannot read {}: {e}", d.display()))?;
-            sizes.insert(w.clone(), m.values().map(|(l, _)| l).sum::<u64>());
+            let m =
+                verify::manifest(&d).map_err(|e| format!("cannot read {}: {e}", d.display()))?;
+            sizes.insert(w.clone(), verify::bytes(&m));
             manifests.insert(w.clone(), m);
         }
         Ok(Matrix {
-            a,
-            bin,
-            work,
-            chosen,
-            params,
-            stop,
-            far_ssh,
+            s,
             data,
             logs,
             state,
@@ -199,24 +231,28 @@ impl<'a> Matrix<'a> {
             manifests,
             envs: BTreeMap::new(),
             ports: BTreeMap::new(),
+            acct: Accounting::new(),
             step: 0,
             total: 0,
         })
     }
 
     fn remote_path(&self) -> &'a str {
-        self.far_ssh.map_or("longhaul", |(_, rp)| rp.as_str())
+        self.s.far_ssh.map_or("longhaul", |(_, rp)| rp.as_str())
     }
 
     /// A tool's placeholders here.
     fn vars(&self, t: &Tool) -> BTreeMap<&'static str, String> {
         BTreeMap::from([
-            ("bin", self.bin.display().to_string()),
-            ("root", self.work.display().to_string()),
-            ("state", self.state.join(&t.name).display().to_string()),
+            ("bin", self.s.bin.display().to_string()),
+            ("root", self.s.work.display().to_string()),
+            (
+                "state",
+                self.state.join(file_name(&t.name)).display().to_string(),
+            ),
             (
                 "seconds",
-                format!("{}", self.params.mem_seconds.ceil() as u64),
+                format!("{}", self.s.params.mem_seconds.ceil() as u64),
             ),
         ])
     }
@@ -230,7 +266,7 @@ impl<'a> Matrix<'a> {
         let wan = match p.rate_bps.filter(|_| p.name != "loopback") {
             None => None,
             Some(r) => Some(run::wan_up(
-                self.bin,
+                self.s.bin,
                 Duration::from_secs_f64(p.rtt_ms / 1e3),
                 p.loss,
                 r,
@@ -241,9 +277,9 @@ impl<'a> Matrix<'a> {
         } else {
             None
         };
-        let far = match (&p.far, self.far_ssh) {
+        let far = match (&p.far, self.s.far_ssh) {
             (Some(_), Some((ssh, rp))) => {
-                Some(open_far(self.bin, ssh, rp, &self.data, self.params)?)
+                Some(open_far(self.s.bin, ssh, rp, &self.data, self.s.params)?)
             }
             _ => None,
         };
@@ -257,6 +293,12 @@ impl<'a> Matrix<'a> {
             ),
             (None, None, None) => (None, None, "127.0.0.1".to_string()),
         };
+        // On --far the rate is --rate's (the matrix does not know it).
+        let rate = p.rate_bps.unwrap_or(if far.is_some() {
+            self.s.a.rate
+        } else {
+            100_000_000_000
+        });
         Ok(PathNet {
             far,
             wan,
@@ -264,13 +306,14 @@ impl<'a> Matrix<'a> {
             ns_a,
             ns_b,
             host,
-            rate: p.rate_bps.unwrap_or(100_000_000_000),
+            facts: facts(p, rate),
         })
     }
 
     /// Starts the servers of the tools with cells pending on this path.
     fn start_servers(
         &mut self,
+        index: usize,
         p: &PathSpec,
         net: &PathNet,
         pending: &[usize],
@@ -280,25 +323,18 @@ impl<'a> Matrix<'a> {
             running: BTreeMap::new(),
             failed: BTreeMap::new(),
             starts: BTreeMap::new(),
+            groups: BTreeMap::new(),
         };
-        for (t, _) in self.chosen {
+        for (t, _) in self.s.chosen {
             let needed = pending.iter().any(|&i| doc.cells[i].tool == t.name);
             let Some(s) = t.server.as_ref().filter(|_| needed) else {
                 continue;
             };
-            let tstate = self.state.join(&t.name);
+            let tstate = self.state.join(file_name(&t.name));
             mk(&tstate)?;
-            if let Some(f) = &net.far {
-                if t.over_ssh {
-                    // The far host's own sshd, reached with the user's ssh.
-                    let w = tstate.join("ssh");
-                    write_script(&w, &format!("#!/bin/sh\nexec {} \"$@\"\n", f.ssh.rsh_line))?;
-                    continue;
-                }
-            }
             // The server's side: here, or on the far host.
             let mut vars = match &net.far {
-                Some(f) => far_vars(f, t, self.remote_path(), self.params),
+                Some(f) => far_vars(f, t, self.remote_path(), self.s.params),
                 None => self.vars(t),
             };
             if let Err(e) = self.client_env(t, &vars, net.far.as_ref()) {
@@ -310,20 +346,26 @@ impl<'a> Matrix<'a> {
                 _ => run::free_ports()?,
             };
             self.ports.insert(t.name.clone(), pp);
+            vars.extend(net.facts.vars());
             vars.insert("host", net.host.clone());
-            vars.insert("rate", net.rate.to_string());
             vars.insert("port", pp.0.to_string());
             vars.insert("port1", pp.1.to_string());
             let argv: Vec<String> = s.argv.iter().map(|x| peers::fill(x, &vars)).collect();
             if let Some(f) = &net.far {
                 let started = (|| {
+                    f.mkdir(&vars["state"])?;
                     for (name, text) in &s.files {
                         f.write(
                             &format!("{}/{name}", vars["state"]),
                             &peers::fill(text, &vars),
                         )?;
                     }
-                    f.start_server(&argv, &format!("{}/server.log", vars["state"]), pp.0)
+                    let o =
+                        f.start_server(&argv, &format!("{}/server.log", vars["state"]), pp.0)?;
+                    if t.over_ssh {
+                        far_ssh_client(f, &vars["state"], &tstate, pp.0)?;
+                    }
+                    Ok(o)
                 })();
                 match started {
                     Ok(o) => {
@@ -344,13 +386,18 @@ impl<'a> Matrix<'a> {
                 argv,
                 hosts_file: s.hosts_file && net.wan.is_some(),
                 port: pp.0,
-                log: self.logs.join(format!(
-                    "{}-{}-server.log",
-                    p.name.replace('/', "_"),
-                    t.name
-                )),
+                log: self
+                    .logs
+                    .join(file_name(&format!("{}-{}-server.log", p.name, t.name))),
             };
-            match self.start_here(&start, net) {
+            if let Some(g) = self
+                .acct
+                .as_ref()
+                .and_then(|a| a.group(&format!("server-{index}-{}", file_name(&t.name))))
+            {
+                servers.groups.insert(t.name.clone(), g);
+            }
+            match self.start_here(&start, net, servers.groups.get(&t.name)) {
                 Ok(o) => {
                     servers.running.insert(t.name.clone(), Served::Here(o));
                 }
@@ -363,9 +410,21 @@ impl<'a> Matrix<'a> {
         Ok(servers)
     }
 
-    fn start_here(&self, s: &Start, net: &PathNet) -> Result<run::Owned, String> {
+    fn start_here(
+        &self,
+        s: &Start,
+        net: &PathNet,
+        g: Option<&Group>,
+    ) -> Result<run::Owned, String> {
         let hf = s.hosts_file.then_some(self.hosts.as_path());
-        run::start_server(&s.argv, net.ns_b.as_deref(), hf, &net.host, s.port, &s.log)
+        run::start_server(
+            &s.argv,
+            net.ns_b.as_deref(),
+            hf,
+            (&net.host, s.port),
+            &s.log,
+            g,
+        )
     }
 
     /// Starts a tool's server here again after one of its runs failed: a
@@ -376,7 +435,10 @@ impl<'a> Matrix<'a> {
             return;
         };
         drop(servers.running.remove(tool));
-        match self.start_here(start, net) {
+        if let Some(g) = servers.groups.get(tool) {
+            g.kill_all();
+        }
+        match self.start_here(start, net, servers.groups.get(tool)) {
             Ok(o) => {
                 eprintln!("longhaul matrix: started {tool}'s server again after a failed run");
                 servers.running.insert(tool.to_string(), Served::Here(o));
@@ -438,8 +500,9 @@ impl<'a> Matrix<'a> {
         failed
     }
 
-    /// Runs one workload's pending cells on a path, `runs` times each,
-    /// interleaved, and sums each cell up.
+    /// Runs one workload's pending cells on a path: the sweeps of their
+    /// tools' `best`, then the cells `runs` times each, interleaved; sums
+    /// each cell up.
     fn run_workload(
         &mut self,
         p: &PathSpec,
@@ -464,108 +527,225 @@ impl<'a> Matrix<'a> {
             .copied()
             .filter(|&i| doc.cells[i].error.is_none())
             .collect();
-        for r in 0..self.params.runs as usize {
+        self.sweep_all(p, net, servers, w, &live, doc)?;
+        let runs = self.s.params.runs as usize;
+        for r in 0..runs {
             for k in 0..live.len() {
-                if self.stop.load(Ordering::SeqCst) {
+                if self.s.stop.load(Ordering::SeqCst) {
                     break;
                 }
                 let i = live[(k + r) % live.len()];
-                let c = doc.cells[i].clone();
-                let Some((t, _)) = self.chosen.iter().find(|(t, _)| t.name == c.tool) else {
-                    continue;
-                };
-                let Some(s) = t.settings.iter().find(|s| s.name == c.settings) else {
-                    continue;
-                };
-                self.step += 1;
-                let res = match servers.failed.get(&t.name) {
-                    Some(e) => RunResult {
-                        error: Some(e.clone()),
-                        ..RunResult::default()
-                    },
-                    None => {
-                        let (res, note) = self.run_once(p, net, servers, &c, t, s, r)?;
-                        if note.is_some() {
-                            doc.cells[i].note = note;
-                        }
-                        res
-                    }
-                };
-                eprintln!(
-                    "[{}/{}] {} {w} {} {}:{}: {}",
-                    self.step,
-                    self.total,
-                    p.name,
-                    c.direction,
-                    t.name,
-                    s.name,
-                    said(&res)
-                );
-                if res.error.is_some() && !servers.failed.contains_key(&t.name) {
-                    self.restart(servers, net, &t.name);
-                }
-                doc.cells[i].runs.push(res);
+                self.run_cell(p, net, servers, i, r, doc)?;
             }
         }
         for &i in &live {
             // A cell cut short by an interrupt is run again whole by --resume.
-            if doc.cells[i].runs.len() < self.params.runs as usize {
+            if doc.cells[i].runs.len() < runs {
                 doc.cells[i].runs.clear();
                 doc.cells[i].error = None;
             } else {
-                summarise(&mut doc.cells[i]);
+                summarise(&mut doc.cells[i], runs as u32);
             }
         }
-        if let Some(f) = &self.a.resume {
+        if let Some(f) = &self.s.a.resume {
             super::save(f, doc);
         }
         Ok(())
     }
 
-    /// One run of a cell: its client, timed, with the servers' CPU over
-    /// it, and a copy's check. Also a note for the cell, if the copy did
-    /// not verify.
-    #[allow(clippy::too_many_arguments)]
-    fn run_once(
-        &self,
+    /// Run `r` of cell `i`; none after a run that timed out (it would again).
+    fn run_cell(
+        &mut self,
         p: &PathSpec,
         net: &PathNet,
         servers: &mut Servers,
-        c: &Cell,
-        t: &Tool,
-        s: &Settings,
+        i: usize,
         r: usize,
-    ) -> Result<(RunResult, Option<String>), String> {
-        let w = c.workload.as_str();
+        doc: &mut Doc,
+    ) -> Result<(), String> {
+        let c = doc.cells[i].clone();
+        let Some((t, _)) = self.s.chosen.iter().find(|(t, _)| t.name == c.tool) else {
+            return Ok(());
+        };
+        self.step += 1;
+        let timed_out = c
+            .runs
+            .iter()
+            .find_map(|r| r.error.as_deref().filter(|e| e.starts_with("timed out")));
+        let args = settings_args(t, &c, doc);
+        let res = match (servers.failed.get(&t.name), timed_out, &args) {
+            (Some(e), _, _) => failed_run(e.clone()),
+            (_, Some(e), _) => failed_run(format!("not run: an earlier run {e}")),
+            (_, _, Err(e)) => failed_run(e.clone()),
+            (None, None, Ok(args)) => {
+                let job = Job {
+                    tool: t,
+                    workload: &c.workload,
+                    direction: &c.direction,
+                    args,
+                    tag: tag(
+                        p,
+                        &c.workload,
+                        t,
+                        &c.settings,
+                        &c.direction,
+                        &format!("r{r}"),
+                    ),
+                    timeout: self.s.a.run_timeout,
+                };
+                let (res, filled, note) = self.run_once(net, servers, &job)?;
+                doc.cells[i].cell.args = Some(filled);
+                if note.is_some() {
+                    doc.cells[i].note = note;
+                }
+                res
+            }
+        };
+        eprintln!(
+            "[{}/{}] {} {} {} {}:{}: {}",
+            self.step,
+            self.total,
+            p.name,
+            c.workload,
+            c.direction,
+            t.name,
+            c.settings,
+            said(&res)
+        );
+        let ran = res
+            .error
+            .as_deref()
+            .is_some_and(|e| !e.starts_with("not run"));
+        if ran && !servers.failed.contains_key(&t.name) {
+            self.restart(servers, net, &t.name);
+        }
+        doc.cells[i].runs.push(res);
+        Ok(())
+    }
+
+    /// The sweeps of this workload's `best` cells on the path: each tool's
+    /// grid, a put per candidate, unless a winner is known (`--resume`, or
+    /// remembered by `--quick`).
+    fn sweep_all(
+        &mut self,
+        p: &PathSpec,
+        net: &PathNet,
+        servers: &mut Servers,
+        w: &str,
+        live: &[usize],
+        doc: &mut Doc,
+    ) -> Result<(), String> {
+        for (t, _) in self.s.chosen {
+            let Some(grid) = t.sweep.as_ref() else {
+                continue;
+            };
+            let wanted = live
+                .iter()
+                .any(|&i| doc.cells[i].tool == t.name && doc.cells[i].settings == BEST);
+            let known = doc
+                .sweeps
+                .iter()
+                .any(|s| s.tool == t.name && s.path == p.name && s.workload == w);
+            if !wanted || known || servers.failed.contains_key(&t.name) {
+                continue;
+            }
+            let candidates = sweep::candidates(grid, &net.facts);
+            let mut swept = Swept {
+                tool: t.name.clone(),
+                path: p.name.clone(),
+                workload: w.into(),
+                ..Swept::default()
+            };
+            let mut best_s: Option<f64> = None;
+            for (k, args) in candidates.iter().enumerate() {
+                if self.s.stop.load(Ordering::SeqCst) {
+                    return Ok(());
+                }
+                let cut = sweep::cut_after(best_s, self.s.a.run_timeout.as_secs_f64(), w != "mem");
+                let job = Job {
+                    tool: t,
+                    workload: w,
+                    direction: "put",
+                    args,
+                    tag: tag(p, w, t, BEST, "put", &format!("sweep{k}")),
+                    timeout: Duration::from_secs_f64(cut),
+                };
+                let (res, filled, _) = self.run_once(net, servers, &job)?;
+                let ok = res.ok();
+                if ok {
+                    best_s = Some(best_s.map_or(res.seconds, |b: f64| b.min(res.seconds)));
+                } else if !servers.failed.contains_key(&t.name) {
+                    self.restart(servers, net, &t.name);
+                }
+                eprintln!(
+                    "[sweep {}/{}] {} {w} {}: {}: {}",
+                    k + 1,
+                    candidates.len(),
+                    p.name,
+                    t.name,
+                    shown_args(&filled),
+                    said(&res)
+                );
+                swept.candidates.push(Tried {
+                    args: args.clone(),
+                    bytes_per_second: res.bytes_per_second,
+                    seconds: res.seconds,
+                    error: (!ok)
+                        .then(|| res.error.clone().unwrap_or_else(|| "did not verify".into())),
+                });
+            }
+            swept.decide();
+            if let Some(win) = &swept.winner {
+                eprintln!(
+                    "longhaul matrix: {} {w} {}: best is {}",
+                    p.name,
+                    t.name,
+                    shown_args(win)
+                );
+            }
+            doc.sweeps.push(swept);
+        }
+        Ok(())
+    }
+
+    /// Where a run reads and writes, as its placeholders: the far side of
+    /// a run is the far host's work directory on --far (the put's
+    /// destination, the get's source), else this one's (its servers serve
+    /// it). A copy's destination directory is made afresh. Also the
+    /// destination, its directory, and the far host when it is there.
+    #[allow(clippy::type_complexity)]
+    fn place<'n>(
+        &self,
+        net: &'n PathNet,
+        j: &Job,
+    ) -> Result<
+        (
+            BTreeMap<&'static str, String>,
+            PathBuf,
+            PathBuf,
+            Option<&'n far::Far>,
+        ),
+        String,
+    > {
+        let (w, t) = (j.workload, j.tool);
         let mut vars = self.vars(t);
         let pp = self.ports.get(&t.name).copied().unwrap_or((0, 0));
+        vars.extend(net.facts.vars());
         vars.insert("host", net.host.clone());
-        vars.insert("rate", net.rate.to_string());
         vars.insert("port", pp.0.to_string());
         vars.insert("port1", pp.1.to_string());
-        let tag = format!(
-            "{}-{}-{}-{}-{}-r{r}",
-            p.name.replace('/', "_"),
-            w,
-            t.name,
-            s.name,
-            c.direction
-        );
-        // The far side of a run: the far host's work directory on --far
-        // (the put's destination, the get's source), else this one's (its
-        // servers serve it).
         let far_here = net.far.as_ref().filter(|_| !t.local);
-        let put = c.direction == "put";
+        let put = j.direction == "put";
         let far_root = far_here.map(|f| PathBuf::from(&f.root));
-        let root = far_root.as_deref().unwrap_or(self.work);
+        let root = far_root.as_deref().unwrap_or(self.s.work);
         let src = if put {
             self.data.join(w)
         } else {
             root.join("data").join(w)
         };
-        let dstdir = if put { root } else { self.work }
-            .join(&c.direction)
-            .join(&tag);
+        let dstdir = if put { root } else { self.s.work }
+            .join(j.direction)
+            .join(&j.tag);
         let far_dst = far_here.filter(|_| put && w != "mem");
         if w != "mem" {
             match far_dst {
@@ -591,38 +771,68 @@ impl<'a> Matrix<'a> {
         vars.insert("dstdir_rel", rel(&dstdir));
         vars.insert(
             "ssh",
-            self.state.join(&t.name).join("ssh").display().to_string(),
+            self.state
+                .join(file_name(&t.name))
+                .join("ssh")
+                .display()
+                .to_string(),
         );
-        vars.insert(
-            "sshhost",
-            far_here.map_or(net.host.clone(), |f| f.ssh.dest.clone()),
-        );
+        vars.insert("sshhost", net.host.clone());
+        Ok((vars, dst, dstdir, far_dst))
+    }
+
+    /// One run of a tool: its client, timed, in a cgroup of its own, with
+    /// its server's CPU over it, and a copy's check. Also the arguments as
+    /// run, and a note for the cell if the copy did not verify.
+    fn run_once(
+        &self,
+        net: &PathNet,
+        servers: &mut Servers,
+        j: &Job,
+    ) -> Result<(RunResult, Vec<String>, Option<String>), String> {
+        let (w, t) = (j.workload, j.tool);
+        let (vars, dst, dstdir, far_dst) = self.place(net, j)?;
+        let put = j.direction == "put";
+        let far_here = net.far.as_ref().filter(|_| !t.local);
         let template = if put { &t.put } else { &t.get };
-        let argv = peers::argv(template, s, &vars);
-        let cpu0 = servers.running.get_mut(&t.name).map_or(0.0, Served::cpu);
-        let netns = if t.local { None } else { net.ns_a.as_deref() };
+        let argv = peers::argv(template, j.args, &vars);
+        let filled = peers::fill_all(j.args, &vars);
+        if self.s.verbose > 0 {
+            eprintln!("  $ {}", shown_args(&argv));
+        }
         let env = self
             .envs
             .get(&env_key(t, far_here.is_some()))
             .cloned()
             .unwrap_or_default();
-        let ran = run::run_client(
-            &argv,
-            netns,
-            &env,
-            self.a.run_timeout,
-            self.stop,
-            &self.logs,
-            &tag,
-        );
-        let cpu1 = servers.running.get_mut(&t.name).map_or(0.0, Served::cpu);
+        let client = self
+            .acct
+            .as_ref()
+            .and_then(|a| a.group(&format!("client-{}", j.tag)));
+        let load = super::loadavg()
+            .split_whitespace()
+            .next()
+            .and_then(|l| l.parse().ok());
+        let cpu0 = servers.cpu(t);
+        let ran = run::run_client(&run::Client {
+            argv: &argv,
+            netns: if t.local { None } else { net.ns_a.as_deref() },
+            env: &env,
+            timeout: j.timeout,
+            stop: self.s.stop,
+            logdir: &self.logs,
+            tag: &j.tag,
+            cgroup: client.as_ref(),
+        });
+        let cpu1 = servers.cpu(t);
+        drop(client);
         let mut res = RunResult {
-            bytes_per_second: None,
             seconds: ran.seconds,
             cpu_client_seconds: ran.cpu,
-            cpu_server_seconds: (cpu1 - cpu0).max(0.0),
-            verified: None,
+            cpu_server_seconds: cpu0.zip(cpu1).map(|(a, b)| (b - a).max(0.0)),
+            loadavg_1m: load,
             error: ran.error,
+            ..RunResult::default()
         };
         let mut note = None;
         if res.error.is_none() {
@@ -634,9 +844,13 @@ impl<'a> Matrix<'a> {
             } else {
                 let bytes = self.sizes.get(w).copied().unwrap_or(0);
                 res.bytes_per_second = Some(bytes as f64 / ran.seconds.max(1e-9));
-                let bad = self.check_copy(w, &tag, far_dst, &dst)?;
-                res.verified = Some(bad.is_none());
-                note = bad.map(|b| format!("not verified: {b}"));
+                res.reported_bytes_per_second = t.report.and_then(|r| {
+                    peers::read_report(r, &format!("{}\n{}", ran.stdout, ran.stderr)).ok()
+                });
+                let v = self.check_copy(w, &j.tag, far_dst, &dst, t)?;
+                res.verified = Some(v.wrong.is_none());
+                res.not_kept = v.not_kept.iter().map(|s| s.to_string()).collect();
+                note = v.wrong.map(|b| format!("not verified: {b}"));
             }
         }
         if w != "mem" {
@@ -647,11 +861,11 @@ impl<'a> Matrix<'a> {
                 }
             }
         }
-        Ok((res, note))
+        Ok((res, filled, note))
     }
 
-    /// What is wrong with a copy, if anything, against its workload's
-    /// manifest. A far copy comes back (the far longhaul reads it) to be
+    /// How a copy compares with its workload's manifest. A far copy comes
+    /// back (the far longhaul reads it, with its modes and links) to be
     /// compared here.
     fn check_copy(
         &self,
@@ -659,14 +873,15 @@ impl<'a> Matrix<'a> {
         tag: &str,
         far_dst: Option<&far::Far>,
         dst: &Path,
-    ) -> Result<Option<String>, String> {
-        let check = self.work.join("check").join(tag);
+        t: &Tool,
+    ) -> Result<verify::Verdict, String> {
+        let check = self.s.work.join("check").join(tag);
         let got = match far_dst {
             Some(f) => {
                 let _ = std::fs::remove_dir_all(&check);
                 mk(&check)?;
                 f.pull(
-                    self.bin,
+                    self.s.bin,
                     self.remote_path(),
                     &dst.display().to_string(),
                     &check,
@@ -675,26 +890,76 @@ impl<'a> Matrix<'a> {
             }
             None => Ok(dst.to_path_buf()),
         };
-        let bad = match got {
-            Ok(d) => self.manifests.get(w).and_then(|m| run::verify(m, &d)),
-            Err(e) => Some(format!("cannot read the far copy: {e}")),
+        let verdict = match got.and_then(|d| {
+            verify::manifest(&d)
+                .map_err(|e| format!("cannot read the destination {}: {e}", d.display()))
+        }) {
+            Ok(m) => match self.manifests.get(w) {
+                Some(src) => verify::compare(src, &m, t.keeps),
+                None => verify::Verdict::default(),
+            },
+            Err(e) => verify::Verdict {
+                wrong: Some(e),
+                ..verify::Verdict::default()
+            },
         };
         let _ = std::fs::remove_dir_all(&check);
-        Ok(bad)
+        Ok(verdict)
+    }
+}
+
+/// A cell's settings' arguments: a fixed settings', or `best`'s: its
+/// tool's sweep winner on this path and workload.
+fn settings_args(t: &Tool, c: &Cell, doc: &Doc) -> Result<Vec<String>, String> {
+    if let Some(s) = t.fixed(&c.settings) {
+        return Ok(s.args.clone());
+    }
+    doc.sweeps
+        .iter()
+        .find(|s| s.tool == c.tool && s.path == c.path && s.workload == c.workload)
+        .and_then(|s| s.winner.clone())
+        .ok_or_else(|| "no candidate of its sweep ran (see the sweep's lines)".to_string())
+}
+
+fn failed_run(e: String) -> RunResult {
+    RunResult {
+        error: Some(e),
+        ..RunResult::default()
+    }
+}
+
+/// A run's name in the logs (and its directories' names).
+fn tag(p: &PathSpec, w: &str, t: &Tool, settings: &str, dir: &str, run: &str) -> String {
+    file_name(&format!("{}-{w}-{}-{settings}-{dir}-{run}", p.name, t.name))
+}
+
+/// A name (a tool's, from a tools file) as one file name: no `/`, not `..`.
+fn file_name(name: &str) -> String {
+    match name.replace('/', "_") {
+        n if n == "." || n == ".." || n.is_empty() => "_".into(),
+        n => n,
     }
 }
 
 /// A run's outcome in the progress line.
 fn said(res: &RunResult) -> String {
+    let cpu = |c: Option<f64>| c.map_or("?".into(), |c| format!("{c:.2}"));
     match (&res.error, res.bytes_per_second) {
         (Some(e), _) => format!("failed: {e}"),
         (None, Some(b)) => format!(
-            "{:.1} MB/s{}",
+            "{:.1} MB/s, CPU {} + {} s{}{}",
             b / 1e6,
+            cpu(res.cpu_client_seconds),
+            cpu(res.cpu_server_seconds),
             match res.verified {
                 Some(true) => ", verified",
                 Some(false) => ", NOT VERIFIED",
                 None => "",
+            },
+            if res.not_kept.is_empty() {
+                String::new()
+            } else {
+                format!(" (not kept: {})", res.not_kept.join(", "))
             }
         ),
         (None, None) => "no figure".into(),
@@ -720,7 +985,7 @@ fn far_vars(
     BTreeMap::from([
         ("bin", remote_path.to_string()),
         ("root", f.root.clone()),
-        ("state", format!("{}/state/{}", f.root, t.name)),
+        ("state", format!("{}/state/{}", f.root, file_name(&t.name))),
         ("seconds", format!("{}", params.mem_seconds.ceil() as u64)),
     ])
 }
@@ -739,6 +1004,50 @@ fn far_ports() -> (u16, u16) {
 fn getrandom_bytes(b: &mut [u8]) -> std::io::Result<()> {
     use std::io::Read as _;
     std::fs::File::open("/dev/urandom")?.read_exact(b)
+}
+
+/// The client's side of a private sshd the over-ssh tools' template
+/// started on the far host (as it starts one here): its throwaway client
+/// key and host key come back over the matrix's ssh into `here` (the
+/// tool's state directory, owner only), with an ssh config that reaches
+/// that sshd alone, as the far user, and `here/ssh`, the script `{ssh}` names.
+fn far_ssh_client(f: &far::Far, far_state: &str, here: &Path, port: u16) -> Result<(), String> {
+    let st = far::join(&[far_state])?;
+    let out = f.ssh.run(
+        &format!(
+            "cd {st} && cat client_key && echo LH-CUT && cut -d' ' -f1,2 host_key.pub && id -un"
+        ),
+        None,
+    )?;
+    let (key, rest) = out
+        .split_once("LH-CUT\n")
+        .ok_or("the far sshd's keys could not be read")?;
+    let mut rest = rest.lines();
+    let (Some(host_key), Some(user)) = (rest.next(), rest.next()) else {
+        return Err("the far sshd's keys could not be read".into());
+    };
+    let write = |name: &str, text: String, mode: u32| {
+        use std::os::unix::fs::PermissionsExt;
+        let p = here.join(name);
+        std::fs::write(&p, text)
+            .and_then(|()| std::fs::set_permissions(&p, std::fs::Permissions::from_mode(mode)))
+            .map_err(|e| format!("{}: {e}", p.display()))
+    };
+    write("client_key", format!("{}\n", key.trim_end()), 0o600)?;
+    write("known_hosts", format!("* {host_key}\n"), 0o600)?;
+    let h = here.display();
+    write(
+        "ssh_config",
+        format!(
+            "Host *\n  Port {port}\n  User {user}\n  IdentityFile {h}/client_key\n  IdentitiesOnly yes\n  \
+             UserKnownHostsFile {h}/known_hosts\n  StrictHostKeyChecking yes\n  BatchMode yes\n  LogLevel ERROR\n"
+        ),
+        0o600,
+    )?;
+    write_script(
+        &here.join("ssh"),
+        &format!("#!/bin/sh\nexec ssh -F \"{h}/ssh_config\" \"$@\"\n"),
+    )
 }
 
 /// A small executable script (owner only).

@@ -26,8 +26,6 @@ pub struct Ssh {
     /// With OpenSSH, the matrix's own commands (not the tools' runs) share
     /// one connection: `-o ControlPath=...` of the master [`Far`] holds.
     mux: Vec<String>,
-    /// As given (for a wrapper script).
-    pub rsh_line: String,
     pub dest: String,
 }
 
@@ -44,7 +42,6 @@ impl Ssh {
         Ok(Ssh {
             rsh: argv,
             mux: vec![],
-            rsh_line: line,
             dest: dest.to_string(),
         })
     }
@@ -201,11 +198,13 @@ impl Far {
             .map(drop)
     }
 
-    /// Starts `argv` in the far work directory in a session of its own,
-    /// its output to `log` there; waits until this host connects to `port`.
-    /// The far shell that started it stays, on the ssh session's standard
-    /// input: `cpu` prints the clock tick and /proc's stat lines then `END`,
-    /// `alive` prints `up` or `down`; end of input kills the server's group.
+    /// Starts `argv` in the far work directory in a session of its own
+    /// and, where the far host lets this user make one, a cgroup of its own
+    /// (as here: cgroup.rs), its output to `log` there; waits until this
+    /// host connects to `port`. The far shell that started it stays, on
+    /// the ssh session's standard input: `cpu` prints the cgroup's CPU
+    /// (`ns N`, `us N`, or `unknown`), `alive` prints `up` or `down`; end
+    /// of input kills the server's group and what is left in its cgroup.
     pub fn start_server(&self, argv: &[String], log: &str, port: u16) -> Result<FarServer, String> {
         // A port someone already serves would pass the ready check.
         if super::run::connects(None, &self.addr, port) {
@@ -217,14 +216,21 @@ impl Far {
             .map(|d| d.display().to_string())
             .unwrap_or_else(|| self.root.clone());
         let remote = format!(
-            "cd {root} && mkdir -p {dir} && {{ setsid {cmd} >{log} 2>&1 </dev/null & p=$!; echo $p; \
+            "cd {root} && mkdir -p {dir} && {{ {find}; cg=; v=; set -- $(lh_cg); \
+             if [ -n \"$1\" ] && mkdir \"$1/longhaul-matrix-$$\" 2>/dev/null; then cg=\"$1/longhaul-matrix-$$\"; v=$2; fi; \
+             setsid sh -c '[ -z \"$0\" ] || echo $$ > \"$0/cgroup.procs\" || exit 125; exec \"$@\"' \"$cg\" {cmd} >{log} 2>&1 </dev/null & p=$!; echo $p; \
              while read -r r; do case $r in \
-             cpu) getconf CLK_TCK; cat /proc/[0-9]*/stat 2>/dev/null; echo END;; \
+             cpu) if [ -z \"$cg\" ]; then echo unknown; elif [ \"$v\" = 1 ]; then echo \"ns $(cat \"$cg/cpuacct.usage\")\"; \
+             else echo \"us $(sed -n 's/^usage_usec //p' \"$cg/cpu.stat\")\"; fi;; \
              alive) if kill -0 $p 2>/dev/null; then echo up; else echo down; fi;; esac; done; \
              kill -TERM -- -$p 2>/dev/null; for i in 1 2 3 4 5 6 7 8 9 10; do \
-             kill -0 -- -$p 2>/dev/null || break; sleep 0.1; done; kill -KILL -- -$p 2>/dev/null; }}",
+             kill -0 -- -$p 2>/dev/null || break; sleep 0.1; done; kill -KILL -- -$p 2>/dev/null; \
+             if [ -n \"$cg\" ]; then for i in 1 2 3 4 5 6 7 8 9 10; do \
+             for q in $(cat \"$cg/cgroup.procs\" 2>/dev/null); do kill -KILL $q 2>/dev/null; done; \
+             rmdir \"$cg\" 2>/dev/null && break; sleep 0.1; done; fi; }}",
             root = join(&[&self.root])?,
             dir = join(&[&dir])?,
+            find = super::cgroup::FAR_FIND,
             cmd = join(&words)?,
             log = join(&[log])?,
         );
@@ -242,6 +248,7 @@ impl Far {
             stdin,
             out: std::io::BufReader::new(out),
             pid: 0,
+            port,
             ssh: self.ssh.clone(),
         };
         let mut line = String::new();
@@ -256,7 +263,7 @@ impl Far {
             if super::run::connects(None, &self.addr, port) {
                 return Ok(s);
             }
-            if s.ask("alive").first().map(String::as_str) != Some("up") {
+            if s.ask("alive").as_deref() != Some("up") {
                 let text = self
                     .ssh
                     .run(
@@ -320,11 +327,12 @@ impl Far {
             .chain(&self.ssh.mux)
             .map(String::as_str)
             .collect();
+        // -a: the permission bits too, which the check compares.
         let out = Command::new(bin)
             .args([
                 "--no-archive",
                 "cp",
-                "-r",
+                "-a",
                 "--force",
                 "--remote-path",
                 remote_path,
@@ -413,48 +421,27 @@ pub struct FarServer {
     stdin: Option<ChildStdin>,
     out: std::io::BufReader<ChildStdout>,
     pub pid: i32,
+    /// The port it listens on.
+    pub port: u16,
     ssh: Ssh,
 }
 
 impl FarServer {
-    /// The far shell's answer to `req`: its lines (`alive`: one; `cpu`:
-    /// until `END`).
-    fn ask(&mut self, req: &str) -> Vec<String> {
-        let Some(w) = self.stdin.as_mut() else {
-            return vec![];
-        };
-        if writeln!(w, "{req}").and_then(|()| w.flush()).is_err() {
-            return vec![];
+    /// The far shell's one-line answer to `req`.
+    fn ask(&mut self, req: &str) -> Option<String> {
+        let w = self.stdin.as_mut()?;
+        writeln!(w, "{req}").and_then(|()| w.flush()).ok()?;
+        let mut l = String::new();
+        match self.out.read_line(&mut l) {
+            Ok(n) if n > 0 => Some(l.trim_end().to_string()),
+            _ => None,
         }
-        let mut lines = Vec::new();
-        loop {
-            let mut l = String::new();
-            match self.out.read_line(&mut l) {
-                Ok(0) | Err(_) => break,
-                Ok(_) => {}
-            }
-            let l = l.trim_end().to_string();
-            if req != "cpu" {
-                lines.push(l);
-                break;
-            }
-            if l == "END" {
-                break;
-            }
-            lines.push(l);
-        }
-        lines
     }
 
-    /// CPU seconds of the server's process group, from the far /proc.
-    pub fn cpu(&mut self) -> f64 {
-        let lines = self.ask("cpu");
-        let mut it = lines.iter().map(String::as_str);
-        let tick: f64 = it
-            .next()
-            .and_then(|t| t.trim().parse().ok())
-            .unwrap_or(100.0);
-        super::run::stat_cpu(it, self.pid) as f64 / tick.max(1.0)
+    /// CPU seconds of the server and all it forked, from its far cgroup;
+    /// None where the far host would not make one.
+    pub fn cpu(&mut self) -> Option<f64> {
+        far_cpu(&self.ask("cpu")?)
     }
 }
 
@@ -481,5 +468,31 @@ impl Drop for FarServer {
         }
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+/// The far shell's `cpu` answer in seconds: `ns N` (cgroup v1's
+/// cpuacct.usage), `us N` (v2's usage_usec); None for `unknown`.
+fn far_cpu(answer: &str) -> Option<f64> {
+    let (unit, n) = answer.split_once(' ')?;
+    let n: f64 = n.trim().parse().ok()?;
+    match unit {
+        "ns" => Some(n / 1e9),
+        "us" => Some(n / 1e6),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_far_shells_cpu_answers_read_in_seconds() {
+        assert_eq!(far_cpu("ns 2500000000"), Some(2.5));
+        assert_eq!(far_cpu("us 1500000"), Some(1.5));
+        assert_eq!(far_cpu("unknown"), None);
+        assert_eq!(far_cpu("us "), None);
+        assert_eq!(far_cpu("ns x"), None);
     }
 }

@@ -1,24 +1,15 @@
-//! The peers as templates, written once: how each tool's server starts
-//! (argv, ports, files it needs), how a put and a get run (argv), how its
-//! own figure is read, and its settings (`defaults` and `best`, each with
-//! why). The matrix drives only these; `--tools-file` adds more of the
-//! same shape (docs/JSON.md, "matrix tools").
-//!
-//! Placeholders, replaced in every argv element and server file:
-//! `{bin}` this longhaul binary; `{host}` the server's address; `{port}`,
-//! `{port1}` its ports; `{root}` the directory the servers serve (the
-//! matrix's work directory); `{state}` the tool's own scratch directory;
-//! `{seconds}` a memory-to-memory run's length; `{rate}` the path's
-//! bottleneck in bit/s (100 Gbit/s on loopback); `{src}` the source
-//! directory (absolute), `{dst}` the directory that must end up equal to it
-//! (absent before the run), `{dstdir}` its parent (present), `{name}` the
-//! source's last component, and `{src_rel}`, `{dst_rel}`, `{dstdir_rel}`
-//! the same relative to `{root}`. An element that is exactly `{args}`
-//! becomes the settings' arguments. Other braces are left alone.
+//! The tools as templates: their shape ([`Tool`]), the built-in ones read
+//! from `tools.toml` (data, beside this file) by the same code that reads
+//! `--tools-file` ([`parse_tools`]), the placeholders they are filled with,
+//! and the parsers of the tools' own figures and reports, each tested on
+//! outputs recorded from the real tools (`testdata/`).
 
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
+
+/// The built-in tools, as data.
+const BUILTIN: &str = include_str!("tools.toml");
 
 /// What a tool moves.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -40,12 +31,24 @@ pub enum Figure {
     Wall,
     /// iperf3 -J: `end.sum_received.bits_per_second`.
     Iperf3,
-    /// iperf2 -y C: the last line's bits per second.
+    /// iperf2 -y C: the SUM line's bits per second, else the streams' added.
     Iperf2,
     /// nuttcp -fparse: `rate_Mbps=`.
     Nuttcp,
     /// longhaul perf --json: `summary.bits_per_second`.
     Longhaul,
+}
+
+/// A file tool's own report of its rate, kept beside the wall-clock one
+/// for reference (it leaves out the tool's start, its listing, its end).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Report {
+    /// rsync --stats: `sent N bytes  received M bytes  R bytes/sec`.
+    RsyncStats,
+    /// globus-url-copy -vb: the last performance marker's `R MB/sec avg`
+    /// (MB of 2^20 bytes): the elephant's rate; a tree's last marked file's.
+    GlobusUrlCopy,
 }
 
 /// One way of running a tool.
@@ -57,6 +60,41 @@ pub struct Settings {
     pub why: String,
     #[serde(default)]
     pub args: Vec<String>,
+    /// Run only when `--tools NAME:SETTINGS` names it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub on_request: bool,
+}
+
+/// The grid `best` is swept from (section 16 of docs/ARCHITECTURE.md):
+/// every combination of a stream count (with `per_stream`), a window or
+/// none (with `window`), and one alternative of each axis, after `base`.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Sweep {
+    pub why: String,
+    /// Arguments of every candidate.
+    pub base: Vec<String>,
+    /// Stream counts tried (`{bdp_streams}` allowed); none: no stream axis.
+    pub streams: Vec<String>,
+    /// The most streams the tool takes.
+    pub max_streams: Option<u32>,
+    /// Arguments that set `{streams}`.
+    pub per_stream: Vec<String>,
+    /// Arguments that set the window (`{window}`, `{window_kib}`): each
+    /// candidate is tried with them and without (the kernel's autotuning).
+    pub window: Vec<String>,
+    /// More axes, each a list of alternatives (argument lists).
+    pub axes: Vec<Vec<Vec<String>>>,
+}
+
+/// What a tool claims to keep of a tree: where it claims to and does not,
+/// the copy did not verify; where it does not claim to, the cell is marked.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Keeps {
+    pub empty_dirs: bool,
+    pub symlinks: bool,
+    pub modes: bool,
 }
 
 /// A tool's server, started once per path and ended by its process id.
@@ -103,14 +141,20 @@ pub struct Tool {
     pub get: Vec<String>,
     #[serde(default)]
     pub figure: Figure,
+    #[serde(default)]
+    pub report: Option<Report>,
+    /// Fixed settings; `best` comes from `sweep` when there is one.
     pub settings: Vec<Settings>,
+    #[serde(default)]
+    pub sweep: Option<Sweep>,
+    #[serde(default)]
+    pub keeps: Keeps,
     /// Runs on this host only, whatever the path (a local copy).
     #[serde(default)]
     pub local: bool,
-    /// Its server is an sshd: on loopback and emulated paths the private
-    /// one its `server` starts; on `--far` the far host's own, reached with
-    /// the user's ssh (`{ssh}` runs it, `{sshhost}` names the host), and no
-    /// server is started.
+    /// Its server is a private sshd its `server` starts (here, in the
+    /// emulator's namespace or on the far host), reached by `{ssh}` at
+    /// `{sshhost}`; on the far host its keys come back here to reach it.
     #[serde(default)]
     pub over_ssh: bool,
     /// May run on `--far`: its server is safe on a host of a real network
@@ -121,721 +165,122 @@ pub struct Tool {
     pub far: bool,
 }
 
-fn v(a: &[&str]) -> Vec<String> {
-    a.iter().map(|s| s.to_string()).collect()
-}
+/// The settings `best`: the sweep's winner on each path and workload.
+pub const BEST: &str = "best";
 
-fn set(name: &str, why: &str, args: &[&str]) -> Settings {
-    Settings {
-        name: name.into(),
-        why: why.into(),
-        args: v(args),
+impl Tool {
+    /// Every settings name: the fixed ones, and `best` with a sweep.
+    pub fn setting_names(&self) -> Vec<String> {
+        let mut n: Vec<String> = self.settings.iter().map(|s| s.name.clone()).collect();
+        if self.sweep.is_some() {
+            n.push(BEST.into());
+        }
+        n
+    }
+
+    /// The settings run when none is named: all but those run on request.
+    pub fn default_settings(&self) -> Vec<String> {
+        let mut n: Vec<String> = self
+            .settings
+            .iter()
+            .filter(|s| !s.on_request)
+            .map(|s| s.name.clone())
+            .collect();
+        if self.sweep.is_some() {
+            n.push(BEST.into());
+        }
+        n
+    }
+
+    /// A fixed settings by name.
+    pub fn fixed(&self, name: &str) -> Option<&Settings> {
+        self.settings.iter().find(|s| s.name == name)
     }
 }
 
-fn defaults() -> Settings {
-    set("defaults", "the tool as installed, no options", &[])
+/// A file of templates as written: TOML (`[[tool]]` tables, and
+/// `[scripts]`: texts a server file names as `{NAME}`), or JSON (the same
+/// as an object, or just the list of tools).
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum ToolsFile {
+    List(Vec<Tool>),
+    Doc {
+        tool: Vec<Tool>,
+        #[serde(default)]
+        scripts: BTreeMap<String, String>,
+    },
+}
+
+/// Parses a tools file (the built-in one and `--tools-file` alike): TOML
+/// when `toml`, else JSON. Checks what serde cannot.
+pub fn parse_tools(text: &str, toml: bool) -> Result<Vec<Tool>, String> {
+    let file: ToolsFile = if toml {
+        ::toml::from_str(text).map_err(|e| e.to_string())?
+    } else {
+        serde_json::from_str(text).map_err(|e| e.to_string())?
+    };
+    let (mut tools, scripts) = match file {
+        ToolsFile::List(t) => (t, BTreeMap::new()),
+        ToolsFile::Doc { tool, scripts } => (tool, scripts),
+    };
+    for t in &mut tools {
+        check(t)?;
+        if let Some(s) = &mut t.server {
+            for text in s.files.values_mut() {
+                if let Some(script) = text
+                    .strip_prefix('{')
+                    .and_then(|n| n.strip_suffix('}'))
+                    .and_then(|n| scripts.get(n))
+                {
+                    *text = script.clone();
+                }
+            }
+        }
+    }
+    Ok(tools)
+}
+
+fn check(t: &Tool) -> Result<(), String> {
+    let bad = |why: &str| Err(format!("tool '{}': {why}", t.name));
+    // `--tools NAME:SETTINGS,...` must be able to name it.
+    if t.name.is_empty() || t.name.contains([':', ',']) || t.name.trim() != t.name {
+        return bad("a name must be non-empty, without ':', ',' or edge spaces");
+    }
+    if t.put.is_empty() {
+        return bad("'put' is empty");
+    }
+    if t.sweep.is_some() && t.fixed(BEST).is_some() {
+        return bad("both a sweep and a fixed 'best': 'best' is the sweep's winner");
+    }
+    if t.setting_names().is_empty() {
+        return bad("no settings");
+    }
+    if let Some(s) = &t.sweep {
+        if !s.streams.is_empty() && s.per_stream.is_empty() {
+            return bad("a sweep with 'streams' needs 'per_stream' (the arguments that set them)");
+        }
+    }
+    Ok(())
 }
 
 /// The built-in tools, in the order of the table.
 pub fn builtin() -> Vec<Tool> {
-    let serve = Server {
-        argv: v(&[
-            "{bin}",
-            "--no-archive",
-            "serve",
-            "--listen",
-            "{host}:{port}",
-            "--state-dir",
-            "{state}",
-            "--export",
-            "m={root}",
-        ]),
-        files: BTreeMap::new(),
-        hosts_file: false,
-    };
-    let lh_env = vec![
-        EnvFrom {
-            var: "LONGHAUL_TRUST".into(),
-            argv: v(&["{bin}", "id", "{state}"]),
-        },
-        EnvFrom {
-            var: "LONGHAUL_TOKEN".into(),
-            argv: v(&[
-                "{bin}",
-                "token",
-                "create",
-                "--state-dir",
-                "{state}",
-                "--export",
-                "*:rw",
-                "--note",
-                "longhaul matrix",
-            ]),
-        },
-    ];
-    vec![
-        Tool {
-            name: "longhaul".into(),
-            about: "longhaul cp against longhaul serve (TLS 1.3, every file verified)".into(),
-            needs: vec![],
-            package: String::new(),
-            kind: Kind::Files,
-            server: Some(serve.clone()),
-            env: lh_env.clone(),
-            put: v(&[
-                "{bin}",
-                "--no-archive",
-                "cp",
-                "-r",
-                "--force",
-                "{args}",
-                "{src}",
-                "longhaul://{host}:{port}/m/{dstdir_rel}/",
-            ]),
-            get: v(&[
-                "{bin}",
-                "--no-archive",
-                "cp",
-                "-r",
-                "--force",
-                "{args}",
-                "longhaul://{host}:{port}/m/{src_rel}",
-                "{dstdir}/",
-            ]),
-            figure: Figure::Wall,
-            settings: vec![
-                defaults(),
-                // Told the path's rate, cp sizes its streams for it instead of
-                // for 10 Gbit/s (bench/wan.sh's lh-cp-rate); no fdatasync per
-                // file, as the peers do not sync either.
-                set(
-                    "best",
-                    "streams sized for the path's rate; no fdatasync per file (no peer syncs)",
-                    &["--rate", "{rate}", "--no-sync"],
-                ),
-            ],
-            local: false,
-            over_ssh: false,
-            far: true,
-        },
-        Tool {
-            name: "longhaul-perf".into(),
-            about: "longhaul perf against longhaul serve, memory to memory".into(),
-            needs: vec![],
-            package: String::new(),
-            kind: Kind::Mem,
-            server: Some(serve),
-            env: lh_env,
-            put: v(&[
-                "{bin}",
-                "--no-archive",
-                "perf",
-                "{host}",
-                "-p",
-                "{port}",
-                "-t",
-                "{seconds}",
-                "--json",
-                "{args}",
-            ]),
-            get: v(&[
-                "{bin}",
-                "--no-archive",
-                "perf",
-                "{host}",
-                "-p",
-                "{port}",
-                "-t",
-                "{seconds}",
-                "--json",
-                "-R",
-                "{args}",
-            ]),
-            figure: Figure::Longhaul,
-            settings: vec![
-                defaults(),
-                set(
-                    "best",
-                    "stream count chosen for the path (-P auto), as bench/wan.sh runs it",
-                    &["-P", "auto"],
-                ),
-            ],
-            local: false,
-            over_ssh: false,
-            far: true,
-        },
-        Tool {
-            name: "iperf3".into(),
-            about: "iperf3, memory to memory".into(),
-            needs: v(&["iperf3"]),
-            package: "iperf3".into(),
-            kind: Kind::Mem,
-            server: Some(Server {
-                argv: v(&["iperf3", "-s", "-B", "{host}", "-p", "{port}"]),
-                files: BTreeMap::new(),
-                hosts_file: false,
-            }),
-            env: vec![],
-            put: v(&[
-                "iperf3",
-                "-c",
-                "{host}",
-                "-p",
-                "{port}",
-                "-t",
-                "{seconds}",
-                "-J",
-                "{args}",
-            ]),
-            get: v(&[
-                "iperf3",
-                "-c",
-                "{host}",
-                "-p",
-                "{port}",
-                "-t",
-                "{seconds}",
-                "-J",
-                "-R",
-                "{args}",
-            ]),
-            figure: Figure::Iperf3,
-            settings: vec![
-                defaults(),
-                // 4 streams fill a long path where one stream's window (capped by
-                // tcp_wmem) cannot; 1 MiB writes cut the per-call cost.
-                set(
-                    "best",
-                    "4 streams (one window is capped by tcp_wmem on long paths), 1 MiB writes",
-                    &["-P", "4", "-l", "1M"],
-                ),
-            ],
-            local: false,
-            over_ssh: false,
-            far: true,
-        },
-        Tool {
-            name: "iperf2".into(),
-            about: "iperf 2, memory to memory".into(),
-            needs: v(&["iperf"]),
-            package: "iperf".into(),
-            kind: Kind::Mem,
-            server: Some(Server {
-                argv: v(&["iperf", "-s", "-B", "{host}", "-p", "{port}"]),
-                files: BTreeMap::new(),
-                hosts_file: false,
-            }),
-            env: vec![],
-            put: v(&[
-                "iperf",
-                "-c",
-                "{host}",
-                "-p",
-                "{port}",
-                "-t",
-                "{seconds}",
-                "-y",
-                "C",
-                "{args}",
-            ]),
-            get: v(&[
-                "iperf",
-                "-c",
-                "{host}",
-                "-p",
-                "{port}",
-                "-t",
-                "{seconds}",
-                "-y",
-                "C",
-                "-R",
-                "{args}",
-            ]),
-            figure: Figure::Iperf2,
-            settings: vec![
-                defaults(),
-                // Not -l 1M: iperf 2.1.8's reverse test (-R) with it resets
-                // every stream and reports 0.
-                set(
-                    "best",
-                    "4 streams, as iperf3's best (without its 1 MiB writes: iperf 2.1.8's -R fails with them)",
-                    &["-P", "4"],
-                ),
-            ],
-            local: false,
-            over_ssh: false,
-            far: true,
-        },
-        Tool {
-            name: "nuttcp".into(),
-            about: "nuttcp, memory to memory".into(),
-            needs: v(&["nuttcp"]),
-            package: "nuttcp".into(),
-            kind: Kind::Mem,
-            server: Some(Server {
-                argv: v(&["nuttcp", "-S", "--nofork", "-P", "{port}", "-p", "{port1}"]),
-                files: BTreeMap::new(),
-                hosts_file: false,
-            }),
-            env: vec![],
-            put: v(&[
-                "nuttcp",
-                "-fparse",
-                "-t",
-                "-T",
-                "{seconds}",
-                "-P",
-                "{port}",
-                "-p",
-                "{port1}",
-                "{args}",
-                "{host}",
-            ]),
-            get: v(&[
-                "nuttcp",
-                "-fparse",
-                "-r",
-                "-T",
-                "{seconds}",
-                "-P",
-                "{port}",
-                "-p",
-                "{port1}",
-                "{args}",
-                "{host}",
-            ]),
-            figure: Figure::Nuttcp,
-            settings: vec![
-                defaults(),
-                set(
-                    "best",
-                    "4 streams, 1 MiB buffers (nuttcp's own tuning advice for long paths)",
-                    &["-N", "4", "-l", "1048576"],
-                ),
-            ],
-            local: false,
-            over_ssh: false,
-            far: true,
-        },
-        Tool {
-            name: "gridftp".into(),
-            about: "globus-url-copy against a globus-gridftp-server the matrix starts".into(),
-            needs: v(&["globus-url-copy", "globus-gridftp-server"]),
-            package: "globus-gass-copy-progs globus-gridftp-server-progs".into(),
-            kind: Kind::Files,
-            server: Some(Server {
-                argv: v(&[
-                    "globus-gridftp-server",
-                    "-aa",
-                    "-anonymous-user",
-                    "root",
-                    "-allow-root",
-                    "-p",
-                    "{port}",
-                    "-control-interface",
-                    "{host}",
-                    "-data-interface",
-                    "{host}",
-                    "-d",
-                    "error,warn",
-                ]),
-                files: BTreeMap::new(),
-                hosts_file: true,
-            }),
-            env: vec![],
-            put: v(&[
-                "globus-url-copy",
-                "-r",
-                "-cd",
-                "{args}",
-                "file://{src}/",
-                "ftp://{host}:{port}{dst}/",
-            ]),
-            get: v(&[
-                "globus-url-copy",
-                "-r",
-                "-cd",
-                "{args}",
-                "ftp://{host}:{port}{src}/",
-                "file://{dst}/",
-            ]),
-            figure: Figure::Wall,
-            settings: vec![
-                defaults(),
-                // ../shared/peers/servers.sh's client settings: 4 parallel streams,
-                // a 4 MiB TCP buffer, pipelining and 4 files at once for trees.
-                set(
-                    "best",
-                    "4 streams, 4 MiB TCP buffer, pipelining, 4 files at once (servers.sh)",
-                    &["-p", "4", "-tcp-bs", "4M", "-pp", "-cc", "4"],
-                ),
-            ],
-            local: false,
-            over_ssh: false,
-            far: false,
-        },
-        Tool {
-            name: "xrootd".into(),
-            about: "xrdcp against an xrootd the matrix starts".into(),
-            needs: v(&["xrdcp", "xrootd"]),
-            package: "xrootd-client xrootd-server".into(),
-            kind: Kind::Files,
-            server: Some(Server {
-                // xrootd refuses to run as root: as root it runs in a user
-                // namespace as uid 65534 mapped to root outside (so it reads
-                // and writes the work directory as its owner), otherwise as
-                // the user. It has no bind address; on loopback the matrix
-                // (as root) keeps it in a network namespace of its own.
-                argv: v(&[
-                    "sh",
-                    "-c",
-                    "if [ \"$(id -u)\" = 0 ]; then exec unshare --user --map-user=65534 \
-                     --map-group=65534 \"$@\"; fi; exec \"$@\"",
-                    "xrootd",
-                    "xrootd",
-                    "-c",
-                    "{state}/xrootd.cfg",
-                    "-n",
-                    "matrix",
-                ]),
-                files: BTreeMap::from([(
-                    "xrootd.cfg".to_string(),
-                    "all.export {root}\nxrd.port {port}\nall.role server\n\
-                     all.adminpath {state}/admin\nall.pidpath {state}/admin\n"
-                        .to_string(),
-                )]),
-                hosts_file: false,
-            }),
-            env: vec![],
-            // root://HOST:PORT//abs/path: the second slash starts the path.
-            put: v(&[
-                "xrdcp",
-                "-r",
-                "--nopbar",
-                "{args}",
-                "{src}",
-                "root://{host}:{port}/{dstdir}/",
-            ]),
-            get: v(&[
-                "xrdcp",
-                "-r",
-                "--nopbar",
-                "{args}",
-                "root://{host}:{port}/{src}",
-                "{dstdir}/",
-            ]),
-            figure: Figure::Wall,
-            settings: vec![
-                defaults(),
-                // ../shared/peers/servers.sh's client settings, XRootD's own
-                // advice for long paths: several TCP streams per file, and
-                // several files at once for trees.
-                set(
-                    "best",
-                    "4 streams per file, 4 files at once (servers.sh)",
-                    &["--streams", "4", "--parallel", "4"],
-                ),
-            ],
-            local: false,
-            over_ssh: false,
-            far: false,
-        },
-        Tool {
-            name: "rsyncd".into(),
-            about: "rsync against an rsync daemon the matrix starts".into(),
-            needs: v(&["rsync"]),
-            package: "rsync".into(),
-            kind: Kind::Files,
-            server: Some(Server {
-                argv: v(&[
-                    "rsync",
-                    "--daemon",
-                    "--no-detach",
-                    "--address={host}",
-                    "--port={port}",
-                    "--config={state}/rsyncd.conf",
-                ]),
-                files: BTreeMap::from([(
-                    "rsyncd.conf".to_string(),
-                    "use chroot = no\nuid = root\ngid = root\nread only = no\n\
-                     hosts allow = 127.0.0.1 198.18.0.0/24\n[data]\n  path = {root}\n"
-                        .to_string(),
-                )]),
-                hosts_file: false,
-            }),
-            env: vec![],
-            put: v(&[
-                "rsync",
-                "-a",
-                "{args}",
-                "{src}",
-                "rsync://{host}:{port}/data/{dstdir_rel}/",
-            ]),
-            get: v(&[
-                "rsync",
-                "-a",
-                "{args}",
-                "rsync://{host}:{port}/data/{src_rel}",
-                "{dstdir}/",
-            ]),
-            figure: Figure::Wall,
-            settings: vec![
-                defaults(),
-                // The delta algorithm costs CPU and finds nothing on a first copy.
-                set(
-                    "best",
-                    "whole files (the delta algorithm finds nothing on a first copy)",
-                    &["--whole-file"],
-                ),
-            ],
-            local: false,
-            over_ssh: false,
-            far: false,
-        },
-        Tool {
-            name: "rsync-ssh".into(),
-            about: "rsync over ssh (to the matrix's private sshd; on --far the user's ssh)".into(),
-            needs: v(&["rsync", "ssh", "sshd", "ssh-keygen"]),
-            package: "rsync openssh-client openssh-server".into(),
-            kind: Kind::Files,
-            server: Some(private_sshd()),
-            env: vec![],
-            put: v(&[
-                "rsync",
-                "-a",
-                "-e",
-                "{ssh}",
-                "{args}",
-                "{src}",
-                "{sshhost}:{dstdir}/",
-            ]),
-            get: v(&[
-                "rsync",
-                "-a",
-                "-e",
-                "{ssh}",
-                "{args}",
-                "{sshhost}:{src}",
-                "{dstdir}/",
-            ]),
-            figure: Figure::Wall,
-            settings: vec![
-                set(
-                    "defaults",
-                    "the tool as installed (-e only names the ssh that reaches the sshd)",
-                    &[],
-                ),
-                // The delta algorithm finds nothing on a first copy; AES-GCM
-                // runs on the CPU's AES instructions, faster than ssh's
-                // default ChaCha20-Poly1305 where they exist (every x86-64
-                // and ARMv8 server). The later -e wins.
-                set(
-                    "best",
-                    "whole files (no delta on a first copy); ssh with AES-GCM (AES instructions)",
-                    &["--whole-file", "-e", "{ssh} -c aes128-gcm@openssh.com"],
-                ),
-            ],
-            local: false,
-            over_ssh: true,
-            far: true,
-        },
-        Tool {
-            name: "scp".into(),
-            about: "scp (to the matrix's private sshd; on --far the user's ssh)".into(),
-            needs: v(&["scp", "ssh", "sshd", "ssh-keygen"]),
-            package: "openssh-client openssh-server".into(),
-            kind: Kind::Files,
-            server: Some(private_sshd()),
-            env: vec![],
-            put: v(&[
-                "scp",
-                "-r",
-                "-q",
-                "-S",
-                "{ssh}",
-                "{args}",
-                "{src}",
-                "{sshhost}:{dstdir}/",
-            ]),
-            get: v(&[
-                "scp",
-                "-r",
-                "-q",
-                "-S",
-                "{ssh}",
-                "{args}",
-                "{sshhost}:{src}",
-                "{dstdir}/",
-            ]),
-            figure: Figure::Wall,
-            settings: vec![
-                set(
-                    "defaults",
-                    "the tool as installed (-S only names the ssh that reaches the sshd)",
-                    &[],
-                ),
-                // scp has no streams or buffers to set: its one lever is the
-                // cipher (as rsync-ssh's best).
-                set(
-                    "best",
-                    "ssh with AES-GCM (AES instructions; scp has no streams or buffers to set)",
-                    &["-c", "aes128-gcm@openssh.com"],
-                ),
-            ],
-            local: false,
-            over_ssh: true,
-            far: true,
-        },
-        // tar through a socket, the seeds' oldest baseline (`tar c | nc`).
-        // socat, not netcat: Debian's two netcats (openbsd, traditional)
-        // differ in how they end a stream (-N, -q), while socat half-closes
-        // the same way everywhere, so the far tar sees the end of the
-        // archive and the client hears when it is unpacked. longhaul has no
-        // raw pipe of its own to offer instead (every longhaul copy is a
-        // verified, encrypted one, already its own row).
-        Tool {
-            name: "tar-socket".into(),
-            about: "tar piped through a TCP socket (socat) to a tar the matrix starts".into(),
-            needs: v(&["tar", "socat"]),
-            package: "tar socat".into(),
-            kind: Kind::Files,
-            server: Some(Server {
-                // -t: wait for the unpacking tar to finish, however long,
-                // after the client's end of stream.
-                argv: v(&[
-                    "socat",
-                    "-t",
-                    "86400",
-                    "TCP-LISTEN:{port},bind={host},reuseaddr,fork",
-                    "EXEC:sh {state}/tar-serve.sh",
-                ]),
-                files: BTreeMap::from([(
-                    "tar-serve.sh".to_string(),
-                    TAR_SERVE.to_string(),
-                )]),
-                hosts_file: false,
-            }),
-            env: vec![],
-            put: v(&[
-                "sh",
-                "-c",
-                "src=$1 addr=$2 rel=$3; shift 3; \
-                 { echo put \"$rel\"; tar -c -C \"$(dirname \"$src\")\" \"$(basename \"$src\")\"; } \
-                 | socat \"$@\" -t 86400 - \"TCP:$addr\" | grep -qx ok",
-                "tar-socket",
-                "{src}",
-                "{host}:{port}",
-                "{dstdir_rel}",
-                "{args}",
-            ]),
-            get: v(&[
-                "sh",
-                "-c",
-                "rel=$1 addr=$2 dstdir=$3; shift 3; \
-                 echo get \"$rel\" | socat \"$@\" -t 86400 - \"TCP:$addr\" | tar -x -C \"$dstdir\"",
-                "tar-socket",
-                "{src_rel}",
-                "{host}:{port}",
-                "{dstdir}",
-                "{args}",
-            ]),
-            figure: Figure::Wall,
-            settings: vec![
-                defaults(),
-                // socat moves 8 KiB per system call unless told otherwise.
-                set(
-                    "best",
-                    "1 MiB socat buffers (8 KiB by default: a system call per 8 KiB)",
-                    &["-b", "1048576"],
-                ),
-            ],
-            local: false,
-            over_ssh: false,
-            far: false,
-        },
-        Tool {
-            name: "cp".into(),
-            about: "a local copy of the same data on this host (a limit, on every path)".into(),
-            needs: v(&["cp"]),
-            package: "coreutils".into(),
-            kind: Kind::Files,
-            server: None,
-            env: vec![],
-            put: v(&["cp", "-a", "{src}", "{dstdir}/"]),
-            get: v(&["cp", "-a", "{src}", "{dstdir}/"]),
-            figure: Figure::Wall,
-            settings: vec![defaults()],
-            local: true,
-            over_ssh: false,
-            far: true,
-        },
-    ]
+    parse_tools(BUILTIN, true).expect("tools.toml parses (tested)")
 }
 
-/// The tar-socket server's handler, one per connection: `put DIR` then a
-/// tar stream to unpack in DIR (it answers `ok` when unpacked), or
-/// `get PATH`: PATH as a tar stream. Paths are relative to `{root}`; an
-/// absolute one or one with `..` is refused.
-const TAR_SERVE: &str = "read -r op rel || exit 1\n\
-case \"$rel\" in /*|*..*|'') echo \"refused path: $rel\" >&2; exit 1;; esac\n\
-cd \"{root}\" || exit 1\n\
-case \"$op\" in\n\
-put) mkdir -p \"$rel\" && tar -x -C \"$rel\" && echo ok ;;\n\
-get) exec tar -c -C \"$(dirname \"$rel\")\" \"$(basename \"$rel\")\" ;;\n\
-*) echo \"unknown request: $op\" >&2; exit 1 ;;\n\
-esac\n";
-
-/// A private sshd on `{host}:{port}` for the tools that run over ssh, with
-/// a throwaway host key and client key made in `{state}`, and `{state}/ssh`:
-/// the ssh that reaches it (and only it: its known_hosts holds that host
-/// key alone). Public keys only, no PAM; the user running the matrix only;
-/// SFTP in the server (scp speaks it since OpenSSH 9).
-fn private_sshd() -> Server {
-    Server {
-        argv: v(&["sh", "{state}/sshd.sh"]),
-        files: BTreeMap::from([("sshd.sh".to_string(), SSHD.to_string())]),
-        hosts_file: false,
-    }
+/// Reads `--tools-file`: TOML when its name ends in `.toml`, else JSON.
+pub fn read_tools_file(path: &std::path::Path) -> Result<Vec<Tool>, String> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("cannot read --tools-file {}: {e}", path.display()))?;
+    let toml = path.extension().is_some_and(|e| e == "toml");
+    parse_tools(&text, toml).map_err(|e| {
+        format!(
+            "--tools-file {}: not a list of tool templates (docs/JSON.md, \"matrix tools\"): {e}",
+            path.display()
+        )
+    })
 }
-
-const SSHD: &str = "set -e\n\
-cd \"{state}\"\n\
-[ -f host_key ] || ssh-keygen -q -t ed25519 -N '' -C matrix-host -f host_key\n\
-[ -f client_key ] || ssh-keygen -q -t ed25519 -N '' -C matrix-client -f client_key\n\
-cp client_key.pub authorized_keys\n\
-printf '* %s\\n' \"$(cut -d' ' -f1,2 host_key.pub)\" > known_hosts\n\
-cat > sshd_config <<EOF\n\
-Port {port}\n\
-ListenAddress {host}\n\
-HostKey {state}/host_key\n\
-PidFile none\n\
-AuthorizedKeysFile {state}/authorized_keys\n\
-AllowUsers $(id -un)\n\
-PubkeyAuthentication yes\n\
-PasswordAuthentication no\n\
-KbdInteractiveAuthentication no\n\
-PermitRootLogin prohibit-password\n\
-UsePAM no\n\
-StrictModes no\n\
-Subsystem sftp internal-sftp\n\
-EOF\n\
-cat > ssh_config <<EOF\n\
-Host *\n\
-  Port {port}\n\
-  IdentityFile {state}/client_key\n\
-  IdentitiesOnly yes\n\
-  UserKnownHostsFile {state}/known_hosts\n\
-  StrictHostKeyChecking yes\n\
-  BatchMode yes\n\
-  LogLevel ERROR\n\
-EOF\n\
-printf '#!/bin/sh\\nexec ssh -F \"%s/ssh_config\" \"$@\"\\n' \"{state}\" > ssh\n\
-chmod 700 ssh\n\
-# sshd's privilege separation directory, as its package's service makes it.\n\
-[ -d /run/sshd ] || mkdir -p /run/sshd 2>/dev/null || true\n\
-sshd=$(command -v sshd || echo /usr/sbin/sshd)\n\
-exec \"$sshd\" -D -e -f \"{state}/sshd_config\"\n";
 
 /// Whether every program `t` needs is on PATH; else the install line.
 pub fn missing(t: &Tool) -> Option<String> {
@@ -878,12 +323,17 @@ pub fn fill(s: &str, vars: &BTreeMap<&str, String>) -> String {
     out
 }
 
-/// A template's argv filled in, `{args}` expanded to the settings' arguments.
-pub fn argv(template: &[String], s: &Settings, vars: &BTreeMap<&str, String>) -> Vec<String> {
+/// Arguments with every known `{key}` replaced.
+pub fn fill_all(args: &[String], vars: &BTreeMap<&str, String>) -> Vec<String> {
+    args.iter().map(|a| fill(a, vars)).collect()
+}
+
+/// A template's argv filled in, `{args}` expanded to `args`.
+pub fn argv(template: &[String], args: &[String], vars: &BTreeMap<&str, String>) -> Vec<String> {
     let mut out = Vec::new();
     for a in template {
         if a == "{args}" {
-            out.extend(s.args.iter().map(|x| fill(x, vars)));
+            out.extend(args.iter().map(|x| fill(x, vars)));
         } else {
             out.push(fill(a, vars));
         }
@@ -893,7 +343,34 @@ pub fn argv(template: &[String], s: &Settings, vars: &BTreeMap<&str, String>) ->
 
 /// Reads a tool's own figure (bytes per second) from its standard output.
 pub fn read_figure(f: Figure, out: &str) -> Result<f64, String> {
-    let rate = figure(f, out)?;
+    positive(figure(f, out)?)
+}
+
+/// Reads a file tool's own report of its rate (bytes per second).
+pub fn read_report(r: Report, out: &str) -> Result<f64, String> {
+    positive(match r {
+        Report::RsyncStats => out
+            .lines()
+            .rev()
+            .find(|l| l.starts_with("sent ") && l.ends_with("bytes/sec"))
+            .and_then(|l| l.split_whitespace().rev().nth(1))
+            .and_then(|n| n.replace(',', "").parse::<f64>().ok())
+            .ok_or("no 'sent ... bytes/sec' line (rsync --stats)")?,
+        Report::GlobusUrlCopy => {
+            out.split(['\r', '\n'])
+                .rev()
+                .find_map(|l| {
+                    let w: Vec<&str> = l.split_whitespace().collect();
+                    let at = w.windows(2).position(|p| p == ["MB/sec", "avg"])?;
+                    w.get(at.checked_sub(1)?)?.parse::<f64>().ok()
+                })
+                .ok_or("no performance marker ('MB/sec avg'; globus-url-copy -vb)")?
+                * 1048576.0
+        }
+    })
+}
+
+fn positive(rate: f64) -> Result<f64, String> {
     if rate > 0.0 && rate.is_finite() {
         Ok(rate)
     } else {
@@ -917,6 +394,9 @@ fn figure(f: Figure, out: &str) -> Result<f64, String> {
             };
             let j: serde_json::Value =
                 serde_json::from_str(out).map_err(|e| format!("its JSON did not parse: {e}"))?;
+            if let Some(e) = j.get("error").and_then(|e| e.as_str()) {
+                return Err(format!("it said: {e}"));
+            }
             num(j.pointer(pointer).and_then(|v| v.as_f64()), name).map(|b| b / 8.0)
         }
         Figure::Iperf2 => {
@@ -947,18 +427,226 @@ fn figure(f: Figure, out: &str) -> Result<f64, String> {
     }
 }
 
+/// What a failed run said, for the document: its lines that name an error
+/// (the first and the last of them), else its last two lines; escaped, at
+/// most 300 characters. Protocol chatter around the cause (GridFTP's
+/// `500 End.`) is left out.
+pub fn error_text(stderr: &str) -> String {
+    let lines: Vec<&str> = stderr
+        .split(['\n', '\r'])
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && *l != "500 End.")
+        .collect();
+    let says = |l: &&str| {
+        let l = l.to_ascii_lowercase();
+        [
+            "error", "failed", "denied", "refused", "no such", "cannot", "unable",
+        ]
+        .iter()
+        .any(|w| l.contains(w))
+    };
+    let named: Vec<&str> = lines.iter().copied().filter(says).collect();
+    let mut picked: Vec<&str> = match (named.first(), named.last()) {
+        (Some(a), Some(b)) if a != b => vec![a, b],
+        (Some(a), _) => vec![a],
+        _ => lines.iter().rev().take(2).rev().copied().collect(),
+    };
+    picked.dedup();
+    longhaul_proto::units::escaped(&picked.join(" | "))
+        .to_string()
+        .chars()
+        .take(300)
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::io::Write as _;
     use std::process::{Command, Stdio};
 
+    fn rec(name: &str) -> String {
+        let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("src/cmd/matrix/testdata")
+            .join(name);
+        std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+    }
+
+    fn near(a: f64, b: f64) -> bool {
+        (a - b).abs() <= b.abs() * 1e-9
+    }
+
+    #[test]
+    fn the_builtin_tools_parse_with_their_scripts_and_sweeps() {
+        let tools = builtin();
+        let names: Vec<&str> = tools.iter().map(|t| t.name.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "longhaul",
+                "longhaul-perf",
+                "iperf3",
+                "iperf2",
+                "nuttcp",
+                "gridftp",
+                "xrootd",
+                "rsyncd",
+                "rsync-ssh",
+                "scp",
+                "tar-socket",
+                "cp"
+            ]
+        );
+        for t in &tools {
+            assert!(t.fixed("defaults").is_some(), "{}", t.name);
+            if t.name != "cp" {
+                assert!(t.sweep.is_some(), "{}: no sweep", t.name);
+                assert_eq!(t.default_settings(), ["defaults", "best"], "{}", t.name);
+            }
+        }
+        let scp = tools.iter().find(|t| t.name == "scp").unwrap();
+        let sshd = &scp.server.as_ref().unwrap().files["sshd.sh"];
+        assert!(sshd.starts_with("set -e\n") && sshd.contains("exec \"$sshd\" -D"));
+        let tar = tools.iter().find(|t| t.name == "tar-socket").unwrap();
+        assert!(tar.server.as_ref().unwrap().files["tar-serve.sh"].contains("refused path"));
+    }
+
+    #[test]
+    fn a_tools_file_is_read_as_json_or_toml_by_the_same_checks() {
+        let json = r#"[{"name": "t", "kind": "files", "put": ["true"], "settings": [{"name": "defaults"}]}]"#;
+        assert_eq!(parse_tools(json, false).unwrap()[0].name, "t");
+        let toml = "[[tool]]\nname = \"t\"\nkind = \"mem\"\nput = [\"true\"]\nsettings = [{name = \"defaults\"}]\n";
+        assert_eq!(parse_tools(toml, true).unwrap()[0].kind, Kind::Mem);
+        for (bad, why) in [
+            (
+                r#"[{"name": "a:b", "kind": "files", "put": ["x"], "settings": [{"name": "d"}]}]"#,
+                "name",
+            ),
+            (
+                r#"[{"name": "a", "kind": "files", "put": [], "settings": [{"name": "d"}]}]"#,
+                "'put'",
+            ),
+            (
+                r#"[{"name": "a", "kind": "files", "put": ["x"], "settings": [{"name": "best"}], "sweep": {}}]"#,
+                "fixed 'best'",
+            ),
+            (
+                r#"[{"name": "a", "kind": "files", "put": ["x"], "settings": [], "sweep": {"streams": ["1"]}}]"#,
+                "per_stream",
+            ),
+            (r#"{"tool": 3}"#, ""),
+        ] {
+            let e = parse_tools(bad, false).unwrap_err();
+            assert!(e.contains(why), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn iperf3_figures_from_its_recorded_json() {
+        for (file, want) in [
+            ("iperf3-put-P1.json", 10685225221.156258),
+            ("iperf3-put-P4.json", 7184464534.158392),
+            ("iperf3-get-P2.json", 10946553272.676548),
+        ] {
+            let out = rec(file);
+            let j: serde_json::Value = serde_json::from_str(&out).unwrap();
+            let bits = j["end"]["sum_received"]["bits_per_second"]
+                .as_f64()
+                .unwrap();
+            let got = read_figure(Figure::Iperf3, &out).unwrap();
+            assert!(near(got, bits / 8.0), "{file}: {got}");
+            assert!((bits - want).abs() < 1.0, "{file}: {bits}");
+        }
+        // -w above the host's cap: iperf3 says so in the document's "error".
+        let e = read_figure(Figure::Iperf3, &rec("iperf3-w64M.json")).unwrap_err();
+        assert!(e.contains("socket buffer size not set correctly"), "{e}");
+    }
+
+    #[test]
+    fn iperf2_nuttcp_and_longhaul_figures_from_their_recorded_outputs() {
+        let one = read_figure(Figure::Iperf2, &rec("iperf2-put-P1.csv")).unwrap();
+        assert!(near(one, 22214889100.0 / 8.0), "{one}");
+        // -P 4 without a SUM line (iperf 2.1.8): the four streams added.
+        let four = read_figure(Figure::Iperf2, &rec("iperf2-put-P4.csv")).unwrap();
+        let sum = 6567418834.0 + 5594681235.0 + 2255323471.0 + 1767584442.0;
+        assert!(near(four, sum / 8.0), "{four}");
+        let sum_line = "x,a,1,b,2,3,0.0-1.0,10,800\nx,a,1,b,2,4,0.0-1.0,10,800\nx,a,1,b,2,-1,0.0-1.0,20,1000\n";
+        assert!(near(read_figure(Figure::Iperf2, sum_line).unwrap(), 125.0));
+        let get = read_figure(Figure::Iperf2, &rec("iperf2-get-P1.csv")).unwrap();
+        assert!(near(get, 28404706115.0 / 8.0), "{get}");
+        let n = read_figure(Figure::Nuttcp, &rec("nuttcp-put.txt")).unwrap();
+        assert!(near(n, 10991.2770e6 / 8.0), "{n}");
+        let n4 = read_figure(Figure::Nuttcp, &rec("nuttcp-get-N4.txt")).unwrap();
+        assert!(near(n4, 5424.7139e6 / 8.0), "{n4}");
+        let lh = rec("longhaul-perf-P2.json");
+        let j: serde_json::Value = serde_json::from_str(&lh).unwrap();
+        let bits = j["summary"]["bits_per_second"].as_f64().unwrap();
+        assert!(near(
+            read_figure(Figure::Longhaul, &lh).unwrap(),
+            bits / 8.0
+        ));
+        for f in [
+            Figure::Iperf2,
+            Figure::Nuttcp,
+            Figure::Iperf3,
+            Figure::Longhaul,
+        ] {
+            assert!(read_figure(f, "").is_err(), "{f:?} of nothing");
+        }
+        assert!(read_figure(Figure::Nuttcp, "rate_Mbps=0.0000").is_err());
+    }
+
+    #[test]
+    fn rsync_and_gridftp_reports_from_their_recorded_outputs() {
+        let r = read_report(Report::RsyncStats, &rec("rsync-put-elephant-stats.txt")).unwrap();
+        assert!(near(r, 400_097_920.0), "{r}");
+        let t = read_report(Report::RsyncStats, &rec("rsync-put-stats.txt")).unwrap();
+        assert!(near(t, 613_302.0), "{t}");
+        let g = read_report(
+            Report::GlobusUrlCopy,
+            &rec("globus-url-copy-elephant-vb.txt"),
+        )
+        .unwrap();
+        assert!(near(g, 119.21 * 1048576.0), "{g}");
+        let tree = read_report(Report::GlobusUrlCopy, &rec("globus-url-copy-tree-vb.txt")).unwrap();
+        assert!(near(tree, 286.10 * 1048576.0), "{tree}");
+        assert!(read_report(Report::RsyncStats, &rec("rsync-error.txt")).is_err());
+        assert!(read_report(Report::GlobusUrlCopy, &rec("globus-url-copy-error.txt")).is_err());
+    }
+
+    #[test]
+    fn a_failed_runs_error_names_the_cause_from_recorded_failures() {
+        let g = error_text(&rec("globus-url-copy-error.txt"));
+        assert!(g.starts_with("error: globus_ftp_client"), "{g}");
+        assert!(
+            g.contains("No such file or directory") && !g.contains("500 End."),
+            "{g}"
+        );
+        let x = error_text(&rec("xrdcp-error.txt"));
+        assert!(
+            x.contains("[3010] Stating path '/nonexistent/dir/big.bin' is disallowed"),
+            "{x}"
+        );
+        let r = error_text(&rec("rsync-error.txt"));
+        assert!(
+            r.contains("mkdir \"nonexistent/dir\" (in data) failed"),
+            "{r}"
+        );
+        assert!(r.contains("rsync error: error in file IO (code 11)"), "{r}");
+        assert_eq!(error_text("one\ntwo\nthree\n"), "two | three");
+        assert!(error_text(&"error \u{1b}[2J".repeat(100)).len() <= 300);
+        assert!(!error_text("error \u{1b}[2J").contains('\u{1b}'));
+    }
+
     /// The tar-socket handler as a client on its socket would reach it.
     fn serve(root: &std::path::Path, request: &[u8]) -> std::process::Output {
         let vars = BTreeMap::from([("root", root.display().to_string())]);
+        let tools = builtin();
+        let tar = tools.iter().find(|t| t.name == "tar-socket").unwrap();
+        let script = &tar.server.as_ref().unwrap().files["tar-serve.sh"];
         let mut c = Command::new("sh")
             .arg("-c")
-            .arg(fill(TAR_SERVE, &vars))
+            .arg(fill(script, &vars))
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())

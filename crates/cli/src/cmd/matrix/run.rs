@@ -1,5 +1,5 @@
 //! What the matrix runs: the emulated path, the peers' servers, one timed
-//! client run with the CPU of both ends, the data and its check.
+//! client run with its CPU (from its cgroup), the data.
 //!
 //! Every process started here is ended by its process id (its own process
 //! group, SIGTERM then SIGKILL), when its path is done, when the matrix is
@@ -9,10 +9,12 @@
 use std::collections::BTreeMap;
 use std::io::{BufRead, Read as _, Write as _};
 use std::os::unix::process::CommandExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
+
+use super::cgroup::Group;
 
 /// A process of ours, ended (by its process group) when dropped.
 pub struct Owned {
@@ -46,8 +48,13 @@ impl Drop for Owned {
     }
 }
 
-/// A command in its own process group, killed if the matrix dies.
-fn command(argv: &[String], netns: Option<&str>) -> Result<Command, String> {
+/// A command in its own process group (and `cgroup`, where CPU is
+/// counted), killed if the matrix dies.
+fn command(
+    argv: &[String],
+    netns: Option<&str>,
+    cgroup: Option<&Group>,
+) -> Result<Command, String> {
     let mut full: Vec<String> = Vec::new();
     if let Some(ns) = netns {
         full.extend(["ip".into(), "netns".into(), "exec".into(), ns.into()]);
@@ -62,6 +69,11 @@ fn command(argv: &[String], netns: Option<&str>) -> Result<Command, String> {
             libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
             Ok(())
         });
+    }
+    if let Some(g) = cgroup {
+        let join = g.joiner();
+        // SAFETY: the joiner only opens and writes a path made before the fork.
+        unsafe { c.pre_exec(move || join.join_self()) };
     }
     Ok(c)
 }
@@ -94,7 +106,7 @@ pub fn wan_up(bin: &Path, rtt: Duration, loss: f64, rate: u64) -> Result<Wan, St
         "9000".into(),
         "--json".into(),
     ];
-    let mut c = command(&argv, None)?;
+    let mut c = command(&argv, None, None)?;
     c.stdout(Stdio::piped()).stderr(Stdio::piped());
     let child = c
         .spawn()
@@ -173,6 +185,15 @@ pub fn connects(netns: Option<&str>, host: &str, port: u16) -> bool {
     .unwrap_or(false)
 }
 
+/// Seconds a TCP connection to `host:port` takes to open (about one
+/// round trip); None when it does not.
+pub fn connect_seconds(host: &str, port: u16) -> Option<f64> {
+    let a: std::net::SocketAddr = format!("{host}:{port}").parse().ok()?;
+    let t0 = Instant::now();
+    std::net::TcpStream::connect_timeout(&a, Duration::from_secs(5)).ok()?;
+    Some(t0.elapsed().as_secs_f64())
+}
+
 /// Two free ports on loopback (in a fresh namespace every port is free).
 pub fn free_ports() -> Result<(u16, u16), String> {
     let a = std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
@@ -182,15 +203,16 @@ pub fn free_ports() -> Result<(u16, u16), String> {
     Ok((pa, pb))
 }
 
-/// Starts a server and waits until it accepts on `port`.
+/// Starts a server (in `cgroup`) and waits until it accepts on `port`.
 pub fn start_server(
     argv: &[String],
     netns: Option<&str>,
     hosts_file: Option<&Path>,
-    host: &str,
-    port: u16,
+    addr: (&str, u16),
     log: &Path,
+    cgroup: Option<&Group>,
 ) -> Result<Owned, String> {
+    let (host, port) = addr;
     let argv: Vec<String> = match hosts_file {
         Some(h) => {
             let mut w: Vec<String> = vec![
@@ -215,7 +237,7 @@ pub fn start_server(
         .append(true)
         .open(log)
         .map_err(|e| format!("{}: {e}", log.display()))?;
-    let mut c = command(&argv, netns)?;
+    let mut c = command(&argv, netns, cgroup)?;
     c.stdout(logf.try_clone().map_err(|e| e.to_string())?)
         .stderr(logf);
     let child = c
@@ -241,95 +263,68 @@ pub fn start_server(
     ))
 }
 
-/// CPU seconds of every process in process group `pg` (children that
-/// ended included, through their parent's counts).
-pub fn group_cpu(pg: i32) -> f64 {
-    // SAFETY: sysconf has no preconditions.
-    let tick = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
-    let Ok(dir) = std::fs::read_dir("/proc") else {
-        return 0.0;
-    };
-    let stats: Vec<String> = dir
-        .flatten()
-        .filter_map(|e| std::fs::read_to_string(e.path().join("stat")).ok())
-        .collect();
-    stat_cpu(stats.iter().map(String::as_str), pg) as f64 / tick
-}
-
-/// Clock ticks of the processes of group `pg`, from /proc/PID/stat lines.
-pub fn stat_cpu<'a>(stats: impl Iterator<Item = &'a str>, pg: i32) -> u64 {
-    let mut total = 0u64;
-    for stat in stats {
-        // After the command's closing parenthesis: state is field 3.
-        let Some(rest) = stat.rsplit_once(')').map(|(_, r)| r) else {
-            continue;
-        };
-        let f: Vec<&str> = rest.split_whitespace().collect();
-        // f[0] = field 3; pgrp = field 5, utime..cstime = fields 14..17.
-        if f.len() > 14 && f[2].parse::<i32>() == Ok(pg) {
-            total += f[11..15]
-                .iter()
-                .filter_map(|x| x.parse::<u64>().ok())
-                .sum::<u64>();
-        }
-    }
-    total
-}
-
 /// How one client run ended.
 pub struct Ran {
     pub seconds: f64,
-    pub cpu: f64,
+    /// CPU seconds of the client and everything it forked, from its
+    /// cgroup; None where none could be made.
+    pub cpu: Option<f64>,
     pub stdout: String,
+    pub stderr: String,
     pub error: Option<String>,
 }
 
-/// Runs a client to its end (or `timeout`, or an interrupt): wall time and
-/// its CPU (rusage, its children included).
-pub fn run_client(
-    argv: &[String],
-    netns: Option<&str>,
-    env: &BTreeMap<String, String>,
-    timeout: Duration,
-    stop: &AtomicBool,
-    logdir: &Path,
-    tag: &str,
-) -> Ran {
-    let out = logdir.join(format!("{tag}.out"));
-    let err = logdir.join(format!("{tag}.err"));
-    let _ = std::fs::write(logdir.join(format!("{tag}.cmd")), argv.join(" "));
+/// A client run: its command line, where it runs, and its limits.
+pub struct Client<'a> {
+    pub argv: &'a [String],
+    pub netns: Option<&'a str>,
+    pub env: &'a BTreeMap<String, String>,
+    pub timeout: Duration,
+    pub stop: &'a AtomicBool,
+    pub logdir: &'a Path,
+    pub tag: &'a str,
+    /// The cgroup of this run's client end.
+    pub cgroup: Option<&'a Group>,
+}
+
+/// Runs a client to its end (or its timeout, or an interrupt): wall time
+/// and its CPU. What it leaves behind in its process group and its cgroup
+/// is killed.
+pub fn run_client(r: &Client) -> Ran {
+    let out = r.logdir.join(format!("{}.out", r.tag));
+    let err = r.logdir.join(format!("{}.err", r.tag));
+    let _ = std::fs::write(r.logdir.join(format!("{}.cmd", r.tag)), r.argv.join(" "));
     let fail = |m: String| Ran {
         seconds: 0.0,
-        cpu: 0.0,
+        cpu: None,
         stdout: String::new(),
+        stderr: String::new(),
         error: Some(m),
     };
     let (Ok(o), Ok(e)) = (std::fs::File::create(&out), std::fs::File::create(&err)) else {
-        return fail(format!("cannot write logs in {}", logdir.display()));
+        return fail(format!("cannot write logs in {}", r.logdir.display()));
     };
-    let mut c = match command(argv, netns) {
+    let mut c = match command(r.argv, r.netns, r.cgroup) {
         Ok(c) => c,
         Err(m) => return fail(m),
     };
-    c.stdout(o).stderr(e).envs(env);
+    c.stdout(o).stderr(e).envs(r.env);
+    let cpu0 = r.cgroup.and_then(Group::usage);
     let t0 = Instant::now();
-    let child = match c.spawn() {
+    let mut child = match c.spawn() {
         Ok(ch) => ch,
-        Err(e) => return fail(format!("cannot start `{}`: {e}", argv[0])),
+        Err(e) => return fail(format!("cannot start `{}`: {e}", r.argv[0])),
     };
     let pid = child.id() as i32;
-    let mut status = 0i32;
-    // SAFETY: a zeroed rusage is a valid value for wait4 to fill.
-    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
     let mut ended_by: Option<&str> = None;
-    loop {
-        // SAFETY: wait4 on our own child, with valid pointers.
-        let r = unsafe { libc::wait4(pid, &mut status, libc::WNOHANG, &mut ru) };
-        if r == pid || r < 0 {
-            break;
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(st)) => break st.code().unwrap_or(-1),
+            Err(_) => break -1,
+            Ok(None) => {}
         }
-        if ended_by.is_none() && (t0.elapsed() > timeout || stop.load(Ordering::SeqCst)) {
-            ended_by = Some(if stop.load(Ordering::SeqCst) {
+        if ended_by.is_none() && (t0.elapsed() > r.timeout || r.stop.load(Ordering::SeqCst)) {
+            ended_by = Some(if r.stop.load(Ordering::SeqCst) {
                 "interrupted"
             } else {
                 "timed out"
@@ -338,45 +333,32 @@ pub fn run_client(
             unsafe { libc::kill(-pid, libc::SIGKILL) };
         }
         std::thread::sleep(Duration::from_millis(5));
-    }
+    };
     let seconds = t0.elapsed().as_secs_f64();
-    // Anything it left in its group.
+    // Anything it left in its group and its cgroup.
     // SAFETY: kill(2) on the process group of the child we just reaped.
     unsafe { libc::kill(-pid, libc::SIGKILL) };
-    std::mem::forget(child);
-    let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
-    let cpu = tv(ru.ru_utime) + tv(ru.ru_stime);
+    let cpu = r.cgroup.and_then(|g| {
+        g.kill_all();
+        Some(g.usage()? - cpu0?)
+    });
     let stdout = std::fs::read_to_string(&out).unwrap_or_default();
+    let stderr = std::fs::read_to_string(&err).unwrap_or_default();
     let error = if let Some(why) = ended_by {
         Some(format!("{why} after {seconds:.0} s"))
-    } else if libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0 {
+    } else if status == 0 {
         None
     } else {
-        let text = std::fs::read_to_string(&err).unwrap_or_default();
-        let last: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
         Some(format!(
-            "exit {}: {}",
-            if libc::WIFEXITED(status) {
-                libc::WEXITSTATUS(status)
-            } else {
-                -1
-            },
-            last.iter()
-                .rev()
-                .take(2)
-                .rev()
-                .copied()
-                .collect::<Vec<_>>()
-                .join(" | ")
-                .chars()
-                .take(300)
-                .collect::<String>()
+            "exit {status}: {}",
+            super::peers::error_text(&stderr)
         ))
     };
     Ran {
         seconds,
-        cpu,
+        cpu: cpu.map(|c| c.max(0.0)),
         stdout,
+        stderr,
         error,
     }
 }
@@ -398,7 +380,15 @@ fn write_random(path: &Path, len: u64, seed: u64) -> std::io::Result<()> {
     f.flush()
 }
 
-/// Makes a workload's data under `dir` (absent before): returns its bytes and files.
+fn set_mode(p: &Path, mode: u32) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode))
+}
+
+/// Makes a workload's data under `dir` (absent before): returns its bytes
+/// and files. The tree has the edges a copy must keep: an empty directory
+/// inside another, a symbolic link to a file, a private directory and
+/// files of modes 0600 and 0755 among the 0644 ones.
 pub fn make_data(workload: &str, dir: &Path, size: u64, files: u32) -> std::io::Result<(u64, u64)> {
     std::fs::create_dir_all(dir)?;
     let mut seed = 1u64;
@@ -414,6 +404,7 @@ pub fn make_data(workload: &str, dir: &Path, size: u64, files: u32) -> std::io::
     match workload {
         "elephant" => {
             write_random(&dir.join("big.bin"), size, 7)?;
+            set_mode(&dir.join("big.bin"), 0o644)?;
             bytes = size;
             n = 1;
         }
@@ -423,7 +414,9 @@ pub fn make_data(workload: &str, dir: &Path, size: u64, files: u32) -> std::io::
                 let d = dir.join(format!("d{:03}", i % dirs));
                 std::fs::create_dir_all(&d)?;
                 let len = 1024 + next() % (64 * 1024 - 1024);
-                write_random(&d.join(format!("f{i:06}")), len, 1000 + u64::from(i))?;
+                let f = d.join(format!("f{i:06}"));
+                write_random(&f, len, 1000 + u64::from(i))?;
+                set_mode(&f, 0o644)?;
                 bytes += len;
                 n += 1;
             }
@@ -441,79 +434,55 @@ pub fn make_data(workload: &str, dir: &Path, size: u64, files: u32) -> std::io::
                     2..=4 => next() % (1 << 20),
                     _ => next() % (64 * 1024),
                 };
-                write_random(&d.join(format!("t{i:05}.dat")), len, 5000 + u64::from(i))?;
+                let f = d.join(format!("t{i:05}.dat"));
+                write_random(&f, len, 5000 + u64::from(i))?;
+                set_mode(
+                    &f,
+                    match i % 5 {
+                        1 => 0o600,
+                        2 => 0o755,
+                        _ => 0o644,
+                    },
+                )?;
                 bytes += len;
                 n += 1;
             }
             std::fs::create_dir_all(dir.join("empty/dir"))?;
+            let private = dir.join("private");
+            std::fs::create_dir_all(&private)?;
+            write_random(&private.join("key"), 4096, 9)?;
+            set_mode(&private.join("key"), 0o600)?;
+            set_mode(&private, 0o700)?;
+            std::os::unix::fs::symlink("b3/t00003.dat", dir.join("a0/link"))?;
+            bytes += 4096;
+            n += 1;
         }
     }
     Ok((bytes, n))
 }
 
-/// Every file under `dir`: relative path -> (size, BLAKE3).
-pub fn manifest(dir: &Path) -> std::io::Result<BTreeMap<PathBuf, (u64, [u8; 32])>> {
-    let mut out = BTreeMap::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for e in std::fs::read_dir(&d)? {
-            let e = e?;
-            let t = e.file_type()?;
-            if t.is_dir() {
-                stack.push(e.path());
-            } else {
-                let mut h = blake3::Hasher::new();
-                h.update_reader(std::fs::File::open(e.path())?)?;
-                let rel = e
-                    .path()
-                    .strip_prefix(dir)
-                    .map(Path::to_path_buf)
-                    .unwrap_or_default();
-                out.insert(rel, (e.metadata()?.len(), *h.finalize().as_bytes()));
-            }
-        }
-    }
-    Ok(out)
-}
-
-/// Compares a destination with the source's manifest: None when equal,
-/// else what differs.
-pub fn verify(src: &BTreeMap<PathBuf, (u64, [u8; 32])>, dst: &Path) -> Option<String> {
-    let got = match manifest(dst) {
-        Ok(m) => m,
-        Err(e) => {
-            return Some(format!(
-                "cannot read the destination {}: {e}",
-                dst.display()
-            ))
-        }
-    };
-    for (p, (len, digest)) in src {
-        match got.get(p) {
-            None => return Some(format!("{} is missing", p.display())),
-            Some((l, _)) if l != len => {
-                return Some(format!("{} has {l} bytes, not {len}", p.display()))
-            }
-            Some((_, d)) if d != digest => {
-                return Some(format!("{} differs from the source", p.display()))
-            }
-            Some(_) => {}
-        }
-    }
-    if let Some(extra) = got.keys().find(|p| !src.contains_key(*p)) {
-        return Some(format!("{} is not in the source", extra.display()));
-    }
-    None
-}
-
-/// The destination's own write rate (bytes per second): `len` bytes written and synced.
+/// The destination's own write rate (bytes per second): `len` bytes
+/// written and synced. The bytes are made before the clock starts (a
+/// 64 MiB block, written again and again), so that the clock holds only
+/// the writing.
 pub fn write_rate(dir: &Path, len: u64) -> std::io::Result<f64> {
     std::fs::create_dir_all(dir)?;
     let p = dir.join("write-rate.bin");
+    let mut block = vec![0u8; (64 << 20).min(len.max(1) as usize)];
+    let mut h = blake3::Hasher::new();
+    h.update(b"destination write");
+    h.finalize_xof().fill(&mut block);
+    let mut f = std::fs::File::create(&p)?;
     let t0 = Instant::now();
-    write_random(&p, len, 99)?;
-    std::fs::File::open(&p)?.sync_all()?;
+    let mut left = len;
+    while left > 0 {
+        let n = left.min(block.len() as u64) as usize;
+        f.write_all(&block[..n])?;
+        left -= n as u64;
+    }
+    f.sync_all()?;
     let s = t0.elapsed().as_secs_f64();
+    drop(f);
     let _ = std::fs::remove_file(&p);
     Ok(len as f64 / s.max(1e-9))
 }

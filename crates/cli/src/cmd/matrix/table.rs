@@ -1,0 +1,518 @@
+//! The matrix as a reader sees it (`--md`, the terminal, `--csv`,
+//! `--json`): per workload a table of rates (the median MB/s of the runs
+//! that succeeded, their spread, and "n of N" where some failed), a table
+//! of CPU seconds per GB at both ends, what each row ran with (41.B9: the
+//! settings' arguments, `best`'s from its sweep on each path), what a tool
+//! did not keep of the tree, the ratio lines; then the limits and notes.
+
+use super::{ratios, Cell, Doc};
+use crate::args::MatrixArgs;
+use crate::print::matrix::args_text as shown_args;
+
+/// A cell's rate: `median (min-max)`, `n of N` when runs failed.
+fn rate_text(c: Option<&Cell>) -> String {
+    let Some(c) = c else {
+        return "-".into();
+    };
+    let Some(r) = &c.rate else {
+        return match c.error.as_deref() {
+            Some(e) if e.contains("timed out") => "timed out",
+            Some(_) => "failed",
+            None => "-",
+        }
+        .into();
+    };
+    let mb = |v: f64| format!("{:.0}", v / 1e6);
+    let mut s = mb(r.median_bytes_per_second);
+    if r.max_bytes_per_second > r.min_bytes_per_second {
+        s.push_str(&format!(
+            " ({}-{})",
+            mb(r.min_bytes_per_second),
+            mb(r.max_bytes_per_second)
+        ));
+    }
+    if let (Some(ok), Some(n), false) =
+        (c.runs_succeeded, c.runs_planned, c.verified == Some(false))
+    {
+        if ok != n {
+            s.push_str(&format!(" [{ok} of {n}]"));
+        }
+    }
+    if c.verified == Some(false) {
+        s.push_str(" NOT VERIFIED");
+    }
+    if !c.not_kept.is_empty() {
+        s.push('*');
+    }
+    s
+}
+
+/// A cell's CPU seconds per GB moved, client + server; `?` for an end
+/// that could not be measured.
+fn cpu_text(c: Option<&Cell>) -> String {
+    let (Some(c), Some(r)) = (c, c.and_then(|c| c.rate.as_ref())) else {
+        return "-".into();
+    };
+    let Some(cpu) = &c.cpu_seconds else {
+        return "?".into();
+    };
+    let ok: Vec<_> = c
+        .runs
+        .iter()
+        .filter(|r| r.error.is_none() && r.bytes_per_second.is_some())
+        .collect();
+    let seconds = ok.iter().map(|r| r.seconds).sum::<f64>() / ok.len().max(1) as f64;
+    let gb = r.median_bytes_per_second * seconds / 1e9;
+    let per = |v: Option<f64>| match v {
+        Some(v) if gb > 0.0 => format!("{:.2}", v / gb),
+        _ => "?".into(),
+    };
+    format!("{} + {}", per(cpu.client_seconds), per(cpu.server_seconds))
+}
+
+fn what(doc: &Doc, w: &str) -> String {
+    match w {
+        "mem" => format!("memory to memory, {} s", doc.params.mem_seconds),
+        "elephant" => format!(
+            "one file of {}",
+            longhaul_proto::units::format_bytes(doc.params.elephant_bytes)
+        ),
+        "smallfiles" => format!("{} files of 1-64 KiB", doc.params.small_files),
+        _ => "a mixed tree: files of 0 to 1/8 of the elephant, an empty directory, a \
+              symbolic link, modes 0600, 0700 and 0755"
+            .to_string(),
+    }
+}
+
+/// Prints the matrix in the form asked for.
+pub(super) fn print(a: &MatrixArgs, doc: &Doc, verbose: u8) {
+    if a.json {
+        crate::print::out_json(&serde_json::to_string_pretty(doc).unwrap_or_else(|_| "{}".into()));
+        return;
+    }
+    if a.csv {
+        print_csv(doc);
+        return;
+    }
+    let md = a.md;
+    let bullet = if md { "- " } else { "  " };
+    for w in &doc.params.workloads {
+        let cols: Vec<(String, &str)> = doc
+            .paths
+            .iter()
+            .flat_map(|p| ["put", "get"].map(|d| (p.name.clone(), d)))
+            .collect();
+        let rows = rows(doc, w, &cols);
+        if rows.is_empty() {
+            continue;
+        }
+        let mut head = vec!["tool".to_string()];
+        head.extend(cols.iter().map(|(p, d)| format!("{p} {d}")));
+        outln!(
+            "{w} ({}): MB/s, median (slowest-fastest) of {} runs",
+            what(doc, w),
+            doc.params.runs
+        );
+        let rates: Vec<Vec<String>> = rows
+            .iter()
+            .map(|(label, cells)| row(label, cells, rate_text))
+            .collect();
+        grid(md, &head, &rates);
+        outln!("");
+        outln!(
+            "{w}: CPU seconds per GB moved, client + server (each end's cgroup; ? not measured)"
+        );
+        let cpus: Vec<Vec<String>> = rows
+            .iter()
+            .map(|(label, cells)| row(label, cells, cpu_text))
+            .collect();
+        grid(md, &head, &cpus);
+        outln!("");
+        let notes = settings_lines(doc, w, verbose)
+            .into_iter()
+            .chain(not_kept_lines(doc, w))
+            .collect::<Vec<_>>();
+        for l in &notes {
+            outln!("{bullet}{l}");
+        }
+        let ratios = ratios::lines(doc, w);
+        if !ratios.is_empty() {
+            outln!(
+                "{}longhaul against the best peer and the limit:",
+                if notes.is_empty() { "" } else { "\n" }
+            );
+            for l in ratios {
+                outln!("{bullet}{l}");
+            }
+        }
+        outln!("");
+    }
+    tail(doc, md);
+}
+
+type Rows<'a> = Vec<(String, Vec<Option<&'a Cell>>)>;
+
+/// Each tool and settings with a cell in this workload, and its cells by column.
+fn rows<'a>(doc: &'a Doc, w: &str, cols: &[(String, &str)]) -> Rows<'a> {
+    let mut out = Vec::new();
+    for t in &doc.tools {
+        for s in &t.settings {
+            let cells: Vec<Option<&Cell>> = cols
+                .iter()
+                .map(|(p, d)| {
+                    doc.cells.iter().find(|c| {
+                        c.tool == t.name
+                            && &c.settings == s
+                            && &c.path == p
+                            && c.workload == w
+                            && c.direction == *d
+                    })
+                })
+                .collect();
+            if cells.iter().any(Option::is_some) {
+                out.push((format!("{} ({s})", t.name), cells));
+            }
+        }
+    }
+    out
+}
+
+fn row(label: &str, cells: &[Option<&Cell>], text: fn(Option<&Cell>) -> String) -> Vec<String> {
+    let mut r = vec![label.to_string()];
+    r.extend(cells.iter().map(|c| text(*c)));
+    r
+}
+
+fn grid(md: bool, head: &[String], rows: &[Vec<String>]) {
+    if md {
+        outln!("");
+        outln!("| {} |", head.join(" | "));
+        outln!("|---|{}", "---:|".repeat(head.len() - 1));
+        for r in rows {
+            outln!("| {} |", r.join(" | "));
+        }
+        return;
+    }
+    let widths: Vec<usize> = (0..head.len())
+        .map(|j| {
+            rows.iter()
+                .map(|r| r[j].chars().count())
+                .chain([head[j].len()])
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    for r in std::iter::once(head).chain(rows.iter().map(Vec::as_slice)) {
+        let mut line = format!("{:w$}", r[0], w = widths[0]);
+        for (x, w) in r.iter().zip(&widths).skip(1) {
+            line.push_str(&format!("  {x:>w$}"));
+        }
+        outln!("{}", line.trim_end());
+    }
+}
+
+/// What each row ran with: a settings' arguments when it has any, and
+/// `best`'s winner on each path (with `-v`, every candidate's figure).
+fn settings_lines(doc: &Doc, w: &str, verbose: u8) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut bare: Vec<&str> = Vec::new();
+    for t in &doc.tools {
+        for s in &t.settings {
+            let mut by_path: Vec<(String, String)> = Vec::new();
+            for p in &doc.paths {
+                let args = doc
+                    .cells
+                    .iter()
+                    .find(|c| {
+                        c.tool == t.name && &c.settings == s && c.path == p.name && c.workload == w
+                    })
+                    .and_then(|c| c.args.clone());
+                let Some(args) = args else { continue };
+                let mut said = shown_args(&args);
+                if let Some(sw) = doc.sweeps.iter().find(|x| {
+                    x.tool == t.name && x.path == p.name && x.workload == w && s == "best"
+                }) {
+                    said.push_str(&format!(", of {} swept", sw.candidates.len()));
+                    if let Some(when) = &sw.remembered {
+                        said.push_str(&format!(", remembered from {when}"));
+                    }
+                }
+                by_path.push((p.name.clone(), said));
+            }
+            let all_same = by_path.windows(2).all(|x| x[0].1 == x[1].1);
+            if by_path.is_empty() {
+                continue;
+            }
+            if s == "defaults" && all_same && by_path[0].1 == shown_args(&[]) {
+                bare.push(&t.name);
+                continue;
+            }
+            let text = if all_same && s != "best" {
+                by_path[0].1.clone()
+            } else {
+                by_path
+                    .iter()
+                    .map(|(p, a)| format!("{p}: {a}"))
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            };
+            out.push(format!("{} ({s}) ran with {text}", t.name));
+            if verbose > 0 && s == "best" {
+                out.extend(sweep_lines(doc, &t.name, w));
+            }
+        }
+    }
+    if !bare.is_empty() {
+        out.insert(
+            0,
+            format!(
+                "(defaults) ran with no options beyond the template's (the tool as installed): {}",
+                bare.join(", ")
+            ),
+        );
+    }
+    out.extend(best_below_defaults(doc, w));
+    out
+}
+
+/// Where a tool's `best` came out slower than its `defaults` in the cells'
+/// runs, beyond their spread (below the slowest `defaults` run): said, with
+/// the spreads, since its sweep ran each candidate once.
+fn best_below_defaults(doc: &Doc, w: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for b in doc
+        .cells
+        .iter()
+        .filter(|c| c.workload == w && c.settings == "best")
+    {
+        let d = doc.cells.iter().find(|c| {
+            c.settings == "defaults"
+                && c.tool == b.tool
+                && c.path == b.path
+                && c.workload == w
+                && c.direction == b.direction
+        });
+        let (Some(d), Some(br), Some(dr)) = (d, &b.rate, d.and_then(|d| d.rate.as_ref())) else {
+            continue;
+        };
+        if br.median_bytes_per_second < dr.min_bytes_per_second {
+            out.push(format!(
+                "{} (best) came out below its defaults on {} {}: {} against {} MB/s (its sweep ran \
+                 each candidate once, a put; -v lists them)",
+                b.tool,
+                b.path,
+                b.direction,
+                rate_text(Some(b)),
+                rate_text(Some(d))
+            ));
+        }
+    }
+    out
+}
+
+/// `-v`: every candidate of a tool's sweeps on this workload.
+fn sweep_lines(doc: &Doc, tool: &str, w: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for sw in doc
+        .sweeps
+        .iter()
+        .filter(|x| x.tool == tool && x.workload == w)
+    {
+        for c in &sw.candidates {
+            let fig = match (&c.error, c.bytes_per_second) {
+                (Some(e), _) => format!("failed: {e}"),
+                (None, Some(b)) => format!("{:.0} MB/s", b / 1e6),
+                (None, None) => "-".into(),
+            };
+            let won = sw.winner.as_ref() == Some(&c.args);
+            out.push(format!(
+                "  swept on {}: {}: {fig}{}",
+                sw.path,
+                shown_args(&c.args),
+                if won { " (best)" } else { "" }
+            ));
+        }
+    }
+    out
+}
+
+/// `*`: what a tool did not keep of the tree (and does not claim to).
+fn not_kept_lines(doc: &Doc, w: &str) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for c in doc
+        .cells
+        .iter()
+        .filter(|c| c.workload == w && !c.not_kept.is_empty())
+    {
+        let l = format!(
+            "* {} ({}) does not keep {} (nor claims to; the copy is marked, not failed)",
+            c.tool,
+            c.settings,
+            c.not_kept.join(", ")
+        );
+        if !out.contains(&l) {
+            out.push(l);
+        }
+    }
+    out
+}
+
+/// Under the tables: tools not run, the same-run limits, notes, the load.
+fn tail(doc: &Doc, md: bool) {
+    let bullet = if md { "- " } else { "" };
+    for t in doc.tools.iter().filter(|t| t.note.is_some()) {
+        outln!(
+            "{bullet}{}: {}",
+            t.name,
+            t.note.as_deref().unwrap_or("not installed")
+        );
+    }
+    let mb = |v: f64| format!("{:.0} MB/s", v / 1e6);
+    if let Some(l) = crate::print::matrix::limits_line(&doc.limits, mb) {
+        outln!("{bullet}{l}");
+    }
+    for l in doc
+        .cells
+        .iter()
+        .filter_map(|c| crate::print::matrix::note_line(c))
+    {
+        outln!("{bullet}{l}");
+    }
+    if !doc.load.start.is_empty() {
+        outln!(
+            "{bullet}load average (1, 5, 15 min): {} at the start, {} at the end",
+            doc.load.start,
+            if doc.load.end.is_empty() {
+                "?"
+            } else {
+                &doc.load.end
+            }
+        );
+    }
+}
+
+fn print_csv(doc: &Doc) {
+    outln!(
+        "tool,settings,path,workload,direction,mb_per_s,gbit_per_s,min_mb_per_s,max_mb_per_s,\
+         cpu_client_s,cpu_server_s,runs_succeeded,runs_planned,verified,not_kept,args,error"
+    );
+    let opt = |v: Option<f64>| v.map_or(String::new(), |v| format!("{v:.2}"));
+    for c in &doc.cells {
+        let r = c.rate.clone().unwrap_or_default();
+        let cpu = c.cpu_seconds.clone().unwrap_or_default();
+        let field = |s: &str| s.replace([',', '\n'], ";");
+        outln!(
+            "{},{},{},{},{},{:.1},{:.3},{:.1},{:.1},{},{},{},{},{},{},{},{}",
+            c.tool,
+            c.settings,
+            c.path,
+            c.workload,
+            c.direction,
+            r.median_bytes_per_second / 1e6,
+            r.median_bits_per_second / 1e9,
+            r.min_bytes_per_second / 1e6,
+            r.max_bytes_per_second / 1e6,
+            opt(cpu.client_seconds),
+            opt(cpu.server_seconds),
+            c.runs_succeeded.map_or(String::new(), |n| n.to_string()),
+            c.runs_planned.map_or(String::new(), |n| n.to_string()),
+            c.verified.map_or(String::new(), |v| v.to_string()),
+            field(&c.not_kept.join(" ")),
+            field(&c.args.as_ref().map(|a| shown_args(a)).unwrap_or_default()),
+            field(c.error.as_deref().unwrap_or(""))
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{path_spec, sweep};
+    use super::super::{summarise, Cell, Doc, Load, Params, RunResult};
+    use super::*;
+    use longhaul_archive::matrix::{self as archived, Limits, ToolRow};
+
+    fn cell(tool: &str, settings: &str, args: &[&str], rates: &[f64]) -> Cell {
+        let mut c = Cell {
+            cell: archived::Cell {
+                tool: tool.into(),
+                settings: settings.into(),
+                path: "loopback".into(),
+                workload: "mem".into(),
+                direction: "put".into(),
+                args: Some(args.iter().map(|a| a.to_string()).collect()),
+                ..archived::Cell::default()
+            },
+            runs: rates
+                .iter()
+                .map(|r| RunResult {
+                    bytes_per_second: Some(*r),
+                    seconds: 1.0,
+                    ..RunResult::default()
+                })
+                .collect(),
+        };
+        summarise(&mut c, rates.len() as u32);
+        c
+    }
+
+    fn doc(cells: Vec<Cell>, sweeps: Vec<sweep::Swept>) -> Doc {
+        let row = |name: &str| ToolRow {
+            name: name.into(),
+            settings: vec!["defaults".into(), "best".into()],
+            installed: true,
+            note: None,
+        };
+        Doc {
+            format: "longhaul-matrix".into(),
+            format_version: 2,
+            params: Params {
+                runs: 3,
+                elephant_bytes: 0,
+                small_files: 0,
+                mem_seconds: 1.0,
+                workloads: vec!["mem".into()],
+            },
+            tools: vec![row("iperf3"), row("nuttcp")],
+            paths: vec![path_spec("loopback", 1, None).unwrap()],
+            cells,
+            sweeps,
+            limits: Limits::default(),
+            load: Load::default(),
+            interrupted: false,
+        }
+    }
+
+    /// 41.B9: what `defaults` and `best` ran with is said under the table,
+    /// `best`'s with its sweep; a `best` slower than `defaults` is said.
+    #[test]
+    fn the_table_says_what_defaults_and_best_ran_with_and_a_best_below_defaults() {
+        let swept = |tool: &str, winner: &[&str]| sweep::Swept {
+            tool: tool.into(),
+            path: "loopback".into(),
+            workload: "mem".into(),
+            winner: Some(winner.iter().map(|a| a.to_string()).collect()),
+            candidates: vec![sweep::Tried::default(); 6],
+            remembered: None,
+        };
+        let d = doc(
+            vec![
+                // Below the defaults' median but within their spread: noise, not said.
+                cell("iperf3", "defaults", &[], &[9e8, 2e9, 21e8]),
+                cell("iperf3", "best", &["-P", "4"], &[1e9, 19e8, 2e9]),
+                cell("nuttcp", "defaults", &["-l", "1M"], &[3e9, 3e9, 3e9]),
+                cell("nuttcp", "best", &["-N", "1"], &[1e9, 2e9, 15e8]),
+            ],
+            vec![swept("iperf3", &["-P", "4"]), swept("nuttcp", &["-N", "1"])],
+        );
+        let l = settings_lines(&d, "mem", 0);
+        let want = [
+            "(defaults) ran with no options beyond the template's (the tool as installed): iperf3",
+            "iperf3 (best) ran with loopback: -P 4, of 6 swept",
+            "nuttcp (defaults) ran with -l 1M",
+            "nuttcp (best) ran with loopback: -N 1, of 6 swept",
+            "nuttcp (best) came out below its defaults on loopback put: 1500 (1000-2000) against \
+             3000 MB/s (its sweep ran each candidate once, a put; -v lists them)",
+        ];
+        assert_eq!(l, want, "{l:#?}");
+    }
+}
