@@ -427,6 +427,9 @@ pub struct Measured {
     /// device (virtual ones claim a speed they do not have).
     pub link_bps: Option<f64>,
     pub run: Option<RunMeasured>,
+    /// What a short run with plaintext data streams carried the same way,
+    /// bits/s; None where it was not run.
+    pub plain_bps: Option<f64>,
     /// Sequential reads of the source, bytes/s, and where.
     pub source_read: Option<(f64, String)>,
     /// Sequential writes of a new file at the destination, bytes/s, and
@@ -480,6 +483,22 @@ struct RunShape {
     shared_cores: Option<u32>,
     shared_full: bool,
     path_is_limit: bool,
+    /// What plaintext data streams carried, when it is so far above the
+    /// TLS run that the cipher held that run ([`cipher_held`]).
+    cipher_held: Option<f64>,
+}
+
+/// A plaintext run at least this many times the TLS run's rate shows the
+/// TLS run held by the cipher (the work of TLS on these cores), not by
+/// the path both crossed.
+pub const CIPHER_HELD: f64 = 1.25;
+
+/// What plaintext data streams carried, when it shows the TLS run held by
+/// the cipher: at least [`CIPHER_HELD`] times its rate.
+fn cipher_held(m: &Measured) -> Option<f64> {
+    let tls = m.run.as_ref()?.bits_per_second;
+    m.plain_bps
+        .filter(|&plain| tls > 0.0 && plain >= tls * CIPHER_HELD)
 }
 
 impl RunShape {
@@ -497,7 +516,10 @@ impl RunShape {
             None => (p.loss_fraction, p.loss_fraction >= LOSS_ALARM && !queueing),
         });
         let lossy = path_loss.is_some_and(|(_, random)| random);
-        let window_limited = run.is_some_and(|p| p.limit == RunLimit::Window);
+        let held = cipher_held(m);
+        // A window the cipher kept full (a receiver slow to decrypt) is
+        // not too small: plaintext went faster through the same one.
+        let window_limited = held.is_none() && run.is_some_and(|p| p.limit == RunLimit::Window);
         // An end whose test threads kept all its usable cores busy (or
         // used up its cgroup's quota) is CPU-bound, whichever of its
         // threads was the busiest.
@@ -527,7 +549,10 @@ impl RunShape {
             recv_full,
             shared_cores,
             shared_full,
-            path_is_limit: run.is_some() && !(window_limited || cpu_limited || lossy),
+            path_is_limit: run.is_some()
+                && held.is_none()
+                && !(window_limited || cpu_limited || lossy),
+            cipher_held: held,
         }
     }
 
@@ -544,12 +569,14 @@ pub fn judge(m: &Measured) -> Judgement {
     let measured = m.run.as_ref().map_or(0.0, |p| p.bits_per_second);
     let shape = RunShape::read(m, &send, &recv);
     // The rate to judge settings against: given; else what the path
-    // carried if the path was the limit; else the link's speed, else
-    // the default target.
+    // carried if the path was the limit (or plaintext, where TLS was);
+    // else the link's speed, else the default target.
     let target = m
         .target_bps
         .map(|t| t as f64)
         .or(shape.path_is_limit.then_some(measured))
+        // The path carried at least what plaintext did.
+        .or(shape.cipher_held)
         .or(m.link_bps)
         .unwrap_or(crate::window::DEFAULT_TARGET_BPS as f64)
         .max(measured);
@@ -677,11 +704,18 @@ fn run_stages(
             detail,
         });
     };
-    add(
-        Stage::PathRate,
-        measured,
-        shape.path_is_limit,
-        format!(
+    let path_detail = match shape.cipher_held {
+        // The TLS run says what the cipher allows (the encryption stage);
+        // the path carried at least what plaintext did.
+        Some(plain) => format!(
+            "{} memory to memory without TLS over {} streams (a short run: a lower bound), {} with TLS, RTT {:.1} ms idle, {:.1} ms loaded",
+            format_rate(plain),
+            p.streams,
+            format_rate(measured),
+            shape.idle_us / 1000.0,
+            shape.loaded_us / 1000.0,
+        ),
+        None => format!(
             "{} memory to memory over {} streams, RTT {:.1} ms idle, {:.1} ms loaded{}",
             format_rate(measured),
             p.streams,
@@ -693,6 +727,12 @@ fn run_stages(
                 " (a lower bound: another stage limited)"
             }
         ),
+    };
+    add(
+        Stage::PathRate,
+        shape.cipher_held.unwrap_or(measured),
+        shape.path_is_limit,
+        path_detail,
     );
     // Window: what the buffers allow over the streams a transfer opens.
     let win = if shape.window_limited {
@@ -770,12 +810,20 @@ fn run_stages(
         )
     });
     let (shared_ceiling, shared_detail) = shared.unwrap_or((f64::INFINITY, String::new()));
+    // An end whose cores TLS kept busy is still CPU-bound; what plaintext
+    // carried says how much of that was the cipher.
+    let tls_note = shape.cipher_held.map_or(String::new(), |plain| {
+        format!(
+            "; {} without TLS (the cipher's share: the encryption stage)",
+            format_rate(plain)
+        )
+    });
     add(
         Stage::SenderCpu,
         cpu_ceiling(p.cpu_sender_percent, effective_cores(sender)).min(shared_ceiling),
         shape.send_full || shape.shared_full,
         format!(
-            "sender {:.0}% CPU of {} usable core(s) at {}{}{shared_detail}",
+            "sender {:.0}% CPU of {} usable core(s) at {}{}{shared_detail}{tls_note}",
             p.cpu_sender_percent,
             sender.cpus_usable,
             format_rate(measured),
@@ -787,7 +835,7 @@ fn run_stages(
         cpu_ceiling(p.cpu_receiver_percent, effective_cores(receiver)).min(shared_ceiling),
         shape.recv_full || shape.shared_full,
         format!(
-            "receiver {:.0}% CPU of {} usable core(s){}{shared_detail}",
+            "receiver {:.0}% CPU of {} usable core(s){}{shared_detail}{tls_note}",
             p.cpu_receiver_percent,
             receiver.cpus_usable,
             cpu_detail(recv)
@@ -807,6 +855,35 @@ fn run_stages(
 /// The stages measured apart from the run: the cipher, the storage at
 /// both ends and file creation (only for a measured mean file size).
 fn storage_stages(j: &mut Judgement, m: &Measured, sender: &HostSettings, receiver: &HostSettings) {
+    // Encryption: the cipher alone on every usable core of the slower end
+    // (as many as its cgroup's quota allows).
+    let cipher = |h: &HostSettings| h.cipher_bytes_per_core * 8.0 * effective_cores(h);
+    let enc = cipher(sender).min(cipher(receiver));
+    let per_core = format!(
+        "AES-GCM at {} a core (sender), {} (receiver)",
+        format_rate(sender.cipher_bytes_per_core * 8.0),
+        format_rate(receiver.cipher_bytes_per_core * 8.0)
+    );
+    match (cipher_held(m), m.run.as_ref()) {
+        // Seen: TLS carried this much where plaintext carried far more.
+        (Some(plain), Some(run)) => j.stages.push(StageCeiling {
+            name: Stage::Encryption,
+            ceiling_bps: run.bits_per_second,
+            limiting: true,
+            detail: format!(
+                "memory to memory with TLS {}, without it {} over the same streams: TLS's work on these cores holds a transfer, not the path ({per_core} alone)",
+                format_rate(run.bits_per_second),
+                format_rate(plain)
+            ),
+        }),
+        _ if enc > 0.0 => j.stages.push(StageCeiling {
+            name: Stage::Encryption,
+            ceiling_bps: enc,
+            limiting: false,
+            detail: per_core,
+        }),
+        _ => {}
+    }
     let mut add = |name: Stage, ceiling_bps: f64, detail: String| {
         j.stages.push(StageCeiling {
             name,
@@ -815,21 +892,6 @@ fn storage_stages(j: &mut Judgement, m: &Measured, sender: &HostSettings, receiv
             detail,
         });
     };
-    // Encryption: the cipher alone on every usable core of the slower end
-    // (as many as its cgroup's quota allows).
-    let cipher = |h: &HostSettings| h.cipher_bytes_per_core * 8.0 * effective_cores(h);
-    let enc = cipher(sender).min(cipher(receiver));
-    if enc > 0.0 {
-        add(
-            Stage::Encryption,
-            enc,
-            format!(
-                "AES-GCM at {} a core (sender), {} (receiver)",
-                format_rate(sender.cipher_bytes_per_core * 8.0),
-                format_rate(receiver.cipher_bytes_per_core * 8.0)
-            ),
-        );
-    }
     if let Some((bytes_per_second, path)) = &m.source_read {
         add(
             Stage::SourceStorage,
@@ -1992,6 +2054,36 @@ mod tests {
         assert!(v.fix.contains("--insecure-plaintext"), "{}", v.fix);
         // 100 / (2 GB/s * 8 / 1e9) = 6.25% a Gbit/s is the cipher's.
         assert_eq!(j.sender_cpu_per_gbps_plain, Some(10.0 - 6.25));
+    }
+
+    /// Plaintext data streams far faster than TLS the same way: the TLS
+    /// run measured TLS's work on these cores, not the path (issue 41).
+    /// The path is a lower bound at the plaintext figure, never the
+    /// verdict; encryption is seen limiting at the TLS figure; a window the
+    /// slow decryption kept full is not the window's fault.
+    #[test]
+    fn a_tls_run_far_below_plaintext_is_the_ciphers_not_the_paths() {
+        let mut m = push();
+        m.local.cipher_bytes_per_core = 8e9;
+        m.remote.as_mut().unwrap().cipher_bytes_per_core = 8e9;
+        assert_eq!(verdict_of(&m).0.stage, Stage::PathRate);
+        m.plain_bps = Some(55e9);
+        let (v, j) = verdict_of(&m);
+        assert_eq!(v.stage, Stage::Encryption, "{:?}", j.stages);
+        assert_eq!(v.ceiling_bps, 1e10);
+        assert!(stage_of(&j, Stage::Encryption).limiting);
+        let path = stage_of(&j, Stage::PathRate);
+        assert!(!path.limiting, "{path:?}");
+        assert_eq!(path.ceiling_bps, 55e9);
+        assert!(path.detail.contains("without TLS"), "{}", path.detail);
+        // Settings are not judged against a rate that was the cipher's.
+        assert!(j.target_bps > 1e10);
+        m.run.as_mut().unwrap().limit = RunLimit::Window;
+        assert_eq!(verdict_of(&m).0.stage, Stage::Encryption);
+        // Plaintext about as fast: the path it is.
+        m.run.as_mut().unwrap().limit = RunLimit::Other;
+        m.plain_bps = Some(1.1e10);
+        assert_eq!(verdict_of(&m).0.stage, Stage::PathRate);
     }
 
     #[test]

@@ -175,6 +175,12 @@ pub(super) fn serve_grant(
         ));
     }
     let ex = super::files::export(shared, &req.export, access)?;
+    if ex.read_only && access.check_read(ex).is_ok() {
+        return Err((
+            RefuseCode::BadRequest,
+            format!("export '{}' is read-only", ex.name),
+        ));
+    }
     access
         .check_write(ex)
         .map_err(|m| (RefuseCode::Unauthorized, m))?;
@@ -320,7 +326,7 @@ pub(super) fn serve_copy(
         if std::fs::symlink_metadata(&r).is_err() {
             return Err((
                 RefuseCode::BadRequest,
-                format!("{}:{} does not exist", ex.name, p),
+                format!("{} does not exist", shared.cfg.show(ex, p)),
             ));
         }
         let mut s = r.to_string_lossy().into_owned();
@@ -337,7 +343,7 @@ pub(super) fn serve_copy(
         ));
     }
     // Everything read resolves beneath the export root.
-    let anchor = Anchor::open_as(&ex.root, Path::new(&ex.name)).map_err(bad)?;
+    let anchor = Anchor::open_as(&ex.root, &shared.cfg.shown_root(ex)).map_err(bad)?;
     let share = match &order.share {
         Some(items) => Some(confine_share(&ex.root, &anchor, &resolved, items, order)?),
         None => None,

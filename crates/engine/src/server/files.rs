@@ -75,6 +75,15 @@ pub(super) fn serve_transfer(
             .map_err(|m| Refusal::Refuse(RefuseCode::Unauthorized, m))?;
     }
     let ex = export(shared, &t.export, access).map_err(refuse)?;
+    // A push to a read-only export this client can see (a public one, or
+    // one its grant reads) is refused for what it is: no credential would
+    // let it write there.
+    if t.op == Op::Push && ex.read_only && access.check_read(ex).is_ok() {
+        return Err(Refusal::Refuse(
+            RefuseCode::BadRequest,
+            format!("export '{}' is read-only", ex.name),
+        ));
+    }
     let allowed = match t.op {
         Op::Push => access.check_write(ex),
         Op::Pull => access.check_read(ex),
@@ -97,7 +106,7 @@ pub(super) fn serve_transfer(
                 if std::fs::symlink_metadata(&r).is_err() {
                     return Err(Refusal::Refuse(
                         RefuseCode::BadRequest,
-                        format!("{}:{} does not exist", ex.name, p),
+                        format!("{} does not exist", shared.cfg.show(ex, p)),
                     ));
                 }
                 roots.push(r);
@@ -117,7 +126,7 @@ pub(super) fn serve_transfer(
             .map_err(|e| bad(EngineError::Usage(e)))?;
     }
     // Everything this transfer touches resolves beneath the export root.
-    let anchor = Anchor::open_as(&ex.root, Path::new(&ex.name)).map_err(bad)?;
+    let anchor = Anchor::open_as(&ex.root, &shared.cfg.shown_root(ex)).map_err(bad)?;
     let landing = match t.op {
         Op::Push => {
             let slash = if t.dest_dir && !t.dest.is_empty() {
@@ -125,7 +134,7 @@ pub(super) fn serve_transfer(
             } else {
                 ""
             };
-            let shown = format!("{}/{}{slash}", ex.name, t.dest);
+            let shown = format!("{}{slash}", shared.cfg.show(ex, &t.dest));
             prepare_dest(&anchor, &dest, &shown, t).map_err(bad)?
         }
         Op::Pull => longhaul_proto::xfer::Landing::Into,
@@ -232,7 +241,7 @@ pub(super) fn serve_transfer(
                 on_landed: None,
                 progress: Default::default(),
                 landing,
-                dest_shown: format!("{}/{}", ex.name, t.dest),
+                dest_shown: shared.cfg.show(ex, &t.dest),
                 dest,
                 preserve: t.preserve,
                 keep_special_modes: shared.cfg.keep_special_modes,
@@ -376,7 +385,7 @@ pub(super) fn serve_probe(
         let bad = |e: EngineError| (RefuseCode::BadRequest, e.to_string());
         // Through a descriptor opened beneath the export root, so a symlink
         // swapped in cannot take the benchmark outside it.
-        let anchor = Anchor::open_as(&ex.root, Path::new(&ex.name)).map_err(bad)?;
+        let anchor = Anchor::open_as(&ex.root, &shared.cfg.shown_root(ex)).map_err(bad)?;
         // A path that does not exist yet (where a transfer will create
         // it) is measured in the nearest directory above it that does.
         let mut used = p.path.trim_matches('/').to_string();
@@ -390,20 +399,17 @@ pub(super) fn serve_probe(
             }
         };
         tracing::info!("{} probes {}:{}", conn.peer(), ex.name, escaped(&used));
-        let mut r = crate::doctor::serve_probe(&dir.path(), p, peer_ip(conn)).map_err(|e| {
-            (
-                RefuseCode::ServerError,
-                format!("probing {}:{used}: {e}", ex.name),
-            )
-        })?;
+        let shown = shared.cfg.show(ex, &used);
+        let mut r = crate::doctor::serve_probe(&dir.path(), p, peer_ip(conn))
+            .map_err(|e| (RefuseCode::ServerError, format!("probing {shown}: {e}")))?;
         if used != p.path.trim_matches('/') {
             r.report.warnings.push(format!(
-                "{} does not exist yet: measured in {}:/{used}, the nearest directory above it",
-                p.path, ex.name
+                "{} does not exist yet: measured in {shown}, the nearest directory above it",
+                shared.cfg.show(ex, &p.path)
             ));
         }
         // Named as the client knows it, not by the descriptor used.
-        r.report.path = format!("{}:{used}", ex.name);
+        r.report.path = shown;
         r.dir = Some(used);
         r
     } else {
@@ -432,7 +438,7 @@ pub(super) fn serve_list(
         Some(&ex.name),
         serde_json::json!({ "path": l.path }),
     );
-    let listed = list(conn, ex, l);
+    let listed = list(conn, ex, &shared.cfg.shown_root(ex), l);
     match &listed {
         Ok(n) => watch.finish(0, *n, Outcome::Ok, None),
         Err((_, m)) => watch.finish(0, 0, Outcome::Failed, Some(m.clone())),
@@ -441,17 +447,22 @@ pub(super) fn serve_list(
 }
 
 /// The listing itself; how many entries it sent.
-fn list(conn: &mut FramedConn, ex: &Export, l: &ListRequest) -> Result<u64, (RefuseCode, String)> {
+fn list(
+    conn: &mut FramedConn,
+    ex: &Export,
+    shown: &Path,
+    l: &ListRequest,
+) -> Result<u64, (RefuseCode, String)> {
     let path = beneath(&ex.root, &l.path).map_err(|e| (RefuseCode::BadRequest, e.to_string()))?;
     confine(&ex.root, &path).map_err(|e| (RefuseCode::BadRequest, e.to_string()))?;
     // Looked at through descriptors opened beneath the export root.
     let bad = |e: EngineError| (RefuseCode::BadRequest, e.to_string());
-    let anchor = Anchor::open_as(&ex.root, Path::new(&ex.name)).map_err(bad)?;
+    let anchor = Anchor::open_as(&ex.root, shown).map_err(bad)?;
     let at = anchor.anchored(&path).map_err(bad)?;
     let meta = std::fs::symlink_metadata(&at).map_err(|e| {
         (
             RefuseCode::BadRequest,
-            format!("cannot list {}:{}: {e}", ex.name, l.path),
+            format!("cannot list {}: {e}", shown.join(&l.path).display()),
         )
     })?;
     let send = |conn: &mut FramedConn, entries: Vec<ListEntry>, done: bool| {
@@ -472,7 +483,7 @@ fn list(conn: &mut FramedConn, ex: &Export, l: &ListRequest) -> Result<u64, (Ref
     let cannot = |e: std::io::Error| {
         (
             RefuseCode::BadRequest,
-            format!("cannot list {}:{}: {e}", ex.name, l.path),
+            format!("cannot list {}: {e}", shown.join(&l.path).display()),
         )
     };
     // Depth first, each directory opened from its parent without following

@@ -66,14 +66,14 @@ pub(super) fn plan(o: &CpOptions) -> Result<Plan, EngineError> {
             })
         }
         None if o.share.is_some() => Err(EngineError::Usage(
-            "a fleet pushes: name a local source and a remote destination (HOST:EXPORT/path)"
+            "a fleet pushes: name a local source and a remote destination (longhaul://HOST[:PORT]/EXPORT/path)"
                 .into(),
         )),
         None => {
             let rs: Vec<Remote> = remotes.into_iter().flatten().collect();
             if rs.len() != o.sources.len() {
                 return Err(EngineError::Usage(
-                    "neither side is remote: name the remote as HOST:EXPORT/path or longhaul://HOST/EXPORT/path".into(),
+                    "neither side is remote: name the far side as [USER@]HOST:path (a host over ssh) or longhaul://HOST[:PORT]/EXPORT/path (a longhaul server)".into(),
                 ));
             }
             let (host, export) = (rs[0].host.clone(), rs[0].export.clone());
@@ -302,10 +302,13 @@ pub(super) fn local_dest(
         .parent()
         .map(Path::to_path_buf)
         .unwrap_or_else(|| abs.clone());
-    let state = match std::fs::metadata(&abs) {
+    // Looked at without its trailing '/': `file/` is a file named as a
+    // directory (refused as one), not a path that does not exist.
+    let named: PathBuf = abs.components().collect();
+    let state = match std::fs::metadata(&named) {
         Ok(m) if m.is_dir() => DestState::Dir,
         Ok(_) => DestState::Other,
-        Err(_) if std::fs::symlink_metadata(&abs).is_ok() => DestState::Other,
+        Err(_) if std::fs::symlink_metadata(&named).is_ok() => DestState::Other,
         Err(_) => DestState::Missing {
             parent: parent.is_dir(),
         },
