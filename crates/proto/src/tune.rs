@@ -98,7 +98,7 @@ pub struct TransferInterval {
     /// near 0 means it is not reading what arrives.
     pub window_open: f64,
     /// What the active streams' largest advertised windows carry at the
-    /// interval's RTT, bits/s (0: not known). An interval held by the
+    /// path's RTT (the smallest seen), bits/s (0: not known). An interval held by the
     /// window far below it was held by a window that closed, not by one
     /// too small for the path: the receiver did not read what arrived.
     #[serde(default, skip_serializing_if = "is_zero")]

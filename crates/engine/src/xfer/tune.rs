@@ -202,8 +202,11 @@ impl Sampler {
                 if self.max_wnd[k] > 0 {
                     open += f64::from(t.snd_wnd) / f64::from(self.max_wnd[k]);
                 }
-                if t.rtt_us > 0 {
-                    windows += f64::from(self.max_wnd[k]) * 8.0 / (f64::from(t.rtt_us) / 1e6);
+                // At the path's own RTT: the smoothed one grows with the
+                // very stall a receiver that does not read causes.
+                let base_us = if t.min_rtt_us > 0 { t.min_rtt_us } else { t.rtt_us };
+                if base_us > 0 {
+                    windows += f64::from(self.max_wnd[k]) * 8.0 / (f64::from(base_us) / 1e6);
                 }
                 rtt += u64::from(t.rtt_us);
                 n += 1;
