@@ -114,11 +114,13 @@ impl Bar {
     }
 
     /// A line for a log, at most one a [`LINE_EVERY`]: the share done,
-    /// then the bar's words.
+    /// then the bar's words; none before the first file is announced.
     fn line(&mut self, now: Instant, p: &TransferProgress, words: &str) {
-        if self
-            .line_at
-            .is_some_and(|t| now.duration_since(t) < LINE_EVERY)
+        let nothing_yet = p.announced_files == 0 && !p.walk_done;
+        if nothing_yet
+            || self
+                .line_at
+                .is_some_and(|t| now.duration_since(t) < LINE_EVERY)
         {
             return;
         }

@@ -772,8 +772,9 @@ fn doctor_to_a_path_that_does_not_exist_yet_leaves_nothing_behind() {
     let root = t.dir("export");
     let s = in_process_server(&root, &t.dir("state"), false);
     let v = doctor_at(&s, "no/such/dir/", &[]);
-    // Measured where the files would go: the nearest directory that exists.
-    assert_eq!(v["dest_storage"]["path"], "data:", "{v:#}");
+    // Measured where the files would go: the nearest directory that
+    // exists, named as the user names it (EXPORT/path).
+    assert_eq!(v["dest_storage"]["path"], "data/", "{v:#}");
     assert!(
         v["dest_storage"]["warnings"]
             .to_string()
