@@ -204,7 +204,11 @@ impl Sampler {
                 }
                 // At the path's own RTT: the smoothed one grows with the
                 // very stall a receiver that does not read causes.
-                let base_us = if t.min_rtt_us > 0 { t.min_rtt_us } else { t.rtt_us };
+                let base_us = if t.min_rtt_us > 0 {
+                    t.min_rtt_us
+                } else {
+                    t.rtt_us
+                };
                 if base_us > 0 {
                     windows += f64::from(self.max_wnd[k]) * 8.0 / (f64::from(base_us) / 1e6);
                 }
