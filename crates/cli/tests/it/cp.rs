@@ -1631,19 +1631,23 @@ fn a_destination_that_does_not_drain_is_named_not_its_window() {
     let t = TempDir::new("undrained");
     let exp = t.dir("export");
     let f = t.path().join("f.bin");
-    write_random(&f, 32 << 20, 4);
-    // Every write 40 ms late: a destination far behind the network.
+    // Four times what the receive buffers of two streams hold (32 MiB
+    // each at most here), so their windows fill and stay full.
+    write_random(&f, 128 << 20, 4);
+    // Writes of 256 KiB at most, each 20 ms late: 12.5 MiB/s a writer at
+    // best, a destination far behind the network.
     let s = server_with(
         vec![export("data", &exp, false)],
         faulty(Faults {
-            write_delay: Some(Duration::from_millis(40)),
+            write_delay: Some(Duration::from_millis(20)),
+            short_write: Some(256 << 10),
             ..Faults::default()
         }),
         &t.dir("state"),
     );
     let v = cp_ok(&[
         "-P",
-        "4",
+        "2",
         "--chunk",
         "1M",
         f.to_str().unwrap(),

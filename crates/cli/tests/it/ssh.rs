@@ -1892,6 +1892,29 @@ fn ssh_paths_read_as_the_user_wrote_them() {
         assert!(err.contains(&format!("{HOST} refused")), "{c:?}: {err}");
         assert!(err.contains("nosuch"), "{c:?}: {err}");
     }
+    // A destination the far end cannot write (a read-only file system,
+    // which root cannot write either): the failure names the file as the
+    // user wrote it, never the far end's partial file or its exports.
+    if let Some(ro) = common::SmallDisk::mount(&work.path().join("ro"), 1024) {
+        let o = Command::new("mount")
+            .args(["-o", "remount,ro"])
+            .arg(ro.path())
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", text(&o));
+        let o = run(&[
+            "cp",
+            "--remote-path",
+            BIN,
+            f.to_str().unwrap(),
+            &format!("{HOST}:{w}/ro/"),
+        ]);
+        assert!(!o.status.success(), "{}", text(&o));
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!internal(&err), "{err}");
+        assert!(!err.contains("lhpart"), "{err}");
+        assert!(err.contains(&format!("{w}/ro/")), "{err}");
+    }
     // A copy that lands: the archive names it where the user put it.
     let o = run(&[
         "cp",

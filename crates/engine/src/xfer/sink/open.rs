@@ -276,7 +276,9 @@ fn open_partial(
     } else {
         cfg.storage.open_write(at_part, false)
     };
-    let out = opened.map_err(|err| io_err("create", part, err))?;
+    // Named by the file the user asked for: the partial file beside it is
+    // this side's own.
+    let out = opened.map_err(|err| io_err("create", target, err))?;
     if !(fresh && sized) {
         return Ok(out);
     }
