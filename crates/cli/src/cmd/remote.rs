@@ -347,9 +347,9 @@ fn keep_stderr(r: impl Read + Send + 'static) -> (Arc<Mutex<String>>, Receiver<(
                 let Ok(line) = line else { break };
                 let line = String::from_utf8_lossy(&line);
                 let line = line.trim_end_matches('\r');
-                tracing::debug!("ssh: {}", longhaul_proto::units::escaped(&line));
+                tracing::debug!("ssh: {}", longhaul_proto::units::escaped(line));
                 if let Ok(mut k) = k.lock() {
-                    k.push_str(&line);
+                    k.push_str(line);
                     k.push('\n');
                     if k.len() > STDERR_KEPT {
                         let cut = k.len() - STDERR_KEPT;
