@@ -1365,6 +1365,10 @@ mod tests {
         ] {
             let mut r = report("a", "b", 60.0, 60.0);
             r.upload.as_mut().unwrap().limit = kind;
+            // A path of 20 ms, whose windows the 10 Gbit/s carried fill: at
+            // loopback's RTT a full window would be a receiver that did
+            // not read (proto::doctor's `undrained`).
+            r.rtt_idle_us = Some(20_000);
             judge(&mut r, &DoctorOptions::default());
             assert!(
                 r.stages.iter().any(|s| s.name == stage && s.limiting),
