@@ -34,4 +34,5 @@ mod sealed;
 mod security;
 mod ssh;
 mod third_party_copy;
+mod trust;
 mod wan;

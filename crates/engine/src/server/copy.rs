@@ -384,6 +384,7 @@ pub(super) fn serve_copy(
                 ..Default::default()
             },
             token: Some(order.capability.clone()),
+            tokens: Vec::new(),
         },
         back,
         ..ClientOptions::default()
