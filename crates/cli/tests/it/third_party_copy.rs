@@ -979,10 +979,12 @@ fn ctrl_c_during_a_third_party_copy_exits_130_blaming_no_end() {
     let a = server(&ra, &t.dir("state-a"), true);
     let b = server(&rb, &t.dir("state-b"), true);
     // A slow copy (2 MiB/s): stopped long before it could finish.
+    let (src, dst) = (remote(a.addr(), "big.bin"), remote(b.addr(), ""));
     let child = bin()
         .args(["cp", "--bwlimit", "2M", "--chunk", "1M"])
-        .arg(remote(a.addr(), "big.bin"))
-        .arg(remote(b.addr(), ""))
+        .args(tokens_for(&[&src, &dst]))
+        .arg(src)
+        .arg(dst)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
