@@ -184,7 +184,8 @@ pub enum Command {
     Ls(LsArgs),
     /// Start a server on loopback in this process and run a short test against it.
     Demo,
-    /// Print the identity fingerprint kept in a state directory (made if missing).
+    /// Print the identity fingerprint kept in a state directory (one that holds none gets a
+    /// new one; a directory that does not exist is refused, never made).
     Id(IdArgs),
     /// Connect to a server, show its fingerprint and record it in the known-hosts file
     /// (trust on first use, as an explicit step).
@@ -195,10 +196,11 @@ pub enum Command {
     Wan(WanArgs),
     /// Benchmarks: `bench disk PATH` measures a directory's storage.
     Bench(BenchArgs),
-    /// Find what limits transfers: with no argument, audit this host's settings; with
-    /// HOST:EXPORT/path (or longhaul://HOST/EXPORT/path), measure the whole path (RTT idle
-    /// and loaded, memory to memory both ways, both hosts' settings and storage, a short
-    /// copy) and name the stage that limits it, with the fix.
+    /// Find what limits transfers: with no argument, audit this host's settings; with a
+    /// place on a server (longhaul://HOST[:PORT]/EXPORT/path) or on a host over ssh
+    /// ([USER@]HOST:path), measure the whole path (RTT idle and loaded, memory to memory
+    /// both ways, both hosts' settings and storage, a short copy) and name the stage that
+    /// limits it, with the fix.
     Doctor(DoctorArgs),
     /// The archived runs, newest first (every perf, cp, sync, doctor, bench disk and matrix
     /// run is archived unless --no-archive).
@@ -453,7 +455,8 @@ pub struct ServeArgs {
 #[derive(Args)]
 pub struct IdArgs {
     /// State directory of a server (default: $XDG_STATE_HOME/longhaul), or a client
-    /// identity directory for --identity. Made with a new key if it holds none.
+    /// identity directory for --identity. It must exist (a mistyped path is refused, not
+    /// made); one that holds no identity gets a new key.
     pub dir: Option<PathBuf>,
     /// Print the fingerprint as a JSON document (docs/JSON.md, `longhaul-id`).
     #[arg(long)]

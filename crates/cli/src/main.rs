@@ -40,14 +40,21 @@ fn main() {
         1 => "info",
         _ => "debug",
     };
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| filter.into()),
-        )
+    let from_env = tracing_subscriber::EnvFilter::try_from_default_env().ok();
+    // A daemon's log keeps its times and sources; so does a log asked for.
+    let plain = from_env.is_none()
+        && cli.verbose == 0
+        && !matches!(&cli.command, Command::Serve(a) if !a.one_shot);
+    let log = tracing_subscriber::fmt()
+        .with_env_filter(from_env.unwrap_or_else(|| filter.into()))
         .with_writer(std::io::stderr)
         // Colour codes only for a person at a terminal, never into a log file.
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
+    if plain {
+        log.event_format(print::PlainLog).init();
+    } else {
+        log.init();
+    }
     let result = match cli.command {
         Command::Serve(a) if a.one_shot => cmd::remote::serve_one_shot(a),
         Command::Serve(a) => cmd::serve(a, &cli.archive),

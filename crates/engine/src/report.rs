@@ -50,8 +50,8 @@ pub const PROGRESS_TICK: std::time::Duration = std::time::Duration::from_millis(
 /// A transfer's counters at one moment.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
 pub struct TransferProgress {
-    /// Payload bytes moved so far (sent by a local source, written by a
-    /// local sink).
+    /// Payload bytes moved so far: arrived at the far end (acknowledged,
+    /// for a local source), or written (a local sink).
     pub bytes: u64,
     /// Files finished so far.
     pub files: u64,

@@ -427,6 +427,9 @@ pub struct Measured {
     /// device (virtual ones claim a speed they do not have).
     pub link_bps: Option<f64>,
     pub run: Option<RunMeasured>,
+    /// What a short run with plaintext data streams carried the same way,
+    /// bits/s; None where it was not run.
+    pub plain_bps: Option<f64>,
     /// Sequential reads of the source, bytes/s, and where.
     pub source_read: Option<(f64, String)>,
     /// Sequential writes of a new file at the destination, bytes/s, and
@@ -480,6 +483,58 @@ struct RunShape {
     shared_cores: Option<u32>,
     shared_full: bool,
     path_is_limit: bool,
+    /// What plaintext data streams carried, when it is so far above the
+    /// TLS run that the cipher held that run ([`cipher_held`]).
+    cipher_held: Option<f64>,
+    /// What the run's windows carry at the idle RTT, when the run was held
+    /// by a window it carried far less than ([`undrained`]): the receiver
+    /// kept the window full by not reading, a host's limit.
+    undrained: Option<f64>,
+}
+
+/// A plaintext run at least this many times the TLS run's rate shows the
+/// TLS run held by the cipher (the work of TLS on these cores), not by
+/// the path both crossed.
+pub const CIPHER_HELD: f64 = 1.25;
+
+/// What plaintext data streams carried, when it shows the TLS run held by
+/// the cipher: at least [`CIPHER_HELD`] times its rate.
+fn cipher_held(m: &Measured) -> Option<f64> {
+    let tls = m.run.as_ref()?.bits_per_second;
+    m.plain_bps
+        .filter(|&plain| tls > 0.0 && plain >= tls * CIPHER_HELD)
+}
+
+/// The smallest window an autotuned stream advertises: half of
+/// tcp_rmem's default 128 KiB ([`RECV_BUFFER_USE`]); autotuning only
+/// grows it.
+const SMALLEST_WINDOW: f64 = 131_072.0 * RECV_BUFFER_USE;
+
+/// What the run's streams carry at the idle RTT with the smallest window
+/// they can have had (autotuning's first, or the buffers' most if less),
+/// when the run was held by the window and carried under
+/// [`crate::tune::UNDRAINED`] of that (the rule a copy's intervals
+/// follow): a window too small for the path is filled by the data in
+/// flight and carries about all it allows, so one held far below was kept
+/// full by a receiver that did not read (its CPU, or cores it shares), not
+/// by the path's length. The smallest window, not the buffers' most: on a
+/// long path a short run's windows may still be growing.
+fn undrained(m: &Measured, send: &End, recv: &End) -> Option<f64> {
+    let run = m.run.as_ref().filter(|p| p.limit == RunLimit::Window)?;
+    let streams = run.streams.max(1);
+    let rtt_us = m.rtt_idle_us?;
+    let most = plan(&PathInput {
+        rtt_us,
+        target_bps: Some(u64::MAX / 2),
+        sender: send.host.buffers,
+        receiver: recv.host.buffers,
+        streams: Some(streams),
+    })
+    .ceiling_bps;
+    // The plan's floor: a sub-100-microsecond RTT is taken as 100.
+    let rtt_s = f64::from(rtt_us.max(100)) / 1e6;
+    let least = (SMALLEST_WINDOW * 8.0 / rtt_s * f64::from(streams)).min(most);
+    (least.is_finite() && run.bits_per_second < least * crate::tune::UNDRAINED).then_some(least)
 }
 
 impl RunShape {
@@ -497,16 +552,24 @@ impl RunShape {
             None => (p.loss_fraction, p.loss_fraction >= LOSS_ALARM && !queueing),
         });
         let lossy = path_loss.is_some_and(|(_, random)| random);
-        let window_limited = run.is_some_and(|p| p.limit == RunLimit::Window);
+        let held = cipher_held(m);
+        let undrained = undrained(m, send, recv).filter(|_| held.is_none());
+        // A window the cipher kept full (a receiver slow to decrypt) is
+        // not too small: plaintext went faster through the same one; nor
+        // is one the receiver did not drain.
+        let window_limited = held.is_none()
+            && undrained.is_none()
+            && run.is_some_and(|p| p.limit == RunLimit::Window);
         // An end whose test threads kept all its usable cores busy (or
         // used up its cgroup's quota) is CPU-bound, whichever of its
         // threads was the busiest.
         let send_full = run.is_some_and(|p| {
             p.limit == RunLimit::SenderCpu || cpu_full(p.cpu_sender_percent, send)
         });
-        let recv_full = run.is_some_and(|p| {
-            p.limit == RunLimit::ReceiverCpu || cpu_full(p.cpu_receiver_percent, recv)
-        });
+        let recv_full = undrained.is_some()
+            || run.is_some_and(|p| {
+                p.limit == RunLimit::ReceiverCpu || cpu_full(p.cpu_receiver_percent, recv)
+            });
         // Both ends on one host share its cores: all of them busy between
         // the two is the CPU limiting, whichever end spent more.
         let shared_cores = same_host(&m.local, m.remote.as_ref()).then_some(m.local.cpus.max(1));
@@ -527,7 +590,11 @@ impl RunShape {
             recv_full,
             shared_cores,
             shared_full,
-            path_is_limit: run.is_some() && !(window_limited || cpu_limited || lossy),
+            path_is_limit: run.is_some()
+                && held.is_none()
+                && !(window_limited || cpu_limited || lossy),
+            cipher_held: held,
+            undrained,
         }
     }
 
@@ -544,12 +611,14 @@ pub fn judge(m: &Measured) -> Judgement {
     let measured = m.run.as_ref().map_or(0.0, |p| p.bits_per_second);
     let shape = RunShape::read(m, &send, &recv);
     // The rate to judge settings against: given; else what the path
-    // carried if the path was the limit; else the link's speed, else
-    // the default target.
+    // carried if the path was the limit (or plaintext, where TLS was);
+    // else the link's speed, else the default target.
     let target = m
         .target_bps
         .map(|t| t as f64)
         .or(shape.path_is_limit.then_some(measured))
+        // The path carried at least what plaintext did.
+        .or(shape.cipher_held)
         .or(m.link_bps)
         .unwrap_or(crate::window::DEFAULT_TARGET_BPS as f64)
         .max(measured);
@@ -602,8 +671,9 @@ pub fn judge(m: &Measured) -> Judgement {
         .cloned()
         .collect();
     let rtt_ms = f64::from(rtt) / 1000.0;
-    let fix = |s: Stage| {
-        cpu_fix(s, &send, &recv).unwrap_or_else(|| fix_for(s, &buffers, w.streams, rtt_ms))
+    let fix = |s: Stage| match s {
+        Stage::PathRate if shape.shared_cores.is_some() => SAME_HOST_PATH.into(),
+        _ => cpu_fix(s, &send, &recv).unwrap_or_else(|| fix_for(s, &buffers, w.streams, rtt_ms)),
     };
     j.verdict = verdict(&j.stages, fix);
     if let Some(c) = &m.copy {
@@ -677,11 +747,18 @@ fn run_stages(
             detail,
         });
     };
-    add(
-        Stage::PathRate,
-        measured,
-        shape.path_is_limit,
-        format!(
+    let path_detail = match shape.cipher_held {
+        // The TLS run says what the cipher allows (the encryption stage);
+        // the path carried at least what plaintext did.
+        Some(plain) => format!(
+            "{} memory to memory without TLS over {} streams (a short run: a lower bound), {} with TLS, RTT {:.1} ms idle, {:.1} ms loaded",
+            format_rate(plain),
+            p.streams,
+            format_rate(measured),
+            shape.idle_us / 1000.0,
+            shape.loaded_us / 1000.0,
+        ),
+        None => format!(
             "{} memory to memory over {} streams, RTT {:.1} ms idle, {:.1} ms loaded{}",
             format_rate(measured),
             p.streams,
@@ -693,6 +770,12 @@ fn run_stages(
                 " (a lower bound: another stage limited)"
             }
         ),
+    };
+    add(
+        Stage::PathRate,
+        shape.cipher_held.unwrap_or(measured),
+        shape.path_is_limit,
+        path_detail,
     );
     // Window: what the buffers allow over the streams a transfer opens.
     let win = if shape.window_limited {
@@ -770,24 +853,47 @@ fn run_stages(
         )
     });
     let (shared_ceiling, shared_detail) = shared.unwrap_or((f64::INFINITY, String::new()));
+    // An end whose cores TLS kept busy is still CPU-bound; what plaintext
+    // carried says how much of that was the cipher.
+    let tls_note = shape.cipher_held.map_or(String::new(), |plain| {
+        format!(
+            "; {} without TLS (the cipher's share: the encryption stage)",
+            format_rate(plain)
+        )
+    });
     add(
         Stage::SenderCpu,
         cpu_ceiling(p.cpu_sender_percent, effective_cores(sender)).min(shared_ceiling),
         shape.send_full || shape.shared_full,
         format!(
-            "sender {:.0}% CPU of {} usable core(s) at {}{}{shared_detail}",
+            "sender {:.0}% CPU of {} usable core(s) at {}{}{shared_detail}{tls_note}",
             p.cpu_sender_percent,
             sender.cpus_usable,
             format_rate(measured),
             cpu_detail(send)
         ),
     );
+    // A receiver that kept its window full was seen limiting at the rate
+    // it read, whatever share of its cores that took.
+    let (recv_ceiling, undrained_note) = match shape.undrained {
+        Some(windows) => (
+            measured,
+            format!(
+                "; it kept its receive window full, where the smallest windows carry {} at the RTT: it did not read faster",
+                format_rate(windows)
+            ),
+        ),
+        None => (
+            cpu_ceiling(p.cpu_receiver_percent, effective_cores(receiver)).min(shared_ceiling),
+            String::new(),
+        ),
+    };
     add(
         Stage::ReceiverCpu,
-        cpu_ceiling(p.cpu_receiver_percent, effective_cores(receiver)).min(shared_ceiling),
+        recv_ceiling,
         shape.recv_full || shape.shared_full,
         format!(
-            "receiver {:.0}% CPU of {} usable core(s){}{shared_detail}",
+            "receiver {:.0}% CPU of {} usable core(s){}{shared_detail}{tls_note}{undrained_note}",
             p.cpu_receiver_percent,
             receiver.cpus_usable,
             cpu_detail(recv)
@@ -807,6 +913,35 @@ fn run_stages(
 /// The stages measured apart from the run: the cipher, the storage at
 /// both ends and file creation (only for a measured mean file size).
 fn storage_stages(j: &mut Judgement, m: &Measured, sender: &HostSettings, receiver: &HostSettings) {
+    // Encryption: the cipher alone on every usable core of the slower end
+    // (as many as its cgroup's quota allows).
+    let cipher = |h: &HostSettings| h.cipher_bytes_per_core * 8.0 * effective_cores(h);
+    let enc = cipher(sender).min(cipher(receiver));
+    let per_core = format!(
+        "AES-GCM at {} a core (sender), {} (receiver)",
+        format_rate(sender.cipher_bytes_per_core * 8.0),
+        format_rate(receiver.cipher_bytes_per_core * 8.0)
+    );
+    match (cipher_held(m), m.run.as_ref()) {
+        // Seen: TLS carried this much where plaintext carried far more.
+        (Some(plain), Some(run)) => j.stages.push(StageCeiling {
+            name: Stage::Encryption,
+            ceiling_bps: run.bits_per_second,
+            limiting: true,
+            detail: format!(
+                "memory to memory with TLS {}, without it {} over the same streams: TLS's work on these cores holds a transfer, not the path ({per_core} alone)",
+                format_rate(run.bits_per_second),
+                format_rate(plain)
+            ),
+        }),
+        _ if enc > 0.0 => j.stages.push(StageCeiling {
+            name: Stage::Encryption,
+            ceiling_bps: enc,
+            limiting: false,
+            detail: per_core,
+        }),
+        _ => {}
+    }
     let mut add = |name: Stage, ceiling_bps: f64, detail: String| {
         j.stages.push(StageCeiling {
             name,
@@ -815,21 +950,6 @@ fn storage_stages(j: &mut Judgement, m: &Measured, sender: &HostSettings, receiv
             detail,
         });
     };
-    // Encryption: the cipher alone on every usable core of the slower end
-    // (as many as its cgroup's quota allows).
-    let cipher = |h: &HostSettings| h.cipher_bytes_per_core * 8.0 * effective_cores(h);
-    let enc = cipher(sender).min(cipher(receiver));
-    if enc > 0.0 {
-        add(
-            Stage::Encryption,
-            enc,
-            format!(
-                "AES-GCM at {} a core (sender), {} (receiver)",
-                format_rate(sender.cipher_bytes_per_core * 8.0),
-                format_rate(receiver.cipher_bytes_per_core * 8.0)
-            ),
-        );
-    }
     if let Some((bytes_per_second, path)) = &m.source_read {
         add(
             Stage::SourceStorage,
@@ -1240,6 +1360,11 @@ fn starved_end_bounds_its_storage(
         fix: fix(cpu),
     });
 }
+
+/// The path's fix when both ends are one host (loopback, or namespaces of
+/// one machine): no link is crossed, so what it carried is this host's
+/// memory and CPU, which the hosts' settings do raise.
+const SAME_HOST_PATH: &str = "both ends are on this host: the path is its own memory and CPU, not a link (more usable cores or a faster CPU raise it); run the doctor against the real peer to judge a network";
 
 /// What to change when `s` limits. `buffers` are the socket buffer caps
 /// found too small for the path, `streams` those a transfer would open.
@@ -1801,6 +1926,8 @@ mod tests {
         free.remote.as_mut().unwrap().cpu_limits = None;
         free.remote_cpu = None;
         free.run.as_mut().unwrap().cpu_receiver_percent = 5.0;
+        // A path long enough for 1 Gbit/s to fill the smallest windows.
+        free.rtt_idle_us = Some(20_000);
         assert_ne!(verdict_of(&free).0.stage, Stage::ReceiverCpu);
     }
 
@@ -1964,7 +2091,12 @@ mod tests {
             stage_of(&j, Stage::SenderCpu).detail
         );
         assert!(!stage_of(&j, Stage::SenderCpu).limiting);
-        assert_eq!(j.verdict.unwrap().stage, Stage::PathRate);
+        // The path on one host is its memory and CPU: the hosts do raise
+        // it (issue 41).
+        let v = j.verdict.unwrap();
+        assert_eq!(v.stage, Stage::PathRate);
+        assert!(!v.fix.contains("nothing on the hosts"), "{}", v.fix);
+        assert!(v.fix.starts_with("both ends are on this host"), "{}", v.fix);
         // 95% + 95%: both cores busy, neither end alone: the CPU limits.
         let run = m.run.as_mut().unwrap();
         run.cpu_sender_percent = 95.0;
@@ -1977,6 +2109,49 @@ mod tests {
         // A different kernel is a different host.
         m.remote.as_mut().unwrap().kernel = "6.2".into();
         assert!(!same_host(&m.local, m.remote.as_ref()));
+    }
+
+    /// A run held by the receive window at a small part of what the
+    /// buffers' windows carry at the RTT: the receiver kept the window full
+    /// by not reading (issue 41), so neither the window (no buffer to
+    /// raise) nor the path is the verdict, but the receiver at the rate it
+    /// read. A run that carried about what its windows allow stays the
+    /// window's.
+    #[test]
+    fn a_window_the_receiver_did_not_drain_is_the_receivers() {
+        // Loopback as measured: 4.4 Gbit/s at 10 us idle, the window full;
+        // the first windows of 4 streams carry 21 Gbit/s there.
+        let mut m = push();
+        m.rtt_idle_us = Some(10);
+        let run = m.run.as_mut().unwrap();
+        run.limit = RunLimit::Window;
+        run.bits_per_second = 4.4e9;
+        run.rtt_loaded_us = 2080;
+        run.cpu_receiver_percent = 30.0;
+        let (v, j) = verdict_of(&m);
+        assert_eq!(v.stage, Stage::ReceiverCpu, "{:?}", j.stages);
+        assert_eq!(v.ceiling_bps, 4.4e9);
+        let recv = stage_of(&j, Stage::ReceiverCpu);
+        assert!(recv.limiting);
+        assert!(
+            recv.detail.contains("it kept its receive window full"),
+            "{}",
+            recv.detail
+        );
+        assert!(!stage_of(&j, Stage::Window).limiting);
+        assert!(!stage_of(&j, Stage::PathRate).limiting);
+        assert!(
+            v.fix.starts_with("the receiver's CPU is the limit"),
+            "{}",
+            v.fix
+        );
+        // At 80 ms a short run's windows may still be growing: 4.4 Gbit/s
+        // held by them is no proof of a receiver that did not read.
+        m.rtt_idle_us = Some(80_000);
+        m.run.as_mut().unwrap().rtt_loaded_us = 80_500;
+        let (v, j) = verdict_of(&m);
+        assert_eq!(v.stage, Stage::Window, "{:?}", j.stages);
+        assert!(!stage_of(&j, Stage::ReceiverCpu).limiting);
     }
 
     #[test]
@@ -1992,6 +2167,36 @@ mod tests {
         assert!(v.fix.contains("--insecure-plaintext"), "{}", v.fix);
         // 100 / (2 GB/s * 8 / 1e9) = 6.25% a Gbit/s is the cipher's.
         assert_eq!(j.sender_cpu_per_gbps_plain, Some(10.0 - 6.25));
+    }
+
+    /// Plaintext data streams far faster than TLS the same way: the TLS
+    /// run measured TLS's work on these cores, not the path (issue 41).
+    /// The path is a lower bound at the plaintext figure, never the
+    /// verdict; encryption is seen limiting at the TLS figure; a window the
+    /// slow decryption kept full is not the window's fault.
+    #[test]
+    fn a_tls_run_far_below_plaintext_is_the_ciphers_not_the_paths() {
+        let mut m = push();
+        m.local.cipher_bytes_per_core = 8e9;
+        m.remote.as_mut().unwrap().cipher_bytes_per_core = 8e9;
+        assert_eq!(verdict_of(&m).0.stage, Stage::PathRate);
+        m.plain_bps = Some(55e9);
+        let (v, j) = verdict_of(&m);
+        assert_eq!(v.stage, Stage::Encryption, "{:?}", j.stages);
+        assert_eq!(v.ceiling_bps, 1e10);
+        assert!(stage_of(&j, Stage::Encryption).limiting);
+        let path = stage_of(&j, Stage::PathRate);
+        assert!(!path.limiting, "{path:?}");
+        assert_eq!(path.ceiling_bps, 55e9);
+        assert!(path.detail.contains("without TLS"), "{}", path.detail);
+        // Settings are not judged against a rate that was the cipher's.
+        assert!(j.target_bps > 1e10);
+        m.run.as_mut().unwrap().limit = RunLimit::Window;
+        assert_eq!(verdict_of(&m).0.stage, Stage::Encryption);
+        // Plaintext about as fast: the path it is.
+        m.run.as_mut().unwrap().limit = RunLimit::Other;
+        m.plain_bps = Some(1.1e10);
+        assert_eq!(verdict_of(&m).0.stage, Stage::PathRate);
     }
 
     #[test]

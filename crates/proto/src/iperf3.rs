@@ -174,7 +174,8 @@ impl UdpHeader {
 
 /// iperf3's error numbers (`i_errno`) that this side sends or names.
 pub mod errno {
-    /// "test duration too long (maximum = 86400 seconds)"
+    /// "test duration too long (maximum = 86400 seconds)": iperf3's own
+    /// cap, which a client checks itself; never sent for a server's cap.
     pub const DURATION: i32 = 5;
     /// "number of parallel streams too large (maximum = 128)"
     pub const NUM_STREAMS: i32 = 6;
@@ -195,6 +196,11 @@ pub mod errno {
     pub const SET_CONGESTION: i32 = 134;
     /// "test authorization failed"
     pub const AUTH_TEST: i32 = 142;
+    /// "client's requested duration exceeds the server's maximum permitted
+    /// limit": what iperf3 3.17 and later send for `--server-max-duration`
+    /// (an older client prints `int_errno=37`, which at least claims no
+    /// wrong maximum, where `DURATION` would print iperf3's 86400 s).
+    pub const MAX_DURATION: i32 = 37;
 }
 
 /// What iperf3 prints for an error number (the ones a server is likely
@@ -211,6 +217,9 @@ pub fn error_text(code: i32) -> Option<&'static str> {
         errno::ACCESS_DENIED => "the server is busy running a test. try again later",
         errno::SET_CONGESTION => "congestion control algorithm not supported on the server",
         errno::AUTH_TEST => "test authorization failed",
+        errno::MAX_DURATION => {
+            "client's requested duration exceeds the server's maximum permitted limit"
+        }
         101 => "test initialization failed",
         102 => "unable to start listener for connections",
         114 => "unable to receive parameters from client",
@@ -687,7 +696,7 @@ impl Params {
         let omit = self.omit.unwrap_or(0);
         if seconds == 0 || seconds.saturating_add(omit) > l.max_seconds {
             return Err(refuse(
-                errno::DURATION,
+                errno::MAX_DURATION,
                 "duration",
                 format!(
                     "a test of {seconds} s (and {omit} s omitted) asked for; this server allows 1 to {} s in all",
@@ -1515,14 +1524,14 @@ mod tests {
                 time: Some(61),
                 ..ok.clone()
             }),
-            errno::DURATION
+            errno::MAX_DURATION
         );
         assert_eq!(
             code(Params {
                 time: Some(0),
                 ..ok.clone()
             }),
-            errno::DURATION
+            errno::MAX_DURATION
         );
         assert_eq!(
             code(Params {
@@ -1530,7 +1539,7 @@ mod tests {
                 omit: Some(20),
                 ..ok.clone()
             }),
-            errno::DURATION
+            errno::MAX_DURATION
         );
         assert_eq!(
             code(Params {

@@ -277,6 +277,15 @@ pub struct Summary {
     /// the connections, and why.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub connections: Option<Opened>,
+    /// The sender's retransmits were not counted (a stock iperf3 server
+    /// that sent and said it counts none): `retransmits` is then no count.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub retransmits_unknown: bool,
+    /// No sender's RTT was measured (a stock iperf3 server sent, and its
+    /// results carry no RTT): `rtt_us` and `min_rtt_us` are then 0, not
+    /// a measurement.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub rtt_unknown: bool,
 }
 
 /// What held a direction back, from the sender's kernel counters and CPU.
@@ -615,6 +624,7 @@ impl Span<'_> {
         let (streams, directions) = self.streams_and_directions(params);
         let tcp: Vec<TcpReport> = directions.iter().filter_map(|d| d.tcp).collect();
         let udp: Vec<UdpReport> = directions.iter().filter_map(|d| d.udp).collect();
+        let unmeasured = params.transport == Transport::Tcp && tcp.is_empty();
         let seconds = [Side::Client, Side::Server]
             .iter()
             .map(|&s| self.wall_us(s))
@@ -667,6 +677,10 @@ impl Span<'_> {
             tuning: None,
             tuning_reverse: None,
             connections: None,
+            // A TCP test whose senders' counters never reached the merge
+            // (a stock iperf3 server sending) measured neither.
+            retransmits_unknown: unmeasured,
+            rtt_unknown: unmeasured,
         }
     }
 }

@@ -97,6 +97,12 @@ pub struct TransferInterval {
     /// The receiver's advertised window against what its buffer allows:
     /// near 0 means it is not reading what arrives.
     pub window_open: f64,
+    /// What the active streams' largest advertised windows carry at the
+    /// path's RTT (the smallest seen), bits/s (0: not known). An interval held by the
+    /// window far below it was held by a window that closed, not by one
+    /// too small for the path: the receiver did not read what arrived.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub window_bps: f64,
     pub limit: TransferLimit,
     /// The user's cap (`cp --rate`) held the interval ([`rate_capped`]):
     /// its limit is [`TransferLimit::RateCap`]. On the wire the limit is
@@ -115,7 +121,12 @@ pub fn classify(i: &TransferInterval) -> TransferLimit {
         return TransferLimit::StorageRead;
     }
     if i.rwnd_limited >= 0.3 {
-        return if i.window_open < 0.25 {
+        // A window the receiver keeps full by not reading (its storage or
+        // CPU) is the receiver's limit; the window's own only where the
+        // rate is what the window allows at the RTT.
+        let closed = i.window_open < 0.25;
+        let undrained = i.window_bps > 0.0 && i.bits_per_second < i.window_bps * UNDRAINED;
+        return if closed || undrained {
             TransferLimit::StorageWrite
         } else {
             TransferLimit::Window
@@ -131,6 +142,16 @@ pub fn classify(i: &TransferInterval) -> TransferLimit {
         return TransferLimit::Idle;
     }
     TransferLimit::Application
+}
+
+/// Below this share of what its windows carry at the RTT, a transfer held
+/// by the receive window was held by a receiver that did not drain it: a
+/// window too small for the path is filled by the data in flight, which
+/// then carries about all it allows.
+pub const UNDRAINED: f64 = 0.5;
+
+fn is_zero(v: &f64) -> bool {
+    *v == 0.0
 }
 
 /// The share of the pacing cap an interval must carry for the cap to be
@@ -495,6 +516,25 @@ mod tests {
         };
         assert_eq!(i(&|x| x.read_busy = 0.8), TransferLimit::StorageRead);
         assert_eq!(i(&|x| x.rwnd_limited = 0.6), TransferLimit::Window);
+        // Full windows that carry far more at the RTT than came: the
+        // receiver kept them full (its writes), not the path's length.
+        assert_eq!(
+            i(&|x| {
+                x.rwnd_limited = 1.0;
+                x.bits_per_second = 1e9;
+                x.window_bps = 200e9;
+            }),
+            TransferLimit::StorageWrite
+        );
+        // Windows that carry about what came: too small for the path.
+        assert_eq!(
+            i(&|x| {
+                x.rwnd_limited = 1.0;
+                x.bits_per_second = 1e9;
+                x.window_bps = 1.2e9;
+            }),
+            TransferLimit::Window
+        );
         assert_eq!(
             i(&|x| {
                 x.rwnd_limited = 0.6;

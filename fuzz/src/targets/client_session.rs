@@ -158,6 +158,8 @@ fn summary(message: String) -> Summary {
         tuning: None,
         tuning_reverse: None,
         connections: None,
+        retransmits_unknown: false,
+        rtt_unknown: false,
     }
 }
 

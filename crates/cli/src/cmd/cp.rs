@@ -153,6 +153,7 @@ fn cp_over_ssh(
         };
         opts.dest = all.pop().unwrap_or_default();
         opts.sources = all;
+        opts.catalogue = as_written(opts.catalogue.take(), &[&far]);
         match longhaul_engine::xfer::client::cp_with(&opts, printer) {
             Ok(mut s) => {
                 s.connections = far.opened();
@@ -175,6 +176,32 @@ fn cp_over_ssh(
 fn worth_another_far_end(f: &super::Failure) -> bool {
     (f.code == exit::CONNECT || f.code == exit::FAILED)
         && !f.message.contains(longhaul_engine::xfer::DESTINATION_FULL)
+}
+
+/// `catalogue`, naming paths on far ends over ssh as the user wrote them
+/// (`HOST:/tmp/x`), not by the one-shot server each attempt starts on a
+/// new port.
+fn as_written(
+    catalogue: Option<longhaul_engine::xfer::Catalogue>,
+    fars: &[&super::remote::FarEnd],
+) -> Option<longhaul_engine::xfer::Catalogue> {
+    let catalogue = catalogue?;
+    let rename: Vec<super::remote::AsWritten> = fars.iter().map(|f| f.as_written()).collect();
+    Some(Arc::new(
+        move |mut landed: longhaul_engine::xfer::Landed| {
+            let inner = landed.namer.clone();
+            let rename = rename.clone();
+            landed.namer = Arc::new(move |path: &str| {
+                let (mut source, mut dest) = inner(path);
+                for r in &rename {
+                    source = r.name(&source);
+                    dest = r.name(&dest);
+                }
+                (source, dest)
+            });
+            catalogue(landed)
+        },
+    ))
 }
 
 /// A copy between two remote ends (servers, hosts over ssh, or one of
@@ -200,6 +227,8 @@ fn cp_third_party(
         }
     };
     opts.dest = dest[0].clone();
+    let fars: Vec<&super::remote::FarEnd> = [&far_a, &far_b].into_iter().flatten().collect();
+    opts.catalogue = as_written(opts.catalogue.take(), &fars);
     let copied = longhaul_engine::xfer::copy::third_party_cp(&opts, &from, &to, printer);
     let opened = [&far_a, &far_b]
         .into_iter()

@@ -349,18 +349,20 @@ pub fn demo() -> Outcome {
     let mut code = exit::OK;
     for (title, params) in [
         (
-            "TCP, 1 stream, 3 s",
+            "TCP, 1 stream, TLS, 3 s",
             TestParams {
                 duration_ms: Some(3000),
+                data_tls: Some(true),
                 ..TestParams::default()
             },
         ),
         (
-            "TCP, 4 streams, reverse, 2 s",
+            "TCP, 4 streams, reverse, TLS, 2 s",
             TestParams {
                 duration_ms: Some(2000),
                 streams: 4,
                 mode: Mode::Down,
+                data_tls: Some(true),
                 ..TestParams::default()
             },
         ),
@@ -375,7 +377,10 @@ pub fn demo() -> Outcome {
             },
         ),
     ] {
-        printer.section(&format!("\n== {title}: longhaul perf {addr} =="));
+        printer.section(&format!(
+            "\n== {title}: {} ==",
+            perf_command(&addr, &params)
+        ));
         let mut human = human::Human::perf(params.streams, params.mode);
         if let Err(e) = run_perf(&addr, &params, &opts, &mut human) {
             let f = Failure::from(e);
@@ -400,6 +405,35 @@ pub fn demo() -> Outcome {
     server.shutdown();
     drop(scratch);
     Ok(code)
+}
+
+/// The `longhaul perf` command line that runs the test `p` against
+/// `addr` (the demo's titles): what a user types to run it again.
+fn perf_command(addr: &str, p: &TestParams) -> String {
+    let mut c = format!("longhaul perf {addr}");
+    if p.transport == Transport::Udp {
+        c += " -u";
+        if let Some(r) = p.udp_rate_bps {
+            let rate = longhaul_proto::units::format_rate(r as f64);
+            c += &format!(" -b {}", rate.replace(' ', "").replace("bit/s", ""));
+        }
+        c += &format!(" -l {}", p.length);
+    }
+    if p.streams != 1 {
+        c += &format!(" -P {}", p.streams);
+    }
+    match p.mode {
+        Mode::Down => c += " -R",
+        Mode::Bidir => c += " --bidir",
+        Mode::Up => {}
+    }
+    if let Some(ms) = p.duration_ms {
+        c += &format!(" -t {}", ms as f64 / 1000.0);
+    }
+    if p.data_tls == Some(true) {
+        c += " --tls";
+    }
+    c
 }
 
 /// The demo's tree: one 256 MiB file and 500 files of 1-64 KiB.

@@ -23,9 +23,9 @@ pub fn plot(a: PlotArgs, archive: &ArchiveArgs) -> Outcome {
             "wrote {} ({} cell{}, {} workload panel{})",
             a.output.display(),
             counts.cells,
-            plural(counts.cells),
+            crate::print::plural(counts.cells as u64),
             counts.panels,
-            plural(counts.panels)
+            crate::print::plural(counts.panels as u64)
         );
         return Ok(exit::OK);
     }
@@ -35,19 +35,11 @@ pub fn plot(a: PlotArgs, archive: &ArchiveArgs) -> Outcome {
         "wrote {} ({} interval{}, {} stream{})",
         a.output.display(),
         counts.intervals,
-        plural(counts.intervals),
+        crate::print::plural(counts.intervals as u64),
         counts.streams,
-        plural(counts.streams)
+        crate::print::plural(counts.streams as u64)
     );
     Ok(exit::OK)
-}
-
-fn plural(n: usize) -> &'static str {
-    if n == 1 {
-        ""
-    } else {
-        "s"
-    }
 }
 
 fn plot_failure(e: PlotError) -> Failure {

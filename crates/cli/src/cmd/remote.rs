@@ -165,6 +165,14 @@ impl FarEnd {
         &self.dest
     }
 
+    /// How the user wrote paths on this far end.
+    pub fn as_written(&self) -> AsWritten {
+        AsWritten {
+            server: server_of(&self.handshake),
+            dest: self.dest.clone(),
+        }
+    }
+
     /// Which side opened the connections to the far end, and why (None if
     /// none was opened).
     pub fn opened(&self) -> Option<back::Opened> {
@@ -295,6 +303,35 @@ impl FarEnd {
     }
 }
 
+/// Names paths on a far end as its user wrote them (see [`AsWritten::name`]).
+#[derive(Clone)]
+pub struct AsWritten {
+    /// The one-shot server's `ADDR:PORT`, as the engine names it.
+    server: String,
+    /// `[USER@]HOST`, as given to ssh.
+    dest: String,
+}
+
+impl AsWritten {
+    /// A name the engine gave a path on the far end (`ADDR:PORT:root/tmp/x`,
+    /// by its one-shot server's address and exports) as the user wrote it:
+    /// `HOST:/tmp/x`, or `HOST:x` in the home. Any other name as it is.
+    pub fn name(&self, name: &str) -> String {
+        let Some(rest) = name
+            .strip_prefix(self.server.as_str())
+            .and_then(|r| r.strip_prefix(':'))
+        else {
+            return name.to_string();
+        };
+        let (export, path) = rest.split_once('/').unwrap_or((rest, ""));
+        match export {
+            ROOT_EXPORT => format!("{}:/{path}", self.dest),
+            HOME_EXPORT => format!("{}:{path}", self.dest),
+            _ => name.to_string(),
+        }
+    }
+}
+
 /// What became of a start.
 enum Started {
     Up(FarEnd),
@@ -303,18 +340,23 @@ enum Started {
 }
 
 /// Keeps the last [`STDERR_KEPT`] bytes of what ssh writes to standard
-/// error, and shows each line at debug level.
-fn keep_stderr(r: impl Read + Send + 'static) -> Arc<Mutex<String>> {
+/// error, and shows each line at debug level. The receiver hears when
+/// ssh's standard error has ended (all of it kept).
+fn keep_stderr(r: impl Read + Send + 'static) -> (Arc<Mutex<String>>, Receiver<()>) {
     let kept = Arc::new(Mutex::new(String::new()));
     let k = kept.clone();
+    let (ended, on_end) = channel();
     let _ = std::thread::Builder::new()
         .name("lh-ssh-err".into())
         .spawn(move || {
-            for line in BufReader::new(r).lines() {
+            // Any bytes: a line that is not UTF-8 is kept as it can be shown.
+            for line in BufReader::new(r).split(b'\n') {
                 let Ok(line) = line else { break };
-                tracing::debug!("ssh: {}", longhaul_proto::units::escaped(&line));
+                let line = String::from_utf8_lossy(&line);
+                let line = line.trim_end_matches('\r');
+                tracing::debug!("ssh: {}", longhaul_proto::units::escaped(line));
                 if let Ok(mut k) = k.lock() {
-                    k.push_str(&line);
+                    k.push_str(line);
                     k.push('\n');
                     if k.len() > STDERR_KEPT {
                         let cut = k.len() - STDERR_KEPT;
@@ -323,8 +365,24 @@ fn keep_stderr(r: impl Read + Send + 'static) -> Arc<Mutex<String>> {
                     }
                 }
             }
+            let _ = ended.send(());
         });
-    kept
+    (kept, on_end)
+}
+
+/// Lines of ssh's own words shown at most: the last, where ssh says why.
+const SAID_LINES: usize = 20;
+
+/// What ssh (or the far shell) said, as it printed it: its last lines,
+/// each on a line of its own, indented under the message; control bytes
+/// escaped for the terminal, nothing else changed.
+fn as_said(said: &str) -> String {
+    let lines: Vec<&str> = said.lines().filter(|l| !l.trim().is_empty()).collect();
+    let from = lines.len().saturating_sub(SAID_LINES);
+    lines[from..]
+        .iter()
+        .map(|l| format!("\n    {}", longhaul_proto::units::escaped(l.trim_end())))
+        .collect()
 }
 
 /// Sends each line of `r` (the far end's standard output) to a channel
@@ -385,7 +443,7 @@ fn start_once(ssh: &SshArgs, dest: &str, remote: &str) -> Result<Started, Failur
         let _ = child.wait();
         return Err(Failure::internal("ssh's pipes were not made"));
     };
-    let kept = keep_stderr(stderr);
+    let (kept, stderr_ended) = keep_stderr(stderr);
     let lines = watch_stdout(stdout);
     let got = lines.recv_timeout(HANDSHAKE_WAIT);
     let fail = |child: &mut Child, code: i32, what: String| {
@@ -434,6 +492,8 @@ fn start_once(ssh: &SshArgs, dest: &str, remote: &str) -> Result<Started, Failur
             drop(stdin);
             // ssh ended (or said too much): its status and its words.
             let status = wait_a_moment(&mut child);
+            // What ssh wrote last (why it failed) may still be in the pipe.
+            let _ = stderr_ended.recv_timeout(Duration::from_secs(2));
             let said = kept.lock().map(|k| k.trim().to_string()).unwrap_or_default();
             let code = status.and_then(|s| s.code());
             let missing = code == Some(127)
@@ -445,7 +505,7 @@ fn start_once(ssh: &SshArgs, dest: &str, remote: &str) -> Result<Started, Failur
             let said = if said.is_empty() {
                 String::new()
             } else {
-                format!(": {}", longhaul_proto::units::escaped(&said))
+                format!("; it said:{}", as_said(&said))
             };
             let how = match code {
                 Some(255) => "ssh could not connect or log in".to_string(),
@@ -521,9 +581,9 @@ fn ssh_run(
         return Err(Failure {
             code: exit::CONNECT,
             message: format!(
-                "`{remote}` on {dest} failed ({}): {}",
+                "`{remote}` on {dest} failed ({}); it said:{}",
                 out.status,
-                longhaul_proto::units::escaped(String::from_utf8_lossy(&out.stderr).trim())
+                as_said(&String::from_utf8_lossy(&out.stderr))
             ),
         });
     }
@@ -631,9 +691,9 @@ fn start_far(ssh: &SshArgs, dest: &str, admits: Admits) -> Result<FarEnd, Failur
             Started::Missing(said) => Err(Failure {
                 code: exit::CONNECT,
                 message: format!(
-                    "copied {} to {dest}:{copied}, but it does not run there: {}",
+                    "copied {} to {dest}:{copied}, but it does not run there; it said:{}",
                     from.display(),
-                    longhaul_proto::units::escaped(&said)
+                    as_said(&said)
                 ),
             }),
         };
@@ -641,12 +701,12 @@ fn start_far(ssh: &SshArgs, dest: &str, admits: Admits) -> Result<FarEnd, Failur
     let said = if said.is_empty() {
         String::new()
     } else {
-        format!(" (it said: {})", longhaul_proto::units::escaped(&said))
+        format!("; it said:{}", as_said(&said))
     };
     Err(Failure {
         code: exit::CONNECT,
         message: format!(
-            "longhaul is not installed on {dest}, or not as '{remote}'{said}: install it there (the same version as here, {}), name it with --remote-path PATH, or pass --copy-binary to copy a build that runs there (checked against its machine type and glibc first)",
+            "longhaul is not installed on {dest}, or not as '{remote}': install it there (the same version as here, {}), name it with --remote-path PATH, or pass --copy-binary to copy a build that runs there (checked against its machine type and glibc first){said}",
             env!("CARGO_PKG_VERSION")
         ),
     })
@@ -673,7 +733,15 @@ fn connect_back_addr(a: &str) -> Result<std::net::SocketAddr, String> {
 pub fn explain(far: &FarEnd, e: longhaul_engine::EngineError) -> Failure {
     let connect = matches!(e, longhaul_engine::EngineError::Connect(_));
     let back = far.opened().is_some_and(|o| o.opened_by == "far_end");
+    // The user named a host, not a server: the refusal is that host's.
+    let refused = match &e {
+        longhaul_engine::EngineError::Refused { message, .. } => Some(message.clone()),
+        _ => None,
+    };
     let mut f = Failure::from(e);
+    if let Some(m) = refused {
+        f.message = format!("{} refused: {m}", far.dest);
+    }
     if back {
         f.message = format!(
             "{} (the far end on {} was to connect back: {})",
@@ -868,6 +936,11 @@ pub fn serve_one_shot(a: ServeArgs) -> Outcome {
         client,
         listen,
         exports: vec![export(HOME_EXPORT, home), export(ROOT_EXPORT, "/".into())],
+        // Paths read as the user wrote them after `HOST:` (scp's way).
+        shown_roots: vec![
+            (HOME_EXPORT.to_string(), "~".into()),
+            (ROOT_EXPORT.to_string(), "/".into()),
+        ],
         claim_wait: oneshot::CLAIM_WAIT,
         admits,
         idle: oneshot::OPEN_IDLE,

@@ -55,6 +55,7 @@ pub fn serve(a: ServeArgs, archive: &ArchiveArgs) -> Outcome {
         observers: Vec::new(),
         one_time: None,
         third_party_copies: a.third_party_copies,
+        ..ServeConfig::default()
     };
     let mut cfg = cfg;
     let mut printer = crate::print::outcome(None);
@@ -182,7 +183,8 @@ fn open_archive(a: &ArchiveArgs) -> Option<longhaul_archive::served::ServedArchi
     }
 }
 
-/// `id`: prints the fingerprint of the identity in a state directory, made if missing.
+/// `id`: prints the fingerprint of the identity in a state directory (made
+/// in an existing directory that holds none).
 pub fn id(a: IdArgs) -> Outcome {
     // A mistyped directory must not get a new key: DIR has to exist. One
     // that exists and holds no identity gets one (a client identity for

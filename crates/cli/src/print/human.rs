@@ -33,6 +33,8 @@ pub struct Human {
     quiet: bool,
     /// perf -f: the unit of every rate.
     unit: Option<FormatUnit>,
+    /// perf: TCP or UDP (from the setup), which chooses the columns.
+    transport: Option<Transport>,
     /// cp --intervals: a line per interval of the transfer, to stderr.
     intervals: bool,
     /// perf: whether the data streams were encrypted (from the setup), for
@@ -66,6 +68,7 @@ impl Human {
             dry_run: false,
             quiet: false,
             unit: None,
+            transport: None,
             intervals: false,
             data_encrypted: None,
             list_style: ListStyle::default(),
@@ -108,53 +111,108 @@ fn dir_tag(d: Direction, mode: Mode) -> &'static str {
     }
 }
 
-/// A perf rate: in the unit that suits it (bit/s), or in `-f`'s.
+/// A perf rate: in the unit that suits it (bit/s), or in `-f`'s, with
+/// iperf3's precision (three figures, no more than two decimals).
 pub fn rate_in(bits_per_second: f64, unit: Option<FormatUnit>) -> String {
     let Some(u) = unit else {
         return format_rate(bits_per_second);
     };
     let i = usize::from(u.power.clamp(1, 4)) - 1;
-    if u.bytes {
-        let v = bits_per_second / 8.0 / 1024f64.powi(i32::from(u.power));
-        format!("{v:.2} {}", ["KiB/s", "MiB/s", "GiB/s", "TiB/s"][i])
+    let (v, name) = if u.bytes {
+        (
+            bits_per_second / 8.0 / 1024f64.powi(i32::from(u.power)),
+            ["KiB/s", "MiB/s", "GiB/s", "TiB/s"][i],
+        )
     } else {
-        let v = bits_per_second / 1000f64.powi(i32::from(u.power));
-        format!("{v:.2} {}", ["kbit/s", "Mbit/s", "Gbit/s", "Tbit/s"][i])
+        (
+            bits_per_second / 1000f64.powi(i32::from(u.power)),
+            ["kbit/s", "Mbit/s", "Gbit/s", "Tbit/s"][i],
+        )
+    };
+    let decimals = match v {
+        v if v < 9.995 => 2,
+        v if v < 99.95 => 1,
+        _ => 0,
+    };
+    format!("{v:.decimals$} {name}")
+}
+
+/// The width of perf's rate column: `-f`'s fixed unit takes more digits
+/// (400 Gbit/s is `400000000 kbit/s`).
+fn rate_width(unit: Option<FormatUnit>) -> usize {
+    if unit.is_some() {
+        16
+    } else {
+        13
     }
 }
 
-#[allow(clippy::too_many_arguments)]
-fn stream_line(
-    id: &str,
+/// How perf's lines are laid out: `-f`'s unit, and whether the test is
+/// TCP (its sender's columns) or UDP (the receiver's datagrams).
+#[derive(Clone, Copy)]
+struct Columns {
+    unit: Option<FormatUnit>,
+    tcp: bool,
+}
+
+impl Columns {
+    /// The line above the intervals, its names over their columns.
+    fn header(self) -> String {
+        let w = rate_width(self.unit);
+        format!(
+            "[    ID] Interval          Transfer {:>w$}{}",
+            "Bitrate",
+            if self.tcp {
+                "   Retr      RTT       Cwnd  Limited by"
+            } else {
+                "      Lost/Total datagrams"
+            }
+        )
+    }
+}
+
+/// One line of figures: a stream, or a direction's sum.
+struct Row<'a> {
+    id: &'a str,
     from: f64,
     to: f64,
     bytes: u64,
     bps: f64,
-    tcp: Option<&longhaul_proto::report::TcpReport>,
-    udp: Option<&longhaul_proto::report::UdpReport>,
-    unit: Option<FormatUnit>,
-) -> String {
+    tcp: Option<&'a longhaul_proto::report::TcpReport>,
+    udp: Option<&'a longhaul_proto::report::UdpReport>,
+}
+
+fn stream_line(r: &Row, cols: Columns) -> String {
     let mut s = format!(
-        "[{id:>6}] {from:6.2}-{to:<6.2} s {:>10} {:>13}",
-        format_bytes(bytes),
-        rate_in(bps, unit)
+        "[{:>6}] {:6.2}-{:<6.2} s {:>10} {:>w$}",
+        r.id,
+        r.from,
+        r.to,
+        format_bytes(r.bytes),
+        rate_in(r.bps, cols.unit),
+        w = rate_width(cols.unit)
     );
-    if let Some(t) = tcp {
-        s += &format!(
-            " {:>6} {:>8} {:>10}",
-            t.retransmits,
-            format!("{:.2}ms", f64::from(t.rtt_us) / 1000.0),
-            format_bytes(t.cwnd_bytes)
-        );
-    }
-    if let Some(u) = udp {
-        s += &format!(
-            " {:>9}/{:<9} ({:.3}%) jitter {:.3} ms",
-            u.lost_packets,
-            u.lost_packets + u.packets_received,
-            u.lost_percent,
-            u.jitter_us as f64 / 1000.0
-        );
+    match (r.tcp, r.udp) {
+        (Some(t), _) => {
+            s += &format!(
+                " {:>6} {:>8} {:>10}",
+                t.retransmits,
+                format!("{:.2}ms", f64::from(t.rtt_us) / 1000.0),
+                format_bytes(t.cwnd_bytes)
+            );
+        }
+        (None, Some(u)) => {
+            s += &format!(
+                " {:>9}/{:<9} ({:.3}%) jitter {:.3} ms",
+                u.lost_packets,
+                u.lost_packets + u.packets_received,
+                u.lost_percent,
+                u.jitter_us as f64 / 1000.0
+            );
+        }
+        // A TCP sender that reported no counters (a stock iperf3 server).
+        (None, None) if cols.tcp => s += &format!(" {:>6} {:>8} {:>10}", "?", "?", "?"),
+        (None, None) => {}
     }
     s
 }
@@ -163,42 +221,43 @@ fn id_of(s: &StreamReport, mode: Mode) -> String {
     format!("{}{}", dir_tag(s.direction, mode), s.stream)
 }
 
-fn report_line(
-    s: &StreamReport,
-    mode: Mode,
-    from: f64,
-    to: f64,
-    unit: Option<FormatUnit>,
-) -> String {
+fn report_line(s: &StreamReport, mode: Mode, from: f64, to: f64, cols: Columns) -> String {
     stream_line(
-        &id_of(s, mode),
-        from,
-        to,
-        s.bytes,
-        s.bits_per_second,
-        s.tcp.as_ref(),
-        s.udp.as_ref(),
-        unit,
+        &Row {
+            id: &id_of(s, mode),
+            from,
+            to,
+            bytes: s.bytes,
+            bps: s.bits_per_second,
+            tcp: s.tcp.as_ref(),
+            udp: s.udp.as_ref(),
+        },
+        cols,
     )
 }
 
-fn sum_line(
-    d: &DirectionReport,
-    mode: Mode,
-    from: f64,
-    to: f64,
-    unit: Option<FormatUnit>,
-) -> String {
-    let id = format!("{}SUM", dir_tag(d.direction, mode));
-    stream_line(
-        &id,
+fn sum_line(d: &DirectionReport, mode: Mode, from: f64, to: f64, cols: Columns) -> String {
+    direction_line(
+        d,
+        &format!("{}SUM", dir_tag(d.direction, mode)),
         from,
         to,
-        d.bytes,
-        d.bits_per_second,
-        d.tcp.as_ref(),
-        d.udp.as_ref(),
-        unit,
+        cols,
+    )
+}
+
+fn direction_line(d: &DirectionReport, id: &str, from: f64, to: f64, cols: Columns) -> String {
+    stream_line(
+        &Row {
+            id,
+            from,
+            to,
+            bytes: d.bytes,
+            bps: d.bits_per_second,
+            tcp: d.tcp.as_ref(),
+            udp: d.udp.as_ref(),
+        },
+        cols,
     )
 }
 
@@ -212,12 +271,49 @@ fn encryption_line(s: &Setup) -> String {
     let control = or_unknown(&s.control_encryption);
     match s.data_encrypted {
         Some(true) => format!("data streams encrypted ({control})"),
+        Some(false) if s.server_software == "iperf3" => {
+            "no encryption (iperf3's protocol has none)".to_string()
+        }
         Some(false) if control == "none" => "no encryption (--insecure-plaintext)".to_string(),
         Some(false) => {
             format!("data streams unencrypted (perf --tls encrypts them), control {control}")
         }
         // From a relaying server older than the field.
         None => format!("encryption {}", or_unknown(&s.encryption)),
+    }
+}
+
+/// A TCP summary's sender figures, each said unknown where no sender
+/// counted it (a stock iperf3 server that sent).
+fn tcp_summary(s: &Summary) -> String {
+    let retransmits = if s.retransmits_unknown {
+        "retransmits unknown".to_string()
+    } else {
+        format!("{} retransmits", s.retransmits)
+    };
+    let rtt = if s.rtt_unknown {
+        "RTT unknown (the sender reported none)".to_string()
+    } else {
+        format!(
+            "RTT {:.3} ms (min {:.3} ms)",
+            f64::from(s.rtt_us) / 1000.0,
+            f64::from(s.min_rtt_us) / 1000.0
+        )
+    };
+    format!(", {retransmits}, {rtt}")
+}
+
+impl Human {
+    /// The columns of perf's lines: TCP's or UDP's by the test's
+    /// transport (from its setup; else by what the interval carries).
+    fn columns(&self, r: &IntervalReport) -> Columns {
+        Columns {
+            unit: self.unit,
+            tcp: match self.transport {
+                Some(t) => t == Transport::Tcp,
+                None => !r.streams.iter().any(|s| s.udp.is_some()),
+            },
+        }
     }
 }
 
@@ -244,6 +340,7 @@ impl Reporter for Human {
         let len = format_bytes(u64::from(p.length));
         // `-P auto`: the engine chose the count.
         self.streams = p.streams;
+        self.transport = Some(p.transport);
         self.data_encrypted = s.data_encrypted;
         let cc = s
             .local_streams
@@ -271,41 +368,25 @@ impl Reporter for Human {
         }
     }
     fn interval(&mut self, r: &IntervalReport) {
+        let cols = self.columns(r);
         if !self.header_done {
             self.header_done = true;
-            let tcp = r.streams.iter().any(|s| s.tcp.is_some());
-            out(&format!(
-                "[    ID] Interval          Transfer       Bitrate{}",
-                if tcp {
-                    "   Retr      RTT       Cwnd  Limited by"
-                } else {
-                    "      Lost/Total datagrams"
-                }
-            ));
+            out(&cols.header());
         }
         let tag = if r.omitted { "  (omitted)" } else { "" };
         let per_stream = self.streams > 1 || self.mode == Mode::Bidir;
         if per_stream {
             for s in &r.streams {
-                out(&report_line(s, self.mode, r.start_s, r.end_s, self.unit));
+                out(&report_line(s, self.mode, r.start_s, r.end_s, cols));
             }
         }
         for d in &r.directions {
             let line = if per_stream {
-                sum_line(d, self.mode, r.start_s, r.end_s, self.unit)
+                sum_line(d, self.mode, r.start_s, r.end_s, cols)
             } else {
                 // One stream: its line is the direction's total, under the stream's id.
                 let id = id_of(&r.streams[0], self.mode);
-                stream_line(
-                    &id,
-                    r.start_s,
-                    r.end_s,
-                    d.bytes,
-                    d.bits_per_second,
-                    d.tcp.as_ref(),
-                    d.udp.as_ref(),
-                    self.unit,
-                )
+                direction_line(d, &id, r.start_s, r.end_s, cols)
             };
             // What held this direction back over the interval.
             let limit = if d.tcp.is_some() {
@@ -318,11 +399,15 @@ impl Reporter for Human {
     }
     fn summary(&mut self, s: &Summary) {
         out("- - - - - - - - - - - - - - - - - - - - - - - - - - - - - - - - - - - - -");
+        let cols = Columns {
+            unit: self.unit,
+            tcp: s.transport == Transport::Tcp,
+        };
         for st in s.streams.iter().filter(|_| self.streams > 1) {
-            out(&report_line(st, self.mode, 0.0, s.seconds, self.unit));
+            out(&report_line(st, self.mode, 0.0, s.seconds, cols));
         }
         for d in &s.directions {
-            out(&sum_line(d, self.mode, 0.0, s.seconds, self.unit));
+            out(&sum_line(d, self.mode, 0.0, s.seconds, cols));
         }
         let mut line = format!(
             "Summary: {} in {:.2} s = {}",
@@ -331,12 +416,7 @@ impl Reporter for Human {
             rate_in(s.bits_per_second, self.unit)
         );
         if s.transport == Transport::Tcp {
-            line += &format!(
-                ", {} retransmits, RTT {:.3} ms (min {:.3} ms)",
-                s.retransmits,
-                f64::from(s.rtt_us) / 1000.0,
-                f64::from(s.min_rtt_us) / 1000.0
-            );
+            line += &tcp_summary(s);
         }
         if let (Some(l), Some(j)) = (s.lost_percent, s.jitter_us) {
             line += &format!(", lost {l:.4}%, jitter {:.3} ms", j as f64 / 1000.0);
@@ -640,8 +720,8 @@ pub(crate) fn print_doctor(r: &longhaul_engine::doctor::DoctorReport) {
             ("source (here)", &c.cpu_stages.source),
             ("sink (server)", &c.cpu_stages.sink),
         ] {
-            if let Some(st) = st.filter(|st| st.total() > 0.0) {
-                outln!("  cpu at the {end}: {}", cpu_line(&st, c.bytes));
+            if let Some(line) = st.as_ref().and_then(|st| cpu_line(st, c.bytes)) {
+                outln!("  cpu at the {end}: {line}");
             }
         }
     }
@@ -776,10 +856,13 @@ pub fn limit_shares(intervals: &[longhaul_proto::tune::TransferInterval]) -> Opt
 }
 
 /// A transfer's verdict for people: the user's own `--rate` is named as
-/// such, not as the path's congestion.
+/// such, not as the path's congestion; a destination that did not keep up
+/// by where its CPU went (its writes, say), which the end's own figures
+/// show.
 fn verdict_text(s: &CpSummary, v: longhaul_proto::tune::TransferLimit) -> String {
+    use longhaul_proto::tune::TransferLimit;
     match (v, &s.path) {
-        (longhaul_proto::tune::TransferLimit::RateCap, Some(p)) if p.pacing.is_some() => {
+        (TransferLimit::RateCap, Some(p)) if p.pacing.is_some() => {
             // The cap is a ceiling over any second: say what was achieved
             // under it, and the fastest second.
             let fastest = s
@@ -794,6 +877,16 @@ fn verdict_text(s: &CpSummary, v: longhaul_proto::tune::TransferLimit) -> String
                 format_rate(fastest)
             )
         }
+        (TransferLimit::StorageWrite, _) => match s.cpu_stages.sink.filter(|c| c.total() > 0.0) {
+            Some(c) => {
+                let (stage, secs) = c.heaviest();
+                format!(
+                    "the destination did not keep up: {stage} took {secs:.2} of its {:.2} CPU-s",
+                    c.total()
+                )
+            }
+            None => v.label().to_string(),
+        },
         _ => v.label().to_string(),
     }
 }
@@ -814,6 +907,25 @@ fn sent_line(s: &CpSummary) -> String {
         s.seconds,
         format_rate(s.bits_per_second),
         format_bytes(s.resumed_bytes)
+    )
+}
+
+/// A transfer's first line: what it moved, over how long, at what rate.
+fn files_line(s: &CpSummary) -> String {
+    format!(
+        "{} file{}{}, {}{} ({} skipped as up to date, {} stream(s), {} attempt(s))",
+        s.files,
+        super::plural(s.files),
+        // Links already in place were not made: up to date, as files are.
+        match s.links.saturating_sub(s.links_up_to_date) {
+            0 => String::new(),
+            n => format!(" and {n} link(s)"),
+        },
+        format_bytes(s.bytes),
+        sent_line(s),
+        s.skipped,
+        s.streams,
+        s.attempts,
     )
 }
 
@@ -846,15 +958,21 @@ fn print_dry_run(s: &CpSummary) {
 }
 
 /// An end's CPU by stage: `1.62 s (1.51 s/GiB): read 0.10, hash 0.17, ...`,
-/// the stages that took nothing left out.
-fn cpu_line(c: &longhaul_proto::xfer::StageCpu, bytes: u64) -> String {
+/// the stages that took nothing left out. None when the end spent less
+/// than the 0.01 s the line shows. The cost per GiB only from
+/// [`PER_GIB_FROM`] on: over a few kilobytes it is the fixed cost of a
+/// transfer spread thin, thousands of seconds a GiB that nothing costs.
+fn cpu_line(c: &longhaul_proto::xfer::StageCpu, bytes: u64) -> Option<String> {
+    if c.total() < 0.005 {
+        return None;
+    }
     let parts: Vec<String> = c
         .named()
         .iter()
         .filter(|(_, s)| *s >= 0.005)
         .map(|(n, s)| format!("{n} {s:.2}"))
         .collect();
-    let per_gib = if bytes > 0 {
+    let per_gib = if bytes >= PER_GIB_FROM {
         format!(
             " ({:.2} s/GiB)",
             c.total() / (bytes as f64 / f64::from(1u32 << 30))
@@ -862,10 +980,18 @@ fn cpu_line(c: &longhaul_proto::xfer::StageCpu, bytes: u64) -> String {
     } else {
         String::new()
     };
-    format!("{:.2} s{per_gib}: {}", c.total(), parts.join(", "))
+    let stages = if parts.is_empty() {
+        String::new()
+    } else {
+        format!(": {}", parts.join(", "))
+    };
+    Some(format!("{:.2} s{per_gib}{stages}", c.total()))
 }
 
-/// A transfer's outcome: figures, stages, tuning, path, then what was/// What `-z` did: chunk bytes raw against on the wire, and whether (and
+/// The least a transfer moves for its CPU to be given per GiB.
+const PER_GIB_FROM: u64 = 64 << 20;
+
+/// What `-z` did: chunk bytes raw against on the wire, and whether (and
 /// why) it was turned off.
 fn compression_line(c: &longhaul_proto::xfer::compress::CompressReport) -> String {
     let state = match c.off_reason {
@@ -893,20 +1019,7 @@ fn print_transfer(s: &CpSummary, dry_run: bool) {
         print_dry_run(s);
         return;
     }
-    outln!(
-        "{} files{}, {}{} ({} skipped as up to date, {} stream(s), {} attempt(s))",
-        s.files,
-        // Links already in place were not made: up to date, as files are.
-        match s.links.saturating_sub(s.links_up_to_date) {
-            0 => String::new(),
-            n => format!(" and {n} link(s)"),
-        },
-        format_bytes(s.bytes),
-        sent_line(s),
-        s.skipped,
-        s.streams,
-        s.attempts,
-    );
+    outln!("{}", files_line(s));
     outln!(
         "stages: source read {}, network {}, destination write {}",
         format_rate(s.source_read_bps),
@@ -920,8 +1033,8 @@ fn print_transfer(s: &CpSummary, dry_run: bool) {
         ("source", &s.cpu_stages.source),
         ("destination", &s.cpu_stages.sink),
     ] {
-        if let Some(c) = c.filter(|c| c.total() > 0.0) {
-            outln!("cpu at the {end}: {}", cpu_line(&c, s.sent_bytes));
+        if let Some(line) = c.as_ref().and_then(|c| cpu_line(c, s.sent_bytes)) {
+            outln!("cpu at the {end}: {line}");
         }
     }
     if let Some(t) = &s.tuning {

@@ -84,6 +84,45 @@ pub fn transfer(look: TransferLook) -> Printer {
     }
 }
 
+/// The plural ending of a count's noun: `""` for one, `"s"` otherwise
+/// ("1 file", "2 files").
+pub fn plural(n: u64) -> &'static str {
+    if n == 1 {
+        ""
+    } else {
+        "s"
+    }
+}
+
+/// How the log reads at a client command (not `serve`, not with `-v` or
+/// `RUST_LOG`): a warning as `longhaul: warning: ...`, as every other
+/// warning a command prints, without the timestamp and module path that
+/// a daemon's log wants and a person reading a command's output does not.
+pub struct PlainLog;
+
+impl<S, N> tracing_subscriber::fmt::FormatEvent<S, N> for PlainLog
+where
+    S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
+    N: for<'a> tracing_subscriber::fmt::FormatFields<'a> + 'static,
+{
+    fn format_event(
+        &self,
+        ctx: &tracing_subscriber::fmt::FmtContext<'_, S, N>,
+        mut w: tracing_subscriber::fmt::format::Writer<'_>,
+        event: &tracing::Event<'_>,
+    ) -> fmt::Result {
+        let word = match *event.metadata().level() {
+            tracing::Level::ERROR => "error",
+            tracing::Level::WARN => "warning",
+            tracing::Level::INFO => "info",
+            _ => "debug",
+        };
+        write!(w, "longhaul: {word}: ")?;
+        ctx.field_format().format_fields(w.by_ref(), event)?;
+        writeln!(w)
+    }
+}
+
 static QUIET: AtomicBool = AtomicBool::new(false);
 
 /// `-q`: from now on, only errors are said (no warnings, notices or

@@ -772,8 +772,9 @@ fn doctor_to_a_path_that_does_not_exist_yet_leaves_nothing_behind() {
     let root = t.dir("export");
     let s = in_process_server(&root, &t.dir("state"), false);
     let v = doctor_at(&s, "no/such/dir/", &[]);
-    // Measured where the files would go: the nearest directory that exists.
-    assert_eq!(v["dest_storage"]["path"], "data:", "{v:#}");
+    // Measured where the files would go: the nearest directory that
+    // exists, named as the user names it (EXPORT/path).
+    assert_eq!(v["dest_storage"]["path"], "data/", "{v:#}");
     assert!(
         v["dest_storage"]["warnings"]
             .to_string()
@@ -876,4 +877,75 @@ fn doctor_gives_lasting_fixes_and_forgets_a_path_on_request() {
         .output()
         .unwrap();
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+}
+
+/// On loopback the TLS memory-to-memory run measures TLS's work on these
+/// cores, not the path (issue 41): where plaintext data streams carried
+/// far more the same way, the path is no verdict and no remembered rate,
+/// and the encryption stage is the one seen limiting, at the TLS figure.
+#[test]
+fn doctor_does_not_take_the_cipher_for_the_path() {
+    let t = TempDir::new("doctor-cipher");
+    let s = in_process_server(&t.dir("export"), &t.dir("state"), false);
+    let o = bin()
+        .arg("doctor")
+        .arg(format!("127.0.0.1:{}:data/", s.addr().port()))
+        .args(["--json", "--time", "2s", "--no-copy"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v = json_of(&o);
+    let judged = verdict_of(&v);
+    let tls = v["upload"]["bits_per_second"].as_f64().unwrap();
+    let plain = v["plain"]["bits_per_second"]
+        .as_f64()
+        .unwrap_or_else(|| panic!("no plaintext run in the report: {v:#}"));
+    let stage = |name: &str| {
+        v["stages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["name"] == name)
+            .cloned()
+            .unwrap_or_else(|| panic!("no {name} stage: {}", stages(&v)))
+    };
+    let path = stage("path_rate");
+    let ceiling = |s: &Value| s["ceiling_bps"].as_f64().unwrap();
+    if plain >= 1.25 * tls {
+        assert_ne!(judged, "path_rate", "{}", stages(&v));
+        assert_eq!(path["limiting"], false, "{}", stages(&v));
+        assert!(ceiling(&path) >= plain * 0.999, "{}", stages(&v));
+        assert!(v["remembered"].is_null(), "a CPU figure remembered: {v:#}");
+        let enc = stage("encryption");
+        assert_eq!(enc["limiting"], true, "{}", stages(&v));
+        assert!((ceiling(&enc) - tls).abs() <= tls * 1e-6, "{}", stages(&v));
+    } else {
+        // Both carried about as much: the cipher did not hold the TLS run.
+        eprintln!("plaintext {plain:.3e} and TLS {tls:.3e} bit/s: checked consistency only");
+        assert!(ceiling(&path) >= tls * 0.999, "{}", stages(&v));
+    }
+}
+
+/// A server whose export has no room for the probe's test file: the
+/// doctor says what it could not measure and why, without advising an
+/// option it does not have (`--size` is bench disk's).
+#[test]
+fn doctor_on_a_full_export_names_no_option_it_lacks() {
+    let t = TempDir::new("doctor-full");
+    let Some(disk) = common::SmallDisk::mount(&t.path().join("small"), 256) else {
+        return;
+    };
+    let s = in_process_server(disk.path(), &t.dir("state"), false);
+    let o = bin()
+        .arg("doctor")
+        .arg(format!("127.0.0.1:{}:data/", s.addr().port()))
+        .args(["--json", "--time", "1s", "--no-copy", "--no-remember"])
+        .output()
+        .unwrap();
+    s.shutdown();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v = json_of(&o);
+    let notes = v["notes"].to_string();
+    assert!(notes.contains("free"), "{notes}");
+    assert!(!notes.contains("--size"), "{notes}");
 }

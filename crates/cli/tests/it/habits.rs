@@ -451,3 +451,44 @@ fn chunk_takes_its_documented_range() {
     assert!(help.contains("64K to 2G"), "{help}");
     s.shutdown();
 }
+
+/// Help and errors name the far side as it is written now (issue 41):
+/// `HOST:EXPORT/path` without a port means ssh, so no text offers it for
+/// a server; `id` says what it does with a directory that is not there.
+#[test]
+fn help_and_errors_name_the_far_side_as_it_is_written_now() {
+    let stale = |t: &str| t.replace("HOST:PORT:EXPORT", "").contains("HOST:EXPORT");
+    for args in [
+        &["--help"][..],
+        &["doctor", "--help"],
+        &["cp", "--help"],
+        &["sync", "--help"],
+        &["ls", "--help"],
+    ] {
+        let o = run(args);
+        assert_exit(&o, 0);
+        assert!(!stale(&stdout(&o)), "{args:?}: {}", stdout(&o));
+    }
+    let t = TempDir::new("help-words");
+    let a = t.path().join("a");
+    std::fs::write(&a, b"x").unwrap();
+    let b = t.path().join("b");
+    let o = run(&["cp", a.to_str().unwrap(), b.to_str().unwrap()]);
+    assert_exit(&o, 2);
+    let e = stderr(&o);
+    assert!(
+        !stale(&e) && e.contains("[USER@]HOST:path") && e.contains("longhaul://"),
+        "{e}"
+    );
+    // `id` refuses a directory that does not exist, and says so in its help.
+    let missing = t.path().join("no/such");
+    let o = run(&["id", missing.to_str().unwrap()]);
+    assert_exit(&o, 2);
+    assert!(!missing.exists());
+    for args in [&["--help"][..], &["id", "--help"]] {
+        let h = stdout(&run(args));
+        assert!(!h.contains("made if missing"), "{h}");
+    }
+    let h = stdout(&run(&["id", "--help"]));
+    assert!(h.contains("does not exist"), "{h}");
+}

@@ -446,10 +446,17 @@ fn hostile_iperf3_clients_are_refused_without_a_hang() {
     // PARAM_EXCHANGE, then SERVER_TERMINATE when no parameters came in time.
     assert!(closed && got == [9, 11], "silent after the cookie: {got:?}");
 
-    // Over the time cap: iperf3's own error, at once.
+    // Over the time cap: refused at once with the error iperf3's own
+    // servers send for theirs (37), never iperf3's "maximum = 86400
+    // seconds", which is no cap of this server.
     let o = iperf3_client(port, &["-t", "100"]).finish(Duration::from_secs(10));
     let text = format!("{}{}", stdout(&o), stderr(&o));
-    assert!(text.contains("test duration too long"), "{text}");
+    assert!(
+        text.contains("int_errno=37")
+            || text.contains("exceeds the server's maximum permitted limit"),
+        "{text}"
+    );
+    assert!(!text.contains("86400"), "{text}");
     // A byte count is refused the same way, clearly.
     let o = iperf3_client(port, &["-n", "1M"]).finish(Duration::from_secs(10));
     let text = format!("{}{}", stdout(&o), stderr(&o));
@@ -458,7 +465,18 @@ fn hostile_iperf3_clients_are_refused_without_a_hang() {
     // After all that, a real test still runs.
     let o = iperf3_client(port, &["-t", "1"]).finish(Duration::from_secs(20));
     assert!(o.status.success(), "{}\n{}", stdout(&o), stderr(&o));
-    drop(server);
+    // Each refusal is in the server's log, by default, with its reason.
+    let log = stderr(&server.finish(Duration::ZERO));
+    assert!(
+        log.lines()
+            .any(|l| l.contains("refused (limit)") && l.contains("a test of 100 s")),
+        "{log}"
+    );
+    assert!(
+        log.lines()
+            .any(|l| l.contains("refused (bad_request)") && l.contains("byte or block count")),
+        "{log}"
+    );
 }
 
 /// iperf3 -s's own UDP figures of direction `d` of a test with `dirs`.
@@ -727,4 +745,54 @@ fn a_udp_client_over_its_asked_rate_is_ended_timed() {
     assert_eq!(got.first(), Some(&11), "{got:?} after {:?}", t.elapsed());
     assert!(t.elapsed() < Duration::from_secs(3), "{:?}", t.elapsed());
     drop(server);
+}
+
+/// `perf --iperf3 -R`: the iperf3 server sent, so the retransmits are its
+/// own count from its results, and the RTT, which iperf3's results do not
+/// carry, is said to be unknown rather than 0. The header is TCP's and
+/// names no option the user did not give.
+#[test]
+fn perf_iperf3_reverse_takes_the_servers_retransmits_and_says_what_it_cannot() {
+    if !iperf3_here() {
+        return;
+    }
+    let run = |json: bool| {
+        let (server, port) = iperf3_server();
+        let o = bin()
+            .args([
+                "perf",
+                "--iperf3",
+                &format!("127.0.0.1:{port}"),
+                "-R",
+                "-t",
+                "1",
+            ])
+            .args(if json { &["--json"][..] } else { &[][..] })
+            .output()
+            .expect("run longhaul");
+        let theirs = json_of_iperf3(&server.finish(Duration::from_secs(10)));
+        assert!(o.status.success(), "{}\n{}", stdout(&o), stderr(&o));
+        (o, theirs)
+    };
+    let (o, theirs) = run(true);
+    let doc = json(&o, "longhaul perf --iperf3 -R --json");
+    let s = &doc["summary"];
+    let sent = theirs["end"]["sum_sent"]["retransmits"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("iperf3 -s counted no retransmits: {theirs}"));
+    assert_eq!(s["retransmits"].as_u64(), Some(sent), "{s}");
+    assert_eq!(s["rtt_unknown"], true, "{s}");
+    assert!(s["retransmits_unknown"].is_null(), "{s}");
+    let (o, _) = run(false);
+    let out = stdout(&o);
+    assert!(out.contains("RTT unknown"), "{out}");
+    assert!(!out.contains("RTT 0.000"), "{out}");
+    assert!(!out.contains("Lost/Total"), "UDP columns for TCP: {out}");
+    assert!(out.contains("Retr"), "{out}");
+    assert!(!out.contains("--insecure-plaintext"), "{out}");
+}
+
+/// iperf3 -s -J's document (its stdout).
+fn json_of_iperf3(o: &Output) -> Value {
+    json(o, "iperf3 -s -J")
 }

@@ -756,3 +756,61 @@ fn iperf3_habits_c_j_o_logfile_and_s() {
     let o = bin().args(["perf", &a, "-c", &a]).output().unwrap();
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
 }
+
+/// `-f m` keeps the columns under their names, however wide the numbers
+/// in that unit grow.
+#[test]
+fn perf_f_keeps_its_columns() {
+    let s = server();
+    for unit in ["m", "k"] {
+        let o = perf(s.addr(), &["-t", "1", "-P", "2", "-f", unit]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        let out = String::from_utf8_lossy(&o.stdout).into_owned();
+        let header = out
+            .lines()
+            .find(|l| l.contains("Bitrate"))
+            .unwrap_or_else(|| panic!("no header: {out}"));
+        let end_of = |l: &str, word: &str| l.find(word).map(|i| i + word.len());
+        let rate_end = end_of(header, "Bitrate").unwrap();
+        let retr_end = end_of(header, "Retr").unwrap();
+        for l in out
+            .lines()
+            .filter(|l| l.starts_with('[') && l.contains("bit/s"))
+        {
+            assert_eq!(end_of(l, "bit/s"), Some(rate_end), "{header}\n{l}");
+            // The next column, the retransmits, ends under its name.
+            let retr = l[rate_end..].split_whitespace().next().unwrap();
+            let at = l[rate_end..].find(retr).unwrap() + rate_end + retr.len();
+            assert_eq!(at, retr_end, "{header}\n{l}");
+        }
+    }
+}
+
+/// The demo titles each test with the command that runs it again: an
+/// encrypted test's has `--tls`, a plaintext one's has not.
+#[test]
+fn demo_titles_are_the_commands_that_ran() {
+    let o = bin()
+        .arg("demo")
+        .env("TMPDIR", std::env::temp_dir())
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = String::from_utf8_lossy(&o.stdout).into_owned();
+    let mut sections = 0;
+    let mut title = "";
+    for l in out.lines() {
+        if l.starts_with("== ") && l.contains("longhaul perf") {
+            title = l;
+            sections += 1;
+        }
+        if l.starts_with("Connected to") {
+            let encrypted = l.contains("data streams encrypted");
+            assert_eq!(title.contains("--tls"), encrypted, "{title}\n{l}");
+            let command = title.split(": ").nth(1).unwrap_or("");
+            assert!(command.starts_with("longhaul perf "), "{title}");
+        }
+    }
+    assert_eq!(sections, 3, "{out}");
+}

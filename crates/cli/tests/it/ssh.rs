@@ -1768,3 +1768,168 @@ fn a_queue_fleets_ranks_drain_it_to_a_host_over_ssh_each_through_its_own_open_fa
         wait_gone(p, "a queue rank's far end");
     }
 }
+
+/// ssh's own words reach the user as ssh printed them (issue 41): a
+/// refused key's "Permission denied" with the warning before it, a
+/// changed host key's whole warning; each line whole and on its own,
+/// none lost to a race with ssh's end, none run together by a `\n`.
+#[test]
+fn ssh_s_own_words_reach_the_user_whole() {
+    let Some(s) = sshd() else { return };
+    let d = s.dir.path();
+    let conf = std::fs::read_to_string(&s.config).unwrap();
+    for (key, more) in [("stranger_key", "-q"), ("other_host_key", "-q")] {
+        let ok = Command::new("ssh-keygen")
+            .args(["-t", "ed25519", "-N", "", more, "-f"])
+            .arg(d.join(key))
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "ssh-keygen {key}");
+    }
+    // A key the server does not know, its host key accepted as new.
+    let refused = conf
+        .replace("client_key", "stranger_key")
+        .replace(
+            "StrictHostKeyChecking yes",
+            "StrictHostKeyChecking accept-new",
+        )
+        .replace("/known_hosts", "/fresh_known_hosts")
+        .replace("LogLevel ERROR", "LogLevel INFO");
+    // A host key that is not the one this side knows.
+    let known = std::fs::read_to_string(d.join("known_hosts")).unwrap();
+    let (at, _) = known.split_once(' ').unwrap();
+    let other = std::fs::read_to_string(d.join("other_host_key.pub")).unwrap();
+    std::fs::write(d.join("changed_known_hosts"), format!("{at} {other}")).unwrap();
+    let changed = conf
+        .replace("/known_hosts", "/changed_known_hosts")
+        .replace("LogLevel ERROR", "LogLevel INFO");
+    let f = d.join("f");
+    std::fs::write(&f, b"x").unwrap();
+    for (name, config, words) in [
+        (
+            "refused_config",
+            refused,
+            &["Permanently added", "Permission denied (publickey)"][..],
+        ),
+        (
+            "changed_config",
+            changed,
+            &[
+                "REMOTE HOST IDENTIFICATION HAS CHANGED",
+                "Host key verification failed.",
+            ][..],
+        ),
+    ] {
+        std::fs::write(d.join(name), config).unwrap();
+        let o = s
+            .longhaul()
+            .env("LONGHAUL_RSH", format!("ssh -F {}", d.join(name).display()))
+            .args(["cp", "--remote-path", BIN])
+            .arg(&f)
+            .arg(format!("{HOST}:{}/", d.display()))
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(3), "{}", text(&o));
+        let err = String::from_utf8_lossy(&o.stderr);
+        for w in words {
+            assert!(
+                err.lines().any(|l| l.contains(w) && !l.contains("\\n")),
+                "{w:?} not on a line of its own: {}",
+                text(&o)
+            );
+        }
+        assert!(!err.contains("\\n"), "{}", text(&o));
+    }
+}
+
+/// Over ssh, paths read as the user wrote them after `HOST:`, in every
+/// refusal and failure and in the archive (`where`): never the far end's
+/// internal exports (`root/...`, `root:...`), its temporary port, or a
+/// "server" the user never named.
+#[test]
+fn ssh_paths_read_as_the_user_wrote_them() {
+    let Some(s) = sshd() else { return };
+    let work = tempfile::tempdir().unwrap();
+    let w = work.path().display().to_string();
+    let f = work.path().join("f1.dat");
+    std::fs::write(&f, b"one\n").unwrap();
+    let archive = work.path().join("archive.db");
+    let run = |args: &[&str]| {
+        s.longhaul()
+            .env("LONGHAUL_ARCHIVE", &archive)
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let internal = |t: &str| {
+        t.contains("root/")
+            || t.contains("root:")
+            || t.contains("home/nosuch")
+            || t.contains("server refused")
+            || t.contains("127.0.0.1:")
+    };
+    // A destination directory that does not exist, a source that does not,
+    // a listing of neither.
+    let missing = format!("{w}/nosuch/");
+    let cases: Vec<Vec<String>> = vec![
+        vec![
+            "cp".into(),
+            f.display().to_string(),
+            format!("{HOST}:{missing}"),
+        ],
+        vec!["cp".into(), format!("{HOST}:{w}/nosuch.dat"), w.clone()],
+        vec!["ls".into(), format!("{HOST}:{missing}")],
+        vec![
+            "cp".into(),
+            f.display().to_string(),
+            format!("{HOST}:nosuch-{}/", std::process::id()),
+        ],
+    ];
+    for c in &cases {
+        let args: Vec<&str> = c.iter().map(String::as_str).collect();
+        let o = run(&[&args[..1], &["--remote-path", BIN], &args[1..]].concat());
+        assert_eq!(o.status.code(), Some(4), "{c:?}: {}", text(&o));
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!internal(&err), "{c:?}: {err}");
+        assert!(err.contains(&format!("{HOST} refused")), "{c:?}: {err}");
+        assert!(err.contains("nosuch"), "{c:?}: {err}");
+    }
+    // A destination the far end cannot write (a read-only file system,
+    // which root cannot write either): the failure names the file as the
+    // user wrote it, never the far end's partial file or its exports.
+    if let Some(ro) = common::SmallDisk::mount(&work.path().join("ro"), 1024) {
+        let o = Command::new("mount")
+            .args(["-o", "remount,ro"])
+            .arg(ro.path())
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", text(&o));
+        let o = run(&[
+            "cp",
+            "--remote-path",
+            BIN,
+            f.to_str().unwrap(),
+            &format!("{HOST}:{w}/ro/"),
+        ]);
+        assert!(!o.status.success(), "{}", text(&o));
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!internal(&err), "{err}");
+        assert!(!err.contains("lhpart"), "{err}");
+        assert!(err.contains(&format!("{w}/ro/")), "{err}");
+    }
+    // A copy that lands: the archive names it where the user put it.
+    let o = run(&[
+        "cp",
+        "--remote-path",
+        BIN,
+        f.to_str().unwrap(),
+        &format!("{HOST}:{w}/f2.dat"),
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    let o = run(&["where", f.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", text(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains(&format!("{HOST}:{w}/f2.dat")), "{out}");
+    assert!(!internal(&out), "{out}");
+}

@@ -968,3 +968,45 @@ fn a_third_party_fleet_over_ssh_is_refused_saying_what_works() {
     }
     assert!(!run_dir.exists());
 }
+
+/// Ctrl-C during a third-party copy ends it as the user's stop: exit 130
+/// (as any interrupted copy), blaming neither server (issue 41).
+#[test]
+fn ctrl_c_during_a_third_party_copy_exits_130_blaming_no_end() {
+    let t = TempDir::new("3rd-ctrl-c");
+    let (ra, rb) = (t.dir("a"), t.dir("b"));
+    write_random(&ra.join("big.bin"), 24 << 20, 7);
+    let a = server(&ra, &t.dir("state-a"), true);
+    let b = server(&rb, &t.dir("state-b"), true);
+    // A slow copy (2 MiB/s): stopped long before it could finish.
+    let (src, dst) = (remote(a.addr(), "big.bin"), remote(b.addr(), ""));
+    let child = bin()
+        .args(["cp", "--bwlimit", "2M", "--chunk", "1M"])
+        .args(tokens_for(&[&src, &dst]))
+        .arg(src)
+        .arg(dst)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let journal = rb.join(".big.bin.lhjournal");
+    let until = Instant::now() + Duration::from_secs(60);
+    while std::fs::metadata(&journal).map_or(true, |m| m.len() < 64) {
+        assert!(Instant::now() < until, "the copy never started");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // SAFETY: kill(2) takes any pid; this one is our own child's.
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let o = child.wait_with_output().unwrap();
+    a.shutdown();
+    b.shutdown();
+    assert_exit(&o, 130);
+    let err = stderr(&o);
+    assert!(err.contains("interrupted"), "{err}");
+    assert!(
+        !err.contains("the source") && !err.contains("the destination"),
+        "{err}"
+    );
+    assert!(!rb.join("big.bin").exists(), "a partial file landed");
+}

@@ -498,3 +498,96 @@ fn small_files_at_a_long_rtt_grow_the_files_in_flight() {
         );
     }
 }
+
+/// The README's `wan` example runs as written (issue 41): its client in
+/// host a trusts the server in host b in the way the README shows, with
+/// nothing else given (no token, no trust, a fresh home).
+#[test]
+fn the_readmes_wan_example_runs_as_written() {
+    use std::io::{BufRead, BufReader};
+    use std::process::Stdio;
+    if !can_emulate() {
+        return;
+    }
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md")).unwrap();
+    let block = readme
+        .split("## wan (root)")
+        .nth(1)
+        .and_then(|r| r.split("```sh").nth(1))
+        .and_then(|r| r.split("```").next())
+        .expect("the README's wan example");
+    let lines: Vec<&str> = block
+        .lines()
+        .map(|l| l.split("  #").next().unwrap_or("").trim())
+        .filter(|l| !l.is_empty())
+        .collect();
+    assert_eq!(lines.len(), 4, "{block}");
+    let name = format!("lhm{}", std::process::id() % 100_000);
+    let t = TempDir::new("wan-readme");
+    let up: Vec<&str> = lines[0]
+        .strip_prefix("longhaul wan up")
+        .and_then(|l| l.strip_suffix('&'))
+        .expect("wan up first")
+        .split_whitespace()
+        .collect();
+    let w = Wan::up(&name, &up);
+    // Each line as a user's shell runs it: this build first on PATH, a
+    // fresh home, no credential or trust from the tests' environment.
+    let bin_dir = std::path::Path::new(BIN).parent().unwrap();
+    let shell = |line: &str| {
+        let line = line.replace(
+            "longhaul wan exec a --",
+            &format!("longhaul wan exec a --name {name} --"),
+        );
+        let line = line.replace(
+            "longhaul wan exec b --",
+            &format!("longhaul wan exec b --name {name} --"),
+        );
+        let mut c = Command::new("bash");
+        c.args(["-c", &line])
+            .env(
+                "PATH",
+                format!("{}:{}", bin_dir.display(), std::env::var("PATH").unwrap()),
+            )
+            .env("HOME", t.path())
+            .env("XDG_STATE_HOME", t.path().join("state"))
+            .env("XDG_DATA_HOME", t.path().join("data"))
+            .env("XDG_CONFIG_HOME", t.path().join("config"))
+            .env_remove("LONGHAUL_TOKEN")
+            .env_remove("LONGHAUL_TRUST")
+            .env_remove("LONGHAUL_KNOWN_HOSTS")
+            .env_remove("LONGHAUL_ARCHIVE")
+            .env_remove("LONGHAUL_PATHS")
+            .stdin(Stdio::null());
+        c
+    };
+    let serve = lines[1]
+        .strip_suffix('&')
+        .expect("the server in the background");
+    let mut srv = common::wan::Served(
+        shell(serve)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let mut log = BufReader::new(srv.stderr.take().unwrap());
+    let mut seen = String::new();
+    while !seen.contains("serving on") {
+        let mut l = String::new();
+        assert!(log.read_line(&mut l).unwrap() > 0, "serve ended: {seen}");
+        seen.push_str(&l);
+    }
+    let o = shell(lines[2]).output().unwrap();
+    assert!(
+        o.status.success(),
+        "{}\n{}",
+        lines[2],
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(String::from_utf8_lossy(&o.stdout).contains("Summary:"));
+    let _ = srv.kill();
+    let _ = srv.wait();
+    w.down();
+}

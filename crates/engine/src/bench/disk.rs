@@ -112,9 +112,11 @@ pub fn run(b: &DiskBench) -> Result<DiskReport, EngineError> {
     };
     // Leave a tenth of the free space; regions are whole blocks per thread.
     let mut size = b.file_size;
+    let mut clipped = false;
     if let Some(free) = free {
         if size > free / 10 * 9 {
             size = free / 10 * 9;
+            clipped = true;
             report.warnings.push(format!(
                 "{} has {} free: the test file is {} instead of {}",
                 b.dir.display(),
@@ -128,9 +130,17 @@ pub fn run(b: &DiskBench) -> Result<DiskReport, EngineError> {
     size = size / unit * unit;
     report.file_size = size;
     if (b.write || b.read) && size == 0 {
-        return Err(usage(format!(
-            "the test file would be empty: make --size at least block size x threads ({unit} bytes)"
-        )));
+        // The doctor measures with this too, and has no --size to name.
+        return Err(usage(if clipped {
+            format!(
+                "{} has too little free space for a test file of one block per thread ({unit} bytes): free some space there",
+                b.dir.display()
+            )
+        } else {
+            format!(
+                "the test file would be empty: make --size at least block size x threads ({unit} bytes)"
+            )
+        }));
     }
 
     if b.write || b.read {

@@ -166,6 +166,12 @@ pub struct DoctorReport {
     /// when it is the TLS figure less the cipher's cost.
     #[serde(default)]
     pub plain_measured: bool,
+    /// The one-second memory-to-memory run with plaintext data streams in
+    /// the transfer's direction (None where the server runs none, `serve
+    /// --perf-tls-only`): far above the TLS run, it shows that run held by
+    /// the cipher, not the path.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub plain: Option<PathRun>,
     pub findings: Vec<Finding>,
     pub stages: Vec<StageCeiling>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -829,8 +835,9 @@ pub fn remote(
             Err(e) => r.notes.push(format!("file-to-file copy: {e}")),
         }
     }
+    r.plain = plain.filter(|p| p.bits_per_second > 0.0);
     judge(&mut r, o);
-    if let Some(p) = plain.filter(|p| p.bits_per_second > 0.0) {
+    if let Some(p) = &r.plain {
         r.sender_cpu_per_gbps_plain = Some(p.cpu_sender_percent / (p.bits_per_second / 1e9));
         r.plain_measured = true;
     }
@@ -1136,6 +1143,7 @@ fn measured(r: &DoctorReport, o: &DoctorOptions) -> doctor::Measured {
         target_bps: o.target_bps,
         link_bps,
         run,
+        plain_bps: r.plain.as_ref().map(|p| p.bits_per_second),
         source_read: source
             .and_then(|d| Some((d.read.or(d.write)?.bytes_per_second, d.path.clone()))),
         dest_write: dest.and_then(|d| Some((d.write?.bytes_per_second, d.direct))),
@@ -1357,6 +1365,10 @@ mod tests {
         ] {
             let mut r = report("a", "b", 60.0, 60.0);
             r.upload.as_mut().unwrap().limit = kind;
+            // A path of 20 ms, whose windows the 10 Gbit/s carried fill: at
+            // loopback's RTT a full window would be a receiver that did
+            // not read (proto::doctor's `undrained`).
+            r.rtt_idle_us = Some(20_000);
             judge(&mut r, &DoctorOptions::default());
             assert!(
                 r.stages.iter().any(|s| s.name == stage && s.limiting),

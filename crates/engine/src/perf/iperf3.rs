@@ -438,9 +438,45 @@ pub fn run_iperf3(
         server_to: &remote,
         complete: true,
     };
-    let summary = span.summary(params, warnings, error);
+    let mut summary = span.summary(params, warnings, error);
+    let server_sends = params
+        .mode
+        .directions()
+        .iter()
+        .any(|&d| End::Server.sends(d));
+    if params.transport == Transport::Tcp && server_sends {
+        match server_retransmits(params, &theirs) {
+            Some(n) => {
+                summary.retransmits += n;
+                summary.retransmits_unknown = false;
+            }
+            None => summary.retransmits_unknown = true,
+        }
+    }
     sink.summary(&summary);
     Ok(summary)
+}
+
+/// The iperf3 server's own count of retransmits on the streams it sent
+/// (the only sender figure its results carry: no RTT); None where it
+/// says it counts none (`sender_has_retransmits` other than 1).
+fn server_retransmits(params: &TestParams, theirs: &Results) -> Option<u64> {
+    if theirs.sender_has_retransmits != 1 {
+        return None;
+    }
+    let keys = stream_keys(params);
+    Some(
+        theirs
+            .streams
+            .iter()
+            .filter(|s| {
+                stream_index(s.id)
+                    .and_then(|k| keys.get(k))
+                    .is_some_and(|&(d, _)| End::Server.sends(d))
+            })
+            .map(|s| u64::try_from(s.retransmits).unwrap_or(0))
+            .sum(),
+    )
 }
 
 /// One UDP stream to an iperf3 server: a socket connected to its port,
@@ -750,7 +786,10 @@ pub(crate) fn figures_notes(
                 Direction::Down => "this end's count",
             },
             match params.transport {
-                Transport::Tcp => "; TCP counters are this end's sockets' (iperf3 sends none of its own)",
+                Transport::Tcp => match d {
+                    Direction::Up => "; TCP counters are this end's sockets'",
+                    Direction::Down => "; the iperf3 server sent: its retransmits are its own count (its results carry no RTT or window)",
+                },
                 Transport::Udp => "",
             },
         ));

@@ -292,6 +292,46 @@ impl Ticker {
 mod tests {
     use super::*;
 
+    /// A receiving side whose control thread looks a while after the last
+    /// byte came (a busy host) still ends the test when the data ended:
+    /// its time, and the rate of its last interval, are the data's.
+    #[test]
+    fn a_receiver_ends_when_its_last_byte_came_not_when_its_side_looked() {
+        use std::io::Write;
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut tx = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (rx, _) = l.accept().unwrap();
+        let params = TestParams {
+            duration_ms: Some(60_000),
+            ..TestParams::default()
+        };
+        let stream = ReadyStream {
+            direction: Direction::Up,
+            stream: 0,
+            socket: DataSocket::Tcp(Arc::new(rx)),
+            io: None,
+        };
+        let run = SideRun::start(End::Server, &params, vec![stream], None, "", None).unwrap();
+        tx.write_all(&[7u8; 1 << 20]).unwrap();
+        drop(tx);
+        let until = Instant::now() + Duration::from_secs(30);
+        while !run.finished() {
+            assert!(Instant::now() < until, "the receiver never saw the end");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let seen_us = run.start.elapsed().as_micros() as u64;
+        // The side looks late, as a busy control thread does.
+        std::thread::sleep(Duration::from_millis(300));
+        let end = run.snapshot();
+        assert_eq!(end.streams[0].bytes, 1 << 20);
+        assert!(
+            end.elapsed_us <= seen_us,
+            "the side's end is {} us, after the stream had ended ({} us)",
+            end.elapsed_us,
+            seen_us
+        );
+    }
+
     #[test]
     fn ticker_orders_baseline_and_intervals() {
         let t0 = Instant::now();

@@ -358,8 +358,18 @@ fn tls_recv(
             Err(e) => return Err(e),
         }
     }
+    received_all(plan, c);
     let _ = s.shutdown(Shutdown::Both);
     Ok(())
+}
+
+/// A receiver's stream ended (the sender's close right after its last
+/// byte, or the stop): when the test ended for it, as a sender records
+/// its last write. Without it the side's end would be when its control
+/// thread noticed, which on a busy host is a second later and stretches
+/// the test's time and its last interval.
+fn received_all(plan: &Plan, c: &Counters) {
+    c.end_us.store(micros_since(plan.epoch), Ordering::Relaxed);
 }
 
 /// After our FIN: wait (briefly) for the receiver to close, so that the
@@ -434,6 +444,7 @@ fn tcp_recv(s: &TcpStream, plan: &Plan, c: &Counters) -> io::Result<()> {
             }
         }
     }
+    received_all(plan, c);
     let _ = s.shutdown(Shutdown::Both);
     Ok(())
 }

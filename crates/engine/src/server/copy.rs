@@ -175,6 +175,12 @@ pub(super) fn serve_grant(
         ));
     }
     let ex = super::files::export(shared, &req.export, access)?;
+    if ex.read_only && access.check_read(ex).is_ok() {
+        return Err((
+            RefuseCode::BadRequest,
+            format!("export '{}' is read-only", ex.name),
+        ));
+    }
     access
         .check_write(ex)
         .map_err(|m| (RefuseCode::Unauthorized, m))?;
@@ -186,7 +192,7 @@ pub(super) fn serve_grant(
     }
     let bad = |e: EngineError| (RefuseCode::BadRequest, e.to_string());
     // The push it allows resolves the destination again, under the same rule.
-    let anchor = Anchor::open_as(&ex.root, Path::new(&ex.name)).map_err(bad)?;
+    let anchor = Anchor::open_as(&ex.root, &shared.cfg.shown_root(ex)).map_err(bad)?;
     anchor
         .resolve_dest(&beneath(&ex.root, &req.dest).map_err(bad)?)
         .map_err(bad)?;
@@ -317,7 +323,7 @@ pub(super) fn serve_copy(
     let slashed = order.sources.iter().filter(|s| s.ends_with('/')).count();
     // Everything read resolves beneath the export root; links on the way
     // are followed beneath it, as for a pull.
-    let anchor = Anchor::open_as(&ex.root, Path::new(&ex.name)).map_err(bad)?;
+    let anchor = Anchor::open_as(&ex.root, &shared.cfg.shown_root(ex)).map_err(bad)?;
     let mut sources = Vec::new();
     let mut resolved = Vec::new();
     for p in &order.sources {
@@ -329,7 +335,7 @@ pub(super) fn serve_copy(
         if !there {
             return Err((
                 RefuseCode::BadRequest,
-                format!("{}:{} does not exist", ex.name, p),
+                format!("{} does not exist", shared.cfg.show(ex, p)),
             ));
         }
         let mut s = r.to_string_lossy().into_owned();

@@ -75,6 +75,15 @@ pub(super) fn serve_transfer(
             .map_err(|m| Refusal::Refuse(RefuseCode::Unauthorized, m))?;
     }
     let ex = export(shared, &t.export, access).map_err(refuse)?;
+    // A push to a read-only export this client can see (a public one, or
+    // one its grant reads) is refused for what it is: no credential would
+    // let it write there.
+    if t.op == Op::Push && ex.read_only && access.check_read(ex).is_ok() {
+        return Err(Refusal::Refuse(
+            RefuseCode::BadRequest,
+            format!("export '{}' is read-only", ex.name),
+        ));
+    }
     let allowed = match t.op {
         Op::Push => access.check_write(ex),
         Op::Pull => access.check_read(ex),
@@ -88,7 +97,7 @@ pub(super) fn serve_transfer(
         ));
     }
     // Everything this transfer touches resolves beneath the export root.
-    let anchor = Anchor::open_as(&ex.root, Path::new(&ex.name)).map_err(bad)?;
+    let anchor = Anchor::open_as(&ex.root, &shared.cfg.shown_root(ex)).map_err(bad)?;
     let roots = match t.op {
         Op::Push => Vec::new(),
         Op::Pull => {
@@ -104,7 +113,7 @@ pub(super) fn serve_transfer(
                 if !there {
                     return Err(Refusal::Refuse(
                         RefuseCode::BadRequest,
-                        format!("{}:{} does not exist", ex.name, p),
+                        format!("{} does not exist", shared.cfg.show(ex, p)),
                     ));
                 }
                 roots.push(r);
@@ -130,7 +139,7 @@ pub(super) fn serve_transfer(
             } else {
                 ""
             };
-            let shown = format!("{}/{}{slash}", ex.name, t.dest);
+            let shown = format!("{}{slash}", shared.cfg.show(ex, &t.dest));
             prepare_dest(&anchor, &dest, &shown, t).map_err(bad)?
         }
         Op::Pull => longhaul_proto::xfer::Landing::Into,
@@ -247,7 +256,7 @@ pub(super) fn serve_transfer(
                 on_landed: None,
                 progress: Default::default(),
                 landing,
-                dest_shown: format!("{}/{}", ex.name, t.dest),
+                dest_shown: shared.cfg.show(ex, &t.dest),
                 dest,
                 preserve: t.preserve,
                 keep_special_modes: shared.cfg.keep_special_modes,
@@ -394,7 +403,7 @@ pub(super) fn serve_probe(
         let bad = |e: EngineError| (RefuseCode::BadRequest, e.to_string());
         // Through a descriptor opened beneath the export root, so a symlink
         // swapped in cannot take the benchmark outside it.
-        let anchor = Anchor::open_as(&ex.root, Path::new(&ex.name)).map_err(bad)?;
+        let anchor = Anchor::open_as(&ex.root, &shared.cfg.shown_root(ex)).map_err(bad)?;
         // A path that does not exist yet (where a transfer will create
         // it) is measured in the nearest directory above it that does.
         let mut used = p.path.trim_matches('/').to_string();
@@ -408,20 +417,17 @@ pub(super) fn serve_probe(
             }
         };
         tracing::info!("{} probes {}:{}", conn.peer(), ex.name, escaped(&used));
-        let mut r = crate::doctor::serve_probe(&dir.path(), p, peer_ip(conn)).map_err(|e| {
-            (
-                RefuseCode::ServerError,
-                format!("probing {}:{used}: {e}", ex.name),
-            )
-        })?;
+        let shown = shared.cfg.show(ex, &used);
+        let mut r = crate::doctor::serve_probe(&dir.path(), p, peer_ip(conn))
+            .map_err(|e| (RefuseCode::ServerError, format!("probing {shown}: {e}")))?;
         if used != p.path.trim_matches('/') {
             r.report.warnings.push(format!(
-                "{} does not exist yet: measured in {}:/{used}, the nearest directory above it",
-                p.path, ex.name
+                "{} does not exist yet: measured in {shown}, the nearest directory above it",
+                shared.cfg.show(ex, &p.path)
             ));
         }
         // Named as the client knows it, not by the descriptor used.
-        r.report.path = format!("{}:{used}", ex.name);
+        r.report.path = shown;
         r.dir = Some(used);
         r
     } else {
@@ -457,7 +463,7 @@ pub(super) fn serve_list(
         Some(&ex.name),
         serde_json::json!({ "path": l.path }),
     );
-    let listed = list(conn, ex, l);
+    let listed = list(conn, ex, &shared.cfg.shown_root(ex), l);
     match &listed {
         Ok(n) => watch.finish(0, *n, Outcome::Ok, None),
         Err((_, m)) => watch.finish(0, 0, Outcome::Failed, Some(m.clone())),
@@ -466,10 +472,15 @@ pub(super) fn serve_list(
 }
 
 /// The listing itself; how many entries it sent.
-fn list(conn: &mut FramedConn, ex: &Export, l: &ListRequest) -> Result<u64, (RefuseCode, String)> {
+fn list(
+    conn: &mut FramedConn,
+    ex: &Export,
+    shown: &Path,
+    l: &ListRequest,
+) -> Result<u64, (RefuseCode, String)> {
     // Looked at through descriptors opened beneath the export root.
     let bad = |e: EngineError| (RefuseCode::BadRequest, e.to_string());
-    let anchor = Anchor::open_as(&ex.root, Path::new(&ex.name)).map_err(bad)?;
+    let anchor = Anchor::open_as(&ex.root, shown).map_err(bad)?;
     // Links on the way are followed beneath the export; `DIR/` lists what
     // a link of that name leads to, `DIR` the link itself (as `ls -l`).
     let named = beneath(&ex.root, &l.path).map_err(bad)?;
@@ -478,7 +489,7 @@ fn list(conn: &mut FramedConn, ex: &Export, l: &ListRequest) -> Result<u64, (Ref
     let meta = std::fs::symlink_metadata(&at).map_err(|e| {
         (
             RefuseCode::BadRequest,
-            format!("cannot list {}:{}: {e}", ex.name, l.path),
+            format!("cannot list {}: {e}", shown.join(&l.path).display()),
         )
     })?;
     let send = |conn: &mut FramedConn, entries: Vec<ListEntry>, done: bool| {
@@ -499,7 +510,7 @@ fn list(conn: &mut FramedConn, ex: &Export, l: &ListRequest) -> Result<u64, (Ref
     let cannot = |e: std::io::Error| {
         (
             RefuseCode::BadRequest,
-            format!("cannot list {}:{}: {e}", ex.name, l.path),
+            format!("cannot list {}: {e}", shown.join(&l.path).display()),
         )
     };
     // Depth first, each directory opened from its parent without following

@@ -194,7 +194,8 @@ fn accept_loop(l: &TcpListener, shared: &Arc<Shared>) {
 }
 
 fn refuse_note(shared: &Shared, peer: &SocketAddr, reason: &'static str, message: String) {
-    tracing::info!("iperf3 client {peer}: refused ({reason}): {message}");
+    // A refusal is the server's answer to a person: in its log by default.
+    tracing::warn!("iperf3 client {peer}: refused ({reason}): {message}");
     let r = Refused {
         what: "perf",
         export: None,

@@ -106,6 +106,31 @@ pub struct ServeConfig {
     /// capabilities into this server's exports, and push to another server
     /// on an authenticated client's order (PROTOCOL.md 13.9).
     pub third_party_copies: bool,
+    /// How the root of each named export is shown to clients, where not
+    /// by its name: paths beneath an export read `NAME/path` in every
+    /// refusal and failure, as a client names them; a one-shot server
+    /// started over ssh shows its `/` as `/` and the home as `~`, as the
+    /// user wrote them after `HOST:` ([`ServeConfig::show`]).
+    pub shown_roots: Vec<(String, PathBuf)>,
+}
+
+impl ServeConfig {
+    /// How the root of `ex` is named to clients.
+    pub fn shown_root(&self, ex: &Export) -> PathBuf {
+        self.shown_roots
+            .iter()
+            .find(|(name, _)| *name == ex.name)
+            .map_or_else(|| PathBuf::from(&ex.name), |(_, shown)| shown.clone())
+    }
+
+    /// `rel` beneath export `ex`, as clients name it (`data/run7`, or
+    /// over ssh `/tmp/run7`, `~/run7`).
+    pub fn show(&self, ex: &Export, rel: &str) -> String {
+        self.shown_root(ex)
+            .join(rel.trim_start_matches('/'))
+            .display()
+            .to_string()
+    }
 }
 
 impl Default for ServeConfig {
@@ -131,6 +156,7 @@ impl Default for ServeConfig {
             observers: Vec::new(),
             one_time: None,
             third_party_copies: false,
+            shown_roots: Vec::new(),
         }
     }
 }

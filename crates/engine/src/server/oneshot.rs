@@ -404,6 +404,9 @@ pub struct OneShotConfig {
     pub listen: IpAddr,
     /// What the account can reach, as exports.
     pub exports: Vec<Export>,
+    /// How each export's root is shown to the client: as its user wrote
+    /// paths after `HOST:` (see [`ServeConfig::shown_roots`]).
+    pub shown_roots: Vec<(String, std::path::PathBuf)>,
     /// How long to wait for the client (see [`CLAIM_WAIT`]).
     pub claim_wait: Duration,
     /// The client's address as ssh saw it (told to the client, which may
@@ -548,6 +551,7 @@ pub fn run(
         &[SocketAddr::new(cfg.listen, 0)],
         ServeConfig {
             exports: cfg.exports,
+            shown_roots: cfg.shown_roots,
             tls: Some(tls::server_config(&id)?),
             one_time: Some(one_time.clone()),
             // The user's own server: copies between two of their hosts

@@ -340,6 +340,7 @@ fn run_order(
         let m = match a.conn.recv(Duration::from_millis(100)) {
             Ok(Some(m)) => m,
             Ok(None) => continue,
+            Err(_) if stopped => return Err(interrupted()),
             Err(e) => return Err(at("the source", host, e)),
         };
         heard = Instant::now();
@@ -384,6 +385,10 @@ fn run_order(
                 }
             }
             Message::CopyRelay(CopyRelay::Done(r)) => break *r,
+            // The end the user asked for, whatever the source calls it.
+            Message::CopyRelay(CopyRelay::Failed(_)) | Message::Refuse(_) if stopped => {
+                return Err(interrupted());
+            }
             Message::CopyRelay(CopyRelay::Failed(r)) | Message::Refuse(r) => {
                 let e = match r.code {
                     RefuseCode::ServerError => {
@@ -406,6 +411,13 @@ fn run_order(
         }
     };
     Ok((report, bytes_of(&a), back_to))
+}
+
+/// A copy the user stopped (Ctrl-C): interrupted, not failed at either end.
+fn interrupted() -> EngineError {
+    EngineError::Interrupted(
+        "the third-party copy was stopped; run the same command again to resume".into(),
+    )
 }
 
 /// Where a source's relayed request to connect back sends the

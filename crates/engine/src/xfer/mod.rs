@@ -80,7 +80,9 @@ pub const ENTRIES_BATCH: usize = 256;
 /// client samples them for its reporter ([`client::cp_with`]).
 #[derive(Debug, Default)]
 pub struct Progress {
-    /// Payload bytes moved (sent by a source, written by a sink).
+    /// Payload bytes moved: that reached the far end (a source counts
+    /// what the far end's TCP acknowledged, several times a second, not
+    /// what its socket buffers took), or written (a sink).
     pub bytes: AtomicU64,
     pub files: AtomicU64,
     /// What the source has announced so far (grows while it walks).

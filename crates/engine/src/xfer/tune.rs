@@ -18,6 +18,9 @@ pub const INTERVAL: Duration = Duration::from_secs(1);
 
 pub struct Sampler {
     sockets: Vec<TcpStream>,
+    /// Each socket's bytes acknowledged when sampling began (its
+    /// handshakes): what the far end took of the data is counted from it.
+    acked_at_start: Vec<u64>,
     start: Instant,
     last_at: Instant,
     last: Vec<Option<TcpSample>>,
@@ -66,11 +69,15 @@ impl Sampler {
         let now = Instant::now();
         let n = sockets.len() as u16;
         let epoch = (rtt * 25).max(Duration::from_secs(2));
-        let last = sockets
+        let last: Vec<Option<TcpSample>> = sockets
             .iter()
             .map(|s| sock::tcp_info(sock::fd_of(s)))
             .collect();
         Sampler {
+            acked_at_start: last
+                .iter()
+                .map(|t| t.map_or(0, |t| t.bytes_acked))
+                .collect(),
             max_wnd: vec![0; sockets.len()],
             last,
             sockets,
@@ -132,6 +139,19 @@ impl Sampler {
         self.sockets.len() as u16
     }
 
+    /// Bytes the far end's TCP has acknowledged on the data streams since
+    /// sampling began, read now: what has arrived there, as opposed to
+    /// what was handed to the sockets (up to their buffers more).
+    pub fn acked(&self) -> u64 {
+        self.sockets
+            .iter()
+            .zip(&self.acked_at_start)
+            .filter_map(|(s, &from)| {
+                sock::tcp_info(sock::fd_of(s)).map(|t| t.bytes_acked.saturating_sub(from))
+            })
+            .sum()
+    }
+
     pub fn climb(&self) -> Option<&Climb> {
         self.climb.as_ref()
     }
@@ -164,6 +184,7 @@ impl Sampler {
         };
         let (mut busy, mut rwnd, mut sndbuf, mut open, mut rtt, mut n) =
             (0u64, 0u64, 0u64, 0.0f64, 0u64, 0u32);
+        let mut windows = 0.0f64;
         for (k, s) in self.sockets.iter().enumerate() {
             let Some(t) = sock::tcp_info(sock::fd_of(s)) else {
                 continue;
@@ -181,6 +202,16 @@ impl Sampler {
                 if self.max_wnd[k] > 0 {
                     open += f64::from(t.snd_wnd) / f64::from(self.max_wnd[k]);
                 }
+                // At the path's own RTT: the smoothed one grows with the
+                // very stall a receiver that does not read causes.
+                let base_us = if t.min_rtt_us > 0 {
+                    t.min_rtt_us
+                } else {
+                    t.rtt_us
+                };
+                if base_us > 0 {
+                    windows += f64::from(self.max_wnd[k]) * 8.0 / (f64::from(base_us) / 1e6);
+                }
                 rtt += u64::from(t.rtt_us);
                 n += 1;
             }
@@ -192,6 +223,7 @@ impl Sampler {
         i.sndbuf_limited = (sndbuf as f64 / whole).min(1.0);
         i.window_open = if n > 0 { open / f64::from(n) } else { 1.0 };
         i.rtt_us = (rtt / u64::from(n.max(1))) as u32;
+        i.window_bps = windows;
         let read = read_us.saturating_sub(self.last_read_us);
         self.last_read_us = read_us;
         i.read_busy = (read as f64 / (span_us * u64::from(active.max(1))) as f64).min(1.0);

@@ -372,7 +372,7 @@ fn stage_rate(bytes: u64, busy_us: u64, parallel: u16) -> f64 {
 pub fn ls(target: &str, recursive: bool, o: &ClientOptions) -> Result<Vec<ListEntry>, EngineError> {
     let r = parse_remote(target).ok_or_else(|| {
         EngineError::Usage(format!(
-            "'{target}' is not remote: name it HOST:EXPORT/path or longhaul://HOST/EXPORT/path"
+            "'{target}' is not remote: name it [USER@]HOST:path (a host over ssh) or longhaul://HOST[:PORT]/EXPORT/path (a longhaul server)"
         ))
     })?;
     let mut ctl = open_control(&r.host, o)?;

@@ -66,14 +66,14 @@ pub(super) fn plan(o: &CpOptions) -> Result<Plan, EngineError> {
             })
         }
         None if o.share.is_some() => Err(EngineError::Usage(
-            "a fleet pushes: name a local source and a remote destination (HOST:EXPORT/path)"
+            "a fleet pushes: name a local source and a remote destination (longhaul://HOST[:PORT]/EXPORT/path)"
                 .into(),
         )),
         None => {
             let rs: Vec<Remote> = remotes.into_iter().flatten().collect();
             if rs.len() != o.sources.len() {
                 return Err(EngineError::Usage(
-                    "neither side is remote: name the remote as HOST:EXPORT/path or longhaul://HOST/EXPORT/path".into(),
+                    "neither side is remote: name the far side as [USER@]HOST:path (a host over ssh) or longhaul://HOST[:PORT]/EXPORT/path (a longhaul server)".into(),
                 ));
             }
             let (host, export) = (rs[0].host.clone(), rs[0].export.clone());
@@ -306,14 +306,18 @@ pub(super) fn local_dest(
         .parent()
         .map(Path::to_path_buf)
         .unwrap_or_else(|| abs.clone());
-    let link = std::fs::read_link(&abs).ok();
-    let state = match std::fs::metadata(&abs) {
+    // Looked at without its trailing '/': `file/` is a file named as a
+    // directory (refused as one), not a path that does not exist.
+    let named: PathBuf = abs.components().collect();
+    let link = std::fs::read_link(&named).ok();
+    let state = match std::fs::metadata(&named) {
         Ok(m) if m.is_dir() => DestState::Dir,
         // A link is never replaced or written through (a link to a
         // directory is that directory, as above).
         Ok(_) if link.is_some() => return Err(dest_link(o, link, "not a directory")),
         Err(_) if link.is_some() => return Err(dest_link(o, link, "which does not exist")),
         Ok(_) => DestState::Other,
+        Err(_) if std::fs::symlink_metadata(&named).is_ok() => DestState::Other,
         Err(_) => DestState::Missing {
             parent: parent.is_dir(),
         },

@@ -77,7 +77,11 @@ pub(super) fn control(
             }
             work.event(&mut m, ev)?;
         }
-        work.act(&mut m)?;
+        if let Err(e) = work.act(&mut m) {
+            // The source is told why, as of a receiver's fatal error.
+            let _ = fatal(conn, &mut m, e.to_string(), &stamped);
+            return Err(e);
+        }
         // Small files finish by the thousand: one write for many.
         while let Some(msg) = m.poll_transmit() {
             conn.queue(&stamped(msg))?;
@@ -243,7 +247,7 @@ impl Work<'_> {
         let cfg = self.cfg;
         while let Some(action) = m.poll_action().map_err(engine_error)? {
             match action {
-                SinkAction::Dir(e) => self.dir(m, e),
+                SinkAction::Dir(e) => self.dir(m, e)?,
                 SinkAction::Link(e) => link(m, &e, cfg),
                 SinkAction::DirEnd(e) => self.dir_end(m, &e),
                 SinkAction::SetDirectories => {
@@ -296,18 +300,29 @@ impl Work<'_> {
 
     /// Makes a directory (not in a dry run), to get its mode and time at
     /// the end.
-    fn dir(&mut self, m: &mut Sink, e: Entry) {
+    /// A tree whose root would replace a file (a pull's local
+    /// destination, whose kind the client learns only from this entry)
+    /// ends the transfer before anything is written, as the server
+    /// refuses a push of one.
+    fn dir(&mut self, m: &mut Sink, e: Entry) -> Result<(), EngineError> {
         let cfg = self.cfg;
         if cfg.dry_run {
-            return;
+            return Ok(());
         }
-        match cfg
-            .target(&e.path)
-            .and_then(|t| cfg.ensure_dir(&t).map(|()| t))
-        {
+        let target = cfg.target(&e.path);
+        if let Ok(t) = &target {
+            if cfg.replaces_a_file(t) {
+                return Err(EngineError::Usage(format!(
+                    "destination {}",
+                    DestError::TreeOntoFile(cfg.dest_shown.clone())
+                )));
+            }
+        }
+        match target.and_then(|t| cfg.ensure_dir(&t).map(|()| t)) {
             Ok(t) => self.dirs.push((t, e)),
             Err(err) => m.failed(&e.path, err.to_string()),
         }
+        Ok(())
     }
 
     /// A directory's listing ended: with --delete, what the source did not

@@ -137,6 +137,19 @@ impl SinkConfig {
 }
 
 impl SinkConfig {
+    /// Whether `dir`, a directory entry's target, is the destination put
+    /// onto ([`Landing::Onto`]) where a file (not a directory) is now.
+    pub(crate) fn replaces_a_file(&self, dir: &Path) -> bool {
+        self.landing == Landing::Onto
+            && dir == self.dest
+            && self
+                .anchor
+                .anchored(dir)
+                .ok()
+                .and_then(|p| std::fs::symlink_metadata(p).ok())
+                .is_some_and(|m| m.is_file())
+    }
+
     /// Makes sure `dir` exists as a real directory beneath the anchor,
     /// creating what is missing one level at a time and refusing to pass
     /// through a symlink (one the source sent, or one planted at the

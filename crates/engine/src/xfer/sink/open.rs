@@ -306,7 +306,7 @@ fn open_partial(
     let out = match opened {
         Ok(o) => o,
         Err(err) if no_room(&err) => return Err(NoRoom(no_room_for(target, e.size, dir, &err))),
-        Err(err) => return Ok(Err(io_err("create", part, err))),
+        Err(err) => return Ok(Err(io_err("create", target, err))),
     };
     if !(fresh && sized) {
         return Ok(Ok(out));

@@ -59,6 +59,8 @@ pub(super) fn control(
         prefetch: ahead.as_deref(),
         sampler,
         held_by_files: false,
+        sent: 0,
+        shown_at: Instant::now(),
     };
     loop {
         cfg.progress.check_interrupt()?;
@@ -75,11 +77,16 @@ pub(super) fn control(
         if c.sampler.due(now) {
             c.sample(conn, now)?;
         }
+        if now.duration_since(c.shown_at) >= crate::report::PROGRESS_TICK {
+            c.show_progress(now, meters.governor);
+        }
         c.m.handle_timeout(now).map_err(engine_error)?;
         let Some(msg) = c.wait(conn)? else { continue };
         c.m.handle(Instant::now(), msg).map_err(engine_error)?;
         c.act()?;
         if let Some((tally, sink)) = c.m.finished() {
+            // All of it is at the sink: it said so.
+            cfg.progress.bytes.store(c.sent, Ordering::Relaxed);
             return Ok(c.done(conn, tally, sink, meters));
         }
     }
@@ -104,6 +111,10 @@ struct Control<'a> {
     /// Whether, this interval, the files in flight were all announced
     /// while the streams had nothing left to send.
     held_by_files: bool,
+    /// Bytes of files read and handed to the data streams.
+    sent: u64,
+    /// When the progress was last brought up to date.
+    shown_at: Instant,
 }
 
 impl Control<'_> {
@@ -117,10 +128,7 @@ impl Control<'_> {
                     read_bytes,
                     read_us,
                 } => {
-                    self.cfg
-                        .progress
-                        .bytes
-                        .fetch_add(read_bytes, Ordering::Relaxed);
+                    self.sent += read_bytes;
                     m.sent(now, read_bytes, read_us);
                 }
                 Event::FileFailed(id, error) => m.file_failed(now, id, error),
@@ -134,6 +142,25 @@ impl Control<'_> {
 
     fn act(&mut self) -> Result<(), EngineError> {
         act(&mut self.m, self.shared, self.cfg, self.prefetch)
+    }
+
+    /// The progress's bytes: what has reached the far end, not what was
+    /// handed to the sockets, whose buffers take megabytes at once (the
+    /// first moment of a copy would show them moved). The far end's
+    /// acknowledgements count wire bytes: with `-z`, each stands for as
+    /// many raw bytes as compression made of it so far.
+    fn show_progress(&mut self, now: Instant, governor: Option<&std::sync::Mutex<Governor>>) {
+        self.shown_at = now;
+        let acked = self.sampler.acked() as f64;
+        let raw_per_wire = governor
+            .and_then(|g| g.lock().ok().map(|g| g.report()))
+            .filter(|r| r.wire_bytes > 0)
+            .map_or(1.0, |r| (r.raw_bytes as f64 / r.wire_bytes as f64).max(1.0));
+        let arrived = (acked * raw_per_wire) as u64;
+        self.cfg
+            .progress
+            .bytes
+            .store(self.sent.min(arrived), Ordering::Relaxed);
     }
 
     /// Ends an interval: its figures to the tuner, which may change the
