@@ -12,6 +12,7 @@ pub const KINDS: &[&str] = &[
     "bench-disk",
     "served",
     "matrix",
+    "job",
 ];
 
 /// A run as it starts.

@@ -113,6 +113,18 @@ fn create_private(path: &Path) -> Result<(), ArchiveError> {
     }
 }
 
+/// Makes an SQLite file of this user's (the archive, a server's jobs)
+/// private before it is opened: made 0600 if missing; refused if it, or
+/// a `-wal`, `-shm` or `-journal` beside it, is a link, not a regular
+/// file, or another user's; made 0600 if wider.
+pub fn private_sqlite(path: &Path) -> Result<(), ArchiveError> {
+    if !own_files(path)? {
+        create_private(path)?;
+        own_files(path)?;
+    }
+    Ok(())
+}
+
 fn io_error(path: &Path, e: impl std::fmt::Display) -> ArchiveError {
     ArchiveError::Io {
         path: path.to_path_buf(),
@@ -194,10 +206,7 @@ impl Archive {
                 let _ = std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700));
             }
         }
-        if !own_files(path)? {
-            create_private(path)?;
-            own_files(path)?;
-        }
+        private_sqlite(path)?;
         let conn = Connection::open_with_flags(
             path,
             OpenFlags::SQLITE_OPEN_READ_WRITE

@@ -2,7 +2,8 @@
 //! (PROTOCOL.md 13.9a): `submit` asks each far end for one scoped to the
 //! job ([`ask`]), the job server presents it for each attempt, has a
 //! cancelled push's partial files removed ([`discard`]) and revokes it when
-//! the job ends ([`revoke`]).
+//! the job ends ([`revoke`]); and a client's words with a job server
+//! ([`ask_job_server`]).
 
 use std::time::Instant;
 
@@ -121,4 +122,20 @@ pub fn discard(target: &str, o: &ClientOptions, paths: &[String]) -> Result<u64,
         })?;
     }
     Ok(removed)
+}
+
+/// Sends one message about jobs (a submission, a command) to the job
+/// server `target` and returns its answer.
+pub fn ask_job_server(
+    target: &str,
+    o: &ClientOptions,
+    m: Message,
+) -> Result<longhaul_proto::job::JobAnswer, EngineError> {
+    let mut ctl = open_control(target, o)?;
+    ctl.conn.send(&m)?;
+    let deadline = Instant::now() + o.handshake_timeout * 3;
+    ctl.answer(deadline, "the job server's answer", |m| match m {
+        Message::JobAnswer(a) => Some(a),
+        _ => None,
+    })
 }
