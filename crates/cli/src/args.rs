@@ -263,7 +263,7 @@ pub struct ArchiveArgs {
 
 #[derive(Args)]
 pub struct HistoryArgs {
-    /// Only runs of this kind: perf, cp, sync, doctor, bench-disk, served, matrix.
+    /// Only runs of this kind: perf, cp, sync, doctor, bench-disk, served, matrix, job.
     #[arg(long)]
     pub kind: Option<String>,
     /// Only runs with this remote host (a part of its name is enough).
@@ -470,6 +470,16 @@ pub struct ServeArgs {
     /// With --jobs: the shortest interval of a recurring job (submit --every).
     #[arg(long, default_value = "60s", value_parser = duration, requires = "jobs")]
     pub jobs_min_every: Duration,
+    /// With --jobs: how long a server's hold on a job lasts without its heartbeat (one a
+    /// second): a server that died loses its jobs to the others after this long (3s at
+    /// least).
+    #[arg(long, default_value = "30s", value_parser = duration, requires = "jobs")]
+    pub jobs_lease: Duration,
+    /// With --jobs: an attempt that moves nothing (no byte, no file) for this long is
+    /// stopped and tried again, resuming (a connection a long outage left stuck does not
+    /// hold the job); 5s at least.
+    #[arg(long, default_value = "120s", value_parser = duration, requires = "jobs")]
+    pub jobs_stall: Duration,
     /// With --jobs: the sendmail that a job's --mail goes through.
     #[arg(
         long,

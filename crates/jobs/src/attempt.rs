@@ -41,9 +41,37 @@ pub struct Running {
     /// The last sample of the bytes moved, for the rate.
     pub sampled: Mutex<Option<(Instant, u64)>>,
     pub rate_bps: AtomicU64,
+    /// The copy has started (its listing is done): from then on it must
+    /// move, or the heartbeat stops it as stalled.
+    pub copying: AtomicBool,
+    /// When it last moved (bytes sent, entries announced), and what then.
+    pub moved: Mutex<Option<(Instant, u64)>>,
+    /// The heartbeat stopped it: it moved nothing for the stall time.
+    pub stalled: AtomicBool,
 }
 
 impl Running {
+    /// Whether the copy has moved nothing (no byte sent, no entry
+    /// announced) for `stall` since it started copying.
+    pub fn stalled_for(&self, stall: std::time::Duration) -> bool {
+        use std::sync::atomic::Ordering::Relaxed;
+        if !self.copying.load(Relaxed) {
+            return false;
+        }
+        let p = &self.progress;
+        let now = p.bytes.load(Relaxed) + p.announced_files.load(Relaxed) + p.files.load(Relaxed);
+        let Ok(mut m) = self.moved.lock() else {
+            return false;
+        };
+        match *m {
+            Some((at, before)) if before == now => at.elapsed() >= stall,
+            _ => {
+                *m = Some((Instant::now(), now));
+                false
+            }
+        }
+    }
+
     /// Stops the copy: its streams end, its journals stay (a cancel then
     /// removes them).
     pub fn stop(&self) {
@@ -57,8 +85,13 @@ impl Running {
 pub enum Ended {
     /// The transfer ran to its end (some files may have failed).
     Completed(Box<CpSummary>),
-    /// It broke (the network, the far end) or could not start.
+    /// It broke (the network, the far end) or could not start: worth
+    /// another attempt.
     Broke(String),
+    /// A far end refused it (its capability, its scope), or the job no
+    /// longer fits this server (its export gone): no attempt would do
+    /// better.
+    Refused(String),
     /// It was stopped (a cancel, a lost lease).
     Stopped,
 }
@@ -184,7 +217,7 @@ fn plan(a: &Attempt) -> Result<CpOptions, String> {
 
 /// The job's entries as a walk of its sources finds them (a listing of
 /// the far end's, for a pull), without those its rules exclude.
-fn list(a: &Attempt, o: &CpOptions) -> Result<Vec<FileRow>, String> {
+fn list(a: &Attempt, o: &CpOptions) -> Result<Vec<FileRow>, Ended> {
     let job = a.job;
     let entry = |path: String, kind: Kind, size: u64| FileRow {
         path,
@@ -215,10 +248,11 @@ fn list(a: &Attempt, o: &CpOptions) -> Result<Vec<FileRow>, String> {
             .map(|(path, kind, size)| entry(path, kind, size))
             .collect(),
     };
-    if let Some(f) = longhaul_engine::xfer::client::compile_filter(
+    let filter = longhaul_engine::xfer::client::compile_filter(
         &o.filter,
         o.sources.iter().all(|s| s.ends_with('/')),
-    )? {
+    );
+    if let Some(f) = filter.map_err(Ended::Refused)? {
         rows = without_excluded(rows, &f);
     }
     rows.sort_by(|x, y| x.path.cmp(&y.path));
@@ -231,11 +265,11 @@ fn list(a: &Attempt, o: &CpOptions) -> Result<Vec<FileRow>, String> {
 /// far end's walk names what it sends: the source's own name first (the
 /// export's for its root). A source that lists as one entry of its own
 /// name that is no directory is that file.
-fn remote_entries(o: &CpOptions) -> Result<Vec<(String, Kind, u64)>, String> {
+fn remote_entries(o: &CpOptions) -> Result<Vec<(String, Kind, u64)>, Ended> {
     let mut out = Vec::new();
     for s in &o.sources {
-        let r =
-            longhaul_proto::xfer::parse_remote(s).ok_or_else(|| format!("{s} is not remote"))?;
+        let r = longhaul_proto::xfer::parse_remote(s)
+            .ok_or_else(|| Ended::Refused(format!("{s} is not remote")))?;
         let path = r.path.trim_end_matches('/');
         let name = path
             .rsplit('/')
@@ -244,7 +278,7 @@ fn remote_entries(o: &CpOptions) -> Result<Vec<(String, Kind, u64)>, String> {
             .unwrap_or(&r.export)
             .to_string();
         let listed = longhaul_engine::xfer::client::ls(s, o.recursive, &o.client)
-            .map_err(|e| format!("cannot list {s}: {e}"))?;
+            .map_err(|e| ended_by(&e, format!("cannot list {s}: {e}")))?;
         match listed.as_slice() {
             [one] if one.kind != Kind::Dir && one.name == name && !path.is_empty() => {
                 out.push((name, one.kind, one.size));
@@ -338,7 +372,7 @@ pub fn run(a: &Attempt, number: u32, worker: &str) -> (Ended, AttemptView) {
     };
     let ended = match prepare(a) {
         Ok(o) => copy(a, o, number, &mut view),
-        Err(e) => Ended::Broke(e),
+        Err(e) => e,
     };
     view.ended = Some(crate::now() as f64);
     match &ended {
@@ -349,7 +383,7 @@ pub fn run(a: &Attempt, number: u32, worker: &str) -> (Ended, AttemptView) {
             view.resumed_bytes = s.resumed_bytes;
             view.sent_bytes = s.sent_bytes;
         }
-        Ended::Broke(e) => {
+        Ended::Broke(e) | Ended::Refused(e) => {
             view.outcome = "failed".into();
             view.error = Some(e.clone());
         }
@@ -359,11 +393,11 @@ pub fn run(a: &Attempt, number: u32, worker: &str) -> (Ended, AttemptView) {
 }
 
 /// The copy planned and the entries listed, their attempts counted.
-fn prepare(a: &Attempt) -> Result<CpOptions, String> {
-    let o = plan(a)?;
+fn prepare(a: &Attempt) -> Result<CpOptions, Ended> {
+    let o = plan(a).map_err(Ended::Refused)?;
     let rows = list(a, &o)?;
     let fresh = a.job.spec.options.every_s.is_some() && a.job.attempts <= 1;
-    let store = |e: crate::store::StoreError| e.to_string();
+    let store = |e: crate::store::StoreError| Ended::Broke(e.to_string());
     a.store.put_files(&a.job.id, &rows, fresh).map_err(store)?;
     a.store
         .count_attempt(&a.job.id, a.job.spec.options.retries)
@@ -378,6 +412,9 @@ fn copy(a: &Attempt, mut o: CpOptions, number: u32, view: &mut AttemptView) -> E
         a.running,
         archive.as_ref().and_then(ArchiveReporter::catalogue),
     ));
+    a.running
+        .copying
+        .store(true, std::sync::atomic::Ordering::SeqCst);
     let copied = match archive.as_mut() {
         Some(r) => cp_with(&o, r),
         None => cp_with(&o, &mut Discard),
@@ -408,17 +445,37 @@ fn copy(a: &Attempt, mut o: CpOptions, number: u32, view: &mut AttemptView) -> E
             Ended::Completed(Box::new(s))
         }
         Err(EngineError::Interrupted(_)) if stopped => Ended::Stopped,
-        Err(e) => Ended::Broke(e.to_string()),
+        Err(EngineError::Interrupted(_))
+            if a.running.stalled.load(std::sync::atomic::Ordering::SeqCst) =>
+        {
+            Ended::Broke(format!(
+                "it moved nothing for {} s (a stalled connection): stopped, to be tried again",
+                a.cfg.stall.as_secs()
+            ))
+        }
+        Err(e) => ended_by(&e, e.to_string()),
     };
     if let Some(mut r) = archive {
         let failure = match &ended {
             Ended::Completed(_) => None,
-            Ended::Broke(e) => Some((e.as_str(), 5)),
+            Ended::Broke(e) | Ended::Refused(e) => Some((e.as_str(), 5)),
             Ended::Stopped => Some(("cancelled", 130)),
         };
         longhaul_engine::report::Reporter::end(&mut r, failure);
     }
     ended
+}
+
+/// How an engine error ends an attempt: a refusal (the far end's word on
+/// the capability or the request) or a usage error is for good; anything
+/// else is worth another attempt.
+fn ended_by(e: &EngineError, message: String) -> Ended {
+    match e {
+        EngineError::Refused { .. } | EngineError::Usage(_) | EngineError::Trust(_) => {
+            Ended::Refused(message)
+        }
+        _ => Ended::Broke(message),
+    }
 }
 
 /// Writes the files that landed so far to the store, as finished.

@@ -27,9 +27,9 @@ use std::time::Duration;
 use longhaul_engine::server::observe::ServeObserver;
 use longhaul_engine::xfer::Export;
 
-/// How long a lease lasts without a heartbeat, seconds: a server that
-/// died loses its jobs to the others (or to itself, restarted) after at
-/// most this long. Heartbeats come every third of it.
+/// How long a lease lasts without a heartbeat by default, seconds
+/// (`serve --jobs-lease`): a server that died loses its jobs to the others
+/// after at most this long. Heartbeats come every second; each renews it.
 pub const LEASE_S: u64 = 30;
 
 /// Where a server keeps its jobs.
@@ -77,6 +77,12 @@ pub struct JobsConfig {
     /// The time-outs of the runner's connections to far ends.
     pub connect_timeout: Duration,
     pub handshake_timeout: Duration,
+    /// How long a lease lasts without a heartbeat, seconds (at least 3).
+    pub lease_s: u64,
+    /// An attempt that moves nothing for this long is stopped and tried
+    /// again (it resumes): a connection a long outage left stuck does not
+    /// hold the job.
+    pub stall: Duration,
     /// Open access (a demo or a test server): every client is the same
     /// grant, and no grant is looked up.
     pub open_access: bool,
@@ -97,6 +103,8 @@ impl Default for JobsConfig {
             worker: String::new(),
             connect_timeout: Duration::from_secs(10),
             handshake_timeout: Duration::from_secs(10),
+            lease_s: LEASE_S,
+            stall: Duration::from_secs(120),
             open_access: false,
         }
     }

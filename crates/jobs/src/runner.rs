@@ -19,7 +19,7 @@ use longhaul_proto::job::{backoff, derive, next_run, FileState, JobKind, JobStat
 
 use crate::attempt::{self, Attempt, Ended, Running};
 use crate::store::{FileQuery, JobRow, JobStore, Live, HISTORY_KEPT};
-use crate::{notify, now, JobsConfig, LEASE_S};
+use crate::{notify, now, JobsConfig};
 
 pub struct Runner {
     store: Arc<dyn JobStore>,
@@ -87,7 +87,7 @@ impl Runner {
     fn work(self: Arc<Self>) {
         loop {
             let t = now();
-            match self.store.lease(&self.cfg.worker, t, t + LEASE_S) {
+            match self.store.lease(&self.cfg.worker, t, t + self.cfg.lease_s) {
                 Ok(Some(job)) => self.handle(job),
                 Ok(None) => self.idle(),
                 Err(e) => {
@@ -99,7 +99,7 @@ impl Runner {
     }
 
     fn beat(self: Arc<Self>) {
-        let every = Duration::from_secs(LEASE_S / 3);
+        let every = Duration::from_secs(10);
         let mut last_counts = Instant::now() - every;
         loop {
             std::thread::sleep(Duration::from_secs(1));
@@ -116,7 +116,7 @@ impl Runner {
                 .collect();
             match self
                 .store
-                .heartbeat(&self.cfg.worker, now() + LEASE_S, &live)
+                .heartbeat(&self.cfg.worker, now() + self.cfg.lease_s, &live)
             {
                 Ok(beat) => {
                     for (id, r) in &running {
@@ -126,6 +126,11 @@ impl Runner {
                             r.stop();
                         } else if beat.cancelled.contains(id) {
                             r.cancelled.store(true, Ordering::SeqCst);
+                            r.stop();
+                        } else if r.stalled_for(self.cfg.stall)
+                            && !r.stalled.swap(true, Ordering::SeqCst)
+                        {
+                            tracing::warn!("job {id}: nothing moved for {} s; stopping the attempt to try again", self.cfg.stall.as_secs());
                             r.stop();
                         }
                     }
@@ -166,6 +171,7 @@ impl Runner {
             self.settle(job, true);
             return;
         }
+        self.begin(&mut job);
         let running = Arc::new(Running::default());
         if let Ok(mut m) = self.running.lock() {
             m.insert(job.id.clone(), running.clone());
@@ -187,6 +193,7 @@ impl Runner {
         if running.lost.load(Ordering::SeqCst) {
             return;
         }
+        job.history.pop();
         push_history(&mut job, view);
         match ended {
             Ended::Stopped => {
@@ -197,6 +204,11 @@ impl Runner {
                 tracing::info!("job {}: attempt {} broke: {e}", job.id, job.attempts);
                 job.error = Some(e);
                 self.settle(job, false);
+            }
+            Ended::Refused(e) => {
+                tracing::warn!("job {}: attempt {} was refused: {e}", job.id, job.attempts);
+                job.error = Some(e);
+                self.settle(job, true);
             }
             Ended::Completed(s) => {
                 job.error = s.failed.first().map(|f| {
@@ -210,6 +222,32 @@ impl Runner {
                 job.listed = true;
                 self.settle(job, false);
             }
+        }
+    }
+
+    /// Records the attempt as running in the job's history (so that one
+    /// whose server dies shows as `lost` to whoever takes the job over),
+    /// and marks such an attempt before it.
+    fn begin(&self, job: &mut JobRow) {
+        let t = now();
+        if let Some(last) = job.history.last_mut().filter(|a| a.outcome == "running") {
+            last.outcome = "lost".into();
+            last.ended = Some(t as f64);
+            last.error = Some(format!("its server ({}) stopped", last.worker));
+        }
+        push_history(
+            job,
+            longhaul_proto::job::AttemptView {
+                attempt: job.attempts,
+                started: t as f64,
+                worker: self.cfg.worker.clone(),
+                outcome: "running".into(),
+                ..Default::default()
+            },
+        );
+        job.updated = t;
+        if let Err(e) = self.store.save(job, Some(&self.cfg.worker.clone())) {
+            tracing::warn!("job {}: {e}", job.id);
         }
     }
 

@@ -224,6 +224,8 @@ fn start_jobs(
         worker,
         connect_timeout: std::time::Duration::from_secs(5),
         handshake_timeout: a.handshake_timeout,
+        lease_s: a.jobs_lease.as_secs().max(3),
+        stall: a.jobs_stall.max(std::time::Duration::from_secs(5)),
         open_access: false,
     })
     .map_err(|e| usage(e.to_string()))?;

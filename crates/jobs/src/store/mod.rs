@@ -5,7 +5,8 @@
 //! take over the jobs of a server that stopped heartbeating.
 //!
 //! A lease is a deadline in the job's row: a server that holds a job
-//! renews it every third of [`crate::LEASE_S`]; a job whose lease ran out
+//! renews it every second (its lease lasts [`crate::LEASE_S`], or
+//! `--jobs-lease`); a job whose lease ran out
 //! is leased again by whoever asks next. So no job stays active without a
 //! live worker, and a result written by a server that lost its lease is
 //! dropped ([`JobStore::save`] checks the holder).
