@@ -16,7 +16,9 @@ use std::time::Duration;
 
 use rusqlite::{params, Connection, OpenFlags, OptionalExtension, Row};
 
-use crate::model::{FileHit, FileRow, HistoryFilter, IntervalRow, NewRun, RunDetail, RunRow};
+use crate::model::{
+    FileHit, FileRow, HistoryFilter, IntervalRow, JobRun, NewRun, RunDetail, RunRow,
+};
 use crate::schema::{MIGRATIONS, SCHEMA_VERSION};
 
 /// What went wrong with the archive, naming its file.
@@ -537,6 +539,34 @@ impl Archive {
             .map_err(|e| io_error(&self.path, e))?;
         let rows = stmt
             .query_map(rusqlite::params_from_iter(args), run_row)
+            .map_err(|e| io_error(&self.path, e))?
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| io_error(&self.path, e))?;
+        Ok(rows)
+    }
+
+    /// The archived attempts of jobs (runs of kind `job`), newest first, at
+    /// most `limit`, each with its job's id and its attempt and run numbers
+    /// (the dashboard's Jobs page groups them by job).
+    pub fn job_runs(&self, limit: usize) -> Result<Vec<JobRun>, ArchiveError> {
+        let sql = format!(
+            "SELECT {RUN_COLUMNS}, coalesce(json_extract(params, '$.job'), ''),
+                    coalesce(json_extract(params, '$.attempt'), 0), coalesce(json_extract(params, '$.run'), 0)
+             FROM runs WHERE kind = 'job' ORDER BY id DESC LIMIT ?1"
+        );
+        let mut stmt = self
+            .conn
+            .prepare(&sql)
+            .map_err(|e| io_error(&self.path, e))?;
+        let rows = stmt
+            .query_map([limit as i64], |r| {
+                Ok(JobRun {
+                    run: run_row(r)?,
+                    job: r.get(RUN_COLUMN_COUNT)?,
+                    attempt: r.get::<_, i64>(RUN_COLUMN_COUNT + 1)? as u32,
+                    run_number: r.get::<_, i64>(RUN_COLUMN_COUNT + 2)? as u32,
+                })
+            })
             .map_err(|e| io_error(&self.path, e))?
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| io_error(&self.path, e))?;

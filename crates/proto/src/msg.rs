@@ -756,6 +756,30 @@ mod tests {
                 code: RefuseCode::Unauthorized,
                 message: "no".into(),
             })),
+            Message::Revoke(Default::default()),
+            Message::Revoked(Default::default()),
+            Message::Discard(crate::xfer::copy::Discard {
+                paths: vec!["run7/a.h5".into()],
+            }),
+            Message::Discarded(crate::xfer::copy::Discarded { removed: 2 }),
+            Message::GrantRequest(crate::xfer::copy::GrantRequest {
+                export: "data".into(),
+                lifetime_s: 600,
+                durable: true,
+                op: crate::xfer::copy::CapabilityOp::Pull,
+                sources: vec!["run7".into()],
+                ..Default::default()
+            }),
+            Message::JobCommand(crate::job::JobCommand::Show {
+                id: "3f2a9c1b0d4e5f67".into(),
+                files_from: 10,
+                files_limit: 5,
+                state: Some(crate::job::FileState::Failed),
+            }),
+            Message::JobAnswer(crate::job::JobAnswer::Retried {
+                id: "3f2a9c1b0d4e5f67".into(),
+                files: 1,
+            }),
             Message::SourceInterval(crate::tune::TransferInterval {
                 index: 3,
                 bytes: 10,

@@ -1157,3 +1157,67 @@ fn a_job_rides_out_a_30_s_outage_on_an_80_ms_path() {
     assert_same_file(&src.join("big.bin"), &dst.join("big.bin"));
     drop(w);
 }
+
+#[test]
+fn a_pull_job_brings_a_tree_into_the_job_servers_export_and_its_capability_reads_nothing_else() {
+    let t = TempDir::new("job-pull");
+    let (far, here) = (t.dir("far"), t.dir("here"));
+    for i in 0..3 {
+        write_random(&far.join(format!("tree/f{i}")), 4 << 20, 30 + i);
+    }
+    write_random(&far.join("secret/key"), 100, 40);
+    let into = format!("data={}", here.display());
+    let j = Serve::start(
+        &t.path().join("state-j"),
+        &["--jobs", "--export", &into, "--no-sync", "--no-archive"],
+    );
+    let from = format!("src={}", far.display());
+    let a = Serve::start(
+        &t.path().join("state-a"),
+        &["--third-party-copies", "--export", &from, "--no-sync"],
+    );
+    // The job server holds the destination: it pulls, with a capability
+    // the source issued to read the job's sources only.
+    let (id, _) = submit(&[
+        "-r",
+        "--rate",
+        "20mbit",
+        "--via",
+        &j.addr(),
+        &url(&a, "src/tree"),
+        &url(&j, "data/"),
+    ]);
+    let stolen = stolen_capabilities(&j.state);
+    assert_eq!(stolen.len(), 1);
+    let with_it = |args: &[&str]| {
+        bin()
+            .env("LONGHAUL_TOKEN", &stolen[0])
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let o = with_it(&["ls", &url(&a, "src/tree")]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    for (args, why) in [
+        (vec!["ls", &url(&a, "src/secret")] as Vec<&str>, "only"),
+        (vec!["ls", &url(&a, "src/")], "only"),
+        (
+            vec!["cp", &url(&a, "src/secret/key"), t.path().to_str().unwrap()],
+            "only",
+        ),
+    ] {
+        let o = with_it(&args);
+        refused_with(&o, why);
+    }
+    let payload = t.path().join("payload");
+    std::fs::write(&payload, b"x").unwrap();
+    let o = with_it(&["cp", payload.to_str().unwrap(), &url(&a, "src/tree/")]);
+    refused_with(&o, "capability");
+    let (code, v) = wait_job(&j, &id, Duration::from_secs(120));
+    assert_eq!(code, 0, "{v} {}", j.log_text());
+    assert_eq!(v["job"]["kind"], "pull", "{v}");
+    assert_eq!(v["job"]["files"]["finished"], 3, "{v}");
+    assert_same_tree(&far.join("tree"), &here.join("tree"), false);
+    assert!(!here.join("secret").exists());
+    assert!(!here.join("payload").exists() && !far.join("tree/payload").exists());
+}
