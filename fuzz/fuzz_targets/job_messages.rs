@@ -12,10 +12,16 @@ use libfuzzer_sys::fuzz_target;
 use longhaul_proto::frame::Frame;
 use longhaul_proto::job::*;
 use longhaul_proto::msg::{kind, Message};
-use longhaul_proto::xfer::copy::{within_read_scope, GrantRequest};
+use longhaul_proto::xfer::copy::within_read_scope;
 
 fuzz_target!(|data: &[u8]| {
-    for k in [kind::JOB_SUBMIT, kind::JOB_COMMAND, kind::JOB_ANSWER, kind::GRANT_REQUEST, kind::DISCARD] {
+    for k in [
+        kind::JOB_SUBMIT,
+        kind::JOB_COMMAND,
+        kind::JOB_ANSWER,
+        kind::GRANT_REQUEST,
+        kind::DISCARD,
+    ] {
         let frame = Frame {
             kind: k,
             body: data.to_vec(),
@@ -34,7 +40,9 @@ fuzz_target!(|data: &[u8]| {
         match m {
             Message::JobSubmit(spec) => {
                 if spec.check().is_ok() {
-                    assert!(!spec.source.paths.is_empty() && spec.source.paths.len() <= MAX_SOURCES);
+                    assert!(
+                        !spec.source.paths.is_empty() && spec.source.paths.len() <= MAX_SOURCES
+                    );
                     assert_eq!(spec.dest.paths.len(), 1);
                     assert!(spec.options.retries <= MAX_RETRIES);
                     assert!(spec.options.filter.len() <= MAX_FILTER_RULES);

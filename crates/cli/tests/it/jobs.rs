@@ -1015,7 +1015,7 @@ fn two_servers_share_postgresql_and_one_finishes_the_job_of_the_other_killed() {
         "--no-sync",
         "--no-archive",
     ];
-    let mut servers = vec![
+    let mut servers = [
         Serve::start(&t.path().join("state-j1"), &args),
         Serve::start(&t.path().join("state-j2"), &args),
     ];
