@@ -18,7 +18,7 @@ use longhaul_engine::report::Discard;
 use longhaul_engine::results::CommandReporter;
 use longhaul_engine::xfer::client::{cp_with, CpOptions, CpSummary};
 use longhaul_engine::xfer::filter::Filter;
-use longhaul_engine::xfer::{Catalogue, Export, Landed, Progress};
+use longhaul_engine::xfer::{beneath, confine, Catalogue, Export, Landed, Progress};
 use longhaul_engine::EngineError;
 use longhaul_proto::job::{AttemptView, FileState, JobEnd, JobKind};
 use longhaul_proto::xfer::copy::CopyOptions;
@@ -169,7 +169,7 @@ fn plan(a: &Attempt) -> Result<CpOptions, String> {
     let (sources, dest, client, anchor) = match job.kind {
         JobKind::Push => {
             let ex = export_of(a.cfg, &spec.source)?;
-            let sources = crate::desk::local_paths(ex, &spec.source.paths)?;
+            let sources = local_paths(ex, &spec.source.paths)?;
             let anchor = longhaul_engine::xfer::beneath::Anchor::open_as(
                 &ex.root,
                 std::path::Path::new(&ex.name),
@@ -185,7 +185,7 @@ fn plan(a: &Attempt) -> Result<CpOptions, String> {
         }
         JobKind::Pull => {
             let ex = export_of(a.cfg, &spec.dest)?;
-            let mut dest = crate::desk::local_paths(ex, &spec.dest.paths)?.remove(0);
+            let mut dest = local_paths(ex, &spec.dest.paths)?.remove(0);
             if spec.dest.dir && !dest.ends_with('/') {
                 dest.push('/');
             }
@@ -503,4 +503,20 @@ pub fn flush(store: &dyn JobStore, id: &str, running: &Running) {
     if let Err(e) = store.change_files(id, &changes) {
         tracing::warn!("job {id}: {e}");
     }
+}
+
+/// A job's end on this server, as the runner reads it: the export's root
+/// joined with each path (beneath it), a trailing `/` kept.
+pub fn local_paths(ex: &Export, paths: &[String]) -> Result<Vec<String>, String> {
+    let mut out = Vec::new();
+    for p in paths {
+        let r = beneath(&ex.root, p).map_err(|e| e.to_string())?;
+        confine(&ex.root, &r).map_err(|e| e.to_string())?;
+        let mut s = r.to_string_lossy().into_owned();
+        if p.ends_with('/') && !s.ends_with('/') {
+            s.push('/');
+        }
+        out.push(s);
+    }
+    Ok(out)
 }

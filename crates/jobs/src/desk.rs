@@ -299,19 +299,3 @@ impl JobDesk for Desk {
         }
     }
 }
-
-/// A job's end on this server, as the runner reads it: the export's root
-/// joined with each path (beneath it), a trailing `/` kept.
-pub fn local_paths(ex: &Export, paths: &[String]) -> Result<Vec<String>, String> {
-    let mut out = Vec::new();
-    for p in paths {
-        let r = beneath(&ex.root, p).map_err(|e| e.to_string())?;
-        confine(&ex.root, &r).map_err(|e| e.to_string())?;
-        let mut s = r.to_string_lossy().into_owned();
-        if p.ends_with('/') && !s.ends_with('/') {
-            s.push('/');
-        }
-        out.push(s);
-    }
-    Ok(out)
-}
