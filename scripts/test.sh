@@ -2,11 +2,30 @@
 # Runs the whole test suite (unit, protocol harness, loopback integration).
 # The `ci` profile (Cargo.toml): optimised, since the integration tests move real
 # data and debug builds are ten times slower at it, but without release's LTO and
-# debug info, which only cost compile time here.
+# debug info, which only cost compile time here. Tests run two at a time, those
+# that measure a rate or a time alone (.config/nextest.toml, docs/TESTING.md).
+#
+# A test that lacks something this host does not have (root, a tool, a device)
+# skips, unless CI's LONGHAUL_REQUIRE_<NEED>=1 makes that a failure; the run ends
+# by saying how many skipped and why, so that "N passed" is not read as all of
+# them having run. Arguments go to nextest (or cargo test), e.g. -E 'test(/^cp::/)'.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+skips=$(mktemp)
+trap 'rm -f "$skips"' EXIT
+export LONGHAUL_SKIP_LOG=$skips
+status=0
 if cargo nextest --version >/dev/null 2>&1; then
-  cargo nextest run --workspace --cargo-profile ci --locked --no-fail-fast "$@"
+  cargo nextest run --workspace --cargo-profile ci --locked --no-fail-fast "$@" || status=$?
 else
-  cargo test --workspace --profile ci --locked --no-fail-fast "$@"
+  cargo test --workspace --profile ci --locked --no-fail-fast "$@" || status=$?
 fi
+if [ -s "$skips" ]; then
+  echo
+  echo "$(cut -f3 "$skips" | sort -u | wc -l) test(s) skipped for want of something this host lacks" \
+    "(they passed without testing it; CI sets LONGHAUL_REQUIRE_* so that none can):"
+  cut -f1,2 "$skips" | sort | uniq -c | sort -rn |
+    awk -F'\t' '{ split($1, n, " "); printf "  %3d  %s: %s (LONGHAUL_REQUIRE_%s=1 makes it a failure)\n", n[1], n[2], $2, n[2] }'
+fi
+exit "$status"

@@ -328,7 +328,19 @@ impl Archive {
             .pragma_update(None, "cache_size", -4096)
             .map_err(|e| classify(&path, e))?;
         for (from, sql) in MIGRATIONS.iter().enumerate().skip(version as usize) {
-            let tx = self.conn.transaction().map_err(|e| classify(&path, e))?;
+            // Taken for writing before the version is read again: another
+            // process opening the same new archive at once (two ranks of a
+            // fleet) may have applied this step meanwhile.
+            let tx = self
+                .conn
+                .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+                .map_err(|e| classify(&path, e))?;
+            let now: u32 = tx
+                .query_row("PRAGMA user_version", [], |r| r.get(0))
+                .map_err(|e| classify(&path, e))?;
+            if now as usize > from {
+                continue;
+            }
             tx.execute_batch(sql).map_err(|e| classify(&path, e))?;
             tx.pragma_update(None, "user_version", from as u32 + 1)
                 .map_err(|e| classify(&path, e))?;

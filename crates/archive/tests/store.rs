@@ -3,6 +3,7 @@
 //! a run whose process died.
 
 use std::path::Path;
+use std::time::Duration;
 
 use longhaul_archive::model::{FileRow, HistoryFilter, IntervalRow, NewRun};
 use longhaul_archive::writer::{RunEnd, RunResult, Writer};
@@ -239,9 +240,12 @@ fn a_run_whose_process_died_reads_as_interrupted_with_what_it_recorded() {
     let (w, fin) = Writer::start(a, id);
     w.interval(interval(0, -1));
     w.interval(interval(1, -1));
-    // Committed within COMMIT_EVERY; then the process "dies": its pid is
-    // made one that is gone.
-    std::thread::sleep(std::time::Duration::from_millis(800));
+    // Committed within COMMIT_EVERY: wait for the two rows, then the
+    // process "dies": its pid is made one that is gone.
+    let reader = Archive::open_read_only(&path).unwrap();
+    longhaul_testkit::wait_until("the writer's commit", Duration::from_secs(30), || {
+        reader.run(id).is_ok_and(|d| d.intervals.len() == 2)
+    });
     let mut child = std::process::Command::new("true").spawn().unwrap();
     let dead = child.id();
     child.wait().unwrap();
@@ -300,4 +304,28 @@ fn a_long_run_streams_its_intervals_in_bounded_memory() {
     let r = Archive::open_read_only(&path).unwrap();
     let n = r.intervals(id, None).unwrap().len() as u64;
     assert_eq!(n + loss.rows, 57_600 * 9, "every row kept or counted lost");
+}
+
+/// Two ranks of a fleet (or any two runs) opening the same new archive at
+/// once both get it, made once: neither is told a table already exists.
+#[test]
+fn processes_opening_a_new_archive_at_once_all_get_it() {
+    for round in 0..10 {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("archive.db");
+        let start = std::sync::Arc::new(std::sync::Barrier::new(6));
+        let openers: Vec<_> = (0..6)
+            .map(|_| {
+                let (path, start) = (path.clone(), start.clone());
+                std::thread::spawn(move || {
+                    start.wait();
+                    Archive::open(&path).map(drop)
+                })
+            })
+            .collect();
+        for o in openers {
+            let opened = o.join().unwrap();
+            assert!(opened.is_ok(), "round {round}: {:?}", opened.err());
+        }
+    }
 }

@@ -12,8 +12,7 @@ use std::time::Duration;
 
 use longhaul_engine::bench::disk::{self, DiskBench};
 
-#[path = "../../cli/tests/it/common/require.rs"]
-mod require;
+use longhaul_testkit::require;
 
 fn run(c: &mut Command) -> String {
     let o = c.output().unwrap_or_else(|e| panic!("{c:?}: {e}"));

@@ -5,8 +5,7 @@
 //!
 //! cargo run --release -p longhaul-fleet --example queue_cost -- [UNITS] [WORKERS] [BATCH]
 
-#[path = "../tests/common/pg.rs"]
-mod pg;
+use longhaul_testkit::pg;
 
 use std::time::{Duration, Instant};
 

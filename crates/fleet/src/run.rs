@@ -329,6 +329,43 @@ fn result_file(run_dir: &Path, rank: u32) -> PathBuf {
     run_dir.join(format!("rank-{rank:05}.json"))
 }
 
+/// The results an earlier start of the fleet already counted: rank 0
+/// writes, after each aggregate, each result it took as (rank, started,
+/// ended). Without a launcher naming the start (`job`), a result left by
+/// the last start is otherwise the same as this one's: run again, rank 0
+/// could take a rank's last result for its new one when that rank had
+/// not written it yet (a whole share "resent" on a run that moved
+/// nothing).
+fn taken_file(run_dir: &Path) -> PathBuf {
+    run_dir.join("taken.json")
+}
+
+type Taken = std::collections::BTreeSet<(u32, u64, u64)>;
+
+fn taken_key(r: &RankResult) -> (u32, u64, u64) {
+    (r.rank, r.started_unix_ms, r.ended_unix_ms)
+}
+
+/// What [`taken_file`] holds; nothing when there is none (a first start,
+/// or one whose rank 0 never aggregated: its results are then this
+/// start's to take).
+fn read_taken(run_dir: &Path) -> Taken {
+    read_private(&taken_file(run_dir))
+        .ok()
+        .and_then(|b| serde_json::from_slice(&b).ok())
+        .unwrap_or_default()
+}
+
+fn write_taken(run_dir: &Path, ranks: &[RankResult]) -> Result<(), EngineError> {
+    let taken: Taken = ranks.iter().map(taken_key).collect();
+    let path = taken_file(run_dir);
+    write_atomic(
+        &path,
+        &serde_json::to_vec(&taken).expect("a set of numbers serializes"),
+    )
+    .map_err(|e| EngineError::io(format!("failed to write {}", path.display()), e))
+}
+
 /// The run directory's manifest: rank 0 writes it once (a rank 0 run
 /// again keeps it); the others wait for it. Whoever wrote it, a rank
 /// reads only what resolves beneath its own sources.
@@ -520,6 +557,7 @@ fn run_static(
         });
     }
     let hash = manifest.hash();
+    let taken = read_taken(run_dir);
     let mut told = std::collections::HashSet::new();
     let ranks = wait_for_results(f, &manifest, |missing| {
         let mut found = Vec::new();
@@ -534,7 +572,10 @@ fn run_static(
             };
             // Of this manifest, and of this start of the fleet when the
             // launcher names it (a job run again is all again).
-            if x.manifest != hash || (f.job.is_some() && x.job != f.job) {
+            if x.manifest != hash
+                || (f.job.is_some() && x.job != f.job)
+                || taken.contains(&taken_key(&x))
+            {
                 missing.push(r);
                 continue;
             }
@@ -555,6 +596,7 @@ fn run_static(
         Ok(found)
     })?;
     let check = final_check(f, &manifest, reporter)?;
+    write_taken(run_dir, &ranks)?;
     let summary = aggregate("static", f.rank.size, &manifest, ranks, check);
     Ok(Outcome {
         rank: me,

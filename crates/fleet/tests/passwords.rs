@@ -3,14 +3,12 @@
 //! 0600 rule), `passfile=`, a pg_service.conf service; a password nowhere
 //! or a wrong one says where passwords go, never the password.
 
-mod common;
-
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::sync::Mutex;
 
-use common::pg::TempPostgres;
 use longhaul_fleet::queue::Queue;
+use longhaul_testkit::pg::TempPostgres;
 
 const SECRET: &str = "SECRET-pw-41b7";
 

@@ -2,15 +2,13 @@
 //! leases that exclude each other, leases that expire, failures retried
 //! then given up, one finishing rank.
 
-mod common;
-
 use std::collections::HashSet;
 use std::sync::{Arc, Barrier, Mutex};
 use std::time::Duration;
 
-use common::pg::{TempPostgres, Tls};
 use longhaul_fleet::queue::{Published, Queue, QueueError};
 use longhaul_fleet::shard::Unit;
+use longhaul_testkit::pg::{TempPostgres, Tls};
 
 fn units(n: u32) -> Vec<Unit> {
     (0..n)

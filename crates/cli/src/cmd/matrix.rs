@@ -10,6 +10,8 @@ mod far;
 mod peers;
 mod ratios;
 mod run;
+#[cfg(test)]
+mod tests;
 
 use std::collections::BTreeMap;
 use std::path::Path;

@@ -269,8 +269,13 @@ fn attacker_connections_past_the_limits_are_told_busy_and_closed() {
         let held: Vec<TcpStream> = (0..2)
             .map(|_| TcpStream::connect(srv.addr()).unwrap())
             .collect();
-        // The accept loop counts a connection when it takes it: wait for both.
-        std::thread::sleep(Duration::from_millis(300));
+        // The accept loop counts a connection when it takes it, before it
+        // takes the next: wait until it has taken both.
+        common::wait_until(
+            "the server to take both connections",
+            Duration::from_secs(30),
+            || common::counters::accept_queue(srv.addr().port()) == Some(0),
+        );
         let said = read_refusal(srv.addr());
         assert!(said.contains(why), "{why}: got {said:?}");
         drop(held);

@@ -393,7 +393,7 @@ fn a_resumed_copy_tells_the_bytes_it_sent_and_resumed_and_rates_the_sent() {
 /// named as such, on a push (the client's tuner) and on a pull (the
 /// server's), never congestion.
 #[test]
-fn a_copy_held_by_its_own_rate_cap_says_so() {
+fn a_copy_held_by_its_own_rate_cap_says_so_timed() {
     let t = TempDir::new("ratecap");
     let srcd = t.dir("src");
     let exp = t.dir("export");

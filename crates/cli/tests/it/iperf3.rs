@@ -304,7 +304,7 @@ fn iperf3_clients_against_longhaul_serve() {
 }
 
 #[test]
-fn two_iperf3_clients_at_once_and_the_third_is_busy() {
+fn two_iperf3_clients_at_once_and_the_third_is_busy_timed() {
     if !iperf3_here() {
         return;
     }
@@ -312,7 +312,10 @@ fn two_iperf3_clients_at_once_and_the_third_is_busy() {
     let (server, port) = longhaul_server(&dir, &["--iperf3-max-tests", "2"]);
     let a = iperf3_client(port, &["-t", "2", "-b", "200M"]);
     let b = iperf3_client(port, &["-t", "2", "-b", "200M", "-R"]);
-    std::thread::sleep(Duration::from_millis(600));
+    // Both running: each one's control connection and data stream taken.
+    common::wait_until("both iperf3 tests to run", Duration::from_secs(10), || {
+        common::counters::established(port) >= 4
+    });
     let c = iperf3_client(port, &["-t", "1"]).finish(Duration::from_secs(10));
     let text = format!("{}{}", stdout(&c), stderr(&c));
     // iperf3 -J exits 0 even so; its JSON carries the error.
@@ -610,7 +613,7 @@ fn answered(from: &UdpSocket, port: u16, what: &[u8]) -> Option<Vec<u8>> {
 }
 
 #[test]
-fn udp_strangers_and_malformed_setup_datagrams_are_ignored() {
+fn udp_strangers_and_malformed_setup_datagrams_are_ignored_timed() {
     if !iperf3_here() {
         return;
     }
@@ -677,7 +680,7 @@ fn udp_strangers_and_malformed_setup_datagrams_are_ignored() {
 }
 
 #[test]
-fn a_udp_client_over_its_asked_rate_is_ended() {
+fn a_udp_client_over_its_asked_rate_is_ended_timed() {
     if !iperf3_here() {
         return;
     }

@@ -294,11 +294,24 @@ fn far_host_over_ssh_runs_servers_there_verifies_and_leaves_nothing() {
         .and_then(|l| l.split(' ').nth(1).map(str::to_string))
         .unwrap_or_else(|| panic!("no far work directory in:\n{stderr}"));
     assert!(!std::path::Path::new(&far_root).exists(), "{far_root} left");
-    std::thread::sleep(std::time::Duration::from_millis(300));
-    for e in std::fs::read_dir("/proc").unwrap().flatten() {
-        let cmd = std::fs::read(e.path().join("cmdline")).unwrap_or_default();
-        let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
-        assert!(!cmd.contains(&far_root), "a far process is left: {cmd}");
+    let far_processes = || {
+        std::fs::read_dir("/proc")
+            .unwrap()
+            .flatten()
+            .map(|e| std::fs::read(e.path().join("cmdline")).unwrap_or_default())
+            .map(|cmd| String::from_utf8_lossy(&cmd).replace('\0', " "))
+            .filter(|cmd| cmd.contains(&far_root))
+            .collect::<Vec<_>>()
+    };
+    // The far servers are ended as the run ends; wait for them to be gone.
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !far_processes().is_empty() {
+        assert!(
+            std::time::Instant::now() < until,
+            "far processes are left: {:?}",
+            far_processes()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
     }
 }
 

@@ -435,7 +435,7 @@ fn metrics_refuse_a_rebound_host_name() {
 /// header (twice the cap of 16) are cut off after the 10 s header limit,
 /// and a real scrape is served.
 #[test]
-fn metrics_cut_off_slow_headers_and_still_answer() {
+fn metrics_cut_off_slow_headers_and_still_answer_timed() {
     use std::io::{Read, Write};
     let t = TempDir::new("metrics-slowloris");
     let exp = t.dir("export");

@@ -148,7 +148,7 @@ fn byte_count_mode_sends_exactly_that() {
 }
 
 #[test]
-fn udp_at_a_set_rate_without_loss() {
+fn udp_at_a_set_rate_without_loss_timed() {
     let s = server();
     let v = ok_json(s.addr(), &["-u", "-b", "100M", "-t", "1"]);
     let sum = &v["summary"];
@@ -165,7 +165,7 @@ fn udp_at_a_set_rate_without_loss() {
 }
 
 #[test]
-fn udp_loss_in_a_small_receive_buffer_is_counted_and_named() {
+fn udp_loss_in_a_small_receive_buffer_is_counted_and_named_timed() {
     let s = server();
     // Unlimited rate into a tiny receive buffer: the receiver's own socket drops.
     let v = ok_json(s.addr(), &["-u", "-b", "0", "-w", "4K", "-t", "1"]);
@@ -249,7 +249,7 @@ fn garbage_client_does_not_disturb_a_real_test() {
 }
 
 #[test]
-fn slowloris_is_cut_off_at_the_handshake_deadline() {
+fn slowloris_is_cut_off_at_the_handshake_deadline_timed() {
     let s = common::xfer::spawn_server(ServeConfig {
         limits: Limits {
             handshake_timeout: Duration::from_millis(800),
@@ -600,7 +600,7 @@ fn ipv6_server_and_client() {
 }
 
 #[test]
-fn pacing_mss_affinity_and_omit_take_effect() {
+fn pacing_mss_affinity_and_omit_take_effect_timed() {
     let s = server();
     // Pacing caps the rate (SO_MAX_PACING_RATE), split over the streams:
     // the paced bytes over the paced span, from the tool's own intervals
@@ -672,7 +672,7 @@ fn pinned_threads(pid: &str, cpu: usize) -> Vec<(String, usize)> {
 }
 
 #[test]
-fn affinity_pins_each_ends_streams_to_the_cpu_asked() {
+fn affinity_pins_each_ends_streams_to_the_cpu_asked_timed() {
     if !common::require::have("CPUS", common::require::cpus(2)) {
         return;
     }

@@ -1224,7 +1224,7 @@ fn garbage_after_the_tls_handshake_loses_only_its_own_connection() {
 }
 
 #[test]
-fn silent_connections_are_closed_at_the_handshake_deadline() {
+fn silent_connections_are_closed_at_the_handshake_deadline_timed() {
     let site = Site::new("silent");
     let srv = site.server(|c| c.limits.handshake_timeout = Duration::from_millis(1500));
     let a = srv.addr();
@@ -1485,7 +1485,7 @@ fn a_udp_stream_registered_from_another_address_gets_nothing() {
 /// for more rate or time than they allow is refused, naming the cap; a
 /// token holder keeps the server's own limits.
 #[test]
-fn anonymous_tests_are_capped_in_rate_and_time() {
+fn anonymous_tests_are_capped_in_rate_and_time_timed() {
     let site = Site::new("pubcaps");
     let srv = site.server(|c| {
         c.public_perf = true;

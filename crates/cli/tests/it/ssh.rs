@@ -15,6 +15,7 @@ use std::sync::mpsc::{channel, Receiver};
 use std::time::{Duration, Instant};
 
 use longhaul_engine::server::oneshot::{Handshake, SECRET_PREFIX};
+use longhaul_testkit::process::gone;
 
 use crate::common;
 use common::pg;
@@ -67,15 +68,6 @@ fn same_tree(a: &Path, b: &Path) {
 }
 
 /// Whether a process is gone (or a zombie nobody has reaped yet).
-fn gone(pid: u32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Err(_) => true,
-        Ok(s) => s
-            .rsplit_once(')')
-            .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')),
-    }
-}
-
 fn wait_gone(pid: u32, what: &str) {
     let until = Instant::now() + Duration::from_secs(15);
     while !gone(pid) {
@@ -112,17 +104,14 @@ fn kill_far(pid: u32) {
     unsafe { libc::kill(pid as i32, libc::SIGKILL) };
 }
 
-fn journaled(journal: &Path) {
-    let until = Instant::now() + Duration::from_secs(60);
-    while std::fs::metadata(journal).map_or(true, |m| m.len() < 256) {
-        assert!(
-            Instant::now() < until,
-            "no journal at {}",
-            journal.display()
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    std::thread::sleep(Duration::from_millis(500));
+/// Waits until the far end's journal holds `records` verified chunks:
+/// data is flowing and a resume has something to resume.
+fn journaled(journal: &Path, records: u64) {
+    common::wait_until(
+        &format!("{records} chunks journaled in {}", journal.display()),
+        Duration::from_secs(60),
+        || common::xfer::journal_records(journal) >= records,
+    );
 }
 
 /// Lines of a child's stderr, as they come.
@@ -270,8 +259,8 @@ fn a_vanished_client_leaves_no_far_process() {
     let lines = lines_of(c.stderr.take().unwrap());
     let (pid, _) = wait_far_pid(&lines);
     assert!(!gone(pid), "the far end {pid} is running");
-    // Let data flow, then the client vanishes without a word.
-    std::thread::sleep(Duration::from_millis(1500));
+    // Data flows, then the client vanishes without a word.
+    journaled(&far.join(".big.bin.lhjournal"), 1);
     c.kill().unwrap();
     c.wait().unwrap();
     wait_gone(pid, "the far end after its client was killed");
@@ -306,7 +295,7 @@ fn a_far_end_killed_mid_copy_then_a_resume_completes() {
         .unwrap();
     let lines = lines_of(c.stderr.take().unwrap());
     let (pid, _) = wait_far_pid(&lines);
-    journaled(&far.join(".big.bin.lhjournal"));
+    journaled(&far.join(".big.bin.lhjournal"), 6);
     kill_far(pid);
     let status = c.wait().unwrap();
     assert!(!status.success(), "the copy cannot have completed");
@@ -359,7 +348,7 @@ fn with_retries_a_far_end_killed_mid_copy_is_replaced_and_the_copy_completes() {
     let lines = lines_of(c.stderr.take().unwrap());
     let (pid, _) = wait_far_pid(&lines);
     // Killed once it holds verified chunks, so the next far end resumes.
-    journaled(&far.join(".big.bin.lhjournal"));
+    journaled(&far.join(".big.bin.lhjournal"), 6);
     kill_far(pid);
     let (next, _) = wait_far_pid(&lines);
     assert_ne!(next, pid, "a new far end");

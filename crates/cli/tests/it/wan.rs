@@ -324,39 +324,29 @@ fn cp_tunes_its_streams_online_and_reports_each_interval() {
     // streams following the tuner.
     let intervals = v["intervals"].as_array().unwrap();
     assert!(intervals.len() >= 5, "{} intervals", intervals.len());
-    // The tuner steps on epochs the path limited; on a machine so busy
-    // that the sender's own pipeline ran dry it rightly holds (an epoch
-    // starved of chunks says nothing of the streams).
-    let path_bound = intervals
-        .iter()
-        .filter(|i| i["limit"] == "congestion")
-        .count();
-    let stepped = !tuning["steps"].as_array().unwrap().is_empty();
+    // The tuner observes every epoch (2 s here, after a first one to
+    // settle) in which chunks were still to be handed out: at 150 Mbit/s
+    // the 300 MiB take at least 16 s and the streams' send buffers (4 MiB
+    // each at most) hold under 80 MiB of them, so at least 11 s of it has
+    // chunks pending, whatever the load: it must have stepped, and its
+    // first step from the initial count is always down.
+    let steps = tuning["steps"].as_array().unwrap();
     assert!(
-        stepped || path_bound * 2 < intervals.len(),
-        "the tuner never stepped although the path limited {path_bound} of {} intervals: {tuning}",
+        !steps.is_empty(),
+        "the tuner never stepped in {} intervals: {tuning}",
         intervals.len()
     );
-    if stepped {
-        // It tried fewer streams (whether it kept them depends on which
-        // measured a few percent better: noise on a shared machine).
-        assert!(last <= initial, "{tuning}");
-        let tried = tuning["steps"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .any(|s| s["streams"].as_u64() < Some(initial))
-            || last < initial;
-        assert!(
-            tried,
-            "the tuner never tried fewer than {initial} streams: {tuning}"
-        );
-        assert!(intervals
-            .iter()
-            .any(|i| i["active_streams"].as_u64() < Some(initial)));
-    } else {
-        eprintln!("the sender ran dry (busy machine): the tuner held, as it should");
-    }
+    // It tried fewer streams (whether it kept them depends on which
+    // measured a few percent better: noise on a shared machine).
+    assert!(last <= initial, "{tuning}");
+    let tried = steps.iter().any(|s| s["streams"].as_u64() < Some(initial)) || last < initial;
+    assert!(
+        tried,
+        "the tuner never tried fewer than {initial} streams: {tuning}"
+    );
+    assert!(intervals
+        .iter()
+        .any(|i| i["active_streams"].as_u64() < Some(initial)));
     let limits = [
         "window",
         "send_buffer",

@@ -423,23 +423,55 @@ pub const BACK_FAILED: &str = "longhaul-connect-back-failed:";
 /// How long the far end tries to connect back.
 const BACK_WAIT: Duration = Duration::from_secs(10);
 
+/// The most bytes of one line on the ssh channel that are read (a request
+/// is under 128); the rest of a longer line is skipped, never read as a
+/// line of its own.
+const LINE_MAX: u64 = 512;
+
+/// One line the client said on the ssh channel.
+#[derive(Debug, PartialEq, Eq)]
+enum Said {
+    /// `connect-back ADDR:PORT TICKET`: a connection to open to it.
+    ConnectBack(SocketAddr, String),
+    /// Anything else ([`ALIVE_LINE`], a later version's line, a line too
+    /// long): only that the client is there.
+    Other,
+}
+
+/// The lines of the ssh channel, as the client said them, until its end.
+fn channel_lines(input: impl Read) -> impl Iterator<Item = Said> {
+    let mut r = std::io::BufReader::new(input);
+    std::iter::from_fn(move || loop {
+        let mut raw = Vec::new();
+        match (&mut r).take(LINE_MAX).read_until(b'\n', &mut raw) {
+            Ok(0) => return None,
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(_) => return None,
+        }
+        if raw.last() != Some(&b'\n') && raw.len() as u64 == LINE_MAX {
+            // The rest of the line is not a line: skipped, unallocated.
+            if r.skip_until(b'\n').is_err() {
+                return None;
+            }
+            return Some(Said::Other);
+        }
+        let line = String::from_utf8_lossy(&raw);
+        return Some(match back::parse_request(line.trim_end()) {
+            Some((to, ticket)) => Said::ConnectBack(to, ticket),
+            None => Said::Other,
+        });
+    })
+}
+
 /// Serves the ssh channel's lines: each `connect-back` request is a
 /// connection to open to the client and serve; any line (a request,
 /// [`ALIVE_LINE`], anything) says the client is there. Returns at the
 /// channel's end.
 fn read_requests(input: impl Read, injector: &super::Injector, one_time: &OneTime) {
-    let mut r = std::io::BufReader::new(input);
-    loop {
-        let mut raw = Vec::new();
-        match (&mut r).take(512).read_until(b'\n', &mut raw) {
-            Ok(0) => return,
-            Ok(_) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(_) => return,
-        }
+    for said in channel_lines(input) {
         one_time.heard();
-        let line = String::from_utf8_lossy(&raw);
-        let Some((to, ticket)) = back::parse_request(line.trim_end()) else {
+        let Said::ConnectBack(to, ticket) = said else {
             continue;
         };
         let injector = injector.clone();
@@ -734,6 +766,70 @@ mod tests {
             t.elapsed()
         );
         speaker.join().unwrap();
+    }
+
+    /// What a client writes on the channel of a far end that connects back
+    /// (in the form `back::request_line` writes, the tickets in the form
+    /// `back::fresh_ticket` makes): two requests and an `alive` between.
+    const RECORDED: &str =
+        "connect-back 127.0.0.1:41877 lh1b_Vd0oL3mJ7yXgq2l5m9xwQ6sT1aZr8cUeYk4nPbFhD2E\n\
+        alive\n\
+        connect-back [::1]:41878 lh1b_Q2l5m9xwQ6sT1aZr8cUeYk4nPbFhD2EVd0oL3mJ7yXg\n";
+
+    fn said(input: &[u8]) -> Vec<Said> {
+        channel_lines(input).collect()
+    }
+
+    #[test]
+    fn the_channel_reader_takes_each_request_and_hears_every_line() {
+        let t1 = "lh1b_Vd0oL3mJ7yXgq2l5m9xwQ6sT1aZr8cUeYk4nPbFhD2E".to_string();
+        let t2 = "lh1b_Q2l5m9xwQ6sT1aZr8cUeYk4nPbFhD2EVd0oL3mJ7yXg".to_string();
+        assert_eq!(
+            said(RECORDED.as_bytes()),
+            vec![
+                Said::ConnectBack("127.0.0.1:41877".parse().unwrap(), t1.clone()),
+                Said::Other,
+                Said::ConnectBack("[::1]:41878".parse().unwrap(), t2),
+            ]
+        );
+        // What the client's own code writes reads back the same.
+        let to: SocketAddr = "198.18.0.1:5310".parse().unwrap();
+        let line = format!("{}\n", back::request_line(to, &t1));
+        assert_eq!(said(line.as_bytes()), vec![Said::ConnectBack(to, t1)]);
+        // The last line may end with the channel, without a newline.
+        assert_eq!(said(RECORDED.trim_end().as_bytes()).len(), 3);
+        assert_eq!(said(b""), vec![]);
+    }
+
+    #[test]
+    fn attacker_malformed_requests_are_only_heard() {
+        for line in [
+            // Short ticket, wrong prefix, port 0, no address, a host name
+            // (never resolved), a later word, CRLF junk, not UTF-8.
+            "connect-back 127.0.0.1:41877 lh1b_short\n",
+            "connect-back 127.0.0.1:41877 lh1o_Vd0oL3mJ7yXgq2l5m9xwQ6sT1aZr8cUeYk4nPbFhD2E\n",
+            "connect-back 127.0.0.1:0 lh1b_Vd0oL3mJ7yXgq2l5m9xwQ6sT1aZr8cUeYk4nPbFhD2E\n",
+            "connect-back lh1b_Vd0oL3mJ7yXgq2l5m9xwQ6sT1aZr8cUeYk4nPbFhD2E\n",
+            "connect-back localhost:41877 lh1b_Vd0oL3mJ7yXgq2l5m9xwQ6sT1aZr8cUeYk4nPbFhD2E\n",
+            "connect-forward 127.0.0.1:41877 lh1b_Vd0oL3mJ7yXgq2l5m9xwQ6sT1aZr8cUeYk4nPbFhD2E\n",
+            "\r\n",
+        ] {
+            assert_eq!(said(line.as_bytes()), vec![Said::Other], "{line:?}");
+        }
+        assert_eq!(said(b"\xff\xfe connect-back\n"), vec![Said::Other]);
+    }
+
+    /// A line longer than [`LINE_MAX`] is one line heard, and its tail is
+    /// never read as a line: a request hidden past the limit is not taken.
+    #[test]
+    fn attacker_a_request_in_the_tail_of_an_overlong_line_is_not_taken() {
+        let request = RECORDED.lines().next().unwrap();
+        let long = format!("{}{request}\nalive\n", "x".repeat(LINE_MAX as usize));
+        assert_eq!(said(long.as_bytes()), vec![Said::Other, Said::Other]);
+        // A line of exactly the limit, newline included, is a line.
+        let padded = format!("{request:<width$}\n", width = LINE_MAX as usize - 1);
+        assert_eq!(said(padded.as_bytes()).len(), 1);
+        assert!(matches!(said(padded.as_bytes())[0], Said::ConnectBack(..)));
     }
 
     #[test]

@@ -1,24 +1,27 @@
 //! What the end-to-end tests share: one server identity and one token, so
 //! that the binary, as a client, trusts and is let in by every server the
 //! tests start (in this process or as `longhaul serve`).
+//!
+//! What every crate's tests share (require-or-skip, temporary directories,
+//! the private sshd, PostgreSQL, data generators, the kernel's counters)
+//! is the test kit, `crates/testkit`; it is re-exported here under the
+//! names these tests have always used (`common::require`, `common::pg`,
+//! `common::TempDir`, ...). What is here is this binary's own.
 
 #![allow(dead_code)]
 
 pub mod http;
 pub mod launchers;
-/// The fleet crate's PostgreSQL fixture, for the fleet and ssh modules.
-/// It loads `require.rs` a second time: the one file, compiled twice.
-#[allow(clippy::duplicate_mod)]
-#[path = "../../../../fleet/tests/common/pg.rs"]
-pub mod pg;
-pub mod require;
 pub mod sshd;
 pub mod wan;
 pub mod xfer;
 
+// Every name of the kit, used or not by today's tests (tests being written use them).
+#[allow(unused_imports)]
+pub use longhaul_testkit::{counters, free_port, pg, require, wait_until, KillOnDrop, TempDir};
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::OnceLock;
 
 use longhaul_engine::net::tls::{Identity, IDENTITY_FILE};
@@ -113,38 +116,6 @@ pub fn paths_file() -> PathBuf {
     std::env::temp_dir().join(format!("longhaul-test-paths-{}.json", std::process::id()))
 }
 
-/// A directory under the system temp dir, removed on drop.
-pub struct TempDir(PathBuf);
-
-impl TempDir {
-    pub fn new(name: &str) -> Self {
-        static N: AtomicUsize = AtomicUsize::new(0);
-        let p = std::env::temp_dir().join(format!(
-            "lh-test-{}-{name}-{}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::SeqCst)
-        ));
-        let _ = std::fs::remove_dir_all(&p);
-        std::fs::create_dir_all(&p).unwrap();
-        TempDir(p)
-    }
-    pub fn path(&self) -> &Path {
-        &self.0
-    }
-    /// A new subdirectory.
-    pub fn dir(&self, name: &str) -> PathBuf {
-        let p = self.0.join(name);
-        std::fs::create_dir_all(&p).unwrap();
-        p
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
 /// A tmpfs of `kib` KiB mounted at `dir`, unmounted on drop: a disk a
 /// test can fill. Needs root (else SKIP, or a failure under
 /// `LONGHAUL_REQUIRE_ROOT=1`); a mount that fails as root fails the test.
@@ -199,15 +170,6 @@ pub fn assert_exit(o: &Output, code: i32) {
         stdout(o),
         stderr(o)
     );
-}
-
-/// A TCP port free on loopback right now (the kernel's pick).
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 /// A TLS connection to a test server at `addr`, trusting the shared

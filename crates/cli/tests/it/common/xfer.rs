@@ -3,7 +3,6 @@
 
 use std::collections::BTreeMap;
 use std::fs;
-use std::io::Write;
 use std::net::SocketAddr;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
@@ -18,49 +17,11 @@ use serde_json::Value;
 
 use super::{assert_exit, bin, stderr, stdout};
 
-pub const MIB: u64 = 1 << 20;
+pub use longhaul_testkit::data::{write_random, write_text, Rng, MIB};
+
 /// Journal layout: a header, then one record per verified chunk.
 pub const JOURNAL_HEADER: u64 = 32;
 pub const JOURNAL_RECORD: u64 = 36;
-
-/// splitmix64: reproducible random bytes without a dependency.
-pub struct Rng(pub u64);
-
-impl Rng {
-    pub fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    pub fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-    pub fn bytes(&mut self, n: usize) -> Vec<u8> {
-        let mut v = Vec::with_capacity(n + 8);
-        while v.len() < n {
-            v.extend_from_slice(&self.next().to_le_bytes());
-        }
-        v.truncate(n);
-        v
-    }
-}
-
-pub fn write_random(path: &Path, len: usize, seed: u64) {
-    if let Some(p) = path.parent() {
-        fs::create_dir_all(p).unwrap();
-    }
-    // Written in pieces so that large files do not need one large buffer.
-    let mut f = fs::File::create(path).unwrap();
-    let mut rng = Rng(seed);
-    let mut left = len;
-    while left > 0 {
-        let n = left.min(4 << 20);
-        f.write_all(&rng.bytes(n)).unwrap();
-        left -= n;
-    }
-}
 
 pub fn longhaul(args: &[&str]) -> Output {
     bin()

@@ -23,12 +23,16 @@
 //! | `IPERF3`     | Debian's iperf3, for `perf --iperf3` and `serve --iperf3`    |
 //! | `PEERS`      | rsync, socat and XRootD, for the matrix's peer templates     |
 //!
-//! The engine's and the fleet's tests include this file by path, so there
-//! is one implementation for the workspace.
+//! Every skip is also written, one line each, to the file named by
+//! `LONGHAUL_SKIP_LOG` when it is set: `scripts/test.sh` sets it and ends
+//! the run by saying how many tests skipped and why, so that a run without
+//! the CI's `LONGHAUL_REQUIRE_*` does not read as if every test ran.
 
-#![allow(dead_code)]
-
+use std::io::Write;
 use std::path::{Path, PathBuf};
+
+/// The environment variable naming the file each skip is appended to.
+pub const SKIP_LOG: &str = "LONGHAUL_SKIP_LOG";
 
 /// Whether `LONGHAUL_REQUIRE_<need>=1`.
 pub fn required(need: &str) -> bool {
@@ -57,6 +61,33 @@ pub fn missing(need: &str, why: &str) {
         "LONGHAUL_REQUIRE_{need}=1 but {why}; this test cannot run without it"
     );
     eprintln!("SKIP: {why} (set LONGHAUL_REQUIRE_{need}=1 to make this a failure)");
+    log_skip(need, why);
+}
+
+/// Appends `NEED<TAB>why<TAB>test` to the skip log, if there is one. One
+/// short `write` to a file opened for appending: lines of tests running at
+/// once do not interleave.
+fn log_skip(need: &str, why: &str) {
+    let Some(log) = std::env::var_os(SKIP_LOG) else {
+        return;
+    };
+    // Which test: under nextest each runs in a process of its own; under
+    // cargo test each in a thread named after it.
+    let test = match std::env::var("NEXTEST_RUN_ID") {
+        Ok(_) => format!("pid {}", std::process::id()),
+        Err(_) => std::thread::current()
+            .name()
+            .unwrap_or("(unnamed)")
+            .to_string(),
+    };
+    let line = format!("{need}\t{}\t{test}\n", why.replace(['\t', '\n'], " "));
+    if let Ok(mut f) = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&log)
+    {
+        let _ = f.write_all(line.as_bytes());
+    }
 }
 
 /// Root, which `what` needs.

@@ -5,12 +5,16 @@
 //!
 //! Absent PostgreSQL, [`TempPostgres::start`] says SKIP and gives `None`,
 //! unless `LONGHAUL_REQUIRE_POSTGRES=1` (CI), when it panics.
+//!
+//! One server per test, not one per test binary: tests change its
+//! `pg_hba.conf`, its roles and its TLS settings, and nextest runs each
+//! test in a process of its own, so a shared server would need a lock and
+//! a keeper outliving every test. What was slow in a server per test was
+//! `initdb` (4.3 s at a load of 29 on the 2-core CI machine, against 0.3 s
+//! to start the server): it runs once per user and server version, and
+//! each test copies its cluster ([`template`]; docs/TESTING.md).
 
-#![allow(dead_code)]
-
-/// The workspace's one "require or skip" (the CLI tests' own).
-#[path = "../../../cli/tests/it/common/require.rs"]
-mod require;
+use crate::require;
 
 use std::net::TcpListener;
 use std::os::unix::fs::PermissionsExt;
@@ -148,6 +152,54 @@ fn tls_files(dir: &Path) -> TlsFiles {
     }
 }
 
+/// A cluster made by `initdb` once for every test of this user and this
+/// server version (in the temporary directory, made under a lock, renamed
+/// into place whole), which each server copies: `initdb` takes seconds on
+/// a busy machine, a copy a fraction of that, and each test still has a
+/// server of its own to change as it likes.
+fn template(bin: &Path) -> PathBuf {
+    let version = bin
+        .parent()
+        .and_then(|v| v.file_name())
+        .map_or_else(|| "pg".into(), |v| v.to_string_lossy().into_owned());
+    // SAFETY: geteuid cannot fail and touches no memory.
+    let uid = unsafe { libc::geteuid() };
+    let base = std::env::temp_dir().join(format!("longhaul-pg-template-{version}-{uid}"));
+    let data = base.join("data");
+    if data.join("PG_VERSION").exists() {
+        return data;
+    }
+    std::fs::create_dir_all(&base).unwrap();
+    std::fs::set_permissions(&base, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let lock = std::fs::File::create(base.join("lock")).unwrap();
+    // SAFETY: flock on a descriptor this function owns; released when
+    // `lock` is closed.
+    let locked = unsafe { libc::flock(std::os::fd::AsRawFd::as_raw_fd(&lock), libc::LOCK_EX) };
+    assert_eq!(locked, 0, "lock {}", base.display());
+    if data.join("PG_VERSION").exists() {
+        return data;
+    }
+    let fresh = base.join(format!("fresh-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&fresh);
+    std::fs::create_dir(&fresh).unwrap();
+    std::fs::set_permissions(&fresh, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let out = as_postgres(&bin.join("initdb"))
+        .arg("-D")
+        .arg(fresh.join("data"))
+        .args(["-A", "trust", "-U", "postgres", "-E", "UTF8", "--no-sync"])
+        .stdout(Stdio::null())
+        .output()
+        .expect("run initdb");
+    assert!(
+        out.status.success(),
+        "initdb failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    std::fs::rename(fresh.join("data"), &data).unwrap();
+    let _ = std::fs::remove_dir_all(&fresh);
+    data
+}
+
 impl TempPostgres {
     pub fn start() -> Option<TempPostgres> {
         Self::start_with(Tls::Off)
@@ -175,16 +227,15 @@ impl TempPostgres {
         std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap();
         std::fs::set_permissions(dir.join("sock"), std::fs::Permissions::from_mode(0o777)).unwrap();
         let data = dir.join("data");
-        let out = as_postgres(&bin.join("initdb"))
-            .arg("-D")
+        let out = Command::new("cp")
+            .arg("-a")
+            .arg(template(&bin))
             .arg(&data)
-            .args(["-A", "trust", "-U", "postgres", "-E", "UTF8", "--no-sync"])
-            .stdout(Stdio::null())
             .output()
-            .expect("run initdb");
+            .expect("run cp");
         assert!(
             out.status.success(),
-            "initdb failed: {}",
+            "copying the template cluster failed: {}",
             String::from_utf8_lossy(&out.stderr)
         );
         let port = TcpListener::bind("127.0.0.1:0")

@@ -1,0 +1,303 @@
+//! The matrix's parsers and summaries on recorded inputs: what each peer
+//! tool printed (testdata/, recorded on loopback with the Debian
+//! packages' iperf 3.12, iperf 2 and nuttcp), the path names a user types,
+//! and the cells' medians, verdicts and ratios.
+
+use super::peers::{read_figure, Figure};
+use super::*;
+
+const IPERF3_JSON: &str = include_str!("testdata/iperf3.json");
+/// `iperf -c -y C -P 2`: a line per stream, no SUM line (this iperf 2).
+const IPERF2_CSV: &str = include_str!("testdata/iperf2-P2.csv");
+/// `nuttcp -fparse`.
+const NUTTCP: &str = include_str!("testdata/nuttcp.txt");
+
+fn close(a: f64, b: f64) -> bool {
+    (a - b).abs() <= b.abs() * 1e-12
+}
+
+#[test]
+fn iperf3_figure_is_the_received_sum_in_bytes() {
+    let got = read_figure(Figure::Iperf3, IPERF3_JSON).unwrap();
+    assert!(close(got, 969_158_189.071_878 / 8.0), "{got}");
+}
+
+#[test]
+fn iperf2_figure_adds_the_streams_without_a_sum_line_and_takes_the_sum_line_when_there_is_one() {
+    let got = read_figure(Figure::Iperf2, IPERF2_CSV).unwrap();
+    assert!(
+        close(got, (2_760_427_727.0 + 8_914_405_595.0) / 8.0),
+        "{got}"
+    );
+    // Older iperf 2 adds a SUM line (transfer id -1): it alone counts,
+    // never the streams and the sum together.
+    let with_sum = format!(
+        "{IPERF2_CSV}19700101000000,127.0.0.1,0,127.0.0.1,30481,-1,0.0-1.0,1473511544,11674833322\n"
+    );
+    let got = read_figure(Figure::Iperf2, &with_sum).unwrap();
+    assert!(close(got, 11_674_833_322.0 / 8.0), "{got}");
+}
+
+#[test]
+fn nuttcp_figure_is_its_rate_in_bytes() {
+    let got = read_figure(Figure::Nuttcp, NUTTCP).unwrap();
+    assert!(close(got, 380.1191e6 / 8.0), "{got}");
+}
+
+#[test]
+fn longhaul_figure_is_the_summarys_rate_in_bytes() {
+    let got = read_figure(
+        Figure::Longhaul,
+        r#"{"summary":{"bits_per_second":8e9,"bytes":1000}}"#,
+    )
+    .unwrap();
+    assert!(close(got, 1e9), "{got}");
+}
+
+#[test]
+fn output_without_a_figure_says_what_is_missing() {
+    let cases: [(Figure, &str, &str); 7] = [
+        (
+            Figure::Iperf3,
+            "iperf3: error - unable to connect",
+            "did not parse",
+        ),
+        (
+            Figure::Iperf3,
+            r#"{"start":{}, "error":"busy"}"#,
+            "end.sum_received.bits_per_second",
+        ),
+        (
+            Figure::Longhaul,
+            r#"{"summary":{}}"#,
+            "summary.bits_per_second",
+        ),
+        (
+            Figure::Iperf2,
+            "connect failed: Connection refused\n",
+            "CSV field 9",
+        ),
+        (
+            Figure::Nuttcp,
+            "nuttcp-t: Info: connect: Connection refused\n",
+            "rate_Mbps=",
+        ),
+        (Figure::Wall, "anything", "no figure"),
+        // A run that moved nothing measured nothing.
+        (
+            Figure::Nuttcp,
+            "megabytes=0.0000 real_seconds=0.00 rate_Mbps=0.0000\n",
+            "no measurement",
+        ),
+    ];
+    for (f, out, says) in cases {
+        let e = read_figure(f, out).unwrap_err();
+        assert!(e.contains(says), "{f:?} on {out:?}: {e}");
+    }
+}
+
+#[test]
+fn path_names_and_rtt_loss_rate_triples_parse() {
+    let p = path_spec("loopback", 1, None).unwrap();
+    assert_eq!((p.rtt_ms, p.loss, p.rate_bps), (0.0, 0.0, None));
+    let p = path_spec("satellite", 1_000_000_000, None).unwrap();
+    assert_eq!(
+        (p.rtt_ms, p.loss, p.rate_bps),
+        (540.0, 1e-4, Some(1_000_000_000))
+    );
+    let p = path_spec("50ms/1e-5/1gbit", 7, None).unwrap();
+    assert_eq!(p.name, "50ms/1e-5/1gbit");
+    assert!(close(p.rtt_ms, 50.0), "{}", p.rtt_ms);
+    assert_eq!((p.loss, p.rate_bps), (1e-5, Some(1_000_000_000)));
+    let p = path_spec("far", 1, Some("dtn2")).unwrap();
+    assert_eq!(
+        (p.name.as_str(), p.far.as_deref()),
+        ("far:dtn2", Some("dtn2"))
+    );
+}
+
+#[test]
+fn bad_paths_are_refused_saying_what_is_wrong() {
+    for (s, says) in [
+        ("far", "needs --far HOST"),
+        ("wan", "unknown path 'wan'"),
+        ("50ms/1e-5", "unknown path"),
+        ("50ms/2/1gbit", "the loss must be a probability"),
+        ("50ms/-0.1/1gbit", "the loss must be a probability"),
+        ("50ms/x/1gbit", "the loss must be a probability"),
+        ("fast/0/1gbit", "path 'fast/0/1gbit'"),
+        ("50ms/0/quick", "path '50ms/0/quick'"),
+    ] {
+        let e = path_spec(s, 1, None).unwrap_err();
+        assert!(e.contains(says), "{s}: {e}");
+    }
+}
+
+fn cell(tool: &str, workload: &str, runs: Vec<RunResult>) -> Cell {
+    Cell {
+        cell: archived::Cell {
+            tool: tool.into(),
+            settings: "default".into(),
+            path: "loopback".into(),
+            workload: workload.into(),
+            direction: "put".into(),
+            rate: None,
+            cpu_seconds: None,
+            verified: None,
+            error: None,
+            note: None,
+        },
+        runs,
+    }
+}
+
+fn run(rate: Option<f64>, verified: Option<bool>, error: Option<&str>) -> RunResult {
+    RunResult {
+        bytes_per_second: rate,
+        seconds: 2.0,
+        cpu_client_seconds: 1.0,
+        cpu_server_seconds: 0.5,
+        verified,
+        error: error.map(str::to_string),
+    }
+}
+
+#[test]
+fn a_cell_summarises_its_runs_median_spread_cpu_and_verdict() {
+    // Odd count: the middle one; the spread is the extremes.
+    let mut c = cell(
+        "rsync",
+        "elephant",
+        [300.0, 100.0, 200.0]
+            .map(|r| run(Some(r), Some(true), None))
+            .to_vec(),
+    );
+    summarise(&mut c);
+    let r = c.rate.clone().unwrap();
+    assert_eq!(
+        (
+            r.median_bytes_per_second,
+            r.min_bytes_per_second,
+            r.max_bytes_per_second
+        ),
+        (200.0, 100.0, 300.0)
+    );
+    assert_eq!(r.median_bits_per_second, 1600.0);
+    let cpu = c.cpu_seconds.clone().unwrap();
+    assert_eq!((cpu.client_seconds, cpu.server_seconds), (1.0, 0.5));
+    assert_eq!((c.verified, c.error.clone()), (Some(true), None));
+
+    // Even count: the mean of the middle two. One run that did not verify
+    // makes the cell unverified; a failed run's error is kept.
+    let mut c = cell(
+        "scp",
+        "elephant",
+        vec![
+            run(Some(100.0), Some(true), None),
+            run(Some(400.0), Some(false), None),
+            run(Some(200.0), Some(true), None),
+            run(Some(300.0), Some(true), None),
+            run(None, None, Some("exit 1: broken pipe")),
+        ],
+    );
+    summarise(&mut c);
+    assert_eq!(c.rate.clone().unwrap().median_bytes_per_second, 250.0);
+    assert_eq!(c.verified, Some(false));
+    assert_eq!(c.error.as_deref(), Some("exit 1: broken pipe"));
+    assert_eq!(cell_text(Some(&c)), "0 (0.00) NOT VERIFIED");
+
+    // Nothing ran: no rate, no CPU, no verdict, and it says it failed.
+    let mut c = cell("bbcp", "mem", vec![run(None, None, Some("not installed"))]);
+    summarise(&mut c);
+    assert!(c.rate.is_none() && c.cpu_seconds.is_none() && c.verified.is_none());
+    assert_eq!(cell_text(Some(&c)), "failed");
+    assert_eq!(cell_text(None), "-");
+}
+
+#[test]
+fn a_cell_prints_megabytes_and_gigabits_and_its_failures() {
+    let mut c = cell(
+        "longhaul",
+        "elephant",
+        vec![
+            run(Some(1.25e9), Some(true), None),
+            run(None, None, Some("timed out")),
+        ],
+    );
+    summarise(&mut c);
+    assert_eq!(cell_text(Some(&c)), "1250 (10.00) some runs failed");
+}
+
+fn doc(cells: Vec<Cell>) -> Doc {
+    Doc {
+        format: "longhaul-matrix".into(),
+        format_version: VERSION,
+        params: Params {
+            runs: 1,
+            elephant_bytes: 1 << 30,
+            small_files: 100,
+            mem_seconds: 3.0,
+            workloads: vec!["mem".into(), "elephant".into()],
+        },
+        tools: Vec::new(),
+        paths: vec![path_spec("loopback", 1, None).unwrap()],
+        cells,
+        limits: Limits::default(),
+        interrupted: false,
+    }
+}
+
+fn summarised(tool: &str, workload: &str, rate: f64, verified: Option<bool>) -> Cell {
+    let mut c = cell(tool, workload, vec![run(Some(rate), verified, None)]);
+    summarise(&mut c);
+    c
+}
+
+#[test]
+fn limits_are_the_fastest_memory_run_and_the_verified_local_copy() {
+    let mut d = doc(vec![
+        summarised("iperf3", "mem", 2e9, None),
+        summarised("longhaul-perf", "mem", 3e9, None),
+        summarised("cp", "elephant", 5e8, Some(false)),
+        summarised("cp", "elephant", 4e8, Some(true)),
+    ]);
+    finish_limits(&mut d);
+    assert_eq!(
+        d.limits.mem_to_mem_bytes_per_second.get("loopback"),
+        Some(&3e9)
+    );
+    // The copy that did not verify is no limit.
+    assert_eq!(
+        d.limits.local_copy_bytes_per_second.get("elephant"),
+        Some(&4e8)
+    );
+}
+
+#[test]
+fn ratios_compare_our_best_with_the_best_verified_peer_and_the_local_copy() {
+    let mut d = doc(vec![
+        summarised("longhaul", "elephant", 9e8, Some(true)),
+        summarised("rsync", "elephant", 3e8, Some(true)),
+        // Faster, but wrong: never the peer a ratio is against.
+        summarised("badpeer", "elephant", 2e9, Some(false)),
+        summarised("cp", "elephant", 6e8, Some(true)),
+    ]);
+    finish_limits(&mut d);
+    let lines = ratios::lines(&d, "elephant");
+    assert_eq!(
+        lines,
+        vec!["loopback put: longhaul (default), 3.00x the rate of rsync (default), 0.33x its CPU per byte, 1.50x the local copy"],
+        "{lines:?}"
+    );
+    // No longhaul cell in a column: no line for it.
+    assert!(ratios::lines(&d, "mem").is_empty());
+}
+
+#[test]
+fn the_far_shell_gets_each_word_quoted_whole() {
+    assert_eq!(
+        far::join(&["rm", "-rf", "/tmp/lh matrix/$HOME;x"]).unwrap(),
+        "rm -rf '/tmp/lh matrix/$HOME;x'"
+    );
+    assert!(far::join(&["printf", "a\0b"]).is_err());
+}

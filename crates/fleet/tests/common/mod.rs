@@ -1,3 +1,0 @@
-//! What the fleet's tests share.
-
-pub mod pg;
