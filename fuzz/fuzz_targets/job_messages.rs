@@ -84,7 +84,7 @@ fuzz_target!(|data: &[u8]| {
         };
         let state = derive(&s);
         assert!(!s.cancelled || state == JobState::Cancelled);
-        assert!(backoff(n(0), f64::from(data[5]) / 255.0) <= BACKOFF_MAX_S + BACKOFF_MAX_S / 5);
+        assert!(backoff(n(1).into(), n(0), f64::from(data[5]) / 255.0) <= BACKOFF_MAX_S + BACKOFF_MAX_S / 5);
         let _ = next_run(u64::from(n(0)) << 32, u64::from(n(4)), u64::from(n(8)));
     }
 });

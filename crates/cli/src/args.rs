@@ -480,6 +480,10 @@ pub struct ServeArgs {
     /// hold the job); 5s at least.
     #[arg(long, default_value = "120s", value_parser = duration, requires = "jobs")]
     pub jobs_stall: Duration,
+    /// With --jobs: the wait before a job's first retry; it doubles at each attempt, up to
+    /// five minutes (1s at least).
+    #[arg(long, default_value = "5s", value_parser = duration, requires = "jobs")]
+    pub jobs_backoff: Duration,
     /// With --jobs: the sendmail that a job's --mail goes through.
     #[arg(
         long,

@@ -83,6 +83,8 @@ pub struct JobsConfig {
     /// again (it resumes): a connection a long outage left stuck does not
     /// hold the job.
     pub stall: Duration,
+    /// The first wait before a retry, seconds; it doubles each attempt.
+    pub backoff_first_s: u64,
     /// Open access (a demo or a test server): every client is the same
     /// grant, and no grant is looked up.
     pub open_access: bool,
@@ -105,6 +107,7 @@ impl Default for JobsConfig {
             handshake_timeout: Duration::from_secs(10),
             lease_s: LEASE_S,
             stall: Duration::from_secs(120),
+            backoff_first_s: longhaul_proto::job::BACKOFF_FIRST_S,
             open_access: false,
         }
     }

@@ -304,7 +304,7 @@ impl Runner {
         match (job.state, every) {
             (JobState::Submitted, _) => {
                 let jitter = fastrand::f64();
-                job.next_attempt = t + backoff(job.attempts, jitter);
+                job.next_attempt = t + backoff(self.cfg.backoff_first_s, job.attempts, jitter);
             }
             (s, Some(every)) if s.is_terminal() && s != JobState::Cancelled => {
                 let started = run_started(&job).unwrap_or(t);
@@ -471,7 +471,11 @@ impl Runner {
         job.next_attempt = if job.revoked {
             u64::MAX / 2
         } else if revoke_now {
-            t + backoff(job.attempts.max(1), fastrand::f64())
+            t + backoff(
+                self.cfg.backoff_first_s,
+                job.attempts.max(1),
+                fastrand::f64(),
+            )
         } else {
             job.expires
         };

@@ -211,11 +211,14 @@ pub fn derive(s: &Standing) -> JobState {
 }
 
 /// The wait before attempt `attempt + 1` after `attempt` attempts (from
-/// 1): 5 s, 10 s, 20 s ... at most five minutes; `jitter` in `0.0..1.0`
-/// (the caller's random draw) adds up to a fifth, so servers that failed
-/// together do not all retry at the same instant.
-pub fn backoff(attempt: u32, jitter: f64) -> u64 {
-    let doubled = BACKOFF_FIRST_S.saturating_mul(1u64 << attempt.saturating_sub(1).min(20));
+/// 1): `first_s` (the server's `--jobs-backoff`, [`BACKOFF_FIRST_S`] by
+/// default), then twice that, four times ... at most five minutes;
+/// `jitter` in `0.0..1.0` (the caller's random draw) adds up to a fifth,
+/// so servers that failed together do not all retry at the same instant.
+pub fn backoff(first_s: u64, attempt: u32, jitter: f64) -> u64 {
+    let doubled = first_s
+        .max(1)
+        .saturating_mul(1u64 << attempt.saturating_sub(1).min(20));
     let base = doubled.min(BACKOFF_MAX_S);
     base + (base as f64 * jitter.clamp(0.0, 1.0) / 5.0) as u64
 }
@@ -765,15 +768,21 @@ mod tests {
 
     #[test]
     fn backoff_doubles_to_its_cap_and_never_overflows() {
-        assert_eq!(backoff(1, 0.0), 5);
-        assert_eq!(backoff(2, 0.0), 10);
-        assert_eq!(backoff(3, 0.0), 20);
-        assert_eq!(backoff(7, 0.0), 300);
-        assert_eq!(backoff(u32::MAX, 0.0), 300);
-        assert_eq!(backoff(0, 0.0), 5);
-        assert_eq!(backoff(2, 1.0), 12);
-        assert_eq!(backoff(2, 7.0), 12);
-        let total: u64 = (1..=DEFAULT_RETRIES).map(|a| backoff(a, 0.0)).sum();
+        assert_eq!(backoff(BACKOFF_FIRST_S, 1, 0.0), 5);
+        assert_eq!(backoff(BACKOFF_FIRST_S, 2, 0.0), 10);
+        assert_eq!(backoff(BACKOFF_FIRST_S, 3, 0.0), 20);
+        assert_eq!(backoff(BACKOFF_FIRST_S, 7, 0.0), 300);
+        assert_eq!(backoff(BACKOFF_FIRST_S, u32::MAX, 0.0), 300);
+        assert_eq!(backoff(BACKOFF_FIRST_S, 0, 0.0), 5);
+        assert_eq!(backoff(BACKOFF_FIRST_S, 2, 1.0), 12);
+        assert_eq!(backoff(BACKOFF_FIRST_S, 2, 7.0), 12);
+        assert_eq!(backoff(1, 1, 0.0), 1);
+        assert_eq!(backoff(1, 4, 0.0), 8);
+        assert_eq!(backoff(0, 1, 0.0), 1);
+        assert_eq!(backoff(u64::MAX, 3, 0.0), 300);
+        let total: u64 = (1..=DEFAULT_RETRIES)
+            .map(|a| backoff(BACKOFF_FIRST_S, a, 0.0))
+            .sum();
         assert_eq!(total, 1515);
     }
 

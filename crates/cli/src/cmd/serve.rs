@@ -226,6 +226,7 @@ fn start_jobs(
         handshake_timeout: a.handshake_timeout,
         lease_s: a.jobs_lease.as_secs().max(3),
         stall: a.jobs_stall.max(std::time::Duration::from_secs(5)),
+        backoff_first_s: a.jobs_backoff.as_secs().max(1),
         open_access: false,
     })
     .map_err(|e| usage(e.to_string()))?;
