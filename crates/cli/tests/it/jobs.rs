@@ -980,9 +980,17 @@ fn attacker_a_notification_url_gets_the_jobs_outcome_only_and_no_redirect_is_fol
         !first.body.windows(5).any(|w| w == b"lh1n_"),
         "the secret in the notification"
     );
-    // A redirect is an answer, never followed (it is retried as a failure).
+    // A redirect is an answer, never followed: it is a failure, retried,
+    // each try signed anew.
+    for n in 2..=3 {
+        let again = requests
+            .recv_timeout(Duration::from_secs(60))
+            .unwrap_or_else(|_| panic!("try {n} of the notification"));
+        assert_eq!(again.line, first.line);
+        assert!(signed_by(&again, doc["notify_secret"].as_str().unwrap()));
+    }
     assert!(
-        followed.recv_timeout(Duration::from_secs(10)).is_err(),
+        followed.recv_timeout(Duration::from_secs(1)).is_err(),
         "the job server followed a redirect"
     );
     // Only http and https, no credentials in the URL.
