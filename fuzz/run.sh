@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
-# Runs every fuzz target for SECONDS each (default 30) and prints how many
-# inputs each executed. Crashes land in fuzz/artifacts/<target>/; a crashing
-# target does not stop the others, but the script then exits 1.
+# Runs every fuzz target under libFuzzer (cargo-fuzz: coverage-guided, with a
+# sanitizer, on a nightly toolchain) for SECONDS each (default 30), starting
+# from its corpus in fuzz/corpus/<target>/ (which it grows), and prints how
+# many inputs each executed. Crashes land in fuzz/artifacts/<target>/; a
+# crashing target does not stop the others, but the script then exits 1.
+# (CI runs the stable smoke runner instead, fuzz/tests/smoke.rs: see .ci/run.)
 #
 # Usage: fuzz/run.sh [SECONDS]
 set -uo pipefail
@@ -24,7 +27,7 @@ else
 fi
 
 targets=$("${fuzz[@]}" list) || exit 1
-"${fuzz[@]}" build || exit 1
+"${fuzz[@]}" build --features libfuzzer || exit 1
 
 status=0
 summary=()
@@ -38,7 +41,7 @@ for t in $targets; do
         auth_parsers) extra=(-dict="$PWD/auth.dict") ;;
     esac
     echo "== $t for ${secs}s" >&2
-    "${fuzz[@]}" run "$t" "corpus/$t" -- -max_total_time="$secs" -print_final_stats=1 "${extra[@]}" >"$log" 2>&1
+    "${fuzz[@]}" run --features libfuzzer "$t" "corpus/$t" -- -max_total_time="$secs" -print_final_stats=1 "${extra[@]}" >"$log" 2>&1
     rc=$?
     execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
     if [ "$rc" -ne 0 ]; then

@@ -1343,9 +1343,11 @@ pub struct SecurityArgs {
     /// Present the identity kept in DIR (see `longhaul id`) as a client certificate (mutual TLS).
     #[arg(long, value_name = "DIR")]
     pub identity: Option<PathBuf>,
-    /// Read the access token from FILE (default: the LONGHAUL_TOKEN variable).
-    #[arg(long, value_name = "FILE")]
-    pub token_file: Option<PathBuf>,
+    /// Read the access token from FILE (default: the LONGHAUL_TOKEN variable); with
+    /// HOST[:PORT]=FILE, the token of that server only, presented to it and to no other
+    /// (repeatable: a third-party copy takes one for each of its two servers).
+    #[arg(long, value_name = "[HOST[:PORT]=]FILE")]
+    pub token_file: Vec<String>,
     /// No TLS: no encryption, no server authentication. Works only with a server started
     /// with --allow-plaintext; never chosen silently.
     #[arg(long)]

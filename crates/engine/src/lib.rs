@@ -54,8 +54,8 @@ pub enum EngineError {
     /// The server could not be reached.
     #[error("{0}")]
     Connect(String),
-    /// The server said no.
-    #[error("server refused: {message}")]
+    /// The server said no (its words escaped: they may hold anything).
+    #[error("server refused: {}", longhaul_proto::units::escaped(.message))]
     Refused { code: RefuseCode, message: String },
     /// A test or transfer started but did not complete (the message says what).
     #[error("{0}")]

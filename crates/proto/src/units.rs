@@ -187,21 +187,82 @@ impl Escaped<'_> {
 
 impl fmt::Display for Escaped<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let mut rest = self.0;
-        while let Some(i) = rest.find(Self::needs_escape) {
-            f.write_str(&rest[..i])?;
-            let c = rest[i..].chars().next().expect("a char at a char boundary");
-            match c {
-                '\\' => f.write_str("\\\\")?,
-                '\n' => f.write_str("\\n")?,
-                '\r' => f.write_str("\\r")?,
-                '\t' => f.write_str("\\t")?,
-                c => write!(f, "\\u{{{:x}}}", u32::from(c))?,
-            }
-            rest = &rest[i + c.len_utf8()..];
-        }
-        f.write_str(rest)
+        write_escaped(f, self.0, Style::Peer)
     }
+}
+
+/// Text of our own that may quote a peer's words, made safe for a
+/// terminal as a whole: as [`escaped`], except that its line breaks and
+/// tabs are kept and a backslash is written as it is (the peer's words in
+/// it were [`escaped`] already, and are not escaped twice). Every line the
+/// binary prints for people goes through it, so that a terminal control
+/// (an escape sequence, a carriage return, a bidirectional override) that
+/// reached a message by any way is shown, never acted on.
+pub fn terminal_safe(s: &str) -> TerminalSafe<'_> {
+    TerminalSafe(s)
+}
+
+/// See [`terminal_safe`].
+#[derive(Debug, Clone, Copy)]
+pub struct TerminalSafe<'a>(pub &'a str);
+
+impl fmt::Display for TerminalSafe<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write_escaped(f, self.0, Style::Terminal)
+    }
+}
+
+/// A JSON text (one `--json` document) made safe for a terminal: what
+/// [`escaped`] escapes that a JSON encoder leaves as it is (DEL, the C1
+/// controls, the Unicode separators and bidirectional controls; the
+/// others it escapes itself) written as JSON's own `\uXXXX`, which can
+/// only stand inside a string there, so the document means exactly what
+/// it meant.
+pub fn json_safe(s: &str) -> JsonSafe<'_> {
+    JsonSafe(s)
+}
+
+/// See [`json_safe`].
+#[derive(Debug, Clone, Copy)]
+pub struct JsonSafe<'a>(pub &'a str);
+
+impl fmt::Display for JsonSafe<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write_escaped(f, self.0, Style::Json)
+    }
+}
+
+/// How [`write_escaped`] writes.
+#[derive(Clone, Copy, PartialEq)]
+enum Style {
+    /// [`escaped`]: everything, on one line.
+    Peer,
+    /// [`terminal_safe`]: line breaks, tabs and backslashes kept.
+    Terminal,
+    /// [`json_safe`]: as JSON escapes.
+    Json,
+}
+
+/// The one escaper behind [`escaped`], [`terminal_safe`] and [`json_safe`].
+fn write_escaped(f: &mut fmt::Formatter<'_>, s: &str, style: Style) -> fmt::Result {
+    let escape = |c: char| {
+        Escaped::needs_escape(c) && (style == Style::Peer || !matches!(c, '\n' | '\t' | '\\'))
+    };
+    let mut rest = s;
+    while let Some(i) = rest.find(escape) {
+        f.write_str(&rest[..i])?;
+        let c = rest[i..].chars().next().expect("a char at a char boundary");
+        match (style, c) {
+            (Style::Json, c) => write!(f, "\\u{:04x}", u32::from(c))?,
+            (_, '\\') => f.write_str("\\\\")?,
+            (_, '\n') => f.write_str("\\n")?,
+            (_, '\r') => f.write_str("\\r")?,
+            (_, '\t') => f.write_str("\\t")?,
+            (_, c) => write!(f, "\\u{{{:x}}}", u32::from(c))?,
+        }
+        rest = &rest[i + c.len_utf8()..];
+    }
+    f.write_str(rest)
 }
 
 /// Lowercase hex of bytes (a digest, a key): the one encoder of the
@@ -286,5 +347,32 @@ mod tests {
         assert!(!e.chars().any(|c| c.is_control()), "{e:?}");
         assert_eq!(escaped("data/run7/f1.dat").to_string(), "data/run7/f1.dat");
         assert_eq!(escaped("").to_string(), "");
+    }
+
+    /// A line for people keeps its own line breaks and tabs and a peer's
+    /// words escaped already, and shows every other control.
+    #[test]
+    fn terminal_safe_shows_controls_and_keeps_lines() {
+        let said = format!("refused: {}", escaped("a\nb\x1b]0;t\x07"));
+        let line = format!("{said}\nnext\tcol\x1b[2J\r\u{9b}1m\u{202e}x");
+        assert_eq!(
+            terminal_safe(&line).to_string(),
+            "refused: a\\nb\\u{1b}]0;t\\u{7}\nnext\tcol\\u{1b}[2J\\r\\u{9b}1m\\u{202e}x"
+        );
+        assert_eq!(terminal_safe(&said).to_string(), said);
+    }
+
+    /// A JSON document stays the same document: what a JSON encoder
+    /// leaves raw is written as its own escape, inside the string.
+    #[test]
+    fn json_safe_is_the_same_json() {
+        let v = serde_json::json!({"name": "a\u{7f}\u{9b}\u{202e}\\b\n\x1b"});
+        let text = v.to_string();
+        let safe = json_safe(&text).to_string();
+        assert!(
+            !safe.chars().any(|c| Escaped::needs_escape(c) && c != '\\'),
+            "{safe}"
+        );
+        assert_eq!(serde_json::from_str::<serde_json::Value>(&safe).unwrap(), v);
     }
 }

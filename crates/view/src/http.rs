@@ -6,7 +6,10 @@
 //!
 //! A connection holds one of [`Limits::max_connections`] slots from its
 //! accept to its close; when all are held, new connections wait in the
-//! kernel's queue until one is freed. A client that does not finish a
+//! kernel's queue until one is freed. One address holds at most
+//! [`Limits::max_per_address`] of them: its next connection takes the
+//! place of its oldest (closed), so that one peer cannot hold every slot,
+//! and a client sharing an address with it still gets in. A client that does not finish a
 //! request's header within [`Limits::header_timeout`] (counted once from
 //! the first wait for it, not renewed by trickled bytes; an idle kept-alive
 //! connection waits for its next header too) is cut off, so slow clients
@@ -26,7 +29,7 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpListener;
-use tokio::sync::Semaphore;
+use tokio::sync::{Notify, Semaphore};
 use tokio_rustls::TlsAcceptor;
 
 /// How long a client may take to send a request's header.
@@ -40,6 +43,9 @@ pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 pub struct Limits {
     /// Connections open at once (TLS handshakes included); more wait.
     pub max_connections: usize,
+    /// Of those, from one address; past it the address's oldest
+    /// connection is closed to make room.
+    pub max_per_address: usize,
     /// Time to send a request's header, from the moment the server waits
     /// for it.
     pub header_timeout: Duration,
@@ -48,10 +54,12 @@ pub struct Limits {
 }
 
 impl Limits {
-    /// The limits of an endpoint that allows `max_connections` at once.
+    /// The limits of an endpoint that allows `max_connections` at once,
+    /// a quarter of them from one address.
     pub fn new(max_connections: usize) -> Limits {
         Limits {
             max_connections,
+            max_per_address: (max_connections / 4).max(1),
             header_timeout: HEADER_TIMEOUT,
             handshake_timeout: HANDSHAKE_TIMEOUT,
         }
@@ -120,13 +128,14 @@ async fn serve(
     limits: Limits,
 ) {
     let slots = Arc::new(Semaphore::new(limits.max_connections.max(1)));
+    let per_address = PerAddress::default();
     let acceptor = tls.map(TlsAcceptor::from);
     loop {
         let Ok(slot) = slots.clone().acquire_owned().await else {
             return;
         };
-        let sock = match listener.accept().await {
-            Ok((s, _)) => s,
+        let (sock, held) = match listener.accept().await {
+            Ok((s, peer)) => (s, per_address.hold(peer.ip(), limits.max_per_address)),
             Err(_) => {
                 // Out of descriptors and the like: breathe, then go on.
                 tokio::time::sleep(Duration::from_millis(50)).await;
@@ -136,18 +145,78 @@ async fn serve(
         let _ = sock.set_nodelay(true);
         let (app, acceptor, limits) = (app.clone(), acceptor.clone(), limits.clone());
         tokio::spawn(async move {
-            match acceptor {
-                Some(a) => {
-                    if let Ok(Ok(s)) =
-                        tokio::time::timeout(limits.handshake_timeout, a.accept(sock)).await
-                    {
-                        serve_connection(s, app, &limits).await;
+            let served = async {
+                match acceptor {
+                    Some(a) => {
+                        if let Ok(Ok(s)) =
+                            tokio::time::timeout(limits.handshake_timeout, a.accept(sock)).await
+                        {
+                            serve_connection(s, app, &limits).await;
+                        }
                     }
+                    None => serve_connection(sock, app, &limits).await,
                 }
-                None => serve_connection(sock, app, &limits).await,
+            };
+            // Made room for a newer one from its address: closed (dropped).
+            tokio::select! {
+                () = served => {}
+                () = held.closed.notified() => {}
             }
-            drop(slot);
+            drop((slot, held));
         });
+    }
+}
+
+/// The connections open from each address, oldest first: each can be
+/// told to close.
+#[derive(Default, Clone)]
+struct PerAddress(Arc<std::sync::Mutex<Open>>);
+
+type Open = std::collections::HashMap<IpAddr, std::collections::VecDeque<(u64, Arc<Notify>)>>;
+
+/// One connection counted for its address while it lives.
+struct Held {
+    open: PerAddress,
+    ip: IpAddr,
+    id: u64,
+    /// Notified when it must close to make room.
+    closed: Arc<Notify>,
+}
+
+static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+impl PerAddress {
+    /// Counts one more from `ip`; if it holds `max` already, its oldest
+    /// is told to close.
+    fn hold(&self, ip: IpAddr, max: usize) -> Held {
+        let mut m = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let mine = m.entry(ip).or_default();
+        while mine.len() >= max.max(1) {
+            if let Some((_, oldest)) = mine.pop_front() {
+                oldest.notify_one();
+            }
+        }
+        let id = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let closed = Arc::new(Notify::new());
+        mine.push_back((id, closed.clone()));
+        Held {
+            open: self.clone(),
+            ip,
+            id,
+            closed,
+        }
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        let mut m = self.open.0.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(mine) = m.get_mut(&self.ip) {
+            mine.retain(|(id, _)| *id != self.id);
+            if mine.is_empty() {
+                m.remove(&self.ip);
+            }
+        }
     }
 }
 
@@ -378,6 +447,7 @@ mod tests {
     fn slow_headers_are_cut_off_and_a_real_client_is_served() {
         let addr = endpoint(Limits {
             max_connections: 8,
+            max_per_address: 8,
             header_timeout: Duration::from_secs(1),
             handshake_timeout: HANDSHAKE_TIMEOUT,
         });
@@ -423,6 +493,7 @@ mod tests {
     fn the_connection_cap_holds() {
         let addr = endpoint(Limits {
             max_connections: 4,
+            max_per_address: 4,
             header_timeout: Duration::from_secs(3600),
             handshake_timeout: HANDSHAKE_TIMEOUT,
         });
@@ -435,6 +506,37 @@ mod tests {
         // ...and is as soon as one lets go.
         held.pop();
         assert_eq!(waiting.join().unwrap(), 200);
+        drop(held);
+    }
+
+    /// The attacker opens silent connections from one address: past its
+    /// share each takes the place of its oldest, so it holds its share
+    /// only, and a client from another address is served at once while
+    /// those hold theirs (for an hour).
+    #[test]
+    fn attacker_one_address_holds_its_share_of_the_slots_only() {
+        let addr = endpoint(Limits {
+            max_connections: 8,
+            max_per_address: 4,
+            header_timeout: Duration::from_secs(3600),
+            handshake_timeout: HANDSHAKE_TIMEOUT,
+        });
+        let from = |ip: &str| {
+            let c =
+                socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+            c.bind(&SocketAddr::new(ip.parse().unwrap(), 0).into())
+                .unwrap();
+            c.connect(&addr.into()).unwrap();
+            TcpStream::from(c)
+        };
+        let mut held: Vec<TcpStream> = (0..12).map(|_| from("127.0.0.2")).collect();
+        // The first eight were closed, oldest first, as the rest came.
+        for c in held.iter_mut().take(8) {
+            assert!(cut_within(c, Duration::from_secs(60)), "an old one kept");
+        }
+        let t = Instant::now();
+        assert_eq!(get(addr, Duration::from_secs(60)), 200);
+        assert!(t.elapsed() < Duration::from_secs(30));
         drop(held);
     }
 }

@@ -87,7 +87,7 @@ pub fn history(a: HistoryArgs, archive: &ArchiveArgs) -> Outcome {
             "archive": db.path(),
             "runs": runs,
         });
-        outln!("{doc}");
+        crate::print::out_json(&doc.to_string());
         return Ok(exit::OK);
     }
     if runs.is_empty() {
@@ -215,7 +215,7 @@ pub fn show(a: ShowArgs, archive: &ArchiveArgs) -> Outcome {
             "files": files,
             "files_complete": a.all_files || detail.file_count as usize <= files.len(),
         });
-        outln!("{doc}");
+        crate::print::out_json(&doc.to_string());
         return Ok(exit::OK);
     }
     print_run(&detail);
@@ -515,7 +515,7 @@ pub fn where_(a: WhereArgs, archive: &ArchiveArgs) -> Outcome {
             "query": what,
             "hits": hits,
         });
-        outln!("{doc}");
+        crate::print::out_json(&doc.to_string());
         return Ok(exit::OK);
     }
     if hits.is_empty() {

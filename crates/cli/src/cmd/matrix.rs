@@ -536,10 +536,7 @@ fn cell_text(c: Option<&Cell>) -> String {
 
 fn print(a: &MatrixArgs, doc: &Doc) {
     if a.json {
-        outln!(
-            "{}",
-            serde_json::to_string_pretty(doc).unwrap_or_else(|_| "{}".into())
-        );
+        crate::print::out_json(&serde_json::to_string_pretty(doc).unwrap_or_else(|_| "{}".into()));
         return;
     }
     if a.csv {

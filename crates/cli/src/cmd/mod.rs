@@ -174,26 +174,52 @@ impl SecurityArgs {
         })
     }
 
-    /// How to secure a client's connections: the trust options and the token.
+    /// How to secure a client's connections: the trust options and the
+    /// tokens (one for any server, and one each for servers named with
+    /// `--token-file HOST[:PORT]=FILE`).
     pub fn security(&self) -> Result<Security, Failure> {
-        let token = match &self.token_file {
-            Some(p) => {
-                let t = std::fs::read_to_string(p).map_err(|e| {
-                    usage(format!("cannot read the token file {}: {e}", p.display()))
-                })?;
-                Some(t.trim().to_string())
+        let read = |p: &str| {
+            std::fs::read_to_string(p)
+                .map(|t| t.trim().to_string())
+                .map_err(|e| usage(format!("cannot read the token file {p}: {e}")))
+        };
+        let (mut token, mut tokens) = (None, Vec::new());
+        for given in &self.token_file {
+            match token_file_host(given) {
+                Some((host, file)) => tokens.push(longhaul_engine::net::dial::HostToken {
+                    host: host.to_string(),
+                    token: read(file)?,
+                }),
+                None if token.is_none() => token = Some(read(given)?),
+                None => {
+                    return Err(usage(format!(
+                        "--token-file {given}: a second token for any server; name the server each is for, --token-file HOST[:PORT]=FILE"
+                    )))
+                }
             }
-            None => std::env::var("LONGHAUL_TOKEN")
+        }
+        if token.is_none() {
+            token = std::env::var("LONGHAUL_TOKEN")
                 .ok()
                 .map(|t| t.trim().to_string())
-                .filter(|t| !t.is_empty()),
-        };
+                .filter(|t| !t.is_empty());
+        }
         Ok(Security {
             plaintext: self.insecure_plaintext,
             trust: self.trust_options()?,
             token,
+            tokens,
         })
     }
+}
+
+/// `HOST[:PORT]=FILE` of `--token-file`, split; None for a plain FILE
+/// (no `=`, or a `/` before it: a path; name a file whose name has a `=`
+/// as `./NAME`).
+fn token_file_host(given: &str) -> Option<(&str, &str)> {
+    given
+        .split_once('=')
+        .filter(|(host, file)| !host.is_empty() && !host.contains('/') && !file.is_empty())
 }
 
 /// Set by the first Ctrl-C (the command ends its work and reports what

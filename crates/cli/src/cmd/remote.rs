@@ -227,6 +227,12 @@ impl FarEnd {
                 .find_map(|l| l.strip_prefix(oneshot::BACK_FAILED))
                 .map(|l| longhaul_proto::units::escaped(l.trim()).to_string())
         };
+        // A listening address other than where ssh came from (a NAT
+        // between): the far end connects only where its client named.
+        if Some(listen.ip()) != h.client {
+            use longhaul_proto::xfer::back::{allow_line, ALLOW_MAX};
+            ask(&allow_line(listen.ip(), ALLOW_MAX)).map_err(Failure::from)?;
+        }
         let target = std::net::SocketAddr::new(h.addr, h.port);
         self.route = Some(back::Route::install(
             target,
@@ -769,6 +775,7 @@ fn handshake_security(h: &Handshake) -> longhaul_engine::net::dial::Security {
             ..TrustOptions::default()
         },
         token: Some(h.secret.clone()),
+        tokens: Vec::new(),
     }
 }
 

@@ -9,6 +9,7 @@ use longhaul_engine::xfer::client::CpSummary;
 use longhaul_proto::msg::{Direction, Mode, Transport};
 use longhaul_proto::report::{DirectionReport, IntervalReport, Setup, StreamReport, Summary};
 use longhaul_proto::tune::TransferInterval;
+use longhaul_proto::units::escaped as esc;
 use longhaul_proto::units::{format_bytes, format_rate};
 
 use super::FormatUnit;
@@ -226,8 +227,8 @@ impl Reporter for Human {
         out(&format!(
             "Connected to {} ({}, {}), protocol {}, {}",
             s.server,
-            s.server_host,
-            s.server_software,
+            esc(&s.server_host),
+            esc(&s.server_software),
             s.protocol_version,
             encryption_line(s)
         ));
@@ -400,7 +401,7 @@ impl CommandReporter for Human {
     fn transfer_summary(&mut self, s: &CpSummary) {
         if self.quiet {
             for f in &s.failed {
-                errln!("longhaul: failed: {}: {}", f.path, f.error);
+                errln!("longhaul: failed: {}: {}", esc(&f.path), esc(&f.error));
             }
             return;
         }
@@ -550,7 +551,7 @@ pub(crate) fn print_disk(r: &longhaul_proto::disk::DiskReport) {
         files("small-file read", c);
     }
     for w in &r.warnings {
-        outln!("warning: {w}");
+        outln!("warning: {}", esc(w));
     }
 }
 
@@ -816,16 +817,16 @@ fn print_dry_run(s: &CpSummary) {
         s.skipped.saturating_sub(sending)
     );
     for w in &s.warnings {
-        errln!("longhaul: warning: {w}");
+        errln!("longhaul: warning: {}", esc(w));
     }
     for p in &s.would_send {
-        outln!("would send: {p}");
+        outln!("would send: {}", esc(p));
     }
     for p in &s.deleted {
-        outln!("would delete: {p}");
+        outln!("would delete: {}", esc(p));
     }
     for f in &s.failed {
-        errln!("longhaul: failed: {}: {}", f.path, f.error);
+        errln!("longhaul: failed: {}: {}", esc(&f.path), esc(&f.error));
     }
 }
 
@@ -996,10 +997,10 @@ fn print_transfer(s: &CpSummary, dry_run: bool) {
         );
     }
     for w in &s.warnings {
-        errln!("longhaul: warning: {w}");
+        errln!("longhaul: warning: {}", esc(w));
     }
     for p in &s.would_send {
-        outln!("would send: {p}");
+        outln!("would send: {}", esc(p));
     }
     if s.resent_changed > 0 {
         errln!(
@@ -1008,10 +1009,14 @@ fn print_transfer(s: &CpSummary, dry_run: bool) {
         );
     }
     for p in &s.deleted {
-        outln!("{}: {p}", if dry_run { "would delete" } else { "deleted" });
+        outln!(
+            "{}: {}",
+            if dry_run { "would delete" } else { "deleted" },
+            esc(p)
+        );
     }
     for f in &s.failed {
-        errln!("longhaul: failed: {}: {}", f.path, f.error);
+        errln!("longhaul: failed: {}: {}", esc(&f.path), esc(&f.error));
     }
     outln!(
         "verified: {}",

@@ -47,11 +47,11 @@ pub fn fleet(s: &longhaul_fleet::run::FleetSummary) {
         o.insert("format".into(), "longhaul-fleet".into());
         o.insert("format_version".into(), FLEET_JSON_FORMAT_VERSION.into());
     }
-    crate::outln!("{v}");
+    out(&v.to_string());
 }
 
 fn out(line: &str) {
-    crate::print::out(format_args!("{line}"));
+    crate::print::out_json(line);
 }
 
 /// `--json`: collects everything, prints one document at the end.

@@ -13,6 +13,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use longhaul_engine::results::CommandReporter;
 use longhaul_proto::msg::Mode;
+use longhaul_proto::units::{json_safe, terminal_safe};
 
 /// A command's printer.
 pub type Printer = Box<dyn CommandReporter + Send>;
@@ -128,11 +129,15 @@ static STDOUT_CLOSED: AtomicBool = AtomicBool::new(false);
 static STDERR_CLOSED: AtomicBool = AtomicBool::new(false);
 
 fn write_line(w: &mut dyn Write, closed: &AtomicBool, args: fmt::Arguments) {
+    write_text(w, closed, &terminal_safe(&args.to_string()).to_string());
+}
+
+fn write_text(w: &mut dyn Write, closed: &AtomicBool, text: &str) {
     if closed.load(Ordering::Relaxed) {
         return;
     }
     let r = w
-        .write_fmt(args)
+        .write_all(text.as_bytes())
         .and_then(|()| w.write_all(b"\n"))
         .and_then(|()| w.flush());
     // Any failure to write is the reader's business: a broken pipe ends the
@@ -142,14 +147,30 @@ fn write_line(w: &mut dyn Write, closed: &AtomicBool, args: fmt::Arguments) {
     }
 }
 
-/// Writes one line to stdout.
+/// Writes one line to stdout, every terminal control in it shown, never
+/// acted on ([`terminal_safe`]): a peer's words reach a line in many ways
+/// (its refusals, names, paths, notes), and none of them may set a title,
+/// clear the screen or overwrite a line. Those words are also [`escaped`]
+/// where they are put in (their line breaks too).
+///
+/// [`escaped`]: longhaul_proto::units::escaped
 pub fn out(args: fmt::Arguments) {
     write_line(&mut io::stdout().lock(), &STDOUT_CLOSED, args);
 }
 
-/// Writes one line to stderr.
+/// Writes one line to stderr, as [`out`].
 pub fn err(args: fmt::Arguments) {
     write_line(&mut io::stderr().lock(), &STDERR_CLOSED, args);
+}
+
+/// Writes a JSON document (one line) to stdout, made safe for a terminal
+/// without changing what it says ([`json_safe`]).
+pub fn out_json(text: &str) {
+    write_text(
+        &mut io::stdout().lock(),
+        &STDOUT_CLOSED,
+        &json_safe(text).to_string(),
+    );
 }
 
 /// Prints a failure the way every command does: `longhaul: error: MESSAGE`.

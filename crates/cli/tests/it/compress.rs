@@ -268,7 +268,11 @@ fn a_third_party_copy_passes_z_to_the_source_and_reports_it() {
         spawn_server(cfg)
     };
     let (a, b) = (server(&ra, "state-a"), server(&rb, "state-b"));
-    let v = cp_ok(&["-z", "-r", &remote(a.addr(), "logs"), &remote(b.addr(), "")]);
+    let (src, dst) = (remote(a.addr(), "logs"), remote(b.addr(), ""));
+    let mut args: Vec<String> = vec!["-z".into(), "-r".into()];
+    args.extend(tokens_for(&[&src, &dst]));
+    args.extend([src, dst]);
+    let v = cp_ok(&args.iter().map(String::as_str).collect::<Vec<_>>());
     assert_eq!(v["verified"], true, "{v}");
     let c = compression(&v);
     assert_eq!(c["raw_bytes"], 6 * MIB, "{v}");

@@ -876,6 +876,10 @@ fn two_ranks_drain_a_queue_of_third_party_copies_from_one_server_to_another() {
                 ])
                 .args(["--queue", &url, "--unit", "2M", "--lease", "10s", "--json"])
                 .args(["--fleet-wait", "60s"])
+                .args(tokens_for(&[
+                    &remote(a.addr(), "tree"),
+                    &remote(b.addr(), ""),
+                ]))
                 .args([remote(a.addr(), "tree"), remote(b.addr(), "")])
                 .stdin(Stdio::null())
                 .stdout(Stdio::piped())

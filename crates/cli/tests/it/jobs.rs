@@ -781,6 +781,7 @@ fn attacker_a_job_that_leaves_its_export_widens_its_capability_or_is_malformed_i
                 ..TrustOptions::default()
             },
             token: Some(common::TOKEN.to_string()),
+            tokens: Vec::new(),
         },
         ..ClientOptions::default()
     };

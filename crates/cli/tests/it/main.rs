@@ -35,4 +35,5 @@ mod sealed;
 mod security;
 mod ssh;
 mod third_party_copy;
+mod trust;
 mod wan;

@@ -76,6 +76,7 @@ fn client() -> ClientOptions {
                 ..TrustOptions::default()
             },
             token: Some(common::TOKEN.to_string()),
+            tokens: Vec::new(),
         },
         ..ClientOptions::default()
     }
@@ -91,10 +92,12 @@ fn a_tree_goes_from_one_server_to_another_and_not_through_the_client() {
     let total: u64 = walkdir_bytes(&ra.join("tree"));
     assert!(total > 10 << 20, "{total}");
 
+    let (src, dst) = (remote(a.addr(), "tree"), remote(b.addr(), ""));
     let mut child = bin()
         .args(["cp", "--json", "-r", "--verify"])
-        .arg(remote(a.addr(), "tree"))
-        .arg(remote(b.addr(), ""))
+        .args(tokens_for(&[&src, &dst]))
+        .arg(src)
+        .arg(dst)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -255,10 +258,12 @@ fn a_server_without_third_party_copies_refuses_either_role() {
     let on = server(&ra, &t.dir("state-on"), true);
     let off = server(&rb, &t.dir("state-off"), false);
     for (src, dst) in [(&on, &off), (&off, &on)] {
+        let (from, to) = (remote(src.addr(), "f.bin"), remote(dst.addr(), ""));
         let o = bin()
             .args(["cp", "--retries", "0"])
-            .arg(remote(src.addr(), "f.bin"))
-            .arg(remote(dst.addr(), ""))
+            .args(tokens_for(&[&from, &to]))
+            .arg(from)
+            .arg(to)
             .stdin(Stdio::null())
             .output()
             .unwrap();
@@ -559,16 +564,12 @@ fn the_archive_catalogues_a_third_party_copys_files_as_any_copys() {
     let a = server(&ra, &t.dir("state-a"), true);
     let b = server(&rb, &t.dir("state-b"), true);
     let archive = t.path().join("archive.db");
-    let o = with_archive(
-        &archive,
-        &[
-            "cp",
-            "-r",
-            "--json",
-            &remote(a.addr(), "tree"),
-            &remote(b.addr(), ""),
-        ],
-    );
+    let (src, dst) = (remote(a.addr(), "tree"), remote(b.addr(), ""));
+    let mut args = vec!["cp".to_string(), "-r".into(), "--json".into()];
+    args.extend(tokens_for(&[&src, &dst]));
+    args.extend([src, dst]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let o = with_archive(&archive, &args);
     assert_exit(&o, 0);
     let show = json_ok(&archive, &["show", "last", "--json", "--all-files"]);
     let files = show["files"].as_array().unwrap();
@@ -604,6 +605,7 @@ fn tp_rank_started(
         .args(["--rank", &rank.to_string(), "--ranks", &ranks.to_string()])
         .args(["--fleet-wait", "60s", "--run-dir"])
         .arg(run_dir)
+        .args(tokens_for(&[src, dest]))
         .args([src, dest])
         .stdin(Stdio::null())
         .stdout(Stdio::piped())

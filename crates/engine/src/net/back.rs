@@ -23,7 +23,7 @@
 use std::collections::HashMap;
 use std::io::{self, Read};
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{sync_channel, SyncSender};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
@@ -32,21 +32,18 @@ use base64::Engine as _;
 
 use crate::EngineError;
 
-/// What every connect-back ticket starts with.
-pub const TICKET_PREFIX: &str = "lh1b_";
-/// A ticket's length on the wire: the prefix and 43 characters of
-/// unpadded base64url (32 bytes).
-pub const TICKET_LEN: usize = 48;
+/// The ticket's form and the request line (PROTOCOL.md 16.1).
+pub use longhaul_proto::xfer::back::{TICKET_LEN, TICKET_PREFIX};
 /// How long the direct connection may take before the far end is asked to
 /// connect back instead.
 pub const DIRECT_WAIT: Duration = Duration::from_secs(3);
 /// How long a connection to the listener may take to send its ticket.
 const TICKET_WAIT: Duration = Duration::from_secs(5);
 /// Connections to the listener that have not sent their ticket yet, at
-/// most (more are closed at once).
-const UNPROVEN_MAX: usize = 64;
-/// The word that starts a connect-back request on the ssh channel.
-pub const REQUEST_WORD: &str = "connect-back";
+/// most, in all and from one address; past either the idlest is closed
+/// ([`super::lobby`]).
+const UNPROVEN_MAX: usize = 128;
+const UNPROVEN_PER_ADDRESS: usize = 64;
 
 /// Which side opened a far end's connections, and why: what a report says.
 pub use longhaul_proto::report::Opened;
@@ -62,21 +59,23 @@ pub fn fresh_ticket() -> Result<String, EngineError> {
     ))
 }
 
-/// The request line on the ssh channel: `connect-back ADDR:PORT TICKET`.
-pub fn request_line(to: SocketAddr, ticket: &str) -> String {
-    format!("{REQUEST_WORD} {to} {ticket}")
+/// The request line on the ssh channel: `connect-back ADDR:PORT TICKET`,
+/// for a ticket of the exact form only (one of [`fresh_ticket`]'s, or a
+/// source's relayed one that passed [`Route::relay`]'s check).
+pub fn request_line(to: SocketAddr, ticket: &str) -> Result<String, EngineError> {
+    longhaul_proto::xfer::back::request_line(to, ticket).ok_or_else(|| {
+        EngineError::Failed(format!(
+            "a request to connect back to {to} whose ticket is not one ({TICKET_LEN} characters, {TICKET_PREFIX} and base64url, and nothing else): not written"
+        ))
+    })
 }
 
-/// Reads a request line; None for anything else (a later version's line).
+/// Reads a request line (without its `\n`); None for anything else.
 pub fn parse_request(line: &str) -> Option<(SocketAddr, String)> {
-    let mut w = line.split_whitespace();
-    if w.next()? != REQUEST_WORD {
-        return None;
+    match longhaul_proto::xfer::back::parse_line(line.as_bytes()) {
+        longhaul_proto::xfer::back::Line::Request { to, ticket } => Some((to, ticket)),
+        _ => None,
     }
-    let to = w.next()?.parse::<SocketAddr>().ok()?;
-    let ticket = w.next()?;
-    (ticket.len() == TICKET_LEN && ticket.starts_with(TICKET_PREFIX) && to.port() != 0)
-        .then(|| (to, ticket.to_string()))
 }
 
 /// The far end's part: connects to `to` and sends `ticket`; the stream
@@ -202,7 +201,7 @@ fn accept_loop(
     stop: &AtomicBool,
     refused: &Arc<AtomicU64>,
 ) {
-    let unproven = Arc::new(AtomicUsize::new(0));
+    let lobby = super::lobby::Lobby::new(UNPROVEN_PER_ADDRESS, UNPROVEN_MAX);
     while !stop.load(Ordering::SeqCst) {
         let (s, peer) = match l.accept() {
             Ok(x) => x,
@@ -216,15 +215,23 @@ fn accept_loop(
                 continue;
             }
         };
-        if unproven.fetch_add(1, Ordering::SeqCst) >= UNPROVEN_MAX {
-            unproven.fetch_sub(1, Ordering::SeqCst);
-            refused.fetch_add(1, Ordering::Relaxed);
-            tracing::warn!(
-                "connect-back listener: closed {peer}: too many connections without a ticket"
-            );
-            continue;
-        }
-        let (waiting, unproven, refused) = (waiting.clone(), unproven.clone(), refused.clone());
+        let seat = match lobby.enter(&s, peer.ip()) {
+            Ok((seat, entered)) => {
+                if let super::lobby::Entered::Dropped(ip) = entered {
+                    refused.fetch_add(1, Ordering::Relaxed);
+                    tracing::warn!(
+                        "connect-back listener: closed the idlest connection without a ticket from {ip} to take {peer}"
+                    );
+                }
+                seat
+            }
+            Err(e) => {
+                refused.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!("connect-back listener: closed {peer}: {e}");
+                continue;
+            }
+        };
+        let (waiting, refused) = (waiting.clone(), refused.clone());
         let _ = std::thread::Builder::new()
             .name("lh-back-ticket".into())
             .spawn(move || {
@@ -234,7 +241,7 @@ fn accept_loop(
                     tracing::warn!("connect-back listener: closed a connection from {peer}: {why}");
                     drop(s);
                 }
-                unproven.fetch_sub(1, Ordering::SeqCst);
+                drop(seat);
             });
     }
 }
@@ -376,15 +383,19 @@ impl Route {
 
     /// Asks the far end (over its ssh channel) to connect to `to` with
     /// `ticket`: a request another process made (a third-party copy's
-    /// source), relayed. Only a well-formed request is written.
+    /// source), relayed. Only a ticket of the exact form is written, as
+    /// one line: anything else (a second line, spaces, control bytes, a
+    /// ticket of another length or alphabet) is refused, and nothing is
+    /// written.
     pub fn relay(&self, to: SocketAddr, ticket: &str) -> Result<(), EngineError> {
-        let line = request_line(to, ticket);
-        if parse_request(&line).is_none() {
-            return Err(EngineError::Failed(format!(
-                "a request to connect back to {to} that is not one (no port, or no ticket)"
-            )));
-        }
-        (self.ask)(&line)
+        (self.ask)(&request_line(to, ticket)?)
+    }
+
+    /// Lets the far end connect to `ip`, `count` more times (PROTOCOL.md
+    /// 16.1, `connect-back-allow`): a third-party copy's source, before
+    /// its requests are relayed. A far end before this line ignores it.
+    pub fn allow(&self, ip: IpAddr, count: u32) -> Result<(), EngineError> {
+        (self.ask)(&longhaul_proto::xfer::back::allow_line(ip, count))
     }
 
     /// Which side opened the connections to `addr` so far, and why: None
@@ -486,7 +497,9 @@ impl Route {
             false => (timeout * 2).max(Duration::from_secs(10)),
         };
         let s = listener
-            .expect(&ticket, wait, || (self.ask)(&request_line(listener.addr(), &ticket)))
+            .expect(&ticket, wait, || {
+                (self.ask)(&request_line(listener.addr(), &ticket)?)
+            })
             .map_err(|e| match (self.heard)() {
                 Some(said) => EngineError::Connect(format!("{e}; it said: {said}")),
                 None => EngineError::Connect(format!(
@@ -525,7 +538,10 @@ mod tests {
         let t = fresh_ticket().unwrap();
         assert_eq!(t.len(), TICKET_LEN);
         let to: SocketAddr = "198.18.0.1:4000".parse().unwrap();
-        assert_eq!(parse_request(&request_line(to, &t)), Some((to, t.clone())));
+        assert_eq!(
+            parse_request(&request_line(to, &t).unwrap()),
+            Some((to, t.clone()))
+        );
         assert_eq!(
             parse_request(&format!("connect-back 198.18.0.1:0 {t}")),
             None
@@ -619,5 +635,33 @@ mod tests {
             })
             .unwrap_err();
         assert!(e.to_string().contains("did not connect back"), "{e}");
+    }
+
+    /// The attacker fills the listener with idle connections from one
+    /// address (more than its share, and more than the listener took in
+    /// all before issue 40): it keeps its share only, and the far end's
+    /// connection, with its ticket, still gets through.
+    #[test]
+    fn attacker_idle_strangers_do_not_keep_the_far_end_out() {
+        let l = Listener::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let at = l.addr();
+        let idle: Vec<TcpStream> = (0..UNPROVEN_MAX + 8)
+            .map(|_| {
+                let c = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)
+                    .unwrap();
+                c.bind(&SocketAddr::from(([127, 0, 0, 2], 0)).into())
+                    .unwrap();
+                c.connect(&at.into()).unwrap();
+                TcpStream::from(c)
+            })
+            .collect();
+        let ticket = fresh_ticket().unwrap();
+        let got = l.expect(&ticket, Duration::from_secs(20), || {
+            let mut far = TcpStream::connect(at).unwrap();
+            far.write_all(ticket.as_bytes()).unwrap();
+            Ok(())
+        });
+        assert!(got.is_ok(), "{:?}", got.err());
+        drop(idle);
     }
 }

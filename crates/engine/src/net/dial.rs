@@ -140,14 +140,78 @@ impl Paths {
 }
 
 /// How a client protects and identifies itself.
-#[derive(Debug, Clone, Default)]
+#[derive(Clone, Default)]
 pub struct Security {
     /// Speak plaintext (`--insecure-plaintext`); the server must allow it
     /// too (`--allow-plaintext`), or it refuses.
     pub plaintext: bool,
     pub trust: tls::TrustOptions,
-    /// The credential sent in the hello (`--token-file`, `LONGHAUL_TOKEN`).
+    /// The credential sent in the hello to a server that has none of its
+    /// own in `tokens` (`--token-file FILE`, `LONGHAUL_TOKEN`).
     pub token: Option<String>,
+    /// Credentials each for one server (`--token-file HOST[:PORT]=FILE`):
+    /// each is presented to its own server only ([`Security::token_for`]).
+    pub tokens: Vec<HostToken>,
+}
+
+impl std::fmt::Debug for Security {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Security")
+            .field("plaintext", &self.plaintext)
+            .field("trust", &self.trust)
+            .field("token", &self.token.as_ref().map(|_| "***"))
+            .field("tokens", &self.tokens)
+            .finish()
+    }
+}
+
+impl Security {
+    /// The credential to present to `target` (`HOST[:PORT]` as dialled):
+    /// its own, else the default one.
+    pub fn token_for(&self, target: &str) -> Option<&str> {
+        self.tokens
+            .iter()
+            .find(|t| t.is_for(target))
+            .map(|t| t.token.as_str())
+            .or(self.token.as_deref())
+    }
+
+    /// Whether `target` has a credential of its own (named for it).
+    pub fn named_for(&self, target: &str) -> bool {
+        self.tokens.iter().any(|t| t.is_for(target))
+    }
+}
+
+/// One server's own credential: `host` is `HOST` (any port) or
+/// `HOST:PORT`, as the user named the server.
+#[derive(Clone)]
+pub struct HostToken {
+    pub host: String,
+    pub token: String,
+}
+
+impl std::fmt::Debug for HostToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HostToken")
+            .field("host", &self.host)
+            .finish_non_exhaustive()
+    }
+}
+
+impl HostToken {
+    /// Whether this is `target`'s credential: the same host (letters in
+    /// any case), and the same port if it names one (the default port
+    /// where `target` names none).
+    pub fn is_for(&self, target: &str) -> bool {
+        let mine = host_key(&self.host).to_ascii_lowercase();
+        let theirs = host_key(target).to_ascii_lowercase();
+        let host = |k: &str| k.rsplit_once(':').map_or(k, |(h, _)| h).to_string();
+        if host_key(&self.host) == self.host {
+            mine == theirs
+        } else {
+            host(&mine) == host(&theirs)
+        }
+    }
 }
 
 /// The session of a control connection, with its credential: the token
@@ -688,7 +752,8 @@ pub(crate) fn open_control_early<T>(
     stream
         .write_all(&MAGIC)
         .map_err(|e| EngineError::io(format!("failed to greet {peer}"), e))?;
-    let session = control_session(tls.is_some(), &opts.security.token, opts.handshake_timeout);
+    let token = opts.security.token_for(target).map(str::to_string);
+    let session = control_session(tls.is_some(), &token, opts.handshake_timeout);
     let mut c = Control {
         conn: FramedConn::new(stream, target.to_string()),
         session,

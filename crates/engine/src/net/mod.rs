@@ -5,6 +5,7 @@
 pub mod back;
 pub mod conn;
 pub mod dial;
+pub mod lobby;
 pub mod sealed;
 pub mod sock;
 pub mod tls;

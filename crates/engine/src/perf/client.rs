@@ -912,7 +912,10 @@ fn drive(
                         ctl.conn.peer()
                     )),
                     EngineError::Refused { code, message } if code != RefuseCode::Busy => {
-                        EngineError::Failed(format!("server ended the test: {message}"))
+                        EngineError::Failed(format!(
+                            "server ended the test: {}",
+                            longhaul_proto::units::escaped(&message)
+                        ))
                     }
                     other => other,
                 });
@@ -974,7 +977,11 @@ pub fn run_third_party(
                 );
                 fps
             },
-            token: lent_token(!opts.security.plaintext, &opts.security.token),
+            // b's own credential (or the default one), lent to a for b.
+            token: lent_token(
+                !opts.security.plaintext,
+                &opts.security.token_for(b).map(str::to_string),
+            ),
             plaintext: opts.security.plaintext,
         },
         Duration::from_secs(86_400),
@@ -993,9 +1000,10 @@ pub fn run_third_party(
             }
             Some(ClientEvent::Relay(Relay::Failed(r))) => {
                 return Err(match r.code {
-                    RefuseCode::ServerError => {
-                        EngineError::Failed(format!("{a} could not test to {b}: {}", r.message))
-                    }
+                    RefuseCode::ServerError => EngineError::Failed(format!(
+                        "{a} could not test to {b}: {}",
+                        longhaul_proto::units::escaped(&r.message)
+                    )),
                     _ => SessionError::from(r).into(),
                 })
             }

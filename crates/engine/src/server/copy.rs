@@ -418,6 +418,7 @@ pub(super) fn serve_copy(
                 ..Default::default()
             },
             token: Some(order.capability.clone()),
+            tokens: Vec::new(),
         },
         back,
         ..ClientOptions::default()

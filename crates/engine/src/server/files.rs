@@ -107,9 +107,6 @@ pub(super) fn serve_transfer(
     };
     let dest = beneath(&ex.root, &t.dest).map_err(bad)?;
     confine(&ex.root, &dest).map_err(bad)?;
-    // The client's include/exclude rules, bounded in number and length.
-    let filter = crate::xfer::client::compile_filter(&t.filter, t.contents)
-        .map_err(|e| bad(EngineError::Usage(e)))?;
     // `-z`: a level this server's CPU will run (on a pull) or that the
     // client's will.
     if let Some(level) = t.compress {
@@ -131,6 +128,11 @@ pub(super) fn serve_transfer(
         Op::Pull => longhaul_proto::xfer::Landing::Into,
     };
     let (guard, rx) = register(shared, conn, access).map_err(refuse)?;
+    // The client's include/exclude rules, compiled under their budget
+    // (`xfer::filter::BUDGET`) only now that the request holds its slot:
+    // `--max-tests` and the queue bound the compiles as every request.
+    let filter = crate::xfer::client::compile_filter(&t.filter, t.contents)
+        .map_err(|e| bad(EngineError::Usage(e)))?;
     // From here on the transfer runs: its end (or its abort, should this
     // return early) reaches the observers.
     let kind = match t.op {
@@ -439,6 +441,13 @@ pub(super) fn serve_list(
     access
         .check_read(ex)
         .map_err(|m| (RefuseCode::Unauthorized, m))?;
+    // A recursive listing walks as far as the tree goes: it waits for a
+    // slot as a transfer does. One directory's listing is one read,
+    // streamed, and needs none.
+    let _slot = match l.recursive {
+        true => Some(super::slots::take_slot(shared, conn, access)?),
+        false => None,
+    };
     let watch = shared.watch(
         RunKind::List,
         conn.peer(),
@@ -490,11 +499,21 @@ fn list(conn: &mut FramedConn, ex: &Export, l: &ListRequest) -> Result<u64, (Ref
         )
     };
     // Depth first, each directory opened from its parent without following
-    // a link; entries named from the listed directory (`sub/file`).
-    let mut todo = vec![(anchor.dir(&path, false).map_err(bad)?, String::new())];
+    // a link when its turn comes (so the walk holds a descriptor for each
+    // directory with subdirectories still to visit, not one for each of
+    // those); entries named from the listed directory (`sub/file`).
+    let top = anchor.dir(&path, false).map_err(bad)?;
+    let mut todo = vec![(top, None::<std::ffi::OsString>, String::new())];
     let mut batch = Vec::new();
     let mut sent = 0u64;
-    while let Some((dir, prefix)) = todo.pop() {
+    while let Some((parent, name, prefix)) = todo.pop() {
+        let dir = match name {
+            None => parent,
+            Some(name) => match parent.child(&name) {
+                Ok(d) => Arc::new(d),
+                Err(_) => continue,
+            },
+        };
         let rd = match std::fs::read_dir(dir.path()) {
             Ok(rd) => rd,
             // The top must be listable; a subdirectory that is not (its
@@ -529,9 +548,7 @@ fn list(conn: &mut FramedConn, ex: &Export, l: &ListRequest) -> Result<u64, (Ref
         }
         // Reversed onto the stack: visited in the order read.
         for (name, prefix) in subdirs.into_iter().rev() {
-            if let Ok(d) = dir.child(&name) {
-                todo.push((Arc::new(d), prefix));
-            }
+            todo.push((dir.clone(), Some(name), prefix));
         }
     }
     sent += batch.len() as u64;

@@ -15,7 +15,7 @@
 use std::collections::HashMap;
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -27,6 +27,7 @@ use longhaul_proto::msg::{Mode, TestParams, Transport};
 use longhaul_proto::report::{stream_keys, SideSnapshot};
 
 use super::observe::{Observers, Outcome, Refused, RunKind, ServeObserver, Watch, ANONYMOUS};
+use crate::net::lobby::{Entered, Lobby, Seat};
 use crate::net::sock;
 use crate::perf::client::tuning_for;
 use crate::perf::iperf3::results_for;
@@ -49,8 +50,11 @@ pub struct Iperf3Config {
     pub max_rate_bps: Option<u64>,
     /// Bytes per write.
     pub max_len: u64,
-    /// Connections reading their cookie at once.
+    /// Connections reading their cookie at once, in all.
     pub max_connections: usize,
+    /// Of those, from one address; past either cap the idlest (the one
+    /// quiet longest) is closed to make room ([`crate::net::lobby`]).
+    pub max_per_address: usize,
     /// For the cookie, the parameters, the streams and the results, each.
     pub handshake_timeout: Duration,
     pub observers: Vec<Arc<dyn ServeObserver>>,
@@ -65,6 +69,7 @@ impl Default for Iperf3Config {
             max_rate_bps: None,
             max_len: 8 << 20,
             max_connections: 64,
+            max_per_address: 32,
             handshake_timeout: Duration::from_secs(10),
             observers: Vec::new(),
         }
@@ -75,7 +80,8 @@ struct Shared {
     cfg: Iperf3Config,
     observers: Observers,
     tests: Mutex<usize>,
-    handshakes: AtomicUsize,
+    /// Connections that have not sent their cookie yet.
+    lobby: Arc<Lobby>,
     /// Tests waiting for their streams: cookie -> (accept order, socket).
     pending: Mutex<HashMap<Cookie, mpsc::Sender<(u64, TcpStream)>>>,
     /// Held by the one UDP test whose streams are being set up: iperf3's
@@ -117,13 +123,14 @@ impl Iperf3Server {
             ))
         })?;
         let observers: Observers = cfg.observers.clone().into();
+        let lobby = Lobby::new(cfg.max_per_address, cfg.max_connections);
         Ok(Iperf3Server {
             listener,
             shared: Arc::new(Shared {
                 cfg,
                 observers,
                 tests: Mutex::new(0),
-                handshakes: AtomicUsize::new(0),
+                lobby,
                 pending: Mutex::new(HashMap::new()),
                 udp_setup: Mutex::new(()),
                 shutdown: AtomicBool::new(false),
@@ -154,35 +161,33 @@ impl Iperf3Server {
     }
 }
 
-/// Counts a connection in its handshake while it lives.
-struct Counted<'a>(&'a AtomicUsize);
-
-impl Drop for Counted<'_> {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::SeqCst);
-    }
-}
-
 fn accept_loop(l: &TcpListener, shared: &Arc<Shared>) {
     let order = AtomicU64::new(0);
     while let Some((stream, peer)) = super::accept_next(l, &shared.shutdown, "iperf3 listener") {
-        if shared.handshakes.fetch_add(1, Ordering::SeqCst) >= shared.cfg.max_connections {
-            shared.handshakes.fetch_sub(1, Ordering::SeqCst);
-            refuse_note(
-                shared,
-                &peer,
-                "busy",
-                "too many iperf3 connections at once".into(),
-            );
-            continue;
-        }
+        let seat = match shared.lobby.enter(&stream, peer.ip()) {
+            Ok((seat, Entered::Room)) => seat,
+            Ok((seat, Entered::Dropped(ip))) => {
+                tracing::info!(
+                    "iperf3 listener: closed the idlest connection without a cookie from {ip} to take {peer}"
+                );
+                seat
+            }
+            Err(e) => {
+                refuse_note(
+                    shared,
+                    &peer,
+                    "busy",
+                    format!("cannot keep its connection: {e}"),
+                );
+                continue;
+            }
+        };
         let seq = order.fetch_add(1, Ordering::Relaxed);
         let sh = shared.clone();
         let spawned = std::thread::Builder::new()
             .name("lh-iperf3-conn".into())
-            .spawn(move || connection(stream, peer, seq, &sh));
+            .spawn(move || connection(stream, peer, seq, seat, &sh));
         if let Err(e) = spawned {
-            shared.handshakes.fetch_sub(1, Ordering::SeqCst);
             tracing::warn!("iperf3 listener: cannot start a thread: {e}");
         }
     }
@@ -204,8 +209,8 @@ fn refuse_note(shared: &Shared, peer: &SocketAddr, reason: &'static str, message
 }
 
 /// Reads exactly `buf.len()` bytes by `deadline` (one deadline for all of
-/// it: trickling bytes does not extend it).
-fn read_by(s: &mut TcpStream, buf: &mut [u8], deadline: Instant) -> io::Result<()> {
+/// it: trickling bytes does not extend it), telling `seat` of each read.
+fn read_by(s: &mut TcpStream, buf: &mut [u8], deadline: Instant, seat: &Seat) -> io::Result<()> {
     let mut got = 0;
     while got < buf.len() {
         let left = deadline.saturating_duration_since(Instant::now());
@@ -215,7 +220,10 @@ fn read_by(s: &mut TcpStream, buf: &mut [u8], deadline: Instant) -> io::Result<(
         s.set_read_timeout(Some(left))?;
         match s.read(&mut buf[got..]) {
             Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
-            Ok(n) => got += n,
+            Ok(n) => {
+                got += n;
+                seat.heard();
+            }
             Err(e) if crate::net::conn::transient(&e) => {}
             Err(e) => return Err(e),
         }
@@ -225,20 +233,27 @@ fn read_by(s: &mut TcpStream, buf: &mut [u8], deadline: Instant) -> io::Result<(
 
 /// One accepted connection: its cookie says whether it is a data stream
 /// of a test waiting for streams or a new test.
-fn connection(mut s: TcpStream, peer: SocketAddr, seq: u64, shared: &Arc<Shared>) {
-    let counted = Counted(&shared.handshakes);
+fn connection(mut s: TcpStream, peer: SocketAddr, seq: u64, seat: Seat, shared: &Arc<Shared>) {
     let mut raw = [0u8; iperf3::COOKIE_LEN];
     let deadline = Instant::now() + shared.cfg.handshake_timeout;
-    if let Err(e) = read_by(&mut s, &mut raw, deadline) {
+    if let Err(e) = read_by(&mut s, &mut raw, deadline, &seat) {
         let (reason, what) = match e.kind() {
+            _ if seat.dropped() => (
+                "busy",
+                format!(
+                    "closed while it sent no cookie, to make room ({} connections without one from an address, {} in all)",
+                    shared.cfg.max_per_address, shared.cfg.max_connections
+                ),
+            ),
             io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock => {
-                ("timeout", "sent no cookie in time")
+                ("timeout", format!("sent no cookie in time ({e})"))
             }
-            _ => ("protocol", "closed before its cookie"),
+            _ => ("protocol", format!("closed before its cookie ({e})")),
         };
-        refuse_note(shared, &peer, reason, format!("{what} ({e})"));
+        refuse_note(shared, &peer, reason, what);
         return;
     }
+    drop(seat);
     let cookie = match Cookie::parse(&raw) {
         Ok(c) => c,
         Err(e) => {
@@ -282,7 +297,6 @@ fn connection(mut s: TcpStream, peer: SocketAddr, seq: u64, shared: &Arc<Shared>
         );
         return;
     }
-    drop(counted);
     let _slot = Slot(shared);
     let mut t = Test {
         s,

@@ -28,7 +28,7 @@
 //! [`crate::net::back`]), and the far end connects there, sends the
 //! ticket, and serves the connection as if it had accepted it.
 
-use std::io::{BufRead, Read, Write};
+use std::io::{Read, Write};
 use std::net::{IpAddr, SocketAddr};
 use std::sync::mpsc::{channel, Receiver, RecvTimeoutError, Sender};
 use std::sync::{Arc, Mutex};
@@ -423,67 +423,78 @@ pub const BACK_FAILED: &str = "longhaul-connect-back-failed:";
 /// How long the far end tries to connect back.
 const BACK_WAIT: Duration = Duration::from_secs(10);
 
-/// The most bytes of one line on the ssh channel that are read (a request
-/// is under 128); the rest of a longer line is skipped, never read as a
-/// line of its own.
-const LINE_MAX: u64 = 512;
+/// Connections back a far end opens at once, at most: a request past it
+/// is refused as one to an address nobody named is.
+const BACK_AT_ONCE: usize = 64;
 
-/// One line the client said on the ssh channel.
-#[derive(Debug, PartialEq, Eq)]
-enum Said {
-    /// `connect-back ADDR:PORT TICKET`: a connection to open to it.
-    ConnectBack(SocketAddr, String),
-    /// Anything else ([`ALIVE_LINE`], a later version's line, a line too
-    /// long): only that the client is there.
-    Other,
-}
-
-/// The lines of the ssh channel, as the client said them, until its end.
-fn channel_lines(input: impl Read) -> impl Iterator<Item = Said> {
-    let mut r = std::io::BufReader::new(input);
-    std::iter::from_fn(move || loop {
-        let mut raw = Vec::new();
-        match (&mut r).take(LINE_MAX).read_until(b'\n', &mut raw) {
-            Ok(0) => return None,
-            Ok(_) => {}
+/// Serves the ssh channel's lines (`xfer::back::Reader`): each
+/// `connect-back` request for an address the client named is a connection
+/// to open and serve; any line (a request, [`ALIVE_LINE`], anything) says
+/// the client is there. Returns at the channel's end.
+fn read_requests(
+    mut input: impl Read,
+    client: Option<IpAddr>,
+    injector: &super::Injector,
+    one_time: &OneTime,
+) {
+    use longhaul_proto::xfer::back::{Event, Reader};
+    let mut reader = Reader::new(client);
+    let dialing = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let mut buf = [0u8; 4096];
+    loop {
+        let n = match input.read(&mut buf) {
+            Ok(0) => return,
+            Ok(n) => n,
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(_) => return None,
-        }
-        if raw.last() != Some(&b'\n') && raw.len() as u64 == LINE_MAX {
-            // The rest of the line is not a line: skipped, unallocated.
-            if r.skip_until(b'\n').is_err() {
-                return None;
+            Err(_) => return,
+        };
+        for event in reader.feed(&buf[..n]) {
+            match event {
+                Event::Heard => one_time.heard(),
+                Event::Refused { to, why } => back_failed(&format!("{to}: {why}")),
+                Event::Dial { to, ticket } => dial(to, ticket, injector, &dialing),
             }
-            return Some(Said::Other);
         }
-        let line = String::from_utf8_lossy(&raw);
-        return Some(match back::parse_request(line.trim_end()) {
-            Some((to, ticket)) => Said::ConnectBack(to, ticket),
-            None => Said::Other,
-        });
-    })
+    }
 }
 
-/// Serves the ssh channel's lines: each `connect-back` request is a
-/// connection to open to the client and serve; any line (a request,
-/// [`ALIVE_LINE`], anything) says the client is there. Returns at the
-/// channel's end.
-fn read_requests(input: impl Read, injector: &super::Injector, one_time: &OneTime) {
-    for said in channel_lines(input) {
-        one_time.heard();
-        let Said::ConnectBack(to, ticket) = said else {
-            continue;
-        };
-        let injector = injector.clone();
-        let _ = std::thread::Builder::new()
-            .name("lh-one-shot-back".into())
-            .spawn(move || match back::dial_back(to, &ticket, BACK_WAIT) {
-                Ok(s) => injector.serve(s, to),
-                Err(e) => {
-                    let _ = writeln!(std::io::stderr().lock(), "{BACK_FAILED} {e}");
-                }
-            });
+/// Opens one connection back to `to` on a thread of its own, and serves
+/// it; at most [`BACK_AT_ONCE`] at a time.
+fn dial(
+    to: SocketAddr,
+    ticket: String,
+    injector: &super::Injector,
+    dialing: &Arc<std::sync::atomic::AtomicUsize>,
+) {
+    use std::sync::atomic::Ordering;
+    if dialing.fetch_add(1, Ordering::SeqCst) >= BACK_AT_ONCE {
+        dialing.fetch_sub(1, Ordering::SeqCst);
+        back_failed(&format!(
+            "{to}: {BACK_AT_ONCE} connections back are being opened already"
+        ));
+        return;
     }
+    let (injector, count) = (injector.clone(), dialing.clone());
+    let spawned = std::thread::Builder::new()
+        .name("lh-one-shot-back".into())
+        .spawn(move || {
+            let dialed = back::dial_back(to, &ticket, BACK_WAIT);
+            count.fetch_sub(1, Ordering::SeqCst);
+            match dialed {
+                Ok(s) => injector.serve(s, to),
+                Err(e) => back_failed(&e.to_string()),
+            }
+        });
+    if spawned.is_err() {
+        dialing.fetch_sub(1, Ordering::SeqCst);
+        back_failed(&format!("{to}: cannot start a thread"));
+    }
+}
+
+/// Says on standard error (which ssh carries to the client, whose error
+/// quotes it) why a connection back was not opened.
+fn back_failed(why: &str) {
+    let _ = writeln!(std::io::stderr().lock(), "{BACK_FAILED} {why}");
 }
 
 /// Waits for the end of a one-shot server whose gate is `one_time`: what
@@ -542,7 +553,10 @@ pub fn run(
             // The user's own server: copies between two of their hosts
             // (PROTOCOL.md 13.9) go directly from one to the other.
             third_party_copies: true,
-            max_connections: 256,
+            // Its port takes connections from other hosts too (the
+            // address ssh reached): one address cannot fill it.
+            max_connections: 512,
+            max_per_client: 256,
             ..ServeConfig::default()
         },
     )?;
@@ -563,11 +577,11 @@ pub fn run(
         .and_then(|()| out.flush())
         .map_err(|e| EngineError::Closed(format!("cannot write the handshake line: {e}")))?;
     drop(line);
-    let (stdin_tx, gate) = (tx, one_time.clone());
+    let (stdin_tx, gate, client) = (tx, one_time.clone(), cfg.client);
     std::thread::Builder::new()
         .name("lh-one-shot-in".into())
         .spawn(move || {
-            read_requests(&mut input, &injector, &gate);
+            read_requests(&mut input, client, &injector, &gate);
             gate.close();
             let _ = stdin_tx.send(End::InputClosed);
         })
@@ -766,70 +780,6 @@ mod tests {
             t.elapsed()
         );
         speaker.join().unwrap();
-    }
-
-    /// What a client writes on the channel of a far end that connects back
-    /// (in the form `back::request_line` writes, the tickets in the form
-    /// `back::fresh_ticket` makes): two requests and an `alive` between.
-    const RECORDED: &str =
-        "connect-back 127.0.0.1:41877 lh1b_Vd0oL3mJ7yXgq2l5m9xwQ6sT1aZr8cUeYk4nPbFhD2E\n\
-        alive\n\
-        connect-back [::1]:41878 lh1b_Q2l5m9xwQ6sT1aZr8cUeYk4nPbFhD2EVd0oL3mJ7yXg\n";
-
-    fn said(input: &[u8]) -> Vec<Said> {
-        channel_lines(input).collect()
-    }
-
-    #[test]
-    fn the_channel_reader_takes_each_request_and_hears_every_line() {
-        let t1 = "lh1b_Vd0oL3mJ7yXgq2l5m9xwQ6sT1aZr8cUeYk4nPbFhD2E".to_string();
-        let t2 = "lh1b_Q2l5m9xwQ6sT1aZr8cUeYk4nPbFhD2EVd0oL3mJ7yXg".to_string();
-        assert_eq!(
-            said(RECORDED.as_bytes()),
-            vec![
-                Said::ConnectBack("127.0.0.1:41877".parse().unwrap(), t1.clone()),
-                Said::Other,
-                Said::ConnectBack("[::1]:41878".parse().unwrap(), t2),
-            ]
-        );
-        // What the client's own code writes reads back the same.
-        let to: SocketAddr = "198.18.0.1:5310".parse().unwrap();
-        let line = format!("{}\n", back::request_line(to, &t1));
-        assert_eq!(said(line.as_bytes()), vec![Said::ConnectBack(to, t1)]);
-        // The last line may end with the channel, without a newline.
-        assert_eq!(said(RECORDED.trim_end().as_bytes()).len(), 3);
-        assert_eq!(said(b""), vec![]);
-    }
-
-    #[test]
-    fn attacker_malformed_requests_are_only_heard() {
-        for line in [
-            // Short ticket, wrong prefix, port 0, no address, a host name
-            // (never resolved), a later word, CRLF junk, not UTF-8.
-            "connect-back 127.0.0.1:41877 lh1b_short\n",
-            "connect-back 127.0.0.1:41877 lh1o_Vd0oL3mJ7yXgq2l5m9xwQ6sT1aZr8cUeYk4nPbFhD2E\n",
-            "connect-back 127.0.0.1:0 lh1b_Vd0oL3mJ7yXgq2l5m9xwQ6sT1aZr8cUeYk4nPbFhD2E\n",
-            "connect-back lh1b_Vd0oL3mJ7yXgq2l5m9xwQ6sT1aZr8cUeYk4nPbFhD2E\n",
-            "connect-back localhost:41877 lh1b_Vd0oL3mJ7yXgq2l5m9xwQ6sT1aZr8cUeYk4nPbFhD2E\n",
-            "connect-forward 127.0.0.1:41877 lh1b_Vd0oL3mJ7yXgq2l5m9xwQ6sT1aZr8cUeYk4nPbFhD2E\n",
-            "\r\n",
-        ] {
-            assert_eq!(said(line.as_bytes()), vec![Said::Other], "{line:?}");
-        }
-        assert_eq!(said(b"\xff\xfe connect-back\n"), vec![Said::Other]);
-    }
-
-    /// A line longer than [`LINE_MAX`] is one line heard, and its tail is
-    /// never read as a line: a request hidden past the limit is not taken.
-    #[test]
-    fn attacker_a_request_in_the_tail_of_an_overlong_line_is_not_taken() {
-        let request = RECORDED.lines().next().unwrap();
-        let long = format!("{}{request}\nalive\n", "x".repeat(LINE_MAX as usize));
-        assert_eq!(said(long.as_bytes()), vec![Said::Other, Said::Other]);
-        // A line of exactly the limit, newline included, is a line.
-        let padded = format!("{request:<width$}\n", width = LINE_MAX as usize - 1);
-        assert_eq!(said(padded.as_bytes()).len(), 1);
-        assert!(matches!(said(padded.as_bytes())[0], Said::ConnectBack(..)));
     }
 
     #[test]

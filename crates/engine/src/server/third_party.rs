@@ -66,6 +66,7 @@ pub(super) fn third_party(
                 ..Default::default()
             },
             token: req.token.clone(),
+            tokens: Vec::new(),
         },
         ..ClientOptions::default()
     };

@@ -34,8 +34,9 @@ pub const LIFETIME: Duration = Duration::from_secs(3600);
 const SILENCE: Duration = Duration::from_secs(90);
 
 /// The most requests to connect back a source may relay in one copy (a
-/// connection each: its control and data streams, over its retries).
-const RELAYED_MAX: u32 = 4096;
+/// connection each: its control and data streams, over its retries): as
+/// many as the destination is allowed to open to it for the copy.
+const RELAYED_MAX: u32 = longhaul_proto::xfer::back::ALLOW_MAX;
 
 /// What the ordering client's own connections carried in a third-party
 /// copy: the measure that the data did not pass through it.
@@ -107,6 +108,7 @@ pub fn third_party_share(
             "name every source with a trailing '/' (copy their contents) or none (copy them by name), not a mix",
         ));
     }
+    one_credential_each(&host, from, &d.host, to)?;
     if from.security.plaintext || to.security.plaintext {
         return Err(usage(
             "a third-party copy needs TLS to both servers: its capability is never sent in the clear (drop --insecure-plaintext)",
@@ -330,7 +332,7 @@ fn run_order(
     walled: Option<Arc<Route>>,
     tell: &mut dyn FnMut(Relayed),
 ) -> Result<(CopyReport, u64, Option<SocketAddr>), EngineError> {
-    let mut a = open_control(host, o)?;
+    let mut a = open_control(host, o).map_err(|e| at("the source", host, e))?;
     if let Some(c) = &mut order.connect_back {
         if !a.welcome.can(longhaul_proto::msg::FEATURE_COPY_BACK) {
             return Err(EngineError::Usage(format!(
@@ -341,6 +343,11 @@ fn run_order(
         c.addr = a.peer.ip().to_string();
     }
     let listen = a.peer.ip();
+    // The destination connects only where this client named: the source,
+    // as many times as a copy may ask.
+    if let (Some(route), Some(_)) = (&walled, &order.connect_back) {
+        route.allow(listen, RELAYED_MAX)?;
+    }
     let (mut relayed, mut back_to) = (0u32, None);
     a.conn.send(&Message::CopyOrder(Box::new(order)))?;
     let mut stopped = false;
@@ -397,7 +404,9 @@ fn run_order(
                         "{host} asked for more than {RELAYED_MAX} connections back"
                     )));
                 }
-                route.relay(to, &c.ticket)?;
+                route
+                    .relay(to, &c.ticket)
+                    .map_err(|e| at("the source", host, e))?;
                 if back_to.replace(to) != Some(to) {
                     tracing::info!("{host} has the destination connect back to it at {to}");
                 }
@@ -405,7 +414,9 @@ fn run_order(
             Message::CopyRelay(CopyRelay::Done(r)) => break *r,
             Message::CopyRelay(CopyRelay::Failed(r)) | Message::Refuse(r) => {
                 let e = match r.code {
-                    RefuseCode::ServerError => EngineError::Failed(r.message),
+                    RefuseCode::ServerError => {
+                        EngineError::Failed(longhaul_proto::units::escaped(&r.message).to_string())
+                    }
                     code => EngineError::Refused {
                         code,
                         message: r.message,
@@ -488,7 +499,7 @@ pub fn request_capability(
             "a third-party copy capability is asked for and sent inside TLS only (drop --insecure-plaintext)".into(),
         ));
     }
-    let mut ctl = open_control(target, o)?;
+    let mut ctl = open_control(target, o).map_err(|e| at("the destination", target, e))?;
     let fingerprint = ctl
         .conn
         .peer_fingerprint()
@@ -507,6 +518,27 @@ pub fn request_capability(
         fingerprint,
         lifetime: Duration::from_secs(u64::from(grant.lifetime_s)),
     })
+}
+
+/// Refuses a copy that would present one credential to both servers when
+/// the user did not name it for each: the destination would receive a
+/// credential that also works on the source (and the other way round).
+/// Each server gets its own (`Security::tokens`, `--token-file
+/// HOST=FILE`); a far end over ssh has its own secret anyway.
+fn one_credential_each(
+    source: &str,
+    from: &ClientOptions,
+    dest: &str,
+    to: &ClientOptions,
+) -> Result<(), EngineError> {
+    let (a, b) = (from.security.token_for(source), to.security.token_for(dest));
+    let named = from.security.named_for(source) && to.security.named_for(dest);
+    match (a, b) {
+        (Some(a), Some(b)) if a == b && !named => Err(EngineError::Usage(format!(
+            "a third-party copy presents each server its own credential, and this one would go to both the source ({source}) and the destination ({dest}), each of which could then use it on the other: name one for each, --token-file {source}=FILE --token-file {dest}=FILE (the same file for both only if you mean both to have it)"
+        ))),
+        _ => Ok(()),
+    }
 }
 
 /// Names which end an error came from.

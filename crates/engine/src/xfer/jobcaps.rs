@@ -89,6 +89,7 @@ pub fn presenting(
                 ..Default::default()
             },
             token: Some(capability.to_string()),
+            tokens: Vec::new(),
         },
         ..base.clone()
     })

@@ -12,6 +12,7 @@
 //! The two ends' state machines that speak these messages are in
 //! [`crate::transfer`].
 
+pub mod back;
 pub mod compress;
 pub mod copy;
 

@@ -136,6 +136,19 @@ pub fn faulty(f: Faults) -> Arc<dyn Storage> {
     })
 }
 
+/// `--token-file=HOST=FILE` for the server of each remote path: a
+/// credential of its own for each (here the tests' one token, which every
+/// test server grants), as a third-party copy between two servers takes.
+pub fn tokens_for(paths: &[&str]) -> Vec<String> {
+    let file = std::env::temp_dir().join(format!("longhaul-test-token-{}", std::process::id()));
+    std::fs::write(&file, super::TOKEN).unwrap();
+    paths
+        .iter()
+        .filter_map(|p| longhaul_proto::xfer::parse_remote(p))
+        .map(|r| format!("--token-file={}={}", r.host, file.display()))
+        .collect()
+}
+
 /// `HOST:PORT:data/path`
 pub fn remote(addr: SocketAddr, path: &str) -> String {
     format!("{}:{}:data/{path}", addr.ip(), addr.port())

@@ -375,8 +375,10 @@ pub fn ls(target: &str, recursive: bool, o: &ClientOptions) -> Result<Vec<ListEn
         recursive,
     }))?;
     let mut out = Vec::new();
-    let deadline = Instant::now() + o.handshake_timeout * 6;
     loop {
+        // Each part within its time (a recursive listing may first wait
+        // for a slot: the queue's reminders restart the wait).
+        let deadline = Instant::now() + o.handshake_timeout * 6;
         let l = ctl.answer(deadline, "the listing", |m| match m {
             Message::Listing(l) => Some(l),
             _ => None,
