@@ -42,6 +42,7 @@ pub mod targets {
     pub mod filter_rules;
     pub mod frame_decoder;
     pub mod iperf3_control;
+    pub mod job_messages;
     pub mod sealed_frames;
     pub mod server_session;
     pub mod transfer_machines;
@@ -61,6 +62,7 @@ pub const TARGETS: &[Target] = &[
     ("filter_rules", targets::filter_rules::run),
     ("frame_decoder", targets::frame_decoder::run),
     ("iperf3_control", targets::iperf3_control::run),
+    ("job_messages", targets::job_messages::run),
     ("sealed_frames", targets::sealed_frames::run),
     ("server_session", targets::server_session::run),
     ("transfer_machines", targets::transfer_machines::run),

@@ -99,6 +99,7 @@ targets!(
     filter_rules,
     frame_decoder,
     iperf3_control,
+    job_messages,
     sealed_frames,
     server_session,
     transfer_machines,

@@ -12,6 +12,7 @@ pub const KINDS: &[&str] = &[
     "bench-disk",
     "served",
     "matrix",
+    "job",
 ];
 
 /// A run as it starts.
@@ -61,6 +62,18 @@ pub struct RunRow {
     pub lost: u64,
     /// `sync -n`: what would have been done, nothing was.
     pub dry_run: bool,
+}
+
+/// An archived attempt of a job (a run of kind `job`).
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct JobRun {
+    #[serde(flatten)]
+    pub run: RunRow,
+    /// The job's id.
+    pub job: String,
+    /// The attempt, and (a recurring job's) the run it belongs to.
+    pub attempt: u32,
+    pub run_number: u32,
 }
 
 /// One interval of a run: a stream's, or (`stream == -1`) a direction's total.

@@ -16,7 +16,9 @@ use std::time::Duration;
 
 use rusqlite::{params, Connection, OpenFlags, OptionalExtension, Row, TransactionBehavior};
 
-use crate::model::{FileHit, FileRow, HistoryFilter, IntervalRow, NewRun, RunDetail, RunRow};
+use crate::model::{
+    FileHit, FileRow, HistoryFilter, IntervalRow, JobRun, NewRun, RunDetail, RunRow,
+};
 use crate::schema::{MIGRATIONS, SCHEMA_VERSION};
 
 /// What went wrong with the archive, naming its file.
@@ -151,6 +153,18 @@ fn create_private(path: &Path) -> Result<(), ArchiveError> {
     }
 }
 
+/// Makes an SQLite file of this user's (the archive, a server's jobs)
+/// private before it is opened: made 0600 if missing; refused if it, or
+/// a `-wal`, `-shm` or `-journal` beside it, is a link, not a regular
+/// file, or another user's; made 0600 if wider.
+pub fn private_sqlite(path: &Path) -> Result<(), ArchiveError> {
+    if !own_files(path)? {
+        create_private(path)?;
+        own_files(path)?;
+    }
+    Ok(())
+}
+
 fn io_error(path: &Path, e: impl std::fmt::Display) -> ArchiveError {
     ArchiveError::Io {
         path: path.to_path_buf(),
@@ -232,10 +246,7 @@ impl Archive {
                 let _ = std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700));
             }
         }
-        if !own_files(path)? {
-            create_private(path)?;
-            own_files(path)?;
-        }
+        private_sqlite(path)?;
         let conn = Connection::open_with_flags(
             path,
             OpenFlags::SQLITE_OPEN_READ_WRITE
@@ -544,6 +555,34 @@ impl Archive {
             .map_err(|e| io_error(&self.path, e))?;
         let rows = stmt
             .query_map(rusqlite::params_from_iter(args), run_row)
+            .map_err(|e| io_error(&self.path, e))?
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| io_error(&self.path, e))?;
+        Ok(rows)
+    }
+
+    /// The archived attempts of jobs (runs of kind `job`), newest first, at
+    /// most `limit`, each with its job's id and its attempt and run numbers
+    /// (the dashboard's Jobs page groups them by job).
+    pub fn job_runs(&self, limit: usize) -> Result<Vec<JobRun>, ArchiveError> {
+        let sql = format!(
+            "SELECT {RUN_COLUMNS}, coalesce(json_extract(params, '$.job'), ''),
+                    coalesce(json_extract(params, '$.attempt'), 0), coalesce(json_extract(params, '$.run'), 0)
+             FROM runs WHERE kind = 'job' ORDER BY id DESC LIMIT ?1"
+        );
+        let mut stmt = self
+            .conn
+            .prepare(&sql)
+            .map_err(|e| io_error(&self.path, e))?;
+        let rows = stmt
+            .query_map([limit as i64], |r| {
+                Ok(JobRun {
+                    run: run_row(r)?,
+                    job: r.get(RUN_COLUMN_COUNT)?,
+                    attempt: r.get::<_, i64>(RUN_COLUMN_COUNT + 1)? as u32,
+                    run_number: r.get::<_, i64>(RUN_COLUMN_COUNT + 2)? as u32,
+                })
+            })
             .map_err(|e| io_error(&self.path, e))?
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| io_error(&self.path, e))?;

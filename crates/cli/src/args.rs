@@ -182,6 +182,14 @@ pub enum Command {
     Sync(SyncArgs),
     /// List a remote directory: `ls HOST:path` (ssh) or `ls longhaul://HOST/EXPORT/path`.
     Ls(LsArgs),
+    /// Submit a copy or sync to a server that runs it to the end unattended (through
+    /// disconnects, restarts and failures, retried, each file's state kept): prints the job's
+    /// id and exits at once. The source's server runs it unless --via names another.
+    #[command(override_usage = "longhaul submit [OPTIONS] SRC... DST")]
+    Submit(SubmitArgs),
+    /// Your jobs on a server (--via HOST[:PORT]): list them, or `show`, `wait` for,
+    /// `cancel` or `retry` one.
+    Jobs(JobsArgs),
     /// Start a server on loopback in this process and run a short test against it.
     Demo,
     /// Print the identity fingerprint kept in a state directory (one that holds none gets a
@@ -257,7 +265,7 @@ pub struct ArchiveArgs {
 
 #[derive(Args)]
 pub struct HistoryArgs {
-    /// Only runs of this kind: perf, cp, sync, doctor, bench-disk, served, matrix.
+    /// Only runs of this kind: perf, cp, sync, doctor, bench-disk, served, matrix, job.
     #[arg(long)]
     pub kind: Option<String>,
     /// Only runs with this remote host (a part of its name is enough).
@@ -450,6 +458,211 @@ pub struct ServeArgs {
     /// Streams per direction of one iperf3 test.
     #[arg(long, default_value_t = 16, requires = "iperf3")]
     pub iperf3_max_streams: u16,
+    /// Take jobs (`longhaul submit`) and run them to the end: kept in the state
+    /// directory's jobs.db (SQLite), or, with a URL, in a PostgreSQL database that a group
+    /// of servers shares (each leases jobs, heartbeats, and takes over a dead server's).
+    #[arg(long, value_name = "postgres://...", num_args = 0..=1, default_missing_value = "")]
+    pub jobs: Option<String>,
+    /// With --jobs: attempts running at once.
+    #[arg(long, default_value_t = 4, requires = "jobs", value_parser = clap::value_parser!(u64).range(1..=256))]
+    pub jobs_workers: u64,
+    /// With --jobs: jobs one grant may have that have not ended.
+    #[arg(long, default_value_t = 100, requires = "jobs")]
+    pub jobs_max_per_grant: u64,
+    /// With --jobs: the shortest interval of a recurring job (submit --every).
+    #[arg(long, default_value = "60s", value_parser = duration, requires = "jobs")]
+    pub jobs_min_every: Duration,
+    /// With --jobs: how long a server's hold on a job lasts without its heartbeat (one a
+    /// second): a server that died loses its jobs to the others after this long (3s at
+    /// least).
+    #[arg(long, default_value = "30s", value_parser = duration, requires = "jobs")]
+    pub jobs_lease: Duration,
+    /// With --jobs: an attempt that moves nothing (no byte, no file) for this long is
+    /// stopped and tried again, resuming (a connection a long outage left stuck does not
+    /// hold the job); 5s at least.
+    #[arg(long, default_value = "120s", value_parser = duration, requires = "jobs")]
+    pub jobs_stall: Duration,
+    /// With --jobs: the wait before a job's first retry; it doubles at each attempt, up to
+    /// five minutes (1s at least).
+    #[arg(long, default_value = "5s", value_parser = duration, requires = "jobs")]
+    pub jobs_backoff: Duration,
+    /// With --jobs: the sendmail that a job's --mail goes through.
+    #[arg(
+        long,
+        default_value = "/usr/sbin/sendmail",
+        value_name = "PATH",
+        requires = "jobs"
+    )]
+    pub sendmail: PathBuf,
+}
+
+/// `submit`: a job.
+#[derive(Args)]
+pub struct SubmitArgs {
+    /// Sources, then the destination, on servers: longhaul://HOST[:PORT]/EXPORT/path (or
+    /// HOST:PORT:EXPORT/path). The job server holds one end (the source's, or --via's).
+    #[arg(required = true, num_args = 2.., value_name = "PATH")]
+    pub paths: Vec<String>,
+    /// The server that runs the job, HOST[:PORT] (default: the source's server). It must
+    /// hold the source or the destination.
+    #[arg(long, value_name = "HOST[:PORT]")]
+    pub via: Option<String>,
+    /// Make it a sync: send what differs (size and mtime, or content with --checksum).
+    #[arg(long)]
+    pub sync: bool,
+    /// With --sync: compare file contents (BLAKE3) instead of size and modification time.
+    #[arg(long, requires = "sync")]
+    pub checksum: bool,
+    /// With --sync: delete destination files and directories the source does not have.
+    #[arg(long, requires = "sync")]
+    pub delete: bool,
+    /// With --sync: run again every INTERVAL (e.g. 1h), each run an attempt of the job that
+    /// moves what changed; a run that would overlap the last waits for it.
+    #[arg(long, value_name = "INTERVAL", value_parser = duration, requires = "sync")]
+    pub every: Option<Duration>,
+    /// Copy directories and their contents.
+    #[arg(short, long)]
+    pub recursive: bool,
+    /// rsync's archive mode: -r and -p.
+    #[arg(short = 'a', long = "archive-mode")]
+    pub archive_mode: bool,
+    #[command(flatten)]
+    pub filter: FilterArgs,
+    /// Keep permission bits.
+    #[arg(short, long)]
+    pub preserve: bool,
+    /// Create the destination's missing directories.
+    #[arg(long)]
+    pub mkpath: bool,
+    /// Re-read every file at the destination after writing it and compare.
+    #[arg(long)]
+    pub verify: bool,
+    /// Parallel data streams (default: sized for the path).
+    #[arg(short = 'P', long, value_parser = clap::value_parser!(u16).range(1..))]
+    pub streams: Option<u16>,
+    /// The path's rate, e.g. 10gbit: streams are sized for it and paced to it.
+    #[arg(long, value_parser = path_rate)]
+    pub rate: Option<u64>,
+    /// rsync's rate cap, in rsync's units (the same cap as --rate).
+    #[arg(long, value_name = "RATE", value_parser = bwlimit, conflicts_with = "rate")]
+    pub bwlimit: Option<u64>,
+    /// Chunk size, 64K to 2G.
+    #[arg(long, value_name = "SIZE", value_parser = chunk)]
+    pub chunk: Option<u64>,
+    /// Compress chunks with zstd where it pays.
+    #[arg(short = 'z', long)]
+    pub compress: bool,
+    /// Attempts after the first (a broken transfer, a file that failed), with backoff 5 s,
+    /// 10 s, 20 s ... 5 min; each resumes.
+    #[arg(long, default_value_t = longhaul_proto::job::DEFAULT_RETRIES,
+          value_parser = clap::value_parser!(u32).range(0..=longhaul_proto::job::MAX_RETRIES as i64))]
+    pub retries: u32,
+    /// How long the job (and the capabilities its far ends issue for it) may last: 30d at
+    /// most.
+    #[arg(long, default_value = "7d", value_parser = lifetime)]
+    pub lifetime: u32,
+    /// POST the job's end here (JSON, signed with HMAC-SHA256 under a secret printed once).
+    #[arg(long, value_name = "URL")]
+    pub notify: Option<String>,
+    /// Mail the job's end here through the job server's sendmail.
+    #[arg(long, value_name = "ADDR")]
+    pub mail: Option<String>,
+    /// Print one JSON document (docs/JSON.md, `longhaul-job`).
+    #[arg(long)]
+    pub json: bool,
+    /// How long to wait for each connection to open.
+    #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = duration)]
+    pub connect_timeout: Duration,
+    #[command(flatten)]
+    pub security: SecurityArgs,
+}
+
+/// A job's lifetime: a duration (`12h`), or days (`7d`), at most 30 days.
+fn lifetime(s: &str) -> Result<u32, String> {
+    let secs = match s.strip_suffix('d') {
+        Some(d) => {
+            d.parse::<f64>()
+                .map_err(|_| format!("{s:?} is not a lifetime: e.g. 7d or 12h"))?
+                * 86_400.0
+        }
+        None => duration(s)?.as_secs_f64(),
+    };
+    let most = longhaul_proto::job::MAX_LIFETIME_S;
+    if !(1.0..=f64::from(most)).contains(&secs) {
+        return Err(format!("{s:?}: a job lasts at most 30d"));
+    }
+    Ok(secs as u32)
+}
+
+/// Which job server, and how to reach it (`jobs` and its subcommands).
+#[derive(Args, Clone)]
+pub struct JobServerArgs {
+    /// The job server, HOST[:PORT].
+    #[arg(long, value_name = "HOST[:PORT]", env = "LONGHAUL_JOB_SERVER")]
+    pub via: Option<String>,
+    /// Print one JSON document (docs/JSON.md).
+    #[arg(long)]
+    pub json: bool,
+    /// How long to wait for the connection to open.
+    #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = duration)]
+    pub connect_timeout: Duration,
+    #[command(flatten)]
+    pub security: SecurityArgs,
+}
+
+/// `jobs`.
+#[derive(Args)]
+pub struct JobsArgs {
+    #[command(subcommand)]
+    pub command: Option<JobsCommand>,
+    #[command(flatten)]
+    pub server: JobServerArgs,
+}
+
+#[derive(Subcommand)]
+pub enum JobsCommand {
+    /// One job: its state, files by state, bytes, rate, time left, attempts, and its files
+    /// (the failed ones with their errors).
+    Show {
+        /// The job's id, as submit printed it.
+        id: String,
+        /// Files listed, at most (0: none).
+        #[arg(long, default_value_t = 100)]
+        files: u32,
+        /// List only the files in this state: submitted, finished, failed, cancelled.
+        #[arg(long, value_name = "STATE", value_parser = file_state)]
+        state: Option<longhaul_proto::job::FileState>,
+        #[command(flatten)]
+        server: JobServerArgs,
+    },
+    /// Wait until the job ends (a recurring one: until its next run ends); the exit code says
+    /// how: 0 every file finished verified, 6 some failed, 5 it failed, 8 it was cancelled.
+    Wait {
+        id: String,
+        /// Give up waiting after this long (exit 5); the job goes on.
+        #[arg(long, value_name = "DURATION", value_parser = duration)]
+        timeout: Option<Duration>,
+        #[command(flatten)]
+        server: JobServerArgs,
+    },
+    /// Stop the job: its streams stop, its partial files are removed, its far ends'
+    /// capabilities revoked.
+    Cancel {
+        id: String,
+        #[command(flatten)]
+        server: JobServerArgs,
+    },
+    /// Send again only the files that failed, of a job that ended with failures.
+    Retry {
+        id: String,
+        #[command(flatten)]
+        server: JobServerArgs,
+    },
+}
+
+fn file_state(s: &str) -> Result<longhaul_proto::job::FileState, String> {
+    longhaul_proto::job::FileState::from_word(s)
+        .ok_or_else(|| format!("{s:?}: a file's state is submitted, finished, failed or cancelled"))
 }
 
 #[derive(Args)]
@@ -718,23 +931,8 @@ pub struct CpArgs {
     /// --archive-mode: --archive names the file of archived runs.
     #[arg(short = 'a', long = "archive-mode")]
     pub archive_mode: bool,
-    /// Leave out what matches PATTERN (rsync's rules: `*` stays within a name, `**` crosses
-    /// `/`, a trailing `/` matches directories only, a leading `/` anchors at the transfer
-    /// root, a name without `/` matches at any depth). Repeatable; with --include, the first
-    /// rule that matches decides, in command-line order. An excluded directory is not
-    /// walked, and what sync deletes never includes excluded destination files.
-    #[arg(long, value_name = "PATTERN", value_parser = exclude_rule, help_heading = "What is sent")]
-    pub exclude: Vec<Ranked>,
-    /// Send what matches PATTERN even if a later --exclude matches it (put it first).
-    #[arg(long, value_name = "PATTERN", value_parser = include_rule, help_heading = "What is sent")]
-    pub include: Vec<Ranked>,
-    /// Read exclude patterns from FILE (- for stdin), one a line, as rsync does: blank lines
-    /// and lines starting with # or ; are skipped, `+ PATTERN` includes, `- PATTERN` excludes.
-    #[arg(long, value_name = "FILE", value_parser = exclude_from, help_heading = "What is sent")]
-    pub exclude_from: Vec<Ranked>,
-    /// Read include patterns from FILE (- for stdin), as --exclude-from.
-    #[arg(long, value_name = "FILE", value_parser = include_from, help_heading = "What is sent")]
-    pub include_from: Vec<Ranked>,
+    #[command(flatten)]
+    pub filter: FilterArgs,
     /// Keep permission bits (modification times are always kept). Setuid, setgid and sticky
     /// bits and world-writable directories are stripped unless --keep-special-modes.
     #[arg(short, long)]
@@ -931,6 +1129,35 @@ fn include_from(s: &str) -> Result<Ranked, String> {
 impl CpArgs {
     /// The include/exclude rules in command-line order.
     pub fn filter_rules(&self) -> Vec<String> {
+        self.filter.rules()
+    }
+}
+
+/// rsync's include/exclude rules, as cp, sync and submit take them.
+#[derive(Args, Clone, Default)]
+pub struct FilterArgs {
+    /// Leave out what matches PATTERN (rsync's rules: `*` stays within a name, `**` crosses
+    /// `/`, a trailing `/` matches directories only, a leading `/` anchors at the transfer
+    /// root, a name without `/` matches at any depth). Repeatable; with --include, the first
+    /// rule that matches decides, in command-line order. An excluded directory is not
+    /// walked, and what sync deletes never includes excluded destination files.
+    #[arg(long, value_name = "PATTERN", value_parser = exclude_rule, help_heading = "What is sent")]
+    pub exclude: Vec<Ranked>,
+    /// Send what matches PATTERN even if a later --exclude matches it (put it first).
+    #[arg(long, value_name = "PATTERN", value_parser = include_rule, help_heading = "What is sent")]
+    pub include: Vec<Ranked>,
+    /// Read exclude patterns from FILE (- for stdin), one a line, as rsync does: blank lines
+    /// and lines starting with # or ; are skipped, `+ PATTERN` includes, `- PATTERN` excludes.
+    #[arg(long, value_name = "FILE", value_parser = exclude_from, help_heading = "What is sent")]
+    pub exclude_from: Vec<Ranked>,
+    /// Read include patterns from FILE (- for stdin), as --exclude-from.
+    #[arg(long, value_name = "FILE", value_parser = include_from, help_heading = "What is sent")]
+    pub include_from: Vec<Ranked>,
+}
+
+impl FilterArgs {
+    /// The include/exclude rules in command-line order.
+    pub fn rules(&self) -> Vec<String> {
         let mut all: Vec<&Ranked> = self
             .exclude
             .iter()

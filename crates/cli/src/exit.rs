@@ -17,5 +17,7 @@ pub const PARTIAL: i32 = 6;
 /// The server's identity could not be verified (unknown, changed key, no
 /// TLS); nothing was sent to it.
 pub const UNTRUSTED: i32 = 7;
+/// `jobs wait`: the job was cancelled.
+pub const CANCELLED: i32 = 8;
 /// Interrupted by the user (Ctrl-C); results so far were reported.
 pub const INTERRUPTED: i32 = 130;

@@ -79,6 +79,8 @@ fn main() {
             )
         }
         Command::Ls(a) => cmd::ls(a),
+        Command::Submit(a) => cmd::submit(a),
+        Command::Jobs(a) => cmd::jobs(a),
         Command::Demo => cmd::demo(),
         Command::Id(a) => cmd::id(a),
         Command::Trust(a) => cmd::trust(a),

@@ -83,3 +83,33 @@ pub fn default_pathdb_file() -> PathBuf {
         .or_else(|| state_dir_from_env().ok().map(|d| d.join("paths.json")))
         .unwrap_or_default()
 }
+
+/// Replaces `dir/name` with `bytes`, durably and never half-written: a
+/// fresh temporary file (mode 0600, made with `O_EXCL`, so a link planted
+/// in its place is never written through) synced, renamed over the file,
+/// and the directory synced. Readers see the old file or the new one.
+pub fn replace_private(dir: &Path, name: &str, bytes: &[u8]) -> Result<(), String> {
+    use std::io::Write as _;
+    use std::os::unix::fs::OpenOptionsExt;
+    let p = dir.join(name);
+    let tmp = dir.join(format!(".{name}.{}.tmp", std::process::id()));
+    let _ = std::fs::remove_file(&tmp);
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&tmp)
+        .map_err(|e| format!("cannot write {}: {e}", tmp.display()))?;
+    let written = f
+        .write_all(bytes)
+        .and_then(|()| f.sync_all())
+        .and_then(|()| std::fs::rename(&tmp, &p));
+    if let Err(e) = written {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(format!("cannot write {}: {e}", p.display()));
+    }
+    // The rename itself, durable.
+    std::fs::File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(|e| format!("cannot sync {}: {e}", dir.display()))
+}

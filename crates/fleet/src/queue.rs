@@ -208,78 +208,88 @@ impl Db {
     }
 }
 
+/// A connection to the PostgreSQL database `url` names, as libpq would
+/// make it (its password found as libpq finds it, [`crate::dbauth`]; TLS
+/// always verified, [`crate::dbtls`]), and where it is (host and
+/// database, never the password) for messages. The work queue's, and a
+/// job server's (`serve --jobs postgres://...`).
+pub fn open_client(url: &str) -> Result<(Client, String), QueueError> {
+    let (url, auth) = crate::dbauth::split(url).map_err(QueueError::Usage)?;
+    let service_name = auth
+        .service
+        .clone()
+        .or_else(|| std::env::var("PGSERVICE").ok().filter(|s| !s.is_empty()));
+    let service = match &service_name {
+        Some(name) => crate::dbauth::service(name).map_err(QueueError::Usage)?,
+        None => Vec::new(),
+    };
+    let (rest, mut tls) = crate::dbtls::split(&url).map_err(QueueError::Usage)?;
+    if !url.contains("sslmode=") {
+        let (_, from_service) = crate::dbtls::split(&crate::dbauth::service_tls(&service))
+            .map_err(|e| QueueError::Usage(format!("{e} (in the service's settings)")))?;
+        tls = tls.or(from_service);
+    }
+    let mut config: postgres::Config = rest.parse().map_err(|e| {
+        QueueError::Usage(format!(
+            "--queue {}: not a PostgreSQL URL ({e}); {}",
+            shown(&rest),
+            crate::dbtls::URL_FORMS
+        ))
+    })?;
+    let found = crate::dbauth::fill(&mut config, &auth, service_name.as_deref(), &service)
+        .map_err(QueueError::Usage)?;
+    let at = shown_config(&config);
+    for note in &found.notes {
+        tracing::warn!("--queue {at}: {note}");
+    }
+    if let (Some(from), None, false) = (&found.from, &tls, local_only(&config)) {
+        return Err(QueueError::Usage(format!(
+            "--queue {at}: the password (from {from}) would cross the network in plaintext; add ?sslmode=verify-full (and &sslrootcert=CA.pem for a site's own CA), or use a database on this host"
+        )));
+    }
+    config.connect_timeout(Duration::from_secs(10));
+    config.application_name("longhaul");
+    let connect_err = |e: postgres::Error| {
+        let mut why = crate::dbtls::explained(&e);
+        if why.contains("password") {
+            match &found.from {
+                Some(from) => why.push_str(&format!(" (the password came from {from})")),
+                None => {
+                    why.push_str(&format!(
+                        " (no password was found: {})",
+                        crate::dbauth::WHERE_PASSWORDS_GO
+                    ));
+                }
+            }
+            for note in &found.notes {
+                why.push_str(&format!("; {note}"));
+            }
+        }
+        QueueError::Connect {
+            at: at.clone(),
+            why,
+        }
+    };
+    let db = match tls {
+        None => config.connect(NoTls).map_err(connect_err)?,
+        Some(t) => {
+            config.ssl_mode(postgres::config::SslMode::Require);
+            let tls = t.connector().map_err(QueueError::Usage)?;
+            config.connect(tls).map_err(connect_err)?
+        }
+    };
+    Ok((db, at))
+}
+
 impl Queue {
     /// Connects and makes the tables if they are not there (one rank at a
     /// time: an advisory lock around the DDL).
     /// The password is found as libpq finds it ([`crate::dbauth`]).
     pub fn connect(url: &str, run: &str) -> Result<Queue, QueueError> {
-        let (url, auth) = crate::dbauth::split(url).map_err(QueueError::Usage)?;
-        let service_name = auth
-            .service
-            .clone()
-            .or_else(|| std::env::var("PGSERVICE").ok().filter(|s| !s.is_empty()));
-        let service = match &service_name {
-            Some(name) => crate::dbauth::service(name).map_err(QueueError::Usage)?,
-            None => Vec::new(),
-        };
-        let (rest, mut tls) = crate::dbtls::split(&url).map_err(QueueError::Usage)?;
-        if !url.contains("sslmode=") {
-            let (_, from_service) = crate::dbtls::split(&crate::dbauth::service_tls(&service))
-                .map_err(|e| QueueError::Usage(format!("{e} (in the service's settings)")))?;
-            tls = tls.or(from_service);
-        }
-        let mut config: postgres::Config = rest.parse().map_err(|e| {
-            QueueError::Usage(format!(
-                "--queue {}: not a PostgreSQL URL ({e}); {}",
-                shown(&rest),
-                crate::dbtls::URL_FORMS
-            ))
-        })?;
-        let found = crate::dbauth::fill(&mut config, &auth, service_name.as_deref(), &service)
-            .map_err(QueueError::Usage)?;
-        let at = shown_config(&config);
-        for note in &found.notes {
-            tracing::warn!("--queue {at}: {note}");
-        }
-        if let (Some(from), None, false) = (&found.from, &tls, local_only(&config)) {
-            return Err(QueueError::Usage(format!(
-                "--queue {at}: the password (from {from}) would cross the network in plaintext; add ?sslmode=verify-full (and &sslrootcert=CA.pem for a site's own CA), or use a database on this host"
-            )));
-        }
-        config.connect_timeout(Duration::from_secs(10));
-        config.application_name("longhaul");
-        let connect_err = |e: postgres::Error| {
-            let mut why = crate::dbtls::explained(&e);
-            if why.contains("password") {
-                match &found.from {
-                    Some(from) => why.push_str(&format!(" (the password came from {from})")),
-                    None => {
-                        why.push_str(&format!(
-                            " (no password was found: {})",
-                            crate::dbauth::WHERE_PASSWORDS_GO
-                        ));
-                    }
-                }
-                for note in &found.notes {
-                    why.push_str(&format!("; {note}"));
-                }
-            }
-            QueueError::Connect {
-                at: at.clone(),
-                why,
-            }
-        };
-        let db = match tls {
-            None => config.connect(NoTls).map_err(connect_err)?,
-            Some(t) => {
-                config.ssl_mode(postgres::config::SslMode::Require);
-                let tls = t.connector().map_err(QueueError::Usage)?;
-                config.connect(tls).map_err(connect_err)?
-            }
-        };
+        let (client, at) = open_client(url)?;
         let mut q = Queue {
             db: Db {
-                client: db,
+                client,
                 at,
                 round_trips: 1,
             },
@@ -288,7 +298,6 @@ impl Queue {
         q.migrate()?;
         Ok(q)
     }
-
     /// Whether this connection is encrypted (TLS), as the server sees it.
     pub fn encrypted(&mut self) -> Result<bool, QueueError> {
         let r = self.db.opt(

@@ -8,7 +8,8 @@
 //! of both ends merge into reports ([`report`]), and how a transfer is sized
 //! for its path ([`window`]), and how a perf test's plaintext data streams
 //! prove they belong to it ([`databind`]), and how a plaintext control
-//! connection proves its token for the server's challenge ([`tokenproof`]).
+//! connection proves its token for the server's challenge ([`tokenproof`]),
+//! and the jobs a server runs unattended and their rules ([`job`]).
 //! It opens no sockets, touches no files and reads no clock: time (and a
 //! server's challenge) is passed in. `docs/PROTOCOL.md` describes the bytes.
 
@@ -19,6 +20,7 @@ pub mod disk;
 pub mod doctor;
 pub mod frame;
 pub mod iperf3;
+pub mod job;
 pub mod msg;
 pub mod params;
 pub mod plan;

@@ -286,6 +286,13 @@ pub enum Message {
     Grant(xfer::copy::Grant),
     CopyOrder(Box<xfer::copy::CopyOrder>),
     CopyRelay(CopyRelay),
+    Revoke(xfer::copy::Revoke),
+    Revoked(xfer::copy::Revoked),
+    Discard(xfer::copy::Discard),
+    Discarded(xfer::copy::Discarded),
+    JobSubmit(Box<crate::job::JobSpec>),
+    JobCommand(crate::job::JobCommand),
+    JobAnswer(crate::job::JobAnswer),
 }
 
 /// Frame type bytes.
@@ -330,6 +337,16 @@ pub mod kind {
     pub const GRANT: u8 = 0x51;
     pub const COPY_ORDER: u8 = 0x52;
     pub const COPY_RELAY: u8 = 0x53;
+    /// A capability's holder ends it (PROTOCOL.md 13.9a).
+    pub const REVOKE: u8 = 0x54;
+    pub const REVOKED: u8 = 0x55;
+    /// A job's destination removes what a cancelled push left (13.9a).
+    pub const DISCARD: u8 = 0x56;
+    pub const DISCARDED: u8 = 0x57;
+    /// Jobs (PROTOCOL.md 18).
+    pub const JOB_SUBMIT: u8 = 0x60;
+    pub const JOB_COMMAND: u8 = 0x61;
+    pub const JOB_ANSWER: u8 = 0x62;
 }
 
 impl Message {
@@ -372,6 +389,13 @@ impl Message {
             Message::Grant(_) => kind::GRANT,
             Message::CopyOrder(_) => kind::COPY_ORDER,
             Message::CopyRelay(_) => kind::COPY_RELAY,
+            Message::Revoke(_) => kind::REVOKE,
+            Message::Revoked(_) => kind::REVOKED,
+            Message::Discard(_) => kind::DISCARD,
+            Message::Discarded(_) => kind::DISCARDED,
+            Message::JobSubmit(_) => kind::JOB_SUBMIT,
+            Message::JobCommand(_) => kind::JOB_COMMAND,
+            Message::JobAnswer(_) => kind::JOB_ANSWER,
         }
     }
 
@@ -415,6 +439,13 @@ impl Message {
             Message::Grant(_) => "grant",
             Message::CopyOrder(_) => "copy_order",
             Message::CopyRelay(_) => "copy_relay",
+            Message::Revoke(_) => "revoke",
+            Message::Revoked(_) => "revoked",
+            Message::Discard(_) => "discard",
+            Message::Discarded(_) => "discarded",
+            Message::JobSubmit(_) => "job_submit",
+            Message::JobCommand(_) => "job_command",
+            Message::JobAnswer(_) => "job_answer",
         }
     }
 
@@ -458,6 +489,13 @@ impl Message {
             Message::Grant(m) => serde_json::to_vec(m),
             Message::CopyOrder(m) => serde_json::to_vec(m),
             Message::CopyRelay(m) => serde_json::to_vec(m),
+            Message::Revoke(m) => serde_json::to_vec(m),
+            Message::Revoked(m) => serde_json::to_vec(m),
+            Message::Discard(m) => serde_json::to_vec(m),
+            Message::Discarded(m) => serde_json::to_vec(m),
+            Message::JobSubmit(m) => serde_json::to_vec(m),
+            Message::JobCommand(m) => serde_json::to_vec(m),
+            Message::JobAnswer(m) => serde_json::to_vec(m),
         }
         .map_err(|e| ProtoError::Encode(e.to_string()))?;
         encode_frame(self.kind(), &body, out)
@@ -511,6 +549,13 @@ impl Message {
             kind::GRANT => Message::Grant(body(k, b)?),
             kind::COPY_ORDER => Message::CopyOrder(body(k, b)?),
             kind::COPY_RELAY => Message::CopyRelay(body(k, b)?),
+            kind::REVOKE => Message::Revoke(body(k, b)?),
+            kind::REVOKED => Message::Revoked(body(k, b)?),
+            kind::DISCARD => Message::Discard(body(k, b)?),
+            kind::DISCARDED => Message::Discarded(body(k, b)?),
+            kind::JOB_SUBMIT => Message::JobSubmit(body(k, b)?),
+            kind::JOB_COMMAND => Message::JobCommand(body(k, b)?),
+            kind::JOB_ANSWER => Message::JobAnswer(body(k, b)?),
             other => return Err(ProtoError::UnknownFrame(other)),
         })
     }
@@ -659,6 +704,7 @@ mod tests {
                 dest: "in".into(),
                 dest_dir: true,
                 lifetime_s: 600,
+                ..Default::default()
             }),
             Message::Grant(crate::xfer::copy::Grant {
                 capability: "lh1c_AAAA".into(),
@@ -710,6 +756,30 @@ mod tests {
                 code: RefuseCode::Unauthorized,
                 message: "no".into(),
             })),
+            Message::Revoke(Default::default()),
+            Message::Revoked(Default::default()),
+            Message::Discard(crate::xfer::copy::Discard {
+                paths: vec!["run7/a.h5".into()],
+            }),
+            Message::Discarded(crate::xfer::copy::Discarded { removed: 2 }),
+            Message::GrantRequest(crate::xfer::copy::GrantRequest {
+                export: "data".into(),
+                lifetime_s: 600,
+                durable: true,
+                op: crate::xfer::copy::CapabilityOp::Pull,
+                sources: vec!["run7".into()],
+                ..Default::default()
+            }),
+            Message::JobCommand(crate::job::JobCommand::Show {
+                id: "3f2a9c1b0d4e5f67".into(),
+                files_from: 10,
+                files_limit: 5,
+                state: Some(crate::job::FileState::Failed),
+            }),
+            Message::JobAnswer(crate::job::JobAnswer::Retried {
+                id: "3f2a9c1b0d4e5f67".into(),
+                files: 1,
+            }),
             Message::SourceInterval(crate::tune::TransferInterval {
                 index: 3,
                 bytes: 10,

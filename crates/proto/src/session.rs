@@ -229,6 +229,18 @@ pub enum ServerEvent {
     /// the engine runs it and relays it, then calls
     /// [`ServerSession::finish`].
     CopyOrdered(Box<crate::xfer::copy::CopyOrder>),
+    /// The holder of a capability revokes it ([`crate::xfer::copy::Revoke`]);
+    /// the engine answers `Revoked` and calls [`ServerSession::finish`].
+    RevokeRequested,
+    /// The holder of a push capability has the partial files of these
+    /// entries removed; the engine answers `Discarded`, then
+    /// [`ServerSession::finish`].
+    DiscardRequested(crate::xfer::copy::Discard),
+    /// A job to run unattended (PROTOCOL.md 18); the engine answers a
+    /// `JobAnswer` or refuses, then calls [`ServerSession::finish`].
+    JobSubmitted(Box<crate::job::JobSpec>),
+    /// About the client's jobs; likewise.
+    JobCommanded(crate::job::JobCommand),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -309,7 +321,11 @@ impl ServerSession {
             host: self.cfg.host.clone(),
             buffers: self.cfg.buffers,
             max_streams: Some(self.cfg.limits.max_streams),
-            features: vec![FEATURE_UDP_BACK.into(), FEATURE_COPY_BACK.into()],
+            features: vec![
+                FEATURE_UDP_BACK.into(),
+                FEATURE_COPY_BACK.into(),
+                crate::xfer::copy::FEATURE_JOB_GRANTS.into(),
+            ],
         }));
         self.state = ServerState::AwaitRequest;
         self.deadline = Some(deadline(now, self.cfg.limits.idle_timeout));
@@ -459,6 +475,22 @@ impl ServerSession {
                 self.state = S::Running;
                 self.deadline = None;
                 Ok(Some(ServerEvent::CopyOrdered(o)))
+            }
+            (S::AwaitRequest, Message::Revoke(_)) => {
+                self.state = S::Running;
+                Ok(Some(ServerEvent::RevokeRequested))
+            }
+            (S::AwaitRequest, Message::Discard(d)) => {
+                self.state = S::Running;
+                Ok(Some(ServerEvent::DiscardRequested(d)))
+            }
+            (S::AwaitRequest, Message::JobSubmit(j)) => {
+                self.state = S::Running;
+                Ok(Some(ServerEvent::JobSubmitted(j)))
+            }
+            (S::AwaitRequest, Message::JobCommand(c)) => {
+                self.state = S::Running;
+                Ok(Some(ServerEvent::JobCommanded(c)))
             }
             (S::AwaitStart, Message::Start(_)) => {
                 self.state = S::Running;

@@ -81,6 +81,11 @@ struct ErrorLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct JobLabels {
+    state: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct InfoLabels {
     version: String,
 }
@@ -113,6 +118,7 @@ pub struct Metrics {
     sessions: Family<GrantLabels, Gauge>,
     active_tests: Family<GrantLabels, Gauge>,
     active_transfers: Family<RunLabels, Gauge>,
+    jobs: Family<JobLabels, Gauge>,
     rate: Histograms,
     duration: Histograms,
 }
@@ -138,6 +144,7 @@ impl Metrics {
             sessions: Family::default(),
             active_tests: Family::default(),
             active_transfers: Family::default(),
+            jobs: Family::default(),
             rate: Family::new_with_constructor(rate_histogram as fn() -> Histogram),
             duration: Family::new_with_constructor(duration_histogram as fn() -> Histogram),
         };
@@ -199,6 +206,11 @@ impl Metrics {
             m.active_transfers.clone(),
         );
         registry.register(
+            "longhaul_jobs",
+            "A job server's jobs (serve --jobs) by state: submitted, active, finished, finished_with_failures, failed, cancelled (of the whole group, with PostgreSQL)",
+            m.jobs.clone(),
+        );
+        registry.register(
             "longhaul_transfer_rate_bits_per_second",
             "Average rate of each finished transfer and perf test that moved data",
             m.rate.clone(),
@@ -248,6 +260,20 @@ impl Metrics {
 }
 
 impl ServeObserver for Metrics {
+    fn jobs(&self, by_state: &[(&'static str, u64)]) {
+        for state in longhaul_proto::job::JobState::ALL {
+            let n = by_state
+                .iter()
+                .find(|(s, _)| *s == state.word())
+                .map_or(0, |(_, n)| *n);
+            self.jobs
+                .get_or_create(&JobLabels {
+                    state: state.word().into(),
+                })
+                .set(i64::try_from(n).unwrap_or(i64::MAX));
+        }
+    }
+
     fn session_opened(&self, s: &Session) {
         let l = GrantLabels {
             grant: s.grant.clone(),
@@ -426,6 +452,35 @@ mod tests {
             .find(|l| l.starts_with(prefix) && l[prefix.len()..].starts_with(' '))
             .and_then(|l| l.rsplit(' ').next())
             .and_then(|v| v.parse().ok())
+    }
+
+    #[test]
+    fn a_job_servers_jobs_are_counted_by_state() {
+        let m = Metrics::new();
+        m.jobs(&[("active", 2), ("finished", 5)]);
+        let t = m.encode();
+        assert_eq!(
+            sample(&t, r#"longhaul_jobs{state="active"}"#),
+            Some(2.0),
+            "{t}"
+        );
+        assert_eq!(
+            sample(&t, r#"longhaul_jobs{state="finished"}"#),
+            Some(5.0),
+            "{t}"
+        );
+        assert_eq!(
+            sample(&t, r#"longhaul_jobs{state="failed"}"#),
+            Some(0.0),
+            "{t}"
+        );
+        m.jobs(&[("finished", 7)]);
+        let t = m.encode();
+        assert_eq!(
+            sample(&t, r#"longhaul_jobs{state="active"}"#),
+            Some(0.0),
+            "{t}"
+        );
     }
 
     #[test]

@@ -277,6 +277,7 @@ fuzz_target!(|input: Input| {
                     dest,
                     dest_dir,
                     lifetime_s,
+                    ..Default::default()
                 },
             )),
             Op::CopyOrder {

@@ -7,6 +7,7 @@ mod cp;
 mod dashboard;
 mod doctor;
 mod fleet;
+mod jobs;
 mod manual;
 mod matrix;
 mod perf;
@@ -22,6 +23,7 @@ pub use cp::{cp, ls};
 #[cfg(feature = "dashboard")]
 pub use dashboard::dashboard;
 pub use doctor::{bench_disk, doctor};
+pub use jobs::{jobs, submit};
 pub use manual::{completions, man};
 pub use matrix::matrix;
 pub use perf::{demo, perf};

@@ -20,7 +20,7 @@ pub fn serve(a: ServeArgs, archive: &ArchiveArgs) -> Outcome {
     let listen = if a.listen.is_empty() {
         vec![SocketAddr::from(([0u16; 8], DEFAULT_PORT))]
     } else {
-        a.listen
+        a.listen.clone()
     };
     let cfg = ServeConfig {
         limits: Limits {
@@ -38,14 +38,14 @@ pub fn serve(a: ServeArgs, archive: &ArchiveArgs) -> Outcome {
         public_max_time: a.public_max_time,
         max_connections: a.max_connections,
         max_per_client: a.max_per_client,
-        exports: a.export,
+        exports: a.export.clone(),
         sync_files: !a.no_sync,
         storage: if a.direct {
             std::sync::Arc::new(longhaul_engine::xfer::storage::Direct)
         } else {
             std::sync::Arc::new(longhaul_engine::xfer::storage::Local)
         },
-        state_dir: state_dir_or_default(a.state_dir)?,
+        state_dir: state_dir_or_default(a.state_dir.clone())?,
         tls: None,
         allow_plaintext: a.allow_plaintext,
         public_perf: a.public_perf,
@@ -100,6 +100,16 @@ pub fn serve(a: ServeArgs, archive: &ArchiveArgs) -> Outcome {
         cfg.observers.push(Arc::new(served));
     }
     let state_dir = cfg.state_dir.clone();
+    if let Some(place) = &a.jobs {
+        cfg.jobs = Some(start_jobs(
+            &a,
+            place,
+            &cfg,
+            &listen,
+            archive,
+            printer.as_mut(),
+        )?);
+    }
     let iperf3 = match a.iperf3 {
         Some(addr) => {
             let c = longhaul_engine::server::iperf3::Iperf3Config {
@@ -155,6 +165,73 @@ pub fn serve(a: ServeArgs, archive: &ArchiveArgs) -> Outcome {
     };
     server.run();
     Ok(exit::OK)
+}
+
+/// `serve --jobs [URL]`: the jobs' store opened (SQLite in the state
+/// directory, or the PostgreSQL database named) and the runner started.
+fn start_jobs(
+    a: &ServeArgs,
+    place: &str,
+    cfg: &ServeConfig,
+    listen: &[SocketAddr],
+    archive: &ArchiveArgs,
+    printer: &mut dyn longhaul_engine::results::CommandReporter,
+) -> Result<Arc<dyn longhaul_engine::server::jobs::JobDesk>, super::Failure> {
+    let place = if place.is_empty() {
+        longhaul_jobs::Place::Sqlite(cfg.state_dir.clone())
+    } else if place.starts_with("postgres://")
+        || place.starts_with("postgresql://")
+        || place.contains('=')
+    {
+        longhaul_jobs::Place::Postgres(place.to_string())
+    } else {
+        return Err(usage(format!(
+            "--jobs {place}: give no value (the state directory's jobs.db) or a PostgreSQL URL (postgres://...)"
+        )));
+    };
+    let shown = match &place {
+        longhaul_jobs::Place::Sqlite(d) => d
+            .join(longhaul_jobs::store::sqlite::FILE_NAME)
+            .display()
+            .to_string(),
+        longhaul_jobs::Place::Postgres(_) => {
+            "a PostgreSQL database shared with other servers".into()
+        }
+    };
+    let worker = format!(
+        "{} {} pid {}",
+        longhaul_engine::net::sock::hostname(),
+        listen.first().map(|l| l.to_string()).unwrap_or_default(),
+        std::process::id()
+    );
+    let desk = longhaul_jobs::start(longhaul_jobs::JobsConfig {
+        place,
+        exports: cfg.exports.clone(),
+        state_dir: cfg.state_dir.clone(),
+        workers: a.jobs_workers as usize,
+        max_per_grant: a.jobs_max_per_grant,
+        min_every: a.jobs_min_every,
+        archive: (!archive.no_archive)
+            .then(|| {
+                archive
+                    .archive
+                    .clone()
+                    .or_else(longhaul_archive::default_path)
+            })
+            .flatten(),
+        sendmail: a.sendmail.clone(),
+        observers: cfg.observers.clone(),
+        worker,
+        connect_timeout: std::time::Duration::from_secs(5),
+        handshake_timeout: a.handshake_timeout,
+        lease_s: a.jobs_lease.as_secs().max(3),
+        stall: a.jobs_stall.max(std::time::Duration::from_secs(5)),
+        backoff_first_s: a.jobs_backoff.as_secs().max(1),
+        open_access: false,
+    })
+    .map_err(|e| usage(e.to_string()))?;
+    printer.status(&format!("longhaul: taking jobs (kept in {shown})"));
+    Ok(desk)
 }
 
 /// The server-side archive, unless `--no-archive`; None (after one

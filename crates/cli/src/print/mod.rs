@@ -237,6 +237,7 @@ macro_rules! errln {
 pub mod archived;
 pub mod fleet;
 pub mod human;
+pub mod jobs;
 pub mod json;
 pub mod matrix;
 pub mod progress;

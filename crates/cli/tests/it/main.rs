@@ -22,6 +22,7 @@ mod edges;
 mod fleet;
 mod habits;
 mod iperf3;
+mod jobs;
 mod matrix;
 #[cfg(feature = "metrics")]
 mod metrics;

@@ -1110,7 +1110,7 @@ fn client_certificate_grant_lets_in_that_client_only() {
 
 // ------------------------------------------------- 10. hostile clients
 
-fn hello(token: Option<&str>) -> Vec<u8> {
+pub(crate) fn hello(token: Option<&str>) -> Vec<u8> {
     let mut b = MAGIC.to_vec();
     Message::Hello(Hello {
         min_version: longhaul_proto::msg::PROTOCOL_VERSION,
@@ -1127,7 +1127,7 @@ fn hello(token: Option<&str>) -> Vec<u8> {
 
 /// Sends `bytes` over TLS and reads what the server answers until it
 /// closes; panics if it keeps the connection open for 5 s.
-fn hostile(addr: SocketAddr, bytes: &[u8]) -> Vec<Message> {
+pub(crate) fn hostile(addr: SocketAddr, bytes: &[u8]) -> Vec<Message> {
     let mut st = common::tls_to(addr);
     // The server may close before all of it is written.
     let _ = st.write_all(bytes).and_then(|()| st.flush());
@@ -1143,7 +1143,7 @@ fn hostile(addr: SocketAddr, bytes: &[u8]) -> Vec<Message> {
     }
 }
 
-fn refusal(msgs: &[Message]) -> Option<&Refuse> {
+pub(crate) fn refusal(msgs: &[Message]) -> Option<&Refuse> {
     msgs.iter().find_map(|m| match m {
         Message::Refuse(r) => Some(r),
         _ => None,

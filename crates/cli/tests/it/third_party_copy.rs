@@ -177,6 +177,7 @@ fn attacker_a_capability_outside_its_scope_or_lifetime_or_after_its_copy_is_refu
                 dest: "in".into(),
                 dest_dir: true,
                 lifetime_s,
+                ..GrantRequest::default()
             },
         )
         .expect("a capability")
@@ -295,6 +296,7 @@ fn attacker_a_source_ordered_to_a_port_that_is_not_longhaul_says_one_thing_timed
             dest: String::new(),
             dest_dir: true,
             lifetime_s: 60,
+            ..GrantRequest::default()
         },
     )
     .unwrap();
@@ -810,6 +812,7 @@ fn attacker_an_order_whose_share_leaves_its_sources_is_refused_by_the_source() {
             dest: String::new(),
             dest_dir: true,
             lifetime_s: 60,
+            ..GrantRequest::default()
         },
     )
     .unwrap();

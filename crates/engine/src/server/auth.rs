@@ -15,7 +15,6 @@
 //! grant a client is anonymous: it may read exports marked `:public` and
 //! run perf tests if the server allows it (`--public-perf`), nothing else.
 
-use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
 use longhaul_proto::tokenproof;
@@ -109,13 +108,22 @@ impl Access {
     /// one export of its scope, and (checked at each request) only a push
     /// into its destination while it lives.
     pub fn capability(scope: super::copy::Scope) -> Access {
+        let pull = scope.request.op == longhaul_proto::xfer::copy::CapabilityOp::Pull;
         Access {
-            who: format!("a third-party copy capability for {}", scope.grant),
+            who: format!(
+                "a {} capability for {}",
+                if scope.request.durable {
+                    "job's"
+                } else {
+                    "third-party copy"
+                },
+                scope.grant
+            ),
             grant: Some(scope.grant.clone()),
             perf: false,
             exports: vec![ExportGrant {
                 name: scope.request.export.clone(),
-                write: true,
+                write: !pull,
             }],
             anonymous: false,
             scope: Some(scope),
@@ -271,36 +279,12 @@ fn update<T>(
 }
 
 fn store(state: &Path, grants: &[Grant]) -> Result<(), EngineError> {
-    use std::os::unix::fs::OpenOptionsExt;
-    let p = grants_path(state);
-    let tmp = state.join(format!(".{GRANTS_FILE}.{}.tmp", std::process::id()));
-    let _ = std::fs::remove_file(&tmp);
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(&tmp)
-        .map_err(|e| EngineError::Usage(format!("cannot write {}: {e}", tmp.display())))?;
     let mut text = String::new();
     for g in grants {
         text.push_str(&serde_json::to_string(g).expect("grants serialize"));
         text.push('\n');
     }
-    let written = f
-        .write_all(text.as_bytes())
-        .and_then(|()| f.sync_all())
-        .and_then(|()| std::fs::rename(&tmp, &p));
-    if let Err(e) = written {
-        let _ = std::fs::remove_file(&tmp);
-        return Err(EngineError::Usage(format!(
-            "cannot write {}: {e}",
-            p.display()
-        )));
-    }
-    // The rename itself, durable.
-    std::fs::File::open(state)
-        .and_then(|d| d.sync_all())
-        .map_err(|e| EngineError::Usage(format!("cannot sync {}: {e}", state.display())))
+    crate::state::replace_private(state, GRANTS_FILE, text.as_bytes()).map_err(EngineError::Usage)
 }
 
 /// A grant id no grant in `all` has (8 hex digits).

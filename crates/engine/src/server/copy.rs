@@ -35,7 +35,7 @@ use crate::net::dial::{open_control, ClientOptions, Security};
 use crate::net::tls;
 use crate::report::{Reporter, TransferProgress};
 use crate::xfer::beneath::Anchor;
-use crate::xfer::client::{cp_with, CpOptions};
+use crate::xfer::client::cp_with;
 use crate::xfer::source::{root_name, Share, ShareItem};
 use crate::xfer::{beneath, confine};
 use crate::EngineError;
@@ -43,12 +43,15 @@ use crate::EngineError;
 /// What a capability allows, and until when.
 #[derive(Clone, PartialEq, Eq)]
 pub struct Scope {
-    /// The export, destination and trailing `/` of the one push allowed.
+    /// The export, destination and trailing `/` of the one push allowed
+    /// (or, `op` pull, the sources a job reads).
     pub request: GrantRequest,
     /// The grant of the client that asked for it (for logs and observers).
     pub grant: String,
-    key: blake3::Hash,
-    expires: Instant,
+    pub(super) key: blake3::Hash,
+    pub(super) expires: Instant,
+    /// The same, in Unix seconds (what the state directory keeps).
+    pub(super) expires_unix: u64,
 }
 
 impl std::fmt::Debug for Scope {
@@ -65,9 +68,14 @@ impl std::fmt::Debug for Scope {
 const NOT_GOOD: &str = "unknown, expired or revoked third-party copy capability: the copy's ordering client must ask the destination for a new one";
 
 /// The capabilities a server has issued and not yet revoked, by the BLAKE3
-/// hash of each.
+/// hash of each; a job's (`durable`) also in the state directory
+/// ([`super::durable`]), so that they outlive a restart.
 #[derive(Default)]
-pub(super) struct Capabilities(Mutex<HashMap<blake3::Hash, Scope>>);
+pub(super) struct Capabilities {
+    pub(super) live: Mutex<HashMap<blake3::Hash, Scope>>,
+    /// Where durable ones are kept; None: nowhere (they are refused).
+    pub(super) state: Option<std::path::PathBuf>,
+}
 
 impl Capabilities {
     /// Makes a capability for `request`, good for `lifetime`.
@@ -89,29 +97,40 @@ impl Capabilities {
             grant: grant.to_string(),
             key,
             expires: Instant::now() + lifetime,
+            expires_unix: super::durable::unix_now().saturating_add(lifetime.as_secs()),
         };
-        self.0
-            .lock()
-            .map_err(|_| "internal error".to_string())?
-            .insert(key, scope);
+        let mut live = self.live.lock().map_err(|_| "internal error".to_string())?;
+        live.insert(key, scope);
+        if live[&key].request.durable {
+            if let Err(e) = self.persist(&live) {
+                live.remove(&key);
+                return Err(e);
+            }
+        }
         Ok((secret, key))
     }
 
-    fn revoke(&self, key: &blake3::Hash) {
-        if let Ok(mut m) = self.0.lock() {
-            m.remove(key);
+    pub(super) fn revoke(&self, key: &blake3::Hash) {
+        if let Ok(mut m) = self.live.lock() {
+            if m.remove(key).is_some_and(|s| s.request.durable) {
+                if let Err(e) = self.persist(&m) {
+                    tracing::warn!("{e}");
+                }
+            }
         }
     }
 
     /// Who presents `token`, a capability: its scope while it lives.
     pub(super) fn admit(&self, token: &str) -> Result<auth::Access, String> {
         let key = blake3::hash(token.as_bytes());
-        let mut m = self.0.lock().map_err(|_| "internal error".to_string())?;
+        let mut m = self.live.lock().map_err(|_| "internal error".to_string())?;
         // Looked up by hash: no comparison of secrets to time.
         match m.get(&key) {
             Some(s) if Instant::now() < s.expires => Ok(auth::Access::capability(s.clone())),
             Some(_) => {
-                m.remove(&key);
+                if m.remove(&key).is_some_and(|s| s.request.durable) {
+                    let _ = self.persist(&m);
+                }
                 Err(NOT_GOOD.into())
             }
             None => Err(NOT_GOOD.into()),
@@ -121,8 +140,14 @@ impl Capabilities {
     /// Whether a request in `scope` may run now: the capability still
     /// issued and alive, and the request within it.
     pub(super) fn check(&self, scope: &Scope, t: &TransferRequest) -> Result<(), String> {
+        self.alive(scope)?;
+        within_scope(&scope.request, t)
+    }
+
+    /// Whether the capability of `scope` is still issued and alive.
+    pub(super) fn alive(&self, scope: &Scope) -> Result<(), String> {
         let live = self
-            .0
+            .live
             .lock()
             .map_err(|_| "internal error".to_string())?
             .get(&scope.key)
@@ -130,7 +155,22 @@ impl Capabilities {
         if !live {
             return Err(NOT_GOOD.into());
         }
-        within_scope(&scope.request, t)
+        Ok(())
+    }
+}
+
+/// Whether a session admitted by a capability of `scope` may ask for
+/// `ev`: a push capability only pushes (and, a job's, revokes itself and
+/// discards what its pushes left); a pull capability reads (pulls, lists)
+/// and revokes itself. Each request is checked against the scope again.
+pub(super) fn may_ask(scope: &Scope, ev: &longhaul_proto::session::ServerEvent) -> bool {
+    use longhaul_proto::session::ServerEvent as E;
+    use longhaul_proto::xfer::copy::CapabilityOp;
+    match ev {
+        E::TransferRequested(_) | E::Stop(_) | E::RevokeRequested => true,
+        E::DiscardRequested(_) => scope.request.op == CapabilityOp::Push,
+        E::ListRequested(_) => scope.request.op == CapabilityOp::Pull,
+        _ => false,
     }
 }
 
@@ -175,38 +215,27 @@ pub(super) fn serve_grant(
         ));
     }
     let ex = super::files::export(shared, &req.export, access)?;
-    if ex.read_only && access.check_read(ex).is_ok() {
-        return Err((
-            RefuseCode::BadRequest,
-            format!("export '{}' is read-only", ex.name),
-        ));
-    }
-    access
-        .check_write(ex)
-        .map_err(|m| (RefuseCode::Unauthorized, m))?;
-    if ex.read_only {
-        return Err((
-            RefuseCode::BadRequest,
-            format!("export '{}' is read-only", ex.name),
-        ));
-    }
-    let bad = |e: EngineError| (RefuseCode::BadRequest, e.to_string());
-    // The push it allows resolves the destination again, under the same rule.
-    let anchor = Anchor::open_as(&ex.root, &shared.cfg.shown_root(ex)).map_err(bad)?;
-    anchor
-        .resolve_dest(&beneath(&ex.root, &req.dest).map_err(bad)?)
-        .map_err(bad)?;
-    let lifetime = Duration::from_secs(u64::from(req.lifetime_s.clamp(1, MAX_LIFETIME_S)));
+    super::durable::check_grant(shared, ex, req, access)?;
+    let most = if req.durable {
+        longhaul_proto::job::MAX_LIFETIME_S
+    } else {
+        MAX_LIFETIME_S
+    };
+    let lifetime = Duration::from_secs(u64::from(req.lifetime_s.clamp(1, most)));
     let (capability, key) = shared
         .capabilities
         .issue(req.clone(), access.grant_label(), lifetime)
         .map_err(|m| (RefuseCode::ServerError, m))?;
+    let what = super::durable::scope_words(&ex.name, req);
     tracing::info!(
-        "{} ({}) holds a third-party copy capability into {}/{} for {} s",
+        "{} ({}) holds a {}capability {what} for {} s",
         conn.peer(),
         access.who,
-        ex.name,
-        escaped(&req.dest),
+        if req.durable {
+            "job's "
+        } else {
+            "third-party copy "
+        },
         lifetime.as_secs()
     );
     let until = Instant::now() + lifetime;
@@ -214,6 +243,10 @@ pub(super) fn serve_grant(
         capability,
         lifetime_s: lifetime.as_secs() as u32,
     }));
+    // A job's capability outlives this session: its holder revokes it.
+    if req.durable {
+        return sent.map_err(|e| (RefuseCode::ServerError, e.to_string()));
+    }
     if sent.is_ok() {
         while Instant::now() < until {
             match conn.recv(Duration::from_millis(200)) {
@@ -224,10 +257,8 @@ pub(super) fn serve_grant(
     }
     shared.capabilities.revoke(&key);
     tracing::info!(
-        "the third-party copy capability of {} into {}/{} is revoked",
+        "the third-party copy capability of {} {what} is revoked",
         conn.peer(),
-        ex.name,
-        escaped(&req.dest)
     );
     Ok(())
 }
@@ -405,24 +436,8 @@ pub(super) fn serve_copy(
         "longhaul://{}/{}/{}{slash}",
         order.target, order.dest_export, order.dest
     );
-    let mut o = CpOptions::new(sources, dest, client.clone());
     let x = &order.options;
-    o.recursive = x.recursive;
-    o.preserve = x.preserve;
-    o.force = x.force;
-    o.mkpath = x.mkpath;
-    o.verify = x.verify;
-    o.dry_run = x.dry_run;
-    o.sync = x.sync.clone();
-    o.streams = x.streams;
-    o.chunk_size = x.chunk_size;
-    o.rate = x.rate;
-    o.files_in_flight = x.files_in_flight;
-    o.retries = x.retries.min(10);
-    o.direct = x.direct;
-    o.compress = x.compress;
-    o.tune = !x.no_tune;
-    o.sync_files = true;
+    let mut o = crate::xfer::copy::options_of(x, sources, dest, client.clone());
     o.source_anchor = Some(Arc::new(anchor));
     o.share = share.map(|items| Share::Fixed(Arc::new(items)));
     o.progress = Arc::new(crate::xfer::Progress {
@@ -687,6 +702,7 @@ mod tests {
             dest: String::new(),
             dest_dir: true,
             lifetime_s: 60,
+            ..GrantRequest::default()
         };
         let order = CopyOrder {
             export: "data".into(),

@@ -445,6 +445,20 @@ pub(super) fn serve_list(
     l: &ListRequest,
     access: &auth::Access,
 ) -> Result<(), (RefuseCode, String)> {
+    if let Some(scope) = &access.scope {
+        shared
+            .capabilities
+            .alive(scope)
+            .and_then(|()| {
+                longhaul_proto::xfer::copy::within_read_scope(
+                    &scope.request,
+                    true,
+                    &l.export,
+                    std::slice::from_ref(&l.path),
+                )
+            })
+            .map_err(|m| (RefuseCode::Unauthorized, m))?;
+    }
     let ex = export(shared, &l.export, access)?;
     access
         .check_read(ex)

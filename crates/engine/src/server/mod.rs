@@ -12,8 +12,10 @@
 
 pub mod auth;
 pub mod copy;
+mod durable;
 mod files;
 pub mod iperf3;
+pub mod jobs;
 pub mod observe;
 pub mod oneshot;
 mod perf;
@@ -112,6 +114,8 @@ pub struct ServeConfig {
     /// started over ssh shows its `/` as `/` and the home as `~`, as the
     /// user wrote them after `HOST:` ([`ServeConfig::show`]).
     pub shown_roots: Vec<(String, PathBuf)>,
+    /// Takes jobs (`--jobs`): their messages go here ([`jobs::JobDesk`]).
+    pub jobs: Option<Arc<dyn jobs::JobDesk>>,
 }
 
 impl ServeConfig {
@@ -157,6 +161,7 @@ impl Default for ServeConfig {
             one_time: None,
             third_party_copies: false,
             shown_roots: Vec::new(),
+            jobs: None,
         }
     }
 }
@@ -362,6 +367,11 @@ impl Server {
         };
         let slots = Slots::new(cfg.max_tests, cfg.max_queued);
         let observers: Observers = cfg.observers.clone().into();
+        // A one-shot server's state directory is its client's: it keeps nothing there.
+        let cfg_state = match &cfg.one_time {
+            Some(_) => PathBuf::new(),
+            None => cfg.state_dir.clone(),
+        };
         Ok(Server {
             listeners,
             shared: Arc::new(Shared {
@@ -376,7 +386,9 @@ impl Server {
                 next_test: AtomicU64::new(1),
                 shutdown: AtomicBool::new(false),
                 observers,
-                capabilities: copy::Capabilities::default(),
+                capabilities: copy::Capabilities::load(
+                    (!cfg_state.as_os_str().is_empty()).then_some(cfg_state),
+                ),
             }),
         })
     }
@@ -1052,15 +1064,48 @@ fn control_loop(
             Err(e) => return Err(e),
         };
         match session.handle(Instant::now(), msg) {
-            // A capability pushes into its destination, and does nothing else.
+            // A capability pushes into its destination (or, a job's, reads
+            // beneath its sources), and does nothing else.
             Ok(Some(ev))
-                if access.scope.is_some()
-                    && !matches!(ev, ServerEvent::TransferRequested(_) | ServerEvent::Stop(_)) =>
+                if access
+                    .scope
+                    .as_ref()
+                    .is_some_and(|s| !copy::may_ask(s, &ev)) =>
             {
-                let why = "a third-party copy capability only pushes into its destination";
+                let why = "a capability only pushes into its destination (a job's: or reads beneath its sources)";
                 tracing::warn!("refusing a request from {}: {why}", conn.peer());
                 refused("capability", None, RefuseCode::Unauthorized, why);
                 session.refuse(RefuseCode::Unauthorized, why.to_string());
+            }
+            Ok(Some(ServerEvent::RevokeRequested)) => {
+                answered(
+                    session,
+                    durable::serve_revoke(shared, conn, access),
+                    |code, message| refused("revoke", None, code, message),
+                );
+            }
+            Ok(Some(ServerEvent::DiscardRequested(d))) => {
+                answered(
+                    session,
+                    durable::serve_discard(shared, conn, &d, access),
+                    |code, message| refused("discard", None, code, message),
+                );
+            }
+            Ok(Some(ServerEvent::JobSubmitted(j))) => {
+                let served = jobs::serve_submit(shared, conn, &j, access);
+                if let Err((_, m)) = &served {
+                    tracing::warn!("refusing a job from {}: {}", conn.peer(), escaped(m));
+                }
+                answered(session, served, |code, message| {
+                    refused("job", None, code, message)
+                });
+            }
+            Ok(Some(ServerEvent::JobCommanded(c))) => {
+                answered(
+                    session,
+                    jobs::serve_command(shared, conn, &c, access),
+                    |code, message| refused("job", None, code, message),
+                );
             }
             Ok(Some(ServerEvent::GrantRequested(g))) => {
                 match copy::serve_grant(shared, conn, &g, access) {
@@ -1216,6 +1261,22 @@ fn control_loop(
                 }
                 return Err(EngineError::Failed(format!("session ended: {e}")));
             }
+        }
+    }
+}
+
+/// Ends a short request's turn: the session waits for the next request,
+/// or refuses (telling the observers through `refused`) and closes.
+fn answered(
+    session: &mut ServerSession,
+    served: Result<(), (RefuseCode, String)>,
+    refused: impl FnOnce(RefuseCode, &str),
+) {
+    match served {
+        Ok(()) => session.finish(Instant::now()),
+        Err((code, message)) => {
+            refused(code, &message);
+            session.refuse(code, message);
         }
     }
 }

@@ -47,6 +47,9 @@ pub trait ServeObserver: Send + Sync {
     /// transfer that had started (which is also finished with a `failed`
     /// or `aborted` result).
     fn error(&self, _e: &Failure) {}
+    /// A job server's jobs, how many in each state (`serve --jobs`; every
+    /// state, every ten seconds or so).
+    fn jobs(&self, _by_state: &[(&'static str, u64)]) {}
 }
 
 /// What a served run is.

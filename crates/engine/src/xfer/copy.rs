@@ -122,6 +122,7 @@ pub fn third_party_share(
             dest: d.path.clone(),
             dest_dir: d.dir,
             lifetime_s: LIFETIME.as_secs() as u32,
+            ..GrantRequest::default()
         },
     )?;
     let src_export = export.clone();
@@ -219,6 +220,35 @@ pub fn third_party_share(
         }),
         ..summary_of(report)
     })
+}
+
+/// The push a source server runs for a copy's options (an order's, a
+/// job's): `cp`'s own options from what crossed the wire, files synced,
+/// retries at most 10.
+pub fn options_of(
+    x: &CopyOptions,
+    sources: Vec<String>,
+    dest: String,
+    client: ClientOptions,
+) -> CpOptions {
+    let mut o = CpOptions::new(sources, dest, client);
+    o.recursive = x.recursive;
+    o.preserve = x.preserve;
+    o.force = x.force;
+    o.mkpath = x.mkpath;
+    o.verify = x.verify;
+    o.dry_run = x.dry_run;
+    o.sync = x.sync.clone();
+    o.streams = x.streams;
+    o.chunk_size = x.chunk_size;
+    o.rate = x.rate;
+    o.files_in_flight = x.files_in_flight;
+    o.retries = x.retries.min(10);
+    o.direct = x.direct;
+    o.compress = x.compress;
+    o.tune = !x.no_tune;
+    o.sync_files = true;
+    o
 }
 
 /// What a source relays of its summary as a pushing client (PROTOCOL.md

@@ -9,6 +9,7 @@ pub mod client;
 pub mod copy;
 mod digests;
 pub mod filter;
+pub mod jobcaps;
 mod parts;
 pub mod prefetch;
 pub mod sink;

@@ -20,9 +20,32 @@ pub const CAPABILITY_PREFIX: &str = "lh1c_";
 /// The longest lifetime a destination gives a capability, seconds.
 pub const MAX_LIFETIME_S: u32 = 24 * 3600;
 
+/// The feature of a server that issues capabilities for jobs
+/// ([`GrantRequest::durable`], pulls) and takes [`Revoke`] and [`Discard`]
+/// (PROTOCOL.md 13.9a).
+pub const FEATURE_JOB_GRANTS: &str = "job_grants";
+
+/// What a capability lets its holder do.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CapabilityOp {
+    /// Push into one destination (a third-party copy's, a job's).
+    #[default]
+    Push,
+    /// Read (pull, list) beneath the named sources (a job's).
+    Pull,
+}
+
+impl CapabilityOp {
+    fn is_push(&self) -> bool {
+        *self == CapabilityOp::Push
+    }
+}
+
 /// Client -> destination server (0x50): make a capability for a source
-/// server to push into `dest` of `export`, and nowhere else.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// server to push into `dest` of `export`, and nowhere else (or, `op`
+/// pull, for a job server to read `sources` of `export`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct GrantRequest {
     pub export: String,
     /// The destination within the export, as a push's
@@ -32,8 +55,47 @@ pub struct GrantRequest {
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub dest_dir: bool,
     /// How long the capability may be used, seconds (the server gives at
-    /// most [`MAX_LIFETIME_S`], and never longer than this session lasts).
+    /// most [`MAX_LIFETIME_S`], and never longer than this session lasts;
+    /// a `durable` one at most [`crate::job::MAX_LIFETIME_S`]).
     pub lifetime_s: u32,
+    /// For a job: kept (its hash) in the server's state directory, so it
+    /// survives the server's restart, and not revoked when this session
+    /// ends; revoked by its holder ([`Revoke`]) or its lifetime's end.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub durable: bool,
+    #[serde(default, skip_serializing_if = "CapabilityOp::is_push")]
+    pub op: CapabilityOp,
+    /// `op` pull: the paths within `export` it reads beneath (each one
+    /// as a pull's source names it; `dest` and `dest_dir` are unused).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub sources: Vec<String>,
+}
+
+/// A capability's holder -> the server that issued it (0x54): revoke the
+/// capability this session presents, now. Answered by [`Revoked`].
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Revoke {}
+
+/// Server -> holder (0x55): the capability no longer works.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Revoked {}
+
+/// A push capability's holder -> its destination (0x56): remove the
+/// partial files (and journals) of these entries, named as the push
+/// announced them; only beneath the capability's destination. A cancelled
+/// job's last word to its destination.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Discard {
+    pub paths: Vec<String>,
+}
+
+/// The most paths one [`Discard`] names.
+pub const DISCARD_MAX: usize = 4096;
+
+/// Destination -> holder (0x57): partial files and journals removed.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Discarded {
+    pub removed: u64,
 }
 
 /// Destination server -> client (0x51): the capability, once.
@@ -261,6 +323,9 @@ pub struct CopyReport {
 /// export, the destination and its trailing `/` the capability was made
 /// for, and nothing else.
 pub fn within_scope(scope: &GrantRequest, t: &super::TransferRequest) -> Result<(), String> {
+    if scope.op == CapabilityOp::Pull {
+        return within_read_scope(scope, t.op == super::Op::Pull, &t.export, &t.sources);
+    }
     if t.op != super::Op::Push {
         return Err("a third-party copy capability only pushes: it cannot read".into());
     }
@@ -273,9 +338,69 @@ pub fn within_scope(scope: &GrantRequest, t: &super::TransferRequest) -> Result<
     Ok(())
 }
 
+/// Whether a read (a pull of `sources`, or a listing of one path) stays
+/// within a pull capability's scope: its export, and every path beneath
+/// (or at) one of its sources, component by component.
+pub fn within_read_scope(
+    scope: &GrantRequest,
+    pull: bool,
+    export: &str,
+    paths: &[String],
+) -> Result<(), String> {
+    if !pull {
+        return Err("a job's read capability only reads: it cannot write".into());
+    }
+    let parts = |p: &str| -> Option<Vec<String>> {
+        super::components(p.trim_end_matches('/'))
+            .ok()
+            .map(|c| c.into_iter().map(String::from).collect())
+    };
+    let scopes: Vec<Vec<String>> = scope.sources.iter().filter_map(|s| parts(s)).collect();
+    let inside = |p: &String| {
+        parts(p).is_some_and(|c| {
+            scopes
+                .iter()
+                .any(|s| c.len() >= s.len() && c[..s.len()] == s[..])
+        })
+    };
+    if export != scope.export || paths.is_empty() || !paths.iter().all(inside) {
+        return Err(format!(
+            "this job's capability reads {}/{{{}}} only",
+            scope.export,
+            scope.sources.join(", ")
+        ));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_read_outside_a_pull_capability_is_refused() {
+        let scope = GrantRequest {
+            export: "data".into(),
+            op: CapabilityOp::Pull,
+            sources: vec!["tree".into(), "one/file".into()],
+            ..GrantRequest::default()
+        };
+        let ok = |paths: &[&str]| {
+            let p: Vec<String> = paths.iter().map(|s| s.to_string()).collect();
+            within_read_scope(&scope, true, "data", &p).is_ok()
+        };
+        assert!(ok(&["tree"]));
+        assert!(ok(&["tree/"]));
+        assert!(ok(&["tree/a/b", "one/file"]));
+        assert!(!ok(&[]));
+        assert!(!ok(&["treehouse"]));
+        assert!(!ok(&["tree/../secret"]));
+        assert!(!ok(&["one"]));
+        assert!(!ok(&[""]));
+        assert!(!ok(&["/etc/passwd"]));
+        assert!(within_read_scope(&scope, false, "data", &["tree".into()]).is_err());
+        assert!(within_read_scope(&scope, true, "other", &["tree".into()]).is_err());
+    }
 
     #[test]
     fn the_debug_forms_hide_the_capability() {
@@ -312,6 +437,7 @@ mod tests {
             dest: "in/here".into(),
             dest_dir: true,
             lifetime_s: 60,
+            ..GrantRequest::default()
         };
         let mut t = super::super::TransferRequest {
             op: super::super::Op::Push,

@@ -1,5 +1,5 @@
 // longhaul dashboard: a hand-written single-page app. Pages by the URL's
-// hash (#/live, #/history, #/run/ID, #/doctor, #/matrix); live data from the
+// hash (#/live, #/history, #/run/ID, #/doctor, #/matrix, #/jobs); live data from the
 // Server-Sent Events at /api/live; everything else from /api/*. Charts are
 // SVG drawn here. Data never goes into innerHTML: text nodes only.
 "use strict";
@@ -297,7 +297,7 @@ async function renderHistory(params) {
   const main = document.getElementById("main");
   const f = (name, label, input) => h("label", {}, label, input);
   const val = (k) => params.get(k) || "";
-  const kind = h("select", { name: "kind" }, ["", "perf", "cp", "sync", "doctor", "bench-disk", "served", "matrix"]
+  const kind = h("select", { name: "kind" }, ["", "perf", "cp", "sync", "doctor", "bench-disk", "served", "matrix", "job"]
     .map((k) => h("option", { value: k, selected: val("kind") === k ? "selected" : null }, k || "any")));
   const status = h("select", { name: "status" }, ["", "running", "ok", "partial", "failed", "interrupted"]
     .map((k) => h("option", { value: k, selected: val("status") === k ? "selected" : null }, k || "any")));
@@ -540,6 +540,37 @@ async function renderMatrix(params) {
   main.replaceChildren(...kids);
 }
 
+// ---- jobs ----------------------------------------------------------------
+
+// A job server's jobs, from their archived attempts: each job's latest status
+// and its attempts, each a link to its run.
+async function renderJobs() {
+  const main = document.getElementById("main");
+  main.replaceChildren(h("h2", {}, "Jobs"), h("p", { class: "muted" }, "Loading…"));
+  let d;
+  try { d = await getJSON("/api/jobs"); } catch (e) {
+    main.replaceChildren(h("h2", {}, "Jobs"), h("p", { class: "error", id: "jobs-error" }, e.message));
+    return;
+  }
+  if (state.page !== "jobs") return;
+  const kids = [h("h2", {}, "Jobs")];
+  if (!d.jobs.length) kids.push(h("p", { class: "muted", id: "jobs-none" },
+    d.missing ? "No archive yet." : "No job attempts archived on this host: a server started with `longhaul serve --jobs` archives each attempt of the jobs it runs."));
+  for (const j of d.jobs) {
+    kids.push(h("div", { class: "card job", "data-job": j.job },
+      h("h3", {}, "job ", j.job, " ", statusSpan(j.status)),
+      h("p", {}, j.source || "", " → ", j.dest || "", h("span", { class: "muted" }, ` (${bytes(j.bytes)} moved in all)`)),
+      h("table", {}, h("thead", {}, h("tr", {}, ["run", "attempt", "when", "status", "bytes", "rate"].map((x) => h("th", {}, x)))),
+        h("tbody", {}, j.attempts.map((a) => h("tr", {},
+          h("td", {}, runLink(a.id)), h("td", { class: "num" }, a.run_number > 1 ? `${a.run_number}.${a.attempt}` : String(a.attempt)),
+          h("td", {}, when(a.started_at)), h("td", {}, statusSpan(a.status)),
+          h("td", { class: "num" }, bytes(a.bytes)), h("td", { class: "num" }, rate(a.bits_per_second))))))));
+  }
+  main.replaceChildren(...kids);
+  clearTimeout(state.timer);
+  state.timer = setTimeout(() => { if (state.page === "jobs") renderJobs(); }, 5000);
+}
+
 // ---- routing -------------------------------------------------------------
 
 function route() {
@@ -554,6 +585,7 @@ function route() {
   else if (page === "run" && parts[1]) { state.runId = parts[1]; renderRun(parts[1]); }
   else if (page === "doctor") renderDoctor();
   else if (page === "matrix") renderMatrix(new URLSearchParams(query || ""));
+  else if (page === "jobs") renderJobs();
   else { state.page = "live"; renderLive(); }
 }
 

@@ -167,6 +167,44 @@ pub fn history_of(a: Option<&Archive>, f: &HistoryFilter) -> Result<HistoryAnswe
     })
 }
 
+/// The jobs whose attempts this host's archive holds (a job server's),
+/// newest first: each job's attempts, newest first, its latest status.
+pub fn jobs_of(a: Option<&Archive>) -> Result<Value, ApiError> {
+    let Some(a) = a else {
+        return Ok(json!({ "jobs": [], "missing": true }));
+    };
+    let mut jobs: Vec<(String, Vec<longhaul_archive::model::JobRun>)> = Vec::new();
+    for r in a.job_runs(JOB_RUNS_MAX)? {
+        match jobs.iter_mut().find(|(id, _)| *id == r.job) {
+            Some((_, runs)) => runs.push(r),
+            None => jobs.push((r.job.clone(), vec![r])),
+        }
+    }
+    let jobs: Vec<Value> = jobs
+        .into_iter()
+        .map(|(id, runs)| {
+            let last = &runs[0].run;
+            json!({
+                "job": id,
+                "source": last.source,
+                "dest": last.dest,
+                "status": last.status,
+                "bytes": runs.iter().filter_map(|r| r.run.bytes).sum::<u64>(),
+                "attempts": runs,
+            })
+        })
+        .collect();
+    Ok(json!({ "jobs": jobs, "missing": false }))
+}
+
+/// The job attempts `/api/jobs` reads, at most (the newest).
+const JOB_RUNS_MAX: usize = 2000;
+
+/// `/api/jobs`: the jobs this host ran, from their archived attempts.
+pub async fn jobs(State(st): State<Arc<AppState>>) -> Result<Json<Value>, ApiError> {
+    Ok(Json(with_archive(&st, jobs_of).await?))
+}
+
 /// `/api/history?kind=&host=&since=&export=&status=&limit=`.
 pub async fn history(
     State(st): State<Arc<AppState>>,
@@ -520,6 +558,35 @@ mod tests {
             None,
         );
         p
+    }
+
+    /// The Jobs page: a job server's archived attempts, grouped by job,
+    /// newest first, each with its run.
+    #[test]
+    fn jobs_are_grouped_from_their_archived_attempts() {
+        let t = tempfile::tempdir().unwrap();
+        let p = sample(t.path());
+        let attempt = |job: &str, n: u32| NewRun {
+            kind: "job".into(),
+            command: format!("job {job} attempt {n}"),
+            source: Some("data/tree".into()),
+            dest: Some("b:in/".into()),
+            params: Some(json!({"job": job, "attempt": n, "run": 1})),
+            ..Default::default()
+        };
+        run(Archive::open(&p).unwrap(), attempt("aaaa", 1), None, None);
+        run(Archive::open(&p).unwrap(), attempt("bbbb", 1), None, None);
+        run(Archive::open(&p).unwrap(), attempt("aaaa", 2), None, None);
+        let a = Archive::open_read_only(&p).unwrap();
+        let v = jobs_of(Some(&a)).unwrap();
+        let jobs = v["jobs"].as_array().unwrap();
+        assert_eq!(jobs.len(), 2, "{v}");
+        assert_eq!(jobs[0]["job"], "aaaa", "{v}");
+        assert_eq!(jobs[0]["attempts"].as_array().unwrap().len(), 2, "{v}");
+        assert_eq!(jobs[0]["attempts"][0]["attempt"], 2, "{v}");
+        assert_eq!(jobs[0]["source"], "data/tree", "{v}");
+        assert_eq!(jobs[1]["job"], "bbbb", "{v}");
+        assert_eq!(jobs_of(None).unwrap()["missing"], true);
     }
 
     #[test]

@@ -139,6 +139,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/api/run/{id}/files", get(api::files))
         .route("/api/doctor", get(api::doctor))
         .route("/api/matrix", get(api::matrix))
+        .route("/api/jobs", get(api::jobs))
         .route("/api/running", get(live::running))
         .route("/api/live", get(live::events))
         .fallback(not_found)

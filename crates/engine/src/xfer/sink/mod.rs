@@ -319,6 +319,26 @@ fn drop_partial(f: &FileState) {
     let _ = std::fs::remove_file(&f.at_journal);
 }
 
+/// Removes the partial file and journal a broken transfer left for
+/// `target` (a path beneath `anchor`'s root), each only if it is a regular
+/// file, through a descriptor of its directory opened beneath the root:
+/// what a cancelled job leaves nothing of. How many it removed.
+pub fn discard_partial(anchor: &super::beneath::Anchor, target: &Path) -> u64 {
+    let Ok((dir, name)) = anchor.parent_of(target, false) else {
+        return 0;
+    };
+    let name = name.to_string_lossy();
+    let mut removed = 0;
+    for suffix in ["lhpart", "lhjournal"] {
+        let p = dir.join(format!(".{name}.{suffix}"));
+        let plain = std::fs::symlink_metadata(&p).is_ok_and(|m| m.file_type().is_file());
+        if plain && std::fs::remove_file(&p).is_ok() {
+            removed += 1;
+        }
+    }
+    removed
+}
+
 fn io_err(what: &str, path: &Path, e: io::Error) -> String {
     format!("failed to {what} {}: {e}", path.display())
 }

@@ -1,0 +1,357 @@
+//! `submit` and `jobs`: a copy or sync handed to a server that runs it to
+//! the end unattended, and its owner's view of it afterwards.
+//!
+//! `submit` asks each far end (a server other than the job server) for a
+//! capability scoped to this job (its paths, push or read, its lifetime),
+//! hands the job with those capabilities to the job server, prints the
+//! job's id and exits. The user's token goes only to the servers it was
+//! given for, as in any command; the job holds no token.
+
+use std::time::{Duration, Instant};
+
+use longhaul_engine::net::dial::{host_key, ClientOptions};
+use longhaul_engine::xfer::jobcaps::{self, JobCapability};
+use longhaul_engine::EngineError;
+use longhaul_proto::job::{
+    JobAnswer, JobCommand, JobCredential, JobEnd, JobOptions, JobSpec, JobState,
+};
+use longhaul_proto::msg::Message;
+use longhaul_proto::xfer::copy::{CapabilityOp, GrantRequest};
+use longhaul_proto::xfer::{parse_remote, Remote, SyncOptions};
+
+use super::{usage, Failure, Outcome};
+use crate::args::{JobServerArgs, JobsArgs, JobsCommand, SubmitArgs};
+use crate::exit;
+use crate::print::jobs as print;
+
+fn client(
+    security: &crate::args::SecurityArgs,
+    connect_timeout: Duration,
+) -> Result<ClientOptions, Failure> {
+    Ok(ClientOptions {
+        connect_timeout,
+        security: security.security()?,
+        interrupt: super::interrupt_flag(),
+        ..ClientOptions::default()
+    })
+}
+
+/// The ends of a job as the command line names them.
+struct Ends {
+    sources: Vec<Remote>,
+    dest: Remote,
+}
+
+fn ends(paths: &[String]) -> Result<Ends, Failure> {
+    let (dest, sources) = paths.split_last().ok_or_else(|| usage("name SRC... DST"))?;
+    let remote = |p: &String| {
+        parse_remote(p).ok_or_else(|| {
+            usage(format!(
+                "'{p}' is not on a server: a job runs on a server, between servers; put the files in a server's export and name them longhaul://HOST/EXPORT/path (or copy from here with `longhaul cp`, which lasts as long as this session)"
+            ))
+        })
+    };
+    let sources = sources.iter().map(remote).collect::<Result<Vec<_>, _>>()?;
+    let first = &sources[0];
+    if sources
+        .iter()
+        .any(|s| s.host != first.host || s.export != first.export)
+    {
+        return Err(usage("a job's sources are on one server and in one export"));
+    }
+    Ok(Ends {
+        dest: remote(dest)?,
+        sources,
+    })
+}
+
+/// A far end's capability for this job, asked of it.
+fn capability(
+    end: &Remote,
+    req: GrantRequest,
+    o: &ClientOptions,
+) -> Result<(String, JobCapability), Failure> {
+    let host = end.host.clone();
+    let cap = jobcaps::ask(&host, o, req).map_err(|e| {
+        let f = Failure::from(e);
+        Failure {
+            message: format!("{host} gives no capability for this job: {}", f.message),
+            ..f
+        }
+    })?;
+    Ok((host, cap))
+}
+
+fn credential(c: &JobCapability) -> Option<JobCredential> {
+    Some(JobCredential {
+        fingerprint: c.fingerprint.clone(),
+        capability: c.capability.clone(),
+        lifetime_s: c.lifetime_s,
+    })
+}
+
+/// `submit`.
+pub fn submit(a: SubmitArgs) -> Outcome {
+    let ends = ends(&a.paths)?;
+    let server = a
+        .via
+        .clone()
+        .unwrap_or_else(|| ends.sources[0].host.clone());
+    let key = host_key(&server);
+    let at_server = |r: &Remote| host_key(&r.host) == key;
+    let (source_here, dest_here) = (at_server(&ends.sources[0]), at_server(&ends.dest));
+    if source_here == dest_here {
+        return Err(usage(if source_here {
+            format!("the source and the destination are both on {server}: a job moves data between servers (copy within one with cp there)")
+        } else {
+            format!("{server} holds neither the source nor the destination: a job runs on the server of one of its ends (a job between two other servers is not taken yet)")
+        }));
+    }
+    let o = client(&a.security, a.connect_timeout)?;
+    let lifetime_s = a.lifetime;
+    let paths: Vec<String> = ends
+        .sources
+        .iter()
+        .zip(&a.paths)
+        .map(|(r, named)| source_path(r, named))
+        .collect();
+    let (far, cap) = if source_here {
+        capability(
+            &ends.dest,
+            GrantRequest {
+                export: ends.dest.export.clone(),
+                dest: ends.dest.path.clone(),
+                dest_dir: ends.dest.dir,
+                lifetime_s,
+                ..GrantRequest::default()
+            },
+            &o,
+        )?
+    } else {
+        capability(
+            &ends.sources[0],
+            GrantRequest {
+                export: ends.sources[0].export.clone(),
+                op: CapabilityOp::Pull,
+                sources: paths.clone(),
+                lifetime_s,
+                ..GrantRequest::default()
+            },
+            &o,
+        )?
+    };
+    let spec = JobSpec {
+        source: JobEnd {
+            host: (!source_here).then(|| ends.sources[0].host.clone()),
+            export: ends.sources[0].export.clone(),
+            paths,
+            dir: false,
+            credential: if source_here { None } else { credential(&cap) },
+        },
+        dest: JobEnd {
+            host: (!dest_here).then(|| ends.dest.host.clone()),
+            export: ends.dest.export.clone(),
+            paths: vec![ends.dest.path.clone()],
+            dir: ends.dest.dir,
+            credential: if dest_here { None } else { credential(&cap) },
+        },
+        options: options(&a),
+    };
+    match jobcaps::ask_job_server(&server, &o, Message::JobSubmit(Box::new(spec))) {
+        Ok(JobAnswer::Accepted { id, notify_secret }) => {
+            print::submitted(a.json, &id, &server, notify_secret.as_deref());
+            Ok(exit::OK)
+        }
+        other => {
+            // Taken by no one: the capability goes back.
+            let revoked = jobcaps::presenting(&o, &cap.fingerprint, &cap.capability)
+                .and_then(|p| jobcaps::revoke(&far, &p));
+            if let Err(e) = revoked {
+                tracing::warn!("the capability {far} gave for the job could not be revoked ({e}); it ends with its lifetime");
+            }
+            Err(match other {
+                Err(e) => e.into(),
+                Ok(_) => {
+                    Failure::internal(format!("{server} answered the job with something else"))
+                }
+            })
+        }
+    }
+}
+
+/// A source's path within its export as a pull names it: a trailing `/`
+/// kept (its contents), the export's root as `/`.
+fn source_path(r: &Remote, named: &str) -> String {
+    match (named.ends_with('/'), r.path.is_empty()) {
+        (true, false) => format!("{}/", r.path),
+        (true, true) => "/".into(),
+        _ => r.path.clone(),
+    }
+}
+
+fn options(a: &SubmitArgs) -> JobOptions {
+    JobOptions {
+        recursive: a.recursive || a.archive_mode || a.sync,
+        preserve: a.preserve || a.archive_mode,
+        mkpath: a.mkpath,
+        verify: a.verify,
+        sync: a.sync.then_some(SyncOptions {
+            checksum: a.checksum,
+            delete: a.delete,
+        }),
+        filter: a.filter.rules(),
+        compress: a
+            .compress
+            .then_some(longhaul_proto::xfer::compress::DEFAULT_LEVEL),
+        streams: a.streams,
+        chunk_size: a.chunk,
+        rate: a.rate.or(a.bwlimit),
+        retries: a.retries,
+        every_s: a.every.map(|d| d.as_secs().max(1)),
+        notify: a.notify.clone(),
+        mail: a.mail.clone(),
+    }
+}
+
+/// The job server of a `jobs` command: the subcommand's `--via`, else
+/// the parent's.
+fn job_server<'a>(
+    sub: &'a JobServerArgs,
+    parent: &'a JobServerArgs,
+) -> Result<(String, &'a JobServerArgs), Failure> {
+    let chosen = if sub.via.is_some() { sub } else { parent };
+    let via = chosen.via.clone().ok_or_else(|| {
+        usage("name the job server: --via HOST[:PORT] (or set LONGHAUL_JOB_SERVER)")
+    })?;
+    Ok((via, chosen))
+}
+
+fn ask(server: &str, s: &JobServerArgs, cmd: JobCommand) -> Result<JobAnswer, Failure> {
+    let o = client(&s.security, s.connect_timeout)?;
+    jobcaps::ask_job_server(server, &o, Message::JobCommand(cmd)).map_err(Failure::from)
+}
+
+/// `jobs [show|wait|cancel|retry]`.
+pub fn jobs(a: JobsArgs) -> Outcome {
+    let parent = a.server.clone();
+    match a.command {
+        None => {
+            let (server, s) = job_server(&parent, &parent)?;
+            match ask(&server, s, JobCommand::List {})? {
+                JobAnswer::List { jobs } => print::list(s.json, &jobs),
+                _ => return Err(Failure::internal("the job server answered something else")),
+            }
+            Ok(exit::OK)
+        }
+        Some(JobsCommand::Show {
+            id,
+            files,
+            state,
+            server,
+        }) => {
+            let (host, s) = job_server(&server, &parent)?;
+            let cmd = JobCommand::Show {
+                id,
+                files_from: 0,
+                files_limit: files,
+                state,
+            };
+            let answer = ask(&host, s, cmd)?;
+            print::show(s.json, &answer, files > 0);
+            Ok(exit::OK)
+        }
+        Some(JobsCommand::Wait {
+            id,
+            timeout,
+            server,
+        }) => {
+            let (host, s) = job_server(&server, &parent)?;
+            wait(&host, s, &id, timeout)
+        }
+        Some(JobsCommand::Cancel { id, server }) => {
+            let (host, s) = job_server(&server, &parent)?;
+            let answer = ask(&host, s, JobCommand::Cancel { id })?;
+            print::done(s.json, &answer);
+            Ok(exit::OK)
+        }
+        Some(JobsCommand::Retry { id, server }) => {
+            let (host, s) = job_server(&server, &parent)?;
+            let answer = ask(&host, s, JobCommand::Retry { id })?;
+            print::done(s.json, &answer);
+            Ok(exit::OK)
+        }
+    }
+}
+
+/// The exit code of a job that ended in `state`.
+pub fn exit_of(state: JobState) -> i32 {
+    match state {
+        JobState::Finished => exit::OK,
+        JobState::FinishedWithFailures => exit::PARTIAL,
+        JobState::Cancelled => exit::CANCELLED,
+        _ => exit::FAILED,
+    }
+}
+
+/// `jobs wait`: asks every two seconds until the job ends (a recurring
+/// one: until a run that ends after the wait began), riding out the job
+/// server's restarts.
+fn wait(host: &str, s: &JobServerArgs, id: &str, timeout: Option<Duration>) -> Outcome {
+    let started = Instant::now();
+    let show = JobCommand::Show {
+        id: id.to_string(),
+        files_from: 0,
+        files_limit: 100,
+        state: Some(longhaul_proto::job::FileState::Failed),
+    };
+    let o = client(&s.security, s.connect_timeout)?;
+    let mut runs_at_start = None;
+    loop {
+        match jobcaps::ask_job_server(host, &o, Message::JobCommand(show.clone())) {
+            Ok(JobAnswer::Show {
+                job,
+                files,
+                files_total,
+            }) => {
+                let first = *runs_at_start.get_or_insert(job.runs);
+                let run_ended = job.every_s.is_some() && job.runs > first;
+                if job.state.is_terminal() || run_ended {
+                    let state = if run_ended {
+                        job.history
+                            .last()
+                            .map_or(job.state, |a| match a.outcome.as_str() {
+                                "ok" => JobState::Finished,
+                                "partial" => JobState::FinishedWithFailures,
+                                _ => JobState::Failed,
+                            })
+                    } else {
+                        job.state
+                    };
+                    let answer = JobAnswer::Show {
+                        job,
+                        files,
+                        files_total,
+                    };
+                    print::show(s.json, &answer, true);
+                    return Ok(exit_of(state));
+                }
+            }
+            Ok(_) => return Err(Failure::internal("the job server answered something else")),
+            // Refused (no such job): said at once; unreachable: it may be restarting.
+            Err(e @ EngineError::Refused { .. })
+            | Err(e @ EngineError::Usage(_))
+            | Err(e @ EngineError::Trust(_)) => return Err(e.into()),
+            Err(e) => tracing::info!("the job server: {e}; asking again"),
+        }
+        if o.interrupt.load(std::sync::atomic::Ordering::Relaxed) {
+            return Ok(exit::INTERRUPTED);
+        }
+        if timeout.is_some_and(|t| started.elapsed() >= t) {
+            return Err(Failure {
+                code: exit::FAILED,
+                message: format!("job {id} has not ended yet (the job goes on; wait again, or `longhaul jobs show {id}`)"),
+            });
+        }
+        std::thread::sleep(Duration::from_secs(2));
+    }
+}

@@ -1,0 +1,1359 @@
+//! Jobs that run unattended to the end (issue 44): `serve --jobs`,
+//! `submit`, `jobs [show|wait|cancel|retry]`, against real servers started
+//! as processes on loopback (so that they can be killed with SIGKILL and
+//! started again on the same port and state), the emulated WAN where it
+//! says so, and a real PostgreSQL for a group of servers. Each attack on
+//! the surface (a job's spec, another grant, a notification URL, the
+//! stored capabilities) is played against the real binary.
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::common;
+use common::xfer::*;
+use common::{bin, free_port, stderr, stdout, wait_until, TempDir};
+
+/// A `longhaul serve` process on 127.0.0.1, killed when dropped; its log
+/// (info) beside its state directory.
+struct Serve {
+    child: Option<Child>,
+    port: u16,
+    state: PathBuf,
+    args: Vec<String>,
+    prefix: Vec<String>,
+}
+
+impl Serve {
+    fn start(state: &Path, args: &[&str]) -> Serve {
+        Self::start_as(&[], state, args)
+    }
+
+    /// Started through `prefix` (a program and its arguments that exec the
+    /// binary, e.g. setpriv).
+    fn start_as(prefix: &[&str], state: &Path, args: &[&str]) -> Serve {
+        let mut s = Serve {
+            child: None,
+            port: free_port(),
+            state: common::prepare_state(state),
+            args: args.iter().map(|a| a.to_string()).collect(),
+            prefix: prefix.iter().map(|a| a.to_string()).collect(),
+        };
+        s.spawn();
+        s
+    }
+
+    fn log(&self) -> PathBuf {
+        self.state.with_extension(format!("{}.log", self.port))
+    }
+
+    fn spawn(&mut self) {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.log())
+            .unwrap();
+        let mut c = match self.prefix.split_first() {
+            Some((p, rest)) => {
+                let mut c = Command::new(p);
+                c.args(rest).arg(env!("CARGO_BIN_EXE_longhaul"));
+                c
+            }
+            None => Command::new(env!("CARGO_BIN_EXE_longhaul")),
+        };
+        c.args(["-v", "serve", "--listen", &self.addr(), "--state-dir"])
+            .arg(&self.state)
+            .args(&self.args)
+            .env("LONGHAUL_ARCHIVE", common::archive_file())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log);
+        self.child = Some(c.spawn().expect("start longhaul serve"));
+        let start = Instant::now();
+        while std::net::TcpStream::connect(self.addr()).is_err() {
+            if let Ok(Some(st)) = self.child.as_mut().unwrap().try_wait() {
+                panic!("serve ended ({st}): {}", self.log_text());
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(30),
+                "serve never listened"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn addr(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.as_ref().unwrap().id()
+    }
+
+    fn log_text(&self) -> String {
+        std::fs::read_to_string(self.log()).unwrap_or_default()
+    }
+
+    /// SIGKILL: nothing of it runs after.
+    fn kill9(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            c.kill().unwrap();
+            c.wait().unwrap();
+        }
+    }
+
+    /// Started again, on the same port and state directory.
+    fn restart(&mut self) {
+        self.kill9();
+        self.spawn();
+    }
+}
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}
+
+/// `longhaul ARGS`, expecting `code`, its stdout as JSON.
+#[track_caller]
+fn json_run(args: &[&str], code: i32) -> Value {
+    let o = bin().args(args).stdin(Stdio::null()).output().unwrap();
+    assert_eq!(
+        o.status.code(),
+        Some(code),
+        "longhaul {}: stdout {} stderr {}",
+        args.join(" "),
+        stdout(&o),
+        stderr(&o)
+    );
+    serde_json::from_slice(&o.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {} / {}", stdout(&o), stderr(&o)))
+}
+
+/// Submits; the job's id and the `longhaul-job` document.
+#[track_caller]
+fn submit(args: &[&str]) -> (String, Value) {
+    let mut all = vec!["submit", "--json"];
+    all.extend_from_slice(args);
+    let v = json_run(&all, 0);
+    assert_eq!(v["format"], "longhaul-job", "{v}");
+    assert_eq!(v["format_version"], 1, "{v}");
+    (v["id"].as_str().unwrap().to_string(), v)
+}
+
+/// `jobs show ID --json`.
+#[track_caller]
+fn show(server: &Serve, id: &str) -> Value {
+    json_run(&["jobs", "show", id, "--via", &server.addr(), "--json"], 0)
+}
+
+/// `jobs wait ID --json`: its exit code and document.
+fn wait_job(server: &Serve, id: &str, limit: Duration) -> (i32, Value) {
+    let o = bin()
+        .args(["jobs", "wait", id, "--json", "--via", &server.addr()])
+        .args(["--timeout", &format!("{}s", limit.as_secs())])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let v = serde_json::from_slice(&o.stdout).unwrap_or(Value::Null);
+    (o.status.code().unwrap_or(-1), v)
+}
+
+fn url(s: &Serve, path: &str) -> String {
+    format!("longhaul://{}/{path}", s.addr())
+}
+
+/// A job server exporting `root` as `data`, and a destination exporting
+/// `dest` as `in` that takes part in third-party copies (as a job's far end
+/// does), each with its own state directory under `t`.
+fn pair(t: &TempDir, root: &Path, dest: &Path, job_args: &[&str]) -> (Serve, Serve) {
+    let export = format!("data={}", root.display());
+    let mut args = vec!["--jobs", "--export", &export, "--no-sync"];
+    args.extend_from_slice(job_args);
+    let j = Serve::start(&t.path().join("state-j"), &args);
+    let into = format!("in={}", dest.display());
+    let b = Serve::start(
+        &t.path().join("state-b"),
+        &["--third-party-copies", "--export", &into, "--no-sync"],
+    );
+    (j, b)
+}
+
+/// A job's attempts, as `jobs show --json` lists them.
+fn history(v: &Value) -> Vec<Value> {
+    v["job"]["history"].as_array().cloned().unwrap_or_default()
+}
+
+/// One HTTP request as a receiver saw it.
+struct Request {
+    line: String,
+    headers: HashMap<String, String>,
+    body: Vec<u8>,
+}
+
+/// A webhook receiver on loopback: each request is answered with
+/// `answer` and handed to the channel.
+fn receiver(answer: &'static str) -> (String, mpsc::Receiver<Request>) {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for s in l.incoming().flatten() {
+            let mut r = BufReader::new(s);
+            let mut line = String::new();
+            if r.read_line(&mut line).is_err() {
+                continue;
+            }
+            let mut headers = HashMap::new();
+            loop {
+                let mut h = String::new();
+                if r.read_line(&mut h).is_err() || h.trim().is_empty() {
+                    break;
+                }
+                if let Some((k, v)) = h.split_once(':') {
+                    headers.insert(k.trim().to_ascii_lowercase(), v.trim().to_string());
+                }
+            }
+            let n: usize = headers
+                .get("content-length")
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0);
+            let mut body = vec![0u8; n.min(1 << 20)];
+            let _ = r.read_exact(&mut body);
+            let _ = r.get_mut().write_all(answer.as_bytes());
+            let _ = tx.send(Request {
+                line: line.trim().to_string(),
+                headers,
+                body,
+            });
+        }
+    });
+    (format!("http://{addr}"), rx)
+}
+
+/// Checks a notification's signature as its receiver would: HMAC-SHA256
+/// under the job's secret over `TIMESTAMP.BODY`.
+fn signed_by(r: &Request, secret: &str) -> bool {
+    use aws_lc_rs::hmac;
+    let (Some(ts), Some(sig)) = (
+        r.headers.get("x-longhaul-timestamp"),
+        r.headers.get("x-longhaul-signature"),
+    ) else {
+        return false;
+    };
+    let Some(hex) = sig.strip_prefix("sha256=") else {
+        return false;
+    };
+    let Some(tag) = (0..hex.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(hex.get(i..i + 2)?, 16).ok())
+        .collect::<Option<Vec<u8>>>()
+    else {
+        return false;
+    };
+    let mut msg = format!("{ts}.").into_bytes();
+    msg.extend_from_slice(&r.body);
+    let key = hmac::Key::new(hmac::HMAC_SHA256, secret.as_bytes());
+    hmac::verify(&key, &msg, &tag).is_ok()
+}
+
+#[test]
+fn a_tree_job_finishes_verified_after_its_client_left_and_its_webhook_is_signed() {
+    let t = TempDir::new("job-tree");
+    let (src, dst) = (t.dir("src"), t.dir("dst"));
+    for i in 0..32 {
+        write_random(&src.join(format!("tree/d{}/f{i}.bin", i % 4)), 32 << 20, i);
+    }
+    write_random(&src.join("tree/small/one"), 1000, 99);
+    let (j, b) = pair(&t, &src, &dst, &[]);
+    let (hook, requests) =
+        receiver("HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
+    let started = Instant::now();
+    let (id, doc) = submit(&[
+        "-r",
+        "--notify",
+        &format!("{hook}/longhaul?job=tree"),
+        &url(&j, "data/tree"),
+        &url(&b, "in/"),
+    ]);
+    let submitted_in = started.elapsed();
+    let secret = doc["notify_secret"].as_str().unwrap().to_string();
+    assert!(secret.starts_with("lh1n_"), "{doc}");
+    // The client is gone; the job is not done yet.
+    let first = show(&j, &id);
+    assert!(
+        ["submitted", "active"].contains(&first["job"]["state"].as_str().unwrap()),
+        "{first} (the client took {submitted_in:?})"
+    );
+    let (code, v) = wait_job(&j, &id, Duration::from_secs(300));
+    assert_eq!(code, 0, "{v} {}", j.log_text());
+    assert_eq!(v["job"]["state"], "finished", "{v}");
+    assert_eq!(v["job"]["files"]["finished"], 33, "{v}");
+    assert_eq!(v["job"]["bytes_done"], (32u64 << 25) + 1000, "{v}");
+    assert_same_tree(&src.join("tree"), &dst.join("tree"), false);
+    let took = started.elapsed();
+    eprintln!(
+        "tree job: submit returned in {:.2} s; 1 GiB in 33 files finished verified {:.1} s after submission ({:.0} MB/s)",
+        submitted_in.as_secs_f64(),
+        took.as_secs_f64(),
+        ((32u64 << 25) + 1000) as f64 / took.as_secs_f64() / 1e6
+    );
+    let r = requests
+        .recv_timeout(Duration::from_secs(60))
+        .expect("the webhook was called");
+    assert!(r.line.starts_with("POST /longhaul?job=tree "), "{}", r.line);
+    assert!(signed_by(&r, &secret), "{:?}", r.headers);
+    assert!(!signed_by(&r, "lh1n_another"));
+    let event: Value = serde_json::from_slice(&r.body).unwrap();
+    assert_eq!(event["format"], "longhaul-job-event", "{event}");
+    assert_eq!(event["event"], "ended", "{event}");
+    assert_eq!(event["job"]["id"], id.as_str(), "{event}");
+    assert_eq!(event["job"]["state"], "finished", "{event}");
+    assert_eq!(
+        event["sent_at"].as_u64().unwrap().to_string(),
+        r.headers["x-longhaul-timestamp"]
+    );
+    // The capability B issued is revoked once the job finished.
+    let caps = t.path().join("state-b/capabilities");
+    wait_until("the revocation", Duration::from_secs(30), || {
+        std::fs::read_to_string(&caps).is_ok_and(|c| c.trim().is_empty())
+    });
+    drop((j, b));
+}
+
+/// The journal of a file being pushed to `dir`, and its chunk size (from
+/// its header).
+fn journal_of(dir: &Path, name: &str) -> PathBuf {
+    dir.join(format!(".{name}.lhjournal"))
+}
+
+fn chunk_of(journal: &Path) -> u64 {
+    let b = std::fs::read(journal).unwrap();
+    u64::from_be_bytes(b[24..32].try_into().unwrap())
+}
+
+#[test]
+fn a_job_survives_kill_9_of_its_server_and_resends_no_verified_chunk() {
+    let t = TempDir::new("job-kill");
+    let (src, dst) = (t.dir("src"), t.dir("dst"));
+    let size = 192u64 << 20;
+    write_random(&src.join("big.bin"), size as usize, 7);
+    let (mut j, b) = pair(&t, &src, &dst, &["--no-archive"]);
+    let (id, _) = submit(&[
+        "--rate",
+        "240mbit",
+        &url(&j, "data/big.bin"),
+        &url(&b, "in/"),
+    ]);
+    let journal = journal_of(&dst, "big.bin");
+    wait_until("verified chunks at B", Duration::from_secs(60), || {
+        journal_records(&journal) >= 8
+    });
+    j.kill9();
+    // What B had verified and journaled once its session of the dead
+    // server ended, and what it writes from then on, counted by its
+    // kernel (the chunks it receives go to its partial file through write
+    // calls).
+    wait_until(
+        "B to end the dead server's session",
+        Duration::from_secs(60),
+        || b.log_text().contains("transfer failed"),
+    );
+    let verified = journal_indices(&journal).len() as u64;
+    let b_before = common::counters::ProcIo::of(b.pid()).unwrap().wchar;
+    let chunk = chunk_of(&journal);
+    assert!(verified * chunk < size, "it finished before the kill");
+    j.restart();
+    let (code, v) = wait_job(&j, &id, Duration::from_secs(300));
+    let written = common::counters::ProcIo::of(b.pid()).unwrap().wchar - b_before;
+    assert_eq!(code, 0, "{v} {}", j.log_text());
+    assert_same_file(&src.join("big.bin"), &dst.join("big.bin"));
+    let h = history(&v);
+    let last = h.last().unwrap();
+    assert!(h.len() >= 2, "{v}");
+    assert_eq!(last["outcome"], "ok", "{v}");
+    let resumed = last["resumed_bytes"].as_u64().unwrap();
+    assert!(resumed > 0, "{v}");
+    // Every chunk B had verified was taken from its journal, not sent.
+    assert!(
+        resumed >= verified * chunk,
+        "resumed {resumed} < {verified} x {chunk}: {v}"
+    );
+    // And B wrote what was left (and its journal), never a verified chunk
+    // again: a resend of them all would add their bytes.
+    let left = size - verified * chunk;
+    eprintln!(
+        "kill -9 of the job server: {verified} chunks of {chunk} verified before; resumed {resumed} bytes; B then wrote {written} bytes for {left} left"
+    );
+    assert!(
+        written >= left / 2 && written < left + (verified * chunk) / 2,
+        "B wrote {written} bytes after the kill; {left} were left, {} verified before",
+        verified * chunk
+    );
+}
+
+#[test]
+fn a_job_survives_its_far_end_killed_and_started_again() {
+    let t = TempDir::new("job-far");
+    let (src, dst) = (t.dir("src"), t.dir("dst"));
+    write_random(&src.join("big.bin"), 128 << 20, 8);
+    let (j, mut b) = pair(&t, &src, &dst, &["--no-archive"]);
+    let (id, _) = submit(&[
+        "--rate",
+        "200mbit",
+        &url(&j, "data/big.bin"),
+        &url(&b, "in/"),
+    ]);
+    let journal = journal_of(&dst, "big.bin");
+    wait_until("verified chunks at B", Duration::from_secs(60), || {
+        journal_records(&journal) >= 4
+    });
+    b.kill9();
+    wait_until("a failed attempt", Duration::from_secs(60), || {
+        history(&show(&j, &id))
+            .iter()
+            .any(|a| a["outcome"] == "failed")
+    });
+    // Its capability was kept (hashed) in its state directory: it still
+    // admits the job after the restart.
+    b.restart();
+    let (code, v) = wait_job(&j, &id, Duration::from_secs(300));
+    assert_eq!(code, 0, "{v} {}", j.log_text());
+    assert_same_file(&src.join("big.bin"), &dst.join("big.bin"));
+    let h = history(&v);
+    assert!(h.len() >= 2, "{v}");
+    assert!(h.iter().any(|a| a["outcome"] == "failed"), "{v}");
+    assert!(
+        h.last().unwrap()["resumed_bytes"].as_u64().unwrap() > 0,
+        "{v}"
+    );
+}
+
+/// The capabilities a job server holds, read from its database as an
+/// attacker who stole the file would.
+fn stolen_capabilities(state: &Path) -> Vec<String> {
+    let db = rusqlite::Connection::open(state.join("jobs.db")).unwrap();
+    let mut st = db.prepare("SELECT spec FROM jobs").unwrap();
+    let specs: Vec<String> = st
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    specs
+        .iter()
+        .flat_map(|s| {
+            let v: Value = serde_json::from_str(s).unwrap();
+            [&v["source"], &v["dest"]]
+                .into_iter()
+                .filter_map(|e| e["credential"]["capability"].as_str().map(String::from))
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+#[test]
+fn cancelling_a_job_stops_its_streams_removes_its_partial_files_and_revokes_its_capability() {
+    use std::os::unix::fs::PermissionsExt;
+    let t = TempDir::new("job-cancel");
+    let (src, dst) = (t.dir("src"), t.dir("dst"));
+    write_random(&src.join("big.bin"), 256 << 20, 9);
+    let (j, b) = pair(&t, &src, &dst, &["--no-archive"]);
+    let (id, _) = submit(&[
+        "--rate",
+        "100mbit",
+        &url(&j, "data/big.bin"),
+        &url(&b, "in/"),
+    ]);
+    let journal = journal_of(&dst, "big.bin");
+    let part = dst.join(".big.bin.lhpart");
+    wait_until("verified chunks at B", Duration::from_secs(60), || {
+        journal_records(&journal) >= 2
+    });
+    // The job server's database is its user's alone: it holds capabilities.
+    let mode = std::fs::metadata(j.state.join("jobs.db"))
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o077, 0, "jobs.db is {mode:o}");
+    let stolen = stolen_capabilities(&j.state);
+    assert_eq!(stolen.len(), 1);
+    let cancelled = Instant::now();
+    let o = bin()
+        .args(["jobs", "cancel", &id, "--via", &j.addr()])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let (code, v) = wait_job(&j, &id, Duration::from_secs(60));
+    assert_eq!(code, 8, "{v}");
+    assert_eq!(v["job"]["state"], "cancelled", "{v}");
+    // No partial file remains, and nothing moves any more.
+    wait_until(
+        "the partial files' removal",
+        Duration::from_secs(30),
+        || !part.exists() && !journal.exists(),
+    );
+    wait_until(
+        "the job's streams to close",
+        Duration::from_secs(30),
+        || common::counters::established(b.port) == 0,
+    );
+    eprintln!(
+        "cancel: streams closed and partial files removed {:.2} s after `jobs cancel` began",
+        cancelled.elapsed().as_secs_f64()
+    );
+    assert!(
+        std::fs::read_dir(&dst).unwrap().next().is_none(),
+        "{:?}",
+        std::fs::read_dir(&dst).unwrap().collect::<Vec<_>>()
+    );
+    // The capability no longer works: a push with it is refused.
+    let o = bin()
+        .env("LONGHAUL_TOKEN", &stolen[0])
+        .args([
+            "cp",
+            &src.join("big.bin").display().to_string(),
+            &url(&b, "in/"),
+        ])
+        .output()
+        .unwrap();
+    assert!(!o.status.success(), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("unknown, expired or revoked"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(!dst.join("big.bin").exists());
+    assert_eq!(
+        common::counters::established(b.port),
+        0,
+        "the job opened a stream again"
+    );
+    assert!(!part.exists() && !journal.exists());
+    // Never printed, never logged.
+    assert!(!stdout(&o).contains("lh1c_"));
+    assert!(
+        !j.log_text().contains("lh1c_"),
+        "the job server logged a capability"
+    );
+    assert!(
+        !b.log_text().contains("lh1c_"),
+        "the far end logged a capability"
+    );
+    assert!(!v.to_string().contains("lh1c_"));
+}
+
+/// A server that cannot read what it may not read, even as root: started
+/// without the capabilities that pass over file modes.
+fn without_dac_override() -> Vec<&'static str> {
+    if rustix::process::geteuid().is_root() {
+        vec![
+            "setpriv",
+            "--inh-caps=-all",
+            "--bounding-set=-dac_override,-dac_read_search",
+            "--",
+        ]
+    } else {
+        Vec::new()
+    }
+}
+
+#[test]
+fn a_file_unreadable_at_first_fails_alone_and_a_retry_moves_only_it() {
+    use std::os::unix::fs::PermissionsExt;
+    let t = TempDir::new("job-retry");
+    let (src, dst) = (t.dir("src"), t.dir("dst"));
+    write_random(&src.join("tree/a.bin"), 3 << 20, 1);
+    write_random(&src.join("tree/b.bin"), 2 << 20, 2);
+    write_random(&src.join("tree/locked.bin"), 1 << 20, 3);
+    let locked = src.join("tree/locked.bin");
+    std::fs::set_permissions(&locked, std::fs::Permissions::from_mode(0o000)).unwrap();
+    let export = format!("data={}", src.display());
+    let j = Serve::start_as(
+        &without_dac_override(),
+        &t.path().join("state-j"),
+        &["--jobs", "--export", &export, "--no-sync", "--no-archive"],
+    );
+    let into = format!("in={}", dst.display());
+    let b = Serve::start(
+        &t.path().join("state-b"),
+        &["--third-party-copies", "--export", &into, "--no-sync"],
+    );
+    let (id, _) = submit(&[
+        "-r",
+        "--retries",
+        "0",
+        &url(&j, "data/tree"),
+        &url(&b, "in/"),
+    ]);
+    let (code, v) = wait_job(&j, &id, Duration::from_secs(120));
+    assert_eq!(code, 6, "{v} {}", j.log_text());
+    assert_eq!(v["job"]["state"], "finished_with_failures", "{v}");
+    assert_eq!(v["job"]["files"]["failed"], 1, "{v}");
+    assert_eq!(v["job"]["files"]["finished"], 2, "{v}");
+    let failed = v["files"].as_array().unwrap();
+    assert_eq!(failed.len(), 1, "{v}");
+    assert_eq!(failed[0]["path"], "tree/locked.bin", "{v}");
+    assert!(
+        failed[0]["error"].as_str().unwrap().contains("ermission"),
+        "{v}"
+    );
+    assert!(!dst.join("tree/locked.bin").exists());
+    // Its capability stays for the retry.
+    std::fs::set_permissions(&locked, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let r = json_run(&["jobs", "retry", &id, "--via", &j.addr(), "--json"], 0);
+    assert_eq!(r["done"], "retried", "{r}");
+    assert_eq!(r["files"], 1, "{r}");
+    let (code, v) = wait_job(&j, &id, Duration::from_secs(120));
+    assert_eq!(code, 0, "{v} {}", j.log_text());
+    assert_same_tree(&src.join("tree"), &dst.join("tree"), false);
+    let last = history(&v).last().cloned().unwrap();
+    assert_eq!(last["outcome"], "ok", "{v}");
+    // Only the failed file moved.
+    assert_eq!(last["files"], 1, "{v}");
+    assert_eq!(last["sent_bytes"], 1u64 << 20, "{v}");
+}
+
+/// Also the sync options a job takes: `--exclude` (a scratch file never
+/// goes), `--delete` (a file removed at the source goes at the
+/// destination), `--checksum` (a file rewritten with its size and mtime
+/// kept is found changed) and `-z`.
+#[test]
+fn a_recurring_sync_runs_twice_and_the_second_run_moves_only_what_changed() {
+    let t = TempDir::new("job-every");
+    let (src, dst) = (t.dir("src"), t.dir("dst"));
+    for i in 0..5 {
+        write_random(&src.join(format!("tree/f{i}")), 1 << 20, 20 + i);
+    }
+    write_random(&src.join("tree/scratch.tmp"), 1000, 19);
+    let (j, b) = pair(&t, &src, &dst, &["--jobs-min-every", "1s"]);
+    let (id, _) = submit(&[
+        "--sync",
+        "--delete",
+        "--checksum",
+        "-z",
+        "--exclude",
+        "*.tmp",
+        "--every",
+        "3s",
+        &url(&j, "data/tree"),
+        &url(&b, "in/"),
+    ]);
+    wait_until("the first run", Duration::from_secs(120), || {
+        show(&j, &id)["job"]["runs"].as_u64() >= Some(1)
+    });
+    for i in 0..5 {
+        let f = format!("tree/f{i}");
+        assert_same_file(&src.join(&f), &dst.join(&f));
+    }
+    assert!(!dst.join("tree/scratch.tmp").exists());
+    // The change, whole when a run sees it: f3's content (its size and
+    // mtime kept, so that only --checksum finds it), and f4 removed.
+    let f3 = src.join("tree/f3");
+    let mtime = std::fs::metadata(&f3).unwrap().modified().unwrap();
+    let new = src.join("f3.new");
+    write_random(&new, 1 << 20, 99);
+    std::fs::File::options()
+        .write(true)
+        .open(&new)
+        .unwrap()
+        .set_modified(mtime)
+        .unwrap();
+    std::fs::rename(&new, &f3).unwrap();
+    std::fs::remove_file(src.join("tree/f4")).unwrap();
+    wait_until(
+        "the change at the destination",
+        Duration::from_secs(120),
+        || {
+            std::fs::read(dst.join("tree/f3")).ok() == std::fs::read(&f3).ok()
+                && !dst.join("tree/f4").exists()
+        },
+    );
+    wait_until(
+        "the run that moved it to end",
+        Duration::from_secs(60),
+        || {
+            history(&show(&j, &id))
+                .iter()
+                .skip(1)
+                .any(|r| r["outcome"] == "ok" && r["bytes"] == 1u64 << 20)
+        },
+    );
+    let v = show(&j, &id);
+    let runs = history(&v);
+    assert!(runs.len() >= 2, "{v}");
+    assert!(runs.iter().all(|r| r["attempt"] == 1), "{v}");
+    assert_eq!(runs[0]["files"], 5, "{v}");
+    assert_eq!(runs[0]["bytes"], 5u64 << 20, "{v}");
+    // What the later runs moved, together: f3 alone.
+    let later = |k: &str| {
+        runs[1..]
+            .iter()
+            .map(|r| r[k].as_u64().unwrap())
+            .sum::<u64>()
+    };
+    assert_eq!(later("bytes"), 1 << 20, "{v}");
+    // No run started before the last one's interval ran out.
+    for w in runs.windows(2) {
+        let (a, b) = (w[0]["started"].as_f64(), w[1]["started"].as_f64());
+        assert!(b >= a.map(|s| s + 3.0), "{v}");
+    }
+    assert!(!dst.join("tree/scratch.tmp").exists());
+    // Each run is an archived run of the job.
+    let archived = json_run(&["history", "--json", "--kind", "job"], 0);
+    let mine = archived["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["command"].as_str().is_some_and(|c| c.contains(&id)))
+        .count();
+    assert!(mine >= 2, "{archived}");
+    let o = bin()
+        .args(["jobs", "cancel", &id, "--via", &j.addr()])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+}
+
+fn refused_with(o: &std::process::Output, words: &str) {
+    assert!(!o.status.success(), "{}", stdout(o));
+    assert!(
+        stderr(o).contains(words),
+        "expected {words:?}: {}",
+        stderr(o)
+    );
+}
+
+#[test]
+fn attacker_a_job_that_leaves_its_export_widens_its_capability_or_is_malformed_is_refused() {
+    use longhaul_engine::net::dial::{ClientOptions, Security};
+    use longhaul_engine::net::tls::TrustOptions;
+    use longhaul_engine::xfer::jobcaps;
+    use longhaul_proto::job::*;
+    use longhaul_proto::msg::{Message, RefuseCode};
+    use longhaul_proto::xfer::copy::GrantRequest;
+    let t = TempDir::new("job-attack-spec");
+    let (src, dst) = (t.dir("src"), t.dir("dst"));
+    write_random(&src.join("tree/f"), 1000, 1);
+    std::os::unix::fs::symlink("/etc", src.join("out")).unwrap();
+    let (j, b) = pair(&t, &src, &dst, &[]);
+    // Paths that leave the export: refused by the job server, and the
+    // capability the destination gave for them revoked by the client.
+    for (bad, why) in [
+        ("data/tree/../../../etc", "leaves the export"),
+        ("data/out/passwd", "outside"),
+        ("nodata/tree", "no export named"),
+    ] {
+        let o = bin()
+            .args(["submit", &url(&j, bad), &url(&b, "in/")])
+            .output()
+            .unwrap();
+        refused_with(&o, why);
+    }
+    let caps = t.path().join("state-b/capabilities");
+    assert!(
+        std::fs::read_to_string(&caps).is_ok_and(|c| c.trim().is_empty()),
+        "a refused job's capability stayed at the destination"
+    );
+    // A local source, and two ends on the job server: said what to do.
+    let o = bin()
+        .args([
+            "submit",
+            &src.join("tree").display().to_string(),
+            &url(&b, "in/"),
+        ])
+        .output()
+        .unwrap();
+    refused_with(&o, "longhaul cp");
+    // A job whose destination is wider than its capability: the far end
+    // refuses its push; the job fails at once, saying why, writing nothing.
+    let client = ClientOptions {
+        security: Security {
+            plaintext: false,
+            trust: TrustOptions {
+                pins: vec![common::fingerprint().to_string()],
+                ..TrustOptions::default()
+            },
+            token: Some(common::TOKEN.to_string()),
+            tokens: Vec::new(),
+        },
+        ..ClientOptions::default()
+    };
+    let narrow = GrantRequest {
+        export: "in".into(),
+        dest: "x".into(),
+        dest_dir: true,
+        lifetime_s: 600,
+        ..GrantRequest::default()
+    };
+    let cap = jobcaps::ask(&b.addr(), &client, narrow).unwrap();
+    let mut spec = JobSpec {
+        source: JobEnd {
+            host: None,
+            export: "data".into(),
+            paths: vec!["tree".into()],
+            dir: false,
+            credential: None,
+        },
+        dest: JobEnd {
+            host: Some(b.addr()),
+            export: "in".into(),
+            paths: vec!["".into()],
+            dir: true,
+            credential: Some(JobCredential {
+                fingerprint: cap.fingerprint.clone(),
+                capability: cap.capability.clone(),
+                lifetime_s: cap.lifetime_s,
+            }),
+        },
+        options: JobOptions {
+            recursive: true,
+            retries: 3,
+            ..JobOptions::default()
+        },
+    };
+    let answer = jobcaps::ask_job_server(
+        &j.addr(),
+        &client,
+        Message::JobSubmit(Box::new(spec.clone())),
+    )
+    .unwrap();
+    let JobAnswer::Accepted { id, .. } = answer else {
+        panic!("{answer:?}")
+    };
+    let (code, v) = wait_job(&j, &id, Duration::from_secs(60));
+    assert_eq!(code, 5, "{v}");
+    assert_eq!(v["job"]["state"], "failed", "{v}");
+    assert_eq!(history(&v).len(), 1, "a refusal is not retried: {v}");
+    assert!(
+        v["job"]["error"].as_str().unwrap().contains("in/x only"),
+        "{v}"
+    );
+    assert!(std::fs::read_dir(&dst).unwrap().next().is_none());
+    // Malformed: too many sources, a token instead of a capability, a
+    // notification URL with credentials; each refused with its reason.
+    let refused = |spec: JobSpec, why: &str| match jobcaps::ask_job_server(
+        &j.addr(),
+        &client,
+        Message::JobSubmit(Box::new(spec)),
+    ) {
+        Err(longhaul_engine::EngineError::Refused { code, message }) => {
+            assert_eq!(code, RefuseCode::BadRequest, "{message}");
+            assert!(message.contains(why), "{why}: {message}");
+        }
+        other => panic!("{why}: {other:?}"),
+    };
+    let mut many = spec.clone();
+    many.source.paths = vec!["tree".into(); 2000];
+    refused(many, "1 to 1024 sources");
+    let mut token = spec.clone();
+    token.dest.credential.as_mut().unwrap().capability = common::TOKEN.into();
+    refused(token, "not a capability");
+    spec.options.notify = Some("https://user:secret@hooks.example/x".into());
+    refused(spec, "credentials");
+    // Bytes that are no job at all: the session ends with a protocol
+    // refusal, the server serves on.
+    let mut raw = crate::security::hello(Some(common::TOKEN));
+    longhaul_proto::frame::encode_frame(0x60, b"{\"source\":", &mut raw).unwrap();
+    let addr: std::net::SocketAddr = j.addr().parse().unwrap();
+    let got = crate::security::hostile(addr, &raw);
+    let r = crate::security::refusal(&got).expect("a refusal");
+    assert_eq!(r.code, RefuseCode::Protocol, "{r:?}");
+    let o = bin().args(["jobs", "--via", &j.addr()]).output().unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+}
+
+#[test]
+fn attacker_another_grant_cannot_see_or_steer_a_job_and_a_grant_has_a_limit() {
+    let t = TempDir::new("job-attack-grant");
+    let (src, dst) = (t.dir("src"), t.dir("dst"));
+    write_random(&src.join("big.bin"), 64 << 20, 5);
+    let (j, b) = pair(&t, &src, &dst, &["--jobs-max-per-grant", "1"]);
+    let other = "lh1_0b0e0000_othersecret-othersecret-othersecret-01";
+    longhaul_engine::server::auth::add_token(
+        &j.state,
+        other,
+        vec![longhaul_engine::server::auth::ExportGrant {
+            name: "*".into(),
+            write: true,
+        }],
+        "another user",
+    )
+    .unwrap();
+    let (id, _) = submit(&[
+        "--rate",
+        "20mbit",
+        &url(&j, "data/big.bin"),
+        &url(&b, "in/"),
+    ]);
+    // The grant's limit: one job that has not ended.
+    let o = bin()
+        .args(["submit", &url(&j, "data/big.bin"), &url(&b, "in/again")])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(4), "{}", stderr(&o));
+    refused_with(&o, "--jobs-max-per-grant 1");
+    // Another grant: sees none, and hears of its job what it hears of a
+    // job that does not exist.
+    let as_other = |args: &[&str]| {
+        bin()
+            .env("LONGHAUL_TOKEN", other)
+            .args(args)
+            .args(["--via", &j.addr()])
+            .output()
+            .unwrap()
+    };
+    let o = as_other(&["jobs", "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["jobs"].as_array().map(Vec::len), Some(0), "{v}");
+    let none = "ffffffffffffffff";
+    for cmd in ["show", "cancel", "retry", "wait"] {
+        let theirs = as_other(&["jobs", cmd, &id]);
+        let missing = as_other(&["jobs", cmd, none]);
+        refused_with(&theirs, "no job");
+        assert_eq!(
+            stderr(&theirs).replace(&id, "ID"),
+            stderr(&missing).replace(none, "ID"),
+            "{cmd}"
+        );
+    }
+    assert_eq!(show(&j, &id)["job"]["state"], "active");
+    let o = bin()
+        .args(["jobs", "cancel", &id, "--via", &j.addr()])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+}
+
+#[test]
+fn attacker_a_notification_url_gets_the_jobs_outcome_only_and_no_redirect_is_followed() {
+    let t = TempDir::new("job-attack-hook");
+    let (src, dst) = (t.dir("src"), t.dir("dst"));
+    write_random(&src.join("f"), 1000, 4);
+    let (j, b) = pair(&t, &src, &dst, &[]);
+    let (elsewhere, followed) = receiver("HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n");
+    let redirect: &'static str = Box::leak(
+        format!("HTTP/1.1 307 Temporary Redirect\r\nLocation: {elsewhere}/steal\r\nContent-Length: 0\r\n\r\n")
+            .into_boxed_str(),
+    );
+    let (hook, requests) = receiver(redirect);
+    // The attacker chooses the URL (its path and query) and the paths;
+    // the request carries the job's outcome, in a fixed document.
+    let (id, doc) = submit(&[
+        "--notify",
+        &format!("{hook}/x?body=%7B%22evil%22%3A1%7D"),
+        &url(&j, "data/f"),
+        &url(&b, "in/"),
+    ]);
+    let (code, _) = wait_job(&j, &id, Duration::from_secs(60));
+    assert_eq!(code, 0);
+    let first = requests
+        .recv_timeout(Duration::from_secs(60))
+        .expect("a POST");
+    assert!(
+        first
+            .line
+            .starts_with("POST /x?body=%7B%22evil%22%3A1%7D HTTP/1.1"),
+        "{}",
+        first.line
+    );
+    let event: Value = serde_json::from_slice(&first.body).unwrap();
+    let keys: Vec<&String> = event.as_object().unwrap().keys().collect();
+    assert_eq!(
+        keys,
+        ["event", "format", "format_version", "job", "sent_at"],
+        "{event}"
+    );
+    assert!(event.get("evil").is_none());
+    assert!(signed_by(&first, doc["notify_secret"].as_str().unwrap()));
+    assert!(
+        !first.body.windows(5).any(|w| w == b"lh1c_"),
+        "a capability in the notification"
+    );
+    assert!(
+        !first.body.windows(5).any(|w| w == b"lh1n_"),
+        "the secret in the notification"
+    );
+    // A redirect is an answer, never followed: it is a failure, retried,
+    // each try signed anew.
+    for n in 2..=3 {
+        let again = requests
+            .recv_timeout(Duration::from_secs(60))
+            .unwrap_or_else(|_| panic!("try {n} of the notification"));
+        assert_eq!(again.line, first.line);
+        assert!(signed_by(&again, doc["notify_secret"].as_str().unwrap()));
+    }
+    assert!(
+        followed.recv_timeout(Duration::from_secs(1)).is_err(),
+        "the job server followed a redirect"
+    );
+    // Only http and https, no credentials in the URL.
+    for bad in ["file:///etc/passwd", "gopher://h/x", "http://u:p@h/x"] {
+        let o = bin()
+            .args([
+                "submit",
+                "--notify",
+                bad,
+                &url(&j, "data/f"),
+                &url(&b, "in/g"),
+            ])
+            .output()
+            .unwrap();
+        refused_with(&o, "notification URL");
+    }
+    let o = bin()
+        .args([
+            "submit",
+            "--mail=-oQ/tmp/x@evil",
+            &url(&j, "data/f"),
+            &url(&b, "in/g"),
+        ])
+        .output()
+        .unwrap();
+    refused_with(&o, "plain address");
+}
+
+#[test]
+fn a_jobs_end_is_mailed_through_the_servers_sendmail() {
+    use std::os::unix::fs::PermissionsExt;
+    let t = TempDir::new("job-mail");
+    let (src, dst) = (t.dir("src"), t.dir("dst"));
+    write_random(&src.join("f"), 1000, 6);
+    let sent = t.path().join("sent");
+    let sendmail = t.path().join("sendmail");
+    std::fs::write(
+        &sendmail,
+        format!(
+            "#!/bin/sh\necho \"$@\" > {0}.args\ncat > {0}\n",
+            sent.display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&sendmail, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let sm = sendmail.display().to_string();
+    let (j, b) = pair(&t, &src, &dst, &["--sendmail", &sm]);
+    let (id, _) = submit(&[
+        "--mail",
+        "ops@example.org",
+        &url(&j, "data/f"),
+        &url(&b, "in/"),
+    ]);
+    assert_eq!(wait_job(&j, &id, Duration::from_secs(60)).0, 0);
+    wait_until("the mail", Duration::from_secs(30), || sent.exists());
+    wait_until("the whole mail", Duration::from_secs(10), || {
+        std::fs::read_to_string(&sent).is_ok_and(|m| m.contains("tells more"))
+    });
+    let mail = std::fs::read_to_string(&sent).unwrap();
+    assert!(
+        mail.starts_with("To: ops@example.org\nSubject: longhaul: job "),
+        "{mail}"
+    );
+    assert!(mail.contains(&id), "{mail}");
+    assert!(mail.contains("finished"), "{mail}");
+    assert_eq!(
+        std::fs::read_to_string(t.path().join("sent.args"))
+            .unwrap()
+            .trim(),
+        "-i -- ops@example.org"
+    );
+}
+
+#[cfg(feature = "queue")]
+#[test]
+fn two_servers_share_postgresql_and_one_finishes_the_job_of_the_other_killed() {
+    let Some(pg) = common::pg::TempPostgres::start() else {
+        return;
+    };
+    let t = TempDir::new("job-pg");
+    let (src, dst) = (t.dir("src"), t.dir("dst"));
+    write_random(&src.join("big.bin"), 96 << 20, 10);
+    let export = format!("data={}", src.display());
+    let url_pg = pg.url();
+    let args = [
+        "--jobs",
+        &url_pg,
+        "--jobs-lease",
+        "4s",
+        "--export",
+        &export,
+        "--no-sync",
+        "--no-archive",
+    ];
+    let mut servers = [
+        Serve::start(&t.path().join("state-j1"), &args),
+        Serve::start(&t.path().join("state-j2"), &args),
+    ];
+    let into = format!("in={}", dst.display());
+    let b = Serve::start(
+        &t.path().join("state-b"),
+        &["--third-party-copies", "--export", &into, "--no-sync"],
+    );
+    let (id, _) = submit(&[
+        "--rate",
+        "150mbit",
+        &url(&servers[0], "data/big.bin"),
+        &url(&b, "in/"),
+    ]);
+    let journal = journal_of(&dst, "big.bin");
+    wait_until("verified chunks at B", Duration::from_secs(60), || {
+        journal_records(&journal) >= 4
+    });
+    // Whichever server leased it is killed; the other takes it over.
+    let worker = show(&servers[1], &id)["job"]["worker"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let holder = servers
+        .iter()
+        .position(|s| worker.contains(&format!("{} pid {}", s.addr(), s.pid())))
+        .unwrap_or_else(|| panic!("no server holds it: {worker:?}"));
+    servers[holder].kill9();
+    let killed = Instant::now();
+    let other = &servers[1 - holder];
+    let (code, v) = wait_job(other, &id, Duration::from_secs(300));
+    eprintln!(
+        "PostgreSQL takeover (lease 4 s): finished {:.1} s after the kill, {} bytes resumed",
+        killed.elapsed().as_secs_f64(),
+        history(&v)
+            .last()
+            .map_or(Value::Null, |a| a["resumed_bytes"].clone())
+    );
+    assert_eq!(code, 0, "{v} {}", other.log_text());
+    assert_same_file(&src.join("big.bin"), &dst.join("big.bin"));
+    let last = history(&v).last().cloned().unwrap();
+    assert!(
+        last["worker"].as_str().unwrap().contains(&other.addr()),
+        "{v}"
+    );
+    assert!(last["resumed_bytes"].as_u64().unwrap() > 0, "{v}");
+}
+
+/// The emulator stopped (SIGSTOP) for as long as this lives: the link
+/// carries nothing, both ways, as in an outage; SIGCONT when dropped.
+struct Outage(rustix::process::Pid);
+
+impl Outage {
+    fn start(pid: u32) -> Outage {
+        let pid = rustix::process::Pid::from_raw(pid as i32).unwrap();
+        rustix::process::kill_process(pid, rustix::process::Signal::STOP).unwrap();
+        Outage(pid)
+    }
+}
+
+impl Drop for Outage {
+    fn drop(&mut self) {
+        let _ = rustix::process::kill_process(self.0, rustix::process::Signal::CONT);
+    }
+}
+
+/// The link goes down once the job's data is flowing (not at a guessed
+/// time), for 30 s; the stalled attempt is stopped (`--jobs-stall 5s`),
+/// the retries (`--jobs-backoff 1s`: 1, 2, 4 ... s apart, each waiting
+/// up to its connect time-out) fail until the link is back, and the one
+/// connecting then resumes.
+#[test]
+fn a_job_rides_out_a_30_s_outage_on_an_80_ms_path() {
+    use common::wan::*;
+    if !can_emulate() {
+        return;
+    }
+    let name = format!("lhj{}", std::process::id() % 100_000);
+    let t = TempDir::new("job-wan");
+    let (src, dst) = (t.dir("src"), t.dir("dst"));
+    write_random(&src.join("big.bin"), 32 << 20, 11);
+    // 80 ms, 20 Mbit/s: about 13 s of copying.
+    let w = Wan::up(&name, &["--rtt", "80ms", "--rate", "20mbit"]);
+    let serve = |h: &str, ip: &str, state: &str, args: &[&str]| {
+        let mut all = vec![
+            "serve",
+            "--listen",
+            ip,
+            "--no-sync",
+            "--no-archive",
+            "--state-dir",
+        ];
+        let state = common::prepare_state(&t.path().join(state));
+        let state = state.to_str().unwrap().to_string();
+        all.push(&state);
+        all.extend_from_slice(args);
+        let c = w
+            .exec(h, &all)
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(t.path().join(format!("{h}.log"))).unwrap())
+            .spawn()
+            .unwrap();
+        Served(c)
+    };
+    let export = format!("data={}", src.display());
+    let into = format!("in={}", dst.display());
+    let _j = serve(
+        "a",
+        "198.18.0.1:5310",
+        "state-j",
+        &[
+            "--jobs",
+            "--jobs-stall",
+            "5s",
+            "--jobs-backoff",
+            "1s",
+            "--export",
+            &export,
+        ],
+    );
+    let _b = serve(
+        "b",
+        "198.18.0.2:5310",
+        "state-b",
+        &["--third-party-copies", "--export", &into],
+    );
+    let client = |args: &[&str]| {
+        let mut c = w.exec("a", args);
+        c.env("LONGHAUL_TRUST", common::fingerprint());
+        c.output().unwrap()
+    };
+    let via = ["--json", "--via", "198.18.0.1:5310"];
+    wait_until("the servers", Duration::from_secs(30), || {
+        client(&["jobs", "--via", "198.18.0.1:5310"])
+            .status
+            .success()
+            && client(&["ls", "longhaul://198.18.0.2:5310/in/"])
+                .status
+                .success()
+    });
+    let o = client(&[
+        "submit",
+        "--json",
+        "-P",
+        "4",
+        "longhaul://198.18.0.1:5310/data/big.bin",
+        "longhaul://198.18.0.2:5310/in/",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let id = serde_json::from_slice::<Value>(&o.stdout).unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let journal = journal_of(&dst, "big.bin");
+    wait_until("verified chunks at B", Duration::from_secs(60), || {
+        journal_records(&journal) >= 1
+    });
+    let outage = Outage::start(w.child.id());
+    let down = Instant::now();
+    let shown = || {
+        let o = client(&[&["jobs", "show", &id][..], &via[..]].concat());
+        serde_json::from_slice::<Value>(&o.stdout).unwrap_or(Value::Null)
+    };
+    wait_until("the stalled attempt's end", Duration::from_secs(60), || {
+        history(&shown()).iter().any(|a| a["outcome"] == "failed")
+    });
+    // The outage lasts its 30 s whatever the job does meanwhile.
+    std::thread::sleep(Duration::from_secs(30).saturating_sub(down.elapsed()));
+    drop(outage);
+    let up = Instant::now();
+    let o = client(&[&["jobs", "wait", &id, "--timeout", "240s"][..], &via[..]].concat());
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap_or(Value::Null);
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{v} {}",
+        std::fs::read_to_string(t.path().join("a.log")).unwrap_or_default()
+    );
+    assert_eq!(v["job"]["state"], "finished", "{v}");
+    assert_same_file(&src.join("big.bin"), &dst.join("big.bin"));
+    let h = history(&v);
+    let last = h.last().unwrap();
+    assert_eq!(last["outcome"], "ok", "{v}");
+    assert!(last["resumed_bytes"].as_u64().unwrap() > 0, "{v}");
+    eprintln!(
+        "outage of 30 s: {} attempts, finished {:.1} s after the link came back, {} bytes resumed",
+        h.len(),
+        up.elapsed().as_secs_f64(),
+        last["resumed_bytes"]
+    );
+    for a in &h {
+        eprintln!(
+            "  attempt {}: {} {}",
+            a["started"], a["outcome"], a["error"]
+        );
+    }
+    if std::env::var_os("LONGHAUL_TEST_LOGS").is_some() {
+        for h in ["a", "b"] {
+            let log =
+                std::fs::read_to_string(t.path().join(format!("{h}.log"))).unwrap_or_default();
+            eprintln!("--- {h}.log\n{log}");
+        }
+    }
+    drop(w);
+}
+
+#[test]
+fn a_pull_job_brings_a_tree_into_the_job_servers_export_and_its_capability_reads_nothing_else() {
+    let t = TempDir::new("job-pull");
+    let (far, here) = (t.dir("far"), t.dir("here"));
+    for i in 0..3 {
+        write_random(&far.join(format!("tree/f{i}")), 4 << 20, 30 + i);
+    }
+    write_random(&far.join("secret/key"), 100, 40);
+    let into = format!("data={}", here.display());
+    let j = Serve::start(
+        &t.path().join("state-j"),
+        &["--jobs", "--export", &into, "--no-sync", "--no-archive"],
+    );
+    let from = format!("src={}", far.display());
+    let a = Serve::start(
+        &t.path().join("state-a"),
+        &["--third-party-copies", "--export", &from, "--no-sync"],
+    );
+    // The job server holds the destination: it pulls, with a capability
+    // the source issued to read the job's sources only.
+    let (id, _) = submit(&[
+        "-r",
+        "--rate",
+        "20mbit",
+        "--via",
+        &j.addr(),
+        &url(&a, "src/tree"),
+        &url(&j, "data/"),
+    ]);
+    let stolen = stolen_capabilities(&j.state);
+    assert_eq!(stolen.len(), 1);
+    let with_it = |args: &[&str]| {
+        bin()
+            .env("LONGHAUL_TOKEN", &stolen[0])
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let o = with_it(&["ls", &url(&a, "src/tree")]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    for (args, why) in [
+        (vec!["ls", &url(&a, "src/secret")] as Vec<&str>, "only"),
+        (vec!["ls", &url(&a, "src/")], "only"),
+        (
+            vec!["cp", &url(&a, "src/secret/key"), t.path().to_str().unwrap()],
+            "only",
+        ),
+    ] {
+        let o = with_it(&args);
+        refused_with(&o, why);
+    }
+    let payload = t.path().join("payload");
+    std::fs::write(&payload, b"x").unwrap();
+    let o = with_it(&["cp", payload.to_str().unwrap(), &url(&a, "src/tree/")]);
+    refused_with(&o, "capability");
+    let (code, v) = wait_job(&j, &id, Duration::from_secs(120));
+    assert_eq!(code, 0, "{v} {}", j.log_text());
+    assert_eq!(v["job"]["kind"], "pull", "{v}");
+    assert_eq!(v["job"]["files"]["finished"], 3, "{v}");
+    assert_same_tree(&far.join("tree"), &here.join("tree"), false);
+    assert!(!here.join("secret").exists());
+    assert!(!here.join("payload").exists() && !far.join("tree/payload").exists());
+}

@@ -1,0 +1,522 @@
+//! One attempt of a job: its sources walked into entries (each with a
+//! state), then the engine's ordinary copy, with the far end's capability
+//! as the credential and its certificate pinned, archived as a run of kind
+//! `job`. Every attempt walks and sends the whole job: what landed before
+//! is skipped by the destination (same size and mtime), and a file cut
+//! short resumes from its chunk journal, so a retry moves only what is
+//! missing, and never a verified chunk again.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use longhaul_archive::model::NewRun;
+use longhaul_archive::reporter::ArchiveReporter;
+use longhaul_engine::net::dial::ClientOptions;
+use longhaul_engine::report::Discard;
+use longhaul_engine::results::CommandReporter;
+use longhaul_engine::xfer::client::{cp_with, CpOptions, CpSummary};
+use longhaul_engine::xfer::filter::Filter;
+use longhaul_engine::xfer::{beneath, confine, Catalogue, Export, Landed, Progress};
+use longhaul_engine::EngineError;
+use longhaul_proto::job::{AttemptView, FileState, JobEnd, JobKind};
+use longhaul_proto::xfer::copy::CopyOptions;
+use longhaul_proto::xfer::Kind;
+
+use crate::store::{FileChange, FileRow, JobRow, JobStore};
+use crate::JobsConfig;
+
+/// A job's attempt in flight on this server, as the heartbeat and a
+/// cancel see it.
+#[derive(Default)]
+pub struct Running {
+    /// The copy's counters and interrupt flag.
+    pub progress: Arc<Progress>,
+    /// Its owner cancelled it (or this server lost its lease).
+    pub cancelled: AtomicBool,
+    pub lost: AtomicBool,
+    /// Files landed and not yet written to the store.
+    pub landed: Mutex<Vec<String>>,
+    /// The last sample of the bytes moved, for the rate.
+    pub sampled: Mutex<Option<(Instant, u64)>>,
+    pub rate_bps: AtomicU64,
+    /// The copy has started (its listing is done): from then on it must
+    /// move, or the heartbeat stops it as stalled.
+    pub copying: AtomicBool,
+    /// When it last moved (bytes sent, entries announced), and what then.
+    pub moved: Mutex<Option<(Instant, u64)>>,
+    /// The heartbeat stopped it: it moved nothing for the stall time.
+    pub stalled: AtomicBool,
+}
+
+impl Running {
+    /// Whether the copy has moved nothing (no byte sent, no entry
+    /// announced) for `stall` since it started copying.
+    pub fn stalled_for(&self, stall: std::time::Duration) -> bool {
+        use std::sync::atomic::Ordering::Relaxed;
+        if !self.copying.load(Relaxed) {
+            return false;
+        }
+        let p = &self.progress;
+        let now = p.bytes.load(Relaxed) + p.announced_files.load(Relaxed) + p.files.load(Relaxed);
+        let Ok(mut m) = self.moved.lock() else {
+            return false;
+        };
+        match *m {
+            Some((at, before)) if before == now => at.elapsed() >= stall,
+            _ => {
+                *m = Some((Instant::now(), now));
+                false
+            }
+        }
+    }
+
+    /// Stops the copy: its streams end, its journals stay (a cancel then
+    /// removes them).
+    pub fn stop(&self) {
+        self.progress
+            .interrupt
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+/// How an attempt ended.
+pub enum Ended {
+    /// The transfer ran to its end (some files may have failed).
+    Completed(Box<CpSummary>),
+    /// It broke (the network, the far end) or could not start: worth
+    /// another attempt.
+    Broke(String),
+    /// A far end refused it (its capability, its scope), or the job no
+    /// longer fits this server (its export gone): no attempt would do
+    /// better.
+    Refused(String),
+    /// It was stopped (a cancel, a lost lease).
+    Stopped,
+}
+
+/// What an attempt needs.
+pub struct Attempt<'a> {
+    pub job: &'a JobRow,
+    pub cfg: &'a JobsConfig,
+    pub store: &'a dyn JobStore,
+    pub running: &'a Arc<Running>,
+}
+
+/// The export of the job's end on this server.
+pub fn export_of<'a>(cfg: &'a JobsConfig, end: &JobEnd) -> Result<&'a Export, String> {
+    cfg.exports
+        .iter()
+        .find(|e| e.name == end.export)
+        .ok_or_else(|| format!("the export '{}' is gone from this server", end.export))
+}
+
+/// How to reach the far end `end`: its capability, its pinned certificate.
+pub fn far_end(
+    cfg: &JobsConfig,
+    end: &JobEnd,
+    interrupt: &Arc<AtomicBool>,
+) -> Result<ClientOptions, String> {
+    let c = end
+        .credential
+        .as_ref()
+        .ok_or("the job carries no capability of its far end")?;
+    let base = ClientOptions {
+        connect_timeout: cfg.connect_timeout,
+        handshake_timeout: cfg.handshake_timeout,
+        interrupt: interrupt.clone(),
+        ..ClientOptions::default()
+    };
+    longhaul_engine::xfer::jobcaps::presenting(&base, &c.fingerprint, &c.capability)
+        .map_err(|e| e.to_string())
+}
+
+/// `longhaul://HOST/EXPORT/PATH` of a far end.
+pub fn url_of(end: &JobEnd, path: &str) -> String {
+    let host = end.host.as_deref().unwrap_or_default();
+    let slash = if end.dir && !path.is_empty() && !path.ends_with('/') {
+        "/"
+    } else {
+        ""
+    };
+    format!("longhaul://{host}/{}/{path}{slash}", end.export)
+}
+
+/// The copy an attempt runs, as `cp` would take it.
+fn copy_options(job: &JobRow) -> CopyOptions {
+    let o = &job.spec.options;
+    CopyOptions {
+        recursive: o.recursive,
+        preserve: o.preserve,
+        mkpath: o.mkpath,
+        verify: o.verify,
+        sync: o.sync.clone(),
+        streams: o.streams,
+        chunk_size: o.chunk_size,
+        rate: o.rate,
+        compress: o.compress,
+        ..CopyOptions::default()
+    }
+}
+
+/// The job's copy: its sources and destination as this server reaches
+/// them, and the far end's credential.
+fn plan(a: &Attempt) -> Result<CpOptions, String> {
+    let job = a.job;
+    let interrupt = a.running.progress.interrupt.clone();
+    let spec = &job.spec;
+    let (sources, dest, client, anchor) = match job.kind {
+        JobKind::Push => {
+            let ex = export_of(a.cfg, &spec.source)?;
+            let sources = local_paths(ex, &spec.source.paths)?;
+            let anchor = longhaul_engine::xfer::beneath::Anchor::open_as(
+                &ex.root,
+                std::path::Path::new(&ex.name),
+            )
+            .map_err(|e| e.to_string())?;
+            let dest = url_of(&spec.dest, &spec.dest.paths[0]);
+            (
+                sources,
+                dest,
+                far_end(a.cfg, &spec.dest, &interrupt)?,
+                Some(Arc::new(anchor)),
+            )
+        }
+        JobKind::Pull => {
+            let ex = export_of(a.cfg, &spec.dest)?;
+            let mut dest = local_paths(ex, &spec.dest.paths)?.remove(0);
+            if spec.dest.dir && !dest.ends_with('/') {
+                dest.push('/');
+            }
+            let sources = spec
+                .source
+                .paths
+                .iter()
+                .map(|p| url_of(&spec.source, p))
+                .collect();
+            (
+                sources,
+                dest,
+                far_end(a.cfg, &spec.source, &interrupt)?,
+                None,
+            )
+        }
+        JobKind::ThirdParty => {
+            return Err("a job between two other servers is not run by this build".into())
+        }
+    };
+    let mut o = longhaul_engine::xfer::copy::options_of(&copy_options(job), sources, dest, client);
+    o.retries = 0;
+    o.filter = spec.options.filter.clone();
+    o.source_anchor = anchor;
+    o.progress = a.running.progress.clone();
+    o.path_memory = None;
+    Ok(o)
+}
+
+/// The job's entries as a walk of its sources finds them (a listing of
+/// the far end's, for a pull), without those its rules exclude.
+fn list(a: &Attempt, o: &CpOptions) -> Result<Vec<FileRow>, Ended> {
+    let job = a.job;
+    let entry = |path: String, kind: Kind, size: u64| FileRow {
+        path,
+        kind,
+        size: if kind == Kind::File { size } else { 0 },
+        state: FileState::Submitted,
+        attempts: 0,
+        error: None,
+    };
+    let mut rows: Vec<FileRow> = match job.kind {
+        JobKind::Push => {
+            let roots: Vec<PathBuf> = o.sources.iter().map(PathBuf::from).collect();
+            let (found, failed) =
+                longhaul_engine::xfer::source::walk(&roots, o.recursive, o.chunk_size, 1);
+            let mut rows: Vec<FileRow> = found
+                .into_iter()
+                .map(|(e, _)| entry(e.path, e.kind, e.size))
+                .collect();
+            rows.extend(failed.into_iter().map(|f| FileRow {
+                state: FileState::Failed,
+                error: Some(f.error),
+                ..entry(f.path, Kind::File, 0)
+            }));
+            rows
+        }
+        _ => remote_entries(o)?
+            .into_iter()
+            .map(|(path, kind, size)| entry(path, kind, size))
+            .collect(),
+    };
+    let filter = longhaul_engine::xfer::client::compile_filter(
+        &o.filter,
+        o.sources.iter().all(|s| s.ends_with('/')),
+    );
+    if let Some(f) = filter.map_err(Ended::Refused)? {
+        rows = without_excluded(rows, &f);
+    }
+    rows.sort_by(|x, y| x.path.cmp(&y.path));
+    rows.dedup_by(|x, y| x.path == y.path);
+    Ok(rows)
+}
+
+/// A pull's entries, from the far end's listing of each source (with the
+/// job's capability, which lists beneath its sources only), named as the
+/// far end's walk names what it sends: the source's own name first (the
+/// export's for its root). A source that lists as one entry of its own
+/// name that is no directory is that file.
+fn remote_entries(o: &CpOptions) -> Result<Vec<(String, Kind, u64)>, Ended> {
+    let mut out = Vec::new();
+    for s in &o.sources {
+        let r = longhaul_proto::xfer::parse_remote(s)
+            .ok_or_else(|| Ended::Refused(format!("{s} is not remote")))?;
+        let path = r.path.trim_end_matches('/');
+        let name = path
+            .rsplit('/')
+            .next()
+            .filter(|n| !n.is_empty())
+            .unwrap_or(&r.export)
+            .to_string();
+        let listed = longhaul_engine::xfer::client::ls(s, o.recursive, &o.client)
+            .map_err(|e| ended_by(&e, format!("cannot list {s}: {e}")))?;
+        match listed.as_slice() {
+            [one] if one.kind != Kind::Dir && one.name == name && !path.is_empty() => {
+                out.push((name, one.kind, one.size));
+            }
+            _ => {
+                out.push((name.clone(), Kind::Dir, 0));
+                out.extend(
+                    listed
+                        .into_iter()
+                        .map(|e| (format!("{name}/{}", e.name), e.kind, e.size)),
+                );
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// `rows` (in walk order) without what `f` excludes, and nothing beneath
+/// an excluded directory.
+fn without_excluded(rows: Vec<FileRow>, f: &Filter) -> Vec<FileRow> {
+    let mut pruned: Vec<String> = Vec::new();
+    rows.into_iter()
+        .filter(|r| {
+            if pruned.iter().any(|d| r.path.starts_with(d.as_str())) {
+                return false;
+            }
+            let dir = r.kind == Kind::Dir;
+            if f.excludes_entry(&r.path, dir) {
+                if dir {
+                    pruned.push(format!("{}/", r.path));
+                }
+                return false;
+            }
+            true
+        })
+        .collect()
+}
+
+/// The run in the archive, when the server keeps one.
+fn archive_run(a: &Attempt, attempt: u32) -> Option<ArchiveReporter> {
+    let path = a.cfg.archive.as_ref()?;
+    let job = a.job;
+    let run = NewRun {
+        kind: "job".into(),
+        command: format!("job {} attempt {attempt}", job.id),
+        remote_host: [&job.spec.source, &job.spec.dest]
+            .into_iter()
+            .find_map(|e| e.host.clone()),
+        grant: Some(job.owner.clone()),
+        source: Some(job.spec.source.shown()),
+        dest: Some(job.spec.dest.shown()),
+        params: Some(serde_json::json!({
+            "job": job.id,
+            "attempt": attempt,
+            "run": job.runs + 1,
+            "kind": job.kind.word(),
+            "sync": job.spec.options.sync.is_some(),
+            "rate_bps": job.spec.options.rate,
+        })),
+        ..NewRun::default()
+    };
+    ArchiveReporter::start(path, &run)
+        .map_err(|e| tracing::warn!("not archiving job {}'s attempt: {e}", job.id))
+        .ok()
+}
+
+/// The files that land go to the running attempt (the heartbeat writes
+/// them to the store) and to the archive's catalogue.
+fn catalogue(running: &Arc<Running>, archive: Option<Catalogue>) -> Catalogue {
+    let running = running.clone();
+    Arc::new(move |l: Landed| {
+        if let Ok(mut v) = running.landed.lock() {
+            v.push(l.path.clone());
+        }
+        if let Some(c) = &archive {
+            c(l);
+        }
+    })
+}
+
+/// Runs one attempt: lists the job's entries, copies, and records what
+/// each entry became. The attempt's row for the job's history.
+pub fn run(a: &Attempt, number: u32, worker: &str) -> (Ended, AttemptView) {
+    let started = crate::now();
+    let mut view = AttemptView {
+        attempt: number,
+        started: started as f64,
+        worker: worker.to_string(),
+        outcome: "running".into(),
+        ..AttemptView::default()
+    };
+    let ended = match prepare(a) {
+        Ok(o) => copy(a, o, number, &mut view),
+        Err(e) => e,
+    };
+    view.ended = Some(crate::now() as f64);
+    match &ended {
+        Ended::Completed(s) => {
+            view.outcome = if s.failed.is_empty() { "ok" } else { "partial" }.into();
+            view.files = s.files;
+            view.bytes = s.bytes;
+            view.resumed_bytes = s.resumed_bytes;
+            view.sent_bytes = s.sent_bytes;
+        }
+        Ended::Broke(e) | Ended::Refused(e) => {
+            view.outcome = "failed".into();
+            view.error = Some(e.clone());
+        }
+        Ended::Stopped => view.outcome = "cancelled".into(),
+    }
+    (ended, view)
+}
+
+/// The copy planned and the entries listed, their attempts counted.
+fn prepare(a: &Attempt) -> Result<CpOptions, Ended> {
+    let o = plan(a).map_err(Ended::Refused)?;
+    let rows = list(a, &o)?;
+    let fresh = a.job.spec.options.every_s.is_some() && a.job.attempts <= 1;
+    let store = |e: crate::store::StoreError| Ended::Broke(e.to_string());
+    a.store.put_files(&a.job.id, &rows, fresh).map_err(store)?;
+    a.store
+        .count_attempt(&a.job.id, a.job.spec.options.retries)
+        .map_err(store)?;
+    Ok(o)
+}
+
+fn copy(a: &Attempt, mut o: CpOptions, number: u32, view: &mut AttemptView) -> Ended {
+    let mut archive = archive_run(a, number);
+    view.archive_run = archive.as_ref().and_then(ArchiveReporter::run);
+    o.catalogue = Some(catalogue(
+        a.running,
+        archive.as_ref().and_then(ArchiveReporter::catalogue),
+    ));
+    a.running
+        .copying
+        .store(true, std::sync::atomic::Ordering::SeqCst);
+    let copied = match archive.as_mut() {
+        Some(r) => cp_with(&o, r),
+        None => cp_with(&o, &mut Discard),
+    };
+    flush_landed(a);
+    let stopped = a
+        .running
+        .cancelled
+        .load(std::sync::atomic::Ordering::SeqCst)
+        || a.running.lost.load(std::sync::atomic::Ordering::SeqCst);
+    let ended = match copied {
+        Ok(s) => {
+            let failed: Vec<FileChange> = s
+                .failed
+                .iter()
+                .map(|f| FileChange {
+                    path: f.path.clone(),
+                    state: FileState::Failed,
+                    error: Some(f.error.clone()),
+                })
+                .collect();
+            if let Err(e) = a.store.settle(&a.job.id, &failed) {
+                tracing::warn!("job {}: {e}", a.job.id);
+            }
+            if let Some(r) = archive.as_mut() {
+                r.transfer_summary(&s);
+            }
+            Ended::Completed(Box::new(s))
+        }
+        Err(EngineError::Interrupted(_)) if stopped => Ended::Stopped,
+        Err(EngineError::Interrupted(_))
+            if a.running.stalled.load(std::sync::atomic::Ordering::SeqCst) =>
+        {
+            Ended::Broke(format!(
+                "it moved nothing for {} s (a stalled connection): stopped, to be tried again",
+                a.cfg.stall.as_secs()
+            ))
+        }
+        Err(e) => ended_by(&e, e.to_string()),
+    };
+    if let Some(mut r) = archive {
+        let failure = match &ended {
+            Ended::Completed(_) => None,
+            Ended::Broke(e) | Ended::Refused(e) => Some((e.as_str(), 5)),
+            Ended::Stopped => Some(("cancelled", 130)),
+        };
+        longhaul_engine::report::Reporter::end(&mut r, failure);
+    }
+    ended
+}
+
+/// How an engine error ends an attempt: a refusal (the far end's word on
+/// the capability or the request) or a usage error is for good; anything
+/// else is worth another attempt.
+fn ended_by(e: &EngineError, message: String) -> Ended {
+    match e {
+        EngineError::Refused { .. } | EngineError::Usage(_) | EngineError::Trust(_) => {
+            Ended::Refused(message)
+        }
+        _ => Ended::Broke(message),
+    }
+}
+
+/// Writes the files that landed so far to the store, as finished.
+pub fn flush_landed(a: &Attempt) {
+    flush(a.store, &a.job.id, a.running);
+}
+
+/// [`flush_landed`] for the heartbeat, which holds no [`Attempt`].
+pub fn flush(store: &dyn JobStore, id: &str, running: &Running) {
+    let landed = match running.landed.lock() {
+        Ok(mut v) => std::mem::take(&mut *v),
+        Err(_) => return,
+    };
+    if landed.is_empty() {
+        return;
+    }
+    let changes: Vec<FileChange> = landed
+        .into_iter()
+        .map(|path| FileChange {
+            path,
+            state: FileState::Finished,
+            error: None,
+        })
+        .collect();
+    if let Err(e) = store.change_files(id, &changes) {
+        tracing::warn!("job {id}: {e}");
+    }
+}
+
+/// A job's end on this server, as the runner reads it: the export's root
+/// joined with each path (beneath it), a trailing `/` kept.
+pub fn local_paths(ex: &Export, paths: &[String]) -> Result<Vec<String>, String> {
+    let mut out = Vec::new();
+    for p in paths {
+        let r = beneath(&ex.root, p).map_err(|e| e.to_string())?;
+        confine(&ex.root, &r).map_err(|e| e.to_string())?;
+        let mut s = r.to_string_lossy().into_owned();
+        if p.ends_with('/') && !s.ends_with('/') {
+            s.push('/');
+        }
+        out.push(s);
+    }
+    Ok(out)
+}

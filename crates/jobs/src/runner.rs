@@ -1,0 +1,556 @@
+//! The runner: worker threads that lease due jobs and run their attempts,
+//! and a heartbeat thread that renews the leases of the attempts in
+//! flight, writes their progress and landed files, and stops an attempt
+//! whose job was cancelled (or whose lease another server took).
+//!
+//! After each attempt the job's state is derived from its files
+//! (`longhaul_proto::job::derive`): it waits for its next attempt (with
+//! backoff) or run (recurring), or it has ended; then its end is told
+//! (`notify`) and, for a job that finished or was cancelled, its far
+//! ends' capabilities are revoked (a job that ended with failures keeps
+//! them for `jobs retry` until its lifetime ends, or a cancel).
+
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use longhaul_proto::job::{backoff, derive, next_run, FileState, JobKind, JobState, Standing};
+
+use crate::attempt::{self, Attempt, Ended, Running};
+use crate::store::{FileQuery, JobRow, JobStore, Live, HISTORY_KEPT};
+use crate::{notify, now, JobsConfig};
+
+pub struct Runner {
+    store: Arc<dyn JobStore>,
+    cfg: Arc<JobsConfig>,
+    running: Mutex<HashMap<String, Arc<Running>>>,
+    /// Bumped by [`Runner::wake`]; idle workers wait on it.
+    wakes: Mutex<u64>,
+    woken: Condvar,
+}
+
+/// How long an idle worker waits before it looks for due jobs again
+/// (another server's submissions and retries it is not woken for).
+const IDLE: Duration = Duration::from_secs(1);
+
+impl Runner {
+    /// Starts `cfg.workers` workers and the heartbeat.
+    pub fn start(store: Arc<dyn JobStore>, cfg: Arc<JobsConfig>) -> Arc<Runner> {
+        let r = Arc::new(Runner {
+            store,
+            cfg,
+            running: Mutex::new(HashMap::new()),
+            wakes: Mutex::new(0),
+            woken: Condvar::new(),
+        });
+        for n in 0..r.cfg.workers.max(1) {
+            let me = r.clone();
+            let _ = std::thread::Builder::new()
+                .name(format!("lh-job{n}"))
+                .spawn(move || me.work());
+        }
+        let me = r.clone();
+        let _ = std::thread::Builder::new()
+            .name("lh-jobbeat".into())
+            .spawn(move || me.beat());
+        r
+    }
+
+    /// Something is due now (a submission, a retry, a cancel).
+    pub fn wake(&self) {
+        if let Ok(mut n) = self.wakes.lock() {
+            *n += 1;
+            self.woken.notify_all();
+        }
+    }
+
+    /// Stops the job's attempt if it runs here; wakes a worker for its
+    /// chores otherwise.
+    pub fn cancel(&self, id: &str) {
+        if let Some(r) = self.running.lock().ok().and_then(|m| m.get(id).cloned()) {
+            r.cancelled.store(true, Ordering::SeqCst);
+            r.stop();
+        }
+        self.wake();
+    }
+
+    fn idle(&self) {
+        let Ok(n) = self.wakes.lock() else {
+            std::thread::sleep(IDLE);
+            return;
+        };
+        let seen = *n;
+        let _ = self.woken.wait_timeout_while(n, IDLE, |n| *n == seen);
+    }
+
+    fn work(self: Arc<Self>) {
+        loop {
+            let t = now();
+            match self.store.lease(&self.cfg.worker, t, t + self.cfg.lease_s) {
+                Ok(Some(job)) => self.handle(job),
+                Ok(None) => self.idle(),
+                Err(e) => {
+                    tracing::warn!("jobs: {e}");
+                    std::thread::sleep(IDLE * 5);
+                }
+            }
+        }
+    }
+
+    fn beat(self: Arc<Self>) {
+        let every = Duration::from_secs(10);
+        let mut last_counts = Instant::now() - every;
+        loop {
+            std::thread::sleep(Duration::from_secs(1));
+            let running: Vec<(String, Arc<Running>)> = match self.running.lock() {
+                Ok(m) => m.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+                Err(_) => continue,
+            };
+            let live: Vec<Live> = running
+                .iter()
+                .map(|(id, r)| {
+                    attempt::flush(&*self.store, id, r);
+                    live_of(id, r)
+                })
+                .collect();
+            match self
+                .store
+                .heartbeat(&self.cfg.worker, now() + self.cfg.lease_s, &live)
+            {
+                Ok(beat) => {
+                    for (id, r) in &running {
+                        if beat.lost.contains(id) {
+                            tracing::warn!("job {id}: another server took it over; stopping here");
+                            r.lost.store(true, Ordering::SeqCst);
+                            r.stop();
+                        } else if beat.cancelled.contains(id) {
+                            r.cancelled.store(true, Ordering::SeqCst);
+                            r.stop();
+                        } else if r.stalled_for(self.cfg.stall)
+                            && !r.stalled.swap(true, Ordering::SeqCst)
+                        {
+                            tracing::warn!("job {id}: nothing moved for {} s; stopping the attempt to try again", self.cfg.stall.as_secs());
+                            r.stop();
+                        }
+                    }
+                }
+                Err(e) => tracing::warn!("jobs: heartbeat: {e}"),
+            }
+            if last_counts.elapsed() >= every && !self.cfg.observers.is_empty() {
+                last_counts = Instant::now();
+                if let Ok(counts) = self.store.by_state() {
+                    let words: Vec<(&'static str, u64)> =
+                        counts.iter().map(|(s, n)| (s.word(), *n)).collect();
+                    for o in &self.cfg.observers {
+                        o.jobs(&words);
+                    }
+                }
+            }
+        }
+    }
+
+    fn handle(&self, mut job: JobRow) {
+        let t = now();
+        if job.state.is_terminal() {
+            self.chores(job);
+            return;
+        }
+        if job.cancel {
+            self.cancelled(job);
+            return;
+        }
+        if t >= job.expires {
+            job.error = Some("its capabilities' lifetime ended before it did".into());
+            self.settle(job, true);
+            return;
+        }
+        if let Err(why) = self.owner_lives(&job) {
+            job.error = Some(why);
+            job.attempts = job.attempts.max(job.spec.options.retries + 1);
+            self.settle(job, true);
+            return;
+        }
+        self.begin(&mut job);
+        let running = Arc::new(Running::default());
+        if let Ok(mut m) = self.running.lock() {
+            m.insert(job.id.clone(), running.clone());
+        }
+        tracing::info!("job {}: attempt {} begins", job.id, job.attempts);
+        let (ended, view) = attempt::run(
+            &Attempt {
+                job: &job,
+                cfg: &self.cfg,
+                store: &*self.store,
+                running: &running,
+            },
+            job.attempts,
+            &self.cfg.worker,
+        );
+        if let Ok(mut m) = self.running.lock() {
+            m.remove(&job.id);
+        }
+        if running.lost.load(Ordering::SeqCst) {
+            return;
+        }
+        job.history.pop();
+        push_history(&mut job, view);
+        match ended {
+            Ended::Stopped => {
+                job.cancel = true;
+                self.cancelled(job);
+            }
+            Ended::Broke(e) => {
+                tracing::info!("job {}: attempt {} broke: {e}", job.id, job.attempts);
+                job.error = Some(e);
+                self.settle(job, false);
+            }
+            Ended::Refused(e) => {
+                tracing::warn!("job {}: attempt {} was refused: {e}", job.id, job.attempts);
+                job.error = Some(e);
+                self.settle(job, true);
+            }
+            Ended::Completed(s) => {
+                job.error = s.failed.first().map(|f| {
+                    format!(
+                        "{} file(s) failed; the first, {}: {}",
+                        s.failed.len(),
+                        f.path,
+                        f.error
+                    )
+                });
+                job.listed = true;
+                self.settle(job, false);
+            }
+        }
+    }
+
+    /// Records the attempt as running in the job's history (so that one
+    /// whose server dies shows as `lost` to whoever takes the job over),
+    /// and marks such an attempt before it.
+    fn begin(&self, job: &mut JobRow) {
+        let t = now();
+        if let Some(last) = job.history.last_mut().filter(|a| a.outcome == "running") {
+            last.outcome = "lost".into();
+            last.ended = Some(t as f64);
+            last.error = Some(format!("its server ({}) stopped", last.worker));
+        }
+        push_history(
+            job,
+            longhaul_proto::job::AttemptView {
+                attempt: job.attempts,
+                started: t as f64,
+                worker: self.cfg.worker.clone(),
+                outcome: "running".into(),
+                ..Default::default()
+            },
+        );
+        job.updated = t;
+        if let Err(e) = self.store.save(job, Some(&self.cfg.worker.clone())) {
+            tracing::warn!("job {}: {e}", job.id);
+        }
+    }
+
+    /// Whether the grant that submitted the job still lets it in here.
+    fn owner_lives(&self, job: &JobRow) -> Result<(), String> {
+        if self.cfg.open_access {
+            return Ok(());
+        }
+        let grants =
+            longhaul_engine::server::auth::list(&self.cfg.state_dir).map_err(|e| e.to_string())?;
+        if grants.iter().any(|g| g.id == job.owner) {
+            Ok(())
+        } else {
+            Err(format!(
+                "the grant that submitted it ({}) is revoked on this server",
+                job.owner
+            ))
+        }
+    }
+
+    /// The job's state after an attempt (or instead of one: `over`), its
+    /// next time, and what ends with it.
+    fn settle(&self, mut job: JobRow, over: bool) {
+        let t = now();
+        let retries = job.spec.options.retries;
+        let tally = match self.store.tally(&job.id, retries) {
+            Ok(t) => t,
+            Err(e) => {
+                tracing::warn!("job {}: {e}", job.id);
+                return;
+            }
+        };
+        let standing = Standing {
+            counts: tally.counts,
+            due: tally.due,
+            listed: job.listed,
+            attempts: if over { u32::MAX } else { job.attempts },
+            retries,
+            cancelled: job.cancel,
+            running: false,
+            expired: t >= job.expires,
+        };
+        job.state = derive(&standing);
+        job.updated = t;
+        job.worker = None;
+        job.lease_until = 0;
+        job.live_bps = None;
+        job.live_bytes = tally.bytes_done;
+        let every = job
+            .spec
+            .options
+            .every_s
+            .filter(|_| !over && t < job.expires);
+        match (job.state, every) {
+            (JobState::Submitted, _) => {
+                let jitter = fastrand::f64();
+                job.next_attempt = t + backoff(self.cfg.backoff_first_s, job.attempts, jitter);
+            }
+            (s, Some(every)) if s.is_terminal() && s != JobState::Cancelled => {
+                let started = run_started(&job).unwrap_or(t);
+                notify::tell(&self.cfg, &job, &tally, "run_ended");
+                job.runs += 1;
+                job.attempts = 0;
+                job.listed = false;
+                job.state = JobState::Submitted;
+                job.next_attempt = next_run(started, t, every);
+            }
+            _ => job.next_attempt = t,
+        }
+        let holder = self.cfg.worker.clone();
+        match self.store.save(&job, Some(&holder)) {
+            Ok(true) => {}
+            Ok(false) => {
+                tracing::warn!(
+                    "job {}: another server holds it now; its result here is dropped",
+                    job.id
+                );
+                return;
+            }
+            Err(e) => {
+                tracing::warn!("job {}: {e}", job.id);
+                return;
+            }
+        }
+        tracing::info!("job {} is {}", job.id, job.state.word());
+        if job.state.is_terminal() {
+            self.chores(job);
+        }
+    }
+
+    /// A cancelled job: its attempt stopped; its unfinished entries are
+    /// cancelled (their partial files go with its chores).
+    fn cancelled(&self, mut job: JobRow) {
+        let changes: Vec<crate::store::FileChange> = self
+            .entries(&job.id, &[FileState::Submitted, FileState::Failed])
+            .into_iter()
+            .map(|path| crate::store::FileChange {
+                path,
+                state: FileState::Cancelled,
+                error: None,
+            })
+            .collect();
+        if let Err(e) = self.store.change_files(&job.id, &changes) {
+            tracing::warn!("job {}: {e}", job.id);
+        }
+        job.cancel = true;
+        job.error = Some("cancelled by its owner".into());
+        job.revoked = false;
+        self.settle(job, true);
+    }
+
+    /// What a cancelled job's copies left of its unfinished entries, removed
+    /// at the far end (a push, with its capability) or here (a pull).
+    fn discard(&self, job: &JobRow) {
+        let cancelled = self.entries(&job.id, &[FileState::Cancelled]);
+        if cancelled.is_empty() {
+            return;
+        }
+        match job.kind {
+            JobKind::Push => {
+                let dest = &job.spec.dest;
+                let discarded = attempt::far_end(&self.cfg, dest, &Default::default())
+                    .map_err(longhaul_engine::EngineError::Usage)
+                    .and_then(|o| {
+                        longhaul_engine::xfer::jobcaps::discard(
+                            dest.host.as_deref().unwrap_or_default(),
+                            &o,
+                            &cancelled,
+                        )
+                    });
+                match discarded {
+                    Ok(n) => tracing::info!(
+                        "job {}: {n} partial file(s) removed at the destination",
+                        job.id
+                    ),
+                    Err(e) => {
+                        tracing::warn!("job {}: the destination's partial files stay: {e}", job.id)
+                    }
+                }
+            }
+            JobKind::Pull => {
+                let n = self.discard_here(job, &cancelled);
+                tracing::info!("job {}: {n} partial file(s) removed here", job.id);
+            }
+            JobKind::ThirdParty => {}
+        }
+    }
+
+    /// The job's entries in `states`.
+    fn entries(&self, id: &str, states: &[FileState]) -> Vec<String> {
+        let mut out = Vec::new();
+        for &state in states {
+            let mut from = 0;
+            loop {
+                let page = self.store.files(
+                    id,
+                    FileQuery {
+                        state: Some(state),
+                        from,
+                        limit: 10_000,
+                    },
+                );
+                let Ok((rows, _)) = page else { break };
+                if rows.is_empty() {
+                    break;
+                }
+                from += rows.len() as u64;
+                out.extend(rows.into_iter().map(|r| r.path));
+            }
+        }
+        out
+    }
+
+    /// A cancelled pull's partial files, here beneath its destination.
+    fn discard_here(&self, job: &JobRow, paths: &[String]) -> u64 {
+        let Ok(ex) = attempt::export_of(&self.cfg, &job.spec.dest) else {
+            return 0;
+        };
+        let Ok(anchor) = longhaul_engine::xfer::beneath::Anchor::open(&ex.root) else {
+            return 0;
+        };
+        let Ok(dest) = longhaul_engine::xfer::beneath(&ex.root, &job.spec.dest.paths[0]) else {
+            return 0;
+        };
+        let mut n = 0;
+        for p in paths {
+            let Ok(comps) = longhaul_proto::xfer::components(p) else {
+                continue;
+            };
+            let into = dest.join(comps.join("/"));
+            let onto = dest.join(comps.iter().skip(1).copied().collect::<Vec<_>>().join("/"));
+            n += longhaul_engine::xfer::sink::discard_partial(&anchor, &into);
+            if onto != into {
+                n += longhaul_engine::xfer::sink::discard_partial(&anchor, &onto);
+            }
+        }
+        n
+    }
+
+    /// What is left to do for an ended job: tell its end, once; revoke
+    /// its capabilities once it finished or was cancelled, or its lifetime
+    /// ended (one that ended with failures keeps them for a retry).
+    fn chores(&self, mut job: JobRow) {
+        let t = now();
+        if !job.notified {
+            let tally = self
+                .store
+                .tally(&job.id, job.spec.options.retries)
+                .unwrap_or_default();
+            notify::tell(&self.cfg, &job, &tally, "ended");
+            job.notified = true;
+        }
+        let revoke_now =
+            matches!(job.state, JobState::Finished | JobState::Cancelled) || t >= job.expires;
+        if !job.revoked && revoke_now {
+            if job.state == JobState::Cancelled {
+                self.discard(&job);
+            }
+            job.revoked = self.revoke(&job);
+        }
+        job.next_attempt = if job.revoked {
+            u64::MAX / 2
+        } else if revoke_now {
+            t + backoff(
+                self.cfg.backoff_first_s,
+                job.attempts.max(1),
+                fastrand::f64(),
+            )
+        } else {
+            job.expires
+        };
+        job.worker = None;
+        job.lease_until = 0;
+        job.updated = t;
+        if let Err(e) = self.store.save(&job, Some(&self.cfg.worker.clone())) {
+            tracing::warn!("job {}: {e}", job.id);
+        }
+    }
+
+    /// Revokes the job's capabilities at each far end; whether every one
+    /// is gone (an expired one is).
+    fn revoke(&self, job: &JobRow) -> bool {
+        let mut all = true;
+        for end in [&job.spec.source, &job.spec.dest] {
+            let (Some(host), Some(_)) = (&end.host, &end.credential) else {
+                continue;
+            };
+            let done = attempt::far_end(&self.cfg, end, &Default::default())
+                .map_err(longhaul_engine::EngineError::Usage)
+                .and_then(|o| longhaul_engine::xfer::jobcaps::revoke(host, &o));
+            match done {
+                Ok(()) => tracing::info!("job {}: its capability at {host} is revoked", job.id),
+                Err(e) if e.to_string().contains("unknown, expired or revoked") => {}
+                Err(e) => {
+                    tracing::warn!(
+                        "job {}: cannot revoke its capability at {host} yet: {e}",
+                        job.id
+                    );
+                    all = false;
+                }
+            }
+        }
+        all
+    }
+}
+
+/// The live counters of an attempt, with the rate since the last beat.
+fn live_of(id: &str, r: &Running) -> Live {
+    let bytes = r.progress.bytes.load(Ordering::Relaxed);
+    let now = Instant::now();
+    if let Ok(mut s) = r.sampled.lock() {
+        if let Some((at, before)) = *s {
+            let secs = now.duration_since(at).as_secs_f64();
+            if secs >= 0.5 {
+                let bps = bytes.saturating_sub(before) as f64 * 8.0 / secs;
+                r.rate_bps.store(bps as u64, Ordering::Relaxed);
+                *s = Some((now, bytes));
+            }
+        } else {
+            *s = Some((now, bytes));
+        }
+    }
+    let bps = r.rate_bps.load(Ordering::Relaxed);
+    Live {
+        id: id.to_string(),
+        bytes,
+        bps: (bps > 0).then_some(bps as f64),
+    }
+}
+
+fn push_history(job: &mut JobRow, view: longhaul_proto::job::AttemptView) {
+    job.history.push(view);
+    if job.history.len() > HISTORY_KEPT {
+        let extra = job.history.len() - HISTORY_KEPT;
+        job.history.drain(..extra);
+    }
+}
+
+/// When the current run of a recurring job started: its first attempt.
+fn run_started(job: &JobRow) -> Option<u64> {
+    job.history
+        .iter()
+        .rev()
+        .find(|a| a.attempt == 1)
+        .map(|a| a.started as u64)
+}
