@@ -235,6 +235,28 @@ pub struct Archive {
     path: PathBuf,
 }
 
+/// `step`, tried again while SQLite answers "busy" for up to the busy
+/// timeout: a lock taken while another connection upgrades its own (a
+/// journal mode switched, a write begun by several first openers at once)
+/// is refused at once, without the busy handler, to avoid a deadlock.
+fn busy_retried<T>(
+    path: &Path,
+    mut step: impl FnMut() -> rusqlite::Result<T>,
+) -> Result<T, ArchiveError> {
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        match step() {
+            Err(rusqlite::Error::SqliteFailure(e, _))
+                if e.code == rusqlite::ErrorCode::DatabaseBusy
+                    && std::time::Instant::now() < deadline =>
+            {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            done => return done.map_err(|e| classify(path, e)),
+        }
+    }
+}
+
 impl Archive {
     /// Opens the archive for writing, making it (and its directory, mode
     /// 0700) when it does not exist, and migrating an older schema.
@@ -310,9 +332,8 @@ impl Archive {
             return Ok(());
         }
         // WAL: the dashboard and `history` read while a transfer writes.
-        self.conn
-            .pragma_update(None, "journal_mode", "WAL")
-            .map_err(|e| classify(&path, e))?;
+        let conn = &self.conn;
+        busy_retried(&path, || conn.pragma_update(None, "journal_mode", "WAL"))?;
         self.conn
             .pragma_update(None, "synchronous", "NORMAL")
             .map_err(|e| classify(&path, e))?;
@@ -338,10 +359,10 @@ impl Archive {
     /// the file at its old version, never half way.
     fn migrate(&mut self) -> Result<(), ArchiveError> {
         let path = self.path.clone();
-        let tx = self
-            .conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)
-            .map_err(|e| classify(&path, e))?;
+        let conn = &self.conn;
+        let tx = busy_retried(&path, || {
+            rusqlite::Transaction::new_unchecked(conn, TransactionBehavior::Immediate)
+        })?;
         let version = read_header(&tx, &path)?;
         for sql in MIGRATIONS.iter().skip(version as usize) {
             tx.execute_batch(sql).map_err(|e| classify(&path, e))?;

@@ -638,6 +638,7 @@ pub enum JobsCommand {
     /// Wait until the job ends (a recurring one: until its next run ends); the exit code says
     /// how: 0 every file finished verified, 6 some failed, 5 it failed, 8 it was cancelled.
     Wait {
+        /// The job's id, as submit printed it.
         id: String,
         /// Give up waiting after this long (exit 5); the job goes on.
         #[arg(long, value_name = "DURATION", value_parser = duration)]
@@ -648,12 +649,14 @@ pub enum JobsCommand {
     /// Stop the job: its streams stop, its partial files are removed, its far ends'
     /// capabilities revoked.
     Cancel {
+        /// The job's id, as submit printed it.
         id: String,
         #[command(flatten)]
         server: JobServerArgs,
     },
     /// Send again only the files that failed, of a job that ended with failures.
     Retry {
+        /// The job's id, as submit printed it.
         id: String,
         #[command(flatten)]
         server: JobServerArgs,

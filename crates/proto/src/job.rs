@@ -909,57 +909,6 @@ mod tests {
         }
     }
 
-    /// The frames of PROTOCOL.md 13.9a and 18, byte for byte.
-    #[test]
-    fn the_documented_frames_are_what_is_sent() {
-        use crate::msg::Message;
-        let frame = |m: Message| {
-            let mut out = Vec::new();
-            m.encode(&mut out).unwrap();
-            let (head, body) = out.split_at(5);
-            format!(
-                "{} {}",
-                head.iter()
-                    .map(|b| format!("{b:02x}"))
-                    .collect::<Vec<_>>()
-                    .join(" "),
-                String::from_utf8_lossy(body)
-            )
-        };
-        let grant = crate::xfer::copy::GrantRequest {
-            export: "in".into(),
-            dest: "run7".into(),
-            dest_dir: true,
-            lifetime_s: 604_800,
-            durable: true,
-            ..Default::default()
-        };
-        assert_eq!(
-            frame(Message::GrantRequest(grant)),
-            r#"00 00 00 50 50 {"export":"in","dest":"run7","dest_dir":true,"lifetime_s":604800,"durable":true}"#
-        );
-        assert_eq!(
-            frame(Message::Revoke(Default::default())),
-            "00 00 00 02 54 {}"
-        );
-        let discard = crate::xfer::copy::Discard {
-            paths: vec!["run7/a.h5".into(), "run7/b.h5".into()],
-        };
-        assert_eq!(
-            frame(Message::Discard(discard)),
-            r#"00 00 00 23 56 {"paths":["run7/a.h5","run7/b.h5"]}"#
-        );
-        let id = "3f2a9c1b0d4e5f67".to_string();
-        assert_eq!(
-            frame(Message::JobCommand(JobCommand::Cancel { id: id.clone() })),
-            r#"00 00 00 27 61 {"op":"cancel","id":"3f2a9c1b0d4e5f67"}"#
-        );
-        assert_eq!(
-            frame(Message::JobAnswer(JobAnswer::Cancelled { id })),
-            r#"00 00 00 2e 62 {"answer":"cancelled","id":"3f2a9c1b0d4e5f67"}"#
-        );
-    }
-
     #[test]
     fn commands_and_answers_read_as_documented() {
         let c: JobCommand =

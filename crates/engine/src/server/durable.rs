@@ -301,7 +301,7 @@ mod tests {
     }
 
     fn scope(req: GrantRequest, expires_unix: u64) -> Scope {
-        let key = blake3::hash(format!("{expires_unix}").as_bytes());
+        let key = blake3::hash(format!("{expires_unix} {}", req.durable).as_bytes());
         Scope {
             request: req,
             grant: "g1".into(),
