@@ -1802,13 +1802,17 @@ fn the_progress_bar_shows_what_arrived_once_a_second() {
     let total = 4u64 << 20;
     write_random(&f, total as usize, 9);
     let s = data_server(&exp, &t.dir("state"));
-    // A cap of 1 MiB/s: about four seconds.
+    // A cap of 1 MiB/s: about four seconds. One stream: each stream's
+    // start may run over its share (README, `--rate`), and at so low a cap
+    // four streams' starts are half a second of it.
     let cap = 1048576.0;
     let started = Instant::now();
     let mut child = bin()
         .args([
             "cp",
             "--progress",
+            "-P",
+            "1",
             "--bwlimit",
             "1M",
             f.to_str().unwrap(),
