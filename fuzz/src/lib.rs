@@ -45,6 +45,7 @@ pub mod targets {
     pub mod job_messages;
     pub mod sealed_frames;
     pub mod server_session;
+    mod test_params;
     pub mod transfer_machines;
     pub mod udp_receiver;
     pub mod xfer_decoders;

@@ -10,6 +10,8 @@ use std::time::{Duration, Instant};
 use crate::roundtrip;
 
 use arbitrary::Arbitrary;
+
+use super::test_params::Params;
 use longhaul_proto::frame::Frame;
 use longhaul_proto::msg::*;
 use longhaul_proto::report::{PeerResults, SideInterval, SideSnapshot, StreamSetup};
@@ -24,44 +26,6 @@ struct FuzzLimits {
     allow_third_party: bool,
     handshake_ms: u32,
     idle_ms: u32,
-}
-
-#[derive(Arbitrary, Debug)]
-struct Params {
-    udp: bool,
-    mode: u8,
-    streams: u16,
-    duration_ms: Option<u64>,
-    bytes: Option<u64>,
-    length: u32,
-    congestion: Option<String>,
-    interval_ms: u64,
-    omit_ms: u64,
-}
-
-impl Params {
-    fn build(self) -> TestParams {
-        TestParams {
-            transport: if self.udp {
-                Transport::Udp
-            } else {
-                Transport::Tcp
-            },
-            mode: match self.mode % 3 {
-                0 => Mode::Up,
-                1 => Mode::Down,
-                _ => Mode::Bidir,
-            },
-            streams: self.streams,
-            duration_ms: self.duration_ms,
-            bytes: self.bytes,
-            length: self.length,
-            congestion: self.congestion,
-            interval_ms: self.interval_ms,
-            omit_ms: self.omit_ms,
-            ..TestParams::default()
-        }
-    }
 }
 
 #[derive(Arbitrary, Debug)]
