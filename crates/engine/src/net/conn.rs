@@ -44,6 +44,13 @@ pub trait Stream: Read + Write + Send {
         "none".into()
     }
 
+    /// Writes all of `buf`, which it may overwrite: sealed frames encrypt
+    /// a large piece in place and send it from there, with no copy into a
+    /// frame buffer (the piece's plaintext is gone after the call).
+    fn write_all_scratch(&mut self, buf: &mut [u8]) -> io::Result<()> {
+        self.write_all(buf)
+    }
+
     /// The plain socket, for zero-copy paths; TLS streams give themselves back.
     fn into_plain(self: Box<Self>) -> Result<TcpStream, Box<dyn Stream>>;
 

@@ -4,10 +4,11 @@
 //!
 //! Why: rustls copies every 16 KiB record into a buffer of its own on
 //! send, and on receive reads 4 KiB at a time and copies the plaintext
-//! twice more before the caller sees it. A sealed frame is encrypted from
-//! the caller's bytes straight into the socket's buffer and decrypted from
-//! the socket's bytes straight into the caller's (aws-lc-rs, out of place),
-//! one record per piece of a chunk. TLS still authenticates both ends and
+//! twice more before the caller sees it. A sealed frame is encrypted in
+//! the caller's buffer (a piece it lets us overwrite) or from it into a
+//! frame buffer, and received into the caller's buffer and decrypted there
+//! (aws-lc-rs), one record per piece of a chunk: one buffer's worth of
+//! cache at each end, no copy of ours. TLS still authenticates both ends and
 //! derives the keys; only the record layer of the data is ours, and it
 //! uses nothing but the standard AEAD.
 //!
@@ -23,7 +24,7 @@
 //! an error, never a short success.
 
 use crate::stages::{timed, Stage};
-use std::io::{self, Read, Write};
+use std::io::{self, IoSlice, Read, Write};
 use std::net::{Shutdown, TcpStream};
 
 use aws_lc_rs::aead::{self, Aad, LessSafeKey, Nonce, UnboundKey};
@@ -162,6 +163,20 @@ fn seal_in_place(keys: &mut Keys, frame: &mut Vec<u8>) -> io::Result<()> {
     Ok(())
 }
 
+/// Seals `piece` (at most [`MAX_FRAME`], not empty) in place: the frame
+/// is the header, the piece, then the tag, both returned.
+fn seal_piece(keys: &mut Keys, piece: &mut [u8]) -> io::Result<([u8; HEADER], aead::Tag)> {
+    if piece.len() > MAX_FRAME || piece.is_empty() {
+        return Err(broken("a piece too large to seal in place, or empty"));
+    }
+    let h = header(piece.len(), false);
+    let (key, nonce) = keys.next()?;
+    let tag = key
+        .seal_in_place_separate_tag(nonce, Aad::from(h), piece)
+        .map_err(|_| broken("sealing failed"))?;
+    Ok((h, tag))
+}
+
 /// A frame's header read: its payload length, or the close.
 pub fn parse_header(h: [u8; HEADER]) -> io::Result<(usize, bool)> {
     let v = u32::from_be_bytes(h);
@@ -278,9 +293,12 @@ impl Opener {
                         "without its close frame"
                     }));
                 }
-                let (len, _) = parse_header(self.hdr)?;
+                let (len, close) = parse_header(self.hdr)?;
                 size(&mut self.body, len + TAG);
                 self.body_have = 0;
+                if !close && len > 0 && out.len() >= len {
+                    return self.read_in_place(src, &mut out[..len]);
+                }
             }
             if !read_into(src, &mut self.body, &mut self.body_have)? {
                 return Err(cut("inside a frame"));
@@ -308,6 +326,39 @@ impl Opener {
             })?;
             self.plain = (0, len);
         }
+    }
+
+    /// A frame of `out.len()` bytes (its header read) received straight
+    /// into `out` and opened there: through `body`, every byte would be
+    /// copied once more, and the frame would take twice the cache. Bytes
+    /// of it read before an error (a time-out) move to `body`, so that the
+    /// next read goes on from there whatever buffer it brings. Plaintext
+    /// that did not authenticate is never returned: `out` then holds
+    /// nothing the caller may use (the read is an error).
+    fn read_in_place(&mut self, src: &mut impl Read, out: &mut [u8]) -> io::Result<usize> {
+        let len = out.len();
+        let (mut have, mut tag_have) = (0, 0);
+        let tag = &mut self.body[len..len + TAG];
+        let whole = read_into(src, out, &mut have)
+            .and_then(|whole| Ok(whole && read_into(src, tag, &mut tag_have)?));
+        match whole {
+            Ok(true) => {}
+            Ok(false) => return Err(cut("inside a frame")),
+            Err(e) => {
+                self.body[..have].copy_from_slice(&out[..have]);
+                self.body_have = have + tag_have;
+                return Err(e);
+            }
+        }
+        let h = self.hdr;
+        (self.hdr_have, self.body_have) = (0, 0);
+        let (key, nonce) = self.keys.next()?;
+        let tag = &self.body[len..len + TAG];
+        timed(Stage::Decrypt, || {
+            key.open_in_place_separate_tag(nonce, Aad::from(h), tag, out)
+                .map_err(|_| broken(FAILED))
+        })?;
+        Ok(len)
     }
 
     /// Whether bytes read are held here, not yet returned.
@@ -420,6 +471,22 @@ impl Sealed {
         Ok(())
     }
 
+    /// Seals `piece` in place and sends it, header and tag around it.
+    fn send_sealed_in_place(&mut self, piece: &mut [u8]) -> io::Result<()> {
+        if self.tx_broken {
+            return Err(broken("an earlier send failed"));
+        }
+        let (h, tag) = timed(Stage::Encrypt, || seal_piece(&mut self.tx, piece))?;
+        let frame = [
+            IoSlice::new(&h),
+            IoSlice::new(piece),
+            IoSlice::new(tag.as_ref()),
+        ];
+        let sent = write_all_vectored(self.tls.sock().tcp(), frame);
+        self.tx_broken = sent.is_err();
+        sent
+    }
+
     /// Seals `plain` into `out` and sends it.
     fn send_sealed(&mut self, plain: &[u8], close: bool) -> io::Result<()> {
         timed(Stage::Encrypt, || {
@@ -427,6 +494,23 @@ impl Sealed {
         })?;
         self.send_frame(false)
     }
+}
+
+/// Writes every byte of `bufs`, in as few calls as the socket takes.
+fn write_all_vectored<const N: usize>(
+    mut w: impl Write,
+    mut bufs: [IoSlice<'_>; N],
+) -> io::Result<()> {
+    let mut left = &mut bufs[..];
+    while !left.is_empty() {
+        match w.write_vectored(left) {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(n) => IoSlice::advance_slices(&mut left, n),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
 }
 
 impl Read for Sealed {
@@ -484,6 +568,17 @@ impl Stream for Sealed {
 
     fn is_tls(&self) -> bool {
         true
+    }
+
+    fn write_all_scratch(&mut self, buf: &mut [u8]) -> io::Result<()> {
+        if buf.len() < GATHER {
+            return self.write_all(buf);
+        }
+        self.send_gathered()?;
+        for piece in buf.chunks_mut(MAX_FRAME) {
+            self.send_sealed_in_place(piece)?;
+        }
+        Ok(())
     }
 
     fn pending(&mut self) -> bool {
@@ -654,6 +749,72 @@ mod tests {
             read_all(&[a.clone(), a, b, c].concat(), 64).is_err(),
             "a replay opened"
         );
+    }
+
+    /// Gives `bytes` in reads of at most `step`, failing with a time-out
+    /// before every `every`-th read.
+    struct Stalling<'a> {
+        bytes: &'a [u8],
+        step: usize,
+        every: usize,
+        reads: usize,
+    }
+
+    impl Read for Stalling<'_> {
+        fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
+            self.reads += 1;
+            if self.reads % self.every == 0 {
+                return Err(io::ErrorKind::TimedOut.into());
+            }
+            let n = out.len().min(self.step).min(self.bytes.len());
+            out[..n].copy_from_slice(&self.bytes[..n]);
+            self.bytes = &self.bytes[n..];
+            Ok(n)
+        }
+    }
+
+    #[test]
+    fn frames_opened_in_the_callers_buffer_survive_time_outs_and_changing_buffers() {
+        let (mut tx, _) = pair();
+        let data: Vec<u8> = (0..700_000u32).map(|i| (i * 13 + i / 251) as u8).collect();
+        let mut wire = Vec::new();
+        for piece in data.chunks(300_000) {
+            let mut piece = piece.to_vec();
+            let (h, tag) = seal_piece(&mut tx, &mut piece).unwrap();
+            wire.extend([&h[..], &piece, tag.as_ref()].concat());
+        }
+        wire.extend(frame(&mut tx, b"", true));
+        for (step, every) in [(1 << 20, 2), (65_536, 3), (7_000, 5), (300_016, 2)] {
+            let (_, rx) = pair();
+            let mut opener = Opener::new(rx);
+            let mut src = Stalling {
+                bytes: &wire,
+                step,
+                every,
+                reads: 0,
+            };
+            let mut got = Vec::new();
+            let mut calls = 0usize;
+            loop {
+                calls += 1;
+                // Big enough to open a frame in place, or not, by turns.
+                let mut buf = vec![0u8; if calls % 3 == 0 { 1000 } else { 400_000 }];
+                match opener.read(&mut src, &mut buf) {
+                    Ok(0) => break,
+                    Ok(n) => got.extend_from_slice(&buf[..n]),
+                    Err(e) if e.kind() == io::ErrorKind::TimedOut => {}
+                    Err(e) => panic!("reads of {step}: {e}"),
+                }
+            }
+            assert!(got == data, "reads of {step}, a time-out every {every}");
+        }
+        // A flipped bit in a frame opened in place is an error.
+        let mut bad = wire.clone();
+        bad[HEADER + 1000] ^= 1;
+        let (_, rx) = pair();
+        let mut opener = Opener::new(rx);
+        let mut buf = vec![0u8; 400_000];
+        assert!(opener.read(&mut &bad[..], &mut buf).is_err());
     }
 
     #[test]

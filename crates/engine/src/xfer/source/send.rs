@@ -33,6 +33,28 @@ pub(super) struct Out<'a> {
     pub(super) checked: bool,
 }
 
+/// Where a chunk's pieces go: a piece may be sent from the read buffer
+/// itself, which it then overwrites ([`Stream::write_all_scratch`]: sealed
+/// frames encrypt it in place, so each byte is read into the one buffer
+/// that is hashed, sealed and sent, and takes the cache once).
+pub(super) trait PieceWrite: Write {
+    fn write_piece(&mut self, piece: &mut [u8]) -> io::Result<()> {
+        self.write_all(piece)
+    }
+}
+
+impl PieceWrite for io::BufWriter<Box<dyn Stream>> {
+    fn write_piece(&mut self, piece: &mut [u8]) -> io::Result<()> {
+        if piece.len() < self.capacity() {
+            return self.write_all(piece);
+        }
+        self.flush()?;
+        self.get_mut().write_all_scratch(piece)
+    }
+}
+
+impl PieceWrite for Vec<u8> {}
+
 /// A stream's compressor and the governor that says when to use it.
 pub(super) struct Zip<'a> {
     enc: Encoder,
@@ -248,7 +270,7 @@ impl StreamSender<'_> {
 // it without a stream sender.
 #[allow(clippy::too_many_arguments)]
 fn write_chunk(
-    w: &mut impl Write,
+    w: &mut impl PieceWrite,
     buf: &mut [u8],
     reader: &dyn ReadAt,
     c: &Chunk,
@@ -314,7 +336,7 @@ fn write_chunk(
 /// header is out). Returns the hasher and the read error, if any; errors
 /// are the stream's.
 fn write_pieces(
-    w: &mut impl Write,
+    w: &mut impl PieceWrite,
     buf: &mut [u8],
     reader: &dyn ReadAt,
     c: &Chunk,
@@ -341,7 +363,7 @@ fn write_pieces(
         timed(Stage::Hash, || hasher.update(piece));
         match zip.as_deref_mut() {
             Some(z) => write_block(w, piece, z)?,
-            None => timed(Stage::Send, || w.write_all(piece))?,
+            None => timed(Stage::Send, || w.write_piece(piece))?,
         }
         off += n as u64;
     }
