@@ -208,6 +208,9 @@ for sc in $SCENARIOS; do
                 echo "cold-copy: $tool's copy differs" >&2
                 continue
             fi
+            # Gone before the next run: copies left in memory would make the later runs of a
+            # round pay for a fuller page cache (on shm, for memory itself).
+            rm -rf "$out"
             [ "$r" -le 0 ] && continue
             awk -v sc="$sc" -v r="$r" -v tool="$tool" -v t0="$t0" -v t1="$t1" -v c="$((c1 - c0))" -v h="$((h1 - h0))" \
                 -v g="$gib" 'BEGIN {
@@ -216,7 +219,6 @@ for sc in $SCENARIOS; do
                 >>"$TSV"
             tail -1 "$TSV"
         done
-        rm -rf "${base:?}/dst/"*
     done
     for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
     PIDS=()
