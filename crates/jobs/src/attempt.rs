@@ -14,14 +14,14 @@ use std::time::Instant;
 use longhaul_archive::model::NewRun;
 use longhaul_archive::reporter::ArchiveReporter;
 use longhaul_engine::net::dial::ClientOptions;
-use longhaul_engine::report::Discard;
+use longhaul_engine::report::{Discard, Reporter};
 use longhaul_engine::results::CommandReporter;
 use longhaul_engine::xfer::client::{cp_with, CpOptions, CpSummary};
 use longhaul_engine::xfer::filter::Filter;
 use longhaul_engine::xfer::{beneath, confine, Catalogue, Export, Landed, Progress};
 use longhaul_engine::EngineError;
 use longhaul_proto::job::{AttemptView, FileState, JobEnd, JobKind};
-use longhaul_proto::xfer::copy::CopyOptions;
+use longhaul_proto::xfer::copy::{CopyOptions, CopyOrder};
 use longhaul_proto::xfer::Kind;
 
 use crate::store::{FileChange, FileRow, JobRow, JobStore};
@@ -202,9 +202,16 @@ fn plan(a: &Attempt) -> Result<CpOptions, String> {
                 None,
             )
         }
-        JobKind::ThirdParty => {
-            return Err("a job between two other servers is not run by this build".into())
-        }
+        JobKind::ThirdParty => (
+            spec.source
+                .paths
+                .iter()
+                .map(|p| url_of(&spec.source, p))
+                .collect(),
+            url_of(&spec.dest, &spec.dest.paths[0]),
+            far_end(a.cfg, &spec.source, &interrupt)?,
+            None,
+        ),
     };
     let mut o = longhaul_engine::xfer::copy::options_of(&copy_options(job), sources, dest, client);
     o.retries = 0;
@@ -416,8 +423,8 @@ fn copy(a: &Attempt, mut o: CpOptions, number: u32, view: &mut AttemptView) -> E
         .copying
         .store(true, std::sync::atomic::Ordering::SeqCst);
     let copied = match archive.as_mut() {
-        Some(r) => cp_with(&o, r),
-        None => cp_with(&o, &mut Discard),
+        Some(r) => transfer(a, &o, r),
+        None => transfer(a, &o, &mut Discard),
     };
     flush_landed(a);
     let stopped = a
@@ -464,6 +471,42 @@ fn copy(a: &Attempt, mut o: CpOptions, number: u32, view: &mut AttemptView) -> E
         longhaul_engine::report::Reporter::end(&mut r, failure);
     }
     ended
+}
+
+/// The attempt's copy: the engine's own, or for a job between two other
+/// servers, the copy the job server orders its source to run to its
+/// destination (with the destination's capability, within the order
+/// capability's scope).
+fn transfer(
+    a: &Attempt,
+    o: &CpOptions,
+    reporter: &mut (dyn Reporter + Send),
+) -> Result<CpSummary, EngineError> {
+    if a.job.kind != JobKind::ThirdParty {
+        return cp_with(o, reporter);
+    }
+    let spec = &a.job.spec;
+    let to = spec.dest.credential.as_ref().ok_or_else(|| {
+        EngineError::Usage("the job carries no capability of its destination".into())
+    })?;
+    let order = CopyOrder {
+        export: spec.source.export.clone(),
+        sources: spec.source.paths.clone(),
+        target: spec.dest.host.clone().unwrap_or_default(),
+        fingerprint: to.fingerprint.clone(),
+        capability: to.capability.clone(),
+        dest_export: spec.dest.export.clone(),
+        dest: spec.dest.paths[0].clone(),
+        dest_dir: spec.dest.dir,
+        options: CopyOptions {
+            catalogue: true,
+            ..copy_options(a.job)
+        },
+        connect_back: None,
+        share: None,
+    };
+    let source = spec.source.host.as_deref().unwrap_or_default();
+    longhaul_engine::xfer::jobcaps::ordered_cp(source, o, order, reporter)
 }
 
 /// How an engine error ends an attempt: a refusal (the far end's word on

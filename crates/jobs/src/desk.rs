@@ -112,9 +112,6 @@ impl Desk {
 
     fn check(&self, who: &Requester, spec: &JobSpec) -> Result<(JobKind, u64), Refusal> {
         let kind = spec.check().map_err(bad)?;
-        if kind == JobKind::ThirdParty {
-            return Err(bad("a job between two other servers is not taken yet: submit it to the source's server (the default, without --via)"));
-        }
         self.check_local_end(who, spec, kind)?;
         let lifetime = Self::check_far_ends(spec)?;
         let o = &spec.options;

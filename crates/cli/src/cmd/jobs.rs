@@ -16,7 +16,7 @@ use longhaul_proto::job::{
     JobAnswer, JobCommand, JobCredential, JobEnd, JobOptions, JobSpec, JobState,
 };
 use longhaul_proto::msg::Message;
-use longhaul_proto::xfer::copy::{CapabilityOp, GrantRequest};
+use longhaul_proto::xfer::copy::{CapabilityOp, GrantRequest, OrderScope};
 use longhaul_proto::xfer::{parse_remote, Remote, SyncOptions};
 
 use super::{usage, Failure, Outcome};
@@ -90,7 +90,10 @@ fn credential(c: &JobCapability) -> Option<JobCredential> {
     })
 }
 
-/// `submit`.
+/// `submit`: the far ends' capabilities asked for (the destination's
+/// first: a third-party job's source pins its certificate in its own), the
+/// job handed to the job server; the capabilities given back if it is not
+/// taken.
 pub fn submit(a: SubmitArgs) -> Outcome {
     let ends = ends(&a.paths)?;
     let server = a
@@ -100,45 +103,37 @@ pub fn submit(a: SubmitArgs) -> Outcome {
     let key = host_key(&server);
     let at_server = |r: &Remote| host_key(&r.host) == key;
     let (source_here, dest_here) = (at_server(&ends.sources[0]), at_server(&ends.dest));
-    if source_here == dest_here {
-        return Err(usage(if source_here {
-            format!("the source and the destination are both on {server}: a job moves data between servers (copy within one with cp there)")
-        } else {
-            format!("{server} holds neither the source nor the destination: a job runs on the server of one of its ends (a job between two other servers is not taken yet)")
-        }));
+    if source_here && dest_here {
+        return Err(usage(format!("the source and the destination are both on {server}: a job moves data between servers (copy within one with cp there)")));
     }
     let o = client(&a.security, a.connect_timeout)?;
-    let lifetime_s = a.lifetime;
     let paths: Vec<String> = ends
         .sources
         .iter()
         .zip(&a.paths)
         .map(|(r, named)| source_path(r, named))
         .collect();
-    let (far, cap) = if source_here {
-        capability(
+    let dest_cap = match dest_here {
+        true => None,
+        false => Some(capability(
             &ends.dest,
-            GrantRequest {
-                export: ends.dest.export.clone(),
-                dest: ends.dest.path.clone(),
-                dest_dir: ends.dest.dir,
-                lifetime_s,
-                ..GrantRequest::default()
-            },
+            push_request(&ends.dest, a.lifetime),
             &o,
-        )?
-    } else {
-        capability(
-            &ends.sources[0],
-            GrantRequest {
-                export: ends.sources[0].export.clone(),
-                op: CapabilityOp::Pull,
-                sources: paths.clone(),
-                lifetime_s,
-                ..GrantRequest::default()
-            },
-            &o,
-        )?
+        )?),
+    };
+    let source_cap = match source_here {
+        true => None,
+        false => {
+            let to = dest_cap.as_ref().map(|(_, c)| c);
+            let req = source_request(&ends, &paths, a.lifetime, to);
+            match capability(&ends.sources[0], req, &o) {
+                Ok(c) => Some(c),
+                Err(f) => {
+                    give_back(&o, dest_cap.iter());
+                    return Err(f);
+                }
+            }
+        }
     };
     let spec = JobSpec {
         source: JobEnd {
@@ -146,14 +141,14 @@ pub fn submit(a: SubmitArgs) -> Outcome {
             export: ends.sources[0].export.clone(),
             paths,
             dir: false,
-            credential: if source_here { None } else { credential(&cap) },
+            credential: source_cap.as_ref().and_then(|(_, c)| credential(c)),
         },
         dest: JobEnd {
             host: (!dest_here).then(|| ends.dest.host.clone()),
             export: ends.dest.export.clone(),
             paths: vec![ends.dest.path.clone()],
             dir: ends.dest.dir,
-            credential: if dest_here { None } else { credential(&cap) },
+            credential: dest_cap.as_ref().and_then(|(_, c)| credential(c)),
         },
         options: options(&a),
     };
@@ -163,18 +158,66 @@ pub fn submit(a: SubmitArgs) -> Outcome {
             Ok(exit::OK)
         }
         other => {
-            // Taken by no one: the capability goes back.
-            let revoked = jobcaps::presenting(&o, &cap.fingerprint, &cap.capability)
-                .and_then(|p| jobcaps::revoke(&far, &p));
-            if let Err(e) = revoked {
-                tracing::warn!("the capability {far} gave for the job could not be revoked ({e}); it ends with its lifetime");
-            }
+            give_back(&o, dest_cap.iter().chain(source_cap.iter()));
             Err(match other {
                 Err(e) => e.into(),
                 Ok(_) => {
                     Failure::internal(format!("{server} answered the job with something else"))
                 }
             })
+        }
+    }
+}
+
+/// The destination's capability for a job: one push into its path.
+fn push_request(dest: &Remote, lifetime_s: u32) -> GrantRequest {
+    GrantRequest {
+        export: dest.export.clone(),
+        dest: dest.path.clone(),
+        dest_dir: dest.dir,
+        lifetime_s,
+        ..GrantRequest::default()
+    }
+}
+
+/// The source's capability for a job: to read its `paths` (a pull), or,
+/// when the job server holds neither end, to order their copy to the
+/// destination whose capability is `dest` (that destination's address,
+/// certificate and path, exactly).
+fn source_request(
+    ends: &Ends,
+    paths: &[String],
+    lifetime_s: u32,
+    dest: Option<&JobCapability>,
+) -> GrantRequest {
+    let order = dest.map(|d| OrderScope {
+        target: ends.dest.host.clone(),
+        fingerprint: d.fingerprint.clone(),
+        dest_export: ends.dest.export.clone(),
+        dest: ends.dest.path.clone(),
+        dest_dir: ends.dest.dir,
+    });
+    GrantRequest {
+        export: ends.sources[0].export.clone(),
+        op: if order.is_some() {
+            CapabilityOp::Order
+        } else {
+            CapabilityOp::Pull
+        },
+        sources: paths.to_vec(),
+        order,
+        lifetime_s,
+        ..GrantRequest::default()
+    }
+}
+
+/// Revokes the capabilities of a job no one took.
+fn give_back<'a>(o: &ClientOptions, held: impl Iterator<Item = &'a (String, JobCapability)>) {
+    for (far, cap) in held {
+        let revoked = jobcaps::presenting(o, &cap.fingerprint, &cap.capability)
+            .and_then(|p| jobcaps::revoke(far, &p));
+        if let Err(e) = revoked {
+            tracing::warn!("the capability {far} gave for the job could not be revoked ({e}); it ends with its lifetime");
         }
     }
 }
