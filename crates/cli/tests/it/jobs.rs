@@ -1609,7 +1609,8 @@ fn attacker_a_third_party_jobs_order_capability_cannot_be_widened_and_ends_when_
             "--no-sync",
         ],
     );
-    let widened: Vec<(&str, Box<dyn Fn(&mut CopyOrder)>)> = vec![
+    type Widen<'a> = Box<dyn Fn(&mut CopyOrder) + 'a>;
+    let widened: Vec<(&str, Widen)> = vec![
         (
             "another source",
             Box::new(|o| o.sources = vec!["secret".into()]),
