@@ -51,23 +51,19 @@ pub fn perf(mut a: PerfArgs, archive: &crate::args::ArchiveArgs) -> Outcome {
 /// `--logfile FILE`: from here on, standard output and standard error go
 /// to FILE (appended), as iperf3's option does.
 fn log_to(file: &std::path::Path) -> Result<(), Failure> {
-    use std::os::fd::AsRawFd;
     let f = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
         .open(file)
         .map_err(|e| usage(format!("cannot open the log file {}: {e}", file.display())))?;
-    for target in [libc::STDOUT_FILENO, libc::STDERR_FILENO] {
-        // SAFETY: dup2 on two open descriptors: `f` lives to the end of this
-        // loop, and 1 and 2 are this process's standard streams.
-        if unsafe { libc::dup2(f.as_raw_fd(), target) } < 0 {
-            return Err(usage(format!(
-                "cannot write to the log file {}: {}",
-                file.display(),
-                std::io::Error::last_os_error()
-            )));
-        }
-    }
+    rustix::stdio::dup2_stdout(&f)
+        .and_then(|()| rustix::stdio::dup2_stderr(&f))
+        .map_err(|e| {
+            usage(format!(
+                "cannot write to the log file {}: {e}",
+                file.display()
+            ))
+        })?;
     Ok(())
 }
 

@@ -517,27 +517,13 @@ fn corrupted_partial_chunk_is_detected_and_resent() {
 
 /// A child process, killed (SIGKILL) and reaped when dropped, so that a
 /// failing test leaves no process behind.
-struct Proc(Child);
-
-impl Proc {
-    fn kill9(&mut self) {
-        self.0.kill().unwrap();
-        self.0.wait().unwrap();
-    }
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
+use common::Owned as Proc;
 
 /// A `longhaul serve` process exporting `exp` as `data`; stderr goes to a
 /// file, from which the address is read.
 fn serve_process(t: &TempDir, exp: &Path, listen: &str, tag: &str) -> (Proc, SocketAddr) {
     let log = t.path().join(format!("serve-{tag}.log"));
-    let mut child = Proc(
+    let mut child = Proc::new(
         bin()
             .arg("serve")
             .arg("--listen")
@@ -565,7 +551,7 @@ fn serve_process(t: &TempDir, exp: &Path, listen: &str, tag: &str) -> (Proc, Soc
             let addr = addr.split_whitespace().next().unwrap();
             return (child, addr.parse().unwrap());
         }
-        if let Ok(Some(st)) = child.0.try_wait() {
+        if let Ok(Some(st)) = child.try_wait() {
             panic!("server exited ({st}): {text}");
         }
         assert!(
@@ -611,7 +597,7 @@ fn push_and_kill_server(name: &str, seed: u64, cp_args: &[&str]) -> KilledServer
         .spawn()
         .unwrap();
     wait_for_records(&journal, 2, &mut client, Duration::from_secs(60));
-    server.kill9();
+    server.kill().unwrap();
     // Nothing touches the journal until the client's retry (after 1 s), if any.
     let mut journaled = journal_indices(&journal);
     assert!(journaled.len() >= 2);

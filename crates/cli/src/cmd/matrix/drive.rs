@@ -475,6 +475,7 @@ impl<'a> Matrix<'a> {
                     let state = far::join(&[&vars["state"]])?;
                     f.ssh
                         .run(&format!("mkdir -p {state} && {}", far::join(&words)?), None)
+                        .map_err(String::from)
                 })(),
                 None => std::process::Command::new(&argv[0])
                     .args(&argv[1..])

@@ -10,43 +10,18 @@ use std::collections::BTreeMap;
 use std::io::{BufRead, Read as _, Write as _};
 use std::os::unix::process::CommandExt;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use super::cgroup::Group;
 
-/// A process of ours, ended (by its process group) when dropped.
-pub struct Owned {
-    pub child: Child,
-}
+/// A process of ours, ended (by its process group: SIGTERM, then SIGKILL
+/// after [`GRACE`]) when dropped.
+pub use longhaul_engine::process::Owned;
 
-impl Owned {
-    pub fn pid(&self) -> i32 {
-        self.child.id() as i32
-    }
-}
-
-impl Drop for Owned {
-    fn drop(&mut self) {
-        let pg = self.pid();
-        // SAFETY: kill(2) on our own child's process group; no memory involved.
-        unsafe { libc::kill(-pg, libc::SIGTERM) };
-        let until = Instant::now() + Duration::from_secs(3);
-        while Instant::now() < until {
-            if matches!(self.child.try_wait(), Ok(Some(_))) {
-                // Its session children may outlive it.
-                // SAFETY: kill(2) on our own child's process group.
-                unsafe { libc::kill(-pg, libc::SIGKILL) };
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        // SAFETY: kill(2) on our own child's process group.
-        unsafe { libc::kill(-pg, libc::SIGKILL) };
-        let _ = self.child.wait();
-    }
-}
+/// How long a process of ours has to end after SIGTERM.
+const GRACE: Duration = Duration::from_secs(3);
 
 /// A command in its own process group (and `cgroup`, where CPU is
 /// counted), killed if the matrix dies.
@@ -62,14 +37,7 @@ fn command(
     full.extend(argv.iter().cloned());
     let (prog, rest) = full.split_first().ok_or("an empty command")?;
     let mut c = Command::new(prog);
-    c.args(rest).stdin(Stdio::null()).process_group(0);
-    // SAFETY: prctl is async-signal-safe; nothing else runs between fork and exec.
-    unsafe {
-        c.pre_exec(|| {
-            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
-            Ok(())
-        });
-    }
+    longhaul_engine::process::own(c.args(rest).stdin(Stdio::null()));
     if let Some(g) = cgroup {
         let join = g.joiner();
         // SAFETY: the joiner only opens and writes a path made before the fork.
@@ -111,14 +79,14 @@ pub fn wan_up(bin: &Path, rtt: Duration, loss: f64, rate: u64) -> Result<Wan, St
     let child = c
         .spawn()
         .map_err(|e| format!("cannot start `longhaul wan up`: {e}"))?;
-    let mut proc = Owned { child };
-    let out = proc.child.stdout.take().ok_or("no stdout")?;
+    let mut proc = Owned::new(child).with_grace(GRACE);
+    let out = proc.stdout.take().ok_or("no stdout")?;
     let mut line = String::new();
     let _ = std::io::BufReader::new(out).read_line(&mut line);
     if !line.contains("\"hosts\"") {
         let mut err = String::new();
-        if let Some(mut e) = proc.child.stderr.take() {
-            let _ = proc.child.wait();
+        if let Some(mut e) = proc.stderr.take() {
+            let _ = proc.wait();
             let _ = e.read_to_string(&mut err);
         }
         return Err(format!(
@@ -170,9 +138,10 @@ pub fn connects(netns: Option<&str>, host: &str, port: u16) -> bool {
             let Ok(f) = std::fs::File::open(&ns) else {
                 return false;
             };
-            use std::os::fd::AsRawFd;
-            // SAFETY: setns on this thread only, with an fd we hold open.
-            if unsafe { libc::setns(f.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
+            use rustix::thread::{move_into_link_name_space, LinkNameSpaceType};
+            use std::os::fd::AsFd;
+            // This thread only.
+            if move_into_link_name_space(f.as_fd(), Some(LinkNameSpaceType::Network)).is_err() {
                 return false;
             }
         }
@@ -243,10 +212,10 @@ pub fn start_server(
     let child = c
         .spawn()
         .map_err(|e| format!("cannot start `{}`: {e}", argv.join(" ")))?;
-    let mut s = Owned { child };
+    let mut s = Owned::new(child).with_grace(GRACE);
     let until = Instant::now() + Duration::from_secs(10);
     while Instant::now() < until {
-        if let Ok(Some(st)) = s.child.try_wait() {
+        if let Ok(Some(st)) = s.try_wait() {
             let text = std::fs::read_to_string(log).unwrap_or_default();
             return Err(format!(
                 "its server exited ({st}): {}",
@@ -329,15 +298,13 @@ pub fn run_client(r: &Client) -> Ran {
             } else {
                 "timed out"
             });
-            // SAFETY: kill(2) on our child's own process group.
-            unsafe { libc::kill(-pid, libc::SIGKILL) };
+            longhaul_engine::process::kill_group(pid);
         }
         std::thread::sleep(Duration::from_millis(5));
     };
     let seconds = t0.elapsed().as_secs_f64();
     // Anything it left in its group and its cgroup.
-    // SAFETY: kill(2) on the process group of the child we just reaped.
-    unsafe { libc::kill(-pid, libc::SIGKILL) };
+    longhaul_engine::process::kill_group(pid);
     let cpu = r.cgroup.and_then(|g| {
         g.kill_all();
         Some(g.usage()? - cpu0?)
