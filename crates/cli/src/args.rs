@@ -486,6 +486,18 @@ pub struct ServeArgs {
     /// five minutes (1s at least).
     #[arg(long, default_value = "5s", value_parser = duration, requires = "jobs")]
     pub jobs_backoff: Duration,
+    /// With --jobs: a host this server may reach over ssh, as its own user and with its
+    /// own ssh keys, for the far end of a job (`[USER@]HOST` as the job names it, e.g.
+    /// `submit --via THIS DATA dtn9:/scratch/in/`); repeatable; none by default.
+    #[arg(long = "jobs-ssh", value_name = "[USER@]HOST", requires = "jobs")]
+    pub jobs_ssh: Vec<String>,
+    /// With --jobs-ssh: the command that runs ssh, with its options (default: ssh).
+    #[arg(long, value_name = "CMD", env = "LONGHAUL_RSH", requires = "jobs")]
+    pub jobs_rsh: Option<String>,
+    /// With --jobs-ssh: the longhaul program on those hosts (default: longhaul on their
+    /// PATH).
+    #[arg(long, value_name = "PATH", requires = "jobs")]
+    pub jobs_remote_path: Option<String>,
     /// With --jobs: the sendmail that a job's --mail goes through.
     #[arg(
         long,

@@ -14,8 +14,10 @@ use std::time::Instant;
 use longhaul_archive::model::NewRun;
 use longhaul_archive::reporter::ArchiveReporter;
 use longhaul_engine::net::dial::ClientOptions;
+use longhaul_engine::reach::FarEnd;
 use longhaul_engine::report::{Discard, Reporter};
 use longhaul_engine::results::CommandReporter;
+use longhaul_engine::server::oneshot::Admits;
 use longhaul_engine::xfer::client::{cp_with, CpOptions, CpSummary};
 use longhaul_engine::xfer::filter::Filter;
 use longhaul_engine::xfer::{beneath, confine, Catalogue, Export, Landed, Progress};
@@ -175,13 +177,17 @@ fn plan(a: &Attempt) -> Result<CpOptions, String> {
                 std::path::Path::new(&ex.name),
             )
             .map_err(|e| e.to_string())?;
-            let dest = url_of(&spec.dest, &spec.dest.paths[0]);
-            (
-                sources,
-                dest,
-                far_end(a.cfg, &spec.dest, &interrupt)?,
-                Some(Arc::new(anchor)),
-            )
+            let (dest, client) = match spec.dest.ssh {
+                Some(_) => (
+                    ssh_arg(&spec.dest, &spec.dest.paths[0]),
+                    over_ssh_client(a.cfg, &interrupt),
+                ),
+                None => (
+                    url_of(&spec.dest, &spec.dest.paths[0]),
+                    far_end(a.cfg, &spec.dest, &interrupt)?,
+                ),
+            };
+            (sources, dest, client, Some(Arc::new(anchor)))
         }
         JobKind::Pull => {
             let ex = export_of(a.cfg, &spec.dest)?;
@@ -189,18 +195,25 @@ fn plan(a: &Attempt) -> Result<CpOptions, String> {
             if spec.dest.dir && !dest.ends_with('/') {
                 dest.push('/');
             }
-            let sources = spec
-                .source
-                .paths
-                .iter()
-                .map(|p| url_of(&spec.source, p))
-                .collect();
-            (
-                sources,
-                dest,
-                far_end(a.cfg, &spec.source, &interrupt)?,
-                None,
-            )
+            let (sources, client) = match spec.source.ssh {
+                Some(_) => (
+                    spec.source
+                        .paths
+                        .iter()
+                        .map(|p| ssh_arg(&spec.source, p))
+                        .collect(),
+                    over_ssh_client(a.cfg, &interrupt),
+                ),
+                None => (
+                    spec.source
+                        .paths
+                        .iter()
+                        .map(|p| url_of(&spec.source, p))
+                        .collect(),
+                    far_end(a.cfg, &spec.source, &interrupt)?,
+                ),
+            };
+            (sources, dest, client, None)
         }
         JobKind::ThirdParty => (
             spec.source
@@ -378,7 +391,13 @@ pub fn run(a: &Attempt, number: u32, worker: &str) -> (Ended, AttemptView) {
         ..AttemptView::default()
     };
     let ended = match prepare(a) {
-        Ok(o) => copy(a, o, number, &mut view),
+        Ok((o, far)) => {
+            let ended = copy(a, o, number, &mut view);
+            if let Some(f) = far {
+                f.finish();
+            }
+            ended
+        }
         Err(e) => e,
     };
     view.ended = Some(crate::now() as f64);
@@ -399,9 +418,12 @@ pub fn run(a: &Attempt, number: u32, worker: &str) -> (Ended, AttemptView) {
     (ended, view)
 }
 
-/// The copy planned and the entries listed, their attempts counted.
-fn prepare(a: &Attempt) -> Result<CpOptions, Ended> {
-    let o = plan(a).map_err(Ended::Refused)?;
+/// The copy planned and the entries listed, their attempts counted; and
+/// the far end over ssh started for it, if the job has one (it lives
+/// until the attempt ends).
+fn prepare(a: &Attempt) -> Result<(CpOptions, Option<FarEnd>), Ended> {
+    let mut o = plan(a).map_err(Ended::Refused)?;
+    let far = over_ssh(a, &mut o)?;
     let rows = list(a, &o)?;
     let fresh = a.job.spec.options.every_s.is_some() && a.job.attempts <= 1;
     let store = |e: crate::store::StoreError| Ended::Broke(e.to_string());
@@ -409,7 +431,46 @@ fn prepare(a: &Attempt) -> Result<CpOptions, Ended> {
     a.store
         .count_attempt(&a.job.id, a.job.spec.options.retries)
         .map_err(store)?;
-    Ok(o)
+    Ok((o, far))
+}
+
+/// A far end over ssh: started by this server's own ssh (to a host its
+/// admin allowed, checked at submission), the job's paths there put on
+/// its one-shot server, which `o.client` then trusts and proves itself to.
+fn over_ssh(a: &Attempt, o: &mut CpOptions) -> Result<Option<FarEnd>, Ended> {
+    let spec = &a.job.spec;
+    if spec.source.ssh.is_none() && spec.dest.ssh.is_none() {
+        return Ok(None);
+    }
+    let mut args = o.sources.clone();
+    args.push(o.dest.clone());
+    let far = longhaul_engine::reach::reach_for(&mut args, &mut o.client, &a.cfg.ssh, Admits::Open)
+        .map_err(|e| ended_by(&e, format!("cannot reach the far end over ssh: {e}")))?;
+    o.dest = args.pop().unwrap_or_default();
+    o.sources = args;
+    Ok(far)
+}
+
+/// `[USER@]HOST:path` of a far end over ssh.
+fn ssh_arg(end: &JobEnd, path: &str) -> String {
+    let host = end.ssh.as_deref().unwrap_or_default();
+    let slash = if end.dir && !path.is_empty() && !path.ends_with('/') {
+        "/"
+    } else {
+        ""
+    };
+    format!("{host}:{path}{slash}")
+}
+
+/// How this server reaches a far end over ssh: no credential of the job's
+/// (the far end's one-shot server gives its own once started).
+fn over_ssh_client(cfg: &JobsConfig, interrupt: &Arc<AtomicBool>) -> ClientOptions {
+    ClientOptions {
+        connect_timeout: cfg.connect_timeout,
+        handshake_timeout: cfg.handshake_timeout,
+        interrupt: interrupt.clone(),
+        ..ClientOptions::default()
+    }
 }
 
 fn copy(a: &Attempt, mut o: CpOptions, number: u32, view: &mut AttemptView) -> Ended {

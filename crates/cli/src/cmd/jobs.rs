@@ -10,6 +10,7 @@
 use std::time::{Duration, Instant};
 
 use longhaul_engine::net::dial::{host_key, ClientOptions};
+use longhaul_engine::ssh::Target;
 use longhaul_engine::xfer::jobcaps::{self, JobCapability};
 use longhaul_engine::EngineError;
 use longhaul_proto::job::{
@@ -95,6 +96,10 @@ fn credential(c: &JobCapability) -> Option<JobCredential> {
 /// job handed to the job server; the capabilities given back if it is not
 /// taken.
 pub fn submit(a: SubmitArgs) -> Outcome {
+    if let Some((spec, server)) = over_ssh(&a)? {
+        let o = client(&a.security, a.connect_timeout)?;
+        return hand_over(&a, &server, spec, &o);
+    }
     let ends = ends(&a.paths)?;
     let server = a
         .via
@@ -142,6 +147,7 @@ pub fn submit(a: SubmitArgs) -> Outcome {
             paths,
             dir: false,
             credential: source_cap.as_ref().and_then(|(_, c)| credential(c)),
+            ssh: None,
         },
         dest: JobEnd {
             host: (!dest_here).then(|| ends.dest.host.clone()),
@@ -149,24 +155,119 @@ pub fn submit(a: SubmitArgs) -> Outcome {
             paths: vec![ends.dest.path.clone()],
             dir: ends.dest.dir,
             credential: dest_cap.as_ref().and_then(|(_, c)| credential(c)),
+            ssh: None,
         },
         options: options(&a),
     };
-    match jobcaps::ask_job_server(&server, &o, Message::JobSubmit(Box::new(spec))) {
+    let handed = hand_over(&a, &server, spec, &o);
+    if handed.is_err() {
+        give_back(&o, dest_cap.iter().chain(source_cap.iter()));
+    }
+    handed
+}
+
+/// Hands `spec` to the job server and prints the job's id.
+fn hand_over(a: &SubmitArgs, server: &str, spec: JobSpec, o: &ClientOptions) -> Outcome {
+    match jobcaps::ask_job_server(server, o, Message::JobSubmit(Box::new(spec))) {
         Ok(JobAnswer::Accepted { id, notify_secret }) => {
-            print::submitted(a.json, &id, &server, notify_secret.as_deref());
+            print::submitted(a.json, &id, server, notify_secret.as_deref());
             Ok(exit::OK)
         }
-        other => {
-            give_back(&o, dest_cap.iter().chain(source_cap.iter()));
-            Err(match other {
-                Err(e) => e.into(),
-                Ok(_) => {
-                    Failure::internal(format!("{server} answered the job with something else"))
-                }
-            })
-        }
+        Err(e) => Err(e.into()),
+        Ok(_) => Err(Failure::internal(format!(
+            "{server} answered the job with something else"
+        ))),
     }
+}
+
+/// A job with a far end over ssh (`[USER@]HOST:path`, no server there):
+/// the job and the job server (the other end's: `--via` may only name
+/// it), or None for a job between servers. The job server reaches the
+/// host with its own ssh, if its admin allowed it (`serve --jobs-ssh`);
+/// no capability is asked of anyone.
+fn over_ssh(a: &SubmitArgs) -> Result<Option<(JobSpec, String)>, Failure> {
+    let (dest, sources) = a
+        .paths
+        .split_last()
+        .ok_or_else(|| usage("name SRC... DST"))?;
+    let ssh_sources: Vec<Option<Target>> = sources.iter().map(|s| Target::parse(s)).collect();
+    let ssh_dest = Target::parse(dest);
+    if ssh_dest.is_none() && ssh_sources.iter().all(Option::is_none) {
+        return Ok(None);
+    }
+    let server_end = |p: &str| {
+        parse_remote(p).ok_or_else(|| {
+            usage(format!(
+                "'{p}': a job with a host over ssh runs between it and a longhaul server (the job server): name that end longhaul://HOST/EXPORT/path"
+            ))
+        })
+    };
+    let ssh_end = |t: &Target, paths: Vec<String>| JobEnd {
+        host: None,
+        export: String::new(),
+        paths,
+        dir: false,
+        credential: None,
+        ssh: Some(t.dest.clone()),
+    };
+    let (source, dest, server) = match ssh_dest {
+        Some(t) => {
+            let here: Vec<Remote> = sources
+                .iter()
+                .map(|p| server_end(p))
+                .collect::<Result<_, _>>()?;
+            let paths = here
+                .iter()
+                .zip(sources)
+                .map(|(r, p)| source_path(r, p))
+                .collect();
+            let end = JobEnd {
+                host: None,
+                export: here[0].export.clone(),
+                paths,
+                dir: false,
+                credential: None,
+                ssh: None,
+            };
+            (end, ssh_end(&t, vec![t.path.clone()]), here[0].host.clone())
+        }
+        None => {
+            let Some(Some(first)) = ssh_sources.first().cloned() else {
+                return Err(usage("a job's sources are on one host"));
+            };
+            if ssh_sources
+                .iter()
+                .any(|t| t.as_ref().is_none_or(|t| t.dest != first.dest))
+            {
+                return Err(usage("a job's sources over ssh are on one host"));
+            }
+            let paths = ssh_sources.into_iter().flatten().map(|t| t.path).collect();
+            let r = server_end(dest)?;
+            let end = JobEnd {
+                host: None,
+                export: r.export.clone(),
+                paths: vec![r.path.clone()],
+                dir: r.dir,
+                credential: None,
+                ssh: None,
+            };
+            (ssh_end(&first, paths), end, r.host.clone())
+        }
+    };
+    if a.via
+        .as_ref()
+        .is_some_and(|v| host_key(v) != host_key(&server))
+    {
+        return Err(usage(format!(
+            "a job with a host over ssh runs on the server of its other end ({server}), which reaches the host with its own ssh: leave out --via or name that server"
+        )));
+    }
+    let spec = JobSpec {
+        source,
+        dest,
+        options: options(a),
+    };
+    Ok(Some((spec, server)))
 }
 
 /// The destination's capability for a job: one push into its path.

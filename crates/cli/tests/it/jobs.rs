@@ -800,6 +800,7 @@ fn attacker_a_job_that_leaves_its_export_widens_its_capability_or_is_malformed_i
             paths: vec!["tree".into()],
             dir: false,
             credential: None,
+            ssh: None,
         },
         dest: JobEnd {
             host: Some(b.addr()),
@@ -811,6 +812,7 @@ fn attacker_a_job_that_leaves_its_export_widens_its_capability_or_is_malformed_i
                 capability: cap.capability.clone(),
                 lifetime_s: cap.lifetime_s,
             }),
+            ssh: None,
         },
         options: JobOptions {
             recursive: true,
@@ -1679,4 +1681,149 @@ fn attacker_a_third_party_jobs_order_capability_cannot_be_widened_and_ends_when_
     });
     let e = order_copy(&a.addr(), &at_a, the_job).expect_err("a revoked capability");
     assert!(e.to_string().contains("unknown, expired or revoked"), "{e}");
+}
+
+/// A job server that may reach the test's own sshd (as `lhtest`) for its
+/// jobs' far ends, exporting `root` as `data`.
+fn ssh_job_server(t: &TempDir, s: &common::sshd::Sshd, root: &Path) -> Serve {
+    let export = format!("data={}", root.display());
+    let rsh = s.rsh();
+    Serve::start(
+        &t.path().join("state-j"),
+        &[
+            "--jobs",
+            "--export",
+            &export,
+            "--no-sync",
+            "--no-archive",
+            "--jobs-ssh",
+            common::sshd::HOST,
+            "--jobs-rsh",
+            &rsh,
+            "--jobs-remote-path",
+            common::sshd::BIN,
+        ],
+    )
+}
+
+/// A job whose far end is a host with no longhaul server, reached by the
+/// job server's own ssh (`serve --jobs-ssh`): a push there, then a pull of
+/// it back into the job server's export; both finish verified.
+#[test]
+fn a_job_pushes_to_and_pulls_from_a_host_over_ssh_the_job_server_may_reach() {
+    let Some(s) = common::sshd::sshd() else {
+        return;
+    };
+    let t = TempDir::new("job-ssh");
+    let (here, far) = (t.dir("here"), t.dir("far"));
+    for i in 0..3 {
+        write_random(&here.join(format!("tree/f{i}")), 2 << 20, 70 + i);
+    }
+    std::fs::create_dir_all(here.join("back")).unwrap();
+    let j = ssh_job_server(&t, &s, &here);
+    let to = format!("{}:{}/", common::sshd::HOST, far.display());
+    let (id, _) = submit(&["-r", &url(&j, "data/tree"), &to]);
+    let (code, v) = wait_job(&j, &id, Duration::from_secs(180));
+    assert_eq!(code, 0, "{v} {}", j.log_text());
+    assert_eq!(v["job"]["kind"], "push", "{v}");
+    assert_eq!(v["job"]["files"]["finished"], 3, "{v}");
+    assert_same_tree(&here.join("tree"), &far.join("tree"), false);
+    let from = format!("{}:{}/tree", common::sshd::HOST, far.display());
+    let (id, _) = submit(&["-r", &from, &url(&j, "data/back/")]);
+    let (code, v) = wait_job(&j, &id, Duration::from_secs(180));
+    assert_eq!(code, 0, "{v} {}", j.log_text());
+    assert_eq!(v["job"]["kind"], "pull", "{v}");
+    assert_same_tree(&here.join("tree"), &here.join("back/tree"), false);
+}
+
+/// The job server's ssh is its admin's: a job names only a host the
+/// admin listed, never one that ssh would read as an option, and a job
+/// server that lists none reaches none.
+#[test]
+fn attacker_a_job_reaches_over_ssh_only_a_host_its_server_allows() {
+    use longhaul_engine::net::dial::{ClientOptions, Security};
+    use longhaul_engine::net::tls::TrustOptions;
+    use longhaul_engine::xfer::jobcaps;
+    use longhaul_proto::job::*;
+    use longhaul_proto::msg::{Message, RefuseCode};
+    let Some(s) = common::sshd::sshd() else {
+        return;
+    };
+    let t = TempDir::new("job-ssh-attack");
+    let here = t.dir("here");
+    write_random(&here.join("f"), 1000, 80);
+    let j = ssh_job_server(&t, &s, &here);
+    let pwned = t.path().join("pwned");
+    let o = bin()
+        .args(["submit", &url(&j, "data/f"), "elsewhere:/tmp/x"])
+        .output()
+        .unwrap();
+    refused_with(&o, "reaches no host 'elsewhere' over ssh");
+    let client = ClientOptions {
+        security: Security {
+            plaintext: false,
+            trust: TrustOptions {
+                pins: vec![common::fingerprint().to_string()],
+                ..TrustOptions::default()
+            },
+            token: Some(common::TOKEN.to_string()),
+            tokens: Vec::new(),
+        },
+        ..ClientOptions::default()
+    };
+    let spec = |ssh: &str| JobSpec {
+        source: JobEnd {
+            host: None,
+            export: "data".into(),
+            paths: vec!["f".into()],
+            dir: false,
+            credential: None,
+            ssh: None,
+        },
+        dest: JobEnd {
+            host: None,
+            export: String::new(),
+            paths: vec!["/tmp/x".into()],
+            dir: false,
+            credential: None,
+            ssh: Some(ssh.into()),
+        },
+        options: JobOptions::default(),
+    };
+    for (ssh, why) in [
+        (
+            format!("-oProxyCommand=touch {}", pwned.display()),
+            "no [USER@]HOST",
+        ),
+        (
+            format!("{} -oProxyCommand=x", common::sshd::HOST),
+            "no [USER@]HOST",
+        ),
+        ("elsewhere".to_string(), "reaches no host"),
+    ] {
+        match jobcaps::ask_job_server(&j.addr(), &client, Message::JobSubmit(Box::new(spec(&ssh))))
+        {
+            Err(longhaul_engine::EngineError::Refused { code, message }) => {
+                assert_eq!(code, RefuseCode::BadRequest, "{message}");
+                assert!(message.contains(why), "{ssh}: {message}");
+            }
+            other => panic!("{ssh}: {other:?}"),
+        }
+    }
+    // A job server that lists no host reaches none.
+    let export = format!("data={}", here.display());
+    let plain = Serve::start(
+        &t.path().join("state-p"),
+        &["--jobs", "--export", &export, "--no-sync", "--no-archive"],
+    );
+    let o = bin()
+        .args([
+            "submit",
+            &url(&plain, "data/f"),
+            &format!("{}:/tmp/x", common::sshd::HOST),
+        ])
+        .output()
+        .unwrap();
+    refused_with(&o, "jobs-ssh");
+    assert!(!pwned.exists(), "ssh read a host as an option");
 }

@@ -186,6 +186,7 @@ fn placeholder_end() -> longhaul_proto::job::JobEnd {
         paths: Vec::new(),
         dir: false,
         credential: None,
+        ssh: None,
     }
 }
 
