@@ -281,7 +281,7 @@ fn cp_tunes_its_streams_online_and_reports_each_interval() {
     let t = TempDir::new("wan-tuning");
     let (src, exp, back) = (t.dir("src"), t.dir("exp"), t.dir("back"));
     // Incompressible, so no layer below can shortcut it.
-    let mut data = vec![0u8; 64 << 20];
+    let mut data = vec![0u8; 300 << 20];
     let mut x = 0x2545_f491_4f6c_dd1du64;
     for c in data.chunks_mut(8) {
         x ^= x << 13;
@@ -290,16 +290,15 @@ fn cp_tunes_its_streams_online_and_reports_each_interval() {
         c.copy_from_slice(&x.to_le_bytes());
     }
     std::fs::write(src.join("f.bin"), &data).unwrap();
-    // 80 ms at 50 Mbit/s: one stream's window would carry it, so the 19
+    // 80 ms at 150 Mbit/s: one stream's window would carry it, so the 19
     // streams sized for 10 Gbit/s only fill the bottleneck's queue. Slow
-    // enough (11 s) that chunks are still to be handed out for several
+    // enough (16 s) that chunks are still to be handed out for several
     // tuning epochs: once the 19 streams' send buffers hold the rest of
     // the file, the epochs are starved of chunks and the tuner rightly
-    // holds. What the tuner needs is epochs, not bytes: the rate is low so
-    // that 64 MiB give them.
+    // holds.
     let w = Wan::up(
         &name,
-        &["--rtt", "80ms", "--rate", "50mbit", "--mtu", "9000"],
+        &["--rtt", "80ms", "--rate", "150mbit", "--mtu", "9000"],
     );
     let _srv = serve_in_b(&w, &exp, &t.dir("state"));
     let run = |args: &[&str]| {
@@ -327,12 +326,11 @@ fn cp_tunes_its_streams_online_and_reports_each_interval() {
     let intervals = v["intervals"].as_array().unwrap();
     assert!(intervals.len() >= 5, "{} intervals", intervals.len());
     // The tuner observes every epoch (2 s here, after a first one to
-    // settle; its first observation comes at about 4 s) in which chunks
-    // were still to be handed out: at 50 Mbit/s the 64 MiB take at least
-    // 10.7 s and the streams hold about 21 MiB of them (1 MiB unsent each,
-    // TCP_NOTSENT_LOWAT on a long path, and what is in flight), so about
-    // 7 s of it has chunks pending, whatever the load: it must have
-    // stepped, and its first step from the initial count is always down.
+    // settle) in which chunks were still to be handed out: at 150 Mbit/s
+    // the 300 MiB take at least 16 s and the streams' send buffers (4 MiB
+    // each at most) hold under 80 MiB of them, so at least 11 s of it has
+    // chunks pending, whatever the load: it must have stepped, and its
+    // first step from the initial count is always down.
     let steps = tuning["steps"].as_array().unwrap();
     assert!(
         !steps.is_empty(),
