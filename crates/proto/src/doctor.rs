@@ -526,7 +526,8 @@ fn undrained(m: &Measured, send: &End, recv: &End) -> Option<f64> {
         streams: Some(streams),
     })
     .ceiling_bps;
-    let least = crate::tune::smallest_windows_bps(usize::from(streams), rtt_us, None).min(most);
+    let least =
+        crate::tune::smallest_windows_bps(usize::from(streams), rtt_us.max(1), None).min(most);
     (least.is_finite() && crate::tune::undrained(run.bits_per_second, least)).then_some(least)
 }
 
