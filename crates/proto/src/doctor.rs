@@ -505,11 +505,6 @@ fn cipher_held(m: &Measured) -> Option<f64> {
         .filter(|&plain| tls > 0.0 && plain >= tls * CIPHER_HELD)
 }
 
-/// The smallest window an autotuned stream advertises: half of
-/// tcp_rmem's default 128 KiB ([`RECV_BUFFER_USE`]); autotuning only
-/// grows it.
-const SMALLEST_WINDOW: f64 = 131_072.0 * RECV_BUFFER_USE;
-
 /// What the run's streams carry at the idle RTT with the smallest window
 /// they can have had (autotuning's first, or the buffers' most if less),
 /// when the run was held by the window and carried under
@@ -531,10 +526,9 @@ fn undrained(m: &Measured, send: &End, recv: &End) -> Option<f64> {
         streams: Some(streams),
     })
     .ceiling_bps;
-    // The plan's floor: a sub-100-microsecond RTT is taken as 100.
-    let rtt_s = f64::from(rtt_us.max(100)) / 1e6;
-    let least = (SMALLEST_WINDOW * 8.0 / rtt_s * f64::from(streams)).min(most);
-    (least.is_finite() && run.bits_per_second < least * crate::tune::UNDRAINED).then_some(least)
+    let least =
+        crate::tune::smallest_windows_bps(usize::from(streams), rtt_us.max(1), None).min(most);
+    (least.is_finite() && crate::tune::undrained(run.bits_per_second, least)).then_some(least)
 }
 
 impl RunShape {

@@ -125,8 +125,7 @@ pub fn classify(i: &TransferInterval) -> TransferLimit {
         // CPU) is the receiver's limit; the window's own only where the
         // rate is what the window allows at the RTT.
         let closed = i.window_open < 0.25;
-        let undrained = i.window_bps > 0.0 && i.bits_per_second < i.window_bps * UNDRAINED;
-        return if closed || undrained {
+        return if closed || undrained(i.bits_per_second, i.window_bps) {
             TransferLimit::StorageWrite
         } else {
             TransferLimit::Window
@@ -149,6 +148,36 @@ pub fn classify(i: &TransferInterval) -> TransferLimit {
 /// window too small for the path is filled by the data in flight, which
 /// then carries about all it allows.
 pub const UNDRAINED: f64 = 0.5;
+
+/// The one rule for a transfer held by the receive window (a copy's
+/// interval, the doctor's run, a perf direction): carried under
+/// [`UNDRAINED`] of `windows_bps`, what its windows carry at the path's
+/// RTT (0: not known), it was held by a receiver that did not read, not by
+/// a window too small for the path.
+pub fn undrained(bits_per_second: f64, windows_bps: f64) -> bool {
+    windows_bps > 0.0 && bits_per_second < windows_bps * UNDRAINED
+}
+
+/// The smallest window an autotuned stream advertises: half of
+/// tcp_rmem's default 128 KiB ([`crate::window::RECV_BUFFER_USE`]);
+/// autotuning only grows it.
+pub const SMALLEST_WINDOW: f64 = 131_072.0 * crate::window::RECV_BUFFER_USE;
+
+/// What `streams` streams carry at `rtt_us` (the path's smallest RTT; under
+/// 100 us taken as 100, as the window plan does) each with the smallest
+/// window it can have advertised: autotuning's first, or the window of a
+/// receive buffer of `buffer` bytes set smaller. Bits/s; 0 when the RTT is
+/// not known. A run held by the window far below this one
+/// ([`undrained`]) was not held by the window's size.
+pub fn smallest_windows_bps(streams: usize, rtt_us: u32, buffer: Option<u32>) -> f64 {
+    if rtt_us == 0 {
+        return 0.0;
+    }
+    let window = buffer.map_or(SMALLEST_WINDOW, |b| {
+        SMALLEST_WINDOW.min(f64::from(b) * crate::window::RECV_BUFFER_USE)
+    });
+    window * 8.0 / (f64::from(rtt_us.max(100)) / 1e6) * streams.max(1) as f64
+}
 
 fn is_zero(v: &f64) -> bool {
     *v == 0.0
