@@ -20,7 +20,7 @@
 //! asked over the ssh channel, opens every connection
 //! ([`longhaul_engine::net::back`]); the report says so.
 //!
-//! Addressing (README "Addressing"): `[USER@]HOST:path` without a port is
+//! Addressing (docs/GUIDE.md "Addressing"): `[USER@]HOST:path` without a port is
 //! ssh; a server is `longhaul://HOST[:PORT]/EXPORT/path` or
 //! `HOST:PORT:EXPORT/path`. A path on the far host is as scp's: relative to
 //! the home directory unless it starts with `/`.
