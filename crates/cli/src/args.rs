@@ -577,16 +577,9 @@ pub struct SubmitArgs {
     pub security: SecurityArgs,
 }
 
-/// A job's lifetime: a duration (`12h`), or days (`7d`), at most 30 days.
+/// A job's lifetime: a duration (`12h`, `7d`, `2d12h`), at most 30 days.
 fn lifetime(s: &str) -> Result<u32, String> {
-    let secs = match s.strip_suffix('d') {
-        Some(d) => {
-            d.parse::<f64>()
-                .map_err(|_| format!("{s:?} is not a lifetime: e.g. 7d or 12h"))?
-                * 86_400.0
-        }
-        None => duration(s)?.as_secs_f64(),
-    };
+    let secs = duration(s)?.as_secs_f64();
     let most = longhaul_proto::job::MAX_LIFETIME_S;
     if !(1.0..=f64::from(most)).contains(&secs) {
         return Err(format!("{s:?}: a job lasts at most 30d"));
