@@ -1646,6 +1646,18 @@ mod tests {
     use super::*;
     use clap::CommandFactory;
 
+    /// `submit --lifetime` reads the one duration grammar, up to 30 days.
+    #[test]
+    fn a_lifetime_is_a_duration_of_at_most_30_days() {
+        assert_eq!(lifetime("7d"), Ok(7 * 86_400));
+        assert_eq!(lifetime("12h"), Ok(12 * 3600));
+        assert_eq!(lifetime("2d12h"), Ok(60 * 3600));
+        assert_eq!(lifetime("30d"), Ok(30 * 86_400));
+        assert!(lifetime("31d").unwrap_err().contains("at most 30d"));
+        assert!(lifetime("0s").is_err());
+        assert!(lifetime("soon").unwrap_err().contains("1h30m"));
+    }
+
     /// rsync's --bwlimit units: a bare number is KiB/s.
     #[test]
     fn bwlimit_reads_rsyncs_units() {
