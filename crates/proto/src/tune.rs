@@ -546,24 +546,19 @@ mod tests {
         assert_eq!(i(&|x| x.read_busy = 0.8), TransferLimit::StorageRead);
         assert_eq!(i(&|x| x.rwnd_limited = 0.6), TransferLimit::Window);
         // Full windows that carry far more at the RTT than came: the
-        // receiver kept them full (its writes), not the path's length.
-        assert_eq!(
-            i(&|x| {
+        // receiver kept them full (its writes), not the path's length;
+        // windows that carry about what came are too small for the path.
+        for (window_bps, limit) in [
+            (200e9, TransferLimit::StorageWrite),
+            (1.2e9, TransferLimit::Window),
+        ] {
+            let full = |x: &mut TransferInterval| {
                 x.rwnd_limited = 1.0;
                 x.bits_per_second = 1e9;
-                x.window_bps = 200e9;
-            }),
-            TransferLimit::StorageWrite
-        );
-        // Windows that carry about what came: too small for the path.
-        assert_eq!(
-            i(&|x| {
-                x.rwnd_limited = 1.0;
-                x.bits_per_second = 1e9;
-                x.window_bps = 1.2e9;
-            }),
-            TransferLimit::Window
-        );
+                x.window_bps = window_bps;
+            };
+            assert_eq!(i(&full), limit, "windows carrying {window_bps}");
+        }
         assert_eq!(
             i(&|x| {
                 x.rwnd_limited = 0.6;
@@ -592,12 +587,9 @@ mod tests {
     /// The same with +-`noise` (a share) on every observation.
     fn settle_noisy(start: u16, max: u16, curve: impl Fn(u16) -> f64, noise: f64) -> (u16, Climb) {
         let mut c = Climb::new(start, 1, max);
-        let mut x = 0x9e37_79b9u32;
+        let mut rng = crate::data::Rng::new(1);
         for e in 0..40 {
-            x ^= x << 13;
-            x ^= x >> 17;
-            x ^= x << 5;
-            let r = f64::from(x) / f64::from(u32::MAX) * 2.0 - 1.0;
+            let r = rng.next() as f64 / u64::MAX as f64 * 2.0 - 1.0;
             let n = c.current();
             c.observe(f64::from(e), curve(n) * (1.0 + noise * r));
         }

@@ -5,7 +5,7 @@
 //! `--connect-back`, their failures as the command's; and `serve
 //! --one-shot`, the far end's own side.
 //!
-//! Addressing (README "Addressing"): `[USER@]HOST:path` without a port is
+//! Addressing (docs/GUIDE.md "Addressing"): `[USER@]HOST:path` without a port is
 //! ssh; a server is `longhaul://HOST[:PORT]/EXPORT/path` or
 //! `HOST:PORT:EXPORT/path`. A path on the far host is as scp's: relative to
 //! the home directory unless it starts with `/`.

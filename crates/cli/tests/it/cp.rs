@@ -1044,7 +1044,7 @@ fn symlinks_in_an_export_do_not_lead_outside_it() {
     assert!(escapes.is_empty(), "{escapes:#?}");
 }
 
-/// The one rule for the links in a path a user names (README "Links in
+/// The one rule for the links in a path a user names (docs/GUIDE.md "Links in
 /// the paths you name"), on a push, a pull and a listing: a link beneath
 /// the export is followed, and one to a directory is that directory for a
 /// destination (the copy goes inside it, as rsync and scp put it); a link
@@ -1785,7 +1785,7 @@ fn the_progress_bar_shows_what_arrived_once_a_second() {
     write_random(&f, total as usize, 9);
     let s = data_server(&exp, &t.dir("state"));
     // A cap of 1 MiB/s: about four seconds. One stream: each stream's
-    // start may run over its share (README, `--rate`), and at so low a cap
+    // start may run over its share (docs/GUIDE.md, `--rate`), and at so low a cap
     // four streams' starts are half a second of it.
     let cap = 1048576.0;
     let started = Instant::now();

@@ -33,15 +33,7 @@ fn text(o: &Output) -> String {
 
 /// Bytes that differ from file to file and position to position.
 fn pattern(seed: u64, len: usize) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
+    longhaul_testkit::data::bytes(seed, len)
 }
 
 fn write_tree(root: &Path) {
