@@ -5,12 +5,12 @@
 use longhaul_engine::report::Reporter;
 use longhaul_engine::results::{CommandReporter, WanHosts};
 use longhaul_engine::wan::LinkStats;
-use longhaul_engine::xfer::client::CpSummary;
 use longhaul_proto::msg::{Direction, Mode, Transport};
 use longhaul_proto::report::{DirectionReport, IntervalReport, Setup, StreamReport, Summary};
 use longhaul_proto::tune::TransferInterval;
 use longhaul_proto::units::escaped as esc;
 use longhaul_proto::units::{format_bytes, format_rate};
+use longhaul_proto::xfer::report::CopyReport;
 
 use super::FormatUnit;
 use longhaul_proto::xfer::{Kind, ListEntry};
@@ -478,7 +478,7 @@ impl Reporter for Human {
 }
 
 impl CommandReporter for Human {
-    fn transfer_summary(&mut self, s: &CpSummary) {
+    fn transfer_summary(&mut self, s: &CopyReport) {
         if self.quiet {
             for f in &s.failed {
                 errln!("longhaul: failed: {}: {}", esc(&f.path), esc(&f.error));
@@ -859,7 +859,7 @@ pub fn limit_shares(intervals: &[longhaul_proto::tune::TransferInterval]) -> Opt
 /// such, not as the path's congestion; a destination that did not keep up
 /// by where its CPU went (its writes, say), which the end's own figures
 /// show.
-fn verdict_text(s: &CpSummary, v: longhaul_proto::tune::TransferLimit) -> String {
+fn verdict_text(s: &CopyReport, v: longhaul_proto::tune::TransferLimit) -> String {
     use longhaul_proto::tune::TransferLimit;
     match (v, &s.path) {
         (TransferLimit::RateCap, Some(p)) if p.pacing.is_some() => {
@@ -893,7 +893,7 @@ fn verdict_text(s: &CpSummary, v: longhaul_proto::tune::TransferLimit) -> String
 
 /// What this run sent, over how long, at what rate: a resumed copy's
 /// rate is over the bytes it sent, and says so.
-fn sent_line(s: &CpSummary) -> String {
+fn sent_line(s: &CopyReport) -> String {
     if s.resumed_bytes == 0 {
         return format!(
             " in {:.2} s = {}",
@@ -911,7 +911,7 @@ fn sent_line(s: &CpSummary) -> String {
 }
 
 /// A transfer's first line: what it moved, over how long, at what rate.
-fn files_line(s: &CpSummary) -> String {
+fn files_line(s: &CopyReport) -> String {
     format!(
         "{} file{}{}, {}{} ({} skipped as up to date, {} stream(s), {} attempt(s))",
         s.files,
@@ -930,7 +930,7 @@ fn files_line(s: &CpSummary) -> String {
 }
 
 /// A dry run's outcome: what would be sent and deleted, nothing else.
-fn print_dry_run(s: &CpSummary) {
+fn print_dry_run(s: &CopyReport) {
     let sending = s.would_send.len() as u64;
     // Files the destination has, as the real run counts them (`skipped`
     // holds the files a dry run would send too; links are not files).
@@ -1014,7 +1014,7 @@ fn compression_line(c: &longhaul_proto::xfer::compress::CompressReport) -> Strin
 
 /// A transfer's outcome: figures, stages, tuning, path, then what was
 /// deleted or would be sent, failures (stderr) and the verification.
-fn print_transfer(s: &CpSummary, dry_run: bool) {
+fn print_transfer(s: &CopyReport, dry_run: bool) {
     if dry_run || s.dry_run {
         print_dry_run(s);
         return;
