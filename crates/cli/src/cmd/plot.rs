@@ -16,7 +16,7 @@ pub fn plot(a: PlotArgs, archive: &ArchiveArgs) -> Outcome {
     let id = archive.resolve(&a.run).map_err(archive_failure)?;
     let detail = archive.run(id).map_err(archive_failure)?;
     if detail.run.kind == longhaul_archive::matrix::KIND {
-        let m = longhaul_archive::matrix::Matrix::of(&detail).unwrap_or_default();
+        let m = longhaul_archive::matrix::Document::of(&detail).unwrap_or_default();
         plot::matrix::render(&detail.run, &m, &a.output).map_err(plot_failure)?;
         let counts = plot::matrix::counts(&m);
         outln!(

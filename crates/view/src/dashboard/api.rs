@@ -423,7 +423,7 @@ impl MatrixQuery {
 /// The matrix page: one matrix run (`run`, else the latest) whole, the
 /// matrix runs there are, and each cell's rate over them.
 pub fn matrix_of(a: Option<&Archive>, run: Option<i64>, limit: usize) -> Result<Value, ApiError> {
-    use longhaul_archive::matrix::{cell_history, matrix_runs, Matrix, MatrixRun, KIND};
+    use longhaul_archive::matrix::{cell_history, matrix_runs, Document, MatrixRun, KIND};
     let Some(a) = a else {
         return Ok(
             json!({ "missing": true, "run": null, "matrix": null, "runs": [], "history": [] }),
@@ -440,7 +440,7 @@ pub fn matrix_of(a: Option<&Archive>, run: Option<i64>, limit: usize) -> Result<
                     message: format!("run {id} is a {} run, not a matrix", detail.run.kind),
                 });
             }
-            let matrix = Matrix::of(&detail).ok_or_else(|| ApiError {
+            let matrix = Document::of(&detail).ok_or_else(|| ApiError {
                 status: StatusCode::NOT_FOUND,
                 message: format!("the matrix run {id} kept no cells (it ended before its first)"),
             })?;
@@ -460,7 +460,7 @@ pub fn matrix_of(a: Option<&Archive>, run: Option<i64>, limit: usize) -> Result<
     Ok(json!({
         "missing": false,
         "run": chosen.as_ref().map(|m| &m.run),
-        "matrix": chosen.as_ref().map(|m| &m.matrix),
+        "matrix": chosen.as_ref().map(|m| m.matrix.view()),
         "runs": list,
         "history": cell_history(&runs),
     }))
