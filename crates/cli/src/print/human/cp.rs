@@ -215,6 +215,31 @@ pub(super) fn print_transfer(s: &CopyReport, dry_run: bool) {
         return;
     }
     outln!("{}", files_line(s));
+    print_stages(s);
+    if let Some(t) = &s.tuning {
+        print_tuning(t);
+    }
+    if let Some(l) = limit_shares(&s.intervals) {
+        outln!("limited by: {l}");
+    }
+    if let Some(v) = s.verdict {
+        outln!("verdict: {}", verdict_text(s, v));
+    }
+    print_connections(s);
+    print_paths(s);
+    print_files_named(s, dry_run);
+    outln!(
+        "verified: {}",
+        if s.verified {
+            "every file, chunk by chunk (XXH3-128 against the source's; digests are BLAKE3)"
+        } else {
+            "NO: some files failed"
+        }
+    );
+}
+
+/// Each stage's rate on its own, compression, each end's CPU by stage.
+fn print_stages(s: &CopyReport) {
     outln!(
         "stages: source read {}, network {}, destination write {}",
         format_rate(s.source_read_bps),
@@ -232,44 +257,45 @@ pub(super) fn print_transfer(s: &CopyReport, dry_run: bool) {
             outln!("cpu at the {end}: {line}");
         }
     }
-    if let Some(t) = &s.tuning {
+}
+
+/// What the source's tuner chose: streams, chunks, files in flight, send
+/// buffers.
+fn print_tuning(t: &longhaul_proto::tune::TuningReport) {
+    outln!(
+        "tuning: {} stream(s){}; chunks of {}; up to {} files in flight{}",
+        t.final_streams,
+        if t.online {
+            format!(
+                " carrying chunks of {} open (online, {} step(s))",
+                t.initial_streams,
+                t.steps.len()
+            )
+        } else {
+            " (fixed)".into()
+        },
+        format_bytes(t.chunk_size),
+        t.files_in_flight,
+        if t.files_in_flight > t.initial_files_in_flight && t.initial_files_in_flight > 0 {
+            format!(" (grown online from {})", t.initial_files_in_flight)
+        } else {
+            String::new()
+        },
+    );
+    if t.send_buffer > 0 {
         outln!(
-            "tuning: {} stream(s){}; chunks of {}; up to {} files in flight{}",
-            t.final_streams,
-            if t.online {
-                format!(
-                    " carrying chunks of {} open (online, {} step(s))",
-                    t.initial_streams,
-                    t.steps.len()
-                )
-            } else {
-                " (fixed)".into()
-            },
-            format_bytes(t.chunk_size),
-            t.files_in_flight,
-            if t.files_in_flight > t.initial_files_in_flight && t.initial_files_in_flight > 0 {
-                format!(" (grown online from {})", t.initial_files_in_flight)
-            } else {
-                String::new()
-            },
+            "send buffers: {} a stream{}",
+            format_bytes(t.send_buffer),
+            match t.send_buffer_raises {
+                0 => String::new(),
+                n => format!(" (raised online {n} time(s))"),
+            }
         );
-        if t.send_buffer > 0 {
-            outln!(
-                "send buffers: {} a stream{}",
-                format_bytes(t.send_buffer),
-                match t.send_buffer_raises {
-                    0 => String::new(),
-                    n => format!(" (raised online {n} time(s))"),
-                }
-            );
-        }
     }
-    if let Some(l) = limit_shares(&s.intervals) {
-        outln!("limited by: {l}");
-    }
-    if let Some(v) = s.verdict {
-        outln!("verdict: {}", verdict_text(s, v));
-    }
+}
+
+/// Which end opened the connections, when it was not this one.
+fn print_connections(s: &CopyReport) {
     if let Some(o) = s.connections.as_ref().filter(|o| o.opened_by == "far_end") {
         outln!(
             "connections: opened by the far end ({})",
@@ -287,6 +313,11 @@ pub(super) fn print_transfer(s: &CopyReport, dry_run: bool) {
             o.reason.as_deref().unwrap_or("connect-back")
         );
     }
+}
+
+/// Each path's streams and bytes (`--bind`, `--via`), and how the streams
+/// were sized for the path.
+fn print_paths(s: &CopyReport) {
     for p in &s.paths {
         outln!(
             "path {} -> {}: {} stream(s), {}",
@@ -320,6 +351,11 @@ pub(super) fn print_transfer(s: &CopyReport, dry_run: bool) {
             )),
         );
     }
+}
+
+/// The files named one by one: warnings, what would be sent, files sent
+/// again, deletions, failures.
+fn print_files_named(s: &CopyReport, dry_run: bool) {
     for w in &s.warnings {
         errln!("longhaul: warning: {}", esc(w));
     }
@@ -342,12 +378,4 @@ pub(super) fn print_transfer(s: &CopyReport, dry_run: bool) {
     for f in &s.failed {
         errln!("longhaul: failed: {}: {}", esc(&f.path), esc(&f.error));
     }
-    outln!(
-        "verified: {}",
-        if s.verified {
-            "every file, chunk by chunk (XXH3-128 against the source's; digests are BLAKE3)"
-        } else {
-            "NO: some files failed"
-        }
-    );
 }
