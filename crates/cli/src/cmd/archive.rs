@@ -241,7 +241,25 @@ pub fn show(a: ShowArgs, archive: &ArchiveArgs) -> Outcome {
 }
 
 fn print_run(d: &RunDetail) {
-    let r = &d.run;
+    print_run_head(&d.run);
+    print_moved(d);
+    if let Some(s) = &d.summary {
+        report(&d.run.kind, s);
+    }
+    if d.run.lost > 0 {
+        outln!(
+            "  lost      {} rows the archive could not keep (disk full?)",
+            d.run.lost
+        );
+    }
+    for w in &d.warnings {
+        outln!("  warning   {w}");
+    }
+    print_intervals(d);
+}
+
+/// What ran, when and where, and how it ended.
+fn print_run_head(r: &RunRow) {
     outln!(
         "run {}: {} ({}){}",
         r.id,
@@ -277,6 +295,11 @@ fn print_run(d: &RunDetail) {
             outln!("  {k:<9} {}", escaped(v));
         }
     }
+}
+
+/// What the run moved (or, dry, would have), and each stage's rate.
+fn print_moved(d: &RunDetail) {
+    let r = &d.run;
     if let (true, Some(s)) = (r.dry_run, &d.summary) {
         let count = |k: &str| {
             s.get(k)
@@ -333,18 +356,10 @@ fn print_run(d: &RunDetail) {
             );
         }
     }
-    if let Some(s) = &d.summary {
-        report(&r.kind, s);
-    }
-    if r.lost > 0 {
-        outln!(
-            "  lost      {} rows the archive could not keep (disk full?)",
-            r.lost
-        );
-    }
-    for w in &d.warnings {
-        outln!("  warning   {w}");
-    }
+}
+
+/// The intervals of all streams together.
+fn print_intervals(d: &RunDetail) {
     let totals: Vec<_> = d.intervals.iter().filter(|i| i.stream < 0).collect();
     if !totals.is_empty() {
         outln!("intervals (all streams):");

@@ -277,14 +277,28 @@ pub async fn intervals(
     UrlPath(id): UrlPath<String>,
     q: Result<Query<AfterQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<Value>, ApiError> {
+    of_run(&st, id, q, |a, id, q| {
+        let rows = a.intervals(id, q.after)?;
+        let status = a.run(id)?.run.status;
+        Ok(json!({ "id": id, "status": status, "intervals": rows }))
+    })
+    .await
+}
+
+/// `f` over the run named `id` (a number, `last`, ...) in the archive, with
+/// the request's query.
+async fn of_run(
+    st: &Arc<AppState>,
+    id: String,
+    q: Result<Query<AfterQuery>, axum::extract::rejection::QueryRejection>,
+    f: impl FnOnce(&Archive, i64, AfterQuery) -> Result<Value, ArchiveError> + Send + 'static,
+) -> Result<Json<Value>, ApiError> {
     let Query(q) = q.map_err(|e| ApiError::bad(e.body_text()))?;
     Ok(Json(
-        with_archive(&st, move |a| {
+        with_archive(st, move |a| {
             let a = a.ok_or_else(|| ArchiveError::NoRun(id.clone()))?;
             let id = a.resolve(&id)?;
-            let rows = a.intervals(id, q.after)?;
-            let status = a.run(id)?.run.status;
-            Ok(json!({ "id": id, "status": status, "intervals": rows }))
+            Ok(f(a, id, q)?)
         })
         .await?,
     ))
@@ -296,16 +310,11 @@ pub async fn files(
     UrlPath(id): UrlPath<String>,
     q: Result<Query<AfterQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<Value>, ApiError> {
-    let Query(q) = q.map_err(|e| ApiError::bad(e.body_text()))?;
-    Ok(Json(
-        with_archive(&st, move |a| {
-            let a = a.ok_or_else(|| ArchiveError::NoRun(id.clone()))?;
-            let id = a.resolve(&id)?;
-            let rows = a.files(id, q.limit.unwrap_or(FILES_DEFAULT))?;
-            Ok(json!({ "id": id, "files": rows }))
-        })
-        .await?,
-    ))
+    of_run(&st, id, q, |a, id, q| {
+        let rows = a.files(id, q.limit.unwrap_or(FILES_DEFAULT))?;
+        Ok(json!({ "id": id, "files": rows }))
+    })
+    .await
 }
 
 /// One doctor run on the timeline of its path.
