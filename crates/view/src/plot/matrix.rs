@@ -13,6 +13,7 @@
 //! escapes every text it writes into an SVG, so a name is text, never
 //! markup (tested).
 
+use plotters::coord::types::RangedCoordf64;
 use plotters::coord::Shift;
 use plotters::prelude::*;
 
@@ -270,20 +271,7 @@ fn draw_panel<DB: DrawingBackend>(
                 .any(|c| c.path == paths[*k] && c.direction == *d)
         })
         .collect();
-    let limits: Vec<(String, f64)> = m
-        .limits
-        .local_copy_bytes_per_second
-        .get(w)
-        .map(|v| ("local copy".to_string(), gbit(*v)))
-        .into_iter()
-        .chain(
-            m.limits
-                .destination_write_bytes_per_second
-                .filter(|_| w != "mem")
-                .map(|v| ("destination write".to_string(), gbit(v))),
-        )
-        .filter(|(_, v)| *v > 0.0)
-        .collect();
+    let limits = panel_limits(m, w);
     let top = cells
         .iter()
         .filter_map(|c| c.rate.as_ref())
@@ -354,62 +342,101 @@ fn draw_panel<DB: DrawingBackend>(
             }) else {
                 continue;
             };
-            let a = x0 + j as f64 * slot_w;
-            let b = a + slot_w * 0.9;
-            let colour = path_colour(*k);
-            let Some(r) = &c.rate else {
-                if c.error.is_some() {
-                    chart
-                        .draw_series(std::iter::once(Text::new(
-                            "x",
-                            ((a + b) / 2.0, 0.0),
-                            (FAMILY, 14).into_font().color(&BAD),
-                        )))
-                        .map_err(draw_error)?;
-                }
-                continue;
-            };
-            let v = gbit(r.median_bytes_per_second);
-            if *dir == "put" {
-                chart
-                    .draw_series(std::iter::once(Rectangle::new(
-                        [(a, 0.0), (b, v)],
-                        colour.filled(),
-                    )))
-                    .map_err(draw_error)?;
-            } else {
-                chart
-                    .draw_series([
-                        Rectangle::new([(a, 0.0), (b, v)], colour.mix(0.3).filled()),
-                        Rectangle::new([(a, 0.0), (b, v)], colour.stroke_width(2)),
-                    ])
-                    .map_err(draw_error)?;
-            }
-            let (lo, hi) = (gbit(r.min_bytes_per_second), gbit(r.max_bytes_per_second));
-            let mid = (a + b) / 2.0;
-            if hi > lo {
-                chart
-                    .draw_series(std::iter::once(PathElement::new(
-                        vec![(mid, lo), (mid, hi)],
-                        WHISKER.stroke_width(1),
-                    )))
-                    .map_err(draw_error)?;
-            }
-            if c.verified == Some(false) {
-                chart
-                    .draw_series(std::iter::once(
-                        EmptyElement::at((mid, v.max(hi)))
-                            + Text::new(
-                                "\u{2717}",
-                                (-5, -20),
-                                (FAMILY, 16).into_font().color(&BAD),
-                            ),
-                    ))
-                    .map_err(draw_error)?;
-            }
+            draw_cell(&mut chart, c, (x0 + j as f64 * slot_w, slot_w), *k, dir)?;
         }
     }
-    for (name, v) in &limits {
+    draw_limit_lines(&mut chart, &limits, n)?;
+    Ok(())
+}
+
+type Chart<'a, DB> = ChartContext<'a, DB, Cartesian2d<RangedCoordf64, RangedCoordf64>>;
+
+/// The same-run limits of workload `w`, Gbit/s: its local copy and, for
+/// files, the destination's write.
+fn panel_limits(m: &Document, w: &str) -> Vec<(String, f64)> {
+    m.limits
+        .local_copy_bytes_per_second
+        .get(w)
+        .map(|v| ("local copy".to_string(), gbit(*v)))
+        .into_iter()
+        .chain(
+            m.limits
+                .destination_write_bytes_per_second
+                .filter(|_| w != "mem")
+                .map(|v| ("destination write".to_string(), gbit(v))),
+        )
+        .filter(|(_, v)| *v > 0.0)
+        .collect()
+}
+
+/// One cell's bar, at `a` and `slot_w` wide, in path `k`'s colour: put
+/// solid, get light; its whisker; a red cross when it did not verify, a
+/// red `x` on the axis when it failed.
+fn draw_cell<DB: DrawingBackend>(
+    chart: &mut Chart<'_, DB>,
+    c: &Cell,
+    (a, slot_w): (f64, f64),
+    k: usize,
+    dir: &str,
+) -> Result<(), PlotError> {
+    let b = a + slot_w * 0.9;
+    let colour = path_colour(k);
+    let Some(r) = &c.rate else {
+        if c.error.is_some() {
+            chart
+                .draw_series(std::iter::once(Text::new(
+                    "x",
+                    ((a + b) / 2.0, 0.0),
+                    (FAMILY, 14).into_font().color(&BAD),
+                )))
+                .map_err(draw_error)?;
+        }
+        return Ok(());
+    };
+    let v = gbit(r.median_bytes_per_second);
+    if dir == "put" {
+        chart
+            .draw_series(std::iter::once(Rectangle::new(
+                [(a, 0.0), (b, v)],
+                colour.filled(),
+            )))
+            .map_err(draw_error)?;
+    } else {
+        chart
+            .draw_series([
+                Rectangle::new([(a, 0.0), (b, v)], colour.mix(0.3).filled()),
+                Rectangle::new([(a, 0.0), (b, v)], colour.stroke_width(2)),
+            ])
+            .map_err(draw_error)?;
+    }
+    let (lo, hi) = (gbit(r.min_bytes_per_second), gbit(r.max_bytes_per_second));
+    let mid = (a + b) / 2.0;
+    if hi > lo {
+        chart
+            .draw_series(std::iter::once(PathElement::new(
+                vec![(mid, lo), (mid, hi)],
+                WHISKER.stroke_width(1),
+            )))
+            .map_err(draw_error)?;
+    }
+    if c.verified == Some(false) {
+        chart
+            .draw_series(std::iter::once(
+                EmptyElement::at((mid, v.max(hi)))
+                    + Text::new("\u{2717}", (-5, -20), (FAMILY, 16).into_font().color(&BAD)),
+            ))
+            .map_err(draw_error)?;
+    }
+    Ok(())
+}
+
+/// The limits as grey lines across the panel, each named at its right end.
+fn draw_limit_lines<DB: DrawingBackend>(
+    chart: &mut Chart<'_, DB>,
+    limits: &[(String, f64)],
+    n: f64,
+) -> Result<(), PlotError> {
+    for (name, v) in limits {
         chart
             .draw_series(std::iter::once(PathElement::new(
                 vec![(0.0, *v), (n, *v)],
