@@ -651,7 +651,7 @@ fn a_matrix_is_archived_as_one_run_and_shown_with_its_cells() {
     );
     // The command's own tables, read back from the archive.
     assert!(out.contains("quick (best)"), "{out}");
-    assert!(out.contains("mem (memory to memory, 1 s): MB/s"), "{out}");
+    assert!(out.contains("mem (memory to memory, "), "{out}");
     assert!(out.contains("625 ("), "the median in MB/s: {out}");
     assert!(out.contains("-688)"), "the spread: {out}");
     assert!(out.contains("0.64 + 0.48"), "CPU seconds per GB: {out}");
