@@ -2,14 +2,17 @@
 //! one run of kind [`KIND`] whose summary is the command's own
 //! `longhaul-matrix` document (docs/JSON.md section 15), every cell in it.
 //! No table of its own: the run is a row like any other (older builds list
-//! it and show its summary), and readers take the cells out of the
-//! document with [`Matrix::of`], which keeps what it knows and skips the
-//! rest, so a later version of the document still reads.
+//! it and show its summary).
 //!
+//! - [`Document`]: the document, one type for the command that writes it
+//!   (`--json`, `--resume`, the archive) and for its readers (`show`,
+//!   `plot`, the dashboard's matrix page), which read it with
+//!   [`Document::of`]: what it knows is kept, the rest skipped, so a later
+//!   version of the document still reads.
 //! - [`Recorder`]: the run, begun when the matrix starts (a matrix killed
 //!   half way reads as `interrupted`) and given its document at the end.
-//! - [`Matrix`], [`Cell`]: the cells as the readers see them (`show`,
-//!   `plot`, the dashboard's matrix page).
+//! - [`CellRuns`], [`Cell`]: a cell with its runs, and what a cell says
+//!   without them.
 //! - [`matrix_runs`], [`cell_history`]: the archived matrices, newest
 //!   first, and each cell's rate over them.
 
@@ -21,7 +24,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::model::{HistoryFilter, NewRun, RunDetail, RunRow};
 use crate::store::{Archive, ArchiveError};
-use crate::writer::{Finisher, RunEnd, RunResult, Writer};
+use crate::writer::{Finisher, RunEnd, Writer};
 
 /// The kind of a matrix run.
 pub const KIND: &str = "matrix";
@@ -144,82 +147,195 @@ pub struct ToolRow {
     pub note: Option<String>,
 }
 
-#[derive(Debug, Default, Deserialize)]
+/// One path: loopback, an emulated WAN or a far host.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
-struct PathRow {
-    name: String,
+pub struct PathSpec {
+    pub name: String,
+    pub rtt_ms: f64,
+    pub loss: f64,
+    /// Bits per second; none on loopback and `far`.
+    pub rate_bps: Option<u64>,
+    /// `far`: the host (`--far`) the path reaches by ssh.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub far: Option<String>,
 }
 
-#[derive(Debug, Default, Deserialize)]
+/// One run of a cell.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
-struct Params {
-    workloads: Vec<String>,
+pub struct RunResult {
+    pub bytes_per_second: Option<f64>,
+    pub seconds: f64,
+    /// CPU seconds of each end, from its cgroup; None: not measurable.
+    pub cpu_client_seconds: Option<f64>,
+    pub cpu_server_seconds: Option<f64>,
+    pub verified: Option<bool>,
+    /// What of the tree the tool did not keep (and does not claim to).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub not_kept: Vec<String>,
+    /// The tool's own report of its rate, for reference (rsync --stats,
+    /// globus-url-copy -vb); the cell's rate is the wall clock's.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reported_bytes_per_second: Option<f64>,
+    /// The host's one-minute load average as the run started.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub loadavg_1m: Option<f64>,
+    pub error: Option<String>,
 }
 
-/// The document as stored; what [`Matrix`] reads of it.
-#[derive(Debug, Default, Deserialize)]
-#[serde(default)]
-struct Doc {
-    format: String,
-    format_version: u32,
-    params: Params,
-    tools: Vec<ToolRow>,
-    paths: Vec<PathRow>,
-    cells: Vec<Cell>,
-    limits: Limits,
-    interrupted: bool,
+impl RunResult {
+    /// The run succeeded and what it copied verified.
+    pub fn ok(&self) -> bool {
+        self.error.is_none() && self.verified != Some(false) && self.bytes_per_second.is_some()
+    }
 }
 
-/// A matrix as its readers see it.
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
-pub struct Matrix {
-    pub format_version: u32,
-    /// In the order the matrix ran them.
+/// One cell with its runs, as the document has it.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct CellRuns {
+    #[serde(flatten)]
+    pub cell: Cell,
+    #[serde(default)]
+    pub runs: Vec<RunResult>,
+}
+
+impl std::ops::Deref for CellRuns {
+    type Target = Cell;
+    fn deref(&self) -> &Cell {
+        &self.cell
+    }
+}
+
+impl std::ops::DerefMut for CellRuns {
+    fn deref_mut(&mut self) -> &mut Cell {
+        &mut self.cell
+    }
+}
+
+/// One candidate's run in a sweep.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Tried {
+    pub args: Vec<String>,
+    pub bytes_per_second: Option<f64>,
+    pub seconds: f64,
+    pub error: Option<String>,
+}
+
+/// A tool's sweep on one path and workload.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Swept {
+    pub tool: String,
+    pub path: String,
+    pub workload: String,
+    /// The winner's arguments (as in the grid: the path's values filled,
+    /// the run's own placeholders not); None when no candidate ran.
+    pub winner: Option<Vec<String>>,
+    pub candidates: Vec<Tried>,
+    /// Taken from an earlier matrix (`--quick`, `--resume`): its date.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub remembered: Option<String>,
+}
+
+impl Swept {
+    /// Picks the fastest candidate that ran (and, for files, verified).
+    pub fn decide(&mut self) {
+        self.winner = self
+            .candidates
+            .iter()
+            .filter(|c| c.error.is_none())
+            .filter_map(|c| c.bytes_per_second.map(|r| (c, r)))
+            .max_by(|a, b| a.1.total_cmp(&b.1))
+            .map(|(c, _)| c.args.clone());
+    }
+}
+
+/// /proc/loadavg when the matrix started and when it ended.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Load {
+    pub start: String,
+    pub end: String,
+}
+
+/// What the matrix was asked to run.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Params {
+    pub runs: u32,
+    pub elephant_bytes: u64,
+    pub small_files: u32,
+    pub mem_seconds: f64,
     pub workloads: Vec<String>,
-    pub paths: Vec<String>,
+}
+
+/// The `longhaul-matrix` document (docs/JSON.md section 15).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Document {
+    pub format: String,
+    pub format_version: u32,
+    pub params: Params,
     pub tools: Vec<ToolRow>,
-    pub cells: Vec<Cell>,
+    pub paths: Vec<PathSpec>,
+    pub cells: Vec<CellRuns>,
+    /// Each tool's sweep on each path and workload: every candidate's
+    /// figure and the winner its `best` cells ran with.
+    pub sweeps: Vec<Swept>,
     pub limits: Limits,
+    pub load: Load,
     /// Stopped before every cell ran (Ctrl-C).
     pub interrupted: bool,
 }
 
-impl Matrix {
+impl Document {
     /// The matrix in a `longhaul-matrix` document; None when it is not one.
-    pub fn from_doc(doc: &serde_json::Value) -> Option<Matrix> {
-        let d: Doc = serde_json::from_value(doc.clone()).ok()?;
+    pub fn from_doc(doc: &serde_json::Value) -> Option<Document> {
+        let d: Document = serde_json::from_value(doc.clone()).ok()?;
+        (d.format == FORMAT).then_some(d)
+    }
+
+    /// The document in `text` (a `--resume` file), or why it is not one.
+    pub fn from_text(text: &str) -> Result<Document, String> {
+        let d: Document = serde_json::from_str(text).map_err(|e| e.to_string())?;
         if d.format != FORMAT {
-            return None;
+            return Err(format!("its format is {:?}", d.format));
         }
-        let mut workloads = d.params.workloads;
-        let mut paths: Vec<String> = d.paths.into_iter().map(|p| p.name).collect();
-        // Whatever the header lists, every cell has its place.
-        for c in &d.cells {
-            if !workloads.contains(&c.workload) {
-                workloads.push(c.workload.clone());
-            }
-            if !paths.contains(&c.path) {
-                paths.push(c.path.clone());
-            }
-        }
-        Some(Matrix {
-            format_version: d.format_version,
-            workloads,
-            paths,
-            tools: d.tools,
-            cells: d.cells,
-            limits: d.limits,
-            interrupted: d.interrupted,
-        })
+        Ok(d)
     }
 
     /// The matrix of an archived run; None when the run is not a matrix or
     /// its document cannot be read.
-    pub fn of(detail: &RunDetail) -> Option<Matrix> {
+    pub fn of(detail: &RunDetail) -> Option<Document> {
         if detail.run.kind != KIND {
             return None;
         }
-        Matrix::from_doc(detail.summary.as_ref()?)
+        Document::from_doc(detail.summary.as_ref()?)
+    }
+
+    /// The workloads in the order the matrix ran them: whatever the header
+    /// lists, every cell has its place.
+    pub fn workloads(&self) -> Vec<String> {
+        let mut out = self.params.workloads.clone();
+        for c in &self.cells {
+            if !out.contains(&c.workload) {
+                out.push(c.workload.clone());
+            }
+        }
+        out
+    }
+
+    /// The paths' names, every cell's among them.
+    pub fn path_names(&self) -> Vec<String> {
+        let mut out: Vec<String> = self.paths.iter().map(|p| p.name.clone()).collect();
+        for c in &self.cells {
+            if !out.contains(&c.path) {
+                out.push(c.path.clone());
+            }
+        }
+        out
     }
 
     /// The rows of a table: each tool and settings that has a cell, in the
@@ -240,13 +356,112 @@ impl Matrix {
         let v: Vec<bool> = self.cells.iter().filter_map(|c| c.verified).collect();
         (!v.is_empty()).then(|| v.iter().all(|&x| x))
     }
+
+    /// What the dashboard's matrix page shows of it (JSON.md section 15:
+    /// the cells without their runs, the paths by name).
+    pub fn view(&self) -> serde_json::Value {
+        let cells: Vec<&Cell> = self.cells.iter().map(|c| &c.cell).collect();
+        serde_json::json!({
+            "format_version": self.format_version,
+            "workloads": self.workloads(),
+            "paths": self.path_names(),
+            "tools": self.tools,
+            "cells": cells,
+            "limits": self.limits,
+            "interrupted": self.interrupted,
+        })
+    }
+
+    /// The same-run limits, from whole cells only: the best memory-to-memory
+    /// cell of each path, each emulated path's rate, the local copy of each
+    /// file workload.
+    pub fn finish_limits(&mut self) {
+        for p in &self.paths {
+            if let (Some(r), true) = (p.rate_bps, p.name != "loopback") {
+                self.limits
+                    .path_bytes_per_second
+                    .insert(p.name.clone(), r as f64 / 8.0);
+            }
+        }
+        for c in self.cells.iter().filter(|c| c.whole()) {
+            let Some(r) = &c.rate else { continue };
+            if c.workload == "mem" {
+                let e = self
+                    .limits
+                    .mem_to_mem_bytes_per_second
+                    .entry(c.path.clone())
+                    .or_insert(0.0);
+                *e = e.max(r.median_bytes_per_second);
+            } else if c.tool == "cp" && c.direction == "put" {
+                self.limits
+                    .local_copy_bytes_per_second
+                    .entry(c.workload.clone())
+                    .or_insert(r.median_bytes_per_second);
+            }
+        }
+    }
+}
+
+/// The mean of the runs' values where every run has one; None otherwise
+/// (one end whose CPU could not be read makes the cell's unknown).
+fn mean_all(v: impl Iterator<Item = Option<f64>>) -> Option<f64> {
+    let v: Option<Vec<f64>> = v.collect();
+    let v = v.filter(|v| !v.is_empty())?;
+    Some(v.iter().sum::<f64>() / v.len() as f64)
+}
+
+impl CellRuns {
+    /// The cell's median, spread, CPU and verdict from its runs: the rate
+    /// of the runs that ran, how many succeeded (and verified) of those
+    /// planned, what the tool did not keep.
+    pub fn summarise(&mut self, planned: u32) {
+        let succeeded = self.runs.iter().filter(|r| r.ok()).count();
+        // A copy that did not verify still moved: its rate is shown, marked.
+        let ran: Vec<&RunResult> = self
+            .runs
+            .iter()
+            .filter(|r| r.error.is_none() && r.bytes_per_second.is_some())
+            .collect();
+        let mut rates: Vec<f64> = ran.iter().filter_map(|r| r.bytes_per_second).collect();
+        rates.sort_by(f64::total_cmp);
+        let c = &mut self.cell;
+        if let Some(e) = self.runs.iter().find_map(|r| r.error.clone()) {
+            c.error = Some(e);
+        }
+        c.runs_succeeded = Some(succeeded as u32);
+        c.runs_planned = Some(planned);
+        if !rates.is_empty() {
+            let n = rates.len();
+            let med = if n % 2 == 1 {
+                rates[n / 2]
+            } else {
+                (rates[n / 2 - 1] + rates[n / 2]) / 2.0
+            };
+            c.rate = Some(Rate {
+                median_bytes_per_second: med,
+                min_bytes_per_second: rates[0],
+                max_bytes_per_second: rates[n - 1],
+                median_bits_per_second: med * 8.0,
+            });
+            c.cpu_seconds = Some(Cpu {
+                client_seconds: mean_all(ran.iter().map(|r| r.cpu_client_seconds)),
+                server_seconds: mean_all(ran.iter().map(|r| r.cpu_server_seconds)),
+            });
+        }
+        let v: Vec<bool> = self.runs.iter().filter_map(|r| r.verified).collect();
+        c.verified = (!v.is_empty()).then(|| v.iter().all(|&x| x));
+        let mut not_kept: Vec<String> = self.runs.iter().flat_map(|r| r.not_kept.clone()).collect();
+        not_kept.sort();
+        not_kept.dedup();
+        c.not_kept = not_kept;
+    }
 }
 
 /// A matrix run: the run's row and its matrix.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct MatrixRun {
     pub run: RunRow,
-    pub matrix: Matrix,
+    pub matrix: Document,
 }
 
 /// The archived matrix runs that kept a document, newest first, at most
@@ -260,7 +475,7 @@ pub fn matrix_runs(a: &Archive, limit: usize) -> Result<Vec<MatrixRun>, ArchiveE
     let mut out = Vec::with_capacity(rows.len());
     for r in rows {
         let detail = a.run(r.id)?;
-        if let Some(matrix) = Matrix::of(&detail) {
+        if let Some(matrix) = Document::of(&detail) {
             out.push(MatrixRun {
                 run: detail.run,
                 matrix,
@@ -345,12 +560,12 @@ impl Recorder {
     /// Ends the run with its document (`doc`, a `longhaul-matrix`) and how
     /// it ended; waits until both are written. What could not be kept.
     pub fn finish(self, doc: Option<serde_json::Value>, end: RunEnd) -> crate::model::Loss {
-        let matrix = doc.as_ref().and_then(Matrix::from_doc);
-        self.writer.result(RunResult {
+        let matrix = doc.as_ref().and_then(Document::from_doc);
+        self.writer.result(crate::writer::RunResult {
             summary: doc,
             seconds: Some(self.started.elapsed().as_secs_f64()),
-            verified: matrix.as_ref().and_then(Matrix::verified),
-            ..RunResult::default()
+            verified: matrix.as_ref().and_then(Document::verified),
+            ..crate::writer::RunResult::default()
         });
         self.writer.end(end);
         drop(self.writer);
@@ -380,9 +595,9 @@ mod tests {
             "limits": {},
             "added_later": true
         });
-        let m = Matrix::from_doc(&doc).unwrap();
-        assert_eq!(m.workloads, ["mem", "tree"]);
-        assert_eq!(m.paths, ["loopback", "lan"]);
+        let m = Document::from_doc(&doc).unwrap();
+        assert_eq!(m.workloads(), ["mem", "tree"]);
+        assert_eq!(m.path_names(), ["loopback", "lan"]);
         assert_eq!(m.cells[0].bits_per_second(), Some(8e9));
         assert_eq!(m.cells[1].bits_per_second(), None);
         assert_eq!(m.verified(), Some(false));
@@ -390,8 +605,8 @@ mod tests {
             m.rows(),
             [("a".into(), "s".into()), ("b".into(), "s".into())]
         );
-        assert!(Matrix::from_doc(&json!({"format": "longhaul-perf"})).is_none());
-        assert!(Matrix::from_doc(&json!([1, 2])).is_none());
-        assert!(Matrix::from_doc(&json!({"format": FORMAT, "cells": "x"})).is_none());
+        assert!(Document::from_doc(&json!({"format": "longhaul-perf"})).is_none());
+        assert!(Document::from_doc(&json!([1, 2])).is_none());
+        assert!(Document::from_doc(&json!({"format": FORMAT, "cells": "x"})).is_none());
     }
 }

@@ -10,11 +10,11 @@ use std::time::Instant;
 use longhaul_engine::doctor::DoctorReport;
 use longhaul_engine::report::{Reporter, TransferProgress};
 use longhaul_engine::results::CommandReporter;
-use longhaul_engine::xfer::client::CpSummary;
 use longhaul_engine::xfer::{Catalogue, Landed};
 use longhaul_proto::disk::DiskReport;
 use longhaul_proto::report::{IntervalReport, Setup, Summary, TcpReport};
 use longhaul_proto::tune::TransferInterval;
+use longhaul_proto::xfer::report::CopyReport;
 
 use crate::model::{IntervalRow, Loss, NewRun};
 use crate::store::{Archive, ArchiveError};
@@ -256,7 +256,7 @@ impl Reporter for ArchiveReporter {
 }
 
 impl CommandReporter for ArchiveReporter {
-    fn transfer_summary(&mut self, s: &CpSummary) {
+    fn transfer_summary(&mut self, s: &CopyReport) {
         self.partial = !s.failed.is_empty();
         // The intervals are rows already; the rest is the summary.
         let mut summary = json(s);

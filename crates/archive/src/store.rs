@@ -269,18 +269,10 @@ impl Archive {
             }
         }
         private_sqlite(path)?;
-        let conn = Connection::open_with_flags(
+        let mut a = Archive::connect(
             path,
-            OpenFlags::SQLITE_OPEN_READ_WRITE
-                | OpenFlags::SQLITE_OPEN_CREATE
-                | OpenFlags::SQLITE_OPEN_NO_MUTEX
-                | OpenFlags::SQLITE_OPEN_NOFOLLOW,
-        )
-        .map_err(|e| classify(path, e))?;
-        let mut a = Archive {
-            conn,
-            path: path.to_path_buf(),
-        };
+            OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_CREATE,
+        )?;
         a.prepare(true)?;
         a.scrub_old_rows()?;
         Ok(a)
@@ -294,19 +286,23 @@ impl Archive {
                 path: path.to_path_buf(),
             });
         }
-        let conn = Connection::open_with_flags(
-            path,
-            OpenFlags::SQLITE_OPEN_READ_ONLY
-                | OpenFlags::SQLITE_OPEN_NO_MUTEX
-                | OpenFlags::SQLITE_OPEN_NOFOLLOW,
-        )
-        .map_err(|e| classify(path, e))?;
-        let mut a = Archive {
-            conn,
-            path: path.to_path_buf(),
-        };
+        let mut a = Archive::connect(path, OpenFlags::SQLITE_OPEN_READ_ONLY)?;
         a.prepare(false)?;
         Ok(a)
+    }
+
+    /// The file at `path` opened with `flags`, never through a symbolic
+    /// link, for this thread's use.
+    fn connect(path: &Path, flags: OpenFlags) -> Result<Archive, ArchiveError> {
+        let conn = Connection::open_with_flags(
+            path,
+            flags | OpenFlags::SQLITE_OPEN_NO_MUTEX | OpenFlags::SQLITE_OPEN_NOFOLLOW,
+        )
+        .map_err(|e| classify(path, e))?;
+        Ok(Archive {
+            conn,
+            path: path.to_path_buf(),
+        })
     }
 
     /// The file this archive lives in.

@@ -254,67 +254,23 @@ fn commit(archive: &mut Archive, run: i64, batch: &mut Vec<Record>, loss: &mut L
 }
 
 fn write_batch(tx: &Transaction, run: i64, batch: &[Record]) -> rusqlite::Result<()> {
-    let mut interval = tx.prepare_cached(
-        "INSERT OR REPLACE INTO intervals (run, idx, direction, stream, start_s, end_s, bytes,
-           bits_per_second, retransmits, rtt_us, cwnd_bytes, streams, limit_kind, omitted)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
-    )?;
-    let mut file = tx.prepare_cached(
-        "INSERT INTO files (run, path, source, dest, size, mtime_ns, digest, verified,
-           source_key, dest_key, digest_key)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
-    )?;
     let mut live = None;
     for r in batch {
         match r {
-            Record::Interval(i) => {
-                interval.execute(params![
-                    run,
-                    i.idx,
-                    i.direction,
-                    i.stream,
-                    i.start_s,
-                    i.end_s,
-                    i.bytes as i64,
-                    i.bits_per_second,
-                    i.retransmits.map(|v| v as i64),
-                    i.rtt_us,
-                    i.cwnd_bytes.map(|v| v as i64),
-                    i.streams,
-                    i.limit,
-                    i.omitted,
-                ])?;
-            }
-            Record::File(f) => {
-                file.execute(params![
-                    run,
-                    f.path,
-                    f.source,
-                    f.dest,
-                    f.size as i64,
-                    f.mtime_ns,
-                    f.digest,
-                    f.verified,
-                    name_key(&f.source),
-                    name_key(&f.dest),
-                    f.digest.as_deref().and_then(digest_key),
-                ])?;
-            }
+            Record::Interval(i) => write_interval(tx, run, i)?,
+            Record::File(f) => write_file(tx, run, f)?,
             Record::Landed(l) => {
                 let (source, dest) = l.names();
-                file.execute(params![
-                    run,
-                    l.path,
+                let f = FileRow {
+                    path: l.path.clone(),
                     source,
                     dest,
-                    l.size as i64,
-                    l.mtime_ns,
-                    l.digest,
-                    true,
-                    name_key(&source),
-                    name_key(&dest),
-                    l.digest.as_deref().and_then(digest_key),
-                ])?;
+                    size: l.size,
+                    mtime_ns: Some(l.mtime_ns),
+                    digest: l.digest.clone(),
+                    verified: true,
+                };
+                write_file(tx, run, &f)?;
             }
             Record::Live { bytes, files, bps } => live = Some((*bytes, *files, *bps)),
             Record::Params(p) => {
@@ -323,38 +279,8 @@ fn write_batch(tx: &Transaction, run: i64, batch: &[Record]) -> rusqlite::Result
                     params![run, scrub_text(&p.to_string())],
                 )?;
             }
-            Record::Result(r) => {
-                tx.execute(
-                    "UPDATE runs SET summary = ?2, bytes = ?3, files = ?4, seconds = ?5,
-                       bits_per_second = ?6, verified = ?7, verdict = ?8 WHERE id = ?1",
-                    params![
-                        run,
-                        r.summary.as_ref().map(|s| scrub_text(&s.to_string())),
-                        r.bytes.map(|v| v as i64),
-                        r.files.map(|v| v as i64),
-                        r.seconds,
-                        r.bits_per_second,
-                        r.verified,
-                        r.verdict,
-                    ],
-                )?;
-            }
-            Record::End(e) => {
-                tx.execute(
-                    "UPDATE runs SET status = ?2, ended_at = ?3, error = ?4, exit_code = ?5,
-                       warnings = ?6 WHERE id = ?1",
-                    params![
-                        run,
-                        e.status,
-                        unix_now(),
-                        e.error.as_deref().map(scrub_text),
-                        e.exit_code,
-                        (!e.warnings.is_empty()).then(|| scrub_text(
-                            &serde_json::to_string(&e.warnings).unwrap_or_default()
-                        )),
-                    ],
-                )?;
-            }
+            Record::Result(r) => write_result(tx, run, r)?,
+            Record::End(e) => write_end(tx, run, e)?,
         }
     }
     match live {
@@ -368,5 +294,88 @@ fn write_batch(tx: &Transaction, run: i64, batch: &[Record]) -> rusqlite::Result
             params![run, unix_now()],
         )?,
     };
+    Ok(())
+}
+
+fn write_interval(tx: &Transaction, run: i64, i: &IntervalRow) -> rusqlite::Result<()> {
+    tx.prepare_cached(
+        "INSERT OR REPLACE INTO intervals (run, idx, direction, stream, start_s, end_s, bytes,
+           bits_per_second, retransmits, rtt_us, cwnd_bytes, streams, limit_kind, omitted)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
+    )?
+    .execute(params![
+        run,
+        i.idx,
+        i.direction,
+        i.stream,
+        i.start_s,
+        i.end_s,
+        i.bytes as i64,
+        i.bits_per_second,
+        i.retransmits.map(|v| v as i64),
+        i.rtt_us,
+        i.cwnd_bytes.map(|v| v as i64),
+        i.streams,
+        i.limit,
+        i.omitted,
+    ])?;
+    Ok(())
+}
+
+/// A file's row, with the keys `where` finds it by.
+fn write_file(tx: &Transaction, run: i64, f: &FileRow) -> rusqlite::Result<()> {
+    tx.prepare_cached(
+        "INSERT INTO files (run, path, source, dest, size, mtime_ns, digest, verified,
+           source_key, dest_key, digest_key)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+    )?
+    .execute(params![
+        run,
+        f.path,
+        f.source,
+        f.dest,
+        f.size as i64,
+        f.mtime_ns,
+        f.digest,
+        f.verified,
+        name_key(&f.source),
+        name_key(&f.dest),
+        f.digest.as_deref().and_then(digest_key),
+    ])?;
+    Ok(())
+}
+
+fn write_result(tx: &Transaction, run: i64, r: &RunResult) -> rusqlite::Result<()> {
+    tx.execute(
+        "UPDATE runs SET summary = ?2, bytes = ?3, files = ?4, seconds = ?5,
+           bits_per_second = ?6, verified = ?7, verdict = ?8 WHERE id = ?1",
+        params![
+            run,
+            r.summary.as_ref().map(|s| scrub_text(&s.to_string())),
+            r.bytes.map(|v| v as i64),
+            r.files.map(|v| v as i64),
+            r.seconds,
+            r.bits_per_second,
+            r.verified,
+            r.verdict,
+        ],
+    )?;
+    Ok(())
+}
+
+fn write_end(tx: &Transaction, run: i64, e: &RunEnd) -> rusqlite::Result<()> {
+    tx.execute(
+        "UPDATE runs SET status = ?2, ended_at = ?3, error = ?4, exit_code = ?5,
+           warnings = ?6 WHERE id = ?1",
+        params![
+            run,
+            e.status,
+            unix_now(),
+            e.error.as_deref().map(scrub_text),
+            e.exit_code,
+            (!e.warnings.is_empty())
+                .then(|| scrub_text(&serde_json::to_string(&e.warnings).unwrap_or_default())),
+        ],
+    )?;
     Ok(())
 }

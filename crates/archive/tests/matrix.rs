@@ -4,7 +4,7 @@
 //! ever wrote) opens and reads as no matrix; the archive's schema is
 //! unchanged, so older builds read an archive with matrices.
 
-use longhaul_archive::matrix::{cell_history, matrix_runs, Matrix, Recorder, KIND};
+use longhaul_archive::matrix::{cell_history, matrix_runs, Document, Recorder, KIND};
 use longhaul_archive::model::{HistoryFilter, NewRun};
 use longhaul_archive::schema::SCHEMA_VERSION;
 use longhaul_archive::writer::{RunEnd, RunResult, Writer};
@@ -98,10 +98,10 @@ fn a_matrix_is_one_run_with_its_cells_and_each_cell_has_a_history() {
     assert!(!runs[0].command.contains("hunter2"), "{}", runs[0].command);
 
     let d = a.run(second).unwrap();
-    let m = Matrix::of(&d).unwrap();
+    let m = Document::of(&d).unwrap();
     assert_eq!(m.cells.len(), 3);
-    assert_eq!(m.workloads, ["mem", "elephant"]);
-    assert_eq!(m.paths, ["loopback"]);
+    assert_eq!(m.workloads(), ["mem", "elephant"]);
+    assert_eq!(m.path_names(), ["loopback"]);
     assert_eq!(
         m.cells[1].rate.as_ref().unwrap().median_bits_per_second,
         8e9
@@ -158,7 +158,7 @@ fn an_archive_without_a_matrix_opens_and_has_none() {
 
     let a = Archive::open_read_only(&path).unwrap();
     assert!(matrix_runs(&a, 10).unwrap().is_empty());
-    assert!(Matrix::of(&a.run(id).unwrap()).is_none());
+    assert!(Document::of(&a.run(id).unwrap()).is_none());
     // A matrix is written into the same schema: nothing to migrate, so an
     // older longhaul reads the archive afterwards.
     record(&path, 1.0);

@@ -9,55 +9,12 @@
 
 use std::io;
 use std::path::Path;
-use std::time::Duration;
 
 use longhaul_proto::msg::Direction;
-use serde::{Deserialize, Serialize};
 
-/// How long a measurement stands.
-pub const MAX_AGE: Duration = Duration::from_secs(7 * 24 * 3600);
 /// Records kept at most (the newest).
 pub const MAX_RECORDS: usize = 256;
-/// A transfer is sized for this much more than the path carried: the
-/// measurement was short, and a stream count too small for the path is
-/// worse than one a little too large (the online tuning parks the extra).
-pub const HEADROOM: f64 = 1.25;
-
-/// One path as the doctor measured it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct PathRecord {
-    /// `HOST:PORT` as the user named the server ([`crate::net::dial::host_key`]).
-    pub host: String,
-    /// Up: this host sends (a push); down: the server sends (a pull).
-    pub direction: Direction,
-    /// What the path carried memory to memory, bits/s, when the path
-    /// itself was the limit.
-    pub bits_per_second: f64,
-    /// The idle RTT then, microseconds.
-    pub rtt_us: u32,
-    /// Seconds since the Unix epoch.
-    pub measured_at: u64,
-}
-
-impl PathRecord {
-    /// Whether this record still describes a path measured `now` (Unix
-    /// seconds) with this RTT: fresh, and the RTT within a quarter (or a
-    /// millisecond) of the one measured; another RTT is another route.
-    pub fn applies(&self, now: u64, rtt_us: u32) -> bool {
-        let fresh = now.saturating_sub(self.measured_at) <= MAX_AGE.as_secs();
-        let (then, now_rtt) = (f64::from(self.rtt_us), f64::from(rtt_us));
-        let slack = (then * 0.25).max(1000.0);
-        fresh
-            && (now_rtt - then).abs() <= slack
-            && self.bits_per_second.is_finite()
-            && self.bits_per_second > 0.0
-    }
-
-    /// The rate a transfer on this path is sized for, bits/s.
-    pub fn target_bps(&self) -> u64 {
-        (self.bits_per_second * HEADROOM) as u64
-    }
-}
+pub use longhaul_proto::window::{PathRecord, HEADROOM, MAX_AGE};
 
 fn read(file: &Path) -> Vec<PathRecord> {
     std::fs::read(file)

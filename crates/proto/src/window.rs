@@ -5,7 +5,11 @@
 //! Pure arithmetic over numbers the engine measured (RTT from TCP_INFO,
 //! caps from sysctls of both hosts): no I/O here.
 
+use std::time::Duration;
+
 use serde::{Deserialize, Serialize};
+
+use crate::params::Direction;
 
 /// A host's caps on TCP socket buffers (its sysctls), bytes; None where
 /// the host could not read them.
@@ -252,6 +256,49 @@ pub fn plan(input: &PathInput) -> WindowPlan {
         streams,
         auto_streams,
         ceiling_bps: stream_ceiling_bps * f64::from(streams),
+    }
+}
+
+/// How long a measurement stands.
+pub const MAX_AGE: Duration = Duration::from_secs(7 * 24 * 3600);
+/// A transfer is sized for this much more than the path carried: the
+/// measurement was short, and a stream count too small for the path is
+/// worse than one a little too large (the online tuning parks the extra).
+pub const HEADROOM: f64 = 1.25;
+
+/// One path as the doctor measured it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PathRecord {
+    /// `HOST:PORT` as the user named the server (the engine's `net::dial::host_key`).
+    pub host: String,
+    /// Up: this host sends (a push); down: the server sends (a pull).
+    pub direction: Direction,
+    /// What the path carried memory to memory, bits/s, when the path
+    /// itself was the limit.
+    pub bits_per_second: f64,
+    /// The idle RTT then, microseconds.
+    pub rtt_us: u32,
+    /// Seconds since the Unix epoch.
+    pub measured_at: u64,
+}
+
+impl PathRecord {
+    /// Whether this record still describes a path measured `now` (Unix
+    /// seconds) with this RTT: fresh, and the RTT within a quarter (or a
+    /// millisecond) of the one measured; another RTT is another route.
+    pub fn applies(&self, now: u64, rtt_us: u32) -> bool {
+        let fresh = now.saturating_sub(self.measured_at) <= MAX_AGE.as_secs();
+        let (then, now_rtt) = (f64::from(self.rtt_us), f64::from(rtt_us));
+        let slack = (then * 0.25).max(1000.0);
+        fresh
+            && (now_rtt - then).abs() <= slack
+            && self.bits_per_second.is_finite()
+            && self.bits_per_second > 0.0
+    }
+
+    /// The rate a transfer on this path is sized for, bits/s.
+    pub fn target_bps(&self) -> u64 {
+        (self.bits_per_second * HEADROOM) as u64
     }
 }
 

@@ -331,52 +331,7 @@ impl Model {
         if rows.is_empty() {
             return Err(PlotError::NoIntervals(detail.run.id));
         }
-        // direction -> idx -> (total row, stream rows)
-        type Slot<'a> = (Option<&'a IntervalRow>, Vec<&'a IntervalRow>);
-        let mut by_dir: BTreeMap<(u8, &str), BTreeMap<u32, Slot>> = BTreeMap::new();
-        for r in &rows {
-            let slot = by_dir
-                .entry(direction_rank(&r.direction))
-                .or_default()
-                .entry(r.idx)
-                .or_default();
-            if r.stream < 0 {
-                slot.0 = Some(r);
-            } else {
-                slot.1.push(r);
-            }
-        }
-        let mut dirs = Vec::new();
-        for ((_, name), per_idx) in by_dir {
-            let mut totals = Vec::new();
-            let mut streams: BTreeMap<i32, Vec<Sample>> = BTreeMap::new();
-            for (_, (total, stream_rows)) in per_idx {
-                let total = match total {
-                    Some(t) => {
-                        let mut total = Sample::of(t);
-                        // What the total row lacks, its streams may say.
-                        if !stream_rows.is_empty() {
-                            let sum = Sample::sum(&stream_rows);
-                            total.retransmits = total.retransmits.or(sum.retransmits);
-                            total.rtt_us = total.rtt_us.or(sum.rtt_us);
-                            total.limit = total.limit.or(sum.limit);
-                        }
-                        total
-                    }
-                    None => Sample::sum(&stream_rows),
-                };
-                totals.push(total);
-                for s in stream_rows {
-                    streams.entry(s.stream).or_default().push(Sample::of(s));
-                }
-            }
-            dirs.push(Direction {
-                name: name.to_string(),
-                totals,
-                streams,
-            });
-        }
-
+        let dirs = directions(&rows);
         let x0 = rows.iter().map(|r| r.start_s).fold(f64::INFINITY, f64::min);
         let mut x1 = rows
             .iter()
@@ -418,49 +373,7 @@ impl Model {
                 .iter()
                 .all(|d| d.totals.iter().all(|s| s.streams.is_some()) || !has_lines);
 
-        let run = &detail.run;
-        let names: Vec<&str> = dirs.iter().map(|d| d.name.as_str()).collect();
-        let hosts = match run.remote_host.as_deref().filter(|h| !h.is_empty()) {
-            Some(remote) => data_way(&run.local_host, remote, &names, detail),
-            None => run.local_host.clone(),
-        };
-        let multi = dirs.len() > 1;
-        let mean = match run.bits_per_second.filter(|b| b.is_finite() && *b >= 0.0) {
-            Some(b) => format!("mean {}", format_rate(b)),
-            None => {
-                let means: Vec<String> = dirs
-                    .iter()
-                    .filter_map(|d| {
-                        let counted = d.totals.iter().filter(|s| !s.omitted);
-                        let secs: f64 = counted.clone().map(|s| s.end - s.start).sum();
-                        let bytes: f64 = counted.map(|s| s.bytes as f64).sum();
-                        (secs > 0.0).then(|| {
-                            let r = format_rate(bytes * 8.0 / secs);
-                            if multi {
-                                format!("{} {r}", d.name)
-                            } else {
-                                r
-                            }
-                        })
-                    })
-                    .collect();
-                if means.is_empty() {
-                    "mean unknown".into()
-                } else {
-                    format!("mean {}", means.join(", "))
-                }
-            }
-        };
-        let mut title = format!(
-            "run {} \u{b7} {} \u{b7} {hosts} \u{b7} {} \u{b7} {mean}",
-            run.id,
-            run.kind,
-            utc(run.started_at)
-        );
-        if run.status != "ok" && !run.status.is_empty() {
-            title.push_str(&format!(" \u{b7} {}", run.status));
-        }
-
+        let title = title_of(detail, &dirs);
         Ok(Model {
             title,
             x: (x0, x1),
@@ -475,6 +388,105 @@ impl Model {
             dirs,
         })
     }
+}
+
+/// Each direction's totals and streams, a sample per interval: a total
+/// row missing what its streams say takes it from them.
+fn directions(rows: &[&IntervalRow]) -> Vec<Direction> {
+    // direction -> idx -> (total row, stream rows)
+    type Slot<'a> = (Option<&'a IntervalRow>, Vec<&'a IntervalRow>);
+    let mut by_dir: BTreeMap<(u8, &str), BTreeMap<u32, Slot>> = BTreeMap::new();
+    for r in rows {
+        let slot = by_dir
+            .entry(direction_rank(&r.direction))
+            .or_default()
+            .entry(r.idx)
+            .or_default();
+        if r.stream < 0 {
+            slot.0 = Some(r);
+        } else {
+            slot.1.push(r);
+        }
+    }
+    let mut dirs = Vec::new();
+    for ((_, name), per_idx) in by_dir {
+        let mut totals = Vec::new();
+        let mut streams: BTreeMap<i32, Vec<Sample>> = BTreeMap::new();
+        for (_, (total, stream_rows)) in per_idx {
+            let total = match total {
+                Some(t) => {
+                    let mut total = Sample::of(t);
+                    // What the total row lacks, its streams may say.
+                    if !stream_rows.is_empty() {
+                        let sum = Sample::sum(&stream_rows);
+                        total.retransmits = total.retransmits.or(sum.retransmits);
+                        total.rtt_us = total.rtt_us.or(sum.rtt_us);
+                        total.limit = total.limit.or(sum.limit);
+                    }
+                    total
+                }
+                None => Sample::sum(&stream_rows),
+            };
+            totals.push(total);
+            for s in stream_rows {
+                streams.entry(s.stream).or_default().push(Sample::of(s));
+            }
+        }
+        dirs.push(Direction {
+            name: name.to_string(),
+            totals,
+            streams,
+        });
+    }
+    dirs
+}
+
+/// The figure's title: the run, its hosts the way the data went, when,
+/// its mean rate and, when not ok, its status.
+fn title_of(detail: &RunDetail, dirs: &[Direction]) -> String {
+    let run = &detail.run;
+    let names: Vec<&str> = dirs.iter().map(|d| d.name.as_str()).collect();
+    let hosts = match run.remote_host.as_deref().filter(|h| !h.is_empty()) {
+        Some(remote) => data_way(&run.local_host, remote, &names, detail),
+        None => run.local_host.clone(),
+    };
+    let multi = dirs.len() > 1;
+    let mean = match run.bits_per_second.filter(|b| b.is_finite() && *b >= 0.0) {
+        Some(b) => format!("mean {}", format_rate(b)),
+        None => {
+            let means: Vec<String> = dirs
+                .iter()
+                .filter_map(|d| {
+                    let counted = d.totals.iter().filter(|s| !s.omitted);
+                    let secs: f64 = counted.clone().map(|s| s.end - s.start).sum();
+                    let bytes: f64 = counted.map(|s| s.bytes as f64).sum();
+                    (secs > 0.0).then(|| {
+                        let r = format_rate(bytes * 8.0 / secs);
+                        if multi {
+                            format!("{} {r}", d.name)
+                        } else {
+                            r
+                        }
+                    })
+                })
+                .collect();
+            if means.is_empty() {
+                "mean unknown".into()
+            } else {
+                format!("mean {}", means.join(", "))
+            }
+        }
+    };
+    let mut title = format!(
+        "run {} \u{b7} {} \u{b7} {hosts} \u{b7} {} \u{b7} {mean}",
+        run.id,
+        run.kind,
+        utc(run.started_at)
+    );
+    if run.status != "ok" && !run.status.is_empty() {
+        title.push_str(&format!(" \u{b7} {}", run.status));
+    }
+    title
 }
 
 /// The hosts in the order the data went, and which way that is: perf's
@@ -664,7 +676,22 @@ fn draw<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, m: &Model) -> Result<
         .titled(&m.title, (FAMILY, 22).into_font())
         .map_err(draw_error)?;
 
-    // The legend.
+    let colours = limit_colours(&m.limits);
+    let legend_rows = legend_rows(m, &colours);
+    let legend_h = legend(&body, &legend_rows, true)?;
+    let (legend_area, rest) = body.split_vertically(legend_h);
+    legend(&legend_area, &legend_rows, false)?;
+
+    // The limit strip.
+    let strip_h = 10 + 24 * m.dirs.len() as u32;
+    let (strip_area, rest) = rest.split_vertically(strip_h);
+    draw_limits(&strip_area, m, &colours)?;
+
+    draw_panels(rest, m)
+}
+
+/// The legend's rows: the series drawn, then the limits' colours.
+fn legend_rows(m: &Model, colours: &BTreeMap<&str, RGBColor>) -> Vec<LegendRow<'static>> {
     let multi = m.dirs.len() > 1;
     let prefix = |d: &Direction| {
         if multi {
@@ -726,7 +753,6 @@ fn draw<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, m: &Model) -> Result<
     if !m.omitted.is_empty() {
         series.push((Swatch::Box(OMITTED.mix(0.25)), "omitted (--omit)".into()));
     }
-    let colours = limit_colours(&m.limits);
     let mut limit_items: Vec<(Swatch, String)> = m
         .limits
         .iter()
@@ -735,17 +761,15 @@ fn draw<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, m: &Model) -> Result<
     if m.unknown_limit {
         limit_items.push((Swatch::Box(NO_LIMIT.mix(1.0)), "not recorded".into()));
     }
-    let legend_rows = vec![(None, series), (Some("limit:"), limit_items)];
-    let legend_h = legend(&body, &legend_rows, true)?;
-    let (legend_area, rest) = body.split_vertically(legend_h);
-    legend(&legend_area, &legend_rows, false)?;
+    vec![(None, series), (Some("limit:"), limit_items)]
+}
 
-    // The limit strip.
-    let strip_h = 10 + 24 * m.dirs.len() as u32;
-    let (strip_area, rest) = rest.split_vertically(strip_h);
-    draw_limits(&strip_area, m, &colours)?;
-
-    // The panels, sharing what height is left.
+/// The panels, sharing what height is left: throughput, then retransmits
+/// and RTT, then active streams, each where there is something to draw.
+fn draw_panels<DB: DrawingBackend>(
+    rest: DrawingArea<DB, Shift>,
+    m: &Model,
+) -> Result<(), PlotError> {
     let mut weights = vec![5u32];
     if m.retransmits || m.rtt {
         weights.push(3);

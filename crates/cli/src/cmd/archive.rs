@@ -241,7 +241,25 @@ pub fn show(a: ShowArgs, archive: &ArchiveArgs) -> Outcome {
 }
 
 fn print_run(d: &RunDetail) {
-    let r = &d.run;
+    print_run_head(&d.run);
+    print_moved(d);
+    if let Some(s) = &d.summary {
+        report(&d.run.kind, s);
+    }
+    if d.run.lost > 0 {
+        outln!(
+            "  lost      {} rows the archive could not keep (disk full?)",
+            d.run.lost
+        );
+    }
+    for w in &d.warnings {
+        outln!("  warning   {w}");
+    }
+    print_intervals(d);
+}
+
+/// What ran, when and where, and how it ended.
+fn print_run_head(r: &RunRow) {
     outln!(
         "run {}: {} ({}){}",
         r.id,
@@ -277,6 +295,11 @@ fn print_run(d: &RunDetail) {
             outln!("  {k:<9} {}", escaped(v));
         }
     }
+}
+
+/// What the run moved (or, dry, would have), and each stage's rate.
+fn print_moved(d: &RunDetail) {
+    let r = &d.run;
     if let (true, Some(s)) = (r.dry_run, &d.summary) {
         let count = |k: &str| {
             s.get(k)
@@ -333,18 +356,10 @@ fn print_run(d: &RunDetail) {
             );
         }
     }
-    if let Some(s) = &d.summary {
-        report(&r.kind, s);
-    }
-    if r.lost > 0 {
-        outln!(
-            "  lost      {} rows the archive could not keep (disk full?)",
-            r.lost
-        );
-    }
-    for w in &d.warnings {
-        outln!("  warning   {w}");
-    }
+}
+
+/// The intervals of all streams together.
+fn print_intervals(d: &RunDetail) {
     let totals: Vec<_> = d.intervals.iter().filter(|i| i.stream < 0).collect();
     if !totals.is_empty() {
         outln!("intervals (all streams):");
@@ -387,7 +402,7 @@ fn report(kind: &str, summary: &serde_json::Value) {
         "bench-disk" => serde_json::from_value(summary)
             .map(|r| crate::print::human::print_disk(&r))
             .is_ok(),
-        longhaul_archive::matrix::KIND => longhaul_archive::matrix::Matrix::from_doc(&summary)
+        longhaul_archive::matrix::KIND => longhaul_archive::matrix::Document::from_doc(&summary)
             .map(|m| print_matrix(&m))
             .is_some(),
         _ => true,
@@ -397,112 +412,17 @@ fn report(kind: &str, summary: &serde_json::Value) {
     }
 }
 
-/// A matrix's cells, a table per workload: each tool and settings on each
-/// path and direction, the median in Gbit/s with the spread and how many
-/// runs succeeded, CPU seconds of both ends (`?`: not measured), whether
-/// the data verified (and what the tool did not keep), and the settings'
-/// arguments as run; then the same-run limits.
-fn print_matrix(m: &longhaul_archive::matrix::Matrix) {
-    let gbit = |bytes_per_second: f64| format!("{:.2}", bytes_per_second * 8.0 / 1e9);
+/// A matrix as the command printed it (`print::matrix`'s tables, ratio
+/// lines and limits), under a line that counts its cells.
+fn print_matrix(m: &longhaul_archive::matrix::Document) {
     outln!(
         "matrix: {} cells, {} tool(s) on {}{}",
         m.cells.len(),
         m.rows().len(),
-        m.paths.join(", "),
+        m.path_names().join(", "),
         if m.interrupted { ", interrupted" } else { "" }
     );
-    for w in &m.workloads {
-        let cells: Vec<_> = m.cells.iter().filter(|c| &c.workload == w).collect();
-        if cells.is_empty() {
-            continue;
-        }
-        outln!("  {w}:");
-        outln!(
-            "    {:<28} {:<14} {:<4} {:>8} {:>15} {:>6} {:>13}  verified  args",
-            "tool (settings)",
-            "path",
-            "dir",
-            "Gbit/s",
-            "min-max",
-            "runs",
-            "CPU cl/srv s"
-        );
-        for c in cells {
-            outln!("    {}", matrix_line(c));
-        }
-    }
-    let gbits = |v: f64| format!("{} Gbit/s", gbit(v));
-    if let Some(l) = crate::print::matrix::limits_line(&m.limits, gbits) {
-        outln!("  {l}");
-    }
-    for l in m.cells.iter().filter_map(crate::print::matrix::note_line) {
-        outln!("  {l}");
-    }
-    for l in m
-        .cells
-        .iter()
-        .filter_map(crate::print::matrix::not_kept_line)
-    {
-        outln!("  {l}");
-    }
-    for t in m.tools.iter().filter(|t| !t.installed) {
-        outln!(
-            "  {}: {}",
-            t.name,
-            t.note.as_deref().unwrap_or("not installed")
-        );
-    }
-}
-
-/// A matrix cell's line in `show`: median Gbit/s and the spread, runs that
-/// succeeded of those planned, CPU seconds of both ends (`?`: not
-/// measured), whether it verified (`*`: something not kept), its arguments.
-fn matrix_line(c: &longhaul_archive::matrix::Cell) -> String {
-    let gbit = |bytes_per_second: f64| format!("{:.2}", bytes_per_second * 8.0 / 1e9);
-    let secs = |v: Option<f64>| v.map_or("?".into(), |v| format!("{v:.2}"));
-    let (median, spread, cpu) = match &c.rate {
-        Some(r) => (
-            gbit(r.median_bytes_per_second),
-            format!(
-                "{}-{}",
-                gbit(r.min_bytes_per_second),
-                gbit(r.max_bytes_per_second)
-            ),
-            c.cpu_seconds.as_ref().map_or_else(
-                || "?".into(),
-                |c| format!("{}/{}", secs(c.client_seconds), secs(c.server_seconds)),
-            ),
-        ),
-        None => (
-            if c.error.is_some() { "failed" } else { "-" }.to_string(),
-            "-".into(),
-            "-".into(),
-        ),
-    };
-    let runs = match (c.runs_succeeded, c.runs_planned) {
-        (Some(ok), Some(n)) => format!("{ok}/{n}"),
-        _ => "-".into(),
-    };
-    let verified = match c.verified {
-        Some(true) if !c.not_kept.is_empty() => "yes*",
-        Some(true) => "yes",
-        Some(false) => "NO",
-        None => "-",
-    };
-    format!(
-        "{:<28} {:<14} {:<4} {:>8} {:>15} {:>6} {:>13}  {:<8}  {}",
-        shorten(&format!("{} ({})", c.tool, c.settings), 28),
-        shorten(&c.path, 14),
-        c.direction,
-        median,
-        spread,
-        runs,
-        cpu,
-        verified,
-        c.args
-            .as_deref()
-            .map_or_else(|| "-".into(), crate::print::matrix::args_text)
-    )
+    crate::print::matrix::tables(m, false, 0);
 }
 
 /// `longhaul where`.

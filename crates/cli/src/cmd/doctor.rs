@@ -30,38 +30,7 @@ fn diagnose(a: &DoctorArgs, printer: &mut dyn CommandReporter) -> Outcome {
     if let Some(server) = &a.forget {
         return forget(server, printer);
     }
-    // `[USER@]HOST:path` is a host over ssh (as for cp); a server is
-    // `longhaul://HOST[:PORT]/EXPORT/path` or `HOST:PORT:EXPORT/path`.
-    let is_remote = |t: &String| {
-        super::remote::ssh_target(t).is_some() || longhaul_proto::xfer::parse_remote(t).is_some()
-    };
-    let (source, remote) = match a.targets.as_slice() {
-        [] => (a.source.clone(), None),
-        [one] if is_remote(one) => (a.source.clone(), Some(one.clone())),
-        [one] => (Some(PathBuf::from(one)), None),
-        [src, r] => (Some(PathBuf::from(src)), Some(r.clone())),
-        _ => unreachable!("clap takes at most two"),
-    };
-    if a.source.is_some() && (a.targets.len() == 2 || a.targets.iter().any(|t| !is_remote(t))) {
-        return Err(usage(
-            "name the source once: as the first argument or with --source",
-        ));
-    }
-    if let [first, _] = a.targets.as_slice() {
-        if is_remote(first) {
-            return Err(usage(format!(
-                "'{first}' is remote: doctor takes [SOURCE] REMOTE, the source on this host"
-            )));
-        }
-    }
-    if let Some(s) = &source {
-        if let Err(e) = std::fs::symlink_metadata(s) {
-            return Err(usage(format!(
-                "cannot read the source {}: {e}",
-                s.display()
-            )));
-        }
-    }
+    let (source, remote) = targets(a)?;
     let mut o = doctor::DoctorOptions {
         perf_time: a.time,
         source,
@@ -110,7 +79,55 @@ fn diagnose(a: &DoctorArgs, printer: &mut dyn CommandReporter) -> Outcome {
             |_| measure(),
         ),
     };
-    let report = match far {
+    let report = over_ssh(far, report)?;
+    printer.doctor(&report);
+    Ok(exit::OK)
+}
+
+/// The source on this host and the far end, from the arguments.
+/// `[USER@]HOST:path` is a host over ssh (as for cp); a server is
+/// `longhaul://HOST[:PORT]/EXPORT/path` or `HOST:PORT:EXPORT/path`.
+fn targets(a: &DoctorArgs) -> Result<(Option<PathBuf>, Option<String>), Failure> {
+    let is_remote = |t: &String| {
+        super::remote::ssh_target(t).is_some() || longhaul_proto::xfer::parse_remote(t).is_some()
+    };
+    let (source, remote) = match a.targets.as_slice() {
+        [] => (a.source.clone(), None),
+        [one] if is_remote(one) => (a.source.clone(), Some(one.clone())),
+        [one] => (Some(PathBuf::from(one)), None),
+        [src, r] => (Some(PathBuf::from(src)), Some(r.clone())),
+        _ => unreachable!("clap takes at most two"),
+    };
+    if a.source.is_some() && (a.targets.len() == 2 || a.targets.iter().any(|t| !is_remote(t))) {
+        return Err(usage(
+            "name the source once: as the first argument or with --source",
+        ));
+    }
+    if let [first, _] = a.targets.as_slice() {
+        if is_remote(first) {
+            return Err(usage(format!(
+                "'{first}' is remote: doctor takes [SOURCE] REMOTE, the source on this host"
+            )));
+        }
+    }
+    if let Some(s) = &source {
+        if let Err(e) = std::fs::symlink_metadata(s) {
+            return Err(usage(format!(
+                "cannot read the source {}: {e}",
+                s.display()
+            )));
+        }
+    }
+    Ok((source, remote))
+}
+
+/// A doctor's report measured against a one-shot far end over ssh: the
+/// far end ended, its failure explained, the report's notes saying so.
+fn over_ssh(
+    far: Option<super::remote::FarEnd>,
+    report: Result<longhaul_engine::doctor::DoctorReport, longhaul_engine::EngineError>,
+) -> Result<longhaul_engine::doctor::DoctorReport, Failure> {
+    match far {
         Some(far) => {
             let report = report.map_err(|e| super::remote::explain(&far, e));
             let (opened, dest) = (far.opened(), far.dest().to_string());
@@ -126,12 +143,10 @@ fn diagnose(a: &DoctorArgs, printer: &mut dyn CommandReporter) -> Outcome {
                     o.reason.unwrap_or_default()
                 ));
             }
-            report
+            Ok(report)
         }
-        None => report?,
-    };
-    printer.doctor(&report);
-    Ok(exit::OK)
+        None => Ok(report?),
+    }
 }
 
 /// `doctor --forget HOST[:PORT]`: drops what an earlier doctor remembered of the path.

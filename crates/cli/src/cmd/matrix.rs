@@ -9,42 +9,31 @@ mod cgroup;
 mod drive;
 mod far;
 mod peers;
-mod ratios;
 mod run;
 mod sweep;
-mod table;
 #[cfg(test)]
 mod tests;
 mod verify;
+
+#[cfg(test)]
+use crate::print::matrix::ratios;
 
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
-
 use super::{interrupt_flag, usage, Failure, Outcome};
 use crate::args::{ArchiveArgs, MatrixArgs};
 use crate::exit;
-use longhaul_archive::matrix::{self as archived, CellKey, Cpu, Limits, Rate, ToolRow};
+use longhaul_archive::matrix::{
+    self as archived, CellKey, CellRuns as Cell, Document as Doc, Limits, Load, Params, PathSpec,
+    RunResult, ToolRow,
+};
 use peers::{Kind, Tool};
 
 /// The JSON document's format version (docs/JSON.md, `longhaul-matrix`).
 const VERSION: u32 = 2;
-
-/// One path: loopback or an emulated WAN.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-struct PathSpec {
-    name: String,
-    rtt_ms: f64,
-    loss: f64,
-    /// Bits per second; none on loopback and `far`.
-    rate_bps: Option<u64>,
-    /// `far`: the host (`--far`) the path reaches by ssh.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    far: Option<String>,
-}
 
 fn path_spec(s: &str, rate: u64, far: Option<&str>) -> Result<PathSpec, String> {
     let named = |rtt_ms: f64, loss: f64| PathSpec {
@@ -104,95 +93,10 @@ fn path_spec(s: &str, rate: u64, far: Option<&str>) -> Result<PathSpec, String> 
     })
 }
 
-/// One run of a cell.
-#[derive(Clone, Debug, Default, Serialize, Deserialize)]
-struct RunResult {
-    bytes_per_second: Option<f64>,
-    seconds: f64,
-    /// CPU seconds of each end, from its cgroup; None: not measurable.
-    cpu_client_seconds: Option<f64>,
-    cpu_server_seconds: Option<f64>,
-    verified: Option<bool>,
-    /// What of the tree the tool did not keep (and does not claim to).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    not_kept: Vec<String>,
-    /// The tool's own report of its rate, for reference (rsync --stats,
-    /// globus-url-copy -vb); the cell's rate is the wall clock's.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    reported_bytes_per_second: Option<f64>,
-    /// The host's one-minute load average as the run started.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    loadavg_1m: Option<f64>,
-    error: Option<String>,
-}
-
-impl RunResult {
-    fn ok(&self) -> bool {
-        self.error.is_none() && self.verified != Some(false) && self.bytes_per_second.is_some()
-    }
-}
-
-/// One cell: a tool at one settings, on one path, one workload, one
-/// direction, as the archive's readers see it, and its runs.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-struct Cell {
-    #[serde(flatten)]
-    cell: archived::Cell,
-    runs: Vec<RunResult>,
-}
-
-impl std::ops::Deref for Cell {
-    type Target = archived::Cell;
-    fn deref(&self) -> &archived::Cell {
-        &self.cell
-    }
-}
-
-impl std::ops::DerefMut for Cell {
-    fn deref_mut(&mut self) -> &mut archived::Cell {
-        &mut self.cell
-    }
-}
-
-#[derive(Clone, Debug, Serialize, Deserialize)]
-struct Doc {
-    format: String,
-    format_version: u32,
-    params: Params,
-    tools: Vec<ToolRow>,
-    paths: Vec<PathSpec>,
-    cells: Vec<Cell>,
-    /// Each tool's sweep on each path and workload: every candidate's
-    /// figure and the winner its `best` cells ran with.
-    #[serde(default)]
-    sweeps: Vec<sweep::Swept>,
-    limits: Limits,
-    /// /proc/loadavg when the matrix started and when it ended.
-    #[serde(default)]
-    load: Load,
-    interrupted: bool,
-}
-
-#[derive(Clone, Debug, Default, Serialize, Deserialize)]
-#[serde(default)]
-struct Load {
-    start: String,
-    end: String,
-}
-
 fn loadavg() -> String {
     std::fs::read_to_string("/proc/loadavg")
         .map(|l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
         .unwrap_or_default()
-}
-
-#[derive(Clone, Debug, Serialize, Deserialize)]
-struct Params {
-    runs: u32,
-    elephant_bytes: u64,
-    small_files: u32,
-    mem_seconds: f64,
-    workloads: Vec<String>,
 }
 
 const WORKLOADS: &[&str] = &["mem", "elephant", "smallfiles", "tree"];
@@ -278,7 +182,7 @@ pub fn matrix(a: MatrixArgs, archive_args: &ArchiveArgs, verbose: u8) -> Outcome
     );
     doc.interrupted = stop.load(Ordering::SeqCst);
     doc.load.end = loadavg();
-    finish_limits(&mut doc);
+    doc.finish_limits();
     if let Some(f) = &a.resume {
         save(f, &doc);
     }
@@ -289,7 +193,13 @@ pub fn matrix(a: MatrixArgs, archive_args: &ArchiveArgs, verbose: u8) -> Outcome
             message: e,
         });
     }
-    table::print(&a, &doc, verbose);
+    let form = match (a.json, a.csv, a.md) {
+        (true, _, _) => crate::print::matrix::Form::Json,
+        (_, true, _) => crate::print::matrix::Form::Csv,
+        (_, _, true) => crate::print::matrix::Form::Markdown,
+        _ => crate::print::matrix::Form::Terminal,
+    };
+    crate::print::matrix::print(&doc, form, verbose);
     if doc.interrupted {
         return Ok(exit::INTERRUPTED);
     }
@@ -552,7 +462,7 @@ fn resumed(f: Option<&Path>) -> Result<(BTreeMap<CellKey, Cell>, Vec<sweep::Swep
     };
     let text = std::fs::read_to_string(f)
         .map_err(|e| usage(format!("cannot read --resume {}: {e}", f.display())))?;
-    let doc: Doc = serde_json::from_str(&text).map_err(|e| {
+    let doc = Doc::from_text(&text).map_err(|e| {
         usage(format!(
             "--resume {}: not a longhaul-matrix document: {e}",
             f.display()
@@ -650,87 +560,6 @@ fn save(f: &Path, doc: &Doc) {
     if let Ok(text) = serde_json::to_string_pretty(doc) {
         if std::fs::write(&tmp, text).is_ok() {
             let _ = std::fs::rename(&tmp, f);
-        }
-    }
-}
-
-/// The mean of the runs' values where every run has one; None otherwise
-/// (one end whose CPU could not be read makes the cell's unknown).
-fn mean_all(v: impl Iterator<Item = Option<f64>>) -> Option<f64> {
-    let v: Option<Vec<f64>> = v.collect();
-    let v = v.filter(|v| !v.is_empty())?;
-    Some(v.iter().sum::<f64>() / v.len() as f64)
-}
-
-/// A cell's median, spread, CPU and verdict from its runs: the rate of the
-/// runs that ran, how many succeeded (and verified) of those planned, what
-/// the tool did not keep.
-fn summarise(c: &mut Cell, planned: u32) {
-    let succeeded = c.runs.iter().filter(|r| r.ok()).count();
-    // A copy that did not verify still moved: its rate is shown, marked.
-    let ran: Vec<&RunResult> = c
-        .runs
-        .iter()
-        .filter(|r| r.error.is_none() && r.bytes_per_second.is_some())
-        .collect();
-    let mut rates: Vec<f64> = ran.iter().filter_map(|r| r.bytes_per_second).collect();
-    rates.sort_by(f64::total_cmp);
-    if let Some(e) = c.runs.iter().find_map(|r| r.error.clone()) {
-        c.cell.error = Some(e);
-    }
-    c.cell.runs_succeeded = Some(succeeded as u32);
-    c.cell.runs_planned = Some(planned);
-    if !rates.is_empty() {
-        let n = rates.len();
-        let med = if n % 2 == 1 {
-            rates[n / 2]
-        } else {
-            (rates[n / 2 - 1] + rates[n / 2]) / 2.0
-        };
-        c.cell.rate = Some(Rate {
-            median_bytes_per_second: med,
-            min_bytes_per_second: rates[0],
-            max_bytes_per_second: rates[n - 1],
-            median_bits_per_second: med * 8.0,
-        });
-        c.cell.cpu_seconds = Some(Cpu {
-            client_seconds: mean_all(ran.iter().map(|r| r.cpu_client_seconds)),
-            server_seconds: mean_all(ran.iter().map(|r| r.cpu_server_seconds)),
-        });
-    }
-    let v: Vec<bool> = c.runs.iter().filter_map(|r| r.verified).collect();
-    c.cell.verified = (!v.is_empty()).then(|| v.iter().all(|&x| x));
-    let mut not_kept: Vec<String> = c.runs.iter().flat_map(|r| r.not_kept.clone()).collect();
-    not_kept.sort();
-    not_kept.dedup();
-    c.cell.not_kept = not_kept;
-}
-
-/// The same-run limits, from whole cells only: the best memory-to-memory
-/// cell of each path, each emulated path's rate, the local copy of each
-/// file workload.
-fn finish_limits(doc: &mut Doc) {
-    for p in &doc.paths {
-        if let (Some(r), true) = (p.rate_bps, p.name != "loopback") {
-            doc.limits
-                .path_bytes_per_second
-                .insert(p.name.clone(), r as f64 / 8.0);
-        }
-    }
-    for c in doc.cells.iter().filter(|c| c.whole()) {
-        let Some(r) = &c.rate else { continue };
-        if c.workload == "mem" {
-            let e = doc
-                .limits
-                .mem_to_mem_bytes_per_second
-                .entry(c.path.clone())
-                .or_insert(0.0);
-            *e = e.max(r.median_bytes_per_second);
-        } else if c.tool == "cp" && c.direction == "put" {
-            doc.limits
-                .local_copy_bytes_per_second
-                .entry(c.workload.clone())
-                .or_insert(r.median_bytes_per_second);
         }
     }
 }

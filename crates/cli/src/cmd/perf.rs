@@ -309,23 +309,7 @@ pub fn demo() -> Outcome {
             state.display()
         )));
     }
-    let export =
-        match longhaul_engine::xfer::parse_export(&format!("demo={}", export_dir.display())) {
-            Ok(e) => e,
-            Err(e) => return Err(Failure::internal(e.to_string())),
-        };
-    let server = match Server::bind(
-        &[SocketAddr::from(([127, 0, 0, 1], 0))],
-        ServeConfig {
-            state_dir: state.clone(),
-            exports: vec![export],
-            open_access: true,
-            ..ServeConfig::default()
-        },
-    ) {
-        Ok(s) => s.spawn(),
-        Err(e) => return Err(Failure::internal(e.to_string())),
-    };
+    let server = demo_server(&state, &export_dir)?;
     let addr = server.addr().to_string();
     let fp = server.fingerprint().unwrap_or_default();
     let mut printer = crate::print::outcome(None);
@@ -343,36 +327,7 @@ pub fn demo() -> Outcome {
         ..ClientOptions::default()
     };
     let mut code = exit::OK;
-    for (title, params) in [
-        (
-            "TCP, 1 stream, TLS, 3 s",
-            TestParams {
-                duration_ms: Some(3000),
-                data_tls: Some(true),
-                ..TestParams::default()
-            },
-        ),
-        (
-            "TCP, 4 streams, reverse, TLS, 2 s",
-            TestParams {
-                duration_ms: Some(2000),
-                streams: 4,
-                mode: Mode::Down,
-                data_tls: Some(true),
-                ..TestParams::default()
-            },
-        ),
-        (
-            "UDP at 500 Mbit/s, 2 s",
-            TestParams {
-                transport: Transport::Udp,
-                duration_ms: Some(2000),
-                length: 1472,
-                udp_rate_bps: Some(500_000_000),
-                ..TestParams::default()
-            },
-        ),
-    ] {
+    for (title, params) in demo_tests() {
         printer.section(&format!(
             "\n== {title}: {} ==",
             perf_command(&addr, &params)
@@ -401,6 +356,65 @@ pub fn demo() -> Outcome {
     server.shutdown();
     drop(scratch);
     Ok(code)
+}
+
+/// The demo's server, in this process on loopback: its identity in
+/// `state`, `export_dir` exported as `demo`, open to all.
+fn demo_server(
+    state: &std::path::Path,
+    export_dir: &std::path::Path,
+) -> Result<longhaul_engine::server::ServerHandle, Failure> {
+    let export =
+        match longhaul_engine::xfer::parse_export(&format!("demo={}", export_dir.display())) {
+            Ok(e) => e,
+            Err(e) => return Err(Failure::internal(e.to_string())),
+        };
+    match Server::bind(
+        &[SocketAddr::from(([127, 0, 0, 1], 0))],
+        ServeConfig {
+            state_dir: state.to_path_buf(),
+            exports: vec![export],
+            open_access: true,
+            ..ServeConfig::default()
+        },
+    ) {
+        Ok(s) => Ok(s.spawn()),
+        Err(e) => Err(Failure::internal(e.to_string())),
+    }
+}
+
+/// The demo's perf tests: a title and the test.
+fn demo_tests() -> [(&'static str, TestParams); 3] {
+    [
+        (
+            "TCP, 1 stream, TLS, 3 s",
+            TestParams {
+                duration_ms: Some(3000),
+                data_tls: Some(true),
+                ..TestParams::default()
+            },
+        ),
+        (
+            "TCP, 4 streams, reverse, TLS, 2 s",
+            TestParams {
+                duration_ms: Some(2000),
+                streams: 4,
+                mode: Mode::Down,
+                data_tls: Some(true),
+                ..TestParams::default()
+            },
+        ),
+        (
+            "UDP at 500 Mbit/s, 2 s",
+            TestParams {
+                transport: Transport::Udp,
+                duration_ms: Some(2000),
+                length: 1472,
+                udp_rate_bps: Some(500_000_000),
+                ..TestParams::default()
+            },
+        ),
+    ]
 }
 
 /// The `longhaul perf` command line that runs the test `p` against

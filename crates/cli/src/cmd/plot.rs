@@ -16,30 +16,34 @@ pub fn plot(a: PlotArgs, archive: &ArchiveArgs) -> Outcome {
     let id = archive.resolve(&a.run).map_err(archive_failure)?;
     let detail = archive.run(id).map_err(archive_failure)?;
     if detail.run.kind == longhaul_archive::matrix::KIND {
-        let m = longhaul_archive::matrix::Matrix::of(&detail).unwrap_or_default();
+        let m = longhaul_archive::matrix::Document::of(&detail).unwrap_or_default();
         plot::matrix::render(&detail.run, &m, &a.output).map_err(plot_failure)?;
         let counts = plot::matrix::counts(&m);
-        outln!(
-            "wrote {} ({} cell{}, {} workload panel{})",
-            a.output.display(),
-            counts.cells,
-            crate::print::plural(counts.cells as u64),
-            counts.panels,
-            crate::print::plural(counts.panels as u64)
+        wrote(
+            &a.output,
+            (counts.cells, "cell"),
+            (counts.panels, "workload panel"),
         );
         return Ok(exit::OK);
     }
     plot::render(&detail, &a.output).map_err(plot_failure)?;
     let counts = plot::counts(&detail);
-    outln!(
-        "wrote {} ({} interval{}, {} stream{})",
-        a.output.display(),
-        counts.intervals,
-        crate::print::plural(counts.intervals as u64),
-        counts.streams,
-        crate::print::plural(counts.streams as u64)
+    wrote(
+        &a.output,
+        (counts.intervals, "interval"),
+        (counts.streams, "stream"),
     );
     Ok(exit::OK)
+}
+
+/// `wrote FILE (N things, M others)`.
+fn wrote(file: &std::path::Path, (n, what): (usize, &str), (m, others): (usize, &str)) {
+    outln!(
+        "wrote {} ({n} {what}{}, {m} {others}{})",
+        file.display(),
+        crate::print::plural(n as u64),
+        crate::print::plural(m as u64)
+    );
 }
 
 fn plot_failure(e: PlotError) -> Failure {

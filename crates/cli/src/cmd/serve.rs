@@ -22,68 +22,13 @@ pub fn serve(a: ServeArgs, archive: &ArchiveArgs) -> Outcome {
     } else {
         a.listen.clone()
     };
-    let cfg = ServeConfig {
-        limits: Limits {
-            max_streams: a.max_streams,
-            max_duration: a.max_duration,
-            max_bytes: a.max_bytes,
-            max_buffer_bytes: a.max_buffer,
-            allow_third_party: !a.no_third_party,
-            handshake_timeout: a.handshake_timeout,
-            idle_timeout: a.idle_timeout,
-        },
-        max_tests: a.max_tests,
-        max_queued: a.max_queued.unwrap_or(a.max_tests.saturating_mul(4)),
-        public_max_rate: a.public_max_rate,
-        public_max_time: a.public_max_time,
-        max_connections: a.max_connections,
-        max_per_client: a.max_per_client,
-        exports: a.export.clone(),
-        sync_files: !a.no_sync,
-        storage: if a.direct {
-            std::sync::Arc::new(longhaul_engine::xfer::storage::Direct)
-        } else {
-            std::sync::Arc::new(longhaul_engine::xfer::storage::Local)
-        },
-        state_dir: state_dir_or_default(a.state_dir.clone())?,
-        tls: None,
-        allow_plaintext: a.allow_plaintext,
-        public_perf: a.public_perf,
-        perf_tls_only: a.perf_tls_only,
-        keep_special_modes: a.keep_special_modes,
-        open_access: false,
-        observers: Vec::new(),
-        one_time: None,
-        third_party_copies: a.third_party_copies,
-        ..ServeConfig::default()
-    };
-    let mut cfg = cfg;
+    let mut cfg = config(&a)?;
     let mut printer = crate::print::outcome(None);
     if let (Some(cert), Some(key)) = (&a.cert, &a.key) {
-        match longhaul_engine::net::tls::Identity::load(cert, key)
-            .and_then(|id| longhaul_engine::net::tls::server_config(&id).map(|c| (id, c)))
-        {
-            Ok((id, c)) => {
-                printer.status(&format!(
-                    "longhaul: certificate {} ({})",
-                    cert.display(),
-                    id.fingerprint()
-                ));
-                cfg.tls = Some(c);
-            }
-            Err(e) => return Err(usage(e.to_string())),
-        }
+        load_identity(cert, key, &mut cfg, printer.as_mut())?;
     }
     // Only its owner may enter a new state directory: it holds the key and the grants.
-    if let Err(e) =
-        std::os::unix::fs::DirBuilderExt::mode(std::fs::DirBuilder::new().recursive(true), 0o700)
-            .create(&cfg.state_dir)
-    {
-        return Err(usage(format!(
-            "cannot create state directory {}: {e} (choose another with --state-dir)",
-            cfg.state_dir.display()
-        )));
-    }
+    create_state_dir(&cfg.state_dir)?;
     #[cfg(not(feature = "metrics"))]
     if a.metrics.is_some() {
         return Err(super::left_out("serve --metrics", "metrics"));
@@ -110,23 +55,7 @@ pub fn serve(a: ServeArgs, archive: &ArchiveArgs) -> Outcome {
             printer.as_mut(),
         )?);
     }
-    let iperf3 = match a.iperf3 {
-        Some(addr) => {
-            let c = longhaul_engine::server::iperf3::Iperf3Config {
-                max_tests: a.iperf3_max_tests,
-                max_streams: a.iperf3_max_streams,
-                max_seconds: a.iperf3_max_time.as_secs().max(1),
-                max_rate_bps: a.iperf3_max_rate,
-                handshake_timeout: a.handshake_timeout,
-                observers: cfg.observers.clone(),
-                ..Default::default()
-            };
-            Some(longhaul_engine::server::iperf3::Iperf3Server::bind(
-                addr, c,
-            )?)
-        }
-        None => None,
-    };
+    let iperf3 = bind_iperf3(&a, &cfg)?;
     let server = Server::bind(&listen, cfg)?;
     // After the bind: a port in use for the server is said first.
     #[cfg(feature = "metrics")]
@@ -165,6 +94,107 @@ pub fn serve(a: ServeArgs, archive: &ArchiveArgs) -> Outcome {
     };
     server.run();
     Ok(exit::OK)
+}
+
+/// The server's configuration from `serve`'s options.
+fn config(a: &ServeArgs) -> Result<ServeConfig, super::Failure> {
+    Ok(ServeConfig {
+        limits: Limits {
+            max_streams: a.max_streams,
+            max_duration: a.max_duration,
+            max_bytes: a.max_bytes,
+            max_buffer_bytes: a.max_buffer,
+            allow_third_party: !a.no_third_party,
+            handshake_timeout: a.handshake_timeout,
+            idle_timeout: a.idle_timeout,
+        },
+        max_tests: a.max_tests,
+        max_queued: a.max_queued.unwrap_or(a.max_tests.saturating_mul(4)),
+        public_max_rate: a.public_max_rate,
+        public_max_time: a.public_max_time,
+        max_connections: a.max_connections,
+        max_per_client: a.max_per_client,
+        exports: a.export.clone(),
+        sync_files: !a.no_sync,
+        storage: if a.direct {
+            std::sync::Arc::new(longhaul_engine::xfer::storage::Direct)
+        } else {
+            std::sync::Arc::new(longhaul_engine::xfer::storage::Local)
+        },
+        state_dir: state_dir_or_default(a.state_dir.clone())?,
+        tls: None,
+        allow_plaintext: a.allow_plaintext,
+        public_perf: a.public_perf,
+        perf_tls_only: a.perf_tls_only,
+        keep_special_modes: a.keep_special_modes,
+        open_access: false,
+        observers: Vec::new(),
+        one_time: None,
+        third_party_copies: a.third_party_copies,
+        ..ServeConfig::default()
+    })
+}
+
+/// `--cert`/`--key`: the server's TLS identity, said on stderr.
+fn load_identity(
+    cert: &std::path::Path,
+    key: &std::path::Path,
+    cfg: &mut ServeConfig,
+    printer: &mut dyn longhaul_engine::results::CommandReporter,
+) -> Result<(), super::Failure> {
+    match longhaul_engine::net::tls::Identity::load(cert, key)
+        .and_then(|id| longhaul_engine::net::tls::server_config(&id).map(|c| (id, c)))
+    {
+        Ok((id, c)) => {
+            printer.status(&format!(
+                "longhaul: certificate {} ({})",
+                cert.display(),
+                id.fingerprint()
+            ));
+            cfg.tls = Some(c);
+            Ok(())
+        }
+        Err(e) => Err(usage(e.to_string())),
+    }
+}
+
+/// The state directory, made 0700 if new.
+fn create_state_dir(dir: &std::path::Path) -> Result<(), super::Failure> {
+    if let Err(e) =
+        std::os::unix::fs::DirBuilderExt::mode(std::fs::DirBuilder::new().recursive(true), 0o700)
+            .create(dir)
+    {
+        return Err(usage(format!(
+            "cannot create state directory {}: {e} (choose another with --state-dir)",
+            dir.display()
+        )));
+    }
+    Ok(())
+}
+
+/// `--iperf3 ADDR`: the listener for stock iperf3 clients, bound now so a
+/// port in use is said before the server starts.
+fn bind_iperf3(
+    a: &ServeArgs,
+    cfg: &ServeConfig,
+) -> Result<Option<longhaul_engine::server::iperf3::Iperf3Server>, super::Failure> {
+    Ok(match a.iperf3 {
+        Some(addr) => {
+            let c = longhaul_engine::server::iperf3::Iperf3Config {
+                max_tests: a.iperf3_max_tests,
+                max_streams: a.iperf3_max_streams,
+                max_seconds: a.iperf3_max_time.as_secs().max(1),
+                max_rate_bps: a.iperf3_max_rate,
+                handshake_timeout: a.handshake_timeout,
+                observers: cfg.observers.clone(),
+                ..Default::default()
+            };
+            Some(longhaul_engine::server::iperf3::Iperf3Server::bind(
+                addr, c,
+            )?)
+        }
+        None => None,
+    })
 }
 
 /// `serve --jobs [URL]`: the jobs' store opened (SQLite in the state

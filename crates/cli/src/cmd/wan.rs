@@ -107,43 +107,12 @@ pub fn wan(a: WanArgs) -> Outcome {
 
 /// `wan up`: makes the hosts, forwards until Ctrl-C, removes everything.
 fn up(u: WanUpArgs, printer: &mut dyn CommandReporter) -> Outcome {
-    use longhaul_engine::wan::{forward::Forwarder, net, LinkParams};
+    use longhaul_engine::wan::{forward::Forwarder, net};
     let fail = |e: EngineError| -> Outcome { Err(e.into()) };
-    let mut outages = Vec::new();
-    for o in &u.outage {
-        let parsed = o.split_once('+').and_then(|(s, d)| {
-            Some((
-                units::parse_duration(s).ok()?,
-                units::parse_duration(d).ok()?,
-            ))
-        });
-        match parsed {
-            Some((s, d)) => outages.push((s, s + d)),
-            None => {
-                return fail(EngineError::Usage(format!(
-                    "invalid outage '{o}': expected START+DURATION, e.g. 5s+3s"
-                )))
-            }
-        }
-    }
-    for (what, p) in [("loss", u.loss), ("corrupt", u.corrupt)] {
-        if !(0.0..=1.0).contains(&p) {
-            return fail(EngineError::Usage(format!(
-                "--{what} {p} is not a probability (0 to 1)"
-            )));
-        }
-    }
-    let mut p = LinkParams {
-        delay: u.rtt / 2,
-        jitter: u.jitter,
-        reorder: u.reorder,
-        loss: u.loss,
-        corrupt: u.corrupt,
-        rate_bps: u.rate,
-        outages,
-        ..LinkParams::default()
+    let p = match link_params(&u) {
+        Ok(p) => p,
+        Err(e) => return fail(e),
     };
-    p.queue_for(u.queue);
     let names = match net::Names::new(&u.name) {
         Ok(n) => n,
         Err(e) => return fail(e),
@@ -163,13 +132,82 @@ fn up(u: WanUpArgs, printer: &mut dyn CommandReporter) -> Outcome {
         Ok(f) => Arc::new(f),
         Err(e) => return fail(e),
     };
-    // `wan set` from other processes: one JSON line in, `ok` or an error out.
-    let sock = wan_socket(&u.name);
+    let sock = listen_for_set(&u.name, fwd.clone(), p, u.queue, printer);
+    printer.wan_up(&WanHosts {
+        a: net::ADDR_A,
+        b: net::ADDR_B,
+        ns_a: hosts.names.ns_a.clone(),
+        ns_b: hosts.names.ns_b.clone(),
+    });
+    while !stop.load(Ordering::SeqCst) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    fwd.stop();
+    let [ab, ba] = fwd.stats();
+    drop(hosts);
+    drop(fwd);
+    let _ = std::fs::remove_file(&sock);
+    printer.wan_down(&ab, &ba);
+    Ok(exit::OK)
+}
+
+/// The link `wan up` asks for, each way: delay, jitter, loss, the rate
+/// and its queue, the outages.
+fn link_params(u: &WanUpArgs) -> Result<longhaul_engine::wan::LinkParams, EngineError> {
+    use longhaul_engine::wan::LinkParams;
+    let mut outages = Vec::new();
+    for o in &u.outage {
+        let parsed = o.split_once('+').and_then(|(s, d)| {
+            Some((
+                units::parse_duration(s).ok()?,
+                units::parse_duration(d).ok()?,
+            ))
+        });
+        match parsed {
+            Some((s, d)) => outages.push((s, s + d)),
+            None => {
+                return Err(EngineError::Usage(format!(
+                    "invalid outage '{o}': expected START+DURATION, e.g. 5s+3s"
+                )))
+            }
+        }
+    }
+    for (what, p) in [("loss", u.loss), ("corrupt", u.corrupt)] {
+        if !(0.0..=1.0).contains(&p) {
+            return Err(EngineError::Usage(format!(
+                "--{what} {p} is not a probability (0 to 1)"
+            )));
+        }
+    }
+    let mut p = LinkParams {
+        delay: u.rtt / 2,
+        jitter: u.jitter,
+        reorder: u.reorder,
+        loss: u.loss,
+        corrupt: u.corrupt,
+        rate_bps: u.rate,
+        outages,
+        ..LinkParams::default()
+    };
+    p.queue_for(u.queue);
+    Ok(p)
+}
+
+/// `wan set` from other processes: one JSON line in, `ok` or an error out,
+/// on the emulator's socket (returned, to remove when it ends).
+fn listen_for_set(
+    name: &str,
+    fwd: Arc<longhaul_engine::wan::forward::Forwarder>,
+    p: longhaul_engine::wan::LinkParams,
+    queue: Duration,
+    printer: &mut dyn CommandReporter,
+) -> std::path::PathBuf {
+    let sock = wan_socket(name);
     let _ = std::fs::create_dir_all(sock.parent().unwrap_or(std::path::Path::new("/")));
     let _ = std::fs::remove_file(&sock);
     match std::os::unix::net::UnixListener::bind(&sock) {
         Ok(l) => {
-            let (fwd, mut p, mut queue) = (fwd.clone(), p, u.queue);
+            let (mut p, mut queue) = (p, queue);
             std::thread::spawn(move || {
                 use std::io::{BufRead, Write};
                 for c in l.incoming().flatten() {
@@ -195,22 +233,7 @@ fn up(u: WanUpArgs, printer: &mut dyn CommandReporter) -> Outcome {
             sock.display()
         )),
     }
-    printer.wan_up(&WanHosts {
-        a: net::ADDR_A,
-        b: net::ADDR_B,
-        ns_a: hosts.names.ns_a.clone(),
-        ns_b: hosts.names.ns_b.clone(),
-    });
-    while !stop.load(Ordering::SeqCst) {
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    fwd.stop();
-    let [ab, ba] = fwd.stats();
-    drop(hosts);
-    drop(fwd);
-    let _ = std::fs::remove_file(&sock);
-    printer.wan_down(&ab, &ba);
-    Ok(exit::OK)
+    sock
 }
 
 impl WanSetArgs {

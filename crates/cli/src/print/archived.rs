@@ -10,10 +10,10 @@ use longhaul_engine::report::{Reporter, TransferProgress};
 use longhaul_engine::results::{CommandReporter, WanHosts};
 use longhaul_engine::server::auth::Grant;
 use longhaul_engine::wan::LinkStats;
-use longhaul_engine::xfer::client::CpSummary;
 use longhaul_proto::disk::DiskReport;
 use longhaul_proto::report::{IntervalReport, Setup, Summary};
 use longhaul_proto::tune::TransferInterval;
+use longhaul_proto::xfer::report::CopyReport;
 use longhaul_proto::xfer::ListEntry;
 
 use super::Printer;
@@ -89,7 +89,7 @@ impl CommandReporter for Archived {
         self.code = code;
         self.printer.exit_code(code);
     }
-    fn transfer_summary(&mut self, s: &CpSummary) {
+    fn transfer_summary(&mut self, s: &CopyReport) {
         self.printer.transfer_summary(s);
         self.archive.transfer_summary(s);
     }

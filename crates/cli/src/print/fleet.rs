@@ -1,9 +1,9 @@
 //! A fleet's results for people: each rank's line, and the one result of
 //! all ranks (its JSON document is [`super::json::fleet`]).
 
-use longhaul_engine::xfer::client::CpSummary;
 use longhaul_fleet::run::{FleetSummary, RankResult};
 use longhaul_proto::units::{format_bytes, format_rate};
+use longhaul_proto::xfer::report::CopyReport;
 
 /// One rank's result, on stderr (every rank prints one).
 pub fn rank_line(r: &RankResult) {
@@ -33,8 +33,8 @@ pub fn rank_line(r: &RankResult) {
 }
 
 /// A rank's result as the archive records a transfer.
-pub fn as_cp_summary(r: &RankResult) -> CpSummary {
-    CpSummary {
+pub fn as_cp_summary(r: &RankResult) -> CopyReport {
+    CopyReport {
         files: r.files,
         bytes: r.bytes,
         seconds: r.seconds,
@@ -43,7 +43,7 @@ pub fn as_cp_summary(r: &RankResult) -> CpSummary {
         resumed_bytes: r.resumed_bytes,
         failed: r.failed.clone(),
         verified: r.failed.is_empty(),
-        ..CpSummary::default()
+        ..CopyReport::default()
     }
 }
 

@@ -8,10 +8,10 @@ use longhaul_engine::doctor::DoctorReport;
 use longhaul_engine::report::Reporter;
 use longhaul_engine::results::{CommandReporter, WanHosts};
 use longhaul_engine::wan::LinkStats;
-use longhaul_engine::xfer::client::CpSummary;
 use longhaul_proto::disk::DiskReport;
 use longhaul_proto::report::{IntervalReport, Setup, Summary};
 use longhaul_proto::tune::TransferInterval;
+use longhaul_proto::xfer::report::CopyReport;
 use longhaul_proto::xfer::ListEntry;
 use serde_json::{json, Value};
 
@@ -219,7 +219,7 @@ impl Reporter for Json {
 }
 
 impl CommandReporter for Json {
-    fn transfer_summary(&mut self, s: &CpSummary) {
+    fn transfer_summary(&mut self, s: &CopyReport) {
         self.print_pretty(serde_json::to_value(s).unwrap_or_default());
     }
     fn listing(&mut self, entries: &[ListEntry]) {

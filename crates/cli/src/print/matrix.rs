@@ -1,9 +1,14 @@
-//! What a matrix says under its tables, the same words for the command
-//! (`longhaul matrix`) and for an archived matrix (`longhaul show`): the
-//! limits measured in the same run, each cell's note or error, what a
-//! tool did not keep, the settings' arguments; and `show`'s line per cell.
+//! The matrix printed, one printer for the command (`longhaul matrix`)
+//! and for an archived matrix (`longhaul show`): its tables, the ratio
+//! lines ([`ratios`]) and the words under them (the limits measured in
+//! the same run, each cell's note or error, the settings' arguments).
 
 use longhaul_archive::matrix::Limits;
+
+pub(crate) mod ratios;
+mod table;
+
+pub use table::{print, tables, Form};
 
 /// `limits in the same run: ...`, each rate in the caller's unit; None
 /// when none was measured.
@@ -32,21 +37,6 @@ pub fn note_line(c: &longhaul_archive::matrix::Cell) -> Option<String> {
         "note: {} ({}) {} {} {}: {text}",
         c.tool, c.settings, c.path, c.workload, c.direction
     ))
-}
-
-/// A cell's `*` line: what of the tree its tool did not keep.
-pub fn not_kept_line(c: &longhaul_archive::matrix::Cell) -> Option<String> {
-    (!c.not_kept.is_empty()).then(|| {
-        format!(
-            "* {} ({}) {} {} {}: does not keep {} (nor claims to; marked, not failed)",
-            c.tool,
-            c.settings,
-            c.path,
-            c.workload,
-            c.direction,
-            c.not_kept.join(", ")
-        )
-    })
 }
 
 /// Arguments as a reader would type them (quoted where needed).

@@ -9,11 +9,11 @@ use longhaul_engine::doctor::DoctorReport;
 use longhaul_engine::report::{Reporter, TransferProgress};
 use longhaul_engine::results::{CommandReporter, WanHosts};
 use longhaul_engine::wan::LinkStats;
-use longhaul_engine::xfer::client::CpSummary;
 use longhaul_proto::disk::DiskReport;
 use longhaul_proto::report::{IntervalReport, Setup, Summary};
 use longhaul_proto::tune::TransferInterval;
 use longhaul_proto::units::{format_bytes, format_rate};
+use longhaul_proto::xfer::report::CopyReport;
 use longhaul_proto::xfer::ListEntry;
 
 use super::Printer;
@@ -192,7 +192,7 @@ impl Reporter for Bar {
 }
 
 impl CommandReporter for Bar {
-    fn transfer_summary(&mut self, s: &CpSummary) {
+    fn transfer_summary(&mut self, s: &CopyReport) {
         self.clear();
         self.inner.transfer_summary(s);
     }

@@ -578,6 +578,33 @@ pub(crate) fn archived_matrix(
         .expect("run longhaul matrix")
 }
 
+/// `show` of an archived matrix prints what the command printed, with
+/// one printer: the same tables, the ratio lines and the limits.
+#[test]
+fn show_prints_an_archived_matrix_as_the_command_did_ratio_lines_included() {
+    let t = TempDir::new("archive-matrix-show");
+    let archive = t.path().join("archive.db");
+    let tools = [("longhaul-x", "best"), ("peer", "defaults")];
+    let o = archived_matrix(&archive, &t.path().join("m"), &tools, 4.0, &[]);
+    assert_exit(&o, 0);
+    let printed = stdout(&o);
+    assert!(
+        printed.contains("longhaul against the best peer and the limit:"),
+        "{printed}"
+    );
+    assert!(
+        printed.contains("loopback put: longhaul-x (best), 1.00x the rate of peer (defaults)"),
+        "{printed}"
+    );
+    let o = with_archive(&archive, &["show", "last"]);
+    assert_exit(&o, 0);
+    let shown = stdout(&o);
+    assert!(
+        shown.contains(&printed),
+        "show:\n{shown}\nmatrix:\n{printed}"
+    );
+}
+
 /// A matrix is one run with its cells: `history` lists it, `show` prints
 /// its cells (and never a byte a terminal acts on, whatever a tool in the
 /// user's `--tools-file` is named), `show --json` gives its document;
@@ -627,10 +654,16 @@ fn a_matrix_is_archived_as_one_run_and_shown_with_its_cells() {
         out.contains("matrix: 4 cells, 2 tool(s) on loopback"),
         "{out}"
     );
+    // The command's own tables, read back from the archive.
     assert!(out.contains("quick (best)"), "{out}");
-    assert!(out.contains("5.00"), "the median in Gbit/s: {out}");
-    assert!(out.contains("4.50-5.50"), "the spread: {out}");
-    assert!(out.contains("0.40/0.30"), "CPU seconds: {out}");
+    assert!(out.contains("mem (memory to memory, "), "{out}");
+    assert!(out.contains("625 ("), "the median in MB/s: {out}");
+    assert!(out.contains("-688)"), "the spread: {out}");
+    assert!(out.contains("0.64 + 0.48"), "CPU seconds per GB: {out}");
+    assert!(
+        out.contains("limits in the same run: memory to memory on loopback 625 MB/s"),
+        "{out}"
+    );
     assert!(
         !out.contains('\u{1b}'),
         "a terminal escape from a tool name: {out:?}"

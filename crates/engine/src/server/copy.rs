@@ -504,7 +504,7 @@ pub(super) fn serve_copy(
                 last: None,
             };
             let relay = match cp_with(&o, &mut relayer) {
-                Ok(s) => CopyRelay::Done(Box::new(crate::xfer::copy::report_of(&s))),
+                Ok(s) => CopyRelay::Done(Box::new(s.relayed())),
                 Err(e) => CopyRelay::Failed(Refuse {
                     code: match &e {
                         EngineError::Refused { code, .. } => *code,

@@ -38,23 +38,7 @@ const SILENCE: Duration = Duration::from_secs(90);
 /// many as the destination is allowed to open to it for the copy.
 const RELAYED_MAX: u32 = longhaul_proto::xfer::back::ALLOW_MAX;
 
-/// What the ordering client's own connections carried in a third-party
-/// copy: the measure that the data did not pass through it.
-#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
-pub struct ThirdPartyUse {
-    /// The source and destination servers as named.
-    pub source: String,
-    pub dest: String,
-    /// Bytes this client's sockets carried, both control connections, both
-    /// ways (the kernel's `tcpi_bytes_acked` plus `tcpi_bytes_received`,
-    /// TLS included).
-    pub control_bytes: u64,
-    /// Which end opened the data's connections: `source` (it dialled the
-    /// destination, as usual) or `dest` (it connected back to the source,
-    /// with `reason`).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub data_connections: Option<Opened>,
-}
+pub use longhaul_proto::xfer::report::ThirdPartyUse;
 
 /// Whether a copy's paths name a remote source and a remote destination.
 pub fn is_third_party(sources: &[String], dest: &str) -> bool {
@@ -251,66 +235,12 @@ pub fn options_of(
     o
 }
 
-/// What a source relays of its summary as a pushing client (PROTOCOL.md
-/// 13.9 `done`): [`CopyReport`] is the part of [`CpSummary`] that crosses,
-/// each field under the summary's own name; [`summary_of`] takes it back.
-/// The two are the one mapping between the types (a test holds them to
-/// each other).
-pub fn report_of(s: &CpSummary) -> CopyReport {
-    CopyReport {
-        files: s.files,
-        bytes: s.bytes,
-        links: s.links,
-        links_up_to_date: s.links_up_to_date,
-        resent_changed: s.resent_changed,
-        seconds: s.seconds,
-        sent_bytes: s.sent_bytes,
-        bits_per_second: s.bits_per_second,
-        verified: s.verified,
-        failed: s.failed.clone(),
-        skipped: s.skipped,
-        resumed_bytes: s.resumed_bytes,
-        streams: s.streams,
-        encryption: s.encryption.clone(),
-        source_read_bps: s.source_read_bps,
-        dest_write_bps: s.dest_write_bps,
-        attempts: s.attempts,
-        deleted: s.deleted.clone(),
-        would_send: s.would_send.clone(),
-        would_send_bytes: s.would_send_bytes,
-        warnings: s.warnings.clone(),
-        compression: s.compression.clone(),
-    }
-}
-
-/// A summary from a source's report: its fields, the rest default (the
-/// network rate is the report's rate: the source's streams carried it).
+/// A summary from a source's relayed report: its fields, the rest default
+/// (the network rate is the report's rate: the source's streams carried it).
 pub(crate) fn summary_of(r: CopyReport) -> CpSummary {
     CpSummary {
-        files: r.files,
-        bytes: r.bytes,
-        links: r.links,
-        links_up_to_date: r.links_up_to_date,
-        resent_changed: r.resent_changed,
-        seconds: r.seconds,
-        sent_bytes: r.sent_bytes,
-        bits_per_second: r.bits_per_second,
         network_bps: r.bits_per_second,
-        verified: r.verified,
-        failed: r.failed,
-        skipped: r.skipped,
-        resumed_bytes: r.resumed_bytes,
-        streams: r.streams,
-        encryption: r.encryption,
-        source_read_bps: r.source_read_bps,
-        dest_write_bps: r.dest_write_bps,
-        attempts: r.attempts,
-        deleted: r.deleted,
-        would_send: r.would_send,
-        would_send_bytes: r.would_send_bytes,
-        warnings: r.warnings,
-        compression: r.compression,
-        ..CpSummary::default()
+        ..r
     }
 }
 
@@ -570,7 +500,6 @@ fn at(end: &str, host: &str, e: EngineError) -> EngineError {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use longhaul_proto::xfer::Failure;
 
     /// The attacker is the source: a request to connect back is written
     /// to the destination only for the address the order named.
@@ -591,54 +520,6 @@ mod tests {
             "198.51.100.4:41234 lh1b_x",
         ] {
             assert_eq!(relayed_to(other, named), None, "{other}");
-        }
-    }
-
-    /// Every field of the report is the summary's field of the same name,
-    /// and comes back as it went.
-    #[test]
-    fn a_summary_crosses_as_a_report_and_comes_back_whole() {
-        let s = CpSummary {
-            files: 3,
-            bytes: 10,
-            links: 1,
-            links_up_to_date: 6,
-            resent_changed: 2,
-            seconds: 1.5,
-            sent_bytes: 9,
-            bits_per_second: 48.0,
-            verified: true,
-            failed: vec![Failure {
-                path: "p".into(),
-                error: "e".into(),
-            }],
-            skipped: 4,
-            resumed_bytes: 1,
-            streams: 5,
-            encryption: "TLS1.3 x".into(),
-            source_read_bps: 11.0,
-            dest_write_bps: 12.0,
-            attempts: 2,
-            deleted: vec!["d".into()],
-            would_send: vec!["w".into()],
-            would_send_bytes: 7,
-            warnings: vec!["x".into()],
-            compression: Some(longhaul_proto::xfer::compress::CompressReport {
-                level: 3,
-                raw_bytes: 10,
-                wire_bytes: 5,
-                ..Default::default()
-            }),
-            ..CpSummary::default()
-        };
-        let report = serde_json::to_value(report_of(&s)).unwrap();
-        let (sent, back) = (
-            serde_json::to_value(&s).unwrap(),
-            serde_json::to_value(summary_of(report_of(&s))).unwrap(),
-        );
-        for (k, v) in report.as_object().unwrap() {
-            assert_eq!(&sent[k], v, "{k}: the report's name is not the summary's");
-            assert_eq!(back[k], sent[k], "{k} did not come back");
         }
     }
 }

@@ -10,7 +10,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{is_zero, Failure, SyncOptions};
+use super::SyncOptions;
 
 /// What every third-party copy capability starts with, so that a scrubber
 /// or a person can tell one in a log or a paste, and a server can tell one
@@ -304,45 +304,7 @@ pub struct CopyLanded {
     pub digest: Option<String>,
 }
 
-/// The outcome of a third-party copy, as the source (the pushing client)
-/// saw it, the destination's verification included.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct CopyReport {
-    pub files: u64,
-    pub bytes: u64,
-    #[serde(default)]
-    pub links: u64,
-    #[serde(default, skip_serializing_if = "is_zero")]
-    pub links_up_to_date: u64,
-    #[serde(default)]
-    pub resent_changed: u64,
-    pub seconds: f64,
-    pub sent_bytes: u64,
-    pub bits_per_second: f64,
-    /// Every file was verified at the destination.
-    pub verified: bool,
-    pub failed: Vec<Failure>,
-    pub skipped: u64,
-    pub resumed_bytes: u64,
-    pub streams: u16,
-    pub encryption: String,
-    #[serde(default)]
-    pub source_read_bps: f64,
-    #[serde(default)]
-    pub dest_write_bps: f64,
-    pub attempts: u32,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub deleted: Vec<String>,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub would_send: Vec<String>,
-    #[serde(default)]
-    pub would_send_bytes: u64,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub warnings: Vec<String>,
-    /// `-z`: what compression did on the source's push.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub compression: Option<super::compress::CompressReport>,
-}
+pub use super::report::CopyReport;
 
 /// Whether a push request stays within a capability's scope: to the
 /// export, the destination and its trailing `/` the capability was made

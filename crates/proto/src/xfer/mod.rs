@@ -15,6 +15,7 @@
 pub mod back;
 pub mod compress;
 pub mod copy;
+pub mod report;
 
 use serde::{Deserialize, Serialize};
 

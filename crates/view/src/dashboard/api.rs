@@ -277,14 +277,28 @@ pub async fn intervals(
     UrlPath(id): UrlPath<String>,
     q: Result<Query<AfterQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<Value>, ApiError> {
+    of_run(&st, id, q, |a, id, q| {
+        let rows = a.intervals(id, q.after)?;
+        let status = a.run(id)?.run.status;
+        Ok(json!({ "id": id, "status": status, "intervals": rows }))
+    })
+    .await
+}
+
+/// `f` over the run named `id` (a number, `last`, ...) in the archive, with
+/// the request's query.
+async fn of_run(
+    st: &Arc<AppState>,
+    id: String,
+    q: Result<Query<AfterQuery>, axum::extract::rejection::QueryRejection>,
+    f: impl FnOnce(&Archive, i64, AfterQuery) -> Result<Value, ArchiveError> + Send + 'static,
+) -> Result<Json<Value>, ApiError> {
     let Query(q) = q.map_err(|e| ApiError::bad(e.body_text()))?;
     Ok(Json(
-        with_archive(&st, move |a| {
+        with_archive(st, move |a| {
             let a = a.ok_or_else(|| ArchiveError::NoRun(id.clone()))?;
             let id = a.resolve(&id)?;
-            let rows = a.intervals(id, q.after)?;
-            let status = a.run(id)?.run.status;
-            Ok(json!({ "id": id, "status": status, "intervals": rows }))
+            Ok(f(a, id, q)?)
         })
         .await?,
     ))
@@ -296,16 +310,11 @@ pub async fn files(
     UrlPath(id): UrlPath<String>,
     q: Result<Query<AfterQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<Value>, ApiError> {
-    let Query(q) = q.map_err(|e| ApiError::bad(e.body_text()))?;
-    Ok(Json(
-        with_archive(&st, move |a| {
-            let a = a.ok_or_else(|| ArchiveError::NoRun(id.clone()))?;
-            let id = a.resolve(&id)?;
-            let rows = a.files(id, q.limit.unwrap_or(FILES_DEFAULT))?;
-            Ok(json!({ "id": id, "files": rows }))
-        })
-        .await?,
-    ))
+    of_run(&st, id, q, |a, id, q| {
+        let rows = a.files(id, q.limit.unwrap_or(FILES_DEFAULT))?;
+        Ok(json!({ "id": id, "files": rows }))
+    })
+    .await
 }
 
 /// One doctor run on the timeline of its path.
@@ -423,7 +432,7 @@ impl MatrixQuery {
 /// The matrix page: one matrix run (`run`, else the latest) whole, the
 /// matrix runs there are, and each cell's rate over them.
 pub fn matrix_of(a: Option<&Archive>, run: Option<i64>, limit: usize) -> Result<Value, ApiError> {
-    use longhaul_archive::matrix::{cell_history, matrix_runs, Matrix, MatrixRun, KIND};
+    use longhaul_archive::matrix::{cell_history, matrix_runs, Document, MatrixRun, KIND};
     let Some(a) = a else {
         return Ok(
             json!({ "missing": true, "run": null, "matrix": null, "runs": [], "history": [] }),
@@ -440,7 +449,7 @@ pub fn matrix_of(a: Option<&Archive>, run: Option<i64>, limit: usize) -> Result<
                     message: format!("run {id} is a {} run, not a matrix", detail.run.kind),
                 });
             }
-            let matrix = Matrix::of(&detail).ok_or_else(|| ApiError {
+            let matrix = Document::of(&detail).ok_or_else(|| ApiError {
                 status: StatusCode::NOT_FOUND,
                 message: format!("the matrix run {id} kept no cells (it ended before its first)"),
             })?;
@@ -460,7 +469,7 @@ pub fn matrix_of(a: Option<&Archive>, run: Option<i64>, limit: usize) -> Result<
     Ok(json!({
         "missing": false,
         "run": chosen.as_ref().map(|m| &m.run),
-        "matrix": chosen.as_ref().map(|m| &m.matrix),
+        "matrix": chosen.as_ref().map(|m| m.matrix.view()),
         "runs": list,
         "history": cell_history(&runs),
     }))

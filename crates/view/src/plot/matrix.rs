@@ -13,10 +13,11 @@
 //! escapes every text it writes into an SVG, so a name is text, never
 //! markup (tested).
 
+use plotters::coord::types::RangedCoordf64;
 use plotters::coord::Shift;
 use plotters::prelude::*;
 
-use longhaul_archive::matrix::{Cell, Matrix};
+use longhaul_archive::matrix::{Cell, Document};
 use longhaul_archive::model::RunRow;
 
 use super::{draw_error, format_of, register_font, utc, Format, PlotError, FAMILY, MARGIN};
@@ -44,16 +45,15 @@ fn path_colour(k: usize) -> RGBColor {
 }
 
 /// The figure's height for `m`.
-pub fn height(m: &Matrix) -> u32 {
+pub fn height(m: &Document) -> u32 {
     HEAD + PANEL * panels(m).len().max(1) as u32
 }
 
 /// The workloads that have cells, in the matrix's order.
-fn panels(m: &Matrix) -> Vec<&str> {
-    m.workloads
-        .iter()
-        .filter(|w| m.cells.iter().any(|c| &&c.workload == w))
-        .map(String::as_str)
+fn panels(m: &Document) -> Vec<String> {
+    m.workloads()
+        .into_iter()
+        .filter(|w| m.cells.iter().any(|c| &c.workload == w))
         .collect()
 }
 
@@ -64,7 +64,7 @@ pub struct Counts {
     pub panels: usize,
 }
 
-pub fn counts(m: &Matrix) -> Counts {
+pub fn counts(m: &Document) -> Counts {
     Counts {
         cells: m.cells.len(),
         panels: panels(m).len(),
@@ -72,7 +72,7 @@ pub fn counts(m: &Matrix) -> Counts {
 }
 
 /// Draws the matrix of `run` to `out`: SVG or PNG by its extension.
-pub fn render(run: &RunRow, m: &Matrix, out: &std::path::Path) -> Result<(), PlotError> {
+pub fn render(run: &RunRow, m: &Document, out: &std::path::Path) -> Result<(), PlotError> {
     let format = format_of(out)?;
     if m.cells.is_empty() {
         return Err(PlotError::NoCells(run.id));
@@ -97,7 +97,7 @@ pub fn render(run: &RunRow, m: &Matrix, out: &std::path::Path) -> Result<(), Plo
 }
 
 /// The SVG of the matrix, as [`render`] writes it.
-pub fn svg_string(run: &RunRow, m: &Matrix) -> Result<String, PlotError> {
+pub fn svg_string(run: &RunRow, m: &Document) -> Result<String, PlotError> {
     if m.cells.is_empty() {
         return Err(PlotError::NoCells(run.id));
     }
@@ -142,7 +142,7 @@ fn workload_text(w: &str) -> String {
 fn draw<DB: DrawingBackend>(
     root: &DrawingArea<DB, Shift>,
     run: &RunRow,
-    m: &Matrix,
+    m: &Document,
 ) -> Result<(), PlotError> {
     root.fill(&WHITE).map_err(draw_error)?;
     let mut title = format!(
@@ -169,7 +169,7 @@ fn draw<DB: DrawingBackend>(
 
 fn draw_legend<DB: DrawingBackend>(
     area: &DrawingArea<DB, Shift>,
-    m: &Matrix,
+    m: &Document,
 ) -> Result<(), PlotError> {
     let font: TextStyle = (FAMILY, 14).into_font().into();
     let (w, _) = area.dim_in_pixel();
@@ -190,7 +190,7 @@ fn draw_legend<DB: DrawingBackend>(
         x += width;
         Ok(())
     };
-    for (k, p) in m.paths.iter().enumerate() {
+    for (k, p) in m.path_names().iter().enumerate() {
         let c = path_colour(k);
         for (dir, light) in [("put", false), ("get", true)] {
             let swatch = |x: i32, cy: i32| {
@@ -246,10 +246,16 @@ fn draw_legend<DB: DrawingBackend>(
 
 fn draw_panel<DB: DrawingBackend>(
     area: &DrawingArea<DB, Shift>,
-    m: &Matrix,
+    m: &Document,
     w: &str,
 ) -> Result<(), PlotError> {
-    let cells: Vec<&Cell> = m.cells.iter().filter(|c| c.workload == w).collect();
+    let paths = m.path_names();
+    let cells: Vec<&Cell> = m
+        .cells
+        .iter()
+        .filter(|c| c.workload == w)
+        .map(|c| &c.cell)
+        .collect();
     let mut rows: Vec<(&str, &str)> = Vec::new();
     for c in &cells {
         if !rows.contains(&(c.tool.as_str(), c.settings.as_str())) {
@@ -257,28 +263,15 @@ fn draw_panel<DB: DrawingBackend>(
         }
     }
     // Each group's slots: every path, put then get.
-    let slots: Vec<(usize, &str)> = (0..m.paths.len())
+    let slots: Vec<(usize, &str)> = (0..paths.len())
         .flat_map(|k| [(k, "put"), (k, "get")])
         .filter(|(k, d)| {
             cells
                 .iter()
-                .any(|c| c.path == m.paths[*k] && c.direction == *d)
+                .any(|c| c.path == paths[*k] && c.direction == *d)
         })
         .collect();
-    let limits: Vec<(String, f64)> = m
-        .limits
-        .local_copy_bytes_per_second
-        .get(w)
-        .map(|v| ("local copy".to_string(), gbit(*v)))
-        .into_iter()
-        .chain(
-            m.limits
-                .destination_write_bytes_per_second
-                .filter(|_| w != "mem")
-                .map(|v| ("destination write".to_string(), gbit(v))),
-        )
-        .filter(|(_, v)| *v > 0.0)
-        .collect();
+    let limits = panel_limits(m, w);
     let top = cells
         .iter()
         .filter_map(|c| c.rate.as_ref())
@@ -344,67 +337,106 @@ fn draw_panel<DB: DrawingBackend>(
             let Some(c) = cells.iter().find(|c| {
                 c.tool == *tool
                     && c.settings == *settings
-                    && c.path == m.paths[*k]
+                    && c.path == paths[*k]
                     && c.direction == *dir
             }) else {
                 continue;
             };
-            let a = x0 + j as f64 * slot_w;
-            let b = a + slot_w * 0.9;
-            let colour = path_colour(*k);
-            let Some(r) = &c.rate else {
-                if c.error.is_some() {
-                    chart
-                        .draw_series(std::iter::once(Text::new(
-                            "x",
-                            ((a + b) / 2.0, 0.0),
-                            (FAMILY, 14).into_font().color(&BAD),
-                        )))
-                        .map_err(draw_error)?;
-                }
-                continue;
-            };
-            let v = gbit(r.median_bytes_per_second);
-            if *dir == "put" {
-                chart
-                    .draw_series(std::iter::once(Rectangle::new(
-                        [(a, 0.0), (b, v)],
-                        colour.filled(),
-                    )))
-                    .map_err(draw_error)?;
-            } else {
-                chart
-                    .draw_series([
-                        Rectangle::new([(a, 0.0), (b, v)], colour.mix(0.3).filled()),
-                        Rectangle::new([(a, 0.0), (b, v)], colour.stroke_width(2)),
-                    ])
-                    .map_err(draw_error)?;
-            }
-            let (lo, hi) = (gbit(r.min_bytes_per_second), gbit(r.max_bytes_per_second));
-            let mid = (a + b) / 2.0;
-            if hi > lo {
-                chart
-                    .draw_series(std::iter::once(PathElement::new(
-                        vec![(mid, lo), (mid, hi)],
-                        WHISKER.stroke_width(1),
-                    )))
-                    .map_err(draw_error)?;
-            }
-            if c.verified == Some(false) {
-                chart
-                    .draw_series(std::iter::once(
-                        EmptyElement::at((mid, v.max(hi)))
-                            + Text::new(
-                                "\u{2717}",
-                                (-5, -20),
-                                (FAMILY, 16).into_font().color(&BAD),
-                            ),
-                    ))
-                    .map_err(draw_error)?;
-            }
+            draw_cell(&mut chart, c, (x0 + j as f64 * slot_w, slot_w), *k, dir)?;
         }
     }
-    for (name, v) in &limits {
+    draw_limit_lines(&mut chart, &limits, n)?;
+    Ok(())
+}
+
+type Chart<'a, DB> = ChartContext<'a, DB, Cartesian2d<RangedCoordf64, RangedCoordf64>>;
+
+/// The same-run limits of workload `w`, Gbit/s: its local copy and, for
+/// files, the destination's write.
+fn panel_limits(m: &Document, w: &str) -> Vec<(String, f64)> {
+    m.limits
+        .local_copy_bytes_per_second
+        .get(w)
+        .map(|v| ("local copy".to_string(), gbit(*v)))
+        .into_iter()
+        .chain(
+            m.limits
+                .destination_write_bytes_per_second
+                .filter(|_| w != "mem")
+                .map(|v| ("destination write".to_string(), gbit(v))),
+        )
+        .filter(|(_, v)| *v > 0.0)
+        .collect()
+}
+
+/// One cell's bar, at `a` and `slot_w` wide, in path `k`'s colour: put
+/// solid, get light; its whisker; a red cross when it did not verify, a
+/// red `x` on the axis when it failed.
+fn draw_cell<DB: DrawingBackend>(
+    chart: &mut Chart<'_, DB>,
+    c: &Cell,
+    (a, slot_w): (f64, f64),
+    k: usize,
+    dir: &str,
+) -> Result<(), PlotError> {
+    let b = a + slot_w * 0.9;
+    let colour = path_colour(k);
+    let Some(r) = &c.rate else {
+        if c.error.is_some() {
+            chart
+                .draw_series(std::iter::once(Text::new(
+                    "x",
+                    ((a + b) / 2.0, 0.0),
+                    (FAMILY, 14).into_font().color(&BAD),
+                )))
+                .map_err(draw_error)?;
+        }
+        return Ok(());
+    };
+    let v = gbit(r.median_bytes_per_second);
+    if dir == "put" {
+        chart
+            .draw_series(std::iter::once(Rectangle::new(
+                [(a, 0.0), (b, v)],
+                colour.filled(),
+            )))
+            .map_err(draw_error)?;
+    } else {
+        chart
+            .draw_series([
+                Rectangle::new([(a, 0.0), (b, v)], colour.mix(0.3).filled()),
+                Rectangle::new([(a, 0.0), (b, v)], colour.stroke_width(2)),
+            ])
+            .map_err(draw_error)?;
+    }
+    let (lo, hi) = (gbit(r.min_bytes_per_second), gbit(r.max_bytes_per_second));
+    let mid = (a + b) / 2.0;
+    if hi > lo {
+        chart
+            .draw_series(std::iter::once(PathElement::new(
+                vec![(mid, lo), (mid, hi)],
+                WHISKER.stroke_width(1),
+            )))
+            .map_err(draw_error)?;
+    }
+    if c.verified == Some(false) {
+        chart
+            .draw_series(std::iter::once(
+                EmptyElement::at((mid, v.max(hi)))
+                    + Text::new("\u{2717}", (-5, -20), (FAMILY, 16).into_font().color(&BAD)),
+            ))
+            .map_err(draw_error)?;
+    }
+    Ok(())
+}
+
+/// The limits as grey lines across the panel, each named at its right end.
+fn draw_limit_lines<DB: DrawingBackend>(
+    chart: &mut Chart<'_, DB>,
+    limits: &[(String, f64)],
+    n: f64,
+) -> Result<(), PlotError> {
+    for (name, v) in limits {
         chart
             .draw_series(std::iter::once(PathElement::new(
                 vec![(0.0, *v), (n, *v)],
@@ -435,7 +467,7 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn matrix(tool: &str) -> (RunRow, Matrix) {
+    fn matrix(tool: &str) -> (RunRow, Document) {
         let cell = |path: &str, w: &str, d: &str, bps: f64, verified: Option<bool>| {
             json!({"tool": tool, "settings": "<b>best</b>", "path": path, "workload": w,
                    "direction": d, "verified": verified,
@@ -485,7 +517,7 @@ mod tests {
             lost: 0,
             dry_run: false,
         };
-        (run, Matrix::from_doc(&doc).unwrap())
+        (run, Document::from_doc(&doc).unwrap())
     }
 
     #[test]
@@ -517,7 +549,7 @@ mod tests {
         let reader = decoder.read_info().unwrap();
         assert_eq!(reader.info().width, WIDTH);
         assert_eq!(reader.info().height, height(&m));
-        let empty = Matrix::default();
+        let empty = Document::default();
         let e = render(&run, &empty, &t.path().join("e.svg")).unwrap_err();
         assert!(matches!(e, PlotError::NoCells(7)), "{e}");
         assert!(render(&run, &m, &t.path().join("m.txt")).is_err());

@@ -15,7 +15,7 @@ use super::cgroup::{Accounting, Group};
 use super::peers::{self, Tool, BEST};
 use super::sweep::{self, PathFacts, Swept, Tried};
 use super::verify::{self, Manifest};
-use super::{far, run, summarise, Cell, Doc, Params, PathSpec, RunResult};
+use super::{far, run, Cell, Doc, Params, PathSpec, RunResult};
 use crate::args::MatrixArgs;
 use crate::print::matrix::args_text as shown_args;
 
@@ -545,7 +545,7 @@ impl<'a> Matrix<'a> {
                 doc.cells[i].runs.clear();
                 doc.cells[i].error = None;
             } else {
-                summarise(&mut doc.cells[i], runs as u32);
+                doc.cells[i].summarise(runs as u32);
             }
         }
         if let Some(f) = &self.s.a.resume {

@@ -9,8 +9,6 @@
 
 use std::collections::BTreeMap;
 
-use serde::{Deserialize, Serialize};
-
 use super::peers::{self, Sweep};
 
 /// The least window a candidate is given, whatever the path.
@@ -123,42 +121,7 @@ pub fn candidates(s: &Sweep, facts: &PathFacts) -> Vec<Vec<String>> {
     out
 }
 
-/// One candidate's run.
-#[derive(Clone, Debug, Default, Serialize, Deserialize)]
-pub struct Tried {
-    pub args: Vec<String>,
-    pub bytes_per_second: Option<f64>,
-    pub seconds: f64,
-    pub error: Option<String>,
-}
-
-/// A tool's sweep on one path and workload.
-#[derive(Clone, Debug, Default, Serialize, Deserialize)]
-pub struct Swept {
-    pub tool: String,
-    pub path: String,
-    pub workload: String,
-    /// The winner's arguments (as in the grid: the path's values filled,
-    /// the run's own placeholders not); None when no candidate ran.
-    pub winner: Option<Vec<String>>,
-    pub candidates: Vec<Tried>,
-    /// Taken from an earlier matrix (`--quick`, `--resume`): its date.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub remembered: Option<String>,
-}
-
-impl Swept {
-    /// Picks the fastest candidate that ran (and, for files, verified).
-    pub fn decide(&mut self) {
-        self.winner = self
-            .candidates
-            .iter()
-            .filter(|c| c.error.is_none())
-            .filter_map(|c| c.bytes_per_second.map(|r| (c, r)))
-            .max_by(|a, b| a.1.total_cmp(&b.1))
-            .map(|(c, _)| c.args.clone());
-    }
-}
+pub use longhaul_archive::matrix::{Swept, Tried};
 
 /// How long a candidate may run: a file candidate 3 times slower than the
 /// best so far (and past 10 s) has lost, and is cut short.

@@ -169,7 +169,7 @@ fn a_cell_summarises_its_runs_median_spread_cpu_and_verdict() {
             .map(|r| run(Some(r), Some(true), None))
             .to_vec(),
     );
-    summarise(&mut c, 3);
+    c.summarise(3);
     let r = c.rate.clone().unwrap();
     assert_eq!(
         (
@@ -201,7 +201,7 @@ fn a_cell_summarises_its_runs_median_spread_cpu_and_verdict() {
             run(None, None, Some("exit 1: broken pipe")),
         ],
     );
-    summarise(&mut c, 5);
+    c.summarise(5);
     assert_eq!(c.rate.clone().unwrap().median_bytes_per_second, 250.0);
     assert_eq!(c.verified, Some(false));
     assert_eq!(c.error.as_deref(), Some("exit 1: broken pipe"));
@@ -215,13 +215,13 @@ fn a_cell_summarises_its_runs_median_spread_cpu_and_verdict() {
         vec![run(Some(1.0), None, None), run(Some(1.0), None, None)],
     );
     c.runs[1].cpu_server_seconds = None;
-    summarise(&mut c, 2);
+    c.summarise(2);
     let cpu = c.cpu_seconds.clone().unwrap();
     assert_eq!((cpu.client_seconds, cpu.server_seconds), (Some(1.0), None));
 
     // Nothing ran: no rate, no CPU, no verdict.
     let mut c = cell("bbcp", "mem", vec![run(None, None, Some("not installed"))]);
-    summarise(&mut c, 1);
+    c.summarise(1);
     assert!(c.rate.is_none() && c.cpu_seconds.is_none() && c.verified.is_none());
     assert!(!c.whole());
 }
@@ -249,7 +249,7 @@ fn doc(cells: Vec<Cell>) -> Doc {
 
 fn summarised(tool: &str, workload: &str, rate: f64, verified: Option<bool>) -> Cell {
     let mut c = cell(tool, workload, vec![run(Some(rate), verified, None)]);
-    summarise(&mut c, 1);
+    c.summarise(1);
     c
 }
 
@@ -261,7 +261,7 @@ fn limits_are_the_fastest_memory_run_and_the_verified_local_copy() {
         summarised("cp", "elephant", 5e8, Some(false)),
         summarised("cp", "elephant", 4e8, Some(true)),
     ]);
-    finish_limits(&mut d);
+    d.finish_limits();
     assert_eq!(
         d.limits.mem_to_mem_bytes_per_second.get("loopback"),
         Some(&3e9)
@@ -282,7 +282,7 @@ fn ratios_compare_our_best_with_the_best_verified_peer_and_the_local_copy() {
         summarised("badpeer", "elephant", 2e9, Some(false)),
         summarised("cp", "elephant", 6e8, Some(true)),
     ]);
-    finish_limits(&mut d);
+    d.finish_limits();
     let lines = ratios::lines(&d, "elephant");
     assert_eq!(lines.len(), 1, "{lines:?}");
     assert!(

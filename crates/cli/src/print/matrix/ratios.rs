@@ -7,7 +7,7 @@
 //! local copy). Only whole cells count: every planned run succeeded; a
 //! faster cell left out says so, with its "n of N".
 
-use super::{Cell, Doc};
+use longhaul_archive::matrix::{CellRuns as Cell, Document as Doc};
 
 /// A tool of ours: `longhaul` (files) and `longhaul-perf` (memory).
 fn ours(tool: &str) -> bool {
@@ -94,7 +94,7 @@ fn limit(doc: &Doc, path: &str, workload: &str) -> Option<(f64, String)> {
 }
 
 /// One line per column of `workload` with a longhaul cell.
-pub(super) fn lines(doc: &Doc, workload: &str) -> Vec<String> {
+pub(crate) fn lines(doc: &Doc, workload: &str) -> Vec<String> {
     let mut out = Vec::new();
     for p in &doc.paths {
         for d in ["put", "get"] {
@@ -139,9 +139,10 @@ pub(super) fn lines(doc: &Doc, workload: &str) -> Vec<String> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::{Cell, Doc, Load, Params, PathSpec, RunResult};
     use super::*;
-    use longhaul_archive::matrix::{self as archived, Limits, Rate};
+    use longhaul_archive::matrix::{
+        self as archived, Limits, Load, Params, PathSpec, Rate, RunResult,
+    };
 
     fn cell(tool: &str, path: &str, rates: &[Option<f64>], planned: u32) -> Cell {
         let runs: Vec<RunResult> = rates
@@ -166,7 +167,7 @@ mod tests {
             },
             runs,
         };
-        super::super::summarise(&mut c, planned);
+        c.summarise(planned);
         c
     }
 
@@ -196,7 +197,7 @@ mod tests {
             load: Load::default(),
             interrupted: false,
         };
-        super::super::finish_limits(&mut d);
+        d.finish_limits();
         d
     }
 

@@ -5,9 +5,19 @@
 //! settings' arguments, `best`'s from its sweep on each path), what a tool
 //! did not keep of the tree, the ratio lines; then the limits and notes.
 
-use super::{ratios, Cell, Doc};
-use crate::args::MatrixArgs;
-use crate::print::matrix::args_text as shown_args;
+use longhaul_archive::matrix::{CellRuns as Cell, Document as Doc};
+
+use super::args_text as shown_args;
+use super::ratios;
+
+/// How the matrix is printed: `--json`, `--csv`, `--md`, or for the terminal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Form {
+    Json,
+    Csv,
+    Markdown,
+    Terminal,
+}
 
 /// A cell's rate: `median (min-max)`, `n of N` when runs failed.
 fn rate_text(c: Option<&Cell>) -> String {
@@ -85,69 +95,77 @@ fn what(doc: &Doc, w: &str) -> String {
 }
 
 /// Prints the matrix in the form asked for.
-pub(super) fn print(a: &MatrixArgs, doc: &Doc, verbose: u8) {
-    if a.json {
-        crate::print::out_json(&serde_json::to_string_pretty(doc).unwrap_or_else(|_| "{}".into()));
-        return;
+pub fn print(doc: &Doc, form: Form, verbose: u8) {
+    match form {
+        Form::Json => crate::print::out_json(
+            &serde_json::to_string_pretty(doc).unwrap_or_else(|_| "{}".into()),
+        ),
+        Form::Csv => print_csv(doc),
+        Form::Markdown => tables(doc, true, verbose),
+        Form::Terminal => tables(doc, false, verbose),
     }
-    if a.csv {
-        print_csv(doc);
-        return;
-    }
-    let md = a.md;
+}
+
+/// The matrix for people (`md`: as Markdown): per workload its tables,
+/// what each row ran with, what a tool did not keep and the ratio lines;
+/// then the words under them all.
+pub fn tables(doc: &Doc, md: bool, verbose: u8) {
     let bullet = if md { "- " } else { "  " };
-    for w in &doc.params.workloads {
-        let cols: Vec<(String, &str)> = doc
-            .paths
-            .iter()
-            .flat_map(|p| ["put", "get"].map(|d| (p.name.clone(), d)))
-            .collect();
-        let rows = rows(doc, w, &cols);
-        if rows.is_empty() {
-            continue;
-        }
-        let mut head = vec!["tool".to_string()];
-        head.extend(cols.iter().map(|(p, d)| format!("{p} {d}")));
-        outln!(
-            "{w} ({}): MB/s, median (slowest-fastest) of {} runs",
-            what(doc, w),
-            doc.params.runs
-        );
-        let rates: Vec<Vec<String>> = rows
-            .iter()
-            .map(|(label, cells)| row(label, cells, rate_text))
-            .collect();
-        grid(md, &head, &rates);
-        outln!("");
-        outln!(
-            "{w}: CPU seconds per GB moved, client + server (each end's cgroup; ? not measured)"
-        );
-        let cpus: Vec<Vec<String>> = rows
-            .iter()
-            .map(|(label, cells)| row(label, cells, cpu_text))
-            .collect();
-        grid(md, &head, &cpus);
-        outln!("");
-        let notes = settings_lines(doc, w, verbose)
-            .into_iter()
-            .chain(not_kept_lines(doc, w))
-            .collect::<Vec<_>>();
-        for l in &notes {
-            outln!("{bullet}{l}");
-        }
-        let ratios = ratios::lines(doc, w);
-        if !ratios.is_empty() {
-            outln!(
-                "{}longhaul against the best peer and the limit:",
-                if notes.is_empty() { "" } else { "\n" }
-            );
-            for l in ratios {
-                outln!("{bullet}{l}");
-            }
-        }
-        outln!("");
+    for w in &doc.workloads() {
+        workload(doc, w, md, bullet, verbose);
     }
     tail(doc, md);
+}
+
+/// One workload's tables and the lines under them.
+fn workload(doc: &Doc, w: &str, md: bool, bullet: &str, verbose: u8) {
+    let cols: Vec<(String, &str)> = doc
+        .paths
+        .iter()
+        .flat_map(|p| ["put", "get"].map(|d| (p.name.clone(), d)))
+        .collect();
+    let rows = rows(doc, w, &cols);
+    if rows.is_empty() {
+        return;
+    }
+    let mut head = vec!["tool".to_string()];
+    head.extend(cols.iter().map(|(p, d)| format!("{p} {d}")));
+    outln!(
+        "{w} ({}): MB/s, median (slowest-fastest) of {} runs",
+        what(doc, w),
+        doc.params.runs
+    );
+    let rates: Vec<Vec<String>> = rows
+        .iter()
+        .map(|(label, cells)| row(label, cells, rate_text))
+        .collect();
+    grid(md, &head, &rates);
+    outln!("");
+    outln!("{w}: CPU seconds per GB moved, client + server (each end's cgroup; ? not measured)");
+    let cpus: Vec<Vec<String>> = rows
+        .iter()
+        .map(|(label, cells)| row(label, cells, cpu_text))
+        .collect();
+    grid(md, &head, &cpus);
+    outln!("");
+    let notes = settings_lines(doc, w, verbose)
+        .into_iter()
+        .chain(not_kept_lines(doc, w))
+        .collect::<Vec<_>>();
+    for l in &notes {
+        outln!("{bullet}{l}");
+    }
+    let ratios = ratios::lines(doc, w);
+    if !ratios.is_empty() {
+        outln!(
+            "{}longhaul against the best peer and the limit:",
+            if notes.is_empty() { "" } else { "\n" }
+        );
+        for l in ratios {
+            outln!("{bullet}{l}");
+        }
+    }
+    outln!("");
 }
 
 type Rows<'a> = Vec<(String, Vec<Option<&'a Cell>>)>;
@@ -368,14 +386,10 @@ fn tail(doc: &Doc, md: bool) {
         );
     }
     let mb = |v: f64| format!("{:.0} MB/s", v / 1e6);
-    if let Some(l) = crate::print::matrix::limits_line(&doc.limits, mb) {
+    if let Some(l) = super::limits_line(&doc.limits, mb) {
         outln!("{bullet}{l}");
     }
-    for l in doc
-        .cells
-        .iter()
-        .filter_map(|c| crate::print::matrix::note_line(c))
-    {
+    for l in doc.cells.iter().filter_map(|c| super::note_line(c)) {
         outln!("{bullet}{l}");
     }
     if !doc.load.start.is_empty() {
@@ -426,10 +440,10 @@ fn print_csv(doc: &Doc) {
 
 #[cfg(test)]
 mod tests {
-    use super::super::{path_spec, sweep};
-    use super::super::{summarise, Cell, Doc, Load, Params, RunResult};
     use super::*;
-    use longhaul_archive::matrix::{self as archived, Limits, ToolRow};
+    use longhaul_archive::matrix::{
+        self as archived, Limits, Load, Params, PathSpec, RunResult, Swept, ToolRow, Tried,
+    };
 
     fn cell(tool: &str, settings: &str, args: &[&str], rates: &[f64]) -> Cell {
         let mut c = Cell {
@@ -451,11 +465,11 @@ mod tests {
                 })
                 .collect(),
         };
-        summarise(&mut c, rates.len() as u32);
+        c.summarise(rates.len() as u32);
         c
     }
 
-    fn doc(cells: Vec<Cell>, sweeps: Vec<sweep::Swept>) -> Doc {
+    fn doc(cells: Vec<Cell>, sweeps: Vec<Swept>) -> Doc {
         let row = |name: &str| ToolRow {
             name: name.into(),
             settings: vec!["defaults".into(), "best".into()],
@@ -473,7 +487,10 @@ mod tests {
                 workloads: vec!["mem".into()],
             },
             tools: vec![row("iperf3"), row("nuttcp")],
-            paths: vec![path_spec("loopback", 1, None).unwrap()],
+            paths: vec![PathSpec {
+                name: "loopback".into(),
+                ..PathSpec::default()
+            }],
             cells,
             sweeps,
             limits: Limits::default(),
@@ -486,12 +503,12 @@ mod tests {
     /// `best`'s with its sweep; a `best` slower than `defaults` is said.
     #[test]
     fn the_table_says_what_defaults_and_best_ran_with_and_a_best_below_defaults() {
-        let swept = |tool: &str, winner: &[&str]| sweep::Swept {
+        let swept = |tool: &str, winner: &[&str]| Swept {
             tool: tool.into(),
             path: "loopback".into(),
             workload: "mem".into(),
             winner: Some(winner.iter().map(|a| a.to_string()).collect()),
-            candidates: vec![sweep::Tried::default(); 6],
+            candidates: vec![Tried::default(); 6],
             remembered: None,
         };
         let d = doc(
