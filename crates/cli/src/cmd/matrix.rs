@@ -364,7 +364,7 @@ fn announce(
         .map(|c| {
             let once = expected_seconds(c, paths, params);
             let swept = if c.settings == peers::BEST && c.direction == "put" {
-                sweep_size(chosen, c, paths)
+                sweep::expected_runs(sweep_size(chosen, c, paths))
             } else {
                 0
             };
@@ -682,11 +682,7 @@ fn summarise(c: &mut Cell, planned: u32) {
     c.cell.runs_planned = Some(planned);
     if !rates.is_empty() {
         let n = rates.len();
-        let med = if n % 2 == 1 {
-            rates[n / 2]
-        } else {
-            (rates[n / 2 - 1] + rates[n / 2]) / 2.0
-        };
+        let med = sweep::median(&rates).unwrap_or(0.0);
         c.cell.rate = Some(Rate {
             median_bytes_per_second: med,
             min_bytes_per_second: rates[0],

@@ -295,11 +295,19 @@ fn a_peers_best_is_its_sweeps_winner_and_quick_remembers_it() {
     assert!(tried
         .iter()
         .all(|c| c["bytes_per_second"].as_f64().unwrap() > 0.0));
+    // Each warmed up and ran round one, alternated; the sleepers, clearly
+    // behind, were pruned; the winner ran every round.
+    for (c, rounds) in tried.iter().zip([1, 3, 1]) {
+        assert!(c["warmup_bytes_per_second"].as_f64().is_some(), "{c}");
+        assert_eq!(c["rounds"].as_array().unwrap().len(), rounds, "{c}");
+        assert_eq!(c["pruned"].is_string(), rounds == 1, "{c}");
+    }
     for c in doc["cells"].as_array().unwrap() {
         let want = if c["settings"] == "best" { "0" } else { "1" };
         assert_eq!(c["args"], serde_json::json!([want]), "{c}");
     }
-    assert_eq!(stderr.matches("[sweep ").count(), 3, "{stderr}");
+    assert_eq!(stderr.matches("[sweep ").count(), 3 + 3 + 2, "{stderr}");
+    assert_eq!(stderr.matches(" warm-up] ").count(), 3, "{stderr}");
     // --quick: the winner from the archived matrix, no sweep.
     let (doc, stderr) = run(&["--quick"]);
     assert!(!stderr.contains("[sweep "), "{stderr}");
