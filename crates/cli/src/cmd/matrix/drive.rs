@@ -54,7 +54,7 @@ pub(super) fn drive(
         }
     }
     let mut m = Matrix::prepare(s)?;
-    m.total = doc.cells.iter().filter(|c| c.runs.is_empty()).count() * s.params.runs as usize;
+    m.total = doc.cells.iter().filter(|c| c.pending()).count() * s.params.runs as usize;
     // Nothing left to run (a --resume of a finished matrix): only its table.
     if m.total > 0 && s.params.workloads.iter().any(|w| w != "mem") {
         doc.limits.destination_write_bytes_per_second =
@@ -65,7 +65,7 @@ pub(super) fn drive(
             break;
         }
         let pending: Vec<usize> = (0..doc.cells.len())
-            .filter(|&i| doc.cells[i].path == p.name && doc.cells[i].runs.is_empty())
+            .filter(|&i| doc.cells[i].path == p.name && doc.cells[i].pending())
             .collect();
         if pending.is_empty() {
             continue;

@@ -15,6 +15,13 @@ fn rate_text(c: Option<&Cell>) -> String {
         return "-".into();
     };
     let Some(r) = &c.rate else {
+        if c.runs_planned == Some(0) {
+            return c
+                .note
+                .as_deref()
+                .map_or("not run", |n| n.split(" (").next().unwrap_or(n))
+                .into();
+        }
         return match c.error.as_deref() {
             Some(e) if e.contains("timed out") => "timed out",
             Some(_) => "failed",
@@ -22,7 +29,10 @@ fn rate_text(c: Option<&Cell>) -> String {
         }
         .into();
     };
-    let mb = |v: f64| format!("{:.0}", v / 1e6);
+    let mb = |v: f64| match v / 1e6 {
+        v if v < 10.0 => format!("{v:.1}"),
+        v => format!("{v:.0}"),
+    };
     let mut s = mb(r.median_bytes_per_second);
     if r.max_bytes_per_second > r.min_bytes_per_second {
         s.push_str(&format!(
@@ -370,6 +380,7 @@ fn tail(doc: &Doc, md: bool) {
     for l in doc
         .cells
         .iter()
+        .filter(|c| c.runs_planned != Some(0))
         .filter_map(|c| crate::print::matrix::note_line(c))
     {
         outln!("{bullet}{l}");
