@@ -108,7 +108,7 @@ impl Access {
     /// one export of its scope, and (checked at each request) only a push
     /// into its destination while it lives.
     pub fn capability(scope: super::copy::Scope) -> Access {
-        let pull = scope.request.op == longhaul_proto::xfer::copy::CapabilityOp::Pull;
+        let push = scope.request.op == longhaul_proto::xfer::copy::CapabilityOp::Push;
         Access {
             who: format!(
                 "a {} capability for {}",
@@ -123,7 +123,7 @@ impl Access {
             perf: false,
             exports: vec![ExportGrant {
                 name: scope.request.export.clone(),
-                write: !pull,
+                write: push,
             }],
             anonymous: false,
             scope: Some(scope),
