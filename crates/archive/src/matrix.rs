@@ -207,20 +207,167 @@ impl std::ops::Deref for CellRuns {
     }
 }
 
+impl CellRuns {
+    /// Planned with no runs: its tool cannot run on its path (the note says why).
+    pub fn not_run(&self) -> bool {
+        self.runs_planned == Some(0)
+    }
+
+    /// Still to run.
+    pub fn pending(&self) -> bool {
+        self.runs.is_empty() && !self.not_run()
+    }
+}
+
 impl std::ops::DerefMut for CellRuns {
     fn deref_mut(&mut self) -> &mut Cell {
         &mut self.cell
     }
 }
 
-/// One candidate's run in a sweep.
+/// The median of some figures (None for none).
+pub fn median(v: &[f64]) -> Option<f64> {
+    let mut v = v.to_vec();
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    match n {
+        0 => None,
+        _ if n % 2 == 1 => Some(v[n / 2]),
+        _ => Some((v[n / 2 - 1] + v[n / 2]) / 2.0),
+    }
+}
+
+/// One candidate of a sweep: its warm-up, its rounds, and why it stopped
+/// early if it did.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct Tried {
     pub args: Vec<String>,
+    /// The median of its rounds (before any round: its warm-up's).
     pub bytes_per_second: Option<f64>,
+    /// The median of its rounds' seconds (its warm-up's before any).
     pub seconds: f64,
     pub error: Option<String>,
+    /// The warm-up run's rate: run, not counted in the median.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub warmup_bytes_per_second: Option<f64>,
+    /// Each round's rate, in the order run.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rounds: Vec<f64>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub round_seconds: Vec<f64>,
+    /// Why it ran no more rounds though it did not fail.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pruned: Option<String>,
+}
+
+/// One run of a candidate, as the sweep needs it.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Outcome {
+    pub bytes_per_second: Option<f64>,
+    pub seconds: f64,
+    /// Failed or did not verify: the candidate runs no more.
+    pub error: Option<String>,
+}
+
+impl Tried {
+    pub fn new(args: Vec<String>) -> Tried {
+        Tried {
+            args,
+            ..Tried::default()
+        }
+    }
+
+    /// Still in the sweep: no run failed and it was not pruned.
+    pub fn alive(&self) -> bool {
+        self.error.is_none() && self.pruned.is_none()
+    }
+
+    /// Records a run: round 0 is the warm-up.
+    pub fn record(&mut self, round: u32, o: Outcome) {
+        let rate = match (o.error, o.bytes_per_second) {
+            (Some(e), _) => {
+                self.error = Some(e);
+                return;
+            }
+            (None, None) => {
+                self.error = Some("no figure".into());
+                return;
+            }
+            (None, Some(r)) => r,
+        };
+        if round == 0 {
+            self.warmup_bytes_per_second = Some(rate);
+            self.bytes_per_second = Some(rate);
+            self.seconds = o.seconds;
+            return;
+        }
+        self.rounds.push(rate);
+        self.round_seconds.push(o.seconds);
+        self.bytes_per_second = median(&self.rounds);
+        self.seconds = median(&self.round_seconds).unwrap_or(o.seconds);
+    }
+
+    /// Every figure it has so far, the warm-up's included.
+    pub fn seen(&self) -> impl Iterator<Item = f64> + '_ {
+        self.warmup_bytes_per_second
+            .iter()
+            .chain(&self.rounds)
+            .copied()
+    }
+
+    /// Its rounds' slowest and fastest.
+    pub fn spread(&self) -> Option<(f64, f64)> {
+        let lo = self.rounds.iter().copied().min_by(f64::total_cmp)?;
+        let hi = self.rounds.iter().copied().max_by(f64::total_cmp)?;
+        Some((lo, hi))
+    }
+
+    /// `-v`: how it did, rounds and spread.
+    pub fn said(&self) -> String {
+        if let Some(e) = &self.error {
+            return format!(
+                "failed{}: {e}",
+                match self.rounds.len() {
+                    0 if self.warmup_bytes_per_second.is_none() => String::new(),
+                    0 => " after its warm-up".into(),
+                    n => format!(" after {n} round(s)"),
+                }
+            );
+        }
+        let figure = match (self.bytes_per_second, self.spread()) {
+            (Some(m), Some((lo, hi))) => format!(
+                "{} MB/s, median of {} round(s) ({}-{})",
+                mb(m),
+                self.rounds.len(),
+                mb(lo),
+                mb(hi)
+            ),
+            (Some(m), None) => format!("{} MB/s, one run", mb(m)),
+            (None, _) => "-".into(),
+        };
+        match &self.pruned {
+            Some(why) => format!("{figure}; {why}"),
+            None => figure,
+        }
+    }
+}
+
+impl Tried {
+    /// The warm-up's seconds, when it ran and no round has.
+    pub fn warmup_seconds(&self) -> Option<&f64> {
+        (self.rounds.is_empty() && self.warmup_bytes_per_second.is_some()).then_some(&self.seconds)
+    }
+}
+
+/// MB/s as the sweep's lines show them: whole above 10, one decimal below.
+pub fn mb(bytes_per_second: f64) -> String {
+    let v = bytes_per_second / 1e6;
+    if v >= 10.0 {
+        format!("{v:.0}")
+    } else {
+        format!("{v:.1}")
+    }
 }
 
 /// A tool's sweep on one path and workload.
@@ -235,22 +382,112 @@ pub struct Swept {
     pub winner: Option<Vec<String>>,
     pub candidates: Vec<Tried>,
     /// Taken from an earlier matrix (`--quick`, `--resume`): its date.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub remembered: Option<String>,
 }
 
 impl Swept {
-    /// Picks the fastest candidate that ran (and, for files, verified).
-    pub fn decide(&mut self) {
-        self.winner = self
+    /// The candidates that may win: none of their runs failed, not
+    /// pruned, and as many rounds as the most any ran.
+    pub fn contenders(&self) -> impl Iterator<Item = &Tried> {
+        let most = self
             .candidates
             .iter()
-            .filter(|c| c.error.is_none())
-            .filter_map(|c| c.bytes_per_second.map(|r| (c, r)))
-            .max_by(|a, b| a.1.total_cmp(&b.1))
-            .map(|(c, _)| c.args.clone());
+            .filter(|c| c.alive())
+            .map(|c| c.rounds.len())
+            .max()
+            .unwrap_or(0);
+        self.candidates
+            .iter()
+            .filter(move |c| c.alive() && c.rounds.len() == most)
+            .filter(|c| c.bytes_per_second.is_some())
+    }
+
+    /// Picks the candidate with the highest median; of equal medians, the
+    /// one whose slowest round was faster, then the earlier one.
+    pub fn decide(&mut self) {
+        let key = |c: &Tried| {
+            (
+                c.bytes_per_second.unwrap_or(0.0),
+                c.spread().map_or(0.0, |s| s.0),
+            )
+        };
+        let mut best: Option<&Tried> = None;
+        for c in self.contenders() {
+            if best.is_none_or(|b| key(c) > key(b)) {
+                best = Some(c);
+            }
+        }
+        self.winner = best.map(|c| c.args.clone());
+    }
+
+    pub fn won(&self) -> Option<&Tried> {
+        let w = self.winner.as_ref()?;
+        self.candidates.iter().find(|c| &c.args == w)
+    }
+
+    /// How the winner was found, for the line under the table: the
+    /// candidates, rounds, pruned and failed ones, the winner's median and
+    /// spread, and the runner-up's (or how many were within its spread).
+    pub fn summary(&self) -> String {
+        let n = self.candidates.len();
+        let pruned = self
+            .candidates
+            .iter()
+            .filter(|c| c.pruned.is_some())
+            .count();
+        let failed = self.candidates.iter().filter(|c| c.error.is_some()).count();
+        let rounds = self
+            .candidates
+            .iter()
+            .map(|c| c.rounds.len())
+            .max()
+            .unwrap_or(0);
+        let legacy = self
+            .candidates
+            .iter()
+            .all(|c| c.warmup_bytes_per_second.is_none() && c.error.is_none());
+        if rounds == 0 && legacy {
+            return format!("of {n} swept, one run each");
+        }
+        let mut s = format!("of {n} swept, {rounds} round(s) each after a warm-up");
+        if pruned > 0 {
+            s.push_str(&format!(", {pruned} pruned after round 1"));
+        }
+        if failed > 0 {
+            s.push_str(&format!(", {failed} failed"));
+        }
+        let Some(w) = self.won() else {
+            return s;
+        };
+        let fig = |c: &Tried| match (c.bytes_per_second, c.spread()) {
+            (Some(m), Some((lo, hi))) => format!("{} ({}-{})", mb(m), mb(lo), mb(hi)),
+            (Some(m), None) => mb(m),
+            (None, _) => "-".into(),
+        };
+        s.push_str(&format!(": {} MB/s", fig(w)));
+        let lo = w.spread().map_or(0.0, |x| x.0);
+        let others: Vec<&Tried> = self.contenders().filter(|c| c.args != w.args).collect();
+        let within = others
+            .iter()
+            .filter(|c| c.bytes_per_second.is_some_and(|m| m >= lo))
+            .count();
+        let next = others.iter().max_by(|a, b| {
+            a.bytes_per_second
+                .unwrap_or(0.0)
+                .total_cmp(&b.bytes_per_second.unwrap_or(0.0))
+        });
+        if let Some(next) = next {
+            s.push_str(&format!(", the next {}", fig(next)));
+        }
+        if within > 0 {
+            s.push_str(&format!(" ({within} within its spread: a tie)"));
+        }
+        s
     }
 }
+
+/// How long a candidate may run: a file candidate 3 times slower than the
 
 /// /proc/loadavg when the matrix started and when it ended.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -432,11 +669,7 @@ impl CellRuns {
         c.runs_planned = Some(planned);
         if !rates.is_empty() {
             let n = rates.len();
-            let med = if n % 2 == 1 {
-                rates[n / 2]
-            } else {
-                (rates[n / 2 - 1] + rates[n / 2]) / 2.0
-            };
+            let med = median(&rates).unwrap_or(0.0);
             c.rate = Some(Rate {
                 median_bytes_per_second: med,
                 min_bytes_per_second: rates[0],

@@ -127,7 +127,7 @@ pub fn matrix(a: MatrixArgs, archive_args: &ArchiveArgs, verbose: u8) -> Outcome
     let (done, kept_sweeps) = resumed(a.resume.as_deref())?;
     let todo: Vec<&Cell> = plan
         .iter()
-        .filter(|c| !done.contains_key(&c.key()))
+        .filter(|c| !done.contains_key(&c.key()) && !c.not_run())
         .collect();
     announce(&plan, &todo, &chosen, &paths, &params, &rows);
     if a.dry_run {
@@ -274,7 +274,7 @@ fn announce(
         .map(|c| {
             let once = expected_seconds(c, paths, params);
             let swept = if c.settings == peers::BEST && c.direction == "put" {
-                sweep_size(chosen, c, paths)
+                sweep::expected_runs(sweep_size(chosen, c, paths))
             } else {
                 0
             };
@@ -411,7 +411,9 @@ fn far_lacks(
     Ok(skip)
 }
 
-/// Every cell, in order: path, workload, tool, settings, direction.
+/// Every cell, in order: path, workload, tool, settings, direction. A
+/// tool that cannot run on a path (not installed here, or not run on
+/// --far) has its cells all the same, [`Cell::not_run`], with the reason.
 fn plan(
     paths: &[PathSpec],
     workloads: &[String],
@@ -423,12 +425,14 @@ fn plan(
         for w in workloads {
             for (t, sets) in chosen {
                 let fits = (t.kind == Kind::Mem) == (w == "mem");
-                if !fits
-                    || peers::missing(t).is_some()
-                    || (p.far.is_some() && far_skip.contains_key(&t.name))
-                {
+                if !fits {
                     continue;
                 }
+                let why = match far_skip.get(&t.name).filter(|_| p.far.is_some()) {
+                    _ if peers::missing(t).is_some() => Some("not installed"),
+                    Some(w) => w.split([':', '(']).next().map(str::trim),
+                    None => None,
+                };
                 for s in sets {
                     for d in ["put", "get"] {
                         if d == "get" && t.get.is_empty() {
@@ -441,6 +445,9 @@ fn plan(
                                 path: p.name.clone(),
                                 workload: w.clone(),
                                 direction: d.into(),
+                                note: why.map(|w| format!("{w} (see the tool's line)")),
+                                runs_planned: why.map(|_| 0),
+                                runs_succeeded: why.map(|_| 0),
                                 ..archived::Cell::default()
                             },
                             runs: vec![],

@@ -295,11 +295,19 @@ fn a_peers_best_is_its_sweeps_winner_and_quick_remembers_it() {
     assert!(tried
         .iter()
         .all(|c| c["bytes_per_second"].as_f64().unwrap() > 0.0));
+    // Each warmed up and ran round one, alternated; the sleepers, clearly
+    // behind, were pruned; the winner ran every round.
+    for (c, rounds) in tried.iter().zip([1, 3, 1]) {
+        assert!(c["warmup_bytes_per_second"].as_f64().is_some(), "{c}");
+        assert_eq!(c["rounds"].as_array().unwrap().len(), rounds, "{c}");
+        assert_eq!(c["pruned"].is_string(), rounds == 1, "{c}");
+    }
     for c in doc["cells"].as_array().unwrap() {
         let want = if c["settings"] == "best" { "0" } else { "1" };
         assert_eq!(c["args"], serde_json::json!([want]), "{c}");
     }
-    assert_eq!(stderr.matches("[sweep ").count(), 3, "{stderr}");
+    assert_eq!(stderr.matches("[sweep ").count(), 3 + 3 + 2, "{stderr}");
+    assert_eq!(stderr.matches(" warm-up] ").count(), 3, "{stderr}");
     // --quick: the winner from the archived matrix, no sweep.
     let (doc, stderr) = run(&["--quick"]);
     assert!(!stderr.contains("[sweep "), "{stderr}");
@@ -430,7 +438,16 @@ fn far_host_over_ssh_runs_servers_there_verifies_and_leaves_nothing() {
     assert_eq!(doc["paths"][0]["name"], path.as_str(), "{doc}");
     assert_eq!(doc["paths"][0]["far"], common::sshd::HOST);
     let cells = doc["cells"].as_array().unwrap();
-    assert_eq!(cells.len(), 4, "{stderr}");
+    assert_eq!(cells.len(), 5, "{stderr}");
+    // The tool not installed there is a cell that says so, and ran nothing.
+    let (absent, cells): (Vec<_>, Vec<_>) = cells.iter().partition(|c| c["tool"] == "absent");
+    let said = format!(
+        "not installed on {} (see the tool's line)",
+        common::sshd::HOST
+    );
+    assert_eq!(absent[0]["note"], said.as_str());
+    assert_eq!(absent[0]["runs_planned"], 0, "{}", absent[0]);
+    assert!(absent[0]["runs"].as_array().unwrap().is_empty());
     let root = require::have("ROOT", require::root("a cgroup for each end's CPU"));
     for c in cells {
         assert_eq!(c["path"], path.as_str());
@@ -644,4 +661,59 @@ fn the_private_sshd_of_the_over_ssh_tools_lets_in_only_its_own_key() {
         o.status.success() && String::from_utf8_lossy(&o.stdout).trim() == "in",
         "its own key: {o:?}"
     );
+}
+
+/// A tool that cannot run here (a program it needs is not installed) is a
+/// row of the table that says so in every cell, with the reason and the
+/// package under the table, not an empty cell or a missing row; the other
+/// tools run, and the matrix ends well (nothing that ran failed).
+#[test]
+fn a_tool_that_cannot_run_here_is_a_row_that_says_why() {
+    const ABSENT: &str = r#"[{
+      "name": "absent", "kind": "files", "local": true,
+      "needs": ["longhaul-test-no-such-program"], "package": "no-such-package",
+      "put": ["longhaul-test-no-such-program", "{src}", "{dstdir}"],
+      "settings": [{"name": "defaults", "args": []}]
+    }]"#;
+    let t = TempDir::new("matrix-absent");
+    let tools = t.path().join("tools.json");
+    std::fs::write(&tools, ABSENT).unwrap();
+    let o = common::bin()
+        .args(["--no-archive", "matrix", "--md", "--tools", "cp,absent"])
+        .arg("--tools-file")
+        .arg(&tools)
+        .args([
+            "--paths",
+            "loopback",
+            "--workloads",
+            "elephant",
+            "--runs",
+            "1",
+        ])
+        .args(["--size", "64K", "--work-dir"])
+        .arg(t.path().join("work"))
+        .output()
+        .unwrap();
+    let (out, stderr) = (
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr),
+    );
+    assert_eq!(o.status.code(), Some(0), "{out}\n{stderr}");
+    let row = out
+        .lines()
+        .find(|l| l.starts_with("| absent (defaults) |"))
+        .unwrap_or_else(|| panic!("no row for the absent tool:\n{out}"));
+    assert_eq!(row, "| absent (defaults) | not installed | - |", "{out}");
+    assert!(
+        out.contains(
+            "- absent: not installed (longhaul-test-no-such-program not on PATH): apt-get install \
+             no-such-package"
+        ),
+        "{out}"
+    );
+    assert!(
+        out.lines().any(|l| l.starts_with("| cp (defaults) | ")),
+        "{out}"
+    );
+    assert!(!out.contains("note: absent"), "{out}");
 }

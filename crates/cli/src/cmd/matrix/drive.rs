@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use super::cgroup::{Accounting, Group};
 use super::peers::{self, Tool, BEST};
-use super::sweep::{self, PathFacts, Swept, Tried};
+use super::sweep::{self, PathFacts, Swept};
 use super::verify::{self, Manifest};
 use super::{far, run, Cell, Doc, Params, PathSpec, RunResult};
 use crate::args::MatrixArgs;
@@ -54,17 +54,18 @@ pub(super) fn drive(
         }
     }
     let mut m = Matrix::prepare(s)?;
-    if s.params.workloads.iter().any(|w| w != "mem") {
+    m.total = doc.cells.iter().filter(|c| c.pending()).count() * s.params.runs as usize;
+    // Nothing left to run (a --resume of a finished matrix): only its table.
+    if m.total > 0 && s.params.workloads.iter().any(|w| w != "mem") {
         doc.limits.destination_write_bytes_per_second =
             run::write_rate(&s.work.join("limits"), s.params.elephant_bytes.min(1 << 30)).ok();
     }
-    m.total = doc.cells.iter().filter(|c| c.runs.is_empty()).count() * s.params.runs as usize;
     for (i, p) in paths.iter().enumerate() {
         if s.stop.load(Ordering::SeqCst) {
             break;
         }
         let pending: Vec<usize> = (0..doc.cells.len())
-            .filter(|&i| doc.cells[i].path == p.name && doc.cells[i].runs.is_empty())
+            .filter(|&i| doc.cells[i].path == p.name && doc.cells[i].pending())
             .collect();
         if pending.is_empty() {
             continue;
@@ -625,8 +626,8 @@ impl<'a> Matrix<'a> {
     }
 
     /// The sweeps of this workload's `best` cells on the path: each tool's
-    /// grid, a put per candidate, unless a winner is known (`--resume`, or
-    /// remembered by `--quick`).
+    /// grid ([`Matrix::sweep_tool`]), unless a winner is known (`--resume`,
+    /// or remembered by `--quick`).
     fn sweep_all(
         &mut self,
         p: &PathSpec,
@@ -650,63 +651,93 @@ impl<'a> Matrix<'a> {
             if !wanted || known || servers.failed.contains_key(&t.name) {
                 continue;
             }
-            let candidates = sweep::candidates(grid, &net.facts);
+            let grid = sweep::candidates(grid, &net.facts);
+            let candidates = self.sweep_tool(p, net, servers, w, t, &grid)?;
+            if self.s.stop.load(Ordering::SeqCst) {
+                return Ok(());
+            }
             let mut swept = Swept {
                 tool: t.name.clone(),
                 path: p.name.clone(),
                 workload: w.into(),
+                candidates,
                 ..Swept::default()
             };
-            let mut best_s: Option<f64> = None;
-            for (k, args) in candidates.iter().enumerate() {
-                if self.s.stop.load(Ordering::SeqCst) {
-                    return Ok(());
-                }
-                let cut = sweep::cut_after(best_s, self.s.a.run_timeout.as_secs_f64(), w != "mem");
-                let job = Job {
-                    tool: t,
-                    workload: w,
-                    direction: "put",
-                    args,
-                    tag: tag(p, w, t, BEST, "put", &format!("sweep{k}")),
-                    timeout: Duration::from_secs_f64(cut),
-                };
-                let (res, filled, _) = self.run_once(net, servers, &job)?;
-                let ok = res.ok();
-                if ok {
-                    best_s = Some(best_s.map_or(res.seconds, |b: f64| b.min(res.seconds)));
-                } else if !servers.failed.contains_key(&t.name) {
-                    self.restart(servers, net, &t.name);
-                }
-                eprintln!(
-                    "[sweep {}/{}] {} {w} {}: {}: {}",
-                    k + 1,
-                    candidates.len(),
-                    p.name,
-                    t.name,
-                    shown_args(&filled),
-                    said(&res)
-                );
-                swept.candidates.push(Tried {
-                    args: args.clone(),
-                    bytes_per_second: res.bytes_per_second,
-                    seconds: res.seconds,
-                    error: (!ok)
-                        .then(|| res.error.clone().unwrap_or_else(|| "did not verify".into())),
-                });
-            }
             swept.decide();
             if let Some(win) = &swept.winner {
                 eprintln!(
-                    "longhaul matrix: {} {w} {}: best is {}",
+                    "longhaul matrix: {} {w} {}: best is {} ({})",
                     p.name,
                     t.name,
-                    shown_args(win)
+                    shown_args(win),
+                    swept.summary()
                 );
             }
             doc.sweeps.push(swept);
         }
         Ok(())
+    }
+
+    /// One tool's sweep on a path and workload: its candidates' puts, a
+    /// warm-up each then rounds alternated between them ([`sweep::run_rounds`]).
+    fn sweep_tool(
+        &mut self,
+        p: &PathSpec,
+        net: &PathNet,
+        servers: &mut Servers,
+        w: &str,
+        t: &Tool,
+        grid: &[Vec<String>],
+    ) -> Result<Vec<sweep::Tried>, String> {
+        let n = grid.len();
+        let plan = sweep::Plan {
+            rounds: sweep::ROUNDS,
+            run_timeout: self.s.a.run_timeout.as_secs_f64(),
+            timed: w != "mem",
+        };
+        let mut failed: Result<(), String> = Ok(());
+        let candidates = sweep::run_rounds(grid.to_vec(), plan, |k, round, cut| {
+            if self.s.stop.load(Ordering::SeqCst) || failed.is_err() {
+                return None;
+            }
+            let job = Job {
+                tool: t,
+                workload: w,
+                direction: "put",
+                args: &grid[k],
+                tag: tag(p, w, t, BEST, "put", &format!("sweep{k}-{round}")),
+                timeout: Duration::from_secs_f64(cut),
+            };
+            let (res, filled, _) = match self.run_once(net, servers, &job) {
+                Ok(r) => r,
+                Err(e) => {
+                    failed = Err(e);
+                    return None;
+                }
+            };
+            let ok = res.ok();
+            if !ok && !servers.failed.contains_key(&t.name) {
+                self.restart(servers, net, &t.name);
+            }
+            let when = match round {
+                0 => "warm-up".to_string(),
+                r => format!("round {r}"),
+            };
+            eprintln!(
+                "[sweep {}/{n} {when}] {} {w} {}: {}: {}",
+                k + 1,
+                p.name,
+                t.name,
+                shown_args(&filled),
+                said(&res)
+            );
+            Some(sweep::Outcome {
+                bytes_per_second: res.bytes_per_second,
+                seconds: res.seconds,
+                error: (!ok).then(|| res.error.clone().unwrap_or_else(|| "did not verify".into())),
+            })
+        });
+        failed.map(|()| candidates)
     }
 
     /// Where a run reads and writes, as its placeholders: the far side of

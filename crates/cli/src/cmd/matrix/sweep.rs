@@ -1,9 +1,13 @@
 //! A measured best for every tool: on each path and workload, `best` is
-//! the fastest candidate of the tool's grid ([`Sweep`]), each run once
-//! (a put) before the cells' runs, for longhaul as for every peer. Every
-//! tool is told the same about the path: its rate and its
+//! the fastest candidate of the tool's grid ([`Sweep`]), for longhaul as
+//! for every peer, found before the cells' runs by puts: every candidate
+//! warms up, then runs [`ROUNDS`] rounds alternated with the others (the
+//! order rotating each round), and its figure is the median of its rounds;
+//! after round one a candidate is pruned only when even its fastest run is
+//! behind the leader's slowest by many times the noise ([`run_rounds`]).
+//! Every tool is told the same about the path: its rate and its
 //! bandwidth-delay product, as `{rate}`, `{bdp}`, `{bdp_streams}` and the
-//! candidates' `{window}`. The winners and every candidate's figure go in
+//! candidates' `{window}`. The winners and every candidate's rounds go in
 //! the document (`sweeps`); `--quick` may take a path's winners from the
 //! last archived matrix that swept them.
 
@@ -121,10 +125,116 @@ pub fn candidates(s: &Sweep, facts: &PathFacts) -> Vec<Vec<String>> {
     out
 }
 
-pub use longhaul_archive::matrix::{Swept, Tried};
+/// Rounds every candidate runs after its warm-up (unless pruned or
+/// failed): its figure is their median.
+pub const ROUNDS: u32 = 3;
+/// After round one a candidate is pruned only if even its fastest run so
+/// far trails the leader's slowest by this factor at least...
+const MIN_PRUNE_MARGIN: f64 = 2.0;
+/// ... and by this many times the noise seen so far (the median over the
+/// candidates of the spread between their warm-up and round one).
+const NOISE_TIMES: f64 = 4.0;
+
+use longhaul_archive::matrix::mb;
+pub use longhaul_archive::matrix::{median, Outcome, Swept, Tried};
+
+/// About how many runs a sweep of `n` candidates makes: a warm-up and a
+/// round each, then the other rounds of those not pruned (about half on
+/// the grids here; all of them on a host whose noise prunes none).
+pub fn expected_runs(n: usize) -> usize {
+    2 * n + (ROUNDS as usize - 1) * n.div_ceil(2)
+}
+
+/// How a sweep runs: its rounds, and what bounds a run.
+#[derive(Clone, Copy, Debug)]
+pub struct Plan {
+    /// Rounds after the warm-ups.
+    pub rounds: u32,
+    /// The longest any run may take, seconds.
+    pub run_timeout: f64,
+    /// Runs are timed copies (a slow one can be cut short), not fixed-length.
+    pub timed: bool,
+}
+
+/// Runs a sweep: every candidate's warm-up, then `plan.rounds` rounds,
+/// each in the order of the one before rotated by one (every candidate
+/// alternates with every other, and none always runs first); after round
+/// one the clear losers are pruned. `run(k, round, cut)` runs candidate k
+/// (round 0: its warm-up) for at most `cut` seconds; None stops the sweep.
+pub fn run_rounds(
+    grid: Vec<Vec<String>>,
+    plan: Plan,
+    mut run: impl FnMut(usize, u32, f64) -> Option<Outcome>,
+) -> Vec<Tried> {
+    let mut tried: Vec<Tried> = grid.into_iter().map(Tried::new).collect();
+    let n = tried.len();
+    for round in 0..=plan.rounds {
+        for i in 0..n {
+            let k = (i + round as usize) % n;
+            if !tried[k].alive() {
+                continue;
+            }
+            let fastest = tried
+                .iter()
+                .filter(|t| t.error.is_none())
+                .flat_map(|t| t.round_seconds.iter().chain(t.warmup_seconds()))
+                .copied()
+                .min_by(f64::total_cmp);
+            let cut = cut_after(fastest, plan.run_timeout, plan.timed);
+            let Some(o) = run(k, round, cut) else {
+                return tried;
+            };
+            tried[k].record(round, o);
+        }
+        if round == 1 {
+            prune(&mut tried);
+        }
+    }
+    tried
+}
+
+/// After round one: prunes every candidate whose fastest run so far trails
+/// the leader's slowest by the margin (at least [`MIN_PRUNE_MARGIN`], and
+/// [`NOISE_TIMES`] the noise: a candidate that might still win stays).
+fn prune(tried: &mut [Tried]) {
+    let noise = median(
+        &tried
+            .iter()
+            .filter(|t| t.alive())
+            .filter_map(|t| {
+                let lo = t.seen().min_by(f64::total_cmp)?;
+                let hi = t.seen().max_by(f64::total_cmp)?;
+                (lo > 0.0).then(|| hi / lo - 1.0)
+            })
+            .collect::<Vec<_>>(),
+    )
+    .unwrap_or(0.0);
+    let margin = MIN_PRUNE_MARGIN.max(1.0 + NOISE_TIMES * noise);
+    let Some(leader) = tried
+        .iter()
+        .filter(|t| t.alive())
+        .filter_map(|t| t.seen().min_by(f64::total_cmp))
+        .max_by(f64::total_cmp)
+    else {
+        return;
+    };
+    for t in tried.iter_mut().filter(|t| t.alive()) {
+        let best = t.seen().max_by(f64::total_cmp).unwrap_or(0.0);
+        if best * margin < leader {
+            t.pruned = Some(format!(
+                "pruned after round 1: at most {} MB/s against the leader's {} at least (the \
+                 margin {margin:.1}x: {NOISE_TIMES} times the noise {:.0}%, at least \
+                 {MIN_PRUNE_MARGIN}x)",
+                mb(best),
+                mb(leader),
+                noise * 100.0
+            ));
+        }
+    }
+}
 
 /// How long a candidate may run: a file candidate 3 times slower than the
-/// best so far (and past 10 s) has lost, and is cut short.
+/// fastest run so far (and past 10 s) has lost, and is cut short.
 pub fn cut_after(best_seconds: Option<f64>, run_timeout: f64, timed: bool) -> f64 {
     match best_seconds {
         Some(b) if timed => (3.0 * b).max(10.0).min(run_timeout),
@@ -200,32 +310,147 @@ mod tests {
         assert_eq!(candidates(&none, &facts(1, 1.0)), [Vec::<String>::new()]);
     }
 
-    #[test]
-    fn the_winner_is_the_fastest_candidate_that_ran() {
-        let t = |a: &str, r: Option<f64>, e: Option<&str>| Tried {
-            args: vec![a.into()],
-            bytes_per_second: r,
-            seconds: 1.0,
-            error: e.map(Into::into),
+    /// Runs a sweep on recorded figures: `figs[k][round]`, MB/s (round 0
+    /// the warm-up; NaN: that run failed). Also the runs, in order.
+    fn replay(figs: &[&[f64]], rounds: u32) -> (Swept, Vec<(usize, u32)>) {
+        let grid: Vec<Vec<String>> = (0..figs.len()).map(|k| vec![format!("c{k}")]).collect();
+        let plan = Plan {
+            rounds,
+            run_timeout: 120.0,
+            timed: false,
         };
+        let mut ran = Vec::new();
+        let candidates = run_rounds(grid, plan, |k, round, _| {
+            ran.push((k, round));
+            let f = figs[k][round as usize];
+            Some(Outcome {
+                bytes_per_second: (!f.is_nan()).then_some(f * 1e6),
+                seconds: 2.0,
+                error: f.is_nan().then(|| "timed out after 60 s".into()),
+            })
+        });
         let mut s = Swept {
-            candidates: vec![
-                t("a", Some(5.0), None),
-                t("b", Some(9.0), Some("not verified")),
-                t("c", Some(7.0), None),
-                t("d", None, Some("timed out")),
-            ],
+            candidates,
             ..Swept::default()
         };
         s.decide();
-        assert_eq!(s.winner, Some(vec!["c".to_string()]));
-        s.candidates.truncate(0);
-        s.decide();
+        (s, ran)
+    }
+
+    fn won(s: &Swept) -> &str {
+        &s.winner.as_ref().unwrap()[0]
+    }
+
+    /// Every candidate warms up, then runs its rounds alternated with the
+    /// others, the order rotating every round.
+    #[test]
+    fn candidates_warm_up_then_alternate_over_rounds() {
+        let same: &[f64] = &[10.0; 4];
+        let (s, ran) = replay(&[same, same, same], 3);
+        let want: Vec<(usize, u32)> = [(0, 0), (1, 0), (2, 0)]
+            .into_iter()
+            .chain([(1, 1), (2, 1), (0, 1)])
+            .chain([(2, 2), (0, 2), (1, 2)])
+            .chain([(0, 3), (1, 3), (2, 3)])
+            .collect();
+        assert_eq!(ran, want);
+        for c in &s.candidates {
+            assert_eq!(c.rounds.len(), 3);
+            assert_eq!(c.warmup_bytes_per_second, Some(10e6));
+        }
+    }
+
+    /// Noise: a candidate with one lucky round (the fastest run of the
+    /// sweep, which a sweep of one run each could have crowned) loses to
+    /// the one that is faster round after round; on a noisy host none is
+    /// pruned, as none is clearly behind.
+    #[test]
+    fn with_noise_the_median_of_the_rounds_wins_not_a_lucky_run() {
+        let steady: &[f64] = &[60.0, 95.0, 100.0, 98.0];
+        let lucky: &[f64] = &[50.0, 160.0, 70.0, 72.0];
+        let slow: &[f64] = &[30.0, 45.0, 40.0, 50.0];
+        let (s, _) = replay(&[lucky, steady, slow], 3);
+        assert_eq!(won(&s), "c1");
+        assert!(s.candidates.iter().all(|c| c.pruned.is_none()));
+        assert!(s.candidates.iter().all(|c| c.rounds.len() == 3));
+        assert_eq!(s.candidates[0].spread(), Some((70e6, 160e6)));
+        let sum = s.summary();
+        assert!(
+            sum.starts_with("of 3 swept, 3 round(s) each after a warm-up: 98 (95-100) MB/s, the next 72 (70-160)"),
+            "{sum}"
+        );
+    }
+
+    /// A real winner: the clear loser is pruned after round one (its best
+    /// run is many times the noise behind the leader's worst), the close
+    /// one runs every round, a failed one is out, and the fastest median wins.
+    #[test]
+    fn with_a_real_winner_clear_losers_are_pruned_after_round_one() {
+        let best: &[f64] = &[200.0, 210.0, 205.0, 190.0];
+        let close: &[f64] = &[100.0, 105.0, 110.0, 98.0];
+        let far_behind: &[f64] = &[10.0, 11.0, 12.0, 12.0];
+        let fails: &[f64] = &[300.0, f64::NAN, 300.0, 300.0];
+        let (s, ran) = replay(&[far_behind, close, best, fails], 3);
+        assert_eq!(won(&s), "c2");
+        let [fb, cl, be, fa] = &s.candidates[..] else {
+            panic!()
+        };
+        assert_eq!(fb.rounds.len(), 1);
+        assert!(fb
+            .pruned
+            .as_deref()
+            .unwrap()
+            .starts_with("pruned after round 1: at most 11 MB/s"));
+        assert_eq!((cl.rounds.len(), be.rounds.len()), (3, 3));
+        assert!(cl.pruned.is_none());
+        assert!(fa.error.is_some() && fa.rounds.is_empty());
+        assert_eq!(ran.len(), 4 + 4 + 2 + 2);
+        let sum = s.summary();
+        assert!(
+            sum.contains("1 pruned after round 1, 1 failed: 205 (190-210) MB/s, the next 105"),
+            "{sum}"
+        );
+        assert!(!sum.contains("tie"), "{sum}");
+        assert!(fa.said().starts_with("failed after its warm-up: timed out"));
+        // The margin grows with the noise: with a noisy leader, not pruned.
+        let noisy: &[f64] = &[80.0, 210.0, 205.0, 190.0];
+        let (s, _) = replay(&[far_behind, noisy, &[40.0, 60.0, 50.0, 50.0]], 3);
+        assert!(s.candidates[0].pruned.is_some());
+        assert!(s.candidates[2].pruned.is_none(), "{:?}", s.candidates[2]);
+    }
+
+    /// A tie: medians within each other's spread. The choice is the same
+    /// whatever the order (the higher median; of equal ones, the faster
+    /// slowest round), and the line says it was a tie.
+    #[test]
+    fn with_a_tie_the_choice_is_stable_and_said_to_be_a_tie() {
+        let a: &[f64] = &[100.0, 101.0, 99.0, 100.0];
+        let b: &[f64] = &[100.0, 100.0, 102.0, 98.0];
+        for order in [[a, b], [b, a]] {
+            let (s, _) = replay(&order, 3);
+            let want = if order[0] == a { "c0" } else { "c1" };
+            assert_eq!(won(&s), want);
+            let sum = s.summary();
+            assert!(sum.ends_with("(1 within its spread: a tie)"), "{sum}");
+        }
+        // Nothing ran: no winner.
+        let (s, _) = replay(&[&[f64::NAN]], 3);
         assert_eq!(s.winner, None);
+        assert_eq!(
+            s.summary(),
+            "of 1 swept, 0 round(s) each after a warm-up, 1 failed"
+        );
+    }
+
+    #[test]
+    fn a_timed_candidate_far_slower_than_the_fastest_run_is_cut_short() {
         assert_eq!(cut_after(Some(2.0), 120.0, true), 10.0);
         assert_eq!(cut_after(Some(20.0), 120.0, true), 60.0);
         assert_eq!(cut_after(Some(60.0), 120.0, true), 120.0);
         assert_eq!(cut_after(None, 120.0, true), 120.0);
         assert_eq!(cut_after(Some(2.0), 120.0, false), 120.0);
+        assert_eq!(median(&[3.0, 1.0, 2.0]), Some(2.0));
+        assert_eq!(median(&[4.0, 1.0, 2.0, 3.0]), Some(2.5));
+        assert_eq!(median(&[]), None);
     }
 }

@@ -25,6 +25,13 @@ fn rate_text(c: Option<&Cell>) -> String {
         return "-".into();
     };
     let Some(r) = &c.rate else {
+        if c.runs_planned == Some(0) {
+            return c
+                .note
+                .as_deref()
+                .map_or("not run", |n| n.split(" (").next().unwrap_or(n))
+                .into();
+        }
         return match c.error.as_deref() {
             Some(e) if e.contains("timed out") => "timed out",
             Some(_) => "failed",
@@ -32,7 +39,10 @@ fn rate_text(c: Option<&Cell>) -> String {
         }
         .into();
     };
-    let mb = |v: f64| format!("{:.0}", v / 1e6);
+    let mb = |v: f64| match v / 1e6 {
+        v if v < 10.0 => format!("{v:.1}"),
+        v => format!("{v:.0}"),
+    };
     let mut s = mb(r.median_bytes_per_second);
     if r.max_bytes_per_second > r.min_bytes_per_second {
         s.push_str(&format!(
@@ -250,7 +260,7 @@ fn settings_lines(doc: &Doc, w: &str, verbose: u8) -> Vec<String> {
                 if let Some(sw) = doc.sweeps.iter().find(|x| {
                     x.tool == t.name && x.path == p.name && x.workload == w && s == "best"
                 }) {
-                    said.push_str(&format!(", of {} swept", sw.candidates.len()));
+                    said.push_str(&format!(", {}", sw.summary()));
                     if let Some(when) = &sw.remembered {
                         said.push_str(&format!(", remembered from {when}"));
                     }
@@ -295,7 +305,7 @@ fn settings_lines(doc: &Doc, w: &str, verbose: u8) -> Vec<String> {
 
 /// Where a tool's `best` came out slower than its `defaults` in the cells'
 /// runs, beyond their spread (below the slowest `defaults` run): said, with
-/// the spreads, since its sweep ran each candidate once.
+/// the spreads, since its sweep's rounds were puts.
 fn best_below_defaults(doc: &Doc, w: &str) -> Vec<String> {
     let mut out = Vec::new();
     for b in doc
@@ -315,8 +325,8 @@ fn best_below_defaults(doc: &Doc, w: &str) -> Vec<String> {
         };
         if br.median_bytes_per_second < dr.min_bytes_per_second {
             out.push(format!(
-                "{} (best) came out below its defaults on {} {}: {} against {} MB/s (its sweep ran \
-                 each candidate once, a put; -v lists them)",
+                "{} (best) came out below its defaults on {} {}: {} against {} MB/s (its sweep's \
+                 rounds were puts; -v lists them)",
                 b.tool,
                 b.path,
                 b.direction,
@@ -337,11 +347,7 @@ fn sweep_lines(doc: &Doc, tool: &str, w: &str) -> Vec<String> {
         .filter(|x| x.tool == tool && x.workload == w)
     {
         for c in &sw.candidates {
-            let fig = match (&c.error, c.bytes_per_second) {
-                (Some(e), _) => format!("failed: {e}"),
-                (None, Some(b)) => format!("{:.0} MB/s", b / 1e6),
-                (None, None) => "-".into(),
-            };
+            let fig = c.said();
             let won = sw.winner.as_ref() == Some(&c.args);
             out.push(format!(
                 "  swept on {}: {}: {fig}{}",
@@ -389,7 +395,12 @@ fn tail(doc: &Doc, md: bool) {
     if let Some(l) = super::limits_line(&doc.limits, mb) {
         outln!("{bullet}{l}");
     }
-    for l in doc.cells.iter().filter_map(|c| super::note_line(c)) {
+    for l in doc
+        .cells
+        .iter()
+        .filter(|c| c.runs_planned != Some(0))
+        .filter_map(|c| super::note_line(c))
+    {
         outln!("{bullet}{l}");
     }
     if !doc.load.start.is_empty() {
@@ -524,11 +535,11 @@ mod tests {
         let l = settings_lines(&d, "mem", 0);
         let want = [
             "(defaults) ran with no options beyond the template's (the tool as installed): iperf3",
-            "iperf3 (best) ran with loopback: -P 4, of 6 swept",
+            "iperf3 (best) ran with loopback: -P 4, of 6 swept, one run each",
             "nuttcp (defaults) ran with -l 1M",
-            "nuttcp (best) ran with loopback: -N 1, of 6 swept",
+            "nuttcp (best) ran with loopback: -N 1, of 6 swept, one run each",
             "nuttcp (best) came out below its defaults on loopback put: 1500 (1000-2000) against \
-             3000 MB/s (its sweep ran each candidate once, a put; -v lists them)",
+             3000 MB/s (its sweep's rounds were puts; -v lists them)",
         ];
         assert_eq!(l, want, "{l:#?}");
     }
