@@ -966,14 +966,6 @@ impl Stream for Tls {
         Err(self)
     }
 
-    fn sealed(self: Box<Self>, side: crate::net::sealed::Side) -> io::Result<Box<dyn Stream>> {
-        use crate::net::sealed::{Sealed, Side};
-        Ok(Box::new(match side {
-            Side::Client => Sealed::client(self)?,
-            Side::Server { sends } => Sealed::server(self, sends)?,
-        }))
-    }
-
     fn encryption(&self) -> String {
         let suite = match self {
             Tls::Client(s) => s.conn.negotiated_cipher_suite(),

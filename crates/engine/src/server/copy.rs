@@ -18,12 +18,11 @@ use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use base64::Engine as _;
 use longhaul_proto::msg::*;
 use longhaul_proto::units::escaped;
 use longhaul_proto::xfer::copy::{
-    within_scope, CopyConnectBack, CopyLanded, CopyOrder, CopyProgress, CopyShareItem, Grant,
-    GrantRequest, CAPABILITY_PREFIX, MAX_LIFETIME_S,
+    within_scope, CopyConnectBack, CopyLanded, CopyOrder, CopyProgress, CopyShareItem,
+    CAPABILITY_PREFIX,
 };
 use longhaul_proto::xfer::TransferRequest;
 
@@ -40,36 +39,16 @@ use crate::xfer::source::{root_name, Share, ShareItem};
 use crate::xfer::{beneath, confine};
 use crate::EngineError;
 
-/// What a capability allows, and until when.
-#[derive(Clone, PartialEq, Eq)]
-pub struct Scope {
-    /// The export, destination and trailing `/` of the one push allowed
-    /// (or, `op` pull, the sources a job reads).
-    pub request: GrantRequest,
-    /// The grant of the client that asked for it (for logs and observers).
-    pub grant: String,
-    pub(super) key: blake3::Hash,
-    pub(super) expires: Instant,
-    /// The same, in Unix seconds (what the state directory keeps).
-    pub(super) expires_unix: u64,
-}
-
-impl std::fmt::Debug for Scope {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Scope")
-            .field("request", &self.request)
-            .field("grant", &self.grant)
-            .finish_non_exhaustive()
-    }
-}
+/// What a capability allows (defined beside the access it gives).
+pub use super::auth::Scope;
 
 /// The one refusal of a capability that is not (or no longer) good: which
 /// of unknown, expired or revoked is not told.
 const NOT_GOOD: &str = "unknown, expired or revoked third-party copy capability: the copy's ordering client must ask the destination for a new one";
 
-/// The capabilities a server has issued and not yet revoked, by the BLAKE3
-/// hash of each; a job's (`durable`) also in the state directory
-/// ([`super::durable`]), so that they outlive a restart.
+/// The capabilities a server has issued ([`super::grant`]) and not yet
+/// revoked, by the BLAKE3 hash of each; a job's (`durable`) also in the
+/// state directory ([`super::durable`]), so that they outlive a restart.
 #[derive(Default)]
 pub(super) struct Capabilities {
     pub(super) live: Mutex<HashMap<blake3::Hash, Scope>>,
@@ -78,38 +57,6 @@ pub(super) struct Capabilities {
 }
 
 impl Capabilities {
-    /// Makes a capability for `request`, good for `lifetime`.
-    fn issue(
-        &self,
-        request: GrantRequest,
-        grant: &str,
-        lifetime: Duration,
-    ) -> Result<(String, blake3::Hash), String> {
-        let mut b = [0u8; 32];
-        getrandom::fill(&mut b).map_err(|e| format!("the OS random source failed: {e}"))?;
-        let secret = format!(
-            "{CAPABILITY_PREFIX}{}",
-            base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(b)
-        );
-        let key = blake3::hash(secret.as_bytes());
-        let scope = Scope {
-            request,
-            grant: grant.to_string(),
-            key,
-            expires: Instant::now() + lifetime,
-            expires_unix: super::durable::unix_now().saturating_add(lifetime.as_secs()),
-        };
-        let mut live = self.live.lock().map_err(|_| "internal error".to_string())?;
-        live.insert(key, scope);
-        if live[&key].request.durable {
-            if let Err(e) = self.persist(&live) {
-                live.remove(&key);
-                return Err(e);
-            }
-        }
-        Ok((secret, key))
-    }
-
     pub(super) fn revoke(&self, key: &blake3::Hash) {
         if let Ok(mut m) = self.live.lock() {
             if m.remove(key).is_some_and(|s| s.request.durable) {
@@ -179,88 +126,18 @@ pub(super) fn is_capability(token: Option<&str>) -> bool {
     token.is_some_and(|t| t.starts_with(CAPABILITY_PREFIX))
 }
 
-fn disabled() -> (RefuseCode, String) {
+pub(super) fn disabled() -> (RefuseCode, String) {
     (
         RefuseCode::ThirdPartyDisabled,
         "this server does not take part in third-party copies: its admin may allow them with `longhaul serve --third-party-copies`".into(),
     )
 }
 
-fn anonymous(what: &str) -> (RefuseCode, String) {
+pub(super) fn anonymous(what: &str) -> (RefuseCode, String) {
     (
         RefuseCode::Unauthorized,
         format!("this server {what} for authenticated clients only: pass --token-file FILE or set LONGHAUL_TOKEN"),
     )
-}
-
-/// Answers a request for a capability into this server, then holds it
-/// until the requester's session ends (or stops, or the lifetime ends),
-/// and revokes it.
-pub(super) fn serve_grant(
-    shared: &Arc<Shared>,
-    conn: &mut FramedConn,
-    req: &GrantRequest,
-    access: &auth::Access,
-) -> Result<(), (RefuseCode, String)> {
-    if !shared.cfg.third_party_copies {
-        return Err(disabled());
-    }
-    if access.is_anonymous() {
-        return Err(anonymous("grants third-party copies"));
-    }
-    if !conn.is_tls() {
-        return Err((
-            RefuseCode::TlsRequired,
-            "a third-party copy capability is given inside TLS only".into(),
-        ));
-    }
-    let ex = super::files::export(shared, &req.export, access)?;
-    super::durable::check_grant(shared, ex, req, access)?;
-    let most = if req.durable {
-        longhaul_proto::job::MAX_LIFETIME_S
-    } else {
-        MAX_LIFETIME_S
-    };
-    let lifetime = Duration::from_secs(u64::from(req.lifetime_s.clamp(1, most)));
-    let (capability, key) = shared
-        .capabilities
-        .issue(req.clone(), access.grant_label(), lifetime)
-        .map_err(|m| (RefuseCode::ServerError, m))?;
-    let what = super::durable::scope_words(&ex.name, req);
-    tracing::info!(
-        "{} ({}) holds a {}capability {what} for {} s",
-        conn.peer(),
-        access.who,
-        if req.durable {
-            "job's "
-        } else {
-            "third-party copy "
-        },
-        lifetime.as_secs()
-    );
-    let until = Instant::now() + lifetime;
-    let sent = conn.send(&Message::Grant(Grant {
-        capability,
-        lifetime_s: lifetime.as_secs() as u32,
-    }));
-    // A job's capability outlives this session: its holder revokes it.
-    if req.durable {
-        return sent.map_err(|e| (RefuseCode::ServerError, e.to_string()));
-    }
-    if sent.is_ok() {
-        while Instant::now() < until {
-            match conn.recv(Duration::from_millis(200)) {
-                Ok(Some(Message::Stop(_))) | Err(_) => break,
-                Ok(_) => {}
-            }
-        }
-    }
-    shared.capabilities.revoke(&key);
-    tracing::info!(
-        "the third-party copy capability of {} {what} is revoked",
-        conn.peer(),
-    );
-    Ok(())
 }
 
 /// Relays a copy's progress and intervals to the ordering client.
@@ -661,6 +538,7 @@ mod tests {
     use crate::server::{ServeConfig, Server};
     use crate::xfer::Export;
     use longhaul_proto::xfer::copy::CopyOptions;
+    use longhaul_proto::xfer::copy::GrantRequest;
 
     /// The server's own refusal, whatever the client does: a session in
     /// plaintext (a client that skips its own check, as an attacker's

@@ -197,9 +197,12 @@ pub(super) fn serve_transfer(
         let left = deadline.saturating_duration_since(Instant::now());
         match rx.recv_timeout(left) {
             Ok(a) if t.sealed && conn.is_tls() => {
-                match a.stream.sealed(crate::net::sealed::Side::Server {
-                    sends: t.op == Op::Pull,
-                }) {
+                match crate::net::sealed::into_sealed(
+                    a.stream,
+                    crate::net::sealed::Side::Server {
+                        sends: t.op == Op::Pull,
+                    },
+                ) {
                     Ok(s) => streams.push(s),
                     Err(e) => {
                         let e = EngineError::io(

@@ -14,6 +14,7 @@ pub mod auth;
 pub mod copy;
 mod durable;
 mod files;
+mod grant;
 pub mod iperf3;
 pub mod jobs;
 pub mod observe;
@@ -1108,7 +1109,7 @@ fn control_loop(
                 );
             }
             Ok(Some(ServerEvent::GrantRequested(g))) => {
-                match copy::serve_grant(shared, conn, &g, access) {
+                match grant::serve_grant(shared, conn, &g, access) {
                     Ok(()) => session.finish(Instant::now()),
                     Err((code, message)) => {
                         tracing::warn!(
