@@ -38,23 +38,8 @@ const SILENCE: Duration = Duration::from_secs(90);
 /// many as the destination is allowed to open to it for the copy.
 const RELAYED_MAX: u32 = longhaul_proto::xfer::back::ALLOW_MAX;
 
-/// What the ordering client's own connections carried in a third-party
-/// copy: the measure that the data did not pass through it.
-#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
-pub struct ThirdPartyUse {
-    /// The source and destination servers as named.
-    pub source: String,
-    pub dest: String,
-    /// Bytes this client's sockets carried, both control connections, both
-    /// ways (the kernel's `tcpi_bytes_acked` plus `tcpi_bytes_received`,
-    /// TLS included).
-    pub control_bytes: u64,
-    /// Which end opened the data's connections: `source` (it dialled the
-    /// destination, as usual) or `dest` (it connected back to the source,
-    /// with `reason`).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub data_connections: Option<Opened>,
-}
+/// What the ordering client's own connections carried (kept with the summary).
+pub use super::client::ThirdPartyUse;
 
 /// Whether a copy's paths name a remote source and a remote destination.
 pub fn is_third_party(sources: &[String], dest: &str) -> bool {

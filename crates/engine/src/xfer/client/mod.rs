@@ -146,7 +146,7 @@ pub struct CpSummary {
     /// A third-party copy: what the ordering client's own connections
     /// carried ([`super::copy`]).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub third_party: Option<super::copy::ThirdPartyUse>,
+    pub third_party: Option<ThirdPartyUse>,
     /// Over ssh: which side opened the connections to the far end, and
     /// why ([`crate::net::back`]).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -172,6 +172,24 @@ pub struct CpSummary {
     /// whether and why it was turned off).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub compression: Option<longhaul_proto::xfer::compress::CompressReport>,
+}
+
+/// What the ordering client's own connections carried in a third-party
+/// copy: the measure that the data did not pass through it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct ThirdPartyUse {
+    /// The source and destination servers as named.
+    pub source: String,
+    pub dest: String,
+    /// Bytes this client's sockets carried, both control connections, both
+    /// ways (the kernel's `tcpi_bytes_acked` plus `tcpi_bytes_received`,
+    /// TLS included).
+    pub control_bytes: u64,
+    /// Which end opened the data's connections: `source` (it dialled the
+    /// destination, as usual) or `dest` (it connected back to the source,
+    /// with `reason`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub data_connections: Option<crate::net::back::Opened>,
 }
 
 fn is_zero(n: &u64) -> bool {
