@@ -719,72 +719,95 @@ fn handle_connection(shared: &Arc<Shared>, tcp: TcpStream, peer: SocketAddr) {
         return;
     };
     if !plaintext_allowed(shared, &*stream, &hello) {
-        tracing::warn!("refusing {peer}: plaintext, and this server requires TLS");
-        let why = "this server requires TLS: run the client without --insecure-plaintext (plaintext needs --allow-plaintext on the server too)";
-        refuse_on(&mut *stream, RefuseCode::TlsRequired, why);
-        let peer = peer.to_string();
-        shared.refused(
-            "connection",
-            None,
-            observe::ANONYMOUS,
-            RefuseCode::TlsRequired,
-            why,
-            &peer,
-        );
-        linger(&mut *stream);
+        refuse_plaintext(shared, &mut *stream, peer);
         return;
     }
-    let unauthorized = |stream: &mut dyn Stream, message: &str| {
-        tracing::warn!("refusing {peer}: {}", escaped(message));
-        refuse_on(stream, RefuseCode::Unauthorized, message);
-        let code = RefuseCode::Unauthorized;
-        let peer = peer.to_string();
-        shared.refused("connection", None, observe::ANONYMOUS, code, message, &peer);
-        linger(stream);
+    let Some(admitted) = identify(shared, &mut *stream, &mut session, hello, deadline, peer) else {
+        return;
     };
-    // Who this is, before anything else is looked at (a client that proves
-    // its token is known after the challenge, below).
-    let mut by_capability = false;
-    let mut access = match &hello {
-        Message::Hello(Hello {
-            role: Role::Control,
+    match admitted.event {
+        Ok(Some(ServerEvent::DataStream {
             token,
-            token_id: None,
-            ..
-        }) => {
-            let raw_token_in_clear = !stream.is_tls()
-                && token
-                    .as_deref()
-                    .is_some_and(|t| !t.starts_with(tokenproof::OLD_PROOF_PREFIX));
-            let who = if raw_token_in_clear {
-                // Already seen by anyone on the path: never accepted.
-                Err("this client sent its token in the clear over plaintext: it is refused, and should be revoked (`longhaul token revoke ID`) and replaced; use TLS, or a client that sends a proof of it".to_string())
-            } else if copy::is_capability(token.as_deref()) {
-                by_capability = true;
-                shared
-                    .capabilities
-                    .admit(token.as_deref().unwrap_or_default())
-            } else if let Some(one_time) = &shared.cfg.one_time {
-                one_time.claim(token.as_deref())
-            } else if shared.cfg.open_access {
-                Ok(auth::Access::everything("anyone (open server)"))
-            } else {
-                auth::authenticate(
-                    &shared.cfg.state_dir,
-                    token.as_deref(),
-                    stream.peer_fingerprint().as_deref(),
-                    shared.cfg.public_perf,
-                )
+            stream: index,
+            direction,
+            proof,
+        })) => {
+            let attach = Attach {
+                stream,
+                index,
+                direction,
+                proof,
             };
-            match who {
-                Ok(a) => Some(a),
-                Err(message) => {
-                    unauthorized(&mut *stream, &message);
-                    return;
-                }
-            }
+            attach_data_stream(shared, &token, attach, peer);
         }
-        _ => None,
+        Ok(_) => {
+            let access = admitted
+                .access
+                .unwrap_or_else(|| auth::Access::anonymous(false));
+            run_session(shared, stream, &mut session, &access, peer);
+            drop(admitted.one_shot_client);
+        }
+        Err(e) => {
+            tracing::warn!("closing {peer}: {}", escaped(&e.to_string()));
+            let mut conn = FramedConn::new(stream, peer.to_string());
+            flush(&mut conn, &mut session);
+        }
+    }
+}
+
+/// Refuses a plaintext connection to a server that requires TLS.
+fn refuse_plaintext(shared: &Shared, stream: &mut dyn Stream, peer: SocketAddr) {
+    tracing::warn!("refusing {peer}: plaintext, and this server requires TLS");
+    let why = "this server requires TLS: run the client without --insecure-plaintext (plaintext needs --allow-plaintext on the server too)";
+    refuse_on(stream, RefuseCode::TlsRequired, why);
+    let peer = peer.to_string();
+    shared.refused(
+        "connection",
+        None,
+        observe::ANONYMOUS,
+        RefuseCode::TlsRequired,
+        why,
+        &peer,
+    );
+    linger(stream);
+}
+
+/// Refuses a connection whose client is not (or not any more) let in.
+fn refuse_unauthorized(shared: &Shared, stream: &mut dyn Stream, peer: SocketAddr, message: &str) {
+    tracing::warn!("refusing {peer}: {}", escaped(message));
+    refuse_on(stream, RefuseCode::Unauthorized, message);
+    let code = RefuseCode::Unauthorized;
+    let peer = peer.to_string();
+    shared.refused("connection", None, observe::ANONYMOUS, code, message, &peer);
+    linger(stream);
+}
+
+/// A connection let in: what its hello asked, who it is (None: a data
+/// stream, or a session without credentials), and a one-shot server's
+/// claim on its one client (released when dropped).
+struct Admitted {
+    event: Result<Option<ServerEvent>, longhaul_proto::session::SessionError>,
+    access: Option<auth::Access>,
+    one_shot_client: Option<oneshot::Admitted>,
+}
+
+/// Decides who sent `hello`, before anything else is looked at: by its
+/// token or capability, or after a challenge by the proof of its token.
+/// None: refused (and told so) or gone.
+fn identify(
+    shared: &Arc<Shared>,
+    stream: &mut dyn Stream,
+    session: &mut ServerSession,
+    hello: Message,
+    deadline: Instant,
+    peer: SocketAddr,
+) -> Option<Admitted> {
+    let (mut access, by_capability) = match hello_access(shared, stream, &hello) {
+        Ok(who) => who,
+        Err(message) => {
+            refuse_unauthorized(shared, stream, peer, &message);
+            return None;
+        }
     };
     // A one-shot server admits its one client and nobody else: no proof
     // of a token, no anonymous session.
@@ -799,13 +822,15 @@ fn handle_connection(shared: &Arc<Shared>, tcp: TcpStream, peer: SocketAddr) {
                     })
                 ) =>
         {
-            unauthorized(
-                &mut *stream,
+            refuse_unauthorized(
+                shared,
+                stream,
+                peer,
                 "this is a one-shot server: it admits only the one-time secret its client received over ssh",
             );
-            return;
+            return None;
         }
-        // Ended (`finished`) when this function returns, however it does.
+        // Ended (`finished`) when the connection's handler returns, however it does.
         Some(one_time) => {
             (access.is_some() && !by_capability).then(|| oneshot::Admitted::new(one_time.clone()))
         }
@@ -813,93 +838,136 @@ fn handle_connection(shared: &Arc<Shared>, tcp: TcpStream, peer: SocketAddr) {
     };
     let mut event = session.handle(Instant::now(), hello);
     if let Ok(Some(ServerEvent::Challenged { .. })) = &event {
-        match challenge_round(shared, &mut *stream, &mut session, deadline, peer) {
+        match challenge_round(shared, stream, session, deadline, peer) {
             Ok(a) => {
                 access = Some(a);
                 event = Ok(None);
             }
             Err(Some(message)) => {
-                unauthorized(&mut *stream, &message);
-                return;
+                refuse_unauthorized(shared, stream, peer, &message);
+                return None;
             }
-            Err(None) => return,
+            Err(None) => return None,
         }
     }
-    match event {
-        Ok(Some(ServerEvent::DataStream {
-            token,
-            stream: index,
-            direction,
-            proof,
-        })) => {
-            // The handshake's time-out would stay on the socket and make
-            // every blocking read arm a timer.
-            let _ = stream.tcp().set_read_timeout(None);
-            let tx = shared
-                .registry
-                .lock()
-                .expect("poisoned")
-                .get(&token)
-                .cloned();
-            // A proof joins only a test with a data key, and such a test
-            // takes nothing else: a transfer's streams never go plaintext.
-            if let Some((code, message)) = tx.as_ref().and_then(|t| wrong_join(t.1, &proof)) {
-                tracing::warn!("closing {peer}: {message}");
-                refuse_on(&mut *stream, code, message);
-                return;
+    Some(Admitted {
+        event,
+        access,
+        one_shot_client,
+    })
+}
+
+/// Who a control session's hello says it is by its token or capability,
+/// and whether a capability let it in; None for any other hello (a data
+/// stream's, or one that will prove its token after a challenge). `Err`:
+/// refused, with the words.
+fn hello_access(
+    shared: &Shared,
+    stream: &dyn Stream,
+    hello: &Message,
+) -> Result<(Option<auth::Access>, bool), String> {
+    let Message::Hello(Hello {
+        role: Role::Control,
+        token,
+        token_id: None,
+        ..
+    }) = hello
+    else {
+        return Ok((None, false));
+    };
+    let raw_token_in_clear = !stream.is_tls()
+        && token
+            .as_deref()
+            .is_some_and(|t| !t.starts_with(tokenproof::OLD_PROOF_PREFIX));
+    if raw_token_in_clear {
+        // Already seen by anyone on the path: never accepted.
+        return Err("this client sent its token in the clear over plaintext: it is refused, and should be revoked (`longhaul token revoke ID`) and replaced; use TLS, or a client that sends a proof of it".to_string());
+    }
+    if copy::is_capability(token.as_deref()) {
+        let a = shared
+            .capabilities
+            .admit(token.as_deref().unwrap_or_default())?;
+        return Ok((Some(a), true));
+    }
+    let who = if let Some(one_time) = &shared.cfg.one_time {
+        one_time.claim(token.as_deref())
+    } else if shared.cfg.open_access {
+        Ok(auth::Access::everything("anyone (open server)"))
+    } else {
+        auth::authenticate(
+            &shared.cfg.state_dir,
+            token.as_deref(),
+            stream.peer_fingerprint().as_deref(),
+            shared.cfg.public_perf,
+        )
+    };
+    Ok((Some(who?), false))
+}
+
+/// Hands a data stream to the test or transfer its token names, or closes
+/// it with the reason.
+fn attach_data_stream(shared: &Shared, token: &str, mut attach: Attach, peer: SocketAddr) {
+    // The handshake's time-out would stay on the socket and make
+    // every blocking read arm a timer.
+    let _ = attach.stream.tcp().set_read_timeout(None);
+    let tx = shared
+        .registry
+        .lock()
+        .expect("poisoned")
+        .get(token)
+        .cloned();
+    // A proof joins only a test with a data key, and such a test
+    // takes nothing else: a transfer's streams never go plaintext.
+    if let Some((code, message)) = tx.as_ref().and_then(|t| wrong_join(t.1, &attach.proof)) {
+        tracing::warn!("closing {peer}: {message}");
+        refuse_on(&mut *attach.stream, code, message);
+        return;
+    }
+    let attached = match tx {
+        Some((tx, _)) => tx.send(attach).map_err(|e| e.0.stream),
+        None => Err(attach.stream),
+    };
+    if let Err(mut stream) = attached {
+        tracing::warn!("closing {peer}: data stream for an unknown test");
+        refuse_on(
+            &mut *stream,
+            RefuseCode::UnknownTest,
+            "no test with that token on this server",
+        );
+    }
+}
+
+/// Runs an admitted client's control session to its end, telling the
+/// observers of its start and end and of a failure.
+fn run_session(
+    shared: &Arc<Shared>,
+    stream: Box<dyn Stream>,
+    session: &mut ServerSession,
+    access: &auth::Access,
+    peer: SocketAddr,
+) {
+    let _ = stream.tcp().set_nodelay(true);
+    tracing::debug!("{peer} is {}", access.who);
+    let mut conn = FramedConn::new(stream, peer.to_string());
+    let s = observe::Session {
+        client: peer.to_string(),
+        grant: access.grant_label().to_string(),
+    };
+    shared.observers.iter().for_each(|o| o.session_opened(&s));
+    if let Err(e) = control_loop(shared, &mut conn, session, access) {
+        match e {
+            EngineError::Closed(_) => {
+                tracing::debug!("{peer} closed its control connection")
             }
-            let attached = match tx {
-                Some((tx, _)) => tx
-                    .send(Attach {
-                        stream,
-                        index,
-                        direction,
-                        proof,
-                    })
-                    .map_err(|e| e.0.stream),
-                None => Err(stream),
-            };
-            if let Err(mut stream) = attached {
-                tracing::warn!("closing {peer}: data stream for an unknown test");
-                refuse_on(
-                    &mut *stream,
-                    RefuseCode::UnknownTest,
-                    "no test with that token on this server",
-                );
+            e => {
+                let e = escaped(&e.to_string()).to_string();
+                tracing::warn!("closing session of {peer}: {e}");
+                shared.failed("session", &s.grant, &e, &s.client);
             }
-        }
-        Ok(_) => {
-            let _ = stream.tcp().set_nodelay(true);
-            let access = access.unwrap_or_else(|| auth::Access::anonymous(false));
-            tracing::debug!("{peer} is {}", access.who);
-            let mut conn = FramedConn::new(stream, peer.to_string());
-            let s = observe::Session {
-                client: peer.to_string(),
-                grant: access.grant_label().to_string(),
-            };
-            shared.observers.iter().for_each(|o| o.session_opened(&s));
-            if let Err(e) = control_loop(shared, &mut conn, &mut session, &access) {
-                match e {
-                    EngineError::Closed(_) => {
-                        tracing::debug!("{peer} closed its control connection")
-                    }
-                    e => {
-                        let e = escaped(&e.to_string()).to_string();
-                        tracing::warn!("closing session of {peer}: {e}");
-                        shared.failed("session", &s.grant, &e, &s.client);
-                    }
-                }
-            }
-            flush(&mut conn, &mut session);
-            shared.observers.iter().for_each(|o| o.session_closed(&s));
-            drop(one_shot_client);
-        }
-        Err(e) => {
-            tracing::warn!("closing {peer}: {}", escaped(&e.to_string()));
-            let mut conn = FramedConn::new(stream, peer.to_string());
-            flush(&mut conn, &mut session);
         }
     }
+    flush(&mut conn, session);
+    shared.observers.iter().for_each(|o| o.session_closed(&s));
 }
 
 /// A fresh challenge for a token proof, from the OS's CSPRNG.
