@@ -1078,15 +1078,7 @@ fn control_loop(
     session: &mut ServerSession,
     access: &auth::Access,
 ) -> Result<(), EngineError> {
-    let mut test: Option<Test> = None;
-    // The running test's watch: dropped unfinished (the session broke),
-    // it tells the observers the test was aborted.
-    let mut watch: Option<Watch> = None;
-    let grant = access.grant_label();
-    let peer = conn.peer().to_string();
-    let refused = |what, export: Option<&str>, code, message: &str| {
-        shared.refused(what, export, grant, code, message, &peer);
-    };
+    let mut perf = PerfRun::default();
     loop {
         while let Some(m) = session.poll_transmit() {
             conn.send(&m)?;
@@ -1096,24 +1088,10 @@ fn control_loop(
         }
         let now = Instant::now();
         session.handle_timeout(now)?;
-        if let Some(t) = &mut test {
-            match t.poll(session, conn.peer(), now) {
-                Step::Running => {}
-                Step::Ready => continue,
-                Step::Finished { bytes, error } => {
-                    test = None;
-                    if let Some(w) = watch.take() {
-                        let result = match error {
-                            Some(_) => Outcome::Failed,
-                            None => Outcome::Ok,
-                        };
-                        w.finish(bytes, 0, result, error);
-                    }
-                    continue;
-                }
-            }
+        if perf.poll(session, conn.peer(), now) {
+            continue;
         }
-        let wait = if test.is_some() {
+        let wait = if perf.test.is_some() {
             crate::CONTROL_TICK
         } else {
             session
@@ -1133,205 +1111,292 @@ fn control_loop(
             Err(e) => return Err(e),
         };
         match session.handle(Instant::now(), msg) {
-            // A capability pushes into its destination (or, a job's, reads
-            // beneath its sources), and does nothing else.
-            Ok(Some(ev))
-                if access
-                    .scope
-                    .as_ref()
-                    .is_some_and(|s| !copy::may_ask(s, &ev)) =>
-            {
-                let why = "a capability only pushes into its destination (a job's: or reads beneath its sources)";
-                tracing::warn!("refusing a request from {}: {why}", conn.peer());
-                refused("capability", None, RefuseCode::Unauthorized, why);
-                session.refuse(RefuseCode::Unauthorized, why.to_string());
-            }
-            Ok(Some(ServerEvent::RevokeRequested)) => {
-                answered(
-                    session,
-                    durable::serve_revoke(shared, conn, access),
-                    |code, message| refused("revoke", None, code, message),
-                );
-            }
-            Ok(Some(ServerEvent::DiscardRequested(d))) => {
-                answered(
-                    session,
-                    durable::serve_discard(shared, conn, &d, access),
-                    |code, message| refused("discard", None, code, message),
-                );
-            }
-            Ok(Some(ServerEvent::JobSubmitted(j))) => {
-                let served = jobs::serve_submit(shared, conn, &j, access);
-                if let Err((_, m)) = &served {
-                    tracing::warn!("refusing a job from {}: {}", conn.peer(), escaped(m));
-                }
-                answered(session, served, |code, message| {
-                    refused("job", None, code, message)
-                });
-            }
-            Ok(Some(ServerEvent::JobCommanded(c))) => {
-                answered(
-                    session,
-                    jobs::serve_command(shared, conn, &c, access),
-                    |code, message| refused("job", None, code, message),
-                );
-            }
-            Ok(Some(ServerEvent::GrantRequested(g))) => {
-                match grant::serve_grant(shared, conn, &g, access) {
-                    Ok(()) => session.finish(Instant::now()),
-                    Err((code, message)) => {
-                        tracing::warn!(
-                            "refusing a capability to {}: {}",
-                            conn.peer(),
-                            escaped(&message)
-                        );
-                        refused("grant", Some(&g.export), code, &message);
-                        session.refuse(code, message);
-                    }
-                }
-            }
-            Ok(Some(ServerEvent::CopyOrdered(o))) => {
-                match copy::serve_copy(shared, conn, &o, access) {
-                    Ok(()) => session.finish(Instant::now()),
-                    Err((code, message)) => {
-                        tracing::warn!(
-                            "refusing a third-party copy from {}: {}",
-                            conn.peer(),
-                            escaped(&message)
-                        );
-                        refused("copy", Some(&o.export), code, &message);
-                        session.refuse(code, message);
-                    }
-                }
-            }
-            Ok(Some(ServerEvent::TestRequested(_) | ServerEvent::ThirdPartyRequested(_)))
-                if !access.perf =>
-            {
-                tracing::warn!("refusing a test from {}: not authenticated", conn.peer());
-                let why = "this server runs perf tests for authenticated clients only: pass --token-file FILE or set LONGHAUL_TOKEN";
-                refused("perf", None, RefuseCode::Unauthorized, why);
-                session.refuse(RefuseCode::Unauthorized, why.to_string());
-            }
-            Ok(Some(ServerEvent::TestRequested(p))) => {
-                match new_test(shared, conn, p.clone(), access) {
-                    Ok((t, accept)) => {
-                        let params = serde_json::to_value(&p).unwrap_or_default();
-                        watch = Some(shared.watch(RunKind::Perf, &peer, access, None, params));
-                        tracing::info!(
-                            "test {} from {}: {:?} {:?}, {} stream(s)",
-                            accept.test_id,
-                            conn.peer(),
-                            p.transport,
-                            p.mode,
-                            p.streams
-                        );
-                        session.accept_test(Instant::now(), accept);
-                        test = Some(t);
-                    }
-                    Err((code, message)) => {
-                        tracing::warn!("refusing test from {}: {}", conn.peer(), escaped(&message));
-                        refused("perf", None, code, &message);
-                        session.refuse(code, message);
-                    }
-                }
-            }
-            Ok(Some(ServerEvent::Start)) => {
-                if let Some(t) = &mut test {
-                    t.start(session);
-                }
-            }
-            Ok(Some(ServerEvent::Active(n))) => {
-                if let Some(t) = &test {
-                    t.set_active(n);
-                }
-            }
-            Ok(Some(ServerEvent::Stop(reason))) => {
-                tracing::info!("{} stops its test: {}", conn.peer(), escaped(&reason));
-                if let Some(t) = &test {
-                    t.stop();
-                }
-            }
-            // Whatever the target: an anonymous client hears the same and
-            // this server dials nothing (it would be a port scanner).
-            Ok(Some(ServerEvent::ThirdPartyRequested(_))) if access.is_anonymous() => {
-                tracing::warn!(
-                    "refusing a third-party test from {}: not authenticated",
-                    conn.peer()
-                );
-                let why = "this server runs third-party tests for authenticated clients only: pass --token-file FILE or set LONGHAUL_TOKEN";
-                refused("third-party", None, RefuseCode::Unauthorized, why);
-                session.refuse(RefuseCode::Unauthorized, why.to_string());
-            }
-            Ok(Some(ServerEvent::ThirdPartyRequested(req))) => {
-                third_party(shared, conn, &req, access);
-                session.finish(Instant::now());
-            }
-            Ok(Some(ServerEvent::TransferRequested(t))) => {
-                match serve_transfer(shared, conn, &t, access) {
-                    Ok(()) => session.finish(Instant::now()),
-                    Err(Refusal::Refuse(code, message)) => {
-                        tracing::warn!(
-                            "refusing transfer from {}: {}",
-                            conn.peer(),
-                            escaped(&message)
-                        );
-                        let what = match t.op {
-                            longhaul_proto::xfer::Op::Push => "push",
-                            longhaul_proto::xfer::Op::Pull => "pull",
-                        };
-                        refused(what, Some(&t.export), code, &message);
-                        session.refuse(code, message);
-                    }
-                    Err(Refusal::Failed(e)) => {
-                        return Err(EngineError::Failed(format!("transfer failed: {e}")));
-                    }
-                }
-            }
-            Ok(Some(ServerEvent::ListRequested(l))) => match serve_list(shared, conn, &l, access) {
-                Ok(()) => session.finish(Instant::now()),
-                Err((code, message)) => {
-                    refused("ls", Some(&l.export), code, &message);
-                    session.refuse(code, message);
-                }
-            },
-            Ok(Some(ServerEvent::ProbeRequested(_))) if access.is_anonymous() => {
-                tracing::warn!("refusing a probe from {}: not authenticated", conn.peer());
-                let why = "this server answers probes (longhaul doctor) for authenticated clients only: pass --token-file FILE or set LONGHAUL_TOKEN";
-                refused("probe", None, RefuseCode::Unauthorized, why);
-                session.refuse(RefuseCode::Unauthorized, why.to_string());
-            }
-            Ok(Some(ServerEvent::ProbeRequested(p))) => {
-                // A probe benchmarks storage and CPU: it takes a slot.
-                let probed = take_slot(shared, conn, access)
-                    .and_then(|_slot| serve_probe(shared, conn, &p, access));
-                match probed {
-                    Ok(()) => session.finish(Instant::now()),
-                    Err((code, message)) => {
-                        tracing::warn!(
-                            "refusing probe from {}: {}",
-                            conn.peer(),
-                            escaped(&message)
-                        );
-                        refused("probe", Some(&p.export), code, &message);
-                        session.refuse(code, message);
-                    }
-                }
-            }
-            // Only at the hello, handled before this loop.
-            Ok(Some(
-                ServerEvent::DataStream { .. }
-                | ServerEvent::Challenged { .. }
-                | ServerEvent::TokenProof { .. },
-            ))
-            | Ok(None) => {}
+            Ok(Some(ev)) => serve_event(shared, conn, session, access, &mut perf, ev)?,
+            Ok(None) => {}
             Err(e) => {
-                if let Some(t) = &test {
+                if let Some(t) = &perf.test {
                     t.stop();
                 }
                 return Err(EngineError::Failed(format!("session ended: {e}")));
             }
         }
     }
+}
+
+/// A control session's perf test while it runs, and its watch: dropped
+/// unfinished (the session broke), it tells the observers the test was
+/// aborted.
+#[derive(Default)]
+struct PerfRun {
+    test: Option<Test>,
+    watch: Option<Watch>,
+}
+
+impl PerfRun {
+    /// Moves the running test on; true when the loop should go round at
+    /// once (the test has more to send, or just finished).
+    fn poll(&mut self, session: &mut ServerSession, peer: &str, now: Instant) -> bool {
+        let Some(t) = &mut self.test else {
+            return false;
+        };
+        match t.poll(session, peer, now) {
+            Step::Running => false,
+            Step::Ready => true,
+            Step::Finished { bytes, error } => {
+                self.test = None;
+                if let Some(w) = self.watch.take() {
+                    let result = match error {
+                        Some(_) => Outcome::Failed,
+                        None => Outcome::Ok,
+                    };
+                    w.finish(bytes, 0, result, error);
+                }
+                true
+            }
+        }
+    }
+
+    /// A test asked for: accepted and started, or refused.
+    fn begin(
+        &mut self,
+        shared: &Arc<Shared>,
+        conn: &mut FramedConn,
+        session: &mut ServerSession,
+        access: &auth::Access,
+        p: TestParams,
+    ) {
+        match new_test(shared, conn, p.clone(), access) {
+            Ok((t, accept)) => {
+                let params = serde_json::to_value(&p).unwrap_or_default();
+                let peer = conn.peer().to_string();
+                self.watch = Some(shared.watch(RunKind::Perf, &peer, access, None, params));
+                tracing::info!(
+                    "test {} from {}: {:?} {:?}, {} stream(s)",
+                    accept.test_id,
+                    conn.peer(),
+                    p.transport,
+                    p.mode,
+                    p.streams
+                );
+                session.accept_test(Instant::now(), accept);
+                self.test = Some(t);
+            }
+            Err((code, message)) => {
+                tracing::warn!("refusing test from {}: {}", conn.peer(), escaped(&message));
+                refused_in(shared, conn, access, "perf", None, code, &message);
+                session.refuse(code, message);
+            }
+        }
+    }
+}
+
+/// Tells the observers a session's request was refused.
+fn refused_in(
+    shared: &Shared,
+    conn: &FramedConn,
+    access: &auth::Access,
+    what: &'static str,
+    export: Option<&str>,
+    code: RefuseCode,
+    message: &str,
+) {
+    let grant = access.grant_label();
+    shared.refused(what, export, grant, code, message, conn.peer());
+}
+
+/// A request this session's access may not make: what it was (for the
+/// observers), what was asked (for the log), and why not.
+struct NotAllowed {
+    what: &'static str,
+    asked: &'static str,
+    why: &'static str,
+}
+
+/// Whether `access` may not ask for `ev`, and why.
+fn not_allowed(access: &auth::Access, ev: &ServerEvent) -> Option<NotAllowed> {
+    let (what, asked, why) = match ev {
+        // A capability pushes into its destination (or, a job's, reads
+        // beneath its sources), and does nothing else.
+        _ if access.scope.as_ref().is_some_and(|s| !copy::may_ask(s, ev)) => (
+            "capability",
+            "a request",
+            "a capability only pushes into its destination (a job's: or reads beneath its sources)",
+        ),
+        ServerEvent::TestRequested(_) | ServerEvent::ThirdPartyRequested(_) if !access.perf => (
+            "perf",
+            "a test",
+            "this server runs perf tests for authenticated clients only: pass --token-file FILE or set LONGHAUL_TOKEN",
+        ),
+        // Whatever the target: an anonymous client hears the same and
+        // this server dials nothing (it would be a port scanner).
+        ServerEvent::ThirdPartyRequested(_) if access.is_anonymous() => (
+            "third-party",
+            "a third-party test",
+            "this server runs third-party tests for authenticated clients only: pass --token-file FILE or set LONGHAUL_TOKEN",
+        ),
+        ServerEvent::ProbeRequested(_) if access.is_anonymous() => (
+            "probe",
+            "a probe",
+            "this server answers probes (longhaul doctor) for authenticated clients only: pass --token-file FILE or set LONGHAUL_TOKEN",
+        ),
+        _ => return None,
+    };
+    Some(NotAllowed { what, asked, why })
+}
+
+/// Serves one event of a control session: refused if its access may not
+/// ask for it, else a perf test's step or a request served to its end.
+fn serve_event(
+    shared: &Arc<Shared>,
+    conn: &mut FramedConn,
+    session: &mut ServerSession,
+    access: &auth::Access,
+    perf: &mut PerfRun,
+    ev: ServerEvent,
+) -> Result<(), EngineError> {
+    if let Some(n) = not_allowed(access, &ev) {
+        let reason = if n.what == "capability" {
+            n.why
+        } else {
+            "not authenticated"
+        };
+        tracing::warn!("refusing {} from {}: {reason}", n.asked, conn.peer());
+        refused_in(
+            shared,
+            conn,
+            access,
+            n.what,
+            None,
+            RefuseCode::Unauthorized,
+            n.why,
+        );
+        session.refuse(RefuseCode::Unauthorized, n.why.to_string());
+        return Ok(());
+    }
+    match ev {
+        ServerEvent::TestRequested(p) => perf.begin(shared, conn, session, access, p),
+        ServerEvent::Start => {
+            if let Some(t) = &mut perf.test {
+                t.start(session);
+            }
+        }
+        ServerEvent::Active(n) => {
+            if let Some(t) = &perf.test {
+                t.set_active(n);
+            }
+        }
+        ServerEvent::Stop(reason) => {
+            tracing::info!("{} stops its test: {}", conn.peer(), escaped(&reason));
+            if let Some(t) = &perf.test {
+                t.stop();
+            }
+        }
+        // Only at the hello, handled before the session's loop.
+        ServerEvent::DataStream { .. }
+        | ServerEvent::Challenged { .. }
+        | ServerEvent::TokenProof { .. } => {}
+        ev => serve_request(shared, conn, session, access, ev)?,
+    }
+    Ok(())
+}
+
+/// Serves a request that takes the session's turn to its end (a copy, a
+/// listing, a probe, a job's word), then answers or refuses it.
+fn serve_request(
+    shared: &Arc<Shared>,
+    conn: &mut FramedConn,
+    session: &mut ServerSession,
+    access: &auth::Access,
+    ev: ServerEvent,
+) -> Result<(), EngineError> {
+    let peer = conn.peer().to_string();
+    let refused = |what, export: Option<&str>, code, message: &str| {
+        shared.refused(what, export, access.grant_label(), code, message, &peer);
+    };
+    let warned = |asked: &str, message: &str| {
+        tracing::warn!("refusing {asked} from {peer}: {}", escaped(message));
+    };
+    match ev {
+        ServerEvent::RevokeRequested => {
+            let served = durable::serve_revoke(shared, conn, access);
+            answered(session, served, |code, message| {
+                refused("revoke", None, code, message)
+            });
+        }
+        ServerEvent::DiscardRequested(d) => {
+            let served = durable::serve_discard(shared, conn, &d, access);
+            answered(session, served, |code, message| {
+                refused("discard", None, code, message)
+            });
+        }
+        ServerEvent::JobSubmitted(j) => {
+            let served = jobs::serve_submit(shared, conn, &j, access);
+            if let Err((_, m)) = &served {
+                tracing::warn!("refusing a job from {peer}: {}", escaped(m));
+            }
+            answered(session, served, |code, message| {
+                refused("job", None, code, message)
+            });
+        }
+        ServerEvent::JobCommanded(c) => {
+            let served = jobs::serve_command(shared, conn, &c, access);
+            answered(session, served, |code, message| {
+                refused("job", None, code, message)
+            });
+        }
+        ServerEvent::GrantRequested(g) => {
+            let served = grant::serve_grant(shared, conn, &g, access);
+            answered(session, served, |code, message| {
+                tracing::warn!("refusing a capability to {peer}: {}", escaped(message));
+                refused("grant", Some(&g.export), code, message)
+            });
+        }
+        ServerEvent::CopyOrdered(o) => {
+            let served = copy::serve_copy(shared, conn, &o, access);
+            answered(session, served, |code, message| {
+                warned("a third-party copy", message);
+                refused("copy", Some(&o.export), code, message)
+            });
+        }
+        ServerEvent::ThirdPartyRequested(req) => {
+            third_party(shared, conn, &req, access);
+            session.finish(Instant::now());
+        }
+        ServerEvent::TransferRequested(t) => {
+            let served = match serve_transfer(shared, conn, &t, access) {
+                Ok(()) => Ok(()),
+                Err(Refusal::Refuse(code, message)) => Err((code, message)),
+                Err(Refusal::Failed(e)) => {
+                    return Err(EngineError::Failed(format!("transfer failed: {e}")));
+                }
+            };
+            let what = match t.op {
+                longhaul_proto::xfer::Op::Push => "push",
+                longhaul_proto::xfer::Op::Pull => "pull",
+            };
+            answered(session, served, |code, message| {
+                warned("transfer", message);
+                refused(what, Some(&t.export), code, message)
+            });
+        }
+        ServerEvent::ListRequested(l) => {
+            let served = serve_list(shared, conn, &l, access);
+            answered(session, served, |code, message| {
+                refused("ls", Some(&l.export), code, message)
+            });
+        }
+        ServerEvent::ProbeRequested(p) => {
+            // A probe benchmarks storage and CPU: it takes a slot.
+            let served = take_slot(shared, conn, access)
+                .and_then(|_slot| serve_probe(shared, conn, &p, access));
+            answered(session, served, |code, message| {
+                warned("probe", message);
+                refused("probe", Some(&p.export), code, message)
+            });
+        }
+        _ => {}
+    }
+    Ok(())
 }
 
 /// Ends a short request's turn: the session waits for the next request,
