@@ -191,6 +191,81 @@ pub(super) fn serve_copy(
     order: &CopyOrder,
     access: &auth::Access,
 ) -> Result<(), (RefuseCode, String)> {
+    let checked = check_order(shared, conn, order, access)?;
+    let Some(_slot) = shared.slots.try_take(shared, &Claimant::of(access)) else {
+        let (running, limit) = shared.slots.load();
+        return Err((
+            RefuseCode::Busy,
+            format!("server is running {running} tests and transfers, its limit (--max-tests {limit}); try again later"),
+        ));
+    };
+    let back_ip = checked.back_ip;
+    tracing::info!(
+        "third-party copy from {} ({}): {} source(s) of {} to {}{}",
+        conn.peer(),
+        access.who,
+        checked.sources.len(),
+        checked.ex.name,
+        escaped(&order.target),
+        match back_ip {
+            Some(ip) => format!(", which connects back to {ip}"),
+            None => String::new(),
+        }
+    );
+    let (tx, rx) = mpsc::channel::<CopyRelay>();
+    // Requests to connect back go to the client while the copy runs.
+    let asks = Arc::new(Mutex::new(Some(tx.clone())));
+    let back = back_ip.map(|ip| connect_back_route(&order.target, ip, asks.clone()));
+    let interrupt = Arc::new(AtomicBool::new(false));
+    let client = dialler(shared, order, &checked.fingerprint, &interrupt, back);
+    let until = Instant::now() + super::third_party::reach(&client);
+    let o = copy_options(order, checked, &client, &interrupt, &tx);
+    let (shook, handshake_rx) = mpsc::channel::<bool>();
+    let Ok(worker) = spawn_copy(order.target.clone(), client, o, tx, asks, shook) else {
+        failed(
+            conn,
+            RefuseCode::ServerError,
+            "cannot start a thread for the copy".into(),
+        );
+        return Ok(());
+    };
+    if !await_handshake(conn, &handshake_rx, &rx, until) {
+        interrupt.store(true, Ordering::SeqCst);
+        std::thread::sleep(until.saturating_duration_since(Instant::now()));
+        let mut why = super::third_party::uniform_failure(&order.target);
+        if let Some(ip) = back_ip {
+            why.push_str(&format!(
+                " (it was to connect back to this source at {ip}: can it reach that address?)"
+            ));
+        }
+        failed(conn, RefuseCode::ServerError, why);
+        return Ok(());
+    }
+    super::third_party::relay_until_done(conn, &rx, Message::CopyRelay, &interrupt, "copy");
+    let _ = worker.join();
+    Ok(())
+}
+
+/// A copy's order, checked: its export, the destination's certificate,
+/// the address it connects back to, and what it reads, resolved beneath
+/// the export's root.
+struct CheckedOrder<'a> {
+    ex: &'a crate::xfer::Export,
+    fingerprint: String,
+    back_ip: Option<std::net::IpAddr>,
+    anchor: Anchor,
+    sources: Vec<String>,
+    share: Option<Vec<ShareItem>>,
+}
+
+/// Checks that this server takes the order from this requester, and what
+/// the order reads; `Err`: the refusal.
+fn check_order<'a>(
+    shared: &'a Arc<Shared>,
+    conn: &FramedConn,
+    order: &CopyOrder,
+    access: &auth::Access,
+) -> Result<CheckedOrder<'a>, (RefuseCode, String)> {
     if !shared.cfg.third_party_copies {
         return Err(disabled());
     }
@@ -263,39 +338,35 @@ pub(super) fn serve_copy(
         Some(items) => Some(confine_share(&ex.root, &anchor, &resolved, items, order)?),
         None => None,
     };
-    let Some(_slot) = shared.slots.try_take(shared, &Claimant::of(access)) else {
-        let (running, limit) = shared.slots.load();
-        return Err((
-            RefuseCode::Busy,
-            format!("server is running {running} tests and transfers, its limit (--max-tests {limit}); try again later"),
-        ));
-    };
-    tracing::info!(
-        "third-party copy from {} ({}): {} source(s) of {} to {}{}",
-        conn.peer(),
-        access.who,
-        sources.len(),
-        ex.name,
-        escaped(&order.target),
-        match back_ip {
-            Some(ip) => format!(", which connects back to {ip}"),
-            None => String::new(),
-        }
-    );
-    let (tx, rx) = mpsc::channel::<CopyRelay>();
-    // Requests to connect back go to the client while the copy runs.
-    let asks = Arc::new(Mutex::new(Some(tx.clone())));
-    let back = back_ip.map(|ip| connect_back_route(&order.target, ip, asks.clone()));
+    Ok(CheckedOrder {
+        ex,
+        fingerprint,
+        back_ip,
+        anchor,
+        sources,
+        share,
+    })
+}
+
+/// How this server reaches the copy's destination: within its own
+/// handshake time-out, pinning the destination's certificate, with the
+/// capability as the only credential.
+fn dialler(
+    shared: &Shared,
+    order: &CopyOrder,
+    fingerprint: &str,
+    interrupt: &Arc<AtomicBool>,
+    back: Option<Arc<back::Route>>,
+) -> ClientOptions {
     let handshake = shared.cfg.limits.handshake_timeout;
-    let interrupt = Arc::new(AtomicBool::new(false));
-    let client = ClientOptions {
+    ClientOptions {
         connect_timeout: ClientOptions::default().connect_timeout.min(handshake),
         handshake_timeout: handshake,
         interrupt: interrupt.clone(),
         security: Security {
             plaintext: false,
             trust: tls::TrustOptions {
-                pins: vec![fingerprint],
+                pins: vec![fingerprint.to_string()],
                 ..Default::default()
             },
             token: Some(order.capability.clone()),
@@ -303,7 +374,18 @@ pub(super) fn serve_copy(
         },
         back,
         ..ClientOptions::default()
-    };
+    }
+}
+
+/// The push the order asks for, as a `cp` from this server's export,
+/// each landed file relayed when the order asks for the catalogue.
+fn copy_options(
+    order: &CopyOrder,
+    checked: CheckedOrder,
+    client: &ClientOptions,
+    interrupt: &Arc<AtomicBool>,
+    tx: &mpsc::Sender<CopyRelay>,
+) -> crate::xfer::client::CpOptions {
     let slash = if order.dest_dir && !order.dest.is_empty() {
         "/"
     } else {
@@ -314,16 +396,15 @@ pub(super) fn serve_copy(
         order.target, order.dest_export, order.dest
     );
     let x = &order.options;
-    let mut o = crate::xfer::copy::options_of(x, sources, dest, client.clone());
-    o.source_anchor = Some(Arc::new(anchor));
-    o.share = share.map(|items| Share::Fixed(Arc::new(items)));
+    let mut o = crate::xfer::copy::options_of(x, checked.sources, dest, client.clone());
+    o.source_anchor = Some(Arc::new(checked.anchor));
+    o.share = checked.share.map(|items| Share::Fixed(Arc::new(items)));
     o.progress = Arc::new(crate::xfer::Progress {
         interrupt: interrupt.clone(),
         ..Default::default()
     });
-    let until = Instant::now() + super::third_party::reach(&client);
     if x.catalogue {
-        let (tx, root) = (Mutex::new(tx.clone()), ex.root.clone());
+        let (tx, root) = (Mutex::new(tx.clone()), checked.ex.root.clone());
         o.catalogue = Some(Arc::new(move |l: crate::xfer::Landed| {
             let (source, dest) = (l.namer)(&l.path);
             let source = Path::new(&source)
@@ -343,9 +424,21 @@ pub(super) fn serve_copy(
             }
         }));
     }
-    let (shook, handshake_rx) = mpsc::channel::<bool>();
-    let target = order.target.clone();
-    let worker = std::thread::Builder::new()
+    o
+}
+
+/// The copy's thread: learns that the destination is a longhaul server
+/// that takes the capability (says so on `shook`), then runs the copy and
+/// sends its end on `tx`.
+fn spawn_copy(
+    target: String,
+    client: ClientOptions,
+    o: crate::xfer::client::CpOptions,
+    tx: mpsc::Sender<CopyRelay>,
+    asks: Arc<Mutex<Option<mpsc::Sender<CopyRelay>>>>,
+    shook: mpsc::Sender<bool>,
+) -> std::io::Result<std::thread::JoinHandle<()>> {
+    std::thread::Builder::new()
         .name("lh-3rd-cp".into())
         .spawn(move || {
             let _hush = Hush(asks);
@@ -381,41 +474,28 @@ pub(super) fn serve_copy(
                 }),
             };
             let _ = tx.send(relay);
-        });
-    let Ok(worker) = worker else {
-        failed(
-            conn,
-            RefuseCode::ServerError,
-            "cannot start a thread for the copy".into(),
-        );
-        return Ok(());
-    };
-    let shook = loop {
+        })
+}
+
+/// Whether the destination completed the handshake before `until`,
+/// passing its requests to connect back to the client meanwhile.
+fn await_handshake(
+    conn: &mut FramedConn,
+    handshake_rx: &mpsc::Receiver<bool>,
+    rx: &mpsc::Receiver<CopyRelay>,
+    until: Instant,
+) -> bool {
+    loop {
         match handshake_rx.recv_timeout(Duration::from_millis(10)) {
-            Ok(ok) => break ok,
+            Ok(ok) => return ok,
             Err(mpsc::RecvTimeoutError::Timeout) if Instant::now() < until => {}
-            Err(_) => break false,
+            Err(_) => return false,
         }
         // A destination that connects back is asked through the client.
         while let Ok(r) = rx.try_recv() {
             let _ = conn.send(&Message::CopyRelay(r));
         }
-    };
-    if !shook {
-        interrupt.store(true, Ordering::SeqCst);
-        std::thread::sleep(until.saturating_duration_since(Instant::now()));
-        let mut why = super::third_party::uniform_failure(&order.target);
-        if let Some(ip) = back_ip {
-            why.push_str(&format!(
-                " (it was to connect back to this source at {ip}: can it reach that address?)"
-            ));
-        }
-        failed(conn, RefuseCode::ServerError, why);
-        return Ok(());
     }
-    super::third_party::relay_until_done(conn, &rx, Message::CopyRelay, &interrupt, "copy");
-    let _ = worker.join();
-    Ok(())
 }
 
 /// Ends a copy's requests to connect back when dropped (the copy is
