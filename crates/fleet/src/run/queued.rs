@@ -275,23 +275,14 @@ fn fed_sessions(
                     .map_err(q_err)?;
             }
             if let Ok(s) = &result {
-                let (bad, good) = split_failed(&manifest, &taken.leased, &s.failed);
-                q.done(&worker, &good).map_err(q_err)?;
-                for (id, why) in bad {
-                    q.failed(worker, id, &why, MAX_ATTEMPTS).map_err(q_err)?;
-                }
+                mark_units(&mut q, worker, manifest, &taken.leased, &s.failed)?;
             }
             return Err(failed(refused.to_string()));
         }
         match result {
             Ok(s) => {
                 errors = 0;
-                let (bad, good) = split_failed(&manifest, &taken.leased, &s.failed);
-                q.done(&worker, &good).map_err(q_err)?;
-                for (id, why) in bad {
-                    q.failed(worker, id, &why, MAX_ATTEMPTS).map_err(q_err)?;
-                }
-                me.units += good.len() as u64;
+                me.units += mark_units(&mut q, worker, manifest, &taken.leased, &s.failed)?;
                 add(me, &s);
                 if let Some(e) = taken.error {
                     // The queue failed mid-session: what the session
