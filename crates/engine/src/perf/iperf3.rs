@@ -157,16 +157,7 @@ impl Control<'_> {
                 self.flush()?;
                 r.map_err(|e| refused(self.target, e))
             }
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    std::io::ErrorKind::WouldBlock
-                        | std::io::ErrorKind::TimedOut
-                        | std::io::ErrorKind::Interrupted
-                ) =>
-            {
-                Ok(())
-            }
+            Err(e) if crate::net::conn::transient(&e) => Ok(()),
             Err(e) => Err(EngineError::io(
                 format!("failed to read from iperf3 server {}", self.target),
                 e,
@@ -176,20 +167,36 @@ impl Control<'_> {
 
     /// Waits for the next event, up to `within`.
     fn next(&mut self, within: Duration, during: &str) -> Result<ClientEvent, EngineError> {
-        let deadline = Instant::now() + within;
-        loop {
-            if let Some(e) = self.machine.poll_event() {
-                return Ok(e);
-            }
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                return Err(EngineError::Timeout(format!(
-                    "{during} with iperf3 server {}",
-                    self.target
-                )));
-            }
-            self.pump(left.min(Duration::from_millis(100)))?;
+        match next_within(self, within, |c| c.machine.poll_event(), Self::pump)? {
+            Some(e) => Ok(e),
+            None => Err(EngineError::Timeout(format!(
+                "{during} with iperf3 server {}",
+                self.target
+            ))),
         }
+    }
+}
+
+/// The next event of one end of an iperf3 control connection (the
+/// client's here, the server's in `server::iperf3`), waiting up to
+/// `within`: `poll` asks its machine, `pump` reads its socket for at most
+/// the time given. None: no event in time.
+pub(crate) fn next_within<C, T, E>(
+    end: &mut C,
+    within: Duration,
+    poll: impl Fn(&mut C) -> Option<T>,
+    pump: impl Fn(&mut C, Duration) -> Result<(), E>,
+) -> Result<Option<T>, E> {
+    let deadline = Instant::now() + within;
+    loop {
+        if let Some(e) = poll(end) {
+            return Ok(Some(e));
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Ok(None);
+        }
+        pump(end, left.min(Duration::from_millis(100)))?;
     }
 }
 

@@ -403,19 +403,13 @@ impl Test<'_> {
     }
 
     fn next(&mut self, within: Duration, during: &str) -> Result<ServerEvent, Halt> {
-        let deadline = Instant::now() + within;
-        loop {
-            if let Some(e) = self.machine.poll_event() {
-                return Ok(e);
-            }
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                self.machine.terminate();
-                let _ = self.flush();
-                return Err(Halt::Failed(format!("timed out {during}")));
-            }
-            self.pump(left.min(Duration::from_millis(100)))?;
-        }
+        let next =
+            crate::perf::iperf3::next_within(self, within, |t| t.machine.poll_event(), Self::pump)?;
+        next.ok_or_else(|| {
+            self.machine.terminate();
+            let _ = self.flush();
+            Halt::Failed(format!("timed out {during}"))
+        })
     }
 
     fn run(&mut self) -> Result<(), Halt> {
