@@ -194,14 +194,7 @@ impl Identity {
 
     /// Loads a PEM certificate chain and its PEM private key.
     pub fn load(cert: &Path, key: &Path) -> Result<Identity, EngineError> {
-        let chain = CertificateDer::pem_file_iter(cert)
-            .and_then(|i| i.collect::<Result<Vec<_>, _>>())
-            .map_err(|e| {
-                EngineError::Usage(format!(
-                    "cannot read certificates from {}: {e}",
-                    cert.display()
-                ))
-            })?;
+        let chain = pem_certificates(cert, "certificates")?;
         if chain.is_empty() {
             return Err(EngineError::Usage(format!(
                 "{} holds no PEM certificate",
@@ -370,14 +363,7 @@ impl ClientTls {
         let wants_cert = match &t.ca {
             Some(ca) if !pinned => {
                 let mut roots = rustls::RootCertStore::empty();
-                let certs = CertificateDer::pem_file_iter(ca)
-                    .and_then(|i| i.collect::<Result<Vec<_>, _>>())
-                    .map_err(|e| {
-                        EngineError::Usage(format!(
-                            "cannot read CA certificates from {}: {e}",
-                            ca.display()
-                        ))
-                    })?;
+                let certs = pem_certificates(ca, "CA certificates")?;
                 let (added, _) = roots.add_parsable_certificates(certs);
                 if added == 0 {
                     return Err(EngineError::Usage(format!(
@@ -535,6 +521,13 @@ pub fn accept(
             })?;
     }
     Ok(Box::new(Tls::Server(Box::new(s))))
+}
+
+/// The PEM certificates in `path`; `what` names them in the error.
+fn pem_certificates(path: &Path, what: &str) -> Result<Vec<CertificateDer<'static>>, EngineError> {
+    CertificateDer::pem_file_iter(path)
+        .and_then(|i| i.collect::<Result<Vec<_>, _>>())
+        .map_err(|e| EngineError::Usage(format!("cannot read {what} from {}: {e}", path.display())))
 }
 
 /// A verifier's signature checks, in its trait's impl: rustls's own, with
