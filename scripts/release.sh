@@ -4,7 +4,7 @@
 #
 #   longhaul-V-x86_64-linux-gnu/          the archive's tree: longhaul (stripped), man/man1/,
 #                                         completions/ (bash, zsh, fish), systemd/ (the unit and
-#                                         its example serve.conf), README.md, CHANGELOG.md, the
+#                                         its example serve.conf), README.md, docs/GUIDE.md, CHANGELOG.md, the
 #                                         licences and SHA256SUMS of them all
 #   longhaul-V-x86_64-linux-gnu.tar.gz    that tree
 #   longhaul-V-x86_64-linux-gnu.debug     the binary's debug info: its .gnu_debuglink names this
@@ -102,6 +102,7 @@ chmod 755 "$STAGE/longhaul"
 "$STAGE/longhaul" completions fish >"$STAGE/completions/longhaul.fish"
 cp dist/systemd/longhaul-serve.service dist/systemd/serve.conf "$STAGE/systemd/"
 cp README.md CHANGELOG.md LICENSE-MIT LICENSE-APACHE "$STAGE/"
+mkdir -p "$STAGE/docs" && cp docs/GUIDE.md "$STAGE/docs/"
 (cd "$STAGE" && find . -type f ! -name SHA256SUMS | sed 's|^\./||' | LC_ALL=C sort | xargs sha256sum >SHA256SUMS)
 tar --sort=name --owner=0 --group=0 --numeric-owner --mtime="@$SOURCE_DATE_EPOCH" \
     -C "$DIST" -cf - "$NAME" | gzip -9n >"$DIST/$NAME.tar.gz"

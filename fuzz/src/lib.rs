@@ -48,6 +48,7 @@ pub mod targets {
     mod test_params;
     pub mod transfer_machines;
     pub mod udp_receiver;
+    pub mod units_parsers;
     pub mod xfer_decoders;
 }
 
@@ -68,5 +69,6 @@ pub const TARGETS: &[Target] = &[
     ("server_session", targets::server_session::run),
     ("transfer_machines", targets::transfer_machines::run),
     ("udp_receiver", targets::udp_receiver::run),
+    ("units_parsers", targets::units_parsers::run),
     ("xfer_decoders", targets::xfer_decoders::run),
 ];

@@ -104,5 +104,6 @@ targets!(
     server_session,
     transfer_machines,
     udp_receiver,
+    units_parsers,
     xfer_decoders,
 );

@@ -4,13 +4,15 @@
 //! (RFC 3339, leap years, month lengths); times are Unix seconds, as the
 //! archive keeps them, and "now" is passed in.
 
+use longhaul_proto::units;
 use std::time::{Duration, UNIX_EPOCH};
 
 /// What `since` takes, for help texts and errors.
 pub const SINCE_FORMS: &str = "a duration ago with its unit (90s, 30m, 2h, 7d, 2w, or 1h30m) or a UTC date (2026-11-23, midnight) or date and time (2026-11-23T08:00:00Z)";
 
 /// `since` as Unix seconds: a duration ago (`90s`, `30m`, `2h`, `7d`,
-/// `2w`, `1h30m`, `1y`: humantime's units) counted back from `now`, or a
+/// `2w`, `1h30m`, `1y`: [`units::parse_duration`], the grammar of every
+/// option that takes a time) counted back from `now`, or a
 /// UTC date (`2026-11-23`, its midnight) or date and time
 /// (`2026-11-23T08:00:00`, a `Z` or not, `T` or a space). A bare number
 /// is neither (seconds ago, or a Unix time?) and is refused, as is a date
@@ -18,7 +20,8 @@ pub const SINCE_FORMS: &str = "a duration ago with its unit (90s, 30m, 2h, 7d, 2
 /// forms are; the caller names its option.
 pub fn parse_since(s: &str, now: f64) -> Result<f64, String> {
     let s = s.trim();
-    if let Ok(d) = humantime::parse_duration(s) {
+    let bare_number = s.parse::<f64>().is_ok();
+    if let (false, Ok(d)) = (bare_number, units::parse_duration(s)) {
         return Ok((now - d.as_secs_f64()).max(0.0));
     }
     let full = if s.len() == 10 {

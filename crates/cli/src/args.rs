@@ -486,6 +486,18 @@ pub struct ServeArgs {
     /// five minutes (1s at least).
     #[arg(long, default_value = "5s", value_parser = duration, requires = "jobs")]
     pub jobs_backoff: Duration,
+    /// With --jobs: a host this server may reach over ssh, as its own user and with its
+    /// own ssh keys, for the far end of a job (`[USER@]HOST` as the job names it, e.g.
+    /// `submit --via THIS DATA dtn9:/scratch/in/`); repeatable; none by default.
+    #[arg(long = "jobs-ssh", value_name = "[USER@]HOST", requires = "jobs")]
+    pub jobs_ssh: Vec<String>,
+    /// With --jobs-ssh: the command that runs ssh, with its options (default: ssh).
+    #[arg(long, value_name = "CMD", env = "LONGHAUL_RSH", requires = "jobs")]
+    pub jobs_rsh: Option<String>,
+    /// With --jobs-ssh: the longhaul program on those hosts (default: longhaul on their
+    /// PATH).
+    #[arg(long, value_name = "PATH", requires = "jobs")]
+    pub jobs_remote_path: Option<String>,
     /// With --jobs: the sendmail that a job's --mail goes through.
     #[arg(
         long,
@@ -577,16 +589,9 @@ pub struct SubmitArgs {
     pub security: SecurityArgs,
 }
 
-/// A job's lifetime: a duration (`12h`), or days (`7d`), at most 30 days.
+/// A job's lifetime: a duration (`12h`, `7d`, `2d12h`), at most 30 days.
 fn lifetime(s: &str) -> Result<u32, String> {
-    let secs = match s.strip_suffix('d') {
-        Some(d) => {
-            d.parse::<f64>()
-                .map_err(|_| format!("{s:?} is not a lifetime: e.g. 7d or 12h"))?
-                * 86_400.0
-        }
-        None => duration(s)?.as_secs_f64(),
-    };
+    let secs = duration(s)?.as_secs_f64();
     let most = longhaul_proto::job::MAX_LIFETIME_S;
     if !(1.0..=f64::from(most)).contains(&secs) {
         return Err(format!("{s:?}: a job lasts at most 30d"));
@@ -1652,6 +1657,18 @@ fn iperf3_listen(s: &str) -> Result<SocketAddr, String> {
 mod tests {
     use super::*;
     use clap::CommandFactory;
+
+    /// `submit --lifetime` reads the one duration grammar, up to 30 days.
+    #[test]
+    fn a_lifetime_is_a_duration_of_at_most_30_days() {
+        assert_eq!(lifetime("7d"), Ok(7 * 86_400));
+        assert_eq!(lifetime("12h"), Ok(12 * 3600));
+        assert_eq!(lifetime("2d12h"), Ok(60 * 3600));
+        assert_eq!(lifetime("30d"), Ok(30 * 86_400));
+        assert!(lifetime("31d").unwrap_err().contains("at most 30d"));
+        assert!(lifetime("0s").is_err());
+        assert!(lifetime("soon").unwrap_err().contains("1h30m"));
+    }
 
     /// rsync's --bwlimit units: a bare number is KiB/s.
     #[test]

@@ -1,4 +1,4 @@
-//! Exit codes of the `longhaul` binary. Documented in README.md; scripts rely on them.
+//! Exit codes of the `longhaul` binary. Documented in docs/GUIDE.md ("Exit codes"); scripts rely on them.
 
 /// Everything worked.
 pub const OK: i32 = 0;

@@ -5,7 +5,9 @@
 //!
 //! 0. [`report`] (the [`report::Reporter`] trait through which the engine
 //!    reports), [`state`] (the state directory and the environment that
-//!    names it), and this file: errors and constants.
+//!    names it), [`process`] (processes this program owns, and the one
+//!    lookup of a program on PATH), [`ssh`] (the user's ssh, as every part
+//!    runs it), and this file: errors and constants.
 //! 1. [`net`]: connections, TLS, socket tuning, every client's dialing;
 //!    [`wan`]: the emulated WAN; [`pathdb`]: path rates `doctor` remembered.
 //! 2. [`perf`]: memory-to-memory tests; [`xfer`]: file transfers.
@@ -14,15 +16,20 @@
 //! 5. [`server`]: `longhaul serve`, which serves all of the above;
 //!    [`results`]: the reporter of each command's result
 //!    ([`results::CommandReporter`], which extends [`report::Reporter`]).
+//! 6. [`reach`]: a far end over ssh (`HOST:path`): the one-shot server
+//!    started there, the build copied there, connections opened back.
 
 pub mod bench;
 pub mod doctor;
 pub mod net;
 pub mod pathdb;
 pub mod perf;
+pub mod process;
+pub mod reach;
 pub mod report;
 pub mod results;
 pub mod server;
+pub mod ssh;
 pub mod stages;
 pub mod state;
 pub mod wan;

@@ -14,14 +14,16 @@ use std::time::Instant;
 use longhaul_archive::model::NewRun;
 use longhaul_archive::reporter::ArchiveReporter;
 use longhaul_engine::net::dial::ClientOptions;
-use longhaul_engine::report::Discard;
+use longhaul_engine::reach::FarEnd;
+use longhaul_engine::report::{Discard, Reporter};
 use longhaul_engine::results::CommandReporter;
+use longhaul_engine::server::oneshot::Admits;
 use longhaul_engine::xfer::client::{cp_with, CpOptions, CpSummary};
 use longhaul_engine::xfer::filter::Filter;
 use longhaul_engine::xfer::{beneath, confine, Catalogue, Export, Landed, Progress};
 use longhaul_engine::EngineError;
 use longhaul_proto::job::{AttemptView, FileState, JobEnd, JobKind};
-use longhaul_proto::xfer::copy::CopyOptions;
+use longhaul_proto::xfer::copy::{CopyOptions, CopyOrder};
 use longhaul_proto::xfer::Kind;
 
 use crate::store::{FileChange, FileRow, JobRow, JobStore};
@@ -175,13 +177,17 @@ fn plan(a: &Attempt) -> Result<CpOptions, String> {
                 std::path::Path::new(&ex.name),
             )
             .map_err(|e| e.to_string())?;
-            let dest = url_of(&spec.dest, &spec.dest.paths[0]);
-            (
-                sources,
-                dest,
-                far_end(a.cfg, &spec.dest, &interrupt)?,
-                Some(Arc::new(anchor)),
-            )
+            let (dest, client) = match spec.dest.ssh {
+                Some(_) => (
+                    ssh_arg(&spec.dest, &spec.dest.paths[0]),
+                    over_ssh_client(a.cfg, &interrupt),
+                ),
+                None => (
+                    url_of(&spec.dest, &spec.dest.paths[0]),
+                    far_end(a.cfg, &spec.dest, &interrupt)?,
+                ),
+            };
+            (sources, dest, client, Some(Arc::new(anchor)))
         }
         JobKind::Pull => {
             let ex = export_of(a.cfg, &spec.dest)?;
@@ -189,22 +195,36 @@ fn plan(a: &Attempt) -> Result<CpOptions, String> {
             if spec.dest.dir && !dest.ends_with('/') {
                 dest.push('/');
             }
-            let sources = spec
-                .source
+            let (sources, client) = match spec.source.ssh {
+                Some(_) => (
+                    spec.source
+                        .paths
+                        .iter()
+                        .map(|p| ssh_arg(&spec.source, p))
+                        .collect(),
+                    over_ssh_client(a.cfg, &interrupt),
+                ),
+                None => (
+                    spec.source
+                        .paths
+                        .iter()
+                        .map(|p| url_of(&spec.source, p))
+                        .collect(),
+                    far_end(a.cfg, &spec.source, &interrupt)?,
+                ),
+            };
+            (sources, dest, client, None)
+        }
+        JobKind::ThirdParty => (
+            spec.source
                 .paths
                 .iter()
                 .map(|p| url_of(&spec.source, p))
-                .collect();
-            (
-                sources,
-                dest,
-                far_end(a.cfg, &spec.source, &interrupt)?,
-                None,
-            )
-        }
-        JobKind::ThirdParty => {
-            return Err("a job between two other servers is not run by this build".into())
-        }
+                .collect(),
+            url_of(&spec.dest, &spec.dest.paths[0]),
+            far_end(a.cfg, &spec.source, &interrupt)?,
+            None,
+        ),
     };
     let mut o = longhaul_engine::xfer::copy::options_of(&copy_options(job), sources, dest, client);
     o.retries = 0;
@@ -371,7 +391,13 @@ pub fn run(a: &Attempt, number: u32, worker: &str) -> (Ended, AttemptView) {
         ..AttemptView::default()
     };
     let ended = match prepare(a) {
-        Ok(o) => copy(a, o, number, &mut view),
+        Ok((o, far)) => {
+            let ended = copy(a, o, number, &mut view);
+            if let Some(f) = far {
+                f.finish();
+            }
+            ended
+        }
         Err(e) => e,
     };
     view.ended = Some(crate::now() as f64);
@@ -392,9 +418,12 @@ pub fn run(a: &Attempt, number: u32, worker: &str) -> (Ended, AttemptView) {
     (ended, view)
 }
 
-/// The copy planned and the entries listed, their attempts counted.
-fn prepare(a: &Attempt) -> Result<CpOptions, Ended> {
-    let o = plan(a).map_err(Ended::Refused)?;
+/// The copy planned and the entries listed, their attempts counted; and
+/// the far end over ssh started for it, if the job has one (it lives
+/// until the attempt ends).
+fn prepare(a: &Attempt) -> Result<(CpOptions, Option<FarEnd>), Ended> {
+    let mut o = plan(a).map_err(Ended::Refused)?;
+    let far = over_ssh(a, &mut o)?;
     let rows = list(a, &o)?;
     let fresh = a.job.spec.options.every_s.is_some() && a.job.attempts <= 1;
     let store = |e: crate::store::StoreError| Ended::Broke(e.to_string());
@@ -402,7 +431,46 @@ fn prepare(a: &Attempt) -> Result<CpOptions, Ended> {
     a.store
         .count_attempt(&a.job.id, a.job.spec.options.retries)
         .map_err(store)?;
-    Ok(o)
+    Ok((o, far))
+}
+
+/// A far end over ssh: started by this server's own ssh (to a host its
+/// admin allowed, checked at submission), the job's paths there put on
+/// its one-shot server, which `o.client` then trusts and proves itself to.
+fn over_ssh(a: &Attempt, o: &mut CpOptions) -> Result<Option<FarEnd>, Ended> {
+    let spec = &a.job.spec;
+    if spec.source.ssh.is_none() && spec.dest.ssh.is_none() {
+        return Ok(None);
+    }
+    let mut args = o.sources.clone();
+    args.push(o.dest.clone());
+    let far = longhaul_engine::reach::reach_for(&mut args, &mut o.client, &a.cfg.ssh, Admits::Open)
+        .map_err(|e| ended_by(&e, format!("cannot reach the far end over ssh: {e}")))?;
+    o.dest = args.pop().unwrap_or_default();
+    o.sources = args;
+    Ok(far)
+}
+
+/// `[USER@]HOST:path` of a far end over ssh.
+fn ssh_arg(end: &JobEnd, path: &str) -> String {
+    let host = end.ssh.as_deref().unwrap_or_default();
+    let slash = if end.dir && !path.is_empty() && !path.ends_with('/') {
+        "/"
+    } else {
+        ""
+    };
+    format!("{host}:{path}{slash}")
+}
+
+/// How this server reaches a far end over ssh: no credential of the job's
+/// (the far end's one-shot server gives its own once started).
+fn over_ssh_client(cfg: &JobsConfig, interrupt: &Arc<AtomicBool>) -> ClientOptions {
+    ClientOptions {
+        connect_timeout: cfg.connect_timeout,
+        handshake_timeout: cfg.handshake_timeout,
+        interrupt: interrupt.clone(),
+        ..ClientOptions::default()
+    }
 }
 
 fn copy(a: &Attempt, mut o: CpOptions, number: u32, view: &mut AttemptView) -> Ended {
@@ -416,8 +484,8 @@ fn copy(a: &Attempt, mut o: CpOptions, number: u32, view: &mut AttemptView) -> E
         .copying
         .store(true, std::sync::atomic::Ordering::SeqCst);
     let copied = match archive.as_mut() {
-        Some(r) => cp_with(&o, r),
-        None => cp_with(&o, &mut Discard),
+        Some(r) => transfer(a, &o, r),
+        None => transfer(a, &o, &mut Discard),
     };
     flush_landed(a);
     let stopped = a
@@ -464,6 +532,42 @@ fn copy(a: &Attempt, mut o: CpOptions, number: u32, view: &mut AttemptView) -> E
         longhaul_engine::report::Reporter::end(&mut r, failure);
     }
     ended
+}
+
+/// The attempt's copy: the engine's own, or for a job between two other
+/// servers, the copy the job server orders its source to run to its
+/// destination (with the destination's capability, within the order
+/// capability's scope).
+fn transfer(
+    a: &Attempt,
+    o: &CpOptions,
+    reporter: &mut (dyn Reporter + Send),
+) -> Result<CpSummary, EngineError> {
+    if a.job.kind != JobKind::ThirdParty {
+        return cp_with(o, reporter);
+    }
+    let spec = &a.job.spec;
+    let to = spec.dest.credential.as_ref().ok_or_else(|| {
+        EngineError::Usage("the job carries no capability of its destination".into())
+    })?;
+    let order = CopyOrder {
+        export: spec.source.export.clone(),
+        sources: spec.source.paths.clone(),
+        target: spec.dest.host.clone().unwrap_or_default(),
+        fingerprint: to.fingerprint.clone(),
+        capability: to.capability.clone(),
+        dest_export: spec.dest.export.clone(),
+        dest: spec.dest.paths[0].clone(),
+        dest_dir: spec.dest.dir,
+        options: CopyOptions {
+            catalogue: true,
+            ..copy_options(a.job)
+        },
+        connect_back: None,
+        share: None,
+    };
+    let source = spec.source.host.as_deref().unwrap_or_default();
+    longhaul_engine::xfer::jobcaps::ordered_cp(source, o, order, reporter)
 }
 
 /// How an engine error ends an attempt: a refusal (the far end's word on

@@ -98,6 +98,22 @@ impl Desk {
         Ok(())
     }
 
+    /// A far end over ssh: a host this server's admin allowed (the job
+    /// runs ssh as this server's user, never as the submitter).
+    fn check_ssh_ends(&self, spec: &JobSpec) -> Result<(), Refusal> {
+        for end in [&spec.source, &spec.dest] {
+            if let Some(h) = &end.ssh {
+                if !self.cfg.ssh_hosts.iter().any(|a| a == h) {
+                    return Err(bad(format!(
+                        "this job server reaches no host '{}' over ssh for its jobs (its admin may allow one with `serve --jobs-ssh [USER@]HOST`)",
+                        escaped(h)
+                    )));
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// The far ends' credentials: a pinned certificate each.
     fn check_far_ends(spec: &JobSpec) -> Result<u64, Refusal> {
         let mut lifetime = u64::from(longhaul_proto::job::MAX_LIFETIME_S);
@@ -112,10 +128,8 @@ impl Desk {
 
     fn check(&self, who: &Requester, spec: &JobSpec) -> Result<(JobKind, u64), Refusal> {
         let kind = spec.check().map_err(bad)?;
-        if kind == JobKind::ThirdParty {
-            return Err(bad("a job between two other servers is not taken yet: submit it to the source's server (the default, without --via)"));
-        }
         self.check_local_end(who, spec, kind)?;
+        self.check_ssh_ends(spec)?;
         let lifetime = Self::check_far_ends(spec)?;
         let o = &spec.options;
         longhaul_engine::xfer::client::compile_filter(

@@ -88,6 +88,12 @@ pub struct JobsConfig {
     /// Open access (a demo or a test server): every client is the same
     /// grant, and no grant is looked up.
     pub open_access: bool,
+    /// The hosts (`[USER@]HOST`, as written) this server may reach over
+    /// ssh, as its own user, for a job's far end (`serve --jobs-ssh`):
+    /// none unless its admin lists them.
+    pub ssh_hosts: Vec<String>,
+    /// How it reaches them (its ssh command, the far longhaul).
+    pub ssh: longhaul_engine::reach::SshOptions,
 }
 
 impl Default for JobsConfig {
@@ -109,6 +115,8 @@ impl Default for JobsConfig {
             stall: Duration::from_secs(120),
             backoff_first_s: longhaul_proto::job::BACKOFF_FIRST_S,
             open_access: false,
+            ssh_hosts: Vec::new(),
+            ssh: Default::default(),
         }
     }
 }

@@ -25,6 +25,11 @@ pub struct Runner {
     store: Arc<dyn JobStore>,
     cfg: Arc<JobsConfig>,
     running: Mutex<HashMap<String, Arc<Running>>>,
+    /// The jobs this server leased and is handling (an attempt, its
+    /// settling, or an ended job's chores: telling its end can take a
+    /// webhook's every try): the heartbeat renews their leases, so that no
+    /// other worker leases one meanwhile and tells its end again.
+    held: Mutex<HashMap<String, u32>>,
     /// Bumped by [`Runner::wake`]; idle workers wait on it.
     wakes: Mutex<u64>,
     woken: Condvar,
@@ -41,6 +46,7 @@ impl Runner {
             store,
             cfg,
             running: Mutex::new(HashMap::new()),
+            held: Mutex::new(HashMap::new()),
             wakes: Mutex::new(0),
             woken: Condvar::new(),
         });
@@ -107,13 +113,14 @@ impl Runner {
                 Ok(m) => m.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
                 Err(_) => continue,
             };
-            let live: Vec<Live> = running
+            let mut live: Vec<Live> = running
                 .iter()
                 .map(|(id, r)| {
                     attempt::flush(&*self.store, id, r);
                     live_of(id, r)
                 })
                 .collect();
+            live.extend(self.held_only(&running));
             match self
                 .store
                 .heartbeat(&self.cfg.worker, now() + self.cfg.lease_s, &live)
@@ -150,7 +157,35 @@ impl Runner {
         }
     }
 
+    /// The jobs held with no attempt in flight, as a heartbeat renews
+    /// them (their counters are the store's own while no attempt runs).
+    fn held_only(&self, running: &[(String, Arc<Running>)]) -> Vec<Live> {
+        let Ok(held) = self.held.lock() else {
+            return Vec::new();
+        };
+        held.keys()
+            .filter(|id| !running.iter().any(|(r, _)| r == *id))
+            .map(|id| Live {
+                id: id.clone(),
+                bytes: 0,
+                bps: None,
+            })
+            .collect()
+    }
+
+    /// Holds `id`'s lease (renewed by the heartbeat) until the guard drops.
+    fn hold(&self, id: &str) -> Held<'_> {
+        if let Ok(mut h) = self.held.lock() {
+            *h.entry(id.to_string()).or_insert(0) += 1;
+        }
+        Held {
+            runner: self,
+            id: id.to_string(),
+        }
+    }
+
     fn handle(&self, mut job: JobRow) {
+        let _held = self.hold(&job.id);
         let t = now();
         if job.state.is_terminal() {
             self.chores(job);
@@ -292,8 +327,6 @@ impl Runner {
         };
         job.state = derive(&standing);
         job.updated = t;
-        job.worker = None;
-        job.lease_until = 0;
         job.live_bps = None;
         job.live_bytes = tally.bytes_done;
         let every = job
@@ -316,6 +349,13 @@ impl Runner {
                 job.next_attempt = next_run(started, t, every);
             }
             _ => job.next_attempt = t,
+        }
+        if job.state.is_terminal() {
+            job.worker = Some(self.cfg.worker.clone());
+            job.lease_until = now() + self.cfg.lease_s;
+        } else {
+            job.worker = None;
+            job.lease_until = 0;
         }
         let holder = self.cfg.worker.clone();
         match self.store.save(&job, Some(&holder)) {
@@ -360,14 +400,15 @@ impl Runner {
     }
 
     /// What a cancelled job's copies left of its unfinished entries, removed
-    /// at the far end (a push, with its capability) or here (a pull).
+    /// at the far end (a push or a third-party copy, with the destination's
+    /// capability) or here (a pull).
     fn discard(&self, job: &JobRow) {
         let cancelled = self.entries(&job.id, &[FileState::Cancelled]);
         if cancelled.is_empty() {
             return;
         }
         match job.kind {
-            JobKind::Push => {
+            JobKind::Push | JobKind::ThirdParty => {
                 let dest = &job.spec.dest;
                 let discarded = attempt::far_end(&self.cfg, dest, &Default::default())
                     .map_err(longhaul_engine::EngineError::Usage)
@@ -392,7 +433,6 @@ impl Runner {
                 let n = self.discard_here(job, &cancelled);
                 tracing::info!("job {}: {n} partial file(s) removed here", job.id);
             }
-            JobKind::ThirdParty => {}
         }
     }
 
@@ -447,11 +487,11 @@ impl Runner {
         n
     }
 
-    /// What is left to do for an ended job: tell its end, once; revoke
-    /// its capabilities once it finished or was cancelled, or its lifetime
-    /// ended (one that ended with failures keeps them for a retry).
+    /// What is left to do for an ended job (its lease held): tell its end,
+    /// once; revoke its capabilities once it finished or was cancelled, or
+    /// its lifetime ended (one that ended with failures keeps them for a
+    /// retry).
     fn chores(&self, mut job: JobRow) {
-        let t = now();
         if !job.notified {
             let tally = self
                 .store
@@ -459,7 +499,14 @@ impl Runner {
                 .unwrap_or_default();
             notify::tell(&self.cfg, &job, &tally, "ended");
             job.notified = true;
+            job.lease_until = now() + self.cfg.lease_s;
+            match self.store.save(&job, Some(&self.cfg.worker.clone())) {
+                Ok(true) => {}
+                Ok(false) => return,
+                Err(e) => tracing::warn!("job {}: {e}", job.id),
+            }
         }
+        let t = now();
         let revoke_now =
             matches!(job.state, JobState::Finished | JobState::Cancelled) || t >= job.expires;
         if !job.revoked && revoke_now {
@@ -511,6 +558,25 @@ impl Runner {
             }
         }
         all
+    }
+}
+
+/// A job's lease held by this server while it handles the job.
+struct Held<'a> {
+    runner: &'a Runner,
+    id: String,
+}
+
+impl Drop for Held<'_> {
+    fn drop(&mut self) {
+        if let Ok(mut h) = self.runner.held.lock() {
+            if let Some(n) = h.get_mut(&self.id) {
+                *n -= 1;
+                if *n == 0 {
+                    h.remove(&self.id);
+                }
+            }
+        }
     }
 }
 

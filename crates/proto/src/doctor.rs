@@ -226,6 +226,16 @@ pub fn audit_path_mtu(path_mtu: Option<u32>, ends: &[Option<u32>]) -> Option<Fin
 /// over `streams` streams, or otherwise hold a long path back.
 pub fn audit(host: &str, h: &HostSettings, bdp: u64, streams: u16) -> Vec<Finding> {
     let mut out = Vec::new();
+    audit_buffers(host, h, bdp, streams, &mut out);
+    audit_congestion(host, h, bdp, &mut out);
+    audit_qdisc(host, h, &mut out);
+    audit_nic_and_cpu(host, h, bdp, &mut out);
+    out
+}
+
+/// The socket-buffer caps, against what each stream needs for its share
+/// of the BDP.
+fn audit_buffers(host: &str, h: &HostSettings, bdp: u64, streams: u16, out: &mut Vec<Finding>) {
     let streams = u64::from(streams.max(1));
     // What one stream needs, in buffer bytes, for its share of the BDP.
     let per_stream = bdp / streams;
@@ -278,6 +288,11 @@ pub fn audit(host: &str, h: &HostSettings, bdp: u64, streams: u16) -> Vec<Findin
         need_snd,
         format!("4096 65536 {w}"),
     );
+}
+
+/// Congestion control, and the ssthresh Linux carries from one connection
+/// to the next.
+fn audit_congestion(host: &str, h: &HostSettings, bdp: u64, out: &mut Vec<Finding>) {
     let cc = h.congestion_control.as_str();
     if matches!(cc, "reno" | "cubic" | "htcp") && bdp > 4 << 20 {
         let fix = if h.available_congestion_control.iter().any(|c| c == "bbr") {
@@ -308,6 +323,11 @@ pub fn audit(host: &str, h: &HostSettings, bdp: u64, streams: u16) -> Vec<Findin
             persist: sysctl_line("net.ipv4.tcp_no_metrics_save", "1"),
         });
     }
+}
+
+/// The queueing discipline that paces many streams at once under BBR.
+fn audit_qdisc(host: &str, h: &HostSettings, out: &mut Vec<Finding>) {
+    let cc = h.congestion_control.as_str();
     let fq = |q: &str| q == "fq" || q.starts_with("fq ");
     if cc == "bbr" || h.available_congestion_control.iter().any(|c| c == "bbr") {
         let q = h.qdisc.as_deref().unwrap_or(&h.default_qdisc);
@@ -327,6 +347,10 @@ pub fn audit(host: &str, h: &HostSettings, bdp: u64, streams: u16) -> Vec<Findin
             });
         }
     }
+}
+
+/// The interface's MTU, the CPU frequency governor and NUMA.
+fn audit_nic_and_cpu(host: &str, h: &HostSettings, bdp: u64, out: &mut Vec<Finding>) {
     if let (Some(mtu), Some(i)) = (h.mtu, &h.interface) {
         if mtu < 9000 && i != "lo" && bdp > 4 << 20 {
             out.push(Finding {
@@ -362,7 +386,6 @@ pub fn audit(host: &str, h: &HostSettings, bdp: u64, streams: u16) -> Vec<Findin
             persist: None,
         });
     }
-    out
 }
 
 /// What limited the memory-to-memory run by its own accounting, in the
@@ -505,11 +528,6 @@ fn cipher_held(m: &Measured) -> Option<f64> {
         .filter(|&plain| tls > 0.0 && plain >= tls * CIPHER_HELD)
 }
 
-/// The smallest window an autotuned stream advertises: half of
-/// tcp_rmem's default 128 KiB ([`RECV_BUFFER_USE`]); autotuning only
-/// grows it.
-const SMALLEST_WINDOW: f64 = 131_072.0 * RECV_BUFFER_USE;
-
 /// What the run's streams carry at the idle RTT with the smallest window
 /// they can have had (autotuning's first, or the buffers' most if less),
 /// when the run was held by the window and carried under
@@ -531,10 +549,9 @@ fn undrained(m: &Measured, send: &End, recv: &End) -> Option<f64> {
         streams: Some(streams),
     })
     .ceiling_bps;
-    // The plan's floor: a sub-100-microsecond RTT is taken as 100.
-    let rtt_s = f64::from(rtt_us.max(100)) / 1e6;
-    let least = (SMALLEST_WINDOW * 8.0 / rtt_s * f64::from(streams)).min(most);
-    (least.is_finite() && run.bits_per_second < least * crate::tune::UNDRAINED).then_some(least)
+    let least =
+        crate::tune::smallest_windows_bps(usize::from(streams), rtt_us.max(1), None).min(most);
+    (least.is_finite() && crate::tune::undrained(run.bits_per_second, least)).then_some(least)
 }
 
 impl RunShape {
@@ -737,16 +754,26 @@ fn run_stages(
     recv: &End,
     rtt: u32,
 ) {
-    let (sender, receiver) = (send.host, recv.host);
+    j.stages.push(path_stage(p, shape));
+    j.stages.push(window_stage(p, shape, w));
+    j.stages
+        .extend(loss_stage(p, shape, send.host, recv.host, rtt));
+    j.stages.extend(cpu_stages(p, shape, send, recv));
+    cpu_per_gbps(j, p, send.host);
+}
+
+fn stage(name: Stage, ceiling_bps: f64, limiting: bool, detail: String) -> StageCeiling {
+    StageCeiling {
+        name,
+        ceiling_bps,
+        limiting,
+        detail,
+    }
+}
+
+/// The path's own rate, as the run carried it.
+fn path_stage(p: &RunMeasured, shape: &RunShape) -> StageCeiling {
     let measured = p.bits_per_second;
-    let mut add = |name: Stage, ceiling_bps: f64, limiting: bool, detail: String| {
-        j.stages.push(StageCeiling {
-            name,
-            ceiling_bps,
-            limiting,
-            detail,
-        });
-    };
     let path_detail = match shape.cipher_held {
         // The TLS run says what the cipher allows (the encryption stage);
         // the path carried at least what plaintext did.
@@ -771,19 +798,23 @@ fn run_stages(
             }
         ),
     };
-    add(
+    stage(
         Stage::PathRate,
         shape.cipher_held.unwrap_or(measured),
         shape.path_is_limit,
         path_detail,
-    );
-    // Window: what the buffers allow over the streams a transfer opens.
+    )
+}
+
+/// What the buffers allow over the streams a transfer opens.
+fn window_stage(p: &RunMeasured, shape: &RunShape, w: &WindowPlan) -> StageCeiling {
+    let measured = p.bits_per_second;
     let win = if shape.window_limited {
         measured.min(w.ceiling_bps)
     } else {
         w.ceiling_bps
     };
-    add(
+    stage(
         Stage::Window,
         win,
         shape.window_limited,
@@ -801,35 +832,52 @@ fn run_stages(
                 String::new()
             }
         ),
-    );
-    // Loss: random loss at or above the alarm. Drops at a filling queue
-    // are the path's rate, above.
+    )
+}
+
+/// Random loss at or above the alarm. Drops at a filling queue are the
+/// path's rate, not this stage.
+fn loss_stage(
+    p: &RunMeasured,
+    shape: &RunShape,
+    sender: &HostSettings,
+    receiver: &HostSettings,
+    rtt: u32,
+) -> Option<StageCeiling> {
+    let measured = p.bits_per_second;
     let (loss, _) = shape.path_loss.unwrap_or((0.0, false));
-    if loss > 0.0 && (p.probe_loss.is_some() || !shape.queueing) {
-        let mathis =
-            mathis_bps(mss_of(sender, receiver), rtt.max(1), loss) * f64::from(p.streams.max(1));
-        // Loss limits where it would hold loss-based TCP near or below
-        // what the path carried (BBR, our default, keeps more).
-        let limiting = shape.lossy() && mathis < measured * 1.5;
-        add(
-            Stage::Loss,
-            if limiting { measured } else { mathis },
-            limiting,
-            format!(
-                "{:.2e} lost on the path ({}); {:.2e} of TCP segments retransmitted after start-up; loss-based TCP over {} streams: {}",
-                loss,
-                match p.probe_packets {
-                    Some(n) => format!("light UDP probe, {n} datagrams"),
-                    None => "TCP retransmits, no queue growing".into(),
-                },
-                p.loss_fraction,
-                p.streams,
-                format_rate(mathis)
-            ),
-        );
+    let seen = loss > 0.0 && (p.probe_loss.is_some() || !shape.queueing);
+    if !seen {
+        return None;
     }
-    // CPU: the rate each end could carry with all its usable cores as
-    // busy as the test made them per bit.
+    let mathis =
+        mathis_bps(mss_of(sender, receiver), rtt.max(1), loss) * f64::from(p.streams.max(1));
+    // Loss limits where it would hold loss-based TCP near or below
+    // what the path carried (BBR, our default, keeps more).
+    let limiting = shape.lossy() && mathis < measured * 1.5;
+    Some(stage(
+        Stage::Loss,
+        if limiting { measured } else { mathis },
+        limiting,
+        format!(
+            "{:.2e} lost on the path ({}); {:.2e} of TCP segments retransmitted after start-up; loss-based TCP over {} streams: {}",
+            loss,
+            match p.probe_packets {
+                Some(n) => format!("light UDP probe, {n} datagrams"),
+                None => "TCP retransmits, no queue growing".into(),
+            },
+            p.loss_fraction,
+            p.streams,
+            format_rate(mathis)
+        ),
+    ))
+}
+
+/// The rate each end could carry with all its usable cores as busy as
+/// the test made them per bit: the sender's and the receiver's stages.
+fn cpu_stages(p: &RunMeasured, shape: &RunShape, send: &End, recv: &End) -> [StageCeiling; 2] {
+    let (sender, receiver) = (send.host, recv.host);
+    let measured = p.bits_per_second;
     let cpu_ceiling = |percent: f64, cores: f64| {
         if percent <= 0.0 {
             f64::INFINITY
@@ -861,7 +909,7 @@ fn run_stages(
             format_rate(plain)
         )
     });
-    add(
+    let sender_stage = stage(
         Stage::SenderCpu,
         cpu_ceiling(p.cpu_sender_percent, effective_cores(sender)).min(shared_ceiling),
         shape.send_full || shape.shared_full,
@@ -888,7 +936,7 @@ fn run_stages(
             String::new(),
         ),
     };
-    add(
+    let receiver_stage = stage(
         Stage::ReceiverCpu,
         recv_ceiling,
         shape.recv_full || shape.shared_full,
@@ -899,6 +947,12 @@ fn run_stages(
             cpu_detail(recv)
         ),
     );
+    [sender_stage, receiver_stage]
+}
+
+/// The sender's CPU per Gbit/s with TLS, and without the cipher's share.
+fn cpu_per_gbps(j: &mut Judgement, p: &RunMeasured, sender: &HostSettings) {
+    let measured = p.bits_per_second;
     if measured > 0.0 {
         let per_gbps = p.cpu_sender_percent / (measured / 1e9);
         j.sender_cpu_per_gbps_tls = Some(per_gbps);

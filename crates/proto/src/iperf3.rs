@@ -652,6 +652,32 @@ fn refuse(code: i32, reason: &'static str, message: String) -> Refusal {
 impl Params {
     /// Checks a client's parameters against a server's limits.
     pub fn check(&self, l: &ServerLimits) -> Result<Accepted, Refusal> {
+        self.check_features()?;
+        let streams = self.check_streams(l)?;
+        let (seconds, omit) = self.check_duration(l)?;
+        let (len, wide) = self.check_len(l)?;
+        let directions: u64 = if self.bidirectional { 2 } else { 1 };
+        let rate = self.check_rate(l, streams, directions)?;
+        self.check_congestion(l)?;
+        let window = self.check_window()?;
+        Ok(Accepted {
+            reverse: self.reverse && !self.bidirectional,
+            bidirectional: self.bidirectional,
+            streams,
+            seconds,
+            omit,
+            len: len as u32,
+            window,
+            congestion: self.congestion.clone(),
+            rate_bps: rate,
+            total_streams: usize::from(streams) * directions as usize,
+            udp: self.udp,
+            wide_counters: self.udp && wide,
+        })
+    }
+
+    /// What this server does not do at all.
+    fn check_features(&self) -> Result<(), Refusal> {
         let unsupported = |what: &str| {
             refuse(
                 errno::UNIMPLEMENTED,
@@ -680,6 +706,11 @@ impl Params {
                 "--get-server-output; the server's figures are in the client's own output (-J: end.sum_received)",
             ));
         }
+        Ok(())
+    }
+
+    /// The streams per direction, within the server's limit.
+    fn check_streams(&self, l: &ServerLimits) -> Result<u16, Refusal> {
         let streams = self.parallel.unwrap_or(1);
         if streams == 0 || streams > u64::from(l.max_streams) {
             return Err(refuse(
@@ -691,7 +722,11 @@ impl Params {
                 ),
             ));
         }
-        let streams = streams as u16;
+        Ok(streams as u16)
+    }
+
+    /// The test's seconds and the omitted ones, together within the limit.
+    fn check_duration(&self, l: &ServerLimits) -> Result<(u64, u64), Refusal> {
         let seconds = self.time.unwrap_or(10);
         let omit = self.omit.unwrap_or(0);
         if seconds == 0 || seconds.saturating_add(omit) > l.max_seconds {
@@ -704,6 +739,12 @@ impl Params {
                 ),
             ));
         }
+        Ok((seconds, omit))
+    }
+
+    /// The length of a write or a datagram, and whether UDP counters are
+    /// 64-bit.
+    fn check_len(&self, l: &ServerLimits) -> Result<(u64, bool), Refusal> {
         let wide = self.udp_counters_64bit.is_some();
         let (min_len, max_len) = match self.udp {
             true => (udp_header_len(wide) as u64, l.max_len.min(MAX_UDP_LEN)),
@@ -720,7 +761,12 @@ impl Params {
                 ),
             ));
         }
-        let directions: u64 = if self.bidirectional { 2 } else { 1 };
+        Ok((len, wide))
+    }
+
+    /// The rate per stream (0: unlimited), within the server's cap over
+    /// every stream and direction.
+    fn check_rate(&self, l: &ServerLimits, streams: u16, directions: u64) -> Result<u64, Refusal> {
         // iperf3 leaves `bandwidth` out when it is 0 (unlimited); its
         // UDP default (1 Mbit/s a stream) is sent like any other rate.
         let rate = self.bandwidth.unwrap_or(0);
@@ -744,6 +790,11 @@ impl Params {
                 ));
             }
         }
+        Ok(rate)
+    }
+
+    /// The congestion control asked for, if any, is one the server has.
+    fn check_congestion(&self, l: &ServerLimits) -> Result<(), Refusal> {
         if let Some(cc) = &self.congestion {
             if !l.congestion.iter().any(|c| c == cc) {
                 return Err(refuse(
@@ -757,7 +808,12 @@ impl Params {
                 ));
             }
         }
-        let window = match self.window {
+        Ok(())
+    }
+
+    /// The socket buffer asked for (none for 0), as a socket can take it.
+    fn check_window(&self) -> Result<Option<u32>, Refusal> {
+        Ok(match self.window {
             Some(0) | None => None,
             Some(w) => Some(u32::try_from(w).map_err(|_| {
                 refuse(
@@ -766,20 +822,6 @@ impl Params {
                     format!("a window of {w} bytes is larger than any socket can have"),
                 )
             })?),
-        };
-        Ok(Accepted {
-            reverse: self.reverse && !self.bidirectional,
-            bidirectional: self.bidirectional,
-            streams,
-            seconds,
-            omit,
-            len: len as u32,
-            window,
-            congestion: self.congestion.clone(),
-            rate_bps: rate,
-            total_streams: usize::from(streams) * directions as usize,
-            udp: self.udp,
-            wide_counters: self.udp && wide,
         })
     }
 }

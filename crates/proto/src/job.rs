@@ -289,16 +289,28 @@ pub struct JobEnd {
     /// A far end's capability for this job; absent for the job server.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub credential: Option<JobCredential>,
+    /// A host with no longhaul server, reached over ssh by the job server
+    /// (`[USER@]HOST`, one its admin allowed: `serve --jobs-ssh`): `paths`
+    /// are as written after `HOST:` (scp's), `export` is empty, and there
+    /// is no `host` and no `credential`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ssh: Option<String>,
 }
 
 impl JobEnd {
     /// `HOST:EXPORT/path` (or `EXPORT/path` on the job server), for people.
     pub fn shown(&self) -> String {
         let paths = self.paths.join(" ");
-        match &self.host {
-            Some(h) => format!("{h}:{}/{paths}", self.export),
-            None => format!("{}/{paths}", self.export),
+        match (&self.host, &self.ssh) {
+            (_, Some(h)) => format!("{h}:{paths}"),
+            (Some(h), None) => format!("{h}:{}/{paths}", self.export),
+            (None, None) => format!("{}/{paths}", self.export),
         }
+    }
+
+    /// Not the job server's: another server's or a host over ssh.
+    pub fn is_far(&self) -> bool {
+        self.host.is_some() || self.ssh.is_some()
     }
 }
 
@@ -575,6 +587,23 @@ pub fn valid_notify_url(url: &str) -> Result<(), String> {
 
 impl JobEnd {
     fn check(&self, what: &str) -> Result<(), String> {
+        if let Some(h) = &self.ssh {
+            text_ok(&format!("the {what} ssh host"), h, 255)?;
+            if h.is_empty() || h.starts_with('-') || h.contains(char::is_whitespace) {
+                return Err(format!(
+                    "the {what} ssh host '{h}' is no [USER@]HOST (ssh would read one starting with '-' as an option)"
+                ));
+            }
+            if self.host.is_some() || self.credential.is_some() || !self.export.is_empty() {
+                return Err(format!(
+                    "the {what} is a host over ssh: it has no server, export or capability"
+                ));
+            }
+            for p in &self.paths {
+                text_ok(&format!("a {what} path"), p, MAX_PATH)?;
+            }
+            return Ok(());
+        }
         if let Some(h) = &self.host {
             text_ok(&format!("the {what} host"), h, 255)?;
             if h.is_empty() {
@@ -615,11 +644,17 @@ impl JobEnd {
 impl JobSpec {
     /// The job's kind, from which end is the job server's.
     pub fn kind(&self) -> Result<JobKind, String> {
-        match (&self.source.host, &self.dest.host) {
-            (None, Some(_)) => Ok(JobKind::Push),
-            (Some(_), None) => Ok(JobKind::Pull),
-            (Some(_), Some(_)) => Ok(JobKind::ThirdParty),
-            (None, None) => Err(
+        if self.source.ssh.is_some() && self.dest.is_far() {
+            return Err("a job from a host over ssh goes into the job server's export".into());
+        }
+        if self.dest.ssh.is_some() && self.source.is_far() {
+            return Err("a job to a host over ssh goes from the job server's export".into());
+        }
+        match (self.source.is_far(), self.dest.is_far()) {
+            (false, true) => Ok(JobKind::Push),
+            (true, false) => Ok(JobKind::Pull),
+            (true, true) => Ok(JobKind::ThirdParty),
+            (false, false) => Err(
                 "the source and the destination are both on the job server: a job moves data between servers (copy within a server with cp on it)".into(),
             ),
         }
@@ -801,6 +836,7 @@ mod tests {
                 paths: vec!["tree".into()],
                 dir: false,
                 credential: None,
+                ssh: None,
             },
             dest: JobEnd {
                 host: Some("b.example:5310".into()),
@@ -812,6 +848,7 @@ mod tests {
                     capability: "lh1c_secretsecret".into(),
                     lifetime_s: 60,
                 }),
+                ssh: None,
             },
             options: JobOptions {
                 recursive: true,

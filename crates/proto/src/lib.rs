@@ -14,6 +14,7 @@
 //! server's challenge) is passed in. `docs/PROTOCOL.md` describes the bytes.
 
 pub mod cpulimit;
+pub mod data;
 pub mod databind;
 pub mod digest;
 pub mod disk;

@@ -931,6 +931,25 @@ mod tests {
             frame(Message::GrantRequest(grant)),
             r#"00 00 00 50 50 {"export":"in","dest":"run7","dest_dir":true,"lifetime_s":604800,"durable":true}"#
         );
+        let order = crate::xfer::copy::GrantRequest {
+            export: "data".into(),
+            lifetime_s: 604_800,
+            durable: true,
+            op: crate::xfer::copy::CapabilityOp::Order,
+            sources: vec!["run7".into()],
+            order: Some(crate::xfer::copy::OrderScope {
+                target: "dtn-b:5310".into(),
+                fingerprint: "SHA256:9f86d0...".into(),
+                dest_export: "in".into(),
+                dest: String::new(),
+                dest_dir: true,
+            }),
+            ..Default::default()
+        };
+        assert_eq!(
+            frame(Message::GrantRequest(order)),
+            r#"00 00 00 cc 50 {"export":"data","dest":"","lifetime_s":604800,"durable":true,"op":"order","sources":["run7"],"order":{"target":"dtn-b:5310","fingerprint":"SHA256:9f86d0...","dest_export":"in","dest":"","dest_dir":true}}"#
+        );
         assert_eq!(
             frame(Message::Revoke(Default::default())),
             "00 00 00 02 54 {}"

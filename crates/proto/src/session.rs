@@ -373,40 +373,7 @@ impl ServerSession {
         use ServerState as S;
         match (self.state, msg) {
             (S::Closed, _) => Ok(None),
-            (S::AwaitHello, Message::Hello(h)) => {
-                let lo = h.min_version.max(MIN_PROTOCOL_VERSION);
-                let hi = h.max_version.min(PROTOCOL_VERSION);
-                if lo > hi {
-                    return Err(self.fail(SessionError::new(
-                        RefuseCode::Version,
-                        format!(
-                            "no common protocol version: peer speaks {}..={}, this server {}..={}; upgrade the older side",
-                            h.min_version, h.max_version, MIN_PROTOCOL_VERSION, PROTOCOL_VERSION
-                        ),
-                    )));
-                }
-                self.version = hi;
-                match h.role {
-                    Role::Control => match h.token_id {
-                        None => {
-                            self.welcome(now);
-                            Ok(None)
-                        }
-                        Some(id) => self.challenge_for(id, h.token.is_some()),
-                    },
-                    Role::Data {
-                        token,
-                        stream,
-                        direction,
-                    } => Ok(Some(self.data_stream(token, stream, direction, None))),
-                    Role::PerfData {
-                        test,
-                        stream,
-                        direction,
-                        proof,
-                    } => Ok(Some(self.data_stream(test, stream, direction, Some(proof)))),
-                }
-            }
+            (S::AwaitHello, Message::Hello(h)) => self.hello(now, h),
             (S::AwaitProof, Message::Proof(p)) => {
                 let (Some(token_id), Some(challenge)) = (self.token_id.take(), self.challenge)
                 else {
@@ -419,79 +386,7 @@ impl ServerSession {
                     proof: p.proof,
                 }))
             }
-            (S::AwaitRequest, Message::TestRequest(p)) => {
-                if let Err(e) = self.cfg.limits.check(&p) {
-                    return Err(self.fail(e));
-                }
-                self.run_limit = run_limit(&p, self.cfg.limits.max_duration);
-                self.state = S::Deciding;
-                self.deadline = None;
-                Ok(Some(ServerEvent::TestRequested(p)))
-            }
-            (S::AwaitRequest, Message::ThirdParty(t)) => {
-                if !self.cfg.limits.allow_third_party {
-                    return Err(self.fail(SessionError::new(
-                        RefuseCode::ThirdPartyDisabled,
-                        "this server does not run third-party tests (started with --no-third-party)",
-                    )));
-                }
-                if let Err(e) = self.cfg.limits.check(&t.params) {
-                    return Err(self.fail(e));
-                }
-                self.state = S::Running;
-                self.deadline = None;
-                Ok(Some(ServerEvent::ThirdPartyRequested(t)))
-            }
-            (S::AwaitRequest, Message::TransferRequest(t)) => {
-                if t.streams == 0 || t.streams > self.cfg.limits.max_streams {
-                    return Err(self.fail(SessionError::new(
-                        RefuseCode::Limit,
-                        format!(
-                            "{} streams requested, this server allows 1..={} per transfer",
-                            t.streams, self.cfg.limits.max_streams
-                        ),
-                    )));
-                }
-                self.state = S::Running;
-                self.deadline = None;
-                Ok(Some(ServerEvent::TransferRequested(t)))
-            }
-            (S::AwaitRequest, Message::ListRequest(l)) => {
-                self.state = S::Running;
-                self.deadline = None;
-                Ok(Some(ServerEvent::ListRequested(l)))
-            }
-            (S::AwaitRequest, Message::Probe(p)) => {
-                self.state = S::Running;
-                self.deadline = None;
-                Ok(Some(ServerEvent::ProbeRequested(p)))
-            }
-            (S::AwaitRequest, Message::GrantRequest(g)) => {
-                self.state = S::Running;
-                self.deadline = None;
-                Ok(Some(ServerEvent::GrantRequested(g)))
-            }
-            (S::AwaitRequest, Message::CopyOrder(o)) => {
-                self.state = S::Running;
-                self.deadline = None;
-                Ok(Some(ServerEvent::CopyOrdered(o)))
-            }
-            (S::AwaitRequest, Message::Revoke(_)) => {
-                self.state = S::Running;
-                Ok(Some(ServerEvent::RevokeRequested))
-            }
-            (S::AwaitRequest, Message::Discard(d)) => {
-                self.state = S::Running;
-                Ok(Some(ServerEvent::DiscardRequested(d)))
-            }
-            (S::AwaitRequest, Message::JobSubmit(j)) => {
-                self.state = S::Running;
-                Ok(Some(ServerEvent::JobSubmitted(j)))
-            }
-            (S::AwaitRequest, Message::JobCommand(c)) => {
-                self.state = S::Running;
-                Ok(Some(ServerEvent::JobCommanded(c)))
-            }
+            (S::AwaitRequest, m) => self.request(m),
             (S::AwaitStart, Message::Start(_)) => {
                 self.state = S::Running;
                 self.deadline = Some(deadline(now, self.run_limit));
@@ -501,13 +396,110 @@ impl ServerSession {
                 Ok(Some(ServerEvent::Stop(s.reason)))
             }
             (S::Running, Message::Active(a)) => Ok(Some(ServerEvent::Active(a.streams))),
-            (_, Message::Refuse(r)) => {
-                self.state = S::Closed;
-                self.deadline = None;
-                Err(r.into())
-            }
+            (_, Message::Refuse(r)) => Err(self.refused(r)),
             (_, m) => Err(self.unexpected(&m)),
         }
+    }
+
+    /// The peer refused: the session is over.
+    fn refused(&mut self, r: Refuse) -> SessionError {
+        self.state = ServerState::Closed;
+        self.deadline = None;
+        r.into()
+    }
+
+    /// The first message: a common version, then the connection's role (a
+    /// control connection, maybe to be challenged, or a data stream).
+    fn hello(&mut self, now: Instant, h: Hello) -> Result<Option<ServerEvent>, SessionError> {
+        let lo = h.min_version.max(MIN_PROTOCOL_VERSION);
+        let hi = h.max_version.min(PROTOCOL_VERSION);
+        if lo > hi {
+            return Err(self.fail(SessionError::new(
+                RefuseCode::Version,
+                format!(
+                    "no common protocol version: peer speaks {}..={}, this server {}..={}; upgrade the older side",
+                    h.min_version, h.max_version, MIN_PROTOCOL_VERSION, PROTOCOL_VERSION
+                ),
+            )));
+        }
+        self.version = hi;
+        match h.role {
+            Role::Control => match h.token_id {
+                None => {
+                    self.welcome(now);
+                    Ok(None)
+                }
+                Some(id) => self.challenge_for(id, h.token.is_some()),
+            },
+            Role::Data {
+                token,
+                stream,
+                direction,
+            } => Ok(Some(self.data_stream(token, stream, direction, None))),
+            Role::PerfData {
+                test,
+                stream,
+                direction,
+                proof,
+            } => Ok(Some(self.data_stream(test, stream, direction, Some(proof)))),
+        }
+    }
+
+    /// A request on an idle control connection: a test (decided by the
+    /// engine), or anything else the engine runs at once.
+    fn request(&mut self, msg: Message) -> Result<Option<ServerEvent>, SessionError> {
+        // Whether the request ends the idle deadline; the job and
+        // capability commands are answered at once and keep it.
+        let (event, ends_idle) = match msg {
+            Message::TestRequest(p) => {
+                if let Err(e) = self.cfg.limits.check(&p) {
+                    return Err(self.fail(e));
+                }
+                self.run_limit = run_limit(&p, self.cfg.limits.max_duration);
+                self.state = ServerState::Deciding;
+                self.deadline = None;
+                return Ok(Some(ServerEvent::TestRequested(p)));
+            }
+            Message::ThirdParty(t) => {
+                if !self.cfg.limits.allow_third_party {
+                    return Err(self.fail(SessionError::new(
+                        RefuseCode::ThirdPartyDisabled,
+                        "this server does not run third-party tests (started with --no-third-party)",
+                    )));
+                }
+                if let Err(e) = self.cfg.limits.check(&t.params) {
+                    return Err(self.fail(e));
+                }
+                (ServerEvent::ThirdPartyRequested(t), true)
+            }
+            Message::TransferRequest(t) => {
+                if t.streams == 0 || t.streams > self.cfg.limits.max_streams {
+                    return Err(self.fail(SessionError::new(
+                        RefuseCode::Limit,
+                        format!(
+                            "{} streams requested, this server allows 1..={} per transfer",
+                            t.streams, self.cfg.limits.max_streams
+                        ),
+                    )));
+                }
+                (ServerEvent::TransferRequested(t), true)
+            }
+            Message::ListRequest(l) => (ServerEvent::ListRequested(l), true),
+            Message::Probe(p) => (ServerEvent::ProbeRequested(p), true),
+            Message::GrantRequest(g) => (ServerEvent::GrantRequested(g), true),
+            Message::CopyOrder(o) => (ServerEvent::CopyOrdered(o), true),
+            Message::Revoke(_) => (ServerEvent::RevokeRequested, false),
+            Message::Discard(d) => (ServerEvent::DiscardRequested(d), false),
+            Message::JobSubmit(j) => (ServerEvent::JobSubmitted(j), false),
+            Message::JobCommand(c) => (ServerEvent::JobCommanded(c), false),
+            Message::Refuse(r) => return Err(self.refused(r)),
+            m => return Err(self.unexpected(&m)),
+        };
+        self.state = ServerState::Running;
+        if ends_idle {
+            self.deadline = None;
+        }
+        Ok(Some(event))
     }
 
     /// A control `Hello` with `token_id`: queue this connection's

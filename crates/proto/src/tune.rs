@@ -125,8 +125,7 @@ pub fn classify(i: &TransferInterval) -> TransferLimit {
         // CPU) is the receiver's limit; the window's own only where the
         // rate is what the window allows at the RTT.
         let closed = i.window_open < 0.25;
-        let undrained = i.window_bps > 0.0 && i.bits_per_second < i.window_bps * UNDRAINED;
-        return if closed || undrained {
+        return if closed || undrained(i.bits_per_second, i.window_bps) {
             TransferLimit::StorageWrite
         } else {
             TransferLimit::Window
@@ -149,6 +148,36 @@ pub fn classify(i: &TransferInterval) -> TransferLimit {
 /// window too small for the path is filled by the data in flight, which
 /// then carries about all it allows.
 pub const UNDRAINED: f64 = 0.5;
+
+/// The one rule for a transfer held by the receive window (a copy's
+/// interval, the doctor's run, a perf direction): carried under
+/// [`UNDRAINED`] of `windows_bps`, what its windows carry at the path's
+/// RTT (0: not known), it was held by a receiver that did not read, not by
+/// a window too small for the path.
+pub fn undrained(bits_per_second: f64, windows_bps: f64) -> bool {
+    windows_bps > 0.0 && bits_per_second < windows_bps * UNDRAINED
+}
+
+/// The smallest window an autotuned stream advertises: half of
+/// tcp_rmem's default 128 KiB ([`crate::window::RECV_BUFFER_USE`]);
+/// autotuning only grows it.
+pub const SMALLEST_WINDOW: f64 = 131_072.0 * crate::window::RECV_BUFFER_USE;
+
+/// What `streams` streams carry at `rtt_us` (the path's smallest RTT; under
+/// 100 us taken as 100, as the window plan does) each with the smallest
+/// window it can have advertised: autotuning's first, or the window of a
+/// receive buffer of `buffer` bytes set smaller. Bits/s; 0 when the RTT is
+/// not known. A run held by the window far below this one
+/// ([`undrained`]) was not held by the window's size.
+pub fn smallest_windows_bps(streams: usize, rtt_us: u32, buffer: Option<u32>) -> f64 {
+    if rtt_us == 0 {
+        return 0.0;
+    }
+    let window = buffer.map_or(SMALLEST_WINDOW, |b| {
+        SMALLEST_WINDOW.min(f64::from(b) * crate::window::RECV_BUFFER_USE)
+    });
+    window * 8.0 / (f64::from(rtt_us.max(100)) / 1e6) * streams.max(1) as f64
+}
 
 fn is_zero(v: &f64) -> bool {
     *v == 0.0
@@ -517,24 +546,19 @@ mod tests {
         assert_eq!(i(&|x| x.read_busy = 0.8), TransferLimit::StorageRead);
         assert_eq!(i(&|x| x.rwnd_limited = 0.6), TransferLimit::Window);
         // Full windows that carry far more at the RTT than came: the
-        // receiver kept them full (its writes), not the path's length.
-        assert_eq!(
-            i(&|x| {
+        // receiver kept them full (its writes), not the path's length;
+        // windows that carry about what came are too small for the path.
+        for (window_bps, limit) in [
+            (200e9, TransferLimit::StorageWrite),
+            (1.2e9, TransferLimit::Window),
+        ] {
+            let full = |x: &mut TransferInterval| {
                 x.rwnd_limited = 1.0;
                 x.bits_per_second = 1e9;
-                x.window_bps = 200e9;
-            }),
-            TransferLimit::StorageWrite
-        );
-        // Windows that carry about what came: too small for the path.
-        assert_eq!(
-            i(&|x| {
-                x.rwnd_limited = 1.0;
-                x.bits_per_second = 1e9;
-                x.window_bps = 1.2e9;
-            }),
-            TransferLimit::Window
-        );
+                x.window_bps = window_bps;
+            };
+            assert_eq!(i(&full), limit, "windows carrying {window_bps}");
+        }
         assert_eq!(
             i(&|x| {
                 x.rwnd_limited = 0.6;
@@ -563,12 +587,9 @@ mod tests {
     /// The same with +-`noise` (a share) on every observation.
     fn settle_noisy(start: u16, max: u16, curve: impl Fn(u16) -> f64, noise: f64) -> (u16, Climb) {
         let mut c = Climb::new(start, 1, max);
-        let mut x = 0x9e37_79b9u32;
+        let mut rng = crate::data::Rng::new(1);
         for e in 0..40 {
-            x ^= x << 13;
-            x ^= x >> 17;
-            x ^= x << 5;
-            let r = f64::from(x) / f64::from(u32::MAX) * 2.0 - 1.0;
+            let r = rng.next() as f64 / u64::MAX as f64 * 2.0 - 1.0;
             let n = c.current();
             c.observe(f64::from(e), curve(n) * (1.0 + noise * r));
         }

@@ -96,25 +96,58 @@ pub fn parse_rate(s: &str) -> Result<u64, UnitError> {
     Ok(v.round() as u64)
 }
 
-const DURATION_HELP: &str = "seconds, or a number with ms, s, m or h, like 10, 80ms or 1.5s";
+const DURATION_HELP: &str = "seconds, or numbers each with a unit (us, ms, s, m, h, d, w, y), \
+     like 10, 500ms, 1.5s, 90s, 1h30m or 2d";
 
-/// Parses a duration: `10` (seconds), `80ms`, `1.5s`, `2m`, `1h`.
+/// One duration unit's length in seconds (`y` is 365.25 days, as
+/// humantime counts it), or None for a word that is no unit.
+fn duration_unit(unit: &str) -> Option<f64> {
+    Some(match unit.to_ascii_lowercase().as_str() {
+        "us" => 1e-6,
+        "ms" => 1e-3,
+        "s" | "sec" => 1.0,
+        "m" | "min" => 60.0,
+        "h" => 3600.0,
+        "d" => 86_400.0,
+        "w" => 604_800.0,
+        "y" => 31_557_600.0,
+        _ => return None,
+    })
+}
+
+/// Parses a duration, the one grammar of every option that takes a time
+/// (docs/GUIDE.md, "Durations"): a bare number is seconds (`10`, `0.25`);
+/// otherwise one or more terms of a number and a unit, with or without
+/// spaces between them (`500ms`, `1.5s`, `90s`, `1h30m`, `1h 30m`, `2d`).
+/// A sign, an exponent, an unknown unit, a term without its unit after
+/// another (`1h30`) and a duration `Duration` cannot hold are refused.
 pub fn parse_duration(s: &str) -> Result<std::time::Duration, UnitError> {
     let err = || UnitError {
         what: "duration",
         input: s.to_string(),
         expected: DURATION_HELP,
     };
-    let (n, suffix) = split_number(s).ok_or_else(err)?;
-    let secs = match suffix.to_ascii_lowercase().as_str() {
-        "" | "s" | "sec" => n,
-        "ms" => n / 1e3,
-        "us" => n / 1e6,
-        "m" | "min" => n * 60.0,
-        "h" => n * 3600.0,
-        _ => return Err(err()),
-    };
-    std::time::Duration::try_from_secs_f64(secs).map_err(|_| err())
+    let term = |n: f64, secs_per: f64| std::time::Duration::try_from_secs_f64(n * secs_per);
+    if let Some((n, "")) = split_number(s) {
+        return term(n, 1.0).map_err(|_| err());
+    }
+    let mut rest = s.trim();
+    if rest.is_empty() {
+        return Err(err());
+    }
+    let mut total = std::time::Duration::ZERO;
+    while !rest.is_empty() {
+        let (n, after) = split_number(rest).ok_or_else(err)?;
+        let unit_end = after
+            .find(|c: char| !c.is_ascii_alphabetic())
+            .unwrap_or(after.len());
+        let (unit, tail) = after.split_at(unit_end);
+        let secs_per = duration_unit(unit).ok_or_else(err)?;
+        let d = term(n, secs_per).map_err(|_| err())?;
+        total = total.checked_add(d).ok_or_else(err)?;
+        rest = tail.trim_start();
+    }
+    Ok(total)
 }
 
 /// `9.42 Gbit/s`: decimal, three significant digits.
@@ -319,12 +352,66 @@ mod tests {
     }
 
     #[test]
-    fn durations() {
-        assert_eq!(parse_duration("10"), Ok(Duration::from_secs(10)));
-        assert_eq!(parse_duration("80ms"), Ok(Duration::from_millis(80)));
-        assert_eq!(parse_duration("1.5s"), Ok(Duration::from_millis(1500)));
-        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
-        assert!(parse_duration("soon").is_err());
+    fn durations_in_one_grammar() {
+        for (s, want) in [
+            ("10", Duration::from_secs(10)),
+            ("0.25", Duration::from_millis(250)),
+            ("0", Duration::ZERO),
+            ("0ms", Duration::ZERO),
+            ("80ms", Duration::from_millis(80)),
+            ("500ms", Duration::from_millis(500)),
+            ("250us", Duration::from_micros(250)),
+            ("1.5s", Duration::from_millis(1500)),
+            ("90s", Duration::from_secs(90)),
+            ("10sec", Duration::from_secs(10)),
+            ("2m", Duration::from_secs(120)),
+            ("2min", Duration::from_secs(120)),
+            ("0.5h", Duration::from_secs(1800)),
+            ("1h30m", Duration::from_secs(5400)),
+            ("1h 30m", Duration::from_secs(5400)),
+            ("1H30M", Duration::from_secs(5400)),
+            ("1s500ms", Duration::from_millis(1500)),
+            ("2d", Duration::from_secs(2 * 86_400)),
+            ("2d12h", Duration::from_secs(60 * 3600)),
+            ("2w", Duration::from_secs(14 * 86_400)),
+            ("1y", Duration::from_secs(31_557_600)),
+            (" 7d ", Duration::from_secs(7 * 86_400)),
+        ] {
+            assert_eq!(parse_duration(s), Ok(want), "{s:?}");
+        }
+    }
+
+    #[test]
+    fn durations_refused_say_the_forms() {
+        for bad in [
+            "",
+            "  ",
+            "soon",
+            "s",
+            "ms10",
+            "-1s",
+            "+1s",
+            "-5",
+            "1e3s",
+            "1e3",
+            "5x",
+            "5 minutes",
+            "1h30",
+            "1h-30m",
+            "1h,30m",
+            "1..5s",
+            "1.5.s",
+            "99999999999999999999y",
+            "inf",
+            "NaN",
+        ] {
+            let e = parse_duration(bad).unwrap_err();
+            let said = e.to_string();
+            assert!(
+                said.contains("invalid duration") && said.contains("1h30m"),
+                "{bad:?}: {said}"
+            );
+        }
     }
 
     #[test]

@@ -33,12 +33,13 @@ const CRATES: [&str; 7] = ["proto", "engine", "archive", "fleet", "jobs", "view"
 /// own floor and below, never above. A new top-level module goes on the
 /// lowest floor whose modules it needs.
 const ENGINE_FLOORS: &[&[&str]] = &[
-    &[ROOT, "report", "state", "stages"],
+    &[ROOT, "report", "state", "stages", "process", "ssh"],
     &["net", "wan", "pathdb"],
     &["perf", "xfer"],
     &["bench"],
     &["doctor"],
     &["server", "results"],
+    &["reach"],
 ];
 
 #[test]

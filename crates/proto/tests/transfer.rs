@@ -32,15 +32,7 @@ fn hash(bytes: &[u8]) -> [u8; 32] {
 }
 
 fn content(seed: u64, len: usize) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
+    longhaul_proto::data::bytes(seed, len)
 }
 
 /// A chunk on a data stream: header, payload and the hash of its trailer.
@@ -600,7 +592,7 @@ impl Pair {
                 SourceAction::Forget(id) => {
                     self.src.reading.remove(&id);
                 }
-                SourceAction::Landed { .. }
+                SourceAction::Landed(_)
                 | SourceAction::WalkDone
                 | SourceAction::Retrying { .. }
                 | SourceAction::Deferred { .. } => {}
@@ -959,7 +951,7 @@ impl Pair {
                 SinkAction::Dir(_)
                 | SinkAction::Link(_)
                 | SinkAction::DirEnd(_)
-                | SinkAction::Landed { .. }
+                | SinkAction::Landed(_)
                 | SinkAction::WalkDone
                 | SinkAction::Interval(_) => {}
                 SinkAction::SetDirectories => self.snk.machine.directories_set(),

@@ -1,6 +1,6 @@
 //! What every crate's tests share, in one place: the one way to ask for
 //! something a host may lack ([`require`]), temporary directories
-//! ([`TempDir`]), processes ended by their PID on drop ([`KillOnDrop`]), a
+//! ([`TempDir`]), processes ended by their PID on drop ([`Owned`], the engine's), a
 //! private OpenSSH server ([`sshd`]), a throwaway PostgreSQL server
 //! ([`pg`], feature `postgres`), reproducible data ([`data`]), the kernel's
 //! own byte counters ([`counters`]) and waiting on an event instead of
@@ -21,7 +21,7 @@ mod tmp;
 
 use std::time::{Duration, Instant};
 
-pub use process::KillOnDrop;
+pub use process::Owned;
 pub use tmp::TempDir;
 
 /// A TCP port free on loopback right now (the kernel's pick).

@@ -1,37 +1,13 @@
 //! Processes a test starts, ended by their PID when the test is done with
 //! them (or panics): never by name, since other tests and other users run
-//! the same programs.
+//! the same programs. [`Owned`] and [`find_program`] are the engine's own
+//! (`longhaul_engine::process`, compiled here from its one source: the test
+//! kit stands below the engine in the tests' build).
 
-use std::process::Child;
+#[path = "../../engine/src/process.rs"]
+mod owned;
 
-/// A child process killed (SIGKILL) and reaped on drop.
-pub struct KillOnDrop(pub Child);
-
-impl KillOnDrop {
-    pub fn id(&self) -> u32 {
-        self.0.id()
-    }
-}
-
-impl std::ops::Deref for KillOnDrop {
-    type Target = Child;
-    fn deref(&self) -> &Child {
-        &self.0
-    }
-}
-
-impl std::ops::DerefMut for KillOnDrop {
-    fn deref_mut(&mut self) -> &mut Child {
-        &mut self.0
-    }
-}
-
-impl Drop for KillOnDrop {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
+pub use owned::{find_program, kill_group, own, Owned};
 
 /// Whether process `pid` is gone (or a zombie: ended, not yet reaped).
 pub fn gone(pid: u32) -> bool {

@@ -114,11 +114,7 @@ pub fn program(program: &str, package: &str) -> Result<(), String> {
 
 /// Where `program` is: on PATH, or in /usr/sbin or /sbin.
 pub fn find(program: &str) -> Option<PathBuf> {
-    let paths = std::env::var_os("PATH").unwrap_or_default();
-    std::env::split_paths(&paths)
-        .chain([PathBuf::from("/usr/sbin"), PathBuf::from("/sbin")])
-        .map(|d| d.join(program))
-        .find(|p| p.is_file())
+    crate::process::find_program(program)
 }
 
 /// `path` exists (`why` says what it is and how to get it).

@@ -349,121 +349,155 @@ impl Harness {
         let closed = self.phase == Phase::Closed;
         // What the act may queue: exactly these messages (a local call), or
         // else (a server message or a clock jump) at most a refusal.
-        let mut expect_out: Option<Vec<Message>> = None;
-        match act {
+        let expect_out = match act {
             Act::Server { msg, valid } => {
-                let want = event_for(&msg);
-                let refuse = match &msg {
-                    Message::Refuse(r) => Some(r.clone()),
-                    _ => None,
-                };
-                let bad_version = matches!(&msg, Message::Welcome(w) if !(MIN_PROTOCOL_VERSION..=PROTOCOL_VERSION).contains(&w.version));
-                let res = self.s.handle(self.now, msg);
-                if valid {
-                    assert!(
-                        matches!(res, Ok(Some(_))),
-                        "expected message refused in {:?}: {res:?}",
-                        self.phase
-                    );
-                }
-                match res {
-                    Ok(Some(ev)) => {
-                        assert!(!closed, "a closed session reported {ev:?}");
-                        assert!(!bad_version, "welcomed with an unknown version");
-                        assert_eq!(Some(&ev), want.as_ref(), "event differs from its message");
-                        self.phase = self
-                            .phase
-                            .after(&ev)
-                            .unwrap_or_else(|| panic!("took {ev:?} in {:?}", self.phase));
-                    }
-                    Ok(None) => {}
-                    Err(e) => {
-                        if let Some(r) = refuse {
-                            assert_eq!(e, SessionError::from(r), "refusal not passed on");
-                        }
-                        self.phase = Phase::Closed;
-                    }
-                }
+                self.server_message(msg, valid, closed);
+                None
             }
             Act::Advance(ms) => {
-                let step = Duration::from_millis(u64::from(ms));
-                self.now = self.now.checked_add(step).unwrap_or(self.now);
-                let due = self.s.poll_timeout().is_some_and(|d| self.now >= d);
-                match self.s.handle_timeout(self.now) {
-                    Err(e) => {
-                        assert!(due, "timed out before its deadline");
-                        assert_eq!(e.code, RefuseCode::Timeout);
-                        self.phase = Phase::Closed;
-                    }
-                    Ok(()) => assert!(!due, "deadline passed without a time-out"),
+                self.advance(ms);
+                None
+            }
+            Act::ToDeadline { early } => {
+                self.jump_to_deadline(early);
+                None
+            }
+            // The engine drops a failed session; it makes no more calls on it.
+            _ if closed => None,
+            call => Some(self.local_call(call)),
+        };
+        self.check_after(expect_out, closed);
+    }
+
+    /// A message from the server: the event it makes is the one it means,
+    /// and a refusal is passed on.
+    fn server_message(&mut self, msg: Message, valid: bool, closed: bool) {
+        let want = event_for(&msg);
+        let refuse = match &msg {
+            Message::Refuse(r) => Some(r.clone()),
+            _ => None,
+        };
+        let bad_version = matches!(&msg, Message::Welcome(w) if !(MIN_PROTOCOL_VERSION..=PROTOCOL_VERSION).contains(&w.version));
+        let res = self.s.handle(self.now, msg);
+        if valid {
+            assert!(
+                matches!(res, Ok(Some(_))),
+                "expected message refused in {:?}: {res:?}",
+                self.phase
+            );
+        }
+        match res {
+            Ok(Some(ev)) => {
+                assert!(!closed, "a closed session reported {ev:?}");
+                assert!(!bad_version, "welcomed with an unknown version");
+                assert_eq!(Some(&ev), want.as_ref(), "event differs from its message");
+                self.phase = self
+                    .phase
+                    .after(&ev)
+                    .unwrap_or_else(|| panic!("took {ev:?} in {:?}", self.phase));
+            }
+            Ok(None) => {}
+            Err(e) => {
+                if let Some(r) = refuse {
+                    assert_eq!(e, SessionError::from(r), "refusal not passed on");
+                }
+                self.phase = Phase::Closed;
+            }
+        }
+    }
+
+    /// The clock jumps by `ms`: a time-out exactly when a deadline passed.
+    fn advance(&mut self, ms: u32) {
+        let step = Duration::from_millis(u64::from(ms));
+        self.now = self.now.checked_add(step).unwrap_or(self.now);
+        let due = self.s.poll_timeout().is_some_and(|d| self.now >= d);
+        match self.s.handle_timeout(self.now) {
+            Err(e) => {
+                assert!(due, "timed out before its deadline");
+                assert_eq!(e.code, RefuseCode::Timeout);
+                self.phase = Phase::Closed;
+            }
+            Ok(()) => assert!(!due, "deadline passed without a time-out"),
+        }
+    }
+
+    /// The clock jumps to the deadline, or just short of it.
+    fn jump_to_deadline(&mut self, early: bool) {
+        match self.s.poll_timeout() {
+            Some(d) => {
+                let t = if early {
+                    d.checked_sub(Duration::from_millis(1)).unwrap_or(d)
+                } else {
+                    d
+                };
+                self.now = self.now.max(t);
+                let res = self.s.handle_timeout(self.now);
+                if self.now >= d {
+                    let e = res.expect_err("deadline passed without a time-out");
+                    assert_eq!(e.code, RefuseCode::Timeout);
+                    self.phase = Phase::Closed;
+                } else {
+                    assert!(res.is_ok());
                 }
             }
-            Act::ToDeadline { early } => match self.s.poll_timeout() {
-                Some(d) => {
-                    let t = if early {
-                        d.checked_sub(Duration::from_millis(1)).unwrap_or(d)
-                    } else {
-                        d
-                    };
-                    self.now = self.now.max(t);
-                    let res = self.s.handle_timeout(self.now);
-                    if self.now >= d {
-                        let e = res.expect_err("deadline passed without a time-out");
-                        assert_eq!(e.code, RefuseCode::Timeout);
-                        self.phase = Phase::Closed;
-                    } else {
-                        assert!(res.is_ok());
-                    }
-                }
-                // Nothing to time out: no jump can fail the session.
-                None => assert_eq!(self.s.handle_timeout(self.now), Ok(())),
-            },
-            // The engine drops a failed session; it makes no more calls on it.
-            _ if closed => {}
+            // Nothing to time out: no jump can fail the session.
+            None => assert_eq!(self.s.handle_timeout(self.now), Ok(())),
+        }
+    }
+
+    /// A call of the engine's on a live session: what it must queue.
+    fn local_call(&mut self, call: Act) -> Vec<Message> {
+        match call {
             Act::RequestTest(p, max) => {
                 self.s.request_test(self.now, p.clone(), max);
-                expect_out = Some(vec![Message::TestRequest(p)]);
                 self.phase = Phase::AwaitAccept;
+                vec![Message::TestRequest(p)]
             }
             Act::RequestThirdParty(req, max) => {
                 self.s.request_third_party(self.now, req.clone(), max);
-                expect_out = Some(vec![Message::ThirdParty(req)]);
                 self.phase = Phase::ThirdParty;
+                vec![Message::ThirdParty(req)]
             }
             Act::Start => {
                 self.s.start(self.now);
                 if self.phase == Phase::Ready {
-                    expect_out = Some(vec![Message::Start(Start {})]);
                     self.phase = Phase::Running;
+                    vec![Message::Start(Start {})]
                 } else {
-                    expect_out = Some(Vec::new());
+                    Vec::new()
                 }
             }
             Act::Active(streams) => {
                 let before = self.s.poll_timeout();
                 self.s.active(streams);
                 // Only a running test has server streams to tune.
-                expect_out = Some(if self.phase == Phase::Running {
+                let out = if self.phase == Phase::Running {
                     vec![Message::Active(Active { streams })]
                 } else {
                     Vec::new()
-                });
+                };
                 assert_eq!(self.s.poll_timeout(), before, "active moved the deadline");
+                out
             }
             Act::Stop(reason) => {
                 let before = self.s.poll_timeout();
                 self.s.stop(&reason);
-                expect_out = Some(
-                    if matches!(self.phase, Phase::Running | Phase::ThirdParty) {
-                        vec![Message::Stop(Stop { reason })]
-                    } else {
-                        Vec::new()
-                    },
-                );
+                let out = if matches!(self.phase, Phase::Running | Phase::ThirdParty) {
+                    vec![Message::Stop(Stop { reason })]
+                } else {
+                    Vec::new()
+                };
                 assert_eq!(self.s.poll_timeout(), before, "stop moved the deadline");
+                out
+            }
+            Act::Server { .. } | Act::Advance(_) | Act::ToDeadline { .. } => {
+                unreachable!("not a local call")
             }
         }
+    }
 
+    /// After every act: what was queued, the deadline and the phase agree.
+    fn check_after(&mut self, expect_out: Option<Vec<Message>>, closed: bool) {
         let out = drain(&mut self.s);
         match expect_out {
             Some(want) => assert_eq!(out, want, "queued other than the call's message"),

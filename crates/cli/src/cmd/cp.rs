@@ -1,40 +1,39 @@
-//! `cp`, `sync` and `ls`: file transfers and listings.
+//! `cp`, `sync` and `ls`: file transfers and listings. The command line
+//! is read once into a [`Plan`]; the copy runs as its ends say: here, over
+//! ssh, between two remote ends, or as one rank of a fleet.
 
 use std::sync::Arc;
 
-use longhaul_archive::model::NewRun;
 use longhaul_engine::net::dial::ClientOptions;
+use longhaul_engine::reach::{self, End};
 use longhaul_engine::results::CommandReporter;
-use longhaul_engine::xfer::client::CpOptions;
+use longhaul_engine::server::oneshot::Admits;
+use longhaul_engine::xfer::client::{CpOptions, CpSummary};
 use longhaul_proto::xfer::SyncOptions;
 
-use super::{ended, interrupt_flag, Outcome};
-use crate::args::{CpArgs, LsArgs};
+use super::plan::{args_of, Plan};
+use super::{ended, interrupt_flag, usage, Failure, Outcome};
+use crate::args::{ArchiveArgs, CpArgs, LsArgs, SshArgs};
 use crate::exit;
 use crate::print::{self, json::Json};
 
 /// `cp`, and `sync` (with `sync` set and, for `sync -n`, `dry_run`).
-pub fn cp(
-    a: CpArgs,
-    sync: Option<SyncOptions>,
-    dry_run: bool,
-    archive: &crate::args::ArchiveArgs,
-) -> Outcome {
-    if a.fleet.ranks.is_some() || a.fleet.rank.is_some() {
+pub fn cp(a: CpArgs, sync: Option<SyncOptions>, dry_run: bool, archive: &ArchiveArgs) -> Outcome {
+    let plan = Plan::read(&a, sync, dry_run);
+    if plan.fleet {
         if !a.filter_rules().is_empty() {
-            return Err(super::usage(
+            return Err(usage(
                 "--exclude/--include are not supported for a fleet's ranks yet: copy without them, or from one node",
             ));
         }
-        return super::fleet::cp(a, sync, dry_run, archive);
+        return super::fleet::rank(&plan, &a, archive);
     }
     if a.fleet.queue.is_some() || a.fleet.run_dir.is_some() {
-        return Err(super::usage(
+        return Err(usage(
             "--queue and --run-dir are for one rank of a fleet: add --ranks auto (or --rank R --size N)",
         ));
     }
-    let run = new_run(&a, sync.as_ref(), dry_run);
-    let archive = super::archive_reporter(archive, &run);
+    let archive = super::archive_reporter(archive, &plan.new_run(&a));
     let catalogue = archive.as_ref().and_then(|a| a.catalogue());
     let printer = print::transfer(print::TransferLook {
         json: a.json,
@@ -44,77 +43,26 @@ pub fn cp(
         progress: a.progress,
     });
     let mut printer = super::with_archive(printer, archive);
-    let outcome = transfer(&a, sync, dry_run, catalogue, printer.as_mut());
+    let outcome = transfer(&plan, &a, catalogue, printer.as_mut());
     ended(printer.as_mut(), outcome)
 }
 
-/// A cp or sync as the archive records it when it starts.
-pub(super) fn new_run(a: &CpArgs, sync: Option<&SyncOptions>, dry_run: bool) -> NewRun {
-    let (sources, dest) = a.paths.split_at(a.paths.len().saturating_sub(1));
-    let ssh = a.paths.iter().find_map(|p| super::remote::ssh_target(p));
-    let remote = a
-        .paths
-        .iter()
-        .find_map(|p| longhaul_proto::xfer::parse_remote(p));
-    let is_remote = |p: &String| longhaul_proto::xfer::parse_remote(p).is_some();
-    let local = |p: &String| {
-        if is_remote(p) {
-            p.clone()
-        } else {
-            std::path::absolute(p).map_or_else(|_| p.clone(), |a| a.display().to_string())
-        }
-    };
-    NewRun {
-        kind: if sync.is_some() { "sync" } else { "cp" }.into(),
-        command: super::command_line(),
-        remote_host: match &ssh {
-            Some(t) => Some(t.dest.clone()),
-            None => remote.as_ref().map(|r| r.host.clone()),
-        },
-        // Over ssh there is no export, only the far account's paths.
-        export: remote.filter(|_| ssh.is_none()).map(|r| r.export),
-        source: Some(sources.iter().map(local).collect::<Vec<_>>().join(" ")),
-        dest: dest.first().map(local),
-        params: Some(serde_json::json!({
-            "direction": if a.paths.last().is_some_and(is_remote) { "push" } else { "pull" },
-            "over_ssh": ssh.is_some(),
-            "third_party": longhaul_engine::xfer::copy::is_third_party(sources, dest.first().map_or("", String::as_str)),
-            "recursive": a.recursive,
-            "streams": a.streams,
-            "rate_bps": a.rate.or(a.bwlimit),
-            "chunk": a.chunk,
-            "checksum": sync.is_some_and(|s| s.checksum),
-            "delete": sync.is_some_and(|s| s.delete),
-            "dry_run": dry_run,
-            "verify": a.verify,
-            "direct": a.direct,
-        })),
-        ..NewRun::default()
-    }
-}
-
 fn transfer(
+    plan: &Plan,
     a: &CpArgs,
-    sync: Option<SyncOptions>,
-    dry_run: bool,
     catalogue: Option<longhaul_engine::xfer::Catalogue>,
     printer: &mut (dyn CommandReporter + Send),
 ) -> Outcome {
-    let opts = options(a, sync, dry_run, catalogue)?;
-    let over_ssh = opts
-        .sources
-        .iter()
-        .chain([&opts.dest])
-        .any(|p| super::remote::ssh_target(p).is_some());
-    let s = if longhaul_engine::xfer::copy::is_third_party(&opts.sources, &opts.dest) {
+    let opts = plan.options(a, catalogue)?;
+    let s = if plan.third_party() {
         if !opts.filter.is_empty() {
-            return Err(super::usage(
+            return Err(usage(
                 "--exclude/--include are not supported between two remote ends yet: run the copy from the source's host",
             ));
         }
-        cp_third_party(&opts, &a.ssh, printer)?
-    } else if over_ssh {
-        cp_over_ssh(&opts, &a.ssh, printer)?
+        cp_third_party(plan, &opts, &a.ssh, printer)?
+    } else if plan.over_ssh() {
+        cp_over_ssh(plan, &opts, &a.ssh, printer)?
     } else {
         longhaul_engine::xfer::client::cp_with(&opts, printer)?
     };
@@ -126,31 +74,32 @@ fn transfer(
     })
 }
 
-/// A copy with `HOST:path` arguments: each attempt starts a far end over
-/// ssh and points the transfer at it (see [`super::remote`]). A retry
+/// A copy with `HOST:path` ends: each attempt starts a far end over ssh
+/// and points the transfer at it ([`reach::reach_ends`]). A retry
 /// (`--retries`) needs a new far end, since the one-time secret of the
 /// last is spent; like any retry it resumes from the sink's journal.
 fn cp_over_ssh(
+    plan: &Plan,
     base: &CpOptions,
-    ssh: &crate::args::SshArgs,
+    ssh: &SshArgs,
     printer: &mut (dyn CommandReporter + Send),
-) -> Result<longhaul_engine::xfer::client::CpSummary, super::Failure> {
+) -> Result<CpSummary, Failure> {
     // A far end that could not be started is not retried (ssh said why).
     let fatal = std::cell::Cell::new(false);
-    let network = |f: &super::Failure| !fatal.get() && worth_another_far_end(f);
+    let network = |f: &Failure| !fatal.get() && worth_another_far_end(f);
     let interrupt = base.client.interrupt.clone();
+    let ssh = ssh.options();
     longhaul_engine::report::retrying(base.retries, &interrupt, network, |attempt| {
         let mut opts = base.clone();
         opts.retries = 0;
         // Its port is new each time: nothing to remember a rate by.
         opts.path_memory = None;
-        let mut all: Vec<String> = opts.sources.clone();
-        all.push(opts.dest.clone());
-        let far = super::remote::reach(&mut all, &mut opts.client, ssh)
-            .inspect_err(|_| fatal.set(true))?;
-        let Some(far) = far else {
-            return Err(super::Failure::internal("no ssh path after all"));
-        };
+        let mut ends: Vec<End> = plan.ends().cloned().collect();
+        let far = reach::reach_ends(&mut ends, &mut opts.client, &ssh, Admits::Sessions(1))
+            .map_err(Failure::from)
+            .inspect_err(|_| fatal.set(true))?
+            .ok_or_else(|| Failure::internal("no ssh path after all"))?;
+        let mut all = args_of(&ends);
         opts.dest = all.pop().unwrap_or_default();
         opts.sources = all;
         opts.catalogue = as_written(opts.catalogue.take(), &[&far]);
@@ -162,7 +111,7 @@ fn cp_over_ssh(
                 Ok(s)
             }
             Err(e) => {
-                let f = super::remote::explain(&far, e);
+                let f = far.explain(e).into();
                 far.finish();
                 Err(f)
             }
@@ -173,7 +122,7 @@ fn cp_over_ssh(
 /// Whether a copy over ssh that failed so is worth a new far end: the
 /// network or the far end went away; never a full destination, which
 /// space must be freed for first.
-fn worth_another_far_end(f: &super::Failure) -> bool {
+fn worth_another_far_end(f: &Failure) -> bool {
     (f.code == exit::CONNECT || f.code == exit::FAILED)
         && !f.message.contains(longhaul_engine::xfer::DESTINATION_FULL)
 }
@@ -183,10 +132,10 @@ fn worth_another_far_end(f: &super::Failure) -> bool {
 /// new port.
 fn as_written(
     catalogue: Option<longhaul_engine::xfer::Catalogue>,
-    fars: &[&super::remote::FarEnd],
+    fars: &[&reach::FarEnd],
 ) -> Option<longhaul_engine::xfer::Catalogue> {
     let catalogue = catalogue?;
-    let rename: Vec<super::remote::AsWritten> = fars.iter().map(|f| f.as_written()).collect();
+    let rename: Vec<reach::AsWritten> = fars.iter().map(|f| f.as_written()).collect();
     Some(Arc::new(
         move |mut landed: longhaul_engine::xfer::Landed| {
             let inner = landed.namer.clone();
@@ -209,109 +158,46 @@ fn as_written(
 /// its own far end, whose secret only this client holds), and the data
 /// goes from one to the other directly ([`longhaul_engine::xfer::copy`]).
 fn cp_third_party(
+    plan: &Plan,
     base: &CpOptions,
-    ssh: &crate::args::SshArgs,
+    ssh: &SshArgs,
     printer: &mut (dyn CommandReporter + Send),
-) -> Result<longhaul_engine::xfer::client::CpSummary, super::Failure> {
+) -> Result<CpSummary, Failure> {
+    let ssh = ssh.options();
     let mut opts = base.clone();
     let (mut from, mut to) = (opts.client.clone(), opts.client.clone());
-    let far_a = super::remote::reach(&mut opts.sources, &mut from, ssh)?;
-    let mut dest = [opts.dest.clone()];
-    let far_b = match super::remote::reach(&mut dest, &mut to, ssh) {
+    let mut sources = plan.sources.clone();
+    let far_a = reach::reach_ends(&mut sources, &mut from, &ssh, Admits::Sessions(1))?;
+    let mut dest = [plan.dest.clone()];
+    let far_b = match reach::reach_ends(&mut dest, &mut to, &ssh, Admits::Sessions(1)) {
         Ok(f) => f,
         Err(e) => {
             if let Some(f) = far_a {
                 f.finish();
             }
-            return Err(e);
+            return Err(e.into());
         }
     };
-    opts.dest = dest[0].clone();
-    let fars: Vec<&super::remote::FarEnd> = [&far_a, &far_b].into_iter().flatten().collect();
+    opts.sources = args_of(&sources);
+    opts.dest = dest[0].arg().to_string();
+    let fars: Vec<&reach::FarEnd> = [&far_a, &far_b].into_iter().flatten().collect();
     opts.catalogue = as_written(opts.catalogue.take(), &fars);
     let copied = longhaul_engine::xfer::copy::third_party_cp(&opts, &from, &to, printer);
-    let opened = [&far_a, &far_b]
-        .into_iter()
-        .flatten()
+    let opened = fars
+        .iter()
         .filter_map(|f| f.opened())
         .max_by_key(|o| o.opened_by == "far_end");
-    let copied = match (copied, &far_a, &far_b) {
-        (Ok(mut s), _, _) => {
+    let copied = match copied {
+        Ok(mut s) => {
             s.connections = opened;
             Ok(s)
         }
-        (Err(e), a, b) => Err(super::remote::explain_third_party(
-            a.as_ref(),
-            b.as_ref(),
-            e,
-        )),
+        Err(e) => Err(reach::explain_third_party(far_a.as_ref(), far_b.as_ref(), e).into()),
     };
     for far in [far_a, far_b].into_iter().flatten() {
         far.finish();
     }
     copied
-}
-
-/// The transfer the command line asks for.
-pub(super) fn options(
-    a: &CpArgs,
-    sync: Option<SyncOptions>,
-    dry_run: bool,
-    catalogue: Option<longhaul_engine::xfer::Catalogue>,
-) -> Result<CpOptions, super::Failure> {
-    let security = a.security.security()?;
-    let mut paths = a.paths.clone();
-    let dest = paths.pop().expect("clap requires two paths");
-    // A bad rule is the user's to fix before anything connects.
-    let filter = a.filter_rules();
-    longhaul_engine::xfer::client::compile_filter(&filter, paths.iter().all(|s| s.ends_with('/')))
-        .map_err(|e| super::usage(&e))?;
-    let interrupt = interrupt_flag();
-    Ok(CpOptions {
-        sources: paths,
-        dest,
-        recursive: a.recursive || a.archive_mode,
-        preserve: a.preserve || a.archive_mode,
-        streams: a.streams,
-        rate: a.rate.or(a.bwlimit),
-        congestion: a.congestion.clone(),
-        chunk_size: a.chunk,
-        force: a.force,
-        mkpath: a.mkpath,
-        keep_special_modes: a.keep_special_modes,
-        retries: a.retry.retries,
-        sync_files: !a.no_sync,
-        direct: a.direct,
-        verify: a.verify,
-        sync,
-        dry_run,
-        filter,
-        compress: (a.compress || a.compress_level.is_some()).then(|| {
-            a.compress_level
-                .unwrap_or(longhaul_proto::xfer::compress::DEFAULT_LEVEL)
-        }),
-        tune: !a.no_tune,
-        files_in_flight: a.files_in_flight,
-        path_memory: Some(longhaul_engine::state::default_pathdb_file()),
-        digests_to: a.digests.clone(),
-        catalogue,
-        share: None,
-        source_anchor: None,
-        progress: Arc::new(longhaul_engine::xfer::Progress {
-            interrupt: interrupt.clone(),
-            ..Default::default()
-        }),
-        client: ClientOptions {
-            connect_timeout: a.connect_timeout,
-            interrupt,
-            security,
-            paths: longhaul_engine::net::dial::Paths {
-                bind: a.bind.clone(),
-                via: a.via.clone(),
-            },
-            ..ClientOptions::default()
-        },
-    })
 }
 
 /// `ls`: lists a remote directory.
@@ -321,11 +207,12 @@ pub fn ls(a: LsArgs) -> Outcome {
         interrupt: interrupt_flag(),
         ..ClientOptions::default()
     };
-    if let Some(t) = super::remote::ssh_target(&a.target) {
+    let mut target = [End::read(&a.target)];
+    if let Some(t) = target[0].ssh() {
         if !t.path.is_empty() && t.path.bytes().all(|b| b.is_ascii_digit()) {
             // `ls HOST:5310` is far more often a server's port than a
             // directory named 5310 in a home directory: say what it means.
-            return Err(super::usage(format!(
+            return Err(usage(format!(
                 "'{target}' means the path '{port}' on {host} over ssh (HOST:path, as scp reads it); a longhaul server on port {port} is longhaul://{host}:{port}/EXPORT/path (or {host}:{port}:EXPORT/path); a directory named {port} is {host}:./{port}",
                 target = a.target,
                 port = t.path,
@@ -333,8 +220,12 @@ pub fn ls(a: LsArgs) -> Outcome {
             )));
         }
     }
-    let mut target = [a.target.clone()];
-    let far = super::remote::reach(&mut target, &mut opts, &a.ssh)?;
+    let far = reach::reach_ends(
+        &mut target,
+        &mut opts,
+        &a.ssh.options(),
+        Admits::Sessions(1),
+    )?;
     let mut printer: print::Printer = match a.json {
         true => Box::new(Json::ls()),
         false => Box::new(print::human::Human::listing(print::human::ListStyle {
@@ -346,11 +237,11 @@ pub fn ls(a: LsArgs) -> Outcome {
     let retries = if far.is_some() { 0 } else { a.retry.retries };
     let listed =
         longhaul_engine::report::retrying(retries, &opts.interrupt, super::unreachable, |_| {
-            longhaul_engine::xfer::client::ls(&target[0], a.recursive, &opts)
+            longhaul_engine::xfer::client::ls(target[0].arg(), a.recursive, &opts)
         });
     let listed = match far {
         Some(far) => {
-            let l = listed.map_err(|e| super::remote::explain(&far, e));
+            let l = listed.map_err(|e| Failure::from(far.explain(e)));
             far.finish();
             l
         }

@@ -4,31 +4,28 @@
 
 use std::sync::Arc;
 
+use longhaul_engine::reach::{self, End};
 use longhaul_engine::server::oneshot::Admits;
+use longhaul_engine::xfer::client::CpOptions;
 use longhaul_fleet::ranks::{self, Rank};
 use longhaul_fleet::run::{self, Fleet, Mode};
-use longhaul_proto::xfer::SyncOptions;
 
-use super::{ended, usage, Outcome};
-use crate::args::{CpArgs, FleetArgs};
+use super::plan::Plan;
+use super::{ended, usage, Failure, Outcome};
+use crate::args::{ArchiveArgs, CpArgs, FleetArgs};
 use crate::exit;
 use crate::print::fleet as printed;
 
-/// One rank's `cp`.
-pub fn cp(
-    a: CpArgs,
-    sync: Option<SyncOptions>,
-    dry_run: bool,
-    archive: &crate::args::ArchiveArgs,
-) -> Outcome {
-    if sync.is_some() || dry_run {
+/// One rank's `cp` of `plan`.
+pub fn rank(plan: &Plan, a: &CpArgs, archive: &ArchiveArgs) -> Outcome {
+    if plan.sync.is_some() || plan.dry_run {
         return Err(usage(
             "a fleet copies (`cp --ranks`); run the same command again to resume it, `sync` and `--dry-run` are for one node",
         ));
     }
     let rank = rank_of(&a.fleet)?;
-    let mode = mode_of(&a)?;
-    let run = super::cp::new_run(&a, None, false);
+    let mode = mode_of(plan, a)?;
+    let run = plan.new_run(a);
     // The sessions report into the archive only: under a launcher many
     // ranks share one terminal, so each says one line, and one of them
     // the result.
@@ -36,18 +33,17 @@ pub fn cp(
         Box::new(longhaul_engine::report::Discard),
         super::archive_reporter(archive, &run),
     );
-    let catalogue = None;
-    let mut cp = super::cp::options(&a, None, false, catalogue)?;
-    refuse_remote_sources(&a, &cp.sources, &cp.dest)?;
+    let mut cp = plan.options(a, None)?;
+    refuse_remote_sources(plan)?;
     // `HOST:path`: this rank's own far end over ssh (each rank its own,
     // with its own secret), admitting the rank's sessions. With
     // `--servers` the destination names an export on those servers.
-    let far = match super::remote::ssh_target(&cp.dest) {
-        Some(_) if a.fleet.servers.is_empty() => Some(reach_over_ssh(&a, &mut cp)?),
-        _ => None,
+    let far = match plan.dest.ssh() {
+        Some(_) => Some(reach_over_ssh(a, &plan.dest, &mut cp)?),
+        None => None,
     };
     if !a.fleet.servers.is_empty() {
-        cp.dest = to_server(&cp.dest, &a.fleet.servers, rank.rank)?;
+        cp.dest = to_server(&plan.dest, &a.fleet.servers, rank.rank)?;
     }
     let json = a.json;
     crate::errln!(
@@ -67,11 +63,11 @@ pub fn cp(
     let ran = run::run(&fleet, reporter.as_mut());
     let ran = match far {
         Some(far) => {
-            let ran = ran.map_err(|e| super::remote::explain(&far, e));
+            let ran = ran.map_err(|e| Failure::from(far.explain(e)));
             far.finish();
             ran
         }
-        None => ran.map_err(super::Failure::from),
+        None => ran.map_err(Failure::from),
     };
     let outcome = ran.map(|o| {
         printed::rank_line(&o.rank);
@@ -100,26 +96,23 @@ pub fn cp(
 /// pushed to another (a third-party copy: remote sources and a remote
 /// destination, both servers, static shares). A pull, or a remote end over
 /// ssh, is refused, saying what to run instead.
-fn refuse_remote_sources(a: &CpArgs, sources: &[String], dest: &str) -> Result<(), super::Failure> {
-    let ssh = |s: &str| super::remote::ssh_target(s).is_some();
-    let remote = |s: &str| ssh(s) || longhaul_proto::xfer::parse_remote(s).is_some();
-    let Some(s) = sources.iter().find(|s| remote(s)) else {
+fn refuse_remote_sources(plan: &Plan) -> Result<(), Failure> {
+    let Some(s) = plan.sources.iter().find(|s| s.is_remote()) else {
         return Ok(());
     };
-    let server = |s: &str| longhaul_proto::xfer::parse_remote(s).is_some() && !ssh(s);
-    let dest_server = server(dest)
-        || (!a.fleet.servers.is_empty() && longhaul_proto::xfer::parse_remote(dest).is_some());
-    if !dest_server && !remote(dest) {
+    let (s, dest) = (s.arg(), plan.dest.arg());
+    if !plan.dest.is_remote() {
         return Err(usage(format!(
             "'{s}' is remote and the destination is not: a fleet's ranks push, they do not pull. Run the fleet on the source's nodes, or name a server as the destination for a third-party copy"
         )));
     }
-    if let Some(s) = sources.iter().find(|s| !server(s)) {
+    if let Some(s) = plan.sources.iter().find(|s| s.server().is_none()) {
         return Err(usage(format!(
-            "'{s}': a fleet of third-party copies names servers (longhaul://HOST/EXPORT/path or HOST:PORT:EXPORT/path), not hosts over ssh or local paths; for an ssh host run `longhaul cp A:src B:dst` without --ranks"
+            "'{}': a fleet of third-party copies names servers (longhaul://HOST/EXPORT/path or HOST:PORT:EXPORT/path), not hosts over ssh or local paths; for an ssh host run `longhaul cp A:src B:dst` without --ranks",
+            s.arg()
         )));
     }
-    if !dest_server {
+    if plan.dest.server().is_none() {
         return Err(usage(format!(
             "'{dest}': a fleet of third-party copies pushes to a server (longhaul://HOST/EXPORT/path, HOST:PORT:EXPORT/path, or --servers), not to a host over ssh"
         )));
@@ -145,40 +138,35 @@ fn fleet_sessions(queue: bool, retries: u32) -> Admits {
     )
 }
 
-/// Starts this rank's far end on the destination's host and points the
-/// transfer at it.
-fn reach_over_ssh(
-    a: &CpArgs,
-    cp: &mut longhaul_engine::xfer::client::CpOptions,
-) -> Result<super::remote::FarEnd, super::Failure> {
-    let mut dest = [cp.dest.clone()];
-    let far = super::remote::reach_for(
+/// Starts this rank's far end on the destination's host (`dest`, over
+/// ssh) and points the transfer at it.
+fn reach_over_ssh(a: &CpArgs, dest: &End, cp: &mut CpOptions) -> Result<reach::FarEnd, Failure> {
+    let mut dest = [dest.clone()];
+    let far = reach::reach_ends(
         &mut dest,
         &mut cp.client,
-        &a.ssh,
+        &a.ssh.options(),
         fleet_sessions(a.fleet.queue.is_some(), cp.retries),
     )?
-    .ok_or_else(|| super::Failure::internal("no ssh path after all"))?;
+    .ok_or_else(|| Failure::internal("no ssh path after all"))?;
     let [dest] = dest;
     // Claimed at once, by a listing of `/`: the rank may wait for the
     // manifest longer than a far end waits for its first session; this
     // also says now, not after that wait, whether the far end is reachable.
-    let host = longhaul_proto::xfer::parse_remote(&dest)
-        .map(|r| r.host)
-        .unwrap_or_default();
-    let root = format!("longhaul://{host}/{}/", super::remote::ROOT_EXPORT);
+    let host = dest.server().map(|r| r.host.as_str()).unwrap_or_default();
+    let root = format!("longhaul://{host}/{}/", reach::ROOT_EXPORT);
     if let Err(e) = longhaul_engine::xfer::client::ls(&root, false, &cp.client) {
-        let f = super::remote::explain(&far, e);
+        let f = far.explain(e).into();
         far.finish();
         return Err(f);
     }
-    cp.dest = dest;
+    cp.dest = dest.arg().to_string();
     // Its port is new each run: nothing to remember a rate by.
     cp.path_memory = None;
     Ok(far)
 }
 
-fn rank_of(f: &FleetArgs) -> Result<Rank, super::Failure> {
+fn rank_of(f: &FleetArgs) -> Result<Rank, Failure> {
     use crate::args::Ranks;
     if let (Some(Ranks::Count(n)), Some(s)) = (f.ranks, f.size) {
         if n != s {
@@ -199,7 +187,7 @@ fn rank_of(f: &FleetArgs) -> Result<Rank, super::Failure> {
     }
 }
 
-fn mode_of(a: &CpArgs) -> Result<Mode, super::Failure> {
+fn mode_of(plan: &Plan, a: &CpArgs) -> Result<Mode, Failure> {
     let f = &a.fleet;
     #[cfg(not(feature = "queue"))]
     if f.queue.is_some() {
@@ -218,7 +206,7 @@ fn mode_of(a: &CpArgs) -> Result<Mode, super::Failure> {
     match (&f.queue, &f.run_dir) {
         (Some(url), _) => Ok(Mode::Queue {
             url: url.clone(),
-            run_id: f.run_id.clone().unwrap_or_else(|| default_run_id(&a.paths)),
+            run_id: f.run_id.clone().unwrap_or_else(|| default_run_id(plan.ends())),
             unit_bytes: f.unit,
             unit_files: UNIT_FILES,
             lease: f.lease,
@@ -233,8 +221,8 @@ fn mode_of(a: &CpArgs) -> Result<Mode, super::Failure> {
 }
 
 /// `dest` on this rank's server of `servers`.
-fn to_server(dest: &str, servers: &[String], rank: u32) -> Result<String, super::Failure> {
-    let r = longhaul_proto::xfer::parse_remote(dest).ok_or_else(|| {
+fn to_server(dest: &End, servers: &[String], rank: u32) -> Result<String, Failure> {
+    let r = dest.server().ok_or_else(|| {
         usage("--servers needs a remote destination (HOST:EXPORT/path): a fleet pushes")
     })?;
     let server = &servers[rank as usize % servers.len()];
@@ -251,16 +239,22 @@ const UNIT_FILES: u32 = 2_000;
 
 /// The run id of a command: its sources (absolute) and destination's
 /// export and path (not its host: ranks may push to different servers of
-/// one site, `--servers`).
-fn default_run_id(paths: &[String]) -> String {
+/// one site, `--servers`; over ssh, the far path's first part and the rest).
+fn default_run_id<'a>(ends: impl IntoIterator<Item = &'a End>) -> String {
     let mut h = blake3::Hasher::new();
-    for p in paths {
-        let abs = if let Some(r) = longhaul_proto::xfer::parse_remote(p) {
-            format!("{}/{}", r.export, r.path)
-        } else {
-            std::path::absolute(p).map_or_else(|_| p.clone(), |a| a.display().to_string())
+    for end in ends {
+        let named = match end {
+            End::Server { at, .. } => format!("{}/{}", at.export, at.path),
+            End::Ssh { at, .. } => {
+                let p = at.path.trim_start_matches('/');
+                let (first, rest) = p.split_once('/').unwrap_or((p, ""));
+                format!("{first}/{}", rest.trim_end_matches('/'))
+            }
+            End::Local(p) => {
+                std::path::absolute(p).map_or_else(|_| p.clone(), |a| a.display().to_string())
+            }
         };
-        h.update(abs.as_bytes());
+        h.update(named.as_bytes());
         h.update(&[0]);
     }
     format!("cp-{}", &h.finalize().to_hex()[..16])
@@ -273,29 +267,28 @@ mod tests {
     #[test]
     fn each_rank_pushes_to_its_server_with_the_same_export_and_path() {
         let s = vec!["dtn1".to_string(), "dtn2:5999".to_string()];
+        let to = |d: &str, rank| to_server(&End::read_server(d), &s, rank).ok();
+        assert_eq!(to("far:data/in/", 0).unwrap(), "longhaul://dtn1/data/in/");
         assert_eq!(
-            to_server("far:data/in/", &s, 0).ok().unwrap(),
-            "longhaul://dtn1/data/in/"
-        );
-        assert_eq!(
-            to_server("far:7:data/in/x", &s, 3).ok().unwrap(),
+            to("far:7:data/in/x", 3).unwrap(),
             "longhaul://dtn2:5999/data/in/x"
         );
-        assert_eq!(
-            to_server("far:data", &s, 1).ok().unwrap(),
-            "longhaul://dtn2:5999/data/"
-        );
-        assert!(to_server("/local/dir", &s, 0).is_err());
+        assert_eq!(to("far:data", 1).unwrap(), "longhaul://dtn2:5999/data/");
+        assert!(to("/local/dir", 0).is_none());
     }
 
     #[test]
     fn a_run_id_names_the_sources_and_destination() {
-        let a = default_run_id(&["/a".into(), "h:data/x".into()]);
-        assert_eq!(a, default_run_id(&["/a".into(), "h:data/x".into()]));
-        assert_ne!(a, default_run_id(&["/b".into(), "h:data/x".into()]));
+        let id = |paths: &[&str]| {
+            let ends: Vec<End> = paths.iter().map(|p| End::read(p)).collect();
+            default_run_id(&ends)
+        };
+        let a = id(&["/a", "h:data/x"]);
+        assert_eq!(a, id(&["/a", "h:data/x"]));
+        assert_ne!(a, id(&["/b", "h:data/x"]));
         assert_eq!(
             a,
-            default_run_id(&["/a".into(), "other:7:data/x".into()]),
+            id(&["/a", "other:7:data/x"]),
             "the same run through another server"
         );
         assert!(a.starts_with("cp-"));

@@ -10,13 +10,14 @@
 use std::time::{Duration, Instant};
 
 use longhaul_engine::net::dial::{host_key, ClientOptions};
+use longhaul_engine::ssh::Target;
 use longhaul_engine::xfer::jobcaps::{self, JobCapability};
 use longhaul_engine::EngineError;
 use longhaul_proto::job::{
     JobAnswer, JobCommand, JobCredential, JobEnd, JobOptions, JobSpec, JobState,
 };
 use longhaul_proto::msg::Message;
-use longhaul_proto::xfer::copy::{CapabilityOp, GrantRequest};
+use longhaul_proto::xfer::copy::{CapabilityOp, GrantRequest, OrderScope};
 use longhaul_proto::xfer::{parse_remote, Remote, SyncOptions};
 
 use super::{usage, Failure, Outcome};
@@ -90,8 +91,15 @@ fn credential(c: &JobCapability) -> Option<JobCredential> {
     })
 }
 
-/// `submit`.
+/// `submit`: the far ends' capabilities asked for (the destination's
+/// first: a third-party job's source pins its certificate in its own), the
+/// job handed to the job server; the capabilities given back if it is not
+/// taken.
 pub fn submit(a: SubmitArgs) -> Outcome {
+    if let Some((spec, server)) = over_ssh(&a)? {
+        let o = client(&a.security, a.connect_timeout)?;
+        return hand_over(&a, &server, spec, &o);
+    }
     let ends = ends(&a.paths)?;
     let server = a
         .via
@@ -100,45 +108,37 @@ pub fn submit(a: SubmitArgs) -> Outcome {
     let key = host_key(&server);
     let at_server = |r: &Remote| host_key(&r.host) == key;
     let (source_here, dest_here) = (at_server(&ends.sources[0]), at_server(&ends.dest));
-    if source_here == dest_here {
-        return Err(usage(if source_here {
-            format!("the source and the destination are both on {server}: a job moves data between servers (copy within one with cp there)")
-        } else {
-            format!("{server} holds neither the source nor the destination: a job runs on the server of one of its ends (a job between two other servers is not taken yet)")
-        }));
+    if source_here && dest_here {
+        return Err(usage(format!("the source and the destination are both on {server}: a job moves data between servers (copy within one with cp there)")));
     }
     let o = client(&a.security, a.connect_timeout)?;
-    let lifetime_s = a.lifetime;
     let paths: Vec<String> = ends
         .sources
         .iter()
         .zip(&a.paths)
         .map(|(r, named)| source_path(r, named))
         .collect();
-    let (far, cap) = if source_here {
-        capability(
+    let dest_cap = match dest_here {
+        true => None,
+        false => Some(capability(
             &ends.dest,
-            GrantRequest {
-                export: ends.dest.export.clone(),
-                dest: ends.dest.path.clone(),
-                dest_dir: ends.dest.dir,
-                lifetime_s,
-                ..GrantRequest::default()
-            },
+            push_request(&ends.dest, a.lifetime),
             &o,
-        )?
-    } else {
-        capability(
-            &ends.sources[0],
-            GrantRequest {
-                export: ends.sources[0].export.clone(),
-                op: CapabilityOp::Pull,
-                sources: paths.clone(),
-                lifetime_s,
-                ..GrantRequest::default()
-            },
-            &o,
-        )?
+        )?),
+    };
+    let source_cap = match source_here {
+        true => None,
+        false => {
+            let to = dest_cap.as_ref().map(|(_, c)| c);
+            let req = source_request(&ends, &paths, a.lifetime, to);
+            match capability(&ends.sources[0], req, &o) {
+                Ok(c) => Some(c),
+                Err(f) => {
+                    give_back(&o, dest_cap.iter());
+                    return Err(f);
+                }
+            }
+        }
     };
     let spec = JobSpec {
         source: JobEnd {
@@ -146,35 +146,179 @@ pub fn submit(a: SubmitArgs) -> Outcome {
             export: ends.sources[0].export.clone(),
             paths,
             dir: false,
-            credential: if source_here { None } else { credential(&cap) },
+            credential: source_cap.as_ref().and_then(|(_, c)| credential(c)),
+            ssh: None,
         },
         dest: JobEnd {
             host: (!dest_here).then(|| ends.dest.host.clone()),
             export: ends.dest.export.clone(),
             paths: vec![ends.dest.path.clone()],
             dir: ends.dest.dir,
-            credential: if dest_here { None } else { credential(&cap) },
+            credential: dest_cap.as_ref().and_then(|(_, c)| credential(c)),
+            ssh: None,
         },
         options: options(&a),
     };
-    match jobcaps::ask_job_server(&server, &o, Message::JobSubmit(Box::new(spec))) {
+    let handed = hand_over(&a, &server, spec, &o);
+    if handed.is_err() {
+        give_back(&o, dest_cap.iter().chain(source_cap.iter()));
+    }
+    handed
+}
+
+/// Hands `spec` to the job server and prints the job's id.
+fn hand_over(a: &SubmitArgs, server: &str, spec: JobSpec, o: &ClientOptions) -> Outcome {
+    match jobcaps::ask_job_server(server, o, Message::JobSubmit(Box::new(spec))) {
         Ok(JobAnswer::Accepted { id, notify_secret }) => {
-            print::submitted(a.json, &id, &server, notify_secret.as_deref());
+            print::submitted(a.json, &id, server, notify_secret.as_deref());
             Ok(exit::OK)
         }
-        other => {
-            // Taken by no one: the capability goes back.
-            let revoked = jobcaps::presenting(&o, &cap.fingerprint, &cap.capability)
-                .and_then(|p| jobcaps::revoke(&far, &p));
-            if let Err(e) = revoked {
-                tracing::warn!("the capability {far} gave for the job could not be revoked ({e}); it ends with its lifetime");
+        Err(e) => Err(e.into()),
+        Ok(_) => Err(Failure::internal(format!(
+            "{server} answered the job with something else"
+        ))),
+    }
+}
+
+/// A job with a far end over ssh (`[USER@]HOST:path`, no server there):
+/// the job and the job server (the other end's: `--via` may only name
+/// it), or None for a job between servers. The job server reaches the
+/// host with its own ssh, if its admin allowed it (`serve --jobs-ssh`);
+/// no capability is asked of anyone.
+fn over_ssh(a: &SubmitArgs) -> Result<Option<(JobSpec, String)>, Failure> {
+    let (dest, sources) = a
+        .paths
+        .split_last()
+        .ok_or_else(|| usage("name SRC... DST"))?;
+    let ssh_sources: Vec<Option<Target>> = sources.iter().map(|s| Target::parse(s)).collect();
+    let ssh_dest = Target::parse(dest);
+    if ssh_dest.is_none() && ssh_sources.iter().all(Option::is_none) {
+        return Ok(None);
+    }
+    let server_end = |p: &str| {
+        parse_remote(p).ok_or_else(|| {
+            usage(format!(
+                "'{p}': a job with a host over ssh runs between it and a longhaul server (the job server): name that end longhaul://HOST/EXPORT/path"
+            ))
+        })
+    };
+    let ssh_end = |t: &Target, paths: Vec<String>| JobEnd {
+        host: None,
+        export: String::new(),
+        paths,
+        dir: false,
+        credential: None,
+        ssh: Some(t.dest.clone()),
+    };
+    let (source, dest, server) = match ssh_dest {
+        Some(t) => {
+            let here: Vec<Remote> = sources
+                .iter()
+                .map(|p| server_end(p))
+                .collect::<Result<_, _>>()?;
+            let paths = here
+                .iter()
+                .zip(sources)
+                .map(|(r, p)| source_path(r, p))
+                .collect();
+            let end = JobEnd {
+                host: None,
+                export: here[0].export.clone(),
+                paths,
+                dir: false,
+                credential: None,
+                ssh: None,
+            };
+            (end, ssh_end(&t, vec![t.path.clone()]), here[0].host.clone())
+        }
+        None => {
+            let Some(Some(first)) = ssh_sources.first().cloned() else {
+                return Err(usage("a job's sources are on one host"));
+            };
+            if ssh_sources
+                .iter()
+                .any(|t| t.as_ref().is_none_or(|t| t.dest != first.dest))
+            {
+                return Err(usage("a job's sources over ssh are on one host"));
             }
-            Err(match other {
-                Err(e) => e.into(),
-                Ok(_) => {
-                    Failure::internal(format!("{server} answered the job with something else"))
-                }
-            })
+            let paths = ssh_sources.into_iter().flatten().map(|t| t.path).collect();
+            let r = server_end(dest)?;
+            let end = JobEnd {
+                host: None,
+                export: r.export.clone(),
+                paths: vec![r.path.clone()],
+                dir: r.dir,
+                credential: None,
+                ssh: None,
+            };
+            (ssh_end(&first, paths), end, r.host.clone())
+        }
+    };
+    if a.via
+        .as_ref()
+        .is_some_and(|v| host_key(v) != host_key(&server))
+    {
+        return Err(usage(format!(
+            "a job with a host over ssh runs on the server of its other end ({server}), which reaches the host with its own ssh: leave out --via or name that server"
+        )));
+    }
+    let spec = JobSpec {
+        source,
+        dest,
+        options: options(a),
+    };
+    Ok(Some((spec, server)))
+}
+
+/// The destination's capability for a job: one push into its path.
+fn push_request(dest: &Remote, lifetime_s: u32) -> GrantRequest {
+    GrantRequest {
+        export: dest.export.clone(),
+        dest: dest.path.clone(),
+        dest_dir: dest.dir,
+        lifetime_s,
+        ..GrantRequest::default()
+    }
+}
+
+/// The source's capability for a job: to read its `paths` (a pull), or,
+/// when the job server holds neither end, to order their copy to the
+/// destination whose capability is `dest` (that destination's address,
+/// certificate and path, exactly).
+fn source_request(
+    ends: &Ends,
+    paths: &[String],
+    lifetime_s: u32,
+    dest: Option<&JobCapability>,
+) -> GrantRequest {
+    let order = dest.map(|d| OrderScope {
+        target: ends.dest.host.clone(),
+        fingerprint: d.fingerprint.clone(),
+        dest_export: ends.dest.export.clone(),
+        dest: ends.dest.path.clone(),
+        dest_dir: ends.dest.dir,
+    });
+    GrantRequest {
+        export: ends.sources[0].export.clone(),
+        op: if order.is_some() {
+            CapabilityOp::Order
+        } else {
+            CapabilityOp::Pull
+        },
+        sources: paths.to_vec(),
+        order,
+        lifetime_s,
+        ..GrantRequest::default()
+    }
+}
+
+/// Revokes the capabilities of a job no one took.
+fn give_back<'a>(o: &ClientOptions, held: impl Iterator<Item = &'a (String, JobCapability)>) {
+    for (far, cap) in held {
+        let revoked = jobcaps::presenting(o, &cap.fingerprint, &cap.capability)
+            .and_then(|p| jobcaps::revoke(far, &p));
+        if let Err(e) = revoked {
+            tracing::warn!("the capability {far} gave for the job could not be revoked ({e}); it ends with its lifetime");
         }
     }
 }

@@ -442,7 +442,7 @@ fn reach_far(
     let Some(host) = paths.iter().find_map(|p| p.far.as_ref()) else {
         return Ok((None, BTreeMap::new()));
     };
-    let ssh = far::Ssh::new(host, a.rsh.as_deref()).map_err(usage)?;
+    let ssh = far::ssh(host, a.rsh.as_deref()).map_err(usage)?;
     let remote_path = a.remote_path.as_deref().unwrap_or("longhaul");
     let skip = far_lacks(&ssh, host, remote_path, chosen, rows)?;
     Ok((Some(ssh), skip))
@@ -467,7 +467,7 @@ fn far_lacks(
             n
         })
         .collect();
-    let absent = ssh.missing(&needs).map_err(|e| Failure {
+    let absent = far::missing(ssh, &needs).map_err(|e| Failure {
         code: exit::CONNECT,
         message: format!("--far {host}: {e}"),
     })?;

@@ -11,9 +11,9 @@ mod jobs;
 mod manual;
 mod matrix;
 mod perf;
+mod plan;
 #[cfg(feature = "plot")]
 mod plot;
-mod portable;
 pub mod remote;
 mod serve;
 mod wan;

@@ -51,23 +51,19 @@ pub fn perf(mut a: PerfArgs, archive: &crate::args::ArchiveArgs) -> Outcome {
 /// `--logfile FILE`: from here on, standard output and standard error go
 /// to FILE (appended), as iperf3's option does.
 fn log_to(file: &std::path::Path) -> Result<(), Failure> {
-    use std::os::fd::AsRawFd;
     let f = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
         .open(file)
         .map_err(|e| usage(format!("cannot open the log file {}: {e}", file.display())))?;
-    for target in [libc::STDOUT_FILENO, libc::STDERR_FILENO] {
-        // SAFETY: dup2 on two open descriptors: `f` lives to the end of this
-        // loop, and 1 and 2 are this process's standard streams.
-        if unsafe { libc::dup2(f.as_raw_fd(), target) } < 0 {
-            return Err(usage(format!(
-                "cannot write to the log file {}: {}",
-                file.display(),
-                std::io::Error::last_os_error()
-            )));
-        }
-    }
+    rustix::stdio::dup2_stdout(&f)
+        .and_then(|()| rustix::stdio::dup2_stderr(&f))
+        .map_err(|e| {
+            usage(format!(
+                "cannot write to the log file {}: {e}",
+                file.display()
+            ))
+        })?;
     Ok(())
 }
 
@@ -438,28 +434,18 @@ fn perf_command(addr: &str, p: &TestParams) -> String {
 
 /// The demo's tree: one 256 MiB file and 500 files of 1-64 KiB.
 fn demo_tree(dir: &std::path::Path) -> std::io::Result<()> {
+    use longhaul_proto::data;
     use std::io::Write;
     std::fs::create_dir_all(dir.join("small"))?;
-    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
-    let mut next = move || {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        x
-    };
     let mut big = std::io::BufWriter::new(std::fs::File::create(dir.join("big.bin"))?);
-    for _ in 0..(256 << 20) / 8 {
-        big.write_all(&next().to_le_bytes())?;
-    }
+    data::write_random(&mut big, 256 << 20, 1)?;
     big.flush()?;
-    for i in 0..500 {
-        let len = 1024 + (next() % (63 * 1024)) as usize;
-        let bytes: Vec<u8> = (0..len.div_ceil(8))
-            .flat_map(|_| next().to_le_bytes())
-            .collect();
+    let mut sizes = data::Rng::new(2);
+    for i in 0..500u64 {
+        let len = 1024 + sizes.below(63 * 1024) as usize;
         std::fs::write(
             dir.join("small").join(format!("f{i:03}.dat")),
-            &bytes[..len],
+            data::bytes(3 + i, len),
         )?;
     }
     Ok(())

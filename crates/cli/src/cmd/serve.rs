@@ -228,6 +228,12 @@ fn start_jobs(
         stall: a.jobs_stall.max(std::time::Duration::from_secs(5)),
         backoff_first_s: a.jobs_backoff.as_secs().max(1),
         open_access: false,
+        ssh_hosts: a.jobs_ssh.clone(),
+        ssh: longhaul_engine::reach::SshOptions {
+            rsh: a.jobs_rsh.clone(),
+            remote_path: a.jobs_remote_path.clone(),
+            ..Default::default()
+        },
     })
     .map_err(|e| usage(e.to_string()))?;
     printer.status(&format!("longhaul: taking jobs (kept in {shown})"));

@@ -14,22 +14,20 @@ use serde_json::json;
 /// `jobs cancel|retry --json` (`longhaul-job-command`).
 pub const JOBS_JSON_FORMAT_VERSION: u32 = 1;
 
-fn document(format: &str, mut body: serde_json::Value) -> String {
+/// Prints one versioned document of `format` on stdout.
+fn print_document(format: &str, mut body: serde_json::Value) {
     body["format"] = format.into();
     body["format_version"] = JOBS_JSON_FORMAT_VERSION.into();
-    body.to_string()
+    outln!("{body}");
 }
 
 /// `submit`: the id alone on stdout (a script reads it), and the
 /// notification secret, shown this once, on the next line.
 pub fn submitted(json: bool, id: &str, server: &str, secret: Option<&str>) {
     if json {
-        outln!(
-            "{}",
-            document(
-                "longhaul-job",
-                json!({"id": id, "server": server, "notify_secret": secret})
-            )
+        print_document(
+            "longhaul-job",
+            json!({"id": id, "server": server, "notify_secret": secret}),
         );
         return;
     }
@@ -68,7 +66,7 @@ fn progress(v: &JobView) -> String {
 /// `jobs`: one line a job.
 pub fn list(json: bool, jobs: &[JobView]) {
     if json {
-        outln!("{}", document("longhaul-jobs", json!({ "jobs": jobs })));
+        print_document("longhaul-jobs", json!({ "jobs": jobs }));
         return;
     }
     if jobs.is_empty() {
@@ -114,12 +112,9 @@ pub fn show(json: bool, answer: &JobAnswer, with_files: bool) {
         return;
     };
     if json {
-        outln!(
-            "{}",
-            document(
-                "longhaul-job-show",
-                json!({"job": v, "files": files, "files_total": files_total})
-            )
+        print_document(
+            "longhaul-job-show",
+            json!({"job": v, "files": files, "files_total": files_total}),
         );
         return;
     }
@@ -183,12 +178,9 @@ pub fn done(json: bool, answer: &JobAnswer) {
         _ => return,
     };
     if json {
-        outln!(
-            "{}",
-            document(
-                "longhaul-job-command",
-                json!({"id": id, "done": what, "files": files})
-            )
+        print_document(
+            "longhaul-job-command",
+            json!({"id": id, "done": what, "files": files}),
         );
         return;
     }

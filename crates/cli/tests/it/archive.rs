@@ -132,9 +132,14 @@ fn a_push_and_a_pull_are_archived_with_every_file() {
     // Filters and the human forms.
     let h = json_ok(&archive, &["history", "--json", "--kind", "perf"]);
     assert!(h["runs"].as_array().unwrap().is_empty());
-    let o = with_archive(&archive, &["history", "--since", "1h"]);
-    assert_exit(&o, 0);
-    assert_eq!(stdout(&o).lines().count(), 3, "{}", stdout(&o));
+    // `--since` reads the one duration grammar (docs/GUIDE.md "Durations").
+    for since in ["1h", "1h30m", "1.5h", "2d", "90m 30s"] {
+        let o = with_archive(&archive, &["history", "--since", since]);
+        assert_exit(&o, 0);
+        assert_eq!(stdout(&o).lines().count(), 3, "{since}: {}", stdout(&o));
+    }
+    let o = with_archive(&archive, &["history", "--since", "3600"]);
+    assert_exit(&o, 2);
     let o = with_archive(&archive, &["show", "1"]);
     assert_exit(&o, 0);
     assert!(stdout(&o).contains("verified"), "{}", stdout(&o));

@@ -168,7 +168,7 @@ fn random_data_turns_compression_off_and_still_arrives_intact() {
 /// KiB of zeros (so that what is in flight when the client dies cannot
 /// be the whole file).
 fn write_half(path: &std::path::Path, len: usize) {
-    let mut rng = Rng(77);
+    let mut rng = Rng::new(77);
     let mut v = Vec::with_capacity(len);
     while v.len() < len {
         v.extend_from_slice(&rng.bytes(2048));

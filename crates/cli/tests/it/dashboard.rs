@@ -823,3 +823,51 @@ fn the_matrix_page_shows_a_tool_named_like_markup_as_text() {
         json!(true)
     );
 }
+
+/// In a real browser: the Jobs page shows a job server's jobs from their
+/// archived attempts, and a job whose source is named like markup shows
+/// that name as text, run never.
+#[test]
+fn the_jobs_page_shows_a_job_and_its_hostile_name_as_text() {
+    use crate::jobs::{pair, submit, url, wait_job};
+    let Some(chromium) = browser_available() else {
+        return;
+    };
+    let t = common::TempDir::new("dashboard-jobs");
+    let (src, dst) = (t.dir("src"), t.dir("dst"));
+    let hostile = "<img src=x onerror=\"window.__pwned=1\">";
+    common::xfer::write_random(&src.join(hostile), 1000, 1);
+    let (j, b) = pair(&t, &src, &dst, &[]);
+    let (id, _) = submit(&[&url(&j, &format!("data/{hostile}")), &url(&b, "in/")]);
+    let (code, v) = wait_job(&j, &id, Duration::from_secs(60));
+    assert_eq!(code, 0, "{v} {}", j.log_text());
+    let mut g = Guard::default();
+    let (addr, url) = start_dashboard(&mut g, &common::archive_file(), &[]);
+    let browser = start_chromedriver(&mut g, &chromium, &t.dir("profile"));
+    browser.go(&url);
+    browser.wait_for(
+        "the live feed",
+        Duration::from_secs(60),
+        "return document.body.getAttribute('data-updated')",
+    );
+    browser.go(&format!("http://{addr}/#/jobs"));
+    let card = browser.wait_for(
+        "the job's card",
+        Duration::from_secs(60),
+        &format!(
+            "const c = document.querySelector('.job[data-job=\"{id}\"]'); \
+             return c ? c.innerText : null"
+        ),
+    );
+    let text = card.as_str().unwrap();
+    assert!(text.contains(&format!("data/{hostile}")), "{text}");
+    assert!(text.contains("ok"), "{text}");
+    assert_eq!(
+        browser.js("return document.querySelectorAll('main img, main script').length"),
+        json!(0)
+    );
+    assert_eq!(
+        browser.js("return window.__pwned === undefined"),
+        json!(true)
+    );
+}

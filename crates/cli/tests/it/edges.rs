@@ -360,7 +360,7 @@ fn destinations_follow_one_rule_and_missing_directories_need_mkpath() {
 fn overwrite(path: &Path, offsets: &[u64], len: usize, seed: u64) {
     use std::os::unix::fs::FileExt;
     let f = fs::OpenOptions::new().write(true).open(path).unwrap();
-    let bytes = Rng(seed).bytes(len);
+    let bytes = Rng::new(seed).bytes(len);
     for &o in offsets {
         f.write_all_at(&bytes, o).unwrap();
     }

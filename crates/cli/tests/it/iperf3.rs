@@ -10,7 +10,7 @@
 
 use std::io::{Read, Write};
 use std::net::{TcpStream, UdpSocket};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -23,15 +23,8 @@ fn iperf3_here() -> bool {
     have("IPERF3", program("iperf3", "iperf3"))
 }
 
-/// Kills a child (by its PID, through its handle) when dropped.
-struct Proc(Child);
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
+/// A child, killed (by its PID) and reaped when dropped.
+struct Proc(common::Owned);
 
 impl Proc {
     /// Waits for the child's end up to `within`; its output.
@@ -98,7 +91,7 @@ fn iperf3_server() -> (Proc, u16) {
             }
         }
     }
-    (Proc(child), port)
+    (Proc(common::Owned::new(child)), port)
 }
 
 /// `longhaul serve --iperf3` on loopback with `extra` options.
@@ -116,11 +109,11 @@ fn longhaul_server(dir: &TempDir, extra: &[&str]) -> (Proc, u16) {
         .spawn()
         .expect("start longhaul serve");
     wait_port(port);
-    (Proc(child), port)
+    (Proc(common::Owned::new(child)), port)
 }
 
 fn iperf3_client(port: u16, args: &[&str]) -> Proc {
-    Proc(
+    Proc(common::Owned::new(
         Command::new("iperf3")
             .args(["-c", "127.0.0.1", "-p", &port.to_string(), "-J"])
             .args(args)
@@ -128,7 +121,7 @@ fn iperf3_client(port: u16, args: &[&str]) -> Proc {
             .stderr(Stdio::piped())
             .spawn()
             .expect("start iperf3 -c"),
-    )
+    ))
 }
 
 fn json(o: &Output, what: &str) -> Value {

@@ -22,7 +22,7 @@ use common::{bin, free_port, stderr, stdout, wait_until, TempDir};
 
 /// A `longhaul serve` process on 127.0.0.1, killed when dropped; its log
 /// (info) beside its state directory.
-struct Serve {
+pub(crate) struct Serve {
     child: Option<Child>,
     port: u16,
     state: PathBuf,
@@ -88,7 +88,7 @@ impl Serve {
         }
     }
 
-    fn addr(&self) -> String {
+    pub(crate) fn addr(&self) -> String {
         format!("127.0.0.1:{}", self.port)
     }
 
@@ -96,7 +96,7 @@ impl Serve {
         self.child.as_ref().unwrap().id()
     }
 
-    fn log_text(&self) -> String {
+    pub(crate) fn log_text(&self) -> String {
         std::fs::read_to_string(self.log()).unwrap_or_default()
     }
 
@@ -139,7 +139,7 @@ fn json_run(args: &[&str], code: i32) -> Value {
 
 /// Submits; the job's id and the `longhaul-job` document.
 #[track_caller]
-fn submit(args: &[&str]) -> (String, Value) {
+pub(crate) fn submit(args: &[&str]) -> (String, Value) {
     let mut all = vec!["submit", "--json"];
     all.extend_from_slice(args);
     let v = json_run(&all, 0);
@@ -155,7 +155,7 @@ fn show(server: &Serve, id: &str) -> Value {
 }
 
 /// `jobs wait ID --json`: its exit code and document.
-fn wait_job(server: &Serve, id: &str, limit: Duration) -> (i32, Value) {
+pub(crate) fn wait_job(server: &Serve, id: &str, limit: Duration) -> (i32, Value) {
     let o = bin()
         .args(["jobs", "wait", id, "--json", "--via", &server.addr()])
         .args(["--timeout", &format!("{}s", limit.as_secs())])
@@ -166,14 +166,14 @@ fn wait_job(server: &Serve, id: &str, limit: Duration) -> (i32, Value) {
     (o.status.code().unwrap_or(-1), v)
 }
 
-fn url(s: &Serve, path: &str) -> String {
+pub(crate) fn url(s: &Serve, path: &str) -> String {
     format!("longhaul://{}/{path}", s.addr())
 }
 
 /// A job server exporting `root` as `data`, and a destination exporting
 /// `dest` as `in` that takes part in third-party copies (as a job's far end
 /// does), each with its own state directory under `t`.
-fn pair(t: &TempDir, root: &Path, dest: &Path, job_args: &[&str]) -> (Serve, Serve) {
+pub(crate) fn pair(t: &TempDir, root: &Path, dest: &Path, job_args: &[&str]) -> (Serve, Serve) {
     let export = format!("data={}", root.display());
     let mut args = vec!["--jobs", "--export", &export, "--no-sync"];
     args.extend_from_slice(job_args);
@@ -800,6 +800,7 @@ fn attacker_a_job_that_leaves_its_export_widens_its_capability_or_is_malformed_i
             paths: vec!["tree".into()],
             dir: false,
             credential: None,
+            ssh: None,
         },
         dest: JobEnd {
             host: Some(b.addr()),
@@ -811,6 +812,7 @@ fn attacker_a_job_that_leaves_its_export_widens_its_capability_or_is_malformed_i
                 capability: cap.capability.clone(),
                 lifetime_s: cap.lifetime_s,
             }),
+            ssh: None,
         },
         options: JobOptions {
             recursive: true,
@@ -982,14 +984,33 @@ fn attacker_a_notification_url_gets_the_jobs_outcome_only_and_no_redirect_is_fol
         "the secret in the notification"
     );
     // A redirect is an answer, never followed: it is a failure, retried,
-    // each try signed anew.
-    for n in 2..=3 {
+    // each try signed anew, four tries in all (the job's end is told once:
+    // no other worker takes the ended job up while its tries go on).
+    for n in 2..=4 {
         let again = requests
             .recv_timeout(Duration::from_secs(60))
             .unwrap_or_else(|_| panic!("try {n} of the notification"));
         assert_eq!(again.line, first.line);
         assert!(signed_by(&again, doc["notify_secret"].as_str().unwrap()));
     }
+    wait_until(
+        "the notification given up, and the job's chores done",
+        Duration::from_secs(60),
+        || {
+            j.log_text().contains("(4 tries)")
+                && std::fs::read_to_string(t.path().join("state-b/capabilities"))
+                    .is_ok_and(|c| c.trim().is_empty())
+        },
+    );
+    // A second telling would have begun within a worker's idle second of
+    // the first and be trying by now.
+    let extra = requests.recv_timeout(Duration::from_secs(3));
+    assert!(
+        extra.is_err(),
+        "a fifth try of the notification: {}",
+        j.log_text()
+    );
+    assert_eq!(j.log_text().matches("(4 tries)").count(), 1);
     assert!(
         followed.recv_timeout(Duration::from_secs(1)).is_err(),
         "the job server followed a redirect"
@@ -1168,8 +1189,17 @@ fn a_job_rides_out_a_30_s_outage_on_an_80_ms_path() {
     let t = TempDir::new("job-wan");
     let (src, dst) = (t.dir("src"), t.dir("dst"));
     write_random(&src.join("big.bin"), 32 << 20, 11);
-    // 80 ms, 20 Mbit/s: about 13 s of copying.
-    let w = Wan::up(&name, &["--rtt", "80ms", "--rate", "20mbit"]);
+    // 80 ms, 20 Mbit/s: about 13 s of copying. A WAN's MTU: with the
+    // emulator's default (65000 bytes) its 50 ms queue at this rate holds
+    // two packets, 19 streams' smallest windows are many times the path's
+    // BDP, their retransmissions are dropped again and again, and TCP's
+    // time-outs back off to seconds (11.6 s measured) on the streams
+    // holding the last chunks: the transfer idles at its end, outage or
+    // not.
+    let w = Wan::up(
+        &name,
+        &["--rtt", "80ms", "--rate", "20mbit", "--mtu", "1500"],
+    );
     let serve = |h: &str, ip: &str, state: &str, args: &[&str]| {
         let mut all = vec![
             "serve",
@@ -1232,7 +1262,7 @@ fn a_job_rides_out_a_30_s_outage_on_an_80_ms_path() {
         "submit",
         "--json",
         "-P",
-        "4",
+        "19",
         "longhaul://198.18.0.1:5310/data/big.bin",
         "longhaul://198.18.0.2:5310/in/",
     ]);
@@ -1356,4 +1386,444 @@ fn a_pull_job_brings_a_tree_into_the_job_servers_export_and_its_capability_reads
     assert_same_tree(&far.join("tree"), &here.join("tree"), false);
     assert!(!here.join("secret").exists());
     assert!(!here.join("payload").exists() && !far.join("tree/payload").exists());
+}
+
+/// `-a` and `--bwlimit` in a job: the edge tree (links, empty files and
+/// directories, odd names, modes, old mtimes) lands with its modes and
+/// times, and the job's bytes take at least what the cap allows (a busy
+/// machine only makes them slower).
+#[test]
+fn a_job_with_archive_mode_and_bwlimit_keeps_modes_and_times_and_holds_to_its_cap() {
+    let t = TempDir::new("job-archive-mode");
+    let (src, dst) = (t.dir("src"), t.dir("dst"));
+    build_tree(&src.join("tree"));
+    let (j, b) = pair(&t, &src, &dst, &[]);
+    let started = Instant::now();
+    let (id, _) = submit(&[
+        "-a",
+        "--bwlimit",
+        "2M",
+        &url(&j, "data/tree"),
+        &url(&b, "in/"),
+    ]);
+    let (code, v) = wait_job(&j, &id, Duration::from_secs(300));
+    let took = started.elapsed();
+    assert_eq!(code, 0, "{v} {}", j.log_text());
+    assert_same_tree(&src.join("tree"), &dst.join("tree"), true);
+    assert_no_leftovers(&dst);
+    let bytes = v["job"]["bytes_total"].as_u64().unwrap();
+    let at_cap = Duration::from_secs_f64(bytes as f64 / (2u64 << 20) as f64);
+    eprintln!(
+        "-a --bwlimit 2M: {bytes} bytes in {:.1} s ({:.2} MiB/s; {:.1} s at the cap)",
+        took.as_secs_f64(),
+        bytes as f64 / took.as_secs_f64() / (1 << 20) as f64,
+        at_cap.as_secs_f64()
+    );
+    assert!(bytes > 12 << 20, "{v}");
+    assert!(
+        took >= at_cap * 3 / 4,
+        "{took:?} for {bytes} bytes at 2 MiB/s"
+    );
+    // The cap is the job's, kept with each archived attempt.
+    let archived = json_run(&["history", "--json", "--kind", "job"], 0);
+    let attempt = archived["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["command"].as_str().is_some_and(|c| c.contains(&id)))
+        .cloned()
+        .unwrap_or_else(|| panic!("no archived attempt of {id}: {archived}"));
+    let shown = json_run(&["show", &attempt["id"].to_string(), "--json"], 0);
+    assert_eq!(
+        shown["run"]["params"]["rate_bps"],
+        2u64 * (1 << 20) * 8,
+        "{shown}"
+    );
+}
+
+/// The metrics of a job server count its jobs by state (of its store).
+#[test]
+fn a_job_servers_metrics_count_its_jobs_by_state() {
+    let t = TempDir::new("job-metrics");
+    let (src, dst) = (t.dir("src"), t.dir("dst"));
+    write_random(&src.join("small"), 1000, 1);
+    write_random(&src.join("big.bin"), 64 << 20, 2);
+    let metrics = format!("127.0.0.1:{}", free_port());
+    let (j, b) = pair(&t, &src, &dst, &["--no-archive", "--metrics", &metrics]);
+    let scrape = |state: &str| -> Option<f64> {
+        let text = ureq::get(&format!("http://{metrics}/metrics"))
+            .timeout(Duration::from_secs(20))
+            .call()
+            .ok()?
+            .into_string()
+            .ok()?;
+        let prefix = format!("longhaul_jobs{{state=\"{state}\"}} ");
+        text.lines()
+            .find_map(|l| l.strip_prefix(&prefix))
+            .and_then(|v| v.trim().parse().ok())
+    };
+    let (done, _) = submit(&[&url(&j, "data/small"), &url(&b, "in/")]);
+    assert_eq!(wait_job(&j, &done, Duration::from_secs(60)).0, 0);
+    let (slow, _) = submit(&[
+        "--rate",
+        "20mbit",
+        &url(&j, "data/big.bin"),
+        &url(&b, "in/"),
+    ]);
+    wait_until(
+        "one finished and one active job",
+        Duration::from_secs(60),
+        || scrape("finished") == Some(1.0) && scrape("active") == Some(1.0),
+    );
+    assert_eq!(scrape("failed"), Some(0.0));
+    let o = bin()
+        .args(["jobs", "cancel", &slow, "--via", &j.addr()])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    wait_until("the cancelled job counted", Duration::from_secs(60), || {
+        scrape("cancelled") == Some(1.0) && scrape("active") == Some(0.0)
+    });
+    assert_eq!(scrape("finished"), Some(1.0));
+}
+
+/// A job server's stored credential of one end, as an attacker who stole
+/// its database reads it: (fingerprint, capability).
+fn stolen_credential(state: &Path, end: &str) -> (String, String) {
+    let db = rusqlite::Connection::open(state.join("jobs.db")).unwrap();
+    let spec: String = db
+        .query_row("SELECT spec FROM jobs", [], |r| r.get(0))
+        .unwrap();
+    let v: Value = serde_json::from_str(&spec).unwrap();
+    let c = &v[end]["credential"];
+    (
+        c["fingerprint"].as_str().unwrap().to_string(),
+        c["capability"].as_str().unwrap().to_string(),
+    )
+}
+
+/// Three servers: the job server J holds neither end; the source A
+/// exports `src`, the destination B `in`, each taking part in
+/// third-party copies and nothing more.
+fn three(t: &TempDir, far: &Path, into: &Path) -> (Serve, Serve, Serve) {
+    let spare = t.dir("spare");
+    let j_export = format!("spare={}", spare.display());
+    let j = Serve::start(
+        &t.path().join("state-j"),
+        &["--jobs", "--export", &j_export, "--no-sync", "--no-archive"],
+    );
+    let from = format!("src={}", far.display());
+    let a = Serve::start(
+        &t.path().join("state-a"),
+        &["--third-party-copies", "--export", &from, "--no-sync"],
+    );
+    let to = format!("in={}", into.display());
+    let b = Serve::start(
+        &t.path().join("state-b"),
+        &["--third-party-copies", "--export", &to, "--no-sync"],
+    );
+    (j, a, b)
+}
+
+#[test]
+fn a_job_between_two_other_servers_is_ordered_by_the_job_server_and_finishes_verified() {
+    let t = TempDir::new("job-third");
+    let (far, into) = (t.dir("far"), t.dir("into"));
+    for i in 0..4 {
+        write_random(&far.join(format!("tree/d{}/f{i}", i % 2)), 3 << 20, 50 + i);
+    }
+    write_random(&far.join("tree/empty"), 0, 59);
+    let (j, a, b) = three(&t, &far, &into);
+    let (id, _) = submit(&[
+        "-r",
+        "--via",
+        &j.addr(),
+        &url(&a, "src/tree"),
+        &url(&b, "in/"),
+    ]);
+    let (code, v) = wait_job(&j, &id, Duration::from_secs(180));
+    assert_eq!(code, 0, "{v} {}", j.log_text());
+    assert_eq!(v["job"]["kind"], "third_party", "{v}");
+    assert_eq!(v["job"]["files"]["finished"], 5, "{v}");
+    assert_eq!(v["job"]["bytes_done"], 12u64 << 20, "{v}");
+    assert_same_tree(&far.join("tree"), &into.join("tree"), false);
+    // Both far ends' capabilities are revoked once it finished.
+    for end in ["a", "b"] {
+        let caps = t.path().join(format!("state-{end}/capabilities"));
+        wait_until("the revocations", Duration::from_secs(30), || {
+            std::fs::read_to_string(&caps).is_ok_and(|c| c.trim().is_empty())
+        });
+    }
+    assert!(!j.log_text().contains("lh1c_"));
+    assert!(!a.log_text().contains("lh1c_") && !b.log_text().contains("lh1c_"));
+}
+
+/// The attacker stole the job server's database mid-job: the source's
+/// order capability orders the job's copy and nothing else (no other
+/// source, export, destination address, certificate or path; no push, no
+/// pull, no listing outside its sources), and once the job finished, not
+/// even that.
+#[test]
+fn attacker_a_third_party_jobs_order_capability_cannot_be_widened_and_ends_when_revoked() {
+    use longhaul_engine::net::dial::ClientOptions;
+    use longhaul_engine::xfer::{copy::order_copy, jobcaps};
+    use longhaul_proto::xfer::copy::{CopyOptions, CopyOrder};
+    let t = TempDir::new("job-third-attack");
+    let (far, into) = (t.dir("far"), t.dir("into"));
+    write_random(&far.join("tree/big.bin"), 24 << 20, 60);
+    write_random(&far.join("secret/key"), 100, 61);
+    let (j, a, b) = three(&t, &far, &into);
+    let (id, _) = submit(&[
+        "-r",
+        "--rate",
+        "12mbit",
+        "--via",
+        &j.addr(),
+        &url(&a, "src/tree"),
+        &url(&b, "in/"),
+    ]);
+    let (a_fp, a_cap) = stolen_credential(&j.state, "source");
+    let (b_fp, b_cap) = stolen_credential(&j.state, "dest");
+    assert!(a_cap.starts_with("lh1c_") && b_cap.starts_with("lh1c_"));
+    let at_a = jobcaps::presenting(&ClientOptions::default(), &a_fp, &a_cap).unwrap();
+    let the_job = CopyOrder {
+        export: "src".into(),
+        sources: vec!["tree".into()],
+        target: b.addr(),
+        fingerprint: b_fp.clone(),
+        capability: b_cap.clone(),
+        dest_export: "in".into(),
+        dest: String::new(),
+        dest_dir: true,
+        options: CopyOptions {
+            recursive: true,
+            ..CopyOptions::default()
+        },
+        connect_back: None,
+        share: None,
+    };
+    let elsewhere = Serve::start(
+        &t.path().join("state-c"),
+        &[
+            "--third-party-copies",
+            "--export",
+            &format!("loot={}", t.dir("loot").display()),
+            "--no-sync",
+        ],
+    );
+    type Widen<'a> = Box<dyn Fn(&mut CopyOrder) + 'a>;
+    let widened: Vec<(&str, Widen)> = vec![
+        (
+            "another source",
+            Box::new(|o| o.sources = vec!["secret".into()]),
+        ),
+        (
+            "a path out",
+            Box::new(|o| o.sources = vec!["tree/../secret".into()]),
+        ),
+        ("another export", Box::new(|o| o.export = "loot".into())),
+        (
+            "another destination",
+            Box::new(|o| {
+                o.target = elsewhere.addr();
+                o.dest_export = "loot".into();
+            }),
+        ),
+        (
+            "another certificate",
+            Box::new(|o| o.fingerprint = format!("SHA256:{}", "A".repeat(43))),
+        ),
+        ("another path", Box::new(|o| o.dest = "other".into())),
+    ];
+    for (what, widen) in &widened {
+        let mut o = the_job.clone();
+        widen(&mut o);
+        let e = order_copy(&a.addr(), &at_a, o).expect_err(what);
+        assert!(e.to_string().contains("only"), "{what}: {e}");
+    }
+    assert!(std::fs::read_dir(t.path().join("loot"))
+        .unwrap()
+        .next()
+        .is_none());
+    assert!(!into.join("secret").exists());
+    // Nor does it push, pull, or list outside its sources.
+    let with_it = |args: &[&str]| {
+        bin()
+            .env("LONGHAUL_TOKEN", &a_cap)
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    refused_with(&with_it(&["ls", &url(&a, "src/secret")]), "only");
+    let stolen_to = t.dir("stolen");
+    refused_with(
+        &with_it(&[
+            "cp",
+            "-r",
+            &url(&a, "src/tree"),
+            stolen_to.to_str().unwrap(),
+        ]),
+        "neither pushes nor pulls",
+    );
+    assert!(with_it(&["ls", &url(&a, "src/tree")]).status.success());
+    assert_eq!(
+        show(&j, &id)["job"]["state"],
+        "active",
+        "the job ended before its capability was tried"
+    );
+    let (code, v) = wait_job(&j, &id, Duration::from_secs(180));
+    assert_eq!(code, 0, "{v} {}", j.log_text());
+    assert_same_tree(&far.join("tree"), &into.join("tree"), false);
+    // Revoked with the job's end: the job's own order is refused.
+    wait_until("the revocation at A", Duration::from_secs(30), || {
+        std::fs::read_to_string(t.path().join("state-a/capabilities"))
+            .is_ok_and(|c| c.trim().is_empty())
+    });
+    let e = order_copy(&a.addr(), &at_a, the_job).expect_err("a revoked capability");
+    assert!(e.to_string().contains("unknown, expired or revoked"), "{e}");
+}
+
+/// A job server that may reach the test's own sshd (as `lhtest`) for its
+/// jobs' far ends, exporting `root` as `data`.
+fn ssh_job_server(t: &TempDir, s: &common::sshd::Sshd, root: &Path) -> Serve {
+    let export = format!("data={}", root.display());
+    let rsh = s.rsh();
+    Serve::start(
+        &t.path().join("state-j"),
+        &[
+            "--jobs",
+            "--export",
+            &export,
+            "--no-sync",
+            "--no-archive",
+            "--jobs-ssh",
+            common::sshd::HOST,
+            "--jobs-rsh",
+            &rsh,
+            "--jobs-remote-path",
+            common::sshd::BIN,
+        ],
+    )
+}
+
+/// A job whose far end is a host with no longhaul server, reached by the
+/// job server's own ssh (`serve --jobs-ssh`): a push there, then a pull of
+/// it back into the job server's export; both finish verified.
+#[test]
+fn a_job_pushes_to_and_pulls_from_a_host_over_ssh_the_job_server_may_reach() {
+    let Some(s) = common::sshd::sshd() else {
+        return;
+    };
+    let t = TempDir::new("job-ssh");
+    let (here, far) = (t.dir("here"), t.dir("far"));
+    for i in 0..3 {
+        write_random(&here.join(format!("tree/f{i}")), 2 << 20, 70 + i);
+    }
+    std::fs::create_dir_all(here.join("back")).unwrap();
+    let j = ssh_job_server(&t, &s, &here);
+    let to = format!("{}:{}/", common::sshd::HOST, far.display());
+    let (id, _) = submit(&["-r", &url(&j, "data/tree"), &to]);
+    let (code, v) = wait_job(&j, &id, Duration::from_secs(180));
+    assert_eq!(code, 0, "{v} {}", j.log_text());
+    assert_eq!(v["job"]["kind"], "push", "{v}");
+    assert_eq!(v["job"]["files"]["finished"], 3, "{v}");
+    assert_same_tree(&here.join("tree"), &far.join("tree"), false);
+    let from = format!("{}:{}/tree", common::sshd::HOST, far.display());
+    let (id, _) = submit(&["-r", &from, &url(&j, "data/back/")]);
+    let (code, v) = wait_job(&j, &id, Duration::from_secs(180));
+    assert_eq!(code, 0, "{v} {}", j.log_text());
+    assert_eq!(v["job"]["kind"], "pull", "{v}");
+    assert_same_tree(&here.join("tree"), &here.join("back/tree"), false);
+}
+
+/// The job server's ssh is its admin's: a job names only a host the
+/// admin listed, never one that ssh would read as an option, and a job
+/// server that lists none reaches none.
+#[test]
+fn attacker_a_job_reaches_over_ssh_only_a_host_its_server_allows() {
+    use longhaul_engine::net::dial::{ClientOptions, Security};
+    use longhaul_engine::net::tls::TrustOptions;
+    use longhaul_engine::xfer::jobcaps;
+    use longhaul_proto::job::*;
+    use longhaul_proto::msg::{Message, RefuseCode};
+    let Some(s) = common::sshd::sshd() else {
+        return;
+    };
+    let t = TempDir::new("job-ssh-attack");
+    let here = t.dir("here");
+    write_random(&here.join("f"), 1000, 80);
+    let j = ssh_job_server(&t, &s, &here);
+    let pwned = t.path().join("pwned");
+    let o = bin()
+        .args(["submit", &url(&j, "data/f"), "elsewhere:/tmp/x"])
+        .output()
+        .unwrap();
+    refused_with(&o, "reaches no host 'elsewhere' over ssh");
+    let client = ClientOptions {
+        security: Security {
+            plaintext: false,
+            trust: TrustOptions {
+                pins: vec![common::fingerprint().to_string()],
+                ..TrustOptions::default()
+            },
+            token: Some(common::TOKEN.to_string()),
+            tokens: Vec::new(),
+        },
+        ..ClientOptions::default()
+    };
+    let spec = |ssh: &str| JobSpec {
+        source: JobEnd {
+            host: None,
+            export: "data".into(),
+            paths: vec!["f".into()],
+            dir: false,
+            credential: None,
+            ssh: None,
+        },
+        dest: JobEnd {
+            host: None,
+            export: String::new(),
+            paths: vec!["/tmp/x".into()],
+            dir: false,
+            credential: None,
+            ssh: Some(ssh.into()),
+        },
+        options: JobOptions::default(),
+    };
+    for (ssh, why) in [
+        (
+            format!("-oProxyCommand=touch {}", pwned.display()),
+            "no [USER@]HOST",
+        ),
+        (
+            format!("{} -oProxyCommand=x", common::sshd::HOST),
+            "no [USER@]HOST",
+        ),
+        ("elsewhere".to_string(), "reaches no host"),
+    ] {
+        match jobcaps::ask_job_server(&j.addr(), &client, Message::JobSubmit(Box::new(spec(&ssh))))
+        {
+            Err(longhaul_engine::EngineError::Refused { code, message }) => {
+                assert_eq!(code, RefuseCode::BadRequest, "{message}");
+                assert!(message.contains(why), "{ssh}: {message}");
+            }
+            other => panic!("{ssh}: {other:?}"),
+        }
+    }
+    // A job server that lists no host reaches none.
+    let export = format!("data={}", here.display());
+    let plain = Serve::start(
+        &t.path().join("state-p"),
+        &["--jobs", "--export", &export, "--no-sync", "--no-archive"],
+    );
+    let o = bin()
+        .args([
+            "submit",
+            &url(&plain, "data/f"),
+            &format!("{}:/tmp/x", common::sshd::HOST),
+        ])
+        .output()
+        .unwrap();
+    refused_with(&o, "jobs-ssh");
+    assert!(!pwned.exists(), "ssh read a host as an option");
 }

@@ -10,7 +10,7 @@ use common::free_port;
 use std::fs;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use longhaul_archive::model::HistoryFilter;
@@ -22,16 +22,8 @@ use common::{bin, TempDir};
 
 const PROMETHEUS: &str = "/usr/bin/prometheus";
 
-/// A child process, killed (by its PID, through `Child::kill`) and reaped
-/// when dropped.
-struct Proc(Child);
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
+/// A child process, killed (by its PID) and reaped when dropped.
+use common::Owned as Proc;
 
 /// A `longhaul serve` process on loopback exporting `exp` as `data`, with
 /// `extra` arguments; its address and, with `--metrics`, its metrics
@@ -44,7 +36,7 @@ struct Served {
 
 fn serve(t: &TempDir, exp: &Path, extra: &[&str]) -> Served {
     let log = t.path().join("serve.log");
-    let mut child = Proc(
+    let mut child = Proc::new(
         bin()
             .arg("serve")
             .args(["--listen", "127.0.0.1:0"])
@@ -90,7 +82,7 @@ fn serve(t: &TempDir, exp: &Path, extra: &[&str]) -> Served {
                 };
             }
         }
-        if let Ok(Some(st)) = child.0.try_wait() {
+        if let Ok(Some(st)) = child.try_wait() {
             panic!("server exited ({st}): {text}");
         }
         assert!(
@@ -209,7 +201,7 @@ impl Prometheus {
         .unwrap();
         let port = free_port();
         let log = dir.join("prometheus.log");
-        let proc = Proc(
+        let proc = Proc::new(
             Command::new(PROMETHEUS)
                 .arg(format!("--config.file={}", config.display()))
                 .arg(format!(
@@ -257,7 +249,7 @@ impl Prometheus {
                     .unwrap_or_default();
                 panic!(
                     "Prometheus (pid {}) never answered {want} to {query}: last {last}\ntargets: {targets}\nlog:\n{log}",
-                    self.proc.0.id()
+                    self.proc.id()
                 );
             }
             std::thread::sleep(Duration::from_millis(250));

@@ -149,6 +149,7 @@ fn the_release_archive_holds_the_binary_pages_completions_service_and_licences()
         "systemd/longhaul-serve.service",
         "systemd/serve.conf",
         "README.md",
+        "docs/GUIDE.md",
         "CHANGELOG.md",
         "LICENSE-MIT",
         "LICENSE-APACHE",

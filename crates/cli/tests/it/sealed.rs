@@ -229,7 +229,7 @@ fn a_bundle_longer_than_a_sealed_frame_is_sent_whole_both_ways() {
     let s = data_server(&exp, &t.dir("state"));
     let ends = |from: &str, to: &str| {
         let out = t.path().join("cp.json");
-        let mut cp = common::KillOnDrop(
+        let mut cp = common::Owned::new(
             bin()
                 .args(["cp", "--json", "--retries", "0", "-P", "1", "-r", from, to])
                 .stdout(std::fs::File::create(&out).unwrap())

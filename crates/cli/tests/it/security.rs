@@ -30,19 +30,9 @@ use common::{assert_exit, bin, stderr, stdout, TempDir};
 
 // ---------------------------------------------------------------- helpers
 
-/// Reproducible bytes (splitmix64).
+/// Reproducible bytes.
 fn bytes(n: usize, seed: u64) -> Vec<u8> {
-    let mut s = seed;
-    let mut v = Vec::with_capacity(n + 8);
-    while v.len() < n {
-        s = s.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = s;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        v.extend_from_slice(&(z ^ (z >> 31)).to_le_bytes());
-    }
-    v.truncate(n);
-    v
+    longhaul_testkit::data::bytes(seed, n)
 }
 
 fn run(mut c: Command) -> Output {

@@ -33,15 +33,7 @@ fn text(o: &Output) -> String {
 
 /// Bytes that differ from file to file and position to position.
 fn pattern(seed: u64, len: usize) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
+    longhaul_testkit::data::bytes(seed, len)
 }
 
 fn write_tree(root: &Path) {
@@ -1932,4 +1924,71 @@ fn ssh_paths_read_as_the_user_wrote_them() {
     let out = String::from_utf8_lossy(&o.stdout);
     assert!(out.contains(&format!("{HOST}:{w}/f2.dat")), "{out}");
     assert!(!internal(&out), "{out}");
+}
+
+/// Issue 41 A2 over ssh: a push onto a destination that is a link to a
+/// directory copies into that directory (a file, a tree, `ldir/`, a new
+/// name through it) and replaces no link; a link to a file is refused by
+/// name and stays. ssh mode names its paths from the far host's root.
+#[test]
+fn a_push_over_ssh_onto_a_link_to_a_directory_lands_in_it_and_replaces_no_link() {
+    use std::os::unix::fs::symlink;
+    let Some(s) = sshd() else { return };
+    let work = tempfile::tempdir().unwrap();
+    let far = work.path().join("far");
+    std::fs::create_dir_all(far.join("incoming")).unwrap();
+    symlink("incoming", far.join("ldir")).unwrap();
+    std::fs::write(far.join("real.dat"), b"keep").unwrap();
+    symlink("real.dat", far.join("lfile")).unwrap();
+    let f = work.path().join("f.dat");
+    std::fs::write(&f, pattern(61, 3000)).unwrap();
+    let tree = work.path().join("tree");
+    write_tree(&tree);
+    let to = |dest: &str| format!("{HOST}:{}/{dest}", far.display());
+    let push = |args: &[&str], dest: &str| {
+        s.longhaul()
+            .args(["cp", "--remote-path", BIN])
+            .args(args)
+            .arg(to(dest))
+            .output()
+            .unwrap()
+    };
+    let is_link_to = |p: &Path, to: &str| std::fs::read_link(p).is_ok_and(|l| l == Path::new(to));
+    let f_s = f.to_str().unwrap();
+
+    for (args, dest) in [
+        (vec![f_s], "ldir"),
+        (vec!["-r", tree.to_str().unwrap()], "ldir"),
+        (vec![f_s], "ldir/"),
+    ] {
+        let o = push(&args, dest);
+        assert!(o.status.success(), "{args:?} {dest}: {}", text(&o));
+        assert!(
+            is_link_to(&far.join("ldir"), "incoming"),
+            "{args:?} {dest}: the link was replaced"
+        );
+    }
+    assert_eq!(
+        std::fs::read(far.join("incoming/f.dat")).unwrap(),
+        std::fs::read(&f).unwrap()
+    );
+    same_tree(&tree, &far.join("incoming/tree"));
+    let o = push(&[f_s], "ldir/g.dat");
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(
+        std::fs::read(far.join("incoming/g.dat")).unwrap(),
+        std::fs::read(&f).unwrap()
+    );
+    assert!(is_link_to(&far.join("ldir"), "incoming"));
+
+    // A link to a file is no directory: refused by name, never replaced.
+    let o = push(&[f_s], "lfile");
+    assert_eq!(o.status.code(), Some(4), "{}", text(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("lfile is a symbolic link to real.dat, not a directory"),
+        "{err}"
+    );
+    assert!(is_link_to(&far.join("lfile"), "real.dat"));
+    assert_eq!(std::fs::read(far.join("real.dat")).unwrap(), b"keep");
 }

@@ -500,24 +500,25 @@ fn small_files_at_a_long_rtt_grow_the_files_in_flight() {
     }
 }
 
-/// The README's `wan` example runs as written (issue 41): its client in
-/// host a trusts the server in host b in the way the README shows, with
+/// The guide's `wan` example (docs/GUIDE.md) runs as written (issue 41): its client in
+/// host a trusts the server in host b in the way the guide shows, with
 /// nothing else given (no token, no trust, a fresh home).
 #[test]
-fn the_readmes_wan_example_runs_as_written() {
+fn the_guides_wan_example_runs_as_written() {
     use std::io::{BufRead, BufReader};
     use std::process::Stdio;
     if !can_emulate() {
         return;
     }
     let readme =
-        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md")).unwrap();
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/GUIDE.md"))
+            .unwrap();
     let block = readme
         .split("## wan (root)")
         .nth(1)
         .and_then(|r| r.split("```sh").nth(1))
         .and_then(|r| r.split("```").next())
-        .expect("the README's wan example");
+        .expect("docs/GUIDE.md's wan example");
     let lines: Vec<&str> = block
         .lines()
         .map(|l| l.split("  #").next().unwrap_or("").trim())

@@ -316,15 +316,7 @@ fn sequential(
 
 /// Fills a buffer with bytes that neither compress nor dedupe to nothing.
 fn fill(buf: &mut [u8], seed: u64) {
-    let mut x =
-        0x9E37_79B9_7F4A_7C15u64 ^ (seed.wrapping_add(1)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    for chunk in buf.chunks_mut(8) {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        let bytes = x.to_le_bytes();
-        chunk.copy_from_slice(&bytes[..chunk.len()]);
-    }
+    longhaul_proto::data::Rng::new(seed).fill(buf);
 }
 
 /// Drops `file`'s cached pages, so that a read of it reads the device.

@@ -1136,7 +1136,6 @@ impl ShortCopy<'_> {
     /// Writes `--time`'s worth of data at the slowest rate measured (16 MiB
     /// to 1 GiB) into a private local directory; returns it and the file.
     fn generate(&self, name: &str) -> Result<(LocalScratch, PathBuf), EngineError> {
-        use std::io::Write;
         use std::os::unix::fs::DirBuilderExt;
         let secs = self.time.as_secs_f64().max(1.0);
         let size = ((self.rate_bps / 8.0 * secs) as u64).clamp(16 << 20, 1 << 30) >> 20 << 20;
@@ -1154,18 +1153,8 @@ impl ShortCopy<'_> {
         let file = dir.join("data");
         let mut f = std::fs::File::create(&file)
             .map_err(|e| EngineError::io(format!("creating {}", file.display()), e))?;
-        let mut block = vec![0u8; 1 << 20];
-        let mut x = fastrand::u64(..) | 1;
-        for _ in 0..size >> 20 {
-            for c in block.chunks_mut(8) {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                c.copy_from_slice(&x.to_le_bytes());
-            }
-            f.write_all(&block)
-                .map_err(|e| EngineError::io(format!("writing {}", file.display()), e))?;
-        }
+        longhaul_proto::data::write_random(&mut f, size >> 20 << 20, fastrand::u64(..))
+            .map_err(|e| EngineError::io(format!("writing {}", file.display()), e))?;
         Ok((guard, file))
     }
 }

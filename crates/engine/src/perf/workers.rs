@@ -167,14 +167,7 @@ pub fn spawn(
 /// Fills a buffer with bytes that do not compress, so nothing on the path
 /// can shrink them.
 pub fn fill_incompressible(buf: &mut [u8], seed: u64) {
-    let mut x = seed | 1;
-    for chunk in buf.chunks_mut(8) {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        let b = x.to_le_bytes();
-        chunk.copy_from_slice(&b[..chunk.len()]);
-    }
+    longhaul_proto::data::Rng::new(seed).fill(buf);
 }
 
 fn micros_since(epoch: Instant) -> u64 {

@@ -133,7 +133,7 @@ impl Access {
     /// one export of its scope, and (checked at each request) only a push
     /// into its destination while it lives.
     pub fn capability(scope: Scope) -> Access {
-        let pull = scope.request.op == longhaul_proto::xfer::copy::CapabilityOp::Pull;
+        let push = scope.request.op == longhaul_proto::xfer::copy::CapabilityOp::Push;
         Access {
             who: format!(
                 "a {} capability for {}",
@@ -148,7 +148,7 @@ impl Access {
             perf: false,
             exports: vec![ExportGrant {
                 name: scope.request.export.clone(),
-                write: !pull,
+                write: push,
             }],
             anonymous: false,
             scope: Some(scope),

@@ -109,14 +109,17 @@ impl Capabilities {
 /// Whether a session admitted by a capability of `scope` may ask for
 /// `ev`: a push capability only pushes (and, a job's, revokes itself and
 /// discards what its pushes left); a pull capability reads (pulls, lists)
-/// and revokes itself. Each request is checked against the scope again.
+/// and revokes itself; an order capability orders its one copy, lists its
+/// sources and revokes itself. Each request is checked against the scope
+/// again.
 pub(super) fn may_ask(scope: &Scope, ev: &longhaul_proto::session::ServerEvent) -> bool {
     use longhaul_proto::session::ServerEvent as E;
     use longhaul_proto::xfer::copy::CapabilityOp;
     match ev {
         E::TransferRequested(_) | E::Stop(_) | E::RevokeRequested => true,
         E::DiscardRequested(_) => scope.request.op == CapabilityOp::Push,
-        E::ListRequested(_) => scope.request.op == CapabilityOp::Pull,
+        E::ListRequested(_) => scope.request.op != CapabilityOp::Push,
+        E::CopyOrdered(_) => scope.request.op == CapabilityOp::Order,
         _ => false,
     }
 }
@@ -277,6 +280,13 @@ fn check_order<'a>(
             RefuseCode::TlsRequired,
             "a third-party copy is ordered inside TLS only: its capability crossed in the clear, and is not used".into(),
         ));
+    }
+    if let Some(scope) = &access.scope {
+        shared
+            .capabilities
+            .alive(scope)
+            .and_then(|()| longhaul_proto::xfer::copy::within_order_scope(&scope.request, order))
+            .map_err(|m| (RefuseCode::Unauthorized, m))?;
     }
     let ex = super::files::export(shared, &order.export, access)?;
     access

@@ -137,6 +137,17 @@ pub(super) fn scope_words(export: &str, req: &GrantRequest) -> String {
     match req.op {
         CapabilityOp::Push => format!("into {export}/{}", escaped(&req.dest)),
         CapabilityOp::Pull => format!("to read {export}/{{{}}}", escaped(&req.sources.join(", "))),
+        CapabilityOp::Order => format!(
+            "to order {export}/{{{}}} sent to {}",
+            escaped(&req.sources.join(", ")),
+            req.order
+                .as_ref()
+                .map_or(String::new(), |o| escaped(&format!(
+                    "{} {}/{}",
+                    o.target, o.dest_export, o.dest
+                ))
+                .to_string())
+        ),
     }
 }
 
@@ -180,12 +191,15 @@ pub(super) fn check_grant(
                 .map(|_| ())
                 .map_err(bad)
         }
-        CapabilityOp::Pull => {
+        CapabilityOp::Pull | CapabilityOp::Order => {
             if !req.durable {
                 return Err((
                     RefuseCode::BadRequest,
-                    "a capability to read is for a job only (durable)".into(),
+                    "a capability to read or to order a copy is for a job only (durable)".into(),
                 ));
+            }
+            if req.op == CapabilityOp::Order {
+                check_order_scope(req.order.as_ref())?;
             }
             access.check_read(ex).map_err(denied)?;
             let n = req.sources.len();
@@ -205,6 +219,28 @@ pub(super) fn check_grant(
             Ok(())
         }
     }
+}
+
+/// Whether an order capability's destination is one a copy order could
+/// name: a pinned certificate, an address and an export, within the
+/// budgets of a job's spec.
+fn check_order_scope(
+    to: Option<&longhaul_proto::xfer::copy::OrderScope>,
+) -> Result<(), (RefuseCode, String)> {
+    let bad = |m: String| (RefuseCode::BadRequest, m);
+    let to = to.ok_or_else(|| bad("a capability to order a copy names its destination".into()))?;
+    crate::net::tls::parse_fingerprint(&to.fingerprint).map_err(bad)?;
+    let max = longhaul_proto::job::MAX_PATH;
+    if to.target.is_empty()
+        || to.dest_export.is_empty()
+        || to.target.len() > 300
+        || to.dest.len() > max
+    {
+        return Err(bad(format!(
+            "a capability to order a copy names its destination's address (up to 300 bytes), export and path (up to {max} bytes)"
+        )));
+    }
+    Ok(())
 }
 
 /// The holder of a capability revokes it: it no longer works, here or

@@ -306,7 +306,7 @@ pub fn report_of(s: &CpSummary) -> CopyReport {
 
 /// A summary from a source's report: its fields, the rest default (the
 /// network rate is the report's rate: the source's streams carried it).
-fn summary_of(r: CopyReport) -> CpSummary {
+pub(crate) fn summary_of(r: CopyReport) -> CpSummary {
     CpSummary {
         files: r.files,
         bytes: r.bytes,
@@ -336,7 +336,7 @@ fn summary_of(r: CopyReport) -> CpSummary {
 }
 
 /// What a source relays while it copies.
-enum Relayed {
+pub(crate) enum Relayed {
     Progress(TransferProgress),
     Interval(longhaul_proto::tune::TransferInterval),
     Landed(longhaul_proto::xfer::copy::CopyLanded),
@@ -348,7 +348,7 @@ enum Relayed {
 /// `order.connect_back`, the source listens where this client reached it,
 /// and each of its requests to connect back is written to the
 /// destination's ssh channel by `walled`, its route.
-fn run_order(
+pub(crate) fn run_order(
     host: &str,
     o: &ClientOptions,
     mut order: CopyOrder,

@@ -881,11 +881,9 @@ mod tests {
             ])
             .collect();
         let f = Filter::new(&rules, false).unwrap();
-        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let mut rng = longhaul_proto::data::Rng::new(1);
         for n in 0..20_000u32 {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
+            let x = rng.next();
             let name: String = (0..40)
                 .map(|k| char::from(b"ab/xyzq"[((x >> (k % 60)) as usize + k) % 7]))
                 .collect();

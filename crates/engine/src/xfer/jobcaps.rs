@@ -2,16 +2,24 @@
 //! (PROTOCOL.md 13.9a): `submit` asks each far end for one scoped to the
 //! job ([`ask`]), the job server presents it for each attempt, has a
 //! cancelled push's partial files removed ([`discard`]) and revokes it when
-//! the job ends ([`revoke`]); and a client's words with a job server
+//! the job ends ([`revoke`]), and orders the copy of a job between two
+//! other servers ([`ordered_cp`]); and a client's words with a job server
 //! ([`ask_job_server`]).
 
 use std::time::Instant;
 
+use std::sync::atomic::Ordering::Relaxed;
+
 use longhaul_proto::msg::Message;
-use longhaul_proto::xfer::copy::{Discard, GrantRequest, DISCARD_MAX, FEATURE_JOB_GRANTS};
+use longhaul_proto::xfer::copy::{
+    CopyOrder, Discard, GrantRequest, DISCARD_MAX, FEATURE_JOB_GRANTS,
+};
 
 use crate::net::dial::{open_control, ClientOptions, Security};
 use crate::net::tls;
+use crate::report::Reporter;
+use crate::xfer::client::{CpOptions, CpSummary};
+use crate::xfer::copy::{run_order, summary_of, Relayed};
 use crate::EngineError;
 
 /// A capability a far end issued for a job.
@@ -123,6 +131,50 @@ pub fn discard(target: &str, o: &ClientOptions, paths: &[String]) -> Result<u64,
         })?;
     }
     Ok(removed)
+}
+
+/// A job's copy between two other servers (PROTOCOL.md 13.9a, an
+/// `order` capability): orders the source `host` (`o.client` presents the
+/// job's order capability there) to run `order` (which carries the
+/// destination's capability) and follows it to its end. The relayed
+/// counters go to `o.progress` (what the job's heartbeat reads), each
+/// landed file to `o.catalogue`, the counters and intervals to `reporter`.
+pub fn ordered_cp(
+    host: &str,
+    o: &CpOptions,
+    order: CopyOrder,
+    reporter: &mut (dyn Reporter + Send),
+) -> Result<CpSummary, EngineError> {
+    let started = Instant::now();
+    let src_export = order.export.clone();
+    let (report, ..) = run_order(host, &o.client, order, None, &mut |r| match r {
+        Relayed::Progress(p) => {
+            let c = &o.progress;
+            c.bytes.store(p.bytes, Relaxed);
+            c.files.store(p.files, Relaxed);
+            c.announced_bytes.store(p.announced_bytes, Relaxed);
+            c.announced_files.store(p.announced_files, Relaxed);
+            c.walk_done.store(p.walk_done, Relaxed);
+            reporter.transfer_progress(&p);
+        }
+        Relayed::Interval(i) => reporter.transfer_interval(&i),
+        Relayed::Landed(l) => {
+            if let Some(catalogue) = &o.catalogue {
+                let names = (format!("{host}:{src_export}/{}", l.source), l.dest);
+                catalogue(crate::xfer::Landed {
+                    path: l.path,
+                    size: l.size,
+                    mtime_ns: l.mtime_ns,
+                    digest: l.digest,
+                    namer: std::sync::Arc::new(move |_: &str| names.clone()),
+                });
+            }
+        }
+    })?;
+    Ok(CpSummary {
+        seconds: started.elapsed().as_secs_f64(),
+        ..summary_of(report)
+    })
 }
 
 /// Sends one message about jobs (a submission, a command) to the job

@@ -191,36 +191,79 @@ fn json<T: serde::Serialize>(v: &T) -> String {
     serde_json::to_string(v).unwrap_or_else(|_| "null".into())
 }
 
-impl JobStore for PgStore {
-    fn insert(&self, j: &JobRow) -> Result<(), StoreError> {
-        let (spec, history) = (json(&j.spec), json(&j.history));
-        let params: [&(dyn ToSql + Sync); 22] = [
-            &j.id,
-            &j.owner,
-            &j.kind.word(),
-            &j.state.word(),
-            &spec,
-            &i(j.created),
-            &i(j.updated),
-            &i(j.expires),
-            &i(j.next_attempt),
-            &(j.attempts as i32),
-            &(j.runs as i32),
+/// The columns [`JobStore::save`] writes, in its order ($2 to $18 after
+/// the id); [`JobStore::insert`] writes them too, then the ones a job
+/// keeps from its submission.
+const SAVED: &str = "state, spec, updated, expires, next_attempt, attempts, runs, listed, error, worker, lease_until, notified, revoked, history, live_bytes, live_bps, cancel";
+
+/// A row's values that are computed (encoded, converted) before they are
+/// written.
+struct Saved {
+    state: &'static str,
+    spec: String,
+    history: String,
+    times: [i64; 4],
+    counts: [i32; 2],
+    live_bytes: i64,
+}
+
+impl Saved {
+    fn of(j: &JobRow) -> Saved {
+        Saved {
+            state: j.state.word(),
+            spec: json(&j.spec),
+            history: json(&j.history),
+            times: [j.updated, j.expires, j.next_attempt, j.lease_until].map(i),
+            counts: [j.attempts as i32, j.runs as i32],
+            live_bytes: i(j.live_bytes),
+        }
+    }
+
+    /// The values of [`SAVED`], in its order.
+    fn params<'a>(&'a self, j: &'a JobRow) -> [&'a (dyn ToSql + Sync); 17] {
+        let [updated, expires, next_attempt, lease_until] = &self.times;
+        let [attempts, runs] = &self.counts;
+        [
+            &self.state,
+            &self.spec,
+            updated,
+            expires,
+            next_attempt,
+            attempts,
+            runs,
             &j.listed,
-            &j.cancel,
             &j.error,
             &j.worker,
-            &i(j.lease_until),
-            &j.notify_secret,
+            lease_until,
             &j.notified,
             &j.revoked,
-            &history,
-            &i(j.live_bytes),
+            &self.history,
+            &self.live_bytes,
             &j.live_bps,
-        ];
+            &j.cancel,
+        ]
+    }
+}
+
+impl JobStore for PgStore {
+    fn insert(&self, j: &JobRow) -> Result<(), StoreError> {
+        let saved = Saved::of(j);
+        let (kind, created) = (j.kind.word(), i(j.created));
+        let mut params = vec![&j.id as &(dyn ToSql + Sync)];
+        params.extend(saved.params(j));
+        params.extend([
+            &j.owner as &(dyn ToSql + Sync),
+            &kind,
+            &created,
+            &j.notify_secret,
+        ]);
+        let places: Vec<String> = (1..=params.len()).map(|n| format!("${n}")).collect();
         self.with(|c| {
             c.execute(
-                &format!("INSERT INTO longhaul_jobs ({COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22)"),
+                &format!(
+                    "INSERT INTO longhaul_jobs (id, {SAVED}, owner, kind, created, notify_secret) VALUES ({})",
+                    places.join(", ")
+                ),
                 &params,
             )
             .map(|_| ())
@@ -277,28 +320,10 @@ impl JobStore for PgStore {
     }
 
     fn save(&self, j: &JobRow, holder: Option<&str>) -> Result<bool, StoreError> {
-        let (spec, history) = (json(&j.spec), json(&j.history));
-        let params: [&(dyn ToSql + Sync); 19] = [
-            &j.id,
-            &j.state.word(),
-            &spec,
-            &i(j.updated),
-            &i(j.expires),
-            &i(j.next_attempt),
-            &(j.attempts as i32),
-            &(j.runs as i32),
-            &j.listed,
-            &j.error,
-            &j.worker,
-            &i(j.lease_until),
-            &j.notified,
-            &j.revoked,
-            &history,
-            &i(j.live_bytes),
-            &j.live_bps,
-            &j.cancel,
-            &holder,
-        ];
+        let saved = Saved::of(j);
+        let mut params = vec![&j.id as &(dyn ToSql + Sync)];
+        params.extend(saved.params(j));
+        params.push(&holder);
         self.with(|c| {
             c.execute(
                 "UPDATE longhaul_jobs SET state = $2, spec = $3, updated = $4, expires = $5, next_attempt = $6,

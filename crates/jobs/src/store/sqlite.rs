@@ -139,6 +139,7 @@ struct Raw {
 fn raw_of(r: &Row) -> rusqlite::Result<Raw> {
     let state: String = r.get(3)?;
     let kind: String = r.get(2)?;
+    let u = |k: usize| r.get::<_, i64>(k).map(|v| v as u64);
     Ok(Raw {
         row: JobRow {
             id: r.get(0)?,
@@ -146,22 +147,22 @@ fn raw_of(r: &Row) -> rusqlite::Result<Raw> {
             kind: job_kind_of(&kind),
             state: JobState::from_word(&state).unwrap_or(JobState::Failed),
             spec: placeholder_spec(),
-            created: r.get::<_, i64>(5)? as u64,
-            updated: r.get::<_, i64>(6)? as u64,
-            expires: r.get::<_, i64>(7)? as u64,
-            next_attempt: r.get::<_, i64>(8)? as u64,
-            attempts: r.get::<_, i64>(9)? as u32,
-            runs: r.get::<_, i64>(10)? as u32,
+            created: u(5)?,
+            updated: u(6)?,
+            expires: u(7)?,
+            next_attempt: u(8)?,
+            attempts: u(9)? as u32,
+            runs: u(10)? as u32,
             listed: r.get(11)?,
             cancel: r.get(12)?,
             error: r.get(13)?,
             worker: r.get(14)?,
-            lease_until: r.get::<_, i64>(15)? as u64,
+            lease_until: u(15)?,
             notify_secret: r.get(16)?,
             notified: r.get(17)?,
             revoked: r.get(18)?,
             history: Vec::new(),
-            live_bytes: r.get::<_, i64>(20)? as u64,
+            live_bytes: u(20)?,
             live_bps: r.get(21)?,
         },
         spec: r.get(4)?,
@@ -185,6 +186,7 @@ fn placeholder_end() -> longhaul_proto::job::JobEnd {
         paths: Vec::new(),
         dir: false,
         credential: None,
+        ssh: None,
     }
 }
 

@@ -10,6 +10,19 @@
 pub mod sink;
 pub mod source;
 
+/// A file that landed at the sink, as both ends' drivers count it
+/// (progress) and the catalogue records it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Landed {
+    /// Its path as the transfer names it.
+    pub path: String,
+    /// Its size and modification time as announced.
+    pub size: u64,
+    pub mtime_ns: i64,
+    /// Its BLAKE3 (hex, what `b3sum` prints), when it is known.
+    pub digest: Option<String>,
+}
+
 use std::collections::VecDeque;
 
 use crate::msg::Message;

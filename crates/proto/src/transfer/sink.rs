@@ -82,13 +82,7 @@ pub enum SinkAction {
     /// The file is resolved: release what the driver holds of it.
     Release(u64),
     /// A file landed: count it (progress) and record its digest.
-    Landed {
-        path: String,
-        /// Its size and modification time, for the catalogue.
-        size: u64,
-        mtime_ns: i64,
-        digest: Option<String>,
-    },
+    Landed(super::Landed),
     /// The source announced everything.
     WalkDone,
     /// An interval report of the source, for the progress display.
@@ -328,12 +322,12 @@ impl Sink {
             None => {
                 self.report.files += 1;
                 self.report.bytes = self.report.bytes.saturating_add(bytes);
-                self.actions.push_back(SinkAction::Landed {
+                self.actions.push_back(SinkAction::Landed(super::Landed {
                     path: f.path.clone(),
                     size: bytes,
                     mtime_ns: f.mtime_ns,
                     digest: done.digest.clone(),
-                });
+                }));
             }
         }
         self.actions.push_back(SinkAction::Release(done.id));

@@ -74,13 +74,7 @@ pub enum SourceAction<H> {
     /// Stop reading the file: it is resolved or given up.
     Forget(u64),
     /// A file landed at the sink: count it and record its digest.
-    Landed {
-        path: String,
-        size: u64,
-        /// Its modification time as announced (the catalogue records it).
-        mtime_ns: i64,
-        digest: Option<String>,
-    },
+    Landed(super::Landed),
     /// Every entry is announced.
     WalkDone,
     /// The file changed while it was read (`why`) and is announced again.
@@ -385,12 +379,12 @@ impl<H: Clone> Source<H> {
                 None => {
                     self.tally.files += 1;
                     self.tally.bytes = self.tally.bytes.saturating_add(a.carried);
-                    self.actions.push_back(SourceAction::Landed {
+                    self.actions.push_back(SourceAction::Landed(super::Landed {
                         path: a.rel,
                         size: a.size,
                         mtime_ns: a.mtime_ns,
                         digest: d.digest,
-                    });
+                    }));
                 }
             }
         }

@@ -379,15 +379,7 @@ mod tests {
         let mut long = vec![0; text.len() + 1];
         assert!(d.decode(&z, &mut long).is_err());
         assert!(d.decode(b"not zstd at all", &mut out).is_err());
-        let mut rng = 0x9e3779b97f4a7c15u64;
-        let noise: Vec<u8> = (0..BLOCK)
-            .map(|_| {
-                rng ^= rng << 13;
-                rng ^= rng >> 7;
-                rng ^= rng << 17;
-                rng as u8
-            })
-            .collect();
+        let noise = crate::data::bytes(1, BLOCK);
         assert!(e.compress(&noise).is_none(), "noise is stored");
     }
 

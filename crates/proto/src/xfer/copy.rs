@@ -34,6 +34,10 @@ pub enum CapabilityOp {
     Push,
     /// Read (pull, list) beneath the named sources (a job's).
     Pull,
+    /// Order one third-party copy of the named sources to the one
+    /// destination of [`GrantRequest::order`] (a job between two other
+    /// servers: the job server orders the source), and list beneath them.
+    Order,
 }
 
 impl CapabilityOp {
@@ -66,9 +70,30 @@ pub struct GrantRequest {
     #[serde(default, skip_serializing_if = "CapabilityOp::is_push")]
     pub op: CapabilityOp,
     /// `op` pull: the paths within `export` it reads beneath (each one
-    /// as a pull's source names it; `dest` and `dest_dir` are unused).
+    /// as a pull's source names it; `dest` and `dest_dir` are unused);
+    /// `op` order: the sources its one copy sends.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub sources: Vec<String>,
+    /// `op` order: where that copy goes, exactly.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub order: Option<OrderScope>,
+}
+
+/// The one destination an order capability's copy goes to: a
+/// [`CopyOrder`] presented with it must name these, field for field.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OrderScope {
+    /// The destination server, `HOST:PORT`, as the submitting client
+    /// reached it.
+    pub target: String,
+    /// The certificate the submitting client saw there (`SHA256:...`):
+    /// the source pins it, so the copy cannot go to another server
+    /// answering at that address.
+    pub fingerprint: String,
+    pub dest_export: String,
+    pub dest: String,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub dest_dir: bool,
 }
 
 /// A capability's holder -> the server that issued it (0x54): revoke the
@@ -323,6 +348,12 @@ pub struct CopyReport {
 /// export, the destination and its trailing `/` the capability was made
 /// for, and nothing else.
 pub fn within_scope(scope: &GrantRequest, t: &super::TransferRequest) -> Result<(), String> {
+    if scope.op == CapabilityOp::Order {
+        return Err(
+            "a job's order capability orders its one copy and lists its sources: it neither pushes nor pulls"
+                .into(),
+        );
+    }
     if scope.op == CapabilityOp::Pull {
         return within_read_scope(scope, t.op == super::Op::Pull, &t.export, &t.sources);
     }
@@ -373,9 +404,115 @@ pub fn within_read_scope(
     Ok(())
 }
 
+/// Whether a copy order stays within an order capability's scope: its
+/// export, sources beneath the capability's (as a read), and the
+/// destination (address, certificate, export, path, trailing `/`) the
+/// capability names, exactly; never a connection back or a share.
+pub fn within_order_scope(scope: &GrantRequest, o: &CopyOrder) -> Result<(), String> {
+    let Some(to) = scope
+        .order
+        .as_ref()
+        .filter(|_| scope.op == CapabilityOp::Order)
+    else {
+        return Err("this capability orders no copy".into());
+    };
+    within_read_scope(scope, true, &o.export, &o.sources)?;
+    let same = o.target == to.target
+        && o.fingerprint == to.fingerprint
+        && o.dest_export == to.dest_export
+        && o.dest == to.dest
+        && o.dest_dir == to.dest_dir;
+    if !same {
+        return Err(format!(
+            "this job's capability orders a copy to {} {}/{} only",
+            to.target, to.dest_export, to.dest
+        ));
+    }
+    if o.connect_back.is_some() || o.share.is_some() {
+        return Err("a job's ordered copy is dialled by its source, whole".into());
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn ordered() -> (GrantRequest, CopyOrder) {
+        let to = OrderScope {
+            target: "198.18.0.2:5310".into(),
+            fingerprint: "SHA256:b".into(),
+            dest_export: "in".into(),
+            dest: "run7".into(),
+            dest_dir: true,
+        };
+        let scope = GrantRequest {
+            export: "data".into(),
+            op: CapabilityOp::Order,
+            sources: vec!["tree".into()],
+            order: Some(to.clone()),
+            durable: true,
+            ..GrantRequest::default()
+        };
+        let order = CopyOrder {
+            export: "data".into(),
+            sources: vec!["tree".into()],
+            target: to.target,
+            fingerprint: to.fingerprint,
+            capability: "lh1c_b".into(),
+            dest_export: to.dest_export,
+            dest: to.dest,
+            dest_dir: true,
+            options: CopyOptions::default(),
+            connect_back: None,
+            share: None,
+        };
+        (scope, order)
+    }
+
+    /// The attacker holds an order capability (a job server's database
+    /// stolen): it orders its one copy, and no copy of anything else or
+    /// to anywhere else; it neither pushes nor pulls.
+    #[test]
+    fn an_order_capability_orders_its_one_copy_and_nothing_wider() {
+        let (scope, order) = ordered();
+        assert!(within_order_scope(&scope, &order).is_ok());
+        let mut beneath = order.clone();
+        beneath.sources = vec!["tree/sub".into()];
+        assert!(within_order_scope(&scope, &beneath).is_ok());
+        let widened: Vec<fn(&mut CopyOrder)> = vec![
+            |o| o.sources = vec!["secret".into()],
+            |o| o.sources = vec!["tree/../secret".into()],
+            |o| o.sources = vec!["tree".into(), "secret".into()],
+            |o| o.export = "other".into(),
+            |o| o.target = "203.0.113.9:5310".into(),
+            |o| o.fingerprint = "SHA256:attacker".into(),
+            |o| o.dest_export = "out".into(),
+            |o| o.dest = "elsewhere".into(),
+            |o| o.dest_dir = false,
+            |o| {
+                o.connect_back = Some(ConnectBackOrder {
+                    addr: "203.0.113.9".into(),
+                })
+            },
+            |o| o.share = Some(Vec::new()),
+        ];
+        for (n, widen) in widened.iter().enumerate() {
+            let mut o = order.clone();
+            widen(&mut o);
+            assert!(
+                within_order_scope(&scope, &o).is_err(),
+                "widening {n}: {o:?}"
+            );
+        }
+        for op in [CapabilityOp::Push, CapabilityOp::Pull] {
+            let other = GrantRequest {
+                op,
+                ..scope.clone()
+            };
+            assert!(within_order_scope(&other, &order).is_err(), "{op:?}");
+        }
+    }
 
     #[test]
     fn a_read_outside_a_pull_capability_is_refused() {
@@ -484,5 +621,12 @@ mod tests {
         }
         t.sources = vec!["x".into()];
         assert!(within_scope(&scope, &t).is_ok());
+        // A job's order capability for the same export neither pushes
+        // there nor pulls its own sources.
+        let (order_scope, _) = ordered();
+        assert!(within_scope(&order_scope, &t).is_err());
+        t.op = super::super::Op::Pull;
+        t.sources = vec!["tree".into()];
+        assert!(within_scope(&order_scope, &t).is_err());
     }
 }

@@ -841,7 +841,7 @@ pub struct Remote {
 }
 
 /// How sources land at a destination. One rule for `cp` and `sync`,
-/// rsync's (README, "Where files land"):
+/// rsync's (docs/GUIDE.md, "Where files land"):
 ///
 /// - a source named with a trailing `/` stands for its contents, which go
 ///   *onto* the destination (created if missing: it becomes the copy);

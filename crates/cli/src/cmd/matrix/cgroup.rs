@@ -104,20 +104,17 @@ impl Joiner {
     /// The calling process joins the group: for `pre_exec`, between fork
     /// and exec (open and write only; "0" names the writer in v1 and v2).
     pub fn join_self(&self) -> std::io::Result<()> {
-        // SAFETY: open/write/close with a NUL-terminated path we own and a
-        // static buffer; async-signal-safe, no allocation.
-        unsafe {
-            let fd = libc::open(self.procs.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
-            if fd < 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            let n = libc::write(fd, b"0".as_ptr().cast(), 1);
-            libc::close(fd);
-            if n != 1 {
-                return Err(std::io::Error::last_os_error());
-            }
+        use rustix::fs::{Mode, OFlags};
+        // A path made before the fork, a static buffer: no allocation.
+        let fd = rustix::fs::open(
+            self.procs.as_c_str(),
+            OFlags::WRONLY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )?;
+        match rustix::io::write(&fd, b"0")? {
+            1 => Ok(()),
+            _ => Err(std::io::ErrorKind::WriteZero.into()),
         }
-        Ok(())
     }
 }
 
@@ -137,8 +134,10 @@ fn pids(dir: &Path) -> Vec<i32> {
 
 fn kill_in(dir: &Path) {
     for pid in pids(dir) {
-        // SAFETY: kill(2) of a process in a cgroup only the matrix makes.
-        unsafe { libc::kill(pid, libc::SIGKILL) };
+        // A process in a cgroup only the matrix makes.
+        if let Some(pid) = rustix::process::Pid::from_raw(pid) {
+            let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
+        }
     }
 }
 

@@ -475,6 +475,7 @@ impl<'a> Matrix<'a> {
                     let state = far::join(&[&vars["state"]])?;
                     f.ssh
                         .run(&format!("mkdir -p {state} && {}", far::join(&words)?), None)
+                        .map_err(String::from)
                 })(),
                 None => std::process::Command::new(&argv[0])
                     .args(&argv[1..])
@@ -995,15 +996,8 @@ fn far_vars(
 /// one in use is seen before the start (it already accepts) or by the
 /// server's failure to bind.
 fn far_ports() -> (u16, u16) {
-    let mut b = [0u8; 4];
-    let _ = getrandom_bytes(&mut b);
-    let a = 20000 + u16::from_le_bytes([b[0], b[1]]) % 12000;
-    (a, a + 1 + u16::from(b[2] % 100))
-}
-
-fn getrandom_bytes(b: &mut [u8]) -> std::io::Result<()> {
-    use std::io::Read as _;
-    std::fs::File::open("/dev/urandom")?.read_exact(b)
+    let a = fastrand::u16(20000..32000);
+    (a, a + 1 + fastrand::u16(..100))
 }
 
 /// The client's side of a private sshd the over-ssh tools' template

@@ -13,129 +13,52 @@
 //! server's process group; the matrix also kills it by its PID over ssh.
 
 use std::io::{BufRead, Write as _};
-use std::os::unix::process::CommandExt;
 use std::path::Path;
-use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::process::{ChildStdin, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// How to reach the far host.
-#[derive(Clone)]
-pub struct Ssh {
-    /// The ssh command line, split.
-    rsh: Vec<String>,
-    /// With OpenSSH, the matrix's own commands (not the tools' runs) share
-    /// one connection: `-o ControlPath=...` of the master [`Far`] holds.
-    mux: Vec<String>,
-    pub dest: String,
+use longhaul_engine::process::Owned;
+pub use longhaul_engine::ssh::{quote as join, Ssh};
+
+/// How to reach the far host `dest`: each command in a process group of its
+/// own, ended by the kernel if the matrix dies.
+pub fn ssh(dest: &str, rsh: Option<&str>) -> Result<Ssh, String> {
+    Ok(Ssh::new(dest, rsh)?.owned())
 }
 
-impl Ssh {
-    pub fn new(dest: &str, rsh: Option<&str>) -> Result<Ssh, String> {
-        let line = rsh.unwrap_or("ssh").to_string();
-        let argv = shlex::split(&line)
-            .filter(|v| !v.is_empty())
-            .ok_or_else(|| format!("--rsh '{line}': not a command line (check its quotes)"))?;
-        // A host that starts with '-' would be read by ssh as an option.
-        if dest.starts_with('-') || dest.is_empty() {
-            return Err(format!("--far '{dest}': not a host name"));
-        }
-        Ok(Ssh {
-            rsh: argv,
-            mux: vec![],
-            dest: dest.to_string(),
+/// For each list of programs, those not found on the far host.
+pub fn missing(ssh: &Ssh, needs: &[Vec<String>]) -> Result<Vec<Vec<String>>, String> {
+    let mut all: Vec<&str> = needs.iter().flatten().map(String::as_str).collect();
+    all.sort_unstable();
+    all.dedup();
+    if all.is_empty() {
+        return Ok(vec![vec![]; needs.len()]);
+    }
+    let words = join(&all)?;
+    // sbin too: sshd and the like are off a user's PATH.
+    let out = ssh.run(
+        &format!(
+            "PATH=$PATH:/usr/sbin:/sbin; for p in {words}; do command -v \"$p\" >/dev/null 2>&1 || echo \"$p\"; done"
+        ),
+        None,
+    )?;
+    let absent: Vec<&str> = out.lines().map(str::trim).collect();
+    Ok(needs
+        .iter()
+        .map(|n| {
+            n.iter()
+                .filter(|p| absent.contains(&p.as_str()))
+                .cloned()
+                .collect()
         })
-    }
-
-    /// ssh running `remote` (a shell command line) on the far host, in a
-    /// process group of its own, ended by the kernel if the matrix dies.
-    fn command(&self, remote: &str) -> Command {
-        let mut c = Command::new(&self.rsh[0]);
-        c.args(&self.rsh[1..])
-            .args(&self.mux)
-            .arg(&self.dest)
-            .arg(remote)
-            .process_group(0);
-        // SAFETY: prctl is async-signal-safe; nothing else runs between fork and exec.
-        unsafe {
-            c.pre_exec(|| {
-                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
-                Ok(())
-            });
-        }
-        c
-    }
-
-    /// Runs a short far command, feeding it `input`: its standard output.
-    pub fn run(&self, remote: &str, input: Option<&[u8]>) -> Result<String, String> {
-        let mut c = self.command(remote);
-        c.stdin(if input.is_some() {
-            Stdio::piped()
-        } else {
-            Stdio::null()
-        })
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-        let mut child = c
-            .spawn()
-            .map_err(|e| format!("cannot run `{}` to reach {}: {e}", self.rsh[0], self.dest))?;
-        if let (Some(data), Some(mut w)) = (input, child.stdin.take()) {
-            w.write_all(data)
-                .map_err(|e| format!("cannot write to {} over ssh: {e}", self.dest))?;
-        }
-        let out = child
-            .wait_with_output()
-            .map_err(|e| format!("ssh to {}: {e}", self.dest))?;
-        if !out.status.success() {
-            return Err(format!(
-                "`{remote}` on {} failed ({}): {}",
-                self.dest,
-                out.status,
-                longhaul_proto::units::escaped(String::from_utf8_lossy(&out.stderr).trim())
-            ));
-        }
-        Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
-    }
-
-    /// For each list of programs, those not found on the far host.
-    pub fn missing(&self, needs: &[Vec<String>]) -> Result<Vec<Vec<String>>, String> {
-        let mut all: Vec<&str> = needs.iter().flatten().map(String::as_str).collect();
-        all.sort_unstable();
-        all.dedup();
-        if all.is_empty() {
-            return Ok(vec![vec![]; needs.len()]);
-        }
-        let words = join(&all)?;
-        // sbin too: sshd and the like are off a user's PATH.
-        let out = self.run(
-            &format!(
-                "PATH=$PATH:/usr/sbin:/sbin; for p in {words}; do command -v \"$p\" >/dev/null 2>&1 || echo \"$p\"; done"
-            ),
-            None,
-        )?;
-        let absent: Vec<&str> = out.lines().map(str::trim).collect();
-        Ok(needs
-            .iter()
-            .map(|n| {
-                n.iter()
-                    .filter(|p| absent.contains(&p.as_str()))
-                    .cloned()
-                    .collect()
-            })
-            .collect())
-    }
-}
-
-/// `words` quoted for the far shell.
-pub fn join(words: &[&str]) -> Result<String, String> {
-    shlex::try_join(words.iter().copied())
-        .map_err(|e| format!("cannot quote {words:?} for the far shell: {e}"))
+        .collect())
 }
 
 /// The far host's work directory, removed when dropped.
 pub struct Far {
     pub ssh: Ssh,
     /// The OpenSSH master connection the matrix's own commands share.
-    master: Option<super::run::Owned>,
+    master: Option<Owned>,
     /// Its work directory (absolute).
     pub root: String,
     /// Its address as its sshd saw this connection (`$SSH_CONNECTION`):
@@ -146,7 +69,7 @@ pub struct Far {
 impl Far {
     /// `sock`: where a master connection's socket may go (a private directory).
     pub fn open(ssh: &Ssh, sock: &Path) -> Result<Far, String> {
-        let (ssh, master) = multiplex(ssh, sock);
+        let (ssh, master) = ssh.multiplex(sock);
         let ssh = &ssh;
         let out = ssh.run(
             "d=$(mktemp -d \"${TMPDIR:-/tmp}/longhaul-matrix.XXXXXXXX\") && echo \"$d\" && echo $SSH_CONNECTION",
@@ -181,9 +104,8 @@ impl Far {
     }
 
     pub fn mkdir(&self, dir: &str) -> Result<(), String> {
-        self.ssh
-            .run(&format!("mkdir -p {}", join(&[dir])?), None)
-            .map(drop)
+        self.ssh.run(&format!("mkdir -p {}", join(&[dir])?), None)?;
+        Ok(())
     }
 
     pub fn remove(&self, path: &str) {
@@ -194,8 +116,8 @@ impl Far {
 
     pub fn write(&self, path: &str, text: &str) -> Result<(), String> {
         self.ssh
-            .run(&format!("cat > {}", join(&[path])?), Some(text.as_bytes()))
-            .map(drop)
+            .run(&format!("cat > {}", join(&[path])?), Some(text.as_bytes()))?;
+        Ok(())
     }
 
     /// Starts `argv` in the far work directory in a session of its own
@@ -238,9 +160,10 @@ impl Far {
         c.stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::null());
-        let mut child = c
-            .spawn()
-            .map_err(|e| format!("cannot run ssh to {}: {e}", self.ssh.dest))?;
+        let mut child = Owned::new(
+            c.spawn()
+                .map_err(|e| format!("cannot run ssh to {}: {e}", self.ssh.dest))?,
+        );
         let out = child.stdout.take().ok_or("no stdout")?;
         let stdin = child.stdin.take();
         let mut s = FarServer {
@@ -320,13 +243,6 @@ impl Far {
         from: &str,
         to: &str,
     ) -> Result<(), String> {
-        let words: Vec<&str> = self
-            .ssh
-            .rsh
-            .iter()
-            .chain(&self.ssh.mux)
-            .map(String::as_str)
-            .collect();
         // -a: the permission bits too, which the check compares.
         let out = Command::new(bin)
             .args([
@@ -338,7 +254,7 @@ impl Far {
                 remote_path,
             ])
             .args([from, to])
-            .env("LONGHAUL_RSH", join(&words)?)
+            .env("LONGHAUL_RSH", self.ssh.line()?)
             .stdin(Stdio::null())
             .output()
             .map_err(|e| format!("cannot run {}: {e}", bin.display()))?;
@@ -360,63 +276,9 @@ impl Drop for Far {
     }
 }
 
-/// With OpenSSH (`ssh` as the command), a master connection of ours in the
-/// foreground (`ControlMaster=yes -N`, not `-M`: with the option that
-/// makes it `ask`; ended by its PID), and `ssh` using it: one key
-/// exchange for the matrix's dozens of short far commands. Otherwise, or
-/// if it does not come up, `ssh` as it is.
-fn multiplex(ssh: &Ssh, sock: &Path) -> (Ssh, Option<super::run::Owned>) {
-    let is_openssh = Path::new(&ssh.rsh[0]).file_name() == Some(std::ffi::OsStr::new("ssh"));
-    if !is_openssh {
-        return (ssh.clone(), None);
-    }
-    let path = format!("ControlPath={}", sock.display());
-    let mut c = Command::new(&ssh.rsh[0]);
-    c.args(&ssh.rsh[1..])
-        .args([
-            "-o",
-            &path,
-            "-o",
-            "ControlMaster=yes",
-            "-o",
-            "ControlPersist=no",
-        ])
-        .arg("-N")
-        .arg(&ssh.dest)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .process_group(0);
-    // SAFETY: prctl is async-signal-safe; nothing else runs between fork and exec.
-    unsafe {
-        c.pre_exec(|| {
-            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
-            Ok(())
-        });
-    }
-    let Ok(child) = c.spawn() else {
-        return (ssh.clone(), None);
-    };
-    let mut owned = super::run::Owned { child };
-    let until = Instant::now() + Duration::from_secs(15);
-    while Instant::now() < until {
-        if sock.exists() {
-            let mut s = ssh.clone();
-            s.mux = vec!["-o".into(), path, "-o".into(), "ControlMaster=no".into()];
-            return (s, Some(owned));
-        }
-        if matches!(owned.child.try_wait(), Ok(Some(_))) {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    drop(owned);
-    (ssh.clone(), None)
-}
-
 /// A server on the far host; ended (its process group) when dropped.
 pub struct FarServer {
-    child: Child,
+    child: Owned,
     /// The far shell's input: requests, and the server's lifeline.
     stdin: Option<ChildStdin>,
     out: std::io::BufReader<ChildStdout>,
@@ -449,12 +311,8 @@ impl Drop for FarServer {
     fn drop(&mut self) {
         // Its lifeline: on EOF the far shell kills the server's group and exits.
         drop(self.stdin.take());
-        let until = Instant::now() + Duration::from_secs(5);
-        while Instant::now() < until {
-            if matches!(self.child.try_wait(), Ok(Some(_))) {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(20));
+        if self.child.wait_for(Duration::from_secs(5)).is_some() {
+            return;
         }
         // The session hangs: end the server by its PID over a new one.
         if self.pid > 0 {
@@ -466,8 +324,6 @@ impl Drop for FarServer {
                 None,
             );
         }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 

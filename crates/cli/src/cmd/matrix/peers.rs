@@ -284,15 +284,11 @@ pub fn read_tools_file(path: &std::path::Path) -> Result<Vec<Tool>, String> {
 
 /// Whether every program `t` needs is on PATH; else the install line.
 pub fn missing(t: &Tool) -> Option<String> {
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    // sshd lives in /usr/sbin, off a user's PATH.
-    let dirs: Vec<std::path::PathBuf> = std::env::split_paths(&path)
-        .chain(["/usr/sbin", "/sbin"].map(Into::into))
-        .collect();
+    // sshd lives in /usr/sbin, off a user's PATH: the lookup looks there too.
     let absent: Vec<&str> = t
         .needs
         .iter()
-        .filter(|p| !dirs.iter().any(|d| is_executable(&d.join(p.as_str()))))
+        .filter(|p| longhaul_engine::process::find_program(p).is_none())
         .map(String::as_str)
         .collect();
     if absent.is_empty() {
@@ -307,11 +303,6 @@ pub fn missing(t: &Tool) -> Option<String> {
             t.package
         )
     })
-}
-
-fn is_executable(p: &std::path::Path) -> bool {
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
 }
 
 /// `s` with every known `{key}` replaced.

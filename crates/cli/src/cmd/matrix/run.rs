@@ -10,43 +10,18 @@ use std::collections::BTreeMap;
 use std::io::{BufRead, Read as _, Write as _};
 use std::os::unix::process::CommandExt;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use super::cgroup::Group;
 
-/// A process of ours, ended (by its process group) when dropped.
-pub struct Owned {
-    pub child: Child,
-}
+/// A process of ours, ended (by its process group: SIGTERM, then SIGKILL
+/// after [`GRACE`]) when dropped.
+pub use longhaul_engine::process::Owned;
 
-impl Owned {
-    pub fn pid(&self) -> i32 {
-        self.child.id() as i32
-    }
-}
-
-impl Drop for Owned {
-    fn drop(&mut self) {
-        let pg = self.pid();
-        // SAFETY: kill(2) on our own child's process group; no memory involved.
-        unsafe { libc::kill(-pg, libc::SIGTERM) };
-        let until = Instant::now() + Duration::from_secs(3);
-        while Instant::now() < until {
-            if matches!(self.child.try_wait(), Ok(Some(_))) {
-                // Its session children may outlive it.
-                // SAFETY: kill(2) on our own child's process group.
-                unsafe { libc::kill(-pg, libc::SIGKILL) };
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        // SAFETY: kill(2) on our own child's process group.
-        unsafe { libc::kill(-pg, libc::SIGKILL) };
-        let _ = self.child.wait();
-    }
-}
+/// How long a process of ours has to end after SIGTERM.
+const GRACE: Duration = Duration::from_secs(3);
 
 /// A command in its own process group (and `cgroup`, where CPU is
 /// counted), killed if the matrix dies.
@@ -62,14 +37,7 @@ fn command(
     full.extend(argv.iter().cloned());
     let (prog, rest) = full.split_first().ok_or("an empty command")?;
     let mut c = Command::new(prog);
-    c.args(rest).stdin(Stdio::null()).process_group(0);
-    // SAFETY: prctl is async-signal-safe; nothing else runs between fork and exec.
-    unsafe {
-        c.pre_exec(|| {
-            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
-            Ok(())
-        });
-    }
+    longhaul_engine::process::own(c.args(rest).stdin(Stdio::null()));
     if let Some(g) = cgroup {
         let join = g.joiner();
         // SAFETY: the joiner only opens and writes a path made before the fork.
@@ -111,14 +79,14 @@ pub fn wan_up(bin: &Path, rtt: Duration, loss: f64, rate: u64) -> Result<Wan, St
     let child = c
         .spawn()
         .map_err(|e| format!("cannot start `longhaul wan up`: {e}"))?;
-    let mut proc = Owned { child };
-    let out = proc.child.stdout.take().ok_or("no stdout")?;
+    let mut proc = Owned::new(child).with_grace(GRACE);
+    let out = proc.stdout.take().ok_or("no stdout")?;
     let mut line = String::new();
     let _ = std::io::BufReader::new(out).read_line(&mut line);
     if !line.contains("\"hosts\"") {
         let mut err = String::new();
-        if let Some(mut e) = proc.child.stderr.take() {
-            let _ = proc.child.wait();
+        if let Some(mut e) = proc.stderr.take() {
+            let _ = proc.wait();
             let _ = e.read_to_string(&mut err);
         }
         return Err(format!(
@@ -170,9 +138,10 @@ pub fn connects(netns: Option<&str>, host: &str, port: u16) -> bool {
             let Ok(f) = std::fs::File::open(&ns) else {
                 return false;
             };
-            use std::os::fd::AsRawFd;
-            // SAFETY: setns on this thread only, with an fd we hold open.
-            if unsafe { libc::setns(f.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
+            use rustix::thread::{move_into_link_name_space, LinkNameSpaceType};
+            use std::os::fd::AsFd;
+            // This thread only.
+            if move_into_link_name_space(f.as_fd(), Some(LinkNameSpaceType::Network)).is_err() {
                 return false;
             }
         }
@@ -243,10 +212,10 @@ pub fn start_server(
     let child = c
         .spawn()
         .map_err(|e| format!("cannot start `{}`: {e}", argv.join(" ")))?;
-    let mut s = Owned { child };
+    let mut s = Owned::new(child).with_grace(GRACE);
     let until = Instant::now() + Duration::from_secs(10);
     while Instant::now() < until {
-        if let Ok(Some(st)) = s.child.try_wait() {
+        if let Ok(Some(st)) = s.try_wait() {
             let text = std::fs::read_to_string(log).unwrap_or_default();
             return Err(format!(
                 "its server exited ({st}): {}",
@@ -329,15 +298,13 @@ pub fn run_client(r: &Client) -> Ran {
             } else {
                 "timed out"
             });
-            // SAFETY: kill(2) on our child's own process group.
-            unsafe { libc::kill(-pid, libc::SIGKILL) };
+            longhaul_engine::process::kill_group(pid);
         }
         std::thread::sleep(Duration::from_millis(5));
     };
     let seconds = t0.elapsed().as_secs_f64();
     // Anything it left in its group and its cgroup.
-    // SAFETY: kill(2) on the process group of the child we just reaped.
-    unsafe { libc::kill(-pid, libc::SIGKILL) };
+    longhaul_engine::process::kill_group(pid);
     let cpu = r.cgroup.and_then(|g| {
         g.kill_all();
         Some(g.usage()? - cpu0?)
@@ -363,102 +330,54 @@ pub fn run_client(r: &Client) -> Ran {
     }
 }
 
-/// Incompressible bytes: BLAKE3's output stream keyed by `seed`.
-fn write_random(path: &Path, len: u64, seed: u64) -> std::io::Result<()> {
-    let mut h = blake3::Hasher::new();
-    h.update(&seed.to_le_bytes());
-    let mut xof = h.finalize_xof();
-    let mut f = std::io::BufWriter::with_capacity(1 << 20, std::fs::File::create(path)?);
-    let mut buf = vec![0u8; 1 << 20];
-    let mut left = len;
-    while left > 0 {
-        let n = left.min(buf.len() as u64) as usize;
-        xof.fill(&mut buf[..n]);
-        f.write_all(&buf[..n])?;
-        left -= n as u64;
-    }
-    f.flush()
-}
-
 fn set_mode(p: &Path, mode: u32) -> std::io::Result<()> {
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode))
 }
 
 /// Makes a workload's data under `dir` (absent before): returns its bytes
-/// and files. The tree has the edges a copy must keep: an empty directory
-/// inside another, a symbolic link to a file, a private directory and
-/// files of modes 0600 and 0755 among the 0644 ones.
+/// and files. The tree is `longhaul_proto::data::workload`'s: for the
+/// mixed tree, with the edges a copy must keep (an empty directory inside
+/// another, a symbolic link to a file, a private directory and files of
+/// modes 0600 and 0755 among the 0644 ones).
 pub fn make_data(workload: &str, dir: &Path, size: u64, files: u32) -> std::io::Result<(u64, u64)> {
+    use longhaul_proto::data::{self, Planned};
     std::fs::create_dir_all(dir)?;
-    let mut seed = 1u64;
-    let mut next = || {
-        // splitmix64: sizes only, not the bytes.
-        seed = seed.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = seed;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    };
-    let (mut bytes, mut n) = (0u64, 0u64);
-    match workload {
-        "elephant" => {
-            write_random(&dir.join("big.bin"), size, 7)?;
-            set_mode(&dir.join("big.bin"), 0o644)?;
-            bytes = size;
-            n = 1;
-        }
-        "smallfiles" => {
-            let dirs = (files / 100).max(1);
-            for i in 0..files {
-                let d = dir.join(format!("d{:03}", i % dirs));
-                std::fs::create_dir_all(&d)?;
-                let len = 1024 + next() % (64 * 1024 - 1024);
-                let f = d.join(format!("f{i:06}"));
-                write_random(&f, len, 1000 + u64::from(i))?;
-                set_mode(&f, 0o644)?;
-                bytes += len;
-                n += 1;
+    let plan = data::workload(workload, size, files);
+    for entry in &plan {
+        match entry {
+            Planned::Dir { path, .. } => std::fs::create_dir_all(dir.join(path))?,
+            Planned::File {
+                path,
+                len,
+                seed,
+                mode,
+            } => {
+                let f = dir.join(path);
+                if let Some(parent) = f.parent() {
+                    std::fs::create_dir_all(parent)?;
+                }
+                let mut out =
+                    std::io::BufWriter::with_capacity(1 << 20, std::fs::File::create(&f)?);
+                data::write_random(&mut out, *len, *seed)?;
+                out.flush()?;
+                set_mode(&f, *mode)?;
             }
-        }
-        _ => {
-            // A mixed tree: nested directories, sizes from empty to size/8.
-            let count = (files / 10).max(4);
-            let big = (size / 8).max(1 << 20);
-            for i in 0..count {
-                let d = dir.join(format!("a{}/b{}", i % 3, i % 7));
-                std::fs::create_dir_all(&d)?;
-                let len = match i % 10 {
-                    0 => 0,
-                    1 => big,
-                    2..=4 => next() % (1 << 20),
-                    _ => next() % (64 * 1024),
-                };
-                let f = d.join(format!("t{i:05}.dat"));
-                write_random(&f, len, 5000 + u64::from(i))?;
-                set_mode(
-                    &f,
-                    match i % 5 {
-                        1 => 0o600,
-                        2 => 0o755,
-                        _ => 0o644,
-                    },
-                )?;
-                bytes += len;
-                n += 1;
+            Planned::Link { path, target } => {
+                std::os::unix::fs::symlink(target, dir.join(path))?;
             }
-            std::fs::create_dir_all(dir.join("empty/dir"))?;
-            let private = dir.join("private");
-            std::fs::create_dir_all(&private)?;
-            write_random(&private.join("key"), 4096, 9)?;
-            set_mode(&private.join("key"), 0o600)?;
-            set_mode(&private, 0o700)?;
-            std::os::unix::fs::symlink("b3/t00003.dat", dir.join("a0/link"))?;
-            bytes += 4096;
-            n += 1;
         }
     }
-    Ok((bytes, n))
+    for entry in &plan {
+        if let Planned::Dir {
+            path,
+            mode: Some(mode),
+        } = entry
+        {
+            set_mode(&dir.join(path), *mode)?;
+        }
+    }
+    Ok(data::totals(&plan))
 }
 
 /// The destination's own write rate (bytes per second): `len` bytes
@@ -468,10 +387,7 @@ pub fn make_data(workload: &str, dir: &Path, size: u64, files: u32) -> std::io::
 pub fn write_rate(dir: &Path, len: u64) -> std::io::Result<f64> {
     std::fs::create_dir_all(dir)?;
     let p = dir.join("write-rate.bin");
-    let mut block = vec![0u8; (64 << 20).min(len.max(1) as usize)];
-    let mut h = blake3::Hasher::new();
-    h.update(b"destination write");
-    h.finalize_xof().fill(&mut block);
+    let block = longhaul_proto::data::bytes(1, (64 << 20).min(len.max(1) as usize));
     let mut f = std::fs::File::create(&p)?;
     let t0 = Instant::now();
     let mut left = len;

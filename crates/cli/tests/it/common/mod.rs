@@ -18,7 +18,7 @@ pub mod xfer;
 
 // Every name of the kit, used or not by today's tests (tests being written use them).
 #[allow(unused_imports)]
-pub use longhaul_testkit::{counters, free_port, pg, require, wait_until, KillOnDrop, TempDir};
+pub use longhaul_testkit::{counters, free_port, pg, require, wait_until, Owned, TempDir};
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

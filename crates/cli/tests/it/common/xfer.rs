@@ -318,7 +318,7 @@ pub fn assert_no_leftovers(root: &Path) {
 
 /// Builds the tree for the round trip; returns how many regular files it has.
 pub fn build_tree(root: &Path) -> u64 {
-    let mut rng = Rng(7);
+    let mut rng = Rng::new(7);
     let mut files = 0;
     fs::create_dir_all(root).unwrap();
     write_random(&root.join("big file.bin"), 5 * MIB as usize + 12345, 1);

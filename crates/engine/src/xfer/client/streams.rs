@@ -73,6 +73,9 @@ fn open_streams(
     let sending = which.first().is_some_and(|w| w.0 == Direction::Up);
     ctl.open_data_streams(token, which, o, |s, _| {
         s.set_tcp_nodelay(false)?;
+        if let Some(rate) = tuning.pacing {
+            crate::net::sock::segments_for_pacing(s.as_fd(), rate)?;
+        }
         crate::net::sock::tune_data_stream(s.as_fd(), tuning, sending).map(|_| ())
     })
 }
@@ -113,12 +116,20 @@ pub(super) fn dial_early(
         intervals: true,
         ..StreamTuning::default()
     };
+    // Each stream's share of the cap as first planned: the segments are
+    // sized before connecting (the count may change a little later).
+    let paced = o
+        .rate
+        .map(|r| super::path::per_stream_pacing(r, guess.streams));
     (0..guess.streams)
         .map(|k| {
             let (d, t, opts) = (dialer.clone(), tuning.clone(), o.client.clone());
             std::thread::spawn(move || {
                 d.dial_nth(usize::from(k), &opts, |s| {
                     s.set_tcp_nodelay(false)?;
+                    if let Some(rate) = paced {
+                        crate::net::sock::segments_for_pacing(s.as_fd(), rate)?;
+                    }
                     crate::net::sock::tune_data_stream(s.as_fd(), &t, push).map(|_| ())
                 })
             })

@@ -280,12 +280,9 @@ impl Work<'_> {
                 SinkAction::Release(id) => {
                     self.files.lock().expect("poisoned").remove(&id);
                 }
-                SinkAction::Landed {
-                    path,
-                    size,
-                    mtime_ns,
-                    digest,
-                } => landed(cfg, &path, size, mtime_ns, digest.as_deref()),
+                SinkAction::Landed(l) => {
+                    landed(cfg, &l.path, l.size, l.mtime_ns, l.digest.as_deref());
+                }
                 SinkAction::WalkDone => cfg.progress.walk_done.store(true, Ordering::Relaxed),
                 SinkAction::Interval(mut i) => {
                     if i.rate_capped {

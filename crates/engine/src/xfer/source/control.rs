@@ -398,12 +398,7 @@ fn act(
                         p.forget(id);
                     }
                 }
-                SourceAction::Landed {
-                    path,
-                    size,
-                    mtime_ns,
-                    digest,
-                } => landed(cfg, &path, size, mtime_ns, digest),
+                SourceAction::Landed(l) => landed(cfg, &l.path, l.size, l.mtime_ns, l.digest),
                 SourceAction::WalkDone => cfg.progress.walk_done.store(true, Ordering::Relaxed),
                 SourceAction::Retrying { path, why } => {
                     tracing::warn!("{path} changed while it was read ({why}); sending it again");

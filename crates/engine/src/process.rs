@@ -1,0 +1,212 @@
+//! Processes this program starts and owns: [`own`] puts one in a process
+//! group of its own that the kernel ends should this program die,
+//! [`Owned`] ends that group when it is dropped, and [`find_program`] is
+//! the one lookup of a program on PATH.
+//!
+//! Every process is ended by its own id (or its group's, which is its id),
+//! never by name: other users and other runs on the same host run the same
+//! programs. Syscalls go through rustix.
+//!
+//! This file needs only std and rustix: the test kit (`longhaul-testkit`,
+//! below the engine in the tests' build) compiles it as its own process
+//! module, so that tests and the binary end their processes one way.
+
+use std::os::unix::process::CommandExt;
+use std::path::PathBuf;
+use std::process::{Child, Command};
+use std::time::{Duration, Instant};
+
+use rustix::process::{kill_process, kill_process_group, Pid, Signal};
+
+/// Puts the process `c` starts in a process group of its own (so that
+/// ending the group ends what it forked), and has the kernel send it
+/// SIGTERM when the thread that started it dies (the parent-death signal).
+///
+/// Not for a process that reads the terminal (ssh asking for a password):
+/// a group other than the terminal's foreground group cannot.
+pub fn own(c: &mut Command) -> &mut Command {
+    c.process_group(0);
+    // SAFETY: prctl(2) only, which is async-signal-safe; nothing else runs
+    // between fork and exec.
+    unsafe {
+        c.pre_exec(|| {
+            let _ = rustix::process::set_parent_process_death_signal(Some(Signal::TERM));
+            Ok(())
+        });
+    }
+    c
+}
+
+/// A child process of ours, ended when dropped: its process group (and it)
+/// get SIGTERM, then SIGKILL after its grace (none by default: SIGKILL at
+/// once), and it is reaped.
+#[derive(Debug)]
+pub struct Owned {
+    child: Child,
+    grace: Duration,
+}
+
+impl Owned {
+    /// Takes `child` (started from a command [`own`] set up, or any).
+    pub fn new(child: Child) -> Owned {
+        Owned {
+            child,
+            grace: Duration::ZERO,
+        }
+    }
+
+    /// Starts `c` in a group of its own that dies with this program ([`own`]).
+    pub fn spawn(c: &mut Command) -> std::io::Result<Owned> {
+        own(c).spawn().map(Owned::new)
+    }
+
+    /// When dropped, SIGTERM first and SIGKILL only after `grace`.
+    pub fn with_grace(mut self, grace: Duration) -> Owned {
+        self.grace = grace;
+        self
+    }
+
+    /// Its process id (and, started by [`own`], its group's).
+    pub fn pid(&self) -> i32 {
+        self.child.id() as i32
+    }
+
+    /// Its process id as the standard library gives it.
+    pub fn id(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Whether it has ended (reaped if so).
+    pub fn ended(&mut self) -> bool {
+        !matches!(self.child.try_wait(), Ok(None))
+    }
+
+    /// Waits up to `limit` for it to end by itself; its status if it did.
+    pub fn wait_for(&mut self, limit: Duration) -> Option<std::process::ExitStatus> {
+        let until = Instant::now() + limit;
+        loop {
+            match self.child.try_wait() {
+                Ok(Some(s)) => return Some(s),
+                Ok(None) if Instant::now() < until => std::thread::sleep(Duration::from_millis(20)),
+                _ => return None,
+            }
+        }
+    }
+
+    /// Sends `signal` to its process group, else (not a group's leader) to it.
+    fn signal(&self, signal: Signal) {
+        let Some(pid) = Pid::from_raw(self.pid()) else {
+            return;
+        };
+        if kill_process_group(pid, signal).is_err() {
+            let _ = kill_process(pid, signal);
+        }
+    }
+
+    /// Ends it now: SIGKILL to its group and to it, then reaps it.
+    pub fn kill(&mut self) -> std::io::Result<std::process::ExitStatus> {
+        self.signal(Signal::KILL);
+        let _ = self.child.kill();
+        self.child.wait()
+    }
+}
+
+impl std::ops::Deref for Owned {
+    type Target = Child;
+    fn deref(&self) -> &Child {
+        &self.child
+    }
+}
+
+impl std::ops::DerefMut for Owned {
+    fn deref_mut(&mut self) -> &mut Child {
+        &mut self.child
+    }
+}
+
+impl Drop for Owned {
+    fn drop(&mut self) {
+        if !self.grace.is_zero() {
+            self.signal(Signal::TERM);
+            // What its group forked may outlive it: SIGKILL follows either way.
+            let _ = self.wait_for(self.grace);
+        }
+        let _ = self.kill();
+    }
+}
+
+/// Sends SIGKILL to the process group `pgid` (a process [`own`] started,
+/// or what it left behind), and to the process `pgid` should it lead none.
+pub fn kill_group(pgid: i32) {
+    let Some(pid) = Pid::from_raw(pgid) else {
+        return;
+    };
+    if kill_process_group(pid, Signal::KILL).is_err() {
+        let _ = kill_process(pid, Signal::KILL);
+    }
+}
+
+/// Where `program` is: a path with a `/` as it is, else the first
+/// executable file of that name on PATH, then in /usr/sbin and /sbin
+/// (sshd and the like are off a user's PATH).
+pub fn find_program(program: &str) -> Option<PathBuf> {
+    use std::os::unix::fs::PermissionsExt;
+    let executable = |p: &PathBuf| {
+        std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    };
+    if program.contains('/') {
+        return Some(PathBuf::from(program)).filter(executable);
+    }
+    if program.is_empty() {
+        return None;
+    }
+    let paths = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&paths)
+        .chain([PathBuf::from("/usr/sbin"), PathBuf::from("/sbin")])
+        .map(|d| d.join(program))
+        .find(executable)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_dropped_child_and_what_it_forked_are_ended() {
+        let mut c = Command::new("sh");
+        c.args(["-c", "sleep 60 & echo $!; wait"])
+            .stdout(std::process::Stdio::piped());
+        let mut owned = Owned::spawn(&mut c)
+            .expect("start sh")
+            .with_grace(Duration::from_millis(200));
+        let mut line = String::new();
+        std::io::BufRead::read_line(
+            &mut std::io::BufReader::new(owned.stdout.take().expect("stdout")),
+            &mut line,
+        )
+        .expect("the grandchild's pid");
+        let grandchild: i32 = line.trim().parse().expect("a pid");
+        drop(owned);
+        let gone = || {
+            std::fs::read_to_string(format!("/proc/{grandchild}/stat")).map_or(true, |s| {
+                s.rsplit_once(") ").is_some_and(|(_, r)| r.starts_with('Z'))
+            })
+        };
+        let until = Instant::now() + Duration::from_secs(10);
+        while !gone() {
+            assert!(
+                Instant::now() < until,
+                "the grandchild {grandchild} lives on"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    #[test]
+    fn programs_are_found_on_the_path_and_in_sbin() {
+        assert!(find_program("sh").is_some());
+        assert_eq!(find_program("no-such-program-longhaul"), None);
+        assert_eq!(find_program(""), None);
+        assert_eq!(find_program("/no/such/sh"), None);
+    }
+}

@@ -1,0 +1,318 @@
+//! The user's own ssh (`--rsh`/`LONGHAUL_RSH`, else `ssh`: their config,
+//! keys, agent and jump hosts), as every part of longhaul runs it: [`Ssh`]
+//! (the command line split once, the destination checked once, an
+//! OpenSSH master connection shared when asked), [`Target`] (`[USER@]HOST:path`
+//! read as scp reads it), and what ssh said, escaped for a terminal
+//! ([`as_said`]).
+//!
+//! Far ends over ssh (a one-shot server, `cp HOST:path`) are
+//! [`crate::reach`]'s; this module only runs commands.
+
+use std::io::Write as _;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::process::{self, Owned};
+
+/// What went wrong running ssh.
+#[derive(Debug, thiserror::Error)]
+pub enum SshError {
+    /// The command line or the host cannot be used (the user's to fix).
+    #[error("{0}")]
+    Usage(String),
+    /// ssh did not run, or the far command failed (what it said follows).
+    #[error("{0}")]
+    Failed(String),
+}
+
+impl From<SshError> for crate::EngineError {
+    fn from(e: SshError) -> Self {
+        match e {
+            SshError::Usage(m) => crate::EngineError::Usage(m),
+            SshError::Failed(m) => crate::EngineError::Connect(m),
+        }
+    }
+}
+
+impl From<SshError> for String {
+    fn from(e: SshError) -> Self {
+        e.to_string()
+    }
+}
+
+/// How to run commands on one far host.
+#[derive(Clone, Debug)]
+pub struct Ssh {
+    /// The ssh command line, split.
+    argv: Vec<String>,
+    /// Options that make ssh use a master connection ([`Ssh::multiplex`]).
+    mux: Vec<String>,
+    /// Each command in a process group of its own that dies with this
+    /// program ([`process::own`]); not for an ssh that may ask for a
+    /// password at the terminal.
+    owned: bool,
+    /// `[USER@]HOST` as ssh takes it.
+    pub dest: String,
+}
+
+impl Ssh {
+    /// `rsh` (else `ssh`) to reach `dest`. A host that starts with `-` is
+    /// refused: ssh would read it as an option (`-oProxyCommand=...`).
+    pub fn new(dest: &str, rsh: Option<&str>) -> Result<Ssh, SshError> {
+        let line = rsh.unwrap_or("ssh");
+        let argv = shlex::split(line)
+            .filter(|v| !v.is_empty())
+            .ok_or_else(|| {
+                SshError::Usage(format!(
+                    "--rsh '{line}': not a command line (check its quotes)"
+                ))
+            })?;
+        if dest.starts_with('-') {
+            return Err(SshError::Usage(format!(
+                "'{dest}': a host name cannot start with '-'"
+            )));
+        }
+        if dest.is_empty() {
+            return Err(SshError::Usage("an empty host name".into()));
+        }
+        Ok(Ssh {
+            argv,
+            mux: Vec::new(),
+            owned: false,
+            dest: dest.to_string(),
+        })
+    }
+
+    /// Every command in a process group of its own that ends if this
+    /// program dies (for commands that never prompt: a matrix's).
+    pub fn owned(mut self) -> Ssh {
+        self.owned = true;
+        self
+    }
+
+    /// The program that runs ssh (the first word of `--rsh`).
+    pub fn program(&self) -> &str {
+        &self.argv[0]
+    }
+
+    /// The command line with its multiplexing options, quoted for a shell:
+    /// what another longhaul takes as `LONGHAUL_RSH`.
+    pub fn line(&self) -> Result<String, SshError> {
+        let words: Vec<&str> = self
+            .argv
+            .iter()
+            .chain(&self.mux)
+            .map(String::as_str)
+            .collect();
+        quote(&words)
+    }
+
+    /// ssh running `remote` (a shell command line) on the far host.
+    pub fn command(&self, remote: &str) -> Command {
+        let mut c = Command::new(&self.argv[0]);
+        c.args(&self.argv[1..])
+            .args(&self.mux)
+            .arg(&self.dest)
+            .arg(remote);
+        if self.owned {
+            process::own(&mut c);
+        }
+        c
+    }
+
+    /// Runs a short far command, feeding it `input`: its standard output,
+    /// trimmed.
+    pub fn run(&self, remote: &str, input: Option<&[u8]>) -> Result<String, SshError> {
+        let mut c = self.command(remote);
+        c.stdin(if input.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+        let dest = &self.dest;
+        let mut child = c.spawn().map_err(|e| {
+            SshError::Failed(format!(
+                "cannot run `{}` to reach {dest}: {e}",
+                self.program()
+            ))
+        })?;
+        if let (Some(data), Some(mut w)) = (input, child.stdin.take()) {
+            w.write_all(data)
+                .map_err(|e| SshError::Failed(format!("cannot write to {dest} over ssh: {e}")))?;
+        }
+        let out = child
+            .wait_with_output()
+            .map_err(|e| SshError::Failed(format!("ssh to {dest}: {e}")))?;
+        if !out.status.success() {
+            return Err(SshError::Failed(format!(
+                "`{remote}` on {dest} failed ({}); it said:{}",
+                out.status,
+                as_said(&String::from_utf8_lossy(&out.stderr))
+            )));
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+    }
+
+    /// With OpenSSH (`ssh` as the command), a master connection of ours in
+    /// the foreground (`ControlMaster=yes -N`, not `-M`: with the option
+    /// that makes it `ask`; ended by its process group when dropped, and
+    /// with this program), and an `Ssh` that uses it: one key exchange for
+    /// many short commands. Otherwise, or if it does not come up within
+    /// 15 s, this `Ssh` as it is. `sock`: where its socket goes (a
+    /// private directory).
+    pub fn multiplex(&self, sock: &Path) -> (Ssh, Option<Owned>) {
+        let is_openssh = Path::new(self.program()).file_name() == Some(std::ffi::OsStr::new("ssh"));
+        if !is_openssh {
+            return (self.clone(), None);
+        }
+        let path = format!("ControlPath={}", sock.display());
+        let mut c = Command::new(self.program());
+        c.args(&self.argv[1..])
+            .args([
+                "-o",
+                &path,
+                "-o",
+                "ControlMaster=yes",
+                "-o",
+                "ControlPersist=no",
+            ])
+            .arg("-N")
+            .arg(&self.dest)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        let Ok(master) = Owned::spawn(&mut c) else {
+            return (self.clone(), None);
+        };
+        let mut master = master.with_grace(Duration::from_secs(3));
+        let until = Instant::now() + Duration::from_secs(15);
+        while Instant::now() < until {
+            if sock.exists() {
+                let mut s = self.clone();
+                s.mux = vec!["-o".into(), path, "-o".into(), "ControlMaster=no".into()];
+                return (s, Some(master));
+            }
+            if master.ended() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        (self.clone(), None)
+    }
+}
+
+/// `words` quoted for the far shell.
+pub fn quote(words: &[&str]) -> Result<String, SshError> {
+    shlex::try_join(words.iter().copied())
+        .map_err(|e| SshError::Usage(format!("cannot quote {words:?} for the far shell: {e}")))
+}
+
+/// Lines of ssh's own words shown at most: the last, where ssh says why.
+const SAID_LINES: usize = 20;
+
+/// What ssh (or the far shell) said, as it printed it: its last lines,
+/// each on a line of its own, indented under the message; control bytes
+/// escaped for the terminal, nothing else changed.
+pub fn as_said(said: &str) -> String {
+    let lines: Vec<&str> = said.lines().filter(|l| !l.trim().is_empty()).collect();
+    let from = lines.len().saturating_sub(SAID_LINES);
+    lines[from..]
+        .iter()
+        .map(|l| format!("\n    {}", longhaul_proto::units::escaped(l.trim_end())))
+        .collect()
+}
+
+/// A path on a host reached over ssh.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Target {
+    /// `[USER@]HOST` as ssh takes it (an IPv6 address without brackets).
+    pub dest: String,
+    /// The path as written after the `:` (relative to the far home unless
+    /// it starts with `/`).
+    pub path: String,
+}
+
+impl Target {
+    /// Reads `arg` as `[USER@]HOST:path` (ssh), or None: a local path (no
+    /// `:` before the first `/`, as scp), a server (`longhaul://...`, or a
+    /// port after the host: `HOST:PORT:EXPORT/path`).
+    pub fn parse(arg: &str) -> Option<Target> {
+        if arg.contains("://") {
+            return None;
+        }
+        let (user, rest) = match arg.split_once('@') {
+            Some((u, r)) if !u.is_empty() && !u.contains('/') && !u.contains(':') => (Some(u), r),
+            _ => (None, arg),
+        };
+        let (host, path) = if let Some(s) = rest.strip_prefix('[') {
+            s.split_once("]:")?
+        } else {
+            rest.split_once(':')?
+        };
+        if host.is_empty() || host.contains('/') {
+            return None;
+        }
+        // HOST:PORT:EXPORT/path is a server's.
+        if let Some((port, _)) = path.split_once(':') {
+            if !port.is_empty() && port.bytes().all(|b| b.is_ascii_digit()) {
+                return None;
+            }
+        }
+        let dest = match user {
+            Some(u) => format!("{u}@{host}"),
+            None => host.to_string(),
+        };
+        Some(Target {
+            dest,
+            path: path.to_string(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn host_colon_path_is_ssh_and_a_port_or_scheme_is_a_server() {
+        let t = Target::parse("dtn1:data/run7").unwrap();
+        assert_eq!((t.dest.as_str(), t.path.as_str()), ("dtn1", "data/run7"));
+        let t = Target::parse("me@dtn1:/scratch/x").unwrap();
+        assert_eq!(
+            (t.dest.as_str(), t.path.as_str()),
+            ("me@dtn1", "/scratch/x")
+        );
+        let t = Target::parse("me@[::1]:x").unwrap();
+        assert_eq!(t.dest, "me@::1");
+        assert_eq!(Target::parse("dtn1:").unwrap().path, "");
+        assert_eq!(Target::parse("dtn1:5310:data/x"), None);
+        assert_eq!(Target::parse("[::1]:5310:data"), None);
+        assert_eq!(Target::parse("longhaul://dtn1/data/x"), None);
+        assert_eq!(Target::parse("./a:b"), None);
+        assert_eq!(Target::parse("/tmp/x"), None);
+        assert_eq!(Target::parse("plain"), None);
+        assert_eq!(Target::parse(":x"), None);
+    }
+
+    #[test]
+    fn a_host_that_ssh_would_read_as_an_option_or_a_broken_rsh_is_refused() {
+        assert!(matches!(
+            Ssh::new("-oProxyCommand=x", None),
+            Err(SshError::Usage(_))
+        ));
+        assert!(matches!(
+            Ssh::new("h", Some("ssh 'unclosed")),
+            Err(SshError::Usage(_))
+        ));
+        let s = Ssh::new("h", Some("ssh -F 'my config'")).unwrap();
+        assert_eq!(s.line().unwrap(), "ssh -F 'my config'");
+    }
+
+    #[test]
+    fn what_ssh_said_is_escaped_and_indented() {
+        assert_eq!(as_said("a\n\n\x1b[31mb\n"), "\n    a\n    \\u{1b}[31mb");
+    }
+}
