@@ -83,9 +83,15 @@ fn a_circle_inside_a_room_is_found() {
     fs::write(dir.join("lib.rs"), "pub mod net;\n").expect("write");
     write("mod.rs", "pub mod sealed;\npub mod tls;\n");
     write("tls.rs", "pub fn suite() {}\n");
-    write("sealed.rs", "use super::tls::suite;\npub fn seal() { suite() }\n");
+    write(
+        "sealed.rs",
+        "use super::tls::suite;\npub fn seal() { suite() }\n",
+    );
     let refs = References::of_crate(&dir);
-    assert_eq!(refs.rooms(), vec![Vec::<String>::new(), vec!["net".to_string()]]);
+    assert_eq!(
+        refs.rooms(),
+        vec![Vec::<String>::new(), vec!["net".to_string()]]
+    );
     assert_eq!(Graph::of_room(&refs, &["net".to_string()]).circle(), None);
     write("tls.rs", "pub fn suite() { crate::net::sealed::seal() }\n");
     let refs = References::of_crate(&dir);
@@ -225,8 +231,7 @@ impl Graph {
         let child = |path: &[String]| -> Option<String> {
             (path.len() > depth && path.starts_with(room)).then(|| path[depth].clone())
         };
-        let mut modules: BTreeSet<String> =
-            refs.modules.iter().filter_map(|m| child(m)).collect();
+        let mut modules: BTreeSet<String> = refs.modules.iter().filter_map(|m| child(m)).collect();
         modules.insert(ROOT.to_string());
         let mut edges = BTreeMap::new();
         for u in refs.uses.iter().filter(|u| u.from.starts_with(room)) {
@@ -552,7 +557,10 @@ fn references(
 fn path_tree(toks: &[(String, usize)], at: usize) -> Vec<Vec<String>> {
     let tok = |i: usize| toks.get(i).map_or("", |t| t.0.as_str());
     let is_ident = |t: &str| {
-        t.chars().next().is_some_and(|c| c.is_alphabetic() || c == '_') && t != "self"
+        t.chars()
+            .next()
+            .is_some_and(|c| c.is_alphabetic() || c == '_')
+            && t != "self"
     };
     let mut prefix = Vec::new();
     let mut k = at;
