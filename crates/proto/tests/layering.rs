@@ -1,19 +1,23 @@
 //! The module layering of every crate in the workspace: no import circle
-//! between the top-level modules of a crate, and the engine's modules on
-//! the floors `docs/ARCHITECTURE.md` draws (a module uses only modules on
-//! its own floor or below).
+//! between the top-level modules of a crate, none between the child modules
+//! of any module directory (a "room": `server/*`, `xfer/sink/*`), and the
+//! engine's modules on the floors `docs/ARCHITECTURE.md` draws (a module
+//! uses only modules on its own floor or below).
 //!
 //! It lives here, in the crate at the bottom of the workspace, because that
 //! one builds fastest and has no dependencies: the check reads the sources
 //! of all crates as text and needs nothing of their code.
 //!
-//! A reference is any `crate::X` or `super::X` path that resolves to the
-//! top-level module `X` (in `use` lines and in code alike; comments and
-//! string literals are skipped). The crate root (`lib.rs`, `main.rs`) is a
-//! module of its own, `(root)`. It is left out of the circle check: it is
-//! the crate's glue, which a library's modules use for its error type and a
-//! binary's `main` uses to dispatch to every module. In the engine it is on
-//! the bottom floor: `lib.rs` holds errors and constants and uses no module.
+//! A reference is any `crate::`, `super::` or `self::` path (and, in a
+//! module with children, a path that starts with a child's name), resolved
+//! to the module it names (in `use` lines and in code alike; comments and
+//! string literals are skipped). In a room, a reference counts for the
+//! child it lands in. The crate root (`lib.rs`, `main.rs`) is a module of
+//! its own, `(root)`, and so is each room's own file (`server/mod.rs`) in
+//! its room. It is left out of the circle check: it is the room's glue,
+//! which a library's modules use for its error type and a binary's `main`
+//! uses to dispatch to every module. In the engine it is on the bottom
+//! floor: `lib.rs` holds errors and constants and uses no module.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
@@ -21,6 +25,9 @@ use std::path::{Path, PathBuf};
 
 /// The root module's name in the graph.
 const ROOT: &str = "(root)";
+
+/// The crates whose sources the test reads.
+const CRATES: [&str; 7] = ["proto", "engine", "archive", "fleet", "jobs", "view", "cli"];
 
 /// The engine's floors, from the bottom: a module may use modules on its
 /// own floor and below, never above. A new top-level module goes on the
@@ -38,18 +45,24 @@ const ENGINE_FLOORS: &[&[&str]] = &[
 #[test]
 fn no_import_circles() {
     let mut failures = Vec::new();
-    for krate in ["proto", "engine", "archive", "fleet", "jobs", "view", "cli"] {
-        let graph = Graph::of_crate(&crates_dir().join(krate).join("src"));
+    for krate in CRATES {
+        let src = crates_dir().join(krate).join("src");
+        let refs = References::of_crate(&src);
+        let top = Graph::of_room(&refs, &[]);
         assert!(
-            graph.modules.len() > 1,
+            top.modules.len() > 1,
             "found no modules in crates/{krate}/src: has the layout changed? update this test"
         );
-        if let Some(circle) = graph.circle() {
-            failures.push(format!(
-                "crates/{krate}: import circle {}\n{}",
-                circle.join(" -> "),
-                graph.evidence(&circle)
-            ));
+        for room in refs.rooms() {
+            let graph = Graph::of_room(&refs, &room);
+            if let Some(circle) = graph.circle() {
+                let at: String = room.iter().map(|r| format!("/{r}")).collect();
+                failures.push(format!(
+                    "crates/{krate}/src{at}: import circle {}\n{}",
+                    circle.join(" -> "),
+                    graph.evidence(&circle)
+                ));
+            }
         }
     }
     assert!(
@@ -60,9 +73,41 @@ fn no_import_circles() {
     );
 }
 
+/// A room with a circle fails, naming it; one without passes.
+#[test]
+fn a_circle_inside_a_room_is_found() {
+    let dir = std::env::temp_dir().join(format!("layering-room-{}", std::process::id()));
+    let room = dir.join("net");
+    fs::create_dir_all(&room).expect("create the test crate");
+    let write = |name: &str, text: &str| fs::write(room.join(name), text).expect("write");
+    fs::write(dir.join("lib.rs"), "pub mod net;\n").expect("write");
+    write("mod.rs", "pub mod sealed;\npub mod tls;\n");
+    write("tls.rs", "pub fn suite() {}\n");
+    write(
+        "sealed.rs",
+        "use super::tls::suite;\npub fn seal() { suite() }\n",
+    );
+    let refs = References::of_crate(&dir);
+    assert_eq!(
+        refs.rooms(),
+        vec![Vec::<String>::new(), vec!["net".to_string()]]
+    );
+    assert_eq!(Graph::of_room(&refs, &["net".to_string()]).circle(), None);
+    write("tls.rs", "pub fn suite() { crate::net::sealed::seal() }\n");
+    let refs = References::of_crate(&dir);
+    let graph = Graph::of_room(&refs, &["net".to_string()]);
+    let circle = graph.circle().expect("the circle is found");
+    let evidence = graph.evidence(&circle);
+    fs::remove_dir_all(&dir).expect("remove the test crate");
+    assert_eq!(circle.len(), 3, "{circle:?}");
+    assert!(evidence.contains("src/net/sealed.rs:1"), "{evidence}");
+    assert!(evidence.contains("src/net/tls.rs:1"), "{evidence}");
+}
+
 #[test]
 fn engine_modules_stay_on_their_floors() {
-    let graph = Graph::of_crate(&crates_dir().join("engine").join("src"));
+    let refs = References::of_crate(&crates_dir().join("engine").join("src"));
+    let graph = Graph::of_room(&refs, &[]);
     let floor_of = |m: &str| ENGINE_FLOORS.iter().position(|f| f.contains(&m));
     let mut failures = Vec::new();
     for m in &graph.modules {
@@ -87,22 +132,26 @@ fn engine_modules_stay_on_their_floors() {
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
-/// Prints who uses whom in each crate:
+/// Prints who uses whom in each room of each crate:
 /// `cargo test -p longhaul-proto --test layering -- --ignored --nocapture`.
 #[test]
 #[ignore = "prints the graphs; run by hand"]
 fn print_graphs() {
-    for krate in ["proto", "engine", "archive", "fleet", "jobs", "view", "cli"] {
-        let graph = Graph::of_crate(&crates_dir().join(krate).join("src"));
-        println!("crates/{krate}:");
-        for m in &graph.modules {
-            let used: Vec<&str> = graph
-                .edges
-                .keys()
-                .filter(|(from, _)| from == m)
-                .map(|(_, to)| to.as_str())
-                .collect();
-            println!("  {m} -> {}", used.join(", "));
+    for krate in CRATES {
+        let refs = References::of_crate(&crates_dir().join(krate).join("src"));
+        for room in refs.rooms() {
+            let graph = Graph::of_room(&refs, &room);
+            let at: String = room.iter().map(|r| format!("/{r}")).collect();
+            println!("crates/{krate}/src{at}:");
+            for m in &graph.modules {
+                let used: Vec<&str> = graph
+                    .edges
+                    .keys()
+                    .filter(|(from, _)| from == m)
+                    .map(|(_, to)| to.as_str())
+                    .collect();
+                println!("  {m} -> {}", used.join(", "));
+            }
         }
     }
 }
@@ -115,7 +164,61 @@ fn crates_dir() -> PathBuf {
         .to_path_buf()
 }
 
-/// The top-level modules of one crate and who uses whom.
+/// Every module of one crate and every reference between them.
+struct References {
+    /// Each module's path below the crate root (the root's is empty).
+    modules: BTreeSet<Vec<String>>,
+    uses: Vec<Use>,
+}
+
+/// One reference: the module whose code makes it, the path it names
+/// (resolved from the crate root), and where (file relative to src/, line).
+struct Use {
+    from: Vec<String>,
+    to: Vec<String>,
+    file: String,
+    line: usize,
+}
+
+impl References {
+    fn of_crate(src: &Path) -> References {
+        let mut files = Vec::new();
+        rust_files(src, &mut files);
+        files.sort();
+        let rel = |f: &Path| f.strip_prefix(src).expect("under src").to_path_buf();
+        let modules: BTreeSet<Vec<String>> = files.iter().map(|f| file_module(&rel(f))).collect();
+        let mut uses = Vec::new();
+        for f in &files {
+            let r = rel(f);
+            let text = fs::read_to_string(f)
+                .unwrap_or_else(|e| panic!("failed to read {}: {e}", f.display()));
+            let from = file_module(&r);
+            for (line, to) in references(&strip(&text), &from, &modules) {
+                uses.push(Use {
+                    from: from.clone(),
+                    to,
+                    file: r.display().to_string(),
+                    line,
+                });
+            }
+        }
+        References { modules, uses }
+    }
+
+    /// The crate root and every module with children of its own, each a
+    /// room whose children must form no circle.
+    fn rooms(&self) -> Vec<Vec<String>> {
+        let rooms: BTreeSet<Vec<String>> = self
+            .modules
+            .iter()
+            .flat_map(|m| (0..m.len()).map(move |k| m[..k].to_vec()))
+            .collect();
+        rooms.into_iter().collect()
+    }
+}
+
+/// The child modules of one room (the crate root or a module directory)
+/// and who uses whom among them; the room's own file is `(root)`.
 struct Graph {
     modules: BTreeSet<String>,
     /// (user, used) -> the first place (file relative to src/, line) it is used.
@@ -123,33 +226,26 @@ struct Graph {
 }
 
 impl Graph {
-    fn of_crate(src: &Path) -> Graph {
-        let mut files = Vec::new();
-        rust_files(src, &mut files);
-        files.sort();
-        let rel = |f: &Path| f.strip_prefix(src).expect("under src").to_path_buf();
-        let mut modules: BTreeSet<String> = files
-            .iter()
-            .map(|f| file_module(&rel(f))[0].clone())
-            .collect();
+    fn of_room(refs: &References, room: &[String]) -> Graph {
+        let depth = room.len();
+        let child = |path: &[String]| -> Option<String> {
+            (path.len() > depth && path.starts_with(room)).then(|| path[depth].clone())
+        };
+        let mut modules: BTreeSet<String> = refs.modules.iter().filter_map(|m| child(m)).collect();
         modules.insert(ROOT.to_string());
         let mut edges = BTreeMap::new();
-        for f in &files {
-            let r = rel(f);
-            let text = fs::read_to_string(f)
-                .unwrap_or_else(|e| panic!("failed to read {}: {e}", f.display()));
-            let path = file_module(&r);
-            for (line, used) in references(&strip(&text), &path, &modules) {
-                let to = if modules.contains(&used) {
-                    used
-                } else {
-                    ROOT.to_string()
-                };
-                if to != path[0] {
-                    edges
-                        .entry((path[0].clone(), to))
-                        .or_insert_with(|| (r.display().to_string(), line));
-                }
+        for u in refs.uses.iter().filter(|u| u.from.starts_with(room)) {
+            if !u.to.starts_with(room) {
+                continue;
+            }
+            let from = child(&u.from).unwrap_or_else(|| ROOT.to_string());
+            let to = child(&u.to)
+                .filter(|c| modules.contains(c))
+                .unwrap_or_else(|| ROOT.to_string());
+            if to != from {
+                edges
+                    .entry((from, to))
+                    .or_insert_with(|| (u.file.clone(), u.line));
             }
         }
         Graph { modules, edges }
@@ -240,16 +336,16 @@ fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
 }
 
 /// The module path of a file relative to src/: `net/dial.rs` is
-/// `[net, dial]`, `net/mod.rs` is `[net]`, `lib.rs` is `[(root)]` (a file
-/// of a binary's `src/bin/` is a root of its own, also `(root)`).
+/// `[net, dial]`, `net/mod.rs` is `[net]`, `lib.rs` is `[]` (a file of a
+/// binary's `src/bin/` is a root of its own, also `[]`).
 fn file_module(rel: &Path) -> Vec<String> {
     let parts: Vec<String> = rel
         .iter()
         .map(|p| p.to_string_lossy().trim_end_matches(".rs").to_string())
         .collect();
     match parts.as_slice() {
-        [one] if one == "lib" || one == "main" => vec![ROOT.to_string()],
-        [bin, ..] if bin == "bin" => vec![ROOT.to_string()],
+        [one] if one == "lib" || one == "main" => Vec::new(),
+        [bin, ..] if bin == "bin" => Vec::new(),
         _ => {
             let mut p = parts;
             if p.last().is_some_and(|l| l == "mod") {
@@ -383,22 +479,27 @@ fn tokens(src: &str) -> Vec<(String, usize)> {
     out
 }
 
-/// Every top-level module (or root item) that code in the module `path`
-/// names through `crate::` or `super::`, with its line; in the crate root,
-/// also the modules it names directly (`cmd::run`, `use print::Human`).
-fn references(src: &str, path: &[String], modules: &BTreeSet<String>) -> Vec<(usize, String)> {
+/// Every path that code in the module `path` names through `crate::`,
+/// `super::` or `self::`, or through the name of one of its own child
+/// modules (`cmd::run` in a binary's root, `copy::serve` in `server/mod.rs`),
+/// resolved from the crate root, with its line.
+fn references(
+    src: &str,
+    path: &[String],
+    modules: &BTreeSet<Vec<String>>,
+) -> Vec<(usize, Vec<String>)> {
     let toks = tokens(src);
     let tok = |i: usize| toks.get(i).map_or("", |t| t.0.as_str());
-    let in_root = path[0] == ROOT;
-    // Inline modules (`mod tests { .. }`) deepen the path for `super::`.
-    let mut inline: Vec<usize> = Vec::new();
+    // Inline modules (`mod tests { .. }`) deepen the path for `super::`:
+    // each with the brace depth it opened at.
+    let mut inline: Vec<(usize, String)> = Vec::new();
     let mut depth = 0usize;
     let mut out = Vec::new();
     let mut i = 0;
     while i < toks.len() {
         let t = tok(i);
         if t == "mod" && tok(i + 2) == "{" {
-            inline.push(depth);
+            inline.push((depth, tok(i + 1).to_string()));
             depth += 1;
             i += 3;
             continue;
@@ -407,75 +508,102 @@ fn references(src: &str, path: &[String], modules: &BTreeSet<String>) -> Vec<(us
             depth += 1;
         } else if t == "}" {
             depth = depth.saturating_sub(1);
-            if inline.last() == Some(&depth) {
+            if inline.last().is_some_and(|(d, _)| *d == depth) {
                 inline.pop();
             }
         }
         let preceded_by_path = i > 0 && tok(i - 1) == "::";
-        if in_root
-            && inline.is_empty()
-            && tok(i + 1) == "::"
-            && !preceded_by_path
-            && modules.contains(t)
-        {
-            out.push((toks[i].1, t.to_string()));
-        }
-        if (t == "crate" || t == "super") && tok(i + 1) == "::" && !preceded_by_path {
-            let line = toks[i].1;
-            let mut j = i;
-            let mut levels = if in_root { 0 } else { path.len() } + inline.len();
-            if t == "crate" {
-                levels = 0;
-                j += 2;
-            } else {
-                while tok(j) == "super" && tok(j + 1) == "::" {
-                    levels = levels.saturating_sub(1);
-                    j += 2;
-                }
-            }
-            if levels == 0 {
-                if tok(j) == "{" {
-                    out.extend(group_heads(&toks, j).into_iter().map(|m| (line, m)));
-                } else if !tok(j).is_empty() {
-                    out.push((line, tok(j).to_string()));
-                }
-            }
-            i = j;
+        if tok(i + 1) != "::" || preceded_by_path {
+            i += 1;
             continue;
         }
-        i += 1;
+        let mut here: Vec<String> = path.to_vec();
+        here.extend(inline.iter().map(|(_, name)| name.clone()));
+        let line = toks[i].1;
+        let (base, j) = match t {
+            "crate" => (Vec::new(), i + 2),
+            "self" => (here, i + 2),
+            "super" => {
+                let mut j = i;
+                while tok(j) == "super" && tok(j + 1) == "::" {
+                    here.pop();
+                    j += 2;
+                }
+                (here, j)
+            }
+            _ => {
+                let mut child = path.to_vec();
+                child.push(t.to_string());
+                if inline.is_empty() && modules.contains(&child) {
+                    (path.to_vec(), i)
+                } else {
+                    i += 1;
+                    continue;
+                }
+            }
+        };
+        for tail in path_tree(&toks, j) {
+            let mut full = base.clone();
+            full.extend(tail);
+            out.push((line, full));
+        }
+        i = j.max(i + 1);
     }
     out
 }
 
-/// The first identifier of each item of the `{ .. }` group opened at `open`.
-fn group_heads(toks: &[(String, usize)], open: usize) -> Vec<String> {
-    let mut heads = Vec::new();
-    let mut depth = 0;
-    let mut expect_head = true;
-    for (t, _) in &toks[open..] {
-        match t.as_str() {
-            "{" => {
-                depth += 1;
-                if depth > 1 {
-                    expect_head = false;
+/// The paths named from `at` on: `a::b::c` is one, `a::{b::c, d}` two
+/// (`[a, b, c]`, `[a, d]`); `self` in a group names the group's prefix.
+fn path_tree(toks: &[(String, usize)], at: usize) -> Vec<Vec<String>> {
+    let tok = |i: usize| toks.get(i).map_or("", |t| t.0.as_str());
+    let is_ident = |t: &str| {
+        t.chars()
+            .next()
+            .is_some_and(|c| c.is_alphabetic() || c == '_')
+            && t != "self"
+    };
+    let mut prefix = Vec::new();
+    let mut k = at;
+    loop {
+        let t = tok(k);
+        if t == "{" {
+            let mut out = Vec::new();
+            let mut depth = 0;
+            let mut item_start = true;
+            for (n, (t, _)) in toks.iter().enumerate().skip(k) {
+                match t.as_str() {
+                    "{" => depth += 1,
+                    "}" => {
+                        depth -= 1;
+                        if depth == 0 {
+                            break;
+                        }
+                    }
+                    "," if depth == 1 => {
+                        item_start = true;
+                        continue;
+                    }
+                    _ => {}
+                }
+                if depth == 1 && item_start && t != "{" {
+                    item_start = false;
+                    for tail in path_tree(toks, n) {
+                        let mut full = prefix.clone();
+                        full.extend(tail);
+                        out.push(full);
+                    }
                 }
             }
-            "}" => {
-                depth -= 1;
-                if depth == 0 {
-                    break;
-                }
-            }
-            "," if depth == 1 => expect_head = true,
-            other if depth == 1 && expect_head => {
-                if other != "self" {
-                    heads.push(other.to_string());
-                }
-                expect_head = false;
-            }
-            _ => {}
+            return out;
         }
+        if !is_ident(t) {
+            break;
+        }
+        prefix.push(t.to_string());
+        if tok(k + 1) != "::" {
+            break;
+        }
+        k += 2;
     }
-    heads
+    vec![prefix]
 }

@@ -144,62 +144,75 @@ pub fn run(b: &DiskBench) -> Result<DiskReport, EngineError> {
     }
 
     if b.write || b.read {
-        let path = scratch_name(&b.dir, "seq");
-        let _scratch = Scratch(path.clone());
-        let (file, direct) = open_seq(&path, b.direct, &mut report)?;
-        report.direct = direct;
-        // Allocated first, outside the timing, as the transfer sink (and
-        // fio) do: the write then measures writing, not block allocation.
-        let allocated = if b.like_transfer {
-            crate::xfer::storage::WriteAt::allocate(&file, size).is_ok()
-        } else {
-            // SAFETY: a plain call on a descriptor we own.
-            unsafe { libc::posix_fallocate(file.as_raw_fd(), 0, size as libc::off_t) == 0 }
-        };
-        if !allocated {
-            report
-                .warnings
-                .push("the file system cannot preallocate: the write includes allocation".into());
-        }
-        let written = sequential(&file, b, size, true, direct)
-            .map_err(|e| EngineError::io(format!("writing {}", path.display()), e))?;
-        if b.write {
-            report.write = Some(written.0);
-        }
-        if b.read {
-            // Whatever was written, read back (all of it if the write did
-            // not stop at its time limit).
-            cold(&file).map_err(|e| {
-                EngineError::io(format!("readying {} for a cold read", path.display()), e)
-            })?;
-            // A larger readahead for a sequential reader, as the transfer
-            // source asks for too.
-            let _ = rustix::fs::fadvise(&file, 0, None, rustix::fs::Advice::Sequential);
-            let read = sequential(&file, b, written.1, false, direct)
-                .map_err(|e| EngineError::io(format!("reading {}", path.display()), e))?;
-            report.read = Some(read.0);
-        }
+        sequential_tests(b, size, &mut report)?;
     }
     if b.files > 0 {
-        let dir = scratch_name(&b.dir, "files");
-        std::fs::create_dir(&dir)
-            .map_err(|e| EngineError::io(format!("creating {}", dir.display()), e))?;
-        let _scratch = Scratch(dir.clone());
-        // Everything inside is reached through descriptors of directories
-        // opened without following links: a directory swapped for a link
-        // mid-run (by whoever else may write there) cannot lead outside.
-        let held =
-            held_dir(&dir).map_err(|e| EngineError::io(format!("opening {}", dir.display()), e))?;
-        let inside = fd_path(&held);
-        let (create, made) = create_files(&inside, b)
-            .map_err(|e| EngineError::io(format!("creating files in {}", dir.display()), e))?;
-        report.create = Some(create);
-        report.small_read = Some(
-            read_files(&inside, made, b)
-                .map_err(|e| EngineError::io(format!("reading files in {}", dir.display()), e))?,
-        );
+        small_file_tests(b, &mut report)?;
     }
     Ok(report)
+}
+
+/// The sequential write and read of one file of `size` bytes, as asked.
+fn sequential_tests(b: &DiskBench, size: u64, report: &mut DiskReport) -> Result<(), EngineError> {
+    let path = scratch_name(&b.dir, "seq");
+    let _scratch = Scratch(path.clone());
+    let (file, direct) = open_seq(&path, b.direct, report)?;
+    report.direct = direct;
+    // Allocated first, outside the timing, as the transfer sink (and
+    // fio) do: the write then measures writing, not block allocation.
+    let allocated = if b.like_transfer {
+        crate::xfer::storage::WriteAt::allocate(&file, size).is_ok()
+    } else {
+        // SAFETY: a plain call on a descriptor we own.
+        unsafe { libc::posix_fallocate(file.as_raw_fd(), 0, size as libc::off_t) == 0 }
+    };
+    if !allocated {
+        report
+            .warnings
+            .push("the file system cannot preallocate: the write includes allocation".into());
+    }
+    let written = sequential(&file, b, size, true, direct)
+        .map_err(|e| EngineError::io(format!("writing {}", path.display()), e))?;
+    if b.write {
+        report.write = Some(written.0);
+    }
+    if b.read {
+        // Whatever was written, read back (all of it if the write did
+        // not stop at its time limit).
+        cold(&file).map_err(|e| {
+            EngineError::io(format!("readying {} for a cold read", path.display()), e)
+        })?;
+        // A larger readahead for a sequential reader, as the transfer
+        // source asks for too.
+        let _ = rustix::fs::fadvise(&file, 0, None, rustix::fs::Advice::Sequential);
+        let read = sequential(&file, b, written.1, false, direct)
+            .map_err(|e| EngineError::io(format!("reading {}", path.display()), e))?;
+        report.read = Some(read.0);
+    }
+    Ok(())
+}
+
+/// Creating `b.files` small files, then reading them back, in a scratch
+/// directory.
+fn small_file_tests(b: &DiskBench, report: &mut DiskReport) -> Result<(), EngineError> {
+    let dir = scratch_name(&b.dir, "files");
+    std::fs::create_dir(&dir)
+        .map_err(|e| EngineError::io(format!("creating {}", dir.display()), e))?;
+    let _scratch = Scratch(dir.clone());
+    // Everything inside is reached through descriptors of directories
+    // opened without following links: a directory swapped for a link
+    // mid-run (by whoever else may write there) cannot lead outside.
+    let held =
+        held_dir(&dir).map_err(|e| EngineError::io(format!("opening {}", dir.display()), e))?;
+    let inside = fd_path(&held);
+    let (create, made) = create_files(&inside, b)
+        .map_err(|e| EngineError::io(format!("creating files in {}", dir.display()), e))?;
+    report.create = Some(create);
+    report.small_read = Some(
+        read_files(&inside, made, b)
+            .map_err(|e| EngineError::io(format!("reading files in {}", dir.display()), e))?,
+    );
+    Ok(())
 }
 
 fn open_seq(

@@ -587,19 +587,25 @@ pub fn local(o: &DoctorOptions) -> DoctorReport {
         longhaul_proto::units::format_rate(target)
     ));
     if let Some(s) = &o.source {
-        match measure_source(s, Duration::from_secs(2)) {
-            Ok((d, mean)) => {
-                r.source_storage = Some(d);
-                if mean > 0 {
-                    r.mean_file_size = mean;
-                    r.mean_file_size_measured = true;
-                }
-            }
-            Err(e) => r.notes.push(format!("source storage: {e}")),
-        }
+        measure_source_into(&mut r, s);
     }
     r.seconds = started.elapsed().as_secs_f64();
     r
+}
+
+/// Measures the source storage (`--source`) into the report: its read
+/// rate, and the mean size of its files the metadata stage is sized for.
+fn measure_source_into(r: &mut DoctorReport, source: &Path) {
+    match measure_source(source, Duration::from_secs(2)) {
+        Ok((d, mean)) => {
+            r.source_storage = Some(d);
+            if mean > 0 {
+                r.mean_file_size = mean;
+                r.mean_file_size_measured = true;
+            }
+        }
+        Err(e) => r.notes.push(format!("source storage: {e}")),
+    }
 }
 
 /// The whole path to `remote` (`HOST[:PORT]`, an export and a path on it).
@@ -612,9 +618,92 @@ pub fn remote(
 ) -> Result<DoctorReport, EngineError> {
     let started = Instant::now();
     let mut notes = Vec::new();
+    // 1. The server's settings and storage, on its own connection.
+    let server = probe_server(host, export, path, opts, o, &mut notes)?;
+    let peer_ip = crate::net::conn::resolve(host, crate::DEFAULT_PORT)
+        .ok()
+        .and_then(|a| a.first().map(|a| a.ip()));
+    let local = host_settings(peer_ip);
+    // 2. Memory to memory, both ways, streams sized for the path.
+    let target = PerfTarget {
+        host,
+        export,
+        path,
+        opts,
+        o,
+    };
+    let runs = target.memory_runs(&local, server.host.as_ref(), &mut notes);
+    // CPU without TLS, measured with plaintext data streams where the
+    // server runs them: one second in the transfer's direction over as
+    // many streams.
+    let plain = run_dir_plain(host, opts, &o.pull, &runs.upload, &runs.download);
+    let mut r = DoctorReport {
+        path_mtu: peer_ip.and_then(sock::path_mtu),
+        local,
+        remote: server.host,
+        rtt_idle_us: (server.rtt_idle > 0).then_some(server.rtt_idle),
+        upload: runs.upload,
+        download: runs.download,
+        dest_storage: server.storage,
+        mean_file_size: DEFAULT_MEAN_FILE_SIZE,
+        notes,
+        local_cpu: runs.local_cpu,
+        remote_cpu: runs.remote_cpu,
+        ..Default::default()
+    };
+    // 3. The source storage (this host on a push; on a pull the server's
+    //    read probe stands for it, and this host is the destination).
+    if let Some(s) = &o.source {
+        measure_source_into(&mut r, s);
+    } else if !o.pull {
+        r.notes
+            .push("source storage not measured: give --source PATH (what you will send)".into());
+    }
+    if o.pull {
+        // The server's read probe is the source; this host's benchmark the destination.
+        r.source_storage = r.dest_storage.take();
+        r.dest_storage = measure_local_dest(o, &mut r.notes);
+    }
+    // 4. A short real copy into a scratch directory on the export.
+    if !o.no_copy && !o.pull {
+        short_copy(&mut r, host, export, &server.dir, opts, o);
+    }
+    r.plain = plain.filter(|p| p.bits_per_second > 0.0);
+    judge(&mut r, o);
+    if let Some(p) = &r.plain {
+        r.sender_cpu_per_gbps_plain = Some(p.cpu_sender_percent / (p.bits_per_second / 1e9));
+        r.plain_measured = true;
+    }
+    if let Some(file) = &o.remember {
+        remember_path(&mut r, file, host, o.pull);
+    }
+    r.seconds = started.elapsed().as_secs_f64();
+    Ok(r)
+}
 
-    // 1. The server's settings and storage, on its own connection; the
-    //    handshake's RTT is the idle RTT.
+/// What the server's probe told of it.
+struct ServerProbe {
+    /// Its settings (None: not read).
+    host: Option<HostSettings>,
+    /// Its storage at the path, as the transfer would use it.
+    storage: Option<DiskReport>,
+    /// The handshake's RTT: the idle RTT, microseconds (0: unknown).
+    rtt_idle: u32,
+    /// Where the server measured (the path, or the nearest directory above
+    /// it that exists): the copy's scratch data goes there too.
+    dir: String,
+}
+
+/// The server's settings and storage, on its own connection; its storage
+/// refused (a read-only export or credential), its settings only.
+fn probe_server(
+    host: &str,
+    export: &str,
+    path: &str,
+    opts: &ClientOptions,
+    o: &DoctorOptions,
+    notes: &mut Vec<String>,
+) -> Result<ServerProbe, EngineError> {
     let want = ProbeRequest {
         export: export.into(),
         path: path.into(),
@@ -648,204 +737,204 @@ pub fn remote(
         }
         Err(e) => return Err(e),
     };
-    let peer_ip = crate::net::conn::resolve(host, crate::DEFAULT_PORT)
-        .ok()
-        .and_then(|a| a.first().map(|a| a.ip()));
-    let local = host_settings(peer_ip);
-    let remote_host = probe_result.as_ref().and_then(|p| p.host.clone());
-    // Where the server measured (the path, or the nearest directory above
-    // it that exists): the copy's scratch data goes there too.
-    let probed_dir = probe_result
+    let dir = probe_result
         .as_ref()
         .and_then(|p| p.dir.clone())
         .unwrap_or_else(|| path.trim_matches('/').to_string());
-    let dest_storage = probe_result.map(|p| p.report);
+    Ok(ServerProbe {
+        host: probe_result.as_ref().and_then(|p| p.host.clone()),
+        storage: probe_result.map(|p| p.report),
+        rtt_idle,
+        dir,
+    })
+}
 
-    // 2. Memory to memory, both ways, streams sized for the path.
-    let mss = local
-        .mtu
-        .into_iter()
-        .chain(remote_host.as_ref().and_then(|h| h.mtu))
-        .min()
-        .unwrap_or(1500)
-        .saturating_sub(52);
-    let perf_opts = ClientOptions {
-        auto_streams: true,
-        ..opts.clone()
-    };
-    let mut run_dir = |mode: Mode| -> Option<(Summary, Vec<IntervalReport>)> {
+/// Where the memory-to-memory runs go, and how.
+struct PerfTarget<'a> {
+    host: &'a str,
+    export: &'a str,
+    path: &'a str,
+    opts: &'a ClientOptions,
+    o: &'a DoctorOptions,
+}
+
+/// The memory-to-memory runs each way, and each end's CPU limits during
+/// the run in the transfer's direction.
+struct MemoryRuns {
+    upload: Option<PathRun>,
+    download: Option<PathRun>,
+    local_cpu: Option<CpuRun>,
+    remote_cpu: Option<CpuRun>,
+}
+
+impl PerfTarget<'_> {
+    /// Memory to memory, both ways, streams sized for the path; loss seen
+    /// by a light UDP probe in the transfer's direction.
+    fn memory_runs(
+        &self,
+        local: &HostSettings,
+        remote_host: Option<&HostSettings>,
+        notes: &mut Vec<String>,
+    ) -> MemoryRuns {
+        let (host, o) = (self.host, self.o);
+        let mss = local
+            .mtu
+            .into_iter()
+            .chain(remote_host.and_then(|h| h.mtu))
+            .min()
+            .unwrap_or(1500)
+            .saturating_sub(52);
+        let perf_opts = ClientOptions {
+            auto_streams: true,
+            ..self.opts.clone()
+        };
+        let mut run_dir = |mode: Mode| self.run_dir(&perf_opts, mode, notes);
+        // Each end's CPU counters around the run in the transfer's direction
+        // (on a pull the upload's too): throttling, steal.
+        let cpu_after = || self.cpu_after(remote_host.is_some());
+        let up = run_dir(Mode::Up);
+        let after_up = (!o.pull).then(cpu_after);
+        let down = run_dir(Mode::Down);
+        let (local_after, remote_after) = after_up.unwrap_or_else(cpu_after);
+        let local_cpu = local
+            .cpu_limits
+            .as_ref()
+            .map(|before| cpulimit::during(before, &local_after));
+        let remote_cpu = remote_host
+            .and_then(|h| h.cpu_limits.as_ref())
+            .zip(remote_after.as_ref())
+            .map(|(before, after)| cpulimit::during(before, after));
+        let mut upload = up.as_ref().and_then(|(s, i)| path_run(s, i, mss));
+        let mut download = down.as_ref().and_then(|(s, i)| path_run(s, i, mss));
+        // Loss on the path, seen by a light probe in the transfer's direction.
+        let (mode, run) = if o.pull {
+            (Mode::Down, &mut download)
+        } else {
+            (Mode::Up, &mut upload)
+        };
+        if let Some(r) = run.as_mut() {
+            match udp_probe(host, &perf_opts, mode, r.bits_per_second) {
+                Ok((loss, packets)) => {
+                    r.probe_loss = Some(loss);
+                    r.probe_packets = Some(packets);
+                }
+                Err(e) => notes.push(format!("loss probe (UDP): {e}")),
+            }
+        }
+        MemoryRuns {
+            upload,
+            download,
+            local_cpu,
+            remote_cpu,
+        }
+    }
+
+    /// One memory-to-memory run in `mode`, with its intervals.
+    fn run_dir(
+        &self,
+        perf_opts: &ClientOptions,
+        mode: Mode,
+        notes: &mut Vec<String>,
+    ) -> Option<(Summary, Vec<IntervalReport>)> {
         let params = TestParams {
             mode,
             streams: longhaul_proto::window::DEFAULT_STREAMS,
-            duration_ms: Some(o.perf_time.as_millis() as u64),
+            duration_ms: Some(self.o.perf_time.as_millis() as u64),
             interval_ms: 500,
             length: 1 << 20,
             ..TestParams::default()
         };
         let mut keep = Keep::default();
-        match run_perf(host, &params, &perf_opts, &mut keep) {
+        match run_perf(self.host, &params, perf_opts, &mut keep) {
             Ok(s) => Some((s, keep.intervals)),
             Err(e) => {
                 notes.push(format!("memory-to-memory {mode:?}: {e}"));
                 None
             }
         }
-    };
-    // Each end's CPU counters around the run in the transfer's direction
-    // (on a pull the upload's too): throttling, steal.
-    let settings_only = ProbeRequest {
-        export: export.into(),
-        path: path.into(),
-        tests: ProbeTests::default(),
-        max_bytes: 0,
-        max_files: 0,
-        max_millis: 0,
-        host: true,
-        remove: None,
-    };
-    let cpu_after = || {
+    }
+
+    /// Each end's CPU counters now (the server's by a settings-only probe,
+    /// when it told its settings).
+    fn cpu_after(
+        &self,
+        remote_told: bool,
+    ) -> (
+        longhaul_proto::cpulimit::CpuLimits,
+        Option<longhaul_proto::cpulimit::CpuLimits>,
+    ) {
+        let settings_only = ProbeRequest {
+            export: self.export.into(),
+            path: self.path.into(),
+            tests: ProbeTests::default(),
+            max_bytes: 0,
+            max_files: 0,
+            max_millis: 0,
+            host: true,
+            remove: None,
+        };
         let local = cpu::cpu_limits();
-        let remote = remote_host
-            .as_ref()
-            .and_then(|_| probe(host, opts, settings_only.clone()).ok())
+        let remote = remote_told
+            .then(|| probe(self.host, self.opts, settings_only).ok())
+            .flatten()
             .and_then(|(p, _)| p.host?.cpu_limits);
         (local, remote)
+    }
+}
+
+/// On a pull this host is the destination: its storage (`--dest`).
+fn measure_local_dest(o: &DoctorOptions, notes: &mut Vec<String>) -> Option<DiskReport> {
+    let Some(d) = &o.dest else {
+        notes.push(
+            "destination storage not measured: give --dest DIR (where the files will go)".into(),
+        );
+        return None;
     };
-    let up = run_dir(Mode::Up);
-    let after_up = (!o.pull).then(cpu_after);
-    let down = run_dir(Mode::Down);
-    let (local_after, remote_after) = after_up.unwrap_or_else(cpu_after);
-    let local_cpu = local
-        .cpu_limits
-        .as_ref()
-        .map(|before| cpulimit::during(before, &local_after));
-    let remote_cpu = remote_host
-        .as_ref()
-        .and_then(|h| h.cpu_limits.as_ref())
-        .zip(remote_after.as_ref())
-        .map(|(before, after)| cpulimit::during(before, after));
-    let mut upload = up.as_ref().and_then(|(s, i)| path_run(s, i, mss));
-    let mut download = down.as_ref().and_then(|(s, i)| path_run(s, i, mss));
-    // Loss on the path, seen by a light probe in the transfer's direction.
-    let (mode, run) = if o.pull {
-        (Mode::Down, &mut download)
-    } else {
-        (Mode::Up, &mut upload)
+    let b = crate::bench::disk::DiskBench {
+        file_size: 512 << 20,
+        time_limit: Duration::from_secs(2),
+        direct: false,
+        like_transfer: true,
+        read: false,
+        ..crate::bench::disk::DiskBench::new(d.clone())
     };
-    if let Some(r) = run.as_mut() {
-        match udp_probe(host, &perf_opts, mode, r.bits_per_second) {
-            Ok((loss, packets)) => {
-                r.probe_loss = Some(loss);
-                r.probe_packets = Some(packets);
-            }
-            Err(e) => notes.push(format!("loss probe (UDP): {e}")),
+    match crate::bench::disk::run(&b) {
+        Ok(r) => Some(r),
+        Err(e) => {
+            notes.push(format!("destination storage: {e}"));
+            None
         }
     }
+}
 
-    // CPU without TLS, measured with plaintext data streams where the
-    // server runs them: one second in the transfer's direction over as
-    // many streams.
-    let plain = run_dir_plain(host, opts, &o.pull, &upload, &download);
-
-    // 3. The source storage (this host on a push; on a pull the server's
-    //    read probe stands for it, and this host is the destination).
-    let mut mean_file_size = DEFAULT_MEAN_FILE_SIZE;
-    let mut mean_file_size_measured = false;
-    let mut source_storage = None;
-    if let Some(s) = &o.source {
-        match measure_source(s, Duration::from_secs(2)) {
-            Ok((d, mean)) => {
-                source_storage = Some(d);
-                if mean > 0 {
-                    mean_file_size = mean;
-                    mean_file_size_measured = true;
-                }
-            }
-            Err(e) => notes.push(format!("source storage: {e}")),
-        }
-    } else if !o.pull {
-        notes.push("source storage not measured: give --source PATH (what you will send)".into());
-    }
-    // On a pull this host is the destination.
-    let mut local_dest = None;
-    if o.pull {
-        match &o.dest {
-            Some(d) => {
-                let b = crate::bench::disk::DiskBench {
-                    file_size: 512 << 20,
-                    time_limit: Duration::from_secs(2),
-                    direct: false,
-                    like_transfer: true,
-                    read: false,
-                    ..crate::bench::disk::DiskBench::new(d.clone())
-                };
-                match crate::bench::disk::run(&b) {
-                    Ok(r) => local_dest = Some(r),
-                    Err(e) => notes.push(format!("destination storage: {e}")),
-                }
-            }
-            None => notes.push(
-                "destination storage not measured: give --dest DIR (where the files will go)"
-                    .into(),
-            ),
+/// A short real copy into a scratch directory on the export, sized for two
+/// seconds at the slowest rate measured so far.
+fn short_copy(
+    r: &mut DoctorReport,
+    host: &str,
+    export: &str,
+    dir: &str,
+    opts: &ClientOptions,
+    o: &DoctorOptions,
+) {
+    let mut best = r.upload.as_ref().map_or(1e9, |u| u.bits_per_second);
+    for d in [&r.source_storage, &r.dest_storage].into_iter().flatten() {
+        for s in [d.read, d.write].into_iter().flatten() {
+            best = best.min(s.bytes_per_second * 8.0);
         }
     }
-
-    let mut r = DoctorReport {
-        path_mtu: peer_ip.and_then(sock::path_mtu),
-        local,
-        remote: remote_host,
-        rtt_idle_us: (rtt_idle > 0).then_some(rtt_idle),
-        upload,
-        download,
-        source_storage,
-        dest_storage,
-        mean_file_size,
-        mean_file_size_measured,
-        notes,
-        local_cpu,
-        remote_cpu,
-        ..Default::default()
+    let copy = ShortCopy {
+        host,
+        export,
+        dir,
+        source: o.source.as_deref(),
+        rate_bps: best,
+        time: o.perf_time,
     };
-    if o.pull {
-        // The server's read probe is the source; this host's benchmark the destination.
-        r.source_storage = r.dest_storage.take();
-        r.dest_storage = local_dest;
+    match copy.run(opts) {
+        Ok(c) => r.copy = Some(c),
+        Err(e) => r.notes.push(format!("file-to-file copy: {e}")),
     }
-
-    // 4. A short real copy into a scratch directory on the export.
-    if !o.no_copy && !o.pull {
-        // Sized for two seconds at the slowest rate measured so far.
-        let mut best = r.upload.as_ref().map_or(1e9, |u| u.bits_per_second);
-        for d in [&r.source_storage, &r.dest_storage].into_iter().flatten() {
-            for s in [d.read, d.write].into_iter().flatten() {
-                best = best.min(s.bytes_per_second * 8.0);
-            }
-        }
-        let copy = ShortCopy {
-            host,
-            export,
-            dir: &probed_dir,
-            source: o.source.as_deref(),
-            rate_bps: best,
-            time: o.perf_time,
-        };
-        match copy.run(opts) {
-            Ok(c) => r.copy = Some(c),
-            Err(e) => r.notes.push(format!("file-to-file copy: {e}")),
-        }
-    }
-    r.plain = plain.filter(|p| p.bits_per_second > 0.0);
-    judge(&mut r, o);
-    if let Some(p) = &r.plain {
-        r.sender_cpu_per_gbps_plain = Some(p.cpu_sender_percent / (p.bits_per_second / 1e9));
-        r.plain_measured = true;
-    }
-    if let Some(file) = &o.remember {
-        remember_path(&mut r, file, host, o.pull);
-    }
-    r.seconds = started.elapsed().as_secs_f64();
-    Ok(r)
 }
 
 /// Remembers what the path carried when the path itself was the limit

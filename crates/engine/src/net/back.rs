@@ -3,7 +3,7 @@
 //! reverse mode does.
 //!
 //! The client side is a [`Route`] for one far end's address: every TCP
-//! connection this process opens to that address ([`conn::connect`]) goes
+//! connection this process opens to that address ([`connect`]) goes
 //! through it. It first tries the direct connection, bounded by
 //! [`DIRECT_WAIT`]; if that is refused or times out (or the user forced
 //! it), it listens ([`Listener`]) and, for each connection the engine
@@ -17,8 +17,6 @@
 //! listener from taking a stream's place (a denial of service); the pinned
 //! TLS is what authenticates. A connection without a ticket, with a wrong
 //! or spent one, or too slow to send it, is closed unread.
-//!
-//! [`conn::connect`]: super::conn::connect
 
 use std::collections::HashMap;
 use std::io::{self, Read};
@@ -317,6 +315,19 @@ impl std::fmt::Debug for Route {
 /// addresses its connections back came from (the control connection's
 /// peer, which data streams dial), to their route.
 static ROUTES: Mutex<Vec<(SocketAddr, Weak<Route>)>> = Mutex::new(Vec::new());
+
+/// Connects with a time-out, trying each address in turn; to a far end
+/// with a connect-back route in force, through that route.
+pub fn connect(
+    addrs: &[SocketAddr],
+    timeout: Duration,
+    tune: impl Fn(&socket2::Socket) -> io::Result<()>,
+) -> Result<TcpStream, EngineError> {
+    if let Some(route) = addrs.iter().find_map(|a| route_for(*a)) {
+        return route.connect(timeout, &tune);
+    }
+    super::conn::connect_direct(addrs, timeout, tune)
+}
 
 /// The route for connections to `addr`, if one is in force.
 pub(crate) fn route_for(addr: SocketAddr) -> Option<Arc<Route>> {

@@ -3,6 +3,7 @@
 //! with the read time-outs that keep a slow or silent peer from holding a
 //! thread forever.
 
+use std::any::Any;
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 use std::time::{Duration, Instant};
@@ -15,8 +16,10 @@ use crate::EngineError;
 
 /// A byte stream that carries a session or a data stream. Implemented by
 /// `TcpStream` (plaintext) and [`crate::net::tls::Tls`], which delegates
-/// [`Stream::tcp`] to its socket (options, TCP_INFO, shutdown).
-pub trait Stream: Read + Write + Send {
+/// [`Stream::tcp`] to its socket (options, TCP_INFO, shutdown). `Any`, so
+/// that the layers above TLS ([`crate::net::sealed::into_sealed`]) find the TLS
+/// session under a stream without this layer knowing them.
+pub trait Stream: Any + Read + Write + Send {
     fn tcp(&self) -> &TcpStream;
 
     /// Ends our sending side cleanly: TLS close_notify, then a TCP FIN.
@@ -53,13 +56,6 @@ pub trait Stream: Read + Write + Send {
 
     /// The plain socket, for zero-copy paths; TLS streams give themselves back.
     fn into_plain(self: Box<Self>) -> Result<TcpStream, Box<dyn Stream>>;
-
-    /// The stream in sealed frames from here on ([`crate::net::sealed`]):
-    /// the client once its hello is sent, the server once it has read it.
-    fn sealed(self: Box<Self>, side: crate::net::sealed::Side) -> io::Result<Box<dyn Stream>> {
-        let _ = side;
-        Err(io::Error::other("sealed frames need a TLS data stream"))
-    }
 }
 
 impl Stream for TcpStream {
@@ -299,21 +295,8 @@ pub fn resolve(target: &str, default_port: u16) -> Result<Vec<SocketAddr>, Engin
     Ok(addrs)
 }
 
-/// Connects with a time-out, trying each address in turn; to a far end
-/// with a connect-back route in force, through that route
-/// ([`super::back`]).
-pub fn connect(
-    addrs: &[SocketAddr],
-    timeout: Duration,
-    tune: impl Fn(&socket2::Socket) -> io::Result<()>,
-) -> Result<TcpStream, EngineError> {
-    if let Some(route) = addrs.iter().find_map(|a| super::back::route_for(*a)) {
-        return route.connect(timeout, &tune);
-    }
-    connect_direct(addrs, timeout, tune)
-}
-
-/// [`connect`], always directly.
+/// Connects with a time-out, trying each address in turn, always
+/// directly ([`super::back::connect`] takes a connect-back route in force).
 pub(crate) fn connect_direct(
     addrs: &[SocketAddr],
     timeout: Duration,

@@ -288,7 +288,7 @@ fn dial_tcp(
 ) -> Result<std::net::TcpStream, EngineError> {
     match &opts.back {
         Some(r) => r.connect(timeout, &tune),
-        None => conn::connect(addrs, timeout, tune),
+        None => super::back::connect(addrs, timeout, tune),
     }
 }
 
@@ -807,7 +807,7 @@ pub(crate) fn open_control_early<T>(
 /// presents (for `longhaul trust`); sends nothing else.
 pub fn probe_fingerprint(target: &str, timeout: Duration) -> Result<String, EngineError> {
     let addrs = conn::resolve(target, DEFAULT_PORT)?;
-    let tcp = conn::connect(&addrs, timeout, |_| Ok(()))?;
+    let tcp = super::back::connect(&addrs, timeout, |_| Ok(()))?;
     let _ = tcp.set_read_timeout(Some(timeout));
     let t = tls::ClientTls::new(
         &tls::TrustOptions {

@@ -24,6 +24,7 @@
 //! an error, never a short success.
 
 use crate::stages::{timed, Stage};
+use std::any::Any;
 use std::io::{self, IoSlice, Read, Write};
 use std::net::{Shutdown, TcpStream};
 
@@ -375,6 +376,20 @@ pub enum Side {
     Server {
         sends: bool,
     },
+}
+
+/// The stream in sealed frames from here on: the client once its hello is
+/// sent, the server once it has read it. Only a TLS data stream can be
+/// sealed (the keys are its session's).
+pub fn into_sealed(stream: Box<dyn Stream>, side: Side) -> io::Result<Box<dyn Stream>> {
+    let any: Box<dyn Any + Send> = stream;
+    let Ok(tls) = any.downcast::<Tls>() else {
+        return Err(io::Error::other("sealed frames need a TLS data stream"));
+    };
+    Ok(Box::new(match side {
+        Side::Client => Sealed::client(tls)?,
+        Side::Server { sends } => Sealed::server(tls, sends)?,
+    }))
 }
 
 /// A data stream in sealed frames, over the socket its TLS session ran on.

@@ -194,14 +194,7 @@ impl Identity {
 
     /// Loads a PEM certificate chain and its PEM private key.
     pub fn load(cert: &Path, key: &Path) -> Result<Identity, EngineError> {
-        let chain = CertificateDer::pem_file_iter(cert)
-            .and_then(|i| i.collect::<Result<Vec<_>, _>>())
-            .map_err(|e| {
-                EngineError::Usage(format!(
-                    "cannot read certificates from {}: {e}",
-                    cert.display()
-                ))
-            })?;
+        let chain = pem_certificates(cert, "certificates")?;
         if chain.is_empty() {
             return Err(EngineError::Usage(format!(
                 "{} holds no PEM certificate",
@@ -370,14 +363,7 @@ impl ClientTls {
         let wants_cert = match &t.ca {
             Some(ca) if !pinned => {
                 let mut roots = rustls::RootCertStore::empty();
-                let certs = CertificateDer::pem_file_iter(ca)
-                    .and_then(|i| i.collect::<Result<Vec<_>, _>>())
-                    .map_err(|e| {
-                        EngineError::Usage(format!(
-                            "cannot read CA certificates from {}: {e}",
-                            ca.display()
-                        ))
-                    })?;
+                let certs = pem_certificates(ca, "CA certificates")?;
                 let (added, _) = roots.add_parsable_certificates(certs);
                 if added == 0 {
                     return Err(EngineError::Usage(format!(
@@ -537,6 +523,46 @@ pub fn accept(
     Ok(Box::new(Tls::Server(Box::new(s))))
 }
 
+/// The PEM certificates in `path`; `what` names them in the error.
+fn pem_certificates(path: &Path, what: &str) -> Result<Vec<CertificateDer<'static>>, EngineError> {
+    CertificateDer::pem_file_iter(path)
+        .and_then(|i| i.collect::<Result<Vec<_>, _>>())
+        .map_err(|e| EngineError::Usage(format!("cannot read {what} from {}: {e}", path.display())))
+}
+
+/// A verifier's signature checks, in its trait's impl: rustls's own, with
+/// the algorithms of the verifier's `provider` (both verifiers below check
+/// signatures alike; only whose certificate they take differs).
+macro_rules! signatures_by_provider {
+    () => {
+        fn verify_tls12_signature(
+            &self,
+            message: &[u8],
+            cert: &CertificateDer<'_>,
+            dss: &DigitallySignedStruct,
+        ) -> Result<HandshakeSignatureValid, rustls::Error> {
+            let algorithms = &self.provider.signature_verification_algorithms;
+            verify_tls12_signature(message, cert, dss, algorithms)
+        }
+
+        fn verify_tls13_signature(
+            &self,
+            message: &[u8],
+            cert: &CertificateDer<'_>,
+            dss: &DigitallySignedStruct,
+        ) -> Result<HandshakeSignatureValid, rustls::Error> {
+            let algorithms = &self.provider.signature_verification_algorithms;
+            verify_tls13_signature(message, cert, dss, algorithms)
+        }
+
+        fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+            self.provider
+                .signature_verification_algorithms
+                .supported_schemes()
+        }
+    };
+}
+
 /// Checks the server's certificate against fingerprints, recording what it
 /// saw so that a refusal can name it.
 #[derive(Debug)]
@@ -571,39 +597,7 @@ impl ServerCertVerifier for PinVerifier {
         }
     }
 
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        verify_tls12_signature(
-            message,
-            cert,
-            dss,
-            &self.provider.signature_verification_algorithms,
-        )
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        verify_tls13_signature(
-            message,
-            cert,
-            dss,
-            &self.provider.signature_verification_algorithms,
-        )
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.provider
-            .signature_verification_algorithms
-            .supported_schemes()
-    }
+    signatures_by_provider!();
 }
 
 /// Asks for a client certificate without requiring one, and takes any
@@ -636,39 +630,7 @@ impl ClientCertVerifier for AnyClientCert {
         Ok(ClientCertVerified::assertion())
     }
 
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        verify_tls12_signature(
-            message,
-            cert,
-            dss,
-            &self.provider.signature_verification_algorithms,
-        )
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        verify_tls13_signature(
-            message,
-            cert,
-            dss,
-            &self.provider.signature_verification_algorithms,
-        )
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.provider
-            .signature_verification_algorithms
-            .supported_schemes()
-    }
+    signatures_by_provider!();
 }
 
 /// The socket under a TLS connection, with a receive buffer: rustls reads
@@ -964,14 +926,6 @@ impl Stream for Tls {
 
     fn into_plain(self: Box<Self>) -> Result<TcpStream, Box<dyn Stream>> {
         Err(self)
-    }
-
-    fn sealed(self: Box<Self>, side: crate::net::sealed::Side) -> io::Result<Box<dyn Stream>> {
-        use crate::net::sealed::{Sealed, Side};
-        Ok(Box::new(match side {
-            Side::Client => Sealed::client(self)?,
-            Side::Server { sends } => Sealed::server(self, sends)?,
-        }))
     }
 
     fn encryption(&self) -> String {

@@ -107,46 +107,23 @@ pub(crate) fn run_perf_over(
     sink: &mut dyn Reporter,
 ) -> Result<Summary, EngineError> {
     let back = udp_back(&ctl, params)?;
-    let mut plan_warning = None;
-    let sized;
-    let params = if opts.auto_streams {
+    let (sized, plan_warning) = if opts.auto_streams {
         let (streams, warning) = streams_for_path(&ctl, params);
-        plan_warning = warning;
-        sized = TestParams {
+        let sized = TestParams {
             streams,
             ..params.clone()
         };
-        &sized
+        (Some(sized), warning)
     } else {
-        params
+        (None, None)
     };
+    let params = sized.as_ref().unwrap_or(params);
     // Sending first, the far end needs this side's ports before it starts.
     let back_sockets = match back {
         true => Some(bind_back(&ctl, params, opts)?),
         false => None,
     };
-    let request = TestParams {
-        udp_back_ports: match &back_sockets {
-            Some(b) => b.iter().map(|(_, port)| *port).collect(),
-            None => Vec::new(),
-        },
-        ..params.clone()
-    };
-    ctl.session
-        .request_test(Instant::now(), request, Duration::from_secs(86_400));
-    let accept = loop {
-        if opts.interrupt.load(Ordering::Relaxed) {
-            return Err(EngineError::Interrupted(
-                "while waiting for the server to take the test".into(),
-            ));
-        }
-        match ctl.next_event(INTERRUPT_POLL)? {
-            Some(ClientEvent::Accepted(a)) => break a,
-            Some(ClientEvent::Queued(q)) => ctl.queued(&q),
-            _ => {}
-        }
-    };
-
+    let accept = request_test(&mut ctl, params, back_sockets.as_deref(), opts)?;
     let binding = DataBinding::of(&ctl, params, &accept, target)?;
     if back && binding.key.is_none() {
         return Err(EngineError::Failed(format!(
@@ -159,43 +136,10 @@ pub(crate) fn run_perf_over(
         false => client_registers(&mut ctl, &mut streams, &accept, &binding)?,
         true => far_end_registers(&mut ctl, &streams, &accept, &binding, opts)?,
     };
-
-    let local_setups: Vec<StreamSetup> = streams.iter().map(setup_of).collect();
-    let caps = sock::buffer_caps();
-    let mut warnings = window_warnings(
-        params,
-        "client",
-        &local_setups,
-        (caps.rmem_max, caps.wmem_max),
+    let earlier = plan_warning.into_iter().collect();
+    let warnings = tell_setup(
+        &ctl, target, params, &streams, &ready, &binding, earlier, sink,
     );
-    warnings.extend(window_warnings(
-        params,
-        "server",
-        &ready.streams,
-        (ready.rmem_max, ready.wmem_max),
-    ));
-    warnings.extend(plan_warning);
-    warnings.extend(binding.warning.clone());
-    let data_encrypted = binding.tls && params.transport == Transport::Tcp;
-    sink.setup(&Setup {
-        server: target.to_string(),
-        server_software: ctl.welcome.software.clone(),
-        server_host: ctl.welcome.host.clone(),
-        protocol_version: ctl.welcome.version,
-        params: params.clone(),
-        local_streams: local_setups,
-        remote_streams: ready.streams.clone(),
-        encryption: match data_encrypted {
-            true => ctl.conn.encryption(),
-            false => "none".into(),
-        },
-        control_encryption: ctl.conn.encryption(),
-        data_encrypted: Some(data_encrypted),
-    });
-    for w in &warnings {
-        sink.warning(w);
-    }
-
     ctl.session.start(Instant::now());
     ctl.flush()?;
     // -P auto, a time-bound TCP test with intervals: the sending streams
@@ -231,6 +175,89 @@ pub(crate) fn run_perf_over(
     let mut s = drive(&mut ctl, run, params, opts, &mut tuner, warnings, remote)?;
     (s.tuning, s.tuning_reverse) = tuner.reports();
     Ok(s)
+}
+
+/// Asks the server for the test (with this side's ports for a UDP test
+/// it sends first to) and waits until it takes it, queued meanwhile.
+fn request_test(
+    ctl: &mut Control,
+    params: &TestParams,
+    back_sockets: Option<&[(UdpSocket, u16)]>,
+    opts: &ClientOptions,
+) -> Result<TestAccept, EngineError> {
+    let request = TestParams {
+        udp_back_ports: match back_sockets {
+            Some(b) => b.iter().map(|(_, port)| *port).collect(),
+            None => Vec::new(),
+        },
+        ..params.clone()
+    };
+    ctl.session
+        .request_test(Instant::now(), request, Duration::from_secs(86_400));
+    loop {
+        if opts.interrupt.load(Ordering::Relaxed) {
+            return Err(EngineError::Interrupted(
+                "while waiting for the server to take the test".into(),
+            ));
+        }
+        match ctl.next_event(INTERRUPT_POLL)? {
+            Some(ClientEvent::Accepted(a)) => return Ok(a),
+            Some(ClientEvent::Queued(q)) => ctl.queued(&q),
+            _ => {}
+        }
+    }
+}
+
+/// Tells the reporter the test's setup (both ends' streams, the
+/// encryption) and its warnings (windows too small for the path, and
+/// `earlier` ones); returns the warnings.
+#[allow(clippy::too_many_arguments)]
+fn tell_setup(
+    ctl: &Control,
+    target: &str,
+    params: &TestParams,
+    streams: &[ReadyStream],
+    ready: &Ready,
+    binding: &DataBinding,
+    earlier: Vec<String>,
+    sink: &mut dyn Reporter,
+) -> Vec<String> {
+    let local_setups: Vec<StreamSetup> = streams.iter().map(setup_of).collect();
+    let caps = sock::buffer_caps();
+    let mut warnings = window_warnings(
+        params,
+        "client",
+        &local_setups,
+        (caps.rmem_max, caps.wmem_max),
+    );
+    warnings.extend(window_warnings(
+        params,
+        "server",
+        &ready.streams,
+        (ready.rmem_max, ready.wmem_max),
+    ));
+    warnings.extend(earlier);
+    warnings.extend(binding.warning.clone());
+    let data_encrypted = binding.tls && params.transport == Transport::Tcp;
+    sink.setup(&Setup {
+        server: target.to_string(),
+        server_software: ctl.welcome.software.clone(),
+        server_host: ctl.welcome.host.clone(),
+        protocol_version: ctl.welcome.version,
+        params: params.clone(),
+        local_streams: local_setups,
+        remote_streams: ready.streams.clone(),
+        encryption: match data_encrypted {
+            true => ctl.conn.encryption(),
+            false => "none".into(),
+        },
+        control_encryption: ctl.conn.encryption(),
+        data_encrypted: Some(data_encrypted),
+    });
+    for w in &warnings {
+        sink.warning(w);
+    }
+    warnings
 }
 
 /// One direction's climb: whose streams it parks (this side's, or the

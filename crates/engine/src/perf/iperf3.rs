@@ -157,16 +157,7 @@ impl Control<'_> {
                 self.flush()?;
                 r.map_err(|e| refused(self.target, e))
             }
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    std::io::ErrorKind::WouldBlock
-                        | std::io::ErrorKind::TimedOut
-                        | std::io::ErrorKind::Interrupted
-                ) =>
-            {
-                Ok(())
-            }
+            Err(e) if crate::net::conn::transient(&e) => Ok(()),
             Err(e) => Err(EngineError::io(
                 format!("failed to read from iperf3 server {}", self.target),
                 e,
@@ -176,20 +167,36 @@ impl Control<'_> {
 
     /// Waits for the next event, up to `within`.
     fn next(&mut self, within: Duration, during: &str) -> Result<ClientEvent, EngineError> {
-        let deadline = Instant::now() + within;
-        loop {
-            if let Some(e) = self.machine.poll_event() {
-                return Ok(e);
-            }
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                return Err(EngineError::Timeout(format!(
-                    "{during} with iperf3 server {}",
-                    self.target
-                )));
-            }
-            self.pump(left.min(Duration::from_millis(100)))?;
+        match next_within(self, within, |c| c.machine.poll_event(), Self::pump)? {
+            Some(e) => Ok(e),
+            None => Err(EngineError::Timeout(format!(
+                "{during} with iperf3 server {}",
+                self.target
+            ))),
         }
+    }
+}
+
+/// The next event of one end of an iperf3 control connection (the
+/// client's here, the server's in `server::iperf3`), waiting up to
+/// `within`: `poll` asks its machine, `pump` reads its socket for at most
+/// the time given. None: no event in time.
+pub(crate) fn next_within<C, T, E>(
+    end: &mut C,
+    within: Duration,
+    poll: impl Fn(&mut C) -> Option<T>,
+    pump: impl Fn(&mut C, Duration) -> Result<(), E>,
+) -> Result<Option<T>, E> {
+    let deadline = Instant::now() + within;
+    loop {
+        if let Some(e) = poll(end) {
+            return Ok(Some(e));
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Ok(None);
+        }
+        pump(end, left.min(Duration::from_millis(100)))?;
     }
 }
 
@@ -241,55 +248,26 @@ pub fn run_iperf3(
         sock,
         machine: Client::new(&cookie, &wire),
     };
-    let interrupted = || opts.interrupt.load(Ordering::Relaxed);
     let ev = ctl.next(HANDSHAKE, "waiting for the parameter exchange")?;
     if ev != ClientEvent::CreateStreams {
         return Err(EngineError::Failed(format!(
             "iperf3 server {target}: unexpected {ev:?} before the streams"
         )));
     }
-    let keys = stream_keys(params);
-    let mut streams = Vec::with_capacity(keys.len());
-    for &(direction, stream) in &keys {
-        if wire.udp {
-            let u = udp_stream(
-                target,
-                peer,
-                params,
-                opts,
-                opts.connect_timeout.max(HANDSHAKE),
-            )?;
-            streams.push(ReadyStream {
-                direction,
-                stream,
-                socket: DataSocket::Iperf3Udp(Arc::new(u), false),
-                io: None,
-            });
-            continue;
-        }
-        let s = socket2::Socket::new(
-            socket2::Domain::for_address(peer),
-            socket2::Type::STREAM,
-            Some(socket2::Protocol::TCP),
-        )
-        .map_err(|e| EngineError::io("failed to make a data socket".into(), e))?;
-        sock::apply_tcp(&s, &tuning_for(params, End::Client.sends(direction)))
-            .map_err(|e| EngineError::io("failed to set a data socket's options".into(), e))?;
-        opts.bind_first(&s)
-            .map_err(|e| EngineError::Usage(e.to_string()))?;
-        s.connect_timeout(&peer.into(), opts.connect_timeout)
-            .map_err(|e| {
-                EngineError::Connect(format!(
-                    "cannot connect data stream {stream} to iperf3 server {target}: {e}"
-                ))
-            })?;
-        let mut t: TcpStream = s.into();
-        t.write_all(cookie.as_bytes())
-            .map_err(|e| EngineError::io("failed to send a data stream's cookie".into(), e))?;
+    let mut streams = Vec::new();
+    for (direction, stream) in stream_keys(params) {
+        let socket = if wire.udp {
+            let timeout = opts.connect_timeout.max(HANDSHAKE);
+            let u = udp_stream(target, peer, params, opts, timeout)?;
+            DataSocket::Iperf3Udp(Arc::new(u), false)
+        } else {
+            let t = tcp_stream(target, peer, params, opts, &cookie, direction, stream)?;
+            DataSocket::Tcp(Arc::new(t))
+        };
         streams.push(ReadyStream {
             direction,
             stream,
-            socket: DataSocket::Tcp(Arc::new(t)),
+            socket,
             io: None,
         });
     }
@@ -305,7 +283,97 @@ pub fn run_iperf3(
             }
         }
     }
-    let mut warnings = window_warnings(
+    let mut warnings = tell_setup(sink, target, peer, params, setups);
+    let mut run = SideRun::start(End::Client, params, streams, opts.local_cpu, "", None)?;
+    let baseline = measure(&mut ctl, &mut run, params, opts, sink)?;
+    let local_end = run.snapshot();
+    // After TEST_END the server closes its streams: a sender still in a
+    // write then fails, which is the end, not an error of the test.
+    let error = run.error();
+    let theirs = exchange_results(&mut ctl, params, baseline.as_ref(), &local_end)?;
+    run.stop();
+    run.join();
+    let remote = remote_snapshot(params, &theirs).map_err(|m| {
+        EngineError::Failed(format!(
+            "iperf3 server {target} sent results that do not fit the test: {m}"
+        ))
+    })?;
+    warnings.extend(figures_notes(
+        params,
+        baseline.as_ref(),
+        &local_end,
+        &remote,
+        &theirs,
+    ));
+    let span = Span {
+        client_from: baseline.as_ref(),
+        client_to: &local_end,
+        server_from: None,
+        server_to: &remote,
+        complete: true,
+    };
+    let mut summary = span.summary(params, warnings, error);
+    let server_sends = params
+        .mode
+        .directions()
+        .iter()
+        .any(|&d| End::Server.sends(d));
+    if params.transport == Transport::Tcp && server_sends {
+        match server_retransmits(params, &theirs) {
+            Some(n) => {
+                summary.retransmits += n;
+                summary.retransmits_unknown = false;
+            }
+            None => summary.retransmits_unknown = true,
+        }
+    }
+    sink.summary(&summary);
+    Ok(summary)
+}
+
+/// One TCP data stream to the iperf3 server, with the test's socket
+/// options, that names the test by its cookie.
+fn tcp_stream(
+    target: &str,
+    peer: SocketAddr,
+    params: &TestParams,
+    opts: &ClientOptions,
+    cookie: &Cookie,
+    direction: Direction,
+    stream: u16,
+) -> Result<TcpStream, EngineError> {
+    let s = socket2::Socket::new(
+        socket2::Domain::for_address(peer),
+        socket2::Type::STREAM,
+        Some(socket2::Protocol::TCP),
+    )
+    .map_err(|e| EngineError::io("failed to make a data socket".into(), e))?;
+    sock::apply_tcp(&s, &tuning_for(params, End::Client.sends(direction)))
+        .map_err(|e| EngineError::io("failed to set a data socket's options".into(), e))?;
+    opts.bind_first(&s)
+        .map_err(|e| EngineError::Usage(e.to_string()))?;
+    s.connect_timeout(&peer.into(), opts.connect_timeout)
+        .map_err(|e| {
+            EngineError::Connect(format!(
+                "cannot connect data stream {stream} to iperf3 server {target}: {e}"
+            ))
+        })?;
+    let mut t: TcpStream = s.into();
+    t.write_all(cookie.as_bytes())
+        .map_err(|e| EngineError::io("failed to send a data stream's cookie".into(), e))?;
+    Ok(t)
+}
+
+/// Tells the reporter the test's setup and this end's window warnings;
+/// returns the warnings.
+fn tell_setup(
+    sink: &mut dyn Reporter,
+    target: &str,
+    peer: SocketAddr,
+    params: &TestParams,
+    setups: Vec<longhaul_proto::report::StreamSetup>,
+) -> Vec<String> {
+    let warnings = window_warnings(
         params,
         "local",
         &setups,
@@ -329,8 +397,21 @@ pub fn run_iperf3(
     for w in &warnings {
         sink.warning(w);
     }
+    warnings
+}
 
-    let mut run = SideRun::start(End::Client, params, streams, opts.local_cpu, "", None)?;
+/// Runs the test to its end, reporting each interval from this end's
+/// counts; returns the snapshot the omitted seconds end at. A failure of
+/// the run, or an interrupt, stops the test at the server too.
+fn measure(
+    ctl: &mut Control,
+    run: &mut SideRun,
+    params: &TestParams,
+    opts: &ClientOptions,
+    sink: &mut dyn Reporter,
+) -> Result<Option<SideSnapshot>, EngineError> {
+    let target = ctl.target;
+    let interrupted = || opts.interrupt.load(Ordering::Relaxed);
     let end_at =
         run.start + Duration::from_millis(params.omit_ms + params.duration_ms.unwrap_or(0));
     let mut ticker = Ticker::new(run.start, params);
@@ -384,10 +465,6 @@ pub fn run_iperf3(
         // The server says nothing while the test runs, unless it fails.
         ctl.pump(wait)?;
     }
-    let local_end = run.snapshot();
-    // After TEST_END the server closes its streams: a sender still in a
-    // write then fails, which is the end, not an error of the test.
-    let error = run.error();
     if stopped_early {
         run.stop();
         ctl.machine.terminate();
@@ -396,6 +473,18 @@ pub fn run_iperf3(
             "the iperf3 test with {target} was stopped"
         )));
     }
+    Ok(baseline)
+}
+
+/// Ends the test and exchanges results with the server: ours sent, its
+/// own returned.
+fn exchange_results(
+    ctl: &mut Control,
+    params: &TestParams,
+    baseline: Option<&SideSnapshot>,
+    local_end: &SideSnapshot,
+) -> Result<Box<Results>, EngineError> {
+    let target = ctl.target;
     ctl.machine.end_test();
     let ev = ctl.next(RESULTS, "waiting for the results exchange")?;
     if ev != ClientEvent::SendResults {
@@ -404,7 +493,7 @@ pub fn run_iperf3(
         )));
     }
     ctl.machine
-        .send_results(&results_of(params, baseline.as_ref(), &local_end));
+        .send_results(&results_of(params, baseline, local_end));
     let theirs = match ctl.next(RESULTS, "waiting for the server's results")? {
         ClientEvent::ServerResults(r) => r,
         ev => {
@@ -417,44 +506,7 @@ pub fn run_iperf3(
     // has still given its results.
     let _ = ctl.next(RESULTS, "waiting for DISPLAY_RESULTS");
     let _ = ctl.flush();
-    run.stop();
-    run.join();
-    let remote = remote_snapshot(params, &theirs).map_err(|m| {
-        EngineError::Failed(format!(
-            "iperf3 server {target} sent results that do not fit the test: {m}"
-        ))
-    })?;
-    warnings.extend(figures_notes(
-        params,
-        baseline.as_ref(),
-        &local_end,
-        &remote,
-        &theirs,
-    ));
-    let span = Span {
-        client_from: baseline.as_ref(),
-        client_to: &local_end,
-        server_from: None,
-        server_to: &remote,
-        complete: true,
-    };
-    let mut summary = span.summary(params, warnings, error);
-    let server_sends = params
-        .mode
-        .directions()
-        .iter()
-        .any(|&d| End::Server.sends(d));
-    if params.transport == Transport::Tcp && server_sends {
-        match server_retransmits(params, &theirs) {
-            Some(n) => {
-                summary.retransmits += n;
-                summary.retransmits_unknown = false;
-            }
-            None => summary.retransmits_unknown = true,
-        }
-    }
-    sink.summary(&summary);
-    Ok(summary)
+    Ok(theirs)
 }
 
 /// The iperf3 server's own count of retransmits on the streams it sent

@@ -18,7 +18,9 @@
 use std::path::{Path, PathBuf};
 
 use longhaul_proto::tokenproof;
+use longhaul_proto::xfer::copy::GrantRequest;
 use serde::{Deserialize, Serialize};
+use std::time::Instant;
 
 use crate::state::{make_state_dir, named_state_dir};
 use crate::xfer::Export;
@@ -73,6 +75,29 @@ pub struct Grant {
     pub note: String,
 }
 
+/// What a capability allows, and until when.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Scope {
+    /// The export, destination and trailing `/` of the one push allowed
+    /// (or, `op` pull, the sources a job reads).
+    pub request: GrantRequest,
+    /// The grant of the client that asked for it (for logs and observers).
+    pub grant: String,
+    pub(super) key: blake3::Hash,
+    pub(super) expires: Instant,
+    /// The same, in Unix seconds (what the state directory keeps).
+    pub(super) expires_unix: u64,
+}
+
+impl std::fmt::Debug for Scope {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Scope")
+            .field("request", &self.request)
+            .field("grant", &self.grant)
+            .finish_non_exhaustive()
+    }
+}
+
 /// What an authenticated (or anonymous) client may do.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Access {
@@ -85,7 +110,7 @@ pub struct Access {
     anonymous: bool,
     /// A third-party copy's capability ([`super::copy`]): one push into
     /// one destination, nothing else, while the capability lives.
-    pub scope: Option<super::copy::Scope>,
+    pub scope: Option<Scope>,
 }
 
 impl Access {
@@ -107,7 +132,7 @@ impl Access {
     /// The holder of a third-party copy capability: write access to the
     /// one export of its scope, and (checked at each request) only a push
     /// into its destination while it lives.
-    pub fn capability(scope: super::copy::Scope) -> Access {
+    pub fn capability(scope: Scope) -> Access {
         let push = scope.request.op == longhaul_proto::xfer::copy::CapabilityOp::Push;
         Access {
             who: format!(

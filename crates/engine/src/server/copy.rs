@@ -18,12 +18,11 @@ use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use base64::Engine as _;
 use longhaul_proto::msg::*;
 use longhaul_proto::units::escaped;
 use longhaul_proto::xfer::copy::{
-    within_scope, CopyConnectBack, CopyLanded, CopyOrder, CopyProgress, CopyShareItem, Grant,
-    GrantRequest, CAPABILITY_PREFIX, MAX_LIFETIME_S,
+    within_scope, CopyConnectBack, CopyLanded, CopyOrder, CopyProgress, CopyShareItem,
+    CAPABILITY_PREFIX,
 };
 use longhaul_proto::xfer::TransferRequest;
 
@@ -40,36 +39,16 @@ use crate::xfer::source::{root_name, Share, ShareItem};
 use crate::xfer::{beneath, confine};
 use crate::EngineError;
 
-/// What a capability allows, and until when.
-#[derive(Clone, PartialEq, Eq)]
-pub struct Scope {
-    /// The export, destination and trailing `/` of the one push allowed
-    /// (or, `op` pull, the sources a job reads).
-    pub request: GrantRequest,
-    /// The grant of the client that asked for it (for logs and observers).
-    pub grant: String,
-    pub(super) key: blake3::Hash,
-    pub(super) expires: Instant,
-    /// The same, in Unix seconds (what the state directory keeps).
-    pub(super) expires_unix: u64,
-}
-
-impl std::fmt::Debug for Scope {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Scope")
-            .field("request", &self.request)
-            .field("grant", &self.grant)
-            .finish_non_exhaustive()
-    }
-}
+/// What a capability allows (defined beside the access it gives).
+pub use super::auth::Scope;
 
 /// The one refusal of a capability that is not (or no longer) good: which
 /// of unknown, expired or revoked is not told.
 const NOT_GOOD: &str = "unknown, expired or revoked third-party copy capability: the copy's ordering client must ask the destination for a new one";
 
-/// The capabilities a server has issued and not yet revoked, by the BLAKE3
-/// hash of each; a job's (`durable`) also in the state directory
-/// ([`super::durable`]), so that they outlive a restart.
+/// The capabilities a server has issued ([`super::grant`]) and not yet
+/// revoked, by the BLAKE3 hash of each; a job's (`durable`) also in the
+/// state directory ([`super::durable`]), so that they outlive a restart.
 #[derive(Default)]
 pub(super) struct Capabilities {
     pub(super) live: Mutex<HashMap<blake3::Hash, Scope>>,
@@ -78,38 +57,6 @@ pub(super) struct Capabilities {
 }
 
 impl Capabilities {
-    /// Makes a capability for `request`, good for `lifetime`.
-    fn issue(
-        &self,
-        request: GrantRequest,
-        grant: &str,
-        lifetime: Duration,
-    ) -> Result<(String, blake3::Hash), String> {
-        let mut b = [0u8; 32];
-        getrandom::fill(&mut b).map_err(|e| format!("the OS random source failed: {e}"))?;
-        let secret = format!(
-            "{CAPABILITY_PREFIX}{}",
-            base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(b)
-        );
-        let key = blake3::hash(secret.as_bytes());
-        let scope = Scope {
-            request,
-            grant: grant.to_string(),
-            key,
-            expires: Instant::now() + lifetime,
-            expires_unix: super::durable::unix_now().saturating_add(lifetime.as_secs()),
-        };
-        let mut live = self.live.lock().map_err(|_| "internal error".to_string())?;
-        live.insert(key, scope);
-        if live[&key].request.durable {
-            if let Err(e) = self.persist(&live) {
-                live.remove(&key);
-                return Err(e);
-            }
-        }
-        Ok((secret, key))
-    }
-
     pub(super) fn revoke(&self, key: &blake3::Hash) {
         if let Ok(mut m) = self.live.lock() {
             if m.remove(key).is_some_and(|s| s.request.durable) {
@@ -182,88 +129,18 @@ pub(super) fn is_capability(token: Option<&str>) -> bool {
     token.is_some_and(|t| t.starts_with(CAPABILITY_PREFIX))
 }
 
-fn disabled() -> (RefuseCode, String) {
+pub(super) fn disabled() -> (RefuseCode, String) {
     (
         RefuseCode::ThirdPartyDisabled,
         "this server does not take part in third-party copies: its admin may allow them with `longhaul serve --third-party-copies`".into(),
     )
 }
 
-fn anonymous(what: &str) -> (RefuseCode, String) {
+pub(super) fn anonymous(what: &str) -> (RefuseCode, String) {
     (
         RefuseCode::Unauthorized,
         format!("this server {what} for authenticated clients only: pass --token-file FILE or set LONGHAUL_TOKEN"),
     )
-}
-
-/// Answers a request for a capability into this server, then holds it
-/// until the requester's session ends (or stops, or the lifetime ends),
-/// and revokes it.
-pub(super) fn serve_grant(
-    shared: &Arc<Shared>,
-    conn: &mut FramedConn,
-    req: &GrantRequest,
-    access: &auth::Access,
-) -> Result<(), (RefuseCode, String)> {
-    if !shared.cfg.third_party_copies {
-        return Err(disabled());
-    }
-    if access.is_anonymous() {
-        return Err(anonymous("grants third-party copies"));
-    }
-    if !conn.is_tls() {
-        return Err((
-            RefuseCode::TlsRequired,
-            "a third-party copy capability is given inside TLS only".into(),
-        ));
-    }
-    let ex = super::files::export(shared, &req.export, access)?;
-    super::durable::check_grant(shared, ex, req, access)?;
-    let most = if req.durable {
-        longhaul_proto::job::MAX_LIFETIME_S
-    } else {
-        MAX_LIFETIME_S
-    };
-    let lifetime = Duration::from_secs(u64::from(req.lifetime_s.clamp(1, most)));
-    let (capability, key) = shared
-        .capabilities
-        .issue(req.clone(), access.grant_label(), lifetime)
-        .map_err(|m| (RefuseCode::ServerError, m))?;
-    let what = super::durable::scope_words(&ex.name, req);
-    tracing::info!(
-        "{} ({}) holds a {}capability {what} for {} s",
-        conn.peer(),
-        access.who,
-        if req.durable {
-            "job's "
-        } else {
-            "third-party copy "
-        },
-        lifetime.as_secs()
-    );
-    let until = Instant::now() + lifetime;
-    let sent = conn.send(&Message::Grant(Grant {
-        capability,
-        lifetime_s: lifetime.as_secs() as u32,
-    }));
-    // A job's capability outlives this session: its holder revokes it.
-    if req.durable {
-        return sent.map_err(|e| (RefuseCode::ServerError, e.to_string()));
-    }
-    if sent.is_ok() {
-        while Instant::now() < until {
-            match conn.recv(Duration::from_millis(200)) {
-                Ok(Some(Message::Stop(_))) | Err(_) => break,
-                Ok(_) => {}
-            }
-        }
-    }
-    shared.capabilities.revoke(&key);
-    tracing::info!(
-        "the third-party copy capability of {} {what} is revoked",
-        conn.peer(),
-    );
-    Ok(())
 }
 
 /// Relays a copy's progress and intervals to the ordering client.
@@ -317,6 +194,81 @@ pub(super) fn serve_copy(
     order: &CopyOrder,
     access: &auth::Access,
 ) -> Result<(), (RefuseCode, String)> {
+    let checked = check_order(shared, conn, order, access)?;
+    let Some(_slot) = shared.slots.try_take(shared, &Claimant::of(access)) else {
+        let (running, limit) = shared.slots.load();
+        return Err((
+            RefuseCode::Busy,
+            format!("server is running {running} tests and transfers, its limit (--max-tests {limit}); try again later"),
+        ));
+    };
+    let back_ip = checked.back_ip;
+    tracing::info!(
+        "third-party copy from {} ({}): {} source(s) of {} to {}{}",
+        conn.peer(),
+        access.who,
+        checked.sources.len(),
+        checked.ex.name,
+        escaped(&order.target),
+        match back_ip {
+            Some(ip) => format!(", which connects back to {ip}"),
+            None => String::new(),
+        }
+    );
+    let (tx, rx) = mpsc::channel::<CopyRelay>();
+    // Requests to connect back go to the client while the copy runs.
+    let asks = Arc::new(Mutex::new(Some(tx.clone())));
+    let back = back_ip.map(|ip| connect_back_route(&order.target, ip, asks.clone()));
+    let interrupt = Arc::new(AtomicBool::new(false));
+    let client = dialler(shared, order, &checked.fingerprint, &interrupt, back);
+    let until = Instant::now() + super::third_party::reach(&client);
+    let o = copy_options(order, checked, &client, &interrupt, &tx);
+    let (shook, handshake_rx) = mpsc::channel::<bool>();
+    let Ok(worker) = spawn_copy(order.target.clone(), client, o, tx, asks, shook) else {
+        failed(
+            conn,
+            RefuseCode::ServerError,
+            "cannot start a thread for the copy".into(),
+        );
+        return Ok(());
+    };
+    if !await_handshake(conn, &handshake_rx, &rx, until) {
+        interrupt.store(true, Ordering::SeqCst);
+        std::thread::sleep(until.saturating_duration_since(Instant::now()));
+        let mut why = super::third_party::uniform_failure(&order.target);
+        if let Some(ip) = back_ip {
+            why.push_str(&format!(
+                " (it was to connect back to this source at {ip}: can it reach that address?)"
+            ));
+        }
+        failed(conn, RefuseCode::ServerError, why);
+        return Ok(());
+    }
+    super::third_party::relay_until_done(conn, &rx, Message::CopyRelay, &interrupt, "copy");
+    let _ = worker.join();
+    Ok(())
+}
+
+/// A copy's order, checked: its export, the destination's certificate,
+/// the address it connects back to, and what it reads, resolved beneath
+/// the export's root.
+struct CheckedOrder<'a> {
+    ex: &'a crate::xfer::Export,
+    fingerprint: String,
+    back_ip: Option<std::net::IpAddr>,
+    anchor: Anchor,
+    sources: Vec<String>,
+    share: Option<Vec<ShareItem>>,
+}
+
+/// Checks that this server takes the order from this requester, and what
+/// the order reads; `Err`: the refusal.
+fn check_order<'a>(
+    shared: &'a Arc<Shared>,
+    conn: &FramedConn,
+    order: &CopyOrder,
+    access: &auth::Access,
+) -> Result<CheckedOrder<'a>, (RefuseCode, String)> {
     if !shared.cfg.third_party_copies {
         return Err(disabled());
     }
@@ -396,39 +348,35 @@ pub(super) fn serve_copy(
         Some(items) => Some(confine_share(&ex.root, &anchor, &resolved, items, order)?),
         None => None,
     };
-    let Some(_slot) = shared.slots.try_take(shared, &Claimant::of(access)) else {
-        let (running, limit) = shared.slots.load();
-        return Err((
-            RefuseCode::Busy,
-            format!("server is running {running} tests and transfers, its limit (--max-tests {limit}); try again later"),
-        ));
-    };
-    tracing::info!(
-        "third-party copy from {} ({}): {} source(s) of {} to {}{}",
-        conn.peer(),
-        access.who,
-        sources.len(),
-        ex.name,
-        escaped(&order.target),
-        match back_ip {
-            Some(ip) => format!(", which connects back to {ip}"),
-            None => String::new(),
-        }
-    );
-    let (tx, rx) = mpsc::channel::<CopyRelay>();
-    // Requests to connect back go to the client while the copy runs.
-    let asks = Arc::new(Mutex::new(Some(tx.clone())));
-    let back = back_ip.map(|ip| connect_back_route(&order.target, ip, asks.clone()));
+    Ok(CheckedOrder {
+        ex,
+        fingerprint,
+        back_ip,
+        anchor,
+        sources,
+        share,
+    })
+}
+
+/// How this server reaches the copy's destination: within its own
+/// handshake time-out, pinning the destination's certificate, with the
+/// capability as the only credential.
+fn dialler(
+    shared: &Shared,
+    order: &CopyOrder,
+    fingerprint: &str,
+    interrupt: &Arc<AtomicBool>,
+    back: Option<Arc<back::Route>>,
+) -> ClientOptions {
     let handshake = shared.cfg.limits.handshake_timeout;
-    let interrupt = Arc::new(AtomicBool::new(false));
-    let client = ClientOptions {
+    ClientOptions {
         connect_timeout: ClientOptions::default().connect_timeout.min(handshake),
         handshake_timeout: handshake,
         interrupt: interrupt.clone(),
         security: Security {
             plaintext: false,
             trust: tls::TrustOptions {
-                pins: vec![fingerprint],
+                pins: vec![fingerprint.to_string()],
                 ..Default::default()
             },
             token: Some(order.capability.clone()),
@@ -436,7 +384,18 @@ pub(super) fn serve_copy(
         },
         back,
         ..ClientOptions::default()
-    };
+    }
+}
+
+/// The push the order asks for, as a `cp` from this server's export,
+/// each landed file relayed when the order asks for the catalogue.
+fn copy_options(
+    order: &CopyOrder,
+    checked: CheckedOrder,
+    client: &ClientOptions,
+    interrupt: &Arc<AtomicBool>,
+    tx: &mpsc::Sender<CopyRelay>,
+) -> crate::xfer::client::CpOptions {
     let slash = if order.dest_dir && !order.dest.is_empty() {
         "/"
     } else {
@@ -447,16 +406,15 @@ pub(super) fn serve_copy(
         order.target, order.dest_export, order.dest
     );
     let x = &order.options;
-    let mut o = crate::xfer::copy::options_of(x, sources, dest, client.clone());
-    o.source_anchor = Some(Arc::new(anchor));
-    o.share = share.map(|items| Share::Fixed(Arc::new(items)));
+    let mut o = crate::xfer::copy::options_of(x, checked.sources, dest, client.clone());
+    o.source_anchor = Some(Arc::new(checked.anchor));
+    o.share = checked.share.map(|items| Share::Fixed(Arc::new(items)));
     o.progress = Arc::new(crate::xfer::Progress {
         interrupt: interrupt.clone(),
         ..Default::default()
     });
-    let until = Instant::now() + super::third_party::reach(&client);
     if x.catalogue {
-        let (tx, root) = (Mutex::new(tx.clone()), ex.root.clone());
+        let (tx, root) = (Mutex::new(tx.clone()), checked.ex.root.clone());
         o.catalogue = Some(Arc::new(move |l: crate::xfer::Landed| {
             let (source, dest) = (l.namer)(&l.path);
             let source = Path::new(&source)
@@ -476,9 +434,21 @@ pub(super) fn serve_copy(
             }
         }));
     }
-    let (shook, handshake_rx) = mpsc::channel::<bool>();
-    let target = order.target.clone();
-    let worker = std::thread::Builder::new()
+    o
+}
+
+/// The copy's thread: learns that the destination is a longhaul server
+/// that takes the capability (says so on `shook`), then runs the copy and
+/// sends its end on `tx`.
+fn spawn_copy(
+    target: String,
+    client: ClientOptions,
+    o: crate::xfer::client::CpOptions,
+    tx: mpsc::Sender<CopyRelay>,
+    asks: Arc<Mutex<Option<mpsc::Sender<CopyRelay>>>>,
+    shook: mpsc::Sender<bool>,
+) -> std::io::Result<std::thread::JoinHandle<()>> {
+    std::thread::Builder::new()
         .name("lh-3rd-cp".into())
         .spawn(move || {
             let _hush = Hush(asks);
@@ -514,41 +484,28 @@ pub(super) fn serve_copy(
                 }),
             };
             let _ = tx.send(relay);
-        });
-    let Ok(worker) = worker else {
-        failed(
-            conn,
-            RefuseCode::ServerError,
-            "cannot start a thread for the copy".into(),
-        );
-        return Ok(());
-    };
-    let shook = loop {
+        })
+}
+
+/// Whether the destination completed the handshake before `until`,
+/// passing its requests to connect back to the client meanwhile.
+fn await_handshake(
+    conn: &mut FramedConn,
+    handshake_rx: &mpsc::Receiver<bool>,
+    rx: &mpsc::Receiver<CopyRelay>,
+    until: Instant,
+) -> bool {
+    loop {
         match handshake_rx.recv_timeout(Duration::from_millis(10)) {
-            Ok(ok) => break ok,
+            Ok(ok) => return ok,
             Err(mpsc::RecvTimeoutError::Timeout) if Instant::now() < until => {}
-            Err(_) => break false,
+            Err(_) => return false,
         }
         // A destination that connects back is asked through the client.
         while let Ok(r) = rx.try_recv() {
             let _ = conn.send(&Message::CopyRelay(r));
         }
-    };
-    if !shook {
-        interrupt.store(true, Ordering::SeqCst);
-        std::thread::sleep(until.saturating_duration_since(Instant::now()));
-        let mut why = super::third_party::uniform_failure(&order.target);
-        if let Some(ip) = back_ip {
-            why.push_str(&format!(
-                " (it was to connect back to this source at {ip}: can it reach that address?)"
-            ));
-        }
-        failed(conn, RefuseCode::ServerError, why);
-        return Ok(());
     }
-    super::third_party::relay_until_done(conn, &rx, Message::CopyRelay, &interrupt, "copy");
-    let _ = worker.join();
-    Ok(())
 }
 
 /// Ends a copy's requests to connect back when dropped (the copy is
@@ -671,6 +628,7 @@ mod tests {
     use crate::server::{ServeConfig, Server};
     use crate::xfer::Export;
     use longhaul_proto::xfer::copy::CopyOptions;
+    use longhaul_proto::xfer::copy::GrantRequest;
 
     /// The server's own refusal, whatever the client does: a session in
     /// plaintext (a client that skips its own check, as an attacker's

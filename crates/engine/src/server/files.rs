@@ -66,6 +66,91 @@ pub(super) fn serve_transfer(
     access: &auth::Access,
 ) -> Result<(), Refusal> {
     let refuse = |(c, m): (RefuseCode, String)| Refusal::Refuse(c, m);
+    let bad = |e: EngineError| Refusal::Refuse(RefuseCode::BadRequest, e.to_string());
+    let place = place_transfer(shared, t, access)?;
+    let (guard, rx) = register(shared, conn, access).map_err(refuse)?;
+    // The client's include/exclude rules, compiled under their budget
+    // (`xfer::filter::BUDGET`) only now that the request holds its slot:
+    // `--max-tests` and the queue bound the compiles as every request.
+    let filter = crate::xfer::client::compile_filter(&t.filter, t.contents)
+        .map_err(|e| bad(EngineError::Usage(e)))?;
+    // From here on the transfer runs: its end (or its abort, should this
+    // return early) reaches the observers.
+    let kind = match t.op {
+        Op::Push => RunKind::Push,
+        Op::Pull => RunKind::Pull,
+    };
+    let watch = shared.watch(
+        kind,
+        conn.peer(),
+        access,
+        Some(&place.ex.name),
+        transfer_params(t),
+    );
+    let max_files = crate::xfer::files_in_flight_cap();
+    let accept = acceptance(
+        t,
+        conn.is_tls(),
+        guard.token.clone(),
+        max_files,
+        place.landing,
+    );
+    let streams = match conn
+        .send(&Message::TransferAccept(accept))
+        .and_then(|()| await_streams(shared, conn, t, &rx))
+    {
+        Ok(streams) => streams,
+        Err(e) => {
+            // An early end tells the observers why, not just that it ended.
+            watch.finish(0, 0, Outcome::Failed, Some(e.to_string()));
+            return Err(Refusal::Failed(e));
+        }
+    };
+    let cc = tune_streams(conn, t, &streams);
+    tracing::info!(
+        "{:?} of {} on export {} with {} stream(s), {cc}",
+        t.op,
+        conn.peer(),
+        place.ex.name,
+        t.streams
+    );
+    let result = match t.op {
+        Op::Push => run_push(shared, conn, t, place, streams, filter, max_files),
+        Op::Pull => run_pull(shared, conn, t, place, streams, filter),
+    };
+    drop(guard);
+    match &result {
+        Ok((bytes, files, 0)) => watch.finish(*bytes, *files, Outcome::Ok, None),
+        Ok((bytes, files, failed)) => watch.finish(
+            *bytes,
+            *files,
+            Outcome::Partial,
+            Some(format!("{failed} file(s) failed")),
+        ),
+        Err(e) => watch.finish(0, 0, Outcome::Failed, Some(e.to_string())),
+    }
+    result.map(|_| ()).map_err(Refusal::Failed)
+}
+
+/// Where a transfer reads or writes, checked: its export, the anchor
+/// everything resolves beneath, a pull's roots, the destination and how a
+/// push lands there.
+struct Place<'a> {
+    ex: &'a Export,
+    anchor: Anchor,
+    roots: Vec<std::path::PathBuf>,
+    dest: std::path::PathBuf,
+    landing: longhaul_proto::xfer::Landing,
+}
+
+/// Checks that `access` may make the transfer `t` and resolves what it
+/// touches beneath its export's root; `Err`: the refusal.
+fn place_transfer<'a>(
+    shared: &'a Arc<Shared>,
+    t: &TransferRequest,
+    access: &auth::Access,
+) -> Result<Place<'a>, Refusal> {
+    let refuse = |(c, m): (RefuseCode, String)| Refusal::Refuse(c, m);
     // A third-party copy's capability: one push into its destination,
     // while it lives; checked at every request.
     if let Some(scope) = &access.scope {
@@ -144,33 +229,25 @@ pub(super) fn serve_transfer(
         }
         Op::Pull => longhaul_proto::xfer::Landing::Into,
     };
-    let (guard, rx) = register(shared, conn, access).map_err(refuse)?;
-    // The client's include/exclude rules, compiled under their budget
-    // (`xfer::filter::BUDGET`) only now that the request holds its slot:
-    // `--max-tests` and the queue bound the compiles as every request.
-    let filter = crate::xfer::client::compile_filter(&t.filter, t.contents)
-        .map_err(|e| bad(EngineError::Usage(e)))?;
-    // From here on the transfer runs: its end (or its abort, should this
-    // return early) reaches the observers.
-    let kind = match t.op {
-        Op::Push => RunKind::Push,
-        Op::Pull => RunKind::Pull,
-    };
-    let watch = shared.watch(
-        kind,
-        conn.peer(),
-        access,
-        Some(&ex.name),
-        transfer_params(t),
-    );
-    let max_files = crate::xfer::files_in_flight_cap();
-    // An early end tells the observers why, not just that it ended.
-    let failed = |watch: super::observe::Watch, e: EngineError| {
-        watch.finish(0, 0, Outcome::Failed, Some(e.to_string()));
-        Refusal::Failed(e)
-    };
-    if let Err(e) = conn.send(&Message::TransferAccept(TransferAccept {
-        token: guard.token.clone(),
+    Ok(Place {
+        ex,
+        anchor,
+        roots,
+        dest,
+        landing,
+    })
+}
+
+/// The server's answer to a transfer's request: what it agrees to.
+fn acceptance(
+    t: &TransferRequest,
+    tls: bool,
+    token: String,
+    max_files: u64,
+    landing: longhaul_proto::xfer::Landing,
+) -> TransferAccept {
+    TransferAccept {
+        token,
         max_files_in_flight: Some(max_files),
         // This server takes and sends bundles: agreed if asked.
         bundles: t.bundles,
@@ -178,7 +255,7 @@ pub(super) fn serve_transfer(
         // This server's sink takes parts of files (a fleet's ranks).
         parts: t.parts && t.op == Op::Push,
         // Sealed frames under keys exported from each stream's TLS session.
-        sealed: t.sealed && conn.is_tls(),
+        sealed: t.sealed && tls,
         // The include/exclude rules compiled above are applied.
         filter: !t.filter.is_empty(),
         // This server's source compresses and its sink decodes.
@@ -187,26 +264,37 @@ pub(super) fn serve_transfer(
         // destination had no room for while others were in flight.
         defer_full: t.defer_full,
         // Every data stream of a TLS session is TLS: its AEAD proves each chunk.
-        tag_checks: t.tag_checks && conn.is_tls(),
-    })) {
-        return Err(failed(watch, e));
+        tag_checks: t.tag_checks && tls,
     }
+}
+
+/// The transfer's data streams as they join, within the handshake's
+/// time-out (each in sealed frames when agreed).
+fn await_streams(
+    shared: &Shared,
+    conn: &FramedConn,
+    t: &TransferRequest,
+    rx: &std::sync::mpsc::Receiver<super::Attach>,
+) -> Result<Vec<Box<dyn crate::net::conn::Stream>>, EngineError> {
     let deadline = Instant::now() + shared.cfg.limits.handshake_timeout;
     let mut streams = Vec::new();
     while streams.len() < usize::from(t.streams) {
         let left = deadline.saturating_duration_since(Instant::now());
         match rx.recv_timeout(left) {
             Ok(a) if t.sealed && conn.is_tls() => {
-                match a.stream.sealed(crate::net::sealed::Side::Server {
-                    sends: t.op == Op::Pull,
-                }) {
+                match crate::net::sealed::into_sealed(
+                    a.stream,
+                    crate::net::sealed::Side::Server {
+                        sends: t.op == Op::Pull,
+                    },
+                ) {
                     Ok(s) => streams.push(s),
                     Err(e) => {
                         let e = EngineError::io(
                             "failed to start sealed frames on a data stream".into(),
                             e,
                         );
-                        return Err(failed(watch, e));
+                        return Err(e);
                     }
                 }
             }
@@ -217,14 +305,24 @@ pub(super) fn serve_transfer(
                     streams.len(),
                     t.streams
                 ));
-                return Err(failed(watch, e));
+                return Err(e);
             }
         }
     }
+    Ok(streams)
+}
+
+/// Sizes the data streams as the client asked; the congestion control
+/// they run.
+fn tune_streams(
+    conn: &FramedConn,
+    t: &TransferRequest,
+    streams: &[Box<dyn crate::net::conn::Stream>],
+) -> String {
     // The client sized the streams for the path; this side sends on a pull.
     let sending = t.op == Op::Pull;
     let mut cc = String::new();
-    for s in &streams {
+    for s in streams {
         match sock::tune_data_stream(sock::fd_of(s.tcp()), &t.tuning, sending) {
             Ok(c) => cc = c,
             Err(e) => tracing::warn!("failed to tune a data stream of {}: {e}", conn.peer()),
@@ -235,118 +333,136 @@ pub(super) fn serve_transfer(
             }
         }
     }
-    tracing::info!(
-        "{:?} of {} on export {} with {} stream(s), {cc}",
-        t.op,
-        conn.peer(),
-        ex.name,
-        t.streams
-    );
-    let storage: Arc<dyn Storage> = if t.direct {
+    cc
+}
+
+/// This server as the sink of a push: files, bytes and failures.
+fn run_push(
+    shared: &Shared,
+    conn: &mut FramedConn,
+    t: &TransferRequest,
+    place: Place,
+    streams: Vec<Box<dyn crate::net::conn::Stream>>,
+    filter: Option<Arc<crate::xfer::filter::Filter>>,
+    max_files: u64,
+) -> Result<(u64, u64, usize), EngineError> {
+    let Place {
+        ex,
+        anchor,
+        dest,
+        landing,
+        ..
+    } = place;
+    let storage = storage_for(shared, t);
+    run_sink(
+        conn,
+        streams,
+        SinkConfig {
+            digest_out: None,
+            on_landed: None,
+            progress: Default::default(),
+            landing,
+            dest_shown: shared.cfg.show(ex, &t.dest),
+            dest,
+            preserve: t.preserve,
+            keep_special_modes: shared.cfg.keep_special_modes,
+            force: t.force,
+            sync_files: shared.cfg.sync_files,
+            verify: t.verify,
+            storage,
+            umask: crate::xfer::umask(),
+            delete: t.sync.as_ref().is_some_and(|s| s.delete),
+            filter,
+            dry_run: t.dry_run,
+            anchor,
+            max_files,
+            bundles: t.bundles,
+            compress: t.compress.is_some(),
+            defer_full: t.defer_full,
+            tag_checks: t.tag_checks && conn.is_tls(),
+        },
+    )
+    .map(|r| {
+        tracing::info!(
+            "received {} files, {} bytes, {} failed",
+            r.files,
+            r.bytes,
+            r.failed.len()
+        );
+        (r.bytes, r.files, r.failed.len())
+    })
+}
+
+/// This server as the source of a pull: files, bytes and failures.
+fn run_pull(
+    shared: &Shared,
+    conn: &mut FramedConn,
+    t: &TransferRequest,
+    place: Place,
+    streams: Vec<Box<dyn crate::net::conn::Stream>>,
+    filter: Option<Arc<crate::xfer::filter::Filter>>,
+) -> Result<(u64, u64, usize), EngineError> {
+    let Place { anchor, roots, .. } = place;
+    let storage = storage_for(shared, t);
+    run_source(
+        conn,
+        streams,
+        SourceConfig {
+            dir_ends: t.sync.as_ref().is_some_and(|s| s.delete),
+            digests: t.sync.as_ref().is_some_and(|s| s.checksum),
+            digest_out: None,
+            on_landed: None,
+            progress: Default::default(),
+            roots,
+            recursive: t.recursive,
+            chunk_size: t.chunk_size,
+            streams: t.streams,
+            storage,
+            anchor: Some(Arc::new(anchor)),
+            bundles: t.bundles,
+            share: None,
+            filter,
+            compress: t.compress,
+            tag_checks: t.tag_checks && conn.is_tls(),
+            online: t.tuning.online,
+            send_intervals: t.tuning.intervals,
+            rtt: Duration::from_micros(u64::from(
+                crate::net::sock::tcp_info(crate::net::sock::fd_of(conn.tcp()))
+                    .map_or(0, |i| i.min_rtt_us),
+            )),
+            pacing: t.tuning.pacing,
+            // As the client (the sink) sized them: an older client
+            // says nothing and gets what every sink allowed.
+            files_in_flight: t
+                .tuning
+                .files_in_flight
+                .unwrap_or(longhaul_proto::tune::DEFAULT_FILES_IN_FLIGHT),
+            max_files_in_flight: t
+                .tuning
+                .max_files_in_flight
+                .unwrap_or(longhaul_proto::tune::DEFAULT_FILES_IN_FLIGHT)
+                .min(longhaul_proto::tune::MAX_FILES_IN_FLIGHT),
+        },
+    )
+    .map(|r| {
+        tracing::info!(
+            "sent {} files, {} bytes, {} failed",
+            r.tally.files,
+            r.tally.bytes,
+            r.tally.failed.len()
+        );
+        (r.tally.bytes, r.tally.files, r.tally.failed.len())
+    })
+}
+
+/// The storage a transfer reads or writes through: `--direct` asked for
+/// O_DIRECT, else the server's.
+fn storage_for(shared: &Shared, t: &TransferRequest) -> Arc<dyn Storage> {
+    if t.direct {
         Arc::new(crate::xfer::storage::Direct)
     } else {
         shared.cfg.storage.clone()
-    };
-    let result = match t.op {
-        Op::Push => run_sink(
-            conn,
-            streams,
-            SinkConfig {
-                digest_out: None,
-                on_landed: None,
-                progress: Default::default(),
-                landing,
-                dest_shown: shared.cfg.show(ex, &t.dest),
-                dest,
-                preserve: t.preserve,
-                keep_special_modes: shared.cfg.keep_special_modes,
-                force: t.force,
-                sync_files: shared.cfg.sync_files,
-                verify: t.verify,
-                storage,
-                umask: crate::xfer::umask(),
-                delete: t.sync.as_ref().is_some_and(|s| s.delete),
-                filter: filter.clone(),
-                dry_run: t.dry_run,
-                anchor,
-                max_files,
-                bundles: t.bundles,
-                compress: t.compress.is_some(),
-                defer_full: t.defer_full,
-                tag_checks: t.tag_checks && conn.is_tls(),
-            },
-        )
-        .map(|r| {
-            tracing::info!(
-                "received {} files, {} bytes, {} failed",
-                r.files,
-                r.bytes,
-                r.failed.len()
-            );
-            (r.bytes, r.files, r.failed.len())
-        }),
-        Op::Pull => run_source(
-            conn,
-            streams,
-            SourceConfig {
-                dir_ends: t.sync.as_ref().is_some_and(|s| s.delete),
-                digests: t.sync.as_ref().is_some_and(|s| s.checksum),
-                digest_out: None,
-                on_landed: None,
-                progress: Default::default(),
-                roots,
-                recursive: t.recursive,
-                chunk_size: t.chunk_size,
-                streams: t.streams,
-                storage,
-                anchor: Some(Arc::new(anchor)),
-                bundles: t.bundles,
-                share: None,
-                filter,
-                compress: t.compress,
-                tag_checks: t.tag_checks && conn.is_tls(),
-                online: t.tuning.online,
-                send_intervals: t.tuning.intervals,
-                rtt: Duration::from_micros(u64::from(
-                    crate::net::sock::tcp_info(crate::net::sock::fd_of(conn.tcp()))
-                        .map_or(0, |i| i.min_rtt_us),
-                )),
-                pacing: t.tuning.pacing,
-                // As the client (the sink) sized them: an older client
-                // says nothing and gets what every sink allowed.
-                files_in_flight: t
-                    .tuning
-                    .files_in_flight
-                    .unwrap_or(longhaul_proto::tune::DEFAULT_FILES_IN_FLIGHT),
-                max_files_in_flight: t
-                    .tuning
-                    .max_files_in_flight
-                    .unwrap_or(longhaul_proto::tune::DEFAULT_FILES_IN_FLIGHT)
-                    .min(longhaul_proto::tune::MAX_FILES_IN_FLIGHT),
-            },
-        )
-        .map(|r| {
-            tracing::info!(
-                "sent {} files, {} bytes, {} failed",
-                r.tally.files,
-                r.tally.bytes,
-                r.tally.failed.len()
-            );
-            (r.tally.bytes, r.tally.files, r.tally.failed.len())
-        }),
-    };
-    drop(guard);
-    match &result {
-        Ok((bytes, files, 0)) => watch.finish(*bytes, *files, Outcome::Ok, None),
-        Ok((bytes, files, failed)) => watch.finish(
-            *bytes,
-            *files,
-            Outcome::Partial,
-            Some(format!("{failed} file(s) failed")),
-        ),
-        Err(e) => watch.finish(0, 0, Outcome::Failed, Some(e.to_string())),
     }
-    result.map(|_| ()).map_err(Refusal::Failed)
 }
 
 /// What the archive keeps of a transfer's request: the paths and the

@@ -403,19 +403,13 @@ impl Test<'_> {
     }
 
     fn next(&mut self, within: Duration, during: &str) -> Result<ServerEvent, Halt> {
-        let deadline = Instant::now() + within;
-        loop {
-            if let Some(e) = self.machine.poll_event() {
-                return Ok(e);
-            }
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                self.machine.terminate();
-                let _ = self.flush();
-                return Err(Halt::Failed(format!("timed out {during}")));
-            }
-            self.pump(left.min(Duration::from_millis(100)))?;
-        }
+        let next =
+            crate::perf::iperf3::next_within(self, within, |t| t.machine.poll_event(), Self::pump)?;
+        next.ok_or_else(|| {
+            self.machine.terminate();
+            let _ = self.flush();
+            Halt::Failed(format!("timed out {during}"))
+        })
     }
 
     fn run(&mut self) -> Result<(), Halt> {
@@ -501,41 +495,24 @@ impl Test<'_> {
                 return Err(Halt::Refused(reason, r.message));
             }
         };
-        let params = TestParams {
-            transport: if a.udp {
-                Transport::Udp
-            } else {
-                Transport::Tcp
-            },
-            mode: match (a.bidirectional, a.reverse) {
-                (true, _) => Mode::Bidir,
-                (false, true) => Mode::Down,
-                (false, false) => Mode::Up,
-            },
-            streams: a.streams,
-            duration_ms: None,
-            bytes: None,
-            length: a.len,
-            window: a.window,
-            congestion: a.congestion.clone(),
-            // iperf3's -b for TCP: its client paces itself; this end
-            // paces its sends with SO_MAX_PACING_RATE.
-            pacing_bps: (a.rate_bps > 0 && !a.udp)
-                .then(|| a.rate_bps.saturating_mul(u64::from(a.streams))),
-            // iperf3's -b for UDP: each stream's rate; ours is the total.
-            udp_rate_bps: a
-                .udp
-                .then(|| a.rate_bps.saturating_mul(u64::from(a.streams))),
-            mss: None,
-            interval_ms: 0,
-            omit_ms: 0,
-            data_tls: Some(false),
-            ..TestParams::default()
-        };
+        let params = params_of(&a);
         if a.udp {
             let streams = self.udp_streams(&a, &params, hs)?;
             return Ok((a, params, streams));
         }
+        let streams = self.tcp_streams(&a, &params, hs)?;
+        Ok((a, params, streams))
+    }
+
+    /// A TCP test's streams as they connect (each names this test by its
+    /// cookie), within the handshake's time-out, in the client's order, each
+    /// with the test's socket options.
+    fn tcp_streams(
+        &mut self,
+        a: &Accepted,
+        params: &TestParams,
+        hs: Duration,
+    ) -> Result<Vec<ReadyStream>, Halt> {
         let (tx, rx) = mpsc::channel();
         self.shared
             .pending
@@ -570,8 +547,8 @@ impl Test<'_> {
         // tests send on the first half and receive on the second.
         got.sort_by_key(|(seq, _)| *seq);
         let mut streams = Vec::with_capacity(got.len());
-        for ((direction, stream), (_, t)) in stream_keys(&params).into_iter().zip(got) {
-            let tune = tuning_for(&params, End::Server.sends(direction));
+        for ((direction, stream), (_, t)) in stream_keys(params).into_iter().zip(got) {
+            let tune = tuning_for(params, End::Server.sends(direction));
             if let Err(e) = sock::apply_tcp_ref(&socket2::SockRef::from(&t), &tune) {
                 self.machine.refuse(iperf3::errno::SET_CONGESTION);
                 let _ = self.flush();
@@ -597,7 +574,7 @@ impl Test<'_> {
                 io: None,
             });
         }
-        Ok((a, params, streams))
+        Ok(streams)
     }
 
     /// A UDP test's streams, iperf3's way: a socket bound to the address
@@ -782,6 +759,42 @@ impl Test<'_> {
             error.map(|e| format!(" ({e})")).unwrap_or_default()
         );
         Ok((total(&end), note))
+    }
+}
+
+/// Our test's parameters for what the iperf3 client asked and the caps
+/// accepted.
+fn params_of(a: &Accepted) -> TestParams {
+    TestParams {
+        transport: if a.udp {
+            Transport::Udp
+        } else {
+            Transport::Tcp
+        },
+        mode: match (a.bidirectional, a.reverse) {
+            (true, _) => Mode::Bidir,
+            (false, true) => Mode::Down,
+            (false, false) => Mode::Up,
+        },
+        streams: a.streams,
+        duration_ms: None,
+        bytes: None,
+        length: a.len,
+        window: a.window,
+        congestion: a.congestion.clone(),
+        // iperf3's -b for TCP: its client paces itself; this end
+        // paces its sends with SO_MAX_PACING_RATE.
+        pacing_bps: (a.rate_bps > 0 && !a.udp)
+            .then(|| a.rate_bps.saturating_mul(u64::from(a.streams))),
+        // iperf3's -b for UDP: each stream's rate; ours is the total.
+        udp_rate_bps: a
+            .udp
+            .then(|| a.rate_bps.saturating_mul(u64::from(a.streams))),
+        mss: None,
+        interval_ms: 0,
+        omit_ms: 0,
+        data_tls: Some(false),
+        ..TestParams::default()
     }
 }
 

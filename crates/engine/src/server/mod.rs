@@ -14,6 +14,7 @@ pub mod auth;
 pub mod copy;
 mod durable;
 mod files;
+mod grant;
 pub mod iperf3;
 pub mod jobs;
 pub mod observe;
@@ -718,72 +719,95 @@ fn handle_connection(shared: &Arc<Shared>, tcp: TcpStream, peer: SocketAddr) {
         return;
     };
     if !plaintext_allowed(shared, &*stream, &hello) {
-        tracing::warn!("refusing {peer}: plaintext, and this server requires TLS");
-        let why = "this server requires TLS: run the client without --insecure-plaintext (plaintext needs --allow-plaintext on the server too)";
-        refuse_on(&mut *stream, RefuseCode::TlsRequired, why);
-        let peer = peer.to_string();
-        shared.refused(
-            "connection",
-            None,
-            observe::ANONYMOUS,
-            RefuseCode::TlsRequired,
-            why,
-            &peer,
-        );
-        linger(&mut *stream);
+        refuse_plaintext(shared, &mut *stream, peer);
         return;
     }
-    let unauthorized = |stream: &mut dyn Stream, message: &str| {
-        tracing::warn!("refusing {peer}: {}", escaped(message));
-        refuse_on(stream, RefuseCode::Unauthorized, message);
-        let code = RefuseCode::Unauthorized;
-        let peer = peer.to_string();
-        shared.refused("connection", None, observe::ANONYMOUS, code, message, &peer);
-        linger(stream);
+    let Some(admitted) = identify(shared, &mut *stream, &mut session, hello, deadline, peer) else {
+        return;
     };
-    // Who this is, before anything else is looked at (a client that proves
-    // its token is known after the challenge, below).
-    let mut by_capability = false;
-    let mut access = match &hello {
-        Message::Hello(Hello {
-            role: Role::Control,
+    match admitted.event {
+        Ok(Some(ServerEvent::DataStream {
             token,
-            token_id: None,
-            ..
-        }) => {
-            let raw_token_in_clear = !stream.is_tls()
-                && token
-                    .as_deref()
-                    .is_some_and(|t| !t.starts_with(tokenproof::OLD_PROOF_PREFIX));
-            let who = if raw_token_in_clear {
-                // Already seen by anyone on the path: never accepted.
-                Err("this client sent its token in the clear over plaintext: it is refused, and should be revoked (`longhaul token revoke ID`) and replaced; use TLS, or a client that sends a proof of it".to_string())
-            } else if copy::is_capability(token.as_deref()) {
-                by_capability = true;
-                shared
-                    .capabilities
-                    .admit(token.as_deref().unwrap_or_default())
-            } else if let Some(one_time) = &shared.cfg.one_time {
-                one_time.claim(token.as_deref())
-            } else if shared.cfg.open_access {
-                Ok(auth::Access::everything("anyone (open server)"))
-            } else {
-                auth::authenticate(
-                    &shared.cfg.state_dir,
-                    token.as_deref(),
-                    stream.peer_fingerprint().as_deref(),
-                    shared.cfg.public_perf,
-                )
+            stream: index,
+            direction,
+            proof,
+        })) => {
+            let attach = Attach {
+                stream,
+                index,
+                direction,
+                proof,
             };
-            match who {
-                Ok(a) => Some(a),
-                Err(message) => {
-                    unauthorized(&mut *stream, &message);
-                    return;
-                }
-            }
+            attach_data_stream(shared, &token, attach, peer);
         }
-        _ => None,
+        Ok(_) => {
+            let access = admitted
+                .access
+                .unwrap_or_else(|| auth::Access::anonymous(false));
+            run_session(shared, stream, &mut session, &access, peer);
+            drop(admitted.one_shot_client);
+        }
+        Err(e) => {
+            tracing::warn!("closing {peer}: {}", escaped(&e.to_string()));
+            let mut conn = FramedConn::new(stream, peer.to_string());
+            flush(&mut conn, &mut session);
+        }
+    }
+}
+
+/// Refuses a plaintext connection to a server that requires TLS.
+fn refuse_plaintext(shared: &Shared, stream: &mut dyn Stream, peer: SocketAddr) {
+    tracing::warn!("refusing {peer}: plaintext, and this server requires TLS");
+    let why = "this server requires TLS: run the client without --insecure-plaintext (plaintext needs --allow-plaintext on the server too)";
+    refuse_on(stream, RefuseCode::TlsRequired, why);
+    let peer = peer.to_string();
+    shared.refused(
+        "connection",
+        None,
+        observe::ANONYMOUS,
+        RefuseCode::TlsRequired,
+        why,
+        &peer,
+    );
+    linger(stream);
+}
+
+/// Refuses a connection whose client is not (or not any more) let in.
+fn refuse_unauthorized(shared: &Shared, stream: &mut dyn Stream, peer: SocketAddr, message: &str) {
+    tracing::warn!("refusing {peer}: {}", escaped(message));
+    refuse_on(stream, RefuseCode::Unauthorized, message);
+    let code = RefuseCode::Unauthorized;
+    let peer = peer.to_string();
+    shared.refused("connection", None, observe::ANONYMOUS, code, message, &peer);
+    linger(stream);
+}
+
+/// A connection let in: what its hello asked, who it is (None: a data
+/// stream, or a session without credentials), and a one-shot server's
+/// claim on its one client (released when dropped).
+struct Admitted {
+    event: Result<Option<ServerEvent>, longhaul_proto::session::SessionError>,
+    access: Option<auth::Access>,
+    one_shot_client: Option<oneshot::Admitted>,
+}
+
+/// Decides who sent `hello`, before anything else is looked at: by its
+/// token or capability, or after a challenge by the proof of its token.
+/// None: refused (and told so) or gone.
+fn identify(
+    shared: &Arc<Shared>,
+    stream: &mut dyn Stream,
+    session: &mut ServerSession,
+    hello: Message,
+    deadline: Instant,
+    peer: SocketAddr,
+) -> Option<Admitted> {
+    let (mut access, by_capability) = match hello_access(shared, stream, &hello) {
+        Ok(who) => who,
+        Err(message) => {
+            refuse_unauthorized(shared, stream, peer, &message);
+            return None;
+        }
     };
     // A one-shot server admits its one client and nobody else: no proof
     // of a token, no anonymous session.
@@ -798,13 +822,15 @@ fn handle_connection(shared: &Arc<Shared>, tcp: TcpStream, peer: SocketAddr) {
                     })
                 ) =>
         {
-            unauthorized(
-                &mut *stream,
+            refuse_unauthorized(
+                shared,
+                stream,
+                peer,
                 "this is a one-shot server: it admits only the one-time secret its client received over ssh",
             );
-            return;
+            return None;
         }
-        // Ended (`finished`) when this function returns, however it does.
+        // Ended (`finished`) when the connection's handler returns, however it does.
         Some(one_time) => {
             (access.is_some() && !by_capability).then(|| oneshot::Admitted::new(one_time.clone()))
         }
@@ -812,93 +838,136 @@ fn handle_connection(shared: &Arc<Shared>, tcp: TcpStream, peer: SocketAddr) {
     };
     let mut event = session.handle(Instant::now(), hello);
     if let Ok(Some(ServerEvent::Challenged { .. })) = &event {
-        match challenge_round(shared, &mut *stream, &mut session, deadline, peer) {
+        match challenge_round(shared, stream, session, deadline, peer) {
             Ok(a) => {
                 access = Some(a);
                 event = Ok(None);
             }
             Err(Some(message)) => {
-                unauthorized(&mut *stream, &message);
-                return;
+                refuse_unauthorized(shared, stream, peer, &message);
+                return None;
             }
-            Err(None) => return,
+            Err(None) => return None,
         }
     }
-    match event {
-        Ok(Some(ServerEvent::DataStream {
-            token,
-            stream: index,
-            direction,
-            proof,
-        })) => {
-            // The handshake's time-out would stay on the socket and make
-            // every blocking read arm a timer.
-            let _ = stream.tcp().set_read_timeout(None);
-            let tx = shared
-                .registry
-                .lock()
-                .expect("poisoned")
-                .get(&token)
-                .cloned();
-            // A proof joins only a test with a data key, and such a test
-            // takes nothing else: a transfer's streams never go plaintext.
-            if let Some((code, message)) = tx.as_ref().and_then(|t| wrong_join(t.1, &proof)) {
-                tracing::warn!("closing {peer}: {message}");
-                refuse_on(&mut *stream, code, message);
-                return;
+    Some(Admitted {
+        event,
+        access,
+        one_shot_client,
+    })
+}
+
+/// Who a control session's hello says it is by its token or capability,
+/// and whether a capability let it in; None for any other hello (a data
+/// stream's, or one that will prove its token after a challenge). `Err`:
+/// refused, with the words.
+fn hello_access(
+    shared: &Shared,
+    stream: &dyn Stream,
+    hello: &Message,
+) -> Result<(Option<auth::Access>, bool), String> {
+    let Message::Hello(Hello {
+        role: Role::Control,
+        token,
+        token_id: None,
+        ..
+    }) = hello
+    else {
+        return Ok((None, false));
+    };
+    let raw_token_in_clear = !stream.is_tls()
+        && token
+            .as_deref()
+            .is_some_and(|t| !t.starts_with(tokenproof::OLD_PROOF_PREFIX));
+    if raw_token_in_clear {
+        // Already seen by anyone on the path: never accepted.
+        return Err("this client sent its token in the clear over plaintext: it is refused, and should be revoked (`longhaul token revoke ID`) and replaced; use TLS, or a client that sends a proof of it".to_string());
+    }
+    if copy::is_capability(token.as_deref()) {
+        let a = shared
+            .capabilities
+            .admit(token.as_deref().unwrap_or_default())?;
+        return Ok((Some(a), true));
+    }
+    let who = if let Some(one_time) = &shared.cfg.one_time {
+        one_time.claim(token.as_deref())
+    } else if shared.cfg.open_access {
+        Ok(auth::Access::everything("anyone (open server)"))
+    } else {
+        auth::authenticate(
+            &shared.cfg.state_dir,
+            token.as_deref(),
+            stream.peer_fingerprint().as_deref(),
+            shared.cfg.public_perf,
+        )
+    };
+    Ok((Some(who?), false))
+}
+
+/// Hands a data stream to the test or transfer its token names, or closes
+/// it with the reason.
+fn attach_data_stream(shared: &Shared, token: &str, mut attach: Attach, peer: SocketAddr) {
+    // The handshake's time-out would stay on the socket and make
+    // every blocking read arm a timer.
+    let _ = attach.stream.tcp().set_read_timeout(None);
+    let tx = shared
+        .registry
+        .lock()
+        .expect("poisoned")
+        .get(token)
+        .cloned();
+    // A proof joins only a test with a data key, and such a test
+    // takes nothing else: a transfer's streams never go plaintext.
+    if let Some((code, message)) = tx.as_ref().and_then(|t| wrong_join(t.1, &attach.proof)) {
+        tracing::warn!("closing {peer}: {message}");
+        refuse_on(&mut *attach.stream, code, message);
+        return;
+    }
+    let attached = match tx {
+        Some((tx, _)) => tx.send(attach).map_err(|e| e.0.stream),
+        None => Err(attach.stream),
+    };
+    if let Err(mut stream) = attached {
+        tracing::warn!("closing {peer}: data stream for an unknown test");
+        refuse_on(
+            &mut *stream,
+            RefuseCode::UnknownTest,
+            "no test with that token on this server",
+        );
+    }
+}
+
+/// Runs an admitted client's control session to its end, telling the
+/// observers of its start and end and of a failure.
+fn run_session(
+    shared: &Arc<Shared>,
+    stream: Box<dyn Stream>,
+    session: &mut ServerSession,
+    access: &auth::Access,
+    peer: SocketAddr,
+) {
+    let _ = stream.tcp().set_nodelay(true);
+    tracing::debug!("{peer} is {}", access.who);
+    let mut conn = FramedConn::new(stream, peer.to_string());
+    let s = observe::Session {
+        client: peer.to_string(),
+        grant: access.grant_label().to_string(),
+    };
+    shared.observers.iter().for_each(|o| o.session_opened(&s));
+    if let Err(e) = control_loop(shared, &mut conn, session, access) {
+        match e {
+            EngineError::Closed(_) => {
+                tracing::debug!("{peer} closed its control connection")
             }
-            let attached = match tx {
-                Some((tx, _)) => tx
-                    .send(Attach {
-                        stream,
-                        index,
-                        direction,
-                        proof,
-                    })
-                    .map_err(|e| e.0.stream),
-                None => Err(stream),
-            };
-            if let Err(mut stream) = attached {
-                tracing::warn!("closing {peer}: data stream for an unknown test");
-                refuse_on(
-                    &mut *stream,
-                    RefuseCode::UnknownTest,
-                    "no test with that token on this server",
-                );
+            e => {
+                let e = escaped(&e.to_string()).to_string();
+                tracing::warn!("closing session of {peer}: {e}");
+                shared.failed("session", &s.grant, &e, &s.client);
             }
-        }
-        Ok(_) => {
-            let _ = stream.tcp().set_nodelay(true);
-            let access = access.unwrap_or_else(|| auth::Access::anonymous(false));
-            tracing::debug!("{peer} is {}", access.who);
-            let mut conn = FramedConn::new(stream, peer.to_string());
-            let s = observe::Session {
-                client: peer.to_string(),
-                grant: access.grant_label().to_string(),
-            };
-            shared.observers.iter().for_each(|o| o.session_opened(&s));
-            if let Err(e) = control_loop(shared, &mut conn, &mut session, &access) {
-                match e {
-                    EngineError::Closed(_) => {
-                        tracing::debug!("{peer} closed its control connection")
-                    }
-                    e => {
-                        let e = escaped(&e.to_string()).to_string();
-                        tracing::warn!("closing session of {peer}: {e}");
-                        shared.failed("session", &s.grant, &e, &s.client);
-                    }
-                }
-            }
-            flush(&mut conn, &mut session);
-            shared.observers.iter().for_each(|o| o.session_closed(&s));
-            drop(one_shot_client);
-        }
-        Err(e) => {
-            tracing::warn!("closing {peer}: {}", escaped(&e.to_string()));
-            let mut conn = FramedConn::new(stream, peer.to_string());
-            flush(&mut conn, &mut session);
         }
     }
+    flush(&mut conn, session);
+    shared.observers.iter().for_each(|o| o.session_closed(&s));
 }
 
 /// A fresh challenge for a token proof, from the OS's CSPRNG.
@@ -1009,15 +1078,7 @@ fn control_loop(
     session: &mut ServerSession,
     access: &auth::Access,
 ) -> Result<(), EngineError> {
-    let mut test: Option<Test> = None;
-    // The running test's watch: dropped unfinished (the session broke),
-    // it tells the observers the test was aborted.
-    let mut watch: Option<Watch> = None;
-    let grant = access.grant_label();
-    let peer = conn.peer().to_string();
-    let refused = |what, export: Option<&str>, code, message: &str| {
-        shared.refused(what, export, grant, code, message, &peer);
-    };
+    let mut perf = PerfRun::default();
     loop {
         while let Some(m) = session.poll_transmit() {
             conn.send(&m)?;
@@ -1027,24 +1088,10 @@ fn control_loop(
         }
         let now = Instant::now();
         session.handle_timeout(now)?;
-        if let Some(t) = &mut test {
-            match t.poll(session, conn.peer(), now) {
-                Step::Running => {}
-                Step::Ready => continue,
-                Step::Finished { bytes, error } => {
-                    test = None;
-                    if let Some(w) = watch.take() {
-                        let result = match error {
-                            Some(_) => Outcome::Failed,
-                            None => Outcome::Ok,
-                        };
-                        w.finish(bytes, 0, result, error);
-                    }
-                    continue;
-                }
-            }
+        if perf.poll(session, conn.peer(), now) {
+            continue;
         }
-        let wait = if test.is_some() {
+        let wait = if perf.test.is_some() {
             crate::CONTROL_TICK
         } else {
             session
@@ -1064,205 +1111,292 @@ fn control_loop(
             Err(e) => return Err(e),
         };
         match session.handle(Instant::now(), msg) {
-            // A capability pushes into its destination (or, a job's, reads
-            // beneath its sources), and does nothing else.
-            Ok(Some(ev))
-                if access
-                    .scope
-                    .as_ref()
-                    .is_some_and(|s| !copy::may_ask(s, &ev)) =>
-            {
-                let why = "a capability only pushes into its destination (a job's: or reads beneath its sources)";
-                tracing::warn!("refusing a request from {}: {why}", conn.peer());
-                refused("capability", None, RefuseCode::Unauthorized, why);
-                session.refuse(RefuseCode::Unauthorized, why.to_string());
-            }
-            Ok(Some(ServerEvent::RevokeRequested)) => {
-                answered(
-                    session,
-                    durable::serve_revoke(shared, conn, access),
-                    |code, message| refused("revoke", None, code, message),
-                );
-            }
-            Ok(Some(ServerEvent::DiscardRequested(d))) => {
-                answered(
-                    session,
-                    durable::serve_discard(shared, conn, &d, access),
-                    |code, message| refused("discard", None, code, message),
-                );
-            }
-            Ok(Some(ServerEvent::JobSubmitted(j))) => {
-                let served = jobs::serve_submit(shared, conn, &j, access);
-                if let Err((_, m)) = &served {
-                    tracing::warn!("refusing a job from {}: {}", conn.peer(), escaped(m));
-                }
-                answered(session, served, |code, message| {
-                    refused("job", None, code, message)
-                });
-            }
-            Ok(Some(ServerEvent::JobCommanded(c))) => {
-                answered(
-                    session,
-                    jobs::serve_command(shared, conn, &c, access),
-                    |code, message| refused("job", None, code, message),
-                );
-            }
-            Ok(Some(ServerEvent::GrantRequested(g))) => {
-                match copy::serve_grant(shared, conn, &g, access) {
-                    Ok(()) => session.finish(Instant::now()),
-                    Err((code, message)) => {
-                        tracing::warn!(
-                            "refusing a capability to {}: {}",
-                            conn.peer(),
-                            escaped(&message)
-                        );
-                        refused("grant", Some(&g.export), code, &message);
-                        session.refuse(code, message);
-                    }
-                }
-            }
-            Ok(Some(ServerEvent::CopyOrdered(o))) => {
-                match copy::serve_copy(shared, conn, &o, access) {
-                    Ok(()) => session.finish(Instant::now()),
-                    Err((code, message)) => {
-                        tracing::warn!(
-                            "refusing a third-party copy from {}: {}",
-                            conn.peer(),
-                            escaped(&message)
-                        );
-                        refused("copy", Some(&o.export), code, &message);
-                        session.refuse(code, message);
-                    }
-                }
-            }
-            Ok(Some(ServerEvent::TestRequested(_) | ServerEvent::ThirdPartyRequested(_)))
-                if !access.perf =>
-            {
-                tracing::warn!("refusing a test from {}: not authenticated", conn.peer());
-                let why = "this server runs perf tests for authenticated clients only: pass --token-file FILE or set LONGHAUL_TOKEN";
-                refused("perf", None, RefuseCode::Unauthorized, why);
-                session.refuse(RefuseCode::Unauthorized, why.to_string());
-            }
-            Ok(Some(ServerEvent::TestRequested(p))) => {
-                match new_test(shared, conn, p.clone(), access) {
-                    Ok((t, accept)) => {
-                        let params = serde_json::to_value(&p).unwrap_or_default();
-                        watch = Some(shared.watch(RunKind::Perf, &peer, access, None, params));
-                        tracing::info!(
-                            "test {} from {}: {:?} {:?}, {} stream(s)",
-                            accept.test_id,
-                            conn.peer(),
-                            p.transport,
-                            p.mode,
-                            p.streams
-                        );
-                        session.accept_test(Instant::now(), accept);
-                        test = Some(t);
-                    }
-                    Err((code, message)) => {
-                        tracing::warn!("refusing test from {}: {}", conn.peer(), escaped(&message));
-                        refused("perf", None, code, &message);
-                        session.refuse(code, message);
-                    }
-                }
-            }
-            Ok(Some(ServerEvent::Start)) => {
-                if let Some(t) = &mut test {
-                    t.start(session);
-                }
-            }
-            Ok(Some(ServerEvent::Active(n))) => {
-                if let Some(t) = &test {
-                    t.set_active(n);
-                }
-            }
-            Ok(Some(ServerEvent::Stop(reason))) => {
-                tracing::info!("{} stops its test: {}", conn.peer(), escaped(&reason));
-                if let Some(t) = &test {
-                    t.stop();
-                }
-            }
-            // Whatever the target: an anonymous client hears the same and
-            // this server dials nothing (it would be a port scanner).
-            Ok(Some(ServerEvent::ThirdPartyRequested(_))) if access.is_anonymous() => {
-                tracing::warn!(
-                    "refusing a third-party test from {}: not authenticated",
-                    conn.peer()
-                );
-                let why = "this server runs third-party tests for authenticated clients only: pass --token-file FILE or set LONGHAUL_TOKEN";
-                refused("third-party", None, RefuseCode::Unauthorized, why);
-                session.refuse(RefuseCode::Unauthorized, why.to_string());
-            }
-            Ok(Some(ServerEvent::ThirdPartyRequested(req))) => {
-                third_party(shared, conn, &req, access);
-                session.finish(Instant::now());
-            }
-            Ok(Some(ServerEvent::TransferRequested(t))) => {
-                match serve_transfer(shared, conn, &t, access) {
-                    Ok(()) => session.finish(Instant::now()),
-                    Err(Refusal::Refuse(code, message)) => {
-                        tracing::warn!(
-                            "refusing transfer from {}: {}",
-                            conn.peer(),
-                            escaped(&message)
-                        );
-                        let what = match t.op {
-                            longhaul_proto::xfer::Op::Push => "push",
-                            longhaul_proto::xfer::Op::Pull => "pull",
-                        };
-                        refused(what, Some(&t.export), code, &message);
-                        session.refuse(code, message);
-                    }
-                    Err(Refusal::Failed(e)) => {
-                        return Err(EngineError::Failed(format!("transfer failed: {e}")));
-                    }
-                }
-            }
-            Ok(Some(ServerEvent::ListRequested(l))) => match serve_list(shared, conn, &l, access) {
-                Ok(()) => session.finish(Instant::now()),
-                Err((code, message)) => {
-                    refused("ls", Some(&l.export), code, &message);
-                    session.refuse(code, message);
-                }
-            },
-            Ok(Some(ServerEvent::ProbeRequested(_))) if access.is_anonymous() => {
-                tracing::warn!("refusing a probe from {}: not authenticated", conn.peer());
-                let why = "this server answers probes (longhaul doctor) for authenticated clients only: pass --token-file FILE or set LONGHAUL_TOKEN";
-                refused("probe", None, RefuseCode::Unauthorized, why);
-                session.refuse(RefuseCode::Unauthorized, why.to_string());
-            }
-            Ok(Some(ServerEvent::ProbeRequested(p))) => {
-                // A probe benchmarks storage and CPU: it takes a slot.
-                let probed = take_slot(shared, conn, access)
-                    .and_then(|_slot| serve_probe(shared, conn, &p, access));
-                match probed {
-                    Ok(()) => session.finish(Instant::now()),
-                    Err((code, message)) => {
-                        tracing::warn!(
-                            "refusing probe from {}: {}",
-                            conn.peer(),
-                            escaped(&message)
-                        );
-                        refused("probe", Some(&p.export), code, &message);
-                        session.refuse(code, message);
-                    }
-                }
-            }
-            // Only at the hello, handled before this loop.
-            Ok(Some(
-                ServerEvent::DataStream { .. }
-                | ServerEvent::Challenged { .. }
-                | ServerEvent::TokenProof { .. },
-            ))
-            | Ok(None) => {}
+            Ok(Some(ev)) => serve_event(shared, conn, session, access, &mut perf, ev)?,
+            Ok(None) => {}
             Err(e) => {
-                if let Some(t) = &test {
+                if let Some(t) = &perf.test {
                     t.stop();
                 }
                 return Err(EngineError::Failed(format!("session ended: {e}")));
             }
         }
     }
+}
+
+/// A control session's perf test while it runs, and its watch: dropped
+/// unfinished (the session broke), it tells the observers the test was
+/// aborted.
+#[derive(Default)]
+struct PerfRun {
+    test: Option<Test>,
+    watch: Option<Watch>,
+}
+
+impl PerfRun {
+    /// Moves the running test on; true when the loop should go round at
+    /// once (the test has more to send, or just finished).
+    fn poll(&mut self, session: &mut ServerSession, peer: &str, now: Instant) -> bool {
+        let Some(t) = &mut self.test else {
+            return false;
+        };
+        match t.poll(session, peer, now) {
+            Step::Running => false,
+            Step::Ready => true,
+            Step::Finished { bytes, error } => {
+                self.test = None;
+                if let Some(w) = self.watch.take() {
+                    let result = match error {
+                        Some(_) => Outcome::Failed,
+                        None => Outcome::Ok,
+                    };
+                    w.finish(bytes, 0, result, error);
+                }
+                true
+            }
+        }
+    }
+
+    /// A test asked for: accepted and started, or refused.
+    fn begin(
+        &mut self,
+        shared: &Arc<Shared>,
+        conn: &mut FramedConn,
+        session: &mut ServerSession,
+        access: &auth::Access,
+        p: TestParams,
+    ) {
+        match new_test(shared, conn, p.clone(), access) {
+            Ok((t, accept)) => {
+                let params = serde_json::to_value(&p).unwrap_or_default();
+                let peer = conn.peer().to_string();
+                self.watch = Some(shared.watch(RunKind::Perf, &peer, access, None, params));
+                tracing::info!(
+                    "test {} from {}: {:?} {:?}, {} stream(s)",
+                    accept.test_id,
+                    conn.peer(),
+                    p.transport,
+                    p.mode,
+                    p.streams
+                );
+                session.accept_test(Instant::now(), accept);
+                self.test = Some(t);
+            }
+            Err((code, message)) => {
+                tracing::warn!("refusing test from {}: {}", conn.peer(), escaped(&message));
+                refused_in(shared, conn, access, "perf", None, code, &message);
+                session.refuse(code, message);
+            }
+        }
+    }
+}
+
+/// Tells the observers a session's request was refused.
+fn refused_in(
+    shared: &Shared,
+    conn: &FramedConn,
+    access: &auth::Access,
+    what: &'static str,
+    export: Option<&str>,
+    code: RefuseCode,
+    message: &str,
+) {
+    let grant = access.grant_label();
+    shared.refused(what, export, grant, code, message, conn.peer());
+}
+
+/// A request this session's access may not make: what it was (for the
+/// observers), what was asked (for the log), and why not.
+struct NotAllowed {
+    what: &'static str,
+    asked: &'static str,
+    why: &'static str,
+}
+
+/// Whether `access` may not ask for `ev`, and why.
+fn not_allowed(access: &auth::Access, ev: &ServerEvent) -> Option<NotAllowed> {
+    let (what, asked, why) = match ev {
+        // A capability pushes into its destination (or, a job's, reads
+        // beneath its sources), and does nothing else.
+        _ if access.scope.as_ref().is_some_and(|s| !copy::may_ask(s, ev)) => (
+            "capability",
+            "a request",
+            "a capability only pushes into its destination (a job's: or reads beneath its sources)",
+        ),
+        ServerEvent::TestRequested(_) | ServerEvent::ThirdPartyRequested(_) if !access.perf => (
+            "perf",
+            "a test",
+            "this server runs perf tests for authenticated clients only: pass --token-file FILE or set LONGHAUL_TOKEN",
+        ),
+        // Whatever the target: an anonymous client hears the same and
+        // this server dials nothing (it would be a port scanner).
+        ServerEvent::ThirdPartyRequested(_) if access.is_anonymous() => (
+            "third-party",
+            "a third-party test",
+            "this server runs third-party tests for authenticated clients only: pass --token-file FILE or set LONGHAUL_TOKEN",
+        ),
+        ServerEvent::ProbeRequested(_) if access.is_anonymous() => (
+            "probe",
+            "a probe",
+            "this server answers probes (longhaul doctor) for authenticated clients only: pass --token-file FILE or set LONGHAUL_TOKEN",
+        ),
+        _ => return None,
+    };
+    Some(NotAllowed { what, asked, why })
+}
+
+/// Serves one event of a control session: refused if its access may not
+/// ask for it, else a perf test's step or a request served to its end.
+fn serve_event(
+    shared: &Arc<Shared>,
+    conn: &mut FramedConn,
+    session: &mut ServerSession,
+    access: &auth::Access,
+    perf: &mut PerfRun,
+    ev: ServerEvent,
+) -> Result<(), EngineError> {
+    if let Some(n) = not_allowed(access, &ev) {
+        let reason = if n.what == "capability" {
+            n.why
+        } else {
+            "not authenticated"
+        };
+        tracing::warn!("refusing {} from {}: {reason}", n.asked, conn.peer());
+        refused_in(
+            shared,
+            conn,
+            access,
+            n.what,
+            None,
+            RefuseCode::Unauthorized,
+            n.why,
+        );
+        session.refuse(RefuseCode::Unauthorized, n.why.to_string());
+        return Ok(());
+    }
+    match ev {
+        ServerEvent::TestRequested(p) => perf.begin(shared, conn, session, access, p),
+        ServerEvent::Start => {
+            if let Some(t) = &mut perf.test {
+                t.start(session);
+            }
+        }
+        ServerEvent::Active(n) => {
+            if let Some(t) = &perf.test {
+                t.set_active(n);
+            }
+        }
+        ServerEvent::Stop(reason) => {
+            tracing::info!("{} stops its test: {}", conn.peer(), escaped(&reason));
+            if let Some(t) = &perf.test {
+                t.stop();
+            }
+        }
+        // Only at the hello, handled before the session's loop.
+        ServerEvent::DataStream { .. }
+        | ServerEvent::Challenged { .. }
+        | ServerEvent::TokenProof { .. } => {}
+        ev => serve_request(shared, conn, session, access, ev)?,
+    }
+    Ok(())
+}
+
+/// Serves a request that takes the session's turn to its end (a copy, a
+/// listing, a probe, a job's word), then answers or refuses it.
+fn serve_request(
+    shared: &Arc<Shared>,
+    conn: &mut FramedConn,
+    session: &mut ServerSession,
+    access: &auth::Access,
+    ev: ServerEvent,
+) -> Result<(), EngineError> {
+    let peer = conn.peer().to_string();
+    let refused = |what, export: Option<&str>, code, message: &str| {
+        shared.refused(what, export, access.grant_label(), code, message, &peer);
+    };
+    let warned = |asked: &str, message: &str| {
+        tracing::warn!("refusing {asked} from {peer}: {}", escaped(message));
+    };
+    match ev {
+        ServerEvent::RevokeRequested => {
+            let served = durable::serve_revoke(shared, conn, access);
+            answered(session, served, |code, message| {
+                refused("revoke", None, code, message)
+            });
+        }
+        ServerEvent::DiscardRequested(d) => {
+            let served = durable::serve_discard(shared, conn, &d, access);
+            answered(session, served, |code, message| {
+                refused("discard", None, code, message)
+            });
+        }
+        ServerEvent::JobSubmitted(j) => {
+            let served = jobs::serve_submit(shared, conn, &j, access);
+            if let Err((_, m)) = &served {
+                tracing::warn!("refusing a job from {peer}: {}", escaped(m));
+            }
+            answered(session, served, |code, message| {
+                refused("job", None, code, message)
+            });
+        }
+        ServerEvent::JobCommanded(c) => {
+            let served = jobs::serve_command(shared, conn, &c, access);
+            answered(session, served, |code, message| {
+                refused("job", None, code, message)
+            });
+        }
+        ServerEvent::GrantRequested(g) => {
+            let served = grant::serve_grant(shared, conn, &g, access);
+            answered(session, served, |code, message| {
+                tracing::warn!("refusing a capability to {peer}: {}", escaped(message));
+                refused("grant", Some(&g.export), code, message)
+            });
+        }
+        ServerEvent::CopyOrdered(o) => {
+            let served = copy::serve_copy(shared, conn, &o, access);
+            answered(session, served, |code, message| {
+                warned("a third-party copy", message);
+                refused("copy", Some(&o.export), code, message)
+            });
+        }
+        ServerEvent::ThirdPartyRequested(req) => {
+            third_party(shared, conn, &req, access);
+            session.finish(Instant::now());
+        }
+        ServerEvent::TransferRequested(t) => {
+            let served = match serve_transfer(shared, conn, &t, access) {
+                Ok(()) => Ok(()),
+                Err(Refusal::Refuse(code, message)) => Err((code, message)),
+                Err(Refusal::Failed(e)) => {
+                    return Err(EngineError::Failed(format!("transfer failed: {e}")));
+                }
+            };
+            let what = match t.op {
+                longhaul_proto::xfer::Op::Push => "push",
+                longhaul_proto::xfer::Op::Pull => "pull",
+            };
+            answered(session, served, |code, message| {
+                warned("transfer", message);
+                refused(what, Some(&t.export), code, message)
+            });
+        }
+        ServerEvent::ListRequested(l) => {
+            let served = serve_list(shared, conn, &l, access);
+            answered(session, served, |code, message| {
+                refused("ls", Some(&l.export), code, message)
+            });
+        }
+        ServerEvent::ProbeRequested(p) => {
+            // A probe benchmarks storage and CPU: it takes a slot.
+            let served = take_slot(shared, conn, access)
+                .and_then(|_slot| serve_probe(shared, conn, &p, access));
+            answered(session, served, |code, message| {
+                warned("probe", message);
+                refused("probe", Some(&p.export), code, message)
+            });
+        }
+        _ => {}
+    }
+    Ok(())
 }
 
 /// Ends a short request's turn: the session waits for the next request,

@@ -74,30 +74,8 @@ pub fn third_party_share(
     reporter: &mut (dyn Reporter + Send),
 ) -> Result<CpSummary, EngineError> {
     let started = Instant::now();
-    let usage = |m: &str| EngineError::Usage(m.to_string());
-    let d = parse_remote(&o.dest).ok_or_else(|| usage("the destination is not remote"))?;
-    let srcs: Vec<_> = o.sources.iter().filter_map(|s| parse_remote(s)).collect();
-    if srcs.is_empty() || srcs.len() != o.sources.len() {
-        return Err(usage(
-            "a third-party copy names remote sources only (HOST:PORT:EXPORT/path, longhaul://HOST/EXPORT/path or HOST:path)",
-        ));
-    }
+    let (srcs, d) = remote_ends(o, from, to)?;
     let (host, export) = (srcs[0].host.clone(), srcs[0].export.clone());
-    if srcs.iter().any(|r| r.host != host || r.export != export) {
-        return Err(usage("all remote sources must be on one server and export"));
-    }
-    let slashed = o.sources.iter().filter(|s| s.ends_with('/')).count();
-    if slashed > 0 && slashed < o.sources.len() {
-        return Err(usage(
-            "name every source with a trailing '/' (copy their contents) or none (copy them by name), not a mix",
-        ));
-    }
-    one_credential_each(&host, from, &d.host, to)?;
-    if from.security.plaintext || to.security.plaintext {
-        return Err(usage(
-            "a third-party copy needs TLS to both servers: its capability is never sent in the clear (drop --insecure-plaintext)",
-        ));
-    }
     let held = request_capability(
         &d.host,
         to,
@@ -115,43 +93,14 @@ pub fn third_party_share(
     let walled = back::route_for(held.ctl.peer).filter(|r| r.is_back());
     let order = CopyOrder {
         export,
-        sources: srcs
-            .iter()
-            .zip(&o.sources)
-            .map(|(r, s)| {
-                if s.ends_with('/') && !r.path.is_empty() {
-                    format!("{}/", r.path)
-                } else if s.ends_with('/') {
-                    "/".to_string()
-                } else {
-                    r.path.clone()
-                }
-            })
-            .collect(),
+        sources: order_paths(&srcs, &o.sources),
         target: d.host.clone(),
         fingerprint: held.fingerprint.clone(),
         capability: held.capability.clone(),
         dest_export: d.export.clone(),
         dest: d.path.clone(),
         dest_dir: d.dir,
-        options: CopyOptions {
-            recursive: o.recursive,
-            preserve: o.preserve,
-            force: o.force,
-            mkpath: o.mkpath,
-            verify: o.verify,
-            dry_run: o.dry_run,
-            sync: o.sync.clone(),
-            streams: o.streams,
-            chunk_size: o.chunk_size,
-            rate: o.rate,
-            files_in_flight: o.files_in_flight,
-            retries: o.retries,
-            direct: o.direct,
-            no_tune: !o.tune,
-            catalogue: o.catalogue.is_some(),
-            compress: o.compress,
-        },
+        options: wire_options(o),
         connect_back: walled.as_ref().map(|_| ConnectBackOrder::default()),
         share,
     };
@@ -189,21 +138,108 @@ pub fn third_party_share(
             source: host,
             dest: d.host,
             control_bytes,
-            data_connections: Some(match back_to {
-                Some(at) => Opened {
-                    opened_by: "dest".into(),
-                    reason: Some(format!(
-                        "the destination connected back to the source at {at}, as it did to this client"
-                    )),
-                },
-                None => Opened {
-                    opened_by: "source".into(),
-                    reason: None,
-                },
-            }),
+            data_connections: Some(opened_by(back_to)),
         }),
         ..summary_of(report)
     })
+}
+
+/// The remote sources (one server and export, every one with a trailing
+/// `/` or none) and the remote destination of a third-party copy, each
+/// end reached with its own credential, over TLS.
+fn remote_ends(
+    o: &CpOptions,
+    from: &ClientOptions,
+    to: &ClientOptions,
+) -> Result<
+    (
+        Vec<longhaul_proto::xfer::Remote>,
+        longhaul_proto::xfer::Remote,
+    ),
+    EngineError,
+> {
+    let usage = |m: &str| EngineError::Usage(m.to_string());
+    let d = parse_remote(&o.dest).ok_or_else(|| usage("the destination is not remote"))?;
+    let srcs: Vec<_> = o.sources.iter().filter_map(|s| parse_remote(s)).collect();
+    if srcs.is_empty() || srcs.len() != o.sources.len() {
+        return Err(usage(
+            "a third-party copy names remote sources only (HOST:PORT:EXPORT/path, longhaul://HOST/EXPORT/path or HOST:path)",
+        ));
+    }
+    let (host, export) = (&srcs[0].host, &srcs[0].export);
+    if srcs.iter().any(|r| &r.host != host || &r.export != export) {
+        return Err(usage("all remote sources must be on one server and export"));
+    }
+    let slashed = o.sources.iter().filter(|s| s.ends_with('/')).count();
+    if slashed > 0 && slashed < o.sources.len() {
+        return Err(usage(
+            "name every source with a trailing '/' (copy their contents) or none (copy them by name), not a mix",
+        ));
+    }
+    one_credential_each(host, from, &d.host, to)?;
+    if from.security.plaintext || to.security.plaintext {
+        return Err(usage(
+            "a third-party copy needs TLS to both servers: its capability is never sent in the clear (drop --insecure-plaintext)",
+        ));
+    }
+    Ok((srcs, d))
+}
+
+/// The order's source paths as the source's export names them, each
+/// with the trailing `/` its user gave.
+fn order_paths(srcs: &[longhaul_proto::xfer::Remote], named: &[String]) -> Vec<String> {
+    srcs.iter()
+        .zip(named)
+        .map(|(r, s)| {
+            if s.ends_with('/') && !r.path.is_empty() {
+                format!("{}/", r.path)
+            } else if s.ends_with('/') {
+                "/".to_string()
+            } else {
+                r.path.clone()
+            }
+        })
+        .collect()
+}
+
+/// A copy's options as they cross the wire to the source; the source's
+/// [`options_of`] takes them back.
+fn wire_options(o: &CpOptions) -> CopyOptions {
+    CopyOptions {
+        recursive: o.recursive,
+        preserve: o.preserve,
+        force: o.force,
+        mkpath: o.mkpath,
+        verify: o.verify,
+        dry_run: o.dry_run,
+        sync: o.sync.clone(),
+        streams: o.streams,
+        chunk_size: o.chunk_size,
+        rate: o.rate,
+        files_in_flight: o.files_in_flight,
+        retries: o.retries,
+        direct: o.direct,
+        no_tune: !o.tune,
+        catalogue: o.catalogue.is_some(),
+        compress: o.compress,
+    }
+}
+
+/// Which end opened the data's connections: the destination, when it
+/// connected back to the source (at `back_to`), else the source.
+fn opened_by(back_to: Option<SocketAddr>) -> Opened {
+    match back_to {
+        Some(at) => Opened {
+            opened_by: "dest".into(),
+            reason: Some(format!(
+                "the destination connected back to the source at {at}, as it did to this client"
+            )),
+        },
+        None => Opened {
+            opened_by: "source".into(),
+            reason: None,
+        },
+    }
 }
 
 /// The push a source server runs for a copy's options (an order's, a
@@ -280,7 +316,13 @@ pub(crate) fn run_order(
     if let (Some(route), Some(_)) = (&walled, &order.connect_back) {
         route.allow(listen, RELAYED_MAX)?;
     }
-    let (mut relayed, mut back_to) = (0u32, None);
+    let mut back = BackRelay {
+        host,
+        walled,
+        listen,
+        relayed: 0,
+        back_to: None,
+    };
     a.conn.send(&Message::CopyOrder(Box::new(order)))?;
     let mut stopped = false;
     let mut heard = Instant::now();
@@ -320,46 +362,14 @@ pub(crate) fn run_order(
             Message::CopyRelay(CopyRelay::Landed(l)) => {
                 tell(Relayed::Landed(l));
             }
-            Message::CopyRelay(CopyRelay::ConnectBack(c)) => {
-                // Only to the address the order named, only as many as a
-                // copy may open: a source cannot have the destination
-                // dial anywhere else.
-                let to = relayed_to(&c.addr, listen);
-                let (Some(route), Some(to)) = (&walled, to) else {
-                    return Err(EngineError::Failed(format!(
-                        "{host} asked for a connection back that this client did not order (to {})",
-                        longhaul_proto::units::escaped(&c.addr)
-                    )));
-                };
-                relayed += 1;
-                if relayed > RELAYED_MAX {
-                    return Err(EngineError::Failed(format!(
-                        "{host} asked for more than {RELAYED_MAX} connections back"
-                    )));
-                }
-                route
-                    .relay(to, &c.ticket)
-                    .map_err(|e| at("the source", host, e))?;
-                if back_to.replace(to) != Some(to) {
-                    tracing::info!("{host} has the destination connect back to it at {to}");
-                }
-            }
+            Message::CopyRelay(CopyRelay::ConnectBack(c)) => back.relay(&c)?,
             Message::CopyRelay(CopyRelay::Done(r)) => break *r,
             // The end the user asked for, whatever the source calls it.
             Message::CopyRelay(CopyRelay::Failed(_)) | Message::Refuse(_) if stopped => {
                 return Err(interrupted());
             }
             Message::CopyRelay(CopyRelay::Failed(r)) | Message::Refuse(r) => {
-                let e = match r.code {
-                    RefuseCode::ServerError => {
-                        EngineError::Failed(longhaul_proto::units::escaped(&r.message).to_string())
-                    }
-                    code => EngineError::Refused {
-                        code,
-                        message: r.message,
-                    },
-                };
-                return Err(at("the source", host, e));
+                return Err(at("the source", host, refused_by(r)));
             }
             Message::Queued(_) => {}
             other => {
@@ -370,7 +380,64 @@ pub(crate) fn run_order(
             }
         }
     };
-    Ok((report, bytes_of(&a), back_to))
+    Ok((report, bytes_of(&a), back.back_to))
+}
+
+/// The destination's connections back to the source, relayed for the
+/// source through the destination's route (`walled`).
+struct BackRelay<'a> {
+    host: &'a str,
+    walled: Option<Arc<Route>>,
+    /// Where this client reached the source: the one address the
+    /// destination may be sent to.
+    listen: std::net::IpAddr,
+    relayed: u32,
+    back_to: Option<SocketAddr>,
+}
+
+impl BackRelay<'_> {
+    /// Relays one of the source's requests to connect back. Only to the
+    /// address the order named, only as many as a copy may open: a source
+    /// cannot have the destination dial anywhere else.
+    fn relay(
+        &mut self,
+        c: &longhaul_proto::xfer::copy::CopyConnectBack,
+    ) -> Result<(), EngineError> {
+        let host = self.host;
+        let to = relayed_to(&c.addr, self.listen);
+        let (Some(route), Some(to)) = (&self.walled, to) else {
+            return Err(EngineError::Failed(format!(
+                "{host} asked for a connection back that this client did not order (to {})",
+                longhaul_proto::units::escaped(&c.addr)
+            )));
+        };
+        self.relayed += 1;
+        if self.relayed > RELAYED_MAX {
+            return Err(EngineError::Failed(format!(
+                "{host} asked for more than {RELAYED_MAX} connections back"
+            )));
+        }
+        route
+            .relay(to, &c.ticket)
+            .map_err(|e| at("the source", host, e))?;
+        if self.back_to.replace(to) != Some(to) {
+            tracing::info!("{host} has the destination connect back to it at {to}");
+        }
+        Ok(())
+    }
+}
+
+/// The error of a source's refusal or failure, as it said it.
+fn refused_by(r: longhaul_proto::msg::Refuse) -> EngineError {
+    match r.code {
+        RefuseCode::ServerError => {
+            EngineError::Failed(longhaul_proto::units::escaped(&r.message).to_string())
+        }
+        code => EngineError::Refused {
+            code,
+            message: r.message,
+        },
+    }
 }
 
 /// A copy the user stopped (Ctrl-C): interrupted, not failed at either end.

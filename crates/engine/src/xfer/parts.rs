@@ -27,11 +27,21 @@ use longhaul_proto::xfer::*;
 use super::beneath::Dir;
 use super::storage::{open_regular, read_exact_at, Storage};
 
+/// A file beside `target` that stands for it while it arrives (its
+/// partial file, journal, a link's temporary): `.NAME.SUFFIX`.
+pub(super) fn side_path(target: &Path, suffix: &str) -> PathBuf {
+    let name = target
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    target.with_file_name(format!(".{name}.{suffix}"))
+}
+
 /// The name of a part's journal beside `target`, while its range is
 /// arriving, or once it is complete and durable.
 pub(super) fn journal_name(target: &Path, [first, end]: [u32; 2], done: bool) -> PathBuf {
     let suffix = if done { "lhdone" } else { "lhjournal" };
-    super::sink::side_path(target, &format!("{first}-{end}.{suffix}"))
+    side_path(target, &format!("{first}-{end}.{suffix}"))
 }
 
 /// The chunks of `range` that an earlier run of this part verified: those

@@ -252,14 +252,24 @@ impl Sampler {
         self.index += 1;
         self.intervals.push(i.clone());
 
-        // The climb's epoch, from the first interval after settling.
+        let next = self.epoch_step(now, began, &i, active, starved);
+        (i, next)
+    }
+
+    /// The climb's epoch, from the first interval after settling: takes
+    /// the interval `i` (begun at `began`) and, at an epoch's end, says
+    /// the active streams to use next.
+    fn epoch_step(
+        &mut self,
+        now: Instant,
+        began: Instant,
+        i: &TransferInterval,
+        active: u16,
+        starved: bool,
+    ) -> Option<u16> {
         if began < self.settled_at {
-            self.epoch_start = now;
-            self.epoch_bytes = 0;
-            self.epoch_sent = 0;
-            self.epoch_resent = 0;
-            self.epoch_valid = true;
-            return (i, None);
+            self.restart_epoch(now);
+            return None;
         }
         self.epoch_bytes += i.bytes;
         // The user's cap held it: the epoch says nothing of the streams
@@ -280,13 +290,17 @@ impl Sampler {
                     next = Some(n);
                 }
             }
-            self.epoch_start = now;
-            self.epoch_bytes = 0;
-            self.epoch_sent = 0;
-            self.epoch_resent = 0;
-            self.epoch_valid = true;
+            self.restart_epoch(now);
             self.epochs += 1;
         }
-        (i, next)
+        next
+    }
+
+    fn restart_epoch(&mut self, now: Instant) {
+        self.epoch_start = now;
+        self.epoch_bytes = 0;
+        self.epoch_sent = 0;
+        self.epoch_resent = 0;
+        self.epoch_valid = true;
     }
 }

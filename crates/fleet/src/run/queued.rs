@@ -164,100 +164,18 @@ pub(super) fn run_queue(
     let started = Instant::now();
     let mut me = new_rank(f, &manifest);
     let q = Arc::new(Mutex::new(q));
-    let mut errors = 0u32;
+    let rank = LeasingRank {
+        f,
+        q: &q,
+        manifest: &manifest,
+        held: &heartbeat.held,
+        worker: &worker,
+        lease: *lease,
+    };
     if third_party(f) {
-        third_party_units(
-            f,
-            &q,
-            &manifest,
-            &heartbeat.held,
-            &worker,
-            *lease,
-            &mut me,
-            reporter,
-        )?;
+        third_party_units(&rank, &mut me, reporter)?;
     } else {
-        loop {
-            // A session starts with a unit in hand, and is fed the next ones
-            // as it goes (`feed`): one connection and slow start for many.
-            let first = q.lock().expect("poisoned").lease(&worker, 1, *lease);
-            let first = first.map_err(q_err)?;
-            if first.is_empty() {
-                let (todo, leased) = q.lock().expect("poisoned").pending().map_err(q_err)?;
-                if todo == 0 && leased == 0 {
-                    break;
-                }
-                // Others hold the rest: they finish it (the run ends), or one
-                // of their leases expires. A probe of the pending units is
-                // cheap; polling often ends the run soon after its last unit.
-                std::thread::sleep(
-                    (*lease / 100).clamp(Duration::from_millis(50), Duration::from_millis(250)),
-                );
-                continue;
-            }
-            let feed = Feed::new(
-                q.clone(),
-                manifest.clone(),
-                Some(sources.clone()),
-                heartbeat.held.clone(),
-                first,
-                FeedConfig::new(&worker, f.rank.size, *lease),
-            );
-            let result = session(f, feed.share(), reporter);
-            let taken = feed.taken();
-            let ids: Vec<i64> = taken.leased.iter().map(|l| l.id).collect();
-            let mut q = q.lock().expect("poisoned");
-            if let Some((units, refused)) = taken.refused {
-                // Failed for good (every rank would refuse them), and this
-                // rank stops: the queue's tables were written by someone else.
-                for l in &units {
-                    q.failed(&worker, l.id, &refused.to_string(), 1)
-                        .map_err(q_err)?;
-                }
-                if let Ok(s) = &result {
-                    let (bad, good) = split_failed(&manifest, &taken.leased, &s.failed);
-                    q.done(&worker, &good).map_err(q_err)?;
-                    for (id, why) in bad {
-                        q.failed(&worker, id, &why, MAX_ATTEMPTS).map_err(q_err)?;
-                    }
-                }
-                return Err(failed(refused.to_string()));
-            }
-            match result {
-                Ok(s) => {
-                    errors = 0;
-                    let (bad, good) = split_failed(&manifest, &taken.leased, &s.failed);
-                    q.done(&worker, &good).map_err(q_err)?;
-                    for (id, why) in bad {
-                        q.failed(&worker, id, &why, MAX_ATTEMPTS).map_err(q_err)?;
-                    }
-                    me.units += good.len() as u64;
-                    add(&mut me, &s);
-                    if let Some(e) = taken.error {
-                        // The queue failed mid-session: what the session
-                        // carried is marked; the next lease says whether the
-                        // database is back.
-                        (f.note)(&format!("leasing more units failed ({e}); trying again"));
-                    }
-                }
-                Err(e) => {
-                    errors += 1;
-                    for id in &ids {
-                        q.failed(&worker, *id, &e.to_string(), MAX_ATTEMPTS)
-                            .map_err(q_err)?;
-                    }
-                    if errors >= 3 {
-                        return Err(e);
-                    }
-                    (f.note)(&format!(
-                        "a session failed ({e}); its units go back to the queue"
-                    ));
-                    drop(q);
-                    std::thread::sleep(Duration::from_secs(1));
-                }
-            }
-            heartbeat.held.lock().expect("poisoned").clear();
-        }
+        fed_sessions(&rank, &sources, &mut me, reporter)?;
     }
     drop(heartbeat);
     let mut q = Arc::try_unwrap(q)
@@ -274,10 +192,166 @@ pub(super) fn run_queue(
             summary: None,
         });
     }
+    let (ranks, counts) = gather_ranks(f, &mut q, &manifest, *lease)?;
+    let check = final_check(f, &manifest, reporter)?;
+    let mut summary = aggregate("queue", f.rank.size, &manifest, ranks, check);
+    if counts.failed > 0 {
+        summary.verified = summary.verified
+            && summary
+                .final_check
+                .as_ref()
+                .is_some_and(|c| c.failed.is_empty());
+        summary.up_to_date &= summary.verified;
+    }
+    let _ = q.set_aggregate(&serde_json::to_value(&summary).expect("a summary serializes"));
+    Ok(Outcome {
+        rank: me,
+        summary: Some(summary),
+    })
+}
+
+/// A rank that leases units from the queue: its fleet, the queue, the
+/// manifest, the units its heartbeat renews, its name and lease.
+struct LeasingRank<'a> {
+    f: &'a Fleet,
+    q: &'a Arc<Mutex<Queue>>,
+    manifest: &'a Arc<Manifest>,
+    held: &'a Arc<Mutex<Vec<i64>>>,
+    worker: &'a str,
+    lease: Duration,
+}
+
+/// Sessions of this rank until the queue is empty: each starts with a
+/// leased unit and is fed more as it goes; its units are then marked.
+fn fed_sessions(
+    rank: &LeasingRank,
+    sources: &Arc<Sources>,
+    me: &mut RankResult,
+    reporter: &mut (dyn Reporter + Send),
+) -> Result<(), EngineError> {
+    let LeasingRank {
+        f,
+        q,
+        manifest,
+        held,
+        worker,
+        lease,
+    } = *rank;
+    let q_err = EngineError::from;
+    let mut errors = 0u32;
+    loop {
+        // A session starts with a unit in hand, and is fed the next ones
+        // as it goes (`feed`): one connection and slow start for many.
+        let first = q.lock().expect("poisoned").lease(worker, 1, lease);
+        let first = first.map_err(q_err)?;
+        if first.is_empty() {
+            let (todo, leased) = q.lock().expect("poisoned").pending().map_err(q_err)?;
+            if todo == 0 && leased == 0 {
+                break;
+            }
+            // Others hold the rest: they finish it (the run ends), or one
+            // of their leases expires. A probe of the pending units is
+            // cheap; polling often ends the run soon after its last unit.
+            std::thread::sleep(idle_wait(lease));
+            continue;
+        }
+        let feed = Feed::new(
+            q.clone(),
+            manifest.clone(),
+            Some(sources.clone()),
+            held.clone(),
+            first,
+            FeedConfig::new(worker, f.rank.size, lease),
+        );
+        let result = session(f, feed.share(), reporter);
+        let taken = feed.taken();
+        let ids: Vec<i64> = taken.leased.iter().map(|l| l.id).collect();
+        let mut q = q.lock().expect("poisoned");
+        if let Some((units, refused)) = taken.refused {
+            // Failed for good (every rank would refuse them), and this
+            // rank stops: the queue's tables were written by someone else.
+            for l in &units {
+                q.failed(worker, l.id, &refused.to_string(), 1)
+                    .map_err(q_err)?;
+            }
+            if let Ok(s) = &result {
+                mark_units(&mut q, worker, manifest, &taken.leased, &s.failed)?;
+            }
+            return Err(failed(refused.to_string()));
+        }
+        match result {
+            Ok(s) => {
+                errors = 0;
+                me.units += mark_units(&mut q, worker, manifest, &taken.leased, &s.failed)?;
+                add(me, &s);
+                if let Some(e) = taken.error {
+                    // The queue failed mid-session: what the session
+                    // carried is marked; the next lease says whether the
+                    // database is back.
+                    (f.note)(&format!("leasing more units failed ({e}); trying again"));
+                }
+            }
+            Err(e) => {
+                errors += 1;
+                for id in &ids {
+                    q.failed(worker, *id, &e.to_string(), MAX_ATTEMPTS)
+                        .map_err(q_err)?;
+                }
+                if errors >= 3 {
+                    return Err(e);
+                }
+                (f.note)(&format!(
+                    "a session failed ({e}); its units go back to the queue"
+                ));
+                drop(q);
+                std::thread::sleep(Duration::from_secs(1));
+            }
+        }
+        held.lock().expect("poisoned").clear();
+    }
+    Ok(())
+}
+
+/// How long a rank with nothing to lease waits before it looks again.
+/// Others hold the rest: they finish it (the run ends), or one of their
+/// leases expires. A probe of the pending units is cheap; polling often
+/// ends the run soon after its last unit.
+fn idle_wait(lease: Duration) -> Duration {
+    (lease / 100).clamp(Duration::from_millis(50), Duration::from_millis(250))
+}
+
+/// Marks a session's leased units done, or failed (for good after
+/// [`MAX_ATTEMPTS`]) where an entry of theirs failed; the number done.
+fn mark_units(
+    q: &mut Queue,
+    worker: &str,
+    manifest: &Manifest,
+    leased: &[Leased],
+    failures: &[Failure],
+) -> Result<u64, EngineError> {
+    let (bad, good) = split_failed(manifest, leased, failures);
+    q.done(worker, &good).map_err(EngineError::from)?;
+    for (id, why) in bad {
+        q.failed(worker, id, &why, MAX_ATTEMPTS)
+            .map_err(EngineError::from)?;
+    }
+    Ok(good.len() as u64)
+}
+
+/// The finalizing rank's wait for every rank's result in the queue (a
+/// short one: the others end as soon as they see the queue empty), and
+/// the queue's counts of units.
+fn gather_ranks(
+    f: &Fleet,
+    q: &mut Queue,
+    manifest: &Manifest,
+    lease: Duration,
+) -> Result<(Vec<RankResult>, crate::queue::Counts), EngineError> {
+    let q_err = EngineError::from;
     // The others end as soon as they see the queue empty: a short wait
     // for their results; a rank that never reports is lost.
     let wait = Fleet {
-        wait: (*lease * 2).min(f.wait),
+        wait: (lease * 2).min(f.wait),
         ..clone_fleet(f)
     };
     let counts = q.counts().map_err(q_err)?;
@@ -288,7 +362,7 @@ pub(super) fn run_queue(
     };
     let hash = manifest.hash();
     let mut told = std::collections::HashSet::new();
-    let ranks = wait_for_results(&wait, &manifest, |missing| {
+    let ranks = wait_for_results(&wait, manifest, |missing| {
         let reports = q.rank_reports().map_err(q_err)?;
         let mut found: Vec<RankResult> = Vec::new();
         for (rank, _, v) in reports {
@@ -317,38 +391,26 @@ pub(super) fn run_queue(
         missing.extend((0..f.rank.size).filter(|r| !found.iter().any(|x| x.rank == *r)));
         Ok(found)
     })?;
-    let check = final_check(f, &manifest, reporter)?;
-    let mut summary = aggregate("queue", f.rank.size, &manifest, ranks, check);
-    if counts.failed > 0 {
-        summary.verified = summary.verified
-            && summary
-                .final_check
-                .as_ref()
-                .is_some_and(|c| c.failed.is_empty());
-        summary.up_to_date &= summary.verified;
-    }
-    let _ = q.set_aggregate(&serde_json::to_value(&summary).expect("a summary serializes"));
-    Ok(Outcome {
-        rank: me,
-        summary: Some(summary),
-    })
+    Ok((ranks, counts))
 }
 
 /// A fleet of third-party copies on the queue: each leased unit is its
 /// own order of the source server (a share of that unit alone: an order
 /// cannot be fed more as it goes), marked done or failed once that copy
 /// has ended. Its lease is renewed by the heartbeat meanwhile.
-#[allow(clippy::too_many_arguments)]
 fn third_party_units(
-    f: &Fleet,
-    q: &Mutex<Queue>,
-    manifest: &Manifest,
-    held: &Mutex<Vec<i64>>,
-    worker: &str,
-    lease: Duration,
+    rank: &LeasingRank,
     me: &mut RankResult,
     reporter: &mut (dyn Reporter + Send),
 ) -> Result<(), EngineError> {
+    let LeasingRank {
+        f,
+        q,
+        manifest,
+        held,
+        worker,
+        lease,
+    } = *rank;
     let q_err = EngineError::from;
     let sources = sources(f)?;
     let mut errors = 0u32;
@@ -363,9 +425,7 @@ fn third_party_units(
             if todo == 0 && out == 0 {
                 return Ok(());
             }
-            std::thread::sleep(
-                (lease / 100).clamp(Duration::from_millis(50), Duration::from_millis(250)),
-            );
+            std::thread::sleep(idle_wait(lease));
             continue;
         };
         held.lock().expect("poisoned").push(l.id);
@@ -387,12 +447,13 @@ fn third_party_units(
         match result {
             Ok(s) => {
                 errors = 0;
-                let (bad, good) = split_failed(manifest, std::slice::from_ref(&l), &s.failed);
-                q.done(worker, &good).map_err(q_err)?;
-                for (id, why) in bad {
-                    q.failed(worker, id, &why, MAX_ATTEMPTS).map_err(q_err)?;
-                }
-                me.units += good.len() as u64;
+                me.units += mark_units(
+                    &mut q,
+                    worker,
+                    manifest,
+                    std::slice::from_ref(&l),
+                    &s.failed,
+                )?;
                 add(me, &s);
             }
             Err(e) => {

@@ -14,7 +14,7 @@ use longhaul_archive::{Archive, ArchiveError};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
-use super::server::AppState;
+use super::AppState;
 
 /// Rows `history` gives unless asked for fewer, and at most.
 pub const HISTORY_DEFAULT: usize = 200;

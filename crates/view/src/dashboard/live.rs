@@ -21,7 +21,7 @@ use longhaul_archive::Archive;
 use serde::Serialize;
 use tokio::sync::watch;
 
-use super::server::AppState;
+use super::AppState;
 
 /// How often the archive is read.
 pub const POLL: Duration = Duration::from_millis(250);

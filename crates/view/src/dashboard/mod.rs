@@ -20,6 +20,19 @@ use std::path::PathBuf;
 
 pub use server::{serve_dashboard, Dashboard};
 
+/// What every handler shares.
+pub struct AppState {
+    pub archive_path: PathBuf,
+    /// None only with `--open`.
+    token: Option<String>,
+    cookie: String,
+    /// The names an open dashboard answers to.
+    hosts: crate::http::Hosts,
+    /// HTTPS: the cookie is `Secure`.
+    secure: bool,
+    pub live: live::LiveFeed,
+}
+
 /// The address the dashboard listens on unless told otherwise.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:5380";
 

@@ -2,7 +2,6 @@
 //! page, binding, and the current-thread runtime it all runs on.
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::sync::Arc;
 
 use axum::extract::{Request, State};
@@ -28,18 +27,7 @@ pub fn cookie_name(port: u16) -> String {
     format!("longhaul_dashboard_{port}")
 }
 
-/// What every handler shares.
-pub struct AppState {
-    pub archive_path: PathBuf,
-    /// None only with `--open`.
-    token: Option<String>,
-    cookie: String,
-    /// The names an open dashboard answers to.
-    hosts: Hosts,
-    /// HTTPS: the cookie is `Secure`.
-    secure: bool,
-    pub live: live::LiveFeed,
-}
+pub use super::AppState;
 
 /// A bound dashboard, not yet serving.
 pub struct Dashboard {
@@ -290,7 +278,7 @@ mod tests {
 
     fn state(token: Option<&str>) -> AppState {
         AppState {
-            archive_path: PathBuf::from("/nonexistent"),
+            archive_path: std::path::PathBuf::from("/nonexistent"),
             token: token.map(str::to_string),
             cookie: cookie_name(5380),
             hosts: Hosts::loopback(),

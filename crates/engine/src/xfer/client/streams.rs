@@ -189,7 +189,7 @@ pub(super) fn attach_streams(
     data.into_iter()
         .enumerate()
         .map(|(i, s)| {
-            s.sealed(crate::net::sealed::Side::Client).map_err(|e| {
+            crate::net::sealed::into_sealed(s, crate::net::sealed::Side::Client).map_err(|e| {
                 EngineError::io(
                     format!("failed to start sealed frames on data stream {i}"),
                     e,

@@ -274,14 +274,7 @@ const FINISHERS: usize = 8;
 /// thread's turn on the network (about a millisecond).
 const OPENS_AT_ONCE: usize = 64;
 
-pub(super) fn side_path(target: &Path, suffix: &str) -> PathBuf {
-    let name = target
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    target.with_file_name(format!(".{name}.{suffix}"))
-}
-
+use super::parts::side_path;
 use super::DESTINATION_FULL;
 
 /// Whether a write or create failed for want of room (space, inodes, or

@@ -11,8 +11,7 @@ use longhaul_proto::xfer::*;
 
 use super::super::storage::read_exact_at;
 use super::at;
-use super::queue::{Event, SrcFile};
-use super::send::Out;
+use super::queue::{Event, Out, SrcFile};
 use crate::stages::{timed, Stage};
 
 /// Reads each file of `bundle` with one pread into its record of one

@@ -29,8 +29,8 @@ use super::storage::Storage;
 use crate::net::conn::{FramedConn, Stream};
 use crate::stages::{self, StageTotals};
 use crate::EngineError;
-use queue::{Queue, Shared};
-use send::{send, Out};
+use queue::{Out, Queue, Shared};
+use send::send;
 pub use walk::{root_name, walk};
 
 pub struct SourceConfig {

@@ -7,13 +7,29 @@ use std::collections::{HashMap, VecDeque};
 use std::io;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::mpsc::Sender;
 use std::sync::{Arc, Condvar, Mutex};
 
 use longhaul_proto::plan::{Chunk, Planner};
+use longhaul_proto::xfer::compress::Governor;
 use longhaul_proto::xfer::*;
 
-use super::super::storage::ReadAt;
+use super::super::beneath::Anchor;
+use super::super::storage::{ReadAt, Storage};
 use super::super::Stamp;
+
+/// What a sender reads from and reports to.
+#[derive(Clone, Copy)]
+pub(super) struct Out<'a> {
+    pub(super) storage: &'a dyn Storage,
+    pub(super) anchor: &'a Option<Arc<Anchor>>,
+    pub(super) tx: &'a Sender<Event>,
+    /// `-z` agreed: the governor all streams share, and its level.
+    pub(super) compress: Option<(&'a Mutex<Governor>, i32)>,
+    /// Each chunk's XXH3-128 check is computed (else the data streams'
+    /// AEAD tags are the checks: `TransferAccept::tag_checks`).
+    pub(super) checked: bool,
+}
 
 /// A file announced and planned: where it is read from, the version
 /// announced, and how many of its reads are done.

@@ -12,26 +12,12 @@ use longhaul_proto::plan::Chunk;
 use longhaul_proto::xfer::compress::{Block, Encoder, Governor};
 use longhaul_proto::xfer::*;
 
-use super::super::beneath::Anchor;
-use super::super::storage::{read_exact_at, AlignedBuf, ReadAt, Storage};
+use super::super::storage::{read_exact_at, AlignedBuf, ReadAt};
 use super::at;
 use super::bundle::send_bundle;
-use super::queue::{Event, Pick, Shared, SrcFile, Taken};
+use super::queue::{Event, Out, Pick, Shared, SrcFile, Taken};
 use crate::net::conn::Stream;
 use crate::stages::{timed, Stage};
-
-/// What a sender reads from and reports to.
-#[derive(Clone, Copy)]
-pub(super) struct Out<'a> {
-    pub(super) storage: &'a dyn Storage,
-    pub(super) anchor: &'a Option<Arc<Anchor>>,
-    pub(super) tx: &'a Sender<Event>,
-    /// `-z` agreed: the governor all streams share, and its level.
-    pub(super) compress: Option<(&'a Mutex<Governor>, i32)>,
-    /// Each chunk's XXH3-128 check is computed (else the data streams'
-    /// AEAD tags are the checks: `TransferAccept::tag_checks`).
-    pub(super) checked: bool,
-}
 
 /// Where a chunk's pieces go: a piece may be sent from the read buffer
 /// itself, which it then overwrites ([`Stream::write_all_scratch`]: sealed
@@ -412,7 +398,7 @@ mod tests {
     use longhaul_proto::digest;
     use longhaul_proto::plan::chunk_at;
 
-    use super::super::super::storage::Local;
+    use super::super::super::storage::{Local, Storage};
     use super::super::super::Stamp;
     use super::*;
 
