@@ -487,8 +487,6 @@ impl Swept {
     }
 }
 
-/// How long a candidate may run: a file candidate 3 times slower than the
-
 /// /proc/loadavg when the matrix started and when it ended.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]

@@ -19,7 +19,7 @@ mod verify;
 use crate::print::matrix::ratios;
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
@@ -112,15 +112,7 @@ pub fn matrix(a: MatrixArgs, archive_args: &ArchiveArgs, verbose: u8) -> Outcome
         tools.extend(peers::read_tools_file(f).map_err(usage)?);
     }
     let chosen = choose(&tools, &a.tools)?;
-    let mut rows: Vec<ToolRow> = chosen
-        .iter()
-        .map(|(t, s)| ToolRow {
-            name: t.name.clone(),
-            settings: s.clone(),
-            installed: peers::missing(t).is_none(),
-            note: peers::missing(t),
-        })
-        .collect();
+    let mut rows = tool_rows(&chosen);
     let (ssh, far_skip) = reach_far(&a, &paths, &chosen, &mut rows)?;
     let remote_path = a.remote_path.clone().unwrap_or_else(|| "longhaul".into());
     let plan = plan(&paths, &params.workloads, &chosen, &far_skip);
@@ -134,16 +126,7 @@ pub fn matrix(a: MatrixArgs, archive_args: &ArchiveArgs, verbose: u8) -> Outcome
         return Ok(exit::OK);
     }
 
-    let (work, _tmp) = match &a.work_dir {
-        Some(d) => (d.clone(), None),
-        None => {
-            let t = tempfile::Builder::new()
-                .prefix("longhaul-matrix.")
-                .tempdir()
-                .map_err(|e| Failure::internal(format!("cannot make a work directory: {e}")))?;
-            (t.path().to_path_buf(), Some(t))
-        }
-    };
+    let (work, _tmp) = work_dir(&a)?;
     let stop = interrupt_flag();
     let mut doc = Doc {
         format: "longhaul-matrix".into(),
@@ -208,6 +191,33 @@ pub fn matrix(a: MatrixArgs, archive_args: &ArchiveArgs, verbose: u8) -> Outcome
         .iter()
         .any(|c| c.verified == Some(false) || c.error.is_some());
     Ok(if bad { exit::PARTIAL } else { exit::OK })
+}
+
+/// Each chosen tool's row: its settings, and whether it is installed here.
+fn tool_rows(chosen: &[(Tool, Vec<String>)]) -> Vec<ToolRow> {
+    chosen
+        .iter()
+        .map(|(t, s)| ToolRow {
+            name: t.name.clone(),
+            settings: s.clone(),
+            installed: peers::missing(t).is_none(),
+            note: peers::missing(t),
+        })
+        .collect()
+}
+
+/// `--work-dir`, or a temporary directory removed when its guard drops.
+fn work_dir(a: &MatrixArgs) -> Result<(PathBuf, Option<tempfile::TempDir>), Failure> {
+    Ok(match &a.work_dir {
+        Some(d) => (d.clone(), None),
+        None => {
+            let t = tempfile::Builder::new()
+                .prefix("longhaul-matrix.")
+                .tempdir()
+                .map_err(|e| Failure::internal(format!("cannot make a work directory: {e}")))?;
+            (t.path().to_path_buf(), Some(t))
+        }
+    })
 }
 
 /// The paths and the parameters asked for (`--quick`'s smaller ones).
