@@ -15,7 +15,7 @@ use crate::doctor::DoctorReport;
 use crate::report::Reporter;
 use crate::server::auth::Grant;
 use crate::wan::LinkStats;
-use crate::xfer::client::CpSummary;
+use crate::xfer::client::CopyReport;
 
 /// A [`Reporter`] that also takes each command's result. Every method has
 /// an empty default, like [`Reporter`]'s.
@@ -24,7 +24,7 @@ pub trait CommandReporter: Reporter {
     /// 130: interrupted); called before [`Reporter::end`], not for 0.
     fn exit_code(&mut self, _code: i32) {}
     /// cp, sync: the outcome of the transfer.
-    fn transfer_summary(&mut self, _summary: &CpSummary) {}
+    fn transfer_summary(&mut self, _summary: &CopyReport) {}
 
     /// ls: the entries of a remote directory, in the server's order.
     fn listing(&mut self, _entries: &[ListEntry]) {}

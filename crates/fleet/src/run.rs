@@ -23,7 +23,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use longhaul_engine::report::Reporter;
-use longhaul_engine::xfer::client::{cp_with, CpOptions, CpSummary};
+use longhaul_engine::xfer::client::{cp_with, CopyReport, CpOptions};
 use longhaul_engine::xfer::source::Share;
 use longhaul_engine::EngineError;
 use longhaul_proto::xfer::copy::CopyShareItem;
@@ -435,7 +435,7 @@ fn session(
     f: &Fleet,
     share: Share,
     reporter: &mut (dyn Reporter + Send),
-) -> Result<CpSummary, EngineError> {
+) -> Result<CopyReport, EngineError> {
     let mut o = f.cp.clone();
     o.share = Some(share);
     // Every rank lands into the same tree: the destination directory is
@@ -450,7 +450,7 @@ fn third_party_session(
     f: &Fleet,
     share: Option<Vec<CopyShareItem>>,
     reporter: &mut (dyn Reporter + Send),
-) -> Result<CpSummary, EngineError> {
+) -> Result<CopyReport, EngineError> {
     let mut o = f.cp.clone();
     o.share = None;
     o.mkpath = true;
@@ -486,7 +486,7 @@ fn batches(items: Vec<CopyShareItem>) -> Vec<Vec<CopyShareItem>> {
     out
 }
 
-fn add(r: &mut RankResult, s: &CpSummary) {
+fn add(r: &mut RankResult, s: &CopyReport) {
     r.control_bytes += s.third_party.as_ref().map_or(0, |t| t.control_bytes);
     r.files += s.files;
     r.bytes += s.bytes;

@@ -18,7 +18,7 @@ use longhaul_engine::reach::FarEnd;
 use longhaul_engine::report::{Discard, Reporter};
 use longhaul_engine::results::CommandReporter;
 use longhaul_engine::server::oneshot::Admits;
-use longhaul_engine::xfer::client::{cp_with, CpOptions, CpSummary};
+use longhaul_engine::xfer::client::{cp_with, CopyReport, CpOptions};
 use longhaul_engine::xfer::filter::Filter;
 use longhaul_engine::xfer::{beneath, confine, Catalogue, Export, Landed, Progress};
 use longhaul_engine::EngineError;
@@ -86,7 +86,7 @@ impl Running {
 /// How an attempt ended.
 pub enum Ended {
     /// The transfer ran to its end (some files may have failed).
-    Completed(Box<CpSummary>),
+    Completed(Box<CopyReport>),
     /// It broke (the network, the far end) or could not start: worth
     /// another attempt.
     Broke(String),
@@ -542,7 +542,7 @@ fn transfer(
     a: &Attempt,
     o: &CpOptions,
     reporter: &mut (dyn Reporter + Send),
-) -> Result<CpSummary, EngineError> {
+) -> Result<CopyReport, EngineError> {
     if a.job.kind != JobKind::ThirdParty {
         return cp_with(o, reporter);
     }

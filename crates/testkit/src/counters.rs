@@ -93,6 +93,81 @@ pub fn accept_queue(port: u16) -> Option<u64> {
     u64::from_str_radix(row.split_once(':')?.1, 16).ok()
 }
 
+/// The bytes of every TCP packet this network namespace sends to and from
+/// a local port, as nftables counts them (IP headers included): the
+/// kernel's count of what crossed a server's port, whichever system call
+/// (`send`, `sendmsg`, `writev`, `splice`) moved it. Made with root and
+/// `nft`; the counting table is removed on drop.
+pub struct PortBytes {
+    table: String,
+}
+
+impl PortBytes {
+    /// Starts counting `port`'s packets (a table `inet longhaul_test_PORT`
+    /// of its own, so tests on other ports count apart).
+    pub fn count(port: u16) -> Result<PortBytes, String> {
+        let table = format!("longhaul_test_{port}");
+        let rules = format!(
+            "table inet {table} {{\n chain out {{\n  type filter hook output priority 0; policy accept;\n  \
+             tcp dport {port} counter\n  tcp sport {port} counter\n }}\n}}\n"
+        );
+        nft(&["-f", "-"], Some(&rules))?;
+        Ok(PortBytes { table })
+    }
+
+    /// Bytes sent to the port and from it so far.
+    pub fn read(&self) -> Result<(u64, u64), String> {
+        let listing = nft(&["list", "table", "inet", &self.table], None)?;
+        let bytes: Vec<u64> = listing
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .windows(2)
+            .filter(|w| w[0] == "bytes")
+            .filter_map(|w| w[1].parse().ok())
+            .collect();
+        match bytes[..] {
+            [to, from] => Ok((to, from)),
+            _ => Err(format!("no two counters in nft's listing:\n{listing}")),
+        }
+    }
+}
+
+impl Drop for PortBytes {
+    fn drop(&mut self) {
+        let _ = nft(&["delete", "table", "inet", &self.table], None);
+    }
+}
+
+/// Runs `nft ARGS` (feeding `input`), its output or why it failed.
+fn nft(args: &[&str], input: Option<&str>) -> Result<String, String> {
+    use std::io::Write;
+    use std::process::{Command, Stdio};
+    let nft =
+        crate::require::find("nft").ok_or("nft is not installed (apt-get install nftables)")?;
+    let mut child = Command::new(nft)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("cannot run nft: {e}"))?;
+    if let (Some(text), Some(mut stdin)) = (input, child.stdin.take()) {
+        stdin
+            .write_all(text.as_bytes())
+            .map_err(|e| format!("cannot feed nft: {e}"))?;
+    }
+    let out = child
+        .wait_with_output()
+        .map_err(|e| format!("nft did not finish: {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "nft {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

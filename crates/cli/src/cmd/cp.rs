@@ -8,7 +8,7 @@ use longhaul_engine::net::dial::ClientOptions;
 use longhaul_engine::reach::{self, End};
 use longhaul_engine::results::CommandReporter;
 use longhaul_engine::server::oneshot::Admits;
-use longhaul_engine::xfer::client::{CpOptions, CpSummary};
+use longhaul_engine::xfer::client::{CopyReport, CpOptions};
 use longhaul_proto::xfer::SyncOptions;
 
 use super::plan::{args_of, Plan};
@@ -83,7 +83,7 @@ fn cp_over_ssh(
     base: &CpOptions,
     ssh: &SshArgs,
     printer: &mut (dyn CommandReporter + Send),
-) -> Result<CpSummary, Failure> {
+) -> Result<CopyReport, Failure> {
     // A far end that could not be started is not retried (ssh said why).
     let fatal = std::cell::Cell::new(false);
     let network = |f: &Failure| !fatal.get() && worth_another_far_end(f);
@@ -162,7 +162,7 @@ fn cp_third_party(
     base: &CpOptions,
     ssh: &SshArgs,
     printer: &mut (dyn CommandReporter + Send),
-) -> Result<CpSummary, Failure> {
+) -> Result<CopyReport, Failure> {
     let ssh = ssh.options();
     let mut opts = base.clone();
     let (mut from, mut to) = (opts.client.clone(), opts.client.clone());

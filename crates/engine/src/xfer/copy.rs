@@ -16,7 +16,7 @@ use longhaul_proto::xfer::copy::{
 };
 use longhaul_proto::xfer::parse_remote;
 
-use super::client::{CpOptions, CpSummary};
+use super::client::CpOptions;
 use crate::net::back::{self, Opened, Route};
 use crate::net::dial::{open_control, ClientOptions, Control};
 use crate::net::sock;
@@ -60,7 +60,7 @@ pub fn third_party_cp(
     from: &ClientOptions,
     to: &ClientOptions,
     reporter: &mut (dyn Reporter + Send),
-) -> Result<CpSummary, EngineError> {
+) -> Result<CopyReport, EngineError> {
     third_party_share(o, from, to, None, reporter)
 }
 
@@ -72,7 +72,7 @@ pub fn third_party_share(
     to: &ClientOptions,
     share: Option<Vec<CopyShareItem>>,
     reporter: &mut (dyn Reporter + Send),
-) -> Result<CpSummary, EngineError> {
+) -> Result<CopyReport, EngineError> {
     let started = Instant::now();
     let (srcs, d) = remote_ends(o, from, to)?;
     let (host, export) = (srcs[0].host.clone(), srcs[0].export.clone());
@@ -111,25 +111,12 @@ pub fn third_party_share(
             reporter.transfer_interval(&i);
             intervals.push(i);
         }
-        // The catalogue names the file where it was read, as this client
-        // named the source, and where it landed, as the source named it.
-        Relayed::Landed(l) => {
-            if let Some(catalogue) = &o.catalogue {
-                let names = (format!("{host}:{src_export}/{}", l.source), l.dest);
-                catalogue(crate::xfer::Landed {
-                    path: l.path,
-                    size: l.size,
-                    mtime_ns: l.mtime_ns,
-                    digest: l.digest,
-                    namer: std::sync::Arc::new(move |_: &str| names.clone()),
-                });
-            }
-        }
+        Relayed::Landed(l) => catalogue_landed(o, &host, &src_export, l),
     })?;
     let control_bytes = a_bytes + bytes_of(&held.ctl);
     held.release();
     let verdict = longhaul_proto::tune::verdict(&intervals);
-    Ok(CpSummary {
+    Ok(CopyReport {
         seconds: started.elapsed().as_secs_f64(),
         intervals,
         verdict,
@@ -273,8 +260,8 @@ pub fn options_of(
 
 /// A summary from a source's relayed report: its fields, the rest default
 /// (the network rate is the report's rate: the source's streams carried it).
-pub(crate) fn summary_of(r: CopyReport) -> CpSummary {
-    CpSummary {
+pub(crate) fn summary_of(r: CopyReport) -> CopyReport {
+    CopyReport {
         network_bps: r.bits_per_second,
         ..r
     }
@@ -285,6 +272,27 @@ pub(crate) enum Relayed {
     Progress(TransferProgress),
     Interval(longhaul_proto::tune::TransferInterval),
     Landed(longhaul_proto::xfer::copy::CopyLanded),
+}
+
+/// A file the source says landed, into the catalogue (when it is kept):
+/// named where it was read, as this client named the source (`host`, its
+/// export), and where it landed, as the source named it.
+pub(crate) fn catalogue_landed(
+    o: &CpOptions,
+    host: &str,
+    src_export: &str,
+    l: longhaul_proto::xfer::copy::CopyLanded,
+) {
+    if let Some(catalogue) = &o.catalogue {
+        let names = (format!("{host}:{src_export}/{}", l.source), l.dest);
+        catalogue(crate::xfer::Landed {
+            path: l.path,
+            size: l.size,
+            mtime_ns: l.mtime_ns,
+            digest: l.digest,
+            namer: std::sync::Arc::new(move |_: &str| names.clone()),
+        });
+    }
 }
 
 /// Sends `order` to the source `host` and follows the copy to its end:

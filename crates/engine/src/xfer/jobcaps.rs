@@ -18,8 +18,8 @@ use longhaul_proto::xfer::copy::{
 use crate::net::dial::{open_control, ClientOptions, Security};
 use crate::net::tls;
 use crate::report::Reporter;
-use crate::xfer::client::{CpOptions, CpSummary};
-use crate::xfer::copy::{run_order, summary_of, Relayed};
+use crate::xfer::client::{CopyReport, CpOptions};
+use crate::xfer::copy::{catalogue_landed, run_order, summary_of, Relayed};
 use crate::EngineError;
 
 /// A capability a far end issued for a job.
@@ -144,7 +144,7 @@ pub fn ordered_cp(
     o: &CpOptions,
     order: CopyOrder,
     reporter: &mut (dyn Reporter + Send),
-) -> Result<CpSummary, EngineError> {
+) -> Result<CopyReport, EngineError> {
     let started = Instant::now();
     let src_export = order.export.clone();
     let (report, ..) = run_order(host, &o.client, order, None, &mut |r| match r {
@@ -158,20 +158,9 @@ pub fn ordered_cp(
             reporter.transfer_progress(&p);
         }
         Relayed::Interval(i) => reporter.transfer_interval(&i),
-        Relayed::Landed(l) => {
-            if let Some(catalogue) = &o.catalogue {
-                let names = (format!("{host}:{src_export}/{}", l.source), l.dest);
-                catalogue(crate::xfer::Landed {
-                    path: l.path,
-                    size: l.size,
-                    mtime_ns: l.mtime_ns,
-                    digest: l.digest,
-                    namer: std::sync::Arc::new(move |_: &str| names.clone()),
-                });
-            }
-        }
+        Relayed::Landed(l) => catalogue_landed(o, host, &src_export, l),
     })?;
-    Ok(CpSummary {
+    Ok(CopyReport {
         seconds: started.elapsed().as_secs_f64(),
         ..summary_of(report)
     })

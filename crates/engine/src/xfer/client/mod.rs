@@ -93,10 +93,8 @@ pub struct CpOptions {
     pub source_anchor: Option<Arc<super::beneath::Anchor>>,
 }
 
-/// The outcome of a `cp`: proto's one copy report, under the name the
-/// engine's callers know.
-pub use longhaul_proto::xfer::report::CopyReport as CpSummary;
-pub use longhaul_proto::xfer::report::{PathTuning, PathUse};
+/// The outcome of a `cp` is proto's one copy report.
+pub use longhaul_proto::xfer::report::{CopyReport, PathTuning, PathUse};
 
 impl CpOptions {
     /// A recursive copy of `sources` to `dest` with every other setting at
@@ -174,7 +172,7 @@ fn retryable(e: &EngineError) -> bool {
 
 /// Copies, retrying lost connections; each retry resumes. Reports nothing
 /// on the way (see [`cp_with`]).
-pub fn cp(o: &CpOptions) -> Result<CpSummary, EngineError> {
+pub fn cp(o: &CpOptions) -> Result<CopyReport, EngineError> {
     cp_with(o, &mut Discard)
 }
 
@@ -185,7 +183,7 @@ pub fn cp(o: &CpOptions) -> Result<CpSummary, EngineError> {
 pub fn cp_with(
     o: &CpOptions,
     reporter: &mut (dyn Reporter + Send),
-) -> Result<CpSummary, EngineError> {
+) -> Result<CopyReport, EngineError> {
     let (stop, stopped) = std::sync::mpsc::channel::<()>();
     std::thread::scope(|scope| {
         let ticker = scope.spawn(move || report_progress(&o.progress, &stopped, reporter));
@@ -236,7 +234,7 @@ fn report_progress(
     }
 }
 
-fn cp_retrying(o: &CpOptions) -> Result<CpSummary, EngineError> {
+fn cp_retrying(o: &CpOptions) -> Result<CopyReport, EngineError> {
     let plan = plan(o)?;
     // Opened once: digests of files finished before a retry stay in it.
     let digest_out: Option<super::DigestOut> = match &o.digests_to {

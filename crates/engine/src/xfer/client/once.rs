@@ -17,7 +17,7 @@ use super::super::DigestOut;
 use super::path::{files_in_flight, shortfall_with_server, size_for_path, PathFacts};
 use super::plan::{local_dest, transfer_request, Place, Plan};
 use super::streams::{attach_streams, dial_early, EarlyStreams, PathTaps};
-use super::{stage_rate, CpOptions, CpSummary, PathTuning};
+use super::{stage_rate, CopyReport, CpOptions, PathTuning};
 use crate::net::dial::{open_control_early, ClientOptions, Control};
 use crate::EngineError;
 
@@ -42,7 +42,7 @@ pub(super) fn cp_once(
     plan: &Plan,
     digest_out: &Option<DigestOut>,
     pipeline: bool,
-) -> Result<CpSummary, EngineError> {
+) -> Result<CopyReport, EngineError> {
     let started = Instant::now();
     let (host, push) = (plan.host(), matches!(plan, Plan::Push { .. }));
     // What can fail here fails before the server is asked anything.
@@ -72,12 +72,12 @@ pub(super) fn cp_once(
         drop(ctl);
         return cp_once(o, plan, digest_out, false);
     };
-    let mut s = CpSummary {
+    let mut s = CopyReport {
         streams: path.window.streams,
         warnings,
         dry_run: o.dry_run,
         encryption: ctl.conn.encryption(),
-        ..CpSummary::default()
+        ..CopyReport::default()
     };
     let mut side = Side {
         o,
@@ -191,7 +191,7 @@ impl Side<'_> {
     }
 
     /// A push: this end is the source.
-    fn push(&mut self, roots: &[PathBuf], s: &mut CpSummary) -> Result<(), EngineError> {
+    fn push(&mut self, roots: &[PathBuf], s: &mut CopyReport) -> Result<(), EngineError> {
         let o = self.o;
         let streams = self.path.window.streams;
         let accept = accepted(&mut self.ctl, &o.client)?;
@@ -256,7 +256,7 @@ impl Side<'_> {
     fn pull(
         &mut self,
         (dest, landing, anchor): (PathBuf, Landing, Anchor),
-        s: &mut CpSummary,
+        s: &mut CopyReport,
     ) -> Result<(), EngineError> {
         let o = self.o;
         let streams = self.path.window.streams;
@@ -340,7 +340,7 @@ fn storage(o: &CpOptions) -> Arc<dyn Storage> {
 }
 
 /// A push's outcome, from the source's report (with the sink's in it).
-fn pushed(s: &mut CpSummary, r: SourceReport, streams: u16) {
+fn pushed(s: &mut CopyReport, r: SourceReport, streams: u16) {
     s.tuning = r.tuning.clone();
     let t = r.tally;
     s.files = t.files;
@@ -369,7 +369,7 @@ fn pushed(s: &mut CpSummary, r: SourceReport, streams: u16) {
 }
 
 /// A pull's outcome, from the sink's report (with the source's in it).
-fn pulled(s: &mut CpSummary, r: SinkReport, streams: u16) {
+fn pulled(s: &mut CopyReport, r: SinkReport, streams: u16) {
     s.files = r.files;
     s.links = r.links;
     s.links_up_to_date = r.links_up_to_date;
@@ -395,7 +395,7 @@ fn pulled(s: &mut CpSummary, r: SinkReport, streams: u16) {
 
 /// The figures made of the others: the verdict of the intervals, the
 /// bytes this run sent and their rate, and whether all was verified.
-fn sum_up(s: &mut CpSummary) {
+fn sum_up(s: &mut CopyReport) {
     s.verdict = longhaul_proto::tune::verdict(&s.intervals);
     s.sent_bytes = s.bytes.saturating_sub(s.resumed_bytes);
     s.bits_per_second = s.sent_bytes as f64 * 8.0 / s.seconds.max(1e-9);
@@ -422,7 +422,7 @@ mod tests {
         r.tally.failed = vec![failure("a"), failure("b")];
         r.sink.failed = vec![failure("b"), failure("c")];
         r.sink.links = 2;
-        let mut s = CpSummary::default();
+        let mut s = CopyReport::default();
         pushed(&mut s, r, 4);
         let failed: Vec<&str> = s.failed.iter().map(|f| f.path.as_str()).collect();
         assert_eq!(failed, ["a", "b", "c"]);
@@ -437,7 +437,7 @@ mod tests {
             resumed_bytes: 500,
             ..SinkReport::default()
         };
-        let mut s = CpSummary::default();
+        let mut s = CopyReport::default();
         pulled(&mut s, r.clone(), 1);
         assert_eq!((s.files, s.source_read_bps, s.resent_changed), (2, 0.0, 0));
         r.source = Some(SourceDone {
@@ -455,11 +455,11 @@ mod tests {
 
     #[test]
     fn the_summary_counts_only_what_this_run_sent() {
-        let mut s = CpSummary {
+        let mut s = CopyReport {
             bytes: 3000,
             resumed_bytes: 1000,
             seconds: 2.0,
-            ..CpSummary::default()
+            ..CopyReport::default()
         };
         sum_up(&mut s);
         assert_eq!(s.sent_bytes, 2000);
