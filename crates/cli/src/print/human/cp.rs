@@ -228,14 +228,19 @@ pub(super) fn print_transfer(s: &CopyReport, dry_run: bool) {
     print_connections(s);
     print_paths(s);
     print_files_named(s, dry_run);
-    outln!(
-        "verified: {}",
-        if s.verified {
-            "every file, chunk by chunk (XXH3-128 against the source's; digests are BLAKE3)"
-        } else {
-            "NO: some files failed"
-        }
-    );
+    if !s.verified {
+        outln!("verified: NO: some files failed");
+    } else if s.encryption.is_empty() || s.encryption == "none" {
+        outln!(
+            "verified: every file, chunk by chunk (XXH3-128 against the source's; digests are \
+             BLAKE3)"
+        );
+    } else {
+        outln!(
+            "verified: every file, chunk by chunk (each chunk's AEAD tag, or XXH3-128 against \
+             the source's with a peer that takes no tags; digests are BLAKE3)"
+        );
+    }
 }
 
 /// Each stage's rate on its own, compression, each end's CPU by stage.
