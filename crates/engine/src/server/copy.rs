@@ -24,7 +24,7 @@ use longhaul_proto::xfer::copy::{
     within_scope, CopyConnectBack, CopyLanded, CopyOrder, CopyProgress, CopyShareItem,
     CAPABILITY_PREFIX,
 };
-use longhaul_proto::xfer::TransferRequest;
+use longhaul_proto::xfer::{Remote, TransferRequest};
 
 use super::slots::Claimant;
 use super::{auth, Shared};
@@ -32,6 +32,7 @@ use crate::net::back;
 use crate::net::conn::FramedConn;
 use crate::net::dial::{open_control, ClientOptions, Security};
 use crate::net::tls;
+use crate::reach::End;
 use crate::report::{Reporter, TransferProgress};
 use crate::xfer::beneath::Anchor;
 use crate::xfer::client::cp_with;
@@ -396,17 +397,15 @@ fn copy_options(
     interrupt: &Arc<AtomicBool>,
     tx: &mpsc::Sender<CopyRelay>,
 ) -> crate::xfer::client::CpOptions {
-    let slash = if order.dest_dir && !order.dest.is_empty() {
-        "/"
-    } else {
-        ""
-    };
-    let dest = format!(
-        "longhaul://{}/{}/{}{slash}",
-        order.target, order.dest_export, order.dest
-    );
+    let dest = End::on_server(Remote {
+        host: order.target.clone(),
+        export: order.dest_export.clone(),
+        path: order.dest.trim_end_matches('/').to_string(),
+        dir: order.dest_dir || order.dest.is_empty() || order.dest.ends_with('/'),
+    });
+    let sources = checked.sources.into_iter().map(End::Local).collect();
     let x = &order.options;
-    let mut o = crate::xfer::copy::options_of(x, checked.sources, dest, client.clone());
+    let mut o = crate::xfer::copy::options_of(x, sources, dest, client.clone());
     o.source_anchor = Some(Arc::new(checked.anchor));
     o.share = checked.share.map(|items| Share::Fixed(Arc::new(items)));
     o.progress = Arc::new(crate::xfer::Progress {
