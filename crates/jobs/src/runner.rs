@@ -15,8 +15,8 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use longhaul_proto::units::escaped;
 use longhaul_proto::job::{backoff, derive, next_run, FileState, JobKind, JobState, Standing};
+use longhaul_proto::units::escaped;
 
 use crate::attempt::{self, Attempt, Ended, Running};
 use crate::store::{FileQuery, JobRow, JobStore, Live, HISTORY_KEPT};

@@ -1867,9 +1867,11 @@ fn cancelling_an_ssh_push_stops_it_and_removes_its_partial_files_on_the_far_host
     let (id, _) = submit(&["--rate", "100mbit", &url(&j, "data/big.bin"), &to]);
     let journal = journal_of(&far, "big.bin");
     let part = far.join(".big.bin.lhpart");
-    wait_until("verified chunks on the far host", Duration::from_secs(60), || {
-        journal_records(&journal) >= 2
-    });
+    wait_until(
+        "verified chunks on the far host",
+        Duration::from_secs(60),
+        || journal_records(&journal) >= 2,
+    );
     let others = [far.join(".other.bin.lhpart"), t.path().join(".far.lhpart")];
     for o in &others {
         std::fs::write(o, b"not the job's").unwrap();
@@ -1901,10 +1903,16 @@ fn cancelling_an_ssh_push_stops_it_and_removes_its_partial_files_on_the_far_host
         "{:?}",
         std::fs::read_dir(&far).unwrap().collect::<Vec<_>>()
     );
-    assert!(j.log_text().contains("partial file(s) removed on"), "{}", j.log_text());
-    // Nothing started again.
-    std::thread::sleep(Duration::from_millis(500));
-    assert!(one_shots(&s).is_empty() && !part.exists() && !journal.exists());
+    wait_until(
+        "the job server's word on it",
+        Duration::from_secs(30),
+        || j.log_text().contains("partial file(s) removed on"),
+    );
+    // Its chores done, nothing of it runs or comes back on the far host.
+    wait_until("the far end's exit", Duration::from_secs(30), || {
+        one_shots(&s).is_empty()
+    });
+    assert!(!part.exists() && !journal.exists());
     assert_eq!(show(&j, &id)["job"]["files"]["cancelled"], 1);
 }
 
@@ -1923,9 +1931,11 @@ fn an_ssh_job_survives_its_far_end_killed_and_finishes_resuming() {
     let to = format!("{}:{}/", common::sshd::HOST, far.display());
     let (id, _) = submit(&["--rate", "200mbit", &url(&j, "data/big.bin"), &to]);
     let journal = journal_of(&far, "big.bin");
-    wait_until("verified chunks on the far host", Duration::from_secs(60), || {
-        journal_records(&journal) >= 3
-    });
+    wait_until(
+        "verified chunks on the far host",
+        Duration::from_secs(60),
+        || journal_records(&journal) >= 3,
+    );
     let killed = one_shots(&s);
     assert!(!killed.is_empty(), "no far end runs");
     for pid in &killed {
@@ -2034,9 +2044,11 @@ fn cancelling_a_third_party_job_stops_its_source_discards_at_its_destination_and
     let (code, v) = wait_job(&j, &id, Duration::from_secs(60));
     assert_eq!(code, 8, "{v}");
     assert_eq!(v["job"]["state"], "cancelled", "{v}");
-    wait_until("the partial file's removal at B", Duration::from_secs(30), || {
-        !part.exists() && !journal.exists()
-    });
+    wait_until(
+        "the partial file's removal at B",
+        Duration::from_secs(30),
+        || !part.exists() && !journal.exists(),
+    );
     wait_until("A's streams to B to close", Duration::from_secs(30), || {
         common::counters::established(b.port) == 0
     });
@@ -2102,7 +2114,10 @@ fn attacker_a_job_between_a_server_and_an_ssh_host_neither_the_job_servers_is_re
     write_random(&far.join("f"), 1000, 94);
     let (j, a, _b) = three(&t, &far, &t.dir("into"));
     let host = format!("{}:/tmp/x", common::sshd::HOST);
-    for (from, to) in [(url(&a, "src/f"), host.clone()), (host.clone(), url(&a, "src/"))] {
+    for (from, to) in [
+        (url(&a, "src/f"), host.clone()),
+        (host.clone(), url(&a, "src/")),
+    ] {
         let o = bin()
             .args(["submit", "--via", &j.addr(), &from, &to])
             .output()
@@ -2142,10 +2157,7 @@ fn attacker_a_job_between_a_server_and_an_ssh_host_neither_the_job_servers_is_re
         credential: None,
         ssh: Some(common::sshd::HOST.into()),
     };
-    for (source, dest) in [
-        (server_end.clone(), ssh_end.clone()),
-        (ssh_end, server_end),
-    ] {
+    for (source, dest) in [(server_end.clone(), ssh_end.clone()), (ssh_end, server_end)] {
         let spec = JobSpec {
             source,
             dest,
@@ -2201,7 +2213,11 @@ fn attacker_a_discard_names_its_destination_on_a_one_shot_server_only_and_remove
         security: far.security(),
         ..ClientOptions::default()
     };
-    let rel = dest.display().to_string().trim_start_matches('/').to_string();
+    let rel = dest
+        .display()
+        .to_string()
+        .trim_start_matches('/')
+        .to_string();
     let into = |d: String| DiscardInto {
         export: "root".into(),
         dest: d,
@@ -2264,7 +2280,10 @@ fn attacker_a_discard_names_its_destination_on_a_one_shot_server_only_and_remove
     for (who, o) in [("a grant", &grant), ("a capability", &holder)] {
         match jobcaps::discard(&b.addr(), o, Some(&named), &["c".to_string()]) {
             Err(longhaul_engine::EngineError::Refused { message, .. }) => {
-                assert!(message.contains("only a push capability"), "{who}: {message}")
+                assert!(
+                    message.contains("only a push capability"),
+                    "{who}: {message}"
+                )
             }
             other => panic!("{who}: {other:?}"),
         }

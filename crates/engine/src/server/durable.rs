@@ -316,7 +316,11 @@ pub(super) fn serve_discard(
     }
     let beneath_words = match scope {
         Some(req) => scope_words(&ex.name, req),
-        None => format!("beneath {}/{}", ex.name, escaped(&dest.display().to_string())),
+        None => format!(
+            "beneath {}/{}",
+            ex.name,
+            escaped(&dest.display().to_string())
+        ),
     };
     tracing::info!(
         "{} discarded {removed} partial file(s) {beneath_words}",
