@@ -339,6 +339,71 @@ fn chunk_of(journal: &Path) -> u64 {
     u64::from_be_bytes(b[24..32].try_into().unwrap())
 }
 
+/// kill -9 of the job server `j` once B's `journal` holds `records`
+/// verified chunks (of a file of `size`), then its restart, on the same
+/// port and state. What B had verified and journaled once its session of
+/// the dead server ended (chunks, their size), and B's count of bytes
+/// written at the restart (its kernel's: the chunks it receives go to its
+/// partial file through write calls).
+fn kill9_mid_push(
+    j: &mut Serve,
+    b: &Serve,
+    journal: &Path,
+    records: u64,
+    size: u64,
+) -> ((u64, u64), u64) {
+    wait_until("verified chunks at B", Duration::from_secs(60), || {
+        journal_records(journal) >= records
+    });
+    j.kill9();
+    wait_until(
+        "B to end the session the dead server left",
+        Duration::from_secs(60),
+        || b.log_text().contains("transfer failed"),
+    );
+    let verified = journal_indices(journal).len() as u64;
+    let chunk = chunk_of(journal);
+    assert!(verified * chunk < size, "it finished before the kill");
+    let b_before = common::counters::ProcIo::of(b.pid()).unwrap().wchar;
+    j.restart();
+    ((verified, chunk), b_before)
+}
+
+/// After a kill -9 of `who` and its restart: the job's last attempt
+/// (after at least one before it) finished, taking from B's journal every
+/// chunk B had verified (`chunks`: how many, of what size), and B wrote
+/// (`written`, its kernel's count) what was left of `size` and never the
+/// verified chunks again: a resend of them all would add their bytes.
+#[track_caller]
+fn assert_resumed_without_resend(
+    v: &Value,
+    size: u64,
+    chunks: (u64, u64),
+    written: u64,
+    who: &str,
+) {
+    let (verified, chunk) = chunks;
+    let h = history(v);
+    let last = h.last().unwrap();
+    assert!(h.len() >= 2, "{v}");
+    assert_eq!(last["outcome"], "ok", "{v}");
+    let resumed = last["resumed_bytes"].as_u64().unwrap();
+    assert!(resumed > 0, "{v}");
+    assert!(
+        resumed >= verified * chunk,
+        "resumed {resumed} < {verified} x {chunk}: {v}"
+    );
+    let left = size - verified * chunk;
+    eprintln!(
+        "kill -9 of {who}: {verified} chunks of {chunk} verified before; resumed {resumed} bytes; B then wrote {written} bytes for {left} left"
+    );
+    assert!(
+        written >= left / 2 && written < left + (verified * chunk) / 2,
+        "B wrote {written} bytes after the kill; {left} were left, {} verified before",
+        verified * chunk
+    );
+}
+
 #[test]
 fn a_job_survives_kill_9_of_its_server_and_resends_no_verified_chunk() {
     let t = TempDir::new("job-kill");
@@ -352,51 +417,12 @@ fn a_job_survives_kill_9_of_its_server_and_resends_no_verified_chunk() {
         &url(&j, "data/big.bin"),
         &url(&b, "in/"),
     ]);
-    let journal = journal_of(&dst, "big.bin");
-    wait_until("verified chunks at B", Duration::from_secs(60), || {
-        journal_records(&journal) >= 8
-    });
-    j.kill9();
-    // What B had verified and journaled once its session of the dead
-    // server ended, and what it writes from then on, counted by its
-    // kernel (the chunks it receives go to its partial file through write
-    // calls).
-    wait_until(
-        "B to end the dead server's session",
-        Duration::from_secs(60),
-        || b.log_text().contains("transfer failed"),
-    );
-    let verified = journal_indices(&journal).len() as u64;
-    let b_before = common::counters::ProcIo::of(b.pid()).unwrap().wchar;
-    let chunk = chunk_of(&journal);
-    assert!(verified * chunk < size, "it finished before the kill");
-    j.restart();
+    let (chunks, b_before) = kill9_mid_push(&mut j, &b, &journal_of(&dst, "big.bin"), 8, size);
     let (code, v) = wait_job(&j, &id, Duration::from_secs(300));
     let written = common::counters::ProcIo::of(b.pid()).unwrap().wchar - b_before;
     assert_eq!(code, 0, "{v} {}", j.log_text());
     assert_same_file(&src.join("big.bin"), &dst.join("big.bin"));
-    let h = history(&v);
-    let last = h.last().unwrap();
-    assert!(h.len() >= 2, "{v}");
-    assert_eq!(last["outcome"], "ok", "{v}");
-    let resumed = last["resumed_bytes"].as_u64().unwrap();
-    assert!(resumed > 0, "{v}");
-    // Every chunk B had verified was taken from its journal, not sent.
-    assert!(
-        resumed >= verified * chunk,
-        "resumed {resumed} < {verified} x {chunk}: {v}"
-    );
-    // And B wrote what was left (and its journal), never a verified chunk
-    // again: a resend of them all would add their bytes.
-    let left = size - verified * chunk;
-    eprintln!(
-        "kill -9 of the job server: {verified} chunks of {chunk} verified before; resumed {resumed} bytes; B then wrote {written} bytes for {left} left"
-    );
-    assert!(
-        written >= left / 2 && written < left + (verified * chunk) / 2,
-        "B wrote {written} bytes after the kill; {left} were left, {} verified before",
-        verified * chunk
-    );
+    assert_resumed_without_resend(&v, size, chunks, written, "the job server");
 }
 
 #[test]
@@ -732,8 +758,6 @@ fn refused_with(o: &std::process::Output, words: &str) {
 
 #[test]
 fn attacker_a_job_that_leaves_its_export_widens_its_capability_or_is_malformed_is_refused() {
-    use longhaul_engine::net::dial::{ClientOptions, Security};
-    use longhaul_engine::net::tls::TrustOptions;
     use longhaul_engine::xfer::jobcaps;
     use longhaul_proto::job::*;
     use longhaul_proto::msg::{Message, RefuseCode};
@@ -773,18 +797,7 @@ fn attacker_a_job_that_leaves_its_export_widens_its_capability_or_is_malformed_i
     refused_with(&o, "longhaul cp");
     // A job whose destination is wider than its capability: the far end
     // refuses its push; the job fails at once, saying why, writing nothing.
-    let client = ClientOptions {
-        security: Security {
-            plaintext: false,
-            trust: TrustOptions {
-                pins: vec![common::fingerprint().to_string()],
-                ..TrustOptions::default()
-            },
-            token: Some(common::TOKEN.to_string()),
-            tokens: Vec::new(),
-        },
-        ..ClientOptions::default()
-    };
+    let client = crate::third_party_copy::client();
     let narrow = GrantRequest {
         export: "in".into(),
         dest: "x".into(),
@@ -1740,8 +1753,6 @@ fn a_job_pushes_to_and_pulls_from_a_host_over_ssh_the_job_server_may_reach() {
 /// server that lists none reaches none.
 #[test]
 fn attacker_a_job_reaches_over_ssh_only_a_host_its_server_allows() {
-    use longhaul_engine::net::dial::{ClientOptions, Security};
-    use longhaul_engine::net::tls::TrustOptions;
     use longhaul_engine::xfer::jobcaps;
     use longhaul_proto::job::*;
     use longhaul_proto::msg::{Message, RefuseCode};
@@ -1758,18 +1769,7 @@ fn attacker_a_job_reaches_over_ssh_only_a_host_its_server_allows() {
         .output()
         .unwrap();
     refused_with(&o, "reaches no host 'elsewhere' over ssh");
-    let client = ClientOptions {
-        security: Security {
-            plaintext: false,
-            trust: TrustOptions {
-                pins: vec![common::fingerprint().to_string()],
-                ..TrustOptions::default()
-            },
-            token: Some(common::TOKEN.to_string()),
-            tokens: Vec::new(),
-        },
-        ..ClientOptions::default()
-    };
+    let client = crate::third_party_copy::client();
     let spec = |ssh: &str| JobSpec {
         source: JobEnd {
             host: None,
@@ -1839,13 +1839,26 @@ fn one_shots(s: &common::sshd::Sshd) -> Vec<u32> {
         .collect()
 }
 
-/// `jobs cancel ID`, which must succeed.
-fn cancel(j: &Serve, id: &str) {
+/// `jobs cancel ID` mid-push, then: the job reads cancelled (`jobs wait`
+/// exits 8), and the push's partial file and journal are gone at its
+/// destination. When the cancel began.
+#[track_caller]
+fn cancel_until_discarded(j: &Serve, id: &str, part: &Path, journal: &Path) -> Instant {
+    let began = Instant::now();
     let o = bin()
         .args(["jobs", "cancel", id, "--via", &j.addr()])
         .output()
         .unwrap();
     assert!(o.status.success(), "{}", stderr(&o));
+    let (code, v) = wait_job(j, id, Duration::from_secs(60));
+    assert_eq!(code, 8, "{v}");
+    assert_eq!(v["job"]["state"], "cancelled", "{v}");
+    wait_until(
+        "the partial file's removal at the destination",
+        Duration::from_secs(30),
+        || !part.exists() && !journal.exists(),
+    );
+    began
 }
 
 /// A cancelled push over ssh leaves nothing of itself on the far host:
@@ -1876,16 +1889,7 @@ fn cancelling_an_ssh_push_stops_it_and_removes_its_partial_files_on_the_far_host
     for o in &others {
         std::fs::write(o, b"not the job's").unwrap();
     }
-    let cancelled = Instant::now();
-    cancel(&j, &id);
-    let (code, v) = wait_job(&j, &id, Duration::from_secs(60));
-    assert_eq!(code, 8, "{v}");
-    assert_eq!(v["job"]["state"], "cancelled", "{v}");
-    wait_until(
-        "the partial files' removal on the far host",
-        Duration::from_secs(30),
-        || !part.exists() && !journal.exists(),
-    );
+    let cancelled = cancel_until_discarded(&j, &id, &part, &journal);
     wait_until("the far end's exit", Duration::from_secs(30), || {
         one_shots(&s).is_empty()
     });
@@ -1964,52 +1968,21 @@ fn a_third_party_job_survives_kill_9_of_its_job_server_and_resends_no_verified_c
     let (far, into) = (t.dir("far"), t.dir("into"));
     let size = 128u64 << 20;
     write_random(&far.join("big.bin"), size as usize, 92);
-    let (mut j, _a, b) = three(&t, &far, &into);
+    let (mut j, a, b) = three(&t, &far, &into);
     let (id, _) = submit(&[
         "--rate",
         "200mbit",
         "--via",
         &j.addr(),
-        &url(&_a, "src/big.bin"),
+        &url(&a, "src/big.bin"),
         &url(&b, "in/"),
     ]);
-    let journal = journal_of(&into, "big.bin");
-    wait_until("verified chunks at B", Duration::from_secs(60), || {
-        journal_records(&journal) >= 6
-    });
-    j.kill9();
-    wait_until(
-        "B to end the session of the source whose orderer died",
-        Duration::from_secs(30),
-        || b.log_text().contains("transfer failed"),
-    );
-    let verified = journal_indices(&journal).len() as u64;
-    let chunk = chunk_of(&journal);
-    assert!(verified * chunk < size, "it finished before the kill");
-    let b_before = common::counters::ProcIo::of(b.pid()).unwrap().wchar;
-    j.restart();
+    let (chunks, b_before) = kill9_mid_push(&mut j, &b, &journal_of(&into, "big.bin"), 6, size);
     let (code, v) = wait_job(&j, &id, Duration::from_secs(120));
     let written = common::counters::ProcIo::of(b.pid()).unwrap().wchar - b_before;
     assert_eq!(code, 0, "{v} {}", j.log_text());
     assert_same_file(&far.join("big.bin"), &into.join("big.bin"));
-    let h = history(&v);
-    assert!(h.len() >= 2, "{v}");
-    let last = h.last().unwrap();
-    assert_eq!(last["outcome"], "ok", "{v}");
-    let resumed = last["resumed_bytes"].as_u64().unwrap();
-    assert!(
-        resumed >= verified * chunk,
-        "resumed {resumed} < {verified} x {chunk}: {v}"
-    );
-    let left = size - verified * chunk;
-    eprintln!(
-        "kill -9 of a third-party job's server: {verified} chunks of {chunk} verified before; resumed {resumed}; B then wrote {written} bytes for {left} left"
-    );
-    assert!(
-        written >= left / 2 && written < left + (verified * chunk) / 2,
-        "B wrote {written} bytes after the kill; {left} were left, {} verified before",
-        verified * chunk
-    );
+    assert_resumed_without_resend(&v, size, chunks, written, "a third-party job's server");
 }
 
 /// Cancel mid third-party job: the source stops sending (no stream to B
@@ -2039,16 +2012,7 @@ fn cancelling_a_third_party_job_stops_its_source_discards_at_its_destination_and
     });
     let (a_fp, a_cap) = stolen_credential(&j.state, "source");
     let (b_fp, b_cap) = stolen_credential(&j.state, "dest");
-    let cancelled = Instant::now();
-    cancel(&j, &id);
-    let (code, v) = wait_job(&j, &id, Duration::from_secs(60));
-    assert_eq!(code, 8, "{v}");
-    assert_eq!(v["job"]["state"], "cancelled", "{v}");
-    wait_until(
-        "the partial file's removal at B",
-        Duration::from_secs(30),
-        || !part.exists() && !journal.exists(),
-    );
+    let cancelled = cancel_until_discarded(&j, &id, &part, &journal);
     wait_until("A's streams to B to close", Duration::from_secs(30), || {
         common::counters::established(b.port) == 0
     });
@@ -2104,8 +2068,6 @@ fn cancelling_a_third_party_job_stops_its_source_discards_at_its_destination_and
 /// data between two other hosts.
 #[test]
 fn attacker_a_job_between_a_server_and_an_ssh_host_neither_the_job_servers_is_refused() {
-    use longhaul_engine::net::dial::{ClientOptions, Security};
-    use longhaul_engine::net::tls::TrustOptions;
     use longhaul_engine::xfer::jobcaps;
     use longhaul_proto::job::*;
     use longhaul_proto::msg::{Message, RefuseCode};
@@ -2125,18 +2087,7 @@ fn attacker_a_job_between_a_server_and_an_ssh_host_neither_the_job_servers_is_re
         refused_with(&o, "relays no data between two other hosts");
         refused_with(&o, "--jobs-ssh");
     }
-    let client = ClientOptions {
-        security: Security {
-            plaintext: false,
-            trust: TrustOptions {
-                pins: vec![common::fingerprint().to_string()],
-                ..TrustOptions::default()
-            },
-            token: Some(common::TOKEN.to_string()),
-            tokens: Vec::new(),
-        },
-        ..ClientOptions::default()
-    };
+    let client = crate::third_party_copy::client();
     let server_end = JobEnd {
         host: Some(a.addr()),
         export: "src".into(),
@@ -2184,8 +2135,7 @@ fn attacker_a_job_between_a_server_and_an_ssh_host_neither_the_job_servers_is_re
 /// regular files only, through no link, and no entry out by `..`.
 #[test]
 fn attacker_a_discard_names_its_destination_on_a_one_shot_server_only_and_removes_nothing_else() {
-    use longhaul_engine::net::dial::{ClientOptions, Security};
-    use longhaul_engine::net::tls::TrustOptions;
+    use longhaul_engine::net::dial::ClientOptions;
     use longhaul_engine::reach::{FarEnd, SshOptions};
     use longhaul_engine::server::oneshot::Admits;
     use longhaul_engine::xfer::jobcaps;
@@ -2248,18 +2198,7 @@ fn attacker_a_discard_names_its_destination_on_a_one_shot_server_only_and_remove
             "--no-sync",
         ],
     );
-    let grant = ClientOptions {
-        security: Security {
-            plaintext: false,
-            trust: TrustOptions {
-                pins: vec![common::fingerprint().to_string()],
-                ..TrustOptions::default()
-            },
-            token: Some(common::TOKEN.to_string()),
-            tokens: Vec::new(),
-        },
-        ..ClientOptions::default()
-    };
+    let grant = crate::third_party_copy::client();
     let cap = jobcaps::ask(
         &b.addr(),
         &grant,
