@@ -1930,7 +1930,7 @@ fn an_ssh_job_survives_its_far_end_killed_and_finishes_resuming() {
     };
     let t = TempDir::new("job-ssh-far");
     let (here, far) = (t.dir("here"), t.dir("far"));
-    write_random(&here.join("big.bin"), 96 << 20, 91);
+    write_random(&here.join("big.bin"), 64 << 20, 91);
     let j = ssh_job_server(&t, &s, &here, &["--jobs-backoff", "1s"]);
     let to = format!("{}:{}/", common::sshd::HOST, far.display());
     let (id, _) = submit(&["--rate", "200mbit", &url(&j, "data/big.bin"), &to]);
