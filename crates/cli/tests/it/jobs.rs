@@ -1861,6 +1861,38 @@ fn cancel_until_discarded(j: &Serve, id: &str, part: &Path, journal: &Path) -> I
     began
 }
 
+/// A job's destination named through a link (`in/linked/`, a link to the
+/// directory `real/`) is written through it, so a cancel must discard the
+/// partial files where they were written, in `real/`, not look for them
+/// beside the link and leave them behind.
+#[test]
+fn cancelling_a_job_whose_destination_is_a_linked_directory_removes_its_partial_files() {
+    let t = TempDir::new("job-cancel-linked");
+    let (src, dst) = (t.dir("src"), t.dir("dst"));
+    let real = dst.join("real");
+    std::fs::create_dir(&real).unwrap();
+    std::os::unix::fs::symlink("real", dst.join("linked")).unwrap();
+    write_random(&src.join("big.bin"), 256 << 20, 94);
+    let (j, b) = pair(&t, &src, &dst, &["--no-archive"]);
+    let (id, _) = submit(&[
+        "--rate",
+        "100mbit",
+        &url(&j, "data/big.bin"),
+        &url(&b, "in/linked/"),
+    ]);
+    let journal = journal_of(&real, "big.bin");
+    let part = real.join(".big.bin.lhpart");
+    wait_until("verified chunks at B", Duration::from_secs(60), || {
+        journal_records(&journal) >= 2
+    });
+    cancel_until_discarded(&j, &id, &part, &journal);
+    assert!(std::fs::read_dir(&real).unwrap().next().is_none());
+    assert!(std::fs::symlink_metadata(dst.join("linked"))
+        .unwrap()
+        .file_type()
+        .is_symlink());
+}
+
 /// A cancelled push over ssh leaves nothing of itself on the far host:
 /// the job server reaches the host again with its own ssh and has a
 /// one-shot server there discard the job's unfinished entries beneath its

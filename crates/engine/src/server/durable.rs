@@ -300,8 +300,10 @@ pub(super) fn serve_discard(
         }
     }
     let bad = |e: EngineError| (RefuseCode::BadRequest, e.to_string());
-    let dest = beneath(&ex.root, &dest).map_err(bad)?;
     let anchor = Anchor::open_as(&ex.root, Path::new(&ex.name)).map_err(bad)?;
+    let dest = anchor
+        .resolve_dest(&beneath(&ex.root, &dest).map_err(bad)?)
+        .map_err(bad)?;
     let mut removed = 0;
     for p in &d.paths {
         let Ok(comps) = longhaul_proto::xfer::components(p) else {
