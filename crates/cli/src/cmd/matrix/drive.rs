@@ -540,7 +540,7 @@ impl<'a> Matrix<'a> {
                 self.run_cell(p, net, servers, i, r, doc)?;
             }
         }
-        for &i in &live {
+        for &i in live.iter().filter(|_| runs > 0) {
             // A cell cut short by an interrupt is run again whole by --resume.
             if doc.cells[i].runs.len() < runs {
                 doc.cells[i].runs.clear();
@@ -651,7 +651,8 @@ impl<'a> Matrix<'a> {
             if !wanted || known || servers.failed.contains_key(&t.name) {
                 continue;
             }
-            let grid = sweep::candidates(grid, &net.facts);
+            let bytes = self.sizes.get(w).copied();
+            let grid = sweep::candidates(&fitted(grid, bytes, &net.facts), &net.facts);
             let candidates = self.sweep_tool(p, net, servers, w, t, &grid)?;
             if self.s.stop.load(Ordering::SeqCst) {
                 return Ok(());
@@ -674,6 +675,10 @@ impl<'a> Matrix<'a> {
                 );
             }
             doc.sweeps.push(swept);
+            // A finished sweep is kept even if the run ends before its cells.
+            if let Some(f) = &self.s.a.resume {
+                super::save(f, doc);
+            }
         }
         Ok(())
     }
@@ -938,6 +943,23 @@ impl<'a> Matrix<'a> {
         let _ = std::fs::remove_dir_all(&check);
         Ok(verdict)
     }
+}
+
+/// A tool's grid for a workload of `bytes` (None: memory to memory, no
+/// end) on a path: without its window axis when the whole workload fits
+/// in one window, the path's bandwidth-delay product and the host's
+/// socket buffer cap both. Such a copy ends inside TCP's slow start, each
+/// stream bounded by its congestion window, never by a socket buffer; a
+/// window set from the BDP changes nothing but the sweep's length (on the
+/// satellite path, a round trip of 540 ms, it doubled it). Every tool's
+/// grid alike; the stream counts and the tools' own options stay.
+pub(super) fn fitted(s: &peers::Sweep, bytes: Option<u64>, facts: &PathFacts) -> peers::Sweep {
+    let fits = bytes.is_some_and(|b| b <= facts.bdp().min(facts.socket_cap));
+    let mut s = s.clone();
+    if fits {
+        s.window.clear();
+    }
+    s
 }
 
 /// A cell's settings' arguments: a fixed settings', or `best`'s: its
