@@ -224,8 +224,7 @@ fn work_dir(a: &MatrixArgs) -> Result<(PathBuf, Option<tempfile::TempDir>), Fail
 /// (`ftp://{host}:{port}{dst}/`) and remote paths that only an absolute
 /// path makes whole.
 fn absolute_dir(d: &Path) -> Result<PathBuf, Failure> {
-    std::path::absolute(d)
-        .map_err(|e| usage(format!("--work-dir {}: {e}", d.display())))
+    std::path::absolute(d).map_err(|e| usage(format!("--work-dir {}: {e}", d.display())))
 }
 
 /// The paths and the parameters asked for (`--quick`'s smaller ones).

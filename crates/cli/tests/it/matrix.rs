@@ -361,13 +361,21 @@ fn sweeps_alone_with_runs_0_are_kept_for_the_cells_of_a_later_run() {
     let (doc, stderr) = run("0");
     assert!(!stderr.contains("relative: "), "{stderr}");
     assert_eq!(stderr.matches("[sweep ").count(), 2 * 4, "{stderr}");
-    assert!(!stderr.contains("] loopback tree put absolute:best"), "{stderr}");
+    assert!(
+        !stderr.contains("] loopback tree put absolute:best"),
+        "{stderr}"
+    );
     let kept: serde_json::Value =
         serde_json::from_slice(&std::fs::read(t.path().join("kept.json")).unwrap()).unwrap();
     for d in [&doc, &kept] {
         assert_eq!(d["sweeps"][0]["winner"], serde_json::json!(["0"]), "{d}");
         let cells = d["cells"].as_array().unwrap();
-        assert!(cells.iter().all(|c| c["runs"].as_array().unwrap().is_empty()), "{d}");
+        assert!(
+            cells
+                .iter()
+                .all(|c| c["runs"].as_array().unwrap().is_empty()),
+            "{d}"
+        );
     }
     let (doc, stderr) = run("2");
     assert!(!stderr.contains("[sweep "), "{stderr}");

@@ -342,9 +342,15 @@ fn a_workload_that_fits_in_one_window_is_swept_without_the_window_axis() {
     let tree = Some(2_100_000);
     let fit = count(tree, &sat);
     assert_eq!(fit.len(), 6);
-    assert!(fit.iter().all(|c| !c.iter().any(|a| a == "-tcp-bs")), "{fit:?}");
+    assert!(
+        fit.iter().all(|c| !c.iter().any(|a| a == "-tcp-bs")),
+        "{fit:?}"
+    );
     assert!(fit.iter().any(|c| c.iter().any(|a| a == "-pp")), "{fit:?}");
-    assert!(fit.iter().any(|c| c.windows(2).any(|w| w == ["-p", "17"])), "{fit:?}");
+    assert!(
+        fit.iter().any(|c| c.windows(2).any(|w| w == ["-p", "17"])),
+        "{fit:?}"
+    );
     assert_eq!(count(Some(64 << 20), &sat).len(), 12);
     assert_eq!(count(None, &sat).len(), 12);
     assert_eq!(count(tree, &lo).len(), 8);
