@@ -312,10 +312,13 @@ fn the_far_shell_gets_each_word_quoted_whole() {
 /// `--work-dir` is made absolute (under the current directory).
 #[test]
 fn a_relative_work_dir_is_made_absolute() {
-    let d = absolute_dir(Path::new("work/m")).unwrap();
+    let d = absolute_dir(Path::new("work/m")).ok().unwrap();
     assert!(d.is_absolute(), "{}", d.display());
     assert_eq!(d, std::env::current_dir().unwrap().join("work/m"));
-    assert_eq!(absolute_dir(Path::new("/x/y")).unwrap(), Path::new("/x/y"));
+    assert_eq!(
+        absolute_dir(Path::new("/x/y")).ok().as_deref(),
+        Some(Path::new("/x/y"))
+    );
 }
 
 /// On a long path a workload that fits in one window (the satellite
