@@ -833,7 +833,7 @@ impl<'a> Matrix<'a> {
         let far_here = net.far.as_ref().filter(|_| !t.local);
         let template = if put { &t.put } else { &t.get };
         let argv = peers::argv(template, j.args, &vars);
-        let filled = peers::fill_all(j.args, &vars);
+        let filled = peers::fill_all(j.args, &shown_vars(&vars));
         if self.s.verbose > 0 {
             eprintln!("  $ {}", shown_args(&argv));
         }
@@ -980,6 +980,28 @@ fn failed_run(e: String) -> RunResult {
         error: Some(e),
         ..RunResult::default()
     }
+}
+
+/// The placeholders a run's arguments are shown (and kept in the
+/// document) with: the path's facts and the tool's ports, not this host's
+/// files (`{ssh}` stays `{ssh}`, not the work directory's script).
+pub(super) fn shown_vars(vars: &BTreeMap<&'static str, String>) -> BTreeMap<&'static str, String> {
+    const HOST_FILES: [&str; 10] = [
+        "bin",
+        "root",
+        "state",
+        "ssh",
+        "src",
+        "dst",
+        "dstdir",
+        "src_rel",
+        "dst_rel",
+        "dstdir_rel",
+    ];
+    vars.iter()
+        .filter(|(k, _)| !HOST_FILES.contains(k))
+        .map(|(k, v)| (*k, v.clone()))
+        .collect()
 }
 
 /// A run's name in the logs (and its directories' names).

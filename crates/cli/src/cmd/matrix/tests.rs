@@ -358,3 +358,23 @@ fn a_workload_that_fits_in_one_window_is_swept_without_the_window_axis() {
     assert_eq!(count(None, &sat).len(), 12);
     assert_eq!(count(tree, &lo).len(), 8);
 }
+
+/// The arguments a run is shown and kept with say the path's facts but
+/// not this host's files: rsync over ssh's AES-GCM candidate names
+/// `{ssh}`, not the work directory's script (a document is read elsewhere).
+#[test]
+fn a_runs_arguments_are_kept_without_this_hosts_paths() {
+    let vars = BTreeMap::from([
+        ("ssh", "/tmp/w/state/rsync-ssh/ssh".to_string()),
+        ("state", "/tmp/w/state/x".to_string()),
+        ("rate", "1000".to_string()),
+    ]);
+    let args: Vec<String> = ["-e", "{ssh} -c aes128-gcm@openssh.com", "--rate", "{rate}"]
+        .map(String::from)
+        .to_vec();
+    let shown = peers::fill_all(&args, &drive::shown_vars(&vars));
+    assert_eq!(
+        shown,
+        ["-e", "{ssh} -c aes128-gcm@openssh.com", "--rate", "1000"]
+    );
+}
