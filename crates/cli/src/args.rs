@@ -1923,7 +1923,8 @@ pub struct MatrixArgs {
     /// Workloads, comma-separated: mem, elephant, smallfiles, tree (default: all).
     #[arg(long, value_delimiter = ',')]
     pub workloads: Vec<String>,
-    /// Runs per cell; a cell is their median.
+    /// Runs per cell; a cell is their median. 0: only the sweeps of `best` (with --resume,
+    /// their winners are kept for a later run: a long path's sweeps split over several runs).
     #[arg(long, default_value_t = 3)]
     pub runs: u32,
     /// Small data (32 MiB, 100 files, 2 s), loopback and one emulated path, still 3 runs a cell

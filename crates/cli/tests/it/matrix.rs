@@ -324,6 +324,67 @@ fn a_peers_best_is_its_sweeps_winner_and_quick_remembers_it() {
     }
 }
 
+/// A planted tool that copies only to an absolute destination (as a URL's
+/// path must be: `ftp://{host}:{port}{dst}/`), its candidates sleeping 1
+/// or 0 seconds first.
+const ABSOLUTE: &str = r#"[{
+  "name": "absolute", "kind": "files", "local": true,
+  "keeps": {"empty_dirs": true, "symlinks": true, "modes": true},
+  "put": ["sh", "-c", "case \"$1\" in /*) ;; *) echo \"relative: $1\" >&2; exit 1;; esac; sleep \"$2\" && cp -a \"$0\" \"$1\"/", "{src}", "{dstdir}", "{args}"],
+  "settings": [{"name": "defaults", "args": ["1"]}],
+  "sweep": {"why": "planted by the test", "axes": [[["1"], ["0"]]]}
+}]"#;
+
+/// A long path's sweeps can run apart from the cells (and apart from each
+/// other): `--runs 0` runs only the sweeps and `--resume` keeps each
+/// winner as it is found; the next run's cells use it without sweeping
+/// again. A relative `--work-dir` is made absolute for the templates.
+#[test]
+fn sweeps_alone_with_runs_0_are_kept_for_the_cells_of_a_later_run() {
+    let t = TempDir::new("matrix-sweep-alone");
+    std::fs::write(t.path().join("tools.json"), ABSOLUTE).unwrap();
+    let run = |runs: &str| {
+        let o = common::bin()
+            .current_dir(t.path())
+            .args(["--no-archive", "matrix", "--json", "--tools"])
+            .args(["absolute:best", "--tools-file", "tools.json"])
+            .args(["--paths", "loopback", "--workloads", "tree"])
+            .args(["--size", "64K", "--files", "4", "--work-dir", "work"])
+            .args(["--resume", "kept.json", "--runs", runs])
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&o.stderr).to_string();
+        assert_eq!(o.status.code(), Some(0), "{stderr}");
+        let doc: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        (doc, stderr)
+    };
+    let (doc, stderr) = run("0");
+    assert!(!stderr.contains("relative: "), "{stderr}");
+    assert_eq!(stderr.matches(" warm-up] ").count(), 2, "{stderr}");
+    assert!(
+        !stderr.contains("] loopback tree put absolute:best"),
+        "{stderr}"
+    );
+    let kept: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(t.path().join("kept.json")).unwrap()).unwrap();
+    for d in [&doc, &kept] {
+        assert_eq!(d["sweeps"][0]["winner"], serde_json::json!(["0"]), "{d}");
+        let cells = d["cells"].as_array().unwrap();
+        assert!(
+            cells
+                .iter()
+                .all(|c| c["runs"].as_array().unwrap().is_empty()),
+            "{d}"
+        );
+    }
+    let (doc, stderr) = run("2");
+    assert!(!stderr.contains("[sweep "), "{stderr}");
+    let c = &doc["cells"][0];
+    assert_eq!(c["args"], serde_json::json!(["0"]), "{c}");
+    assert_eq!(c["runs_succeeded"], 2, "{c}");
+    assert_eq!(c["verified"], true, "{c}");
+}
+
 /// A server that forks its work into a new session for each connection
 /// (as OpenSSH's sshd does, where scp's and rsync's cipher runs): the
 /// child burns a second of CPU, then closes. Counting the server's process
