@@ -7,7 +7,7 @@
 #   NFILES=100000 ROUNDS=5 TOOLS="lh lh-old rsyncd" OLD_BIN=path/to/other/longhaul \
 #       bash bench/small-sync.sh [LONGHAUL_BINARY]
 #
-# The tree: NFILES files of 0.5-8 KiB in NFILES/11 directories (bench/cold-copy.sh's). Tools:
+# The tree: NFILES files of 0.5-8 KiB in NFILES/11 directories (bench/lib/tree-45.py). Tools:
 #   lh       longhaul cp -a / sync -a to `longhaul serve` at its defaults (TLS, verified, durable)
 #   lh-old   the same with OLD_BIN (client and its own server): an A/B of two builds
 #   rsyncd   rsync -a -W (whole files, no compression) to an rsync daemon started here
@@ -96,37 +96,8 @@ run_tool() { # tool step src out: copies (first) or syncs (same, changed) the tr
     esac
 }
 
-make_tree() { # dir: NFILES files of 0.5-8 KiB in NFILES/11 directories
-    python3 - "$1" "$NFILES" <<'EOF'
-import os, random, sys
-root, n = sys.argv[1], int(sys.argv[2])
-rng = random.Random(45)
-dirs = max(1, n // 11)
-blob = os.urandom(8192)
-for i in range(n):
-    d = f"{root}/d{i % dirs:05d}"
-    os.makedirs(d, exist_ok=True)
-    size = rng.randint(512, 8192)
-    with open(f"{d}/f{i:06d}", "wb") as f:
-        f.write(i.to_bytes(8, "little") + blob[8:size])
-EOF
-}
-change_one_percent() { # dir seed: rewrites 1% of the tree's files (new bytes, 1-8 KiB, new mtime)
-    python3 - "$1" "$NFILES" "$2" <<'EOF'
-import os, random, sys, time
-root, n, seed = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-rng = random.Random(seed)
-dirs = max(1, n // 11)
-later = time.time() + 60
-for i in rng.sample(range(n), max(1, n // 100)):
-    p = f"{root}/d{i % dirs:05d}/f{i:06d}"
-    with open(p, "wb") as f:
-        f.write(os.urandom(rng.randint(1024, 8192)))
-    os.utime(p, (later, later))
-EOF
-}
-
-make_tree "$DISK_DIR/src/tree"
+TREE="python3 bench/lib/tree-45.py"
+$TREE "$DISK_DIR/src/tree" "$NFILES"
 SRC=$DISK_DIR/src/tree
 read -ra tools <<<"$TOOLS"
 for r in $(seq $((1 - WARMUP)) "$ROUNDS"); do
@@ -136,7 +107,7 @@ for r in $(seq $((1 - WARMUP)) "$ROUNDS"); do
         rm -rf "${DEST:?}/$tool"
         mkdir -p "$DEST/$tool"
         for step in first same changed; do
-            [ "$step" = changed ] && change_one_percent "$SRC" "$r-$tool"
+            [ "$step" = changed ] && $TREE "$SRC" "$NFILES" --change "$r-$tool"
             sync
             echo 3 >/proc/sys/vm/drop_caches
             g=$(group_of "$tool")
