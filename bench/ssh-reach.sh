@@ -33,7 +33,8 @@ OLD=$WORK/longhaul-old
 PIDS=()
 cleanup() {
     [ -n "${MUX:-}" ] && "$LH" --no-archive wan exec --name "$NAME" a -- $MUX -O exit "$B" >/dev/null 2>&1
-    for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+    # `wan exec` runs its command as a child: end those first, or a server outlives the run.
+    for p in "${PIDS[@]}"; do pkill -P "$p" 2>/dev/null || true; kill "$p" 2>/dev/null || true; done
     sleep 1
     "$LH" wan down --name "$NAME" >/dev/null 2>&1 || true
     rm -rf "$WORK"

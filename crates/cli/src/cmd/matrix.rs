@@ -121,7 +121,15 @@ pub fn matrix(a: MatrixArgs, archive_args: &ArchiveArgs, verbose: u8) -> Outcome
         .iter()
         .filter(|c| !done.contains_key(&c.key()) && !c.not_run())
         .collect();
-    announce(&plan, &todo, &chosen, &paths, &params, &rows);
+    announce(
+        &plan,
+        &todo,
+        &chosen,
+        &paths,
+        &params,
+        &rows,
+        a.sweep_rounds,
+    );
     if a.dry_run {
         return Ok(exit::OK);
     }
@@ -284,6 +292,7 @@ fn announce(
     paths: &[PathSpec],
     params: &Params,
     rows: &[ToolRow],
+    sweep_rounds: u32,
 ) {
     let runs = params.runs;
     let expected: f64 = todo
@@ -291,7 +300,7 @@ fn announce(
         .map(|c| {
             let once = expected_seconds(c, paths, params);
             let swept = if c.settings == peers::BEST && c.direction == "put" {
-                sweep::expected_runs(sweep_size(chosen, c, paths))
+                sweep::expected_runs(sweep_size(chosen, c, paths), sweep_rounds)
             } else {
                 0
             };

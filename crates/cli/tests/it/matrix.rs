@@ -171,7 +171,9 @@ fn tiny_matrix_verifies_every_file_cell_and_flags_a_corrupt_peer() {
 /// every peer installed): each tool at `defaults` and at its swept `best`,
 /// put and get, memory to memory and the tree, on loopback; every file cell
 /// verified, every `best` cell run with its sweep's winner, both ends' CPU
-/// read from their cgroups (as root).
+/// read from their cgroups (as root). One round per candidate
+/// (`--sweep-rounds 1`): which candidate wins is
+/// `a_peers_best_is_its_sweeps_winner_and_quick_remembers_it`'s.
 #[test]
 fn every_builtin_template_runs_and_verifies_at_defaults_and_its_swept_best() {
     let peers = [
@@ -201,7 +203,15 @@ fn every_builtin_template_runs_and_verifies_at_defaults_and_its_swept_best() {
     let o = common::bin()
         .args(["--no-archive", "matrix", "--json", "--paths", "loopback"])
         .args(["--workloads", "mem,tree", "--runs", "1", "--seconds", "1"])
-        .args(["--size", "1M", "--files", "20", "--work-dir"])
+        .args([
+            "--size",
+            "1M",
+            "--files",
+            "20",
+            "--sweep-rounds",
+            "1",
+            "--work-dir",
+        ])
         .arg(&work)
         .output()
         .unwrap();
@@ -212,6 +222,12 @@ fn every_builtin_template_runs_and_verifies_at_defaults_and_its_swept_best() {
     let tools: std::collections::BTreeSet<&str> =
         cells.iter().map(|c| c["tool"].as_str().unwrap()).collect();
     assert_eq!(tools.len(), 12, "{tools:?}\n{stderr}");
+    for s in doc["sweeps"].as_array().unwrap() {
+        for c in s["candidates"].as_array().unwrap() {
+            let rounds = c["rounds"].as_array().map_or(0, Vec::len);
+            assert!(rounds <= 1, "--sweep-rounds 1 ran {rounds}: {c}");
+        }
+    }
     for c in cells {
         let what = format!("{c}");
         assert!(

@@ -696,7 +696,7 @@ impl<'a> Matrix<'a> {
     ) -> Result<Vec<sweep::Tried>, String> {
         let n = grid.len();
         let plan = sweep::Plan {
-            rounds: sweep::ROUNDS,
+            rounds: self.s.a.sweep_rounds,
             run_timeout: self.s.a.run_timeout.as_secs_f64(),
             timed: w != "mem",
         };
