@@ -51,11 +51,36 @@ impl End {
         }
     }
 
+    /// A path on this host.
+    pub fn local(path: impl Into<String>) -> End {
+        End::Local(path.into())
+    }
+
+    /// `at` on its server, named `longhaul://HOST/EXPORT/path` (with the
+    /// trailing `/` of a directory below the export's root).
+    pub fn on_server(at: Remote) -> End {
+        let slash = if at.dir && !at.path.is_empty() {
+            "/"
+        } else {
+            ""
+        };
+        End::Server {
+            arg: format!("longhaul://{}/{}/{}{slash}", at.host, at.export, at.path),
+            at,
+        }
+    }
+
     /// As the user wrote it (or, once reached, its server's address).
     pub fn arg(&self) -> &str {
         match self {
             End::Local(a) | End::Server { arg: a, .. } | End::Ssh { arg: a, .. } => a,
         }
+    }
+
+    /// Named with a trailing `/`: as a source, its contents (rsync's
+    /// `SRC/`); as a destination, a directory.
+    pub fn slashed(&self) -> bool {
+        self.arg().ends_with('/')
     }
 
     /// A server's or an ssh host's: not on this host.

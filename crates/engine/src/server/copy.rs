@@ -24,7 +24,7 @@ use longhaul_proto::xfer::copy::{
     within_scope, CopyConnectBack, CopyLanded, CopyOrder, CopyProgress, CopyShareItem,
     CAPABILITY_PREFIX,
 };
-use longhaul_proto::xfer::TransferRequest;
+use longhaul_proto::xfer::{Remote, TransferRequest};
 
 use super::slots::Claimant;
 use super::{auth, Shared};
@@ -32,6 +32,7 @@ use crate::net::back;
 use crate::net::conn::FramedConn;
 use crate::net::dial::{open_control, ClientOptions, Security};
 use crate::net::tls;
+use crate::reach::End;
 use crate::report::{Reporter, TransferProgress};
 use crate::xfer::beneath::Anchor;
 use crate::xfer::client::cp_with;
@@ -449,17 +450,15 @@ fn copy_options(
     interrupt: &Arc<AtomicBool>,
     tx: &mpsc::Sender<CopyRelay>,
 ) -> crate::xfer::client::CpOptions {
-    let slash = if order.dest_dir && !order.dest.is_empty() {
-        "/"
-    } else {
-        ""
-    };
-    let dest = format!(
-        "longhaul://{}/{}/{}{slash}",
-        order.target, order.dest_export, order.dest
-    );
+    let dest = End::on_server(Remote {
+        host: order.target.clone(),
+        export: order.dest_export.clone(),
+        path: order.dest.trim_end_matches('/').to_string(),
+        dir: order.dest_dir || order.dest.is_empty() || order.dest.ends_with('/'),
+    });
+    let sources = checked.sources.into_iter().map(End::Local).collect();
     let x = &order.options;
-    let mut o = crate::xfer::copy::options_of(x, checked.sources, dest, client.clone());
+    let mut o = crate::xfer::copy::options_of(x, sources, dest, client.clone());
     o.source_anchor = Some(Arc::new(checked.anchor));
     o.share = checked.share.map(|items| Share::Fixed(Arc::new(items)));
     o.progress = Arc::new(crate::xfer::Progress {
@@ -743,8 +742,8 @@ mod tests {
         std::fs::create_dir(&out).unwrap();
         let pull = |path: &str| {
             let mut o = crate::xfer::client::CpOptions::new(
-                vec![format!("longhaul://{addr}/data/{path}")],
-                format!("{}/", out.display()),
+                vec![End::read(&format!("longhaul://{addr}/data/{path}"))],
+                End::local(format!("{}/", out.display())),
                 holder.clone(),
             );
             o.retries = 0;
@@ -752,19 +751,25 @@ mod tests {
         };
         pull("tree/a").unwrap();
         assert_eq!(std::fs::read(out.join("a")).unwrap(), b"mine");
-        let listed =
-            crate::xfer::client::ls(&format!("longhaul://{addr}/data/tree/"), false, &holder)
-                .unwrap();
+        let listed = crate::xfer::client::ls(
+            &End::read(&format!("longhaul://{addr}/data/tree/")),
+            false,
+            &holder,
+        )
+        .unwrap();
         assert!(listed.iter().any(|e| e.name == "out"), "{listed:?}");
         for path in ["tree/out/key", "tree/out/"] {
             let e = pull(path).unwrap_err().to_string();
             assert!(e.contains("leads outside"), "{path}: {e}");
         }
         assert!(!out.join("key").exists());
-        let e =
-            crate::xfer::client::ls(&format!("longhaul://{addr}/data/tree/out/"), false, &holder)
-                .unwrap_err()
-                .to_string();
+        let e = crate::xfer::client::ls(
+            &End::read(&format!("longhaul://{addr}/data/tree/out/")),
+            false,
+            &holder,
+        )
+        .unwrap_err()
+        .to_string();
         assert!(e.contains("leads outside"), "{e}");
         srv.shutdown();
     }
