@@ -39,7 +39,8 @@ use crate::server::oneshot::Admits;
 use crate::ssh::Target;
 use crate::EngineError;
 
-pub use end::{is_third_party, reach_ends, End};
+pub use crate::end::{is_third_party, End};
+pub use end::reach_ends;
 pub use far::{explain_third_party, AsWritten, Explained, Exported, FarEnd};
 pub use start::start;
 

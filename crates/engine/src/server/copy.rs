@@ -28,11 +28,11 @@ use longhaul_proto::xfer::{Remote, TransferRequest};
 
 use super::slots::Claimant;
 use super::{auth, Shared};
+use crate::end::End;
 use crate::net::back;
 use crate::net::conn::FramedConn;
 use crate::net::dial::{open_control, ClientOptions, Security};
 use crate::net::tls;
-use crate::reach::End;
 use crate::report::{Reporter, TransferProgress};
 use crate::xfer::beneath::Anchor;
 use crate::xfer::client::cp_with;
@@ -104,52 +104,6 @@ impl Capabilities {
             return Err(NOT_GOOD.into());
         }
         Ok(())
-    }
-}
-
-/// Whether what a read capability's session reads stays within its scope
-/// once the links on the way are followed: each of `read` (a path as
-/// named, and as [`Anchor::resolve`] resolved it beneath the export's
-/// `root`) beneath one of the capability's sources, as named or as
-/// resolved. Its sources are checked as named at each request
-/// ([`within_scope`]); this keeps a link inside them from leading to the
-/// rest of the export. Ok for any other session.
-pub(super) fn reads_within(
-    access: &auth::Access,
-    anchor: &Anchor,
-    root: &Path,
-    read: &[(&str, &Path)],
-) -> Result<(), String> {
-    use longhaul_proto::xfer::copy::CapabilityOp;
-    let Some(scope) = access
-        .scope
-        .as_ref()
-        .filter(|s| s.request.op != CapabilityOp::Push)
-    else {
-        return Ok(());
-    };
-    let mut inside = Vec::new();
-    for s in &scope.request.sources {
-        let Ok(named) = beneath(root, s.trim_end_matches('/')) else {
-            continue;
-        };
-        if let Ok(r) = anchor.resolve(&named, true) {
-            inside.push(r);
-        }
-        inside.push(named);
-    }
-    match read
-        .iter()
-        .find(|(_, r)| !inside.iter().any(|s| r.starts_with(s)))
-    {
-        Some((named, _)) => Err(format!(
-            "{}/{} leads outside what this job's capability reads ({}/{{{}}}) through a symbolic link: name the path the link leads to in the job",
-            scope.request.export,
-            escaped(named),
-            scope.request.export,
-            escaped(&scope.request.sources.join(", "))
-        )),
-        None => Ok(()),
     }
 }
 
@@ -391,7 +345,8 @@ fn check_order<'a>(
         .map(String::as_str)
         .zip(resolved.iter().map(|r| r.as_path()))
         .collect();
-    reads_within(access, &anchor, &ex.root, &read).map_err(|m| (RefuseCode::Unauthorized, m))?;
+    auth::reads_within(access, &anchor, &ex.root, &read)
+        .map_err(|m| (RefuseCode::Unauthorized, m))?;
     if sources.is_empty() || (slashed > 0 && slashed < sources.len()) {
         return Err((
             RefuseCode::BadRequest,

@@ -17,10 +17,10 @@ use longhaul_proto::xfer::copy::{
 use longhaul_proto::xfer::Remote;
 
 use super::client::CpOptions;
+use crate::end::End;
 use crate::net::back::{self, Opened, Route};
 use crate::net::dial::{open_control, ClientOptions, Control};
 use crate::net::sock;
-use crate::reach::End;
 use crate::report::{Reporter, TransferProgress};
 use crate::EngineError;
 

@@ -20,8 +20,8 @@ use longhaul_proto::msg::Message;
 use longhaul_proto::xfer::*;
 
 use super::filter::Filter;
+use crate::end::End;
 use crate::net::dial::{open_control, ClientOptions};
-use crate::reach::End;
 use crate::report::{Discard, Reporter, PROGRESS_TICK};
 use crate::EngineError;
 use once::cp_once;

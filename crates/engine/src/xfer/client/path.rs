@@ -207,8 +207,8 @@ mod tests {
     use longhaul_proto::window::{plan, BufferCaps, PathInput};
 
     use super::*;
+    use crate::end::End;
     use crate::net::dial::ClientOptions;
-    use crate::reach::End;
 
     #[test]
     fn the_streams_paced_together_never_pass_the_users_rate() {

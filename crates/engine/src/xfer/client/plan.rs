@@ -10,7 +10,7 @@ use longhaul_proto::xfer::*;
 use super::super::beneath::Anchor;
 use super::super::Landed;
 use super::CpOptions;
-use crate::reach::End;
+use crate::end::End;
 use crate::EngineError;
 
 pub(super) enum Plan {
