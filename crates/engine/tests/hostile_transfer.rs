@@ -957,3 +957,75 @@ fn a_plaintext_session_cannot_leave_the_chunk_checks_to_a_tag_it_lacks() {
     s.shutdown();
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A control connection in TLS (any certificate taken), welcomed.
+fn tls_control(addr: SocketAddr) -> FramedConn {
+    use longhaul_engine::net::tls::{ClientTls, TrustOptions};
+    let trust = TrustOptions {
+        accept_any: true,
+        ..TrustOptions::default()
+    };
+    let tls = ClientTls::new(&trust, &addr.to_string()).unwrap();
+    let mut s = tls.connect(TcpStream::connect(addr).unwrap()).unwrap();
+    s.write_all(&hello(Role::Control)).unwrap();
+    let mut c = FramedConn::new(s, addr.to_string());
+    assert!(matches!(next(&mut c), Message::Welcome(_)));
+    c
+}
+
+#[test]
+fn a_tls_control_cannot_leave_the_checks_to_tags_a_plaintext_data_stream_lacks() {
+    let dir = std::env::temp_dir().join(format!("lh-hostile-tagplain-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let s = hostile_server(&dir);
+    let mut c = tls_control(s.addr());
+    let Message::TransferRequest(mut t) = request(Op::Push, "out", vec![]) else {
+        unreachable!()
+    };
+    t.tag_checks = true;
+    c.send(&Message::TransferRequest(t)).unwrap();
+    let Message::TransferAccept(a) = next(&mut c) else {
+        panic!("no accept")
+    };
+    assert!(a.tag_checks, "a TLS session is offered tag checks: {a:?}");
+    // The server takes plaintext (--allow-plaintext): the data stream
+    // joins in the clear, where no AEAD tag proves anything.
+    let mut data = TcpStream::connect(s.addr()).unwrap();
+    data.write_all(&hello(Role::Data {
+        token: a.token,
+        stream: 0,
+        direction: Direction::Up,
+    }))
+    .unwrap();
+    c.send(&Message::Entries(Entries {
+        entries: vec![file_entry(1, 5, 1 << 20)],
+    }))
+    .unwrap();
+    assert!(matches!(next(&mut c), Message::Wants(_)));
+    let header = ChunkHeader {
+        zero: false,
+        compressed: false,
+        file: 1,
+        index: 0,
+        offset: 0,
+        len: 5,
+    };
+    data.write_all(&header.encode()).unwrap();
+    data.write_all(b"forge").unwrap();
+    let forged = Trailer {
+        check: longhaul_proto::digest::NO_CHECK,
+        value: *blake3::hash(b"forge").as_bytes(),
+    };
+    data.write_all(&forged.encode()).unwrap();
+    let msgs = until(&mut c, |m| matches!(m, Message::Resend(_)));
+    assert!(
+        matches!(
+            msgs.last(),
+            Some(Message::Resend(Resend { id: 1, index: 0 }))
+        ),
+        "{msgs:?}"
+    );
+    assert!(!dir.join("out").exists(), "a chunk no tag proved landed");
+    s.shutdown();
+    let _ = std::fs::remove_dir_all(&dir);
+}
