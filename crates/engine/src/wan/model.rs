@@ -63,12 +63,12 @@ pub const QUEUE_MIN_PACKETS: u64 = 32;
 
 impl LinkParams {
     /// A queue that holds `d` of traffic at the link's rate, and at least
-    /// [`QUEUE_MIN_PACKETS`] packets of `mtu` bytes; unchanged without a
-    /// rate.
+    /// [`QUEUE_MIN_PACKETS`] packets of `mtu` bytes besides the one on the
+    /// wire; unchanged without a rate.
     pub fn queue_for(&mut self, d: Duration, mtu: u32) {
         if let Some(r) = self.rate_bps {
             let bytes = (d.as_secs_f64() * r as f64 / 8.0) as u64;
-            self.queue_bytes = bytes.max(QUEUE_MIN_PACKETS * u64::from(mtu));
+            self.queue_bytes = bytes.max((QUEUE_MIN_PACKETS + 1) * u64::from(mtu));
         }
     }
 }
@@ -314,10 +314,8 @@ mod tests {
             p.queue_for(50 * MS, mtu);
             let packets = p.queue_bytes / u64::from(mtu);
             assert!(packets >= QUEUE_MIN_PACKETS, "mtu {mtu}: {packets} packets");
-            assert_eq!(
-                p.queue_bytes,
-                125_000.max(QUEUE_MIN_PACKETS * u64::from(mtu))
-            );
+            let floor = (QUEUE_MIN_PACKETS + 1) * u64::from(mtu);
+            assert_eq!(p.queue_bytes, 125_000.max(floor));
             // And the link takes that many back to back before it drops.
             let mut l = Link::new(p, 1);
             let delivered = (0..QUEUE_MIN_PACKETS * 2)

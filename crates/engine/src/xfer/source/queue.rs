@@ -126,6 +126,10 @@ pub(super) struct Queue {
     pub(super) closed: bool,
     /// Streams 0..active carry chunks; the rest are parked by the tuner.
     pub(super) active: u16,
+    /// The stream that carried each chunk's latest copy, by file: a
+    /// resend goes on another (the one it was on may have stalled: the
+    /// end game, `proto::transfer::tail`). Dropped when the file is.
+    pub(super) carried: HashMap<u64, HashMap<u32, u16>>,
 }
 
 /// A chunk a sender takes: whether it serves a resend, and its file.
@@ -156,7 +160,7 @@ impl Queue {
             if index >= self.active {
                 return None;
             }
-            let (c, resend) = match self.resends.pop_front() {
+            let (c, resend) = match self.resend_for(index) {
                 Some(c) => (c, true),
                 None => (self.planner.next_chunk()?, false),
             };
@@ -164,11 +168,46 @@ impl Queue {
                 continue;
             };
             if !(bundles && bundled(&c, resend, &f)) {
+                self.carry(&c, index);
                 return Some(Taken::One((c, resend, f)));
             }
             bundle.push((c, f));
-            return Some(Taken::Bundle(gather(self, bundle)));
+            let ended = gather(self, bundle);
+            for (c, _) in bundle.iter() {
+                self.carry(c, index);
+            }
+            return Some(Taken::Bundle(ended));
         }
+    }
+}
+
+impl Queue {
+    /// The first resend stream `index` may take: one whose latest copy
+    /// another stream carried (or any, with one stream active).
+    fn resend_for(&mut self, index: u16) -> Option<Chunk> {
+        let at = self.resends.iter().position(|c| {
+            self.active <= 1
+                || self
+                    .carried
+                    .get(&c.file)
+                    .and_then(|f| f.get(&c.index))
+                    .is_none_or(|&k| k != index)
+        })?;
+        self.resends.remove(at)
+    }
+
+    /// Stream `index` carries chunk `c`.
+    fn carry(&mut self, c: &Chunk, index: u16) {
+        self.carried
+            .entry(c.file)
+            .or_default()
+            .insert(c.index, index);
+    }
+
+    /// File `id` is done with: its reads and records go.
+    pub(super) fn forget(&mut self, id: u64) -> Option<Arc<SrcFile>> {
+        self.carried.remove(&id);
+        self.files.remove(&id)
     }
 }
 
@@ -293,6 +332,32 @@ mod tests {
         assert_eq!(one(q.take(0, false, &mut bundle)), (2, 0, false));
         assert!(q.take(0, false, &mut bundle).is_none());
         assert!(bundle.is_empty());
+    }
+
+    #[test]
+    fn a_resend_goes_on_another_stream_than_the_one_that_carried_it() {
+        let mut q = queue(&[2 * CHUNK], 2);
+        let mut bundle = Vec::new();
+        assert_eq!(one(q.take(0, false, &mut bundle)), (1, 0, false));
+        assert_eq!(one(q.take(1, false, &mut bundle)), (1, 1, false));
+        // Chunk 0 is asked again (its stream, 0, stalled): stream 0 passes
+        // it over, stream 1 takes it.
+        q.resends
+            .push_back(longhaul_proto::plan::chunk_at(1, 2 * CHUNK, CHUNK, 0));
+        assert!(q.take(0, false, &mut bundle).is_none());
+        assert_eq!(one(q.take(1, false, &mut bundle)), (1, 0, true));
+        // Asked again once more: now stream 1 carried it last.
+        q.resends
+            .push_back(longhaul_proto::plan::chunk_at(1, 2 * CHUNK, CHUNK, 0));
+        assert!(q.take(1, false, &mut bundle).is_none());
+        assert_eq!(one(q.take(0, false, &mut bundle)), (1, 0, true));
+        // With one stream, it goes where it can.
+        q.active = 1;
+        q.resends
+            .push_back(longhaul_proto::plan::chunk_at(1, 2 * CHUNK, CHUNK, 0));
+        assert_eq!(one(q.take(0, false, &mut bundle)), (1, 0, true));
+        assert!(q.forget(1).is_some());
+        assert!(q.carried.is_empty());
     }
 
     #[test]

@@ -1,0 +1,94 @@
+//! The sink's end game (`proto::transfer::tail`): looks at the data
+//! streams' sockets, and asks again the chunks of sealed files that a
+//! stalled stream holds.
+
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+use longhaul_proto::plan::chunk_at;
+use longhaul_proto::transfer::sink::Sink;
+use longhaul_proto::transfer::tail::{EndGame, StreamsSeen};
+use longhaul_proto::xfer::Resend;
+
+use super::Files;
+use crate::net::sock::{fd_of, tcp_receiving};
+
+/// Chunks one look gathers at most (a transfer's tail holds a few).
+const MOST_PENDING: usize = 256;
+
+/// How often the sockets are looked at.
+const LOOK_EVERY: Duration = Duration::from_millis(20);
+
+pub(super) struct Tail {
+    game: EndGame,
+    sockets: Vec<TcpStream>,
+    looked: Option<Instant>,
+}
+
+impl Tail {
+    pub(super) fn new(sockets: Vec<TcpStream>) -> Tail {
+        Tail {
+            game: EndGame::new(),
+            sockets,
+            looked: None,
+        }
+    }
+
+    /// Looks at the streams (at most every [`LOOK_EVERY`]) and asks again
+    /// what the end game says is stuck.
+    pub(super) fn look(&mut self, m: &mut Sink, files: &Files) {
+        let now = Instant::now();
+        if self.looked.is_some_and(|t| now < t + LOOK_EVERY) || self.sockets.is_empty() {
+            return;
+        }
+        self.looked = Some(now);
+        self.game.observe(now, self.seen());
+        let pending = pending(files);
+        if pending.is_empty() {
+            return;
+        }
+        for (id, index) in self.game.due(now, pending.iter().map(|p| (p.0, p.1))) {
+            let f = files.lock().expect("poisoned").get(&id).cloned();
+            let Some(f) = f else { continue };
+            let e = &f.entry;
+            let len = chunk_at(id, e.size, e.chunk_size, index).len;
+            f.inner.lock().expect("poisoned").ledger.damaged();
+            tracing::info!(
+                "chunk {index} of {} is stuck on a stalled stream: asking for it again",
+                e.path
+            );
+            m.stalled(now, Resend { id, index }, u64::from(len));
+        }
+    }
+
+    fn seen(&self) -> StreamsSeen {
+        let mut s = StreamsSeen::default();
+        for t in &self.sockets {
+            let fd = fd_of(t);
+            if let Some((received, mss, rtt_us)) = tcp_receiving(fd) {
+                s.received += received;
+                s.streams += u32::from(received > 0);
+                s.mss = s.mss.max(mss);
+                s.rtt = s.rtt.max(Duration::from_micros(u64::from(rtt_us)));
+            }
+            s.unread |= rustix::io::ioctl_fionread(fd).is_ok_and(|n| n > 0);
+        }
+        s
+    }
+}
+
+/// The chunks missing from files the source sealed: all on their way.
+fn pending(files: &Files) -> Vec<(u64, u32)> {
+    let files = files.lock().expect("poisoned");
+    let mut out = Vec::new();
+    for (id, f) in files.iter() {
+        let p = f.inner.lock().expect("poisoned");
+        if p.ledger.is_sealed() && !p.ledger.is_failed() && p.ledger.remaining() > 0 {
+            out.extend(p.ledger.missing().map(|i| (*id, i)));
+            if out.len() >= MOST_PENDING {
+                break;
+            }
+        }
+    }
+    out
+}
