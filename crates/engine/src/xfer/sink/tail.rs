@@ -43,7 +43,7 @@ impl Tail {
         }
         self.looked = Some(now);
         self.game.observe(now, self.seen());
-        let pending = pending(files);
+        let pending = pending(files, self.pipes());
         if pending.is_empty() {
             return;
         }
@@ -59,6 +59,16 @@ impl Tail {
             );
             m.stalled(now, Resend { id, index }, u64::from(len));
         }
+    }
+
+    /// Bytes the streams can hold on their way: twice their receive
+    /// buffers (the sender's buffer is about the size of this side's).
+    fn pipes(&self) -> u64 {
+        self.sockets
+            .iter()
+            .filter_map(|t| rustix::net::sockopt::socket_recv_buffer_size(t).ok())
+            .map(|b| 2 * b as u64)
+            .sum()
     }
 
     fn seen(&self) -> StreamsSeen {
@@ -77,18 +87,36 @@ impl Tail {
     }
 }
 
-/// The chunks missing from files the source sealed: all on their way.
-fn pending(files: &Files) -> Vec<(u64, u32)> {
+/// The chunks on their way that have not arrived: those missing from
+/// files the source sealed (it read them all), and, when all that is
+/// missing would fit in the streams' buffers (`pipes` bytes), those of the
+/// other files too (a sender stuck mid-chunk on a stalled stream holds
+/// its file's seal back).
+fn pending(files: &Files, pipes: u64) -> Vec<(u64, u32)> {
     let files = files.lock().expect("poisoned");
-    let mut out = Vec::new();
+    let (mut sealed, mut open, mut open_bytes) = (Vec::new(), Vec::new(), 0u64);
     for (id, f) in files.iter() {
         let p = f.inner.lock().expect("poisoned");
-        if p.ledger.is_sealed() && !p.ledger.is_failed() && p.ledger.remaining() > 0 {
-            out.extend(p.ledger.missing().map(|i| (*id, i)));
-            if out.len() >= MOST_PENDING {
+        if p.ledger.is_failed() || p.ledger.remaining() == 0 {
+            continue;
+        }
+        let missing = p.ledger.missing().take(MOST_PENDING).map(|i| (*id, i));
+        if p.ledger.is_sealed() {
+            sealed.extend(missing);
+        } else {
+            open_bytes = open_bytes.saturating_add(p.ledger.remaining() * f.entry.chunk_size);
+            open.extend(missing);
+        }
+        if sealed.len() + open.len() >= MOST_PENDING || open_bytes > pipes {
+            open.clear();
+            if sealed.len() >= MOST_PENDING {
                 break;
             }
         }
     }
-    out
+    if open_bytes <= pipes {
+        sealed.extend(open);
+    }
+    sealed.truncate(MOST_PENDING);
+    sealed
 }

@@ -42,6 +42,10 @@ pub(super) struct SrcFile {
     reads_left: AtomicU64,
     /// Resends of this file read so far.
     resends_read: AtomicU32,
+    /// Chunks read at least once, a bit each: a resend of a chunk whose
+    /// first read is stuck (its stream stalled mid-chunk, the end game)
+    /// stands for that read, so the file is sealed without it.
+    read_once: Vec<AtomicU64>,
     /// The file is one chunk: that chunk's value is the file's BLAKE3.
     pub(super) whole: bool,
 }
@@ -62,6 +66,9 @@ impl SrcFile {
             stamp,
             reads_left: AtomicU64::new(reads),
             resends_read: AtomicU32::new(0),
+            read_once: (0..longhaul_proto::plan::chunk_count(size, chunk_size).div_ceil(64))
+                .map(|_| AtomicU64::new(0))
+                .collect(),
             whole: size <= chunk_size,
         }
     }
@@ -76,17 +83,25 @@ impl SrcFile {
         self.failed.store(true, Ordering::Relaxed);
     }
 
-    /// After a read: the seal to send if every read of the file so far is
-    /// done (`resend`: this read served a resend), or None while reads
-    /// are left. The descriptor is then checked against the stamp.
-    pub(super) fn after_read(&self, resend: bool) -> Option<u32> {
-        if resend {
-            let n = self.resends_read.fetch_add(1, Ordering::SeqCst) + 1;
-            (self.reads_left.load(Ordering::SeqCst) == 0).then_some(n)
-        } else if self.reads_left.fetch_sub(1, Ordering::SeqCst) == 1 {
-            Some(self.resends_read.load(Ordering::SeqCst))
+    /// After a read of chunk `index`: the seal to send if every chunk of
+    /// the file has now been read at least once (`resend`: this read
+    /// served a resend, and is counted as one), or None while reads are
+    /// left. The descriptor is then checked against the stamp.
+    pub(super) fn after_read(&self, index: u32, resend: bool) -> Option<u32> {
+        let n = if resend {
+            self.resends_read.fetch_add(1, Ordering::SeqCst) + 1
         } else {
-            None
+            self.resends_read.load(Ordering::SeqCst)
+        };
+        let bit = 1u64 << (index % 64);
+        let first = self
+            .read_once
+            .get((index / 64) as usize)
+            .is_some_and(|w| w.fetch_or(bit, Ordering::SeqCst) & bit == 0);
+        if first {
+            (self.reads_left.fetch_sub(1, Ordering::SeqCst) == 1).then_some(n)
+        } else {
+            (resend && self.reads_left.load(Ordering::SeqCst) == 0).then_some(n)
         }
     }
 
@@ -305,18 +320,27 @@ mod tests {
     fn after_read_seals_once_every_read_is_done_counting_resends() {
         let f = SrcFile::new("f".into(), stamp(3 * CHUNK), 3, 3 * CHUNK, CHUNK);
         assert!(!f.whole);
-        assert_eq!(f.after_read(false), None);
+        assert_eq!(f.after_read(0, false), None);
         // A resend read while first reads are left: not yet.
-        assert_eq!(f.after_read(true), None);
-        assert_eq!(f.after_read(false), None);
+        assert_eq!(f.after_read(0, true), None);
+        assert_eq!(f.after_read(1, false), None);
         // The last first read: sealed, with the one resend read so far.
-        assert_eq!(f.after_read(false), Some(1));
+        assert_eq!(f.after_read(2, false), Some(1));
         // A resend after the seal: sealed again, with both resends.
-        assert_eq!(f.after_read(true), Some(2));
+        assert_eq!(f.after_read(0, true), Some(2));
+        // A late first read of a chunk read already: nothing to seal.
+        assert_eq!(f.after_read(1, false), None);
 
         let small = SrcFile::new("s".into(), stamp(10), 1, 10, CHUNK);
         assert!(small.whole);
-        assert_eq!(small.after_read(false), Some(0));
+        assert_eq!(small.after_read(0, false), Some(0));
+
+        // The end game: chunk 1's first read is stuck on a stalled
+        // stream; its resend stands for it, and the file is sealed.
+        let f = SrcFile::new("g".into(), stamp(2 * CHUNK), 2, 2 * CHUNK, CHUNK);
+        assert_eq!(f.after_read(0, false), None);
+        assert_eq!(f.after_read(1, true), Some(1));
+        assert_eq!(f.after_read(1, false), None, "the stuck read, done late");
     }
 
     #[test]
