@@ -90,6 +90,17 @@ impl EndGame {
             .max(segments.min(Duration::from_secs(60)))
     }
 
+    /// Whether the streams have been silent for the patience since the
+    /// last byte and the last round: a round may be due (cheap: the
+    /// driver gathers its pending chunks only then).
+    pub fn silent(&self, now: Instant) -> bool {
+        let Some(progress) = self.progress else {
+            return false;
+        };
+        let since = self.round.map_or(progress, |r| r.max(progress));
+        now >= since + self.patience()
+    }
+
     /// The chunks of `pending` (file, chunk: missing from sealed files) to
     /// ask again now: none unless the streams have been silent for the
     /// patience since the last byte and the last round.
@@ -98,11 +109,7 @@ impl EndGame {
         now: Instant,
         pending: impl IntoIterator<Item = (u64, u32)>,
     ) -> Vec<(u64, u32)> {
-        let Some(progress) = self.progress else {
-            return Vec::new();
-        };
-        let since = self.round.map_or(progress, |r| r.max(progress));
-        if now < since + self.patience() {
+        if !self.silent(now) {
             return Vec::new();
         }
         let mut out = Vec::new();

@@ -82,7 +82,11 @@ pub(super) fn control(
             let _ = fatal(conn, &mut m, e.to_string(), &stamped);
             return Err(e);
         }
-        tail.look(&mut m, files);
+        tail.look(
+            &mut m,
+            files,
+            cfg.progress.walk_done.load(Ordering::Relaxed),
+        );
         // Small files finish by the thousand: one write for many.
         while let Some(msg) = m.poll_transmit() {
             conn.queue(&stamped(msg))?;

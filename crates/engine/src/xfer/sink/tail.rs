@@ -36,14 +36,20 @@ impl Tail {
 
     /// Looks at the streams (at most every [`LOOK_EVERY`]) and asks again
     /// what the end game says is stuck.
-    pub(super) fn look(&mut self, m: &mut Sink, files: &Files) {
+    /// `walk_done`: the source announced everything (before, a silence
+    /// may be its walk's, and only sealed files' chunks are on their way).
+    pub(super) fn look(&mut self, m: &mut Sink, files: &Files, walk_done: bool) {
         let now = Instant::now();
         if self.looked.is_some_and(|t| now < t + LOOK_EVERY) || self.sockets.is_empty() {
             return;
         }
         self.looked = Some(now);
         self.game.observe(now, self.seen());
-        let pending = pending(files, self.pipes());
+        if !self.game.silent(now) {
+            return;
+        }
+        let pipes = if walk_done { self.pipes() } else { 0 };
+        let pending = pending(files, pipes);
         if pending.is_empty() {
             return;
         }
@@ -114,7 +120,7 @@ fn pending(files: &Files, pipes: u64) -> Vec<(u64, u32)> {
             }
         }
     }
-    if open_bytes <= pipes {
+    if open_bytes <= pipes && !open.is_empty() {
         sealed.extend(open);
     }
     sealed.truncate(MOST_PENDING);
