@@ -135,6 +135,7 @@ fn a_chunk_stuck_on_a_stalled_stream_is_sent_again_on_another() {
     let v: serde_json::Value = serde_json::from_str(&out).expect("cp's JSON");
     assert_eq!(v["verified"], true, "{v}");
     let resent = v["resent_bytes"].as_u64().expect("resent_bytes");
+    eprintln!("ended {took:?} after the stall; {resent} bytes sent again");
     assert!(resent > 0, "{v}");
     assert!(resent < SIZE as u64, "{v}");
     assert_same_file(&src.join("f.bin"), &exp.join("f.bin"));
