@@ -1923,7 +1923,8 @@ pub struct MatrixArgs {
     /// Workloads, comma-separated: mem, elephant, smallfiles, tree (default: all).
     #[arg(long, value_delimiter = ',')]
     pub workloads: Vec<String>,
-    /// Runs per cell; a cell is their median.
+    /// Runs per cell; a cell is their median. 0: only the sweeps of `best` (with --resume,
+    /// their winners are kept for a later run: a long path's sweeps split over several runs).
     #[arg(long, default_value_t = 3)]
     pub runs: u32,
     /// Small data (32 MiB, 100 files, 2 s), loopback and one emulated path, still 3 runs a cell
@@ -1946,6 +1947,12 @@ pub struct MatrixArgs {
     /// Longest a single run may take before it is ended and counted as failed.
     #[arg(long, value_parser = duration, default_value = "120s")]
     pub run_timeout: Duration,
+    /// Rounds each candidate of a `best` sweep runs after its warm-up, alternated with the
+    /// others; its figure is their median. One round finds a working winner fast (a smoke
+    /// run); more rounds tell close candidates apart on a noisy host.
+    #[arg(long, value_name = "N", default_value_t = 3,
+          value_parser = clap::value_parser!(u32).range(1..=20))]
+    pub sweep_rounds: u32,
     /// Keep finished cells in FILE (the --json document) and skip them when run again.
     #[arg(long, value_name = "FILE")]
     pub resume: Option<PathBuf>,

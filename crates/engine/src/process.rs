@@ -93,12 +93,13 @@ impl Owned {
         }
     }
 
-    /// Sends `signal` to its process group, else (not a group's leader) to it.
-    fn signal(&self, signal: Signal) {
+    /// Sends `signal` to its process group, else (not a group's leader) to
+    /// it while it is not reaped: once reaped, its id may be another's.
+    fn signal(&mut self, signal: Signal) {
         let Some(pid) = Pid::from_raw(self.pid()) else {
             return;
         };
-        if kill_process_group(pid, signal).is_err() {
+        if kill_process_group(pid, signal).is_err() && matches!(self.child.try_wait(), Ok(None)) {
             let _ = kill_process(pid, signal);
         }
     }

@@ -139,13 +139,20 @@ impl Ssh {
                 self.program()
             ))
         })?;
-        if let (Some(data), Some(mut w)) = (input, child.stdin.take()) {
-            w.write_all(data)
-                .map_err(|e| SshError::Failed(format!("cannot write to {dest} over ssh: {e}")))?;
-        }
+        // A far command that ended before taking all its input says why on
+        // its standard error: that, not the broken pipe, is the error.
+        let fed = match (input, child.stdin.take()) {
+            (Some(data), Some(mut w)) => w.write_all(data),
+            _ => Ok(()),
+        };
         let out = child
             .wait_with_output()
             .map_err(|e| SshError::Failed(format!("ssh to {dest}: {e}")))?;
+        if let (Err(e), true) = (fed, out.status.success()) {
+            return Err(SshError::Failed(format!(
+                "cannot write to `{remote}` on {dest} over ssh: {e}"
+            )));
+        }
         if !out.status.success() {
             return Err(SshError::Failed(format!(
                 "`{remote}` on {dest} failed ({}); it said:{}",
@@ -309,6 +316,18 @@ mod tests {
         ));
         let s = Ssh::new("h", Some("ssh -F 'my config'")).unwrap();
         assert_eq!(s.line().unwrap(), "ssh -F 'my config'");
+    }
+
+    /// A far command that fails before it read its input (no room for a
+    /// copied binary, say): the error is what it said, not a broken pipe.
+    #[test]
+    fn a_far_command_that_ends_before_its_input_says_why() {
+        let ssh = Ssh::new("h", Some("sh -c 'echo no room left >&2; exit 3'")).unwrap();
+        let e = ssh
+            .run("cat > x", Some(&vec![0u8; 4 << 20]))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("no room left") && e.contains("3"), "{e}");
     }
 
     #[test]

@@ -451,6 +451,44 @@ fn over_ssh(a: &Attempt, o: &mut CpOptions) -> Result<Option<FarEnd>, Ended> {
     Ok(far)
 }
 
+/// Removes, on the host over ssh a cancelled push went to, the partial
+/// files (and journals) of its unfinished entries `paths` (as the push
+/// named them): reached as at each attempt (this server's own ssh, to a
+/// host its admin still allows), a one-shot server there is asked to
+/// discard them beneath the job's destination, and nowhere else. How many
+/// it removed.
+pub fn discard_over_ssh(
+    cfg: &JobsConfig,
+    end: &JobEnd,
+    paths: &[String],
+) -> Result<u64, EngineError> {
+    let host = end.ssh.as_deref().unwrap_or_default();
+    if !cfg.ssh_hosts.iter().any(|h| h == host) {
+        return Err(EngineError::Usage(format!(
+            "this server no longer reaches '{}' over ssh for its jobs (serve --jobs-ssh)",
+            longhaul_proto::units::escaped(host)
+        )));
+    }
+    let dest = end.paths.first().map(String::as_str).unwrap_or_default();
+    let (far, exported) = FarEnd::open_for(&cfg.ssh, host, Admits::Sessions(1), &[Some(dest)])?;
+    let discarded = match exported.into_iter().next().flatten() {
+        Some((_, (export, dest))) => {
+            let o = ClientOptions {
+                security: far.security(),
+                ..over_ssh_client(cfg, &Default::default())
+            };
+            let into = longhaul_proto::xfer::copy::DiscardInto {
+                export: export.to_string(),
+                dest,
+            };
+            longhaul_engine::xfer::jobcaps::discard(&far.server(), &o, Some(&into), paths)
+        }
+        None => Err(EngineError::Usage("the job names no destination".into())),
+    };
+    far.finish();
+    discarded
+}
+
 /// `[USER@]HOST:path` of a far end over ssh.
 fn ssh_arg(end: &JobEnd, path: &str) -> String {
     let host = end.ssh.as_deref().unwrap_or_default();

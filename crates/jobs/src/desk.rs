@@ -47,6 +47,22 @@ fn not_yours(id: &str) -> Refusal {
     ))
 }
 
+/// A job's path on a host over ssh, as the job server will write it to
+/// reach it (`HOST:path`), that names a path there: `HOST:5310:x` would
+/// name a longhaul server on that host, and `HOST:x://y` a URL's.
+fn ssh_path(host: &str, path: &str) -> Result<(), Refusal> {
+    let read = longhaul_engine::ssh::Target::parse(&format!("{host}:{path}"));
+    if read.is_some_and(|t| t.path == path) {
+        return Ok(());
+    }
+    Err(bad(format!(
+        "'{}:{}' names no path over ssh (it reads as a longhaul server's or a URL): write the path as ./{}",
+        escaped(host),
+        escaped(path),
+        escaped(path)
+    )))
+}
+
 impl Desk {
     pub fn new(store: Arc<dyn JobStore>, cfg: Arc<JobsConfig>, runner: Arc<Runner>) -> Desk {
         Desk { store, cfg, runner }
@@ -109,6 +125,7 @@ impl Desk {
                         escaped(h)
                     )));
                 }
+                end.paths.iter().try_for_each(|p| ssh_path(h, p))?;
             }
         }
         Ok(())
@@ -310,6 +327,29 @@ impl JobDesk for Desk {
                 Ok(JobAnswer::Cancelled { id: id.clone() })
             }
             JobCommand::Retry { id } => self.retry(who, id),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The job server runs `ssh HOST` for a path only if `HOST:path` names
+    /// a path there, never a longhaul server on that host nor a URL.
+    #[test]
+    fn an_ssh_path_that_reads_as_a_server_or_a_url_is_refused() {
+        for (host, path) in [
+            ("dtn9", "/scratch/in/"),
+            ("me@dtn9", "run7"),
+            ("dtn9", ""),
+            ("dtn9", "./5310:x"),
+        ] {
+            assert!(ssh_path(host, path).is_ok(), "{host}:{path}");
+        }
+        for path in ["5310:data/x", "x://y"] {
+            let e = ssh_path("dtn9", path).unwrap_err().1;
+            assert!(e.contains("names no path over ssh"), "{e}");
         }
     }
 }

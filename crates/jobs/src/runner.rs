@@ -16,6 +16,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use longhaul_proto::job::{backoff, derive, next_run, FileState, JobKind, JobState, Standing};
+use longhaul_proto::units::escaped;
 
 use crate::attempt::{self, Attempt, Ended, Running};
 use crate::store::{FileQuery, JobRow, JobStore, Live, HISTORY_KEPT};
@@ -408,6 +409,21 @@ impl Runner {
             return;
         }
         match job.kind {
+            JobKind::Push if job.spec.dest.ssh.is_some() => {
+                match attempt::discard_over_ssh(&self.cfg, &job.spec.dest, &cancelled) {
+                    Ok(n) => tracing::info!(
+                        "job {}: {n} partial file(s) removed on {}",
+                        job.id,
+                        escaped(&job.spec.dest.shown())
+                    ),
+                    Err(e) => tracing::warn!(
+                        "job {}: the partial files on {} stay: {}",
+                        job.id,
+                        escaped(&job.spec.dest.shown()),
+                        escaped(&e.to_string())
+                    ),
+                }
+            }
             JobKind::Push | JobKind::ThirdParty => {
                 let dest = &job.spec.dest;
                 let discarded = attempt::far_end(&self.cfg, dest, &Default::default())
@@ -416,6 +432,7 @@ impl Runner {
                         longhaul_engine::xfer::jobcaps::discard(
                             dest.host.as_deref().unwrap_or_default(),
                             &o,
+                            None,
                             &cancelled,
                         )
                     });

@@ -641,14 +641,21 @@ impl JobEnd {
     }
 }
 
+/// Why a job with a host over ssh has the job server's export as its
+/// other end (`{way}`: its direction): the job server reaches the host
+/// with its own ssh and moves the data itself; it relays nothing between
+/// two other hosts (a server and the ssh host), which would carry every
+/// byte twice through it.
+const SSH_BETWEEN_OTHERS: &str = "a job {way} the job server's own export: submit it to the server of its other end (leave out --via), which reaches the host with its own ssh if its admin allows it (`serve --jobs-ssh [USER@]HOST`); a job server relays no data between two other hosts";
+
 impl JobSpec {
     /// The job's kind, from which end is the job server's.
     pub fn kind(&self) -> Result<JobKind, String> {
         if self.source.ssh.is_some() && self.dest.is_far() {
-            return Err("a job from a host over ssh goes into the job server's export".into());
+            return Err(SSH_BETWEEN_OTHERS.replace("{way}", "from a host over ssh goes into"));
         }
         if self.dest.ssh.is_some() && self.source.is_far() {
-            return Err("a job to a host over ssh goes from the job server's export".into());
+            return Err(SSH_BETWEEN_OTHERS.replace("{way}", "to a host over ssh goes from"));
         }
         match (self.source.is_far(), self.dest.is_far()) {
             (false, true) => Ok(JobKind::Push),

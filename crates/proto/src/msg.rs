@@ -760,6 +760,14 @@ mod tests {
             Message::Revoked(Default::default()),
             Message::Discard(crate::xfer::copy::Discard {
                 paths: vec!["run7/a.h5".into()],
+                into: None,
+            }),
+            Message::Discard(crate::xfer::copy::Discard {
+                paths: vec!["run7/a.h5".into()],
+                into: Some(crate::xfer::copy::DiscardInto {
+                    export: "root".into(),
+                    dest: "scratch/in/".into(),
+                }),
             }),
             Message::Discarded(crate::xfer::copy::Discarded { removed: 2 }),
             Message::GrantRequest(crate::xfer::copy::GrantRequest {
@@ -956,6 +964,7 @@ mod tests {
         );
         let discard = crate::xfer::copy::Discard {
             paths: vec!["run7/a.h5".into(), "run7/b.h5".into()],
+            into: None,
         };
         assert_eq!(
             frame(Message::Discard(discard)),

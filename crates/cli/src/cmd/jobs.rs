@@ -259,7 +259,7 @@ fn over_ssh(a: &SubmitArgs) -> Result<Option<(JobSpec, String)>, Failure> {
         .is_some_and(|v| host_key(v) != host_key(&server))
     {
         return Err(usage(format!(
-            "a job with a host over ssh runs on the server of its other end ({server}), which reaches the host with its own ssh: leave out --via or name that server"
+            "a job with a host over ssh runs on the server of its other end ({server}), which reaches the host with its own ssh if its admin allows it (`serve --jobs-ssh [USER@]HOST`): leave out --via or name that server; a job server relays no data between two other hosts"
         )));
     }
     let spec = JobSpec {

@@ -121,7 +121,15 @@ pub fn matrix(a: MatrixArgs, archive_args: &ArchiveArgs, verbose: u8) -> Outcome
         .iter()
         .filter(|c| !done.contains_key(&c.key()) && !c.not_run())
         .collect();
-    announce(&plan, &todo, &chosen, &paths, &params, &rows);
+    announce(
+        &plan,
+        &todo,
+        &chosen,
+        &paths,
+        &params,
+        &rows,
+        a.sweep_rounds,
+    );
     if a.dry_run {
         return Ok(exit::OK);
     }
@@ -209,7 +217,7 @@ fn tool_rows(chosen: &[(Tool, Vec<String>)]) -> Vec<ToolRow> {
 /// `--work-dir`, or a temporary directory removed when its guard drops.
 fn work_dir(a: &MatrixArgs) -> Result<(PathBuf, Option<tempfile::TempDir>), Failure> {
     Ok(match &a.work_dir {
-        Some(d) => (d.clone(), None),
+        Some(d) => (absolute_dir(d)?, None),
         None => {
             let t = tempfile::Builder::new()
                 .prefix("longhaul-matrix.")
@@ -220,12 +228,19 @@ fn work_dir(a: &MatrixArgs) -> Result<(PathBuf, Option<tempfile::TempDir>), Fail
     })
 }
 
+/// `--work-dir` as an absolute path: the templates put it in URLs
+/// (`ftp://{host}:{port}{dst}/`) and remote paths that only an absolute
+/// path makes whole.
+fn absolute_dir(d: &Path) -> Result<PathBuf, Failure> {
+    std::path::absolute(d).map_err(|e| usage(format!("--work-dir {}: {e}", d.display())))
+}
+
 /// The paths and the parameters asked for (`--quick`'s smaller ones).
 fn paths_and_params(a: &MatrixArgs) -> Result<(Vec<PathSpec>, Params), Failure> {
     let quick = a.quick;
     // --quick keeps 3 runs a cell: a figure is a median with its spread,
-    // never one run.
-    let runs = a.runs.max(1);
+    // never one run. 0 runs: the sweeps alone.
+    let runs = a.runs;
     let size = a.size.unwrap_or(if quick { 32 << 20 } else { 1 << 30 });
     let nfiles = a.files.unwrap_or(if quick { 100 } else { 2000 });
     let seconds = a
@@ -277,6 +292,7 @@ fn announce(
     paths: &[PathSpec],
     params: &Params,
     rows: &[ToolRow],
+    sweep_rounds: u32,
 ) {
     let runs = params.runs;
     let expected: f64 = todo
@@ -284,13 +300,16 @@ fn announce(
         .map(|c| {
             let once = expected_seconds(c, paths, params);
             let swept = if c.settings == peers::BEST && c.direction == "put" {
-                sweep::expected_runs(sweep_size(chosen, c, paths))
+                sweep::expected_runs(sweep_size(chosen, c, paths), sweep_rounds)
             } else {
                 0
             };
             once * (f64::from(runs) + swept as f64)
         })
         .sum::<f64>();
+    if runs == 0 {
+        eprintln!("longhaul matrix: --runs 0: only the sweeps of `best`, no cell runs");
+    }
     eprintln!(
         "longhaul matrix: {} cells ({} kept from --resume), {} run(s) each, and the sweeps of \
          `best`: expected about {:.0} min (a sweep's losers are cut short)",

@@ -76,7 +76,7 @@ pub fn list(json: bool, jobs: &[JobView]) {
     for v in jobs {
         outln!(
             "{}  {:<24} {} -> {}  {} files, {} failed; {}",
-            v.id,
+            escaped(&v.id),
             state_words(v),
             escaped(&v.source),
             escaped(&v.dest),
@@ -118,7 +118,7 @@ pub fn show(json: bool, answer: &JobAnswer, with_files: bool) {
         );
         return;
     }
-    outln!("job {}: {}", v.id, state_words(v));
+    outln!("job {}: {}", escaped(&v.id), state_words(v));
     outln!(
         "  {} {} -> {}",
         v.kind.word(),
@@ -152,7 +152,7 @@ pub fn show(json: bool, answer: &JobAnswer, with_files: bool) {
             "  attempt {} on {}: {}, {} files, {} ({} resumed){}",
             a.attempt,
             escaped(&a.worker),
-            a.outcome,
+            escaped(&a.outcome),
             a.files,
             format_bytes(a.bytes),
             format_bytes(a.resumed_bytes),

@@ -163,8 +163,10 @@ fn local_rate(doc: &Value, d: &str) -> f64 {
     bytes * 8.0 / secs
 }
 
+/// Runs alone (`_timed`): each end's rate over its own time span must agree
+/// within 10 %, which CPU contention from a test beside it can break.
 #[test]
-fn longhaul_perf_against_iperf3_server() {
+fn longhaul_perf_against_iperf3_server_timed() {
     if !iperf3_here() {
         return;
     }
@@ -483,8 +485,9 @@ fn iperf3_side<'a>(end: &'a Value, d: &str, dirs: usize) -> &'a Value {
     }]
 }
 
+/// Runs alone (`_timed`), as `longhaul_perf_against_iperf3_server_timed`.
 #[test]
-fn longhaul_perf_udp_against_iperf3_server() {
+fn longhaul_perf_udp_against_iperf3_server_timed() {
     if !iperf3_here() {
         return;
     }

@@ -339,6 +339,71 @@ fn chunk_of(journal: &Path) -> u64 {
     u64::from_be_bytes(b[24..32].try_into().unwrap())
 }
 
+/// kill -9 of the job server `j` once B's `journal` holds `records`
+/// verified chunks (of a file of `size`), then its restart, on the same
+/// port and state. What B had verified and journaled once its session of
+/// the dead server ended (chunks, their size), and B's count of bytes
+/// written at the restart (its kernel's: the chunks it receives go to its
+/// partial file through write calls).
+fn kill9_mid_push(
+    j: &mut Serve,
+    b: &Serve,
+    journal: &Path,
+    records: u64,
+    size: u64,
+) -> ((u64, u64), u64) {
+    wait_until("verified chunks at B", Duration::from_secs(60), || {
+        journal_records(journal) >= records
+    });
+    j.kill9();
+    wait_until(
+        "B to end the session the dead server left",
+        Duration::from_secs(60),
+        || b.log_text().contains("transfer failed"),
+    );
+    let verified = journal_indices(journal).len() as u64;
+    let chunk = chunk_of(journal);
+    assert!(verified * chunk < size, "it finished before the kill");
+    let b_before = common::counters::ProcIo::of(b.pid()).unwrap().wchar;
+    j.restart();
+    ((verified, chunk), b_before)
+}
+
+/// After a kill -9 of `who` and its restart: the job's last attempt
+/// (after at least one before it) finished, taking from B's journal every
+/// chunk B had verified (`chunks`: how many, of what size), and B wrote
+/// (`written`, its kernel's count) what was left of `size` and never the
+/// verified chunks again: a resend of them all would add their bytes.
+#[track_caller]
+fn assert_resumed_without_resend(
+    v: &Value,
+    size: u64,
+    chunks: (u64, u64),
+    written: u64,
+    who: &str,
+) {
+    let (verified, chunk) = chunks;
+    let h = history(v);
+    let last = h.last().unwrap();
+    assert!(h.len() >= 2, "{v}");
+    assert_eq!(last["outcome"], "ok", "{v}");
+    let resumed = last["resumed_bytes"].as_u64().unwrap();
+    assert!(resumed > 0, "{v}");
+    assert!(
+        resumed >= verified * chunk,
+        "resumed {resumed} < {verified} x {chunk}: {v}"
+    );
+    let left = size - verified * chunk;
+    eprintln!(
+        "kill -9 of {who}: {verified} chunks of {chunk} verified before; resumed {resumed} bytes; B then wrote {written} bytes for {left} left"
+    );
+    assert!(
+        written >= left / 2 && written < left + (verified * chunk) / 2,
+        "B wrote {written} bytes after the kill; {left} were left, {} verified before",
+        verified * chunk
+    );
+}
+
 #[test]
 fn a_job_survives_kill_9_of_its_server_and_resends_no_verified_chunk() {
     let t = TempDir::new("job-kill");
@@ -352,51 +417,12 @@ fn a_job_survives_kill_9_of_its_server_and_resends_no_verified_chunk() {
         &url(&j, "data/big.bin"),
         &url(&b, "in/"),
     ]);
-    let journal = journal_of(&dst, "big.bin");
-    wait_until("verified chunks at B", Duration::from_secs(60), || {
-        journal_records(&journal) >= 8
-    });
-    j.kill9();
-    // What B had verified and journaled once its session of the dead
-    // server ended, and what it writes from then on, counted by its
-    // kernel (the chunks it receives go to its partial file through write
-    // calls).
-    wait_until(
-        "B to end the dead server's session",
-        Duration::from_secs(60),
-        || b.log_text().contains("transfer failed"),
-    );
-    let verified = journal_indices(&journal).len() as u64;
-    let b_before = common::counters::ProcIo::of(b.pid()).unwrap().wchar;
-    let chunk = chunk_of(&journal);
-    assert!(verified * chunk < size, "it finished before the kill");
-    j.restart();
+    let (chunks, b_before) = kill9_mid_push(&mut j, &b, &journal_of(&dst, "big.bin"), 8, size);
     let (code, v) = wait_job(&j, &id, Duration::from_secs(300));
     let written = common::counters::ProcIo::of(b.pid()).unwrap().wchar - b_before;
     assert_eq!(code, 0, "{v} {}", j.log_text());
     assert_same_file(&src.join("big.bin"), &dst.join("big.bin"));
-    let h = history(&v);
-    let last = h.last().unwrap();
-    assert!(h.len() >= 2, "{v}");
-    assert_eq!(last["outcome"], "ok", "{v}");
-    let resumed = last["resumed_bytes"].as_u64().unwrap();
-    assert!(resumed > 0, "{v}");
-    // Every chunk B had verified was taken from its journal, not sent.
-    assert!(
-        resumed >= verified * chunk,
-        "resumed {resumed} < {verified} x {chunk}: {v}"
-    );
-    // And B wrote what was left (and its journal), never a verified chunk
-    // again: a resend of them all would add their bytes.
-    let left = size - verified * chunk;
-    eprintln!(
-        "kill -9 of the job server: {verified} chunks of {chunk} verified before; resumed {resumed} bytes; B then wrote {written} bytes for {left} left"
-    );
-    assert!(
-        written >= left / 2 && written < left + (verified * chunk) / 2,
-        "B wrote {written} bytes after the kill; {left} were left, {} verified before",
-        verified * chunk
-    );
+    assert_resumed_without_resend(&v, size, chunks, written, "the job server");
 }
 
 #[test]
@@ -732,8 +758,6 @@ fn refused_with(o: &std::process::Output, words: &str) {
 
 #[test]
 fn attacker_a_job_that_leaves_its_export_widens_its_capability_or_is_malformed_is_refused() {
-    use longhaul_engine::net::dial::{ClientOptions, Security};
-    use longhaul_engine::net::tls::TrustOptions;
     use longhaul_engine::xfer::jobcaps;
     use longhaul_proto::job::*;
     use longhaul_proto::msg::{Message, RefuseCode};
@@ -773,18 +797,7 @@ fn attacker_a_job_that_leaves_its_export_widens_its_capability_or_is_malformed_i
     refused_with(&o, "longhaul cp");
     // A job whose destination is wider than its capability: the far end
     // refuses its push; the job fails at once, saying why, writing nothing.
-    let client = ClientOptions {
-        security: Security {
-            plaintext: false,
-            trust: TrustOptions {
-                pins: vec![common::fingerprint().to_string()],
-                ..TrustOptions::default()
-            },
-            token: Some(common::TOKEN.to_string()),
-            tokens: Vec::new(),
-        },
-        ..ClientOptions::default()
-    };
+    let client = crate::third_party_copy::client();
     let narrow = GrantRequest {
         export: "in".into(),
         dest: "x".into(),
@@ -1685,25 +1698,24 @@ fn attacker_a_third_party_jobs_order_capability_cannot_be_widened_and_ends_when_
 
 /// A job server that may reach the test's own sshd (as `lhtest`) for its
 /// jobs' far ends, exporting `root` as `data`.
-fn ssh_job_server(t: &TempDir, s: &common::sshd::Sshd, root: &Path) -> Serve {
+fn ssh_job_server(t: &TempDir, s: &common::sshd::Sshd, root: &Path, more: &[&str]) -> Serve {
     let export = format!("data={}", root.display());
     let rsh = s.rsh();
-    Serve::start(
-        &t.path().join("state-j"),
-        &[
-            "--jobs",
-            "--export",
-            &export,
-            "--no-sync",
-            "--no-archive",
-            "--jobs-ssh",
-            common::sshd::HOST,
-            "--jobs-rsh",
-            &rsh,
-            "--jobs-remote-path",
-            common::sshd::BIN,
-        ],
-    )
+    let mut args = vec![
+        "--jobs",
+        "--export",
+        &export,
+        "--no-sync",
+        "--no-archive",
+        "--jobs-ssh",
+        common::sshd::HOST,
+        "--jobs-rsh",
+        &rsh,
+        "--jobs-remote-path",
+        common::sshd::BIN,
+    ];
+    args.extend_from_slice(more);
+    Serve::start(&t.path().join("state-j"), &args)
 }
 
 /// A job whose far end is a host with no longhaul server, reached by the
@@ -1720,7 +1732,7 @@ fn a_job_pushes_to_and_pulls_from_a_host_over_ssh_the_job_server_may_reach() {
         write_random(&here.join(format!("tree/f{i}")), 2 << 20, 70 + i);
     }
     std::fs::create_dir_all(here.join("back")).unwrap();
-    let j = ssh_job_server(&t, &s, &here);
+    let j = ssh_job_server(&t, &s, &here, &[]);
     let to = format!("{}:{}/", common::sshd::HOST, far.display());
     let (id, _) = submit(&["-r", &url(&j, "data/tree"), &to]);
     let (code, v) = wait_job(&j, &id, Duration::from_secs(180));
@@ -1741,8 +1753,6 @@ fn a_job_pushes_to_and_pulls_from_a_host_over_ssh_the_job_server_may_reach() {
 /// server that lists none reaches none.
 #[test]
 fn attacker_a_job_reaches_over_ssh_only_a_host_its_server_allows() {
-    use longhaul_engine::net::dial::{ClientOptions, Security};
-    use longhaul_engine::net::tls::TrustOptions;
     use longhaul_engine::xfer::jobcaps;
     use longhaul_proto::job::*;
     use longhaul_proto::msg::{Message, RefuseCode};
@@ -1752,25 +1762,14 @@ fn attacker_a_job_reaches_over_ssh_only_a_host_its_server_allows() {
     let t = TempDir::new("job-ssh-attack");
     let here = t.dir("here");
     write_random(&here.join("f"), 1000, 80);
-    let j = ssh_job_server(&t, &s, &here);
+    let j = ssh_job_server(&t, &s, &here, &[]);
     let pwned = t.path().join("pwned");
     let o = bin()
         .args(["submit", &url(&j, "data/f"), "elsewhere:/tmp/x"])
         .output()
         .unwrap();
     refused_with(&o, "reaches no host 'elsewhere' over ssh");
-    let client = ClientOptions {
-        security: Security {
-            plaintext: false,
-            trust: TrustOptions {
-                pins: vec![common::fingerprint().to_string()],
-                ..TrustOptions::default()
-            },
-            token: Some(common::TOKEN.to_string()),
-            tokens: Vec::new(),
-        },
-        ..ClientOptions::default()
-    };
+    let client = crate::third_party_copy::client();
     let spec = |ssh: &str| JobSpec {
         source: JobEnd {
             host: None,
@@ -1826,4 +1825,439 @@ fn attacker_a_job_reaches_over_ssh_only_a_host_its_server_allows() {
         .unwrap();
     refused_with(&o, "jobs-ssh");
     assert!(!pwned.exists(), "ssh read a host as an option");
+}
+
+/// The one-shot far ends the test's sshd runs now (started over ssh by a
+/// job server): its descendants that serve `--one-shot`.
+fn one_shots(s: &common::sshd::Sshd) -> Vec<u32> {
+    longhaul_testkit::process::descendants(&[s.child.id()])
+        .into_iter()
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline"))
+                .is_ok_and(|c| c.split(|b| *b == 0).any(|a| a == b"--one-shot"))
+        })
+        .collect()
+}
+
+/// `jobs cancel ID` mid-push, then: the job reads cancelled (`jobs wait`
+/// exits 8), and the push's partial file and journal are gone at its
+/// destination. When the cancel began.
+#[track_caller]
+fn cancel_until_discarded(j: &Serve, id: &str, part: &Path, journal: &Path) -> Instant {
+    let began = Instant::now();
+    let o = bin()
+        .args(["jobs", "cancel", id, "--via", &j.addr()])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let (code, v) = wait_job(j, id, Duration::from_secs(60));
+    assert_eq!(code, 8, "{v}");
+    assert_eq!(v["job"]["state"], "cancelled", "{v}");
+    wait_until(
+        "the partial file's removal at the destination",
+        Duration::from_secs(30),
+        || !part.exists() && !journal.exists(),
+    );
+    began
+}
+
+/// A job's destination named through a link (`in/linked/`, a link to the
+/// directory `real/`) is written through it, so a cancel must discard the
+/// partial files where they were written, in `real/`, not look for them
+/// beside the link and leave them behind.
+#[test]
+fn cancelling_a_job_whose_destination_is_a_linked_directory_removes_its_partial_files() {
+    let t = TempDir::new("job-cancel-linked");
+    let (src, dst) = (t.dir("src"), t.dir("dst"));
+    let real = dst.join("real");
+    std::fs::create_dir(&real).unwrap();
+    std::os::unix::fs::symlink("real", dst.join("linked")).unwrap();
+    write_random(&src.join("big.bin"), 256 << 20, 94);
+    let (j, b) = pair(&t, &src, &dst, &["--no-archive"]);
+    let (id, _) = submit(&[
+        "--rate",
+        "100mbit",
+        &url(&j, "data/big.bin"),
+        &url(&b, "in/linked/"),
+    ]);
+    let journal = journal_of(&real, "big.bin");
+    let part = real.join(".big.bin.lhpart");
+    wait_until("verified chunks at B", Duration::from_secs(60), || {
+        journal_records(&journal) >= 2
+    });
+    cancel_until_discarded(&j, &id, &part, &journal);
+    assert!(std::fs::read_dir(&real).unwrap().next().is_none());
+    assert!(std::fs::symlink_metadata(dst.join("linked"))
+        .unwrap()
+        .file_type()
+        .is_symlink());
+}
+
+/// A cancelled push over ssh leaves nothing of itself on the far host:
+/// the job server reaches the host again with its own ssh and has a
+/// one-shot server there discard the job's unfinished entries beneath its
+/// destination, and nothing else (a partial file of another entry beside
+/// them, the place the file would have taken had the destination not been
+/// named as a directory).
+#[test]
+fn cancelling_an_ssh_push_stops_it_and_removes_its_partial_files_on_the_far_host() {
+    let Some(s) = common::sshd::sshd() else {
+        return;
+    };
+    let t = TempDir::new("job-ssh-cancel");
+    let (here, far) = (t.dir("here"), t.dir("far"));
+    write_random(&here.join("big.bin"), 256 << 20, 90);
+    let j = ssh_job_server(&t, &s, &here, &[]);
+    let to = format!("{}:{}/", common::sshd::HOST, far.display());
+    let (id, _) = submit(&["--rate", "100mbit", &url(&j, "data/big.bin"), &to]);
+    let journal = journal_of(&far, "big.bin");
+    let part = far.join(".big.bin.lhpart");
+    wait_until(
+        "verified chunks on the far host",
+        Duration::from_secs(60),
+        || journal_records(&journal) >= 2,
+    );
+    let others = [far.join(".other.bin.lhpart"), t.path().join(".far.lhpart")];
+    for o in &others {
+        std::fs::write(o, b"not the job's").unwrap();
+    }
+    let cancelled = cancel_until_discarded(&j, &id, &part, &journal);
+    wait_until("the far end's exit", Duration::from_secs(30), || {
+        one_shots(&s).is_empty()
+    });
+    eprintln!(
+        "ssh cancel: far end gone and partial files removed {:.2} s after `jobs cancel` began",
+        cancelled.elapsed().as_secs_f64()
+    );
+    for o in &others {
+        assert!(o.exists(), "{} was removed", o.display());
+    }
+    assert!(!far.join("big.bin").exists());
+    assert_eq!(
+        std::fs::read_dir(&far).unwrap().count(),
+        1,
+        "{:?}",
+        std::fs::read_dir(&far).unwrap().collect::<Vec<_>>()
+    );
+    wait_until(
+        "the job server's word on it",
+        Duration::from_secs(30),
+        || j.log_text().contains("partial file(s) removed on"),
+    );
+    // Its chores done, nothing of it runs or comes back on the far host.
+    wait_until("the far end's exit", Duration::from_secs(30), || {
+        one_shots(&s).is_empty()
+    });
+    assert!(!part.exists() && !journal.exists());
+    assert_eq!(show(&j, &id)["job"]["files"]["cancelled"], 1);
+}
+
+/// The far end over ssh killed mid-push (kill -9 of the one-shot server
+/// there): the attempt breaks, the next one starts the far end again and
+/// resumes from its chunk journal, and the job finishes verified.
+#[test]
+fn an_ssh_job_survives_its_far_end_killed_and_finishes_resuming() {
+    let Some(s) = common::sshd::sshd() else {
+        return;
+    };
+    let t = TempDir::new("job-ssh-far");
+    let (here, far) = (t.dir("here"), t.dir("far"));
+    write_random(&here.join("big.bin"), 64 << 20, 91);
+    let j = ssh_job_server(&t, &s, &here, &["--jobs-backoff", "1s"]);
+    let to = format!("{}:{}/", common::sshd::HOST, far.display());
+    let (id, _) = submit(&["--rate", "200mbit", &url(&j, "data/big.bin"), &to]);
+    let journal = journal_of(&far, "big.bin");
+    wait_until(
+        "verified chunks on the far host",
+        Duration::from_secs(60),
+        || journal_records(&journal) >= 3,
+    );
+    let killed = one_shots(&s);
+    assert!(!killed.is_empty(), "no far end runs");
+    for pid in &killed {
+        let _ = rustix::process::kill_process(
+            rustix::process::Pid::from_raw(*pid as i32).unwrap(),
+            rustix::process::Signal::KILL,
+        );
+    }
+    let (code, v) = wait_job(&j, &id, Duration::from_secs(120));
+    assert_eq!(code, 0, "{v} {}", j.log_text());
+    assert_same_file(&here.join("big.bin"), &far.join("big.bin"));
+    let h = history(&v);
+    assert!(h.iter().any(|a| a["outcome"] == "failed"), "{v}");
+    let resumed = h.last().unwrap()["resumed_bytes"].as_u64().unwrap();
+    assert!(resumed > 0, "{v}");
+    assert!(killed.iter().all(|p| longhaul_testkit::process::gone(*p)));
+}
+
+/// kill -9 of the job server mid third-party job, then its restart: the
+/// source A stops sending when its orderer is gone, the job is taken back
+/// and ordered again, and B resumes from its journal: resumed bytes
+/// cover every chunk B had verified, and B writes only what was left.
+#[test]
+fn a_third_party_job_survives_kill_9_of_its_job_server_and_resends_no_verified_chunk() {
+    let t = TempDir::new("job-third-kill");
+    let (far, into) = (t.dir("far"), t.dir("into"));
+    let size = 128u64 << 20;
+    write_random(&far.join("big.bin"), size as usize, 92);
+    let (mut j, a, b) = three(&t, &far, &into);
+    let (id, _) = submit(&[
+        "--rate",
+        "200mbit",
+        "--via",
+        &j.addr(),
+        &url(&a, "src/big.bin"),
+        &url(&b, "in/"),
+    ]);
+    let (chunks, b_before) = kill9_mid_push(&mut j, &b, &journal_of(&into, "big.bin"), 6, size);
+    let (code, v) = wait_job(&j, &id, Duration::from_secs(120));
+    let written = common::counters::ProcIo::of(b.pid()).unwrap().wchar - b_before;
+    assert_eq!(code, 0, "{v} {}", j.log_text());
+    assert_same_file(&far.join("big.bin"), &into.join("big.bin"));
+    assert_resumed_without_resend(&v, size, chunks, written, "a third-party job's server");
+}
+
+/// Cancel mid third-party job: the source stops sending (no stream to B
+/// left), B holds no partial file, and both capabilities are revoked: the
+/// job's own order is refused at A, and a push with B's at B.
+#[test]
+fn cancelling_a_third_party_job_stops_its_source_discards_at_its_destination_and_revokes_both() {
+    use longhaul_engine::net::dial::ClientOptions;
+    use longhaul_engine::xfer::{copy::order_copy, jobcaps};
+    use longhaul_proto::xfer::copy::{CopyOptions, CopyOrder};
+    let t = TempDir::new("job-third-cancel");
+    let (far, into) = (t.dir("far"), t.dir("into"));
+    write_random(&far.join("big.bin"), 256 << 20, 93);
+    let (j, a, b) = three(&t, &far, &into);
+    let (id, _) = submit(&[
+        "--rate",
+        "100mbit",
+        "--via",
+        &j.addr(),
+        &url(&a, "src/big.bin"),
+        &url(&b, "in/"),
+    ]);
+    let journal = journal_of(&into, "big.bin");
+    let part = into.join(".big.bin.lhpart");
+    wait_until("verified chunks at B", Duration::from_secs(60), || {
+        journal_records(&journal) >= 2
+    });
+    let (a_fp, a_cap) = stolen_credential(&j.state, "source");
+    let (b_fp, b_cap) = stolen_credential(&j.state, "dest");
+    let cancelled = cancel_until_discarded(&j, &id, &part, &journal);
+    wait_until("A's streams to B to close", Duration::from_secs(30), || {
+        common::counters::established(b.port) == 0
+    });
+    for end in ["a", "b"] {
+        let caps = t.path().join(format!("state-{end}/capabilities"));
+        wait_until("the revocations", Duration::from_secs(30), || {
+            std::fs::read_to_string(&caps).is_ok_and(|c| c.trim().is_empty())
+        });
+    }
+    eprintln!(
+        "third-party cancel: streams closed, partial file removed, both revoked {:.2} s after `jobs cancel` began",
+        cancelled.elapsed().as_secs_f64()
+    );
+    assert!(
+        std::fs::read_dir(&into).unwrap().next().is_none(),
+        "{:?}",
+        std::fs::read_dir(&into).unwrap().collect::<Vec<_>>()
+    );
+    let at_a = jobcaps::presenting(&ClientOptions::default(), &a_fp, &a_cap).unwrap();
+    let the_job = CopyOrder {
+        export: "src".into(),
+        sources: vec!["big.bin".into()],
+        target: b.addr(),
+        fingerprint: b_fp,
+        capability: b_cap.clone(),
+        dest_export: "in".into(),
+        dest: String::new(),
+        dest_dir: true,
+        options: CopyOptions::default(),
+        connect_back: None,
+        share: None,
+    };
+    let e = order_copy(&a.addr(), &at_a, the_job).expect_err("a revoked order capability");
+    assert!(e.to_string().contains("unknown, expired or revoked"), "{e}");
+    let o = bin()
+        .env("LONGHAUL_TOKEN", &b_cap)
+        .args([
+            "cp",
+            &far.join("big.bin").display().to_string(),
+            &url(&b, "in/"),
+        ])
+        .output()
+        .unwrap();
+    refused_with(&o, "unknown, expired or revoked");
+    assert_eq!(common::counters::established(b.port), 0);
+    assert!(!into.join("big.bin").exists() && !part.exists() && !journal.exists());
+}
+
+/// A job between a server and a host over ssh, neither of them the job
+/// server's, is refused saying what to do instead (submit it to the
+/// server of its other end, which may reach the host): by `submit`, and
+/// by the job server for a spec written by hand. A job server relays no
+/// data between two other hosts.
+#[test]
+fn attacker_a_job_between_a_server_and_an_ssh_host_neither_the_job_servers_is_refused() {
+    use longhaul_engine::xfer::jobcaps;
+    use longhaul_proto::job::*;
+    use longhaul_proto::msg::{Message, RefuseCode};
+    let t = TempDir::new("job-third-ssh");
+    let far = t.dir("far");
+    write_random(&far.join("f"), 1000, 94);
+    let (j, a, _b) = three(&t, &far, &t.dir("into"));
+    let host = format!("{}:/tmp/x", common::sshd::HOST);
+    for (from, to) in [
+        (url(&a, "src/f"), host.clone()),
+        (host.clone(), url(&a, "src/")),
+    ] {
+        let o = bin()
+            .args(["submit", "--via", &j.addr(), &from, &to])
+            .output()
+            .unwrap();
+        refused_with(&o, "relays no data between two other hosts");
+        refused_with(&o, "--jobs-ssh");
+    }
+    let client = crate::third_party_copy::client();
+    let server_end = JobEnd {
+        host: Some(a.addr()),
+        export: "src".into(),
+        paths: vec!["f".into()],
+        dir: false,
+        credential: Some(JobCredential {
+            fingerprint: common::fingerprint().to_string(),
+            capability: format!("lh1c_{}", "A".repeat(43)),
+            lifetime_s: 600,
+        }),
+        ssh: None,
+    };
+    let ssh_end = JobEnd {
+        host: None,
+        export: String::new(),
+        paths: vec!["/tmp/x".into()],
+        dir: false,
+        credential: None,
+        ssh: Some(common::sshd::HOST.into()),
+    };
+    for (source, dest) in [(server_end.clone(), ssh_end.clone()), (ssh_end, server_end)] {
+        let spec = JobSpec {
+            source,
+            dest,
+            options: JobOptions::default(),
+        };
+        match jobcaps::ask_job_server(&j.addr(), &client, Message::JobSubmit(Box::new(spec))) {
+            Err(longhaul_engine::EngineError::Refused { code, message }) => {
+                assert_eq!(code, RefuseCode::BadRequest, "{message}");
+                assert!(message.contains("relays no data"), "{message}");
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+    assert!(json_run(&["jobs", "--via", &j.addr(), "--json"], 0)["jobs"]
+        .as_array()
+        .unwrap()
+        .is_empty());
+}
+
+/// The discard a one-shot server takes from its own client (a job server
+/// that reached the host over ssh, cancelling a push there) names its
+/// destination; nobody else may name one. It removes only the partial
+/// files and journals of the entries named, beneath that destination,
+/// regular files only, through no link, and no entry out by `..`.
+#[test]
+fn attacker_a_discard_names_its_destination_on_a_one_shot_server_only_and_removes_nothing_else() {
+    use longhaul_engine::net::dial::ClientOptions;
+    use longhaul_engine::reach::{FarEnd, SshOptions};
+    use longhaul_engine::server::oneshot::Admits;
+    use longhaul_engine::xfer::jobcaps;
+    use longhaul_proto::xfer::copy::{DiscardInto, GrantRequest};
+    let Some(s) = common::sshd::sshd() else {
+        return;
+    };
+    let t = TempDir::new("job-discard-attack");
+    let (dest, outside) = (t.dir("dest"), t.dir("outside"));
+    for f in [".a.lhpart", ".a.lhjournal", "sub/.e.lhpart"] {
+        write_random(&dest.join(f), 100, 95);
+    }
+    std::fs::create_dir_all(dest.join(".b.lhpart")).unwrap();
+    for f in [".c.lhpart", ".d.lhpart"] {
+        write_random(&outside.join(f), 100, 96);
+    }
+    std::os::unix::fs::symlink(&outside, dest.join("link")).unwrap();
+    let ssh = SshOptions {
+        rsh: Some(s.rsh()),
+        remote_path: Some(common::sshd::BIN.into()),
+        ..SshOptions::default()
+    };
+    let (far, _) = FarEnd::open_for(&ssh, common::sshd::HOST, Admits::Sessions(4), &[]).unwrap();
+    let o = ClientOptions {
+        security: far.security(),
+        ..ClientOptions::default()
+    };
+    let rel = dest
+        .display()
+        .to_string()
+        .trim_start_matches('/')
+        .to_string();
+    let into = |d: String| DiscardInto {
+        export: "root".into(),
+        dest: d,
+    };
+    let entries: Vec<String> = ["a", "b", "link/c", "../outside/d", "sub/e"]
+        .map(String::from)
+        .into();
+    let out = into(format!("{rel}/../outside"));
+    let e = jobcaps::discard(&far.server(), &o, Some(&out), &entries).expect_err("..");
+    assert!(e.to_string().contains(".."), "{e}");
+    let e = jobcaps::discard(&far.server(), &o, None, &entries).expect_err("no destination");
+    assert!(e.to_string().contains("only a push capability"), "{e}");
+    let n = jobcaps::discard(&far.server(), &o, Some(&into(format!("{rel}/"))), &entries).unwrap();
+    far.finish();
+    assert_eq!(n, 3, "removed {n}");
+    for gone in [".a.lhpart", ".a.lhjournal", "sub/.e.lhpart"] {
+        assert!(!dest.join(gone).exists(), "{gone} stays");
+    }
+    assert!(dest.join(".b.lhpart").is_dir());
+    assert!(outside.join(".c.lhpart").exists() && outside.join(".d.lhpart").exists());
+    // A server's own grant, and a push capability's holder, name none.
+    let b = Serve::start(
+        &t.path().join("state-b"),
+        &[
+            "--third-party-copies",
+            "--export",
+            &format!("in={}", outside.display()),
+            "--no-sync",
+        ],
+    );
+    let grant = crate::third_party_copy::client();
+    let cap = jobcaps::ask(
+        &b.addr(),
+        &grant,
+        GrantRequest {
+            export: "in".into(),
+            dest_dir: true,
+            lifetime_s: 600,
+            ..GrantRequest::default()
+        },
+    )
+    .unwrap();
+    let holder =
+        jobcaps::presenting(&ClientOptions::default(), &cap.fingerprint, &cap.capability).unwrap();
+    let named = DiscardInto {
+        export: "in".into(),
+        dest: String::new(),
+    };
+    for (who, o) in [("a grant", &grant), ("a capability", &holder)] {
+        match jobcaps::discard(&b.addr(), o, Some(&named), &["c".to_string()]) {
+            Err(longhaul_engine::EngineError::Refused { message, .. }) => {
+                assert!(
+                    message.contains("only a push capability"),
+                    "{who}: {message}"
+                )
+            }
+            other => panic!("{who}: {other:?}"),
+        }
+    }
+    assert!(outside.join(".c.lhpart").exists() && outside.join(".d.lhpart").exists());
 }

@@ -171,7 +171,9 @@ fn tiny_matrix_verifies_every_file_cell_and_flags_a_corrupt_peer() {
 /// every peer installed): each tool at `defaults` and at its swept `best`,
 /// put and get, memory to memory and the tree, on loopback; every file cell
 /// verified, every `best` cell run with its sweep's winner, both ends' CPU
-/// read from their cgroups (as root).
+/// read from their cgroups (as root). One round per candidate
+/// (`--sweep-rounds 1`): which candidate wins is
+/// `a_peers_best_is_its_sweeps_winner_and_quick_remembers_it`'s.
 #[test]
 fn every_builtin_template_runs_and_verifies_at_defaults_and_its_swept_best() {
     let peers = [
@@ -201,7 +203,15 @@ fn every_builtin_template_runs_and_verifies_at_defaults_and_its_swept_best() {
     let o = common::bin()
         .args(["--no-archive", "matrix", "--json", "--paths", "loopback"])
         .args(["--workloads", "mem,tree", "--runs", "1", "--seconds", "1"])
-        .args(["--size", "1M", "--files", "20", "--work-dir"])
+        .args([
+            "--size",
+            "1M",
+            "--files",
+            "20",
+            "--sweep-rounds",
+            "1",
+            "--work-dir",
+        ])
         .arg(&work)
         .output()
         .unwrap();
@@ -212,6 +222,12 @@ fn every_builtin_template_runs_and_verifies_at_defaults_and_its_swept_best() {
     let tools: std::collections::BTreeSet<&str> =
         cells.iter().map(|c| c["tool"].as_str().unwrap()).collect();
     assert_eq!(tools.len(), 12, "{tools:?}\n{stderr}");
+    for s in doc["sweeps"].as_array().unwrap() {
+        for c in s["candidates"].as_array().unwrap() {
+            let rounds = c["rounds"].as_array().map_or(0, Vec::len);
+            assert!(rounds <= 1, "--sweep-rounds 1 ran {rounds}: {c}");
+        }
+    }
     for c in cells {
         let what = format!("{c}");
         assert!(
@@ -322,6 +338,67 @@ fn a_peers_best_is_its_sweeps_winner_and_quick_remembers_it() {
         // --quick keeps three runs a cell: a median with its spread.
         assert_eq!(c["runs"].as_array().unwrap().len(), 3, "{c}");
     }
+}
+
+/// A planted tool that copies only to an absolute destination (as a URL's
+/// path must be: `ftp://{host}:{port}{dst}/`), its candidates sleeping 1
+/// or 0 seconds first.
+const ABSOLUTE: &str = r#"[{
+  "name": "absolute", "kind": "files", "local": true,
+  "keeps": {"empty_dirs": true, "symlinks": true, "modes": true},
+  "put": ["sh", "-c", "case \"$1\" in /*) ;; *) echo \"relative: $1\" >&2; exit 1;; esac; sleep \"$2\" && cp -a \"$0\" \"$1\"/", "{src}", "{dstdir}", "{args}"],
+  "settings": [{"name": "defaults", "args": ["1"]}],
+  "sweep": {"why": "planted by the test", "axes": [[["1"], ["0"]]]}
+}]"#;
+
+/// A long path's sweeps can run apart from the cells (and apart from each
+/// other): `--runs 0` runs only the sweeps and `--resume` keeps each
+/// winner as it is found; the next run's cells use it without sweeping
+/// again. A relative `--work-dir` is made absolute for the templates.
+#[test]
+fn sweeps_alone_with_runs_0_are_kept_for_the_cells_of_a_later_run() {
+    let t = TempDir::new("matrix-sweep-alone");
+    std::fs::write(t.path().join("tools.json"), ABSOLUTE).unwrap();
+    let run = |runs: &str| {
+        let o = common::bin()
+            .current_dir(t.path())
+            .args(["--no-archive", "matrix", "--json", "--tools"])
+            .args(["absolute:best", "--tools-file", "tools.json"])
+            .args(["--paths", "loopback", "--workloads", "tree"])
+            .args(["--size", "64K", "--files", "4", "--work-dir", "work"])
+            .args(["--resume", "kept.json", "--runs", runs])
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&o.stderr).to_string();
+        assert_eq!(o.status.code(), Some(0), "{stderr}");
+        let doc: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        (doc, stderr)
+    };
+    let (doc, stderr) = run("0");
+    assert!(!stderr.contains("relative: "), "{stderr}");
+    assert_eq!(stderr.matches(" warm-up] ").count(), 2, "{stderr}");
+    assert!(
+        !stderr.contains("] loopback tree put absolute:best"),
+        "{stderr}"
+    );
+    let kept: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(t.path().join("kept.json")).unwrap()).unwrap();
+    for d in [&doc, &kept] {
+        assert_eq!(d["sweeps"][0]["winner"], serde_json::json!(["0"]), "{d}");
+        let cells = d["cells"].as_array().unwrap();
+        assert!(
+            cells
+                .iter()
+                .all(|c| c["runs"].as_array().unwrap().is_empty()),
+            "{d}"
+        );
+    }
+    let (doc, stderr) = run("2");
+    assert!(!stderr.contains("[sweep "), "{stderr}");
+    let c = &doc["cells"][0];
+    assert_eq!(c["args"], serde_json::json!(["0"]), "{c}");
+    assert_eq!(c["runs_succeeded"], 2, "{c}");
+    assert_eq!(c["verified"], true, "{c}");
 }
 
 /// A server that forks its work into a new session for each connection

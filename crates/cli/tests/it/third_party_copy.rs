@@ -67,7 +67,8 @@ fn io_chars(pid: u32) -> Option<u64> {
     Some(field("rchar:")? + field("wchar:")?)
 }
 
-fn client() -> ClientOptions {
+/// A client of the test's servers: their certificate pinned, the test grant's token.
+pub(crate) fn client() -> ClientOptions {
     ClientOptions {
         security: Security {
             plaintext: false,

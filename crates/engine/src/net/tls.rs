@@ -49,6 +49,25 @@ pub fn provider() -> Arc<CryptoProvider> {
     Arc::new(p)
 }
 
+/// Seeds aws-lc's random generator in the background, once a process.
+/// Its first use draws the process's root seed from CPU jitter (some 30 ms
+/// of CPU, more on a busy host; BENCHMARKS.md, issue 45); begun while a
+/// TCP connection or an ssh login is under way, the first handshake's key
+/// share no longer waits for it. Only when that first use comes: a
+/// handshake that needs the generator before this thread has it waits for
+/// the same seed, as it would have anyway.
+pub fn seed_random_early() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let _ = std::thread::Builder::new()
+            .name("lh-seed".into())
+            .spawn(|| {
+                let mut warm = [0u8; 16];
+                let _ = aws_lc_rs::rand::fill(&mut warm);
+            });
+    });
+}
+
 /// `SHA256:` and the unpadded base64 of the SHA-256 of a certificate.
 pub fn fingerprint(cert: &[u8]) -> String {
     let d = aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, cert);
@@ -350,6 +369,7 @@ pub struct ClientTls {
 impl ClientTls {
     /// Prepares to connect to `host` (`HOST:PORT`, as the user named it).
     pub fn new(t: &TrustOptions, host: &str) -> Result<ClientTls, EngineError> {
+        seed_random_early();
         let p = provider();
         let builder = rustls::ClientConfig::builder_with_provider(p.clone())
             .with_protocol_versions(&[&rustls::version::TLS13])
@@ -943,6 +963,21 @@ impl Stream for Tls {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_generator_seeded_early_gives_every_thread_fresh_bytes() {
+        seed_random_early();
+        seed_random_early();
+        let draw = || {
+            let mut b = [0u8; 32];
+            aws_lc_rs::rand::fill(&mut b).unwrap();
+            b
+        };
+        let other = std::thread::spawn(draw);
+        let (a, b) = (draw(), other.join().unwrap());
+        assert_ne!(a, b);
+        assert_ne!(a, [0u8; 32]);
+    }
 
     #[test]
     fn fingerprints_in_every_taken_form_and_clear_refusals() {

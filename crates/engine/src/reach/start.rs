@@ -174,6 +174,7 @@ fn start_once(ssh: &Ssh, remote: &str) -> Result<Started, EngineError> {
     else {
         return Err(EngineError::Failed("ssh's pipes were not made".into()));
     };
+    crate::net::tls::seed_random_early();
     let (kept, stderr_ended) = keep_stderr(stderr);
     let lines = watch_stdout(stdout);
     match lines.recv_timeout(HANDSHAKE_WAIT) {

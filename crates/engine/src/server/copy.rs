@@ -106,6 +106,52 @@ impl Capabilities {
     }
 }
 
+/// Whether what a read capability's session reads stays within its scope
+/// once the links on the way are followed: each of `read` (a path as
+/// named, and as [`Anchor::resolve`] resolved it beneath the export's
+/// `root`) beneath one of the capability's sources, as named or as
+/// resolved. Its sources are checked as named at each request
+/// ([`within_scope`]); this keeps a link inside them from leading to the
+/// rest of the export. Ok for any other session.
+pub(super) fn reads_within(
+    access: &auth::Access,
+    anchor: &Anchor,
+    root: &Path,
+    read: &[(&str, &Path)],
+) -> Result<(), String> {
+    use longhaul_proto::xfer::copy::CapabilityOp;
+    let Some(scope) = access
+        .scope
+        .as_ref()
+        .filter(|s| s.request.op != CapabilityOp::Push)
+    else {
+        return Ok(());
+    };
+    let mut inside = Vec::new();
+    for s in &scope.request.sources {
+        let Ok(named) = beneath(root, s.trim_end_matches('/')) else {
+            continue;
+        };
+        if let Ok(r) = anchor.resolve(&named, true) {
+            inside.push(r);
+        }
+        inside.push(named);
+    }
+    match read
+        .iter()
+        .find(|(_, r)| !inside.iter().any(|s| r.starts_with(s)))
+    {
+        Some((named, _)) => Err(format!(
+            "{}/{} leads outside what this job's capability reads ({}/{{{}}}) through a symbolic link: name the path the link leads to in the job",
+            scope.request.export,
+            escaped(named),
+            scope.request.export,
+            escaped(&scope.request.sources.join(", "))
+        )),
+        None => Ok(()),
+    }
+}
+
 /// Whether a session admitted by a capability of `scope` may ask for
 /// `ev`: a push capability only pushes (and, a job's, revokes itself and
 /// discards what its pushes left); a pull capability reads (pulls, lists)
@@ -338,6 +384,13 @@ fn check_order<'a>(
         sources.push(s);
         resolved.push(r);
     }
+    let read: Vec<(&str, &Path)> = order
+        .sources
+        .iter()
+        .map(String::as_str)
+        .zip(resolved.iter().map(|r| r.as_path()))
+        .collect();
+    reads_within(access, &anchor, &ex.root, &read).map_err(|m| (RefuseCode::Unauthorized, m))?;
     if sources.is_empty() || (slashed > 0 && slashed < sources.len()) {
         return Err((
             RefuseCode::BadRequest,
@@ -629,6 +682,92 @@ mod tests {
     use crate::xfer::Export;
     use longhaul_proto::xfer::copy::CopyOptions;
     use longhaul_proto::xfer::copy::GrantRequest;
+
+    /// A job's capability to read `tree` reads beneath `tree` only: a
+    /// path named beneath it that a link there leads to the rest of the
+    /// export (`tree/out -> ../secret`) is refused, pulled or listed, while
+    /// the tree itself (the link as a link, too) still reads.
+    #[test]
+    fn attacker_a_jobs_read_capability_reads_nothing_through_a_link_out_of_its_tree() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("data");
+        std::fs::create_dir_all(root.join("tree")).unwrap();
+        std::fs::create_dir_all(root.join("secret")).unwrap();
+        std::fs::write(root.join("tree/a"), b"mine").unwrap();
+        std::fs::write(root.join("secret/key"), b"not the job's").unwrap();
+        std::os::unix::fs::symlink("../secret", root.join("tree/out")).unwrap();
+        let srv = Server::bind(
+            &["127.0.0.1:0".parse().unwrap()],
+            ServeConfig {
+                exports: vec![Export {
+                    name: "data".into(),
+                    root: root.clone(),
+                    read_only: false,
+                    public: false,
+                }],
+                state_dir: dir.path().join("state"),
+                open_access: true,
+                third_party_copies: true,
+                ..ServeConfig::default()
+            },
+        )
+        .unwrap()
+        .spawn();
+        let addr = srv.addr().to_string();
+        let fingerprint = srv.fingerprint().unwrap();
+        let base = ClientOptions {
+            security: Security {
+                trust: tls::TrustOptions {
+                    pins: vec![fingerprint],
+                    ..Default::default()
+                },
+                ..Security::default()
+            },
+            ..ClientOptions::default()
+        };
+        let cap = crate::xfer::jobcaps::ask(
+            &addr,
+            &base,
+            GrantRequest {
+                export: "data".into(),
+                op: longhaul_proto::xfer::copy::CapabilityOp::Pull,
+                sources: vec!["tree".into()],
+                lifetime_s: 60,
+                ..GrantRequest::default()
+            },
+        )
+        .unwrap();
+        let holder =
+            crate::xfer::jobcaps::presenting(&base, &cap.fingerprint, &cap.capability).unwrap();
+        let out = dir.path().join("out");
+        std::fs::create_dir(&out).unwrap();
+        let pull = |path: &str| {
+            let mut o = crate::xfer::client::CpOptions::new(
+                vec![format!("longhaul://{addr}/data/{path}")],
+                format!("{}/", out.display()),
+                holder.clone(),
+            );
+            o.retries = 0;
+            crate::xfer::client::cp(&o)
+        };
+        pull("tree/a").unwrap();
+        assert_eq!(std::fs::read(out.join("a")).unwrap(), b"mine");
+        let listed =
+            crate::xfer::client::ls(&format!("longhaul://{addr}/data/tree/"), false, &holder)
+                .unwrap();
+        assert!(listed.iter().any(|e| e.name == "out"), "{listed:?}");
+        for path in ["tree/out/key", "tree/out/"] {
+            let e = pull(path).unwrap_err().to_string();
+            assert!(e.contains("leads outside"), "{path}: {e}");
+        }
+        assert!(!out.join("key").exists());
+        let e =
+            crate::xfer::client::ls(&format!("longhaul://{addr}/data/tree/out/"), false, &holder)
+                .unwrap_err()
+                .to_string();
+        assert!(e.contains("leads outside"), "{e}");
+        srv.shutdown();
+    }
 
     /// The server's own refusal, whatever the client does: a session in
     /// plaintext (a client that skips its own check, as an attacker's

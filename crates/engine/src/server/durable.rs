@@ -266,40 +266,44 @@ pub(super) fn serve_revoke(
         .map_err(|e| (RefuseCode::ServerError, e.to_string()))
 }
 
-/// A push capability's holder has the partial files (and journals) of
-/// entries it pushed removed: each entry's two possible places beneath the
-/// capability's destination (the entries went into it under their own
-/// names, or onto it), nothing else and nothing that is not a plain file.
+/// A push capability's holder, or a one-shot server's own client (a job
+/// server that reached this host over ssh for a push), has the partial
+/// files (and journals) of entries it pushed removed: each entry's
+/// possible places beneath the destination (the capability's, or the one
+/// `Discard::into` names on a one-shot server): into it under their own
+/// names, or, unless it was named as a directory, onto it; nothing else
+/// and nothing that is not a plain file.
 pub(super) fn serve_discard(
     shared: &Arc<Shared>,
     conn: &mut FramedConn,
     d: &Discard,
     access: &auth::Access,
 ) -> Result<(), (RefuseCode, String)> {
-    let Some(scope) = access
-        .scope
-        .as_ref()
-        .filter(|s| s.request.op == CapabilityOp::Push)
-    else {
-        return Err((
-            RefuseCode::Unauthorized,
-            "only a push capability's holder discards what its pushes left".into(),
-        ));
-    };
-    shared
-        .capabilities
-        .alive(scope)
-        .map_err(|m| (RefuseCode::Unauthorized, m))?;
     if d.paths.len() > DISCARD_MAX {
         return Err((
             RefuseCode::BadRequest,
             format!("a discard names at most {DISCARD_MAX} entries"),
         ));
     }
-    let ex = super::files::export(shared, &scope.request.export, access)?;
+    let (export, dest, scope) = discard_dest(shared, d, access)?;
+    let dest_dir = scope.map_or(dest.ends_with('/'), |r| r.dest_dir);
+    let ex = super::files::export(shared, &export, access)?;
+    if scope.is_none() {
+        access
+            .check_write(ex)
+            .map_err(|m| (RefuseCode::Unauthorized, m))?;
+        if ex.read_only {
+            return Err((
+                RefuseCode::BadRequest,
+                format!("export '{}' is read-only", ex.name),
+            ));
+        }
+    }
     let bad = |e: EngineError| (RefuseCode::BadRequest, e.to_string());
-    let dest = beneath(&ex.root, &scope.request.dest).map_err(bad)?;
     let anchor = Anchor::open_as(&ex.root, Path::new(&ex.name)).map_err(bad)?;
+    let dest = anchor
+        .resolve_dest(&beneath(&ex.root, &dest).map_err(bad)?)
+        .map_err(bad)?;
     let mut removed = 0;
     for p in &d.paths {
         let Ok(comps) = longhaul_proto::xfer::components(p) else {
@@ -308,17 +312,57 @@ pub(super) fn serve_discard(
         let into = dest.join(comps.join("/"));
         let onto = dest.join(comps.iter().skip(1).copied().collect::<Vec<_>>().join("/"));
         removed += crate::xfer::sink::discard_partial(&anchor, &into);
-        if onto != into {
+        if onto != into && !dest_dir {
             removed += crate::xfer::sink::discard_partial(&anchor, &onto);
         }
     }
+    let beneath_words = match scope {
+        Some(req) => scope_words(&ex.name, req),
+        None => format!(
+            "beneath {}/{}",
+            ex.name,
+            escaped(&dest.display().to_string())
+        ),
+    };
     tracing::info!(
-        "{} discarded {removed} partial file(s) {}",
-        conn.peer(),
-        scope_words(&ex.name, &scope.request)
+        "{} discarded {removed} partial file(s) {beneath_words}",
+        conn.peer()
     );
     conn.send(&Message::Discarded(Discarded { removed }))
         .map_err(|e| (RefuseCode::ServerError, e.to_string()))
+}
+
+/// Where a discard looks: a live push capability's destination (and its
+/// request), or, from a one-shot server's own client only, the
+/// destination its `into` names. Anyone else is refused.
+fn discard_dest<'a>(
+    shared: &Shared,
+    d: &Discard,
+    access: &'a auth::Access,
+) -> Result<(String, String, Option<&'a GrantRequest>), (RefuseCode, String)> {
+    let denied = || {
+        (
+            RefuseCode::Unauthorized,
+            "only a push capability's holder (or a one-shot server's own client) discards what its pushes left".to_string(),
+        )
+    };
+    match (&access.scope, &d.into) {
+        (Some(scope), None) if scope.request.op == CapabilityOp::Push => {
+            shared
+                .capabilities
+                .alive(scope)
+                .map_err(|m| (RefuseCode::Unauthorized, m))?;
+            Ok((
+                scope.request.export.clone(),
+                scope.request.dest.clone(),
+                Some(&scope.request),
+            ))
+        }
+        (None, Some(into)) if shared.cfg.one_time.is_some() => {
+            Ok((into.export.clone(), into.dest.clone(), None))
+        }
+        _ => Err(denied()),
+    }
 }
 
 #[cfg(test)]

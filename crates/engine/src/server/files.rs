@@ -201,6 +201,8 @@ fn place_transfer<'a>(
                         format!("{} does not exist", shared.cfg.show(ex, p)),
                     ));
                 }
+                super::copy::reads_within(access, &anchor, &ex.root, &[(p, &r)])
+                    .map_err(|m| Refusal::Refuse(RefuseCode::Unauthorized, m))?;
                 roots.push(r);
             }
             roots
@@ -593,7 +595,7 @@ pub(super) fn serve_list(
         Some(&ex.name),
         serde_json::json!({ "path": l.path }),
     );
-    let listed = list(conn, ex, &shared.cfg.shown_root(ex), l);
+    let listed = list(conn, ex, &shared.cfg.shown_root(ex), l, access);
     match &listed {
         Ok(n) => watch.finish(0, *n, Outcome::Ok, None),
         Err((_, m)) => watch.finish(0, 0, Outcome::Failed, Some(m.clone())),
@@ -607,6 +609,7 @@ fn list(
     ex: &Export,
     shown: &Path,
     l: &ListRequest,
+    access: &auth::Access,
 ) -> Result<u64, (RefuseCode, String)> {
     // Looked at through descriptors opened beneath the export root.
     let bad = |e: EngineError| (RefuseCode::BadRequest, e.to_string());
@@ -615,6 +618,8 @@ fn list(
     // a link of that name leads to, `DIR` the link itself (as `ls -l`).
     let named = beneath(&ex.root, &l.path).map_err(bad)?;
     let path = anchor.resolve(&named, l.path.ends_with('/')).map_err(bad)?;
+    super::copy::reads_within(access, &anchor, &ex.root, &[(&l.path, &path)])
+        .map_err(|m| (RefuseCode::Unauthorized, m))?;
     let at = anchor.anchored(&path).map_err(bad)?;
     let meta = std::fs::symlink_metadata(&at).map_err(|e| {
         (

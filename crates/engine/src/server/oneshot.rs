@@ -774,8 +774,10 @@ mod tests {
             })
         };
         let t = Instant::now();
+        // Twenty of the speaker's beats: a busy machine that delays one
+        // does not make it silent.
         assert_eq!(
-            wait_end(&rx, &ot, Duration::from_secs(60), idle),
+            wait_end(&rx, &ot, Duration::from_secs(60), Duration::from_secs(2)),
             End::InputClosed
         );
         assert!(

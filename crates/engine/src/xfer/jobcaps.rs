@@ -12,7 +12,7 @@ use std::sync::atomic::Ordering::Relaxed;
 
 use longhaul_proto::msg::Message;
 use longhaul_proto::xfer::copy::{
-    CopyOrder, Discard, GrantRequest, DISCARD_MAX, FEATURE_JOB_GRANTS,
+    CopyOrder, Discard, DiscardInto, GrantRequest, DISCARD_MAX, FEATURE_JOB_GRANTS,
 };
 
 use crate::net::dial::{open_control, ClientOptions, Security};
@@ -114,15 +114,22 @@ pub fn revoke(target: &str, o: &ClientOptions) -> Result<(), EngineError> {
     })
 }
 
-/// Has `target` remove the partial files (and journals) its pushes with
-/// the capability `o` presents left for `paths` (entries as the push
-/// named them). How many it removed.
-pub fn discard(target: &str, o: &ClientOptions, paths: &[String]) -> Result<u64, EngineError> {
+/// Has `target` remove the partial files (and journals) its pushes left
+/// for `paths` (entries as the push named them): pushes with the
+/// capability `o` presents (`into` None), or, on a one-shot server `o`
+/// reaches as its own client, pushes into `into`. How many it removed.
+pub fn discard(
+    target: &str,
+    o: &ClientOptions,
+    into: Option<&DiscardInto>,
+    paths: &[String],
+) -> Result<u64, EngineError> {
     let mut ctl = open_control(target, o)?;
     let mut removed = 0;
     for batch in paths.chunks(DISCARD_MAX) {
         ctl.conn.send(&Message::Discard(Discard {
             paths: batch.to_vec(),
+            into: into.cloned(),
         }))?;
         let deadline = Instant::now() + o.handshake_timeout * 4;
         removed += ctl.answer(deadline, "the discard", |m| match m {

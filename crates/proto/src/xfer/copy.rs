@@ -108,10 +108,26 @@ pub struct Revoked {}
 /// A push capability's holder -> its destination (0x56): remove the
 /// partial files (and journals) of these entries, named as the push
 /// announced them; only beneath the capability's destination. A cancelled
-/// job's last word to its destination.
+/// job's last word to its destination. Also a one-shot server's own
+/// client's (a job server that reached that host over ssh), which names
+/// the destination in [`Discard::into`].
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Discard {
     pub paths: Vec<String>,
+    /// The destination the entries were pushed to: from a one-shot
+    /// server's own client only (a capability's holder has its
+    /// capability's destination, and names none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub into: Option<DiscardInto>,
+}
+
+/// Where a one-shot server's own client pushed the entries it discards:
+/// an export of that server and the destination path in it, as the push
+/// named them.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DiscardInto {
+    pub export: String,
+    pub dest: String,
 }
 
 /// The most paths one [`Discard`] names.

@@ -540,7 +540,7 @@ impl<'a> Matrix<'a> {
                 self.run_cell(p, net, servers, i, r, doc)?;
             }
         }
-        for &i in &live {
+        for &i in live.iter().filter(|_| runs > 0) {
             // A cell cut short by an interrupt is run again whole by --resume.
             if doc.cells[i].runs.len() < runs {
                 doc.cells[i].runs.clear();
@@ -651,7 +651,8 @@ impl<'a> Matrix<'a> {
             if !wanted || known || servers.failed.contains_key(&t.name) {
                 continue;
             }
-            let grid = sweep::candidates(grid, &net.facts);
+            let bytes = self.sizes.get(w).copied();
+            let grid = sweep::candidates(&fitted(grid, bytes, &net.facts), &net.facts);
             let candidates = self.sweep_tool(p, net, servers, w, t, &grid)?;
             if self.s.stop.load(Ordering::SeqCst) {
                 return Ok(());
@@ -674,6 +675,10 @@ impl<'a> Matrix<'a> {
                 );
             }
             doc.sweeps.push(swept);
+            // A finished sweep is kept even if the run ends before its cells.
+            if let Some(f) = &self.s.a.resume {
+                super::save(f, doc);
+            }
         }
         Ok(())
     }
@@ -691,7 +696,7 @@ impl<'a> Matrix<'a> {
     ) -> Result<Vec<sweep::Tried>, String> {
         let n = grid.len();
         let plan = sweep::Plan {
-            rounds: sweep::ROUNDS,
+            rounds: self.s.a.sweep_rounds,
             run_timeout: self.s.a.run_timeout.as_secs_f64(),
             timed: w != "mem",
         };
@@ -828,7 +833,7 @@ impl<'a> Matrix<'a> {
         let far_here = net.far.as_ref().filter(|_| !t.local);
         let template = if put { &t.put } else { &t.get };
         let argv = peers::argv(template, j.args, &vars);
-        let filled = peers::fill_all(j.args, &vars);
+        let filled = peers::fill_all(j.args, &shown_vars(&vars));
         if self.s.verbose > 0 {
             eprintln!("  $ {}", shown_args(&argv));
         }
@@ -940,6 +945,23 @@ impl<'a> Matrix<'a> {
     }
 }
 
+/// A tool's grid for a workload of `bytes` (None: memory to memory, no
+/// end) on a path: without its window axis when the whole workload fits
+/// in one window, the path's bandwidth-delay product and the host's
+/// socket buffer cap both. Such a copy ends inside TCP's slow start, each
+/// stream bounded by its congestion window, never by a socket buffer; a
+/// window set from the BDP changes nothing but the sweep's length (on the
+/// satellite path, a round trip of 540 ms, it doubled it). Every tool's
+/// grid alike; the stream counts and the tools' own options stay.
+pub(super) fn fitted(s: &peers::Sweep, bytes: Option<u64>, facts: &PathFacts) -> peers::Sweep {
+    let fits = bytes.is_some_and(|b| b <= facts.bdp().min(facts.socket_cap));
+    let mut s = s.clone();
+    if fits {
+        s.window.clear();
+    }
+    s
+}
+
 /// A cell's settings' arguments: a fixed settings', or `best`'s: its
 /// tool's sweep winner on this path and workload.
 fn settings_args(t: &Tool, c: &Cell, doc: &Doc) -> Result<Vec<String>, String> {
@@ -958,6 +980,28 @@ fn failed_run(e: String) -> RunResult {
         error: Some(e),
         ..RunResult::default()
     }
+}
+
+/// The placeholders a run's arguments are shown (and kept in the
+/// document) with: the path's facts and the tool's ports, not this host's
+/// files (`{ssh}` stays `{ssh}`, not the work directory's script).
+pub(super) fn shown_vars(vars: &BTreeMap<&'static str, String>) -> BTreeMap<&'static str, String> {
+    const HOST_FILES: [&str; 10] = [
+        "bin",
+        "root",
+        "state",
+        "ssh",
+        "src",
+        "dst",
+        "dstdir",
+        "src_rel",
+        "dst_rel",
+        "dstdir_rel",
+    ];
+    vars.iter()
+        .filter(|(k, _)| !HOST_FILES.contains(k))
+        .map(|(k, v)| (*k, v.clone()))
+        .collect()
 }
 
 /// A run's name in the logs (and its directories' names).

@@ -1,8 +1,9 @@
 //! A measured best for every tool: on each path and workload, `best` is
 //! the fastest candidate of the tool's grid ([`Sweep`]), for longhaul as
 //! for every peer, found before the cells' runs by puts: every candidate
-//! warms up, then runs [`ROUNDS`] rounds alternated with the others (the
-//! order rotating each round), and its figure is the median of its rounds;
+//! warms up, then runs `--sweep-rounds` rounds (3 unless told) alternated
+//! with the others (the order rotating each round), and its figure is the
+//! median of its rounds;
 //! after round one a candidate is pruned only when even its fastest run is
 //! behind the leader's slowest by many times the noise ([`run_rounds`]).
 //! Every tool is told the same about the path: its rate and its
@@ -125,9 +126,6 @@ pub fn candidates(s: &Sweep, facts: &PathFacts) -> Vec<Vec<String>> {
     out
 }
 
-/// Rounds every candidate runs after its warm-up (unless pruned or
-/// failed): its figure is their median.
-pub const ROUNDS: u32 = 3;
 /// After round one a candidate is pruned only if even its fastest run so
 /// far trails the leader's slowest by this factor at least...
 const MIN_PRUNE_MARGIN: f64 = 2.0;
@@ -138,11 +136,12 @@ const NOISE_TIMES: f64 = 4.0;
 use longhaul_archive::matrix::mb;
 pub use longhaul_archive::matrix::{median, Outcome, Swept, Tried};
 
-/// About how many runs a sweep of `n` candidates makes: a warm-up and a
-/// round each, then the other rounds of those not pruned (about half on
-/// the grids here; all of them on a host whose noise prunes none).
-pub fn expected_runs(n: usize) -> usize {
-    2 * n + (ROUNDS as usize - 1) * n.div_ceil(2)
+/// About how many runs a sweep of `n` candidates over `rounds` rounds
+/// makes: a warm-up and a round each, then the other rounds of those not
+/// pruned (about half on the grids here; all of them on a host whose noise
+/// prunes none).
+pub fn expected_runs(n: usize, rounds: u32) -> usize {
+    2 * n + (rounds.max(1) as usize - 1) * n.div_ceil(2)
 }
 
 /// How a sweep runs: its rounds, and what bounds a run.

@@ -307,3 +307,74 @@ fn the_far_shell_gets_each_word_quoted_whole() {
     );
     assert!(far::join(&["printf", "a\0b"]).is_err());
 }
+
+/// The templates put the work directory in URLs and far paths: a relative
+/// `--work-dir` is made absolute (under the current directory).
+#[test]
+fn a_relative_work_dir_is_made_absolute() {
+    let d = absolute_dir(Path::new("work/m")).ok().unwrap();
+    assert!(d.is_absolute(), "{}", d.display());
+    assert_eq!(d, std::env::current_dir().unwrap().join("work/m"));
+    assert_eq!(
+        absolute_dir(Path::new("/x/y")).ok().as_deref(),
+        Some(Path::new("/x/y"))
+    );
+}
+
+/// On a long path a workload that fits in one window (the satellite
+/// path's 2 MB tree: its BDP is 67.5 MB, a socket buffer 4 MiB) is swept
+/// without the window axis, every tool alike: GridFTP's 12 candidates are
+/// 6 (its streams and its -fast/-pp stay). The same tree on loopback (BDP
+/// 1.25 MB), an elephant, and memory to memory keep the whole grid.
+#[test]
+fn a_workload_that_fits_in_one_window_is_swept_without_the_window_axis() {
+    let gridftp = peers::builtin()
+        .into_iter()
+        .find(|t| t.name == "gridftp")
+        .and_then(|t| t.sweep)
+        .unwrap();
+    let facts = |rate_bps: u64, rtt_s: f64| sweep::PathFacts {
+        rate_bps,
+        rtt_s,
+        socket_cap: 4 << 20,
+    };
+    let (sat, lo) = (facts(1_000_000_000, 0.54), facts(100_000_000_000, 0.0));
+    let count = |bytes: Option<u64>, f: &sweep::PathFacts| {
+        sweep::candidates(&drive::fitted(&gridftp, bytes, f), f)
+    };
+    let tree = Some(2_100_000);
+    let fit = count(tree, &sat);
+    assert_eq!(fit.len(), 6);
+    assert!(
+        fit.iter().all(|c| !c.iter().any(|a| a == "-tcp-bs")),
+        "{fit:?}"
+    );
+    assert!(fit.iter().any(|c| c.iter().any(|a| a == "-pp")), "{fit:?}");
+    assert!(
+        fit.iter().any(|c| c.windows(2).any(|w| w == ["-p", "17"])),
+        "{fit:?}"
+    );
+    assert_eq!(count(Some(64 << 20), &sat).len(), 12);
+    assert_eq!(count(None, &sat).len(), 12);
+    assert_eq!(count(tree, &lo).len(), 8);
+}
+
+/// The arguments a run is shown and kept with say the path's facts but
+/// not this host's files: rsync over ssh's AES-GCM candidate names
+/// `{ssh}`, not the work directory's script (a document is read elsewhere).
+#[test]
+fn a_runs_arguments_are_kept_without_this_hosts_paths() {
+    let vars = BTreeMap::from([
+        ("ssh", "/tmp/w/state/rsync-ssh/ssh".to_string()),
+        ("state", "/tmp/w/state/x".to_string()),
+        ("rate", "1000".to_string()),
+    ]);
+    let args: Vec<String> = ["-e", "{ssh} -c aes128-gcm@openssh.com", "--rate", "{rate}"]
+        .map(String::from)
+        .to_vec();
+    let shown = peers::fill_all(&args, &drive::shown_vars(&vars));
+    assert_eq!(
+        shown,
+        ["-e", "{ssh} -c aes128-gcm@openssh.com", "--rate", "1000"]
+    );
+}

@@ -304,7 +304,7 @@ fn print_connections(s: &CopyReport) {
     if let Some(o) = s.connections.as_ref().filter(|o| o.opened_by == "far_end") {
         outln!(
             "connections: opened by the far end ({})",
-            o.reason.as_deref().unwrap_or("connect-back")
+            esc(o.reason.as_deref().unwrap_or("connect-back"))
         );
     }
     if let Some(o) = s
@@ -315,7 +315,7 @@ fn print_connections(s: &CopyReport) {
     {
         outln!(
             "data connections: opened by the destination ({})",
-            o.reason.as_deref().unwrap_or("connect-back")
+            esc(o.reason.as_deref().unwrap_or("connect-back"))
         );
     }
 }
@@ -326,8 +326,8 @@ fn print_paths(s: &CopyReport) {
     for p in &s.paths {
         outln!(
             "path {} -> {}: {} stream(s), {}",
-            p.local,
-            p.remote,
+            esc(&p.local),
+            esc(&p.remote),
             p.streams,
             format_bytes(p.bytes)
         );
@@ -349,7 +349,7 @@ fn print_paths(s: &CopyReport) {
             },
             format_bytes(w.stream_window),
             format_rate(w.stream_ceiling_bps),
-            p.congestion,
+            esc(&p.congestion),
             p.pacing.map_or(String::new(), |r| format!(
                 ", paced to {} each",
                 format_rate(r as f64 * 8.0)

@@ -248,18 +248,21 @@ fn settings_lines(doc: &Doc, w: &str, verbose: u8) -> Vec<String> {
         for s in &t.settings {
             let mut by_path: Vec<(String, String)> = Vec::new();
             for p in &doc.paths {
+                let swept = doc.sweeps.iter().find(|x| {
+                    x.tool == t.name && x.path == p.name && x.workload == w && s == "best"
+                });
+                // A sweep alone (`--runs 0`): its cells have not run; its winner is said.
                 let args = doc
                     .cells
                     .iter()
                     .find(|c| {
                         c.tool == t.name && &c.settings == s && c.path == p.name && c.workload == w
                     })
-                    .and_then(|c| c.args.clone());
+                    .and_then(|c| c.args.clone())
+                    .or_else(|| swept.and_then(|x| x.winner.clone()));
                 let Some(args) = args else { continue };
                 let mut said = shown_args(&args);
-                if let Some(sw) = doc.sweeps.iter().find(|x| {
-                    x.tool == t.name && x.path == p.name && x.workload == w && s == "best"
-                }) {
+                if let Some(sw) = swept {
                     said.push_str(&format!(", {}", sw.summary()));
                     if let Some(when) = &sw.remembered {
                         said.push_str(&format!(", remembered from {when}"));
@@ -542,5 +545,22 @@ mod tests {
              3000 MB/s (its sweep's rounds were puts; -v lists them)",
         ];
         assert_eq!(l, want, "{l:#?}");
+        // A run of the sweeps alone (`--runs 0`): no cell ran, the winners are said.
+        let d = doc(
+            vec![cell("iperf3", "best", &[], &[])]
+                .into_iter()
+                .map(|mut c| {
+                    c.cell.args = None;
+                    c
+                })
+                .collect(),
+            vec![swept("iperf3", &["-P", "4"])],
+        );
+        let l = settings_lines(&d, "mem", 0);
+        assert_eq!(
+            l,
+            ["iperf3 (best) ran with loopback: -P 4, of 6 swept, one run each"],
+            "{l:#?}"
+        );
     }
 }
