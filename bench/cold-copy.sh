@@ -149,21 +149,7 @@ with open(sys.argv[1], "wb") as f:
         f.write(i.to_bytes(8, "little") + block[8:])
 EOF
 }
-make_tree() { # dir: NFILES files of 0.5-8 KiB in NFILES/11 directories
-    python3 - "$1" "$NFILES" <<'EOF'
-import os, random, sys
-root, n = sys.argv[1], int(sys.argv[2])
-rng = random.Random(45)
-dirs = max(1, n // 11)
-blob = os.urandom(8192)
-for i in range(n):
-    d = f"{root}/d{i % dirs:05d}"
-    os.makedirs(d, exist_ok=True)
-    size = rng.randint(512, 8192)
-    with open(f"{d}/f{i:06d}", "wb") as f:
-        f.write(i.to_bytes(8, "little") + blob[8:size])
-EOF
-}
+make_tree() { python3 bench/lib/tree-45.py "$1" "$NFILES"; } # NFILES files of 0.5-8 KiB in NFILES/11 dirs
 same() { # src copy
     if [ -d "$1" ]; then diff -rq "$1" "$2" >/dev/null; else cmp -s "$1" "$2"; fi
 }

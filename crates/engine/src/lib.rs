@@ -23,6 +23,7 @@
 
 pub mod bench;
 pub mod doctor;
+pub mod end;
 pub mod net;
 pub mod pathdb;
 pub mod perf;

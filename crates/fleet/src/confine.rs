@@ -72,7 +72,7 @@ impl Sources {
     /// its export. Nothing of them is on this node: they are checked by
     /// name here ([`Self::check`], [`Self::remote_share`]), and by their
     /// server, which confines each item of an order's share itself.
-    pub fn remote(sources: &[String]) -> Result<Sources, String> {
+    pub fn remote(sources: &[longhaul_engine::reach::End]) -> Result<Sources, String> {
         let roots = sources
             .iter()
             .map(|s| {

@@ -10,6 +10,7 @@
 
 use std::path::{Path, PathBuf};
 
+use longhaul_engine::reach::End;
 use longhaul_engine::xfer::source::ShareItem;
 use longhaul_proto::xfer::{Failure, Kind};
 use serde::{Deserialize, Serialize};
@@ -96,16 +97,18 @@ impl Manifest {
     /// entry's `path` is its path within the source's export. A name the
     /// listing could not give as it is (not UTF-8) fails, as a walk does.
     pub fn remote(
-        sources: &[String],
+        sources: &[End],
         recursive: bool,
         chunk_size: Option<u64>,
         client: &longhaul_engine::net::dial::ClientOptions,
     ) -> Result<Manifest, String> {
         use longhaul_engine::xfer::client::ls;
         let mut entries = Vec::new();
-        for s in sources {
-            let root = RemoteRoot::of(s)?;
-            let listed = ls(s, recursive, client).map_err(|e| format!("cannot list {s}: {e}"))?;
+        for source in sources {
+            let s = source.arg();
+            let root = RemoteRoot::of(source)?;
+            let listed =
+                ls(source, recursive, client).map_err(|e| format!("cannot list {s}: {e}"))?;
             // A directory lists its contents, anything else itself: one
             // entry of the source's own name that is not a directory may
             // be either, which its parent's listing tells.
@@ -115,9 +118,9 @@ impl Manifest {
                         && one.name == root.name
                         && !root.path.as_os_str().is_empty() =>
                 {
-                    let parent = root.parent_url();
+                    let parent = root.parent();
                     ls(&parent, false, client)
-                        .map_err(|e| format!("cannot list {parent}: {e}"))?
+                        .map_err(|e| format!("cannot list {}: {e}", parent.arg()))?
                         .into_iter()
                         .find(|e| e.name == root.name)
                         .filter(|e| e.kind != Kind::Dir)
@@ -171,7 +174,7 @@ impl Manifest {
         entries.sort_by(|a, b| a.rel.as_bytes().cmp(b.rel.as_bytes()));
         entries.dedup_by(|a, b| a.rel == b.rel);
         Ok(Manifest {
-            sources: sources.to_vec(),
+            sources: sources.iter().map(|s| s.arg().to_string()).collect(),
             entries,
         })
     }
@@ -302,28 +305,30 @@ pub struct RemoteRoot {
 }
 
 impl RemoteRoot {
-    pub fn of(source: &str) -> Result<RemoteRoot, String> {
-        let r = longhaul_proto::xfer::parse_remote(source)
-            .ok_or_else(|| format!("{source} is not a remote source"))?;
+    pub fn of(source: &End) -> Result<RemoteRoot, String> {
+        let r = source
+            .server()
+            .ok_or_else(|| format!("{} is not a remote source", source.arg()))?;
         let comps = longhaul_proto::xfer::components(&r.path).map_err(|e| e.to_string())?;
         Ok(RemoteRoot {
             name: comps
                 .last()
                 .map_or_else(|| r.export.clone(), |c| c.to_string()),
             path: comps.iter().collect(),
-            host: r.host,
-            export: r.export,
+            host: r.host.clone(),
+            export: r.export.clone(),
         })
     }
 
-    fn parent_url(&self) -> String {
+    /// The directory that holds it, on its server.
+    fn parent(&self) -> End {
         let parent = self.path.parent().unwrap_or(Path::new(""));
-        format!(
-            "longhaul://{}/{}/{}",
-            self.host,
-            self.export,
-            parent.display()
-        )
+        End::on_server(longhaul_proto::xfer::Remote {
+            host: self.host.clone(),
+            export: self.export.clone(),
+            path: parent.display().to_string(),
+            dir: parent.as_os_str().is_empty(),
+        })
     }
 }
 

@@ -189,7 +189,12 @@ pub fn run(f: &Fleet, reporter: &mut (dyn Reporter + Send)) -> Result<Outcome, E
 /// Whether the ranks order third-party copies: remote sources (on one
 /// server) pushed to a remote destination, the data never through them.
 pub fn third_party(f: &Fleet) -> bool {
-    longhaul_engine::xfer::copy::is_third_party(&f.cp.sources, &f.cp.dest)
+    longhaul_engine::reach::is_third_party(&f.cp.sources, &f.cp.dest)
+}
+
+/// The sources as the command named them (as a manifest records them).
+pub(crate) fn named(f: &Fleet) -> Vec<String> {
+    f.cp.sources.iter().map(|s| s.arg().to_string()).collect()
 }
 
 /// The sources, confined by name (remote ones: by their server too).
@@ -197,7 +202,7 @@ fn sources(f: &Fleet) -> Result<Sources, EngineError> {
     if third_party(f) {
         Sources::remote(&f.cp.sources).map_err(EngineError::Usage)
     } else {
-        Ok(Sources::new(&f.cp.sources))
+        Ok(Sources::new(&named(f)))
     }
 }
 
@@ -208,7 +213,7 @@ fn walk(f: &Fleet) -> Result<Manifest, EngineError> {
         return Manifest::remote(&f.cp.sources, f.cp.recursive, f.cp.chunk_size, &f.cp.client)
             .map_err(|e| EngineError::Usage(format!("cannot make the fleet's manifest: {e}")));
     }
-    Manifest::walk(&f.cp.sources, f.cp.recursive, f.cp.chunk_size).map_err(|failures| {
+    Manifest::walk(&named(f), f.cp.recursive, f.cp.chunk_size).map_err(|failures| {
         let first: Vec<String> = failures
             .iter()
             .take(3)
@@ -419,7 +424,7 @@ fn static_manifest(f: &Fleet, run_dir: &Path) -> Result<Manifest, EngineError> {
         .map_err(|e| format!("cannot read {}: {e}", path.display()))
         .and_then(|b| Manifest::decode(&b).map_err(|e| format!("{}: {e}", path.display())))
         .map_err(failed)?;
-    if m.sources != f.cp.sources {
+    if m.sources != named(f) {
         return Err(EngineError::Usage(format!(
             "the manifest in {} is of other sources ({}): give each transfer its own --run-dir",
             run_dir.display(),
@@ -538,7 +543,7 @@ fn run_static(
             add(&mut me, &s);
         }
     } else {
-        Sources::new(&f.cp.sources)
+        Sources::new(&named(f))
             .confine(&mine)
             .map_err(|e| failed(e.to_string()))?;
         let s = session(f, Share::Fixed(Arc::new(mine)), reporter)?;

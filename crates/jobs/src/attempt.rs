@@ -14,7 +14,7 @@ use std::time::Instant;
 use longhaul_archive::model::NewRun;
 use longhaul_archive::reporter::ArchiveReporter;
 use longhaul_engine::net::dial::ClientOptions;
-use longhaul_engine::reach::FarEnd;
+use longhaul_engine::reach::{reach_ends, End, FarEnd};
 use longhaul_engine::report::{Discard, Reporter};
 use longhaul_engine::results::CommandReporter;
 use longhaul_engine::server::oneshot::Admits;
@@ -24,7 +24,7 @@ use longhaul_engine::xfer::{beneath, confine, Catalogue, Export, Landed, Progres
 use longhaul_engine::EngineError;
 use longhaul_proto::job::{AttemptView, FileState, JobEnd, JobKind};
 use longhaul_proto::xfer::copy::{CopyOptions, CopyOrder};
-use longhaul_proto::xfer::Kind;
+use longhaul_proto::xfer::{Kind, Remote};
 
 use crate::store::{FileChange, FileRow, JobRow, JobStore};
 use crate::JobsConfig;
@@ -134,15 +134,14 @@ pub fn far_end(
         .map_err(|e| e.to_string())
 }
 
-/// `longhaul://HOST/EXPORT/PATH` of a far end.
-pub fn url_of(end: &JobEnd, path: &str) -> String {
-    let host = end.host.as_deref().unwrap_or_default();
-    let slash = if end.dir && !path.is_empty() && !path.ends_with('/') {
-        "/"
-    } else {
-        ""
-    };
-    format!("longhaul://{host}/{}/{path}{slash}", end.export)
+/// `path` on a far end's server (`longhaul://HOST/EXPORT/PATH`).
+pub fn on_server(end: &JobEnd, path: &str) -> End {
+    End::on_server(Remote {
+        host: end.host.clone().unwrap_or_default(),
+        export: end.export.clone(),
+        path: path.trim_end_matches('/').to_string(),
+        dir: end.dir || path.is_empty() || path.ends_with('/'),
+    })
 }
 
 /// The copy an attempt runs, as `cp` would take it.
@@ -171,7 +170,10 @@ fn plan(a: &Attempt) -> Result<CpOptions, String> {
     let (sources, dest, client, anchor) = match job.kind {
         JobKind::Push => {
             let ex = export_of(a.cfg, &spec.source)?;
-            let sources = local_paths(ex, &spec.source.paths)?;
+            let sources = local_paths(ex, &spec.source.paths)?
+                .into_iter()
+                .map(End::Local)
+                .collect();
             let anchor = longhaul_engine::xfer::beneath::Anchor::open_as(
                 &ex.root,
                 std::path::Path::new(&ex.name),
@@ -179,11 +181,11 @@ fn plan(a: &Attempt) -> Result<CpOptions, String> {
             .map_err(|e| e.to_string())?;
             let (dest, client) = match spec.dest.ssh {
                 Some(_) => (
-                    ssh_arg(&spec.dest, &spec.dest.paths[0]),
+                    over_ssh_end(&spec.dest, &spec.dest.paths[0]),
                     over_ssh_client(a.cfg, &interrupt),
                 ),
                 None => (
-                    url_of(&spec.dest, &spec.dest.paths[0]),
+                    on_server(&spec.dest, &spec.dest.paths[0]),
                     far_end(a.cfg, &spec.dest, &interrupt)?,
                 ),
             };
@@ -200,7 +202,7 @@ fn plan(a: &Attempt) -> Result<CpOptions, String> {
                     spec.source
                         .paths
                         .iter()
-                        .map(|p| ssh_arg(&spec.source, p))
+                        .map(|p| over_ssh_end(&spec.source, p))
                         .collect(),
                     over_ssh_client(a.cfg, &interrupt),
                 ),
@@ -208,20 +210,20 @@ fn plan(a: &Attempt) -> Result<CpOptions, String> {
                     spec.source
                         .paths
                         .iter()
-                        .map(|p| url_of(&spec.source, p))
+                        .map(|p| on_server(&spec.source, p))
                         .collect(),
                     far_end(a.cfg, &spec.source, &interrupt)?,
                 ),
             };
-            (sources, dest, client, None)
+            (sources, End::Local(dest), client, None)
         }
         JobKind::ThirdParty => (
             spec.source
                 .paths
                 .iter()
-                .map(|p| url_of(&spec.source, p))
+                .map(|p| on_server(&spec.source, p))
                 .collect(),
-            url_of(&spec.dest, &spec.dest.paths[0]),
+            on_server(&spec.dest, &spec.dest.paths[0]),
             far_end(a.cfg, &spec.source, &interrupt)?,
             None,
         ),
@@ -249,7 +251,7 @@ fn list(a: &Attempt, o: &CpOptions) -> Result<Vec<FileRow>, Ended> {
     };
     let mut rows: Vec<FileRow> = match job.kind {
         JobKind::Push => {
-            let roots: Vec<PathBuf> = o.sources.iter().map(PathBuf::from).collect();
+            let roots: Vec<PathBuf> = o.sources.iter().map(|s| PathBuf::from(s.arg())).collect();
             let (found, failed) =
                 longhaul_engine::xfer::source::walk(&roots, o.recursive, o.chunk_size, 1);
             let mut rows: Vec<FileRow> = found
@@ -270,7 +272,7 @@ fn list(a: &Attempt, o: &CpOptions) -> Result<Vec<FileRow>, Ended> {
     };
     let filter = longhaul_engine::xfer::client::compile_filter(
         &o.filter,
-        o.sources.iter().all(|s| s.ends_with('/')),
+        o.sources.iter().all(End::slashed),
     );
     if let Some(f) = filter.map_err(Ended::Refused)? {
         rows = without_excluded(rows, &f);
@@ -287,8 +289,10 @@ fn list(a: &Attempt, o: &CpOptions) -> Result<Vec<FileRow>, Ended> {
 /// name that is no directory is that file.
 fn remote_entries(o: &CpOptions) -> Result<Vec<(String, Kind, u64)>, Ended> {
     let mut out = Vec::new();
-    for s in &o.sources {
-        let r = longhaul_proto::xfer::parse_remote(s)
+    for source in &o.sources {
+        let s = source.arg();
+        let r = source
+            .server()
             .ok_or_else(|| Ended::Refused(format!("{s} is not remote")))?;
         let path = r.path.trim_end_matches('/');
         let name = path
@@ -297,7 +301,7 @@ fn remote_entries(o: &CpOptions) -> Result<Vec<(String, Kind, u64)>, Ended> {
             .filter(|n| !n.is_empty())
             .unwrap_or(&r.export)
             .to_string();
-        let listed = longhaul_engine::xfer::client::ls(s, o.recursive, &o.client)
+        let listed = longhaul_engine::xfer::client::ls(source, o.recursive, &o.client)
             .map_err(|e| ended_by(&e, format!("cannot list {s}: {e}")))?;
         match listed.as_slice() {
             [one] if one.kind != Kind::Dir && one.name == name && !path.is_empty() => {
@@ -442,12 +446,12 @@ fn over_ssh(a: &Attempt, o: &mut CpOptions) -> Result<Option<FarEnd>, Ended> {
     if spec.source.ssh.is_none() && spec.dest.ssh.is_none() {
         return Ok(None);
     }
-    let mut args = o.sources.clone();
-    args.push(o.dest.clone());
-    let far = longhaul_engine::reach::reach_for(&mut args, &mut o.client, &a.cfg.ssh, Admits::Open)
+    let mut ends = o.sources.clone();
+    ends.push(o.dest.clone());
+    let far = reach_ends(&mut ends, &mut o.client, &a.cfg.ssh, Admits::Open)
         .map_err(|e| ended_by(&e, format!("cannot reach the far end over ssh: {e}")))?;
-    o.dest = args.pop().unwrap_or_default();
-    o.sources = args;
+    o.dest = ends.pop().unwrap_or(End::Local(String::new()));
+    o.sources = ends;
     Ok(far)
 }
 
@@ -489,15 +493,15 @@ pub fn discard_over_ssh(
     discarded
 }
 
-/// `[USER@]HOST:path` of a far end over ssh.
-fn ssh_arg(end: &JobEnd, path: &str) -> String {
+/// `[USER@]HOST:path` of a far end over ssh, read as `cp` reads it.
+fn over_ssh_end(end: &JobEnd, path: &str) -> End {
     let host = end.ssh.as_deref().unwrap_or_default();
     let slash = if end.dir && !path.is_empty() && !path.ends_with('/') {
         "/"
     } else {
         ""
     };
-    format!("{host}:{path}{slash}")
+    End::read(&format!("{host}:{path}{slash}"))
 }
 
 /// How this server reaches a far end over ssh: no credential of the job's

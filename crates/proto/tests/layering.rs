@@ -33,7 +33,7 @@ const CRATES: [&str; 7] = ["proto", "engine", "archive", "fleet", "jobs", "view"
 /// own floor and below, never above. A new top-level module goes on the
 /// lowest floor whose modules it needs.
 const ENGINE_FLOORS: &[&[&str]] = &[
-    &[ROOT, "report", "state", "stages", "process", "ssh"],
+    &[ROOT, "report", "state", "stages", "process", "ssh", "end"],
     &["net", "wan", "pathdb"],
     &["perf", "xfer"],
     &["bench"],

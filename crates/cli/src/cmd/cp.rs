@@ -11,7 +11,7 @@ use longhaul_engine::server::oneshot::Admits;
 use longhaul_engine::xfer::client::{CopyReport, CpOptions};
 use longhaul_proto::xfer::SyncOptions;
 
-use super::plan::{args_of, Plan};
+use super::plan::Plan;
 use super::{ended, interrupt_flag, usage, Failure, Outcome};
 use crate::args::{ArchiveArgs, CpArgs, LsArgs, SshArgs};
 use crate::exit;
@@ -99,9 +99,8 @@ fn cp_over_ssh(
             .map_err(Failure::from)
             .inspect_err(|_| fatal.set(true))?
             .ok_or_else(|| Failure::internal("no ssh path after all"))?;
-        let mut all = args_of(&ends);
-        opts.dest = all.pop().unwrap_or_default();
-        opts.sources = all;
+        opts.dest = ends.pop().unwrap_or_else(|| plan.dest.clone());
+        opts.sources = ends;
         opts.catalogue = as_written(opts.catalogue.take(), &[&far]);
         match longhaul_engine::xfer::client::cp_with(&opts, printer) {
             Ok(mut s) => {
@@ -178,8 +177,9 @@ fn cp_third_party(
             return Err(e.into());
         }
     };
-    opts.sources = args_of(&sources);
-    opts.dest = dest[0].arg().to_string();
+    opts.sources = sources;
+    let [dest] = dest;
+    opts.dest = dest;
     let fars: Vec<&reach::FarEnd> = [&far_a, &far_b].into_iter().flatten().collect();
     opts.catalogue = as_written(opts.catalogue.take(), &fars);
     let copied = longhaul_engine::xfer::copy::third_party_cp(&opts, &from, &to, printer);
@@ -237,7 +237,7 @@ pub fn ls(a: LsArgs) -> Outcome {
     let retries = if far.is_some() { 0 } else { a.retry.retries };
     let listed =
         longhaul_engine::report::retrying(retries, &opts.interrupt, super::unreachable, |_| {
-            longhaul_engine::xfer::client::ls(target[0].arg(), a.recursive, &opts)
+            longhaul_engine::xfer::client::ls(&target[0], a.recursive, &opts)
         });
     let listed = match far {
         Some(far) => {

@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 
 use longhaul_engine::net::dial::ClientOptions;
+use longhaul_engine::reach::{self, End};
 use longhaul_engine::results::CommandReporter;
 
 use super::{ended, usage, Failure, Outcome};
@@ -51,16 +52,21 @@ fn diagnose(a: &DoctorArgs, printer: &mut dyn CommandReporter) -> Outcome {
         ..ClientOptions::default()
     };
     // `HOST:path`: a one-shot far end over ssh, whose one secret admits
-    // each of the doctor's control sessions (see `remote::reach_for`).
-    let mut target = [r.clone()];
-    let far = super::remote::reach_for(&mut target, &mut opts, &a.ssh, doctor::CONTROL_SESSIONS)?;
-    let [r] = target;
+    // each of the doctor's control sessions.
+    let mut target = [r];
+    let far = reach::reach_ends(
+        &mut target,
+        &mut opts,
+        &a.ssh.options(),
+        doctor::CONTROL_SESSIONS.into(),
+    )?;
     if far.is_some() && o.remember.take().is_some() {
         tracing::debug!("over ssh the far end's port is new each run: the path is not remembered");
     }
-    let Some(remote) = longhaul_proto::xfer::parse_remote(&r) else {
+    let Some(remote) = target[0].server() else {
         return Err(usage(format!(
-            "'{r}' is not remote: name it [USER@]HOST:path (ssh), or longhaul://HOST/EXPORT/path or HOST:PORT:EXPORT/path (a server)"
+            "'{}' is not remote: name it [USER@]HOST:path (ssh), or longhaul://HOST/EXPORT/path or HOST:PORT:EXPORT/path (a server)",
+            target[0].arg()
         )));
     };
     printer.status(&format!(
@@ -84,29 +90,28 @@ fn diagnose(a: &DoctorArgs, printer: &mut dyn CommandReporter) -> Outcome {
     Ok(exit::OK)
 }
 
-/// The source on this host and the far end, from the arguments.
-/// `[USER@]HOST:path` is a host over ssh (as for cp); a server is
-/// `longhaul://HOST[:PORT]/EXPORT/path` or `HOST:PORT:EXPORT/path`.
-fn targets(a: &DoctorArgs) -> Result<(Option<PathBuf>, Option<String>), Failure> {
-    let is_remote = |t: &String| {
-        super::remote::ssh_target(t).is_some() || longhaul_proto::xfer::parse_remote(t).is_some()
-    };
-    let (source, remote) = match a.targets.as_slice() {
+/// The source on this host and the far end, from the arguments (each
+/// read once, as for cp): `[USER@]HOST:path` is a host over ssh; a
+/// server is `longhaul://HOST[:PORT]/EXPORT/path` or `HOST:PORT:EXPORT/path`.
+fn targets(a: &DoctorArgs) -> Result<(Option<PathBuf>, Option<End>), Failure> {
+    let ends: Vec<End> = a.targets.iter().map(|t| End::read(t)).collect();
+    let (source, remote) = match ends.as_slice() {
         [] => (a.source.clone(), None),
-        [one] if is_remote(one) => (a.source.clone(), Some(one.clone())),
-        [one] => (Some(PathBuf::from(one)), None),
-        [src, r] => (Some(PathBuf::from(src)), Some(r.clone())),
+        [one] if one.is_remote() => (a.source.clone(), Some(one.clone())),
+        [one] => (Some(PathBuf::from(one.arg())), None),
+        [src, r] => (Some(PathBuf::from(src.arg())), Some(r.clone())),
         _ => unreachable!("clap takes at most two"),
     };
-    if a.source.is_some() && (a.targets.len() == 2 || a.targets.iter().any(|t| !is_remote(t))) {
+    if a.source.is_some() && (ends.len() == 2 || ends.iter().any(|t| !t.is_remote())) {
         return Err(usage(
             "name the source once: as the first argument or with --source",
         ));
     }
-    if let [first, _] = a.targets.as_slice() {
-        if is_remote(first) {
+    if let [first, _] = ends.as_slice() {
+        if first.is_remote() {
             return Err(usage(format!(
-                "'{first}' is remote: doctor takes [SOURCE] REMOTE, the source on this host"
+                "'{}' is remote: doctor takes [SOURCE] REMOTE, the source on this host",
+                first.arg()
             )));
         }
     }

@@ -154,13 +154,18 @@ fn reach_over_ssh(a: &CpArgs, dest: &End, cp: &mut CpOptions) -> Result<reach::F
     // manifest longer than a far end waits for its first session; this
     // also says now, not after that wait, whether the far end is reachable.
     let host = dest.server().map(|r| r.host.as_str()).unwrap_or_default();
-    let root = format!("longhaul://{host}/{}/", reach::ROOT_EXPORT);
+    let root = End::on_server(longhaul_proto::xfer::Remote {
+        host: host.to_string(),
+        export: reach::ROOT_EXPORT.to_string(),
+        path: String::new(),
+        dir: true,
+    });
     if let Err(e) = longhaul_engine::xfer::client::ls(&root, false, &cp.client) {
         let f = far.explain(e).into();
         far.finish();
         return Err(f);
     }
-    cp.dest = dest.arg().to_string();
+    cp.dest = dest;
     // Its port is new each run: nothing to remember a rate by.
     cp.path_memory = None;
     Ok(far)
@@ -221,17 +226,14 @@ fn mode_of(plan: &Plan, a: &CpArgs) -> Result<Mode, Failure> {
 }
 
 /// `dest` on this rank's server of `servers`.
-fn to_server(dest: &End, servers: &[String], rank: u32) -> Result<String, Failure> {
+fn to_server(dest: &End, servers: &[String], rank: u32) -> Result<End, Failure> {
     let r = dest.server().ok_or_else(|| {
         usage("--servers needs a remote destination (HOST:EXPORT/path): a fleet pushes")
     })?;
-    let server = &servers[rank as usize % servers.len()];
-    Ok(format!(
-        "longhaul://{server}/{}/{}{}",
-        r.export,
-        r.path,
-        if r.dir && !r.path.is_empty() { "/" } else { "" }
-    ))
+    Ok(End::on_server(longhaul_proto::xfer::Remote {
+        host: servers[rank as usize % servers.len()].clone(),
+        ..r.clone()
+    }))
 }
 
 /// Small files one queue unit carries at most.
@@ -267,7 +269,14 @@ mod tests {
     #[test]
     fn each_rank_pushes_to_its_server_with_the_same_export_and_path() {
         let s = vec!["dtn1".to_string(), "dtn2:5999".to_string()];
-        let to = |d: &str, rank| to_server(&End::read_server(d), &s, rank).ok();
+        let to = |d: &str, rank| {
+            Some(
+                to_server(&End::read_server(d), &s, rank)
+                    .ok()?
+                    .arg()
+                    .to_string(),
+            )
+        };
         assert_eq!(to("far:data/in/", 0).unwrap(), "longhaul://dtn1/data/in/");
         assert_eq!(
             to("far:7:data/in/x", 3).unwrap(),

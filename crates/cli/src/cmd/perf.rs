@@ -7,6 +7,7 @@ use std::time::Duration;
 use longhaul_engine::net::dial::{ClientOptions, Family, Paths, Security};
 use longhaul_engine::net::tls::TrustOptions;
 use longhaul_engine::perf::client::{run_perf, run_third_party};
+use longhaul_engine::reach::End;
 use longhaul_engine::results::CommandReporter;
 use longhaul_engine::server::{ServeConfig, Server};
 use longhaul_engine::xfer::client::CpOptions;
@@ -341,8 +342,13 @@ pub fn demo() -> Outcome {
     }
     printer.section("\n== cp -r: a 256 MiB file and 500 small ones, 4 streams, TLS ==");
     let cp = CpOptions::new(
-        vec![tree.display().to_string()],
-        format!("longhaul://{addr}/demo/"),
+        vec![End::Local(tree.display().to_string())],
+        End::on_server(longhaul_proto::xfer::Remote {
+            host: addr.to_string(),
+            export: "demo".into(),
+            path: String::new(),
+            dir: true,
+        }),
         opts.clone(),
     );
     match longhaul_engine::xfer::client::cp(&cp) {

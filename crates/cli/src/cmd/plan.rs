@@ -106,26 +106,25 @@ impl Plan {
         }
     }
 
-    /// The engine's transfer of this plan (its ends as written: a host
-    /// over ssh is put on its far end's server when the copy reaches it).
+    /// The engine's transfer of this plan (its ends as read: a host over
+    /// ssh is put on its far end's server when the copy reaches it).
     pub fn options(
         &self,
         a: &CpArgs,
         catalogue: Option<longhaul_engine::xfer::Catalogue>,
     ) -> Result<CpOptions, Failure> {
         let security = a.security.security()?;
-        let sources: Vec<String> = self.sources.iter().map(|e| e.arg().to_string()).collect();
         // A bad rule is the user's to fix before anything connects.
         let filter = a.filter_rules();
         longhaul_engine::xfer::client::compile_filter(
             &filter,
-            sources.iter().all(|s| s.ends_with('/')),
+            self.sources.iter().all(End::slashed),
         )
         .map_err(|e| usage(&e))?;
         let interrupt = interrupt_flag();
         Ok(CpOptions {
-            sources,
-            dest: self.dest.arg().to_string(),
+            sources: self.sources.clone(),
+            dest: self.dest.clone(),
             recursive: a.recursive || a.archive_mode,
             preserve: a.preserve || a.archive_mode,
             streams: a.streams,
@@ -169,9 +168,4 @@ impl Plan {
             },
         })
     }
-}
-
-/// `ends` as the engine's transfer names them.
-pub fn args_of(ends: &[End]) -> Vec<String> {
-    ends.iter().map(|e| e.arg().to_string()).collect()
 }

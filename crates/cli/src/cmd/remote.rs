@@ -42,21 +42,6 @@ impl From<Explained> for Failure {
     }
 }
 
-/// `arg` as `[USER@]HOST:path` (ssh), or None.
-pub fn ssh_target(arg: &str) -> Option<longhaul_engine::ssh::Target> {
-    longhaul_engine::ssh::Target::parse(arg)
-}
-
-/// [`reach::reach_for`] with the command line's ssh options.
-pub fn reach_for(
-    args: &mut [String],
-    client: &mut ClientOptions,
-    ssh: &SshArgs,
-    sessions: impl Into<Admits>,
-) -> Result<Option<FarEnd>, Failure> {
-    Ok(reach::reach_for(args, client, &ssh.options(), sessions)?)
-}
-
 /// [`reach::reach_host`] with the command line's ssh options.
 pub fn reach_host(
     hosts: &mut [String],

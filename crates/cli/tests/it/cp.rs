@@ -17,6 +17,7 @@ use longhaul_engine::xfer::storage::{Faults, Local, Storage};
 use serde_json::Value;
 
 use crate::common;
+use common::served::Served;
 use common::xfer::*;
 use common::{assert_exit, bin, stderr, stdout, TempDir};
 
@@ -511,15 +512,9 @@ fn corrupted_partial_chunk_is_detected_and_resent() {
     s.shutdown();
 }
 
-/// A child process, killed (SIGKILL) and reaped when dropped, so that a
-/// failing test leaves no process behind.
-use common::Owned as Proc;
-
-/// A `longhaul serve` process exporting `exp` as `data`; stderr goes to a
-/// file, from which the address is read.
-fn serve_process(t: &TempDir, exp: &Path, listen: &str, tag: &str) -> (Proc, SocketAddr) {
-    let log = t.path().join(format!("serve-{tag}.log"));
-    let mut child = Proc::new(
+/// A `longhaul serve` process exporting `exp` as `data`, and its address.
+fn serve_process(t: &TempDir, exp: &Path, listen: &str) -> (Served, SocketAddr) {
+    let mut served = Served::start(
         bin()
             .arg("serve")
             .arg("--listen")
@@ -529,33 +524,10 @@ fn serve_process(t: &TempDir, exp: &Path, listen: &str, tag: &str) -> (Proc, Soc
             .arg("--export")
             .arg(format!("data={}", exp.display()))
             .arg("--no-sync")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(fs::File::create(&log).unwrap())
-            .spawn()
-            .unwrap(),
+            .stdout(Stdio::null()),
     );
-    let start = Instant::now();
-    loop {
-        let text = fs::read_to_string(&log).unwrap_or_default();
-        // A whole line only: the log may be read while it is written.
-        if let Some(line) = text
-            .split_inclusive('\n')
-            .find(|l| l.contains("serving on ") && l.ends_with('\n'))
-        {
-            let addr = line.split("serving on ").nth(1).unwrap();
-            let addr = addr.split_whitespace().next().unwrap();
-            return (child, addr.parse().unwrap());
-        }
-        if let Ok(Some(st)) = child.try_wait() {
-            panic!("server exited ({st}): {text}");
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(10),
-            "server did not start: {text}"
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    let addr = served.addr();
+    (served, addr)
 }
 
 /// A push of a 512 MiB random file to a `longhaul serve` process, caught
@@ -579,7 +551,7 @@ fn push_and_kill_server(name: &str, seed: u64, cp_args: &[&str]) -> KilledServer
     let exp = t.dir("export");
     let file = srcd.join("large.img");
     write_random(&file, 512 * MIB as usize, seed);
-    let (mut server, addr) = serve_process(&t, &exp, "127.0.0.1:0", "1");
+    let (mut server, addr) = serve_process(&t, &exp, "127.0.0.1:0");
     let target = exp.join("large.img");
     let journal = side(&target, "lhjournal");
     let mut client = bin()
@@ -623,7 +595,7 @@ fn server_killed_mid_transfer_then_rerun_resumes() {
     assert!(!k.target.exists());
 
     // Same port again.
-    let (_server, addr2) = serve_process(&k.t, &k.exp, &k.addr.to_string(), "2");
+    let (_server, addr2) = serve_process(&k.t, &k.exp, &k.addr.to_string());
     assert_eq!(k.addr, addr2);
     let v = cp_ok(&[
         "--chunk",
@@ -656,7 +628,7 @@ fn server_killed_and_restarted_client_retries_and_resumes() {
             digests.to_str().unwrap(),
         ],
     );
-    let (_server, addr2) = serve_process(&k.t, &k.exp, &k.addr.to_string(), "2");
+    let (_server, addr2) = serve_process(&k.t, &k.exp, &k.addr.to_string());
     assert_eq!(k.addr, addr2);
     let out = k.client.wait_with_output().unwrap();
     assert_exit(&out, 0);

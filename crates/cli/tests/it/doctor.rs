@@ -12,7 +12,8 @@ use longhaul_engine::server::ServerHandle;
 use serde_json::Value;
 
 use crate::common;
-use common::wan::{can_emulate, serve_in_b, Served, Wan, BIN};
+use common::wan::{can_emulate, serve_in_b, Wan, BIN};
+use common::Owned;
 use common::{bin, stderr, TempDir};
 
 /// The stage names the verdict may use.
@@ -567,7 +568,7 @@ impl Throttled {
     }
 
     /// A `longhaul serve` on loopback inside the throttled group, exporting the file system.
-    fn serve(&self, state: &Path) -> (Served, u16) {
+    fn serve(&self, state: &Path) -> (Owned, u16) {
         let state = common::prepare_state(state);
         for i in 0..20u32 {
             let port = 20_000 + ((std::process::id() * 7 + i * 131) % 40_000) as u16;
@@ -577,24 +578,23 @@ impl Throttled {
                 state.display(),
                 self.mnt.display()
             );
-            let mut c = Command::new("sh")
-                .args(["-c", &script])
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .unwrap();
+            let mut c = Owned::spawn(
+                Command::new("sh")
+                    .args(["-c", &script])
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::null()),
+            )
+            .unwrap();
             let start = Instant::now();
             while start.elapsed() < Duration::from_secs(5) {
                 if TcpStream::connect(("127.0.0.1", port)).is_ok() {
-                    return (Served(c), port);
+                    return (c, port);
                 }
                 if c.try_wait().unwrap().is_some() {
                     break;
                 }
                 std::thread::sleep(Duration::from_millis(50));
             }
-            let _ = c.kill();
-            let _ = c.wait();
         }
         panic!("no server came up");
     }

@@ -12,7 +12,8 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 use crate::common;
-use common::wan::{Served, BIN};
+use common::wan::BIN;
+use common::Owned;
 use common::{bin, stderr, TempDir};
 
 /// CPU time per 100 ms period: a fifth of a core for the server, a tenth
@@ -202,19 +203,18 @@ fn doctor_names_the_servers_cpu_when_its_cgroup_quota_starves_it() {
             .arg(format!("data={}", export.display()))
             .stdout(Stdio::null())
             .stderr(Stdio::null());
-        let mut child = Served(cg.wrap(&c).spawn().unwrap());
+        let mut child = Owned::spawn(&mut cg.wrap(&c)).unwrap();
         let start = Instant::now();
         while start.elapsed() < Duration::from_secs(10) {
             if TcpStream::connect(("127.0.0.1", port)).is_ok() {
                 break;
             }
-            if child.0.try_wait().unwrap().is_some() {
+            if child.try_wait().unwrap().is_some() {
                 break;
             }
             std::thread::sleep(Duration::from_millis(50));
         }
-        if child.0.try_wait().unwrap().is_none() && TcpStream::connect(("127.0.0.1", port)).is_ok()
-        {
+        if child.try_wait().unwrap().is_none() && TcpStream::connect(("127.0.0.1", port)).is_ok() {
             served = Some((child, port));
             break;
         }

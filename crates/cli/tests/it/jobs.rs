@@ -1226,14 +1226,13 @@ fn a_job_rides_out_a_30_s_outage_on_an_80_ms_path() {
         let state = state.to_str().unwrap().to_string();
         all.push(&state);
         all.extend_from_slice(args);
-        let c = w
-            .exec(h, &all)
-            .env("RUST_LOG", "info")
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(t.path().join(format!("{h}.log"))).unwrap())
-            .spawn()
-            .unwrap();
-        Served(c)
+        common::Owned::spawn(
+            w.exec(h, &all)
+                .env("RUST_LOG", "info")
+                .stdout(Stdio::null())
+                .stderr(std::fs::File::create(t.path().join(format!("{h}.log"))).unwrap()),
+        )
+        .unwrap()
     };
     let export = format!("data={}", src.display());
     let into = format!("in={}", dst.display());

@@ -662,26 +662,19 @@ fn the_private_sshd_of_the_over_ssh_tools_lets_in_only_its_own_key() {
         .replace("{host}", "127.0.0.1");
     std::fs::write(state.join("sshd.sh"), script).unwrap();
     let log = std::fs::File::create(t.path().join("sshd.log")).unwrap();
-    let mut sshd = std::process::Command::new("sh")
-        .arg(state.join("sshd.sh"))
-        .stdout(log.try_clone().unwrap())
-        .stderr(log)
-        .spawn()
-        .unwrap();
-    struct Kill(std::process::Child);
-    impl Drop for Kill {
-        fn drop(&mut self) {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
+    let mut sshd = common::Owned::spawn(
+        std::process::Command::new("sh")
+            .arg(state.join("sshd.sh"))
+            .stdout(log.try_clone().unwrap())
+            .stderr(log),
+    )
+    .unwrap();
     let until = std::time::Instant::now() + std::time::Duration::from_secs(20);
     while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
         assert!(sshd.try_wait().unwrap().is_none(), "the sshd exited");
         assert!(std::time::Instant::now() < until, "the sshd never listened");
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
-    let _sshd = Kill(sshd);
     let stranger = t.path().join("stranger");
     let made = std::process::Command::new("ssh-keygen")
         .args(["-q", "-t", "ed25519", "-N", "", "-f"])

@@ -17,26 +17,23 @@ use longhaul_archive::model::HistoryFilter;
 use longhaul_archive::Archive;
 
 use crate::common;
+use common::served::Served;
 use common::xfer::*;
-use common::{bin, TempDir};
+use common::{bin, Owned, TempDir};
 
 const PROMETHEUS: &str = "/usr/bin/prometheus";
-
-/// A child process, killed (by its PID) and reaped when dropped.
-use common::Owned as Proc;
 
 /// A `longhaul serve` process on loopback exporting `exp` as `data`, with
 /// `extra` arguments; its address and, with `--metrics`, its metrics
 /// address, read from its log.
-struct Served {
-    _proc: Proc,
+struct Server {
+    served: Served,
     addr: SocketAddr,
     metrics: Option<SocketAddr>,
 }
 
-fn serve(t: &TempDir, exp: &Path, extra: &[&str]) -> Served {
-    let log = t.path().join("serve.log");
-    let mut child = Proc::new(
+fn serve(t: &TempDir, exp: &Path, extra: &[&str]) -> Server {
+    let mut served = Served::start(
         bin()
             .arg("serve")
             .args(["--listen", "127.0.0.1:0"])
@@ -46,50 +43,17 @@ fn serve(t: &TempDir, exp: &Path, extra: &[&str]) -> Served {
             .arg(format!("data={}", exp.display()))
             .arg("--no-sync")
             .args(extra)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(fs::File::create(&log).unwrap())
-            .spawn()
-            .unwrap(),
+            .stdout(Stdio::null()),
     );
-    let wants_metrics = extra.contains(&"--metrics");
-    let start = Instant::now();
-    loop {
-        let text = fs::read_to_string(&log).unwrap_or_default();
-        // Whole lines only: the log may be read while it is written.
-        let after = |marker: &str| {
-            text.split_inclusive('\n')
-                .find(|l| l.contains(marker) && l.ends_with('\n'))
-                .map(|l| {
-                    l.split(marker)
-                        .nth(1)
-                        .unwrap()
-                        .split_whitespace()
-                        .next()
-                        .unwrap()
-                        .trim_end_matches("/metrics")
-                        .to_string()
-                })
-        };
-        let addr = after("serving on ");
-        let metrics = after("metrics on http://");
-        if let Some(addr) = &addr {
-            if !wants_metrics || metrics.is_some() {
-                return Served {
-                    _proc: child,
-                    addr: addr.parse().unwrap(),
-                    metrics: metrics.map(|m| m.parse().unwrap()),
-                };
-            }
-        }
-        if let Ok(Some(st)) = child.try_wait() {
-            panic!("server exited ({st}): {text}");
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(30),
-            "server did not start: {text}"
-        );
-        std::thread::sleep(Duration::from_millis(20));
+    let addr = served.addr();
+    let metrics = extra.contains(&"--metrics").then(|| {
+        let m = served.wait_said("metrics on http://", Duration::from_secs(30));
+        m.trim_end_matches("/metrics").parse().unwrap()
+    });
+    Server {
+        served,
+        addr,
+        metrics,
     }
 }
 
@@ -182,7 +146,7 @@ fn metrics_count_a_push_and_prometheus_scrapes_them() {
 /// A Prometheus scraping one target every second, from a temporary
 /// directory; killed by its PID when dropped.
 struct Prometheus {
-    proc: Proc,
+    proc: Owned,
     api: String,
     log: PathBuf,
 }
@@ -201,7 +165,7 @@ impl Prometheus {
         .unwrap();
         let port = free_port();
         let log = dir.join("prometheus.log");
-        let proc = Proc::new(
+        let proc = Owned::spawn(
             Command::new(PROMETHEUS)
                 .arg(format!("--config.file={}", config.display()))
                 .arg(format!(
@@ -211,10 +175,9 @@ impl Prometheus {
                 .arg(format!("--web.listen-address=127.0.0.1:{port}"))
                 .stdin(Stdio::null())
                 .stdout(Stdio::null())
-                .stderr(fs::File::create(&log).unwrap())
-                .spawn()
-                .unwrap(),
-        );
+                .stderr(fs::File::create(&log).unwrap()),
+        )
+        .unwrap();
         Prometheus {
             proc,
             api: format!("http://127.0.0.1:{port}/api/v1/query"),
@@ -322,7 +285,7 @@ fn an_unusable_archive_warns_once_and_the_server_serves() {
     fs::write(&db, vec![b'x'; 8192]).unwrap();
     let s = serve(&t, &exp, &["--archive", db.to_str().unwrap()]);
     push_some(&t, s.addr);
-    let log = fs::read_to_string(t.path().join("serve.log")).unwrap();
+    let log = s.served.log();
     let warnings: Vec<&str> = log
         .lines()
         .filter(|l| l.contains("not archiving what this server serves"))

@@ -26,6 +26,7 @@ use longhaul_proto::frame::MAGIC;
 use longhaul_proto::msg::{Hello, Message, Refuse, RefuseCode, Role};
 
 use crate::common;
+use common::served::Served;
 use common::{assert_exit, bin, stderr, stdout, TempDir};
 
 // ---------------------------------------------------------------- helpers
@@ -1877,56 +1878,24 @@ fn wrong_trust_values_say_what_is_wrong_not_known_hosts() {
 }
 
 /// Runs `longhaul serve` on a free loopback port with debug logs; returns
-/// the child, its address and its stderr as it arrives.
-fn spawn_serve(
-    state: &Path,
-    export: &Path,
-) -> (std::process::Child, SocketAddr, Arc<Mutex<Vec<u8>>>) {
-    let mut c = bin();
-    c.env("RUST_LOG", "debug")
-        .args([
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--state-dir",
-            s(state),
-            "--export",
-            &format!("data={}", s(export)),
-        ])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped());
-    let mut child = c.spawn().unwrap();
-    let log = Arc::new(Mutex::new(Vec::new()));
-    let mut err = child.stderr.take().unwrap();
-    let sink = log.clone();
-    std::thread::spawn(move || {
-        let mut b = [0u8; 4096];
-        while let Ok(n) = err.read(&mut b) {
-            if n == 0 {
-                break;
-            }
-            sink.lock().unwrap().extend_from_slice(&b[..n]);
-        }
-    });
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let addr = loop {
-        let text = String::from_utf8_lossy(&log.lock().unwrap()).into_owned();
-        if let Some(a) = text
-            .split("serving on ")
-            .nth(1)
-            .and_then(|r| r.split_whitespace().next())
-            .and_then(|a| a.parse::<SocketAddr>().ok())
-        {
-            break a;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("longhaul serve did not start: {text}");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    (child, addr, log)
+/// it (its log as it arrives) and its address.
+fn spawn_serve(state: &Path, export: &Path) -> (Served, SocketAddr) {
+    let mut served = Served::start(
+        bin()
+            .env("RUST_LOG", "debug")
+            .args([
+                "serve",
+                "--listen",
+                "127.0.0.1:0",
+                "--state-dir",
+                s(state),
+                "--export",
+                &format!("data={}", s(export)),
+            ])
+            .stdout(Stdio::null()),
+    );
+    let addr = served.addr();
+    (served, addr)
 }
 
 /// Sends `bytes` over TLS, reads answers for up to 2 s, then hangs up.
@@ -1944,7 +1913,7 @@ fn client_strings_cannot_forge_server_log_lines() {
     let site = Site::new("logesc");
     // A real entry by that name, so that requests get past the lookup.
     fs::create_dir_all(site.export.join(EVIL)).unwrap();
-    let (mut child, addr, log) = spawn_serve(&site.state, &site.export);
+    let (mut served, addr) = spawn_serve(&site.state, &site.export);
     let hello_evil = |token: Option<&str>| {
         let mut b = MAGIC.to_vec();
         Message::Hello(Hello {
@@ -2011,11 +1980,7 @@ fn client_strings_cannot_forge_server_log_lines() {
     bad.extend_from_slice(&(body.len() as u32).to_be_bytes());
     bad.push(longhaul_proto::msg::kind::HELLO);
     bad.extend_from_slice(body.as_bytes());
-    let logged = || {
-        String::from_utf8_lossy(&log.lock().unwrap())
-            .matches("FAKE LOG LINE")
-            .count()
-    };
+    let logged = || served.log().matches("FAKE LOG LINE").count();
     let before = logged();
     poke(addr, &bad);
     // Until the server has logged the refusal of that last one.
@@ -2027,12 +1992,16 @@ fn client_strings_cannot_forge_server_log_lines() {
         );
         std::thread::sleep(Duration::from_millis(20));
     }
-    child.kill().unwrap();
-    child.wait().unwrap();
-    let log = log.lock().unwrap().clone();
-    let text = String::from_utf8_lossy(&log);
-    assert!(!log.contains(&0x1b), "an ESC byte reached the log:\n{text}");
-    assert!(!log.contains(&0x07), "a BEL byte reached the log:\n{text}");
+    served.kill().unwrap();
+    let text = served.log();
+    assert!(
+        !text.contains('\x1b'),
+        "an ESC byte reached the log:\n{text}"
+    );
+    assert!(
+        !text.contains('\x07'),
+        "a BEL byte reached the log:\n{text}"
+    );
     for line in text.lines() {
         assert!(
             !line.starts_with("2026 FAKE LOG LINE"),

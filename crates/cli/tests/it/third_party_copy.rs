@@ -920,7 +920,10 @@ fn a_remote_manifest_names_entries_as_the_sources_walk_does() {
             .iter()
             .map(|p| format!("{}/{p}", ra.display()))
             .collect();
-        let far: Vec<String> = paths.iter().map(|p| remote(a.addr(), p)).collect();
+        let far: Vec<_> = paths
+            .iter()
+            .map(|p| longhaul_engine::reach::End::read_server(&remote(a.addr(), p)))
+            .collect();
         let walked = Manifest::walk(&local, true, chunk).unwrap();
         let listed = Manifest::remote(&far, true, chunk, &client()).unwrap();
         assert_eq!(key(&listed), key(&walked), "{paths:?}");

@@ -11,7 +11,7 @@
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -27,33 +27,11 @@ use longhaul_proto::xfer::{Op, TransferRequest};
 
 use crate::common;
 use common::require::{have, program};
+use common::served::Served;
 use common::xfer::{build_tree, export, remote};
 use common::{assert_exit, bin, free_port, stderr, stdout, TempDir};
 
 // ---------------------------------------------------------------- helpers
-
-/// `longhaul serve` as its own process (ended by its handle when dropped).
-struct Served {
-    child: Child,
-    log: Arc<Mutex<Vec<u8>>>,
-}
-
-impl Drop for Served {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Served {
-    fn pid(&self) -> u32 {
-        self.child.id()
-    }
-
-    fn log(&self) -> String {
-        String::from_utf8_lossy(&self.log.lock().unwrap()).into_owned()
-    }
-}
 
 /// Runs `longhaul serve ARGS` with at most 4 GiB of address space (so
 /// that a server that would take more dies instead of the host), and
@@ -61,11 +39,7 @@ impl Served {
 fn serve_real(args: &[&str], ready: &str) -> (Served, SocketAddr) {
     use std::os::unix::process::CommandExt;
     let mut c = bin();
-    c.arg("serve")
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped());
+    c.arg("serve").args(args).stdout(Stdio::null());
     // SAFETY: between fork and exec only setrlimit runs, which is
     // async-signal-safe and touches no memory of the parent.
     unsafe {
@@ -78,37 +52,10 @@ fn serve_real(args: &[&str], ready: &str) -> (Served, SocketAddr) {
                 .map_err(std::io::Error::from)
         });
     }
-    let mut child = c.spawn().expect("start longhaul serve");
-    let log = Arc::new(Mutex::new(Vec::new()));
-    let mut err = child.stderr.take().unwrap();
-    let sink = log.clone();
-    std::thread::spawn(move || {
-        let mut b = [0u8; 4096];
-        while let Ok(n) = err.read(&mut b) {
-            if n == 0 {
-                break;
-            }
-            sink.lock().unwrap().extend_from_slice(&b[..n]);
-        }
-    });
-    let served = Served { child, log };
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let text = served.log();
-        if let Some(a) = text
-            .split(ready)
-            .nth(1)
-            .and_then(|r| r.split_whitespace().next())
-            .and_then(|a| a.parse::<SocketAddr>().ok())
-        {
-            return (served, a);
-        }
-        assert!(
-            Instant::now() < deadline,
-            "serve did not say '{ready}': {text}"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let mut served = Served::start(&mut c);
+    let addr = served.wait_said(ready, Duration::from_secs(60));
+    let addr = addr.parse().unwrap_or_else(|e| panic!("{addr}: {e}"));
+    (served, addr)
 }
 
 /// A process's peak resident memory (`VmHWM`), in bytes.
@@ -267,7 +214,7 @@ fn attacker_filter_rules_wait_for_a_slot_and_cannot_grow_the_servers_memory() {
         Ok(Some(Message::TransferAccept(_))) => {}
         other => panic!("the holder's pull was not accepted: {other:?}"),
     }
-    let before = peak_memory(served.pid());
+    let before = peak_memory(served.id());
     let mut rules = vec![format!("- {}", "?".repeat(200)); 1000];
     rules.extend(vec!["- [[:a]]\\w{20}[[b:]]".to_string(); 200]);
     let mut attacker = control(addr, None);
@@ -277,7 +224,7 @@ fn attacker_filter_rules_wait_for_a_slot_and_cannot_grow_the_servers_memory() {
         Ok(Some(Message::Queued(_))) => {}
         other => panic!("the rules were taken on before the request held a slot: {other:?}"),
     }
-    let queued = peak_memory(served.pid());
+    let queued = peak_memory(served.id());
     assert!(
         queued < before + (16 << 20),
         "{} MB more while queued",
@@ -291,7 +238,7 @@ fn attacker_filter_rules_wait_for_a_slot_and_cannot_grow_the_servers_memory() {
             other => break other,
         }
     };
-    let after = peak_memory(served.pid());
+    let after = peak_memory(served.id());
     match answer {
         Ok(Some(Message::Refuse(r))) => {
             assert_eq!(r.code, RefuseCode::BadRequest, "{}", r.message);

@@ -508,7 +508,6 @@ fn small_files_at_a_long_rtt_grow_the_files_in_flight() {
 /// nothing else given (no token, no trust, a fresh home).
 #[test]
 fn the_guides_wan_example_runs_as_written() {
-    use std::io::{BufRead, BufReader};
     use std::process::Stdio;
     if !can_emulate() {
         return;
@@ -570,20 +569,8 @@ fn the_guides_wan_example_runs_as_written() {
     let serve = lines[1]
         .strip_suffix('&')
         .expect("the server in the background");
-    let mut srv = common::wan::Served(
-        shell(serve)
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap(),
-    );
-    let mut log = BufReader::new(srv.stderr.take().unwrap());
-    let mut seen = String::new();
-    while !seen.contains("serving on") {
-        let mut l = String::new();
-        assert!(log.read_line(&mut l).unwrap() > 0, "serve ended: {seen}");
-        seen.push_str(&l);
-    }
+    let mut srv = common::served::Served::start(shell(serve).stdout(Stdio::null()));
+    srv.addr();
     let o = shell(lines[2]).output().unwrap();
     assert!(
         o.status.success(),

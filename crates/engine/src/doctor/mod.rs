@@ -1051,13 +1051,18 @@ impl ShortCopy<'_> {
             .copied()
             .collect::<Vec<_>>()
             .join("/");
-        let dest = format!("longhaul://{}/{}/{inside}/", self.host, self.export);
+        let dest = crate::end::End::on_server(longhaul_proto::xfer::Remote {
+            host: self.host.to_string(),
+            export: self.export.to_string(),
+            path: inside.clone(),
+            dir: true,
+        });
         let co = CpOptions {
             force: true,
             // Only the scratch directory itself is made: its parent is the
             // directory the probe found.
             mkpath: true,
-            ..CpOptions::new(vec![source], dest, opts.clone())
+            ..CpOptions::new(vec![crate::end::End::Local(source)], dest, opts.clone())
         };
         let progress = co.progress.clone();
         let stop = std::sync::Arc::new((std::sync::Mutex::new(false), std::sync::Condvar::new()));

@@ -1,90 +1,14 @@
-//! One end of a copy or a listing as the user named it, read once: a
-//! local path, a path on a longhaul server, or a path on a host over ssh
-//! ([`End::read`]); and the ends over ssh put on the far end started for
-//! them ([`reach_ends`]).
+//! The ends over ssh put on the far end started for them
+//! ([`reach_ends`]); the ends themselves are [`crate::end::End`].
 
-use longhaul_proto::xfer::{parse_remote, Remote};
+use longhaul_proto::xfer::Remote;
 
+use crate::end::End;
 use crate::net::dial::ClientOptions;
 use crate::server::oneshot::Admits;
-use crate::ssh::Target;
 use crate::EngineError;
 
 use super::{FarEnd, SshOptions};
-
-/// One end, as the user wrote it (`arg`) and what it names.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum End {
-    /// A path on this host.
-    Local(String),
-    /// A path on a longhaul server: `longhaul://HOST[:PORT]/EXPORT/path`,
-    /// `HOST:PORT:EXPORT/path`, or (where an ssh path is not meant: a
-    /// fleet's `--servers`) `HOST:EXPORT/path`.
-    Server { arg: String, at: Remote },
-    /// A path on a host reached over ssh: `[USER@]HOST:path`.
-    Ssh { arg: String, at: Target },
-}
-
-impl End {
-    /// Reads `arg`: ssh's `[USER@]HOST:path` (no port after the host, no
-    /// scheme), else a server's, else a local path (no `:` before its
-    /// first `/`, as scp and rsync read it).
-    pub fn read(arg: &str) -> End {
-        if let Some(at) = Target::parse(arg) {
-            return End::Ssh {
-                arg: arg.to_string(),
-                at,
-            };
-        }
-        End::read_server(arg)
-    }
-
-    /// Reads `arg` as a server's path (`HOST:EXPORT/path` too), else a
-    /// local one: never ssh.
-    pub fn read_server(arg: &str) -> End {
-        match parse_remote(arg) {
-            Some(at) => End::Server {
-                arg: arg.to_string(),
-                at,
-            },
-            None => End::Local(arg.to_string()),
-        }
-    }
-
-    /// As the user wrote it (or, once reached, its server's address).
-    pub fn arg(&self) -> &str {
-        match self {
-            End::Local(a) | End::Server { arg: a, .. } | End::Ssh { arg: a, .. } => a,
-        }
-    }
-
-    /// A server's or an ssh host's: not on this host.
-    pub fn is_remote(&self) -> bool {
-        !matches!(self, End::Local(_))
-    }
-
-    /// Its ssh host and path, if over ssh.
-    pub fn ssh(&self) -> Option<&Target> {
-        match self {
-            End::Ssh { at, .. } => Some(at),
-            _ => None,
-        }
-    }
-
-    /// Its server, export and path, if on a server.
-    pub fn server(&self) -> Option<&Remote> {
-        match self {
-            End::Server { at, .. } => Some(at),
-            _ => None,
-        }
-    }
-}
-
-/// Whether ends copy between two remote ends (servers, or hosts over ssh):
-/// every source remote, and the destination too.
-pub fn is_third_party(sources: &[End], dest: &End) -> bool {
-    dest.is_remote() && !sources.is_empty() && sources.iter().all(End::is_remote)
-}
 
 /// If any of `ends` is over ssh: checks they all name one host and no
 /// server beside it, starts the far end there (its secret admits `admits`
@@ -144,6 +68,7 @@ pub fn reach_ends(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::end::is_third_party;
 
     #[test]
     fn each_end_is_read_once_as_local_server_or_ssh() {

@@ -39,7 +39,8 @@ use crate::server::oneshot::Admits;
 use crate::ssh::Target;
 use crate::EngineError;
 
-pub use end::{is_third_party, reach_ends, End};
+pub use crate::end::{is_third_party, End};
+pub use end::reach_ends;
 pub use far::{explain_third_party, AsWritten, Explained, Exported, FarEnd};
 pub use start::start;
 
@@ -84,29 +85,10 @@ pub fn export_path(path: &str) -> Result<(&'static str, String), String> {
     Ok((HOME_EXPORT, path.to_string()))
 }
 
-/// [`reach_ends`] for arguments as written (`doctor`'s): each ssh path
-/// among `args` is rewritten into its address on the far end's one-shot
-/// server. Its secret admits `sessions` control sessions one after
-/// another (the doctor's stages), or, [`Admits::Open`], as many as the
-/// client opens while the channel lives.
-pub fn reach_for(
-    args: &mut [String],
-    client: &mut ClientOptions,
-    ssh: &SshOptions,
-    sessions: impl Into<Admits>,
-) -> Result<Option<FarEnd>, EngineError> {
-    let mut ends: Vec<End> = args.iter().map(|a| End::read(a)).collect();
-    let far = reach_ends(&mut ends, client, ssh, sessions.into())?;
-    for (a, e) in args.iter_mut().zip(&ends) {
-        *a = e.arg().to_string();
-    }
-    Ok(far)
-}
-
 /// `perf [USER@]HOST:`: a host named with an empty ssh path (nothing else
 /// a perf target can be) is reached over ssh; its argument becomes the
 /// one-shot server's `ADDR:PORT`, and `client` trusts and proves itself as
-/// in [`reach_for`]. One host only: a third-party test over ssh is not built.
+/// in [`reach_ends`]. One host only: a third-party test over ssh is not built.
 pub fn reach_host(
     hosts: &mut [String],
     client: &mut ClientOptions,

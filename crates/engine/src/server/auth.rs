@@ -18,12 +18,14 @@
 use std::path::{Path, PathBuf};
 
 use longhaul_proto::tokenproof;
+use longhaul_proto::units::escaped;
 use longhaul_proto::xfer::copy::GrantRequest;
 use serde::{Deserialize, Serialize};
 use std::time::Instant;
 
 use crate::state::{make_state_dir, named_state_dir};
-use crate::xfer::Export;
+use crate::xfer::beneath::Anchor;
+use crate::xfer::{beneath, Export};
 use crate::EngineError;
 
 const GRANTS_FILE: &str = "grants";
@@ -541,6 +543,52 @@ pub fn authenticate(
         }
     }
     Ok(Access::anonymous(public_perf))
+}
+
+/// Whether what a read capability's session reads stays within its scope
+/// once the links on the way are followed: each of `read` (a path as
+/// named, and as [`Anchor::resolve`] resolved it beneath the export's
+/// `root`) beneath one of the capability's sources, as named or as
+/// resolved. Its sources are checked as named at each request
+/// ([`within_scope`]); this keeps a link inside them from leading to the
+/// rest of the export. Ok for any other session.
+pub(super) fn reads_within(
+    access: &Access,
+    anchor: &Anchor,
+    root: &Path,
+    read: &[(&str, &Path)],
+) -> Result<(), String> {
+    use longhaul_proto::xfer::copy::CapabilityOp;
+    let Some(scope) = access
+        .scope
+        .as_ref()
+        .filter(|s| s.request.op != CapabilityOp::Push)
+    else {
+        return Ok(());
+    };
+    let mut inside = Vec::new();
+    for s in &scope.request.sources {
+        let Ok(named) = beneath(root, s.trim_end_matches('/')) else {
+            continue;
+        };
+        if let Ok(r) = anchor.resolve(&named, true) {
+            inside.push(r);
+        }
+        inside.push(named);
+    }
+    match read
+        .iter()
+        .find(|(_, r)| !inside.iter().any(|s| r.starts_with(s)))
+    {
+        Some((named, _)) => Err(format!(
+            "{}/{} leads outside what this job's capability reads ({}/{{{}}}) through a symbolic link: name the path the link leads to in the job",
+            scope.request.export,
+            escaped(named),
+            scope.request.export,
+            escaped(&scope.request.sources.join(", "))
+        )),
+        None => Ok(()),
+    }
 }
 
 #[cfg(test)]

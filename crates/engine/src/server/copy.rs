@@ -24,10 +24,11 @@ use longhaul_proto::xfer::copy::{
     within_scope, CopyConnectBack, CopyLanded, CopyOrder, CopyProgress, CopyShareItem,
     CAPABILITY_PREFIX,
 };
-use longhaul_proto::xfer::TransferRequest;
+use longhaul_proto::xfer::{Remote, TransferRequest};
 
 use super::slots::Claimant;
 use super::{auth, Shared};
+use crate::end::End;
 use crate::net::back;
 use crate::net::conn::FramedConn;
 use crate::net::dial::{open_control, ClientOptions, Security};
@@ -103,52 +104,6 @@ impl Capabilities {
             return Err(NOT_GOOD.into());
         }
         Ok(())
-    }
-}
-
-/// Whether what a read capability's session reads stays within its scope
-/// once the links on the way are followed: each of `read` (a path as
-/// named, and as [`Anchor::resolve`] resolved it beneath the export's
-/// `root`) beneath one of the capability's sources, as named or as
-/// resolved. Its sources are checked as named at each request
-/// ([`within_scope`]); this keeps a link inside them from leading to the
-/// rest of the export. Ok for any other session.
-pub(super) fn reads_within(
-    access: &auth::Access,
-    anchor: &Anchor,
-    root: &Path,
-    read: &[(&str, &Path)],
-) -> Result<(), String> {
-    use longhaul_proto::xfer::copy::CapabilityOp;
-    let Some(scope) = access
-        .scope
-        .as_ref()
-        .filter(|s| s.request.op != CapabilityOp::Push)
-    else {
-        return Ok(());
-    };
-    let mut inside = Vec::new();
-    for s in &scope.request.sources {
-        let Ok(named) = beneath(root, s.trim_end_matches('/')) else {
-            continue;
-        };
-        if let Ok(r) = anchor.resolve(&named, true) {
-            inside.push(r);
-        }
-        inside.push(named);
-    }
-    match read
-        .iter()
-        .find(|(_, r)| !inside.iter().any(|s| r.starts_with(s)))
-    {
-        Some((named, _)) => Err(format!(
-            "{}/{} leads outside what this job's capability reads ({}/{{{}}}) through a symbolic link: name the path the link leads to in the job",
-            scope.request.export,
-            escaped(named),
-            scope.request.export,
-            escaped(&scope.request.sources.join(", "))
-        )),
-        None => Ok(()),
     }
 }
 
@@ -390,7 +345,8 @@ fn check_order<'a>(
         .map(String::as_str)
         .zip(resolved.iter().map(|r| r.as_path()))
         .collect();
-    reads_within(access, &anchor, &ex.root, &read).map_err(|m| (RefuseCode::Unauthorized, m))?;
+    auth::reads_within(access, &anchor, &ex.root, &read)
+        .map_err(|m| (RefuseCode::Unauthorized, m))?;
     if sources.is_empty() || (slashed > 0 && slashed < sources.len()) {
         return Err((
             RefuseCode::BadRequest,
@@ -449,17 +405,15 @@ fn copy_options(
     interrupt: &Arc<AtomicBool>,
     tx: &mpsc::Sender<CopyRelay>,
 ) -> crate::xfer::client::CpOptions {
-    let slash = if order.dest_dir && !order.dest.is_empty() {
-        "/"
-    } else {
-        ""
-    };
-    let dest = format!(
-        "longhaul://{}/{}/{}{slash}",
-        order.target, order.dest_export, order.dest
-    );
+    let dest = End::on_server(Remote {
+        host: order.target.clone(),
+        export: order.dest_export.clone(),
+        path: order.dest.trim_end_matches('/').to_string(),
+        dir: order.dest_dir || order.dest.is_empty() || order.dest.ends_with('/'),
+    });
+    let sources = checked.sources.into_iter().map(End::Local).collect();
     let x = &order.options;
-    let mut o = crate::xfer::copy::options_of(x, checked.sources, dest, client.clone());
+    let mut o = crate::xfer::copy::options_of(x, sources, dest, client.clone());
     o.source_anchor = Some(Arc::new(checked.anchor));
     o.share = checked.share.map(|items| Share::Fixed(Arc::new(items)));
     o.progress = Arc::new(crate::xfer::Progress {
@@ -743,8 +697,8 @@ mod tests {
         std::fs::create_dir(&out).unwrap();
         let pull = |path: &str| {
             let mut o = crate::xfer::client::CpOptions::new(
-                vec![format!("longhaul://{addr}/data/{path}")],
-                format!("{}/", out.display()),
+                vec![End::read(&format!("longhaul://{addr}/data/{path}"))],
+                End::local(format!("{}/", out.display())),
                 holder.clone(),
             );
             o.retries = 0;
@@ -752,19 +706,25 @@ mod tests {
         };
         pull("tree/a").unwrap();
         assert_eq!(std::fs::read(out.join("a")).unwrap(), b"mine");
-        let listed =
-            crate::xfer::client::ls(&format!("longhaul://{addr}/data/tree/"), false, &holder)
-                .unwrap();
+        let listed = crate::xfer::client::ls(
+            &End::read(&format!("longhaul://{addr}/data/tree/")),
+            false,
+            &holder,
+        )
+        .unwrap();
         assert!(listed.iter().any(|e| e.name == "out"), "{listed:?}");
         for path in ["tree/out/key", "tree/out/"] {
             let e = pull(path).unwrap_err().to_string();
             assert!(e.contains("leads outside"), "{path}: {e}");
         }
         assert!(!out.join("key").exists());
-        let e =
-            crate::xfer::client::ls(&format!("longhaul://{addr}/data/tree/out/"), false, &holder)
-                .unwrap_err()
-                .to_string();
+        let e = crate::xfer::client::ls(
+            &End::read(&format!("longhaul://{addr}/data/tree/out/")),
+            false,
+            &holder,
+        )
+        .unwrap_err()
+        .to_string();
         assert!(e.contains("leads outside"), "{e}");
         srv.shutdown();
     }

@@ -201,7 +201,7 @@ fn place_transfer<'a>(
                         format!("{} does not exist", shared.cfg.show(ex, p)),
                     ));
                 }
-                super::copy::reads_within(access, &anchor, &ex.root, &[(p, &r)])
+                super::auth::reads_within(access, &anchor, &ex.root, &[(p, &r)])
                     .map_err(|m| Refusal::Refuse(RefuseCode::Unauthorized, m))?;
                 roots.push(r);
             }
@@ -618,7 +618,7 @@ fn list(
     // a link of that name leads to, `DIR` the link itself (as `ls -l`).
     let named = beneath(&ex.root, &l.path).map_err(bad)?;
     let path = anchor.resolve(&named, l.path.ends_with('/')).map_err(bad)?;
-    super::copy::reads_within(access, &anchor, &ex.root, &[(&l.path, &path)])
+    super::auth::reads_within(access, &anchor, &ex.root, &[(&l.path, &path)])
         .map_err(|m| (RefuseCode::Unauthorized, m))?;
     let at = anchor.anchored(&path).map_err(bad)?;
     let meta = std::fs::symlink_metadata(&at).map_err(|e| {

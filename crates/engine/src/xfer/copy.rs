@@ -14,9 +14,10 @@ use longhaul_proto::msg::{Message, RefuseCode, Stop};
 use longhaul_proto::xfer::copy::{
     ConnectBackOrder, CopyOptions, CopyOrder, CopyReport, CopyShareItem, GrantRequest,
 };
-use longhaul_proto::xfer::parse_remote;
+use longhaul_proto::xfer::Remote;
 
 use super::client::CpOptions;
+use crate::end::End;
 use crate::net::back::{self, Opened, Route};
 use crate::net::dial::{open_control, ClientOptions, Control};
 use crate::net::sock;
@@ -39,13 +40,6 @@ const SILENCE: Duration = Duration::from_secs(90);
 const RELAYED_MAX: u32 = longhaul_proto::xfer::back::ALLOW_MAX;
 
 pub use longhaul_proto::xfer::report::ThirdPartyUse;
-
-/// Whether a copy's paths name a remote source and a remote destination.
-pub fn is_third_party(sources: &[String], dest: &str) -> bool {
-    parse_remote(dest).is_some()
-        && !sources.is_empty()
-        && sources.iter().all(|s| parse_remote(s).is_some())
-}
 
 fn bytes_of(c: &Control) -> u64 {
     sock::tcp_bytes(sock::fd_of(c.conn.tcp())).map_or(0, |(acked, received)| acked + received)
@@ -93,7 +87,7 @@ pub fn third_party_share(
     let walled = back::route_for(held.ctl.peer).filter(|r| r.is_back());
     let order = CopyOrder {
         export,
-        sources: order_paths(&srcs, &o.sources),
+        sources: order_paths(&o.sources),
         target: d.host.clone(),
         fingerprint: held.fingerprint.clone(),
         capability: held.capability.clone(),
@@ -123,7 +117,7 @@ pub fn third_party_share(
         dry_run: o.dry_run,
         third_party: Some(ThirdPartyUse {
             source: host,
-            dest: d.host,
+            dest: d.host.clone(),
             control_bytes,
             data_connections: Some(opened_by(back_to)),
         }),
@@ -134,20 +128,25 @@ pub fn third_party_share(
 /// The remote sources (one server and export, every one with a trailing
 /// `/` or none) and the remote destination of a third-party copy, each
 /// end reached with its own credential, over TLS.
-fn remote_ends(
-    o: &CpOptions,
+fn remote_ends<'o>(
+    o: &'o CpOptions,
     from: &ClientOptions,
     to: &ClientOptions,
-) -> Result<
-    (
-        Vec<longhaul_proto::xfer::Remote>,
-        longhaul_proto::xfer::Remote,
-    ),
-    EngineError,
-> {
+) -> Result<(Vec<&'o Remote>, &'o Remote), EngineError> {
     let usage = |m: &str| EngineError::Usage(m.to_string());
-    let d = parse_remote(&o.dest).ok_or_else(|| usage("the destination is not remote"))?;
-    let srcs: Vec<_> = o.sources.iter().filter_map(|s| parse_remote(s)).collect();
+    if let Some(e) = o
+        .sources
+        .iter()
+        .chain([&o.dest])
+        .find(|e| e.ssh().is_some())
+    {
+        return Err(super::client::unreached(e));
+    }
+    let d = o
+        .dest
+        .server()
+        .ok_or_else(|| usage("the destination is not remote"))?;
+    let srcs: Vec<&Remote> = o.sources.iter().filter_map(End::server).collect();
     if srcs.is_empty() || srcs.len() != o.sources.len() {
         return Err(usage(
             "a third-party copy names remote sources only (HOST:PORT:EXPORT/path, longhaul://HOST/EXPORT/path or HOST:path)",
@@ -157,7 +156,7 @@ fn remote_ends(
     if srcs.iter().any(|r| &r.host != host || &r.export != export) {
         return Err(usage("all remote sources must be on one server and export"));
     }
-    let slashed = o.sources.iter().filter(|s| s.ends_with('/')).count();
+    let slashed = o.sources.iter().filter(|s| s.slashed()).count();
     if slashed > 0 && slashed < o.sources.len() {
         return Err(usage(
             "name every source with a trailing '/' (copy their contents) or none (copy them by name), not a mix",
@@ -174,13 +173,14 @@ fn remote_ends(
 
 /// The order's source paths as the source's export names them, each
 /// with the trailing `/` its user gave.
-fn order_paths(srcs: &[longhaul_proto::xfer::Remote], named: &[String]) -> Vec<String> {
-    srcs.iter()
-        .zip(named)
-        .map(|(r, s)| {
-            if s.ends_with('/') && !r.path.is_empty() {
+fn order_paths(sources: &[End]) -> Vec<String> {
+    sources
+        .iter()
+        .filter_map(|s| Some((s.server()?, s.slashed())))
+        .map(|(r, slashed)| {
+            if slashed && !r.path.is_empty() {
                 format!("{}/", r.path)
-            } else if s.ends_with('/') {
+            } else if slashed {
                 "/".to_string()
             } else {
                 r.path.clone()
@@ -234,8 +234,8 @@ fn opened_by(back_to: Option<SocketAddr>) -> Opened {
 /// retries at most 10.
 pub fn options_of(
     x: &CopyOptions,
-    sources: Vec<String>,
-    dest: String,
+    sources: Vec<End>,
+    dest: End,
     client: ClientOptions,
 ) -> CpOptions {
     let mut o = CpOptions::new(sources, dest, client);

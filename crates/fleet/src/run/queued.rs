@@ -126,7 +126,7 @@ fn checked(f: &Fleet, hash: &str, bytes: &[u8]) -> Result<Manifest, EngineError>
             "the queue's manifest does not match its hash ({hash}): the database was changed by hand?"
         )));
     }
-    if m.sources != f.cp.sources {
+    if m.sources != super::named(f) {
         return Err(EngineError::Usage(format!(
             "the queue's run is of other sources ({}): give each transfer its own --run-id",
             m.sources.join(" ")
@@ -160,7 +160,7 @@ pub(super) fn run_queue(
         f.rank.rank
     );
     let heartbeat = Heartbeat::start(url, run_id, &worker, *lease)?;
-    let sources = Arc::new(Sources::new(&f.cp.sources));
+    let sources = Arc::new(Sources::new(&super::named(f)));
     let started = Instant::now();
     let mut me = new_rank(f, &manifest);
     let q = Arc::new(Mutex::new(q));

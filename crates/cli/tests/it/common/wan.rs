@@ -6,6 +6,8 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use super::Owned;
+
 pub const BIN: &str = env!("CARGO_BIN_EXE_longhaul");
 
 /// True where the emulator can run; else SKIP, or a failure under
@@ -82,34 +84,10 @@ impl Drop for Wan {
     }
 }
 
-/// A `longhaul serve` (in a namespace or not), killed when dropped, also
-/// when a test panics.
-pub struct Served(pub Child);
-
-impl std::ops::Deref for Served {
-    type Target = Child;
-    fn deref(&self) -> &Child {
-        &self.0
-    }
-}
-
-impl std::ops::DerefMut for Served {
-    fn deref_mut(&mut self) -> &mut Child {
-        &mut self.0
-    }
-}
-
-impl Drop for Served {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 /// A server in host b exporting `dir`, anyone allowed (plaintext too).
-pub fn serve_in_b(w: &Wan, dir: &Path, state: &Path) -> Served {
-    let c = w
-        .exec(
+pub fn serve_in_b(w: &Wan, dir: &Path, state: &Path) -> Owned {
+    let c = Owned::spawn(
+        w.exec(
             "b",
             &[
                 "serve",
@@ -125,9 +103,9 @@ pub fn serve_in_b(w: &Wan, dir: &Path, state: &Path) -> Served {
             ],
         )
         .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+        .stderr(Stdio::null()),
+    )
+    .unwrap();
     // Until it listens.
     let start = Instant::now();
     while start.elapsed() < Duration::from_secs(5) {
@@ -143,5 +121,5 @@ pub fn serve_in_b(w: &Wan, dir: &Path, state: &Path) -> Served {
         }
         std::thread::sleep(Duration::from_millis(100));
     }
-    Served(c)
+    c
 }

@@ -20,6 +20,7 @@ use longhaul_proto::msg::Message;
 use longhaul_proto::xfer::*;
 
 use super::filter::Filter;
+use crate::end::End;
 use crate::net::dial::{open_control, ClientOptions};
 use crate::report::{Discard, Reporter, PROGRESS_TICK};
 use crate::EngineError;
@@ -29,8 +30,12 @@ use plan::plan;
 /// What `cp` was asked to do.
 #[derive(Clone)]
 pub struct CpOptions {
-    pub sources: Vec<String>,
-    pub dest: String,
+    /// Each read once where it was named (the command line, a job's spec,
+    /// an order); an end over ssh is reached
+    /// ([`crate::reach::reach_ends`]) before the copy starts, which
+    /// refuses it.
+    pub sources: Vec<End>,
+    pub dest: End,
     pub recursive: bool,
     pub preserve: bool,
     /// Data streams; None sizes them for the path (see [`longhaul_proto::window`]).
@@ -100,7 +105,7 @@ impl CpOptions {
     /// A recursive copy of `sources` to `dest` with every other setting at
     /// `cp`'s defaults (streams sized for the path, tuned online, files
     /// synced, no retries).
-    pub fn new(sources: Vec<String>, dest: String, client: ClientOptions) -> CpOptions {
+    pub fn new(sources: Vec<End>, dest: End, client: ClientOptions) -> CpOptions {
         CpOptions {
             sources,
             dest,
@@ -136,7 +141,7 @@ impl CpOptions {
     /// `SRC/`: sources named with a trailing slash stand for their
     /// contents, as in rsync (see [`landing`]).
     fn contents(&self) -> bool {
-        self.sources.iter().all(|s| s.ends_with('/'))
+        self.sources.iter().all(End::slashed)
     }
 
     /// The filter, compiled; None without rules. A bad rule is a usage
@@ -153,6 +158,15 @@ pub fn compile_filter(rules: &[String], contents: bool) -> Result<Option<Arc<Fil
         return Ok(None);
     }
     Filter::new(rules, contents).map(|f| Some(Arc::new(f)))
+}
+
+/// An end over ssh handed on before its far end was started: the
+/// caller's to reach first ([`crate::reach::reach_ends`]).
+pub(crate) fn unreached(end: &End) -> EngineError {
+    EngineError::Usage(format!(
+        "'{}' is a path on a host over ssh, which this copy was not started for: its far end must be reached first (run it as `longhaul cp` does)",
+        end.arg()
+    ))
 }
 
 /// Worth another attempt: the network or the peer went away (never a
@@ -260,13 +274,17 @@ fn stage_rate(bytes: u64, busy_us: u64, parallel: u16) -> f64 {
     bytes as f64 * 8.0 * 1e6 / (busy_us as f64 / f64::from(parallel.max(1)))
 }
 
-/// Lists a remote path.
-pub fn ls(target: &str, recursive: bool, o: &ClientOptions) -> Result<Vec<ListEntry>, EngineError> {
-    let r = parse_remote(target).ok_or_else(|| {
-        EngineError::Usage(format!(
-            "'{target}' is not remote: name it [USER@]HOST:path (a host over ssh) or longhaul://HOST[:PORT]/EXPORT/path (a longhaul server)"
-        ))
-    })?;
+/// Lists a path on a server (an end over ssh once reached).
+pub fn ls(target: &End, recursive: bool, o: &ClientOptions) -> Result<Vec<ListEntry>, EngineError> {
+    let r = match target {
+        End::Server { at, .. } => at.clone(),
+        End::Local(p) => {
+            return Err(EngineError::Usage(format!(
+                "'{p}' is not remote: name it [USER@]HOST:path (a host over ssh) or longhaul://HOST[:PORT]/EXPORT/path (a longhaul server)"
+            )))
+        }
+        End::Ssh { .. } => return Err(unreached(target)),
+    };
     let mut ctl = open_control(&r.host, o)?;
     // `DIR/` keeps its slash: the server lists what a link of that name
     // leads to, where `DIR` is the link itself (as `ls -l`).

@@ -281,7 +281,7 @@ impl Side<'_> {
                 progress: o.progress.clone(),
                 landing,
                 dest,
-                dest_shown: o.dest.clone(),
+                dest_shown: o.dest.arg().to_string(),
                 preserve: o.preserve,
                 keep_special_modes: o.keep_special_modes,
                 force: o.force,

@@ -207,6 +207,7 @@ mod tests {
     use longhaul_proto::window::{plan, BufferCaps, PathInput};
 
     use super::*;
+    use crate::end::End;
     use crate::net::dial::ClientOptions;
 
     #[test]
@@ -235,7 +236,11 @@ mod tests {
 
     #[test]
     fn files_in_flight_are_fixed_by_the_user_or_grow_from_the_paths_need() {
-        let mut o = CpOptions::new(vec!["a".into()], "srv:d/x".into(), ClientOptions::default());
+        let mut o = CpOptions::new(
+            vec![End::local("a")],
+            End::read_server("srv:d/x"),
+            ClientOptions::default(),
+        );
         let w = window(10_000_000_000, 100_000);
         let cap = DEFAULT_FILES_IN_FLIGHT * 4;
         let start = initial_files_in_flight(w.target_bps, w.rtt_us, cap);
@@ -253,7 +258,11 @@ mod tests {
 
     #[test]
     fn a_rate_or_fixed_streams_need_no_memory_of_the_path() {
-        let mut o = CpOptions::new(vec!["a".into()], "srv:d/x".into(), ClientOptions::default());
+        let mut o = CpOptions::new(
+            vec![End::local("a")],
+            End::read_server("srv:d/x"),
+            ClientOptions::default(),
+        );
         o.path_memory = Some("/nonexistent/paths.json".into());
         o.rate = Some(1_000_000);
         assert_eq!(target_rate(&o, "srv", true, 1000).0, Some(1_000_000));

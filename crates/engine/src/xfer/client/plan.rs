@@ -10,6 +10,7 @@ use longhaul_proto::xfer::*;
 use super::super::beneath::Anchor;
 use super::super::Landed;
 use super::CpOptions;
+use crate::end::End;
 use crate::EngineError;
 
 pub(super) enum Plan {
@@ -42,36 +43,42 @@ impl Plan {
 /// is a push of local sources; remote sources (all on one server and
 /// export) are a pull to a local destination.
 pub(super) fn plan(o: &CpOptions) -> Result<Plan, EngineError> {
-    let slashed = o.sources.iter().filter(|s| s.ends_with('/')).count();
+    let slashed = o.sources.iter().filter(|s| s.slashed()).count();
     if slashed > 0 && slashed < o.sources.len() {
         return Err(EngineError::Usage(
             "name every source with a trailing '/' (copy their contents) or none (copy them by name), not a mix".into(),
         ));
     }
-    let dest_remote = parse_remote(&o.dest);
-    let remotes: Vec<Option<Remote>> = o.sources.iter().map(|s| parse_remote(s)).collect();
-    match dest_remote {
-        Some(d) => {
-            if remotes.iter().any(Option::is_some) {
+    if let Some(e) = o
+        .sources
+        .iter()
+        .chain([&o.dest])
+        .find(|e| e.ssh().is_some())
+    {
+        return Err(super::unreached(e));
+    }
+    match &o.dest {
+        End::Server { at: d, .. } => {
+            if o.sources.iter().any(End::is_remote) {
                 return Err(EngineError::Usage(
                     "remote-to-remote copies are not supported yet: copy to a local directory first".into(),
                 ));
             }
             Ok(Plan::Push {
-                host: d.host,
-                export: d.export,
-                dest: d.path,
+                host: d.host.clone(),
+                export: d.export.clone(),
+                dest: d.path.clone(),
                 dest_dir: d.dir,
-                roots: o.sources.iter().map(PathBuf::from).collect(),
+                roots: o.sources.iter().map(|s| PathBuf::from(s.arg())).collect(),
             })
         }
-        None if o.share.is_some() => Err(EngineError::Usage(
+        _ if o.share.is_some() => Err(EngineError::Usage(
             "a fleet pushes: name a local source and a remote destination (longhaul://HOST[:PORT]/EXPORT/path)"
                 .into(),
         )),
-        None => {
-            let rs: Vec<Remote> = remotes.into_iter().flatten().collect();
-            if rs.len() != o.sources.len() {
+        _ => {
+            let rs: Vec<&Remote> = o.sources.iter().filter_map(End::server).collect();
+            if rs.is_empty() || rs.len() != o.sources.len() {
                 return Err(EngineError::Usage(
                     "neither side is remote: name the far side as [USER@]HOST:path (a host over ssh) or longhaul://HOST[:PORT]/EXPORT/path (a longhaul server)".into(),
                 ));
@@ -85,8 +92,8 @@ pub(super) fn plan(o: &CpOptions) -> Result<Plan, EngineError> {
             Ok(Plan::Pull {
                 host,
                 export,
-                sources: rs.into_iter().map(|r| r.path).collect(),
-                dest: PathBuf::from(&o.dest),
+                sources: rs.into_iter().map(|r| r.path.clone()).collect(),
+                dest: PathBuf::from(o.dest.arg()),
             })
         }
     }
@@ -232,8 +239,9 @@ impl Place {
                 }
             })
             .collect();
-        let dest = std::path::absolute(&o.dest)
-            .map_or_else(|_| o.dest.clone(), |p| p.to_string_lossy().into_owned());
+        let named = o.dest.arg();
+        let dest = std::path::absolute(named)
+            .map_or_else(|_| named.to_string(), |p| p.to_string_lossy().into_owned());
         Place {
             roots,
             dest,
@@ -323,10 +331,10 @@ pub(super) fn local_dest(
         },
     };
     let (landing, create) = landing(
-        &o.dest,
+        o.dest.arg(),
         o.sources.len() as u32,
         o.contents(),
-        o.dest.ends_with('/'),
+        o.dest.slashed(),
         state,
         o.mkpath,
     )
@@ -359,7 +367,7 @@ pub(super) fn local_dest(
 fn dest_link(o: &CpOptions, link: Option<PathBuf>, what: &str) -> EngineError {
     EngineError::Usage(format!(
         "destination {} is a symbolic link to {}, {what}: a link is never replaced or written through; name what it leads to, or remove the link",
-        o.dest,
+        o.dest.arg(),
         link.unwrap_or_default().display()
     ))
 }
@@ -370,8 +378,8 @@ mod tests {
     use crate::net::dial::ClientOptions;
 
     fn opts(sources: &[&str], dest: &str) -> CpOptions {
-        let sources = sources.iter().map(|s| s.to_string()).collect();
-        CpOptions::new(sources, dest.into(), ClientOptions::default())
+        let sources = sources.iter().map(|s| End::read_server(s)).collect();
+        CpOptions::new(sources, End::read_server(dest), ClientOptions::default())
     }
 
     fn refused(o: &CpOptions) -> String {
@@ -424,6 +432,9 @@ mod tests {
         assert!(refused(&opts(&["srv:d/a", "b"], "c")).contains("neither side is remote"));
         assert!(refused(&opts(&["s1:d/a", "s2:d/b"], "c")).contains("one server and export"));
         assert!(refused(&opts(&["s1:d/a", "s1:e/b"], "c")).contains("one server and export"));
+        let mut ssh = opts(&["a"], "c");
+        ssh.dest = End::read("host:in/");
+        assert!(refused(&ssh).contains("'host:in/' is a path on a host over ssh"));
         let mut fleet = opts(&["srv:d/a"], "c");
         fleet.share = Some(super::super::super::source::Share::Fixed(Arc::default()));
         assert!(refused(&fleet).contains("a fleet pushes"));

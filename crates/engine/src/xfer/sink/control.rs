@@ -214,6 +214,11 @@ impl Work<'_> {
             Event::Opened(id, want) => m.opened(now, id, want),
             Event::Full(id, error) => m.no_room(now, id, error),
             Event::Done(d, bytes) => m.file_done(now, d, bytes),
+            Event::Dones(dones) => {
+                for (d, bytes) in dones {
+                    m.file_done(now, d, bytes);
+                }
+            }
             Event::Resend(r) => {
                 if let Some(f) = self.files.lock().expect("poisoned").get(&r.id) {
                     f.inner.lock().expect("poisoned").ledger.damaged();

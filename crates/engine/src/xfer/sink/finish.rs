@@ -63,10 +63,11 @@ pub(super) fn finish_batches(
             b
         };
         let synced = cfg.sync_files && sync_together(&batch);
-        for f in batch {
-            let done = finish(&f, cfg, synced);
-            let _ = tx.send(Event::Done(done, f.entry.carried_bytes()));
-        }
+        let dones = batch
+            .iter()
+            .map(|f| (finish(f, cfg, synced), f.entry.carried_bytes()))
+            .collect();
+        let _ = tx.send(Event::Dones(dones));
     }
 }
 
@@ -242,7 +243,7 @@ fn verify(f: &FileState, cfg: &SinkConfig) -> Result<(), String> {
 }
 
 /// Files one finisher takes at a time.
-const FINISH_BATCH: usize = 256;
+pub(super) const FINISH_BATCH: usize = 256;
 
 /// Files up to this size are made durable together by one syncfs(2); a
 /// batch with a larger one syncs each file on its own.

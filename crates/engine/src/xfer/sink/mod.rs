@@ -258,6 +258,9 @@ enum Event {
     /// No room at the destination for a file (its partial file removed).
     Full(u64, String),
     Done(FileDone, u64),
+    /// A finisher's batch, told at once: one wake-up of the control thread
+    /// for up to [`finish::FINISH_BATCH`] files, not one a file.
+    Dones(Vec<(FileDone, u64)>),
     Resend(Resend),
     Fatal(String),
     Written {

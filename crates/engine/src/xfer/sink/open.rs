@@ -134,21 +134,30 @@ pub(super) fn open_file(
 
 /// Whether the destination has the file already: a regular file of its
 /// size, and its mtime (or, with `sync --checksum`, its content). A
-/// missing (or refused) parent: no such file here yet.
+/// missing (or refused) parent: no such file here yet. Stat'ed relative to
+/// its directory's descriptor (cached by the anchor): no walk of a
+/// `/proc/self/fd` path per file, which a no-change sync pays for every
+/// file it has (issue 45).
 fn in_place(e: &Entry, cfg: &SinkConfig, target: &Path) -> bool {
-    let Some(at) = cfg.anchor.anchored(target).ok() else {
+    use rustix::fs::{statat, AtFlags, FileType};
+    let Ok((dir, name)) = cfg.anchor.parent_of(target, false) else {
         return false;
     };
-    let Ok(m) = std::fs::symlink_metadata(&at) else {
+    let Ok(st) = statat(dir.fd(), name.as_os_str(), AtFlags::SYMLINK_NOFOLLOW) else {
         return false;
     };
-    m.is_file()
-        && m.len() == e.size
+    FileType::from_raw_mode(st.st_mode) == FileType::RegularFile
+        && u64::try_from(st.st_size) == Ok(e.size)
         && match &e.digest {
             // sync --checksum: the content decides, not the mtime.
-            Some(d) => super::super::content_digest(&*cfg.storage, &at, e.size)
+            Some(d) => super::super::content_digest(&*cfg.storage, &dir.join(&name), e.size)
                 .is_ok_and(|mine| &mine == d),
-            None => super::super::mtime_ns(&m) == e.mtime_ns,
+            None => {
+                st.st_mtime
+                    .saturating_mul(1_000_000_000)
+                    .saturating_add(st.st_mtime_nsec as i64)
+                    == e.mtime_ns
+            }
         }
 }
 

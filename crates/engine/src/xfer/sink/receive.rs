@@ -168,7 +168,13 @@ impl StreamReceiver<'_> {
             error: body.write_error,
             busy_us: body.write_us,
         };
-        book(f, written, self.tx, self.fin, self.cfg)
+        let mut tally = Tally::default();
+        let completed = book(f, written, self.tx, &mut tally)?;
+        tally.flush(self.tx);
+        if completed {
+            complete(f, self.tx, self.fin, self.cfg);
+        }
+        Ok(())
     }
 
     /// A chunk's bytes, read in pieces (or zeros for a hole, or decoded
@@ -342,6 +348,8 @@ fn receive_bundle(
             .map(|rec| files.get(&rec.file).cloned())
             .collect()
     };
+    let mut tally = Tally::default();
+    let mut completed = Vec::new();
     for (rec, f) in records.iter().zip(found) {
         let Some(f) = f else { continue };
         check_record(rec.data.len(), &f.entry)?;
@@ -376,7 +384,13 @@ fn receive_bundle(
             error,
             busy_us: t.elapsed().as_micros() as u64,
         };
-        book(&f, written, tx, fin, cfg)?;
+        if book(&f, written, tx, &mut tally)? {
+            completed.push(f);
+        }
+    }
+    tally.flush(tx);
+    for f in &completed {
+        complete(f, tx, fin, cfg);
     }
     Ok(())
 }
@@ -404,58 +418,83 @@ struct Written {
     busy_us: u64,
 }
 
+/// Bytes written and the time their writes took, told to the control
+/// thread once per frame ([`Event::Written`]): once per file, on a bundle
+/// of small files, woke the control thread for every file (issue 45).
+#[derive(Default)]
+struct Tally {
+    bytes: u64,
+    busy_us: u64,
+}
+
+impl Tally {
+    /// Tells what was written, if anything (before the files it completed
+    /// are finished: the report counts their bytes).
+    fn flush(self, tx: &Sender<Event>) {
+        if self.bytes > 0 || self.busy_us > 0 {
+            let _ = tx.send(Event::Written {
+                bytes: self.bytes,
+                busy_us: self.busy_us,
+            });
+        }
+    }
+}
+
 /// Books a chunk that matched its hash: a write error fails the file (no
 /// room for it is the control thread's to answer: it may come again
-/// alone); else the chunk is journaled and verified in the ledger, and the
-/// file finished if that completes it.
+/// alone); else the chunk is tallied, journaled and verified in the
+/// ledger. Whether that completed the file (to [`complete`] once the
+/// tally is told).
 fn book(
     f: &Arc<FileState>,
     w: Written,
     tx: &Sender<Event>,
-    fin: &Sender<Arc<FileState>>,
-    cfg: &SinkConfig,
-) -> Result<(), String> {
+    tally: &mut Tally,
+) -> Result<bool, String> {
     if let Some(e) = w.error {
         give_up(f, e, "write", tx);
-        return Ok(());
+        return Ok(false);
     }
-    let complete = {
-        let mut p = f.inner.lock().expect("poisoned");
-        let held = match w.copy {
-            Some(c) => p.ledger.holds(w.index, c),
-            None => p.ledger.wants(w.index),
-        };
-        if !held {
-            return Ok(());
-        }
-        let _ = tx.send(Event::Written {
-            bytes: u64::from(w.len),
-            busy_us: w.busy_us,
-        });
-        let record = journal_record(w.index, &w.hash);
-        if let Err(e) = p.journal.as_mut().map_or(Ok(()), |j| j.write_all(&record)) {
-            if !no_room(&e) {
-                return Err(io_err("append to journal", &f.journal_path, e));
-            }
-            drop(p);
-            give_up(f, e, "append to the journal of", tx);
-            return Ok(());
-        }
-        match w.copy {
-            Some(c) => p.ledger.verified_copy(w.index, c, w.hash),
-            None => p.ledger.verified(w.index, w.hash),
-        };
-        p.ledger.claim()
+    let mut p = f.inner.lock().expect("poisoned");
+    let held = match w.copy {
+        Some(c) => p.ledger.holds(w.index, c),
+        None => p.ledger.wants(w.index),
     };
-    if complete {
-        if finishes_at_once(f, cfg) {
-            let done = finish(f, cfg, true);
-            let _ = tx.send(Event::Done(done, f.entry.carried_bytes()));
-        } else {
-            let _ = fin.send(f.clone());
-        }
+    if !held {
+        return Ok(false);
     }
-    Ok(())
+    tally.bytes += u64::from(w.len);
+    tally.busy_us += w.busy_us;
+    let record = journal_record(w.index, &w.hash);
+    if let Err(e) = p.journal.as_mut().map_or(Ok(()), |j| j.write_all(&record)) {
+        if !no_room(&e) {
+            return Err(io_err("append to journal", &f.journal_path, e));
+        }
+        drop(p);
+        give_up(f, e, "append to the journal of", tx);
+        return Ok(false);
+    }
+    match w.copy {
+        Some(c) => p.ledger.verified_copy(w.index, c, w.hash),
+        None => p.ledger.verified(w.index, w.hash),
+    };
+    Ok(p.ledger.claim())
+}
+
+/// Finishes a file whose every chunk is in: here if that waits on no
+/// device, else on the finishers.
+fn complete(
+    f: &Arc<FileState>,
+    tx: &Sender<Event>,
+    fin: &Sender<Arc<FileState>>,
+    cfg: &SinkConfig,
+) {
+    if finishes_at_once(f, cfg) {
+        let done = finish(f, cfg, true);
+        let _ = tx.send(Event::Done(done, f.entry.carried_bytes()));
+    } else {
+        let _ = fin.send(f.clone());
+    }
 }
 
 /// A file whose write failed (`what`: the operation): nothing of it
@@ -702,13 +741,18 @@ mod tests {
         receive_bundle(&mut &frame[..], &mut body, &files, &tx, &fin, &cfg).unwrap();
         drop((tx, fin));
         let events: Vec<Event> = rx.iter().collect();
-        assert!(matches!(events[0], Event::Written { bytes: 5, .. }));
+        // One tally for the frame: file 1's bytes, not file 2's.
+        let written: Vec<u64> = events
+            .iter()
+            .filter_map(|e| match e {
+                Event::Written { bytes, .. } => Some(*bytes),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(written, [5]);
         assert!(events
             .iter()
             .any(|e| matches!(e, Event::Resend(Resend { id: 2, index: 0 }))));
-        assert!(!events
-            .iter()
-            .any(|e| matches!(e, Event::Written { bytes: 4, .. })));
         // File 1's chunk is verified and written (the file waits for its
         // seal); file 2's is still wanted.
         let wants = |id| {
