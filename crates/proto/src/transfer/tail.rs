@@ -187,6 +187,23 @@ mod tests {
     }
 
     #[test]
+    fn nothing_is_asked_again_while_the_streams_carry_bytes() {
+        let t0 = Instant::now();
+        let mut g = EndGame::new();
+        // Bytes come every 150 ms (less than the 200 ms patience), for a
+        // minute, chunks pending all along.
+        for step in 0..400u32 {
+            let now = t0 + 150 * MS * step;
+            g.observe(now, seen(1 + u64::from(step) * 1_000_000, MS));
+            assert!(!g.silent(now + 149 * MS));
+            assert!(g.due(now + 149 * MS, [(1, 0), (1, 1)]).is_empty());
+        }
+        // Then silence: the next look past the patience asks both.
+        let last = t0 + 150 * MS * 399;
+        assert_eq!(g.due(last + 400 * MS, [(1, 0), (1, 1)]), [(1, 0), (1, 1)]);
+    }
+
+    #[test]
     fn a_sink_behind_its_streams_is_no_stall() {
         let t0 = Instant::now();
         let mut g = EndGame::new();
