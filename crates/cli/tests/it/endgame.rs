@@ -1,6 +1,9 @@
 //! The end game: a chunk stuck on one stream at a transfer's end is sent
 //! again on another. A real stall on loopback: nftables drops every
-//! packet one data connection sends, mid-copy, for good.
+//! packet one data connection sends, mid-copy, for good. The test runs in
+//! a network namespace of its own (its thread's, which the server's
+//! threads, cp, ss and nft inherit): its loopback and its nftables table
+//! go with it, even when the test is killed.
 
 use std::io::Read;
 use std::process::Stdio;
@@ -8,28 +11,36 @@ use std::time::{Duration, Instant};
 
 use crate::common;
 use common::xfer::*;
-use common::{bin, TempDir};
+use common::{bin, Owned, TempDir};
 
-/// An nftables table that drops what local `port` sends to `to`; removed
-/// on drop.
-struct Stall(String);
+/// The longest the copy may take after the stall: many times the end
+/// game's few seconds on a loaded machine, well below the transfer's idle
+/// time-out (5 minutes), which is what a copy without the end game waits
+/// for.
+const LIMIT: Duration = Duration::from_secs(60);
 
-impl Stall {
-    fn start(port: u16, to: u16) -> Stall {
-        let table = format!("longhaul_stall_{port}");
-        let rules = format!(
-            "table inet {table} {{\n chain out {{\n  type filter hook output priority 0; policy accept;\n  \
-             tcp sport {port} tcp dport {to} drop\n }}\n}}\n"
-        );
-        nft(&["-f", "-"], Some(&rules));
-        Stall(table)
-    }
+/// Moves this thread (and what it starts from here on) into a network
+/// namespace of its own, its loopback up.
+fn own_network() {
+    // SAFETY: a new network namespace only: no descriptor table or file
+    // system state this process's other threads hold changes under them.
+    unsafe { rustix::thread::unshare_unsafe(rustix::thread::UnshareFlags::NEWNET) }
+        .expect("a network namespace of the test's own");
+    let up = std::process::Command::new("ip")
+        .args(["link", "set", "lo", "up"])
+        .status()
+        .expect("run ip");
+    assert!(up.success(), "ip link set lo up failed");
 }
 
-impl Drop for Stall {
-    fn drop(&mut self) {
-        nft(&["delete", "table", "inet", &self.0], None);
-    }
+/// Drops, from now on, what local `port` sends to `to` (an nftables
+/// table in the test's namespace, gone with it).
+fn stall(port: u16, to: u16) {
+    let rules = format!(
+        "table inet longhaul_stall {{\n chain out {{\n  type filter hook output priority 0; policy accept;\n  \
+         tcp sport {port} tcp dport {to} drop\n }}\n}}\n"
+    );
+    nft(&["-f", "-"], Some(&rules));
 }
 
 fn nft(args: &[&str], input: Option<&str>) {
@@ -84,6 +95,7 @@ fn a_chunk_stuck_on_a_stalled_stream_is_sent_again_on_another() {
     ) {
         return;
     }
+    own_network();
     let t = TempDir::new("endgame");
     let (src, exp) = (t.dir("src"), t.dir("export"));
     const SIZE: usize = 48 << 20;
@@ -91,47 +103,44 @@ fn a_chunk_stuck_on_a_stalled_stream_is_sent_again_on_another() {
     let s = data_server(&exp, &t.dir("state"));
     let port = s.addr().port();
     // Paced so that the copy is still running when the stall starts.
-    let mut cp = bin()
-        .args(["cp", "--json", "-P", "4", "--rate", "200mbit"])
-        .arg(src.join("f.bin"))
-        .arg(remote(s.addr(), ""))
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run longhaul cp");
+    let mut cp = Owned::spawn(
+        bin()
+            .args(["cp", "--json", "-P", "4", "--rate", "200mbit"])
+            .arg(src.join("f.bin"))
+            .arg(remote(s.addr(), ""))
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped()),
+    )
+    .expect("run longhaul cp");
+    let (out, err) = (drain(cp.stdout.take()), drain(cp.stderr.take()));
     // A data stream that has carried 4 MiB (the control connection
     // carries kilobytes): stalled from then on, for good.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let victim = loop {
-        assert!(Instant::now() < deadline, "no data stream carried 4 MiB");
-        assert!(
-            cp.try_wait().unwrap().is_none(),
-            "cp ended before the stall"
-        );
-        let busiest = connections(port).into_iter().max_by_key(|c| c.1);
-        if let Some((p, _)) = busiest.filter(|c| c.1 >= 4 << 20) {
-            break p;
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    };
-    let _stall = Stall::start(victim, port);
+    let mut victim = None;
+    common::wait_until(
+        "a data stream to carry 4 MiB",
+        Duration::from_secs(30),
+        || {
+            assert!(!cp.ended(), "cp ended before the stall");
+            let busiest = connections(port).into_iter().max_by_key(|c| c.1);
+            victim = busiest.filter(|c| c.1 >= 4 << 20).map(|c| c.0);
+            victim.is_some()
+        },
+    );
+    stall(victim.expect("found"), port);
     let stalled = Instant::now();
-    let mut out = String::new();
-    cp.stdout.take().unwrap().read_to_string(&mut out).unwrap();
-    let status = cp.wait().unwrap();
-    let took = stalled.elapsed();
-    let mut err = String::new();
-    cp.stderr.take().unwrap().read_to_string(&mut err).unwrap();
-    assert!(status.success(), "{err}");
     // Without the end game the stuck chunks wait for the dropped
     // connection, which never delivers them: the transfer idles out (5
     // minutes). Sent again after a stall of a few round trips, the copy
     // ends in about the time the rest of it takes.
-    assert!(
-        took < Duration::from_secs(20),
-        "{took:?} after the stall: {err}"
-    );
+    let status = cp.wait_for(LIMIT);
+    let took = stalled.elapsed();
+    if status.is_none() {
+        let _ = cp.kill();
+    }
+    let (out, err) = (out.join().unwrap(), err.join().unwrap());
+    let status = status.unwrap_or_else(|| panic!("not done {LIMIT:?} after the stall: {err}"));
+    assert!(status.success(), "{err}");
     let v: serde_json::Value = serde_json::from_str(&out).expect("cp's JSON");
     assert_eq!(v["verified"], true, "{v}");
     let resent = v["resent_bytes"].as_u64().expect("resent_bytes");
@@ -141,4 +150,14 @@ fn a_chunk_stuck_on_a_stalled_stream_is_sent_again_on_another() {
     assert_same_file(&src.join("f.bin"), &exp.join("f.bin"));
     assert_no_leftovers(&exp);
     s.shutdown();
+}
+
+/// Reads all of a child's pipe on a thread of its own.
+fn drain(pipe: Option<impl Read + Send + 'static>) -> std::thread::JoinHandle<String> {
+    let mut pipe = pipe.expect("piped");
+    std::thread::spawn(move || {
+        let mut text = String::new();
+        let _ = pipe.read_to_string(&mut text);
+        text
+    })
 }
