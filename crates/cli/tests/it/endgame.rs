@@ -91,7 +91,8 @@ fn a_chunk_stuck_on_a_stalled_stream_is_sent_again_on_another() {
         "ROOT",
         common::require::root("dropping one connection's packets with nftables")
             .and_then(|()| common::require::program("nft", "nftables"))
-            .and_then(|()| common::require::program("ss", "iproute2")),
+            .and_then(|()| common::require::program("ss", "iproute2"))
+            .and_then(|()| common::require::program("ip", "iproute2")),
     ) {
         return;
     }
