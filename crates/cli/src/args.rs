@@ -1562,9 +1562,9 @@ pub struct WanUpArgs {
     /// Bottleneck queue (drop-tail) as time at the rate.
     #[arg(long, value_parser = duration, default_value = "50ms")]
     pub queue: Duration,
-    /// MTU of the emulated link.
-    #[arg(long, default_value_t = 65000)]
-    pub mtu: u32,
+    /// MTU of the emulated link (default: 1500 up to a --rate of 1gbit, 9000 up to 10gbit, else 65000).
+    #[arg(long)]
+    pub mtu: Option<u32>,
     /// The link is down for DURATION from START after it comes up (repeatable), e.g. 5s+3s.
     #[arg(long, value_name = "START+DURATION")]
     pub outage: Vec<String>,

@@ -119,7 +119,7 @@ fn up(u: WanUpArgs, printer: &mut dyn CommandReporter) -> Outcome {
         Err(e) => return fail(e),
     };
     let stop = interrupt_flag();
-    let hosts = match net::Hosts::up(names, u.mtu) {
+    let hosts = match net::Hosts::up(names, mtu_of(&u)) {
         Ok(h) => h,
         Err(e) => return fail(e),
     };
@@ -133,7 +133,7 @@ fn up(u: WanUpArgs, printer: &mut dyn CommandReporter) -> Outcome {
         Ok(f) => Arc::new(f),
         Err(e) => return fail(e),
     };
-    let sock = listen_for_set(&u.name, fwd.clone(), p, u.queue, printer);
+    let sock = listen_for_set(&u.name, fwd.clone(), p, (u.queue, mtu_of(&u)), printer);
     printer.wan_up(&WanHosts {
         a: net::ADDR_A,
         b: net::ADDR_B,
@@ -150,6 +150,12 @@ fn up(u: WanUpArgs, printer: &mut dyn CommandReporter) -> Outcome {
     let _ = std::fs::remove_file(&sock);
     printer.wan_down(&ab, &ba);
     Ok(exit::OK)
+}
+
+/// The link's MTU: as asked, or the default for its rate.
+fn mtu_of(u: &WanUpArgs) -> u32 {
+    u.mtu
+        .unwrap_or_else(|| longhaul_engine::wan::model::default_mtu(u.rate))
 }
 
 /// The link `wan up` asks for, each way: delay, jitter, loss, the rate
@@ -190,7 +196,7 @@ fn link_params(u: &WanUpArgs) -> Result<longhaul_engine::wan::LinkParams, Engine
         outages,
         ..LinkParams::default()
     };
-    p.queue_for(u.queue);
+    p.queue_for(u.queue, mtu_of(u));
     Ok(p)
 }
 
@@ -200,7 +206,7 @@ fn listen_for_set(
     name: &str,
     fwd: Arc<longhaul_engine::wan::forward::Forwarder>,
     p: longhaul_engine::wan::LinkParams,
-    queue: Duration,
+    (queue, mtu): (Duration, u32),
     printer: &mut dyn CommandReporter,
 ) -> std::path::PathBuf {
     let sock = wan_socket(name);
@@ -217,7 +223,7 @@ fn listen_for_set(
                     };
                     let answer = serde_json::from_str::<WanSetArgs>(&line)
                         .map_err(|e| format!("bad request: {e}"))
-                        .and_then(|s| s.apply(&mut p, &mut queue))
+                        .and_then(|s| s.apply(&mut p, &mut queue, mtu))
                         .map(|()| fwd.set(p.clone(), p.clone()));
                     let mut w = &c;
                     let _ = match answer {
@@ -261,6 +267,7 @@ impl WanSetArgs {
         &self,
         p: &mut longhaul_engine::wan::LinkParams,
         queue: &mut Duration,
+        mtu: u32,
     ) -> Result<(), String> {
         for (what, v) in [("loss", self.loss), ("corrupt", self.corrupt)] {
             if v.is_some_and(|v| !(0.0..=1.0).contains(&v)) {
@@ -288,7 +295,7 @@ impl WanSetArgs {
         if let Some(q) = self.queue {
             *queue = q;
         }
-        p.queue_for(*queue);
+        p.queue_for(*queue, mtu);
         Ok(())
     }
 }
