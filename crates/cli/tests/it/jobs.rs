@@ -484,24 +484,39 @@ fn stolen_capabilities(state: &Path) -> Vec<String> {
         .collect()
 }
 
-#[test]
-fn cancelling_a_job_stops_its_streams_removes_its_partial_files_and_revokes_its_capability() {
-    use std::os::unix::fs::PermissionsExt;
-    let t = TempDir::new("job-cancel");
-    let (src, dst) = (t.dir("src"), t.dir("dst"));
-    write_random(&src.join("big.bin"), 256 << 20, 9);
-    let (j, b) = pair(&t, &src, &dst, &["--no-archive"]);
+/// A job server J (with `job_args`) pushing `big.bin` (256 MiB of seed
+/// `seed`, written into `src`) at 100 Mbit/s to B's `dst`, under way: B's
+/// journal holds verified chunks. J, B and the job's id.
+fn slow_push_under_way(
+    src: &Path,
+    dst: &Path,
+    t: &TempDir,
+    seed: u64,
+    job_args: &[&str],
+) -> (Serve, Serve, String) {
+    write_random(&src.join("big.bin"), 256 << 20, seed);
+    let (j, b) = pair(t, src, dst, job_args);
     let (id, _) = submit(&[
         "--rate",
         "100mbit",
         &url(&j, "data/big.bin"),
         &url(&b, "in/"),
     ]);
-    let journal = journal_of(&dst, "big.bin");
-    let part = dst.join(".big.bin.lhpart");
+    let journal = journal_of(dst, "big.bin");
     wait_until("verified chunks at B", Duration::from_secs(60), || {
         journal_records(&journal) >= 2
     });
+    (j, b, id)
+}
+
+#[test]
+fn cancelling_a_job_stops_its_streams_removes_its_partial_files_and_revokes_its_capability() {
+    use std::os::unix::fs::PermissionsExt;
+    let t = TempDir::new("job-cancel");
+    let (src, dst) = (t.dir("src"), t.dir("dst"));
+    let (j, b, id) = slow_push_under_way(&src, &dst, &t, 9, &["--no-archive"]);
+    let journal = journal_of(&dst, "big.bin");
+    let part = dst.join(".big.bin.lhpart");
     // The job server's database is its user's alone: it holds capabilities.
     let mode = std::fs::metadata(j.state.join("jobs.db"))
         .unwrap()
@@ -2275,19 +2290,15 @@ fn discards(v: &Value) -> Vec<Value> {
 fn a_cancel_while_the_far_end_is_down_removes_its_partial_files_once_it_is_back() {
     let t = TempDir::new("job-discard-later");
     let (src, dst) = (t.dir("src"), t.dir("dst"));
-    write_random(&src.join("big.bin"), 256 << 20, 97);
-    let (j, mut b) = pair(&t, &src, &dst, &["--no-archive", "--jobs-backoff", "1s"]);
-    let (id, _) = submit(&[
-        "--rate",
-        "100mbit",
-        &url(&j, "data/big.bin"),
-        &url(&b, "in/"),
-    ]);
+    let (j, mut b, id) = slow_push_under_way(
+        &src,
+        &dst,
+        &t,
+        97,
+        &["--no-archive", "--jobs-backoff", "1s"],
+    );
     let journal = journal_of(&dst, "big.bin");
     let part = dst.join(".big.bin.lhpart");
-    wait_until("verified chunks at B", Duration::from_secs(60), || {
-        journal_records(&journal) >= 2
-    });
     b.kill9();
     let o = bin()
         .args(["jobs", "cancel", &id, "--via", &j.addr()])
