@@ -391,7 +391,7 @@ mod tests {
         let s = Ssh::new("h", Some("/usr/bin/ssh -F cfg"))
             .unwrap()
             .unattended();
-        assert_eq!(s.line().unwrap(), "/usr/bin/ssh -o BatchMode=yes -F cfg");
+        assert_eq!(s.line().unwrap(), "/usr/bin/ssh -o 'BatchMode=yes' -F cfg");
         assert_eq!(s.clone().unattended().line().unwrap(), s.line().unwrap());
         let other = Ssh::new("h", Some("my-rsh -x")).unwrap().unattended();
         assert_eq!(other.line().unwrap(), "my-rsh -x");
