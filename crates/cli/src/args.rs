@@ -491,7 +491,8 @@ pub struct ServeArgs {
     /// `submit --via THIS DATA dtn9:/scratch/in/`); repeatable; none by default.
     #[arg(long = "jobs-ssh", value_name = "[USER@]HOST", requires = "jobs")]
     pub jobs_ssh: Vec<String>,
-    /// With --jobs-ssh: the command that runs ssh, with its options (default: ssh).
+    /// With --jobs-ssh: the command that runs ssh, with its options (default: ssh). OpenSSH
+    /// runs with BatchMode=yes: a job never prompts (give this server's account a key).
     #[arg(long, value_name = "CMD", env = "LONGHAUL_RSH", requires = "jobs")]
     pub jobs_rsh: Option<String>,
     /// With --jobs-ssh: the longhaul program on those hosts (default: longhaul on their
