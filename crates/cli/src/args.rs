@@ -881,9 +881,9 @@ pub struct PerfArgs {
 /// doctor): the one option and wording of every retry.
 #[derive(Args, Clone, Copy)]
 pub struct RetryArgs {
-    /// Attempts after the first when the server cannot be reached (a copy: or the connection
-    /// is lost; each resumes) before giving up; they wait 1 s, 2 s, 4 s, ... and each says
-    /// `retrying (N/RETRIES)`.
+    /// Attempts after the first when the server cannot be reached, or (cp, sync) when the
+    /// connection is lost (each attempt resumes), before giving up; they wait 1 s, 2 s, 4 s,
+    /// ... and each says `retrying (N/RETRIES)`.
     #[arg(long, default_value_t = 3, value_name = "N")]
     pub retries: u32,
 }
@@ -1387,7 +1387,7 @@ pub struct DoctorArgs {
     /// same as cp's --rate.
     #[arg(long, value_parser = path_rate)]
     pub rate: Option<u64>,
-    /// Seconds of each memory-to-memory test (one each way).
+    /// How long each memory-to-memory test runs (one each way), e.g. 10s.
     #[arg(long, default_value = "3s", value_parser = duration)]
     pub time: Duration,
     /// Skip the short file-to-file copy.

@@ -339,7 +339,7 @@ fn audit_qdisc(host: &str, h: &HostSettings, out: &mut Vec<Finding>) {
                 wanted: "fq (pacing for many streams at once)".into(),
                 // default_qdisc only reaches interfaces made after it is set:
                 // the interface in use needs its own `tc` line now.
-                fix: match &h.interface {
+                fix: match interface_word(h) {
                     Some(i) => format!("tc qdisc replace dev {i} root fq"),
                     None => "sysctl -w net.core.default_qdisc=fq, then for each interface in use: tc qdisc replace dev IF root fq".into(),
                 },
@@ -349,9 +349,21 @@ fn audit_qdisc(host: &str, h: &HostSettings, out: &mut Vec<Finding>) {
     }
 }
 
+/// The interface's name as it may stand in a command to paste: the remote
+/// host's settings come from the server, and a name that is more than a
+/// Linux interface name (15 bytes of letters, digits and `-_.@`) would be
+/// a command of the server's making in a root shell.
+fn interface_word(h: &HostSettings) -> Option<&str> {
+    h.interface.as_deref().filter(|i| {
+        (1..=15).contains(&i.len())
+            && i.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"-_.@".contains(&b))
+    })
+}
+
 /// The interface's MTU, the CPU frequency governor and NUMA.
 fn audit_nic_and_cpu(host: &str, h: &HostSettings, bdp: u64, out: &mut Vec<Finding>) {
-    if let (Some(mtu), Some(i)) = (h.mtu, &h.interface) {
+    if let (Some(mtu), Some(i)) = (h.mtu, interface_word(h)) {
         if mtu < 9000 && i != "lo" && bdp > 4 << 20 {
             out.push(Finding {
                 host: host.into(),
@@ -1571,6 +1583,21 @@ mod tests {
         assert!(named(&h, 12_500_000).is_none());
         h.tcp_no_metrics_save = None;
         assert!(named(&h, 12_500_000).is_none());
+    }
+
+    #[test]
+    fn a_peers_interface_name_never_makes_a_command_of_its_own() {
+        let h = HostSettings {
+            congestion_control: "bbr".into(),
+            default_qdisc: "fq_codel".into(),
+            interface: Some("eth0;curl x|sh".into()),
+            mtu: Some(1500),
+            ..Default::default()
+        };
+        let f = audit("remote", &h, 10_000_000, 1);
+        let qdisc = f.iter().find(|f| f.setting == "qdisc").unwrap();
+        assert!(qdisc.fix.contains("dev IF root fq"), "{}", qdisc.fix);
+        assert!(f.iter().all(|f| !f.fix.contains("curl")), "{f:?}");
     }
 
     #[test]

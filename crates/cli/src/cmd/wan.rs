@@ -48,6 +48,7 @@ pub fn wan(a: WanArgs) -> Outcome {
             let path = wan_socket(&s.name);
             let reply = std::os::unix::net::UnixStream::connect(&path)
                 .and_then(|mut c| {
+                    c.set_read_timeout(Some(SET_WAIT * 2))?;
                     writeln!(c, "{}", serde_json::to_string(&s).unwrap_or_default())?;
                     let mut line = String::new();
                     std::io::BufReader::new(c).read_line(&mut line)?;
@@ -209,13 +210,11 @@ fn listen_for_set(
         Ok(l) => {
             let (mut p, mut queue) = (p, queue);
             std::thread::spawn(move || {
-                use std::io::{BufRead, Write};
+                use std::io::Write;
                 for c in l.incoming().flatten() {
-                    let mut line = String::new();
-                    let mut r = std::io::BufReader::new(&c);
-                    if r.read_line(&mut line).is_err() {
+                    let Some(line) = set_request(&c, SET_WAIT) else {
                         continue;
-                    }
+                    };
                     let answer = serde_json::from_str::<WanSetArgs>(&line)
                         .map_err(|e| format!("bad request: {e}"))
                         .and_then(|s| s.apply(&mut p, &mut queue))
@@ -234,6 +233,26 @@ fn listen_for_set(
         )),
     }
     sock
+}
+
+/// How long the emulator waits for a `wan set` request's line (and the
+/// client for its answer): one connection that says nothing must not keep
+/// every later `wan set` waiting.
+const SET_WAIT: Duration = Duration::from_secs(5);
+
+/// The most a `wan set` request's line may hold: its JSON is a few dozen bytes.
+const SET_MAX: u64 = 64 << 10;
+
+/// A `wan set` request's one line, of at most [`SET_MAX`] bytes, no read
+/// of it waiting over `wait`; None if it did not come whole.
+fn set_request(c: &std::os::unix::net::UnixStream, wait: Duration) -> Option<String> {
+    use std::io::{BufRead, Read};
+    c.set_read_timeout(Some(wait)).ok()?;
+    let mut line = String::new();
+    std::io::BufReader::new(c.take(SET_MAX))
+        .read_line(&mut line)
+        .ok()?;
+    line.ends_with('\n').then_some(line)
 }
 
 impl WanSetArgs {
@@ -309,4 +328,31 @@ fn wan_socket(name: &str) -> PathBuf {
         std::env::temp_dir().join("longhaul-wan")
     };
     dir.join(format!("{name}.sock"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    #[test]
+    fn a_set_request_that_never_comes_whole_is_given_up() {
+        let (silent, _held) = std::os::unix::net::UnixStream::pair().unwrap();
+        let wait = Duration::from_millis(200);
+        assert_eq!(set_request(&silent, wait), None);
+        let (endless, mut writer) = std::os::unix::net::UnixStream::pair().unwrap();
+        let flood = std::thread::spawn(move || {
+            let chunk = [b'x'; 4096];
+            while writer.write_all(&chunk).is_ok() {}
+        });
+        assert_eq!(set_request(&endless, wait), None);
+        drop(endless);
+        flood.join().unwrap();
+        let (asked, mut client) = std::os::unix::net::UnixStream::pair().unwrap();
+        client.write_all(b"{\"name\":\"x\"}\n").unwrap();
+        assert_eq!(
+            set_request(&asked, wait).as_deref(),
+            Some("{\"name\":\"x\"}\n")
+        );
+    }
 }

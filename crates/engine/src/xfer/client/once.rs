@@ -327,7 +327,7 @@ impl Side<'_> {
 /// server agreed, and every stream is TLS (never on a word alone over
 /// plaintext, where nothing would prove the bytes).
 fn tag_checked(accept: &TransferAccept, data: &[Box<dyn crate::net::conn::Stream>]) -> bool {
-    accept.tag_checks && data.iter().all(|s| s.is_tls())
+    crate::xfer::tags_prove(accept.tag_checks, data)
 }
 
 /// The storage of this end's files: O_DIRECT with `--direct`.
