@@ -504,6 +504,9 @@ pub struct Params {
     pub small_files: u32,
     pub mem_seconds: f64,
     pub workloads: Vec<String>,
+    /// `--cold`: the page cache was dropped before every timed run.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub cold: bool,
 }
 
 /// The `longhaul-matrix` document (docs/JSON.md section 15).

@@ -188,6 +188,7 @@ mod tests {
                 small_files: 0,
                 mem_seconds: 1.0,
                 workloads: vec!["mem".into()],
+                cold: false,
             },
             tools: vec![],
             paths: vec![path("loopback", None), path("80ms", Some(800_000_000))],

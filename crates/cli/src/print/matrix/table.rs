@@ -499,6 +499,7 @@ mod tests {
                 small_files: 0,
                 mem_seconds: 1.0,
                 workloads: vec!["mem".into()],
+                cold: false,
             },
             tools: vec![row("iperf3"), row("nuttcp")],
             paths: vec![PathSpec {
