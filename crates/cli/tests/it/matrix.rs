@@ -794,7 +794,7 @@ fn a_tool_that_cannot_run_here_is_a_row_that_says_why() {
 /// read just before has it cached and the tool says so.
 const COLD_PROBE: &str = r#"[{
   "name": "cold-probe", "kind": "files", "local": true,
-  "put": ["sh", "-c", "res=$(fincore --noheadings --bytes --output RES \"$0\"/big.bin) || exit 1; [ \"$res\" = 0 ] || { echo \"error: big.bin has $res bytes in the page cache\" >&2; exit 1; }; cp -a \"$0\" \"$1\"/", "{src}", "{dstdir}"],
+  "put": ["sh", "-c", "res=$(fincore --noheadings --bytes --output RES \"$0\"/big.bin) || exit 1; [ \"$res\" -eq 0 ] || { echo \"error: big.bin has $res bytes in the page cache\" >&2; exit 1; }; cp -a \"$0\" \"$1\"/", "{src}", "{dstdir}"],
   "settings": [{"name": "defaults", "args": []}]
 }]"#;
 
