@@ -91,6 +91,17 @@ fn cpu_text(c: Option<&Cell>) -> String {
 }
 
 fn what(doc: &Doc, w: &str) -> String {
+    if let Some((data, step)) = w.split_once('+') {
+        let changed = match step {
+            "same" => "nothing changed",
+            _ => "1% of the files changed",
+        };
+        return format!(
+            "{}; a sync after the tool's own first copy, {changed}; the data's bytes over the \
+             sync's seconds",
+            what(doc, data)
+        );
+    }
     match w {
         "mem" => format!("memory to memory, {} s", doc.params.mem_seconds),
         "elephant" => format!(
@@ -405,6 +416,9 @@ fn tail(doc: &Doc, md: bool) {
         .filter_map(|c| super::note_line(c))
     {
         outln!("{bullet}{l}");
+    }
+    if doc.params.cold {
+        outln!("{bullet}cold: the page cache was dropped before every timed run (--cold)");
     }
     if !doc.load.start.is_empty() {
         outln!(
