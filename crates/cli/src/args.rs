@@ -1926,6 +1926,9 @@ pub struct MatrixArgs {
     /// its rate is the data's bytes over the sync's seconds. Tools without a sync have no such cells.
     #[arg(long, value_delimiter = ',')]
     pub workloads: Vec<String>,
+    /// Directions, comma-separated: put (to the server), get (from it); default both.
+    #[arg(long, value_delimiter = ',', value_parser = ["put", "get"])]
+    pub directions: Vec<String>,
     /// Runs per cell; a cell is their median. 0: only the sweeps of `best` (with --resume,
     /// their winners are kept for a later run: a long path's sweeps split over several runs).
     #[arg(long, default_value_t = 3)]

@@ -140,7 +140,10 @@ pub fn matrix(a: MatrixArgs, archive_args: &ArchiveArgs, verbose: u8) -> Outcome
     let mut rows = tool_rows(&chosen);
     let (ssh, far_skip) = reach_far(&a, &paths, &chosen, &mut rows)?;
     let remote_path = a.remote_path.clone().unwrap_or_else(|| "longhaul".into());
-    let plan = plan(&paths, &params.workloads, &chosen, &far_skip);
+    let mut plan = plan(&paths, &params.workloads, &chosen, &far_skip);
+    if !a.directions.is_empty() {
+        plan.retain(|c| a.directions.contains(&c.direction));
+    }
     let (done, kept_sweeps) = resumed(a.resume.as_deref())?;
     let todo: Vec<&Cell> = plan
         .iter()
