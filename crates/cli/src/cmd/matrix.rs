@@ -130,12 +130,7 @@ pub fn matrix(a: MatrixArgs, archive_args: &ArchiveArgs, verbose: u8) -> Outcome
         .map_err(|e| Failure::internal(format!("cannot find this program's path: {e}")))?;
     let quick = a.quick;
     let (paths, params) = paths_and_params(&a)?;
-    let mut tools = peers::builtin();
-    let builds = peers::builds(&tools, &a.build).map_err(usage)?;
-    tools.extend(builds);
-    if let Some(f) = &a.tools_file {
-        tools.extend(peers::read_tools_file(f).map_err(usage)?);
-    }
+    let tools = known_tools(&a)?;
     let chosen = choose(&tools, &a.tools)?;
     let mut rows = tool_rows(&chosen);
     let (ssh, far_skip) = reach_far(&a, &paths, &chosen, &mut rows)?;
@@ -232,6 +227,17 @@ pub fn matrix(a: MatrixArgs, archive_args: &ArchiveArgs, verbose: u8) -> Outcome
     Ok(if bad { exit::PARTIAL } else { exit::OK })
 }
 
+/// The built-in tools, the other builds' (`--build`) and `--tools-file`'s.
+fn known_tools(a: &MatrixArgs) -> Result<Vec<Tool>, Failure> {
+    let mut tools = peers::builtin();
+    let builds = peers::builds(&tools, &a.build).map_err(usage)?;
+    tools.extend(builds);
+    if let Some(f) = &a.tools_file {
+        tools.extend(peers::read_tools_file(f).map_err(usage)?);
+    }
+    Ok(tools)
+}
+
 /// Each chosen tool's row: its settings, and whether it is installed here.
 fn tool_rows(chosen: &[(Tool, Vec<String>)]) -> Vec<ToolRow> {
     chosen
@@ -313,6 +319,7 @@ fn paths_and_params(a: &MatrixArgs) -> Result<(Vec<PathSpec>, Params), Failure> 
             mem_seconds: seconds.as_secs_f64(),
             workloads,
             cold: a.cold,
+            given: vec![],
         },
     ))
 }

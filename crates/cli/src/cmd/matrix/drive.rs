@@ -53,7 +53,8 @@ pub(super) fn drive(
             *c = d.clone();
         }
     }
-    let mut m = Matrix::prepare(s)?;
+    let (mut m, given) = Matrix::prepare(s)?;
+    doc.params.given = given;
     m.total = doc.cells.iter().filter(|c| c.pending()).count() * s.params.runs as usize;
     // Nothing left to run (a --resume of a finished matrix): only its table.
     if m.total > 0 && s.params.workloads.iter().any(|w| w != "mem") {
@@ -198,7 +199,7 @@ struct Job<'a> {
 impl<'a> Matrix<'a> {
     /// The work directory's parts and the file workloads' data, made
     /// before any clock starts.
-    fn prepare(s: &'a Setup<'a>) -> Result<Matrix<'a>, String> {
+    fn prepare(s: &'a Setup<'a>) -> Result<(Matrix<'a>, Vec<String>), String> {
         let work = s.work;
         let (data, logs, state) = (work.join("data"), work.join("logs"), work.join("state"));
         for d in [&data, &logs, &state] {
@@ -210,9 +211,16 @@ impl<'a> Matrix<'a> {
             .map_err(|e| format!("{}: {e}", hosts.display()))?;
         let mut manifests = BTreeMap::new();
         let mut sizes = BTreeMap::new();
+        let mut given = Vec::new();
         for w in data_names(&s.params.workloads) {
             let d = data.join(w);
-            if !d.exists() {
+            if d.exists() {
+                eprintln!(
+                    "longhaul matrix: the {w} data is the tree already in {}",
+                    d.display()
+                );
+                given.push(w.to_string());
+            } else {
                 eprintln!("longhaul matrix: making the {w} data in {}", d.display());
                 run::make_data(w, &d, s.params.elephant_bytes, s.params.small_files)
                     .map_err(|e| format!("cannot make the {w} data in {}: {e}", d.display()))?;
@@ -222,7 +230,7 @@ impl<'a> Matrix<'a> {
             sizes.insert(w.to_string(), verify::bytes(&m));
             manifests.insert(w.to_string(), m);
         }
-        Ok(Matrix {
+        let m = Matrix {
             s,
             data,
             logs,
@@ -235,7 +243,8 @@ impl<'a> Matrix<'a> {
             acct: Accounting::new(),
             step: 0,
             total: 0,
-        })
+        };
+        Ok((m, given))
     }
 
     /// The longhaul program a tool's `{bin}` names: its own build, or this one.

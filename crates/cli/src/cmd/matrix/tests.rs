@@ -237,6 +237,7 @@ fn doc(cells: Vec<Cell>) -> Doc {
             mem_seconds: 3.0,
             workloads: vec!["mem".into(), "elephant".into()],
             cold: false,
+            given: vec![],
         },
         tools: Vec::new(),
         paths: vec![path_spec("loopback", 1, None).unwrap()],

@@ -190,6 +190,7 @@ mod tests {
                 mem_seconds: 1.0,
                 workloads: vec!["mem".into()],
                 cold: false,
+                given: vec![],
             },
             tools: vec![],
             paths: vec![path("loopback", None), path("80ms", Some(800_000_000))],

@@ -102,6 +102,9 @@ fn what(doc: &Doc, w: &str) -> String {
             what(doc, data)
         );
     }
+    if doc.params.given.iter().any(|g| g == w) {
+        return "the tree found in the work directory (its own, not made by the matrix)".into();
+    }
     match w {
         "mem" => format!("memory to memory, {} s", doc.params.mem_seconds),
         "elephant" => format!(
@@ -514,6 +517,7 @@ mod tests {
                 mem_seconds: 1.0,
                 workloads: vec!["mem".into()],
                 cold: false,
+                given: vec![],
             },
             tools: vec![row("iperf3"), row("nuttcp")],
             paths: vec![PathSpec {
