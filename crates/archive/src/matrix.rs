@@ -504,6 +504,13 @@ pub struct Params {
     pub small_files: u32,
     pub mem_seconds: f64,
     pub workloads: Vec<String>,
+    /// `--cold`: the page cache was dropped before every timed run.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub cold: bool,
+    /// The file workloads whose data was found in the work directory (a
+    /// tree of the user's), not made by the matrix.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub given: Vec<String>,
 }
 
 /// The `longhaul-matrix` document (docs/JSON.md section 15).

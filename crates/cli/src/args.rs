@@ -1908,7 +1908,7 @@ mod tests {
 /// `longhaul matrix` (crates/cli/src/cmd/matrix.rs).
 #[derive(Args)]
 #[command(
-    after_help = "Tools: longhaul, longhaul-perf, iperf3, iperf2, nuttcp, gridftp, xrootd, rsyncd, rsync-ssh, scp, tar-socket, cp (a local copy); each at `defaults` (as installed) and `best` (swept on each path and workload from the tool's grid in tools.toml; its winner is in the table and the document); longhaul-perf and iperf3 also `one-stream-bbr`, `one-stream-cubic` when named (e.g. iperf3:one-stream-cubic). CPU is read from a cgroup of each end (root). Paths: loopback, lan, 80ms, 100ms, satellite, or RTT/LOSS/RATE (e.g. 50ms/1e-5/1gbit); emulated paths need root and /dev/net/tun; far (with --far HOST: a real second host over ssh; GridFTP, XRootD, the rsync daemon and tar-socket, anonymous servers, are not started there)."
+    after_help = "Tools: longhaul, longhaul-ssh (over ssh reach, no server), longhaul-perf, iperf3, iperf2, nuttcp, gridftp, xrootd, rsyncd, rsync-ssh, scp, tar-socket, cp (a local copy); each at `defaults` (as installed) and `best` (swept on each path and workload from the tool's grid in tools.toml; its winner is in the table and the document); longhaul-perf and iperf3 also `one-stream-bbr`, `one-stream-cubic` when named (e.g. iperf3:one-stream-cubic). CPU is read from a cgroup of each end (root). Paths: loopback, lan, 80ms, 100ms, satellite, or RTT/LOSS/RATE (e.g. 50ms/1e-5/1gbit); emulated paths need root and /dev/net/tun; far (with --far HOST: a real second host over ssh; GridFTP, XRootD, the rsync daemon and tar-socket, anonymous servers, are not started there)."
 )]
 pub struct MatrixArgs {
     /// Tools, comma-separated (default: every known tool; missing ones become rows that say
@@ -1921,9 +1921,15 @@ pub struct MatrixArgs {
     /// Paths, comma-separated (default: loopback,80ms; --quick: loopback,lan).
     #[arg(long, value_delimiter = ',')]
     pub paths: Vec<String>,
-    /// Workloads, comma-separated: mem, elephant, smallfiles, tree (default: all).
+    /// Workloads, comma-separated: mem, elephant, smallfiles, tree (default: those four); and
+    /// syncs after a first copy: W+same (nothing changed) and W+changed (1% of the files
+    /// differ), e.g. smallfiles+same. A sync's first copy is the tool's own put, before its clock;
+    /// its rate is the data's bytes over the sync's seconds. Tools without a sync have no such cells.
     #[arg(long, value_delimiter = ',')]
     pub workloads: Vec<String>,
+    /// Directions, comma-separated: put (to the server), get (from it); default both.
+    #[arg(long, value_delimiter = ',', value_parser = ["put", "get"])]
+    pub directions: Vec<String>,
     /// Runs per cell; a cell is their median. 0: only the sweeps of `best` (with --resume,
     /// their winners are kept for a later run: a long path's sweeps split over several runs).
     #[arg(long, default_value_t = 3)]
@@ -1957,9 +1963,22 @@ pub struct MatrixArgs {
     /// Keep finished cells in FILE (the --json document) and skip them when run again.
     #[arg(long, value_name = "FILE")]
     pub resume: Option<PathBuf>,
-    /// Where the data and the servers' files go (default: a temporary directory, removed after).
+    /// Where the data and the servers' files go (default: a temporary directory, removed after):
+    /// a directory on the disk under test for copies from and to that disk. A workload's data
+    /// already in DIR/data/WORKLOAD is used as it is (e.g. a tree of your own).
     #[arg(long, value_name = "DIR")]
     pub work_dir: Option<PathBuf>,
+    /// Drop the page cache (sync, then 3 into /proc/sys/vm/drop_caches) before every timed run,
+    /// so that each reads its source from the disk and writes to a cold cache: a copy from and to
+    /// a disk (--work-dir) as a user's first copy meets it. Needs root; refused, not ignored,
+    /// without it. On --far only this host's cache is dropped.
+    #[arg(long)]
+    pub cold: bool,
+    /// Another longhaul build as tools of their own, for an A/B of two builds in one run:
+    /// `--build old=/path/to/longhaul` adds longhaul@old, longhaul-perf@old and longhaul-ssh@old,
+    /// the built-in longhaul tools with that program as client and server. Repeatable.
+    #[arg(long, value_name = "NAME=PATH")]
+    pub build: Vec<String>,
     /// A second real host, reached by ssh: the path `far` (the default path with it), where
     /// the matrix starts the peers' servers. It needs only ssh and longhaul there.
     #[arg(long, value_name = "HOST")]

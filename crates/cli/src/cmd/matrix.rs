@@ -101,21 +101,44 @@ fn loadavg() -> String {
 
 const WORKLOADS: &[&str] = &["mem", "elephant", "smallfiles", "tree"];
 
+/// The steps of a sync into a destination that already holds a copy
+/// (made by the same tool before the clock starts): `W+same`, nothing
+/// changed; `W+changed`, 1% of the files differ.
+const SYNC_STEPS: &[&str] = &["same", "changed"];
+
+/// A workload's data (`smallfiles+changed`'s is `smallfiles`) and, for a
+/// sync, its step.
+pub(super) fn split_workload(w: &str) -> (&str, Option<&str>) {
+    match w.split_once('+') {
+        Some((data, step)) => (data, Some(step)),
+        None => (w, None),
+    }
+}
+
+fn known_workload(w: &str) -> bool {
+    match split_workload(w) {
+        (data, None) => WORKLOADS.contains(&data),
+        (data, Some(step)) => {
+            data != "mem" && WORKLOADS.contains(&data) && SYNC_STEPS.contains(&step)
+        }
+    }
+}
+
 /// `longhaul matrix`.
 pub fn matrix(a: MatrixArgs, archive_args: &ArchiveArgs, verbose: u8) -> Outcome {
     let bin = std::env::current_exe()
         .map_err(|e| Failure::internal(format!("cannot find this program's path: {e}")))?;
     let quick = a.quick;
     let (paths, params) = paths_and_params(&a)?;
-    let mut tools = peers::builtin();
-    if let Some(f) = &a.tools_file {
-        tools.extend(peers::read_tools_file(f).map_err(usage)?);
-    }
+    let tools = known_tools(&a)?;
     let chosen = choose(&tools, &a.tools)?;
     let mut rows = tool_rows(&chosen);
     let (ssh, far_skip) = reach_far(&a, &paths, &chosen, &mut rows)?;
     let remote_path = a.remote_path.clone().unwrap_or_else(|| "longhaul".into());
-    let plan = plan(&paths, &params.workloads, &chosen, &far_skip);
+    let mut plan = plan(&paths, &params.workloads, &chosen, &far_skip);
+    if !a.directions.is_empty() {
+        plan.retain(|c| a.directions.contains(&c.direction));
+    }
     let (done, kept_sweeps) = resumed(a.resume.as_deref())?;
     let todo: Vec<&Cell> = plan
         .iter()
@@ -132,6 +155,9 @@ pub fn matrix(a: MatrixArgs, archive_args: &ArchiveArgs, verbose: u8) -> Outcome
     );
     if a.dry_run {
         return Ok(exit::OK);
+    }
+    if a.cold {
+        run::drop_caches().map_err(usage)?;
     }
 
     let (work, _tmp) = work_dir(&a)?;
@@ -201,6 +227,17 @@ pub fn matrix(a: MatrixArgs, archive_args: &ArchiveArgs, verbose: u8) -> Outcome
     Ok(if bad { exit::PARTIAL } else { exit::OK })
 }
 
+/// The built-in tools, the other builds' (`--build`) and `--tools-file`'s.
+fn known_tools(a: &MatrixArgs) -> Result<Vec<Tool>, Failure> {
+    let mut tools = peers::builtin();
+    let builds = peers::builds(&tools, &a.build).map_err(usage)?;
+    tools.extend(builds);
+    if let Some(f) = &a.tools_file {
+        tools.extend(peers::read_tools_file(f).map_err(usage)?);
+    }
+    Ok(tools)
+}
+
 /// Each chosen tool's row: its settings, and whether it is installed here.
 fn tool_rows(chosen: &[(Tool, Vec<String>)]) -> Vec<ToolRow> {
     chosen
@@ -267,9 +304,10 @@ fn paths_and_params(a: &MatrixArgs) -> Result<(Vec<PathSpec>, Params), Failure> 
     } else {
         a.workloads.clone()
     };
-    if let Some(w) = workloads.iter().find(|w| !WORKLOADS.contains(&w.as_str())) {
+    if let Some(w) = workloads.iter().find(|w| !known_workload(w)) {
         return Err(usage(format!(
-            "unknown workload '{w}': mem, elephant, smallfiles, tree"
+            "unknown workload '{w}': mem, elephant, smallfiles, tree, or a sync after a first \
+             copy of a file workload: W+same (nothing changed), W+changed (1% of the files)"
         )));
     }
     Ok((
@@ -280,6 +318,8 @@ fn paths_and_params(a: &MatrixArgs) -> Result<(Vec<PathSpec>, Params), Failure> 
             small_files: nfiles,
             mem_seconds: seconds.as_secs_f64(),
             workloads,
+            cold: a.cold,
+            given: vec![],
         },
     ))
 }
@@ -414,6 +454,8 @@ fn far_lacks(
     for ((t, _), gone) in chosen.iter().zip(absent) {
         let why = if t.local {
             continue;
+        } else if t.bin.is_some() {
+            "not run on --far: another build is a file on this host".to_string()
         } else if !t.far {
             "not run on --far: an anonymous server, kept to loopback and emulated paths".to_string()
         } else if !gone.is_empty() {
@@ -462,9 +504,13 @@ fn plan(
                     Some(w) => w.split([':', '(']).next().map(str::trim),
                     None => None,
                 };
+                let sync = split_workload(w).1.is_some();
+                if sync && t.sync.is_empty() {
+                    continue;
+                }
                 for s in sets {
                     for d in ["put", "get"] {
-                        if d == "get" && t.get.is_empty() {
+                        if d == "get" && (t.get.is_empty() || sync) {
                             continue;
                         }
                         plan.push(Cell {
@@ -582,12 +628,16 @@ fn expected_seconds(c: &Cell, paths: &[PathSpec], p: &Params) -> f64 {
     let rate = path
         .and_then(|x| x.rate_bps)
         .map_or(300e6, |r| (r as f64 / 8.0).min(300e6));
-    let bytes = match c.workload.as_str() {
-        "mem" => return p.mem_seconds + 1.0 + 4.0 * rtt,
-        "elephant" => p.elephant_bytes as f64,
-        "smallfiles" => f64::from(p.small_files) * 33e3,
-        _ => p.elephant_bytes as f64 / 4.0,
-    };
+    let (data, step) = split_workload(&c.workload);
+    // A sync's first copy runs before its clock, as long as a put.
+    let copies = if step.is_some() { 2.0 } else { 1.0 };
+    let bytes = copies
+        * match data {
+            "mem" => return p.mem_seconds + 1.0 + 4.0 * rtt,
+            "elephant" => p.elephant_bytes as f64,
+            "smallfiles" => f64::from(p.small_files) * 33e3,
+            _ => p.elephant_bytes as f64 / 4.0,
+        };
     1.0 + 20.0 * rtt + bytes / rate
 }
 

@@ -221,7 +221,7 @@ fn every_builtin_template_runs_and_verifies_at_defaults_and_its_swept_best() {
     let cells = doc["cells"].as_array().unwrap();
     let tools: std::collections::BTreeSet<&str> =
         cells.iter().map(|c| c["tool"].as_str().unwrap()).collect();
-    assert_eq!(tools.len(), 12, "{tools:?}\n{stderr}");
+    assert_eq!(tools.len(), 13, "{tools:?}\n{stderr}");
     for s in doc["sweeps"].as_array().unwrap() {
         for c in s["candidates"].as_array().unwrap() {
             let rounds = c["rounds"].as_array().map_or(0, Vec::len);
@@ -790,4 +790,105 @@ fn a_tool_that_cannot_run_here_is_a_row_that_says_why() {
         "{out}"
     );
     assert!(!out.contains("note: absent"), "{out}");
+}
+
+/// A planted local tool that copies the elephant only if none of its
+/// source is in the page cache (`fincore`): with `--cold` the matrix
+/// dropped the cache before its clock; without, the manifest the matrix
+/// read just before has it cached and the tool says so.
+const COLD_PROBE: &str = r#"[{
+  "name": "cold-probe", "kind": "files", "local": true,
+  "put": ["sh", "-c", "res=$(fincore --noheadings --bytes --output RES \"$0\"/big.bin) || exit 1; [ \"$res\" -eq 0 ] || { echo \"error: big.bin has $res bytes in the page cache\" >&2; exit 1; }; cp -a \"$0\" \"$1\"/", "{src}", "{dstdir}"],
+  "settings": [{"name": "defaults", "args": []}]
+}]"#;
+
+/// `--cold` drops the page cache before every timed run, and `--build`
+/// runs another longhaul build (here a wrapper that notes each start of
+/// this one) as tools of their own beside this one, first copies and a
+/// sync with 1% of the files changed after one, every result verified.
+#[test]
+fn a_cold_matrix_runs_another_build_and_a_changed_sync_verified() {
+    if !require::have("ROOT", require::root("dropping the page cache (--cold)"))
+        || !require::have("PEERS", require::program("fincore", "util-linux"))
+    {
+        return;
+    }
+    let t = TempDir::new("matrix-cold");
+    let tools = t.path().join("tools.json");
+    std::fs::write(&tools, COLD_PROBE).unwrap();
+    let started = t.path().join("other-build-started");
+    let other = t.path().join("longhaul-other");
+    std::fs::write(
+        &other,
+        format!(
+            "#!/bin/sh\necho \"$1 $2 $3\" >> '{}'\nexec '{}' \"$@\"\n",
+            started.display(),
+            env!("CARGO_BIN_EXE_longhaul")
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&other, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let work = t.dir("work");
+    let matrix = |cold: bool, tools_wanted: &str, workloads: &str| {
+        let mut c = common::bin();
+        c.args(["--no-archive", "matrix", "--json", "--paths", "loopback"])
+            .args(["--tools", tools_wanted, "--workloads", workloads])
+            .args(["--runs", "1", "--size", "256K", "--files", "200"])
+            .arg("--build")
+            .arg(format!("other={}", other.display()))
+            .arg("--tools-file")
+            .arg(&tools)
+            .arg("--work-dir")
+            .arg(&work);
+        if cold {
+            c.arg("--cold");
+        }
+        let o = c.output().unwrap();
+        let stderr = String::from_utf8_lossy(&o.stderr).to_string();
+        let doc: serde_json::Value = serde_json::from_slice(&o.stdout)
+            .unwrap_or_else(|e| panic!("{e}: {}\n{stderr}", String::from_utf8_lossy(&o.stdout)));
+        (o.status.code(), doc, stderr)
+    };
+    let (code, doc, stderr) = matrix(
+        true,
+        "cold-probe,longhaul:defaults,longhaul@other:defaults",
+        "elephant,smallfiles+changed",
+    );
+    assert_eq!(code, Some(0), "{stderr}");
+    assert_eq!(doc["params"]["cold"], true, "{stderr}");
+    let cells = doc["cells"].as_array().unwrap();
+    let mut seen = Vec::new();
+    for c in cells {
+        assert!(c["error"].is_null(), "{c}\n{stderr}");
+        assert_eq!(c["verified"], true, "{c}\n{stderr}");
+        seen.push(format!("{} {} {}", c["tool"], c["workload"], c["direction"]).replace('"', ""));
+    }
+    seen.sort();
+    assert_eq!(
+        seen,
+        [
+            "cold-probe elephant put",
+            "longhaul elephant get",
+            "longhaul elephant put",
+            "longhaul smallfiles+changed put",
+            "longhaul@other elephant get",
+            "longhaul@other elephant put",
+            "longhaul@other smallfiles+changed put",
+        ],
+        "{stderr}"
+    );
+    let ran = std::fs::read_to_string(&started).unwrap_or_default();
+    for what in ["serve --listen", "cp -a", "sync -a"] {
+        assert!(
+            ran.contains(what),
+            "the other build never ran `{what}`: {ran}"
+        );
+    }
+    // Without --cold the source is in the cache: the probe can fail.
+    let (code, doc, stderr) = matrix(false, "cold-probe", "elephant");
+    assert_ne!(code, Some(0), "{stderr}");
+    let e = doc["cells"][0]["runs"][0]["error"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(e.contains("in the page cache"), "{e}\n{stderr}");
 }

@@ -53,7 +53,8 @@ pub(super) fn drive(
             *c = d.clone();
         }
     }
-    let mut m = Matrix::prepare(s)?;
+    let (mut m, given) = Matrix::prepare(s)?;
+    doc.params.given = given;
     m.total = doc.cells.iter().filter(|c| c.pending()).count() * s.params.runs as usize;
     // Nothing left to run (a --resume of a finished matrix): only its table.
     if m.total > 0 && s.params.workloads.iter().any(|w| w != "mem") {
@@ -198,7 +199,7 @@ struct Job<'a> {
 impl<'a> Matrix<'a> {
     /// The work directory's parts and the file workloads' data, made
     /// before any clock starts.
-    fn prepare(s: &'a Setup<'a>) -> Result<Matrix<'a>, String> {
+    fn prepare(s: &'a Setup<'a>) -> Result<(Matrix<'a>, Vec<String>), String> {
         let work = s.work;
         let (data, logs, state) = (work.join("data"), work.join("logs"), work.join("state"));
         for d in [&data, &logs, &state] {
@@ -210,19 +211,26 @@ impl<'a> Matrix<'a> {
             .map_err(|e| format!("{}: {e}", hosts.display()))?;
         let mut manifests = BTreeMap::new();
         let mut sizes = BTreeMap::new();
-        for w in s.params.workloads.iter().filter(|w| *w != "mem") {
+        let mut given = Vec::new();
+        for w in data_names(&s.params.workloads) {
             let d = data.join(w);
-            if !d.exists() {
+            if d.exists() {
+                eprintln!(
+                    "longhaul matrix: the {w} data is the tree already in {}",
+                    d.display()
+                );
+                given.push(w.to_string());
+            } else {
                 eprintln!("longhaul matrix: making the {w} data in {}", d.display());
                 run::make_data(w, &d, s.params.elephant_bytes, s.params.small_files)
                     .map_err(|e| format!("cannot make the {w} data in {}: {e}", d.display()))?;
             }
             let m =
                 verify::manifest(&d).map_err(|e| format!("cannot read {}: {e}", d.display()))?;
-            sizes.insert(w.clone(), verify::bytes(&m));
-            manifests.insert(w.clone(), m);
+            sizes.insert(w.to_string(), verify::bytes(&m));
+            manifests.insert(w.to_string(), m);
         }
-        Ok(Matrix {
+        let m = Matrix {
             s,
             data,
             logs,
@@ -235,7 +243,15 @@ impl<'a> Matrix<'a> {
             acct: Accounting::new(),
             step: 0,
             total: 0,
-        })
+        };
+        Ok((m, given))
+    }
+
+    /// The longhaul program a tool's `{bin}` names: its own build, or this one.
+    fn bin(&self, t: &Tool) -> String {
+        t.bin
+            .clone()
+            .unwrap_or_else(|| self.s.bin.display().to_string())
     }
 
     fn remote_path(&self) -> &'a str {
@@ -245,7 +261,7 @@ impl<'a> Matrix<'a> {
     /// A tool's placeholders here.
     fn vars(&self, t: &Tool) -> BTreeMap<&'static str, String> {
         BTreeMap::from([
-            ("bin", self.s.bin.display().to_string()),
+            ("bin", self.bin(t)),
             ("root", self.s.work.display().to_string()),
             (
                 "state",
@@ -651,7 +667,7 @@ impl<'a> Matrix<'a> {
             if !wanted || known || servers.failed.contains_key(&t.name) {
                 continue;
             }
-            let bytes = self.sizes.get(w).copied();
+            let bytes = self.sizes.get(super::split_workload(w).0).copied();
             let grid = sweep::candidates(&fitted(grid, bytes, &net.facts), &net.facts);
             let candidates = self.sweep_tool(p, net, servers, w, t, &grid)?;
             if self.s.stop.load(Ordering::SeqCst) {
@@ -764,7 +780,7 @@ impl<'a> Matrix<'a> {
         ),
         String,
     > {
-        let (w, t) = (j.workload, j.tool);
+        let (w, t) = (super::split_workload(j.workload).0, j.tool);
         let mut vars = self.vars(t);
         let pp = self.ports.get(&t.name).copied().unwrap_or((0, 0));
         vars.extend(net.facts.vars());
@@ -815,6 +831,11 @@ impl<'a> Matrix<'a> {
                 .to_string(),
         );
         vars.insert("sshhost", net.host.clone());
+        let remote_bin = match far_here {
+            Some(_) => self.remote_path().to_string(),
+            None => self.bin(t),
+        };
+        vars.insert("remote_bin", remote_bin);
         Ok((vars, dst, dstdir, far_dst))
     }
 
@@ -827,11 +848,15 @@ impl<'a> Matrix<'a> {
         servers: &mut Servers,
         j: &Job,
     ) -> Result<(RunResult, Vec<String>, Option<String>), String> {
-        let (w, t) = (j.workload, j.tool);
+        let t = j.tool;
+        let (w, step) = super::split_workload(j.workload);
         let (vars, dst, dstdir, far_dst) = self.place(net, j)?;
-        let put = j.direction == "put";
         let far_here = net.far.as_ref().filter(|_| !t.local);
-        let template = if put { &t.put } else { &t.get };
+        let template = match (step, j.direction) {
+            (Some(_), _) => &t.sync,
+            (None, "put") => &t.put,
+            (None, _) => &t.get,
+        };
         let argv = peers::argv(template, j.args, &vars);
         let filled = peers::fill_all(j.args, &shown_vars(&vars));
         if self.s.verbose > 0 {
@@ -842,6 +867,10 @@ impl<'a> Matrix<'a> {
             .get(&env_key(t, far_here.is_some()))
             .cloned()
             .unwrap_or_default();
+        if let Some(e) = self.before_clock(net, j, &vars, &env, far_dst.is_some(), &dst)? {
+            let _ = std::fs::remove_dir_all(&dstdir);
+            return Ok((failed_run(e), filled, None));
+        }
         let client = self
             .acct
             .as_ref()
@@ -899,6 +928,60 @@ impl<'a> Matrix<'a> {
             }
         }
         Ok((res, filled, note))
+    }
+
+    /// What a run needs before its clock starts: a sync's first copy (the
+    /// tool's own put, at the same settings) and for `W+changed` 1% of that
+    /// copy's files made to differ; with `--cold`, the page cache dropped.
+    /// Some(why) when the run cannot go on.
+    fn before_clock(
+        &self,
+        net: &PathNet,
+        j: &Job,
+        vars: &BTreeMap<&'static str, String>,
+        env: &BTreeMap<String, String>,
+        far: bool,
+        dst: &Path,
+    ) -> Result<Option<String>, String> {
+        let (w, step) = super::split_workload(j.workload);
+        if let Some(step) = step {
+            if far {
+                return Ok(Some(
+                    "a sync runs on loopback and emulated paths, not on --far".into(),
+                ));
+            }
+            let first = run::run_client(&run::Client {
+                argv: &peers::argv(&j.tool.put, j.args, vars),
+                netns: if j.tool.local {
+                    None
+                } else {
+                    net.ns_a.as_deref()
+                },
+                env,
+                timeout: j.timeout,
+                stop: self.s.stop,
+                logdir: &self.logs,
+                tag: &format!("{}-first", j.tag),
+                cgroup: None,
+            });
+            if let Some(e) = first.error {
+                return Ok(Some(format!("its first copy, before the sync: {e}")));
+            }
+            let changed = match self.manifests.get(w).filter(|_| step == "changed") {
+                Some(m) => run::change_files(dst, m, self.step as u64).err(),
+                None => None,
+            };
+            if let Some(e) = changed {
+                return Ok(Some(format!(
+                    "cannot change 1% of the first copy's files in {}: {e}",
+                    dst.display()
+                )));
+            }
+        }
+        if self.s.params.cold {
+            run::drop_caches()?;
+        }
+        Ok(None)
     }
 
     /// How a copy compares with its workload's manifest. A far copy comes
@@ -1002,6 +1085,18 @@ pub(super) fn shown_vars(vars: &BTreeMap<&'static str, String>) -> BTreeMap<&'st
         .filter(|(k, _)| !HOST_FILES.contains(k))
         .map(|(k, v)| (*k, v.clone()))
         .collect()
+}
+
+/// The data the workloads read, each once: a sync's is its file workload's.
+fn data_names(workloads: &[String]) -> Vec<&str> {
+    let mut names: Vec<&str> = Vec::new();
+    for w in workloads {
+        let data = super::split_workload(w).0;
+        if data != "mem" && !names.contains(&data) {
+            names.push(data);
+        }
+    }
+    names
 }
 
 /// A run's name in the logs (and its directories' names).
@@ -1142,7 +1237,7 @@ fn open_far(
     );
     let fdata = format!("{}/data", f.root);
     f.mkdir(&fdata)?;
-    for w in params.workloads.iter().filter(|w| *w != "mem") {
+    for w in data_names(&params.workloads) {
         eprintln!("longhaul matrix: copying the {w} data to {}", ssh.dest);
         f.push(bin, remote_path, &data.join(w), &fdata)?;
     }

@@ -139,6 +139,14 @@ pub struct Tool {
     /// Empty: the tool has no get.
     #[serde(default)]
     pub get: Vec<String>,
+    /// A sync into a destination that already holds a copy (the
+    /// `W+same` and `W+changed` workloads); empty: the tool has no sync.
+    #[serde(default)]
+    pub sync: Vec<String>,
+    /// The longhaul program `{bin}` names for this tool (another build, for
+    /// an A/B of two builds in one run); default: the one running the matrix.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bin: Option<String>,
     #[serde(default)]
     pub figure: Figure,
     #[serde(default)]
@@ -280,6 +288,52 @@ pub fn read_tools_file(path: &std::path::Path) -> Result<Vec<Tool>, String> {
             path.display()
         )
     })
+}
+
+/// `--build NAME=PATH`: each tool whose templates name `{bin}` (longhaul's
+/// own) again as `TOOL@NAME`, with the program at PATH as its client and
+/// server: two builds compared in one run. Not run on --far (PATH is a file
+/// here).
+pub fn builds(tools: &[Tool], specs: &[String]) -> Result<Vec<Tool>, String> {
+    let mut out: Vec<Tool> = Vec::new();
+    for spec in specs {
+        let (name, path) = spec
+            .split_once('=')
+            .filter(|(n, p)| !n.is_empty() && !p.is_empty())
+            .ok_or_else(|| {
+                format!("--build {spec}: NAME=PATH, e.g. old=/opt/longhaul-old/bin/longhaul")
+            })?;
+        if name.contains([':', ',', '@', '/']) || name.trim() != name {
+            return Err(format!(
+                "--build {spec}: a name without ':', ',', '@', '/' or edge spaces"
+            ));
+        }
+        let path = std::path::absolute(path).map_err(|e| format!("--build {spec}: {e}"))?;
+        if !path.is_file() {
+            return Err(format!(
+                "--build {spec}: {} is not a file (the other build's longhaul program)",
+                path.display()
+            ));
+        }
+        for t in tools.iter().filter(|t| t.bin.is_none() && names_bin(t)) {
+            let mut b = t.clone();
+            b.name = format!("{}@{name}", t.name);
+            if out.iter().any(|o| o.name == b.name) {
+                return Err(format!("--build {spec}: the name {name} is given twice"));
+            }
+            b.about = format!("{}, the build {}", t.about, path.display());
+            b.bin = Some(path.display().to_string());
+            b.far = false;
+            out.push(b);
+        }
+    }
+    Ok(out)
+}
+
+/// Whether a tool runs this longhaul (`{bin}` in its client or server).
+fn names_bin(t: &Tool) -> bool {
+    let server = t.server.iter().flat_map(|s| s.argv.iter());
+    t.put.iter().chain(server).any(|a| a.contains("{bin}"))
 }
 
 /// Whether every program `t` needs is on PATH; else the install line.
@@ -475,6 +529,7 @@ mod tests {
             names,
             [
                 "longhaul",
+                "longhaul-ssh",
                 "longhaul-perf",
                 "iperf3",
                 "iperf2",

@@ -380,6 +380,53 @@ pub fn make_data(workload: &str, dir: &Path, size: u64, files: u32) -> std::io::
     Ok(data::totals(&plan))
 }
 
+/// Empties the page cache (`--cold`): what is dirty written out, then the
+/// clean pages dropped, so that the next run reads its source from the
+/// disk and writes into a cache holding none of it.
+pub fn drop_caches() -> Result<(), String> {
+    rustix::fs::sync();
+    std::fs::write("/proc/sys/vm/drop_caches", "3").map_err(|e| {
+        format!(
+            "--cold: cannot drop the page cache (/proc/sys/vm/drop_caches: {e}); it needs root: \
+             run the matrix as root, or without --cold"
+        )
+    })
+}
+
+/// When the files of a `W+changed` sync were last changed: long before any
+/// source, so that every tool sees them differ (rsync's size and mtime,
+/// GridFTP's `-sync-level 2` and `cp -u`'s older copy alike).
+const CHANGED_AT: u64 = 946_684_800;
+
+/// Makes 1% of a copy's files (every hundredth of the source's, at least
+/// one) differ from the source: new bytes, one more than before, and an
+/// old modification time. Returns how many.
+pub fn change_files(
+    copy: &Path,
+    source: &super::verify::Manifest,
+    seed: u64,
+) -> std::io::Result<usize> {
+    let files = source.iter().filter_map(|(rel, e)| match e {
+        super::verify::Entry::File { len, .. } => Some((rel, *len)),
+        _ => None,
+    });
+    let mut changed = 0;
+    for (i, (rel, len)) in files.step_by(100).enumerate() {
+        let p = copy.join(rel);
+        let f = std::fs::OpenOptions::new()
+            .write(true)
+            .truncate(true)
+            .open(&p)?;
+        let mut out = std::io::BufWriter::with_capacity(1 << 20, &f);
+        longhaul_proto::data::write_random(&mut out, len + 1, seed.wrapping_add(i as u64))?;
+        out.flush()?;
+        drop(out);
+        f.set_modified(std::time::UNIX_EPOCH + Duration::from_secs(CHANGED_AT))?;
+        changed += 1;
+    }
+    Ok(changed)
+}
+
 /// The destination's own write rate (bytes per second): `len` bytes
 /// written and synced. The bytes are made before the clock starts (a
 /// 64 MiB block, written again and again), so that the clock holds only

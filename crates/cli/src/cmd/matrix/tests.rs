@@ -236,6 +236,8 @@ fn doc(cells: Vec<Cell>) -> Doc {
             small_files: 100,
             mem_seconds: 3.0,
             workloads: vec!["mem".into(), "elephant".into()],
+            cold: false,
+            given: vec![],
         },
         tools: Vec::new(),
         paths: vec![path_spec("loopback", 1, None).unwrap()],
@@ -400,4 +402,114 @@ fn a_runs_arguments_are_kept_without_this_hosts_paths() {
         shown,
         ["-e", "{ssh} -c aes128-gcm@openssh.com", "--rate", "1000"]
     );
+}
+
+#[test]
+fn sync_workloads_name_a_file_workloads_data_and_a_step() {
+    assert_eq!(
+        split_workload("smallfiles+same"),
+        ("smallfiles", Some("same"))
+    );
+    assert_eq!(split_workload("tree"), ("tree", None));
+    for good in ["mem", "tree", "elephant+changed", "smallfiles+same"] {
+        assert!(known_workload(good), "{good}");
+    }
+    for bad in [
+        "mem+same",
+        "smallfiles+",
+        "smallfiles+half",
+        "disk",
+        "+same",
+    ] {
+        assert!(!known_workload(bad), "{bad}");
+    }
+}
+
+/// A sync's cells: put only, and only for the tools that have a sync.
+#[test]
+fn sync_cells_are_puts_of_the_tools_that_have_a_sync() {
+    let tools = peers::builtin();
+    let chosen: Vec<(Tool, Vec<String>)> = tools
+        .iter()
+        .filter(|t| ["longhaul", "rsyncd", "xrootd", "cp"].contains(&t.name.as_str()))
+        .map(|t| (t.clone(), vec!["defaults".to_string()]))
+        .collect();
+    let paths = [path_spec("loopback", 1, None).unwrap()];
+    let workloads = ["smallfiles".to_string(), "smallfiles+changed".to_string()];
+    let cells = plan(&paths, &workloads, &chosen, &BTreeMap::new());
+    let synced: Vec<(&str, &str)> = cells
+        .iter()
+        .filter(|c| c.workload == "smallfiles+changed")
+        .map(|c| (c.tool.as_str(), c.direction.as_str()))
+        .collect();
+    assert_eq!(
+        synced,
+        [("longhaul", "put"), ("rsyncd", "put"), ("cp", "put")],
+        "xrootd has no sync"
+    );
+    // The first copy is the plain workload's, put and get.
+    assert_eq!(
+        cells.iter().filter(|c| c.workload == "smallfiles").count(),
+        8
+    );
+}
+
+#[test]
+fn another_build_is_every_longhaul_tool_again_with_its_program() {
+    let t = tempfile::tempdir().unwrap();
+    let old = t.path().join("longhaul-old");
+    std::fs::write(&old, "").unwrap();
+    let tools = peers::builtin();
+    let spec = format!("old={}", old.display());
+    let b = peers::builds(&tools, std::slice::from_ref(&spec)).unwrap();
+    let names: Vec<&str> = b.iter().map(|t| t.name.as_str()).collect();
+    assert_eq!(
+        names,
+        ["longhaul@old", "longhaul-ssh@old", "longhaul-perf@old"]
+    );
+    for t in &b {
+        assert_eq!(t.bin.as_deref(), Some(old.to_str().unwrap()), "{}", t.name);
+        assert!(!t.far, "{}: a build is a file here", t.name);
+    }
+    let missing = format!("x={}", t.path().join("absent").display());
+    for (bad, why) in [
+        ("old", "NAME=PATH"),
+        ("=x", "NAME=PATH"),
+        ("a@b=/bin/sh", "without"),
+        (missing.as_str(), "is not a file"),
+    ] {
+        let e = peers::builds(&tools, &[bad.to_string()]).unwrap_err();
+        assert!(e.contains(why), "{bad}: {e}");
+    }
+    let e = peers::builds(&tools, &[spec.clone(), spec]).unwrap_err();
+    assert!(e.contains("given twice"), "{e}");
+}
+
+/// `W+changed`: every hundredth file of the source differs in the copy,
+/// in its bytes, its size and its time; the rest are left alone.
+#[test]
+fn a_changed_sync_makes_one_file_in_a_hundred_differ() {
+    let t = tempfile::tempdir().unwrap();
+    let d = t.path().join("smallfiles");
+    run::make_data("smallfiles", &d, 0, 250).unwrap();
+    let before = verify::manifest(&d).unwrap();
+    let n = run::change_files(&d, &before, 9).unwrap();
+    assert_eq!(n, 3);
+    let after = verify::manifest(&d).unwrap();
+    let differ: Vec<&std::path::PathBuf> = before
+        .iter()
+        .filter(|(p, e)| after.get(*p) != Some(*e))
+        .map(|(p, _)| p)
+        .collect();
+    assert_eq!(differ.len(), 3, "{differ:?}");
+    for p in differ {
+        let (Some(verify::Entry::File { len: a, .. }), Some(verify::Entry::File { len: b, .. })) =
+            (before.get(p), after.get(p))
+        else {
+            panic!("{p:?} is not a file");
+        };
+        assert_eq!(*b, a + 1);
+        let m = std::fs::metadata(d.join(p)).unwrap().modified().unwrap();
+        assert!(m < std::time::SystemTime::now() - Duration::from_secs(86400 * 365));
+    }
 }

@@ -9,9 +9,10 @@
 
 use longhaul_archive::matrix::{CellRuns as Cell, Document as Doc};
 
-/// A tool of ours: `longhaul` (files) and `longhaul-perf` (memory).
+/// A tool of ours: `longhaul` (files), `longhaul-perf` (memory), and
+/// another build of either (`longhaul@NAME`, `--build`).
 fn ours(tool: &str) -> bool {
-    tool == "longhaul" || tool.starts_with("longhaul-")
+    tool == "longhaul" || tool.starts_with("longhaul-") || tool.starts_with("longhaul@")
 }
 
 fn rate(c: &Cell) -> Option<f64> {
@@ -188,6 +189,8 @@ mod tests {
                 small_files: 0,
                 mem_seconds: 1.0,
                 workloads: vec!["mem".into()],
+                cold: false,
+                given: vec![],
             },
             tools: vec![],
             paths: vec![path("loopback", None), path("80ms", Some(800_000_000))],

@@ -94,6 +94,20 @@ fn cpu_text(c: Option<&Cell>) -> String {
 }
 
 fn what(doc: &Doc, w: &str) -> String {
+    if let Some((data, step)) = w.split_once('+') {
+        let changed = match step {
+            "same" => "nothing changed",
+            _ => "1% of the files changed",
+        };
+        return format!(
+            "{}; a sync after the tool's own first copy, {changed}; the data's bytes over the \
+             sync's seconds",
+            what(doc, data)
+        );
+    }
+    if doc.params.given.iter().any(|g| g == w) {
+        return "the tree found in the work directory (its own, not made by the matrix)".into();
+    }
     match w {
         "mem" => format!("memory to memory, {} s", doc.params.mem_seconds),
         "elephant" => format!(
@@ -409,6 +423,9 @@ fn tail(doc: &Doc, md: bool) {
     {
         outln!("{bullet}{l}");
     }
+    if doc.params.cold {
+        outln!("{bullet}cold: the page cache was dropped before every timed run (--cold)");
+    }
     if !doc.load.start.is_empty() {
         outln!(
             "{bullet}load average (1, 5, 15 min): {} at the start, {} at the end",
@@ -502,6 +519,8 @@ mod tests {
                 small_files: 0,
                 mem_seconds: 1.0,
                 workloads: vec!["mem".into()],
+                cold: false,
+                given: vec![],
             },
             tools: vec![row("iperf3"), row("nuttcp")],
             paths: vec![PathSpec {
