@@ -454,6 +454,31 @@ mod tests {
     }
 
     #[test]
+    fn subdirectories_are_listed_ahead_once_and_never_past_the_bound() {
+        let mut s = State {
+            list_ahead: true,
+            ..State::default()
+        };
+        s.ahead.extend(["a", "b", "a"].map(PathBuf::from));
+        // The walker entered b before the warmers got to it.
+        s.entered.insert(PathBuf::from("b"));
+        assert!(matches!(s.take(), Some(Work::List(d, true)) if d == Path::new("a")));
+        assert!(s.take().is_none(), "b entered, a listed already");
+        assert_eq!(s.open_ahead, 1);
+        assert!(s.entered.is_empty());
+        // A file to warm comes before a listing ahead...
+        s.files.insert(7, Ahead::Queued);
+        s.queue.push_back(job(7, 1));
+        s.ahead.push_back(PathBuf::from("c"));
+        assert!(matches!(s.take(), Some(Work::Data(j)) if j.id == 7));
+        // ...and no more listings ahead are opened than the bound.
+        s.open_ahead = LISTINGS_AHEAD;
+        assert!(s.take().is_none());
+        s.open_ahead -= 1;
+        assert!(matches!(s.take(), Some(Work::List(d, true)) if d == Path::new("c")));
+    }
+
+    #[test]
     fn a_tree_in_memory_is_not_warmed() {
         if Path::new("/dev/shm").exists() {
             assert!(in_memory(Path::new("/dev/shm")));
