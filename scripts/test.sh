@@ -2,8 +2,10 @@
 # Runs the whole test suite (unit, protocol harness, loopback integration).
 # The `ci` profile (Cargo.toml): optimised, since the integration tests move real
 # data and debug builds are ten times slower at it, but without release's LTO and
-# debug info, which only cost compile time here. Tests run two at a time, those
-# that measure a rate or a time alone (.config/nextest.toml, docs/TESTING.md).
+# debug info, which only cost compile time here (the workspace's own crates at
+# opt-level 1, their dependencies at 3). Tests run three at a time, those that
+# measure a rate or a time alone (.config/nextest.toml, docs/TESTING.md); every
+# test's time is in target/nextest/default/junit.xml afterwards.
 #
 # A test that lacks something this host does not have (root, a tool, a device)
 # skips, unless CI's LONGHAUL_REQUIRE_<NEED>=1 makes that a failure; the run ends

@@ -491,7 +491,8 @@ pub struct ServeArgs {
     /// `submit --via THIS DATA dtn9:/scratch/in/`); repeatable; none by default.
     #[arg(long = "jobs-ssh", value_name = "[USER@]HOST", requires = "jobs")]
     pub jobs_ssh: Vec<String>,
-    /// With --jobs-ssh: the command that runs ssh, with its options (default: ssh).
+    /// With --jobs-ssh: the command that runs ssh, with its options (default: ssh). OpenSSH
+    /// runs with BatchMode=yes: a job never prompts (give this server's account a key).
     #[arg(long, value_name = "CMD", env = "LONGHAUL_RSH", requires = "jobs")]
     pub jobs_rsh: Option<String>,
     /// With --jobs-ssh: the longhaul program on those hosts (default: longhaul on their
@@ -881,9 +882,9 @@ pub struct PerfArgs {
 /// doctor): the one option and wording of every retry.
 #[derive(Args, Clone, Copy)]
 pub struct RetryArgs {
-    /// Attempts after the first when the server cannot be reached (a copy: or the connection
-    /// is lost; each resumes) before giving up; they wait 1 s, 2 s, 4 s, ... and each says
-    /// `retrying (N/RETRIES)`.
+    /// Attempts after the first when the server cannot be reached, or (cp, sync) when the
+    /// connection is lost (each attempt resumes), before giving up; they wait 1 s, 2 s, 4 s,
+    /// ... and each says `retrying (N/RETRIES)`.
     #[arg(long, default_value_t = 3, value_name = "N")]
     pub retries: u32,
 }
@@ -1387,7 +1388,7 @@ pub struct DoctorArgs {
     /// same as cp's --rate.
     #[arg(long, value_parser = path_rate)]
     pub rate: Option<u64>,
-    /// Seconds of each memory-to-memory test (one each way).
+    /// How long each memory-to-memory test runs (one each way), e.g. 10s.
     #[arg(long, default_value = "3s", value_parser = duration)]
     pub time: Duration,
     /// Skip the short file-to-file copy.
@@ -1562,9 +1563,9 @@ pub struct WanUpArgs {
     /// Bottleneck queue (drop-tail) as time at the rate.
     #[arg(long, value_parser = duration, default_value = "50ms")]
     pub queue: Duration,
-    /// MTU of the emulated link.
-    #[arg(long, default_value_t = 65000)]
-    pub mtu: u32,
+    /// MTU of the emulated link (default: 1500 up to a --rate of 1gbit, 9000 up to 10gbit, else 65000).
+    #[arg(long)]
+    pub mtu: Option<u32>,
     /// The link is down for DURATION from START after it comes up (repeatable), e.g. 5s+3s.
     #[arg(long, value_name = "START+DURATION")]
     pub outage: Vec<String>,

@@ -52,6 +52,8 @@ pub struct Ssh {
     /// program ([`process::own`]); not for an ssh that may ask for a
     /// password at the terminal.
     owned: bool,
+    /// Nobody is there to answer a prompt ([`Ssh::unattended`]).
+    unattended: bool,
     /// `[USER@]HOST` as ssh takes it.
     pub dest: String,
 }
@@ -80,6 +82,7 @@ impl Ssh {
             argv,
             mux: Vec::new(),
             owned: false,
+            unattended: false,
             dest: dest.to_string(),
         })
     }
@@ -89,6 +92,29 @@ impl Ssh {
     pub fn owned(mut self) -> Ssh {
         self.owned = true;
         self
+    }
+
+    /// For a command nobody watches (a job, a fleet's rank, a matrix): with
+    /// OpenSSH, `-o BatchMode=yes`, so that a password, a key's passphrase
+    /// or an unknown host key fails the login at once instead of waiting
+    /// for an answer that never comes (another `--rsh` must not prompt);
+    /// and a refused login says it needs a key ([`needs_key`]).
+    pub fn unattended(mut self) -> Ssh {
+        if !self.unattended && self.is_openssh() {
+            self.argv
+                .splice(1..1, ["-o".to_string(), "BatchMode=yes".to_string()]);
+        }
+        self.unattended = true;
+        self
+    }
+
+    /// Whether nobody answers its prompts ([`Ssh::unattended`]).
+    pub fn is_unattended(&self) -> bool {
+        self.unattended
+    }
+
+    fn is_openssh(&self) -> bool {
+        Path::new(self.program()).file_name() == Some(std::ffi::OsStr::new("ssh"))
     }
 
     /// The program that runs ssh (the first word of `--rsh`).
@@ -154,10 +180,14 @@ impl Ssh {
             )));
         }
         if !out.status.success() {
+            let said = String::from_utf8_lossy(&out.stderr);
+            if let Some(e) = self.refused_login(out.status.code(), &said) {
+                return Err(SshError::Failed(e));
+            }
             return Err(SshError::Failed(format!(
                 "`{remote}` on {dest} failed ({}); it said:{}",
                 out.status,
-                as_said(&String::from_utf8_lossy(&out.stderr))
+                as_said(&said)
             )));
         }
         Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
@@ -171,8 +201,7 @@ impl Ssh {
     /// 15 s, this `Ssh` as it is. `sock`: where its socket goes (a
     /// private directory).
     pub fn multiplex(&self, sock: &Path) -> (Ssh, Option<Owned>) {
-        let is_openssh = Path::new(self.program()).file_name() == Some(std::ffi::OsStr::new("ssh"));
-        if !is_openssh {
+        if !self.is_openssh() {
             return (self.clone(), None);
         }
         let path = format!("ControlPath={}", sock.display());
@@ -209,6 +238,33 @@ impl Ssh {
         }
         (self.clone(), None)
     }
+
+    /// An unattended ssh that ended with ssh's own status (255) because the
+    /// login needed an answer: the error that says so and what to do.
+    pub fn refused_login(&self, code: Option<i32>, said: &str) -> Option<String> {
+        if !self.unattended || code != Some(255) || !needs_key(said) {
+            return None;
+        }
+        Some(format!(
+            "ssh needs a key or agent: the login to {} asked for a password, a key's passphrase or the confirmation of a host key, and nobody is there to answer (ssh runs with BatchMode=yes here); give the account that runs longhaul a key it can use unprompted (an agent, or a key without a passphrase that the far host limits) and the host's key in its known_hosts; ssh said:{}",
+            self.dest,
+            as_said(said)
+        ))
+    }
+}
+
+/// Whether what ssh said is a login that needed an answer: a password or
+/// passphrase it could not ask for, or a host key nobody confirmed.
+pub fn needs_key(said: &str) -> bool {
+    [
+        "Permission denied",
+        "Host key verification failed",
+        "No more authentication methods",
+        "read_passphrase",
+        "Too many authentication failures",
+    ]
+    .iter()
+    .any(|w| said.contains(w))
 }
 
 /// `words` quoted for the far shell.
@@ -328,6 +384,28 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("no room left") && e.contains("3"), "{e}");
+    }
+
+    #[test]
+    fn an_unattended_openssh_never_prompts_and_a_refused_login_says_it_needs_a_key() {
+        let s = Ssh::new("h", Some("/usr/bin/ssh -F cfg"))
+            .unwrap()
+            .unattended();
+        assert_eq!(s.line().unwrap(), "/usr/bin/ssh -o 'BatchMode=yes' -F cfg");
+        assert_eq!(s.clone().unattended().line().unwrap(), s.line().unwrap());
+        let other = Ssh::new("h", Some("my-rsh -x")).unwrap().unattended();
+        assert_eq!(other.line().unwrap(), "my-rsh -x");
+        let said = "me@h: Permission denied (publickey,password).";
+        let e = s.refused_login(Some(255), said).unwrap();
+        assert!(
+            e.starts_with("ssh needs a key or agent: ") && e.contains(said),
+            "{e}"
+        );
+        assert!(s.refused_login(Some(1), said).is_none());
+        assert!(s.refused_login(Some(255), "Connection refused").is_none());
+        let attended = Ssh::new("h", None).unwrap();
+        assert!(attended.refused_login(Some(255), said).is_none());
+        assert!(needs_key("Host key verification failed."));
     }
 
     #[test]

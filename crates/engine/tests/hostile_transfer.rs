@@ -901,24 +901,32 @@ fn hostile_compressed_chunks_end_the_transfer_naming_the_file() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-#[test]
-fn a_plaintext_session_cannot_leave_the_chunk_checks_to_a_tag_it_lacks() {
-    let dir = std::env::temp_dir().join(format!("lh-hostile-tagcheck-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let s = hostile_server(&dir);
-    let mut c = control(s.addr());
+/// Asks to push `out` with tag checks on control connection `c`, and
+/// returns the server's answer.
+fn tag_checked_push(c: &mut FramedConn) -> TransferAccept {
     let Message::TransferRequest(mut t) = request(Op::Push, "out", vec![]) else {
         unreachable!()
     };
     t.tag_checks = true;
     c.send(&Message::TransferRequest(t)).unwrap();
-    let Message::TransferAccept(a) = next(&mut c) else {
+    let Message::TransferAccept(a) = next(c) else {
         panic!("no accept")
     };
-    assert!(!a.tag_checks, "agreed to tag checks without TLS: {a:?}");
-    let mut data = TcpStream::connect(s.addr()).unwrap();
+    a
+}
+
+/// Joins a plaintext data stream to the push `token` names and sends a
+/// chunk of bytes that are not the file's, with the check a tag-checked
+/// stream would carry: the sink must check them still, and ask again.
+fn forged_chunk_is_asked_again(
+    c: &mut FramedConn,
+    addr: SocketAddr,
+    token: String,
+    dir: &std::path::Path,
+) {
+    let mut data = TcpStream::connect(addr).unwrap();
     data.write_all(&hello(Role::Data {
-        token: a.token,
+        token,
         stream: 0,
         direction: Direction::Up,
     }))
@@ -927,9 +935,7 @@ fn a_plaintext_session_cannot_leave_the_chunk_checks_to_a_tag_it_lacks() {
         entries: vec![file_entry(1, 5, 1 << 20)],
     }))
     .unwrap();
-    assert!(matches!(next(&mut c), Message::Wants(_)));
-    // Bytes that are not the file's, with the check a tag-checked stream
-    // would carry: the sink still checks them, and asks again.
+    assert!(matches!(next(c), Message::Wants(_)));
     let header = ChunkHeader {
         zero: false,
         compressed: false,
@@ -945,7 +951,7 @@ fn a_plaintext_session_cannot_leave_the_chunk_checks_to_a_tag_it_lacks() {
         value: *blake3::hash(b"forge").as_bytes(),
     };
     data.write_all(&forged.encode()).unwrap();
-    let msgs = until(&mut c, |m| matches!(m, Message::Resend(_)));
+    let msgs = until(c, |m| matches!(m, Message::Resend(_)));
     assert!(
         matches!(
             msgs.last(),
@@ -954,6 +960,47 @@ fn a_plaintext_session_cannot_leave_the_chunk_checks_to_a_tag_it_lacks() {
         "{msgs:?}"
     );
     assert!(!dir.join("out").exists(), "a forged chunk landed");
+}
+
+#[test]
+fn a_plaintext_session_cannot_leave_the_chunk_checks_to_a_tag_it_lacks() {
+    let dir = std::env::temp_dir().join(format!("lh-hostile-tagcheck-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let s = hostile_server(&dir);
+    let mut c = control(s.addr());
+    let a = tag_checked_push(&mut c);
+    assert!(!a.tag_checks, "agreed to tag checks without TLS: {a:?}");
+    forged_chunk_is_asked_again(&mut c, s.addr(), a.token, &dir);
+    s.shutdown();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A control connection in TLS (any certificate taken), welcomed.
+fn tls_control(addr: SocketAddr) -> FramedConn {
+    use longhaul_engine::net::tls::{ClientTls, TrustOptions};
+    let trust = TrustOptions {
+        accept_any: true,
+        ..TrustOptions::default()
+    };
+    let tls = ClientTls::new(&trust, &addr.to_string()).unwrap();
+    let mut s = tls.connect(TcpStream::connect(addr).unwrap()).unwrap();
+    s.write_all(&hello(Role::Control)).unwrap();
+    let mut c = FramedConn::new(s, addr.to_string());
+    assert!(matches!(next(&mut c), Message::Welcome(_)));
+    c
+}
+
+#[test]
+fn a_tls_control_cannot_leave_the_checks_to_tags_a_plaintext_data_stream_lacks() {
+    let dir = std::env::temp_dir().join(format!("lh-hostile-tagplain-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let s = hostile_server(&dir);
+    let mut c = tls_control(s.addr());
+    let a = tag_checked_push(&mut c);
+    assert!(a.tag_checks, "a TLS session is offered tag checks: {a:?}");
+    // The server takes plaintext (--allow-plaintext): the data stream
+    // joins in the clear, where no AEAD tag proves anything.
+    forged_chunk_is_asked_again(&mut c, s.addr(), a.token, &dir);
     s.shutdown();
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -275,6 +275,7 @@ impl JobDesk for Desk {
             history: Vec::new(),
             live_bytes: 0,
             live_bps: None,
+            discards: Vec::new(),
         };
         self.store.insert(&row).map_err(failed)?;
         tracing::info!(

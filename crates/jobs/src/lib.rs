@@ -94,7 +94,8 @@ pub struct JobsConfig {
     /// ssh, as its own user, for a job's far end (`serve --jobs-ssh`):
     /// none unless its admin lists them.
     pub ssh_hosts: Vec<String>,
-    /// How it reaches them (its ssh command, the far longhaul).
+    /// How it reaches them (its ssh command, the far longhaul); always
+    /// unattended (`BatchMode=yes`).
     pub ssh: longhaul_engine::reach::SshOptions,
 }
 
@@ -139,9 +140,11 @@ pub fn open_store(place: &Place) -> Result<Arc<dyn store::JobStore>, store::Stor
 /// Starts taking and running jobs: the desk to hand the server
 /// (`ServeConfig::jobs`), with the runner's threads behind it.
 pub fn start(
-    cfg: JobsConfig,
+    mut cfg: JobsConfig,
 ) -> Result<Arc<dyn longhaul_engine::server::jobs::JobDesk>, store::StoreError> {
     let store = open_store(&cfg.place)?;
+    // Nobody answers the job server's ssh: a prompt would hold a worker.
+    cfg.ssh.unattended = true;
     let cfg = Arc::new(cfg);
     let runner = runner::Runner::start(store.clone(), cfg.clone());
     Ok(Arc::new(desk::Desk::new(store, cfg, runner)))

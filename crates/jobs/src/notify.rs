@@ -235,6 +235,7 @@ mod tests {
             worker: None,
             runs: 0,
             history: Vec::new(),
+            discards: Vec::new(),
         };
         let text = mail_text("ops@example.org", "ended", &v);
         let (head, body) = text.split_once("\n\n").unwrap();

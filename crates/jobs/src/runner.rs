@@ -15,7 +15,11 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use longhaul_proto::job::{backoff, derive, next_run, FileState, JobKind, JobState, Standing};
+use longhaul_engine::EngineError;
+use longhaul_proto::job::{
+    backoff, derive, next_run, DiscardState, DiscardView, FileState, JobKind, JobState, Standing,
+    MAX_DISCARD_TRIES,
+};
 use longhaul_proto::units::escaped;
 
 use crate::attempt::{self, Attempt, Ended, Running};
@@ -402,55 +406,99 @@ impl Runner {
 
     /// What a cancelled job's copies left of its unfinished entries, removed
     /// at the far end (a push or a third-party copy, with the destination's
-    /// capability) or here (a pull).
-    fn discard(&self, job: &JobRow) {
-        let cancelled = self.entries(&job.id, &[FileState::Cancelled]);
-        if cancelled.is_empty() {
-            return;
-        }
-        match job.kind {
-            JobKind::Push if job.spec.dest.ssh.is_some() => {
-                match attempt::discard_over_ssh(&self.cfg, &job.spec.dest, &cancelled) {
-                    Ok(n) => tracing::info!(
-                        "job {}: {n} partial file(s) removed on {}",
-                        job.id,
-                        escaped(&job.spec.dest.shown())
-                    ),
-                    Err(e) => tracing::warn!(
-                        "job {}: the partial files on {} stay: {}",
-                        job.id,
-                        escaped(&job.spec.dest.shown()),
-                        escaped(&e.to_string())
-                    ),
-                }
-            }
-            JobKind::Push | JobKind::ThirdParty => {
-                let dest = &job.spec.dest;
-                let discarded = attempt::far_end(&self.cfg, dest, &Default::default())
-                    .map_err(longhaul_engine::EngineError::Usage)
-                    .and_then(|o| {
-                        longhaul_engine::xfer::jobcaps::discard(
-                            dest.host.as_deref().unwrap_or_default(),
-                            &o,
-                            None,
-                            &cancelled,
-                        )
-                    });
-                match discarded {
-                    Ok(n) => tracing::info!(
-                        "job {}: {n} partial file(s) removed at the destination",
-                        job.id
-                    ),
-                    Err(e) => {
-                        tracing::warn!("job {}: the destination's partial files stay: {e}", job.id)
-                    }
-                }
-            }
-            JobKind::Pull => {
+    /// capability, or over ssh) or here (a pull). A far end that cannot be
+    /// reached keeps a pending discard in the job ([`DiscardView`]), tried
+    /// again with backoff until it is done, [`MAX_DISCARD_TRIES`] tries
+    /// fail or the job's lifetime ends: when it is due next, while pending.
+    fn discard(&self, job: &mut JobRow, t: u64) -> Option<u64> {
+        if job.kind == JobKind::Pull {
+            let cancelled = self.entries(&job.id, &[FileState::Cancelled]);
+            if !cancelled.is_empty() {
                 let n = self.discard_here(job, &cancelled);
                 tracing::info!("job {}: {n} partial file(s) removed here", job.id);
             }
+            return None;
         }
+        let dest = &job.spec.dest;
+        let end = dest
+            .ssh
+            .clone()
+            .or_else(|| dest.host.clone())
+            .unwrap_or_default();
+        let cancelled = self.entries(&job.id, &[FileState::Cancelled]);
+        let at = match job.discards.iter().position(|d| d.end == end) {
+            Some(at) if job.discards[at].state != DiscardState::Pending => return None,
+            Some(at) => at,
+            None if cancelled.is_empty() => return None,
+            None => {
+                job.discards.push(DiscardView {
+                    end,
+                    ..DiscardView::default()
+                });
+                job.discards.len() - 1
+            }
+        };
+        let tried = self.discard_far(job, &cancelled);
+        let (first_s, expires) = (self.cfg.backoff_first_s, job.expires);
+        let d = &mut job.discards[at];
+        d.tries += 1;
+        let shown = escaped(&d.end);
+        match tried {
+            Ok(n) => {
+                tracing::info!("job {}: {n} partial file(s) removed on {shown}", job.id);
+                d.state = DiscardState::Done;
+                d.removed = n;
+                d.next_try = None;
+                d.error = None;
+                None
+            }
+            Err(e) => {
+                let for_good = matches!(
+                    e,
+                    EngineError::Refused { .. } | EngineError::Usage(_) | EngineError::Trust(_)
+                );
+                d.error = Some(e.to_string());
+                if for_good || d.tries >= MAX_DISCARD_TRIES || t >= expires {
+                    tracing::warn!(
+                        "job {}: the partial files on {shown} stay (tried {} time(s)): {}",
+                        job.id,
+                        d.tries,
+                        escaped(&e.to_string())
+                    );
+                    d.state = DiscardState::GivenUp;
+                    d.next_try = None;
+                    return None;
+                }
+                let next = t + backoff(first_s, d.tries, fastrand::f64());
+                tracing::warn!(
+                    "job {}: cannot remove the partial files on {shown} yet (try {}), again in {} s: {}",
+                    job.id,
+                    d.tries,
+                    next - t,
+                    escaped(&e.to_string())
+                );
+                d.next_try = Some(next as f64);
+                Some(next)
+            }
+        }
+    }
+
+    /// Has the far end of a cancelled push or third-party copy remove the
+    /// partial files of `cancelled`: over ssh as at each attempt, or at the
+    /// far server with the destination's capability. How many it removed.
+    fn discard_far(&self, job: &JobRow, cancelled: &[String]) -> Result<u64, EngineError> {
+        let dest = &job.spec.dest;
+        if dest.ssh.is_some() {
+            return attempt::discard_over_ssh(&self.cfg, dest, cancelled);
+        }
+        let o =
+            attempt::far_end(&self.cfg, dest, &Default::default()).map_err(EngineError::Usage)?;
+        longhaul_engine::xfer::jobcaps::discard(
+            dest.host.as_deref().unwrap_or_default(),
+            &o,
+            None,
+            cancelled,
+        )
     }
 
     /// The job's entries in `states`.
@@ -526,14 +574,18 @@ impl Runner {
         let t = now();
         let revoke_now =
             matches!(job.state, JobState::Finished | JobState::Cancelled) || t >= job.expires;
+        let mut discard_due = None;
         if !job.revoked && revoke_now {
             if job.state == JobState::Cancelled {
-                self.discard(&job);
+                discard_due = self.discard(&mut job, t);
             }
-            job.revoked = self.revoke(&job);
+            // A pending discard needs the destination's capability.
+            job.revoked = self.revoke(&job, discard_due.is_some()) && discard_due.is_none();
         }
         job.next_attempt = if job.revoked {
             u64::MAX / 2
+        } else if let Some(due) = discard_due {
+            due
         } else if revoke_now {
             t + backoff(
                 self.cfg.backoff_first_s,
@@ -551,11 +603,17 @@ impl Runner {
         }
     }
 
-    /// Revokes the job's capabilities at each far end; whether every one
-    /// is gone (an expired one is).
-    fn revoke(&self, job: &JobRow) -> bool {
+    /// Revokes the job's capabilities at each far end (but its
+    /// destination's, `keep_dest`: a discard there is pending); whether
+    /// every one revoked is gone (an expired one is).
+    fn revoke(&self, job: &JobRow, keep_dest: bool) -> bool {
         let mut all = true;
-        for end in [&job.spec.source, &job.spec.dest] {
+        let ends = if keep_dest {
+            vec![&job.spec.source]
+        } else {
+            vec![&job.spec.source, &job.spec.dest]
+        };
+        for end in ends {
             let (Some(host), Some(_)) = (&end.host, &end.credential) else {
                 continue;
             };

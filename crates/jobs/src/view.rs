@@ -46,6 +46,7 @@ pub fn of(row: &JobRow, tally: &Tally, history: bool) -> JobView {
         } else {
             Vec::new()
         },
+        discards: row.discards.clone(),
     }
 }
 

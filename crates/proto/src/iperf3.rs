@@ -893,9 +893,6 @@ pub fn json_frame<T: Serialize>(value: &T) -> Vec<u8> {
     out
 }
 
-/// Takes one length-prefixed JSON message off the front of `buf` if it is
-/// all there; refuses a length over `max` as soon as the 4 length bytes
-/// are in, before buffering any of it.
 /// The next state byte of `buf`, taken off it, or None until one is in;
 /// a byte that names no state is an error.
 fn take_state(buf: &mut Vec<u8>) -> Result<Option<State>, Iperf3Error> {
@@ -908,6 +905,9 @@ fn take_state(buf: &mut Vec<u8>) -> Result<Option<State>, Iperf3Error> {
         .ok_or(Iperf3Error::UnknownState(b as i8))
 }
 
+/// Takes one length-prefixed JSON message off the front of `buf` if it is
+/// all there; refuses a length over `max` as soon as the 4 length bytes
+/// are in, before buffering any of it.
 fn take_json(buf: &mut Vec<u8>, max: u32) -> Result<Option<Vec<u8>>, Iperf3Error> {
     let Some(len) = buf.get(..4) else {
         return Ok(None);

@@ -34,6 +34,11 @@ pub const MAX_URL: usize = 2048;
 pub const MAX_MAIL: usize = 254;
 /// Files one `show` answer lists, at most.
 pub const FILES_PAGE_MAX: u32 = 2000;
+/// Tries of a cancelled job's discard at one far end, at most: with
+/// [`backoff`] (doubling to five minutes) about eight hours of a far end
+/// that cannot be reached, and never past the job's lifetime (a far
+/// server's capability ends with it).
+pub const MAX_DISCARD_TRIES: u32 = 100;
 /// The first wait before a retry, seconds; it doubles each attempt...
 pub const BACKOFF_FIRST_S: u64 = 5;
 /// ...up to this (five minutes).
@@ -450,6 +455,57 @@ pub struct JobView {
     /// Its latest attempts, oldest first (`show` only).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub history: Vec<AttemptView>,
+    /// A cancelled job's partial files at each far end, and whether they
+    /// are removed yet.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub discards: Vec<DiscardView>,
+}
+
+/// Where a cancelled job's discard at one far end stands.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DiscardState {
+    /// Not done yet (the far end could not be reached): tried again at
+    /// its `next_try`.
+    #[default]
+    Pending,
+    /// The partial files there are removed.
+    Done,
+    /// Its tries ([`MAX_DISCARD_TRIES`]) or the job's lifetime ran out:
+    /// the partial files there stay.
+    GivenUp,
+}
+
+impl DiscardState {
+    pub fn word(self) -> &'static str {
+        match self {
+            DiscardState::Pending => "pending",
+            DiscardState::Done => "done",
+            DiscardState::GivenUp => "given_up",
+        }
+    }
+}
+
+/// A cancelled job's partial files at one far end (a far server or a host
+/// over ssh), removed there ([`DiscardState`]): kept with the job, so that
+/// a far end that could not be reached at the cancel has them removed
+/// once it can.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct DiscardView {
+    /// The far end: `HOST[:PORT]` of a server, `[USER@]HOST` over ssh.
+    pub end: String,
+    pub state: DiscardState,
+    /// Tries so far.
+    pub tries: u32,
+    /// While pending: when it is tried again (Unix seconds).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_try: Option<f64>,
+    /// Why the last try failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// Partial files and journals removed (once done).
+    #[serde(default)]
+    pub removed: u64,
 }
 
 /// One file of a job.

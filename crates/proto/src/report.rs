@@ -10,6 +10,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::params::{Direction, TestParams, Transport};
+use crate::units::saturating_total;
 
 /// Facts about one data stream's socket, as the kernel granted them.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -495,13 +496,13 @@ impl Span<'_> {
             .iter()
             .filter(|s| s.direction == direction)
             .collect();
-        let bytes = mine.iter().map(|s| s.bytes).sum();
+        let bytes = saturating_total(mine.iter().map(|s| s.bytes));
         let bits_per_second = mine.iter().map(|s| s.bits_per_second).sum();
         let tcp = if mine.iter().any(|s| s.tcp.is_some()) {
             let ts: Vec<TcpReport> = mine.iter().filter_map(|s| s.tcp).collect();
             let k = ts.len().max(1) as f64;
             Some(TcpReport {
-                retransmits: ts.iter().map(|t| t.retransmits).sum(),
+                retransmits: saturating_total(ts.iter().map(|t| t.retransmits)),
                 rtt_us: (ts.iter().map(|t| f64::from(t.rtt_us)).sum::<f64>() / k) as u32,
                 min_rtt_us: ts
                     .iter()
@@ -509,7 +510,7 @@ impl Span<'_> {
                     .filter(|&r| r > 0)
                     .min()
                     .unwrap_or(0),
-                cwnd_bytes: ts.iter().map(|t| t.cwnd_bytes).sum(),
+                cwnd_bytes: saturating_total(ts.iter().map(|t| t.cwnd_bytes)),
                 rttvar_us: (ts.iter().map(|t| f64::from(t.rttvar_us)).sum::<f64>() / k) as u32,
                 delivery_rate_bps: ts.iter().map(|t| t.delivery_rate_bps).sum(),
                 pacing_rate_bps: ts.iter().map(|t| t.pacing_rate_bps).sum(),
@@ -525,15 +526,15 @@ impl Span<'_> {
             let us: Vec<UdpReport> = mine.iter().filter_map(|s| s.udp).collect();
             let mut t = UdpReport::default();
             for u in &us {
-                t.packets_sent += u.packets_sent;
-                t.packets_received += u.packets_received;
-                t.lost_packets += u.lost_packets;
-                t.out_of_order += u.out_of_order;
-                t.duplicates += u.duplicates;
-                t.rcvbuf_drops += u.rcvbuf_drops;
+                t.packets_sent = t.packets_sent.saturating_add(u.packets_sent);
+                t.packets_received = t.packets_received.saturating_add(u.packets_received);
+                t.lost_packets = t.lost_packets.saturating_add(u.lost_packets);
+                t.out_of_order = t.out_of_order.saturating_add(u.out_of_order);
+                t.duplicates = t.duplicates.saturating_add(u.duplicates);
+                t.rcvbuf_drops = t.rcvbuf_drops.saturating_add(u.rcvbuf_drops);
                 t.jitter_us = t.jitter_us.max(u.jitter_us);
             }
-            let expected = t.packets_received + t.lost_packets;
+            let expected = t.packets_received.saturating_add(t.lost_packets);
             t.lost_percent = if expected == 0 {
                 0.0
             } else {
@@ -640,11 +641,11 @@ impl Span<'_> {
             .max()
             .unwrap_or(0) as f64
             / 1e6;
-        let lost: u64 = udp.iter().map(|u| u.lost_packets).sum();
-        let expected: u64 = udp
-            .iter()
-            .map(|u| u.lost_packets + u.packets_received)
-            .sum();
+        let lost = saturating_total(udp.iter().map(|u| u.lost_packets));
+        let expected = saturating_total(
+            udp.iter()
+                .map(|u| u.lost_packets.saturating_add(u.packets_received)),
+        );
         let busiest = directions
             .iter()
             .max_by(|a, b| a.bits_per_second.total_cmp(&b.bits_per_second))
@@ -653,9 +654,9 @@ impl Span<'_> {
         Summary {
             transport: params.transport,
             seconds,
-            bytes: directions.iter().map(|d| d.bytes).sum(),
+            bytes: saturating_total(directions.iter().map(|d| d.bytes)),
             bits_per_second: directions.iter().map(|d| d.bits_per_second).sum(),
-            retransmits: tcp.iter().map(|t| t.retransmits).sum(),
+            retransmits: saturating_total(tcp.iter().map(|t| t.retransmits)),
             rtt_us: if tcp.is_empty() {
                 0
             } else {
@@ -884,6 +885,38 @@ mod tests {
         assert!((d.cpu_sender_percent - 50.0).abs() < 1e-9);
         assert!((d.cpu_receiver_percent - 25.0).abs() < 1e-9);
         assert_eq!(d.limit.kind, LimitKind::ReceiverWindow);
+    }
+
+    /// Counts come from the peer's reports: two streams whose bytes and
+    /// retransmits would overflow are held at the maximum, not wrapped to a
+    /// small figure (release) or a panic (debug).
+    #[test]
+    fn a_peers_counts_chosen_to_overflow_are_held_at_the_maximum() {
+        let client = snap(1_000_000, 0, vec![]);
+        let span = Span {
+            client_from: None,
+            client_to: &client,
+            server_from: None,
+            server_to: &client,
+            complete: true,
+        };
+        let huge = StreamReport {
+            direction: Direction::Up,
+            stream: 0,
+            bytes: u64::MAX - 1,
+            bits_per_second: 1.0,
+            cpu_sender_percent: 0.0,
+            cpu_receiver_percent: 0.0,
+            tcp: Some(TcpReport {
+                retransmits: u64::MAX,
+                cwnd_bytes: u64::MAX,
+                ..Default::default()
+            }),
+            udp: None,
+        };
+        let d = span.direction(Direction::Up, &[huge.clone(), huge], None);
+        assert_eq!(d.bytes, u64::MAX);
+        assert_eq!(d.tcp.unwrap().retransmits, u64::MAX);
     }
 
     /// perf judges a window the receiver did not drain by the rule the

@@ -298,6 +298,12 @@ fn write_escaped(f: &mut fmt::Formatter<'_>, s: &str, style: Style) -> fmt::Resu
     f.write_str(rest)
 }
 
+/// The sum of counts a peer reported, held at `u64::MAX` rather than
+/// wrapping (release) or panicking (debug) on counts chosen to overflow.
+pub fn saturating_total(counts: impl IntoIterator<Item = u64>) -> u64 {
+    counts.into_iter().fold(0, u64::saturating_add)
+}
+
 /// Lowercase hex of bytes (a digest, a key): the one encoder of the
 /// project (the `hex` crate's).
 pub fn hex(b: &[u8]) -> String {
@@ -313,6 +319,13 @@ pub fn from_hex<const N: usize>(s: &str) -> Option<[u8; N]> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_peers_counts_that_would_overflow_are_held_at_the_maximum() {
+        assert_eq!(super::saturating_total([u64::MAX, 2, 3]), u64::MAX);
+        assert_eq!(super::saturating_total([1, 2, 3]), 6);
+        assert_eq!(super::saturating_total(std::iter::empty()), 0);
+    }
+
     use super::*;
     use std::time::Duration;
 

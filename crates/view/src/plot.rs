@@ -54,7 +54,9 @@ const MAX_BARS: usize = 300;
 /// What can go wrong drawing a run.
 #[derive(Debug, thiserror::Error)]
 pub enum PlotError {
-    #[error("run {0} has no intervals to plot (a doctor or bench disk run keeps none)")]
+    #[error(
+        "run {0} has no intervals to plot (a doctor or bench disk run keeps none); nor does a copy or test that ended within its first interval"
+    )]
     NoIntervals(i64),
     #[error("run {0} is a matrix that kept no cells to plot (it ended before its first cell)")]
     NoCells(i64),
@@ -1532,7 +1534,7 @@ mod tests {
         let e = render(&d, &out).unwrap_err();
         assert_eq!(
             e.to_string(),
-            "run 5 has no intervals to plot (a doctor or bench disk run keeps none)"
+            "run 5 has no intervals to plot (a doctor or bench disk run keeps none); nor does a copy or test that ended within its first interval"
         );
         assert!(!out.exists());
         assert!(matches!(svg_string(&d), Err(PlotError::NoIntervals(5))));

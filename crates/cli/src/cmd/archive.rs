@@ -224,10 +224,12 @@ pub fn show(a: ShowArgs, archive: &ArchiveArgs) -> Outcome {
         for f in &files {
             outln!(
                 "  {}  {:>10}  {} -> {}",
-                f.digest.as_deref().map_or("-", |d| &d[..d.len().min(16)]),
+                f.digest
+                    .as_deref()
+                    .map_or("-", |d| d.get(..16).unwrap_or(d)),
                 format_bytes(f.size),
-                f.source,
-                f.dest
+                escaped(&f.source),
+                escaped(&f.dest)
             );
         }
         if (files.len() as u64) < detail.file_count {

@@ -145,7 +145,11 @@ fn reach_over_ssh(a: &CpArgs, dest: &End, cp: &mut CpOptions) -> Result<reach::F
     let far = reach::reach_ends(
         &mut dest,
         &mut cp.client,
-        &a.ssh.options(),
+        // A rank runs under srun or mpirun: nobody answers a prompt.
+        &reach::SshOptions {
+            unattended: true,
+            ..a.ssh.options()
+        },
         fleet_sessions(a.fleet.queue.is_some(), cp.retries),
     )?
     .ok_or_else(|| Failure::internal("no ssh path after all"))?;

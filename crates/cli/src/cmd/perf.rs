@@ -214,7 +214,7 @@ fn params_of(a: &PerfArgs) -> Result<(TestParams, Option<u32>), Failure> {
     }
     let window = a
         .window
-        .map(|w| u32::try_from(w).map_err(|_| usage(format!("window {w} bytes is larger than the kernel allows for any socket (1 GiB); use -w 1G or less"))))
+        .map(|w| u32::try_from(w).map_err(|_| usage(format!("window {w} bytes does not fit a socket buffer size (at most 4 GiB - 1, and the kernel caps it lower: `longhaul doctor` shows the cap); use -w 1G or less"))))
         .transpose()?;
     if !a.udp && a.rate.is_some() {
         return Err(usage(

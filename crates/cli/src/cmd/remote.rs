@@ -29,6 +29,7 @@ impl SshArgs {
             remote_path: self.remote_path.clone(),
             copy_binary: self.copy_binary.clone(),
             connect_back: self.connect_back.clone(),
+            unattended: false,
         }
     }
 }

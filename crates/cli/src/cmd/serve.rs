@@ -262,6 +262,7 @@ fn start_jobs(
         ssh: longhaul_engine::reach::SshOptions {
             rsh: a.jobs_rsh.clone(),
             remote_path: a.jobs_remote_path.clone(),
+            unattended: true,
             ..Default::default()
         },
     })

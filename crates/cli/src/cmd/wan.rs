@@ -48,6 +48,7 @@ pub fn wan(a: WanArgs) -> Outcome {
             let path = wan_socket(&s.name);
             let reply = std::os::unix::net::UnixStream::connect(&path)
                 .and_then(|mut c| {
+                    c.set_read_timeout(Some(SET_WAIT * 2))?;
                     writeln!(c, "{}", serde_json::to_string(&s).unwrap_or_default())?;
                     let mut line = String::new();
                     std::io::BufReader::new(c).read_line(&mut line)?;
@@ -118,7 +119,7 @@ fn up(u: WanUpArgs, printer: &mut dyn CommandReporter) -> Outcome {
         Err(e) => return fail(e),
     };
     let stop = interrupt_flag();
-    let hosts = match net::Hosts::up(names, u.mtu) {
+    let hosts = match net::Hosts::up(names, mtu_of(&u)) {
         Ok(h) => h,
         Err(e) => return fail(e),
     };
@@ -132,7 +133,7 @@ fn up(u: WanUpArgs, printer: &mut dyn CommandReporter) -> Outcome {
         Ok(f) => Arc::new(f),
         Err(e) => return fail(e),
     };
-    let sock = listen_for_set(&u.name, fwd.clone(), p, u.queue, printer);
+    let sock = listen_for_set(&u.name, fwd.clone(), p, (u.queue, mtu_of(&u)), printer);
     printer.wan_up(&WanHosts {
         a: net::ADDR_A,
         b: net::ADDR_B,
@@ -149,6 +150,12 @@ fn up(u: WanUpArgs, printer: &mut dyn CommandReporter) -> Outcome {
     let _ = std::fs::remove_file(&sock);
     printer.wan_down(&ab, &ba);
     Ok(exit::OK)
+}
+
+/// The link's MTU: as asked, or the default for its rate.
+fn mtu_of(u: &WanUpArgs) -> u32 {
+    u.mtu
+        .unwrap_or_else(|| longhaul_engine::wan::model::default_mtu(u.rate))
 }
 
 /// The link `wan up` asks for, each way: delay, jitter, loss, the rate
@@ -189,7 +196,7 @@ fn link_params(u: &WanUpArgs) -> Result<longhaul_engine::wan::LinkParams, Engine
         outages,
         ..LinkParams::default()
     };
-    p.queue_for(u.queue);
+    p.queue_for(u.queue, mtu_of(u));
     Ok(p)
 }
 
@@ -199,7 +206,7 @@ fn listen_for_set(
     name: &str,
     fwd: Arc<longhaul_engine::wan::forward::Forwarder>,
     p: longhaul_engine::wan::LinkParams,
-    queue: Duration,
+    (queue, mtu): (Duration, u32),
     printer: &mut dyn CommandReporter,
 ) -> std::path::PathBuf {
     let sock = wan_socket(name);
@@ -209,16 +216,14 @@ fn listen_for_set(
         Ok(l) => {
             let (mut p, mut queue) = (p, queue);
             std::thread::spawn(move || {
-                use std::io::{BufRead, Write};
+                use std::io::Write;
                 for c in l.incoming().flatten() {
-                    let mut line = String::new();
-                    let mut r = std::io::BufReader::new(&c);
-                    if r.read_line(&mut line).is_err() {
+                    let Some(line) = set_request(&c, SET_WAIT) else {
                         continue;
-                    }
+                    };
                     let answer = serde_json::from_str::<WanSetArgs>(&line)
                         .map_err(|e| format!("bad request: {e}"))
-                        .and_then(|s| s.apply(&mut p, &mut queue))
+                        .and_then(|s| s.apply(&mut p, &mut queue, mtu))
                         .map(|()| fwd.set(p.clone(), p.clone()));
                     let mut w = &c;
                     let _ = match answer {
@@ -236,12 +241,33 @@ fn listen_for_set(
     sock
 }
 
+/// How long the emulator waits for a `wan set` request's line (and the
+/// client for its answer): one connection that says nothing must not keep
+/// every later `wan set` waiting.
+const SET_WAIT: Duration = Duration::from_secs(5);
+
+/// The most a `wan set` request's line may hold: its JSON is a few dozen bytes.
+const SET_MAX: u64 = 64 << 10;
+
+/// A `wan set` request's one line, of at most [`SET_MAX`] bytes, no read
+/// of it waiting over `wait`; None if it did not come whole.
+fn set_request(c: &std::os::unix::net::UnixStream, wait: Duration) -> Option<String> {
+    use std::io::{BufRead, Read};
+    c.set_read_timeout(Some(wait)).ok()?;
+    let mut line = String::new();
+    std::io::BufReader::new(c.take(SET_MAX))
+        .read_line(&mut line)
+        .ok()?;
+    line.ends_with('\n').then_some(line)
+}
+
 impl WanSetArgs {
     /// `p` with the given changes.
     fn apply(
         &self,
         p: &mut longhaul_engine::wan::LinkParams,
         queue: &mut Duration,
+        mtu: u32,
     ) -> Result<(), String> {
         for (what, v) in [("loss", self.loss), ("corrupt", self.corrupt)] {
             if v.is_some_and(|v| !(0.0..=1.0).contains(&v)) {
@@ -269,7 +295,7 @@ impl WanSetArgs {
         if let Some(q) = self.queue {
             *queue = q;
         }
-        p.queue_for(*queue);
+        p.queue_for(*queue, mtu);
         Ok(())
     }
 }
@@ -309,4 +335,31 @@ fn wan_socket(name: &str) -> PathBuf {
         std::env::temp_dir().join("longhaul-wan")
     };
     dir.join(format!("{name}.sock"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    #[test]
+    fn a_set_request_that_never_comes_whole_is_given_up() {
+        let (silent, _held) = std::os::unix::net::UnixStream::pair().unwrap();
+        let wait = Duration::from_millis(200);
+        assert_eq!(set_request(&silent, wait), None);
+        let (endless, mut writer) = std::os::unix::net::UnixStream::pair().unwrap();
+        let flood = std::thread::spawn(move || {
+            let chunk = [b'x'; 4096];
+            while writer.write_all(&chunk).is_ok() {}
+        });
+        assert_eq!(set_request(&endless, wait), None);
+        drop(endless);
+        flood.join().unwrap();
+        let (asked, mut client) = std::os::unix::net::UnixStream::pair().unwrap();
+        client.write_all(b"{\"name\":\"x\"}\n").unwrap();
+        assert_eq!(
+            set_request(&asked, wait).as_deref(),
+            Some("{\"name\":\"x\"}\n")
+        );
+    }
 }

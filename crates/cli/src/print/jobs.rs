@@ -5,7 +5,7 @@
 //! carry them as they are.
 
 use longhaul_archive::when::utc;
-use longhaul_proto::job::{FileView, JobAnswer, JobView};
+use longhaul_proto::job::{DiscardState, DiscardView, FileView, JobAnswer, JobView};
 use longhaul_proto::units::{escaped, format_bytes, format_rate};
 use serde_json::json;
 
@@ -101,6 +101,32 @@ fn file_line(f: &FileView) -> String {
     s
 }
 
+/// A cancelled job's partial files at one far end: removed, or not yet.
+fn discard_line(d: &DiscardView) -> String {
+    let end = escaped(&d.end);
+    let mut s = match d.state {
+        DiscardState::Done => format!("  partial files on {end}: {} removed", d.removed),
+        DiscardState::Pending => format!(
+            "  partial files on {end}: discard pending (tried {} time(s){})",
+            d.tries,
+            d.next_try
+                .map(|at| format!(
+                    ", again in {:.0} s",
+                    (at - longhaul_jobs::now() as f64).max(0.0)
+                ))
+                .unwrap_or_default()
+        ),
+        DiscardState::GivenUp => format!(
+            "  partial files on {end}: left there, given up after {} tries",
+            d.tries
+        ),
+    };
+    if let Some(e) = d.error.as_ref().filter(|_| d.state != DiscardState::Done) {
+        s.push_str(&format!(": {}", escaped(e)));
+    }
+    s
+}
+
 /// `jobs show`, `jobs wait`: the job, its attempts, a page of its files.
 pub fn show(json: bool, answer: &JobAnswer, with_files: bool) {
     let JobAnswer::Show {
@@ -161,6 +187,9 @@ pub fn show(json: bool, answer: &JobAnswer, with_files: bool) {
                 .map(|e| format!(": {}", escaped(e)))
                 .unwrap_or_default()
         );
+    }
+    for d in &v.discards {
+        outln!("{}", discard_line(d));
     }
     if with_files && !files.is_empty() {
         outln!("  files ({} of {files_total}):", files.len());

@@ -21,7 +21,7 @@ pub fn limits_line(l: &Limits, rate: impl Fn(f64) -> String) -> Option<String> {
         lim.push(format!("memory to memory on {p} {}", rate(*v)));
     }
     for (w, v) in &l.local_copy_bytes_per_second {
-        lim.push(format!("local copy of {w} {}", rate(*v)));
+        lim.push(format!("local copy of {w} at its fastest {}", rate(*v)));
     }
     if let Some(v) = l.destination_write_bytes_per_second {
         lim.push(format!("destination write {}", rate(v)));

@@ -484,24 +484,39 @@ fn stolen_capabilities(state: &Path) -> Vec<String> {
         .collect()
 }
 
-#[test]
-fn cancelling_a_job_stops_its_streams_removes_its_partial_files_and_revokes_its_capability() {
-    use std::os::unix::fs::PermissionsExt;
-    let t = TempDir::new("job-cancel");
-    let (src, dst) = (t.dir("src"), t.dir("dst"));
-    write_random(&src.join("big.bin"), 256 << 20, 9);
-    let (j, b) = pair(&t, &src, &dst, &["--no-archive"]);
+/// A job server J (with `job_args`) pushing `big.bin` (256 MiB of seed
+/// `seed`, written into `src`) at 100 Mbit/s to B's `dst`, under way: B's
+/// journal holds verified chunks. J, B and the job's id.
+fn slow_push_under_way(
+    src: &Path,
+    dst: &Path,
+    t: &TempDir,
+    seed: u64,
+    job_args: &[&str],
+) -> (Serve, Serve, String) {
+    write_random(&src.join("big.bin"), 256 << 20, seed);
+    let (j, b) = pair(t, src, dst, job_args);
     let (id, _) = submit(&[
         "--rate",
         "100mbit",
         &url(&j, "data/big.bin"),
         &url(&b, "in/"),
     ]);
-    let journal = journal_of(&dst, "big.bin");
-    let part = dst.join(".big.bin.lhpart");
+    let journal = journal_of(dst, "big.bin");
     wait_until("verified chunks at B", Duration::from_secs(60), || {
         journal_records(&journal) >= 2
     });
+    (j, b, id)
+}
+
+#[test]
+fn cancelling_a_job_stops_its_streams_removes_its_partial_files_and_revokes_its_capability() {
+    use std::os::unix::fs::PermissionsExt;
+    let t = TempDir::new("job-cancel");
+    let (src, dst) = (t.dir("src"), t.dir("dst"));
+    let (j, b, id) = slow_push_under_way(&src, &dst, &t, 9, &["--no-archive"]);
+    let journal = journal_of(&dst, "big.bin");
+    let part = dst.join(".big.bin.lhpart");
     // The job server's database is its user's alone: it holds capabilities.
     let mode = std::fs::metadata(j.state.join("jobs.db"))
         .unwrap()
@@ -1202,17 +1217,10 @@ fn a_job_rides_out_a_30_s_outage_on_an_80_ms_path() {
     let t = TempDir::new("job-wan");
     let (src, dst) = (t.dir("src"), t.dir("dst"));
     write_random(&src.join("big.bin"), 32 << 20, 11);
-    // 80 ms, 20 Mbit/s: about 13 s of copying. A WAN's MTU: with the
-    // emulator's default (65000 bytes) its 50 ms queue at this rate holds
-    // two packets, 19 streams' smallest windows are many times the path's
-    // BDP, their retransmissions are dropped again and again, and TCP's
-    // time-outs back off to seconds (11.6 s measured) on the streams
-    // holding the last chunks: the transfer idles at its end, outage or
-    // not.
-    let w = Wan::up(
-        &name,
-        &["--rtt", "80ms", "--rate", "20mbit", "--mtu", "1500"],
-    );
+    // 80 ms, 20 Mbit/s: about 13 s of copying, on the emulator's
+    // default MTU for this rate (1500 bytes; its queue holds at least 32
+    // packets at any MTU).
+    let w = Wan::up(&name, &["--rtt", "80ms", "--rate", "20mbit"]);
     let serve = |h: &str, ip: &str, state: &str, args: &[&str]| {
         let mut all = vec![
             "serve",
@@ -2259,4 +2267,263 @@ fn attacker_a_discard_names_its_destination_on_a_one_shot_server_only_and_remove
         }
     }
     assert!(outside.join(".c.lhpart").exists() && outside.join(".d.lhpart").exists());
+}
+
+/// The discards of `jobs show --json`.
+fn discards(v: &Value) -> Vec<Value> {
+    v["job"]["discards"].as_array().cloned().unwrap_or_default()
+}
+
+/// A cancel while the far end is down: its partial files cannot be
+/// removed then, so the job keeps a pending discard (shown by `jobs show`,
+/// its tries and error), tried again with backoff; the far end started
+/// again (its capability kept, hashed), the next try removes them, and
+/// only then is the capability revoked.
+#[test]
+fn a_cancel_while_the_far_end_is_down_removes_its_partial_files_once_it_is_back() {
+    let t = TempDir::new("job-discard-later");
+    let (src, dst) = (t.dir("src"), t.dir("dst"));
+    let (j, mut b, id) = slow_push_under_way(
+        &src,
+        &dst,
+        &t,
+        97,
+        &["--no-archive", "--jobs-backoff", "1s"],
+    );
+    let journal = journal_of(&dst, "big.bin");
+    let part = dst.join(".big.bin.lhpart");
+    b.kill9();
+    let o = bin()
+        .args(["jobs", "cancel", &id, "--via", &j.addr()])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let (code, v) = wait_job(&j, &id, Duration::from_secs(60));
+    assert_eq!(code, 8, "{v}");
+    wait_until("a pending discard", Duration::from_secs(60), || {
+        discards(&show(&j, &id))
+            .first()
+            .is_some_and(|d| d["state"] == "pending" && d["tries"].as_u64() >= Some(1))
+    });
+    let v = show(&j, &id);
+    let d = &discards(&v)[0];
+    assert_eq!(d["end"], b.addr(), "{v}");
+    assert!(d["error"].as_str().is_some_and(|e| !e.is_empty()), "{v}");
+    assert!(d["next_try"].as_f64().is_some(), "{v}");
+    let o = bin()
+        .args(["jobs", "show", &id, "--via", &j.addr()])
+        .output()
+        .unwrap();
+    assert!(
+        stdout(&o).contains(&format!("partial files on {}: discard pending", b.addr())),
+        "{}",
+        stdout(&o)
+    );
+    assert!(part.exists() && journal.exists());
+    // Its capability is kept for the discard meanwhile.
+    let caps = t.path().join("state-b/capabilities");
+    assert!(std::fs::read_to_string(&caps).is_ok_and(|c| !c.trim().is_empty()));
+    b.restart();
+    let back = Instant::now();
+    wait_until(
+        "the partial files' removal once B is back",
+        Duration::from_secs(120),
+        || !part.exists() && !journal.exists(),
+    );
+    wait_until("the discard done", Duration::from_secs(30), || {
+        discards(&show(&j, &id))
+            .first()
+            .is_some_and(|d| d["state"] == "done")
+    });
+    let v = show(&j, &id);
+    let d = &discards(&v)[0];
+    eprintln!(
+        "discard after the far end came back: {:.1} s, {} tries, {} removed",
+        back.elapsed().as_secs_f64(),
+        d["tries"],
+        d["removed"]
+    );
+    assert!(d["tries"].as_u64() >= Some(2), "{v}");
+    assert_eq!(d["removed"], 2, "{v}");
+    assert!(
+        d.get("next_try").is_none() && d.get("error").is_none(),
+        "{v}"
+    );
+    wait_until("the revocation", Duration::from_secs(30), || {
+        std::fs::read_to_string(&caps).is_ok_and(|c| c.trim().is_empty())
+    });
+    assert!(std::fs::read_dir(&dst).unwrap().next().is_none());
+    assert_eq!(v["job"]["state"], "cancelled", "{v}");
+}
+
+/// kill -9 of the job server mid-push to a host over ssh, then its
+/// restart: the far end there ends with its ssh channel, the job is taken
+/// back, a new far end resumes from the chunk journal, and the attempt
+/// after the restart sends only what was not verified before.
+#[test]
+fn an_ssh_job_survives_kill_9_of_its_server_and_resends_no_verified_chunk() {
+    let Some(s) = common::sshd::sshd() else {
+        return;
+    };
+    let t = TempDir::new("job-ssh-kill");
+    let (here, far) = (t.dir("here"), t.dir("far"));
+    let size = 128u64 << 20;
+    write_random(&here.join("big.bin"), size as usize, 98);
+    let mut j = ssh_job_server(&t, &s, &here, &[]);
+    let to = format!("{}:{}/", common::sshd::HOST, far.display());
+    let (id, _) = submit(&["--rate", "200mbit", &url(&j, "data/big.bin"), &to]);
+    let journal = journal_of(&far, "big.bin");
+    wait_until(
+        "verified chunks on the far host",
+        Duration::from_secs(60),
+        || journal_records(&journal) >= 6,
+    );
+    let far_ends = one_shots(&s);
+    assert!(!far_ends.is_empty(), "no far end runs");
+    j.kill9();
+    wait_until(
+        "the far end to end with its ssh channel",
+        Duration::from_secs(60),
+        || far_ends.iter().all(|p| longhaul_testkit::process::gone(*p)),
+    );
+    let chunk = chunk_of(&journal);
+    let indices = journal_indices(&journal);
+    let verified: u64 = indices
+        .iter()
+        .map(|&i| chunk.min(size - (i as u64) * chunk))
+        .sum();
+    assert!(verified < size, "it finished before the kill");
+    j.restart();
+    let (code, v) = wait_job(&j, &id, Duration::from_secs(180));
+    assert_eq!(code, 0, "{v} {}", j.log_text());
+    assert_same_file(&here.join("big.bin"), &far.join("big.bin"));
+    let h = history(&v);
+    assert!(h.len() >= 2, "{v}");
+    assert!(h.iter().any(|a| a["outcome"] == "lost"), "{v}");
+    let last = h.last().unwrap();
+    assert_eq!(last["outcome"], "ok", "{v}");
+    let resumed = last["resumed_bytes"].as_u64().unwrap();
+    let sent = last["sent_bytes"].as_u64().unwrap();
+    eprintln!(
+        "kill -9 of an ssh job's server: {} chunks of {chunk} ({verified} bytes) verified before; resumed {resumed}, then sent {sent} of {size}",
+        indices.len()
+    );
+    assert!(resumed >= verified, "{v}");
+    assert!(sent + verified <= size, "a verified chunk went again: {v}");
+}
+
+/// An unattended ssh never prompts: a job whose far host would ask for a
+/// key's passphrase, or to accept an unknown host key, fails at once
+/// saying that ssh needs a key or agent, and no prompt was ever shown
+/// (an askpass that ssh would use, forced, records it and hangs).
+#[test]
+fn an_ssh_job_never_prompts_and_fails_at_once_saying_ssh_needs_a_key() {
+    let Some(s) = common::sshd::sshd() else {
+        return;
+    };
+    let t = TempDir::new("job-ssh-batch");
+    let here = t.dir("here");
+    write_random(&here.join("f"), 1000, 99);
+    let d = s.dir.path();
+    let locked = t.path().join("locked_key");
+    let ok = Command::new("ssh-keygen")
+        .args(["-q", "-t", "ed25519", "-N", "a passphrase", "-f"])
+        .arg(&locked)
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok);
+    let mut keys = std::fs::read_to_string(d.join("authorized_keys")).unwrap();
+    keys.push_str(&std::fs::read_to_string(locked.with_extension("pub")).unwrap());
+    std::fs::write(d.join("authorized_keys"), keys).unwrap();
+    let shown = std::fs::read_to_string(&s.config).unwrap();
+    let line = |k: &str| {
+        shown
+            .lines()
+            .find(|l| l.trim_start().starts_with(k))
+            .unwrap()
+            .trim()
+            .to_string()
+    };
+    let (addr, port, user) = (line("HostName"), line("Port"), line("User"));
+    let empty = t.path().join("no_known_hosts");
+    std::fs::write(&empty, "").unwrap();
+    let config = t.path().join("ssh_config");
+    std::fs::write(
+        &config,
+        format!(
+            "Host lhpass\n  {addr}\n  {port}\n  {user}\n  IdentityFile {k}\n  IdentitiesOnly yes\n  \
+             {known}\n  StrictHostKeyChecking yes\n\
+             Host lhnew\n  {addr}\n  {port}\n  {user}\n  IdentityFile {d}/client_key\n  IdentitiesOnly yes\n  \
+             UserKnownHostsFile {e}\n  StrictHostKeyChecking ask\n",
+            k = locked.display(),
+            known = line("UserKnownHostsFile"),
+            d = d.display(),
+            e = empty.display()
+        ),
+    )
+    .unwrap();
+    let asked = t.path().join("asked");
+    let askpass = t.path().join("askpass");
+    std::fs::write(
+        &askpass,
+        format!(
+            "#!/bin/sh\necho \"$*\" >> {}\nexec sleep 600\n",
+            asked.display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(
+        &askpass,
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    let export = format!("data={}", here.display());
+    let rsh = format!("ssh -F {}", config.display());
+    let env_askpass = format!("SSH_ASKPASS={}", askpass.display());
+    let j = Serve::start_as(
+        &[
+            "env",
+            &env_askpass,
+            "SSH_ASKPASS_REQUIRE=force",
+            "DISPLAY=:99",
+        ],
+        &t.path().join("state-j"),
+        &[
+            "--jobs",
+            "--export",
+            &export,
+            "--no-sync",
+            "--no-archive",
+            "--jobs-ssh",
+            "lhpass",
+            "--jobs-ssh",
+            "lhnew",
+            "--jobs-rsh",
+            &rsh,
+            "--jobs-remote-path",
+            common::sshd::BIN,
+        ],
+    );
+    for host in ["lhpass", "lhnew"] {
+        let began = Instant::now();
+        let to = format!("{host}:{}/", t.path().join("far").display());
+        let (id, _) = submit(&["--retries", "0", &url(&j, "data/f"), &to]);
+        let (code, v) = wait_job(&j, &id, Duration::from_secs(60));
+        eprintln!(
+            "{host}: the job failed {:.1} s after submission",
+            began.elapsed().as_secs_f64()
+        );
+        assert_eq!(code, 5, "{host}: {v} {}", j.log_text());
+        assert_eq!(v["job"]["state"], "failed", "{v}");
+        let e = v["job"]["error"].as_str().unwrap_or_default();
+        assert!(e.contains("ssh needs a key or agent"), "{host}: {e}");
+        assert!(
+            std::fs::read_to_string(&asked)
+                .unwrap_or_default()
+                .is_empty(),
+            "{host}: ssh prompted: {}",
+            std::fs::read_to_string(&asked).unwrap_or_default()
+        );
+    }
 }

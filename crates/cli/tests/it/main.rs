@@ -20,6 +20,7 @@ mod dist;
 mod doctor;
 mod doctor_cpu;
 mod edges;
+mod endgame;
 #[cfg(feature = "queue")]
 mod fleet;
 mod habits;

@@ -575,14 +575,18 @@ fn far_host_over_ssh_runs_servers_there_verifies_and_leaves_nothing() {
     }
 }
 
-/// A peer's server that a run leaves unusable (here: one that accepts two
+/// A peer's server that a run leaves unusable (here: one that serves two
 /// connections, the matrix's readiness probe and one run, then exits, as
 /// iperf2's wedged after `-R -P 4`) fails the run after it, and is then
-/// started again, so the runs after that one count.
+/// started again, so the runs after that one count. A run counts as served
+/// only when the server greets it: a connect alone succeeds as soon as the
+/// kernel queues it on the listener, and on a busy host the server had not
+/// yet taken its second connection (nor exited) when the next run's
+/// connect was queued too, so that run passed without being served.
 const WEDGE: &str = r#"[{
   "name": "wedge", "kind": "files",
-  "server": {"argv": ["python3", "-c", "import socket, sys\ns = socket.socket()\ns.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\ns.bind((sys.argv[2], int(sys.argv[1])))\ns.listen(8)\nfor _ in range(2):\n    s.accept()[0].close()\n", "{port}", "{host}"]},
-  "put": ["bash", "-c", "(exec 3<>/dev/tcp/$2/$3) || exit 1; cp -a \"$0\" \"$1\"/", "{src}", "{dstdir}", "{host}", "{port}"],
+  "server": {"argv": ["python3", "-c", "import socket, sys\ns = socket.socket()\ns.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\ns.bind((sys.argv[2], int(sys.argv[1])))\ns.listen(8)\nfor _ in range(2):\n    c = s.accept()[0]\n    try:\n        c.sendall(b'served\\n')\n    except OSError:\n        pass\n    c.close()\n", "{port}", "{host}"]},
+  "put": ["bash", "-c", "exec 3<>/dev/tcp/$2/$3 || exit 1; read -r -t 10 hello <&3; [ \"$hello\" = served ] || exit 1; exec 3<&-; cp -a \"$0\" \"$1\"/", "{src}", "{dstdir}", "{host}", "{port}"],
   "get": [],
   "settings": [{"name": "defaults", "args": []}]
 }]"#;

@@ -1158,7 +1158,7 @@ impl ShortCopy<'_> {
         let file = dir.join("data");
         let mut f = std::fs::File::create(&file)
             .map_err(|e| EngineError::io(format!("creating {}", file.display()), e))?;
-        longhaul_proto::data::write_random(&mut f, size >> 20 << 20, fastrand::u64(..))
+        longhaul_proto::data::write_random(&mut f, size, fastrand::u64(..))
             .map_err(|e| EngineError::io(format!("writing {}", file.display()), e))?;
         Ok((guard, file))
     }

@@ -390,6 +390,12 @@ pub fn tcp_bytes(fd: BorrowedFd<'_>) -> Option<(u64, u64)> {
     raw_tcp_info(fd).map(|i| (i.bytes_acked, i.bytes_received))
 }
 
+/// What a receiving socket shows of its stream: bytes received, the
+/// segment size it receives, and the path's smallest round trip seen.
+pub fn tcp_receiving(fd: BorrowedFd<'_>) -> Option<(u64, u32, u32)> {
+    raw_tcp_info(fd).map(|i| (i.bytes_received, i.rcv_mss, i.min_rtt))
+}
+
 /// CPU time (user + system) of the calling thread, microseconds.
 pub fn thread_cpu_us() -> u64 {
     crate::stages::thread_cpu_ns() / 1000

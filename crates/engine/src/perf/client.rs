@@ -972,7 +972,9 @@ fn drive(
     sink.summary(&summary);
     if let Some(e) = &summary.error {
         if !interrupted {
-            return Err(EngineError::Failed(e.clone()));
+            // The server's part of it is its own words.
+            let e = longhaul_proto::units::escaped(e).to_string();
+            return Err(EngineError::Failed(e));
         }
     }
     Ok(summary)
@@ -1020,7 +1022,9 @@ pub fn run_third_party(
         match ctl.next_event(Duration::from_millis(100))? {
             Some(ClientEvent::Relay(Relay::Start(s))) => sink.setup(&s),
             Some(ClientEvent::Relay(Relay::Interval(i))) => sink.interval(&i),
-            Some(ClientEvent::Relay(Relay::Warning { message })) => sink.warning(&message),
+            Some(ClientEvent::Relay(Relay::Warning { message })) => {
+                sink.warning(&longhaul_proto::units::escaped(&message).to_string());
+            }
             Some(ClientEvent::Relay(Relay::Summary(s))) => {
                 sink.summary(&s);
                 return Ok(*s);

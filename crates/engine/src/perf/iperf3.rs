@@ -24,6 +24,7 @@ use longhaul_proto::iperf3::{
 };
 use longhaul_proto::msg::{Direction, Mode, RefuseCode, TestParams, Transport};
 use longhaul_proto::report::{stream_keys, SideSnapshot, Span, StreamSample, Summary, UdpRecv};
+use longhaul_proto::units::saturating_total;
 use longhaul_proto::units::{format_bytes, format_rate};
 
 use crate::net::dial::ClientOptions;
@@ -517,7 +518,7 @@ fn server_retransmits(params: &TestParams, theirs: &Results) -> Option<u64> {
         return None;
     }
     let keys = stream_keys(params);
-    Some(
+    Some(saturating_total(
         theirs
             .streams
             .iter()
@@ -526,9 +527,8 @@ fn server_retransmits(params: &TestParams, theirs: &Results) -> Option<u64> {
                     .and_then(|k| keys.get(k))
                     .is_some_and(|&(d, _)| End::Server.sends(d))
             })
-            .map(|s| u64::try_from(s.retransmits).unwrap_or(0))
-            .sum(),
-    )
+            .map(|s| u64::try_from(s.retransmits).unwrap_or(0)),
+    ))
 }
 
 /// One UDP stream to an iperf3 server: a socket connected to its port,
@@ -808,15 +808,14 @@ pub(crate) fn figures_notes(
     };
     let mut out = Vec::new();
     for &d in params.mode.directions() {
-        let ours: u64 = (0..params.streams)
-            .map(|i| since(baseline, local, d, i).0)
-            .sum();
-        let theirs_b: u64 = remote
-            .streams
-            .iter()
-            .filter(|s| s.direction == d)
-            .map(|s| s.bytes)
-            .sum();
+        let ours = saturating_total((0..params.streams).map(|i| since(baseline, local, d, i).0));
+        let theirs_b = saturating_total(
+            remote
+                .streams
+                .iter()
+                .filter(|s| s.direction == d)
+                .map(|s| s.bytes),
+        );
         let (we, they) = match d {
             Direction::Up => ("sent", "received"),
             Direction::Down => ("received", "sent"),

@@ -63,6 +63,9 @@ pub struct SshOptions {
     /// Have the far end connect back: `Some("")` always, to the address its
     /// ssh saw this client come from; `Some("ADDR[:PORT]")` to that.
     pub connect_back: Option<String>,
+    /// Nobody answers ssh's prompts (a job, a fleet's rank): ssh runs with
+    /// `BatchMode=yes` ([`crate::ssh::Ssh::unattended`]).
+    pub unattended: bool,
 }
 
 /// The export and the path in it that a far path names: relative (and

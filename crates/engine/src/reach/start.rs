@@ -40,7 +40,10 @@ enum Started {
 /// secret); an open one is told now and then that this client is there.
 pub fn start(opts: &SshOptions, dest: &str, admits: Admits) -> Result<FarEnd, EngineError> {
     // ssh here may ask for a password at the terminal: not a group of its own.
-    let ssh = Ssh::new(dest, opts.rsh.as_deref())?;
+    let mut ssh = Ssh::new(dest, opts.rsh.as_deref())?;
+    if opts.unattended {
+        ssh = ssh.unattended();
+    }
     let mut far = start_far(&ssh, opts, admits)?;
     if admits == Admits::Open {
         far.keep_alive();
@@ -210,7 +213,11 @@ fn start_once(ssh: &Ssh, remote: &str) -> Result<Started, EngineError> {
             // What ssh wrote last (why it failed) may still be in the pipe.
             let _ = stderr_ended.recv_timeout(Duration::from_secs(2));
             let said = kept.lock().map(|k| k.trim().to_string()).unwrap_or_default();
-            not_started(dest, status.and_then(|s| s.code()), said)
+            let code = status.and_then(|s| s.code());
+            if let Some(e) = ssh.refused_login(code, &said) {
+                return Err(EngineError::Connect(e));
+            }
+            not_started(dest, code, said)
         }
     }
 }

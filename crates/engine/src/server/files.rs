@@ -265,7 +265,8 @@ fn acceptance(
         // This server's sink defers, and its source re-announces, files the
         // destination had no room for while others were in flight.
         defer_full: t.defer_full,
-        // Every data stream of a TLS session is TLS: its AEAD proves each chunk.
+        // Offered on a TLS session only; whether the data streams that join
+        // are TLS decides whether their tags stand for the checks (tags_prove).
         tag_checks: t.tag_checks && tls,
     }
 }
@@ -356,6 +357,7 @@ fn run_push(
         ..
     } = place;
     let storage = storage_for(shared, t);
+    let tag_checks = crate::xfer::tags_prove(t.tag_checks && conn.is_tls(), &streams);
     run_sink(
         conn,
         streams,
@@ -381,7 +383,7 @@ fn run_push(
             bundles: t.bundles,
             compress: t.compress.is_some(),
             defer_full: t.defer_full,
-            tag_checks: t.tag_checks && conn.is_tls(),
+            tag_checks,
         },
     )
     .map(|r| {
@@ -406,6 +408,7 @@ fn run_pull(
 ) -> Result<(u64, u64, usize), EngineError> {
     let Place { anchor, roots, .. } = place;
     let storage = storage_for(shared, t);
+    let tag_checks = crate::xfer::tags_prove(t.tag_checks && conn.is_tls(), &streams);
     run_source(
         conn,
         streams,
@@ -425,7 +428,7 @@ fn run_pull(
             share: None,
             filter,
             compress: t.compress,
-            tag_checks: t.tag_checks && conn.is_tls(),
+            tag_checks,
             online: t.tuning.online,
             send_intervals: t.tuning.intervals,
             rtt: Duration::from_micros(u64::from(

@@ -53,14 +53,37 @@ impl Default for LinkParams {
     }
 }
 
+/// Full-size packets a bottleneck's queue holds at least, whatever its
+/// time at the rate: a router's buffer is counted in packets as well as in
+/// time (Cisco's default hold queue is 40 to 75 packets, Linux's
+/// txqueuelen 1000). Fewer, and TCP cannot recover a loss by fast
+/// retransmit: a queue of one or two packets drops the retransmission
+/// too, and the connection backs off for seconds.
+pub const QUEUE_MIN_PACKETS: u64 = 32;
+
 impl LinkParams {
-    /// A queue that holds `d` of traffic at the link's rate (at least one
-    /// 64 KiB packet); unchanged without a rate.
-    pub fn queue_for(&mut self, d: Duration) {
+    /// A queue that holds `d` of traffic at the link's rate, and at least
+    /// [`QUEUE_MIN_PACKETS`] packets of `mtu` bytes besides the one on the
+    /// wire; unchanged without a rate.
+    pub fn queue_for(&mut self, d: Duration, mtu: u32) {
         if let Some(r) = self.rate_bps {
             let bytes = (d.as_secs_f64() * r as f64 / 8.0) as u64;
-            self.queue_bytes = bytes.max(64 << 10);
+            self.queue_bytes = bytes.max((QUEUE_MIN_PACKETS + 1) * u64::from(mtu));
         }
+    }
+}
+
+/// The MTU `wan up` gives the link when none is asked for: a WAN's 1500
+/// bytes up to 1 Gbit/s (a real path's packet counts, so its queue, loss
+/// and TCP's recovery behave as on one), jumbo frames (9000, what research
+/// networks run end to end) up to 10 Gbit/s, and 65000 above or without a
+/// rate, where the forwarder's packet rate (two system calls a packet) and
+/// not the link would otherwise be the bottleneck.
+pub fn default_mtu(rate_bps: Option<u64>) -> u32 {
+    match rate_bps {
+        Some(r) if r <= 1_000_000_000 => 1500,
+        Some(r) if r <= 10_000_000_000 => 9000,
+        _ => 65000,
     }
 }
 
@@ -275,8 +298,47 @@ mod tests {
             rate_bps: Some(8_000_000_000),
             ..LinkParams::default()
         };
-        p.queue_for(10 * MS);
+        p.queue_for(10 * MS, 9000);
         assert_eq!(p.queue_bytes, 10_000_000);
+    }
+
+    #[test]
+    fn a_queue_holds_its_packets_at_any_mtu() {
+        // 50 ms at 20 Mbit/s is 125 kB: two packets of 65000 bytes, the
+        // case that left TCP in back-off. The floor holds 32 of any size.
+        for mtu in [1500u32, 9000, 65000] {
+            let mut p = LinkParams {
+                rate_bps: Some(20_000_000),
+                ..LinkParams::default()
+            };
+            p.queue_for(50 * MS, mtu);
+            let packets = p.queue_bytes / u64::from(mtu);
+            assert!(packets >= QUEUE_MIN_PACKETS, "mtu {mtu}: {packets} packets");
+            let floor = (QUEUE_MIN_PACKETS + 1) * u64::from(mtu);
+            assert_eq!(p.queue_bytes, 125_000.max(floor));
+            // And the link takes that many back to back before it drops.
+            let mut l = Link::new(p, 1);
+            let delivered = (0..QUEUE_MIN_PACKETS * 2)
+                .filter(|_| {
+                    matches!(
+                        l.arrive(Duration::ZERO, mtu as usize),
+                        Verdict::Deliver { .. }
+                    )
+                })
+                .count() as u64;
+            assert!(
+                delivered >= QUEUE_MIN_PACKETS,
+                "mtu {mtu}: {delivered} delivered"
+            );
+        }
+        // Without a rate there is no queue to size.
+        let mut p = LinkParams::default();
+        p.queue_for(50 * MS, 65000);
+        assert_eq!(p.queue_bytes, LinkParams::default().queue_bytes);
+        assert_eq!(default_mtu(Some(20_000_000)), 1500);
+        assert_eq!(default_mtu(Some(1_000_000_000)), 1500);
+        assert_eq!(default_mtu(Some(2_000_000_000)), 9000);
+        assert_eq!(default_mtu(None), 65000);
     }
 
     #[test]

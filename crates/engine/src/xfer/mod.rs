@@ -62,6 +62,14 @@ pub fn tag_checks() -> bool {
     std::env::var("LONGHAUL_CHUNK_CHECK").map_or(true, |v| v != "xxh3")
 }
 
+/// Whether each chunk's check may be left to its data stream's AEAD tag:
+/// the ends agreed to it and every data stream is TLS. Only the data
+/// streams decide: a TLS control connection proves nothing about bytes on
+/// a plaintext data stream (which a server with `--allow-plaintext` takes).
+pub(crate) fn tags_prove(agreed: bool, data: &[Box<dyn crate::net::conn::Stream>]) -> bool {
+    agreed && data.iter().all(|s| s.is_tls())
+}
+
 /// A transfer in which nothing moves for this long (no chunk, no message,
 /// either way) is ended: a silent or stuck peer does not hold a slot,
 /// threads and memory forever. Generous, for slow disks and the re-hash of

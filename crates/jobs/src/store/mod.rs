@@ -15,7 +15,9 @@
 pub mod postgres;
 pub mod sqlite;
 
-use longhaul_proto::job::{AttemptView, FileCounts, FileState, JobKind, JobSpec, JobState};
+use longhaul_proto::job::{
+    AttemptView, DiscardView, FileCounts, FileState, JobKind, JobSpec, JobState,
+};
 use longhaul_proto::xfer::Kind;
 
 /// Why the store could not do what was asked.
@@ -79,6 +81,10 @@ pub struct JobRow {
     /// heartbeat them.
     pub live_bytes: u64,
     pub live_bps: Option<f64>,
+    /// A cancelled job's partial files at each far end, and whether they
+    /// are removed yet (a far end that could not be reached at the cancel
+    /// is tried again, with backoff).
+    pub discards: Vec<DiscardView>,
 }
 
 impl JobRow {

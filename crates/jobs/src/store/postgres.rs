@@ -63,9 +63,10 @@ CREATE TABLE IF NOT EXISTS longhaul_job_files (
     seen     boolean NOT NULL DEFAULT true,
     PRIMARY KEY (job, path)
 );
+ALTER TABLE longhaul_jobs ADD COLUMN IF NOT EXISTS discards text NOT NULL DEFAULT '[]';
 ";
 
-const COLUMNS: &str = "id, owner, kind, state, spec, created, updated, expires, next_attempt, attempts, runs, listed, cancel, error, worker, lease_until, notify_secret, notified, revoked, history, live_bytes, live_bps";
+const COLUMNS: &str = "id, owner, kind, state, spec, created, updated, expires, next_attempt, attempts, runs, listed, cancel, error, worker, lease_until, notify_secret, notified, revoked, history, live_bytes, live_bps, discards";
 
 /// Rows sent in one statement by the bulk writes.
 const BATCH: usize = 10_000;
@@ -161,7 +162,9 @@ fn row_of(r: &Row) -> Result<JobRow, StoreError> {
     let state: String = r.get(3);
     let spec: String = r.get(4);
     let history: String = r.get(19);
+    let discards: String = r.get(22);
     Ok(JobRow {
+        discards: decode("discards", &id, &discards)?,
         spec: decode("spec", &id, &spec)?,
         history: decode("history", &id, &history)?,
         owner: r.get(1),
@@ -191,10 +194,10 @@ fn json<T: serde::Serialize>(v: &T) -> String {
     serde_json::to_string(v).unwrap_or_else(|_| "null".into())
 }
 
-/// The columns [`JobStore::save`] writes, in its order ($2 to $18 after
+/// The columns [`JobStore::save`] writes, in its order ($2 to $19 after
 /// the id); [`JobStore::insert`] writes them too, then the ones a job
 /// keeps from its submission.
-const SAVED: &str = "state, spec, updated, expires, next_attempt, attempts, runs, listed, error, worker, lease_until, notified, revoked, history, live_bytes, live_bps, cancel";
+const SAVED: &str = "state, spec, updated, expires, next_attempt, attempts, runs, listed, error, worker, lease_until, notified, revoked, history, live_bytes, live_bps, cancel, discards";
 
 /// A row's values that are computed (encoded, converted) before they are
 /// written.
@@ -202,6 +205,7 @@ struct Saved {
     state: &'static str,
     spec: String,
     history: String,
+    discards: String,
     times: [i64; 4],
     counts: [i32; 2],
     live_bytes: i64,
@@ -213,6 +217,7 @@ impl Saved {
             state: j.state.word(),
             spec: json(&j.spec),
             history: json(&j.history),
+            discards: json(&j.discards),
             times: [j.updated, j.expires, j.next_attempt, j.lease_until].map(i),
             counts: [j.attempts as i32, j.runs as i32],
             live_bytes: i(j.live_bytes),
@@ -220,7 +225,7 @@ impl Saved {
     }
 
     /// The values of [`SAVED`], in its order.
-    fn params<'a>(&'a self, j: &'a JobRow) -> [&'a (dyn ToSql + Sync); 17] {
+    fn params<'a>(&'a self, j: &'a JobRow) -> [&'a (dyn ToSql + Sync); 18] {
         let [updated, expires, next_attempt, lease_until] = &self.times;
         let [attempts, runs] = &self.counts;
         [
@@ -241,6 +246,7 @@ impl Saved {
             &self.live_bytes,
             &j.live_bps,
             &j.cancel,
+            &self.discards,
         ]
     }
 }
@@ -329,8 +335,8 @@ impl JobStore for PgStore {
                 "UPDATE longhaul_jobs SET state = $2, spec = $3, updated = $4, expires = $5, next_attempt = $6,
                    attempts = $7, runs = $8, listed = $9, error = $10, worker = $11, lease_until = $12,
                    notified = $13, revoked = $14, history = $15, live_bytes = $16, live_bps = $17,
-                   cancel = (cancel OR $18)
-                 WHERE id = $1 AND ($19::text IS NULL OR worker = $19)",
+                   cancel = (cancel OR $18), discards = $19
+                 WHERE id = $1 AND ($20::text IS NULL OR worker = $20)",
                 &params,
             )
             .map(|n| n > 0)

@@ -61,7 +61,11 @@ CREATE TABLE IF NOT EXISTS job_files (
 ";
 
 /// The columns of a job, in the order [`row_of`] reads them.
-const COLUMNS: &str = "id, owner, kind, state, spec, created, updated, expires, next_attempt, attempts, runs, listed, cancel, error, worker, lease_until, notify_secret, notified, revoked, history, live_bytes, live_bps";
+const COLUMNS: &str = "id, owner, kind, state, spec, created, updated, expires, next_attempt, attempts, runs, listed, cancel, error, worker, lease_until, notify_secret, notified, revoked, history, live_bytes, live_bps, discards";
+
+/// Added since schema 1 was first written; a build that does not know it
+/// reads and writes the rows as before.
+const DISCARDS: &str = "ALTER TABLE jobs ADD COLUMN discards TEXT NOT NULL DEFAULT '[]'";
 
 pub struct SqliteStore {
     conn: Mutex<Connection>,
@@ -107,6 +111,16 @@ impl SqliteStore {
             )));
         }
         conn.execute_batch(SCHEMA).map_err(err)?;
+        let has_discards: bool = conn
+            .query_row(
+                "SELECT count(*) > 0 FROM pragma_table_info('jobs') WHERE name = 'discards'",
+                [],
+                |r| r.get(0),
+            )
+            .map_err(err)?;
+        if !has_discards {
+            conn.execute(DISCARDS, []).map_err(err)?;
+        }
         conn.pragma_update(None, "user_version", SCHEMA_VERSION)
             .map_err(err)?;
         conn.execute("UPDATE jobs SET lease_until = 0 WHERE lease_until > 0", [])
@@ -134,6 +148,7 @@ struct Raw {
     row: JobRow,
     spec: String,
     history: String,
+    discards: String,
 }
 
 fn raw_of(r: &Row) -> rusqlite::Result<Raw> {
@@ -164,9 +179,11 @@ fn raw_of(r: &Row) -> rusqlite::Result<Raw> {
             history: Vec::new(),
             live_bytes: u(20)?,
             live_bps: r.get(21)?,
+            discards: Vec::new(),
         },
         spec: r.get(4)?,
         history: r.get(19)?,
+        discards: r.get(22)?,
     })
 }
 
@@ -194,6 +211,7 @@ fn finish(raw: Raw) -> Result<JobRow, StoreError> {
     let mut row = raw.row;
     row.spec = decode("spec", &row.id, &raw.spec)?;
     row.history = decode("history", &row.id, &raw.history)?;
+    row.discards = decode("discards", &row.id, &raw.discards)?;
     Ok(row)
 }
 
@@ -209,13 +227,13 @@ impl JobStore for SqliteStore {
     fn insert(&self, j: &JobRow) -> Result<(), StoreError> {
         self.with(|c| {
             c.execute(
-                &format!("INSERT INTO jobs ({COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22)"),
+                &format!("INSERT INTO jobs ({COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23)"),
                 params![
                     j.id, j.owner, j.kind.word(), j.state.word(), json(&j.spec),
                     i(j.created), i(j.updated), i(j.expires), i(j.next_attempt),
                     j.attempts, j.runs, j.listed, j.cancel, j.error, j.worker,
                     i(j.lease_until), j.notify_secret, j.notified, j.revoked,
-                    json(&j.history), i(j.live_bytes), j.live_bps
+                    json(&j.history), i(j.live_bytes), j.live_bps, json(&j.discards)
                 ],
             )
             .map(|_| ())
@@ -301,13 +319,13 @@ impl JobStore for SqliteStore {
                 "UPDATE jobs SET state = ?2, spec = ?3, updated = ?4, expires = ?5, next_attempt = ?6,
                    attempts = ?7, runs = ?8, listed = ?9, error = ?10, worker = ?11, lease_until = ?12,
                    notified = ?13, revoked = ?14, history = ?15, live_bytes = ?16, live_bps = ?17,
-                   cancel = (cancel OR ?18)
+                   cancel = (cancel OR ?18), discards = ?20
                  WHERE id = ?1 AND (?19 IS NULL OR worker = ?19)",
                 params![
                     j.id, j.state.word(), json(&j.spec), i(j.updated), i(j.expires),
                     i(j.next_attempt), j.attempts, j.runs, j.listed, j.error, j.worker,
                     i(j.lease_until), j.notified, j.revoked, json(&j.history),
-                    i(j.live_bytes), j.live_bps, j.cancel, holder
+                    i(j.live_bytes), j.live_bps, j.cancel, holder, json(&j.discards)
                 ],
             )?;
             Ok(n > 0)
@@ -535,5 +553,74 @@ impl JobStore for SqliteStore {
             }
             Ok(out)
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use longhaul_proto::job::{DiscardState, DiscardView, JobKind};
+
+    fn job(id: &str) -> JobRow {
+        JobRow {
+            id: id.into(),
+            owner: "g1".into(),
+            kind: JobKind::Push,
+            state: JobState::Cancelled,
+            spec: placeholder_spec(),
+            created: 1,
+            updated: 1,
+            expires: 100,
+            next_attempt: 1,
+            attempts: 1,
+            runs: 0,
+            listed: true,
+            cancel: true,
+            error: None,
+            worker: None,
+            lease_until: 0,
+            notify_secret: None,
+            notified: true,
+            revoked: false,
+            history: Vec::new(),
+            live_bytes: 0,
+            live_bps: None,
+            discards: Vec::new(),
+        }
+    }
+
+    /// A pending discard is kept with its job; a `jobs.db` written before
+    /// discards were kept gains their column, its jobs read with none.
+    #[test]
+    fn a_pending_discard_is_kept_and_an_older_jobs_db_gains_its_column() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let old = Connection::open(dir.path().join(FILE_NAME)).unwrap();
+            old.execute_batch(SCHEMA).unwrap();
+            old.pragma_update(None, "user_version", 1).unwrap();
+            old.execute(
+                "INSERT INTO jobs (id, owner, kind, state, spec, created, updated, expires, next_attempt, attempts, runs, listed, cancel, worker, lease_until, notified, revoked, history, live_bytes)
+                 VALUES ('00000000000000aa', 'g1', 'push', 'cancelled', ?1, 1, 1, 100, 1, 1, 0, 1, 1, NULL, 0, 1, 0, '[]', 0)",
+                params![json(&placeholder_spec())],
+            )
+            .unwrap();
+        }
+        let s = SqliteStore::open(dir.path()).unwrap();
+        let old = s.get("00000000000000aa").unwrap().unwrap();
+        assert!(old.discards.is_empty());
+        let mut j = job("00000000000000bb");
+        s.insert(&j).unwrap();
+        j.discards.push(DiscardView {
+            end: "b.example:5310".into(),
+            state: DiscardState::Pending,
+            tries: 2,
+            next_try: Some(50.0),
+            error: Some("connection refused".into()),
+            removed: 0,
+        });
+        assert!(s.save(&j, None).unwrap());
+        drop(s);
+        let s = SqliteStore::open(dir.path()).unwrap();
+        assert_eq!(s.get(&j.id).unwrap().unwrap().discards, j.discards);
     }
 }

@@ -9,6 +9,7 @@
 
 pub mod sink;
 pub mod source;
+pub mod tail;
 
 /// A file that landed at the sink, as both ends' drivers count it
 /// (progress) and the catalogue records it.

@@ -308,6 +308,14 @@ impl Sink {
         Ok(())
     }
 
+    /// A chunk of `bytes` stuck on a stalled stream is asked again (the
+    /// end game, [`super::tail`]): not counted as damage.
+    pub fn stalled(&mut self, now: Instant, r: Resend, bytes: u64) {
+        self.last_activity = now;
+        self.report.resent_bytes = self.report.resent_bytes.saturating_add(bytes);
+        self.transmits.push_back(Message::Resend(r));
+    }
+
     /// A file is finished: landed (`done.error` None; `bytes` its size),
     /// or failed while it was written or finished.
     pub fn file_done(&mut self, now: Instant, done: FileDone, bytes: u64) {
@@ -664,7 +672,18 @@ pub struct FileLedger {
     sealed: Option<u32>,
     /// Resends of this file asked of the source.
     resends_asked: u32,
+    /// Chunks a copy is being written of: the copy that may write it.
+    /// A chunk can arrive twice (a resend after a stall, the first copy
+    /// late): the latest copy to start takes the chunk, and the one it
+    /// took it from writes nothing more and is not booked, so that what
+    /// lands is one copy's bytes, checked whole.
+    writing: HashMap<u32, u64>,
+    copies: u64,
 }
+
+/// One copy of a chunk being received ([`FileLedger::take`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ChunkCopy(u64);
 
 impl FileLedger {
     /// A ledger of `count` chunks; `resumed` lists chunks verified in an
@@ -684,7 +703,58 @@ impl FileLedger {
             claimed: false,
             sealed: None,
             resends_asked: 0,
+            writing: HashMap::new(),
+            copies: 0,
         }
+    }
+
+    /// A copy of chunk `index` starts to arrive: it may write the chunk
+    /// (None if the chunk is not wanted: verified already, or the file
+    /// failed). It takes the chunk from any copy still arriving.
+    pub fn take(&mut self, index: u32) -> Option<ChunkCopy> {
+        if !self.wants(index) {
+            return None;
+        }
+        self.copies += 1;
+        self.writing.insert(index, self.copies);
+        Some(ChunkCopy(self.copies))
+    }
+
+    /// Whether `copy` still holds its chunk: it may write, and be booked.
+    pub fn holds(&self, index: u32, copy: ChunkCopy) -> bool {
+        self.wants(index) && self.writing.get(&index) == Some(&copy.0)
+    }
+
+    /// Books `copy` of chunk `index`, verified against `hash`: true if it
+    /// counted (it still held the chunk); a copy that lost it counts
+    /// nothing, nor does one after the chunk is verified.
+    pub fn verified_copy(&mut self, index: u32, copy: ChunkCopy, hash: [u8; 32]) -> bool {
+        if !self.holds(index, copy) {
+            return false;
+        }
+        self.writing.remove(&index);
+        self.verified(index, hash)
+    }
+
+    /// `copy` of chunk `index` arrived damaged: the chunk is free again.
+    pub fn release(&mut self, index: u32, copy: ChunkCopy) {
+        if self.writing.get(&index) == Some(&copy.0) {
+            self.writing.remove(&index);
+        }
+    }
+
+    /// Whether the source sealed the file (every chunk is on its way).
+    pub fn is_sealed(&self) -> bool {
+        self.sealed.is_some()
+    }
+
+    /// The chunks not verified yet, in order.
+    pub fn missing(&self) -> impl Iterator<Item = u32> + '_ {
+        self.hashes
+            .iter()
+            .enumerate()
+            .filter(|(_, h)| h.is_none())
+            .map(|(i, _)| i as u32)
     }
 
     /// Whether chunk `index` is still wanted: the file has not failed and
@@ -704,8 +774,9 @@ impl FileLedger {
         true
     }
 
-    /// A chunk arrived damaged and is asked again: the file may not be
-    /// finished before a seal covers that resend.
+    /// A chunk is asked again (it arrived damaged, or it is stuck on a
+    /// stalled stream): the file may not be finished before a seal covers
+    /// that resend.
     pub fn damaged(&mut self) {
         self.resends_asked += 1;
     }
@@ -782,6 +853,37 @@ mod tests {
         assert!(!l.wants(0));
         assert!(!l.verified(0, [0; 32]));
         assert!(!l.claim());
+    }
+
+    #[test]
+    fn a_chunk_sent_twice_is_written_and_booked_once() {
+        let mut l = FileLedger::new(2, []);
+        // The first copy starts on a stream that stalls mid-chunk...
+        let first = l.take(0).expect("wanted");
+        assert!(l.holds(0, first));
+        // ...the resend starts on another stream and takes the chunk: the
+        // first copy writes nothing more from here on.
+        let second = l.take(0).expect("still wanted");
+        assert!(!l.holds(0, first));
+        assert!(l.holds(0, second));
+        assert!(l.verified_copy(0, second, [2; 32]));
+        // The first copy, arriving late and whole, is discarded: not
+        // booked, nothing taken.
+        assert!(!l.verified_copy(0, first, [2; 32]));
+        assert_eq!(l.take(0), None, "a verified chunk is not taken again");
+        assert_eq!(l.hashes()[0], Some([2; 32]));
+        assert_eq!(l.missing().collect::<Vec<_>>(), [1]);
+        // A damaged copy frees the chunk for the next one.
+        let bad = l.take(1).expect("wanted");
+        l.release(1, bad);
+        assert!(!l.holds(1, bad));
+        let good = l.take(1).expect("wanted again");
+        assert!(!l.verified_copy(1, bad, [9; 32]));
+        assert!(l.verified_copy(1, good, [1; 32]));
+        assert_eq!(l.remaining(), 0);
+        assert!(!l.is_sealed());
+        l.seal(0);
+        assert!(l.is_sealed() && l.claim());
     }
 
     #[test]

@@ -434,6 +434,10 @@ pub struct SinkReport {
     /// Busy time of the sink's writes, microseconds (for dest_write_bps).
     pub write_us: u64,
     pub written_bytes: u64,
+    /// Bytes of chunks asked again because the stream carrying them
+    /// stalled at the transfer's end (the end game, `transfer::tail`).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub resent_bytes: u64,
     /// Where the sink's CPU went (absent from an older sink).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cpu: Option<StageCpu>,

@@ -30,6 +30,11 @@ pub struct CopyReport {
     /// is verified against what was read the last time).
     #[serde(default)]
     pub resent_changed: u64,
+    /// Bytes sent a second time because the stream carrying them stalled
+    /// at the transfer's end (the end game; the first verified copy is
+    /// kept, the other discarded).
+    #[serde(default)]
+    pub resent_bytes: u64,
     pub seconds: f64,
     /// The bytes this run sent: `bytes` less `resumed_bytes`.
     pub sent_bytes: u64,

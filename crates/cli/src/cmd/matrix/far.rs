@@ -21,9 +21,10 @@ use longhaul_engine::process::Owned;
 pub use longhaul_engine::ssh::{quote as join, Ssh};
 
 /// How to reach the far host `dest`: each command in a process group of its
-/// own, ended by the kernel if the matrix dies.
+/// own, ended by the kernel if the matrix dies, and never prompting (a
+/// process group of its own cannot read the terminal).
 pub fn ssh(dest: &str, rsh: Option<&str>) -> Result<Ssh, String> {
-    Ok(Ssh::new(dest, rsh)?.owned())
+    Ok(Ssh::new(dest, rsh)?.owned().unattended())
 }
 
 /// For each list of programs, those not found on the far host.

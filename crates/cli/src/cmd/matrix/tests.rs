@@ -271,6 +271,29 @@ fn limits_are_the_fastest_memory_run_and_the_verified_local_copy() {
         d.limits.local_copy_bytes_per_second.get("elephant"),
         Some(&4e8)
     );
+
+    // A limit is what the storage did at best: the local copy's fastest
+    // run, put or get, not a median a contended disk pulled below peers.
+    let mut put = cell(
+        "cp",
+        "smallfiles",
+        vec![
+            run(Some(7e6), Some(true), None),
+            run(Some(17e6), Some(true), None),
+            run(Some(7e6), Some(true), None),
+        ],
+    );
+    put.summarise(3);
+    let mut get = put.clone();
+    get.cell.direction = "get".into();
+    get.runs[1].bytes_per_second = Some(9e6);
+    get.summarise(3);
+    let mut d = doc(vec![put, get]);
+    d.finish_limits();
+    assert_eq!(
+        d.limits.local_copy_bytes_per_second.get("smallfiles"),
+        Some(&17e6)
+    );
 }
 
 #[test]
@@ -291,7 +314,7 @@ fn ratios_compare_our_best_with_the_best_verified_peer_and_the_local_copy() {
         "{lines:?}"
     );
     assert!(
-        lines[0].contains("1.50x the limit (the local copy 600 MB/s)"),
+        lines[0].contains("1.50x the limit (the local copy at its fastest 600 MB/s)"),
         "{lines:?}"
     );
     assert!(lines[0].contains("not compared: badpeer"), "{lines:?}");

@@ -367,6 +367,12 @@ fn print_files_named(s: &CopyReport, dry_run: bool) {
     for p in &s.would_send {
         outln!("would send: {}", esc(p));
     }
+    if s.resent_bytes > 0 {
+        outln!(
+            "sent again: {} stuck on a stalled stream at the end, sent on another (the first verified copy kept)",
+            format_bytes(s.resent_bytes)
+        );
+    }
     if s.resent_changed > 0 {
         errln!(
             "longhaul: warning: {} file(s) changed while they were read and were sent again",

@@ -174,7 +174,7 @@ fn encryption_line(s: &Setup) -> String {
         "" => "?".to_string(),
         e => e.to_string(),
     };
-    let control = or_unknown(&s.control_encryption);
+    let control = esc(&or_unknown(&s.control_encryption)).to_string();
     match s.data_encrypted {
         Some(true) => format!("data streams encrypted ({control})"),
         Some(false) if s.server_software == "iperf3" => {
@@ -185,7 +185,7 @@ fn encryption_line(s: &Setup) -> String {
             format!("data streams unencrypted (perf --tls encrypts them), control {control}")
         }
         // From a relaying server older than the field.
-        None => format!("encryption {}", or_unknown(&s.encryption)),
+        None => format!("encryption {}", esc(&or_unknown(&s.encryption))),
     }
 }
 
@@ -227,7 +227,7 @@ impl Human {
         let p = &s.params;
         out(&format!(
             "Connected to {} ({}, {}), protocol {}, {}",
-            s.server,
+            esc(&s.server),
             esc(&s.server_host),
             esc(&s.server_software),
             s.protocol_version,
@@ -255,7 +255,7 @@ impl Human {
         out(&format!(
             "{what}, {} stream(s), {dir}, {len} buffers{}{}",
             p.streams,
-            cc.map(|c| format!(", {c}")).unwrap_or_default(),
+            cc.map(|c| format!(", {}", esc(c))).unwrap_or_default(),
             p.window
                 .map(|w| format!(", window {} requested", format_bytes(u64::from(w))))
                 .unwrap_or_default()
@@ -291,8 +291,12 @@ impl Human {
             let line = if per_stream {
                 sum_line(d, self.mode, r.start_s, r.end_s, cols)
             } else {
-                // One stream: its line is the direction's total, under the stream's id.
-                let id = id_of(&r.streams[0], self.mode);
+                // One stream: its line is the direction's total, under the
+                // stream's id (a relayed report may list none).
+                let id = r.streams.first().map_or_else(
+                    || format!("{}SUM", dir_tag(d.direction, self.mode)),
+                    |s| id_of(s, self.mode),
+                );
                 direction_line(d, &id, r.start_s, r.end_s, cols)
             };
             // What held this direction back over the interval.
@@ -343,13 +347,15 @@ impl Human {
         if let Some(o) = s.connections.as_ref().filter(|o| o.opened_by == "far_end") {
             out(&format!(
                 "connections: opened by the far end ({})",
-                o.reason.as_deref().unwrap_or("connect-back")
+                esc(o.reason.as_deref().unwrap_or("connect-back"))
             ));
         }
         for d in s.directions.iter().filter(|_| s.directions.len() > 1) {
             out(&format!(
                 "{:?}: limited by {:?}: {}",
-                d.direction, d.limit.kind, d.limit.detail
+                d.direction,
+                d.limit.kind,
+                esc(&d.limit.detail)
             ));
         }
         out(&format!("Limited by: {}", limit_text(s)));
@@ -366,7 +372,7 @@ impl Human {
             ));
         }
         if let Some(e) = &s.error {
-            out(&format!("Ended early: {e}"));
+            out(&format!("Ended early: {}", esc(e)));
         }
     }
 }
@@ -383,5 +389,26 @@ fn limit_text(s: &Summary) -> String {
         .ok()
         .and_then(|v| v.as_str().map(|x| x.replace('_', " ")))
         .unwrap_or_default();
-    format!("{name} ({})", s.limit.detail)
+    format!("{name} ({})", esc(&s.limit.detail))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_relayed_interval_that_lists_no_stream_is_printed_not_a_panic() {
+        // A third-party test's intervals come from the server as it wrote them.
+        let r = IntervalReport {
+            index: 0,
+            start_s: 0.0,
+            end_s: 1.0,
+            omitted: false,
+            streams: Vec::new(),
+            directions: vec![DirectionReport::default()],
+            cpu_local_percent: 0.0,
+            cpu_remote_percent: 0.0,
+        };
+        Human::perf(1, Mode::Up).perf_interval(&r);
+    }
 }

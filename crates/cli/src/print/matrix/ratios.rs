@@ -85,7 +85,7 @@ fn limit(doc: &Doc, path: &str, workload: &str) -> Option<(f64, String)> {
     }
     if workload != "mem" {
         if let Some(v) = l.local_copy_bytes_per_second.get(workload) {
-            parts.push((*v, format!("the local copy {}", mb(*v))));
+            parts.push((*v, format!("the local copy at its fastest {}", mb(*v))));
         }
     }
     let low = parts.iter().map(|p| p.0).min_by(f64::total_cmp)?;

@@ -70,19 +70,22 @@ fn rate_text(c: Option<&Cell>) -> String {
 /// A cell's CPU seconds per GB moved, client + server; `?` for an end
 /// that could not be measured.
 fn cpu_text(c: Option<&Cell>) -> String {
-    let (Some(c), Some(r)) = (c, c.and_then(|c| c.rate.as_ref())) else {
+    let Some(c) = c.filter(|c| c.rate.is_some()) else {
         return "-".into();
     };
     let Some(cpu) = &c.cpu_seconds else {
         return "?".into();
     };
-    let ok: Vec<_> = c
+    // The mean bytes of the runs whose CPU is the mean (each run's own
+    // rate times its own time: the median rate times the mean time is
+    // not what any run moved when the runs' rates differ).
+    let ran: Vec<f64> = c
         .runs
         .iter()
-        .filter(|r| r.error.is_none() && r.bytes_per_second.is_some())
+        .filter(|r| r.error.is_none())
+        .filter_map(|r| r.bytes_per_second.map(|b| b * r.seconds))
         .collect();
-    let seconds = ok.iter().map(|r| r.seconds).sum::<f64>() / ok.len().max(1) as f64;
-    let gb = r.median_bytes_per_second * seconds / 1e9;
+    let gb = ran.iter().sum::<f64>() / ran.len().max(1) as f64 / 1e9;
     let per = |v: Option<f64>| match v {
         Some(v) if gb > 0.0 => format!("{:.2}", v / gb),
         _ => "?".into(),
@@ -511,6 +514,20 @@ mod tests {
             load: Load::default(),
             interrupted: false,
         }
+    }
+
+    #[test]
+    fn cpu_per_gb_divides_by_what_the_runs_moved() {
+        // One GB in each run, at 1, 2 and 4 GB/s: 3 CPU seconds a run is
+        // 3 s per GB (the median rate times the mean time says 1.5 GB).
+        let mut c = cell("iperf3", "defaults", &[], &[1e9, 2e9, 4e9]);
+        for (r, s) in c.runs.iter_mut().zip([1.0, 0.5, 0.25]) {
+            r.seconds = s;
+            r.cpu_client_seconds = Some(3.0);
+            r.cpu_server_seconds = Some(3.0);
+        }
+        c.summarise(3);
+        assert_eq!(cpu_text(Some(&c)), "3.00 + 3.00");
     }
 
     /// 41.B9: what `defaults` and `best` ran with is said under the table,

@@ -327,7 +327,7 @@ impl Side<'_> {
 /// server agreed, and every stream is TLS (never on a word alone over
 /// plaintext, where nothing would prove the bytes).
 fn tag_checked(accept: &TransferAccept, data: &[Box<dyn crate::net::conn::Stream>]) -> bool {
-    accept.tag_checks && data.iter().all(|s| s.is_tls())
+    crate::xfer::tags_prove(accept.tag_checks, data)
 }
 
 /// The storage of this end's files: O_DIRECT with `--direct`.
@@ -347,6 +347,7 @@ fn pushed(s: &mut CopyReport, r: SourceReport, streams: u16) {
     s.links = r.sink.links;
     s.links_up_to_date = r.sink.links_up_to_date;
     s.resent_changed = t.resent_changed;
+    s.resent_bytes = r.sink.resent_bytes;
     s.bytes = t.bytes;
     s.skipped = t.skipped;
     s.resumed_bytes = t.resumed_bytes;
@@ -373,6 +374,7 @@ fn pulled(s: &mut CopyReport, r: SinkReport, streams: u16) {
     s.files = r.files;
     s.links = r.links;
     s.links_up_to_date = r.links_up_to_date;
+    s.resent_bytes = r.resent_bytes;
     s.bytes = r.bytes;
     s.skipped = r.skipped;
     s.resumed_bytes = r.resumed_bytes;

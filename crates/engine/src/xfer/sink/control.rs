@@ -36,7 +36,7 @@ fn finished(m: Sink, totals: &StageTotals) -> SinkReport {
 /// work it asks for, and sends what it has to say.
 pub(super) fn control(
     conn: &mut FramedConn,
-    files: &Files,
+    (files, mut tail): (&Files, super::tail::Tail),
     rx: &Receiver<Event>,
     fin: &Sender<Arc<FileState>>,
     openers: Option<&Openers>,
@@ -82,6 +82,11 @@ pub(super) fn control(
             let _ = fatal(conn, &mut m, e.to_string(), &stamped);
             return Err(e);
         }
+        tail.look(
+            &mut m,
+            files,
+            cfg.progress.walk_done.load(Ordering::Relaxed),
+        );
         // Small files finish by the thousand: one write for many.
         while let Some(msg) = m.poll_transmit() {
             conn.queue(&stamped(msg))?;

@@ -14,6 +14,7 @@ mod finish;
 mod journal;
 mod open;
 mod receive;
+mod tail;
 mod tree;
 
 use std::collections::HashMap;
@@ -398,9 +399,18 @@ pub fn run_sink(
                 .map_err(|e| EngineError::io("failed to start a receiver".into(), e))?,
         );
     }
+    let tail = tail::Tail::new(sockets.iter().filter_map(|s| s.try_clone().ok()).collect());
     let streams = sockets;
     drop(tx);
-    let result = control::control(conn, &files, &rx, &fin_tx, openers.as_ref(), &cfg, &totals);
+    let result = control::control(
+        conn,
+        (&files, tail),
+        &rx,
+        &fin_tx,
+        openers.as_ref(),
+        &cfg,
+        &totals,
+    );
     for s in &streams {
         let _ = s.shutdown(Shutdown::Both);
     }

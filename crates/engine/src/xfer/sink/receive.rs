@@ -11,6 +11,7 @@ use std::time::Instant;
 
 use longhaul_proto::digest;
 use longhaul_proto::plan::{chunk_at, chunk_count};
+use longhaul_proto::transfer::sink::ChunkCopy;
 use longhaul_proto::xfer::compress::{block_len, Block, Decoder, BLOCK, BLOCK_WORD_LEN};
 use longhaul_proto::xfer::*;
 
@@ -119,11 +120,13 @@ impl StreamReceiver<'_> {
             check_plan(&h, &f.entry)?;
         }
         // Bytes go to storage unless the file is gone (failed or done), the
-        // chunk is verified already, or it is a hole in a fresh file.
-        let target = f
+        // chunk is verified already, or it is a hole in a fresh file; a
+        // copy of a chunk sent twice writes only while it holds the chunk.
+        let copy = f
             .as_ref()
-            .filter(|f| f.inner.lock().expect("poisoned").ledger.wants(h.index));
-        let body = self.body_of(&h, target, f.as_ref())?;
+            .and_then(|f| f.inner.lock().expect("poisoned").ledger.take(h.index));
+        let target = f.as_ref().filter(|_| copy.is_some());
+        let body = self.body_of(&h, target.zip(copy), f.as_ref())?;
         let mut trailer = [0u8; CHUNK_TRAILER_LEN];
         timed(Stage::Receive, || read_frame(&mut self.r, &mut trailer))
             .map_err(|e| format!("data stream failed mid-chunk: {e}"))?;
@@ -134,7 +137,23 @@ impl StreamReceiver<'_> {
             Some(_) if h.zero => super::super::zero_check(h.len),
             Some(c) => timed(Stage::Verify, || c.finalize()),
         };
+        let copy = copy.expect("a target implies a copy");
+        if !f
+            .inner
+            .lock()
+            .expect("poisoned")
+            .ledger
+            .holds(h.index, copy)
+        {
+            // A late copy of a chunk another copy took: discarded.
+            return Ok(());
+        }
         if check != trailer.check {
+            f.inner
+                .lock()
+                .expect("poisoned")
+                .ledger
+                .release(h.index, copy);
             let _ = self.tx.send(Event::Resend(Resend {
                 id: h.file,
                 index: h.index,
@@ -142,6 +161,7 @@ impl StreamReceiver<'_> {
             return Ok(());
         }
         let written = Written {
+            copy: Some(copy),
             index: h.index,
             hash: trailer.value,
             len: h.len,
@@ -163,10 +183,11 @@ impl StreamReceiver<'_> {
     fn body_of(
         &mut self,
         h: &ChunkHeader,
-        target: Option<&Arc<FileState>>,
+        target: Option<(&Arc<FileState>, ChunkCopy)>,
         f: Option<&Arc<FileState>>,
     ) -> Result<Body, String> {
-        let write = target.is_some_and(|f| !(h.zero && f.fresh));
+        let mut write = target.is_some_and(|(f, _)| !(h.zero && f.fresh));
+        let (target, copy) = (target.map(|t| t.0), target.map(|t| t.1));
         let mut body = Body {
             checker: (!self.cfg.tag_checks).then(digest::Checker::new),
             write_error: None,
@@ -201,12 +222,23 @@ impl StreamReceiver<'_> {
                 let f = target.expect("write implies a target");
                 let t = Instant::now();
                 let _one_writer = f.write_lock.lock().expect("poisoned");
-                if let Err(e) = timed(Stage::Write, || {
-                    write_all_at(&*f.out, piece, h.offset + off)
-                }) {
-                    body.write_error = Some(e);
+                let copy = copy.expect("a target implies a copy");
+                // Another copy took the chunk (this one stalled): it writes
+                // all of it, this one nothing more.
+                write = f
+                    .inner
+                    .lock()
+                    .expect("poisoned")
+                    .ledger
+                    .holds(h.index, copy);
+                if write {
+                    if let Err(e) = timed(Stage::Write, || {
+                        write_all_at(&*f.out, piece, h.offset + off)
+                    }) {
+                        body.write_error = Some(e);
+                    }
+                    body.write_us += t.elapsed().as_micros() as u64;
                 }
-                body.write_us += t.elapsed().as_micros() as u64;
             }
             off += n as u64;
         }
@@ -321,15 +353,16 @@ fn receive_bundle(
     for (rec, f) in records.iter().zip(found) {
         let Some(f) = f else { continue };
         check_record(rec.data.len(), &f.entry)?;
-        if !f.inner.lock().expect("poisoned").ledger.wants(0) {
+        let Some(copy) = f.inner.lock().expect("poisoned").ledger.take(0) else {
             continue;
-        }
+        };
         let check = if cfg.tag_checks {
             digest::NO_CHECK
         } else {
             timed(Stage::Verify, || digest::check(rec.data))
         };
         if check != rec.trailer.check {
+            f.inner.lock().expect("poisoned").ledger.release(0, copy);
             let _ = tx.send(Event::Resend(Resend {
                 id: rec.file,
                 index: 0,
@@ -344,6 +377,7 @@ fn receive_bundle(
             timed(Stage::Write, || write_all_at(&*f.out, rec.data, 0)).err()
         };
         let written = Written {
+            copy: Some(copy),
             index: 0,
             hash: rec.trailer.value,
             len: rec.data.len() as u32,
@@ -375,6 +409,8 @@ fn check_record(len: usize, e: &Entry) -> Result<(), String> {
 
 /// A verified chunk as it went to storage.
 struct Written {
+    /// The copy of the chunk this was: booked only if it still holds it.
+    copy: Option<ChunkCopy>,
     index: u32,
     hash: [u8; 32],
     len: u32,
@@ -419,12 +455,16 @@ fn book(
         give_up(f, e, "write", tx);
         return Ok(false);
     }
-    tally.bytes += u64::from(w.len);
-    tally.busy_us += w.busy_us;
     let mut p = f.inner.lock().expect("poisoned");
-    if !p.ledger.wants(w.index) {
+    let held = match w.copy {
+        Some(c) => p.ledger.holds(w.index, c),
+        None => p.ledger.wants(w.index),
+    };
+    if !held {
         return Ok(false);
     }
+    tally.bytes += u64::from(w.len);
+    tally.busy_us += w.busy_us;
     let record = journal_record(w.index, &w.hash);
     if let Err(e) = p.journal.as_mut().map_or(Ok(()), |j| j.write_all(&record)) {
         if !no_room(&e) {
@@ -434,7 +474,10 @@ fn book(
         give_up(f, e, "append to the journal of", tx);
         return Ok(false);
     }
-    p.ledger.verified(w.index, w.hash);
+    match w.copy {
+        Some(c) => p.ledger.verified_copy(w.index, c, w.hash),
+        None => p.ledger.verified(w.index, w.hash),
+    };
     Ok(p.ledger.claim())
 }
 
@@ -501,6 +544,100 @@ mod tests {
             offset,
             len,
         }
+    }
+
+    /// A chunk frame of chunk `index` of `data.len()` bytes.
+    fn chunk_frame(file: u64, index: u32, data: &[u8]) -> Vec<u8> {
+        let len = data.len() as u32;
+        let mut frame = header(file, index, u64::from(index) * u64::from(len), len)
+            .encode()
+            .to_vec();
+        frame.extend_from_slice(data);
+        let check = digest::check(data);
+        let value = digest::chunk_value(data, 0, false);
+        frame.extend_from_slice(&Trailer { check, value }.encode());
+        frame
+    }
+
+    /// The end game's duplicate: the first copy of a chunk stalls
+    /// mid-payload on one stream after a piece of it was written (damaged,
+    /// to show what lands), a resend arrives whole on another and is
+    /// booked; the first copy's rest arrives late and is discarded: the
+    /// file holds the resend's bytes, its journal one record, the bytes
+    /// count once, and nothing is asked again.
+    #[test]
+    fn a_late_copy_of_a_chunk_sent_again_is_discarded() {
+        use std::io::Write;
+        use std::net::{TcpListener, TcpStream};
+        const BIG: usize = 1 << 20;
+        let t = tempfile::tempdir().unwrap();
+        let cfg = config(t.path());
+        let files: Files = Arc::new(Mutex::new(HashMap::new()));
+        let e = file(1, "f", 2 * BIG as u64, BIG as u64);
+        assert!(matches!(
+            open_file(&e, &cfg, &files, &mut Default::default()),
+            Ok(Want::Send { .. })
+        ));
+        let (tx, rx) = mpsc::channel();
+        let (fin, _fin_rx) = mpsc::channel();
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let pair = || {
+            let c = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+            (c, l.accept().unwrap().0)
+        };
+        let ((mut stalled, a), (mut healthy, b)) = (pair(), pair());
+        let data = vec![7u8; BIG];
+        let mut first = chunk_frame(1, 0, &data);
+        let cut = CHUNK_HEADER_LEN + super::super::super::PIECE + 1000;
+        first[CHUNK_HEADER_LEN..cut].fill(8);
+        let part = t.path().join(".f.lhpart");
+        let ledger = |f: &dyn Fn(&longhaul_proto::transfer::sink::FileLedger) -> bool| {
+            f(&files.lock().unwrap()[&1].inner.lock().unwrap().ledger)
+        };
+        let until = |what: &str, done: &dyn Fn() -> bool| {
+            let end = Instant::now() + std::time::Duration::from_secs(10);
+            while !done() {
+                assert!(Instant::now() < end, "{what}: timed out");
+                std::thread::yield_now();
+            }
+        };
+        std::thread::scope(|sc| {
+            let r = |s: TcpStream| {
+                let (files, tx, fin, cfg) = (&files, &tx, &fin, &cfg);
+                sc.spawn(move || receive(Box::new(s), files, tx, fin, cfg))
+            };
+            let (ra, rb) = (r(a), r(b));
+            stalled.write_all(&first[..cut]).unwrap();
+            until("the first copy's first piece written", &|| {
+                std::fs::read(&part).is_ok_and(|b| b.first() == Some(&8))
+            });
+            healthy.write_all(&chunk_frame(1, 0, &data)).unwrap();
+            drop(healthy);
+            rb.join().unwrap();
+            assert!(ledger(&|l| !l.wants(0)), "the resend is booked");
+            stalled.write_all(&first[cut..]).unwrap();
+            drop(stalled);
+            ra.join().unwrap();
+        });
+        drop((tx, fin));
+        let events: Vec<Event> = rx.iter().collect();
+        assert!(
+            !events.iter().any(|e| matches!(e, Event::Resend(_))),
+            "a late copy asks nothing again"
+        );
+        let written: u64 = events
+            .iter()
+            .map(|e| match e {
+                Event::Written { bytes, .. } => *bytes,
+                _ => 0,
+            })
+            .sum();
+        assert_eq!(written, BIG as u64, "counted once");
+        let on_disk = std::fs::read(&part).unwrap();
+        assert!(on_disk[..BIG] == data[..], "the resend's bytes, whole");
+        let journal = std::fs::read(t.path().join(".f.lhjournal")).unwrap();
+        let (_, records) = parse_journal(&journal).expect("a journal");
+        assert_eq!(records.len(), 1);
     }
 
     #[test]

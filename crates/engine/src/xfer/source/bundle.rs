@@ -116,7 +116,7 @@ fn add_record(
         value: digest::chunk_value(&frame[data..], 0, true),
     });
     frame.extend_from_slice(&t.encode());
-    if let Some(resends) = f.after_read(false) {
+    if let Some(resends) = f.after_read(0, false) {
         events.push(f.seal_or_changed(c.file, resends, &*reader));
     }
     true

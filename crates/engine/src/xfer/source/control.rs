@@ -391,7 +391,7 @@ fn act(
                 }
                 SourceAction::Forget(id) => {
                     let queue = queue.get_or_insert_with(|| q.lock().expect("poisoned"));
-                    if let Some(f) = queue.files.remove(&id) {
+                    if let Some(f) = queue.forget(id) {
                         f.fail();
                     }
                     if let Some(p) = prefetch {

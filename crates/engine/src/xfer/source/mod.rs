@@ -176,6 +176,7 @@ pub fn run_source(
         .compress
         .map(|level| Arc::new(Mutex::new(Governor::new(level))));
     let mut workers = Vec::new();
+    let (ended_tx, ended_rx) = mpsc::channel::<usize>();
     // The sockets under the streams, to end them from here on a failure.
     let mut sockets: Vec<TcpStream> = Vec::new();
     for (index, s) in streams.into_iter().enumerate() {
@@ -185,6 +186,7 @@ pub fn run_source(
         let (bundles, tag_checks) = (cfg.bundles, cfg.tag_checks);
         let totals = totals.clone();
         let (governor, level) = (governor.clone(), cfg.compress.unwrap_or_default());
+        let ended = ended_tx.clone();
         workers.push(
             std::thread::Builder::new()
                 .name("lh-src".into())
@@ -197,7 +199,8 @@ pub fn run_source(
                         compress: governor.as_deref().map(|g| (g, level)),
                         checked: !tag_checks,
                     };
-                    send(index as u16, s, &shared, &out, bundles)
+                    send(index as u16, s, &shared, &out, bundles);
+                    let _ = ended.send(index);
                 })
                 .map_err(|e| EngineError::io("failed to start a sender".into(), e))?,
         );
@@ -237,6 +240,8 @@ pub fn run_source(
         for s in &streams {
             let _ = s.shutdown(Shutdown::Both);
         }
+    } else {
+        end_stalled(&streams, &ended_rx, cfg.rtt);
     }
     for w in workers {
         let _ = w.join();
@@ -245,6 +250,27 @@ pub fn run_source(
         let _ = s.shutdown(Shutdown::Write);
     }
     result
+}
+
+/// Once the sink has everything: waits for the senders to end their
+/// streams, and ends from here those still writing after a few round
+/// trips. Such a sender holds only copies the sink no longer needs, on a
+/// stream that stalled (the end game sent its chunks again on another);
+/// its write would otherwise wait out TCP's retransmissions.
+fn end_stalled(streams: &[TcpStream], ended: &mpsc::Receiver<usize>, rtt: Duration) {
+    let deadline = std::time::Instant::now() + (rtt * 4).max(Duration::from_secs(1));
+    let mut done = vec![false; streams.len()];
+    while done.iter().any(|d| !d) {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        match ended.recv_timeout(left) {
+            Ok(i) => done[i] = true,
+            Err(_) => break,
+        }
+    }
+    for (s, _) in streams.iter().zip(&done).filter(|(_, d)| !**d) {
+        tracing::info!("ending a stalled data stream: the sink has all it carried");
+        let _ = s.shutdown(Shutdown::Both);
+    }
 }
 
 /// What finds an announced file again: where it is, and the version of

@@ -42,6 +42,10 @@ pub(super) struct SrcFile {
     reads_left: AtomicU64,
     /// Resends of this file read so far.
     resends_read: AtomicU32,
+    /// Chunks read at least once, a bit each: a resend of a chunk whose
+    /// first read is stuck (its stream stalled mid-chunk, the end game)
+    /// stands for that read, so the file is sealed without it.
+    read_once: Vec<AtomicU64>,
     /// The file is one chunk: that chunk's value is the file's BLAKE3.
     pub(super) whole: bool,
 }
@@ -62,6 +66,9 @@ impl SrcFile {
             stamp,
             reads_left: AtomicU64::new(reads),
             resends_read: AtomicU32::new(0),
+            read_once: (0..longhaul_proto::plan::chunk_count(size, chunk_size).div_ceil(64))
+                .map(|_| AtomicU64::new(0))
+                .collect(),
             whole: size <= chunk_size,
         }
     }
@@ -76,17 +83,25 @@ impl SrcFile {
         self.failed.store(true, Ordering::Relaxed);
     }
 
-    /// After a read: the seal to send if every read of the file so far is
-    /// done (`resend`: this read served a resend), or None while reads
-    /// are left. The descriptor is then checked against the stamp.
-    pub(super) fn after_read(&self, resend: bool) -> Option<u32> {
-        if resend {
-            let n = self.resends_read.fetch_add(1, Ordering::SeqCst) + 1;
-            (self.reads_left.load(Ordering::SeqCst) == 0).then_some(n)
-        } else if self.reads_left.fetch_sub(1, Ordering::SeqCst) == 1 {
-            Some(self.resends_read.load(Ordering::SeqCst))
+    /// After a read of chunk `index`: the seal to send if every chunk of
+    /// the file has now been read at least once (`resend`: this read
+    /// served a resend, and is counted as one), or None while reads are
+    /// left. The descriptor is then checked against the stamp.
+    pub(super) fn after_read(&self, index: u32, resend: bool) -> Option<u32> {
+        let n = if resend {
+            self.resends_read.fetch_add(1, Ordering::SeqCst) + 1
         } else {
-            None
+            self.resends_read.load(Ordering::SeqCst)
+        };
+        let bit = 1u64 << (index % 64);
+        let first = self
+            .read_once
+            .get((index / 64) as usize)
+            .is_some_and(|w| w.fetch_or(bit, Ordering::SeqCst) & bit == 0);
+        if first {
+            (self.reads_left.fetch_sub(1, Ordering::SeqCst) == 1).then_some(n)
+        } else {
+            (resend && self.reads_left.load(Ordering::SeqCst) == 0).then_some(n)
         }
     }
 
@@ -126,6 +141,10 @@ pub(super) struct Queue {
     pub(super) closed: bool,
     /// Streams 0..active carry chunks; the rest are parked by the tuner.
     pub(super) active: u16,
+    /// The stream that carried each chunk's latest copy, by file: a
+    /// resend goes on another (the one it was on may have stalled: the
+    /// end game, `proto::transfer::tail`). Dropped when the file is.
+    pub(super) carried: HashMap<u64, HashMap<u32, u16>>,
 }
 
 /// A chunk a sender takes: whether it serves a resend, and its file.
@@ -156,7 +175,7 @@ impl Queue {
             if index >= self.active {
                 return None;
             }
-            let (c, resend) = match self.resends.pop_front() {
+            let (c, resend) = match self.resend_for(index) {
                 Some(c) => (c, true),
                 None => (self.planner.next_chunk()?, false),
             };
@@ -164,11 +183,46 @@ impl Queue {
                 continue;
             };
             if !(bundles && bundled(&c, resend, &f)) {
+                self.carry(&c, index);
                 return Some(Taken::One((c, resend, f)));
             }
             bundle.push((c, f));
-            return Some(Taken::Bundle(gather(self, bundle)));
+            let ended = gather(self, bundle);
+            for (c, _) in bundle.iter() {
+                self.carry(c, index);
+            }
+            return Some(Taken::Bundle(ended));
         }
+    }
+}
+
+impl Queue {
+    /// The first resend stream `index` may take: one whose latest copy
+    /// another stream carried (or any, with one stream active).
+    fn resend_for(&mut self, index: u16) -> Option<Chunk> {
+        let at = self.resends.iter().position(|c| {
+            self.active <= 1
+                || self
+                    .carried
+                    .get(&c.file)
+                    .and_then(|f| f.get(&c.index))
+                    .is_none_or(|&k| k != index)
+        })?;
+        self.resends.remove(at)
+    }
+
+    /// Stream `index` carries chunk `c`.
+    fn carry(&mut self, c: &Chunk, index: u16) {
+        self.carried
+            .entry(c.file)
+            .or_default()
+            .insert(c.index, index);
+    }
+
+    /// File `id` is done with: its reads and records go.
+    pub(super) fn forget(&mut self, id: u64) -> Option<Arc<SrcFile>> {
+        self.carried.remove(&id);
+        self.files.remove(&id)
     }
 }
 
@@ -266,18 +320,27 @@ mod tests {
     fn after_read_seals_once_every_read_is_done_counting_resends() {
         let f = SrcFile::new("f".into(), stamp(3 * CHUNK), 3, 3 * CHUNK, CHUNK);
         assert!(!f.whole);
-        assert_eq!(f.after_read(false), None);
+        assert_eq!(f.after_read(0, false), None);
         // A resend read while first reads are left: not yet.
-        assert_eq!(f.after_read(true), None);
-        assert_eq!(f.after_read(false), None);
+        assert_eq!(f.after_read(0, true), None);
+        assert_eq!(f.after_read(1, false), None);
         // The last first read: sealed, with the one resend read so far.
-        assert_eq!(f.after_read(false), Some(1));
+        assert_eq!(f.after_read(2, false), Some(1));
         // A resend after the seal: sealed again, with both resends.
-        assert_eq!(f.after_read(true), Some(2));
+        assert_eq!(f.after_read(0, true), Some(2));
+        // A late first read of a chunk read already: nothing to seal.
+        assert_eq!(f.after_read(1, false), None);
 
         let small = SrcFile::new("s".into(), stamp(10), 1, 10, CHUNK);
         assert!(small.whole);
-        assert_eq!(small.after_read(false), Some(0));
+        assert_eq!(small.after_read(0, false), Some(0));
+
+        // The end game: chunk 1's first read is stuck on a stalled
+        // stream; its resend stands for it, and the file is sealed.
+        let f = SrcFile::new("g".into(), stamp(2 * CHUNK), 2, 2 * CHUNK, CHUNK);
+        assert_eq!(f.after_read(0, false), None);
+        assert_eq!(f.after_read(1, true), Some(1));
+        assert_eq!(f.after_read(1, false), None, "the stuck read, done late");
     }
 
     #[test]
@@ -293,6 +356,32 @@ mod tests {
         assert_eq!(one(q.take(0, false, &mut bundle)), (2, 0, false));
         assert!(q.take(0, false, &mut bundle).is_none());
         assert!(bundle.is_empty());
+    }
+
+    #[test]
+    fn a_resend_goes_on_another_stream_than_the_one_that_carried_it() {
+        let mut q = queue(&[2 * CHUNK], 2);
+        let mut bundle = Vec::new();
+        assert_eq!(one(q.take(0, false, &mut bundle)), (1, 0, false));
+        assert_eq!(one(q.take(1, false, &mut bundle)), (1, 1, false));
+        // Chunk 0 is asked again (its stream, 0, stalled): stream 0 passes
+        // it over, stream 1 takes it.
+        q.resends
+            .push_back(longhaul_proto::plan::chunk_at(1, 2 * CHUNK, CHUNK, 0));
+        assert!(q.take(0, false, &mut bundle).is_none());
+        assert_eq!(one(q.take(1, false, &mut bundle)), (1, 0, true));
+        // Asked again once more: now stream 1 carried it last.
+        q.resends
+            .push_back(longhaul_proto::plan::chunk_at(1, 2 * CHUNK, CHUNK, 0));
+        assert!(q.take(1, false, &mut bundle).is_none());
+        assert_eq!(one(q.take(0, false, &mut bundle)), (1, 0, true));
+        // With one stream, it goes where it can.
+        q.active = 1;
+        q.resends
+            .push_back(longhaul_proto::plan::chunk_at(1, 2 * CHUNK, CHUNK, 0));
+        assert_eq!(one(q.take(0, false, &mut bundle)), (1, 0, true));
+        assert!(q.forget(1).is_some());
+        assert!(q.carried.is_empty());
     }
 
     #[test]

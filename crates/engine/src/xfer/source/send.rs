@@ -202,7 +202,7 @@ impl StreamSender<'_> {
         });
         // Once a file's last read is done, its descriptor shows whether it
         // changed while it was read: sealed for the sink, or read again.
-        if let Some(resends) = read.then(|| f.after_read(resend)).flatten() {
+        if let Some(resends) = read.then(|| f.after_read(c.index, resend)).flatten() {
             let _ = tx.send(f.seal_or_changed(c.file, resends, reader));
         }
         Ok(())
