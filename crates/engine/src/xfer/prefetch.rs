@@ -450,7 +450,10 @@ mod tests {
         assert!(matches!(s.take(), Some(Work::Data(j)) if j.id == 4));
         assert_eq!((s.bytes, s.warm), (2 * big, 2));
         s.dirs.push_back(PathBuf::from("d"));
-        assert!(matches!(s.take(), Some(Work::List(_, false))), "the walk first");
+        assert!(
+            matches!(s.take(), Some(Work::List(_, false))),
+            "the walk first"
+        );
     }
 
     #[test]
