@@ -19,7 +19,7 @@ use longhaul_proto::xfer::*;
 use super::finish::{finish, finishes_at_once};
 use super::open::{answer, open_file, Openers};
 use super::tree::{link_in_place, make_link, prune, set_directories};
-use super::{drop_partial, Event, FileState, Files, SinkConfig, OPENS_AT_ONCE};
+use super::{drop_partial, Event, FileState, Files, SinkConfig, OPENS_AT_ONCE, OPEN_GROUP};
 use crate::net::conn::FramedConn;
 use crate::stages::StageTotals;
 use crate::EngineError;
@@ -214,6 +214,11 @@ impl Work<'_> {
             Event::Opened(id, want) => m.opened(now, id, want),
             Event::Full(id, error) => m.no_room(now, id, error),
             Event::Done(d, bytes) => m.file_done(now, d, bytes),
+            Event::Answers(answers) => {
+                for a in answers {
+                    self.event(m, a)?;
+                }
+            }
             Event::Dones(dones) => {
                 for (d, bytes) in dones {
                     m.file_done(now, d, bytes);
@@ -252,54 +257,69 @@ impl Work<'_> {
         }
     }
 
-    /// Does what the machine asks, until it asks nothing more.
+    /// Does what the machine asks, until it asks nothing more. Opens go to
+    /// the openers in groups of up to [`OPEN_GROUP`] files.
     fn act(&mut self, m: &mut Sink) -> Result<(), EngineError> {
-        let cfg = self.cfg;
+        let mut group = Vec::new();
         while let Some(action) = m.poll_action().map_err(engine_error)? {
-            match action {
-                SinkAction::Dir(e) => self.dir(m, e)?,
-                SinkAction::Link(e) => link(m, &e, cfg),
-                SinkAction::DirEnd(e) => self.dir_end(m, &e),
-                SinkAction::SetDirectories => {
-                    set_directories(&self.dirs, cfg, m);
-                    m.directories_set();
-                }
-                SinkAction::Open(e) => match self.openers {
-                    Some(o) if !self.opens_here(&e) => o.open(e),
-                    _ => {
-                        let opened = open_file(&e, cfg, self.files, m.report_mut());
-                        self.event(m, answer(e.id, opened))?;
-                    }
-                },
-                SinkAction::Check(id) => {
-                    let f = self.files.lock().expect("poisoned").get(&id).cloned();
-                    if let Some(f) = f.filter(|f| f.inner.lock().expect("poisoned").ledger.claim())
-                    {
-                        self.finish(m, f);
+            match (action, self.openers) {
+                (SinkAction::Open(e), Some(o)) if !self.opens_here(&e) => {
+                    group.push(e);
+                    if group.len() >= OPEN_GROUP {
+                        o.open(std::mem::take(&mut group));
                     }
                 }
-                SinkAction::Seal { id, resends } => self.seal(m, id, resends),
-                SinkAction::Discard { id, .. } => {
-                    if let Some(f) = self.files.lock().expect("poisoned").remove(&id) {
-                        f.inner.lock().expect("poisoned").ledger.fail();
-                        // Changed (what arrived may mix two versions) or
-                        // unreadable at the source: nothing of it stays.
-                        drop_partial(&f);
-                    }
+                (action, _) => self.action(m, action)?,
+            }
+        }
+        if let Some(o) = self.openers.filter(|_| !group.is_empty()) {
+            o.open(group);
+        }
+        Ok(())
+    }
+
+    /// Does one thing the machine asks (an open here, on this thread).
+    fn action(&mut self, m: &mut Sink, action: SinkAction) -> Result<(), EngineError> {
+        let cfg = self.cfg;
+        match action {
+            SinkAction::Dir(e) => self.dir(m, e)?,
+            SinkAction::Link(e) => link(m, &e, cfg),
+            SinkAction::DirEnd(e) => self.dir_end(m, &e),
+            SinkAction::SetDirectories => {
+                set_directories(&self.dirs, cfg, m);
+                m.directories_set();
+            }
+            SinkAction::Open(e) => {
+                let opened = open_file(&e, cfg, self.files, m.report_mut());
+                self.event(m, answer(e.id, opened))?;
+            }
+            SinkAction::Check(id) => {
+                let f = self.files.lock().expect("poisoned").get(&id).cloned();
+                if let Some(f) = f.filter(|f| f.inner.lock().expect("poisoned").ledger.claim()) {
+                    self.finish(m, f);
                 }
-                SinkAction::Release(id) => {
-                    self.files.lock().expect("poisoned").remove(&id);
+            }
+            SinkAction::Seal { id, resends } => self.seal(m, id, resends),
+            SinkAction::Discard { id, .. } => {
+                if let Some(f) = self.files.lock().expect("poisoned").remove(&id) {
+                    f.inner.lock().expect("poisoned").ledger.fail();
+                    // Changed (what arrived may mix two versions) or
+                    // unreadable at the source: nothing of it stays.
+                    drop_partial(&f);
                 }
-                SinkAction::Landed(l) => {
-                    landed(cfg, &l.path, l.size, l.mtime_ns, l.digest.as_deref());
+            }
+            SinkAction::Release(id) => {
+                self.files.lock().expect("poisoned").remove(&id);
+            }
+            SinkAction::Landed(l) => {
+                landed(cfg, &l.path, l.size, l.mtime_ns, l.digest.as_deref());
+            }
+            SinkAction::WalkDone => cfg.progress.walk_done.store(true, Ordering::Relaxed),
+            SinkAction::Interval(mut i) => {
+                if i.rate_capped {
+                    i.limit = longhaul_proto::tune::TransferLimit::RateCap;
                 }
-                SinkAction::WalkDone => cfg.progress.walk_done.store(true, Ordering::Relaxed),
-                SinkAction::Interval(mut i) => {
-                    if i.rate_capped {
-                        i.limit = longhaul_proto::tune::TransferLimit::RateCap;
-                    }
-                    cfg.progress.push_interval(i);
-                }
+                cfg.progress.push_interval(i);
             }
         }
         Ok(())

@@ -258,6 +258,9 @@ enum Event {
     /// No room at the destination for a file (its partial file removed).
     Full(u64, String),
     Done(FileDone, u64),
+    /// An opener's answers for a group of files ([`Openers`]), each an
+    /// `Opened` or a `Full`.
+    Answers(Vec<Event>),
     /// A finisher's batch, told at once: one wake-up of the control thread
     /// for up to [`finish::FINISH_BATCH`] files, not one a file.
     Dones(Vec<(FileDone, u64)>),
@@ -277,6 +280,11 @@ const FINISHERS: usize = 8;
 /// Opens out at once: enough to keep the openers busy through the control
 /// thread's turn on the network (about a millisecond).
 const OPENS_AT_ONCE: usize = 64;
+
+/// Files handed to an opener at once (a quarter of [`OPENS_AT_ONCE`]: the
+/// four openers each get a group): a hand-off and an answer a group, not
+/// a file.
+const OPEN_GROUP: usize = 16;
 
 use super::parts::side_path;
 use super::DESTINATION_FULL;

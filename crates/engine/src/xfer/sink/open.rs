@@ -27,9 +27,11 @@ use crate::EngineError;
 /// Threads that open announced files beside the control thread: a create
 /// waiting on the file system's journal, or a resume hashing a partial
 /// file again, holds up neither the network nor the other files.
-/// Answers come back as [`Event::Opened`].
+/// Files come in groups (a run of one message's entries) and their answers
+/// go back together as one [`Event::Answers`]: two thread wake-ups a group,
+/// not a file (issue 45).
 pub(super) struct Openers {
-    tx: Sender<Entry>,
+    tx: Sender<Vec<Entry>>,
     threads: Vec<std::thread::JoinHandle<()>>,
 }
 
@@ -40,7 +42,7 @@ impl Openers {
         events: &Sender<Event>,
         totals: &Arc<StageTotals>,
     ) -> Result<Self, EngineError> {
-        let (tx, rx) = mpsc::channel::<Entry>();
+        let (tx, rx) = mpsc::channel::<Vec<Entry>>();
         let rx = Arc::new(Mutex::new(rx));
         let mut threads = Vec::new();
         for _ in 0..OPENERS {
@@ -49,14 +51,20 @@ impl Openers {
             let open = move || {
                 let _counted = stages::count_into(&totals);
                 loop {
-                    let Ok(e) = rx.lock().expect("poisoned").recv() else {
+                    let Ok(group) = rx.lock().expect("poisoned").recv() else {
                         return;
                     };
                     // Dry runs open nothing here: nothing to report.
-                    let opened = timed(Stage::Write, || {
-                        open_file(&e, &cfg, &files, &mut SinkReport::default())
+                    let answers = timed(Stage::Write, || {
+                        group
+                            .iter()
+                            .map(|e| {
+                                let opened = open_file(e, &cfg, &files, &mut SinkReport::default());
+                                answer(e.id, opened)
+                            })
+                            .collect()
                     });
-                    if events.send(answer(e.id, opened)).is_err() {
+                    if events.send(Event::Answers(answers)).is_err() {
                         return;
                     }
                 }
@@ -71,8 +79,9 @@ impl Openers {
         Ok(Self { tx, threads })
     }
 
-    pub(super) fn open(&self, e: Entry) {
-        let _ = self.tx.send(e);
+    /// Opens a group of files on one opener.
+    pub(super) fn open(&self, group: Vec<Entry>) {
+        let _ = self.tx.send(group);
     }
 
     /// Lets the openers finish what they took, and waits for them.
