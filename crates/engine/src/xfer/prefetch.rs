@@ -6,13 +6,7 @@
 //!
 //! The walk runs ahead too: each directory the walker enters is listed
 //! here and its entries' inodes are stat'ed in parallel, before the
-//! walker stats them one by one (at most [`STATS_AHEAD`] queued); and the
-//! subdirectories a listing finds are listed the same way while the
-//! warmers have nothing better to do (at most [`LISTINGS_AHEAD`] at once),
-//! so that the walker, which lists one directory after another, finds
-//! each listing and its inodes in the cache (issue 45: a no-change sync of
-//! a cold tree of small directories waited on one directory read at a
-//! time).
+//! walker stats them one by one (at most [`STATS_AHEAD`] queued).
 //! The files come in the order the planner queues them; at most
 //! [`AHEAD_BYTES`] (or [`AHEAD_FILES`]) are warmed and not yet resolved.
 //! A pool of [`DEPTH`] threads does it: `LONGHAUL_PREFETCH=off` turns it
@@ -24,7 +18,6 @@ use std::ffi::CString;
 use std::fs::File;
 use std::io;
 use std::os::fd::OwnedFd;
-use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
@@ -47,13 +40,6 @@ const AHEAD_FILES: usize = 4096;
 /// Stats queued ahead of the walk, at most (the rest of a huge directory
 /// is left to the walker).
 const STATS_AHEAD: usize = 1 << 16;
-/// Directories listed ahead of the walk whose entries' stats are still
-/// queued, at most (each holds its descriptor open till then).
-const LISTINGS_AHEAD: usize = 64;
-/// Directories found and waiting to be listed ahead, or listed ahead and
-/// not yet entered by the walker, at most (beyond, the walker lists them
-/// itself).
-const DIRS_AHEAD: usize = 1 << 16;
 /// Of a large file only its head is warmed: past it the sender's own
 /// sequential readahead keeps up.
 const WARM_MAX: u64 = 1 << 20;
@@ -67,20 +53,12 @@ fn turned_off() -> bool {
 /// What a warmer does next, in this order of priority: the walk is what
 /// everything else waits for.
 enum Work {
-    /// List a directory, queueing its entries' stats: one the walk entered
-    /// (false), or one ahead of it (true).
-    List(PathBuf, bool),
+    /// List a directory the walk entered, queueing its entries' stats.
+    List(PathBuf),
     /// Stat an entry (its inode into the cache): the directory, the name.
-    Stat(Arc<Listing>, CString),
+    Stat(Arc<OwnedFd>, CString),
     /// Warm the head of a file queued for the senders.
     Data(Job),
-}
-
-/// A directory listed, held open while its entries' stats are queued.
-struct Listing {
-    fd: OwnedFd,
-    /// Listed ahead of the walk (counted in [`State::open_ahead`]).
-    ahead: bool,
 }
 
 /// A file to warm: its id (to forget it by) and where it is.
@@ -100,20 +78,7 @@ enum Ahead {
 #[derive(Default)]
 struct State {
     dirs: VecDeque<PathBuf>,
-    stats: VecDeque<(Arc<Listing>, CString)>,
-    /// Directories to list ahead of the walk, as they were found.
-    ahead: VecDeque<PathBuf>,
-    /// Directories listed (or being listed) ahead, not yet entered by the
-    /// walker: it does not list them again.
-    listed: std::collections::HashSet<PathBuf>,
-    /// Listings ahead whose stats are still queued.
-    open_ahead: usize,
-    /// Directories the walker entered before they were listed ahead: not
-    /// listed ahead any more.
-    entered: std::collections::HashSet<PathBuf>,
-    /// Whether subdirectories are listed ahead of the walk (not when rules
-    /// exclude some of the tree: the walk does not go everywhere).
-    list_ahead: bool,
+    stats: VecDeque<(Arc<OwnedFd>, CString)>,
     queue: VecDeque<Job>,
     files: HashMap<u64, Ahead>,
     bytes: u64,
@@ -128,28 +93,14 @@ impl State {
 
     fn take(&mut self) -> Option<Work> {
         if let Some(d) = self.dirs.pop_front() {
-            return Some(Work::List(d, false));
+            return Some(Work::List(d));
         }
         if let Some((d, name)) = self.stats.pop_front() {
             return Some(Work::Stat(d, name));
         }
-        if let Some(job) = self.has_room().then(|| self.pop()).flatten() {
-            return Some(Work::Data(job));
-        }
-        self.next_ahead().map(|d| Work::List(d, true))
-    }
-
-    /// The next directory to list ahead of the walk, if few listings ahead
-    /// are open and it was not listed already.
-    fn next_ahead(&mut self) -> Option<PathBuf> {
-        while self.open_ahead < LISTINGS_AHEAD && self.listed.len() < DIRS_AHEAD {
-            let d = self.ahead.pop_front()?;
-            if !self.entered.remove(&d) && self.listed.insert(d.clone()) {
-                self.open_ahead += 1;
-                return Some(d);
-            }
-        }
-        None
+        self.has_room()
+            .then(|| self.pop().map(Work::Data))
+            .flatten()
     }
 
     /// The next queued file not forgotten meanwhile, now counted warm.
@@ -180,17 +131,6 @@ struct Window {
 }
 
 impl Window {
-    /// A listing ahead has had all its stats: another may open.
-    fn listing_done(&self) {
-        let mut s = self.state.lock().expect("poisoned");
-        s.open_ahead -= 1;
-        let more = !s.ahead.is_empty();
-        drop(s);
-        if more {
-            self.cv.notify_one();
-        }
-    }
-
     /// The next work (a file only once there is room), waiting for it;
     /// None once closed.
     fn next(&self) -> Option<Work> {
@@ -217,19 +157,16 @@ impl Prefetcher {
     /// Starts warming for a transfer of `roots`, or None where it cannot
     /// help: prefetch off, a storage that is not the page cache of the
     /// local file system (O_DIRECT, fault injection), or roots all in
-    /// memory (tmpfs, ramfs). `list_ahead`: the walk goes into every
-    /// directory it lists, so subdirectories may be listed ahead of it.
+    /// memory (tmpfs, ramfs).
     pub fn start(
         storage: &dyn Storage,
         roots: &[PathBuf],
         anchor: Option<Arc<Anchor>>,
-        list_ahead: bool,
     ) -> Option<Prefetcher> {
         if turned_off() || !storage.page_cached() || roots.iter().all(|r| in_memory(r)) {
             return None;
         }
         let window = Arc::new(Window::default());
-        window.state.lock().expect("poisoned").list_ahead = list_ahead;
         let threads = spawn_pool(&window, &anchor);
         tracing::debug!("prefetch: {} threads", threads.len());
         Some(Prefetcher { window, threads })
@@ -252,16 +189,12 @@ impl Prefetcher {
     /// The walk entered the directory `dir` (as announced, before the
     /// anchor): its entries are to be stat'ed ahead of it.
     pub fn list(&self, dir: PathBuf) {
-        let mut s = self.window.state.lock().expect("poisoned");
-        // Listed ahead already: its stats are queued or done.
-        if s.listed.remove(&dir) {
-            return;
-        }
-        if s.list_ahead && s.entered.len() < DIRS_AHEAD {
-            s.entered.insert(dir.clone());
-        }
-        s.dirs.push_back(dir);
-        drop(s);
+        self.window
+            .state
+            .lock()
+            .expect("poisoned")
+            .dirs
+            .push_back(dir);
         self.window.cv.notify_one();
     }
 
@@ -328,13 +261,9 @@ fn spawn_pool(window: &Arc<Window>, anchor: &Option<Arc<Anchor>>) -> Vec<JoinHan
 fn pool_worker(window: &Window, anchor: &Option<Arc<Anchor>>) {
     while let Some(work) = window.next() {
         match work {
-            Work::List(dir, ahead) => list(window, anchor, &dir, ahead),
-            Work::Stat(listing, name) => {
-                let _ =
-                    rustix::fs::statat(&listing.fd, &name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW);
-                if Arc::into_inner(listing).is_some_and(|l| l.ahead) {
-                    window.listing_done();
-                }
+            Work::List(dir) => list(window, anchor, &dir),
+            Work::Stat(dir, name) => {
+                let _ = rustix::fs::statat(&*dir, &name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW);
             }
             Work::Data(job) => {
                 if let Some(path) = resolve(anchor, &job) {
@@ -345,46 +274,26 @@ fn pool_worker(window: &Window, anchor: &Option<Arc<Anchor>>) {
     }
 }
 
-/// Lists `dir` (`ahead` of the walk, or entered by it) and queues a stat
-/// of each of its entries, and a listing ahead of each subdirectory.
-fn list(window: &Window, anchor: &Option<Arc<Anchor>>, dir: &Path, ahead: bool) {
-    let entries = open_dir(anchor, dir).and_then(|fd| {
-        let entries = rustix::fs::Dir::read_from(&fd).ok()?;
-        Some((fd, entries))
-    });
-    let Some((fd, entries)) = entries else {
-        if ahead {
-            window.listing_done();
-        }
+/// Lists `dir` and queues a stat of each of its entries.
+fn list(window: &Window, anchor: &Option<Arc<Anchor>>, dir: &Path) {
+    let Some(fd) = open_dir(anchor, dir) else {
         return;
     };
-    let mut subdirs = Vec::new();
+    let Ok(entries) = rustix::fs::Dir::read_from(&fd) else {
+        return;
+    };
+    let fd = Arc::new(fd);
     let names: Vec<CString> = entries
         .filter_map(Result::ok)
-        .filter(|e| e.file_name().to_bytes() != b"." && e.file_name().to_bytes() != b"..")
-        .take(STATS_AHEAD)
-        .inspect(|e| {
-            if e.file_type() == rustix::fs::FileType::Directory {
-                subdirs.push(dir.join(std::ffi::OsStr::from_bytes(e.file_name().to_bytes())));
-            }
-        })
         .map(|e| e.file_name().to_owned())
+        .filter(|n| n.as_bytes() != b"." && n.as_bytes() != b"..")
+        .take(STATS_AHEAD)
         .collect();
-    let listing = Arc::new(Listing { fd, ahead });
     let mut s = window.state.lock().expect("poisoned");
     let room = STATS_AHEAD.saturating_sub(s.stats.len());
     s.stats
-        .extend(names.into_iter().take(room).map(|n| (listing.clone(), n)));
-    let room = if s.list_ahead {
-        DIRS_AHEAD.saturating_sub(s.ahead.len())
-    } else {
-        0
-    };
-    s.ahead.extend(subdirs.into_iter().take(room));
+        .extend(names.into_iter().take(room).map(|n| (fd.clone(), n)));
     drop(s);
-    if Arc::into_inner(listing).is_some_and(|l| l.ahead) {
-        window.listing_done();
-    }
     window.cv.notify_all();
 }
 
@@ -450,35 +359,7 @@ mod tests {
         assert!(matches!(s.take(), Some(Work::Data(j)) if j.id == 4));
         assert_eq!((s.bytes, s.warm), (2 * big, 2));
         s.dirs.push_back(PathBuf::from("d"));
-        assert!(
-            matches!(s.take(), Some(Work::List(_, false))),
-            "the walk first"
-        );
-    }
-
-    #[test]
-    fn subdirectories_are_listed_ahead_once_and_never_past_the_bound() {
-        let mut s = State {
-            list_ahead: true,
-            ..State::default()
-        };
-        s.ahead.extend(["a", "b", "a"].map(PathBuf::from));
-        // The walker entered b before the warmers got to it.
-        s.entered.insert(PathBuf::from("b"));
-        assert!(matches!(s.take(), Some(Work::List(d, true)) if d == Path::new("a")));
-        assert!(s.take().is_none(), "b entered, a listed already");
-        assert_eq!(s.open_ahead, 1);
-        assert!(s.entered.is_empty());
-        // A file to warm comes before a listing ahead...
-        s.files.insert(7, Ahead::Queued);
-        s.queue.push_back(job(7, 1));
-        s.ahead.push_back(PathBuf::from("c"));
-        assert!(matches!(s.take(), Some(Work::Data(j)) if j.id == 7));
-        // ...and no more listings ahead are opened than the bound.
-        s.open_ahead = LISTINGS_AHEAD;
-        assert!(s.take().is_none());
-        s.open_ahead -= 1;
-        assert!(matches!(s.take(), Some(Work::List(d, true)) if d == Path::new("c")));
+        assert!(matches!(s.take(), Some(Work::List(_))), "the walk first");
     }
 
     #[test]
@@ -491,6 +372,6 @@ mod tests {
         let faulty = super::super::storage::Faulty {
             faults: Default::default(),
         };
-        assert!(Prefetcher::start(&faulty, &roots, None, true).is_none());
+        assert!(Prefetcher::start(&faulty, &roots, None).is_none());
     }
 }

@@ -214,11 +214,7 @@ pub fn run_source(
     let streams = sockets;
     drop(tx);
     // Stopped (its threads joined) when `control` returns.
-    // A walk that goes into every directory it lists: not one that rules
-    // prune, nor a fleet rank's share.
-    let list_ahead = cfg.recursive && cfg.filter.is_none() && cfg.share.is_none();
-    let prefetch =
-        Prefetcher::start(&*cfg.storage, &cfg.roots, cfg.anchor.clone(), list_ahead).map(Arc::new);
+    let prefetch = Prefetcher::start(&*cfg.storage, &cfg.roots, cfg.anchor.clone()).map(Arc::new);
     let result = control::control(
         conn,
         &shared,
