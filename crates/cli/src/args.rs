@@ -642,11 +642,12 @@ pub enum JobsCommand {
         server: JobServerArgs,
     },
     /// Wait until the job ends (a recurring one: until its next run ends); the exit code says
-    /// how: 0 every file finished verified, 6 some failed, 5 it failed, 8 it was cancelled.
+    /// how: 0 every file finished verified, 6 some failed, 5 it failed, 8 it was cancelled,
+    /// 9 --timeout ran out with the job still going.
     Wait {
         /// The job's id, as submit printed it.
         id: String,
-        /// Give up waiting after this long (exit 5); the job goes on.
+        /// Give up waiting after this long (exit 9); the job goes on.
         #[arg(long, value_name = "DURATION", value_parser = duration)]
         timeout: Option<Duration>,
         #[command(flatten)]

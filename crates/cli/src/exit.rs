@@ -19,5 +19,8 @@ pub const PARTIAL: i32 = 6;
 pub const UNTRUSTED: i32 = 7;
 /// `jobs wait`: the job was cancelled.
 pub const CANCELLED: i32 = 8;
+/// `jobs wait --timeout`: the time ran out and the job has not ended (it
+/// goes on); not a failure, which is 5.
+pub const NOT_ENDED: i32 = 9;
 /// Interrupted by the user (Ctrl-C); results so far were reported.
 pub const INTERRUPTED: i32 = 130;

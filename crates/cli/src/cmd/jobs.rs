@@ -492,7 +492,7 @@ fn wait(host: &str, s: &JobServerArgs, id: &str, timeout: Option<Duration>) -> O
         }
         if timeout.is_some_and(|t| started.elapsed() >= t) {
             return Err(Failure {
-                code: exit::FAILED,
+                code: exit::NOT_ENDED,
                 message: format!("job {id} has not ended yet (the job goes on; wait again, or `longhaul jobs show {id}`)"),
             });
         }

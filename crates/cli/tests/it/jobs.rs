@@ -515,6 +515,8 @@ fn cancelling_a_job_stops_its_streams_removes_its_partial_files_and_revokes_its_
     let t = TempDir::new("job-cancel");
     let (src, dst) = (t.dir("src"), t.dir("dst"));
     let (j, b, id) = slow_push_under_way(&src, &dst, &t, 9, &["--no-archive"]);
+    // A wait whose time runs out says the job goes on, not that it failed.
+    assert_eq!(wait_job(&j, &id, Duration::from_secs(1)).0, 9);
     let journal = journal_of(&dst, "big.bin");
     let part = dst.join(".big.bin.lhpart");
     // The job server's database is its user's alone: it holds capabilities.
