@@ -1961,6 +1961,40 @@ fn cancelling_an_ssh_push_stops_it_and_removes_its_partial_files_on_the_far_host
     assert_eq!(show(&j, &id)["job"]["files"]["cancelled"], 1);
 }
 
+/// A job pushing `size` random bytes (`big.bin`) from a job server's
+/// export to a host over ssh at 200 Mbit/s, once `records` chunks are
+/// verified there.
+struct SshPush {
+    server: Serve,
+    id: String,
+    journal: PathBuf,
+}
+
+fn ssh_push_under_way(
+    t: &TempDir,
+    s: &common::sshd::Sshd,
+    (here, far): (&Path, &Path),
+    size: u64,
+    records: u64,
+    server_args: &[&str],
+) -> SshPush {
+    write_random(&here.join("big.bin"), size as usize, 90 + records);
+    let server = ssh_job_server(t, s, here, server_args);
+    let to = format!("{}:{}/", common::sshd::HOST, far.display());
+    let (id, _) = submit(&["--rate", "200mbit", &url(&server, "data/big.bin"), &to]);
+    let journal = journal_of(far, "big.bin");
+    wait_until(
+        "verified chunks on the far host",
+        Duration::from_secs(60),
+        || journal_records(&journal) >= records,
+    );
+    SshPush {
+        server,
+        id,
+        journal,
+    }
+}
+
 /// The far end over ssh killed mid-push (kill -9 of the one-shot server
 /// there): the attempt breaks, the next one starts the far end again and
 /// resumes from its chunk journal, and the job finishes verified.
@@ -1971,16 +2005,15 @@ fn an_ssh_job_survives_its_far_end_killed_and_finishes_resuming() {
     };
     let t = TempDir::new("job-ssh-far");
     let (here, far) = (t.dir("here"), t.dir("far"));
-    write_random(&here.join("big.bin"), 64 << 20, 91);
-    let j = ssh_job_server(&t, &s, &here, &["--jobs-backoff", "1s"]);
-    let to = format!("{}:{}/", common::sshd::HOST, far.display());
-    let (id, _) = submit(&["--rate", "200mbit", &url(&j, "data/big.bin"), &to]);
-    let journal = journal_of(&far, "big.bin");
-    wait_until(
-        "verified chunks on the far host",
-        Duration::from_secs(60),
-        || journal_records(&journal) >= 3,
+    let push = ssh_push_under_way(
+        &t,
+        &s,
+        (&here, &far),
+        64 << 20,
+        3,
+        &["--jobs-backoff", "1s"],
     );
+    let (j, id) = (push.server, push.id);
     let killed = one_shots(&s);
     assert!(!killed.is_empty(), "no far end runs");
     for pid in &killed {
@@ -2370,16 +2403,8 @@ fn an_ssh_job_survives_kill_9_of_its_server_and_resends_no_verified_chunk() {
     let t = TempDir::new("job-ssh-kill");
     let (here, far) = (t.dir("here"), t.dir("far"));
     let size = 128u64 << 20;
-    write_random(&here.join("big.bin"), size as usize, 98);
-    let mut j = ssh_job_server(&t, &s, &here, &[]);
-    let to = format!("{}:{}/", common::sshd::HOST, far.display());
-    let (id, _) = submit(&["--rate", "200mbit", &url(&j, "data/big.bin"), &to]);
-    let journal = journal_of(&far, "big.bin");
-    wait_until(
-        "verified chunks on the far host",
-        Duration::from_secs(60),
-        || journal_records(&journal) >= 6,
-    );
+    let push = ssh_push_under_way(&t, &s, (&here, &far), size, 6, &[]);
+    let (mut j, id, journal) = (push.server, push.id, push.journal);
     let far_ends = one_shots(&s);
     assert!(!far_ends.is_empty(), "no far end runs");
     j.kill9();
