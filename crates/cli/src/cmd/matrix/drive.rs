@@ -958,7 +958,9 @@ impl<'a> Matrix<'a> {
                     net.ns_a.as_deref()
                 },
                 env,
-                timeout: j.timeout,
+                // Untimed, so not a sweep candidate's cut (3x its fastest
+                // sync): a first copy of a big tree takes far longer.
+                timeout: self.s.a.run_timeout,
                 stop: self.s.stop,
                 logdir: &self.logs,
                 tag: &format!("{}-first", j.tag),
