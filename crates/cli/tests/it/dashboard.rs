@@ -42,6 +42,7 @@ impl Drop for Guard {
             let _ = ureq::delete(&s)
                 .config()
                 .timeout_global(Some(Duration::from_secs(20)))
+                .proxy(None)
                 .build()
                 .call();
         }
@@ -60,10 +61,12 @@ fn browser_available() -> Option<String> {
     common::require::have("BROWSER", installed).then(|| CHROMIUM.to_string())
 }
 
-/// A WebDriver client: an error status is an answer (its body says why).
+/// A WebDriver client on loopback (no proxy from the environment): an error
+/// status is an answer (its body says why).
 fn agent() -> ureq::Agent {
     ureq::Agent::config_builder()
         .timeout_global(Some(Duration::from_secs(60)))
+        .proxy(None)
         .http_status_as_error(false)
         .build()
         .into()

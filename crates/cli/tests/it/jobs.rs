@@ -1476,6 +1476,7 @@ fn a_job_servers_metrics_count_its_jobs_by_state() {
         let text = ureq::get(&format!("http://{metrics}/metrics"))
             .config()
             .timeout_global(Some(Duration::from_secs(20)))
+            .proxy(None)
             .build()
             .call()
             .ok()?

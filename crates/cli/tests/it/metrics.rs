@@ -72,6 +72,7 @@ fn get(url: &str) -> Result<(String, String), String> {
     let mut r = ureq::get(url)
         .config()
         .timeout_global(Some(Duration::from_secs(20)))
+        .proxy(None)
         .build()
         .call()
         .map_err(|e| e.to_string())?;
