@@ -1907,18 +1907,9 @@ fn source_sending_one_file(now: Instant, chunks: u64) -> Source<u64> {
     );
     source.add(
         Entry {
-            id: 1,
             path: "src/big".into(),
-            kind: Kind::File,
             size: chunks * CHUNK,
-            mode: 0o644,
-            mtime_ns: 1,
-            target: None,
-            chunk_size: CHUNK,
-            sparse: false,
-            incomplete: false,
-            digest: None,
-            part: None,
+            ..file_entry(1)
         },
         1,
         1,
