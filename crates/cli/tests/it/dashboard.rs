@@ -39,7 +39,12 @@ impl Drop for Guard {
             }
         }
         if let Some(s) = self.session.take() {
-            let _ = ureq::delete(&s).timeout(Duration::from_secs(20)).call();
+            let _ = ureq::delete(&s)
+                .config()
+                .timeout_global(Some(Duration::from_secs(20)))
+                .proxy(None)
+                .build()
+                .call();
         }
         for (_, c) in self.children.iter_mut().rev() {
             let _ = c.kill();
@@ -56,29 +61,42 @@ fn browser_available() -> Option<String> {
     common::require::have("BROWSER", installed).then(|| CHROMIUM.to_string())
 }
 
+/// A WebDriver client on loopback (no proxy from the environment): an error
+/// status is an answer (its body says why).
 fn agent() -> ureq::Agent {
-    ureq::AgentBuilder::new()
-        .timeout(Duration::from_secs(60))
+    ureq::Agent::config_builder()
+        .timeout_global(Some(Duration::from_secs(60)))
+        .proxy(None)
+        .http_status_as_error(false)
         .build()
+        .into()
 }
 
-/// One WebDriver command; its `value`, or the error it answered.
+/// One WebDriver command (a `GET`, or a `POST` of `body`); its `value`, or
+/// the error it answered.
 fn wd(method: &str, url: &str, body: Option<Value>) -> Result<Value, String> {
-    let req = agent().request(method, url);
-    let resp = match body {
-        Some(b) => req.send_json(b),
-        None => req.call(),
+    let resp = match (method, body) {
+        ("GET", None) => agent().get(url).call(),
+        ("POST", Some(b)) => agent()
+            .post(url)
+            .header("content-type", "application/json")
+            .send(b.to_string()),
+        (m, b) => panic!("no WebDriver command {m} with body {b:?} in these tests"),
     };
-    match resp {
-        Ok(r) => r
-            .into_json::<Value>()
-            .map(|v| v["value"].clone())
-            .map_err(|e| e.to_string()),
-        Err(ureq::Error::Status(code, r)) => {
-            Err(format!("{code}: {}", r.into_string().unwrap_or_default()))
-        }
-        Err(e) => Err(e.to_string()),
+    let mut r = resp.map_err(|e| e.to_string())?;
+    // A screenshot's base64 can pass the default 10 MB limit.
+    let text = r
+        .body_mut()
+        .with_config()
+        .limit(256 << 20)
+        .read_to_string()
+        .map_err(|e| e.to_string())?;
+    if !r.status().is_success() {
+        return Err(format!("{}: {text}", r.status().as_u16()));
     }
+    serde_json::from_str::<Value>(&text)
+        .map(|v| v["value"].clone())
+        .map_err(|e| format!("{e}: {text}"))
 }
 
 struct Browser {

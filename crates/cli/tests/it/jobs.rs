@@ -1496,10 +1496,14 @@ fn a_job_servers_metrics_count_its_jobs_by_state() {
     let (j, b) = pair(&t, &src, &dst, &["--no-archive", "--metrics", &metrics]);
     let scrape = |state: &str| -> Option<f64> {
         let text = ureq::get(&format!("http://{metrics}/metrics"))
-            .timeout(Duration::from_secs(20))
+            .config()
+            .timeout_global(Some(Duration::from_secs(20)))
+            .proxy(None)
+            .build()
             .call()
             .ok()?
-            .into_string()
+            .body_mut()
+            .read_to_string()
             .ok()?;
         let prefix = format!("longhaul_jobs{{state=\"{state}\"}} ");
         text.lines()
