@@ -503,3 +503,46 @@ mod testing {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// Runs `threads` creates at once through [`one_create`] and returns
+    /// the most that were inside at one time.
+    fn most_at_once(on_ext4: bool, threads: usize) -> usize {
+        let (inside, most) = (AtomicUsize::new(0), AtomicUsize::new(0));
+        let start = std::sync::Barrier::new(threads);
+        std::thread::scope(|s| {
+            for _ in 0..threads {
+                s.spawn(|| {
+                    start.wait();
+                    for _ in 0..200 {
+                        one_create(on_ext4, || {
+                            let now = inside.fetch_add(1, Ordering::SeqCst) + 1;
+                            most.fetch_max(now, Ordering::SeqCst);
+                            for _ in 0..50 {
+                                std::thread::yield_now();
+                            }
+                            inside.fetch_sub(1, Ordering::SeqCst);
+                        });
+                    }
+                });
+            }
+        });
+        most.into_inner()
+    }
+
+    #[test]
+    fn creates_on_ext4_are_made_one_at_a_time() {
+        assert_eq!(most_at_once(true, 4), 1);
+    }
+
+    #[test]
+    fn a_tmpfs_directory_is_in_memory_and_not_ext4() {
+        let shm = Path::new("/dev/shm");
+        let d = Anchor::open(shm).unwrap().dir(shm, false).unwrap();
+        assert!(d.in_memory() && !d.on_ext4());
+    }
+}
