@@ -140,9 +140,7 @@ impl PgStore {
         }
         f(&mut c).map_err(|e| StoreError::Db {
             at: self.at.clone(),
-            why: e
-                .as_db_error()
-                .map_or_else(|| e.to_string(), |d| d.message().to_string()),
+            why: longhaul_fleet::queue::statement_failed(&e),
         })
     }
 }
