@@ -1268,8 +1268,9 @@ pub struct FleetArgs {
     /// or comma-separated).
     #[arg(long, value_name = "HOST[:PORT]", value_delimiter = ',')]
     pub servers: Vec<String>,
-    /// How long a rank waits for the manifest, and the finishing rank for
-    /// the others' results.
+    /// How long a rank waits for the manifest, the finishing rank for the
+    /// others' results, and a queue rank with nothing to lease for units
+    /// other ranks hold and finish none of.
     #[arg(long = "fleet-wait", value_name = "DURATION", value_parser = duration, default_value = "24h")]
     pub wait: Duration,
 }
