@@ -1359,8 +1359,9 @@ pub struct SecurityArgs {
     #[arg(long, value_name = "DIR")]
     pub identity: Option<PathBuf>,
     /// Read the access token from FILE (default: the LONGHAUL_TOKEN variable); with
-    /// HOST[:PORT]=FILE, the token of that server only, presented to it and to no other
-    /// (repeatable: a third-party copy takes one for each of its two servers).
+    /// HOST[:PORT]=FILE, the token of that server only, presented to it and to no other (HOST
+    /// alone: the server at the default port; repeatable: a third-party copy takes one for each
+    /// of its two servers).
     #[arg(long, value_name = "[HOST[:PORT]=]FILE")]
     pub token_file: Vec<String>,
     /// No TLS: no encryption, no server authentication. Works only with a server started
