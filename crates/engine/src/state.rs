@@ -119,6 +119,28 @@ pub fn read_credential(path: &Path) -> std::io::Result<String> {
     Ok(text)
 }
 
+/// Why `dir` is not this user's alone, if it is not: not a directory,
+/// another user's, or writable by its group or others (who could plant
+/// files, links or sockets where this user's programs write or listen).
+/// A fleet's run directory and the wan emulator's socket directory.
+pub fn private_dir(dir: &Path) -> Result<(), String> {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::metadata(dir).map_err(|e| format!("it cannot be examined ({e})"))?;
+    let me = rustix::process::geteuid().as_raw();
+    if !m.is_dir() {
+        Err("it is not a directory".into())
+    } else if m.uid() != me {
+        Err(format!("it belongs to uid {}, not to this user", m.uid()))
+    } else if m.mode() & 0o022 != 0 {
+        Err(format!(
+            "it is writable by others (mode {:04o}), who could plant what is read or written there (chmod go-w it)",
+            m.mode() & 0o7777
+        ))
+    } else {
+        Ok(())
+    }
+}
+
 /// Replaces `dir/name` with `bytes`, durably and never half-written: a
 /// fresh temporary file (mode 0600, made with `O_EXCL`, so a link planted
 /// in its place is never written through) synced, renamed over the file,
