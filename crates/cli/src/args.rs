@@ -512,8 +512,9 @@ pub struct ServeArgs {
 /// `submit`: a job.
 #[derive(Args)]
 pub struct SubmitArgs {
-    /// Sources, then the destination, on servers: longhaul://HOST[:PORT]/EXPORT/path (or
-    /// HOST:PORT:EXPORT/path). The job server holds one end (the source's, or --via's).
+    /// Sources, then the destination: on servers, longhaul://HOST[:PORT]/EXPORT/path (or
+    /// HOST:PORT:EXPORT/path); one end may be a host over ssh, [USER@]HOST:path, that the job
+    /// server may reach (its serve --jobs-ssh). The job server is the source's, or --via's.
     #[arg(required = true, num_args = 2.., value_name = "PATH")]
     pub paths: Vec<String>,
     /// The server that runs the job, HOST[:PORT] (default: the source's server). It must

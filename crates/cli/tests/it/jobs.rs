@@ -773,6 +773,21 @@ fn refused_with(o: &std::process::Output, words: &str) {
     );
 }
 
+/// `submit --help` names every form its SRC... DST take: servers' paths
+/// and a host over ssh the job server may reach.
+#[test]
+fn submit_help_names_every_form_its_paths_take() {
+    let o = bin().args(["submit", "--help"]).output().unwrap();
+    let out = stdout(&o);
+    assert!(
+        out.contains("Usage: longhaul submit [OPTIONS] SRC... DST")
+            && out.contains("longhaul://HOST[:PORT]/EXPORT/path")
+            && out.contains("[USER@]HOST:path")
+            && out.contains("--jobs-ssh"),
+        "{out}"
+    );
+}
+
 /// A refusal names the server it came from (the destination gave its
 /// capability; the job server does not know the token), and `jobs show`
 /// says its times are UTC.
