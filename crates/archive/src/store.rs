@@ -631,7 +631,7 @@ impl Archive {
             self.conn
                 .query_row(
                     "SELECT coalesce(max(id) FILTER (WHERE kind <> ?1), max(id)) FROM runs",
-                    [crate::served::KIND],
+                    [crate::model::SERVED],
                     |r| r.get::<_, Option<i64>>(0),
                 )
                 .map_err(|e| io_error(&self.path, e))?
