@@ -477,7 +477,7 @@ fn off_loopback_without_a_token_is_refused() {
         "{err}"
     );
     let empty = tmp.path().join("empty-token");
-    std::fs::write(&empty, "\n").unwrap();
+    longhaul_testkit::data::write_secret(&empty, "\n");
     let o = common::bin()
         .args(["dashboard", "--listen", "127.0.0.1:0", "--token-file"])
         .arg(&empty)
