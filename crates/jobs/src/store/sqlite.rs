@@ -601,7 +601,7 @@ mod tests {
             state,
             revoked,
             updated: n,
-            ..job(&format!("{n:016x}"))
+            ..super::super::a_job(&format!("{n:016x}"))
         };
         for n in 1..=50 {
             s.insert(&row(n, "g1", JobState::Cancelled, true)).unwrap();
