@@ -495,7 +495,7 @@ fn off_loopback_without_a_token_is_refused() {
         "{err}"
     );
     let empty = tmp.path().join("empty-token");
-    std::fs::write(&empty, "\n").unwrap();
+    longhaul_testkit::data::write_secret(&empty, "\n");
     let o = common::bin()
         .args(["dashboard", "--listen", "127.0.0.1:0", "--token-file"])
         .arg(&empty)
@@ -516,7 +516,7 @@ fn off_loopback_without_a_token_is_refused() {
 fn off_loopback_with_a_token_serves_https_with_the_identity() {
     let tmp = common::TempDir::new("dashboard-tls");
     let token = tmp.path().join("token");
-    std::fs::write(&token, "dash-token\n").unwrap();
+    longhaul_testkit::data::write_secret(&token, "dash-token\n");
     // A v4-mapped address is not loopback to the check, yet stays on this host.
     if !common::require::have("IPV6", common::require::ipv6()) {
         return;
@@ -644,7 +644,7 @@ fn an_open_dashboard_answers_only_to_loopback_names() {
     }
     // --open with a token, or off loopback, is refused.
     let token = tmp.path().join("token");
-    std::fs::write(&token, "t0k\n").unwrap();
+    longhaul_testkit::data::write_secret(&token, "t0k\n");
     let o = common::bin()
         .args(["dashboard", "--open", "--listen", "0.0.0.0:0", "--archive"])
         .arg(&archive)

@@ -773,6 +773,58 @@ fn refused_with(o: &std::process::Output, words: &str) {
     );
 }
 
+/// `submit --help` names every form its SRC... DST take: servers' paths
+/// and a host over ssh the job server may reach.
+#[test]
+fn submit_help_names_every_form_its_paths_take() {
+    let o = bin().args(["submit", "--help"]).output().unwrap();
+    let out = stdout(&o);
+    assert!(
+        out.contains("Usage: longhaul submit [OPTIONS] SRC... DST")
+            && out.contains("longhaul://HOST[:PORT]/EXPORT/path")
+            && out.contains("[USER@]HOST:path")
+            && out.contains("--jobs-ssh"),
+        "{out}"
+    );
+}
+
+/// A refusal names the server it came from (the destination gave its
+/// capability; the job server does not know the token), and `jobs show`
+/// says its times are UTC.
+#[test]
+fn a_refused_submission_names_its_server_and_jobs_show_says_utc() {
+    let t = TempDir::new("job-named");
+    let (src, dst) = (t.dir("src"), t.dir("dst"));
+    write_random(&src.join("f"), 1000, 1);
+    let (j, b) = pair(&t, &src, &dst, &[]);
+    let bad = t.path().join("bad.token");
+    longhaul_testkit::data::write_secret(
+        &bad,
+        "lh1_0badbad0_not-a-token-of-this-server-0123456789",
+    );
+    let o = bin()
+        .arg("submit")
+        .arg(format!("--token-file={}={}", j.addr(), bad.display()))
+        .args([&url(&j, "data/f"), &url(&b, "in/")])
+        .output()
+        .unwrap();
+    refused_with(
+        &o,
+        &format!("{} (the job server) did not take the job", j.addr()),
+    );
+    refused_with(&o, "unknown or revoked token");
+    let (id, _) = submit(&[&url(&j, "data/f"), &url(&b, "in/")]);
+    let o = bin()
+        .args(["jobs", "show", &id, "--via", &j.addr()])
+        .output()
+        .unwrap();
+    let out = stdout(&o);
+    assert!(
+        out.contains(" UTC, capabilities until ") && out.contains(" UTC\n"),
+        "{out}"
+    );
+}
+
 #[test]
 fn attacker_a_job_that_leaves_its_export_widens_its_capability_or_is_malformed_is_refused() {
     use longhaul_engine::xfer::jobcaps;

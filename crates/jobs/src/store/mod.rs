@@ -27,6 +27,12 @@ pub enum StoreError {
     Usage(String),
     #[error("the jobs' database ({at}) failed: {why}")]
     Db { at: String, why: String },
+    #[error("job {job}: its {column} in the jobs' database does not read ({why}): was the row written by a newer longhaul, or changed by hand?")]
+    BadRow {
+        job: String,
+        column: String,
+        why: String,
+    },
 }
 
 impl From<StoreError> for longhaul_engine::EngineError {
@@ -242,4 +248,34 @@ pub fn decode<T: serde::de::DeserializeOwned>(
             "job {id}: its {what} does not read ({e}): was it written by a newer longhaul?"
         ))
     })
+}
+
+/// A cancelled push of owner `g1`, for the stores' tests.
+#[cfg(test)]
+fn a_job(id: &str) -> JobRow {
+    JobRow {
+        id: id.into(),
+        owner: "g1".into(),
+        kind: JobKind::Push,
+        state: JobState::Cancelled,
+        spec: sqlite::placeholder_spec(),
+        created: 1,
+        updated: 1,
+        expires: 100,
+        next_attempt: 1,
+        attempts: 1,
+        runs: 0,
+        listed: true,
+        cancel: true,
+        error: None,
+        worker: None,
+        lease_until: 0,
+        notify_secret: None,
+        notified: true,
+        revoked: false,
+        history: Vec::new(),
+        live_bytes: 0,
+        live_bps: None,
+        discards: Vec::new(),
+    }
 }

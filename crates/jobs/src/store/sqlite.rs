@@ -188,7 +188,7 @@ fn raw_of(r: &Row) -> rusqlite::Result<Raw> {
 }
 
 /// A placeholder spec until the row's own is decoded.
-fn placeholder_spec() -> longhaul_proto::job::JobSpec {
+pub(super) fn placeholder_spec() -> longhaul_proto::job::JobSpec {
     longhaul_proto::job::JobSpec {
         source: placeholder_end(),
         dest: placeholder_end(),
@@ -586,35 +586,7 @@ impl JobStore for SqliteStore {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use longhaul_proto::job::{DiscardState, DiscardView, JobKind};
-
-    fn job(id: &str) -> JobRow {
-        JobRow {
-            id: id.into(),
-            owner: "g1".into(),
-            kind: JobKind::Push,
-            state: JobState::Cancelled,
-            spec: placeholder_spec(),
-            created: 1,
-            updated: 1,
-            expires: 100,
-            next_attempt: 1,
-            attempts: 1,
-            runs: 0,
-            listed: true,
-            cancel: true,
-            error: None,
-            worker: None,
-            lease_until: 0,
-            notify_secret: None,
-            notified: true,
-            revoked: false,
-            history: Vec::new(),
-            live_bytes: 0,
-            live_bps: None,
-            discards: Vec::new(),
-        }
-    }
+    use longhaul_proto::job::{DiscardState, DiscardView};
 
     /// A grant that submits and cancels in a loop: its ended jobs past
     /// the newest `keep` go, with their entries, once nothing is left to
@@ -629,7 +601,7 @@ mod tests {
             state,
             revoked,
             updated: n,
-            ..job(&format!("{n:016x}"))
+            ..super::super::a_job(&format!("{n:016x}"))
         };
         for n in 1..=50 {
             s.insert(&row(n, "g1", JobState::Cancelled, true)).unwrap();
@@ -687,7 +659,7 @@ mod tests {
         let s = SqliteStore::open(dir.path()).unwrap();
         let old = s.get("00000000000000aa").unwrap().unwrap();
         assert!(old.discards.is_empty());
-        let mut j = job("00000000000000bb");
+        let mut j = super::super::a_job("00000000000000bb");
         s.insert(&j).unwrap();
         j.discards.push(DiscardView {
             end: "b.example:5310".into(),
