@@ -9,9 +9,10 @@
 #   NFILES=100000 ROUNDS=5 bash bench/small-sync.sh
 #   OLD_BIN=path/to/other/longhaul NFILES=100000 bash bench/small-sync.sh   # longhaul@old too
 #
-# Environment: NFILES (100000), DISK_DIR (/var/tmp/lh-small-sync: the disk under test; removed
-# after), TOOLS (longhaul:defaults,rsyncd, with OLD_BIN also longhaul@old:defaults: longhaul at
-# its defaults as a user runs it, rsyncd at its defaults and its swept best), OLD_BIN, ROUNDS,
+# Environment: NFILES (100000), WORKLOADS (the three; `smallfiles`: the first copy only),
+# DISK_DIR (/var/tmp/lh-small-sync: the disk under test; removed after), TOOLS
+# (longhaul:defaults,rsyncd, with OLD_BIN also longhaul@old:defaults: longhaul at its defaults as
+# a user runs it, rsyncd at its defaults and its swept best), OLD_BIN, ROUNDS,
 # LONGHAUL_BIN, RESULTS; extra arguments are the matrix's (e.g. --sweep-rounds 1). The tree is
 # bench/lib/tree-45.py's (NFILES files of 0.5-8 KiB in NFILES/11 directories), given to the matrix
 # as its smallfiles data; a sync's first copy is the tool's own, before its clock, and `changed`
@@ -29,5 +30,5 @@ fi
 mkdir -p "$dir/data"
 trap 'rm -rf "$dir"' EXIT
 python3 "$(dirname "$0")/lib/tree-45.py" "$dir/data/smallfiles" "$nfiles"
-lh_matrix --paths loopback --workloads smallfiles,smallfiles+same,smallfiles+changed \
+lh_matrix --paths loopback --workloads "${WORKLOADS:-smallfiles,smallfiles+same,smallfiles+changed}" \
     --directions put --cold --tools "$tools" --files "$nfiles" --work-dir "$dir" "${extra[@]}" "$@"

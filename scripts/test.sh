@@ -18,10 +18,23 @@ skips=$(mktemp)
 trap 'rm -f "$skips"' EXIT
 export LONGHAUL_SKIP_LOG=$skips
 status=0
+started=$SECONDS
+junit=${CARGO_TARGET_DIR:-target}/nextest/default/junit.xml
 if cargo nextest --version >/dev/null 2>&1; then
+  rm -f "$junit"
   cargo nextest run --workspace --cargo-profile ci --locked --no-fail-fast "$@" || status=$?
 else
   cargo test --workspace --profile ci --locked --no-fail-fast "$@" || status=$?
+fi
+# The run's time, building and testing apart (the tests' from nextest's
+# report): a first run compiles every dependency too (docs/TESTING.md).
+took=$((SECONDS - started))
+tested=$(sed -n 's/.*<testsuites [^>]* time="\([0-9]*\)[.0-9]*".*/\1/p' "$junit" 2>/dev/null | head -n 1)
+echo
+if [ -n "$tested" ]; then
+  echo "took ${took}s: building $((took - tested))s, the tests ${tested}s (each test's time: $junit)"
+else
+  echo "took ${took}s"
 fi
 if [ -s "$skips" ]; then
   echo

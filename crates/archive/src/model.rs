@@ -15,6 +15,10 @@ pub const KINDS: &[&str] = &[
     "job",
 ];
 
+/// The kind of the runs a server archives for what it served
+/// ([`crate::served`]).
+pub const SERVED: &str = "served";
+
 /// A run as it starts.
 #[derive(Debug, Clone, Default)]
 pub struct NewRun {

@@ -26,7 +26,7 @@ use crate::model::NewRun;
 use crate::store::{unix_now, Archive, ArchiveError};
 
 /// The kind served runs have in the archive.
-pub const KIND: &str = "served";
+pub const KIND: &str = crate::model::SERVED;
 
 /// Starts and ends the channel holds before events are dropped.
 const CHANNEL: usize = 4096;

@@ -622,13 +622,18 @@ impl Archive {
         Ok(rows.into_iter().filter(|r| r.status == "running").collect())
     }
 
-    /// The id `RUN` names: a number, or `last` (the newest run).
+    /// The id `RUN` names: a number, or `last`: the newest run of the
+    /// user's own commands (a server on the same host archives what it
+    /// served after the command that asked for it), else the newest
+    /// served run (a host that only serves).
     pub fn resolve(&self, run: &str) -> Result<i64, ArchiveError> {
         let id = if run == "last" {
             self.conn
-                .query_row("SELECT max(id) FROM runs", [], |r| {
-                    r.get::<_, Option<i64>>(0)
-                })
+                .query_row(
+                    "SELECT coalesce(max(id) FILTER (WHERE kind <> ?1), max(id)) FROM runs",
+                    [crate::model::SERVED],
+                    |r| r.get::<_, Option<i64>>(0),
+                )
                 .map_err(|e| io_error(&self.path, e))?
         } else {
             run.parse::<i64>().ok()

@@ -56,6 +56,28 @@ fn end_ok(w: &Writer) {
     });
 }
 
+/// `show last` is the user's last command, not the row a server on the
+/// same host (same archive) wrote for serving it, which begins after it;
+/// on a host that only serves, the last served run.
+#[test]
+fn last_is_the_users_last_command_not_a_served_row() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("archive.db");
+    let a = Archive::open(&path).unwrap();
+    let served = a.begin_run(&run("served")).unwrap();
+    assert_eq!(
+        a.resolve("last").unwrap(),
+        served,
+        "only served runs: the last of them"
+    );
+    let cp = a.begin_run(&run("cp")).unwrap();
+    let _served_for_cp = a.begin_run(&run("served")).unwrap();
+    assert_eq!(a.resolve("last").unwrap(), cp);
+    let perf = a.begin_run(&run("perf")).unwrap();
+    a.begin_run(&run("served")).unwrap();
+    assert_eq!(a.resolve("last").unwrap(), perf);
+}
+
 #[test]
 fn a_run_written_reads_back_through_every_query() {
     let dir = tempfile::tempdir().unwrap();

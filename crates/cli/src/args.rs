@@ -466,7 +466,8 @@ pub struct ServeArgs {
     /// With --jobs: attempts running at once.
     #[arg(long, default_value_t = 4, requires = "jobs", value_parser = clap::value_parser!(u64).range(1..=256))]
     pub jobs_workers: u64,
-    /// With --jobs: jobs one grant may have that have not ended.
+    /// With --jobs: jobs one grant may have that have not ended (and ended
+    /// ones it keeps: older ones are forgotten).
     #[arg(long, default_value_t = 100, requires = "jobs")]
     pub jobs_max_per_grant: u64,
     /// With --jobs: the shortest interval of a recurring job (submit --every).
@@ -512,8 +513,9 @@ pub struct ServeArgs {
 /// `submit`: a job.
 #[derive(Args)]
 pub struct SubmitArgs {
-    /// Sources, then the destination, on servers: longhaul://HOST[:PORT]/EXPORT/path (or
-    /// HOST:PORT:EXPORT/path). The job server holds one end (the source's, or --via's).
+    /// Sources, then the destination: on servers, longhaul://HOST[:PORT]/EXPORT/path (or
+    /// HOST:PORT:EXPORT/path); one end may be a host over ssh, [USER@]HOST:path, that the job
+    /// server may reach (its serve --jobs-ssh). The job server is the source's, or --via's.
     #[arg(required = true, num_args = 2.., value_name = "PATH")]
     pub paths: Vec<String>,
     /// The server that runs the job, HOST[:PORT] (default: the source's server). It must
@@ -1268,8 +1270,9 @@ pub struct FleetArgs {
     /// or comma-separated).
     #[arg(long, value_name = "HOST[:PORT]", value_delimiter = ',')]
     pub servers: Vec<String>,
-    /// How long a rank waits for the manifest, and the finishing rank for
-    /// the others' results.
+    /// How long a rank waits for the manifest, the finishing rank for the
+    /// others' results, and a queue rank with nothing to lease for units
+    /// other ranks hold and finish none of.
     #[arg(long = "fleet-wait", value_name = "DURATION", value_parser = duration, default_value = "24h")]
     pub wait: Duration,
 }
@@ -1358,8 +1361,9 @@ pub struct SecurityArgs {
     #[arg(long, value_name = "DIR")]
     pub identity: Option<PathBuf>,
     /// Read the access token from FILE (default: the LONGHAUL_TOKEN variable); with
-    /// HOST[:PORT]=FILE, the token of that server only, presented to it and to no other
-    /// (repeatable: a third-party copy takes one for each of its two servers).
+    /// HOST[:PORT]=FILE, the token of that server only, presented to it and to no other (HOST
+    /// alone: the server at the default port; repeatable: a third-party copy takes one for each
+    /// of its two servers).
     #[arg(long, value_name = "[HOST[:PORT]=]FILE")]
     pub token_file: Vec<String>,
     /// No TLS: no encryption, no server authentication. Works only with a server started

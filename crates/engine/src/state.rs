@@ -84,6 +84,63 @@ pub fn default_pathdb_file() -> PathBuf {
         .unwrap_or_default()
 }
 
+/// Reads a credential (a `--token-file`, the dashboard's token, a
+/// server's grants), refused as OpenSSH refuses a private key with open
+/// permissions: a file of this user's (or read by root) that its group or
+/// others may read or write; a file of root's that others may (its group
+/// may: a service's group); any other user's file. The error says why and
+/// what to do (`chmod 600 FILE`).
+pub fn read_credential(path: &Path) -> std::io::Result<String> {
+    use std::io::Read as _;
+    use std::os::unix::fs::MetadataExt;
+    let mut f = std::fs::File::open(path)?;
+    let m = f.metadata()?;
+    let me = rustix::process::geteuid().as_raw();
+    let refused = |why: String| std::io::Error::new(std::io::ErrorKind::PermissionDenied, why);
+    let open_to = if m.uid() == me || me == 0 {
+        0o077
+    } else if m.uid() == 0 {
+        0o007
+    } else {
+        return Err(refused(format!(
+            "it belongs to uid {}, not to this user (uid {me}) or root: a credential must be its user's alone",
+            m.uid()
+        )));
+    };
+    if m.mode() & open_to != 0 {
+        return Err(refused(format!(
+            "its mode {:04o} lets others read or change it, and a credential must be its owner's alone: chmod 600 {}",
+            m.mode() & 0o7777,
+            path.display()
+        )));
+    }
+    let mut text = String::new();
+    f.read_to_string(&mut text)?;
+    Ok(text)
+}
+
+/// Why `dir` is not this user's alone, if it is not: not a directory,
+/// another user's, or writable by its group or others (who could plant
+/// files, links or sockets where this user's programs write or listen).
+/// A fleet's run directory and the wan emulator's socket directory.
+pub fn private_dir(dir: &Path) -> Result<(), String> {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::metadata(dir).map_err(|e| format!("it cannot be examined ({e})"))?;
+    let me = rustix::process::geteuid().as_raw();
+    if !m.is_dir() {
+        Err("it is not a directory".into())
+    } else if m.uid() != me {
+        Err(format!("it belongs to uid {}, not to this user", m.uid()))
+    } else if m.mode() & 0o022 != 0 {
+        Err(format!(
+            "it is writable by others (mode {:04o}), who could plant what is read or written there (chmod go-w it)",
+            m.mode() & 0o7777
+        ))
+    } else {
+        Ok(())
+    }
+}
+
 /// Replaces `dir/name` with `bytes`, durably and never half-written: a
 /// fresh temporary file (mode 0600, made with `O_EXCL`, so a link planted
 /// in its place is never written through) synced, renamed over the file,

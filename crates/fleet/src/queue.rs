@@ -201,9 +201,7 @@ impl Db {
     fn db_err(&self, e: postgres::Error) -> QueueError {
         QueueError::Db {
             at: self.at.clone(),
-            why: e
-                .as_db_error()
-                .map_or_else(|| e.to_string(), |d| d.message().to_string()),
+            why: statement_failed(&e),
         }
     }
 }
@@ -247,7 +245,7 @@ pub fn open_client(url: &str) -> Result<(Client, String), QueueError> {
             "--queue {at}: the password (from {from}) would cross the network in plaintext; add ?sslmode=verify-full (and &sslrootcert=CA.pem for a site's own CA), or use a database on this host"
         )));
     }
-    config.connect_timeout(Duration::from_secs(10));
+    limits(&mut config);
     config.application_name("longhaul");
     let connect_err = |e: postgres::Error| {
         let mut why = crate::dbtls::explained(&e);
@@ -279,6 +277,70 @@ pub fn open_client(url: &str) -> Result<(Client, String), QueueError> {
         }
     };
     Ok((db, at))
+}
+
+/// How long a connection may take to open.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// A connection silent this long is probed (TCP keepalive), every
+/// [`KEEPALIVE_INTERVAL`], and given up after [`KEEPALIVE_RETRIES`]
+/// probes unanswered: a database host that vanished is found within a
+/// minute, where the kernel's defaults take over two hours.
+pub const KEEPALIVE_IDLE: Duration = Duration::from_secs(30);
+pub const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(10);
+pub const KEEPALIVE_RETRIES: u32 = 3;
+/// Data sent and not acknowledged this long ends the connection (Linux's
+/// `TCP_USER_TIMEOUT`; its default retransmits for about 15 minutes).
+pub const TCP_USER_TIMEOUT: Duration = Duration::from_secs(60);
+/// Set on every connection (the startup packet's `options`, so no round
+/// trip): no statement of longhaul's runs longer (the longest, a batch of
+/// 1,000 units, takes milliseconds), none waits longer for a lock another
+/// session holds, and a transaction left idle (its client gone) is ended
+/// by the server, its locks released. A URL's own
+/// `options=-c statement_timeout=...` comes after these and wins.
+pub const SESSION_LIMITS: &str =
+    "-c statement_timeout=600s -c lock_timeout=60s -c idle_in_transaction_session_timeout=600s";
+
+/// Puts the limits above on `config`: a database that vanishes, or a
+/// statement stuck behind another session's lock, ends in an error that
+/// names the database, never in a rank that hangs.
+fn limits(config: &mut postgres::Config) {
+    config
+        .connect_timeout(CONNECT_TIMEOUT)
+        .keepalives(true)
+        .keepalives_idle(KEEPALIVE_IDLE)
+        .keepalives_interval(KEEPALIVE_INTERVAL)
+        .keepalives_retries(KEEPALIVE_RETRIES)
+        .tcp_user_timeout(TCP_USER_TIMEOUT);
+    let options = match config.get_options() {
+        Some(theirs) if !theirs.trim().is_empty() => format!("{SESSION_LIMITS} {theirs}"),
+        _ => SESSION_LIMITS.to_string(),
+    };
+    config.options(&options);
+}
+
+/// Why a statement failed, and what to do where longhaul's limits
+/// ([`SESSION_LIMITS`], the keepalives) ended it; the job server's store
+/// says it the same way.
+pub fn statement_failed(e: &postgres::Error) -> String {
+    use postgres::error::SqlState;
+    let Some(d) = e.as_db_error() else {
+        let io = std::error::Error::source(e).is_some_and(|s| s.is::<std::io::Error>());
+        if e.is_closed() || io {
+            return format!(
+                "{} (the connection was lost: the database did not answer for {} s, or closed it; is it up and reachable from this host?)",
+                crate::dbtls::explained(e),
+                (KEEPALIVE_IDLE + KEEPALIVE_INTERVAL * KEEPALIVE_RETRIES).as_secs()
+            );
+        }
+        return e.to_string();
+    };
+    let hint = match *d.code() {
+        SqlState::QUERY_CANCELED => " (a statement ran past its statement_timeout, 600 s unless the URL sets another: the database is overloaded, or another session holds a lock on longhaul's tables; see pg_stat_activity)",
+        SqlState::LOCK_NOT_AVAILABLE => " (waited past the lock_timeout, 60 s unless the URL sets another, for a lock another session holds on longhaul's tables: end that session, see pg_stat_activity)",
+        SqlState::IDLE_IN_TRANSACTION_SESSION_TIMEOUT => " (the server ended this session, idle in a transaction past 600 s)",
+        _ => "",
+    };
+    format!("{}{hint}", d.message())
 }
 
 impl Queue {
@@ -616,5 +678,28 @@ impl Queue {
     /// Round trips to the database this connection made.
     pub fn round_trips(&self) -> u64 {
         self.db.round_trips
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_connection_probes_a_silent_database_and_keeps_the_urls_own_options() {
+        let mut c: postgres::Config = "postgres://h/d?options=-c%20search_path%3Dx"
+            .parse()
+            .unwrap();
+        limits(&mut c);
+        assert!(c.get_keepalives());
+        assert_eq!(c.get_keepalives_idle(), KEEPALIVE_IDLE);
+        assert_eq!(c.get_keepalives_interval(), Some(KEEPALIVE_INTERVAL));
+        assert_eq!(c.get_keepalives_retries(), Some(KEEPALIVE_RETRIES));
+        assert_eq!(c.get_tcp_user_timeout(), Some(&TCP_USER_TIMEOUT));
+        assert_eq!(c.get_connect_timeout(), Some(&CONNECT_TIMEOUT));
+        assert_eq!(
+            c.get_options(),
+            Some(format!("{SESSION_LIMITS} -c search_path=x").as_str())
+        );
     }
 }

@@ -298,32 +298,12 @@ fn euid() -> u32 {
 /// can could plant the manifest, links at the names the ranks write, or
 /// the ranks' results.
 fn private_dir(run_dir: &Path) -> Result<(), EngineError> {
-    use std::os::unix::fs::MetadataExt;
-    let m = std::fs::metadata(run_dir).map_err(|e| {
+    longhaul_engine::state::private_dir(run_dir).map_err(|why| {
         EngineError::Usage(format!(
-            "cannot use the run directory {}: {e}",
+            "refusing the run directory {}: {why}; give a --run-dir that is this user's alone",
             run_dir.display()
         ))
-    })?;
-    let why = if !m.is_dir() {
-        Some("is not a directory".to_string())
-    } else if m.uid() != euid() {
-        Some(format!("belongs to uid {}, not to this user", m.uid()))
-    } else if m.mode() & 0o022 != 0 {
-        Some(format!(
-            "is writable by others (mode {:04o}), who could plant the manifest, a rank's result or a link where a rank writes (chmod go-w it)",
-            m.mode() & 0o7777
-        ))
-    } else {
-        None
-    };
-    match why {
-        Some(why) => Err(EngineError::Usage(format!(
-            "refusing the run directory {}: it {why}; give a --run-dir that is this user's alone",
-            run_dir.display()
-        ))),
-        None => Ok(()),
-    }
+    })
 }
 
 fn manifest_file(run_dir: &Path) -> PathBuf {

@@ -265,3 +265,44 @@ fn the_queue_shows_its_client_certificate_when_the_server_asks() {
         .to_string();
     assert!(e.contains("together"), "{e}");
 }
+
+/// Every connection carries longhaul's limits (docs/SCALE.md): a
+/// statement stuck behind another session's lock ends in an error naming
+/// the database and where to look, and a URL's own `options` win over
+/// longhaul's.
+#[test]
+fn a_statement_stuck_behind_a_lock_ends_in_an_error_that_says_where_to_look() {
+    let Some(pg) = TempPostgres::start() else {
+        return;
+    };
+    let url = pg.url();
+    let (mut c, _) = longhaul_fleet::queue::open_client(&url).unwrap();
+    for (setting, want) in [
+        ("statement_timeout", "10min"),
+        ("lock_timeout", "1min"),
+        ("idle_in_transaction_session_timeout", "10min"),
+    ] {
+        let got: String = c.query_one(&format!("SHOW {setting}"), &[]).unwrap().get(0);
+        assert_eq!(got, want, "{setting}");
+    }
+    let mut q = Queue::connect(&url, "r1").unwrap();
+    q.publish("h1", b"manifest", &units(3)).unwrap();
+    let short = format!("{url}?options=-c%20lock_timeout%3D1s");
+    let (mut c, _) = longhaul_fleet::queue::open_client(&short).unwrap();
+    let got: String = c.query_one("SHOW lock_timeout", &[]).unwrap().get(0);
+    assert_eq!(got, "1s", "the URL's own setting wins");
+    let mut q = Queue::connect(&short, "r1").unwrap();
+    let mut holder = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+    let mut tx = holder.transaction().unwrap();
+    tx.batch_execute("LOCK TABLE longhaul_work IN ACCESS EXCLUSIVE MODE")
+        .unwrap();
+    let e = q.counts().unwrap_err().to_string();
+    assert!(
+        e.contains(&format!("127.0.0.1:{}/postgres", pg.port))
+            && e.contains("lock_timeout")
+            && e.contains("pg_stat_activity"),
+        "{e}"
+    );
+    tx.rollback().unwrap();
+    assert_eq!(q.counts().unwrap().todo, 3);
+}

@@ -802,7 +802,7 @@ impl Params {
                     "unsupported",
                     format!(
                         "congestion control '{}' is not available here (available: {})",
-                        cc.escape_debug(),
+                        crate::units::escaped(cc),
                         l.congestion.join(", ")
                     ),
                 ));
@@ -1549,6 +1549,26 @@ mod tests {
         })
         .expect("json");
         assert_eq!(j, r#"{"tcp":true,"time":1}"#);
+    }
+
+    /// A peer's congestion control name is shown as the project escapes
+    /// every peer string (`units::escaped`): controls and overrides
+    /// written out, quotes as they are, so the text names it exactly.
+    #[test]
+    fn an_unknown_congestion_control_is_named_escaped_as_every_peer_string() {
+        let asked = "bbr'\u{1b}[2J\u{202e}x";
+        let p = Params {
+            tcp: true,
+            time: Some(5),
+            congestion: Some(asked.into()),
+            ..Params::default()
+        };
+        let m = p.check(&limits()).unwrap_err().message;
+        assert!(
+            m.contains(&format!("'{}'", crate::units::escaped(asked))),
+            "{m}"
+        );
+        assert!(m.contains("bbr'\\u{1b}[2J\\u{202e}x"), "{m}");
     }
 
     #[test]

@@ -26,3 +26,18 @@ pub fn write_random(path: &Path, len: usize, seed: u64) {
 pub fn write_text(path: &Path, len: usize) {
     std::fs::write(path, text(len)).unwrap_or_else(|e| panic!("write {}: {e}", path.display()));
 }
+
+/// A credential file (a token): mode 0600 from its creation, as longhaul
+/// reads only a credential of its owner's alone.
+pub fn write_secret(path: &Path, secret: &str) {
+    use std::io::Write as _;
+    use std::os::unix::fs::OpenOptionsExt;
+    let _ = std::fs::remove_file(path);
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+        .and_then(|mut f| f.write_all(secret.as_bytes()))
+        .unwrap_or_else(|e| panic!("write {}: {e}", path.display()));
+}

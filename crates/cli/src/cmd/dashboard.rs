@@ -18,7 +18,7 @@ pub fn dashboard(a: DashboardArgs, archive: &ArchiveArgs) -> Outcome {
     };
     let token = match &a.token_file {
         Some(p) => {
-            let t = std::fs::read_to_string(p).map_err(|e| {
+            let t = longhaul_engine::state::read_credential(p).map_err(|e| {
                 usage(format!(
                     "dashboard: cannot read the token file {}: {e}",
                     p.display()

@@ -73,14 +73,19 @@ fn capability(
     o: &ClientOptions,
 ) -> Result<(String, JobCapability), Failure> {
     let host = end.host.clone();
-    let cap = jobcaps::ask(&host, o, req).map_err(|e| {
-        let f = Failure::from(e);
-        Failure {
-            message: format!("{host} gives no capability for this job: {}", f.message),
-            ..f
-        }
-    })?;
+    let cap = jobcaps::ask(&host, o, req)
+        .map_err(|e| said_by(&host, "gives no capability for this job", e))?;
     Ok((host, cap))
+}
+
+/// `e`, saying which server it came from: a refusal alone ("unknown or
+/// revoked token") does not tell which of a job's servers refused.
+fn said_by(server: &str, what: &str, e: longhaul_engine::EngineError) -> Failure {
+    let f = Failure::from(e);
+    Failure {
+        message: format!("{server} {what}: {}", f.message),
+        ..f
+    }
 }
 
 fn credential(c: &JobCapability) -> Option<JobCredential> {
@@ -173,7 +178,7 @@ fn hand_over(a: &SubmitArgs, server: &str, spec: JobSpec, o: &ClientOptions) -> 
             print::submitted(a.json, &id, server, notify_secret.as_deref());
             Ok(exit::OK)
         }
-        Err(e) => Err(e.into()),
+        Err(e) => Err(said_by(server, "(the job server) did not take the job", e)),
         Ok(_) => Err(Failure::internal(format!(
             "{server} answered the job with something else"
         ))),

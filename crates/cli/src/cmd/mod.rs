@@ -180,7 +180,7 @@ impl SecurityArgs {
     /// `--token-file HOST[:PORT]=FILE`).
     pub fn security(&self) -> Result<Security, Failure> {
         let read = |p: &str| {
-            std::fs::read_to_string(p)
+            longhaul_engine::state::read_credential(std::path::Path::new(p))
                 .map(|t| t.trim().to_string())
                 .map_err(|e| usage(format!("cannot read the token file {p}: {e}")))
         };

@@ -45,7 +45,10 @@ pub fn wan(a: WanArgs) -> Outcome {
         }
         WanCommand::Set(s) => {
             use std::io::{BufRead, Write};
-            let path = wan_socket(&s.name);
+            let path = match wan_socket(&s.name) {
+                Ok(p) => p,
+                Err(e) => return fail(EngineError::Usage(e)),
+            };
             let reply = std::os::unix::net::UnixStream::connect(&path)
                 .and_then(|mut c| {
                     c.set_read_timeout(Some(SET_WAIT * 2))?;
@@ -84,7 +87,9 @@ pub fn wan(a: WanArgs) -> Outcome {
                     let _ = net::ip(&["netns", "del", ns]);
                 }
             }
-            let _ = std::fs::remove_file(wan_socket(&name));
+            if let Ok(sock) = wan_socket(&name) {
+                let _ = std::fs::remove_file(sock);
+            }
             Ok(exit::OK)
         }
         WanCommand::Down { name } => match net::Names::new(&name) {
@@ -147,7 +152,9 @@ fn up(u: WanUpArgs, printer: &mut dyn CommandReporter) -> Outcome {
     let [ab, ba] = fwd.stats();
     drop(hosts);
     drop(fwd);
-    let _ = std::fs::remove_file(&sock);
+    if let Some(sock) = &sock {
+        let _ = std::fs::remove_file(sock);
+    }
     printer.wan_down(&ab, &ba);
     Ok(exit::OK)
 }
@@ -201,16 +208,22 @@ fn link_params(u: &WanUpArgs) -> Result<longhaul_engine::wan::LinkParams, Engine
 }
 
 /// `wan set` from other processes: one JSON line in, `ok` or an error out,
-/// on the emulator's socket (returned, to remove when it ends).
+/// on the emulator's socket (returned, to remove when it ends; none, with
+/// a warning, where it cannot be made safely).
 fn listen_for_set(
     name: &str,
     fwd: Arc<longhaul_engine::wan::forward::Forwarder>,
     p: longhaul_engine::wan::LinkParams,
     (queue, mtu): (Duration, u32),
     printer: &mut dyn CommandReporter,
-) -> std::path::PathBuf {
-    let sock = wan_socket(name);
-    let _ = std::fs::create_dir_all(sock.parent().unwrap_or(std::path::Path::new("/")));
+) -> Option<PathBuf> {
+    let sock = match wan_socket(name) {
+        Ok(s) => s,
+        Err(e) => {
+            printer.warning(&format!("`wan set` will not reach this emulator: {e}"));
+            return None;
+        }
+    };
     let _ = std::fs::remove_file(&sock);
     match std::os::unix::net::UnixListener::bind(&sock) {
         Ok(l) => {
@@ -238,7 +251,7 @@ fn listen_for_set(
             sock.display()
         )),
     }
-    sock
+    Some(sock)
 }
 
 /// How long the emulator waits for a `wan set` request's line (and the
@@ -327,20 +340,73 @@ fn spawn_reaper(
     }
 }
 
-/// Where a running emulator takes `wan set` requests.
-fn wan_socket(name: &str) -> PathBuf {
+/// Where a running emulator takes `wan set` requests, in a directory of
+/// this user's alone ([`control_dir`]).
+fn wan_socket(name: &str) -> Result<PathBuf, String> {
     let dir = if std::path::Path::new("/run").is_dir() {
         PathBuf::from("/run/longhaul-wan")
     } else {
         std::env::temp_dir().join("longhaul-wan")
     };
-    dir.join(format!("{name}.sock"))
+    control_dir(&dir)?;
+    Ok(dir.join(format!("{name}.sock")))
+}
+
+/// Makes `dir` (0700) if it is missing, and refuses it unless it is this
+/// user's alone: in a shared directory such as /tmp another user could
+/// make it first, then take the emulator's socket or answer its requests.
+fn control_dir(dir: &std::path::Path) -> Result<(), String> {
+    use std::os::unix::fs::DirBuilderExt;
+    match std::fs::DirBuilder::new().mode(0o700).create(dir) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(format!("cannot make {}: {e}", dir.display())),
+    }
+    longhaul_engine::state::private_dir(dir).map_err(|why| {
+        format!(
+            "refusing the control directory {}: {why}; remove it (another user may have made it)",
+            dir.display()
+        )
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::io::Write;
+    use std::os::unix::fs::PermissionsExt;
+
+    /// Another local user makes the control directory first (as in /tmp):
+    /// open to all, or theirs, it is refused; a fresh one is made 0700.
+    #[test]
+    fn attacker_a_control_dir_made_by_another_or_open_to_all_is_refused() {
+        let t = tempfile::tempdir().unwrap();
+        let fresh = t.path().join("fresh");
+        control_dir(&fresh).unwrap();
+        let mode = std::fs::metadata(&fresh).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o700);
+        control_dir(&fresh).unwrap();
+        let open = t.path().join("open");
+        std::fs::create_dir(&open).unwrap();
+        std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o777)).unwrap();
+        let e = control_dir(&open).unwrap_err();
+        assert!(e.contains("writable by others (mode 0777)"), "{e}");
+        assert!(e.contains(&open.display().to_string()), "{e}");
+        let theirs = if rustix::process::geteuid().is_root() {
+            let d = t.path().join("theirs");
+            std::fs::create_dir(&d).unwrap();
+            std::os::unix::fs::chown(&d, Some(65534), Some(65534)).unwrap();
+            std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o700)).unwrap();
+            d
+        } else {
+            PathBuf::from("/")
+        };
+        let e = control_dir(&theirs).unwrap_err();
+        assert!(e.contains("belongs to uid"), "{e}");
+        let file = t.path().join("file");
+        std::fs::write(&file, b"").unwrap();
+        assert!(control_dir(&file).unwrap_err().contains("not a directory"));
+    }
 
     #[test]
     fn a_set_request_that_never_comes_whole_is_given_up() {

@@ -160,7 +160,7 @@ pub fn show(json: bool, answer: &JobAnswer, with_files: bool) {
         progress(v)
     );
     outln!(
-        "  attempts: {} (retries {}){}; created {}, capabilities until {}",
+        "  attempts: {} (retries {}){}; created {} UTC, capabilities until {} UTC",
         v.attempts,
         v.retries,
         match v.every_s {

@@ -23,6 +23,35 @@ use common::{assert_exit, bin, stderr, stdout, TempDir};
 
 // ------------------------------------------------------------------ tests
 
+/// A copy that had nothing to send says so, not that every file was
+/// verified chunk by chunk.
+#[test]
+fn a_copy_with_nothing_to_send_says_nothing_needed_sending() {
+    let t = TempDir::new("nothing-to-send");
+    let src = t.path().join("src/tree");
+    let nfiles = build_tree(&src);
+    let exp = t.dir("export");
+    let s = data_server(&exp, &t.dir("state"));
+    let dest = remote(s.addr(), "");
+    let o = longhaul(&["cp", "-r", "-p", src.to_str().unwrap(), &dest]);
+    assert_exit(&o, 0);
+    assert!(
+        stdout(&o).contains("verified: every file"),
+        "{}",
+        stdout(&o)
+    );
+    let o = longhaul(&["cp", "-r", "-p", src.to_str().unwrap(), &dest]);
+    assert_exit(&o, 0);
+    let out = stdout(&o);
+    assert!(
+        out.contains(&format!(
+            "verified: nothing needed sending (0 files sent, {nfiles} up to date)"
+        )) && !out.contains("every file"),
+        "{out}"
+    );
+    s.shutdown();
+}
+
 #[test]
 fn tree_push_then_pull_round_trips() {
     let t = TempDir::new("tree");

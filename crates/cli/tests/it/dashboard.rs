@@ -39,7 +39,12 @@ impl Drop for Guard {
             }
         }
         if let Some(s) = self.session.take() {
-            let _ = ureq::delete(&s).timeout(Duration::from_secs(20)).call();
+            let _ = ureq::delete(&s)
+                .config()
+                .timeout_global(Some(Duration::from_secs(20)))
+                .proxy(None)
+                .build()
+                .call();
         }
         for (_, c) in self.children.iter_mut().rev() {
             let _ = c.kill();
@@ -56,29 +61,42 @@ fn browser_available() -> Option<String> {
     common::require::have("BROWSER", installed).then(|| CHROMIUM.to_string())
 }
 
+/// A WebDriver client on loopback (no proxy from the environment): an error
+/// status is an answer (its body says why).
 fn agent() -> ureq::Agent {
-    ureq::AgentBuilder::new()
-        .timeout(Duration::from_secs(60))
+    ureq::Agent::config_builder()
+        .timeout_global(Some(Duration::from_secs(60)))
+        .proxy(None)
+        .http_status_as_error(false)
         .build()
+        .into()
 }
 
-/// One WebDriver command; its `value`, or the error it answered.
+/// One WebDriver command (a `GET`, or a `POST` of `body`); its `value`, or
+/// the error it answered.
 fn wd(method: &str, url: &str, body: Option<Value>) -> Result<Value, String> {
-    let req = agent().request(method, url);
-    let resp = match body {
-        Some(b) => req.send_json(b),
-        None => req.call(),
+    let resp = match (method, body) {
+        ("GET", None) => agent().get(url).call(),
+        ("POST", Some(b)) => agent()
+            .post(url)
+            .header("content-type", "application/json")
+            .send(b.to_string()),
+        (m, b) => panic!("no WebDriver command {m} with body {b:?} in these tests"),
     };
-    match resp {
-        Ok(r) => r
-            .into_json::<Value>()
-            .map(|v| v["value"].clone())
-            .map_err(|e| e.to_string()),
-        Err(ureq::Error::Status(code, r)) => {
-            Err(format!("{code}: {}", r.into_string().unwrap_or_default()))
-        }
-        Err(e) => Err(e.to_string()),
+    let mut r = resp.map_err(|e| e.to_string())?;
+    // A screenshot's base64 can pass the default 10 MB limit.
+    let text = r
+        .body_mut()
+        .with_config()
+        .limit(256 << 20)
+        .read_to_string()
+        .map_err(|e| e.to_string())?;
+    if !r.status().is_success() {
+        return Err(format!("{}: {text}", r.status().as_u16()));
     }
+    serde_json::from_str::<Value>(&text)
+        .map(|v| v["value"].clone())
+        .map_err(|e| format!("{e}: {text}"))
 }
 
 struct Browser {
@@ -477,7 +495,7 @@ fn off_loopback_without_a_token_is_refused() {
         "{err}"
     );
     let empty = tmp.path().join("empty-token");
-    std::fs::write(&empty, "\n").unwrap();
+    longhaul_testkit::data::write_secret(&empty, "\n");
     let o = common::bin()
         .args(["dashboard", "--listen", "127.0.0.1:0", "--token-file"])
         .arg(&empty)
@@ -498,7 +516,7 @@ fn off_loopback_without_a_token_is_refused() {
 fn off_loopback_with_a_token_serves_https_with_the_identity() {
     let tmp = common::TempDir::new("dashboard-tls");
     let token = tmp.path().join("token");
-    std::fs::write(&token, "dash-token\n").unwrap();
+    longhaul_testkit::data::write_secret(&token, "dash-token\n");
     // A v4-mapped address is not loopback to the check, yet stays on this host.
     if !common::require::have("IPV6", common::require::ipv6()) {
         return;
@@ -626,7 +644,7 @@ fn an_open_dashboard_answers_only_to_loopback_names() {
     }
     // --open with a token, or off loopback, is refused.
     let token = tmp.path().join("token");
-    std::fs::write(&token, "t0k\n").unwrap();
+    longhaul_testkit::data::write_secret(&token, "t0k\n");
     let o = common::bin()
         .args(["dashboard", "--open", "--listen", "0.0.0.0:0", "--archive"])
         .arg(&archive)

@@ -455,13 +455,33 @@ fn doctor_names_the_path_rate_of_a_rate_limited_link() {
         assert!(o.status.success(), "{}", stderr(&o));
         json_of(&o)
     };
-    let c = cp(&[]);
-    assert_eq!(c["verified"], true);
-    assert_eq!(c["path"]["remembered"]["bits_per_second"], carried, "{c:#}");
-    let target = c["path"]["target_bps"].as_f64().unwrap();
+    // A record applies while the copy's RTT is within a quarter of the
+    // record's (docs/JSON.md): the emulator delays packets in a process of
+    // its own, so on a loaded host a copy can see the 20 ms path at 32 ms
+    // and rightly size by its own probe. Each copy that saw the record's
+    // RTT must use it, each that did not must not, and one of five must.
+    let recorded_rtt = rec["rtt_us"].as_f64().unwrap();
+    let mut rtts = Vec::new();
+    let applied = (0..5).any(|_| {
+        let c = cp(&[]);
+        assert_eq!(c["verified"], true);
+        let rtt = c["path"]["rtt_us"].as_f64().unwrap();
+        rtts.push(rtt);
+        if (rtt - recorded_rtt).abs() > (recorded_rtt * 0.25).max(1000.0) {
+            assert!(c["path"]["remembered"].is_null(), "at {rtt} µs: {c:#}");
+            return false;
+        }
+        assert_eq!(c["path"]["remembered"]["bits_per_second"], carried, "{c:#}");
+        let target = c["path"]["target_bps"].as_f64().unwrap();
+        assert!(
+            (target - carried * 1.25).abs() < 2.0,
+            "{target} for {carried}"
+        );
+        true
+    });
     assert!(
-        (target - carried * 1.25).abs() < 2.0,
-        "{target} for {carried}"
+        applied,
+        "no copy measured the RTT the rate was remembered at ({recorded_rtt} µs): {rtts:?}"
     );
     // --rate wins over the memory.
     let c = cp(&["--rate", "1gbit"]);

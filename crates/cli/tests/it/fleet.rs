@@ -680,6 +680,52 @@ fn a_planted_entry_in_the_queues_table_is_refused_and_never_lands() {
     }
 }
 
+/// Units held by a rank that keeps its leases and finishes nothing: the
+/// rank with nothing to lease waits at most `--fleet-wait` without
+/// progress, then says what to do, instead of waiting forever.
+#[test]
+fn a_rank_waits_on_units_others_hold_and_never_finish_at_most_the_fleet_wait() {
+    let Some(pg) = pg::TempPostgres::start() else {
+        return;
+    };
+    let t = TempDir::new("fleet-queue-held");
+    let src = t.dir("src");
+    dataset(&src, 1 << 20, 20);
+    let dst = t.dir("dst");
+    let server = data_server(&dst, &t.dir("state"));
+    let dest = remote(server.addr(), "out/");
+    let (url, run) = (pg.url(), "held");
+    let m = true_manifest(&src);
+    let units = longhaul_fleet::shard::queue_units(&m.items(), 4 << 20, 2_000);
+    let mut q = longhaul_fleet::queue::Queue::connect(&url, run).unwrap();
+    q.publish(&m.hash(), &m.encode(), &units).unwrap();
+    let held = q
+        .lease("stuck-rank", 10_000, Duration::from_secs(3600))
+        .unwrap();
+    assert_eq!(held.len(), units.len());
+    let extra = ["--queue", &url, "--run-id", run];
+    let mut child = rank_waiting(0, 1, "3s", &extra, &src, &dest);
+    let ended = (0..1200).any(|_| {
+        std::thread::sleep(Duration::from_millis(100));
+        matches!(child.try_wait(), Ok(Some(_)))
+    });
+    if !ended {
+        let _ = child.kill();
+    }
+    let o = finished(child);
+    assert!(ended, "the rank still waited after 120 s: {}", stderr(&o));
+    assert!(!o.status.success());
+    let err = stderr(&o);
+    assert!(
+        err.contains(&format!(
+            "{} unit(s) of the queue are held by other ranks",
+            units.len()
+        )) && err.contains("--fleet-wait")
+            && err.contains("--run-id"),
+        "{err}"
+    );
+}
+
 #[test]
 fn a_link_planted_at_a_temporary_name_in_the_run_directory_is_not_written_through() {
     let t = TempDir::new("fleet-tmp-link");

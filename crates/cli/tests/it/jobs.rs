@@ -773,6 +773,58 @@ fn refused_with(o: &std::process::Output, words: &str) {
     );
 }
 
+/// `submit --help` names every form its SRC... DST take: servers' paths
+/// and a host over ssh the job server may reach.
+#[test]
+fn submit_help_names_every_form_its_paths_take() {
+    let o = bin().args(["submit", "--help"]).output().unwrap();
+    let out = stdout(&o);
+    assert!(
+        out.contains("Usage: longhaul submit [OPTIONS] SRC... DST")
+            && out.contains("longhaul://HOST[:PORT]/EXPORT/path")
+            && out.contains("[USER@]HOST:path")
+            && out.contains("--jobs-ssh"),
+        "{out}"
+    );
+}
+
+/// A refusal names the server it came from (the destination gave its
+/// capability; the job server does not know the token), and `jobs show`
+/// says its times are UTC.
+#[test]
+fn a_refused_submission_names_its_server_and_jobs_show_says_utc() {
+    let t = TempDir::new("job-named");
+    let (src, dst) = (t.dir("src"), t.dir("dst"));
+    write_random(&src.join("f"), 1000, 1);
+    let (j, b) = pair(&t, &src, &dst, &[]);
+    let bad = t.path().join("bad.token");
+    longhaul_testkit::data::write_secret(
+        &bad,
+        "lh1_0badbad0_not-a-token-of-this-server-0123456789",
+    );
+    let o = bin()
+        .arg("submit")
+        .arg(format!("--token-file={}={}", j.addr(), bad.display()))
+        .args([&url(&j, "data/f"), &url(&b, "in/")])
+        .output()
+        .unwrap();
+    refused_with(
+        &o,
+        &format!("{} (the job server) did not take the job", j.addr()),
+    );
+    refused_with(&o, "unknown or revoked token");
+    let (id, _) = submit(&[&url(&j, "data/f"), &url(&b, "in/")]);
+    let o = bin()
+        .args(["jobs", "show", &id, "--via", &j.addr()])
+        .output()
+        .unwrap();
+    let out = stdout(&o);
+    assert!(
+        out.contains(" UTC, capabilities until ") && out.contains(" UTC\n"),
+        "{out}"
+    );
+}
+
 #[test]
 fn attacker_a_job_that_leaves_its_export_widens_its_capability_or_is_malformed_is_refused() {
     use longhaul_engine::xfer::jobcaps;
@@ -962,6 +1014,28 @@ fn attacker_another_grant_cannot_see_or_steer_a_job_and_a_grant_has_a_limit() {
         .output()
         .unwrap();
     assert!(o.status.success(), "{}", stderr(&o));
+}
+
+/// A grant that submits job after job (each ended before the next, so
+/// its limit of live jobs never bites) would grow the job server's store
+/// without end, and every `jobs` list, which reads them all: its ended
+/// jobs past its `--jobs-max-per-grant` newest go once nothing is left to
+/// do for them.
+#[test]
+fn attacker_a_grant_submitting_job_after_job_keeps_only_its_share_of_ended_jobs() {
+    let t = TempDir::new("job-attack-ended");
+    let (src, dst) = (t.dir("src"), t.dir("dst"));
+    write_random(&src.join("f"), 1000, 6);
+    let (j, b) = pair(&t, &src, &dst, &["--jobs-max-per-grant", "1"]);
+    for n in 0..5 {
+        let (id, _) = submit(&[&url(&j, "data/f"), &url(&b, &format!("in/f{n}"))]);
+        let (code, v) = wait_job(&j, &id, Duration::from_secs(60));
+        assert_eq!(code, 0, "{v}");
+    }
+    let v = json_run(&["jobs", "--via", &j.addr(), "--json"], 0);
+    let kept = v["jobs"].as_array().map_or(0, Vec::len);
+    // The newest, the one before it, and one whose revocation may lag.
+    assert!(kept <= 3, "{kept} jobs kept of 5: {v}");
 }
 
 #[test]
@@ -1474,10 +1548,14 @@ fn a_job_servers_metrics_count_its_jobs_by_state() {
     let (j, b) = pair(&t, &src, &dst, &["--no-archive", "--metrics", &metrics]);
     let scrape = |state: &str| -> Option<f64> {
         let text = ureq::get(&format!("http://{metrics}/metrics"))
-            .timeout(Duration::from_secs(20))
+            .config()
+            .timeout_global(Some(Duration::from_secs(20)))
+            .proxy(None)
+            .build()
             .call()
             .ok()?
-            .into_string()
+            .body_mut()
+            .read_to_string()
             .ok()?;
         let prefix = format!("longhaul_jobs{{state=\"{state}\"}} ");
         text.lines()

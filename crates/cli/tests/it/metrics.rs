@@ -69,12 +69,20 @@ fn push_some(t: &TempDir, addr: SocketAddr) -> u64 {
 }
 
 fn get(url: &str) -> Result<(String, String), String> {
-    let r = ureq::get(url)
-        .timeout(Duration::from_secs(20))
+    let mut r = ureq::get(url)
+        .config()
+        .timeout_global(Some(Duration::from_secs(20)))
+        .proxy(None)
+        .build()
         .call()
         .map_err(|e| e.to_string())?;
-    let ct = r.header("content-type").unwrap_or_default().to_string();
-    let body = r.into_string().map_err(|e| e.to_string())?;
+    let ct = r
+        .headers()
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_string();
+    let body = r.body_mut().read_to_string().map_err(|e| e.to_string())?;
     Ok((ct, body))
 }
 

@@ -24,6 +24,7 @@ use longhaul_engine::xfer::storage::Local;
 use longhaul_engine::xfer::Export;
 use longhaul_proto::frame::MAGIC;
 use longhaul_proto::msg::{Hello, Message, Refuse, RefuseCode, Role};
+use longhaul_testkit::data::write_secret;
 
 use crate::common;
 use common::served::Served;
@@ -1256,9 +1257,9 @@ fn token_file_works_like_the_variable() {
     let a = srv.addr();
     let dir = site.scratch("tokens");
     let good = dir.join("good");
-    fs::write(&good, format!("{}\n", common::TOKEN)).unwrap();
+    write_secret(&good, &format!("{}\n", common::TOKEN));
     let bad = dir.join("bad");
-    fs::write(&bad, WRONG_SECRET).unwrap();
+    write_secret(&bad, WRONG_SECRET);
     let from_file = |file: &Path, args: &[&str]| {
         let mut c = bin();
         c.env_remove("LONGHAUL_TOKEN")
@@ -1313,6 +1314,52 @@ fn token_file_works_like_the_variable() {
     assert_refused(&run(c), 2, "token file");
     site.assert_untouched(&before);
     site.assert_serves(a);
+    srv.shutdown();
+}
+
+/// A token file its group or others may read is a credential already
+/// leaked: refused as OpenSSH refuses an open private key, naming the file
+/// and `chmod 600`, before anything is dialled (plain or `HOST=FILE`).
+/// The same file at 0600 works.
+#[test]
+fn attacker_a_token_file_others_can_read_is_refused_until_chmod_600() {
+    use std::os::unix::fs::PermissionsExt;
+    let site = Site::new("tokenopen");
+    let srv = site.data_server();
+    let a = srv.addr();
+    let file = site.scratch("tokens").join("token");
+    write_secret(&file, common::TOKEN);
+    let ls = |given: String| {
+        let mut c = bin();
+        c.env_remove("LONGHAUL_TOKEN").args([
+            "ls",
+            "--token-file",
+            &given,
+            &at(a, "data", "seed.txt"),
+        ]);
+        run(c)
+    };
+    let plain = file.display().to_string();
+    let named = format!("{a}={plain}");
+    for mode in [0o644, 0o640, 0o604, 0o660, 0o602] {
+        fs::set_permissions(&file, fs::Permissions::from_mode(mode)).unwrap();
+        for given in [&plain, &named] {
+            let o = ls(given.clone());
+            assert_refused(&o, 2, &format!("chmod 600 {plain}"));
+            assert!(
+                stderr(&o).contains(&format!("mode 0{mode:o}")),
+                "{}",
+                stderr(&o)
+            );
+            assert!(!stderr(&o).contains("testsecret"), "{}", stderr(&o));
+        }
+    }
+    fs::set_permissions(&file, fs::Permissions::from_mode(0o600)).unwrap();
+    for given in [plain, named] {
+        let o = ls(given);
+        assert_exit(&o, 0);
+        assert!(stdout(&o).contains("seed.txt"));
+    }
     srv.shutdown();
 }
 

@@ -337,7 +337,7 @@ fn attacker_a_relayed_ticket_with_a_second_line_reaches_no_listener() {
         )));
     });
     let tokens = t.path().join("source.token");
-    std::fs::write(&tokens, common::TOKEN).unwrap();
+    longhaul_testkit::data::write_secret(&tokens, common::TOKEN);
     let o = s
         .longhaul()
         .env("LONGHAUL_TRUST", common::fingerprint())
@@ -611,8 +611,8 @@ fn a_third_party_copy_presents_each_server_its_own_credential() {
     let a = copy_server(&ra, &t.dir("state-a"), token_a, seen_a.clone());
     let b = copy_server(&rb, &t.dir("state-b"), token_b, seen_b.clone());
     let (fa, fb) = (t.path().join("a.token"), t.path().join("b.token"));
-    std::fs::write(&fa, token_a).unwrap();
-    std::fs::write(&fb, token_b).unwrap();
+    longhaul_testkit::data::write_secret(&fa, token_a);
+    longhaul_testkit::data::write_secret(&fb, token_b);
     let per_server = |extra: &[String]| {
         bin()
             .env_remove("LONGHAUL_TOKEN")
@@ -653,7 +653,7 @@ fn a_third_party_copy_presents_each_server_its_own_credential() {
     // --token-file: refused before anything is dialled.
     let (before_a, before_b) = (sa.len(), sb.len());
     let shared = t.path().join("shared.token");
-    std::fs::write(&shared, token_a).unwrap();
+    longhaul_testkit::data::write_secret(&shared, token_a);
     let by_env = bin()
         .env("LONGHAUL_TOKEN", token_a)
         .args(["cp", "-r", "--retries=0"])

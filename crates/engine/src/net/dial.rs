@@ -182,8 +182,9 @@ impl Security {
     }
 }
 
-/// One server's own credential: `host` is `HOST` (any port) or
-/// `HOST:PORT`, as the user named the server.
+/// One server's own credential: `host` is `HOST:PORT`, or `HOST` for the
+/// server at the default port (as known_hosts' `host` means port 22),
+/// as the user named the server.
 #[derive(Clone)]
 pub struct HostToken {
     pub host: String,
@@ -200,17 +201,11 @@ impl std::fmt::Debug for HostToken {
 
 impl HostToken {
     /// Whether this is `target`'s credential: the same host (letters in
-    /// any case), and the same port if it names one (the default port
-    /// where `target` names none).
+    /// any case) and the same port, the default port where either names
+    /// none. Never another port's: a token for HOST:9000 sent to whatever
+    /// listens on HOST:9001 would be a token given away.
     pub fn is_for(&self, target: &str) -> bool {
-        let mine = host_key(&self.host).to_ascii_lowercase();
-        let theirs = host_key(target).to_ascii_lowercase();
-        let host = |k: &str| k.rsplit_once(':').map_or(k, |(h, _)| h).to_string();
-        if host_key(&self.host) == self.host {
-            mine == theirs
-        } else {
-            host(&mine) == host(&theirs)
-        }
+        host_key(&self.host).eq_ignore_ascii_case(&host_key(target))
     }
 }
 
@@ -826,6 +821,39 @@ pub fn probe_fingerprint(target: &str, timeout: Duration) -> Result<String, Engi
 mod tests {
     use super::*;
     use longhaul_proto::databind::DataKey;
+
+    /// `--token-file HOST=FILE` is the server at HOST's default port, as
+    /// known_hosts' `host` is port 22: never another service of that host
+    /// (its token sent to whatever listens on HOST:9001).
+    #[test]
+    fn attacker_a_token_named_for_a_host_is_never_sent_to_its_other_ports() {
+        let tok = |host: &str| HostToken {
+            host: host.into(),
+            token: "t".into(),
+        };
+        let d = DEFAULT_PORT;
+        let bare = tok("dtn.example.org");
+        assert!(bare.is_for("dtn.example.org"));
+        assert!(bare.is_for("DTN.example.org"));
+        assert!(bare.is_for(&format!("dtn.example.org:{d}")));
+        assert!(!bare.is_for("dtn.example.org:9001"));
+        assert!(!bare.is_for("other.example.org"));
+        let port = tok("dtn.example.org:9000");
+        assert!(port.is_for("dtn.example.org:9000"));
+        assert!(!port.is_for("dtn.example.org:9001"));
+        assert!(!port.is_for("dtn.example.org"));
+        let v6 = tok("[2001:db8::1]");
+        assert!(v6.is_for(&format!("[2001:db8::1]:{d}")));
+        assert!(v6.is_for("2001:db8::1"));
+        assert!(!v6.is_for("[2001:db8::1]:9001"));
+        let s = Security {
+            token: Some("default".into()),
+            tokens: vec![bare],
+            ..Security::default()
+        };
+        assert_eq!(s.token_for("dtn.example.org:9001"), Some("default"));
+        assert!(!s.named_for("dtn.example.org:9001"));
+    }
 
     /// What a plaintext perf data stream puts on the wire before its data:
     /// the preamble and a hello naming the test with a proof, and nothing

@@ -219,7 +219,7 @@ fn grants_path(state: &Path) -> PathBuf {
 /// Every grant in a state directory (none if the file is missing).
 pub fn list(state: &Path) -> Result<Vec<Grant>, EngineError> {
     let p = grants_path(state);
-    let text = match std::fs::read_to_string(&p) {
+    let text = match crate::state::read_credential(&p) {
         Ok(t) => t,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
         Err(e) => {
@@ -608,6 +608,24 @@ mod tests {
             read_only: public,
             public,
         }
+    }
+
+    /// The grants hold each token's hash, which proves the token on
+    /// plaintext: grants others may read are refused until `chmod 600`.
+    #[test]
+    fn attacker_grants_others_can_read_are_refused_until_chmod_600() {
+        use std::os::unix::fs::PermissionsExt;
+        let s = state("open-grants");
+        let (_, token) = create_token(&s, vec![parse_export_grant("data").unwrap()], "t").unwrap();
+        let file = s.join(GRANTS_FILE);
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let e = list(&s).unwrap_err().to_string();
+        assert!(e.contains(&format!("chmod 600 {}", file.display())), "{e}");
+        assert!(authenticate(&s, Some(&token), None, false).is_err());
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
+        assert_eq!(list(&s).unwrap().len(), 1);
+        assert!(authenticate(&s, Some(&token), None, false).is_ok());
+        let _ = std::fs::remove_dir_all(&s);
     }
 
     #[test]

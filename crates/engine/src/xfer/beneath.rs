@@ -30,9 +30,16 @@ pub struct Dir {
     fd: OwnedFd,
     /// Its file system's device, once asked for.
     dev: std::sync::OnceLock<Option<u64>>,
-    /// Whether its file system keeps files in memory only (tmpfs), once
-    /// asked for.
-    in_memory: std::sync::OnceLock<bool>,
+    /// What its file system is, once asked for.
+    fs_kind: std::sync::OnceLock<FsKind>,
+}
+
+/// The file systems whose kind changes what the sink does.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum FsKind {
+    Tmpfs,
+    Ext4,
+    Other,
 }
 
 impl Dir {
@@ -45,16 +52,31 @@ impl Dir {
         Dir {
             fd,
             dev: std::sync::OnceLock::new(),
-            in_memory: std::sync::OnceLock::new(),
+            fs_kind: std::sync::OnceLock::new(),
         }
     }
 
     /// Whether files made in it live in memory only (tmpfs): making them
     /// durable is a no-op there. Asked of the kernel once.
     pub fn in_memory(&self) -> bool {
-        *self.in_memory.get_or_init(|| {
-            rustix::fs::fstatfs(&self.fd).is_ok_and(|st| st.f_type == libc::TMPFS_MAGIC)
-        })
+        self.fs_kind() == FsKind::Tmpfs
+    }
+
+    /// Whether its file system is ext4, whose inode allocator wants one
+    /// create at a time (the sink's `one_create`).
+    pub fn on_ext4(&self) -> bool {
+        self.fs_kind() == FsKind::Ext4
+    }
+
+    /// What its file system is, asked of the kernel once.
+    fn fs_kind(&self) -> FsKind {
+        *self
+            .fs_kind
+            .get_or_init(|| match rustix::fs::fstatfs(&self.fd) {
+                Ok(st) if st.f_type == libc::TMPFS_MAGIC => FsKind::Tmpfs,
+                Ok(st) if st.f_type == libc::EXT4_SUPER_MAGIC => FsKind::Ext4,
+                _ => FsKind::Other,
+            })
     }
 
     /// The device of its file system (and so of every file made in it),

@@ -239,22 +239,21 @@ fn fed_sessions(
     } = *rank;
     let q_err = EngineError::from;
     let mut errors = 0u32;
+    let mut idle = OthersHold::default();
     loop {
         // A session starts with a unit in hand, and is fed the next ones
         // as it goes (`feed`): one connection and slow start for many.
         let first = q.lock().expect("poisoned").lease(worker, 1, lease);
         let first = first.map_err(q_err)?;
         if first.is_empty() {
-            let (todo, leased) = q.lock().expect("poisoned").pending().map_err(q_err)?;
-            if todo == 0 && leased == 0 {
+            let pending = q.lock().expect("poisoned").pending().map_err(q_err)?;
+            if pending == (0, 0) {
                 break;
             }
-            // Others hold the rest: they finish it (the run ends), or one
-            // of their leases expires. A probe of the pending units is
-            // cheap; polling often ends the run soon after its last unit.
-            std::thread::sleep(idle_wait(lease));
+            idle.wait(f, pending, lease)?;
             continue;
         }
+        idle = OthersHold::default();
         let feed = Feed::new(
             q.clone(),
             manifest.clone(),
@@ -318,6 +317,39 @@ fn fed_sessions(
 /// ends the run soon after its last unit.
 fn idle_wait(lease: Duration) -> Duration {
     (lease / 100).clamp(Duration::from_millis(50), Duration::from_millis(250))
+}
+
+/// A rank with nothing to lease, waiting on the units other ranks hold:
+/// as long as they make progress (a unit done, a lease expired), and at
+/// most `--fleet-wait` without any. Ranks that keep renewing their leases
+/// and finish nothing would otherwise hold this one forever.
+#[derive(Default)]
+struct OthersHold {
+    /// The pending units (to do, leased) last seen, and since when.
+    seen: Option<((u64, u64), Instant)>,
+}
+
+impl OthersHold {
+    /// Sleeps before the next look, or fails once `pending` has not moved
+    /// for `--fleet-wait`.
+    fn wait(&mut self, f: &Fleet, pending: (u64, u64), lease: Duration) -> Result<(), EngineError> {
+        let since = match self.seen {
+            Some((seen, since)) if seen == pending => since,
+            _ => {
+                self.seen = Some((pending, Instant::now()));
+                Instant::now()
+            }
+        };
+        if since.elapsed() > f.wait {
+            return Err(failed(format!(
+                "{} unit(s) of the queue are held by other ranks that renew their leases and finished none in {} s (--fleet-wait): a rank is stuck; stop it (its units are leased again after --lease) and run this command again with the same --run-id, or give a longer --fleet-wait",
+                pending.1,
+                f.wait.as_secs()
+            )));
+        }
+        std::thread::sleep(idle_wait(lease));
+        Ok(())
+    }
 }
 
 /// Marks a session's leased units done, or failed (for good after
@@ -414,6 +446,7 @@ fn third_party_units(
     let q_err = EngineError::from;
     let sources = sources(f)?;
     let mut errors = 0u32;
+    let mut idle = OthersHold::default();
     loop {
         let leased = q
             .lock()
@@ -421,13 +454,14 @@ fn third_party_units(
             .lease(worker, 1, lease)
             .map_err(q_err)?;
         let Some(l) = leased.into_iter().next() else {
-            let (todo, out) = q.lock().expect("poisoned").pending().map_err(q_err)?;
-            if todo == 0 && out == 0 {
+            let pending = q.lock().expect("poisoned").pending().map_err(q_err)?;
+            if pending == (0, 0) {
                 return Ok(());
             }
-            std::thread::sleep(idle_wait(lease));
+            idle.wait(f, pending, lease)?;
             continue;
         };
+        idle = OthersHold::default();
         held.lock().expect("poisoned").push(l.id);
         let items = manifest.share(std::slice::from_ref(&l.unit));
         let result = match sources.remote_share(&items) {
@@ -490,30 +524,88 @@ fn clone_fleet(f: &Fleet) -> Fleet {
     }
 }
 
-/// The leased units with a failed entry (and why), and the ids of the rest.
+/// The leased units with a failed entry (and why), and the ids of the rest:
+/// one look-up an entry of the units, however many failed.
 fn split_failed(
     manifest: &Manifest,
     leased: &[Leased],
     failures: &[Failure],
 ) -> (Vec<(i64, String)>, Vec<i64>) {
+    let mut failed: std::collections::HashMap<&str, &Failure> =
+        std::collections::HashMap::with_capacity(failures.len());
+    for x in failures {
+        failed.entry(x.path.as_str()).or_insert(x);
+    }
     let (mut bad, mut good) = (Vec::new(), Vec::new());
     for l in leased {
         let u = &l.unit;
-        let why = manifest
-            .entries
-            .iter()
-            .take(u.end as usize)
-            .skip(u.first as usize)
-            .find_map(|e| {
-                failures
-                    .iter()
-                    .find(|x| x.path == e.rel)
-                    .map(|x| format!("{}: {}", x.path, x.error))
-            });
+        let end = (u.end as usize).min(manifest.entries.len());
+        let entries = manifest.entries.get(u.first as usize..end).unwrap_or(&[]);
+        let why = entries.iter().find_map(|e| {
+            failed
+                .get(e.rel.as_str())
+                .map(|x| format!("{}: {}", x.path, x.error))
+        });
         match why {
             Some(w) => bad.push((l.id, w)),
             None => good.push(l.id),
         }
     }
     (bad, good)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::manifest::Entry;
+    use crate::shard::Unit;
+    use longhaul_proto::xfer::Kind;
+
+    /// 600,000 entries in 300,000 units, half of them failed: split in one
+    /// pass (a search of every failure for every entry takes over the
+    /// test time-out, 180 s).
+    #[test]
+    fn many_failed_entries_are_split_from_their_units_in_one_pass() {
+        let n = 600_000u32;
+        let entries = (0..n)
+            .map(|i| Entry {
+                rel: format!("src/d{}/f{i}", i % 97),
+                path: PathBuf::new(),
+                kind: Kind::File,
+                size: 1,
+                mtime_ns: 0,
+                chunk_size: 1 << 20,
+            })
+            .collect();
+        let manifest = Manifest {
+            sources: vec!["src".into()],
+            entries,
+        };
+        let leased: Vec<Leased> = (0..n / 2)
+            .map(|i| Leased {
+                id: i64::from(i),
+                unit: Unit {
+                    first: 2 * i,
+                    end: 2 * i + 2,
+                    chunks: None,
+                    bytes: 2,
+                },
+                attempts: 1,
+            })
+            .collect();
+        let failures: Vec<Failure> = (0..n)
+            .filter(|i| i % 4 == 1)
+            .map(|i| Failure {
+                path: format!("src/d{}/f{i}", i % 97),
+                error: "disk full".into(),
+            })
+            .collect();
+        let (bad, good) = split_failed(&manifest, &leased, &failures);
+        assert_eq!((bad.len(), good.len()), (150_000, 150_000));
+        assert!(
+            good.iter().all(|id| id % 2 == 1),
+            "units 2k+1 hold no failed entry"
+        );
+        assert_eq!(bad[1], (2, "src/d5/f5: disk full".to_string()));
+    }
 }

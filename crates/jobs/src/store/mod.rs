@@ -27,6 +27,12 @@ pub enum StoreError {
     Usage(String),
     #[error("the jobs' database ({at}) failed: {why}")]
     Db { at: String, why: String },
+    #[error("job {job}: its {column} in the jobs' database does not read ({why}): was the row written by a newer longhaul, or changed by hand?")]
+    BadRow {
+        job: String,
+        column: String,
+        why: String,
+    },
 }
 
 impl From<StoreError> for longhaul_engine::EngineError {
@@ -157,6 +163,11 @@ pub trait JobStore: Send + Sync {
     fn insert(&self, job: &JobRow) -> Result<(), StoreError>;
     /// Jobs of `owner` that have not ended.
     fn live_jobs_of(&self, owner: &str) -> Result<u64, StoreError>;
+    /// Forgets `owner`'s ended jobs older than its `keep` newest ended
+    /// ones that have nothing left to do (their end told, their
+    /// capabilities revoked), with their entries; how many ended jobs of
+    /// `owner` are left.
+    fn forget_ended(&self, owner: &str, keep: u64) -> Result<u64, StoreError>;
     /// Leases the next job due at `now` to `worker` until `until`: one
     /// waiting for an attempt (its `next_attempt` passed), one whose
     /// holder's lease ran out (taken over), or an ended one with chores
@@ -237,4 +248,34 @@ pub fn decode<T: serde::de::DeserializeOwned>(
             "job {id}: its {what} does not read ({e}): was it written by a newer longhaul?"
         ))
     })
+}
+
+/// A cancelled push of owner `g1`, for the stores' tests.
+#[cfg(test)]
+fn a_job(id: &str) -> JobRow {
+    JobRow {
+        id: id.into(),
+        owner: "g1".into(),
+        kind: JobKind::Push,
+        state: JobState::Cancelled,
+        spec: sqlite::placeholder_spec(),
+        created: 1,
+        updated: 1,
+        expires: 100,
+        next_attempt: 1,
+        attempts: 1,
+        runs: 0,
+        listed: true,
+        cancel: true,
+        error: None,
+        worker: None,
+        lease_until: 0,
+        notify_secret: None,
+        notified: true,
+        revoked: false,
+        history: Vec::new(),
+        live_bytes: 0,
+        live_bps: None,
+        discards: Vec::new(),
+    }
 }

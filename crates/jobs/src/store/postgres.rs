@@ -140,9 +140,7 @@ impl PgStore {
         }
         f(&mut c).map_err(|e| StoreError::Db {
             at: self.at.clone(),
-            why: e
-                .as_db_error()
-                .map_or_else(|| e.to_string(), |d| d.message().to_string()),
+            why: longhaul_fleet::queue::statement_failed(&e),
         })
     }
 }
@@ -156,37 +154,76 @@ fn open(url: &str) -> Result<(Client, String), StoreError> {
     })
 }
 
+/// Column `i` of a row of job `job`: a type or a NULL this build did not
+/// write is an error naming the job and the column, never a panic.
+fn col<'a, T: postgres::types::FromSql<'a>>(
+    r: &'a Row,
+    i: usize,
+    job: &str,
+) -> Result<T, StoreError> {
+    r.try_get(i).map_err(|e| bad_row(r, i, job, e.to_string()))
+}
+
+/// A count (attempts, runs) in column `i`: a negative one is refused.
+fn count(r: &Row, i: usize, job: &str) -> Result<u32, StoreError> {
+    let n: i32 = col(r, i, job)?;
+    u32::try_from(n).map_err(|_| bad_row(r, i, job, format!("{n}, a count below zero")))
+}
+
+fn bad_row(r: &Row, i: usize, job: &str, why: String) -> StoreError {
+    StoreError::BadRow {
+        job: job.to_string(),
+        column: r.columns().get(i).map_or("?", |c| c.name()).to_string(),
+        why,
+    }
+}
+
 fn row_of(r: &Row) -> Result<JobRow, StoreError> {
-    let id: String = r.get(0);
-    let kind: String = r.get(2);
-    let state: String = r.get(3);
-    let spec: String = r.get(4);
-    let history: String = r.get(19);
-    let discards: String = r.get(22);
+    let id: String = col(r, 0, "(unknown)")?;
+    let text = |i: usize| col::<String>(r, i, &id);
+    let (kind, state) = (text(2)?, text(3)?);
+    let (spec, history, discards) = (text(4)?, text(19)?, text(22)?);
+    let time = |i: usize| col::<i64>(r, i, &id).map(u);
+    let flag = |i: usize| col::<bool>(r, i, &id);
+    let maybe = |i: usize| col::<Option<String>>(r, i, &id);
     Ok(JobRow {
         discards: decode("discards", &id, &discards)?,
         spec: decode("spec", &id, &spec)?,
         history: decode("history", &id, &history)?,
-        owner: r.get(1),
+        owner: text(1)?,
         kind: job_kind_of(&kind),
         state: JobState::from_word(&state).unwrap_or(JobState::Failed),
-        created: u(r.get(5)),
-        updated: u(r.get(6)),
-        expires: u(r.get(7)),
-        next_attempt: u(r.get(8)),
-        attempts: r.get::<_, i32>(9) as u32,
-        runs: r.get::<_, i32>(10) as u32,
-        listed: r.get(11),
-        cancel: r.get(12),
-        error: r.get(13),
-        worker: r.get(14),
-        lease_until: u(r.get(15)),
-        notify_secret: r.get(16),
-        notified: r.get(17),
-        revoked: r.get(18),
-        live_bytes: u(r.get(20)),
-        live_bps: r.get(21),
+        created: time(5)?,
+        updated: time(6)?,
+        expires: time(7)?,
+        next_attempt: time(8)?,
+        attempts: count(r, 9, &id)?,
+        runs: count(r, 10, &id)?,
+        listed: flag(11)?,
+        cancel: flag(12)?,
+        error: maybe(13)?,
+        worker: maybe(14)?,
+        lease_until: time(15)?,
+        notify_secret: maybe(16)?,
+        notified: flag(17)?,
+        revoked: flag(18)?,
+        live_bytes: time(20)?,
+        live_bps: col(r, 21, &id)?,
         id,
+    })
+}
+
+/// A row of job `job`'s files.
+fn file_of(r: &Row, job: &str) -> Result<FileRow, StoreError> {
+    let kind: String = col(r, 1, job)?;
+    let state: String = col(r, 3, job)?;
+    Ok(FileRow {
+        path: col(r, 0, job)?,
+        kind: kind_of(&kind),
+        size: u(col(r, 2, job)?),
+        state: FileState::from_word(&state).unwrap_or(FileState::Failed),
+        attempts: count(r, 4, job)?,
+        error: col(r, 5, job)?,
     })
 }
 
@@ -283,6 +320,31 @@ impl JobStore for PgStore {
                 &[&owner],
             )
             .map(|r| u(r.get(0)))
+        })
+    }
+
+    fn forget_ended(&self, owner: &str, keep: u64) -> Result<u64, StoreError> {
+        self.with(|c| {
+            let mut tx = c.transaction()?;
+            let old: Vec<String> = tx
+                .query(
+                    "SELECT id FROM (SELECT id, notified, revoked FROM longhaul_jobs
+                       WHERE owner = $1 AND state NOT IN ('submitted', 'active')
+                       ORDER BY updated DESC, created DESC, id OFFSET $2) AS ended
+                     WHERE notified AND revoked",
+                    &[&owner, &i(keep)],
+                )?
+                .iter()
+                .map(|r| r.get(0))
+                .collect();
+            tx.execute("DELETE FROM longhaul_job_files WHERE job = ANY($1)", &[&old])?;
+            tx.execute("DELETE FROM longhaul_jobs WHERE id = ANY($1)", &[&old])?;
+            let ended = tx.query_one(
+                "SELECT count(*) FROM longhaul_jobs WHERE owner = $1 AND state NOT IN ('submitted', 'active')",
+                &[&owner],
+            )?;
+            tx.commit()?;
+            Ok(u(ended.get(0)))
         })
     }
 
@@ -477,7 +539,7 @@ impl JobStore for PgStore {
 
     fn files(&self, id: &str, q: FileQuery) -> Result<(Vec<FileRow>, u64), StoreError> {
         let state = q.state.map(FileState::word);
-        self.with(|c| {
+        let (rows, total) = self.with(|c| {
             let total: i64 = c
                 .query_one(
                     "SELECT count(*) FROM longhaul_job_files WHERE job = $1 AND ($2::text IS NULL OR state = $2)",
@@ -490,23 +552,13 @@ impl JobStore for PgStore {
                  ORDER BY path LIMIT $3 OFFSET $4",
                 &[&id, &state, &i64::from(q.limit), &i(q.from)],
             )?;
-            let files = rows
-                .iter()
-                .map(|r| {
-                    let kind: String = r.get(1);
-                    let state: String = r.get(3);
-                    FileRow {
-                        path: r.get(0),
-                        kind: kind_of(&kind),
-                        size: u(r.get(2)),
-                        state: FileState::from_word(&state).unwrap_or(FileState::Failed),
-                        attempts: r.get::<_, i32>(4) as u32,
-                        error: r.get(5),
-                    }
-                })
-                .collect();
-            Ok((files, u(total)))
-        })
+            Ok((rows, u(total)))
+        })?;
+        let files = rows
+            .iter()
+            .map(|r| file_of(r, id))
+            .collect::<Result<_, _>>()?;
+        Ok((files, total))
     }
 
     fn tally(&self, id: &str, retries: u32) -> Result<Tally, StoreError> {
@@ -568,4 +620,64 @@ fn set_states(
          WHERE f.job = $1 AND f.path = u.p",
         &[&id, &paths, &states, &errors],
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use longhaul_testkit::pg::TempPostgres;
+
+    /// Rows changed by hand (a count below zero, a column of another
+    /// type, a NULL) are errors naming the job and the column: never a
+    /// panic, never a count read as four billion.
+    #[test]
+    fn a_planted_bad_row_is_an_error_naming_the_job_and_the_column() {
+        let Some(pg) = TempPostgres::start() else {
+            return;
+        };
+        let s = PgStore::connect(&pg.url()).unwrap();
+        let id = "00000000000000aa";
+        s.insert(&super::super::a_job(id)).unwrap();
+        let file = FileRow {
+            path: "a".into(),
+            kind: longhaul_proto::xfer::Kind::File,
+            size: 1,
+            state: FileState::Submitted,
+            attempts: 0,
+            error: None,
+        };
+        s.put_files(id, &[file], true).unwrap();
+        assert_eq!(s.get(id).unwrap().unwrap().attempts, 1);
+        let mut c = postgres::Client::connect(&pg.url(), postgres::NoTls).unwrap();
+        let planted = |c: &mut Client, sql: &str| c.batch_execute(sql).unwrap();
+        let refused = |e: StoreError, column: &str| {
+            let e = e.to_string();
+            assert!(e.contains(id) && e.contains(column), "{e}");
+        };
+        planted(&mut c, "UPDATE longhaul_jobs SET attempts = -1");
+        refused(s.get(id).unwrap_err(), "attempts");
+        refused(s.list(None).unwrap_err(), "attempts");
+        planted(
+            &mut c,
+            "UPDATE longhaul_jobs SET attempts = 1; UPDATE longhaul_job_files SET attempts = -2",
+        );
+        refused(
+            s.files(
+                id,
+                FileQuery {
+                    limit: 10,
+                    ..FileQuery::default()
+                },
+            )
+            .unwrap_err(),
+            "attempts",
+        );
+        planted(
+            &mut c,
+            "ALTER TABLE longhaul_jobs ALTER COLUMN runs TYPE bigint",
+        );
+        refused(s.get(id).unwrap_err(), "runs");
+        planted(&mut c, "ALTER TABLE longhaul_jobs ALTER COLUMN runs TYPE integer, ALTER COLUMN listed DROP NOT NULL; UPDATE longhaul_jobs SET listed = NULL");
+        refused(s.get(id).unwrap_err(), "listed");
+    }
 }

@@ -230,6 +230,11 @@ pub(super) fn print_transfer(s: &CopyReport, dry_run: bool) {
     print_files_named(s, dry_run);
     if !s.verified {
         outln!("verified: NO: some files failed");
+    } else if s.files == 0 {
+        outln!(
+            "verified: nothing needed sending (0 files sent, {} up to date)",
+            s.skipped
+        );
     } else if s.encryption.is_empty() || s.encryption == "none" {
         outln!(
             "verified: every file, chunk by chunk (XXH3-128 against the source's; digests are \

@@ -141,7 +141,7 @@ pub fn faulty(f: Faults) -> Arc<dyn Storage> {
 /// test server grants), as a third-party copy between two servers takes.
 pub fn tokens_for(paths: &[&str]) -> Vec<String> {
     let file = std::env::temp_dir().join(format!("longhaul-test-token-{}", std::process::id()));
-    std::fs::write(&file, super::TOKEN).unwrap();
+    longhaul_testkit::data::write_secret(&file, super::TOKEN);
     paths
         .iter()
         .filter_map(|p| longhaul_proto::xfer::parse_remote(p))

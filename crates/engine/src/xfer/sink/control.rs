@@ -16,10 +16,13 @@ use longhaul_proto::plan::chunk_count;
 use longhaul_proto::transfer::sink::{Sink, SinkAction, SinkError, SinkLimits};
 use longhaul_proto::xfer::*;
 
+use super::super::beneath::Dir;
 use super::finish::{finish, finishes_at_once};
 use super::open::{answer, open_file, Openers};
 use super::tree::{link_in_place, make_link, prune, set_directories};
-use super::{drop_partial, Event, FileState, Files, SinkConfig, OPENS_AT_ONCE, OPEN_GROUP};
+use super::{
+    drop_partial, one_create, Event, FileState, Files, SinkConfig, OPENS_AT_ONCE, OPEN_GROUP,
+};
 use crate::net::conn::FramedConn;
 use crate::stages::StageTotals;
 use crate::EngineError;
@@ -51,11 +54,13 @@ pub(super) fn control(
         msg
     };
     let mut m = machine(cfg, openers.is_some());
+    let dest = dest_dir(cfg);
     let mut work = Work {
         files,
         fin,
         openers,
-        dest_in_memory: dest_in_memory(cfg),
+        dest_in_memory: dest.as_ref().is_some_and(|d| d.in_memory()),
+        dest_on_ext4: dest.as_ref().is_some_and(|d| d.on_ext4()),
         cfg,
         dirs: Vec::new(),
         seen: HashMap::new(),
@@ -174,6 +179,9 @@ struct Work<'a> {
     /// The destination is in memory (tmpfs): a fresh small file opens in
     /// microseconds, cheaper here than a hand-off to the openers.
     dest_in_memory: bool,
+    /// The destination is on ext4: its directories are made one create
+    /// at a time with the openers' files ([`one_create`]).
+    dest_on_ext4: bool,
     cfg: &'a SinkConfig,
     /// Directories created, to get their modes and times at the end.
     dirs: Vec<(PathBuf, Entry)>,
@@ -345,7 +353,9 @@ impl Work<'_> {
                 )));
             }
         }
-        match target.and_then(|t| cfg.ensure_dir(&t).map(|()| t)) {
+        let made =
+            target.and_then(|t| one_create(self.dest_on_ext4, || cfg.ensure_dir(&t)).map(|()| t));
+        match made {
             Ok(t) => self.dirs.push((t, e)),
             Err(err) => m.failed(&e.path, err.to_string()),
         }
@@ -416,12 +426,12 @@ fn landed(cfg: &SinkConfig, path: &str, size: u64, mtime_ns: i64, digest: Option
     }
 }
 
-/// Whether the destination (or, for a file landing onto its own name, the
-/// directory it lands in) is in memory.
-fn dest_in_memory(cfg: &SinkConfig) -> bool {
+/// The destination (or, for a file landing onto its own name, the
+/// directory it lands in), whose file system decides how files are made.
+fn dest_dir(cfg: &SinkConfig) -> Option<Arc<Dir>> {
     let dest = &cfg.dest;
     cfg.anchor
         .dir(dest, false)
         .or_else(|e| dest.parent().map_or(Err(e), |p| cfg.anchor.dir(p, false)))
-        .is_ok_and(|d| d.in_memory())
+        .ok()
 }

@@ -19,7 +19,8 @@ use super::super::storage::read_exact_at;
 use super::super::storage::WriteAt;
 use super::journal::{new_journal, read_journal};
 use super::{
-    io_err, no_room, no_room_for, side_path, Event, FileState, Files, Progress, SinkConfig,
+    io_err, no_room, no_room_for, one_create, side_path, Event, FileState, Files, Progress,
+    SinkConfig,
 };
 use crate::stages::{self, timed, Stage, StageTotals};
 use crate::EngineError;
@@ -215,7 +216,10 @@ fn open_whole(
     let journal = if count == 1 {
         Ok(None)
     } else {
-        new_journal(&at_journal, &header, verified()).map(Some)
+        one_create(dir.on_ext4(), || {
+            new_journal(&at_journal, &header, verified())
+        })
+        .map(Some)
     };
     let journal = match journal {
         Ok(j) => j,
@@ -317,7 +321,7 @@ fn open_partial(
     let count = chunk_count(e.size, e.chunk_size);
     let part_name = part.file_name().expect("side paths have a name");
     let opened = if fresh {
-        cfg.storage.create_in(dir, part_name)
+        one_create(dir.on_ext4(), || cfg.storage.create_in(dir, part_name))
     } else {
         cfg.storage.open_write(at_part, false)
     };
@@ -390,7 +394,9 @@ fn open_part(
         .map(|(i, _)| u64::from(chunk_at(e.id, e.size, e.chunk_size, *i).len))
         .sum();
     let _ = std::fs::remove_file(&at_done);
-    let journal = new_journal(&at_journal, &header, verified.iter().copied());
+    let journal = one_create(dir.on_ext4(), || {
+        new_journal(&at_journal, &header, verified.iter().copied())
+    });
     let journal = match journal {
         Ok(j) => j,
         Err(err) => return fail(io_err("write journal", &journal_path, err)),

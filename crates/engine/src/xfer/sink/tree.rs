@@ -13,7 +13,7 @@ use longhaul_proto::transfer::sink::Sink;
 use longhaul_proto::xfer::*;
 
 use super::super::set_mtime;
-use super::{io_err, side_path, SinkConfig};
+use super::{io_err, one_create, side_path, SinkConfig};
 use crate::EngineError;
 
 /// Makes the link `e` at `t`: true if it was made, false if a link there
@@ -27,7 +27,7 @@ pub(super) fn make_link(t: &Path, e: &Entry, cfg: &SinkConfig) -> Result<bool, E
     }
     let tmp = dir.join(side_path(t, "lhlink").file_name().expect("named"));
     let _ = std::fs::remove_file(&tmp);
-    std::os::unix::fs::symlink(&target, &tmp)
+    one_create(dir.on_ext4(), || std::os::unix::fs::symlink(&target, &tmp))
         .and_then(|()| std::fs::rename(&tmp, &at))
         .map_err(|err| EngineError::Usage(io_err("create link", &cfg.anchor.show(t), err)))?;
     let _ = set_mtime(&at, e.mtime_ns);
