@@ -423,7 +423,7 @@ fn reach_far(
     };
     let ssh = far::ssh(host, a.rsh.as_deref()).map_err(usage)?;
     let remote_path = a.remote_path.as_deref().unwrap_or("longhaul");
-    let skip = far_lacks(&ssh, host, remote_path, chosen, rows)?;
+    let skip = far_lacks(&ssh, host, remote_path, chosen, rows, a.run_timeout)?;
     Ok((Some(ssh), skip))
 }
 
@@ -435,6 +435,7 @@ fn far_lacks(
     remote_path: &str,
     chosen: &[(Tool, Vec<String>)],
     rows: &mut [ToolRow],
+    a_limit: std::time::Duration,
 ) -> Result<BTreeMap<String, String>, Failure> {
     // What each tool needs there: its programs, and longhaul (the data
     // goes there and comes back for its check with `longhaul cp`).
@@ -446,7 +447,7 @@ fn far_lacks(
             n
         })
         .collect();
-    let absent = far::missing(ssh, &needs).map_err(|e| Failure {
+    let absent = far::missing(ssh, &needs, a_limit).map_err(|e| Failure {
         code: exit::CONNECT,
         message: format!("--far {host}: {e}"),
     })?;
