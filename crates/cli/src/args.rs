@@ -1952,7 +1952,9 @@ pub struct MatrixArgs {
     /// Seconds of each memory-to-memory run.
     #[arg(long, value_parser = duration)]
     pub seconds: Option<Duration>,
-    /// Longest a single run may take before it is ended and counted as failed.
+    /// Longest a single run may take before it is ended and counted as failed; on --far also
+    /// the longest any wait on the far host may take (a command over ssh, its shell's answer, a
+    /// copy of the data there or back).
     #[arg(long, value_parser = duration, default_value = "120s")]
     pub run_timeout: Duration,
     /// Rounds each candidate of a `best` sweep runs after its warm-up, alternated with the
