@@ -53,6 +53,10 @@ pub(super) fn drive(
             *c = d.clone();
         }
     }
+    // Nothing left to run (a --resume or --merge of finished pieces): no data to make.
+    if !doc.cells.iter().any(Cell::pending) {
+        return Ok(());
+    }
     let (mut m, given) = Matrix::prepare(s)?;
     doc.params.given = given;
     m.total = doc.cells.iter().filter(|c| c.pending()).count() * s.params.runs as usize;
