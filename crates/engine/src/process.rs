@@ -326,6 +326,42 @@ mod tests {
     }
 
     #[test]
+    fn output_within_ends_a_command_at_its_limit_and_reads_a_chatty_one_whole() {
+        let mut c = Command::new("sh");
+        c.args(["-c", "echo started >&2; exec sleep 60"]);
+        let t0 = Instant::now();
+        let Ok(Within::TimedOut { stderr }) =
+            output_within(own(&mut c), None, Some(Duration::from_millis(300)))
+        else {
+            panic!("not ended at its limit");
+        };
+        assert!(t0.elapsed() < Duration::from_secs(10), "{:?}", t0.elapsed());
+        assert_eq!(stderr, b"started\n");
+        // 1 MiB on each stream, far past a pipe's 64 KiB, and its input read back.
+        let mut c = Command::new("sh");
+        c.args([
+            "-c",
+            "head -c 1048576 /dev/zero >&2; cat; head -c 1048576 /dev/zero",
+        ]);
+        let Ok(Within::Ended { output, fed }) =
+            output_within(&mut c, Some(b"in"), Some(Duration::from_secs(60)))
+        else {
+            panic!("not ended");
+        };
+        assert!(output.status.success() && fed.is_ok());
+        assert_eq!(output.stderr.len(), 1 << 20);
+        assert_eq!(&output.stdout[..2], b"in");
+        assert_eq!(output.stdout.len(), 2 + (1 << 20));
+    }
+
+    #[test]
+    fn a_collected_stream_keeps_its_last_bytes() {
+        let c = Collected::start(Some(std::io::Cursor::new(vec![7u8; 100_000])), 10);
+        let kept = c.all();
+        assert!((10..=20).contains(&kept.len()), "{}", kept.len());
+    }
+
+    #[test]
     fn programs_are_found_on_the_path_and_in_sbin() {
         assert!(find_program("sh").is_some());
         assert_eq!(find_program("no-such-program-longhaul"), None);

@@ -139,16 +139,7 @@ pub fn matrix(a: MatrixArgs, archive_args: &ArchiveArgs, verbose: u8) -> Outcome
     if !a.directions.is_empty() {
         plan.retain(|c| a.directions.contains(&c.direction));
     }
-    if let Some(m) = a.merge.iter().find(|m| !m.is_file()) {
-        return Err(usage(format!("--merge {}: no such file", m.display())));
-    }
-    let kept: Vec<&Path> = a
-        .merge
-        .iter()
-        .map(PathBuf::as_path)
-        .chain(a.resume.as_deref())
-        .collect();
-    let (done, kept_sweeps) = resumed(&kept, &params)?;
+    let (done, kept_sweeps) = kept(&a, &params)?;
     let todo: Vec<&Cell> = plan
         .iter()
         .filter(|c| !done.contains_key(&c.key()) && !c.not_run())
@@ -543,6 +534,23 @@ fn plan(
         }
     }
     plan
+}
+
+/// What `--merge` and `--resume` kept ([`resumed`]); a `--merge` file must be there.
+fn kept(
+    a: &MatrixArgs,
+    params: &Params,
+) -> Result<(BTreeMap<CellKey, Cell>, Vec<sweep::Swept>), Failure> {
+    if let Some(m) = a.merge.iter().find(|m| !m.is_file()) {
+        return Err(usage(format!("--merge {}: no such file", m.display())));
+    }
+    let files: Vec<&Path> = a
+        .merge
+        .iter()
+        .map(PathBuf::as_path)
+        .chain(a.resume.as_deref())
+        .collect();
+    resumed(&files, params)
 }
 
 /// The cells (and sweeps) kept by the `--merge` files, then by the
