@@ -466,7 +466,8 @@ pub struct ServeArgs {
     /// With --jobs: attempts running at once.
     #[arg(long, default_value_t = 4, requires = "jobs", value_parser = clap::value_parser!(u64).range(1..=256))]
     pub jobs_workers: u64,
-    /// With --jobs: jobs one grant may have that have not ended.
+    /// With --jobs: jobs one grant may have that have not ended (and ended
+    /// ones it keeps: older ones are forgotten).
     #[arg(long, default_value_t = 100, requires = "jobs")]
     pub jobs_max_per_grant: u64,
     /// With --jobs: the shortest interval of a recurring job (submit --every).

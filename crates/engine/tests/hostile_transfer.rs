@@ -1004,3 +1004,104 @@ fn a_tls_control_cannot_leave_the_checks_to_tags_a_plaintext_data_stream_lacks()
     s.shutdown();
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Pulls `src` from the export with chunks of `chunk_size` (one data
+/// stream, joined and never read) and says `send` for the file it
+/// announces: the control connection, the data stream and the file's id.
+fn pull_wanting(addr: SocketAddr, src: &str, chunk_size: u64) -> (FramedConn, TcpStream, u64) {
+    let mut c = control(addr);
+    let Message::TransferRequest(mut t) = request(Op::Pull, "", vec![src.into()]) else {
+        unreachable!()
+    };
+    t.chunk_size = Some(chunk_size);
+    c.send(&Message::TransferRequest(t)).unwrap();
+    let Message::TransferAccept(a) = next(&mut c) else {
+        panic!("no accept")
+    };
+    let mut data = TcpStream::connect(addr).unwrap();
+    data.write_all(&hello(Role::Data {
+        token: a.token,
+        stream: 0,
+        direction: Direction::Down,
+    }))
+    .unwrap();
+    let id = loop {
+        if let Message::Entries(e) = next(&mut c) {
+            if let Some(f) = e.entries.iter().find(|e| e.kind == Kind::File) {
+                break f.id;
+            }
+        }
+    };
+    c.send(&Message::Wants(Wants {
+        wants: vec![Want::Send {
+            id,
+            skip: Vec::new(),
+            resumed_bytes: 0,
+        }],
+    }))
+    .unwrap();
+    (c, data, id)
+}
+
+/// The end of a pull the hostile sink broke: the source's error in a
+/// `TransferDone` (which must hold `needle`), or the connection closed
+/// (a source that fails closes), within 10 s.
+fn pull_broken(c: &mut FramedConn, needle: &str) {
+    let until = Instant::now() + Duration::from_secs(10);
+    loop {
+        match c.recv_until(until) {
+            Ok(Some(Message::TransferDone(r))) => {
+                assert!(format!("{r:?}").contains(needle), "{needle}: {r:?}");
+                break;
+            }
+            Ok(Some(_)) => {}
+            Ok(None) => panic!("the source served it all for 10 s"),
+            Err(_) => break,
+        }
+    }
+}
+
+/// A hostile sink pulling a file (a client of a `:public` export, PROTOCOL
+/// 13.2 step 6b) asks its chunks again: one chunk past what an honest sink
+/// ever asks (the source would read and send it without end), or a huge
+/// file's chunks by the hundred thousand while it reads none of them (the
+/// resends would queue without end, a few bytes asked for each). Either
+/// way its transfer ends at once (the source fails: MAX_RESENDS_PER_CHUNK,
+/// MAX_QUEUED_RESENDS), and the server serves on.
+#[test]
+fn attacker_a_pulling_sink_that_asks_chunks_again_without_end_loses_its_transfer() {
+    let dir = std::env::temp_dir().join(format!("lh-hostile-resend-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("small.bin"), vec![7u8; 10]).unwrap();
+    // 64 GiB of hole: 1,048,576 chunks of 64 KiB, nothing on disk.
+    let big = std::fs::File::create(dir.join("big.bin")).unwrap();
+    big.set_len(64 << 30).unwrap();
+    drop(big);
+    let s = hostile_server(&dir);
+
+    let (mut c, _data, id) = pull_wanting(s.addr(), "small.bin", 64 << 10);
+    for _ in 0..100 {
+        if c.send(&Message::Resend(Resend { id, index: 0 })).is_err() {
+            break;
+        }
+    }
+    pull_broken(&mut c, "again more than 6 times each");
+
+    let (mut c, _data, id) = pull_wanting(s.addr(), "big.bin", 64 << 10);
+    let mut index = 0u32;
+    for _ in 0..400_000 {
+        if c.send(&Message::Resend(Resend { id, index })).is_err() {
+            break;
+        }
+        index = (index + 1) % (1 << 20);
+    }
+    pull_broken(&mut c, "262144 chunks again");
+
+    // The server still serves.
+    let (mut c, _data) = start_push(s.addr());
+    c.send(&Message::EntriesEnd(EntriesEnd { files: 1 }))
+        .unwrap();
+    s.shutdown();
+    let _ = std::fs::remove_dir_all(&dir);
+}

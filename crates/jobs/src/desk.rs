@@ -172,7 +172,27 @@ impl Desk {
                 ),
             ));
         }
+        self.room_for_ended(who)?;
         Ok((kind, lifetime))
+    }
+
+    /// A grant keeps its `--jobs-max-per-grant` newest ended jobs; older
+    /// ones go once nothing is left to do for them, so that submitting and
+    /// cancelling in a loop cannot grow the store (nor every `jobs` list,
+    /// which reads them all). A grant whose older ended jobs still hold
+    /// capabilities (for `jobs retry`) as many again submits no more.
+    fn room_for_ended(&self, who: &Requester) -> Result<(), Refusal> {
+        let keep = self.cfg.max_per_grant;
+        let ended = self.store.forget_ended(who.grant, keep).map_err(failed)?;
+        if ended >= keep.saturating_mul(2) {
+            return Err((
+                RefuseCode::Limit,
+                format!(
+                    "your grant keeps {ended} ended jobs still holding capabilities (for `jobs retry`, or a discard still to do), twice this server's limit (--jobs-max-per-grant {keep}): retry or cancel some"
+                ),
+            ));
+        }
+        Ok(())
     }
 
     fn show(&self, who: &Requester, id: &str, q: FileQuery) -> Result<JobAnswer, Refusal> {

@@ -1892,3 +1892,104 @@ fn the_bytes_ahead_are_announced_less_read_and_resumed() {
     source.sent(now, 10_000, 10);
     assert_eq!(source.unsent_bytes(), 0, "resends read more: never below 0");
 }
+
+/// A source with one file of `chunks` chunks of [`CHUNK`] announced and
+/// wanted whole by the sink.
+fn source_sending_one_file(now: Instant, chunks: u64) -> Source<u64> {
+    let mut source: Source<u64> = Source::new(
+        now,
+        SourceLimits {
+            batch: 8,
+            files_in_flight: 8,
+            max_files_in_flight: 8,
+            idle: IDLE,
+        },
+    );
+    source.add(
+        Entry {
+            path: "src/big".into(),
+            size: chunks * CHUNK,
+            ..file_entry(1)
+        },
+        1,
+        1,
+    );
+    source.end_batch();
+    while source.poll_transmit().is_some() {}
+    source
+        .handle(
+            now,
+            Message::Wants(Wants {
+                wants: vec![send_all(1)],
+            }),
+        )
+        .expect("wants are welcome");
+    source
+}
+
+/// What the source's driver is told to read: whole files planned, and
+/// resends.
+fn reads_asked(source: &mut Source<u64>) -> (usize, usize) {
+    let (mut plans, mut resends) = (0, 0);
+    while let Some(a) = source.poll_action() {
+        match a {
+            SourceAction::Plan { .. } => plans += 1,
+            SourceAction::Resend(_) => resends += 1,
+            _ => {}
+        }
+    }
+    (plans, resends)
+}
+
+/// A hostile sink (a client pulling from a server) that says `send` for
+/// one file again and again would have the source read and send the
+/// whole file each time (a file's worth of reads for a few bytes): a file
+/// is planned once, whatever the sink says after.
+#[test]
+fn attacker_a_file_wanted_again_is_planned_once() {
+    let now = Instant::now();
+    let mut source = source_sending_one_file(now, 4);
+    for _ in 0..100 {
+        source
+            .handle(
+                now,
+                Message::Wants(Wants {
+                    wants: vec![send_all(1)],
+                }),
+            )
+            .expect("a repeated want is ignored, not fatal");
+    }
+    assert_eq!(reads_asked(&mut source), (1, 0));
+}
+
+/// A hostile sink that asks the same chunk again without end would have
+/// the source read and send it without end, and queue each ask while its
+/// streams are not read: an honest sink asks a chunk at most
+/// `MAX_DAMAGED` times for damage and `MAX_STALL_RESENDS` for a stall,
+/// so a file's resends are capped at that many per chunk, and the sink
+/// asking for more ends the transfer.
+#[test]
+fn attacker_a_chunk_asked_again_without_end_ends_the_transfer() {
+    use longhaul_proto::transfer::{sink::MAX_DAMAGED, tail::MAX_STALL_RESENDS};
+    let now = Instant::now();
+    let chunks = 4u64;
+    let per_chunk = (MAX_DAMAGED + MAX_STALL_RESENDS) as usize;
+    let mut source = source_sending_one_file(now, chunks);
+    assert_eq!(reads_asked(&mut source), (1, 0));
+    let mut asked = 0usize;
+    let resend = Message::Resend(Resend { id: 1, index: 0 });
+    let error = loop {
+        match source.handle(now, resend.clone()) {
+            Ok(()) => asked += 1,
+            Err(e) => break e,
+        }
+        assert!(
+            asked <= 10_000,
+            "the source took 10,000 resends of one chunk"
+        );
+    };
+    assert_eq!(asked, per_chunk * chunks as usize, "an honest sink's worst");
+    assert_eq!(reads_asked(&mut source), (0, asked));
+    let error = error.to_string();
+    assert!(error.contains("src/big"), "{error}");
+}

@@ -964,6 +964,28 @@ fn attacker_another_grant_cannot_see_or_steer_a_job_and_a_grant_has_a_limit() {
     assert!(o.status.success(), "{}", stderr(&o));
 }
 
+/// A grant that submits job after job (each ended before the next, so
+/// its limit of live jobs never bites) would grow the job server's store
+/// without end, and every `jobs` list, which reads them all: its ended
+/// jobs past its `--jobs-max-per-grant` newest go once nothing is left to
+/// do for them.
+#[test]
+fn attacker_a_grant_submitting_job_after_job_keeps_only_its_share_of_ended_jobs() {
+    let t = TempDir::new("job-attack-ended");
+    let (src, dst) = (t.dir("src"), t.dir("dst"));
+    write_random(&src.join("f"), 1000, 6);
+    let (j, b) = pair(&t, &src, &dst, &["--jobs-max-per-grant", "1"]);
+    for n in 0..5 {
+        let (id, _) = submit(&[&url(&j, "data/f"), &url(&b, &format!("in/f{n}"))]);
+        let (code, v) = wait_job(&j, &id, Duration::from_secs(60));
+        assert_eq!(code, 0, "{v}");
+    }
+    let v = json_run(&["jobs", "--via", &j.addr(), "--json"], 0);
+    let kept = v["jobs"].as_array().map_or(0, Vec::len);
+    // The newest, the one before it, and one whose revocation may lag.
+    assert!(kept <= 3, "{kept} jobs kept of 5: {v}");
+}
+
 #[test]
 fn attacker_a_notification_url_gets_the_jobs_outcome_only_and_no_redirect_is_followed() {
     let t = TempDir::new("job-attack-hook");

@@ -157,6 +157,11 @@ pub trait JobStore: Send + Sync {
     fn insert(&self, job: &JobRow) -> Result<(), StoreError>;
     /// Jobs of `owner` that have not ended.
     fn live_jobs_of(&self, owner: &str) -> Result<u64, StoreError>;
+    /// Forgets `owner`'s ended jobs older than its `keep` newest ended
+    /// ones that have nothing left to do (their end told, their
+    /// capabilities revoked), with their entries; how many ended jobs of
+    /// `owner` are left.
+    fn forget_ended(&self, owner: &str, keep: u64) -> Result<u64, StoreError>;
     /// Leases the next job due at `now` to `worker` until `until`: one
     /// waiting for an attempt (its `next_attempt` passed), one whose
     /// holder's lease ran out (taken over), or an ended one with chores

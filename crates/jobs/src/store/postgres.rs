@@ -286,6 +286,31 @@ impl JobStore for PgStore {
         })
     }
 
+    fn forget_ended(&self, owner: &str, keep: u64) -> Result<u64, StoreError> {
+        self.with(|c| {
+            let mut tx = c.transaction()?;
+            let old: Vec<String> = tx
+                .query(
+                    "SELECT id FROM (SELECT id, notified, revoked FROM longhaul_jobs
+                       WHERE owner = $1 AND state NOT IN ('submitted', 'active')
+                       ORDER BY updated DESC, created DESC, id OFFSET $2) AS ended
+                     WHERE notified AND revoked",
+                    &[&owner, &i(keep)],
+                )?
+                .iter()
+                .map(|r| r.get(0))
+                .collect();
+            tx.execute("DELETE FROM longhaul_job_files WHERE job = ANY($1)", &[&old])?;
+            tx.execute("DELETE FROM longhaul_jobs WHERE id = ANY($1)", &[&old])?;
+            let ended = tx.query_one(
+                "SELECT count(*) FROM longhaul_jobs WHERE owner = $1 AND state NOT IN ('submitted', 'active')",
+                &[&owner],
+            )?;
+            tx.commit()?;
+            Ok(u(ended.get(0)))
+        })
+    }
+
     fn lease(&self, worker: &str, now: u64, until: u64) -> Result<Option<JobRow>, StoreError> {
         let row = self.with(|c| {
             c.query_opt(

@@ -251,6 +251,33 @@ impl JobStore for SqliteStore {
         })
     }
 
+    fn forget_ended(&self, owner: &str, keep: u64) -> Result<u64, StoreError> {
+        self.with(|c| {
+            let tx = c.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+            let old: Vec<String> = {
+                let mut st = tx.prepare(
+                    "SELECT id FROM (SELECT id, notified, revoked FROM jobs
+                       WHERE owner = ?1 AND state NOT IN ('submitted', 'active')
+                       ORDER BY updated DESC, created DESC, id LIMIT -1 OFFSET ?2)
+                     WHERE notified AND revoked",
+                )?;
+                let ids = st.query_map(params![owner, i(keep)], |r| r.get(0))?;
+                ids.collect::<rusqlite::Result<_>>()?
+            };
+            for id in &old {
+                tx.execute("DELETE FROM job_files WHERE job = ?1", params![id])?;
+                tx.execute("DELETE FROM jobs WHERE id = ?1", params![id])?;
+            }
+            let ended: i64 = tx.query_row(
+                "SELECT count(*) FROM jobs WHERE owner = ?1 AND state NOT IN ('submitted', 'active')",
+                params![owner],
+                |r| r.get(0),
+            )?;
+            tx.commit()?;
+            Ok(ended as u64)
+        })
+    }
+
     fn lease(&self, worker: &str, now: u64, until: u64) -> Result<Option<JobRow>, StoreError> {
         let raw = self.with(|c| {
             let tx = c.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
@@ -587,6 +614,58 @@ mod tests {
             live_bps: None,
             discards: Vec::new(),
         }
+    }
+
+    /// A grant that submits and cancels in a loop: its ended jobs past
+    /// the newest `keep` go, with their entries, once nothing is left to
+    /// do for them; those still holding a capability, its live jobs and
+    /// another grant's stay.
+    #[test]
+    fn attacker_a_grants_ended_jobs_past_its_share_are_forgotten() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = SqliteStore::open(dir.path()).unwrap();
+        let row = |n: u64, owner: &str, state: JobState, revoked: bool| JobRow {
+            owner: owner.into(),
+            state,
+            revoked,
+            updated: n,
+            ..job(&format!("{n:016x}"))
+        };
+        for n in 1..=50 {
+            s.insert(&row(n, "g1", JobState::Cancelled, true)).unwrap();
+            let file = FileRow {
+                path: "src/f".into(),
+                kind: longhaul_proto::xfer::Kind::File,
+                size: 1,
+                state: FileState::Submitted,
+                attempts: 0,
+                error: None,
+            };
+            s.put_files(&format!("{n:016x}"), &[file], true).unwrap();
+        }
+        s.insert(&row(51, "g1", JobState::FinishedWithFailures, false))
+            .unwrap();
+        s.insert(&row(52, "g1", JobState::Submitted, false))
+            .unwrap();
+        s.insert(&row(53, "g2", JobState::Cancelled, true)).unwrap();
+        s.insert(&row(54, "g1", JobState::Finished, true)).unwrap();
+        // Kept: the 5 newest ended (54, 51, 50, 49, 48) and the live one.
+        assert_eq!(s.forget_ended("g1", 5).unwrap(), 5);
+        let mut kept: Vec<u64> = s
+            .list(Some("g1"))
+            .unwrap()
+            .iter()
+            .map(|j| j.updated)
+            .collect();
+        kept.sort_unstable();
+        assert_eq!(kept, [48, 49, 50, 51, 52, 54]);
+        assert_eq!(s.list(Some("g2")).unwrap().len(), 1);
+        let gone = s
+            .files(&format!("{:016x}", 1), FileQuery::default())
+            .unwrap();
+        assert_eq!(gone.1, 0, "a forgotten job's entries go with it");
+        // The one still holding its capability outlives its share.
+        assert_eq!(s.forget_ended("g1", 1).unwrap(), 2);
     }
 
     /// A pending discard is kept with its job; a `jobs.db` written before

@@ -24,6 +24,14 @@ use crate::xfer::*;
 /// is reported as changed, never sent torn.
 pub const MAX_READS_OF_A_CHANGING_FILE: u32 = 3;
 
+/// Resends of a file the source serves, per chunk of it: all an honest
+/// sink can ask (a chunk [`MAX_DAMAGED`](super::sink::MAX_DAMAGED) times
+/// damaged, and [`MAX_STALL_RESENDS`](super::tail::MAX_STALL_RESENDS)
+/// times stuck on a stalled stream), counted over the file; a sink asking
+/// more ends the transfer.
+pub const MAX_RESENDS_PER_CHUNK: u64 =
+    (super::sink::MAX_DAMAGED + super::tail::MAX_STALL_RESENDS) as u64;
+
 /// Bytes of entries one `Entries` message carries at most (paths can be
 /// 4 KiB each: a batch stays well inside one frame).
 pub const BATCH_BYTES: usize = 256 << 10;
@@ -96,6 +104,8 @@ struct Announced<H> {
     /// Times it was announced (1 the first time).
     attempt: u32,
     planned: bool,
+    /// Resends the sink asked of it (capped: [`MAX_RESENDS_PER_CHUNK`]).
+    resends: u64,
 }
 
 /// What the source counts of a transfer.
@@ -240,6 +250,7 @@ impl<H: Clone> Source<H> {
                     chunk_size: entry.chunk_size,
                     attempt,
                     planned: false,
+                    resends: 0,
                 },
             );
         }
@@ -281,7 +292,9 @@ impl<H: Clone> Source<H> {
                             skip,
                             resumed_bytes,
                         } => {
-                            let Some(a) = self.open.get_mut(&id) else {
+                            // Planned once: a `send` said again would have the
+                            // whole file read again.
+                            let Some(a) = self.open.get_mut(&id).filter(|a| !a.planned) else {
                                 continue;
                             };
                             self.tally.resumed_bytes =
@@ -309,18 +322,7 @@ impl<H: Clone> Source<H> {
                     }
                 }
             }
-            Message::Resend(r) => {
-                if let Some(a) = self.open.get(&r.id).filter(|a| a.planned) {
-                    if u64::from(r.index) < chunk_count(a.size, a.chunk_size) {
-                        self.actions.push_back(SourceAction::Resend(chunk_at(
-                            r.id,
-                            a.size,
-                            a.chunk_size,
-                            r.index,
-                        )));
-                    }
-                }
-            }
+            Message::Resend(r) => self.resend(&r)?,
             Message::FileDone(d) => self.done(d),
             Message::FilesDone(ds) => {
                 for d in ds.items {
@@ -388,6 +390,34 @@ impl<H: Clone> Source<H> {
                 }
             }
         }
+    }
+
+    /// The sink asks a chunk again: queued for the driver if it names a
+    /// chunk of a file planned for sending, and the sink has not asked
+    /// more of that file than an honest sink can.
+    fn resend(&mut self, r: &Resend) -> Result<(), SourceError> {
+        let Some(a) = self.open.get_mut(&r.id).filter(|a| a.planned) else {
+            return Ok(());
+        };
+        let count = chunk_count(a.size, a.chunk_size);
+        if u64::from(r.index) >= count {
+            return Ok(());
+        }
+        if a.resends >= count.saturating_mul(MAX_RESENDS_PER_CHUNK) {
+            return Err(SourceError::Failed(format!(
+                "the sink asked for the chunks of {} again more than {MAX_RESENDS_PER_CHUNK} \
+                 times each: a broken or hostile peer",
+                a.rel
+            )));
+        }
+        a.resends += 1;
+        self.actions.push_back(SourceAction::Resend(chunk_at(
+            r.id,
+            a.size,
+            a.chunk_size,
+            r.index,
+        )));
+        Ok(())
     }
 
     /// A chunk was read and sent.

@@ -120,9 +120,9 @@ impl EndGame {
                 out.push(c);
             }
         }
-        if !out.is_empty() {
-            self.round = Some(now);
-        }
+        // A round that asks nothing waits the patience too: the driver's
+        // gathering walks every open file's chunks.
+        self.round = Some(now);
         out
     }
 }
@@ -164,7 +164,29 @@ mod tests {
         assert_eq!(g.due(t0 + 1940 * MS, [(1, 0)]), [(1, 0)]);
         assert_eq!(g.due(t0 + 2300 * MS, [(1, 0)]), [(1, 0)]);
         assert!(g.due(t0 + 9000 * MS, [(1, 0)]).is_empty(), "asked 3 times");
-        assert_eq!(g.due(t0 + 9000 * MS, [(2, 3)]), [(2, 3)]);
+        assert_eq!(g.due(t0 + 9320 * MS, [(2, 3)]), [(2, 3)]);
+    }
+
+    /// A sender that stops once every chunk left was asked its 3 times
+    /// would have the sink gather its pending chunks (a walk of every open
+    /// file's chunks) at every look, 50 times a second, until the idle
+    /// time-out: a round that asks nothing waits the patience as well.
+    #[test]
+    fn attacker_a_round_that_asks_nothing_waits_the_patience_again() {
+        let t0 = Instant::now();
+        let mut g = EndGame::new();
+        g.observe(t0, seen(1, MS));
+        g.observe(t0 + 1000 * MS, seen(400_000_000, MS));
+        let mut at = t0 + 1000 * MS;
+        for _ in 0..MAX_STALL_RESENDS {
+            at += RTO_MIN;
+            assert_eq!(g.due(at, [(1, 0)]), [(1, 0)]);
+        }
+        at += RTO_MIN;
+        assert!(g.silent(at));
+        assert!(g.due(at, [(1, 0)]).is_empty(), "asked 3 times");
+        assert!(!g.silent(at + 20 * MS), "the next look waits");
+        assert!(g.silent(at + RTO_MIN));
     }
 
     #[test]

@@ -50,9 +50,7 @@ impl Tail {
         }
         let pipes = if walk_done { self.pipes() } else { 0 };
         let pending = pending(files, pipes);
-        if pending.is_empty() {
-            return;
-        }
+        // Even with nothing pending: the next gathering waits the patience.
         for (id, index) in self.game.due(now, pending.iter().map(|p| (p.0, p.1))) {
             let f = files.lock().expect("poisoned").get(&id).cloned();
             let Some(f) = f else { continue };

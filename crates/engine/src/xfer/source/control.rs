@@ -384,10 +384,7 @@ fn act(
                 }
                 SourceAction::Resend(c) => {
                     let queue = queue.get_or_insert_with(|| q.lock().expect("poisoned"));
-                    if queue.files.contains_key(&c.file) {
-                        queue.resends.push_back(c);
-                        added = true;
-                    }
+                    added |= queue.resend(c).map_err(EngineError::Failed)?;
                 }
                 SourceAction::Forget(id) => {
                     let queue = queue.get_or_insert_with(|| q.lock().expect("poisoned"));

@@ -18,6 +18,14 @@ use super::super::beneath::Anchor;
 use super::super::storage::{ReadAt, Storage};
 use super::super::Stamp;
 
+/// Resends waiting for a sender at most: a sink asking chunks again
+/// faster than the streams it does not read take them would otherwise grow
+/// the queue without bound. An honest sink has at most the chunks in
+/// flight (each damaged copy asks one) and the end game's rounds
+/// (`proto::transfer::tail`) waiting; 262,144 chunks (6 MiB of
+/// queue) leave room for 16 GiB in flight at the smallest chunk size.
+pub(super) const MAX_QUEUED_RESENDS: usize = 1 << 18;
+
 /// What a sender reads from and reports to.
 #[derive(Clone, Copy)]
 pub(super) struct Out<'a> {
@@ -217,6 +225,22 @@ impl Queue {
             .entry(c.file)
             .or_default()
             .insert(c.index, index);
+    }
+
+    /// The sink asks chunk `c` again: queued if its file is still read
+    /// (true), or an error once [`MAX_QUEUED_RESENDS`] wait.
+    pub(super) fn resend(&mut self, c: Chunk) -> Result<bool, String> {
+        if !self.files.contains_key(&c.file) {
+            return Ok(false);
+        }
+        if self.resends.len() >= MAX_QUEUED_RESENDS {
+            return Err(format!(
+                "the sink asked for more than {MAX_QUEUED_RESENDS} chunks again before the \
+                 streams it does not read could take them: a broken or hostile peer"
+            ));
+        }
+        self.resends.push_back(c);
+        Ok(true)
     }
 
     /// File `id` is done with: its reads and records go.
