@@ -1956,7 +1956,9 @@ pub struct MatrixArgs {
     /// Seconds of each memory-to-memory run.
     #[arg(long, value_parser = duration)]
     pub seconds: Option<Duration>,
-    /// Longest a single run may take before it is ended and counted as failed.
+    /// Longest a single run may take before it is ended and counted as failed; on --far also
+    /// the longest any wait on the far host may take (a command over ssh, its shell's answer, a
+    /// copy of the data there or back).
     #[arg(long, value_parser = duration, default_value = "120s")]
     pub run_timeout: Duration,
     /// Rounds each candidate of a `best` sweep runs after its warm-up, alternated with the
@@ -1968,6 +1970,12 @@ pub struct MatrixArgs {
     /// Keep finished cells in FILE (the --json document) and skip them when run again.
     #[arg(long, value_name = "FILE")]
     pub resume: Option<PathBuf>,
+    /// Also take the finished cells and the sweeps' winners of FILE, another run's --resume file
+    /// (repeatable, read only; --resume's own win): one document from pieces run apart, printed
+    /// with nothing left to run. Cells of other data (--size, --files, --seconds, --cold) are left
+    /// out.
+    #[arg(long, value_name = "FILE")]
+    pub merge: Vec<PathBuf>,
     /// Where the data and the servers' files go (default: a temporary directory, removed after):
     /// a directory on the disk under test for copies from and to that disk. A workload's data
     /// already in DIR/data/WORKLOAD is used as it is (e.g. a tree of your own).

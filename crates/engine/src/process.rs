@@ -147,6 +147,128 @@ pub fn kill_group(pgid: i32) {
     }
 }
 
+/// How a command run by [`output_within`] ended.
+#[derive(Debug)]
+pub enum Within {
+    /// It ended: its status and output, and whether all its input was
+    /// written (a command that ends before reading it says why on stderr).
+    Ended {
+        output: std::process::Output,
+        fed: std::io::Result<()>,
+    },
+    /// It was still running at the limit and was killed (its process
+    /// group too): what it had written to its standard error by then.
+    TimedOut { stderr: Vec<u8> },
+}
+
+/// Runs `c` to its end, `input` on its standard input (else none), its
+/// standard output and error captured, for at most `limit` (None: no
+/// limit); past it, the command and its process group are killed. A
+/// descendant that keeps the output pipes open (an OpenSSH master that was
+/// handed them) cannot hold the caller past the limit: what was read by
+/// then is what is returned.
+pub fn output_within(
+    c: &mut Command,
+    input: Option<&[u8]>,
+    limit: Option<Duration>,
+) -> std::io::Result<Within> {
+    use std::process::Stdio;
+    c.stdin(if input.is_some() {
+        Stdio::piped()
+    } else {
+        Stdio::null()
+    })
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped());
+    let mut child = Owned::new(c.spawn()?);
+    let out = Collected::start(child.stdout.take(), usize::MAX);
+    let err = Collected::start(child.stderr.take(), usize::MAX);
+    let fed = match (input, child.stdin.take()) {
+        (Some(data), Some(mut w)) => {
+            let data = data.to_vec();
+            Some(std::thread::spawn(move || {
+                std::io::Write::write_all(&mut w, &data)
+            }))
+        }
+        _ => None,
+    };
+    let status = match limit {
+        Some(limit) => child.wait_for(limit),
+        None => Some(child.wait()?),
+    };
+    let Some(status) = status else {
+        let _ = child.kill();
+        let stderr = err.within(Duration::ZERO);
+        return Ok(Within::TimedOut { stderr });
+    };
+    let fed = fed.map_or(Ok(()), |t| {
+        t.join()
+            .unwrap_or_else(|_| Err(std::io::Error::other("the input writer panicked")))
+    });
+    Ok(Within::Ended {
+        output: std::process::Output {
+            status,
+            stdout: out.all(),
+            stderr: err.all(),
+        },
+        fed,
+    })
+}
+
+/// A child's output stream read to its end on a thread of its own (so
+/// that a chatty child never blocks on a full pipe), its last bytes kept.
+pub struct Collected {
+    thread: Option<std::thread::JoinHandle<()>>,
+    buf: std::sync::Arc<std::sync::Mutex<Vec<u8>>>,
+    ended: std::sync::mpsc::Receiver<()>,
+}
+
+impl Collected {
+    /// Reads `from` (if any) to its end, keeping its last `keep` bytes at most.
+    pub fn start(from: Option<impl std::io::Read + Send + 'static>, keep: usize) -> Collected {
+        let buf = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let (tx, ended) = std::sync::mpsc::channel();
+        let thread = from.map(|mut r| {
+            let buf = buf.clone();
+            std::thread::spawn(move || {
+                let mut chunk = [0u8; 8192];
+                while let Ok(n @ 1..) = std::io::Read::read(&mut r, &mut chunk) {
+                    if let Ok(mut b) = buf.lock() {
+                        b.extend_from_slice(&chunk[..n]);
+                        // Trimmed by halves: a long stream costs no copy per read.
+                        if b.len() > keep.saturating_mul(2) {
+                            let cut = b.len() - keep;
+                            b.drain(..cut);
+                        }
+                    }
+                }
+                let _ = tx.send(());
+            })
+        });
+        Collected { thread, buf, ended }
+    }
+
+    /// What was read, once the stream has ended or `wait` has passed (a
+    /// descendant may hold the stream open): its last bytes kept.
+    pub fn within(&self, wait: Duration) -> Vec<u8> {
+        if self.thread.is_some() {
+            let _ = self.ended.recv_timeout(wait);
+        }
+        self.buf.lock().map(|b| b.clone()).unwrap_or_default()
+    }
+
+    /// Everything kept, once the stream has ended.
+    pub fn all(mut self) -> Vec<u8> {
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+        self.buf
+            .lock()
+            .map(|mut b| std::mem::take(&mut *b))
+            .unwrap_or_default()
+    }
+}
+
 /// Where `program` is: a path with a `/` as it is, else the first
 /// executable file of that name on PATH, then in /usr/sbin and /sbin
 /// (sshd and the like are off a user's PATH).
@@ -201,6 +323,42 @@ mod tests {
             );
             std::thread::sleep(Duration::from_millis(20));
         }
+    }
+
+    #[test]
+    fn output_within_ends_a_command_at_its_limit_and_reads_a_chatty_one_whole() {
+        let mut c = Command::new("sh");
+        c.args(["-c", "echo started >&2; exec sleep 60"]);
+        let t0 = Instant::now();
+        let Ok(Within::TimedOut { stderr }) =
+            output_within(own(&mut c), None, Some(Duration::from_millis(300)))
+        else {
+            panic!("not ended at its limit");
+        };
+        assert!(t0.elapsed() < Duration::from_secs(10), "{:?}", t0.elapsed());
+        assert_eq!(stderr, b"started\n");
+        // 1 MiB on each stream, far past a pipe's 64 KiB, and its input read back.
+        let mut c = Command::new("sh");
+        c.args([
+            "-c",
+            "head -c 1048576 /dev/zero >&2; cat; head -c 1048576 /dev/zero",
+        ]);
+        let Ok(Within::Ended { output, fed }) =
+            output_within(&mut c, Some(b"in"), Some(Duration::from_secs(60)))
+        else {
+            panic!("not ended");
+        };
+        assert!(output.status.success() && fed.is_ok());
+        assert_eq!(output.stderr.len(), 1 << 20);
+        assert_eq!(&output.stdout[..2], b"in");
+        assert_eq!(output.stdout.len(), 2 + (1 << 20));
+    }
+
+    #[test]
+    fn a_collected_stream_keeps_its_last_bytes() {
+        let c = Collected::start(Some(std::io::Cursor::new(vec![7u8; 100_000])), 10);
+        let kept = c.all();
+        assert!((10..=20).contains(&kept.len()), "{}", kept.len());
     }
 
     #[test]

@@ -8,7 +8,6 @@
 //! Far ends over ssh (a one-shot server, `cp HOST:path`) are
 //! [`crate::reach`]'s; this module only runs commands.
 
-use std::io::Write as _;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -24,13 +23,16 @@ pub enum SshError {
     /// ssh did not run, or the far command failed (what it said follows).
     #[error("{0}")]
     Failed(String),
+    /// The far command did not end within the caller's limit (ended here).
+    #[error("{0}")]
+    TimedOut(String),
 }
 
 impl From<SshError> for crate::EngineError {
     fn from(e: SshError) -> Self {
         match e {
             SshError::Usage(m) => crate::EngineError::Usage(m),
-            SshError::Failed(m) => crate::EngineError::Connect(m),
+            SshError::Failed(m) | SshError::TimedOut(m) => crate::EngineError::Connect(m),
         }
     }
 }
@@ -150,30 +152,36 @@ impl Ssh {
     /// Runs a short far command, feeding it `input`: its standard output,
     /// trimmed.
     pub fn run(&self, remote: &str, input: Option<&[u8]>) -> Result<String, SshError> {
-        let mut c = self.command(remote);
-        c.stdin(if input.is_some() {
-            Stdio::piped()
-        } else {
-            Stdio::null()
-        })
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
+        self.run_within(remote, input, None)
+    }
+
+    /// [`Ssh::run`], for at most `limit` (None: no limit): a far host that
+    /// stops answering ends in an error that says how long it was waited for.
+    pub fn run_within(
+        &self,
+        remote: &str,
+        input: Option<&[u8]>,
+        limit: Option<Duration>,
+    ) -> Result<String, SshError> {
         let dest = &self.dest;
-        let mut child = c.spawn().map_err(|e| {
+        let ran = process::output_within(&mut self.command(remote), input, limit).map_err(|e| {
             SshError::Failed(format!(
                 "cannot run `{}` to reach {dest}: {e}",
                 self.program()
             ))
         })?;
+        let (out, fed) = match ran {
+            process::Within::Ended { output, fed } => (output, fed),
+            process::Within::TimedOut { stderr } => {
+                return Err(SshError::TimedOut(format!(
+                    "`{remote}` on {dest} did not end within {:.0} s (ended here); it said:{}",
+                    limit.unwrap_or_default().as_secs_f64(),
+                    as_said(&String::from_utf8_lossy(&stderr))
+                )))
+            }
+        };
         // A far command that ended before taking all its input says why on
         // its standard error: that, not the broken pipe, is the error.
-        let fed = match (input, child.stdin.take()) {
-            (Some(data), Some(mut w)) => w.write_all(data),
-            _ => Ok(()),
-        };
-        let out = child
-            .wait_with_output()
-            .map_err(|e| SshError::Failed(format!("ssh to {dest}: {e}")))?;
         if let (Err(e), true) = (fed, out.status.success()) {
             return Err(SshError::Failed(format!(
                 "cannot write to `{remote}` on {dest} over ssh: {e}"

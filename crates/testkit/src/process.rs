@@ -7,7 +7,7 @@
 #[path = "../../engine/src/process.rs"]
 mod owned;
 
-pub use owned::{find_program, kill_group, own, Owned};
+pub use owned::{find_program, kill_group, output_within, own, Collected, Owned, Within};
 
 /// Whether process `pid` is gone (or a zombie: ended, not yet reaped).
 pub fn gone(pid: u32) -> bool {

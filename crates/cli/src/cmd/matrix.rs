@@ -139,7 +139,7 @@ pub fn matrix(a: MatrixArgs, archive_args: &ArchiveArgs, verbose: u8) -> Outcome
     if !a.directions.is_empty() {
         plan.retain(|c| a.directions.contains(&c.direction));
     }
-    let (done, kept_sweeps) = resumed(a.resume.as_deref())?;
+    let (done, kept_sweeps) = kept(&a, &params)?;
     let todo: Vec<&Cell> = plan
         .iter()
         .filter(|c| !done.contains_key(&c.key()) && !c.not_run())
@@ -423,7 +423,7 @@ fn reach_far(
     };
     let ssh = far::ssh(host, a.rsh.as_deref()).map_err(usage)?;
     let remote_path = a.remote_path.as_deref().unwrap_or("longhaul");
-    let skip = far_lacks(&ssh, host, remote_path, chosen, rows)?;
+    let skip = far_lacks(&ssh, host, remote_path, chosen, rows, a.run_timeout)?;
     Ok((Some(ssh), skip))
 }
 
@@ -435,6 +435,7 @@ fn far_lacks(
     remote_path: &str,
     chosen: &[(Tool, Vec<String>)],
     rows: &mut [ToolRow],
+    a_limit: std::time::Duration,
 ) -> Result<BTreeMap<String, String>, Failure> {
     // What each tool needs there: its programs, and longhaul (the data
     // goes there and comes back for its check with `longhaul cp`).
@@ -446,7 +447,7 @@ fn far_lacks(
             n
         })
         .collect();
-    let absent = far::missing(ssh, &needs).map_err(|e| Failure {
+    let absent = far::missing(ssh, &needs, a_limit).map_err(|e| Failure {
         code: exit::CONNECT,
         message: format!("--far {host}: {e}"),
     })?;
@@ -535,34 +536,82 @@ fn plan(
     plan
 }
 
-/// The cells (and sweeps) a `--resume` file kept: cells that ended
-/// without an error.
-fn resumed(f: Option<&Path>) -> Result<(BTreeMap<CellKey, Cell>, Vec<sweep::Swept>), Failure> {
-    let mut done = BTreeMap::new();
-    let Some(f) = f.filter(|f| f.exists()) else {
-        return Ok((done, vec![]));
-    };
-    let text = std::fs::read_to_string(f)
-        .map_err(|e| usage(format!("cannot read --resume {}: {e}", f.display())))?;
-    let doc = Doc::from_text(&text).map_err(|e| {
-        usage(format!(
-            "--resume {}: not a longhaul-matrix document: {e}",
-            f.display()
-        ))
-    })?;
-    for c in doc
-        .cells
-        .into_iter()
-        .filter(|c| c.error.is_none() && c.rate.is_some())
-    {
-        done.insert(c.key(), c);
+/// What `--merge` and `--resume` kept ([`resumed`]); a `--merge` file must be there.
+fn kept(
+    a: &MatrixArgs,
+    params: &Params,
+) -> Result<(BTreeMap<CellKey, Cell>, Vec<sweep::Swept>), Failure> {
+    if let Some(m) = a.merge.iter().find(|m| !m.is_file()) {
+        return Err(usage(format!("--merge {}: no such file", m.display())));
     }
-    let sweeps = doc
-        .sweeps
-        .into_iter()
-        .filter(|s| s.winner.is_some())
+    let files: Vec<&Path> = a
+        .merge
+        .iter()
+        .map(PathBuf::as_path)
+        .chain(a.resume.as_deref())
         .collect();
-    Ok((done, sweeps))
+    resumed(&files, params)
+}
+
+/// The cells (and sweeps) kept by the `--merge` files, then by the
+/// `--resume` file (a later file's cell or winner replaces an earlier's):
+/// cells that ended without an error and sweeps with a winner, of this
+/// run's data only (a cell of another size is left out, and said).
+fn resumed(
+    files: &[&Path],
+    params: &Params,
+) -> Result<(BTreeMap<CellKey, Cell>, Vec<sweep::Swept>), Failure> {
+    let mut done = BTreeMap::new();
+    let mut sweeps = BTreeMap::new();
+    for f in files.iter().filter(|f| f.exists()) {
+        let text = std::fs::read_to_string(f)
+            .map_err(|e| usage(format!("cannot read {}: {e}", f.display())))?;
+        let doc = Doc::from_text(&text).map_err(|e| {
+            usage(format!(
+                "{}: not a longhaul-matrix document (a --resume file): {e}",
+                f.display()
+            ))
+        })?;
+        let fits = |w: &str| same_data(&doc.params, params, w);
+        let planned = |w: &str| params.workloads.iter().any(|p| p == w);
+        let mut other = 0;
+        for c in doc
+            .cells
+            .into_iter()
+            .filter(|c| c.error.is_none() && c.rate.is_some())
+        {
+            if fits(&c.workload) {
+                done.insert(c.key(), c);
+            } else if planned(&c.workload) {
+                other += 1;
+            }
+        }
+        for s in doc.sweeps.into_iter().filter(|s| s.winner.is_some()) {
+            if fits(&s.workload) {
+                sweeps.insert((s.tool.clone(), s.path.clone(), s.workload.clone()), s);
+            } else if planned(&s.workload) {
+                other += 1;
+            }
+        }
+        if other > 0 {
+            eprintln!(
+                "longhaul matrix: {}: {other} cells and sweeps of other data left out (its --size, \
+                 --files, --seconds or --cold differ from this run's)",
+                f.display()
+            );
+        }
+    }
+    Ok((done, sweeps.into_values().collect()))
+}
+
+/// Whether a cell of `workload` kept under `kept` measured this run's data:
+/// memory to memory for as long, files of the same sizes, as cold.
+fn same_data(kept: &Params, now: &Params, workload: &str) -> bool {
+    if split_workload(workload).0 == "mem" {
+        return kept.mem_seconds == now.mem_seconds;
+    }
+    (kept.elephant_bytes, kept.small_files, kept.cold)
+        == (now.elephant_bytes, now.small_files, now.cold)
 }
 
 /// `--quick`: the winners of the last archived matrix that swept each

@@ -568,6 +568,8 @@ pub(crate) fn archived_matrix(
         .args(["matrix", "--tools", &names.join(","), "--tools-file"])
         .arg(&tools_file)
         .args(["--paths", "loopback", "--workloads", "mem", "--runs", "1"])
+        // The kept cells' own data (their mem_seconds): others would be run again.
+        .args(["--seconds", "1s"])
         .arg("--work-dir")
         .arg(dir.join("work"))
         .arg("--resume")

@@ -53,6 +53,10 @@ pub(super) fn drive(
             *c = d.clone();
         }
     }
+    // Nothing left to run (a --resume or --merge of finished pieces): no data to make.
+    if !doc.cells.iter().any(Cell::pending) {
+        return Ok(());
+    }
     let (mut m, given) = Matrix::prepare(s)?;
     doc.params.given = given;
     m.total = doc.cells.iter().filter(|c| c.pending()).count() * s.params.runs as usize;
@@ -287,6 +291,7 @@ impl<'a> Matrix<'a> {
                 Duration::from_secs_f64(p.rtt_ms / 1e3),
                 p.loss,
                 r,
+                run::WAN_UP_LIMIT,
             )?),
         };
         let private = if wan.is_none() && p.far.is_none() {
@@ -295,9 +300,7 @@ impl<'a> Matrix<'a> {
             None
         };
         let far = match (&p.far, self.s.far_ssh) {
-            (Some(_), Some((ssh, rp))) => {
-                Some(open_far(self.s.bin, ssh, rp, &self.data, self.s.params)?)
-            }
+            (Some(_), Some((ssh, rp))) => Some(open_far(self.s, ssh, rp, &self.data)?),
             _ => None,
         };
         let (ns_a, ns_b, host) = match (&far, &wan, &private) {
@@ -486,32 +489,18 @@ impl<'a> Matrix<'a> {
         let mut failed = Ok(());
         for e in &t.env {
             let argv: Vec<String> = e.argv.iter().map(|x| peers::fill(x, vars)).collect();
-            let out = match far {
-                Some(f) => (|| {
-                    let words: Vec<&str> = argv.iter().map(String::as_str).collect();
-                    let state = far::join(&[&vars["state"]])?;
-                    f.ssh
-                        .run(&format!("mkdir -p {state} && {}", far::join(&words)?), None)
-                        .map_err(String::from)
-                })(),
-                None => std::process::Command::new(&argv[0])
-                    .args(&argv[1..])
-                    .stderr(std::process::Stdio::null())
-                    .output()
-                    .map_err(|e| e.to_string())
-                    .and_then(|o| {
-                        if o.status.success() {
-                            Ok(String::from_utf8_lossy(&o.stdout).trim().to_string())
-                        } else {
-                            Err(o.status.to_string())
-                        }
-                    }),
-            };
-            match out {
+            match env_output(&argv, &vars["state"], far, self.s.a.run_timeout) {
                 Ok(o) => {
                     env.insert(e.var.clone(), o);
                 }
-                Err(why) => failed = Err(format!("`{}` failed: {why}", argv.join(" "))),
+                Err(why) => {
+                    failed = Err(format!(
+                        "{}'s client variable {}: `{}` failed: {why}",
+                        t.name,
+                        e.var,
+                        argv.join(" ")
+                    ))
+                }
             }
         }
         slot.insert(env);
@@ -1139,6 +1128,50 @@ fn said(res: &RunResult) -> String {
     }
 }
 
+/// The output of a tool's `env` command (a token, a fingerprint), here or
+/// on the far host (in its state directory `state` there), within `limit`.
+fn env_output(
+    argv: &[String],
+    state: &str,
+    far: Option<&far::Far>,
+    limit: Duration,
+) -> Result<String, String> {
+    if argv.first().is_none_or(String::is_empty) {
+        return Err(
+            "an empty command (its template's `argv` names no program): give it one in the tools \
+             file"
+                .into(),
+        );
+    }
+    let words: Vec<&str> = argv.iter().map(String::as_str).collect();
+    if let Some(f) = far {
+        let st = far::join(&[state])?;
+        return f.run(
+            &format!("mkdir -p {st} && {}", far::join(&words)?),
+            None,
+            "its client's variable",
+        );
+    }
+    let mut c = std::process::Command::new(&argv[0]);
+    c.args(&argv[1..]);
+    let ran = longhaul_engine::process::output_within(
+        longhaul_engine::process::own(&mut c),
+        None,
+        Some(limit),
+    )
+    .map_err(|e| e.to_string())?;
+    match ran {
+        longhaul_engine::process::Within::Ended { output, .. } if output.status.success() => {
+            Ok(String::from_utf8_lossy(&output.stdout).trim().to_string())
+        }
+        longhaul_engine::process::Within::Ended { output, .. } => Err(output.status.to_string()),
+        longhaul_engine::process::Within::TimedOut { .. } => Err(format!(
+            "did not end within {:.0} s (--run-timeout)",
+            limit.as_secs_f64()
+        )),
+    }
+}
+
 /// Which client environment (token, fingerprint): a far server's differs.
 fn env_key(t: &Tool, far: bool) -> String {
     if far {
@@ -1179,11 +1212,12 @@ fn far_ports() -> (u16, u16) {
 /// that sshd alone, as the far user, and `here/ssh`, the script `{ssh}` names.
 fn far_ssh_client(f: &far::Far, far_state: &str, here: &Path, port: u16) -> Result<(), String> {
     let st = far::join(&[far_state])?;
-    let out = f.ssh.run(
+    let out = f.run(
         &format!(
             "cd {st} && cat client_key && echo LH-CUT && cut -d' ' -f1,2 host_key.pub && id -un"
         ),
         None,
+        "the keys of its private sshd",
     )?;
     let (key, rest) = out
         .split_once("LH-CUT\n")
@@ -1225,14 +1259,9 @@ fn write_script(p: &Path, text: &str) -> Result<(), String> {
 }
 
 /// Opens the far host's work directory and copies the file workloads' data there.
-fn open_far(
-    bin: &Path,
-    ssh: &far::Ssh,
-    remote_path: &str,
-    data: &Path,
-    params: &Params,
-) -> Result<far::Far, String> {
-    let f = far::Far::open(ssh, &data.with_file_name("far-ssh.sock"))?;
+fn open_far(s: &Setup, ssh: &far::Ssh, remote_path: &str, data: &Path) -> Result<far::Far, String> {
+    let (bin, params) = (s.bin, s.params);
+    let f = far::Far::open(ssh, &data.with_file_name("far-ssh.sock"), s.a.run_timeout)?;
     eprintln!(
         "longhaul matrix: work directory on {}: {} (its servers on {})",
         ssh.dest, f.root, f.addr
@@ -1244,4 +1273,35 @@ fn open_far(
         f.push(bin, remote_path, &data.join(w), &fdata)?;
     }
     Ok(f)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An `env` command with no program (a template or a tools file that
+    /// left it empty) is an error that says so, not a panic.
+    #[test]
+    fn an_empty_env_command_is_an_error_not_a_panic() {
+        let limit = Duration::from_secs(5);
+        for argv in [vec![], vec![String::new(), "x".into()]] {
+            let e = env_output(&argv, "/nonexistent", None, limit).expect_err("an error");
+            assert!(e.contains("an empty command"), "{e}");
+        }
+        let out = env_output(
+            &["echo".into(), " tok ".into()],
+            "/nonexistent",
+            None,
+            limit,
+        );
+        assert_eq!(out.as_deref(), Ok("tok"));
+        let e = env_output(
+            &["sleep".into(), "60".into()],
+            "/x",
+            None,
+            Duration::from_millis(300),
+        )
+        .expect_err("past its limit");
+        assert!(e.contains("did not end within"), "{e}");
+    }
 }

@@ -258,6 +258,19 @@ fn check(t: &Tool) -> Result<(), String> {
     if t.put.is_empty() {
         return bad("'put' is empty");
     }
+    if t.server.as_ref().is_some_and(|s| s.argv.is_empty()) {
+        return bad("its server's 'argv' is empty (it names no program)");
+    }
+    if let Some(e) = t
+        .env
+        .iter()
+        .find(|e| e.argv.first().is_none_or(String::is_empty))
+    {
+        return bad(&format!(
+            "the 'argv' of its client variable {} names no program",
+            e.var
+        ));
+    }
     if t.sweep.is_some() && t.fixed(BEST).is_some() {
         return bad("both a sweep and a fixed 'best': 'best' is the sweep's winner");
     }
@@ -579,6 +592,14 @@ mod tests {
             (
                 r#"[{"name": "a", "kind": "files", "put": ["x"], "settings": [], "sweep": {"streams": ["1"]}}]"#,
                 "per_stream",
+            ),
+            (
+                r#"[{"name": "a", "kind": "files", "put": ["x"], "settings": [{"name": "d"}], "env": [{"var": "T", "argv": []}]}]"#,
+                "client variable T names no program",
+            ),
+            (
+                r#"[{"name": "a", "kind": "files", "put": ["x"], "settings": [{"name": "d"}], "server": {"argv": []}}]"#,
+                "server's 'argv' is empty",
             ),
             (r#"{"tool": 3}"#, ""),
         ] {

@@ -7,7 +7,7 @@
 //! itself die.
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, Read as _, Write as _};
+use std::io::{BufRead, Write as _};
 use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -50,12 +50,31 @@ fn command(
 pub struct Wan {
     /// Ends the emulator when dropped.
     pub _proc: Owned,
+    /// Its standard error, read (and dropped but for its end) while it runs.
+    _said: longhaul_engine::process::Collected,
     pub ns_a: String,
     pub ns_b: String,
     pub host_b: String,
 }
 
-pub fn wan_up(bin: &Path, rtt: Duration, loss: f64, rate: u64) -> Result<Wan, String> {
+/// How long `longhaul wan up` may take to say that its path is up (its
+/// namespaces, TUN devices and routes made: seconds on a loaded host).
+pub const WAN_UP_LIMIT: Duration = Duration::from_secs(60);
+
+/// The last bytes of the emulator's standard error kept for an error.
+const WAN_SAID: usize = 16 << 10;
+
+/// Starts the emulated path and waits (at most `limit`) for `wan up`'s
+/// first line, which says its hosts. Its standard output and error are
+/// read to their end meanwhile, so a chatty emulator never blocks on a
+/// full pipe; the last of its standard error goes into the error.
+pub fn wan_up(
+    bin: &Path,
+    rtt: Duration,
+    loss: f64,
+    rate: u64,
+    limit: Duration,
+) -> Result<Wan, String> {
     let name = format!("lhm{}", std::process::id());
     let names = longhaul_engine::wan::net::Names::new(&name).map_err(|e| e.to_string())?;
     let argv: Vec<String> = vec![
@@ -80,26 +99,61 @@ pub fn wan_up(bin: &Path, rtt: Duration, loss: f64, rate: u64) -> Result<Wan, St
         .spawn()
         .map_err(|e| format!("cannot start `longhaul wan up`: {e}"))?;
     let mut proc = Owned::new(child).with_grace(GRACE);
-    let out = proc.stdout.take().ok_or("no stdout")?;
-    let mut line = String::new();
-    let _ = std::io::BufReader::new(out).read_line(&mut line);
-    if !line.contains("\"hosts\"") {
-        let mut err = String::new();
-        if let Some(mut e) = proc.stderr.take() {
-            let _ = proc.wait();
-            let _ = e.read_to_string(&mut err);
+    let said = longhaul_engine::process::Collected::start(proc.stderr.take(), WAN_SAID);
+    let first = first_line(proc.stdout.take().ok_or("no stdout")?);
+    let line = match first.recv_timeout(limit) {
+        Ok(l) => l,
+        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+            return Err(format!(
+                "the emulated path did not come up within {:.0} s (`longhaul wan up` said \
+                 nothing on its standard output; ended here): the host may be overloaded, run \
+                 the matrix again when it is not{}",
+                limit.as_secs_f64(),
+                said_text(&said.within(Duration::ZERO))
+            ));
         }
+        Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => String::new(),
+    };
+    if !line.contains("\"hosts\"") {
+        let _ = proc.wait_for(GRACE);
         return Err(format!(
-            "the emulated path did not come up (it needs root and /dev/net/tun): {}",
-            err.trim()
+            "the emulated path did not come up (it needs root and /dev/net/tun){}",
+            said_text(&said.within(GRACE))
         ));
     }
     Ok(Wan {
         _proc: proc,
+        _said: said,
         ns_a: names.ns_a,
         ns_b: names.ns_b,
         host_b: longhaul_engine::wan::net::ADDR_B.to_string(),
     })
+}
+
+/// The first line `out` gives, sent when read; the rest is read and
+/// dropped, so the writer never blocks on a full pipe.
+fn first_line(out: std::process::ChildStdout) -> std::sync::mpsc::Receiver<String> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut r = std::io::BufReader::new(out);
+        let mut line = String::new();
+        if r.read_line(&mut line).is_ok_and(|n| n > 0) {
+            let _ = tx.send(line);
+        }
+        drop(tx);
+        let _ = std::io::copy(&mut r, &mut std::io::sink());
+    });
+    rx
+}
+
+/// What a child said on its standard error, for an error message
+/// ([`super::peers::error_text`]), after a colon; nothing when it said nothing.
+fn said_text(said: &[u8]) -> String {
+    let text = super::peers::error_text(&String::from_utf8_lossy(said));
+    if text.is_empty() {
+        return String::new();
+    }
+    format!(": {text}")
 }
 
 /// A network namespace with only its loopback, for the `loopback` path;
@@ -448,4 +502,61 @@ pub fn write_rate(dir: &Path, len: u64) -> std::io::Result<f64> {
     drop(f);
     let _ = std::fs::remove_file(&p);
     Ok(len as f64 / s.max(1e-9))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A `longhaul wan up` standing in: the script `body` as the program.
+    fn fake_wan(body: &str) -> (tempfile::TempDir, std::path::PathBuf) {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("longhaul");
+        std::fs::write(&p, format!("#!/bin/sh\n{body}\n")).unwrap();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+        (dir, p)
+    }
+
+    /// `wan_up` on the fake, in a thread: its result, or a failure if it
+    /// has none within 30 s (a wait with no limit).
+    fn up(bin: std::path::PathBuf, limit: Duration) -> Result<Wan, String> {
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(wan_up(
+                &bin,
+                Duration::from_millis(10),
+                0.0,
+                1_000_000,
+                limit,
+            ));
+        });
+        rx.recv_timeout(Duration::from_secs(30))
+            .expect("wan_up has no limit: still waiting after 30 s")
+    }
+
+    #[test]
+    fn a_wan_up_that_never_says_its_hosts_ends_the_wait_at_the_limit() {
+        let (_d, bin) = fake_wan("echo starting >&2; exec sleep 600");
+        let t0 = Instant::now();
+        let e = up(bin, Duration::from_secs(1)).err().expect("an error");
+        assert!(t0.elapsed() < Duration::from_secs(20), "{:?}", t0.elapsed());
+        assert!(e.contains("did not come up within 1 s"), "{e}");
+        assert!(e.contains("starting"), "{e}");
+    }
+
+    /// Its standard error is read while it starts: a chatty emulator (1 MB
+    /// before its first line, far past a pipe's 64 KiB) comes up.
+    #[test]
+    fn a_chatty_wan_up_comes_up_and_a_failed_one_says_why() {
+        let (_d, bin) = fake_wan(
+            "yes 'wan: some chatter' | head -n 60000 >&2; \
+             echo '{\"hosts\":{}}'; exec sleep 600",
+        );
+        let w = up(bin, Duration::from_secs(20)).expect("up");
+        drop(w);
+        let (_d, bin) = fake_wan("echo 'wan: error: cannot open /dev/net/tun' >&2; exit 1");
+        let e = up(bin, Duration::from_secs(20)).err().expect("an error");
+        assert!(e.contains("cannot open /dev/net/tun"), "{e}");
+    }
 }

@@ -513,3 +513,59 @@ fn a_changed_sync_makes_one_file_in_a_hundred_differ() {
         assert!(m < std::time::SystemTime::now() - Duration::from_secs(86400 * 365));
     }
 }
+
+/// Pieces run apart make one document: `--merge` files then `--resume`,
+/// a later file's cell replacing an earlier's, cells of other data left out.
+#[test]
+fn merged_files_give_their_cells_of_this_runs_data_later_files_winning() {
+    let dir = tempfile::tempdir().unwrap();
+    let write = |name: &str, d: &Doc| {
+        let p = dir.path().join(name);
+        std::fs::write(&p, serde_json::to_string(d).unwrap()).unwrap();
+        p
+    };
+    let a = doc(vec![
+        summarised("iperf3", "mem", 1e9, None),
+        summarised("cp", "elephant", 1e8, Some(true)),
+    ]);
+    let b = doc(vec![summarised("cp", "elephant", 2e8, Some(true))]);
+    let mut c = doc(vec![
+        summarised("nuttcp", "mem", 3e9, None),
+        summarised("gridftp", "elephant", 4e8, Some(true)),
+    ]);
+    c.params.mem_seconds = 2.0;
+    let (pa, pb, pc) = (
+        write("a.json", &a),
+        write("b.json", &b),
+        write("c.json", &c),
+    );
+    let Ok((done, _)) = resumed(&[&pa, &pb, &pc], &a.params) else {
+        panic!("the files read")
+    };
+    let kept: Vec<(String, f64)> = done
+        .values()
+        .map(|c| {
+            (
+                c.tool.clone(),
+                c.rate.as_ref().unwrap().median_bytes_per_second,
+            )
+        })
+        .collect();
+    assert_eq!(
+        kept,
+        [
+            ("cp".to_string(), 2e8),
+            ("gridftp".to_string(), 4e8),
+            ("iperf3".to_string(), 1e9)
+        ],
+        "{kept:?}"
+    );
+    // The elephant of another size is left out, the memory cells stay.
+    let mut big = a.params.clone();
+    big.elephant_bytes = 1 << 20;
+    let Ok((done, _)) = resumed(&[&pa], &big) else {
+        panic!("the file read")
+    };
+    assert_eq!(done.len(), 1);
+    assert!(done.values().all(|c| c.workload == "mem"));
+}

@@ -66,9 +66,16 @@ fn cpu_per_gb(c: &Cell) -> Option<f64> {
     (bytes > 0.0 && cpu > 0.0).then(|| cpu / (bytes / 1e9))
 }
 
+/// `a / b`, where both are figures and `b` is above zero: a ratio to a zero
+/// (a limit or a peer that measured nothing) is not a number to print.
+fn ratio(a: f64, b: f64) -> Option<f64> {
+    (a.is_finite() && b.is_finite() && a >= 0.0 && b > 0.0).then(|| a / b)
+}
+
 /// A column's limit: the path's (its rate, the best memory-to-memory cell)
-/// and, for files, the storage's (the local copy); the lowest, named.
-fn limit(doc: &Doc, path: &str, workload: &str) -> Option<(f64, String)> {
+/// and, for files, the storage's (the local copy); the lowest above zero
+/// (None: none is), and all of them named, a zero one said to be no limit.
+fn limit(doc: &Doc, path: &str, workload: &str) -> Option<(Option<f64>, String)> {
     let l = &doc.limits;
     let mb = |v: f64| format!("{:.0} MB/s", v / 1e6);
     let mut parts: Vec<(f64, String)> = Vec::new();
@@ -89,8 +96,25 @@ fn limit(doc: &Doc, path: &str, workload: &str) -> Option<(f64, String)> {
             parts.push((*v, format!("the local copy at its fastest {}", mb(*v))));
         }
     }
-    let low = parts.iter().map(|p| p.0).min_by(f64::total_cmp)?;
-    let said: Vec<String> = parts.into_iter().map(|p| p.1).collect();
+    if parts.is_empty() {
+        return None;
+    }
+    let usable = |v: f64| v.is_finite() && v > 0.0;
+    let low = parts
+        .iter()
+        .map(|p| p.0)
+        .filter(|v| usable(*v))
+        .min_by(f64::total_cmp);
+    let said: Vec<String> = parts
+        .into_iter()
+        .map(|(v, what)| {
+            if usable(v) {
+                what
+            } else {
+                format!("{what}: nothing measured, no limit")
+            }
+        })
+        .collect();
     Some((low, said.join(", ")))
 }
 
@@ -118,15 +142,26 @@ pub(crate) fn lines(doc: &Doc, workload: &str) -> Vec<String> {
             let mut parts = vec![named(lh)];
             let (peer, peer_partial) = best(&col, |t| !ours(t) && t != "cp");
             if let Some((peer, peer_rate)) = peer {
-                let mut s = format!("{:.2}x the rate of {}", lh_rate / peer_rate, named(peer));
+                let mut s = match ratio(lh_rate, peer_rate) {
+                    Some(r) => format!("{r:.2}x the rate of {}", named(peer)),
+                    None => format!("the rate of {} n/a (not a figure)", named(peer)),
+                };
                 match (cpu_per_gb(lh), cpu_per_gb(peer)) {
-                    (Some(a), Some(b)) => s.push_str(&format!(", {:.2}x its CPU per byte", a / b)),
+                    (Some(a), Some(b)) => match ratio(a, b) {
+                        Some(r) => s.push_str(&format!(", {r:.2}x its CPU per byte")),
+                        None => s.push_str(", CPU per byte n/a (none measured)"),
+                    },
                     _ => s.push_str(", CPU per byte ? (not measured at both ends)"),
                 }
                 parts.push(s);
             }
-            if let Some((v, what)) = limit(doc, &p.name, workload) {
-                parts.push(format!("{:.2}x the limit ({what})", lh_rate / v));
+            match limit(doc, &p.name, workload) {
+                Some((Some(v), what)) => match ratio(lh_rate, v) {
+                    Some(r) => parts.push(format!("{r:.2}x the limit ({what})")),
+                    None => parts.push(format!("the limit n/a ({what})")),
+                },
+                Some((None, what)) => parts.push(format!("the limit n/a ({what})")),
+                None => {}
             }
             let mut line = format!("{} {d}: {}", p.name, parts.join(", "));
             for c in [lh_partial, peer_partial].into_iter().flatten() {
@@ -233,6 +268,35 @@ mod tests {
         } = d.cells[1].rate.clone().unwrap();
         assert_eq!(median_bytes_per_second, 9.0);
         assert!(!d.cells[1].whole());
+    }
+
+    /// A limit (or a peer's figure) of zero is no ratio: "n/a" and why,
+    /// never "infx" or "NaN".
+    #[test]
+    fn a_limit_of_zero_gives_no_ratio_but_says_why() {
+        let mut d = doc(vec![
+            cell(
+                "longhaul-perf",
+                "80ms",
+                &[Some(9e7), Some(9e7), Some(9e7)],
+                3,
+            ),
+            cell("iperf3", "80ms", &[Some(1e8), Some(1e8), Some(1e8)], 3),
+        ]);
+        d.paths[1].rate_bps = Some(0);
+        d.limits = Limits::default();
+        d.finish_limits();
+        let l = lines(&d, "mem");
+        assert!(!l[0].contains("inf") && !l[0].contains("NaN"), "{}", l[0]);
+        assert!(
+            l[0].contains("the limit n/a (the path's rate 0 MB/s: nothing measured, no limit)"),
+            "{}",
+            l[0]
+        );
+        assert_eq!(ratio(1.0, 0.0), None);
+        assert_eq!(ratio(f64::INFINITY, 1.0), None);
+        assert_eq!(ratio(f64::NAN, 1.0), None);
+        assert_eq!(ratio(3.0, 2.0), Some(1.5));
     }
 
     #[test]

@@ -229,30 +229,84 @@ fn row(label: &str, cells: &[Option<&Cell>], text: fn(Option<&Cell>) -> String) 
 }
 
 fn grid(md: bool, head: &[String], rows: &[Vec<String>]) {
+    for l in grid_lines(md, head, rows) {
+        outln!("{l}");
+    }
+}
+
+/// A table's lines: Markdown (each cell [`md_cell`]) or aligned columns
+/// for the terminal (each cell on one line, [`escaped`]).
+///
+/// [`escaped`]: longhaul_proto::units::escaped
+fn grid_lines(md: bool, head: &[String], rows: &[Vec<String>]) -> Vec<String> {
+    let cells = |r: &[String]| -> Vec<String> {
+        r.iter()
+            .map(|x| {
+                if md {
+                    md_cell(x)
+                } else {
+                    longhaul_proto::units::escaped(x).to_string()
+                }
+            })
+            .collect()
+    };
+    let head = cells(head);
+    let rows: Vec<Vec<String>> = rows.iter().map(|r| cells(r)).collect();
     if md {
-        outln!("");
-        outln!("| {} |", head.join(" | "));
-        outln!("|---|{}", "---:|".repeat(head.len() - 1));
-        for r in rows {
-            outln!("| {} |", r.join(" | "));
-        }
-        return;
+        let mut out = vec![
+            String::new(),
+            format!("| {} |", head.join(" | ")),
+            format!("|---|{}", "---:|".repeat(head.len() - 1)),
+        ];
+        out.extend(rows.iter().map(|r| format!("| {} |", r.join(" | "))));
+        return out;
     }
     let widths: Vec<usize> = (0..head.len())
         .map(|j| {
             rows.iter()
                 .map(|r| r[j].chars().count())
-                .chain([head[j].len()])
+                .chain([head[j].chars().count()])
                 .max()
                 .unwrap_or(0)
         })
         .collect();
-    for r in std::iter::once(head).chain(rows.iter().map(Vec::as_slice)) {
+    let mut out = Vec::new();
+    for r in std::iter::once(&head).chain(rows.iter()) {
         let mut line = format!("{:w$}", r[0], w = widths[0]);
         for (x, w) in r.iter().zip(&widths).skip(1) {
             line.push_str(&format!("  {x:>w$}"));
         }
-        outln!("{}", line.trim_end());
+        out.push(line.trim_end().to_string());
+    }
+    out
+}
+
+/// A Markdown table cell: on one line (a line break is a space), its
+/// pipes escaped (a `|` would end the cell), and the backslash, `<` and
+/// the backtick too, so that a tool's or a peer's words make no HTML, no
+/// code span and no escape of their own.
+fn md_cell(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '\n' | '\r' => out.push(' '),
+            '\\' | '|' | '<' | '`' => {
+                out.push('\\');
+                out.push(c);
+            }
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// A CSV field (RFC 4180): in double quotes, its own doubled, when it holds
+/// a comma, a double quote or a line break; as it is otherwise.
+fn csv_field(s: &str) -> String {
+    if s.contains([',', '"', '\n', '\r']) {
+        format!("\"{}\"", s.replace('"', "\"\""))
+    } else {
+        s.to_string()
     }
 }
 
@@ -440,22 +494,28 @@ fn tail(doc: &Doc, md: bool) {
 }
 
 fn print_csv(doc: &Doc) {
-    outln!(
+    for l in csv_lines(doc) {
+        outln!("{l}");
+    }
+}
+
+/// The matrix as CSV: a header, then a record per cell, every text field
+/// quoted as RFC 4180 asks ([`csv_field`]).
+fn csv_lines(doc: &Doc) -> Vec<String> {
+    let mut out = vec![
         "tool,settings,path,workload,direction,mb_per_s,gbit_per_s,min_mb_per_s,max_mb_per_s,\
          cpu_client_s,cpu_server_s,runs_succeeded,runs_planned,verified,not_kept,args,error"
-    );
+            .to_string(),
+    ];
     let opt = |v: Option<f64>| v.map_or(String::new(), |v| format!("{v:.2}"));
     for c in &doc.cells {
         let r = c.rate.clone().unwrap_or_default();
         let cpu = c.cpu_seconds.clone().unwrap_or_default();
-        let field = |s: &str| s.replace([',', '\n'], ";");
-        outln!(
-            "{},{},{},{},{},{:.1},{:.3},{:.1},{:.1},{},{},{},{},{},{},{},{}",
-            c.tool,
-            c.settings,
-            c.path,
-            c.workload,
-            c.direction,
+        let text = [&c.tool, &c.settings, &c.path, &c.workload, &c.direction]
+            .map(|f| csv_field(f))
+            .join(",");
+        out.push(format!(
+            "{text},{:.1},{:.3},{:.1},{:.1},{},{},{},{},{},{},{},{}",
             r.median_bytes_per_second / 1e6,
             r.median_bits_per_second / 1e9,
             r.min_bytes_per_second / 1e6,
@@ -465,11 +525,12 @@ fn print_csv(doc: &Doc) {
             c.runs_succeeded.map_or(String::new(), |n| n.to_string()),
             c.runs_planned.map_or(String::new(), |n| n.to_string()),
             c.verified.map_or(String::new(), |v| v.to_string()),
-            field(&c.not_kept.join(" ")),
-            field(&c.args.as_ref().map(|a| shown_args(a)).unwrap_or_default()),
-            field(c.error.as_deref().unwrap_or(""))
-        );
+            csv_field(&c.not_kept.join(" ")),
+            csv_field(&c.args.as_ref().map(|a| shown_args(a)).unwrap_or_default()),
+            csv_field(c.error.as_deref().unwrap_or(""))
+        ));
     }
+    out
 }
 
 #[cfg(test)]
@@ -533,6 +594,68 @@ mod tests {
             load: Load::default(),
             interrupted: false,
         }
+    }
+
+    /// A tool name, settings or a peer's error holding `|`, `,`, `"` or a
+    /// line break: each CSV record is one record of 17 fields (RFC 4180),
+    /// each Markdown row one row of its columns.
+    #[test]
+    fn csv_and_markdown_fields_are_escaped_per_format() {
+        let mut c = cell("evil|tool, \"x\"", "a|b\nc", &["-w", "4M"], &[1e9]);
+        c.cell.error = Some("line one\nline \"two\", | three".into());
+        let mut d = doc(vec![c], vec![]);
+        d.tools[0].name = "evil|tool, \"x\"".into();
+        d.tools[0].settings = vec!["a|b\nc".into()];
+        let csv = csv_lines(&d).join("\n");
+        let mut reader = csv_records(&csv);
+        assert_eq!(reader.len(), 2, "{csv}");
+        let rec = reader.remove(1);
+        assert_eq!(rec.len(), 17, "{rec:?}");
+        assert_eq!(rec[0], "evil|tool, \"x\"");
+        assert_eq!(rec[1], "a|b\nc");
+        assert_eq!(rec[16], "line one\nline \"two\", | three");
+        let head = ["tool".to_string(), "loopback put".to_string()];
+        let rows = rows(&d, "mem", &[("loopback".into(), "put")]);
+        let grid: Vec<Vec<String>> = rows
+            .iter()
+            .map(|(label, cells)| row(label, cells, rate_text))
+            .collect();
+        let md = grid_lines(true, &head, &grid);
+        assert_eq!(md.len(), 4, "{md:#?}");
+        assert_eq!(md[3], r#"| evil\|tool, "x" (a\|b c) | 1000 |"#, "{md:#?}");
+        let terminal = grid_lines(false, &head, &grid);
+        assert_eq!(terminal.len(), 2, "{terminal:#?}");
+        assert!(
+            terminal[1].starts_with(r#"evil|tool, "x" (a|b\nc)"#),
+            "{terminal:#?}"
+        );
+    }
+
+    /// CSV records as RFC 4180 reads them (quoted fields, doubled quotes,
+    /// line breaks inside quotes).
+    fn csv_records(text: &str) -> Vec<Vec<String>> {
+        let (mut recs, mut rec, mut field) = (Vec::new(), Vec::new(), String::new());
+        let (mut quoted, mut chars) = (false, text.chars().peekable());
+        while let Some(c) = chars.next() {
+            match (quoted, c) {
+                (true, '"') if chars.peek() == Some(&'"') => {
+                    chars.next();
+                    field.push('"');
+                }
+                (true, '"') => quoted = false,
+                (true, c) => field.push(c),
+                (false, '"') => quoted = true,
+                (false, ',') => rec.push(std::mem::take(&mut field)),
+                (false, '\n') => {
+                    rec.push(std::mem::take(&mut field));
+                    recs.push(std::mem::take(&mut rec));
+                }
+                (false, c) => field.push(c),
+            }
+        }
+        rec.push(field);
+        recs.push(rec);
+        recs
     }
 
     #[test]
