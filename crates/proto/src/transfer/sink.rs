@@ -309,11 +309,25 @@ impl Sink {
     }
 
     /// A chunk of `bytes` stuck on a stalled stream is asked again (the
-    /// end game, [`super::tail`]): not counted as damage.
-    pub fn stalled(&mut self, now: Instant, r: Resend, bytes: u64) {
+    /// end game, [`super::tail`]): not counted as damage. True if it was
+    /// asked: only of a file whose `Send` answer is on its way to the
+    /// source. Before that the source has not planned the file and drops
+    /// the ask, while the driver would wait for a seal covering it
+    /// ([`FileLedger::damaged`]): the file would never be finished (an
+    /// opener slower than the patience at a transfer's tail).
+    pub fn stalled(&mut self, now: Instant, r: Resend, bytes: u64) -> bool {
+        let unanswered = self.awaiting.contains(&r.id)
+            || self
+                .wants
+                .iter()
+                .any(|w| matches!(w, Want::Send { id, .. } if *id == r.id));
+        if unanswered || !self.files.contains_key(&r.id) {
+            return false;
+        }
         self.last_activity = now;
         self.report.resent_bytes = self.report.resent_bytes.saturating_add(bytes);
         self.transmits.push_back(Message::Resend(r));
+        true
     }
 
     /// A file is finished: landed (`done.error` None; `bytes` its size),
@@ -820,6 +834,105 @@ impl FileLedger {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::transfer::source::{Source, SourceAction, SourceLimits};
+
+    fn small_file(id: u64) -> Entry {
+        Entry {
+            id,
+            path: format!("f{id}"),
+            kind: Kind::File,
+            size: 100,
+            mode: 0o644,
+            mtime_ns: 1,
+            target: None,
+            chunk_size: 64 << 10,
+            sparse: false,
+            incomplete: false,
+            digest: None,
+            part: None,
+        }
+    }
+
+    fn send(id: u64) -> Want {
+        Want::Send {
+            id,
+            skip: Vec::new(),
+            resumed_bytes: 0,
+        }
+    }
+
+    /// The 100k-file first copy that hung (both ends waiting on the
+    /// control connection): at the tail, with the walk done, the end game
+    /// asked a chunk of a file whose open was answered but whose `Send`
+    /// still waited for the rest of its message's opens (a loaded
+    /// machine's openers, slower than the 200 ms patience). The ask
+    /// reached the source before the `Wants`: the file was not planned,
+    /// so the ask was dropped, and the seal (0 resends) never covered the
+    /// one the sink's ledger waited for: the file was never finished.
+    #[test]
+    fn a_stalled_ask_waits_for_the_files_send_answer() {
+        let t0 = Instant::now();
+        let mut src: Source<()> = Source::new(
+            t0,
+            SourceLimits {
+                batch: 16,
+                files_in_flight: 16,
+                max_files_in_flight: 16,
+                idle: Duration::from_secs(300),
+            },
+        );
+        src.add(small_file(1), (), 1);
+        src.add(small_file(2), (), 1);
+        src.walk_ended();
+        src.end_batch();
+        let mut snk = Sink::new(
+            t0,
+            SinkLimits {
+                max_files: 16,
+                max_chunks_per_file: 1 << 20,
+                max_chunks_in_flight: 1 << 20,
+                idle: Duration::from_secs(300),
+            },
+        );
+        snk.open_at_once(2);
+        while let Some(msg) = src.poll_transmit() {
+            snk.handle(t0, msg).unwrap();
+        }
+        let mut opens = 0;
+        while let Some(a) = snk.poll_action().unwrap() {
+            opens += usize::from(matches!(a, SinkAction::Open(_)));
+        }
+        assert_eq!(opens, 2);
+        let mut ledger = FileLedger::new(1, []);
+        snk.opened(t0, 1, send(1));
+        // File 1 is open at the sink; its Send waits for file 2's open.
+        if snk.stalled(t0, Resend { id: 1, index: 0 }, 100) {
+            ledger.damaged();
+        }
+        snk.opened(t0, 2, send(2));
+        while snk.poll_action().unwrap().is_some() {}
+        while let Some(msg) = snk.poll_transmit() {
+            src.handle(t0, msg).unwrap();
+        }
+        let planned: Vec<u64> = std::iter::from_fn(|| src.poll_action())
+            .filter_map(|a| match a {
+                SourceAction::Plan { id, .. } => Some(id),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(planned, [1, 2]);
+        // The first read of file 1 arrives whole; the source seals it
+        // with the resends it read (none).
+        assert!(ledger.verified(0, [7; 32]));
+        ledger.seal(0);
+        assert!(ledger.claim(), "file 1 waits for a seal that never comes");
+        // Once the Send is out, a stalled chunk is asked, after it.
+        assert!(snk.stalled(t0, Resend { id: 2, index: 0 }, 100));
+        assert!(matches!(
+            snk.poll_transmit(),
+            Some(Message::Resend(Resend { id: 2, index: 0 }))
+        ));
+    }
 
     #[test]
     fn a_ledger_is_claimed_once_every_chunk_is_verified_and_sealed() {

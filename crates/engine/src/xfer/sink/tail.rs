@@ -56,12 +56,15 @@ impl Tail {
             let Some(f) = f else { continue };
             let e = &f.entry;
             let len = chunk_at(id, e.size, e.chunk_size, index).len;
-            f.inner.lock().expect("poisoned").ledger.damaged();
-            tracing::info!(
-                "chunk {index} of {} is stuck on a stalled stream: asking for it again",
-                e.path
-            );
-            m.stalled(now, Resend { id, index }, u64::from(len));
+            // Booked before the ask leaves (the next poll_transmit), so
+            // that the seal answering it is waited for.
+            if m.stalled(now, Resend { id, index }, u64::from(len)) {
+                f.inner.lock().expect("poisoned").ledger.damaged();
+                tracing::info!(
+                    "chunk {index} of {} is stuck on a stalled stream: asking for it again",
+                    e.path
+                );
+            }
         }
     }
 
