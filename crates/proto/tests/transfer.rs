@@ -1780,15 +1780,7 @@ fn a_rerun_with_bundles_reads_only_what_was_not_verified() {
 #[test]
 fn a_sinks_huge_figures_saturate_the_sources_tally() {
     let now = Instant::now();
-    let mut source: Source<u64> = Source::new(
-        now,
-        SourceLimits {
-            batch: 8,
-            files_in_flight: 8,
-            max_files_in_flight: 8,
-            idle: IDLE,
-        },
-    );
+    let mut source = small_source(now);
     for id in 1..=2 {
         let entry = Entry {
             id,
@@ -1844,15 +1836,7 @@ fn a_sinks_huge_figures_saturate_the_sources_tally() {
 #[test]
 fn the_bytes_ahead_are_announced_less_read_and_resumed() {
     let now = Instant::now();
-    let mut source: Source<u64> = Source::new(
-        now,
-        SourceLimits {
-            batch: 8,
-            files_in_flight: 8,
-            max_files_in_flight: 8,
-            idle: IDLE,
-        },
-    );
+    let mut source = small_source(now);
     let file = |id, part| Entry {
         id,
         path: format!("src/f{id}"),
@@ -1893,10 +1877,9 @@ fn the_bytes_ahead_are_announced_less_read_and_resumed() {
     assert_eq!(source.unsent_bytes(), 0, "resends read more: never below 0");
 }
 
-/// A source with one file of `chunks` chunks of [`CHUNK`] announced and
-/// wanted whole by the sink.
-fn source_sending_one_file(now: Instant, chunks: u64) -> Source<u64> {
-    let mut source: Source<u64> = Source::new(
+/// A source taking 8 files at a time, as the tests of its tallies use.
+fn small_source(now: Instant) -> Source<u64> {
+    Source::new(
         now,
         SourceLimits {
             batch: 8,
@@ -1904,7 +1887,13 @@ fn source_sending_one_file(now: Instant, chunks: u64) -> Source<u64> {
             max_files_in_flight: 8,
             idle: IDLE,
         },
-    );
+    )
+}
+
+/// A source with one file of `chunks` chunks of [`CHUNK`] announced and
+/// wanted whole by the sink.
+fn source_sending_one_file(now: Instant, chunks: u64) -> Source<u64> {
+    let mut source = small_source(now);
     source.add(
         Entry {
             path: "src/big".into(),
