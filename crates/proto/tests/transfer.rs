@@ -1994,17 +1994,9 @@ fn attacker_a_chunk_asked_again_without_end_ends_the_transfer() {
 #[test]
 fn a_stalled_ask_waits_for_the_files_send_answer() {
     let t0 = Instant::now();
-    let mut src: Source<()> = Source::new(
-        t0,
-        SourceLimits {
-            batch: 16,
-            files_in_flight: 16,
-            max_files_in_flight: 16,
-            idle: IDLE,
-        },
-    );
+    let mut src = small_source(t0);
     for id in [1, 2] {
-        src.add(file_entry(id), (), 1);
+        src.add(file_entry(id), id, 1);
     }
     src.end_batch();
     while src.poll_transmit().is_some() {}
