@@ -2005,6 +2005,7 @@ fn a_stalled_ask_waits_for_the_files_send_answer() {
     let mut ledger = FileLedger::new(1, []);
     snk.opened(t0, 1, send_all(1));
     // File 1 is open at the sink; its Send waits for file 2's open.
+    assert!(!snk.may_resend(1) && !snk.may_resend(2));
     if snk.stalled(t0, Resend { id: 1, index: 0 }, 10) {
         ledger.damaged();
     }

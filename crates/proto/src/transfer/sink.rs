@@ -316,18 +316,24 @@ impl Sink {
     /// ([`FileLedger::damaged`]): the file would never be finished (an
     /// opener slower than the patience at a transfer's tail).
     pub fn stalled(&mut self, now: Instant, r: Resend, bytes: u64) -> bool {
-        let unanswered = self.awaiting.contains(&r.id)
-            || self
-                .wants
-                .iter()
-                .any(|w| matches!(w, Want::Send { id, .. } if *id == r.id));
-        if unanswered || !self.files.contains_key(&r.id) {
+        if !self.may_resend(r.id) {
             return false;
         }
         self.last_activity = now;
         self.report.resent_bytes = self.report.resent_bytes.saturating_add(bytes);
         self.transmits.push_back(Message::Resend(r));
         true
+    }
+
+    /// Whether a chunk of file `id` may be asked again: the file is in
+    /// flight and its `Send` answer has gone out, or is queued to.
+    pub fn may_resend(&self, id: u64) -> bool {
+        self.files.contains_key(&id)
+            && !self.awaiting.contains(&id)
+            && !self
+                .wants
+                .iter()
+                .any(|w| matches!(w, Want::Send { id: wanted, .. } if *wanted == id))
     }
 
     /// A file is finished: landed (`done.error` None; `bytes` its size),
