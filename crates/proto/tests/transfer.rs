@@ -1982,3 +1982,55 @@ fn attacker_a_chunk_asked_again_without_end_ends_the_transfer() {
     let error = error.to_string();
     assert!(error.contains("src/big"), "{error}");
 }
+
+/// The 100k-file first copy that hung (both ends waiting on the
+/// control connection): at the tail, with the walk done, the end game
+/// asked a chunk of a file whose open was answered but whose `Send`
+/// still waited for the rest of its message's opens (a loaded
+/// machine's openers, slower than the 200 ms patience). The ask
+/// reached the source before the `Wants`: the file was not planned,
+/// so the ask was dropped, and the seal (0 resends) never covered the
+/// one the sink's ledger waited for: the file was never finished.
+#[test]
+fn a_stalled_ask_waits_for_the_files_send_answer() {
+    let t0 = Instant::now();
+    let mut src = small_source(t0);
+    for id in [1, 2] {
+        src.add(file_entry(id), id, 1);
+    }
+    src.end_batch();
+    while src.poll_transmit().is_some() {}
+    let mut snk = sink_with(t0, 16, 2, vec![file_entry(1), file_entry(2)]);
+    assert_eq!(opens(&mut snk), vec![1, 2]);
+    let mut ledger = FileLedger::new(1, []);
+    snk.opened(t0, 1, send_all(1));
+    // File 1 is open at the sink; its Send waits for file 2's open.
+    assert!(!snk.may_resend(1) && !snk.may_resend(2));
+    if snk.stalled(t0, Resend { id: 1, index: 0 }, 10) {
+        ledger.damaged();
+    }
+    snk.opened(t0, 2, send_all(2));
+    while snk.poll_action().expect("no error").is_some() {}
+    while let Some(msg) = snk.poll_transmit() {
+        src.handle(t0, msg)
+            .expect("the sink's messages are welcome");
+    }
+    let planned: Vec<u64> = std::iter::from_fn(|| src.poll_action())
+        .filter_map(|a| match a {
+            SourceAction::Plan { id, .. } => Some(id),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(planned, [1, 2]);
+    // The first read of file 1 arrives whole; the source seals it with
+    // the resends it read (none).
+    assert!(ledger.verified(0, [7; 32]));
+    ledger.seal(0);
+    assert!(ledger.claim(), "file 1 waits for a seal that never comes");
+    // Once the Send is out, a stalled chunk is asked, after it.
+    assert!(snk.stalled(t0, Resend { id: 2, index: 0 }, 10));
+    assert!(matches!(
+        snk.poll_transmit(),
+        Some(Message::Resend(Resend { id: 2, index: 0 }))
+    ));
+}

@@ -309,11 +309,31 @@ impl Sink {
     }
 
     /// A chunk of `bytes` stuck on a stalled stream is asked again (the
-    /// end game, [`super::tail`]): not counted as damage.
-    pub fn stalled(&mut self, now: Instant, r: Resend, bytes: u64) {
+    /// end game, [`super::tail`]): not counted as damage. True if it was
+    /// asked: only of a file whose `Send` answer is on its way to the
+    /// source. Before that the source has not planned the file and drops
+    /// the ask, while the driver would wait for a seal covering it
+    /// ([`FileLedger::damaged`]): the file would never be finished (an
+    /// opener slower than the patience at a transfer's tail).
+    pub fn stalled(&mut self, now: Instant, r: Resend, bytes: u64) -> bool {
+        if !self.may_resend(r.id) {
+            return false;
+        }
         self.last_activity = now;
         self.report.resent_bytes = self.report.resent_bytes.saturating_add(bytes);
         self.transmits.push_back(Message::Resend(r));
+        true
+    }
+
+    /// Whether a chunk of file `id` may be asked again: the file is in
+    /// flight and its `Send` answer has gone out, or is queued to.
+    pub fn may_resend(&self, id: u64) -> bool {
+        self.files.contains_key(&id)
+            && !self.awaiting.contains(&id)
+            && !self
+                .wants
+                .iter()
+                .any(|w| matches!(w, Want::Send { id: wanted, .. } if *wanted == id))
     }
 
     /// A file is finished: landed (`done.error` None; `bytes` its size),

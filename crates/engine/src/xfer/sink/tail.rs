@@ -49,19 +49,25 @@ impl Tail {
             return;
         }
         let pipes = if walk_done { self.pipes() } else { 0 };
-        let pending = pending(files, pipes);
+        let mut pending = pending(files, pipes);
+        // A file still opening is no stall, and its chunk is not counted
+        // against the asks it may need later.
+        pending.retain(|&(id, _)| m.may_resend(id));
         // Even with nothing pending: the next gathering waits the patience.
-        for (id, index) in self.game.due(now, pending.iter().map(|p| (p.0, p.1))) {
+        for (id, index) in self.game.due(now, pending.iter().copied()) {
             let f = files.lock().expect("poisoned").get(&id).cloned();
             let Some(f) = f else { continue };
             let e = &f.entry;
             let len = chunk_at(id, e.size, e.chunk_size, index).len;
-            f.inner.lock().expect("poisoned").ledger.damaged();
-            tracing::info!(
-                "chunk {index} of {} is stuck on a stalled stream: asking for it again",
-                e.path
-            );
-            m.stalled(now, Resend { id, index }, u64::from(len));
+            // Booked before the ask leaves (the next poll_transmit), so
+            // that the seal answering it is waited for.
+            if m.stalled(now, Resend { id, index }, u64::from(len)) {
+                f.inner.lock().expect("poisoned").ledger.damaged();
+                tracing::info!(
+                    "chunk {index} of {} is stuck on a stalled stream: asking for it again",
+                    e.path
+                );
+            }
         }
     }
 
