@@ -19,7 +19,9 @@ trap 'rm -f "$skips"' EXIT
 export LONGHAUL_SKIP_LOG=$skips
 status=0
 started=$SECONDS
-junit=${CARGO_TARGET_DIR:-target}/nextest/default/junit.xml
+# nextest keeps its reports under the workspace's target/nextest whatever
+# CARGO_TARGET_DIR says (its `store.dir`).
+junit=target/nextest/default/junit.xml
 if cargo nextest --version >/dev/null 2>&1; then
   rm -f "$junit"
   cargo nextest run --workspace --cargo-profile ci --locked --no-fail-fast "$@" || status=$?
@@ -29,7 +31,7 @@ fi
 # The run's time, building and testing apart (the tests' from nextest's
 # report): a first run compiles every dependency too (docs/TESTING.md).
 took=$((SECONDS - started))
-tested=$(sed -n 's/.*<testsuites [^>]* time="\([0-9]*\)[.0-9]*".*/\1/p' "$junit" 2>/dev/null | head -n 1)
+tested=$({ sed -n 's/.*<testsuites [^>]* time="\([0-9]*\)[.0-9]*".*/\1/p' "$junit" 2>/dev/null || true; } | head -n 1)
 echo
 if [ -n "$tested" ]; then
   echo "took ${took}s: building $((took - tested))s, the tests ${tested}s (each test's time: $junit)"
