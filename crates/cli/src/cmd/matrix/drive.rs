@@ -851,11 +851,12 @@ impl<'a> Matrix<'a> {
         if self.s.verbose > 0 {
             eprintln!("  $ {}", shown_args(&argv));
         }
-        let env = self
+        let mut env = self
             .envs
             .get(&env_key(t, far_here.is_some()))
             .cloned()
             .unwrap_or_default();
+        env.extend(peers::env_of(j.args, &vars));
         if let Some(e) = self.before_clock(net, j, &vars, &env, far_dst.is_some(), &dst)? {
             let _ = std::fs::remove_dir_all(&dstdir);
             return Ok((failed_run(e), filled, None));

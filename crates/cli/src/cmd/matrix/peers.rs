@@ -282,6 +282,24 @@ fn check(t: &Tool) -> Result<(), String> {
             return bad("a sweep with 'streams' needs 'per_stream' (the arguments that set them)");
         }
     }
+    let sweep = t.sweep.iter().flat_map(|s| {
+        let axes = s.axes.iter().flatten().flatten();
+        s.base
+            .iter()
+            .chain(&s.per_stream)
+            .chain(&s.window)
+            .chain(axes)
+    });
+    let items = t.settings.iter().flat_map(|s| &s.args).chain(sweep);
+    if let Some(a) = items
+        .filter(|a| a.starts_with(ENV_ITEM))
+        .find(|a| env_item(a).is_none_or(|(k, _)| !env_name_ok(k)))
+    {
+        return bad(&format!(
+            "'{a}': an item that sets a variable is {ENV_ITEM}NAME=VALUE, NAME of letters, digits \
+             and '_' (not first a digit)"
+        ));
+    }
     Ok(())
 }
 
@@ -386,17 +404,49 @@ pub fn fill_all(args: &[String], vars: &BTreeMap<&str, String>) -> Vec<String> {
     args.iter().map(|a| fill(a, vars)).collect()
 }
 
-/// A template's argv filled in, `{args}` expanded to `args`.
+/// The start of a settings' or a sweep's item that sets a variable of the
+/// client's environment instead of giving it an argument: `env:NAME=VALUE`
+/// (a tool whose lever is a variable, as xrdcp's `XRD_CPCHUNKSIZE`).
+pub const ENV_ITEM: &str = "env:";
+
+/// An `env:NAME=VALUE` item's name and value; None for an argument.
+fn env_item(a: &str) -> Option<(&str, &str)> {
+    a.strip_prefix(ENV_ITEM)?.split_once('=')
+}
+
+/// Whether `name` may name a variable: letters, digits and `_`, not
+/// starting with a digit (what a shell's `NAME=VALUE` takes).
+fn env_name_ok(name: &str) -> bool {
+    !name.starts_with(|c: char| c.is_ascii_digit())
+        && !name.is_empty()
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+/// A template's argv filled in, `{args}` expanded to `args` but for their
+/// `env:` items (the variables [`env_of`] gives).
 pub fn argv(template: &[String], args: &[String], vars: &BTreeMap<&str, String>) -> Vec<String> {
     let mut out = Vec::new();
     for a in template {
         if a == "{args}" {
-            out.extend(args.iter().map(|x| fill(x, vars)));
+            out.extend(
+                args.iter()
+                    .filter(|x| env_item(x).is_none())
+                    .map(|x| fill(x, vars)),
+            );
         } else {
             out.push(fill(a, vars));
         }
     }
     out
+}
+
+/// The client's variables that `args`' `env:NAME=VALUE` items set, their
+/// values filled in; a later item of a name wins.
+pub fn env_of(args: &[String], vars: &BTreeMap<&str, String>) -> BTreeMap<String, String> {
+    args.iter()
+        .filter_map(|a| env_item(a))
+        .map(|(k, v)| (k.to_string(), fill(v, vars)))
+        .collect()
 }
 
 /// Reads a tool's own figure (bytes per second) from its standard output.
@@ -568,6 +618,54 @@ mod tests {
         assert!(sshd.starts_with("set -e\n") && sshd.contains("exec \"$sshd\" -D"));
         let tar = tools.iter().find(|t| t.name == "tar-socket").unwrap();
         assert!(tar.server.as_ref().unwrap().files["tar-serve.sh"].contains("refused path"));
+    }
+
+    /// xrdcp's long-path lever is two variables: a candidate's
+    /// `env:NAME=VALUE` items set the client's environment, filled in like
+    /// its arguments, and never reach its argv; a malformed one is refused
+    /// when the tools file is read.
+    #[test]
+    fn env_items_set_the_clients_variables_not_its_arguments() {
+        let tools = builtin();
+        let x = tools.iter().find(|t| t.name == "xrootd").unwrap();
+        let sat = crate::cmd::matrix::sweep::PathFacts {
+            rate_bps: 1_000_000_000,
+            rtt_s: 0.54,
+            socket_cap: 4 << 20,
+        };
+        let grid = crate::cmd::matrix::sweep::candidates(x.sweep.as_ref().unwrap(), &sat);
+        assert_eq!(grid.len(), 12);
+        let chunky = &grid[0];
+        assert_eq!(
+            chunky,
+            &[
+                "--streams",
+                "15",
+                "--parallel",
+                "4",
+                "env:XRD_CPCHUNKSIZE=16777216",
+                "env:XRD_CPPARALLELCHUNKS=8"
+            ]
+        );
+        let vars = BTreeMap::from([("host", "h".to_string()), ("window", "9".to_string())]);
+        let argv = argv(&x.put, chunky, &vars);
+        assert!(argv.iter().all(|a| !a.contains("XRD_")), "{argv:?}");
+        assert!(
+            argv.windows(2).any(|w| w == ["--streams", "15"]),
+            "{argv:?}"
+        );
+        let env = env_of(chunky, &vars);
+        assert_eq!(env["XRD_CPCHUNKSIZE"], "16777216");
+        assert_eq!(env["XRD_CPPARALLELCHUNKS"], "8");
+        let sized = ["env:WIN={window}".to_string(), "-x".to_string()];
+        assert_eq!(env_of(&sized, &vars)["WIN"], "9");
+        for bad in ["env:1X=3", "env:NOVALUE", "env:A-B=1", "env:=1"] {
+            let json = format!(
+                r#"[{{"name": "a", "kind": "files", "put": ["x", "{{args}}"], "settings": [{{"name": "d"}}], "sweep": {{"axes": [[[], ["{bad}"]]]}}}}]"#
+            );
+            let e = parse_tools(&json, false).unwrap_err();
+            assert!(e.contains("env:NAME=VALUE"), "{bad}: {e}");
+        }
     }
 
     #[test]
