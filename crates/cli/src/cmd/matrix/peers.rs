@@ -620,6 +620,34 @@ mod tests {
         assert!(tar.server.as_ref().unwrap().files["tar-serve.sh"].contains("refused path"));
     }
 
+    /// A built-in tool's sweep candidates on the satellite preset (1 Gbit/s,
+    /// 540 ms, 4 MiB socket buffers).
+    fn grid_on_satellite(t: &Tool) -> Vec<Vec<String>> {
+        let sat = super::super::sweep::PathFacts {
+            rate_bps: 1_000_000_000,
+            rtt_s: 0.54,
+            socket_cap: 4 << 20,
+        };
+        super::super::sweep::candidates(t.sweep.as_ref().expect("a sweep"), &sat)
+    }
+
+    /// GridFTP's grid on a long path: -fast alone, or pipelined with 4 or
+    /// 16 files at once (Globus's advice for many small files), each at
+    /// every stream count, with and without a window: 18 candidates.
+    #[test]
+    fn gridftps_grid_has_more_files_at_once_for_many_small_files() {
+        let tools = builtin();
+        let g = tools.iter().find(|t| t.name == "gridftp").unwrap();
+        let grid = grid_on_satellite(g);
+        assert_eq!(grid.len(), 18);
+        let cc16 = grid
+            .iter()
+            .filter(|c| c.ends_with(&["-fast", "-pp", "-cc", "16"].map(String::from)))
+            .count();
+        assert_eq!(cc16, 6);
+        assert!(g.sweep.as_ref().unwrap().why.contains("18 candidates"));
+    }
+
     /// xrdcp's long-path lever is two variables: a candidate's
     /// `env:NAME=VALUE` items set the client's environment, filled in like
     /// its arguments, and never reach its argv; a malformed one is refused
@@ -628,12 +656,7 @@ mod tests {
     fn env_items_set_the_clients_variables_not_its_arguments() {
         let tools = builtin();
         let x = tools.iter().find(|t| t.name == "xrootd").unwrap();
-        let sat = crate::cmd::matrix::sweep::PathFacts {
-            rate_bps: 1_000_000_000,
-            rtt_s: 0.54,
-            socket_cap: 4 << 20,
-        };
-        let grid = crate::cmd::matrix::sweep::candidates(x.sweep.as_ref().unwrap(), &sat);
+        let grid = grid_on_satellite(x);
         assert_eq!(grid.len(), 12);
         let chunky = &grid[0];
         assert_eq!(

@@ -348,8 +348,8 @@ fn a_relative_work_dir_is_made_absolute() {
 
 /// On a long path a workload that fits in one window (the satellite
 /// path's 2 MB tree: its BDP is 67.5 MB, a socket buffer 4 MiB) is swept
-/// without the window axis, every tool alike: GridFTP's 12 candidates are
-/// 6 (its streams and its -fast/-pp stay). The same tree on loopback (BDP
+/// without the window axis, every tool alike: GridFTP's 18 candidates are
+/// 9 (its streams and its -fast/-pp stay). The same tree on loopback (BDP
 /// 1.25 MB), an elephant, and memory to memory keep the whole grid.
 #[test]
 fn a_workload_that_fits_in_one_window_is_swept_without_the_window_axis() {
@@ -369,7 +369,7 @@ fn a_workload_that_fits_in_one_window_is_swept_without_the_window_axis() {
     };
     let tree = Some(2_100_000);
     let fit = count(tree, &sat);
-    assert_eq!(fit.len(), 6);
+    assert_eq!(fit.len(), 9);
     assert!(
         fit.iter().all(|c| !c.iter().any(|a| a == "-tcp-bs")),
         "{fit:?}"
@@ -379,9 +379,9 @@ fn a_workload_that_fits_in_one_window_is_swept_without_the_window_axis() {
         fit.iter().any(|c| c.windows(2).any(|w| w == ["-p", "17"])),
         "{fit:?}"
     );
-    assert_eq!(count(Some(64 << 20), &sat).len(), 12);
-    assert_eq!(count(None, &sat).len(), 12);
-    assert_eq!(count(tree, &lo).len(), 8);
+    assert_eq!(count(Some(64 << 20), &sat).len(), 18);
+    assert_eq!(count(None, &sat).len(), 18);
+    assert_eq!(count(tree, &lo).len(), 12);
 }
 
 /// The arguments a run is shown and kept with say the path's facts but
