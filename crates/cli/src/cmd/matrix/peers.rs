@@ -648,6 +648,20 @@ mod tests {
         assert!(g.sweep.as_ref().unwrap().why.contains("18 candidates"));
     }
 
+    /// iperf3's grid tries its zero-copy sender (-Z) at every stream count
+    /// and window; iperf 2's -Z is a congestion control, not in its grid.
+    #[test]
+    fn iperf3s_grid_tries_zero_copy_and_iperf2s_does_not() {
+        let tools = builtin();
+        let by = |n: &str| tools.iter().find(|t| t.name == n).unwrap();
+        let grid = grid_on_satellite(by("iperf3"));
+        assert_eq!(grid.len(), 12);
+        let z = grid.iter().filter(|c| c.last().is_some_and(|a| a == "-Z"));
+        assert_eq!(z.count(), 6);
+        let two = grid_on_satellite(by("iperf2"));
+        assert!(two.iter().flatten().all(|a| a != "-Z"), "{two:?}");
+    }
+
     /// xrdcp's long-path lever is two variables: a candidate's
     /// `env:NAME=VALUE` items set the client's environment, filled in like
     /// its arguments, and never reach its argv; a malformed one is refused
