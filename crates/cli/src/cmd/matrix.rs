@@ -161,6 +161,7 @@ pub fn matrix(a: MatrixArgs, archive_args: &ArchiveArgs, verbose: u8) -> Outcome
     }
 
     let (work, _tmp) = work_dir(&a)?;
+    versions(&chosen, &bin, &mut rows);
     let stop = interrupt_flag();
     let mut doc = Doc {
         format: "longhaul-matrix".into(),
@@ -247,8 +248,19 @@ fn tool_rows(chosen: &[(Tool, Vec<String>)]) -> Vec<ToolRow> {
             settings: s.clone(),
             installed: peers::missing(t).is_none(),
             note: peers::missing(t),
+            version: None,
         })
         .collect()
+}
+
+/// Each installed tool's version, asked once, before any clock.
+fn versions(chosen: &[(Tool, Vec<String>)], bin: &Path, rows: &mut [ToolRow]) {
+    for ((t, _), row) in chosen.iter().zip(rows.iter_mut()) {
+        if row.installed {
+            let bin = t.bin.clone().unwrap_or_else(|| bin.display().to_string());
+            row.version = peers::tool_version(t, &bin);
+        }
+    }
 }
 
 /// `--work-dir`, or a temporary directory removed when its guard drops.

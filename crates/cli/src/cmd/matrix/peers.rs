@@ -118,6 +118,24 @@ pub struct EnvFrom {
     pub argv: Vec<String>,
 }
 
+/// How a tool's version is asked: one command, or one per program of a
+/// tool of several (tar and socat), each an argv (`{bin}` filled in).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum Version {
+    One(Vec<String>),
+    Many(Vec<Vec<String>>),
+}
+
+impl Version {
+    pub fn commands(&self) -> Vec<&[String]> {
+        match self {
+            Version::One(a) => vec![a.as_slice()],
+            Version::Many(v) => v.iter().map(Vec::as_slice).collect(),
+        }
+    }
+}
+
 /// One tool.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Tool {
@@ -171,6 +189,10 @@ pub struct Tool {
     /// through a socket) are kept to loopback and the emulator's namespaces.
     #[serde(default)]
     pub far: bool,
+    /// The command(s) that print its version, run once per matrix outside
+    /// any clock; the document's tool row keeps what they said.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<Version>,
 }
 
 /// The settings `best`: the sweep's winner on each path and workload.
@@ -270,6 +292,13 @@ fn check(t: &Tool) -> Result<(), String> {
             "the 'argv' of its client variable {} names no program",
             e.var
         ));
+    }
+    if t.version.as_ref().is_some_and(|v| {
+        v.commands()
+            .iter()
+            .any(|a| a.first().is_none_or(|p| p.is_empty()))
+    }) {
+        return bad("a 'version' command names no program");
     }
     if t.sweep.is_some() && t.fixed(BEST).is_some() {
         return bad("both a sweep and a fixed 'best': 'best' is the sweep's winner");
@@ -388,6 +417,59 @@ pub fn missing(t: &Tool) -> Option<String> {
             t.package
         )
     })
+}
+
+/// The most of a version's words the document keeps.
+const VERSION_CHARS: usize = 200;
+
+/// What a version command said that names the version: its first line
+/// holding a digit (socat's first names its authors), with a `commit:`
+/// line (longhaul's) after it; standard output first, else standard error
+/// (ssh -V, iperf -v and xrdcp --version write there).
+pub fn version_line(stdout: &str, stderr: &str) -> Option<String> {
+    let pick = |text: &str| {
+        let mut lines = text.lines().map(str::trim);
+        let first = lines.find(|l| l.contains(|c: char| c.is_ascii_digit()))?;
+        Some(match lines.find(|l| l.starts_with("commit:")) {
+            Some(commit) => format!("{first}, {commit}"),
+            None => first.to_string(),
+        })
+    };
+    pick(stdout).or_else(|| pick(stderr))
+}
+
+/// A tool's version as its commands say it (`{bin}` is `bin`), within 10 s
+/// each, whatever their exit status (globus-url-copy -version exits 1);
+/// escaped (a program's words, shown on a terminal and in Markdown) and at
+/// most [`VERSION_CHARS`] characters. None: no `version`, or none answered.
+pub fn tool_version(t: &Tool, bin: &str) -> Option<String> {
+    let vars = BTreeMap::from([("bin", bin.to_string())]);
+    let said: Vec<String> = t
+        .version
+        .as_ref()?
+        .commands()
+        .into_iter()
+        .filter_map(|argv| {
+            let argv = fill_all(argv, &vars);
+            let mut c = std::process::Command::new(argv.first()?);
+            c.args(&argv[1..]);
+            let ran = longhaul_engine::process::output_within(
+                longhaul_engine::process::own(&mut c),
+                None,
+                Some(std::time::Duration::from_secs(10)),
+            )
+            .ok()?;
+            let longhaul_engine::process::Within::Ended { output, .. } = ran else {
+                return None;
+            };
+            version_line(
+                &String::from_utf8_lossy(&output.stdout),
+                &String::from_utf8_lossy(&output.stderr),
+            )
+        })
+        .collect();
+    let text = longhaul_proto::units::escaped(&said.join("; ")).to_string();
+    (!text.is_empty()).then(|| text.chars().take(VERSION_CHARS).collect())
 }
 
 /// `s` with every known `{key}` replaced.
@@ -838,6 +920,53 @@ mod tests {
         assert_eq!(error_text("one\ntwo\nthree\n"), "two | three");
         assert!(error_text(&"error \u{1b}[2J".repeat(100)).len() <= 300);
         assert!(!error_text("error \u{1b}[2J").contains('\u{1b}'));
+    }
+
+    /// Each built-in tool says how its version is asked; the line kept is
+    /// the one that names it, from outputs of the real tools.
+    #[test]
+    fn a_tools_version_is_the_line_that_names_it() {
+        for t in builtin() {
+            assert!(t.version.is_some(), "{}: no version command", t.name);
+        }
+        let socat = "socat by Gerhard Rieger and contributors - see www.dest-unreach.org\n\
+                     socat version 1.7.4.4 on 06 Nov 2022 08:15:51\n   running on Linux 6.1\n";
+        assert_eq!(
+            version_line(socat, "").as_deref(),
+            Some("socat version 1.7.4.4 on 06 Nov 2022 08:15:51")
+        );
+        let lh = "longhaul 0.1.0\ncommit: 5381ac1eeee0\nfeatures: dashboard\n";
+        assert_eq!(
+            version_line(lh, "").as_deref(),
+            Some("longhaul 0.1.0, commit: 5381ac1eeee0")
+        );
+        let ssh = "OpenSSH_9.2p1 Debian-2+deb12u10, OpenSSL 3.0.19 27 Jan 2026\n";
+        assert_eq!(version_line("", ssh).as_deref(), Some(ssh.trim()));
+        assert_eq!(version_line("no digits here", "nor here"), None);
+    }
+
+    /// The attacker: a tool (a `--tools-file`'s, or a program planted on
+    /// PATH) whose version command prints terminal controls. What the
+    /// document keeps is escaped: no control character reaches a terminal
+    /// or a Markdown page, and it is bounded.
+    #[test]
+    fn a_hostile_version_is_kept_escaped_and_bounded() {
+        let json = r#"[{"name": "evil", "kind": "mem", "put": ["true"],
+            "settings": [{"name": "d"}],
+            "version": [["sh", "-c", "printf 'evil 1.0 \\033]0;pwned\\007\\033[2J\\r\\n' >&2"],
+                        ["sh", "-c", "yes 'x 2' | tr -d '\\n' | head -c 100000; echo"],
+                        ["/nonexistent/program", "-V"]]
+        }]"#;
+        let t = &parse_tools(json, false).unwrap()[0];
+        let v = tool_version(t, "longhaul").expect("a version");
+        assert!(v.starts_with("evil 1.0 "), "{v}");
+        assert!(!v.chars().any(char::is_control), "{v:?}");
+        assert!(v.contains("\\x1b") || v.contains("\\u{1b}"), "{v:?}");
+        assert!(v.chars().count() <= VERSION_CHARS, "{}", v.len());
+        let none = r#"[{"name": "n", "kind": "mem", "put": ["true"], "settings": [{"name": "d"}], "version": []}]"#;
+        assert!(parse_tools(none, false)
+            .unwrap_err()
+            .contains("'version' command names no program"));
     }
 
     /// The tar-socket handler as a client on its socket would reach it.

@@ -465,6 +465,9 @@ fn tail(doc: &Doc, md: bool) {
             t.note.as_deref().unwrap_or("not installed")
         );
     }
+    if let Some(l) = versions_line(doc, md) {
+        outln!("{bullet}{l}");
+    }
     let mb = |v: f64| format!("{:.0} MB/s", v / 1e6);
     if let Some(l) = super::limits_line(&doc.limits, mb) {
         outln!("{bullet}{l}");
@@ -491,6 +494,27 @@ fn tail(doc: &Doc, md: bool) {
             }
         );
     }
+}
+
+/// `versions: TOOL: WHAT IT SAID; ...`, each as its version command said
+/// it (kept escaped; in Markdown its own characters escaped too); None
+/// when no tool said one.
+fn versions_line(doc: &Doc, md: bool) -> Option<String> {
+    let said: Vec<String> = doc
+        .tools
+        .iter()
+        .filter_map(|t| {
+            let v = t.version.as_deref()?;
+            let line = format!("{}: {v}", t.name);
+            Some(if md { md_cell(&line) } else { line })
+        })
+        .collect();
+    (!said.is_empty()).then(|| {
+        format!(
+            "versions (each tool's programs on this host): {}",
+            said.join("; ")
+        )
+    })
 }
 
 fn print_csv(doc: &Doc) {
@@ -570,6 +594,7 @@ mod tests {
             settings: vec!["defaults".into(), "best".into()],
             installed: true,
             note: None,
+            version: None,
         };
         Doc {
             format: "longhaul-matrix".into(),
@@ -629,6 +654,28 @@ mod tests {
             terminal[1].starts_with(r#"evil|tool, "x" (a|b\nc)"#),
             "{terminal:#?}"
         );
+    }
+
+    /// Each tool's version, as it said it, in the notes: in Markdown its
+    /// pipes, backticks and `<` escaped (no table cell ended, no code span
+    /// or HTML made); a tool that said none is left out.
+    #[test]
+    fn the_notes_say_each_tools_version_escaped_per_format() {
+        let mut d = doc(vec![], vec![]);
+        d.tools[0].version = Some("iperf 3.12 (cJSON 1.7.15)".into());
+        d.tools[1].version = Some("nuttcp-6.1.2 |`<b>`".into());
+        let md = versions_line(&d, true).unwrap();
+        assert_eq!(
+            md,
+            "versions (each tool's programs on this host): iperf3: iperf 3.12 (cJSON 1.7.15); \
+             nuttcp: nuttcp-6.1.2 \\|\\`\\<b>\\`"
+        );
+        let term = versions_line(&d, false).unwrap();
+        assert!(term.ends_with("nuttcp: nuttcp-6.1.2 |`<b>`"), "{term}");
+        d.tools[1].version = None;
+        assert!(!versions_line(&d, false).unwrap().contains("nuttcp"));
+        d.tools[0].version = None;
+        assert_eq!(versions_line(&d, false), None);
     }
 
     /// CSV records as RFC 4180 reads them (quoted fields, doubled quotes,
