@@ -358,7 +358,9 @@ fn settings_lines(doc: &Doc, w: &str, verbose: u8) -> Vec<String> {
                     .collect::<Vec<_>>()
                     .join("; ")
             };
-            out.push(format!("{} ({s}) ran with {text}", t.name));
+            // Sweeps run puts; a get cell runs with the put's winner.
+            let by_puts = if s == "best" { " (swept by puts)" } else { "" };
+            out.push(format!("{} ({s}) ran with {text}{by_puts}", t.name));
             if verbose > 0 && s == "best" {
                 out.extend(sweep_lines(doc, &t.name, w));
             }
@@ -720,7 +722,8 @@ mod tests {
     }
 
     /// 41.B9: what `defaults` and `best` ran with is said under the table,
-    /// `best`'s with its sweep; a `best` slower than `defaults` is said.
+    /// `best`'s with its sweep, which ran puts (its gets take the put's
+    /// winner); a `best` slower than `defaults` is said.
     #[test]
     fn the_table_says_what_defaults_and_best_ran_with_and_a_best_below_defaults() {
         let swept = |tool: &str, winner: &[&str]| Swept {
@@ -744,9 +747,9 @@ mod tests {
         let l = settings_lines(&d, "mem", 0);
         let want = [
             "(defaults) ran with no options beyond the template's (the tool as installed): iperf3",
-            "iperf3 (best) ran with loopback: -P 4, of 6 swept, one run each",
+            "iperf3 (best) ran with loopback: -P 4, of 6 swept, one run each (swept by puts)",
             "nuttcp (defaults) ran with -l 1M",
-            "nuttcp (best) ran with loopback: -N 1, of 6 swept, one run each",
+            "nuttcp (best) ran with loopback: -N 1, of 6 swept, one run each (swept by puts)",
             "nuttcp (best) came out below its defaults on loopback put: 1500 (1000-2000) against \
              3000 MB/s (its sweep's rounds were puts; -v lists them)",
         ];
@@ -765,7 +768,7 @@ mod tests {
         let l = settings_lines(&d, "mem", 0);
         assert_eq!(
             l,
-            ["iperf3 (best) ran with loopback: -P 4, of 6 swept, one run each"],
+            ["iperf3 (best) ran with loopback: -P 4, of 6 swept, one run each (swept by puts)"],
             "{l:#?}"
         );
     }
