@@ -66,6 +66,18 @@ fn cpu_per_gb(c: &Cell) -> Option<f64> {
     (bytes > 0.0 && cpu > 0.0).then(|| cpu / (bytes / 1e9))
 }
 
+/// Whether two cells' spreads (slowest to fastest run) overlap: a ratio
+/// of their medians is then within the noise, whatever it says.
+fn overlap(a: &Cell, b: &Cell) -> bool {
+    match (&a.rate, &b.rate) {
+        (Some(a), Some(b)) => {
+            a.min_bytes_per_second <= b.max_bytes_per_second
+                && b.min_bytes_per_second <= a.max_bytes_per_second
+        }
+        _ => false,
+    }
+}
+
 /// `a / b`, where both are figures and `b` is above zero: a ratio to a zero
 /// (a limit or a peer that measured nothing) is not a number to print.
 fn ratio(a: f64, b: f64) -> Option<f64> {
@@ -146,6 +158,9 @@ pub(crate) fn lines(doc: &Doc, workload: &str) -> Vec<String> {
                     Some(r) => format!("{r:.2}x the rate of {}", named(peer)),
                     None => format!("the rate of {} n/a (not a figure)", named(peer)),
                 };
+                if overlap(lh, peer) {
+                    s.push_str(" (spreads overlap: not a finding)");
+                }
                 match (cpu_per_gb(lh), cpu_per_gb(peer)) {
                     (Some(a), Some(b)) => match ratio(a, b) {
                         Some(r) => s.push_str(&format!(", {r:.2}x its CPU per byte")),
@@ -297,6 +312,53 @@ mod tests {
         assert_eq!(ratio(f64::INFINITY, 1.0), None);
         assert_eq!(ratio(f64::NAN, 1.0), None);
         assert_eq!(ratio(3.0, 2.0), Some(1.5));
+    }
+
+    /// Medians 1.10x apart whose runs overlap are no finding, and the line
+    /// says so; spreads apart are a finding, said as before.
+    #[test]
+    fn a_ratio_of_cells_whose_spreads_overlap_says_it_is_not_a_finding() {
+        let d = doc(vec![
+            cell(
+                "longhaul-perf",
+                "loopback",
+                &[Some(9.0), Some(11.0), Some(14.0)],
+                3,
+            ),
+            cell(
+                "iperf3",
+                "loopback",
+                &[Some(8.0), Some(10.0), Some(12.0)],
+                3,
+            ),
+        ]);
+        let l = lines(&d, "mem");
+        assert!(
+            l[0].contains("1.10x the rate of iperf3 (best) (spreads overlap: not a finding)"),
+            "{}",
+            l[0]
+        );
+        let d = doc(vec![
+            cell(
+                "longhaul-perf",
+                "loopback",
+                &[Some(20.0), Some(21.0), Some(22.0)],
+                3,
+            ),
+            cell(
+                "iperf3",
+                "loopback",
+                &[Some(8.0), Some(10.0), Some(12.0)],
+                3,
+            ),
+        ]);
+        let l = lines(&d, "mem");
+        assert!(
+            l[0].contains("2.10x the rate of iperf3 (best),"),
+            "{}",
+            l[0]
+        );
+        assert!(!l[0].contains("overlap"), "{}", l[0]);
     }
 
     #[test]
