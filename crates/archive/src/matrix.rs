@@ -499,6 +499,15 @@ pub struct Load {
     pub end: String,
 }
 
+/// A piece a document was merged from (`--merge FILE`): its file's name
+/// and its load average as it ran.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Piece {
+    pub file: String,
+    pub load: Load,
+}
+
 /// What the matrix was asked to run.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
@@ -532,6 +541,10 @@ pub struct Document {
     pub sweeps: Vec<Swept>,
     pub limits: Limits,
     pub load: Load,
+    /// The pieces it was merged from (`--merge`), whose cells (and so its
+    /// limits and loads) they measured; empty for a matrix run whole.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub merged: Vec<Piece>,
     /// Stopped before every cell ran (Ctrl-C).
     pub interrupted: bool,
 }

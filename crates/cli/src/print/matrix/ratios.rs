@@ -248,6 +248,7 @@ mod tests {
             sweeps: vec![],
             limits: Limits::default(),
             load: Load::default(),
+            merged: vec![],
             interrupted: false,
         };
         d.finish_limits();

@@ -471,7 +471,7 @@ fn tail(doc: &Doc, md: bool) {
         outln!("{bullet}{l}");
     }
     let mb = |v: f64| format!("{:.0} MB/s", v / 1e6);
-    if let Some(l) = super::limits_line(&doc.limits, mb) {
+    if let Some(l) = super::limits_line(doc, mb) {
         outln!("{bullet}{l}");
     }
     for l in doc
@@ -485,17 +485,41 @@ fn tail(doc: &Doc, md: bool) {
     if doc.params.cold {
         outln!("{bullet}cold: the page cache was dropped before every timed run (--cold)");
     }
-    if !doc.load.start.is_empty() {
-        outln!(
-            "{bullet}load average (1, 5, 15 min): {} at the start, {} at the end",
-            doc.load.start,
-            if doc.load.end.is_empty() {
-                "?"
-            } else {
-                &doc.load.end
-            }
-        );
+    for l in load_lines(doc) {
+        outln!("{bullet}{l}");
     }
+}
+
+/// The load average as the matrix ran: of each merged piece (whose cells
+/// these are), then of this run.
+fn load_lines(doc: &Doc) -> Vec<String> {
+    let span = |l: &longhaul_archive::matrix::Load| {
+        let end = if l.end.is_empty() { "?" } else { &l.end };
+        format!("{} at the start, {end} at the end", l.start)
+    };
+    let mut out: Vec<String> = doc
+        .merged
+        .iter()
+        .map(|p| {
+            format!(
+                "load average (1, 5, 15 min) of the merged piece {}: {}",
+                p.file,
+                span(&p.load)
+            )
+        })
+        .collect();
+    if !doc.load.start.is_empty() {
+        let whose = if doc.merged.is_empty() {
+            ""
+        } else {
+            " of this run (the merge)"
+        };
+        out.push(format!(
+            "load average (1, 5, 15 min){whose}: {}",
+            span(&doc.load)
+        ));
+    }
+    out
 }
 
 /// `versions: TOOL: WHAT IT SAID; ...`, each as its version command said
@@ -619,6 +643,7 @@ mod tests {
             sweeps,
             limits: Limits::default(),
             load: Load::default(),
+            merged: vec![],
             interrupted: false,
         }
     }
@@ -678,6 +703,53 @@ mod tests {
         assert!(!versions_line(&d, false).unwrap().contains("nuttcp"));
         d.tools[0].version = None;
         assert_eq!(versions_line(&d, false), None);
+    }
+
+    /// A merged document's limits and loads are its pieces': said so, each
+    /// piece's load, and the memory-to-memory limit with its runs' length.
+    #[test]
+    fn a_merged_documents_limits_and_loads_are_said_to_be_its_pieces() {
+        use longhaul_archive::matrix::Piece;
+        let mut d = doc(vec![cell("iperf3", "best", &[], &[1e9, 1e9, 1e9])], vec![]);
+        d.load = Load {
+            start: "0.10 0.20 0.30".into(),
+            end: "0.40 0.50 0.60".into(),
+        };
+        d.finish_limits();
+        let mb = |v: f64| format!("{:.0} MB/s", v / 1e6);
+        let whole = super::super::limits_line(&d, mb).unwrap();
+        assert_eq!(
+            whole,
+            "limits in the same run: memory to memory on loopback 1000 MB/s (runs of 1 s, --seconds)"
+        );
+        assert_eq!(
+            load_lines(&d),
+            ["load average (1, 5, 15 min): 0.10 0.20 0.30 at the start, 0.40 0.50 0.60 at the end"]
+        );
+        d.merged = ["a.json", "b.json"]
+            .iter()
+            .enumerate()
+            .map(|(i, f)| Piece {
+                file: f.to_string(),
+                load: Load {
+                    start: format!("{i}.00 1 1"),
+                    end: String::new(),
+                },
+            })
+            .collect();
+        let merged = super::super::limits_line(&d, mb).unwrap();
+        assert!(
+            merged.starts_with("limits measured by the merged pieces: memory to memory"),
+            "{merged}"
+        );
+        assert_eq!(
+            load_lines(&d),
+            [
+                "load average (1, 5, 15 min) of the merged piece a.json: 0.00 1 1 at the start, ? at the end",
+                "load average (1, 5, 15 min) of the merged piece b.json: 1.00 1 1 at the start, ? at the end",
+                "load average (1, 5, 15 min) of this run (the merge): 0.10 0.20 0.30 at the start, 0.40 0.50 0.60 at the end",
+            ]
+        );
     }
 
     /// CSV records as RFC 4180 reads them (quoted fields, doubled quotes,
