@@ -178,6 +178,7 @@ fn workload(doc: &Doc, w: &str, md: bool, bullet: &str, verbose: u8) {
     let notes = settings_lines(doc, w, verbose)
         .into_iter()
         .chain(not_kept_lines(doc, w))
+        .chain(start_up_lines(doc, w))
         .collect::<Vec<_>>();
     for l in &notes {
         outln!("{bullet}{l}");
@@ -430,6 +431,51 @@ fn sweep_lines(doc: &Doc, tool: &str, w: &str) -> Vec<String> {
                 sw.path,
                 shown_args(&c.args),
                 if won { " (best)" } else { "" }
+            ));
+        }
+    }
+    out
+}
+
+/// A run on a long path this short measures TCP's start-up, not the
+/// path: memory to memory for fewer than this many round trips...
+const START_UP_ROUND_TRIPS: f64 = 20.0;
+
+/// Where a workload's figures on a path measure start-up (said, not
+/// changed): memory-to-memory runs shorter than [`START_UP_ROUND_TRIPS`]
+/// round trips of the path, an elephant smaller than its bandwidth-delay
+/// product (its rate times its round trip).
+fn start_up_lines(doc: &Doc, w: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let data = w.split('+').next().unwrap_or(w);
+    for p in doc.paths.iter().filter(|p| p.rtt_ms > 0.0) {
+        if !doc
+            .cells
+            .iter()
+            .any(|c| c.path == p.name && c.workload == w)
+        {
+            continue;
+        }
+        let rtt = p.rtt_ms / 1e3;
+        let trips = doc.params.mem_seconds / rtt;
+        if data == "mem" && trips < START_UP_ROUND_TRIPS {
+            out.push(format!(
+                "{}: {} s is {trips:.0} round trips of this path ({} ms): start-up dominates its \
+                 memory-to-memory figures (--seconds)",
+                p.name, doc.params.mem_seconds, p.rtt_ms
+            ));
+        }
+        let given = doc.params.given.iter().any(|g| g == data);
+        let bdp = p.rate_bps.map(|r| r as f64 / 8.0 * rtt);
+        if let Some(bdp) =
+            bdp.filter(|b| data == "elephant" && !given && (doc.params.elephant_bytes as f64) < *b)
+        {
+            out.push(format!(
+                "{}: the elephant ({}) is smaller than this path's bandwidth-delay product ({}, \
+                 its rate times its round trip): start-up dominates (--size)",
+                p.name,
+                longhaul_proto::units::format_bytes(doc.params.elephant_bytes),
+                longhaul_proto::units::format_bytes(bdp as u64)
             ));
         }
     }
@@ -750,6 +796,65 @@ mod tests {
                 "load average (1, 5, 15 min) of this run (the merge): 0.10 0.20 0.30 at the start, 0.40 0.50 0.60 at the end",
             ]
         );
+    }
+
+    /// A memory-to-memory run of fewer than 20 round trips, or an elephant
+    /// smaller than the path's bandwidth-delay product, measures start-up:
+    /// said under the workload, on that path only.
+    #[test]
+    fn figures_that_measure_start_up_or_the_senders_count_are_said() {
+        let path = |name: &str, rtt_ms: f64, rate_bps: Option<u64>| PathSpec {
+            name: name.into(),
+            rtt_ms,
+            rate_bps,
+            ..PathSpec::default()
+        };
+        let on = |c: Cell, p: &str, w: &str| {
+            let mut c = c;
+            c.cell.path = p.into();
+            c.cell.workload = w.into();
+            c
+        };
+        let mut cells = Vec::new();
+        for p in ["loopback", "80ms", "satellite"] {
+            for w in ["mem", "elephant"] {
+                cells.push(on(cell("iperf2", "best", &[], &[1e9]), p, w));
+            }
+        }
+        let mut d = doc(cells, vec![]);
+        d.paths = vec![
+            path("loopback", 0.0, None),
+            path("80ms", 80.0, Some(1_000_000_000)),
+            path("satellite", 540.0, Some(1_000_000_000)),
+        ];
+        d.params.mem_seconds = 10.0;
+        d.params.elephant_bytes = 64 << 20;
+        let mem = start_up_lines(&d, "mem");
+        assert_eq!(
+            mem,
+            [
+                "satellite: 10 s is 19 round trips of this path (540 ms): start-up dominates its \
+              memory-to-memory figures (--seconds)"
+            ],
+            "{mem:#?}"
+        );
+        let el = start_up_lines(&d, "elephant");
+        assert_eq!(el.len(), 1, "{el:#?}");
+        assert!(
+            el[0].starts_with(
+                "satellite: the elephant (64.0 MiB) is smaller than this path's \
+                 bandwidth-delay product (64.4 MiB"
+            ),
+            "{el:#?}"
+        );
+        d.params.mem_seconds = 30.0;
+        d.params.elephant_bytes = 1 << 30;
+        assert!(start_up_lines(&d, "mem").is_empty());
+        assert!(start_up_lines(&d, "elephant").is_empty());
+        assert_eq!(sender_count_lines(&d, "mem").len(), 1);
+        d.cells
+            .retain(|c| c.tool != "iperf2" || c.direction != "put");
+        assert!(sender_count_lines(&d, "mem").is_empty());
     }
 
     /// CSV records as RFC 4180 reads them (quoted fields, doubled quotes,
