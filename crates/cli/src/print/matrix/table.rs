@@ -179,6 +179,7 @@ fn workload(doc: &Doc, w: &str, md: bool, bullet: &str, verbose: u8) {
         .into_iter()
         .chain(not_kept_lines(doc, w))
         .chain(start_up_lines(doc, w))
+        .chain(sender_count_lines(doc, w))
         .collect::<Vec<_>>();
     for l in &notes {
         outln!("{bullet}{l}");
@@ -480,6 +481,24 @@ fn start_up_lines(doc: &Doc, w: &str) -> Vec<String> {
         }
     }
     out
+}
+
+/// iperf2's put figure is its client's report: the bytes the sender wrote,
+/// not those the receiver read (its server's report, which the matrix
+/// does not read).
+fn sender_count_lines(doc: &Doc, w: &str) -> Vec<String> {
+    let put = doc
+        .cells
+        .iter()
+        .any(|c| c.tool == "iperf2" && c.workload == w && c.direction == "put");
+    if !put {
+        return Vec::new();
+    }
+    vec![
+        "iperf2's put figure is the sender's count (the bytes its client wrote, as its client \
+         reports them; the other tools' are the receiver's)"
+            .to_string(),
+    ]
 }
 
 /// `*`: what a tool did not keep of the tree (and does not claim to).
@@ -800,7 +819,8 @@ mod tests {
 
     /// A memory-to-memory run of fewer than 20 round trips, or an elephant
     /// smaller than the path's bandwidth-delay product, measures start-up:
-    /// said under the workload, on that path only.
+    /// said under the workload, on that path only; iperf2's put figure is
+    /// said to be the sender's count.
     #[test]
     fn figures_that_measure_start_up_or_the_senders_count_are_said() {
         let path = |name: &str, rtt_ms: f64, rate_bps: Option<u64>| PathSpec {
