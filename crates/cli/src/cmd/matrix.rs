@@ -139,14 +139,10 @@ pub fn matrix(a: MatrixArgs, archive_args: &ArchiveArgs, verbose: u8) -> Outcome
     if !a.directions.is_empty() {
         plan.retain(|c| a.directions.contains(&c.direction));
     }
-    let Kept {
-        done,
-        sweeps: kept_sweeps,
-        pieces,
-    } = kept(&a, &params)?;
+    let earlier = kept(&a, &params)?;
     let todo: Vec<&Cell> = plan
         .iter()
-        .filter(|c| !done.contains_key(&c.key()) && !c.not_run())
+        .filter(|c| !earlier.done.contains_key(&c.key()) && !c.not_run())
         .collect();
     announce(
         &plan,
@@ -174,13 +170,13 @@ pub fn matrix(a: MatrixArgs, archive_args: &ArchiveArgs, verbose: u8) -> Outcome
         tools: rows,
         paths: paths.clone(),
         cells: plan,
-        sweeps: kept_sweeps,
+        sweeps: earlier.sweeps,
         limits: Limits::default(),
         load: Load {
             start: loadavg(),
             end: String::new(),
         },
-        merged: pieces,
+        merged: earlier.pieces,
         interrupted: false,
     };
     if quick {
@@ -201,7 +197,7 @@ pub fn matrix(a: MatrixArgs, archive_args: &ArchiveArgs, verbose: u8) -> Outcome
         },
         &paths,
         &mut doc,
-        &done,
+        &earlier.done,
     );
     doc.interrupted = stop.load(Ordering::SeqCst);
     doc.load.end = loadavg();

@@ -340,6 +340,56 @@ fn a_peers_best_is_its_sweeps_winner_and_quick_remembers_it() {
     }
 }
 
+/// A planted tool whose lever is a variable: a put fails unless the
+/// variable is set and the item that sets it is no argument.
+const LEVER: &str = r#"[{
+  "name": "lever", "kind": "files", "local": true,
+  "keeps": {"empty_dirs": true, "symlinks": true, "modes": true},
+  "put": ["sh", "-c", "[ \"$LH_LEVER\" = on ] || { echo \"LH_LEVER unset\" >&2; exit 1; }; [ \"$2\" = lever ] && [ $# = 2 ] || { echo \"arguments: $*\" >&2; exit 1; }; cp -a \"$0\" \"$1\"/", "{src}", "{dstdir}", "{args}"],
+  "settings": [{"name": "defaults", "args": ["env:LH_LEVER=on", "lever"]}],
+  "sweep": {"why": "planted by the test", "axes": [[["lever"], ["env:LH_LEVER=on", "lever"]]]}
+}]"#;
+
+/// A candidate's `env:NAME=VALUE` item reaches its client's environment,
+/// never its arguments (xrdcp's chunks are set so): the candidate without
+/// it fails, the one with it wins, and the cells run with it, verified.
+#[test]
+fn a_candidates_env_item_sets_its_clients_variable() {
+    let t = TempDir::new("matrix-env");
+    let tools = t.path().join("tools.json");
+    std::fs::write(&tools, LEVER).unwrap();
+    let o = common::bin()
+        .args(["--no-archive", "matrix", "--json", "--tools", "lever"])
+        .arg("--tools-file")
+        .arg(&tools)
+        .args(["--paths", "loopback", "--workloads", "elephant"])
+        .args(["--size", "64K", "--runs", "1", "--sweep-rounds", "1"])
+        .args(["--directions", "put", "--work-dir"])
+        .arg(t.path().join("work"))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{stderr}");
+    let doc: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let sweep = &doc["sweeps"][0];
+    let want = serde_json::json!(["env:LH_LEVER=on", "lever"]);
+    assert_eq!(sweep["winner"], want, "{sweep}");
+    let plain = sweep["candidates"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["args"] == serde_json::json!(["lever"]))
+        .unwrap();
+    assert!(
+        plain["error"].as_str().unwrap().contains("LH_LEVER unset"),
+        "{plain}"
+    );
+    for c in doc["cells"].as_array().unwrap() {
+        assert_eq!(c["args"], want, "{c}");
+        assert_eq!(c["verified"], true, "{c}");
+    }
+}
+
 /// A planted tool that copies only to an absolute destination (as a URL's
 /// path must be: `ftp://{host}:{port}{dst}/`), its candidates sleeping 1
 /// or 0 seconds first.
