@@ -171,7 +171,7 @@ fn tiny_matrix_verifies_every_file_cell_and_flags_a_corrupt_peer() {
 /// every peer installed): each tool at `defaults` and at its swept `best`,
 /// put and get, memory to memory and the tree, on loopback; every file cell
 /// verified, every `best` cell run with its sweep's winner, both ends' CPU
-/// read from their cgroups (as root). One round per candidate
+/// read from their cgroups (as root), each tool's version recorded. One round per candidate
 /// (`--sweep-rounds 1`): which candidate wins is
 /// `a_peers_best_is_its_sweeps_winner_and_quick_remembers_it`'s.
 #[test]
@@ -222,6 +222,11 @@ fn every_builtin_template_runs_and_verifies_at_defaults_and_its_swept_best() {
     let tools: std::collections::BTreeSet<&str> =
         cells.iter().map(|c| c["tool"].as_str().unwrap()).collect();
     assert_eq!(tools.len(), 13, "{tools:?}\n{stderr}");
+    // Each tool's version, as its own version command says it.
+    for t in doc["tools"].as_array().unwrap() {
+        let v = t["version"].as_str().unwrap_or_default();
+        assert!(v.contains(|c: char| c.is_ascii_digit()), "{t}");
+    }
     for s in doc["sweeps"].as_array().unwrap() {
         for c in s["candidates"].as_array().unwrap() {
             let rounds = c["rounds"].as_array().map_or(0, Vec::len);
