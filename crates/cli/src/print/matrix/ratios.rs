@@ -319,47 +319,25 @@ mod tests {
     /// says so; spreads apart are a finding, said as before.
     #[test]
     fn a_ratio_of_cells_whose_spreads_overlap_says_it_is_not_a_finding() {
-        let d = doc(vec![
-            cell(
-                "longhaul-perf",
-                "loopback",
-                &[Some(9.0), Some(11.0), Some(14.0)],
-                3,
-            ),
-            cell(
-                "iperf3",
-                "loopback",
-                &[Some(8.0), Some(10.0), Some(12.0)],
-                3,
-            ),
-        ]);
-        let l = lines(&d, "mem");
+        let line = |ours: [f64; 3]| {
+            let runs = |r: [f64; 3]| r.map(Some);
+            let d = doc(vec![
+                cell("longhaul-perf", "loopback", &runs(ours), 3),
+                cell("iperf3", "loopback", &runs([8.0, 10.0, 12.0]), 3),
+            ]);
+            lines(&d, "mem").remove(0)
+        };
+        let close = line([9.0, 11.0, 14.0]);
         assert!(
-            l[0].contains("1.10x the rate of iperf3 (best) (spreads overlap: not a finding)"),
-            "{}",
-            l[0]
+            close.contains("1.10x the rate of iperf3 (best) (spreads overlap: not a finding)"),
+            "{close}"
         );
-        let d = doc(vec![
-            cell(
-                "longhaul-perf",
-                "loopback",
-                &[Some(20.0), Some(21.0), Some(22.0)],
-                3,
-            ),
-            cell(
-                "iperf3",
-                "loopback",
-                &[Some(8.0), Some(10.0), Some(12.0)],
-                3,
-            ),
-        ]);
-        let l = lines(&d, "mem");
+        let apart = line([20.0, 21.0, 22.0]);
         assert!(
-            l[0].contains("2.10x the rate of iperf3 (best),"),
-            "{}",
-            l[0]
+            apart.contains("2.10x the rate of iperf3 (best),"),
+            "{apart}"
         );
-        assert!(!l[0].contains("overlap"), "{}", l[0]);
+        assert!(!apart.contains("overlap"), "{apart}");
     }
 
     #[test]
