@@ -166,7 +166,7 @@ const DEFAULT_WINDOW: u64 = 64 << 20;
 
 /// Records of what one stream carried, at most: the memory bound of
 /// [`Carried`] whatever the window (records of tiny files, bundled, are
-/// many to a window), a few hundred KiB a stream.
+/// many to a window): some 100 KiB a stream.
 pub(super) const MAX_CARRIED_PER_STREAM: usize = 1024;
 
 /// Which stream carried each chunk's latest copy, for the chunks a stream
@@ -283,7 +283,8 @@ impl Carried {
     }
 
     /// Chunks whose carrier is known.
-    pub(super) fn len(&self) -> usize {
+    #[cfg(test)]
+    fn len(&self) -> usize {
         self.latest.len()
     }
 
