@@ -1909,9 +1909,9 @@ fn small_source(now: Instant) -> Source<u64> {
     )
 }
 
-/// A source with one file of `chunks` chunks of [`CHUNK`] announced and
-/// wanted whole by the sink.
-fn source_sending_one_file(now: Instant, chunks: u64) -> Source<u64> {
+/// A source with one file, `src/big` of `chunks` chunks of [`CHUNK`],
+/// announced (id 1).
+fn source_announcing_one_file(now: Instant, chunks: u64) -> Source<u64> {
     let mut source = small_source(now);
     source.add(
         Entry {
@@ -1925,6 +1925,19 @@ fn source_sending_one_file(now: Instant, chunks: u64) -> Source<u64> {
     source.end_batch();
     while source.poll_transmit().is_some() {}
     source
+}
+
+/// A source with one file of `chunks` chunks of [`CHUNK`] announced and
+/// wanted whole by the sink.
+fn source_sending_one_file(now: Instant, chunks: u64) -> Source<u64> {
+    let mut source = source_announcing_one_file(now, chunks);
+    want_whole(&mut source, now);
+    source
+}
+
+/// The sink wants file 1 whole.
+fn want_whole(source: &mut Source<u64>, now: Instant) {
+    source
         .handle(
             now,
             Message::Wants(Wants {
@@ -1932,7 +1945,6 @@ fn source_sending_one_file(now: Instant, chunks: u64) -> Source<u64> {
             }),
         )
         .expect("wants are welcome");
-    source
 }
 
 /// What the source's driver is told to read: whole files planned, and
@@ -2097,18 +2109,7 @@ fn an_older_sinks_ask_before_the_send_answer_still_ends_the_transfer() {
 #[test]
 fn an_ask_before_the_send_want_is_counted_in_every_seal_of_its_file() {
     let now = Instant::now();
-    let mut source = small_source(now);
-    source.add(
-        Entry {
-            path: "src/big".into(),
-            size: 4 * CHUNK,
-            ..file_entry(1)
-        },
-        1,
-        1,
-    );
-    source.end_batch();
-    while source.poll_transmit().is_some() {}
+    let mut source = source_announcing_one_file(now, 4);
     for index in [2, 9] {
         source
             .handle(now, Message::Resend(Resend { id: 1, index }))
@@ -2119,14 +2120,7 @@ fn an_ask_before_the_send_want_is_counted_in_every_seal_of_its_file() {
         .handle(now, Message::Resend(Resend { id: 7, index: 0 }))
         .expect("ignored");
     assert_eq!(reads_asked(&mut source), (0, 0));
-    source
-        .handle(
-            now,
-            Message::Wants(Wants {
-                wants: vec![send_all(1)],
-            }),
-        )
-        .expect("wants are welcome");
+    want_whole(&mut source, now);
     assert_eq!(
         reads_asked(&mut source),
         (1, 0),
@@ -2156,17 +2150,7 @@ fn an_ask_before_the_send_want_is_counted_in_every_seal_of_its_file() {
 fn attacker_asks_before_the_send_want_are_capped_too() {
     use longhaul_proto::transfer::source::MAX_RESENDS_PER_CHUNK;
     let now = Instant::now();
-    let mut source = small_source(now);
-    source.add(
-        Entry {
-            path: "src/big".into(),
-            size: 2 * CHUNK,
-            ..file_entry(1)
-        },
-        1,
-        1,
-    );
-    source.end_batch();
+    let mut source = source_announcing_one_file(now, 2);
     let mut asked = 0u64;
     let error = loop {
         match source.handle(now, Message::Resend(Resend { id: 1, index: 1 })) {
