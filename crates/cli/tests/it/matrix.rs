@@ -364,7 +364,7 @@ fn a_candidates_env_item_sets_its_clients_variable() {
     let tools = t.path().join("tools.json");
     std::fs::write(&tools, LEVER).unwrap();
     let o = common::bin()
-        .args(["--no-archive", "matrix", "--json", "--tools", "lever"])
+        .args(["--no-archive", "-v", "matrix", "--json", "--tools", "lever"])
         .arg("--tools-file")
         .arg(&tools)
         .args(["--paths", "loopback", "--workloads", "elephant"])
@@ -393,6 +393,8 @@ fn a_candidates_env_item_sets_its_clients_variable() {
         assert_eq!(c["args"], want, "{c}");
         assert_eq!(c["verified"], true, "{c}");
     }
+    // -v shows each run's command with the variables its items set.
+    assert!(stderr.contains("  $ LH_LEVER=on sh -c "), "{stderr}");
 }
 
 /// A planted tool that copies only to an absolute destination (as a URL's
