@@ -139,7 +139,8 @@ pub fn matrix(a: MatrixArgs, archive_args: &ArchiveArgs, verbose: u8) -> Outcome
     if !a.directions.is_empty() {
         plan.retain(|c| a.directions.contains(&c.direction));
     }
-    let (done, kept_sweeps) = kept(&a, &params)?;
+    let (done, kept_sweeps, mut kept_tuning) = kept(&a, &params)?;
+    kept_tuning.retain(|p, _| paths.iter().any(|s| &s.name == p));
     let todo: Vec<&Cell> = plan
         .iter()
         .filter(|c| !done.contains_key(&c.key()) && !c.not_run())
@@ -170,7 +171,10 @@ pub fn matrix(a: MatrixArgs, archive_args: &ArchiveArgs, verbose: u8) -> Outcome
         paths: paths.clone(),
         cells: plan,
         sweeps: kept_sweeps,
-        limits: Limits::default(),
+        limits: Limits {
+            host_tuning: kept_tuning,
+            ..Limits::default()
+        },
         load: Load {
             start: loadavg(),
             end: String::new(),
@@ -536,11 +540,16 @@ fn plan(
     plan
 }
 
+/// The cells, sweeps and emulated paths' host tuning `--merge` and
+/// `--resume` kept.
+type Kept = (
+    BTreeMap<CellKey, Cell>,
+    Vec<sweep::Swept>,
+    BTreeMap<String, archived::HostTuning>,
+);
+
 /// What `--merge` and `--resume` kept ([`resumed`]); a `--merge` file must be there.
-fn kept(
-    a: &MatrixArgs,
-    params: &Params,
-) -> Result<(BTreeMap<CellKey, Cell>, Vec<sweep::Swept>), Failure> {
+fn kept(a: &MatrixArgs, params: &Params) -> Result<Kept, Failure> {
     if let Some(m) = a.merge.iter().find(|m| !m.is_file()) {
         return Err(usage(format!("--merge {}: no such file", m.display())));
     }
@@ -553,16 +562,15 @@ fn kept(
     resumed(&files, params)
 }
 
-/// The cells (and sweeps) kept by the `--merge` files, then by the
-/// `--resume` file (a later file's cell or winner replaces an earlier's):
-/// cells that ended without an error and sweeps with a winner, of this
-/// run's data only (a cell of another size is left out, and said).
-fn resumed(
-    files: &[&Path],
-    params: &Params,
-) -> Result<(BTreeMap<CellKey, Cell>, Vec<sweep::Swept>), Failure> {
+/// The cells, sweeps and emulated paths' host tuning kept by the `--merge`
+/// files, then by the `--resume` file (a later file's cell, winner or
+/// tuning replaces an earlier's): cells that ended without an error and
+/// sweeps with a winner, of this run's data only (a cell of another size
+/// is left out, and said).
+fn resumed(files: &[&Path], params: &Params) -> Result<Kept, Failure> {
     let mut done = BTreeMap::new();
     let mut sweeps = BTreeMap::new();
+    let mut tuning = BTreeMap::new();
     for f in files.iter().filter(|f| f.exists()) {
         let text = std::fs::read_to_string(f)
             .map_err(|e| usage(format!("cannot read {}: {e}", f.display())))?;
@@ -572,6 +580,7 @@ fn resumed(
                 f.display()
             ))
         })?;
+        tuning.extend(doc.limits.host_tuning);
         let fits = |w: &str| same_data(&doc.params, params, w);
         let planned = |w: &str| params.workloads.iter().any(|p| p == w);
         let mut other = 0;
@@ -601,7 +610,7 @@ fn resumed(
             );
         }
     }
-    Ok((done, sweeps.into_values().collect()))
+    Ok((done, sweeps.into_values().collect(), tuning))
 }
 
 /// Whether a cell of `workload` kept under `kept` measured this run's data:

@@ -539,7 +539,7 @@ fn merged_files_give_their_cells_of_this_runs_data_later_files_winning() {
         write("b.json", &b),
         write("c.json", &c),
     );
-    let Ok((done, _)) = resumed(&[&pa, &pb, &pc], &a.params) else {
+    let Ok((done, _, _)) = resumed(&[&pa, &pb, &pc], &a.params) else {
         panic!("the files read")
     };
     let kept: Vec<(String, f64)> = done
@@ -563,7 +563,7 @@ fn merged_files_give_their_cells_of_this_runs_data_later_files_winning() {
     // The elephant of another size is left out, the memory cells stay.
     let mut big = a.params.clone();
     big.elephant_bytes = 1 << 20;
-    let Ok((done, _)) = resumed(&[&pa], &big) else {
+    let Ok((done, _, _)) = resumed(&[&pa], &big) else {
         panic!("the file read")
     };
     assert_eq!(done.len(), 1);
