@@ -139,8 +139,7 @@ pub fn matrix(a: MatrixArgs, archive_args: &ArchiveArgs, verbose: u8) -> Outcome
     if !a.directions.is_empty() {
         plan.retain(|c| a.directions.contains(&c.direction));
     }
-    let (done, kept_sweeps, mut kept_tuning) = kept(&a, &params)?;
-    kept_tuning.retain(|p, _| paths.iter().any(|s| &s.name == p));
+    let (done, kept_sweeps, kept_tuning) = kept(&a, &params, &paths)?;
     let todo: Vec<&Cell> = plan
         .iter()
         .filter(|c| !done.contains_key(&c.key()) && !c.not_run())
@@ -171,16 +170,14 @@ pub fn matrix(a: MatrixArgs, archive_args: &ArchiveArgs, verbose: u8) -> Outcome
         paths: paths.clone(),
         cells: plan,
         sweeps: kept_sweeps,
-        limits: Limits {
-            host_tuning: kept_tuning,
-            ..Limits::default()
-        },
+        limits: Limits::default(),
         load: Load {
             start: loadavg(),
             end: String::new(),
         },
         interrupted: false,
     };
+    doc.limits.host_tuning = kept_tuning;
     if quick {
         remember_winners(archive_args, &mut doc);
     }
@@ -548,8 +545,9 @@ type Kept = (
     BTreeMap<String, archived::HostTuning>,
 );
 
-/// What `--merge` and `--resume` kept ([`resumed`]); a `--merge` file must be there.
-fn kept(a: &MatrixArgs, params: &Params) -> Result<Kept, Failure> {
+/// What `--merge` and `--resume` kept ([`resumed`]) for these `paths`; a
+/// `--merge` file must be there.
+fn kept(a: &MatrixArgs, params: &Params, paths: &[PathSpec]) -> Result<Kept, Failure> {
     if let Some(m) = a.merge.iter().find(|m| !m.is_file()) {
         return Err(usage(format!("--merge {}: no such file", m.display())));
     }
@@ -559,7 +557,9 @@ fn kept(a: &MatrixArgs, params: &Params) -> Result<Kept, Failure> {
         .map(PathBuf::as_path)
         .chain(a.resume.as_deref())
         .collect();
-    resumed(&files, params)
+    let mut k = resumed(&files, params)?;
+    k.2.retain(|p, _| paths.iter().any(|s| &s.name == p));
+    Ok(k)
 }
 
 /// The cells, sweeps and emulated paths' host tuning kept by the `--merge`

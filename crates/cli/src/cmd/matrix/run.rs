@@ -665,9 +665,7 @@ mod tests {
 
     #[test]
     fn a_namespace_that_is_not_there_is_an_error_that_names_it() {
-        let e = tune_hosts(["lhm-no-such-ns", "lhm-no-such-ns"], 1)
-            .err()
-            .expect("an error");
+        let e = tune_hosts(["lhm-no-such-ns", "lhm-no-such-ns"], 1).expect_err("an error");
         assert!(e.contains("/run/netns/lhm-no-such-ns"), "{e}");
     }
 }
