@@ -209,7 +209,8 @@ impl WindowPlan {
             ),
         };
         let buf = (need_window as f64 / share) as u64;
-        let now = core.unwrap_or(0).max(tcp.unwrap_or(0));
+        // What the buffer can be: autotuning's maximum, or twice the core cap set.
+        let now = best_buffer(tcp, core).bytes();
         let who = format!(
             "the {side}'s {what} buffer ({} allowed: net.core.{x}mem_max / net.ipv4.tcp_{x}mem)",
             crate::units::format_bytes(now)
@@ -392,7 +393,7 @@ mod tests {
         let p = plan(&input(80, Some(2_000_000_000), Some(1)));
         assert_eq!((p.streams, p.auto_streams), (1, false));
         let s = p.shortfall(&here(), &here()).unwrap();
-        assert!(s.contains("send buffer"), "{s}");
+        assert!(s.contains("send buffer (8.00 MiB allowed"), "{s}");
         assert!(s.contains("net.core.wmem_max="), "{s}");
     }
 
