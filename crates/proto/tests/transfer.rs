@@ -125,6 +125,10 @@ struct SinkSide {
     /// pool); off: each open is answered at once.
     pool: bool,
     opening: Vec<Entry>,
+    /// A sink of an earlier release: it asks a missing chunk of each file
+    /// again as soon as it opens it, before its `Send` answer goes out
+    /// (its end game, on a loaded machine's slow opens).
+    asks_before_send: bool,
 }
 
 /// How a run ended.
@@ -247,6 +251,7 @@ impl Pair {
                 chunk_writes: 0,
                 pool: false,
                 opening: Vec::new(),
+                asks_before_send: false,
             },
             to_sink: VecDeque::new(),
             to_source: VecDeque::new(),
@@ -356,6 +361,13 @@ impl Pair {
     fn with_open_pool(mut self) -> Self {
         self.snk.pool = true;
         self.snk.machine.open_at_once(3);
+        self
+    }
+
+    /// The sink is of an earlier release, which asked a stalled chunk
+    /// again before the file's `Send` answer had gone out.
+    fn with_a_sink_asking_before_its_send(mut self) -> Self {
+        self.snk.asks_before_send = true;
         self
     }
 
@@ -989,7 +1001,14 @@ impl Pair {
         p.journal = resumed.clone();
         let mut skip: Vec<u32> = resumed.iter().map(|(i, _)| *i).collect();
         skip.sort_unstable();
-        let ledger = FileLedger::new(count as usize, resumed);
+        let mut ledger = FileLedger::new(count as usize, resumed);
+        let missing = (0..count as u32).find(|i| skip.binary_search(i).is_err());
+        if let (true, Some(index)) = (self.snk.asks_before_send, missing) {
+            // Straight to the source: ahead of the `Wants` still queued.
+            ledger.damaged();
+            self.to_source
+                .push_back(Message::Resend(Resend { id: e.id, index }));
+        }
         self.snk.open.insert(e.id, (e.clone(), ledger));
         Want::Send {
             id: e.id,
@@ -1890,9 +1909,9 @@ fn small_source(now: Instant) -> Source<u64> {
     )
 }
 
-/// A source with one file of `chunks` chunks of [`CHUNK`] announced and
-/// wanted whole by the sink.
-fn source_sending_one_file(now: Instant, chunks: u64) -> Source<u64> {
+/// A source with one file, `src/big` of `chunks` chunks of [`CHUNK`],
+/// announced (id 1).
+fn source_announcing_one_file(now: Instant, chunks: u64) -> Source<u64> {
     let mut source = small_source(now);
     source.add(
         Entry {
@@ -1906,6 +1925,19 @@ fn source_sending_one_file(now: Instant, chunks: u64) -> Source<u64> {
     source.end_batch();
     while source.poll_transmit().is_some() {}
     source
+}
+
+/// A source with one file of `chunks` chunks of [`CHUNK`] announced and
+/// wanted whole by the sink.
+fn source_sending_one_file(now: Instant, chunks: u64) -> Source<u64> {
+    let mut source = source_announcing_one_file(now, chunks);
+    want_whole(&mut source, now);
+    source
+}
+
+/// The sink wants file 1 whole.
+fn want_whole(source: &mut Source<u64>, now: Instant) {
+    source
         .handle(
             now,
             Message::Wants(Wants {
@@ -1913,7 +1945,6 @@ fn source_sending_one_file(now: Instant, chunks: u64) -> Source<u64> {
             }),
         )
         .expect("wants are welcome");
-    source
 }
 
 /// What the source's driver is told to read: whole files planned, and
@@ -2033,4 +2064,102 @@ fn a_stalled_ask_waits_for_the_files_send_answer() {
         snk.poll_transmit(),
         Some(Message::Resend(Resend { id: 2, index: 0 }))
     ));
+}
+
+/// A sink of an earlier release (before the end game waited for a file's
+/// `Send` answer) still asks a stalled chunk of a file whose `Send` has
+/// not gone out: the source has not planned that file when the ask
+/// arrives. Dropped, the ask left the sink waiting for a seal that
+/// covered it until the idle time-out (300 s); counted toward the file's
+/// seal, the transfer ends, and the ask costs no read: the file's planned
+/// reads carry the chunk.
+#[test]
+fn an_older_sinks_ask_before_the_send_answer_still_ends_the_transfer() {
+    let files = tree(&[
+        0,
+        1,
+        3 * CHUNK as usize + 5,
+        CHUNK as usize,
+        2 * CHUNK as usize,
+    ]);
+    for bundles in [false, true] {
+        let mut pair = Pair::new(&files, 3, vec![0, 2, 1], Faults::default())
+            .with_open_pool()
+            .with_a_sink_asking_before_its_send();
+        if bundles {
+            pair = pair.with_bundles();
+        }
+        let o = pair.run();
+        expect_identical(&o, &files);
+        assert!(
+            o.elapsed < IDLE,
+            "waited {:?} (bundles {bundles})",
+            o.elapsed
+        );
+        assert_eq!(
+            o.resends_asked, 0,
+            "an ask before the plan is read by the plan"
+        );
+        assert!(o.reads.values().all(|&n| n == 1), "{:?}", o.reads);
+    }
+}
+
+/// The machine's part of it: an ask for a chunk of an announced file not
+/// yet planned reads nothing, and every seal of that file counts it.
+#[test]
+fn an_ask_before_the_send_want_is_counted_in_every_seal_of_its_file() {
+    let now = Instant::now();
+    let mut source = source_announcing_one_file(now, 4);
+    for index in [2, 9] {
+        source
+            .handle(now, Message::Resend(Resend { id: 1, index }))
+            .expect("an ask before the plan is welcome");
+    }
+    // Of a file never announced: ignored, as before.
+    source
+        .handle(now, Message::Resend(Resend { id: 7, index: 0 }))
+        .expect("ignored");
+    assert_eq!(reads_asked(&mut source), (0, 0));
+    want_whole(&mut source, now);
+    assert_eq!(
+        reads_asked(&mut source),
+        (1, 0),
+        "planned; nothing read again"
+    );
+    source.sealed(now, 1, 0);
+    assert!(matches!(
+        source.poll_transmit(),
+        Some(Message::FileSealed(FileSealed { id: 1, resends: 1 }))
+    ));
+    // A resend after the plan is served, and the next seal counts both.
+    source
+        .handle(now, Message::Resend(Resend { id: 1, index: 3 }))
+        .expect("served");
+    assert_eq!(reads_asked(&mut source), (0, 1));
+    source.sealed(now, 1, 1);
+    assert!(matches!(
+        source.poll_transmit(),
+        Some(Message::FileSealed(FileSealed { id: 1, resends: 2 }))
+    ));
+}
+
+/// Asks before the plan are held to the same cap as the others: a sink
+/// asking a file's chunks again before its `Send` more than an honest
+/// sink can ends the transfer, and nothing was read for them.
+#[test]
+fn attacker_asks_before_the_send_want_are_capped_too() {
+    use longhaul_proto::transfer::source::MAX_RESENDS_PER_CHUNK;
+    let now = Instant::now();
+    let mut source = source_announcing_one_file(now, 2);
+    let mut asked = 0u64;
+    let error = loop {
+        match source.handle(now, Message::Resend(Resend { id: 1, index: 1 })) {
+            Ok(()) => asked += 1,
+            Err(e) => break e.to_string(),
+        }
+        assert!(asked <= 10_000, "the source took 10,000 asks");
+    };
+    assert_eq!(asked, 2 * MAX_RESENDS_PER_CHUNK);
+    assert!(error.contains("src/big"), "{error}");
+    assert_eq!(reads_asked(&mut source), (0, 0));
 }

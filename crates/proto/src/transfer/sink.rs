@@ -311,8 +311,10 @@ impl Sink {
     /// A chunk of `bytes` stuck on a stalled stream is asked again (the
     /// end game, [`super::tail`]): not counted as damage. True if it was
     /// asked: only of a file whose `Send` answer is on its way to the
-    /// source. Before that the source has not planned the file and drops
-    /// the ask, while the driver would wait for a seal covering it
+    /// source. Before that the source has not planned the file: this
+    /// release's source counts the ask in the file's seal
+    /// ([`super::source`]'s `resend`), but an earlier one drops it, while
+    /// the driver would wait for a seal covering it
     /// ([`FileLedger::damaged`]): the file would never be finished (an
     /// opener slower than the patience at a transfer's tail).
     pub fn stalled(&mut self, now: Instant, r: Resend, bytes: u64) -> bool {

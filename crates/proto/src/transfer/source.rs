@@ -106,6 +106,9 @@ struct Announced<H> {
     planned: bool,
     /// Resends the sink asked of it (capped: [`MAX_RESENDS_PER_CHUNK`]).
     resends: u64,
+    /// Of those, asked before it was planned: read by nothing but the
+    /// plan, and counted in each of its seals.
+    asked_unplanned: u32,
 }
 
 /// What the source counts of a transfer.
@@ -251,6 +254,7 @@ impl<H: Clone> Source<H> {
                     attempt,
                     planned: false,
                     resends: 0,
+                    asked_unplanned: 0,
                 },
             );
         }
@@ -395,8 +399,17 @@ impl<H: Clone> Source<H> {
     /// The sink asks a chunk again: queued for the driver if it names a
     /// chunk of a file planned for sending, and the sink has not asked
     /// more of that file than an honest sink can.
+    ///
+    /// An ask for a file announced but not yet planned (its `send` want
+    /// not yet here) is counted toward the file's seals and reads nothing:
+    /// a sink of an earlier release asked a stalled chunk before its
+    /// `send` want had gone out, and waited for a seal covering the ask.
+    /// The plan reads every chunk the sink did not say it holds, and the
+    /// seal goes out after those reads and the check that the file did
+    /// not change, so it covers what the ask asked for; served instead,
+    /// the ask would read the chunk twice. Held to the same cap.
     fn resend(&mut self, r: &Resend) -> Result<(), SourceError> {
-        let Some(a) = self.open.get_mut(&r.id).filter(|a| a.planned) else {
+        let Some(a) = self.open.get_mut(&r.id) else {
             return Ok(());
         };
         let count = chunk_count(a.size, a.chunk_size);
@@ -411,6 +424,10 @@ impl<H: Clone> Source<H> {
             )));
         }
         a.resends += 1;
+        if !a.planned {
+            a.asked_unplanned = a.asked_unplanned.saturating_add(1);
+            return Ok(());
+        }
         self.actions.push_back(SourceAction::Resend(chunk_at(
             r.id,
             a.size,
@@ -428,10 +445,12 @@ impl<H: Clone> Source<H> {
     }
 
     /// Every read of file `id` so far is done (`resends` of them serving
-    /// resends) and the file did not change.
+    /// resends) and the file did not change. The seal also counts the
+    /// asks that came before the file was planned (see `resend`).
     pub fn sealed(&mut self, now: Instant, id: u64, resends: u32) {
         self.last_activity = now;
-        if self.open.contains_key(&id) {
+        if let Some(a) = self.open.get(&id) {
+            let resends = resends.saturating_add(a.asked_unplanned);
             self.transmits
                 .push_back(Message::FileSealed(FileSealed { id, resends }));
         }

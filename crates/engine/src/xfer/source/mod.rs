@@ -166,6 +166,7 @@ pub fn run_source(
     let shared: Shared = Arc::new((
         Mutex::new(Queue {
             active: streams.len() as u16,
+            carried: queue::Carried::for_host(&crate::net::sock::buffer_caps(), cfg.compress),
             ..Queue::default()
         }),
         Condvar::new(),

@@ -3,6 +3,7 @@
 //! their read accounting, the stream picker, and the events the senders
 //! report.
 
+use std::collections::hash_map::Entry;
 use std::collections::{HashMap, VecDeque};
 use std::io;
 use std::path::PathBuf;
@@ -11,6 +12,7 @@ use std::sync::mpsc::Sender;
 use std::sync::{Arc, Condvar, Mutex};
 
 use longhaul_proto::plan::{Chunk, Planner};
+use longhaul_proto::window::BufferCaps;
 use longhaul_proto::xfer::compress::Governor;
 use longhaul_proto::xfer::*;
 
@@ -149,10 +151,153 @@ pub(super) struct Queue {
     pub(super) closed: bool,
     /// Streams 0..active carry chunks; the rest are parked by the tuner.
     pub(super) active: u16,
-    /// The stream that carried each chunk's latest copy, by file: a
-    /// resend goes on another (the one it was on may have stalled: the
-    /// end game, `proto::transfer::tail`). Dropped when the file is.
-    pub(super) carried: HashMap<u64, HashMap<u32, u16>>,
+    /// The stream that carried each chunk's latest copy, while it may
+    /// still hold it: a resend goes on another.
+    pub(super) carried: Carried,
+}
+
+/// The bytes of a stream's sender's own buffers, beyond its socket's: the
+/// writer's 256 KiB, a sealed frame (1 MiB), a bundle frame, a piece.
+const SENDER_BUFFERS: u64 = 4 << 20;
+
+/// The window when the host's caps cannot be read: the largest send
+/// buffer a data transfer node is commonly given.
+const DEFAULT_WINDOW: u64 = 64 << 20;
+
+/// Records of what one stream carried, at most: the memory bound of
+/// [`Carried`] whatever the window (records of tiny files, bundled, are
+/// many to a window): some 100 KiB a stream.
+pub(super) const MAX_CARRIED_PER_STREAM: usize = 1024;
+
+/// Which stream carried each chunk's latest copy, for the chunks a stream
+/// may still hold unacknowledged: a resend goes on another stream, since
+/// the one that carried it may have stalled (the end game,
+/// `proto::transfer::tail`). A chunk stuck on a stream is among the last
+/// bytes that stream took, since nothing after it on the stream arrives
+/// either: a stream keeps the records of its chunks until it has carried
+/// more than its window after them (its socket's send buffer at the most
+/// the host lets it grow, and its sender's buffers), or
+/// [`MAX_CARRIED_PER_STREAM`] more chunks. Bounded by the streams, not by
+/// the bytes sent: a file stays open as long as its sink likes, and one
+/// record a chunk grew with a 1 TiB file to some 300 MB. A chunk whose
+/// record is gone goes on any stream, as with one stream; a stream
+/// carries a hole's zero chunks in fewer bytes than their length, by which
+/// they are counted, so a stalled one may hold some of those past its
+/// records (with `-z`, where most chunks shrink, the window is not used).
+pub(super) struct Carried {
+    window: u64,
+    /// By (file, chunk): the stream, and the record that says so.
+    latest: HashMap<(u64, u32), (u16, u64)>,
+    streams: Vec<Recent>,
+    next_seq: u64,
+}
+
+/// One stream's records, oldest first, and the bytes they count.
+#[derive(Default)]
+struct Recent {
+    records: VecDeque<Record>,
+    bytes: u64,
+}
+
+struct Record {
+    file: u64,
+    index: u32,
+    bytes: u64,
+    seq: u64,
+}
+
+impl Default for Carried {
+    fn default() -> Self {
+        Carried::new(DEFAULT_WINDOW)
+    }
+}
+
+impl Carried {
+    /// Records kept while a stream carried at most `window` bytes after them.
+    pub(super) fn new(window: u64) -> Self {
+        Carried {
+            window,
+            latest: HashMap::new(),
+            streams: Vec::new(),
+            next_seq: 0,
+        }
+    }
+
+    /// The window of a host with these buffer caps: what one stream can
+    /// hold that its peer has not acknowledged (the kernel doubles a
+    /// SO_SNDBUF setting, and autotuning stops at tcp_wmem's max). With
+    /// `-z` (`compress`) a chunk takes fewer bytes of the stream than its
+    /// length, by no ratio known ahead: the count bounds the records alone.
+    pub(super) fn for_host(caps: &BufferCaps, compress: Option<i32>) -> Self {
+        if compress.is_some() {
+            return Carried::new(u64::MAX);
+        }
+        let kernel = caps
+            .wmem_max
+            .map(|w| w.saturating_mul(2))
+            .max(caps.tcp_wmem_max);
+        Carried::new(
+            kernel
+                .unwrap_or(DEFAULT_WINDOW)
+                .saturating_add(SENDER_BUFFERS),
+        )
+    }
+
+    /// The stream that carried the latest copy of chunk `c`, while known.
+    fn stream_of(&self, c: &Chunk) -> Option<u16> {
+        self.latest.get(&(c.file, c.index)).map(|&(k, _)| k)
+    }
+
+    /// Stream `stream` carries chunk `c`: its oldest records go once it
+    /// has carried its window after them.
+    fn carry(&mut self, c: &Chunk, stream: u16) {
+        let k = usize::from(stream);
+        if self.streams.len() <= k {
+            self.streams.resize_with(k + 1, Recent::default);
+        }
+        let bytes = u64::from(c.len) + (CHUNK_HEADER_LEN + CHUNK_TRAILER_LEN) as u64;
+        let recent = &mut self.streams[k];
+        while let Some(old) = recent.records.front() {
+            let after = recent.bytes - old.bytes + bytes;
+            if recent.records.len() < MAX_CARRIED_PER_STREAM && after <= self.window {
+                break;
+            }
+            recent.bytes -= old.bytes;
+            if let Entry::Occupied(e) = self.latest.entry((old.file, old.index)) {
+                if e.get().1 == old.seq {
+                    e.remove();
+                }
+            }
+            recent.records.pop_front();
+        }
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        recent.bytes += bytes;
+        recent.records.push_back(Record {
+            file: c.file,
+            index: c.index,
+            bytes,
+            seq,
+        });
+        self.latest.insert((c.file, c.index), (stream, seq));
+    }
+
+    /// Chunks whose carrier is known.
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.latest.len()
+    }
+
+    /// Records the memory held has room for.
+    #[cfg(test)]
+    fn capacity(&self) -> usize {
+        self.latest.capacity()
+            + self
+                .streams
+                .iter()
+                .map(|r| r.records.capacity())
+                .sum::<usize>()
+    }
 }
 
 /// A chunk a sender takes: whether it serves a resend, and its file.
@@ -191,13 +336,13 @@ impl Queue {
                 continue;
             };
             if !(bundles && bundled(&c, resend, &f)) {
-                self.carry(&c, index);
+                self.carried.carry(&c, index);
                 return Some(Taken::One((c, resend, f)));
             }
             bundle.push((c, f));
             let ended = gather(self, bundle);
             for (c, _) in bundle.iter() {
-                self.carry(c, index);
+                self.carried.carry(c, index);
             }
             return Some(Taken::Bundle(ended));
         }
@@ -209,22 +354,9 @@ impl Queue {
     /// another stream carried (or any, with one stream active).
     fn resend_for(&mut self, index: u16) -> Option<Chunk> {
         let at = self.resends.iter().position(|c| {
-            self.active <= 1
-                || self
-                    .carried
-                    .get(&c.file)
-                    .and_then(|f| f.get(&c.index))
-                    .is_none_or(|&k| k != index)
+            self.active <= 1 || self.carried.stream_of(c).is_none_or(|k| k != index)
         })?;
         self.resends.remove(at)
-    }
-
-    /// Stream `index` carries chunk `c`.
-    fn carry(&mut self, c: &Chunk, index: u16) {
-        self.carried
-            .entry(c.file)
-            .or_default()
-            .insert(c.index, index);
     }
 
     /// The sink asks chunk `c` again: queued if its file is still read
@@ -243,9 +375,9 @@ impl Queue {
         Ok(true)
     }
 
-    /// File `id` is done with: its reads and records go.
+    /// File `id` is done with: its reads go (the records of what carried
+    /// its chunks go as the streams carry more).
     pub(super) fn forget(&mut self, id: u64) -> Option<Arc<SrcFile>> {
-        self.carried.remove(&id);
         self.files.remove(&id)
     }
 }
@@ -405,7 +537,86 @@ mod tests {
             .push_back(longhaul_proto::plan::chunk_at(1, 2 * CHUNK, CHUNK, 0));
         assert_eq!(one(q.take(0, false, &mut bundle)), (1, 0, true));
         assert!(q.forget(1).is_some());
-        assert!(q.carried.is_empty());
+    }
+
+    /// A 1 TiB pull at 64 KiB chunks is 16M chunks on the server; which
+    /// stream carried each (for a resend to go on another) is needed only
+    /// while a stream may still hold it unacknowledged. Here stream 0
+    /// carries one chunk and stalls, and three others carry a million:
+    /// the records stay as many as the streams' windows hold (they were
+    /// one a chunk, a million), the stalled stream's chunk is still known
+    /// and so are each stream's last ones, and a chunk carried a window
+    /// ago may go on any stream.
+    #[test]
+    fn what_the_streams_carried_stays_bounded_however_many_chunks_go() {
+        const CHUNKS: u64 = 1 << 20;
+        let size = CHUNKS * CHUNK;
+        let mut q = queue(&[size], 4);
+        let mut bundle = Vec::new();
+        assert_eq!(one(q.take(0, false, &mut bundle)), (1, 0, false));
+        for i in 1..CHUNKS {
+            let stream = 1 + ((i - 1) % 3) as u16;
+            assert_eq!(
+                one(q.take(stream, false, &mut bundle)),
+                (1, i as u32, false)
+            );
+        }
+        assert!(q.take(1, false, &mut bundle).is_none());
+        let (records, capacity) = (q.carried.len(), q.carried.capacity());
+        // A record each in a stream's deque and in the table, which keeps
+        // room for up to twice its length.
+        assert!(
+            records <= 4 * MAX_CARRIED_PER_STREAM && capacity <= 12 * MAX_CARRIED_PER_STREAM,
+            "{records} records, room for {capacity}, after {CHUNKS} chunks"
+        );
+        let chunk = |i: u64| longhaul_proto::plan::chunk_at(1, size, CHUNK, i as u32);
+        // The stalled stream's chunk: another stream takes its resend.
+        q.resends.push_back(chunk(0));
+        assert!(q.take(0, false, &mut bundle).is_none());
+        assert_eq!(one(q.take(1, false, &mut bundle)), (1, 0, true));
+        // The last chunk, on stream 1 + (CHUNKS - 2) % 3.
+        let last_on = 1 + ((CHUNKS - 2) % 3) as u16;
+        q.resends.push_back(chunk(CHUNKS - 1));
+        assert!(q.take(last_on, false, &mut bundle).is_none());
+        let other = if last_on == 1 { 2 } else { 1 };
+        assert_eq!(
+            one(q.take(other, false, &mut bundle)).1,
+            (CHUNKS - 1) as u32
+        );
+        // Chunk 1 went on stream 1 a million chunks ago: acknowledged.
+        q.resends.push_back(chunk(1));
+        assert_eq!(one(q.take(1, false, &mut bundle)), (1, 1, true));
+    }
+
+    /// A stream's records go once it carried its window after them, or
+    /// its count of them: bytes of big chunks, or many small files.
+    #[test]
+    fn a_streams_records_go_after_its_window_or_its_count() {
+        let mut c = Carried::new(3 * (CHUNK + 100));
+        for i in 0..10 {
+            c.carry(&longhaul_proto::plan::chunk_at(1, 10 * CHUNK, CHUNK, i), 0);
+        }
+        assert_eq!(
+            c.len(),
+            4,
+            "the last chunk and three chunks' bytes after it"
+        );
+        let of = |i| longhaul_proto::plan::chunk_at(1, 10 * CHUNK, CHUNK, i);
+        assert_eq!(c.stream_of(&of(6)), Some(0));
+        assert_eq!(c.stream_of(&of(5)), None);
+        let mut c = Carried::new(u64::MAX);
+        for id in 0..3 * MAX_CARRIED_PER_STREAM as u64 {
+            c.carry(&longhaul_proto::plan::chunk_at(id, 10, CHUNK, 0), 2);
+        }
+        assert_eq!(c.len(), MAX_CARRIED_PER_STREAM);
+        // A chunk carried again goes with its latest copy's stream, and
+        // its older record going does not take the newer one with it.
+        let mut c = Carried::new(2 * (CHUNK + 100));
+        c.carry(&of(0), 0);
+        c.carry(&of(0), 1);
+        c.carry(&of(0), 0);
+        c.carry(&of(1), 0);
+        assert_eq!(c.stream_of(&of(0)), Some(0));
     }
 
     #[test]
