@@ -30,9 +30,10 @@ pub fn limits_line(l: &Limits, rate: impl Fn(f64) -> String) -> Option<String> {
 }
 
 /// How the paths' hosts were set up, when the matrix tuned an emulated
-/// path's two hosts ([`HostTuning`]): their TCP autotuning maxima, the
-/// host's net.core caps (not per namespace), loopback's and a far host's
-/// own settings. None for a document without such a path.
+/// path's two hosts ([`HostTuning`]) or ran on a far host: the TCP
+/// autotuning maxima it set, the host's net.core caps (not per
+/// namespace), loopback's and a far host's own settings. None for a
+/// document with neither.
 pub fn hosts_line(doc: &Doc) -> Option<String> {
     use longhaul_proto::units::format_bytes;
     let tuned = &doc.limits.host_tuning;
@@ -46,14 +47,18 @@ pub fn hosts_line(doc: &Doc) -> Option<String> {
             parts.push("loopback: this host's own settings".into());
         }
     }
-    let core = tuned.values().next()?;
+    if tuned.is_empty() && doc.paths.iter().all(|p| p.far.is_none()) {
+        return None;
+    }
     let cap = |v: Option<u64>| v.map_or("?".into(), format_bytes);
-    Some(format!(
-        "hosts: {}; net.core.wmem_max and rmem_max, which bound an explicit SO_SNDBUF or SO_RCVBUF (the kernel doubles it), are not per namespace: the host's {} and {}",
-        parts.join("; "),
-        cap(core.wmem_max),
-        cap(core.rmem_max)
-    ))
+    if let Some(core) = tuned.values().next() {
+        parts.push(format!(
+            "net.core.wmem_max and rmem_max, which bound an explicit SO_SNDBUF or SO_RCVBUF (the kernel doubles it), are not per namespace: the host's {} and {}",
+            cap(core.wmem_max),
+            cap(core.rmem_max)
+        ));
+    }
+    Some(format!("hosts: {}", parts.join("; ")))
 }
 
 /// `both hosts' TCP autotuning maximum raised to N (2x the path's BDP)`,
@@ -122,7 +127,18 @@ mod tests {
             ],
             ..Doc::default()
         };
-        assert_eq!(hosts_line(&doc), None, "an older document says nothing");
+        assert_eq!(
+            hosts_line(&Doc {
+                paths: vec![path("loopback", None), path("80ms", None)],
+                ..Doc::default()
+            }),
+            None,
+            "an older document says nothing"
+        );
+        assert_eq!(
+            hosts_line(&doc).as_deref(),
+            Some("hosts: loopback: this host's own settings; far:dtn2: a real host, with its own settings")
+        );
         let tuned = |bdp: u64, w: u64, r: u64| HostTuning {
             tcp_wmem_max: w,
             tcp_rmem_max: r,
