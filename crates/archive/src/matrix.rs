@@ -135,6 +135,28 @@ pub struct Limits {
     pub destination_write_bytes_per_second: Option<f64>,
     /// Each emulated path's rate (its bottleneck).
     pub path_bytes_per_second: BTreeMap<String, f64>,
+    /// Each emulated path's two hosts as tuned for it (absent from older
+    /// documents and for loopback and far paths).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub host_tuning: BTreeMap<String, HostTuning>,
+}
+
+/// An emulated path's two hosts tuned as data transfer nodes: the TCP
+/// autotuning maxima set in both network namespaces, which every tool
+/// left to autotuning gets; the net.core caps on an explicit setting are
+/// not per namespace and stay the host's.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct HostTuning {
+    /// The third number of net.ipv4.tcp_wmem in both hosts, bytes.
+    pub tcp_wmem_max: u64,
+    /// The third number of net.ipv4.tcp_rmem in both hosts, bytes.
+    pub tcp_rmem_max: u64,
+    /// The path's bandwidth-delay product they were sized from, bytes.
+    pub bdp_bytes: u64,
+    /// net.core.wmem_max and rmem_max, the host's, bytes.
+    pub wmem_max: Option<u64>,
+    pub rmem_max: Option<u64>,
 }
 
 /// A tool of the matrix, and whether it was there to run.

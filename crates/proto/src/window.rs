@@ -70,14 +70,46 @@ impl BufferChoice {
     }
 }
 
+/// The autotuning maximum assumed where a host's cannot be read: Linux's
+/// default third number of tcp_wmem.
+pub const DEFAULT_AUTOTUNE_MAX: u64 = 4 << 20;
+
+/// What to ask setsockopt (SO_SNDBUF or SO_RCVBUF) for a buffer of
+/// `wanted` bytes, or None to leave the kernel's autotuning on. A setting
+/// locks the buffer (autotuning stops growing it), and the kernel caps it
+/// at `core_max` (net.core.wmem_max or rmem_max) and doubles it; so it is
+/// worth setting only where that, 2 x min(wanted, core_max), is more than
+/// autotuning would reach by itself, `autotune_max` (tcp_wmem's or
+/// tcp_rmem's third number in the socket's network namespace; unknown:
+/// [`DEFAULT_AUTOTUNE_MAX`]). On a DTN whose tcp_*mem allow more than its
+/// net.core caps, a setting would lock the buffer below what the kernel
+/// gives on its own.
+pub fn buffer_to_set(wanted: u64, core_max: Option<u64>, autotune_max: Option<u64>) -> Option<u64> {
+    let granted = core_max.map_or(wanted, |m| wanted.min(m));
+    (granted.saturating_mul(2) > autotune_max.unwrap_or(DEFAULT_AUTOTUNE_MAX)).then_some(wanted)
+}
+
+impl BufferCaps {
+    /// SO_SNDBUF to set for a send buffer of `wanted` bytes under these
+    /// caps, or None: autotuning ([`buffer_to_set`]).
+    pub fn send_buffer_to_set(&self, wanted: u64) -> Option<u64> {
+        buffer_to_set(wanted, self.wmem_max, self.tcp_wmem_max)
+    }
+
+    /// SO_RCVBUF to set for a receive buffer of `wanted` bytes under these
+    /// caps, or None: autotuning ([`buffer_to_set`]).
+    pub fn receive_buffer_to_set(&self, wanted: u64) -> Option<u64> {
+        buffer_to_set(wanted, self.rmem_max, self.tcp_rmem_max)
+    }
+}
+
 /// The larger of what autotuning allows and what an explicit setting
 /// gets (twice the core maximum, which also turns autotuning off).
-/// Unknown caps: leave autotuning alone, assuming Linux's 4 MiB default.
+/// Unknown caps: leave autotuning alone.
 fn best_buffer(autotune_max: Option<u64>, core_max: Option<u64>) -> BufferChoice {
-    let auto = autotune_max.unwrap_or(4 << 20);
-    match core_max {
-        Some(m) if m.saturating_mul(2) > auto => BufferChoice::Set(m),
-        _ => BufferChoice::Auto(auto),
+    match core_max.and_then(|m| buffer_to_set(m, core_max, autotune_max)) {
+        Some(m) => BufferChoice::Set(m),
+        None => BufferChoice::Auto(autotune_max.unwrap_or(DEFAULT_AUTOTUNE_MAX)),
     }
 }
 
@@ -86,18 +118,15 @@ fn best_buffer(autotune_max: Option<u64>, core_max: Option<u64>) -> BufferChoice
 pub const BUFFER_HEADROOM: f64 = 2.0;
 
 /// A buffer sized for `need` bytes of it (already divided by the share in
-/// flight), no larger than `best` allows: autotuning where it reaches that
-/// far (the kernel then sizes it from the path itself), else set to what
-/// the need asks, with [`BUFFER_HEADROOM`].
-fn sized_buffer(best: BufferChoice, autotune_max: Option<u64>, need: f64) -> BufferChoice {
-    let auto = autotune_max.unwrap_or(4 << 20);
-    match best {
-        BufferChoice::Set(core) if need * BUFFER_HEADROOM > auto as f64 => {
-            // The kernel doubles what is set.
-            let want = (need * BUFFER_HEADROOM / 2.0).ceil() as u64;
-            BufferChoice::Set(want.clamp((auto / 2).max(1), core))
-        }
-        _ => BufferChoice::Auto(auto),
+/// flight), with [`BUFFER_HEADROOM`]: set where a setting gives more than
+/// autotuning reaches ([`buffer_to_set`]), no larger than `core_max`;
+/// else left to autotuning (the kernel then sizes it from the path itself).
+fn sized_buffer(core_max: Option<u64>, autotune_max: Option<u64>, need: f64) -> BufferChoice {
+    // The kernel doubles what is set.
+    let want = (need * BUFFER_HEADROOM / 2.0).ceil() as u64;
+    match (core_max, buffer_to_set(want, core_max, autotune_max)) {
+        (Some(core), Some(w)) => BufferChoice::Set(w.min(core)),
+        _ => BufferChoice::Auto(autotune_max.unwrap_or(DEFAULT_AUTOTUNE_MAX)),
     }
 }
 
@@ -180,7 +209,8 @@ impl WindowPlan {
             ),
         };
         let buf = (need_window as f64 / share) as u64;
-        let now = core.unwrap_or(0).max(tcp.unwrap_or(0));
+        // What the buffer can be: autotuning's maximum, or twice the core cap set.
+        let now = best_buffer(tcp, core).bytes();
         let who = format!(
             "the {side}'s {what} buffer ({} allowed: net.core.{x}mem_max / net.ipv4.tcp_{x}mem)",
             crate::units::format_bytes(now)
@@ -234,12 +264,12 @@ pub fn plan(input: &PathInput) -> WindowPlan {
     // Each stream's share of the bandwidth-delay product, bytes in flight.
     let share = target_bps as f64 / 8.0 * rtt_s / f64::from(streams);
     let send_buffer = sized_buffer(
-        best_send,
+        input.sender.wmem_max,
         input.sender.tcp_wmem_max,
         share / SEND_BUFFER_USE,
     );
     let receive_buffer = sized_buffer(
-        best_receive,
+        input.receiver.rmem_max,
         input.receiver.tcp_rmem_max,
         share / RECV_BUFFER_USE,
     );
@@ -363,7 +393,7 @@ mod tests {
         let p = plan(&input(80, Some(2_000_000_000), Some(1)));
         assert_eq!((p.streams, p.auto_streams), (1, false));
         let s = p.shortfall(&here(), &here()).unwrap();
-        assert!(s.contains("send buffer"), "{s}");
+        assert!(s.contains("send buffer (8.00 MiB allowed"), "{s}");
         assert!(s.contains("net.core.wmem_max="), "{s}");
     }
 
@@ -419,6 +449,90 @@ mod tests {
         // Never below what autotuning would have reached, never above the cap.
         let p = plan(&input(540, None, None));
         assert_eq!(p.send_buffer, BufferChoice::Set(4 << 20));
+    }
+
+    /// A tuned DTN: 128 MiB for the core caps and autotuning alike.
+    fn dtn() -> BufferCaps {
+        BufferCaps {
+            rmem_max: Some(128 << 20),
+            wmem_max: Some(128 << 20),
+            tcp_rmem_max: Some(128 << 20),
+            tcp_wmem_max: Some(128 << 20),
+        }
+    }
+
+    #[test]
+    fn a_buffer_is_set_only_where_the_setting_gives_more_than_autotuning() {
+        let mib = |n: u64| n << 20;
+        // Here: a send buffer set gets 2 x 4 MiB = 8 MiB, autotuning 4 MiB.
+        assert_eq!(here().send_buffer_to_set(mib(4)), Some(mib(4)));
+        assert_eq!(here().send_buffer_to_set(mib(64)), Some(mib(64)));
+        assert_eq!(here().send_buffer_to_set(mib(3)), Some(mib(3)));
+        // 2 x 2 MiB is what autotuning reaches anyway.
+        assert_eq!(here().send_buffer_to_set(mib(2)), None);
+        // Receiving: autotuning's 32 MiB beats any setting under rmem_max.
+        assert_eq!(here().receive_buffer_to_set(mib(4)), None);
+        assert_eq!(here().receive_buffer_to_set(mib(64)), None);
+        // A tuned DTN: autotuning reaches 128 MiB; only more is set.
+        assert_eq!(dtn().send_buffer_to_set(mib(32)), None);
+        assert_eq!(dtn().receive_buffer_to_set(mib(64)), None);
+        assert_eq!(dtn().send_buffer_to_set(mib(65)), Some(mib(65)));
+        // Autotuning raised, the core caps not: a setting would lock the
+        // buffer at 8 MiB where the kernel gives 64 MiB by itself.
+        let small_core = BufferCaps {
+            rmem_max: Some(mib(4)),
+            wmem_max: Some(mib(4)),
+            ..dtn()
+        };
+        for wanted in [mib(1), mib(4), mib(100), 1 << 30] {
+            assert_eq!(small_core.send_buffer_to_set(wanted), None, "{wanted}");
+            assert_eq!(small_core.receive_buffer_to_set(wanted), None, "{wanted}");
+        }
+        // Unknown autotuning: Linux's default; unknown core cap: as asked.
+        assert_eq!(buffer_to_set(mib(3), None, None), Some(mib(3)));
+        assert_eq!(buffer_to_set(mib(2), None, None), None);
+    }
+
+    #[test]
+    fn a_plan_leaves_autotuning_on_where_it_reaches_as_far() {
+        let mut i = input(80, Some(10_000_000_000), None);
+        // tcp_*mem to 128 MiB, core caps at 4 MiB: nothing set, whatever the path.
+        let small_core = BufferCaps {
+            rmem_max: Some(4 << 20),
+            wmem_max: Some(4 << 20),
+            ..dtn()
+        };
+        (i.sender, i.receiver) = (small_core, small_core);
+        let p = plan(&i);
+        assert_eq!(p.send_buffer, BufferChoice::Auto(128 << 20));
+        assert_eq!(p.receive_buffer, BufferChoice::Auto(128 << 20));
+        // The DTN: 10 Gbit/s at 80 ms over 4 streams wants 2 x 38.5 MB of
+        // send buffer a stream, which autotuning's 128 MiB covers.
+        (i.sender, i.receiver) = (dtn(), dtn());
+        let p = plan(&i);
+        assert_eq!(p.streams, DEFAULT_STREAMS);
+        assert_eq!(p.send_buffer, BufferChoice::Auto(128 << 20));
+        assert_eq!(p.receive_buffer, BufferChoice::Auto(128 << 20));
+        // Whatever the plan sets, the socket's own check sets too.
+        for c in [here(), dtn(), small_core] {
+            (i.sender, i.receiver) = (c, c);
+            for rtt in [1, 80, 540] {
+                i.rtt_us = rtt * 1000;
+                let p = plan(&i);
+                let send = p.send_buffer.to_set();
+                assert_eq!(
+                    send.and_then(|b| c.send_buffer_to_set(b)),
+                    send,
+                    "{c:?} {p:?}"
+                );
+                let recv = p.receive_buffer.to_set();
+                assert_eq!(
+                    recv.and_then(|b| c.receive_buffer_to_set(b)),
+                    recv,
+                    "{c:?} {p:?}"
+                );
+            }
+        }
     }
 
     #[test]

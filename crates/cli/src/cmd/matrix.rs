@@ -124,6 +124,16 @@ fn known_workload(w: &str) -> bool {
     }
 }
 
+/// The form the document is printed in (`--json`, `--csv`, `--md`).
+fn form(a: &MatrixArgs) -> crate::print::matrix::Form {
+    match (a.json, a.csv, a.md) {
+        (true, _, _) => crate::print::matrix::Form::Json,
+        (_, true, _) => crate::print::matrix::Form::Csv,
+        (_, _, true) => crate::print::matrix::Form::Markdown,
+        _ => crate::print::matrix::Form::Terminal,
+    }
+}
+
 /// `longhaul matrix`.
 pub fn matrix(a: MatrixArgs, archive_args: &ArchiveArgs, verbose: u8) -> Outcome {
     let bin = std::env::current_exe()
@@ -139,7 +149,7 @@ pub fn matrix(a: MatrixArgs, archive_args: &ArchiveArgs, verbose: u8) -> Outcome
     if !a.directions.is_empty() {
         plan.retain(|c| a.directions.contains(&c.direction));
     }
-    let earlier = kept(&a, &params)?;
+    let earlier = kept(&a, &params, &paths)?;
     let todo: Vec<&Cell> = plan
         .iter()
         .filter(|c| !earlier.done.contains_key(&c.key()) && !c.not_run())
@@ -179,6 +189,7 @@ pub fn matrix(a: MatrixArgs, archive_args: &ArchiveArgs, verbose: u8) -> Outcome
         merged: earlier.pieces,
         interrupted: false,
     };
+    doc.limits.host_tuning = earlier.tuning;
     if quick {
         remember_winners(archive_args, &mut doc);
     }
@@ -212,13 +223,7 @@ pub fn matrix(a: MatrixArgs, archive_args: &ArchiveArgs, verbose: u8) -> Outcome
             message: e,
         });
     }
-    let form = match (a.json, a.csv, a.md) {
-        (true, _, _) => crate::print::matrix::Form::Json,
-        (_, true, _) => crate::print::matrix::Form::Csv,
-        (_, _, true) => crate::print::matrix::Form::Markdown,
-        _ => crate::print::matrix::Form::Terminal,
-    };
-    crate::print::matrix::print(&doc, form, verbose);
+    crate::print::matrix::print(&doc, form(&a), verbose);
     if doc.interrupted {
         return Ok(exit::INTERRUPTED);
     }
@@ -559,10 +564,13 @@ struct Kept {
     /// The `--merge` pieces, each with its load (a piece merged from
     /// pieces gives those).
     pieces: Vec<Piece>,
+    /// How the emulated paths' hosts were tuned, by path name.
+    tuning: BTreeMap<String, archived::HostTuning>,
 }
 
-/// What `--merge` and `--resume` kept ([`resumed`]); a `--merge` file must be there.
-fn kept(a: &MatrixArgs, params: &Params) -> Result<Kept, Failure> {
+/// What `--merge` and `--resume` kept ([`resumed`]) for these `paths`; a
+/// `--merge` file must be there.
+fn kept(a: &MatrixArgs, params: &Params, paths: &[PathSpec]) -> Result<Kept, Failure> {
     if let Some(m) = a.merge.iter().find(|m| !m.is_file()) {
         return Err(usage(format!("--merge {}: no such file", m.display())));
     }
@@ -572,14 +580,17 @@ fn kept(a: &MatrixArgs, params: &Params) -> Result<Kept, Failure> {
         .map(PathBuf::as_path)
         .chain(a.resume.as_deref())
         .collect();
-    resumed(&files, a.merge.len(), params)
+    let mut k = resumed(&files, a.merge.len(), params)?;
+    k.tuning.retain(|p, _| paths.iter().any(|s| &s.name == p));
+    Ok(k)
 }
 
-/// The cells (and sweeps) kept by the `--merge` files, then by the
-/// `--resume` file (a later file's cell or winner replaces an earlier's):
-/// cells that ended without an error and sweeps with a winner, of this
-/// run's data only (a cell of another size is left out, and said). The
-/// first `merged` files are pieces merged: their loads are kept.
+/// The cells, sweeps and emulated paths' host tuning kept by the `--merge`
+/// files, then by the `--resume` file (a later file's cell, winner or
+/// tuning replaces an earlier's): cells that ended without an error and
+/// sweeps with a winner, of this run's data only (a cell of another size
+/// is left out, and said). The first `merged` files are pieces merged:
+/// their loads are kept.
 fn resumed(files: &[&Path], merged: usize, params: &Params) -> Result<Kept, Failure> {
     let mut kept = Kept::default();
     let mut sweeps = BTreeMap::new();
@@ -595,6 +606,7 @@ fn resumed(files: &[&Path], merged: usize, params: &Params) -> Result<Kept, Fail
         if i < merged {
             kept.pieces.extend(piece(f, &doc));
         }
+        kept.tuning.extend(doc.limits.host_tuning);
         let fits = |w: &str| same_data(&doc.params, params, w);
         let planned = |w: &str| params.workloads.iter().any(|p| p == w);
         let mut other = 0;

@@ -949,3 +949,93 @@ fn a_cold_matrix_runs_another_build_and_a_changed_sync_verified() {
         .unwrap_or_default();
     assert!(e.contains("in the page cache"), "{e}\n{stderr}");
 }
+
+/// A tool that records what TCP autotuning allows where it runs: its
+/// server (in the emulated path's far host) as it starts, its client (in
+/// the near host) before it copies. `SEEN` is replaced by a directory.
+const SYSCTLS: &str = r#"[{
+  "name": "sysctls", "kind": "files",
+  "server": {"argv": ["sh", "-c", "cat /proc/sys/net/ipv4/tcp_wmem /proc/sys/net/ipv4/tcp_rmem > \"$0\" && exec \"$@\"", "SEEN/b", "{bin}", "--no-archive", "serve", "--listen", "{host}:{port}", "--state-dir", "{state}", "--export", "m={root}"]},
+  "put": ["sh", "-c", "cat /proc/sys/net/ipv4/tcp_wmem /proc/sys/net/ipv4/tcp_rmem > \"$2\" && cp -a \"$0\" \"$1\"/", "{src}", "{dstdir}", "SEEN/a"],
+  "settings": [{"name": "defaults", "args": []}]
+}]"#;
+
+/// Both hosts of an emulated path are tuned as DTNs for it: a tool left to
+/// the kernel's autotuning runs, on either host, under tcp_wmem and
+/// tcp_rmem maxima of at least twice the path's bandwidth-delay product
+/// (40 Gbit/s at 100 ms: 500 MB, so 1 GB; Linux's defaults are 4 and 6
+/// MiB), as the document records and the table says; `--resume` keeps it.
+#[test]
+fn an_emulated_paths_hosts_autotune_to_twice_its_bdp() {
+    if !require::have("TUN", require::tun()) {
+        return;
+    }
+    let t = TempDir::new("matrix-sysctls");
+    let seen = t.dir("seen");
+    let tools = t.path().join("tools.json");
+    std::fs::write(&tools, SYSCTLS.replace("SEEN", seen.to_str().unwrap())).unwrap();
+    let path = "100ms/0/40gbit";
+    let run = |json: bool| {
+        let mut c = common::bin();
+        c.args([
+            "--no-archive",
+            "matrix",
+            "--tools",
+            "sysctls",
+            "--tools-file",
+        ])
+        .arg(&tools)
+        .args(["--paths", path, "--workloads", "elephant", "--directions"])
+        .args(["put", "--runs", "1", "--size", "64K", "--work-dir"])
+        .arg(t.path().join("work"))
+        .arg("--resume")
+        .arg(t.path().join("kept.json"));
+        if json {
+            c.arg("--json");
+        }
+        let o = c.output().unwrap();
+        let stderr = String::from_utf8_lossy(&o.stderr).to_string();
+        assert_eq!(o.status.code(), Some(0), "{stderr}");
+        (String::from_utf8_lossy(&o.stdout).to_string(), stderr)
+    };
+    let (out, stderr) = run(true);
+    let doc: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let twice_bdp = 2 * 500_000_000u64;
+    let tuned = &doc["limits"]["host_tuning"][path];
+    assert_eq!(tuned["bdp_bytes"], 500_000_000, "{doc}");
+    let max = |what: &str| tuned[what].as_u64().unwrap();
+    assert!(max("tcp_wmem_max") >= twice_bdp, "{tuned}");
+    assert!(max("tcp_rmem_max") >= twice_bdp, "{tuned}");
+    for host in ["a", "b"] {
+        let text = std::fs::read_to_string(seen.join(host)).unwrap();
+        let v: Vec<u64> = text
+            .split_whitespace()
+            .map(|x| x.parse().unwrap())
+            .collect();
+        assert_eq!(v.len(), 6, "{host}: {text}");
+        assert_eq!(
+            (v[2], v[5]),
+            (max("tcp_wmem_max"), max("tcp_rmem_max")),
+            "host {host}'s tcp_wmem, tcp_rmem: {text}"
+        );
+        // The minimum and default stay the kernel's (4 KiB at least).
+        assert!(
+            v[0] >= 4096 && v[1] >= v[0] && v[3] >= 4096 && v[4] >= v[3],
+            "{text}"
+        );
+    }
+    assert!(
+        stderr.contains("both hosts' TCP autotuning maximum"),
+        "{stderr}"
+    );
+    // Kept from --resume (nothing runs again), said under the table.
+    let (out, stderr) = run(false);
+    assert!(!stderr.contains("[1/"), "{stderr}");
+    assert!(
+        out.contains(&format!(
+            "hosts: {path}: both hosts' TCP autotuning maximum raised to 954 MiB (2x the path's BDP)"
+        )) || out.contains(&format!("hosts: {path}: both hosts' TCP autotuning maximum at ")),
+        "{out}"
+    );
+    assert!(out.contains("not per namespace"), "{out}");
+}

@@ -65,6 +65,8 @@ pub fn check_congestion(name: &str) -> Result<(), String> {
 /// Socket options a data stream asks for.
 #[derive(Debug, Clone, Default)]
 pub struct Tuning {
+    /// The user's window (`perf -w`): SO_SNDBUF and SO_RCVBUF set as
+    /// asked, autotuning or not.
     pub window: Option<u32>,
     pub congestion: Option<String>,
     /// Bytes per second, for SO_MAX_PACING_RATE.
@@ -101,18 +103,23 @@ pub fn apply_tcp_ref(sock: &SockRef<'_>, t: &Tuning) -> io::Result<()> {
 
 /// Applies a transfer's stream settings to one data socket: the sender's
 /// part (`sending`) or the receiver's. A congestion control this kernel
-/// lacks leaves its default (the reason is logged); buffer sizes the kernel
-/// caps are capped. Returns the congestion control in use.
+/// lacks leaves its default (the reason is logged); a buffer size is set
+/// only where the setting gives more than this namespace's autotuning
+/// reaches ([`size_buffer`]). Returns the congestion control in use.
 pub fn tune_data_stream(
     fd: BorrowedFd<'_>,
     t: &longhaul_proto::xfer::StreamTuning,
     sending: bool,
 ) -> io::Result<String> {
-    let sock = SockRef::from(&fd);
+    let wanted = if sending {
+        t.send_buffer
+    } else {
+        t.receive_buffer
+    };
+    if let Some(b) = wanted {
+        size_buffer(fd, b, sending, &buffer_caps())?;
+    }
     if sending {
-        if let Some(b) = t.send_buffer {
-            sock.set_send_buffer_size(usize::try_from(b).unwrap_or(usize::MAX))?;
-        }
         if let Some(cc) = &t.congestion {
             // Only one the kernel already has: a name it lacks would make a
             // privileged process load the module `tcp_NAME`, on a peer's word.
@@ -131,10 +138,35 @@ pub fn tune_data_stream(
         if let Some(rate) = t.pacing {
             set_pacing(fd, rate)?;
         }
-    } else if let Some(b) = t.receive_buffer {
-        sock.set_recv_buffer_size(usize::try_from(b).unwrap_or(usize::MAX))?;
     }
     Ok(congestion(fd))
+}
+
+/// Sets a data socket's send (`sending`) or receive buffer to `wanted`
+/// bytes, a size longhaul computed for the path, where that gives more
+/// than autotuning reaches under `caps` (this namespace's); else leaves
+/// autotuning on, which a setting would turn off. Says whether it set it.
+fn size_buffer(
+    fd: BorrowedFd<'_>,
+    wanted: u64,
+    sending: bool,
+    caps: &BufferCaps,
+) -> io::Result<bool> {
+    let sock = SockRef::from(&fd);
+    let set = if sending {
+        caps.send_buffer_to_set(wanted)
+    } else {
+        caps.receive_buffer_to_set(wanted)
+    };
+    let Some(b) = set.map(|b| usize::try_from(b).unwrap_or(usize::MAX)) else {
+        return Ok(false);
+    };
+    if sending {
+        sock.set_send_buffer_size(b)?;
+    } else {
+        sock.set_recv_buffer_size(b)?;
+    }
+    Ok(true)
 }
 
 /// Data a sending data stream may hold unsent, on a long path
@@ -465,4 +497,60 @@ pub fn path_mtu(peer: std::net::IpAddr) -> Option<u32> {
 
 pub fn fd_of<T: AsFd>(t: &T) -> BorrowedFd<'_> {
     t.as_fd()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A fresh TCP socket: its buffers as the kernel starts them.
+    fn fresh() -> socket2::Socket {
+        socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap()
+    }
+
+    #[test]
+    fn a_buffer_autotuning_covers_is_left_to_autotuning() {
+        // tcp_*mem raised to 128 MiB, the core caps at 4 MiB: a setting
+        // would lock each buffer at 8 MiB at most.
+        let small_core = BufferCaps {
+            rmem_max: Some(4 << 20),
+            wmem_max: Some(4 << 20),
+            tcp_rmem_max: Some(128 << 20),
+            tcp_wmem_max: Some(128 << 20),
+        };
+        let (s, untouched) = (fresh(), fresh());
+        for (sending, wanted) in [(true, 4 << 20), (false, 4 << 20), (true, 1), (false, 1)] {
+            let set = size_buffer(s.as_fd(), wanted, sending, &small_core).unwrap();
+            assert!(!set, "{sending} {wanted}");
+        }
+        assert_eq!(
+            s.send_buffer_size().unwrap(),
+            untouched.send_buffer_size().unwrap()
+        );
+        assert_eq!(
+            s.recv_buffer_size().unwrap(),
+            untouched.recv_buffer_size().unwrap()
+        );
+    }
+
+    #[test]
+    fn a_buffer_beyond_autotuning_is_set() {
+        // This host as the review found it: tcp_wmem to 4 MiB, wmem_max 4 MiB.
+        let here = BufferCaps {
+            rmem_max: Some(4 << 20),
+            wmem_max: Some(4 << 20),
+            tcp_rmem_max: Some(32 << 20),
+            tcp_wmem_max: Some(4 << 20),
+        };
+        let s = fresh();
+        let before = s.send_buffer_size().unwrap();
+        assert!(size_buffer(s.as_fd(), 1 << 20, true, &here).is_ok_and(|set| !set));
+        assert_eq!(s.send_buffer_size().unwrap(), before);
+        // 2 x 3 MiB beats autotuning's 4 MiB: set (and doubled by the kernel,
+        // within the real wmem_max of the machine running the test).
+        assert!(size_buffer(s.as_fd(), 3 << 20, true, &here).unwrap());
+        assert_ne!(s.send_buffer_size().unwrap(), before);
+        // Receiving, tcp_rmem's 32 MiB beats any setting.
+        assert!(!size_buffer(s.as_fd(), 4 << 20, false, &here).unwrap());
+    }
 }

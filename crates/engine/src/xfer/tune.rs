@@ -44,9 +44,10 @@ pub struct Sampler {
     /// the parked ones (or give some to the woken ones) over a few RTTs.
     settled_at: Instant,
     settle: Duration,
-    /// net.core.wmem_max here: the most SO_SNDBUF may be set to, and so
-    /// how far a send buffer that limits an interval is raised.
-    wmem_max: Option<u64>,
+    /// This namespace's caps: net.core.wmem_max, the most SO_SNDBUF may be
+    /// set to, so how far a send buffer that limits an interval is raised;
+    /// tcp_wmem's, how far autotuning raises it without us.
+    caps: sock::BufferCaps,
     /// Times the send buffers were raised online.
     pub send_buffer_raises: u32,
     /// Each stream's pacing (bytes/s) when the user capped the rate
@@ -96,7 +97,7 @@ impl Sampler {
             epochs: 0,
             settled_at: now,
             settle: (rtt * 10).max(Duration::from_secs(1)),
-            wmem_max: sock::buffer_caps().wmem_max,
+            caps: sock::buffer_caps(),
             send_buffer_raises: 0,
             pacing,
             intervals: Vec::new(),
@@ -114,9 +115,10 @@ impl Sampler {
 
     /// An interval limited by the send buffer: the active streams' buffers
     /// doubled, up to what wmem_max lets a setting reach (beyond it the
-    /// limit stays, and the shortfall warning names the sysctl).
+    /// limit stays, and the shortfall warning names the sysctl). A buffer
+    /// autotuning would grow as far is left to it: a setting would lock it.
     fn raise_send_buffers(&mut self, active: u16) {
-        let Some(cap) = self.wmem_max else {
+        let Some(cap) = self.caps.wmem_max else {
             return;
         };
         let mut raised = false;
@@ -124,7 +126,9 @@ impl Sampler {
             let r = socket2::SockRef::from(s);
             // The kernel reports twice what was set, and doubles a new setting.
             let now = r.send_buffer_size().unwrap_or(0) as u64;
-            let set = now.min(cap);
+            let Some(set) = self.caps.send_buffer_to_set(now).map(|b| b.min(cap)) else {
+                continue;
+            };
             if set.saturating_mul(2) > now && r.set_send_buffer_size(set as usize).is_ok() {
                 raised = true;
             }
@@ -302,5 +306,59 @@ impl Sampler {
         self.epoch_sent = 0;
         self.epoch_resent = 0;
         self.epoch_valid = true;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A connected stream over loopback, with its far end kept open.
+    fn pair() -> (TcpStream, TcpStream) {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let a = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        (a, l.accept().unwrap().0)
+    }
+
+    #[test]
+    fn a_send_buffer_autotuning_would_grow_is_not_locked_online() {
+        let (a, _b) = pair();
+        let mut s = Sampler::new(vec![a], false, Duration::from_millis(80), None);
+        let before = s.send_buffer();
+        // Autotuning to 128 MiB, wmem_max 4 MiB: doubling the buffer by a
+        // setting would lock it at 8 MiB at most.
+        s.caps = sock::BufferCaps {
+            rmem_max: Some(4 << 20),
+            wmem_max: Some(4 << 20),
+            tcp_rmem_max: Some(128 << 20),
+            tcp_wmem_max: Some(128 << 20),
+        };
+        s.raise_send_buffers(1);
+        // Autotuning reaching twice what the buffer has: as far as a doubling.
+        s.caps.tcp_wmem_max = Some(before * 2);
+        s.raise_send_buffers(1);
+        assert_eq!((s.send_buffer_raises, s.send_buffer()), (0, before));
+        // Autotuning at its end: doubled by a setting.
+        (s.caps.wmem_max, s.caps.tcp_wmem_max) = (Some(before), Some(before));
+        s.raise_send_buffers(1);
+        assert_eq!(s.send_buffer_raises, 1);
+    }
+
+    #[test]
+    fn a_set_send_buffer_limiting_an_interval_is_raised_online() {
+        let (a, _b) = pair();
+        socket2::SockRef::from(&a)
+            .set_send_buffer_size(3 << 20)
+            .unwrap();
+        let mut s = Sampler::new(vec![a], false, Duration::from_millis(80), None);
+        // A core cap above what the socket has, autotuning below it.
+        s.caps = sock::BufferCaps {
+            rmem_max: Some(4 << 20),
+            wmem_max: Some(64 << 20),
+            tcp_rmem_max: Some(32 << 20),
+            tcp_wmem_max: Some(4 << 20),
+        };
+        s.raise_send_buffers(1);
+        assert_eq!(s.send_buffer_raises, 1);
     }
 }

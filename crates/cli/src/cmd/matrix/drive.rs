@@ -85,6 +85,11 @@ pub(super) fn drive(
                 continue;
             }
         };
+        if let Some(t) = net.tuning {
+            let said = crate::print::matrix::host_tuning_text(&t);
+            eprintln!("longhaul matrix: path {}: {said}", p.name);
+            doc.limits.host_tuning.insert(p.name.clone(), t);
+        }
         let mut servers = m.start_servers(i, p, &net, &pending, doc)?;
         if net.far.is_some() {
             net.facts.rtt_s = servers.round_trip(&net.host).unwrap_or(0.0);
@@ -139,6 +144,8 @@ struct PathNet {
     host: String,
     /// What the tools are told about the path.
     facts: PathFacts,
+    /// An emulated path's hosts as tuned for it.
+    tuning: Option<run::HostTuning>,
 }
 
 /// A path's servers, and the tools whose server could not start.
@@ -281,8 +288,9 @@ impl<'a> Matrix<'a> {
     /// Brings up a path's network: loopback in a network namespace of its
     /// own where we may make one (root: the peers' servers, an anonymous
     /// GridFTP, an rsync daemon as root, are then out of reach of every
-    /// other process on the host), an emulated WAN, or the far host's work
-    /// directory with the data there.
+    /// other process on the host), an emulated WAN with both its hosts
+    /// tuned as DTNs for it ([`run::tune_hosts`]), or the far host's work
+    /// directory with the data there (a real host: its settings are its own).
     fn open_path(&self, p: &PathSpec) -> Result<PathNet, String> {
         let wan = match p.rate_bps.filter(|_| p.name != "loopback") {
             None => None,
@@ -293,6 +301,15 @@ impl<'a> Matrix<'a> {
                 r,
                 run::WAN_UP_LIMIT,
             )?),
+        };
+        let tuning = match (&wan, p.rate_bps) {
+            (Some(w), Some(r)) => {
+                let bdp = facts(p, r).bdp();
+                Some(run::tune_hosts([&w.ns_a, &w.ns_b], bdp).map_err(|e| {
+                    format!("cannot tune the emulated hosts' TCP autotuning for the path: {e}")
+                })?)
+            }
+            _ => None,
         };
         let private = if wan.is_none() && p.far.is_none() {
             run::PrivateNs::new()
@@ -327,6 +344,7 @@ impl<'a> Matrix<'a> {
             ns_b,
             host,
             facts: facts(p, rate),
+            tuning,
         })
     }
 

@@ -183,29 +183,110 @@ impl Drop for PrivateNs {
     }
 }
 
-/// Connects to `host:port` from inside `netns` (or here): the ready check.
-pub fn connects(netns: Option<&str>, host: &str, port: u16) -> bool {
-    let addr = format!("{host}:{port}");
+/// Runs `f` on a thread of its own in the network namespace `netns` (as
+/// `ip netns add` names it) or here: its sockets and its /proc/sys/net are
+/// that namespace's.
+fn in_netns<T: Send + 'static>(
+    netns: Option<&str>,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, String> {
     let ns = netns.map(|n| format!("/run/netns/{n}"));
     std::thread::spawn(move || {
         if let Some(ns) = ns {
-            let Ok(f) = std::fs::File::open(&ns) else {
-                return false;
-            };
+            let file = std::fs::File::open(&ns).map_err(|e| format!("{ns}: {e}"))?;
             use rustix::thread::{move_into_link_name_space, LinkNameSpaceType};
             use std::os::fd::AsFd;
             // This thread only.
-            if move_into_link_name_space(f.as_fd(), Some(LinkNameSpaceType::Network)).is_err() {
-                return false;
-            }
+            move_into_link_name_space(file.as_fd(), Some(LinkNameSpaceType::Network))
+                .map_err(|e| format!("cannot enter the network namespace {ns}: {e}"))?;
         }
+        Ok(f())
+    })
+    .join()
+    .map_err(|_| "a thread in a network namespace panicked".to_string())?
+}
+
+/// Connects to `host:port` from inside `netns` (or here): the ready check.
+pub fn connects(netns: Option<&str>, host: &str, port: u16) -> bool {
+    let addr = format!("{host}:{port}");
+    in_netns(netns, move || {
         let Ok(a) = addr.parse::<std::net::SocketAddr>() else {
             return false;
         };
         std::net::TcpStream::connect_timeout(&a, Duration::from_millis(300)).is_ok()
     })
-    .join()
     .unwrap_or(false)
+}
+
+pub use longhaul_archive::matrix::HostTuning;
+
+/// The least TCP autotuning maximum an emulated host gets: Linux's default.
+const DTN_LEAST_MAX: u64 = 4 << 20;
+/// The most a tcp_rmem or tcp_wmem number can be (an int).
+const SYSCTL_MOST: u64 = i32::MAX as u64;
+
+/// A host's TCP autotuning maximum on a path of `bdp` bytes: twice the
+/// product (fasterdata.es.net's host tuning: room for the window and the
+/// kernel's overhead), or what it had where that is more, at least 4 MiB.
+pub fn dtn_max(current: u64, bdp: u64) -> u64 {
+    current
+        .max(bdp.saturating_mul(2).min(SYSCTL_MOST))
+        .max(DTN_LEAST_MAX)
+}
+
+/// tcp_rmem's or tcp_wmem's `MIN DEFAULT MAX` (`text`) with its MAX
+/// raised for a path of `bdp` bytes ([`dtn_max`]); MIN and DEFAULT kept.
+pub fn dtn_triple(text: &str, bdp: u64) -> Result<[u64; 3], String> {
+    let v: Vec<u64> = text
+        .split_whitespace()
+        .map(str::parse)
+        .collect::<Result<_, _>>()
+        .map_err(|e| format!("'{}': {e}", text.trim()))?;
+    let [min, default, max] = v[..] else {
+        return Err(format!("'{}': not three numbers", text.trim()));
+    };
+    Ok([min, default, dtn_max(max, bdp)])
+}
+
+/// Tunes the emulated path's hosts (`namespaces`) as data transfer nodes
+/// for a path of `bdp` bytes: net.ipv4.tcp_wmem and tcp_rmem (one per
+/// namespace since Linux 4.15) raised to [`dtn_max`] in each, so that a
+/// tool left to the kernel's autotuning can fill the path with one
+/// stream. net.core.wmem_max and rmem_max, what an explicit SO_SNDBUF or
+/// SO_RCVBUF may get, are not per namespace: the host's stay.
+pub fn tune_hosts(namespaces: [&str; 2], bdp: u64) -> Result<HostTuning, String> {
+    let mut t = HostTuning {
+        tcp_wmem_max: u64::MAX,
+        tcp_rmem_max: u64::MAX,
+        bdp_bytes: bdp,
+        wmem_max: longhaul_engine::net::sock::sysctl_u64("/proc/sys/net/core/wmem_max"),
+        rmem_max: longhaul_engine::net::sock::sysctl_u64("/proc/sys/net/core/rmem_max"),
+    };
+    for ns in namespaces {
+        let [w, r] = in_netns(Some(ns), move || {
+            ["tcp_wmem", "tcp_rmem"].map(|name| tune_sysctl(name, bdp))
+        })?;
+        let (w, r) = (
+            w.map_err(|e| format!("{ns}: {e}"))?,
+            r.map_err(|e| format!("{ns}: {e}"))?,
+        );
+        t.tcp_wmem_max = t.tcp_wmem_max.min(w);
+        t.tcp_rmem_max = t.tcp_rmem_max.min(r);
+    }
+    Ok(t)
+}
+
+/// Raises net.ipv4.`name` (tcp_wmem or tcp_rmem) of this thread's network
+/// namespace for a path of `bdp` bytes; its MAX as it reads back.
+fn tune_sysctl(name: &str, bdp: u64) -> Result<u64, String> {
+    let file = format!("/proc/sys/net/ipv4/{name}");
+    let text = std::fs::read_to_string(&file).map_err(|e| format!("{file}: {e}"))?;
+    let [min, default, max] = dtn_triple(&text, bdp).map_err(|e| format!("{file}: {e}"))?;
+    std::fs::write(&file, format!("{min} {default} {max}"))
+        .map_err(|e| format!("cannot raise {file} to {max}: {e}"))?;
+    longhaul_engine::net::sock::sysctl_triple(&file)
+        .map(|t| t[2])
+        .ok_or_else(|| format!("{file}: unreadable after it was set"))
 }
 
 /// Seconds a TCP connection to `host:port` takes to open (about one
@@ -558,5 +639,33 @@ mod tests {
         let (_d, bin) = fake_wan("echo 'wan: error: cannot open /dev/net/tun' >&2; exit 1");
         let e = up(bin, Duration::from_secs(20)).err().expect("an error");
         assert!(e.contains("cannot open /dev/net/tun"), "{e}");
+    }
+
+    #[test]
+    fn an_emulated_host_autotunes_to_twice_the_paths_bdp() {
+        const MIB: u64 = 1 << 20;
+        // 1 Gbit/s at 80 ms: 10 MB in flight, so 20 MB of buffer a stream.
+        let bdp = 10_000_000;
+        assert_eq!(
+            dtn_triple("4096\t16384\t4194304\n", bdp),
+            Ok([4096, 16384, 20_000_000])
+        );
+        // A host that already allows more keeps it; min and default stay.
+        assert_eq!(
+            dtn_triple("4096 131072 33554432", bdp),
+            Ok([4096, 131_072, 32 * MIB])
+        );
+        // A short path: at least Linux's default 4 MiB.
+        assert_eq!(dtn_max(MIB, 100_000), 4 * MIB);
+        // Never past what the sysctl holds (an int).
+        assert_eq!(dtn_max(4 * MIB, u64::MAX / 4), i32::MAX as u64);
+        assert!(dtn_triple("4096 16384", bdp).is_err());
+        assert!(dtn_triple("a b c", bdp).is_err());
+    }
+
+    #[test]
+    fn a_namespace_that_is_not_there_is_an_error_that_names_it() {
+        let e = tune_hosts(["lhm-no-such-ns", "lhm-no-such-ns"], 1).expect_err("an error");
+        assert!(e.contains("/run/netns/lhm-no-such-ns"), "{e}");
     }
 }

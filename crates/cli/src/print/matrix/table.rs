@@ -539,6 +539,9 @@ fn tail(doc: &Doc, md: bool) {
     if let Some(l) = super::limits_line(doc, mb) {
         outln!("{bullet}{l}");
     }
+    if let Some(l) = super::hosts_line(doc) {
+        outln!("{bullet}{l}");
+    }
     for l in doc
         .cells
         .iter()
