@@ -1980,6 +1980,74 @@ fn cancelling_a_job_whose_destination_is_a_linked_directory_removes_its_partial_
         .is_symlink());
 }
 
+/// A cancel removes the directories its job's pushes made once they are
+/// empty, and nothing else: a destination that was there before the job
+/// (empty) stays, and so does one the job made but someone planted a file
+/// in (the directories the job made beneath it, emptied, go).
+#[test]
+fn cancelling_a_job_removes_the_empty_directories_it_made_and_nothing_else() {
+    let t = TempDir::new("job-cancel-dirs");
+    let (src, dst) = (t.dir("src"), t.dir("dst"));
+    write_random(&src.join("tree/sub/big.bin"), 256 << 20, 95);
+    std::fs::create_dir(dst.join("before")).unwrap();
+    let (j, b) = pair(&t, &src, &dst, &["--no-archive"]);
+    let push = |from: &str, into: &str| {
+        submit(&[
+            "-r",
+            "--mkpath",
+            "--rate",
+            "100mbit",
+            &url(&j, from),
+            &url(&b, into),
+        ])
+        .0
+    };
+    // Into `made/` (made by --mkpath), into `before/`, and onto `planted`
+    // (the tree's own directory made there).
+    let made = push("data/tree", "in/made/");
+    let before = push("data/tree/sub/big.bin", "in/before/");
+    let planted = push("data/tree", "in/planted");
+    let landing = [
+        (&made, dst.join("made/tree/sub")),
+        (&before, dst.join("before")),
+        (&planted, dst.join("planted/sub")),
+    ];
+    for (_, at) in &landing {
+        wait_until("verified chunks at B", Duration::from_secs(60), || {
+            journal_records(&journal_of(at, "big.bin")) >= 2
+        });
+    }
+    let mine = dst.join("planted/mine.txt");
+    std::fs::write(&mine, b"the user's own").unwrap();
+    for (id, at) in &landing {
+        cancel_until_discarded(
+            &j,
+            id,
+            &at.join(".big.bin.lhpart"),
+            &journal_of(at, "big.bin"),
+        );
+    }
+    wait_until(
+        "the emptied directories' removal",
+        Duration::from_secs(30),
+        || !dst.join("made").exists() && !dst.join("planted/sub").exists(),
+    );
+    assert!(
+        dst.join("before").is_dir(),
+        "a directory of the user's went"
+    );
+    assert!(std::fs::read_dir(dst.join("before"))
+        .unwrap()
+        .next()
+        .is_none());
+    assert_eq!(std::fs::read(&mine).unwrap(), b"the user's own");
+    let left: Vec<_> = std::fs::read_dir(dst.join("planted"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(left, ["mine.txt"]);
+}
+
 /// A cancelled push over ssh leaves nothing of itself on the far host:
 /// the job server reaches the host again with its own ssh and has a
 /// one-shot server there discard the job's unfinished entries beneath its

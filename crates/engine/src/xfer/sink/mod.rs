@@ -371,6 +371,45 @@ pub fn discard_partial(anchor: &super::beneath::Anchor, target: &Path) -> u64 {
     removed
 }
 
+/// Removes the empty directories at and beneath `top` on the way up from
+/// each of `places` (paths beneath `anchor`'s root), deepest first: what
+/// a cancelled job made and left empty. rmdir's own rule keeps every
+/// directory with anything in it; each is removed through a descriptor of
+/// its parent opened beneath the root, so no symbolic link is followed,
+/// and a link is never removed. How many it removed.
+pub fn remove_empty_dirs(
+    anchor: &super::beneath::Anchor,
+    top: &Path,
+    places: impl IntoIterator<Item = PathBuf>,
+) -> u64 {
+    let mut dirs = std::collections::BTreeSet::new();
+    for p in places {
+        dirs.extend(
+            p.ancestors()
+                .take_while(|a| a.starts_with(top))
+                .map(Path::to_path_buf),
+        );
+    }
+    let mut deepest_first: Vec<PathBuf> = dirs.into_iter().collect();
+    deepest_first.sort_by_key(|d| std::cmp::Reverse(d.components().count()));
+    let mut removed = 0;
+    for d in deepest_first {
+        let Ok((parent, name)) = anchor.parent_of(&d, false) else {
+            continue;
+        };
+        if rustix::fs::unlinkat(
+            parent.fd(),
+            name.as_os_str(),
+            rustix::fs::AtFlags::REMOVEDIR,
+        )
+        .is_ok()
+        {
+            removed += 1;
+        }
+    }
+    removed
+}
+
 fn io_err(what: &str, path: &Path, e: io::Error) -> String {
     format!("failed to {what} {}: {e}", path.display())
 }
@@ -542,6 +581,41 @@ mod tests {
         assert_eq!(most_at_once(true, 4), 1);
         // Anywhere else (a journalled ext4 too), creates run side by side.
         assert!(most_at_once(false, 4) > 1);
+    }
+
+    #[test]
+    fn only_empty_directories_at_or_beneath_the_top_are_removed_and_no_link() {
+        let base = std::env::temp_dir().join(format!("lh-tidy-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&base);
+        let (root, top) = (base.join("root"), base.join("root/made"));
+        for d in ["made/a/b", "made/full", "made/lead", "elsewhere/empty"] {
+            std::fs::create_dir_all(root.join(d)).unwrap();
+        }
+        std::fs::write(root.join("made/full/f"), b"x").unwrap();
+        std::os::unix::fs::symlink(root.join("elsewhere/empty"), root.join("made/link")).unwrap();
+        let anchor = Anchor::open(&root).unwrap();
+        let places = [
+            "made/a/b",
+            "made/full",
+            "made/link",
+            "made/lead/gone",
+            "elsewhere/empty",
+        ]
+        .map(|p| root.join(p));
+        assert_eq!(remove_empty_dirs(&anchor, &top, places.clone()), 3);
+        assert!(!top.join("a").exists() && !top.join("lead").exists());
+        assert_eq!(std::fs::read(top.join("full/f")).unwrap(), b"x");
+        assert!(std::fs::symlink_metadata(top.join("link"))
+            .unwrap()
+            .is_symlink());
+        assert!(root.join("elsewhere/empty").is_dir(), "outside the top");
+        // Emptied, the rest goes, the top too; the link's target stays.
+        std::fs::remove_file(top.join("full/f")).unwrap();
+        std::fs::remove_file(top.join("link")).unwrap();
+        let anchor = Anchor::open(&root).unwrap();
+        assert_eq!(remove_empty_dirs(&anchor, &top, places), 2);
+        assert!(!top.exists() && root.join("elsewhere/empty").is_dir());
+        std::fs::remove_dir_all(&base).unwrap();
     }
 
     #[test]
