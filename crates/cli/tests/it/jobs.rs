@@ -1980,40 +1980,30 @@ fn cancelling_a_job_whose_destination_is_a_linked_directory_removes_its_partial_
         .is_symlink());
 }
 
-/// A cancel removes the directories its job's pushes made once they are
-/// empty, and nothing else: a destination that was there before the job
-/// (empty) stays, and so does one the job made but someone planted a file
-/// in (the directories the job made beneath it, emptied, go).
-#[test]
-fn cancelling_a_job_removes_the_empty_directories_it_made_and_nothing_else() {
-    let t = TempDir::new("job-cancel-dirs");
-    let (src, dst) = (t.dir("src"), t.dir("dst"));
-    write_random(&src.join("tree/sub/big.bin"), 256 << 20, 95);
+/// A cancel removes the directories its job made once they are empty, and
+/// nothing else: a destination that was there before the job (empty)
+/// stays, and so does one the job made but someone planted a file in (the
+/// directories the job made beneath it, emptied, go). Three jobs under way
+/// into `dst`, each submitted by `go(SOURCE, DEST)` (paths within the
+/// source's and the destination's export), then cancelled.
+fn cancels_remove_only_the_empty_directories_their_jobs_made(
+    j: &Serve,
+    dst: &Path,
+    go: impl Fn(&str, &str) -> String,
+) {
     std::fs::create_dir(dst.join("before")).unwrap();
-    let (j, b) = pair(&t, &src, &dst, &["--no-archive"]);
-    let push = |from: &str, into: &str| {
-        submit(&[
-            "-r",
-            "--mkpath",
-            "--rate",
-            "100mbit",
-            &url(&j, from),
-            &url(&b, into),
-        ])
-        .0
-    };
     // Into `made/` (made by --mkpath), into `before/`, and onto `planted`
     // (the tree's own directory made there).
-    let made = push("data/tree", "in/made/");
-    let before = push("data/tree/sub/big.bin", "in/before/");
-    let planted = push("data/tree", "in/planted");
+    let made = go("tree", "made/");
+    let before = go("tree/sub/big.bin", "before/");
+    let planted = go("tree", "planted");
     let landing = [
         (&made, dst.join("made/tree/sub")),
         (&before, dst.join("before")),
         (&planted, dst.join("planted/sub")),
     ];
     for (_, at) in &landing {
-        wait_until("verified chunks at B", Duration::from_secs(60), || {
+        wait_until("verified chunks", Duration::from_secs(60), || {
             journal_records(&journal_of(at, "big.bin")) >= 2
         });
     }
@@ -2021,7 +2011,7 @@ fn cancelling_a_job_removes_the_empty_directories_it_made_and_nothing_else() {
     std::fs::write(&mine, b"the user's own").unwrap();
     for (id, at) in &landing {
         cancel_until_discarded(
-            &j,
+            j,
             id,
             &at.join(".big.bin.lhpart"),
             &journal_of(at, "big.bin"),
@@ -2046,6 +2036,53 @@ fn cancelling_a_job_removes_the_empty_directories_it_made_and_nothing_else() {
         .map(|e| e.unwrap().file_name())
         .collect();
     assert_eq!(left, ["mine.txt"]);
+}
+
+/// The far end of a push removes them (it noted, when it issued the
+/// job's capability, what of the destination's path was missing).
+#[test]
+fn cancelling_a_job_removes_the_empty_directories_it_made_and_nothing_else() {
+    let t = TempDir::new("job-cancel-dirs");
+    let (src, dst) = (t.dir("src"), t.dir("dst"));
+    write_random(&src.join("tree/sub/big.bin"), 256 << 20, 95);
+    let (j, b) = pair(&t, &src, &dst, &["--no-archive"]);
+    cancels_remove_only_the_empty_directories_their_jobs_made(&j, &dst, |from, into| {
+        let (from, into) = (
+            url(&j, &format!("data/{from}")),
+            url(&b, &format!("in/{into}")),
+        );
+        submit(&["-r", "--mkpath", "--rate", "100mbit", &from, &into]).0
+    });
+}
+
+/// A pull's job server removes them at its own end (it noted, when the
+/// job was submitted, what of the destination's path was missing).
+#[test]
+fn cancelling_a_pull_removes_the_empty_directories_it_made_and_nothing_else() {
+    let t = TempDir::new("job-cancel-pull-dirs");
+    let (far, here) = (t.dir("far"), t.dir("here"));
+    write_random(&far.join("tree/sub/big.bin"), 256 << 20, 96);
+    let into = format!("data={}", here.display());
+    let j = Serve::start(
+        &t.path().join("state-j"),
+        &["--jobs", "--export", &into, "--no-sync", "--no-archive"],
+    );
+    let from = format!("src={}", far.display());
+    let a = Serve::start(
+        &t.path().join("state-a"),
+        &["--third-party-copies", "--export", &from, "--no-sync"],
+    );
+    cancels_remove_only_the_empty_directories_their_jobs_made(&j, &here, |from, into| {
+        let (from, into) = (
+            url(&a, &format!("src/{from}")),
+            url(&j, &format!("data/{into}")),
+        );
+        let via = j.addr();
+        submit(&[
+            "-r", "--mkpath", "--rate", "100mbit", "--via", &via, &from, &into,
+        ])
+        .0
+    });
 }
 
 /// A cancelled push over ssh leaves nothing of itself on the far host:

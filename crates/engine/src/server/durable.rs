@@ -159,7 +159,7 @@ pub(super) fn scope_words(export: &str, req: &GrantRequest) -> String {
 /// Whether this client may be given a capability of `req` into (or out
 /// of) `ex`: what it could do itself, no more; a job's only where this
 /// server can keep it. A job's push: the directory its pushes would make
-/// first ([`Scope::made`], from [`first_missing`]).
+/// first ([`Scope::made`], from [`crate::xfer::sink::first_missing`]).
 pub(super) fn check_grant(
     shared: &Shared,
     ex: &Export,
@@ -197,7 +197,7 @@ pub(super) fn check_grant(
                 .map_err(bad)?;
             Ok(req
                 .durable
-                .then(|| first_missing(&ex.root, &dest))
+                .then(|| crate::xfer::sink::first_missing(&ex.root, &dest))
                 .flatten())
         }
         CapabilityOp::Pull | CapabilityOp::Order => {
@@ -228,26 +228,6 @@ pub(super) fn check_grant(
             Ok(None)
         }
     }
-}
-
-/// The shallowest path on the way from `root` to `dest` (a resolved path
-/// beneath it) that does not exist now, relative to `root`: what a push
-/// there creates first. None if all of it exists, or it cannot be told
-/// (then nothing is ever removed for it).
-fn first_missing(root: &Path, dest: &Path) -> Option<String> {
-    let rel = dest.strip_prefix(root).ok()?;
-    let mut made = PathBuf::new();
-    for c in rel.components() {
-        made.push(c);
-        match std::fs::symlink_metadata(root.join(&made)) {
-            Ok(_) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                return made.to_str().map(String::from)
-            }
-            Err(_) => return None,
-        }
-    }
-    None
 }
 
 /// Whether an order capability's destination is one a copy order could
@@ -333,25 +313,9 @@ pub(super) fn serve_discard(
     let dest = anchor
         .resolve_dest(&beneath(&ex.root, &dest).map_err(bad)?)
         .map_err(bad)?;
-    let mut removed = 0;
-    let mut places = vec![dest.clone()];
-    for p in &d.paths {
-        let Ok(comps) = longhaul_proto::xfer::components(p) else {
-            continue;
-        };
-        let into = dest.join(comps.join("/"));
-        let onto = dest.join(comps.iter().skip(1).copied().collect::<Vec<_>>().join("/"));
-        removed += crate::xfer::sink::discard_partial(&anchor, &into);
-        if onto != into && !dest_dir {
-            removed += crate::xfer::sink::discard_partial(&anchor, &onto);
-            places.extend(onto.parent().map(Path::to_path_buf));
-        }
-        places.extend(into.parent().map(Path::to_path_buf));
-    }
-    let dirs = match scope.and_then(|s| s.made.as_deref()) {
-        Some(made) => crate::xfer::sink::remove_empty_dirs(&anchor, &ex.root.join(made), places),
-        None => 0,
-    };
+    let made = scope.and_then(|s| s.made.as_deref()).map(Path::new);
+    let (removed, dirs) =
+        crate::xfer::sink::discard_entries(&anchor, &dest, &d.paths, dest_dir, made);
     let beneath_words = match scope {
         Some(s) => scope_words(&ex.name, &s.request),
         None => format!(

@@ -371,6 +371,63 @@ pub fn discard_partial(anchor: &super::beneath::Anchor, target: &Path) -> u64 {
     removed
 }
 
+/// The shallowest path on the way from `root` to `dest` (a resolved path
+/// beneath it) that does not exist now, relative to `root`: what a push
+/// there creates first. None if all of it exists, or it cannot be told
+/// (then nothing is ever removed for it).
+pub fn first_missing(root: &Path, dest: &Path) -> Option<String> {
+    let rel = dest.strip_prefix(root).ok()?;
+    let mut made = PathBuf::new();
+    for c in rel.components() {
+        made.push(c);
+        match std::fs::symlink_metadata(root.join(&made)) {
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return made.to_str().map(String::from)
+            }
+            Err(_) => return None,
+        }
+    }
+    None
+}
+
+/// What a cancelled job left beneath its destination `dest` (a resolved
+/// path beneath `anchor`'s root): the partial files and journals of
+/// `paths` (its entries as the transfer named them, its source's name
+/// first) in their two possible places, into `dest` under their own names
+/// or, unless `dest_dir`, onto it; then, if the job made `made` (a
+/// directory relative to the root, from [`first_missing`] when the job
+/// was submitted), the directories at and beneath it on the way to those
+/// places and to `dest` that are left empty ([`remove_empty_dirs`]). How
+/// many files, and how many directories, it removed.
+pub fn discard_entries(
+    anchor: &super::beneath::Anchor,
+    dest: &Path,
+    paths: &[String],
+    dest_dir: bool,
+    made: Option<&Path>,
+) -> (u64, u64) {
+    let mut removed = 0;
+    let mut places = vec![dest.to_path_buf()];
+    for p in paths {
+        let Ok(comps) = longhaul_proto::xfer::components(p) else {
+            continue;
+        };
+        let into = dest.join(comps.join("/"));
+        let onto = dest.join(comps.iter().skip(1).copied().collect::<Vec<_>>().join("/"));
+        removed += discard_partial(anchor, &into);
+        if onto != into && !dest_dir {
+            removed += discard_partial(anchor, &onto);
+            places.extend(onto.parent().map(Path::to_path_buf));
+        }
+        places.extend(into.parent().map(Path::to_path_buf));
+    }
+    let dirs = made.map_or(0, |m| {
+        remove_empty_dirs(anchor, &anchor.root().join(m), places)
+    });
+    (removed, dirs)
+}
+
 /// Removes the empty directories at and beneath `top` on the way up from
 /// each of `places` (paths beneath `anchor`'s root), deepest first: what
 /// a cancelled job made and left empty. rmdir's own rule keeps every
