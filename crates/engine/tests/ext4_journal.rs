@@ -8,17 +8,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use longhaul_engine::xfer::beneath::Anchor;
+use longhaul_testkit::process::run_ok as run;
 use longhaul_testkit::require;
-
-fn run(c: &mut Command) -> String {
-    let o = c.output().unwrap_or_else(|e| panic!("{c:?}: {e}"));
-    assert!(
-        o.status.success(),
-        "{c:?}: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    String::from_utf8_lossy(&o.stdout).trim().to_string()
-}
 
 /// An ext4 on a loop device, made with `features` (mkfs.ext4's `-O`) and
 /// mounted; unmounted and taken apart on drop.

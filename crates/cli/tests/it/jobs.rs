@@ -1420,14 +1420,10 @@ fn a_job_rides_out_a_30_s_outage_on_an_80_ms_path() {
     drop(w);
 }
 
-#[test]
-fn a_pull_job_brings_a_tree_into_the_job_servers_export_and_its_capability_reads_nothing_else() {
-    let t = TempDir::new("job-pull");
-    let (far, here) = (t.dir("far"), t.dir("here"));
-    for i in 0..3 {
-        write_random(&far.join(format!("tree/f{i}")), 4 << 20, 30 + i);
-    }
-    write_random(&far.join("secret/key"), 100, 40);
+/// A job server exporting `here` as `data` that pulls into it, and a
+/// source exporting `far` as `src` that takes part in third-party copies,
+/// each with its own state directory under `t`.
+fn pull_pair(t: &TempDir, far: &Path, here: &Path) -> (Serve, Serve) {
     let into = format!("data={}", here.display());
     let j = Serve::start(
         &t.path().join("state-j"),
@@ -1438,6 +1434,18 @@ fn a_pull_job_brings_a_tree_into_the_job_servers_export_and_its_capability_reads
         &t.path().join("state-a"),
         &["--third-party-copies", "--export", &from, "--no-sync"],
     );
+    (j, a)
+}
+
+#[test]
+fn a_pull_job_brings_a_tree_into_the_job_servers_export_and_its_capability_reads_nothing_else() {
+    let t = TempDir::new("job-pull");
+    let (far, here) = (t.dir("far"), t.dir("here"));
+    for i in 0..3 {
+        write_random(&far.join(format!("tree/f{i}")), 4 << 20, 30 + i);
+    }
+    write_random(&far.join("secret/key"), 100, 40);
+    let (j, a) = pull_pair(&t, &far, &here);
     // The job server holds the destination: it pulls, with a capability
     // the source issued to read the job's sources only.
     let (id, _) = submit(&[
@@ -2062,16 +2070,7 @@ fn cancelling_a_pull_removes_the_empty_directories_it_made_and_nothing_else() {
     let t = TempDir::new("job-cancel-pull-dirs");
     let (far, here) = (t.dir("far"), t.dir("here"));
     write_random(&far.join("tree/sub/big.bin"), 256 << 20, 96);
-    let into = format!("data={}", here.display());
-    let j = Serve::start(
-        &t.path().join("state-j"),
-        &["--jobs", "--export", &into, "--no-sync", "--no-archive"],
-    );
-    let from = format!("src={}", far.display());
-    let a = Serve::start(
-        &t.path().join("state-a"),
-        &["--third-party-copies", "--export", &from, "--no-sync"],
-    );
+    let (j, a) = pull_pair(&t, &far, &here);
     cancels_remove_only_the_empty_directories_their_jobs_made(&j, &here, |from, into| {
         let (from, into) = (
             url(&a, &format!("src/{from}")),
