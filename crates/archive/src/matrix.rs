@@ -145,6 +145,10 @@ pub struct ToolRow {
     pub settings: Vec<String>,
     pub installed: bool,
     pub note: Option<String>,
+    /// What its version command(s) said (escaped), run once on this host;
+    /// absent in older documents and for a tool without one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
 }
 
 /// One path: loopback, an emulated WAN or a far host.
@@ -495,6 +499,15 @@ pub struct Load {
     pub end: String,
 }
 
+/// A piece a document was merged from (`--merge FILE`): its file's name
+/// and its load average as it ran.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Piece {
+    pub file: String,
+    pub load: Load,
+}
+
 /// What the matrix was asked to run.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
@@ -528,6 +541,10 @@ pub struct Document {
     pub sweeps: Vec<Swept>,
     pub limits: Limits,
     pub load: Load,
+    /// The pieces it was merged from (`--merge`), whose cells (and so its
+    /// limits and loads) they measured; empty for a matrix run whole.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub merged: Vec<Piece>,
     /// Stopped before every cell ran (Ctrl-C).
     pub interrupted: bool,
 }
@@ -841,10 +858,21 @@ mod tests {
                 {"tool": "b", "settings": "s", "path": "lan", "workload": "tree", "direction": "get",
                  "verified": false}
             ],
+            "tools": [{"name": "a", "settings": ["s"], "installed": true, "note": null}],
             "limits": {},
             "added_later": true
         });
         let m = Document::from_doc(&doc).unwrap();
+        assert_eq!(m.tools[0].version, None);
+        let mut again = m.clone();
+        again.tools[0].version = Some("a 1.0".into());
+        let text = serde_json::to_string(&again).unwrap();
+        assert_eq!(
+            Document::from_text(&text).unwrap().tools[0]
+                .version
+                .as_deref(),
+            Some("a 1.0")
+        );
         assert_eq!(m.workloads(), ["mem", "tree"]);
         assert_eq!(m.path_names(), ["loopback", "lan"]);
         assert_eq!(m.cells[0].bits_per_second(), Some(8e9));

@@ -28,7 +28,7 @@ use crate::args::{ArchiveArgs, MatrixArgs};
 use crate::exit;
 use longhaul_archive::matrix::{
     self as archived, CellKey, CellRuns as Cell, Document as Doc, Limits, Load, Params, PathSpec,
-    RunResult, ToolRow,
+    Piece, RunResult, ToolRow,
 };
 use peers::{Kind, Tool};
 
@@ -139,10 +139,10 @@ pub fn matrix(a: MatrixArgs, archive_args: &ArchiveArgs, verbose: u8) -> Outcome
     if !a.directions.is_empty() {
         plan.retain(|c| a.directions.contains(&c.direction));
     }
-    let (done, kept_sweeps) = kept(&a, &params)?;
+    let earlier = kept(&a, &params)?;
     let todo: Vec<&Cell> = plan
         .iter()
-        .filter(|c| !done.contains_key(&c.key()) && !c.not_run())
+        .filter(|c| !earlier.done.contains_key(&c.key()) && !c.not_run())
         .collect();
     announce(
         &plan,
@@ -161,6 +161,7 @@ pub fn matrix(a: MatrixArgs, archive_args: &ArchiveArgs, verbose: u8) -> Outcome
     }
 
     let (work, _tmp) = work_dir(&a)?;
+    versions(&chosen, &bin, &mut rows);
     let stop = interrupt_flag();
     let mut doc = Doc {
         format: "longhaul-matrix".into(),
@@ -169,12 +170,13 @@ pub fn matrix(a: MatrixArgs, archive_args: &ArchiveArgs, verbose: u8) -> Outcome
         tools: rows,
         paths: paths.clone(),
         cells: plan,
-        sweeps: kept_sweeps,
+        sweeps: earlier.sweeps,
         limits: Limits::default(),
         load: Load {
             start: loadavg(),
             end: String::new(),
         },
+        merged: earlier.pieces,
         interrupted: false,
     };
     if quick {
@@ -195,7 +197,7 @@ pub fn matrix(a: MatrixArgs, archive_args: &ArchiveArgs, verbose: u8) -> Outcome
         },
         &paths,
         &mut doc,
-        &done,
+        &earlier.done,
     );
     doc.interrupted = stop.load(Ordering::SeqCst);
     doc.load.end = loadavg();
@@ -247,8 +249,19 @@ fn tool_rows(chosen: &[(Tool, Vec<String>)]) -> Vec<ToolRow> {
             settings: s.clone(),
             installed: peers::missing(t).is_none(),
             note: peers::missing(t),
+            version: None,
         })
         .collect()
+}
+
+/// Each installed tool's version, asked once, before any clock.
+fn versions(chosen: &[(Tool, Vec<String>)], bin: &Path, rows: &mut [ToolRow]) {
+    for ((t, _), row) in chosen.iter().zip(rows.iter_mut()) {
+        if row.installed {
+            let bin = t.bin.clone().unwrap_or_else(|| bin.display().to_string());
+            row.version = peers::tool_version(t, &bin);
+        }
+    }
 }
 
 /// `--work-dir`, or a temporary directory removed when its guard drops.
@@ -536,11 +549,20 @@ fn plan(
     plan
 }
 
+/// What earlier runs' documents give a run.
+#[derive(Default)]
+struct Kept {
+    /// Their finished cells.
+    done: BTreeMap<CellKey, Cell>,
+    /// Their sweeps with a winner.
+    sweeps: Vec<sweep::Swept>,
+    /// The `--merge` pieces, each with its load (a piece merged from
+    /// pieces gives those).
+    pieces: Vec<Piece>,
+}
+
 /// What `--merge` and `--resume` kept ([`resumed`]); a `--merge` file must be there.
-fn kept(
-    a: &MatrixArgs,
-    params: &Params,
-) -> Result<(BTreeMap<CellKey, Cell>, Vec<sweep::Swept>), Failure> {
+fn kept(a: &MatrixArgs, params: &Params) -> Result<Kept, Failure> {
     if let Some(m) = a.merge.iter().find(|m| !m.is_file()) {
         return Err(usage(format!("--merge {}: no such file", m.display())));
     }
@@ -550,20 +572,18 @@ fn kept(
         .map(PathBuf::as_path)
         .chain(a.resume.as_deref())
         .collect();
-    resumed(&files, params)
+    resumed(&files, a.merge.len(), params)
 }
 
 /// The cells (and sweeps) kept by the `--merge` files, then by the
 /// `--resume` file (a later file's cell or winner replaces an earlier's):
 /// cells that ended without an error and sweeps with a winner, of this
-/// run's data only (a cell of another size is left out, and said).
-fn resumed(
-    files: &[&Path],
-    params: &Params,
-) -> Result<(BTreeMap<CellKey, Cell>, Vec<sweep::Swept>), Failure> {
-    let mut done = BTreeMap::new();
+/// run's data only (a cell of another size is left out, and said). The
+/// first `merged` files are pieces merged: their loads are kept.
+fn resumed(files: &[&Path], merged: usize, params: &Params) -> Result<Kept, Failure> {
+    let mut kept = Kept::default();
     let mut sweeps = BTreeMap::new();
-    for f in files.iter().filter(|f| f.exists()) {
+    for (i, f) in files.iter().enumerate().filter(|(_, f)| f.exists()) {
         let text = std::fs::read_to_string(f)
             .map_err(|e| usage(format!("cannot read {}: {e}", f.display())))?;
         let doc = Doc::from_text(&text).map_err(|e| {
@@ -572,6 +592,9 @@ fn resumed(
                 f.display()
             ))
         })?;
+        if i < merged {
+            kept.pieces.extend(piece(f, &doc));
+        }
         let fits = |w: &str| same_data(&doc.params, params, w);
         let planned = |w: &str| params.workloads.iter().any(|p| p == w);
         let mut other = 0;
@@ -581,7 +604,7 @@ fn resumed(
             .filter(|c| c.error.is_none() && c.rate.is_some())
         {
             if fits(&c.workload) {
-                done.insert(c.key(), c);
+                kept.done.insert(c.key(), c);
             } else if planned(&c.workload) {
                 other += 1;
             }
@@ -601,7 +624,21 @@ fn resumed(
             );
         }
     }
-    Ok((done, sweeps.into_values().collect()))
+    kept.sweeps = sweeps.into_values().collect();
+    Ok(kept)
+}
+
+/// A merged file as pieces: itself with its load, or the pieces it was
+/// merged from.
+fn piece(f: &Path, doc: &Doc) -> Vec<Piece> {
+    if !doc.merged.is_empty() {
+        return doc.merged.clone();
+    }
+    let file = f.file_name().unwrap_or(f.as_os_str());
+    vec![Piece {
+        file: file.to_string_lossy().into_owned(),
+        load: doc.load.clone(),
+    }]
 }
 
 /// Whether a cell of `workload` kept under `kept` measured this run's data:

@@ -3,22 +3,29 @@
 //! lines ([`ratios`]) and the words under them (the limits measured in
 //! the same run, each cell's note or error, the settings' arguments).
 
-use longhaul_archive::matrix::Limits;
+use longhaul_archive::matrix::Document;
 
 pub(crate) mod ratios;
 mod table;
 
 pub use table::{print, tables, Form};
 
-/// `limits in the same run: ...`, each rate in the caller's unit; None
-/// when none was measured.
-pub fn limits_line(l: &Limits, rate: impl Fn(f64) -> String) -> Option<String> {
+/// `limits in the same run: ...` (of a merged document, `limits measured
+/// by the merged pieces`: its cells are theirs), each rate in the caller's
+/// unit, the memory-to-memory one with its runs' length; None when none
+/// was measured.
+pub fn limits_line(doc: &Document, rate: impl Fn(f64) -> String) -> Option<String> {
+    let l = &doc.limits;
     let mut lim = Vec::new();
     for (p, v) in &l.path_bytes_per_second {
         lim.push(format!("the path {p}'s rate {}", rate(*v)));
     }
     for (p, v) in &l.mem_to_mem_bytes_per_second {
-        lim.push(format!("memory to memory on {p} {}", rate(*v)));
+        lim.push(format!(
+            "memory to memory on {p} {} (runs of {} s, --seconds)",
+            rate(*v),
+            doc.params.mem_seconds
+        ));
     }
     for (w, v) in &l.local_copy_bytes_per_second {
         lim.push(format!("local copy of {w} at its fastest {}", rate(*v)));
@@ -26,7 +33,12 @@ pub fn limits_line(l: &Limits, rate: impl Fn(f64) -> String) -> Option<String> {
     if let Some(v) = l.destination_write_bytes_per_second {
         lim.push(format!("destination write {}", rate(v)));
     }
-    (!lim.is_empty()).then(|| format!("limits in the same run: {}", lim.join("; ")))
+    let whose = if doc.merged.is_empty() {
+        "limits in the same run"
+    } else {
+        "limits measured by the merged pieces"
+    };
+    (!lim.is_empty()).then(|| format!("{whose}: {}", lim.join("; ")))
 }
 
 /// A cell's note (or error), named by its tool, settings, path, workload

@@ -171,7 +171,7 @@ fn tiny_matrix_verifies_every_file_cell_and_flags_a_corrupt_peer() {
 /// every peer installed): each tool at `defaults` and at its swept `best`,
 /// put and get, memory to memory and the tree, on loopback; every file cell
 /// verified, every `best` cell run with its sweep's winner, both ends' CPU
-/// read from their cgroups (as root). One round per candidate
+/// read from their cgroups (as root), each tool's version recorded. One round per candidate
 /// (`--sweep-rounds 1`): which candidate wins is
 /// `a_peers_best_is_its_sweeps_winner_and_quick_remembers_it`'s.
 #[test]
@@ -222,6 +222,11 @@ fn every_builtin_template_runs_and_verifies_at_defaults_and_its_swept_best() {
     let tools: std::collections::BTreeSet<&str> =
         cells.iter().map(|c| c["tool"].as_str().unwrap()).collect();
     assert_eq!(tools.len(), 13, "{tools:?}\n{stderr}");
+    // Each tool's version, as its own version command says it.
+    for t in doc["tools"].as_array().unwrap() {
+        let v = t["version"].as_str().unwrap_or_default();
+        assert!(v.contains(|c: char| c.is_ascii_digit()), "{t}");
+    }
     for s in doc["sweeps"].as_array().unwrap() {
         for c in s["candidates"].as_array().unwrap() {
             let rounds = c["rounds"].as_array().map_or(0, Vec::len);
@@ -338,6 +343,58 @@ fn a_peers_best_is_its_sweeps_winner_and_quick_remembers_it() {
         // --quick keeps three runs a cell: a median with its spread.
         assert_eq!(c["runs"].as_array().unwrap().len(), 3, "{c}");
     }
+}
+
+/// A planted tool whose lever is a variable: a put fails unless the
+/// variable is set and the item that sets it is no argument.
+const LEVER: &str = r#"[{
+  "name": "lever", "kind": "files", "local": true,
+  "keeps": {"empty_dirs": true, "symlinks": true, "modes": true},
+  "put": ["sh", "-c", "[ \"$LH_LEVER\" = on ] || { echo \"LH_LEVER unset\" >&2; exit 1; }; [ \"$2\" = lever ] && [ $# = 2 ] || { echo \"arguments: $*\" >&2; exit 1; }; cp -a \"$0\" \"$1\"/", "{src}", "{dstdir}", "{args}"],
+  "settings": [{"name": "defaults", "args": ["env:LH_LEVER=on", "lever"]}],
+  "sweep": {"why": "planted by the test", "axes": [[["lever"], ["env:LH_LEVER=on", "lever"]]]}
+}]"#;
+
+/// A candidate's `env:NAME=VALUE` item reaches its client's environment,
+/// never its arguments (xrdcp's chunks are set so): the candidate without
+/// it fails, the one with it wins, and the cells run with it, verified.
+#[test]
+fn a_candidates_env_item_sets_its_clients_variable() {
+    let t = TempDir::new("matrix-env");
+    let tools = t.path().join("tools.json");
+    std::fs::write(&tools, LEVER).unwrap();
+    let o = common::bin()
+        .args(["--no-archive", "-v", "matrix", "--json", "--tools", "lever"])
+        .arg("--tools-file")
+        .arg(&tools)
+        .args(["--paths", "loopback", "--workloads", "elephant"])
+        .args(["--size", "64K", "--runs", "1", "--sweep-rounds", "1"])
+        .args(["--directions", "put", "--work-dir"])
+        .arg(t.path().join("work"))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{stderr}");
+    let doc: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let sweep = &doc["sweeps"][0];
+    let want = serde_json::json!(["env:LH_LEVER=on", "lever"]);
+    assert_eq!(sweep["winner"], want, "{sweep}");
+    let plain = sweep["candidates"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["args"] == serde_json::json!(["lever"]))
+        .unwrap();
+    assert!(
+        plain["error"].as_str().unwrap().contains("LH_LEVER unset"),
+        "{plain}"
+    );
+    for c in doc["cells"].as_array().unwrap() {
+        assert_eq!(c["args"], want, "{c}");
+        assert_eq!(c["verified"], true, "{c}");
+    }
+    // -v shows each run's command with the variables its items set.
+    assert!(stderr.contains("  $ LH_LEVER=on sh -c "), "{stderr}");
 }
 
 /// A planted tool that copies only to an absolute destination (as a URL's

@@ -848,14 +848,20 @@ impl<'a> Matrix<'a> {
         };
         let argv = peers::argv(template, j.args, &vars);
         let filled = peers::fill_all(j.args, &shown_vars(&vars));
+        let set = peers::env_of(j.args, &vars);
         if self.s.verbose > 0 {
-            eprintln!("  $ {}", shown_args(&argv));
+            let set: String = set
+                .iter()
+                .map(|(k, v)| format!("{k}={} ", shown_args(std::slice::from_ref(v))))
+                .collect();
+            eprintln!("  $ {set}{}", shown_args(&argv));
         }
-        let env = self
+        let mut env = self
             .envs
             .get(&env_key(t, far_here.is_some()))
             .cloned()
             .unwrap_or_default();
+        env.extend(set);
         if let Some(e) = self.before_clock(net, j, &vars, &env, far_dst.is_some(), &dst)? {
             let _ = std::fs::remove_dir_all(&dstdir);
             return Ok((failed_run(e), filled, None));

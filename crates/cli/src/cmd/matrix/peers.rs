@@ -118,6 +118,24 @@ pub struct EnvFrom {
     pub argv: Vec<String>,
 }
 
+/// How a tool's version is asked: one command, or one per program of a
+/// tool of several (tar and socat), each an argv (`{bin}` filled in).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum Version {
+    One(Vec<String>),
+    Many(Vec<Vec<String>>),
+}
+
+impl Version {
+    pub fn commands(&self) -> Vec<&[String]> {
+        match self {
+            Version::One(a) => vec![a.as_slice()],
+            Version::Many(v) => v.iter().map(Vec::as_slice).collect(),
+        }
+    }
+}
+
 /// One tool.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Tool {
@@ -171,6 +189,10 @@ pub struct Tool {
     /// through a socket) are kept to loopback and the emulator's namespaces.
     #[serde(default)]
     pub far: bool,
+    /// The command(s) that print its version, run once per matrix outside
+    /// any clock; the document's tool row keeps what they said.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<Version>,
 }
 
 /// The settings `best`: the sweep's winner on each path and workload.
@@ -271,6 +293,13 @@ fn check(t: &Tool) -> Result<(), String> {
             e.var
         ));
     }
+    if t.version.as_ref().is_some_and(|v| {
+        v.commands()
+            .iter()
+            .any(|a| a.first().is_none_or(|p| p.is_empty()))
+    }) {
+        return bad("a 'version' command names no program");
+    }
     if t.sweep.is_some() && t.fixed(BEST).is_some() {
         return bad("both a sweep and a fixed 'best': 'best' is the sweep's winner");
     }
@@ -281,6 +310,24 @@ fn check(t: &Tool) -> Result<(), String> {
         if !s.streams.is_empty() && s.per_stream.is_empty() {
             return bad("a sweep with 'streams' needs 'per_stream' (the arguments that set them)");
         }
+    }
+    let sweep = t.sweep.iter().flat_map(|s| {
+        let axes = s.axes.iter().flatten().flatten();
+        s.base
+            .iter()
+            .chain(&s.per_stream)
+            .chain(&s.window)
+            .chain(axes)
+    });
+    let items = t.settings.iter().flat_map(|s| &s.args).chain(sweep);
+    if let Some(a) = items
+        .filter(|a| a.starts_with(ENV_ITEM))
+        .find(|a| env_item(a).is_none_or(|(k, _)| !env_name_ok(k)))
+    {
+        return bad(&format!(
+            "'{a}': an item that sets a variable is {ENV_ITEM}NAME=VALUE, NAME of letters, digits \
+             and '_' (not first a digit)"
+        ));
     }
     Ok(())
 }
@@ -372,6 +419,59 @@ pub fn missing(t: &Tool) -> Option<String> {
     })
 }
 
+/// The most of a version's words the document keeps.
+const VERSION_CHARS: usize = 200;
+
+/// What a version command said that names the version: its first line
+/// holding a digit (socat's first names its authors), with a `commit:`
+/// line (longhaul's) after it; standard output first, else standard error
+/// (ssh -V, iperf -v and xrdcp --version write there).
+pub fn version_line(stdout: &str, stderr: &str) -> Option<String> {
+    let pick = |text: &str| {
+        let mut lines = text.lines().map(str::trim);
+        let first = lines.find(|l| l.contains(|c: char| c.is_ascii_digit()))?;
+        Some(match lines.find(|l| l.starts_with("commit:")) {
+            Some(commit) => format!("{first}, {commit}"),
+            None => first.to_string(),
+        })
+    };
+    pick(stdout).or_else(|| pick(stderr))
+}
+
+/// A tool's version as its commands say it (`{bin}` is `bin`), within 10 s
+/// each, whatever their exit status (globus-url-copy -version exits 1);
+/// escaped (a program's words, shown on a terminal and in Markdown) and at
+/// most [`VERSION_CHARS`] characters. None: no `version`, or none answered.
+pub fn tool_version(t: &Tool, bin: &str) -> Option<String> {
+    let vars = BTreeMap::from([("bin", bin.to_string())]);
+    let said: Vec<String> = t
+        .version
+        .as_ref()?
+        .commands()
+        .into_iter()
+        .filter_map(|argv| {
+            let argv = fill_all(argv, &vars);
+            let mut c = std::process::Command::new(argv.first()?);
+            c.args(&argv[1..]);
+            let ran = longhaul_engine::process::output_within(
+                longhaul_engine::process::own(&mut c),
+                None,
+                Some(std::time::Duration::from_secs(10)),
+            )
+            .ok()?;
+            let longhaul_engine::process::Within::Ended { output, .. } = ran else {
+                return None;
+            };
+            version_line(
+                &String::from_utf8_lossy(&output.stdout),
+                &String::from_utf8_lossy(&output.stderr),
+            )
+        })
+        .collect();
+    let text = longhaul_proto::units::escaped(&said.join("; ")).to_string();
+    (!text.is_empty()).then(|| text.chars().take(VERSION_CHARS).collect())
+}
+
 /// `s` with every known `{key}` replaced.
 pub fn fill(s: &str, vars: &BTreeMap<&str, String>) -> String {
     let mut out = s.to_string();
@@ -386,17 +486,49 @@ pub fn fill_all(args: &[String], vars: &BTreeMap<&str, String>) -> Vec<String> {
     args.iter().map(|a| fill(a, vars)).collect()
 }
 
-/// A template's argv filled in, `{args}` expanded to `args`.
+/// The start of a settings' or a sweep's item that sets a variable of the
+/// client's environment instead of giving it an argument: `env:NAME=VALUE`
+/// (a tool whose lever is a variable, as xrdcp's `XRD_CPCHUNKSIZE`).
+pub const ENV_ITEM: &str = "env:";
+
+/// An `env:NAME=VALUE` item's name and value; None for an argument.
+fn env_item(a: &str) -> Option<(&str, &str)> {
+    a.strip_prefix(ENV_ITEM)?.split_once('=')
+}
+
+/// Whether `name` may name a variable: letters, digits and `_`, not
+/// starting with a digit (what a shell's `NAME=VALUE` takes).
+fn env_name_ok(name: &str) -> bool {
+    !name.starts_with(|c: char| c.is_ascii_digit())
+        && !name.is_empty()
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+/// A template's argv filled in, `{args}` expanded to `args` but for their
+/// `env:` items (the variables [`env_of`] gives).
 pub fn argv(template: &[String], args: &[String], vars: &BTreeMap<&str, String>) -> Vec<String> {
     let mut out = Vec::new();
     for a in template {
         if a == "{args}" {
-            out.extend(args.iter().map(|x| fill(x, vars)));
+            out.extend(
+                args.iter()
+                    .filter(|x| env_item(x).is_none())
+                    .map(|x| fill(x, vars)),
+            );
         } else {
             out.push(fill(a, vars));
         }
     }
     out
+}
+
+/// The client's variables that `args`' `env:NAME=VALUE` items set, their
+/// values filled in; a later item of a name wins.
+pub fn env_of(args: &[String], vars: &BTreeMap<&str, String>) -> BTreeMap<String, String> {
+    args.iter()
+        .filter_map(|a| env_item(a))
+        .map(|(k, v)| (k.to_string(), fill(v, vars)))
+        .collect()
 }
 
 /// Reads a tool's own figure (bytes per second) from its standard output.
@@ -570,6 +702,91 @@ mod tests {
         assert!(tar.server.as_ref().unwrap().files["tar-serve.sh"].contains("refused path"));
     }
 
+    /// A built-in tool's sweep candidates on the satellite preset (1 Gbit/s,
+    /// 540 ms, 4 MiB socket buffers).
+    fn grid_on_satellite(t: &Tool) -> Vec<Vec<String>> {
+        let sat = super::super::sweep::PathFacts {
+            rate_bps: 1_000_000_000,
+            rtt_s: 0.54,
+            socket_cap: 4 << 20,
+        };
+        super::super::sweep::candidates(t.sweep.as_ref().expect("a sweep"), &sat)
+    }
+
+    /// GridFTP's grid on a long path: -fast alone, or pipelined with 4 or
+    /// 16 files at once (Globus's advice for many small files), each at
+    /// every stream count, with and without a window: 18 candidates.
+    #[test]
+    fn gridftps_grid_has_more_files_at_once_for_many_small_files() {
+        let tools = builtin();
+        let g = tools.iter().find(|t| t.name == "gridftp").unwrap();
+        let grid = grid_on_satellite(g);
+        assert_eq!(grid.len(), 18);
+        let cc16 = grid
+            .iter()
+            .filter(|c| c.ends_with(&["-fast", "-pp", "-cc", "16"].map(String::from)))
+            .count();
+        assert_eq!(cc16, 6);
+        assert!(g.sweep.as_ref().unwrap().why.contains("18 candidates"));
+    }
+
+    /// iperf3's grid tries its zero-copy sender (-Z) at every stream count
+    /// and window; iperf 2's -Z is a congestion control, not in its grid.
+    #[test]
+    fn iperf3s_grid_tries_zero_copy_and_iperf2s_does_not() {
+        let tools = builtin();
+        let by = |n: &str| tools.iter().find(|t| t.name == n).unwrap();
+        let grid = grid_on_satellite(by("iperf3"));
+        assert_eq!(grid.len(), 12);
+        let z = grid.iter().filter(|c| c.last().is_some_and(|a| a == "-Z"));
+        assert_eq!(z.count(), 6);
+        let two = grid_on_satellite(by("iperf2"));
+        assert!(two.iter().flatten().all(|a| a != "-Z"), "{two:?}");
+    }
+
+    /// xrdcp's long-path lever is two variables: a candidate's
+    /// `env:NAME=VALUE` items set the client's environment, filled in like
+    /// its arguments, and never reach its argv; a malformed one is refused
+    /// when the tools file is read.
+    #[test]
+    fn env_items_set_the_clients_variables_not_its_arguments() {
+        let tools = builtin();
+        let x = tools.iter().find(|t| t.name == "xrootd").unwrap();
+        let grid = grid_on_satellite(x);
+        assert_eq!(grid.len(), 12);
+        let chunky = &grid[0];
+        assert_eq!(
+            chunky,
+            &[
+                "--streams",
+                "15",
+                "--parallel",
+                "4",
+                "env:XRD_CPCHUNKSIZE=16777216",
+                "env:XRD_CPPARALLELCHUNKS=8"
+            ]
+        );
+        let vars = BTreeMap::from([("host", "h".to_string()), ("window", "9".to_string())]);
+        let argv = argv(&x.put, chunky, &vars);
+        assert!(argv.iter().all(|a| !a.contains("XRD_")), "{argv:?}");
+        assert!(
+            argv.windows(2).any(|w| w == ["--streams", "15"]),
+            "{argv:?}"
+        );
+        let env = env_of(chunky, &vars);
+        assert_eq!(env["XRD_CPCHUNKSIZE"], "16777216");
+        assert_eq!(env["XRD_CPPARALLELCHUNKS"], "8");
+        let sized = ["env:WIN={window}".to_string(), "-x".to_string()];
+        assert_eq!(env_of(&sized, &vars)["WIN"], "9");
+        for bad in ["env:1X=3", "env:NOVALUE", "env:A-B=1", "env:=1"] {
+            let json = format!(
+                r#"[{{"name": "a", "kind": "files", "put": ["x", "{{args}}"], "settings": [{{"name": "d"}}], "sweep": {{"axes": [[[], ["{bad}"]]]}}}}]"#
+            );
+            let e = parse_tools(&json, false).unwrap_err();
+            assert!(e.contains("env:NAME=VALUE"), "{bad}: {e}");
+        }
+    }
+
     #[test]
     fn a_tools_file_is_read_as_json_or_toml_by_the_same_checks() {
         let json = r#"[{"name": "t", "kind": "files", "put": ["true"], "settings": [{"name": "defaults"}]}]"#;
@@ -703,6 +920,53 @@ mod tests {
         assert_eq!(error_text("one\ntwo\nthree\n"), "two | three");
         assert!(error_text(&"error \u{1b}[2J".repeat(100)).len() <= 300);
         assert!(!error_text("error \u{1b}[2J").contains('\u{1b}'));
+    }
+
+    /// Each built-in tool says how its version is asked; the line kept is
+    /// the one that names it, from outputs of the real tools.
+    #[test]
+    fn a_tools_version_is_the_line_that_names_it() {
+        for t in builtin() {
+            assert!(t.version.is_some(), "{}: no version command", t.name);
+        }
+        let socat = "socat by Gerhard Rieger and contributors - see www.dest-unreach.org\n\
+                     socat version 1.7.4.4 on 06 Nov 2022 08:15:51\n   running on Linux 6.1\n";
+        assert_eq!(
+            version_line(socat, "").as_deref(),
+            Some("socat version 1.7.4.4 on 06 Nov 2022 08:15:51")
+        );
+        let lh = "longhaul 0.1.0\ncommit: 5381ac1eeee0\nfeatures: dashboard\n";
+        assert_eq!(
+            version_line(lh, "").as_deref(),
+            Some("longhaul 0.1.0, commit: 5381ac1eeee0")
+        );
+        let ssh = "OpenSSH_9.2p1 Debian-2+deb12u10, OpenSSL 3.0.19 27 Jan 2026\n";
+        assert_eq!(version_line("", ssh).as_deref(), Some(ssh.trim()));
+        assert_eq!(version_line("no digits here", "nor here"), None);
+    }
+
+    /// The attacker: a tool (a `--tools-file`'s, or a program planted on
+    /// PATH) whose version command prints terminal controls. What the
+    /// document keeps is escaped: no control character reaches a terminal
+    /// or a Markdown page, and it is bounded.
+    #[test]
+    fn a_hostile_version_is_kept_escaped_and_bounded() {
+        let json = r#"[{"name": "evil", "kind": "mem", "put": ["true"],
+            "settings": [{"name": "d"}],
+            "version": [["sh", "-c", "printf 'evil 1.0 \\033]0;pwned\\007\\033[2J\\r\\n' >&2"],
+                        ["sh", "-c", "yes 'x 2' | tr -d '\\n' | head -c 100000; echo"],
+                        ["/nonexistent/program", "-V"]]
+        }]"#;
+        let t = &parse_tools(json, false).unwrap()[0];
+        let v = tool_version(t, "longhaul").expect("a version");
+        assert!(v.starts_with("evil 1.0 "), "{v}");
+        assert!(!v.chars().any(char::is_control), "{v:?}");
+        assert!(v.contains("\\x1b") || v.contains("\\u{1b}"), "{v:?}");
+        assert!(v.chars().count() <= VERSION_CHARS, "{}", v.len());
+        let none = r#"[{"name": "n", "kind": "mem", "put": ["true"], "settings": [{"name": "d"}], "version": []}]"#;
+        assert!(parse_tools(none, false)
+            .unwrap_err()
+            .contains("'version' command names no program"));
     }
 
     /// The tar-socket handler as a client on its socket would reach it.

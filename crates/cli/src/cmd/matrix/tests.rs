@@ -245,6 +245,7 @@ fn doc(cells: Vec<Cell>) -> Doc {
         sweeps: Vec::new(),
         limits: Limits::default(),
         load: Load::default(),
+        merged: vec![],
         interrupted: false,
     }
 }
@@ -348,8 +349,8 @@ fn a_relative_work_dir_is_made_absolute() {
 
 /// On a long path a workload that fits in one window (the satellite
 /// path's 2 MB tree: its BDP is 67.5 MB, a socket buffer 4 MiB) is swept
-/// without the window axis, every tool alike: GridFTP's 12 candidates are
-/// 6 (its streams and its -fast/-pp stay). The same tree on loopback (BDP
+/// without the window axis, every tool alike: GridFTP's 18 candidates are
+/// 9 (its streams and its -fast/-pp stay). The same tree on loopback (BDP
 /// 1.25 MB), an elephant, and memory to memory keep the whole grid.
 #[test]
 fn a_workload_that_fits_in_one_window_is_swept_without_the_window_axis() {
@@ -369,7 +370,7 @@ fn a_workload_that_fits_in_one_window_is_swept_without_the_window_axis() {
     };
     let tree = Some(2_100_000);
     let fit = count(tree, &sat);
-    assert_eq!(fit.len(), 6);
+    assert_eq!(fit.len(), 9);
     assert!(
         fit.iter().all(|c| !c.iter().any(|a| a == "-tcp-bs")),
         "{fit:?}"
@@ -379,9 +380,9 @@ fn a_workload_that_fits_in_one_window_is_swept_without_the_window_axis() {
         fit.iter().any(|c| c.windows(2).any(|w| w == ["-p", "17"])),
         "{fit:?}"
     );
-    assert_eq!(count(Some(64 << 20), &sat).len(), 12);
-    assert_eq!(count(None, &sat).len(), 12);
-    assert_eq!(count(tree, &lo).len(), 8);
+    assert_eq!(count(Some(64 << 20), &sat).len(), 18);
+    assert_eq!(count(None, &sat).len(), 18);
+    assert_eq!(count(tree, &lo).len(), 12);
 }
 
 /// The arguments a run is shown and kept with say the path's facts but
@@ -524,11 +525,13 @@ fn merged_files_give_their_cells_of_this_runs_data_later_files_winning() {
         std::fs::write(&p, serde_json::to_string(d).unwrap()).unwrap();
         p
     };
-    let a = doc(vec![
+    let mut a = doc(vec![
         summarised("iperf3", "mem", 1e9, None),
         summarised("cp", "elephant", 1e8, Some(true)),
     ]);
-    let b = doc(vec![summarised("cp", "elephant", 2e8, Some(true))]);
+    a.load.start = "0.50 a".into();
+    let mut b = doc(vec![summarised("cp", "elephant", 2e8, Some(true))]);
+    b.load.start = "0.50 b".into();
     let mut c = doc(vec![
         summarised("nuttcp", "mem", 3e9, None),
         summarised("gridftp", "elephant", 4e8, Some(true)),
@@ -539,9 +542,16 @@ fn merged_files_give_their_cells_of_this_runs_data_later_files_winning() {
         write("b.json", &b),
         write("c.json", &c),
     );
-    let Ok((done, _)) = resumed(&[&pa, &pb, &pc], &a.params) else {
+    let Ok(Kept { done, pieces, .. }) = resumed(&[&pa, &pb, &pc], 2, &a.params) else {
         panic!("the files read")
     };
+    // The two --merge files are the pieces, each with its load; the
+    // --resume file (c) is this run's own.
+    let named: Vec<(&str, &str)> = pieces
+        .iter()
+        .map(|p| (p.file.as_str(), p.load.start.as_str()))
+        .collect();
+    assert_eq!(named, [("a.json", "0.50 a"), ("b.json", "0.50 b")]);
     let kept: Vec<(String, f64)> = done
         .values()
         .map(|c| {
@@ -563,9 +573,18 @@ fn merged_files_give_their_cells_of_this_runs_data_later_files_winning() {
     // The elephant of another size is left out, the memory cells stay.
     let mut big = a.params.clone();
     big.elephant_bytes = 1 << 20;
-    let Ok((done, _)) = resumed(&[&pa], &big) else {
+    let Ok(Kept { done, .. }) = resumed(&[&pa], 1, &big) else {
         panic!("the file read")
     };
     assert_eq!(done.len(), 1);
     assert!(done.values().all(|c| c.workload == "mem"));
+    // A piece merged from pieces gives those, not itself.
+    let mut ab = doc(vec![]);
+    ab.merged = pieces;
+    let pab = write("ab.json", &ab);
+    let Ok(Kept { pieces, .. }) = resumed(&[&pab, &pc], 2, &a.params) else {
+        panic!("the files read")
+    };
+    let files: Vec<&str> = pieces.iter().map(|p| p.file.as_str()).collect();
+    assert_eq!(files, ["a.json", "b.json", "c.json"]);
 }

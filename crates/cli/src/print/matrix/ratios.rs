@@ -66,6 +66,18 @@ fn cpu_per_gb(c: &Cell) -> Option<f64> {
     (bytes > 0.0 && cpu > 0.0).then(|| cpu / (bytes / 1e9))
 }
 
+/// Whether two cells' spreads (slowest to fastest run) overlap: a ratio
+/// of their medians is then within the noise, whatever it says.
+fn overlap(a: &Cell, b: &Cell) -> bool {
+    match (&a.rate, &b.rate) {
+        (Some(a), Some(b)) => {
+            a.min_bytes_per_second <= b.max_bytes_per_second
+                && b.min_bytes_per_second <= a.max_bytes_per_second
+        }
+        _ => false,
+    }
+}
+
 /// `a / b`, where both are figures and `b` is above zero: a ratio to a zero
 /// (a limit or a peer that measured nothing) is not a number to print.
 fn ratio(a: f64, b: f64) -> Option<f64> {
@@ -146,6 +158,9 @@ pub(crate) fn lines(doc: &Doc, workload: &str) -> Vec<String> {
                     Some(r) => format!("{r:.2}x the rate of {}", named(peer)),
                     None => format!("the rate of {} n/a (not a figure)", named(peer)),
                 };
+                if overlap(lh, peer) {
+                    s.push_str(" (spreads overlap: not a finding)");
+                }
                 match (cpu_per_gb(lh), cpu_per_gb(peer)) {
                     (Some(a), Some(b)) => match ratio(a, b) {
                         Some(r) => s.push_str(&format!(", {r:.2}x its CPU per byte")),
@@ -233,6 +248,7 @@ mod tests {
             sweeps: vec![],
             limits: Limits::default(),
             load: Load::default(),
+            merged: vec![],
             interrupted: false,
         };
         d.finish_limits();
@@ -297,6 +313,31 @@ mod tests {
         assert_eq!(ratio(f64::INFINITY, 1.0), None);
         assert_eq!(ratio(f64::NAN, 1.0), None);
         assert_eq!(ratio(3.0, 2.0), Some(1.5));
+    }
+
+    /// Medians 1.10x apart whose runs overlap are no finding, and the line
+    /// says so; spreads apart are a finding, said as before.
+    #[test]
+    fn a_ratio_of_cells_whose_spreads_overlap_says_it_is_not_a_finding() {
+        let line = |ours: [f64; 3]| {
+            let runs = |r: [f64; 3]| r.map(Some);
+            let d = doc(vec![
+                cell("longhaul-perf", "loopback", &runs(ours), 3),
+                cell("iperf3", "loopback", &runs([8.0, 10.0, 12.0]), 3),
+            ]);
+            lines(&d, "mem").remove(0)
+        };
+        let close = line([9.0, 11.0, 14.0]);
+        assert!(
+            close.contains("1.10x the rate of iperf3 (best) (spreads overlap: not a finding)"),
+            "{close}"
+        );
+        let apart = line([20.0, 21.0, 22.0]);
+        assert!(
+            apart.contains("2.10x the rate of iperf3 (best),"),
+            "{apart}"
+        );
+        assert!(!apart.contains("overlap"), "{apart}");
     }
 
     #[test]

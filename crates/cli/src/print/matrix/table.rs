@@ -178,6 +178,8 @@ fn workload(doc: &Doc, w: &str, md: bool, bullet: &str, verbose: u8) {
     let notes = settings_lines(doc, w, verbose)
         .into_iter()
         .chain(not_kept_lines(doc, w))
+        .chain(start_up_lines(doc, w))
+        .chain(sender_count_lines(doc, w))
         .collect::<Vec<_>>();
     for l in &notes {
         outln!("{bullet}{l}");
@@ -358,7 +360,9 @@ fn settings_lines(doc: &Doc, w: &str, verbose: u8) -> Vec<String> {
                     .collect::<Vec<_>>()
                     .join("; ")
             };
-            out.push(format!("{} ({s}) ran with {text}", t.name));
+            // Sweeps run puts; a get cell runs with the put's winner.
+            let by_puts = if s == "best" { " (swept by puts)" } else { "" };
+            out.push(format!("{} ({s}) ran with {text}{by_puts}", t.name));
             if verbose > 0 && s == "best" {
                 out.extend(sweep_lines(doc, &t.name, w));
             }
@@ -434,6 +438,69 @@ fn sweep_lines(doc: &Doc, tool: &str, w: &str) -> Vec<String> {
     out
 }
 
+/// A run on a long path this short measures TCP's start-up, not the
+/// path: memory to memory for fewer than this many round trips...
+const START_UP_ROUND_TRIPS: f64 = 20.0;
+
+/// Where a workload's figures on a path measure start-up (said, not
+/// changed): memory-to-memory runs shorter than [`START_UP_ROUND_TRIPS`]
+/// round trips of the path, an elephant smaller than its bandwidth-delay
+/// product (its rate times its round trip).
+fn start_up_lines(doc: &Doc, w: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let data = w.split('+').next().unwrap_or(w);
+    for p in doc.paths.iter().filter(|p| p.rtt_ms > 0.0) {
+        if !doc
+            .cells
+            .iter()
+            .any(|c| c.path == p.name && c.workload == w)
+        {
+            continue;
+        }
+        let rtt = p.rtt_ms / 1e3;
+        let trips = doc.params.mem_seconds / rtt;
+        if data == "mem" && trips < START_UP_ROUND_TRIPS {
+            out.push(format!(
+                "{}: {} s is {trips:.0} round trips of this path ({} ms): start-up dominates its \
+                 memory-to-memory figures (--seconds)",
+                p.name, doc.params.mem_seconds, p.rtt_ms
+            ));
+        }
+        let given = doc.params.given.iter().any(|g| g == data);
+        let bdp = p.rate_bps.map(|r| r as f64 / 8.0 * rtt);
+        if let Some(bdp) =
+            bdp.filter(|b| data == "elephant" && !given && (doc.params.elephant_bytes as f64) < *b)
+        {
+            out.push(format!(
+                "{}: the elephant ({}) is smaller than this path's bandwidth-delay product ({}, \
+                 its rate times its round trip): start-up dominates (--size)",
+                p.name,
+                longhaul_proto::units::format_bytes(doc.params.elephant_bytes),
+                longhaul_proto::units::format_bytes(bdp as u64)
+            ));
+        }
+    }
+    out
+}
+
+/// iperf2's put figure is its client's report: the bytes the sender wrote,
+/// not those the receiver read (its server's report, which the matrix
+/// does not read).
+fn sender_count_lines(doc: &Doc, w: &str) -> Vec<String> {
+    let put = doc
+        .cells
+        .iter()
+        .any(|c| c.tool == "iperf2" && c.workload == w && c.direction == "put");
+    if !put {
+        return Vec::new();
+    }
+    vec![
+        "iperf2's put figure is the sender's count (the bytes its client wrote, as its client \
+         reports them; the other tools' are the receiver's)"
+            .to_string(),
+    ]
+}
+
 /// `*`: what a tool did not keep of the tree (and does not claim to).
 fn not_kept_lines(doc: &Doc, w: &str) -> Vec<String> {
     let mut out: Vec<String> = Vec::new();
@@ -465,8 +532,11 @@ fn tail(doc: &Doc, md: bool) {
             t.note.as_deref().unwrap_or("not installed")
         );
     }
+    if let Some(l) = versions_line(doc, md) {
+        outln!("{bullet}{l}");
+    }
     let mb = |v: f64| format!("{:.0} MB/s", v / 1e6);
-    if let Some(l) = super::limits_line(&doc.limits, mb) {
+    if let Some(l) = super::limits_line(doc, mb) {
         outln!("{bullet}{l}");
     }
     for l in doc
@@ -480,17 +550,62 @@ fn tail(doc: &Doc, md: bool) {
     if doc.params.cold {
         outln!("{bullet}cold: the page cache was dropped before every timed run (--cold)");
     }
-    if !doc.load.start.is_empty() {
-        outln!(
-            "{bullet}load average (1, 5, 15 min): {} at the start, {} at the end",
-            doc.load.start,
-            if doc.load.end.is_empty() {
-                "?"
-            } else {
-                &doc.load.end
-            }
-        );
+    for l in load_lines(doc) {
+        outln!("{bullet}{l}");
     }
+}
+
+/// The load average as the matrix ran: of each merged piece (whose cells
+/// these are), then of this run.
+fn load_lines(doc: &Doc) -> Vec<String> {
+    let span = |l: &longhaul_archive::matrix::Load| {
+        let end = if l.end.is_empty() { "?" } else { &l.end };
+        format!("{} at the start, {end} at the end", l.start)
+    };
+    let mut out: Vec<String> = doc
+        .merged
+        .iter()
+        .map(|p| {
+            format!(
+                "load average (1, 5, 15 min) of the merged piece {}: {}",
+                p.file,
+                span(&p.load)
+            )
+        })
+        .collect();
+    if !doc.load.start.is_empty() {
+        let whose = if doc.merged.is_empty() {
+            ""
+        } else {
+            " of this run (the merge)"
+        };
+        out.push(format!(
+            "load average (1, 5, 15 min){whose}: {}",
+            span(&doc.load)
+        ));
+    }
+    out
+}
+
+/// `versions: TOOL: WHAT IT SAID; ...`, each as its version command said
+/// it (kept escaped; in Markdown its own characters escaped too); None
+/// when no tool said one.
+fn versions_line(doc: &Doc, md: bool) -> Option<String> {
+    let said: Vec<String> = doc
+        .tools
+        .iter()
+        .filter_map(|t| {
+            let v = t.version.as_deref()?;
+            let line = format!("{}: {v}", t.name);
+            Some(if md { md_cell(&line) } else { line })
+        })
+        .collect();
+    (!said.is_empty()).then(|| {
+        format!(
+            "versions (each tool's programs on this host): {}",
+            said.join("; ")
+        )
+    })
 }
 
 fn print_csv(doc: &Doc) {
@@ -570,6 +685,7 @@ mod tests {
             settings: vec!["defaults".into(), "best".into()],
             installed: true,
             note: None,
+            version: None,
         };
         Doc {
             format: "longhaul-matrix".into(),
@@ -592,6 +708,7 @@ mod tests {
             sweeps,
             limits: Limits::default(),
             load: Load::default(),
+            merged: vec![],
             interrupted: false,
         }
     }
@@ -629,6 +746,135 @@ mod tests {
             terminal[1].starts_with(r#"evil|tool, "x" (a|b\nc)"#),
             "{terminal:#?}"
         );
+    }
+
+    /// Each tool's version, as it said it, in the notes: in Markdown its
+    /// pipes, backticks and `<` escaped (no table cell ended, no code span
+    /// or HTML made); a tool that said none is left out.
+    #[test]
+    fn the_notes_say_each_tools_version_escaped_per_format() {
+        let mut d = doc(vec![], vec![]);
+        d.tools[0].version = Some("iperf 3.12 (cJSON 1.7.15)".into());
+        d.tools[1].version = Some("nuttcp-6.1.2 |`<b>`".into());
+        let md = versions_line(&d, true).unwrap();
+        assert_eq!(
+            md,
+            "versions (each tool's programs on this host): iperf3: iperf 3.12 (cJSON 1.7.15); \
+             nuttcp: nuttcp-6.1.2 \\|\\`\\<b>\\`"
+        );
+        let term = versions_line(&d, false).unwrap();
+        assert!(term.ends_with("nuttcp: nuttcp-6.1.2 |`<b>`"), "{term}");
+        d.tools[1].version = None;
+        assert!(!versions_line(&d, false).unwrap().contains("nuttcp"));
+        d.tools[0].version = None;
+        assert_eq!(versions_line(&d, false), None);
+    }
+
+    /// A merged document's limits and loads are its pieces': said so, each
+    /// piece's load, and the memory-to-memory limit with its runs' length.
+    #[test]
+    fn a_merged_documents_limits_and_loads_are_said_to_be_its_pieces() {
+        use longhaul_archive::matrix::Piece;
+        let mut d = doc(vec![cell("iperf3", "best", &[], &[1e9, 1e9, 1e9])], vec![]);
+        d.load = Load {
+            start: "0.10 0.20 0.30".into(),
+            end: "0.40 0.50 0.60".into(),
+        };
+        d.finish_limits();
+        let mb = |v: f64| format!("{:.0} MB/s", v / 1e6);
+        let whole = super::super::limits_line(&d, mb).unwrap();
+        assert_eq!(
+            whole,
+            "limits in the same run: memory to memory on loopback 1000 MB/s (runs of 1 s, --seconds)"
+        );
+        assert_eq!(
+            load_lines(&d),
+            ["load average (1, 5, 15 min): 0.10 0.20 0.30 at the start, 0.40 0.50 0.60 at the end"]
+        );
+        d.merged = ["a.json", "b.json"]
+            .iter()
+            .enumerate()
+            .map(|(i, f)| Piece {
+                file: f.to_string(),
+                load: Load {
+                    start: format!("{i}.00 1 1"),
+                    end: String::new(),
+                },
+            })
+            .collect();
+        let merged = super::super::limits_line(&d, mb).unwrap();
+        assert!(
+            merged.starts_with("limits measured by the merged pieces: memory to memory"),
+            "{merged}"
+        );
+        assert_eq!(
+            load_lines(&d),
+            [
+                "load average (1, 5, 15 min) of the merged piece a.json: 0.00 1 1 at the start, ? at the end",
+                "load average (1, 5, 15 min) of the merged piece b.json: 1.00 1 1 at the start, ? at the end",
+                "load average (1, 5, 15 min) of this run (the merge): 0.10 0.20 0.30 at the start, 0.40 0.50 0.60 at the end",
+            ]
+        );
+    }
+
+    /// A memory-to-memory run of fewer than 20 round trips, or an elephant
+    /// smaller than the path's bandwidth-delay product, measures start-up:
+    /// said under the workload, on that path only; iperf2's put figure is
+    /// said to be the sender's count.
+    #[test]
+    fn figures_that_measure_start_up_or_the_senders_count_are_said() {
+        let path = |name: &str, rtt_ms: f64, rate_bps: Option<u64>| PathSpec {
+            name: name.into(),
+            rtt_ms,
+            rate_bps,
+            ..PathSpec::default()
+        };
+        let on = |c: Cell, p: &str, w: &str| {
+            let mut c = c;
+            c.cell.path = p.into();
+            c.cell.workload = w.into();
+            c
+        };
+        let mut cells = Vec::new();
+        for p in ["loopback", "80ms", "satellite"] {
+            for w in ["mem", "elephant"] {
+                cells.push(on(cell("iperf2", "best", &[], &[1e9]), p, w));
+            }
+        }
+        let mut d = doc(cells, vec![]);
+        d.paths = vec![
+            path("loopback", 0.0, None),
+            path("80ms", 80.0, Some(1_000_000_000)),
+            path("satellite", 540.0, Some(1_000_000_000)),
+        ];
+        d.params.mem_seconds = 10.0;
+        d.params.elephant_bytes = 64 << 20;
+        let mem = start_up_lines(&d, "mem");
+        assert_eq!(
+            mem,
+            [
+                "satellite: 10 s is 19 round trips of this path (540 ms): start-up dominates its \
+              memory-to-memory figures (--seconds)"
+            ],
+            "{mem:#?}"
+        );
+        let el = start_up_lines(&d, "elephant");
+        assert_eq!(el.len(), 1, "{el:#?}");
+        assert!(
+            el[0].starts_with(
+                "satellite: the elephant (64.0 MiB) is smaller than this path's \
+                 bandwidth-delay product (64.4 MiB"
+            ),
+            "{el:#?}"
+        );
+        d.params.mem_seconds = 30.0;
+        d.params.elephant_bytes = 1 << 30;
+        assert!(start_up_lines(&d, "mem").is_empty());
+        assert!(start_up_lines(&d, "elephant").is_empty());
+        assert_eq!(sender_count_lines(&d, "mem").len(), 1);
+        d.cells
+            .retain(|c| c.tool != "iperf2" || c.direction != "put");
+        assert!(sender_count_lines(&d, "mem").is_empty());
     }
 
     /// CSV records as RFC 4180 reads them (quoted fields, doubled quotes,
@@ -673,7 +919,8 @@ mod tests {
     }
 
     /// 41.B9: what `defaults` and `best` ran with is said under the table,
-    /// `best`'s with its sweep; a `best` slower than `defaults` is said.
+    /// `best`'s with its sweep, which ran puts (its gets take the put's
+    /// winner); a `best` slower than `defaults` is said.
     #[test]
     fn the_table_says_what_defaults_and_best_ran_with_and_a_best_below_defaults() {
         let swept = |tool: &str, winner: &[&str]| Swept {
@@ -697,9 +944,9 @@ mod tests {
         let l = settings_lines(&d, "mem", 0);
         let want = [
             "(defaults) ran with no options beyond the template's (the tool as installed): iperf3",
-            "iperf3 (best) ran with loopback: -P 4, of 6 swept, one run each",
+            "iperf3 (best) ran with loopback: -P 4, of 6 swept, one run each (swept by puts)",
             "nuttcp (defaults) ran with -l 1M",
-            "nuttcp (best) ran with loopback: -N 1, of 6 swept, one run each",
+            "nuttcp (best) ran with loopback: -N 1, of 6 swept, one run each (swept by puts)",
             "nuttcp (best) came out below its defaults on loopback put: 1500 (1000-2000) against \
              3000 MB/s (its sweep's rounds were puts; -v lists them)",
         ];
@@ -718,7 +965,7 @@ mod tests {
         let l = settings_lines(&d, "mem", 0);
         assert_eq!(
             l,
-            ["iperf3 (best) ran with loopback: -P 4, of 6 swept, one run each"],
+            ["iperf3 (best) ran with loopback: -P 4, of 6 swept, one run each (swept by puts)"],
             "{l:#?}"
         );
     }
