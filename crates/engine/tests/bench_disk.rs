@@ -12,17 +12,8 @@ use std::time::Duration;
 
 use longhaul_engine::bench::disk::{self, DiskBench};
 
+use longhaul_testkit::process::run_ok as run;
 use longhaul_testkit::require;
-
-fn run(c: &mut Command) -> String {
-    let o = c.output().unwrap_or_else(|e| panic!("{c:?}: {e}"));
-    assert!(
-        o.status.success(),
-        "{c:?}: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    String::from_utf8_lossy(&o.stdout).trim().to_string()
-}
 
 /// The failing disk, taken apart on drop (space freed first, so that the
 /// unmount's own writes succeed).

@@ -114,6 +114,17 @@ impl Desk {
         Ok(())
     }
 
+    /// A pull's destination here: the first directory of its path that does
+    /// not exist yet ([`JobRow::made`]).
+    fn made_by(&self, spec: &JobSpec, kind: JobKind) -> Option<String> {
+        if kind != JobKind::Pull {
+            return None;
+        }
+        let ex = self.export(&spec.dest.export).ok()?;
+        let dest = beneath(&ex.root, spec.dest.paths.first()?).ok()?;
+        longhaul_engine::xfer::sink::first_missing(&ex.root, &dest)
+    }
+
     /// A far end over ssh: a host this server's admin allowed (the job
     /// runs ssh as this server's user, never as the submitter).
     fn check_ssh_ends(&self, spec: &JobSpec) -> Result<(), Refusal> {
@@ -264,6 +275,7 @@ impl Desk {
 impl JobDesk for Desk {
     fn submit(&self, who: &Requester, spec: &JobSpec) -> Result<JobAnswer, Refusal> {
         let (kind, lifetime) = self.check(who, spec)?;
+        let made = self.made_by(spec, kind);
         let t = now();
         let id = longhaul_proto::units::hex(&random::<8>());
         let notify_secret = spec.options.notify.as_ref().map(|_| {
@@ -296,6 +308,7 @@ impl JobDesk for Desk {
             live_bytes: 0,
             live_bps: None,
             discards: Vec::new(),
+            made,
         };
         self.store.insert(&row).map_err(failed)?;
         tracing::info!(

@@ -413,9 +413,12 @@ impl Runner {
     fn discard(&self, job: &mut JobRow, t: u64) -> Option<u64> {
         if job.kind == JobKind::Pull {
             let cancelled = self.entries(&job.id, &[FileState::Cancelled]);
-            if !cancelled.is_empty() {
-                let n = self.discard_here(job, &cancelled);
-                tracing::info!("job {}: {n} partial file(s) removed here", job.id);
+            let (n, dirs) = self.discard_here(job, &cancelled);
+            if n + dirs > 0 {
+                tracing::info!(
+                    "job {}: {n} partial file(s) and {dirs} empty directory(ies) it made removed here",
+                    job.id
+                );
             }
             return None;
         }
@@ -526,30 +529,26 @@ impl Runner {
         out
     }
 
-    /// A cancelled pull's partial files, here beneath its destination.
-    fn discard_here(&self, job: &JobRow, paths: &[String]) -> u64 {
+    /// A cancelled pull's partial files, here beneath its destination, and
+    /// the directories it made there that are left empty
+    /// ([`JobRow::made`]): how many of each.
+    fn discard_here(&self, job: &JobRow, paths: &[String]) -> (u64, u64) {
         let Ok(ex) = attempt::export_of(&self.cfg, &job.spec.dest) else {
-            return 0;
+            return (0, 0);
         };
         let Ok(anchor) = longhaul_engine::xfer::beneath::Anchor::open(&ex.root) else {
-            return 0;
+            return (0, 0);
         };
         let Ok(dest) = longhaul_engine::xfer::beneath(&ex.root, &job.spec.dest.paths[0]) else {
-            return 0;
+            return (0, 0);
         };
-        let mut n = 0;
-        for p in paths {
-            let Ok(comps) = longhaul_proto::xfer::components(p) else {
-                continue;
-            };
-            let into = dest.join(comps.join("/"));
-            let onto = dest.join(comps.iter().skip(1).copied().collect::<Vec<_>>().join("/"));
-            n += longhaul_engine::xfer::sink::discard_partial(&anchor, &into);
-            if onto != into {
-                n += longhaul_engine::xfer::sink::discard_partial(&anchor, &onto);
-            }
-        }
-        n
+        longhaul_engine::xfer::sink::discard_entries(
+            &anchor,
+            &dest,
+            paths,
+            false,
+            job.made.as_deref().map(std::path::Path::new),
+        )
     }
 
     /// What is left to do for an ended job (its lease held): tell its end,

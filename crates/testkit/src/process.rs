@@ -9,6 +9,18 @@ mod owned;
 
 pub use owned::{find_program, kill_group, output_within, own, Collected, Owned, Within};
 
+/// Runs a set-up command to its end, which must succeed (else the test
+/// fails, naming it and what it said): its output, trimmed.
+pub fn run_ok(c: &mut std::process::Command) -> String {
+    let o = c.output().unwrap_or_else(|e| panic!("{c:?}: {e}"));
+    assert!(
+        o.status.success(),
+        "{c:?}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8_lossy(&o.stdout).trim().to_string()
+}
+
 /// Whether process `pid` is gone (or a zombie: ended, not yet reaped).
 pub fn gone(pid: u32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {

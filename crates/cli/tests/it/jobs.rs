@@ -1420,14 +1420,10 @@ fn a_job_rides_out_a_30_s_outage_on_an_80_ms_path() {
     drop(w);
 }
 
-#[test]
-fn a_pull_job_brings_a_tree_into_the_job_servers_export_and_its_capability_reads_nothing_else() {
-    let t = TempDir::new("job-pull");
-    let (far, here) = (t.dir("far"), t.dir("here"));
-    for i in 0..3 {
-        write_random(&far.join(format!("tree/f{i}")), 4 << 20, 30 + i);
-    }
-    write_random(&far.join("secret/key"), 100, 40);
+/// A job server exporting `here` as `data` that pulls into it, and a
+/// source exporting `far` as `src` that takes part in third-party copies,
+/// each with its own state directory under `t`.
+fn pull_pair(t: &TempDir, far: &Path, here: &Path) -> (Serve, Serve) {
     let into = format!("data={}", here.display());
     let j = Serve::start(
         &t.path().join("state-j"),
@@ -1438,6 +1434,18 @@ fn a_pull_job_brings_a_tree_into_the_job_servers_export_and_its_capability_reads
         &t.path().join("state-a"),
         &["--third-party-copies", "--export", &from, "--no-sync"],
     );
+    (j, a)
+}
+
+#[test]
+fn a_pull_job_brings_a_tree_into_the_job_servers_export_and_its_capability_reads_nothing_else() {
+    let t = TempDir::new("job-pull");
+    let (far, here) = (t.dir("far"), t.dir("here"));
+    for i in 0..3 {
+        write_random(&far.join(format!("tree/f{i}")), 4 << 20, 30 + i);
+    }
+    write_random(&far.join("secret/key"), 100, 40);
+    let (j, a) = pull_pair(&t, &far, &here);
     // The job server holds the destination: it pulls, with a capability
     // the source issued to read the job's sources only.
     let (id, _) = submit(&[
@@ -1978,6 +1986,102 @@ fn cancelling_a_job_whose_destination_is_a_linked_directory_removes_its_partial_
         .unwrap()
         .file_type()
         .is_symlink());
+}
+
+/// A cancel removes the directories its job made once they are empty, and
+/// nothing else: a destination that was there before the job (empty)
+/// stays, and so does one the job made but someone planted a file in (the
+/// directories the job made beneath it, emptied, go). Three jobs under way
+/// into `dst`, each submitted by `go(SOURCE, DEST)` (paths within the
+/// source's and the destination's export), then cancelled.
+fn cancels_remove_only_the_empty_directories_their_jobs_made(
+    j: &Serve,
+    dst: &Path,
+    go: impl Fn(&str, &str) -> String,
+) {
+    std::fs::create_dir(dst.join("before")).unwrap();
+    // Into `made/` (made by --mkpath), into `before/`, and onto `planted`
+    // (the tree's own directory made there).
+    let made = go("tree", "made/");
+    let before = go("tree/sub/big.bin", "before/");
+    let planted = go("tree", "planted");
+    let landing = [
+        (&made, dst.join("made/tree/sub")),
+        (&before, dst.join("before")),
+        (&planted, dst.join("planted/sub")),
+    ];
+    for (_, at) in &landing {
+        wait_until("verified chunks", Duration::from_secs(60), || {
+            journal_records(&journal_of(at, "big.bin")) >= 2
+        });
+    }
+    let mine = dst.join("planted/mine.txt");
+    std::fs::write(&mine, b"the user's own").unwrap();
+    for (id, at) in &landing {
+        cancel_until_discarded(
+            j,
+            id,
+            &at.join(".big.bin.lhpart"),
+            &journal_of(at, "big.bin"),
+        );
+    }
+    wait_until(
+        "the emptied directories' removal",
+        Duration::from_secs(30),
+        || !dst.join("made").exists() && !dst.join("planted/sub").exists(),
+    );
+    assert!(
+        dst.join("before").is_dir(),
+        "a directory of the user's went"
+    );
+    assert!(std::fs::read_dir(dst.join("before"))
+        .unwrap()
+        .next()
+        .is_none());
+    assert_eq!(std::fs::read(&mine).unwrap(), b"the user's own");
+    let left: Vec<_> = std::fs::read_dir(dst.join("planted"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(left, ["mine.txt"]);
+}
+
+/// The far end of a push removes them (it noted, when it issued the
+/// job's capability, what of the destination's path was missing).
+#[test]
+fn cancelling_a_job_removes_the_empty_directories_it_made_and_nothing_else() {
+    let t = TempDir::new("job-cancel-dirs");
+    let (src, dst) = (t.dir("src"), t.dir("dst"));
+    write_random(&src.join("tree/sub/big.bin"), 256 << 20, 95);
+    let (j, b) = pair(&t, &src, &dst, &["--no-archive"]);
+    cancels_remove_only_the_empty_directories_their_jobs_made(&j, &dst, |from, into| {
+        let (from, into) = (
+            url(&j, &format!("data/{from}")),
+            url(&b, &format!("in/{into}")),
+        );
+        submit(&["-r", "--mkpath", "--rate", "100mbit", &from, &into]).0
+    });
+}
+
+/// A pull's job server removes them at its own end (it noted, when the
+/// job was submitted, what of the destination's path was missing).
+#[test]
+fn cancelling_a_pull_removes_the_empty_directories_it_made_and_nothing_else() {
+    let t = TempDir::new("job-cancel-pull-dirs");
+    let (far, here) = (t.dir("far"), t.dir("here"));
+    write_random(&far.join("tree/sub/big.bin"), 256 << 20, 96);
+    let (j, a) = pull_pair(&t, &far, &here);
+    cancels_remove_only_the_empty_directories_their_jobs_made(&j, &here, |from, into| {
+        let (from, into) = (
+            url(&a, &format!("src/{from}")),
+            url(&j, &format!("data/{into}")),
+        );
+        let via = j.addr();
+        submit(&[
+            "-r", "--mkpath", "--rate", "100mbit", "--via", &via, &from, &into,
+        ])
+        .0
+    });
 }
 
 /// A cancelled push over ssh leaves nothing of itself on the far host:

@@ -89,6 +89,11 @@ pub struct Scope {
     pub(super) expires: Instant,
     /// The same, in Unix seconds (what the state directory keeps).
     pub(super) expires_unix: u64,
+    /// A job's push: the shallowest directory on the way to its
+    /// destination that did not exist when the capability was issued
+    /// (export-relative), which a discard removes, with the directories
+    /// beneath it, while they are empty.
+    pub(super) made: Option<String>,
 }
 
 impl std::fmt::Debug for Scope {

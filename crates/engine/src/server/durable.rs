@@ -40,6 +40,9 @@ struct Record {
     /// Unix seconds.
     expires: u64,
     request: GrantRequest,
+    /// [`Scope::made`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    made: Option<String>,
 }
 
 pub(super) fn unix_now() -> u64 {
@@ -109,6 +112,7 @@ impl Capabilities {
                 grant: s.grant.clone(),
                 expires: s.expires_unix,
                 request: s.request.clone(),
+                made: s.made.clone(),
             };
             text.push_str(&serde_json::to_string(&r).map_err(|e| e.to_string())?);
             text.push('\n');
@@ -129,6 +133,7 @@ fn scope_of(r: Record, now: u64) -> Result<Option<Scope>, String> {
         key,
         expires: Instant::now() + Duration::from_secs(r.expires - now),
         expires_unix: r.expires,
+        made: r.made,
     }))
 }
 
@@ -153,13 +158,14 @@ pub(super) fn scope_words(export: &str, req: &GrantRequest) -> String {
 
 /// Whether this client may be given a capability of `req` into (or out
 /// of) `ex`: what it could do itself, no more; a job's only where this
-/// server can keep it.
+/// server can keep it. A job's push: the directory its pushes would make
+/// first ([`Scope::made`], from [`crate::xfer::sink::first_missing`]).
 pub(super) fn check_grant(
     shared: &Shared,
     ex: &Export,
     req: &GrantRequest,
     access: &auth::Access,
-) -> Result<(), (RefuseCode, String)> {
+) -> Result<Option<String>, (RefuseCode, String)> {
     let bad = |e: EngineError| (RefuseCode::BadRequest, e.to_string());
     let denied = |m| (RefuseCode::Unauthorized, m);
     if req.durable && (shared.cfg.one_time.is_some() || shared.capabilities.state.is_none()) {
@@ -186,10 +192,13 @@ pub(super) fn check_grant(
             }
             // The push it allows resolves the destination again, under the same rule.
             let anchor = Anchor::open_as(&ex.root, &shared.cfg.shown_root(ex)).map_err(bad)?;
-            anchor
+            let dest = anchor
                 .resolve_dest(&beneath(&ex.root, &req.dest).map_err(bad)?)
-                .map(|_| ())
-                .map_err(bad)
+                .map_err(bad)?;
+            Ok(req
+                .durable
+                .then(|| crate::xfer::sink::first_missing(&ex.root, &dest))
+                .flatten())
         }
         CapabilityOp::Pull | CapabilityOp::Order => {
             if !req.durable {
@@ -216,7 +225,7 @@ pub(super) fn check_grant(
                 let r = beneath(&ex.root, p).map_err(bad)?;
                 confine(&ex.root, &r).map_err(bad)?;
             }
-            Ok(())
+            Ok(None)
         }
     }
 }
@@ -286,7 +295,7 @@ pub(super) fn serve_discard(
         ));
     }
     let (export, dest, scope) = discard_dest(shared, d, access)?;
-    let dest_dir = scope.map_or(dest.ends_with('/'), |r| r.dest_dir);
+    let dest_dir = scope.map_or(dest.ends_with('/'), |s| s.request.dest_dir);
     let ex = super::files::export(shared, &export, access)?;
     if scope.is_none() {
         access
@@ -304,20 +313,11 @@ pub(super) fn serve_discard(
     let dest = anchor
         .resolve_dest(&beneath(&ex.root, &dest).map_err(bad)?)
         .map_err(bad)?;
-    let mut removed = 0;
-    for p in &d.paths {
-        let Ok(comps) = longhaul_proto::xfer::components(p) else {
-            continue;
-        };
-        let into = dest.join(comps.join("/"));
-        let onto = dest.join(comps.iter().skip(1).copied().collect::<Vec<_>>().join("/"));
-        removed += crate::xfer::sink::discard_partial(&anchor, &into);
-        if onto != into && !dest_dir {
-            removed += crate::xfer::sink::discard_partial(&anchor, &onto);
-        }
-    }
+    let made = scope.and_then(|s| s.made.as_deref()).map(Path::new);
+    let (removed, dirs) =
+        crate::xfer::sink::discard_entries(&anchor, &dest, &d.paths, dest_dir, made);
     let beneath_words = match scope {
-        Some(req) => scope_words(&ex.name, req),
+        Some(s) => scope_words(&ex.name, &s.request),
         None => format!(
             "beneath {}/{}",
             ex.name,
@@ -325,7 +325,7 @@ pub(super) fn serve_discard(
         ),
     };
     tracing::info!(
-        "{} discarded {removed} partial file(s) {beneath_words}",
+        "{} discarded {removed} partial file(s) and {dirs} empty directory(ies) the job made {beneath_words}",
         conn.peer()
     );
     conn.send(&Message::Discarded(Discarded { removed }))
@@ -333,13 +333,13 @@ pub(super) fn serve_discard(
 }
 
 /// Where a discard looks: a live push capability's destination (and its
-/// request), or, from a one-shot server's own client only, the
+/// scope), or, from a one-shot server's own client only, the
 /// destination its `into` names. Anyone else is refused.
 fn discard_dest<'a>(
     shared: &Shared,
     d: &Discard,
     access: &'a auth::Access,
-) -> Result<(String, String, Option<&'a GrantRequest>), (RefuseCode, String)> {
+) -> Result<(String, String, Option<&'a Scope>), (RefuseCode, String)> {
     let denied = || {
         (
             RefuseCode::Unauthorized,
@@ -355,7 +355,7 @@ fn discard_dest<'a>(
             Ok((
                 scope.request.export.clone(),
                 scope.request.dest.clone(),
-                Some(&scope.request),
+                Some(scope),
             ))
         }
         (None, Some(into)) if shared.cfg.one_time.is_some() => {
@@ -383,6 +383,7 @@ mod tests {
     fn scope(req: GrantRequest, expires_unix: u64) -> Scope {
         let key = blake3::hash(format!("{expires_unix} {}", req.durable).as_bytes());
         Scope {
+            made: None,
             request: req,
             grant: "g1".into(),
             key,
@@ -441,6 +442,7 @@ mod tests {
             grant: "g".into(),
             expires: now + 100,
             request: req(),
+            made: Some("in/new".into()),
         };
         std::fs::write(
             dir.path().join(CAPABILITIES_FILE),
@@ -448,6 +450,10 @@ mod tests {
         )
         .unwrap();
         let caps = Capabilities::load(Some(dir.path().to_path_buf()));
-        assert_eq!(caps.live.lock().unwrap().len(), 1);
+        let live = caps.live.lock().unwrap();
+        assert_eq!(live.len(), 1);
+        // What its pushes made, for a cancel after a restart to tidy.
+        let kept = live.values().next().unwrap();
+        assert_eq!(kept.made.as_deref(), Some("in/new"));
     }
 }

@@ -24,6 +24,7 @@ impl Capabilities {
         request: GrantRequest,
         grant: &str,
         lifetime: Duration,
+        made: Option<String>,
     ) -> Result<(String, blake3::Hash), String> {
         let mut b = [0u8; 32];
         getrandom::fill(&mut b).map_err(|e| format!("the OS random source failed: {e}"))?;
@@ -38,6 +39,7 @@ impl Capabilities {
             key,
             expires: Instant::now() + lifetime,
             expires_unix: super::durable::unix_now().saturating_add(lifetime.as_secs()),
+            made,
         };
         let mut live = self.live.lock().map_err(|_| "internal error".to_string())?;
         live.insert(key, scope);
@@ -73,7 +75,7 @@ pub(super) fn serve_grant(
         ));
     }
     let ex = super::files::export(shared, &req.export, access)?;
-    super::durable::check_grant(shared, ex, req, access)?;
+    let made = super::durable::check_grant(shared, ex, req, access)?;
     let most = if req.durable {
         longhaul_proto::job::MAX_LIFETIME_S
     } else {
@@ -82,7 +84,7 @@ pub(super) fn serve_grant(
     let lifetime = Duration::from_secs(u64::from(req.lifetime_s.clamp(1, most)));
     let (capability, key) = shared
         .capabilities
-        .issue(req.clone(), access.grant_label(), lifetime)
+        .issue(req.clone(), access.grant_label(), lifetime, made)
         .map_err(|m| (RefuseCode::ServerError, m))?;
     let what = super::durable::scope_words(&ex.name, req);
     tracing::info!(

@@ -38,7 +38,9 @@ pub struct Dir {
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum FsKind {
     Tmpfs,
-    Ext4,
+    /// ext4 (or ext2) with no journal, or whose journal could not be found.
+    Ext4WithoutJournal,
+    /// Anything else, a journalled ext4 too.
     Other,
 }
 
@@ -62,19 +64,25 @@ impl Dir {
         self.fs_kind() == FsKind::Tmpfs
     }
 
-    /// Whether its file system is ext4, whose inode allocator wants one
-    /// create at a time (the sink's `one_create`).
-    pub fn on_ext4(&self) -> bool {
-        self.fs_kind() == FsKind::Ext4
+    /// Whether its file system is an ext4 without a journal, whose inode
+    /// allocator wants one create at a time (the sink's `one_create`).
+    pub fn on_ext4_without_journal(&self) -> bool {
+        self.fs_kind() == FsKind::Ext4WithoutJournal
     }
 
-    /// What its file system is, asked of the kernel once.
+    /// What its file system is, asked of the kernel once. An ext4 counts
+    /// as journalled only if its journal is found
+    /// ([`ext4_journalled`]): where that cannot be told, creates stay one
+    /// at a time, as on every ext4 before.
     fn fs_kind(&self) -> FsKind {
         *self
             .fs_kind
             .get_or_init(|| match rustix::fs::fstatfs(&self.fd) {
                 Ok(st) if st.f_type == libc::TMPFS_MAGIC => FsKind::Tmpfs,
-                Ok(st) if st.f_type == libc::EXT4_SUPER_MAGIC => FsKind::Ext4,
+                Ok(st) if st.f_type == libc::EXT4_SUPER_MAGIC => match self.dev() {
+                    Some(dev) if ext4_journalled(dev) => FsKind::Other,
+                    _ => FsKind::Ext4WithoutJournal,
+                },
                 _ => FsKind::Other,
             })
     }
@@ -113,6 +121,64 @@ impl Dir {
         )?;
         Ok(Dir::new(fd))
     }
+}
+
+/// Whether the ext4 on the block device `dev` has a journal that jbd2
+/// runs, looked up once per device in this process ([`journal_found`]
+/// under `/proc` and `/sys`); false if that cannot be told.
+fn ext4_journalled(dev: u64) -> bool {
+    static KNOWN: Mutex<Option<HashMap<u64, bool>>> = Mutex::new(None);
+    let mut known = KNOWN
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    *known
+        .get_or_insert_with(HashMap::new)
+        .entry(dev)
+        .or_insert_with(|| {
+            journal_found(dev, Path::new("/proc"), Path::new("/sys")).unwrap_or(false)
+        })
+}
+
+/// Whether jbd2 runs a journal for the block device `dev`, from the
+/// kernel's tables under `proc` and `sys` (`/proc`, `/sys`). jbd2 makes
+/// `/proc/fs/jbd2/NAME-INODE` for each journal inside a file system it
+/// runs (fs/jbd2/journal.c, `jbd2_journal_init_inode`: `"%pg-%lu"`, the
+/// device's kernel name with `/` written `!`, then the journal's inode, 8
+/// for ext4's own), and removes it at unmount. The device's kernel name is
+/// its `DEVNAME` in `/sys/dev/block/MAJOR:MINOR/uevent`, or else the name
+/// of that link's target. None if either table is missing (no procfs, a
+/// device /sys does not know). A journal on a device of its own is listed
+/// under that device's name alone, so such an ext4 reads as having none.
+fn journal_found(dev: u64, proc: &Path, sys: &Path) -> Option<bool> {
+    let block = sys.join(format!(
+        "dev/block/{}:{}",
+        rustix::fs::major(dev),
+        rustix::fs::minor(dev)
+    ));
+    let from_uevent = std::fs::read_to_string(block.join("uevent"))
+        .ok()
+        .and_then(|u| {
+            u.lines()
+                .find_map(|l| l.strip_prefix("DEVNAME="))
+                .map(|n| n.trim().to_string())
+        });
+    let name = match from_uevent {
+        Some(n) if !n.is_empty() => n,
+        _ => std::fs::read_link(&block)
+            .ok()?
+            .file_name()?
+            .to_str()?
+            .to_string(),
+    }
+    .replace('/', "!");
+    let journals = std::fs::read_dir(proc.join("fs/jbd2")).ok()?;
+    Some(journals.flatten().any(|e| {
+        e.file_name().to_str().is_some_and(|n| {
+            n.strip_prefix(name.as_str())
+                .and_then(|rest| rest.strip_prefix('-'))
+                .is_some_and(|ino| !ino.is_empty() && ino.bytes().all(|b| b.is_ascii_digit()))
+        })
+    }))
 }
 
 /// A directory under which every path of a transfer must stay.
@@ -476,6 +542,63 @@ fn open_beneath(dir: &OwnedFd, rel: &Path) -> io::Result<OwnedFd> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A planted `/proc` and `/sys`: the block device 254:16 named `name`
+    /// in its uevent (or, if `name` is None, only by its link's target),
+    /// and jbd2's journals `journals`.
+    fn planted(base: &Path, name: Option<&str>, journals: &[&str]) -> (PathBuf, PathBuf) {
+        let _ = std::fs::remove_dir_all(base);
+        let (proc, sys) = (base.join("proc"), base.join("sys"));
+        let device = sys.join("devices/virtual/block/vdb");
+        std::fs::create_dir_all(&device).unwrap();
+        std::fs::create_dir_all(sys.join("dev/block")).unwrap();
+        std::os::unix::fs::symlink(&device, sys.join("dev/block/254:16")).unwrap();
+        let devname = name.map(|n| format!("DEVNAME={n}\n")).unwrap_or_default();
+        std::fs::write(
+            device.join("uevent"),
+            format!("MAJOR=254\nMINOR=16\n{devname}DEVTYPE=disk\n"),
+        )
+        .unwrap();
+        std::fs::create_dir_all(proc.join("fs/jbd2")).unwrap();
+        for j in journals {
+            std::fs::create_dir(proc.join("fs/jbd2").join(j)).unwrap();
+        }
+        (proc, sys)
+    }
+
+    #[test]
+    fn an_ext4_has_a_journal_only_if_jbd2_lists_one_for_its_device() {
+        let base = std::env::temp_dir().join(format!("lh-jbd2-{}", std::process::id()));
+        let dev = rustix::fs::makedev(254, 16);
+        let found = |name, journals: &[&str]| {
+            let (proc, sys) = planted(&base, name, journals);
+            journal_found(dev, &proc, &sys)
+        };
+        assert_eq!(found(Some("vdb"), &["vdb-8"]), Some(true));
+        assert_eq!(found(Some("vdb"), &["vda-8", "loop3-8"]), Some(false));
+        assert_eq!(found(Some("vdb"), &[]), Some(false));
+        // Any journal inode counts; a longer name that starts alike does not.
+        assert_eq!(found(Some("vdb"), &["vdb-12"]), Some(true));
+        assert_eq!(
+            found(Some("vdb"), &["vdb1-8", "vdb-", "vdb-x8"]),
+            Some(false)
+        );
+        // The kernel writes a name's slashes as `!`.
+        assert_eq!(found(Some("cciss/c0d0"), &["cciss!c0d0-8"]), Some(true));
+        // No DEVNAME: the name of the device link's target.
+        assert_eq!(found(None, &["vdb-8"]), Some(true));
+        // What cannot be told is said so (the sink then keeps one create at
+        // a time): no jbd2 table, a device /sys does not know.
+        let (proc, sys) = planted(&base, Some("vdb"), &["vdb-8"]);
+        std::fs::remove_dir_all(proc.join("fs/jbd2")).unwrap();
+        assert_eq!(journal_found(dev, &proc, &sys), None);
+        let (proc, sys) = planted(&base, Some("vdb"), &["vdb-8"]);
+        assert_eq!(
+            journal_found(rustix::fs::makedev(254, 17), &proc, &sys),
+            None
+        );
+        std::fs::remove_dir_all(&base).unwrap();
+    }
 
     #[test]
     fn symlinks_never_lead_out() {

@@ -91,6 +91,11 @@ pub struct JobRow {
     /// are removed yet (a far end that could not be reached at the cancel
     /// is tried again, with backoff).
     pub discards: Vec<DiscardView>,
+    /// A pull: the shallowest directory of its destination's path (relative
+    /// to the job server's export) that did not exist when it was
+    /// submitted, which a cancel removes, with the directories beneath it,
+    /// while they are empty. Written once, at the insert.
+    pub made: Option<String>,
 }
 
 impl JobRow {
@@ -277,5 +282,6 @@ fn a_job(id: &str) -> JobRow {
         live_bytes: 0,
         live_bps: None,
         discards: Vec::new(),
+        made: None,
     }
 }

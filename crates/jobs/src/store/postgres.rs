@@ -64,9 +64,10 @@ CREATE TABLE IF NOT EXISTS longhaul_job_files (
     PRIMARY KEY (job, path)
 );
 ALTER TABLE longhaul_jobs ADD COLUMN IF NOT EXISTS discards text NOT NULL DEFAULT '[]';
+ALTER TABLE longhaul_jobs ADD COLUMN IF NOT EXISTS made text;
 ";
 
-const COLUMNS: &str = "id, owner, kind, state, spec, created, updated, expires, next_attempt, attempts, runs, listed, cancel, error, worker, lease_until, notify_secret, notified, revoked, history, live_bytes, live_bps, discards";
+const COLUMNS: &str = "id, owner, kind, state, spec, created, updated, expires, next_attempt, attempts, runs, listed, cancel, error, worker, lease_until, notify_secret, notified, revoked, history, live_bytes, live_bps, discards, made";
 
 /// Rows sent in one statement by the bulk writes.
 const BATCH: usize = 10_000;
@@ -209,6 +210,7 @@ fn row_of(r: &Row) -> Result<JobRow, StoreError> {
         revoked: flag(18)?,
         live_bytes: time(20)?,
         live_bps: col(r, 21, &id)?,
+        made: maybe(23)?,
         id,
     })
 }
@@ -299,12 +301,13 @@ impl JobStore for PgStore {
             &kind,
             &created,
             &j.notify_secret,
+            &j.made,
         ]);
         let places: Vec<String> = (1..=params.len()).map(|n| format!("${n}")).collect();
         self.with(|c| {
             c.execute(
                 &format!(
-                    "INSERT INTO longhaul_jobs (id, {SAVED}, owner, kind, created, notify_secret) VALUES ({})",
+                    "INSERT INTO longhaul_jobs (id, {SAVED}, owner, kind, created, notify_secret, made) VALUES ({})",
                     places.join(", ")
                 ),
                 &params,
@@ -637,7 +640,10 @@ mod tests {
         };
         let s = PgStore::connect(&pg.url()).unwrap();
         let id = "00000000000000aa";
-        s.insert(&super::super::a_job(id)).unwrap();
+        let mut job = super::super::a_job(id);
+        job.made = Some("in/new".into());
+        s.insert(&job).unwrap();
+        assert_eq!(s.get(id).unwrap().unwrap().made.as_deref(), Some("in/new"));
         let file = FileRow {
             path: "a".into(),
             kind: longhaul_proto::xfer::Kind::File,

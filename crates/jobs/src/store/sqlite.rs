@@ -61,11 +61,17 @@ CREATE TABLE IF NOT EXISTS job_files (
 ";
 
 /// The columns of a job, in the order [`row_of`] reads them.
-const COLUMNS: &str = "id, owner, kind, state, spec, created, updated, expires, next_attempt, attempts, runs, listed, cancel, error, worker, lease_until, notify_secret, notified, revoked, history, live_bytes, live_bps, discards";
+const COLUMNS: &str = "id, owner, kind, state, spec, created, updated, expires, next_attempt, attempts, runs, listed, cancel, error, worker, lease_until, notify_secret, notified, revoked, history, live_bytes, live_bps, discards, made";
 
-/// Added since schema 1 was first written; a build that does not know it
-/// reads and writes the rows as before.
-const DISCARDS: &str = "ALTER TABLE jobs ADD COLUMN discards TEXT NOT NULL DEFAULT '[]'";
+/// Added since schema 1 was first written, each with its column's name; a
+/// build that does not know them reads and writes the rows as before.
+const ADDED: [(&str, &str); 2] = [
+    (
+        "discards",
+        "ALTER TABLE jobs ADD COLUMN discards TEXT NOT NULL DEFAULT '[]'",
+    ),
+    ("made", "ALTER TABLE jobs ADD COLUMN made TEXT"),
+];
 
 pub struct SqliteStore {
     conn: Mutex<Connection>,
@@ -111,15 +117,17 @@ impl SqliteStore {
             )));
         }
         conn.execute_batch(SCHEMA).map_err(err)?;
-        let has_discards: bool = conn
-            .query_row(
-                "SELECT count(*) > 0 FROM pragma_table_info('jobs') WHERE name = 'discards'",
-                [],
-                |r| r.get(0),
-            )
-            .map_err(err)?;
-        if !has_discards {
-            conn.execute(DISCARDS, []).map_err(err)?;
+        for (column, add) in ADDED {
+            let has: bool = conn
+                .query_row(
+                    "SELECT count(*) > 0 FROM pragma_table_info('jobs') WHERE name = ?1",
+                    [column],
+                    |r| r.get(0),
+                )
+                .map_err(err)?;
+            if !has {
+                conn.execute(add, []).map_err(err)?;
+            }
         }
         conn.pragma_update(None, "user_version", SCHEMA_VERSION)
             .map_err(err)?;
@@ -180,6 +188,7 @@ fn raw_of(r: &Row) -> rusqlite::Result<Raw> {
             live_bytes: u(20)?,
             live_bps: r.get(21)?,
             discards: Vec::new(),
+            made: r.get(23)?,
         },
         spec: r.get(4)?,
         history: r.get(19)?,
@@ -227,13 +236,14 @@ impl JobStore for SqliteStore {
     fn insert(&self, j: &JobRow) -> Result<(), StoreError> {
         self.with(|c| {
             c.execute(
-                &format!("INSERT INTO jobs ({COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23)"),
+                &format!("INSERT INTO jobs ({COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24)"),
                 params![
                     j.id, j.owner, j.kind.word(), j.state.word(), json(&j.spec),
                     i(j.created), i(j.updated), i(j.expires), i(j.next_attempt),
                     j.attempts, j.runs, j.listed, j.cancel, j.error, j.worker,
                     i(j.lease_until), j.notify_secret, j.notified, j.revoked,
-                    json(&j.history), i(j.live_bytes), j.live_bps, json(&j.discards)
+                    json(&j.history), i(j.live_bytes), j.live_bps, json(&j.discards),
+                    j.made
                 ],
             )
             .map(|_| ())
@@ -640,8 +650,9 @@ mod tests {
         assert_eq!(s.forget_ended("g1", 1).unwrap(), 2);
     }
 
-    /// A pending discard is kept with its job; a `jobs.db` written before
-    /// discards were kept gains their column, its jobs read with none.
+    /// A pending discard is kept with its job, and so is what a pull made;
+    /// a `jobs.db` written before either was kept gains their columns, its
+    /// jobs read with none.
     #[test]
     fn a_pending_discard_is_kept_and_an_older_jobs_db_gains_its_column() {
         let dir = tempfile::tempdir().unwrap();
@@ -658,8 +669,9 @@ mod tests {
         }
         let s = SqliteStore::open(dir.path()).unwrap();
         let old = s.get("00000000000000aa").unwrap().unwrap();
-        assert!(old.discards.is_empty());
+        assert!(old.discards.is_empty() && old.made.is_none());
         let mut j = super::super::a_job("00000000000000bb");
+        j.made = Some("in/new".into());
         s.insert(&j).unwrap();
         j.discards.push(DiscardView {
             end: "b.example:5310".into(),
@@ -672,6 +684,8 @@ mod tests {
         assert!(s.save(&j, None).unwrap());
         drop(s);
         let s = SqliteStore::open(dir.path()).unwrap();
-        assert_eq!(s.get(&j.id).unwrap().unwrap().discards, j.discards);
+        let kept = s.get(&j.id).unwrap().unwrap();
+        assert_eq!(kept.discards, j.discards);
+        assert_eq!(kept.made.as_deref(), Some("in/new"));
     }
 }

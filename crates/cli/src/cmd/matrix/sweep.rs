@@ -452,4 +452,89 @@ mod tests {
         assert_eq!(median(&[4.0, 1.0, 2.0, 3.0]), Some(2.5));
         assert_eq!(median(&[]), None);
     }
+
+    /// A built-in tool's sweep candidates on the satellite preset (1 Gbit/s,
+    /// 540 ms, 4 MiB socket buffers).
+    fn grid_on_satellite(t: &peers::Tool) -> Vec<Vec<String>> {
+        let sat = PathFacts {
+            rate_bps: 1_000_000_000,
+            rtt_s: 0.54,
+            socket_cap: 4 << 20,
+        };
+        candidates(t.sweep.as_ref().expect("a sweep"), &sat)
+    }
+
+    /// GridFTP's grid on a long path: -fast alone, or pipelined with 4 or
+    /// 16 files at once (Globus's advice for many small files), each at
+    /// every stream count, with and without a window: 18 candidates.
+    #[test]
+    fn gridftps_grid_has_more_files_at_once_for_many_small_files() {
+        let tools = peers::builtin();
+        let g = tools.iter().find(|t| t.name == "gridftp").unwrap();
+        let grid = grid_on_satellite(g);
+        assert_eq!(grid.len(), 18);
+        let cc16 = grid
+            .iter()
+            .filter(|c| c.ends_with(&["-fast", "-pp", "-cc", "16"].map(String::from)))
+            .count();
+        assert_eq!(cc16, 6);
+        assert!(g.sweep.as_ref().unwrap().why.contains("18 candidates"));
+    }
+
+    /// iperf3's grid tries its zero-copy sender (-Z) at every stream count
+    /// and window; iperf 2's -Z is a congestion control, not in its grid.
+    #[test]
+    fn iperf3s_grid_tries_zero_copy_and_iperf2s_does_not() {
+        let tools = peers::builtin();
+        let by = |n: &str| tools.iter().find(|t| t.name == n).unwrap();
+        let grid = grid_on_satellite(by("iperf3"));
+        assert_eq!(grid.len(), 12);
+        let z = grid.iter().filter(|c| c.last().is_some_and(|a| a == "-Z"));
+        assert_eq!(z.count(), 6);
+        let two = grid_on_satellite(by("iperf2"));
+        assert!(two.iter().flatten().all(|a| a != "-Z"), "{two:?}");
+    }
+
+    /// xrdcp's long-path lever is two variables: a candidate's
+    /// `env:NAME=VALUE` items set the client's environment, filled in like
+    /// its arguments, and never reach its argv; a malformed one is refused
+    /// when the tools file is read.
+    #[test]
+    fn env_items_set_the_clients_variables_not_its_arguments() {
+        let tools = peers::builtin();
+        let x = tools.iter().find(|t| t.name == "xrootd").unwrap();
+        let grid = grid_on_satellite(x);
+        assert_eq!(grid.len(), 12);
+        let chunky = &grid[0];
+        assert_eq!(
+            chunky,
+            &[
+                "--streams",
+                "15",
+                "--parallel",
+                "4",
+                "env:XRD_CPCHUNKSIZE=16777216",
+                "env:XRD_CPPARALLELCHUNKS=8"
+            ]
+        );
+        let vars = BTreeMap::from([("host", "h".to_string()), ("window", "9".to_string())]);
+        let argv = peers::argv(&x.put, chunky, &vars);
+        assert!(argv.iter().all(|a| !a.contains("XRD_")), "{argv:?}");
+        assert!(
+            argv.windows(2).any(|w| w == ["--streams", "15"]),
+            "{argv:?}"
+        );
+        let env = peers::env_of(chunky, &vars);
+        assert_eq!(env["XRD_CPCHUNKSIZE"], "16777216");
+        assert_eq!(env["XRD_CPPARALLELCHUNKS"], "8");
+        let sized = ["env:WIN={window}".to_string(), "-x".to_string()];
+        assert_eq!(peers::env_of(&sized, &vars)["WIN"], "9");
+        for bad in ["env:1X=3", "env:NOVALUE", "env:A-B=1", "env:=1"] {
+            let json = format!(
+                r#"[{{"name": "a", "kind": "files", "put": ["x", "{{args}}"], "settings": [{{"name": "d"}}], "sweep": {{"axes": [[[], ["{bad}"]]]}}}}]"#
+            );
+            let e = peers::parse_tools(&json, false).unwrap_err();
+            assert!(e.contains("env:NAME=VALUE"), "{bad}: {e}");
+        }
+    }
 }

@@ -411,4 +411,51 @@ mod tests {
         };
         Human::perf(1, Mode::Up).perf_interval(&r);
     }
+
+    /// iperf3's `-f` sets the unit of the rate only: its Transfer column
+    /// is always in the size that suits it (`unit_snprintf(..., 'A')` in
+    /// its iperf_api.c; iperf3 3.12 prints `2.54 GBytes  2662142
+    /// KBytes/sec` for `-f K`), and so is perf's.
+    #[test]
+    fn f_sets_the_rate_s_unit_and_the_transfer_stays_in_the_size_that_suits_it() {
+        let bytes = 2_727_000_000;
+        let row = Row {
+            id: "5",
+            from: 0.0,
+            to: 1.0,
+            bytes,
+            bps: 21.8e9,
+            tcp: None,
+            udp: None,
+        };
+        for (bytes_unit, power, rate_unit) in [
+            (true, 1, "KiB/s"),
+            (true, 2, "MiB/s"),
+            (false, 3, "Gbit/s"),
+            (false, 2, "Mbit/s"),
+        ] {
+            let unit = FormatUnit {
+                bytes: bytes_unit,
+                power,
+            };
+            let line = stream_line(
+                &row,
+                Columns {
+                    unit: Some(unit),
+                    tcp: false,
+                },
+            );
+            let transfer = line.split(" s ").nth(1).unwrap().trim_start();
+            assert!(
+                transfer.starts_with(&format_bytes(bytes)),
+                "{unit:?}: {line}"
+            );
+            assert!(
+                format_bytes(bytes).ends_with("GiB"),
+                "{}",
+                format_bytes(bytes)
+            );
+            assert!(line.trim_end().ends_with(rate_unit), "{unit:?}: {line}");
+        }
+    }
 }

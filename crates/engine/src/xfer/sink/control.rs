@@ -60,7 +60,7 @@ pub(super) fn control(
         fin,
         openers,
         dest_in_memory: dest.as_ref().is_some_and(|d| d.in_memory()),
-        dest_on_ext4: dest.as_ref().is_some_and(|d| d.on_ext4()),
+        dest_on_ext4_without_journal: dest.as_ref().is_some_and(|d| d.on_ext4_without_journal()),
         cfg,
         dirs: Vec::new(),
         seen: HashMap::new(),
@@ -179,9 +179,10 @@ struct Work<'a> {
     /// The destination is in memory (tmpfs): a fresh small file opens in
     /// microseconds, cheaper here than a hand-off to the openers.
     dest_in_memory: bool,
-    /// The destination is on ext4: its directories are made one create
-    /// at a time with the openers' files ([`one_create`]).
-    dest_on_ext4: bool,
+    /// The destination is on an ext4 without a journal: its directories
+    /// are made one create at a time with the openers' files
+    /// ([`one_create`]).
+    dest_on_ext4_without_journal: bool,
     cfg: &'a SinkConfig,
     /// Directories created, to get their modes and times at the end.
     dirs: Vec<(PathBuf, Entry)>,
@@ -353,8 +354,9 @@ impl Work<'_> {
                 )));
             }
         }
-        let made =
-            target.and_then(|t| one_create(self.dest_on_ext4, || cfg.ensure_dir(&t)).map(|()| t));
+        let made = target.and_then(|t| {
+            one_create(self.dest_on_ext4_without_journal, || cfg.ensure_dir(&t)).map(|()| t)
+        });
         match made {
             Ok(t) => self.dirs.push((t, e)),
             Err(err) => m.failed(&e.path, err.to_string()),

@@ -290,21 +290,24 @@ use super::parts::side_path;
 use super::DESTINATION_FULL;
 
 /// Makes one new inode (a partial file, journal, directory or link) with
-/// `make`; on ext4 (`on_ext4`) one at a time in this process (issue 45).
-/// ext4 without a journal passes over inodes freed in the last minutes
-/// (`recently_deleted` in its ialloc.c), but only those whose inode-table
-/// block is in memory. Creates made one after another fill each table
+/// `make`; on an ext4 without a journal (`one_at_a_time`:
+/// `Dir::on_ext4_without_journal`) one at a time in this process (issue
+/// 45). Only an ext4 without a journal passes over inodes freed in the
+/// last minutes (`recently_deleted` in its ialloc.c, called when
+/// `s_journal` is NULL), and only those whose inode-table block is in
+/// memory. Creates made one after another fill each table
 /// block from scratch (its other inodes free: zeroed, not read), so a
 /// destination emptied moments ago costs what a fresh one does. Creates
 /// at once on neighbouring inodes make ext4 read the block from disk,
 /// with up to 32 blocks of read-ahead, and every later create in that
 /// group then checks each freed inode there: on a 20,000-file tree copied
 /// again into its emptied destination, 2-3 CPU-s of the server's system
-/// time instead of 1 (BENCHMARKS.md). Elsewhere (XFS, network file
-/// systems, where a create may wait on a server) creates stay parallel.
-fn one_create<T>(on_ext4: bool, make: impl FnOnce() -> T) -> T {
+/// time instead of 1 (BENCHMARKS.md). Elsewhere (a journalled ext4, the
+/// usual one; XFS; network file systems, where a create may wait on a
+/// server) creates stay parallel.
+fn one_create<T>(one_at_a_time: bool, make: impl FnOnce() -> T) -> T {
     static CREATES: Mutex<()> = Mutex::new(());
-    if !on_ext4 {
+    if !one_at_a_time {
         return make();
     }
     let _one = CREATES
@@ -362,6 +365,102 @@ pub fn discard_partial(anchor: &super::beneath::Anchor, target: &Path) -> u64 {
         let p = dir.join(format!(".{name}.{suffix}"));
         let plain = std::fs::symlink_metadata(&p).is_ok_and(|m| m.file_type().is_file());
         if plain && std::fs::remove_file(&p).is_ok() {
+            removed += 1;
+        }
+    }
+    removed
+}
+
+/// The shallowest path on the way from `root` to `dest` (a resolved path
+/// beneath it) that does not exist now, relative to `root`: what a push
+/// there creates first. None if all of it exists, or it cannot be told
+/// (then nothing is ever removed for it).
+pub fn first_missing(root: &Path, dest: &Path) -> Option<String> {
+    let rel = dest.strip_prefix(root).ok()?;
+    let mut made = PathBuf::new();
+    for c in rel.components() {
+        made.push(c);
+        match std::fs::symlink_metadata(root.join(&made)) {
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return made.to_str().map(String::from)
+            }
+            Err(_) => return None,
+        }
+    }
+    None
+}
+
+/// What a cancelled job left beneath its destination `dest` (a resolved
+/// path beneath `anchor`'s root): the partial files and journals of
+/// `paths` (its entries as the transfer named them, its source's name
+/// first) in their two possible places, into `dest` under their own names
+/// or, unless `dest_dir`, onto it; then, if the job made `made` (a
+/// directory relative to the root, from [`first_missing`] when the job
+/// was submitted), the directories at and beneath it on the way to those
+/// places and to `dest` that are left empty ([`remove_empty_dirs`]). How
+/// many files, and how many directories, it removed.
+pub fn discard_entries(
+    anchor: &super::beneath::Anchor,
+    dest: &Path,
+    paths: &[String],
+    dest_dir: bool,
+    made: Option<&Path>,
+) -> (u64, u64) {
+    let mut removed = 0;
+    let mut places = vec![dest.to_path_buf()];
+    for p in paths {
+        let Ok(comps) = longhaul_proto::xfer::components(p) else {
+            continue;
+        };
+        let into = dest.join(comps.join("/"));
+        let onto = dest.join(comps.iter().skip(1).copied().collect::<Vec<_>>().join("/"));
+        removed += discard_partial(anchor, &into);
+        if onto != into && !dest_dir {
+            removed += discard_partial(anchor, &onto);
+            places.extend(onto.parent().map(Path::to_path_buf));
+        }
+        places.extend(into.parent().map(Path::to_path_buf));
+    }
+    let dirs = made.map_or(0, |m| {
+        remove_empty_dirs(anchor, &anchor.root().join(m), places)
+    });
+    (removed, dirs)
+}
+
+/// Removes the empty directories at and beneath `top` on the way up from
+/// each of `places` (paths beneath `anchor`'s root), deepest first: what
+/// a cancelled job made and left empty. rmdir's own rule keeps every
+/// directory with anything in it; each is removed through a descriptor of
+/// its parent opened beneath the root, so no symbolic link is followed,
+/// and a link is never removed. How many it removed.
+pub fn remove_empty_dirs(
+    anchor: &super::beneath::Anchor,
+    top: &Path,
+    places: impl IntoIterator<Item = PathBuf>,
+) -> u64 {
+    let mut dirs = std::collections::BTreeSet::new();
+    for p in places {
+        dirs.extend(
+            p.ancestors()
+                .take_while(|a| a.starts_with(top))
+                .map(Path::to_path_buf),
+        );
+    }
+    let mut deepest_first: Vec<PathBuf> = dirs.into_iter().collect();
+    deepest_first.sort_by_key(|d| std::cmp::Reverse(d.components().count()));
+    let mut removed = 0;
+    for d in deepest_first {
+        let Ok((parent, name)) = anchor.parent_of(&d, false) else {
+            continue;
+        };
+        if rustix::fs::unlinkat(
+            parent.fd(),
+            name.as_os_str(),
+            rustix::fs::AtFlags::REMOVEDIR,
+        )
+        .is_ok()
+        {
             removed += 1;
         }
     }
@@ -511,7 +610,7 @@ mod tests {
 
     /// Runs `threads` creates at once through [`one_create`] and returns
     /// the most that were inside at one time.
-    fn most_at_once(on_ext4: bool, threads: usize) -> usize {
+    fn most_at_once(one_at_a_time: bool, threads: usize) -> usize {
         let (inside, most) = (AtomicUsize::new(0), AtomicUsize::new(0));
         let start = std::sync::Barrier::new(threads);
         std::thread::scope(|s| {
@@ -519,7 +618,7 @@ mod tests {
                 s.spawn(|| {
                     start.wait();
                     for _ in 0..200 {
-                        one_create(on_ext4, || {
+                        one_create(one_at_a_time, || {
                             let now = inside.fetch_add(1, Ordering::SeqCst) + 1;
                             most.fetch_max(now, Ordering::SeqCst);
                             for _ in 0..50 {
@@ -537,12 +636,49 @@ mod tests {
     #[test]
     fn creates_on_ext4_are_made_one_at_a_time() {
         assert_eq!(most_at_once(true, 4), 1);
+        // Anywhere else (a journalled ext4 too), creates run side by side.
+        assert!(most_at_once(false, 4) > 1);
+    }
+
+    #[test]
+    fn only_empty_directories_at_or_beneath_the_top_are_removed_and_no_link() {
+        let base = std::env::temp_dir().join(format!("lh-tidy-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&base);
+        let (root, top) = (base.join("root"), base.join("root/made"));
+        for d in ["made/a/b", "made/full", "made/lead", "elsewhere/empty"] {
+            std::fs::create_dir_all(root.join(d)).unwrap();
+        }
+        std::fs::write(root.join("made/full/f"), b"x").unwrap();
+        std::os::unix::fs::symlink(root.join("elsewhere/empty"), root.join("made/link")).unwrap();
+        let anchor = Anchor::open(&root).unwrap();
+        let places = [
+            "made/a/b",
+            "made/full",
+            "made/link",
+            "made/lead/gone",
+            "elsewhere/empty",
+        ]
+        .map(|p| root.join(p));
+        assert_eq!(remove_empty_dirs(&anchor, &top, places.clone()), 3);
+        assert!(!top.join("a").exists() && !top.join("lead").exists());
+        assert_eq!(std::fs::read(top.join("full/f")).unwrap(), b"x");
+        assert!(std::fs::symlink_metadata(top.join("link"))
+            .unwrap()
+            .is_symlink());
+        assert!(root.join("elsewhere/empty").is_dir(), "outside the top");
+        // Emptied, the rest goes, the top too; the link's target stays.
+        std::fs::remove_file(top.join("full/f")).unwrap();
+        std::fs::remove_file(top.join("link")).unwrap();
+        let anchor = Anchor::open(&root).unwrap();
+        assert_eq!(remove_empty_dirs(&anchor, &top, places), 2);
+        assert!(!top.exists() && root.join("elsewhere/empty").is_dir());
+        std::fs::remove_dir_all(&base).unwrap();
     }
 
     #[test]
     fn a_tmpfs_directory_is_in_memory_and_not_ext4() {
         let shm = Path::new("/dev/shm");
         let d = Anchor::open(shm).unwrap().dir(shm, false).unwrap();
-        assert!(d.in_memory() && !d.on_ext4());
+        assert!(d.in_memory() && !d.on_ext4_without_journal());
     }
 }

@@ -216,7 +216,7 @@ fn open_whole(
     let journal = if count == 1 {
         Ok(None)
     } else {
-        one_create(dir.on_ext4(), || {
+        one_create(dir.on_ext4_without_journal(), || {
             new_journal(&at_journal, &header, verified())
         })
         .map(Some)
@@ -321,7 +321,9 @@ fn open_partial(
     let count = chunk_count(e.size, e.chunk_size);
     let part_name = part.file_name().expect("side paths have a name");
     let opened = if fresh {
-        one_create(dir.on_ext4(), || cfg.storage.create_in(dir, part_name))
+        one_create(dir.on_ext4_without_journal(), || {
+            cfg.storage.create_in(dir, part_name)
+        })
     } else {
         cfg.storage.open_write(at_part, false)
     };
@@ -394,7 +396,7 @@ fn open_part(
         .map(|(i, _)| u64::from(chunk_at(e.id, e.size, e.chunk_size, *i).len))
         .sum();
     let _ = std::fs::remove_file(&at_done);
-    let journal = one_create(dir.on_ext4(), || {
+    let journal = one_create(dir.on_ext4_without_journal(), || {
         new_journal(&at_journal, &header, verified.iter().copied())
     });
     let journal = match journal {

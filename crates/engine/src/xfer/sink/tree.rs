@@ -27,9 +27,11 @@ pub(super) fn make_link(t: &Path, e: &Entry, cfg: &SinkConfig) -> Result<bool, E
     }
     let tmp = dir.join(side_path(t, "lhlink").file_name().expect("named"));
     let _ = std::fs::remove_file(&tmp);
-    one_create(dir.on_ext4(), || std::os::unix::fs::symlink(&target, &tmp))
-        .and_then(|()| std::fs::rename(&tmp, &at))
-        .map_err(|err| EngineError::Usage(io_err("create link", &cfg.anchor.show(t), err)))?;
+    one_create(dir.on_ext4_without_journal(), || {
+        std::os::unix::fs::symlink(&target, &tmp)
+    })
+    .and_then(|()| std::fs::rename(&tmp, &at))
+    .map_err(|err| EngineError::Usage(io_err("create link", &cfg.anchor.show(t), err)))?;
     let _ = set_mtime(&at, e.mtime_ns);
     Ok(true)
 }
