@@ -237,18 +237,22 @@ fn plan(a: &Attempt) -> Result<CpOptions, String> {
     Ok(o)
 }
 
-/// The job's entries as a walk of its sources finds them (a listing of
-/// the far end's, for a pull), without those its rules exclude.
-fn list(a: &Attempt, o: &CpOptions) -> Result<Vec<FileRow>, Ended> {
-    let job = a.job;
-    let entry = |path: String, kind: Kind, size: u64| FileRow {
+/// An entry of the job, still to do.
+fn entry(path: String, kind: Kind, size: u64) -> FileRow {
+    FileRow {
         path,
         kind,
         size: if kind == Kind::File { size } else { 0 },
         state: FileState::Submitted,
         attempts: 0,
         error: None,
-    };
+    }
+}
+
+/// The job's entries as a walk of its sources finds them (a listing of
+/// the far end's, for a pull), without those its rules exclude.
+fn list(a: &Attempt, o: &CpOptions) -> Result<Vec<FileRow>, Ended> {
+    let job = a.job;
     let mut rows: Vec<FileRow> = match job.kind {
         JobKind::Push => {
             let roots: Vec<PathBuf> = o.sources.iter().map(|s| PathBuf::from(s.arg())).collect();
@@ -265,10 +269,7 @@ fn list(a: &Attempt, o: &CpOptions) -> Result<Vec<FileRow>, Ended> {
             }));
             rows
         }
-        _ => remote_entries(o)?
-            .into_iter()
-            .map(|(path, kind, size)| entry(path, kind, size))
-            .collect(),
+        _ => remote_entries(o)?,
     };
     let filter = longhaul_engine::xfer::client::compile_filter(
         &o.filter,
@@ -286,8 +287,9 @@ fn list(a: &Attempt, o: &CpOptions) -> Result<Vec<FileRow>, Ended> {
 /// job's capability, which lists beneath its sources only), named as the
 /// far end's walk names what it sends: the source's own name first (the
 /// export's for its root). A source that lists as one entry of its own
-/// name that is no directory is that file.
-fn remote_entries(o: &CpOptions) -> Result<Vec<(String, Kind, u64)>, Ended> {
+/// name that is no directory is that file. A directory named without
+/// `-r` is one entry, failed as `cp` fails it.
+fn remote_entries(o: &CpOptions) -> Result<Vec<FileRow>, Ended> {
     let mut out = Vec::new();
     for source in &o.sources {
         let s = source.arg();
@@ -305,14 +307,19 @@ fn remote_entries(o: &CpOptions) -> Result<Vec<(String, Kind, u64)>, Ended> {
             .map_err(|e| ended_by(&e, format!("cannot list {s}: {e}")))?;
         match listed.as_slice() {
             [one] if one.kind != Kind::Dir && one.name == name && !path.is_empty() => {
-                out.push((name, one.kind, one.size));
+                out.push(entry(name, one.kind, one.size));
             }
+            _ if !o.recursive => out.push(FileRow {
+                state: FileState::Failed,
+                error: Some(longhaul_engine::xfer::source::directory_without_r(&s)),
+                ..entry(name, Kind::Dir, 0)
+            }),
             _ => {
-                out.push((name.clone(), Kind::Dir, 0));
+                out.push(entry(name.clone(), Kind::Dir, 0));
                 out.extend(
                     listed
                         .into_iter()
-                        .map(|e| (format!("{name}/{}", e.name), e.kind, e.size)),
+                        .map(|e| entry(format!("{name}/{}", e.name), e.kind, e.size)),
                 );
             }
         }
@@ -435,7 +442,30 @@ fn prepare(a: &Attempt) -> Result<(CpOptions, Option<FarEnd>), Ended> {
     a.store
         .count_attempt(&a.job.id, a.job.spec.options.retries)
         .map_err(store)?;
+    if let Some(why) = nothing_to_do(&rows) {
+        if let Some(f) = far {
+            f.finish();
+        }
+        return Err(Ended::Refused(why));
+    }
     Ok((o, far))
+}
+
+/// Why an attempt has nothing to copy, when each entry its listing found
+/// failed there (a directory named without `-r`, a source that is not
+/// there): no later attempt would find more, so the job ends with this
+/// instead of retrying a copy of nothing.
+fn nothing_to_do(rows: &[FileRow]) -> Option<String> {
+    if rows.iter().any(|r| r.state != FileState::Failed) {
+        return None;
+    }
+    let first = rows.first()?;
+    Some(format!(
+        "nothing to copy: {} entry(ies) failed when the sources were listed; the first, {}: {}",
+        rows.len(),
+        first.path,
+        first.error.as_deref().unwrap_or("failed")
+    ))
 }
 
 /// A far end over ssh: started by this server's own ssh (to a host its

@@ -2736,3 +2736,67 @@ fn an_ssh_job_never_prompts_and_fails_at_once_saying_ssh_needs_a_key() {
         );
     }
 }
+
+/// A directory named without `-r` is refused as `cp` refuses it: by the
+/// job server at submission when the directory is in its own export (a
+/// push; nothing is kept), the path named export-relative.
+#[test]
+fn submitting_a_directory_without_r_is_refused_at_once_naming_it() {
+    let t = TempDir::new("job-nor-push");
+    let (src, dst) = (t.dir("src"), t.dir("dst"));
+    write_random(&src.join("tree/f"), 1000, 1);
+    let (j, b) = pair(&t, &src, &dst, &[]);
+    for (named, shown) in [
+        ("data/tree", "data:tree is a directory"),
+        ("data/tree/", "data:tree/ is a directory"),
+    ] {
+        let o = bin()
+            .args(["submit", &url(&j, named), &url(&b, "in/")])
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(4), "{named}: {}", stderr(&o));
+        refused_with(&o, shown);
+        refused_with(&o, "use -r to copy trees");
+    }
+    let v = json_run(&["jobs", "--via", &j.addr(), "--json"], 0);
+    assert_eq!(v["jobs"].as_array().map(Vec::len), Some(0), "{v}");
+    assert!(std::fs::read_dir(&dst).unwrap().next().is_none());
+}
+
+/// A pull whose source turns out to be a directory without `-r`, or not to
+/// be there, ends failed at its first attempt with what `cp` would say,
+/// for each entry: no attempt could do better, so none is retried.
+#[test]
+fn a_pull_of_a_directory_without_r_or_of_nothing_ends_failed_and_is_not_retried() {
+    let t = TempDir::new("job-nor-pull");
+    let (far, here) = (t.dir("far"), t.dir("here"));
+    write_random(&far.join("tree/f"), 1000, 1);
+    write_random(&far.join("tree/sub/g"), 1000, 2);
+    let (j, a) = pull_pair(&t, &far, &here);
+    for (named, says) in [
+        ("src/tree", "is a directory: use -r to copy trees"),
+        ("src/gone", "gone"),
+    ] {
+        let started = Instant::now();
+        let (id, _) = submit(&["--via", &j.addr(), &url(&a, named), &url(&j, "data/")]);
+        let (code, v) = wait_job(&j, &id, Duration::from_secs(60));
+        assert_eq!(code, 5, "{named}: {v} {}", j.log_text());
+        assert_eq!(v["job"]["state"], "failed", "{named}: {v}");
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "{named}: {:?}",
+            started.elapsed()
+        );
+        assert_eq!(history(&v).len(), 1, "{named}: {v}");
+        let error = v["job"]["error"].as_str().unwrap_or_default();
+        assert!(error.contains(says), "{named}: {v}");
+        let files = v["files"].as_array().unwrap();
+        assert_eq!(files.len(), usize::from(named == "src/tree"), "{v}");
+        for f in files {
+            assert_eq!(f["state"], "failed", "{named}: {v}");
+            assert!(f["error"].as_str().unwrap().contains(says), "{v}");
+        }
+    }
+    assert!(std::fs::read_dir(&here).unwrap().next().is_none());
+}

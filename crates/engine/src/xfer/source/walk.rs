@@ -18,6 +18,12 @@ use super::super::prefetch::Prefetcher;
 use super::super::{kind_of, mtime_ns, Stamp};
 use super::{at, Fed, Handle, InFlight, Share, ShareFeed, ShareItem, SourceConfig};
 
+/// What a copy without `-r` says of a directory it was named (`shown` as
+/// the one who named it would name it).
+pub fn directory_without_r(shown: &dyn std::fmt::Display) -> String {
+    format!("{shown} is a directory: use -r to copy trees")
+}
+
 /// Walks the roots depth first, one directory handle per level.
 pub(super) struct Walker {
     /// Set when something under the current directory could not be sent:
@@ -133,10 +139,7 @@ impl Walker {
                 error,
             };
             if !self.recursive {
-                return Err(fail(format!(
-                    "{} is a directory: use -r to copy trees",
-                    path.display()
-                )));
+                return Err(fail(directory_without_r(&path.display())));
             }
             let listed = match &self.anchor {
                 Some(a) => a.dir(path, false).map(|d| d.path()),
