@@ -256,8 +256,13 @@ fn list(a: &Attempt, o: &CpOptions) -> Result<Vec<FileRow>, Ended> {
     let mut rows: Vec<FileRow> = match job.kind {
         JobKind::Push => {
             let roots: Vec<PathBuf> = o.sources.iter().map(|s| PathBuf::from(s.arg())).collect();
-            let (found, failed) =
-                longhaul_engine::xfer::source::walk(&roots, o.recursive, o.chunk_size, 1);
+            let (found, failed) = longhaul_engine::xfer::source::walk_beneath(
+                o.source_anchor.clone(),
+                &roots,
+                o.recursive,
+                o.chunk_size,
+                1,
+            );
             let mut rows: Vec<FileRow> = found
                 .into_iter()
                 .map(|(e, _)| entry(e.path, e.kind, e.size))

@@ -2800,3 +2800,38 @@ fn a_pull_of_a_directory_without_r_or_of_nothing_ends_failed_and_is_not_retried(
     }
     assert!(std::fs::read_dir(&here).unwrap().next().is_none());
 }
+
+/// The general case behind it: an attempt whose every entry fails when
+/// the sources are listed (here a recurring sync's source, gone after its
+/// first run) ends the job failed, naming the source export-relative,
+/// instead of retrying a copy of nothing.
+#[test]
+fn a_recurring_push_whose_source_went_ends_failed_and_is_not_retried() {
+    let t = TempDir::new("job-gone");
+    let (src, dst) = (t.dir("src"), t.dir("dst"));
+    write_random(&src.join("g"), 1000, 1);
+    let (j, b) = pair(&t, &src, &dst, &["--jobs-min-every", "1s"]);
+    let (id, _) = submit(&[
+        "--sync",
+        "--every",
+        "2s",
+        &url(&j, "data/g"),
+        &url(&b, "in/"),
+    ]);
+    wait_until("the first run", Duration::from_secs(60), || {
+        show(&j, &id)["job"]["runs"].as_u64() >= Some(1)
+    });
+    std::fs::remove_file(src.join("g")).unwrap();
+    let (code, v) = wait_job(&j, &id, Duration::from_secs(60));
+    assert_eq!(code, 5, "{v} {}", j.log_text());
+    assert_eq!(v["job"]["state"], "failed", "{v}");
+    let error = v["job"]["error"].as_str().unwrap_or_default();
+    assert!(error.contains("cannot read data/g"), "{v}");
+    assert!(!error.contains(src.to_str().unwrap()), "{v}");
+    let last = history(&v).last().cloned().unwrap();
+    assert_eq!(last["attempt"], 1, "{v}");
+    assert_eq!(last["outcome"], "failed", "{v}");
+    let failed = v["files"].as_array().unwrap();
+    assert_eq!(failed.len(), 1, "{v}");
+    assert_eq!(failed[0]["path"], "g", "{v}");
+}
