@@ -24,7 +24,7 @@ use longhaul_engine::xfer::{beneath, confine, Catalogue, Export, Landed, Progres
 use longhaul_engine::EngineError;
 use longhaul_proto::job::{AttemptView, FileState, JobEnd, JobKind};
 use longhaul_proto::xfer::copy::{CopyOptions, CopyOrder};
-use longhaul_proto::xfer::{Kind, Remote};
+use longhaul_proto::xfer::{Failure, Kind, Remote};
 
 use crate::store::{FileChange, FileRow, JobRow, JobStore};
 use crate::JobsConfig;
@@ -407,8 +407,8 @@ pub fn run(a: &Attempt, number: u32, worker: &str) -> (Ended, AttemptView) {
         ..AttemptView::default()
     };
     let ended = match prepare(a) {
-        Ok((o, far)) => {
-            let ended = copy(a, o, number, &mut view);
+        Ok((o, far, listed)) => {
+            let ended = copy(a, o, listed, number, &mut view);
             if let Some(f) = far {
                 f.finish();
             }
@@ -434,10 +434,10 @@ pub fn run(a: &Attempt, number: u32, worker: &str) -> (Ended, AttemptView) {
     (ended, view)
 }
 
-/// The copy planned and the entries listed, their attempts counted; and
-/// the far end over ssh started for it, if the job has one (it lives
-/// until the attempt ends).
-fn prepare(a: &Attempt) -> Result<(CpOptions, Option<FarEnd>), Ended> {
+/// The copy planned and the entries listed, their attempts counted; the
+/// far end over ssh started for it, if the job has one (it lives until
+/// the attempt ends); and the entries that failed when listed.
+fn prepare(a: &Attempt) -> Result<(CpOptions, Option<FarEnd>, Vec<Failure>), Ended> {
     let mut o = plan(a).map_err(Ended::Refused)?;
     let far = over_ssh(a, &mut o)?;
     let rows = list(a, &o)?;
@@ -453,7 +453,15 @@ fn prepare(a: &Attempt) -> Result<(CpOptions, Option<FarEnd>), Ended> {
         }
         return Err(Ended::Refused(why));
     }
-    Ok((o, far))
+    let listed = rows
+        .into_iter()
+        .filter(|r| r.state == FileState::Failed)
+        .map(|r| Failure {
+            error: r.error.unwrap_or_default(),
+            path: r.path,
+        })
+        .collect();
+    Ok((o, far, listed))
 }
 
 /// Why an attempt has nothing to copy, when each entry its listing found
@@ -550,7 +558,13 @@ fn over_ssh_client(cfg: &JobsConfig, interrupt: &Arc<AtomicBool>) -> ClientOptio
     }
 }
 
-fn copy(a: &Attempt, mut o: CpOptions, number: u32, view: &mut AttemptView) -> Ended {
+fn copy(
+    a: &Attempt,
+    mut o: CpOptions,
+    listed: Vec<Failure>,
+    number: u32,
+    view: &mut AttemptView,
+) -> Ended {
     let mut archive = archive_run(a, number);
     view.archive_run = archive.as_ref().and_then(ArchiveReporter::run);
     o.catalogue = Some(catalogue(
@@ -571,7 +585,8 @@ fn copy(a: &Attempt, mut o: CpOptions, number: u32, view: &mut AttemptView) -> E
         .load(std::sync::atomic::Ordering::SeqCst)
         || a.running.lost.load(std::sync::atomic::Ordering::SeqCst);
     let ended = match copied {
-        Ok(s) => {
+        Ok(mut s) => {
+            with_listed(&mut s, listed);
             let failed: Vec<FileChange> = s
                 .failed
                 .iter()
@@ -609,6 +624,16 @@ fn copy(a: &Attempt, mut o: CpOptions, number: u32, view: &mut AttemptView) -> E
         longhaul_engine::report::Reporter::end(&mut r, failure);
     }
     ended
+}
+
+/// The copy's report with the entries that failed when listed, which a
+/// pull's far end does not report (its walk's failures stay there).
+fn with_listed(s: &mut CopyReport, listed: Vec<Failure>) {
+    for f in listed {
+        if !s.failed.iter().any(|g| g.path == f.path) {
+            s.failed.push(f);
+        }
+    }
 }
 
 /// The attempt's copy: the engine's own, or for a job between two other

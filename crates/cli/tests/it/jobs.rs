@@ -2799,6 +2799,32 @@ fn a_pull_of_a_directory_without_r_or_of_nothing_ends_failed_and_is_not_retried(
         }
     }
     assert!(std::fs::read_dir(&here).unwrap().next().is_none());
+    // Beside a file, the directory fails alone (its far end does not
+    // report it: the job does), never "finished".
+    write_random(&far.join("one"), 1000, 3);
+    let (id, _) = submit(&[
+        "--retries",
+        "0",
+        "--via",
+        &j.addr(),
+        &url(&a, "src/tree"),
+        &url(&a, "src/one"),
+        &url(&j, "data/"),
+    ]);
+    let (code, v) = wait_job(&j, &id, Duration::from_secs(60));
+    assert_eq!(code, 6, "{v} {}", j.log_text());
+    let failed = v["files"].as_array().unwrap();
+    assert_eq!(failed.len(), 1, "{v}");
+    assert_eq!(failed[0]["path"], "tree", "{v}");
+    assert!(
+        failed[0]["error"]
+            .as_str()
+            .unwrap()
+            .contains("is a directory: use -r to copy trees"),
+        "{v}"
+    );
+    assert_same_file(&far.join("one"), &here.join("one"));
+    assert!(!here.join("tree").exists());
 }
 
 /// The general case behind it: an attempt whose every entry fails when
