@@ -147,7 +147,7 @@ impl Manifest {
                 continue;
             }
             if !recursive {
-                return Err(format!("{s} is a directory: use -r to copy trees"));
+                return Err(longhaul_engine::xfer::source::directory_without_r(&s));
             }
             entries.push(Entry {
                 rel: root.name.clone(),

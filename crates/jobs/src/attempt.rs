@@ -24,7 +24,7 @@ use longhaul_engine::xfer::{beneath, confine, Catalogue, Export, Landed, Progres
 use longhaul_engine::EngineError;
 use longhaul_proto::job::{AttemptView, FileState, JobEnd, JobKind};
 use longhaul_proto::xfer::copy::{CopyOptions, CopyOrder};
-use longhaul_proto::xfer::{Kind, Remote};
+use longhaul_proto::xfer::{Failure, Kind, Remote};
 
 use crate::store::{FileChange, FileRow, JobRow, JobStore};
 use crate::JobsConfig;
@@ -237,23 +237,32 @@ fn plan(a: &Attempt) -> Result<CpOptions, String> {
     Ok(o)
 }
 
-/// The job's entries as a walk of its sources finds them (a listing of
-/// the far end's, for a pull), without those its rules exclude.
-fn list(a: &Attempt, o: &CpOptions) -> Result<Vec<FileRow>, Ended> {
-    let job = a.job;
-    let entry = |path: String, kind: Kind, size: u64| FileRow {
+/// An entry of the job, still to do.
+fn entry(path: String, kind: Kind, size: u64) -> FileRow {
+    FileRow {
         path,
         kind,
         size: if kind == Kind::File { size } else { 0 },
         state: FileState::Submitted,
         attempts: 0,
         error: None,
-    };
+    }
+}
+
+/// The job's entries as a walk of its sources finds them (a listing of
+/// the far end's, for a pull), without those its rules exclude.
+fn list(a: &Attempt, o: &CpOptions) -> Result<Vec<FileRow>, Ended> {
+    let job = a.job;
     let mut rows: Vec<FileRow> = match job.kind {
         JobKind::Push => {
             let roots: Vec<PathBuf> = o.sources.iter().map(|s| PathBuf::from(s.arg())).collect();
-            let (found, failed) =
-                longhaul_engine::xfer::source::walk(&roots, o.recursive, o.chunk_size, 1);
+            let (found, failed) = longhaul_engine::xfer::source::walk_beneath(
+                o.source_anchor.clone(),
+                &roots,
+                o.recursive,
+                o.chunk_size,
+                1,
+            );
             let mut rows: Vec<FileRow> = found
                 .into_iter()
                 .map(|(e, _)| entry(e.path, e.kind, e.size))
@@ -265,10 +274,7 @@ fn list(a: &Attempt, o: &CpOptions) -> Result<Vec<FileRow>, Ended> {
             }));
             rows
         }
-        _ => remote_entries(o)?
-            .into_iter()
-            .map(|(path, kind, size)| entry(path, kind, size))
-            .collect(),
+        _ => remote_entries(o)?,
     };
     let filter = longhaul_engine::xfer::client::compile_filter(
         &o.filter,
@@ -286,8 +292,9 @@ fn list(a: &Attempt, o: &CpOptions) -> Result<Vec<FileRow>, Ended> {
 /// job's capability, which lists beneath its sources only), named as the
 /// far end's walk names what it sends: the source's own name first (the
 /// export's for its root). A source that lists as one entry of its own
-/// name that is no directory is that file.
-fn remote_entries(o: &CpOptions) -> Result<Vec<(String, Kind, u64)>, Ended> {
+/// name that is no directory is that file. A directory named without
+/// `-r` is one entry, failed as `cp` fails it.
+fn remote_entries(o: &CpOptions) -> Result<Vec<FileRow>, Ended> {
     let mut out = Vec::new();
     for source in &o.sources {
         let s = source.arg();
@@ -305,14 +312,19 @@ fn remote_entries(o: &CpOptions) -> Result<Vec<(String, Kind, u64)>, Ended> {
             .map_err(|e| ended_by(&e, format!("cannot list {s}: {e}")))?;
         match listed.as_slice() {
             [one] if one.kind != Kind::Dir && one.name == name && !path.is_empty() => {
-                out.push((name, one.kind, one.size));
+                out.push(entry(name, one.kind, one.size));
             }
+            _ if !o.recursive => out.push(FileRow {
+                state: FileState::Failed,
+                error: Some(longhaul_engine::xfer::source::directory_without_r(&s)),
+                ..entry(name, Kind::Dir, 0)
+            }),
             _ => {
-                out.push((name.clone(), Kind::Dir, 0));
+                out.push(entry(name.clone(), Kind::Dir, 0));
                 out.extend(
                     listed
                         .into_iter()
-                        .map(|e| (format!("{name}/{}", e.name), e.kind, e.size)),
+                        .map(|e| entry(format!("{name}/{}", e.name), e.kind, e.size)),
                 );
             }
         }
@@ -395,8 +407,8 @@ pub fn run(a: &Attempt, number: u32, worker: &str) -> (Ended, AttemptView) {
         ..AttemptView::default()
     };
     let ended = match prepare(a) {
-        Ok((o, far)) => {
-            let ended = copy(a, o, number, &mut view);
+        Ok((o, far, listed)) => {
+            let ended = copy(a, o, listed, number, &mut view);
             if let Some(f) = far {
                 f.finish();
             }
@@ -422,10 +434,10 @@ pub fn run(a: &Attempt, number: u32, worker: &str) -> (Ended, AttemptView) {
     (ended, view)
 }
 
-/// The copy planned and the entries listed, their attempts counted; and
-/// the far end over ssh started for it, if the job has one (it lives
-/// until the attempt ends).
-fn prepare(a: &Attempt) -> Result<(CpOptions, Option<FarEnd>), Ended> {
+/// The copy planned and the entries listed, their attempts counted; the
+/// far end over ssh started for it, if the job has one (it lives until
+/// the attempt ends); and the entries that failed when listed.
+fn prepare(a: &Attempt) -> Result<(CpOptions, Option<FarEnd>, Vec<Failure>), Ended> {
     let mut o = plan(a).map_err(Ended::Refused)?;
     let far = over_ssh(a, &mut o)?;
     let rows = list(a, &o)?;
@@ -435,7 +447,38 @@ fn prepare(a: &Attempt) -> Result<(CpOptions, Option<FarEnd>), Ended> {
     a.store
         .count_attempt(&a.job.id, a.job.spec.options.retries)
         .map_err(store)?;
-    Ok((o, far))
+    if let Some(why) = nothing_to_do(&rows) {
+        if let Some(f) = far {
+            f.finish();
+        }
+        return Err(Ended::Refused(why));
+    }
+    let listed = rows
+        .into_iter()
+        .filter(|r| r.state == FileState::Failed)
+        .map(|r| Failure {
+            error: r.error.unwrap_or_default(),
+            path: r.path,
+        })
+        .collect();
+    Ok((o, far, listed))
+}
+
+/// Why an attempt has nothing to copy, when each entry its listing found
+/// failed there (a directory named without `-r`, a source that is not
+/// there): no later attempt would find more, so the job ends with this
+/// instead of retrying a copy of nothing.
+fn nothing_to_do(rows: &[FileRow]) -> Option<String> {
+    if rows.iter().any(|r| r.state != FileState::Failed) {
+        return None;
+    }
+    let first = rows.first()?;
+    Some(format!(
+        "nothing to copy: {} entry(ies) failed when the sources were listed; the first, {}: {}",
+        rows.len(),
+        first.path,
+        first.error.as_deref().unwrap_or("failed")
+    ))
 }
 
 /// A far end over ssh: started by this server's own ssh (to a host its
@@ -515,7 +558,13 @@ fn over_ssh_client(cfg: &JobsConfig, interrupt: &Arc<AtomicBool>) -> ClientOptio
     }
 }
 
-fn copy(a: &Attempt, mut o: CpOptions, number: u32, view: &mut AttemptView) -> Ended {
+fn copy(
+    a: &Attempt,
+    mut o: CpOptions,
+    listed: Vec<Failure>,
+    number: u32,
+    view: &mut AttemptView,
+) -> Ended {
     let mut archive = archive_run(a, number);
     view.archive_run = archive.as_ref().and_then(ArchiveReporter::run);
     o.catalogue = Some(catalogue(
@@ -536,7 +585,8 @@ fn copy(a: &Attempt, mut o: CpOptions, number: u32, view: &mut AttemptView) -> E
         .load(std::sync::atomic::Ordering::SeqCst)
         || a.running.lost.load(std::sync::atomic::Ordering::SeqCst);
     let ended = match copied {
-        Ok(s) => {
+        Ok(mut s) => {
+            with_listed(&mut s, listed);
             let failed: Vec<FileChange> = s
                 .failed
                 .iter()
@@ -574,6 +624,16 @@ fn copy(a: &Attempt, mut o: CpOptions, number: u32, view: &mut AttemptView) -> E
         longhaul_engine::report::Reporter::end(&mut r, failure);
     }
     ended
+}
+
+/// The copy's report with the entries that failed when listed, which a
+/// pull's far end does not report (its walk's failures stay there).
+fn with_listed(s: &mut CopyReport, listed: Vec<Failure>) {
+    for f in listed {
+        if !s.failed.iter().any(|g| g.path == f.path) {
+            s.failed.push(f);
+        }
+    }
 }
 
 /// The attempt's copy: the engine's own, or for a job between two other

@@ -82,7 +82,9 @@ impl Desk {
     }
 
     /// The job's end on this server: an export the grant may read (the
-    /// source) or write (the destination), its paths beneath it.
+    /// source) or write (the destination), its paths beneath it; a source
+    /// that is there, a directory only with `-r` (refused now, as `cp`
+    /// refuses it, rather than found at the first attempt).
     fn check_local_end(
         &self,
         who: &Requester,
@@ -104,11 +106,22 @@ impl Desk {
         if write && ex.read_only {
             return Err(bad(format!("export '{}' is read-only", ex.name)));
         }
+        let recursive = spec.options.recursive;
         for p in &end.paths {
             let r = beneath(&ex.root, p).map_err(|e| bad(e.to_string()))?;
             confine(&ex.root, &r).map_err(|e| bad(e.to_string()))?;
-            if !write && std::fs::symlink_metadata(&r).is_err() {
-                return Err(bad(format!("{}:{} does not exist", ex.name, escaped(p))));
+            if write {
+                continue;
+            }
+            let shown = format!("{}:{}", ex.name, escaped(p));
+            match std::fs::symlink_metadata(&r) {
+                Err(_) => return Err(bad(format!("{shown} does not exist"))),
+                Ok(m) if m.is_dir() && !recursive => {
+                    return Err(bad(longhaul_engine::xfer::source::directory_without_r(
+                        &shown,
+                    )))
+                }
+                Ok(_) => {}
             }
         }
         Ok(())

@@ -2736,3 +2736,128 @@ fn an_ssh_job_never_prompts_and_fails_at_once_saying_ssh_needs_a_key() {
         );
     }
 }
+
+/// A directory named without `-r` is refused as `cp` refuses it: by the
+/// job server at submission when the directory is in its own export (a
+/// push; nothing is kept), the path named export-relative.
+#[test]
+fn submitting_a_directory_without_r_is_refused_at_once_naming_it() {
+    let t = TempDir::new("job-nor-push");
+    let (src, dst) = (t.dir("src"), t.dir("dst"));
+    write_random(&src.join("tree/f"), 1000, 1);
+    let (j, b) = pair(&t, &src, &dst, &[]);
+    for (named, shown) in [
+        ("data/tree", "data:tree is a directory"),
+        ("data/tree/", "data:tree/ is a directory"),
+    ] {
+        let o = bin()
+            .args(["submit", &url(&j, named), &url(&b, "in/")])
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(4), "{named}: {}", stderr(&o));
+        refused_with(&o, shown);
+        refused_with(&o, "use -r to copy trees");
+    }
+    let v = json_run(&["jobs", "--via", &j.addr(), "--json"], 0);
+    assert_eq!(v["jobs"].as_array().map(Vec::len), Some(0), "{v}");
+    assert!(std::fs::read_dir(&dst).unwrap().next().is_none());
+}
+
+/// A pull whose source turns out to be a directory without `-r`, or not to
+/// be there, ends failed at its first attempt with what `cp` would say,
+/// for each entry: no attempt could do better, so none is retried.
+#[test]
+fn a_pull_of_a_directory_without_r_or_of_nothing_ends_failed_and_is_not_retried() {
+    let t = TempDir::new("job-nor-pull");
+    let (far, here) = (t.dir("far"), t.dir("here"));
+    write_random(&far.join("tree/f"), 1000, 1);
+    write_random(&far.join("tree/sub/g"), 1000, 2);
+    let (j, a) = pull_pair(&t, &far, &here);
+    for (named, says) in [
+        ("src/tree", "is a directory: use -r to copy trees"),
+        ("src/gone", "gone"),
+    ] {
+        let started = Instant::now();
+        let (id, _) = submit(&["--via", &j.addr(), &url(&a, named), &url(&j, "data/")]);
+        let (code, v) = wait_job(&j, &id, Duration::from_secs(60));
+        assert_eq!(code, 5, "{named}: {v} {}", j.log_text());
+        assert_eq!(v["job"]["state"], "failed", "{named}: {v}");
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "{named}: {:?}",
+            started.elapsed()
+        );
+        assert_eq!(history(&v).len(), 1, "{named}: {v}");
+        let error = v["job"]["error"].as_str().unwrap_or_default();
+        assert!(error.contains(says), "{named}: {v}");
+        let files = v["files"].as_array().unwrap();
+        assert_eq!(files.len(), usize::from(named == "src/tree"), "{v}");
+        for f in files {
+            assert_eq!(f["state"], "failed", "{named}: {v}");
+            assert!(f["error"].as_str().unwrap().contains(says), "{v}");
+        }
+    }
+    assert!(std::fs::read_dir(&here).unwrap().next().is_none());
+    // Beside a file, the directory fails alone (its far end does not
+    // report it: the job does), never "finished".
+    write_random(&far.join("one"), 1000, 3);
+    let (id, _) = submit(&[
+        "--retries",
+        "0",
+        "--via",
+        &j.addr(),
+        &url(&a, "src/tree"),
+        &url(&a, "src/one"),
+        &url(&j, "data/"),
+    ]);
+    let (code, v) = wait_job(&j, &id, Duration::from_secs(60));
+    assert_eq!(code, 6, "{v} {}", j.log_text());
+    let failed = v["files"].as_array().unwrap();
+    assert_eq!(failed.len(), 1, "{v}");
+    assert_eq!(failed[0]["path"], "tree", "{v}");
+    assert!(
+        failed[0]["error"]
+            .as_str()
+            .unwrap()
+            .contains("is a directory: use -r to copy trees"),
+        "{v}"
+    );
+    assert_same_file(&far.join("one"), &here.join("one"));
+    assert!(!here.join("tree").exists());
+}
+
+/// The general case behind it: an attempt whose every entry fails when
+/// the sources are listed (here a recurring sync's source, gone after its
+/// first run) ends the job failed, naming the source export-relative,
+/// instead of retrying a copy of nothing.
+#[test]
+fn a_recurring_push_whose_source_went_ends_failed_and_is_not_retried() {
+    let t = TempDir::new("job-gone");
+    let (src, dst) = (t.dir("src"), t.dir("dst"));
+    write_random(&src.join("g"), 1000, 1);
+    let (j, b) = pair(&t, &src, &dst, &["--jobs-min-every", "1s"]);
+    let (id, _) = submit(&[
+        "--sync",
+        "--every",
+        "2s",
+        &url(&j, "data/g"),
+        &url(&b, "in/"),
+    ]);
+    wait_until("the first run", Duration::from_secs(60), || {
+        show(&j, &id)["job"]["runs"].as_u64() >= Some(1)
+    });
+    std::fs::remove_file(src.join("g")).unwrap();
+    let (code, v) = wait_job(&j, &id, Duration::from_secs(60));
+    assert_eq!(code, 5, "{v} {}", j.log_text());
+    assert_eq!(v["job"]["state"], "failed", "{v}");
+    let error = v["job"]["error"].as_str().unwrap_or_default();
+    assert!(error.contains("cannot read data/g"), "{v}");
+    assert!(!error.contains(src.to_str().unwrap()), "{v}");
+    let last = history(&v).last().cloned().unwrap();
+    assert_eq!(last["attempt"], 1, "{v}");
+    assert_eq!(last["outcome"], "failed", "{v}");
+    let failed = v["files"].as_array().unwrap();
+    assert_eq!(failed.len(), 1, "{v}");
+    assert_eq!(failed[0]["path"], "g", "{v}");
+}

@@ -137,12 +137,30 @@ pub struct FileQuery {
 /// A job's files, counted.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Tally {
-    /// Regular files by state.
+    /// Regular files by state, and any other entry that failed (a
+    /// directory named without `-r`, one that could not be listed).
     pub counts: FileCounts,
     /// Entries an attempt would carry (not finished, attempts left).
     pub due: u64,
     pub bytes_total: u64,
     pub bytes_done: u64,
+}
+
+impl Tally {
+    /// Counts `n` entries in `state` (regular files if `file`) of `bytes`
+    /// in all, `due` of them still to carry.
+    pub fn add(&mut self, state: FileState, file: bool, n: u64, bytes: u64, due: u64) {
+        self.due += due;
+        if file || state == FileState::Failed {
+            self.counts.add(state, n);
+        }
+        if file {
+            self.bytes_total += bytes;
+            if state == FileState::Finished {
+                self.bytes_done += bytes;
+            }
+        }
+    }
 }
 
 /// A job in flight, as its holder heartbeats it.

@@ -579,14 +579,7 @@ impl JobStore for PgStore {
             let file: bool = r.get(1);
             let (n, bytes, due): (i64, i64, i64) = (r.get(2), r.get(3), r.get(4));
             let state = FileState::from_word(&state).unwrap_or(FileState::Failed);
-            t.due += u(due);
-            if file {
-                t.counts.add(state, u(n));
-                t.bytes_total += u(bytes);
-                if state == FileState::Finished {
-                    t.bytes_done += u(bytes);
-                }
-            }
+            t.add(state, file, u(n), u(bytes), u(due));
         }
         Ok(t)
     }

@@ -564,14 +564,7 @@ impl JobStore for SqliteStore {
             for row in rows {
                 let (state, file, n, bytes, due) = row?;
                 let state = FileState::from_word(&state).unwrap_or(FileState::Failed);
-                t.due += due;
-                if file {
-                    t.counts.add(state, n);
-                    t.bytes_total += bytes;
-                    if state == FileState::Finished {
-                        t.bytes_done += bytes;
-                    }
-                }
+                t.add(state, file, n, bytes, due);
             }
             Ok(t)
         })

@@ -31,7 +31,7 @@ use crate::stages::{self, StageTotals};
 use crate::EngineError;
 use queue::{Out, Queue, Shared};
 use send::send;
-pub use walk::{root_name, walk};
+pub use walk::{directory_without_r, root_name, walk, walk_beneath};
 
 pub struct SourceConfig {
     /// Send `DirEnd` markers (sync --delete) and content digests (sync --checksum).

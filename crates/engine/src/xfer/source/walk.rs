@@ -18,6 +18,12 @@ use super::super::prefetch::Prefetcher;
 use super::super::{kind_of, mtime_ns, Stamp};
 use super::{at, Fed, Handle, InFlight, Share, ShareFeed, ShareItem, SourceConfig};
 
+/// What a copy without `-r` says of a directory it was named (`shown` as
+/// the one who named it would name it).
+pub fn directory_without_r(shown: &dyn std::fmt::Display) -> String {
+    format!("{shown} is a directory: use -r to copy trees")
+}
+
 /// Walks the roots depth first, one directory handle per level.
 pub(super) struct Walker {
     /// Set when something under the current directory could not be sent:
@@ -133,10 +139,7 @@ impl Walker {
                 error,
             };
             if !self.recursive {
-                return Err(fail(format!(
-                    "{} is a directory: use -r to copy trees",
-                    path.display()
-                )));
+                return Err(fail(directory_without_r(&self.shown(path).display())));
             }
             let listed = match &self.anchor {
                 Some(a) => a.dir(path, false).map(|d| d.path()),
@@ -144,7 +147,7 @@ impl Walker {
             }
             .map_err(|e| fail(e.to_string()))?;
             let rd = std::fs::read_dir(&listed)
-                .map_err(|e| fail(format!("cannot list {}: {e}", path.display())))?;
+                .map_err(|e| fail(format!("cannot list {}: {e}", self.shown(path).display())))?;
             if let Some(p) = &self.ahead {
                 p.list(path.clone());
             }
@@ -213,7 +216,7 @@ impl Walker {
         let m = match meta {
             Some(m) => m,
             None => std::fs::symlink_metadata(&at_path)
-                .map_err(|e| fail(format!("cannot read {}: {e}", path.display())))?,
+                .map_err(|e| fail(format!("cannot read {}: {e}", self.shown(&path).display())))?,
         };
         let Some(kind) = kind_of(&m) else {
             return Err(fail(
@@ -282,6 +285,16 @@ impl Walker {
                 self.feed = None;
                 true
             }
+        }
+    }
+
+    /// `path` as messages name it: under the anchor's shown root (an
+    /// export's name) when the walk has one, so that a server's absolute
+    /// paths reach no peer.
+    fn shown(&self, path: &Path) -> PathBuf {
+        match &self.anchor {
+            Some(a) => a.show(path),
+            None => path.to_path_buf(),
         }
     }
 
@@ -417,12 +430,25 @@ pub fn walk(
     chunk_size: Option<u64>,
     streams: u16,
 ) -> (Vec<(Entry, PathBuf)>, Vec<Failure>) {
+    walk_beneath(None, roots, recursive, chunk_size, streams)
+}
+
+/// [`walk`] of roots beneath `anchor` (an export's root), when there is
+/// one: each path reached beneath it, and named under its shown name.
+pub fn walk_beneath(
+    anchor: Option<Arc<Anchor>>,
+    roots: &[PathBuf],
+    recursive: bool,
+    chunk_size: Option<u64>,
+    streams: u16,
+) -> (Vec<(Entry, PathBuf)>, Vec<Failure>) {
     let mut walker = Walker::new(
         roots.iter().cloned().collect(),
         recursive,
         chunk_size,
         streams,
     );
+    walker.anchor = anchor;
     let (mut found, mut failed) = (Vec::new(), Vec::new());
     while let Some(next) = walker.next() {
         match next {
