@@ -250,7 +250,7 @@ fn params_of(a: &PerfArgs) -> Result<(TestParams, Option<u32>), Failure> {
         recv_mode: if a.copy {
             RecvMode::Copy
         } else {
-            RecvMode::default()
+            a.recv_mode.unwrap_or_default()
         },
         interval_ms: ms(a.interval),
         omit_ms: ms(a.omit),
@@ -469,4 +469,32 @@ fn demo_tree(dir: &std::path::Path) -> std::io::Result<()> {
         )?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    fn perf_args(argv: &[&str]) -> PerfArgs {
+        let cli = crate::args::Cli::try_parse_from(argv).expect("parses");
+        match cli.command {
+            crate::args::Command::Perf(p) => p,
+            _ => panic!("not perf"),
+        }
+    }
+
+    /// `--recv-mode` reaches the test's parameters (it was parsed and then
+    /// ignored: every receiver discarded).
+    #[test]
+    fn recv_mode_is_the_receivers_mode_and_copy_copies_both_ways() {
+        let mode = |argv: &[&str]| params_of(&perf_args(argv)).ok().unwrap().0.recv_mode;
+        assert_eq!(mode(&["longhaul", "perf", "h"]), RecvMode::Discard);
+        assert_eq!(
+            mode(&["longhaul", "perf", "h", "--recv-mode", "copy"]),
+            RecvMode::Copy
+        );
+        assert_eq!(mode(&["longhaul", "perf", "h", "--copy"]), RecvMode::Copy);
+    }
 }

@@ -137,6 +137,30 @@ fn perf_summary(w: &Wan, args: &[&str]) -> serde_json::Value {
     v["summary"].clone()
 }
 
+/// One stream under BBR fills a long path: the perf receiver's wake-up
+/// batching (SO_RCVLOWAT) kept the kernel's receive-buffer autotuning at
+/// its first 128 KiB there, about 2 Mbit/s at 300 ms (1 at 540 ms), where
+/// the path carries a hundred times that within seconds.
+#[test]
+fn one_stream_under_bbr_opens_its_window_on_a_long_path() {
+    if !can_emulate() {
+        return;
+    }
+    let name = format!("lhb{}", std::process::id() % 100_000);
+    let t = TempDir::new("wan-rcvlowat");
+    let w = Wan::up(
+        &name,
+        &["--rtt", "300ms", "--rate", "200mbit", "--mtu", "9000"],
+    );
+    let _srv = serve_in_b(&w, &t.dir("exp"), &t.dir("state"));
+    let s = perf_summary(&w, &["-P", "1", "-C", "bbr", "-t", "6"]);
+    let bps = s["bits_per_second"].as_f64().unwrap();
+    assert!(
+        bps > 20e6,
+        "{bps} bit/s from one stream over 6 s of a 300 ms, 200 Mbit/s path: {s}"
+    );
+}
+
 #[test]
 fn the_link_holds_its_rate_and_loses_what_it_should() {
     if !can_emulate() {

@@ -463,6 +463,15 @@ const WAKE_BATCH_MAX: u32 = 256 << 10;
 /// closes, under memory pressure and at the peer's FIN, so no byte waits
 /// behind the threshold for long.
 ///
+/// Not on a long path ([`sock::LONG_PATH_US`] and more, by the stream's
+/// RTT): there the kernel's receive buffer autotuning (6.x's
+/// `tcp_rcv_space_adjust`, which takes the bytes still queued off the
+/// bytes read in the last RTT) never saw a window's worth read while a
+/// batch's threshold stayed queued, and one stream under BBR stayed at its
+/// first 128 KiB buffer: 1 Mbit/s at 540 ms where CUBIC and iperf3 reached
+/// hundreds (2026-11-29). A long path's segments arrive at most a window
+/// per RTT, so the wake-ups it saves there are few.
+///
 /// The threshold never exceeds a quarter of the receive buffer, so that
 /// setting it never makes the kernel grow the buffer or touch the window
 /// clamp (tcp_set_rcvlowat); it follows the buffer up as autotuning grows
@@ -498,6 +507,10 @@ impl WakeBatch {
         }
         self.countdown = Self::EVERY;
         let fd = s.as_fd();
+        if sock::tcp_info(fd).map_or(0, |i| i.min_rtt_us) >= sock::LONG_PATH_US {
+            self.goal = 0;
+            return;
+        }
         let Ok(rcvbuf) = sock::getsockopt_u32(fd, libc::SOL_SOCKET, libc::SO_RCVBUF) else {
             self.goal = 0;
             return;
