@@ -1992,6 +1992,42 @@ fn cancelling_a_job_whose_destination_is_a_linked_directory_removes_its_partial_
         .is_symlink());
 }
 
+/// Jobs pushing `big.bin` (their ids, each with where it lands), each
+/// once it has verified chunks there.
+fn wait_landing(landing: &[(String, PathBuf)]) {
+    for (_, at) in landing {
+        wait_until("verified chunks", Duration::from_secs(60), || {
+            journal_records(&journal_of(at, "big.bin")) >= 2
+        });
+    }
+}
+
+/// Cancels each of `landing` ([`wait_landing`]) until its partial file
+/// and journal are gone, then waits for the directories of `emptied` to go.
+fn cancel_landing(j: &Serve, landing: &[(String, PathBuf)], emptied: &[PathBuf]) {
+    for (id, at) in landing {
+        cancel_until_discarded(
+            j,
+            id,
+            &at.join(".big.bin.lhpart"),
+            &journal_of(at, "big.bin"),
+        );
+    }
+    wait_until(
+        "the emptied directories' removal",
+        Duration::from_secs(30),
+        || emptied.iter().all(|d| !d.exists()),
+    );
+}
+
+/// The names in directory `dir`.
+fn names_in(dir: &Path) -> Vec<std::ffi::OsString> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect()
+}
+
 /// A cancel removes the directories its job made once they are empty, and
 /// nothing else: a destination that was there before the job (empty)
 /// stays, and so does one the job made but someone planted a file in (the
@@ -2010,44 +2046,21 @@ fn cancels_remove_only_the_empty_directories_their_jobs_made(
     let before = go("tree/sub/big.bin", "before/");
     let planted = go("tree", "planted");
     let landing = [
-        (&made, dst.join("made/tree/sub")),
-        (&before, dst.join("before")),
-        (&planted, dst.join("planted/sub")),
+        (made, dst.join("made/tree/sub")),
+        (before, dst.join("before")),
+        (planted, dst.join("planted/sub")),
     ];
-    for (_, at) in &landing {
-        wait_until("verified chunks", Duration::from_secs(60), || {
-            journal_records(&journal_of(at, "big.bin")) >= 2
-        });
-    }
+    wait_landing(&landing);
     let mine = dst.join("planted/mine.txt");
     std::fs::write(&mine, b"the user's own").unwrap();
-    for (id, at) in &landing {
-        cancel_until_discarded(
-            j,
-            id,
-            &at.join(".big.bin.lhpart"),
-            &journal_of(at, "big.bin"),
-        );
-    }
-    wait_until(
-        "the emptied directories' removal",
-        Duration::from_secs(30),
-        || !dst.join("made").exists() && !dst.join("planted/sub").exists(),
-    );
+    cancel_landing(j, &landing, &[dst.join("made"), dst.join("planted/sub")]);
     assert!(
         dst.join("before").is_dir(),
         "a directory of the user's went"
     );
-    assert!(std::fs::read_dir(dst.join("before"))
-        .unwrap()
-        .next()
-        .is_none());
+    assert!(names_in(&dst.join("before")).is_empty());
     assert_eq!(std::fs::read(&mine).unwrap(), b"the user's own");
-    let left: Vec<_> = std::fs::read_dir(dst.join("planted"))
-        .unwrap()
-        .map(|e| e.unwrap().file_name())
-        .collect();
-    assert_eq!(left, ["mine.txt"]);
+    assert_eq!(names_in(&dst.join("planted")), ["mine.txt"]);
 }
 
 /// The far end of a push removes them (it noted, when it issued the
@@ -2961,43 +2974,18 @@ fn cancelling_an_ssh_push_removes_the_empty_directories_it_made_and_keeps_a_link
         ])
         .0
     };
-    let (into_before, into_made) = (go("before/new/"), go("made/"));
     let landing = [
-        (&into_before, far.join("before/new/tree/sub")),
-        (&into_made, far.join("made/tree/sub")),
+        (go("before/new/"), far.join("before/new/tree/sub")),
+        (go("made/"), far.join("made/tree/sub")),
     ];
-    for (_, at) in &landing {
-        wait_until(
-            "verified chunks on the far host",
-            Duration::from_secs(60),
-            || journal_records(&journal_of(at, "big.bin")) >= 2,
-        );
-    }
+    wait_landing(&landing);
     let link = far.join("made/tree/link");
     std::os::unix::fs::symlink(far.join("elsewhere"), &link).unwrap();
-    for (id, at) in &landing {
-        cancel_until_discarded(
-            &j,
-            id,
-            &at.join(".big.bin.lhpart"),
-            &journal_of(at, "big.bin"),
-        );
-    }
-    wait_until(
-        "the emptied directories' removal",
-        Duration::from_secs(30),
-        || !far.join("before/new").exists() && !far.join("made/tree/sub").exists(),
-    );
+    let emptied = [far.join("before/new"), far.join("made/tree/sub")];
+    cancel_landing(&j, &landing, &emptied);
     assert!(far.join("before").is_dir(), "a directory there before went");
-    assert!(std::fs::read_dir(far.join("before"))
-        .unwrap()
-        .next()
-        .is_none());
+    assert!(names_in(&far.join("before")).is_empty());
     assert!(std::fs::symlink_metadata(&link).unwrap().is_symlink());
-    let left: Vec<_> = std::fs::read_dir(far.join("made/tree"))
-        .unwrap()
-        .map(|e| e.unwrap().file_name())
-        .collect();
-    assert_eq!(left, ["link"]);
+    assert_eq!(names_in(&far.join("made/tree")), ["link"]);
     assert!(far.join("elsewhere").is_dir());
 }

@@ -302,6 +302,20 @@ pub fn decode<T: serde::de::DeserializeOwned>(
     })
 }
 
+/// A file of one byte still to do, for the stores' tests.
+#[cfg(test)]
+fn a_file(path: &str) -> FileRow {
+    FileRow {
+        path: path.into(),
+        kind: Kind::File,
+        size: 1,
+        state: FileState::Submitted,
+        attempts: 0,
+        error: None,
+        permanent: false,
+    }
+}
+
 /// A cancelled push of owner `g1`, for the stores' tests.
 #[cfg(test)]
 fn a_job(id: &str) -> JobRow {

@@ -655,16 +655,7 @@ mod tests {
         job.made = Some("in/new".into());
         s.insert(&job).unwrap();
         assert_eq!(s.get(id).unwrap().unwrap().made.as_deref(), Some("in/new"));
-        let file = FileRow {
-            path: "a".into(),
-            kind: longhaul_proto::xfer::Kind::File,
-            size: 1,
-            state: FileState::Submitted,
-            attempts: 0,
-            error: None,
-            permanent: false,
-        };
-        s.put_files(id, &[file], true).unwrap();
+        s.put_files(id, &[super::super::a_file("a")], true).unwrap();
         assert_eq!(s.get(id).unwrap().unwrap().attempts, 1);
         let mut c = postgres::Client::connect(&pg.url(), postgres::NoTls).unwrap();
         let planted = |c: &mut Client, sql: &str| c.batch_execute(sql).unwrap();

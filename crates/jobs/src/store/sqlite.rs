@@ -636,15 +636,7 @@ mod tests {
         };
         for n in 1..=50 {
             s.insert(&row(n, "g1", JobState::Cancelled, true)).unwrap();
-            let file = FileRow {
-                path: "src/f".into(),
-                kind: longhaul_proto::xfer::Kind::File,
-                size: 1,
-                state: FileState::Submitted,
-                attempts: 0,
-                error: None,
-                permanent: false,
-            };
+            let file = super::super::a_file("src/f");
             s.put_files(&format!("{n:016x}"), &[file], true).unwrap();
         }
         s.insert(&row(51, "g1", JobState::FinishedWithFailures, false))
@@ -682,15 +674,7 @@ mod tests {
         let s = SqliteStore::open(dir.path()).unwrap();
         let id = "00000000000000aa";
         s.insert(&super::super::a_job(id)).unwrap();
-        let row = |path: &str| FileRow {
-            path: path.into(),
-            kind: longhaul_proto::xfer::Kind::File,
-            size: 1,
-            state: FileState::Submitted,
-            attempts: 0,
-            error: None,
-            permanent: false,
-        };
+        let row = super::super::a_file;
         let (retries, due) = (5, |s: &SqliteStore| s.tally(id, 5).unwrap().due);
         let all = FileQuery {
             limit: 10,
@@ -713,24 +697,12 @@ mod tests {
             ..row("gone")
         };
         let failed = [lost.clone(), tree.clone(), gone.clone()];
-        s.put_files(
-            id,
-            &[row("good"), row("lost"), row("tree"), listed_gone.clone()],
-            true,
-        )
-        .unwrap();
-        s.count_attempt(id, retries).unwrap();
-        s.settle(id, &failed).unwrap();
-        assert_eq!(due(&s), 1, "only the transient failure is due");
-        for _ in 0..3 {
-            s.put_files(
-                id,
-                &[row("good"), row("lost"), row("tree"), listed_gone.clone()],
-                false,
-            )
-            .unwrap();
+        let listed = [row("good"), row("lost"), row("tree"), listed_gone];
+        for n in 0..4 {
+            s.put_files(id, &listed, n == 0).unwrap();
             s.count_attempt(id, retries).unwrap();
             s.settle(id, &failed).unwrap();
+            assert_eq!(due(&s), 1, "only the transient failure is due");
         }
         let files = s.files(id, all).unwrap().0;
         let of = |p: &str| files.iter().find(|f| f.path == p).unwrap().clone();
