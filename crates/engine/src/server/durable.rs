@@ -393,6 +393,45 @@ fn discard_dest<'a>(
 mod tests {
     use super::*;
 
+    /// What a one-shot server's own client says its push made is taken
+    /// only as a part of the destination's path beneath the export: never
+    /// another place, the export's root, a way out, or a link's name in
+    /// place of where it leads.
+    #[test]
+    fn attacker_a_discards_made_is_only_a_part_of_its_destination() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().canonicalize().unwrap();
+        std::fs::create_dir_all(root.join("real/in")).unwrap();
+        std::os::unix::fs::symlink("real", root.join("linked")).unwrap();
+        let anchor = Anchor::open_as(&root, Path::new("root")).unwrap();
+        let made = |dest: &str, made: &str| {
+            let into = DiscardInto {
+                export: "root".into(),
+                dest: dest.into(),
+                made: Some(made.into()),
+            };
+            made_on_the_way(&anchor, &root, &into)
+        };
+        assert_eq!(made("a/b/c/", "a/b"), Some(PathBuf::from("a/b")));
+        assert_eq!(made("a/b/c/", "a/b/c"), Some(PathBuf::from("a/b/c")));
+        assert_eq!(
+            made("linked/in/new/", "linked/in/new"),
+            Some(PathBuf::from("real/in/new"))
+        );
+        for (dest, claimed) in [
+            ("a/b/c/", "a/x"),
+            ("a/b/c/", "a/b/c/d"),
+            ("a/b/c/", "ab"),
+            ("a/b/c/", ""),
+            ("a/b/c/", "."),
+            ("a/b/c/", "a/../.."),
+            ("a/../../b/", "a"),
+            ("a/b/c/", "/a"),
+        ] {
+            assert_eq!(made(dest, claimed), None, "{dest} {claimed}");
+        }
+    }
+
     fn req() -> GrantRequest {
         GrantRequest {
             export: "data".into(),
