@@ -480,35 +480,6 @@ fn json_stream_prints_one_object_per_line() {
     s.shutdown();
 }
 
-/// `perf ARGS --json-stream`: its events, and how long it ran from its
-/// `start` event (the streams joined) to its exit.
-fn perf_events_timed(addr: SocketAddr, args: &[&str]) -> (Vec<Value>, Duration) {
-    use std::io::BufRead;
-    let mut child = bin()
-        .arg("perf")
-        .arg(addr.to_string())
-        .args(args)
-        .arg("--json-stream")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run longhaul");
-    let mut events = Vec::new();
-    let mut started = None;
-    for line in std::io::BufReader::new(child.stdout.take().unwrap()).lines() {
-        let v: Value = serde_json::from_str(&line.unwrap()).expect("a JSON line");
-        if v["event"] == "start" {
-            started = Some(Instant::now());
-        }
-        events.push(v);
-    }
-    let o = child.wait_with_output().unwrap();
-    assert!(o.status.success(), "{args:?}: {}", stderr(&o));
-    let started = started.unwrap_or_else(|| panic!("{args:?}: no start event: {events:?}"));
-    (events, started.elapsed())
-}
-
 /// A sender whose writes block on a full socket buffer (paced far below
 /// what its 8 MiB writes hand over: each takes seconds to drain) still
 /// ends the test at its time, as iperf3 does: the run, its reported
@@ -519,56 +490,15 @@ fn perf_events_timed(addr: SocketAddr, args: &[&str]) -> (Vec<Value>, Duration) 
 #[test]
 fn a_sender_blocked_at_the_end_ends_the_test_on_time_timed() {
     let s = server();
-    let limit = Duration::from_millis(3500);
     for extra in [&[][..], &["-R"], &["--tls"]] {
         let args = [
             &["-t", "2", "-i", "0.5", "--pacing", "10M", "-l", "8M"],
             extra,
         ]
         .concat();
-        let (events, ran) = perf_events_timed(s.addr(), &args);
-        // The intervals' times and the summary's, for the messages.
-        let times: Vec<(f64, f64)> = events
-            .iter()
-            .map(|v| match v["event"].as_str() {
-                Some("summary") => (0.0, v["seconds"].as_f64().unwrap()),
-                _ => (
-                    v["start_s"].as_f64().unwrap_or(0.0),
-                    v["end_s"].as_f64().unwrap_or(0.0),
-                ),
-            })
-            .collect();
-        assert!(
-            ran < limit,
-            "{args:?} ran {ran:?} after its start: {times:?}"
-        );
-        let summary = events.last().unwrap();
-        assert_eq!(summary["event"], "summary", "{times:?}");
-        assert_eq!(summary["error"], Value::Null, "{summary}");
-        let seconds = summary["seconds"].as_f64().unwrap();
-        assert!(
-            (1.9..limit.as_secs_f64()).contains(&seconds),
-            "{args:?}: the summary says {seconds} s: {summary}"
-        );
-        let mut last_end = 0.0;
-        let intervals: Vec<&Value> = events.iter().filter(|v| v["event"] == "interval").collect();
-        assert!(intervals.len() >= 3, "{args:?}: {times:?}");
-        for (k, iv) in intervals.iter().enumerate() {
-            let (start, end) = (
-                iv["start_s"].as_f64().unwrap(),
-                iv["end_s"].as_f64().unwrap(),
-            );
-            assert_eq!(iv["index"], k as u64, "{iv}");
-            assert!(
-                start >= last_end - 1e-9 && end >= start,
-                "{args:?}: interval {k} runs {start}-{end} after one that ended at {last_end}: {times:?}"
-            );
-            last_end = end;
-        }
-        assert!(
-            last_end <= seconds + 1e-6,
-            "{args:?}: the last interval ends at {last_end}, after the test's {seconds} s: {times:?}"
-        );
+        let mut c = bin();
+        c.arg("perf").arg(s.addr().to_string()).args(&args);
+        common::ontime::assert_ends_on_time(c, 2.0);
     }
     s.shutdown();
 }
