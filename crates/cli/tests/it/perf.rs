@@ -480,6 +480,29 @@ fn json_stream_prints_one_object_per_line() {
     s.shutdown();
 }
 
+/// A sender whose writes block on a full socket buffer (paced far below
+/// what its 8 MiB writes hand over: each takes seconds to drain) still
+/// ends the test at its time, as iperf3 does: the run, its reported
+/// duration and its intervals end within a generous margin of `-t 2`
+/// (before, the blocked write and the bytes queued behind it held the end
+/// to 4.5-5 s, and the intervals after the end ran backwards). Both
+/// directions, and through TLS, whose sender is stopped rather than shut.
+#[test]
+fn a_sender_blocked_at_the_end_ends_the_test_on_time_timed() {
+    let s = server();
+    for extra in [&[][..], &["-R"], &["--tls"]] {
+        let args = [
+            &["-t", "2", "-i", "0.5", "--pacing", "10M", "-l", "8M"],
+            extra,
+        ]
+        .concat();
+        let mut c = bin();
+        c.arg("perf").arg(s.addr().to_string()).args(&args);
+        common::ontime::assert_ends_on_time(c, 2.0);
+    }
+    s.shutdown();
+}
+
 #[test]
 fn window_request_is_reported_as_granted() {
     let s = server();

@@ -161,6 +161,39 @@ fn one_stream_under_bbr_opens_its_window_on_a_long_path() {
     );
 }
 
+/// Over a long, slow path a sender's socket buffer holds seconds of data
+/// (`-w 4M`: 8 MiB at 10 Mbit/s): the test still ends at its time, both
+/// ways, with its intervals in order (before, the receiver took the whole
+/// queue, 7 s or more for `-t 2`).
+#[test]
+fn a_window_bound_test_on_a_long_path_ends_on_time() {
+    if !can_emulate() {
+        return;
+    }
+    let name = format!("lhe{}", std::process::id() % 100_000);
+    let t = TempDir::new("wan-ontime");
+    let w = Wan::up(&name, &["--rtt", "100ms", "--rate", "10mbit"]);
+    let _srv = serve_in_b(&w, &t.dir("exp"), &t.dir("state"));
+    for extra in [&[][..], &["-R"]] {
+        let args = [
+            &[
+                "perf",
+                "198.18.0.2",
+                "--insecure-plaintext",
+                "-t",
+                "2",
+                "-i",
+                "0.5",
+                "-w",
+                "4M",
+            ],
+            extra,
+        ]
+        .concat();
+        common::ontime::assert_ends_on_time(w.exec("a", &args), 2.0);
+    }
+}
+
 #[test]
 fn the_link_holds_its_rate_and_loses_what_it_should() {
     if !can_emulate() {

@@ -182,10 +182,16 @@ pub const UNSENT_LIMIT: u32 = 1 << 20;
 /// buffer drains at once.
 pub const LONG_PATH_US: u32 = 10_000;
 
+/// True when a connected TCP socket's path is long ([`LONG_PATH_US`] and
+/// more, by the smallest RTT it measured, from its handshake on).
+pub fn long_path(fd: BorrowedFd<'_>) -> bool {
+    tcp_info(fd).map_or(0, |i| i.min_rtt_us) >= LONG_PATH_US
+}
+
 /// Sets TCP_NOTSENT_LOWAT to [`UNSENT_LIMIT`] on a connected sending data
 /// stream whose path is long (its handshake's RTT); says whether it did.
 pub fn limit_unsent(fd: BorrowedFd<'_>) -> io::Result<bool> {
-    if tcp_info(fd).map_or(0, |i| i.min_rtt_us) < LONG_PATH_US {
+    if !long_path(fd) {
         return Ok(false);
     }
     setsockopt_u32(fd, libc::IPPROTO_TCP, libc::TCP_NOTSENT_LOWAT, UNSENT_LIMIT)

@@ -21,7 +21,7 @@ use crate::net::dial::{
 };
 use crate::net::sock::{self, Tuning};
 use crate::perf::register;
-use crate::perf::side::{End, ReadyStream, SideRun, Ticker};
+use crate::perf::side::{interval_end, End, ReadyStream, SideRun, Ticker};
 use crate::perf::workers::DataSocket;
 use crate::report::Reporter;
 use crate::EngineError;
@@ -814,13 +814,25 @@ fn register_udp(streams: &[ReadyStream], token: &str, key: Option<&DataKey>) {
 }
 
 /// Interval samples of both sides, merged and reported in order as soon
-/// as both sides' sample of an interval is in.
+/// as both sides' sample of an interval is in. An interval ends when the
+/// later of its two samples was taken (each side's time from its own
+/// start: a receiver may still take bytes after the sender's end), never
+/// before the previous interval's end nor after the test's
+/// ([`interval_end`]).
 #[derive(Default)]
 struct Intervals {
     local: BTreeMap<u32, (bool, SideSnapshot)>,
     remote: BTreeMap<u32, SideSnapshot>,
+    /// The next sample to merge.
     next: u32,
+    /// The index of the next interval reported: a pair of samples that
+    /// adds no time (taken after both sides' streams ended) is not one.
+    reported: u32,
     prev: Option<(SideSnapshot, SideSnapshot)>,
+    /// Where the last interval reported ended.
+    prev_end_us: u64,
+    /// When the test ended, once both sides have.
+    end_us: Option<u64>,
 }
 
 impl Intervals {
@@ -832,6 +844,10 @@ impl Intervals {
         r: SideSnapshot,
         sink: &mut dyn Reporter,
     ) {
+        let sampled_us = l.elapsed_us.max(r.elapsed_us);
+        let Some(end_us) = interval_end(self.prev_end_us, sampled_us, self.end_us) else {
+            return;
+        };
         let span = Span {
             client_from: self.prev.as_ref().map(|p| &p.0),
             client_to: &l,
@@ -839,20 +855,26 @@ impl Intervals {
             server_to: &r,
             complete: false,
         };
-        sink.interval(&span.interval_report(params, self.next, omitted));
+        let mut report = span.interval_report(params, self.reported, omitted);
+        report.start_s = self.prev_end_us as f64 / 1e6;
+        report.end_s = end_us as f64 / 1e6;
+        sink.interval(&report);
         self.prev = Some((l, r));
-        self.next += 1;
+        self.prev_end_us = end_us;
+        self.reported += 1;
     }
 
     fn flush(&mut self, params: &TestParams, sink: &mut dyn Reporter) {
         while self.local.contains_key(&self.next) && self.remote.contains_key(&self.next) {
             let (omitted, l) = self.local.remove(&self.next).expect("checked");
             let r = self.remote.remove(&self.next).expect("checked");
+            self.next += 1;
             self.report(params, omitted, l, r, sink);
         }
     }
 
-    /// Reports the time after the last whole interval, unless it is a sliver.
+    /// Reports the time after the last whole interval to the test's end
+    /// (both sides' ends), unless it is a sliver.
     fn tail(
         &mut self,
         params: &TestParams,
@@ -860,8 +882,9 @@ impl Intervals {
         r: &SideSnapshot,
         sink: &mut dyn Reporter,
     ) {
-        let last = self.prev.as_ref().map_or(0, |p| p.0.elapsed_us);
-        if params.interval_ms > 0 && l.elapsed_us.saturating_sub(last) > params.interval_ms * 100 {
+        let end_us = l.elapsed_us.max(r.elapsed_us);
+        let last = self.prev_end_us;
+        if params.interval_ms > 0 && end_us.saturating_sub(last) > params.interval_ms * 100 {
             let omitted = last < params.omit_ms * 1000;
             self.report(params, omitted, l.clone(), r.clone(), sink);
         }
@@ -903,6 +926,7 @@ fn drive(
                 }
             }
         }
+        run.end_on_time(now);
         if local_end.is_none() && run.finished() {
             if ticker.baseline_pending() {
                 local_baseline = Some(run.snapshot());
@@ -952,6 +976,7 @@ fn drive(
     run.join();
     let results = results.expect("loop ends when set");
     let local_end = local_end.expect("loop ends when set");
+    intervals.end_us = Some(local_end.elapsed_us.max(results.end.elapsed_us));
     intervals.flush(params, sink);
     intervals.tail(params, &local_end, &results.end, sink);
     let error = run

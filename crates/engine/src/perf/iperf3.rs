@@ -30,7 +30,7 @@ use longhaul_proto::units::{format_bytes, format_rate};
 use crate::net::dial::ClientOptions;
 use crate::net::sock;
 use crate::perf::client::{setup_of, tuning_for, window_warnings};
-use crate::perf::side::{End, ReadyStream, SideRun, Tick, Ticker};
+use crate::perf::side::{clip_sample, End, ReadyStream, SideRun, Tick, Ticker};
 use crate::perf::workers::DataSocket;
 use crate::report::Reporter;
 use crate::EngineError;
@@ -427,6 +427,9 @@ fn measure(
             match t {
                 Tick::Baseline => baseline = Some(snap),
                 Tick::Interval { index: _, omitted } => {
+                    let Some(snap) = clip_sample(prev.as_ref(), &snap, None) else {
+                        continue;
+                    };
                     let remote = local_only(&snap);
                     let remote_prev = prev.as_ref().map(local_only);
                     let span = Span {
@@ -443,6 +446,9 @@ fn measure(
             }
         }
         if now >= end_at {
+            // A sender still blocked in a write ends now, as iperf3's
+            // does: TEST_END goes at the end, whatever is queued.
+            run.end_on_time(now);
             break;
         }
         if interrupted() {

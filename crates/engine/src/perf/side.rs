@@ -45,6 +45,8 @@ struct Worker {
     direction: Direction,
     stream: u16,
     send: bool,
+    /// TLS runs over `socket`: its write side is not ours to shut.
+    tls: bool,
     socket: DataSocket,
     counters: Arc<Counters>,
     thread: Option<std::thread::JoinHandle<()>>,
@@ -57,7 +59,24 @@ pub struct SideRun {
     stop: Arc<AtomicBool>,
     control_cpu_base: u64,
     transport: Transport,
+    /// The planned end (after any omitted time) of a time-bound test.
+    until: Option<Instant>,
+    ending: Ending,
 }
+
+/// How far [`SideRun::end_on_time`] has gone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Ending {
+    Running,
+    /// The senders' write sides are shut; whatever still runs at the
+    /// instant is stopped.
+    SendersShut(Instant),
+    Stopped,
+}
+
+/// The least a stream may run past the test's planned end, besides two
+/// round trips of its path: time for a busy host's threads to see the end.
+const END_GRACE: Duration = Duration::from_millis(500);
 
 impl SideRun {
     /// Starts one worker per stream, now.
@@ -103,12 +122,14 @@ impl SideRun {
                 epoch: start,
                 active: active.clone().filter(|_| send),
             };
+            let tls = s.io.is_some();
             let thread = workers::spawn(plan, s.socket.clone(), s.io, counters.clone())
                 .map_err(|e| EngineError::io("failed to start a stream thread".into(), e))?;
             workers.push(Worker {
                 direction: s.direction,
                 stream: s.stream,
                 send,
+                tls,
                 socket: s.socket,
                 counters,
                 thread: Some(thread),
@@ -120,7 +141,60 @@ impl SideRun {
             stop,
             control_cpu_base: sock::thread_cpu_us(),
             transport: params.transport,
+            until,
+            ending: Ending::Running,
         })
+    }
+
+    /// Ends a time-bound run on time, whatever its streams wait in; the
+    /// control thread calls it as it goes round. At the planned end it
+    /// shuts the write side of every plaintext TCP stream still sending:
+    /// a write blocked on a full socket buffer (the path or the receiver
+    /// slower than the sender) returns, and the stream ends with the bytes
+    /// it had handed over. Two round trips and [`END_GRACE`] later, a TCP
+    /// test's streams still running are stopped: a receiver still taking
+    /// what a sender had queued before its end, a sender waiting for its
+    /// peer to close. The bytes queued then are not the test's, as at
+    /// iperf3's `TEST_END`.
+    pub fn end_on_time(&mut self, now: Instant) {
+        let Some(until) = self.until else { return };
+        match self.ending {
+            Ending::Running if now >= until => {
+                for w in &self.workers {
+                    if let (DataSocket::Tcp(s), true, false) = (&w.socket, w.send, w.tls) {
+                        if !w.counters.done.load(Ordering::Acquire) {
+                            let _ = s.shutdown(std::net::Shutdown::Write);
+                        }
+                    }
+                }
+                self.ending = Ending::SendersShut(until + self.grace());
+            }
+            Ending::SendersShut(at) if now >= at => {
+                if self.transport == Transport::Tcp && !self.finished() {
+                    self.stop();
+                }
+                self.ending = Ending::Stopped;
+            }
+            _ => {}
+        }
+    }
+
+    /// How long past the planned end the streams may run: the far end's
+    /// clock started up to a one-way delay after this one, and its last
+    /// bytes cross the path once more.
+    fn grace(&self) -> Duration {
+        let rtt_us = self
+            .workers
+            .iter()
+            .filter_map(|w| match &w.socket {
+                DataSocket::Tcp(s) => sock::tcp_info(s.as_fd()),
+                _ => None,
+            })
+            .map(|i| i.min_rtt_us)
+            .filter(|&r| r != u32::MAX)
+            .max()
+            .unwrap_or(0);
+        END_GRACE + Duration::from_micros(u64::from(rtt_us).min(5_000_000)) * 2
     }
 
     /// Counters of every stream now, cumulative since start. Call it from
@@ -151,24 +225,32 @@ impl SideRun {
                 cpu_us: w.counters.cpu_us(),
             });
         }
-        // Once every worker is done, the test ended when the last byte
-        // moved, not when this thread noticed.
-        let now_us = self.start.elapsed().as_micros() as u64;
-        let elapsed_us = match self.finished() {
-            true => self
-                .workers
-                .iter()
-                .map(|w| w.counters.end_us.load(Ordering::Relaxed))
-                .max()
-                .filter(|&e| e > 0)
-                .unwrap_or(now_us),
-            false => now_us,
+        // Once every worker has moved its last byte, the test ended
+        // then, not when this thread noticed, nor when the workers' threads
+        // end (a sender waits for its peer's close).
+        let elapsed_us = match self.last_byte_us() {
+            Some(e) if e > 0 => e,
+            _ => self.start.elapsed().as_micros() as u64,
         };
         SideSnapshot {
             elapsed_us,
             cpu_us,
             streams,
         }
+    }
+
+    /// When the last byte of the run moved, microseconds after its start,
+    /// once every worker has moved its last (0: none moved any).
+    fn last_byte_us(&self) -> Option<u64> {
+        let mut last = 0;
+        for w in &self.workers {
+            let end = w.counters.end_us.load(Ordering::Relaxed);
+            if end == 0 && !w.counters.done.load(Ordering::Acquire) {
+                return None;
+            }
+            last = last.max(end);
+        }
+        Some(last)
     }
 
     /// True once every worker has ended.
@@ -288,6 +370,32 @@ impl Ticker {
     }
 }
 
+/// Where an interval that a side sampled at `sample_us` ends, after one
+/// that ended at `prev_us`, in a run that ended at `end_us` once known: not
+/// after the run's end, and never before the previous interval's end (a
+/// sample taken once the streams had moved their last bytes is dated to
+/// the last byte, which can precede a sample taken a moment earlier).
+/// None when nothing of the run is left for it: no interval to report.
+pub fn interval_end(prev_us: u64, sample_us: u64, end_us: Option<u64>) -> Option<u64> {
+    let end = end_us.map_or(sample_us, |e| sample_us.min(e));
+    (end > prev_us).then_some(end)
+}
+
+/// A side's interval sample as an interval's end ([`interval_end`]):
+/// dated no later than the run's end; None when it adds nothing after
+/// `prev`.
+pub fn clip_sample(
+    prev: Option<&SideSnapshot>,
+    sample: &SideSnapshot,
+    end_us: Option<u64>,
+) -> Option<SideSnapshot> {
+    let elapsed_us = interval_end(prev.map_or(0, |p| p.elapsed_us), sample.elapsed_us, end_us)?;
+    Some(SideSnapshot {
+        elapsed_us,
+        ..sample.clone()
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -329,6 +437,51 @@ mod tests {
             "the side's end is {} us, after the stream had ended ({} us)",
             end.elapsed_us,
             seen_us
+        );
+    }
+
+    #[test]
+    fn an_interval_never_ends_before_the_last_nor_after_the_run() {
+        assert_eq!(interval_end(1_000_000, 1_500_000, None), Some(1_500_000));
+        // Sampled after the streams' last byte, dated to it: earlier than
+        // the previous sample, so nothing to report.
+        assert_eq!(interval_end(2_000_000, 1_900_000, None), None);
+        assert_eq!(interval_end(2_000_000, 2_000_000, None), None);
+        // Past the run's end: clipped to it.
+        assert_eq!(
+            interval_end(2_000_000, 2_600_000, Some(2_250_000)),
+            Some(2_250_000)
+        );
+        assert_eq!(interval_end(2_250_000, 2_600_000, Some(2_250_000)), None);
+        assert_eq!(interval_end(0, 500_000, Some(2_000_000)), Some(500_000));
+    }
+
+    #[test]
+    fn a_sequence_of_samples_gives_monotonic_intervals_ending_at_the_run_end() {
+        let snap = |us| SideSnapshot {
+            elapsed_us: us,
+            cpu_us: 0,
+            streams: Vec::new(),
+        };
+        // A sender blocked past its end: samples at 1, 2, 3, 4 s, then
+        // (its last byte dated 2.25 s) one at 5 s dated 2.25 s.
+        let samples = [1_000_000, 2_000_000, 3_000_000, 4_000_000, 2_250_000];
+        let end = Some(2_250_000);
+        let mut prev: Option<SideSnapshot> = None;
+        let mut spans = Vec::new();
+        for us in samples {
+            if let Some(s) = clip_sample(prev.as_ref(), &snap(us), end) {
+                spans.push((prev.as_ref().map_or(0, |p| p.elapsed_us), s.elapsed_us));
+                prev = Some(s);
+            }
+        }
+        assert_eq!(
+            spans,
+            vec![
+                (0, 1_000_000),
+                (1_000_000, 2_000_000),
+                (2_000_000, 2_250_000)
+            ]
         );
     }
 

@@ -61,8 +61,9 @@ pub struct Counters {
     /// CPU time of the worker thread when it ended, microseconds.
     pub final_cpu_us: AtomicU64,
     /// When the worker moved its last byte, microseconds after the run
-    /// started (0 until it ends): the end of the test for rate purposes,
-    /// whenever the control thread notices.
+    /// started (0 until then; a receiver that got nothing leaves it 0):
+    /// the end of the test for rate purposes, whenever the control thread
+    /// notices, and however long the worker then waits for its peer.
     pub end_us: AtomicU64,
     pub done: AtomicBool,
     pub clock: OnceLock<ThreadClock>,
@@ -174,9 +175,13 @@ fn micros_since(epoch: Instant) -> u64 {
     (epoch.elapsed().as_micros() as u64).max(1)
 }
 
+/// The test is over for this stream: stopped, or its planned end passed.
+fn past_end(plan: &Plan) -> bool {
+    plan.stop.load(Ordering::Relaxed) || plan.until.is_some_and(|u| Instant::now() >= u)
+}
+
 fn should_stop(plan: &Plan) -> bool {
-    let done =
-        || plan.stop.load(Ordering::Relaxed) || plan.until.is_some_and(|u| Instant::now() >= u);
+    let done = || past_end(plan);
     // A parked stream waits here, still connected, until the tuner wants
     // it again or the test ends.
     if let Some(active) = &plan.active {
@@ -276,7 +281,10 @@ fn tcp_send(s: &TcpStream, plan: &Plan, c: &Counters) -> io::Result<()> {
     fill_incompressible(&mut buf, u64::from(plan.stream) + 1);
     let mut remaining = plan.bytes.unwrap_or(u64::MAX);
     // No SO_SNDTIMEO: a timed wait arms a kernel timer at every block.
-    // SideRun::stop shuts the socket down, which ends a blocked write.
+    // A write still blocked at the test's end (the path or the receiver
+    // slower than this sender, the socket buffer full) is ended by the
+    // control thread, which shuts the socket's write side then
+    // (`SideRun::end_on_time`); SideRun::stop shuts it down as well.
     let mut writer = Writer::new(plan.send_mode, &buf)?;
     while remaining > 0 && !should_stop(plan) {
         let want = (buf.len() as u64).min(remaining) as usize;
@@ -293,11 +301,17 @@ fn tcp_send(s: &TcpStream, plan: &Plan, c: &Counters) -> io::Result<()> {
                 // This kernel cannot splice or sendfile to this socket.
                 writer = Writer::Copy;
             }
+            // The write side was shut at the end, under a blocked write.
+            Err(_) if past_end(plan) => break,
             Err(e) => return Err(e),
         }
     }
     c.end_us.store(micros_since(plan.epoch), Ordering::Relaxed);
-    s.shutdown(Shutdown::Write)?;
+    if let Err(e) = s.shutdown(Shutdown::Write) {
+        if !past_end(plan) {
+            return Err(e);
+        }
+    }
     wait_for_close(s, plan);
     Ok(())
 }
@@ -345,6 +359,9 @@ fn tls_recv(
             Ok(0) => break,
             Ok(n) => {
                 c.bytes.fetch_add(n as u64, Ordering::Relaxed);
+                if plan.stop.load(Ordering::Relaxed) {
+                    break;
+                }
             }
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             Err(_) if plan.stop.load(Ordering::Relaxed) => break,
@@ -405,7 +422,7 @@ fn tcp_recv(s: &TcpStream, plan: &Plan, c: &Counters) -> io::Result<()> {
     // is only a placeholder.
     let discard = plan.recv_mode == RecvMode::Discard;
     let mut buf = vec![0u8; if discard { 64 } else { len }];
-    let mut lowat = WakeBatch::new(len);
+    let mut lowat = WakeBatch::new(len, s);
     // No SO_RCVTIMEO, as for the sender: a shutdown ends a blocked read.
     loop {
         lowat.update(s);
@@ -424,6 +441,11 @@ fn tcp_recv(s: &TcpStream, plan: &Plan, c: &Counters) -> io::Result<()> {
             0 => break,
             n if n > 0 => {
                 c.bytes.fetch_add(n as u64, Ordering::Relaxed);
+                // Stopped while bytes still arrive (a sender's queue
+                // draining past the test's end): the end all the same.
+                if plan.stop.load(Ordering::Relaxed) {
+                    break;
+                }
             }
             _ => {
                 let e = io::Error::last_os_error();
@@ -464,7 +486,7 @@ const WAKE_BATCH_MAX: u32 = 256 << 10;
 /// behind the threshold for long.
 ///
 /// Not on a long path ([`sock::LONG_PATH_US`] and more, by the stream's
-/// RTT): there the kernel's receive buffer autotuning (6.x's
+/// RTT at its start, read once: the handshake measured it): there the kernel's receive buffer autotuning (6.x's
 /// `tcp_rcv_space_adjust`, which takes the bytes still queued off the
 /// bytes read in the last RTT) never saw a window's worth read while a
 /// batch's threshold stayed queued, and one stream under BBR stayed at its
@@ -489,10 +511,13 @@ impl WakeBatch {
     /// Reads between looks at the receive buffer while it grows.
     const EVERY: u32 = 64;
 
-    fn new(read_size: usize) -> WakeBatch {
+    fn new(read_size: usize, s: &TcpStream) -> WakeBatch {
         WakeBatch {
             set: 0,
-            goal: u32::try_from(read_size).map_or(WAKE_BATCH_MAX, |r| r.min(WAKE_BATCH_MAX)),
+            goal: match sock::long_path(s.as_fd()) {
+                true => 0,
+                false => u32::try_from(read_size).map_or(WAKE_BATCH_MAX, |r| r.min(WAKE_BATCH_MAX)),
+            },
             countdown: 0,
         }
     }
@@ -507,10 +532,6 @@ impl WakeBatch {
         }
         self.countdown = Self::EVERY;
         let fd = s.as_fd();
-        if sock::tcp_info(fd).map_or(0, |i| i.min_rtt_us) >= sock::LONG_PATH_US {
-            self.goal = 0;
-            return;
-        }
         let Ok(rcvbuf) = sock::getsockopt_u32(fd, libc::SOL_SOCKET, libc::SO_RCVBUF) else {
             self.goal = 0;
             return;
@@ -653,6 +674,9 @@ fn udp_recv(s: &UdpSocket, plan: &Plan, c: &Counters, format: UdpFormat) -> io::
     // A receiver ends on the sender's FIN; failing that, a second after the
     // planned end, or after two seconds of silence in a byte-bound test.
     let hard_end = plan.until.map(|u| u + Duration::from_secs(1));
+    // When the last datagram came: the stream's end, stored as it ends
+    // (a stored end says the stream moves no more bytes).
+    let mut last_us = 0;
     loop {
         if plan.stop.load(Ordering::Relaxed) || hard_end.is_some_and(|e| Instant::now() >= e) {
             break;
@@ -706,7 +730,7 @@ fn udp_recv(s: &UdpSocket, plan: &Plan, c: &Counters, format: UdpFormat) -> io::
         if bytes > 0 {
             last_data = Instant::now();
             c.bytes.fetch_add(bytes, Ordering::Relaxed);
-            c.end_us.store(micros_since(plan.epoch), Ordering::Relaxed);
+            last_us = micros_since(plan.epoch);
         }
         *c.udp.lock().expect("poisoned") = rx.counts();
         if fin {
@@ -714,6 +738,7 @@ fn udp_recv(s: &UdpSocket, plan: &Plan, c: &Counters, format: UdpFormat) -> io::
         }
     }
     *c.udp.lock().expect("poisoned") = rx.counts();
+    c.end_us.store(last_us, Ordering::Relaxed);
     Ok(())
 }
 

@@ -96,9 +96,10 @@ impl Test {
             });
             return Step::Ready;
         }
-        let Some(run) = &t.run else {
+        let Some(run) = &mut t.run else {
             return Step::Running;
         };
+        run.end_on_time(now);
         for tick in t.ticker.as_mut().expect("set with run").due(now) {
             let snapshot = run.snapshot();
             match tick {

@@ -12,6 +12,7 @@
 
 pub mod http;
 pub mod launchers;
+pub mod ontime;
 pub mod served;
 pub mod sshd;
 pub mod wan;
