@@ -2836,7 +2836,7 @@ fn a_pull_job_whose_far_walk_fails_every_file_ends_failed() {
     let (far, here) = (t.dir("far"), t.dir("here"));
     let mode = rustix::fs::Mode::from_raw_mode(0o644);
     std::fs::create_dir(far.join("tree")).unwrap();
-    rustix::fs::mkfifoat(rustix::fs::CWD, &far.join("tree/pipe"), mode).unwrap();
+    rustix::fs::mkfifoat(rustix::fs::CWD, far.join("tree/pipe"), mode).unwrap();
     let (j, a) = pull_pair(&t, &far, &here);
     let (id, _) = submit(&[
         "--retries",
