@@ -937,6 +937,20 @@ fn ls_unknown_export_is_refused_with_exit_4() {
     s.shutdown();
 }
 
+/// `cp -r --json` of `path` from the server at `addr` into `into`, which
+/// must end with some entries failed (exit 6): its report.
+fn pull_with_failures(addr: SocketAddr, path: &str, into: &Path) -> Value {
+    let o = longhaul(&[
+        "cp",
+        "-r",
+        "--json",
+        &remote(addr, path),
+        into.to_str().unwrap(),
+    ]);
+    assert_exit(&o, 6);
+    json_of(&o)
+}
+
 #[test]
 fn unreadable_source_file_fails_alone() {
     let t = TempDir::new("badread");
@@ -952,15 +966,7 @@ fn unreadable_source_file_fails_alone() {
     });
     let s = server_with(vec![export("data", &exp, false)], storage, &t.dir("state"));
     let local = t.dir("local");
-    let o = longhaul(&[
-        "cp",
-        "-r",
-        "--json",
-        &remote(s.addr(), "t"),
-        local.to_str().unwrap(),
-    ]);
-    assert_exit(&o, 6);
-    let v = json_of(&o);
+    let v = pull_with_failures(s.addr(), "t", &local);
     let failed = v["failed"].as_array().unwrap();
     assert_eq!(failed.len(), 1, "{v}");
     assert!(
@@ -1059,15 +1065,7 @@ fn a_pull_whose_walk_fails_reports_each_entry_escaped() {
     drop(std::os::unix::net::UnixListener::bind(tree.join("sub/sock")).unwrap());
     let s = data_server(&exp, &t.dir("state"));
     let local = t.dir("local");
-    let o = longhaul(&[
-        "cp",
-        "-r",
-        "--json",
-        &remote(s.addr(), "t"),
-        local.to_str().unwrap(),
-    ]);
-    assert_exit(&o, 6);
-    let v = json_of(&o);
+    let v = pull_with_failures(s.addr(), "t", &local);
     assert_eq!(v["files"], 2, "{v}");
     assert_eq!(v["verified"], false, "{v}");
     let mut failed: Vec<(&str, &str)> = v["failed"]
