@@ -1554,6 +1554,42 @@ fn attacker_a_flood_of_walk_failures_stays_within_the_budget() {
     );
 }
 
+/// Walk failures change nothing for an older peer: an older sink reads
+/// an `Entries` of failures alone as an empty batch and answers it with
+/// an empty `Wants`, which the source takes; an older source's `Entries`
+/// (no `failed`) reads as before.
+#[test]
+fn walk_failures_interoperate_with_an_older_peer() {
+    #[derive(serde::Deserialize)]
+    struct OlderEntries {
+        entries: Vec<Entry>,
+    }
+    let now = Instant::now();
+    let mut source = small_source(now);
+    source.walk_failed(Failure {
+        path: "src".into(),
+        error: "data/src is a directory: use -r to copy trees".into(),
+    });
+    source.walk_ended();
+    source.end_batch();
+    let Some(Message::Entries(sent)) = source.poll_transmit() else {
+        panic!("the failure goes out in an Entries")
+    };
+    let wire = serde_json::to_vec(&sent).unwrap();
+    let older: OlderEntries = serde_json::from_slice(&wire).unwrap();
+    assert!(older.entries.is_empty());
+    source
+        .handle(now, Message::Wants(Wants { wants: Vec::new() }))
+        .expect("an older sink's empty answer is taken");
+    assert!(matches!(
+        source.poll_transmit(),
+        Some(Message::EntriesEnd(EntriesEnd { files: 0 }))
+    ));
+    let from_older: Entries = serde_json::from_slice(br#"{"entries": []}"#).unwrap();
+    assert!(from_older.failed.is_empty());
+    assert_eq!(source.tally().failed.len(), 1);
+}
+
 #[test]
 fn a_full_disk_ends_the_transfer_and_the_source_hears_why() {
     let files = tree(&[4 * CHUNK as usize]);
