@@ -43,6 +43,7 @@ fn start_push(addr: SocketAddr) -> (FramedConn, TcpStream) {
     let (mut c, data) = open_push(addr);
     c.send(&Message::Entries(Entries {
         entries: vec![file_entry(1, 10, 1 << 20)],
+        failed: Vec::new(),
     }))
     .unwrap();
     assert!(matches!(next(&mut c), Message::Wants(_)));
@@ -106,6 +107,7 @@ fn announced_sizes_cannot_make_the_sink_allocate_without_bound() {
             file_entry(2, 1 << 20, 1),
             file_entry(3, 10, 1 << 20),
         ],
+        failed: Vec::new(),
     }))
     .unwrap();
     let Message::Wants(w) = next(&mut c) else {
@@ -317,7 +319,11 @@ fn traversal_payloads_are_refused_and_nothing_lands_outside() {
         })
         .collect();
     let n = entries.len();
-    c.send(&Message::Entries(Entries { entries })).unwrap();
+    c.send(&Message::Entries(Entries {
+        entries,
+        failed: Vec::new(),
+    }))
+    .unwrap();
     let Message::Wants(w) = next(&mut c) else {
         panic!("no wants")
     };
@@ -367,6 +373,7 @@ fn a_symlink_swapped_in_mid_transfer_leads_nowhere() {
     };
     c.send(&Message::Entries(Entries {
         entries: vec![dir, file],
+        failed: Vec::new(),
     }))
     .unwrap();
     let Message::Wants(w) = next(&mut c) else {
@@ -449,7 +456,11 @@ fn announce_small(c: &mut FramedConn, sizes: &[u64]) {
             ..file_entry(id, size, 1 << 20)
         });
     }
-    c.send(&Message::Entries(Entries { entries })).unwrap();
+    c.send(&Message::Entries(Entries {
+        entries,
+        failed: Vec::new(),
+    }))
+    .unwrap();
     let Message::Wants(w) = next(c) else {
         panic!("no wants")
     };
@@ -651,7 +662,11 @@ fn parts_out_of_range_or_through_links_are_refused_one_by_one() {
         },
         file(5, "big", [0, 2]),
     ];
-    c.send(&Message::Entries(Entries { entries })).unwrap();
+    c.send(&Message::Entries(Entries {
+        entries,
+        failed: Vec::new(),
+    }))
+    .unwrap();
     let Message::Wants(w) = next(&mut c) else {
         panic!("no wants")
     };
@@ -856,6 +871,7 @@ fn hostile_compressed_chunks_end_the_transfer_naming_the_file() {
         let (mut c, mut data) = push_asking(s.addr(), "", |t| t.compress = Some(1));
         c.send(&Message::Entries(Entries {
             entries: vec![file_entry(1, size, 1 << 20)],
+            failed: Vec::new(),
         }))
         .unwrap();
         assert!(matches!(next(&mut c), Message::Wants(_)));
@@ -879,6 +895,7 @@ fn hostile_compressed_chunks_end_the_transfer_naming_the_file() {
     let (mut c, mut data) = push_to(s.addr(), "");
     c.send(&Message::Entries(Entries {
         entries: vec![file_entry(1, 1000, 1 << 20)],
+        failed: Vec::new(),
     }))
     .unwrap();
     assert!(matches!(next(&mut c), Message::Wants(_)));
@@ -933,6 +950,7 @@ fn forged_chunk_is_asked_again(
     .unwrap();
     c.send(&Message::Entries(Entries {
         entries: vec![file_entry(1, 5, 1 << 20)],
+        failed: Vec::new(),
     }))
     .unwrap();
     assert!(matches!(next(c), Message::Wants(_)));

@@ -666,8 +666,9 @@ fn copy(
     ended
 }
 
-/// The copy's report with the entries that failed when listed, which a
-/// pull's far end does not report (its walk's failures stay there).
+/// The copy's report with the entries that failed when listed, which an
+/// older pull's far end does not report (its walk's failures stayed
+/// there); a newer one reports them under the same paths, counted once.
 fn with_listed(s: &mut CopyReport, listed: Vec<Failure>) {
     for f in listed {
         if !s.failed.iter().any(|g| g.path == f.path) {

@@ -75,6 +75,9 @@ struct Faults {
     capacity: Option<usize>,
     /// Paths that change after their first chunk is read, this many times.
     changes: Vec<(String, u32)>,
+    /// Paths the source's walk finds and cannot announce (unreadable, a
+    /// directory without `-r`).
+    unwalkable: Vec<String>,
 }
 
 /// One source file: its content and version (the mtime stands for it).
@@ -554,6 +557,12 @@ impl Pair {
                 break;
             }
             match self.src.walk.pop_front() {
+                Some(path) if self.faults.unwalkable.contains(&path) => {
+                    self.src.machine.walk_failed(Failure {
+                        path,
+                        error: "cannot read: Permission denied".into(),
+                    });
+                }
                 Some(path) => {
                     let e = self.entry(&path);
                     self.src.machine.add(e, path, 1);
@@ -1447,6 +1456,141 @@ fn a_read_error_fails_one_file_and_lands_the_others() {
 }
 
 #[test]
+fn a_walk_failure_reaches_the_sinks_report_and_the_others_land() {
+    let files = tree(&[1000, 2 * CHUNK as usize, 10]);
+    let faults = Faults {
+        unwalkable: vec![files[1].0.clone()],
+        ..Faults::default()
+    };
+    let o = Pair::new(&files, 2, vec![1, 0], faults).run();
+    assert!(o.source.is_ok(), "{:?}", o.source);
+    let report = o.sink.as_ref().expect("finished");
+    assert_eq!(report.files, 2);
+    assert_eq!(report.failed.len(), 1, "{:?}", report.failed);
+    assert_eq!(report.failed[0].path, files[1].0);
+    assert!(report.failed[0].error.contains("cannot read"));
+    assert!(!o.landed.contains_key(&files[1].0));
+    assert_eq!(o.landed.get(&files[0].0), Some(&files[0].1));
+    assert_eq!(o.landed.get(&files[2].0), Some(&files[2].1));
+    // The source counts it once, as before.
+    assert_eq!(o.failed.len(), 1, "{:?}", o.failed);
+}
+
+/// A walk that announces nothing (a directory named without `-r`) still
+/// tells the sink why, and the transfer ends.
+#[test]
+fn a_walk_that_announces_nothing_still_reports_its_failure() {
+    let faults = Faults {
+        unwalkable: vec!["src".into()],
+        ..Faults::default()
+    };
+    let o = Pair::new(&[], 1, vec![0], faults).run();
+    assert!(o.source.is_ok(), "{:?}", o.source);
+    let report = o.sink.as_ref().expect("finished");
+    assert_eq!((report.files, report.bytes), (0, 0));
+    assert_eq!(report.failed.len(), 1, "{:?}", report.failed);
+    assert_eq!(report.failed[0].path, "src");
+}
+
+/// The attacker is a source sending walk failures without end, each far
+/// over the byte budget: the sink keeps [`MAX_WALK_FAILURES`] of them,
+/// each within [`MAX_FAILURE_PATH`] and [`MAX_FAILURE_ERROR`] bytes, and
+/// counts the rest; its report says how many more there were.
+#[test]
+fn attacker_a_flood_of_walk_failures_stays_within_the_budget() {
+    let now = Instant::now();
+    let mut sink = sink_with(now, 4, 1, Vec::new());
+    let huge = Failure {
+        path: "p".repeat(1 << 16),
+        error: "\u{1b}[2J".repeat(1 << 14),
+    };
+    let mut sent = 0u64;
+    for round in 0..200 {
+        let failed = (0..1000)
+            .map(|i| match i {
+                0 => huge.clone(),
+                _ => Failure {
+                    path: format!("src/{round}/{i}"),
+                    error: "cannot read".into(),
+                },
+            })
+            .collect::<Vec<_>>();
+        sent += failed.len() as u64;
+        sink.handle(
+            now,
+            Message::Entries(Entries {
+                entries: Vec::new(),
+                failed,
+            }),
+        )
+        .unwrap();
+        let (kept, unkept) = sink.walk_failures();
+        assert!(kept <= MAX_WALK_FAILURES, "{kept}");
+        assert_eq!(kept as u64 + unkept, sent);
+    }
+    sink.handle(now, Message::EntriesEnd(EntriesEnd { files: 0 }))
+        .unwrap();
+    while let Ok(Some(_)) = sink.poll_action() {}
+    let report = sink.into_report();
+    assert_eq!(report.failed.len(), MAX_WALK_FAILURES + 1);
+    let bytes: usize = report
+        .failed
+        .iter()
+        .map(|f| {
+            assert!(f.path.len() <= MAX_FAILURE_PATH, "{}", f.path.len());
+            f.path.len() + f.error.len()
+        })
+        .sum();
+    assert!(
+        bytes <= (MAX_WALK_FAILURES + 1) * (MAX_FAILURE_PATH + MAX_FAILURE_ERROR + 200),
+        "{bytes}"
+    );
+    let last = &report.failed[MAX_WALK_FAILURES];
+    let more = 200_000 - MAX_WALK_FAILURES as u64 - 1;
+    assert!(
+        last.error.contains(&format!("and {more} more")),
+        "{}",
+        last.error
+    );
+}
+
+/// Walk failures change nothing for an older peer: an older sink reads
+/// an `Entries` of failures alone as an empty batch and answers it with
+/// an empty `Wants`, which the source takes; an older source's `Entries`
+/// (no `failed`) reads as before.
+#[test]
+fn walk_failures_interoperate_with_an_older_peer() {
+    #[derive(serde::Deserialize)]
+    struct OlderEntries {
+        entries: Vec<Entry>,
+    }
+    let now = Instant::now();
+    let mut source = small_source(now);
+    source.walk_failed(Failure {
+        path: "src".into(),
+        error: "data/src is a directory: use -r to copy trees".into(),
+    });
+    source.walk_ended();
+    source.end_batch();
+    let Some(Message::Entries(sent)) = source.poll_transmit() else {
+        panic!("the failure goes out in an Entries")
+    };
+    let wire = serde_json::to_vec(&sent).unwrap();
+    let older: OlderEntries = serde_json::from_slice(&wire).unwrap();
+    assert!(older.entries.is_empty());
+    source
+        .handle(now, Message::Wants(Wants { wants: Vec::new() }))
+        .expect("an older sink's empty answer is taken");
+    assert!(matches!(
+        source.poll_transmit(),
+        Some(Message::EntriesEnd(EntriesEnd { files: 0 }))
+    ));
+    let from_older: Entries = serde_json::from_slice(br#"{"entries": []}"#).unwrap();
+    assert!(from_older.failed.is_empty());
+    assert_eq!(source.tally().failed.len(), 1);
+}
+
+#[test]
 fn a_full_disk_ends_the_transfer_and_the_source_hears_why() {
     let files = tree(&[4 * CHUNK as usize]);
     let faults = Faults {
@@ -1545,8 +1689,14 @@ fn sink_with(now: Instant, max_files: u64, at_once: usize, entries: Vec<Entry>) 
         },
     );
     sink.open_at_once(at_once);
-    sink.handle(now, Message::Entries(Entries { entries }))
-        .expect("entries are welcome");
+    sink.handle(
+        now,
+        Message::Entries(Entries {
+            entries,
+            failed: Vec::new(),
+        }),
+    )
+    .expect("entries are welcome");
     sink
 }
 

@@ -17,8 +17,8 @@ use longhaul_proto::msg::Message;
 use longhaul_proto::transfer::sink::{Sink, SinkAction, SinkLimits};
 use longhaul_proto::transfer::source::{Source, SourceLimits};
 use longhaul_proto::xfer::{
-    Entries, EntriesEnd, Entry, FileDone, FileSealed, FilesDone, FilesSealed, Kind, Resend,
-    SinkReport, SourceDone, Want, Wants, MAX_BATCH_ITEMS,
+    Entries, EntriesEnd, Entry, Failure, FileDone, FileSealed, FilesDone, FilesSealed, Kind,
+    Resend, SinkReport, SourceDone, Want, Wants, MAX_BATCH_ITEMS, MAX_WALK_FAILURES,
 };
 
 /// An entry as a peer could announce it: any id, size, chunk size, path.
@@ -61,8 +61,9 @@ impl FuzzEntry {
 
 #[derive(Arbitrary, Debug)]
 enum Peer {
-    /// To the sink, from a source.
-    Entries(Vec<FuzzEntry>),
+    /// To the sink, from a source: entries, and what its walk could not
+    /// announce (any paths and reasons, any number of them).
+    Entries(Vec<FuzzEntry>, Vec<(String, String)>),
     FileDone {
         id: u64,
         error: bool,
@@ -109,8 +110,13 @@ enum Peer {
 impl Peer {
     fn build(self) -> Option<Message> {
         Some(match self {
-            Peer::Entries(e) => Message::Entries(Entries {
+            Peer::Entries(e, failed) => Message::Entries(Entries {
                 entries: e.into_iter().take(64).map(FuzzEntry::build).collect(),
+                failed: failed
+                    .into_iter()
+                    .take(4096)
+                    .map(|(path, error)| Failure { path, error })
+                    .collect(),
             }),
             Peer::FileDone { id, error, changed } => Message::FileDone(FileDone {
                 id: id % 64,
@@ -195,6 +201,11 @@ enum Op {
     /// The engine tells the source what its walk found.
     SourceAdd(FuzzEntry),
     SourceWalkEnded,
+    /// The engine tells the source what its walk could not announce.
+    SourceWalkFailed {
+        path: String,
+        error: String,
+    },
     SourceEndBatch,
     SourceSealed {
         id: u64,
@@ -292,6 +303,10 @@ fuzz_target!(|input: Input| {
                 source.walk_ended();
                 None
             }
+            Op::SourceWalkFailed { path, error } => {
+                source.walk_failed(Failure { path, error });
+                None
+            }
             Op::SourceEndBatch => {
                 source.end_batch();
                 None
@@ -323,6 +338,9 @@ fuzz_target!(|input: Input| {
                 None
             }
         };
+        // However many walk failures a source sends, the sink keeps its
+        // budget's worth.
+        assert!(sink.walk_failures().0 <= MAX_WALK_FAILURES);
         // Drain what each machine has to say or do, as the engine would.
         while let Some(m) = sink.poll_transmit() {
             roundtrip::assert_roundtrip(&m);

@@ -937,6 +937,20 @@ fn ls_unknown_export_is_refused_with_exit_4() {
     s.shutdown();
 }
 
+/// `cp -r --json` of `path` from the server at `addr` into `into`, which
+/// must end with some entries failed (exit 6): its report.
+fn pull_with_failures(addr: SocketAddr, path: &str, into: &Path) -> Value {
+    let o = longhaul(&[
+        "cp",
+        "-r",
+        "--json",
+        &remote(addr, path),
+        into.to_str().unwrap(),
+    ]);
+    assert_exit(&o, 6);
+    json_of(&o)
+}
+
 #[test]
 fn unreadable_source_file_fails_alone() {
     let t = TempDir::new("badread");
@@ -952,15 +966,7 @@ fn unreadable_source_file_fails_alone() {
     });
     let s = server_with(vec![export("data", &exp, false)], storage, &t.dir("state"));
     let local = t.dir("local");
-    let o = longhaul(&[
-        "cp",
-        "-r",
-        "--json",
-        &remote(s.addr(), "t"),
-        local.to_str().unwrap(),
-    ]);
-    assert_exit(&o, 6);
-    let v = json_of(&o);
+    let v = pull_with_failures(s.addr(), "t", &local);
     let failed = v["failed"].as_array().unwrap();
     assert_eq!(failed.len(), 1, "{v}");
     assert!(
@@ -981,6 +987,117 @@ fn unreadable_source_file_fails_alone() {
     let o = longhaul(&["cp", "-r", &remote(s.addr(), "t"), local.to_str().unwrap()]);
     assert_exit(&o, 6);
     assert!(stderr(&o).contains("unreadable.bin"), "{}", stderr(&o));
+    s.shutdown();
+}
+
+/// A pull of a directory named without `-r` fails as a push of one does,
+/// in the same words, naming it export-relative: not "0 files", exit 0.
+#[test]
+fn a_pull_of_a_directory_without_r_fails_naming_it_as_a_push_does() {
+    let t = TempDir::new("pull-nor");
+    let exp = t.dir("export");
+    write_random(&exp.join("tree/f"), 1000, 31);
+    write_random(&exp.join("tree/sub/g"), 1000, 32);
+    let local = t.dir("local");
+    write_random(&local.join("tree/f"), 1000, 33);
+    fs::create_dir(exp.join("in")).unwrap();
+    let s = data_server(&exp, &t.dir("state"));
+    let words = "is a directory: use -r to copy trees";
+
+    let into = t.dir("into");
+    let o = longhaul(&[
+        "cp",
+        "--json",
+        &remote(s.addr(), "tree"),
+        into.to_str().unwrap(),
+    ]);
+    assert_exit(&o, 6);
+    let v = json_of(&o);
+    assert_eq!(v["files"], 0, "{v}");
+    assert_eq!(v["verified"], false, "{v}");
+    let failed = v["failed"].as_array().unwrap();
+    assert_eq!(failed.len(), 1, "{v}");
+    assert_eq!(failed[0]["path"], "tree", "{v}");
+    assert_eq!(
+        failed[0]["error"],
+        format!("data/tree {words}").as_str(),
+        "{v}"
+    );
+    assert_eq!(fs::read_dir(&into).unwrap().count(), 0, "something landed");
+    let o = longhaul(&["cp", &remote(s.addr(), "tree"), into.to_str().unwrap()]);
+    assert_exit(&o, 6);
+    assert!(
+        stderr(&o).contains(&format!("longhaul: failed: tree: data/tree {words}")),
+        "{}",
+        stderr(&o)
+    );
+    assert_eq!(fs::read_dir(&into).unwrap().count(), 0, "something landed");
+
+    // The push of one says the same words of it, as its user named it.
+    let named = local.join("tree");
+    let o = longhaul(&["cp", named.to_str().unwrap(), &remote(s.addr(), "in/")]);
+    assert_exit(&o, 6);
+    assert!(
+        stderr(&o).contains(&format!(
+            "longhaul: failed: tree: {} {words}",
+            named.display()
+        )),
+        "{}",
+        stderr(&o)
+    );
+    assert_eq!(fs::read_dir(exp.join("in")).unwrap().count(), 0);
+    s.shutdown();
+}
+
+/// What a pull's far walk finds and cannot send (special files, one with
+/// a terminal control in its name) is reported entry by entry, escaped;
+/// the rest lands and the copy exits 6.
+#[test]
+fn a_pull_whose_walk_fails_reports_each_entry_escaped() {
+    let t = TempDir::new("pull-walk");
+    let exp = t.dir("export");
+    let tree = exp.join("t");
+    write_random(&tree.join("a.bin"), 100_000, 41);
+    write_random(&tree.join("sub/c.bin"), 2 * MIB as usize, 42);
+    let fifo = tree.join("p\u{1b}[2Jipe");
+    let mode = rustix::fs::Mode::from_raw_mode(0o644);
+    rustix::fs::mkfifoat(rustix::fs::CWD, &fifo, mode).unwrap();
+    drop(std::os::unix::net::UnixListener::bind(tree.join("sub/sock")).unwrap());
+    let s = data_server(&exp, &t.dir("state"));
+    let local = t.dir("local");
+    let v = pull_with_failures(s.addr(), "t", &local);
+    assert_eq!(v["files"], 2, "{v}");
+    assert_eq!(v["verified"], false, "{v}");
+    let mut failed: Vec<(&str, &str)> = v["failed"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| (f["path"].as_str().unwrap(), f["error"].as_str().unwrap()))
+        .collect();
+    failed.sort_unstable();
+    assert_eq!(failed.len(), 2, "{v}");
+    assert_eq!(failed[0].0, "t/p\u{1b}[2Jipe", "{v}");
+    assert_eq!(failed[1].0, "t/sub/sock", "{v}");
+    assert!(
+        failed.iter().all(|f| f.1.contains("not a regular file")),
+        "{v}"
+    );
+    for f in ["a.bin", "sub/c.bin"] {
+        assert_same_file(&tree.join(f), &local.join("t").join(f));
+    }
+    assert!(!local.join("t/sub/sock").exists());
+    assert_eq!(fs::read_dir(local.join("t")).unwrap().count(), 2);
+    // For people: each named, the peer's words escaped.
+    let again = t.dir("again");
+    let o = longhaul(&["cp", "-r", &remote(s.addr(), "t"), again.to_str().unwrap()]);
+    assert_exit(&o, 6);
+    let e = stderr(&o);
+    assert!(!e.contains('\u{1b}'), "{e:?}");
+    assert!(
+        e.contains("longhaul: failed: t/sub/sock: not a regular file"),
+        "{e}"
+    );
+    assert!(e.contains("ipe: not a regular file"), "{e}");
     s.shutdown();
 }
 

@@ -2846,6 +2846,46 @@ fn a_pull_of_a_directory_without_r_or_of_nothing_ends_failed_and_is_not_retried(
     assert!(!here.join("tree").exists());
 }
 
+/// A pull job whose far walk can send none of its files (a special file
+/// the listing shows, which the far end's walk refuses) hears each from
+/// the far end, and ends failed, not finished.
+#[test]
+fn a_pull_job_whose_far_walk_fails_every_file_ends_failed() {
+    let t = TempDir::new("job-walk-pull");
+    let (far, here) = (t.dir("far"), t.dir("here"));
+    let mode = rustix::fs::Mode::from_raw_mode(0o644);
+    std::fs::create_dir(far.join("tree")).unwrap();
+    rustix::fs::mkfifoat(rustix::fs::CWD, far.join("tree/pipe"), mode).unwrap();
+    let (j, a) = pull_pair(&t, &far, &here);
+    let (id, _) = submit(&[
+        "--retries",
+        "0",
+        "-r",
+        "--via",
+        &j.addr(),
+        &url(&a, "src/tree"),
+        &url(&j, "data/"),
+    ]);
+    let (code, v) = wait_job(&j, &id, Duration::from_secs(60));
+    assert_ne!(code, 0, "{v} {}", j.log_text());
+    assert_eq!(v["job"]["state"], "failed", "{v}");
+    let failed: Vec<&Value> = v["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["state"] == "failed")
+        .collect();
+    assert!(
+        failed.iter().any(|f| f["path"] == "tree/pipe"
+            && f["error"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("not a regular file")),
+        "{v}"
+    );
+    assert!(!here.join("tree/pipe").exists());
+}
+
 /// The general case behind it: an attempt whose every entry fails when
 /// the sources are listed (here a recurring sync's source, gone after its
 /// first run) ends the job failed, naming the source export-relative,

@@ -231,6 +231,39 @@ fn push_pull_sync_and_ls_over_ssh_with_no_server_running() {
     );
 }
 
+/// A pull over ssh of a directory named without `-r` fails naming it,
+/// as a pull from a server does: its far end's walk tells the client.
+#[test]
+fn a_pull_over_ssh_of_a_directory_without_r_fails_naming_it() {
+    let Some(s) = sshd() else { return };
+    let work = tempfile::tempdir().unwrap();
+    let src = work.path().join("tree");
+    write_tree(&src);
+    let back = work.path().join("back");
+    std::fs::create_dir(&back).unwrap();
+    let o = s
+        .longhaul()
+        .args(["cp", "--json", "--remote-path", BIN])
+        .arg(format!("{HOST}:{}", src.display()))
+        .arg(&back)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(6), "{}", text(&o));
+    let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let failed = j["failed"].as_array().unwrap();
+    assert_eq!(failed.len(), 1, "{}", text(&o));
+    assert_eq!(failed[0]["path"], "tree", "{}", text(&o));
+    assert!(
+        failed[0]["error"]
+            .as_str()
+            .unwrap()
+            .ends_with("tree is a directory: use -r to copy trees"),
+        "{}",
+        text(&o)
+    );
+    assert_eq!(std::fs::read_dir(&back).unwrap().count(), 0);
+}
+
 #[test]
 fn a_vanished_client_leaves_no_far_process() {
     let Some(s) = sshd() else { return };

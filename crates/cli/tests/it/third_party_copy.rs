@@ -135,6 +135,51 @@ fn a_tree_goes_from_one_server_to_another_and_not_through_the_client() {
     b.shutdown();
 }
 
+/// What the source server's walk cannot send reaches the ordering
+/// client as a failed entry, as a pull's does: a directory named without
+/// `-r`, and with `-r` a special file beside files that land.
+#[test]
+fn a_third_party_copys_walk_failures_reach_the_client() {
+    let t = TempDir::new("3rd-walk");
+    let (ra, rb) = (t.dir("a"), t.dir("b"));
+    write_random(&ra.join("tree/f"), 1000, 51);
+    let fifo = ra.join("tree/pipe");
+    let mode = rustix::fs::Mode::from_raw_mode(0o644);
+    rustix::fs::mkfifoat(rustix::fs::CWD, &fifo, mode).unwrap();
+    let a = server(&ra, &t.dir("state-a"), true);
+    let b = server(&rb, &t.dir("state-b"), true);
+    let (src, dst) = (remote(a.addr(), "tree"), remote(b.addr(), ""));
+    let copy = |recursive: bool| {
+        bin()
+            .args(["cp", "--json"])
+            .args(recursive.then_some("-r"))
+            .args(tokens_for(&[&src, &dst]))
+            .args([&src, &dst])
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
+    };
+    let o = copy(false);
+    assert_exit(&o, 6);
+    let v = json_of(&o);
+    assert_eq!(v["files"], 0, "{v}");
+    assert_eq!(v["failed"][0]["path"], "tree", "{v}");
+    assert_eq!(
+        v["failed"][0]["error"], "data/tree is a directory: use -r to copy trees",
+        "{v}"
+    );
+    assert_eq!(std::fs::read_dir(&rb).unwrap().count(), 0);
+    let o = copy(true);
+    assert_exit(&o, 6);
+    let v = json_of(&o);
+    assert_eq!(v["files"], 1, "{v}");
+    assert_eq!(v["failed"].as_array().map(Vec::len), Some(1), "{v}");
+    assert_eq!(v["failed"][0]["path"], "tree/pipe", "{v}");
+    assert_same_file(&ra.join("tree/f"), &rb.join("tree/f"));
+    a.shutdown();
+    b.shutdown();
+}
+
 fn walkdir_bytes(root: &Path) -> u64 {
     let mut n = 0;
     for e in std::fs::read_dir(root).unwrap().flatten() {

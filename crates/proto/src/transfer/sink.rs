@@ -112,11 +112,22 @@ enum Phase {
     Done,
 }
 
+/// What the source's walk could not announce ([`Entries::failed`]).
+#[derive(Default)]
+struct WalkFailures {
+    /// The first [`MAX_WALK_FAILURES`]...
+    kept: Vec<Failure>,
+    /// ...then a count of the others, and the first of them.
+    unkept: u64,
+    first_unkept: Option<Failure>,
+}
+
 /// The sink's end of one transfer.
 pub struct Sink {
     limits: SinkLimits,
     phase: Phase,
     report: SinkReport,
+    walk_failures: WalkFailures,
     files: HashMap<u64, InFlight>,
     /// Files the source said it announced in all ([`EntriesEnd`]).
     expected: Option<u64>,
@@ -153,6 +164,7 @@ impl Sink {
             limits,
             phase: Phase::Running,
             report: SinkReport::default(),
+            walk_failures: WalkFailures::default(),
             files: HashMap::new(),
             expected: None,
             resolved: 0,
@@ -208,8 +220,13 @@ impl Sink {
         match msg {
             Message::SourceInterval(i) => self.actions.push_back(SinkAction::Interval(i)),
             Message::Entries(batch) => {
-                self.batch.extend(batch.entries);
-                self.batch_open = true;
+                for f in batch.failed {
+                    self.walk_failed(f);
+                }
+                if !batch.entries.is_empty() {
+                    self.batch.extend(batch.entries);
+                    self.batch_open = true;
+                }
             }
             Message::FileSealed(seal) => self.seal(seal),
             Message::FilesSealed(seals) => {
@@ -527,8 +544,42 @@ impl Sink {
         self.phase == Phase::Done
     }
 
-    pub fn into_report(self) -> SinkReport {
+    /// The report, with what the source's walk could not announce (kept
+    /// out of the `TransferDone` the source gets: they are its own).
+    pub fn into_report(mut self) -> SinkReport {
+        self.report.failed.append(&mut self.walk_failures.kept);
+        if let Some(first) = self.walk_failures.first_unkept.take() {
+            let more = self.walk_failures.unkept - 1;
+            self.report.failed.push(Failure {
+                path: first.path,
+                error: format!(
+                    "{}; and {more} more entries the source could not send, not listed (a report lists the first {MAX_WALK_FAILURES})",
+                    first.error
+                ),
+            });
+        }
         self.report
+    }
+
+    /// One thing the source's walk could not announce: a failed entry,
+    /// kept within the budget ([`MAX_WALK_FAILURES`], [`Failure::capped`]),
+    /// counted past it.
+    fn walk_failed(&mut self, f: Failure) {
+        let w = &mut self.walk_failures;
+        if w.kept.len() < MAX_WALK_FAILURES {
+            w.kept.push(f.capped());
+            return;
+        }
+        w.unkept = w.unkept.saturating_add(1);
+        if w.first_unkept.is_none() {
+            w.first_unkept = Some(f.capped());
+        }
+    }
+
+    /// The source's walk failures heard so far: those kept, and a count
+    /// of the rest.
+    pub fn walk_failures(&self) -> (usize, u64) {
+        (self.walk_failures.kept.len(), self.walk_failures.unkept)
     }
 
     /// A file entry: refused at once on its numbers, or opened.

@@ -146,6 +146,8 @@ pub struct Source<H> {
     announced_bytes: u64,
     largest_chunk: u64,
     batch: Vec<Entry>,
+    /// What the walk could not announce, told with the batch.
+    batch_failed: Vec<Failure>,
     batch_bytes: usize,
     tally: SourceTally,
     sink_report: Option<SinkReport>,
@@ -171,6 +173,7 @@ impl<H: Clone> Source<H> {
             announced_bytes: 0,
             largest_chunk: 0,
             batch: Vec::new(),
+            batch_failed: Vec::new(),
             batch_bytes: 0,
             tally: SourceTally::default(),
             sink_report: None,
@@ -262,17 +265,24 @@ impl<H: Clone> Source<H> {
         self.batch.push(entry);
     }
 
-    /// Something the walk could not announce.
+    /// Something the walk could not announce: counted failed here, and
+    /// told to the sink with the batch ([`Entries::failed`]), so that the
+    /// end that reports (the client, on a pull) counts it too.
     pub fn walk_failed(&mut self, f: Failure) {
+        let sent = f.clone().capped();
+        self.batch_bytes += sent.path.len() + sent.error.len() + 64;
+        self.batch_failed.push(sent);
         self.tally.failed.push(f);
     }
 
-    /// Sends the batch, and `EntriesEnd` once the walk is done.
+    /// Sends the batch (with what the walk could not announce), and
+    /// `EntriesEnd` once the walk is done.
     pub fn end_batch(&mut self) {
         self.batch_bytes = 0;
-        if !self.batch.is_empty() {
+        if !self.batch.is_empty() || !self.batch_failed.is_empty() {
             self.transmits.push_back(Message::Entries(Entries {
                 entries: std::mem::take(&mut self.batch),
+                failed: std::mem::take(&mut self.batch_failed),
             }));
         }
         if self.walk_done && !self.end_sent {

@@ -287,7 +287,25 @@ impl Entry {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Entries {
     pub entries: Vec<Entry>,
+    /// Source to sink: what the source's walk found and could not announce
+    /// since its last `Entries` (a directory named without `-r`, an entry it
+    /// cannot read, a special file), each [`Failure::capped`]; the sink
+    /// counts each as failed and keeps at most [`MAX_WALK_FAILURES`] of
+    /// them. With none to announce, `entries` is empty. Absent from an
+    /// older source (its walk's failures stayed with it); an older sink
+    /// ignores it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub failed: Vec<Failure>,
 }
+
+/// Walk failures ([`Entries::failed`]) a sink keeps in its report; it
+/// counts those past it, and its report says how many in one more
+/// failure (a source may send millions).
+pub const MAX_WALK_FAILURES: usize = 1000;
+/// Bytes of a failure's path, and of its reason, a source sends and a
+/// sink keeps ([`Failure::capped`]).
+pub const MAX_FAILURE_PATH: usize = 4096;
+pub const MAX_FAILURE_ERROR: usize = 1024;
 
 /// The most skip ranges one [`Want::Send`] carries, so that a `Wants`
 /// frame stays far below the frame limit whatever the resume pattern.
@@ -559,6 +577,34 @@ pub(crate) fn is_zero(n: &u64) -> bool {
 pub struct Failure {
     pub path: String,
     pub error: String,
+}
+
+impl Failure {
+    /// Its path cut to [`MAX_FAILURE_PATH`] bytes and its reason to
+    /// [`MAX_FAILURE_ERROR`] (at a character's boundary, `…` marking the
+    /// cut): what one walk failure costs on the wire and at the sink.
+    pub fn capped(self) -> Failure {
+        Failure {
+            path: cut_to(self.path, MAX_FAILURE_PATH),
+            error: cut_to(self.error, MAX_FAILURE_ERROR),
+        }
+    }
+}
+
+/// `s` in at most `max` bytes (`max` at least 3): cut at a character's
+/// boundary, the cut marked with `…`.
+fn cut_to(mut s: String, max: usize) -> String {
+    const MARK: &str = "\u{2026}";
+    if s.len() <= max {
+        return s;
+    }
+    let mut at = max - MARK.len();
+    while !s.is_char_boundary(at) {
+        at -= 1;
+    }
+    s.truncate(at);
+    s.push_str(MARK);
+    s
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -1117,6 +1163,23 @@ pub fn parse_journal(bytes: &[u8]) -> Option<(JournalHeader, Vec<JournalRecord>)
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_capped_failure_fits_its_budget_and_cuts_at_a_character() {
+        let short = Failure {
+            path: "a/b".into(),
+            error: "e".into(),
+        };
+        assert_eq!(short.clone().capped(), short);
+        let long = Failure {
+            path: "\u{e9}".repeat(MAX_FAILURE_PATH),
+            error: "x".repeat(MAX_FAILURE_ERROR + 1),
+        }
+        .capped();
+        assert!(long.path.len() <= MAX_FAILURE_PATH && long.path.ends_with('\u{2026}'));
+        assert!(long.path.starts_with("\u{e9}\u{e9}"));
+        assert_eq!(long.error.len(), MAX_FAILURE_ERROR);
+    }
 
     #[test]
     fn skip_ranges_merge_runs_and_stop_at_the_cap() {
