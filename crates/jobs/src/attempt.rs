@@ -246,6 +246,18 @@ fn entry(path: String, kind: Kind, size: u64) -> FileRow {
         state: FileState::Submitted,
         attempts: 0,
         error: None,
+        permanent: false,
+    }
+}
+
+/// An entry of the job that failed when its sources were listed, for good
+/// or not as [`crate::lasting::permanent`] reads `error`.
+fn failed_entry(path: String, kind: Kind, error: String) -> FileRow {
+    FileRow {
+        state: FileState::Failed,
+        permanent: crate::lasting::permanent(&error),
+        error: Some(error),
+        ..entry(path, kind, 0)
     }
 }
 
@@ -267,11 +279,11 @@ fn list(a: &Attempt, o: &CpOptions) -> Result<Vec<FileRow>, Ended> {
                 .into_iter()
                 .map(|(e, _)| entry(e.path, e.kind, e.size))
                 .collect();
-            rows.extend(failed.into_iter().map(|f| FileRow {
-                state: FileState::Failed,
-                error: Some(f.error),
-                ..entry(f.path, Kind::File, 0)
-            }));
+            rows.extend(
+                failed
+                    .into_iter()
+                    .map(|f| failed_entry(f.path, Kind::File, f.error)),
+            );
             rows
         }
         _ => remote_entries(o)?,
@@ -314,11 +326,11 @@ fn remote_entries(o: &CpOptions) -> Result<Vec<FileRow>, Ended> {
             [one] if one.kind != Kind::Dir && one.name == name && !path.is_empty() => {
                 out.push(entry(name, one.kind, one.size));
             }
-            _ if !o.recursive => out.push(FileRow {
-                state: FileState::Failed,
-                error: Some(longhaul_engine::xfer::source::directory_without_r(&s)),
-                ..entry(name, Kind::Dir, 0)
-            }),
+            _ if !o.recursive => out.push(failed_entry(
+                name,
+                Kind::Dir,
+                longhaul_engine::xfer::source::directory_without_r(&s),
+            )),
             _ => {
                 out.push(entry(name.clone(), Kind::Dir, 0));
                 out.extend(
@@ -440,6 +452,7 @@ pub fn run(a: &Attempt, number: u32, worker: &str) -> (Ended, AttemptView) {
 fn prepare(a: &Attempt) -> Result<(CpOptions, Option<FarEnd>, Vec<Failure>), Ended> {
     let mut o = plan(a).map_err(Ended::Refused)?;
     let far = over_ssh(a, &mut o)?;
+    note_made_over_ssh(a, &o);
     let rows = list(a, &o)?;
     let fresh = a.job.spec.options.every_s.is_some() && a.job.attempts <= 1;
     let store = |e: crate::store::StoreError| Ended::Broke(e.to_string());
@@ -498,6 +511,35 @@ fn over_ssh(a: &Attempt, o: &mut CpOptions) -> Result<Option<FarEnd>, Ended> {
     Ok(far)
 }
 
+/// A push over ssh whose job has noted nothing it makes yet, in its first
+/// run: what of its destination's path is missing on the far host, noted
+/// before this attempt writes there ([`JobRow::made`]). Looking again at a
+/// later attempt is safe: what an earlier one made is there then, and is
+/// never taken for made.
+fn note_made_over_ssh(a: &Attempt, o: &CpOptions) {
+    let job = a.job;
+    let first_run = job.runs == 0 && job.made.is_none();
+    if job.kind != JobKind::Push || job.spec.dest.ssh.is_none() || !first_run {
+        return;
+    }
+    let Some(made) = o
+        .dest
+        .server()
+        .and_then(|dest| crate::made::first_missing_far(dest, &o.client))
+    else {
+        return;
+    };
+    match a.store.note_made(&job.id, &made) {
+        Ok(()) => tracing::info!(
+            "job {}: its push makes {} on {} (a cancel removes what is left empty of it)",
+            job.id,
+            longhaul_proto::units::escaped(&made),
+            longhaul_proto::units::escaped(job.spec.dest.ssh.as_deref().unwrap_or_default())
+        ),
+        Err(e) => tracing::warn!("job {}: {e}", job.id),
+    }
+}
+
 /// Removes, on the host over ssh a cancelled push went to, the partial
 /// files (and journals) of its unfinished entries `paths` (as the push
 /// named them): reached as at each attempt (this server's own ssh, to a
@@ -508,6 +550,7 @@ pub fn discard_over_ssh(
     cfg: &JobsConfig,
     end: &JobEnd,
     paths: &[String],
+    made: Option<&str>,
 ) -> Result<u64, EngineError> {
     let host = end.ssh.as_deref().unwrap_or_default();
     if !cfg.ssh_hosts.iter().any(|h| h == host) {
@@ -527,6 +570,7 @@ pub fn discard_over_ssh(
             let into = longhaul_proto::xfer::copy::DiscardInto {
                 export: export.to_string(),
                 dest,
+                made: made.map(String::from),
             };
             longhaul_engine::xfer::jobcaps::discard(&far.server(), &o, Some(&into), paths)
         }
@@ -590,11 +634,7 @@ fn copy(
             let failed: Vec<FileChange> = s
                 .failed
                 .iter()
-                .map(|f| FileChange {
-                    path: f.path.clone(),
-                    state: FileState::Failed,
-                    error: Some(f.error.clone()),
-                })
+                .map(|f| FileChange::failed(f.path.clone(), f.error.clone()))
                 .collect();
             if let Err(e) = a.store.settle(&a.job.id, &failed) {
                 tracing::warn!("job {}: {e}", a.job.id);
@@ -705,6 +745,7 @@ pub fn flush(store: &dyn JobStore, id: &str, running: &Running) {
             path,
             state: FileState::Finished,
             error: None,
+            permanent: false,
         })
         .collect();
     if let Err(e) = store.change_files(id, &changes) {

@@ -17,6 +17,8 @@
 
 pub mod attempt;
 pub mod desk;
+pub mod lasting;
+pub mod made;
 pub mod notify;
 pub mod runner;
 pub mod store;

@@ -393,6 +393,7 @@ impl Runner {
                 path,
                 state: FileState::Cancelled,
                 error: None,
+                permanent: false,
             })
             .collect();
         if let Err(e) = self.store.change_files(&job.id, &changes) {
@@ -492,7 +493,12 @@ impl Runner {
     fn discard_far(&self, job: &JobRow, cancelled: &[String]) -> Result<u64, EngineError> {
         let dest = &job.spec.dest;
         if dest.ssh.is_some() {
-            return attempt::discard_over_ssh(&self.cfg, dest, cancelled);
+            // Noted by an attempt ([`JobRow::made`]), maybe since `job` was read.
+            let made = job.made.clone().or_else(|| {
+                let stored = self.store.get(&job.id).ok().flatten();
+                stored.and_then(|r| r.made)
+            });
+            return attempt::discard_over_ssh(&self.cfg, dest, cancelled, made.as_deref());
         }
         let o =
             attempt::far_end(&self.cfg, dest, &Default::default()).map_err(EngineError::Usage)?;

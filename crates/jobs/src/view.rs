@@ -57,5 +57,6 @@ pub fn file(f: &FileRow) -> FileView {
         size: f.size,
         attempts: f.attempts,
         error: f.error.clone(),
+        permanent: f.permanent,
     }
 }

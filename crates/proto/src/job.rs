@@ -518,6 +518,11 @@ pub struct FileView {
     pub attempts: u32,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// Failed for good: every attempt would fail it the same way (a
+    /// directory named without `-r`, a path not there, permission
+    /// refused), so none is made for it again.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub permanent: bool,
 }
 
 /// Job server -> client (0x62): the answer to a [`JobSpec`] or a

@@ -767,6 +767,7 @@ mod tests {
                 into: Some(crate::xfer::copy::DiscardInto {
                     export: "root".into(),
                     dest: "scratch/in/".into(),
+                    made: Some("scratch".into()),
                 }),
             }),
             Message::Discarded(crate::xfer::copy::Discarded { removed: 2 }),

@@ -98,6 +98,9 @@ fn file_line(f: &FileView) -> String {
     if let Some(e) = &f.error {
         s.push_str(&format!(": {}", escaped(e)));
     }
+    if f.permanent {
+        s.push_str(" (for good: not retried)");
+    }
     s
 }
 

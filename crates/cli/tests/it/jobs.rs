@@ -1424,11 +1424,15 @@ fn a_job_rides_out_a_30_s_outage_on_an_80_ms_path() {
 /// source exporting `far` as `src` that takes part in third-party copies,
 /// each with its own state directory under `t`.
 fn pull_pair(t: &TempDir, far: &Path, here: &Path) -> (Serve, Serve) {
+    pull_pair_with(t, far, here, &[])
+}
+
+/// [`pull_pair`], the job server started with `job_args` too.
+fn pull_pair_with(t: &TempDir, far: &Path, here: &Path, job_args: &[&str]) -> (Serve, Serve) {
     let into = format!("data={}", here.display());
-    let j = Serve::start(
-        &t.path().join("state-j"),
-        &["--jobs", "--export", &into, "--no-sync", "--no-archive"],
-    );
+    let mut args = vec!["--jobs", "--export", &into, "--no-sync", "--no-archive"];
+    args.extend_from_slice(job_args);
+    let j = Serve::start(&t.path().join("state-j"), &args);
     let from = format!("src={}", far.display());
     let a = Serve::start(
         &t.path().join("state-a"),
@@ -1988,6 +1992,42 @@ fn cancelling_a_job_whose_destination_is_a_linked_directory_removes_its_partial_
         .is_symlink());
 }
 
+/// Jobs pushing `big.bin` (their ids, each with where it lands), each
+/// once it has verified chunks there.
+fn wait_landing(landing: &[(String, PathBuf)]) {
+    for (_, at) in landing {
+        wait_until("verified chunks", Duration::from_secs(60), || {
+            journal_records(&journal_of(at, "big.bin")) >= 2
+        });
+    }
+}
+
+/// Cancels each of `landing` ([`wait_landing`]) until its partial file
+/// and journal are gone, then waits for the directories of `emptied` to go.
+fn cancel_landing(j: &Serve, landing: &[(String, PathBuf)], emptied: &[PathBuf]) {
+    for (id, at) in landing {
+        cancel_until_discarded(
+            j,
+            id,
+            &at.join(".big.bin.lhpart"),
+            &journal_of(at, "big.bin"),
+        );
+    }
+    wait_until(
+        "the emptied directories' removal",
+        Duration::from_secs(30),
+        || emptied.iter().all(|d| !d.exists()),
+    );
+}
+
+/// The names in directory `dir`.
+fn names_in(dir: &Path) -> Vec<std::ffi::OsString> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect()
+}
+
 /// A cancel removes the directories its job made once they are empty, and
 /// nothing else: a destination that was there before the job (empty)
 /// stays, and so does one the job made but someone planted a file in (the
@@ -2006,44 +2046,21 @@ fn cancels_remove_only_the_empty_directories_their_jobs_made(
     let before = go("tree/sub/big.bin", "before/");
     let planted = go("tree", "planted");
     let landing = [
-        (&made, dst.join("made/tree/sub")),
-        (&before, dst.join("before")),
-        (&planted, dst.join("planted/sub")),
+        (made, dst.join("made/tree/sub")),
+        (before, dst.join("before")),
+        (planted, dst.join("planted/sub")),
     ];
-    for (_, at) in &landing {
-        wait_until("verified chunks", Duration::from_secs(60), || {
-            journal_records(&journal_of(at, "big.bin")) >= 2
-        });
-    }
+    wait_landing(&landing);
     let mine = dst.join("planted/mine.txt");
     std::fs::write(&mine, b"the user's own").unwrap();
-    for (id, at) in &landing {
-        cancel_until_discarded(
-            j,
-            id,
-            &at.join(".big.bin.lhpart"),
-            &journal_of(at, "big.bin"),
-        );
-    }
-    wait_until(
-        "the emptied directories' removal",
-        Duration::from_secs(30),
-        || !dst.join("made").exists() && !dst.join("planted/sub").exists(),
-    );
+    cancel_landing(j, &landing, &[dst.join("made"), dst.join("planted/sub")]);
     assert!(
         dst.join("before").is_dir(),
         "a directory of the user's went"
     );
-    assert!(std::fs::read_dir(dst.join("before"))
-        .unwrap()
-        .next()
-        .is_none());
+    assert!(names_in(&dst.join("before")).is_empty());
     assert_eq!(std::fs::read(&mine).unwrap(), b"the user's own");
-    let left: Vec<_> = std::fs::read_dir(dst.join("planted"))
-        .unwrap()
-        .map(|e| e.unwrap().file_name())
-        .collect();
-    assert_eq!(left, ["mine.txt"]);
+    assert_eq!(names_in(&dst.join("planted")), ["mine.txt"]);
 }
 
 /// The far end of a push removes them (it noted, when it issued the
@@ -2427,6 +2444,7 @@ fn attacker_a_discard_names_its_destination_on_a_one_shot_server_only_and_remove
     let into = |d: String| DiscardInto {
         export: "root".into(),
         dest: d,
+        made: None,
     };
     let entries: Vec<String> = ["a", "b", "link/c", "../outside/d", "sub/e"]
         .map(String::from)
@@ -2471,6 +2489,7 @@ fn attacker_a_discard_names_its_destination_on_a_one_shot_server_only_and_remove
     let named = DiscardInto {
         export: "in".into(),
         dest: String::new(),
+        made: None,
     };
     for (who, o) in [("a grant", &grant), ("a capability", &holder)] {
         match jobcaps::discard(&b.addr(), o, Some(&named), &["c".to_string()]) {
@@ -2900,4 +2919,113 @@ fn a_recurring_push_whose_source_went_ends_failed_and_is_not_retried() {
     let failed = v["files"].as_array().unwrap();
     assert_eq!(failed.len(), 1, "{v}");
     assert_eq!(failed[0]["path"], "g", "{v}");
+}
+
+/// A job whose entries mostly copy but one fails for good (a directory
+/// named without `-r`, which every attempt would fail the same way) ends
+/// once the rest is done: the good files land, the directory is failed at
+/// the first attempt and marked permanent, and no retry is made for it,
+/// though the job allows 20 and its server waits a minute before the
+/// first (the old way: over 20 minutes of retries of the same failure).
+#[test]
+fn a_mixed_job_ends_at_once_failing_for_good_the_directory_without_r_and_retries_nothing() {
+    let t = TempDir::new("job-mixed");
+    let (far, here) = (t.dir("far"), t.dir("here"));
+    write_random(&far.join("tree/f"), 1000, 1);
+    write_random(&far.join("one"), 200_000, 2);
+    write_random(&far.join("two"), 300_000, 3);
+    let (j, a) = pull_pair_with(&t, &far, &here, &["--jobs-backoff", "60s"]);
+    let started = Instant::now();
+    let (id, _) = submit(&[
+        "--retries",
+        "20",
+        "--via",
+        &j.addr(),
+        &url(&a, "src/one"),
+        &url(&a, "src/tree"),
+        &url(&a, "src/two"),
+        &url(&j, "data/"),
+    ]);
+    let (code, v) = wait_job(&j, &id, Duration::from_secs(90));
+    let took = started.elapsed();
+    assert_eq!(code, 6, "{v} {}", j.log_text());
+    assert_eq!(v["job"]["state"], "finished_with_failures", "{v}");
+    assert!(took < Duration::from_secs(30), "{took:?}: {v}");
+    assert_same_file(&far.join("one"), &here.join("one"));
+    assert_same_file(&far.join("two"), &here.join("two"));
+    assert!(!here.join("tree").exists());
+    assert_eq!(v["job"]["files"]["finished"], 2, "{v}");
+    assert_eq!(v["job"]["files"]["failed"], 1, "{v}");
+    assert_eq!(v["job"]["attempts"], 1, "{v}");
+    let attempts = history(&v);
+    assert_eq!(attempts.len(), 1, "{v}");
+    assert_eq!(attempts[0]["outcome"], "partial", "{v}");
+    let failed = v["files"].as_array().unwrap();
+    assert_eq!(failed.len(), 1, "{v}");
+    assert_eq!(failed[0]["path"], "tree", "{v}");
+    assert_eq!(failed[0]["state"], "failed", "{v}");
+    assert_eq!(failed[0]["attempts"], 1, "{v}");
+    assert_eq!(failed[0]["permanent"], true, "{v}");
+    let error = failed[0]["error"].as_str().unwrap_or_default();
+    assert!(
+        error.contains("is a directory: use -r to copy trees"),
+        "{v}"
+    );
+    // People read the same.
+    let o = bin()
+        .args(["jobs", "show", &id, "--via", &j.addr()])
+        .output()
+        .unwrap();
+    assert!(
+        stdout(&o).contains("is a directory: use -r to copy trees (for good: not retried)"),
+        "{}",
+        stdout(&o)
+    );
+}
+
+/// A cancelled push over ssh removes the empty directories it made on the
+/// far host, as a push to a server does, and nothing else: the job server
+/// noted, when the job first reached the host, what of the destination's
+/// path was missing. Into `before/new/` (`before` there already, empty:
+/// it stays, `new` and what the job made in it go); into `made/` with a
+/// link planted in the tree the job made there (the link stays, and so
+/// does its directory, not empty; the emptied `sub` goes; the link's
+/// target is untouched).
+#[test]
+fn cancelling_an_ssh_push_removes_the_empty_directories_it_made_and_keeps_a_link_planted() {
+    let Some(s) = common::sshd::sshd() else {
+        return;
+    };
+    let t = TempDir::new("job-ssh-cancel-dirs");
+    let (here, far) = (t.dir("here"), t.dir("far"));
+    write_random(&here.join("tree/sub/big.bin"), 256 << 20, 97);
+    std::fs::create_dir_all(far.join("before")).unwrap();
+    std::fs::create_dir_all(far.join("elsewhere")).unwrap();
+    let j = ssh_job_server(&t, &s, &here, &[]);
+    let go = |into: &str| {
+        let to = format!("{}:{}/{into}", common::sshd::HOST, far.display());
+        submit(&[
+            "-r",
+            "--mkpath",
+            "--rate",
+            "100mbit",
+            &url(&j, "data/tree"),
+            &to,
+        ])
+        .0
+    };
+    let landing = [
+        (go("before/new/"), far.join("before/new/tree/sub")),
+        (go("made/"), far.join("made/tree/sub")),
+    ];
+    wait_landing(&landing);
+    let link = far.join("made/tree/link");
+    std::os::unix::fs::symlink(far.join("elsewhere"), &link).unwrap();
+    let emptied = [far.join("before/new"), far.join("made/tree/sub")];
+    cancel_landing(&j, &landing, &emptied);
+    assert!(far.join("before").is_dir(), "a directory there before went");
+    assert!(names_in(&far.join("before")).is_empty());
+    assert!(std::fs::symlink_metadata(&link).unwrap().is_symlink());
+    assert_eq!(names_in(&far.join("made/tree")), ["link"]);
+    assert!(far.join("elsewhere").is_dir());
 }

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use longhaul_proto::msg::{Message, RefuseCode};
 use longhaul_proto::units::escaped;
 use longhaul_proto::xfer::copy::{
-    CapabilityOp, Discard, Discarded, GrantRequest, Revoked, DISCARD_MAX,
+    CapabilityOp, Discard, DiscardInto, Discarded, GrantRequest, Revoked, DISCARD_MAX,
 };
 use serde::{Deserialize, Serialize};
 
@@ -313,9 +313,15 @@ pub(super) fn serve_discard(
     let dest = anchor
         .resolve_dest(&beneath(&ex.root, &dest).map_err(bad)?)
         .map_err(bad)?;
-    let made = scope.and_then(|s| s.made.as_deref()).map(Path::new);
+    let made = match scope {
+        Some(s) => s.made.as_deref().map(PathBuf::from),
+        None => d
+            .into
+            .as_ref()
+            .and_then(|into| made_on_the_way(&anchor, &ex.root, into)),
+    };
     let (removed, dirs) =
-        crate::xfer::sink::discard_entries(&anchor, &dest, &d.paths, dest_dir, made);
+        crate::xfer::sink::discard_entries(&anchor, &dest, &d.paths, dest_dir, made.as_deref());
     let beneath_words = match scope {
         Some(s) => scope_words(&ex.name, &s.request),
         None => format!(
@@ -330,6 +336,24 @@ pub(super) fn serve_discard(
     );
     conn.send(&Message::Discarded(Discarded { removed }))
         .map_err(|e| (RefuseCode::ServerError, e.to_string()))
+}
+
+/// What a one-shot server's own client says its push made
+/// ([`DiscardInto::made`]), relative to the export's root: only a part of
+/// the destination's path (at or above it, never the root), its links
+/// resolved beneath the root as the destination's are.
+fn made_on_the_way(anchor: &Anchor, root: &Path, into: &DiscardInto) -> Option<PathBuf> {
+    let made = into.made.as_deref()?;
+    let parts = longhaul_proto::xfer::components(made).ok()?;
+    let dest = longhaul_proto::xfer::components(&into.dest).ok()?;
+    if parts.is_empty() || !dest.starts_with(&parts) {
+        return None;
+    }
+    let resolved = anchor
+        .resolve(&beneath(root, &parts.join("/")).ok()?, false)
+        .ok()?;
+    let rel = resolved.strip_prefix(root).ok()?;
+    (rel.components().count() > 0).then(|| rel.to_path_buf())
 }
 
 /// Where a discard looks: a live push capability's destination (and its
@@ -368,6 +392,45 @@ fn discard_dest<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// What a one-shot server's own client says its push made is taken
+    /// only as a part of the destination's path beneath the export: never
+    /// another place, the export's root, a way out, or a link's name in
+    /// place of where it leads.
+    #[test]
+    fn attacker_a_discards_made_is_only_a_part_of_its_destination() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().canonicalize().unwrap();
+        std::fs::create_dir_all(root.join("real/in")).unwrap();
+        std::os::unix::fs::symlink("real", root.join("linked")).unwrap();
+        let anchor = Anchor::open_as(&root, Path::new("root")).unwrap();
+        let made = |dest: &str, made: &str| {
+            let into = DiscardInto {
+                export: "root".into(),
+                dest: dest.into(),
+                made: Some(made.into()),
+            };
+            made_on_the_way(&anchor, &root, &into)
+        };
+        assert_eq!(made("a/b/c/", "a/b"), Some(PathBuf::from("a/b")));
+        assert_eq!(made("a/b/c/", "a/b/c"), Some(PathBuf::from("a/b/c")));
+        assert_eq!(
+            made("linked/in/new/", "linked/in/new"),
+            Some(PathBuf::from("real/in/new"))
+        );
+        for (dest, claimed) in [
+            ("a/b/c/", "a/x"),
+            ("a/b/c/", "a/b/c/d"),
+            ("a/b/c/", "ab"),
+            ("a/b/c/", ""),
+            ("a/b/c/", "."),
+            ("a/b/c/", "a/../.."),
+            ("a/../../b/", "a"),
+            ("a/b/c/", "/a"),
+        ] {
+            assert_eq!(made(dest, claimed), None, "{dest} {claimed}");
+        }
+    }
 
     fn req() -> GrantRequest {
         GrantRequest {

@@ -94,7 +94,10 @@ pub struct JobRow {
     /// A pull: the shallowest directory of its destination's path (relative
     /// to the job server's export) that did not exist when it was
     /// submitted, which a cancel removes, with the directories beneath it,
-    /// while they are empty. Written once, at the insert.
+    /// while they are empty. Written once, at the insert. A push over ssh:
+    /// the same on the far host (relative to its one-shot server's export,
+    /// `root` or `home`), found when the job first reaches the host, before
+    /// it writes there ([`JobStore::note_made`]).
     pub made: Option<String>,
 }
 
@@ -115,6 +118,9 @@ pub struct FileRow {
     pub state: FileState,
     pub attempts: u32,
     pub error: Option<String>,
+    /// Its failure would recur at every attempt ([`crate::lasting`]): it
+    /// is not due again, and its attempts are not counted on.
+    pub permanent: bool,
 }
 
 /// What happened to some files.
@@ -123,6 +129,21 @@ pub struct FileChange {
     pub path: String,
     pub state: FileState,
     pub error: Option<String>,
+    /// [`FileRow::permanent`].
+    pub permanent: bool,
+}
+
+impl FileChange {
+    /// `path` failed with `error`, permanent or not as
+    /// [`crate::lasting::permanent`] reads it.
+    pub fn failed(path: String, error: String) -> FileChange {
+        FileChange {
+            path,
+            state: FileState::Failed,
+            permanent: crate::lasting::permanent(&error),
+            error: Some(error),
+        }
+    }
 }
 
 /// A page of a job's files.
@@ -140,7 +161,8 @@ pub struct Tally {
     /// Regular files by state, and any other entry that failed (a
     /// directory named without `-r`, one that could not be listed).
     pub counts: FileCounts,
-    /// Entries an attempt would carry (not finished, attempts left).
+    /// Entries an attempt would carry (not finished, attempts left, not
+    /// failed permanently).
     pub due: u64,
     pub bytes_total: u64,
     pub bytes_done: u64,
@@ -212,20 +234,27 @@ pub trait JobStore: Send + Sync {
     /// left to whoever leases it next).
     fn cancel(&self, id: &str, now: u64) -> Result<bool, StoreError>;
     /// The job's entries as its run's walk found them: new ones are
-    /// added `submitted`; with `fresh` (a new run of a recurring job) all
+    /// added as the walk found them (`submitted`, or `failed` and perhaps
+    /// permanently); with `fresh` (a new run of a recurring job) all
     /// start over. Entries the walk no longer finds are dropped.
     fn put_files(&self, id: &str, files: &[FileRow], fresh: bool) -> Result<(), StoreError>;
     /// Sets the state (and error) of some entries.
     fn change_files(&self, id: &str, changes: &[FileChange]) -> Result<(), StoreError>;
     /// One more attempt for every entry an attempt now carries (`due`
-    /// with `retries`).
+    /// with `retries`), and for one its listing failed permanently (its
+    /// first: the attempt that failed it), but never again for that.
     fn count_attempt(&self, id: &str, retries: u32) -> Result<(), StoreError>;
-    /// The failed entries go again: `submitted`, attempts from zero.
+    /// The failed entries go again (the permanent ones too: their owner
+    /// asks, having changed what failed them): `submitted`, attempts from
+    /// zero.
     fn retry_failed(&self, id: &str) -> Result<u64, StoreError>;
     /// After an attempt whose transfer completed: every entry not yet
     /// finished finished (the transfer landed or skipped it), then those of
-    /// `failed` failed, with their errors.
+    /// `failed` failed, with their errors (and whether for good).
     fn settle(&self, id: &str, failed: &[FileChange]) -> Result<(), StoreError>;
+    /// Notes what of a job's destination its push over ssh will make
+    /// ([`JobRow::made`]), unless something is noted already.
+    fn note_made(&self, id: &str, made: &str) -> Result<(), StoreError>;
     /// Entries in a state (all with None), ordered by path.
     fn files(&self, id: &str, q: FileQuery) -> Result<(Vec<FileRow>, u64), StoreError>;
     /// The job's files counted, `due` as an attempt with `retries` sees it.
@@ -271,6 +300,20 @@ pub fn decode<T: serde::de::DeserializeOwned>(
             "job {id}: its {what} does not read ({e}): was it written by a newer longhaul?"
         ))
     })
+}
+
+/// A file of one byte still to do, for the stores' tests.
+#[cfg(test)]
+fn a_file(path: &str) -> FileRow {
+    FileRow {
+        path: path.into(),
+        kind: Kind::File,
+        size: 1,
+        state: FileState::Submitted,
+        attempts: 0,
+        error: None,
+        permanent: false,
+    }
 }
 
 /// A cancelled push of owner `g1`, for the stores' tests.

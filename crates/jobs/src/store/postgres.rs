@@ -65,6 +65,7 @@ CREATE TABLE IF NOT EXISTS longhaul_job_files (
 );
 ALTER TABLE longhaul_jobs ADD COLUMN IF NOT EXISTS discards text NOT NULL DEFAULT '[]';
 ALTER TABLE longhaul_jobs ADD COLUMN IF NOT EXISTS made text;
+ALTER TABLE longhaul_job_files ADD COLUMN IF NOT EXISTS permanent boolean NOT NULL DEFAULT false;
 ";
 
 const COLUMNS: &str = "id, owner, kind, state, spec, created, updated, expires, next_attempt, attempts, runs, listed, cancel, error, worker, lease_until, notify_secret, notified, revoked, history, live_bytes, live_bps, discards, made";
@@ -226,6 +227,7 @@ fn file_of(r: &Row, job: &str) -> Result<FileRow, StoreError> {
         state: FileState::from_word(&state).unwrap_or(FileState::Failed),
         attempts: count(r, 4, job)?,
         error: col(r, 5, job)?,
+        permanent: col(r, 6, job)?,
     })
 }
 
@@ -481,12 +483,14 @@ impl JobStore for PgStore {
                 let sizes: Vec<i64> = batch.iter().map(|f| i(f.size)).collect();
                 let states: Vec<&str> = batch.iter().map(|f| f.state.word()).collect();
                 let errors: Vec<Option<&str>> = batch.iter().map(|f| f.error.as_deref()).collect();
+                let permanent: Vec<bool> = batch.iter().map(|f| f.permanent).collect();
                 tx.execute(
-                    "INSERT INTO longhaul_job_files (job, path, kind, size, state, attempts, error, seen)
-                     SELECT $1, p, k, s, st, 0, e, true
-                     FROM unnest($2::text[], $3::text[], $4::bigint[], $5::text[], $6::text[]) AS t(p, k, s, st, e)
+                    "INSERT INTO longhaul_job_files (job, path, kind, size, state, attempts, error, permanent, seen)
+                     SELECT $1, p, k, s, st, 0, e, pe, true
+                     FROM unnest($2::text[], $3::text[], $4::bigint[], $5::text[], $6::text[], $7::boolean[])
+                       AS t(p, k, s, st, e, pe)
                      ON CONFLICT (job, path) DO UPDATE SET kind = excluded.kind, size = excluded.size, seen = true",
-                    &[&id, &paths, &kinds, &sizes, &states, &errors],
+                    &[&id, &paths, &kinds, &sizes, &states, &errors, &permanent],
                 )?;
             }
             tx.execute("DELETE FROM longhaul_job_files WHERE job = $1 AND NOT seen", &[&id])?;
@@ -508,7 +512,8 @@ impl JobStore for PgStore {
         self.with(|c| {
             c.execute(
                 "UPDATE longhaul_job_files SET attempts = attempts + 1
-                 WHERE job = $1 AND state IN ('submitted', 'failed') AND attempts <= $2",
+                 WHERE job = $1 AND state IN ('submitted', 'failed') AND attempts <= $2
+                   AND (NOT permanent OR attempts = 0)",
                 &[&id, &(retries as i32)],
             )
             .map(|_| ())
@@ -518,7 +523,7 @@ impl JobStore for PgStore {
     fn retry_failed(&self, id: &str) -> Result<u64, StoreError> {
         self.with(|c| {
             c.execute(
-                "UPDATE longhaul_job_files SET state = 'submitted', attempts = 0, error = NULL
+                "UPDATE longhaul_job_files SET state = 'submitted', attempts = 0, error = NULL, permanent = false
                  WHERE job = $1 AND state IN ('failed', 'cancelled')",
                 &[&id],
             )
@@ -529,7 +534,7 @@ impl JobStore for PgStore {
         self.with(|c| {
             let mut tx = c.transaction()?;
             tx.execute(
-                "UPDATE longhaul_job_files SET state = 'finished', error = NULL
+                "UPDATE longhaul_job_files SET state = 'finished', error = NULL, permanent = false
                  WHERE job = $1 AND state IN ('submitted', 'failed')",
                 &[&id],
             )?;
@@ -537,6 +542,16 @@ impl JobStore for PgStore {
                 set_states(&mut tx, id, batch)?;
             }
             tx.commit()
+        })
+    }
+
+    fn note_made(&self, id: &str, made: &str) -> Result<(), StoreError> {
+        self.with(|c| {
+            c.execute(
+                "UPDATE longhaul_jobs SET made = $2 WHERE id = $1 AND made IS NULL",
+                &[&id, &made],
+            )
+            .map(|_| ())
         })
     }
 
@@ -550,7 +565,7 @@ impl JobStore for PgStore {
                 )?
                 .get(0);
             let rows = c.query(
-                "SELECT path, kind, size, state, attempts, error FROM longhaul_job_files
+                "SELECT path, kind, size, state, attempts, error, permanent FROM longhaul_job_files
                  WHERE job = $1 AND ($2::text IS NULL OR state = $2)
                  ORDER BY path LIMIT $3 OFFSET $4",
                 &[&id, &state, &i64::from(q.limit), &i(q.from)],
@@ -568,7 +583,8 @@ impl JobStore for PgStore {
         let rows = self.with(|c| {
             c.query(
                 "SELECT state, kind = 'file', count(*), coalesce(sum(size), 0)::bigint,
-                        sum(CASE WHEN state IN ('submitted', 'failed') AND attempts <= $2 THEN 1 ELSE 0 END)::bigint
+                        sum(CASE WHEN state IN ('submitted', 'failed') AND attempts <= $2 AND NOT permanent
+                            THEN 1 ELSE 0 END)::bigint
                  FROM longhaul_job_files WHERE job = $1 GROUP BY state, kind = 'file'",
                 &[&id, &(retries as i32)],
             )
@@ -601,7 +617,8 @@ impl JobStore for PgStore {
     }
 }
 
-/// Sets the state and error of a batch of entries in one statement.
+/// Sets the state, error and permanence of a batch of entries in one
+/// statement.
 fn set_states(
     tx: &mut postgres::Transaction,
     id: &str,
@@ -610,11 +627,12 @@ fn set_states(
     let paths: Vec<&str> = batch.iter().map(|c| c.path.as_str()).collect();
     let states: Vec<&str> = batch.iter().map(|c| c.state.word()).collect();
     let errors: Vec<Option<&str>> = batch.iter().map(|c| c.error.as_deref()).collect();
+    let permanent: Vec<bool> = batch.iter().map(|c| c.permanent).collect();
     tx.execute(
-        "UPDATE longhaul_job_files f SET state = u.st, error = u.e
-         FROM unnest($2::text[], $3::text[], $4::text[]) AS u(p, st, e)
+        "UPDATE longhaul_job_files f SET state = u.st, error = u.e, permanent = u.pe
+         FROM unnest($2::text[], $3::text[], $4::text[], $5::boolean[]) AS u(p, st, e, pe)
          WHERE f.job = $1 AND f.path = u.p",
-        &[&id, &paths, &states, &errors],
+        &[&id, &paths, &states, &errors, &permanent],
     )
 }
 
@@ -637,15 +655,7 @@ mod tests {
         job.made = Some("in/new".into());
         s.insert(&job).unwrap();
         assert_eq!(s.get(id).unwrap().unwrap().made.as_deref(), Some("in/new"));
-        let file = FileRow {
-            path: "a".into(),
-            kind: longhaul_proto::xfer::Kind::File,
-            size: 1,
-            state: FileState::Submitted,
-            attempts: 0,
-            error: None,
-        };
-        s.put_files(id, &[file], true).unwrap();
+        s.put_files(id, &[super::super::a_file("a")], true).unwrap();
         assert_eq!(s.get(id).unwrap().unwrap().attempts, 1);
         let mut c = postgres::Client::connect(&pg.url(), postgres::NoTls).unwrap();
         let planted = |c: &mut Client, sql: &str| c.batch_execute(sql).unwrap();

@@ -63,14 +63,21 @@ CREATE TABLE IF NOT EXISTS job_files (
 /// The columns of a job, in the order [`row_of`] reads them.
 const COLUMNS: &str = "id, owner, kind, state, spec, created, updated, expires, next_attempt, attempts, runs, listed, cancel, error, worker, lease_until, notify_secret, notified, revoked, history, live_bytes, live_bps, discards, made";
 
-/// Added since schema 1 was first written, each with its column's name; a
-/// build that does not know them reads and writes the rows as before.
-const ADDED: [(&str, &str); 2] = [
+/// Added since schema 1 was first written, each with its table's and its
+/// column's name; a build that does not know them reads and writes the
+/// rows as before.
+const ADDED: [(&str, &str, &str); 3] = [
     (
+        "jobs",
         "discards",
         "ALTER TABLE jobs ADD COLUMN discards TEXT NOT NULL DEFAULT '[]'",
     ),
-    ("made", "ALTER TABLE jobs ADD COLUMN made TEXT"),
+    ("jobs", "made", "ALTER TABLE jobs ADD COLUMN made TEXT"),
+    (
+        "job_files",
+        "permanent",
+        "ALTER TABLE job_files ADD COLUMN permanent INTEGER NOT NULL DEFAULT 0",
+    ),
 ];
 
 pub struct SqliteStore {
@@ -117,11 +124,11 @@ impl SqliteStore {
             )));
         }
         conn.execute_batch(SCHEMA).map_err(err)?;
-        for (column, add) in ADDED {
+        for (table, column, add) in ADDED {
             let has: bool = conn
                 .query_row(
-                    "SELECT count(*) > 0 FROM pragma_table_info('jobs') WHERE name = ?1",
-                    [column],
+                    "SELECT count(*) > 0 FROM pragma_table_info(?1) WHERE name = ?2",
+                    [table, column],
                     |r| r.get(0),
                 )
                 .map_err(err)?;
@@ -226,6 +233,27 @@ fn finish(raw: Raw) -> Result<JobRow, StoreError> {
 
 fn i(n: u64) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+/// Sets the state, error and permanence of some entries.
+fn set_states(
+    tx: &rusqlite::Transaction,
+    id: &str,
+    changes: &[FileChange],
+) -> rusqlite::Result<()> {
+    let mut st = tx.prepare(
+        "UPDATE job_files SET state = ?3, error = ?4, permanent = ?5 WHERE job = ?1 AND path = ?2",
+    )?;
+    for ch in changes {
+        st.execute(params![
+            id,
+            ch.path,
+            ch.state.word(),
+            ch.error,
+            ch.permanent
+        ])?;
+    }
+    Ok(())
 }
 
 fn json<T: serde::Serialize>(v: &T) -> String {
@@ -443,13 +471,14 @@ impl JobStore for SqliteStore {
             }
             {
                 let mut st = tx.prepare(
-                    "INSERT INTO job_files (job, path, kind, size, state, attempts, error, seen)
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 1)
+                    "INSERT INTO job_files (job, path, kind, size, state, attempts, error, permanent, seen)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, 1)
                      ON CONFLICT (job, path) DO UPDATE SET kind = excluded.kind, size = excluded.size, seen = 1",
                 )?;
                 for f in files {
                     st.execute(params![
-                        id, f.path, kind_word(f.kind), i(f.size), f.state.word(), f.attempts, f.error
+                        id, f.path, kind_word(f.kind), i(f.size), f.state.word(), f.attempts, f.error,
+                        f.permanent
                     ])?;
                 }
             }
@@ -461,14 +490,7 @@ impl JobStore for SqliteStore {
     fn change_files(&self, id: &str, changes: &[FileChange]) -> Result<(), StoreError> {
         self.with(|c| {
             let tx = c.transaction()?;
-            {
-                let mut st = tx.prepare(
-                    "UPDATE job_files SET state = ?3, error = ?4 WHERE job = ?1 AND path = ?2",
-                )?;
-                for ch in changes {
-                    st.execute(params![id, ch.path, ch.state.word(), ch.error])?;
-                }
-            }
+            set_states(&tx, id, changes)?;
             tx.commit()
         })
     }
@@ -477,7 +499,8 @@ impl JobStore for SqliteStore {
         self.with(|c| {
             c.execute(
                 "UPDATE job_files SET attempts = attempts + 1
-                 WHERE job = ?1 AND state IN ('submitted', 'failed') AND attempts <= ?2",
+                 WHERE job = ?1 AND state IN ('submitted', 'failed') AND attempts <= ?2
+                   AND (permanent = 0 OR attempts = 0)",
                 params![id, retries],
             )
             .map(|_| ())
@@ -487,7 +510,7 @@ impl JobStore for SqliteStore {
     fn retry_failed(&self, id: &str) -> Result<u64, StoreError> {
         self.with(|c| {
             c.execute(
-                "UPDATE job_files SET state = 'submitted', attempts = 0, error = NULL
+                "UPDATE job_files SET state = 'submitted', attempts = 0, error = NULL, permanent = 0
                  WHERE job = ?1 AND state IN ('failed', 'cancelled')",
                 params![id],
             )
@@ -499,19 +522,22 @@ impl JobStore for SqliteStore {
         self.with(|c| {
             let tx = c.transaction()?;
             tx.execute(
-                "UPDATE job_files SET state = 'finished', error = NULL
+                "UPDATE job_files SET state = 'finished', error = NULL, permanent = 0
                  WHERE job = ?1 AND state IN ('submitted', 'failed')",
                 params![id],
             )?;
-            {
-                let mut st = tx.prepare(
-                    "UPDATE job_files SET state = ?3, error = ?4 WHERE job = ?1 AND path = ?2",
-                )?;
-                for ch in failed {
-                    st.execute(params![id, ch.path, ch.state.word(), ch.error])?;
-                }
-            }
+            set_states(&tx, id, failed)?;
             tx.commit()
+        })
+    }
+
+    fn note_made(&self, id: &str, made: &str) -> Result<(), StoreError> {
+        self.with(|c| {
+            c.execute(
+                "UPDATE jobs SET made = ?2 WHERE id = ?1 AND made IS NULL",
+                params![id, made],
+            )
+            .map(|_| ())
         })
     }
 
@@ -524,7 +550,7 @@ impl JobStore for SqliteStore {
                 |r| r.get(0),
             )?;
             let mut st = c.prepare(
-                "SELECT path, kind, size, state, attempts, error FROM job_files
+                "SELECT path, kind, size, state, attempts, error, permanent FROM job_files
                  WHERE job = ?1 AND (?2 IS NULL OR state = ?2)
                  ORDER BY path LIMIT ?3 OFFSET ?4",
             )?;
@@ -538,6 +564,7 @@ impl JobStore for SqliteStore {
                     state: FileState::from_word(&state).unwrap_or(FileState::Failed),
                     attempts: r.get::<_, i64>(4)? as u32,
                     error: r.get(5)?,
+                    permanent: r.get(6)?,
                 })
             })?;
             Ok((rows.collect::<rusqlite::Result<Vec<_>>>()?, total as u64))
@@ -548,7 +575,8 @@ impl JobStore for SqliteStore {
         self.with(|c| {
             let mut st = c.prepare(
                 "SELECT state, kind = 'file', count(*), coalesce(sum(size), 0),
-                        sum(CASE WHEN state IN ('submitted', 'failed') AND attempts <= ?2 THEN 1 ELSE 0 END)
+                        sum(CASE WHEN state IN ('submitted', 'failed') AND attempts <= ?2 AND permanent = 0
+                            THEN 1 ELSE 0 END)
                  FROM job_files WHERE job = ?1 GROUP BY state, kind = 'file'",
             )?;
             let mut t = Tally::default();
@@ -608,14 +636,7 @@ mod tests {
         };
         for n in 1..=50 {
             s.insert(&row(n, "g1", JobState::Cancelled, true)).unwrap();
-            let file = FileRow {
-                path: "src/f".into(),
-                kind: longhaul_proto::xfer::Kind::File,
-                size: 1,
-                state: FileState::Submitted,
-                attempts: 0,
-                error: None,
-            };
+            let file = super::super::a_file("src/f");
             s.put_files(&format!("{n:016x}"), &[file], true).unwrap();
         }
         s.insert(&row(51, "g1", JobState::FinishedWithFailures, false))
@@ -641,6 +662,66 @@ mod tests {
         assert_eq!(gone.1, 0, "a forgotten job's entries go with it");
         // The one still holding its capability outlives its share.
         assert_eq!(s.forget_ended("g1", 1).unwrap(), 2);
+    }
+
+    /// An entry failed for good is not due again and its attempts stay
+    /// (one, its first), while one failed for now is due until its retries
+    /// are used; a settled attempt that names it failed again keeps it so,
+    /// and `jobs retry` makes it due again.
+    #[test]
+    fn an_entry_failed_for_good_is_not_due_and_not_counted_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = SqliteStore::open(dir.path()).unwrap();
+        let id = "00000000000000aa";
+        s.insert(&super::super::a_job(id)).unwrap();
+        let row = super::super::a_file;
+        let (retries, due) = (5, |s: &SqliteStore| s.tally(id, 5).unwrap().due);
+        let all = FileQuery {
+            limit: 10,
+            ..FileQuery::default()
+        };
+        let lost = FileChange::failed("lost".into(), "connection reset by the peer".into());
+        let tree = FileChange::failed(
+            "tree".into(),
+            "src:tree is a directory: use -r to copy trees".into(),
+        );
+        assert!(tree.permanent && !lost.permanent);
+        let gone = FileChange::failed(
+            "gone".into(),
+            "cannot read data/gone: No such file or directory (os error 2)".into(),
+        );
+        let listed_gone = FileRow {
+            state: FileState::Failed,
+            error: gone.error.clone(),
+            permanent: gone.permanent,
+            ..row("gone")
+        };
+        let failed = [lost.clone(), tree.clone(), gone.clone()];
+        let listed = [row("good"), row("lost"), row("tree"), listed_gone];
+        for n in 0..4 {
+            s.put_files(id, &listed, n == 0).unwrap();
+            s.count_attempt(id, retries).unwrap();
+            s.settle(id, &failed).unwrap();
+            assert_eq!(due(&s), 1, "only the transient failure is due");
+        }
+        let files = s.files(id, all).unwrap().0;
+        let of = |p: &str| files.iter().find(|f| f.path == p).unwrap().clone();
+        assert_eq!(
+            (of("good").state, of("good").permanent),
+            (FileState::Finished, false)
+        );
+        assert_eq!((of("lost").attempts, of("lost").permanent), (4, false));
+        let tree_row = of("tree");
+        assert_eq!(tree_row.state, FileState::Failed);
+        assert_eq!((tree_row.attempts, tree_row.permanent), (1, true));
+        // Failed when listed: counted once, at the attempt that failed it.
+        assert_eq!((of("gone").attempts, of("gone").permanent), (1, true));
+        assert_eq!(s.tally(id, retries).unwrap().counts.failed, 3);
+        // Its owner fixed them and asks again: due, counted from zero.
+        s.retry_failed(id).unwrap();
+        assert_eq!(due(&s), 3);
+        let files = s.files(id, all).unwrap().0;
+        assert!(files.iter().all(|f| !f.permanent));
     }
 
     /// A pending discard is kept with its job, and so is what a pull made;

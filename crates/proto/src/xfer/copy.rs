@@ -128,6 +128,12 @@ pub struct Discard {
 pub struct DiscardInto {
     pub export: String,
     pub dest: String,
+    /// The shallowest part of `dest`'s path that did not exist before the
+    /// push (its job looked before it first wrote there): removed, with
+    /// the directories beneath it, while they are empty. Taken only when
+    /// it is a part of `dest`'s path.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub made: Option<String>,
 }
 
 /// The most paths one [`Discard`] names.
