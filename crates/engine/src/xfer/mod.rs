@@ -8,6 +8,7 @@ pub mod beneath;
 pub mod client;
 pub mod copy;
 mod digests;
+mod dirty;
 pub mod filter;
 pub mod jobcaps;
 mod parts;

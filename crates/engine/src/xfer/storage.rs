@@ -47,6 +47,10 @@ pub trait WriteAt: Send + Sync {
     }
     /// Modification time, through the open file (futimens).
     fn set_mtime(&self, mtime_ns: i64) -> io::Result<()>;
+    /// The copy will not fdatasync this file (`--no-sync`): nothing waits
+    /// for the device, so a file the page cache can hold dirty is written
+    /// through it, as other tools write. Called before its size is set.
+    fn will_not_sync(&self) {}
 }
 
 fn fchmod(f: &File, mode: u32) -> io::Result<()> {
@@ -354,7 +358,10 @@ impl Storage for Direct {
 /// kernel's copy and the cache's allocation and reclaim (on this project's
 /// virtio disk a cold 4 GiB copy took half the CPU and a quarter of the
 /// time; BENCHMARKS.md, issue 45). Smaller files stay buffered: they are
-/// few bytes, and the cache serves their neighbours.
+/// few bytes, and the cache serves their neighbours. So does a file a copy
+/// will not sync while the page cache can hold it dirty: nothing waits for
+/// the device then, and a direct write would (a 256 MiB elephant on
+/// loopback went at 0.68x the rate; BENCHMARKS.md, issue 46 session g).
 pub const DIRECT_MIN: u64 = 8 << 20;
 
 /// Whether [`Local`] may choose O_DIRECT: `LONGHAUL_DIRECT=off` keeps
@@ -418,11 +425,14 @@ fn mostly_cached(f: &File, len: u64) -> bool {
 
 /// A partial file of [`Local`]: buffered, and once it is known to be
 /// big (sized at [`DIRECT_MIN`] or more, on a file system where it
-/// pays), its aligned pieces go through a second, O_DIRECT description of
-/// the same inode, opened at the first such piece.
+/// pays, and, for a copy that does not sync, more than the page cache can
+/// hold dirty without holding the writer to the device's pace), its
+/// aligned pieces go through a second, O_DIRECT description of the same
+/// inode, opened at the first such piece.
 struct Written {
     plain: File,
     big: std::sync::atomic::AtomicBool,
+    unsynced: std::sync::atomic::AtomicBool,
     direct: std::sync::OnceLock<Option<File>>,
 }
 
@@ -431,6 +441,7 @@ impl Written {
         Written {
             plain,
             big: std::sync::atomic::AtomicBool::new(false),
+            unsynced: std::sync::atomic::AtomicBool::new(false),
             direct: std::sync::OnceLock::new(),
         }
     }
@@ -441,6 +452,7 @@ impl Written {
             && !self.big.load(Ordering::Relaxed)
             && auto_direct()
             && direct_pays(&self.plain)
+            && !(self.unsynced.load(Ordering::Relaxed) && super::dirty::fits(len))
         {
             self.big.store(true, Ordering::Relaxed);
         }
@@ -492,6 +504,9 @@ impl WriteAt for Written {
     }
     fn set_mtime(&self, mtime_ns: i64) -> io::Result<()> {
         futimens(&self.plain, mtime_ns)
+    }
+    fn will_not_sync(&self) {
+        self.unsynced.store(true, Ordering::Relaxed);
     }
 }
 
@@ -795,6 +810,39 @@ mod tests {
             back[off..off + n].copy_from_slice(&buf[..n]);
         }
         assert!(back == want, "read back differs");
+    }
+
+    /// A big file a copy will not sync stays in the page cache while that
+    /// can hold it dirty; one it syncs takes O_DIRECT where that pays.
+    #[test]
+    fn a_file_not_synced_that_the_cache_can_hold_is_written_through_it() {
+        let t = tempfile::tempdir().unwrap();
+        const PIECE: usize = crate::xfer::PIECE;
+        let len = DIRECT_MIN as usize + (1 << 20);
+        let mut buf = AlignedBuf::new(PIECE);
+        buf.fill(7);
+        let took_direct = |name: &str, unsynced: bool| {
+            let w = Written::new(open_part(&t.path().join(name), true).unwrap());
+            if unsynced {
+                w.will_not_sync();
+            }
+            WriteAt::set_len(&w, len as u64).unwrap();
+            for off in (0..len).step_by(PIECE) {
+                let n = PIECE.min(len - off);
+                write_all_at(&w, &buf[..n], off as u64).unwrap();
+            }
+            let pays = auto_direct() && direct_pays(&w.plain);
+            (w.direct.get().is_some_and(|d| d.is_some()), pays)
+        };
+        let (synced, pays) = took_direct("synced", false);
+        assert_eq!(synced, pays, "a synced big file: O_DIRECT where it pays");
+        let fits = crate::xfer::dirty::fits(len as u64);
+        let (unsynced, _) = took_direct("unsynced", true);
+        assert_eq!(
+            unsynced,
+            pays && !fits,
+            "a file not synced: buffered while the cache can hold it"
+        );
     }
 
     /// A big file with a hole and pieces of odd sizes (most unaligned),

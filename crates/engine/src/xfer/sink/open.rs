@@ -332,6 +332,9 @@ fn open_partial(
         Err(err) if no_room(&err) => return Err(NoRoom(no_room_for(target, e.size, dir, &err))),
         Err(err) => return Ok(Err(io_err("create", target, err))),
     };
+    if !cfg.sync_files {
+        out.will_not_sync();
+    }
     if !(fresh && sized) {
         return Ok(Ok(out));
     }
