@@ -521,13 +521,17 @@ pub struct Load {
     pub end: String,
 }
 
-/// A piece a document was merged from (`--merge FILE`): its file's name
-/// and its load average as it ran.
+/// A piece a document was merged from (`--merge FILE`): its file's name,
+/// its load average as it ran, and each tool's version as it said it
+/// there (by tool name), so that a document of pieces measured by other
+/// builds says which.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct Piece {
     pub file: String,
     pub load: Load,
+    #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub versions: std::collections::BTreeMap<String, String>,
 }
 
 /// What the matrix was asked to run.

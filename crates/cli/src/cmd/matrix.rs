@@ -650,6 +650,11 @@ fn piece(f: &Path, doc: &Doc) -> Vec<Piece> {
     vec![Piece {
         file: file.to_string_lossy().into_owned(),
         load: doc.load.clone(),
+        versions: doc
+            .tools
+            .iter()
+            .filter_map(|t| Some((t.name.clone(), t.version.clone()?)))
+            .collect(),
     }]
 }
 

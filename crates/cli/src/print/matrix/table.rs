@@ -591,15 +591,25 @@ fn load_lines(doc: &Doc) -> Vec<String> {
 }
 
 /// `versions: TOOL: WHAT IT SAID; ...`, each as its version command said
-/// it (kept escaped; in Markdown its own characters escaped too); None
-/// when no tool said one.
+/// it (kept escaped; in Markdown its own characters escaped too), and where
+/// merged pieces ran another version of it, which pieces and what they
+/// said; None when no tool said one.
 fn versions_line(doc: &Doc, md: bool) -> Option<String> {
     let said: Vec<String> = doc
         .tools
         .iter()
         .filter_map(|t| {
             let v = t.version.as_deref()?;
-            let line = format!("{}: {v}", t.name);
+            let mut other: std::collections::BTreeMap<&str, Vec<&str>> = Default::default();
+            for p in &doc.merged {
+                if let Some(pv) = p.versions.get(&t.name).filter(|pv| *pv != v) {
+                    other.entry(pv).or_default().push(&p.file);
+                }
+            }
+            let mut line = format!("{}: {v}", t.name);
+            for (pv, files) in other {
+                line.push_str(&format!(" (the merged {}: {pv})", files.join(", ")));
+            }
             Some(if md { md_cell(&line) } else { line })
         })
         .collect();
@@ -773,6 +783,30 @@ mod tests {
         assert_eq!(versions_line(&d, false), None);
     }
 
+    /// Pieces merged from another build say so: which pieces, and what
+    /// the tool said there; a piece of the same version adds nothing.
+    #[test]
+    fn merged_pieces_of_another_version_are_named_with_it() {
+        use longhaul_archive::matrix::Piece;
+        let mut d = doc(vec![], vec![]);
+        d.tools[0].version = Some("iperf 3.12".into());
+        let piece = |file: &str, v: &str| Piece {
+            file: file.into(),
+            versions: [("iperf3".to_string(), v.to_string())].into(),
+            ..Piece::default()
+        };
+        d.merged = vec![
+            piece("a.json", "iperf 3.9"),
+            piece("b.json", "iperf 3.12"),
+            piece("c.json", "iperf 3.9"),
+        ];
+        assert_eq!(
+            versions_line(&d, false).unwrap(),
+            "versions (each tool's programs on this host): iperf3: iperf 3.12 \
+             (the merged a.json, c.json: iperf 3.9)"
+        );
+    }
+
     /// A merged document's limits and loads are its pieces': said so, each
     /// piece's load, and the memory-to-memory limit with its runs' length.
     #[test]
@@ -803,6 +837,7 @@ mod tests {
                     start: format!("{i}.00 1 1"),
                     end: String::new(),
                 },
+                ..Piece::default()
             })
             .collect();
         let merged = super::super::limits_line(&d, mb).unwrap();
