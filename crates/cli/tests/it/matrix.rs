@@ -935,7 +935,7 @@ fn a_cold_matrix_runs_another_build_and_a_changed_sync_verified() {
         "{stderr}"
     );
     let ran = std::fs::read_to_string(&started).unwrap_or_default();
-    for what in ["serve --listen", "cp -a", "sync -a"] {
+    for what in ["--no-archive serve", "cp -a", "sync -a"] {
         assert!(
             ran.contains(what),
             "the other build never ran `{what}`: {ran}"
