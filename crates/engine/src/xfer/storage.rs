@@ -49,7 +49,9 @@ pub trait WriteAt: Send + Sync {
     fn set_mtime(&self, mtime_ns: i64) -> io::Result<()>;
     /// The copy will not fdatasync this file (`--no-sync`): nothing waits
     /// for the device, so a file the page cache can hold dirty is written
-    /// through it, as other tools write. Called before its size is set.
+    /// through it, as other tools write. Called before its size is set; a
+    /// resumed partial file, sized as it was opened, keeps the mode that
+    /// size gave it.
     fn will_not_sync(&self) {}
 }
 
@@ -361,7 +363,7 @@ impl Storage for Direct {
 /// few bytes, and the cache serves their neighbours. So does a file a copy
 /// will not sync while the page cache can hold it dirty: nothing waits for
 /// the device then, and a direct write would (a 256 MiB elephant on
-/// loopback went at 0.68x the rate; BENCHMARKS.md, issue 46 session g).
+/// loopback went at 0.57-0.69x the rate; BENCHMARKS.md, issue 46 session g).
 pub const DIRECT_MIN: u64 = 8 << 20;
 
 /// Whether [`Local`] may choose O_DIRECT: `LONGHAUL_DIRECT=off` keeps
